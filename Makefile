@@ -1,0 +1,31 @@
+# tasklock: make test runs everything CI runs; make bench runs the side-by-side benchmarks.
+GO ?= go
+GOTESTFLAGS ?= -race -count=1 -timeout 20m
+
+.PHONY: test servers vet lint bench bench-quick fmt
+
+test: servers vet
+	$(GO) test $(GOTESTFLAGS) ./...
+
+# Installs the servers the tests start (redis-server, ...) when missing.
+servers:
+	bash scripts/install-servers.sh
+
+vet:
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
+	if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
+	$(GO) vet ./...
+	cd bench && $(GO) vet ./...
+
+# staticcheck is optional locally; CI runs make test.
+lint: vet
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@2025.1.1 ./...
+
+bench: servers
+	cd bench && $(GO) run ./cmd/lockbench
+
+bench-quick: servers
+	cd bench && $(GO) run ./cmd/lockbench -quick
+
+fmt:
+	gofmt -w $$(git ls-files '*.go')

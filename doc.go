@@ -1,0 +1,35 @@
+// Package tasklock makes work that many replicas could do happen once: a
+// lock only one process holds at a time, kept alive while the work runs and
+// given up the moment it cannot be kept.
+//
+// # Locks are leases
+//
+// A Locker obtains leases from one store (memstore, redisstore, ...) and
+// renews them with one goroutine for all its locks, batching the leases due
+// together into one store call. The holder measures validity from the moment
+// it sent each request, on the monotonic clock, minus a drift margin
+// (max(2 ms, 1% of the TTL)): it never believes it holds a lock past the
+// moment the store could give it to someone else.
+//
+// # Being told
+//
+// Every Lock has Done and Context. They end when the lock ends — released,
+// taken away at the store, not renewed in time, MaxHold reached, no progress
+// Heartbeat within ProgressTimeout, or Locker closed — and context.Cause
+// says which: ErrReleased, or an error matching ErrLockLost (ErrMaxHold,
+// ErrStalled, ErrClosed). Do runs a function under a lock with a context
+// that ends with the lock.
+//
+// # Fencing
+//
+// A paused or partitioned holder can still act after its lease is gone.
+// Every grant carries a fence strictly greater than every earlier fence for
+// the key from the same store; pass it to the protected resource and have it
+// refuse lower fences, as FencedRegister does.
+//
+// # Waiting
+//
+// Obtain waits for a held lock. Stores that implement driver.Notifier wake
+// waiters when a lease is released; otherwise, and as a fallback, waiters
+// poll with jittered backoff, never sleeping past the holder's expiry.
+package tasklock

@@ -1,0 +1,141 @@
+// Package driver is the small contract a store implements so that a
+// tasklock.Locker can keep leases in it.
+//
+// Most code should use package tasklock, not this package: a Locker owns
+// tokens, local validity, renewal, waiting and loss signals, and calls a Store
+// only to read or change the state of a lease at the store. Like
+// database/sql/driver, optional capabilities are small interfaces a store may
+// also implement; the Locker finds them by type assertion.
+//
+// # What a store promises
+//
+//   - Acquire grants a key to at most one token at a time, and every grant
+//     carries a fence strictly greater than every earlier fence for that key
+//     from that store (how durable that is is the store's documented safety
+//     level).
+//   - Every expiry is decided by the store's clock (Redis PX, SQL now(),
+//     etcd/ZooKeeper sessions), never by the client's wall clock.
+//   - Renew, Release and every other call that names a token change nothing
+//     unless that token holds the key at the store.
+//   - Stores return errors and never log. A store returns ErrNotHeld only when
+//     it knows the token does not hold the key; any other error is taken as
+//     transient and retried by the Locker while the lease may still be valid.
+package driver
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// ErrNotHeld is returned (alone or per lease in RenewResult) when the token
+// does not hold the key at the store: it expired, was released, or another
+// owner holds it now. The Locker takes it as final.
+var ErrNotHeld = errors.New("tasklock: lock not held")
+
+// ErrHeld is wrapped by the *HeldError that Acquire returns when another
+// token holds the key.
+var ErrHeld = errors.New("tasklock: lock held by another owner")
+
+// HeldError is returned by Acquire when the key is held by another owner.
+// Owner and TTL describe the current holder when the store can tell; a zero
+// TTL means unknown.
+type HeldError struct {
+	Owner string        // the holder's owner name, "" when unknown
+	TTL   time.Duration // the holder's remaining lease at the store, 0 when unknown
+}
+
+// Error implements error.
+func (e *HeldError) Error() string {
+	if e.Owner == "" {
+		return ErrHeld.Error()
+	}
+	return ErrHeld.Error() + " " + e.Owner
+}
+
+// Unwrap returns ErrHeld.
+func (e *HeldError) Unwrap() error { return ErrHeld }
+
+// AcquireParams are the inputs of Store.Acquire.
+type AcquireParams struct {
+	Key   string        // the lock's key, already validated by the Locker
+	Token string        // the owner token: random, unique per grant
+	Owner string        // the owner name others see (host:pid by default)
+	TTL   time.Duration // the lease length, counted by the store's clock
+}
+
+// Grant is what a successful Acquire returns.
+type Grant struct {
+	Fence uint64 // strictly greater than every earlier fence for the key
+}
+
+// RenewParams names one lease to extend in Store.Renew.
+type RenewParams struct {
+	Key   string
+	Token string
+	TTL   time.Duration // the new lease length from the store's now
+}
+
+// ReleaseParams are the inputs of Store.Release.
+type ReleaseParams struct {
+	Key   string
+	Token string
+	// KeepFor, when positive, shortens the lease to end KeepFor from the
+	// store's now instead of deleting it (MinHold). Waiters are not woken.
+	KeepFor time.Duration
+}
+
+// Store is the contract every store implements. All methods must be safe for
+// concurrent use.
+type Store interface {
+	// Acquire makes one attempt to grant p.Key to p.Token for p.TTL. When
+	// another token holds the key it returns a *HeldError.
+	Acquire(ctx context.Context, p AcquireParams) (Grant, error)
+
+	// Renew extends every lease in ps, in as few round trips as the store
+	// allows (Redis: one script per hash slot, SQL: one statement). It
+	// returns one error per lease, in order: nil when renewed, ErrNotHeld
+	// when the token no longer holds the key. A non-nil error result means
+	// the call as a whole failed and no per-lease result is known.
+	Renew(ctx context.Context, ps []RenewParams) ([]error, error)
+
+	// Release deletes the lease if p.Token holds p.Key (or shortens it, see
+	// ReleaseParams.KeepFor), waking waiters on other Lockers. It returns
+	// ErrNotHeld when the token does not hold the key.
+	Release(ctx context.Context, p ReleaseParams) error
+}
+
+// Notifier is implemented by stores that can tell a Locker when a key is
+// released, so that waiters are woken by the store instead of polling.
+type Notifier interface {
+	// Subscribe starts one subscription for the calling Locker. The store
+	// calls onRelease with the key of every lease released anywhere (it may
+	// call it for keys nobody here waits on, and may miss some: waiters also
+	// poll). onRelease must not block. Subscribe returns once the
+	// subscription is active; the returned stop function ends it and waits
+	// for the store's goroutines to exit.
+	Subscribe(ctx context.Context, onRelease func(key string)) (stop func(), err error)
+}
+
+// Lease describes one held lock, as listed by a Lister.
+type Lease struct {
+	Key   string
+	Owner string
+	Fence uint64
+	TTL   time.Duration // remaining at the store
+}
+
+// Lister is implemented by stores that can list the leases they hold, for
+// the CLI and the dashboard.
+type Lister interface {
+	// Leases returns the live leases whose key starts with prefix.
+	Leases(ctx context.Context, prefix string) ([]Lease, error)
+}
+
+// ForceReleaser is implemented by stores that can delete a lease whoever
+// holds it: the operator's escape hatch (`tasklock locks release --force`).
+// The holder learns of it at its next renewal. It returns ErrNotHeld when
+// the key is not held.
+type ForceReleaser interface {
+	ForceRelease(ctx context.Context, key string) error
+}

@@ -1,0 +1,95 @@
+package tasklock
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/tasklock/tasklock/driver"
+)
+
+// ErrNotObtained is matched (errors.Is) by the error TryObtain returns when
+// the key is held elsewhere, and by the error Obtain returns when its wait
+// ends first. The error is a *NotObtainedError naming the holder when the
+// store can tell.
+var ErrNotObtained = errors.New("tasklock: not obtained")
+
+// ErrNotHeld is returned by Release and Extend when the lease is no longer
+// this lock's at the store: it expired, was lost, or another owner holds it.
+var ErrNotHeld = driver.ErrNotHeld
+
+// ErrLockLost is the cause of a Lock's Context when its lease is gone or can
+// no longer be trusted: the store said it belongs to someone else, or it
+// could not be renewed before its local validity ended. ErrMaxHold,
+// ErrStalled and ErrClosed also match ErrLockLost with errors.Is.
+var ErrLockLost = errors.New("tasklock: lock lost")
+
+// ErrMaxHold is the cause when a lock reached ObtainOptions.MaxHold: renewal
+// stopped and the lease ends at the store at acquisition + MaxHold.
+var ErrMaxHold error = &lossError{"tasklock: max hold reached"}
+
+// ErrStalled is the cause when Heartbeat was not called within
+// ObtainOptions.ProgressTimeout: renewal stopped so that the lease expires at
+// the store, and the holder should abandon its work.
+var ErrStalled error = &lossError{"tasklock: no progress heartbeat within ProgressTimeout"}
+
+// ErrClosed is returned by calls on a closed Locker, and is the cause of
+// every Lock the Locker still held when Close was called.
+var ErrClosed error = &lossError{"tasklock: locker closed"}
+
+// ErrReleased is the cause of a Lock's Context after Release. It does not
+// match ErrLockLost.
+var ErrReleased = errors.New("tasklock: lock released")
+
+// ErrStaleFence is returned by FencedRegister.Write for a fence lower than
+// one already accepted.
+var ErrStaleFence = errors.New("tasklock: stale fence")
+
+// lossError is a loss cause that is also an ErrLockLost.
+type lossError struct{ msg string }
+
+func (e *lossError) Error() string        { return e.msg }
+func (e *lossError) Is(target error) bool { return target == ErrLockLost }
+
+// NotObtainedError is returned when a lock could not be obtained because
+// another owner holds it. It matches ErrNotObtained, and the context error
+// when Obtain's wait ended.
+type NotObtainedError struct {
+	Key   string
+	Owner string        // the current holder's owner name, "" when unknown
+	TTL   time.Duration // the holder's remaining lease, 0 when unknown
+	Err   error         // why waiting stopped (ctx.Err()), nil for TryObtain
+}
+
+// Error implements error.
+func (e *NotObtainedError) Error() string {
+	s := fmt.Sprintf("tasklock: not obtained: %q", e.Key)
+	if e.Owner != "" {
+		s += fmt.Sprintf(" is held by %s", e.Owner)
+		if e.TTL > 0 {
+			s += fmt.Sprintf(" for another %v", e.TTL.Round(time.Millisecond))
+		}
+	}
+	if e.Err != nil {
+		s += ": " + e.Err.Error()
+	}
+	return s
+}
+
+// Unwrap returns ErrNotObtained and, when waiting ended, its cause.
+func (e *NotObtainedError) Unwrap() []error {
+	if e.Err == nil {
+		return []error{ErrNotObtained}
+	}
+	return []error{ErrNotObtained, e.Err}
+}
+
+// OptionError is returned by New, Obtain and TryObtain for an invalid
+// option or key. Field names the offending field, e.g. "ObtainOptions.TTL".
+type OptionError struct {
+	Field  string
+	Reason string
+}
+
+// Error implements error.
+func (e *OptionError) Error() string { return "tasklock: invalid " + e.Field + ": " + e.Reason }

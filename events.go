@@ -1,0 +1,42 @@
+package tasklock
+
+import "time"
+
+// EventType tells what happened to a lock.
+type EventType uint8
+
+// The event types, in the order a lock meets them.
+const (
+	EventObtained    EventType = iota + 1 // a lock was granted; Wait says how long Obtain waited
+	EventNotObtained                      // an attempt found the key held; Err says why
+	EventRenewed                          // a lease was renewed
+	EventRenewFailed                      // a renewal call failed and will be retried; Err says why
+	EventLost                             // a lock ended other than by Release; Err is the cause
+	EventReleased                         // a lock was released
+)
+
+var eventNames = [...]string{"", "obtained", "not_obtained", "renewed", "renew_failed", "lost", "released"}
+
+// String returns the event's name in snake case, as used in metrics labels.
+func (t EventType) String() string {
+	if int(t) < len(eventNames) {
+		return eventNames[t]
+	}
+	return "unknown"
+}
+
+// Event is passed to Config.OnEvent.
+type Event struct {
+	Type  EventType
+	Key   string
+	Owner string
+	Fence uint64
+	Wait  time.Duration // EventObtained: time spent waiting in Obtain
+	Err   error         // EventNotObtained, EventRenewFailed, EventLost
+}
+
+func (lk *Locker) emit(e Event) {
+	if lk.onEvent != nil {
+		lk.onEvent(e)
+	}
+}

@@ -1,0 +1,118 @@
+package tasklock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/tasklock/tasklock"
+	"github.com/tasklock/tasklock/memstore"
+)
+
+func Example() {
+	locker, err := tasklock.New(memstore.New(nil), &tasklock.Config{Owner: "web-1"})
+	if err != nil {
+		panic(err)
+	}
+	defer locker.Close()
+
+	err = tasklock.Do(context.Background(), locker, "nightly-report", nil, func(ctx context.Context) error {
+		fmt.Println("only one replica runs this")
+		return nil
+	})
+	fmt.Println("err:", err)
+	// Output:
+	// only one replica runs this
+	// err: <nil>
+}
+
+func ExampleLocker_TryObtain() {
+	store := memstore.New(nil)
+	a, _ := tasklock.New(store, &tasklock.Config{Owner: "web-1"})
+	defer a.Close()
+	b, _ := tasklock.New(store, &tasklock.Config{Owner: "web-2"})
+	defer b.Close()
+
+	ctx := context.Background()
+	lock, err := a.TryObtain(ctx, "cleanup", nil)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("web-1 holds cleanup with fence", lock.Fence())
+
+	_, err = b.TryObtain(ctx, "cleanup", nil)
+	var held *tasklock.NotObtainedError
+	if errors.As(err, &held) {
+		fmt.Println("web-2 not obtained; holder:", held.Owner)
+	}
+	fmt.Println(errors.Is(err, tasklock.ErrNotObtained))
+	_ = lock.Release(ctx)
+	// Output:
+	// web-1 holds cleanup with fence 1
+	// web-2 not obtained; holder: web-1
+	// true
+}
+
+func ExampleLocker_Obtain() {
+	store := memstore.New(nil)
+	locker, _ := tasklock.New(store, nil)
+	defer locker.Close()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	first, _ := locker.Obtain(ctx, "sync", nil)
+	go func() { _ = first.Release(context.Background()) }()
+
+	// Waits until the first holder releases; woken by the store.
+	second, err := locker.Obtain(ctx, "sync", nil)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("fences:", first.Fence(), second.Fence())
+	_ = second.Release(ctx)
+	// Output: fences: 1 2
+}
+
+func ExampleDo_lockLost() {
+	locker, _ := tasklock.New(memstore.New(nil), nil)
+	defer locker.Close()
+
+	// MaxHold bounds the work: its context ends, with ErrMaxHold as cause,
+	// before the lease could expire at the store.
+	opts := &tasklock.ObtainOptions{TTL: 100 * time.Millisecond, MaxHold: 200 * time.Millisecond}
+	err := tasklock.Do(context.Background(), locker, "slow-job", opts, func(ctx context.Context) error {
+		<-ctx.Done()
+		fmt.Println("work stopped:", context.Cause(ctx))
+		return ctx.Err()
+	})
+	fmt.Println(errors.Is(err, tasklock.ErrMaxHold), errors.Is(err, tasklock.ErrLockLost))
+	// Output:
+	// work stopped: tasklock: max hold reached
+	// true true
+}
+
+func ExampleLock_Heartbeat() {
+	locker, _ := tasklock.New(memstore.New(nil), nil)
+	defer locker.Close()
+
+	opts := &tasklock.ObtainOptions{TTL: 100 * time.Millisecond, ProgressTimeout: 150 * time.Millisecond}
+	lock, _ := locker.TryObtain(context.Background(), "import", opts)
+	for range 3 {
+		time.Sleep(50 * time.Millisecond) // a unit of work
+		lock.Heartbeat()
+	}
+	// The worker stops reporting progress: renewal stops and Done closes.
+	<-lock.Done()
+	fmt.Println(lock.Err())
+	// Output: tasklock: no progress heartbeat within ProgressTimeout
+}
+
+func ExampleFencedRegister() {
+	var reg tasklock.FencedRegister
+	fmt.Println(reg.Write(2)) // the current holder writes
+	fmt.Println(reg.Write(1)) // a paused former holder wakes up and tries
+	// Output:
+	// <nil>
+	// tasklock: stale fence: 1 < 2
+}

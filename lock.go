@@ -1,0 +1,177 @@
+package tasklock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/tasklock/tasklock/driver"
+)
+
+// A Lock is a held lease on one key. It is kept alive by its Locker's
+// renewal engine until Release, loss, MaxHold or a missed progress
+// heartbeat; Done and Context say when it ends and Err why.
+//
+// A Lock is safe for concurrent use.
+type Lock struct {
+	lk         *Locker
+	key        string
+	token      string
+	owner      string
+	fence      uint64
+	acquiredAt time.Time // when the acquire request was sent (monotonic)
+	renew      bool
+	maxHold    time.Duration
+	minHold    time.Duration
+	progress   time.Duration
+
+	done chan struct{}
+	beat atomic.Int64 // last Heartbeat as ns since acquiredAt
+
+	// Guarded by lk.eng.mu.
+	ended       bool
+	cause       error
+	ctx         context.Context
+	cancel      context.CancelCauseFunc
+	releasedOK  bool
+	ttl         time.Duration // the lease length renewals ask for
+	validUntil  time.Time     // local validity: sentAt + TTL − drift
+	renewAt     time.Time     // next renewal; zero when none is planned
+	endCause    error         // the cause if validity passes unrenewed (nil: ErrLockLost)
+	idx         int           // index in the engine's heap, -1 when not in it
+	dueAt       time.Time     // the heap's key: due() when last scheduled
+	inFlight    bool          // a renewal for this lock is under way
+	attempts    int           // failed renewal calls in a row
+	lastErr     error         // the error of the last failed renewal call
+	extends     []chan error  // Extend calls waiting for a renewal not yet sent
+	sentExtends []chan error  // Extend calls answered by the renewal under way
+}
+
+// Key returns the lock's key.
+func (l *Lock) Key() string { return l.key }
+
+// Fence returns the lock's fencing token: strictly greater than the fence
+// of every earlier grant of this key by the same store. Pass it to the
+// resource the lock protects so that it can refuse stale writers (see
+// FencedRegister).
+func (l *Lock) Fence() uint64 { return l.fence }
+
+// Owner returns the owner name the lock was obtained under.
+func (l *Lock) Owner() string { return l.owner }
+
+// Done returns a channel that is closed when the lock ends: released, lost,
+// MaxHold reached, stalled, or its Locker closed. It closes no later than the
+// lease's local validity, before the store could grant the key to anyone
+// else.
+func (l *Lock) Done() <-chan struct{} { return l.done }
+
+// Context returns a context that is cancelled when Done closes, with the
+// reason as its cause: context.Cause returns ErrReleased, or an error
+// matching ErrLockLost (ErrMaxHold, ErrStalled, ErrClosed, ...).
+func (l *Lock) Context() context.Context {
+	e := l.lk.eng
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if l.ctx == nil {
+		l.ctx, l.cancel = context.WithCancelCause(context.Background())
+		if l.ended {
+			l.cancel(l.cause)
+		}
+	}
+	return l.ctx
+}
+
+// Err returns nil while the lock is held, and the reason it ended after
+// Done is closed.
+func (l *Lock) Err() error {
+	e := l.lk.eng
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return l.cause
+}
+
+// Heartbeat reports progress. With ObtainOptions.ProgressTimeout set, the
+// lock is renewed only while Heartbeat is called at least that often. It is
+// cheap and safe to call from any goroutine.
+func (l *Lock) Heartbeat() {
+	l.beat.Store(int64(l.lk.clock.Now().Sub(l.acquiredAt)))
+}
+
+// Extend asks the store to make the lease last d from now, and makes d the
+// lease length of later automatic renewals. It never extends past MaxHold.
+// It returns ErrNotHeld (with the cause) when the lock has ended or the
+// store no longer has the lease; ctx bounds only the wait for the answer.
+func (l *Lock) Extend(ctx context.Context, d time.Duration) error {
+	if d < MinTTL {
+		return &OptionError{"Extend duration", fmt.Sprintf("%v is below the minimum %v", d, MinTTL)}
+	}
+	e := l.lk.eng
+	answer := make(chan error, 1)
+	e.mu.Lock()
+	if l.ended {
+		cause := l.cause
+		e.mu.Unlock()
+		return notHeld(cause)
+	}
+	l.ttl = d
+	l.extends = append(l.extends, answer)
+	if !l.inFlight {
+		l.renewAt = e.clock.Now()
+		l.attempts = 0
+		e.schedule(l)
+	}
+	e.mu.Unlock()
+	e.poke()
+	select {
+	case err := <-answer:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("tasklock: extend %q: %w", l.key, ctx.Err())
+	}
+}
+
+// Release gives the lock up: renewal stops, Done closes with ErrReleased,
+// and the lease is deleted at the store — or, with MinHold, shortened to end
+// at acquisition + MinHold. It returns an error matching ErrNotHeld when the
+// store no longer had the lease (it expired or was lost before), and nil when
+// called again after a successful Release. It never touches another owner's
+// lease.
+func (l *Lock) Release(ctx context.Context) error {
+	e := l.lk.eng
+	e.mu.Lock()
+	if !l.ended {
+		e.end(l, ErrReleased)
+	}
+	if l.releasedOK {
+		e.mu.Unlock()
+		return nil
+	}
+	e.mu.Unlock()
+
+	var keep time.Duration
+	if l.minHold > 0 {
+		keep = l.minHold - l.lk.clock.Now().Sub(l.acquiredAt)
+	}
+	err := l.lk.store.Release(ctx, driver.ReleaseParams{Key: l.key, Token: l.token, KeepFor: keep})
+	if err != nil {
+		return fmt.Errorf("tasklock: release %q: %w", l.key, err)
+	}
+	e.mu.Lock()
+	l.releasedOK = true
+	e.mu.Unlock()
+	if keep <= 0 {
+		l.lk.waiters.notify(l.key)
+	}
+	l.lk.emit(Event{Type: EventReleased, Key: l.key, Owner: l.owner, Fence: l.fence})
+	return nil
+}
+
+// notHeld wraps cause as the error Extend returns after a lock ended.
+func notHeld(cause error) error {
+	if errors.Is(cause, ErrNotHeld) {
+		return cause
+	}
+	return fmt.Errorf("%w: %w", ErrNotHeld, cause)
+}

@@ -1,0 +1,375 @@
+package tasklock
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	mrand "math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/tasklock/tasklock/driver"
+)
+
+// A Locker obtains locks from one store and keeps them alive. It owns one
+// renewal goroutine (started by New, stopped by Close) and, when the store
+// can notify, one subscription shared by all its waiters. Create one Locker
+// per store and process, and share it.
+type Locker struct {
+	store   driver.Store
+	clock   Clock
+	log     *slog.Logger
+	owner   string
+	onEvent func(Event)
+	eng     *engine
+	waiters waitQueue
+
+	closing   chan struct{}
+	closeOnce sync.Once
+
+	subMu   sync.Mutex
+	subStop func()
+	subFail time.Time // when Subscribe last failed; retried a second later
+}
+
+// New returns a Locker for store. A nil cfg means defaults. It returns an
+// *OptionError naming the field when cfg is invalid.
+func New(store driver.Store, cfg *Config) (*Locker, error) {
+	if store == nil {
+		return nil, &OptionError{"store", "nil"}
+	}
+	var c Config
+	if cfg != nil {
+		c = *cfg
+	}
+	if c.Owner == "" {
+		c.Owner = DefaultOwner()
+	}
+	if err := validateOwner("Config.Owner", c.Owner); err != nil {
+		return nil, err
+	}
+	if c.Clock == nil {
+		c.Clock = SystemClock{}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(minLevel{slog.Default().Handler(), slog.LevelWarn})
+	}
+	lk := &Locker{
+		store: store, clock: c.Clock, log: c.Logger, owner: c.Owner, onEvent: c.OnEvent,
+		closing: make(chan struct{}),
+		waiters: waitQueue{m: make(map[string][]*waiter)},
+	}
+	lk.eng = newEngine(lk, store, c.Clock)
+	go lk.eng.run()
+	return lk, nil
+}
+
+// Owner returns the Locker's default owner name.
+func (lk *Locker) Owner() string { return lk.owner }
+
+// Close ends every lock the Locker holds (their Done closes with ErrClosed),
+// releases their leases at the store within a few seconds, stops the
+// renewal goroutine and the subscription, and makes blocked Obtain calls
+// return ErrClosed. It is safe to call more than once.
+func (lk *Locker) Close() error {
+	var errs []error
+	lk.closeOnce.Do(func() {
+		close(lk.closing)
+		held := lk.eng.close()
+		errs = lk.releaseAll(held)
+		lk.subMu.Lock()
+		if lk.subStop != nil {
+			lk.subStop()
+			lk.subStop = nil
+		}
+		lk.subMu.Unlock()
+	})
+	return errors.Join(errs...)
+}
+
+// releaseAll deletes the leases of locks ended by Close, a few at a time,
+// within a bounded time: a lease not deleted expires by its TTL anyway.
+func (lk *Locker) releaseAll(held []*Lock) []error {
+	if len(held) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	var (
+		mu   sync.Mutex
+		errs []error
+		wg   sync.WaitGroup
+		next = make(chan *Lock)
+	)
+	for range min(len(held), 16) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for l := range next {
+				err := lk.store.Release(ctx, driver.ReleaseParams{Key: l.key, Token: l.token})
+				if err != nil && !errors.Is(err, driver.ErrNotHeld) {
+					mu.Lock()
+					errs = append(errs, fmt.Errorf("tasklock: release %q on close: %w", l.key, err))
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	for _, l := range held {
+		next <- l
+	}
+	close(next)
+	wg.Wait()
+	return errs
+}
+
+// TryObtain makes one attempt to obtain key. When another owner holds it,
+// the error is a *NotObtainedError (matching ErrNotObtained) naming the
+// holder and its remaining TTL when the store can tell. ctx bounds the call,
+// never the lock: a held lock lives until Release or loss.
+func (lk *Locker) TryObtain(ctx context.Context, key string, opts *ObtainOptions) (*Lock, error) {
+	o, err := lk.resolve(key, opts)
+	if err != nil {
+		return nil, err
+	}
+	l, _, err := lk.try(ctx, key, &o)
+	return l, err
+}
+
+// Obtain obtains key, waiting while another owner holds it until ctx ends
+// or ObtainOptions.Wait passes. Waiters are woken by the store when it can
+// notify releases, and otherwise poll with jittered backoff, never later
+// than the holder's lease could expire. When the wait ends first, the error
+// is a *NotObtainedError matching both ErrNotObtained and the context error.
+// A store error other than "held" ends the attempt at once only when ctx has
+// no deadline; otherwise it is retried with backoff until the deadline.
+func (lk *Locker) Obtain(ctx context.Context, key string, opts *ObtainOptions) (*Lock, error) {
+	o, err := lk.resolve(key, opts)
+	if err != nil {
+		return nil, err
+	}
+	start := lk.clock.Now()
+	l, held, err := lk.try(ctx, key, &o)
+	if err == nil || (held == nil && !retryable(ctx, err)) {
+		return l, err
+	}
+	if o.wait > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, o.wait)
+		defer cancel()
+	}
+	notified := lk.subscribe(ctx)
+	w := lk.waiters.add(key)
+	obtained := false
+	defer func() { lk.waiters.remove(key, w, obtained) }()
+	t := lk.clock.NewTimer(time.Hour)
+	defer t.Stop()
+	for attempt := 1; ; attempt++ {
+		l, held, err = lk.try(ctx, key, &o)
+		switch {
+		case err == nil:
+			obtained = true
+			l.lk.emit(Event{Type: EventObtained, Key: key, Owner: l.owner, Fence: l.fence, Wait: lk.clock.Now().Sub(start)})
+			return l, nil
+		case held == nil && !retryable(ctx, err):
+			return nil, err
+		}
+		var holderTTL time.Duration
+		if held != nil {
+			holderTTL = held.TTL
+		}
+		t.Reset(pollDelay(attempt, holderTTL, notified))
+		select {
+		case <-w.ch:
+		case <-t.C():
+		case <-lk.closing:
+			return nil, ErrClosed
+		case <-ctx.Done():
+			if held == nil {
+				return nil, fmt.Errorf("tasklock: obtain %q: %w (last error: %w)", key, ctx.Err(), err)
+			}
+			held.Err = ctx.Err()
+			return nil, held
+		}
+	}
+}
+
+// retryable reports whether Obtain keeps trying after a store error: only
+// when the caller gave it a deadline to stop by.
+func retryable(ctx context.Context, err error) bool {
+	var oe *OptionError
+	if errors.As(err, &oe) || errors.Is(err, ErrClosed) {
+		return false
+	}
+	_, ok := ctx.Deadline()
+	return ok && ctx.Err() == nil
+}
+
+// pollDelay is how long a waiter sleeps before its next attempt unless
+// woken: jittered exponential backoff from 5 ms, capped at one second with
+// store notifications and 250 ms without, and never past the moment the
+// holder's lease could expire.
+func pollDelay(attempt int, holderTTL time.Duration, notified bool) time.Duration {
+	limit := 250 * time.Millisecond
+	if notified {
+		limit = time.Second
+	}
+	d := min(5*time.Millisecond<<min(attempt-1, 10), limit)
+	if holderTTL > 0 && holderTTL+time.Millisecond < d {
+		d = holderTTL + time.Millisecond
+	}
+	return d + mrand.N(d/8+time.Millisecond)
+}
+
+// try makes one attempt. When the key is held it returns the
+// *NotObtainedError both as error and as held.
+func (lk *Locker) try(ctx context.Context, key string, o *resolved) (*Lock, *NotObtainedError, error) {
+	select {
+	case <-lk.closing:
+		return nil, nil, ErrClosed
+	default:
+	}
+	ttl, final := o.ttl, false
+	if o.maxHold > 0 && o.maxHold <= ttl {
+		ttl, final = o.maxHold, true
+	}
+	token := rand.Text()
+	sentAt := lk.clock.Now()
+	g, err := lk.store.Acquire(ctx, driver.AcquireParams{Key: key, Token: token, Owner: o.owner, TTL: ttl})
+	if err != nil {
+		var he *driver.HeldError
+		if errors.As(err, &he) {
+			ne := &NotObtainedError{Key: key, Owner: he.Owner, TTL: he.TTL}
+			lk.emit(Event{Type: EventNotObtained, Key: key, Owner: o.owner, Err: ne})
+			return nil, ne, ne
+		}
+		return nil, nil, fmt.Errorf("tasklock: obtain %q: %w", key, err)
+	}
+	l := &Lock{
+		lk: lk, key: key, token: token, owner: o.owner, fence: g.Fence, acquiredAt: sentAt,
+		renew: o.renew, maxHold: o.maxHold, minHold: o.minHold, progress: o.progress,
+		done: make(chan struct{}),
+	}
+	if !lk.clock.Now().Before(sentAt.Add(ttl - drift(ttl))) {
+		lk.releaseUnused(l)
+		return nil, nil, fmt.Errorf("tasklock: obtain %q: the store answered after the lease could have expired (%v)", key, ttl)
+	}
+	if !lk.eng.add(l, ttl, sentAt, final) {
+		lk.releaseUnused(l)
+		return nil, nil, ErrClosed
+	}
+	return l, nil, nil
+}
+
+// releaseUnused gives back a lease that was granted but cannot be used.
+func (lk *Locker) releaseUnused(l *Lock) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = lk.store.Release(ctx, driver.ReleaseParams{Key: l.key, Token: l.token})
+}
+
+// subscribe makes sure the Locker's store subscription is running and
+// reports whether waiters will be notified. A failed subscription is retried
+// by a later waiter after a second; meanwhile waiters poll.
+func (lk *Locker) subscribe(ctx context.Context) bool {
+	n, ok := lk.store.(driver.Notifier)
+	if !ok {
+		return false
+	}
+	lk.subMu.Lock()
+	defer lk.subMu.Unlock()
+	if lk.subStop != nil {
+		return true
+	}
+	select {
+	case <-lk.closing:
+		return false
+	default:
+	}
+	if !lk.subFail.IsZero() && lk.clock.Now().Sub(lk.subFail) < time.Second {
+		return false
+	}
+	sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	stop, err := n.Subscribe(sctx, lk.waiters.notify)
+	if err != nil {
+		lk.subFail = lk.clock.Now()
+		lk.log.Info("tasklock: store notifications unavailable, waiters poll", "err", err)
+		return false
+	}
+	lk.subStop = stop
+	return true
+}
+
+// waitQueue holds, per key, this Locker's waiters in arrival order. A
+// release wakes the first; a waiter that gives up after being woken passes
+// the wake-up on, so one release costs one attempt here, not one per waiter.
+type waitQueue struct {
+	mu sync.Mutex
+	m  map[string][]*waiter
+}
+
+type waiter struct{ ch chan struct{} } // capacity 1: a wake-up is never lost
+
+func (q *waitQueue) add(key string) *waiter {
+	w := &waiter{ch: make(chan struct{}, 1)}
+	q.mu.Lock()
+	q.m[key] = append(q.m[key], w)
+	q.mu.Unlock()
+	return w
+}
+
+func (q *waitQueue) remove(key string, w *waiter, obtained bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	ws := q.m[key]
+	for i, x := range ws {
+		if x == w {
+			ws = append(ws[:i], ws[i+1:]...)
+			break
+		}
+	}
+	if len(ws) == 0 {
+		delete(q.m, key)
+		return
+	}
+	q.m[key] = ws
+	if !obtained && len(w.ch) > 0 {
+		signal(ws[0])
+	}
+}
+
+// notify wakes the first waiter on key. It never blocks.
+func (q *waitQueue) notify(key string) {
+	q.mu.Lock()
+	if ws := q.m[key]; len(ws) > 0 {
+		signal(ws[0])
+	}
+	q.mu.Unlock()
+}
+
+func signal(w *waiter) {
+	select {
+	case w.ch <- struct{}{}:
+	default:
+	}
+}
+
+// minLevel drops records below a level; the default logger's own level
+// is Info, and a library should only warn unless asked.
+type minLevel struct {
+	slog.Handler
+	min slog.Level
+}
+
+func (h minLevel) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= h.min && h.Handler.Enabled(ctx, l)
+}
+func (h minLevel) WithAttrs(a []slog.Attr) slog.Handler {
+	return minLevel{h.Handler.WithAttrs(a), h.min}
+}
+func (h minLevel) WithGroup(g string) slog.Handler {
+	return minLevel{h.Handler.WithGroup(g), h.min}
+}

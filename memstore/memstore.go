@@ -1,0 +1,206 @@
+// Package memstore is an in-process tasklock store: leases live in a map in
+// this process. Use it for tests, examples and programs that run as a single
+// process; it coordinates goroutines, not replicas.
+//
+// # Safety level
+//
+// Exact within the process: expiry follows the store's Clock, fences
+// strictly increase per key for the life of the Store, and releases wake
+// waiters through driver.Notifier. Nothing survives the process.
+package memstore
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tasklock/tasklock/driver"
+)
+
+// Clock is the time source of a Store; tasklock.Clock satisfies it.
+type Clock interface{ Now() time.Time }
+
+type realClock struct{}
+
+func (realClock) Now() time.Time { return time.Now() }
+
+// Store is an in-memory driver.Store. The zero value is not usable; call New.
+type Store struct {
+	clock Clock
+
+	mu     sync.Mutex
+	leases map[string]*lease
+	fences map[string]uint64
+	subs   map[int]func(string)
+	nextID int
+}
+
+type lease struct {
+	token, owner string
+	fence        uint64
+	expires      time.Time
+}
+
+var (
+	_ driver.Store         = (*Store)(nil)
+	_ driver.Notifier      = (*Store)(nil)
+	_ driver.Lister        = (*Store)(nil)
+	_ driver.ForceReleaser = (*Store)(nil)
+)
+
+// New returns an empty Store that measures expiry with clock (nil: the
+// system clock).
+func New(clock Clock) *Store {
+	if clock == nil {
+		clock = realClock{}
+	}
+	return &Store{
+		clock:  clock,
+		leases: make(map[string]*lease),
+		fences: make(map[string]uint64),
+		subs:   make(map[int]func(string)),
+	}
+}
+
+// live returns key's lease if it has not expired. Callers hold s.mu.
+func (s *Store) live(key string, now time.Time) *lease {
+	l := s.leases[key]
+	if l != nil && !now.Before(l.expires) {
+		delete(s.leases, key)
+		return nil
+	}
+	return l
+}
+
+// Acquire implements driver.Store.
+func (s *Store) Acquire(ctx context.Context, p driver.AcquireParams) (driver.Grant, error) {
+	if err := ctx.Err(); err != nil {
+		return driver.Grant{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.clock.Now()
+	if l := s.live(p.Key, now); l != nil {
+		return driver.Grant{}, &driver.HeldError{Owner: l.owner, TTL: l.expires.Sub(now)}
+	}
+	f := s.fences[p.Key] + 1
+	s.fences[p.Key] = f
+	s.leases[p.Key] = &lease{token: p.Token, owner: p.Owner, fence: f, expires: now.Add(p.TTL)}
+	return driver.Grant{Fence: f}, nil
+}
+
+// Renew implements driver.Store.
+func (s *Store) Renew(ctx context.Context, ps []driver.RenewParams) ([]error, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	res := make([]error, len(ps))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.clock.Now()
+	for i, p := range ps {
+		l := s.live(p.Key, now)
+		if l == nil || l.token != p.Token {
+			res[i] = driver.ErrNotHeld
+			continue
+		}
+		l.expires = now.Add(p.TTL)
+	}
+	return res, nil
+}
+
+// Release implements driver.Store.
+func (s *Store) Release(ctx context.Context, p driver.ReleaseParams) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	now := s.clock.Now()
+	l := s.live(p.Key, now)
+	if l == nil || l.token != p.Token {
+		s.mu.Unlock()
+		return driver.ErrNotHeld
+	}
+	if p.KeepFor > 0 {
+		l.expires = now.Add(p.KeepFor)
+		s.mu.Unlock()
+		return nil
+	}
+	delete(s.leases, p.Key)
+	subs := s.subscribers()
+	s.mu.Unlock()
+	for _, f := range subs {
+		f(p.Key)
+	}
+	return nil
+}
+
+// ForceRelease implements driver.ForceReleaser: it deletes key's lease
+// whoever holds it.
+func (s *Store) ForceRelease(ctx context.Context, key string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	if s.live(key, s.clock.Now()) == nil {
+		s.mu.Unlock()
+		return driver.ErrNotHeld
+	}
+	delete(s.leases, key)
+	subs := s.subscribers()
+	s.mu.Unlock()
+	for _, f := range subs {
+		f(key)
+	}
+	return nil
+}
+
+func (s *Store) subscribers() []func(string) {
+	if len(s.subs) == 0 {
+		return nil
+	}
+	fs := make([]func(string), 0, len(s.subs))
+	for _, f := range s.subs {
+		fs = append(fs, f)
+	}
+	return fs
+}
+
+// Subscribe implements driver.Notifier. onRelease runs on the releasing
+// goroutine.
+func (s *Store) Subscribe(ctx context.Context, onRelease func(key string)) (func(), error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	id := s.nextID
+	s.nextID++
+	s.subs[id] = onRelease
+	s.mu.Unlock()
+	return func() {
+		s.mu.Lock()
+		delete(s.subs, id)
+		s.mu.Unlock()
+	}, nil
+}
+
+// Leases implements driver.Lister.
+func (s *Store) Leases(ctx context.Context, prefix string) ([]driver.Lease, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.clock.Now()
+	var out []driver.Lease
+	for k := range s.leases {
+		if !strings.HasPrefix(k, prefix) {
+			continue
+		}
+		if l := s.live(k, now); l != nil {
+			out = append(out, driver.Lease{Key: k, Owner: l.owner, Fence: l.fence, TTL: l.expires.Sub(now)})
+		}
+	}
+	return out, nil
+}

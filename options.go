@@ -1,0 +1,153 @@
+package tasklock
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"time"
+	"unicode/utf8"
+)
+
+// Defaults and limits of the options.
+const (
+	DefaultTTL   = 10 * time.Second // ObtainOptions.TTL when zero
+	MinTTL       = 10 * time.Millisecond
+	MaxKeyLength = 512 // bytes
+	MaxOwnerLen  = 256 // bytes
+)
+
+// Config configures a Locker. A nil *Config means all defaults. New never
+// writes into it.
+type Config struct {
+	// Owner is the owner name other processes see for this Locker's locks
+	// (in NotObtainedError, the CLI and the dashboard). Default: host:pid.
+	Owner string
+	// Logger receives the Locker's logs. Nil: warnings and above go to
+	// slog.Default().
+	Logger *slog.Logger
+	// Clock is the source of time. Nil: SystemClock.
+	Clock Clock
+	// OnEvent, when set, is called for every lock event. It runs on the
+	// Locker's goroutines and must not block.
+	OnEvent func(Event)
+}
+
+// ObtainOptions are the per-call options of Obtain, TryObtain and Do. A nil
+// *ObtainOptions means all defaults; zero fields take their defaults.
+type ObtainOptions struct {
+	// TTL is the lease length at the store. Zero: DefaultTTL. A holder that
+	// dies is replaced no later than TTL after its last renewal.
+	TTL time.Duration
+	// NoRenew turns automatic renewal off: the lock is a plain lease that
+	// ends after TTL unless Extend is called.
+	NoRenew bool
+	// MaxHold bounds how long the lock is held in all (ShedLock's
+	// lockAtMostFor): renewal never extends the lease past acquisition +
+	// MaxHold, and Done closes with ErrMaxHold before the lease can expire.
+	// Zero: unbounded.
+	MaxHold time.Duration
+	// MinHold keeps the lease until acquisition + MinHold even if Release
+	// is called earlier (ShedLock's lockAtLeastFor). Zero: none.
+	MinHold time.Duration
+	// ProgressTimeout, when set, stops renewal when Heartbeat has not been
+	// called for this long, and closes Done with ErrStalled: a stuck
+	// worker is not renewed forever. The lease then expires at the store.
+	ProgressTimeout time.Duration
+	// Owner overrides Config.Owner for this lock.
+	Owner string
+	// Wait bounds how long Obtain waits for a held lock, on top of its ctx.
+	// Zero: until ctx ends. TryObtain ignores it.
+	Wait time.Duration
+}
+
+// resolved holds the validated options of one call.
+type resolved struct {
+	ttl, maxHold, minHold, progress, wait time.Duration
+	renew                                 bool
+	owner                                 string
+}
+
+func (lk *Locker) resolve(key string, o *ObtainOptions) (resolved, error) {
+	if err := ValidateKey(key); err != nil {
+		return resolved{}, err
+	}
+	r := resolved{ttl: DefaultTTL, renew: true, owner: lk.owner}
+	if o == nil {
+		return r, nil
+	}
+	if o.TTL != 0 {
+		r.ttl = o.TTL
+	}
+	r.maxHold, r.minHold, r.progress, r.wait = o.MaxHold, o.MinHold, o.ProgressTimeout, o.Wait
+	r.renew = !o.NoRenew
+	if o.Owner != "" {
+		r.owner = o.Owner
+	}
+	switch {
+	case r.ttl < MinTTL:
+		return r, &OptionError{"ObtainOptions.TTL", fmt.Sprintf("%v is below the minimum %v", o.TTL, MinTTL)}
+	case r.maxHold < 0:
+		return r, &OptionError{"ObtainOptions.MaxHold", fmt.Sprintf("%v is negative", r.maxHold)}
+	case r.minHold < 0:
+		return r, &OptionError{"ObtainOptions.MinHold", fmt.Sprintf("%v is negative", r.minHold)}
+	case r.maxHold > 0 && r.minHold > r.maxHold:
+		return r, &OptionError{"ObtainOptions.MinHold", fmt.Sprintf("%v is greater than MaxHold %v", r.minHold, r.maxHold)}
+	case r.maxHold > 0 && r.maxHold < MinTTL:
+		return r, &OptionError{"ObtainOptions.MaxHold", fmt.Sprintf("%v is below the minimum %v", r.maxHold, MinTTL)}
+	case r.progress < 0:
+		return r, &OptionError{"ObtainOptions.ProgressTimeout", fmt.Sprintf("%v is negative", r.progress)}
+	case r.progress > 0 && !r.renew:
+		return r, &OptionError{"ObtainOptions.ProgressTimeout", "needs renewal (NoRenew is set)"}
+	case r.wait < 0:
+		return r, &OptionError{"ObtainOptions.Wait", fmt.Sprintf("%v is negative", r.wait)}
+	}
+	if err := validateOwner("ObtainOptions.Owner", r.owner); err != nil {
+		return r, err
+	}
+	return r, nil
+}
+
+// ValidateKey reports whether key can name a lock: non-empty, at most
+// MaxKeyLength bytes of valid UTF-8 without control characters.
+func ValidateKey(key string) error {
+	switch {
+	case key == "":
+		return &OptionError{"key", "empty"}
+	case len(key) > MaxKeyLength:
+		return &OptionError{"key", fmt.Sprintf("%d bytes long, the maximum is %d", len(key), MaxKeyLength)}
+	case !utf8.ValidString(key):
+		return &OptionError{"key", "not valid UTF-8"}
+	}
+	for _, c := range key {
+		if c < 0x20 || c == 0x7f {
+			return &OptionError{"key", fmt.Sprintf("contains control character %U", c)}
+		}
+	}
+	return nil
+}
+
+func validateOwner(field, owner string) error {
+	switch {
+	case len(owner) > MaxOwnerLen:
+		return &OptionError{field, fmt.Sprintf("%d bytes long, the maximum is %d", len(owner), MaxOwnerLen)}
+	case !utf8.ValidString(owner):
+		return &OptionError{field, "not valid UTF-8"}
+	}
+	return nil
+}
+
+// DefaultOwner returns host:pid, the default owner name.
+func DefaultOwner() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown"
+	}
+	return host + ":" + strconv.Itoa(os.Getpid())
+}
+
+// drift is the margin by which local validity ends before the lease can end
+// at the store: max(2 ms, 1% of TTL).
+func drift(ttl time.Duration) time.Duration {
+	return max(2*time.Millisecond, ttl/100)
+}

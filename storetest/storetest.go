@@ -1,0 +1,585 @@
+// Package storetest is the conformance suite every tasklock store passes.
+// A store's tests call Run with a function that returns a fresh, empty store
+// (its own key prefix, table or database), backed by a real server:
+//
+//	func TestConformance(t *testing.T) {
+//		storetest.Run(t, func(t *testing.T) driver.Store { return newStore(t) })
+//	}
+//
+// Capabilities a store lacks (driver.Notifier, driver.Lister,
+// driver.ForceReleaser) skip the tests that need them, with the reason
+// logged. Timings use leases of a few hundred milliseconds, so the whole
+// suite takes a few seconds per store.
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/tasklock/tasklock"
+	"github.com/tasklock/tasklock/driver"
+)
+
+// NewStore returns a fresh, empty store for one test.
+type NewStore func(t *testing.T) driver.Store
+
+// Run runs the suite against stores made by newStore.
+func Run(t *testing.T, newStore NewStore) {
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, s driver.Store)
+	}{
+		{"MutualExclusion", testMutualExclusion},
+		{"IndependentKeys", testIndependentKeys},
+		{"ObtainReleaseObtain", testObtainReleaseObtain},
+		{"NotObtainedNamesHolder", testNotObtainedNamesHolder},
+		{"ExpiryWithoutRenewal", testExpiryWithoutRenewal},
+		{"RenewalOutlivesTTL", testRenewalOutlivesTTL},
+		{"ReleaseAndExtendAfterExpiry", testReleaseAndExtendAfterExpiry},
+		{"Extend", testExtend},
+		{"MinHold", testMinHold},
+		{"MaxHold", testMaxHold},
+		{"ProgressTimeout", testProgressTimeout},
+		{"FencesIncrease", testFencesIncrease},
+		{"DoneWhenDeletedBehindBack", testDoneWhenDeleted},
+		{"CancelledWaitLeavesNothing", testCancelledWait},
+		{"WakeOnRelease", testWakeOnRelease},
+		{"CloseReleasesAndLeaksNothing", testClose},
+		{"Do", testDo},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newStore(t)) })
+	}
+}
+
+// events records a Locker's events for tests to wait on.
+type events struct {
+	mu     sync.Mutex
+	counts map[tasklock.EventType]int
+	ch     chan struct{} // closed and replaced on every event
+}
+
+func newEvents() *events {
+	return &events{counts: map[tasklock.EventType]int{}, ch: make(chan struct{})}
+}
+
+func (ev *events) on(e tasklock.Event) {
+	ev.mu.Lock()
+	ev.counts[e.Type]++
+	close(ev.ch)
+	ev.ch = make(chan struct{})
+	ev.mu.Unlock()
+}
+
+// waitFor waits until at least n events of type typ were seen.
+func (ev *events) waitFor(t *testing.T, typ tasklock.EventType, n int, timeout time.Duration) {
+	t.Helper()
+	deadline := time.After(timeout)
+	for {
+		ev.mu.Lock()
+		c, ch := ev.counts[typ], ev.ch
+		ev.mu.Unlock()
+		if c >= n {
+			return
+		}
+		select {
+		case <-ch:
+		case <-deadline:
+			t.Fatalf("saw %d %v events within %v, want %d", c, typ, timeout, n)
+		}
+	}
+}
+
+func newLocker(t *testing.T, s driver.Store, owner string, ev *events) *tasklock.Locker {
+	t.Helper()
+	cfg := &tasklock.Config{Owner: owner}
+	if ev != nil {
+		cfg.OnEvent = ev.on
+	}
+	lk, err := tasklock.New(s, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lk.Close() })
+	return lk
+}
+
+func ctxT(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func mustObtain(t *testing.T, lk *tasklock.Locker, key string, o *tasklock.ObtainOptions) *tasklock.Lock {
+	t.Helper()
+	l, err := lk.TryObtain(ctxT(t, 5*time.Second), key, o)
+	if err != nil {
+		t.Fatalf("TryObtain(%q): %v", key, err)
+	}
+	return l
+}
+
+func mustNotObtain(t *testing.T, lk *tasklock.Locker, key string) *tasklock.NotObtainedError {
+	t.Helper()
+	l, err := lk.TryObtain(ctxT(t, 5*time.Second), key, nil)
+	var ne *tasklock.NotObtainedError
+	if !errors.As(err, &ne) || !errors.Is(err, tasklock.ErrNotObtained) {
+		if l != nil {
+			_ = l.Release(context.Background())
+		}
+		t.Fatalf("TryObtain(%q) = %v, want an error matching ErrNotObtained", key, err)
+	}
+	return ne
+}
+
+func waitDone(t *testing.T, l *tasklock.Lock, within time.Duration) {
+	t.Helper()
+	select {
+	case <-l.Done():
+	case <-time.After(within):
+		t.Fatalf("Done not closed within %v", within)
+	}
+}
+
+func assertOpen(t *testing.T, l *tasklock.Lock) {
+	t.Helper()
+	select {
+	case <-l.Done():
+		t.Fatalf("lock %q ended: %v", l.Key(), l.Err())
+	default:
+	}
+}
+
+// testMutualExclusion: 32 goroutines on 4 Lockers increment two counters
+// with a read-then-write that loses updates unless the lock excludes.
+func testMutualExclusion(t *testing.T, s driver.Store) {
+	const workers, rounds = 32, 4
+	keys := []string{"mutex-a", "mutex-b"}
+	lockers := make([]*tasklock.Locker, 4)
+	for i := range lockers {
+		lockers[i] = newLocker(t, s, fmt.Sprintf("node-%d", i), nil)
+	}
+	var counters, inside [2]atomic.Int64
+	var overlaps atomic.Int64
+	ctx := ctxT(t, 60*time.Second)
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			k := w % 2
+			for range rounds {
+				l, err := lockers[w%4].Obtain(ctx, keys[k], &tasklock.ObtainOptions{TTL: 5 * time.Second})
+				if err != nil {
+					errs <- err
+					return
+				}
+				if inside[k].Add(1) != 1 {
+					overlaps.Add(1)
+				}
+				v := counters[k].Load()
+				time.Sleep(100 * time.Microsecond) // widen the window a broken lock would show
+				counters[k].Store(v + 1)
+				inside[k].Add(-1)
+				if err := l.Release(ctx); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for k := range keys {
+		if got, want := counters[k].Load(), int64(workers/2*rounds); got != want {
+			t.Errorf("counter %s = %d, want %d (lost updates: the lock did not exclude)", keys[k], got, want)
+		}
+	}
+	if n := overlaps.Load(); n != 0 {
+		t.Errorf("%d overlapping critical sections", n)
+	}
+}
+
+func testIndependentKeys(t *testing.T, s driver.Store) {
+	lk := newLocker(t, s, "a", nil)
+	a := mustObtain(t, lk, "ind-a", nil)
+	b := mustObtain(t, lk, "ind-b", nil)
+	mustNotObtain(t, lk, "ind-a")
+	if err := a.Release(ctxT(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	assertOpen(t, b)
+	c := mustObtain(t, lk, "ind-a", nil)
+	for _, l := range []*tasklock.Lock{b, c} {
+		if err := l.Release(ctxT(t, 5*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func testObtainReleaseObtain(t *testing.T, s driver.Store) {
+	lk := newLocker(t, s, "a", nil)
+	l1 := mustObtain(t, lk, "ror", nil)
+	if err := l1.Release(ctxT(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if err := l1.Release(ctxT(t, 5*time.Second)); err != nil {
+		t.Fatalf("second Release = %v, want nil (idempotent)", err)
+	}
+	waitDone(t, l1, time.Second)
+	if !errors.Is(context.Cause(l1.Context()), tasklock.ErrReleased) || errors.Is(l1.Err(), tasklock.ErrLockLost) {
+		t.Fatalf("cause after Release = %v, want ErrReleased", l1.Err())
+	}
+	l2 := mustObtain(t, lk, "ror", nil)
+	if l2.Fence() <= l1.Fence() {
+		t.Fatalf("fence %d after %d: not increasing", l2.Fence(), l1.Fence())
+	}
+	_ = l2.Release(ctxT(t, 5*time.Second))
+}
+
+func testNotObtainedNamesHolder(t *testing.T, s driver.Store) {
+	a := newLocker(t, s, "holder-a", nil)
+	b := newLocker(t, s, "b", nil)
+	l := mustObtain(t, a, "named", &tasklock.ObtainOptions{TTL: 5 * time.Second})
+	defer l.Release(context.Background())
+	ne := mustNotObtain(t, b, "named")
+	if ne.Owner != "" && ne.Owner != "holder-a" {
+		t.Fatalf("holder owner = %q, want holder-a", ne.Owner)
+	}
+	if ne.Owner == "" {
+		t.Logf("store does not report the holder's owner")
+	}
+	if ne.TTL < 0 || ne.TTL > 5*time.Second {
+		t.Fatalf("holder TTL = %v, want within (0, 5s]", ne.TTL)
+	}
+}
+
+func testExpiryWithoutRenewal(t *testing.T, s driver.Store) {
+	a := newLocker(t, s, "a", nil)
+	b := newLocker(t, s, "b", nil)
+	ttl := 300 * time.Millisecond
+	l := mustObtain(t, a, "expiry", &tasklock.ObtainOptions{TTL: ttl, NoRenew: true})
+	start := time.Now()
+	waitDone(t, l, 5*time.Second)
+	if el := time.Since(start); el > ttl {
+		t.Fatalf("Done closed %v after obtain, later than the TTL %v", el, ttl)
+	}
+	if !errors.Is(l.Err(), tasklock.ErrLockLost) {
+		t.Fatalf("cause = %v, want ErrLockLost", l.Err())
+	}
+	l2, err := b.Obtain(ctxT(t, 5*time.Second), "expiry", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l2.Fence() <= l.Fence() {
+		t.Fatalf("fence %d after %d", l2.Fence(), l.Fence())
+	}
+	_ = l2.Release(ctxT(t, 5*time.Second))
+}
+
+func testRenewalOutlivesTTL(t *testing.T, s driver.Store) {
+	a := newLocker(t, s, "a", nil)
+	b := newLocker(t, s, "b", nil)
+	ttl := 300 * time.Millisecond
+	l := mustObtain(t, a, "renew", &tasklock.ObtainOptions{TTL: ttl})
+	deadline := time.Now().Add(5 * ttl)
+	for time.Now().Before(deadline) {
+		mustNotObtain(t, b, "renew")
+		assertOpen(t, l)
+		time.Sleep(ttl / 4) // sampling interval, not synchronisation
+	}
+	if err := l.Release(ctxT(t, 5*time.Second)); err != nil {
+		t.Fatalf("Release after 5×TTL: %v", err)
+	}
+}
+
+func testReleaseAndExtendAfterExpiry(t *testing.T, s driver.Store) {
+	a := newLocker(t, s, "a", nil)
+	b := newLocker(t, s, "b", nil)
+	l := mustObtain(t, a, "late", &tasklock.ObtainOptions{TTL: 200 * time.Millisecond, NoRenew: true})
+	waitDone(t, l, 5*time.Second)
+	l2, err := b.Obtain(ctxT(t, 5*time.Second), "late", &tasklock.ObtainOptions{TTL: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Extend(ctxT(t, 5*time.Second), time.Second); !errors.Is(err, tasklock.ErrNotHeld) {
+		t.Fatalf("Extend after expiry = %v, want ErrNotHeld", err)
+	}
+	if err := l.Release(ctxT(t, 5*time.Second)); !errors.Is(err, tasklock.ErrNotHeld) {
+		t.Fatalf("Release after expiry = %v, want ErrNotHeld", err)
+	}
+	mustNotObtain(t, a, "late")
+	assertOpen(t, l2)
+	if err := l2.Release(ctxT(t, 5*time.Second)); err != nil {
+		t.Fatalf("new holder's Release = %v: its lease was touched", err)
+	}
+}
+
+func testExtend(t *testing.T, s driver.Store) {
+	a := newLocker(t, s, "a", nil)
+	b := newLocker(t, s, "b", nil)
+	l := mustObtain(t, a, "extend", &tasklock.ObtainOptions{TTL: 200 * time.Millisecond, NoRenew: true})
+	if err := l.Extend(ctxT(t, 5*time.Second), 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	for time.Since(start) < 600*time.Millisecond {
+		mustNotObtain(t, b, "extend")
+		assertOpen(t, l)
+		time.Sleep(50 * time.Millisecond) // sampling interval
+	}
+	if err := l.Release(ctxT(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func testMinHold(t *testing.T, s driver.Store) {
+	a := newLocker(t, s, "a", nil)
+	b := newLocker(t, s, "b", nil)
+	minHold := 700 * time.Millisecond
+	l := mustObtain(t, a, "minhold", &tasklock.ObtainOptions{TTL: 10 * time.Second, MinHold: minHold})
+	start := time.Now()
+	if err := l.Release(ctxT(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, l, time.Second)
+	mustNotObtain(t, b, "minhold")
+	l2, err := b.Obtain(ctxT(t, 5*time.Second), "minhold", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if el := time.Since(start); el < minHold-50*time.Millisecond {
+		t.Fatalf("obtained %v after an early release, before MinHold %v", el, minHold)
+	} else if el > minHold+2*time.Second {
+		t.Fatalf("obtained %v after release, long after MinHold %v", el, minHold)
+	}
+	_ = l2.Release(ctxT(t, 5*time.Second))
+}
+
+func testMaxHold(t *testing.T, s driver.Store) {
+	a := newLocker(t, s, "a", nil)
+	b := newLocker(t, s, "b", nil)
+	maxHold := 800 * time.Millisecond
+	start := time.Now()
+	l := mustObtain(t, a, "maxhold", &tasklock.ObtainOptions{TTL: 300 * time.Millisecond, MaxHold: maxHold})
+	waitDone(t, l, 5*time.Second)
+	doneAt := time.Since(start)
+	if !errors.Is(l.Err(), tasklock.ErrMaxHold) || !errors.Is(l.Err(), tasklock.ErrLockLost) {
+		t.Fatalf("cause = %v, want ErrMaxHold", l.Err())
+	}
+	if doneAt > maxHold {
+		t.Fatalf("Done closed %v after obtain, after MaxHold %v", doneAt, maxHold)
+	}
+	if doneAt < maxHold/2 {
+		t.Fatalf("Done closed %v after obtain, too early for MaxHold %v", doneAt, maxHold)
+	}
+	l2, err := b.Obtain(ctxT(t, 5*time.Second), "maxhold", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := time.Since(start); got < doneAt {
+		t.Fatalf("obtained by another at %v, before the holder was told at %v", got, doneAt)
+	}
+	_ = l2.Release(ctxT(t, 5*time.Second))
+}
+
+func testProgressTimeout(t *testing.T, s driver.Store) {
+	a := newLocker(t, s, "a", nil)
+	b := newLocker(t, s, "b", nil)
+	ttl, progress := 300*time.Millisecond, 400*time.Millisecond
+	l := mustObtain(t, a, "progress", &tasklock.ObtainOptions{TTL: ttl, ProgressTimeout: progress})
+	for range 8 { // 800 ms of steady heartbeats: longer than ProgressTimeout and the TTL
+		l.Heartbeat()
+		time.Sleep(100 * time.Millisecond) // the work between heartbeats
+		assertOpen(t, l)
+	}
+	stopped := time.Now()
+	waitDone(t, l, 5*time.Second)
+	if !errors.Is(l.Err(), tasklock.ErrStalled) {
+		t.Fatalf("cause = %v, want ErrStalled", l.Err())
+	}
+	if el := time.Since(stopped); el > progress+ttl {
+		t.Fatalf("stall noticed %v after the last heartbeat, want within %v", el, progress+ttl)
+	}
+	l2, err := b.Obtain(ctxT(t, 5*time.Second), "progress", nil)
+	if err != nil {
+		t.Fatalf("the stalled lease did not expire: %v", err)
+	}
+	_ = l2.Release(ctxT(t, 5*time.Second))
+}
+
+func testFencesIncrease(t *testing.T, s driver.Store) {
+	lks := []*tasklock.Locker{newLocker(t, s, "a", nil), newLocker(t, s, "b", nil)}
+	var last uint64
+	for i := range 20 {
+		l := mustObtain(t, lks[i%2], "fences", nil)
+		if l.Fence() <= last {
+			t.Fatalf("grant %d: fence %d after %d", i, l.Fence(), last)
+		}
+		last = l.Fence()
+		if err := l.Release(ctxT(t, 5*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func testDoneWhenDeleted(t *testing.T, s driver.Store) {
+	fr, ok := s.(driver.ForceReleaser)
+	if !ok {
+		t.Skip("store does not implement driver.ForceReleaser")
+	}
+	a := newLocker(t, s, "a", nil)
+	ttl := 600 * time.Millisecond
+	l := mustObtain(t, a, "behind", &tasklock.ObtainOptions{TTL: ttl})
+	if err := fr.ForceRelease(ctxT(t, 5*time.Second), "behind"); err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, l, ttl)
+	if !errors.Is(l.Err(), tasklock.ErrLockLost) {
+		t.Fatalf("cause = %v, want ErrLockLost", l.Err())
+	}
+}
+
+func testCancelledWait(t *testing.T, s driver.Store) {
+	a := newLocker(t, s, "a", nil)
+	b := newLocker(t, s, "b", nil)
+	l := mustObtain(t, a, "cancelled", nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
+	defer cancel()
+	_, err := b.Obtain(ctx, "cancelled", nil)
+	if !errors.Is(err, tasklock.ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Obtain = %v, want ErrNotObtained and DeadlineExceeded", err)
+	}
+	if err := l.Release(ctxT(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if ls, ok := s.(driver.Lister); ok {
+		leases, err := ls.Leases(ctxT(t, 5*time.Second), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, le := range leases {
+			if le.Key == "cancelled" {
+				t.Fatalf("lease left behind after a cancelled wait: %+v", le)
+			}
+		}
+	}
+	l2 := mustObtain(t, b, "cancelled", nil)
+	_ = l2.Release(ctxT(t, 5*time.Second))
+}
+
+func testWakeOnRelease(t *testing.T, s driver.Store) {
+	if _, ok := s.(driver.Notifier); !ok {
+		t.Skip("store does not implement driver.Notifier: waiters poll")
+	}
+	a := newLocker(t, s, "a", nil)
+	ev := newEvents()
+	b := newLocker(t, s, "b", ev)
+	l := mustObtain(t, a, "wake", &tasklock.ObtainOptions{TTL: 10 * time.Second})
+	got := make(chan time.Time, 1)
+	errc := make(chan error, 1)
+	go func() {
+		l2, err := b.Obtain(ctxT(t, 10*time.Second), "wake", nil)
+		if err != nil {
+			errc <- err
+			return
+		}
+		got <- time.Now()
+		_ = l2.Release(context.Background())
+	}()
+	// Two failed attempts: the second comes after the waiter subscribed and
+	// queued; its next poll is a second away.
+	ev.waitFor(t, tasklock.EventNotObtained, 2, 5*time.Second)
+	released := time.Now()
+	if err := l.Release(ctxT(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case at := <-got:
+		if d := at.Sub(released); d > 50*time.Millisecond {
+			t.Fatalf("waiter obtained %v after the release, want within 50ms", d)
+		} else {
+			t.Logf("handoff through the store: %v", d)
+		}
+	case err := <-errc:
+		t.Fatal(err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("waiter never obtained")
+	}
+}
+
+func testClose(t *testing.T, s driver.Store) {
+	b := newLocker(t, s, "b", nil)
+	mustObtain(t, b, "close-warm", nil).Release(context.Background())
+	ignore := goleak.IgnoreCurrent()
+	a, err := tasklock.New(s, &tasklock.Config{Owner: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := mustObtain(t, a, "close", nil)
+	hold := mustObtain(t, b, "close-b", nil)
+	waiting := make(chan error, 1)
+	go func() {
+		_, err := a.Obtain(context.Background(), "close-b", nil)
+		waiting <- err
+	}()
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, l, time.Second)
+	if !errors.Is(l.Err(), tasklock.ErrClosed) {
+		t.Fatalf("cause = %v, want ErrClosed", l.Err())
+	}
+	select {
+	case err := <-waiting:
+		if !errors.Is(err, tasklock.ErrClosed) {
+			t.Fatalf("blocked Obtain = %v, want ErrClosed", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("blocked Obtain did not return after Close")
+	}
+	l2 := mustObtain(t, b, "close", nil) // Close released the lease
+	_ = l2.Release(context.Background())
+	_ = hold.Release(context.Background())
+	if _, err := a.TryObtain(context.Background(), "close", nil); !errors.Is(err, tasklock.ErrClosed) {
+		t.Fatalf("TryObtain after Close = %v, want ErrClosed", err)
+	}
+	goleak.VerifyNone(t, ignore)
+}
+
+func testDo(t *testing.T, s driver.Store) {
+	a := newLocker(t, s, "a", nil)
+	ran := false
+	err := tasklock.Do(ctxT(t, 5*time.Second), a, "do", nil, func(ctx context.Context) error {
+		ran = true
+		return nil
+	})
+	if err != nil || !ran {
+		t.Fatalf("Do = %v, ran = %v", err, ran)
+	}
+	// The work outlives a MaxHold: its ctx is cancelled with ErrMaxHold and
+	// Do reports the loss even though the work returned nil.
+	err = tasklock.Do(ctxT(t, 5*time.Second), a, "do", &tasklock.ObtainOptions{TTL: 200 * time.Millisecond, MaxHold: 300 * time.Millisecond},
+		func(ctx context.Context) error {
+			<-ctx.Done()
+			if !errors.Is(context.Cause(ctx), tasklock.ErrMaxHold) {
+				return fmt.Errorf("cause %v", context.Cause(ctx))
+			}
+			return nil
+		})
+	if !errors.Is(err, tasklock.ErrMaxHold) {
+		t.Fatalf("Do = %v, want ErrMaxHold", err)
+	}
+	mustObtain(t, a, "do", nil).Release(context.Background())
+}

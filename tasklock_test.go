@@ -1,0 +1,290 @@
+package tasklock
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/tasklock/tasklock/driver"
+	"github.com/tasklock/tasklock/memstore"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// faultStore wraps a real memstore and injects renewal failures, the way
+// bsm/redislock's tests wrap their client. It also records renewal calls.
+type faultStore struct {
+	*memstore.Store
+	failRenew atomic.Bool
+	mu        sync.Mutex
+	calls     []int // leases per Renew call
+}
+
+var errInjected = errors.New("injected: connection reset")
+
+func (f *faultStore) Renew(ctx context.Context, ps []driver.RenewParams) ([]error, error) {
+	f.mu.Lock()
+	f.calls = append(f.calls, len(ps))
+	f.mu.Unlock()
+	if f.failRenew.Load() {
+		return nil, errInjected
+	}
+	return f.Store.Renew(ctx, ps)
+}
+
+func (f *faultStore) renewCalls() []int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]int(nil), f.calls...)
+}
+
+func newTestLocker(t *testing.T, s driver.Store) *Locker {
+	t.Helper()
+	lk, err := New(s, &Config{Owner: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lk.Close() })
+	return lk
+}
+
+func TestOptionErrorsNameTheField(t *testing.T) {
+	lk := newTestLocker(t, memstore.New(nil))
+	long := string(make([]byte, MaxKeyLength+1))
+	cases := []struct {
+		key   string
+		opts  *ObtainOptions
+		field string
+	}{
+		{"", nil, "key"},
+		{long, nil, "key"},
+		{"a\nb", nil, "key"},
+		{"\xff", nil, "key"},
+		{"k", &ObtainOptions{TTL: -time.Second}, "ObtainOptions.TTL"},
+		{"k", &ObtainOptions{TTL: time.Millisecond}, "ObtainOptions.TTL"},
+		{"k", &ObtainOptions{MaxHold: -1}, "ObtainOptions.MaxHold"},
+		{"k", &ObtainOptions{MinHold: -1}, "ObtainOptions.MinHold"},
+		{"k", &ObtainOptions{MinHold: 2 * time.Second, MaxHold: time.Second}, "ObtainOptions.MinHold"},
+		{"k", &ObtainOptions{ProgressTimeout: -1}, "ObtainOptions.ProgressTimeout"},
+		{"k", &ObtainOptions{ProgressTimeout: time.Second, NoRenew: true}, "ObtainOptions.ProgressTimeout"},
+		{"k", &ObtainOptions{Wait: -1}, "ObtainOptions.Wait"},
+		{"k", &ObtainOptions{Owner: string(make([]byte, MaxOwnerLen+1))}, "ObtainOptions.Owner"},
+	}
+	for _, c := range cases {
+		for name, call := range map[string]func() (*Lock, error){
+			"TryObtain": func() (*Lock, error) { return lk.TryObtain(context.Background(), c.key, c.opts) },
+			"Obtain":    func() (*Lock, error) { return lk.Obtain(context.Background(), c.key, c.opts) },
+		} {
+			l, err := call()
+			var oe *OptionError
+			if l != nil || !errors.As(err, &oe) || oe.Field != c.field {
+				t.Errorf("%s(%q, %+v) = %v, %v; want an OptionError for %s", name, c.key, c.opts, l, err, c.field)
+			}
+		}
+	}
+	if _, err := New(nil, nil); err == nil {
+		t.Error("New(nil) succeeded")
+	}
+	if _, err := New(memstore.New(nil), &Config{Owner: "\xff"}); err == nil {
+		t.Error("New with an invalid owner succeeded")
+	}
+	cfg := &Config{}
+	lk2, err := New(memstore.New(nil), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = lk2.Close()
+	if cfg.Owner != "" || cfg.Clock != nil || cfg.Logger != nil {
+		t.Errorf("New wrote defaults into the caller's Config: %+v", cfg)
+	}
+}
+
+// Transient renewal errors are retried until local validity ends; then the
+// lock is lost, before the TTL has passed, with the last error in the cause.
+func TestRenewalRetriesUntilValidity(t *testing.T) {
+	fs := &faultStore{Store: memstore.New(nil)}
+	lk := newTestLocker(t, fs)
+	fs.failRenew.Store(true)
+	ttl := 400 * time.Millisecond
+	start := time.Now()
+	l, err := lk.TryObtain(context.Background(), "k", &ObtainOptions{TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-l.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("lock not lost")
+	}
+	el := time.Since(start)
+	if el > ttl {
+		t.Errorf("lost after %v, later than the TTL %v", el, ttl)
+	}
+	if el < ttl-drift(ttl)-50*time.Millisecond {
+		t.Errorf("lost after %v, well before local validity ended (%v): transient errors must be retried", el, ttl-drift(ttl))
+	}
+	if !errors.Is(l.Err(), ErrLockLost) || !errors.Is(l.Err(), errInjected) {
+		t.Errorf("cause = %v, want ErrLockLost wrapping the renewal error", l.Err())
+	}
+	if n := len(fs.renewCalls()); n < 3 {
+		t.Errorf("%d renewal attempts, want retries", n)
+	}
+}
+
+// A transient failure followed by success keeps the lock.
+func TestRenewalRecovers(t *testing.T) {
+	fs := &faultStore{Store: memstore.New(nil)}
+	lk := newTestLocker(t, fs)
+	ttl := 300 * time.Millisecond
+	l, err := lk.TryObtain(context.Background(), "k", &ObtainOptions{TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs.failRenew.Store(true)
+	deadline := time.Now().Add(5 * time.Second)
+	for len(fs.renewCalls()) < 2 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond) // polling a condition
+	}
+	fs.failRenew.Store(false)
+	time.Sleep(2 * ttl) // the lock must survive this long
+	select {
+	case <-l.Done():
+		t.Fatalf("lock lost after a recovered outage: %v", l.Err())
+	default:
+	}
+	if err := l.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Leases that fall due together are renewed together: 500 locks obtained
+// over a short burst need a handful of store calls per cycle, not 500.
+func TestRenewalBatches(t *testing.T) {
+	fs := &faultStore{Store: memstore.New(nil)}
+	lk := newTestLocker(t, fs)
+	ttl := 600 * time.Millisecond
+	const n = 500
+	locks := make([]*Lock, n)
+	for i := range locks {
+		l, err := lk.TryObtain(context.Background(), "k"+string(rune('a'+i%26))+time.Duration(i).String(), &ObtainOptions{TTL: ttl})
+		if err != nil {
+			t.Fatal(err)
+		}
+		locks[i] = l
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	renewed := 0
+	for renewed < 3*n && time.Now().Before(deadline) { // three cycles' worth
+		time.Sleep(10 * time.Millisecond) // polling a condition
+		renewed = 0
+		for _, c := range fs.renewCalls() {
+			renewed += c
+		}
+	}
+	calls := fs.renewCalls()
+	if renewed < 3*n {
+		t.Fatalf("renewed %d leases in %d calls, want %d", renewed, len(calls), 3*n)
+	}
+	if len(calls) > 9 {
+		t.Errorf("%d renewal calls for 3 cycles of %d leases: %v; want them batched", len(calls), n, calls)
+	}
+	for _, l := range locks {
+		select {
+		case <-l.Done():
+			t.Fatalf("lock lost: %v", l.Err())
+		default:
+		}
+	}
+}
+
+// The store saying "not yours" ends the lock at once, well before its
+// validity would have run out.
+func TestNotHeldIsFinal(t *testing.T) {
+	s := memstore.New(nil)
+	lk := newTestLocker(t, s)
+	ttl := 3 * time.Second
+	l, err := lk.TryObtain(context.Background(), "k", &ObtainOptions{TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ForceRelease(context.Background(), "k"); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	select {
+	case <-l.Done():
+	case <-time.After(ttl):
+		t.Fatal("lock not lost after the store deleted it")
+	}
+	if el := time.Since(start); el > ttl/3+200*time.Millisecond {
+		t.Errorf("noticed after %v, want at the next renewal (~%v)", el, ttl/3)
+	}
+	if !errors.Is(l.Err(), ErrLockLost) {
+		t.Errorf("cause = %v", l.Err())
+	}
+}
+
+func TestTimingFormulas(t *testing.T) {
+	if d := drift(100 * time.Millisecond); d != 2*time.Millisecond {
+		t.Errorf("drift(100ms) = %v", d)
+	}
+	if d := drift(10 * time.Second); d != 100*time.Millisecond {
+		t.Errorf("drift(10s) = %v", d)
+	}
+	for attempt := 1; attempt < 20; attempt++ {
+		if d := pollDelay(attempt, 0, true); d < 5*time.Millisecond || d > time.Second+time.Second/8+time.Millisecond {
+			t.Errorf("pollDelay(%d) = %v", attempt, d)
+		}
+		if d := pollDelay(attempt, 3*time.Millisecond, false); d > 6*time.Millisecond { // holder TTL + 1 ms + jitter
+			t.Errorf("pollDelay with holder expiring in 3ms = %v", d)
+		}
+		if d := retryDelay(attempt, time.Second); d <= 0 || d > 100*time.Millisecond {
+			t.Errorf("retryDelay(%d, 1s) = %v, want within (0, TTL/10]", attempt, d)
+		}
+	}
+}
+
+// Local waiters are woken one at a time: a release costs one attempt, and a
+// waiter that gives up passes its wake-up on.
+func TestWaitQueuePassesWakeUps(t *testing.T) {
+	q := waitQueue{m: map[string][]*waiter{}}
+	a, b := q.add("k"), q.add("k")
+	q.notify("k")
+	if len(a.ch) != 1 || len(b.ch) != 0 {
+		t.Fatal("notify did not wake exactly the first waiter")
+	}
+	q.remove("k", a, false)
+	if len(b.ch) != 1 {
+		t.Fatal("a waiter that gave up did not pass its wake-up on")
+	}
+	q.remove("k", b, true)
+	if len(q.m) != 0 {
+		t.Fatalf("queue not empty: %v", q.m)
+	}
+}
+
+func TestErrorsTellCausesApart(t *testing.T) {
+	for _, e := range []error{ErrMaxHold, ErrStalled, ErrClosed} {
+		if !errors.Is(e, ErrLockLost) {
+			t.Errorf("%v does not match ErrLockLost", e)
+		}
+		if errors.Is(ErrLockLost, e) {
+			t.Errorf("ErrLockLost matches %v", e)
+		}
+	}
+	if errors.Is(ErrReleased, ErrLockLost) || errors.Is(ErrMaxHold, ErrStalled) {
+		t.Error("distinct causes match each other")
+	}
+	ne := &NotObtainedError{Key: "k", Owner: "web-1", TTL: time.Second, Err: context.DeadlineExceeded}
+	if !errors.Is(ne, ErrNotObtained) || !errors.Is(ne, context.DeadlineExceeded) {
+		t.Error("NotObtainedError does not match its causes")
+	}
+	if got := ne.Error(); got != `tasklock: not obtained: "k" is held by web-1 for another 1s: context deadline exceeded` {
+		t.Errorf("Error() = %q", got)
+	}
+}
