@@ -210,7 +210,9 @@ func (e *engine) step() time.Duration {
 			e.lose(l, ErrStalled, &p)
 			continue
 		case l.renewDue(now, window):
-			batch = append(batch, e.startRenewal(l, now))
+			if it, ok := e.startRenewal(l, now); ok {
+				batch = append(batch, it)
+			}
 		}
 		later = append(later, l)
 	}
@@ -245,18 +247,29 @@ func (l *Lock) renewDue(now time.Time, window time.Duration) bool {
 	return !l.renewAt.After(now.Add(window))
 }
 
-// startRenewal marks l as being renewed and decides the lease length, capped
-// by MaxHold. Callers hold e.mu.
-func (e *engine) startRenewal(l *Lock, now time.Time) renewItem {
+// startRenewal marks l as being renewed and decides the lease length,
+// capped by MaxHold. When MaxHold leaves nothing to renew it plans no more
+// renewals, answers pending Extend calls, and reports false. Callers hold
+// e.mu.
+func (e *engine) startRenewal(l *Lock, now time.Time) (renewItem, bool) {
 	it := renewItem{l: l, ttl: l.ttl}
 	if l.maxHold > 0 {
-		if rest := l.acquiredAt.Add(l.maxHold).Sub(now); rest <= it.ttl {
-			it.ttl, it.final = max(rest, MinTTL), true
+		rest := l.acquiredAt.Add(l.maxHold).Sub(now)
+		if rest <= drift(rest) {
+			l.renewAt, l.endCause = time.Time{}, ErrMaxHold
+			for _, ch := range l.extends {
+				ch <- fmt.Errorf("tasklock: extend %q: %w", l.key, ErrMaxHold)
+			}
+			l.extends = nil
+			return it, false
+		}
+		if rest <= it.ttl {
+			it.ttl, it.final = rest, true
 		}
 	}
 	l.inFlight = true
 	l.sentExtends, l.extends = l.extends, nil
-	return it
+	return it, true
 }
 
 // renewCall renews a batch in one store call and applies the results.

@@ -46,6 +46,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"Extend", testExtend},
 		{"MinHold", testMinHold},
 		{"MaxHold", testMaxHold},
+		{"ExtendStopsAtMaxHold", testExtendMaxHold},
 		{"ProgressTimeout", testProgressTimeout},
 		{"FencesIncrease", testFencesIncrease},
 		{"DoneWhenDeletedBehindBack", testDoneWhenDeleted},
@@ -390,6 +391,29 @@ func testMaxHold(t *testing.T, s driver.Store) {
 	}
 	if got := time.Since(start); got < doneAt {
 		t.Fatalf("obtained by another at %v, before the holder was told at %v", got, doneAt)
+	}
+	_ = l2.Release(ctxT(t, 5*time.Second))
+}
+
+func testExtendMaxHold(t *testing.T, s driver.Store) {
+	a := newLocker(t, s, "a", nil)
+	b := newLocker(t, s, "b", nil)
+	maxHold := 500 * time.Millisecond
+	start := time.Now()
+	l := mustObtain(t, a, "extend-max", &tasklock.ObtainOptions{TTL: 200 * time.Millisecond, MaxHold: maxHold, NoRenew: true})
+	if err := l.Extend(ctxT(t, 5*time.Second), 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, l, 5*time.Second)
+	if !errors.Is(l.Err(), tasklock.ErrMaxHold) {
+		t.Fatalf("cause = %v, want ErrMaxHold", l.Err())
+	}
+	l2, err := b.Obtain(ctxT(t, 5*time.Second), "extend-max", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if el := time.Since(start); el > maxHold+time.Second {
+		t.Fatalf("another obtained %v after the first, long after MaxHold %v: Extend went past it", el, maxHold)
 	}
 	_ = l2.Release(ctxT(t, 5*time.Second))
 }
