@@ -21,6 +21,7 @@ import (
 type engine struct {
 	store  driver.Store
 	clock  Clock
+	base   time.Time // origin of Lock.validNs
 	lk     *Locker
 	ctx    context.Context // cancelled by Close: ends renewal calls
 	cancel context.CancelFunc
@@ -51,7 +52,7 @@ type pending struct {
 func newEngine(lk *Locker, store driver.Store, clock Clock) *engine {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &engine{
-		store: store, clock: clock, lk: lk, ctx: ctx, cancel: cancel,
+		store: store, clock: clock, base: clock.Now(), lk: lk, ctx: ctx, cancel: cancel,
 		wake: make(chan struct{}, 1), quit: make(chan struct{}), stopped: make(chan struct{}),
 	}
 }
@@ -73,7 +74,7 @@ func (e *engine) add(l *Lock, ttl time.Duration, sentAt time.Time, final bool) b
 		return false
 	}
 	l.ttl = ttl
-	l.validUntil = sentAt.Add(ttl - drift(ttl))
+	e.setValid(l, sentAt.Add(ttl-drift(ttl)))
 	l.idx = -1
 	switch {
 	case final:
@@ -195,16 +196,7 @@ func (e *engine) step() time.Duration {
 		stall, stalls := l.stallAt()
 		switch {
 		case !now.Before(l.validUntil):
-			cause := l.endCause
-			if cause == nil {
-				cause = ErrLockLost
-				if l.lastErr != nil {
-					cause = fmt.Errorf("%w: not renewed within its validity: %w", ErrLockLost, l.lastErr)
-				} else if !l.renew {
-					cause = fmt.Errorf("%w: lease expired (renewal off)", ErrLockLost)
-				}
-			}
-			e.lose(l, cause, &p)
+			e.lose(l, l.expiryCause(), &p)
 			continue
 		case stalls && !now.Before(stall):
 			e.lose(l, ErrStalled, &p)
@@ -232,6 +224,42 @@ func (e *engine) step() time.Duration {
 		go e.renewCall(batch, now)
 	}
 	return sleep
+}
+
+// expiryCause is why l ends when its local validity passes unrenewed.
+// Callers hold e.mu.
+func (l *Lock) expiryCause() error {
+	switch {
+	case l.endCause != nil:
+		return l.endCause
+	case l.lastErr != nil:
+		return fmt.Errorf("%w: not renewed within its validity: %w", ErrLockLost, l.lastErr)
+	case !l.renew:
+		return fmt.Errorf("%w: lease expired (renewal off)", ErrLockLost)
+	}
+	return fmt.Errorf("%w: not renewed within its validity", ErrLockLost)
+}
+
+// expireIfDue ends l at once when its local validity has passed, without
+// waiting for the engine goroutine: a process resumed after a long pause
+// (SIGSTOP, a GC or VM stall) must see Done closed before it acts again.
+func (e *engine) expireIfDue(l *Lock) {
+	if e.clock.Now().Sub(e.base) < time.Duration(l.validNs.Load()) {
+		return
+	}
+	var p pending
+	e.mu.Lock()
+	if !l.ended && !e.clock.Now().Before(l.validUntil) {
+		e.lose(l, l.expiryCause(), &p)
+	}
+	e.mu.Unlock()
+	e.flush(&p)
+}
+
+// setValid records l's local validity. Callers hold e.mu.
+func (e *engine) setValid(l *Lock, until time.Time) {
+	l.validUntil = until
+	l.validNs.Store(int64(until.Sub(e.base)))
 }
 
 // renewDue reports whether l should be renewed in a call starting now. A
@@ -304,7 +332,7 @@ func (e *engine) renewCall(batch []renewItem, sentAt time.Time) {
 		}
 		switch {
 		case r == nil:
-			l.validUntil = sentAt.Add(it.ttl - drift(it.ttl))
+			e.setValid(l, sentAt.Add(it.ttl-drift(it.ttl)))
 			l.attempts, l.lastErr = 0, nil
 			l.renewAt = time.Time{}
 			switch {

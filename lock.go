@@ -27,8 +27,9 @@ type Lock struct {
 	minHold    time.Duration
 	progress   time.Duration
 
-	done chan struct{}
-	beat atomic.Int64 // last Heartbeat as ns since acquiredAt
+	done    chan struct{}
+	beat    atomic.Int64 // last Heartbeat as ns since acquiredAt
+	validNs atomic.Int64 // validUntil as ns since the engine's base, for Done's own check
 
 	// Guarded by lk.eng.mu.
 	ended       bool
@@ -64,14 +65,19 @@ func (l *Lock) Owner() string { return l.owner }
 // Done returns a channel that is closed when the lock ends: released, lost,
 // MaxHold reached, stalled, or its Locker closed. It closes no later than the
 // lease's local validity, before the store could grant the key to anyone
-// else.
-func (l *Lock) Done() <-chan struct{} { return l.done }
+// else. Done checks that deadline itself too, so a process resumed after a
+// long pause sees the channel closed before its engine goroutine has run.
+func (l *Lock) Done() <-chan struct{} {
+	l.lk.eng.expireIfDue(l)
+	return l.done
+}
 
 // Context returns a context that is cancelled when Done closes, with the
 // reason as its cause: context.Cause returns ErrReleased, or an error
 // matching ErrLockLost (ErrMaxHold, ErrStalled, ErrClosed, ...).
 func (l *Lock) Context() context.Context {
 	e := l.lk.eng
+	e.expireIfDue(l)
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if l.ctx == nil {
@@ -87,6 +93,7 @@ func (l *Lock) Context() context.Context {
 // Done is closed.
 func (l *Lock) Err() error {
 	e := l.lk.eng
+	e.expireIfDue(l)
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return l.cause

@@ -288,3 +288,62 @@ func TestErrorsTellCausesApart(t *testing.T) {
 		t.Errorf("Error() = %q", got)
 	}
 }
+
+// pausedClock is a Clock whose time moves only when the test says and whose
+// timers never fire: the engine goroutine sleeps through everything, as it
+// does in a process that was just resumed after SIGSTOP.
+type pausedClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *pausedClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *pausedClock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+func (c *pausedClock) NewTimer(time.Duration) Timer { return stillTimer{make(chan time.Time)} }
+
+type stillTimer struct{ c chan time.Time }
+
+func (t stillTimer) C() <-chan time.Time { return t.c }
+func (stillTimer) Reset(time.Duration)   {}
+func (stillTimer) Stop() bool            { return true }
+
+// After a pause longer than the lease, Done is closed at the first look,
+// before the engine goroutine has had a chance to run.
+func TestDoneChecksValidityItself(t *testing.T) {
+	clk := &pausedClock{now: time.Unix(1_700_000_000, 0)}
+	lk, err := New(memstore.New(clk), &Config{Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk.Close()
+	ttl := time.Second
+	l, err := lk.TryObtain(context.Background(), "k", &ObtainOptions{TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk.advance(ttl - drift(ttl) - time.Millisecond)
+	select {
+	case <-l.Done():
+		t.Fatal("Done closed before local validity ended")
+	default:
+	}
+	clk.advance(time.Millisecond)
+	select {
+	case <-l.Done():
+	default:
+		t.Fatal("Done still open at the end of local validity")
+	}
+	if !errors.Is(l.Err(), ErrLockLost) || !errors.Is(context.Cause(l.Context()), ErrLockLost) {
+		t.Fatalf("cause = %v", l.Err())
+	}
+}
