@@ -1,0 +1,90 @@
+// Package redisstore keeps tasklock leases in Redis through a go-redis v9
+// client: a single node (*redis.Client), a Sentinel-managed master
+// (redis.NewFailoverClient), or a Cluster (*redis.ClusterClient).
+//
+//	store, err := redisstore.New(redis.NewClient(&redis.Options{Addr: "localhost:6379"}), nil)
+//	locker, err := tasklock.New(store, nil)
+//
+// The Store implements driver.Store, driver.Notifier (waiters are woken by
+// pub/sub), driver.Lister (the CLI and the dashboard list leases) and
+// driver.ForceReleaser (the operator's escape hatch).
+//
+// # Keys
+//
+// A lock on key K is the string key Prefix+"{"+K+"}" holding
+// token:fence:owner with a PX expiry set by Redis's clock; its fence counter
+// is Prefix+"{"+K+"}:fence", an INCR counter without expiry (one small key
+// per lock key ever used). The braces make K the Cluster hash tag, so both
+// keys sit in one slot and one Lua script updates them together. Releases
+// are published on channel Prefix+"released" with K as the payload. Keys
+// starting with '}' are rejected with ErrKey (their hash tag would be
+// empty).
+//
+// # Round trips
+//
+// Acquire, Release and Renew each run one Lua script (EVALSHA, falling back
+// to EVAL once after SCRIPT FLUSH or a restart) in one round trip. Renew
+// batches: one script call per Cluster hash slot, or per 500 leases on a
+// single node, all sent in one pipeline, so a renewal cycle costs one round
+// trip per node. Leases scans the keyspace (SCAN on every master) and is
+// meant for the CLI and the dashboard.
+//
+// A release reaches subscribers on the same node within a millisecond. On a
+// Cluster it may have to cross the cluster bus, which Redis opens without
+// TCP_NODELAY, so it can arrive up to about 40 ms later.
+//
+// # Waiting for replicas
+//
+// With Options.WaitReplicas, WAIT rides in the same pipeline as the grant,
+// so a grant still costs one round trip; it takes as long as the slowest of
+// the replicas waited for to acknowledge. When too few replicas answer, the
+// grant is undone and Acquire fails with ErrReplicas, so with WaitReplicas
+// equal to the number of replicas, losing one replica, or a failover (until
+// the old master rejoins as a replica, about 10 s with Sentinel), stops all
+// grants: that is the price of the check. A WAIT that times out returns on
+// the server's next cron tick, up to 1000/hz ms (100 ms at the default hz
+// 10) after Options.WaitTimeout.
+//
+// # Safety level
+//
+// Redis is not a durable, linearizable store, and this store is only as
+// safe as the deployment under it. Plainly:
+//
+//   - A single node without persistence loses every lease and every fence
+//     counter when it restarts. After a restart a key can be granted at once
+//     to a second holder while the first still works, and fences start again
+//     from 1, so a fence can repeat: a resource that checks fences cannot
+//     tell the new holder's writes from the old one's.
+//   - With AOF and appendfsync always, leases and fence counters survive a
+//     restart (a lease's expiry keeps running while Redis is down). With
+//     appendfsync everysec up to a second of grants can be lost, and with
+//     RDB snapshots everything since the last snapshot.
+//   - Replication (Sentinel, Cluster replicas) is asynchronous. When the
+//     master fails just after a grant, a replica that had not yet received
+//     it can be promoted: the new master does not know the lease, grants the
+//     key to someone else (two holders at once) and may hand out a fence
+//     that was already issued. A renewal lost the same way leaves the lease
+//     with its older, earlier expiry on the new master.
+//   - Options.WaitReplicas narrows that window for grants: Acquire waits
+//     (WAIT) until that many replicas acknowledged the write, and gives the
+//     lease back otherwise. It does not close the window. WAIT does not make
+//     Redis strongly consistent: an acknowledged write can still be lost when
+//     the failover promotes a replica that did not get it, and promotion
+//     does not wait for anything. Renewals and releases are not waited for.
+//   - Expiries are kept in the Redis server's wall-clock time: stepping that
+//     server's clock forward ends leases early.
+//   - A maxmemory policy that can evict keys without an expiry (allkeys-*)
+//     can evict a fence counter; use noeviction or a volatile-* policy.
+//
+// The defence against all of these is the fencing token: pass each grant's
+// fence to the resource the lock protects and have it reject writes with a
+// lower fence than it has seen (tasklock.FencedRegister is the model).
+// Where a repeated fence after a restart matters, run Redis with
+// appendfsync always, or use a durable store (pgstore, etcdstore).
+//
+// # Errors
+//
+// Besides driver.ErrNotHeld and *driver.HeldError, Acquire may return
+// errors wrapping ErrReplicas and ErrKey. Every error from go-redis is
+// wrapped with %w. The store never logs.
+package redisstore

@@ -1,0 +1,500 @@
+package redisstore
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tasklock/tasklock/driver"
+)
+
+// DefaultPrefix is the key prefix when Options.Prefix is empty.
+const DefaultPrefix = "tasklock:"
+
+// DefaultWaitTimeout is the WAIT timeout when Options.WaitTimeout is zero.
+const DefaultWaitTimeout = 100 * time.Millisecond
+
+// renewChunk is the most leases one renew script call carries.
+const renewChunk = 500
+
+// ErrReplicas is wrapped by the error Acquire returns when Options.WaitReplicas
+// is set and fewer replicas acknowledged the grant within
+// Options.WaitTimeout. The lease has been released again (or, if that
+// release failed too, expires after its TTL); the call may be retried.
+var ErrReplicas = errors.New("redisstore: too few replicas acknowledged")
+
+// ErrKey is wrapped by the error Acquire returns for a key this store cannot
+// keep: one starting with '}'. Such a key would give the lock key an empty
+// hash tag ("prefix{}..."), so on a Cluster the lock key and its fence
+// counter would land in different slots.
+var ErrKey = errors.New("redisstore: unsupported key")
+
+//go:embed acquire.lua
+var acquireSrc string
+
+//go:embed renew.lua
+var renewSrc string
+
+//go:embed release.lua
+var releaseSrc string
+
+//go:embed forcerelease.lua
+var forceReleaseSrc string
+
+var (
+	acquireScript      = newLuaScript(acquireSrc)
+	renewScript        = newLuaScript(renewSrc)
+	releaseScript      = newLuaScript(releaseSrc)
+	forceReleaseScript = newLuaScript(forceReleaseSrc)
+)
+
+// luaScript is an embedded script, run with EVALSHA and, when the server
+// answers NOSCRIPT (after SCRIPT FLUSH or a restart), once more with EVAL,
+// which also loads it. Acquire and Release build the command themselves
+// (redis.Script.Run would copy keys and arguments into a second slice and
+// box them again): src and sha are boxed once here.
+type luaScript struct {
+	*redis.Script
+	src, sha any
+}
+
+func newLuaScript(src string) *luaScript {
+	s := redis.NewScript(src)
+	return &luaScript{Script: s, src: src, sha: s.Hash()}
+}
+
+// doer is what runs a command: a client or a pipeline.
+type doer interface {
+	Do(ctx context.Context, args ...any) *redis.Cmd
+}
+
+// run sends args, which must be {"evalsha", l.sha, numkeys, keys...,
+// argv...}, and on NOSCRIPT sends them again as EVAL.
+func (l *luaScript) run(ctx context.Context, c doer, args []any) *redis.Cmd {
+	cmd := c.Do(ctx, args...)
+	if err := cmd.Err(); err != nil && isNoScript(err) {
+		cmd = c.Do(ctx, l.evalArgs(args)...)
+	}
+	return cmd
+}
+
+// evalArgs turns EVALSHA arguments into EVAL arguments.
+func (l *luaScript) evalArgs(args []any) []any {
+	return append([]any{"eval", l.src}, args[2:]...)
+}
+
+// Options configures a Store. A nil *Options means all defaults; zero fields
+// take their defaults. New never writes into it.
+type Options struct {
+	// Prefix starts every key the store writes: the lock key of user key K
+	// is Prefix+"{"+K+"}", its fence counter Prefix+"{"+K+"}:fence", and
+	// releases are published on channel Prefix+"released". It must not
+	// contain '{' or '}', which would change the keys' Cluster hash tag.
+	// Default: DefaultPrefix.
+	Prefix string
+
+	// WaitReplicas, when positive, makes Acquire send WAIT WaitReplicas
+	// WaitTimeout on the connection that made the grant, in the same round
+	// trip, and undo the grant with an error wrapping ErrReplicas when fewer
+	// replicas acknowledged it. This narrows, but does not close, the window
+	// in which a failover loses a lease: see the package documentation.
+	// Default: 0 (do not wait).
+	WaitReplicas int
+
+	// WaitTimeout bounds the WAIT that WaitReplicas sends. It must be at
+	// least 1ms and below the client's ReadTimeout. Default:
+	// DefaultWaitTimeout.
+	WaitTimeout time.Duration
+}
+
+// Store keeps leases in Redis. It implements driver.Store, driver.Notifier,
+// driver.Lister and driver.ForceReleaser, and is safe for concurrent use.
+// Create it with New.
+type Store struct {
+	client       redis.UniversalClient
+	cluster      *redis.ClusterClient // non-nil when client is a Cluster client
+	prefix       string
+	channel      string // Prefix+"released"
+	channelArg   any    // channel, boxed once for release.lua's arguments
+	waitReplicas int
+	waitTimeout  time.Duration
+}
+
+var (
+	_ driver.Store         = (*Store)(nil)
+	_ driver.Notifier      = (*Store)(nil)
+	_ driver.Lister        = (*Store)(nil)
+	_ driver.ForceReleaser = (*Store)(nil)
+)
+
+// New returns a Store that keeps its leases through client, which must be a
+// *redis.Client (a single node, or a Sentinel-managed master from
+// redis.NewFailoverClient) or a *redis.ClusterClient (including
+// redis.NewFailoverClusterClient). Other UniversalClient implementations,
+// such as *redis.Ring, are rejected: the store must know how keys map to
+// nodes to batch renewals and to WAIT on the right connection.
+//
+// New validates opts and returns an error naming the offending field. The
+// caller keeps ownership of client: the Store never closes it.
+func New(client redis.UniversalClient, opts *Options) (*Store, error) {
+	s := &Store{
+		client:      client,
+		prefix:      DefaultPrefix,
+		waitTimeout: DefaultWaitTimeout,
+	}
+	var readTimeout time.Duration
+	switch c := client.(type) {
+	case nil:
+		return nil, errors.New("redisstore: client is nil")
+	case *redis.Client:
+		if c == nil {
+			return nil, errors.New("redisstore: client is nil")
+		}
+		readTimeout = c.Options().ReadTimeout
+	case *redis.ClusterClient:
+		if c == nil {
+			return nil, errors.New("redisstore: client is nil")
+		}
+		s.cluster = c
+		readTimeout = c.Options().ReadTimeout
+	default:
+		return nil, fmt.Errorf("redisstore: client type %T is not supported, use *redis.Client or *redis.ClusterClient", client)
+	}
+	if opts != nil {
+		if opts.Prefix != "" {
+			if strings.ContainsAny(opts.Prefix, "{}") {
+				return nil, fmt.Errorf("redisstore: Options.Prefix %q must not contain '{' or '}'", opts.Prefix)
+			}
+			s.prefix = opts.Prefix
+		}
+		if opts.WaitReplicas < 0 {
+			return nil, fmt.Errorf("redisstore: Options.WaitReplicas is %d, must not be negative", opts.WaitReplicas)
+		}
+		s.waitReplicas = opts.WaitReplicas
+		switch {
+		case opts.WaitTimeout < 0:
+			return nil, fmt.Errorf("redisstore: Options.WaitTimeout is %s, must not be negative", opts.WaitTimeout)
+		case opts.WaitTimeout > 0 && opts.WaitTimeout < time.Millisecond:
+			// WAIT counts in whole ms, and WAIT n 0 blocks forever.
+			return nil, fmt.Errorf("redisstore: Options.WaitTimeout is %s, must be at least 1ms", opts.WaitTimeout)
+		case opts.WaitTimeout > 0:
+			s.waitTimeout = opts.WaitTimeout
+		}
+	}
+	if s.waitReplicas > 0 && readTimeout > 0 && s.waitTimeout >= readTimeout {
+		// A pipeline reads with the client's ReadTimeout, so a longer WAIT
+		// would surface as a network timeout.
+		return nil, fmt.Errorf("redisstore: Options.WaitTimeout %s must be below the client's ReadTimeout %s", s.waitTimeout, readTimeout)
+	}
+	s.channel = s.prefix + "released"
+	s.channelArg = s.channel
+	return s, nil
+}
+
+// lockKey returns the lock key of a user key. The user key is wrapped in
+// braces, which makes it the key's Cluster hash tag: Redis hashes only what
+// lies between the first '{' and the first '}' after it. The prefix has no
+// braces (New checks), so that first '{' is ours, and the first '}' after it
+// is either inside the user key or our closing one. Either way the fence
+// key, which is the lock key plus ":fence", has the same first '{' and the
+// same first '}', so the same tag and the same slot, even when the user key
+// contains braces ("a}b{c" gives tag "a", "x{y}" gives tag "x{y"), and one
+// script may touch both. The one exception is a user key starting with '}':
+// the tag would be empty, and Redis would hash the whole key instead, so
+// Acquire rejects such keys with ErrKey.
+func (s *Store) lockKey(key string) string {
+	return s.prefix + "{" + key + "}"
+}
+
+// userKey returns the user key of a lock key, and false when lk is not one.
+func (s *Store) userKey(lk string) (string, bool) {
+	if len(lk) < len(s.prefix)+2 || !strings.HasPrefix(lk, s.prefix) || lk[len(s.prefix)] != '{' || lk[len(lk)-1] != '}' {
+		return "", false
+	}
+	return lk[len(s.prefix)+1 : len(lk)-1], true
+}
+
+// Acquire implements driver.Store in one round trip: acquire.lua grants the
+// key with SET PX and a fresh fence from the key's INCR counter, or reports
+// the holder. With Options.WaitReplicas, WAIT rides in the same pipeline.
+func (s *Store) Acquire(ctx context.Context, p driver.AcquireParams) (driver.Grant, error) {
+	if p.Key == "" || p.Key[0] == '}' {
+		return driver.Grant{}, fmt.Errorf("%w: %q: a key must not be empty or start with '}'", ErrKey, p.Key)
+	}
+	if p.Token == "" || strings.IndexByte(p.Token, ':') >= 0 {
+		return driver.Grant{}, fmt.Errorf("redisstore: token %q: must be non-empty and contain no ':'", p.Token)
+	}
+	if p.TTL <= 0 {
+		return driver.Grant{}, fmt.Errorf("redisstore: TTL is %s, must be positive", p.TTL)
+	}
+	lk := s.lockKey(p.Key)
+	args := []any{"evalsha", acquireScript.sha, 2, lk, lk + ":fence", p.Token, millis(p.TTL), p.Owner}
+
+	var res any
+	if s.waitReplicas == 0 {
+		r, err := acquireScript.run(ctx, s.client, args).Result()
+		if err != nil {
+			return driver.Grant{}, fmt.Errorf("redisstore: acquire %q: %w", p.Key, err)
+		}
+		res = r
+	} else {
+		r, acked, err := s.acquireWait(ctx, lk, args)
+		if err != nil {
+			return driver.Grant{}, fmt.Errorf("redisstore: acquire %q: %w", p.Key, err)
+		}
+		res = r
+		if _, granted := res.(int64); granted && acked < s.waitReplicas {
+			err := fmt.Errorf("%w: %d of %d within %s", ErrReplicas, acked, s.waitReplicas, s.waitTimeout)
+			// Undo the grant even if ctx has ended: it is ours to remove.
+			rel := s.Release(context.WithoutCancel(ctx), driver.ReleaseParams{Key: p.Key, Token: p.Token})
+			if rel != nil {
+				return driver.Grant{}, fmt.Errorf("redisstore: acquire %q: %w (undoing the grant failed, it expires after its TTL: %w)", p.Key, err, rel)
+			}
+			return driver.Grant{}, fmt.Errorf("redisstore: acquire %q: %w", p.Key, err)
+		}
+	}
+
+	switch r := res.(type) {
+	case int64: // granted: the fence
+		if r <= 0 {
+			return driver.Grant{}, fmt.Errorf("redisstore: acquire %q: unexpected fence %d", p.Key, r)
+		}
+		return driver.Grant{Fence: uint64(r)}, nil
+	case []any: // held: {value, pttl}
+		held := &driver.HeldError{}
+		if len(r) == 2 {
+			if v, ok := r[0].(string); ok {
+				_, held.Owner, _ = parseValue(v)
+			}
+			if ms, ok := r[1].(int64); ok && ms > 0 {
+				held.TTL = time.Duration(ms) * time.Millisecond
+			}
+		}
+		return driver.Grant{}, held
+	}
+	return driver.Grant{}, fmt.Errorf("redisstore: acquire %q: unexpected reply %v", p.Key, res)
+}
+
+// acquireWait runs acquire.lua and WAIT in one pipeline on the connection
+// of the key's master, and returns the script's reply and the number of
+// replicas that acknowledged.
+func (s *Store) acquireWait(ctx context.Context, lk string, args []any) (any, int, error) {
+	var node redis.UniversalClient = s.client
+	if s.cluster != nil {
+		// The Cluster client would send WAIT (it has no key) to any node;
+		// WAIT counts the acks of writes made on its own connection, so it
+		// must go down the same node client's pipeline as the script.
+		c, err := s.cluster.MasterForKey(ctx, lk)
+		if err != nil {
+			return nil, 0, err
+		}
+		node = c
+	}
+	// A *redis.Client runs a pipeline on a single connection.
+	res, acked, err := s.pipeAcquire(ctx, node, args)
+	if isNoScript(err) {
+		res, acked, err = s.pipeAcquire(ctx, node, acquireScript.evalArgs(args))
+	}
+	return res, acked, err
+}
+
+// pipeAcquire sends acquire.lua and WAIT in one pipeline on node.
+func (s *Store) pipeAcquire(ctx context.Context, node redis.UniversalClient, args []any) (any, int, error) {
+	pipe := node.Pipeline()
+	script := pipe.Do(ctx, args...)
+	// Pipeliner has no Wait method. The pipeline reads with the client's
+	// ReadTimeout, which New checked is longer than the WAIT timeout.
+	wait := pipe.Do(ctx, "wait", s.waitReplicas, s.waitTimeout.Milliseconds())
+	_, _ = pipe.Exec(ctx) // errors are read per command below
+	res, err := script.Result()
+	if err != nil {
+		return nil, 0, err
+	}
+	acked, err := wait.Int64()
+	if err != nil {
+		if _, granted := res.(int64); granted {
+			// Granted but unconfirmed: report no acks, so that the
+			// caller undoes the grant.
+			return res, 0, nil
+		}
+		return nil, 0, err
+	}
+	return res, int(acked), nil
+}
+
+// parseValue splits a lease value token:fence:owner.
+func parseValue(v string) (fence uint64, owner string, ok bool) {
+	i := strings.IndexByte(v, ':')
+	if i < 0 {
+		return 0, "", false
+	}
+	rest := v[i+1:]
+	j := strings.IndexByte(rest, ':')
+	if j < 0 {
+		return 0, "", false
+	}
+	fence, err := strconv.ParseUint(rest[:j], 10, 64)
+	if err != nil {
+		return 0, "", false
+	}
+	return fence, rest[j+1:], true
+}
+
+// millis converts d to whole milliseconds, rounding up so the store never
+// keeps a lease shorter than asked.
+func millis(d time.Duration) int64 {
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+func isNoScript(err error) bool {
+	return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT")
+}
+
+// Release implements driver.Store in one round trip (release.lua): when
+// p.Token holds p.Key it deletes the lease and publishes p.Key on
+// Prefix+"released", or with p.KeepFor > 0 only shortens it to KeepFor.
+func (s *Store) Release(ctx context.Context, p driver.ReleaseParams) error {
+	var keep int64
+	if p.KeepFor > 0 {
+		keep = millis(p.KeepFor)
+	}
+	args := []any{"evalsha", releaseScript.sha, 1, s.lockKey(p.Key), p.Token, keep, s.channelArg, p.Key}
+	n, err := releaseScript.run(ctx, s.client, args).Int64()
+	if err != nil {
+		return fmt.Errorf("redisstore: release %q: %w", p.Key, err)
+	}
+	if n != 1 {
+		return driver.ErrNotHeld
+	}
+	return nil
+}
+
+// ForceRelease implements driver.ForceReleaser: it deletes the lease of key
+// whoever holds it and wakes waiters, in one round trip. The fence counter
+// stays, so the next grant's fence is still higher. It returns
+// driver.ErrNotHeld when the key is not held.
+func (s *Store) ForceRelease(ctx context.Context, key string) error {
+	args := []any{"evalsha", forceReleaseScript.sha, 1, s.lockKey(key), s.channelArg, key}
+	n, err := forceReleaseScript.run(ctx, s.client, args).Int64()
+	if err != nil {
+		return fmt.Errorf("redisstore: force release %q: %w", key, err)
+	}
+	if n != 1 {
+		return driver.ErrNotHeld
+	}
+	return nil
+}
+
+// renewGroup is one call of renew.lua: leases in one hash slot (Cluster) or
+// one chunk of at most renewChunk leases.
+type renewGroup struct {
+	idx  []int // indexes into the caller's params
+	keys []string
+	args []any
+	cmd  *redis.Cmd
+}
+
+// Renew implements driver.Store. It groups the leases by Cluster hash slot
+// (on a *redis.ClusterClient) or in chunks of at most 500 (otherwise), runs
+// renew.lua once per group, and sends all the groups in one pipeline, which
+// the Cluster client splits per node: a renewal cycle costs one round trip
+// per node (a second one only after SCRIPT FLUSH or a restart, to load the
+// script).
+func (s *Store) Renew(ctx context.Context, ps []driver.RenewParams) ([]error, error) {
+	if len(ps) == 0 {
+		return []error{}, nil
+	}
+	for _, p := range ps {
+		if p.TTL <= 0 {
+			return nil, fmt.Errorf("redisstore: renew %q: TTL is %s, must be positive", p.Key, p.TTL)
+		}
+	}
+	groups := s.groupRenewals(ps)
+
+	pending := groups
+	for _, eval := range []bool{false, true} {
+		pipe := s.client.Pipeline()
+		for _, g := range pending {
+			if eval {
+				g.cmd = renewScript.Eval(ctx, pipe, g.keys, g.args...)
+			} else {
+				g.cmd = renewScript.EvalSha(ctx, pipe, g.keys, g.args...)
+			}
+		}
+		_, _ = pipe.Exec(ctx) // errors are read per command below
+		var retry []*renewGroup
+		for _, g := range pending {
+			err := g.cmd.Err()
+			if !eval && isNoScript(err) {
+				retry = append(retry, g)
+				continue
+			}
+			if err != nil {
+				return nil, fmt.Errorf("redisstore: renew %d leases: %w", len(ps), err)
+			}
+		}
+		if len(retry) == 0 {
+			break
+		}
+		pending = retry
+	}
+
+	out := make([]error, len(ps))
+	for _, g := range groups {
+		res, err := g.cmd.Int64Slice()
+		if err != nil {
+			return nil, fmt.Errorf("redisstore: renew %d leases: %w", len(ps), err)
+		}
+		if len(res) != len(g.idx) {
+			return nil, fmt.Errorf("redisstore: renew %d leases: %d results for %d keys", len(ps), len(res), len(g.idx))
+		}
+		for i, n := range res {
+			if n != 1 {
+				out[g.idx[i]] = driver.ErrNotHeld
+			}
+		}
+	}
+	return out, nil
+}
+
+// groupRenewals splits ps into renew.lua calls, keeping the callers' order
+// within each group.
+func (s *Store) groupRenewals(ps []driver.RenewParams) []*renewGroup {
+	var groups []*renewGroup
+	// add appends lease i to g, or to a new group when g is nil or full.
+	add := func(g *renewGroup, i int, lk string, capacity int) *renewGroup {
+		if g == nil || len(g.idx) == renewChunk {
+			g = &renewGroup{
+				idx:  make([]int, 0, capacity),
+				keys: make([]string, 0, capacity),
+				args: make([]any, 0, 2*capacity),
+			}
+			groups = append(groups, g)
+		}
+		g.idx = append(g.idx, i)
+		g.keys = append(g.keys, lk)
+		g.args = append(g.args, ps[i].Token, millis(ps[i].TTL))
+		return g
+	}
+	if s.cluster == nil {
+		var g *renewGroup
+		for i, p := range ps {
+			g = add(g, i, s.lockKey(p.Key), min(renewChunk, len(ps)-i))
+		}
+		return groups
+	}
+	// Most slots get one or two leases: let those groups grow as needed.
+	bySlot := make(map[uint16]*renewGroup)
+	for i, p := range ps {
+		lk := s.lockKey(p.Key)
+		sl := slot(lk)
+		bySlot[sl] = add(bySlot[sl], i, lk, 1)
+	}
+	return groups
+}
