@@ -1,0 +1,414 @@
+package redisstore
+
+// Fault tests: a real holder is killed, paused, cut off or loses its server,
+// and a fenced register kept on a second, unaffected redis-server is the
+// oracle that counts stale writes.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tasklock/tasklock"
+	"github.com/tasklock/tasklock/internal/testserver"
+)
+
+// register is tasklock.FencedRegister's rule kept in Redis, so that helper
+// processes and the test write to the same one: a write is accepted only when
+// its fence is at least the highest accepted, and every accepted write is
+// logged with its writer.
+var registerScript = redis.NewScript(`
+local h = tonumber(redis.call('GET', KEYS[1]) or '0')
+local f = tonumber(ARGV[1])
+if f < h then redis.call('INCR', KEYS[2]) return 0 end
+redis.call('SET', KEYS[1], f)
+redis.call('RPUSH', KEYS[3], ARGV[2] .. ':' .. ARGV[1])
+return 1`)
+
+type register struct{ c *redis.Client }
+
+func newRegister(t *testing.T, addr string) register {
+	return register{closeAtCleanup(t, redis.NewClient(&redis.Options{Addr: addr}))}
+}
+
+func (r register) write(ctx context.Context, fence uint64, writer string) (bool, error) {
+	n, err := registerScript.Run(ctx, r.c, []string{"reg:highest", "reg:rejected", "reg:log"}, fence, writer).Int()
+	return n == 1, err
+}
+
+// accepted returns the writers of accepted writes, in order.
+func (r register) accepted(t *testing.T) []string {
+	log, err := r.c.LRange(ctxT(t), "reg:log", 0, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return log
+}
+
+func (r register) rejected(t *testing.T) int {
+	n, err := r.c.Get(ctxT(t), "reg:rejected").Int()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// acceptedAfter returns the writes by writer accepted after the first
+// accepted write by after.
+func acceptedAfter(log []string, after, writer string) []string {
+	var out []string
+	seen := false
+	for _, e := range log {
+		switch {
+		case strings.HasPrefix(e, after+":"):
+			seen = true
+		case seen && strings.HasPrefix(e, writer+":"):
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// TestFaultHolder is the helper process: it obtains a lock and, while Done
+// is open, writes to the register every few milliseconds. It reports each
+// step on stdout. After a gap longer than the TTL (it was stopped) it reports
+// whether Done was already closed before doing anything else.
+func TestFaultHolder(t *testing.T) {
+	if testserver.HelperRole() != "holder" {
+		t.Skip("helper process for the fault tests")
+	}
+	ttl, _ := time.ParseDuration(os.Getenv("TL_TTL"))
+	key, prefix := os.Getenv("TL_KEY"), os.Getenv("TL_PREFIX")
+	c := redis.NewClient(&redis.Options{Addr: os.Getenv("TL_ADDR")})
+	s, err := New(c, &Options{Prefix: prefix})
+	if err != nil {
+		fmt.Println("error", err)
+		os.Exit(1)
+	}
+	lk, err := tasklock.New(s, &tasklock.Config{Owner: "holder"})
+	if err != nil {
+		fmt.Println("error", err)
+		os.Exit(1)
+	}
+	reg := register{redis.NewClient(&redis.Options{Addr: os.Getenv("TL_REGISTER")})}
+	ctx := context.Background()
+	l, err := lk.Obtain(ctx, key, &tasklock.ObtainOptions{TTL: ttl})
+	if err != nil {
+		fmt.Println("error", err)
+		os.Exit(1)
+	}
+	fmt.Println("obtained", l.Fence())
+	last := time.Now()
+	for {
+		gap := time.Since(last)
+		last = time.Now()
+		if gap > ttl {
+			select {
+			case <-l.Done():
+				fmt.Println("resumed done=closed")
+			default:
+				fmt.Println("resumed done=open")
+			}
+		}
+		select {
+		case <-l.Done():
+			fmt.Println("lost", l.Err())
+			os.Exit(0)
+		default:
+		}
+		ok, err := reg.write(ctx, l.Fence(), "holder")
+		fmt.Println("write", ok, err)
+		time.Sleep(10 * time.Millisecond) // one unit of work
+	}
+}
+
+func startHolder(t *testing.T, lockAddr, regAddr, prefix string, ttl time.Duration) (*testserver.Process, uint64) {
+	t.Helper()
+	p := testserver.StartHelper(t, "TestFaultHolder", "holder",
+		"TL_ADDR="+lockAddr, "TL_REGISTER="+regAddr, "TL_PREFIX="+prefix, "TL_KEY=job", "TL_TTL="+ttl.String())
+	line := p.WaitLine(t, "obtained ", 10*time.Second)
+	fence, err := strconv.ParseUint(strings.TrimPrefix(line, "obtained "), 10, 64)
+	if err != nil {
+		t.Fatalf("bad line %q", line)
+	}
+	p.WaitLine(t, "write true", 5*time.Second)
+	return p, fence
+}
+
+func newFaultLocker(t *testing.T, addr, prefix, owner string) *tasklock.Locker {
+	t.Helper()
+	s := newStore(t, closeAtCleanup(t, redis.NewClient(&redis.Options{Addr: addr})), &Options{Prefix: prefix})
+	lk, err := tasklock.New(s, &tasklock.Config{Owner: owner})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lk.Close() })
+	return lk
+}
+
+// (a) The holder process is SIGKILLed: another obtains within TTL + 1 s.
+func TestFaultHolderKilled(t *testing.T) {
+	t.Parallel()
+	srv, regSrv := testserver.StartRedis(t), testserver.StartRedis(t)
+	reg := newRegister(t, regSrv.Addr())
+	ttl := time.Second
+	prefix := freshPrefix()
+	holder, fence := startHolder(t, srv.Addr(), regSrv.Addr(), prefix, ttl)
+	b := newFaultLocker(t, srv.Addr(), prefix, "b")
+
+	killed := time.Now()
+	holder.Kill(t)
+	l, err := b.Obtain(ctxT(t), "job", &tasklock.ObtainOptions{TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(killed)
+	t.Logf("takeover %v after SIGKILL (TTL %v)", took, ttl)
+	if took > ttl+time.Second {
+		t.Fatalf("takeover took %v, want ≤ TTL + 1s", took)
+	}
+	if l.Fence() <= fence {
+		t.Fatalf("fence %d after %d", l.Fence(), fence)
+	}
+	if ok, err := reg.write(ctxT(t), l.Fence(), "b"); !ok || err != nil {
+		t.Fatalf("the new holder's write was refused: %v", err)
+	}
+	if n := reg.rejected(t); n != 0 {
+		t.Fatalf("%d stale writes", n)
+	}
+}
+
+// (b) The holder process is SIGSTOPped for 2×TTL: another obtains; when the
+// first resumes its Done is already closed and none of its writes is
+// accepted after the new holder's.
+func TestFaultHolderPaused(t *testing.T) {
+	t.Parallel()
+	srv, regSrv := testserver.StartRedis(t), testserver.StartRedis(t)
+	reg := newRegister(t, regSrv.Addr())
+	ttl := time.Second
+	prefix := freshPrefix()
+	holder, fence := startHolder(t, srv.Addr(), regSrv.Addr(), prefix, ttl)
+	b := newFaultLocker(t, srv.Addr(), prefix, "b")
+
+	holder.Stop(t)
+	stopped := time.Now()
+	l, err := b.Obtain(ctxT(t), "job", &tasklock.ObtainOptions{TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Fence() <= fence {
+		t.Fatalf("fence %d after %d", l.Fence(), fence)
+	}
+	if ok, err := reg.write(ctxT(t), l.Fence(), "b"); !ok || err != nil {
+		t.Fatalf("the new holder's write was refused: %v", err)
+	}
+	time.Sleep(time.Until(stopped.Add(2 * ttl))) // the pause itself, not synchronisation
+	holder.Cont(t)
+	if line := holder.WaitLine(t, "resumed ", 5*time.Second); line != "resumed done=closed" {
+		t.Fatalf("on resume the holder saw %q: it could have acted on a lost lock", line)
+	}
+	holder.WaitLine(t, "lost ", 5*time.Second)
+	if stale := acceptedAfter(reg.accepted(t), "b", "holder"); len(stale) > 0 {
+		t.Fatalf("register accepted the paused holder's writes after the new holder's: %v", stale)
+	}
+	select {
+	case <-l.Done():
+		t.Fatalf("the new holder lost its lock: %v", l.Err())
+	default:
+	}
+}
+
+// (c) The network to Redis is blackholed: the holder's Done closes before
+// its lease could expire at the server, and another client obtains after.
+func TestFaultBlackhole(t *testing.T) {
+	t.Parallel()
+	srv := testserver.StartRedis(t)
+	proxy := testserver.StartProxy(t, srv.Addr())
+	ttl := time.Second
+	prefix := freshPrefix()
+	a := newFaultLocker(t, proxy.Addr(), prefix, "a")
+	b := newFaultLocker(t, srv.Addr(), prefix, "b")
+	var reg tasklock.FencedRegister
+
+	la, err := a.TryObtain(ctxT(t), "job", &tasklock.ObtainOptions{TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Write(la.Fence()); err != nil {
+		t.Fatal(err)
+	}
+	cut := time.Now()
+	proxy.Blackhole(t)
+	t.Cleanup(func() { proxy.Restore(t) }) // before the Lockers close
+
+	aDone := make(chan time.Time, 1)
+	go func() { <-la.Done(); aDone <- time.Now() }()
+	lb, err := b.Obtain(ctxT(t), "job", &tasklock.ObtainOptions{TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bAt := time.Now()
+	var doneAt time.Time
+	select {
+	case doneAt = <-aDone:
+	default:
+		t.Fatalf("b obtained %v after the cut while a's Done was still open", bAt.Sub(cut))
+	}
+	t.Logf("a told %v after the cut, b obtained %v after (TTL %v)", doneAt.Sub(cut), bAt.Sub(cut), ttl)
+	if doneAt.Sub(cut) > ttl {
+		t.Fatalf("a's Done closed %v after the cut, later than one TTL", doneAt.Sub(cut))
+	}
+	if !errors.Is(la.Err(), tasklock.ErrLockLost) {
+		t.Fatalf("a's cause = %v", la.Err())
+	}
+	if err := reg.Write(lb.Fence()); err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Write(la.Fence()); !errors.Is(err, tasklock.ErrStaleFence) {
+		t.Fatalf("a late write by a = %v, want ErrStaleFence", err)
+	}
+}
+
+// (d) Redis restarted without persistence: the holder learns of the loss at
+// its next renewal, and — as the package doc says — the fence counter starts
+// again, so the next grant's fence repeats an earlier one.
+func TestFaultRestartWithoutPersistence(t *testing.T) {
+	t.Parallel()
+	srv := testserver.StartRedis(t)
+	ttl := time.Second
+	prefix := freshPrefix()
+	a := newFaultLocker(t, srv.Addr(), prefix, "a")
+	b := newFaultLocker(t, srv.Addr(), prefix, "b")
+	for range 3 {
+		l, err := a.TryObtain(ctxT(t), "job", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = l.Release(ctxT(t))
+	}
+	la, err := a.TryObtain(ctxT(t), "job", &tasklock.ObtainOptions{TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Restart(t)
+	restarted := time.Now()
+	select {
+	case <-la.Done():
+	case <-time.After(ttl):
+		t.Fatal("the holder was not told within one TTL that its lease vanished")
+	}
+	t.Logf("holder told %v after the restart: %v", time.Since(restarted), la.Err())
+	if !errors.Is(la.Err(), tasklock.ErrLockLost) {
+		t.Fatalf("cause = %v", la.Err())
+	}
+	lb, err := b.TryObtain(ctxT(t), "job", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lb.Fence() > la.Fence() {
+		t.Fatalf("fence %d after a restart without persistence: the doc says the counter restarts", lb.Fence())
+	}
+	t.Logf("documented: fence %d after the restart repeats (the holder had %d)", lb.Fence(), la.Fence())
+}
+
+// (d') With AOF and appendfsync always, a held lock survives the restart and
+// fences keep increasing.
+func TestFaultRestartWithAOF(t *testing.T) {
+	t.Parallel()
+	srv := testserver.StartRedis(t, testserver.WithRedisArgs("--appendonly", "yes", "--appendfsync", "always"))
+	ttl := 2 * time.Second
+	prefix := freshPrefix()
+	a := newFaultLocker(t, srv.Addr(), prefix, "a")
+	b := newFaultLocker(t, srv.Addr(), prefix, "b")
+	la, err := a.TryObtain(ctxT(t), "job", &tasklock.ObtainOptions{TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Restart(t)
+	if _, err := b.TryObtain(ctxT(t), "job", nil); !errors.Is(err, tasklock.ErrNotObtained) {
+		t.Fatalf("after the restart another obtained the held lock: %v", err)
+	}
+	deadline := time.Now().Add(2 * ttl) // two TTLs of renewals through the restart
+	for time.Now().Before(deadline) {
+		select {
+		case <-la.Done():
+			t.Fatalf("lock lost across an AOF restart: %v", la.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	if err := la.Release(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	lb, err := b.TryObtain(ctxT(t), "job", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lb.Fence() <= la.Fence() {
+		t.Fatalf("fence %d after %d across an AOF restart", lb.Fence(), la.Fence())
+	}
+}
+
+// (e) Sentinel failover with a held lock: the lease, acknowledged by the
+// replica, survives on the new master; nobody else obtains it meanwhile; the
+// holder keeps renewing there or is told; fences keep increasing.
+func TestFaultSentinelFailover(t *testing.T) {
+	t.Parallel()
+	sen := testserver.StartSentinel(t)
+	newLocker := func(owner string) *tasklock.Locker {
+		c := closeAtCleanup(t, redis.NewFailoverClient(&redis.FailoverOptions{
+			MasterName: sen.MasterName(), SentinelAddrs: sen.SentinelAddrs(),
+		}))
+		s := newStore(t, c, &Options{Prefix: "failover:", WaitReplicas: 1})
+		lk, err := tasklock.New(s, &tasklock.Config{Owner: owner})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = lk.Close() })
+		return lk
+	}
+	a, b := newLocker("a"), newLocker("b")
+	ttl := 3 * time.Second
+	la, err := a.TryObtain(ctxT(t), "job", &tasklock.ObtainOptions{TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sen.Failover(t)
+	// For two TTLs after the failover, whenever b tries, a must either still
+	// hold the lock or have been told it lost it.
+	deadline := time.Now().Add(2 * ttl)
+	for time.Now().Before(deadline) {
+		lb, err := b.TryObtain(ctxT(t), "job", nil)
+		if err == nil {
+			select {
+			case <-la.Done():
+				t.Logf("a was told (%v) before b obtained", la.Err())
+				_ = lb.Release(ctxT(t))
+				return
+			default:
+				t.Fatalf("two holders after the failover: b obtained fence %d while a (fence %d) holds", lb.Fence(), la.Fence())
+			}
+		}
+		time.Sleep(100 * time.Millisecond) // sampling interval
+	}
+	select {
+	case <-la.Done():
+		t.Logf("a lost its lock across the failover: %v", la.Err())
+	default:
+		t.Log("a kept renewing on the new master")
+	}
+	_ = la.Release(ctxT(t))
+	lb, err := b.Obtain(ctxT(t), "job", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lb.Fence() <= la.Fence() {
+		t.Fatalf("fence %d after %d across the failover", lb.Fence(), la.Fence())
+	}
+}
