@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -74,7 +75,7 @@ func (e *engine) add(l *Lock, ttl time.Duration, sentAt time.Time, final bool) b
 		return false
 	}
 	l.ttl = ttl
-	e.setValid(l, sentAt.Add(ttl-drift(ttl)))
+	e.setValid(l, sentAt.Add(validity(ttl, l.grace)))
 	l.idx = -1
 	switch {
 	case final:
@@ -156,7 +157,11 @@ func (e *engine) lose(l *Lock, cause error, p *pending) {
 
 func (e *engine) flush(p *pending) {
 	for _, l := range p.lost {
-		e.lk.log.Warn("tasklock: lock lost", "key", l.key, "owner", l.owner, "fence", l.fence, "cause", l.cause)
+		level := slog.LevelWarn
+		if l.cause == ErrClosed {
+			level = slog.LevelDebug // the caller ended it
+		}
+		e.lk.log.Log(context.Background(), level, "tasklock: lock lost", "key", l.key, "owner", l.owner, "fence", l.fence, "cause", l.cause)
 	}
 	for _, ev := range p.events {
 		e.lk.emit(ev)
@@ -283,7 +288,7 @@ func (e *engine) startRenewal(l *Lock, now time.Time) (renewItem, bool) {
 	it := renewItem{l: l, ttl: l.ttl}
 	if l.maxHold > 0 {
 		rest := l.acquiredAt.Add(l.maxHold).Sub(now)
-		if rest <= drift(rest) {
+		if validity(rest, l.grace) <= 0 {
 			l.renewAt, l.endCause = time.Time{}, ErrMaxHold
 			for _, ch := range l.extends {
 				ch <- fmt.Errorf("tasklock: extend %q: %w", l.key, ErrMaxHold)
@@ -332,7 +337,7 @@ func (e *engine) renewCall(batch []renewItem, sentAt time.Time) {
 		}
 		switch {
 		case r == nil:
-			e.setValid(l, sentAt.Add(it.ttl-drift(it.ttl)))
+			e.setValid(l, sentAt.Add(validity(it.ttl, l.grace)))
 			l.attempts, l.lastErr = 0, nil
 			l.renewAt = time.Time{}
 			switch {

@@ -26,6 +26,7 @@ type Lock struct {
 	maxHold    time.Duration
 	minHold    time.Duration
 	progress   time.Duration
+	grace      time.Duration
 
 	done    chan struct{}
 	beat    atomic.Int64 // last Heartbeat as ns since acquiredAt
@@ -38,7 +39,7 @@ type Lock struct {
 	cancel      context.CancelCauseFunc
 	releasedOK  bool
 	ttl         time.Duration // the lease length renewals ask for
-	validUntil  time.Time     // local validity: sentAt + TTL − drift
+	validUntil  time.Time     // local validity: sentAt + TTL − drift − grace
 	renewAt     time.Time     // next renewal; zero when none is planned
 	endCause    error         // the cause if validity passes unrenewed (nil: ErrLockLost)
 	idx         int           // index in the engine's heap, -1 when not in it

@@ -166,6 +166,7 @@ func (lk *Locker) Obtain(ctx context.Context, key string, opts *ObtainOptions) (
 	defer func() { lk.waiters.remove(key, w, obtained) }()
 	t := lk.clock.NewTimer(time.Hour)
 	defer t.Stop()
+	lastHeld := held
 	for attempt := 1; ; attempt++ {
 		l, held, err = lk.try(ctx, key, &o)
 		switch {
@@ -173,7 +174,13 @@ func (lk *Locker) Obtain(ctx context.Context, key string, opts *ObtainOptions) (
 			obtained = true
 			l.lk.emit(Event{Type: EventObtained, Key: key, Owner: l.owner, Fence: l.fence, Wait: lk.clock.Now().Sub(start)})
 			return l, nil
-		case held == nil && !retryable(ctx, err):
+		case held != nil:
+			lastHeld = held
+		case ctx.Err() != nil && lastHeld != nil:
+			// The wait ended during an attempt: report the holder seen last.
+			lastHeld.Err = ctx.Err()
+			return nil, lastHeld
+		case !retryable(ctx, err):
 			return nil, err
 		}
 		var holderTTL time.Duration
@@ -187,11 +194,11 @@ func (lk *Locker) Obtain(ctx context.Context, key string, opts *ObtainOptions) (
 		case <-lk.closing:
 			return nil, ErrClosed
 		case <-ctx.Done():
-			if held == nil {
+			if lastHeld == nil {
 				return nil, fmt.Errorf("tasklock: obtain %q: %w (last error: %w)", key, ctx.Err(), err)
 			}
-			held.Err = ctx.Err()
-			return nil, held
+			lastHeld.Err = ctx.Err()
+			return nil, lastHeld
 		}
 	}
 }
@@ -249,10 +256,10 @@ func (lk *Locker) try(ctx context.Context, key string, o *resolved) (*Lock, *Not
 	}
 	l := &Lock{
 		lk: lk, key: key, token: token, owner: o.owner, fence: g.Fence, acquiredAt: sentAt,
-		renew: o.renew, maxHold: o.maxHold, minHold: o.minHold, progress: o.progress,
+		renew: o.renew, maxHold: o.maxHold, minHold: o.minHold, progress: o.progress, grace: o.grace,
 		done: make(chan struct{}),
 	}
-	if !lk.clock.Now().Before(sentAt.Add(ttl - drift(ttl))) {
+	if !lk.clock.Now().Before(sentAt.Add(validity(ttl, o.grace))) {
 		lk.releaseUnused(l)
 		return nil, nil, fmt.Errorf("tasklock: obtain %q: the store answered after the lease could have expired (%v)", key, ttl)
 	}

@@ -59,11 +59,17 @@ type ObtainOptions struct {
 	// Wait bounds how long Obtain waits for a held lock, on top of its ctx.
 	// Zero: until ctx ends. TryObtain ignores it.
 	Wait time.Duration
+	// Grace makes Done close this much earlier than the lease's local
+	// validity ends, leaving the holder that long to stop its work before
+	// the store could grant the lock to anyone else: a loss, MaxHold or a
+	// failed renewal is signalled Grace ahead. It must be less than half the
+	// TTL (and than MaxHold). tasklock exec sets it to --kill-grace.
+	Grace time.Duration
 }
 
 // resolved holds the validated options of one call.
 type resolved struct {
-	ttl, maxHold, minHold, progress, wait time.Duration
+	ttl, maxHold, minHold, progress, wait, grace time.Duration
 	renew                                 bool
 	owner                                 string
 }
@@ -79,7 +85,7 @@ func (lk *Locker) resolve(key string, o *ObtainOptions) (resolved, error) {
 	if o.TTL != 0 {
 		r.ttl = o.TTL
 	}
-	r.maxHold, r.minHold, r.progress, r.wait = o.MaxHold, o.MinHold, o.ProgressTimeout, o.Wait
+	r.maxHold, r.minHold, r.progress, r.wait, r.grace = o.MaxHold, o.MinHold, o.ProgressTimeout, o.Wait, o.Grace
 	r.renew = !o.NoRenew
 	if o.Owner != "" {
 		r.owner = o.Owner
@@ -101,6 +107,12 @@ func (lk *Locker) resolve(key string, o *ObtainOptions) (resolved, error) {
 		return r, &OptionError{"ObtainOptions.ProgressTimeout", "needs renewal (NoRenew is set)"}
 	case r.wait < 0:
 		return r, &OptionError{"ObtainOptions.Wait", fmt.Sprintf("%v is negative", r.wait)}
+	case r.grace < 0:
+		return r, &OptionError{"ObtainOptions.Grace", fmt.Sprintf("%v is negative", r.grace)}
+	case r.grace > 0 && r.grace >= r.ttl/2:
+		return r, &OptionError{"ObtainOptions.Grace", fmt.Sprintf("%v is not less than half the TTL %v", r.grace, r.ttl)}
+	case r.grace > 0 && r.maxHold > 0 && r.grace >= r.maxHold:
+		return r, &OptionError{"ObtainOptions.Grace", fmt.Sprintf("%v is not less than MaxHold %v", r.grace, r.maxHold)}
 	}
 	if err := validateOwner("ObtainOptions.Owner", r.owner); err != nil {
 		return r, err
@@ -150,4 +162,10 @@ func DefaultOwner() string {
 // at the store: max(2 ms, 1% of TTL).
 func drift(ttl time.Duration) time.Duration {
 	return max(2*time.Millisecond, ttl/100)
+}
+
+// validity is how long after sentAt a lease of ttl may be trusted, less the
+// holder's grace: the one place the lease calculation lives.
+func validity(ttl, grace time.Duration) time.Duration {
+	return ttl - drift(ttl) - grace
 }

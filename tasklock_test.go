@@ -347,3 +347,73 @@ func TestDoneChecksValidityItself(t *testing.T) {
 		t.Fatalf("cause = %v", l.Err())
 	}
 }
+
+// slowStore makes every attempt outlast the caller's deadline once the key
+// is held, as a store slowed down by load would.
+type slowStore struct {
+	*memstore.Store
+	slow atomic.Bool
+}
+
+func (s *slowStore) Acquire(ctx context.Context, p driver.AcquireParams) (driver.Grant, error) {
+	if s.slow.Load() {
+		<-ctx.Done()
+		return driver.Grant{}, ctx.Err()
+	}
+	return s.Store.Acquire(ctx, p)
+}
+
+// When Obtain's wait ends during an attempt, the error still says the lock
+// was held, and by whom.
+func TestObtainDeadlineDuringAttemptNamesHolder(t *testing.T) {
+	ss := &slowStore{Store: memstore.New(nil)}
+	a, b := newTestLocker(t, ss), newTestLocker(t, ss)
+	l, err := a.TryObtain(context.Background(), "k", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(context.Background())
+	ev := make(chan struct{}, 1)
+	b.onEvent = func(e Event) {
+		if e.Type == EventNotObtained {
+			ss.slow.Store(true) // every later attempt hangs until the deadline
+			select {
+			case ev <- struct{}{}:
+			default:
+			}
+		}
+	}
+	_, err = b.Obtain(context.Background(), "k", &ObtainOptions{Wait: 300 * time.Millisecond})
+	var ne *NotObtainedError
+	if !errors.As(err, &ne) || ne.Owner != "test" || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Obtain = %v, want a NotObtainedError naming the holder, with DeadlineExceeded", err)
+	}
+	<-ev
+}
+
+// Grace makes Done close that much before local validity, and is bounded.
+func TestGrace(t *testing.T) {
+	fs := &faultStore{Store: memstore.New(nil)}
+	lk := newTestLocker(t, fs)
+	fs.failRenew.Store(true)
+	ttl, grace := 600*time.Millisecond, 250*time.Millisecond
+	start := time.Now()
+	l, err := lk.TryObtain(context.Background(), "k", &ObtainOptions{TTL: ttl, Grace: grace})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-l.Done()
+	if el, limit := time.Since(start), validity(ttl, grace); el > limit+50*time.Millisecond {
+		t.Fatalf("Done closed %v after obtain, want by %v (TTL − drift − grace)", el, limit)
+	}
+	for _, o := range []*ObtainOptions{
+		{TTL: time.Second, Grace: 500 * time.Millisecond},
+		{TTL: time.Second, Grace: -1},
+		{TTL: time.Second, MaxHold: 100 * time.Millisecond, Grace: 200 * time.Millisecond},
+	} {
+		var oe *OptionError
+		if _, err := lk.TryObtain(context.Background(), "g", o); !errors.As(err, &oe) || oe.Field != "ObtainOptions.Grace" {
+			t.Errorf("TryObtain(%+v) = %v, want an error naming ObtainOptions.Grace", o, err)
+		}
+	}
+}

@@ -285,7 +285,7 @@ func (p *Process) Lines() <-chan string { return p.linesCh }
 // exited) first.
 func (p *Process) WaitLine(t testing.TB, prefix string, timeout time.Duration) string {
 	t.Helper()
-	if p.changed == nil {
+	if p.linesCh == nil { // set before the reader starts; p.changed is not
 		t.Fatalf("testserver: %s: stdout is not captured", p.name)
 	}
 	timer := time.NewTimer(timeout)
