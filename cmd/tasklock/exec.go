@@ -1,0 +1,524 @@
+//go:build unix
+
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+	"unicode/utf8"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tasklock/tasklock"
+	"github.com/tasklock/tasklock/internal/storeurl"
+	"github.com/tasklock/tasklock/redisstore"
+)
+
+const execUsage = `Usage: tasklock exec --store URL --key NAME [flags] -- COMMAND [ARGS...]
+
+Runs COMMAND while holding the lock NAME in the store at URL, so that of
+all the hosts running the same line, one runs COMMAND at a time. The lock
+is renewed while COMMAND runs and released when it exits.
+
+Flags:
+  --store URL       the store; default $TASKLOCK_STORE (see "tasklock help")
+  --key NAME        the lock's name (required)
+  --ttl D           lease length at the store: a holder that dies is
+                    replaced within D (default 10s)
+  --wait D          how long to wait while the lock is held elsewhere;
+                    0 makes a single attempt (default 0s)
+  --max-hold D      stop COMMAND D after the lock was obtained (default 0,
+                    no limit)
+  --min-hold D      keep the lock until D after it was obtained, even when
+                    COMMAND ends sooner, so that other hosts skip this run
+                    (default 0)
+  --kill-grace D    time from SIGTERM to SIGKILL when COMMAND must stop;
+                    must be less than half of --ttl (default 2s)
+  --owner NAME      the owner name other hosts see (default host:pid)
+  --verbose         log progress to stderr (default: warnings only)
+Durations are Go durations: 300ms, 10s, 1h30m.
+
+COMMAND gets TASKLOCK_KEY, TASKLOCK_FENCE and TASKLOCK_OWNER in its
+environment. TASKLOCK_FENCE grows with every grant of the lock: pass it to
+what COMMAND writes to, so that a stale holder's writes can be refused.
+COMMAND runs in its own process group (so it cannot read a terminal), with
+stdin, stdout and stderr passed through; on Linux it is SIGKILLed when
+tasklock dies, even by SIGKILL (its own children are not).
+
+Lock loss: when the store no longer has the lease, or it could not be
+renewed in time, tasklock sends SIGTERM to COMMAND's process group and
+SIGKILL --kill-grace later, then exits 70. When renewals fail, the SIGTERM
+comes --kill-grace before the lease's local validity ends, so the SIGKILL
+lands before the lease could expire at the store and another host could
+obtain it. When the store says the lease is gone (deleted, or lost in a
+server restart) it is already too late for that: use TASKLOCK_FENCE.
+
+--max-hold: COMMAND's process group gets SIGTERM D after the lock was
+obtained and SIGKILL --kill-grace later, while the lock is still held and
+renewed; it is released only once COMMAND has exited, so the next holder
+never overlaps it. tasklock then exits 70.
+
+Signals: SIGINT, SIGTERM and SIGHUP sent to tasklock are passed on to
+COMMAND's process group; tasklock waits for COMMAND, releases the lock and
+exits with COMMAND's status. While tasklock waits for the lock, they end
+the wait (exit 128+N).
+
+Exit status:
+  64   bad usage (the message names the flag)
+  69   store unreachable or failing
+  70   lock lost or --max-hold reached while COMMAND ran
+  75   lock held elsewhere and not obtained within --wait
+  126  COMMAND could not be run; 127 COMMAND not found
+  else COMMAND's exit status, or 128+N when signal N killed it
+`
+
+// releaseTimeout bounds the Release after COMMAND exits.
+const releaseTimeout = 5 * time.Second
+
+// openTimeout bounds connecting to the store and its first PING.
+const openTimeout = 10 * time.Second
+
+// execConfig holds exec's checked flags.
+type execConfig struct {
+	store     string
+	key       string
+	ttl       time.Duration
+	wait      time.Duration
+	maxHold   time.Duration
+	minHold   time.Duration
+	killGrace time.Duration
+	owner     string
+	verbose   bool
+	argv      []string
+}
+
+// parseExec parses and checks exec's arguments. It returns flag.ErrHelp for
+// -h, and a *usageError naming the flag for every mistake.
+func parseExec(args []string, getenv func(string) string) (*execConfig, error) {
+	c := &execConfig{}
+	fs := flag.NewFlagSet("exec", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&c.store, "store", "", "")
+	fs.StringVar(&c.key, "key", "", "")
+	fs.DurationVar(&c.ttl, "ttl", tasklock.DefaultTTL, "")
+	fs.DurationVar(&c.wait, "wait", 0, "")
+	fs.DurationVar(&c.maxHold, "max-hold", 0, "")
+	fs.DurationVar(&c.minHold, "min-hold", 0, "")
+	fs.DurationVar(&c.killGrace, "kill-grace", 2*time.Second, "")
+	fs.StringVar(&c.owner, "owner", "", "")
+	fs.BoolVar(&c.verbose, "verbose", false, "")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, err
+		}
+		return nil, flagError(err)
+	}
+	c.argv = fs.Args()
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+
+	if !set["store"] {
+		c.store = getenv("TASKLOCK_STORE")
+	}
+	switch {
+	case c.store == "" && set["store"]:
+		return nil, usagef("--store is empty")
+	case c.store == "":
+		return nil, usagef("--store is required (or set TASKLOCK_STORE)")
+	case !set["key"]:
+		return nil, usagef("--key is required")
+	}
+	if err := tasklock.ValidateKey(c.key); err != nil {
+		var oe *tasklock.OptionError
+		if errors.As(err, &oe) {
+			return nil, usagef("invalid --key %q: %s", c.key, oe.Reason)
+		}
+		return nil, usagef("invalid --key %q: %v", c.key, err)
+	}
+	switch {
+	case c.ttl <= 0:
+		return nil, usagef("--ttl must be positive, got %v", c.ttl)
+	case c.ttl < tasklock.MinTTL:
+		return nil, usagef("--ttl %v is below the minimum %v", c.ttl, tasklock.MinTTL)
+	case c.wait < 0:
+		return nil, usagef("--wait must not be negative, got %v", c.wait)
+	case c.maxHold < 0:
+		return nil, usagef("--max-hold must not be negative, got %v", c.maxHold)
+	case c.minHold < 0:
+		return nil, usagef("--min-hold must not be negative, got %v", c.minHold)
+	case c.maxHold > 0 && c.minHold > c.maxHold:
+		return nil, usagef("--min-hold %v is longer than --max-hold %v", c.minHold, c.maxHold)
+	case c.killGrace < 0:
+		return nil, usagef("--kill-grace must not be negative, got %v", c.killGrace)
+	case c.killGrace >= c.ttl/2:
+		return nil, usagef("--kill-grace %v must be less than half of --ttl %v", c.killGrace, c.ttl)
+	case len(c.owner) > tasklock.MaxOwnerLen:
+		return nil, usagef("--owner is %d bytes long, the maximum is %d", len(c.owner), tasklock.MaxOwnerLen)
+	case !utf8.ValidString(c.owner):
+		return nil, usagef("--owner is not valid UTF-8")
+	case len(c.argv) == 0:
+		return nil, usagef("missing COMMAND after the flags (tasklock exec [flags] -- COMMAND [ARGS...])")
+	}
+	return c, nil
+}
+
+// runExec is the exec command.
+func runExec(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	c, err := parseExec(args, os.Getenv)
+	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprint(stdout, execUsage)
+		return exitOK
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "tasklock exec: %v\nRun 'tasklock help exec' for usage.\n", err)
+		return exitUsage
+	}
+	level := slog.LevelWarn
+	if c.verbose {
+		level = slog.LevelInfo
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	redis.SetLogger(redisLogger{log})
+	e := &execRun{c: c, log: log, stdin: stdin, stdout: stdout, stderr: stderr}
+	return e.run()
+}
+
+// execRun is one run of exec.
+type execRun struct {
+	c      *execConfig
+	log    *slog.Logger
+	stdin  io.Reader
+	stdout io.Writer
+	stderr io.Writer
+}
+
+// failf prints a message naming why tasklock exits.
+func (e *execRun) failf(format string, args ...any) {
+	fmt.Fprintf(e.stderr, "tasklock exec: "+format+"\n", args...)
+}
+
+func (e *execRun) run() int {
+	c := e.c
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+
+	// Until COMMAND runs, a signal ends the attempt to get the lock.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var (
+		gotSig   os.Signal
+		watching = make(chan struct{})
+		watched  sync.WaitGroup
+	)
+	watched.Add(1)
+	go func() {
+		defer watched.Done()
+		select {
+		case s := <-sigs:
+			gotSig = s
+			cancel()
+		case <-watching:
+		}
+	}()
+	var stopOnce sync.Once
+	stopWatching := func() os.Signal {
+		stopOnce.Do(func() {
+			close(watching)
+			watched.Wait()
+		})
+		return gotSig
+	}
+	defer stopWatching()
+
+	openCtx, openCancel := context.WithTimeout(ctx, openTimeout)
+	store, closeStore, err := storeurl.Open(openCtx, c.store)
+	openCancel()
+	if err != nil {
+		if s := stopWatching(); s != nil {
+			e.failf("interrupted by %s while connecting to the store", sigName(s))
+			return 128 + sigNum(s)
+		}
+		e.failf("%v", err)
+		if errors.Is(err, storeurl.ErrBadURL) {
+			return exitUsage
+		}
+		return exitUnavailable
+	}
+	defer func() {
+		if err := closeStore(); err != nil {
+			e.log.Warn("closing the store connection", "err", err)
+		}
+	}()
+
+	lk, err := tasklock.New(store, &tasklock.Config{Owner: c.owner, Logger: e.log})
+	if err != nil {
+		stopWatching()
+		e.failf("%v", err)
+		return exitUsage
+	}
+	defer lk.Close()
+
+	l, err := e.obtain(ctx, lk)
+	if s := stopWatching(); s != nil {
+		if l != nil {
+			e.release(l)
+		}
+		e.failf("interrupted by %s while obtaining lock %q", sigName(s), c.key)
+		return 128 + sigNum(s)
+	}
+	if err != nil {
+		return e.obtainFailed(err)
+	}
+	e.log.Info("lock obtained", "key", c.key, "owner", l.Owner(), "fence", l.Fence())
+	obtainedAt := time.Now()
+
+	ch, err := startChild(e.command(l))
+	if err != nil {
+		e.release(l)
+		e.failf("cannot run %s: %v", c.argv[0], err)
+		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
+			return exitNotFound
+		}
+		return exitCannotRun
+	}
+	e.log.Info("command started", "pid", ch.pid, "command", c.argv[0])
+	status, stopped := e.supervise(ch, l, sigs, obtainedAt)
+	e.release(l)
+	if stopped {
+		return exitSoftware
+	}
+	return status
+}
+
+// obtain makes one attempt, or waits up to --wait.
+func (e *execRun) obtain(ctx context.Context, lk *tasklock.Locker) (*tasklock.Lock, error) {
+	// Grace: Done closes --kill-grace before local validity ends, so
+	// SIGTERM then SIGKILL both land before the lease can expire.
+	opts := &tasklock.ObtainOptions{TTL: e.c.ttl, MinHold: e.c.minHold, Grace: e.c.killGrace}
+	if e.c.wait == 0 {
+		return lk.TryObtain(ctx, e.c.key, opts)
+	}
+	opts.Wait = e.c.wait
+	return lk.Obtain(ctx, e.c.key, opts)
+}
+
+// obtainFailed reports why the lock was not obtained and returns the exit
+// status.
+func (e *execRun) obtainFailed(err error) int {
+	var ne *tasklock.NotObtainedError
+	var oe *tasklock.OptionError
+	switch {
+	case errors.As(err, &ne) || errors.Is(err, tasklock.ErrNotObtained):
+		holder := "another owner"
+		if ne != nil && ne.Owner != "" {
+			holder = ne.Owner
+		}
+		ttl := "unknown"
+		if ne != nil && ne.TTL > 0 {
+			ttl = ne.TTL.Round(time.Millisecond).String()
+		}
+		within := "at once (--wait 0)"
+		if e.c.wait > 0 {
+			within = "within --wait " + e.c.wait.String()
+		}
+		e.failf("lock %q is held by %s (its lease ends in %s); not obtained %s", e.c.key, holder, ttl, within)
+		return exitTempFail
+	case errors.As(err, &oe) || errors.Is(err, redisstore.ErrKey):
+		e.failf("invalid --key %q: %v", e.c.key, err)
+		return exitUsage
+	default:
+		e.failf("store failed: %v", err)
+		return exitUnavailable
+	}
+}
+
+// command builds COMMAND with the lock's variables in its environment.
+func (e *execRun) command(l *tasklock.Lock) *exec.Cmd {
+	cmd := exec.Command(e.c.argv[0], e.c.argv[1:]...)
+	env := make([]string, 0, len(os.Environ())+3)
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		if name != "TASKLOCK_KEY" && name != "TASKLOCK_FENCE" && name != "TASKLOCK_OWNER" {
+			env = append(env, kv)
+		}
+	}
+	cmd.Env = append(env,
+		"TASKLOCK_KEY="+l.Key(),
+		"TASKLOCK_FENCE="+strconv.FormatUint(l.Fence(), 10),
+		"TASKLOCK_OWNER="+l.Owner(),
+	)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = e.stdin, e.stdout, e.stderr
+	cmd.SysProcAttr = childAttr()
+	return cmd
+}
+
+// supervise waits for COMMAND to exit, passing signals on and stopping it
+// when the lock is lost or --max-hold passes. It returns COMMAND's exit
+// status, and whether COMMAND ran without the lock or past --max-hold.
+func (e *execRun) supervise(ch *child, l *tasklock.Lock, sigs <-chan os.Signal, obtainedAt time.Time) (status int, stopped bool) {
+	var maxHold <-chan time.Time
+	if e.c.maxHold > 0 {
+		t := time.NewTimer(time.Until(obtainedAt.Add(e.c.maxHold)))
+		defer t.Stop()
+		maxHold = t.C
+	}
+	killTimer := time.NewTimer(time.Hour)
+	killTimer.Stop()
+	defer killTimer.Stop()
+	var killAt <-chan time.Time
+
+	// terminate sends SIGTERM to COMMAND's process group, and arms SIGKILL.
+	terminate := func() {
+		stopped = true
+		ch.signal(syscall.SIGTERM)
+		killTimer.Reset(e.c.killGrace)
+		killAt = killTimer.C
+	}
+	done := l.Done()
+	for {
+		select {
+		case <-ch.done:
+			status = exitStatus(ch.state)
+			if !stopped {
+				// Both may have happened at once: work that finished
+				// without the lock is not reported as success.
+				if err := l.Err(); err != nil && !errors.Is(err, tasklock.ErrReleased) {
+					e.failf("lock %q lost while COMMAND ran: %v", e.c.key, err)
+					stopped = true
+				}
+			}
+			if stopped {
+				// Whatever COMMAND left running in its group must stop too.
+				ch.signal(syscall.SIGKILL)
+			}
+			e.log.Info("command exited", "pid", ch.pid, "status", status)
+			return status, stopped
+		case <-done:
+			done = nil
+			if !stopped {
+				e.failf("lock %q lost: %v; stopping COMMAND (pid %d): SIGTERM now, SIGKILL in %v",
+					e.c.key, l.Err(), ch.pid, e.c.killGrace)
+				terminate()
+			}
+		case <-maxHold:
+			maxHold = nil
+			if !stopped {
+				e.failf("--max-hold %v reached for lock %q; stopping COMMAND (pid %d): SIGTERM now, SIGKILL in %v",
+					e.c.maxHold, e.c.key, ch.pid, e.c.killGrace)
+				terminate()
+			}
+		case <-killAt:
+			killAt = nil
+			e.failf("COMMAND (pid %d) still running %v after SIGTERM; sending SIGKILL", ch.pid, e.c.killGrace)
+			ch.signal(syscall.SIGKILL)
+		case s := <-sigs:
+			e.log.Info("passing signal on to COMMAND", "signal", sigName(s), "pid", ch.pid)
+			ch.signal(s.(syscall.Signal))
+		}
+	}
+}
+
+// release gives the lock back, within releaseTimeout.
+func (e *execRun) release(l *tasklock.Lock) {
+	lost := l.Err()
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer cancel()
+	err := l.Release(ctx)
+	switch {
+	case err == nil:
+		e.log.Info("lock released", "key", e.c.key)
+	case lost != nil && !errors.Is(lost, tasklock.ErrReleased):
+		// Already reported as lost.
+	default:
+		e.log.Warn("release failed; the lease expires after its TTL", "key", e.c.key, "err", err)
+	}
+}
+
+// child is COMMAND once started.
+type child struct {
+	pid   int
+	done  chan struct{}    // closed once COMMAND has been reaped
+	state *os.ProcessState // set before done is closed
+}
+
+// startChild starts cmd on a goroutine locked to its OS thread, which stays
+// alive until cmd has exited: on Linux the parent-death signal fires when
+// the thread that started the child ends, not only when the process does.
+func startChild(cmd *exec.Cmd) (*child, error) {
+	ch := &child{done: make(chan struct{})}
+	started := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		ch.pid = cmd.Process.Pid
+		started <- nil
+		_ = cmd.Wait() // the status is in ProcessState
+		ch.state = cmd.ProcessState
+		close(ch.done)
+	}()
+	if err := <-started; err != nil {
+		return nil, err
+	}
+	return ch, nil
+}
+
+// signal sends sig to COMMAND's process group. After COMMAND has been
+// reaped the group id cannot have been reused while any member lives, so
+// stragglers are still reached; a group that is gone is not an error.
+func (ch *child) signal(sig syscall.Signal) {
+	_ = syscall.Kill(-ch.pid, sig)
+}
+
+// exitStatus is COMMAND's exit code, or 128+N when signal N killed it.
+func exitStatus(st *os.ProcessState) int {
+	if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return st.ExitCode()
+}
+
+// sigName names the signals exec handles.
+func sigName(s os.Signal) string {
+	switch s {
+	case syscall.SIGINT:
+		return "SIGINT"
+	case syscall.SIGTERM:
+		return "SIGTERM"
+	case syscall.SIGHUP:
+		return "SIGHUP"
+	}
+	return s.String()
+}
+
+// sigNum is a signal's number, for the 128+N exit status.
+func sigNum(s os.Signal) int {
+	if n, ok := s.(syscall.Signal); ok {
+		return int(n)
+	}
+	return 1
+}
+
+// redisLogger sends go-redis's own log lines to the command's logger.
+type redisLogger struct{ log *slog.Logger }
+
+func (r redisLogger) Printf(ctx context.Context, format string, args ...any) {
+	r.log.InfoContext(ctx, "go-redis: "+fmt.Sprintf(format, args...))
+}

@@ -1,0 +1,118 @@
+// Command tasklock runs work that many hosts could run once at a time, under
+// a distributed lock kept in a store the hosts share.
+//
+//	tasklock exec --store redis://cache:6379 --key nightly-report -- ./report.sh
+//	tasklock demo
+//
+// Run "tasklock help" for the commands, store URLs and exit statuses, and
+// "tasklock help exec" for exec's flags and its handling of lock loss and
+// signals.
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/tasklock/tasklock/internal/storeurl"
+)
+
+// Exit statuses, from BSD sysexits.h where one fits.
+const (
+	exitOK          = 0
+	exitUsage       = 64  // EX_USAGE: bad flags or arguments
+	exitUnavailable = 69  // EX_UNAVAILABLE: the store cannot be reached or fails
+	exitSoftware    = 70  // EX_SOFTWARE: the lock was lost or MaxHold reached while COMMAND ran
+	exitTempFail    = 75  // EX_TEMPFAIL: the lock is held elsewhere; try again later
+	exitCannotRun   = 126 // COMMAND exists but could not be run (as in sh)
+	exitNotFound    = 127 // COMMAND was not found (as in sh)
+)
+
+const usage = `tasklock runs work that many hosts could run, one at a time, under a
+distributed lock kept in a store they share.
+
+Usage:
+  tasklock exec --store URL --key NAME [flags] -- COMMAND [ARGS...]
+  tasklock demo [--workers N] [--duration D]
+  tasklock help [COMMAND]
+
+Commands:
+  exec    run COMMAND while holding the lock NAME; see "tasklock help exec"
+  demo    watch workers take turns on one lock, with fencing and a crash,
+          in this process (no server needed)
+  help    show this text, or a command's
+
+Store URLs (--store, or $TASKLOCK_STORE):
+  mem://                                      in-process, for trying things out
+  redis://[user:pass@]host:port[/db]          one Redis node
+  rediss://[user:pass@]host:port[/db]         one Redis node over TLS
+  redis+sentinel://[user:pass@]h1:p1,h2:p2/MASTER[?db=N]
+  redis+cluster://[user:pass@]h1:p1,h2:p2
+Percent-encode reserved characters in the user and password (@ as %40).
+Query parameters: prefix, dial_timeout, read_timeout, write_timeout,
+pool_size, wait_replicas, wait_timeout; rediss:// also tls_ca_file,
+redis+sentinel:// also db, sentinel_username, sentinel_password.
+
+Exit status of exec:
+  64   bad usage (the message names the flag)
+  69   store unreachable or failing
+  70   lock lost or --max-hold reached while COMMAND ran (COMMAND was stopped)
+  75   lock held elsewhere and not obtained within --wait
+  126  COMMAND could not be run; 127 COMMAND not found
+  else COMMAND's own exit status, or 128+N when signal N killed it
+`
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+// run runs the tasklock command line args and returns the exit status.
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return exitUsage
+	}
+	switch cmd, rest := args[0], args[1:]; cmd {
+	case "exec":
+		return runExec(rest, stdin, stdout, stderr)
+	case "demo":
+		return runDemo(rest, stdout, stderr)
+	case "help", "-h", "-help", "--help":
+		if len(rest) == 0 {
+			fmt.Fprint(stdout, usage)
+			return exitOK
+		}
+		switch rest[0] {
+		case "exec":
+			fmt.Fprint(stdout, execUsage)
+		case "demo":
+			fmt.Fprint(stdout, demoUsage)
+		case "help":
+			fmt.Fprint(stdout, usage)
+		default:
+			fmt.Fprintf(stderr, "tasklock help: unknown command %q\n", rest[0])
+			return exitUsage
+		}
+		return exitOK
+	default:
+		fmt.Fprintf(stderr, "tasklock: unknown command %q; commands: exec, demo, help\n", cmd)
+		return exitUsage
+	}
+}
+
+// usageError is a mistake on the command line; its message names the flag.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error {
+	return &usageError{fmt.Sprintf(format, args...)}
+}
+
+// flagError turns an error of the flag package into a usageError. Its
+// message may quote a flag's value: hide anything that looks like a URL's
+// password.
+func flagError(err error) error {
+	return &usageError{storeurl.Redact(strings.TrimSpace(err.Error()))}
+}

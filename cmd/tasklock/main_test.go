@@ -1,0 +1,833 @@
+//go:build unix
+
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/tasklock/tasklock/internal/testserver"
+)
+
+// binPath is the tasklock binary TestMain builds.
+var binPath string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "tasklock-cmd-test")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binPath = filepath.Join(dir, "tasklock")
+	args := []string{"build", "-o", binPath}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	build := exec.Command("go", append(args, ".")...)
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building tasklock:", err)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			code = 1
+		}
+	}
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// proc is a tasklock process under test. Its stdout and stderr go to files,
+// so that nothing it leaves behind can hold a pipe open.
+type proc struct {
+	t       *testing.T
+	cmd     *exec.Cmd
+	outPath string
+	errPath string
+	started time.Time
+	done    chan struct{}
+	state   *os.ProcessState // set before done is closed
+}
+
+// startTL starts the tasklock binary with args, in an environment without
+// TASKLOCK_* variables plus env.
+func startTL(t *testing.T, env []string, args ...string) *proc {
+	t.Helper()
+	dir := t.TempDir()
+	p := &proc{t: t, outPath: filepath.Join(dir, "stdout"), errPath: filepath.Join(dir, "stderr"), done: make(chan struct{})}
+	out, err := os.Create(p.outPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	errf, err := os.Create(p.errPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer errf.Close()
+	p.cmd = exec.Command(binPath, args...)
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "TASKLOCK_") {
+			p.cmd.Env = append(p.cmd.Env, kv)
+		}
+	}
+	// A race-enabled binary otherwise sleeps a second before it exits.
+	p.cmd.Env = append(p.cmd.Env, "GORACE=atexit_sleep_ms=0")
+	p.cmd.Env = append(p.cmd.Env, env...)
+	p.cmd.Stdout, p.cmd.Stderr = out, errf
+	p.started = time.Now()
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		_ = p.cmd.Wait()
+		p.state = p.cmd.ProcessState
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+	})
+	return p
+}
+
+// runTL runs tasklock to completion and returns its exit code and output.
+func runTL(t *testing.T, env []string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	p := startTL(t, env, args...)
+	code = p.wait(30 * time.Second)
+	return code, p.stdout(), p.stderr()
+}
+
+func (p *proc) stdout() string { b, _ := os.ReadFile(p.outPath); return string(b) }
+func (p *proc) stderr() string { b, _ := os.ReadFile(p.errPath); return string(b) }
+
+// wait waits for the process to exit and returns its exit code (-1 when a
+// signal killed it).
+func (p *proc) wait(timeout time.Duration) int {
+	p.t.Helper()
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	select {
+	case <-p.done:
+	case <-timer.C:
+		p.t.Fatalf("tasklock %s still running after %v\nstdout:\n%s\nstderr:\n%s",
+			strings.Join(p.cmd.Args[1:], " "), timeout, p.stdout(), p.stderr())
+	}
+	return p.state.ExitCode()
+}
+
+// waitOutput waits until stdout contains s.
+func (p *proc) waitOutput(s string, timeout time.Duration) {
+	p.t.Helper()
+	waitFor(p.t, timeout, func() bool {
+		select {
+		case <-p.done:
+			p.t.Fatalf("tasklock exited (%v) before printing %q\nstdout:\n%s\nstderr:\n%s", p.state, s, p.stdout(), p.stderr())
+		default:
+		}
+		return strings.Contains(p.stdout(), s)
+	}, "stdout to contain "+strconv.Quote(s))
+}
+
+// waitFor polls cond until it holds, failing the test after timeout.
+func waitFor(t *testing.T, timeout time.Duration, cond func() bool, what string) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond) // polling interval, not synchronisation
+	}
+}
+
+// redisFor starts a Redis server and returns its URL and a client for it.
+func redisFor(t *testing.T) (string, *redis.Client) {
+	t.Helper()
+	srv := testserver.StartRedis(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { c.Close() })
+	return "redis://" + srv.Addr(), c
+}
+
+// lockKey is the Redis key of a lock (redisstore's default layout).
+func lockKey(key string) string { return "tasklock:{" + key + "}" }
+
+func exists(t *testing.T, c *redis.Client, key string) bool {
+	t.Helper()
+	n, err := c.Exists(context.Background(), key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n == 1
+}
+
+// alive reports whether pid is a live process (not gone, not a zombie).
+func alive(pid int) bool {
+	if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+		return false
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return !errors.Is(err, os.ErrNotExist)
+	}
+	// pid (comm) S ...: the state follows the last ')'.
+	s := string(b)
+	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
+		return s[i+2] != 'Z'
+	}
+	return true
+}
+
+// readPid waits for a pid file and returns the pid in it.
+func readPid(t *testing.T, path string) int {
+	t.Helper()
+	var pid int
+	waitFor(t, 10*time.Second, func() bool {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return false
+		}
+		pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
+		return err == nil && pid > 0
+	}, "pid file "+path)
+	return pid
+}
+
+// waitSubscribed waits until p waits for a lock: its Locker has subscribed
+// to redisstore's release channel (the only subscriber in these tests).
+func waitSubscribed(t *testing.T, c *redis.Client, p *proc) {
+	t.Helper()
+	waitFor(t, 10*time.Second, func() bool {
+		select {
+		case <-p.done:
+			t.Fatalf("tasklock exited (%v) instead of waiting\nstdout:\n%s\nstderr:\n%s", p.state, p.stdout(), p.stderr())
+		default:
+		}
+		n, err := c.PubSubNumSub(context.Background(), "tasklock:released").Result()
+		return err == nil && n["tasklock:released"] > 0
+	}, "the waiter to subscribe to release notifications")
+}
+
+// waitingChild is a shell COMMAND that prints "started" and runs until
+// the file $STOP exists.
+const waitingChild = `echo started; while [ ! -e "$STOP" ]; do sleep 0.02; done; echo stopping`
+
+func TestExecRunsCommand(t *testing.T) {
+	t.Parallel()
+	url, c := redisFor(t)
+	var fences []uint64
+	for i := range 2 {
+		code, out, errOut := runTL(t, []string{"EXTRA=kept"}, "exec", "--store", url, "--key", "job-1", "--owner", "test-owner", "--",
+			"sh", "-c", `echo "key=$TASKLOCK_KEY fence=$TASKLOCK_FENCE owner=$TASKLOCK_OWNER extra=$EXTRA"; exit 7`)
+		if code != 7 {
+			t.Fatalf("run %d: exit %d, want 7 (COMMAND's)\nstderr:\n%s", i, code, errOut)
+		}
+		m := regexp.MustCompile(`^key=job-1 fence=(\d+) owner=test-owner extra=kept\n$`).FindStringSubmatch(out)
+		if m == nil {
+			t.Fatalf("run %d: stdout %q", i, out)
+		}
+		f, _ := strconv.ParseUint(m[1], 10, 64)
+		fences = append(fences, f)
+		if errOut != "" {
+			t.Errorf("run %d: stderr %q, want nothing without --verbose", i, errOut)
+		}
+		if exists(t, c, lockKey("job-1")) {
+			t.Errorf("run %d: lock still in Redis after exit", i)
+		}
+	}
+	if fences[0] == 0 || fences[1] <= fences[0] {
+		t.Errorf("fences %v, want positive and increasing", fences)
+	}
+
+	// Exit statuses pass through, signals as 128+N.
+	for _, tt := range []struct {
+		script string
+		want   int
+	}{
+		{"exit 0", 0},
+		{"exit 42", 42},
+		{"kill -KILL $$", 128 + 9},
+		{"kill -TERM $$", 128 + 15},
+	} {
+		if code, _, errOut := runTL(t, nil, "exec", "--store", url, "--key", "job-1", "--", "sh", "-c", tt.script); code != tt.want {
+			t.Errorf("%q: exit %d, want %d\nstderr:\n%s", tt.script, code, tt.want, errOut)
+		}
+	}
+}
+
+func TestExecStoreFromEnvAndVerbose(t *testing.T) {
+	t.Parallel()
+	url, _ := redisFor(t)
+	code, out, errOut := runTL(t, []string{"TASKLOCK_STORE=" + url}, "exec", "--key", "env-job", "--verbose", "--", "echo", "ran")
+	if code != 0 || out != "ran\n" {
+		t.Fatalf("exit %d, stdout %q\nstderr:\n%s", code, out, errOut)
+	}
+	for _, want := range []string{"lock obtained", "command exited", "lock released"} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("--verbose stderr lacks %q:\n%s", want, errOut)
+		}
+	}
+	// mem:// needs no server.
+	if code, out, errOut := runTL(t, []string{"TASKLOCK_STORE=mem://"}, "exec", "--key", "k", "--", "echo", "mem"); code != 0 || out != "mem\n" {
+		t.Fatalf("mem://: exit %d, stdout %q\nstderr:\n%s", code, out, errOut)
+	}
+}
+
+func TestExecCommandNotRunnable(t *testing.T) {
+	t.Parallel()
+	url, c := redisFor(t)
+	code, _, errOut := runTL(t, nil, "exec", "--store", url, "--key", "nr", "--", "no-such-command-tasklock-test")
+	if code != exitNotFound || !strings.Contains(errOut, "no-such-command-tasklock-test") {
+		t.Errorf("missing command: exit %d, stderr %q; want %d", code, errOut, exitNotFound)
+	}
+	code, _, errOut = runTL(t, nil, "exec", "--store", url, "--key", "nr", "--", t.TempDir())
+	if code != exitCannotRun {
+		t.Errorf("directory as command: exit %d, stderr %q; want %d", code, errOut, exitCannotRun)
+	}
+	if exists(t, c, lockKey("nr")) {
+		t.Error("lock not released after COMMAND failed to start")
+	}
+}
+
+func TestExecHeldElsewhere(t *testing.T) {
+	t.Parallel()
+	url, _ := redisFor(t)
+	stop := filepath.Join(t.TempDir(), "stop")
+	holder := startTL(t, []string{"STOP=" + stop}, "exec", "--store", url, "--key", "held", "--owner", "holder-A", "--ttl", "30s", "--", "sh", "-c", waitingChild)
+	holder.waitOutput("started", 20*time.Second)
+
+	start := time.Now()
+	code, out, errOut := runTL(t, nil, "exec", "--store", url, "--key", "held", "--", "echo", "must-not-run")
+	if code != exitTempFail {
+		t.Fatalf("exit %d, want %d\nstderr:\n%s", code, exitTempFail, errOut)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("--wait 0 took %v", d)
+	}
+	if out != "" {
+		t.Errorf("COMMAND ran: stdout %q", out)
+	}
+	m := regexp.MustCompile(`held by holder-A \(its lease ends in ([0-9.]+)s\)`).FindStringSubmatch(errOut)
+	if m == nil {
+		t.Fatalf("stderr does not name the holder and its TTL:\n%s", errOut)
+	}
+	if ttl, _ := strconv.ParseFloat(m[1], 64); ttl <= 0 || ttl > 30 {
+		t.Errorf("holder's TTL %vs, want in (0, 30]", ttl)
+	}
+
+	if err := os.WriteFile(stop, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code := holder.wait(20 * time.Second); code != 0 {
+		t.Errorf("holder exit %d\nstderr:\n%s", code, holder.stderr())
+	}
+}
+
+func TestExecWaitObtainsAfterRelease(t *testing.T) {
+	t.Parallel()
+	url, c := redisFor(t)
+	dir := t.TempDir()
+	stop, marker := filepath.Join(dir, "stop"), filepath.Join(dir, "first-done")
+	holder := startTL(t, []string{"STOP=" + stop, "MARKER=" + marker}, "exec", "--store", url, "--key", "w", "--ttl", "30s",
+		"--", "sh", "-c", waitingChild+`; echo done > "$MARKER"; echo "fence=$TASKLOCK_FENCE"`)
+	holder.waitOutput("started", 20*time.Second)
+
+	waiter := startTL(t, []string{"MARKER=" + marker}, "exec", "--store", url, "--key", "w", "--wait", "20s",
+		"--", "sh", "-c", `cat "$MARKER"; echo "fence=$TASKLOCK_FENCE"`)
+	// The waiter must not get the lock while the holder runs: it waits,
+	// subscribed to release notifications.
+	waitSubscribed(t, c, waiter)
+	released := time.Now()
+	if err := os.WriteFile(stop, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code := holder.wait(20 * time.Second); code != 0 {
+		t.Fatalf("holder exit %d\nstderr:\n%s", code, holder.stderr())
+	}
+	if code := waiter.wait(20 * time.Second); code != 0 {
+		t.Fatalf("waiter exit %d\nstderr:\n%s", code, waiter.stderr())
+	}
+	t.Logf("waiter finished %v after the holder was told to stop", time.Since(released).Round(time.Millisecond))
+	if out := waiter.stdout(); !strings.HasPrefix(out, "done\n") {
+		t.Errorf("waiter ran before the holder finished: stdout %q", out)
+	}
+	f1 := regexp.MustCompile(`fence=(\d+)`).FindStringSubmatch(holder.stdout())
+	f2 := regexp.MustCompile(`fence=(\d+)`).FindStringSubmatch(waiter.stdout())
+	if f1 == nil || f2 == nil {
+		t.Fatalf("no fences: %q, %q", holder.stdout(), waiter.stdout())
+	}
+	if a, _ := strconv.Atoi(f1[1]); func() bool { b, _ := strconv.Atoi(f2[1]); return b <= a }() {
+		t.Errorf("waiter's fence %s is not above the holder's %s", f2[1], f1[1])
+	}
+}
+
+func TestExecWaitTimesOut(t *testing.T) {
+	t.Parallel()
+	url, _ := redisFor(t)
+	stop := filepath.Join(t.TempDir(), "stop")
+	holder := startTL(t, []string{"STOP=" + stop}, "exec", "--store", url, "--key", "wt", "--owner", "holder-B", "--ttl", "30s", "--", "sh", "-c", waitingChild)
+	holder.waitOutput("started", 20*time.Second)
+	start := time.Now()
+	code, _, errOut := runTL(t, nil, "exec", "--store", url, "--key", "wt", "--wait", "500ms", "--", "true")
+	d := time.Since(start)
+	if code != exitTempFail || !strings.Contains(errOut, "holder-B") || !strings.Contains(errOut, "--wait 500ms") {
+		t.Errorf("exit %d, stderr %q; want %d naming holder-B and --wait", code, errOut, exitTempFail)
+	}
+	if d < 500*time.Millisecond || d > 10*time.Second {
+		t.Errorf("--wait 500ms gave up after %v", d)
+	}
+	os.WriteFile(stop, nil, 0o644)
+	holder.wait(20 * time.Second)
+}
+
+func TestExecUnreachable(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	start := time.Now()
+	code, out, errOut := runTL(t, nil, "exec", "--store", "redis://"+addr, "--key", "k", "--", "echo", "must-not-run")
+	if code != exitUnavailable {
+		t.Fatalf("exit %d, want %d\nstderr:\n%s", code, exitUnavailable, errOut)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("took %v to report an unreachable store", d)
+	}
+	if out != "" || !strings.Contains(errOut, "unreachable") || !strings.Contains(errOut, addr) {
+		t.Errorf("stdout %q, stderr %q", out, errOut)
+	}
+}
+
+func TestExecBadUsage(t *testing.T) {
+	t.Parallel()
+	store := []string{"TASKLOCK_STORE=mem://"}
+	tests := []struct {
+		env  []string
+		args []string
+		want string // in stderr
+	}{
+		{nil, []string{"--key", "k", "--", "true"}, "--store is required"},
+		{store, []string{"--store", "", "--key", "k", "--", "true"}, "--store"},
+		{store, []string{"--", "true"}, "--key is required"},
+		{store, []string{"--key", "", "--", "true"}, "--key"},
+		{store, []string{"--key", "a\tb", "--", "true"}, "--key"},
+		{store, []string{"--key", strings.Repeat("k", 600), "--", "true"}, "--key"},
+		{store, []string{"--key", "k"}, "missing COMMAND"},
+		{store, []string{"--key", "k", "--ttl", "0", "--", "true"}, "--ttl"},
+		{store, []string{"--key", "k", "--ttl", "-1s", "--", "true"}, "--ttl"},
+		{store, []string{"--key", "k", "--ttl", "1ms", "--", "true"}, "--ttl"},
+		{store, []string{"--key", "k", "--ttl", "abc", "--", "true"}, "-ttl"},
+		{store, []string{"--key", "k", "--wait", "-1s", "--", "true"}, "--wait"},
+		{store, []string{"--key", "k", "--max-hold", "-1s", "--", "true"}, "--max-hold"},
+		{store, []string{"--key", "k", "--min-hold", "-1s", "--", "true"}, "--min-hold"},
+		{store, []string{"--key", "k", "--min-hold", "2s", "--max-hold", "1s", "--", "true"}, "--min-hold"},
+		{store, []string{"--key", "k", "--kill-grace", "-1s", "--", "true"}, "--kill-grace"},
+		{store, []string{"--key", "k", "--kill-grace", "10s", "--", "true"}, "--kill-grace 10s must be less than half of --ttl 10s"},
+		{store, []string{"--key", "k", "--ttl", "1s", "--", "true"}, "--kill-grace"},
+		{store, []string{"--key", "k", "--owner", strings.Repeat("o", 300), "--", "true"}, "--owner"},
+		{store, []string{"--key", "k", "--bogus", "--", "true"}, "-bogus"},
+		{nil, []string{"--store", "foo://x", "--key", "k", "--", "true"}, `unknown scheme "foo"`},
+		{nil, []string{"--store", "redis://h:1?nope=1", "--key", "k", "--", "true"}, `unknown query parameter "nope"`},
+		{nil, []string{"--store", "localhost:6379", "--key", "k", "--", "true"}, "missing scheme"},
+	}
+	for _, tt := range tests {
+		args := append([]string{"exec"}, tt.args...)
+		code, out, errOut := runTL(t, tt.env, args...)
+		if code != exitUsage {
+			t.Errorf("%q: exit %d, want %d\nstderr:\n%s", tt.args, code, exitUsage, errOut)
+			continue
+		}
+		if !strings.Contains(errOut, tt.want) {
+			t.Errorf("%q: stderr does not contain %q:\n%s", tt.args, tt.want, errOut)
+		}
+		if out != "" {
+			t.Errorf("%q: stdout %q", tt.args, out)
+		}
+	}
+}
+
+func TestExecInvalidKeyForRedis(t *testing.T) {
+	t.Parallel()
+	url, _ := redisFor(t)
+	code, _, errOut := runTL(t, nil, "exec", "--store", url, "--key", "}k", "--", "true")
+	if code != exitUsage || !strings.Contains(errOut, "--key") {
+		t.Errorf("exit %d, stderr %q; want %d naming --key", code, errOut, exitUsage)
+	}
+}
+
+func TestHelpAndUsage(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		args      []string
+		code      int
+		inStdout  string
+		inStderr  string
+		stdoutNil bool
+	}{
+		{[]string{"help"}, 0, "tasklock exec --store URL", "", false},
+		{[]string{"-h"}, 0, "Exit status of exec", "", false},
+		{[]string{"--help"}, 0, "Store URLs", "", false},
+		{[]string{"help", "exec"}, 0, "--kill-grace D", "", false},
+		{[]string{"help", "demo"}, 0, "--workers", "", false},
+		{[]string{"exec", "-h"}, 0, "TASKLOCK_FENCE", "", false},
+		{[]string{"demo", "--help"}, 0, "demo-job", "", false},
+		{nil, exitUsage, "", "Usage:", true},
+		{[]string{"frobnicate"}, exitUsage, "", `unknown command "frobnicate"`, true},
+		{[]string{"help", "frobnicate"}, exitUsage, "", `unknown command "frobnicate"`, true},
+		{[]string{"demo", "--workers", "0"}, exitUsage, "", "--workers", true},
+		{[]string{"demo", "--duration", "0s"}, exitUsage, "", "--duration", true},
+		{[]string{"demo", "extra"}, exitUsage, "", `unexpected argument "extra"`, true},
+	}
+	for _, tt := range tests {
+		code, out, errOut := runTL(t, nil, tt.args...)
+		if code != tt.code || !strings.Contains(out, tt.inStdout) || !strings.Contains(errOut, tt.inStderr) || tt.stdoutNil && out != "" {
+			t.Errorf("%q: exit %d (want %d)\nstdout:\n%s\nstderr:\n%s", tt.args, code, tt.code, out, errOut)
+		}
+	}
+}
+
+func TestPasswordNeverPrinted(t *testing.T) {
+	t.Parallel()
+	const pw = "pw-S3cr3t"
+	srv := testserver.StartRedis(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer c.Close()
+	ctx := context.Background()
+	if err := c.Do(ctx, "ACL", "SETUSER", "app", "on", ">"+pw, "~*", "&*", "+@all").Err(); err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := l.Addr().String()
+	l.Close()
+
+	good := "redis://app:" + pw + "@" + srv.Addr()
+	stop := filepath.Join(t.TempDir(), "stop")
+	holder := startTL(t, []string{"STOP=" + stop}, "exec", "--store", good, "--key", "pw", "--verbose", "--", "sh", "-c", waitingChild)
+	holder.waitOutput("started", 20*time.Second)
+
+	tests := []struct {
+		name string
+		env  []string
+		args []string
+		code int
+	}{
+		{"wrong password", nil, []string{"--store", "redis://app:wrong-" + pw + "@" + srv.Addr(), "--key", "k"}, exitUnavailable},
+		{"closed port", nil, []string{"--store", "redis://app:" + pw + "@" + closed, "--key", "k", "--verbose"}, exitUnavailable},
+		{"sentinel closed port", nil, []string{"--store", "redis+sentinel://app:" + pw + "@" + closed + "/m?sentinel_password=" + pw, "--key", "k", "--verbose"}, exitUnavailable},
+		{"unknown param", nil, []string{"--store", good + "?bogus=" + pw, "--key", "k"}, exitUsage},
+		{"password param", nil, []string{"--store", "redis://" + srv.Addr() + "?password=" + pw, "--key", "k"}, exitUsage},
+		{"unknown scheme", nil, []string{"--store", "fancy://app:" + pw + "@" + srv.Addr(), "--key", "k"}, exitUsage},
+		{"raw special characters", nil, []string{"--store", "redis://app:" + pw + "/?#@" + closed, "--key", "k"}, exitUnavailable},
+		{"bad percent-encoding", nil, []string{"--store", "redis://app:%zz" + pw + "@" + srv.Addr(), "--key", "k"}, exitUsage},
+		{"URL in the wrong flag", nil, []string{"--store", good, "--ttl", good, "--key", "k"}, exitUsage},
+		{"from the environment", []string{"TASKLOCK_STORE=redis://app:wrong-" + pw + "@" + srv.Addr()}, []string{"--key", "k"}, exitUnavailable},
+		{"held elsewhere", nil, []string{"--store", good, "--key", "pw", "--verbose"}, exitTempFail},
+		{"held elsewhere, waiting", nil, []string{"--store", good, "--key", "pw", "--wait", "200ms", "--verbose"}, exitTempFail},
+		{"success", nil, []string{"--store", good, "--key", "other", "--verbose"}, 0},
+	}
+	for _, tt := range tests {
+		args := append(append([]string{"exec"}, tt.args...), "--", "true")
+		code, out, errOut := runTL(t, tt.env, args...)
+		if code != tt.code {
+			t.Errorf("%s: exit %d, want %d\nstderr:\n%s", tt.name, code, tt.code, errOut)
+		}
+		if strings.Contains(out+errOut, "S3cr3t") {
+			t.Errorf("%s: the password was printed:\nstdout:\n%s\nstderr:\n%s", tt.name, out, errOut)
+		}
+		if tt.code != 0 && errOut == "" {
+			t.Errorf("%s: no message on stderr", tt.name)
+		}
+	}
+	os.WriteFile(stop, nil, 0o644)
+	holder.wait(20 * time.Second)
+	if strings.Contains(holder.stdout()+holder.stderr(), "S3cr3t") {
+		t.Errorf("holder printed the password:\n%s", holder.stderr())
+	}
+}
+
+func TestExecLockLostTerminatesCommand(t *testing.T) {
+	t.Parallel()
+	url, c := redisFor(t)
+	p := startTL(t, nil, "exec", "--store", url, "--key", "lost", "--ttl", "3s", "--kill-grace", "1s",
+		"--", "sh", "-c", `trap "echo got-term; exit 0" TERM; echo started; while :; do sleep 0.05; done`)
+	p.waitOutput("started", 20*time.Second)
+	if !exists(t, c, lockKey("lost")) {
+		t.Fatal("lock not in Redis while COMMAND runs")
+	}
+	deleted := time.Now()
+	if err := c.Del(context.Background(), lockKey("lost")).Err(); err != nil {
+		t.Fatal(err)
+	}
+	code := p.wait(20 * time.Second)
+	elapsed := time.Since(deleted)
+	if code != exitSoftware {
+		t.Fatalf("exit %d, want %d\nstdout:\n%s\nstderr:\n%s", code, exitSoftware, p.stdout(), p.stderr())
+	}
+	if !strings.Contains(p.stdout(), "got-term") {
+		t.Errorf("COMMAND did not get SIGTERM: stdout %q", p.stdout())
+	}
+	if errOut := p.stderr(); !strings.Contains(errOut, `lock "lost" lost`) || !strings.Contains(errOut, "no longer has this lease") {
+		t.Errorf("stderr does not give the cause:\n%s", errOut)
+	}
+	// Renewal runs every TTL/3; the loss is seen at the next one.
+	if elapsed > 2*time.Second {
+		t.Errorf("COMMAND stopped %v after the lease was deleted, want within the TTL", elapsed)
+	}
+	t.Logf("stopped %v after the lease was deleted", elapsed.Round(time.Millisecond))
+}
+
+func TestExecKillGrace(t *testing.T) {
+	t.Parallel()
+	url, c := redisFor(t)
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	const grace = 700 * time.Millisecond
+	p := startTL(t, []string{"PIDFILE=" + pidFile}, "exec", "--store", url, "--key", "stubborn", "--ttl", "2s", "--kill-grace", grace.String(),
+		"--", "sh", "-c", `trap "" TERM; echo $$ > "$PIDFILE"; echo started; while :; do sleep 0.05; done`)
+	p.waitOutput("started", 20*time.Second)
+	pid := readPid(t, pidFile)
+	if err := c.Del(context.Background(), lockKey("stubborn")).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// The loss is seen at the next renewal, so measure from the SIGTERM
+	// line.
+	var termAt time.Time
+	waitFor(t, 10*time.Second, func() bool {
+		if strings.Contains(p.stderr(), "SIGTERM now") {
+			termAt = time.Now()
+			return true
+		}
+		return false
+	}, "the SIGTERM line")
+	code := p.wait(20 * time.Second)
+	killedAfter := time.Since(termAt)
+	if code != exitSoftware {
+		t.Fatalf("exit %d, want %d\nstderr:\n%s", code, exitSoftware, p.stderr())
+	}
+	if !strings.Contains(p.stderr(), "sending SIGKILL") {
+		t.Errorf("stderr does not report the SIGKILL:\n%s", p.stderr())
+	}
+	if killedAfter < grace-50*time.Millisecond {
+		t.Errorf("SIGKILL came %v after SIGTERM, want about --kill-grace %v", killedAfter, grace)
+	}
+	waitFor(t, 5*time.Second, func() bool { return !alive(pid) }, "COMMAND to be gone")
+	t.Logf("exited %v after the SIGTERM line (kill-grace %v)", killedAfter.Round(time.Millisecond), grace)
+}
+
+// When renewals stop getting through, SIGTERM comes --kill-grace before the
+// lease's local validity ends, so a COMMAND that ignores it is SIGKILLed
+// before the lease expires at the store and anyone else could obtain it.
+func TestExecBlackholeKillsBeforeExpiry(t *testing.T) {
+	t.Parallel()
+	srv := testserver.StartRedis(t)
+	proxy := testserver.StartProxy(t, srv.Addr())
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { c.Close() })
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	p := startTL(t, []string{"PIDFILE=" + pidFile}, "exec", "--store", "redis://"+proxy.Addr(), "--key", "cut",
+		"--ttl", "5s", "--kill-grace", "1s",
+		"--", "sh", "-c", `trap "" TERM; echo $$ > "$PIDFILE"; echo started; while :; do sleep 0.05; done`)
+	p.waitOutput("started", 20*time.Second)
+	pid := readPid(t, pidFile)
+	proxy.Blackhole(t)
+	t.Cleanup(func() { proxy.Restore(t) })
+	cut := time.Now()
+	var goneAt, expiredAt time.Time
+	waitFor(t, 15*time.Second, func() bool {
+		now := time.Now()
+		if goneAt.IsZero() && !alive(pid) {
+			goneAt = now
+		}
+		if expiredAt.IsZero() && !exists(t, c, lockKey("cut")) {
+			expiredAt = now
+		}
+		return !goneAt.IsZero() && !expiredAt.IsZero()
+	}, "COMMAND to die and the lease to expire")
+	t.Logf("COMMAND killed %v after the cut, lease expired at the store %v after", goneAt.Sub(cut).Round(time.Millisecond), expiredAt.Sub(cut).Round(time.Millisecond))
+	if !goneAt.Before(expiredAt) {
+		t.Fatalf("COMMAND still ran when the lease expired at the store (killed %v after it)", goneAt.Sub(expiredAt))
+	}
+	proxy.Restore(t)
+	if code := p.wait(30 * time.Second); code != exitSoftware {
+		t.Fatalf("exit %d, want %d\nstderr:\n%s", code, exitSoftware, p.stderr())
+	}
+}
+
+func TestExecSigkillKillsCommand(t *testing.T) {
+	t.Parallel()
+	url, _ := redisFor(t)
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	p := startTL(t, []string{"PIDFILE=" + pidFile}, "exec", "--store", url, "--key", "orphan", "--ttl", "1s", "--kill-grace", "400ms",
+		"--", "sh", "-c", `echo $$ > "$PIDFILE"; echo started; while :; do sleep 0.05; done`)
+	p.waitOutput("started", 20*time.Second)
+	pid := readPid(t, pidFile)
+	if !alive(pid) {
+		t.Fatalf("COMMAND pid %d not alive", pid)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(10 * time.Second); code != -1 {
+		t.Fatalf("tasklock exit %d after SIGKILL", code)
+	}
+	killed := time.Now()
+	waitFor(t, 5*time.Second, func() bool { return !alive(pid) }, fmt.Sprintf("COMMAND pid %d to die with tasklock", pid))
+	t.Logf("COMMAND gone %v after tasklock was killed", time.Since(killed).Round(time.Millisecond))
+
+	// Nobody released the lease: the next holder gets it once it expires,
+	// within the TTL.
+	start := time.Now()
+	code, out, errOut := runTL(t, nil, "exec", "--store", url, "--key", "orphan", "--wait", "10s", "--", "echo", "took-over")
+	if code != 0 || out != "took-over\n" {
+		t.Fatalf("takeover: exit %d, stdout %q\nstderr:\n%s", code, out, errOut)
+	}
+	if d := time.Since(killed); d > 2*time.Second {
+		t.Errorf("takeover %v after SIGKILL, want at most TTL + 1s", d)
+	}
+	t.Logf("took over %v after SIGKILL (waited %v)", time.Since(killed).Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+}
+
+func TestExecForwardsSignals(t *testing.T) {
+	t.Parallel()
+	url, c := redisFor(t)
+	for _, tt := range []struct {
+		sig    syscall.Signal
+		script string
+		want   int
+	}{
+		{syscall.SIGTERM, `trap "echo got-term; exit 5" TERM; echo started; while :; do sleep 0.05; done`, 5},
+		{syscall.SIGINT, `echo started; while :; do sleep 0.05; done`, 128 + 2},
+		{syscall.SIGHUP, `trap "echo got-hup; exit 0" HUP; echo started; while :; do sleep 0.05; done`, 0},
+	} {
+		p := startTL(t, nil, "exec", "--store", url, "--key", "sig", "--", "sh", "-c", tt.script)
+		p.waitOutput("started", 20*time.Second)
+		if err := p.cmd.Process.Signal(tt.sig); err != nil {
+			t.Fatal(err)
+		}
+		if code := p.wait(10 * time.Second); code != tt.want {
+			t.Errorf("%v: exit %d, want %d\nstdout:\n%s\nstderr:\n%s", tt.sig, code, tt.want, p.stdout(), p.stderr())
+		}
+		if exists(t, c, lockKey("sig")) {
+			t.Errorf("%v: lock not released", tt.sig)
+		}
+	}
+}
+
+func TestExecSignalWhileWaiting(t *testing.T) {
+	t.Parallel()
+	url, c := redisFor(t)
+	stop := filepath.Join(t.TempDir(), "stop")
+	holder := startTL(t, []string{"STOP=" + stop}, "exec", "--store", url, "--key", "sw", "--ttl", "30s", "--", "sh", "-c", waitingChild)
+	holder.waitOutput("started", 20*time.Second)
+	waiter := startTL(t, nil, "exec", "--store", url, "--key", "sw", "--wait", "60s", "--verbose", "--", "echo", "must-not-run")
+	// Signal it once it waits (its handler is installed before it
+	// connects).
+	waitSubscribed(t, c, waiter)
+	if err := waiter.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := waiter.wait(10 * time.Second); code != 128+15 {
+		t.Errorf("waiter exit %d, want %d\nstderr:\n%s", code, 128+15, waiter.stderr())
+	}
+	if waiter.stdout() != "" || !strings.Contains(waiter.stderr(), "interrupted") {
+		t.Errorf("stdout %q, stderr %q", waiter.stdout(), waiter.stderr())
+	}
+	os.WriteFile(stop, nil, 0o644)
+	holder.wait(20 * time.Second)
+}
+
+func TestExecMaxHold(t *testing.T) {
+	t.Parallel()
+	url, c := redisFor(t)
+	start := time.Now()
+	p := startTL(t, nil, "exec", "--store", url, "--key", "mh", "--ttl", "3s", "--max-hold", "800ms", "--kill-grace", "1s",
+		"--", "sh", "-c", `trap "echo got-term; exit 0" TERM; echo started; while :; do sleep 0.05; done`)
+	code := p.wait(20 * time.Second)
+	if code != exitSoftware {
+		t.Fatalf("exit %d, want %d\nstderr:\n%s", code, exitSoftware, p.stderr())
+	}
+	if d := time.Since(start); d < 800*time.Millisecond {
+		t.Errorf("stopped after %v, before --max-hold", d)
+	}
+	if !strings.Contains(p.stdout(), "got-term") || !strings.Contains(p.stderr(), "--max-hold 800ms reached") {
+		t.Errorf("stdout %q\nstderr:\n%s", p.stdout(), p.stderr())
+	}
+	if exists(t, c, lockKey("mh")) {
+		t.Error("lock not released after --max-hold")
+	}
+}
+
+func TestExecMinHold(t *testing.T) {
+	t.Parallel()
+	url, c := redisFor(t)
+	code, _, errOut := runTL(t, nil, "exec", "--store", url, "--key", "minh", "--min-hold", "5s", "--", "true")
+	if code != 0 {
+		t.Fatalf("exit %d\nstderr:\n%s", code, errOut)
+	}
+	ttl, err := c.PTTL(context.Background(), lockKey("minh")).Result()
+	if err != nil || ttl <= 0 || ttl > 5*time.Second {
+		t.Fatalf("after an early exit with --min-hold 5s the lease has PTTL %v (%v), want in (0, 5s]", ttl, err)
+	}
+	code, _, errOut = runTL(t, nil, "exec", "--store", url, "--key", "minh", "--", "true")
+	if code != exitTempFail {
+		t.Errorf("second run during --min-hold: exit %d, want %d\nstderr:\n%s", code, exitTempFail, errOut)
+	}
+}
+
+func TestDemo(t *testing.T) {
+	t.Parallel()
+	start := time.Now()
+	code, out, errOut := runTL(t, nil, "demo")
+	d := time.Since(start)
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	if d >= 10*time.Second {
+		t.Errorf("demo took %v, want < 10s", d)
+	}
+	m := regexp.MustCompile(`summary: (\d+) grants, (\d+) distinct holders, 0 stale writes rejected, max fence (\d+)`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no summary with 0 stale writes:\n%s", out)
+	}
+	grants, _ := strconv.Atoi(m[1])
+	holders, _ := strconv.Atoi(m[2])
+	if grants < 5 || holders < 2 || m[3] != m[1] {
+		t.Errorf("summary %q: want several grants, several holders, max fence = grants", m[0])
+	}
+	if !strings.Contains(out, "CRASHES") {
+		t.Errorf("no worker crashed:\n%s", out)
+	}
+	if lines := strings.Count(out, "granted after"); lines != grants {
+		t.Errorf("%d grant lines for %d grants", lines, grants)
+	}
+	t.Logf("demo took %v: %s", d.Round(time.Millisecond), m[0])
+}

@@ -1,0 +1,216 @@
+package storeurl
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tasklock/tasklock/driver"
+	"github.com/tasklock/tasklock/redisstore"
+)
+
+// redisMode is how a Redis URL reaches its data.
+type redisMode int
+
+const (
+	redisSingle   redisMode = iota // redis://, rediss://
+	redisSentinel                  // redis+sentinel://
+	redisCluster                   // redis+cluster://
+)
+
+// redisConfig is a checked Redis URL.
+type redisConfig struct {
+	u        *storeURL
+	mode     redisMode
+	addrs    []string // the node, the sentinels or the cluster seed nodes
+	tls      bool
+	caFile   string // rediss: PEM file of the CAs to trust instead of the system's
+	username string
+	password string
+	db       int
+	master   string // Sentinel master name
+
+	sentinelUsername string
+	sentinelPassword string
+
+	dialTimeout  time.Duration // 0: go-redis's default
+	readTimeout  time.Duration
+	writeTimeout time.Duration
+	poolSize     int
+
+	store redisstore.Options
+}
+
+// parseRedis checks a redis://, rediss://, redis+sentinel:// or
+// redis+cluster:// URL.
+//
+// Query parameters, for every mode: prefix (redisstore.Options.Prefix),
+// wait_replicas and wait_timeout (Options.WaitReplicas, WaitTimeout),
+// dial_timeout, read_timeout, write_timeout (Go durations) and pool_size.
+// redis+sentinel:// also takes db, sentinel_username and sentinel_password
+// (when the sentinels need their own credentials); rediss:// takes
+// tls_ca_file, a PEM file of the CAs to trust instead of the system's.
+func parseRedis(u *storeURL) (opener, error) {
+	c := &redisConfig{u: u, username: u.user, password: u.password}
+	defaultPort := "6379"
+	switch u.scheme {
+	case "redis":
+	case "rediss":
+		c.tls = true
+		c.caFile, _ = u.query.str("tls_ca_file")
+	case "redis+sentinel":
+		c.mode = redisSentinel
+		defaultPort = "26379"
+	case "redis+cluster":
+		c.mode = redisCluster
+	}
+	addrs, err := u.hosts(defaultPort)
+	if err != nil {
+		return nil, err
+	}
+	c.addrs = addrs
+
+	switch c.mode {
+	case redisSingle:
+		if len(addrs) > 1 {
+			return nil, u.badf("%s:// takes one host, got %d; use redis+sentinel:// or redis+cluster:// for several", u.scheme, len(addrs))
+		}
+		if u.path != "" {
+			db, err := strconv.Atoi(u.path)
+			if err != nil || db < 0 {
+				return nil, u.badf("invalid database number %q in the path, want /0, /1, ...", u.path)
+			}
+			c.db = db
+		}
+	case redisSentinel:
+		switch {
+		case u.path == "":
+			return nil, u.badf("missing master name: want redis+sentinel://host:port,.../MASTER")
+		case strings.Contains(u.path, "/"):
+			return nil, u.badf("invalid master name %q: it must not contain '/'", u.path)
+		}
+		c.master = u.path
+		c.db = u.query.nonNegInt("db")
+		c.sentinelUsername, _ = u.query.str("sentinel_username")
+		c.sentinelPassword, _ = u.query.secretStr("sentinel_password")
+	case redisCluster:
+		if u.path != "" {
+			return nil, u.badf("redis+cluster:// takes no path: a Cluster has only database 0")
+		}
+	}
+
+	q := u.query
+	c.store.Prefix, _ = q.str("prefix")
+	if strings.ContainsAny(c.store.Prefix, "{}") {
+		return nil, u.badf("query parameter prefix=%q must not contain '{' or '}'", c.store.Prefix)
+	}
+	c.store.WaitReplicas = q.nonNegInt("wait_replicas")
+	c.store.WaitTimeout = q.duration("wait_timeout")
+	c.dialTimeout = q.duration("dial_timeout")
+	c.readTimeout = q.duration("read_timeout")
+	c.writeTimeout = q.duration("write_timeout")
+	c.poolSize = q.nonNegInt("pool_size")
+	return c, nil
+}
+
+// client builds the go-redis client; it does no network I/O. roots, when
+// not nil, are the CAs a TLS client trusts.
+func (c *redisConfig) client(roots *x509.CertPool) redis.UniversalClient {
+	var (
+		tlsConfig *tls.Config
+		dialer    func(ctx context.Context, network, addr string) (net.Conn, error)
+	)
+	if c.tls {
+		tlsConfig = &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: roots}
+		// go-redis's own TLS dialer ignores ctx: the handshake with a
+		// server that never answers would outlast the caller's deadline.
+		// tls.Dialer takes the server name from each address.
+		d := &tls.Dialer{
+			NetDialer: &net.Dialer{Timeout: c.dialTimeout, KeepAlive: 5 * time.Minute},
+			Config:    tlsConfig,
+		}
+		if d.NetDialer.Timeout == 0 {
+			d.NetDialer.Timeout = 5 * time.Second // go-redis's default DialTimeout
+		}
+		dialer = d.DialContext
+	}
+	switch c.mode {
+	case redisSentinel:
+		return redis.NewFailoverClient(&redis.FailoverOptions{
+			MasterName:            c.master,
+			SentinelAddrs:         c.addrs,
+			SentinelUsername:      c.sentinelUsername,
+			SentinelPassword:      c.sentinelPassword,
+			Username:              c.username,
+			Password:              c.password,
+			DB:                    c.db,
+			DialTimeout:           c.dialTimeout,
+			ReadTimeout:           c.readTimeout,
+			WriteTimeout:          c.writeTimeout,
+			ContextTimeoutEnabled: true,
+			PoolSize:              c.poolSize,
+			TLSConfig:             tlsConfig,
+			Dialer:                dialer,
+		})
+	case redisCluster:
+		return redis.NewClusterClient(&redis.ClusterOptions{
+			Addrs:                 c.addrs,
+			Username:              c.username,
+			Password:              c.password,
+			DialTimeout:           c.dialTimeout,
+			ReadTimeout:           c.readTimeout,
+			WriteTimeout:          c.writeTimeout,
+			ContextTimeoutEnabled: true,
+			PoolSize:              c.poolSize,
+			TLSConfig:             tlsConfig,
+			Dialer:                dialer,
+		})
+	default:
+		return redis.NewClient(&redis.Options{
+			Addr:                  c.addrs[0],
+			Username:              c.username,
+			Password:              c.password,
+			DB:                    c.db,
+			DialTimeout:           c.dialTimeout,
+			ReadTimeout:           c.readTimeout,
+			WriteTimeout:          c.writeTimeout,
+			ContextTimeoutEnabled: true,
+			PoolSize:              c.poolSize,
+			TLSConfig:             tlsConfig,
+			Dialer:                dialer,
+		})
+	}
+}
+
+// open implements opener: it builds the client and the store, and PINGs.
+func (c *redisConfig) open(ctx context.Context) (driver.Store, func() error, error) {
+	var roots *x509.CertPool
+	if c.caFile != "" {
+		pem, err := os.ReadFile(c.caFile)
+		if err != nil {
+			return nil, nil, c.u.badf("query parameter tls_ca_file: %v", err)
+		}
+		roots = x509.NewCertPool()
+		if !roots.AppendCertsFromPEM(pem) {
+			return nil, nil, c.u.badf("query parameter tls_ca_file: no PEM certificate in %s", c.caFile)
+		}
+	}
+	client := c.client(roots)
+	store, err := redisstore.New(client, &c.store)
+	if err != nil {
+		_ = client.Close()
+		return nil, nil, c.u.badf("%v", err)
+	}
+	if err := client.Ping(ctx).Err(); err != nil {
+		_ = client.Close()
+		return nil, nil, err
+	}
+	return store, client.Close, nil
+}
