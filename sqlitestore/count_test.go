@@ -1,0 +1,159 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	sqldriver "database/sql/driver"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tasklock/tasklock/driver"
+)
+
+// countingConnector opens real modernc.org/sqlite connections with Open's
+// DSN and counts the statements sent through them. The pragmas the driver
+// runs when it opens a connection are not counted.
+type countingConnector struct {
+	drv   sqldriver.Driver
+	dsn   string
+	stmts atomic.Int64
+}
+
+func (c *countingConnector) Connect(context.Context) (sqldriver.Conn, error) {
+	conn, err := c.drv.Open(c.dsn)
+	if err != nil {
+		return nil, err
+	}
+	return &countingConn{Conn: conn, n: &c.stmts}, nil
+}
+
+func (c *countingConnector) Driver() sqldriver.Driver { return c.drv }
+
+type countingConn struct {
+	sqldriver.Conn
+	n *atomic.Int64
+}
+
+func (c *countingConn) ExecContext(ctx context.Context, q string, args []sqldriver.NamedValue) (sqldriver.Result, error) {
+	c.n.Add(1)
+	return c.Conn.(sqldriver.ExecerContext).ExecContext(ctx, q, args)
+}
+
+func (c *countingConn) QueryContext(ctx context.Context, q string, args []sqldriver.NamedValue) (sqldriver.Rows, error) {
+	c.n.Add(1)
+	return c.Conn.(sqldriver.QueryerContext).QueryContext(ctx, q, args)
+}
+
+func (c *countingConn) PrepareContext(ctx context.Context, q string) (sqldriver.Stmt, error) {
+	c.n.Add(1)
+	return c.Conn.(sqldriver.ConnPrepareContext).PrepareContext(ctx, q)
+}
+
+func (c *countingConn) BeginTx(ctx context.Context, opts sqldriver.TxOptions) (sqldriver.Tx, error) {
+	return c.Conn.(sqldriver.ConnBeginTx).BeginTx(ctx, opts)
+}
+
+func (c *countingConn) ResetSession(ctx context.Context) error {
+	return c.Conn.(sqldriver.SessionResetter).ResetSession(ctx)
+}
+
+func (c *countingConn) IsValid() bool { return c.Conn.(sqldriver.Validator).IsValid() }
+
+// openCounting opens path like Open does, through a countingConnector.
+func openCounting(t *testing.T, path string) (*sql.DB, *countingConnector) {
+	t.Helper()
+	c, err := resolve(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	probe, err := sql.Open("sqlite", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	drv := probe.Driver()
+	probe.Close()
+	cc := &countingConnector{drv: drv, dsn: dsn(path, c)}
+	db := sql.OpenDB(cc)
+	t.Cleanup(func() { _ = db.Close() })
+	return db, cc
+}
+
+// TestStatementsPerOperation counts the statements each call sends; a
+// renewal of 1,000 leases is one statement.
+func TestStatementsPerOperation(t *testing.T) {
+	db, cc := openCounting(t, dbPath(t))
+	s := newStoreT(t, db)
+	ctx := ctxT(t)
+	count := func(name string, want int64, fn func()) {
+		t.Helper()
+		before := cc.stmts.Load()
+		start := time.Now()
+		fn()
+		took := time.Since(start)
+		if got := cc.stmts.Load() - before; got != want {
+			t.Fatalf("%s: %d statements, want %d", name, got, want)
+		}
+		t.Logf("%-28s %d statement(s), %v", name, want, took)
+	}
+
+	count("Acquire (free)", 1, func() { mustAcquire(t, s, "k", "a", time.Minute) })
+	count("Acquire (held)", 2, func() {
+		if _, err := s.Acquire(ctx, driver.AcquireParams{Key: "k", Token: "b", TTL: time.Minute}); !errors.Is(err, driver.ErrHeld) {
+			t.Fatalf("Acquire of a held key = %v", err)
+		}
+	})
+	count("Release", 1, func() {
+		if err := s.Release(ctx, driver.ReleaseParams{Key: "k", Token: "a"}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	count("Release (not held)", 1, func() {
+		if err := s.Release(ctx, driver.ReleaseParams{Key: "k", Token: "a"}); !errors.Is(err, driver.ErrNotHeld) {
+			t.Fatal(err)
+		}
+	})
+
+	// 1,000 held leases, written in one statement as 1,000 Acquire calls
+	// would leave them (those take seconds under -race).
+	const n = 1000
+	if _, err := db.ExecContext(ctx, `WITH RECURSIVE seq(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM seq WHERE i < ?1)
+INSERT INTO `+DefaultTable+` ("key", token, owner, fence, acquired_at, expires_at)
+SELECT printf('lease-%04d', i), printf('tok-%04d', i), 'bulk', 1, `+nowUS+`, `+nowUS+` + 60000000 FROM seq`, n-1); err != nil {
+		t.Fatal(err)
+	}
+	ps := make([]driver.RenewParams, n)
+	for i := range ps {
+		ps[i] = driver.RenewParams{Key: fmt.Sprintf("lease-%04d", i), Token: fmt.Sprintf("tok-%04d", i), TTL: 2 * time.Minute}
+	}
+	ps[7].Token = "not-the-token"
+	ps[500].Key = "never-acquired"
+	var res []error
+	count("Renew (1,000 leases)", 1, func() {
+		var err error
+		if res, err = s.Renew(ctx, ps); err != nil {
+			t.Fatal(err)
+		}
+	})
+	for i, err := range res {
+		notHeld := i == 7 || i == 500
+		if notHeld != errors.Is(err, driver.ErrNotHeld) || (!notHeld && err != nil) {
+			t.Fatalf("Renew result %d = %v", i, err)
+		}
+	}
+	if r := readRow(t, db, DefaultTable, "lease-0999"); r.expiresInUS < 110_000_000 {
+		t.Fatalf("lease-0999 ends in %dµs after renewal, want ~2min", r.expiresInUS)
+	}
+	count("ForceRelease", 1, func() {
+		if err := s.ForceRelease(ctx, "lease-0001"); err != nil {
+			t.Fatal(err)
+		}
+	})
+	count("Leases", 1, func() {
+		if ls, err := s.Leases(ctx, "lease-"); err != nil || len(ls) != n-1 {
+			t.Fatalf("Leases = %d, %v", len(ls), err)
+		}
+	})
+}

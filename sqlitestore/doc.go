@@ -1,0 +1,151 @@
+// Package sqlitestore keeps tasklock leases in a SQLite database file
+// through database/sql and modernc.org/sqlite (pure Go, no cgo). It is the
+// embedded default store: processes on one host that share one file
+// coordinate through it without a server.
+//
+//	db, err := sqlitestore.Open("./tasklock.db", nil)
+//	store, err := sqlitestore.New(db, &sqlitestore.Options{Migrate: true})
+//	locker, err := tasklock.New(store, nil)
+//
+// The Store implements driver.Store, driver.Lister and
+// driver.ForceReleaser. It does not implement driver.Notifier: SQLite has no
+// way to tell another process that a row changed, so waiters in other
+// processes poll (with the Locker's jittered backoff, never past the
+// holder's remaining TTL, which Acquire reports). Waiters on the Locker
+// that released are still woken at once by the Locker itself.
+//
+// # Safety level
+//
+// Exact on one host, for the processes that share the file:
+//
+//   - One host only. SQLite's locking (POSIX advisory locks plus the WAL
+//     index in shared memory, the -shm file) works only between processes
+//     of one machine. Never put the file on a network filesystem (NFS, SMB,
+//     CIFS, sshfs, most cloud file shares): their locks are unreliable or
+//     absent, and WAL's shared memory does not work across machines, so two
+//     holders at once become possible and the file can be corrupted. For
+//     replicas on several hosts use pgstore, mysqlstore, etcdstore or
+//     zkstore.
+//   - Exclusion. Every grant, renewal and release is one SQLite statement
+//     run in its own write transaction, and SQLite serialises writers, so
+//     the check "expired?" and the write that follows it cannot interleave
+//     with another process's.
+//   - Durable fences. A key's row is never deleted: release and expiry only
+//     mark it free, and the fence in the row is incremented by every grant.
+//     Fences therefore strictly increase per key across releases, process
+//     crashes and restarts of every process, for as long as the file lives
+//     (see Durability for power loss).
+//   - The store's clock is the host's clock. Expiry is decided inside each
+//     statement by SQLite's now (unixepoch('subsec'): the host's wall
+//     clock, read in whole milliseconds), never by a Locker's Clock. All
+//     processes on the host read the same clock, so they agree on every
+//     expiry; a wrong time zone or a skewed client Clock changes nothing.
+//     Stepping the host's wall clock does: a step forward by d ends every
+//     lease up to d early at the store, while holders, which count on their
+//     monotonic clock, still believe they hold them — a step larger than the
+//     Locker's drift margin (1% of the TTL, at least 2 ms) can let a second
+//     holder in. A step backward makes leases (and released keys) last
+//     longer. Run the host with slewing time sync (chrony, systemd-timesyncd
+//     slew small offsets) and fence the protected resource.
+//
+// # Durability
+//
+// Open sets synchronous=NORMAL: in WAL mode a commit is durable against a
+// crash of any process (SIGKILL included) but not against power loss or an
+// OS crash, which can roll back the last commits. Because the file is on
+// the same host as every holder, such a crash also ends every holder, so it
+// cannot produce two live holders; but a fence handed out just before it
+// can be handed out again afterwards, and a resource elsewhere that saw the
+// old one would reject the new holder's writes as stale until the counter
+// passes it. Options.SyncFull (synchronous=FULL) fsyncs every commit and
+// closes that gap, at the price of one fsync per acquire, renewal and
+// release.
+//
+// # Pragmas
+//
+// Pragmas are per connection, and database/sql keeps a pool of them, so
+// Open puts them in the DSN as modernc.org/sqlite _pragma parameters, which
+// the driver runs on every connection it opens:
+//
+//   - busy_timeout(5000) (Options.BusyTimeout): a statement that finds
+//     another connection writing waits up to 5 s for the write lock instead
+//     of failing at once with SQLITE_BUSY. Writes here take well under a
+//     millisecond, so the wait is normally tiny; if it runs out the error
+//     wraps ErrBusy and the Locker retries it as transient.
+//   - journal_mode(WAL): readers never block the writer nor the writer
+//     readers, and a commit appends to the -wal file instead of rewriting
+//     pages. WAL mode is stored in the file, but setting it on every
+//     connection costs nothing and covers a file created elsewhere.
+//   - synchronous(NORMAL): see Durability.
+//   - foreign_keys(1): SQLite's default is off; on, for the scheduler's
+//     tables that will share the file.
+//
+// and _txlock=immediate, which makes database/sql transactions start with
+// BEGIN IMMEDIATE: a transaction that reads and then writes takes the write
+// lock at BEGIN, so it waits its turn (busy_timeout) instead of failing with
+// SQLITE_BUSY when it upgrades, which no busy_timeout can fix. The store's
+// own statements are single statements outside transactions and need no
+// BEGIN; Migrate uses BEGIN IMMEDIATE explicitly.
+//
+// New checks one connection for a positive busy_timeout, so a *sql.DB
+// opened without Open fails early instead of returning SQLITE_BUSY under
+// load.
+//
+// # Waiting for the write lock
+//
+// SQLite has one writer at a time per file, and every call of this store
+// writes (Acquire even when the key is held: the upsert takes the write lock
+// before it finds the row live). Calls take tens to hundreds of
+// microseconds, so waits are normally short, but two things are worth
+// knowing:
+//
+//   - A context does not cut SQLite's busy wait short: modernc.org/sqlite
+//     interrupts a running statement when ctx ends, but not one sleeping in
+//     the busy handler, so a call that meets a long-held write lock returns
+//     up to busy_timeout later than ctx asked. The Locker stays safe (it
+//     decides validity from its own monotonic clock while the call is
+//     pending), but a BusyTimeout longer than a third of the TTL means one
+//     such wait uses up a lease's renewal retries.
+//   - A process stopped while it is inside one of its statements (SIGSTOP, a
+//     debugger breakpoint, a frozen VM) keeps the write lock: until it
+//     resumes or dies, every other call on the file waits and then fails with
+//     ErrBusy, so nobody can obtain or renew, and holders elsewhere lose their
+//     locks when their validity runs out. That is safe, not live. A process
+//     that is killed releases the lock at once (the OS drops its file locks).
+//     Long transactions by other programs on the same file have the same
+//     effect.
+//
+// # Schema
+//
+// The lock table (Options.Table, default tasklock_locks) has one row per
+// key: key TEXT PRIMARY KEY, token, owner, fence INTEGER, acquired_at and
+// expires_at. Times are INTEGER unix microseconds rather than julianday
+// REAL: integer arithmetic is exact (a TTL is added to the microsecond, and
+// equal instants compare equal), the values read directly as Go's
+// time.UnixMicro, and SQLite's clock (milliseconds) converts to them
+// without rounding; a julianday REAL has about 40 µs of resolution today
+// and needs float comparisons. A free row has
+// expires_at <= now; a released row also has an empty token.
+//
+// Migrations are embedded, numbered files (migrations/NNNN_name.up.sql, text/template over the table name),
+// recorded in Options.Table+"_migrations". Migrate applies pending ones (or
+// New with Options.Migrate); MigrationStatus lists them.
+//
+// # Statements per operation
+//
+//   - Acquire: one INSERT … ON CONFLICT(key) DO UPDATE … WHERE expires_at
+//     <= now RETURNING fence; only when the key is held, one SELECT more
+//     for the holder's owner and remaining TTL.
+//   - Renew: one UPDATE … FROM json_each(?) … RETURNING key, token for the
+//     whole batch, whatever its size (each lease found by primary key).
+//   - Release and ForceRelease: one token-checked (ForceRelease: not
+//     token-checked) UPDATE.
+//   - Leases: one SELECT.
+//
+// # Errors
+//
+// Besides driver.ErrNotHeld and *driver.HeldError, calls return errors
+// wrapping ErrBusy when SQLite stayed busy past busy_timeout, and New
+// errors wrapping ErrNotMigrated. Errors from the driver and ctx.Err() are
+// wrapped with %w. The store never logs.
+package sqlitestore

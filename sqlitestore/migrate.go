@@ -1,0 +1,245 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	sqldriver "database/sql/driver"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+	"text/template"
+	"time"
+)
+
+//go:embed migrations/*.up.sql
+var migrationFiles embed.FS
+
+// migration is one embedded migration file, NNNN_name.up.sql: a
+// text/template over migrationData.
+type migration struct {
+	version int
+	name    string
+	sql     *template.Template
+}
+
+// migrationData is what a migration's template sees.
+type migrationData struct {
+	Table string // the quoted lock table
+	table string
+}
+
+// Ident returns the quoted name made of the lock table's name and suffix,
+// for indexes and the like: {{.Ident "_expires_idx"}}.
+func (d migrationData) Ident(suffix string) string { return `"` + d.table + suffix + `"` }
+
+// loadMigrations reads NNNN_name.up.sql files from dir in fsys, in version
+// order.
+func loadMigrations(fsys fs.FS, dir string) ([]migration, error) {
+	entries, err := fs.ReadDir(fsys, dir)
+	if err != nil {
+		return nil, err
+	}
+	var ms []migration
+	for _, e := range entries {
+		name, ok := strings.CutSuffix(e.Name(), ".up.sql")
+		if !ok || e.IsDir() {
+			continue
+		}
+		num, rest, ok := strings.Cut(name, "_")
+		v, err := strconv.Atoi(num)
+		if !ok || err != nil || v <= 0 || rest == "" {
+			return nil, fmt.Errorf("sqlitestore: migration file %q is not named NNNN_name.up.sql", e.Name())
+		}
+		b, err := fs.ReadFile(fsys, path.Join(dir, e.Name()))
+		if err != nil {
+			return nil, err
+		}
+		tmpl, err := template.New(e.Name()).Option("missingkey=error").Parse(string(b))
+		if err != nil {
+			return nil, fmt.Errorf("sqlitestore: migration %s: %w", e.Name(), err)
+		}
+		ms = append(ms, migration{version: v, name: rest, sql: tmpl})
+	}
+	sort.Slice(ms, func(i, j int) bool { return ms[i].version < ms[j].version })
+	for i := 1; i < len(ms); i++ {
+		if ms[i].version == ms[i-1].version {
+			return nil, fmt.Errorf("sqlitestore: two migrations numbered %d", ms[i].version)
+		}
+	}
+	return ms, nil
+}
+
+// migrations are the embedded migrations, in version order.
+var migrations = func() []migration {
+	ms, err := loadMigrations(migrationFiles, "migrations")
+	if err != nil {
+		panic(err) // the embedded files are fixed at build time; tests load them
+	}
+	return ms
+}()
+
+// render returns m's SQL for the lock table of c.
+func (m migration) render(c config) (string, error) {
+	var b strings.Builder
+	if err := m.sql.Execute(&b, migrationData{Table: c.quoted, table: c.table}); err != nil {
+		return "", fmt.Errorf("sqlitestore: migration %04d_%s: %w", m.version, m.name, err)
+	}
+	return b.String(), nil
+}
+
+// MigrationState is one migration as MigrationStatus reports it.
+type MigrationState struct {
+	Version   int       // the number the file name starts with: 1 for 0001_create_locks.up.sql
+	Name      string    // the rest of the file name: "create_locks"; "" for a version this library does not know
+	Applied   bool      // recorded in the version table
+	AppliedAt time.Time // when it was applied, by SQLite's clock; zero when not applied
+}
+
+// Migrate applies the embedded migrations that db lacks, in version order,
+// for the lock table named by opts (nil: defaults), and records each in the
+// version table Options.Table+"_migrations". All of it runs in one BEGIN
+// IMMEDIATE transaction on one connection, so processes that migrate the
+// same file at once apply each migration exactly once, and a failed
+// migration leaves nothing behind. Migrate is what `tasklock migrate up`
+// runs; applying it when nothing is pending changes nothing.
+func Migrate(ctx context.Context, db *sql.DB, opts *Options) error {
+	if db == nil {
+		return errors.New("sqlitestore: db is nil")
+	}
+	c, err := resolve(opts)
+	if err != nil {
+		return err
+	}
+	return migrate(ctx, db, c)
+}
+
+func migrate(ctx context.Context, db *sql.DB, c config) (err error) {
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return openError("migrate", "", err)
+	}
+	defer conn.Close()
+	// BEGIN IMMEDIATE whatever the DSN's _txlock says: the version check
+	// and the writes must not be split by another migrating process.
+	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		return wrap(ctx, "migrate", c.table, err)
+	}
+	defer func() {
+		if err == nil {
+			return
+		}
+		// Roll back even when ctx has ended; if that fails too, drop the
+		// connection rather than return it to the pool inside a transaction.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if _, rerr := conn.ExecContext(rctx, "ROLLBACK"); rerr != nil {
+			_ = conn.Raw(func(any) error { return sqldriver.ErrBadConn })
+		}
+	}()
+	if _, err := conn.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+c.versions+` (
+    version    INTEGER NOT NULL PRIMARY KEY,
+    name       TEXT    NOT NULL,
+    applied_at INTEGER NOT NULL
+)`); err != nil {
+		return wrap(ctx, "migrate", c.table, err)
+	}
+	applied, err := appliedVersions(ctx, conn, c)
+	if err != nil {
+		return err
+	}
+	for _, m := range migrations {
+		if _, ok := applied[m.version]; ok {
+			continue
+		}
+		q, err := m.render(c)
+		if err != nil {
+			return err
+		}
+		if _, err := conn.ExecContext(ctx, q); err != nil {
+			return wrap(ctx, "migrate", fmt.Sprintf("%s: %04d_%s", c.table, m.version, m.name), err)
+		}
+		if _, err := conn.ExecContext(ctx, `INSERT INTO `+c.versions+` (version, name, applied_at) VALUES (?1, ?2, `+nowUS+`)`,
+			m.version, m.name); err != nil {
+			return wrap(ctx, "migrate", c.table, err)
+		}
+	}
+	if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
+		return wrap(ctx, "migrate", c.table, err)
+	}
+	return nil
+}
+
+// queryer is a *sql.DB or a *sql.Conn.
+type queryer interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// appliedVersions reads the version table: version → when applied.
+func appliedVersions(ctx context.Context, q queryer, c config) (map[int]time.Time, error) {
+	rows, err := q.QueryContext(ctx, `SELECT version, applied_at FROM `+c.versions)
+	if err != nil {
+		return nil, wrap(ctx, "read migrations", c.table, err)
+	}
+	defer rows.Close()
+	applied := make(map[int]time.Time)
+	for rows.Next() {
+		var v int
+		var at int64
+		if err := rows.Scan(&v, &at); err != nil {
+			return nil, wrap(ctx, "read migrations", c.table, err)
+		}
+		applied[v] = time.UnixMicro(at)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, wrap(ctx, "read migrations", c.table, err)
+	}
+	return applied, nil
+}
+
+// MigrationStatus returns every embedded migration, in version order, with
+// whether and when db has it, for the lock table named by opts (nil:
+// defaults). It only reads; it is what `tasklock migrate status` shows.
+func MigrationStatus(ctx context.Context, db *sql.DB, opts *Options) ([]MigrationState, error) {
+	if db == nil {
+		return nil, errors.New("sqlitestore: db is nil")
+	}
+	c, err := resolve(opts)
+	if err != nil {
+		return nil, err
+	}
+	return status(ctx, db, c)
+}
+
+func status(ctx context.Context, db *sql.DB, c config) ([]MigrationState, error) {
+	var n int
+	err := db.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?1`,
+		c.table+"_migrations").Scan(&n)
+	if err != nil {
+		return nil, openError("read migrations", "", err)
+	}
+	applied := map[int]time.Time{}
+	if n > 0 {
+		if applied, err = appliedVersions(ctx, db, c); err != nil {
+			return nil, err
+		}
+	}
+	out := make([]MigrationState, 0, len(migrations))
+	known := map[int]bool{}
+	for _, m := range migrations {
+		at, ok := applied[m.version]
+		out = append(out, MigrationState{Version: m.version, Name: m.name, Applied: ok, AppliedAt: at})
+		known[m.version] = true
+	}
+	for v, at := range applied {
+		if !known[v] {
+			out = append(out, MigrationState{Version: v, Applied: true, AppliedAt: at})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
+	return out, nil
+}

@@ -1,0 +1,428 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/tasklock/tasklock/driver"
+)
+
+// DefaultTable is the lock table when Options.Table is empty.
+const DefaultTable = "tasklock_locks"
+
+// DefaultBusyTimeout is the busy_timeout Open sets when
+// Options.BusyTimeout is zero.
+const DefaultBusyTimeout = 5 * time.Second
+
+// checkTimeout bounds the checks and migrations New runs.
+const checkTimeout = 30 * time.Second
+
+// ErrBusy is wrapped by the errors a Store returns when SQLite stayed busy
+// (another connection held the write lock) for longer than the connection's
+// busy_timeout, or reported the database locked. Nothing was changed; the
+// error is transient and the Locker retries it.
+var ErrBusy = errors.New("sqlitestore: database busy")
+
+// ErrNotMigrated is wrapped by the error New returns when Options.Migrate is
+// off and the database lacks migrations this package needs: run Migrate
+// (`tasklock migrate up`) or set Options.Migrate.
+var ErrNotMigrated = errors.New("sqlitestore: schema not migrated")
+
+// Options configures a Store, Open, Migrate and MigrationStatus. A nil
+// *Options means all defaults; zero fields take their defaults. Nothing in
+// this package writes into it.
+type Options struct {
+	// Table is the lock table; its applied migrations are kept in
+	// Table+"_migrations". It must be a lowercase SQL identifier
+	// ([a-z_][a-z0-9_]*) of at most 52 bytes — pgstore's rule, so a
+	// configuration moves between stores — not starting with "sqlite_"
+	// (reserved by SQLite). Default: DefaultTable.
+	Table string
+
+	// Migrate makes New apply pending migrations before it returns. When
+	// off, New fails with ErrNotMigrated if any is pending.
+	Migrate bool
+
+	// BusyTimeout is how long a connection opened by Open waits for
+	// another connection's write lock before giving up with ErrBusy
+	// (PRAGMA busy_timeout, in whole milliseconds). Only Open uses it.
+	// Default: DefaultBusyTimeout.
+	BusyTimeout time.Duration
+
+	// SyncFull makes Open set synchronous=FULL instead of NORMAL: every
+	// commit is fsynced, so grants and fences also survive power loss and
+	// OS crashes, at the cost of one fsync per acquire, renewal and
+	// release. Only Open uses it. See "Durability" in the package
+	// documentation.
+	SyncFull bool
+}
+
+// config is a validated Options.
+type config struct {
+	table    string // as given, unquoted
+	quoted   string // "table"
+	versions string // "table_migrations"
+	migrate  bool
+	busy     time.Duration
+	syncFull bool
+}
+
+var identRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,51}$`)
+
+// resolve validates opts and fills in defaults, without writing to opts.
+func resolve(opts *Options) (config, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	c := config{table: DefaultTable, migrate: o.Migrate, busy: DefaultBusyTimeout, syncFull: o.SyncFull}
+	if o.Table != "" {
+		switch {
+		case !identRE.MatchString(o.Table):
+			return c, fmt.Errorf("sqlitestore: Options.Table %q: must be a lowercase SQL identifier ([a-z_][a-z0-9_]*) of at most 52 bytes", o.Table)
+		case strings.HasPrefix(o.Table, "sqlite_"):
+			return c, fmt.Errorf("sqlitestore: Options.Table %q: names starting with \"sqlite_\" are reserved by SQLite", o.Table)
+		}
+		c.table = o.Table
+	}
+	switch {
+	case o.BusyTimeout < 0:
+		return c, fmt.Errorf("sqlitestore: Options.BusyTimeout is %v, must not be negative", o.BusyTimeout)
+	case o.BusyTimeout > 0 && o.BusyTimeout < time.Millisecond:
+		return c, fmt.Errorf("sqlitestore: Options.BusyTimeout is %v, must be at least 1ms (SQLite counts whole milliseconds)", o.BusyTimeout)
+	case o.BusyTimeout > 0:
+		c.busy = o.BusyTimeout
+	}
+	c.quoted = `"` + c.table + `"`
+	c.versions = `"` + c.table + `_migrations"`
+	return c, nil
+}
+
+// nowUS is SQLite's clock, the host's wall clock, as integer unix
+// microseconds. SQLite reads the clock in whole milliseconds
+// (unixepoch('subsec') has three decimals), so rounding the milliseconds
+// recovers the exact reading; the value is the same for every use within
+// one sqlite3_step, so one statement sees one instant.
+const nowUS = "(CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000)"
+
+// Store keeps leases in a SQLite database. It implements driver.Store,
+// driver.Lister and driver.ForceReleaser (not driver.Notifier: waiters
+// poll), and is safe for concurrent use. Create it with New.
+type Store struct {
+	db *sql.DB
+
+	acquireSQL, holderSQL, renewSQL, releaseSQL, forceSQL, leasesSQL string
+}
+
+var (
+	_ driver.Store         = (*Store)(nil)
+	_ driver.Lister        = (*Store)(nil)
+	_ driver.ForceReleaser = (*Store)(nil)
+)
+
+// New returns a Store that keeps its leases in db, a database opened with
+// the "sqlite" driver of modernc.org/sqlite — best with Open, which sets
+// the pragmas every connection needs. The caller keeps ownership of db: the
+// Store never closes it.
+//
+// New validates opts (an error names the offending field) and then checks
+// the database on one connection, within 30 seconds: that it can be opened
+// and read, that busy_timeout is set (without it, concurrent writers fail at
+// once instead of waiting their turn), and that the schema is migrated —
+// with Options.Migrate it applies pending migrations first, otherwise it
+// fails with an error wrapping ErrNotMigrated.
+func New(db *sql.DB, opts *Options) (*Store, error) {
+	if db == nil {
+		return nil, errors.New("sqlitestore: db is nil")
+	}
+	c, err := resolve(opts)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), checkTimeout)
+	defer cancel()
+	if err := checkConn(ctx, db); err != nil {
+		return nil, err
+	}
+	if c.migrate {
+		if err := migrate(ctx, db, c); err != nil {
+			return nil, err
+		}
+	} else {
+		states, err := status(ctx, db, c)
+		if err != nil {
+			return nil, err
+		}
+		var pending []string
+		for _, s := range states {
+			if !s.Applied {
+				pending = append(pending, fmt.Sprintf("%04d_%s", s.Version, s.Name))
+			}
+		}
+		if len(pending) > 0 {
+			return nil, fmt.Errorf("%w: table %s lacks migrations %s: run Migrate (tasklock migrate up) or set Options.Migrate",
+				ErrNotMigrated, c.table, strings.Join(pending, ", "))
+		}
+	}
+	return newStore(db, c), nil
+}
+
+// checkConn checks that db can be opened and read, and that busy_timeout
+// is set on (one of) its connections.
+func checkConn(ctx context.Context, db *sql.DB) error {
+	var busy int64
+	if err := db.QueryRowContext(ctx, "PRAGMA busy_timeout").Scan(&busy); err != nil {
+		return openError("check database", "", err)
+	}
+	if busy <= 0 {
+		return errors.New("sqlitestore: busy_timeout is 0 on the database's connections, so concurrent writers would fail at once: open it with sqlitestore.Open or add _pragma=busy_timeout(5000) to the DSN")
+	}
+	return nil
+}
+
+func newStore(db *sql.DB, c config) *Store {
+	t := c.quoted
+	return &Store{
+		db: db,
+		// One statement grants a free or expired key, bumping the fence
+		// kept in the row, or changes nothing and returns no row when the
+		// key is held. excluded.acquired_at is this statement's now.
+		acquireSQL: `INSERT INTO ` + t + ` AS l ("key", token, owner, fence, acquired_at, expires_at)
+VALUES (?1, ?2, ?3, 1, ` + nowUS + `, ` + nowUS + ` + ?4)
+ON CONFLICT ("key") DO UPDATE SET
+  token = excluded.token, owner = excluded.owner, fence = l.fence + 1,
+  acquired_at = excluded.acquired_at, expires_at = excluded.expires_at
+WHERE l.expires_at <= excluded.acquired_at
+RETURNING fence`,
+		holderSQL: `SELECT owner, expires_at - ` + nowUS + ` FROM ` + t + ` WHERE "key" = ?1`,
+		// One statement renews the whole batch: ?1 is a JSON array of
+		// {"k": key, "t": token, "d": ttl in µs}; every row looked up by
+		// primary key. It returns the (key, token) of every lease renewed.
+		renewSQL: `UPDATE ` + t + ` SET expires_at = ` + nowUS + ` + (r.value ->> '$.d')
+FROM json_each(?1) AS r
+WHERE ` + t + `."key" = (r.value ->> '$.k') AND ` + t + `.token = (r.value ->> '$.t')
+  AND ` + t + `.expires_at > ` + nowUS + `
+RETURNING "key", token`,
+		// The row stays (it keeps the fence); the token is cleared so that
+		// nothing can renew or release it again.
+		releaseSQL: `UPDATE ` + t + ` SET token = '', expires_at = ` + nowUS + ` + ?3
+WHERE "key" = ?1 AND token = ?2 AND expires_at > ` + nowUS,
+		forceSQL: `UPDATE ` + t + ` SET token = '', expires_at = ` + nowUS + `
+WHERE "key" = ?1 AND expires_at > ` + nowUS,
+		leasesSQL: `SELECT "key", owner, fence, expires_at - ` + nowUS + ` FROM ` + t + `
+WHERE expires_at > ` + nowUS + ` AND "key" >= ?1 AND substr("key", 1, length(?1)) = ?1
+ORDER BY "key"`,
+	}
+}
+
+// Acquire implements driver.Store with one INSERT … ON CONFLICT DO UPDATE
+// … RETURNING statement, plus one SELECT for the holder's owner and
+// remaining TTL only when the key is held.
+func (s *Store) Acquire(ctx context.Context, p driver.AcquireParams) (driver.Grant, error) {
+	switch {
+	case !utf8.ValidString(p.Key):
+		return driver.Grant{}, fmt.Errorf("sqlitestore: acquire %q: key is not valid UTF-8", p.Key)
+	case p.Token == "":
+		return driver.Grant{}, fmt.Errorf("sqlitestore: acquire %q: empty token", p.Key)
+	case p.TTL < time.Microsecond:
+		return driver.Grant{}, fmt.Errorf("sqlitestore: acquire %q: TTL is %v, must be at least 1µs", p.Key, p.TTL)
+	}
+	var fence int64
+	granted := false
+	err := s.query(ctx, s.acquireSQL, []any{p.Key, p.Token, p.Owner, micros(p.TTL)}, func(rows *sql.Rows) error {
+		granted = true
+		return rows.Scan(&fence)
+	})
+	if err != nil {
+		return driver.Grant{}, wrap(ctx, "acquire", p.Key, err)
+	}
+	if granted {
+		return driver.Grant{Fence: uint64(fence)}, nil
+	}
+	// Held. Who holds it is only informative: if this read fails the key
+	// is still known to be held.
+	var (
+		owner string
+		rest  int64
+	)
+	if err := s.db.QueryRowContext(ctx, s.holderSQL, p.Key).Scan(&owner, &rest); err != nil {
+		return driver.Grant{}, &driver.HeldError{}
+	}
+	return driver.Grant{}, &driver.HeldError{Owner: owner, TTL: max(time.Duration(rest)*time.Microsecond, 0)}
+}
+
+// renewEntry is one lease in the JSON array the renew statement reads.
+type renewEntry struct {
+	K string `json:"k"`
+	T string `json:"t"`
+	D int64  `json:"d"`
+}
+
+// Renew implements driver.Store with one UPDATE … FROM json_each(…)
+// RETURNING statement for the whole batch, however large.
+func (s *Store) Renew(ctx context.Context, ps []driver.RenewParams) ([]error, error) {
+	res := make([]error, len(ps))
+	entries := make([]renewEntry, 0, len(ps))
+	for i, p := range ps {
+		if p.TTL < time.Microsecond {
+			return nil, fmt.Errorf("sqlitestore: renew %q: TTL is %v, must be at least 1µs", p.Key, p.TTL)
+		}
+		if p.Token == "" || !utf8.ValidString(p.Key) {
+			res[i] = driver.ErrNotHeld // no grant has such a token or key
+			continue
+		}
+		entries = append(entries, renewEntry{K: p.Key, T: p.Token, D: micros(p.TTL)})
+	}
+	if len(entries) == 0 {
+		return res, nil
+	}
+	arg, err := json.Marshal(entries)
+	if err != nil {
+		return nil, fmt.Errorf("sqlitestore: renew: %w", err)
+	}
+	renewed := make(map[string]string, len(entries)) // key → token
+	err = s.query(ctx, s.renewSQL, []any{string(arg)}, func(rows *sql.Rows) error {
+		var k, t string
+		if err := rows.Scan(&k, &t); err != nil {
+			return err
+		}
+		renewed[k] = t
+		return nil
+	})
+	if err != nil {
+		return nil, wrap(ctx, "renew", fmt.Sprintf("%d leases", len(entries)), err)
+	}
+	for i, p := range ps {
+		if res[i] == nil {
+			if t, ok := renewed[p.Key]; !ok || t != p.Token {
+				res[i] = driver.ErrNotHeld
+			}
+		}
+	}
+	return res, nil
+}
+
+// Release implements driver.Store with one token-checked UPDATE: the lease
+// ends now, or p.KeepFor from now (MinHold). The row and its fence stay.
+func (s *Store) Release(ctx context.Context, p driver.ReleaseParams) error {
+	if p.Token == "" {
+		return driver.ErrNotHeld
+	}
+	keep := max(micros(p.KeepFor), 0)
+	r, err := s.db.ExecContext(ctx, s.releaseSQL, p.Key, p.Token, keep)
+	return s.changed(ctx, "release", p.Key, r, err)
+}
+
+// ForceRelease implements driver.ForceReleaser with one UPDATE that ends
+// key's lease now, whoever holds it. The holder learns of it at its next
+// renewal.
+func (s *Store) ForceRelease(ctx context.Context, key string) error {
+	r, err := s.db.ExecContext(ctx, s.forceSQL, key)
+	return s.changed(ctx, "force release", key, r, err)
+}
+
+// changed turns the result of an UPDATE of one lease into nil when it
+// changed the row and ErrNotHeld when it did not.
+func (s *Store) changed(ctx context.Context, op, key string, r sql.Result, err error) error {
+	if err != nil {
+		return wrap(ctx, op, key, err)
+	}
+	n, err := r.RowsAffected()
+	if err != nil {
+		return wrap(ctx, op, key, err)
+	}
+	if n == 0 {
+		return driver.ErrNotHeld
+	}
+	return nil
+}
+
+// Leases implements driver.Lister with one SELECT: the live leases whose
+// key starts with prefix, sorted by key. A lease released with MinHold is
+// listed until it ends.
+func (s *Store) Leases(ctx context.Context, prefix string) ([]driver.Lease, error) {
+	var out []driver.Lease
+	err := s.query(ctx, s.leasesSQL, []any{prefix}, func(rows *sql.Rows) error {
+		var (
+			l     driver.Lease
+			fence int64
+			rest  int64
+		)
+		if err := rows.Scan(&l.Key, &l.Owner, &fence, &rest); err != nil {
+			return err
+		}
+		l.Fence, l.TTL = uint64(fence), time.Duration(rest)*time.Microsecond
+		out = append(out, l)
+		return nil
+	})
+	if err != nil {
+		return nil, wrap(ctx, "list leases", prefix, err)
+	}
+	return out, nil
+}
+
+// query runs one statement and calls row for each result row. It reads the
+// rows to the end, so a writing statement with RETURNING has finished (and,
+// outside a transaction, committed) when query returns nil.
+func (s *Store) query(ctx context.Context, q string, args []any, row func(*sql.Rows) error) error {
+	rows, err := s.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		if err := row(rows); err != nil {
+			rows.Close()
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		rows.Close()
+		return err
+	}
+	return rows.Close()
+}
+
+// micros is d in whole microseconds, rounded up: a lease at the store is
+// never shorter than asked.
+func micros(d time.Duration) int64 {
+	us := d.Microseconds()
+	if time.Duration(us)*time.Microsecond < d {
+		us++
+	}
+	return us
+}
+
+// isBusy reports whether err is SQLite's "busy" or "locked".
+func isBusy(err error) bool {
+	var se *sqlite.Error
+	if !errors.As(err, &se) {
+		return false
+	}
+	switch se.Code() & 0xff {
+	case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED:
+		return true
+	}
+	return false
+}
+
+// wrap adds the operation, ErrBusy when SQLite was busy, and ctx's error
+// when it ended (SQLite reports an interrupted statement in its own words).
+func wrap(ctx context.Context, op, what string, err error) error {
+	switch {
+	case isBusy(err):
+		return fmt.Errorf("sqlitestore: %s %q: %w: %w", op, what, ErrBusy, err)
+	case ctx.Err() != nil && !errors.Is(err, ctx.Err()):
+		return fmt.Errorf("sqlitestore: %s %q: %w: %w", op, what, ctx.Err(), err)
+	}
+	return fmt.Errorf("sqlitestore: %s %q: %w", op, what, err)
+}
