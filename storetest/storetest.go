@@ -27,6 +27,11 @@ import (
 	"github.com/tasklock/tasklock/driver"
 )
 
+// slack is the scheduling delay allowed on top of a deadline the core
+// computes (Done at local validity, MaxHold, ...) before a test calls it
+// late: a loaded 2-core CI machine can hold a goroutine back that long.
+const slack = 25 * time.Millisecond
+
 // NewStore returns a fresh, empty store for one test.
 type NewStore func(t *testing.T) driver.Store
 
@@ -77,6 +82,12 @@ func (ev *events) on(e tasklock.Event) {
 	close(ev.ch)
 	ev.ch = make(chan struct{})
 	ev.mu.Unlock()
+}
+
+func (ev *events) count(typ tasklock.EventType) int {
+	ev.mu.Lock()
+	defer ev.mu.Unlock()
+	return ev.counts[typ]
 }
 
 // waitFor waits until at least n events of type typ were seen.
@@ -273,7 +284,7 @@ func testExpiryWithoutRenewal(t *testing.T, s driver.Store) {
 	l := mustObtain(t, a, "expiry", &tasklock.ObtainOptions{TTL: ttl, NoRenew: true})
 	start := time.Now()
 	waitDone(t, l, 5*time.Second)
-	if el := time.Since(start); el > ttl {
+	if el := time.Since(start); el > ttl+slack {
 		t.Fatalf("Done closed %v after obtain, later than the TTL %v", el, ttl)
 	}
 	if !errors.Is(l.Err(), tasklock.ErrLockLost) {
@@ -379,7 +390,7 @@ func testMaxHold(t *testing.T, s driver.Store) {
 	if !errors.Is(l.Err(), tasklock.ErrMaxHold) || !errors.Is(l.Err(), tasklock.ErrLockLost) {
 		t.Fatalf("cause = %v, want ErrMaxHold", l.Err())
 	}
-	if doneAt > maxHold {
+	if doneAt > maxHold+slack {
 		t.Fatalf("Done closed %v after obtain, after MaxHold %v", doneAt, maxHold)
 	}
 	if doneAt < maxHold/2 {
@@ -510,36 +521,50 @@ func testWakeOnRelease(t *testing.T, s driver.Store) {
 	a := newLocker(t, s, "a", nil)
 	ev := newEvents()
 	b := newLocker(t, s, "b", ev)
-	l := mustObtain(t, a, "wake", &tasklock.ObtainOptions{TTL: 10 * time.Second})
-	got := make(chan time.Time, 1)
-	errc := make(chan error, 1)
-	go func() {
-		l2, err := b.Obtain(ctxT(t, 10*time.Second), "wake", nil)
-		if err != nil {
-			errc <- err
-			return
+	// Two rounds; the better must be within 50 ms and both well inside the
+	// waiter's poll interval, so one scheduling hiccup on a loaded machine
+	// does not fail the test but a store that never notifies does.
+	var best, worst time.Duration
+	for round := range 2 {
+		l := mustObtain(t, a, "wake", &tasklock.ObtainOptions{TTL: 10 * time.Second})
+		got := make(chan time.Time, 1)
+		errc := make(chan error, 1)
+		go func() {
+			l2, err := b.Obtain(ctxT(t, 10*time.Second), "wake", nil)
+			if err != nil {
+				errc <- err
+				return
+			}
+			got <- time.Now()
+			_ = l2.Release(context.Background())
+		}()
+		// The waiter's backoff doubles from 5 ms: after eight failed
+		// attempts its next poll is at least 640 ms away, so only the
+		// store's notification can wake it sooner.
+		ev.waitFor(t, tasklock.EventNotObtained, ev.count(tasklock.EventNotObtained)+8, 10*time.Second)
+		released := time.Now()
+		if err := l.Release(ctxT(t, 5*time.Second)); err != nil {
+			t.Fatal(err)
 		}
-		got <- time.Now()
-		_ = l2.Release(context.Background())
-	}()
-	// Two failed attempts: the second comes after the waiter subscribed and
-	// queued; its next poll is a second away.
-	ev.waitFor(t, tasklock.EventNotObtained, 2, 5*time.Second)
-	released := time.Now()
-	if err := l.Release(ctxT(t, 5*time.Second)); err != nil {
-		t.Fatal(err)
+		var d time.Duration
+		select {
+		case at := <-got:
+			d = at.Sub(released)
+		case err := <-errc:
+			t.Fatal(err)
+		case <-time.After(5 * time.Second):
+			t.Fatal("waiter never obtained")
+		}
+		if round == 0 || d < best {
+			best = d
+		}
+		worst = max(worst, d)
+		// Let the waiter's Release land before the next round.
+		ev.waitFor(t, tasklock.EventReleased, round+1, 5*time.Second)
 	}
-	select {
-	case at := <-got:
-		if d := at.Sub(released); d > 50*time.Millisecond {
-			t.Fatalf("waiter obtained %v after the release, want within 50ms", d)
-		} else {
-			t.Logf("handoff through the store: %v", d)
-		}
-	case err := <-errc:
-		t.Fatal(err)
-	case <-time.After(5 * time.Second):
-		t.Fatal("waiter never obtained")
+	t.Logf("handoff through the store: best %v, worst %v", best, worst)
+	if best > 50*time.Millisecond || worst > 300*time.Millisecond {
+		t.Fatalf("waiter obtained %v (best) / %v (worst) after the release, want within 50ms", best, worst)
 	}
 }
 
