@@ -19,7 +19,7 @@ vet:
 
 # staticcheck is optional locally; CI runs make test.
 lint: vet
-	$(GO) run honnef.co/go/tools/cmd/staticcheck@2025.1.1 ./...
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.6.1 ./...
 
 bench: servers
 	cd bench && $(GO) run ./cmd/lockbench

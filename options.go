@@ -70,8 +70,8 @@ type ObtainOptions struct {
 // resolved holds the validated options of one call.
 type resolved struct {
 	ttl, maxHold, minHold, progress, wait, grace time.Duration
-	renew                                 bool
-	owner                                 string
+	renew                                        bool
+	owner                                        string
 }
 
 func (lk *Locker) resolve(key string, o *ObtainOptions) (resolved, error) {
