@@ -21,7 +21,21 @@ group_redis=(
 	"redis-cli:redis-tools"
 	"redis-sentinel:redis-sentinel"
 )
-all_groups=(redis)
+# MariaDB 10.6+ (Debian 12 has 10.11): testserver runs mariadb-install-db
+# and mariadbd from mariadb-server; the mariadb client is for people.
+group_mariadb=(
+	"mariadbd:mariadb-server"
+	"mariadb-install-db:mariadb-server"
+	"mariadb:mariadb-client"
+)
+# PostgreSQL: Debian keeps initdb and postgres in /usr/lib/postgresql/<major>/bin,
+# outside $PATH, where testserver looks for them; pg_ctlcluster (postgresql-common,
+# pulled in by the server package) is the binary on $PATH that shows it is installed.
+group_postgres=(
+	"pg_ctlcluster:postgresql"
+	"psql:postgresql-client"
+)
+all_groups=(redis mariadb postgres)
 
 have() {
 	command -v "$1" >/dev/null 2>&1 && return 0

@@ -1,0 +1,609 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tasklock/tasklock"
+	"github.com/tasklock/tasklock/internal/testserver"
+)
+
+// Fault tests. The oracle for lock holders in other processes is a fenced
+// register kept in the database: a row updated only WHERE fence <= $new,
+// with every accepted write appended to a history table, so a stale write
+// is refused by the database and any overlap would show in the history.
+// In-process holders use tasklock.FencedRegister.
+
+const registerDDL = `
+CREATE TABLE IF NOT EXISTS register (id int PRIMARY KEY, fence bigint NOT NULL);
+INSERT INTO register VALUES (1, 0) ON CONFLICT DO NOTHING;
+CREATE TABLE IF NOT EXISTS history (
+	id     bigserial PRIMARY KEY,
+	fence  bigint NOT NULL,
+	writer text NOT NULL,
+	at     timestamptz NOT NULL DEFAULT clock_timestamp()
+)`
+
+// writeRegister makes one fenced write and reports whether the database
+// accepted it.
+func writeRegister(ctx context.Context, pool *pgxpool.Pool, fence uint64, writer string) (bool, error) {
+	rows, err := pool.Query(ctx, `WITH u AS (
+		UPDATE register SET fence = $1 WHERE id = 1 AND fence <= $1 RETURNING 1
+	) INSERT INTO history (fence, writer) SELECT $1, $2 FROM u RETURNING id`, int64(fence), writer)
+	if err != nil {
+		return false, err
+	}
+	n := 0
+	for rows.Next() {
+		n++
+	}
+	return n == 1, rows.Err()
+}
+
+type write struct {
+	fence  uint64
+	writer string
+}
+
+func readHistory(t *testing.T, pool *pgxpool.Pool) []write {
+	t.Helper()
+	rows, err := pool.Query(ctxT(t), "SELECT fence, writer FROM history ORDER BY id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []write
+	for rows.Next() {
+		var w write
+		var f int64
+		if err := rows.Scan(&f, &w.writer); err != nil {
+			t.Fatal(err)
+		}
+		w.fence = uint64(f)
+		out = append(out, w)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// checkHistory fails when an accepted write's fence is below an earlier
+// one, or when writer "helper" wrote after the first write with fence
+// from, and returns how many writes each writer made.
+func checkHistory(t *testing.T, pool *pgxpool.Pool, from uint64) map[string]int {
+	t.Helper()
+	hist := readHistory(t, pool)
+	counts := map[string]int{}
+	var highest uint64
+	taken := false
+	for i, w := range hist {
+		counts[w.writer]++
+		if w.fence < highest {
+			t.Errorf("history[%d]: write with fence %d accepted after fence %d", i, w.fence, highest)
+		}
+		highest = max(highest, w.fence)
+		if w.fence >= from {
+			taken = true
+		}
+		if taken && w.writer == "helper" {
+			t.Errorf("history[%d]: the old holder wrote (fence %d) after the new holder's fence %d", i, w.fence, from)
+		}
+	}
+	return counts
+}
+
+// faultEnv is one database with a lease table and the register.
+type faultEnv struct {
+	url   string
+	pool  *pgxpool.Pool
+	store *Store
+	table string
+	mode  Mode
+}
+
+func newFaultEnv(t *testing.T, url string, mode Mode) *faultEnv {
+	t.Helper()
+	pool := newPool(t, url, nil)
+	s := newStore(t, pool, &Options{Mode: mode})
+	if _, err := pool.Exec(ctxT(t), registerDDL); err != nil {
+		t.Fatal(err)
+	}
+	return &faultEnv{url: url, pool: pool, store: s, table: s.o.tableName, mode: mode}
+}
+
+// quietLogger drops the Locker's warnings (an expected loss is not news).
+var quietLogger = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func newLocker(t *testing.T, s *Store, owner string, cfg *tasklock.Config) *tasklock.Locker {
+	t.Helper()
+	c := tasklock.Config{Owner: owner, Logger: quietLogger}
+	if cfg != nil {
+		c = *cfg
+		c.Owner, c.Logger = owner, quietLogger
+	}
+	lk, err := tasklock.New(s, &c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lk.Close() })
+	return lk
+}
+
+// startHolder starts a helper process that obtains key and writes to the
+// register until its lock ends, and waits for its first accepted write.
+func startHolder(t *testing.T, env *faultEnv, key string, ttl time.Duration) (*testserver.Process, uint64) {
+	t.Helper()
+	h := testserver.StartHelper(t, "TestHolderProcess", "holder",
+		"TASKLOCK_PG_URL="+env.url, "TASKLOCK_PG_TABLE="+env.table, "TASKLOCK_PG_MODE="+string(env.mode),
+		"TASKLOCK_KEY="+key, "TASKLOCK_TTL="+ttl.String())
+	line := h.WaitLine(t, "LOCKED ", 20*time.Second)
+	fence, err := strconv.ParseUint(strings.TrimPrefix(line, "LOCKED "), 10, 64)
+	if err != nil {
+		t.Fatalf("helper said %q", line)
+	}
+	h.WaitLine(t, "WROTE", 10*time.Second)
+	return h, fence
+}
+
+// TestHolderProcess is the lock holder that the fault tests run in a
+// helper process; in a normal run it skips.
+func TestHolderProcess(t *testing.T) {
+	if testserver.HelperRole() != "holder" {
+		t.Skip("runs only as a helper process started by testserver.StartHelper")
+	}
+	os.Exit(runHolder())
+}
+
+// runHolder obtains the key, prints "LOCKED <fence>", and then writes its
+// fence to the register every 10ms while its lock's Done is open. After a
+// pause (SIGSTOP) it prints "RESUMED", and every write it tries from then
+// on; when Done closes it prints "LOST <cause>" and exits.
+func runHolder() int {
+	ttl, err := time.ParseDuration(os.Getenv("TASKLOCK_TTL"))
+	if err != nil {
+		fmt.Println("ERROR", err)
+		return 1
+	}
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("TASKLOCK_PG_URL"))
+	if err != nil {
+		fmt.Println("ERROR", err)
+		return 1
+	}
+	defer pool.Close()
+	s, err := New(pool, &Options{Table: os.Getenv("TASKLOCK_PG_TABLE"), Mode: Mode(os.Getenv("TASKLOCK_PG_MODE"))})
+	if err != nil {
+		fmt.Println("ERROR", err)
+		return 1
+	}
+	lk, err := tasklock.New(s, &tasklock.Config{Owner: "helper", Logger: quietLogger})
+	if err != nil {
+		fmt.Println("ERROR", err)
+		return 1
+	}
+	octx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	l, err := lk.Obtain(octx, os.Getenv("TASKLOCK_KEY"), &tasklock.ObtainOptions{TTL: ttl})
+	if err != nil {
+		fmt.Println("ERROR", err)
+		return 1
+	}
+	fmt.Printf("LOCKED %d\n", l.Fence())
+	last := time.Now()
+	resumed, wrote := false, false
+	for {
+		if gap := time.Since(last); gap > 200*time.Millisecond && !resumed {
+			resumed = true
+			fmt.Printf("RESUMED after %v\n", gap.Round(time.Millisecond))
+		}
+		last = time.Now()
+		select {
+		case <-l.Done():
+			fmt.Printf("LOST %v\n", l.Err())
+			return 0
+		default:
+		}
+		wctx, cancel := context.WithTimeout(ctx, time.Second)
+		ok, err := writeRegister(wctx, pool, l.Fence(), "helper")
+		cancel()
+		switch {
+		case err != nil:
+			fmt.Printf("WRITE %d error %v\n", l.Fence(), err)
+		case resumed || !ok:
+			fmt.Printf("WRITE %d accepted=%v\n", l.Fence(), ok)
+		case !wrote:
+			wrote = true
+			fmt.Println("WROTE")
+		}
+		time.Sleep(10 * time.Millisecond) // the work between two writes
+	}
+}
+
+// TestFaults runs the fault tests in both modes.
+func TestFaults(t *testing.T) {
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, mode Mode)
+	}{
+		{"HolderKilled", testHolderKilled},
+		{"HolderPaused", testHolderPaused},
+		{"NetworkBlackholed", testBlackholed},
+		{"ServerRestarted", testServerRestarted},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, mode := range modes {
+				t.Run(string(mode), func(t *testing.T) {
+					t.Parallel()
+					tc.fn(t, mode)
+				})
+			}
+		})
+	}
+}
+
+// testHolderKilled: the holder process is SIGKILLed. Lease mode: another
+// obtains within TTL + 1s. Connection mode: the server ends the dead
+// holder's session at once, and another obtains within 2s whatever the TTL.
+func testHolderKilled(t *testing.T, mode Mode) {
+	env := newFaultEnv(t, newDB(t), mode)
+	ttl, limit := time.Second, 2*time.Second // TTL + 1s
+	if mode == ModeConnection {
+		ttl, limit = 30*time.Second, 2*time.Second
+	}
+	h, f1 := startHolder(t, env, "job", ttl)
+	lk := newLocker(t, env.store, "next", nil)
+	h.Kill(t)
+	killed := time.Now()
+	l, err := lk.Obtain(ctxT(t), "job", &tasklock.ObtainOptions{TTL: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(killed)
+	t.Logf("%s: TTL %v: obtained %v after SIGKILL of the holder (limit %v), fence %d after %d", mode, ttl, took, limit, l.Fence(), f1)
+	if took > limit {
+		t.Errorf("takeover took %v, want ≤ %v", took, limit)
+	}
+	if l.Fence() <= f1 {
+		t.Errorf("fence %d after %d", l.Fence(), f1)
+	}
+	if ok, err := writeRegister(ctxT(t), env.pool, l.Fence(), "next"); err != nil || !ok {
+		t.Fatalf("the new holder's write: %v %v", ok, err)
+	}
+	counts := checkHistory(t, env.pool, l.Fence())
+	t.Logf("%s: writes accepted: %v", mode, counts)
+	if err := l.Release(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// testHolderPaused: the holder process is SIGSTOPped past its TTL. Another
+// obtains once the lease ended at the server; when the holder resumes its
+// Done is closed before it writes again, and none of its writes is accepted
+// after the new holder's.
+func testHolderPaused(t *testing.T, mode Mode) {
+	env := newFaultEnv(t, newDB(t), mode)
+	const ttl = time.Second
+	h, f1 := startHolder(t, env, "job", ttl)
+	lk := newLocker(t, env.store, "next", nil)
+	h.Stop(t)
+	stopped := time.Now()
+	l, err := lk.Obtain(ctxT(t), "job", &tasklock.ObtainOptions{TTL: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(stopped)
+	t.Logf("%s: obtained %v after SIGSTOP of the holder (TTL %v), fence %d after %d", mode, took, ttl, l.Fence(), f1)
+	if took > ttl+time.Second {
+		t.Errorf("takeover took %v, want ≤ TTL + 1s", took)
+	}
+	if l.Fence() <= f1 {
+		t.Fatalf("fence %d after %d", l.Fence(), f1)
+	}
+	if ok, err := writeRegister(ctxT(t), env.pool, l.Fence(), "next"); err != nil || !ok {
+		t.Fatalf("the new holder's write: %v %v", ok, err)
+	}
+
+	h.Cont(t)
+	lost := h.WaitLine(t, "LOST ", 5*time.Second)
+	var after []string
+	for {
+		select {
+		case line := <-h.Lines():
+			if strings.HasPrefix(line, "RESUMED") || strings.HasPrefix(line, "WRITE ") {
+				after = append(after, line)
+			}
+			continue
+		default:
+		}
+		break
+	}
+	t.Logf("%s: the resumed holder said %q, after %q", mode, after, lost)
+	if !strings.Contains(lost, "tasklock: lock lost") {
+		t.Errorf("holder's cause: %q, want a loss", lost)
+	}
+	for _, line := range after {
+		if strings.Contains(line, "accepted=true") {
+			t.Errorf("the resumed holder's write was accepted: %q", line)
+		}
+	}
+	if code := h.Wait(t, 10*time.Second); code != 0 {
+		t.Errorf("holder exit code %d", code)
+	}
+	counts := checkHistory(t, env.pool, l.Fence())
+	t.Logf("%s: writes accepted: %v", mode, counts)
+	select {
+	case <-l.Done():
+		t.Fatalf("the new holder's lock ended: %v", l.Err())
+	default:
+	}
+}
+
+// testBlackholed: the holder's traffic to the database is blackholed by a
+// proxy. Its Done closes before its lease could end at the server, and
+// another (connected directly) obtains only after that.
+func testBlackholed(t *testing.T, mode Mode) {
+	srv := testserver.StartPostgres(t)
+	url := srv.CreateDB(t)
+	env := newFaultEnv(t, url, mode)
+	proxy := testserver.StartProxy(t, srv.Addr())
+	proxied := strings.Replace(url, srv.Addr(), proxy.Addr(), 1)
+	hpool := newPool(t, proxied, nil)
+	hs, err := New(hpool, &Options{Table: env.table, Mode: mode})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ttl = time.Second
+	holder := newLocker(t, hs, "holder", nil)
+	other := newLocker(t, env.store, "other", nil)
+	l1, err := holder.Obtain(ctxT(t), "job", &tasklock.ObtainOptions{TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reg tasklock.FencedRegister
+	var mu sync.Mutex
+	var lastWrite time.Time // the holder's last accepted write
+	workDone := make(chan struct{})
+	go func() { // the holder's critical section, until Done
+		defer close(workDone)
+		for {
+			select {
+			case <-l1.Done():
+				return
+			default:
+			}
+			if reg.Write(l1.Fence()) == nil {
+				mu.Lock()
+				lastWrite = time.Now()
+				mu.Unlock()
+			}
+			time.Sleep(5 * time.Millisecond) // the work between two writes
+		}
+	}()
+	// Let at least one renewal through, then cut the holder off.
+	waitFor(t, 5*time.Second, "a write", func() bool { a, _ := reg.Counts(); return a > 0 })
+	proxy.Blackhole(t)
+	cut := time.Now()
+
+	got := make(chan time.Time, 1)
+	var l2 *tasklock.Lock
+	go func() {
+		var err error
+		l2, err = other.Obtain(context.Background(), "job", &tasklock.ObtainOptions{TTL: 10 * time.Second, Wait: 10 * time.Second})
+		if err != nil {
+			t.Error(err)
+		}
+		got <- time.Now()
+	}()
+	select {
+	case <-l1.Done():
+	case <-time.After(ttl + time.Second):
+		t.Fatalf("the blackholed holder's Done did not close within TTL + 1s")
+	}
+	doneAt := time.Now()
+	<-workDone
+	obtainedAt := <-got
+	if l2 == nil {
+		t.FailNow()
+	}
+	t.Logf("%s: holder's Done closed %v after the cut (%v); other obtained %v after the cut", mode,
+		doneAt.Sub(cut).Round(time.Millisecond), l1.Err(), obtainedAt.Sub(cut).Round(time.Millisecond))
+	if !errors.Is(l1.Err(), tasklock.ErrLockLost) {
+		t.Errorf("holder's cause %v, want ErrLockLost", l1.Err())
+	}
+	mu.Lock()
+	lw := lastWrite
+	mu.Unlock()
+	if !obtainedAt.After(doneAt) || !obtainedAt.After(lw) {
+		t.Errorf("the other obtained at +%v, before the holder's Done (+%v) or last write (+%v)",
+			obtainedAt.Sub(cut), doneAt.Sub(cut), lw.Sub(cut))
+	}
+	if l2.Fence() <= l1.Fence() {
+		t.Errorf("fence %d after %d", l2.Fence(), l1.Fence())
+	}
+	if err := reg.Write(l2.Fence()); err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Write(l1.Fence()); !errors.Is(err, tasklock.ErrStaleFence) {
+		t.Errorf("a late write of the old holder: %v, want ErrStaleFence", err)
+	}
+	acc, rej := reg.Counts()
+	t.Logf("%s: register: %d accepted, %d rejected (the probe above)", mode, acc, rej)
+	proxy.Restore(t)
+}
+
+// testServerRestarted: the database server is restarted while a lock is
+// held. The fence keeps increasing across the restart. Connection mode: the
+// holder's session is gone, it learns at its next renewal and another
+// obtains at once. Lease mode: the lease is durable, so a short outage
+// loses nothing (renewals resume); an outage longer than the TTL ends the
+// lock by its local validity.
+func testServerRestarted(t *testing.T, mode Mode) {
+	srv := testserver.StartPostgresPrivate(t)
+	env := newFaultEnv(t, srv.CreateDB(t), mode)
+	ev := newEventLog()
+	a := newLocker(t, env.store, "a", &tasklock.Config{OnEvent: ev.on})
+	b := newLocker(t, env.store, "b", nil)
+	woken := make(chan string, 10)
+	stop, err := env.store.Subscribe(ctxT(t), func(key string) { woken <- key })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+
+	ttl := 3 * time.Second // lease mode: long enough to outlast the restart
+	if mode == ModeConnection {
+		ttl = 1500 * time.Millisecond
+	}
+	l1, err := a.Obtain(ctxT(t), "job", &tasklock.ObtainOptions{TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	doneAt := make(chan time.Time, 1)
+	go func() {
+		<-l1.Done()
+		doneAt <- time.Now()
+	}()
+	start := time.Now()
+	srv.Restart(t)
+	restarted := time.Now()
+	t.Logf("%s: restart took %v", mode, restarted.Sub(start).Round(time.Millisecond))
+
+	var last uint64
+	switch mode {
+	case ModeConnection:
+		// The holder's session died with the server, but the holder does not
+		// know until its next renewal: nobody may take the key before that.
+		// Its row keeps the key until it expires, and then b obtains.
+		var l2 *tasklock.Lock
+		var obtainedAt time.Time
+		waitFor(t, 2*ttl, "b obtains after the restart", func() bool {
+			l2, err = b.TryObtain(ctxT(t), "job", nil)
+			obtainedAt = time.Now()
+			return err == nil
+		})
+		var done time.Time
+		select {
+		case done = <-doneAt:
+		default:
+			t.Fatalf("b obtained %v after the restart while the old holder's Done is open", obtainedAt.Sub(restarted))
+		}
+		t.Logf("%s: TTL %v: the holder's Done closed %v after the restart began (%v); b obtained %v after it",
+			mode, ttl, done.Sub(start).Round(time.Millisecond), l1.Err(), obtainedAt.Sub(start).Round(time.Millisecond))
+		if !errors.Is(l1.Err(), tasklock.ErrLockLost) || !strings.Contains(l1.Err().Error(), "no longer has this lease") {
+			t.Errorf("cause %v, want the store's answer (its session is gone)", l1.Err())
+		}
+		if l2.Fence() <= l1.Fence() {
+			t.Fatalf("fence %d after the restart, %d before", l2.Fence(), l1.Fence())
+		}
+		last = l2.Fence()
+		if err := l2.Release(ctxT(t)); err != nil {
+			t.Fatal(err)
+		}
+	case ModeLease:
+		// The lease survived: the holder renews it once the server is back,
+		// and nobody else can take it meanwhile.
+		renewed := ev.count(tasklock.EventRenewed)
+		waitFor(t, ttl, "a renewal after the restart", func() bool { return ev.count(tasklock.EventRenewed) > renewed })
+		select {
+		case <-l1.Done():
+			t.Fatalf("the lease was lost over a %v outage with TTL %v: %v", restarted.Sub(start), ttl, l1.Err())
+		default:
+		}
+		if _, err := b.TryObtain(ctxT(t), "job", nil); !errors.Is(err, tasklock.ErrNotObtained) {
+			t.Fatalf("b's TryObtain during a's surviving lease: %v, want ErrNotObtained", err)
+		}
+		if err := l1.Release(ctxT(t)); err != nil {
+			t.Fatalf("Release after the restart: %v", err)
+		}
+		l2, err := b.TryObtain(ctxT(t), "job", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l2.Fence() <= l1.Fence() {
+			t.Fatalf("fence %d after the restart, %d before", l2.Fence(), l1.Fence())
+		}
+		last = l2.Fence()
+
+		// An outage longer than the TTL: the holder stops at its validity.
+		l3, err := a.Obtain(ctxT(t), "short", &tasklock.ObtainOptions{TTL: 500 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = l2.Release(ctxT(t))
+		srv.Kill(t)
+		killed := time.Now()
+		select {
+		case <-l3.Done():
+		case <-time.After(2 * time.Second):
+			t.Fatal("the holder's Done did not close within its TTL while the server was down")
+		}
+		t.Logf("%s: with the server down, the holder (TTL 500ms) stopped %v after the kill: %v", mode,
+			time.Since(killed).Round(time.Millisecond), l3.Err())
+		srv.Restart(t)
+		var l4 *tasklock.Lock
+		waitFor(t, 10*time.Second, "b obtains after the second restart", func() bool {
+			l4, err = b.TryObtain(ctxT(t), "short", nil)
+			return err == nil
+		})
+		if l4.Fence() <= l3.Fence() {
+			t.Fatalf("fence %d after the restart, %d before", l4.Fence(), l3.Fence())
+		}
+		_ = l4.Release(ctxT(t))
+	}
+
+	// Fences keep counting, and the subscription came back.
+	waitFor(t, 10*time.Second, "a notification after the restart", func() bool {
+		l, err := b.TryObtain(ctxT(t), "job", nil)
+		if err != nil {
+			return false
+		}
+		if l.Fence() <= last {
+			t.Fatalf("fence %d after %d", l.Fence(), last)
+		}
+		last = l.Fence()
+		_ = l.Release(ctxT(t))
+		for {
+			select {
+			case k := <-woken:
+				if k == "job" {
+					return true
+				}
+				continue
+			case <-time.After(100 * time.Millisecond):
+			}
+			return false
+		}
+	})
+}
+
+// eventLog counts a Locker's events.
+type eventLog struct {
+	mu     sync.Mutex
+	counts map[tasklock.EventType]int
+}
+
+func newEventLog() *eventLog { return &eventLog{counts: map[tasklock.EventType]int{}} }
+
+func (e *eventLog) on(ev tasklock.Event) {
+	e.mu.Lock()
+	e.counts[ev.Type]++
+	e.mu.Unlock()
+}
+
+func (e *eventLog) count(t tasklock.EventType) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.counts[t]
+}

@@ -1,0 +1,390 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/fstest"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tasklock/tasklock"
+	"github.com/tasklock/tasklock/driver"
+)
+
+// skewedClock is a client clock off by a fixed amount. The store must not
+// care: every expiry is decided by the database's now().
+type skewedClock struct {
+	tasklock.SystemClock
+	by time.Duration
+}
+
+func (c skewedClock) Now() time.Time { return time.Now().Add(c.by) }
+
+func TestClockSkew(t *testing.T) {
+	for _, mode := range modes {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			pool := newPool(t, newDB(t), nil)
+			s := newStore(t, pool, &Options{Mode: mode})
+			ahead := newLocker(t, s, "ahead", &tasklock.Config{Clock: skewedClock{by: 10 * time.Minute}})
+			behind := newLocker(t, s, "behind", &tasklock.Config{Clock: skewedClock{by: -10 * time.Minute}})
+			const ttl = 300 * time.Millisecond
+			start := time.Now()
+			l1, err := ahead.TryObtain(ctxT(t), "job", &tasklock.ObtainOptions{TTL: ttl, NoRenew: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r := readRow(t, s, "job"); r.expires <= 0 || r.expires > ttl {
+				t.Fatalf("the database says the lease ends in %v, want within the TTL %v", r.expires, ttl)
+			}
+			_, err = behind.TryObtain(ctxT(t), "job", nil)
+			var ne *tasklock.NotObtainedError
+			if !errors.As(err, &ne) || ne.TTL <= 0 || ne.TTL > ttl {
+				t.Fatalf("TryObtain of the held key: %v, want held for at most %v", err, ttl)
+			}
+			l2, err := behind.Obtain(ctxT(t), "job", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			took := time.Since(start)
+			t.Logf("%s: clocks 20 minutes apart; the other obtained %v after a %v lease", mode, took.Round(time.Millisecond), ttl)
+			if took < ttl-50*time.Millisecond || took > ttl+time.Second {
+				t.Fatalf("obtained %v after a %v lease: expiry did not follow the database's clock", took, ttl)
+			}
+			if l2.Fence() <= l1.Fence() {
+				t.Fatalf("fence %d after %d", l2.Fence(), l1.Fence())
+			}
+			_ = l2.Release(ctxT(t))
+		})
+	}
+}
+
+// countTracer counts the statements a pool's connections run.
+type countTracer struct {
+	mu   sync.Mutex
+	sqls []string
+}
+
+func (c *countTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	c.mu.Lock()
+	c.sqls = append(c.sqls, d.SQL)
+	c.mu.Unlock()
+	return ctx
+}
+
+func (c *countTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (c *countTracer) reset() {
+	c.mu.Lock()
+	c.sqls = nil
+	c.mu.Unlock()
+}
+
+// count returns how many statements ran, and how many of them were sql.
+func (c *countTracer) count(sql string) (all, matching int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, s := range c.sqls {
+		if s == sql {
+			matching++
+		}
+	}
+	return len(c.sqls), matching
+}
+
+func tracedPool(t *testing.T, url string) (*pgxpool.Pool, *countTracer) {
+	tr := &countTracer{}
+	return newPool(t, url, func(c *pgxpool.Config) { c.ConnConfig.Tracer = tr }), tr
+}
+
+// TestRenewOneStatement: renewing 1,000 leases is one statement, and a
+// Locker keeping 1,000 locks renews them in one statement per cycle.
+func TestRenewOneStatement(t *testing.T) {
+	t.Parallel()
+	pool, tr := tracedPool(t, newDB(t))
+	s := newStore(t, pool, nil)
+	ctx := ctxT(t)
+	const n = 1000
+	if _, err := pool.Exec(ctx, `INSERT INTO `+s.Table()+` (key, token, owner, fence, acquired_at, expires_at)
+		SELECT 'job-' || i, 'tok-' || i, 'me', 1, now(), now() + interval '10 seconds' FROM generate_series(0, $1 - 1) i`, n); err != nil {
+		t.Fatal(err)
+	}
+	ps := make([]driver.RenewParams, n)
+	for i := range ps {
+		ps[i] = driver.RenewParams{Key: fmt.Sprintf("job-%d", i), Token: fmt.Sprintf("tok-%d", i), TTL: time.Minute}
+	}
+	ps[n/2].Token = "someone else's"
+	tr.reset()
+	start := time.Now()
+	res, err := s.Renew(ctx, ps)
+	took := time.Since(start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range res {
+		if (i == n/2) != errors.Is(e, driver.ErrNotHeld) || (i != n/2 && e != nil) {
+			t.Errorf("lease %d: %v", i, e)
+		}
+	}
+	all, renews := tr.count(s.sql.renew)
+	t.Logf("Renew of %d leases: %d statement(s) in %v", n, all, took)
+	if all != 1 || renews != 1 {
+		t.Fatalf("Renew of %d leases ran %d statements (%d renewals), want 1", n, all, renews)
+	}
+	if r := readRow(t, s, "job-999"); r.expires < 50*time.Second {
+		t.Fatalf("job-999 expires in %v after a renewal for 1m", r.expires)
+	}
+
+	// Through a Locker: 1,000 locks obtained together are renewed together.
+	ev := newEventLog()
+	lk := newLocker(t, s, "many", &tasklock.Config{OnEvent: ev.on})
+	const ttl = 6 * time.Second // renewal 2s after obtaining, batching window 1s
+	start = time.Now()
+	for i := range n {
+		if _, err := lk.TryObtain(ctx, fmt.Sprintf("lk-%d", i), &tasklock.ObtainOptions{TTL: ttl}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	obtained := time.Since(start)
+	tr.reset()
+	waitFor(t, 2*ttl, "1000 renewals", func() bool { return ev.count(tasklock.EventRenewed) >= n })
+	all, renews = tr.count(s.sql.renew)
+	t.Logf("Locker: %d locks obtained in %v; their first renewal cycle ran %d renew statement(s), %d statements in all",
+		n, obtained.Round(time.Millisecond), renews, all)
+	if obtained < ttl/6 && renews != 1 {
+		t.Errorf("%d renew statements for %d leases obtained within one batching window, want 1", renews, n)
+	}
+	if renews > n/500 {
+		t.Errorf("%d renew statements for %d leases, want at most one per 500", renews, n)
+	}
+}
+
+// TestConnectionRenewPings: in connection mode a renewal is one statement
+// on each lease's own connection, run in parallel.
+func TestConnectionRenewPings(t *testing.T) {
+	t.Parallel()
+	pool, tr := tracedPool(t, newDB(t))
+	s := newStore(t, pool, &Options{Mode: ModeConnection})
+	ctx := ctxT(t)
+	const n = 40
+	ps := make([]driver.RenewParams, n)
+	for i := range ps {
+		ps[i] = driver.RenewParams{Key: fmt.Sprintf("job-%d", i), Token: token(), TTL: time.Minute}
+		mustAcquire(t, s, ps[i].Key, ps[i].Token, "me", time.Minute)
+	}
+	var pids sync.Map
+	for _, p := range ps {
+		pids.Store(*readRow(t, s, p.Key).pid, true)
+	}
+	distinct := 0
+	pids.Range(func(any, any) bool { distinct++; return true })
+	if distinct != n {
+		t.Fatalf("%d leases held by %d sessions, want one each", n, distinct)
+	}
+	tr.reset()
+	start := time.Now()
+	res, err := s.Renew(ctx, ps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range res {
+		if e != nil {
+			t.Errorf("lease %d: %v", i, e)
+		}
+	}
+	_, renews := tr.count(s.sql.renewConn)
+	t.Logf("connection mode: Renew of %d leases: %d pings in %v", n, renews, time.Since(start))
+	if renews != n {
+		t.Fatalf("%d pings for %d leases", renews, n)
+	}
+	for _, p := range ps {
+		if err := s.Release(ctx, driver.ReleaseParams{Key: p.Key, Token: p.Token}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s.conns.len() != 0 {
+		t.Fatalf("%d connections still registered after every release", s.conns.len())
+	}
+}
+
+// TestHandoff measures release → next holder through LISTEN/NOTIFY with a
+// waiter blocked in Obtain on another Locker.
+func TestHandoff(t *testing.T) {
+	for _, mode := range modes {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			pool := newPool(t, newDB(t), nil)
+			s := newStore(t, pool, &Options{Mode: mode})
+			ev := newEventLog()
+			holder := newLocker(t, s, "holder", nil)
+			waiter := newLocker(t, s, "waiter", &tasklock.Config{OnEvent: ev.on})
+			const rounds = 12
+			var ds []time.Duration
+			for range rounds {
+				l, err := holder.Obtain(ctxT(t), "job", nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := make(chan time.Time, 1)
+				var wl *tasklock.Lock
+				before := ev.count(tasklock.EventNotObtained)
+				go func() {
+					var err error
+					wl, err = waiter.Obtain(ctxT(t), "job", nil)
+					if err != nil {
+						t.Error(err)
+					}
+					got <- time.Now()
+				}()
+				// Six failed attempts: the waiter's next poll is 80ms or
+				// more away, so only the notification can wake it sooner.
+				waitFor(t, 5*time.Second, "the waiter's attempts", func() bool {
+					return ev.count(tasklock.EventNotObtained) >= before+6
+				})
+				released := time.Now()
+				if err := l.Release(ctxT(t)); err != nil {
+					t.Fatal(err)
+				}
+				at := <-got
+				if wl == nil {
+					t.FailNow()
+				}
+				ds = append(ds, at.Sub(released))
+				if err := wl.Release(ctxT(t)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+			t.Logf("%s: handoff release → next holder over %d rounds: p50 %v, max %v", mode, rounds, ds[rounds/2], ds[rounds-1])
+			if ds[rounds/2] > 50*time.Millisecond {
+				t.Errorf("handoff p50 %v, want ≤ 50ms", ds[rounds/2])
+			}
+		})
+	}
+}
+
+func TestMigrations(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t, newDB(t), nil)
+	ctx := ctxT(t)
+	opts := &Options{Table: "mig_locks"}
+
+	st, err := MigrationStatus(ctx, pool, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st) != 1 || st[0] != (MigrationState{Version: 1, Name: "create"}) {
+		t.Fatalf("status before Migrate: %+v", st)
+	}
+	if err := Migrate(ctx, pool, opts); err != nil {
+		t.Fatal(err)
+	}
+	if err := Migrate(ctx, pool, opts); err != nil {
+		t.Fatalf("second Migrate: %v", err)
+	}
+	st, err = MigrationStatus(ctx, pool, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st) != 1 || !st[0].Applied || st[0].AppliedAt.IsZero() || st[0].Name != "create" {
+		t.Fatalf("status after Migrate: %+v", st)
+	}
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM "public"."mig_locks_migrations"`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("version rows: %d, %v", n, err)
+	}
+
+	// Replicas starting together: each migration is applied once.
+	copts := &Options{Schema: "concurrent", Table: "locks"}
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := Migrate(ctx, pool, copts); err != nil {
+				t.Error(err)
+				failed.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if failed.Load() == 0 {
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM "concurrent"."locks_migrations"`).Scan(&n); err != nil || n != 1 {
+			t.Fatalf("version rows after concurrent Migrate: %d, %v", n, err)
+		}
+	}
+
+	// Numbered steps apply in order; a failing step rolls everything back.
+	body, err := migrationFiles.ReadFile("migrations/0001_create.up.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fsys := fstest.MapFS{
+		"m/0002_expires_index.up.sql": {Data: []byte(`CREATE INDEX {{.Ident "_expires_idx"}} ON {{.Table}} (expires_at);`)},
+		"m/0001_create.up.sql":        {Data: body},
+		"m/README":                    {Data: []byte("not a migration")},
+	}
+	ms, err := loadMigrations(fsys, "m")
+	if err != nil || len(ms) != 2 || ms[0].version != 1 || ms[1].version != 2 || ms[1].name != "expires_index" {
+		t.Fatalf("loadMigrations: %+v, %v", ms, err)
+	}
+	o, err := resolve(pool, &Options{Table: "two_steps"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Only the first step, as an older library would.
+	if err := migrateWith(ctx, pool, o, ms[:1]); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := statusWith(ctx, pool, o, ms); err != nil || len(st) != 2 || !st[0].Applied || st[1].Applied {
+		t.Fatalf("status after step 1: %+v, %v", st, err)
+	}
+	if err := migrateWith(ctx, pool, o, ms); err != nil {
+		t.Fatal(err)
+	}
+	var idx *string
+	if err := pool.QueryRow(ctx, `SELECT to_regclass('public.two_steps_expires_idx')::text`).Scan(&idx); err != nil || idx == nil {
+		t.Fatalf("index of step 2: %v, %v", idx, err)
+	}
+	// A library that knows only step 1 reports step 2 as applied but unknown.
+	if st, err := statusWith(ctx, pool, o, ms[:1]); err != nil || len(st) != 2 || st[1].Name != "" || !st[1].Applied {
+		t.Fatalf("status with an unknown applied version: %+v, %v", st, err)
+	}
+
+	bad, err := loadMigrations(fstest.MapFS{
+		"m/0001_create.up.sql": {Data: body},
+		"m/0002_broken.up.sql": {Data: []byte(`CREATE TABLE {{.Table}}_x (; `)},
+	}, "m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, _ = resolve(pool, &Options{Table: "rolled_back"})
+	if err := migrateWith(ctx, pool, o, bad); err == nil {
+		t.Fatal("a broken migration succeeded")
+	}
+	var exists bool
+	if err := pool.QueryRow(ctx, `SELECT to_regclass('public.rolled_back') IS NOT NULL`).Scan(&exists); err != nil || exists {
+		t.Fatalf("step 1 of a failed migration was kept: %v, %v", exists, err)
+	}
+
+	for name, files := range map[string]fstest.MapFS{
+		"unnumbered": {"m/create.up.sql": {Data: body}},
+		"duplicate":  {"m/0001_a.up.sql": {Data: body}, "m/1_b.up.sql": {Data: body}},
+		"template":   {"m/0001_a.up.sql": {Data: []byte("{{.Nope")}},
+	} {
+		if _, err := loadMigrations(files, "m"); err == nil {
+			t.Errorf("%s migrations loaded", name)
+		}
+	}
+	if err := Migrate(ctx, pool, &Options{Table: "Bad"}); err == nil {
+		t.Error("Migrate with an invalid table name succeeded")
+	}
+}

@@ -1,0 +1,359 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tasklock/tasklock/driver"
+)
+
+// Defaults of Options.
+const (
+	DefaultSchema = "public"
+	DefaultTable  = "tasklock_locks"
+)
+
+// Mode says what holds a lock: a lease row alone, or also a connection.
+type Mode string
+
+// The modes of a Store.
+const (
+	// ModeLease keeps each lock as a lease row whose expiry the database's
+	// now() decides. Every call is one statement on any pooled connection.
+	ModeLease Mode = "lease"
+	// ModeConnection also binds each held lock to a connection of its own
+	// holding a session advisory lock, so the server frees the lock the
+	// moment the holder's connection ends. See the package documentation.
+	ModeConnection Mode = "connection"
+)
+
+// maxIdent is the longest identifier PostgreSQL keeps (NAMEDATALEN - 1).
+const maxIdent = 63
+
+// versionsSuffix names the version table: <Table>_migrations.
+const versionsSuffix = "_migrations"
+
+// Options configures a Store. A nil *Options means all defaults; zero fields
+// take their defaults. New never writes into it. Every Store, CLI and
+// dashboard that works on the same locks must use the same Schema, Table and
+// Channel.
+type Options struct {
+	// Schema holds the lease table. It must be a lowercase SQL identifier
+	// ([a-z_][a-z0-9_]*). Default: DefaultSchema.
+	Schema string
+	// Table is the lease table's name, a lowercase SQL identifier of at
+	// most 52 bytes (its version table is Table+"_migrations"). Default:
+	// DefaultTable.
+	Table string
+	// Migrate makes New run Migrate (creating or upgrading the table)
+	// before it returns. Without it the table must exist already.
+	Migrate bool
+	// Mode is ModeLease (the default when empty) or ModeConnection. Stores
+	// of both modes may share a table safely: each respects the other's
+	// leases; only a connection-mode Store takes over the key of a
+	// connection-mode holder whose connection ended before its lease.
+	Mode Mode
+	// Channel is the LISTEN/NOTIFY channel releases are announced on: at
+	// most 63 bytes of UTF-8. Default: derived from Schema and Table,
+	// "tasklock.<schema>.<table>" (hashed down to 63 bytes when longer).
+	Channel string
+}
+
+// resolved are validated options with everything derived from them.
+type resolved struct {
+	schema, tableName string
+	table             string // quoted and schema-qualified
+	versions          string // quoted and schema-qualified version table
+	mode              Mode
+	channel           string
+	migrate           bool
+	seed              int64 // advisory-lock hash seed: keeps tables and applications apart
+}
+
+// resolve validates opts and fills in the defaults, in a copy.
+func resolve(pool *pgxpool.Pool, opts *Options) (resolved, error) {
+	if pool == nil {
+		return resolved{}, errors.New("pgstore: pool is nil")
+	}
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.Schema == "" {
+		o.Schema = DefaultSchema
+	}
+	if o.Table == "" {
+		o.Table = DefaultTable
+	}
+	if err := checkIdent("Options.Schema", o.Schema, maxIdent); err != nil {
+		return resolved{}, err
+	}
+	if err := checkIdent("Options.Table", o.Table, maxIdent-len(versionsSuffix)); err != nil {
+		return resolved{}, err
+	}
+	switch o.Mode {
+	case "":
+		o.Mode = ModeLease
+	case ModeLease, ModeConnection:
+	default:
+		return resolved{}, fmt.Errorf("pgstore: invalid Options.Mode %q: want %q or %q", o.Mode, ModeLease, ModeConnection)
+	}
+	if o.Channel == "" {
+		o.Channel = defaultChannel(o.Schema, o.Table)
+	}
+	switch {
+	case len(o.Channel) > maxIdent:
+		return resolved{}, fmt.Errorf("pgstore: invalid Options.Channel %q: %d bytes long, the maximum is %d", o.Channel, len(o.Channel), maxIdent)
+	case !utf8.ValidString(o.Channel):
+		return resolved{}, fmt.Errorf("pgstore: invalid Options.Channel %q: not valid UTF-8", o.Channel)
+	}
+	for _, c := range o.Channel {
+		if c == 0 {
+			return resolved{}, fmt.Errorf("pgstore: invalid Options.Channel %q: contains NUL", o.Channel)
+		}
+	}
+	h := fnv.New64a()
+	h.Write([]byte(o.Schema + "." + o.Table))
+	return resolved{
+		schema:    o.Schema,
+		tableName: o.Table,
+		table:     pgx.Identifier{o.Schema, o.Table}.Sanitize(),
+		versions:  pgx.Identifier{o.Schema, o.Table + versionsSuffix}.Sanitize(),
+		mode:      o.Mode,
+		channel:   o.Channel,
+		migrate:   o.Migrate,
+		seed:      int64(h.Sum64()),
+	}, nil
+}
+
+// checkIdent accepts lowercase identifiers that need no quoting, so that the
+// names in psql and in the CLI are the names the store uses.
+func checkIdent(field, s string, max int) error {
+	if len(s) > max {
+		return fmt.Errorf("pgstore: invalid %s %q: %d bytes long, the maximum is %d", field, s, len(s), max)
+	}
+	for i, c := range s {
+		ok := c == '_' || (c >= 'a' && c <= 'z') || (i > 0 && c >= '0' && c <= '9')
+		if !ok {
+			return fmt.Errorf("pgstore: invalid %s %q: want a lowercase SQL identifier ([a-z_][a-z0-9_]*)", field, s)
+		}
+	}
+	return nil
+}
+
+// defaultChannel derives the channel from the table's name.
+func defaultChannel(schema, table string) string {
+	ch := "tasklock." + schema + "." + table
+	if len(ch) <= maxIdent {
+		return ch
+	}
+	h := fnv.New32a()
+	h.Write([]byte(ch))
+	return fmt.Sprintf("%s.%08x", ch[:maxIdent-9], h.Sum32())
+}
+
+// Store keeps tasklock leases in a PostgreSQL table through the caller's
+// pgx pool. It implements driver.Store, driver.Notifier, driver.Lister and
+// driver.ForceReleaser, and is safe for concurrent use. Create it with New.
+type Store struct {
+	pool    *pgxpool.Pool
+	o       resolved
+	sql     statements
+	channel string // quoted for LISTEN
+	conns   *registry
+}
+
+var (
+	_ driver.Store         = (*Store)(nil)
+	_ driver.Notifier      = (*Store)(nil)
+	_ driver.Lister        = (*Store)(nil)
+	_ driver.ForceReleaser = (*Store)(nil)
+)
+
+// New returns a Store that keeps its leases in the table named by opts,
+// through pool. It validates opts and returns an error naming the offending
+// field. With Options.Migrate it runs Migrate first (bounded by a minute);
+// otherwise it does not touch the database. The caller keeps ownership of
+// pool: the Store never closes it. In connection mode each held lock takes a
+// connection out of the pool (pgxpool.Conn.Hijack) while it is held, so held
+// locks do not count against the pool's MaxConns but do against the
+// server's max_connections; released ones are kept (at most 4, for at most
+// 30 s) for later grants.
+func New(pool *pgxpool.Pool, opts *Options) (*Store, error) {
+	o, err := resolve(pool, opts)
+	if err != nil {
+		return nil, err
+	}
+	if o.migrate {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := migrateWith(ctx, pool, o, migrations); err != nil {
+			return nil, err
+		}
+	}
+	s := &Store{pool: pool, o: o, sql: buildStatements(o.table), channel: pgx.Identifier{o.channel}.Sanitize()}
+	if o.mode == ModeConnection {
+		s.conns = newRegistry()
+	}
+	return s, nil
+}
+
+// Mode returns the Store's mode.
+func (s *Store) Mode() Mode { return s.o.mode }
+
+// Table returns the quoted, schema-qualified name of the lease table.
+func (s *Store) Table() string { return s.o.table }
+
+// Channel returns the LISTEN/NOTIFY channel releases are announced on.
+func (s *Store) Channel() string { return s.o.channel }
+
+// micros is d in whole microseconds, rounded up: the unit the statements
+// take durations in.
+func micros(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Microsecond - 1) / time.Microsecond)
+}
+
+// idleTimeout is the idle_session_timeout setting for a lease of d: d in
+// whole milliseconds, rounded up. The setting cannot exceed 2^31-1 ms
+// (about 24.8 days); a longer lease turns it off rather than cut the
+// lease short, and then only the holder's renewals (or its connection
+// ending) end the session.
+func idleTimeout(d time.Duration) string {
+	ms := int64((d + time.Millisecond - 1) / time.Millisecond)
+	if ms > math.MaxInt32 {
+		ms = 0
+	}
+	return strconv.FormatInt(ms, 10)
+}
+
+// expiredHeldTTL is the TTL reported for a key whose lease has expired but
+// that is not free yet: in connection mode, the server is ending the
+// holder's session (idle_session_timeout fires just after the expiry); in
+// lease mode, the holder's row changed after the statement's snapshot.
+// Waiters then try again this soon rather than back off.
+const expiredHeldTTL = 10 * time.Millisecond
+
+// heldError builds the *driver.HeldError of an acquire that found the key
+// held, from the holder's row when there is one.
+func heldError(owner *string, ttlMicros *int64) *driver.HeldError {
+	he := &driver.HeldError{}
+	if owner != nil {
+		he.Owner = *owner
+	}
+	switch {
+	case ttlMicros == nil:
+	case *ttlMicros > 0:
+		he.TTL = time.Duration(*ttlMicros) * time.Microsecond
+	default:
+		he.TTL = expiredHeldTTL
+	}
+	return he
+}
+
+// wrap adds the operation and, when the table is missing, what to do.
+func (s *Store) wrap(op string, key string, err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "42P01" { // undefined_table
+		return fmt.Errorf("pgstore: %s %q: %s %w: %w", op, key, s.o.table, errNoTable, err)
+	}
+	if key == "" {
+		return fmt.Errorf("pgstore: %s: %w", op, err)
+	}
+	return fmt.Errorf("pgstore: %s %q: %w", op, key, err)
+}
+
+// Acquire implements driver.Store in one statement: see the package
+// documentation for what each mode does.
+func (s *Store) Acquire(ctx context.Context, p driver.AcquireParams) (driver.Grant, error) {
+	if s.conns != nil {
+		return s.acquireConn(ctx, p)
+	}
+	var fence, ttl *int64
+	var owner *string
+	err := s.pool.QueryRow(ctx, s.sql.acquire, p.Key, p.Token, p.Owner, micros(p.TTL)).Scan(&fence, &owner, &ttl)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		// The holder's row was committed after this statement's snapshot
+		// was taken: held, by someone this statement cannot see.
+		return driver.Grant{}, &driver.HeldError{}
+	case err != nil:
+		return driver.Grant{}, s.wrap("acquire", p.Key, err)
+	case fence == nil:
+		return driver.Grant{}, heldError(owner, ttl)
+	}
+	return driver.Grant{Fence: uint64(*fence)}, nil
+}
+
+// Renew implements driver.Store. In lease mode the whole batch is one
+// UPDATE over unnest()ed arrays; in connection mode each lease's own
+// connection runs its renewal (a ping that also extends the row), at most
+// maxPings at a time.
+func (s *Store) Renew(ctx context.Context, ps []driver.RenewParams) ([]error, error) {
+	if len(ps) == 0 {
+		return []error{}, nil
+	}
+	if s.conns != nil {
+		return s.renewConns(ctx, ps)
+	}
+	keys := make([]string, len(ps))
+	tokens := make([]string, len(ps))
+	ttls := make([]int64, len(ps))
+	for i, p := range ps {
+		keys[i], tokens[i], ttls[i] = p.Key, p.Token, micros(p.TTL)
+	}
+	rows, err := s.pool.Query(ctx, s.sql.renew, keys, tokens, ttls)
+	if err != nil {
+		return nil, s.wrap("renew", "", err)
+	}
+	renewed := make([]bool, len(ps))
+	var i int64
+	_, err = pgx.ForEachRow(rows, []any{&i}, func() error {
+		if i >= 1 && i <= int64(len(ps)) {
+			renewed[i-1] = true
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, s.wrap("renew", "", err)
+	}
+	res := make([]error, len(ps))
+	for i, ok := range renewed {
+		if !ok {
+			res[i] = driver.ErrNotHeld
+		}
+	}
+	return res, nil
+}
+
+// Release implements driver.Store: one token-checked UPDATE that ends the
+// lease (token NULL, expires_at now(), or now()+KeepFor) and, for a plain
+// release, NOTIFYs the channel in the same statement. In connection mode it
+// runs on the lock's connection, also unlocks the advisory lock, and then
+// closes that connection.
+func (s *Store) Release(ctx context.Context, p driver.ReleaseParams) error {
+	if s.conns != nil {
+		return s.releaseConn(ctx, p)
+	}
+	var n int64
+	err := s.pool.QueryRow(ctx, s.sql.release, p.Key, p.Token, micros(p.KeepFor), s.o.channel).Scan(&n, nil)
+	if err != nil {
+		return s.wrap("release", p.Key, err)
+	}
+	if n == 0 {
+		return driver.ErrNotHeld
+	}
+	return nil
+}

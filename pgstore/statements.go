@@ -1,0 +1,161 @@
+package pgstore
+
+import "fmt"
+
+// statements are the SQL a Store runs, built once for its table. Durations
+// are passed as microseconds ($n::bigint) and every instant is the
+// database's now(): no client clock reaches the table.
+type statements struct {
+	// lease mode
+	acquire string // $1 key, $2 token, $3 owner, $4 ttl µs
+	renew   string // $1 keys[], $2 tokens[], $3 ttls[] µs
+	release string // $1 key, $2 token, $3 keep µs, $4 channel
+
+	// connection mode
+	acquireConn string // $1 key, $2 token, $3 owner, $4 ttl µs, $5 seed, $6 idle ms
+	renewConn   string // $1 key, $2 token, $3 ttl µs, $4 idle ms
+	releaseConn string // $1 key, $2 token, $3 keep µs, $4 seed, $5 channel, $6 parked idle ms
+
+	// both
+	leases       string // $1 prefix, $2 seed
+	forceRelease string // $1 key, $2 channel, $3 seed
+}
+
+// remainingMicros is the lease's remaining time at the database, in µs.
+const remainingMicros = `(extract(epoch FROM %s.expires_at - now()) * 1000000)::bigint`
+
+// sessionHolds is true when backend pid (an expression) holds the advisory
+// lock of key (an expression) in this database. seed is a parameter.
+func sessionHolds(pid, key, seed string) string {
+	return fmt.Sprintf(`EXISTS (
+		SELECT 1 FROM pg_locks k
+		WHERE k.locktype = 'advisory' AND k.granted AND k.pid = %[1]s
+		  AND k.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+		  AND k.classid::bigint = (hashtextextended(%[2]s, %[3]s) >> 32) & 4294967295
+		  AND k.objid::bigint = hashtextextended(%[2]s, %[3]s) & 4294967295
+		  AND k.objsubid = 1)`, pid, key, seed)
+}
+
+func buildStatements(table string) statements {
+	var st statements
+
+	// Lease mode. The upsert takes the key when its lease has expired by
+	// the database's clock (or when this very token holds it: a retried
+	// request). When it takes nothing, the same statement reads who holds
+	// the key and for how long.
+	st.acquire = fmt.Sprintf(`WITH up AS (
+	INSERT INTO %[1]s AS l (key, token, owner, fence, acquired_at, expires_at, pid)
+	VALUES ($1, $2, $3, 1, now(), now() + $4::bigint * interval '1 microsecond', NULL)
+	ON CONFLICT (key) DO UPDATE SET
+		token = EXCLUDED.token,
+		owner = EXCLUDED.owner,
+		fence = CASE WHEN l.token = EXCLUDED.token THEN l.fence ELSE l.fence + 1 END,
+		acquired_at = CASE WHEN l.token = EXCLUDED.token THEN l.acquired_at ELSE EXCLUDED.acquired_at END,
+		expires_at = EXCLUDED.expires_at,
+		pid = NULL
+	WHERE l.expires_at <= now() OR l.token = EXCLUDED.token
+	RETURNING l.fence
+)
+SELECT up.fence, NULL::text, NULL::bigint FROM up
+UNION ALL
+SELECT NULL::bigint, cur.owner, %[2]s
+FROM %[1]s cur
+WHERE cur.key = $1 AND NOT EXISTS (SELECT 1 FROM up)`, table, fmt.Sprintf(remainingMicros, "cur"))
+
+	st.renew = fmt.Sprintf(`UPDATE %[1]s AS l
+SET expires_at = now() + r.ttl * interval '1 microsecond'
+FROM unnest($1::text[], $2::text[], $3::bigint[]) WITH ORDINALITY AS r(key, token, ttl, i)
+WHERE l.key = r.key AND l.token = r.token AND l.expires_at > now()
+RETURNING r.i`, table)
+
+	st.release = fmt.Sprintf(`WITH r AS (
+	UPDATE %[1]s
+	SET token = NULL, pid = NULL, expires_at = now() + $3::bigint * interval '1 microsecond'
+	WHERE key = $1 AND token = $2 AND expires_at > now()
+	RETURNING key
+)
+SELECT count(*), CASE WHEN count(*) > 0 AND $3::bigint = 0 THEN pg_notify($4, $1) END FROM r`, table)
+
+	// Connection mode. The session takes the key's advisory lock; holding
+	// it, it takes the row when the row's lease expired, or when the row's
+	// holder was a session that has ended (the lock being free proves it)
+	// since this server started: its client closed it or died. A session
+	// that ended with a server restart does not count (its holder may live
+	// on, unaware until its next renewal): that row waits for its expiry.
+	// A lease-mode holder's live row, or a release's MinHold (token NULL,
+	// expires_at ahead), keeps the key: the statement then gives the
+	// advisory lock back at once. A granted session gets
+	// idle_session_timeout = TTL: the server itself ends a holder that
+	// stops renewing.
+	st.acquireConn = fmt.Sprintf(`WITH lk AS MATERIALIZED (
+	SELECT pg_try_advisory_lock(hashtextextended($1, $5)) AS got
+), up AS (
+	INSERT INTO %[1]s AS l (key, token, owner, fence, acquired_at, expires_at, pid)
+	SELECT $1, $2, $3, 1, now(), now() + $4::bigint * interval '1 microsecond', pg_backend_pid()
+	FROM lk WHERE lk.got
+	ON CONFLICT (key) DO UPDATE SET
+		token = EXCLUDED.token,
+		owner = EXCLUDED.owner,
+		fence = l.fence + 1,
+		acquired_at = EXCLUDED.acquired_at,
+		expires_at = EXCLUDED.expires_at,
+		pid = EXCLUDED.pid
+	WHERE l.expires_at <= now()
+	   OR (l.token IS NOT NULL AND l.pid IS NOT NULL AND l.acquired_at > pg_postmaster_start_time())
+	RETURNING l.fence
+), fin AS MATERIALIZED (
+	SELECT (SELECT fence FROM up) AS fence, (SELECT got FROM lk) AS got
+)
+SELECT fin.fence,
+	CASE WHEN fin.fence IS NOT NULL THEN set_config('idle_session_timeout', $6, false)
+	     WHEN fin.got THEN pg_advisory_unlock(hashtextextended($1, $5))::text END,
+	cur.owner,
+	%[2]s
+FROM fin LEFT JOIN %[1]s cur ON fin.fence IS NULL AND cur.key = $1`, table, fmt.Sprintf(remainingMicros, "cur"))
+
+	st.renewConn = fmt.Sprintf(`WITH u AS (
+	UPDATE %[1]s SET expires_at = now() + $3::bigint * interval '1 microsecond'
+	WHERE key = $1 AND token = $2 AND expires_at > now() AND pid = pg_backend_pid()
+	RETURNING 1
+)
+SELECT count(*), set_config('idle_session_timeout', $4, false) FROM u`, table)
+
+	// The unlock runs inside the statement, the NOTIFY is delivered at its
+	// commit: a woken waiter finds the advisory lock free. The session is
+	// left clean, to be parked for a later grant.
+	st.releaseConn = fmt.Sprintf(`WITH r AS (
+	UPDATE %[1]s
+	SET token = NULL, pid = NULL, expires_at = now() + $3::bigint * interval '1 microsecond'
+	WHERE key = $1 AND token = $2 AND expires_at > now() AND pid = pg_backend_pid()
+	RETURNING key
+)
+SELECT count(*), pg_advisory_unlock(hashtextextended($1, $4)),
+	CASE WHEN count(*) > 0 AND $3::bigint = 0 THEN pg_notify($5, $1) END,
+	set_config('idle_session_timeout', $6, false)
+FROM r`, table)
+
+	// A connection-mode row counts as held while its session holds the
+	// advisory lock, or until it expires when a restart ended the session.
+	st.leases = fmt.Sprintf(`SELECT l.key, l.owner, l.fence, %[2]s
+FROM %[1]s l
+WHERE starts_with(l.key, $1) AND l.expires_at > now()
+  AND (l.pid IS NULL OR l.token IS NULL OR l.acquired_at < pg_postmaster_start_time() OR %[3]s)
+ORDER BY l.key`, table, fmt.Sprintf(remainingMicros, "l"), sessionHolds("l.pid", "l.key", "$2::bigint"))
+
+	// A forced release also terminates the session holding the key in
+	// connection mode (pid recorded in the row and still holding the
+	// advisory lock, so a reused pid is never hit).
+	st.forceRelease = fmt.Sprintf(`WITH old AS (
+	SELECT key, pid FROM %[1]s WHERE key = $1 AND expires_at > now() FOR UPDATE
+), r AS (
+	UPDATE %[1]s l SET token = NULL, pid = NULL, expires_at = now()
+	FROM old WHERE l.key = old.key
+	RETURNING old.pid
+)
+SELECT count(*),
+	CASE WHEN count(*) > 0 THEN pg_notify($2, $1) END,
+	(SELECT count(pg_terminate_backend(r.pid)) FROM r WHERE r.pid IS NOT NULL AND %[2]s)
+FROM r`, table, sessionHolds("r.pid", "$1", "$3::bigint"))
+
+	return st
+}
