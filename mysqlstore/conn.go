@@ -1,0 +1,501 @@
+package mysqlstore
+
+import (
+	"context"
+	"database/sql"
+	sqldriver "database/sql/driver"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/tasklock/tasklock/driver"
+)
+
+// minHoldFlag marks an insert id that is not a fence: GET_LOCK was granted
+// but the row is still under a MinHold lease for (id - minHoldFlag) µs.
+const minHoldFlag = 1 << 63
+
+// renewParallel bounds the pings one connection-mode Renew runs at once.
+const renewParallel = 16
+
+// maxWaitTimeout is the largest wait_timeout MySQL accepts on every
+// platform (one year, in seconds).
+const maxWaitTimeout = 31536000
+
+// heldConn is the dedicated connection holding one lock in connection mode.
+type heldConn struct {
+	conn  *sql.Conn
+	key   string
+	token string
+
+	mu       sync.Mutex // guards waitSecs and deadline; serialises its use
+	waitSecs int        // the session's wait_timeout
+	// deadline is when the lease ends unless renewed: the time the last
+	// grant or renewal was sent plus its TTL, on the monotonic clock. The
+	// Locker, which counts from before it called the store, has given the
+	// lock up by then; the Store then closes the connection (see expire).
+	deadline time.Time
+
+	closeOnce sync.Once
+}
+
+// drop closes the connection instead of returning it to the pool: the
+// session ends, and the server frees every lock it held.
+func (hc *heldConn) drop() { hc.closeOnce.Do(func() { discard(hc.conn) }) }
+
+// done returns the connection, which holds no lock any more, to the pool.
+func (hc *heldConn) done() { hc.closeOnce.Do(func() { hc.conn.Close() }) }
+
+// lockName returns the SQL expression of the GET_LOCK name of the key given
+// by the SQL expression keyExpr: "tasklock:" and the first 55 hex digits of
+// SHA-256(database NUL table NUL key), 64 characters in all. Hashing keeps
+// every name within MySQL's 64-character limit, makes names compare exactly
+// whatever the server's rules for lock names, and scopes them to one table
+// of one database: GET_LOCK names are global to the server.
+func (s *Store) lockName(keyExpr []byte) []byte {
+	b := make([]byte, 0, 120+len(keyExpr))
+	b = append(b, "CONCAT('tasklock:', LEFT(SHA2(CONCAT_WS(0x00, DATABASE(), '"...)
+	b = append(b, s.table...)
+	b = append(b, "', "...)
+	b = append(b, keyExpr...)
+	return append(b, "), 256), 55))"...)
+}
+
+// waitSeconds is the session wait_timeout for a lease of ttl: whole seconds,
+// rounded up, so that the server ends a silent holder's session (and frees
+// its lock) no sooner than ttl after the holder's last command.
+func waitSeconds(ttl time.Duration) int {
+	n := int((ttl + time.Second - 1) / time.Second)
+	return min(max(n, 1), maxWaitTimeout)
+}
+
+// connAcquire takes a connection from the pool and, in one statement, asks
+// for the user-level lock and increments the key's durable fence:
+//
+//	INSERT INTO t (...) SELECT key, token, owner, LAST_INSERT_ID(1), now, now
+//	FROM DUAL WHERE GET_LOCK(name, 0) = 1
+//	ON DUPLICATE KEY UPDATE fence = IF(expires_at <= now, LAST_INSERT_ID(fence + 1),
+//	                                   fence + 0 * LAST_INSERT_ID(2^63 + remaining µs)), ...
+//
+// The insert id says what happened: 0, another session holds the lock (the
+// connection goes back to the pool and the holder's owner is read); at least
+// 2^63, the lock was free but a MinHold lease from a release is still
+// running (the connection is closed, which frees the lock); otherwise it is
+// the fence. A grant then sets the session's wait_timeout to the TTL in
+// whole seconds (rounded up), so that the server itself ends the session of
+// a holder that falls silent — paused, partitioned, or no longer renewing
+// because it lost the lock — and frees the lock. Two round trips per grant.
+func (s *Store) connAcquire(ctx context.Context, p driver.AcquireParams) (driver.Grant, error) {
+	op := fmt.Sprintf("acquire %q", p.Key)
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return driver.Grant{}, s.wrap(op, err)
+	}
+	sent := time.Now()
+	res, err := conn.ExecContext(ctx, s.connAcquireSQL(p))
+	var id int64
+	if err == nil {
+		id, err = res.LastInsertId()
+	}
+	if err != nil {
+		// The lock may or may not be ours: closing the session frees it.
+		discard(conn)
+		return driver.Grant{}, s.wrap(op, err)
+	}
+	fence := uint64(id)
+	switch {
+	case fence == 0:
+		held := s.connHolder(ctx, conn, p.Key)
+		conn.Close()
+		return driver.Grant{}, held
+	case fence >= minHoldFlag:
+		discard(conn)
+		held := s.connHolder(ctx, nil, p.Key)
+		held.TTL = time.Duration(fence-minHoldFlag) * time.Microsecond
+		return driver.Grant{}, held
+	}
+	secs := waitSeconds(p.TTL)
+	if _, err := conn.ExecContext(ctx, "SET SESSION wait_timeout = "+strconv.Itoa(secs)); err != nil {
+		discard(conn)
+		return driver.Grant{}, s.wrap(op, err)
+	}
+	hc := &heldConn{conn: conn, key: p.Key, token: p.Token, waitSecs: secs, deadline: sent.Add(p.TTL)}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		hc.drop()
+		return driver.Grant{}, fmt.Errorf("mysqlstore: %s: %w", op, ErrClosed)
+	}
+	s.held[p.Token] = hc
+	s.armLocked(hc.deadline)
+	s.mu.Unlock()
+	return driver.Grant{Fence: fence}, nil
+}
+
+func (s *Store) connAcquireSQL(p driver.AcquireParams) string {
+	const expired = "expires_at <= UTC_TIMESTAMP(6)"
+	b := make([]byte, 0, 1000+4*len(p.Key)+4*len(p.Token)+2*len(p.Owner))
+	b = append(b, "INSERT INTO "...)
+	b = append(b, s.qt...)
+	b = append(b, " (lock_key, token, owner, fence, acquired_at, expires_at) SELECT "...)
+	b = appendHex(b, p.Key)
+	b = append(b, ", "...)
+	b = appendHex(b, p.Token)
+	b = append(b, ", "...)
+	b = appendText(b, p.Owner)
+	b = append(b, ", LAST_INSERT_ID(1), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) FROM DUAL WHERE GET_LOCK("...)
+	b = append(b, s.lockName(appendHex(nil, p.Key))...)
+	b = append(b, ", 0) = 1 ON DUPLICATE KEY UPDATE fence = IF("+expired+", LAST_INSERT_ID(fence + 1), fence + 0 * LAST_INSERT_ID("...)
+	b = strconv.AppendUint(b, minHoldFlag, 10)
+	b = append(b, " + TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at))), token = IF("+expired+", "...)
+	b = appendHex(b, p.Token)
+	b = append(b, ", token), owner = IF("+expired+", "...)
+	b = appendText(b, p.Owner)
+	b = append(b, ", owner), acquired_at = IF("+expired+", UTC_TIMESTAMP(6), acquired_at), expires_at = IF("+expired+", UTC_TIMESTAMP(6), expires_at)"...)
+	return string(b)
+}
+
+// connHolder reads the owner recorded for key, on conn when it is not nil.
+// The remaining TTL of a connection-held lock is unknown (0). A failed read
+// returns a HeldError without details.
+func (s *Store) connHolder(ctx context.Context, conn *sql.Conn, key string) *driver.HeldError {
+	b := make([]byte, 0, 100+2*len(key))
+	b = append(b, "SELECT owner FROM "...)
+	b = append(b, s.qt...)
+	b = append(b, " WHERE lock_key = "...)
+	b = appendHex(b, key)
+	var row *sql.Row
+	if conn != nil {
+		row = conn.QueryRowContext(ctx, string(b))
+	} else {
+		row = s.db.QueryRowContext(ctx, string(b))
+	}
+	var owner string
+	if err := row.Scan(&owner); err != nil {
+		return &driver.HeldError{}
+	}
+	return &driver.HeldError{Owner: owner}
+}
+
+// connRenew checks that the connection of every lease is alive: a COM_PING
+// per connection, or SET SESSION wait_timeout when the lease's TTL asks for
+// a different one (Extend), each one round trip on its own connection, up
+// to 16 at a time. A connection that fails is closed and its lease reported
+// as driver.ErrNotHeld: its session is gone or, when the call timed out, the
+// driver has just closed it, and with it goes the lock.
+func (s *Store) connRenew(ctx context.Context, ps []driver.RenewParams) ([]error, error) {
+	out := make([]error, len(ps))
+	hcs := make([]*heldConn, len(ps))
+	s.mu.Lock()
+	for i, p := range ps {
+		hc := s.held[p.Token]
+		if hc == nil || hc.key != p.Key {
+			out[i] = driver.ErrNotHeld
+			continue
+		}
+		hcs[i] = hc
+	}
+	s.mu.Unlock()
+
+	if len(ps) == 1 {
+		if hcs[0] != nil {
+			out[0] = s.keepAlive(ctx, hcs[0], ps[0].TTL)
+		}
+		return out, nil
+	}
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, renewParallel)
+	for i, hc := range hcs {
+		if hc == nil {
+			continue
+		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			out[i] = s.keepAlive(ctx, hc, ps[i].TTL)
+		}()
+	}
+	wg.Wait()
+	return out, nil
+}
+
+// keepAlive pings hc's connection, or sets its wait_timeout for ttl. When
+// ctx has ended before anything was sent, it returns ctx's error, which the
+// Locker takes as transient.
+func (s *Store) keepAlive(ctx context.Context, hc *heldConn, ttl time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("mysqlstore: renew %q: %w", hc.key, err)
+	}
+	hc.mu.Lock()
+	defer hc.mu.Unlock()
+	sent := time.Now()
+	if !sent.Before(hc.deadline) {
+		// Expired here before expire got to it: the Locker has given it up.
+		s.forget(hc)
+		hc.drop()
+		return fmt.Errorf("%w: the lease of %q ended before it was renewed", driver.ErrNotHeld, hc.key)
+	}
+	secs := waitSeconds(ttl)
+	var err error
+	if secs != hc.waitSecs {
+		_, err = hc.conn.ExecContext(ctx, "SET SESSION wait_timeout = "+strconv.Itoa(secs))
+	} else {
+		err = hc.conn.PingContext(ctx)
+	}
+	if err != nil {
+		s.forget(hc)
+		hc.drop()
+		return fmt.Errorf("%w: the connection holding %q failed: %v", driver.ErrNotHeld, hc.key, err)
+	}
+	hc.waitSecs, hc.deadline = secs, sent.Add(ttl)
+	return nil
+}
+
+// connRelease releases the lock on its own connection in one statement that
+// checks the token and that this session holds the lock, shortens the row
+// for MinHold, and calls RELEASE_LOCK, so the lock is free when Release
+// returns:
+//
+//	UPDATE t SET token = '', expires_at = now [+ keep],
+//	       fence = fence + 0 * COALESCE(RELEASE_LOCK(name), 0)
+//	WHERE lock_key = key AND token = ours AND IS_USED_LOCK(name) = CONNECTION_ID()
+//
+// A second statement restores the session's wait_timeout, and the connection
+// goes back to the pool (two round trips). A connection that fails either
+// is closed instead, which frees the lock too.
+func (s *Store) connRelease(ctx context.Context, p driver.ReleaseParams) error {
+	s.mu.Lock()
+	hc := s.held[p.Token]
+	if hc == nil || hc.key != p.Key {
+		s.mu.Unlock()
+		return driver.ErrNotHeld
+	}
+	delete(s.held, p.Token)
+	s.mu.Unlock()
+
+	hc.mu.Lock()
+	defer hc.mu.Unlock()
+	name := s.lockName(appendHex(nil, p.Key))
+	b := make([]byte, 0, 500+2*len(name)+2*len(p.Key)+2*len(p.Token))
+	b = append(b, "UPDATE "...)
+	b = append(b, s.qt...)
+	b = append(b, " SET token = '', expires_at = "...)
+	if p.KeepFor > 0 {
+		b = appendExpiry(b, p.KeepFor)
+	} else {
+		b = append(b, "UTC_TIMESTAMP(6)"...)
+	}
+	b = append(b, ", fence = fence + 0 * COALESCE(RELEASE_LOCK("...)
+	b = append(b, name...)
+	b = append(b, "), 0) WHERE lock_key = "...)
+	b = appendHex(b, p.Key)
+	b = append(b, " AND token = "...)
+	b = appendHex(b, p.Token)
+	b = append(b, " AND IS_USED_LOCK("...)
+	b = append(b, name...)
+	b = append(b, ") = CONNECTION_ID()"...)
+	res, err := hc.conn.ExecContext(ctx, string(b))
+	var n int64
+	if err == nil {
+		n, err = res.RowsAffected()
+	}
+	switch {
+	case err != nil:
+		// Closing the connection frees the lock whatever happened; what
+		// is unknown is whether it was still ours.
+		hc.drop()
+		if ctx.Err() == nil && isConnErr(err) {
+			return fmt.Errorf("%w: the connection holding %q failed: %v", driver.ErrNotHeld, p.Key, err)
+		}
+		return s.wrap(fmt.Sprintf("release %q (its connection was closed, which frees the lock)", p.Key), err)
+	case n == 0:
+		hc.drop()
+		return driver.ErrNotHeld
+	}
+	if _, err := hc.conn.ExecContext(ctx, "SET SESSION wait_timeout = DEFAULT"); err != nil {
+		hc.drop()
+		return nil // released: the statement above freed the lock
+	}
+	hc.done()
+	return nil
+}
+
+// connForceRelease kills the session holding key's lock, if any, and ends a
+// MinHold lease left by a release. It takes up to three round trips.
+func (s *Store) connForceRelease(ctx context.Context, key string) error {
+	op := fmt.Sprintf("force release %q", key)
+	b := append([]byte("SELECT IS_USED_LOCK("), s.lockName(appendHex(nil, key))...)
+	b = append(b, ')')
+	var id sql.NullInt64
+	if err := s.db.QueryRowContext(ctx, string(b)).Scan(&id); err != nil {
+		return s.wrap(op, err)
+	}
+	killed := false
+	if id.Valid {
+		_, err := s.db.ExecContext(ctx, "KILL CONNECTION "+strconv.FormatInt(id.Int64, 10))
+		var me *mysql.MySQLError
+		switch {
+		case err == nil:
+			killed = true
+		case errors.As(err, &me) && me.Number == erNoSuchThread:
+			// It ended meanwhile.
+		default:
+			return s.wrap(op, err)
+		}
+	}
+	b = append(b[:0], "UPDATE "...)
+	b = append(b, s.qt...)
+	b = append(b, " SET token = '', expires_at = UTC_TIMESTAMP(6) WHERE lock_key = "...)
+	b = appendHex(b, key)
+	b = append(b, " AND expires_at > UTC_TIMESTAMP(6)"...)
+	n, err := s.execRows(ctx, string(b))
+	if err != nil {
+		return s.wrap(op, err)
+	}
+	if !killed && n == 0 {
+		return driver.ErrNotHeld
+	}
+	return nil
+}
+
+// connLeases lists the keys whose lock some session holds (TTL 0: it lasts
+// as long as the session) and the MinHold leases left by releases.
+func (s *Store) connLeases(ctx context.Context, prefix string) ([]driver.Lease, error) {
+	b := make([]byte, 0, 400+4*len(prefix))
+	b = append(b, "SELECT lock_key, owner, fence, IS_USED_LOCK("...)
+	b = append(b, s.lockName([]byte("lock_key"))...)
+	b = append(b, ") IS NOT NULL, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) FROM "...)
+	b = append(b, s.qt...)
+	b = append(b, " WHERE TRUE"...)
+	b = appendPrefixFilter(b, prefix)
+	b = append(b, " ORDER BY lock_key"...)
+	rows, err := s.db.QueryContext(ctx, string(b))
+	if err != nil {
+		return nil, s.wrap("list leases", err)
+	}
+	defer rows.Close()
+	var out []driver.Lease
+	for rows.Next() {
+		var key []byte
+		var l driver.Lease
+		var used bool
+		var us int64
+		if err := rows.Scan(&key, &l.Owner, &l.Fence, &used, &us); err != nil {
+			return nil, s.wrap("list leases", err)
+		}
+		if !used && us <= 0 {
+			continue
+		}
+		l.Key = string(key)
+		if !used {
+			l.TTL = fromMicros(us)
+		}
+		out = append(out, l)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.wrap("list leases", err)
+	}
+	return out, nil
+}
+
+// forget removes hc from the held map if it is still there.
+func (s *Store) forget(hc *heldConn) {
+	s.mu.Lock()
+	if s.held[hc.token] == hc {
+		delete(s.held, hc.token)
+	}
+	s.mu.Unlock()
+}
+
+// armLocked makes sure expire runs no later than at. Callers hold s.mu.
+func (s *Store) armLocked(at time.Time) {
+	if s.timer != nil && !s.timerAt.IsZero() && !at.Before(s.timerAt) {
+		return
+	}
+	s.timerAt = at
+	d := time.Until(at)
+	if s.timer == nil {
+		s.timer = time.AfterFunc(d, s.expire)
+	} else {
+		s.timer.Reset(d)
+	}
+}
+
+// expire closes the connections of leases past their deadline: leases the
+// Locker has given up without releasing them (lost, MaxHold reached,
+// NoRenew run out). Closing frees their locks at once, instead of after the
+// server's wait_timeout, and returns the connections. It runs on one timer
+// per Store, re-armed for the earliest deadline; a connection in use by a
+// renewal or release is left to that call.
+func (s *Store) expire() {
+	now := time.Now()
+	var stale []*heldConn
+	s.mu.Lock()
+	s.timerAt = time.Time{}
+	var next time.Time
+	for tok, hc := range s.held {
+		if !hc.mu.TryLock() {
+			if next.IsZero() || now.Add(50*time.Millisecond).Before(next) {
+				next = now.Add(50 * time.Millisecond)
+			}
+			continue
+		}
+		if !now.Before(hc.deadline) {
+			delete(s.held, tok)
+			stale = append(stale, hc)
+		} else if next.IsZero() || hc.deadline.Before(next) {
+			next = hc.deadline
+		}
+		hc.mu.Unlock()
+	}
+	if !next.IsZero() && !s.closed {
+		s.armLocked(next)
+	}
+	s.mu.Unlock()
+	for _, hc := range stale {
+		hc.drop()
+	}
+}
+
+// Close ends the locks this Store still holds in connection mode by closing
+// their connections, which frees them at the server, and makes later
+// Acquire calls fail with ErrClosed. Close the Lockers that use the Store
+// first (they release their locks properly), then the Store, then db. In
+// lease mode Close does nothing: leases live in rows and expire by
+// themselves. It never closes db.
+func (s *Store) Close() error {
+	if s.mode != ModeConnection {
+		return nil
+	}
+	s.mu.Lock()
+	s.closed = true
+	if s.timer != nil {
+		s.timer.Stop()
+	}
+	held := s.held
+	s.held = make(map[string]*heldConn)
+	s.mu.Unlock()
+	for _, hc := range held {
+		hc.mu.Lock()
+		hc.drop()
+		hc.mu.Unlock()
+	}
+	return nil
+}
+
+// discard closes c instead of returning it to the pool: the session ends,
+// and the server frees every lock it held. Raw's function returning
+// driver.ErrBadConn is how database/sql is told not to reuse a connection.
+func discard(c *sql.Conn) {
+	_ = c.Raw(func(any) error { return sqldriver.ErrBadConn })
+	_ = c.Close()
+}
+
+// isBadConn reports whether err is database/sql's driver.ErrBadConn.
+func isBadConn(err error) bool { return errors.Is(err, sqldriver.ErrBadConn) }

@@ -1,0 +1,138 @@
+// Package mysqlstore keeps tasklock locks in MySQL 8 or MariaDB 10.6+
+// through the caller's *sql.DB (github.com/go-sql-driver/mysql):
+//
+//	db, err := sql.Open("mysql", "app:secret@tcp(db:3306)/app")
+//	store, err := mysqlstore.New(db, &mysqlstore.Options{Migrate: true})
+//	locker, err := tasklock.New(store, nil)
+//
+// The Store implements driver.Store, driver.Lister and driver.ForceReleaser.
+// It has no notifications: waiters poll with the Locker's jittered backoff
+// (5 ms doubling to 250 ms, never later than the holder's lease could end).
+//
+// # Schema and migrations
+//
+// One table (Options.Table, default "tasklock_locks") holds a row per lock
+// key ever used: lock_key VARBINARY(512) primary key, token, owner, fence
+// BIGINT UNSIGNED, acquired_at and expires_at DATETIME(6) in UTC. Keys are
+// compared byte for byte, whatever the server's collations. Rows are never
+// deleted: the fence counter lives in them, so it keeps increasing across
+// releases, expiries and server restarts. The migrations are embedded,
+// numbered SQL files applied by Migrate (or New with Options.Migrate, or
+// `tasklock migrate up`) and recorded in Table+"_migrations";
+// MigrationStatus reports them.
+//
+// # Lease mode
+//
+// The default (Options.Mode "lease"): a lock is a row whose expires_at is
+// later than the database's UTC_TIMESTAMP(6). Every expiry is computed and
+// compared by the database server's clock; no client time is ever sent, so
+// clients' clocks may be wrong by any amount. Round trips:
+//
+//   - Acquire: one INSERT ... ON DUPLICATE KEY UPDATE that grants the key
+//     when its lease has expired and returns the new fence through
+//     LAST_INSERT_ID(expr). When the key is held, a second statement reads
+//     the holder's owner and remaining TTL for the *driver.HeldError.
+//   - Renew: one UPDATE for the whole batch (up to 5,000 leases or 4 MiB of
+//     SQL per statement). When the affected-row count shows that a lease was
+//     lost, one SELECT tells which.
+//   - Release: one token-checked UPDATE that clears the token and sets
+//     expires_at to now, or to now plus KeepFor for MinHold.
+//   - ForceRelease: one UPDATE. Leases: one SELECT.
+//
+// Statements carry keys, tokens and owners as hexadecimal literals, without
+// placeholders, so each is one COM_QUERY round trip whatever the DSN says
+// about interpolateParams or multiStatements.
+//
+// # Connection mode
+//
+// With Options.Mode "connection" a lock is a user-level lock, GET_LOCK(name,
+// 0), held by a connection the Store takes from db for as long as the lock
+// is held. The server frees the lock the moment that session ends: a holder
+// that crashes or is killed loses its locks within milliseconds, whatever
+// their TTL. The fence still comes from the durable per-key row, incremented
+// in the same statement that takes the lock. Lock names are "tasklock:"
+// followed by 55 hex digits of SHA-256(database, table, key): GET_LOCK names
+// are limited to 64 characters and are global to the server, so every key
+// is hashed (not only long ones), which also keeps names of different
+// tables and databases apart.
+//
+// On a grant the Store sets the session's wait_timeout to the lease's TTL
+// in whole seconds, rounded up. Renew pings each lock's connection (or
+// re-sets wait_timeout after Extend), up to 16 connections at a time, one
+// round trip each; a connection that fails is closed and its lease reported
+// lost. Three things end a connection-mode lock besides Release:
+//
+//   - the holder's session ends (process killed, connection closed or
+//     killed, server restarted): the server frees the lock at once;
+//   - the holder falls silent (paused, partitioned): it stops pinging, and
+//     the server ends its session after wait_timeout, never earlier than
+//     the holder's own validity ends;
+//   - the holder's Locker gives the lock up without releasing it (lost,
+//     MaxHold, NoRenew run out): the Store closes the connection when the
+//     lease's TTL has passed since its last grant or renewal was sent, on
+//     the monotonic clock, by which time the Locker has stopped using it.
+//
+// No client's wall clock takes part. Round trips: Acquire two on a grant
+// (one when held, plus a read of the owner), Release two (the token-checked
+// UPDATE that also calls RELEASE_LOCK, so the key is free when Release
+// returns, then restoring wait_timeout before the connection goes back to
+// the pool), ForceRelease up to three (it kills the holder's connection).
+// Close ends the locks a Store still holds by closing their connections.
+//
+// Each held lock keeps one connection checked out of db: size
+// db.SetMaxOpenConns for the locks held at once plus everything else. Use
+// one mode per table; the two modes do not see each other's locks.
+//
+// # Keepalive
+//
+// A partitioned network can leave a TCP connection looking healthy for
+// hours. The holder side is bounded by the Locker (a renewal that does not
+// answer within the lease ends the lock locally) and, in connection mode, by
+// the server's wait_timeout. To make the client notice a dead server within
+// seconds too, dial with TCP keepalive and, on Linux, TCP_USER_TIMEOUT:
+//
+//	mysql.RegisterDialContext("tcpka", mysqlstore.KeepAliveDialer(5*time.Second, 10*time.Second))
+//	db, err := sql.Open("mysql", "app:secret@tcpka(db:3306)/app")
+//
+// On MariaDB the server's own probes are tcp_keepalive_time,
+// tcp_keepalive_interval and tcp_keepalive_probes; MySQL uses the operating
+// system's settings.
+//
+// # Safety level
+//
+// Durable and linearizable on one server. Plainly:
+//
+//   - Fences are durable: InnoDB commits every grant before it answers, and
+//     rows are never deleted, so a fence is never issued twice by the same
+//     database, across restarts included. With
+//     innodb_flush_log_at_trx_commit other than 1 (or sync_binlog other
+//     than 1) a crash of the machine, not of mysqld, can lose the last
+//     second of commits and so repeat a fence.
+//   - Expiry follows the database server's clock (UTC_TIMESTAMP(6), and in
+//     connection mode wait_timeout). Stepping that clock forward ends leases
+//     early; clients' clocks do not matter.
+//   - Replication is not consensus. With asynchronous or semi-synchronous
+//     replicas, a failover can promote a replica that had not received the
+//     latest grants: a key can then be granted twice and a fence repeated.
+//     Galera (MariaDB Galera Cluster, Percona XtraDB Cluster) certifies
+//     writes on commit, so two nodes cannot both win a row, but a grant can
+//     fail with a deadlock error to be retried; write to one node to keep
+//     things simple.
+//   - GET_LOCK is local to one server and not replicated: connection-mode
+//     locks exist only on the server that granted them. After a failover,
+//     or behind a proxy that sends connections to different servers, every
+//     key is free again (the fence rows, replicated, keep increasing only as
+//     far as the replica received them). Use lease mode with replication.
+//
+// The defence against all of these is the fencing token: pass each grant's
+// fence to the resource the lock protects and have it refuse writes with a
+// lower fence than it has seen (UPDATE ... WHERE fence <= ?;
+// tasklock.FencedRegister is the model).
+//
+// # Errors
+//
+// Besides driver.ErrNotHeld and *driver.HeldError, every error from the
+// database is wrapped with %w (a *mysql.MySQLError can be unwrapped). When
+// the lock table does not exist, the error says to run Migrate. The store
+// never logs.
+package mysqlstore

@@ -1,0 +1,475 @@
+package mysqlstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tasklock/tasklock"
+	"github.com/tasklock/tasklock/internal/testserver"
+)
+
+// The fault tests use a fenced register in the database as their oracle:
+// one row whose fence only grows. A write under fence f is accepted only
+// when no higher fence was written before (UPDATE ... WHERE fence <= f), and
+// every accepted write gets the next sequence number, decided by the
+// database. "No write of the old holder is accepted after the new holder's"
+// is then: every accepted write of the old holder has a lower sequence
+// number than the new holder's first.
+
+const registerDDL = "CREATE TABLE register (id INT PRIMARY KEY, fence BIGINT UNSIGNED NOT NULL, seq BIGINT UNSIGNED NOT NULL)"
+
+func createRegister(t testing.TB, db *sql.DB) {
+	t.Helper()
+	for _, q := range []string{registerDDL, "INSERT INTO register VALUES (1, 0, 0)"} {
+		if _, err := db.ExecContext(ctxT(t), q); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// registerWrite writes under fence and returns the write's sequence number,
+// or 0 when the register refused it as stale.
+func registerWrite(ctx context.Context, db *sql.DB, fence uint64) (uint64, error) {
+	res, err := db.ExecContext(ctx, "UPDATE register SET fence = ?, seq = LAST_INSERT_ID(seq + 1) WHERE id = 1 AND fence <= ?", fence, fence)
+	if err != nil {
+		return 0, err
+	}
+	if n, err := res.RowsAffected(); err != nil || n == 0 {
+		return 0, err
+	}
+	id, err := res.LastInsertId()
+	return uint64(id), err
+}
+
+// Environment of the holder helper.
+const (
+	envDSN  = "MYSQLSTORE_DSN"
+	envMode = "MYSQLSTORE_MODE"
+	envTTL  = "MYSQLSTORE_TTL"
+)
+
+const faultKey = "fault"
+
+// TestHolderHelper is the lock holder that the fault tests run as a
+// separate process and then kill or stop. It obtains faultKey, prints
+// "LOCKED <fence>", and writes to the register every 20ms, printing
+// "WROTE <fence> <seq>" or "REJECTED <fence>", until its lock's Done is
+// closed; then it prints "LOST <cause>", makes one more write as a holder
+// that ignores Done would, and exits.
+func TestHolderHelper(t *testing.T) {
+	if testserver.HelperRole() != "holder" {
+		t.Skip("runs only as a helper process of the fault tests")
+	}
+	ttl, err := time.ParseDuration(os.Getenv(envTTL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("mysql", os.Getenv(envDSN))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(db, &Options{Mode: Mode(os.Getenv(envMode))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lk, err := tasklock.New(s, &tasklock.Config{Owner: "helper"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	l, err := lk.Obtain(ctx, faultKey, &tasklock.ObtainOptions{TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Printf("LOCKED %d\n", l.Fence())
+	for {
+		select {
+		case <-l.Done():
+			fmt.Printf("LOST %v\n", l.Err())
+			printWrite(ctx, db, l.Fence())
+			os.Exit(0)
+		default:
+		}
+		printWrite(ctx, db, l.Fence())
+		time.Sleep(20 * time.Millisecond) // the work between two writes
+	}
+}
+
+// printWrite writes to the register and prints the outcome.
+func printWrite(ctx context.Context, db *sql.DB, fence uint64) {
+	seq, err := registerWrite(ctx, db, fence)
+	switch {
+	case err != nil:
+		fmt.Printf("WRITEERR %v\n", err)
+	case seq == 0:
+		fmt.Printf("REJECTED %d\n", fence)
+	default:
+		fmt.Printf("WROTE %d %d\n", fence, seq)
+	}
+}
+
+// startHolder starts the helper on dsn and waits until it holds the lock.
+func startHolder(t *testing.T, dsn string, mode Mode, ttl time.Duration) (*testserver.Process, uint64) {
+	t.Helper()
+	h := testserver.StartHelper(t, "TestHolderHelper", "holder",
+		envDSN+"="+dsn, envMode+"="+string(mode), envTTL+"="+ttl.String())
+	line := h.WaitLine(t, "LOCKED ", 20*time.Second)
+	fence, err := strconv.ParseUint(strings.TrimPrefix(line, "LOCKED "), 10, 64)
+	if err != nil {
+		t.Fatalf("helper said %q", line)
+	}
+	h.WaitLine(t, "WROTE ", 5*time.Second)
+	return h, fence
+}
+
+// helperWrites returns the sequence numbers of the helper's accepted writes
+// and the number of its rejected ones, reading its output to the end.
+func helperWrites(t *testing.T, h *testserver.Process) (accepted []uint64, rejected int) {
+	t.Helper()
+	h.Wait(t, 10*time.Second)
+	for line := range h.Lines() {
+		f := strings.Fields(line)
+		switch {
+		case len(f) == 3 && f[0] == "WROTE":
+			seq, _ := strconv.ParseUint(f[2], 10, 64)
+			accepted = append(accepted, seq)
+		case len(f) >= 1 && f[0] == "REJECTED":
+			rejected++
+		}
+	}
+	return accepted, rejected
+}
+
+func newFaultLocker(t *testing.T, s *Store, owner string) *tasklock.Locker {
+	t.Helper()
+	lk, err := tasklock.New(s, &tasklock.Config{Owner: owner})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lk.Close() })
+	return lk
+}
+
+// TestHolderKilled: a holder process is SIGKILLed; another process obtains
+// the key within TTL + 1s (lease mode) or 2s whatever the TTL (connection
+// mode: the server frees the lock when the connection closes), with a
+// higher fence, and the register accepts its write after all the old
+// holder's.
+func TestHolderKilled(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		mode  Mode
+		ttl   time.Duration
+		limit time.Duration
+	}{
+		{ModeLease, 2 * time.Second, 3 * time.Second},
+		{ModeConnection, 10 * time.Second, 2 * time.Second},
+	} {
+		t.Run(string(tc.mode), func(t *testing.T) {
+			t.Parallel()
+			s, db, dsn := newStore(t, tc.mode)
+			createRegister(t, db)
+			h, f1 := startHolder(t, dsn, tc.mode, tc.ttl)
+			lk := newFaultLocker(t, s, "next")
+
+			h.Kill(t)
+			killed := time.Now()
+			l, err := lk.Obtain(ctxT(t), faultKey, &tasklock.ObtainOptions{TTL: 5 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			el := time.Since(killed)
+			t.Logf("%s: obtained %v after SIGKILL of the holder (TTL %v)", tc.mode, el.Round(time.Millisecond), tc.ttl)
+			if el > tc.limit {
+				t.Errorf("takeover took %v, want ≤ %v", el, tc.limit)
+			}
+			if l.Fence() <= f1 {
+				t.Fatalf("fence %d after the killed holder's %d", l.Fence(), f1)
+			}
+			seq, err := registerWrite(ctxT(t), db, l.Fence())
+			if err != nil || seq == 0 {
+				t.Fatalf("the new holder's write: seq %d, %v", seq, err)
+			}
+			accepted, _ := helperWrites(t, h)
+			for _, a := range accepted {
+				if a > seq {
+					t.Fatalf("the killed holder's write %d was accepted after the new holder's %d", a, seq)
+				}
+			}
+			_ = l.Release(ctxT(t))
+		})
+	}
+}
+
+// TestHolderPaused: a holder process is SIGSTOPped past its TTL. Another
+// obtains the key (lease mode: when the row expires by the database's clock;
+// connection mode: when the server ends the silent session after its
+// wait_timeout) and writes. When the old holder resumes, its lock's Done is
+// already closed, and the register refuses whatever it still tries to
+// write.
+func TestHolderPaused(t *testing.T) {
+	t.Parallel()
+	for _, mode := range modes {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			const ttl = time.Second
+			s, db, dsn := newStore(t, mode)
+			createRegister(t, db)
+			h, f1 := startHolder(t, dsn, mode, ttl)
+			lk := newFaultLocker(t, s, "next")
+
+			h.Stop(t)
+			stopped := time.Now()
+			l, err := lk.Obtain(ctxT(t), faultKey, &tasklock.ObtainOptions{TTL: 5 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%s: obtained %v after SIGSTOP of the holder (TTL %v)", mode, time.Since(stopped).Round(time.Millisecond), ttl)
+			if l.Fence() <= f1 {
+				t.Fatalf("fence %d after the paused holder's %d", l.Fence(), f1)
+			}
+			seq, err := registerWrite(ctxT(t), db, l.Fence())
+			if err != nil || seq == 0 {
+				t.Fatalf("the new holder's write: seq %d, %v", seq, err)
+			}
+
+			h.Cont(t)
+			lost := h.WaitLine(t, "LOST ", 5*time.Second)
+			t.Logf("resumed holder: %s", lost)
+			if !strings.Contains(lost, tasklock.ErrLockLost.Error()) {
+				t.Errorf("resumed holder's cause %q, want ErrLockLost", lost)
+			}
+			accepted, rejected := helperWrites(t, h)
+			for _, a := range accepted {
+				if a > seq {
+					t.Fatalf("the paused holder's write %d was accepted after the new holder's %d", a, seq)
+				}
+			}
+			if rejected == 0 {
+				t.Fatal("the resumed holder's write after Done was not refused")
+			}
+			t.Logf("paused holder: %d writes accepted, all before the new holder's; %d refused after resuming", len(accepted), rejected)
+			_ = l.Release(ctxT(t))
+		})
+	}
+}
+
+// TestBlackhole: the network between a holder and the database silently
+// drops everything. The holder's Done closes while the database still
+// considers the lock its own; another client obtains it only afterwards.
+func TestBlackhole(t *testing.T) {
+	t.Parallel()
+	for _, mode := range modes {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			const ttl = time.Second
+			srv := testserver.SharedMariaDB(t)
+			s, db, dsn := newStore(t, mode)
+			proxy := testserver.StartProxy(t, srv.Addr())
+			viaProxy := strings.Replace(dsn, srv.Addr(), proxy.Addr(), 1)
+			sA := mustNew(t, openDB(t, viaProxy), &Options{Mode: mode})
+			a := newFaultLocker(t, sA, "a")
+			b := newFaultLocker(t, s, "b")
+			ctx := ctxT(t)
+
+			la, err := a.TryObtain(ctx, faultKey, &tasklock.ObtainOptions{TTL: ttl})
+			if err != nil {
+				t.Fatal(err)
+			}
+			proxy.Blackhole(t)
+			cut := time.Now()
+			type grant struct {
+				l       *tasklock.Lock
+				at      time.Time
+				err     error
+				aClosed bool // A's Done was closed when B got the lock
+			}
+			got := make(chan grant, 1)
+			go func() {
+				l, err := b.Obtain(ctx, faultKey, &tasklock.ObtainOptions{TTL: 5 * time.Second})
+				g := grant{l: l, at: time.Now(), err: err}
+				select {
+				case <-la.Done():
+					g.aClosed = true
+				default:
+				}
+				got <- g
+			}()
+
+			select {
+			case <-la.Done():
+			case <-time.After(5 * time.Second):
+				t.Fatal("the partitioned holder's Done did not close")
+			}
+			doneAt := time.Now()
+			// Informational: this read may come late on a busy machine.
+			stillA := holderIsLive(t, s, db, la)
+			t.Logf("%s: A's Done closed %v after the cut (%v); the database still had A's lock when the test looked: %v",
+				mode, doneAt.Sub(cut).Round(time.Millisecond), la.Err(), stillA)
+
+			g := <-got
+			if g.err != nil {
+				t.Fatal(g.err)
+			}
+			t.Logf("%s: B obtained %v after the cut", mode, g.at.Sub(cut).Round(time.Millisecond))
+			if !g.aClosed {
+				t.Fatal("B obtained the lock while A's Done was still open")
+			}
+			if g.l.Fence() <= la.Fence() {
+				t.Fatalf("fence %d after %d", g.l.Fence(), la.Fence())
+			}
+			if !errors.Is(la.Err(), tasklock.ErrLockLost) {
+				t.Fatalf("A's cause %v, want ErrLockLost", la.Err())
+			}
+			proxy.Restore(t)
+			// The first attempts may fail on connections the proxy closed.
+			var err2 error
+			waitFor(t, 5*time.Second, "A's Release after the partition", func() bool {
+				err2 = la.Release(ctx)
+				return err2 == nil || errors.Is(err2, tasklock.ErrNotHeld)
+			})
+			if !errors.Is(err2, tasklock.ErrNotHeld) {
+				t.Errorf("A's Release after the partition: %v, want ErrNotHeld", err2)
+			}
+			_ = g.l.Release(ctx)
+		})
+	}
+}
+
+// holderIsLive reports whether the database still holds l's lock for it:
+// its row unexpired with its token (lease mode), or its lock name in use
+// (connection mode). It reads through s's own pool.
+func holderIsLive(t *testing.T, s *Store, db *sql.DB, l *tasklock.Lock) bool {
+	t.Helper()
+	var q string
+	if s.mode == ModeLease {
+		q = "SELECT expires_at > UTC_TIMESTAMP(6) FROM tasklock_locks WHERE lock_key = " + string(appendHex(nil, l.Key()))
+	} else {
+		q = "SELECT IS_USED_LOCK(" + string(s.lockName(appendHex(nil, l.Key()))) + ") IS NOT NULL"
+	}
+	var live bool
+	if err := db.QueryRowContext(ctxT(t), q).Scan(&live); err != nil {
+		t.Fatal(err)
+	}
+	return live
+}
+
+// TestServerRestart: the database is killed and restarted while a lock is
+// held. Lease mode: a restart shorter than the lease leaves the lease in
+// force (rows are durable) and the holder keeps it; a server down past the
+// TTL ends the holder's lock locally, and after the restart the next grant's
+// fence is higher. Connection mode: the lock dies with the holder's
+// connection, the holder learns it at its next renewal, and fences keep
+// increasing across the restart.
+func TestServerRestart(t *testing.T) {
+	t.Parallel()
+	for _, mode := range modes {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			srv := testserver.StartMariaDB(t)
+			dsn := srv.CreateDB(t)
+			s := mustNew(t, openDB(t, dsn), &Options{Mode: mode, Migrate: true})
+			ev := make(chan tasklock.Event, 1024)
+			lk, err := tasklock.New(s, &tasklock.Config{Owner: "a", OnEvent: func(e tasklock.Event) {
+				select {
+				case ev <- e:
+				default:
+				}
+			}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = lk.Close() })
+			b := newFaultLocker(t, s, "b")
+			ctx := ctxT(t)
+
+			var last uint64
+			if mode == ModeLease {
+				l, err := lk.TryObtain(ctx, faultKey, &tasklock.ObtainOptions{TTL: 3 * time.Second})
+				if err != nil {
+					t.Fatal(err)
+				}
+				last = l.Fence()
+				start := time.Now()
+				srv.Restart(t)
+				t.Logf("restart took %v", time.Since(start).Round(time.Millisecond))
+				for len(ev) > 0 { // events from before and during the restart
+					<-ev
+				}
+				waitEvent(t, ev, tasklock.EventRenewed, 5*time.Second)
+				select {
+				case <-l.Done():
+					t.Fatalf("lease lost across a short restart: %v", l.Err())
+				default:
+				}
+				if _, err := b.TryObtain(ctx, faultKey, nil); !errors.Is(err, tasklock.ErrNotObtained) {
+					t.Fatalf("another TryObtain after the restart: %v, want ErrNotObtained", err)
+				}
+				if err := l.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+
+			// Down past the lease (lease mode), or any restart (connection
+			// mode): the holder learns of the loss.
+			l, err := lk.TryObtain(ctx, faultKey, &tasklock.ObtainOptions{TTL: time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if l.Fence() <= last {
+				t.Fatalf("fence %d after %d", l.Fence(), last)
+			}
+			down := time.Now()
+			if mode == ModeLease {
+				srv.Kill(t)
+			} else {
+				srv.Restart(t)
+			}
+			select {
+			case <-l.Done():
+			case <-time.After(5 * time.Second):
+				t.Fatal("the holder was not told of the loss")
+			}
+			t.Logf("%s: holder told %v after the server went down: %v", mode, time.Since(down).Round(time.Millisecond), l.Err())
+			if !errors.Is(l.Err(), tasklock.ErrLockLost) {
+				t.Fatalf("cause %v, want ErrLockLost", l.Err())
+			}
+			if mode == ModeLease {
+				srv.Restart(t)
+			}
+			l2, err := b.Obtain(ctx, faultKey, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if l2.Fence() <= l.Fence() {
+				t.Fatalf("fence %d after the restart, not above %d", l2.Fence(), l.Fence())
+			}
+			t.Logf("%s: fences %d, then %d after the restart", mode, l.Fence(), l2.Fence())
+			_ = l2.Release(ctx)
+		})
+	}
+}
+
+// waitEvent waits for an event of type typ.
+func waitEvent(t *testing.T, ev <-chan tasklock.Event, typ tasklock.EventType, d time.Duration) {
+	t.Helper()
+	timeout := time.After(d)
+	for {
+		select {
+		case e := <-ev:
+			if e.Type == typ {
+				return
+			}
+		case <-timeout:
+			t.Fatalf("no %v event within %v", typ, d)
+		}
+	}
+}

@@ -1,0 +1,252 @@
+package mysqlstore
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+)
+
+// migrationsSuffix names the migration table after the lock table.
+const migrationsSuffix = "_migrations"
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+// migration is one embedded migration file, NNN_name.sql.
+type migration struct {
+	version int
+	name    string
+	stmts   []string // with {{table}} still in them
+}
+
+var loadMigrations = sync.OnceValues(func() ([]migration, error) {
+	names, err := fs.Glob(migrationFiles, "migrations/*.sql")
+	if err != nil {
+		return nil, err
+	}
+	var ms []migration
+	for _, n := range names {
+		base := strings.TrimSuffix(path.Base(n), ".sql")
+		num, name, ok := strings.Cut(base, "_")
+		v, err := strconv.Atoi(num)
+		if !ok || err != nil || v <= 0 {
+			return nil, fmt.Errorf("mysqlstore: migration file %s is not named NNN_name.sql", n)
+		}
+		src, err := migrationFiles.ReadFile(n)
+		if err != nil {
+			return nil, err
+		}
+		ms = append(ms, migration{version: v, name: name, stmts: splitStatements(string(src))})
+	}
+	sort.Slice(ms, func(i, j int) bool { return ms[i].version < ms[j].version })
+	for i := 1; i < len(ms); i++ {
+		if ms[i].version == ms[i-1].version {
+			return nil, fmt.Errorf("mysqlstore: two migrations numbered %d", ms[i].version)
+		}
+	}
+	return ms, nil
+})
+
+// splitStatements drops "--" comment lines and splits at semicolons that end
+// a line. The migrations contain no semicolons inside literals.
+func splitStatements(src string) []string {
+	var stmts []string
+	var cur strings.Builder
+	for _, line := range strings.Split(src, "\n") {
+		t := strings.TrimSpace(line)
+		if t == "" || strings.HasPrefix(t, "--") {
+			continue
+		}
+		cur.WriteString(line)
+		cur.WriteByte('\n')
+		if strings.HasSuffix(t, ";") {
+			stmts = append(stmts, strings.TrimSuffix(strings.TrimSpace(cur.String()), ";"))
+			cur.Reset()
+		}
+	}
+	if strings.TrimSpace(cur.String()) != "" {
+		stmts = append(stmts, strings.TrimSpace(cur.String()))
+	}
+	return stmts
+}
+
+// MigrationState is the state of one migration in a database.
+type MigrationState struct {
+	Version   int
+	Name      string
+	AppliedAt time.Time // UTC by the database's clock; zero while pending
+}
+
+// Applied reports whether the migration has been applied.
+func (m MigrationState) Applied() bool { return !m.AppliedAt.IsZero() }
+
+// Migrate applies the migrations that db does not have yet, in order, for
+// the lock table named by opts (only Options.Table matters here), and
+// records each in the table Table+"_migrations". It is idempotent, and safe
+// to run from several processes at once: they take turns under a GET_LOCK
+// named after the database and table. MySQL commits DDL implicitly, so a
+// failed migration is not rolled back; every migration can be run again.
+// `tasklock migrate up` calls it.
+func Migrate(ctx context.Context, db *sql.DB, opts *Options) error {
+	c, err := resolve(db, opts)
+	if err != nil {
+		return err
+	}
+	ms, err := loadMigrations()
+	if err != nil {
+		return err
+	}
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("mysqlstore: migrate: %w", err)
+	}
+	lockName := "CONCAT('tasklock-migrate:', LEFT(SHA2(CONCAT_WS(0x00, DATABASE(), '" + c.table + "'), 256), 47))"
+	if err := migrateLock(ctx, conn, lockName); err != nil {
+		discard(conn)
+		return err
+	}
+	err = migrateLocked(ctx, conn, c.table, ms)
+	// Release even when ctx has ended; a connection that cannot is closed,
+	// which releases the lock too.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if _, rerr := conn.ExecContext(rctx, "DO RELEASE_LOCK("+lockName+")"); rerr != nil {
+		discard(conn)
+	} else {
+		conn.Close()
+	}
+	return err
+}
+
+// migrateLock waits for the migration lock, a second at a time, until ctx
+// ends.
+func migrateLock(ctx context.Context, conn *sql.Conn, name string) error {
+	for {
+		var got sql.NullInt64
+		if err := conn.QueryRowContext(ctx, "SELECT GET_LOCK("+name+", 1)").Scan(&got); err != nil {
+			return fmt.Errorf("mysqlstore: migrate: take the migration lock: %w", err)
+		}
+		if got.Valid && got.Int64 == 1 {
+			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("mysqlstore: migrate: waiting for another migration: %w", err)
+		}
+	}
+}
+
+func migrateLocked(ctx context.Context, conn *sql.Conn, table string, ms []migration) error {
+	vt := "`" + table + migrationsSuffix + "`"
+	_, err := conn.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS "+vt+` (
+  version    INT          NOT NULL PRIMARY KEY,
+  name       VARCHAR(255) NOT NULL,
+  applied_at DATETIME(6)  NOT NULL
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`)
+	if err != nil {
+		return fmt.Errorf("mysqlstore: migrate: create %s: %w", vt, err)
+	}
+	applied, err := appliedVersions(ctx, conn, vt)
+	if err != nil {
+		return err
+	}
+	for _, m := range ms {
+		if _, ok := applied[m.version]; ok {
+			continue
+		}
+		for _, stmt := range m.stmts {
+			stmt = strings.ReplaceAll(stmt, "{{table}}", "`"+table+"`")
+			if _, err := conn.ExecContext(ctx, stmt); err != nil {
+				return fmt.Errorf("mysqlstore: migrate: migration %03d_%s: %w", m.version, m.name, err)
+			}
+		}
+		q := "INSERT INTO " + vt + " (version, name, applied_at) VALUES (" + strconv.Itoa(m.version) +
+			", " + string(appendText(nil, m.name)) + ", UTC_TIMESTAMP(6))"
+		if _, err := conn.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("mysqlstore: migrate: record migration %03d_%s: %w", m.version, m.name, err)
+		}
+	}
+	return nil
+}
+
+type appliedRow struct {
+	name string
+	at   time.Time
+}
+
+// querier is what appliedVersions reads through: a *sql.DB or a *sql.Conn.
+type querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// appliedVersions reads the migration table vt (quoted).
+func appliedVersions(ctx context.Context, q querier, vt string) (map[int]appliedRow, error) {
+	rows, err := q.QueryContext(ctx, "SELECT version, name, DATE_FORMAT(applied_at, '%Y-%m-%d %H:%i:%s.%f') FROM "+vt)
+	if err != nil {
+		return nil, fmt.Errorf("mysqlstore: read %s: %w", vt, err)
+	}
+	defer rows.Close()
+	out := make(map[int]appliedRow)
+	for rows.Next() {
+		var v int
+		var name, at string
+		if err := rows.Scan(&v, &name, &at); err != nil {
+			return nil, fmt.Errorf("mysqlstore: read %s: %w", vt, err)
+		}
+		t, err := time.ParseInLocation("2006-01-02 15:04:05.000000", at, time.UTC)
+		if err != nil {
+			return nil, fmt.Errorf("mysqlstore: read %s: applied_at %q: %w", vt, at, err)
+		}
+		out[v] = appliedRow{name, t}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("mysqlstore: read %s: %w", vt, err)
+	}
+	return out, nil
+}
+
+// MigrationStatus returns every migration this package knows, and any
+// newer one recorded in db by a later version of it, in order, with when
+// each was applied (zero while pending). A database never migrated has every
+// migration pending. `tasklock migrate status` prints it.
+func MigrationStatus(ctx context.Context, db *sql.DB, opts *Options) ([]MigrationState, error) {
+	c, err := resolve(db, opts)
+	if err != nil {
+		return nil, err
+	}
+	ms, err := loadMigrations()
+	if err != nil {
+		return nil, err
+	}
+	applied, err := appliedVersions(ctx, db, "`"+c.table+migrationsSuffix+"`")
+	var me *mysql.MySQLError
+	if errors.As(err, &me) && me.Number == erNoSuchTable {
+		applied, err = nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []MigrationState
+	known := make(map[int]bool)
+	for _, m := range ms {
+		known[m.version] = true
+		out = append(out, MigrationState{Version: m.version, Name: m.name, AppliedAt: applied[m.version].at})
+	}
+	for v, a := range applied {
+		if !known[v] {
+			out = append(out, MigrationState{Version: v, Name: a.name, AppliedAt: a.at})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
+	return out, nil
+}

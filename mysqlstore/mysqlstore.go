@@ -1,0 +1,343 @@
+package mysqlstore
+
+import (
+	"context"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/tasklock/tasklock/driver"
+)
+
+// DefaultTable is the lock table's name when Options.Table is empty.
+const DefaultTable = "tasklock_locks"
+
+// Limits of what the lock table can hold.
+const (
+	MaxKeyLength   = 512 // bytes: lock_key VARBINARY(512)
+	MaxTokenLength = 128 // bytes: token VARBINARY(128)
+	MaxOwnerLength = 256 // characters: owner VARCHAR(256)
+)
+
+// maxTableLength leaves room for the migration table's suffix within
+// MySQL's 64-character identifiers.
+const maxTableLength = 64 - len(migrationsSuffix)
+
+// ErrClosed is returned by Acquire on a Store after Close.
+var ErrClosed = errors.New("mysqlstore: store closed")
+
+// Mode says how a Store holds a lock; see the package documentation.
+type Mode string
+
+const (
+	// ModeLease keeps a lease row per key whose expiry the database's
+	// clock decides. It is the default.
+	ModeLease Mode = "lease"
+	// ModeConnection holds each lock with GET_LOCK on a dedicated
+	// connection, so the server frees it when the holder's session ends.
+	ModeConnection Mode = "connection"
+)
+
+// Options configures a Store. A nil *Options means all defaults; zero fields
+// take their defaults. New never writes into it. The fields map one-to-one
+// to the CLI's flags.
+type Options struct {
+	// Table is the lock table: an unquoted identifier of letters, digits
+	// and '_', at most 53 bytes (the migration table is Table+"_migrations").
+	// Default: DefaultTable.
+	Table string
+	// Migrate makes New apply pending migrations (see Migrate) before it
+	// returns. Default: false; run Migrate, or `tasklock migrate up`, once
+	// per deployment instead.
+	Migrate bool
+	// Mode is ModeLease ("lease") or ModeConnection ("connection").
+	// Default: ModeLease. Use one mode per table.
+	Mode Mode
+}
+
+// config is the validated form of Options.
+type config struct {
+	table string
+	mode  Mode
+}
+
+func resolve(db *sql.DB, opts *Options) (config, error) {
+	c := config{table: DefaultTable, mode: ModeLease}
+	if db == nil {
+		return c, errors.New("mysqlstore: db is nil")
+	}
+	if opts == nil {
+		return c, nil
+	}
+	if opts.Table != "" {
+		if err := validateTable(opts.Table); err != nil {
+			return c, err
+		}
+		c.table = opts.Table
+	}
+	switch opts.Mode {
+	case "":
+	case ModeLease, ModeConnection:
+		c.mode = opts.Mode
+	default:
+		return c, fmt.Errorf("mysqlstore: invalid Options.Mode %q: want %q or %q", opts.Mode, ModeLease, ModeConnection)
+	}
+	return c, nil
+}
+
+// validateTable accepts the identifiers the store can embed in SQL without
+// quoting problems: [A-Za-z0-9_]+, not all digits, at most maxTableLength.
+func validateTable(name string) error {
+	if len(name) > maxTableLength {
+		return fmt.Errorf("mysqlstore: invalid Options.Table %q: %d bytes long, the maximum is %d", name, len(name), maxTableLength)
+	}
+	digits := true
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		switch {
+		case c >= '0' && c <= '9':
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c == '_':
+			digits = false
+		default:
+			return fmt.Errorf("mysqlstore: invalid Options.Table %q: only letters, digits and '_' are allowed", name)
+		}
+	}
+	if digits {
+		return fmt.Errorf("mysqlstore: invalid Options.Table %q: must not be all digits", name)
+	}
+	return nil
+}
+
+// Store keeps tasklock leases in a MySQL or MariaDB table through the
+// caller's *sql.DB. It implements driver.Store, driver.Lister and
+// driver.ForceReleaser, and is safe for concurrent use. Create it with New.
+type Store struct {
+	db    *sql.DB
+	table string // validated, unquoted
+	qt    string // "`table`"
+	mode  Mode
+
+	// Connection mode: the connection holding each lock, by token, and the
+	// timer that closes those whose lease ended unreleased (see expire).
+	mu      sync.Mutex
+	held    map[string]*heldConn
+	timer   *time.Timer
+	timerAt time.Time // when timer fires; zero when it is not armed
+	closed  bool
+}
+
+var (
+	_ driver.Store         = (*Store)(nil)
+	_ driver.Lister        = (*Store)(nil)
+	_ driver.ForceReleaser = (*Store)(nil)
+)
+
+// New returns a Store that keeps its locks in db, which must be a
+// go-sql-driver/mysql pool on MySQL 8 or MariaDB 10.6 or later, with a
+// default database. New validates opts and returns an error naming the
+// offending field. With Options.Migrate it applies pending migrations first
+// (bounded by one minute); otherwise it makes no round trip.
+//
+// The caller keeps ownership of db: the Store never closes it. DSN settings
+// such as parseTime, clientFoundRows, interpolateParams and multiStatements
+// make no difference to the Store. In connection mode each held lock keeps
+// one of db's connections checked out, so db.SetMaxOpenConns must leave room
+// for every lock held at once plus the connections other calls need.
+func New(db *sql.DB, opts *Options) (*Store, error) {
+	c, err := resolve(db, opts)
+	if err != nil {
+		return nil, err
+	}
+	if opts != nil && opts.Migrate {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := Migrate(ctx, db, opts); err != nil {
+			return nil, err
+		}
+	}
+	s := &Store{db: db, table: c.table, qt: "`" + c.table + "`", mode: c.mode}
+	if c.mode == ModeConnection {
+		s.held = make(map[string]*heldConn)
+	}
+	return s, nil
+}
+
+// Mode returns the store's mode.
+func (s *Store) Mode() Mode { return s.mode }
+
+// Table returns the name of the store's lock table.
+func (s *Store) Table() string { return s.table }
+
+// Acquire implements driver.Store. See the package documentation for the
+// statements and round trips of each mode.
+func (s *Store) Acquire(ctx context.Context, p driver.AcquireParams) (driver.Grant, error) {
+	if err := checkAcquire(p); err != nil {
+		return driver.Grant{}, err
+	}
+	if s.mode == ModeConnection {
+		return s.connAcquire(ctx, p)
+	}
+	return s.leaseAcquire(ctx, p)
+}
+
+// Renew implements driver.Store.
+func (s *Store) Renew(ctx context.Context, ps []driver.RenewParams) ([]error, error) {
+	if len(ps) == 0 {
+		return []error{}, nil
+	}
+	for _, p := range ps {
+		if p.TTL <= 0 {
+			return nil, fmt.Errorf("mysqlstore: renew %q: TTL is %v, must be positive", p.Key, p.TTL)
+		}
+	}
+	if s.mode == ModeConnection {
+		return s.connRenew(ctx, ps)
+	}
+	return s.leaseRenew(ctx, ps)
+}
+
+// Release implements driver.Store.
+func (s *Store) Release(ctx context.Context, p driver.ReleaseParams) error {
+	if s.mode == ModeConnection {
+		return s.connRelease(ctx, p)
+	}
+	return s.leaseRelease(ctx, p)
+}
+
+// ForceRelease implements driver.ForceReleaser: it ends the lock on key
+// whoever holds it. The fence counter stays, so the next grant's fence is
+// still higher. It returns driver.ErrNotHeld when the key is not held. In
+// connection mode it kills the holder's connection (KILL CONNECTION, which
+// needs the same user or the CONNECTION ADMIN privilege).
+func (s *Store) ForceRelease(ctx context.Context, key string) error {
+	if s.mode == ModeConnection {
+		return s.connForceRelease(ctx, key)
+	}
+	return s.leaseForceRelease(ctx, key)
+}
+
+// Leases implements driver.Lister: the live locks whose key starts with
+// prefix, sorted by key, in one SELECT. In connection mode it asks the
+// server, row by row, whether each key's lock is in use (IS_USED_LOCK), and
+// a lock's TTL is 0 (it lasts as long as its connection). It is meant for
+// the CLI and the dashboard.
+func (s *Store) Leases(ctx context.Context, prefix string) ([]driver.Lease, error) {
+	if s.mode == ModeConnection {
+		return s.connLeases(ctx, prefix)
+	}
+	return s.leaseLeases(ctx, prefix)
+}
+
+func checkAcquire(p driver.AcquireParams) error {
+	switch {
+	case p.Key == "":
+		return errors.New("mysqlstore: acquire: empty key")
+	case len(p.Key) > MaxKeyLength:
+		return fmt.Errorf("mysqlstore: acquire: key is %d bytes long, the maximum is %d", len(p.Key), MaxKeyLength)
+	case p.Token == "" || len(p.Token) > MaxTokenLength:
+		return fmt.Errorf("mysqlstore: acquire %q: token must be 1 to %d bytes long", p.Key, MaxTokenLength)
+	case !utf8.ValidString(p.Owner):
+		return fmt.Errorf("mysqlstore: acquire %q: owner is not valid UTF-8", p.Key)
+	case utf8.RuneCountInString(p.Owner) > MaxOwnerLength:
+		return fmt.Errorf("mysqlstore: acquire %q: owner is longer than %d characters", p.Key, MaxOwnerLength)
+	case p.TTL <= 0:
+		return fmt.Errorf("mysqlstore: acquire %q: TTL is %v, must be positive", p.Key, p.TTL)
+	}
+	return nil
+}
+
+// wrap adds the operation to an error from the database, and a hint when
+// the lock table does not exist.
+func (s *Store) wrap(op string, err error) error {
+	var me *mysql.MySQLError
+	if errors.As(err, &me) && me.Number == erNoSuchTable {
+		return fmt.Errorf("mysqlstore: %s: table %s is missing; run mysqlstore.Migrate or set Options.Migrate: %w", op, s.qt, err)
+	}
+	return fmt.Errorf("mysqlstore: %s: %w", op, err)
+}
+
+// MySQL error numbers the store looks at.
+const (
+	erNoSuchTable  = 1146 // ER_NO_SUCH_TABLE
+	erNoSuchThread = 1094 // ER_NO_SUCH_THREAD (KILL of a gone connection)
+)
+
+// SQL building. Statements go to the server as text without placeholders:
+// every key, token and owner is written as a hexadecimal literal (X'…'),
+// which cannot break out of the literal whatever its bytes, and durations as
+// integers. A statement without arguments is one COM_QUERY, one round trip,
+// whatever the DSN's interpolateParams says; with placeholders and server
+// side prepared statements it would be three packets and two round trips.
+
+// appendHex appends s as the binary literal X'…'.
+func appendHex(b []byte, s string) []byte {
+	b = append(b, "X'"...)
+	b = hex.AppendEncode(b, []byte(s))
+	return append(b, '\'')
+}
+
+// appendText appends s as a utf8mb4 string literal: _utf8mb4 X'…'.
+func appendText(b []byte, s string) []byte {
+	b = append(b, "_utf8mb4 "...)
+	return appendHex(b, s)
+}
+
+// appendExpiry appends "UTC_TIMESTAMP(6) + INTERVAL n MICROSECOND".
+func appendExpiry(b []byte, d time.Duration) []byte {
+	b = append(b, "UTC_TIMESTAMP(6) + INTERVAL "...)
+	b = strconv.AppendInt(b, micros(d), 10)
+	return append(b, " MICROSECOND"...)
+}
+
+// micros converts d to whole microseconds, rounding up so that the database
+// never keeps a lease shorter than asked.
+func micros(d time.Duration) int64 {
+	return int64((d + time.Microsecond - 1) / time.Microsecond)
+}
+
+// fromMicros converts a TIMESTAMPDIFF in microseconds to a duration.
+func fromMicros(us int64) time.Duration {
+	if us <= 0 {
+		return 0
+	}
+	return time.Duration(us) * time.Microsecond
+}
+
+// appendPrefixFilter appends " AND lock_key >= X'p' AND LEFT(lock_key, n) =
+// X'p'" for a non-empty prefix: a range the primary key can serve, and the
+// exact byte-wise test.
+func appendPrefixFilter(b []byte, prefix string) []byte {
+	if prefix == "" {
+		return b
+	}
+	b = append(b, " AND lock_key >= "...)
+	b = appendHex(b, prefix)
+	b = append(b, " AND LEFT(lock_key, "...)
+	b = strconv.AppendInt(b, int64(len(prefix)), 10)
+	b = append(b, ") = "...)
+	return appendHex(b, prefix)
+}
+
+// isConnErr reports whether err means the connection is broken or was
+// closed, so that its session, and any GET_LOCK it held, is gone or going.
+func isConnErr(err error) bool {
+	var ne net.Error
+	return errors.Is(err, sql.ErrConnDone) ||
+		errors.Is(err, mysql.ErrInvalidConn) ||
+		isBadConn(err) ||
+		errors.Is(err, io.EOF) ||
+		errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.As(err, &ne) ||
+		strings.Contains(err.Error(), "broken pipe") ||
+		strings.Contains(err.Error(), "connection reset")
+}

@@ -1,0 +1,365 @@
+package mysqlstore
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	sqldriver "database/sql/driver"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"go.uber.org/goleak"
+
+	"github.com/tasklock/tasklock/driver"
+	"github.com/tasklock/tasklock/internal/testserver"
+	"github.com/tasklock/tasklock/storetest"
+)
+
+func TestMain(m *testing.M) {
+	// go-sql-driver logs broken connections to stderr; the fault tests
+	// break many on purpose.
+	_ = mysql.SetLogger(quietLogger{})
+	if testserver.HelperRole() != "" {
+		os.Exit(m.Run())
+	}
+	code := m.Run()
+	if err := testserver.StopSharedMariaDB(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		code = 1
+	}
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+type quietLogger struct{}
+
+func (quietLogger) Print(...any) {}
+
+// warmConns is how many connections openDB opens up front.
+const warmConns = 8
+
+// openDB opens a pool on dsn, closed at cleanup. It opens warmConns
+// connections at once and keeps them idle: storetest's Close test checks
+// for goroutine leaks, and every go-sql-driver connection runs a goroutine,
+// so connections dialled during that test would count as leaked.
+func openDB(t testing.TB, dsn string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	db.SetMaxIdleConns(2 * warmConns)
+	ctx := ctxT(t)
+	conns := make([]*sql.Conn, warmConns)
+	for i := range conns {
+		if conns[i], err = db.Conn(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+	return db
+}
+
+// newStore makes a store on a fresh database of the shared server.
+func newStore(t testing.TB, mode Mode) (*Store, *sql.DB, string) {
+	t.Helper()
+	dsn := testserver.SharedMariaDB(t).CreateDB(t)
+	db := openDB(t, dsn)
+	return mustNew(t, db, &Options{Mode: mode, Migrate: true}), db, dsn
+}
+
+// mustNew returns a Store that is closed at cleanup, before db is.
+func mustNew(t testing.TB, db *sql.DB, opts *Options) *Store {
+	t.Helper()
+	s, err := New(db, opts)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func token() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func ctxT(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func mustAcquire(t testing.TB, s *Store, key, tok, owner string, ttl time.Duration) uint64 {
+	t.Helper()
+	g, err := s.Acquire(ctxT(t), driver.AcquireParams{Key: key, Token: tok, Owner: owner, TTL: ttl})
+	if err != nil {
+		t.Fatalf("Acquire(%q): %v", key, err)
+	}
+	return g.Fence
+}
+
+// waitFor polls cond until it holds or d passes.
+func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, d)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+var modes = []Mode{ModeLease, ModeConnection}
+
+// The conformance tests do not run in parallel with the others: storetest's
+// Close test checks that no goroutine outlives it, and would count those of
+// other tests (toxiproxy's, helpers' readers, new connections').
+
+func TestConformanceLease(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) driver.Store {
+		s, _, _ := newStore(t, ModeLease)
+		return s
+	})
+}
+
+func TestConformanceConnection(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) driver.Store {
+		s, _, _ := newStore(t, ModeConnection)
+		return s
+	})
+}
+
+// counter counts the statements and pings that pass through a connector:
+// each is one round trip to the server.
+type counter struct {
+	mu    sync.Mutex
+	stmts []string
+	pings int
+}
+
+func (c *counter) add(q string) {
+	c.mu.Lock()
+	c.stmts = append(c.stmts, q)
+	c.mu.Unlock()
+}
+
+func (c *counter) reset() {
+	c.mu.Lock()
+	c.stmts, c.pings = nil, 0
+	c.mu.Unlock()
+}
+
+// count returns the number of statements and pings since the last reset.
+func (c *counter) count() (stmts, pings int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.stmts), c.pings
+}
+
+// countingConnector wraps go-sql-driver's connector and counts what its
+// connections send. It forwards everything: nothing is mocked.
+type countingConnector struct {
+	sqldriver.Connector
+	c *counter
+}
+
+// mysqlDriverConn is what go-sql-driver's connections implement.
+type mysqlDriverConn interface {
+	sqldriver.Conn
+	sqldriver.ConnBeginTx
+	sqldriver.ConnPrepareContext
+	sqldriver.ExecerContext
+	sqldriver.QueryerContext
+	sqldriver.Pinger
+	sqldriver.SessionResetter
+	sqldriver.Validator
+	sqldriver.NamedValueChecker
+}
+
+func (cc countingConnector) Connect(ctx context.Context) (sqldriver.Conn, error) {
+	conn, err := cc.Connector.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &countingConn{conn.(mysqlDriverConn), cc.c}, nil
+}
+
+type countingConn struct {
+	mysqlDriverConn
+	c *counter
+}
+
+func (cc *countingConn) ExecContext(ctx context.Context, q string, args []sqldriver.NamedValue) (sqldriver.Result, error) {
+	cc.c.add(q)
+	return cc.mysqlDriverConn.ExecContext(ctx, q, args)
+}
+
+func (cc *countingConn) QueryContext(ctx context.Context, q string, args []sqldriver.NamedValue) (sqldriver.Rows, error) {
+	cc.c.add(q)
+	return cc.mysqlDriverConn.QueryContext(ctx, q, args)
+}
+
+func (cc *countingConn) PrepareContext(ctx context.Context, q string) (sqldriver.Stmt, error) {
+	cc.c.add("PREPARE " + q)
+	return cc.mysqlDriverConn.PrepareContext(ctx, q)
+}
+
+func (cc *countingConn) Ping(ctx context.Context) error {
+	cc.c.mu.Lock()
+	cc.c.pings++
+	cc.c.mu.Unlock()
+	return cc.mysqlDriverConn.Ping(ctx)
+}
+
+// openCountingDB opens a pool whose statements and pings c counts.
+func openCountingDB(t testing.TB, dsn string, c *counter) *sql.DB {
+	t.Helper()
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := mysql.NewConnector(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := sql.OpenDB(countingConnector{conn, c})
+	t.Cleanup(func() { _ = db.Close() })
+	return db
+}
+
+func TestRoundTrips(t *testing.T) {
+	t.Parallel()
+	dsn := testserver.SharedMariaDB(t).CreateDB(t)
+	if err := Migrate(ctxT(t), openDB(t, dsn), nil); err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxT(t)
+	c := &counter{}
+	db := openCountingDB(t, dsn, c)
+	check := func(t *testing.T, what string, wantStmts, wantPings int) {
+		t.Helper()
+		stmts, pings := c.count()
+		if stmts != wantStmts || pings != wantPings {
+			c.mu.Lock()
+			t.Errorf("%s: %d statements %d pings, want %d and %d: %q", what, stmts, pings, wantStmts, wantPings, c.stmts)
+			c.mu.Unlock()
+		} else {
+			t.Logf("%s: %d statements, %d pings", what, stmts, pings)
+		}
+		c.reset()
+	}
+
+	t.Run("Lease", func(t *testing.T) {
+		s := mustNew(t, db, nil)
+		c.reset()
+		tok := token()
+		mustAcquire(t, s, "rt", tok, "me", time.Minute)
+		check(t, "Acquire (granted)", 1, 0)
+		_, err := s.Acquire(ctx, driver.AcquireParams{Key: "rt", Token: token(), Owner: "x", TTL: time.Second})
+		if he, ok := err.(*driver.HeldError); !ok || he.Owner != "me" {
+			t.Fatalf("Acquire of a held key: %v", err)
+		}
+		check(t, "Acquire (held, with owner and TTL)", 2, 0)
+		if res, err := s.Renew(ctx, []driver.RenewParams{{Key: "rt", Token: tok, TTL: time.Minute}}); err != nil || res[0] != nil {
+			t.Fatal(res, err)
+		}
+		check(t, "Renew 1", 1, 0)
+		res, err := s.Renew(ctx, []driver.RenewParams{{Key: "rt", Token: tok, TTL: time.Minute}, {Key: "rt-none", Token: tok, TTL: time.Minute}})
+		if err != nil || res[0] != nil || res[1] == nil {
+			t.Fatal(res, err)
+		}
+		check(t, "Renew 2, one lost", 2, 0)
+		if err := s.Release(ctx, driver.ReleaseParams{Key: "rt", Token: tok}); err != nil {
+			t.Fatal(err)
+		}
+		check(t, "Release", 1, 0)
+
+		// 1,000 leases set up in one statement, renewed in one.
+		const n = 1000
+		ps := make([]driver.RenewParams, n)
+		var b strings.Builder
+		b.WriteString("INSERT INTO tasklock_locks (lock_key, token, owner, fence, acquired_at, expires_at) VALUES ")
+		for i := range ps {
+			ps[i] = driver.RenewParams{Key: fmt.Sprintf("job/%04d", i), Token: token(), TTL: time.Minute}
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			fmt.Fprintf(&b, "('%s', '%s', 'me', 1, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL 10 SECOND)", ps[i].Key, ps[i].Token)
+		}
+		if _, err := db.ExecContext(ctx, b.String()); err != nil {
+			t.Fatal(err)
+		}
+		c.reset()
+		start := time.Now()
+		res, err = s.Renew(ctx, ps)
+		el := time.Since(start)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, r := range res {
+			if r != nil {
+				t.Fatalf("lease %d: %v", i, r)
+			}
+		}
+		check(t, fmt.Sprintf("Renew %d (%v)", n, el.Round(time.Millisecond)), 1, 0)
+		var renewed int
+		if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM tasklock_locks WHERE lock_key LIKE 'job/%' AND expires_at > UTC_TIMESTAMP(6) + INTERVAL 50 SECOND").Scan(&renewed); err != nil {
+			t.Fatal(err)
+		}
+		if renewed != n {
+			t.Fatalf("%d leases extended to a minute, want %d", renewed, n)
+		}
+		c.reset()
+	})
+
+	t.Run("Connection", func(t *testing.T) {
+		s := mustNew(t, db, &Options{Mode: ModeConnection, Table: "conn_locks", Migrate: true})
+		c.reset()
+		tok := token()
+		mustAcquire(t, s, "rt", tok, "me", time.Minute)
+		check(t, "Acquire (granted)", 2, 0)
+		_, err := s.Acquire(ctx, driver.AcquireParams{Key: "rt", Token: token(), Owner: "x", TTL: time.Second})
+		if he, ok := err.(*driver.HeldError); !ok || he.Owner != "me" {
+			t.Fatalf("Acquire of a held key: %v", err)
+		}
+		check(t, "Acquire (held, with owner)", 2, 0)
+		toks := []string{tok}
+		for i := range 3 {
+			toks = append(toks, token())
+			mustAcquire(t, s, fmt.Sprintf("rt-%d", i), toks[i+1], "me", time.Minute)
+		}
+		c.reset()
+		ps := []driver.RenewParams{{Key: "rt", Token: tok, TTL: time.Minute}}
+		for i := range 3 {
+			ps = append(ps, driver.RenewParams{Key: fmt.Sprintf("rt-%d", i), Token: toks[i+1], TTL: time.Minute})
+		}
+		if res, err := s.Renew(ctx, ps); err != nil || res[0] != nil || res[3] != nil {
+			t.Fatal(res, err)
+		}
+		check(t, "Renew 4", 0, 4)
+		if err := s.Release(ctx, driver.ReleaseParams{Key: "rt", Token: tok}); err != nil {
+			t.Fatal(err)
+		}
+		check(t, "Release", 2, 0)
+		for i := range 3 {
+			_ = s.Release(ctx, driver.ReleaseParams{Key: fmt.Sprintf("rt-%d", i), Token: toks[i+1]})
+		}
+	})
+}
