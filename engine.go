@@ -94,7 +94,7 @@ func (e *engine) add(l *Lock, ttl time.Duration, sentAt time.Time, final bool) b
 
 // due returns when the engine must next look at l.
 func (l *Lock) due() time.Time {
-	t := l.validUntil
+	t := l.validUntil()
 	if !l.renewAt.IsZero() && !l.inFlight && l.renewAt.Before(t) {
 		t = l.renewAt
 	}
@@ -135,17 +135,19 @@ func (e *engine) end(l *Lock, cause error) {
 	if l.idx >= 0 {
 		heap.Remove(&e.heap, l.idx)
 	}
-	close(l.done)
-	if l.cancel != nil {
-		l.cancel(cause)
+	l.closeDone()
+	if x := l.x; x != nil {
+		if x.cancel != nil {
+			x.cancel(cause)
+		}
+		for _, ch := range x.extends {
+			ch <- notHeld(cause)
+		}
+		for _, ch := range x.sentExtends {
+			ch <- notHeld(cause)
+		}
+		x.extends, x.sentExtends = nil, nil
 	}
-	for _, ch := range l.extends {
-		ch <- notHeld(cause)
-	}
-	for _, ch := range l.sentExtends {
-		ch <- notHeld(cause)
-	}
-	l.extends, l.sentExtends = nil, nil
 }
 
 // lose ends l with a loss cause and records the event. Callers hold e.mu.
@@ -200,7 +202,7 @@ func (e *engine) step() time.Duration {
 		heap.Pop(&e.heap)
 		stall, stalls := l.stallAt()
 		switch {
-		case !now.Before(l.validUntil):
+		case !now.Before(l.validUntil()):
 			e.lose(l, l.expiryCause(), &p)
 			continue
 		case stalls && !now.Before(stall):
@@ -237,8 +239,8 @@ func (l *Lock) expiryCause() error {
 	switch {
 	case l.endCause != nil:
 		return l.endCause
-	case l.lastErr != nil:
-		return fmt.Errorf("%w: not renewed within its validity: %w", ErrLockLost, l.lastErr)
+	case l.x != nil && l.x.lastErr != nil:
+		return fmt.Errorf("%w: not renewed within its validity: %w", ErrLockLost, l.x.lastErr)
 	case !l.renew:
 		return fmt.Errorf("%w: lease expired (renewal off)", ErrLockLost)
 	}
@@ -254,7 +256,7 @@ func (e *engine) expireIfDue(l *Lock) {
 	}
 	var p pending
 	e.mu.Lock()
-	if !l.ended && !e.clock.Now().Before(l.validUntil) {
+	if !l.ended && !e.clock.Now().Before(l.validUntil()) {
 		e.lose(l, l.expiryCause(), &p)
 	}
 	e.mu.Unlock()
@@ -263,8 +265,12 @@ func (e *engine) expireIfDue(l *Lock) {
 
 // setValid records l's local validity. Callers hold e.mu.
 func (e *engine) setValid(l *Lock, until time.Time) {
-	l.validUntil = until
 	l.validNs.Store(int64(until.Sub(e.base)))
+}
+
+// validUntil is the end of l's local validity.
+func (l *Lock) validUntil() time.Time {
+	return l.lk.eng.base.Add(time.Duration(l.validNs.Load()))
 }
 
 // renewDue reports whether l should be renewed in a call starting now. A
@@ -290,10 +296,12 @@ func (e *engine) startRenewal(l *Lock, now time.Time) (renewItem, bool) {
 		rest := l.acquiredAt.Add(l.maxHold).Sub(now)
 		if validity(rest, l.grace) <= 0 {
 			l.renewAt, l.endCause = time.Time{}, ErrMaxHold
-			for _, ch := range l.extends {
-				ch <- fmt.Errorf("tasklock: extend %q: %w", l.key, ErrMaxHold)
+			if x := l.x; x != nil {
+				for _, ch := range x.extends {
+					ch <- fmt.Errorf("tasklock: extend %q: %w", l.key, ErrMaxHold)
+				}
+				x.extends = nil
 			}
-			l.extends = nil
 			return it, false
 		}
 		if rest <= it.ttl {
@@ -301,7 +309,9 @@ func (e *engine) startRenewal(l *Lock, now time.Time) (renewItem, bool) {
 		}
 	}
 	l.inFlight = true
-	l.sentExtends, l.extends = l.extends, nil
+	if x := l.x; x != nil {
+		x.sentExtends, x.extends = x.extends, nil
+	}
 	return it, true
 }
 
@@ -338,7 +348,7 @@ func (e *engine) renewCall(batch []renewItem, sentAt time.Time) {
 		switch {
 		case r == nil:
 			e.setValid(l, sentAt.Add(validity(it.ttl, l.grace)))
-			l.attempts, l.lastErr = 0, nil
+			l.attempts = 0
 			l.renewAt = time.Time{}
 			switch {
 			case it.final:
@@ -346,23 +356,27 @@ func (e *engine) renewCall(batch []renewItem, sentAt time.Time) {
 			case l.renew:
 				l.renewAt = sentAt.Add(it.ttl / 3)
 			}
-			for _, ch := range l.sentExtends {
-				ch <- nil
+			if x := l.x; x != nil {
+				x.lastErr = nil
+				for _, ch := range x.sentExtends {
+					ch <- nil
+				}
+				x.sentExtends = nil
 			}
-			l.sentExtends = nil
 			p.events = append(p.events, Event{Type: EventRenewed, Key: l.key, Owner: l.owner, Fence: l.fence})
 		case errors.Is(r, driver.ErrNotHeld):
 			e.lose(l, fmt.Errorf("%w: the store no longer has this lease", ErrLockLost), &p)
 			continue
 		default:
 			l.attempts++
-			l.lastErr = r
+			x := l.extra()
+			x.lastErr = r
 			l.renewAt = now.Add(retryDelay(l.attempts, it.ttl))
-			l.extends = append(l.sentExtends, l.extends...)
-			l.sentExtends = nil
+			x.extends = append(x.sentExtends, x.extends...)
+			x.sentExtends = nil
 			p.events = append(p.events, Event{Type: EventRenewFailed, Key: l.key, Owner: l.owner, Fence: l.fence, Err: r})
 		}
-		if len(l.extends) > 0 && (l.renewAt.IsZero() || l.renewAt.After(now)) && l.attempts == 0 {
+		if l.x != nil && len(l.x.extends) > 0 && (l.renewAt.IsZero() || l.renewAt.After(now)) && l.attempts == 0 {
 			l.renewAt = now // an Extend arrived while this renewal was under way
 		}
 		e.schedule(l)

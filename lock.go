@@ -22,33 +22,62 @@ type Lock struct {
 	owner      string
 	fence      uint64
 	acquiredAt time.Time // when the acquire request was sent (monotonic)
-	renew      bool
 	maxHold    time.Duration
 	minHold    time.Duration
 	progress   time.Duration
 	grace      time.Duration
 
-	done    chan struct{}
-	beat    atomic.Int64 // last Heartbeat as ns since acquiredAt
-	validNs atomic.Int64 // validUntil as ns since the engine's base, for Done's own check
+	done    atomic.Pointer[chan struct{}] // made on first use: most locks never need it
+	beat    atomic.Int64                  // last Heartbeat as ns since acquiredAt
+	validNs atomic.Int64                  // local validity (sentAt + TTL − drift − grace) as ns since the engine's base
 
-	// Guarded by lk.eng.mu.
-	ended       bool
-	cause       error
+	// Guarded by lk.eng.mu. The layout keeps a held lock within 288 bytes.
+	renew      bool
+	ended      bool
+	releasedOK bool
+	inFlight   bool          // a renewal for this lock is under way
+	cause      error         // why it ended
+	ttl        time.Duration // the lease length renewals ask for
+	renewAt    time.Time     // next renewal; zero when none is planned
+	dueAt      time.Time     // the heap's key: due() when last scheduled
+	endCause   error         // the cause if validity passes unrenewed (nil: ErrLockLost)
+	idx        int           // index in the engine's heap, -1 when not in it
+	attempts   int           // failed renewal calls in a row
+	x          *lockExtra    // state few locks need, made on first use
+}
+
+// lockExtra holds a Lock's rarely needed state. Guarded by lk.eng.mu.
+type lockExtra struct {
 	ctx         context.Context
 	cancel      context.CancelCauseFunc
-	releasedOK  bool
-	ttl         time.Duration // the lease length renewals ask for
-	validUntil  time.Time     // local validity: sentAt + TTL − drift − grace
-	renewAt     time.Time     // next renewal; zero when none is planned
-	endCause    error         // the cause if validity passes unrenewed (nil: ErrLockLost)
-	idx         int           // index in the engine's heap, -1 when not in it
-	dueAt       time.Time     // the heap's key: due() when last scheduled
-	inFlight    bool          // a renewal for this lock is under way
-	attempts    int           // failed renewal calls in a row
-	lastErr     error         // the error of the last failed renewal call
-	extends     []chan error  // Extend calls waiting for a renewal not yet sent
-	sentExtends []chan error  // Extend calls answered by the renewal under way
+	lastErr     error        // the error of the last failed renewal call
+	extends     []chan error // Extend calls waiting for a renewal not yet sent
+	sentExtends []chan error // Extend calls answered by the renewal under way
+}
+
+// extra returns l.x, making it on first use. Callers hold lk.eng.mu.
+func (l *Lock) extra() *lockExtra {
+	if l.x == nil {
+		l.x = new(lockExtra)
+	}
+	return l.x
+}
+
+// closedChan is what Done returns for a lock that ended before anyone asked.
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// closeDone closes the Done channel, or marks it closed if it was never
+// made. Called once, by the engine's end.
+func (l *Lock) closeDone() {
+	for {
+		if p := l.done.Load(); p != nil {
+			close(*p)
+			return
+		}
+		if l.done.CompareAndSwap(nil, &closedChan) {
+			return
+		}
+	}
 }
 
 // Key returns the lock's key.
@@ -70,7 +99,14 @@ func (l *Lock) Owner() string { return l.owner }
 // long pause sees the channel closed before its engine goroutine has run.
 func (l *Lock) Done() <-chan struct{} {
 	l.lk.eng.expireIfDue(l)
-	return l.done
+	if p := l.done.Load(); p != nil {
+		return *p
+	}
+	ch := make(chan struct{})
+	if l.done.CompareAndSwap(nil, &ch) {
+		return ch
+	}
+	return *l.done.Load()
 }
 
 // Context returns a context that is cancelled when Done closes, with the
@@ -81,13 +117,14 @@ func (l *Lock) Context() context.Context {
 	e.expireIfDue(l)
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if l.ctx == nil {
-		l.ctx, l.cancel = context.WithCancelCause(context.Background())
+	x := l.extra()
+	if x.ctx == nil {
+		x.ctx, x.cancel = context.WithCancelCause(context.Background())
 		if l.ended {
-			l.cancel(l.cause)
+			x.cancel(l.cause)
 		}
 	}
-	return l.ctx
+	return x.ctx
 }
 
 // Err returns nil while the lock is held, and the reason it ended after
@@ -124,7 +161,8 @@ func (l *Lock) Extend(ctx context.Context, d time.Duration) error {
 		return notHeld(cause)
 	}
 	l.ttl = d
-	l.extends = append(l.extends, answer)
+	x := l.extra()
+	x.extends = append(x.extends, answer)
 	if !l.inFlight {
 		l.renewAt = e.clock.Now()
 		l.attempts = 0
@@ -169,7 +207,10 @@ func (l *Lock) Release(ctx context.Context) error {
 	e.mu.Lock()
 	l.releasedOK = true
 	e.mu.Unlock()
-	if keep <= 0 {
+	if keep <= 0 && !l.lk.subscribed.Load() {
+		// Without a subscription nothing else tells this Locker's waiters;
+		// with one, the store's message does, and a second wake-up here
+		// would only cost a losing attempt.
 		l.lk.waiters.notify(l.key)
 	}
 	l.lk.emit(Event{Type: EventReleased, Key: l.key, Owner: l.owner, Fence: l.fence})

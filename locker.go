@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	mrand "math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tasklock/tasklock/driver"
@@ -29,9 +30,10 @@ type Locker struct {
 	closing   chan struct{}
 	closeOnce sync.Once
 
-	subMu   sync.Mutex
-	subStop func()
-	subFail time.Time // when Subscribe last failed; retried a second later
+	subMu      sync.Mutex
+	subStop    func()
+	subscribed atomic.Bool // subStop is set: releases come back through the store
+	subFail    time.Time   // when Subscribe last failed; retried a second later
 }
 
 // New returns a Locker for store. A nil cfg means defaults. It returns an
@@ -83,6 +85,7 @@ func (lk *Locker) Close() error {
 		if lk.subStop != nil {
 			lk.subStop()
 			lk.subStop = nil
+			lk.subscribed.Store(false)
 		}
 		lk.subMu.Unlock()
 	})
@@ -151,9 +154,17 @@ func (lk *Locker) Obtain(ctx context.Context, key string, opts *ObtainOptions) (
 		return nil, err
 	}
 	start := lk.clock.Now()
-	l, held, err := lk.try(ctx, key, &o)
-	if err == nil || (held == nil && !retryable(ctx, err)) {
-		return l, err
+	var (
+		l    *Lock
+		held *NotObtainedError
+	)
+	// No barging: while this Locker has waiters queued for the key, a new
+	// caller queues behind them instead of racing the one a release wakes.
+	if !lk.waiters.has(key) {
+		l, held, err = lk.try(ctx, key, &o)
+		if err == nil || (held == nil && !retryable(ctx, err)) {
+			return l, err
+		}
 	}
 	if o.wait > 0 {
 		var cancel context.CancelFunc
@@ -257,7 +268,6 @@ func (lk *Locker) try(ctx context.Context, key string, o *resolved) (*Lock, *Not
 	l := &Lock{
 		lk: lk, key: key, token: token, owner: o.owner, fence: g.Fence, acquiredAt: sentAt,
 		renew: o.renew, maxHold: o.maxHold, minHold: o.minHold, progress: o.progress, grace: o.grace,
-		done: make(chan struct{}),
 	}
 	if !lk.clock.Now().Before(sentAt.Add(validity(ttl, o.grace))) {
 		lk.releaseUnused(l)
@@ -307,6 +317,7 @@ func (lk *Locker) subscribe(ctx context.Context) bool {
 		return false
 	}
 	lk.subStop = stop
+	lk.subscribed.Store(true)
 	return true
 }
 
@@ -319,6 +330,13 @@ type waitQueue struct {
 }
 
 type waiter struct{ ch chan struct{} } // capacity 1: a wake-up is never lost
+
+// has reports whether anyone waits for key.
+func (q *waitQueue) has(key string) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.m[key]) > 0
+}
 
 func (q *waitQueue) add(key string) *waiter {
 	w := &waiter{ch: make(chan struct{}, 1)}

@@ -233,8 +233,11 @@ func (s *Store) Acquire(ctx context.Context, p driver.AcquireParams) (driver.Gra
 	if p.TTL <= 0 {
 		return driver.Grant{}, fmt.Errorf("redisstore: TTL is %s, must be positive", p.TTL)
 	}
-	lk := s.lockKey(p.Key)
-	args := []any{"evalsha", acquireScript.sha, 2, lk, lk + ":fence", p.Token, millis(p.TTL), p.Owner}
+	// One allocation for both keys: the lock key is a prefix of the
+	// fence key.
+	fk := s.prefix + "{" + p.Key + "}:fence"
+	lk := fk[:len(fk)-len(":fence")]
+	args := []any{"evalsha", acquireScript.sha, 2, lk, fk, p.Token, millis(p.TTL), p.Owner}
 
 	var res any
 	if s.waitReplicas == 0 {
