@@ -3,6 +3,8 @@ package tasklock
 import (
 	"context"
 	"crypto/rand"
+	"encoding/base32"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -29,6 +31,9 @@ type Locker struct {
 
 	closing   chan struct{}
 	closeOnce sync.Once
+
+	tokenSeed [8]byte       // random per Locker, from crypto/rand
+	tokenSeq  atomic.Uint64 // makes every token of this Locker distinct
 
 	subMu      sync.Mutex
 	subStop    func()
@@ -62,6 +67,9 @@ func New(store driver.Store, cfg *Config) (*Locker, error) {
 		store: store, clock: c.Clock, log: c.Logger, owner: c.Owner, onEvent: c.OnEvent,
 		closing: make(chan struct{}),
 		waiters: waitQueue{m: make(map[string][]*waiter)},
+	}
+	if _, err := rand.Read(lk.tokenSeed[:]); err != nil {
+		return nil, fmt.Errorf("tasklock: reading random bytes: %w", err)
 	}
 	lk.eng = newEngine(lk, store, c.Clock)
 	go lk.eng.run()
@@ -253,7 +261,7 @@ func (lk *Locker) try(ctx context.Context, key string, o *resolved) (*Lock, *Not
 	if o.maxHold > 0 && o.maxHold <= ttl {
 		ttl, final = o.maxHold, true
 	}
-	token := rand.Text()
+	token := lk.newToken()
 	sentAt := lk.clock.Now()
 	g, err := lk.store.Acquire(ctx, driver.AcquireParams{Key: key, Token: token, Owner: o.owner, TTL: ttl})
 	if err != nil {
@@ -279,6 +287,18 @@ func (lk *Locker) try(ctx context.Context, key string, o *resolved) (*Lock, *Not
 	}
 	return l, nil, nil
 }
+
+// newToken returns a 128-bit owner token: this Locker's random seed and a
+// sequence number, base32-encoded. Tokens only need to be unique — no store
+// trusts them as secrets — and this costs no system call per grant.
+func (lk *Locker) newToken() string {
+	var b [16]byte
+	copy(b[:8], lk.tokenSeed[:])
+	binary.BigEndian.PutUint64(b[8:], lk.tokenSeq.Add(1))
+	return tokenEncoding.EncodeToString(b[:])
+}
+
+var tokenEncoding = base32.StdEncoding.WithPadding(base32.NoPadding)
 
 // releaseUnused gives back a lease that was granted but cannot be used.
 func (lk *Locker) releaseUnused(l *Lock) {

@@ -3,6 +3,7 @@ package tasklock
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -414,6 +415,20 @@ func TestGrace(t *testing.T) {
 		var oe *OptionError
 		if _, err := lk.TryObtain(context.Background(), "g", o); !errors.As(err, &oe) || oe.Field != "ObtainOptions.Grace" {
 			t.Errorf("TryObtain(%+v) = %v, want an error naming ObtainOptions.Grace", o, err)
+		}
+	}
+}
+
+func TestTokensAreDistinct(t *testing.T) {
+	a, b := newTestLocker(t, memstore.New(nil)), newTestLocker(t, memstore.New(nil))
+	seen := map[string]bool{}
+	for range 1000 {
+		for _, lk := range []*Locker{a, b} {
+			tok := lk.newToken()
+			if seen[tok] || len(tok) != 26 || strings.ContainsAny(tok, ":=") {
+				t.Fatalf("token %q repeated or malformed", tok)
+			}
+			seen[tok] = true
 		}
 	}
 }
