@@ -35,7 +35,17 @@ group_postgres=(
 	"pg_ctlcluster:postgresql"
 	"psql:postgresql-client"
 )
-all_groups=(redis mariadb postgres)
+# etcd (Debian's etcd-server, 3.4): testserver runs /usr/bin/etcd.
+group_etcd=(
+	"etcd:etcd-server"
+)
+# ZooKeeper 3.8, standalone: testserver runs the server class from the jars in
+# /usr/share/java with the machine's Java (Debian keeps zkServer.sh outside $PATH).
+group_zookeeper=(
+	"/usr/share/zookeeper/bin/zkServer.sh:zookeeper"
+	"java:default-jre-headless"
+)
+all_groups=(redis mariadb postgres etcd zookeeper)
 
 have() {
 	command -v "$1" >/dev/null 2>&1 && return 0
