@@ -29,7 +29,8 @@ type Config struct {
 	// Clock is the source of time. Nil: SystemClock.
 	Clock Clock
 	// OnEvent, when set, is called for every lock event. It runs on the
-	// Locker's goroutines and must not block.
+	// Locker's goroutines and the callers', possibly several at once, and
+	// must not block.
 	OnEvent func(Event)
 }
 
