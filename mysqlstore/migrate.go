@@ -6,8 +6,6 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"io/fs"
-	"path"
 	"sort"
 	"strconv"
 	"strings"
@@ -15,6 +13,8 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/tasklock/tasklock/internal/sqlmigrate"
 )
 
 // migrationsSuffix names the migration table after the lock table.
@@ -31,29 +31,13 @@ type migration struct {
 }
 
 var loadMigrations = sync.OnceValues(func() ([]migration, error) {
-	names, err := fs.Glob(migrationFiles, "migrations/*.sql")
+	files, err := sqlmigrate.Load(migrationFiles, "migrations", ".sql", "mysqlstore")
 	if err != nil {
 		return nil, err
 	}
-	var ms []migration
-	for _, n := range names {
-		base := strings.TrimSuffix(path.Base(n), ".sql")
-		num, name, ok := strings.Cut(base, "_")
-		v, err := strconv.Atoi(num)
-		if !ok || err != nil || v <= 0 {
-			return nil, fmt.Errorf("mysqlstore: migration file %s is not named NNN_name.sql", n)
-		}
-		src, err := migrationFiles.ReadFile(n)
-		if err != nil {
-			return nil, err
-		}
-		ms = append(ms, migration{version: v, name: name, stmts: splitStatements(string(src))})
-	}
-	sort.Slice(ms, func(i, j int) bool { return ms[i].version < ms[j].version })
-	for i := 1; i < len(ms); i++ {
-		if ms[i].version == ms[i-1].version {
-			return nil, fmt.Errorf("mysqlstore: two migrations numbered %d", ms[i].version)
-		}
+	ms := make([]migration, 0, len(files))
+	for _, f := range files {
+		ms = append(ms, migration{version: f.Version, name: f.Name, stmts: splitStatements(f.Text)})
 	}
 	return ms, nil
 })

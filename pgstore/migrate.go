@@ -6,15 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"path"
 	"sort"
-	"strconv"
 	"strings"
 	"text/template"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tasklock/tasklock/internal/sqlmigrate"
 )
 
 //go:embed migrations/*.up.sql
@@ -57,38 +57,19 @@ func (d migrationData) Qualified(suffix string) string {
 }
 
 // loadMigrations reads NNNN_name.up.sql files from dir in fsys, in version
-// order.
+// order, and parses each as a template.
 func loadMigrations(fsys fs.FS, dir string) ([]migration, error) {
-	ents, err := fs.ReadDir(fsys, dir)
+	files, err := sqlmigrate.Load(fsys, dir, ".up.sql", "pgstore")
 	if err != nil {
 		return nil, err
 	}
-	var ms []migration
-	for _, e := range ents {
-		name, ok := strings.CutSuffix(e.Name(), ".up.sql")
-		if !ok || e.IsDir() {
-			continue
-		}
-		num, rest, ok := strings.Cut(name, "_")
-		v, err := strconv.Atoi(num)
-		if !ok || err != nil || v <= 0 || rest == "" {
-			return nil, fmt.Errorf("pgstore: migration file %q is not named NNNN_name.up.sql", e.Name())
-		}
-		b, err := fs.ReadFile(fsys, path.Join(dir, e.Name()))
+	ms := make([]migration, 0, len(files))
+	for _, f := range files {
+		tmpl, err := template.New(f.FileName).Option("missingkey=error").Parse(f.Text)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("pgstore: migration %s: %w", f.FileName, err)
 		}
-		tmpl, err := template.New(e.Name()).Option("missingkey=error").Parse(string(b))
-		if err != nil {
-			return nil, fmt.Errorf("pgstore: migration %s: %w", e.Name(), err)
-		}
-		ms = append(ms, migration{version: v, name: rest, sql: tmpl})
-	}
-	sort.Slice(ms, func(i, j int) bool { return ms[i].version < ms[j].version })
-	for i := 1; i < len(ms); i++ {
-		if ms[i].version == ms[i-1].version {
-			return nil, fmt.Errorf("pgstore: two migrations numbered %d", ms[i].version)
-		}
+		ms = append(ms, migration{version: f.Version, name: f.Name, sql: tmpl})
 	}
 	return ms, nil
 }
