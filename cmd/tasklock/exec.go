@@ -20,6 +20,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tasklock/tasklock"
@@ -78,7 +79,8 @@ the wait (exit 128+N).
 
 Exit status:
   64   bad usage (the message names the flag)
-  69   store unreachable or failing
+  69   store unreachable or failing (or, with ?migrate=false, its table
+       not migrated)
   70   lock lost or --max-hold reached while COMMAND ran
   75   lock held elsewhere and not obtained within --wait
   126  COMMAND could not be run; 127 COMMAND not found
@@ -192,6 +194,7 @@ func runExec(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	redis.SetLogger(redisLogger{log})
+	_ = mysql.SetLogger(mysqlLogger{log})
 	e := &execRun{c: c, log: log, stdin: stdin, stdout: stdout, stderr: stderr}
 	return e.run()
 }
@@ -521,4 +524,12 @@ type redisLogger struct{ log *slog.Logger }
 
 func (r redisLogger) Printf(ctx context.Context, format string, args ...any) {
 	r.log.InfoContext(ctx, "go-redis: "+fmt.Sprintf(format, args...))
+}
+
+// mysqlLogger sends go-sql-driver/mysql's own log lines (broken
+// connections it retries) to the command's logger, shown with --verbose.
+type mysqlLogger struct{ log *slog.Logger }
+
+func (m mysqlLogger) Print(v ...any) {
+	m.log.Info("go-sql-driver/mysql: " + strings.TrimSpace(fmt.Sprint(v...)))
 }

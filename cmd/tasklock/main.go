@@ -2,6 +2,8 @@
 // a distributed lock kept in a store the hosts share.
 //
 //	tasklock exec --store redis://cache:6379 --key nightly-report -- ./report.sh
+//	tasklock exec --store postgres://app@db/app --key nightly-report -- ./report.sh
+//	tasklock migrate status --store postgres://app@db/app
 //	tasklock demo
 //
 // Run "tasklock help" for the commands, store URLs and exit statuses, and
@@ -34,14 +36,17 @@ distributed lock kept in a store they share.
 
 Usage:
   tasklock exec --store URL --key NAME [flags] -- COMMAND [ARGS...]
+  tasklock migrate up|status --store URL [--json]
   tasklock demo [--workers N] [--duration D]
   tasklock help [COMMAND]
 
 Commands:
-  exec    run COMMAND while holding the lock NAME; see "tasklock help exec"
-  demo    watch workers take turns on one lock, with fencing and a crash,
-          in this process (no server needed)
-  help    show this text, or a command's
+  exec     run COMMAND while holding the lock NAME; see "tasklock help exec"
+  migrate  create or upgrade the lock table of a SQL store, or show its
+           migrations; see "tasklock help migrate"
+  demo     watch workers take turns on one lock, with fencing and a crash,
+           in this process (no server needed)
+  help     show this text, or a command's
 
 Store URLs (--store, or $TASKLOCK_STORE):
   mem://                                      in-process, for trying things out
@@ -49,10 +54,24 @@ Store URLs (--store, or $TASKLOCK_STORE):
   rediss://[user:pass@]host:port[/db]         one Redis node over TLS
   redis+sentinel://[user:pass@]h1:p1,h2:p2/MASTER[?db=N]
   redis+cluster://[user:pass@]h1:p1,h2:p2
+  postgres://[user:pass@]host[:port]/DB       PostgreSQL (also postgresql://)
+  mysql://[user:pass@]host[:port]/DB          MySQL or MariaDB
+  mysql://[user:pass@]tcp(host:port)/DB       the same, in go-sql-driver's form
+  sqlite:///abs/path/file.db                  a SQLite file on this host
+  sqlite://./relative/file.db                 relative to the working directory
 Percent-encode reserved characters in the user and password (@ as %40).
-Query parameters: prefix, dial_timeout, read_timeout, write_timeout,
+Redis query parameters: prefix, dial_timeout, read_timeout, write_timeout,
 pool_size, wait_replicas, wait_timeout; rediss:// also tls_ca_file,
 redis+sentinel:// also db, sentinel_username, sentinel_password.
+SQL query parameters: table=NAME, migrate=true|false, and for postgres and
+mysql mode=lease|connection (connection: a lock also holds a connection,
+and is freed the moment that connection ends); postgres also schema=NAME
+and pgx's parameters (sslmode, connect_timeout, application_name, ...),
+mysql go-sql-driver's (tls, timeout, readTimeout, charset, ...).
+The SQL stores keep locks in a table. exec creates it when it is missing
+(migrate=true is the default); with ?migrate=false exec fails instead (exit
+69), for accounts that may not create tables: run "tasklock migrate up"
+first. "tasklock migrate status" only reads, whatever the URL says.
 
 Exit status of exec:
   64   bad usage (the message names the flag)
@@ -61,6 +80,7 @@ Exit status of exec:
   75   lock held elsewhere and not obtained within --wait
   126  COMMAND could not be run; 127 COMMAND not found
   else COMMAND's own exit status, or 128+N when signal N killed it
+migrate exits 0, 64 or 69 alike; see "tasklock help migrate".
 `
 
 func main() {
@@ -76,6 +96,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	switch cmd, rest := args[0], args[1:]; cmd {
 	case "exec":
 		return runExec(rest, stdin, stdout, stderr)
+	case "migrate":
+		return runMigrate(rest, stdout, stderr)
 	case "demo":
 		return runDemo(rest, stdout, stderr)
 	case "help", "-h", "-help", "--help":
@@ -86,6 +108,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		switch rest[0] {
 		case "exec":
 			fmt.Fprint(stdout, execUsage)
+		case "migrate":
+			fmt.Fprint(stdout, migrateUsage)
 		case "demo":
 			fmt.Fprint(stdout, demoUsage)
 		case "help":
@@ -96,7 +120,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		}
 		return exitOK
 	default:
-		fmt.Fprintf(stderr, "tasklock: unknown command %q; commands: exec, demo, help\n", cmd)
+		fmt.Fprintf(stderr, "tasklock: unknown command %q; commands: exec, migrate, demo, help\n", cmd)
 		return exitUsage
 	}
 }

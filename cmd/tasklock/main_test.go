@@ -44,7 +44,11 @@ func TestMain(m *testing.M) {
 		os.RemoveAll(dir)
 		os.Exit(1)
 	}
-	code := m.Run()
+	code := testserver.Main(m) // stops the shared PostgreSQL server
+	if err := testserver.StopSharedMariaDB(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		code = 1
+	}
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
 			fmt.Fprintln(os.Stderr, err)
@@ -71,6 +75,12 @@ type proc struct {
 // TASKLOCK_* variables plus env.
 func startTL(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
+	return startTLIn(t, "", env, args...)
+}
+
+// startTLIn is startTL with dir as the working directory ("": the test's).
+func startTLIn(t *testing.T, wd string, env []string, args ...string) *proc {
+	t.Helper()
 	dir := t.TempDir()
 	p := &proc{t: t, outPath: filepath.Join(dir, "stdout"), errPath: filepath.Join(dir, "stderr"), done: make(chan struct{})}
 	out, err := os.Create(p.outPath)
@@ -84,6 +94,7 @@ func startTL(t *testing.T, env []string, args ...string) *proc {
 	}
 	defer errf.Close()
 	p.cmd = exec.Command(binPath, args...)
+	p.cmd.Dir = wd
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "TASKLOCK_") {
 			p.cmd.Env = append(p.cmd.Env, kv)
@@ -496,6 +507,10 @@ func TestHelpAndUsage(t *testing.T) {
 		{[]string{"--help"}, 0, "Store URLs", "", false},
 		{[]string{"help", "exec"}, 0, "--kill-grace D", "", false},
 		{[]string{"help", "demo"}, 0, "--workers", "", false},
+		{[]string{"help", "migrate"}, 0, "tasklock migrate status --store URL", "", false},
+		{[]string{"migrate", "--help"}, 0, "nothing to migrate", "", false},
+		{[]string{"help"}, 0, "exec creates it when it is missing\n(migrate=true is the default)", "", false},
+		{[]string{"help"}, 0, "mysql://[user:pass@]tcp(host:port)/DB", "", false},
 		{[]string{"exec", "-h"}, 0, "TASKLOCK_FENCE", "", false},
 		{[]string{"demo", "--help"}, 0, "demo-job", "", false},
 		{nil, exitUsage, "", "Usage:", true},

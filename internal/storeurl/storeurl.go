@@ -10,18 +10,59 @@
 //	redis+sentinel://[user:pass@]h1:p1,h2:p2/MASTER[?db=N]
 //	                                                a Sentinel-managed master
 //	redis+cluster://[user:pass@]h1:p1,h2:p2         a Redis Cluster
+//	postgres://[user:pass@]host[:port][,host2...]/db
+//	postgresql://...                                PostgreSQL (pgstore), through a pgx pool
+//	mysql://[user:pass@]host[:port]/db
+//	mysql://[user:pass@]tcp(host:port)/db           MySQL or MariaDB (mysqlstore)
+//	sqlite:///abs/path/to/file.db                   a SQLite file (sqlitestore)
+//	sqlite://./relative/file.db                     ... relative to the working directory
 //
-// A missing port is 6379 (26379 for sentinels). The user and password are
-// percent-decoded; a password may also hold reserved characters unencoded,
-// because the user information always ends at the last '@' of the URL (so
-// an '@' anywhere after the hosts must be written %40).
+// A missing port is 6379 (26379 for sentinels), 5432 for PostgreSQL (pgx's
+// default) and 3306 for MySQL. The user and password are percent-decoded; a
+// password may also hold reserved characters unencoded, because the user
+// information always ends at the last '@' of the URL (so an '@' anywhere
+// after the hosts must be written %40). Everything after sqlite:// up to
+// '?' is the file's path, percent-decoded: /abs/x.db is absolute, anything
+// else is relative to the working directory.
 //
 // Query parameters of every Redis scheme: prefix, wait_replicas and
 // wait_timeout (redisstore.Options), dial_timeout, read_timeout and
 // write_timeout (Go durations) and pool_size. rediss:// also takes
 // tls_ca_file (a PEM file of the CAs to trust instead of the system's), and
-// redis+sentinel:// db, sentinel_username and sentinel_password. Every
-// other parameter is an error naming it.
+// redis+sentinel:// db, sentinel_username and sentinel_password.
+//
+// Query parameters of the SQL schemes, taken out before the rest reaches
+// the client library:
+//
+//	mode=lease|connection   pgstore.Options.Mode, mysqlstore.Options.Mode (not sqlite)
+//	table=NAME              the lock table (Options.Table)
+//	schema=NAME             postgres only: the table's schema (pgstore.Options.Schema)
+//	migrate=true|false      whether Open creates or upgrades the table (default true)
+//
+// Every other parameter of a postgres URL goes to pgxpool.ParseConfig:
+// pgx's own (sslmode, connect_timeout, pool_max_conns, ...) and, for any
+// name pgx does not know, a run-time parameter sent to the server
+// (application_name, search_path, ...); a name the server does not know
+// either is reported as a bad URL when Open connects. A mysql URL becomes a
+// go-sql-driver/mysql DSN with parseTime=true, and takes that driver's DSN
+// parameters (tls, timeout, readTimeout, writeTimeout, charset, collation,
+// ...), but not system variables. Its connections are dialled with TCP
+// keepalive (mysqlstore.KeepAliveDialer). Every other parameter is an
+// error naming it.
+//
+// # Migrations
+//
+// The SQL stores keep their locks in a table that migrations create. Open
+// reads the migration status first and, when migrations are pending,
+// applies them (migrate=true, the default: the command line is what users
+// run first, and the stores' migrations are safe to run from several
+// processes at once), or fails with ErrNotMigrated (migrate=false, for
+// accounts without the right to create tables; a SQLite file that does not
+// exist is then not created either). OpenMigrator reads and applies
+// migrations explicitly, for `tasklock migrate`; it never migrates on its
+// own and ignores the migrate parameter, and Migrator.Status only reads (on
+// a SQLite file that does not exist it fails rather than create it).
+// Stores without a schema (mem, redis) give ErrNoMigrations.
 //
 // # Errors and secrets
 //
@@ -29,13 +70,16 @@
 // store that cannot be reached (PING fails within the caller's context)
 // errors wrapping ErrUnreachable. Every message shows the URL only in its
 // Redact form, and any text a client library returns is scrubbed of the
-// password, so a password is never printed.
+// password (from the URL, a password query parameter, or, for PostgreSQL,
+// $PGPASSWORD or the password file), so a password is never printed.
 //
 // # Adding a scheme
 //
 // Add an entry to the schemes table: a function that checks a parsed URL
 // (hosts, path, query parameters) without I/O and returns an opener, which
-// connects and verifies that the store answers.
+// connects and verifies that the store answers. A store with a schema also
+// implements schemaOpener, which connects without touching the schema and
+// returns a schema; its open calls ensureSchema before it builds the store.
 package storeurl
 
 import (
@@ -44,6 +88,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -63,6 +108,16 @@ var ErrBadURL = errors.New("storeurl: bad store URL")
 // The client library's error follows in the chain.
 var ErrUnreachable = errors.New("storeurl: store unreachable")
 
+// ErrNotMigrated is wrapped by the errors Open returns when the store's
+// table lacks migrations and the URL says migrate=false, or when applying
+// them failed (for example for want of the right to create tables). The
+// message names the pending migrations; `tasklock migrate up` applies them.
+var ErrNotMigrated = errors.New("storeurl: store schema not migrated")
+
+// ErrNoMigrations is wrapped by the error OpenMigrator returns for a store
+// that keeps no schema (mem://, redis://, ...): there is nothing to migrate.
+var ErrNoMigrations = errors.New("storeurl: store has no migrations")
+
 // redacted replaces passwords in Redact's output.
 const redacted = "xxxxx"
 
@@ -81,6 +136,10 @@ var schemes = map[string]func(u *storeURL) (opener, error){
 	"rediss":         parseRedis,
 	"redis+sentinel": parseRedis,
 	"redis+cluster":  parseRedis,
+	"postgres":       parsePostgres,
+	"postgresql":     parsePostgres,
+	"mysql":          parseMySQL,
+	"sqlite":         parseSQLite,
 }
 
 // Schemes returns the supported URL schemes, sorted.
@@ -103,12 +162,23 @@ func Open(ctx context.Context, rawURL string) (store driver.Store, closeFn func(
 	}
 	store, closeFn, err = o.open(ctx)
 	if err != nil {
-		if errors.Is(err, ErrBadURL) {
-			return nil, nil, err
-		}
-		return nil, nil, fmt.Errorf("%w: %s: %w", ErrUnreachable, Redact(rawURL), u.scrub(err))
+		return nil, nil, u.classify(err)
 	}
 	return store, closeFn, nil
+}
+
+// classify wraps an error of an opener: ErrBadURL errors are kept, a
+// schemaError becomes ErrNotMigrated, anything else ErrUnreachable.
+func (u *storeURL) classify(err error) error {
+	var se *schemaError
+	switch {
+	case errors.Is(err, ErrBadURL):
+		return err
+	case errors.As(err, &se):
+		return fmt.Errorf("%w: %s: %w", ErrNotMigrated, Redact(u.raw), u.scrub(se.err))
+	default:
+		return fmt.Errorf("%w: %s: %w", ErrUnreachable, Redact(u.raw), u.scrub(err))
+	}
 }
 
 // parse splits rawURL and lets its scheme check it.
@@ -137,6 +207,9 @@ type storeURL struct {
 	hostPart    string  // between the user information and the path, as written
 	path        string  // after the hosts, without the leading '/', percent-decoded
 	query       *params // the query parameters
+	// secrets are passwords a scheme found elsewhere (an environment
+	// variable, a password file): scrub hides them too.
+	secrets []string
 }
 
 // badf returns an error wrapping ErrBadURL that shows the redacted URL and
@@ -154,13 +227,16 @@ func badf(raw, format string, args ...any) error {
 // still see err.
 func (u *storeURL) scrub(err error) error {
 	var secrets []string
-	var secret string
+	all := append([]string{u.password}, u.secrets...)
 	if u.query != nil {
-		secret = u.query.secret()
+		all = append(all, u.query.secrets()...)
 	}
-	for _, sec := range []string{u.password, secret} {
+	for _, sec := range all {
 		if sec != "" {
-			secrets = append(secrets, sec, url.QueryEscape(sec), url.PathEscape(sec))
+			// As written, and as url.URL writes it in a query, a path and
+			// the user information (which client libraries may echo).
+			userinfo := strings.TrimPrefix(url.UserPassword("", sec).String(), ":")
+			secrets = append(secrets, sec, url.QueryEscape(sec), url.PathEscape(sec), userinfo)
 		}
 	}
 	if len(secrets) == 0 {
@@ -239,13 +315,18 @@ func split(raw string) (*storeURL, error) {
 // hosts splits the host part on commas into "host:port" addresses, adding
 // defaultPort where a port is missing.
 func (u *storeURL) hosts(defaultPort string) ([]string, error) {
-	if u.hostPart == "" {
+	return u.hostsIn(u.hostPart, defaultPort)
+}
+
+// hostsIn is hosts for a host list other than the URL's own host part.
+func (u *storeURL) hostsIn(hostPart, defaultPort string) ([]string, error) {
+	if hostPart == "" {
 		return nil, u.badf("missing host")
 	}
 	var addrs []string
-	for _, h := range strings.Split(u.hostPart, ",") {
+	for _, h := range strings.Split(hostPart, ",") {
 		if h == "" {
-			return nil, u.badf("empty host in list %q", u.hostPart)
+			return nil, u.badf("empty host in list %q", hostPart)
 		}
 		host, port, err := net.SplitHostPort(h)
 		if err != nil {
@@ -275,8 +356,8 @@ type params struct {
 	vals  url.Values
 	asked []string
 	err   error
-	// secretName is the parameter that holds a password, if the scheme has one.
-	secretName string
+	// secretNames are the parameters that hold passwords.
+	secretNames []string
 }
 
 // str returns the parameter's value and whether it was given.
@@ -295,16 +376,70 @@ func (p *params) str(name string) (string, bool) {
 // secretStr is str for a parameter that holds a password: its value never
 // appears in a message.
 func (p *params) secretStr(name string) (string, bool) {
-	p.secretName = name
+	p.hideValue(name)
 	return p.str(name)
 }
 
-// secret returns the value of the password parameter, "" if none.
-func (p *params) secret() string {
-	if p.secretName == "" || len(p.vals[p.secretName]) == 0 {
-		return ""
+// hideValue records that a parameter holds a password, without accepting
+// it: a scheme that passes it on to its client library calls rest later.
+func (p *params) hideValue(name string) {
+	p.secretNames = append(p.secretNames, name)
+}
+
+// secrets returns the values of the password parameters.
+func (p *params) secrets() []string {
+	var out []string
+	for _, name := range p.secretNames {
+		out = append(out, p.vals[name]...)
 	}
-	return p.vals[p.secretName][0]
+	return out
+}
+
+// boolean reads true or false (or 1, 0, t, f as strconv.ParseBool does);
+// def when the parameter is not given.
+func (p *params) boolean(name string, def bool) bool {
+	v, ok := p.str(name)
+	if !ok {
+		return def
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil && p.err == nil {
+		p.err = fmt.Errorf("query parameter %s=%q: want true or false", name, v)
+	}
+	return b
+}
+
+// oneOf reads a parameter that takes one of the values allowed; "" when it
+// is not given.
+func (p *params) oneOf(name string, allowed ...string) string {
+	v, ok := p.str(name)
+	if ok && !slices.Contains(allowed, v) && p.err == nil {
+		p.err = fmt.Errorf("query parameter %s=%q: want %s", name, v, strings.Join(allowed, " or "))
+	}
+	return v
+}
+
+// nonEmpty reads a parameter that must have a value when given; "" when it
+// is not given.
+func (p *params) nonEmpty(name string) string {
+	v, ok := p.str(name)
+	if ok && v == "" && p.err == nil {
+		p.err = fmt.Errorf("query parameter %s is empty", name)
+	}
+	return v
+}
+
+// rest accepts every parameter not asked for so far, for a scheme that
+// passes them on to its client library, and returns them.
+func (p *params) rest() url.Values {
+	out := url.Values{}
+	for name, vs := range p.vals {
+		if !slices.Contains(p.asked, name) {
+			p.str(name) // accepts it, and rejects a second value
+			out[name] = vs[:1]
+		}
+	}
+	return out
 }
 
 // duration reads a positive Go duration ("500ms", "3s").
@@ -358,11 +493,24 @@ func (p *params) done(u *storeURL) error {
 }
 
 // Redact returns rawURL with every password replaced by "xxxxx": the one in
-// the user information (user:password@, which ends at the last '@') and the
+// the user information (user:password@, which ends at the last '@'; this
+// covers go-sql-driver/mysql's user:password@tcp(host:port)/db too) and the
 // value of every query parameter whose name contains "pass", "secret",
-// "token" or "auth". It works on malformed URLs too, erring towards hiding
-// more.
+// "token" or "auth". A string without "scheme://" may be a keyword/value
+// connection string (libpq's "host=db password=secret"): there the value of
+// every such keyword is hidden as well. It works on malformed URLs too,
+// erring towards hiding more.
 func Redact(rawURL string) string {
+	s := redactURL(rawURL)
+	if i := strings.Index(rawURL, "://"); i < 0 || !validScheme(rawURL[:i]) {
+		s = keywordSecret.ReplaceAllString(s, "${1}"+redacted)
+	}
+	return s
+}
+
+// redactURL hides the password in the user information and in the query
+// parameters.
+func redactURL(rawURL string) string {
 	s := rawURL
 	// The user information starts after "scheme://". Without that, a
 	// scheme cannot be told from a user name: hide everything from the
@@ -406,6 +554,11 @@ func Redact(rawURL string) string {
 	}
 	return s
 }
+
+// keywordSecret matches name=value in a keyword/value connection string
+// (values may be single-quoted, with backslash escapes) where the name
+// suggests a secret. An unterminated quote hides the rest of the string.
+var keywordSecret = regexp.MustCompile(`(?i)([a-z0-9_.-]*(?:pass|secret|token|auth)[a-z0-9_.-]*[ \t]*=[ \t]*)('(?:[^'\\]|\\.)*'?|[^\s'&]+)`)
 
 // validScheme reports whether s has the syntax of a URL scheme (RFC 3986):
 // a letter, then letters, digits, '+', '-' or '.'.

@@ -3,16 +3,34 @@ package storeurl
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
+	"github.com/tasklock/tasklock/internal/testserver"
 	"github.com/tasklock/tasklock/memstore"
+	"github.com/tasklock/tasklock/mysqlstore"
+	"github.com/tasklock/tasklock/pgstore"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	code := testserver.Main(m) // stops the shared PostgreSQL server
+	if err := testserver.StopSharedMariaDB(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		code = 1
+	}
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
 
 // secret is the password in test URLs; no error message may contain it.
 const secret = "s3cr3t"
@@ -100,6 +118,166 @@ func TestParseMem(t *testing.T) {
 	}
 }
 
+func TestParsePostgres(t *testing.T) {
+	tests := []struct {
+		url      string
+		store    pgstore.Options
+		migrate  bool
+		host     string
+		port     uint16
+		database string
+		user     string
+		password string
+		runtime  map[string]string // some of ConnConfig.RuntimeParams
+		maxConns int32             // 0: not checked
+	}{
+		{url: "postgres://app@db:5433/app", migrate: true, host: "db", port: 5433, database: "app", user: "app"},
+		{url: "postgresql://db/app", migrate: true, host: "db", port: 5432, database: "app"},
+		{url: "POSTGRES://u:" + secret + "@db/app", migrate: true, host: "db", port: 5432, database: "app", user: "u", password: secret},
+		{url: "postgres://u:p@ss/w?rd@db/app", migrate: true, host: "db", port: 5432, database: "app", user: "u", password: "p@ss/w?rd"},
+		{url: "postgres://u:p%40ss@db/my%20db", migrate: true, host: "db", port: 5432, database: "my db", user: "u", password: "p@ss"},
+		{url: "postgres://[::1]:6000/app", migrate: true, host: "::1", port: 6000, database: "app"},
+		{
+			url:   "postgres://db/app?mode=connection&table=locks&schema=jobs&migrate=false",
+			store: pgstore.Options{Mode: pgstore.ModeConnection, Table: "locks", Schema: "jobs"},
+			host:  "db", port: 5432, database: "app",
+		},
+		{url: "postgres://db/app?mode=lease&migrate=1", store: pgstore.Options{Mode: pgstore.ModeLease}, migrate: true, host: "db", port: 5432, database: "app"},
+		{
+			// pgx's own parameters and run-time parameters pass through.
+			url:     "postgres://db/app?sslmode=disable&application_name=nightly&pool_max_conns=3&password=" + secret + "&table=t",
+			store:   pgstore.Options{Table: "t"},
+			migrate: true, host: "db", port: 5432, database: "app", password: secret,
+			runtime: map[string]string{"application_name": "nightly"}, maxConns: 3,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(Redact(tt.url), func(t *testing.T) {
+			o, _, err := parse(tt.url)
+			if err != nil {
+				t.Fatalf("parse: %v", err)
+			}
+			c, ok := o.(*pgConfig)
+			if !ok {
+				t.Fatalf("parse returned %T, want *pgConfig", o)
+			}
+			if c.store != tt.store || c.migrate != tt.migrate {
+				t.Errorf("store %+v migrate %v, want %+v %v", c.store, c.migrate, tt.store, tt.migrate)
+			}
+			cc := c.pool.ConnConfig
+			if cc.Host != tt.host || cc.Port != tt.port || cc.Database != tt.database || cc.User != tt.user && tt.user != "" || cc.Password != tt.password {
+				t.Errorf("pgx config host %q port %d database %q user %q password %q", cc.Host, cc.Port, cc.Database, cc.User, cc.Password)
+			}
+			for k, v := range tt.runtime {
+				if cc.RuntimeParams[k] != v {
+					t.Errorf("run-time parameter %s = %q, want %q", k, cc.RuntimeParams[k], v)
+				}
+			}
+			for _, own := range []string{"mode", "table", "schema", "migrate"} {
+				if _, ok := cc.RuntimeParams[own]; ok {
+					t.Errorf("tasklock's parameter %s reached pgx", own)
+				}
+			}
+			if tt.maxConns != 0 && c.pool.MaxConns != tt.maxConns {
+				t.Errorf("MaxConns %d, want %d", c.pool.MaxConns, tt.maxConns)
+			}
+		})
+	}
+}
+
+func TestParseMySQL(t *testing.T) {
+	tests := []struct {
+		url     string
+		store   mysqlstore.Options
+		migrate bool
+		addr    string
+		user    string
+		passwd  string
+		dbName  string
+	}{
+		{"mysql://app:" + secret + "@tcp(db:3307)/app", mysqlstore.Options{}, true, "db:3307", "app", secret, "app"},
+		{"mysql://app:" + secret + "@db:3307/app", mysqlstore.Options{}, true, "db:3307", "app", secret, "app"},
+		{"mysql://app@db/app", mysqlstore.Options{}, true, "db:3306", "app", "", "app"},
+		{"mysql://app@tcp(db)/app", mysqlstore.Options{}, true, "db:3306", "app", "", "app"},
+		{"mysql://root@tcp([::1]:3306)/app", mysqlstore.Options{}, true, "[::1]:3306", "root", "", "app"},
+		{"MYSQL://u:p@ss)/(w@tcp(db:1)/app", mysqlstore.Options{}, true, "db:1", "u", "p@ss)/(w", "app"},
+		{"mysql://u:p%40ss%3Aw@db:1/my%20db", mysqlstore.Options{}, true, "db:1", "u", "p@ss:w", "my db"},
+		{
+			"mysql://u@db/app?mode=connection&table=locks&migrate=false",
+			mysqlstore.Options{Mode: mysqlstore.ModeConnection, Table: "locks"}, false, "db:3306", "u", "", "app",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(Redact(tt.url), func(t *testing.T) {
+			o, _, err := parse(tt.url)
+			if err != nil {
+				t.Fatalf("parse: %v", err)
+			}
+			c, ok := o.(*mysqlConfig)
+			if !ok {
+				t.Fatalf("parse returned %T, want *mysqlConfig", o)
+			}
+			if c.store != tt.store || c.migrate != tt.migrate {
+				t.Errorf("store %+v migrate %v, want %+v %v", c.store, c.migrate, tt.store, tt.migrate)
+			}
+			cfg := c.cfg
+			if cfg.Addr != tt.addr || cfg.User != tt.user || cfg.Passwd != tt.passwd || cfg.DBName != tt.dbName || !cfg.ParseTime || cfg.Net != mysqlNet {
+				t.Errorf("config addr %q user %q passwd %q db %q parseTime %v net %q", cfg.Addr, cfg.User, cfg.Passwd, cfg.DBName, cfg.ParseTime, cfg.Net)
+			}
+		})
+	}
+
+	// The driver's parameters pass through.
+	o, _, err := parse("mysql://u@db/app?tls=skip-verify&timeout=2s&readTimeout=3s&charset=utf8mb4&parseTime=false&table=t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := o.(*mysqlConfig).cfg
+	if cfg.TLS == nil || !cfg.TLS.InsecureSkipVerify || cfg.Timeout != 2*time.Second || cfg.ReadTimeout != 3*time.Second ||
+		cfg.Params["charset"] != "utf8mb4" || !cfg.ParseTime {
+		t.Errorf("driver parameters not applied: %+v", cfg)
+	}
+	// tls=true verifies the server's name.
+	o, _, err = parse("mysql://u@db.example.com:3306/app?tls=true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tls := o.(*mysqlConfig).cfg.TLS; tls == nil || tls.ServerName != "db.example.com" {
+		t.Errorf("tls=true: %+v", tls)
+	}
+}
+
+func TestParseSQLite(t *testing.T) {
+	tests := []struct {
+		url     string
+		path    string
+		table   string
+		migrate bool
+	}{
+		{"sqlite:///var/lib/app/locks.db", "/var/lib/app/locks.db", "", true},
+		{"sqlite://./locks.db", "./locks.db", "", true},
+		{"sqlite://locks.db", "locks.db", "", true},
+		{"sqlite://data/locks.db?table=job_locks&migrate=false", "data/locks.db", "job_locks", false},
+		{"sqlite:///tmp/a%20b%3Fc.db", "/tmp/a b?c.db", "", true},
+		{"SQLITE:///x.db", "/x.db", "", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.url, func(t *testing.T) {
+			o, _, err := parse(tt.url)
+			if err != nil {
+				t.Fatalf("parse: %v", err)
+			}
+			c, ok := o.(*sqliteConfig)
+			if !ok {
+				t.Fatalf("parse returned %T, want *sqliteConfig", o)
+			}
+			if c.path != tt.path || c.store.Table != tt.table || c.migrate != tt.migrate {
+				t.Errorf("path %q table %q migrate %v, want %q %q %v", c.path, c.store.Table, c.migrate, tt.path, tt.table, tt.migrate)
+			}
+		})
+	}
+}
+
 func TestParseErrors(t *testing.T) {
 	tests := []struct {
 		url  string
@@ -151,6 +329,39 @@ func TestParseErrors(t *testing.T) {
 		{"redis://u:" + secret + "@h:1?bogus=" + secret, `unknown query parameter "bogus"`},
 		{"redis://u:" + secret + "@h:1/" + secret, `invalid database number "xxxxx"`},
 		{"redis://h:1?password=" + secret, `unknown query parameter "password"`},
+		{"postgres://h/db?mode=session", `mode="session": want lease or connection`},
+		{"postgres://h/db?migrate=yes", `migrate="yes": want true or false`},
+		{"postgres://h/db?table=", "query parameter table is empty"},
+		{"postgres://h/db?table=a&table=b", `"table" is given 2 times`},
+		{"postgres://u:" + secret + "@h/db?sslmode=bogus", "sslmode"},
+		{"postgres://u:" + secret + "@h/db?connect_timeout=x", "connect_timeout"},
+		{"postgres://u:" + secret + "@h/db?pool_max_conns=" + secret, "pool_max_conns"},
+		{"postgresql://h:x/db", "invalid port"},
+		{"mysql://u:" + secret + "@tcp(h:1)/db?bogus=1", `unknown query parameter "bogus" (mysql:// accepts: migrate, mode, table and go-sql-driver/mysql's`},
+		{"mysql://u:" + secret + "@h:1/db?sql_mode=ANSI", `unknown query parameter "sql_mode"`},
+		{"mysql://u:" + secret + "@h:1/db?schema=x", `unknown query parameter "schema"`},
+		{"mysql://u:" + secret + "@h:1/db?tls=bogus", "bogus"},
+		{"mysql://u:" + secret + "@h:1/db?timeout=x", "timeout"},
+		{"mysql://u:" + secret + "@h:1/db?mode=x", `mode="x"`},
+		{"mysql://u:" + secret + "@tcp(h:1)/", "missing database name"},
+		{"mysql://u:" + secret + "@tcp(h:1)", "missing database name"},
+		{"mysql://u:" + secret + "@h:1/a/b", `invalid database name "a/b"`},
+		{"mysql://u:" + secret + "@h1:1,h2:2/db", "takes one host, got 2"},
+		{"mysql://u:" + secret + "@unix(/run/mysqld.sock)/db", "unix sockets are not supported"},
+		{"mysql://u:" + secret + "@tcp(h:1/db", "invalid address"},
+		{"mysql://u:" + secret + "@/db", "missing host"},
+		{"mysql://u:" + secret + "@tcp()/db", "missing host"},
+		{"mysql://u:" + secret + "@tcp(h:0)/db", `invalid port "0"`},
+		{"sqlite://", "missing file name"},
+		{"sqlite:///var/lib/", "missing file name"},
+		{"sqlite://:memory:", "use mem://"},
+		{"sqlite://file:x.db", "use mem://"},
+		{"sqlite://u:" + secret + "@/x.db", "sqlite:// takes no user or password"},
+		{"sqlite:///x.db?mode=connection", `unknown query parameter "mode" (sqlite:// accepts: migrate, table)`},
+		{"sqlite:///x.db?table=Locks", `table="Locks": want a lowercase SQL identifier`},
+		{"sqlite:///x.db?table=sqlite_x", "reserved by SQLite"},
+		{"sqlite:///x.db?migrate=nope", `migrate="nope"`},
+		{"sqlite:///x%zz.db", "percent-encoding"},
 	}
 	for _, tt := range tests {
 		t.Run(Redact(tt.url), func(t *testing.T) {
@@ -201,6 +412,18 @@ func TestRedact(t *testing.T) {
 		{"etcd://h:1?token=" + secret + "&client_secret=" + secret, "etcd://h:1?token=xxxxx&client_secret=xxxxx"},
 		{"redis://h:1?passphrase", "redis://h:1?passphrase"},
 		{"redis://h:1?auth=" + secret + "&x=1", "redis://h:1?auth=xxxxx&x=1"},
+		{"mysql://app:" + secret + "@tcp(db:3306)/app", "mysql://app:xxxxx@tcp(db:3306)/app"},
+		{"mysql://app:" + secret + "@db:3306/app?tls=true", "mysql://app:xxxxx@db:3306/app?tls=true"},
+		{"mysql://app:p@ss)/(w@tcp([::1]:3306)/app", "mysql://app:xxxxx@tcp([::1]:3306)/app"},
+		{"app:" + secret + "@tcp(db:3306)/app?parseTime=true", "app:xxxxx@tcp(db:3306)/app?parseTime=true"},
+		{"app:" + secret + "@tcp(db:3306)/app?x=a@b", "app:xxxxx@b"},
+		{"postgres://u:" + secret + "@h1:1,h2:2/db?sslpassword=" + secret, "postgres://u:xxxxx@h1:1,h2:2/db?sslpassword=xxxxx"},
+		{"postgresql://u@h/db?password=" + secret, "postgresql://u@h/db?password=xxxxx"},
+		{"host=db user=app password=" + secret + " dbname=app", "host=db user=app password=xxxxx dbname=app"},
+		{"host=db password='" + secret + " x\\' y' dbname=app", "host=db password=xxxxx dbname=app"},
+		{"host=db PassWord = " + secret, "host=db PassWord = xxxxx"},
+		{"host=db sslpassword='" + secret, "host=db sslpassword=xxxxx"},
+		{"sqlite:///var/lib/locks.db?table=t", "sqlite:///var/lib/locks.db?table=t"},
 	}
 	for _, tt := range tests {
 		if got := Redact(tt.in); got != tt.want {
@@ -226,7 +449,7 @@ func TestScrub(t *testing.T) {
 
 func TestSchemes(t *testing.T) {
 	got := strings.Join(Schemes(), " ")
-	if got != "mem redis redis+cluster redis+sentinel rediss" {
+	if got != "mem mysql postgres postgresql redis redis+cluster redis+sentinel rediss sqlite" {
 		t.Errorf("Schemes() = %s", got)
 	}
 }
@@ -251,6 +474,15 @@ func FuzzPasswordNeverInMessages(f *testing.F) {
 	f.Add("redis", "u", "p@ss", "h:1?bogus=p@ss")
 	f.Add("mem", "u", "pass:word", "")
 	f.Add("rediss", "u", "%zzpassword", "h:x")
+	f.Add("mysql", "app", secret, "tcp(db:3306)/app")
+	f.Add("mysql", "app", "p)w(d/x?y", "tcp([::1]:3306)/app?tls=bogus")
+	f.Add("mysql", "app", "p w", "db:3306/app?bogus=1")
+	f.Add("mysql", "", "pw", "tcp(db:x)/app")
+	f.Add("postgres", "app", "p w/x", "h1:1,h2:2/db?sslmode=bogus")
+	f.Add("postgresql", "app", "pa;ss", "h:x/db")
+	f.Add("postgres", "app", "pw", "h/db?pool_max_conns=x&mode=y")
+	f.Add("sqlite", "app", "pw", "/x.db")
+	f.Add("x", "password=", "p w", "tcp(h)/db")
 	f.Fuzz(func(t *testing.T, scheme, user, password, rest string) {
 		// The marker keeps the password from matching fixed message text.
 		password = "Pw9q" + password
@@ -261,6 +493,11 @@ func FuzzPasswordNeverInMessages(f *testing.F) {
 		raw := scheme + "://" + user + ":" + password + "@" + rest
 		if r := Redact(raw); strings.Contains(r, password) {
 			t.Fatalf("Redact(%q) = %q", raw, r)
+		}
+		// go-sql-driver's DSN has no scheme: user:password@tcp(host)/db.
+		dsn := user + ":" + password + "@" + rest
+		if r := Redact(dsn); strings.Contains(r, password) {
+			t.Fatalf("Redact(%q) = %q", dsn, r)
 		}
 		_, _, err := parse(raw)
 		if err != nil && strings.Contains(err.Error(), password) {
