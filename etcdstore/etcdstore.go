@@ -1,0 +1,474 @@
+package etcdstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/tasklock/tasklock/driver"
+)
+
+// Defaults of Options.
+const (
+	DefaultPrefix     = "/tasklock/"
+	DefaultSessionTTL = 10 * time.Second
+)
+
+// maxPrefix bounds Options.Prefix (etcd keys may be long, but a prefix this
+// long is a mistake).
+const maxPrefix = 512
+
+// ErrClosed is returned by every call on a Store after Close.
+var ErrClosed = errors.New("etcdstore: store closed")
+
+// ErrTTL is wrapped by the error Acquire and Renew return for a lock TTL
+// longer than Options.SessionTTL: the session lease keeps the lock's key,
+// and a holder cut off from etcd must stop before that lease can expire, so
+// no lock may outlast it. Raise SessionTTL or shorten the lock's TTL.
+var ErrTTL = errors.New("etcdstore: lock TTL longer than Options.SessionTTL")
+
+// Options configures a Store. A nil *Options means all defaults; zero fields
+// take their defaults. New never writes into it. Every Store, CLI and
+// dashboard that works on the same locks must use the same Prefix.
+type Options struct {
+	// Prefix is prepended to every etcd key the Store writes. It must end
+	// with "/", and the prefixes of Stores on one cluster must not nest.
+	// Default: DefaultPrefix.
+	Prefix string
+	// SessionTTL is the TTL of the Store's session lease, which keeps the
+	// keys of all its locks: a holder that dies or is cut off is replaced
+	// within SessionTTL (plus etcd's expiry check, up to 0.5 s). It must be
+	// a whole number of seconds, at least 1 s, and at least every lock
+	// TTL used through the Store (ErrTTL otherwise). etcd may grant more
+	// than asked: at least 1.5 election timeouts, rounded up to seconds
+	// (2 s with etcd's default 1 s election timeout). Default:
+	// DefaultSessionTTL.
+	SessionTTL time.Duration
+}
+
+// Store keeps tasklock leases in etcd through the caller's client. It
+// implements driver.Store, driver.Notifier, driver.Lister and
+// driver.ForceReleaser, and is safe for concurrent use. Create it with New
+// and end it with Close.
+type Store struct {
+	c      *clientv3.Client
+	prefix string
+	ttl    time.Duration // Options.SessionTTL
+	ttlSec int64
+
+	ctx    context.Context // ends background calls at Close
+	cancel context.CancelFunc
+
+	grantSem chan struct{}  // capacity 1: one session grant at a time
+	bg       sync.WaitGroup // keepalives under way; Add only under mu while open
+	txnOps   atomic.Int64   // operations per Txn the server accepts (--max-txn-ops)
+
+	mu     sync.Mutex
+	closed bool
+	sess   *session          // the current session; nil before the first grant
+	held   map[string]*entry // by etcd key: the locks granted through this Store
+	reap   reaper
+}
+
+var (
+	_ driver.Store         = (*Store)(nil)
+	_ driver.Notifier      = (*Store)(nil)
+	_ driver.Lister        = (*Store)(nil)
+	_ driver.ForceReleaser = (*Store)(nil)
+)
+
+// New returns a Store that keeps its leases under opts.Prefix through
+// client. It validates opts and returns an error naming the offending
+// field; it does not talk to etcd (the session lease is granted by the
+// first Acquire). The caller keeps ownership of client: the Store never
+// closes it.
+func New(client *clientv3.Client, opts *Options) (*Store, error) {
+	if client == nil {
+		return nil, errors.New("etcdstore: client is nil")
+	}
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.Prefix == "" {
+		o.Prefix = DefaultPrefix
+	}
+	if o.SessionTTL == 0 {
+		o.SessionTTL = DefaultSessionTTL
+	}
+	switch {
+	case len(o.Prefix) > maxPrefix:
+		return nil, fmt.Errorf("etcdstore: invalid Options.Prefix: %d bytes long, the maximum is %d", len(o.Prefix), maxPrefix)
+	case !utf8.ValidString(o.Prefix):
+		return nil, fmt.Errorf("etcdstore: invalid Options.Prefix %q: not valid UTF-8", o.Prefix)
+	case !strings.HasSuffix(o.Prefix, "/"):
+		return nil, fmt.Errorf("etcdstore: invalid Options.Prefix %q: must end with \"/\"", o.Prefix)
+	case o.SessionTTL < time.Second:
+		return nil, fmt.Errorf("etcdstore: invalid Options.SessionTTL: %v is below the minimum 1s", o.SessionTTL)
+	case o.SessionTTL%time.Second != 0:
+		return nil, fmt.Errorf("etcdstore: invalid Options.SessionTTL: %v is not a whole number of seconds (etcd lease TTLs are)", o.SessionTTL)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Store{
+		c:        client,
+		prefix:   o.Prefix,
+		ttl:      o.SessionTTL,
+		ttlSec:   int64(o.SessionTTL / time.Second),
+		ctx:      ctx,
+		cancel:   cancel,
+		grantSem: make(chan struct{}, 1),
+		held:     make(map[string]*entry),
+	}
+	s.reap.s = s
+	s.txnOps.Store(defaultTxnOps)
+	return s, nil
+}
+
+// Prefix returns the key prefix the Store writes under.
+func (s *Store) Prefix() string { return s.prefix }
+
+// Close ends the Store: later calls return ErrClosed and its timer stops.
+// When no lock granted through it is still held, it revokes the session
+// lease at once. Otherwise it leaves the lease to expire by itself (within
+// SessionTTL): the holders of those locks learn at their next renewal
+// (ErrClosed, retried until their local validity ends), and revoking first
+// would let another process obtain their keys while they still trust them.
+// Close the Lockers on top first. ctx bounds the revoke.
+func (s *Store) Close(ctx context.Context) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	sess := s.sess
+	busy := false
+	for _, e := range s.held {
+		if e.state != stateDoomed {
+			busy = true
+			break
+		}
+	}
+	s.reap.stopLocked()
+	s.mu.Unlock()
+	s.cancel()
+	s.reap.wait()
+	s.bg.Wait()
+	if sess == nil || busy || sess.dead.Load() {
+		return nil
+	}
+	sess.dead.Store(true)
+	if _, err := s.c.Revoke(ctx, sess.id); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return fmt.Errorf("etcdstore: close: revoke session lease %x: %w", int64(sess.id), err)
+	}
+	return nil
+}
+
+// Entry states.
+const (
+	stateHeld     = iota // held; the reaper deletes it at its deadline
+	stateRenewing        // a Renew is under way; the reaper leaves it alone
+	stateDoomed          // expired or abandoned: the reaper deletes its key
+)
+
+// entry is a lock granted through this Store: the local half of its lease.
+// It is kept small (one per held lock).
+type entry struct {
+	key      string // the etcd key
+	sess     *session
+	deadline time.Time // held: the reaper deletes the key then, unless renewed; doomed: next delete attempt
+	state    uint8
+	attempts uint8 // doomed: failed delete attempts
+	gone     bool  // removed from Store.held
+}
+
+// keyPrefix is the etcd prefix of every entry of lock key: the holder's is
+// the one with the lowest create revision (there is only ever one).
+func (s *Store) keyPrefix(key string) string {
+	return s.prefix + escape(key) + "/"
+}
+
+// entryKey is the etcd key of token's entry for key.
+func (s *Store) entryKey(key, token string) string {
+	return s.prefix + escape(key) + "/" + escape(token)
+}
+
+// parseKey splits an etcd key under the Store's prefix into the lock key
+// and token; ok is false for a key that is not one of ours.
+func (s *Store) parseKey(k []byte) (key, token string, ok bool) {
+	rest, found := strings.CutPrefix(string(k), s.prefix)
+	if !found {
+		return "", "", false
+	}
+	ek, et, found := strings.Cut(rest, "/")
+	if !found || ek == "" || et == "" || strings.Contains(et, "/") {
+		return "", "", false
+	}
+	return unescape(ek), unescape(et), true
+}
+
+var (
+	escaper   = strings.NewReplacer("%", "%25", "/", "%2F")
+	unescaper = strings.NewReplacer("%2F", "/", "%25", "%")
+)
+
+// escape makes s free of "/", so that the lock key and the token can be
+// told apart in an etcd key, and escape(p) is a prefix of escape(k) exactly
+// when p is a prefix of k (Leases filters with it).
+func escape(s string) string {
+	if strings.IndexByte(s, '%') < 0 && strings.IndexByte(s, '/') < 0 {
+		return s
+	}
+	return escaper.Replace(s)
+}
+
+func unescape(s string) string {
+	if strings.IndexByte(s, '%') < 0 {
+		return s
+	}
+	return unescaper.Replace(s)
+}
+
+// value is what an entry's key holds: the token, the TTL asked for at the
+// grant in milliseconds, and the owner name, one per line.
+func value(token, owner string, ttl time.Duration) string {
+	return token + "\n" + strconv.FormatInt(ttl.Milliseconds(), 10) + "\n" + owner
+}
+
+// parseValue reads value's format; a value it cannot read yields no owner.
+func parseValue(v []byte) (token, owner string, ttl time.Duration) {
+	tok, rest, ok := strings.Cut(string(v), "\n")
+	if !ok {
+		return tok, "", 0
+	}
+	ms, owner, ok := strings.Cut(rest, "\n")
+	n, err := strconv.ParseInt(ms, 10, 64)
+	if !ok || err != nil {
+		return tok, "", 0
+	}
+	return tok, owner, time.Duration(n) * time.Millisecond
+}
+
+// Acquire implements driver.Store. In one Txn it puts token's entry under
+// the key's prefix with the session lease, if no entry exists there, and
+// otherwise reads the holder's; the fence is the new entry's create
+// revision. When the session lease must be refreshed to cover the TTL (it
+// was last kept alive too long ago) a LeaseKeepAlive runs alongside the
+// Txn. A held key costs a LeaseTimeToLive of the holder's lease too, for
+// HeldError.TTL. The first Acquire, and the first after the session lease
+// was lost, grants a new session lease first.
+func (s *Store) Acquire(ctx context.Context, p driver.AcquireParams) (driver.Grant, error) {
+	if p.TTL > s.ttl {
+		return driver.Grant{}, fmt.Errorf("etcdstore: acquire %q: %w (%v > %v)", p.Key, ErrTTL, p.TTL, s.ttl)
+	}
+	start := time.Now()
+	ek, kp := s.entryKey(p.Key, p.Token), s.keyPrefix(p.Key)
+	val := value(p.Token, p.Owner, p.TTL)
+	for attempt := 0; ; attempt++ {
+		ss, err := s.session(ctx)
+		if err != nil {
+			return driver.Grant{}, fmt.Errorf("etcdstore: acquire %q: %w", p.Key, err)
+		}
+		ka := ss.refresh(s, start, p.TTL)
+		resp, err := s.c.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(kp), "=", 0).WithPrefix()).
+			Then(clientv3.OpPut(ek, val, clientv3.WithLease(ss.id))).
+			Else(clientv3.OpGet(kp, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(1))).
+			Commit()
+		kaErr := ka.wait(ctx)
+		leaseGone := isLeaseGone(err) || isLeaseGone(kaErr)
+		if leaseGone {
+			ss.dead.Store(true)
+		}
+		switch {
+		case err == nil && !resp.Succeeded:
+			return driver.Grant{}, s.heldError(ctx, resp)
+		case leaseGone:
+			// The session lease expired: a key put with it went with it.
+			// Try once more on a new session.
+			if attempt == 0 {
+				continue
+			}
+			return driver.Grant{}, fmt.Errorf("etcdstore: acquire %q: session lease lost twice: %w", p.Key, firstErr(err, kaErr))
+		case err != nil:
+			s.abandon(ek, ss) // the put may have been applied
+			return driver.Grant{}, fmt.Errorf("etcdstore: acquire %q: %w", p.Key, err)
+		case kaErr != nil:
+			s.abandon(ek, ss)
+			return driver.Grant{}, fmt.Errorf("etcdstore: acquire %q: keep the session lease alive: %w", p.Key, kaErr)
+		}
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			s.abandon(ek, ss)
+			return driver.Grant{}, ErrClosed
+		}
+		e := &entry{key: ek, sess: ss, deadline: start.Add(p.TTL)}
+		if old := s.held[ek]; old != nil {
+			old.gone = true
+		}
+		s.held[ek] = e
+		s.reap.armLocked(e.deadline)
+		s.mu.Unlock()
+		return driver.Grant{Fence: uint64(resp.Header.Revision)}, nil
+	}
+}
+
+// heldError describes the holder found by a failed Acquire.
+func (s *Store) heldError(ctx context.Context, resp *clientv3.TxnResponse) error {
+	he := &driver.HeldError{}
+	if len(resp.Responses) == 0 {
+		return he
+	}
+	kvs := resp.Responses[0].GetResponseRange().GetKvs()
+	if len(kvs) == 0 {
+		return he
+	}
+	kv := kvs[0]
+	_, he.Owner, he.TTL = parseValue(kv.Value)
+	if kv.Lease != 0 {
+		he.TTL = s.remaining(ctx, clientv3.LeaseID(kv.Lease), he.TTL)
+	}
+	return he
+}
+
+// remaining returns how long the key on lease can live at most without its
+// holder: the lease's remaining TTL (etcd rounds it up to seconds), capped
+// by the lock TTL the holder asked for (which its own Store enforces), or
+// that TTL alone when etcd cannot tell.
+func (s *Store) remaining(ctx context.Context, lease clientv3.LeaseID, lockTTL time.Duration) time.Duration {
+	r, err := s.c.TimeToLive(ctx, lease)
+	if err != nil || r.TTL < 0 {
+		return lockTTL
+	}
+	left := time.Duration(r.TTL) * time.Second
+	if lockTTL > 0 && lockTTL < left {
+		return lockTTL
+	}
+	return left
+}
+
+// Release implements driver.Store. Without KeepFor it deletes token's entry
+// (one Delete: the key names the token, so it can be nobody else's). With
+// KeepFor it grants a lease of KeepFor rounded up to whole seconds and, in
+// one Txn that checks the entry still exists, moves the entry onto it, so
+// that the key outlives the session's other locks by exactly that lease
+// (two round trips). An entry whose local deadline passed is deleted and
+// reported as ErrNotHeld: it had expired.
+func (s *Store) Release(ctx context.Context, p driver.ReleaseParams) error {
+	ek := s.entryKey(p.Key, p.Token)
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return ErrClosed
+	}
+	e := s.held[ek]
+	expired := e != nil && (e.state == stateDoomed || !time.Now().Before(e.deadline))
+	if e != nil {
+		s.dropLocked(e)
+	}
+	s.mu.Unlock()
+
+	if p.KeepFor > 0 && !expired {
+		return s.keep(ctx, p, ek, e)
+	}
+	resp, err := s.c.Delete(ctx, ek)
+	if err != nil {
+		if e != nil {
+			s.abandon(ek, e.sess) // the reaper deletes it later
+		}
+		return fmt.Errorf("etcdstore: release %q: %w", p.Key, err)
+	}
+	if resp.Deleted == 0 || expired {
+		return driver.ErrNotHeld
+	}
+	return nil
+}
+
+// keep implements Release with KeepFor.
+func (s *Store) keep(ctx context.Context, p driver.ReleaseParams, ek string, e *entry) error {
+	// On failure the key stays on the session lease; the reaper deletes it
+	// when KeepFor has passed.
+	fallback := func() {
+		if e == nil {
+			return
+		}
+		s.mu.Lock()
+		if !s.closed {
+			e.gone, e.state = false, stateHeld
+			e.deadline = time.Now().Add(p.KeepFor)
+			s.held[ek] = e
+			s.reap.armLocked(e.deadline)
+		}
+		s.mu.Unlock()
+	}
+	secs := int64((p.KeepFor + time.Second - 1) / time.Second)
+	lease, err := s.c.Grant(ctx, secs)
+	if err != nil {
+		fallback()
+		return fmt.Errorf("etcdstore: release %q: grant a %ds lease for KeepFor: %w", p.Key, secs, err)
+	}
+	resp, err := s.c.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(ek), ">", 0)).
+		Then(clientv3.OpPut(ek, "", clientv3.WithIgnoreValue(), clientv3.WithLease(lease.ID))).
+		Commit()
+	if err != nil {
+		// The unused lease, if unused, expires after KeepFor by itself.
+		fallback()
+		return fmt.Errorf("etcdstore: release %q: %w", p.Key, err)
+	}
+	if !resp.Succeeded {
+		_, _ = s.c.Revoke(ctx, lease.ID) // it holds nothing; else it expires by itself
+		return driver.ErrNotHeld
+	}
+	return nil
+}
+
+// dropLocked forgets e. Callers hold s.mu.
+func (s *Store) dropLocked(e *entry) {
+	if !e.gone {
+		delete(s.held, e.key)
+		e.gone = true
+	}
+}
+
+// abandon hands the key ek, which may exist at etcd without anyone holding
+// it (a call failed after a put might have been applied), to the reaper to
+// delete.
+func (s *Store) abandon(ek string, ss *session) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || ss.dead.Load() {
+		return // the session lease deletes it
+	}
+	e := s.held[ek]
+	if e == nil {
+		e = &entry{key: ek, sess: ss}
+		s.held[ek] = e
+	}
+	s.doomLocked(e, time.Now())
+}
+
+// isLeaseGone reports whether err says a lease does not exist (expired or
+// revoked).
+func isLeaseGone(err error) bool {
+	return err != nil && errors.Is(err, rpctypes.ErrLeaseNotFound)
+}
+
+func firstErr(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,562 @@
+package etcdstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/tasklock/tasklock"
+	"github.com/tasklock/tasklock/internal/testserver"
+)
+
+// Fault tests. The oracle for a lock holder in another process is a fenced
+// register kept in etcd: one Txn accepts a write only when the register's
+// fence is not above the writer's, and logs every accepted write, so a
+// stale write is refused by etcd and any overlap would show in the log.
+// In-process holders use tasklock.FencedRegister.
+
+// register is tasklock.FencedRegister's rule kept in etcd under prefix.
+type register struct {
+	c      *clientv3.Client
+	prefix string
+}
+
+// pad makes fences compare as etcd compares values: as bytes.
+func pad(f uint64) string { return fmt.Sprintf("%020d", f) }
+
+func newRegister(t *testing.T, c *clientv3.Client) register {
+	t.Helper()
+	r := register{c: c, prefix: freshPrefix() + "register/"}
+	if _, err := c.Put(ctxT(t), r.prefix+"highest", pad(0)); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// write makes one fenced write and reports whether etcd accepted it.
+func (r register) write(ctx context.Context, fence uint64, writer string) (bool, error) {
+	f := pad(fence)
+	resp, err := r.c.Txn(ctx).
+		If(clientv3.Compare(clientv3.Value(r.prefix+"highest"), "<", pad(fence+1))). // etcd has no <=
+		Then(clientv3.OpPut(r.prefix+"highest", f),
+			clientv3.OpPut(r.prefix+"log/"+f+"/"+writer+"/"+strconv.FormatInt(time.Now().UnixNano(), 10), writer)).
+		Commit()
+	if err != nil {
+		return false, err
+	}
+	return resp.Succeeded, nil
+}
+
+type write struct {
+	fence  uint64
+	writer string
+}
+
+// history returns the accepted writes in the order etcd accepted them.
+func (r register) history(t *testing.T) []write {
+	t.Helper()
+	resp, err := r.c.Get(ctxT(t), r.prefix+"log/", clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []write
+	for _, kv := range resp.Kvs {
+		parts := strings.Split(strings.TrimPrefix(string(kv.Key), r.prefix+"log/"), "/")
+		f, err := strconv.ParseUint(parts[0], 10, 64)
+		if err != nil {
+			t.Fatalf("register log key %q", kv.Key)
+		}
+		out = append(out, write{fence: f, writer: string(kv.Value)})
+	}
+	return out
+}
+
+// check fails when an accepted write's fence is below an earlier one, or
+// when writer "helper" wrote after the first write with fence from, and
+// returns how many writes each writer made.
+func (r register) check(t *testing.T, from uint64) map[string]int {
+	t.Helper()
+	counts := map[string]int{}
+	var highest uint64
+	taken := false
+	for i, w := range r.history(t) {
+		counts[w.writer]++
+		if w.fence < highest {
+			t.Errorf("history[%d]: write with fence %d accepted after fence %d", i, w.fence, highest)
+		}
+		highest = max(highest, w.fence)
+		if w.fence >= from {
+			taken = true
+		}
+		if taken && w.writer == "helper" {
+			t.Errorf("history[%d]: the old holder wrote (fence %d) after the new holder's fence %d", i, w.fence, from)
+		}
+	}
+	return counts
+}
+
+func newLocker(t *testing.T, s *Store, owner string) *tasklock.Locker {
+	t.Helper()
+	lk, err := tasklock.New(s, &tasklock.Config{Owner: owner, Logger: quietLogger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lk.Close() })
+	return lk
+}
+
+// faultTTL is both the session TTL and the lock TTL of the fault tests:
+// etcd's smallest lease with the test server's raft timings.
+const faultTTL = time.Second
+
+// startHolder starts a helper process that obtains key with faultTTL and
+// writes to the register until its lock ends, and waits for its first
+// accepted write.
+func startHolder(t *testing.T, srv *testserver.Etcd, prefix string, reg register) (*testserver.Process, uint64) {
+	t.Helper()
+	h := testserver.StartHelper(t, "TestHolderProcess", "holder",
+		"TASKLOCK_ETCD="+srv.Endpoints()[0], "TASKLOCK_PREFIX="+prefix, "TASKLOCK_REGISTER="+reg.prefix,
+		"TASKLOCK_KEY=job", "TASKLOCK_TTL="+faultTTL.String())
+	line := h.WaitLine(t, "LOCKED ", 20*time.Second)
+	fence, err := strconv.ParseUint(strings.TrimPrefix(line, "LOCKED "), 10, 64)
+	if err != nil {
+		t.Fatalf("helper said %q", line)
+	}
+	h.WaitLine(t, "WROTE", 10*time.Second)
+	return h, fence
+}
+
+// TestHolderProcess is the lock holder that the fault tests run in a
+// helper process; in a normal run it skips.
+func TestHolderProcess(t *testing.T) {
+	if testserver.HelperRole() != "holder" {
+		t.Skip("runs only as a helper process started by testserver.StartHelper")
+	}
+	os.Exit(runHolder())
+}
+
+// runHolder obtains the key, prints "LOCKED <fence>", and then writes its
+// fence to the register every 10ms while its lock's Done is open. After a
+// pause (SIGSTOP) it prints "RESUMED", and every write it tries from then
+// on; when Done closes it prints "LOST <cause>" and exits.
+func runHolder() int {
+	ttl, err := time.ParseDuration(os.Getenv("TASKLOCK_TTL"))
+	if err != nil {
+		fmt.Println("ERROR", err)
+		return 1
+	}
+	c, err := clientv3.New(clientv3.Config{Endpoints: []string{os.Getenv("TASKLOCK_ETCD")}, DialTimeout: 5 * time.Second})
+	if err != nil {
+		fmt.Println("ERROR", err)
+		return 1
+	}
+	defer c.Close()
+	s, err := New(c, &Options{Prefix: os.Getenv("TASKLOCK_PREFIX"), SessionTTL: ttl})
+	if err != nil {
+		fmt.Println("ERROR", err)
+		return 1
+	}
+	lk, err := tasklock.New(s, &tasklock.Config{Owner: "helper", Logger: quietLogger})
+	if err != nil {
+		fmt.Println("ERROR", err)
+		return 1
+	}
+	reg := register{c: c, prefix: os.Getenv("TASKLOCK_REGISTER")}
+	ctx := context.Background()
+	octx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	l, err := lk.Obtain(octx, os.Getenv("TASKLOCK_KEY"), &tasklock.ObtainOptions{TTL: ttl})
+	if err != nil {
+		fmt.Println("ERROR", err)
+		return 1
+	}
+	fmt.Printf("LOCKED %d\n", l.Fence())
+	last := time.Now()
+	resumed, wrote := false, false
+	for {
+		if gap := time.Since(last); gap > 200*time.Millisecond && !resumed {
+			resumed = true
+			fmt.Printf("RESUMED after %v\n", gap.Round(time.Millisecond))
+		}
+		last = time.Now()
+		select {
+		case <-l.Done():
+			fmt.Printf("LOST %v\n", l.Err())
+			return 0
+		default:
+		}
+		wctx, cancel := context.WithTimeout(ctx, time.Second)
+		ok, err := reg.write(wctx, l.Fence(), "helper")
+		cancel()
+		switch {
+		case err != nil:
+			fmt.Printf("WRITE %d error %v\n", l.Fence(), err)
+		case resumed || !ok:
+			fmt.Printf("WRITE %d accepted=%v\n", l.Fence(), ok)
+		case !wrote:
+			wrote = true
+			fmt.Println("WROTE")
+		}
+		time.Sleep(10 * time.Millisecond) // the work between two writes
+	}
+}
+
+// TestFaults runs the fault tests, in parallel, each on a server of its
+// own.
+func TestFaults(t *testing.T) {
+	tests := []struct {
+		name string
+		fn   func(t *testing.T)
+	}{
+		{"HolderKilled", testHolderKilled},
+		{"HolderPaused", testHolderPaused},
+		{"NetworkBlackholed", testBlackholed},
+		{"ServerRestarted", testServerRestarted},
+		{"ServerDown", testServerDown},
+		{"DeleteRetried", testDeleteRetried},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.fn(t)
+		})
+	}
+}
+
+// testHolderKilled: the holder process is SIGKILLed; another obtains
+// within SessionTTL + 1 s, with a higher fence.
+func testHolderKilled(t *testing.T) {
+	srv := testserver.StartEtcd(t)
+	c := newClient(t, srv.Endpoints(), nil)
+	reg := newRegister(t, c)
+	s := newStore(t, c, &Options{SessionTTL: faultTTL})
+	h, f1 := startHolder(t, srv, s.prefix, reg)
+	lk := newLocker(t, s, "next")
+	h.Kill(t)
+	killed := time.Now()
+	l, err := lk.Obtain(ctxT(t), "job", &tasklock.ObtainOptions{TTL: faultTTL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(killed)
+	t.Logf("obtained %v after SIGKILL of the holder (SessionTTL %v), fence %d after %d", took.Round(time.Millisecond), faultTTL, l.Fence(), f1)
+	if took > faultTTL+time.Second {
+		t.Errorf("takeover took %v, want ≤ SessionTTL + 1s", took)
+	}
+	if l.Fence() <= f1 {
+		t.Errorf("fence %d after %d", l.Fence(), f1)
+	}
+	if ok, err := reg.write(ctxT(t), l.Fence(), "next"); err != nil || !ok {
+		t.Fatalf("the new holder's write: %v %v", ok, err)
+	}
+	t.Logf("writes accepted: %v", reg.check(t, l.Fence()))
+	if err := l.Release(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// testHolderPaused: the holder process is SIGSTOPped past its TTL. Another
+// obtains once etcd expired its session; when the holder resumes its Done
+// is closed before it writes again, and none of its writes is accepted
+// after the new holder's.
+func testHolderPaused(t *testing.T) {
+	srv := testserver.StartEtcd(t)
+	c := newClient(t, srv.Endpoints(), nil)
+	reg := newRegister(t, c)
+	s := newStore(t, c, &Options{SessionTTL: faultTTL})
+	h, f1 := startHolder(t, srv, s.prefix, reg)
+	lk := newLocker(t, s, "next")
+	h.Stop(t)
+	stopped := time.Now()
+	l, err := lk.Obtain(ctxT(t), "job", &tasklock.ObtainOptions{TTL: faultTTL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(stopped)
+	t.Logf("obtained %v after SIGSTOP of the holder (SessionTTL %v), fence %d after %d", took.Round(time.Millisecond), faultTTL, l.Fence(), f1)
+	if took > faultTTL+time.Second {
+		t.Errorf("takeover took %v, want ≤ SessionTTL + 1s", took)
+	}
+	if l.Fence() <= f1 {
+		t.Fatalf("fence %d after %d", l.Fence(), f1)
+	}
+	if ok, err := reg.write(ctxT(t), l.Fence(), "next"); err != nil || !ok {
+		t.Fatalf("the new holder's write: %v %v", ok, err)
+	}
+	time.Sleep(time.Until(stopped.Add(2 * faultTTL))) // the pause itself, not synchronisation
+
+	h.Cont(t)
+	lost := h.WaitLine(t, "LOST ", 5*time.Second)
+	var after []string
+	for {
+		select {
+		case line := <-h.Lines():
+			if strings.HasPrefix(line, "RESUMED") || strings.HasPrefix(line, "WRITE ") {
+				after = append(after, line)
+			}
+			continue
+		default:
+		}
+		break
+	}
+	t.Logf("the resumed holder said %q, after %q", after, lost)
+	if !strings.Contains(lost, "tasklock: lock lost") {
+		t.Errorf("holder's cause: %q, want a loss", lost)
+	}
+	for _, line := range after {
+		if strings.Contains(line, "accepted=true") {
+			t.Errorf("the resumed holder's write was accepted: %q", line)
+		}
+	}
+	if code := h.Wait(t, 10*time.Second); code != 0 {
+		t.Errorf("holder exit code %d", code)
+	}
+	t.Logf("writes accepted: %v", reg.check(t, l.Fence()))
+	select {
+	case <-l.Done():
+		t.Fatalf("the new holder's lock ended: %v", l.Err())
+	default:
+	}
+}
+
+// testBlackholed: the holder's traffic to etcd is blackholed by a proxy
+// between its client and the server (gRPC keeps its connection, so the
+// proxy must carry it from the start). Its Done closes before its session
+// could expire at etcd, and another, connected directly, obtains only
+// after that.
+func testBlackholed(t *testing.T) {
+	srv := testserver.StartEtcd(t)
+	proxy := testserver.StartProxy(t, srv.Addr())
+	prefix := freshPrefix()
+	hs := newStore(t, newClient(t, []string{"http://" + proxy.Addr()}, nil), &Options{Prefix: prefix, SessionTTL: faultTTL})
+	ds := newStore(t, newClient(t, srv.Endpoints(), nil), &Options{Prefix: prefix, SessionTTL: faultTTL})
+	holder := newLocker(t, hs, "holder")
+	other := newLocker(t, ds, "other")
+	l1, err := holder.Obtain(ctxT(t), "job", &tasklock.ObtainOptions{TTL: faultTTL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reg tasklock.FencedRegister
+	var mu sync.Mutex
+	var lastWrite time.Time // the holder's last accepted write
+	workDone := make(chan struct{})
+	go func() { // the holder's critical section, until Done
+		defer close(workDone)
+		for {
+			select {
+			case <-l1.Done():
+				return
+			default:
+			}
+			if reg.Write(l1.Fence()) == nil {
+				mu.Lock()
+				lastWrite = time.Now()
+				mu.Unlock()
+			}
+			time.Sleep(5 * time.Millisecond) // the work between two writes
+		}
+	}()
+	waitFor(t, 5*time.Second, "a write", func() bool { a, _ := reg.Counts(); return a > 0 })
+	proxy.Blackhole(t)
+	cut := time.Now()
+	t.Cleanup(func() { proxy.Restore(t) }) // before the Lockers close
+
+	got := make(chan time.Time, 1)
+	var l2 *tasklock.Lock
+	go func() {
+		var err error
+		l2, err = other.Obtain(context.Background(), "job", &tasklock.ObtainOptions{TTL: faultTTL, Wait: 10 * time.Second})
+		if err != nil {
+			t.Error(err)
+		}
+		got <- time.Now()
+	}()
+	select {
+	case <-l1.Done():
+	case <-time.After(faultTTL + time.Second):
+		t.Fatal("the blackholed holder's Done did not close within TTL + 1s")
+	}
+	doneAt := time.Now()
+	<-workDone
+	obtainedAt := <-got
+	if l2 == nil {
+		t.FailNow()
+	}
+	t.Logf("holder's Done closed %v after the cut (%v); other obtained %v after the cut",
+		doneAt.Sub(cut).Round(time.Millisecond), l1.Err(), obtainedAt.Sub(cut).Round(time.Millisecond))
+	if !errors.Is(l1.Err(), tasklock.ErrLockLost) {
+		t.Errorf("holder's cause %v, want ErrLockLost", l1.Err())
+	}
+	if doneAt.Sub(cut) > faultTTL {
+		t.Errorf("the holder's Done closed %v after the cut, later than one TTL", doneAt.Sub(cut))
+	}
+	mu.Lock()
+	lw := lastWrite
+	mu.Unlock()
+	if !obtainedAt.After(doneAt) || !obtainedAt.After(lw) {
+		t.Errorf("the other obtained at +%v, before the holder's Done (+%v) or last write (+%v)",
+			obtainedAt.Sub(cut), doneAt.Sub(cut), lw.Sub(cut))
+	}
+	if obtainedAt.Sub(cut) > faultTTL+time.Second+500*time.Millisecond {
+		t.Errorf("the other obtained %v after the cut, want ≤ SessionTTL + 1.5s", obtainedAt.Sub(cut))
+	}
+	if l2.Fence() <= l1.Fence() {
+		t.Errorf("fence %d after %d", l2.Fence(), l1.Fence())
+	}
+	if err := reg.Write(l2.Fence()); err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Write(l1.Fence()); !errors.Is(err, tasklock.ErrStaleFence) {
+		t.Errorf("a late write of the old holder: %v, want ErrStaleFence", err)
+	}
+}
+
+// testServerRestarted: etcd is killed and restarted while a lock is held.
+// Its session lease, like everything etcd acknowledged, survives; renewals
+// resume, nobody else obtains the lock meanwhile, the subscription comes
+// back, and fences keep increasing.
+func testServerRestarted(t *testing.T) {
+	srv := testserver.StartEtcd(t)
+	c := newClient(t, srv.Endpoints(), nil)
+	const ttl = 3 * time.Second // long enough to outlast the restart
+	s := newStore(t, c, &Options{SessionTTL: ttl})
+	var renewed sync.Map
+	a, err := tasklock.New(s, &tasklock.Config{Owner: "a", Logger: quietLogger, OnEvent: func(ev tasklock.Event) {
+		if ev.Type == tasklock.EventRenewed {
+			renewed.Store(ev.Fence, time.Now())
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Close() })
+	b := newLocker(t, s, "b")
+	woken := make(chan string, 16)
+	stop, err := s.Subscribe(ctxT(t), func(key string) { woken <- key })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+
+	l1, err := a.Obtain(ctxT(t), "job", &tasklock.ObtainOptions{TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	srv.Restart(t)
+	restarted := time.Now()
+	t.Logf("restart took %v", restarted.Sub(start).Round(time.Millisecond))
+	waitFor(t, ttl, "a renewal after the restart", func() bool {
+		at, ok := renewed.Load(l1.Fence())
+		return ok && at.(time.Time).After(restarted)
+	})
+	select {
+	case <-l1.Done():
+		t.Fatalf("the lock was lost over a %v restart with TTL %v: %v", restarted.Sub(start), ttl, l1.Err())
+	default:
+	}
+	if _, err := b.TryObtain(ctxT(t), "job", &tasklock.ObtainOptions{TTL: ttl}); !errors.Is(err, tasklock.ErrNotObtained) {
+		t.Fatalf("b's TryObtain during a's surviving lock: %v, want ErrNotObtained", err)
+	}
+	if err := l1.Release(ctxT(t)); err != nil {
+		t.Fatalf("Release after the restart: %v", err)
+	}
+	waitFor(t, 5*time.Second, "the watch to report the release", func() bool {
+		select {
+		case k := <-woken:
+			return k == "job"
+		default:
+			return false
+		}
+	})
+	l2, err := b.TryObtain(ctxT(t), "job", &tasklock.ObtainOptions{TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l2.Fence() <= l1.Fence() {
+		t.Fatalf("fence %d after the restart, %d before", l2.Fence(), l1.Fence())
+	}
+	_ = l2.Release(ctxT(t))
+}
+
+// testServerDown: etcd is down for longer than the TTL. The holder's Done
+// closes at its local validity, while etcd, back up, still has its key
+// (its session gets a full TTL again on the restart: etcd's rule on a new
+// leader); the holder's Store deletes it as soon as it reaches etcd again,
+// since its deadline passed, and another obtains. Fences keep increasing.
+func testServerDown(t *testing.T) {
+	srv := testserver.StartEtcd(t)
+	c := newClient(t, srv.Endpoints(), nil)
+	s := newStore(t, c, &Options{SessionTTL: faultTTL})
+	a := newLocker(t, s, "a")
+	b := newLocker(t, newStore(t, newClient(t, srv.Endpoints(), nil), &Options{Prefix: s.prefix, SessionTTL: faultTTL}), "b")
+	l1, err := a.Obtain(ctxT(t), "job", &tasklock.ObtainOptions{TTL: faultTTL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Kill(t)
+	killed := time.Now()
+	select {
+	case <-l1.Done():
+	case <-time.After(faultTTL + time.Second):
+		t.Fatal("the holder's Done did not close within its TTL while etcd was down")
+	}
+	doneAt := time.Now()
+	t.Logf("with etcd down, the holder stopped %v after the kill: %v", doneAt.Sub(killed).Round(time.Millisecond), l1.Err())
+	if !errors.Is(l1.Err(), tasklock.ErrLockLost) {
+		t.Errorf("cause %v, want ErrLockLost", l1.Err())
+	}
+	srv.Restart(t)
+	restarted := time.Now()
+	l2, err := b.Obtain(ctxT(t), "job", &tasklock.ObtainOptions{TTL: faultTTL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !restarted.After(doneAt) {
+		t.Fatal("b obtained before the holder's Done closed")
+	}
+	t.Logf("b obtained %v after the restart, fence %d after %d", time.Since(restarted).Round(time.Millisecond), l2.Fence(), l1.Fence())
+	if l2.Fence() <= l1.Fence() {
+		t.Fatalf("fence %d after the restart, %d before", l2.Fence(), l1.Fence())
+	}
+	if err := l2.Release(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// testDeleteRetried: when the reaper cannot delete an expired lock's key
+// (its Store is cut off), it retries until it can; the session, which
+// outlives the fault, does not do it for it.
+func testDeleteRetried(t *testing.T) {
+	srv := testserver.StartEtcd(t)
+	proxy := testserver.StartProxy(t, srv.Addr())
+	c := newClient(t, srv.Endpoints(), nil)
+	s := newStore(t, newClient(t, []string{"http://" + proxy.Addr()}, nil), nil) // 10 s session
+	tok := token()
+	mustAcquire(t, s, "k", tok, "a", 300*time.Millisecond)
+	acquired := time.Now()
+	proxy.Blackhole(t)
+	time.Sleep(time.Until(acquired.Add(600 * time.Millisecond))) // the fault lasts past the deadline
+	if ok, _ := exists(t, c, s.entryKey("k", tok)); !ok {
+		t.Fatal("the key went while its Store was cut off")
+	}
+	proxy.Restore(t)
+	restored := time.Now()
+	waitFor(t, 8*time.Second, "the reaper deleting the key after the fault", func() bool {
+		ok, _ := exists(t, c, s.entryKey("k", tok))
+		return !ok
+	})
+	t.Logf("deleted %v after the network came back (the session had %v left)", time.Since(restored).Round(time.Millisecond),
+		(10*time.Second - time.Since(acquired)).Round(time.Millisecond))
+	if time.Since(acquired) >= 9*time.Second {
+		t.Fatal("the key may have gone with the session, not the reaper")
+	}
+}

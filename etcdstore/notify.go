@@ -1,0 +1,186 @@
+package etcdstore
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/tasklock/tasklock/driver"
+)
+
+// Re-watch backoff of a broken subscription.
+const (
+	watchRetryMin = 50 * time.Millisecond
+	watchRetryMax = 2 * time.Second
+)
+
+// Subscribe implements driver.Notifier with one etcd watch on the Store's
+// prefix that reports deletions only (WithFilterPut): every release,
+// expiry, reaped deadline and forced release of a lock deletes its key,
+// and onRelease gets the lock key of each. It returns once etcd confirmed
+// the watch. The watch runs on a watcher of its own
+// (clientv3.NewWatcher) and requires a leader, so a member cut off from the
+// cluster ends it instead of keeping it silent; one goroutine passes
+// events on and re-watches with backoff from the next revision after a
+// failure (from the current one when that was compacted, and then waiters'
+// polls cover what was missed). stop cancels the watch, closes the watcher
+// and returns once every goroutine has exited.
+func (s *Store) Subscribe(ctx context.Context, onRelease func(key string)) (stop func(), err error) {
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return nil, ErrClosed
+	}
+	w := clientv3.NewWatcher(s.c)
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(context.Background()))
+	ch := w.Watch(wctx, s.prefix, clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
+	var rev int64
+	select {
+	case resp, ok := <-ch:
+		switch {
+		case !ok:
+			err = fmt.Errorf("watch closed")
+		case resp.Err() != nil:
+			err = resp.Err()
+		case !resp.Created:
+			err = fmt.Errorf("watch answered %+v before it was created", resp.Header)
+		}
+		if err == nil {
+			rev = resp.Header.Revision
+		}
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	if err != nil {
+		cancel()
+		_ = w.Close()
+		return nil, fmt.Errorf("etcdstore: subscribe %s: %w", s.prefix, err)
+	}
+	done := make(chan struct{})
+	go s.watchLoop(wctx, w, ch, rev, onRelease, done)
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			cancel()
+			_ = w.Close()
+			<-done
+		})
+	}, nil
+}
+
+func (s *Store) watchLoop(ctx context.Context, w clientv3.Watcher, ch clientv3.WatchChan, rev int64, onRelease func(string), done chan<- struct{}) {
+	defer close(done)
+	wait := watchRetryMin
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	defer t.Stop()
+	for {
+		for resp := range ch {
+			if resp.CompactRevision != 0 {
+				rev = 0 // deletions were missed: waiters' polls cover them
+				break
+			}
+			if resp.Err() != nil {
+				break
+			}
+			for _, ev := range resp.Events {
+				rev = ev.Kv.ModRevision
+				if ev.Type != mvccpb.DELETE {
+					continue
+				}
+				if key, _, ok := s.parseKey(ev.Kv.Key); ok {
+					onRelease(key)
+				}
+			}
+			wait = watchRetryMin
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		t.Reset(wait)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		wait = min(wait*2, watchRetryMax)
+		opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithFilterPut()}
+		if rev != 0 {
+			opts = append(opts, clientv3.WithRev(rev+1))
+		}
+		ch = w.Watch(ctx, s.prefix, opts...)
+	}
+}
+
+// Leases implements driver.Lister: the held locks whose key starts with
+// prefix, sorted by key, from one linearizable range read plus one
+// LeaseTimeToLive per holder's lease (one per holding Store, not per
+// lock). TTL is how long the key can live at most if its holder stops:
+// its lease's remaining TTL (etcd rounds it up to seconds), capped by the
+// lock TTL the holder asked for when it obtained the lock.
+func (s *Store) Leases(ctx context.Context, prefix string) ([]driver.Lease, error) {
+	resp, err := s.c.Get(ctx, s.prefix+escape(prefix), clientv3.WithPrefix())
+	if err != nil {
+		return nil, fmt.Errorf("etcdstore: list leases: %w", err)
+	}
+	first := map[string]*mvccpb.KeyValue{}
+	for _, kv := range resp.Kvs {
+		key, _, ok := s.parseKey(kv.Key)
+		if !ok || !strings.HasPrefix(key, prefix) {
+			continue
+		}
+		if f := first[key]; f == nil || kv.CreateRevision < f.CreateRevision {
+			first[key] = kv
+		}
+	}
+	left := map[int64]time.Duration{} // remaining per lease; < 0: gone
+	out := make([]driver.Lease, 0, len(first))
+	for key, kv := range first {
+		_, owner, lockTTL := parseValue(kv.Value)
+		rem, ok := left[kv.Lease]
+		if !ok {
+			rem = -1
+			if kv.Lease != 0 {
+				r, err := s.c.TimeToLive(ctx, clientv3.LeaseID(kv.Lease))
+				if err != nil {
+					return nil, fmt.Errorf("etcdstore: list leases: %w", err)
+				}
+				if r.TTL >= 0 {
+					rem = time.Duration(r.TTL) * time.Second
+				}
+			}
+			left[kv.Lease] = rem
+		}
+		if rem < 0 {
+			continue // expired since the read
+		}
+		if lockTTL > 0 && lockTTL < rem {
+			rem = lockTTL
+		}
+		out = append(out, driver.Lease{Key: key, Owner: owner, Fence: uint64(kv.CreateRevision), TTL: rem})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	return out, nil
+}
+
+// ForceRelease implements driver.ForceReleaser: one Delete of every entry
+// under key's prefix, whoever holds it. The holder learns at its next
+// renewal; waiters are woken by the watch. It returns ErrNotHeld when
+// nothing was there.
+func (s *Store) ForceRelease(ctx context.Context, key string) error {
+	resp, err := s.c.Delete(ctx, s.keyPrefix(key), clientv3.WithPrefix())
+	if err != nil {
+		return fmt.Errorf("etcdstore: force release %q: %w", key, err)
+	}
+	if resp.Deleted == 0 {
+		return driver.ErrNotHeld
+	}
+	return nil
+}
