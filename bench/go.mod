@@ -1,6 +1,6 @@
 module github.com/tasklock/tasklock/bench
 
-go 1.24
+go 1.25
 
 replace github.com/tasklock/tasklock => ../
 
