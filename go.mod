@@ -5,7 +5,9 @@ go 1.25
 require (
 	github.com/Shopify/toxiproxy/v2 v2.12.0
 	github.com/go-sql-driver/mysql v1.8.1
+	github.com/go-zookeeper/zk v1.0.4
 	github.com/jackc/pgx/v5 v5.7.2
+	github.com/netresearch/go-cron v0.6.0
 	github.com/redis/go-redis/v9 v9.14.0
 	github.com/rs/zerolog v1.33.0
 	go.etcd.io/etcd/api/v3 v3.5.17

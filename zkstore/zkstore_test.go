@@ -1,0 +1,801 @@
+package zkstore
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"go.uber.org/goleak"
+
+	"github.com/tasklock/tasklock/driver"
+	"github.com/tasklock/tasklock/internal/testserver"
+	"github.com/tasklock/tasklock/storetest"
+)
+
+func TestMain(m *testing.M) {
+	if testserver.HelperRole() != "" {
+		// A helper runs only its own test; leak checks are the parent's job.
+		os.Exit(m.Run())
+	}
+	code := m.Run()
+	if err := testserver.StopSharedZooKeeper(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		code = 1
+	}
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// testSession is the session timeout of the tests' connections unless a
+// test needs another: long enough for storetest's 10 s default TTL.
+const testSession = 15 * time.Second
+
+type quietLogger struct{}
+
+func (quietLogger) Printf(string, ...any) {}
+
+// connect opens a session to addr with the given timeout and waits until it
+// is established. It is closed at cleanup.
+func connect(t testing.TB, addr string, session time.Duration) *zk.Conn {
+	t.Helper()
+	return connectVia(t, addr, session, nil)
+}
+
+// connectVia is connect with a dialer of the test's (nil: net.DialTimeout).
+func connectVia(t testing.TB, addr string, session time.Duration, dialer zk.Dialer) *zk.Conn {
+	t.Helper()
+	c, err := dial(addr, session, dialer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// dial opens a session and waits up to 10 s for it.
+func dial(addr string, session time.Duration, dialer zk.Dialer) (*zk.Conn, error) {
+	if dialer == nil {
+		dialer = net.DialTimeout
+	}
+	c, _, err := zk.Connect([]string{addr}, session, zk.WithLogInfo(false), zk.WithLogger(quietLogger{}), zk.WithDialer(dialer))
+	if err != nil {
+		return nil, err
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for c.State() != zk.StateHasSession {
+		if time.Now().After(deadline) {
+			c.Close()
+			return nil, fmt.Errorf("no session with %s within 10s (state %v)", addr, c.State())
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	return c, nil
+}
+
+// rootSeq gives every store of the test binary its own root node.
+var rootSeq atomic.Int64
+
+func newRoot() string { return fmt.Sprintf("/t%d-%d", os.Getpid(), rootSeq.Add(1)) }
+
+// newStore returns a store on a root of its own (unless opts names one),
+// with SessionTimeout session (unless opts sets one).
+func newStore(t testing.TB, c *zk.Conn, session time.Duration, opts *Options) *Store {
+	t.Helper()
+	o := Options{}
+	if opts != nil {
+		o = *opts
+	}
+	if o.Root == "" {
+		o.Root = newRoot()
+	}
+	if o.SessionTimeout == 0 {
+		o.SessionTimeout = session
+	}
+	s, err := New(c, &o)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	return s
+}
+
+// shared returns a connection to the shared server with testSession.
+func shared(t testing.TB) (*testserver.ZooKeeper, *zk.Conn) {
+	t.Helper()
+	z := testserver.SharedZooKeeper(t)
+	return z, connect(t, z.Addr(), testSession)
+}
+
+func token() string { return rand.Text() }
+
+func ctxT(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func mustAcquire(t testing.TB, s *Store, key, tok, owner string, ttl time.Duration) uint64 {
+	t.Helper()
+	g, err := s.Acquire(ctxT(t), driver.AcquireParams{Key: key, Token: tok, Owner: owner, TTL: ttl})
+	if err != nil {
+		t.Fatalf("Acquire(%q): %v", key, err)
+	}
+	return g.Fence
+}
+
+func mustHeld(t testing.TB, s *Store, key string) *driver.HeldError {
+	t.Helper()
+	_, err := s.Acquire(ctxT(t), driver.AcquireParams{Key: key, Token: token(), Owner: "other", TTL: time.Second})
+	var he *driver.HeldError
+	if !errors.As(err, &he) {
+		t.Fatalf("Acquire(%q) = %v, want a *driver.HeldError", key, err)
+	}
+	return he
+}
+
+// waitFor polls cond until it holds or d passes.
+func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, d)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// children lists the key node's children ("" for none).
+func children(t testing.TB, s *Store, key string) []string {
+	t.Helper()
+	kids, _, err := s.conn.Children(s.keyPath(key))
+	if errors.Is(err, zk.ErrNoNode) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(kids)
+	return kids
+}
+
+// TestConformance runs storetest against the shared server, one root per
+// test. It is not parallel: storetest's leak check would see the
+// goroutines of tests running beside it.
+func TestConformance(t *testing.T) {
+	_, c := shared(t)
+	storetest.Run(t, func(t *testing.T) driver.Store { return newStore(t, c, testSession, nil) })
+}
+
+func TestNewOptions(t *testing.T) {
+	t.Parallel()
+	_, c := shared(t)
+	if _, err := New(nil, &Options{SessionTimeout: time.Second}); err == nil || !strings.Contains(err.Error(), "conn") {
+		t.Errorf("New(nil conn) = %v", err)
+	}
+	bad := []struct {
+		opts  *Options
+		field string
+	}{
+		{nil, "Options.SessionTimeout"},
+		{&Options{}, "Options.SessionTimeout"},
+		{&Options{SessionTimeout: time.Microsecond}, "Options.SessionTimeout"},
+		{&Options{SessionTimeout: time.Second, Root: "tasklock"}, "Options.Root"},
+		{&Options{SessionTimeout: time.Second, Root: "/"}, "Options.Root"},
+		{&Options{SessionTimeout: time.Second, Root: "/a/"}, "Options.Root"},
+		{&Options{SessionTimeout: time.Second, Root: "/a//b"}, "Options.Root"},
+		{&Options{SessionTimeout: time.Second, Root: "/a/../b"}, "Options.Root"},
+		{&Options{SessionTimeout: time.Second, Root: "/zookeeper/x"}, "Options.Root"},
+		{&Options{SessionTimeout: time.Second, Root: "/a\x01"}, "Options.Root"},
+		{&Options{SessionTimeout: time.Second, ACL: []zk.ACL{}}, "Options.ACL"},
+	}
+	for _, b := range bad {
+		if _, err := New(c, b.opts); err == nil || !strings.Contains(err.Error(), b.field) {
+			t.Errorf("New(%+v) = %v, want an error naming %s", b.opts, err, b.field)
+		}
+	}
+	o := &Options{SessionTimeout: 5 * time.Second}
+	s, err := New(c, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Root() != DefaultRoot || o.Root != "" || o.ACL != nil {
+		t.Fatalf("Root() = %q; caller's options now %+v", s.Root(), o)
+	}
+}
+
+func TestEscapeName(t *testing.T) {
+	t.Parallel()
+	for _, k := range []string{"job", "a/b", "100%", ".", "..", "...", "a.b", "é-ü 世界", "\x01", "\uE000", "\uFFF5", "zookeeper", "%2F"} {
+		e := escapeName(k)
+		if strings.ContainsRune(e, '/') || e == "." || e == ".." {
+			t.Errorf("escapeName(%q) = %q: not a node name", k, e)
+		}
+		for _, r := range e {
+			if !nameRune(r) && r != '%' {
+				t.Errorf("escapeName(%q) = %q keeps %U", k, e, r)
+			}
+		}
+		if u, ok := unescapeName(e); !ok || u != k {
+			t.Errorf("unescapeName(escapeName(%q) = %q) = %q, %v", k, e, u, ok)
+		}
+	}
+	if escapeName("job:report-1") != "job:report-1" {
+		t.Errorf("a plain key was escaped: %q", escapeName("job:report-1"))
+	}
+}
+
+// TestKeys obtains and lists keys that are awkward as node names.
+func TestKeys(t *testing.T) {
+	t.Parallel()
+	_, c := shared(t)
+	s := newStore(t, c, testSession, nil)
+	keys := []string{"a/b", "100%", ".", "..", "é 世界", "\uE000", "x:y", "a%2Fb"}
+	for _, k := range keys {
+		mustAcquire(t, s, k, token(), "owner "+k, 5*time.Second)
+		if he := mustHeld(t, s, k); he.Owner != "owner "+k {
+			t.Errorf("holder of %q: %q", k, he.Owner)
+		}
+	}
+	ls, err := s.Leases(ctxT(t), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, l := range ls {
+		got = append(got, l.Key)
+	}
+	want := append([]string(nil), keys...)
+	sort.Strings(want)
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("Leases keys %q, want %q", got, want)
+	}
+}
+
+// TestFence checks that the fence is the lock node's czxid, increasing
+// across releases, expiries and the removal of the key's container node.
+func TestFence(t *testing.T) {
+	t.Parallel()
+	_, c := shared(t)
+	s := newStore(t, c, testSession, nil)
+	ctx := ctxT(t)
+	var last uint64
+	for i := range 5 {
+		tok := token()
+		f := mustAcquire(t, s, "job", tok, "me", 10*time.Second)
+		kids := children(t, s, "job")
+		if len(kids) != 1 {
+			t.Fatalf("children %q", kids)
+		}
+		_, st, err := c.Get(s.keyPath("job") + "/" + kids[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f != uint64(st.Czxid) || st.EphemeralOwner != c.SessionID() {
+			t.Fatalf("grant %d: fence %d, node czxid %d, owner session %x (ours %x)", i, f, st.Czxid, st.EphemeralOwner, c.SessionID())
+		}
+		if f <= last {
+			t.Fatalf("grant %d: fence %d after %d", i, f, last)
+		}
+		last = f
+		if err := s.Release(ctx, driver.ReleaseParams{Key: "job", Token: tok}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The server deletes the empty container; the fence keeps increasing.
+	waitFor(t, 5*time.Second, "the key's container removed", func() bool {
+		ok, _, err := c.Exists(s.keyPath("job"))
+		return err == nil && !ok
+	})
+	if f := mustAcquire(t, s, "job", token(), "me", 10*time.Second); f <= last {
+		t.Fatalf("fence %d after the container was recreated, %d before", f, last)
+	}
+	// A lease that expires instead of being released.
+	f := mustAcquire(t, s, "exp", token(), "me", 50*time.Millisecond)
+	var g driver.Grant
+	waitFor(t, 5*time.Second, "the expired lease taken over", func() bool {
+		var err error
+		g, err = s.Acquire(ctx, driver.AcquireParams{Key: "exp", Token: token(), Owner: "next", TTL: 10 * time.Second})
+		return err == nil
+	})
+	if g.Fence <= f {
+		t.Fatalf("fence %d after an expiry, %d before", g.Fence, f)
+	}
+}
+
+// TestHeld: a held key names its holder and its remaining lease, and the
+// attempt leaves no node behind.
+func TestHeld(t *testing.T) {
+	t.Parallel()
+	_, c := shared(t)
+	s := newStore(t, c, testSession, nil)
+	mustAcquire(t, s, "job", token(), "holder", 5*time.Second)
+	before := children(t, s, "job")
+	he := mustHeld(t, s, "job")
+	if he.Owner != "holder" || he.TTL <= 0 || he.TTL > 5*time.Second {
+		t.Fatalf("HeldError %+v, want holder with a TTL in (0, 5s]", he)
+	}
+	if !errors.Is(he, driver.ErrHeld) {
+		t.Fatalf("%v does not match ErrHeld", he)
+	}
+	if after := children(t, s, "job"); fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Fatalf("children %q after a held attempt, %q before", after, before)
+	}
+	// A second Store on its own session sees the same.
+	c2 := connect(t, testserver.SharedZooKeeper(t).Addr(), testSession)
+	s2 := newStore(t, c2, testSession, &Options{Root: s.Root()})
+	if he := mustHeld(t, s2, "job"); he.Owner != "holder" {
+		t.Fatalf("other session: %+v", he)
+	}
+}
+
+func TestTTLLimit(t *testing.T) {
+	t.Parallel()
+	_, c := shared(t)
+	s := newStore(t, c, 2*time.Second, nil)
+	_, err := s.Acquire(ctxT(t), driver.AcquireParams{Key: "job", Token: token(), Owner: "me", TTL: 3 * time.Second})
+	if !errors.Is(err, ErrTTL) {
+		t.Fatalf("Acquire with TTL > SessionTimeout = %v, want ErrTTL", err)
+	}
+	tok := token()
+	mustAcquire(t, s, "job", tok, "me", 2*time.Second)
+	res, err := s.Renew(ctxT(t), []driver.RenewParams{{Key: "job", Token: tok, TTL: 3 * time.Second}})
+	if err != nil || !errors.Is(res[0], ErrTTL) {
+		t.Fatalf("Renew with TTL > SessionTimeout = %v, %v; want ErrTTL for the lease", res, err)
+	}
+}
+
+// countingDialer counts the writes on its connections: go-zookeeper writes
+// each request (and each ping) with one Write, so this counts requests.
+type countingDialer struct{ writes atomic.Int64 }
+
+type countingConn struct {
+	net.Conn
+	d *countingDialer
+}
+
+func (c countingConn) Write(b []byte) (int, error) {
+	c.d.writes.Add(1)
+	return c.Conn.Write(b)
+}
+
+func (d *countingDialer) dial(network, addr string, timeout time.Duration) (net.Conn, error) {
+	c, err := net.DialTimeout(network, addr, timeout)
+	if err != nil {
+		return nil, err
+	}
+	return countingConn{c, d}, nil
+}
+
+// TestRenewRoundTrips renews 10 and 1,000 leases: one request each time.
+// A lease found gone costs one more multi.
+func TestRenewRoundTrips(t *testing.T) {
+	t.Parallel()
+	z := testserver.SharedZooKeeper(t)
+	var d countingDialer
+	// The longest session the server allows: a ping every 20 s, so none
+	// falls in the windows counted here.
+	c := connectVia(t, z.Addr(), testserver.ZooKeeperMaxSessionTimeout, d.dial)
+	s := newStore(t, c, testserver.ZooKeeperMaxSessionTimeout, nil)
+	const n = 1000
+	ps := make([]driver.RenewParams, n)
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	start := time.Now()
+	for i := range n {
+		ps[i] = driver.RenewParams{Key: fmt.Sprintf("k%04d", i), Token: token(), TTL: 30 * time.Second}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := s.Acquire(ctxT(t), driver.AcquireParams{Key: ps[i].Key, Token: ps[i].Token, Owner: "me", TTL: 30 * time.Second})
+			if err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	t.Logf("acquired %d keys in %v (concurrently)", n, time.Since(start).Round(time.Millisecond))
+
+	renew := func(ps []driver.RenewParams) ([]error, int64, time.Duration) {
+		t.Helper()
+		w0, t0 := d.writes.Load(), time.Now()
+		res, err := s.Renew(ctxT(t), ps)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res, d.writes.Load() - w0, time.Since(t0)
+	}
+	for _, size := range []int{10, n} {
+		res, writes, took := renew(ps[:size])
+		for i, r := range res {
+			if r != nil {
+				t.Fatalf("lease %d: %v", i, r)
+			}
+		}
+		t.Logf("renewed %d leases with %d request(s) in %v", size, writes, took.Round(time.Microsecond))
+		if writes != 1 {
+			t.Errorf("renewing %d leases took %d requests, want 1", size, writes)
+		}
+	}
+
+	// Three leases deleted behind the Store's back: one more multi each.
+	lost := map[int]bool{7: true, 500: true, 999: true}
+	for i := range lost {
+		if err := s.ForceRelease(ctxT(t), ps[i].Key); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, writes, took := renew(ps)
+	for i, r := range res {
+		if lost[i] != errors.Is(r, driver.ErrNotHeld) || (!lost[i] && r != nil) {
+			t.Errorf("lease %d (lost %v): %v", i, lost[i], r)
+		}
+	}
+	t.Logf("renewed %d leases, %d of them gone, with %d requests in %v", n, len(lost), writes, took.Round(time.Microsecond))
+	if writes != int64(len(lost))+1 {
+		t.Errorf("%d requests, want %d", writes, len(lost)+1)
+	}
+	// Known lost: no request at all.
+	res, writes, _ = renew([]driver.RenewParams{ps[7]})
+	if !errors.Is(res[0], driver.ErrNotHeld) || writes != 0 {
+		t.Errorf("renewing a lease found gone before: %v with %d requests", res[0], writes)
+	}
+}
+
+// TestRenewMixed: a batch with live, released, unknown and foreign-key
+// leases gets one answer per lease.
+func TestRenewMixed(t *testing.T) {
+	t.Parallel()
+	_, c := shared(t)
+	s := newStore(t, c, testSession, nil)
+	ctx := ctxT(t)
+	a, b := token(), token()
+	mustAcquire(t, s, "a", a, "me", time.Second)
+	mustAcquire(t, s, "b", b, "me", time.Second)
+	if err := s.Release(ctx, driver.ReleaseParams{Key: "b", Token: b}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Renew(ctx, []driver.RenewParams{
+		{Key: "a", Token: a, TTL: 2 * time.Second},
+		{Key: "b", Token: b, TTL: time.Second},
+		{Key: "c", Token: token(), TTL: time.Second},
+		{Key: "b", Token: a, TTL: time.Second}, // a's token, another key
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res[0] != nil || !errors.Is(res[1], driver.ErrNotHeld) || !errors.Is(res[2], driver.ErrNotHeld) || !errors.Is(res[3], driver.ErrNotHeld) {
+		t.Fatalf("Renew = %v", res)
+	}
+	// The renewal moved a's lease to 2 s from the server's now.
+	he := mustHeld(t, s, "a")
+	if he.TTL <= time.Second || he.TTL > 2*time.Second {
+		t.Fatalf("a's remaining lease %v after renewing it to 2s", he.TTL)
+	}
+	if err := s.Release(ctx, driver.ReleaseParams{Key: "a", Token: b}); !errors.Is(err, driver.ErrNotHeld) {
+		t.Fatalf("Release with the wrong token = %v", err)
+	}
+	if err := s.Release(ctx, driver.ReleaseParams{Key: "a", Token: a}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Release(ctx, driver.ReleaseParams{Key: "a", Token: a}); !errors.Is(err, driver.ErrNotHeld) {
+		t.Fatalf("second Release = %v, want ErrNotHeld", err)
+	}
+}
+
+// TestKeepFor covers MinHold with TTL nodes (the test servers have
+// extendedTypesEnabled) and, on a server without them, with persistent
+// nodes created in a multi.
+func TestKeepFor(t *testing.T) {
+	t.Parallel()
+	t.Run("TTLNode", func(t *testing.T) {
+		t.Parallel()
+		_, c := shared(t)
+		testKeepFor(t, c, 1)
+	})
+	t.Run("PersistentNode", func(t *testing.T) {
+		t.Parallel()
+		z := testserver.StartZooKeeper(t, testserver.WithZooKeeperConfig("extendedTypesEnabled=false"))
+		c := connect(t, z.Addr(), testSession)
+		testKeepFor(t, c, -1)
+	})
+}
+
+func testKeepFor(t *testing.T, c *zk.Conn, ttlNodes int32) {
+	s := newStore(t, c, testSession, nil)
+	other := newStore(t, c, testSession, &Options{Root: s.Root()})
+	ctx := ctxT(t)
+	tok := token()
+	f := mustAcquire(t, s, "job", tok, "keeper", 10*time.Second)
+	const keep = 600 * time.Millisecond
+	released := time.Now()
+	if err := s.Release(ctx, driver.ReleaseParams{Key: "job", Token: tok, KeepFor: keep}); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.ttlNodes.Load(); got != ttlNodes {
+		t.Fatalf("ttlNodes = %d, want %d", got, ttlNodes)
+	}
+	kids := children(t, s, "job")
+	if len(kids) != 1 || !strings.HasSuffix(kids[0], keepSuffix) {
+		t.Fatalf("children after a MinHold release: %q", kids)
+	}
+	he := mustHeld(t, other, "job")
+	if he.Owner != "keeper" || he.TTL <= 0 || he.TTL > keep {
+		t.Fatalf("HeldError during MinHold: %+v", he)
+	}
+	ls, err := other.Leases(ctx, "")
+	if err != nil || len(ls) != 1 || ls[0].Fence != f || ls[0].Owner != "keeper" {
+		t.Fatalf("Leases during MinHold = %+v, %v; want fence %d", ls, err, f)
+	}
+	var g driver.Grant
+	waitFor(t, 5*time.Second, "the key free after MinHold", func() bool {
+		g, err = other.Acquire(ctx, driver.AcquireParams{Key: "job", Token: token(), Owner: "next", TTL: time.Second})
+		return err == nil
+	})
+	el := time.Since(released)
+	t.Logf("obtained %v after a release with KeepFor %v", el.Round(time.Millisecond), keep)
+	if el < keep-20*time.Millisecond {
+		t.Fatalf("obtained %v after the release, before KeepFor %v", el, keep)
+	}
+	if g.Fence <= f {
+		t.Fatalf("fence %d after %d", g.Fence, f)
+	}
+	// The expired MinHold node was deleted by that Acquire.
+	for _, k := range children(t, s, "job") {
+		if strings.HasSuffix(k, keepSuffix) {
+			t.Fatalf("MinHold node %q left after it expired", k)
+		}
+	}
+}
+
+// TestSubscribe: a waiter is woken when the holder's node is deleted
+// (release, or the holder's session closed), not when it is renewed.
+func TestSubscribe(t *testing.T) {
+	t.Parallel()
+	z, c := shared(t)
+	s := newStore(t, c, testSession, nil)
+	woken := make(chan string, 16)
+	stop, err := s.Subscribe(ctxT(t), func(key string) { woken <- key })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	expect := func(key string) time.Duration {
+		t.Helper()
+		start := time.Now()
+		select {
+		case k := <-woken:
+			if k != key {
+				t.Fatalf("woken for %q, want %q", k, key)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("not woken for %q", key)
+		}
+		return time.Since(start)
+	}
+
+	// A holder on another session.
+	hc := connect(t, z.Addr(), testSession)
+	hs := newStore(t, hc, testSession, &Options{Root: s.Root()})
+	tok := token()
+	mustAcquire(t, hs, "job", tok, "holder", 5*time.Second)
+	mustHeld(t, s, "job")
+	waitFor(t, 5*time.Second, "the watch armed", func() bool {
+		s.notify.mu.Lock()
+		defer s.notify.mu.Unlock()
+		return len(s.notify.gen.watched) == 1
+	})
+	// Renewals do not wake anybody.
+	for range 3 {
+		res, err := hs.Renew(ctxT(t), []driver.RenewParams{{Key: "job", Token: tok, TTL: 5 * time.Second}})
+		if err != nil || res[0] != nil {
+			t.Fatalf("Renew: %v %v", res, err)
+		}
+	}
+	if err := hs.Release(ctxT(t), driver.ReleaseParams{Key: "job", Token: tok}); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("woken %v after the release", expect("job"))
+	select {
+	case k := <-woken:
+		t.Fatalf("woken again for %q (by a renewal?)", k)
+	default:
+	}
+
+	// The holder's Conn closes: its session ends and its node goes at once.
+	mustAcquire(t, hs, "job", token(), "holder", 5*time.Second)
+	mustHeld(t, s, "job")
+	hc.Close()
+	took := expect("job")
+	t.Logf("woken %v after the holder closed its session", took)
+	mustAcquire(t, s, "job", token(), "me", 5*time.Second)
+}
+
+// TestAbandonedAcquire: an Acquire whose ctx ends while the server is slow
+// returns at once, and the grant that comes later is given back.
+func TestAbandonedAcquire(t *testing.T) {
+	t.Parallel()
+	z := testserver.SharedZooKeeper(t)
+	p := testserver.StartProxy(t, z.Addr())
+	c := connect(t, p.Addr(), testSession)
+	s := newStore(t, c, testSession, nil)
+	mustAcquire(t, s, "warm", token(), "me", time.Second) // creates the root
+	p.Latency(t, 300*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := s.Acquire(ctx, driver.AcquireParams{Key: "job", Token: token(), Owner: "me", TTL: time.Second})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Acquire = %v, want DeadlineExceeded", err)
+	}
+	if took := time.Since(start); took > 200*time.Millisecond {
+		t.Fatalf("Acquire returned %v after its ctx ended", took)
+	}
+	p.Latency(t, 0)
+	other := newStore(t, connect(t, z.Addr(), testSession), testSession, &Options{Root: s.Root()})
+	// The late grant is dropped: the key becomes free, no lease is kept.
+	waitFor(t, 10*time.Second, "the abandoned grant given back", func() bool {
+		_, err := other.Acquire(ctxT(t), driver.AcquireParams{Key: "job", Token: token(), Owner: "o", TTL: time.Second})
+		return err == nil
+	})
+	s.mu.Lock()
+	n := len(s.leases)
+	s.mu.Unlock()
+	if n != 1 { // "warm"
+		t.Fatalf("%d leases kept, want 1", n)
+	}
+}
+
+// TestLeases lists held keys by prefix, with owner, fence and TTL by the
+// server's clock, and leaves out expired ones.
+func TestLeases(t *testing.T) {
+	t.Parallel()
+	_, c := shared(t)
+	s := newStore(t, c, testSession, nil)
+	ctx := ctxT(t)
+	if ls, err := s.Leases(ctx, ""); err != nil || len(ls) != 0 {
+		t.Fatalf("Leases before any lock = %v, %v", ls, err)
+	}
+	fa := mustAcquire(t, s, "job:a", token(), "owner-a", 5*time.Second)
+	fb := mustAcquire(t, s, "job:b", token(), "owner-b", 5*time.Second)
+	mustAcquire(t, s, "other", token(), "owner-o", 5*time.Second)
+	mustAcquire(t, s, "job:expired", token(), "gone", 20*time.Millisecond)
+	waitFor(t, 5*time.Second, "the short lease over", func() bool {
+		ls, err := s.Leases(ctx, "job:expired")
+		return err == nil && len(ls) == 0
+	})
+	ls, err := s.Leases(ctx, "job:")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ls) != 2 || ls[0].Key != "job:a" || ls[1].Key != "job:b" {
+		t.Fatalf("Leases(job:) = %+v", ls)
+	}
+	for i, want := range []struct {
+		owner string
+		fence uint64
+	}{{"owner-a", fa}, {"owner-b", fb}} {
+		if ls[i].Owner != want.owner || ls[i].Fence != want.fence || ls[i].TTL <= 0 || ls[i].TTL > 5*time.Second {
+			t.Errorf("lease %d = %+v, want owner %s fence %d", i, ls[i], want.owner, want.fence)
+		}
+	}
+	if kids := children(t, s, "job:expired"); len(kids) != 0 {
+		t.Errorf("expired lock node left after Leases: %q", kids)
+	}
+	if err := s.ForceRelease(ctx, "job:a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ForceRelease(ctx, "job:a"); !errors.Is(err, driver.ErrNotHeld) {
+		t.Fatalf("second ForceRelease = %v, want ErrNotHeld", err)
+	}
+	if err := s.ForceRelease(ctx, "never"); !errors.Is(err, driver.ErrNotHeld) {
+		t.Fatalf("ForceRelease of an unknown key = %v, want ErrNotHeld", err)
+	}
+}
+
+// TestSessionExpired: once the client learns that its session expired, the
+// leases of that session are ErrNotHeld at once, without a request, even
+// before their deadline. (The deadline comes first when SessionTimeout is
+// right; here it is overstated, as a misconfigured Store would have it.)
+func TestSessionExpired(t *testing.T) {
+	t.Parallel()
+	z := testserver.SharedZooKeeper(t)
+	p := testserver.StartProxy(t, z.Addr())
+	var d countingDialer
+	c := connectVia(t, p.Addr(), time.Second, d.dial)
+	s := newStore(t, c, 30*time.Second, nil)
+	tok := token()
+	mustAcquire(t, s, "job", tok, "me", 30*time.Second)
+	kids := children(t, s, "job")
+	if len(kids) != 1 {
+		t.Fatalf("children %q", kids)
+	}
+	node := s.keyPath("job") + "/" + kids[0]
+	old := c.SessionID()
+	watcher := connect(t, z.Addr(), testSession)
+	p.Blackhole(t)
+	cut := time.Now()
+	waitFor(t, 10*time.Second, "the session expired at the server", func() bool {
+		ok, _, err := watcher.Exists(node)
+		return err == nil && !ok
+	})
+	t.Logf("session (timeout 1s) expired at the server %v after the cut", time.Since(cut).Round(time.Millisecond))
+	p.Restore(t)
+	waitFor(t, 15*time.Second, "a new session", func() bool {
+		return c.State() == zk.StateHasSession && c.SessionID() != old
+	})
+	w0 := d.writes.Load()
+	res, err := s.Renew(ctxT(t), []driver.RenewParams{{Key: "job", Token: tok, TTL: 30 * time.Second}})
+	if err != nil || !errors.Is(res[0], driver.ErrNotHeld) {
+		t.Fatalf("Renew after the session expired = %v, %v; want ErrNotHeld", res, err)
+	}
+	if err := s.Release(ctxT(t), driver.ReleaseParams{Key: "job", Token: tok}); !errors.Is(err, driver.ErrNotHeld) {
+		t.Fatalf("Release after the session expired = %v, want ErrNotHeld", err)
+	}
+	if n := d.writes.Load() - w0; n != 0 {
+		t.Errorf("%d requests sent for leases of an expired session", n)
+	}
+	// The new session works.
+	mustAcquire(t, s, "job", token(), "me", time.Second)
+}
+
+// TestLeaseMemory measures what the Store keeps per held lease (the
+// Locker's own share comes on top). Not parallel: other tests' allocations
+// would count.
+func TestLeaseMemory(t *testing.T) {
+	_, c := shared(t)
+	s := newStore(t, c, testSession, nil)
+	const n = 1000
+	ps := make([]driver.AcquireParams, n)
+	for i := range ps {
+		ps[i] = driver.AcquireParams{Key: fmt.Sprintf("key-%05d", i), Token: token(), Owner: "owner", TTL: 10 * time.Second}
+	}
+	var m0, m1 runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&m0)
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	for w := range 16 { // pipelined: the count is what matters, not the order
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < n; i += 16 {
+				if _, err := s.Acquire(context.Background(), ps[i]); err != nil {
+					failed.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if failed.Load() > 0 {
+		t.Fatalf("%d Acquire calls failed", failed.Load())
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&m1)
+	per := (int64(m1.HeapAlloc) - int64(m0.HeapAlloc)) / n
+	runtime.KeepAlive(s)
+	runtime.KeepAlive(ps)
+	t.Logf("heap per held lease in the Store: %d B", per)
+	if per > 256 {
+		t.Errorf("%d B per lease, want at most 256", per)
+	}
+}
