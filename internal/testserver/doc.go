@@ -16,6 +16,16 @@
 //   - [StartSentinel]: a master, a replica and three sentinels watching
 //     them; [Sentinel.Failover] forces a failover and waits for it to finish.
 //   - [StartCluster]: three Redis Cluster masters with all slots assigned.
+//   - [StartPostgres] (shared per test binary, a fresh database per test
+//     with [Postgres.CreateDB]) and [StartPostgresPrivate] for tests that
+//     restart or kill the server.
+//   - [SharedMariaDB] and [StartMariaDB], likewise.
+//   - [StartEtcd]: one etcd member with short heartbeats.
+//   - [SharedZooKeeper] and [StartZooKeeper]: a standalone ZooKeeper with a
+//     short tick, TTL nodes and the four-letter words enabled.
+//
+// Shared servers are stopped by [Main], which every package that uses one
+// calls from its TestMain.
 //
 // A missing binary skips the test, except under CI=true where it fails it:
 // see [Require] and scripts/install-servers.sh.

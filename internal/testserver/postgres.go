@@ -139,10 +139,11 @@ func StartPostgresPrivate(t testing.TB) *Postgres {
 	return p
 }
 
-// Main runs the tests of m, then stops the PostgreSQL server shared by the
-// test binary ([StartPostgres]) and removes its files and the template
-// cluster, and returns m.Run's exit code. Use it in the TestMain of every
-// package whose tests call StartPostgres:
+// Main runs the tests of m, then stops every server shared by the test
+// binary — PostgreSQL ([StartPostgres], with its template cluster),
+// MariaDB ([SharedMariaDB]) and ZooKeeper ([SharedZooKeeper]) — removes
+// their files, and returns m.Run's exit code. Use it in the TestMain of
+// every package whose tests use a shared server:
 //
 //	func TestMain(m *testing.M) { os.Exit(testserver.Main(m)) }
 //
@@ -153,6 +154,8 @@ func Main(m *testing.M) int {
 	code := m.Run()
 	if HelperRole() == "" {
 		stopShared()
+		_ = StopSharedMariaDB()
+		_ = StopSharedZooKeeper()
 	}
 	return code
 }
