@@ -367,6 +367,10 @@ func (e *engine) renewCall(batch []renewItem, sentAt time.Time) {
 		case errors.Is(r, driver.ErrNotHeld):
 			e.lose(l, fmt.Errorf("%w: the store no longer has this lease", ErrLockLost), &p)
 			continue
+		case errors.Is(r, driver.ErrUnsupported):
+			// Retrying cannot help (e.g. Extend past what the store keeps).
+			e.lose(l, fmt.Errorf("%w: the store refused the renewal: %w", ErrLockLost, r), &p)
+			continue
 		default:
 			l.attempts++
 			x := l.extra()

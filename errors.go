@@ -18,6 +18,11 @@ var ErrNotObtained = errors.New("tasklock: not obtained")
 // this lock's at the store: it expired, was lost, or another owner holds it.
 var ErrNotHeld = driver.ErrNotHeld
 
+// ErrUnsupported is matched by errors for requests the store can never
+// satisfy as made (a TTL longer than an etcd or ZooKeeper session, a key
+// Redis Cluster cannot hash). Obtain does not retry them.
+var ErrUnsupported = driver.ErrUnsupported
+
 // ErrLockLost is the cause of a Lock's Context when its lease is gone or can
 // no longer be trusted: the store said it belongs to someone else, or it
 // could not be renewed before its local validity ended. ErrMaxHold,

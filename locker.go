@@ -226,7 +226,7 @@ func (lk *Locker) Obtain(ctx context.Context, key string, opts *ObtainOptions) (
 // when the caller gave it a deadline to stop by.
 func retryable(ctx context.Context, err error) bool {
 	var oe *OptionError
-	if errors.As(err, &oe) || errors.Is(err, ErrClosed) {
+	if errors.As(err, &oe) || errors.Is(err, ErrClosed) || errors.Is(err, ErrUnsupported) {
 		return false
 	}
 	_, ok := ctx.Deadline()

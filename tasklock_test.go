@@ -3,6 +3,7 @@ package tasklock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -430,5 +431,29 @@ func TestTokensAreDistinct(t *testing.T) {
 			}
 			seen[tok] = true
 		}
+	}
+}
+
+// refusingStore refuses every grant the way etcdstore refuses a TTL longer
+// than its session.
+type refusingStore struct{ *memstore.Store }
+
+func (refusingStore) Acquire(context.Context, driver.AcquireParams) (driver.Grant, error) {
+	return driver.Grant{}, fmt.Errorf("store: TTL too long: %w", driver.ErrUnsupported)
+}
+
+// Obtain does not retry what the store can never grant, even with a
+// deadline to retry until.
+func TestObtainDoesNotRetryUnsupported(t *testing.T) {
+	lk := newTestLocker(t, refusingStore{memstore.New(nil)})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	start := time.Now()
+	_, err := lk.Obtain(ctx, "k", nil)
+	if !errors.Is(err, ErrUnsupported) {
+		t.Fatalf("Obtain = %v, want ErrUnsupported", err)
+	}
+	if el := time.Since(start); el > 5*time.Second {
+		t.Fatalf("Obtain retried for %v", el)
 	}
 }

@@ -33,6 +33,11 @@ import (
 // owner holds it now. The Locker takes it as final.
 var ErrNotHeld = errors.New("tasklock: lock not held")
 
+// ErrUnsupported is wrapped by the errors a store returns for a request it
+// can never satisfy as made — a TTL longer than it can keep, a key it cannot
+// store — so that the Locker reports it at once instead of retrying it.
+var ErrUnsupported = errors.New("tasklock: unsupported by this store")
+
 // ErrHeld is wrapped by the *HeldError that Acquire returns when another
 // token holds the key.
 var ErrHeld = errors.New("tasklock: lock held by another owner")
@@ -95,8 +100,11 @@ type Store interface {
 	// Renew extends every lease in ps, in as few round trips as the store
 	// allows (Redis: one script per hash slot, SQL: one statement). It
 	// returns one error per lease, in order: nil when renewed, ErrNotHeld
-	// when the token no longer holds the key. A non-nil error result means
-	// the call as a whole failed and no per-lease result is known.
+	// when the token no longer holds the key, an error wrapping
+	// ErrUnsupported when the lease can never be renewed as asked, and any
+	// other error when that lease's outcome is unknown (the Locker retries
+	// it). A non-nil error result means the call as a whole failed and no
+	// per-lease result is known.
 	Renew(ctx context.Context, ps []RenewParams) ([]error, error)
 
 	// Release deletes the lease if p.Token holds p.Key (or shortens it, see

@@ -34,7 +34,7 @@ var ErrClosed = errors.New("etcdstore: store closed")
 // longer than Options.SessionTTL: the session lease keeps the lock's key,
 // and a holder cut off from etcd must stop before that lease can expire, so
 // no lock may outlast it. Raise SessionTTL or shorten the lock's TTL.
-var ErrTTL = errors.New("etcdstore: lock TTL longer than Options.SessionTTL")
+var ErrTTL = fmt.Errorf("etcdstore: lock TTL longer than Options.SessionTTL: %w", driver.ErrUnsupported)
 
 // Options configures a Store. A nil *Options means all defaults; zero fields
 // take their defaults. New never writes into it. Every Store, CLI and

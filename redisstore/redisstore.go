@@ -33,7 +33,7 @@ var ErrReplicas = errors.New("redisstore: too few replicas acknowledged")
 // keep: one starting with '}'. Such a key would give the lock key an empty
 // hash tag ("prefix{}..."), so on a Cluster the lock key and its fence
 // counter would land in different slots.
-var ErrKey = errors.New("redisstore: unsupported key")
+var ErrKey = fmt.Errorf("redisstore: unsupported key: %w", driver.ErrUnsupported)
 
 //go:embed acquire.lua
 var acquireSrc string

@@ -31,7 +31,7 @@ const renewRounds = 8
 // ZooKeeper must stop before that session can expire at the server and its
 // nodes vanish, so no lock may outlast the session timeout. Shorten the
 // lock's TTL or connect with a longer session timeout.
-var ErrTTL = errors.New("zkstore: lock TTL longer than Options.SessionTimeout")
+var ErrTTL = fmt.Errorf("zkstore: lock TTL longer than Options.SessionTimeout: %w", driver.ErrUnsupported)
 
 // Options configures a Store. A nil *Options is invalid: SessionTimeout has
 // no default. New never writes into it. Every Store, CLI and dashboard that

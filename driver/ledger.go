@@ -1,0 +1,233 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Ledger is implemented by stores that can keep the tick ledger of package
+// schedule: which node claimed which tick of which job, the history of runs,
+// and the pause and trigger-now state every node obeys. Like the other
+// optional capabilities it is found by type assertion, and most code should
+// use package schedule, not this interface.
+//
+// # What a ledger promises
+//
+//   - A claim is made once. Of all the Claim calls for one key (Job, Tick,
+//     Trigger), across every client of the store, exactly one token gets nil
+//     while the claim is retained; every other token gets a *ClaimedError. A
+//     claim is retained at least ClaimParams.Retain after it was made, by the
+//     store's clock; after that the store may forget it (Prune does).
+//   - Every time that decides something at the store — claim retention, the
+//     age of a run record, the time of a trigger request — is read from the
+//     store's clock (Redis TIME, SQL now(), ...), never from the caller's.
+//   - Times go in and come back equal (time.Time.Equal) when they are whole
+//     seconds, as scheduled ticks are; other times (Start, End, Recorded,
+//     TriggerRequest.At) keep at least millisecond precision, and a time the
+//     store returned is stored back exactly when passed in again.
+//   - Stores return errors and never log. A store returns a *ClaimedError
+//     only when it knows another token holds the claim; any other error is
+//     taken as "nothing known" and the caller may retry the same call.
+//   - All methods are safe for concurrent use. A method called with a
+//     cancelled or expired ctx returns an error.
+type Ledger interface {
+	// Claim claims every key in ps, in as few round trips as the store
+	// allows (one script or statement per batch); each claim is atomic on
+	// its own, the batch need not be. It returns one result per claim, in
+	// order: nil when the key is now claimed by p.Token — by this call, or
+	// by an earlier call with the same Token, so a failed call may be
+	// repeated — and a *ClaimedError when another token claimed it first
+	// and the claim is still retained. A non-nil error result means the
+	// call failed as a whole and no per-claim result is known: any subset
+	// of the claims may have been made. An empty ps returns (nil, nil)
+	// without a round trip.
+	Claim(ctx context.Context, ps []ClaimParams) ([]error, error)
+
+	// RecordRuns stores every record in rs, replacing an existing record
+	// with the same RunKey (Job, Tick, Trigger, Attempt). The store sets
+	// Recorded from its own clock; the caller's value is ignored. A non-nil
+	// error means any subset may have been stored; repeating the call is
+	// safe.
+	RecordRuns(ctx context.Context, rs []RunRecord) error
+
+	// Runs returns the run records that match q, newest first: ordered by
+	// Tick descending, then Job ascending, Trigger ascending and Attempt
+	// descending. With q.Before set it continues a listing after that key,
+	// so that a listing read page by page returns every record once.
+	Runs(ctx context.Context, q RunQuery) ([]RunRecord, error)
+
+	// SetJobState applies one change to a job's stored state and returns the
+	// state after it. Pause and resume are idempotent; JobTrigger with an ID
+	// already pending and JobTriggerDone with an ID not pending change
+	// nothing, so every call may be repeated after an error.
+	SetJobState(ctx context.Context, p JobStateParams) (JobState, error)
+
+	// JobStates returns the state of every job that is paused or has a
+	// trigger request pending, in no particular order. A job in the default
+	// state (running, nothing pending) may be left out. Schedulers call it
+	// about twice a second, so it should cost one round trip.
+	JobStates(ctx context.Context) ([]JobState, error)
+
+	// Prune deletes what the ledger no longer needs and reports how much it
+	// deleted. It always deletes the claims whose retention has passed; run
+	// records and trigger requests as p says. Several nodes may prune at
+	// once; the result is the same as one prune.
+	Prune(ctx context.Context, p PruneParams) (PruneResult, error)
+}
+
+// ErrClaimed is wrapped by the *ClaimedError that Ledger.Claim returns for
+// a key another token has claimed.
+var ErrClaimed = errors.New("tasklock: tick already claimed")
+
+// ClaimedError is the per-claim result of Ledger.Claim when another token
+// claimed the key first. Node and At describe that claim when the store can
+// tell.
+type ClaimedError struct {
+	Node string    // the claiming node's name, "" when unknown
+	At   time.Time // when it was claimed, by the store's clock; zero when unknown
+}
+
+// Error implements error.
+func (e *ClaimedError) Error() string {
+	if e.Node == "" {
+		return ErrClaimed.Error()
+	}
+	return ErrClaimed.Error() + " by " + e.Node
+}
+
+// Unwrap returns ErrClaimed.
+func (e *ClaimedError) Unwrap() error { return ErrClaimed }
+
+// ClaimParams names one tick to claim in Ledger.Claim. The key is (Job,
+// Tick, Trigger).
+type ClaimParams struct {
+	Job string
+	// Tick is the scheduled instant, in UTC and a whole second; for a
+	// trigger-now request, the TriggerRequest.At the store returned.
+	Tick time.Time
+	// Trigger is "" for a scheduled tick and the request's ID for a
+	// trigger-now run.
+	Trigger string
+	// Node is the claiming node's name, shown to others in ClaimedError.
+	Node string
+	// Token identifies the claimer: random, unique per scheduler instance.
+	// A claim the same token already holds succeeds again.
+	Token string
+	// Retain is how long the store keeps the claim at least, from the
+	// moment it is made, by the store's clock. Positive.
+	Retain time.Duration
+}
+
+// RunStatus is the outcome of a run, as recorded in the ledger.
+type RunStatus string
+
+// The run statuses.
+const (
+	RunOK      RunStatus = "ok"      // the handler returned nil with the job's lock held throughout
+	RunFailed  RunStatus = "failed"  // the handler returned an error or panicked, or the lock could not be taken
+	RunTimeout RunStatus = "timeout" // the attempt's timeout or the job's MaxHold ended it
+	RunLost    RunStatus = "lost"    // the job's lock was lost while the handler ran
+	RunSkipped RunStatus = "skipped" // not run: the previous run still held the job's lock, or the node shut down first
+	RunMissed  RunStatus = "missed"  // not run: the tick came while no node ran the job, and the misfire policy passed it over
+)
+
+// RunKey identifies one run record: one attempt at one tick (or trigger) of
+// one job.
+type RunKey struct {
+	Job     string
+	Tick    time.Time
+	Trigger string
+	Attempt int
+}
+
+// RunRecord is one entry of a job's history.
+type RunRecord struct {
+	Job     string
+	Tick    time.Time // the scheduled instant (UTC); for a trigger, the request's time
+	Trigger string    // the trigger request's ID; "" for a scheduled tick
+	Attempt int       // 1 for the first attempt; 0 when none was made (skipped, missed)
+	Node    string    // the node that claimed the tick
+	Fence   uint64    // the job lock's fence; 0 when no lock was held
+	Start   time.Time // when the attempt started, by the node's clock; zero if it never did
+	End     time.Time // when it ended, by the node's clock
+	Status  RunStatus
+	Error   string // the error, "" with RunOK
+	Output  string // the tail of what the handler wrote to Run.Output
+	// Recorded is set by the store to its clock when the record is written;
+	// Prune measures age by it.
+	Recorded time.Time
+}
+
+// Key returns the record's RunKey.
+func (r *RunRecord) Key() RunKey {
+	return RunKey{Job: r.Job, Tick: r.Tick, Trigger: r.Trigger, Attempt: r.Attempt}
+}
+
+// RunQuery selects run records in Ledger.Runs. Zero fields select
+// everything.
+type RunQuery struct {
+	Job    string    // only this job; "" for every job
+	From   time.Time // only ticks at or after From; zero: no lower bound
+	To     time.Time // only ticks before To; zero: no upper bound
+	Status RunStatus // only this status; "" for any
+	Limit  int       // at most this many records; 0: no limit
+	// Before continues a listing: only records that come after this key in
+	// the listing order (that is, older) are returned. Pass the Key of the
+	// last record of the previous page.
+	Before *RunKey
+}
+
+// JobState is the stored state of one job that every node obeys.
+type JobState struct {
+	Job      string
+	Paused   bool
+	Triggers []TriggerRequest // pending trigger-now requests, oldest first
+}
+
+// TriggerRequest is a pending request to run a job now, once, on one node.
+type TriggerRequest struct {
+	ID string    // chosen by the requester: random, unique
+	At time.Time // when the store received it, by its clock
+}
+
+// JobStateOp is the change SetJobState makes.
+type JobStateOp uint8
+
+// The job state changes.
+const (
+	JobPause       JobStateOp = iota + 1 // set Paused
+	JobResume                            // clear Paused
+	JobTrigger                           // add a TriggerRequest with ID Trigger, At the store's now
+	JobTriggerDone                       // remove the TriggerRequest with ID Trigger
+)
+
+// JobStateParams are the inputs of Ledger.SetJobState.
+type JobStateParams struct {
+	Job     string
+	Op      JobStateOp
+	Trigger string // JobTrigger and JobTriggerDone: the request's ID
+}
+
+// PruneParams say which run records and trigger requests Ledger.Prune
+// deletes. Expired claims are always deleted.
+type PruneParams struct {
+	// RunsOlderThan deletes run records recorded more than this long before
+	// the store's now. Zero: none by age.
+	RunsOlderThan time.Duration
+	// KeepPerJob then keeps only each job's newest KeepPerJob records, in
+	// the order Runs lists them. Zero: no limit by count.
+	KeepPerJob int
+	// TriggersOlderThan deletes trigger requests received more than this
+	// before the store's now, so that a request no node took does not wait
+	// for ever. Zero: none.
+	TriggersOlderThan time.Duration
+}
+
+// PruneResult counts what Ledger.Prune deleted. Stores that cannot count
+// cheaply may report zero.
+type PruneResult struct {
+	Claims   int
+	Runs     int
+	Triggers int
+}
