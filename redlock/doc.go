@@ -1,0 +1,133 @@
+// Package redlock keeps tasklock leases on N independent Redis servers (N
+// odd, at least 3) and grants a lock when a majority of them grant it: the
+// RedLock algorithm from the Redis documentation ("Distributed Locks with
+// Redis"), with each node run by a redisstore.Store and its scripts.
+//
+//	clients := []redis.UniversalClient{
+//		redis.NewClient(&redis.Options{Addr: "redis-a:6379", ContextTimeoutEnabled: true}),
+//		redis.NewClient(&redis.Options{Addr: "redis-b:6379", ContextTimeoutEnabled: true}),
+//		redis.NewClient(&redis.Options{Addr: "redis-c:6379", ContextTimeoutEnabled: true}),
+//	}
+//	store, err := redlock.New(clients, nil)
+//	locker, err := tasklock.New(store, nil)
+//
+// The Store implements driver.Store, driver.Notifier (waiters are woken by
+// pub/sub on every node), driver.Lister and driver.ForceReleaser. It
+// tolerates the failure of any minority of the nodes: with 3 nodes, locks are
+// obtained, kept and released while one node is down or cut off.
+//
+// # How a lock is kept
+//
+// Every call goes to all nodes at once. It waits for every node up to the
+// node timeout (Options.NodeTimeout; by default TTL/20, at most 50 ms), and
+// after that only until a majority has answered: a minority of nodes that
+// are down, cut off or paused costs each call at most the node timeout, and
+// a majority that is slow (a loaded machine) is waited for, up to the
+// lease's validity and at most 1 s.
+//
+//   - Acquire runs redisstore's acquire script (SET PX with a fence from the
+//     node's counter) on every node. The lock is granted when a majority
+//     granted it and the lease is still valid after the time that took:
+//     TTL − elapsed − drift > 0, with drift = 1% of the TTL + 2 ms. The
+//     Locker counts the holder's local validity from the moment it sent the
+//     request in any case, so the holder never trusts the lease longer than
+//     the slowest granting node allows. When the quorum fails, Acquire
+//     releases what it got on every node (token-checked) before returning,
+//     and a grant that arrives after the decision when it arrives. It
+//     returns a *driver.HeldError when the key is held or contended (enough nodes
+//     answered for a majority, and some are held by another owner), a
+//     *QuorumError naming each failed node when fewer than a majority
+//     answered, an error wrapping ErrTooSlow when the majority came too late.
+//   - Renew sends each node one batched redisstore Renew call. A lease is
+//     renewed only when a majority of the nodes renewed it. When so many
+//     nodes say "not held" that no majority can have renewed it, its result
+//     is driver.ErrNotHeld and the holder's Done closes at once; when too
+//     many nodes failed to tell, it is a *QuorumError, which the Locker
+//     retries until the lease's local validity ends (and Done closes then).
+//   - Release deletes the lease on every node (token-checked). It succeeds
+//     when any node held it, unless a majority did not: then the lease was
+//     no longer held as a lock, and it returns driver.ErrNotHeld. Each node
+//     that deletes the lease publishes the release, so waiters wake through
+//     any node that held it.
+//
+// A lease is not re-created on a node that lost it (one that was down at the
+// grant, or restarted): until its next grant such a lock is kept by fewer
+// nodes and survives fewer further failures.
+//
+// Set ContextTimeoutEnabled on the clients. Without it go-redis ignores the
+// context's deadline once a command is sent: the store still stops waiting
+// for a silent node at the node timeout, but the abandoned call holds its
+// connection until the client's ReadTimeout (3 s by default).
+//
+// # Fences
+//
+// Each node keeps its own fence counter per key (redisstore's
+// Prefix{K}:fence). A grant's fence is the highest of the granting nodes'
+// counters after their INCR, and before Acquire returns, every granting node
+// whose counter is lower is raised to that fence (one more round trip, only
+// when the counters differ, as they do after a node missed grants). So after
+// a grant with fence f, a majority of the nodes have counters of at least f.
+// Any later majority shares a node with it, whose INCR gives more than f:
+// while every node remembers its counters, fences strictly increase.
+//
+// That is weaker than the fences of pgstore or etcdstore, which come from one
+// durable, linearizable sequence or revision that every grant passes
+// through. Here the counters are N separate in-memory values, and the
+// argument above needs every node to remember:
+//
+//   - A node restarted without persistence comes back with no leases and
+//     every counter at zero. If a lock was held on nodes 1 and 2 and node 2
+//     restarts empty at once, nodes 2 and 3 form a new majority and grant the
+//     key to a second holder while the first one's lease is still valid:
+//     two holders. The new grant's fence is the maximum of two forgotten or
+//     lagging counters, so it can be lower than the first holder's: a fenced
+//     resource then rejects the new holder and keeps accepting the old one.
+//     This is the failure Martin Kleppmann describes in "How to do
+//     distributed locking" (2016); the package's tests reproduce it.
+//   - With appendfsync everysec a crash loses up to a second of grants and
+//     counter increments, and with RDB snapshots everything since the last
+//     one: the same failure, over a shorter window.
+//   - RedLock assumes bounded network delay, process pauses and clock
+//     rates. The Locker closes Done at the end of local validity, but a
+//     holder paused between checking Done and writing acts on a lost lock;
+//     only the fence stops its write, and only as reliably as above.
+//   - Expiries are kept in each node's wall-clock time: a node whose clock
+//     jumps forward ends its copies early, which counts like a restart
+//     without persistence.
+//
+// # What it requires of operators
+//
+// The Redis documentation gives two ways to keep a restarted node from
+// granting twice, and one of them must hold for every node:
+//
+//   - Persistence: run every node with appendonly yes and appendfsync
+//     always, so each grant, renewal and counter increment is on disk before
+//     the reply (every write then waits for an fsync). Leases and counters
+//     survive a restart, and so do strictly increasing fences.
+//   - Delayed restart: a node that crashed or was restarted without
+//     persistence must stay down for at least the longest TTL any client
+//     uses (tasklock.DefaultTTL is 10 s; count MaxHold-bounded and extended
+//     leases too) before it rejoins, so that every lease it knew has
+//     expired before it can grant again. Supervisors must not restart Redis
+//     at once (systemd RestartSec, Kubernetes restart backoff at least the
+//     maximum TTL), and operators must not restart nodes one after another
+//     faster than that. This prevents two holders, but not lower fences: the
+//     restarted node's counters start again from zero, and a later majority
+//     made of it and nodes that missed grants can hand out a fence below an
+//     earlier one. Where fences must never go down, use persistence.
+//
+// Also keep the nodes' clocks from stepping (slew them), use a maxmemory
+// policy that cannot evict keys without an expiry (noeviction or
+// volatile-*), and never give New two clients for one server, or nodes that
+// replicate each other. A node may be a Sentinel-managed master
+// (redis.NewFailoverClient), but replication is asynchronous: a failover
+// that loses the last writes counts like a restart without persistence, and
+// the delayed-restart rule cannot be kept for it.
+//
+// # Errors
+//
+// Besides driver.ErrNotHeld and *driver.HeldError, calls may return a
+// *QuorumError (errors.As), whose NodeErrors name each failed node and wrap
+// its error; Acquire may return errors wrapping ErrTooSlow and
+// redisstore.ErrKey. The store never logs.
+package redlock

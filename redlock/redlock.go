@@ -1,0 +1,683 @@
+package redlock
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tasklock/tasklock/driver"
+	"github.com/tasklock/tasklock/redisstore"
+)
+
+// DefaultPrefix is the key prefix when Options.Prefix is empty: the same as
+// redisstore's, so the nodes hold the same keys a redisstore.Store would.
+const DefaultPrefix = redisstore.DefaultPrefix
+
+// DefaultNodeTimeout caps the node timeout (see Options.NodeTimeout) of
+// Acquire and Renew when Options.NodeTimeout is zero, and is the node
+// timeout of Release and ForceRelease then.
+const DefaultNodeTimeout = 50 * time.Millisecond
+
+// minNodeTimeout is the least default node timeout, for very short leases.
+const minNodeTimeout = 2 * time.Millisecond
+
+//go:embed raise.lua
+var raiseSrc string
+
+var raiseScript = redis.NewScript(raiseSrc)
+
+// Options configures a Store. A nil *Options means all defaults; zero fields
+// take their defaults. New never writes into it.
+type Options struct {
+	// Prefix starts every key the store writes on every node, as in
+	// redisstore.Options.Prefix. It must not contain '{' or '}'.
+	// Default: DefaultPrefix.
+	Prefix string
+
+	// NodeTimeout is how long a call waits for every node. A node that has
+	// not answered by then counts as failed as soon as a majority of the
+	// nodes have answered, so a dead or cut-off minority delays each
+	// Acquire and Renew by this much (and Acquire's time counts against the
+	// lease's validity: keep it a small fraction of the TTL). While fewer
+	// than a majority have answered, the call waits on, up to the lease's
+	// validity for Acquire and Renew and at most 1 s: a slow majority is
+	// waited for, not failed. Zero: TTL/20, at least 2ms and at most
+	// DefaultNodeTimeout, computed per call (for Renew from the shortest
+	// TTL in the batch); DefaultNodeTimeout for Release and ForceRelease.
+	NodeTimeout time.Duration
+}
+
+// node is one independent Redis server.
+type node struct {
+	addr   string // for errors
+	client *redis.Client
+	store  *redisstore.Store
+}
+
+// Store keeps leases on N independent Redis nodes and grants a lock when a
+// majority of them grant it (the RedLock algorithm). It implements
+// driver.Store, driver.Notifier, driver.Lister and driver.ForceReleaser, and
+// is safe for concurrent use. Create it with New.
+type Store struct {
+	nodes       []*node
+	quorum      int
+	prefix      string
+	nodeTimeout time.Duration
+	now         func() time.Time // time.Now; tests move it
+
+	lateMu sync.Mutex
+	late   map[string]*lateState // by token: grants with answers to come
+}
+
+var (
+	_ driver.Store         = (*Store)(nil)
+	_ driver.Notifier      = (*Store)(nil)
+	_ driver.Lister        = (*Store)(nil)
+	_ driver.ForceReleaser = (*Store)(nil)
+)
+
+// New returns a Store over clients, one *redis.Client per independent Redis
+// server (no replicas, no Cluster: the nodes must fail independently). Their
+// number must be odd and at least 3. A *redis.Client from
+// redis.NewFailoverClient is accepted as one node, but see the package
+// documentation. New validates clients and opts and returns an error naming
+// the offending one. The caller keeps ownership of the clients: the Store
+// never closes them.
+func New(clients []redis.UniversalClient, opts *Options) (*Store, error) {
+	n := len(clients)
+	if n < 3 || n%2 == 0 {
+		return nil, fmt.Errorf("redlock: clients: %d given, need an odd number of at least 3", n)
+	}
+	s := &Store{quorum: n/2 + 1, prefix: DefaultPrefix, now: time.Now, late: make(map[string]*lateState)}
+	if opts != nil {
+		if opts.Prefix != "" {
+			if strings.ContainsAny(opts.Prefix, "{}") {
+				return nil, fmt.Errorf("redlock: Options.Prefix %q must not contain '{' or '}'", opts.Prefix)
+			}
+			s.prefix = opts.Prefix
+		}
+		if opts.NodeTimeout < 0 {
+			return nil, fmt.Errorf("redlock: Options.NodeTimeout is %s, must not be negative", opts.NodeTimeout)
+		}
+		s.nodeTimeout = opts.NodeTimeout
+	}
+	seen := make(map[string]int, n)
+	for i, uc := range clients {
+		c, ok := uc.(*redis.Client)
+		switch {
+		case uc == nil || (ok && c == nil):
+			return nil, fmt.Errorf("redlock: clients[%d] is nil", i)
+		case !ok:
+			return nil, fmt.Errorf("redlock: clients[%d] has type %T, want *redis.Client (one independent Redis server per client)", i, uc)
+		}
+		for j, other := range s.nodes {
+			if other.client == c {
+				return nil, fmt.Errorf("redlock: clients[%d] is the same client as clients[%d]", i, j)
+			}
+		}
+		o := c.Options()
+		addr := o.Addr
+		if addr == "FailoverClient" { // go-redis's placeholder: the master moves
+			addr = "clients[" + strconv.Itoa(i) + "]"
+		} else {
+			id := o.Network + " " + addr
+			if j, dup := seen[id]; dup {
+				return nil, fmt.Errorf("redlock: clients[%d] has the same address %s as clients[%d]: the nodes must be independent servers", i, addr, j)
+			}
+			seen[id] = i
+		}
+		st, err := redisstore.New(c, &redisstore.Options{Prefix: s.prefix})
+		if err != nil {
+			return nil, fmt.Errorf("redlock: clients[%d]: %w", i, err)
+		}
+		s.nodes = append(s.nodes, &node{addr: addr, client: c, store: st})
+	}
+	return s, nil
+}
+
+// timeout returns the per-node timeout of a call about leases of ttl, or of
+// a call without a lease length when ttl is zero.
+func (s *Store) timeout(ttl time.Duration) time.Duration {
+	if s.nodeTimeout > 0 {
+		return s.nodeTimeout
+	}
+	if ttl <= 0 {
+		return DefaultNodeTimeout
+	}
+	return min(DefaultNodeTimeout, max(ttl/20, minNodeTimeout))
+}
+
+// drift is RedLock's allowance for the nodes' clocks running at other rates
+// than the client's: 1% of the TTL plus 2ms for the nodes' expiry
+// resolution.
+func drift(ttl time.Duration) time.Duration {
+	return ttl/100 + 2*time.Millisecond
+}
+
+// patience is the most a call waits for a majority of the nodes to answer
+// (less for Acquire and Renew when the lease's validity is shorter).
+const patience = time.Second
+
+// result is one node's answer in a fan-out.
+type result[T any] struct {
+	val      T
+	err      error
+	answered bool // false: err says why there is no answer
+}
+
+// wait says how long a fan-out waits for the nodes' answers: for every node
+// until nodeTimeout, then only while fewer than quorum nodes have given a
+// definite answer, and never past limit (zero: until ctx ends). A call
+// cannot decide without a majority of definite answers, so a slow majority,
+// on a loaded machine say, is waited for rather than failed; a dead or
+// silent minority costs nodeTimeout.
+type wait struct {
+	nodeTimeout time.Duration
+	limit       time.Duration
+	quorum      int
+	callTimeout time.Duration // bounds each node's call; zero: only its context does
+}
+
+// fanOut calls do on every node at once, each under calls (bounded by
+// w.callTimeout), and collects the answers as w says, while ctx lasts.
+// definite tells an answer that counts towards the quorum from a failure.
+// Nodes without an answer get an error wrapping context.DeadlineExceeded or
+// ctx's error. Their calls run on, and whether they are cancelled is up to
+// the caller's calls context: a renewal or a release that is merely slow
+// should still reach its node. A call's answer that comes after fanOut
+// returned is passed to late, when not nil, on the call's goroutine.
+// Cancelling a call stops go-redis's retries; with ContextTimeoutEnabled the
+// client also stops waiting for the reply (without it, a call to a silent
+// node waits for the client's ReadTimeout).
+func fanOut[T any](ctx, calls context.Context, w wait, nodes []*node,
+	do func(context.Context, *node) (T, error),
+	definite func(T, error) bool,
+	late func(i int, v T, err error),
+) []result[T] {
+	type reply struct {
+		i   int
+		val T
+		err error
+	}
+	var (
+		mu       sync.Mutex
+		returned bool                           // guarded by mu
+		ch       = make(chan reply, len(nodes)) // sent to only under mu, before returned
+	)
+	for i, n := range nodes {
+		go func() {
+			cctx := calls
+			if w.callTimeout > 0 {
+				var cancel context.CancelFunc
+				cctx, cancel = context.WithTimeout(calls, w.callTimeout)
+				defer cancel()
+			}
+			v, err := do(cctx, n)
+			mu.Lock()
+			if !returned {
+				ch <- reply{i, v, err}
+				mu.Unlock()
+				return
+			}
+			mu.Unlock()
+			if late != nil {
+				late(i, v, err)
+			}
+		}()
+	}
+
+	out := make([]result[T], len(nodes))
+	answered, sure := 0, 0
+	record := func(r reply) {
+		out[r.i] = result[T]{val: r.val, err: r.err, answered: true}
+		answered++
+		if definite(r.val, r.err) {
+			sure++
+		}
+	}
+	straggle := time.NewTimer(w.nodeTimeout)
+	defer straggle.Stop()
+	var limit <-chan time.Time
+	if w.limit > 0 {
+		t := time.NewTimer(w.limit)
+		defer t.Stop()
+		limit = t.C
+	}
+	var why func() error // why the nodes still without an answer have none
+	straggled := false
+wait:
+	for answered < len(nodes) {
+		select {
+		case r := <-ch:
+			record(r)
+			if !straggled || sure < w.quorum {
+				continue
+			}
+		case <-straggle.C:
+			straggled = true
+			if sure < w.quorum {
+				continue
+			}
+		case <-limit:
+			why = func() error { return fmt.Errorf("no answer within %v: %w", w.limit, context.DeadlineExceeded) }
+			break wait
+		case <-ctx.Done():
+			why = func() error { return fmt.Errorf("no answer: %w", ctx.Err()) }
+			break wait
+		}
+		why = func() error { return fmt.Errorf("no answer within %v: %w", w.nodeTimeout, context.DeadlineExceeded) }
+		break
+	}
+	mu.Lock()
+	returned = true
+	mu.Unlock()
+	for len(ch) > 0 { // answers sent before returned was set
+		record(<-ch)
+	}
+	if answered < len(nodes) {
+		err := why()
+		for i := range out {
+			if !out[i].answered {
+				out[i].err = err
+			}
+		}
+	}
+	return out
+}
+
+// succeeded is the definite answer of calls whose only definite answer is
+// success.
+func succeeded[T any](_ T, err error) bool { return err == nil }
+
+// okOrNotHeld is the definite answer of releases.
+func okOrNotHeld[T any](_ T, err error) bool { return err == nil || errors.Is(err, driver.ErrNotHeld) }
+
+// isHeld reports whether err is a node's "held by another owner".
+func isHeld(err error) bool {
+	var he *driver.HeldError
+	return errors.As(err, &he)
+}
+
+// leaseWait is how long a call about leases of ttl waits: the lease's
+// validity bounds it, since an answer after that is of no use.
+func (s *Store) leaseWait(ttl time.Duration) wait {
+	limit := max(min(patience, ttl-drift(ttl)), minNodeTimeout)
+	return wait{nodeTimeout: min(s.timeout(ttl), limit), limit: limit, quorum: s.quorum, callTimeout: patience}
+}
+
+// quorumError builds a *QuorumError: detail says what the nodes that did
+// not fail answered.
+func (s *Store) quorumError(op, key, detail string, failed []*NodeError) *QuorumError {
+	return &QuorumError{Op: op, Key: key, Nodes: len(s.nodes), Quorum: s.quorum, Failed: failed, detail: detail}
+}
+
+// Acquire implements driver.Store. It runs redisstore's acquire script on
+// every node at once and grants the lock when a majority granted it and the
+// time taken leaves the lease valid (TTL − elapsed − drift > 0). It waits
+// for every node up to the node timeout and, while fewer than a majority
+// have answered, up to the lease's validity (at most 1 s). The fence is the
+// highest of the granting nodes' fences; nodes whose counter was below it
+// are raised to it before Acquire returns (see the package documentation,
+// "Fences").
+//
+// When the quorum fails, every grant is released again (token-checked)
+// before Acquire returns, and a grant that arrives later is released when it
+// arrives. The error is then:
+//   - a *driver.HeldError when a majority of the nodes answered and some are
+//     held by another owner: the owner most nodes named, with the shortest of
+//     its remaining TTLs;
+//   - a *QuorumError naming each failed node when fewer than a majority
+//     answered;
+//   - an error wrapping ErrTooSlow when a majority granted but too late.
+func (s *Store) Acquire(ctx context.Context, p driver.AcquireParams) (driver.Grant, error) {
+	if p.Key == "" || p.Key[0] == '}' {
+		return driver.Grant{}, fmt.Errorf("%w: %q: a key must not be empty or start with '}'", redisstore.ErrKey, p.Key)
+	}
+	if p.TTL <= 0 {
+		return driver.Grant{}, fmt.Errorf("redlock: TTL is %s, must be positive", p.TTL)
+	}
+	if err := ctx.Err(); err != nil {
+		return driver.Grant{}, fmt.Errorf("redlock: acquire %q: %w", p.Key, err)
+	}
+	start := s.now()
+	w := s.leaseWait(p.TTL)
+	rp := driver.ReleaseParams{Key: p.Key, Token: p.Token}
+
+	// A node that answers after the decision did not count towards it.
+	// When the lock was not granted, whatever it granted is released. When
+	// it was, its copy is the holder's (renewals and the release cover it),
+	// unless the holder has released the lock meanwhile. granted is written
+	// before decided is closed.
+	decided := make(chan struct{})
+	granted := false
+	defer close(decided)
+	late := func(i int, _ uint64, err error) {
+		<-decided
+		if !isHeld(err) && (!granted || s.releasedMeanwhile(p.Token)) {
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), patience)
+			_ = s.nodes[i].store.Release(ctx, rp)
+			cancel()
+		}
+		if granted {
+			s.lateDone(p.Token)
+		}
+	}
+	// The calls outlive a cancelled ctx, so that late answers are handled;
+	// they are cancelled when the lock is not granted (go-redis must not
+	// retry them later), and otherwise run on to give the lease its copies.
+	calls, cancelCalls := context.WithCancel(context.WithoutCancel(ctx))
+	rs := fanOut(ctx, calls, w, s.nodes, func(ctx context.Context, n *node) (uint64, error) {
+		g, err := n.store.Acquire(ctx, p)
+		return g.Fence, err
+	}, func(_ uint64, err error) bool { return err == nil || isHeld(err) }, late)
+
+	var (
+		grants []int
+		held   []*driver.HeldError
+		failed []*NodeError
+	)
+	for i, r := range rs {
+		var he *driver.HeldError
+		switch {
+		case r.err == nil:
+			grants = append(grants, i)
+		case errors.As(r.err, &he):
+			held = append(held, he)
+		default:
+			failed = append(failed, &NodeError{Addr: s.nodes[i].addr, Err: r.err})
+		}
+	}
+
+	if len(grants) >= s.quorum {
+		fence, raiseFailed := s.raise(ctx, p, start, rs, grants)
+		elapsed := s.now().Sub(start)
+		switch {
+		case len(grants)-len(raiseFailed) < s.quorum:
+			cancelCalls()
+			s.undo(ctx, p, rs)
+			return driver.Grant{}, s.quorumError("acquire", p.Key,
+				fmt.Sprintf("granted on %d, but raising the fence counters failed", len(grants)), append(failed, raiseFailed...))
+		case p.TTL-elapsed-drift(p.TTL) <= 0:
+			cancelCalls()
+			s.undo(ctx, p, rs)
+			return driver.Grant{}, fmt.Errorf("redlock: acquire %q: %w: %d of %d nodes granted after %v, with a TTL of %v",
+				p.Key, ErrTooSlow, len(grants), len(s.nodes), elapsed.Round(time.Microsecond), p.TTL)
+		}
+		granted = true
+		if s.expectLate(p.Token, rs) {
+			time.AfterFunc(patience, cancelCalls) // the calls' own bound
+		} else {
+			cancelCalls()
+		}
+		return driver.Grant{Fence: fence}, nil
+	}
+
+	cancelCalls()
+	s.undo(ctx, p, rs)
+	if len(held) > 0 && len(grants)+len(held) >= s.quorum {
+		// A majority answered: the lock is held or contended, and a
+		// release will wake the waiters.
+		return driver.Grant{}, heldView(held)
+	}
+	return driver.Grant{}, s.quorumError("acquire", p.Key,
+		fmt.Sprintf("granted on %d, held on %d", len(grants), len(held)), failed)
+}
+
+// lateState tracks the nodes that had not answered when a lock was granted.
+type lateState struct {
+	pending  int  // answers still to come
+	released bool // the holder released the lock meanwhile
+}
+
+// expectLate records that the nodes without an answer in rs may still
+// answer the grant of token, and reports whether there are any.
+func (s *Store) expectLate(token string, rs []result[uint64]) bool {
+	n := 0
+	for _, r := range rs {
+		if !r.answered {
+			n++
+		}
+	}
+	if n == 0 {
+		return false
+	}
+	s.lateMu.Lock()
+	s.late[token] = &lateState{pending: n}
+	s.lateMu.Unlock()
+	return true
+}
+
+// releasedMeanwhile reports whether the holder of token has called Release
+// since the grant. A Release that starts after it reported false reaches
+// each node after the late answer did, so it deletes that copy itself.
+func (s *Store) releasedMeanwhile(token string) bool {
+	s.lateMu.Lock()
+	defer s.lateMu.Unlock()
+	st := s.late[token]
+	return st != nil && st.released
+}
+
+// lateDone records that one of the late answers has been dealt with.
+func (s *Store) lateDone(token string) {
+	s.lateMu.Lock()
+	defer s.lateMu.Unlock()
+	if st := s.late[token]; st != nil {
+		if st.pending--; st.pending == 0 {
+			delete(s.late, token)
+		}
+	}
+}
+
+// releasing marks a lock with answers still to come as released. Release
+// calls it before it sends anything.
+func (s *Store) releasing(token string) {
+	s.lateMu.Lock()
+	if st := s.late[token]; st != nil {
+		st.released = true
+	}
+	s.lateMu.Unlock()
+}
+
+// heldView is the holder as a majority of the "held" answers see it: the
+// owner named most often (the first such in node order on a tie) and the
+// shortest remaining TTL among its answers.
+func heldView(held []*driver.HeldError) *driver.HeldError {
+	counts := make(map[string]int, len(held))
+	best := held[0].Owner
+	for _, h := range held {
+		counts[h.Owner]++
+		if counts[h.Owner] > counts[best] {
+			best = h.Owner
+		}
+	}
+	out := &driver.HeldError{Owner: best}
+	for _, h := range held {
+		if h.Owner == best && h.TTL > 0 && (out.TTL == 0 || h.TTL < out.TTL) {
+			out.TTL = h.TTL
+		}
+	}
+	return out
+}
+
+// raise returns the grant's fence, the highest among the granting nodes,
+// and raises the fence counter of every granting node that is below it, in
+// parallel, within what is left of the lease's validity. It returns the
+// nodes where that failed.
+func (s *Store) raise(ctx context.Context, p driver.AcquireParams, start time.Time, rs []result[uint64], granted []int) (uint64, []*NodeError) {
+	var fence uint64
+	for _, i := range granted {
+		fence = max(fence, rs[i].val)
+	}
+	var behind []*node
+	for _, i := range granted {
+		if rs[i].val < fence {
+			behind = append(behind, s.nodes[i])
+		}
+	}
+	if len(behind) == 0 {
+		return fence, nil
+	}
+	counter := []string{s.prefix + "{" + p.Key + "}:fence"}
+	arg := strconv.FormatUint(fence, 10)
+	w := s.leaseWait(p.TTL)
+	w.limit = max(w.limit-s.now().Sub(start), minNodeTimeout)
+	w.nodeTimeout = min(w.nodeTimeout, w.limit)
+	w.quorum = len(behind) // wait for all of them
+	res := fanOut(ctx, ctx, w, behind, func(ctx context.Context, n *node) (int64, error) {
+		return raiseScript.Run(ctx, n.client, counter, arg).Int64()
+	}, succeeded, nil)
+	var failed []*NodeError
+	for i, r := range res {
+		if r.err != nil {
+			failed = append(failed, &NodeError{Addr: behind[i].addr, Err: fmt.Errorf("raise fence counter: %w", r.err)})
+		}
+	}
+	return fence, failed
+}
+
+// undo releases a failed acquisition, token-checked, on every node that
+// answered other than "held", even if ctx has ended: the grants are ours to
+// remove, and a grant left behind would block its node until its TTL. These
+// nodes have just answered, so it waits for all of them, at most 1 s. Nodes
+// that have not answered are released when they do (see Acquire).
+func (s *Store) undo(ctx context.Context, p driver.AcquireParams, rs []result[uint64]) {
+	var nodes []*node
+	for i, r := range rs {
+		if r.answered && !isHeld(r.err) {
+			nodes = append(nodes, s.nodes[i])
+		}
+	}
+	if len(nodes) == 0 {
+		return
+	}
+	rp := driver.ReleaseParams{Key: p.Key, Token: p.Token}
+	detached := context.WithoutCancel(ctx)
+	fanOut(detached, detached, wait{nodeTimeout: s.timeout(p.TTL), limit: patience, quorum: len(nodes), callTimeout: patience}, nodes,
+		func(ctx context.Context, n *node) (struct{}, error) {
+			return struct{}{}, n.store.Release(ctx, rp)
+		}, okOrNotHeld, nil)
+}
+
+// Renew implements driver.Store: one redisstore Renew call per node (one
+// round trip per node, batched as redisstore batches), all nodes at once,
+// waiting as Acquire does for the shortest TTL in the batch. A lease is
+// renewed when a majority of the nodes renewed it. Its result is
+// driver.ErrNotHeld when so many nodes said "not held" that no majority can
+// have renewed it, and otherwise (too many nodes failed to tell) a
+// *QuorumError, which the Locker retries while the lease is still valid.
+// When fewer than a majority of the nodes answered at all, the call as a
+// whole fails with a *QuorumError.
+func (s *Store) Renew(ctx context.Context, ps []driver.RenewParams) ([]error, error) {
+	if len(ps) == 0 {
+		return []error{}, nil
+	}
+	shortest := ps[0].TTL
+	for _, p := range ps {
+		if p.TTL <= 0 {
+			return nil, fmt.Errorf("redlock: renew %q: TTL is %s, must be positive", p.Key, p.TTL)
+		}
+		shortest = min(shortest, p.TTL)
+	}
+	// A renewal that is merely slow still extends its node's copy.
+	rs := fanOut(ctx, context.WithoutCancel(ctx), s.leaseWait(shortest), s.nodes, func(ctx context.Context, n *node) ([]error, error) {
+		res, err := n.store.Renew(ctx, ps)
+		if err == nil && len(res) != len(ps) {
+			err = fmt.Errorf("%d results for %d leases", len(res), len(ps))
+		}
+		return res, err
+	}, succeeded, nil)
+	var failed []*NodeError
+	for i, r := range rs {
+		if r.err != nil {
+			failed = append(failed, &NodeError{Addr: s.nodes[i].addr, Err: r.err})
+		}
+	}
+	if len(s.nodes)-len(failed) < s.quorum {
+		return nil, s.quorumError("renew", "", fmt.Sprintf("%d leases", len(ps)), failed)
+	}
+	out := make([]error, len(ps))
+	for j, p := range ps {
+		renewed, notHeld := 0, 0
+		for _, r := range rs {
+			switch {
+			case r.err != nil:
+			case r.val[j] == nil:
+				renewed++
+			default:
+				notHeld++
+			}
+		}
+		switch {
+		case renewed >= s.quorum:
+		case renewed+len(failed) < s.quorum:
+			out[j] = driver.ErrNotHeld
+		default:
+			out[j] = s.quorumError("renew", p.Key, fmt.Sprintf("renewed on %d, not held on %d", renewed, notHeld), failed)
+		}
+	}
+	return out, nil
+}
+
+// releaseWait is how long Release and ForceRelease wait.
+func (s *Store) releaseWait() wait {
+	return wait{nodeTimeout: s.timeout(0), limit: patience, quorum: s.quorum, callTimeout: patience}
+}
+
+// Release implements driver.Store: redisstore's release script on every
+// node at once (token-checked; each node that deletes the lease publishes
+// the release), waiting for every node up to the node timeout and for a
+// majority up to 1 s; a release still under way then runs on by itself. It
+// returns driver.ErrNotHeld when a majority of the nodes did not hold the
+// lease: it was not held as a lock any more, though a copy left on a
+// minority (a grant that came late, a node that missed the expiry's
+// renewals) is deleted all the same. Otherwise it succeeds when any node
+// released the lease, and returns a *QuorumError when too few nodes
+// answered to tell.
+func (s *Store) Release(ctx context.Context, p driver.ReleaseParams) error {
+	s.releasing(p.Token)
+	rs := fanOut(ctx, context.WithoutCancel(ctx), s.releaseWait(), s.nodes, func(ctx context.Context, n *node) (struct{}, error) {
+		return struct{}{}, n.store.Release(ctx, p)
+	}, okOrNotHeld, nil)
+	return s.anyDeleted("release", p.Key, rs)
+}
+
+// ForceRelease implements driver.ForceReleaser: it deletes the lease of key
+// on every node, whoever holds it, and wakes waiters. Like Release, it
+// returns driver.ErrNotHeld when a majority of the nodes did not have the
+// key held (a minority copy is deleted all the same).
+func (s *Store) ForceRelease(ctx context.Context, key string) error {
+	rs := fanOut(ctx, context.WithoutCancel(ctx), s.releaseWait(), s.nodes, func(ctx context.Context, n *node) (struct{}, error) {
+		return struct{}{}, n.store.ForceRelease(ctx, key)
+	}, okOrNotHeld, nil)
+	return s.anyDeleted("force release", key, rs)
+}
+
+// anyDeleted is the outcome of a release on every node.
+func (s *Store) anyDeleted(op, key string, rs []result[struct{}]) error {
+	released, notHeld := 0, 0
+	var failed []*NodeError
+	for i, r := range rs {
+		switch {
+		case r.err == nil:
+			released++
+		case errors.Is(r.err, driver.ErrNotHeld):
+			notHeld++
+		default:
+			failed = append(failed, &NodeError{Addr: s.nodes[i].addr, Err: r.err})
+		}
+	}
+	switch {
+	case notHeld >= s.quorum:
+		return driver.ErrNotHeld
+	case released > 0:
+		return nil
+	}
+	return s.quorumError(op, key, fmt.Sprintf("not held on %d", notHeld), failed)
+}

@@ -1,0 +1,707 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/tasklock/tasklock"
+	"github.com/tasklock/tasklock/driver"
+	"github.com/tasklock/tasklock/internal/testserver"
+	"github.com/tasklock/tasklock/redisstore"
+	"github.com/tasklock/tasklock/storetest"
+)
+
+func TestMain(m *testing.M) {
+	// go-redis logs failed dials to killed nodes; keep the output readable.
+	redis.SetLogger(discardLogger{})
+	goleak.VerifyTestMain(m)
+}
+
+type discardLogger struct{}
+
+func (discardLogger) Printf(context.Context, string, ...any) {}
+
+// prefixSeq gives every store in the test binary its own key prefix.
+var prefixSeq atomic.Int64
+
+func freshPrefix() string { return fmt.Sprintf("t%d:", prefixSeq.Add(1)) }
+
+func closeAtCleanup[C interface{ Close() error }](t *testing.T, c C) C {
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// startNodes starts n independent redis-servers.
+func startNodes(t *testing.T, n int, opts ...testserver.RedisOption) []*testserver.Redis {
+	t.Helper()
+	srvs := make([]*testserver.Redis, n)
+	for i := range srvs {
+		srvs[i] = testserver.StartRedis(t, opts...)
+	}
+	return srvs
+}
+
+func addrsOf(srvs []*testserver.Redis) []string {
+	out := make([]string, len(srvs))
+	for i, s := range srvs {
+		out[i] = s.Addr()
+	}
+	return out
+}
+
+// newClients returns one client per address with go-redis's defaults
+// (ContextTimeoutEnabled off: the store must cope with abandoned calls).
+func newClients(t *testing.T, addrs []string) []redis.UniversalClient {
+	cs := make([]redis.UniversalClient, len(addrs))
+	for i, a := range addrs {
+		cs[i] = closeAtCleanup(t, redis.NewClient(&redis.Options{Addr: a}))
+	}
+	return cs
+}
+
+// newStore returns a Store over addrs with a fresh prefix unless opts has
+// one.
+func newStore(t *testing.T, addrs []string, opts *Options) *Store {
+	t.Helper()
+	o := Options{Prefix: freshPrefix()}
+	if opts != nil {
+		o = *opts
+		if o.Prefix == "" {
+			o.Prefix = freshPrefix()
+		}
+	}
+	s, err := New(newClients(t, addrs), &o)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	return s
+}
+
+func newLocker(t *testing.T, s driver.Store, owner string) *tasklock.Locker {
+	t.Helper()
+	lk, err := tasklock.New(s, &tasklock.Config{Owner: owner})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lk.Close() })
+	return lk
+}
+
+// patient makes a store wait up to 1s for every node, so that a node slowed
+// down by a loaded machine is not given up on by tests that check each
+// node's state.
+var patient = &Options{NodeTimeout: time.Second}
+
+var tokenSeq atomic.Int64
+
+func token() string { return fmt.Sprintf("tok%d", tokenSeq.Add(1)) }
+
+func acquire(t *testing.T, s *Store, key, tok, owner string, ttl time.Duration) (uint64, error) {
+	t.Helper()
+	g, err := s.Acquire(ctxT(t), driver.AcquireParams{Key: key, Token: tok, Owner: owner, TTL: ttl})
+	return g.Fence, err
+}
+
+func mustAcquire(t *testing.T, s *Store, key, tok, owner string, ttl time.Duration) uint64 {
+	t.Helper()
+	f, err := acquire(t, s, key, tok, owner, ttl)
+	if err != nil {
+		t.Fatalf("Acquire(%q): %v", key, err)
+	}
+	return f
+}
+
+// plant grants key to tok on node i alone, bypassing the quorum.
+func plant(t *testing.T, s *Store, i int, key, tok, owner string, ttl time.Duration) {
+	t.Helper()
+	if _, err := s.nodes[i].store.Acquire(ctxT(t), driver.AcquireParams{Key: key, Token: tok, Owner: owner, TTL: ttl}); err != nil {
+		t.Fatalf("plant %q on node %d: %v", key, i, err)
+	}
+}
+
+// onNode reports whether node i has a lease on key, read straight from it.
+func onNode(t *testing.T, s *Store, i int, key string) bool {
+	t.Helper()
+	n, err := s.nodes[i].client.Exists(ctxT(t), s.prefix+"{"+key+"}").Result()
+	if err != nil {
+		t.Fatalf("node %d: %v", i, err)
+	}
+	return n == 1
+}
+
+func counter(t *testing.T, s *Store, i int, key string) int64 {
+	t.Helper()
+	n, err := s.nodes[i].client.Get(ctxT(t), s.prefix+"{"+key+"}:fence").Int64()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		t.Fatalf("node %d: %v", i, err)
+	}
+	return n
+}
+
+func TestNew(t *testing.T) {
+	c := func(addr string) redis.UniversalClient {
+		return closeAtCleanup(t, redis.NewClient(&redis.Options{Addr: addr}))
+	}
+	a, b, d := c("127.0.0.1:1"), c("127.0.0.1:2"), c("127.0.0.1:3")
+	cluster := closeAtCleanup(t, redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:4"}}))
+	var nilClient *redis.Client
+	tests := []struct {
+		name    string
+		clients []redis.UniversalClient
+		opts    *Options
+		want    string // substring of the error; "" for success
+	}{
+		{"three", []redis.UniversalClient{a, b, d}, nil, ""},
+		{"five", []redis.UniversalClient{a, b, d, c("127.0.0.1:5"), c("127.0.0.1:6")}, &Options{NodeTimeout: time.Second}, ""},
+		{"none", nil, nil, "clients: 0 given"},
+		{"one", []redis.UniversalClient{a}, nil, "clients: 1 given"},
+		{"even", []redis.UniversalClient{a, b, d, c("127.0.0.1:5")}, nil, "clients: 4 given"},
+		{"nil", []redis.UniversalClient{a, nil, d}, nil, "clients[1] is nil"},
+		{"typed nil", []redis.UniversalClient{a, b, nilClient}, nil, "clients[2] is nil"},
+		{"cluster", []redis.UniversalClient{a, cluster, d}, nil, "clients[1] has type *redis.ClusterClient"},
+		{"same client", []redis.UniversalClient{a, b, a}, nil, "clients[2] is the same client as clients[0]"},
+		{"same address", []redis.UniversalClient{a, b, c("127.0.0.1:2")}, nil, "clients[2] has the same address 127.0.0.1:2 as clients[1]"},
+		{"prefix", []redis.UniversalClient{a, b, d}, &Options{Prefix: "x{"}, "Options.Prefix"},
+		{"node timeout", []redis.UniversalClient{a, b, d}, &Options{NodeTimeout: -time.Second}, "Options.NodeTimeout"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var before Options
+			if tc.opts != nil {
+				before = *tc.opts
+			}
+			s, err := New(tc.clients, tc.opts)
+			if tc.opts != nil && *tc.opts != before {
+				t.Fatalf("New wrote into the caller's Options: %+v, was %+v", *tc.opts, before)
+			}
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("New: %v", err)
+			case tc.want == "":
+				if s.quorum != len(tc.clients)/2+1 {
+					t.Fatalf("quorum %d for %d nodes", s.quorum, len(tc.clients))
+				}
+			case err == nil:
+				t.Fatalf("New succeeded, want an error containing %q", tc.want)
+			case !strings.Contains(err.Error(), tc.want) || !strings.HasPrefix(err.Error(), "redlock: "):
+				t.Fatalf("New = %q, want an error containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestNodeTimeoutDefault(t *testing.T) {
+	s := &Store{}
+	for _, tc := range []struct{ ttl, want time.Duration }{
+		{0, DefaultNodeTimeout},
+		{10 * time.Second, 50 * time.Millisecond},
+		{time.Second, 50 * time.Millisecond},
+		{300 * time.Millisecond, 15 * time.Millisecond},
+		{10 * time.Millisecond, 2 * time.Millisecond},
+	} {
+		if got := s.timeout(tc.ttl); got != tc.want {
+			t.Errorf("timeout(%v) = %v, want %v", tc.ttl, got, tc.want)
+		}
+	}
+	s.nodeTimeout = time.Second
+	if got := s.timeout(10 * time.Millisecond); got != time.Second {
+		t.Errorf("with NodeTimeout set: %v", got)
+	}
+}
+
+func TestConformance(t *testing.T) {
+	addrs := addrsOf(startNodes(t, 3))
+	storetest.Run(t, func(t *testing.T) driver.Store { return newStore(t, addrs, nil) })
+}
+
+// With one of three nodes down, locks are obtained, kept and released.
+func TestQuorumOneNodeDown(t *testing.T) {
+	t.Parallel()
+	srvs := startNodes(t, 3)
+	s := newStore(t, addrsOf(srvs), nil)
+	a, b := newLocker(t, s, "a"), newLocker(t, s, "b")
+	ttl := 600 * time.Millisecond
+	la, err := a.TryObtain(ctxT(t), "job", &tasklock.ObtainOptions{TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srvs[0].Kill(t) // while held
+	deadline := time.Now().Add(4 * ttl)
+	for time.Now().Before(deadline) {
+		notObtainedWhileHeld(t, b, la)
+		time.Sleep(ttl / 4) // sampling interval
+	}
+	// b waits; a's release wakes it through the two live nodes.
+	got := make(chan *tasklock.Lock, 1)
+	errc := make(chan error, 1)
+	go func() {
+		l, err := b.Obtain(ctxT(t), "job", &tasklock.ObtainOptions{TTL: ttl})
+		if err != nil {
+			errc <- err
+			return
+		}
+		got <- l
+	}()
+	if err := la.Release(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case lb := <-got:
+		if lb.Fence() <= la.Fence() {
+			t.Fatalf("fence %d after %d", lb.Fence(), la.Fence())
+		}
+		if err := lb.Release(ctxT(t)); err != nil {
+			t.Fatal(err)
+		}
+	case err := <-errc:
+		t.Fatal(err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("b never obtained after a's release")
+	}
+}
+
+// With two of three nodes down (killed, or paused so that they never
+// answer), nothing is obtained, the error names both nodes, and the grant on
+// the live node is undone.
+func TestQuorumTwoNodesDown(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []string{"killed", "paused"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			srvs := startNodes(t, 3)
+			s := newStore(t, addrsOf(srvs), nil)
+			lk := newLocker(t, s, "a")
+			for _, srv := range srvs[:2] {
+				if mode == "killed" {
+					srv.Kill(t)
+				} else {
+					srv.Stop(t)
+					t.Cleanup(func() { srv.Cont(t) })
+				}
+			}
+			start := time.Now()
+			l, err := lk.TryObtain(ctxT(t), "job", &tasklock.ObtainOptions{TTL: time.Second})
+			took := time.Since(start)
+			if err == nil {
+				_ = l.Release(ctxT(t))
+				t.Fatal("obtained with two of three nodes down")
+			}
+			t.Logf("%v after %v", err, took)
+			var qe *QuorumError
+			if !errors.As(err, &qe) || errors.Is(err, tasklock.ErrNotObtained) {
+				t.Fatalf("error %v, want a *QuorumError", err)
+			}
+			if len(qe.Failed) != 2 || qe.Failed[0].Addr != srvs[0].Addr() || qe.Failed[1].Addr != srvs[1].Addr() {
+				t.Fatalf("failed nodes %v, want %s and %s", qe.Failed, srvs[0].Addr(), srvs[1].Addr())
+			}
+			for _, srv := range srvs[:2] {
+				if !strings.Contains(err.Error(), srv.Addr()) {
+					t.Fatalf("error %q does not name %s", err, srv.Addr())
+				}
+			}
+			if mode == "paused" && !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("error %v, want it to match context.DeadlineExceeded", err)
+			}
+			if onNode(t, s, 2, "job") {
+				t.Fatal("the grant on the live node was left behind")
+			}
+			if took > patience+time.Second {
+				t.Fatalf("took %v: the wait was not bounded", took)
+			}
+		})
+	}
+}
+
+// A failed quorum with answers from every node is "held": the holder is the
+// owner most nodes name, with its shortest TTL, and our own grant is undone.
+func TestHeldView(t *testing.T) {
+	t.Parallel()
+	s := newStore(t, addrsOf(startNodes(t, 3)), patient)
+	plant(t, s, 0, "k", token(), "x", 5*time.Second)
+	plant(t, s, 1, "k", token(), "y", 3*time.Second)
+	_, err := acquire(t, s, "k", token(), "z", time.Second)
+	var he *driver.HeldError
+	if !errors.As(err, &he) || he.Owner != "x" || he.TTL <= 3*time.Second || he.TTL > 5*time.Second {
+		t.Fatalf("split vote: %v (%+v), want held by x (a tie goes to the first node) for up to 5s", err, he)
+	}
+	if onNode(t, s, 2, "k") {
+		t.Fatal("the losing grant on node 2 was left behind")
+	}
+	ytok := token()
+	plant(t, s, 0, "k2", token(), "x", 5*time.Second)
+	plant(t, s, 1, "k2", ytok, "y", 3*time.Second)
+	plant(t, s, 2, "k2", ytok, "y", 4*time.Second)
+	_, err = acquire(t, s, "k2", token(), "z", time.Second)
+	if !errors.As(err, &he) || he.Owner != "y" || he.TTL <= 0 || he.TTL > 3*time.Second {
+		t.Fatalf("majority holder: %v (%+v), want held by y for up to 3s", err, he)
+	}
+}
+
+// The fence is the maximum of the granting nodes' counters, and the lower
+// counters are raised to it.
+func TestFenceIsMaxAndRaised(t *testing.T) {
+	t.Parallel()
+	s := newStore(t, addrsOf(startNodes(t, 3)), patient)
+	if err := s.nodes[1].client.Set(ctxT(t), s.prefix+"{k}:fence", 100, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	tok := token()
+	if f := mustAcquire(t, s, "k", tok, "a", time.Second); f != 101 {
+		t.Fatalf("fence %d, want 101", f)
+	}
+	for i := range s.nodes {
+		if c := counter(t, s, i, "k"); c != 101 {
+			t.Fatalf("node %d's counter is %d, want 101", i, c)
+		}
+	}
+	if err := s.Release(ctxT(t), driver.ReleaseParams{Key: "k", Token: tok}); err != nil {
+		t.Fatal(err)
+	}
+	if f := mustAcquire(t, s, "k", token(), "a", time.Second); f != 102 {
+		t.Fatalf("fence %d, want 102", f)
+	}
+}
+
+// Fences strictly increase while the majority shifts from node to node and
+// each node misses some grants: the case where taking the maximum alone is
+// not enough (without raising the counters the third grant below would get
+// fence 6 again).
+func TestFenceShiftingMajorities(t *testing.T) {
+	t.Parallel()
+	srvs := startNodes(t, 3)
+	proxies := make([]*testserver.Proxy, 3)
+	addrs := make([]string, 3)
+	for i, srv := range srvs {
+		proxies[i] = testserver.StartProxy(t, srv.Addr())
+		addrs[i] = proxies[i].Addr()
+	}
+	s := newStore(t, addrs, nil)
+	var last uint64
+	grant := func(cut, times int) {
+		t.Helper()
+		proxies[cut].Blackhole(t)
+		defer func() {
+			proxies[cut].Restore(t)
+			// Calls to the cut-off node resume on reconnection; wait until
+			// their answers have been dealt with.
+			waitFor(t, 10*time.Second, func() bool {
+				s.lateMu.Lock()
+				defer s.lateMu.Unlock()
+				return len(s.late) == 0
+			})
+		}()
+		for range times {
+			tok := token()
+			f := mustAcquire(t, s, "k", tok, "a", 10*time.Second)
+			if f <= last {
+				t.Fatalf("fence %d after %d with node %d cut off", f, last, cut)
+			}
+			last = f
+			if err := s.Release(ctxT(t), driver.ReleaseParams{Key: "k", Token: tok}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	grant(1, 5) // nodes 0 and 2 reach 5
+	grant(2, 1) // node 0 reaches 6, node 1 goes from 1 to 6
+	grant(0, 1) // nodes 1 and 2: 7 and 6
+	if last != 7 {
+		t.Fatalf("last fence %d, want 7", last)
+	}
+}
+
+// A majority that answered after the lease's validity is refused, and the
+// grants are undone.
+func TestAcquireTooSlow(t *testing.T) {
+	t.Parallel()
+	s := newStore(t, addrsOf(startNodes(t, 3)), patient)
+	ttl := time.Second
+	var calls atomic.Int64
+	s.now = func() time.Time {
+		if calls.Add(1) == 1 {
+			return time.Now() // the start
+		}
+		return time.Now().Add(ttl) // the answers "took" the whole TTL
+	}
+	_, err := acquire(t, s, "k", token(), "a", ttl)
+	if !errors.Is(err, ErrTooSlow) {
+		t.Fatalf("Acquire = %v, want ErrTooSlow", err)
+	}
+	t.Log(err)
+	for i := range s.nodes {
+		if onNode(t, s, i, "k") {
+			t.Fatalf("grant left behind on node %d", i)
+		}
+	}
+}
+
+// Answers that come after Acquire gave up on them are released when they
+// arrive.
+func TestAcquireLateGrantsUndone(t *testing.T) {
+	t.Parallel()
+	srvs := startNodes(t, 3)
+	addrs := make([]string, 3)
+	for i, srv := range srvs {
+		p := testserver.StartProxy(t, srv.Addr())
+		if i < 2 {
+			p.Latency(t, patience+200*time.Millisecond) // replies come after Acquire's limit
+		}
+		addrs[i] = p.Addr()
+	}
+	s := newStore(t, addrs, nil)
+	direct := newStore(t, addrsOf(srvs), &Options{Prefix: s.prefix})
+	_, err := acquire(t, s, "k", token(), "a", 10*time.Second)
+	var qe *QuorumError
+	if !errors.As(err, &qe) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Acquire with two slow nodes = %v, want a *QuorumError of timeouts", err)
+	}
+	t.Log(err)
+	if onNode(t, direct, 2, "k") {
+		t.Fatal("the grant on the fast node was left behind")
+	}
+	// The slow nodes did grant; their grants go once their answers arrive.
+	waitFor(t, 10*time.Second, func() bool { return !onNode(t, direct, 0, "k") && !onNode(t, direct, 1, "k") })
+}
+
+// A lease is renewed when a majority renewed it, is not held when a
+// majority said so, and is undecided (a transient error) in between.
+func TestRenewQuorum(t *testing.T) {
+	t.Parallel()
+	srvs := startNodes(t, 3)
+	s := newStore(t, addrsOf(srvs), patient)
+	ttl := 10 * time.Second
+	renew := func(keys ...string) ([]error, error) {
+		ps := make([]driver.RenewParams, len(keys))
+		for i, k := range keys {
+			ps[i] = driver.RenewParams{Key: k, Token: "tok-" + k, TTL: ttl}
+		}
+		return s.Renew(ctxT(t), ps)
+	}
+	for _, k := range []string{"a", "b", "c"} {
+		mustAcquire(t, s, k, "tok-"+k, "o", ttl)
+	}
+	// b loses node 0; c loses nodes 0 and 1.
+	for _, del := range []struct {
+		node int
+		key  string
+	}{{0, "b"}, {0, "c"}, {1, "c"}} {
+		if err := s.nodes[del.node].store.ForceRelease(ctxT(t), del.key); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err := renew("a", "b", "c", "never")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res[0] != nil || res[1] != nil || !errors.Is(res[2], driver.ErrNotHeld) || !errors.Is(res[3], driver.ErrNotHeld) {
+		t.Fatalf("renew = %v, want [nil nil ErrNotHeld ErrNotHeld]", res)
+	}
+
+	// With node 2 down, b (renewed on node 1 only, not held on node 0) is
+	// undecided: a transient error, not ErrNotHeld.
+	srvs[2].Kill(t)
+	res, err = renew("a", "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var qe *QuorumError
+	if res[0] != nil || !errors.As(res[1], &qe) || errors.Is(res[1], driver.ErrNotHeld) {
+		t.Fatalf("renew with node 2 down = %v, want [nil *QuorumError]", res)
+	}
+	if len(qe.Failed) != 1 || qe.Failed[0].Addr != srvs[2].Addr() || qe.Key != "b" {
+		t.Fatalf("undecided lease's error %v does not name node 2 and key b", qe)
+	}
+
+	// With two nodes down the whole call fails.
+	srvs[1].Kill(t)
+	if res, err := renew("a"); !errors.As(err, &qe) || res != nil {
+		t.Fatalf("renew with two nodes down = %v, %v, want a *QuorumError", res, err)
+	}
+}
+
+// Release succeeds when any node released the lease, unless a majority did
+// not hold it: then it was not held as a lock, and Release says so (after
+// deleting the minority copy all the same).
+func TestRelease(t *testing.T) {
+	t.Parallel()
+	srvs := startNodes(t, 3)
+	s := newStore(t, addrsOf(srvs), patient)
+	tok := token()
+	mustAcquire(t, s, "k", tok, "a", 10*time.Second)
+	if err := s.nodes[0].store.ForceRelease(ctxT(t), "k"); err != nil {
+		t.Fatal(err)
+	}
+	rp := driver.ReleaseParams{Key: "k", Token: tok}
+	if err := s.Release(ctxT(t), rp); err != nil {
+		t.Fatalf("Release with the lease on two nodes = %v, want nil", err)
+	}
+	if onNode(t, s, 1, "k") || onNode(t, s, 2, "k") {
+		t.Fatal("not released on every node")
+	}
+	if err := s.Release(ctxT(t), rp); !errors.Is(err, driver.ErrNotHeld) {
+		t.Fatalf("second Release = %v, want ErrNotHeld", err)
+	}
+
+	tok = token()
+	mustAcquire(t, s, "m", tok, "a", 10*time.Second)
+	for _, i := range []int{0, 1} {
+		if err := s.nodes[i].store.ForceRelease(ctxT(t), "m"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rp = driver.ReleaseParams{Key: "m", Token: tok}
+	if err := s.Release(ctxT(t), rp); !errors.Is(err, driver.ErrNotHeld) {
+		t.Fatalf("Release with the lease on one node = %v, want ErrNotHeld", err)
+	}
+	if onNode(t, s, 2, "m") {
+		t.Fatal("the minority copy on node 2 was left behind")
+	}
+	if err := s.ForceRelease(ctxT(t), "m"); !errors.Is(err, driver.ErrNotHeld) {
+		t.Fatalf("ForceRelease of a free key = %v, want ErrNotHeld", err)
+	}
+
+	// With one node down, a lease on the other two is released.
+	tok = token()
+	mustAcquire(t, s, "n", tok, "a", 10*time.Second)
+	srvs[0].Kill(t)
+	if err := s.Release(ctxT(t), driver.ReleaseParams{Key: "n", Token: tok}); err != nil {
+		t.Fatalf("Release with one node down = %v, want nil", err)
+	}
+	srvs[1].Kill(t)
+	var qe *QuorumError
+	if err := s.Release(ctxT(t), rp); !errors.As(err, &qe) {
+		t.Fatalf("Release with two nodes down = %v, want a *QuorumError", err)
+	}
+}
+
+// A lease is listed when a majority of the nodes hold the same token.
+func TestLeasesMajority(t *testing.T) {
+	t.Parallel()
+	srvs := startNodes(t, 3)
+	s := newStore(t, addrsOf(srvs), patient)
+	fa := mustAcquire(t, s, "a", token(), "owner-a", 10*time.Second)
+	plant(t, s, 0, "b", token(), "owner-b", 10*time.Second) // one node only
+	ctok := token()
+	plant(t, s, 0, "c", ctok, "owner-c", 5*time.Second)
+	plant(t, s, 1, "c", ctok, "owner-c", 3*time.Second)
+	plant(t, s, 2, "c", token(), "other", 8*time.Second) // a different token
+	ls, err := s.Leases(ctxT(t), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ls) != 2 || ls[0].Key != "a" || ls[1].Key != "c" {
+		t.Fatalf("leases %+v, want a and c", ls)
+	}
+	if ls[0].Owner != "owner-a" || ls[0].Fence != fa || ls[0].TTL <= 9*time.Second {
+		t.Fatalf("lease a = %+v, want owner-a, fence %d, TTL about 10s", ls[0], fa)
+	}
+	// c is held by a majority until its shorter copy expires.
+	if ls[1].Owner != "owner-c" || ls[1].TTL > 3*time.Second || ls[1].TTL < 2*time.Second {
+		t.Fatalf("lease c = %+v, want owner-c for about 3s", ls[1])
+	}
+	if ls, err := s.Leases(ctxT(t), "c"); err != nil || len(ls) != 1 || ls[0].Key != "c" {
+		t.Fatalf("Leases(\"c\") = %+v, %v", ls, err)
+	}
+	srvs[0].Kill(t)
+	if ls, err := s.Leases(ctxT(t), ""); err != nil || len(ls) != 1 || ls[0].Key != "a" {
+		t.Fatalf("Leases with node 0 down = %+v, %v, want only a", ls, err)
+	}
+	srvs[1].Kill(t)
+	var qe *QuorumError
+	if _, err := s.Leases(ctxT(t), ""); !errors.As(err, &qe) {
+		t.Fatalf("Leases with two nodes down = %v, want a *QuorumError", err)
+	}
+}
+
+// Subscribe works with a node down, and subscribes to it once it is back.
+func TestSubscribeNodeDown(t *testing.T) {
+	t.Parallel()
+	srvs := startNodes(t, 3)
+	s := newStore(t, addrsOf(srvs), nil)
+	srvs[2].Kill(t)
+	var (
+		mu   sync.Mutex
+		keys = map[string]int{}
+	)
+	seen := func(k string) int {
+		mu.Lock()
+		defer mu.Unlock()
+		return keys[k]
+	}
+	stop, err := s.Subscribe(ctxT(t), func(k string) {
+		mu.Lock()
+		keys[k]++
+		mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	tok := token()
+	mustAcquire(t, s, "k", tok, "a", 10*time.Second)
+	if err := s.Release(ctxT(t), driver.ReleaseParams{Key: "k", Token: tok}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, func() bool { return seen("k") >= 2 })
+
+	srvs[2].Restart(t)
+	// The store retries node 2 in the background; publish there until the
+	// subscription has come back.
+	waitFor(t, 15*time.Second, func() bool {
+		_ = s.nodes[2].client.Publish(ctxT(t), s.prefix+"released", "back").Err()
+		return seen("back") > 0
+	})
+}
+
+// notObtainedWhileHeld checks that held is still held and that b cannot
+// obtain its key.
+func notObtainedWhileHeld(t *testing.T, b *tasklock.Locker, held *tasklock.Lock) {
+	t.Helper()
+	lb, err := b.TryObtain(ctxT(t), held.Key(), nil)
+	select {
+	case <-held.Done():
+		t.Fatalf("the holder lost its lock: %v", held.Err())
+	default:
+	}
+	if lb != nil {
+		t.Fatalf("two holders: another obtained %q with fence %d while it is held with fence %d", held.Key(), lb.Fence(), held.Fence())
+	}
+	if !errors.Is(err, tasklock.ErrNotObtained) {
+		t.Fatalf("TryObtain(%q) while held = %v, want ErrNotObtained", held.Key(), err)
+	}
+}
+
+// waitFor polls cond every 20ms until it holds, failing after timeout.
+func waitFor(t *testing.T, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not met within %v", timeout)
+		}
+		time.Sleep(20 * time.Millisecond) // polling interval
+	}
+}
+
+// Keys that redisstore cannot keep are refused before any node is asked.
+func TestBadKey(t *testing.T) {
+	s := &Store{}
+	if _, err := s.Acquire(context.Background(), driver.AcquireParams{Key: "}x", Token: "t", TTL: time.Second}); !errors.Is(err, redisstore.ErrKey) {
+		t.Fatalf("Acquire(\"}x\") = %v, want redisstore.ErrKey", err)
+	}
+}
