@@ -84,7 +84,9 @@ func (s *Store) readLeases(ctx context.Context, c redis.UniversalClient, prefix 
 	if len(reads) == 0 {
 		return nil, nil
 	}
-	_, _ = pipe.Exec(ctx) // errors are read per command below
+	if err := execPipe(ctx, pipe); err != nil {
+		return nil, err
+	}
 	leases := make([]driver.Lease, 0, len(reads))
 	for _, r := range reads {
 		v, err := r.val.Result()

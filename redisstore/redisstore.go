@@ -314,7 +314,9 @@ func (s *Store) pipeAcquire(ctx context.Context, node redis.UniversalClient, arg
 	// Pipeliner has no Wait method. The pipeline reads with the client's
 	// ReadTimeout, which New checked is longer than the WAIT timeout.
 	wait := pipe.Do(ctx, "wait", s.waitReplicas, s.waitTimeout.Milliseconds())
-	_, _ = pipe.Exec(ctx) // errors are read per command below
+	if err := execPipe(ctx, pipe); err != nil {
+		return nil, 0, err
+	}
 	res, err := script.Result()
 	if err != nil {
 		return nil, 0, err
@@ -329,6 +331,23 @@ func (s *Store) pipeAcquire(ctx context.Context, node redis.UniversalClient, arg
 		return nil, 0, err
 	}
 	return res, int(acked), nil
+}
+
+// execPipe runs pipe. Per-command errors (NOSCRIPT, a node's answer) are
+// left for the caller to read from each command; it returns Exec's error
+// only when no command carries one, which is how go-redis reports that it
+// could not reach a node at all.
+func execPipe(ctx context.Context, pipe redis.Pipeliner) error {
+	cmds, err := pipe.Exec(ctx)
+	if err == nil {
+		return nil
+	}
+	for _, c := range cmds {
+		if c.Err() != nil {
+			return nil
+		}
+	}
+	return err
 }
 
 // parseValue splits a lease value token:fence:owner.
@@ -430,7 +449,9 @@ func (s *Store) Renew(ctx context.Context, ps []driver.RenewParams) ([]error, er
 				g.cmd = renewScript.EvalSha(ctx, pipe, g.keys, g.args...)
 			}
 		}
-		_, _ = pipe.Exec(ctx) // errors are read per command below
+		if err := execPipe(ctx, pipe); err != nil {
+			return nil, fmt.Errorf("redisstore: renew %d leases: %w", len(ps), err)
+		}
 		var retry []*renewGroup
 		for _, g := range pending {
 			err := g.cmd.Err()
