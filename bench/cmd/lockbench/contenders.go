@@ -49,6 +49,9 @@ type instance struct {
 	// pair returns the Obtain+Release function one goroutine runs on key.
 	pair  func(key string) pairFunc
 	close func()
+	// counter, for SQL contenders, counts the statements and round trips
+	// of the contender's pool.
+	counter *sqlCounter
 }
 
 // newClient returns a go-redis client with default options: every contender

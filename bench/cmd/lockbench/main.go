@@ -1,5 +1,8 @@
 // Command lockbench measures tasklock against the raw Redis floor, redsync v4
-// and bsm/redislock on one private redis-server, in one run, and prints a
+// and bsm/redislock on one private redis-server, and each SQL store against
+// a raw upsert floor, ShedLock's algorithm and the library users would pick
+// instead (pglock on PostgreSQL, go-mysql-lock on MariaDB) on private
+// PostgreSQL and MariaDB servers and a SQLite file, in one run, and prints a
 // Markdown report with the targets of DESIGN.md ("Performance targets"):
 //
 //	P1  64 goroutines, distinct keys: Obtain+Release pairs/s
@@ -8,9 +11,13 @@
 //	    and release → next holder handoff latency
 //	P4  10,000 locks kept alive: store round trips per renewal cycle,
 //	    goroutines, heap per held lock
+//	P1-sql, P3-sql, P4-sql  the same per SQL store: 16 goroutines; 16
+//	    goroutines on one key; 1,000 locks kept alive
 //
 // Run it from the bench module: go run ./cmd/lockbench [-quick]. It needs
-// redis-server on PATH. See bench/README.md for what each number means.
+// redis-server, postgres and initdb, and mariadbd and mariadb-install-db
+// (make servers installs them). See bench/README.md for what each number
+// means.
 package main
 
 import (
@@ -21,8 +28,9 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"strings"
-	"sync/atomic"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -39,9 +47,68 @@ type config struct {
 	p4Locks      int
 	quick        bool
 	only         map[string]bool // empty: all
+
+	// The SQL part.
+	sqlDuration   time.Duration // measured time per implementation in P1-sql (slices) and P3-sql (over sqlP3Rounds runs)
+	sqlP3Rounds   int
+	sqlGoroutines int // P1-sql and P3-sql
+	sqlP4Locks    int
+	sqlP4TTL      time.Duration
+	stores        map[storeKind]bool // empty: all
+	heapProfile   string             // -heapprofile
 }
 
 func (c config) runs(id string) bool { return len(c.only) == 0 || c.only[id] }
+
+func (c config) runsStore(k storeKind) bool { return len(c.stores) == 0 || c.stores[k] }
+
+var (
+	redisIDs = []string{"P1", "P2", "P3", "P4"}
+	sqlIDs   = []string{"P1-SQL", "P3-SQL", "P4-SQL"}
+)
+
+// parseOnly reads -only: measurement ids (P1 … P4, P1-sql, P3-sql, P4-sql),
+// the groups "redis" and "sql", and SQL store names (postgres, mysql,
+// sqlite), which restrict the SQL measurements to those stores (alone, they
+// select every SQL measurement).
+func parseOnly(only string, cfg *config) error {
+	cfg.only, cfg.stores = map[string]bool{}, map[storeKind]bool{}
+	for _, id := range strings.Split(only, ",") {
+		switch id = strings.ToUpper(strings.TrimSpace(id)); id {
+		case "":
+		case "P1", "P2", "P3", "P4", "P1-SQL", "P3-SQL", "P4-SQL":
+			cfg.only[id] = true
+		case "REDIS":
+			for _, x := range redisIDs {
+				cfg.only[x] = true
+			}
+		case "SQL":
+			for _, x := range sqlIDs {
+				cfg.only[x] = true
+			}
+		case "POSTGRES", "POSTGRESQL", "PG":
+			cfg.stores[kindPG] = true
+		case "MYSQL", "MARIADB":
+			cfg.stores[kindMySQL] = true
+		case "SQLITE":
+			cfg.stores[kindSQLite] = true
+		default:
+			return fmt.Errorf("lockbench: -only: unknown measurement or store %q (P1, P2, P3, P4, P1-sql, P3-sql, P4-sql, redis, sql, postgres, mysql, sqlite)", id)
+		}
+	}
+	if len(cfg.stores) > 0 {
+		sqlAsked := false
+		for _, x := range sqlIDs {
+			sqlAsked = sqlAsked || cfg.only[x]
+		}
+		if !sqlAsked {
+			for _, x := range sqlIDs {
+				cfg.only[x] = true
+			}
+		}
+	}
+	return nil
+}
 
 func main() {
 	var (
@@ -54,39 +121,44 @@ func main() {
 	)
 	flag.DurationVar(&duration, "duration", 3*time.Second, "measured time per round of each implementation in P1 (taken in slices of 0.5 s) and P3 (one run, after a 0.5 s warm-up)")
 	flag.IntVar(&cfg.rounds, "rounds", 3, "rounds of P1 and P3; the implementations take turns, in reverse order every other turn")
-	flag.BoolVar(&cfg.quick, "quick", false, "short smoke run (about 10 s): one round, P1 runs of 0.5 s and P3 runs of 0.8 s\n(unless -duration is given), 300 pairs for P2, no warm-up cycle in P4")
-	flag.StringVar(&only, "only", "", "comma-separated measurements to run, e.g. P1,P2 (default all)")
+	flag.DurationVar(&cfg.sqlDuration, "sqlduration", 3*time.Second, "measured time per implementation and SQL store in P1-sql (taken in slices of 0.5 s) and P3-sql (in two runs)")
+	flag.BoolVar(&cfg.quick, "quick", false, "short smoke run (about a minute): one round, P1 runs of 0.5 s and P3 runs of 0.8 s\n(unless -duration is given), 300 pairs for P2, no warm-up cycle in P4;\nSQL: 0.5 s per implementation (unless -sqlduration is given), 200 locks of TTL 1.5 s in P4-sql")
+	flag.StringVar(&only, "only", "", "comma-separated measurements to run: P1, P2, P3, P4, P1-sql, P3-sql, P4-sql, or the groups redis and sql;\nSQL store names (postgres, mysql, sqlite) restrict the SQL measurements to those stores (default all)")
 	flag.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.StringVar(&memProfile, "memprofile", "", "record every allocation (MemProfileRate=1, which slows the run) and write an allocs profile to this file")
-	flag.StringVar(&heapProfile, "heapprofile", "", "write the live heap to this file in P4, while the locks are held")
+	flag.StringVar(&heapProfile, "heapprofile", "", "write the live heap to this file in P4, while the locks are held\n(and to this file .postgres, .mysql, .sqlite in P4-sql, while tasklock holds them)")
 	flag.Parse()
 
 	cfg.p1Duration, cfg.p3Duration, cfg.warmup = duration, duration, 500*time.Millisecond
 	cfg.p1Goroutines, cfg.p2Pairs, cfg.p3Goroutines, cfg.p4Locks = 64, 5000, 16, 10000
+	cfg.sqlGoroutines, cfg.sqlP4Locks, cfg.sqlP4TTL = 16, 1000, 3*time.Second
 	if cfg.quick {
 		cfg.warmup, cfg.rounds, cfg.p2Pairs = 200*time.Millisecond, 1, 300
 		if !flagSet("duration") {
 			cfg.p1Duration, cfg.p3Duration = 500*time.Millisecond, 800*time.Millisecond
 		}
+		if !flagSet("sqlduration") {
+			cfg.sqlDuration = 500 * time.Millisecond
+		}
+		cfg.sqlP4Locks, cfg.sqlP4TTL = 200, 1500*time.Millisecond
 	}
-	if duration <= 0 || cfg.rounds < 1 {
-		fmt.Fprintln(os.Stderr, "lockbench: -duration must be positive and -rounds at least 1")
+	if duration <= 0 || cfg.rounds < 1 || cfg.sqlDuration <= 0 {
+		fmt.Fprintln(os.Stderr, "lockbench: -duration and -sqlduration must be positive and -rounds at least 1")
 		os.Exit(2)
 	}
-	cfg.only = map[string]bool{}
-	for _, id := range strings.Split(only, ",") {
-		if id = strings.ToUpper(strings.TrimSpace(id)); id != "" {
-			if id != "P1" && id != "P2" && id != "P3" && id != "P4" {
-				fmt.Fprintf(os.Stderr, "lockbench: -only: unknown measurement %q (P1, P2, P3, P4)\n", id)
-				os.Exit(2)
-			}
-			cfg.only[id] = true
-		}
+	cfg.sqlP3Rounds = 2
+	if cfg.sqlDuration < time.Second {
+		cfg.sqlP3Rounds = 1
+	}
+	if err := parseOnly(only, &cfg); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
 	}
 
 	if memProfile != "" {
 		runtime.MemProfileRate = 1
 	}
+	cfg.heapProfile = heapProfile
 	if err := run(cfg, cpuProfile, memProfile, heapProfile); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -99,26 +171,89 @@ func flagSet(name string) bool {
 	return set
 }
 
+// cleanups are what must run however lockbench ends: the servers' stops.
+type cleanups struct {
+	mu  sync.Mutex
+	fns []func()
+}
+
+func (c *cleanups) add(f func()) {
+	c.mu.Lock()
+	c.fns = append(c.fns, f)
+	c.mu.Unlock()
+}
+
+// run runs them, last added first; each runs once, however often run is
+// called (every stop is idempotent).
+func (c *cleanups) run() {
+	c.mu.Lock()
+	fns := slices.Clone(c.fns)
+	c.mu.Unlock()
+	for i := len(fns) - 1; i >= 0; i-- {
+		fns[i]()
+	}
+}
+
 func run(cfg config, cpuProfile, memProfile, heapProfile string) error {
 	ctx := context.Background()
-	// On SIGINT or SIGTERM, kill the server before exiting: it runs in its
-	// own process group, so the terminal's signal does not reach it.
-	var current atomic.Pointer[server]
+	// On SIGINT or SIGTERM, kill the servers before exiting: they run in
+	// their own process groups, so the terminal's signal does not reach
+	// them.
+	var cl cleanups
+	defer cl.run()
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	go func() {
 		sig := <-sigs
-		if s := current.Load(); s != nil {
-			s.stop()
-		}
+		cl.run()
 		fmt.Fprintf(os.Stderr, "lockbench: %v\n", sig)
 		os.Exit(130)
 	}()
-	srv, err := startServer(ctx, func(s *server) { current.Store(s) })
-	if err != nil {
-		return err
+
+	needRedis := false
+	for _, id := range redisIDs {
+		needRedis = needRedis || cfg.runs(id)
 	}
-	defer srv.stop()
+	var kinds []storeKind
+	for _, id := range sqlIDs {
+		if cfg.runs(id) {
+			for _, k := range sqlKinds {
+				if cfg.runsStore(k) {
+					kinds = append(kinds, k)
+				}
+			}
+			break
+		}
+	}
+
+	rep := &report{cfg: cfg, started: time.Now()}
+	load0 := loadAvg()
+	var (
+		srv  *server
+		envs []*sqlEnv
+		err  error
+	)
+	if needRedis {
+		srv, err = startServer(ctx, func(s *server) { cl.add(s.stop) })
+		if err != nil {
+			return err
+		}
+		rep.server = srv.version
+		progress("redis-server %s on %s", srv.version, srv.addr)
+	}
+	if len(kinds) > 0 {
+		envs = startSQL(ctx, kinds, cl.add)
+		rep.sqlEnvs = envs
+		for _, e := range envs {
+			if e.err != nil {
+				progress("%s: %v", e.title, e.err)
+			} else if e.srv != nil {
+				progress("%s %s on %s", e.title, e.version, e.srv.addr)
+			} else {
+				progress("%s %s in %s", e.title, e.version, e.path)
+			}
+		}
+	}
 
 	if cpuProfile != "" {
 		f, err := os.Create(cpuProfile)
@@ -132,9 +267,6 @@ func run(cfg config, cpuProfile, memProfile, heapProfile string) error {
 		defer pprof.StopCPUProfile()
 	}
 
-	rep := &report{cfg: cfg, server: srv.version, started: time.Now()}
-	load0 := loadAvg()
-	progress("redis-server %s on %s", srv.version, srv.addr)
 	if cfg.runs("P1") {
 		if rep.p1, err = runP1(ctx, srv, cfg); err != nil {
 			return err
@@ -155,6 +287,42 @@ func run(cfg config, cpuProfile, memProfile, heapProfile string) error {
 			return err
 		}
 	}
+	if srv != nil {
+		srv.stop()
+	}
+	// Each SQL store in turn, its server stopped once done with, so that
+	// an idle server does not share the CPUs with the next one's run.
+	var failed []string
+	for _, e := range envs {
+		if e.err != nil {
+			failed = append(failed, e.title+": "+e.err.Error())
+			continue
+		}
+		if cfg.runs("P1-SQL") {
+			r := runP1SQL(ctx, e, cfg)
+			rep.p1sql = append(rep.p1sql, r)
+			if r.err != nil {
+				failed = append(failed, r.err.Error())
+			}
+		}
+		if cfg.runs("P3-SQL") {
+			r := runP3SQL(ctx, e, cfg)
+			rep.p3sql = append(rep.p3sql, r)
+			if r.err != nil {
+				failed = append(failed, r.err.Error())
+			}
+		}
+		if cfg.runs("P4-SQL") {
+			r := runP4SQL(ctx, e, cfg)
+			rep.p4sql = append(rep.p4sql, r)
+			for _, x := range r.res {
+				if x.err != nil {
+					failed = append(failed, fmt.Sprintf("P4-sql %s %s: %v", e.kind, x.name, x.err))
+				}
+			}
+		}
+		e.close()
+	}
 	rep.elapsed = time.Since(rep.started)
 	if load1 := loadAvg(); load0 != "" && load1 != "" {
 		rep.load = fmt.Sprintf(" Load average (1 min) %s before, %s after.", load0, load1)
@@ -170,6 +338,9 @@ func run(cfg config, cpuProfile, memProfile, heapProfile string) error {
 		if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
 			return fmt.Errorf("lockbench: %w", err)
 		}
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("lockbench: not everything could run:\n  %s", strings.Join(failed, "\n  "))
 	}
 	return nil
 }

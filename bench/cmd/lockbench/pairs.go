@@ -30,6 +30,20 @@ type p1Result struct {
 	// there; cpuOK is false when it could not be read.
 	pairs, client, server float64
 	cpuOK                 bool
+
+	// SQL contenders: statements and network round trips inside the
+	// measured slices (counted is false for the Redis contenders).
+	counts  sqlCounts
+	counted bool
+	network bool
+}
+
+// perPair returns statements and round trips per pair.
+func (r *p1Result) perPair() (stmts, trips float64) {
+	if !r.counted || r.pairs == 0 {
+		return 0, 0
+	}
+	return float64(r.counts.stmts) / r.pairs, float64(r.counts.trips) / r.pairs
 }
 
 // cpuPerPair returns the CPU µs per pair used by lockbench's process and by
@@ -76,8 +90,23 @@ func median(vs []float64) float64 {
 func runP1(ctx context.Context, srv *server, cfg config) ([]*p1Result, error) {
 	slice := min(p1Slice, cfg.p1Duration)
 	cycles := int((time.Duration(cfg.rounds)*cfg.p1Duration + slice - 1) / slice)
-	res := make([]*p1Result, len(contenders))
-	insts := make([]*instance, len(contenders))
+	names := make([]string, len(contenders))
+	opens := make([]func() (*instance, error), len(contenders))
+	for i, c := range contenders {
+		names[i] = c.name
+		opens[i] = func() (*instance, error) { return c.open(ctx, srv.addr) }
+	}
+	return runSlices(ctx, "P1", names, opens, srv.cpu, "lockbench:p1:", cfg.p1Goroutines, cfg.warmup, slice, cycles)
+}
+
+// runSlices opens every contender, then runs cycles cycles in which each
+// contender in turn (in reverse order every other cycle) runs n goroutines
+// on distinct keys for one slice, after warm-up (the first time) or
+// p1Settle, and returns one result per contender.
+func runSlices(ctx context.Context, label string, names []string, opens []func() (*instance, error), serverCPU func() (time.Duration, bool),
+	prefix string, n int, warmup, slice time.Duration, cycles int) ([]*p1Result, error) {
+	res := make([]*p1Result, len(names))
+	insts := make([]*instance, len(names))
 	defer func() {
 		for _, inst := range insts {
 			if inst != nil {
@@ -85,37 +114,41 @@ func runP1(ctx context.Context, srv *server, cfg config) ([]*p1Result, error) {
 			}
 		}
 	}()
-	for i, c := range contenders {
-		res[i] = &p1Result{name: c.name, cpuOK: true}
-		inst, err := c.open(ctx, srv.addr)
+	for i, name := range names {
+		res[i] = &p1Result{name: name, cpuOK: true}
+		inst, err := opens[i]()
 		if err != nil {
-			return nil, fmt.Errorf("P1 %s: %w", c.name, err)
+			return nil, fmt.Errorf("%s %s: %w", label, name, err)
 		}
 		insts[i] = inst
+		if inst.counter != nil {
+			res[i].counted, res[i].network = true, inst.counter.network
+		}
 	}
 	for k := range cycles {
-		line := fmt.Sprintf("P1 cycle %2d/%d:", k+1, cycles)
-		for j := range contenders {
+		line := fmt.Sprintf("%s cycle %2d/%d:", label, k+1, cycles)
+		for j := range names {
 			i := j
 			if k%2 == 1 {
-				i = len(contenders) - 1 - j
+				i = len(names) - 1 - j
 			}
 			warm := p1Settle
 			if k == 0 {
-				warm = cfg.warmup
+				warm = warmup
 			}
-			m := measurePairs(ctx, insts[i], srv, fmt.Sprintf("lockbench:p1:%d:", i), cfg.p1Goroutines, warm, slice)
+			m := measurePairs(ctx, insts[i], serverCPU, fmt.Sprintf("%s%d:", prefix, i), n, warm, slice)
 			r := res[i]
 			r.slices = append(r.slices, m.rate)
 			r.pairs += m.pairs
 			r.client += m.client.Seconds()
 			r.server += m.server.Seconds()
 			r.cpuOK = r.cpuOK && m.cpuOK
+			r.counts = sqlCounts{r.counts.stmts + m.counts.stmts, r.counts.updates + m.counts.updates, r.counts.pings + m.counts.pings, r.counts.trips + m.counts.trips}
 			r.errs += m.errs
 			if r.err == nil {
 				r.err = m.first
 			}
-			line += fmt.Sprintf("  %s %.0f", contenders[i].name, m.rate)
+			line += fmt.Sprintf("  %s %.0f", names[i], m.rate)
 		}
 		progress("%s", line)
 	}
@@ -130,14 +163,16 @@ type pairsRun struct {
 	cpuOK          bool
 	errs           int64
 	first          error
+	counts         sqlCounts // SQL contenders: counted inside the window
 }
 
 // measurePairs runs n goroutines, each looping Obtain+Release on its own
 // key, and returns the pairs/s completed between the end of warm-up and
-// warm-up+d, with the CPU time lockbench and redis-server used meanwhile.
+// warm-up+d, with the CPU time lockbench and the server (serverCPU) used
+// meanwhile, and for SQL contenders the statements and round trips.
 // Goroutines finish the pair under way when told to stop, so no lock is
 // left behind.
-func measurePairs(ctx context.Context, inst *instance, srv *server, prefix string, n int, warmup, d time.Duration) pairsRun {
+func measurePairs(ctx context.Context, inst *instance, serverCPU func() (time.Duration, bool), prefix string, n int, warmup, d time.Duration) pairsRun {
 	var first error
 	var (
 		done    atomic.Int64
@@ -161,20 +196,28 @@ func measurePairs(ctx context.Context, inst *instance, srv *server, prefix strin
 			}
 		}()
 	}
+	snap := func() sqlCounts {
+		if inst.counter == nil {
+			return sqlCounts{}
+		}
+		return inst.counter.snapshot()
+	}
 	time.Sleep(warmup)
 	cl0, ok0 := selfCPU()
-	sv0, ok1 := srv.cpu()
+	sv0, ok1 := serverCPU()
+	n0 := snap()
 	c0, t0 := done.Load(), time.Now()
 	time.Sleep(d)
 	c1, t1 := done.Load(), time.Now()
+	n1 := snap()
 	cl1, ok2 := selfCPU()
-	sv1, ok3 := srv.cpu()
+	sv1, ok3 := serverCPU()
 	stop.Store(true)
 	wg.Wait()
 	return pairsRun{
 		rate: float64(c1-c0) / t1.Sub(t0).Seconds(), pairs: float64(c1 - c0),
 		client: cl1 - cl0, server: sv1 - sv0, cpuOK: ok0 && ok1 && ok2 && ok3,
-		errs: failed.Load(), first: first,
+		errs: failed.Load(), first: first, counts: n1.sub(n0),
 	}
 }
 

@@ -35,6 +35,11 @@ type report struct {
 	p3 []*p3Result
 	p4 *p4Result
 
+	sqlEnvs []*sqlEnv
+	p1sql   []*sqlP1Result
+	p3sql   []*sqlP3Result
+	p4sql   []*sqlP4Result
+
 	summary [][4]string // id, target, measured, result
 	load    string      // the machine's load average before and after, when known
 }
@@ -69,18 +74,38 @@ func (r *report) write(w io.Writer) {
 	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
 	p("## lockbench — %s", r.started.UTC().Format("2006-01-02 15:04 UTC"))
 	p("")
-	p("%s %s/%s, %d CPUs (GOMAXPROCS %d); redis-server %s, private, loopback, no persistence; %s.",
-		runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.GOMAXPROCS(0), r.server, deps())
+	var servers []string
+	if r.server != "" {
+		servers = append(servers, "redis-server "+r.server+", private, loopback, no persistence")
+	}
+	for _, e := range r.sqlEnvs {
+		if e.err == nil {
+			servers = append(servers, e.describe())
+		}
+	}
+	p("%s %s/%s, %d CPUs (GOMAXPROCS %d); %s; %s.",
+		runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.GOMAXPROCS(0), strings.Join(servers, "; "), deps())
 	mode := "full run"
 	if r.cfg.quick {
 		mode = "**quick run (smoke test; numbers are rough)**"
 	}
-	p("%s: P1 %v and P3 %d × %v per implementation, taking turns, after a %v warm-up; total %v.%s",
-		mode, time.Duration(r.cfg.rounds)*r.cfg.p1Duration, r.cfg.rounds, r.cfg.p3Duration, r.cfg.warmup, r.elapsed.Round(time.Second), r.load)
+	var parts []string
+	if r.p1 != nil || r.p3 != nil {
+		parts = append(parts, fmt.Sprintf("P1 %v and P3 %d × %v per implementation", time.Duration(r.cfg.rounds)*r.cfg.p1Duration, r.cfg.rounds, r.cfg.p3Duration))
+	}
+	if r.p1sql != nil || r.p3sql != nil {
+		parts = append(parts, fmt.Sprintf("P1-sql %v and P3-sql %d × %v per implementation and store", r.cfg.sqlDuration, r.cfg.sqlP3Rounds, r.cfg.sqlDuration/time.Duration(r.cfg.sqlP3Rounds)))
+	}
+	turns := ""
+	if len(parts) > 0 {
+		turns = strings.Join(parts, ", ") + fmt.Sprintf(", taking turns, after a %v warm-up; ", r.cfg.warmup)
+	}
+	p("%s: %stotal %v.%s", mode, turns, r.elapsed.Round(time.Second), r.load)
 	r.writeP1(p)
 	r.writeP2(p)
 	r.writeP3(p)
 	r.writeP4(p)
+	r.writeSQL(p)
 	if len(r.summary) > 0 {
 		p("")
 		p("### Targets")
@@ -232,7 +257,9 @@ func (r *report) writeP4(p func(string, ...any)) {
 
 // deps names the versions of the libraries built in.
 func deps() string {
-	want := []string{"github.com/redis/go-redis/v9", "github.com/go-redsync/redsync/v4", "github.com/bsm/redislock"}
+	want := []string{"github.com/redis/go-redis/v9", "github.com/go-redsync/redsync/v4", "github.com/bsm/redislock",
+		"github.com/jackc/pgx/v5", "github.com/lib/pq", "cirello.io/pglock", "github.com/go-sql-driver/mysql",
+		"github.com/sanketplus/go-mysql-lock", "modernc.org/sqlite"}
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
 		return "library versions unknown"
@@ -242,6 +269,7 @@ func deps() string {
 		for _, d := range bi.Deps {
 			if d.Path == path {
 				out = append(out, strings.TrimPrefix(path, "github.com/")+" "+d.Version)
+				break
 			}
 		}
 	}

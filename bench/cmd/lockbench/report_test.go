@@ -30,3 +30,47 @@ func TestThousands(t *testing.T) {
 		}
 	}
 }
+
+func TestParseOnly(t *testing.T) {
+	for _, c := range []struct {
+		only   string
+		runs   []string
+		skips  []string
+		stores []storeKind
+	}{
+		{"", []string{"P1", "P4", "P1-SQL", "P4-SQL"}, nil, sqlKinds},
+		{"P1,P2", []string{"P1", "P2"}, []string{"P3", "P1-SQL"}, sqlKinds},
+		{"sql", sqlIDs, redisIDs, sqlKinds},
+		{"redis", redisIDs, sqlIDs, sqlKinds},
+		{"postgres", sqlIDs, redisIDs, []storeKind{kindPG}},
+		{"p4-sql, MariaDB,sqlite", []string{"P4-SQL"}, []string{"P1-SQL", "P1"}, []storeKind{kindMySQL, kindSQLite}},
+	} {
+		var cfg config
+		if err := parseOnly(c.only, &cfg); err != nil {
+			t.Fatalf("parseOnly(%q): %v", c.only, err)
+		}
+		for _, id := range c.runs {
+			if !cfg.runs(id) {
+				t.Errorf("parseOnly(%q): %s does not run", c.only, id)
+			}
+		}
+		for _, id := range c.skips {
+			if cfg.runs(id) {
+				t.Errorf("parseOnly(%q): %s runs", c.only, id)
+			}
+		}
+		for _, k := range sqlKinds {
+			want := false
+			for _, s := range c.stores {
+				want = want || s == k
+			}
+			if cfg.runsStore(k) != want {
+				t.Errorf("parseOnly(%q): runsStore(%s) = %v, want %v", c.only, k, !want, want)
+			}
+		}
+	}
+	var cfg config
+	if err := parseOnly("P5", &cfg); err == nil {
+		t.Error("parseOnly(P5) accepted an unknown measurement")
+	}
+}
