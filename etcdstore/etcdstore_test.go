@@ -28,7 +28,7 @@ func TestMain(m *testing.M) {
 		// A helper runs only its own test; leak checks are the parent's job.
 		os.Exit(m.Run())
 	}
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, testserver.LeakOptions()...)
 }
 
 // counter counts the gRPC requests a client sends, by method: unary calls

@@ -26,7 +26,7 @@ func TestMain(m *testing.M) {
 	}
 	code := testserver.Main(m) // stops the shared server after the tests
 	if code == 0 {
-		if err := goleak.Find(); err != nil {
+		if err := goleak.Find(testserver.LeakOptions()...); err != nil {
 			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
 			code = 1
 		}

@@ -23,7 +23,7 @@ import (
 func TestMain(m *testing.M) {
 	// go-redis logs Sentinel master changes; keep the test output readable.
 	redis.SetLogger(discardLogger{})
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, testserver.LeakOptions()...)
 }
 
 type discardLogger struct{}

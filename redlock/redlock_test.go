@@ -23,7 +23,7 @@ import (
 func TestMain(m *testing.M) {
 	// go-redis logs failed dials to killed nodes; keep the output readable.
 	redis.SetLogger(discardLogger{})
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, testserver.LeakOptions()...)
 }
 
 type discardLogger struct{}

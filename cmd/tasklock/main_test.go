@@ -50,7 +50,7 @@ func TestMain(m *testing.M) {
 		code = 1
 	}
 	if code == 0 {
-		if err := goleak.Find(); err != nil {
+		if err := goleak.Find(testserver.LeakOptions()...); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			code = 1
 		}

@@ -23,7 +23,7 @@ func TestMain(m *testing.M) {
 		// A helper runs only its own test; leak checks are the parent's job.
 		os.Exit(m.Run())
 	}
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, testserver.LeakOptions()...)
 }
 
 func ping(addr string, timeout time.Duration) error {
