@@ -80,7 +80,7 @@ func ExampleDo_lockLost() {
 
 	// MaxHold bounds the work: its context ends, with ErrMaxHold as cause,
 	// before the lease could expire at the store.
-	opts := &tasklock.ObtainOptions{TTL: 100 * time.Millisecond, MaxHold: 200 * time.Millisecond}
+	opts := &tasklock.ObtainOptions{TTL: 10 * time.Second, MaxHold: 300 * time.Millisecond}
 	err := tasklock.Do(context.Background(), locker, "slow-job", opts, func(ctx context.Context) error {
 		<-ctx.Done()
 		fmt.Println("work stopped:", context.Cause(ctx))
@@ -96,7 +96,7 @@ func ExampleLock_Heartbeat() {
 	locker, _ := tasklock.New(memstore.New(nil), nil)
 	defer locker.Close()
 
-	opts := &tasklock.ObtainOptions{TTL: 100 * time.Millisecond, ProgressTimeout: 150 * time.Millisecond}
+	opts := &tasklock.ObtainOptions{TTL: time.Second, ProgressTimeout: 300 * time.Millisecond}
 	lock, _ := locker.TryObtain(context.Background(), "import", opts)
 	for range 3 {
 		time.Sleep(50 * time.Millisecond) // a unit of work
