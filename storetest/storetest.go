@@ -322,7 +322,7 @@ func testRenewalOutlivesTTL(t *testing.T, s driver.Store) {
 func testReleaseAndExtendAfterExpiry(t *testing.T, s driver.Store) {
 	a := newLocker(t, s, "a", nil)
 	b := newLocker(t, s, "b", nil)
-	l := mustObtain(t, a, "late", &tasklock.ObtainOptions{TTL: 200 * time.Millisecond, NoRenew: true})
+	l := mustObtain(t, a, "late", &tasklock.ObtainOptions{TTL: 400 * time.Millisecond, NoRenew: true})
 	waitDone(t, l, 5*time.Second)
 	l2, err := b.Obtain(ctxT(t, 5*time.Second), "late", &tasklock.ObtainOptions{TTL: 5 * time.Second})
 	if err != nil {
@@ -344,7 +344,7 @@ func testReleaseAndExtendAfterExpiry(t *testing.T, s driver.Store) {
 func testExtend(t *testing.T, s driver.Store) {
 	a := newLocker(t, s, "a", nil)
 	b := newLocker(t, s, "b", nil)
-	l := mustObtain(t, a, "extend", &tasklock.ObtainOptions{TTL: 200 * time.Millisecond, NoRenew: true})
+	l := mustObtain(t, a, "extend", &tasklock.ObtainOptions{TTL: 400 * time.Millisecond, NoRenew: true})
 	if err := l.Extend(ctxT(t, 5*time.Second), 2*time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -414,7 +414,7 @@ func testExtendMaxHold(t *testing.T, s driver.Store) {
 	b := newLocker(t, s, "b", nil)
 	maxHold := 500 * time.Millisecond
 	start := time.Now()
-	l := mustObtain(t, a, "extend-max", &tasklock.ObtainOptions{TTL: 200 * time.Millisecond, MaxHold: maxHold, NoRenew: true})
+	l := mustObtain(t, a, "extend-max", &tasklock.ObtainOptions{TTL: 400 * time.Millisecond, MaxHold: maxHold, NoRenew: true})
 	if err := l.Extend(ctxT(t, 5*time.Second), 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
