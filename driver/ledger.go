@@ -27,8 +27,11 @@ import (
 //     TriggerRequest.At) keep at least millisecond precision, and a time the
 //     store returned is stored back exactly when passed in again.
 //   - Stores return errors and never log. A store returns a *ClaimedError
-//     only when it knows another token holds the claim; any other error is
-//     taken as "nothing known" and the caller may retry the same call.
+//     only when it knows another token holds the claim, and an error
+//     wrapping ErrUnsupported for a request it can never satisfy as made (a
+//     Retain longer than it can keep, a name it cannot store); any other
+//     error is taken as "nothing known" and the caller may retry the same
+//     call.
 //   - All methods are safe for concurrent use. A method called with a
 //     cancelled or expired ctx returns an error.
 type Ledger interface {
@@ -160,7 +163,7 @@ type RunRecord struct {
 }
 
 // Key returns the record's RunKey.
-func (r *RunRecord) Key() RunKey {
+func (r RunRecord) Key() RunKey {
 	return RunKey{Job: r.Job, Tick: r.Tick, Trigger: r.Trigger, Attempt: r.Attempt}
 }
 

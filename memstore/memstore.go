@@ -34,6 +34,9 @@ type Store struct {
 	fences map[string]uint64
 	subs   map[int]func(string)
 	nextID int
+
+	ledgerOnce sync.Once
+	ledgerSt   *ledgerState // the scheduler's ledger (ledger.go)
 }
 
 type lease struct {

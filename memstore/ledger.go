@@ -1,0 +1,314 @@
+package memstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tasklock/tasklock/driver"
+)
+
+var _ driver.Ledger = (*Store)(nil)
+
+// ledgerState is a Store's tick ledger. It has its own mutex: ledger calls
+// never wait for lease calls or the other way round.
+type ledgerState struct {
+	mu     sync.Mutex
+	claims map[claimKey]claimEntry
+	runs   map[string]map[runKey]*driver.RunRecord // by job
+	states map[string]*driver.JobState
+}
+
+// claimKey is (job, tick, trigger) with the tick as Unix seconds and
+// nanoseconds: time.Time itself is not a safe map key.
+type claimKey struct {
+	job     string
+	sec     int64
+	nsec    int32
+	trigger string
+}
+
+type claimEntry struct {
+	token, node string
+	at, expires time.Time
+}
+
+type runKey struct {
+	claimKey
+	attempt int
+}
+
+func newClaimKey(job string, tick time.Time, trigger string) claimKey {
+	return claimKey{job: job, sec: tick.Unix(), nsec: int32(tick.Nanosecond()), trigger: trigger}
+}
+
+// ledger returns the Store's ledger state, made on first use.
+func (s *Store) ledger() *ledgerState {
+	s.ledgerOnce.Do(func() {
+		s.ledgerSt = &ledgerState{
+			claims: make(map[claimKey]claimEntry),
+			runs:   make(map[string]map[runKey]*driver.RunRecord),
+			states: make(map[string]*driver.JobState),
+		}
+	})
+	return s.ledgerSt
+}
+
+// now is the store's clock as a wall time in UTC.
+func (s *Store) now() time.Time { return s.clock.Now().Round(0).UTC() }
+
+// Claim implements driver.Ledger.
+func (s *Store) Claim(ctx context.Context, ps []driver.ClaimParams) ([]error, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if len(ps) == 0 {
+		return nil, nil
+	}
+	for i := range ps {
+		if err := checkClaim(&ps[i]); err != nil {
+			return nil, err
+		}
+	}
+	ls := s.ledger()
+	res := make([]error, len(ps))
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	now := s.now()
+	for i, p := range ps {
+		k := newClaimKey(p.Job, p.Tick, p.Trigger)
+		if c, ok := ls.claims[k]; ok && now.Before(c.expires) {
+			if c.token != p.Token {
+				res[i] = &driver.ClaimedError{Node: c.node, At: c.at}
+			}
+			continue
+		}
+		ls.claims[k] = claimEntry{token: p.Token, node: p.Node, at: now, expires: now.Add(p.Retain)}
+	}
+	return res, nil
+}
+
+func checkClaim(p *driver.ClaimParams) error {
+	switch {
+	case p.Job == "":
+		return errors.New("memstore: claim: empty Job")
+	case p.Tick.IsZero():
+		return fmt.Errorf("memstore: claim %q: zero Tick", p.Job)
+	case p.Token == "":
+		return fmt.Errorf("memstore: claim %q: empty Token", p.Job)
+	case p.Retain <= 0:
+		return fmt.Errorf("memstore: claim %q: Retain %v is not positive", p.Job, p.Retain)
+	}
+	return nil
+}
+
+// RecordRuns implements driver.Ledger.
+func (s *Store) RecordRuns(ctx context.Context, rs []driver.RunRecord) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	for i := range rs {
+		if rs[i].Job == "" || rs[i].Tick.IsZero() {
+			return errors.New("memstore: record run: empty Job or zero Tick")
+		}
+	}
+	ls := s.ledger()
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	now := s.now()
+	for _, r := range rs {
+		r.Recorded = now
+		m := ls.runs[r.Job]
+		if m == nil {
+			m = make(map[runKey]*driver.RunRecord)
+			ls.runs[r.Job] = m
+		}
+		m[runKey{newClaimKey(r.Job, r.Tick, r.Trigger), r.Attempt}] = &r
+	}
+	return nil
+}
+
+// Runs implements driver.Ledger.
+func (s *Store) Runs(ctx context.Context, q driver.RunQuery) ([]driver.RunRecord, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if q.Limit < 0 {
+		return nil, fmt.Errorf("memstore: runs: negative Limit %d", q.Limit)
+	}
+	ls := s.ledger()
+	ls.mu.Lock()
+	var out []driver.RunRecord
+	add := func(m map[runKey]*driver.RunRecord) {
+		for _, r := range m {
+			if matches(r, &q) {
+				out = append(out, *r)
+			}
+		}
+	}
+	if q.Job != "" {
+		add(ls.runs[q.Job])
+	} else {
+		for _, m := range ls.runs {
+			add(m)
+		}
+	}
+	ls.mu.Unlock()
+	slices.SortFunc(out, func(a, b driver.RunRecord) int { return compareKeys(a.Key(), b.Key()) })
+	if q.Limit > 0 && len(out) > q.Limit {
+		out = out[:q.Limit]
+	}
+	return out, nil
+}
+
+func matches(r *driver.RunRecord, q *driver.RunQuery) bool {
+	switch {
+	case !q.From.IsZero() && r.Tick.Before(q.From):
+		return false
+	case !q.To.IsZero() && !r.Tick.Before(q.To):
+		return false
+	case q.Status != "" && r.Status != q.Status:
+		return false
+	case q.Before != nil && compareKeys(r.Key(), *q.Before) <= 0:
+		return false
+	}
+	return true
+}
+
+// compareKeys orders run keys as Ledger.Runs lists them: Tick descending,
+// Job, Trigger ascending, Attempt descending.
+func compareKeys(a, b driver.RunKey) int {
+	if c := b.Tick.Compare(a.Tick); c != 0 {
+		return c
+	}
+	if c := strings.Compare(a.Job, b.Job); c != 0 {
+		return c
+	}
+	if c := strings.Compare(a.Trigger, b.Trigger); c != 0 {
+		return c
+	}
+	return b.Attempt - a.Attempt
+}
+
+// SetJobState implements driver.Ledger.
+func (s *Store) SetJobState(ctx context.Context, p driver.JobStateParams) (driver.JobState, error) {
+	if err := ctx.Err(); err != nil {
+		return driver.JobState{}, err
+	}
+	if p.Job == "" {
+		return driver.JobState{}, errors.New("memstore: set job state: empty Job")
+	}
+	if (p.Op == driver.JobTrigger || p.Op == driver.JobTriggerDone) && p.Trigger == "" {
+		return driver.JobState{}, fmt.Errorf("memstore: set job state %q: empty Trigger", p.Job)
+	}
+	ls := s.ledger()
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	st := ls.states[p.Job]
+	if st == nil {
+		st = &driver.JobState{Job: p.Job}
+	}
+	switch p.Op {
+	case driver.JobPause:
+		st.Paused = true
+	case driver.JobResume:
+		st.Paused = false
+	case driver.JobTrigger:
+		if !slices.ContainsFunc(st.Triggers, func(t driver.TriggerRequest) bool { return t.ID == p.Trigger }) {
+			st.Triggers = append(st.Triggers, driver.TriggerRequest{ID: p.Trigger, At: s.now()})
+		}
+	case driver.JobTriggerDone:
+		st.Triggers = slices.DeleteFunc(st.Triggers, func(t driver.TriggerRequest) bool { return t.ID == p.Trigger })
+	default:
+		return driver.JobState{}, fmt.Errorf("memstore: set job state %q: unknown op %d", p.Job, p.Op)
+	}
+	if !st.Paused && len(st.Triggers) == 0 {
+		delete(ls.states, p.Job)
+	} else {
+		ls.states[p.Job] = st
+	}
+	return copyState(st), nil
+}
+
+func copyState(st *driver.JobState) driver.JobState {
+	c := *st
+	c.Triggers = slices.Clone(st.Triggers)
+	return c
+}
+
+// JobStates implements driver.Ledger.
+func (s *Store) JobStates(ctx context.Context) ([]driver.JobState, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	ls := s.ledger()
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	out := make([]driver.JobState, 0, len(ls.states))
+	for _, st := range ls.states {
+		out = append(out, copyState(st))
+	}
+	return out, nil
+}
+
+// Prune implements driver.Ledger.
+func (s *Store) Prune(ctx context.Context, p driver.PruneParams) (driver.PruneResult, error) {
+	if err := ctx.Err(); err != nil {
+		return driver.PruneResult{}, err
+	}
+	if p.RunsOlderThan < 0 || p.KeepPerJob < 0 || p.TriggersOlderThan < 0 {
+		return driver.PruneResult{}, errors.New("memstore: prune: negative parameter")
+	}
+	ls := s.ledger()
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	now := s.now()
+	var res driver.PruneResult
+	for k, c := range ls.claims {
+		if !now.Before(c.expires) {
+			delete(ls.claims, k)
+			res.Claims++
+		}
+	}
+	for job, m := range ls.runs {
+		if p.RunsOlderThan > 0 {
+			cutoff := now.Add(-p.RunsOlderThan)
+			for k, r := range m {
+				if r.Recorded.Before(cutoff) {
+					delete(m, k)
+					res.Runs++
+				}
+			}
+		}
+		if p.KeepPerJob > 0 && len(m) > p.KeepPerJob {
+			keys := make([]runKey, 0, len(m))
+			for k := range m {
+				keys = append(keys, k)
+			}
+			slices.SortFunc(keys, func(a, b runKey) int { return compareKeys(m[a].Key(), m[b].Key()) })
+			for _, k := range keys[p.KeepPerJob:] {
+				delete(m, k)
+				res.Runs++
+			}
+		}
+		if len(m) == 0 {
+			delete(ls.runs, job)
+		}
+	}
+	if p.TriggersOlderThan > 0 {
+		cutoff := now.Add(-p.TriggersOlderThan)
+		for job, st := range ls.states {
+			n := len(st.Triggers)
+			st.Triggers = slices.DeleteFunc(st.Triggers, func(t driver.TriggerRequest) bool { return t.At.Before(cutoff) })
+			res.Triggers += n - len(st.Triggers)
+			if !st.Paused && len(st.Triggers) == 0 {
+				delete(ls.states, job)
+			}
+		}
+	}
+	return res, nil
+}

@@ -1,0 +1,91 @@
+// Package schedule runs periodic jobs across a cluster so that every tick of
+// every job runs once, on one node, however many nodes run the same
+// Scheduler and however far apart their clocks are.
+//
+// It is built on the public tasklock API (a job's runs hold the job's lock)
+// and on a store's tick ledger (driver.Ledger), which every store passes in
+// storetest.RunLedger.
+//
+//	store := memstore.New(nil) // or redisstore, pgstore, ...
+//	locker, _ := tasklock.New(store, nil)
+//	s, _ := schedule.New(locker, store, &schedule.Config{Node: "web-1"})
+//	_ = s.Add(schedule.Job{Name: "report", Schedule: "0 30 6 * * MON-FRI", TimeZone: "Europe/Berlin", Handler: report})
+//	_ = s.Start(ctx)
+//	defer s.Shutdown(ctx)
+//
+// # Ticks and claims
+//
+// A tick is an instant (UTC) at which a job is due, computed from its
+// schedule in its time zone; every node computes the same ticks. Before a
+// node runs tick T of job J it claims (J, T) in the ledger; a claim succeeds
+// once, for one node, and is kept for Config.ClaimRetention. So a node whose
+// clock runs seconds ahead claims first and the others find the tick taken,
+// and a node that starts late and looks back over the last MisfireWindow
+// finds every tick that was run already claimed.
+//
+// Each node only looks at ticks up to its own now. A tick it handles within
+// Job.MisfireAfter of the tick is on time and runs; later ones came while no
+// node ran the job (all were down, or the ledger was unreachable) and go to
+// the job's Misfire policy: MisfireOnce runs the newest of them, MisfireSkip
+// none, MisfireCatchUp the newest CatchUpMax. Those not run are recorded as
+// missed. At most MaxBacklog missed ticks per job are looked at in one pass.
+//
+// # Schedules
+//
+// Job.Schedule is a cron spec with five fields (minute hour day-of-month
+// month day-of-week) or six (seconds first), a descriptor (@hourly, @daily,
+// @weekly, @monthly, @yearly) or "@every D". Cron specs are read in
+// Job.TimeZone; @every ticks every D of elapsed time from the Unix epoch, the
+// same instants on every node whatever the zone. See Parse.
+//
+// # Daylight saving time
+//
+// A cron schedule names wall-clock times, and each such time is one tick:
+//
+//   - in the hour skipped when clocks spring forward, a time the clock
+//     never shows runs at the instant it would have been without the change
+//     (02:30 in New York on the night of the change runs at 03:30 EDT; in
+//     Lord Howe, where the change is 30 minutes, 02:15 runs at 02:45): a
+//     tick is never lost. If that instant is a tick of the schedule anyway,
+//     it runs once.
+//   - in the hour repeated when clocks fall back, a time the clock shows
+//     twice runs the first time only: a 01:30 daily job runs once. A
+//     schedule whose hour field names every hour (*, @hourly, "*/15 * * * *")
+//     follows the clock on the wall instead and runs in both passes of the
+//     hour, so hourly work stays hourly.
+//
+// For work that must run every N minutes of elapsed time, use @every.
+//
+// # Runs and the job's lock
+//
+// A run holds the job's lock (Config.KeyPrefix + Job.Name) from its first
+// attempt to its last, renewed by the Locker and fenced: Run.Fence is the
+// lock's fence. So runs of one job never overlap across the cluster: a tick
+// that comes while the previous run holds the lock is recorded as skipped.
+// Job.Overlap = OverlapAllow runs every tick regardless and takes no lock.
+// The handler's context ends when the lock is lost or MaxHold is reached
+// (the run is recorded as lost or timed out), when an attempt's Timeout
+// passes, or when Shutdown's grace period ends. Failed and timed-out
+// attempts are retried Job.Retries times with backoff, under the same lock.
+//
+// # History
+//
+// Every attempt, skipped tick and missed tick is recorded in the ledger —
+// job, tick, node, fence, attempt, start, end, status (ok, failed, timeout,
+// lost, skipped, missed), error, and the tail of Run.Output — and kept for
+// Config.HistoryKeep records per job and Config.HistoryMaxAge. Runs queries
+// it by job, time range and status.
+//
+// # Pause, resume and trigger
+//
+// Pause, Resume and Trigger are stored in the ledger, and every node reads
+// the job states every Config.PollInterval (500 ms), so every node obeys
+// them within a second. A trigger runs once across the cluster: the request
+// is claimed like a tick.
+//
+// # Shutdown
+//
+// Shutdown stops claiming, lets running handlers finish for up to
+// Config.ShutdownGrace, then cancels them with ErrShutdown, and returns once
+// every run has recorded its result and released its lock.
+package schedule

@@ -1,0 +1,333 @@
+package schedule
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tasklock/tasklock"
+	"github.com/tasklock/tasklock/memstore"
+)
+
+// fakeClock is a tasklock.Clock whose time moves only when the test
+// advances it; timers fire then.
+type fakeClock struct {
+	mu     sync.Mutex
+	now    time.Time
+	timers map[*fakeTimer]struct{} // armed
+}
+
+func newFakeClock(t time.Time) *fakeClock {
+	return &fakeClock{now: t, timers: make(map[*fakeTimer]struct{})}
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) NewTimer(d time.Duration) tasklock.Timer {
+	t := &fakeTimer{c: c, ch: make(chan time.Time, 1)}
+	t.Reset(d)
+	return t
+}
+
+// Advance moves the clock and fires the timers that are due.
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+	for t := range c.timers {
+		if !t.at.After(c.now) {
+			delete(c.timers, t)
+			select {
+			case t.ch <- c.now:
+			default:
+			}
+		}
+	}
+}
+
+// armed returns how many timers wait to fire.
+func (c *fakeClock) armed() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.timers)
+}
+
+type fakeTimer struct {
+	c  *fakeClock
+	ch chan time.Time
+	at time.Time
+}
+
+func (t *fakeTimer) C() <-chan time.Time { return t.ch }
+
+// Reset drops a value not yet received, as time.Timer does since Go 1.23.
+func (t *fakeTimer) Reset(d time.Duration) {
+	c := t.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	select {
+	case <-t.ch:
+	default:
+	}
+	t.at = c.now.Add(d)
+	if d <= 0 {
+		delete(c.timers, t)
+		t.ch <- c.now
+		return
+	}
+	c.timers[t] = struct{}{}
+}
+
+func (t *fakeTimer) Stop() bool {
+	t.c.mu.Lock()
+	defer t.c.mu.Unlock()
+	_, armed := t.c.timers[t]
+	delete(t.c.timers, t)
+	return armed
+}
+
+// skewClock is a node's view of a fakeClock: the same time plus a skew.
+type skewClock struct {
+	*fakeClock
+	skew time.Duration
+}
+
+func (c *skewClock) Now() time.Time { return c.fakeClock.Now().Add(c.skew) }
+
+// t0 is where the fake clocks start: a whole minute, far from the real now.
+var t0 = time.Date(2030, time.January, 1, 0, 0, 0, 0, time.UTC)
+
+// cluster is a set of nodes sharing one ledger (a memstore on the fake
+// clock) and one lock store (a memstore on the real clock, as are the
+// Lockers, so that lease renewal never depends on how the test moves
+// time).
+type cluster struct {
+	t      *testing.T
+	clock  *fakeClock
+	ledger *memstore.Store
+	locks  *memstore.Store
+	nodes  []*node
+}
+
+type node struct {
+	name    string
+	clock   *skewClock
+	lk      *tasklock.Locker
+	s       *Scheduler
+	started bool
+}
+
+func newCluster(t *testing.T) *cluster {
+	fc := newFakeClock(t0)
+	c := &cluster{t: t, clock: fc, ledger: memstore.New(fc), locks: memstore.New(nil)}
+	t.Cleanup(c.close)
+	return c
+}
+
+func (c *cluster) node(name string, skew time.Duration, cfg *Config) *node {
+	c.t.Helper()
+	lk, err := tasklock.New(c.locks, &tasklock.Config{Owner: name, Logger: discardLogger()})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	var conf Config
+	if cfg != nil {
+		conf = *cfg
+	}
+	conf.Node = name
+	conf.Clock = &skewClock{c.clock, skew}
+	if conf.Logger == nil {
+		conf.Logger = discardLogger()
+	}
+	s, err := New(lk, c.ledger, &conf)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	n := &node{name: name, clock: conf.Clock.(*skewClock), lk: lk, s: s}
+	c.nodes = append(c.nodes, n)
+	return n
+}
+
+func (n *node) add(t *testing.T, jobs ...Job) *node {
+	t.Helper()
+	for _, j := range jobs {
+		if err := n.s.Add(j); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return n
+}
+
+func (n *node) start(t *testing.T) *node {
+	t.Helper()
+	if err := n.s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	n.started = true
+	return n
+}
+
+func (n *node) shutdown(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := n.s.Shutdown(ctx); err != nil {
+		t.Fatalf("Shutdown(%s): %v", n.name, err)
+	}
+}
+
+func (c *cluster) close() {
+	for _, n := range c.nodes {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = n.s.Shutdown(ctx)
+		cancel()
+		_ = n.lk.Close()
+	}
+}
+
+// advance moves the fake clock and wakes every node's loop.
+func (c *cluster) advance(d time.Duration) {
+	c.clock.Advance(d)
+	for _, n := range c.nodes {
+		n.s.poke()
+	}
+}
+
+// step advances and waits until every node has handled the new time and
+// every run has ended.
+func (c *cluster) step(d time.Duration) {
+	c.t.Helper()
+	c.advance(d)
+	c.settle(true)
+}
+
+// settle waits until every running node's loop has handled its clock's
+// present and, with runs, no run goroutine is left.
+func (c *cluster) settle(runs bool) {
+	c.t.Helper()
+	waitFor(c.t, "the nodes to settle", func() bool {
+		for _, n := range c.nodes {
+			s := n.s
+			s.mu.Lock()
+			ok := !s.loopStarted || s.loopStopped || s.stepped.Equal(n.clock.Now())
+			if runs {
+				ok = ok && s.active == 0
+			}
+			s.mu.Unlock()
+			if !ok {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// waitFor polls cond until it holds, failing the test after 10 seconds.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for wait := 50 * time.Microsecond; !cond(); wait = min(2*wait, 2*time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(wait) // polling interval, backing off so as not to load a busy machine
+	}
+}
+
+func (c *cluster) history(job string) []RunRecord {
+	c.t.Helper()
+	rs, err := c.ledger.Runs(context.Background(), RunQuery{Job: job})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return rs
+}
+
+// historyAfter returns job's records for ticks after from, oldest first.
+func (c *cluster) historyAfter(job string, from time.Time) []RunRecord {
+	c.t.Helper()
+	rs, err := c.ledger.Runs(context.Background(), RunQuery{Job: job, From: from.Add(time.Nanosecond)})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	sort.SliceStable(rs, func(i, j int) bool { return rs[i].Tick.Before(rs[j].Tick) })
+	return rs
+}
+
+// waitRecords waits until job has n records for ticks after from.
+func (c *cluster) waitRecords(job string, from time.Time, n int) []RunRecord {
+	c.t.Helper()
+	var rs []RunRecord
+	waitFor(c.t, fmt.Sprintf("%d records of %s", n, job), func() bool {
+		rs = c.historyAfter(job, from)
+		return len(rs) >= n
+	})
+	return rs
+}
+
+// recorder counts handler calls per (job, tick, trigger) and notes which
+// node made each and when, by the shared clock.
+type recorder struct {
+	clock *fakeClock
+	mu    sync.Mutex
+	calls []call
+	count map[string]int
+}
+
+type call struct {
+	Run
+	at time.Time // the cluster's time
+}
+
+func newRecorder(clock *fakeClock) *recorder {
+	return &recorder{clock: clock, count: make(map[string]int)}
+}
+
+func runKey(job string, tick time.Time, trigger string) string {
+	return fmt.Sprintf("%s@%s#%s", job, tick.UTC().Format(time.RFC3339), trigger)
+}
+
+func (r *recorder) note(run Run) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.calls = append(r.calls, call{Run: run, at: r.clock.Now()})
+	r.count[runKey(run.Job, run.Tick, run.Trigger)]++
+}
+
+// ok is a handler that records the call and succeeds.
+func (r *recorder) ok(ctx context.Context, run Run) error {
+	r.note(run)
+	return nil
+}
+
+func (r *recorder) snapshot() []call {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]call(nil), r.calls...)
+}
+
+func (r *recorder) times(job string, tick time.Time, trigger string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.count[runKey(job, tick, trigger)]
+}
+
+func (r *recorder) duplicates() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var d []string
+	for k, n := range r.count {
+		if n > 1 {
+			d = append(d, fmt.Sprintf("%s ran %d times", k, n))
+		}
+	}
+	sort.Strings(d)
+	return d
+}

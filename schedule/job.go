@@ -1,0 +1,326 @@
+package schedule
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+	"unicode/utf8"
+
+	"github.com/tasklock/tasklock"
+	"github.com/tasklock/tasklock/driver"
+)
+
+// Job is a periodic job. Only Name, Schedule and Handler are required; zero
+// fields take the defaults documented on them. The fields map one to one to
+// the daemon's configuration keys.
+type Job struct {
+	// Name identifies the job across the cluster: in the ledger, in the
+	// job's lock key and in history. At most MaxJobName bytes of UTF-8
+	// without control characters.
+	Name string
+	// Schedule is the job's spec: cron with an optional seconds field,
+	// a descriptor or @every (see Parse).
+	Schedule string
+	// TimeZone is the IANA zone the schedule's wall-clock times are read
+	// in, e.g. "Europe/Berlin". Default: UTC. A CRON_TZ= prefix in
+	// Schedule may set it instead, not both.
+	TimeZone string
+	// Handler runs the job for one tick. Its ctx ends when the attempt
+	// times out, the job's lock is lost or MaxHold is reached, or Shutdown's
+	// grace period ends; context.Cause tells which (ErrTimeout,
+	// tasklock.ErrLockLost, tasklock.ErrMaxHold, ErrShutdown). It should
+	// return soon after.
+	Handler func(ctx context.Context, run Run) error
+
+	// Overlap says whether a tick may run while the job's previous run is
+	// still in progress on any node. Default: OverlapSkip.
+	Overlap Overlap
+	// Misfire says what happens to ticks that came while no node ran the
+	// job. Default: MisfireOnce.
+	Misfire Misfire
+	// MisfireAfter is how late, by the handling node's clock, a tick may be
+	// handled and still count as on time; later ticks are missed and go to
+	// the Misfire policy. Default: 5s.
+	MisfireAfter time.Duration
+	// MisfireWindow is how far back a node looks for missed ticks when it
+	// starts or catches up. Older ticks are forgotten: neither run nor
+	// recorded. Default: 1h; at most half of Config.ClaimRetention.
+	MisfireWindow time.Duration
+	// CatchUpMax is how many missed ticks MisfireCatchUp runs at most, the
+	// newest. Default: 10; at most MaxBacklog.
+	CatchUpMax int
+
+	// Timeout bounds each attempt; its ctx then ends with ErrTimeout and
+	// the attempt is recorded as timed out. Zero: none.
+	Timeout time.Duration
+	// Retries is how many times a failed or timed-out attempt is repeated
+	// within the tick, holding the job's lock throughout. Default: 0.
+	Retries int
+	// RetryBackoff is the wait before the first retry, doubling for each
+	// next one up to RetryBackoffMax. Defaults: 1s and 1m.
+	RetryBackoff    time.Duration
+	RetryBackoffMax time.Duration
+	// Jitter delays each run by a random duration below it, spreading jobs
+	// that share a schedule. The tick is claimed on time. Zero: none.
+	Jitter time.Duration
+
+	// LockTTL is the lease length of the job's lock, renewed while the run
+	// lasts. Default: tasklock.DefaultTTL.
+	LockTTL time.Duration
+	// MinHold keeps the job's lock until the run's start + MinHold even
+	// when the run ends earlier (tasklock.ObtainOptions.MinHold): with
+	// OverlapSkip, ticks within it are skipped. Zero: none.
+	MinHold time.Duration
+	// MaxHold bounds a run, retries included: the lock is not renewed past
+	// start + MaxHold, the handler's ctx ends with tasklock.ErrMaxHold and
+	// the attempt is recorded as timed out. With OverlapAllow it is
+	// enforced by the node's clock alone. Zero: unbounded.
+	MaxHold time.Duration
+}
+
+// MaxJobName is the longest job name, in bytes.
+const MaxJobName = 200
+
+// MaxBacklog is how many missed ticks of a job a node handles at most in one
+// pass, the newest; older ones are forgotten.
+const MaxBacklog = 100
+
+// Job defaults.
+const (
+	DefaultMisfireAfter    = 5 * time.Second
+	DefaultMisfireWindow   = time.Hour
+	DefaultCatchUpMax      = 10
+	DefaultRetryBackoff    = time.Second
+	DefaultRetryBackoffMax = time.Minute
+)
+
+// Overlap is what happens when a tick comes while the job's previous run is
+// still in progress.
+type Overlap uint8
+
+// The overlap policies.
+const (
+	// OverlapSkip holds the job's lock during each run, so runs never
+	// overlap across the cluster; a tick that finds the lock held is
+	// recorded as skipped.
+	OverlapSkip Overlap = iota
+	// OverlapAllow runs every tick, overlapping or not; no lock is taken
+	// and Run.Fence is 0.
+	OverlapAllow
+)
+
+var overlapNames = [...]string{"skip", "allow"}
+
+// String returns "skip" or "allow".
+func (o Overlap) String() string {
+	if int(o) < len(overlapNames) {
+		return overlapNames[o]
+	}
+	return fmt.Sprintf("Overlap(%d)", o)
+}
+
+// UnmarshalText parses "skip" or "allow", for configuration files.
+func (o *Overlap) UnmarshalText(b []byte) error {
+	for i, n := range overlapNames {
+		if string(b) == n {
+			*o = Overlap(i)
+			return nil
+		}
+	}
+	return fmt.Errorf("schedule: unknown overlap policy %q (want skip or allow)", b)
+}
+
+// Misfire is what happens to ticks that came while no node ran the job (all
+// were down, or the store could not be reached): ticks handled more than
+// Job.MisfireAfter late.
+type Misfire uint8
+
+// The misfire policies.
+const (
+	// MisfireOnce runs the newest missed tick, once, and records the
+	// others as missed.
+	MisfireOnce Misfire = iota
+	// MisfireSkip runs none and records them as missed.
+	MisfireSkip
+	// MisfireCatchUp runs the newest Job.CatchUpMax missed ticks, oldest
+	// first, and records the others as missed.
+	MisfireCatchUp
+)
+
+var misfireNames = [...]string{"once", "skip", "catch_up"}
+
+// String returns "once", "skip" or "catch_up".
+func (m Misfire) String() string {
+	if int(m) < len(misfireNames) {
+		return misfireNames[m]
+	}
+	return fmt.Sprintf("Misfire(%d)", m)
+}
+
+// UnmarshalText parses "once", "skip" or "catch_up", for configuration
+// files.
+func (m *Misfire) UnmarshalText(b []byte) error {
+	for i, n := range misfireNames {
+		if string(b) == n {
+			*m = Misfire(i)
+			return nil
+		}
+	}
+	return fmt.Errorf("schedule: unknown misfire policy %q (want once, skip or catch_up)", b)
+}
+
+// Run describes one attempt at one tick, as passed to Job.Handler.
+type Run struct {
+	Job     string
+	Tick    time.Time // the scheduled instant, UTC; for Trigger, when it was requested
+	Trigger string    // the trigger-now request's ID; "" for a scheduled tick
+	Node    string    // this node
+	Attempt int       // 1 for the first attempt
+	// Fence is the job lock's fencing token: pass it to the resources the
+	// job writes so they can refuse a run that lost its lock (see
+	// tasklock.FencedRegister). 0 with OverlapAllow.
+	Fence uint64
+	// CatchUp is true when the tick was missed and runs late by the
+	// misfire policy.
+	CatchUp bool
+	// Output collects what the handler wants in history: its tail (the
+	// last Config.OutputTail bytes) is recorded with the run.
+	Output io.Writer
+}
+
+// RunRecord is one entry of a job's history; see driver.RunRecord.
+type RunRecord = driver.RunRecord
+
+// RunQuery selects history records; see driver.RunQuery.
+type RunQuery = driver.RunQuery
+
+// RunKey identifies a history record; see driver.RunKey.
+type RunKey = driver.RunKey
+
+// Status is the outcome of a run recorded in history.
+type Status = driver.RunStatus
+
+// The statuses, as defined by the driver package.
+const (
+	StatusOK      = driver.RunOK
+	StatusFailed  = driver.RunFailed
+	StatusTimeout = driver.RunTimeout
+	StatusLost    = driver.RunLost
+	StatusSkipped = driver.RunSkipped
+	StatusMissed  = driver.RunMissed
+)
+
+// job is a validated Job with its parsed schedule and this node's progress
+// through its ticks.
+type job struct {
+	Job
+	sched Schedule
+	key   string
+
+	// Guarded by Scheduler.mu.
+	after time.Time // every tick up to and including after was handled here
+	next  time.Time // sched.Next(after): the heap's key
+	idx   int       // index in the heap, -1 when not in it
+}
+
+func validateJob(j Job, keyPrefix string, retention time.Duration) (*job, error) {
+	bad := func(field, format string, args ...any) error {
+		return &JobError{Job: j.Name, Field: field, Reason: fmt.Sprintf(format, args...)}
+	}
+	switch {
+	case j.Name == "":
+		return nil, bad("Job.Name", "empty")
+	case len(j.Name) > MaxJobName:
+		return nil, bad("Job.Name", "%d bytes long, the maximum is %d", len(j.Name), MaxJobName)
+	case !utf8.ValidString(j.Name):
+		return nil, bad("Job.Name", "not valid UTF-8")
+	}
+	for _, c := range j.Name {
+		if c < 0x20 || c == 0x7f {
+			return nil, bad("Job.Name", "contains control character %U", c)
+		}
+	}
+	if j.Handler == nil {
+		return nil, bad("Job.Handler", "nil")
+	}
+	loc := time.UTC
+	if j.TimeZone != "" {
+		l, err := loadZone(j.TimeZone)
+		if err != nil {
+			return nil, &JobError{Job: j.Name, Field: "Job.TimeZone", Reason: fmt.Sprintf("%q: %v", j.TimeZone, err)}
+		}
+		loc = l
+		if _, _, ok := tzPrefix(j.Schedule); ok {
+			return nil, bad("Job.TimeZone", "set, and Job.Schedule has a CRON_TZ= prefix too")
+		}
+	}
+	sched, err := Parse(j.Schedule, loc)
+	if err != nil {
+		return nil, &JobError{Job: j.Name, Field: "Job.Schedule", Err: err}
+	}
+	if j.MisfireAfter == 0 {
+		j.MisfireAfter = DefaultMisfireAfter
+	}
+	if j.MisfireWindow == 0 {
+		j.MisfireWindow = DefaultMisfireWindow
+	}
+	if j.CatchUpMax == 0 {
+		j.CatchUpMax = DefaultCatchUpMax
+	}
+	if j.RetryBackoff == 0 {
+		j.RetryBackoff = DefaultRetryBackoff
+	}
+	if j.RetryBackoffMax == 0 {
+		j.RetryBackoffMax = max(DefaultRetryBackoffMax, j.RetryBackoff)
+	}
+	if j.LockTTL == 0 {
+		j.LockTTL = tasklock.DefaultTTL
+	}
+	switch {
+	case j.Overlap > OverlapAllow:
+		return nil, bad("Job.Overlap", "unknown policy %d", j.Overlap)
+	case j.Misfire > MisfireCatchUp:
+		return nil, bad("Job.Misfire", "unknown policy %d", j.Misfire)
+	case j.MisfireAfter < 0:
+		return nil, bad("Job.MisfireAfter", "%v is negative", j.MisfireAfter)
+	case j.MisfireWindow < j.MisfireAfter:
+		return nil, bad("Job.MisfireWindow", "%v is less than MisfireAfter %v", j.MisfireWindow, j.MisfireAfter)
+	case j.MisfireWindow > retention/2:
+		return nil, bad("Job.MisfireWindow", "%v is more than half of Config.ClaimRetention %v: a tick could be forgotten before every node stopped looking at it", j.MisfireWindow, retention)
+	case j.CatchUpMax < 0 || j.CatchUpMax > MaxBacklog:
+		return nil, bad("Job.CatchUpMax", "%d is not within [1, %d]", j.CatchUpMax, MaxBacklog)
+	case j.Timeout < 0:
+		return nil, bad("Job.Timeout", "%v is negative", j.Timeout)
+	case j.Retries < 0 || j.Retries > 100:
+		return nil, bad("Job.Retries", "%d is not within [0, 100]", j.Retries)
+	case j.RetryBackoff < 0:
+		return nil, bad("Job.RetryBackoff", "%v is negative", j.RetryBackoff)
+	case j.RetryBackoffMax < j.RetryBackoff:
+		return nil, bad("Job.RetryBackoffMax", "%v is less than RetryBackoff %v", j.RetryBackoffMax, j.RetryBackoff)
+	case j.Jitter < 0:
+		return nil, bad("Job.Jitter", "%v is negative", j.Jitter)
+	case j.LockTTL < tasklock.MinTTL:
+		return nil, bad("Job.LockTTL", "%v is below the minimum %v", j.LockTTL, tasklock.MinTTL)
+	case j.MinHold < 0:
+		return nil, bad("Job.MinHold", "%v is negative", j.MinHold)
+	case j.MinHold > 0 && j.Overlap == OverlapAllow:
+		return nil, bad("Job.MinHold", "needs the job's lock, and Overlap is allow")
+	case j.MaxHold < 0:
+		return nil, bad("Job.MaxHold", "%v is negative", j.MaxHold)
+	case j.MaxHold > 0 && j.MaxHold < tasklock.MinTTL:
+		return nil, bad("Job.MaxHold", "%v is below the minimum %v", j.MaxHold, tasklock.MinTTL)
+	case j.MaxHold > 0 && j.MinHold > j.MaxHold:
+		return nil, bad("Job.MinHold", "%v is greater than MaxHold %v", j.MinHold, j.MaxHold)
+	}
+	key := keyPrefix + j.Name
+	if err := tasklock.ValidateKey(key); err != nil {
+		return nil, &JobError{Job: j.Name, Field: "Job.Name", Reason: "makes an invalid lock key", Err: err}
+	}
+	return &job{Job: j, sched: sched, key: key, idx: -1}, nil
+}
+
+// lockOptions are the options of the job's lock.
+func (j *job) lockOptions(node string) *tasklock.ObtainOptions {
+	return &tasklock.ObtainOptions{TTL: j.LockTTL, MinHold: j.MinHold, MaxHold: j.MaxHold, Owner: node}
+}

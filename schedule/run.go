@@ -1,0 +1,293 @@
+package schedule
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tasklock/tasklock"
+	"github.com/tasklock/tasklock/driver"
+)
+
+// maxErrorLen bounds the error text recorded with a run, in bytes.
+const maxErrorLen = 4096
+
+// execute handles one job's claimed work, in tick order, on its own
+// goroutine: missed ticks are recorded in one call, the others run one
+// after another.
+func (s *Scheduler) execute(j *job, items []work) {
+	defer s.runDone()
+	var missed []driver.RunRecord
+	for _, w := range items {
+		if w.missed {
+			reason := fmt.Sprintf("schedule: tick missed: handled %v late, misfire policy %s", w.late.Round(time.Millisecond), j.Misfire)
+			missed = append(missed, s.notRun(j, w, driver.RunMissed, reason))
+		}
+	}
+	if len(missed) > 0 {
+		s.record(missed...)
+	}
+	for _, w := range items {
+		if !w.missed {
+			s.runTick(j, w)
+		}
+	}
+}
+
+// notRun is the record of a tick that was not attempted.
+func (s *Scheduler) notRun(j *job, w work, status driver.RunStatus, reason string) driver.RunRecord {
+	return driver.RunRecord{
+		Job: j.Name, Tick: w.tick.UTC(), Trigger: w.trigger, Node: s.node,
+		End: s.clock.Now(), Status: status, Error: truncate(reason, maxErrorLen),
+	}
+}
+
+// runTick runs one claimed tick: it takes the job's lock (OverlapSkip),
+// makes up to 1+Retries attempts with backoff while holding it, records
+// each, and releases the lock.
+func (s *Scheduler) runTick(j *job, w work) {
+	if w.trigger != "" {
+		s.triggerDone(j.Name, w.trigger)
+	}
+	if j.Jitter > 0 && !s.sleep(rand.N(j.Jitter), s.runCtx.Done()) {
+		s.record(s.notRun(j, w, driver.RunSkipped, ErrShutdown.Error()))
+		return
+	}
+	if s.runCtx.Err() != nil {
+		s.record(s.notRun(j, w, driver.RunSkipped, ErrShutdown.Error()))
+		return
+	}
+	// tickCtx spans the attempts: it ends with the lock, MaxHold, or the
+	// end of Shutdown's grace period.
+	tickCtx, tickCancel := context.WithCancelCause(s.runCtx)
+	defer tickCancel(nil)
+	var lock *tasklock.Lock
+	defer func() {
+		if lock != nil {
+			s.release(j, lock)
+		}
+	}()
+	if j.Overlap == OverlapAllow && j.MaxHold > 0 {
+		d := s.addDeadline(s.clock.Now().Add(j.MaxHold), tickCancel, tasklock.ErrMaxHold)
+		defer s.removeDeadline(d)
+	}
+	for attempt := 1; ; attempt++ {
+		var rec driver.RunRecord
+		if j.Overlap == OverlapSkip && lock == nil {
+			l, err := s.obtain(j)
+			switch {
+			case errors.Is(err, tasklock.ErrNotObtained):
+				s.record(s.notRun(j, w, driver.RunSkipped, "schedule: the previous run is still in progress: "+err.Error()))
+				return
+			case err != nil:
+				now := s.clock.Now()
+				rec = s.notRun(j, w, driver.RunFailed, "schedule: taking the job's lock: "+err.Error())
+				rec.Attempt, rec.Start, rec.End = attempt, now, now
+			default:
+				lock = l
+				lockCtx := l.Context()
+				stop := context.AfterFunc(lockCtx, func() { tickCancel(context.Cause(lockCtx)) })
+				defer stop()
+			}
+		}
+		if rec.Status == "" {
+			rec = s.attempt(tickCtx, j, w, attempt, lock)
+		}
+		s.record(rec)
+		s.logRun(&rec)
+		retry := rec.Status == driver.RunFailed || rec.Status == driver.RunTimeout
+		if !retry || attempt > j.Retries || tickCtx.Err() != nil {
+			return
+		}
+		backoff := min(j.RetryBackoff<<min(attempt-1, 30), j.RetryBackoffMax)
+		if !s.sleep(backoff, tickCtx.Done()) {
+			return
+		}
+	}
+}
+
+// attempt calls the handler once and returns its record.
+func (s *Scheduler) attempt(parent context.Context, j *job, w work, n int, lock *tasklock.Lock) driver.RunRecord {
+	ctx, cancel := context.WithCancelCause(parent)
+	defer cancel(nil)
+	start := s.clock.Now()
+	if j.Timeout > 0 {
+		d := s.addDeadline(start.Add(j.Timeout), cancel, ErrTimeout)
+		defer s.removeDeadline(d)
+	}
+	var fence uint64
+	if lock != nil {
+		fence = lock.Fence()
+	}
+	var out io.Writer = io.Discard
+	var tl *tail
+	if s.tail > 0 {
+		tl = &tail{max: s.tail}
+		out = tl
+	}
+	run := Run{
+		Job: j.Name, Tick: w.tick.UTC(), Trigger: w.trigger, Node: s.node,
+		Attempt: n, Fence: fence, CatchUp: w.catchUp, Output: out,
+	}
+	err := s.call(ctx, j, run)
+	rec := driver.RunRecord{
+		Job: j.Name, Tick: run.Tick, Trigger: w.trigger, Attempt: n, Node: s.node, Fence: fence,
+		Start: start, End: s.clock.Now(),
+	}
+	if tl != nil {
+		rec.Output = tl.String()
+	}
+	cause := context.Cause(ctx)
+	if ctx.Err() == nil {
+		cause = nil
+	}
+	var lost error
+	if lock != nil {
+		lost = lock.Err()
+	}
+	switch {
+	case lost != nil && errors.Is(lost, tasklock.ErrMaxHold):
+		rec.Status, cause = driver.RunTimeout, lost
+	case lost != nil:
+		rec.Status, cause = driver.RunLost, lost
+	case errors.Is(cause, ErrTimeout), errors.Is(cause, tasklock.ErrMaxHold):
+		rec.Status = driver.RunTimeout
+	case cause != nil || err != nil:
+		rec.Status = driver.RunFailed
+	default:
+		rec.Status = driver.RunOK
+	}
+	rec.Error = truncate(errorText(err, cause), maxErrorLen)
+	return rec
+}
+
+// errorText is the handler's error and, when not already part of it, the
+// reason its context ended.
+func errorText(err, cause error) string {
+	switch {
+	case err == nil && cause == nil:
+		return ""
+	case err == nil:
+		return cause.Error()
+	case cause == nil || errors.Is(err, cause) || strings.Contains(err.Error(), cause.Error()):
+		return err.Error()
+	}
+	return err.Error() + " (" + cause.Error() + ")"
+}
+
+// call runs the handler, turning a panic into an error.
+func (s *Scheduler) call(ctx context.Context, j *job, run Run) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("schedule: handler panicked: %v", r)
+			s.log.Error("schedule: handler panicked", "node", s.node, "job", j.Name, "tick", run.Tick, "panic", r, "stack", string(debug.Stack()))
+		}
+	}()
+	return j.Handler(ctx, run)
+}
+
+func (s *Scheduler) logRun(r *driver.RunRecord) {
+	level := slogLevel(r.Status)
+	s.log.Log(context.Background(), level, "schedule: run ended", "node", s.node, "job", r.Job, "tick", r.Tick,
+		"trigger", r.Trigger, "attempt", r.Attempt, "status", r.Status, "duration", r.End.Sub(r.Start), "err", r.Error)
+}
+
+// obtain takes the job's lock, once.
+func (s *Scheduler) obtain(j *job) (*tasklock.Lock, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+	defer cancel()
+	return s.lk.TryObtain(ctx, j.key, j.lockOptions(s.node))
+}
+
+func (s *Scheduler) release(j *job, l *tasklock.Lock) {
+	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+	defer cancel()
+	if err := l.Release(ctx); err != nil && !errors.Is(err, tasklock.ErrNotHeld) {
+		s.log.Warn("schedule: releasing the job's lock", "node", s.node, "job", j.Name, "err", err)
+	}
+}
+
+// record writes history records, trying twice.
+func (s *Scheduler) record(rs ...driver.RunRecord) {
+	var err error
+	for range 2 {
+		ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+		err = s.ledger.RecordRuns(ctx, rs)
+		cancel()
+		if err == nil {
+			return
+		}
+	}
+	s.log.Warn("schedule: recording history", "node", s.node, "job", rs[0].Job, "records", len(rs), "err", err)
+}
+
+// triggerDone removes a claimed trigger request from the job's state.
+func (s *Scheduler) triggerDone(job, id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+	defer cancel()
+	_, err := s.ledger.SetJobState(ctx, driver.JobStateParams{Job: job, Op: driver.JobTriggerDone, Trigger: id})
+	if err != nil {
+		s.log.Warn("schedule: removing a trigger request", "node", s.node, "job", job, "trigger", id, "err", err)
+	}
+}
+
+// sleep waits d on the Scheduler's clock; it reports false when done
+// closed first.
+func (s *Scheduler) sleep(d time.Duration, done <-chan struct{}) bool {
+	t := s.clock.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C():
+		return true
+	case <-done:
+		return false
+	}
+}
+
+// tail keeps the last max bytes written to it.
+type tail struct {
+	mu  sync.Mutex
+	max int
+	buf []byte
+}
+
+// Write implements io.Writer; it never fails.
+func (t *tail) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(p) >= t.max {
+		t.buf = append(t.buf[:0], p[len(p)-t.max:]...)
+		return len(p), nil
+	}
+	t.buf = append(t.buf, p...)
+	if len(t.buf) > 2*t.max {
+		t.buf = append(t.buf[:0], t.buf[len(t.buf)-t.max:]...)
+	}
+	return len(p), nil
+}
+
+// String returns the tail as valid UTF-8 (a rune cut at the start is
+// dropped).
+func (t *tail) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	b := t.buf[max(len(t.buf)-t.max, 0):]
+	return strings.ToValidUTF8(string(b), "")
+}
+
+// slogLevel is the level a run's end is logged at: failures are the
+// handler's business and are in history, so they do not warn.
+func slogLevel(st driver.RunStatus) slog.Level {
+	switch st {
+	case driver.RunFailed, driver.RunTimeout, driver.RunLost:
+		return slog.LevelInfo
+	}
+	return slog.LevelDebug
+}

@@ -1,0 +1,809 @@
+package schedule
+
+import (
+	"container/heap"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/tasklock/tasklock"
+	"github.com/tasklock/tasklock/driver"
+)
+
+// Config configures a Scheduler. A nil *Config means all defaults; zero
+// fields take the defaults documented on them. New never writes into it.
+type Config struct {
+	// Node names this scheduler in claims, history and the job locks it
+	// holds. Default: the Locker's owner name (host:pid).
+	Node string
+	// Clock is the source of time for ticks, timeouts, backoff and
+	// polling. Default: tasklock.SystemClock.
+	Clock tasklock.Clock
+	// Logger receives the scheduler's logs. Nil: warnings and above go to
+	// slog.Default().
+	Logger *slog.Logger
+	// KeyPrefix is put before a job's name to make its lock key. Default:
+	// "schedule/".
+	KeyPrefix string
+	// PollInterval is how often the job states (pause, trigger-now) are
+	// read from the ledger. Default: 500ms, so that every node obeys a
+	// change within a second. At least 10ms.
+	PollInterval time.Duration
+	// ShutdownGrace is how long Shutdown lets running handlers finish
+	// before it cancels their contexts with ErrShutdown. Default: 30s.
+	ShutdownGrace time.Duration
+	// ClaimRetention is how long the ledger keeps a claim: a tick is never
+	// run twice within it. Default: 24h; at least twice every job's
+	// MisfireWindow.
+	ClaimRetention time.Duration
+	// HistoryKeep is how many history records per job are kept. Default:
+	// 1000; negative: no limit by count.
+	HistoryKeep int
+	// HistoryMaxAge is how long history records are kept. Default: 30
+	// days; negative: no limit by age.
+	HistoryMaxAge time.Duration
+	// PruneInterval is how often this node prunes the ledger. Default: 1h.
+	PruneInterval time.Duration
+	// OutputTail is how many bytes of Run.Output are recorded, the last
+	// ones. Default: 4096; negative: none.
+	OutputTail int
+}
+
+// Config defaults.
+const (
+	DefaultKeyPrefix      = "schedule/"
+	DefaultPollInterval   = 500 * time.Millisecond
+	DefaultShutdownGrace  = 30 * time.Second
+	DefaultClaimRetention = 24 * time.Hour
+	DefaultHistoryKeep    = 1000
+	DefaultHistoryMaxAge  = 30 * 24 * time.Hour
+	DefaultPruneInterval  = time.Hour
+	DefaultOutputTail     = 4096
+)
+
+// storeTimeout bounds each ledger and lock call the scheduler makes.
+const storeTimeout = 10 * time.Second
+
+// A Scheduler runs jobs on their schedules, each tick once across every
+// Scheduler that shares the ledger. It owns one goroutine for timing (from
+// Start to Shutdown) and one per job while it runs; none per idle job.
+type Scheduler struct {
+	lk         *tasklock.Locker
+	ledger     driver.Ledger
+	clock      tasklock.Clock
+	log        *slog.Logger
+	node       string
+	token      string // this instance's claim token
+	keyPrefix  string
+	poll       time.Duration
+	grace      time.Duration
+	retention  time.Duration
+	pruneEvery time.Duration
+	keep       int
+	maxAge     time.Duration
+	tail       int
+
+	// runCtx is the parent of every run's context; cancelRuns ends it when
+	// Shutdown's grace period is over.
+	runCtx     context.Context
+	cancelRuns context.CancelCauseFunc
+
+	wake     chan struct{} // capacity 1: "look again"
+	quit     chan struct{}
+	loopDone chan struct{}
+	idle     chan struct{} // closed once stopping, the loop has seen it, and no run is left
+
+	// Used by the loop goroutine only.
+	nextPoll, nextPrune, retryAt time.Time
+	claimFails                   int
+
+	mu          sync.Mutex
+	jobs        map[string]*job
+	heap        jobHeap
+	states      map[string]driver.JobState
+	seen        map[triggerKey]bool // trigger requests this node has claimed or seen claimed
+	deadlines   map[*deadline]struct{}
+	active      int  // run goroutines
+	started     bool // Start was called
+	loopStarted bool
+	stopping    bool
+	loopStopped bool // the loop saw stopping: it claims nothing more
+	idleClosed  bool
+	stepped     time.Time // the clock reading of the loop's last step
+}
+
+type triggerKey struct{ job, id string }
+
+// deadline cancels a run's context at a time on the Scheduler's clock.
+type deadline struct {
+	at     time.Time
+	cancel context.CancelCauseFunc
+	cause  error
+}
+
+// New returns a Scheduler that holds job locks with locker and keeps its
+// ledger in ledger — usually the same store as the Locker's. A nil cfg means
+// defaults. It returns a *ConfigError naming the field when an argument is
+// invalid. Add jobs, then Start.
+func New(locker *tasklock.Locker, ledger driver.Ledger, cfg *Config) (*Scheduler, error) {
+	if locker == nil {
+		return nil, &ConfigError{"locker", "nil"}
+	}
+	if ledger == nil {
+		return nil, &ConfigError{"ledger", "nil"}
+	}
+	var c Config
+	if cfg != nil {
+		c = *cfg
+	}
+	if c.Node == "" {
+		c.Node = locker.Owner()
+	}
+	if c.Clock == nil {
+		c.Clock = tasklock.SystemClock{}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(minLevel{slog.Default().Handler(), slog.LevelWarn})
+	}
+	if c.KeyPrefix == "" {
+		c.KeyPrefix = DefaultKeyPrefix
+	}
+	c.PollInterval = orDefault(c.PollInterval, DefaultPollInterval)
+	c.ShutdownGrace = orDefault(c.ShutdownGrace, DefaultShutdownGrace)
+	c.ClaimRetention = orDefault(c.ClaimRetention, DefaultClaimRetention)
+	c.HistoryMaxAge = orDefault(c.HistoryMaxAge, DefaultHistoryMaxAge)
+	c.PruneInterval = orDefault(c.PruneInterval, DefaultPruneInterval)
+	if c.HistoryKeep == 0 {
+		c.HistoryKeep = DefaultHistoryKeep
+	}
+	if c.OutputTail == 0 {
+		c.OutputTail = DefaultOutputTail
+	}
+	switch {
+	case len(c.Node) > tasklock.MaxOwnerLen:
+		return nil, &ConfigError{"Config.Node", fmt.Sprintf("%d bytes long, the maximum is %d", len(c.Node), tasklock.MaxOwnerLen)}
+	case c.PollInterval < 10*time.Millisecond:
+		return nil, &ConfigError{"Config.PollInterval", fmt.Sprintf("%v is below the minimum 10ms", c.PollInterval)}
+	case c.ShutdownGrace < 0:
+		return nil, &ConfigError{"Config.ShutdownGrace", fmt.Sprintf("%v is negative", c.ShutdownGrace)}
+	case c.ClaimRetention < 2*time.Minute:
+		return nil, &ConfigError{"Config.ClaimRetention", fmt.Sprintf("%v is below the minimum 2m", c.ClaimRetention)}
+	case c.PruneInterval < time.Second:
+		return nil, &ConfigError{"Config.PruneInterval", fmt.Sprintf("%v is below the minimum 1s", c.PruneInterval)}
+	}
+	var tok [16]byte
+	if _, err := rand.Read(tok[:]); err != nil {
+		return nil, fmt.Errorf("schedule: reading random bytes: %w", err)
+	}
+	s := &Scheduler{
+		lk: locker, ledger: ledger, clock: c.Clock, log: c.Logger,
+		node: c.Node, token: hex.EncodeToString(tok[:]), keyPrefix: c.KeyPrefix,
+		poll: c.PollInterval, grace: c.ShutdownGrace, retention: c.ClaimRetention,
+		pruneEvery: c.PruneInterval, keep: max(c.HistoryKeep, 0), maxAge: max(c.HistoryMaxAge, 0), tail: c.OutputTail,
+		wake: make(chan struct{}, 1), quit: make(chan struct{}), loopDone: make(chan struct{}), idle: make(chan struct{}),
+		jobs: make(map[string]*job), states: make(map[string]driver.JobState),
+		seen: make(map[triggerKey]bool), deadlines: make(map[*deadline]struct{}),
+	}
+	s.runCtx, s.cancelRuns = context.WithCancelCause(context.Background())
+	return s, nil
+}
+
+func orDefault(d, def time.Duration) time.Duration {
+	if d == 0 {
+		return def
+	}
+	return d
+}
+
+// Node returns the scheduler's node name.
+func (s *Scheduler) Node() string { return s.node }
+
+// Add adds a job. Jobs may be added before or after Start; a job starts
+// with a look back over its MisfireWindow for ticks no node handled. It
+// returns a *JobError naming the job and the field when the job is invalid
+// or its name was added before.
+func (s *Scheduler) Add(j Job) error {
+	jj, err := validateJob(j, s.keyPrefix, s.retention)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopping {
+		return ErrShutdown
+	}
+	if _, dup := s.jobs[j.Name]; dup {
+		return &JobError{Job: j.Name, Field: "Job.Name", Reason: "a job of this name was added before"}
+	}
+	s.jobs[j.Name] = jj
+	if s.loopStarted {
+		s.begin(jj, s.clock.Now())
+		s.poke()
+	}
+	return nil
+}
+
+// begin schedules j's first pass: it covers the ticks of the last
+// MisfireWindow. Callers hold s.mu.
+func (s *Scheduler) begin(j *job, now time.Time) {
+	j.after = now.Add(-j.MisfireWindow)
+	j.next = j.sched.Next(j.after)
+	if !j.next.IsZero() {
+		heap.Push(&s.heap, j)
+	}
+}
+
+// Start reads the job states from the ledger, so that paused jobs stay
+// paused from the first tick, and starts the timing goroutine. ctx bounds
+// the call; the Scheduler runs until Shutdown.
+func (s *Scheduler) Start(ctx context.Context) error {
+	s.mu.Lock()
+	switch {
+	case s.stopping:
+		s.mu.Unlock()
+		return ErrShutdown
+	case s.started:
+		s.mu.Unlock()
+		return ErrStarted
+	}
+	s.started = true
+	s.mu.Unlock()
+
+	sts, err := s.ledger.JobStates(ctx)
+	if err != nil {
+		s.mu.Lock()
+		s.started = false
+		s.mu.Unlock()
+		return fmt.Errorf("schedule: start: reading job states: %w", err)
+	}
+	now := s.clock.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopping {
+		return ErrShutdown
+	}
+	s.setStates(sts)
+	for _, j := range s.jobs {
+		s.begin(j, now)
+	}
+	s.nextPoll = now.Add(s.poll)
+	s.nextPrune = now.Add(s.pruneEvery)
+	s.loopStarted = true
+	go s.loop()
+	return nil
+}
+
+// Shutdown stops claiming ticks, lets running handlers finish for up to
+// Config.ShutdownGrace, then cancels their contexts with ErrShutdown, and
+// returns once every run has ended and released its lock. When ctx ends
+// first it cancels the runs and returns ctx.Err() without waiting for them.
+// It does not close the Locker. Calling it again waits again.
+func (s *Scheduler) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.stopping = true
+	loop := s.loopStarted
+	if !loop {
+		s.loopStopped = true
+	}
+	s.checkIdle()
+	s.mu.Unlock()
+	if !loop {
+		return nil
+	}
+	s.poke()
+
+	grace := s.clock.NewTimer(s.grace)
+	defer grace.Stop()
+	graceC := grace.C()
+	var err error
+wait:
+	for {
+		select {
+		case <-s.idle:
+			break wait
+		case <-graceC:
+			graceC = nil
+			s.cancelRuns(ErrShutdown)
+		case <-ctx.Done():
+			s.cancelRuns(ErrShutdown)
+			err = ctx.Err()
+			break wait
+		}
+	}
+	s.closeQuit()
+	<-s.loopDone
+	s.mu.Lock()
+	s.loopStopped = true // the loop is gone: a later Shutdown waits for runs only
+	s.checkIdle()
+	s.mu.Unlock()
+	return err
+}
+
+func (s *Scheduler) closeQuit() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	select {
+	case <-s.quit:
+	default:
+		close(s.quit)
+	}
+}
+
+// checkIdle closes s.idle when shutdown is complete but for the loop.
+// Callers hold s.mu.
+func (s *Scheduler) checkIdle() {
+	if s.stopping && s.loopStopped && s.active == 0 && !s.idleClosed {
+		s.idleClosed = true
+		close(s.idle)
+	}
+}
+
+// Pause pauses job across the cluster: every node stops running its ticks
+// within a second (Config.PollInterval plus a step). Ticks while paused are
+// claimed but neither run nor recorded, so resuming does not make them
+// misfires. A trigger-now request still runs.
+func (s *Scheduler) Pause(ctx context.Context, job string) error {
+	_, err := s.setState(ctx, job, driver.JobPause, "")
+	return err
+}
+
+// Resume undoes Pause.
+func (s *Scheduler) Resume(ctx context.Context, job string) error {
+	_, err := s.setState(ctx, job, driver.JobResume, "")
+	return err
+}
+
+// Trigger asks for one run of job now, on one node of the cluster (any that
+// has the job), within about a second. It returns the request's ID, which
+// the run carries as Run.Trigger and its history as RunRecord.Trigger.
+func (s *Scheduler) Trigger(ctx context.Context, job string) (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("schedule: reading random bytes: %w", err)
+	}
+	id := hex.EncodeToString(b[:])
+	if _, err := s.setState(ctx, job, driver.JobTrigger, id); err != nil {
+		return "", err
+	}
+	return id, nil
+}
+
+var opNames = map[driver.JobStateOp]string{
+	driver.JobPause: "pause", driver.JobResume: "resume", driver.JobTrigger: "trigger", driver.JobTriggerDone: "finish trigger",
+}
+
+func (s *Scheduler) setState(ctx context.Context, name string, op driver.JobStateOp, trigger string) (driver.JobState, error) {
+	s.mu.Lock()
+	_, ok := s.jobs[name]
+	s.mu.Unlock()
+	if !ok {
+		return driver.JobState{}, fmt.Errorf("%w %q", ErrUnknownJob, name)
+	}
+	st, err := s.ledger.SetJobState(ctx, driver.JobStateParams{Job: name, Op: op, Trigger: trigger})
+	if err != nil {
+		return st, fmt.Errorf("schedule: %s %q: %w", opNames[op], name, err)
+	}
+	s.mu.Lock()
+	if st.Paused || len(st.Triggers) > 0 {
+		s.states[name] = st
+	} else {
+		delete(s.states, name)
+	}
+	s.mu.Unlock()
+	s.poke()
+	return st, nil
+}
+
+// setStates replaces the known job states and forgets the trigger requests
+// that are no longer pending. Callers hold s.mu.
+func (s *Scheduler) setStates(sts []driver.JobState) {
+	m := make(map[string]driver.JobState, len(sts))
+	pending := make(map[triggerKey]bool)
+	for _, st := range sts {
+		m[st.Job] = st
+		for _, tr := range st.Triggers {
+			pending[triggerKey{st.Job, tr.ID}] = true
+		}
+	}
+	s.states = m
+	for k := range s.seen {
+		if !pending[k] {
+			delete(s.seen, k)
+		}
+	}
+}
+
+// Runs returns history records from the ledger, newest first (see
+// driver.Ledger.Runs).
+func (s *Scheduler) Runs(ctx context.Context, q RunQuery) ([]RunRecord, error) {
+	if q.Limit < 0 {
+		return nil, &ConfigError{"RunQuery.Limit", fmt.Sprintf("%d is negative", q.Limit)}
+	}
+	rs, err := s.ledger.Runs(ctx, q)
+	if err != nil {
+		return nil, fmt.Errorf("schedule: reading history: %w", err)
+	}
+	return rs, nil
+}
+
+// poke wakes the loop to look again.
+func (s *Scheduler) poke() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (s *Scheduler) loop() {
+	defer close(s.loopDone)
+	t := s.clock.NewTimer(time.Hour)
+	defer t.Stop()
+	for {
+		t.Reset(s.step())
+		select {
+		case <-t.C():
+		case <-s.wake:
+		case <-s.quit:
+			return
+		}
+	}
+}
+
+// step does what is due — deadlines, polling, pruning, ticks — and returns
+// how long to sleep.
+func (s *Scheduler) step() time.Duration {
+	now := s.clock.Now()
+	s.fireDeadlines(now)
+	s.mu.Lock()
+	stopping := s.stopping
+	if stopping && !s.loopStopped {
+		s.loopStopped = true
+		s.checkIdle()
+	}
+	s.mu.Unlock()
+	if !stopping {
+		if !now.Before(s.nextPoll) {
+			s.pollStates()
+			s.nextPoll = now.Add(s.poll)
+		}
+		if !now.Before(s.nextPrune) {
+			s.prune()
+			s.nextPrune = now.Add(s.pruneEvery)
+		}
+		if !now.Before(s.retryAt) {
+			s.pass(now)
+		}
+	}
+	return s.sleepFor(now, stopping)
+}
+
+func (s *Scheduler) sleepFor(now time.Time, stopping bool) time.Duration {
+	next := now.Add(time.Hour)
+	s.mu.Lock()
+	if !stopping && len(s.heap) > 0 {
+		t := s.heap[0].next
+		if s.retryAt.After(t) {
+			t = s.retryAt
+		}
+		next = earliest(next, t)
+	}
+	for d := range s.deadlines {
+		next = earliest(next, d.at)
+	}
+	s.stepped = now
+	s.mu.Unlock()
+	if !stopping {
+		next = earliest(earliest(next, s.nextPoll), s.nextPrune)
+	}
+	return max(next.Sub(now), 0)
+}
+
+func earliest(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+func (s *Scheduler) pollStates() {
+	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+	sts, err := s.ledger.JobStates(ctx)
+	cancel()
+	if err != nil {
+		s.log.Warn("schedule: reading job states", "node", s.node, "err", err)
+		return
+	}
+	s.mu.Lock()
+	s.setStates(sts)
+	s.mu.Unlock()
+}
+
+func (s *Scheduler) prune() {
+	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+	res, err := s.ledger.Prune(ctx, driver.PruneParams{RunsOlderThan: s.maxAge, KeepPerJob: s.keep, TriggersOlderThan: s.retention / 2})
+	cancel()
+	if err != nil {
+		s.log.Warn("schedule: pruning the ledger", "node", s.node, "err", err)
+		return
+	}
+	s.log.Debug("schedule: pruned the ledger", "node", s.node, "claims", res.Claims, "runs", res.Runs, "triggers", res.Triggers)
+}
+
+// work is one claimed tick (or trigger) for a run goroutine.
+type work struct {
+	tick    time.Time
+	trigger string
+	late    time.Duration // how late the tick was handled
+	missed  bool          // record as missed, do not run
+	catchUp bool          // a missed tick run by the misfire policy
+	paused  bool          // claimed while paused: nothing to do
+}
+
+// batch is what one pass claims.
+type batch struct {
+	claims []driver.ClaimParams
+	owners []*job
+	works  []work
+	undo   []undo
+	seen   []triggerKey
+}
+
+type undo struct {
+	j     *job
+	after time.Time
+}
+
+func (b *batch) add(s *Scheduler, j *job, w work) {
+	b.claims = append(b.claims, driver.ClaimParams{
+		Job: j.Name, Tick: w.tick, Trigger: w.trigger, Node: s.node, Token: s.token, Retain: s.retention,
+	})
+	b.owners = append(b.owners, j)
+	b.works = append(b.works, w)
+}
+
+// pass claims the ticks that are due and the trigger requests not yet seen,
+// in one ledger call, and starts a run goroutine per job with claimed work.
+func (s *Scheduler) pass(now time.Time) {
+	var b batch
+	s.mu.Lock()
+	for len(s.heap) > 0 && !s.heap[0].next.After(now) {
+		j := heap.Pop(&s.heap).(*job)
+		ticks := backlog(j.sched, j.after, now, MaxBacklog)
+		b.undo = append(b.undo, undo{j, j.after})
+		j.after = now
+		j.next = j.sched.Next(now)
+		if !j.next.IsZero() {
+			heap.Push(&s.heap, j)
+		}
+		s.addTicks(&b, j, ticks, now)
+	}
+	for name, st := range s.states {
+		j := s.jobs[name]
+		if j == nil {
+			continue
+		}
+		for _, tr := range st.Triggers {
+			k := triggerKey{name, tr.ID}
+			if s.seen[k] {
+				continue
+			}
+			s.seen[k] = true
+			b.seen = append(b.seen, k)
+			b.add(s, j, work{tick: tr.At, trigger: tr.ID})
+		}
+	}
+	s.mu.Unlock()
+	if len(b.claims) == 0 {
+		return
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+	res, err := s.ledger.Claim(ctx, b.claims)
+	cancel()
+	if err == nil && len(res) != len(b.claims) {
+		err = fmt.Errorf("the ledger returned %d results for %d claims", len(res), len(b.claims))
+	}
+	if err != nil {
+		s.claimFailed(&b, now, err)
+		return
+	}
+	s.claimFails = 0
+
+	var order []*job
+	claimed := make(map[*job][]work)
+	for i, r := range res {
+		j, w := b.owners[i], b.works[i]
+		switch {
+		case r == nil:
+			if w.paused {
+				continue
+			}
+			if _, ok := claimed[j]; !ok {
+				order = append(order, j)
+			}
+			claimed[j] = append(claimed[j], w)
+		case errors.Is(r, driver.ErrClaimed):
+		default:
+			s.log.Warn("schedule: claiming a tick", "node", s.node, "job", j.Name, "tick", w.tick, "err", r)
+		}
+	}
+	if len(order) == 0 {
+		return
+	}
+	s.mu.Lock()
+	s.active += len(order)
+	s.mu.Unlock()
+	for _, j := range order {
+		go s.execute(j, claimed[j])
+	}
+}
+
+// addTicks turns a job's due ticks into claims: on-time ticks run, missed
+// ones go to the misfire policy, and a paused job's ticks are claimed only so
+// that no node takes them for misfires later. Callers hold s.mu.
+func (s *Scheduler) addTicks(b *batch, j *job, ticks []time.Time, now time.Time) {
+	if s.states[j.Name].Paused {
+		for _, t := range ticks {
+			b.add(s, j, work{tick: t, paused: true})
+		}
+		return
+	}
+	missed := 0
+	for _, t := range ticks {
+		if now.Sub(t) > j.MisfireAfter {
+			missed++
+		}
+	}
+	runMissed := 0
+	switch j.Misfire {
+	case MisfireOnce:
+		runMissed = min(missed, 1)
+	case MisfireCatchUp:
+		runMissed = min(missed, j.CatchUpMax)
+	}
+	for i, t := range ticks {
+		w := work{tick: t, late: now.Sub(t)}
+		if i < missed {
+			w.catchUp = i >= missed-runMissed
+			w.missed = !w.catchUp
+		}
+		b.add(s, j, w)
+	}
+}
+
+// claimFailed puts a failed pass back, to be tried again after a backoff
+// of up to five seconds; the claims are repeated with the same token, so
+// those the failed call made are ours.
+func (s *Scheduler) claimFailed(b *batch, now time.Time, err error) {
+	s.claimFails++
+	backoff := min(time.Duration(s.claimFails)*500*time.Millisecond, 5*time.Second)
+	s.retryAt = now.Add(backoff)
+	level := slog.LevelWarn
+	if errors.Is(err, driver.ErrUnsupported) {
+		level = slog.LevelError // retrying will not help: the configuration must change
+	}
+	s.log.Log(context.Background(), level, "schedule: claiming ticks failed, will retry", "node", s.node, "claims", len(b.claims), "retry_in", backoff, "err", err)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, u := range b.undo {
+		if !u.j.after.Equal(now) {
+			continue
+		}
+		u.j.after = u.after
+		u.j.next = u.j.sched.Next(u.after)
+		if u.j.idx >= 0 {
+			heap.Fix(&s.heap, u.j.idx)
+		} else if !u.j.next.IsZero() {
+			heap.Push(&s.heap, u.j)
+		}
+	}
+	for _, k := range b.seen {
+		delete(s.seen, k)
+	}
+}
+
+// backlog returns the newest n ticks of sched in (after, now], oldest
+// first. When there are very many it looks at a shorter stretch before now
+// instead of walking them all.
+func backlog(sched Schedule, after, now time.Time, n int) []time.Time {
+	for {
+		var ticks []time.Time
+		walked := 0
+		t := sched.Next(after)
+		for !t.IsZero() && !t.After(now) && walked <= 16*n {
+			ticks = append(ticks, t)
+			if len(ticks) > 2*n {
+				ticks = append(ticks[:0], ticks[len(ticks)-n:]...)
+			}
+			walked++
+			t = sched.Next(t)
+		}
+		if walked <= 16*n {
+			return ticks[max(len(ticks)-n, 0):]
+		}
+		after = now.Add(-now.Sub(after) / 8)
+	}
+}
+
+// addDeadline cancels a run's context with cause at the given time.
+func (s *Scheduler) addDeadline(at time.Time, cancel context.CancelCauseFunc, cause error) *deadline {
+	d := &deadline{at: at, cancel: cancel, cause: cause}
+	s.mu.Lock()
+	s.deadlines[d] = struct{}{}
+	s.mu.Unlock()
+	s.poke()
+	return d
+}
+
+func (s *Scheduler) removeDeadline(d *deadline) {
+	s.mu.Lock()
+	delete(s.deadlines, d)
+	s.mu.Unlock()
+}
+
+func (s *Scheduler) fireDeadlines(now time.Time) {
+	var due []*deadline
+	s.mu.Lock()
+	for d := range s.deadlines {
+		if !now.Before(d.at) {
+			due = append(due, d)
+			delete(s.deadlines, d)
+		}
+	}
+	s.mu.Unlock()
+	for _, d := range due {
+		d.cancel(d.cause)
+	}
+}
+
+// runDone is called by each run goroutine as it exits.
+func (s *Scheduler) runDone() {
+	s.mu.Lock()
+	s.active--
+	s.checkIdle()
+	s.mu.Unlock()
+}
+
+// jobHeap orders jobs by their next tick.
+type jobHeap []*job
+
+func (h jobHeap) Len() int           { return len(h) }
+func (h jobHeap) Less(i, j int) bool { return h[i].next.Before(h[j].next) }
+func (h jobHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].idx, h[j].idx = i, j
+}
+func (h *jobHeap) Push(x any) {
+	j := x.(*job)
+	j.idx = len(*h)
+	*h = append(*h, j)
+}
+func (h *jobHeap) Pop() any {
+	old := *h
+	j := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	j.idx = -1
+	return j
+}
+
+// minLevel drops records below a level: a library only warns unless asked.
+type minLevel struct {
+	slog.Handler
+	min slog.Level
+}
+
+func (h minLevel) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= h.min && h.Handler.Enabled(ctx, l)
+}
+func (h minLevel) WithAttrs(a []slog.Attr) slog.Handler {
+	return minLevel{h.Handler.WithAttrs(a), h.min}
+}
+func (h minLevel) WithGroup(g string) slog.Handler {
+	return minLevel{h.Handler.WithGroup(g), h.min}
+}
