@@ -374,8 +374,10 @@ func testTTLAboveSession(t *testing.T, c *clientv3.Client) {
 func testExpiryDeletesOnlyItsKey(t *testing.T, c *clientv3.Client) {
 	s := newStore(t, c, nil)
 	short, long := token(), token()
-	mustAcquire(t, s, "short", short, "a", 200*time.Millisecond)
+	// The store's deadline runs from when it started the call, so measure
+	// from before the call: a slow Acquire must not make expiry look early.
 	acquired := time.Now()
+	mustAcquire(t, s, "short", short, "a", 200*time.Millisecond)
 	mustAcquire(t, s, "long", long, "a", 5*time.Second)
 	waitFor(t, 3*time.Second, "the short lock's key deleted", func() bool {
 		ok, _ := exists(t, c, s.entryKey("short", short))
