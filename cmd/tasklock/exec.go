@@ -24,8 +24,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tasklock/tasklock"
+	"github.com/tasklock/tasklock/etcdstore"
 	"github.com/tasklock/tasklock/internal/storeurl"
 	"github.com/tasklock/tasklock/redisstore"
+	"github.com/tasklock/tasklock/zkstore"
 )
 
 const execUsage = `Usage: tasklock exec --store URL --key NAME [flags] -- COMMAND [ARGS...]
@@ -78,7 +80,9 @@ exits with COMMAND's status. While tasklock waits for the lock, they end
 the wait (exit 128+N).
 
 Exit status:
-  64   bad usage (the message names the flag)
+  64   bad usage (the message names the flag), or a --ttl longer than the
+       session of an etcd or ZooKeeper store (raise its session_ttl or
+       session_timeout)
   69   store unreachable or failing (or, with ?migrate=false, its table
        not migrated)
   70   lock lost or --max-hold reached while COMMAND ran
@@ -342,6 +346,19 @@ func (e *execRun) obtainFailed(err error) int {
 		return exitTempFail
 	case errors.As(err, &oe) || errors.Is(err, redisstore.ErrKey):
 		e.failf("invalid --key %q: %v", e.c.key, err)
+		return exitUsage
+	case errors.Is(err, etcdstore.ErrTTL):
+		// etcd lease TTLs are whole seconds.
+		e.failf("--ttl %v is longer than the etcd session TTL, which no lock may outlast: lower --ttl, or raise the session_ttl parameter of the store URL (default 10s), e.g. ?session_ttl=%v (%v)",
+			e.c.ttl, (e.c.ttl + time.Second - 1).Truncate(time.Second), err)
+		return exitUsage
+	case errors.Is(err, zkstore.ErrTTL):
+		e.failf("--ttl %v is longer than the ZooKeeper session timeout, which no lock may outlast: lower --ttl, or raise the session_timeout parameter of the store URL (default 10s; the server keeps it between its minSessionTimeout and maxSessionTimeout), e.g. ?session_timeout=%v (%v)",
+			e.c.ttl, e.c.ttl, err)
+		return exitUsage
+	case errors.Is(err, tasklock.ErrUnsupported):
+		// The store can never grant the lock as asked: retrying cannot help.
+		e.failf("the store cannot grant lock %q as asked: %v", e.c.key, err)
 		return exitUsage
 	default:
 		e.failf("store failed: %v", err)

@@ -59,10 +59,23 @@ Store URLs (--store, or $TASKLOCK_STORE):
   mysql://[user:pass@]tcp(host:port)/DB       the same, in go-sql-driver's form
   sqlite:///abs/path/file.db                  a SQLite file on this host
   sqlite://./relative/file.db                 relative to the working directory
+  etcd://[user:pass@]h1:p1,h2:p2[/PREFIX]     an etcd cluster (keys under /PREFIX/)
+  etcds://[user:pass@]h1:p1,h2:p2[/PREFIX]    the same over TLS
+  zk://h1:p1,h2:p2[/ROOT]                     a ZooKeeper ensemble (nodes under /ROOT)
+  redlock://[user:pass@]h1:p1,h2:p2,h3:p3[/db]
+                                              RedLock over independent Redis servers
+                                              (an odd number, at least 3)
 Percent-encode reserved characters in the user and password (@ as %40).
 Redis query parameters: prefix, dial_timeout, read_timeout, write_timeout,
 pool_size, wait_replicas, wait_timeout; rediss:// also tls_ca_file,
 redis+sentinel:// also db, sentinel_username, sentinel_password.
+etcd query parameters: session_ttl (whole seconds, default 10s: no --ttl may
+exceed it; a holder that dies is replaced within it), dial_timeout (default
+5s); etcds:// also tls_ca_file, tls_cert_file, tls_key_file.
+zk query parameters: session_timeout (default 10s: no --ttl may exceed the
+session timeout the server grants).
+redlock query parameters: prefix, node_timeout, dial_timeout, read_timeout,
+write_timeout; the user and password apply to every server.
 SQL query parameters: table=NAME, migrate=true|false, and for postgres and
 mysql mode=lease|connection (connection: a lock also holds a connection,
 and is freed the moment that connection ends); postgres also schema=NAME
@@ -74,7 +87,8 @@ The SQL stores keep locks in a table. exec creates it when it is missing
 first. "tasklock migrate status" only reads, whatever the URL says.
 
 Exit status of exec:
-  64   bad usage (the message names the flag)
+  64   bad usage (the message names the flag), or a --ttl longer than an
+       etcd or ZooKeeper store's session
   69   store unreachable or failing
   70   lock lost or --max-hold reached while COMMAND ran (COMMAND was stopped)
   75   lock held elsewhere and not obtained within --wait

@@ -467,6 +467,9 @@ func TestExecBadUsage(t *testing.T) {
 		{nil, []string{"--store", "foo://x", "--key", "k", "--", "true"}, `unknown scheme "foo"`},
 		{nil, []string{"--store", "redis://h:1?nope=1", "--key", "k", "--", "true"}, `unknown query parameter "nope"`},
 		{nil, []string{"--store", "localhost:6379", "--key", "k", "--", "true"}, "missing scheme"},
+		{nil, []string{"--store", "etcd://h:1?session_ttl=1500ms", "--key", "k", "--", "true"}, "session_ttl"},
+		{nil, []string{"--store", "zk://h:1?session_ttl=10s", "--key", "k", "--", "true"}, `unknown query parameter "session_ttl"`},
+		{nil, []string{"--store", "redlock://h:1,h:2", "--key", "k", "--", "true"}, "at least 3; got 2"},
 	}
 	for _, tt := range tests {
 		args := append([]string{"exec"}, tt.args...)
@@ -511,6 +514,10 @@ func TestHelpAndUsage(t *testing.T) {
 		{[]string{"migrate", "--help"}, 0, "nothing to migrate", "", false},
 		{[]string{"help"}, 0, "exec creates it when it is missing\n(migrate=true is the default)", "", false},
 		{[]string{"help"}, 0, "mysql://[user:pass@]tcp(host:port)/DB", "", false},
+		{[]string{"help"}, 0, "zk://h1:p1,h2:p2[/ROOT]", "", false},
+		{[]string{"help"}, 0, "redlock://[user:pass@]h1:p1,h2:p2,h3:p3[/db]", "", false},
+		{[]string{"help"}, 0, "etcd query parameters: session_ttl", "", false},
+		{[]string{"help", "exec"}, 0, "session_ttl or\n       session_timeout", "", false},
 		{[]string{"exec", "-h"}, 0, "TASKLOCK_FENCE", "", false},
 		{[]string{"demo", "--help"}, 0, "demo-job", "", false},
 		{nil, exitUsage, "", "Usage:", true},
@@ -563,6 +570,9 @@ func TestPasswordNeverPrinted(t *testing.T) {
 		{"password param", nil, []string{"--store", "redis://" + srv.Addr() + "?password=" + pw, "--key", "k"}, exitUsage},
 		{"unknown scheme", nil, []string{"--store", "fancy://app:" + pw + "@" + srv.Addr(), "--key", "k"}, exitUsage},
 		{"raw special characters", nil, []string{"--store", "redis://app:" + pw + "/?#@" + closed, "--key", "k"}, exitUnavailable},
+		{"etcd closed port", nil, []string{"--store", "etcd://app:" + pw + "@" + closed + "?dial_timeout=300ms", "--key", "k", "--verbose"}, exitUnavailable},
+		{"zk with a password", nil, []string{"--store", "zk://app:" + pw + "@" + closed, "--key", "k"}, exitUsage},
+		{"redlock wrong password", nil, []string{"--store", "redlock://app:wrong-" + pw + "@" + srv.Addr() + "," + closed + ",127.0.0.1:1", "--key", "k", "--verbose"}, exitUnavailable},
 		{"bad percent-encoding", nil, []string{"--store", "redis://app:%zz" + pw + "@" + srv.Addr(), "--key", "k"}, exitUsage},
 		{"URL in the wrong flag", nil, []string{"--store", good, "--ttl", good, "--key", "k"}, exitUsage},
 		{"from the environment", []string{"TASKLOCK_STORE=redis://app:wrong-" + pw + "@" + srv.Addr()}, []string{"--key", "k"}, exitUnavailable},

@@ -40,9 +40,10 @@ default in a store URL). Run "migrate up" ahead of time when the account
 exec runs as may not create tables, and give exec's URL ?migrate=false:
 exec then fails (exit 69) rather than run without the table.
 
-Stores without a schema (mem://, redis://, ...) have nothing to migrate:
-up and status say so and exit 0, without connecting, so a deployment script
-can run "migrate up" whichever store it is given.
+Stores without a schema (mem://, redis://, etcd://, zk://, redlock://, ...)
+have nothing to migrate: up and status say so and exit 0, without
+connecting, so a deployment script can run "migrate up" whichever store it
+is given.
 
 JSON: {"store": URL (password hidden), "has_schema": bool, "table": NAME,
 "migrations": [{"version", "name", "applied", "applied_at"}], and for up

@@ -55,7 +55,7 @@ func fenceOf(t *testing.T, out string) uint64 {
 // checkExclusion runs a holder through holderURL and, while it holds key,
 // a contender through otherURL, which must exit 75 naming the holder. Once
 // the holder is done, a run through otherURL gets the lock with a higher
-// fence.
+// fence, and prints nothing of its own.
 func checkExclusion(t *testing.T, holderURL, otherURL, key string) {
 	t.Helper()
 	stop := filepath.Join(t.TempDir(), "stop")
@@ -81,6 +81,9 @@ func checkExclusion(t *testing.T, holderURL, otherURL, key string) {
 	code, out, errOut = runTL(t, nil, "exec", "--store", otherURL, "--key", key, "--", "sh", "-c", `echo "fence=$TASKLOCK_FENCE"`)
 	if code != 0 {
 		t.Fatalf("after the holder: exit %d\nstderr:\n%s", code, errOut)
+	}
+	if errOut != "" {
+		t.Errorf("after the holder: stderr %q, want nothing without --verbose", errOut)
 	}
 	if f1, f2 := fenceOf(t, holder.stdout()), fenceOf(t, out); f1 == 0 || f2 <= f1 {
 		t.Errorf("fences %d then %d, want positive and increasing", f1, f2)

@@ -94,8 +94,8 @@ type Migrator struct {
 // OpenMigrator connects to the SQL store rawURL names and checks that it
 // answers within ctx, without reading or changing its schema. The URL's
 // migrate parameter is accepted and ignored. Errors wrap ErrBadURL,
-// ErrUnreachable or, for a store that keeps no schema (mem, redis), checked
-// without I/O, ErrNoMigrations.
+// ErrUnreachable or, for a store that keeps no schema (mem, redis, etcd, zk,
+// redlock), checked without I/O, ErrNoMigrations.
 func OpenMigrator(ctx context.Context, rawURL string) (*Migrator, error) {
 	o, u, err := parse(rawURL)
 	if err != nil {

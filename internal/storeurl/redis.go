@@ -193,13 +193,9 @@ func (c *redisConfig) client(roots *x509.CertPool) redis.UniversalClient {
 func (c *redisConfig) open(ctx context.Context) (driver.Store, func() error, error) {
 	var roots *x509.CertPool
 	if c.caFile != "" {
-		pem, err := os.ReadFile(c.caFile)
-		if err != nil {
-			return nil, nil, c.u.badf("query parameter tls_ca_file: %v", err)
-		}
-		roots = x509.NewCertPool()
-		if !roots.AppendCertsFromPEM(pem) {
-			return nil, nil, c.u.badf("query parameter tls_ca_file: no PEM certificate in %s", c.caFile)
+		var err error
+		if roots, err = c.u.certPool("tls_ca_file", c.caFile); err != nil {
+			return nil, nil, err
 		}
 	}
 	client := c.client(roots)
@@ -213,4 +209,18 @@ func (c *redisConfig) open(ctx context.Context) (driver.Store, func() error, err
 		return nil, nil, err
 	}
 	return store, client.Close, nil
+}
+
+// certPool reads a PEM file of CA certificates named by the query
+// parameter param.
+func (u *storeURL) certPool(param, file string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(file)
+	if err != nil {
+		return nil, u.badf("query parameter %s: %v", param, err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(pem) {
+		return nil, u.badf("query parameter %s: no PEM certificate in %s", param, file)
+	}
+	return roots, nil
 }

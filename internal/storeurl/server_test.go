@@ -234,8 +234,9 @@ func TestOpenCluster(t *testing.T) {
 	checkStore(t, open(t, "redis+cluster://"+c.Addrs()[1]))
 }
 
-// writeTLSFiles writes a CA and a server certificate for 127.0.0.1 signed by
-// it into dir, and returns the paths of the CA, the certificate and its key.
+// writeTLSFiles writes a CA and a certificate for 127.0.0.1 signed by it,
+// good for a server and a client, into dir, and returns the paths of the
+// CA, the certificate and its key.
 func writeTLSFiles(t *testing.T, dir string) (ca, cert, key string) {
 	t.Helper()
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -270,7 +271,7 @@ func writeTLSFiles(t *testing.T, dir string) (ca, cert, key string) {
 		NotBefore:    time.Now().Add(-time.Hour),
 		NotAfter:     time.Now().Add(time.Hour),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 	}
 	srvDER, err := x509.CreateCertificate(rand.Reader, srvTmpl, caCert, &srvKey.PublicKey, caKey)
 	if err != nil {

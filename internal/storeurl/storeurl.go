@@ -16,9 +16,14 @@
 //	mysql://[user:pass@]tcp(host:port)/db           MySQL or MariaDB (mysqlstore)
 //	sqlite:///abs/path/to/file.db                   a SQLite file (sqlitestore)
 //	sqlite://./relative/file.db                     ... relative to the working directory
+//	etcd://[user:pass@]h1:p1,h2:p2[/prefix]         an etcd cluster (etcdstore)
+//	etcds://[user:pass@]h1:p1,h2:p2[/prefix]        ... over TLS
+//	zk://h1:p1,h2:p2[/root]                         a ZooKeeper ensemble (zkstore)
+//	redlock://[user:pass@]h1:p1,h2:p2,h3:p3[/db]    independent Redis servers, RedLock (redlock)
 //
 // A missing port is 6379 (26379 for sentinels), 5432 for PostgreSQL (pgx's
-// default) and 3306 for MySQL. The user and password are percent-decoded; a
+// default), 3306 for MySQL, 2379 for etcd and 2181 for ZooKeeper. The user
+// and password are percent-decoded; a
 // password may also hold reserved characters unencoded, because the user
 // information always ends at the last '@' of the URL (so an '@' anywhere
 // after the hosts must be written %40). Everything after sqlite:// up to
@@ -30,6 +35,27 @@
 // write_timeout (Go durations) and pool_size. rediss:// also takes
 // tls_ca_file (a PEM file of the CAs to trust instead of the system's), and
 // redis+sentinel:// db, sentinel_username and sentinel_password.
+//
+// etcd: the path is the key prefix (etcd://h/app is /app/; default
+// /tasklock/), the user and password are etcd's own authentication, and the
+// parameters are session_ttl (etcdstore.Options.SessionTTL, whole seconds,
+// default 10s: no lock TTL may exceed it) and dial_timeout (how long Open
+// waits for the cluster to answer, default 5s). etcds:// also takes
+// tls_ca_file, and tls_cert_file with tls_key_file for a client certificate.
+//
+// ZooKeeper: the path is the root node (zk://h/app/locks; default
+// /tasklock), and session_timeout (default 10s) the session timeout asked
+// for. Open waits until a server has granted a session, and gives the
+// store the timeout the server granted (which no lock TTL may exceed), or
+// fails once every server has failed once.
+// zk:// takes no user or password: ZooKeeper authentication is not
+// supported.
+//
+// RedLock: one go-redis client per host, an odd number of at least 3, all
+// with the URL's user, password and database. Parameters: prefix and
+// node_timeout (redlock.Options), dial_timeout, read_timeout and
+// write_timeout. Open needs a majority of the nodes to answer PING, as
+// every lock call does.
 //
 // Query parameters of the SQL schemes, taken out before the rest reaches
 // the client library:
@@ -62,13 +88,14 @@
 // migrations explicitly, for `tasklock migrate`; it never migrates on its
 // own and ignores the migrate parameter, and Migrator.Status only reads (on
 // a SQLite file that does not exist it fails rather than create it).
-// Stores without a schema (mem, redis) give ErrNoMigrations.
+// Stores without a schema (mem, redis, etcd, zk, redlock) give
+// ErrNoMigrations.
 //
 // # Errors and secrets
 //
 // Malformed URLs and unknown schemes give errors wrapping ErrBadURL, and a
-// store that cannot be reached (PING fails within the caller's context)
-// errors wrapping ErrUnreachable. Every message shows the URL only in its
+// store that cannot be reached (PING, or the scheme's equivalent, fails
+// within the caller's context) errors wrapping ErrUnreachable. Every message shows the URL only in its
 // Redact form, and any text a client library returns is scrubbed of the
 // password (from the URL, a password query parameter, or, for PostgreSQL,
 // $PGPASSWORD or the password file), so a password is never printed.
@@ -140,6 +167,10 @@ var schemes = map[string]func(u *storeURL) (opener, error){
 	"postgresql":     parsePostgres,
 	"mysql":          parseMySQL,
 	"sqlite":         parseSQLite,
+	"etcd":           parseEtcd,
+	"etcds":          parseEtcd,
+	"zk":             parseZK,
+	"redlock":        parseRedlock,
 }
 
 // Schemes returns the supported URL schemes, sorted.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"strings"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"github.com/tasklock/tasklock/memstore"
 	"github.com/tasklock/tasklock/mysqlstore"
 	"github.com/tasklock/tasklock/pgstore"
+	"github.com/tasklock/tasklock/redlock"
 )
 
 func TestMain(m *testing.M) {
@@ -278,6 +280,130 @@ func TestParseSQLite(t *testing.T) {
 	}
 }
 
+func TestParseEtcd(t *testing.T) {
+	tests := []struct {
+		url        string
+		endpoints  string
+		user, pass string
+		tls        bool
+		prefix     string // the store's
+		sessionTTL time.Duration
+		dial       time.Duration
+	}{
+		{"etcd://127.0.0.1:2379", "http://127.0.0.1:2379", "", "", false, "/tasklock/", 0, 5 * time.Second},
+		{"etcd://e1,e2:2380,[::1]", "http://e1:2379,http://e2:2380,http://[::1]:2379", "", "", false, "/tasklock/", 0, 5 * time.Second},
+		{"ETCD://e1/", "http://e1:2379", "", "", false, "/tasklock/", 0, 5 * time.Second},
+		{"etcd://e1/app", "http://e1:2379", "", "", false, "/app/", 0, 5 * time.Second},
+		{"etcd://e1/app/locks/", "http://e1:2379", "", "", false, "/app/locks/", 0, 5 * time.Second},
+		{"etcd://e1/a%20b", "http://e1:2379", "", "", false, "/a b/", 0, 5 * time.Second},
+		{"etcd://root:" + secret + "@e1:1,e2:2/p?session_ttl=30s&dial_timeout=2s", "http://e1:1,http://e2:2", "root", secret, false, "/p/", 30 * time.Second, 2 * time.Second},
+		{"etcd://u:p%40ss@e1?session_ttl=1m", "http://e1:2379", "u", "p@ss", false, "/tasklock/", time.Minute, 5 * time.Second},
+		{"etcds://e1:2379,e2:2379", "https://e1:2379,https://e2:2379", "", "", true, "/tasklock/", 0, 5 * time.Second},
+		{"etcds://e1?tls_ca_file=/ca.pem&tls_cert_file=/c.pem&tls_key_file=/k.pem", "https://e1:2379", "", "", true, "/tasklock/", 0, 5 * time.Second},
+	}
+	for _, tt := range tests {
+		t.Run(Redact(tt.url), func(t *testing.T) {
+			o, _, err := parse(tt.url)
+			if err != nil {
+				t.Fatalf("parse: %v", err)
+			}
+			c, ok := o.(*etcdConfig)
+			if !ok {
+				t.Fatalf("parse returned %T, want *etcdConfig", o)
+			}
+			if got := strings.Join(c.endpoints, ","); got != tt.endpoints {
+				t.Errorf("endpoints %s, want %s", got, tt.endpoints)
+			}
+			if c.username != tt.user || c.password != tt.pass || c.tls != tt.tls || c.prefix() != tt.prefix ||
+				c.store.SessionTTL != tt.sessionTTL || c.dialTimeout != tt.dial {
+				t.Errorf("user %q password %q tls %v prefix %q session_ttl %v dial_timeout %v", c.username, c.password, c.tls, c.prefix(), c.store.SessionTTL, c.dialTimeout)
+			}
+		})
+	}
+	o, _, err := parse("etcds://e1?tls_ca_file=/ca.pem&tls_cert_file=/c.pem&tls_key_file=/k.pem")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := o.(*etcdConfig); c.caFile != "/ca.pem" || c.certFile != "/c.pem" || c.keyFile != "/k.pem" {
+		t.Errorf("TLS files %q %q %q", c.caFile, c.certFile, c.keyFile)
+	}
+}
+
+func TestParseZK(t *testing.T) {
+	tests := []struct {
+		url     string
+		servers string
+		root    string
+		session time.Duration
+	}{
+		{"zk://127.0.0.1:2181", "127.0.0.1:2181", "", 10 * time.Second},
+		{"zk://z1,z2:2182,[::1]/", "z1:2181,z2:2182,[::1]:2181", "", 10 * time.Second},
+		{"ZK://z1/app/locks?session_timeout=4s", "z1:2181", "/app/locks", 4 * time.Second},
+		{"zk://z1/tasklock?session_timeout=1500ms", "z1:2181", "/tasklock", 1500 * time.Millisecond},
+	}
+	for _, tt := range tests {
+		t.Run(tt.url, func(t *testing.T) {
+			o, _, err := parse(tt.url)
+			if err != nil {
+				t.Fatalf("parse: %v", err)
+			}
+			c, ok := o.(*zkConfig)
+			if !ok {
+				t.Fatalf("parse returned %T, want *zkConfig", o)
+			}
+			if got := strings.Join(c.servers, ","); got != tt.servers || c.root != tt.root || c.session != tt.session {
+				t.Errorf("servers %s root %q session %v, want %s %q %v", got, c.root, c.session, tt.servers, tt.root, tt.session)
+			}
+		})
+	}
+}
+
+func TestParseRedlock(t *testing.T) {
+	tests := []struct {
+		url        string
+		addrs      string
+		user, pass string
+		db         int
+		store      redlock.Options
+		dial       time.Duration
+	}{
+		{url: "redlock://a:1,b:2,c:3", addrs: "a:1,b:2,c:3"},
+		{url: "redlock://a,b,c", addrs: "a:6379,b:6379,c:6379"},
+		{url: "REDLOCK://a:1,a:2,a:3,a:4,a:5/", addrs: "a:1,a:2,a:3,a:4,a:5"},
+		{url: "redlock://:" + secret + "@a,b,c/2", addrs: "a:6379,b:6379,c:6379", pass: secret, db: 2},
+		{url: "redlock://u:" + secret + "@a,b,[::1]:7", addrs: "a:6379,b:6379,[::1]:7", user: "u", pass: secret},
+		{
+			url:   "redlock://a,b,c?prefix=app:&node_timeout=20ms&dial_timeout=1s&read_timeout=2s&write_timeout=3s",
+			addrs: "a:6379,b:6379,c:6379", store: redlock.Options{Prefix: "app:", NodeTimeout: 20 * time.Millisecond}, dial: time.Second,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(Redact(tt.url), func(t *testing.T) {
+			o, _, err := parse(tt.url)
+			if err != nil {
+				t.Fatalf("parse: %v", err)
+			}
+			c, ok := o.(*redlockConfig)
+			if !ok {
+				t.Fatalf("parse returned %T, want *redlockConfig", o)
+			}
+			if c.store != tt.store {
+				t.Errorf("store options %+v, want %+v", c.store, tt.store)
+			}
+			var addrs []string
+			for _, n := range c.nodes {
+				addrs = append(addrs, n.addrs...)
+				if n.mode != redisSingle || n.username != tt.user || n.password != tt.pass || n.db != tt.db || n.dialTimeout != tt.dial {
+					t.Errorf("node %+v", *n)
+				}
+			}
+			if got := strings.Join(addrs, ","); got != tt.addrs {
+				t.Errorf("nodes %s, want %s", got, tt.addrs)
+			}
+		})
+	}
+}
+
 func TestParseErrors(t *testing.T) {
 	tests := []struct {
 		url  string
@@ -362,6 +488,38 @@ func TestParseErrors(t *testing.T) {
 		{"sqlite:///x.db?table=sqlite_x", "reserved by SQLite"},
 		{"sqlite:///x.db?migrate=nope", `migrate="nope"`},
 		{"sqlite:///x%zz.db", "percent-encoding"},
+		{"etcd://", "missing host"},
+		{"etcd://e1:0", `invalid port "0"`},
+		{"etcd://e1?session_ttl=1500ms", `session_ttl="1500ms": want whole seconds`},
+		{"etcd://e1?session_ttl=0s", `session_ttl="0s"`},
+		{"etcd://e1?session_ttl=x", `session_ttl="x"`},
+		{"etcd://e1?dial_timeout=-1s", "dial_timeout"},
+		{"etcd://e1?prefix=/x/", `unknown query parameter "prefix" (etcd:// accepts: dial_timeout, session_ttl)`},
+		{"etcd://e1?tls_ca_file=/ca.pem", `unknown query parameter "tls_ca_file"`},
+		{"etcd://e1/%ff", "not a valid key prefix: etcdstore: invalid Options.Prefix"},
+		{"etcd://root@e1", "a user name and a password together"},
+		{"etcd://:" + secret + "@e1", "a user name and a password together"},
+		{"etcd://root:" + secret + "@e1?bogus=" + secret, `unknown query parameter "bogus"`},
+		{"etcds://e1?tls_cert_file=/c.pem", "tls_cert_file and tls_key_file go together"},
+		{"zk://", "missing host"},
+		{"zk://u:" + secret + "@z1", "zk:// takes no user or password"},
+		{"zk://u@z1", "zk:// takes no user or password"},
+		{"zk://z1/zookeeper", "not a valid root node: zkstore: invalid Options.Root \"/zookeeper\""},
+		{"zk://z1/app/", "must not end with"},
+		{"zk://z1/a//b", "empty node name"},
+		{"zk://z1?session_timeout=x", `session_timeout="x"`},
+		{"zk://z1?session_timeout=0s", `session_timeout="0s"`},
+		{"zk://z1?session_ttl=10s", `unknown query parameter "session_ttl" (zk:// accepts: session_timeout)`},
+		{"redlock://a:1", "an odd number of independent Redis servers, at least 3; got 1"},
+		{"redlock://a:1,b:2", "got 2"},
+		{"redlock://a:1,b:2,c:3,d:4", "got 4"},
+		{"redlock://:" + secret + "@a:1,b:2,a:1", "host a:1 is given twice"},
+		{"redlock://a,b,c:6379,c", "got 4"},
+		{"redlock://a,b,c:6379,c,d", "host c:6379 is given twice"},
+		{"redlock://a,b,c/x", `invalid database number "x"`},
+		{"redlock://a,b,c?prefix={x}", "must not contain"},
+		{"redlock://a,b,c?node_timeout=-1ms", "node_timeout"},
+		{"redlock://u:" + secret + "@a,b,c?wait_replicas=1", `unknown query parameter "wait_replicas" (redlock:// accepts: dial_timeout, node_timeout, prefix, read_timeout, write_timeout)`},
 	}
 	for _, tt := range tests {
 		t.Run(Redact(tt.url), func(t *testing.T) {
@@ -424,6 +582,11 @@ func TestRedact(t *testing.T) {
 		{"host=db PassWord = " + secret, "host=db PassWord = xxxxx"},
 		{"host=db sslpassword='" + secret, "host=db sslpassword=xxxxx"},
 		{"sqlite:///var/lib/locks.db?table=t", "sqlite:///var/lib/locks.db?table=t"},
+		{"etcd://root:" + secret + "@e1:2379,e2:2379/app?session_ttl=30s", "etcd://root:xxxxx@e1:2379,e2:2379/app?session_ttl=30s"},
+		{"etcds://u:p@ss/w@e1/app?tls_ca_file=/ca.pem", "etcds://u:xxxxx@e1/app?tls_ca_file=/ca.pem"},
+		{"zk://z1:2181,z2:2181/app/locks?session_timeout=10s", "zk://z1:2181,z2:2181/app/locks?session_timeout=10s"},
+		{"redlock://:" + secret + "@r1:6379,r2:6379,r3:6379/0?prefix=a", "redlock://:xxxxx@r1:6379,r2:6379,r3:6379/0?prefix=a"},
+		{"redlock://u:" + secret + "@r1,r2,r3", "redlock://u:xxxxx@r1,r2,r3"},
 	}
 	for _, tt := range tests {
 		if got := Redact(tt.in); got != tt.want {
@@ -445,11 +608,35 @@ func TestScrub(t *testing.T) {
 	if !errors.Is(err, inner) {
 		t.Error("scrubbed error lost its chain")
 	}
+
+	// The new schemes hide the URL's password the same way, also in the
+	// errors of several nodes at once.
+	for _, raw := range []string{
+		"etcd://root:p%2F" + secret + "@e1,e2/app",
+		"etcds://root:p%2F" + secret + "@e1",
+		"redlock://u:p%2F" + secret + "@a,b,c",
+	} {
+		_, u, err := parse(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		inner := nodeErrors{
+			errors.New("a: auth p/" + secret + " failed"),
+			fmt.Errorf("b: %w", errors.New("url "+url.UserPassword("root", "p/"+secret).String())),
+		}
+		err = u.classify(inner)
+		if msg := err.Error(); strings.Contains(msg, secret) || !strings.Contains(msg, Redact(raw)) {
+			t.Errorf("%s: %q", Redact(raw), msg)
+		}
+		if !errors.Is(err, ErrUnreachable) || !errors.Is(err, inner[1]) {
+			t.Errorf("%s: classified error lost its chain", Redact(raw))
+		}
+	}
 }
 
 func TestSchemes(t *testing.T) {
 	got := strings.Join(Schemes(), " ")
-	if got != "mem mysql postgres postgresql redis redis+cluster redis+sentinel rediss sqlite" {
+	if got != "etcd etcds mem mysql postgres postgresql redis redis+cluster redis+sentinel rediss redlock sqlite zk" {
 		t.Errorf("Schemes() = %s", got)
 	}
 }
@@ -483,6 +670,11 @@ func FuzzPasswordNeverInMessages(f *testing.F) {
 	f.Add("postgres", "app", "pw", "h/db?pool_max_conns=x&mode=y")
 	f.Add("sqlite", "app", "pw", "/x.db")
 	f.Add("x", "password=", "p w", "tcp(h)/db")
+	f.Add("etcd", "root", secret, "e1:2379,e2:2379/app?session_ttl=x")
+	f.Add("etcds", "root", "p/w?x", "e1/%zz")
+	f.Add("zk", "u", secret, "z1,z2/app")
+	f.Add("redlock", "", secret, "a,b,a?prefix={")
+	f.Add("redlock", "u", "p w", "a,b")
 	f.Fuzz(func(t *testing.T, scheme, user, password, rest string) {
 		// The marker keeps the password from matching fixed message text.
 		password = "Pw9q" + password

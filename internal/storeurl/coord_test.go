@@ -1,0 +1,532 @@
+package storeurl
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/tasklock/tasklock"
+	"github.com/tasklock/tasklock/driver"
+	"github.com/tasklock/tasklock/etcdstore"
+	"github.com/tasklock/tasklock/internal/testserver"
+	"github.com/tasklock/tasklock/redlock"
+	"github.com/tasklock/tasklock/zkstore"
+)
+
+// openErr opens rawURL within timeout, which must fail; it returns the
+// error and how long Open took.
+func openErr(t *testing.T, rawURL string, timeout time.Duration) (error, time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	start := time.Now()
+	s, closeFn, err := Open(ctx, rawURL)
+	if err == nil {
+		closeFn()
+		t.Fatalf("Open(%s) = %T, want an error", Redact(rawURL), s)
+	}
+	if strings.Contains(err.Error(), secret) {
+		t.Errorf("error %q contains the password", err)
+	}
+	return err, time.Since(start)
+}
+
+func acquire(t *testing.T, s driver.Store, key string, ttl time.Duration) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := s.Acquire(ctx, driver.AcquireParams{Key: key, Token: "tok-" + key, Owner: "storeurl-test", TTL: ttl})
+	return err
+}
+
+// etcdClient returns a client of the test's own for srv.
+func etcdClient(t *testing.T, srv *testserver.Etcd, user, password string) *clientv3.Client {
+	t.Helper()
+	c, err := clientv3.New(clientv3.Config{
+		Endpoints: srv.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+		Username: user, Password: password,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func TestOpenEtcd(t *testing.T) {
+	t.Parallel()
+	srv := testserver.StartEtcd(t)
+	checkStore(t, open(t, "etcd://"+srv.Addr()))
+
+	ctx := context.Background()
+	check := etcdClient(t, srv, "", "")
+	s, closeFn, err := Open(ctx, "etcd://"+srv.Addr()+",127.0.0.1:1/app?session_ttl=3s&dial_timeout=2s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The session TTL reached the store: no lock may outlast it.
+	if err := acquire(t, s, "long", 4*time.Second); !errors.Is(err, etcdstore.ErrTTL) || !errors.Is(err, tasklock.ErrUnsupported) {
+		t.Errorf("Acquire with a TTL above session_ttl=3s: %v, want ErrTTL", err)
+	}
+	if err := acquire(t, s, "k", 3*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	// The path is the key prefix.
+	resp, err := check.Get(ctx, "/app/", clientv3.WithPrefix())
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("keys under /app/: %v, %v; want 1", resp, err)
+	}
+	session := clientv3.LeaseID(resp.Kvs[0].Lease)
+	// Closing revokes the store's session lease (once nothing is held) and
+	// closes the client.
+	if err := s.Release(ctx, driver.ReleaseParams{Key: "k", Token: "tok-k"}); err != nil {
+		t.Fatal(err)
+	}
+	if ttl, err := check.TimeToLive(ctx, session); err != nil || ttl.TTL <= 0 {
+		t.Fatalf("session lease before close: %v, %v; want it alive", ttl, err)
+	}
+	if err := closeFn(); err != nil {
+		t.Errorf("close: %v", err)
+	}
+	if ttl, err := check.TimeToLive(ctx, session); err != nil || ttl.TTL != -1 {
+		t.Errorf("session lease after close: %v, %v; want it revoked", ttl, err)
+	}
+	if err := acquire(t, s, "k", time.Second); !errors.Is(err, etcdstore.ErrClosed) {
+		t.Errorf("Acquire after close: %v, want ErrClosed", err)
+	}
+}
+
+func TestOpenEtcdAuth(t *testing.T) {
+	t.Parallel()
+	srv := testserver.StartEtcd(t)
+	ctx := context.Background()
+	admin := etcdClient(t, srv, "", "")
+	if _, err := admin.UserAdd(ctx, "root", secret); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.UserGrantRole(ctx, "root", "root"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.AuthEnable(ctx); err != nil {
+		t.Fatal(err)
+	}
+	checkStore(t, open(t, "etcd://root:"+secret+"@"+srv.Addr()))
+
+	for _, u := range []string{
+		"etcd://root:wrong-" + secret + "@" + srv.Addr(),
+		"etcd://" + srv.Addr(),
+	} {
+		err, _ := openErr(t, u, 10*time.Second)
+		if !errors.Is(err, ErrUnreachable) {
+			t.Errorf("Open(%s) = %v, want ErrUnreachable", Redact(u), err)
+		}
+		t.Logf("%v", err)
+	}
+}
+
+func TestOpenEtcdUnreachable(t *testing.T) {
+	t.Parallel()
+	addr := closedAddr(t)
+	for _, u := range []string{
+		"etcd://" + addr + "?dial_timeout=300ms",
+		"etcd://root:" + secret + "@" + addr + "?dial_timeout=300ms", // fails authenticating
+		"etcds://" + addr + "?dial_timeout=300ms",
+	} {
+		err, d := openErr(t, u, 10*time.Second)
+		if !errors.Is(err, ErrUnreachable) || !strings.Contains(err.Error(), "dial_timeout 300ms") || !strings.Contains(err.Error(), Redact(u)) ||
+			!strings.Contains(err.Error(), "connection refused") {
+			t.Errorf("Open(%s) = %v, want ErrUnreachable naming the URL, dial_timeout and why", Redact(u), err)
+		}
+		if d > 3*time.Second {
+			t.Errorf("Open(%s) took %v with dial_timeout=300ms", Redact(u), d)
+		}
+		t.Logf("%v (%v)", err, d.Round(time.Millisecond))
+	}
+
+	// Without dial_timeout the caller's context bounds Open, and so does
+	// its cancellation (a signal, in exec).
+	err, d := openErr(t, "etcd://root:"+secret+"@"+addr, 300*time.Millisecond)
+	if !errors.Is(err, ErrUnreachable) || !errors.Is(err, context.DeadlineExceeded) || d > 3*time.Second {
+		t.Errorf("Open with a 300ms context: %v after %v", err, d)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(200*time.Millisecond, cancel)
+	start := time.Now()
+	_, _, err = Open(ctx, "etcd://"+addr)
+	if !errors.Is(err, ErrUnreachable) || !errors.Is(err, context.Canceled) || time.Since(start) > 3*time.Second {
+		t.Errorf("Open with a cancelled context: %v after %v", err, time.Since(start))
+	}
+}
+
+// startTLSProxy accepts TLS connections on a loopback port with cert and
+// key, requiring a client certificate signed by ca, and passes what they
+// carry on to target in the clear: a TLS front for a plain etcd. It returns
+// its address.
+func startTLSProxy(t *testing.T, ca, cert, key, target string) string {
+	t.Helper()
+	pair, err := tls.LoadX509KeyPair(cert, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pem, err := os.ReadFile(ca)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pem)
+	l, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{
+		Certificates: []tls.Certificate{pair},
+		ClientCAs:    pool,
+		ClientAuth:   tls.RequireAndVerifyClientCert,
+		NextProtos:   []string{"h2"}, // gRPC
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		conns  []net.Conn
+		closed bool
+	)
+	track := func(c net.Conn) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if closed {
+			c.Close()
+			return false
+		}
+		conns = append(conns, c)
+		return true
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			if !track(c) {
+				return
+			}
+			up, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			if !track(up) {
+				c.Close()
+				return
+			}
+			wg.Add(2)
+			pipe := func(dst, src net.Conn) {
+				defer wg.Done()
+				_, _ = io.Copy(dst, src)
+				dst.Close()
+				src.Close()
+			}
+			go pipe(up, c)
+			go pipe(c, up)
+		}
+	}()
+	t.Cleanup(func() {
+		l.Close()
+		mu.Lock()
+		closed = true
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	return l.Addr().String()
+}
+
+func TestOpenEtcds(t *testing.T) {
+	t.Parallel()
+	srv := testserver.StartEtcd(t)
+	ca, cert, key := writeTLSFiles(t, t.TempDir())
+	addr := startTLSProxy(t, ca, cert, key, srv.Addr())
+	files := "tls_ca_file=" + url.QueryEscape(ca) + "&tls_cert_file=" + url.QueryEscape(cert) + "&tls_key_file=" + url.QueryEscape(key)
+	checkStore(t, open(t, "etcds://"+addr+"/tls?"+files))
+
+	for _, tt := range []struct{ url, want string }{
+		// The server's CA is not trusted.
+		{"etcds://" + addr + "?dial_timeout=500ms&tls_cert_file=" + url.QueryEscape(cert) + "&tls_key_file=" + url.QueryEscape(key), "x509"},
+		// No client certificate, no TLS.
+		{"etcds://" + addr + "?dial_timeout=500ms&tls_ca_file=" + url.QueryEscape(ca), "dial_timeout 500ms"},
+		{"etcd://" + addr + "?dial_timeout=500ms", "dial_timeout 500ms"},
+	} {
+		err, _ := openErr(t, tt.url, 10*time.Second)
+		if !errors.Is(err, ErrUnreachable) || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("Open(%s) = %v, want ErrUnreachable saying %q", tt.url, err, tt.want)
+		}
+		t.Logf("%v", err)
+	}
+	for _, u := range []string{
+		"etcds://" + addr + "?tls_ca_file=/nonexistent.pem",
+		"etcds://" + addr + "?tls_ca_file=" + url.QueryEscape(key),
+		"etcds://" + addr + "?tls_cert_file=" + url.QueryEscape(cert) + "&tls_key_file=/nonexistent.pem",
+	} {
+		if err, _ := openErr(t, u, 10*time.Second); !errors.Is(err, ErrBadURL) || !strings.Contains(err.Error(), "tls_") {
+			t.Errorf("Open(%s) = %v, want ErrBadURL naming the parameter", u, err)
+		}
+	}
+}
+
+// zkRootSeq gives every ZooKeeper store of the test binary a root of its own.
+var zkRootSeq atomic.Int64
+
+func zkRoot() string { return fmt.Sprintf("/storeurl-%d-%d", os.Getpid(), zkRootSeq.Add(1)) }
+
+func TestOpenZK(t *testing.T) {
+	t.Parallel()
+	srv := testserver.SharedZooKeeper(t)
+	root := zkRoot()
+	s := open(t, "zk://"+srv.Addr()+root)
+	checkStore(t, s)
+	if zs, ok := s.(*zkstore.Store); !ok || zs.Root() != root {
+		t.Errorf("Open returned %T with root %v, want %s", s, s, root)
+	}
+
+	// The store's session timeout is the one the server granted, which
+	// lock TTLs may not exceed: the server raises one below its
+	// minSessionTimeout and lowers one above its maxSessionTimeout.
+	for _, tt := range []struct {
+		asked, granted time.Duration
+	}{
+		{100 * time.Millisecond, testserver.ZooKeeperMinSessionTimeout},
+		{3 * time.Second, 3 * time.Second},
+		{2 * testserver.ZooKeeperMaxSessionTimeout, testserver.ZooKeeperMaxSessionTimeout},
+	} {
+		s := open(t, "zk://"+srv.Addr()+zkRoot()+"?session_timeout="+tt.asked.String())
+		if err := acquire(t, s, "at", tt.granted); err != nil {
+			t.Errorf("session_timeout=%v: Acquire with TTL %v (granted): %v", tt.asked, tt.granted, err)
+		}
+		if err := acquire(t, s, "above", tt.granted+time.Millisecond); !errors.Is(err, zkstore.ErrTTL) {
+			t.Errorf("session_timeout=%v: Acquire with TTL above %v: %v, want ErrTTL", tt.asked, tt.granted, err)
+		}
+	}
+
+	// Closing ends the session, and with it the locks: another client gets
+	// the key at once.
+	ctx := context.Background()
+	root = zkRoot()
+	a, closeA, err := Open(ctx, "zk://"+srv.Addr()+root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := acquire(t, a, "k", 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	b := open(t, "zk://"+srv.Addr()+root)
+	var held *driver.HeldError
+	if err := acquire(t, b, "k", 5*time.Second); !errors.As(err, &held) {
+		t.Fatalf("Acquire of a held key: %v, want HeldError", err)
+	}
+	if err := closeA(); err != nil {
+		t.Errorf("close: %v", err)
+	}
+	if err := acquire(t, b, "k", 5*time.Second); err != nil {
+		t.Errorf("Acquire after the holder's store was closed: %v", err)
+	}
+}
+
+func TestOpenZKUnreachable(t *testing.T) {
+	t.Parallel()
+	// Every server refuses: Open gives up after one round (go-zookeeper
+	// waits a second before the next), naming each.
+	a, b := closedAddr(t), closedAddr(t)
+	u := "zk://" + a + "," + b + "/x"
+	err, d := openErr(t, u, 10*time.Second)
+	if !errors.Is(err, ErrUnreachable) || !strings.Contains(err.Error(), a) || !strings.Contains(err.Error(), b) ||
+		!strings.Contains(err.Error(), "refused") || !strings.Contains(err.Error(), Redact(u)) {
+		t.Errorf("Open = %v, want ErrUnreachable naming both servers", err)
+	}
+	if d > 5*time.Second {
+		t.Errorf("Open took %v", d)
+	}
+	t.Logf("%v (%v)", err, d.Round(time.Millisecond))
+
+	// A server that hangs up at once, and one that never answers.
+	hangup := listen(t, func(c net.Conn) { c.Close() })
+	err, d = openErr(t, "zk://"+hangup, 10*time.Second)
+	if !errors.Is(err, ErrUnreachable) || !strings.Contains(err.Error(), "handshake") || d > 5*time.Second {
+		t.Errorf("Open against a server that hangs up: %v after %v", err, d)
+	}
+	t.Logf("%v (%v)", err, d.Round(time.Millisecond))
+	silent := listen(t, nil)
+	err, d = openErr(t, "zk://"+silent, 300*time.Millisecond)
+	if !errors.Is(err, ErrUnreachable) || !errors.Is(err, context.DeadlineExceeded) || d > 3*time.Second {
+		t.Errorf("Open against a silent server: %v after %v", err, d)
+	}
+
+	if _, _, err := Open(context.Background(), "zk://no-such-host.invalid"); !errors.Is(err, ErrUnreachable) {
+		t.Errorf("Open with an unknown host name: %v, want ErrUnreachable", err)
+	}
+}
+
+// listen accepts connections on a loopback port until the test ends and
+// passes each to serve (nil: keeps it open, silent). It returns the address.
+func listen(t *testing.T, serve func(net.Conn)) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			if serve != nil {
+				serve(c)
+				continue
+			}
+			wg.Add(1)
+			go func() { defer wg.Done(); <-done; c.Close() }()
+		}
+	}()
+	t.Cleanup(func() { l.Close(); close(done); wg.Wait() })
+	return l.Addr().String()
+}
+
+// redisNodes starts n Redis servers and returns their addresses.
+func redisNodes(t *testing.T, n int) []string {
+	t.Helper()
+	addrs := make([]string, n)
+	for i := range addrs {
+		addrs[i] = testserver.StartRedis(t).Addr()
+	}
+	return addrs
+}
+
+// connectedClients is how many clients are connected to the Redis server
+// at addr, besides the one asking.
+func connectedClients(t *testing.T, addr string) int {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	list, err := c.ClientList(context.Background()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Count(strings.TrimSpace(list), "\n")
+}
+
+func TestOpenRedlock(t *testing.T) {
+	t.Parallel()
+	addrs := redisNodes(t, 3)
+	ctx := context.Background()
+	u := "redlock://" + strings.Join(addrs, ",") + "/2?prefix=rl:&node_timeout=20ms"
+	s, closeFn, err := Open(ctx, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := s.(*redlock.Store); !ok {
+		t.Errorf("Open returned %T", s)
+	}
+	checkStore(t, s)
+	// Every node holds the lock, in the URL's database, under its prefix.
+	if err := acquire(t, s, "k", 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range addrs {
+		c := redis.NewClient(&redis.Options{Addr: a, DB: 2})
+		n, err := c.Exists(ctx, "rl:{k}").Result()
+		c.Close()
+		if err != nil || n != 1 {
+			t.Errorf("node %s: EXISTS rl:{k} in db 2 = %d, %v; want 1", a, n, err)
+		}
+	}
+	// Closing closes every node's client.
+	if err := closeFn(); err != nil {
+		t.Errorf("close: %v", err)
+	}
+	for _, a := range addrs {
+		waitUntil(t, 5*time.Second, func() bool { return connectedClients(t, a) == 0 }, "the store's connections to "+a+" to close")
+	}
+}
+
+// waitUntil polls cond until it holds, failing the test after timeout.
+func waitUntil(t *testing.T, timeout time.Duration, cond func() bool, what string) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond) // polling interval, not synchronisation
+	}
+}
+
+func TestOpenRedlockPassword(t *testing.T) {
+	t.Parallel()
+	var addrs []string
+	for range 3 {
+		srv := testserver.StartRedis(t)
+		requirePassword(t, srv)
+		addrs = append(addrs, srv.Addr())
+	}
+	hosts := strings.Join(addrs, ",")
+	checkStore(t, open(t, "redlock://:"+secret+"@"+hosts))
+	checkStore(t, open(t, "redlock://alice:"+secret+"@"+hosts+"/1"))
+	for _, u := range []string{"redlock://alice:wrong-" + secret + "@" + hosts, "redlock://" + hosts} {
+		err, _ := openErr(t, u, 10*time.Second)
+		if !errors.Is(err, ErrUnreachable) {
+			t.Errorf("Open(%s) = %v, want ErrUnreachable", Redact(u), err)
+		}
+		t.Logf("%v", err)
+	}
+}
+
+func TestOpenRedlockMinorityDown(t *testing.T) {
+	t.Parallel()
+	up := redisNodes(t, 2)
+	down1, down2 := closedAddr(t), closedAddr(t)
+
+	// One node of three down: RedLock runs on, and so does Open.
+	checkStore(t, open(t, "redlock://:"+secret+"@"+up[0]+","+down1+","+up[1]))
+
+	// Two down: no majority. The error names each failed node.
+	u := "redlock://:" + secret + "@" + down1 + "," + up[0] + "," + down2
+	err, d := openErr(t, u, 10*time.Second)
+	var ne nodeErrors
+	if !errors.Is(err, ErrUnreachable) || !errors.As(err, &ne) || len(ne) != 2 ||
+		!strings.Contains(err.Error(), down1) || !strings.Contains(err.Error(), down2) || strings.Contains(err.Error(), up[0]+":") {
+		t.Errorf("Open = %v, want ErrUnreachable naming the two nodes down", err)
+	}
+	if d > 5*time.Second {
+		t.Errorf("Open took %v", d)
+	}
+	t.Logf("%v (%v)", err, d.Round(time.Millisecond))
+}
+
+func TestNoMigrationsWithoutSchema(t *testing.T) {
+	for _, u := range []string{"etcd://127.0.0.1:1", "zk://127.0.0.1:1", "redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3"} {
+		if _, err := OpenMigrator(context.Background(), u); !errors.Is(err, ErrNoMigrations) {
+			t.Errorf("OpenMigrator(%s) = %v, want ErrNoMigrations", u, err)
+		}
+	}
+}
