@@ -679,7 +679,9 @@ func TestExecBlackholeKillsBeforeExpiry(t *testing.T) {
 	t.Cleanup(func() { c.Close() })
 	pidFile := filepath.Join(t.TempDir(), "pid")
 	p := startTL(t, []string{"PIDFILE=" + pidFile}, "exec", "--store", "redis://"+proxy.Addr(), "--key", "cut",
-		"--ttl", "5s", "--kill-grace", "1s",
+		// The margin between local validity and the store's expiry is the
+		// drift, 1% of the TTL: 80 ms here, enough for a loaded machine.
+		"--ttl", "8s", "--kill-grace", "1s",
 		"--", "sh", "-c", `trap "" TERM; echo $$ > "$PIDFILE"; echo started; while :; do sleep 0.05; done`)
 	p.waitOutput("started", 20*time.Second)
 	pid := readPid(t, pidFile)
