@@ -13,11 +13,15 @@
 //	    goroutines, heap per held lock
 //	P1-sql, P3-sql, P4-sql  the same per SQL store: 16 goroutines; 16
 //	    goroutines on one key; 1,000 locks kept alive
+//	P1-etcd, P3-etcd, P4-etcd (and -zk, -redlock)  tasklock against etcd's
+//	    concurrency.Mutex, go-zookeeper's zk.Lock and redsync on three
+//	    nodes: 16 goroutines; 16 goroutines on one key; requests to keep
+//	    10,000 locks alive for one TTL (coord*.go)
 //
 // Run it from the bench module: go run ./cmd/lockbench [-quick]. It needs
-// redis-server, postgres and initdb, and mariadbd and mariadb-install-db
-// (make servers installs them). See bench/README.md for what each number
-// means.
+// redis-server, postgres and initdb, mariadbd and mariadb-install-db, etcd,
+// and java with the ZooKeeper jars (make servers installs them). See
+// bench/README.md for what each number means.
 package main
 
 import (
@@ -93,7 +97,9 @@ func parseOnly(only string, cfg *config) error {
 		case "SQLITE":
 			cfg.stores[kindSQLite] = true
 		default:
-			return fmt.Errorf("lockbench: -only: unknown measurement or store %q (P1, P2, P3, P4, P1-sql, P3-sql, P4-sql, redis, sql, postgres, mysql, sqlite)", id)
+			if !addCoordOnly(cfg.only, id) {
+				return fmt.Errorf("lockbench: -only: unknown measurement or store %q (P1, P2, P3, P4, P1-sql, P3-sql, P4-sql, redis, sql, postgres, mysql, sqlite, %s)", id, coordOnlyHelp)
+			}
 		}
 	}
 	if len(cfg.stores) > 0 {
@@ -123,7 +129,7 @@ func main() {
 	flag.IntVar(&cfg.rounds, "rounds", 3, "rounds of P1 and P3; the implementations take turns, in reverse order every other turn")
 	flag.DurationVar(&cfg.sqlDuration, "sqlduration", 3*time.Second, "measured time per implementation and SQL store in P1-sql (taken in slices of 0.5 s) and P3-sql (in two runs)")
 	flag.BoolVar(&cfg.quick, "quick", false, "short smoke run (about a minute): one round, P1 runs of 0.5 s and P3 runs of 0.8 s\n(unless -duration is given), 300 pairs for P2, no warm-up cycle in P4;\nSQL: 0.5 s per implementation (unless -sqlduration is given), 200 locks of TTL 1.5 s in P4-sql")
-	flag.StringVar(&only, "only", "", "comma-separated measurements to run: P1, P2, P3, P4, P1-sql, P3-sql, P4-sql, or the groups redis and sql;\nSQL store names (postgres, mysql, sqlite) restrict the SQL measurements to those stores (default all)")
+	flag.StringVar(&only, "only", "", "comma-separated measurements to run: P1, P2, P3, P4, P1-sql, P3-sql, P4-sql, or the groups redis and sql;\nSQL store names (postgres, mysql, sqlite) restrict the SQL measurements to those stores;\n"+coordOnlyHelp+" (default all)")
 	flag.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.StringVar(&memProfile, "memprofile", "", "record every allocation (MemProfileRate=1, which slows the run) and write an allocs profile to this file")
 	flag.StringVar(&heapProfile, "heapprofile", "", "write the live heap to this file in P4, while the locks are held\n(and to this file .postgres, .mysql, .sqlite in P4-sql, while tasklock holds them)")
@@ -323,11 +329,14 @@ func run(cfg config, cpuProfile, memProfile, heapProfile string) error {
 		}
 		e.close()
 	}
+	coord := runCoord(ctx, cfg, cl.add)
+	failed = append(failed, coord.failures()...)
 	rep.elapsed = time.Since(rep.started)
 	if load1 := loadAvg(); load0 != "" && load1 != "" {
 		rep.load = fmt.Sprintf(" Load average (1 min) %s before, %s after.", load0, load1)
 	}
 	rep.write(os.Stdout)
+	coord.write(os.Stdout)
 
 	if memProfile != "" {
 		f, err := os.Create(memProfile)
