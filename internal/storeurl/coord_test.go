@@ -28,9 +28,9 @@ import (
 	"github.com/tasklock/tasklock/zkstore"
 )
 
-// openErr opens rawURL within timeout, which must fail; it returns the
-// error and how long Open took.
-func openErr(t *testing.T, rawURL string, timeout time.Duration) (error, time.Duration) {
+// openErr opens rawURL within timeout, which must fail; it returns how long
+// Open took and the error.
+func openErr(t *testing.T, rawURL string, timeout time.Duration) (time.Duration, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
@@ -43,7 +43,7 @@ func openErr(t *testing.T, rawURL string, timeout time.Duration) (error, time.Du
 	if strings.Contains(err.Error(), secret) {
 		t.Errorf("error %q contains the password", err)
 	}
-	return err, time.Since(start)
+	return time.Since(start), err
 }
 
 func acquire(t *testing.T, s driver.Store, key string, ttl time.Duration) error {
@@ -131,7 +131,7 @@ func TestOpenEtcdAuth(t *testing.T) {
 		"etcd://root:wrong-" + secret + "@" + srv.Addr(),
 		"etcd://" + srv.Addr(),
 	} {
-		err, _ := openErr(t, u, 10*time.Second)
+		_, err := openErr(t, u, 10*time.Second)
 		if !errors.Is(err, ErrUnreachable) {
 			t.Errorf("Open(%s) = %v, want ErrUnreachable", Redact(u), err)
 		}
@@ -147,7 +147,7 @@ func TestOpenEtcdUnreachable(t *testing.T) {
 		"etcd://root:" + secret + "@" + addr + "?dial_timeout=300ms", // fails authenticating
 		"etcds://" + addr + "?dial_timeout=300ms",
 	} {
-		err, d := openErr(t, u, 10*time.Second)
+		d, err := openErr(t, u, 10*time.Second)
 		if !errors.Is(err, ErrUnreachable) || !strings.Contains(err.Error(), "dial_timeout 300ms") || !strings.Contains(err.Error(), Redact(u)) ||
 			!strings.Contains(err.Error(), "connection refused") {
 			t.Errorf("Open(%s) = %v, want ErrUnreachable naming the URL, dial_timeout and why", Redact(u), err)
@@ -160,7 +160,7 @@ func TestOpenEtcdUnreachable(t *testing.T) {
 
 	// Without dial_timeout the caller's context bounds Open, and so does
 	// its cancellation (a signal, in exec).
-	err, d := openErr(t, "etcd://root:"+secret+"@"+addr, 300*time.Millisecond)
+	d, err := openErr(t, "etcd://root:"+secret+"@"+addr, 300*time.Millisecond)
 	if !errors.Is(err, ErrUnreachable) || !errors.Is(err, context.DeadlineExceeded) || d > 3*time.Second {
 		t.Errorf("Open with a 300ms context: %v after %v", err, d)
 	}
@@ -273,7 +273,7 @@ func TestOpenEtcds(t *testing.T) {
 		{"etcds://" + addr + "?dial_timeout=500ms&tls_ca_file=" + url.QueryEscape(ca), "dial_timeout 500ms"},
 		{"etcd://" + addr + "?dial_timeout=500ms", "dial_timeout 500ms"},
 	} {
-		err, _ := openErr(t, tt.url, 10*time.Second)
+		_, err := openErr(t, tt.url, 10*time.Second)
 		if !errors.Is(err, ErrUnreachable) || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("Open(%s) = %v, want ErrUnreachable saying %q", tt.url, err, tt.want)
 		}
@@ -284,7 +284,7 @@ func TestOpenEtcds(t *testing.T) {
 		"etcds://" + addr + "?tls_ca_file=" + url.QueryEscape(key),
 		"etcds://" + addr + "?tls_cert_file=" + url.QueryEscape(cert) + "&tls_key_file=/nonexistent.pem",
 	} {
-		if err, _ := openErr(t, u, 10*time.Second); !errors.Is(err, ErrBadURL) || !strings.Contains(err.Error(), "tls_") {
+		if _, err := openErr(t, u, 10*time.Second); !errors.Is(err, ErrBadURL) || !strings.Contains(err.Error(), "tls_") {
 			t.Errorf("Open(%s) = %v, want ErrBadURL naming the parameter", u, err)
 		}
 	}
@@ -354,7 +354,7 @@ func TestOpenZKUnreachable(t *testing.T) {
 	// waits a second before the next), naming each.
 	a, b := closedAddr(t), closedAddr(t)
 	u := "zk://" + a + "," + b + "/x"
-	err, d := openErr(t, u, 10*time.Second)
+	d, err := openErr(t, u, 10*time.Second)
 	if !errors.Is(err, ErrUnreachable) || !strings.Contains(err.Error(), a) || !strings.Contains(err.Error(), b) ||
 		!strings.Contains(err.Error(), "refused") || !strings.Contains(err.Error(), Redact(u)) {
 		t.Errorf("Open = %v, want ErrUnreachable naming both servers", err)
@@ -366,13 +366,13 @@ func TestOpenZKUnreachable(t *testing.T) {
 
 	// A server that hangs up at once, and one that never answers.
 	hangup := listen(t, func(c net.Conn) { c.Close() })
-	err, d = openErr(t, "zk://"+hangup, 10*time.Second)
+	d, err = openErr(t, "zk://"+hangup, 10*time.Second)
 	if !errors.Is(err, ErrUnreachable) || !strings.Contains(err.Error(), "handshake") || d > 5*time.Second {
 		t.Errorf("Open against a server that hangs up: %v after %v", err, d)
 	}
 	t.Logf("%v (%v)", err, d.Round(time.Millisecond))
 	silent := listen(t, nil)
-	err, d = openErr(t, "zk://"+silent, 300*time.Millisecond)
+	d, err = openErr(t, "zk://"+silent, 300*time.Millisecond)
 	if !errors.Is(err, ErrUnreachable) || !errors.Is(err, context.DeadlineExceeded) || d > 3*time.Second {
 		t.Errorf("Open against a silent server: %v after %v", err, d)
 	}
@@ -493,7 +493,7 @@ func TestOpenRedlockPassword(t *testing.T) {
 	checkStore(t, open(t, "redlock://:"+secret+"@"+hosts))
 	checkStore(t, open(t, "redlock://alice:"+secret+"@"+hosts+"/1"))
 	for _, u := range []string{"redlock://alice:wrong-" + secret + "@" + hosts, "redlock://" + hosts} {
-		err, _ := openErr(t, u, 10*time.Second)
+		_, err := openErr(t, u, 10*time.Second)
 		if !errors.Is(err, ErrUnreachable) {
 			t.Errorf("Open(%s) = %v, want ErrUnreachable", Redact(u), err)
 		}
@@ -511,7 +511,7 @@ func TestOpenRedlockMinorityDown(t *testing.T) {
 
 	// Two down: no majority. The error names each failed node.
 	u := "redlock://:" + secret + "@" + down1 + "," + up[0] + "," + down2
-	err, d := openErr(t, u, 10*time.Second)
+	d, err := openErr(t, u, 10*time.Second)
 	var ne nodeErrors
 	if !errors.Is(err, ErrUnreachable) || !errors.As(err, &ne) || len(ne) != 2 ||
 		!strings.Contains(err.Error(), down1) || !strings.Contains(err.Error(), down2) || strings.Contains(err.Error(), up[0]+":") {
