@@ -59,17 +59,13 @@ func (d migrationData) Qualified(suffix string) string {
 // loadMigrations reads NNNN_name.up.sql files from dir in fsys, in version
 // order, and parses each as a template.
 func loadMigrations(fsys fs.FS, dir string) ([]migration, error) {
-	files, err := sqlmigrate.Load(fsys, dir, ".up.sql", "pgstore")
+	ts, err := sqlmigrate.LoadTemplates(fsys, dir, ".up.sql", "pgstore")
 	if err != nil {
 		return nil, err
 	}
-	ms := make([]migration, 0, len(files))
-	for _, f := range files {
-		tmpl, err := template.New(f.FileName).Option("missingkey=error").Parse(f.Text)
-		if err != nil {
-			return nil, fmt.Errorf("pgstore: migration %s: %w", f.FileName, err)
-		}
-		ms = append(ms, migration{version: f.Version, name: f.Name, sql: tmpl})
+	ms := make([]migration, len(ts))
+	for i, t := range ts {
+		ms[i] = migration{version: t.Version, name: t.Name, sql: t.SQL}
 	}
 	return ms, nil
 }

@@ -20,60 +20,8 @@ import (
 	"github.com/tasklock/tasklock/internal/testserver"
 )
 
-// register is tasklock.FencedRegister's rule kept in Redis, so that helper
-// processes and the test write to the same one: a write is accepted only when
-// its fence is at least the highest accepted, and every accepted write is
-// logged with its writer.
-var registerScript = redis.NewScript(`
-local h = tonumber(redis.call('GET', KEYS[1]) or '0')
-local f = tonumber(ARGV[1])
-if f < h then redis.call('INCR', KEYS[2]) return 0 end
-redis.call('SET', KEYS[1], f)
-redis.call('RPUSH', KEYS[3], ARGV[2] .. ':' .. ARGV[1])
-return 1`)
-
-type register struct{ c *redis.Client }
-
-func newRegister(t *testing.T, addr string) register {
-	return register{closeAtCleanup(t, redis.NewClient(&redis.Options{Addr: addr}))}
-}
-
-func (r register) write(ctx context.Context, fence uint64, writer string) (bool, error) {
-	n, err := registerScript.Run(ctx, r.c, []string{"reg:highest", "reg:rejected", "reg:log"}, fence, writer).Int()
-	return n == 1, err
-}
-
-// accepted returns the writers of accepted writes, in order.
-func (r register) accepted(t *testing.T) []string {
-	log, err := r.c.LRange(ctxT(t), "reg:log", 0, -1).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return log
-}
-
-func (r register) rejected(t *testing.T) int {
-	n, err := r.c.Get(ctxT(t), "reg:rejected").Int()
-	if err != nil && !errors.Is(err, redis.Nil) {
-		t.Fatal(err)
-	}
-	return n
-}
-
-// acceptedAfter returns the writes by writer accepted after the first
-// accepted write by after.
-func acceptedAfter(log []string, after, writer string) []string {
-	var out []string
-	seen := false
-	for _, e := range log {
-		switch {
-		case strings.HasPrefix(e, after+":"):
-			seen = true
-		case seen && strings.HasPrefix(e, writer+":"):
-			out = append(out, e)
-		}
-	}
-	return out
+func newRegister(t *testing.T, addr string) testserver.RedisRegister {
+	return testserver.RedisRegister{C: closeAtCleanup(t, redis.NewClient(&redis.Options{Addr: addr}))}
 }
 
 // TestFaultHolder is the helper process: it obtains a lock and, while Done
@@ -97,7 +45,7 @@ func TestFaultHolder(t *testing.T) {
 		fmt.Println("error", err)
 		os.Exit(1)
 	}
-	reg := register{redis.NewClient(&redis.Options{Addr: os.Getenv("TL_REGISTER")})}
+	reg := testserver.RedisRegister{C: redis.NewClient(&redis.Options{Addr: os.Getenv("TL_REGISTER")})}
 	ctx := context.Background()
 	l, err := lk.Obtain(ctx, key, &tasklock.ObtainOptions{TTL: ttl})
 	if err != nil {
@@ -123,7 +71,7 @@ func TestFaultHolder(t *testing.T) {
 			os.Exit(0)
 		default:
 		}
-		ok, err := reg.write(ctx, l.Fence(), "holder")
+		ok, err := reg.Write(ctx, l.Fence(), "holder")
 		fmt.Println("write", ok, err)
 		time.Sleep(10 * time.Millisecond) // one unit of work
 	}
@@ -177,10 +125,10 @@ func TestFaultHolderKilled(t *testing.T) {
 	if l.Fence() <= fence {
 		t.Fatalf("fence %d after %d", l.Fence(), fence)
 	}
-	if ok, err := reg.write(ctxT(t), l.Fence(), "b"); !ok || err != nil {
+	if ok, err := reg.Write(ctxT(t), l.Fence(), "b"); !ok || err != nil {
 		t.Fatalf("the new holder's write was refused: %v", err)
 	}
-	if n := reg.rejected(t); n != 0 {
+	if n := reg.Rejected(t); n != 0 {
 		t.Fatalf("%d stale writes", n)
 	}
 }
@@ -206,7 +154,7 @@ func TestFaultHolderPaused(t *testing.T) {
 	if l.Fence() <= fence {
 		t.Fatalf("fence %d after %d", l.Fence(), fence)
 	}
-	if ok, err := reg.write(ctxT(t), l.Fence(), "b"); !ok || err != nil {
+	if ok, err := reg.Write(ctxT(t), l.Fence(), "b"); !ok || err != nil {
 		t.Fatalf("the new holder's write was refused: %v", err)
 	}
 	time.Sleep(time.Until(stopped.Add(2 * ttl))) // the pause itself, not synchronisation
@@ -215,7 +163,7 @@ func TestFaultHolderPaused(t *testing.T) {
 		t.Fatalf("on resume the holder saw %q: it could have acted on a lost lock", line)
 	}
 	holder.WaitLine(t, "lost ", 5*time.Second)
-	if stale := acceptedAfter(reg.accepted(t), "b", "holder"); len(stale) > 0 {
+	if stale := testserver.AcceptedAfter(reg.Accepted(t), "b", "holder"); len(stale) > 0 {
 		t.Fatalf("register accepted the paused holder's writes after the new holder's: %v", stale)
 	}
 	select {

@@ -22,62 +22,10 @@ import (
 	"github.com/tasklock/tasklock/internal/testserver"
 )
 
-// registerScript is tasklock.FencedRegister's rule kept in Redis, so that a
-// helper process and the test write to the same one: a write is accepted
-// only when its fence is at least the highest accepted, and every accepted
-// write is logged with its writer.
-var registerScript = redis.NewScript(`
-local h = tonumber(redis.call('GET', KEYS[1]) or '0')
-local f = tonumber(ARGV[1])
-if f < h then redis.call('INCR', KEYS[2]) return 0 end
-redis.call('SET', KEYS[1], f)
-redis.call('RPUSH', KEYS[3], ARGV[2] .. ':' .. ARGV[1])
-return 1`)
-
 // slack is the scheduling delay allowed on top of a deadline the core
 // computes, as in storetest: a loaded 2-core machine can hold a goroutine
 // back that long.
 const slack = 25 * time.Millisecond
-
-type register struct{ c *redis.Client }
-
-func (r register) write(ctx context.Context, fence uint64, writer string) (bool, error) {
-	n, err := registerScript.Run(ctx, r.c, []string{"reg:highest", "reg:rejected", "reg:log"}, fence, writer).Int()
-	return n == 1, err
-}
-
-// accepted returns the writers of accepted writes, in order.
-func (r register) accepted(t *testing.T) []string {
-	log, err := r.c.LRange(ctxT(t), "reg:log", 0, -1).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return log
-}
-
-func (r register) rejected(t *testing.T) int {
-	n, err := r.c.Get(ctxT(t), "reg:rejected").Int()
-	if err != nil && !errors.Is(err, redis.Nil) {
-		t.Fatal(err)
-	}
-	return n
-}
-
-// acceptedAfter returns the writes by writer accepted after the first
-// accepted write by after.
-func acceptedAfter(log []string, after, writer string) []string {
-	var out []string
-	seen := false
-	for _, e := range log {
-		switch {
-		case strings.HasPrefix(e, after+":"):
-			seen = true
-		case seen && strings.HasPrefix(e, writer+":"):
-			out = append(out, e)
-		}
-	}
-	return out
-}
 
 // TestFaultHolder is the helper process: it obtains a lock on the nodes in
 // TL_ADDRS and, while Done is open, writes to the register every few
@@ -103,7 +51,7 @@ func TestFaultHolder(t *testing.T) {
 		fmt.Println("error", err)
 		os.Exit(1)
 	}
-	reg := register{redis.NewClient(&redis.Options{Addr: os.Getenv("TL_REGISTER")})}
+	reg := testserver.RedisRegister{C: redis.NewClient(&redis.Options{Addr: os.Getenv("TL_REGISTER")})}
 	ctx := context.Background()
 	l, err := lk.Obtain(ctx, os.Getenv("TL_KEY"), &tasklock.ObtainOptions{TTL: ttl})
 	if err != nil {
@@ -129,7 +77,7 @@ func TestFaultHolder(t *testing.T) {
 			os.Exit(0)
 		default:
 		}
-		ok, err := reg.write(ctx, l.Fence(), "holder")
+		ok, err := reg.Write(ctx, l.Fence(), "holder")
 		fmt.Println("write", ok, err)
 		time.Sleep(10 * time.Millisecond) // one unit of work
 	}
@@ -140,7 +88,7 @@ func TestFaultHolder(t *testing.T) {
 type holderSetup struct {
 	addrs  []string
 	prefix string
-	reg    register
+	reg    testserver.RedisRegister
 	holder *testserver.Process
 	fence  uint64
 }
@@ -152,7 +100,7 @@ func startHolder(t *testing.T, ttl time.Duration) holderSetup {
 	h := holderSetup{
 		addrs:  addrs,
 		prefix: freshPrefix(),
-		reg:    register{closeAtCleanup(t, redis.NewClient(&redis.Options{Addr: regSrv.Addr()}))},
+		reg:    testserver.RedisRegister{C: closeAtCleanup(t, redis.NewClient(&redis.Options{Addr: regSrv.Addr()}))},
 	}
 	h.holder = testserver.StartHelper(t, "TestFaultHolder", "holder",
 		"TL_ADDRS="+strings.Join(addrs, ","), "TL_REGISTER="+regSrv.Addr(), "TL_PREFIX="+h.prefix,
@@ -188,10 +136,10 @@ func TestFaultHolderKilled(t *testing.T) {
 	if l.Fence() <= h.fence {
 		t.Fatalf("fence %d after %d", l.Fence(), h.fence)
 	}
-	if ok, err := h.reg.write(ctxT(t), l.Fence(), "b"); !ok || err != nil {
+	if ok, err := h.reg.Write(ctxT(t), l.Fence(), "b"); !ok || err != nil {
 		t.Fatalf("the new holder's write was refused: %v", err)
 	}
-	if n := h.reg.rejected(t); n != 0 {
+	if n := h.reg.Rejected(t); n != 0 {
 		t.Fatalf("%d stale writes", n)
 	}
 }
@@ -215,7 +163,7 @@ func TestFaultHolderPaused(t *testing.T) {
 	if l.Fence() <= h.fence {
 		t.Fatalf("fence %d after %d", l.Fence(), h.fence)
 	}
-	if ok, err := h.reg.write(ctxT(t), l.Fence(), "b"); !ok || err != nil {
+	if ok, err := h.reg.Write(ctxT(t), l.Fence(), "b"); !ok || err != nil {
 		t.Fatalf("the new holder's write was refused: %v", err)
 	}
 	time.Sleep(time.Until(stopped.Add(2 * ttl))) // the pause itself, not synchronisation
@@ -224,7 +172,7 @@ func TestFaultHolderPaused(t *testing.T) {
 		t.Fatalf("on resume the holder saw %q: it could have acted on a lost lock", line)
 	}
 	h.holder.WaitLine(t, "lost ", 5*time.Second)
-	if stale := acceptedAfter(h.reg.accepted(t), "b", "holder"); len(stale) > 0 {
+	if stale := testserver.AcceptedAfter(h.reg.Accepted(t), "b", "holder"); len(stale) > 0 {
 		t.Fatalf("register accepted the paused holder's writes after the new holder's: %v", stale)
 	}
 	assertHeld(t, l)

@@ -40,17 +40,13 @@ func (d migrationData) Ident(suffix string) string { return `"` + d.table + suff
 // loadMigrations reads NNNN_name.up.sql files from dir in fsys, in version
 // order, and parses each as a template.
 func loadMigrations(fsys fs.FS, dir string) ([]migration, error) {
-	files, err := sqlmigrate.Load(fsys, dir, ".up.sql", "sqlitestore")
+	ts, err := sqlmigrate.LoadTemplates(fsys, dir, ".up.sql", "sqlitestore")
 	if err != nil {
 		return nil, err
 	}
-	ms := make([]migration, 0, len(files))
-	for _, f := range files {
-		tmpl, err := template.New(f.FileName).Option("missingkey=error").Parse(f.Text)
-		if err != nil {
-			return nil, fmt.Errorf("sqlitestore: migration %s: %w", f.FileName, err)
-		}
-		ms = append(ms, migration{version: f.Version, name: f.Name, sql: tmpl})
+	ms := make([]migration, len(ts))
+	for i, t := range ts {
+		ms[i] = migration{version: t.Version, name: t.Name, sql: t.SQL}
 	}
 	return ms, nil
 }

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"text/template"
 )
 
 // File is one migration file, named NNNN_name<suffix>.
@@ -52,4 +53,29 @@ func Load(fsys fs.FS, dir, suffix, pkg string) ([]File, error) {
 		}
 	}
 	return files, nil
+}
+
+// Template is a migration file parsed as a text/template, for stores whose
+// migrations name the table through template fields.
+type Template struct {
+	File
+	SQL *template.Template
+}
+
+// LoadTemplates is Load followed by parsing each file as a template that
+// fails on missing keys.
+func LoadTemplates(fsys fs.FS, dir, suffix, pkg string) ([]Template, error) {
+	files, err := Load(fsys, dir, suffix, pkg)
+	if err != nil {
+		return nil, err
+	}
+	ts := make([]Template, 0, len(files))
+	for _, f := range files {
+		tmpl, err := template.New(f.FileName).Option("missingkey=error").Parse(f.Text)
+		if err != nil {
+			return nil, fmt.Errorf("%s: migration %s: %w", pkg, f.FileName, err)
+		}
+		ts = append(ts, Template{File: f, SQL: tmpl})
+	}
+	return ts, nil
 }
