@@ -4,7 +4,7 @@ GO ?= go
 # checks lease timings; two suites sharing the 2 cores starve each other.
 GOTESTFLAGS ?= -race -count=1 -p 1 -timeout 20m
 
-.PHONY: test servers vet bench bench-quick fmt
+.PHONY: test servers vet bench bench-quick bench-dashboard fmt
 
 test: servers vet
 	$(GO) test $(GOTESTFLAGS) ./...
@@ -27,6 +27,11 @@ bench: servers
 
 bench-quick: servers
 	cd bench && $(GO) run ./cmd/lockbench -quick
+
+# The dashboard's page speed: 10,000 jobs, a million run records on SQLite
+# (recording them takes a minute or two), every page timed cold and warm.
+bench-dashboard:
+	$(GO) test -run X -bench PageSpeed -benchtime 20x ./dashboard/
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

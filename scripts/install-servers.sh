@@ -45,7 +45,11 @@ group_zookeeper=(
 	"/usr/share/zookeeper/bin/zkServer.sh:zookeeper"
 	"java:default-jre-headless"
 )
-all_groups=(redis mariadb postgres etcd zookeeper)
+# Headless Chromium for the dashboard's browser test (driven by chromedp).
+group_browser=(
+	"chromium:chromium"
+)
+all_groups=(redis mariadb postgres etcd zookeeper browser)
 
 have() {
 	command -v "$1" >/dev/null 2>&1 && return 0

@@ -1,6 +1,9 @@
 // Package sqlmigrate reads the numbered migration files the SQL stores
-// embed. Each store renders and applies them in its own dialect; the file
-// naming rules live here once.
+// embed, and decides which are pending and what a status report lists.
+// Each store renders and applies them in its own dialect, and keeps its
+// version table in its own SQL; the file naming rules, and the rules for
+// combining the embedded migrations with the recorded versions, live here
+// once.
 package sqlmigrate
 
 import (
@@ -11,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"text/template"
+	"time"
 )
 
 // File is one migration file, named NNNN_name<suffix>.
@@ -63,19 +67,79 @@ type Template struct {
 }
 
 // LoadTemplates is Load followed by parsing each file as a template that
-// fails on missing keys.
-func LoadTemplates(fsys fs.FS, dir, suffix, pkg string) ([]Template, error) {
+// fails on missing keys; conv turns each into the calling store's own
+// migration type.
+func LoadTemplates[M any](fsys fs.FS, dir, suffix, pkg string, conv func(Template) M) ([]M, error) {
 	files, err := Load(fsys, dir, suffix, pkg)
 	if err != nil {
 		return nil, err
 	}
-	ts := make([]Template, 0, len(files))
+	ms := make([]M, 0, len(files))
 	for _, f := range files {
 		tmpl, err := template.New(f.FileName).Option("missingkey=error").Parse(f.Text)
 		if err != nil {
 			return nil, fmt.Errorf("%s: migration %s: %w", pkg, f.FileName, err)
 		}
-		ts = append(ts, Template{File: f, SQL: tmpl})
+		ms = append(ms, conv(Template{File: f, SQL: tmpl}))
 	}
-	return ts, nil
+	return ms, nil
+}
+
+// Must returns ms, and panics when err is not nil: for a store's embedded
+// migrations, which are fixed at build time (the store's tests load them).
+func Must[M any](ms []M, err error) []M {
+	if err != nil {
+		panic(err)
+	}
+	return ms
+}
+
+// Applied is one version recorded in a store's version table.
+type Applied struct {
+	Name string    // the recorded name; "" when the store does not read it
+	At   time.Time // when it was applied, by the database's clock
+}
+
+// Pending returns the migrations of ms, which are in version order, whose
+// versions applied does not record, in that order. id returns a
+// migration's version and name.
+func Pending[M any](ms []M, id func(M) (version int, name string), applied map[int]Applied) []M {
+	var out []M
+	for _, m := range ms {
+		v, _ := id(m)
+		if _, ok := applied[v]; !ok {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// State is one migration as a store's status report lists it.
+type State struct {
+	Version   int
+	Name      string
+	Applied   bool
+	AppliedAt time.Time // zero when not applied
+}
+
+// Status lists every migration of known (the store's own, as id names
+// them) with whether and when applied records it, and every version
+// applied records that known lacks (applied by a newer library), with its
+// recorded name, in version order.
+func Status[M any](known []M, id func(M) (version int, name string), applied map[int]Applied) []State {
+	out := make([]State, 0, len(known))
+	seen := make(map[int]bool, len(known))
+	for _, m := range known {
+		v, name := id(m)
+		a, ok := applied[v]
+		out = append(out, State{Version: v, Name: name, Applied: ok, AppliedAt: a.At})
+		seen[v] = true
+	}
+	for v, a := range applied {
+		if !seen[v] {
+			out = append(out, State{Version: v, Name: a.Name, Applied: true, AppliedAt: a.At})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
+	return out
 }

@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
@@ -35,9 +34,8 @@ type Etcd struct {
 	peerPort   int
 	extra      []string // arguments added by EtcdOptions
 
-	mu      sync.Mutex
-	proc    *Process
-	noFsync bool // --unsafe-no-fsync is passed (the binary knows it)
+	serverProc      // its mu also guards noFsync
+	noFsync    bool // --unsafe-no-fsync is passed (the binary knows it)
 }
 
 // EtcdOption configures [StartEtcd].
@@ -68,29 +66,15 @@ func StartEtcd(t testing.TB, opts ...EtcdOption) *Etcd {
 	}
 	dir := t.TempDir()
 	e := &Etcd{bin: bin, dir: dir, logPath: filepath.Join(dir, "etcd.log"), extra: cfg.args, noFsync: true}
-	t.Cleanup(func() {
-		if p := e.process(); p != nil {
-			if err := p.kill(); err != nil {
-				t.Error(err)
-			}
-		}
-	})
-	var err error
-	for range portAttempts {
-		var ports []int
-		if ports, err = freePorts(2); err != nil {
-			break
-		}
+	e.killAtCleanup(t)
+	err := startOnFreePorts(2, func(ports []int) error {
 		e.clientPort, e.peerPort = ports[0], ports[1]
-		if err = e.start(); err == nil {
-			return e
-		}
-		if !errors.Is(err, errPortInUse) {
-			break
-		}
+		return e.start()
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatal(err)
-	return nil
+	return e
 }
 
 // args returns etcd's command line for the current ports.
@@ -120,12 +104,6 @@ func (e *Etcd) args() []string {
 	return append(args, e.extra...)
 }
 
-func (e *Etcd) process() *Process {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.proc
-}
-
 // start spawns etcd and waits until it is healthy. A binary too old for
 // --unsafe-no-fsync (before 3.4.10) is started again without it.
 func (e *Etcd) start() error {
@@ -151,44 +129,30 @@ type errUnknownFlag string
 func (f errUnknownFlag) Error() string { return "testserver: etcd does not know --" + string(f) }
 
 func (e *Etcd) startOnce() error {
-	p, err := spawn(procSpec{
+	url := "http://" + e.Addr() + "/health"
+	err := e.launch(procSpec{
 		name:    "etcd " + e.Addr(),
 		path:    e.bin,
 		args:    e.args(),
 		dir:     e.dir,
 		logPath: e.logPath,
-	})
-	if err != nil {
+	}, etcdStartTimeout, "did not become healthy", func() error { return etcdHealthy(url) }, nil)
+	f, ok := startFailed(err)
+	if !ok || !f.exited {
 		return err
 	}
-	e.mu.Lock()
-	e.proc = p
-	e.mu.Unlock()
-	url := "http://" + e.Addr() + "/health"
-	err = poll(etcdStartTimeout, func() error {
-		if p.exited() {
-			return permanent{fmt.Errorf("exited with %v", p.werr)}
-		}
-		return etcdHealthy(url)
-	})
-	if err == nil {
-		return nil
-	}
-	exited := p.exited()
-	_ = p.kill()
-	tail := p.logTail()
 	const undefined = "flag provided but not defined: -"
 	switch {
-	case exited && strings.Contains(tail, undefined):
-		flag := tail[strings.Index(tail, undefined)+len(undefined):]
+	case f.logHas(undefined):
+		flag := f.tail[strings.Index(f.tail, undefined)+len(undefined):]
 		if i := strings.IndexAny(flag, " \n"); i >= 0 {
 			flag = flag[:i]
 		}
 		return errUnknownFlag(strings.TrimPrefix(flag, "-"))
-	case exited && strings.Contains(tail, "address already in use"):
-		return fmt.Errorf("%w: etcd %s%s", errPortInUse, e.Addr(), tail)
+	case f.logHas("address already in use"):
+		return f.portInUse()
 	}
-	return fmt.Errorf("testserver: etcd %s did not become healthy: %w%s", e.Addr(), err, tail)
+	return err
 }
 
 // etcdHealthy asks etcd's /health endpoint, which answers {"health":"true"}
@@ -245,18 +209,7 @@ func (e *Etcd) Kill(t testing.TB) {
 func (e *Etcd) Restart(t testing.TB) {
 	t.Helper()
 	e.Kill(t)
-	// The ports were ours a moment ago; if something grabbed one meanwhile,
-	// wait a little for it to go away rather than fail at once.
-	err := poll(etcdStartTimeout, func() error {
-		err := e.start()
-		if err == nil || errors.Is(err, errPortInUse) {
-			return err
-		}
-		return permanent{err}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	restartOnSamePorts(t, etcdStartTimeout, e.start)
 }
 
 // Stop sends SIGSTOP to the server's process group and, on Linux, waits

@@ -45,8 +45,7 @@ type MariaDB struct {
 	args    []string
 	shared  bool
 
-	mu   sync.Mutex
-	proc *Process
+	serverProc
 }
 
 // StartMariaDB starts a MariaDB server of its own for one test: it creates a
@@ -168,12 +167,7 @@ func (m *MariaDB) init(install string) error {
 		}
 	}
 
-	var err error
-	for range portAttempts {
-		var ports []int
-		if ports, err = freePorts(1); err != nil {
-			return err
-		}
+	return startOnFreePorts(1, func(ports []int) error {
 		m.port = ports[0]
 		m.args = []string{
 			"--no-defaults",
@@ -190,14 +184,8 @@ func (m *MariaDB) init(install string) error {
 		}
 		m.args = append(m.args, mariadbUserArg()...)
 		m.args = append(m.args, mariadbTuning()...)
-		if err = m.start(); err == nil {
-			return nil
-		}
-		if !errors.Is(err, errPortInUse) {
-			return err
-		}
-	}
-	return err
+		return m.start()
+	})
 }
 
 // mariadbUserArg is --user=<current user> when running as root: mariadbd
@@ -261,51 +249,24 @@ func (m *MariaDB) install(bin string, args []string) error {
 	return nil
 }
 
-func (m *MariaDB) process() *Process {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.proc
-}
-
 // start spawns mariadbd and waits until it accepts a connection.
 func (m *MariaDB) start() error {
-	p, err := spawn(procSpec{
+	err := m.launch(procSpec{
 		name:    "mariadbd " + m.Addr(),
 		path:    m.bin,
 		args:    m.args,
 		dir:     m.dir,
 		logPath: m.logPath,
-	})
-	if err != nil {
-		return err
+	}, mariadbStartTimeout, "did not accept connections", func() error { return mariadbPing(m.Addr()) }, nil)
+	if f, ok := startFailed(err); ok && f.exited && f.logHas("Address already in use", "Bind on TCP/IP port") {
+		return f.portInUse()
 	}
-	m.mu.Lock()
-	m.proc = p
-	m.mu.Unlock()
-	err = poll(mariadbStartTimeout, func() error {
-		if p.exited() {
-			return permanent{fmt.Errorf("exited with %v", p.werr)}
-		}
-		return mariadbPing(m.Addr())
-	})
-	if err == nil {
-		return nil
-	}
-	exited := p.exited()
-	_ = p.kill()
-	tail := p.logTail()
-	if exited && (strings.Contains(tail, "Address already in use") || strings.Contains(tail, "Bind on TCP/IP port")) {
-		return fmt.Errorf("%w: mariadbd %s%s", errPortInUse, m.Addr(), tail)
-	}
-	return fmt.Errorf("testserver: mariadbd %s did not accept connections: %w%s", m.Addr(), err, tail)
+	return err
 }
 
 // close kills the server and removes its directory.
 func (m *MariaDB) close() error {
-	var err error
-	if p := m.process(); p != nil {
-		err = p.kill()
-	}
+	err := m.kill()
 	if rerr := os.RemoveAll(m.dir); rerr != nil && err == nil {
 		err = fmt.Errorf("testserver: MariaDB: remove %s: %w", m.dir, rerr)
 	}
@@ -422,16 +383,7 @@ func (m *MariaDB) Restart(t testing.TB) {
 	t.Helper()
 	m.refuseShared(t, "Restart")
 	m.process().Kill(t)
-	err := poll(mariadbStartTimeout, func() error {
-		err := m.start()
-		if err == nil || errors.Is(err, errPortInUse) {
-			return err
-		}
-		return permanent{err}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	restartOnSamePorts(t, mariadbStartTimeout, m.start)
 }
 
 // Stop sends SIGSTOP to the server's process group and, on Linux, waits until

@@ -57,9 +57,8 @@ type Postgres struct {
 
 	dbSeq atomic.Int64
 
-	mu      sync.Mutex
-	proc    *Process
-	stopped []int // children stopped by Stop, continued by Cont
+	serverProc       // its mu also guards stopped; kill is Postgres.kill
+	stopped    []int // children stopped by Stop, continued by Cont
 }
 
 // pgInstall is where the PostgreSQL binaries are and who runs them.
@@ -137,27 +136,6 @@ func StartPostgresPrivate(t testing.TB) *Postgres {
 		t.Fatal(err)
 	}
 	return p
-}
-
-// Main runs the tests of m, then stops every server shared by the test
-// binary — PostgreSQL ([StartPostgres], with its template cluster),
-// MariaDB ([SharedMariaDB]) and ZooKeeper ([SharedZooKeeper]) — removes
-// their files, and returns m.Run's exit code. Use it in the TestMain of
-// every package whose tests use a shared server:
-//
-//	func TestMain(m *testing.M) { os.Exit(testserver.Main(m)) }
-//
-// A goroutine-leak check belongs after it (goleak.Find), since the shared
-// server's wait goroutine runs until Main stops it. In a helper process
-// ([StartHelper]) Main only runs the helper's test.
-func Main(m *testing.M) int {
-	code := m.Run()
-	if HelperRole() == "" {
-		stopShared()
-		_ = StopSharedMariaDB()
-		_ = StopSharedZooKeeper()
-	}
-	return code
 }
 
 // stopShared kills the shared server and removes every file of this test
@@ -379,18 +357,10 @@ func copyFile(src, dst string, mode fs.FileMode) error {
 // startFresh starts the server on a free port, retrying on fresh ports when
 // the one picked was taken before postgres could bind it.
 func (p *Postgres) startFresh() error {
-	var err error
-	for range portAttempts {
-		var ports []int
-		if ports, err = freePorts(1); err != nil {
-			return err
-		}
+	return startOnFreePorts(1, func(ports []int) error {
 		p.port = ports[0]
-		if err = p.start(); err == nil || !errors.Is(err, errPortInUse) {
-			return err
-		}
-	}
-	return err
+		return p.start()
+	})
 }
 
 // errPgBusy means the previous server's processes or files are still in the
@@ -399,7 +369,8 @@ var errPgBusy = errors.New("testserver: previous postgres still shutting down")
 
 // start spawns postgres on p.port and waits until it accepts connections.
 func (p *Postgres) start() error {
-	proc, err := spawnAs(procSpec{
+	url := p.URL("postgres")
+	err := p.launch(procSpec{
 		name: "postgres " + p.Addr(),
 		path: p.bin,
 		args: []string{
@@ -413,33 +384,18 @@ func (p *Postgres) start() error {
 		},
 		dir:     p.base,
 		logPath: p.logPath,
-	}, p.cred)
-	if err != nil {
-		return err
-	}
-	p.mu.Lock()
-	p.proc = proc
-	p.mu.Unlock()
-	url := p.URL("postgres")
-	err = poll(pgStartTimeout, func() error {
-		if proc.exited() {
-			return permanent{fmt.Errorf("exited with %v", proc.werr)}
-		}
-		return pgPing(url, 2*time.Second)
-	})
-	if err == nil {
-		return nil
-	}
-	exited := proc.exited()
-	_ = p.kill()
-	tail := proc.logTail()
+		cred:    p.cred,
+	}, pgStartTimeout, "did not accept connections", func() error { return pgPing(url, 2*time.Second) }, p.kill)
+	f, ok := startFailed(err)
 	switch {
-	case exited && strings.Contains(tail, "Address already in use"):
-		return fmt.Errorf("%w: postgres %s%s", errPortInUse, p.Addr(), tail)
-	case exited && (strings.Contains(tail, "is still in use") || strings.Contains(tail, "already exists")):
-		return fmt.Errorf("%w: %s%s", errPgBusy, p.Addr(), tail)
+	case !ok || !f.exited:
+		return err
+	case f.logHas("Address already in use"):
+		return f.portInUse()
+	case f.logHas("is still in use", "already exists"):
+		return fmt.Errorf("%w: %s%s", errPgBusy, p.Addr(), f.tail)
 	}
-	return fmt.Errorf("testserver: postgres %s did not accept connections: %w%s", p.Addr(), err, tail)
+	return err
 }
 
 // pgPing connects to url and runs SELECT 1.
@@ -453,43 +409,6 @@ func pgPing(url string, timeout time.Duration) error {
 	defer c.Close(ctx)
 	_, err = c.Exec(ctx, "SELECT 1").ReadAll()
 	return err
-}
-
-// spawnAs is spawn for servers that run as another user: the same process
-// group and parent death signal, plus cred.
-func spawnAs(s procSpec, cred *syscall.Credential) (*Process, error) {
-	logf, err := os.OpenFile(s.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("testserver: %s: open log: %w", s.name, err)
-	}
-	defer logf.Close()
-	var from int64
-	if fi, err := logf.Stat(); err == nil {
-		from = fi.Size()
-	}
-	cmd := exec.Command(s.path, s.args...)
-	cmd.Dir = s.dir
-	cmd.Env = s.env
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = sysProcAttr()
-	cmd.SysProcAttr.Credential = cred
-	p := &Process{name: s.name, logPath: s.logPath, logFrom: from, done: make(chan struct{})}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("testserver: start %s: %w", s.name, err)
-	}
-	p.pid = cmd.Process.Pid
-	go func() {
-		p.werr = cmd.Wait()
-		p.state = cmd.ProcessState
-		close(p.done)
-	}()
-	return p, nil
-}
-
-func (p *Postgres) process() *Process {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.proc
 }
 
 // Addr returns the server's address, "127.0.0.1:port".
@@ -587,16 +506,7 @@ func (p *Postgres) Restart(t testing.TB) {
 	if err := p.kill(); err != nil {
 		t.Fatal(err)
 	}
-	err := poll(pgStartTimeout, func() error {
-		err := p.start()
-		if err == nil || errors.Is(err, errPortInUse) || errors.Is(err, errPgBusy) {
-			return err
-		}
-		return permanent{err}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	restartOnSamePorts(t, pgStartTimeout, p.start, errPgBusy)
 }
 
 // Stop sends SIGSTOP to the postmaster and all its children and waits until

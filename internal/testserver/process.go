@@ -67,6 +67,7 @@ type procSpec struct {
 	env           []string // nil: inherit
 	logPath       string   // appended to; receives stderr, and stdout unless captured
 	captureStdout bool
+	cred          *syscall.Credential // nil: run as this process's user
 }
 
 // spawn starts a process as described. It never registers a cleanup: the
@@ -89,6 +90,7 @@ func spawn(s procSpec) (*Process, error) {
 	cmd.Stderr = logf
 	cmd.Stdout = logf
 	cmd.SysProcAttr = sysProcAttr()
+	cmd.SysProcAttr.Credential = s.cred
 
 	p := &Process{
 		name:    s.name,

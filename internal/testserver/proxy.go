@@ -11,7 +11,6 @@ import (
 
 	toxiproxy "github.com/Shopify/toxiproxy/v2"
 	"github.com/rs/zerolog"
-	"go.uber.org/goleak"
 )
 
 // proxySeq names proxies uniquely within the test binary.
@@ -88,12 +87,4 @@ func (p *Proxy) Latency(t testing.TB, d time.Duration) {
 func (p *Proxy) Restore(t testing.TB) {
 	t.Helper()
 	p.p.Toxics.ResetToxics(context.Background())
-}
-
-// LeakOptions are the goleak options every TestMain that checks for leaked
-// goroutines passes: toxiproxy's per-toxic goroutines (ToxicStub.Run) wind
-// down asynchronously after a proxy stops and can still be parked when the
-// check runs. They belong to the proxy library, not to the code under test.
-func LeakOptions() []goleak.Option {
-	return []goleak.Option{goleak.IgnoreAnyFunction("github.com/Shopify/toxiproxy/v2/toxics.(*ToxicStub).Run")}
 }

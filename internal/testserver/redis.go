@@ -1,13 +1,10 @@
 package testserver
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"path/filepath"
 	"strconv"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 )
@@ -15,13 +12,6 @@ import (
 // startTimeout bounds how long a server may take to answer PING after it
 // was started.
 const startTimeout = 15 * time.Second
-
-// portAttempts is how often a start is retried on fresh ports when a port
-// picked as free was taken before the server could bind it.
-const portAttempts = 5
-
-// errPortInUse means the server could not bind a port picked as free.
-var errPortInUse = errors.New("testserver: port already in use")
 
 // Redis is one redis-server process (also used for sentinels and cluster
 // nodes) on a fixed loopback port and directory, which it keeps across
@@ -34,8 +24,7 @@ type Redis struct {
 	ports   []int // ports[0] is the client port
 	args    []string
 
-	mu   sync.Mutex
-	proc *Process
+	serverProc
 }
 
 // RedisOption configures [StartRedis].
@@ -93,73 +82,28 @@ func redisBaseArgs(port int, dir string) []string {
 func startServer(t testing.TB, kind, bin, dir string, nports int, build func(ports []int) []string) *Redis {
 	t.Helper()
 	r := &Redis{kind: kind, bin: bin, dir: dir, logPath: filepath.Join(dir, kind+".log")}
-	t.Cleanup(func() {
-		if p := r.process(); p != nil {
-			if err := p.kill(); err != nil {
-				t.Error(err)
-			}
-		}
-	})
-	var err error
-	for range portAttempts {
-		var ports []int
-		if ports, err = freePorts(nports); err != nil {
-			break
-		}
+	r.killAtCleanup(t)
+	err := startOnFreePorts(nports, func(ports []int) error {
 		r.ports = ports
 		r.args = build(ports)
-		if err = r.start(); err == nil {
-			return r
-		}
-		if !errors.Is(err, errPortInUse) {
-			break
-		}
+		return r.start()
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatal(err)
-	return nil
-}
-
-// freePorts returns n distinct ports that were free on 127.0.0.1 a moment
-// ago.
-func freePorts(n int) ([]int, error) {
-	ports := make([]int, 0, n)
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("testserver: pick a free port: %w", err)
-		}
-		defer l.Close() // keep all open until all are picked, so they differ
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
-}
-
-func (r *Redis) process() *Process {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.proc
+	return r
 }
 
 // start spawns the server and waits until it answers PING.
 func (r *Redis) start() error {
-	p, err := spawn(procSpec{
-		name:    r.kind + " " + r.Addr(),
+	addr := r.Addr()
+	err := r.launch(procSpec{
+		name:    r.kind + " " + addr,
 		path:    r.bin,
 		args:    r.args,
 		dir:     r.dir,
 		logPath: r.logPath,
-	})
-	if err != nil {
-		return err
-	}
-	r.mu.Lock()
-	r.proc = p
-	r.mu.Unlock()
-	addr := r.Addr()
-	err = poll(startTimeout, func() error {
-		if p.exited() {
-			return permanent{fmt.Errorf("exited with %v", p.werr)}
-		}
+	}, startTimeout, "did not answer PING", func() error {
 		s, err := respString(addr, "PING")
 		if err != nil {
 			return err
@@ -168,17 +112,11 @@ func (r *Redis) start() error {
 			return fmt.Errorf("PING answered %q", s)
 		}
 		return nil
-	})
-	if err == nil {
-		return nil
+	}, nil)
+	if f, ok := startFailed(err); ok && f.exited && f.logHas("Address already in use") {
+		return f.portInUse()
 	}
-	exited := p.exited()
-	_ = p.kill()
-	tail := p.logTail()
-	if exited && strings.Contains(tail, "Address already in use") {
-		return fmt.Errorf("%w: %s %s%s", errPortInUse, r.kind, addr, tail)
-	}
-	return fmt.Errorf("testserver: %s %s did not answer PING: %w%s", r.kind, addr, err, tail)
+	return err
 }
 
 // Addr returns the server's address, "127.0.0.1:port".
@@ -207,18 +145,7 @@ func (r *Redis) Kill(t testing.TB) {
 func (r *Redis) Restart(t testing.TB) {
 	t.Helper()
 	r.Kill(t)
-	// The port was ours a moment ago; if something grabbed it meanwhile, wait
-	// a little for it to go away rather than fail at once.
-	err := poll(startTimeout, func() error {
-		err := r.start()
-		if err == nil || errors.Is(err, errPortInUse) {
-			return err
-		}
-		return permanent{err}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	restartOnSamePorts(t, startTimeout, r.start)
 }
 
 // Stop sends SIGSTOP to the server's process group and, on Linux, waits until

@@ -13,18 +13,11 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 
 	"github.com/tasklock/tasklock/internal/testserver"
 )
 
-func TestMain(m *testing.M) {
-	if testserver.HelperRole() != "" {
-		// A helper runs only its own test; leak checks are the parent's job.
-		os.Exit(m.Run())
-	}
-	goleak.VerifyTestMain(m, testserver.LeakOptions()...)
-}
+func TestMain(m *testing.M) { os.Exit(testserver.Main(m)) }
 
 func ping(addr string, timeout time.Duration) error {
 	c := redis.NewClient(&redis.Options{

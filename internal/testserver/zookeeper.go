@@ -63,8 +63,7 @@ type ZooKeeper struct {
 	shared    bool
 	extra     []string // zoo.cfg lines after the defaults
 
-	mu   sync.Mutex
-	proc *Process
+	serverProc
 }
 
 // ZooKeeperOption configures [StartZooKeeper].
@@ -99,11 +98,7 @@ func StartZooKeeper(t testing.TB, opts ...ZooKeeperOption) *ZooKeeper {
 	for _, o := range opts {
 		o(z)
 	}
-	t.Cleanup(func() {
-		if err := z.kill(); err != nil {
-			t.Error(err)
-		}
-	})
+	z.killAtCleanup(t)
 	if err := z.init(); err != nil {
 		t.Fatal(err)
 	}
@@ -224,21 +219,13 @@ func (z *ZooKeeper) init() error {
 	if err := os.MkdirAll(filepath.Join(z.dir, "data"), 0o755); err != nil {
 		return fmt.Errorf("testserver: ZooKeeper: %w", err)
 	}
-	var err error
-	for range portAttempts {
-		var ports []int
-		if ports, err = freePorts(1); err != nil {
-			return err
-		}
+	return startOnFreePorts(1, func(ports []int) error {
 		z.port = ports[0]
-		if err = z.writeConfig(); err != nil {
+		if err := z.writeConfig(); err != nil {
 			return err
 		}
-		if err = z.start(); err == nil || !errors.Is(err, errPortInUse) {
-			return err
-		}
-	}
-	return err
+		return z.start()
+	})
 }
 
 // cfgPath is the server's configuration file.
@@ -274,15 +261,9 @@ func (z *ZooKeeper) writeConfig() error {
 	return nil
 }
 
-func (z *ZooKeeper) process() *Process {
-	z.mu.Lock()
-	defer z.mu.Unlock()
-	return z.proc
-}
-
 // start spawns the JVM and waits until the server serves requests.
 func (z *ZooKeeper) start() error {
-	p, err := spawn(procSpec{
+	err := z.launch(procSpec{
 		name: "zookeeper " + z.Addr(),
 		path: z.java,
 		args: []string{
@@ -302,17 +283,7 @@ func (z *ZooKeeper) start() error {
 		},
 		dir:     z.dir,
 		logPath: z.logPath,
-	})
-	if err != nil {
-		return err
-	}
-	z.mu.Lock()
-	z.proc = p
-	z.mu.Unlock()
-	err = poll(zkStartTimeout, func() error {
-		if p.exited() {
-			return permanent{fmt.Errorf("exited with %v", p.werr)}
-		}
+	}, zkStartTimeout, "did not serve requests", func() error {
 		out, err := fourLetterWord(z.Addr(), "srvr", time.Second)
 		if err != nil {
 			return err
@@ -321,20 +292,17 @@ func (z *ZooKeeper) start() error {
 			return fmt.Errorf("srvr answered %q", strings.TrimSpace(out))
 		}
 		return nil
-	})
-	if err == nil {
-		return nil
+	}, nil)
+	f, ok := startFailed(err)
+	switch {
+	case !ok:
+		return err
+	case f.logHas("Address already in use"):
+		return f.portInUse()
+	case f.exited:
+		f.what = "exited at start"
 	}
-	exited := p.exited()
-	_ = p.kill()
-	tail := p.logTail()
-	if strings.Contains(tail, "Address already in use") {
-		return fmt.Errorf("%w: zookeeper %s%s", errPortInUse, z.Addr(), tail)
-	}
-	if exited {
-		return fmt.Errorf("testserver: zookeeper %s exited at start: %w%s", z.Addr(), err, tail)
-	}
-	return fmt.Errorf("testserver: zookeeper %s did not serve requests: %w%s", z.Addr(), err, tail)
+	return f
 }
 
 // fourLetterWord sends a four-letter word to addr and returns the whole
@@ -372,14 +340,6 @@ func (z *ZooKeeper) close() error {
 		err = fmt.Errorf("testserver: ZooKeeper: remove %s: %w", z.dir, rerr)
 	}
 	return err
-}
-
-// kill kills the running server, if any, and waits until it has exited.
-func (z *ZooKeeper) kill() error {
-	if p := z.process(); p != nil {
-		return p.kill()
-	}
-	return nil
 }
 
 // Addr returns the server's client address, "127.0.0.1:port".
@@ -421,16 +381,7 @@ func (z *ZooKeeper) Restart(t testing.TB) {
 	t.Helper()
 	z.refuseShared(t, "Restart")
 	z.process().Kill(t)
-	err := poll(zkStartTimeout, func() error {
-		err := z.start()
-		if err == nil || errors.Is(err, errPortInUse) {
-			return err
-		}
-		return permanent{err}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	restartOnSamePorts(t, zkStartTimeout, z.start)
 }
 
 // Stop sends SIGSTOP to the server's process group and, on Linux, waits until
