@@ -29,7 +29,15 @@
 //
 // # Waiting
 //
-// Obtain waits for a held lock. Stores that implement driver.Notifier wake
-// waiters when a lease is released; otherwise, and as a fallback, waiters
-// poll with jittered backoff, never sleeping past the holder's expiry.
+// Obtain waits for a held lock. Stores that keep a queue per key
+// (driver.Queuer: etcd, ZooKeeper, memstore) are asked to queue the
+// waiter once its first attempt found the key held: the waiter keeps one
+// entry and one token for the whole wait, waiters are served in the order
+// they queued across every process, each is woken only when the entry
+// ahead of it goes, and a wait that ends without the lock removes its
+// entry (EventQueued tells when a waiter joined a queue). Other stores
+// that implement driver.Notifier wake waiters when a lease is released;
+// otherwise, and as a fallback, waiters poll with jittered backoff, never
+// sleeping past the holder's expiry. Within one Locker, waiters on a key
+// are served in arrival order either way.
 package tasklock

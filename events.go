@@ -7,15 +7,16 @@ type EventType uint8
 
 // The event types, in the order a lock meets them.
 const (
-	EventObtained    EventType = iota + 1 // a lock was granted; Wait says how long Obtain waited
+	EventObtained    EventType = iota + 1 // a lock was granted (TryObtain or Obtain); Wait says how long Obtain waited
 	EventNotObtained                      // an attempt found the key held; Err says why
 	EventRenewed                          // a lease was renewed
 	EventRenewFailed                      // a renewal call failed and will be retried; Err says why
 	EventLost                             // a lock ended other than by Release; Err is the cause
-	EventReleased                         // a lock was released
+	EventReleased                         // Release ended a lock; Err is set when the store could not delete its lease
+	EventQueued                           // Obtain joined the store's queue for the key (driver.Queuer)
 )
 
-var eventNames = [...]string{"", "obtained", "not_obtained", "renewed", "renew_failed", "lost", "released"}
+var eventNames = [...]string{"", "obtained", "not_obtained", "renewed", "renew_failed", "lost", "released", "queued"}
 
 // String returns the event's name in snake case, as used in metrics labels.
 func (t EventType) String() string {
@@ -32,7 +33,7 @@ type Event struct {
 	Owner string
 	Fence uint64
 	Wait  time.Duration // EventObtained: time spent waiting in Obtain
-	Err   error         // EventNotObtained, EventRenewFailed, EventLost
+	Err   error         // EventNotObtained, EventRenewFailed, EventLost; EventReleased when the store failed
 }
 
 func (lk *Locker) emit(e Event) {

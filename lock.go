@@ -187,7 +187,8 @@ func (l *Lock) Extend(ctx context.Context, d time.Duration) error {
 func (l *Lock) Release(ctx context.Context) error {
 	e := l.lk.eng
 	e.mu.Lock()
-	if !l.ended {
+	endsHere := !l.ended // this call ends the lock: it reports the release
+	if endsHere {
 		e.end(l, ErrReleased)
 	}
 	if l.releasedOK {
@@ -202,7 +203,11 @@ func (l *Lock) Release(ctx context.Context) error {
 	}
 	err := l.lk.store.Release(ctx, driver.ReleaseParams{Key: l.key, Token: l.token, KeepFor: keep})
 	if err != nil {
-		return fmt.Errorf("tasklock: release %q: %w", l.key, err)
+		err = fmt.Errorf("tasklock: release %q: %w", l.key, err)
+		if endsHere {
+			l.lk.emit(Event{Type: EventReleased, Key: l.key, Owner: l.owner, Fence: l.fence, Err: err})
+		}
+		return err
 	}
 	e.mu.Lock()
 	l.releasedOK = true
@@ -213,7 +218,9 @@ func (l *Lock) Release(ctx context.Context) error {
 		// would only cost a losing attempt.
 		l.lk.waiters.notify(l.key)
 	}
-	l.lk.emit(Event{Type: EventReleased, Key: l.key, Owner: l.owner, Fence: l.fence})
+	if endsHere {
+		l.lk.emit(Event{Type: EventReleased, Key: l.key, Owner: l.owner, Fence: l.fence})
+	}
 	return nil
 }
 

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/tasklock/tasklock/driver"
+	"github.com/tasklock/tasklock/internal/slogfilter"
 )
 
 // A Locker obtains locks from one store and keeps them alive. It owns one
@@ -29,7 +30,8 @@ type Locker struct {
 	eng     *engine
 	waiters waitQueue
 
-	closing   chan struct{}
+	closing   context.Context // done once Close began
+	endAll    context.CancelFunc
 	closeOnce sync.Once
 
 	tokenSeed [8]byte       // random per Locker, from crypto/rand
@@ -61,13 +63,13 @@ func New(store driver.Store, cfg *Config) (*Locker, error) {
 		c.Clock = SystemClock{}
 	}
 	if c.Logger == nil {
-		c.Logger = slog.New(minLevel{slog.Default().Handler(), slog.LevelWarn})
+		c.Logger = slog.New(slogfilter.AtLeast(slog.Default().Handler(), slog.LevelWarn))
 	}
 	lk := &Locker{
 		store: store, clock: c.Clock, log: c.Logger, owner: c.Owner, onEvent: c.OnEvent,
-		closing: make(chan struct{}),
 		waiters: waitQueue{m: make(map[string][]*waiter)},
 	}
+	lk.closing, lk.endAll = context.WithCancel(context.Background())
 	if _, err := rand.Read(lk.tokenSeed[:]); err != nil {
 		return nil, fmt.Errorf("tasklock: reading random bytes: %w", err)
 	}
@@ -86,7 +88,7 @@ func (lk *Locker) Owner() string { return lk.owner }
 func (lk *Locker) Close() error {
 	var errs []error
 	lk.closeOnce.Do(func() {
-		close(lk.closing)
+		lk.endAll()
 		held := lk.eng.close()
 		errs = lk.releaseAll(held)
 		lk.subMu.Lock()
@@ -146,7 +148,15 @@ func (lk *Locker) TryObtain(ctx context.Context, key string, opts *ObtainOptions
 		return nil, err
 	}
 	l, _, err := lk.try(ctx, key, &o)
+	if err == nil {
+		lk.obtained(l, 0)
+	}
 	return l, err
+}
+
+// obtained reports a grant, after wait in Obtain.
+func (lk *Locker) obtained(l *Lock, wait time.Duration) {
+	lk.emit(Event{Type: EventObtained, Key: l.key, Owner: l.owner, Fence: l.fence, Wait: wait})
 }
 
 // Obtain obtains key, waiting while another owner holds it until ctx ends
@@ -170,14 +180,21 @@ func (lk *Locker) Obtain(ctx context.Context, key string, opts *ObtainOptions) (
 	// caller queues behind them instead of racing the one a release wakes.
 	if !lk.waiters.has(key) {
 		l, held, err = lk.try(ctx, key, &o)
-		if err == nil || (held == nil && !retryable(ctx, err)) {
-			return l, err
+		if err == nil {
+			lk.obtained(l, lk.clock.Now().Sub(start))
+			return l, nil
+		}
+		if held == nil && !retryable(ctx, err) {
+			return nil, err
 		}
 	}
 	if o.wait > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, o.wait)
 		defer cancel()
+	}
+	if q, ok := lk.store.(driver.Queuer); ok {
+		return lk.obtainQueued(ctx, q, key, &o, start, held)
 	}
 	notified := lk.subscribe(ctx)
 	w := lk.waiters.add(key)
@@ -191,7 +208,7 @@ func (lk *Locker) Obtain(ctx context.Context, key string, opts *ObtainOptions) (
 		switch {
 		case err == nil:
 			obtained = true
-			l.lk.emit(Event{Type: EventObtained, Key: key, Owner: l.owner, Fence: l.fence, Wait: lk.clock.Now().Sub(start)})
+			lk.obtained(l, lk.clock.Now().Sub(start))
 			return l, nil
 		case held != nil:
 			lastHeld = held
@@ -210,7 +227,7 @@ func (lk *Locker) Obtain(ctx context.Context, key string, opts *ObtainOptions) (
 		select {
 		case <-w.ch:
 		case <-t.C():
-		case <-lk.closing:
+		case <-lk.closing.Done():
 			return nil, ErrClosed
 		case <-ctx.Done():
 			if lastHeld == nil {
@@ -253,14 +270,11 @@ func pollDelay(attempt int, holderTTL time.Duration, notified bool) time.Duratio
 // *NotObtainedError both as error and as held.
 func (lk *Locker) try(ctx context.Context, key string, o *resolved) (*Lock, *NotObtainedError, error) {
 	select {
-	case <-lk.closing:
+	case <-lk.closing.Done():
 		return nil, nil, ErrClosed
 	default:
 	}
-	ttl, final := o.ttl, false
-	if o.maxHold > 0 && o.maxHold <= ttl {
-		ttl, final = o.maxHold, true
-	}
+	ttl, _ := o.leaseTTL()
 	token := lk.newToken()
 	sentAt := lk.clock.Now()
 	g, err := lk.store.Acquire(ctx, driver.AcquireParams{Key: key, Token: token, Owner: o.owner, TTL: ttl})
@@ -273,19 +287,37 @@ func (lk *Locker) try(ctx context.Context, key string, o *resolved) (*Lock, *Not
 		}
 		return nil, nil, fmt.Errorf("tasklock: obtain %q: %w", key, err)
 	}
+	l, err := lk.grant(key, token, g.Fence, o, sentAt)
+	return l, nil, err
+}
+
+// leaseTTL is the TTL of the first lease of a grant, and whether it is the
+// last one (MaxHold no longer than the TTL: never renewed).
+func (o *resolved) leaseTTL() (ttl time.Duration, final bool) {
+	if o.maxHold > 0 && o.maxHold <= o.ttl {
+		return o.maxHold, true
+	}
+	return o.ttl, false
+}
+
+// grant turns a lease the store granted, counted from sentAt, into a Lock
+// kept by the engine, or gives the lease back when it is already too late
+// to trust it.
+func (lk *Locker) grant(key, token string, fence uint64, o *resolved, sentAt time.Time) (*Lock, error) {
+	ttl, final := o.leaseTTL()
 	l := &Lock{
-		lk: lk, key: key, token: token, owner: o.owner, fence: g.Fence, acquiredAt: sentAt,
+		lk: lk, key: key, token: token, owner: o.owner, fence: fence, acquiredAt: sentAt,
 		renew: o.renew, maxHold: o.maxHold, minHold: o.minHold, progress: o.progress, grace: o.grace,
 	}
 	if !lk.clock.Now().Before(sentAt.Add(validity(ttl, o.grace))) {
 		lk.releaseUnused(l)
-		return nil, nil, fmt.Errorf("tasklock: obtain %q: the store answered after the lease could have expired (%v)", key, ttl)
+		return nil, fmt.Errorf("tasklock: obtain %q: the store answered after the lease could have expired (%v)", key, ttl)
 	}
 	if !lk.eng.add(l, ttl, sentAt, final) {
 		lk.releaseUnused(l)
-		return nil, nil, ErrClosed
+		return nil, ErrClosed
 	}
-	return l, nil, nil
+	return l, nil
 }
 
 // newToken returns a 128-bit owner token: this Locker's random seed and a
@@ -321,7 +353,7 @@ func (lk *Locker) subscribe(ctx context.Context) bool {
 		return true
 	}
 	select {
-	case <-lk.closing:
+	case <-lk.closing.Done():
 		return false
 	default:
 	}
@@ -400,21 +432,4 @@ func signal(w *waiter) {
 	case w.ch <- struct{}{}:
 	default:
 	}
-}
-
-// minLevel drops records below a level; the default logger's own level
-// is Info, and a library should only warn unless asked.
-type minLevel struct {
-	slog.Handler
-	min slog.Level
-}
-
-func (h minLevel) Enabled(ctx context.Context, l slog.Level) bool {
-	return l >= h.min && h.Handler.Enabled(ctx, l)
-}
-func (h minLevel) WithAttrs(a []slog.Attr) slog.Handler {
-	return minLevel{h.Handler.WithAttrs(a), h.min}
-}
-func (h minLevel) WithGroup(g string) slog.Handler {
-	return minLevel{h.Handler.WithGroup(g), h.min}
 }

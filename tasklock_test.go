@@ -462,3 +462,92 @@ func TestObtainDoesNotRetryUnsupported(t *testing.T) {
 		t.Fatalf("Obtain retried for %v", el)
 	}
 }
+
+// TestObtainedEventOnEveryGrant checks that every grant is reported once:
+// TryObtain, an Obtain that needs no wait, and one that waits in the
+// store's queue.
+func TestObtainedEventOnEveryGrant(t *testing.T) {
+	var mu sync.Mutex
+	var got []Event
+	queued := make(chan struct{}, 1)
+	lk, err := New(memstore.New(nil), &Config{Owner: "a", OnEvent: func(e Event) {
+		switch e.Type {
+		case EventObtained:
+			mu.Lock()
+			got = append(got, e)
+			mu.Unlock()
+		case EventQueued:
+			queued <- struct{}{}
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk.Close()
+	ctx := context.Background()
+	l1, err := lk.TryObtain(ctx, "k", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l2, err := lk.Obtain(ctx, "other", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan *Lock)
+	go func() {
+		l, err := lk.Obtain(ctx, "k", nil)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- l
+	}()
+	<-queued
+	if err := l1.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l3 := <-done
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 3 || got[0].Fence != l1.Fence() || got[1].Key != "other" || got[1].Fence != l2.Fence() || got[2].Fence != l3.Fence() {
+		t.Fatalf("EventObtained events %+v, want one per grant: k/%d, other/%d, k/%d", got, l1.Fence(), l2.Fence(), l3.Fence())
+	}
+}
+
+// failingRelease is a memstore whose Release always fails.
+type failingRelease struct{ *memstore.Store }
+
+func (failingRelease) Release(context.Context, driver.ReleaseParams) error {
+	return errors.New("store down")
+}
+
+// TestReleasedEventOncePerLock checks that the Release that ends a lock
+// reports it once, with the store's error when the lease could not be
+// deleted, and that a second Release reports nothing more.
+func TestReleasedEventOncePerLock(t *testing.T) {
+	var mu sync.Mutex
+	var got []Event
+	lk, err := New(failingRelease{memstore.New(nil)}, &Config{Owner: "a", OnEvent: func(e Event) {
+		if e.Type == EventReleased || e.Type == EventLost {
+			mu.Lock()
+			got = append(got, e)
+			mu.Unlock()
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk.Close()
+	l, err := lk.TryObtain(context.Background(), "k", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(context.Background()); err == nil {
+		t.Fatal("Release succeeded with a failing store")
+	}
+	_ = l.Release(context.Background())
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 1 || got[0].Type != EventReleased || got[0].Err == nil || !strings.Contains(got[0].Err.Error(), "store down") {
+		t.Fatalf("events %+v, want one EventReleased carrying the store's error", got)
+	}
+}

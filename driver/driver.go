@@ -147,3 +147,44 @@ type Lister interface {
 type ForceReleaser interface {
 	ForceRelease(ctx context.Context, key string) error
 }
+
+// Queuer is implemented by stores that keep a fair queue of waiters per key
+// at the store (etcd, ZooKeeper): each waiter is an entry ordered by the
+// store, and only the entry at the head holds the key. Obtain uses it once
+// its first Acquire found the key held, so that waiters are served in the
+// order they arrived across every client of the store, each woken only
+// when its own predecessor goes (no thundering herd), keeping one token
+// for the whole wait.
+type Queuer interface {
+	// Enqueue adds an entry for p.Token behind every entry already queued
+	// for p.Key and returns its Ticket. The entry must outlive a wait of
+	// any length while the Ticket is neither granted nor left; its lease
+	// (p.TTL) starts only when the Locker confirms the grant with Renew.
+	// An error means no entry is left behind (the store cleans up an entry
+	// whose creation it cannot confirm).
+	Enqueue(ctx context.Context, p AcquireParams) (Ticket, error)
+}
+
+// Ticket is one entry in a Queuer's queue.
+type Ticket interface {
+	// Wait returns once the entry is at the head of the queue and the key
+	// is free for it, with the grant's fence. The Locker then calls Renew
+	// for the entry's key and token to start its lease, and from then on
+	// treats it like a lease from Acquire. Wait returns ctx's error when
+	// ctx ends first (the entry stays queued: call Wait again or Leave),
+	// ErrNotHeld when the entry is gone from the store (its session ended,
+	// or it was force-released), and any other error for a failure whose
+	// outcome is unknown.
+	Wait(ctx context.Context) (Grant, error)
+
+	// Holder describes the holder of the key as the Ticket saw it last,
+	// for the Locker's *NotObtainedError (nil when unknown).
+	Holder() *HeldError
+
+	// Leave removes the entry from the queue, waking its successor. It is
+	// called when the wait is given up, and must not leave the entry
+	// behind: when the store cannot confirm the removal, it keeps retrying
+	// in the background for as long as the entry could live. Leave after a
+	// granted Wait is the Locker's mistake; stores may treat it as Release.
+	Leave(ctx context.Context) error
+}

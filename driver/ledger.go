@@ -1,8 +1,11 @@
 package driver
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"time"
 )
 
@@ -233,4 +236,56 @@ type PruneResult struct {
 	Claims   int
 	Runs     int
 	Triggers int
+}
+
+// Check reports what makes p invalid whatever the store: an empty Job or
+// Token, a zero Tick, a Retain that is not positive. Stores add their own
+// limits and prefix the error with their name.
+func (p *ClaimParams) Check() error {
+	switch {
+	case p.Job == "":
+		return errors.New("claim: empty Job")
+	case p.Tick.IsZero():
+		return fmt.Errorf("claim %q: zero Tick", p.Job)
+	case p.Token == "":
+		return fmt.Errorf("claim %q: empty Token", p.Job)
+	case p.Retain <= 0:
+		return fmt.Errorf("claim %q: Retain %v is not positive", p.Job, p.Retain)
+	}
+	return nil
+}
+
+// Compare orders run keys as Ledger.Runs lists them — Tick descending,
+// then Job and Trigger ascending, then Attempt descending — returning a
+// negative number when k comes before o, zero when they are equal and a
+// positive number otherwise.
+func (k RunKey) Compare(o RunKey) int {
+	if c := o.Tick.Compare(k.Tick); c != 0 {
+		return c
+	}
+	if c := strings.Compare(k.Job, o.Job); c != 0 {
+		return c
+	}
+	if c := strings.Compare(k.Trigger, o.Trigger); c != 0 {
+		return c
+	}
+	return cmp.Compare(o.Attempt, k.Attempt)
+}
+
+// Matches reports whether q selects r by its Job, From, To, Status and
+// Before fields (Limit is the caller's to apply).
+func (q *RunQuery) Matches(r *RunRecord) bool {
+	switch {
+	case q.Job != "" && r.Job != q.Job:
+		return false
+	case !q.From.IsZero() && r.Tick.Before(q.From):
+		return false
+	case !q.To.IsZero() && !r.Tick.Before(q.To):
+		return false
+	case q.Status != "" && r.Status != q.Status:
+		return false
+	case q.Before != nil && r.Key().Compare(*q.Before) <= 0:
+		return false
+	}
+	return true
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -93,15 +92,8 @@ func (s *Store) Claim(ctx context.Context, ps []driver.ClaimParams) ([]error, er
 }
 
 func checkClaim(p *driver.ClaimParams) error {
-	switch {
-	case p.Job == "":
-		return errors.New("memstore: claim: empty Job")
-	case p.Tick.IsZero():
-		return fmt.Errorf("memstore: claim %q: zero Tick", p.Job)
-	case p.Token == "":
-		return fmt.Errorf("memstore: claim %q: empty Token", p.Job)
-	case p.Retain <= 0:
-		return fmt.Errorf("memstore: claim %q: Retain %v is not positive", p.Job, p.Retain)
+	if err := p.Check(); err != nil {
+		return fmt.Errorf("memstore: %w", err)
 	}
 	return nil
 }
@@ -145,7 +137,7 @@ func (s *Store) Runs(ctx context.Context, q driver.RunQuery) ([]driver.RunRecord
 	var out []driver.RunRecord
 	add := func(m map[runKey]*driver.RunRecord) {
 		for _, r := range m {
-			if matches(r, &q) {
+			if q.Matches(r) {
 				out = append(out, *r)
 			}
 		}
@@ -158,40 +150,11 @@ func (s *Store) Runs(ctx context.Context, q driver.RunQuery) ([]driver.RunRecord
 		}
 	}
 	ls.mu.Unlock()
-	slices.SortFunc(out, func(a, b driver.RunRecord) int { return compareKeys(a.Key(), b.Key()) })
+	slices.SortFunc(out, func(a, b driver.RunRecord) int { return a.Key().Compare(b.Key()) })
 	if q.Limit > 0 && len(out) > q.Limit {
 		out = out[:q.Limit]
 	}
 	return out, nil
-}
-
-func matches(r *driver.RunRecord, q *driver.RunQuery) bool {
-	switch {
-	case !q.From.IsZero() && r.Tick.Before(q.From):
-		return false
-	case !q.To.IsZero() && !r.Tick.Before(q.To):
-		return false
-	case q.Status != "" && r.Status != q.Status:
-		return false
-	case q.Before != nil && compareKeys(r.Key(), *q.Before) <= 0:
-		return false
-	}
-	return true
-}
-
-// compareKeys orders run keys as Ledger.Runs lists them: Tick descending,
-// Job, Trigger ascending, Attempt descending.
-func compareKeys(a, b driver.RunKey) int {
-	if c := b.Tick.Compare(a.Tick); c != 0 {
-		return c
-	}
-	if c := strings.Compare(a.Job, b.Job); c != 0 {
-		return c
-	}
-	if c := strings.Compare(a.Trigger, b.Trigger); c != 0 {
-		return c
-	}
-	return b.Attempt - a.Attempt
 }
 
 // SetJobState implements driver.Ledger.
@@ -289,7 +252,7 @@ func (s *Store) Prune(ctx context.Context, p driver.PruneParams) (driver.PruneRe
 			for k := range m {
 				keys = append(keys, k)
 			}
-			slices.SortFunc(keys, func(a, b runKey) int { return compareKeys(m[a].Key(), m[b].Key()) })
+			slices.SortFunc(keys, func(a, b runKey) int { return m[a].Key().Compare(m[b].Key()) })
 			for _, k := range keys[p.KeepPerJob:] {
 				delete(m, k)
 				res.Runs++

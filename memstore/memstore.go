@@ -6,7 +6,9 @@
 //
 // Exact within the process: expiry follows the store's Clock, fences
 // strictly increase per key for the life of the Store, and releases wake
-// waiters through driver.Notifier. Nothing survives the process.
+// waiters through driver.Notifier. Waiting Obtain calls queue in the Store
+// (driver.Queuer) and are served first come, first served. Nothing
+// survives the process.
 package memstore
 
 import (
@@ -34,6 +36,7 @@ type Store struct {
 	fences map[string]uint64
 	subs   map[int]func(string)
 	nextID int
+	queues map[string][]*ticket // waiters per key, first come first served (queue.go)
 
 	ledgerOnce sync.Once
 	ledgerSt   *ledgerState // the scheduler's ledger (ledger.go)
@@ -63,6 +66,7 @@ func New(clock Clock) *Store {
 		leases: make(map[string]*lease),
 		fences: make(map[string]uint64),
 		subs:   make(map[int]func(string)),
+		queues: make(map[string][]*ticket),
 	}
 }
 
@@ -86,6 +90,11 @@ func (s *Store) Acquire(ctx context.Context, p driver.AcquireParams) (driver.Gra
 	now := s.clock.Now()
 	if l := s.live(p.Key, now); l != nil {
 		return driver.Grant{}, &driver.HeldError{Owner: l.owner, TTL: l.expires.Sub(now)}
+	}
+	if t := s.queued(p.Key); t != nil {
+		// The key is free but promised to the first waiter: no barging.
+		s.wakeHead(p.Key)
+		return driver.Grant{}, &driver.HeldError{Owner: t.p.Owner}
 	}
 	f := s.fences[p.Key] + 1
 	s.fences[p.Key] = f
@@ -131,6 +140,7 @@ func (s *Store) Release(ctx context.Context, p driver.ReleaseParams) error {
 		return nil
 	}
 	delete(s.leases, p.Key)
+	s.wakeHead(p.Key)
 	subs := s.subscribers()
 	s.mu.Unlock()
 	for _, f := range subs {
@@ -151,6 +161,7 @@ func (s *Store) ForceRelease(ctx context.Context, key string) error {
 		return driver.ErrNotHeld
 	}
 	delete(s.leases, key)
+	s.wakeHead(key)
 	subs := s.subscribers()
 	s.mu.Unlock()
 	for _, f := range subs {

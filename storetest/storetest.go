@@ -7,7 +7,7 @@
 //	}
 //
 // Capabilities a store lacks (driver.Notifier, driver.Lister,
-// driver.ForceReleaser) skip the tests that need them, with the reason
+// driver.ForceReleaser, driver.Queuer) skip the tests that need them, with the reason
 // logged. Timings use leases of a few hundred milliseconds, so the whole
 // suite takes a few seconds per store.
 package storetest
@@ -63,6 +63,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"CloseReleasesAndLeaksNothing", testClose},
 		{"Do", testDo},
 	}
+	tests = append(tests, queueTests...)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newStore(t)) })
 	}
@@ -518,8 +519,9 @@ func testCancelledWait(t *testing.T, s driver.Store) {
 }
 
 func testWakeOnRelease(t *testing.T, s driver.Store) {
-	if _, ok := s.(driver.Notifier); !ok {
-		t.Skip("store does not implement driver.Notifier: waiters poll")
+	_, queued := s.(driver.Queuer)
+	if _, ok := s.(driver.Notifier); !ok && !queued {
+		t.Skip("store implements neither driver.Notifier nor driver.Queuer: waiters poll")
 	}
 	a := newLocker(t, s, "a", nil)
 	ev := newEvents()
@@ -544,7 +546,13 @@ func testWakeOnRelease(t *testing.T, s driver.Store) {
 		// The waiter's backoff doubles from 5 ms: after eight failed
 		// attempts its next poll is at least 640 ms away, so only the
 		// store's notification can wake it sooner.
-		ev.waitFor(t, tasklock.EventNotObtained, ev.count(tasklock.EventNotObtained)+8, 10*time.Second)
+		// A queued waiter sleeps in the store's queue until its
+		// predecessor goes.
+		if queued {
+			ev.waitFor(t, tasklock.EventQueued, round+1, 10*time.Second)
+		} else {
+			ev.waitFor(t, tasklock.EventNotObtained, ev.count(tasklock.EventNotObtained)+8, 10*time.Second)
+		}
 		released := time.Now()
 		if err := l.Release(ctxT(t, 5*time.Second)); err != nil {
 			t.Fatal(err)

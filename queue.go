@@ -1,0 +1,133 @@
+package tasklock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/tasklock/tasklock/driver"
+)
+
+// obtainQueued waits for key in the store's own queue (driver.Queuer): one
+// entry, and so one token, for the whole wait, woken by the store when the
+// entry's predecessor goes. held is what the first attempt found.
+func (lk *Locker) obtainQueued(ctx context.Context, q driver.Queuer, key string, o *resolved, start time.Time, held *NotObtainedError) (*Lock, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(lk.closing, cancel)() // Close ends every wait
+	ttl, _ := o.leaseTTL()
+	var lastErr error
+	for attempt := 1; ; attempt++ {
+		token := lk.newToken()
+		t, err := q.Enqueue(ctx, driver.AcquireParams{Key: key, Token: token, Owner: o.owner, TTL: ttl})
+		if err == nil {
+			lk.emit(Event{Type: EventQueued, Key: key, Owner: o.owner})
+			var l *Lock
+			l, held, err = lk.waitTicket(ctx, t, key, token, o, held)
+			if err == nil {
+				lk.obtained(l, lk.clock.Now().Sub(start))
+				return l, nil
+			}
+		}
+		if lk.closing.Err() != nil {
+			return nil, ErrClosed
+		}
+		if ctx.Err() != nil {
+			return nil, lk.waitEnded(ctx, key, held, lastErr)
+		}
+		// The entry is gone (its session ended, or it was removed), or the
+		// store failed: queue again, at the back, while the wait allows.
+		if !errors.Is(err, driver.ErrNotHeld) {
+			if !retryable(ctx, err) {
+				return nil, fmt.Errorf("tasklock: obtain %q: %w", key, err)
+			}
+			lastErr = err
+		}
+		if !lk.sleep(ctx, pollDelay(attempt, 0, false)) {
+			return nil, lk.waitEnded(ctx, key, held, lastErr)
+		}
+	}
+}
+
+// waitTicket waits until t is granted and starts its lease with one Renew,
+// counted from when that Renew was sent. It leaves the queue on every path
+// that does not return a Lock, except when the entry is already gone
+// (driver.ErrNotHeld).
+func (lk *Locker) waitTicket(ctx context.Context, t driver.Ticket, key, token string, o *resolved, held *NotObtainedError) (*Lock, *NotObtainedError, error) {
+	ttl, _ := o.leaseTTL()
+	for attempt := 1; ; attempt++ {
+		g, err := t.Wait(ctx)
+		if h := t.Holder(); h != nil && (held == nil || h.Owner != held.Owner || h.TTL > 0) {
+			held = &NotObtainedError{Key: key, Owner: h.Owner, TTL: h.TTL}
+		}
+		if err == nil {
+			sentAt := lk.clock.Now()
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(ttl/3, time.Second))
+			res, err := lk.store.Renew(rctx, []driver.RenewParams{{Key: key, Token: token, TTL: ttl}})
+			cancel()
+			if err == nil && len(res) == 1 {
+				err = res[0]
+			} else if err == nil {
+				err = fmt.Errorf("store returned %d results for 1 renewal", len(res))
+			}
+			if err != nil {
+				if !errors.Is(err, driver.ErrNotHeld) {
+					lk.releaseUnused(&Lock{key: key, token: token})
+				}
+				return nil, held, err
+			}
+			l, err := lk.grant(key, token, g.Fence, o, sentAt)
+			return l, held, err
+		}
+		if errors.Is(err, driver.ErrNotHeld) {
+			return nil, held, err
+		}
+		if ctx.Err() != nil || !retryable(ctx, err) {
+			lk.leave(t)
+			return nil, held, err
+		}
+		// Unknown outcome, entry presumably still queued: wait on it again.
+		if !lk.sleep(ctx, pollDelay(attempt, 0, false)) {
+			lk.leave(t)
+			return nil, held, ctx.Err()
+		}
+	}
+}
+
+// leave takes an entry out of the store's queue, within a bounded time; a
+// store that cannot confirm it retries on its own.
+func (lk *Locker) leave(t driver.Ticket) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = t.Leave(ctx)
+}
+
+// waitEnded is Obtain's error when ctx ended the wait: the holder seen last
+// with ctx's error, or ctx's error with the store's last error.
+func (lk *Locker) waitEnded(ctx context.Context, key string, held *NotObtainedError, lastErr error) error {
+	if lk.closing.Err() != nil {
+		return ErrClosed
+	}
+	cerr := ctx.Err()
+	if held != nil {
+		held.Err = cerr
+		return held
+	}
+	if lastErr != nil {
+		return fmt.Errorf("tasklock: obtain %q: %w (last error: %w)", key, cerr, lastErr)
+	}
+	return fmt.Errorf("tasklock: obtain %q: %w", key, cerr)
+}
+
+// sleep waits d on the Locker's clock and reports whether ctx is still live.
+func (lk *Locker) sleep(ctx context.Context, d time.Duration) bool {
+	t := lk.clock.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C():
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

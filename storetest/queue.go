@@ -1,0 +1,140 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tasklock/tasklock"
+	"github.com/tasklock/tasklock/driver"
+)
+
+// queueTests run against stores that implement driver.Queuer.
+var queueTests = []struct {
+	name string
+	fn   func(t *testing.T, s driver.Store)
+}{
+	{"QueueServesInArrivalOrder", testQueueOrder},
+	{"QueueCancelledWaitLeaves", testQueueCancel},
+}
+
+func skipUnlessQueuer(t *testing.T, s driver.Store) {
+	if _, ok := s.(driver.Queuer); !ok {
+		t.Skipf("store %T does not implement driver.Queuer", s)
+	}
+}
+
+// testQueueOrder queues three waiters, each on its own Locker, behind a
+// holder: they must be served in the order they queued, each after one
+// failed attempt only (no polling while queued).
+func testQueueOrder(t *testing.T, s driver.Store) {
+	skipUnlessQueuer(t, s)
+	holder := mustObtain(t, newLocker(t, s, "holder", nil), "fifo", nil)
+	const n = 3
+	var (
+		mu    sync.Mutex
+		order []int
+	)
+	evs := make([]*events, n)
+	errc := make(chan error, n)
+	for i := range n {
+		evs[i] = newEvents()
+		lk := newLocker(t, s, "w"+string(rune('1'+i)), evs[i])
+		go func() {
+			l, err := lk.Obtain(ctxT(t, 20*time.Second), "fifo", nil)
+			if err != nil {
+				errc <- err
+				return
+			}
+			mu.Lock()
+			order = append(order, i)
+			mu.Unlock()
+			errc <- l.Release(ctxT(t, 5*time.Second))
+		}()
+		// The next waiter starts only once this one is in the queue.
+		evs[i].waitFor(t, tasklock.EventQueued, 1, 10*time.Second)
+	}
+	if err := holder.Release(ctxT(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	for range n {
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, j := range order {
+		if i != j {
+			t.Fatalf("waiters obtained in order %v, want [0 1 2]", order)
+		}
+	}
+	for i, ev := range evs {
+		if c := ev.count(tasklock.EventNotObtained); c != 1 {
+			t.Errorf("waiter %d made %d failed attempts, want 1 (queued waiters do not poll)", i, c)
+		}
+	}
+}
+
+// testQueueCancel gives up the wait of the first of two queued waiters: the
+// second must get the key as soon as the holder releases it, and nothing
+// may be left in the queue after.
+func testQueueCancel(t *testing.T, s driver.Store) {
+	skipUnlessQueuer(t, s)
+	holder := mustObtain(t, newLocker(t, s, "holder", nil), "leave", nil)
+	ev1, ev2 := newEvents(), newEvents()
+	w1, w2 := newLocker(t, s, "w1", ev1), newLocker(t, s, "w2", ev2)
+
+	ctx1, cancel1 := context.WithCancel(context.Background())
+	defer cancel1()
+	err1 := make(chan error, 1)
+	go func() {
+		_, err := w1.Obtain(ctx1, "leave", nil)
+		err1 <- err
+	}()
+	ev1.waitFor(t, tasklock.EventQueued, 1, 10*time.Second)
+	got2 := make(chan time.Time, 1)
+	err2 := make(chan error, 1)
+	go func() {
+		l, err := w2.Obtain(ctxT(t, 20*time.Second), "leave", nil)
+		if err != nil {
+			err2 <- err
+			return
+		}
+		got2 <- time.Now()
+		err2 <- l.Release(ctxT(t, 5*time.Second))
+	}()
+	ev2.waitFor(t, tasklock.EventQueued, 1, 10*time.Second)
+
+	cancel1()
+	err := <-err1
+	var ne *tasklock.NotObtainedError
+	if !errors.As(err, &ne) || !errors.Is(err, context.Canceled) || ne.Owner != "holder" {
+		t.Fatalf("cancelled Obtain = %v, want a *NotObtainedError naming holder, matching context.Canceled", err)
+	}
+	released := time.Now()
+	if err := holder.Release(ctxT(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case at := <-got2:
+		// The left entry must not stand in the way: the store wakes w2
+		// itself, well before any poll or lease expiry would.
+		if d := at.Sub(released); d > time.Second {
+			t.Fatalf("second waiter obtained %v after the release, want well within 1s", d)
+		}
+	case err := <-err2:
+		t.Fatal(err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("second waiter never obtained: the cancelled entry blocks the queue")
+	}
+	if err := <-err2; err != nil {
+		t.Fatal(err)
+	}
+	// Nothing is left queued: a new Locker obtains at once.
+	l, err := newLocker(t, s, "after", nil).TryObtain(ctxT(t, 5*time.Second), "leave", nil)
+	if err != nil {
+		t.Fatalf("TryObtain after the queue emptied = %v", err)
+	}
+	_ = l.Release(ctxT(t, 5*time.Second))
+}
