@@ -7,7 +7,8 @@
 //
 // The Store implements driver.Store, driver.Notifier (waiters are woken by
 // pub/sub), driver.Lister (the CLI and the dashboard list leases) and
-// driver.ForceReleaser (the operator's escape hatch).
+// driver.ForceReleaser (the operator's escape hatch), and driver.Ledger,
+// the tick ledger of package schedule (see Ledger).
 //
 // # Keys
 //
@@ -32,6 +33,48 @@
 // A release reaches subscribers on the same node within a millisecond. On a
 // Cluster it may have to cross the cluster bus, which Redis opens without
 // TCP_NODELAY, so it can arrive up to about 40 ms later.
+//
+// # Ledger
+//
+// The tick ledger (driver.Ledger) keeps its keys under Prefix+"ledger:",
+// where no lock key is (lock keys start with Prefix+"{"), so Leases never
+// lists them. A job J's keys share the hash tag "job:"+J, which is never
+// empty whatever J is, so one script may touch all of them on a Cluster:
+//
+//   - Prefix+"ledger:{job:J}:claim:"+tick+":"+trigger: one string per
+//     claim, with a PX expiry of the claim's Retain, holding the claiming
+//     token, the node and the claim time. Redis expires claims by itself;
+//     Prune has none to delete and reports zero claims.
+//   - Prefix+"ledger:{job:J}:runs": a sorted set of J's runs, member
+//     tick+":"+attempt+":"+trigger, scored by the tick.
+//   - Prefix+"ledger:{job:J}:recs": a hash from run member to the record.
+//   - Prefix+"ledger:{job:J}:recorded": the run members scored by the time
+//     they were recorded, for pruning by age.
+//   - Prefix+"ledger:jobs": the set of every job that recorded a run (a
+//     name stays after its runs are pruned: it costs a few bytes).
+//   - Prefix+"ledger:state": a hash from job to its state (paused, pending
+//     trigger requests), holding only jobs not in the default state.
+//
+// Ticks and times are unix microseconds; names, triggers, tokens and
+// output are kept byte for byte. Every time that decides something — claim
+// time and expiry, a record's time, a trigger request's time, the ages
+// Prune compares — is Redis's clock (TIME and PX inside the scripts).
+// Round trips, each an embedded Lua script unless said otherwise:
+//
+//   - Claim: one script call per Cluster hash slot (per 500 claims on one
+//     node), all in one pipeline: one round trip per node.
+//   - RecordRuns: likewise, with the SADD to the jobs set in the same
+//     pipeline.
+//   - Runs: one script call for one job; for every job, SMEMBERS and then
+//     one pipeline of a call per job. The script filters at the server and
+//     stops after Limit records.
+//   - SetJobState: one script call; JobStates: one HGETALL.
+//   - Prune: one pipeline for the jobs set and the trigger requests, and
+//     one of a script call per job for the run records.
+//
+// Like the leases, the ledger is as durable as the deployment: a restart
+// without persistence, or a failover that loses writes, forgets claims,
+// so a tick may then run a second time.
 //
 // # Waiting for replicas
 //

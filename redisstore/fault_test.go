@@ -7,16 +7,15 @@ package redisstore
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tasklock/tasklock"
+	"github.com/tasklock/tasklock/driver"
+	"github.com/tasklock/tasklock/internal/faulttest"
 	"github.com/tasklock/tasklock/internal/testserver"
 )
 
@@ -24,81 +23,33 @@ func newRegister(t *testing.T, addr string) testserver.RedisRegister {
 	return testserver.RedisRegister{C: closeAtCleanup(t, redis.NewClient(&redis.Options{Addr: addr}))}
 }
 
-// TestFaultHolder is the helper process: it obtains a lock and, while Done
-// is open, writes to the register every few milliseconds. It reports each
-// step on stdout. After a gap longer than the TTL (it was stopped) it reports
-// whether Done was already closed before doing anything else.
+// TestFaultHolder is the helper process (see
+// faulttest.ReportingHolderMain): it obtains a lock and, while Done is
+// open, writes to the register every few milliseconds, reporting each step
+// on stdout.
 func TestFaultHolder(t *testing.T) {
-	if testserver.HelperRole() != "holder" {
-		t.Skip("helper process for the fault tests")
-	}
-	ttl, _ := time.ParseDuration(os.Getenv("TL_TTL"))
-	key, prefix := os.Getenv("TL_KEY"), os.Getenv("TL_PREFIX")
-	c := redis.NewClient(&redis.Options{Addr: os.Getenv("TL_ADDR")})
-	s, err := New(c, &Options{Prefix: prefix})
-	if err != nil {
-		fmt.Println("error", err)
-		os.Exit(1)
-	}
-	lk, err := tasklock.New(s, &tasklock.Config{Owner: "holder"})
-	if err != nil {
-		fmt.Println("error", err)
-		os.Exit(1)
-	}
-	reg := testserver.RedisRegister{C: redis.NewClient(&redis.Options{Addr: os.Getenv("TL_REGISTER")})}
-	ctx := context.Background()
-	l, err := lk.Obtain(ctx, key, &tasklock.ObtainOptions{TTL: ttl})
-	if err != nil {
-		fmt.Println("error", err)
-		os.Exit(1)
-	}
-	fmt.Println("obtained", l.Fence())
-	last := time.Now()
-	for {
-		gap := time.Since(last)
-		last = time.Now()
-		if gap > ttl {
-			select {
-			case <-l.Done():
-				fmt.Println("resumed done=closed")
-			default:
-				fmt.Println("resumed done=open")
-			}
+	faulttest.ReportingHolderMain(t, func(time.Duration) (driver.Store, faulttest.WriteFunc, error) {
+		c := redis.NewClient(&redis.Options{Addr: os.Getenv("TL_ADDR")})
+		s, err := New(c, &Options{Prefix: os.Getenv("TL_PREFIX")})
+		if err != nil {
+			return nil, nil, err
 		}
-		select {
-		case <-l.Done():
-			fmt.Println("lost", l.Err())
-			os.Exit(0)
-		default:
-		}
-		ok, err := reg.Write(ctx, l.Fence(), "holder")
-		fmt.Println("write", ok, err)
-		time.Sleep(10 * time.Millisecond) // one unit of work
-	}
+		reg := testserver.RedisRegister{C: redis.NewClient(&redis.Options{Addr: os.Getenv("TL_REGISTER")})}
+		return s, func(ctx context.Context, fence uint64) (bool, error) { return reg.Write(ctx, fence, "holder") }, nil
+	})
 }
 
-func startHolder(t *testing.T, lockAddr, regAddr, prefix string, ttl time.Duration) (*testserver.Process, uint64) {
+func startHolder(t *testing.T, lockAddr, regAddr, prefix string, ttl time.Duration) (*faulttest.Holder, uint64) {
 	t.Helper()
-	p := testserver.StartHelper(t, "TestFaultHolder", "holder",
-		"TL_ADDR="+lockAddr, "TL_REGISTER="+regAddr, "TL_PREFIX="+prefix, "TL_KEY=job", "TL_TTL="+ttl.String())
-	line := p.WaitLine(t, "obtained ", 10*time.Second)
-	fence, err := strconv.ParseUint(strings.TrimPrefix(line, "obtained "), 10, 64)
-	if err != nil {
-		t.Fatalf("bad line %q", line)
-	}
-	p.WaitLine(t, "write true", 5*time.Second)
-	return p, fence
+	h := faulttest.StartReportingHolder(t, "TestFaultHolder", "job", ttl,
+		"TL_ADDR="+lockAddr, "TL_REGISTER="+regAddr, "TL_PREFIX="+prefix)
+	return h, h.Fence
 }
 
 func newFaultLocker(t *testing.T, addr, prefix, owner string) *tasklock.Locker {
 	t.Helper()
 	s := newStore(t, closeAtCleanup(t, redis.NewClient(&redis.Options{Addr: addr})), &Options{Prefix: prefix})
-	lk, err := tasklock.New(s, &tasklock.Config{Owner: owner})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = lk.Close() })
-	return lk
+	return faulttest.NewLocker(t, s, tasklock.Config{Owner: owner})
 }
 
 // (a) The holder process is SIGKILLed: another obtains within TTL + 1 s.
@@ -113,11 +64,7 @@ func TestFaultHolderKilled(t *testing.T) {
 
 	killed := time.Now()
 	holder.Kill(t)
-	l, err := b.Obtain(ctxT(t), "job", &tasklock.ObtainOptions{TTL: ttl})
-	if err != nil {
-		t.Fatal(err)
-	}
-	took := time.Since(killed)
+	l, took := faulttest.Obtain(t, b, "job", &tasklock.ObtainOptions{TTL: ttl}, killed)
 	t.Logf("takeover %v after SIGKILL (TTL %v)", took, ttl)
 	if took > ttl+time.Second {
 		t.Fatalf("takeover took %v, want ≤ TTL + 1s", took)
@@ -196,19 +143,7 @@ func TestFaultBlackhole(t *testing.T) {
 	proxy.Blackhole(t)
 	t.Cleanup(func() { proxy.Restore(t) }) // before the Lockers close
 
-	aDone := make(chan time.Time, 1)
-	go func() { <-la.Done(); aDone <- time.Now() }()
-	lb, err := b.Obtain(ctxT(t), "job", &tasklock.ObtainOptions{TTL: ttl})
-	if err != nil {
-		t.Fatal(err)
-	}
-	bAt := time.Now()
-	var doneAt time.Time
-	select {
-	case doneAt = <-aDone:
-	default:
-		t.Fatalf("b obtained %v after the cut while a's Done was still open", bAt.Sub(cut))
-	}
+	lb, doneAt, bAt := faulttest.ObtainAfterDone(t, la, b, "job", &tasklock.ObtainOptions{TTL: ttl}, cut)
 	t.Logf("a told %v after the cut, b obtained %v after (TTL %v)", doneAt.Sub(cut), bAt.Sub(cut), ttl)
 	if doneAt.Sub(cut) > ttl {
 		t.Fatalf("a's Done closed %v after the cut, later than one TTL", doneAt.Sub(cut))
@@ -216,12 +151,7 @@ func TestFaultBlackhole(t *testing.T) {
 	if !errors.Is(la.Err(), tasklock.ErrLockLost) {
 		t.Fatalf("a's cause = %v", la.Err())
 	}
-	if err := reg.Write(lb.Fence()); err != nil {
-		t.Fatal(err)
-	}
-	if err := reg.Write(la.Fence()); !errors.Is(err, tasklock.ErrStaleFence) {
-		t.Fatalf("a late write by a = %v, want ErrStaleFence", err)
-	}
+	faulttest.RefuseStale(t, &reg, la.Fence(), lb.Fence())
 }
 
 // (d) Redis restarted without persistence: the holder learns of the loss at

@@ -114,7 +114,8 @@ type Options struct {
 }
 
 // Store keeps leases in Redis. It implements driver.Store, driver.Notifier,
-// driver.Lister and driver.ForceReleaser, and is safe for concurrent use.
+// driver.Lister, driver.ForceReleaser and driver.Ledger (ledger.go), and is
+// safe for concurrent use.
 // Create it with New.
 type Store struct {
 	client       redis.UniversalClient

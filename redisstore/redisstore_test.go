@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,7 +14,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 
 	"github.com/tasklock/tasklock/driver"
 	"github.com/tasklock/tasklock/internal/testserver"
@@ -23,7 +23,7 @@ import (
 func TestMain(m *testing.M) {
 	// go-redis logs Sentinel master changes; keep the test output readable.
 	redis.SetLogger(discardLogger{})
-	goleak.VerifyTestMain(m, testserver.LeakOptions()...)
+	os.Exit(testserver.Main(m))
 }
 
 type discardLogger struct{}

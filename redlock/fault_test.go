@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +18,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tasklock/tasklock"
+	"github.com/tasklock/tasklock/driver"
+	"github.com/tasklock/tasklock/internal/faulttest"
 	"github.com/tasklock/tasklock/internal/testserver"
 )
 
@@ -27,60 +28,23 @@ import (
 // back that long.
 const slack = 25 * time.Millisecond
 
-// TestFaultHolder is the helper process: it obtains a lock on the nodes in
+// TestFaultHolder is the helper process (see
+// faulttest.ReportingHolderMain): it obtains a lock on the nodes in
 // TL_ADDRS and, while Done is open, writes to the register every few
-// milliseconds, reporting each step on stdout. After a gap longer than the
-// TTL (it was stopped) it reports whether Done was already closed before
-// doing anything else.
+// milliseconds, reporting each step on stdout.
 func TestFaultHolder(t *testing.T) {
-	if testserver.HelperRole() != "holder" {
-		t.Skip("helper process for the fault tests")
-	}
-	ttl, _ := time.ParseDuration(os.Getenv("TL_TTL"))
-	var clients []redis.UniversalClient
-	for _, a := range strings.Split(os.Getenv("TL_ADDRS"), ",") {
-		clients = append(clients, redis.NewClient(&redis.Options{Addr: a}))
-	}
-	s, err := New(clients, &Options{Prefix: os.Getenv("TL_PREFIX")})
-	if err != nil {
-		fmt.Println("error", err)
-		os.Exit(1)
-	}
-	lk, err := tasklock.New(s, &tasklock.Config{Owner: "holder"})
-	if err != nil {
-		fmt.Println("error", err)
-		os.Exit(1)
-	}
-	reg := testserver.RedisRegister{C: redis.NewClient(&redis.Options{Addr: os.Getenv("TL_REGISTER")})}
-	ctx := context.Background()
-	l, err := lk.Obtain(ctx, os.Getenv("TL_KEY"), &tasklock.ObtainOptions{TTL: ttl})
-	if err != nil {
-		fmt.Println("error", err)
-		os.Exit(1)
-	}
-	fmt.Println("obtained", l.Fence())
-	last := time.Now()
-	for {
-		gap := time.Since(last)
-		last = time.Now()
-		if gap > ttl {
-			select {
-			case <-l.Done():
-				fmt.Println("resumed done=closed")
-			default:
-				fmt.Println("resumed done=open")
-			}
+	faulttest.ReportingHolderMain(t, func(time.Duration) (driver.Store, faulttest.WriteFunc, error) {
+		var clients []redis.UniversalClient
+		for _, a := range strings.Split(os.Getenv("TL_ADDRS"), ",") {
+			clients = append(clients, redis.NewClient(&redis.Options{Addr: a}))
 		}
-		select {
-		case <-l.Done():
-			fmt.Println("lost", l.Err())
-			os.Exit(0)
-		default:
+		s, err := New(clients, &Options{Prefix: os.Getenv("TL_PREFIX")})
+		if err != nil {
+			return nil, nil, err
 		}
-		ok, err := reg.Write(ctx, l.Fence(), "holder")
-		fmt.Println("write", ok, err)
-		time.Sleep(10 * time.Millisecond) // one unit of work
-	}
+		reg := testserver.RedisRegister{C: redis.NewClient(&redis.Options{Addr: os.Getenv("TL_REGISTER")})}
+		return s, func(ctx context.Context, fence uint64) (bool, error) { return reg.Write(ctx, fence, "holder") }, nil
+	})
 }
 
 // holderSetup is three lock nodes, a register on a fourth server, and a
@@ -102,16 +66,9 @@ func startHolder(t *testing.T, ttl time.Duration) holderSetup {
 		prefix: freshPrefix(),
 		reg:    testserver.RedisRegister{C: closeAtCleanup(t, redis.NewClient(&redis.Options{Addr: regSrv.Addr()}))},
 	}
-	h.holder = testserver.StartHelper(t, "TestFaultHolder", "holder",
-		"TL_ADDRS="+strings.Join(addrs, ","), "TL_REGISTER="+regSrv.Addr(), "TL_PREFIX="+h.prefix,
-		"TL_KEY=job", "TL_TTL="+ttl.String())
-	line := h.holder.WaitLine(t, "obtained ", 10*time.Second)
-	fence, err := strconv.ParseUint(strings.TrimPrefix(line, "obtained "), 10, 64)
-	if err != nil {
-		t.Fatalf("bad line %q", line)
-	}
-	h.fence = fence
-	h.holder.WaitLine(t, "write true", 5*time.Second)
+	hp := faulttest.StartReportingHolder(t, "TestFaultHolder", "job", ttl,
+		"TL_ADDRS="+strings.Join(addrs, ","), "TL_REGISTER="+regSrv.Addr(), "TL_PREFIX="+h.prefix)
+	h.holder, h.fence = hp.Process, hp.Fence
 	return h
 }
 
@@ -124,11 +81,7 @@ func TestFaultHolderKilled(t *testing.T) {
 
 	killed := time.Now()
 	h.holder.Kill(t)
-	l, err := b.Obtain(ctxT(t), "job", &tasklock.ObtainOptions{TTL: ttl})
-	if err != nil {
-		t.Fatal(err)
-	}
-	took := time.Since(killed)
+	l, took := faulttest.Obtain(t, b, "job", &tasklock.ObtainOptions{TTL: ttl}, killed)
 	t.Logf("takeover %v after SIGKILL (TTL %v)", took, ttl)
 	if took > ttl+time.Second {
 		t.Fatalf("takeover took %v, want ≤ TTL + 1s", took)
@@ -250,12 +203,7 @@ func TestFaultBlackholeOneNode(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := reg.Write(lb.Fence()); err != nil {
-				t.Fatal(err)
-			}
-			if err := reg.Write(la.Fence()); !errors.Is(err, tasklock.ErrStaleFence) {
-				t.Fatalf("a late write by a = %v, want ErrStaleFence", err)
-			}
+			faulttest.RefuseStale(t, &reg, la.Fence(), lb.Fence())
 			_ = lb.Release(ctxT(t))
 		})
 	}
@@ -286,19 +234,7 @@ func TestFaultBlackholeTwoNodes(t *testing.T) {
 	proxies[1].Blackhole(t)
 	t.Cleanup(func() { proxies[0].Restore(t); proxies[1].Restore(t) }) // before the Lockers close
 
-	aDone := make(chan time.Time, 1)
-	go func() { <-la.Done(); aDone <- time.Now() }()
-	lb, err := b.Obtain(ctxT(t), "job", &tasklock.ObtainOptions{TTL: ttl})
-	if err != nil {
-		t.Fatal(err)
-	}
-	bAt := time.Now()
-	var doneAt time.Time
-	select {
-	case doneAt = <-aDone:
-	default:
-		t.Fatalf("b obtained %v after the cut while a's Done was still open", bAt.Sub(cut))
-	}
+	lb, doneAt, bAt := faulttest.ObtainAfterDone(t, la, b, "job", &tasklock.ObtainOptions{TTL: ttl}, cut)
 	t.Logf("a told %v after the cut (%v), b obtained %v after (TTL %v)", doneAt.Sub(cut), la.Err(), bAt.Sub(cut), ttl)
 	if doneAt.Sub(cut) > ttl+slack {
 		t.Fatalf("a's Done closed %v after the cut, later than one TTL", doneAt.Sub(cut))
@@ -306,12 +242,7 @@ func TestFaultBlackholeTwoNodes(t *testing.T) {
 	if !errors.Is(la.Err(), tasklock.ErrLockLost) {
 		t.Fatalf("a's cause = %v", la.Err())
 	}
-	if err := reg.Write(lb.Fence()); err != nil {
-		t.Fatal(err)
-	}
-	if err := reg.Write(la.Fence()); !errors.Is(err, tasklock.ErrStaleFence) {
-		t.Fatalf("a late write by a = %v, want ErrStaleFence", err)
-	}
+	faulttest.RefuseStale(t, &reg, la.Fence(), lb.Fence())
 	_ = lb.Release(ctxT(t))
 }
 

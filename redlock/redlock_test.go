@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -11,7 +12,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 
 	"github.com/tasklock/tasklock"
 	"github.com/tasklock/tasklock/driver"
@@ -23,7 +23,7 @@ import (
 func TestMain(m *testing.M) {
 	// go-redis logs failed dials to killed nodes; keep the output readable.
 	redis.SetLogger(discardLogger{})
-	goleak.VerifyTestMain(m, testserver.LeakOptions()...)
+	os.Exit(testserver.Main(m))
 }
 
 type discardLogger struct{}

@@ -1,0 +1,578 @@
+package redisstore
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tasklock/tasklock/driver"
+)
+
+var _ driver.Ledger = (*Store)(nil)
+
+//go:embed ledger_claim.lua
+var ledgerClaimSrc string
+
+//go:embed ledger_record.lua
+var ledgerRecordSrc string
+
+//go:embed ledger_runs.lua
+var ledgerRunsSrc string
+
+//go:embed ledger_prune.lua
+var ledgerPruneSrc string
+
+//go:embed ledger_state.lua
+var ledgerStateSrc string
+
+var (
+	claimScript  = newLuaScript(ledgerClaimSrc)
+	recordScript = newLuaScript(ledgerRecordSrc)
+	runsScript   = newLuaScript(ledgerRunsSrc)
+	pruneScript  = newLuaScript(ledgerPruneSrc)
+	stateScript  = newLuaScript(ledgerStateSrc)
+)
+
+// ledgerChunk is the most claims or run records one script call carries.
+const ledgerChunk = 500
+
+// The ledger's keys. A job's keys share the hash tag "job:"+job (never
+// empty, whatever the job's name), so one script can touch them all on a
+// Cluster; they start with Prefix+"ledger:", so no lock key (Prefix+"{")
+// is ever one of them and Leases never lists them.
+
+// jobBase returns the start of every key of job: Prefix+"ledger:{job:"+job+"}".
+func (s *Store) jobBase(job string) string {
+	return s.prefix + "ledger:{job:" + job + "}"
+}
+
+// claimKey returns the key of the claim of (job, tick, trigger), tick in
+// unix microseconds.
+func (s *Store) claimKey(job string, tick int64, trigger string) string {
+	return s.jobBase(job) + ":claim:" + strconv.FormatInt(tick, 10) + ":" + trigger
+}
+
+// runKeys returns job's runs index, records hash and record-time index.
+func (s *Store) runKeys(job string) (runs, recs, recorded string) {
+	b := s.jobBase(job)
+	return b + ":runs", b + ":recs", b + ":recorded"
+}
+
+// jobsKey is the set of the jobs that ever recorded a run.
+func (s *Store) jobsKey() string { return s.prefix + "ledger:jobs" }
+
+// stateKey is the hash of job states (paused, pending trigger requests).
+func (s *Store) stateKey() string { return s.prefix + "ledger:state" }
+
+// ledgerErr wraps err as the error of ledger operation op.
+func ledgerErr(op string, err error) error {
+	return fmt.Errorf("redisstore: %s: %w", op, err)
+}
+
+// scriptCall is one script call in a pipeline.
+type scriptCall struct {
+	script *luaScript
+	keys   []string
+	args   []any
+	idx    []int // the caller's items this call carries
+	cmd    *redis.Cmd
+}
+
+// runCalls sends every call, and whatever extra adds, in one pipeline (the
+// Cluster client splits it per node), and sends the calls the server did
+// not know the script of (NOSCRIPT) once more with EVAL in a second one.
+// Per-call errors are left in each call's cmd.
+func (s *Store) runCalls(ctx context.Context, calls []*scriptCall, extra func(redis.Pipeliner)) error {
+	pending := calls
+	for _, eval := range []bool{false, true} {
+		pipe := s.client.Pipeline()
+		if !eval && extra != nil {
+			extra(pipe)
+		}
+		for _, c := range pending {
+			if eval {
+				c.cmd = c.script.Eval(ctx, pipe, c.keys, c.args...)
+			} else {
+				c.cmd = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
+			}
+		}
+		if err := execPipe(ctx, pipe); err != nil {
+			return err
+		}
+		var retry []*scriptCall
+		for _, c := range pending {
+			if !eval && isNoScript(c.cmd.Err()) {
+				retry = append(retry, c)
+			}
+		}
+		if len(retry) == 0 {
+			return nil
+		}
+		pending = retry
+	}
+	return nil
+}
+
+// groupCalls splits items 0..n-1 into calls of script: on a Cluster one
+// call per hash slot of key(i), on one node chunks in order; never more
+// than ledgerChunk items a call. The caller fills in keys and args.
+func (s *Store) groupCalls(script *luaScript, n int, key func(i int) string) []*scriptCall {
+	var calls []*scriptCall
+	add := func(c *scriptCall, i int) *scriptCall {
+		if c == nil || len(c.idx) == ledgerChunk {
+			c = &scriptCall{script: script}
+			calls = append(calls, c)
+		}
+		c.idx = append(c.idx, i)
+		return c
+	}
+	if s.cluster == nil {
+		var c *scriptCall
+		for i := range n {
+			c = add(c, i)
+		}
+		return calls
+	}
+	bySlot := make(map[uint16]*scriptCall)
+	for i := range n {
+		sl := slot(key(i))
+		bySlot[sl] = add(bySlot[sl], i)
+	}
+	return calls
+}
+
+// micros is t as unix microseconds, the unit of every time the ledger
+// keeps.
+func micros(t time.Time) int64 { return t.UnixMicro() }
+
+// fromMicros is the UTC time of unix microseconds us.
+func fromMicros(us int64) time.Time { return time.UnixMicro(us).UTC() }
+
+// Claim implements driver.Ledger. It runs ledger_claim.lua once per Cluster
+// hash slot (or per 500 claims on one node), all in one pipeline: one round
+// trip per node. Each claim is a key with a PX expiry of its Retain, set
+// by Redis, so expired claims go by themselves.
+func (s *Store) Claim(ctx context.Context, ps []driver.ClaimParams) ([]error, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, ledgerErr("claim", err)
+	}
+	if len(ps) == 0 {
+		return nil, nil
+	}
+	keys := make([]string, len(ps))
+	for i, p := range ps {
+		if err := p.Check(); err != nil {
+			return nil, fmt.Errorf("redisstore: %w", err)
+		}
+		keys[i] = s.claimKey(p.Job, micros(p.Tick), p.Trigger)
+	}
+	calls := s.groupCalls(claimScript, len(ps), func(i int) string { return keys[i] })
+	for _, c := range calls {
+		c.keys = make([]string, len(c.idx))
+		c.args = make([]any, 0, 3*len(c.idx))
+		for j, i := range c.idx {
+			c.keys[j] = keys[i]
+			c.args = append(c.args, ps[i].Token, ps[i].Node, millis(ps[i].Retain))
+		}
+	}
+	op := fmt.Sprintf("claim %d ticks", len(ps))
+	if err := s.runCalls(ctx, calls, nil); err != nil {
+		return nil, ledgerErr(op, err)
+	}
+	out := make([]error, len(ps))
+	for _, c := range calls {
+		res, err := c.cmd.Slice()
+		if err != nil {
+			return nil, ledgerErr(op, err)
+		}
+		if len(res) != len(c.idx) {
+			return nil, ledgerErr(op, fmt.Errorf("%d results for %d claims", len(res), len(c.idx)))
+		}
+		for j, r := range res {
+			if v, ok := r.(string); ok {
+				out[c.idx[j]] = parseClaim(v)
+			}
+		}
+	}
+	return out, nil
+}
+
+// parseClaim turns a claim's value, #token:token at:node, into the
+// *driver.ClaimedError for it; the fields it cannot read stay zero.
+func parseClaim(v string) *driver.ClaimedError {
+	ce := &driver.ClaimedError{}
+	i := strings.IndexByte(v, ':')
+	if i < 0 {
+		return ce
+	}
+	n, err := strconv.Atoi(v[:i])
+	if err != nil || n < 0 || i+1+n > len(v) {
+		return ce
+	}
+	rest := v[i+1+n:]
+	j := strings.IndexByte(rest, ':')
+	if j < 0 {
+		return ce
+	}
+	if at, err := strconv.ParseInt(rest[:j], 10, 64); err == nil {
+		ce.At = fromMicros(at)
+	}
+	ce.Node = rest[j+1:]
+	return ce
+}
+
+// A run record is kept as the field runMember(key) of the job's records
+// hash, its value at:body, where at is when Redis recorded it and body
+// holds the fields not in the member, each as len:bytes (appendField):
+// status first (ledger_runs.lua reads it), then node, error, output, fence,
+// start and end (times in unix microseconds, "" when zero).
+
+// runMember returns the member of a run in its job's keys:
+// tick:attempt:trigger, tick in unix microseconds.
+func runMember(tick time.Time, attempt int, trigger string) string {
+	return strconv.FormatInt(micros(tick), 10) + ":" + strconv.Itoa(attempt) + ":" + trigger
+}
+
+func appendField(b []byte, f string) []byte {
+	b = strconv.AppendInt(b, int64(len(f)), 10)
+	b = append(b, ':')
+	return append(b, f...)
+}
+
+func timeField(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return strconv.FormatInt(micros(t), 10)
+}
+
+// encodeRun returns the body of r's record.
+func encodeRun(r *driver.RunRecord) string {
+	b := make([]byte, 0, 64+len(r.Node)+len(r.Error)+len(r.Output))
+	b = appendField(b, string(r.Status))
+	b = appendField(b, r.Node)
+	b = appendField(b, r.Error)
+	b = appendField(b, r.Output)
+	b = appendField(b, strconv.FormatUint(r.Fence, 10))
+	b = appendField(b, timeField(r.Start))
+	b = appendField(b, timeField(r.End))
+	return string(b)
+}
+
+// errRecord is returned for a stored record this version cannot read.
+var errRecord = errors.New("malformed run record")
+
+// decodeRun reads the record of job stored as member with value v.
+func decodeRun(job, member, v string) (driver.RunRecord, error) {
+	r := driver.RunRecord{Job: job}
+	parts := strings.SplitN(member, ":", 3)
+	if len(parts) != 3 {
+		return r, errRecord
+	}
+	tick, err1 := strconv.ParseInt(parts[0], 10, 64)
+	attempt, err2 := strconv.Atoi(parts[1])
+	at, body, ok := strings.Cut(v, ":")
+	recorded, err3 := strconv.ParseInt(at, 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil || !ok {
+		return r, errRecord
+	}
+	r.Tick, r.Attempt, r.Trigger, r.Recorded = fromMicros(tick), attempt, parts[2], fromMicros(recorded)
+	var f [7]string
+	for i := range f {
+		n, rest, ok := strings.Cut(body, ":")
+		l, err := strconv.Atoi(n)
+		if !ok || err != nil || l < 0 || l > len(rest) {
+			return r, errRecord
+		}
+		f[i], body = rest[:l], rest[l:]
+	}
+	r.Status, r.Node, r.Error, r.Output = driver.RunStatus(f[0]), f[1], f[2], f[3]
+	fence, err := strconv.ParseUint(f[4], 10, 64)
+	if err != nil {
+		return r, errRecord
+	}
+	r.Fence = fence
+	for i, t := range []*time.Time{&r.Start, &r.End} {
+		if f[5+i] == "" {
+			continue
+		}
+		us, err := strconv.ParseInt(f[5+i], 10, 64)
+		if err != nil {
+			return r, errRecord
+		}
+		*t = fromMicros(us)
+	}
+	return r, nil
+}
+
+// RecordRuns implements driver.Ledger. It runs ledger_record.lua once per
+// Cluster hash slot (or per 500 records on one node) and adds the jobs to
+// the jobs set, all in one pipeline: one round trip per node. Recorded is
+// Redis's TIME.
+func (s *Store) RecordRuns(ctx context.Context, rs []driver.RunRecord) error {
+	if err := ctx.Err(); err != nil {
+		return ledgerErr("record runs", err)
+	}
+	if len(rs) == 0 {
+		return nil
+	}
+	seen := make(map[string]bool, 1)
+	jobs := make([]any, 0, 1)
+	for i := range rs {
+		if rs[i].Job == "" || rs[i].Tick.IsZero() {
+			return errors.New("redisstore: record runs: empty Job or zero Tick")
+		}
+		if !seen[rs[i].Job] {
+			seen[rs[i].Job] = true
+			jobs = append(jobs, rs[i].Job)
+		}
+	}
+	calls := s.groupCalls(recordScript, len(rs), func(i int) string { return s.jobBase(rs[i].Job) })
+	for _, c := range calls {
+		c.keys = make([]string, 0, 3*len(c.idx))
+		c.args = make([]any, 0, 2*len(c.idx))
+		for _, i := range c.idx {
+			r := &rs[i]
+			runs, recs, recorded := s.runKeys(r.Job)
+			c.keys = append(c.keys, runs, recs, recorded)
+			c.args = append(c.args, runMember(r.Tick, r.Attempt, r.Trigger), encodeRun(r))
+		}
+	}
+	op := fmt.Sprintf("record %d runs", len(rs))
+	var sadd *redis.IntCmd
+	err := s.runCalls(ctx, calls, func(pipe redis.Pipeliner) { sadd = pipe.SAdd(ctx, s.jobsKey(), jobs...) })
+	if err == nil {
+		err = sadd.Err()
+	}
+	for _, c := range calls {
+		if err == nil {
+			err = c.cmd.Err()
+		}
+	}
+	if err != nil {
+		return ledgerErr(op, err)
+	}
+	return nil
+}
+
+// Runs implements driver.Ledger. With q.Job it runs ledger_runs.lua on the
+// job's keys: one round trip. Without, it reads the jobs set and then runs
+// the script for every job in one pipeline: two round trips (per node).
+// The script filters by tick range and status at the server and returns
+// no more than q.Limit records per job plus the rest of the last tick it
+// reached; the store merges, sorts and cuts.
+func (s *Store) Runs(ctx context.Context, q driver.RunQuery) ([]driver.RunRecord, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, ledgerErr("runs", err)
+	}
+	if q.Limit < 0 {
+		return nil, fmt.Errorf("redisstore: runs: negative Limit %d", q.Limit)
+	}
+	jobs := []string{q.Job}
+	if q.Job == "" {
+		var err error
+		if jobs, err = s.client.SMembers(ctx, s.jobsKey()).Result(); err != nil {
+			return nil, ledgerErr("runs", err)
+		}
+	}
+	if len(jobs) == 0 {
+		return nil, nil
+	}
+	args := runsArgs(&q)
+	calls := make([]*scriptCall, len(jobs))
+	for i, job := range jobs {
+		runs, recs, _ := s.runKeys(job)
+		calls[i] = &scriptCall{script: runsScript, keys: []string{runs, recs}, args: args}
+	}
+	if err := s.runCalls(ctx, calls, nil); err != nil {
+		return nil, ledgerErr("runs", err)
+	}
+	var out []driver.RunRecord
+	for i, c := range calls {
+		res, err := c.cmd.StringSlice()
+		if err != nil {
+			return nil, ledgerErr("runs", err)
+		}
+		for j := 0; j+1 < len(res); j += 2 {
+			r, err := decodeRun(jobs[i], res[j], res[j+1])
+			if err != nil {
+				return nil, ledgerErr("runs", fmt.Errorf("job %q, run %q: %w", jobs[i], res[j], err))
+			}
+			if q.Before == nil || r.Key().Compare(*q.Before) > 0 {
+				out = append(out, r)
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b driver.RunRecord) int { return a.Key().Compare(b.Key()) })
+	if q.Limit > 0 && len(out) > q.Limit {
+		out = out[:q.Limit]
+	}
+	return out, nil
+}
+
+// runsArgs returns ledger_runs.lua's arguments for q.
+func runsArgs(q *driver.RunQuery) []any {
+	hi, lo, uncounted := "+inf", "-inf", ""
+	if !q.To.IsZero() {
+		hi = "(" + strconv.FormatInt(micros(q.To), 10)
+	}
+	if q.Before != nil {
+		b := micros(q.Before.Tick)
+		if q.To.IsZero() || b < micros(q.To) {
+			hi = strconv.FormatInt(b, 10)
+		}
+		uncounted = strconv.FormatInt(b, 10)
+	}
+	if !q.From.IsZero() {
+		lo = strconv.FormatInt(micros(q.From), 10)
+	}
+	return []any{hi, lo, string(q.Status), q.Limit, uncounted}
+}
+
+// stateOps names the JobStateOps for ledger_state.lua.
+var stateOps = map[driver.JobStateOp]string{
+	driver.JobPause:       "pause",
+	driver.JobResume:      "resume",
+	driver.JobTrigger:     "trigger",
+	driver.JobTriggerDone: "done",
+}
+
+// SetJobState implements driver.Ledger in one round trip: ledger_state.lua
+// changes the job's field of the state hash and returns the new state.
+// A trigger request's At is Redis's TIME.
+func (s *Store) SetJobState(ctx context.Context, p driver.JobStateParams) (driver.JobState, error) {
+	if err := ctx.Err(); err != nil {
+		return driver.JobState{}, ledgerErr("set job state", err)
+	}
+	op, ok := stateOps[p.Op]
+	switch {
+	case p.Job == "":
+		return driver.JobState{}, errors.New("redisstore: set job state: empty Job")
+	case !ok:
+		return driver.JobState{}, fmt.Errorf("redisstore: set job state %q: unknown op %d", p.Job, p.Op)
+	case (p.Op == driver.JobTrigger || p.Op == driver.JobTriggerDone) && p.Trigger == "":
+		return driver.JobState{}, fmt.Errorf("redisstore: set job state %q: empty Trigger", p.Job)
+	}
+	args := []any{"evalsha", stateScript.sha, 1, s.stateKey(), op, p.Job, p.Trigger}
+	v, err := stateScript.run(ctx, s.client, args).Text()
+	if err != nil {
+		return driver.JobState{}, ledgerErr(fmt.Sprintf("set job state %q", p.Job), err)
+	}
+	st, err := decodeState(p.Job, v)
+	if err != nil {
+		return driver.JobState{}, ledgerErr(fmt.Sprintf("set job state %q", p.Job), err)
+	}
+	return st, nil
+}
+
+// decodeState reads a job's state as ledger_state.lua keeps it.
+func decodeState(job, v string) (driver.JobState, error) {
+	st := driver.JobState{Job: job}
+	if v == "" {
+		return st, errors.New("empty job state")
+	}
+	st.Paused = v[0] == '1'
+	for rest := v[1:]; rest != ""; {
+		var at, n string
+		var ok1, ok2 bool
+		at, rest, ok1 = strings.Cut(strings.TrimPrefix(rest, ":"), ":")
+		n, rest, ok2 = strings.Cut(rest, ":")
+		us, err1 := strconv.ParseInt(at, 10, 64)
+		l, err2 := strconv.Atoi(n)
+		if !ok1 || !ok2 || err1 != nil || err2 != nil || l < 0 || l > len(rest) {
+			return st, fmt.Errorf("malformed job state %q", v)
+		}
+		st.Triggers = append(st.Triggers, driver.TriggerRequest{ID: rest[:l], At: fromMicros(us)})
+		rest = rest[l:]
+	}
+	return st, nil
+}
+
+// JobStates implements driver.Ledger with one HGETALL of the state hash,
+// which holds only the jobs not in the default state.
+func (s *Store) JobStates(ctx context.Context) ([]driver.JobState, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, ledgerErr("job states", err)
+	}
+	m, err := s.client.HGetAll(ctx, s.stateKey()).Result()
+	if err != nil {
+		return nil, ledgerErr("job states", err)
+	}
+	out := make([]driver.JobState, 0, len(m))
+	for job, v := range m {
+		st, err := decodeState(job, v)
+		if err != nil {
+			return nil, ledgerErr("job states", fmt.Errorf("job %q: %w", job, err))
+		}
+		out = append(out, st)
+	}
+	return out, nil
+}
+
+// Prune implements driver.Ledger. Claims expire by themselves (PX), so it
+// deletes none and reports none. It reads the jobs set and prunes trigger
+// requests (ledger_state.lua) in one pipeline, then runs ledger_prune.lua
+// for every job in a second: two round trips (per node) when run records
+// are pruned, one otherwise.
+func (s *Store) Prune(ctx context.Context, p driver.PruneParams) (driver.PruneResult, error) {
+	var res driver.PruneResult
+	if err := ctx.Err(); err != nil {
+		return res, ledgerErr("prune", err)
+	}
+	if p.RunsOlderThan < 0 || p.KeepPerJob < 0 || p.TriggersOlderThan < 0 {
+		return res, errors.New("redisstore: prune: negative parameter")
+	}
+	pruneRuns := p.RunsOlderThan > 0 || p.KeepPerJob > 0
+	var calls []*scriptCall
+	if p.TriggersOlderThan > 0 {
+		calls = append(calls, &scriptCall{script: stateScript, keys: []string{s.stateKey()},
+			args: []any{"prune", p.TriggersOlderThan.Microseconds(), ""}})
+	}
+	var members *redis.StringSliceCmd
+	err := s.runCalls(ctx, calls, func(pipe redis.Pipeliner) {
+		if pruneRuns {
+			members = pipe.SMembers(ctx, s.jobsKey())
+		}
+	})
+	if err != nil {
+		return res, ledgerErr("prune", err)
+	}
+	if len(calls) > 0 {
+		n, err := calls[0].cmd.Int()
+		if err != nil {
+			return res, ledgerErr("prune trigger requests", err)
+		}
+		res.Triggers = n
+	}
+	if !pruneRuns {
+		return res, nil
+	}
+	jobs, err := members.Result()
+	if err != nil {
+		return res, ledgerErr("prune", err)
+	}
+	calls = make([]*scriptCall, len(jobs))
+	for i, job := range jobs {
+		runs, recs, recorded := s.runKeys(job)
+		calls[i] = &scriptCall{script: pruneScript, keys: []string{runs, recs, recorded},
+			args: []any{p.RunsOlderThan.Microseconds(), p.KeepPerJob}}
+	}
+	if err := s.runCalls(ctx, calls, nil); err != nil {
+		return res, ledgerErr("prune runs", err)
+	}
+	for i, c := range calls {
+		n, err := c.cmd.Int()
+		if err != nil {
+			return res, ledgerErr(fmt.Sprintf("prune runs of %q", jobs[i]), err)
+		}
+		res.Runs += n
+	}
+	return res, nil
+}

@@ -1,0 +1,303 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tasklock/tasklock/driver"
+	"github.com/tasklock/tasklock/storetest"
+)
+
+func TestLedgerSingle(t *testing.T) {
+	t.Parallel()
+	runLedger(t, singleDeployment(t))
+}
+
+func TestLedgerCluster(t *testing.T) {
+	t.Parallel()
+	runLedger(t, clusterDeployment(t))
+}
+
+// runLedger runs the ledger conformance suite and this store's own ledger
+// tests against d.
+func runLedger(t *testing.T, d deployment) {
+	t.Run("Conformance", func(t *testing.T) {
+		storetest.RunLedger(t, func(t *testing.T) driver.Store { return newStore(t, d.newClient(t), nil) })
+	})
+	t.Run("RoundTrips", func(t *testing.T) { testLedgerRoundTrips(t, d) })
+	t.Run("OddNames", func(t *testing.T) { testLedgerOddNames(t, d) })
+	t.Run("NoScript", func(t *testing.T) { testLedgerNoScript(t, d) })
+	t.Run("KeepPerJobWithinTick", func(t *testing.T) { testLedgerKeepWithinTick(t, d) })
+}
+
+// cmdHook records the commands a client sends and the pipelines it sends
+// them in.
+type cmdHook struct {
+	mu        sync.Mutex
+	cmds      []string
+	pipelines int
+}
+
+func (h *cmdHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *cmdHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.mu.Lock()
+		h.cmds = append(h.cmds, cmd.Name())
+		h.mu.Unlock()
+		return next(ctx, cmd)
+	}
+}
+
+func (h *cmdHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.mu.Lock()
+		h.pipelines++
+		for _, c := range cmds {
+			h.cmds = append(h.cmds, c.Name())
+		}
+		h.mu.Unlock()
+		return next(ctx, cmds)
+	}
+}
+
+// take returns what was sent since the last take, and forgets it.
+func (h *cmdHook) take() (cmds []string, pipelines int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	cmds, pipelines = h.cmds, h.pipelines
+	h.cmds, h.pipelines = nil, 0
+	return cmds, pipelines
+}
+
+var ledgerTick = time.Date(2030, time.January, 1, 0, 0, 0, 0, time.UTC)
+
+// testLedgerRoundTrips: a claim of many ticks of many jobs is one pipeline
+// whose script calls each stay in one hash slot; JobStates is one command;
+// a job's runs are one script call.
+func testLedgerRoundTrips(t *testing.T, d deployment) {
+	c := d.newClient(t)
+	s := newStore(t, c, nil)
+	ctx := ctxT(t)
+	const jobs, ticks = 300, 4
+	var ps []driver.ClaimParams
+	for j := range jobs {
+		for k := range ticks {
+			ps = append(ps, driver.ClaimParams{Job: fmt.Sprintf("job-%d", j), Tick: ledgerTick.Add(time.Duration(k) * time.Second),
+				Node: "n1", Token: "t1", Retain: time.Hour})
+		}
+	}
+	// Warm the script caches, so the counts below are of one call.
+	if _, err := s.Claim(ctx, ps[:1]); err != nil {
+		t.Fatal(err)
+	}
+	hook := &countHook{}
+	cmds := &cmdHook{}
+	c.AddHook(hook)
+	c.AddHook(cmds)
+	hook.reset()
+	res, err := s.Claim(ctx, ps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range res {
+		if e != nil {
+			t.Fatalf("claim %d: %v", i, e)
+		}
+	}
+	evalsha, eval, pipelines, keys := hook.snapshot()
+	t.Logf("%s: claimed %d ticks: %d EVALSHA, %d EVAL, %d pipelines", d.name, len(ps), evalsha, eval, pipelines)
+	if pipelines != 1 || eval != 0 {
+		t.Errorf("%d pipelines and %d EVAL, want 1 pipeline and no EVAL", pipelines, eval)
+	}
+	if !d.cluster && evalsha != (len(ps)+ledgerChunk-1)/ledgerChunk {
+		t.Errorf("%d EVALSHA for %d claims, want one per %d", evalsha, len(ps), ledgerChunk)
+	}
+	for _, ks := range keys {
+		for _, k := range ks[1:] {
+			if d.cluster && slot(k) != slot(ks[0]) {
+				t.Fatalf("one script call spans slots %d and %d", slot(ks[0]), slot(k))
+			}
+		}
+	}
+	// Claiming them again with another token reports every holder.
+	for i := range ps {
+		ps[i].Token, ps[i].Node = "t2", "n2"
+	}
+	res, err = s.Claim(ctx, ps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range res {
+		var ce *driver.ClaimedError
+		if !errors.As(e, &ce) || ce.Node != "n1" || time.Since(ce.At).Abs() > time.Minute {
+			t.Fatalf("claim %d by another token: %v (%+v)", i, e, ce)
+		}
+	}
+
+	if _, err := s.SetJobState(ctx, driver.JobStateParams{Job: "job-1", Op: driver.JobPause}); err != nil {
+		t.Fatal(err)
+	}
+	var rs []driver.RunRecord
+	for j := range 20 {
+		rs = append(rs, driver.RunRecord{Job: fmt.Sprintf("job-%d", j), Tick: ledgerTick, Attempt: 1, Status: driver.RunOK})
+	}
+	cmds.take()
+	if err := s.RecordRuns(ctx, rs); err != nil {
+		t.Fatal(err)
+	}
+	if got, pipelines := cmds.take(); pipelines != 1 {
+		t.Errorf("RecordRuns of %d records: %d pipelines (%v), want 1", len(rs), pipelines, got)
+	}
+	sts, err := s.JobStates(ctx)
+	if err != nil || len(sts) != 1 || sts[0].Job != "job-1" || !sts[0].Paused {
+		t.Fatalf("JobStates = %+v, %v", sts, err)
+	}
+	if got, _ := cmds.take(); len(got) != 1 {
+		t.Errorf("JobStates sent %v, want one command", got)
+	}
+	if got, err := s.Runs(ctx, driver.RunQuery{Job: "job-3"}); err != nil || len(got) != 1 {
+		t.Fatalf("Runs of one job = %+v, %v", got, err)
+	}
+	if got, pipelines := cmds.take(); len(got) != 1 || pipelines != 1 {
+		t.Errorf("Runs of one job sent %v in %d pipelines, want one command", got, pipelines)
+	}
+	if got, err := s.Runs(ctx, driver.RunQuery{Limit: 5}); err != nil || len(got) != 5 {
+		t.Fatalf("Runs of every job = %d records, %v", len(got), err)
+	}
+	if got, _ := cmds.take(); len(got) != 1+20 {
+		t.Errorf("Runs of every job sent %d commands, want SMEMBERS and one per job", len(got))
+	}
+	// The ledger's keys are not leases.
+	if ls, err := s.Leases(ctx, ""); err != nil || len(ls) != 0 {
+		t.Fatalf("Leases with only ledger keys = %+v, %v", ls, err)
+	}
+}
+
+// testLedgerOddNames: job names, triggers, tokens and nodes with braces,
+// colons, newlines and bytes that are not UTF-8 are kept exactly, on every
+// deployment.
+func testLedgerOddNames(t *testing.T, d deployment) {
+	s := newStore(t, d.newClient(t), nil)
+	ctx := ctxT(t)
+	names := []string{"}lead", "a}b{c", "x{y}", "{}", "with:colons:", "nl\nnl", "\xff\xfe", "é"}
+	for i, job := range names {
+		trigger := names[(i+1)%len(names)]
+		p := driver.ClaimParams{Job: job, Tick: ledgerTick, Trigger: trigger, Node: names[(i+2)%len(names)],
+			Token: names[(i+3)%len(names)], Retain: time.Hour}
+		res, err := s.Claim(ctx, []driver.ClaimParams{p, p})
+		if err != nil || res[0] != nil || res[1] != nil {
+			t.Fatalf("claim %q/%q: %v, %v", job, trigger, res, err)
+		}
+		q := p
+		q.Token = "other"
+		res, err = s.Claim(ctx, []driver.ClaimParams{q})
+		var ce *driver.ClaimedError
+		if err != nil || !errors.As(res[0], &ce) || ce.Node != p.Node {
+			t.Fatalf("claim %q/%q by another token: %v, %v", job, trigger, res, err)
+		}
+
+		r := driver.RunRecord{Job: job, Tick: ledgerTick, Trigger: trigger, Attempt: 2, Node: p.Node, Fence: 1<<64 - 1,
+			Start: ledgerTick.Add(time.Millisecond), Status: driver.RunFailed, Error: "e:" + job, Output: "3:abc" + trigger}
+		if err := s.RecordRuns(ctx, []driver.RunRecord{r}); err != nil {
+			t.Fatal(err)
+		}
+		got, err := s.Runs(ctx, driver.RunQuery{Job: job, Status: driver.RunFailed})
+		if err != nil || len(got) != 1 {
+			t.Fatalf("runs of %q: %+v, %v", job, got, err)
+		}
+		g := got[0]
+		r.Recorded = g.Recorded
+		if g.Job != r.Job || !g.Tick.Equal(r.Tick) || g.Trigger != r.Trigger || g.Attempt != r.Attempt || g.Node != r.Node ||
+			g.Fence != r.Fence || !g.Start.Equal(r.Start) || !g.End.IsZero() || g.Status != r.Status || g.Error != r.Error || g.Output != r.Output {
+			t.Fatalf("record of %q:\n got  %+v\n want %+v", job, g, r)
+		}
+
+		st, err := s.SetJobState(ctx, driver.JobStateParams{Job: job, Op: driver.JobTrigger, Trigger: trigger})
+		if err != nil || len(st.Triggers) != 1 || st.Triggers[0].ID != trigger {
+			t.Fatalf("trigger %q of %q: %+v, %v", trigger, job, st, err)
+		}
+	}
+	sts, err := s.JobStates(ctx)
+	if err != nil || len(sts) != len(names) {
+		t.Fatalf("JobStates = %+v, %v; want %d jobs", sts, err, len(names))
+	}
+	if rs, err := s.Runs(ctx, driver.RunQuery{}); err != nil || len(rs) != len(names) {
+		t.Fatalf("Runs of every job = %d records, %v; want %d", len(rs), err, len(names))
+	}
+}
+
+// testLedgerNoScript: after SCRIPT FLUSH every ledger call loads its script
+// again.
+func testLedgerNoScript(t *testing.T, d deployment) {
+	c := d.newClient(t)
+	s := newStore(t, c, nil)
+	ctx := ctxT(t)
+	forEachMaster(t, c, func(c *redis.Client) error { return c.ScriptFlush(ctx).Err() })
+	res, err := s.Claim(ctx, []driver.ClaimParams{{Job: "j", Tick: ledgerTick, Token: "t", Retain: time.Hour}})
+	if err != nil || res[0] != nil {
+		t.Fatalf("Claim after SCRIPT FLUSH: %v, %v", res, err)
+	}
+	if err := s.RecordRuns(ctx, []driver.RunRecord{{Job: "j", Tick: ledgerTick, Attempt: 1, Status: driver.RunOK}}); err != nil {
+		t.Fatalf("RecordRuns after SCRIPT FLUSH: %v", err)
+	}
+	if rs, err := s.Runs(ctx, driver.RunQuery{}); err != nil || len(rs) != 1 {
+		t.Fatalf("Runs after SCRIPT FLUSH: %v, %v", rs, err)
+	}
+	if _, err := s.SetJobState(ctx, driver.JobStateParams{Job: "j", Op: driver.JobTrigger, Trigger: "x"}); err != nil {
+		t.Fatalf("SetJobState after SCRIPT FLUSH: %v", err)
+	}
+	forEachMaster(t, c, func(c *redis.Client) error { return c.ScriptFlush(ctx).Err() })
+	res2, err := s.Prune(ctx, driver.PruneParams{KeepPerJob: 1, TriggersOlderThan: time.Hour})
+	if err != nil || res2 != (driver.PruneResult{}) {
+		t.Fatalf("Prune after SCRIPT FLUSH: %+v, %v", res2, err)
+	}
+}
+
+// testLedgerKeepWithinTick: KeepPerJob cuts inside one tick in the listing
+// order (trigger ascending, then attempt descending), comparing triggers by
+// bytes whatever the server's locale.
+func testLedgerKeepWithinTick(t *testing.T, d deployment) {
+	s := newStore(t, d.newClient(t), nil)
+	ctx := ctxT(t)
+	var rs []driver.RunRecord
+	for _, trig := range []string{"", "B", "a", "ab", "\xff"} {
+		for attempt := 1; attempt <= 11; attempt += 5 {
+			rs = append(rs, driver.RunRecord{Job: "k", Tick: ledgerTick, Trigger: trig, Attempt: attempt, Status: driver.RunOK})
+		}
+	}
+	rs = append(rs, driver.RunRecord{Job: "k", Tick: ledgerTick.Add(-time.Second), Attempt: 1, Status: driver.RunOK})
+	if err := s.RecordRuns(ctx, rs); err != nil {
+		t.Fatal(err)
+	}
+	all, err := s.Runs(ctx, driver.RunQuery{Job: "k"})
+	if err != nil || len(all) != len(rs) {
+		t.Fatalf("Runs = %d records, %v", len(all), err)
+	}
+	const keep = 7
+	res, err := s.Prune(ctx, driver.PruneParams{KeepPerJob: keep})
+	if err != nil || res.Runs != len(rs)-keep {
+		t.Fatalf("Prune = %+v, %v; want %d runs deleted", res, err, len(rs)-keep)
+	}
+	kept, err := s.Runs(ctx, driver.RunQuery{Job: "k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(runKeys(kept)) != fmt.Sprint(runKeys(all[:keep])) {
+		t.Fatalf("kept\n %v\nwant\n %v", runKeys(kept), runKeys(all[:keep]))
+	}
+}
+
+func runKeys(rs []driver.RunRecord) []driver.RunKey {
+	out := make([]driver.RunKey, len(rs))
+	for i, r := range rs {
+		out[i] = r.Key()
+	}
+	return out
+}
