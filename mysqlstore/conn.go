@@ -137,25 +137,15 @@ func (s *Store) connAcquire(ctx context.Context, p driver.AcquireParams) (driver
 }
 
 func (s *Store) connAcquireSQL(p driver.AcquireParams) string {
-	const expired = "expires_at <= UTC_TIMESTAMP(6)"
 	b := make([]byte, 0, 1000+4*len(p.Key)+4*len(p.Token)+2*len(p.Owner))
-	b = append(b, "INSERT INTO "...)
-	b = append(b, s.qt...)
-	b = append(b, " (lock_key, token, owner, fence, acquired_at, expires_at) SELECT "...)
-	b = appendHex(b, p.Key)
-	b = append(b, ", "...)
-	b = appendHex(b, p.Token)
-	b = append(b, ", "...)
-	b = appendText(b, p.Owner)
-	b = append(b, ", LAST_INSERT_ID(1), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) FROM DUAL WHERE GET_LOCK("...)
+	b = s.appendAcquireInsert(b, p, "SELECT ")
+	b = append(b, "UTC_TIMESTAMP(6) FROM DUAL WHERE GET_LOCK("...)
 	b = append(b, s.lockName(appendHex(nil, p.Key))...)
-	b = append(b, ", 0) = 1 ON DUPLICATE KEY UPDATE fence = IF("+expired+", LAST_INSERT_ID(fence + 1), fence + 0 * LAST_INSERT_ID("...)
+	b = append(b, ", 0) = 1 ON DUPLICATE KEY UPDATE fence = IF("+acquireExpired+", LAST_INSERT_ID(fence + 1), fence + 0 * LAST_INSERT_ID("...)
 	b = strconv.AppendUint(b, minHoldFlag, 10)
-	b = append(b, " + TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at))), token = IF("+expired+", "...)
-	b = appendHex(b, p.Token)
-	b = append(b, ", token), owner = IF("+expired+", "...)
-	b = appendText(b, p.Owner)
-	b = append(b, ", owner), acquired_at = IF("+expired+", UTC_TIMESTAMP(6), acquired_at), expires_at = IF("+expired+", UTC_TIMESTAMP(6), expires_at)"...)
+	b = append(b, " + TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at)))"...)
+	// The row of a connection-held lock holds no lease: it expires now.
+	b = appendAcquireTakeover(b, p, []byte("UTC_TIMESTAMP(6)"))
 	return string(b)
 }
 
@@ -283,14 +273,7 @@ func (s *Store) connRelease(ctx context.Context, p driver.ReleaseParams) error {
 	defer hc.mu.Unlock()
 	name := s.lockName(appendHex(nil, p.Key))
 	b := make([]byte, 0, 500+2*len(name)+2*len(p.Key)+2*len(p.Token))
-	b = append(b, "UPDATE "...)
-	b = append(b, s.qt...)
-	b = append(b, " SET token = '', expires_at = "...)
-	if p.KeepFor > 0 {
-		b = appendExpiry(b, p.KeepFor)
-	} else {
-		b = append(b, "UTC_TIMESTAMP(6)"...)
-	}
+	b = s.appendReleaseUpdate(b, p.KeepFor)
 	b = append(b, ", fence = fence + 0 * COALESCE(RELEASE_LOCK("...)
 	b = append(b, name...)
 	b = append(b, "), 0) WHERE lock_key = "...)
@@ -349,12 +332,7 @@ func (s *Store) connForceRelease(ctx context.Context, key string) error {
 			return s.wrap(op, err)
 		}
 	}
-	b = append(b[:0], "UPDATE "...)
-	b = append(b, s.qt...)
-	b = append(b, " SET token = '', expires_at = UTC_TIMESTAMP(6) WHERE lock_key = "...)
-	b = appendHex(b, key)
-	b = append(b, " AND expires_at > UTC_TIMESTAMP(6)"...)
-	n, err := s.execRows(ctx, string(b))
+	n, err := s.endLease(ctx, key)
 	if err != nil {
 		return s.wrap(op, err)
 	}
@@ -368,40 +346,14 @@ func (s *Store) connForceRelease(ctx context.Context, key string) error {
 // as long as the session) and the MinHold leases left by releases.
 func (s *Store) connLeases(ctx context.Context, prefix string) ([]driver.Lease, error) {
 	b := make([]byte, 0, 400+4*len(prefix))
-	b = append(b, "SELECT lock_key, owner, fence, IS_USED_LOCK("...)
+	b = append(b, "SELECT lock_key, owner, fence, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at), IS_USED_LOCK("...)
 	b = append(b, s.lockName([]byte("lock_key"))...)
-	b = append(b, ") IS NOT NULL, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) FROM "...)
+	b = append(b, ") IS NOT NULL FROM "...)
 	b = append(b, s.qt...)
 	b = append(b, " WHERE TRUE"...)
 	b = appendPrefixFilter(b, prefix)
 	b = append(b, " ORDER BY lock_key"...)
-	rows, err := s.db.QueryContext(ctx, string(b))
-	if err != nil {
-		return nil, s.wrap("list leases", err)
-	}
-	defer rows.Close()
-	var out []driver.Lease
-	for rows.Next() {
-		var key []byte
-		var l driver.Lease
-		var used bool
-		var us int64
-		if err := rows.Scan(&key, &l.Owner, &l.Fence, &used, &us); err != nil {
-			return nil, s.wrap("list leases", err)
-		}
-		if !used && us <= 0 {
-			continue
-		}
-		l.Key = string(key)
-		if !used {
-			l.TTL = fromMicros(us)
-		}
-		out = append(out, l)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, s.wrap("list leases", err)
-	}
-	return out, nil
+	return s.queryLeases(ctx, string(b), true)
 }
 
 // forget removes hc from the held map if it is still there.

@@ -135,4 +135,37 @@
 // database is wrapped with %w (a *mysql.MySQLError can be unwrapped). When
 // the lock table does not exist, the error says to run Migrate. The store
 // never logs.
+//
+// # Ledger
+//
+// The Store also implements driver.Ledger, the tick ledger of package
+// schedule, in four tables named after the lock table that Migrate creates
+// (migration 002_ledger): <Table>_claims, <Table>_runs, <Table>_jobs and
+// <Table>_triggers. Job and trigger names and tokens are bytes compared
+// byte for byte (VARBINARY): jobs at most 512 bytes, trigger IDs and tokens
+// at most 128; node names at most MaxOwnerLength characters of UTF-8;
+// times within the years 1000 to 9999 (DATETIME(6), UTC, to the
+// microsecond). Other requests fail with driver.ErrUnsupported. Every time
+// the ledger decides by (claim expiry, Recorded, a trigger's At, record and
+// trigger ages in Prune) is the server's UTC_TIMESTAMP(6). Round trips:
+//
+//   - Claim: a multi-row INSERT ... ON DUPLICATE KEY UPDATE per 1,000 keys,
+//     sorted by key so that concurrent batches lock rows in one order. It
+//     takes a key that is new, whose claim has expired, or that the same
+//     token holds; for any other key it calls LAST_INSERT_ID(1), so an
+//     insert id of 0 says the node won the whole batch: one round trip.
+//     Otherwise a SELECT of the batch's keys reads who holds each: two.
+//   - RecordRuns: one multi-row upsert per 1,000 records (or 4 MiB of SQL).
+//     Error and Output are utf8mb4 text: invalid UTF-8 becomes U+FFFD.
+//   - Runs: one SELECT. The runs table keeps rev_tick (minus the tick in
+//     microseconds) and rev_attempt (minus the attempt) so that its primary
+//     key (per job) and its by_tick index (across jobs) are ascending in
+//     listing order on every server, MariaDB before 10.8 included, which
+//     ignores DESC in indexes. A continued listing (RunQuery.Before) is a
+//     UNION ALL of four limited index ranges, so that the thousandth page of
+//     a million records costs what the first does.
+//   - SetJobState: the change, then a SELECT of the job's state (two).
+//     JobStates: one SELECT of every paused job and pending trigger.
+//   - Prune: a DELETE per table (by time in batches of 10,000 rows), and for
+//     KeepPerJob one multi-table DELETE joined with a ROW_NUMBER() ranking.
 package mysqlstore

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tasklock/tasklock"
+	"github.com/tasklock/tasklock/internal/faulttest"
 	"github.com/tasklock/tasklock/internal/testserver"
 )
 
@@ -150,12 +151,7 @@ func helperWrites(t *testing.T, h *testserver.Process) (accepted []uint64, rejec
 
 func newFaultLocker(t *testing.T, s *Store, owner string) *tasklock.Locker {
 	t.Helper()
-	lk, err := tasklock.New(s, &tasklock.Config{Owner: owner})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = lk.Close() })
-	return lk
+	return faulttest.NewLocker(t, s, tasklock.Config{Owner: owner})
 }
 
 // TestHolderKilled: a holder process is SIGKILLed; another process obtains
@@ -181,12 +177,7 @@ func TestHolderKilled(t *testing.T) {
 			lk := newFaultLocker(t, s, "next")
 
 			h.Kill(t)
-			killed := time.Now()
-			l, err := lk.Obtain(ctxT(t), faultKey, &tasklock.ObtainOptions{TTL: 5 * time.Second})
-			if err != nil {
-				t.Fatal(err)
-			}
-			el := time.Since(killed)
+			l, el := faulttest.Obtain(t, lk, faultKey, &tasklock.ObtainOptions{TTL: 5 * time.Second}, time.Now())
 			t.Logf("%s: obtained %v after SIGKILL of the holder (TTL %v)", tc.mode, el.Round(time.Millisecond), tc.ttl)
 			if el > tc.limit {
 				t.Errorf("takeover took %v, want ≤ %v", el, tc.limit)
@@ -227,12 +218,8 @@ func TestHolderPaused(t *testing.T) {
 			lk := newFaultLocker(t, s, "next")
 
 			h.Stop(t)
-			stopped := time.Now()
-			l, err := lk.Obtain(ctxT(t), faultKey, &tasklock.ObtainOptions{TTL: 5 * time.Second})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Logf("%s: obtained %v after SIGSTOP of the holder (TTL %v)", mode, time.Since(stopped).Round(time.Millisecond), ttl)
+			l, took := faulttest.Obtain(t, lk, faultKey, &tasklock.ObtainOptions{TTL: 5 * time.Second}, time.Now())
+			t.Logf("%s: obtained %v after SIGSTOP of the holder (TTL %v)", mode, took.Round(time.Millisecond), ttl)
 			if l.Fence() <= f1 {
 				t.Fatalf("fence %d after the paused holder's %d", l.Fence(), f1)
 			}

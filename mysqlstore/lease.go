@@ -58,27 +58,14 @@ func (s *Store) leaseAcquire(ctx context.Context, p driver.AcquireParams) (drive
 }
 
 func (s *Store) leaseAcquireSQL(p driver.AcquireParams) string {
-	const expired = "expires_at <= UTC_TIMESTAMP(6)"
+	expiry := appendExpiry(nil, p.TTL)
 	b := make([]byte, 0, 900+4*len(p.Key)+4*len(p.Token)+2*len(p.Owner))
-	b = append(b, "INSERT INTO "...)
-	b = append(b, s.qt...)
-	b = append(b, " (lock_key, token, owner, fence, acquired_at, expires_at) VALUES ("...)
-	b = appendHex(b, p.Key)
-	b = append(b, ", "...)
+	b = s.appendAcquireInsert(b, p, "VALUES (")
+	b = append(b, expiry...)
+	b = append(b, ") ON DUPLICATE KEY UPDATE fence = IF("+acquireExpired+", LAST_INSERT_ID(fence + 1), IF(token = "...)
 	b = appendHex(b, p.Token)
-	b = append(b, ", "...)
-	b = appendText(b, p.Owner)
-	b = append(b, ", LAST_INSERT_ID(1), UTC_TIMESTAMP(6), "...)
-	b = appendExpiry(b, p.TTL)
-	b = append(b, ") ON DUPLICATE KEY UPDATE fence = IF("+expired+", LAST_INSERT_ID(fence + 1), IF(token = "...)
-	b = appendHex(b, p.Token)
-	b = append(b, ", LAST_INSERT_ID(fence), fence + 0 * LAST_INSERT_ID(0))), token = IF("+expired+", "...)
-	b = appendHex(b, p.Token)
-	b = append(b, ", token), owner = IF("+expired+", "...)
-	b = appendText(b, p.Owner)
-	b = append(b, ", owner), acquired_at = IF("+expired+", UTC_TIMESTAMP(6), acquired_at), expires_at = IF("+expired+", "...)
-	b = appendExpiry(b, p.TTL)
-	b = append(b, ", expires_at)"...)
+	b = append(b, ", LAST_INSERT_ID(fence), fence + 0 * LAST_INSERT_ID(0)))"...)
+	b = appendAcquireTakeover(b, p, expiry)
 	return string(b)
 }
 
@@ -110,14 +97,7 @@ func (s *Store) leaseHolder(ctx context.Context, key string) (*driver.HeldError,
 // more, and keeps the owner, which a MinHold lease still shows.
 func (s *Store) leaseRelease(ctx context.Context, p driver.ReleaseParams) error {
 	b := make([]byte, 0, 260+2*len(p.Key)+2*len(p.Token))
-	b = append(b, "UPDATE "...)
-	b = append(b, s.qt...)
-	b = append(b, " SET token = '', expires_at = "...)
-	if p.KeepFor > 0 {
-		b = appendExpiry(b, p.KeepFor)
-	} else {
-		b = append(b, "UTC_TIMESTAMP(6)"...)
-	}
+	b = s.appendReleaseUpdate(b, p.KeepFor)
 	b = append(b, " WHERE lock_key = "...)
 	b = appendHex(b, p.Key)
 	b = append(b, " AND token = "...)
@@ -135,13 +115,7 @@ func (s *Store) leaseRelease(ctx context.Context, p driver.ReleaseParams) error 
 
 // leaseForceRelease ends key's live lease whoever holds it.
 func (s *Store) leaseForceRelease(ctx context.Context, key string) error {
-	b := make([]byte, 0, 160+2*len(key))
-	b = append(b, "UPDATE "...)
-	b = append(b, s.qt...)
-	b = append(b, " SET token = '', expires_at = UTC_TIMESTAMP(6) WHERE lock_key = "...)
-	b = appendHex(b, key)
-	b = append(b, " AND expires_at > UTC_TIMESTAMP(6)"...)
-	n, err := s.execRows(ctx, string(b))
+	n, err := s.endLease(ctx, key)
 	if err != nil {
 		return s.wrap(fmt.Sprintf("force release %q", key), err)
 	}
@@ -149,6 +123,19 @@ func (s *Store) leaseForceRelease(ctx context.Context, key string) error {
 		return driver.ErrNotHeld
 	}
 	return nil
+}
+
+// endLease ends key's live lease row whoever holds it, in either mode (in
+// connection mode the row's lease is a MinHold lease left by a release),
+// and returns the number of rows changed: 0 when no lease was live.
+func (s *Store) endLease(ctx context.Context, key string) (int64, error) {
+	b := make([]byte, 0, 160+2*len(key))
+	b = append(b, "UPDATE "...)
+	b = append(b, s.qt...)
+	b = append(b, " SET token = '', expires_at = UTC_TIMESTAMP(6) WHERE lock_key = "...)
+	b = appendHex(b, key)
+	b = append(b, " AND expires_at > UTC_TIMESTAMP(6)"...)
+	return s.execRows(ctx, string(b))
 }
 
 // execRows runs a statement and returns the number of affected rows.
@@ -320,24 +307,5 @@ func (s *Store) leaseLeases(ctx context.Context, prefix string) ([]driver.Lease,
 	b = append(b, " WHERE expires_at > UTC_TIMESTAMP(6)"...)
 	b = appendPrefixFilter(b, prefix)
 	b = append(b, " ORDER BY lock_key"...)
-	rows, err := s.db.QueryContext(ctx, string(b))
-	if err != nil {
-		return nil, s.wrap("list leases", err)
-	}
-	defer rows.Close()
-	var out []driver.Lease
-	for rows.Next() {
-		var key []byte
-		var l driver.Lease
-		var us int64
-		if err := rows.Scan(&key, &l.Owner, &l.Fence, &us); err != nil {
-			return nil, s.wrap("list leases", err)
-		}
-		l.Key, l.TTL = string(key), fromMicros(us)
-		out = append(out, l)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, s.wrap("list leases", err)
-	}
-	return out, nil
+	return s.queryLeases(ctx, string(b), false)
 }

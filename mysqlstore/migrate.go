@@ -6,7 +6,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"sort"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -29,6 +29,9 @@ type migration struct {
 	name    string
 	stmts   []string // with {{table}} still in them
 }
+
+// id returns m's version and name, for sqlmigrate.
+func (m migration) id() (int, string) { return m.version, m.name }
 
 var loadMigrations = sync.OnceValues(func() ([]migration, error) {
 	files, err := sqlmigrate.Load(migrationFiles, "migrations", ".sql", "mysqlstore")
@@ -144,12 +147,9 @@ func migrateLocked(ctx context.Context, conn *sql.Conn, table string, ms []migra
 	if err != nil {
 		return err
 	}
-	for _, m := range ms {
-		if _, ok := applied[m.version]; ok {
-			continue
-		}
+	for _, m := range sqlmigrate.Pending(ms, migration.id, applied) {
 		for _, stmt := range m.stmts {
-			stmt = strings.ReplaceAll(stmt, "{{table}}", "`"+table+"`")
+			stmt = expandTable(stmt, table)
 			if _, err := conn.ExecContext(ctx, stmt); err != nil {
 				return fmt.Errorf("mysqlstore: migrate: migration %03d_%s: %w", m.version, m.name, err)
 			}
@@ -163,9 +163,15 @@ func migrateLocked(ctx context.Context, conn *sql.Conn, table string, ms []migra
 	return nil
 }
 
-type appliedRow struct {
-	name string
-	at   time.Time
+// tableRef matches {{table}}, the lock table, and {{table_suffix}}, a table
+// named after it (the ledger's {{table_claims}}, ...), in migrations.
+var tableRef = regexp.MustCompile(`\{\{table(_[a-z]+)?\}\}`)
+
+// expandTable replaces the table references in stmt with quoted names.
+func expandTable(stmt, table string) string {
+	return tableRef.ReplaceAllStringFunc(stmt, func(ref string) string {
+		return "`" + table + strings.TrimSuffix(strings.TrimPrefix(ref, "{{table"), "}}") + "`"
+	})
 }
 
 // querier is what appliedVersions reads through: a *sql.DB or a *sql.Conn.
@@ -174,13 +180,13 @@ type querier interface {
 }
 
 // appliedVersions reads the migration table vt (quoted).
-func appliedVersions(ctx context.Context, q querier, vt string) (map[int]appliedRow, error) {
+func appliedVersions(ctx context.Context, q querier, vt string) (map[int]sqlmigrate.Applied, error) {
 	rows, err := q.QueryContext(ctx, "SELECT version, name, DATE_FORMAT(applied_at, '%Y-%m-%d %H:%i:%s.%f') FROM "+vt)
 	if err != nil {
 		return nil, fmt.Errorf("mysqlstore: read %s: %w", vt, err)
 	}
 	defer rows.Close()
-	out := make(map[int]appliedRow)
+	out := make(map[int]sqlmigrate.Applied)
 	for rows.Next() {
 		var v int
 		var name, at string
@@ -191,7 +197,7 @@ func appliedVersions(ctx context.Context, q querier, vt string) (map[int]applied
 		if err != nil {
 			return nil, fmt.Errorf("mysqlstore: read %s: applied_at %q: %w", vt, at, err)
 		}
-		out[v] = appliedRow{name, t}
+		out[v] = sqlmigrate.Applied{Name: name, At: t}
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("mysqlstore: read %s: %w", vt, err)
@@ -220,17 +226,10 @@ func MigrationStatus(ctx context.Context, db *sql.DB, opts *Options) ([]Migratio
 	if err != nil {
 		return nil, err
 	}
-	var out []MigrationState
-	known := make(map[int]bool)
-	for _, m := range ms {
-		known[m.version] = true
-		out = append(out, MigrationState{Version: m.version, Name: m.name, AppliedAt: applied[m.version].at})
+	states := sqlmigrate.Status(ms, migration.id, applied)
+	out := make([]MigrationState, len(states))
+	for i, st := range states {
+		out[i] = MigrationState{Version: st.Version, Name: st.Name, AppliedAt: st.AppliedAt}
 	}
-	for v, a := range applied {
-		if !known[v] {
-			out = append(out, MigrationState{Version: v, Name: a.name, AppliedAt: a.at})
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
 	return out, nil
 }

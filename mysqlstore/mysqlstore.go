@@ -119,8 +119,9 @@ func validateTable(name string) error {
 }
 
 // Store keeps tasklock leases in a MySQL or MariaDB table through the
-// caller's *sql.DB. It implements driver.Store, driver.Lister and
-// driver.ForceReleaser, and is safe for concurrent use. Create it with New.
+// caller's *sql.DB. It implements driver.Store, driver.Lister,
+// driver.ForceReleaser and driver.Ledger, and is safe for concurrent use.
+// Create it with New.
 type Store struct {
 	db    *sql.DB
 	table string // validated, unquoted
@@ -238,6 +239,45 @@ func (s *Store) Leases(ctx context.Context, prefix string) ([]driver.Lease, erro
 	return s.leaseLeases(ctx, prefix)
 }
 
+// queryLeases runs q, a SELECT of lock_key, owner, fence and the µs left
+// of the row's lease, followed, when inUse is set (connection mode), by
+// whether the key's GET_LOCK is in use. It lists each row whose lock is in
+// use, with TTL 0 (it lasts as long as its session), and each other row
+// whose lease is still running, with the time left.
+func (s *Store) queryLeases(ctx context.Context, q string, inUse bool) ([]driver.Lease, error) {
+	rows, err := s.db.QueryContext(ctx, q)
+	if err != nil {
+		return nil, s.wrap("list leases", err)
+	}
+	defer rows.Close()
+	var out []driver.Lease
+	for rows.Next() {
+		var key []byte
+		var l driver.Lease
+		var us int64
+		var used bool
+		dest := []any{&key, &l.Owner, &l.Fence, &us}
+		if inUse {
+			dest = append(dest, &used)
+		}
+		if err := rows.Scan(dest...); err != nil {
+			return nil, s.wrap("list leases", err)
+		}
+		if !used && us <= 0 {
+			continue
+		}
+		l.Key = string(key)
+		if !used {
+			l.TTL = fromMicros(us)
+		}
+		out = append(out, l)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.wrap("list leases", err)
+	}
+	return out, nil
+}
+
 func checkAcquire(p driver.AcquireParams) error {
 	switch {
 	case p.Key == "":
@@ -297,6 +337,56 @@ func appendExpiry(b []byte, d time.Duration) []byte {
 	b = append(b, "UTC_TIMESTAMP(6) + INTERVAL "...)
 	b = strconv.AppendInt(b, micros(d), 10)
 	return append(b, " MICROSECOND"...)
+}
+
+// acquireExpired is true of a row whose lease has ended: an acquire, in
+// either mode, takes it over.
+const acquireExpired = "expires_at <= UTC_TIMESTAMP(6)"
+
+// appendAcquireInsert appends the start of either mode's acquire statement,
+// up to the new row's expires_at: "INSERT INTO t (lock_key, token, owner,
+// fence, acquired_at, expires_at) " + src + "key, token, owner,
+// LAST_INSERT_ID(1), UTC_TIMESTAMP(6), ". src is "VALUES (" or "SELECT ".
+func (s *Store) appendAcquireInsert(b []byte, p driver.AcquireParams, src string) []byte {
+	b = append(b, "INSERT INTO "...)
+	b = append(b, s.qt...)
+	b = append(b, " (lock_key, token, owner, fence, acquired_at, expires_at) "...)
+	b = append(b, src...)
+	b = appendHex(b, p.Key)
+	b = append(b, ", "...)
+	b = appendHex(b, p.Token)
+	b = append(b, ", "...)
+	b = appendText(b, p.Owner)
+	return append(b, ", LAST_INSERT_ID(1), UTC_TIMESTAMP(6), "...)
+}
+
+// appendAcquireTakeover appends the ON DUPLICATE KEY UPDATE assignments
+// that follow fence's in either mode's acquire statement: an expired row
+// gets p's token and owner, is acquired now and expires at expiry (an SQL
+// expression); a live row keeps its values. expires_at is assigned last,
+// as the conditions before it read the old value (see leaseAcquire).
+func appendAcquireTakeover(b []byte, p driver.AcquireParams, expiry []byte) []byte {
+	b = append(b, ", token = IF("+acquireExpired+", "...)
+	b = appendHex(b, p.Token)
+	b = append(b, ", token), owner = IF("+acquireExpired+", "...)
+	b = appendText(b, p.Owner)
+	b = append(b, ", owner), acquired_at = IF("+acquireExpired+", UTC_TIMESTAMP(6), acquired_at), expires_at = IF("+acquireExpired+", "...)
+	b = append(b, expiry...)
+	return append(b, ", expires_at)"...)
+}
+
+// appendReleaseUpdate appends the start of either mode's release
+// statement, "UPDATE t SET token = <empty>, expires_at = …": it clears the
+// token, so that the released token can renew or release nothing more, and
+// ends the row's lease now or, for MinHold, keepFor from now.
+func (s *Store) appendReleaseUpdate(b []byte, keepFor time.Duration) []byte {
+	b = append(b, "UPDATE "...)
+	b = append(b, s.qt...)
+	b = append(b, " SET token = '', expires_at = "...)
+	if keepFor > 0 {
+		return appendExpiry(b, keepFor)
+	}
+	return append(b, "UTC_TIMESTAMP(6)"...)
 }
 
 // micros converts d to whole microseconds, rounding up so that the database

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
-	"go.uber.org/goleak"
 
 	"github.com/tasklock/tasklock/driver"
 	"github.com/tasklock/tasklock/internal/testserver"
@@ -25,21 +24,7 @@ func TestMain(m *testing.M) {
 	// go-sql-driver logs broken connections to stderr; the fault tests
 	// break many on purpose.
 	_ = mysql.SetLogger(quietLogger{})
-	if testserver.HelperRole() != "" {
-		os.Exit(m.Run())
-	}
-	code := m.Run()
-	if err := testserver.StopSharedMariaDB(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		code = 1
-	}
-	if code == 0 {
-		if err := goleak.Find(testserver.LeakOptions()...); err != nil {
-			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	os.Exit(testserver.Main(m))
 }
 
 type quietLogger struct{}

@@ -39,9 +39,10 @@
 //
 // One row per key: key (text, C collation, primary key), token (the
 // holder's, NULL once released), owner, fence, acquired_at, expires_at
-// (timestamptz, the database's clock) and pid (the holding session's
-// backend in connection mode). A key is held while expires_at is after
-// now(). Migrate creates it, and <Table>_migrations, which records the
+// (timestamptz, the database's clock), pid (the holding session's
+// backend in connection mode) and waiters (an acquire found the key held
+// since it was last granted; see Notifications). A key is held while
+// expires_at is after now(). Migrate creates it, and <Table>_migrations, which records the
 // applied migrations (embedded files migrations/NNNN_name.up.sql).
 // MigrationStatus reports them; both back the CLI's `tasklock migrate up`
 // and `tasklock migrate status`.
@@ -51,17 +52,54 @@
 // The default (Options.Mode "lease"). Each call is one statement, on any
 // pooled connection:
 //
-//   - Acquire is an INSERT ... ON CONFLICT (key) DO UPDATE ... WHERE
-//     expires_at <= now() RETURNING fence, in a statement that also returns
-//     the holder's owner and remaining lease when the upsert took nothing,
-//     so a held key costs no second query.
+//   - Acquire is one INSERT ... ON CONFLICT (key) DO UPDATE ... RETURNING
+//     that takes the key when its lease has expired (expires_at <= now())
+//     and otherwise only sets the row's waiters flag; either way it returns
+//     the row, so the fence of a grant, or the holder's owner and remaining
+//     lease, come back in the same round trip.
 //   - Renew updates a whole batch in one UPDATE ... FROM unnest($keys,
 //     $tokens, $ttls): one round trip per renewal cycle of a Locker, however
 //     many leases it keeps.
 //   - Release sets token NULL and expires_at now() (or now() + KeepFor for
 //     MinHold) where the token still holds the key, and calls pg_notify in
-//     the same statement, so waiters are woken when, and only when, the key
-//     became free.
+//     the same statement when the row's waiters flag is set (see
+//     Notifications).
+//
+// Acquire and Renew run on a connection acquired from the pool for the
+// call (pool.Acquire) rather than through Pool.QueryRow and Pool.Query,
+// which keep each connection's last 128 rows, with their arguments, for
+// reuse: that kept every held lock's key and token reachable, about 260 B
+// per held lock. Renew sends its batch in the simple protocol (one Query
+// message, still one round trip): the extended protocol's parameter
+// buffers keep a connection's last encoded batch until its next query.
+//
+// # Notifications
+//
+// Waiters LISTEN on Options.Channel (see Subscribe), and a release NOTIFYs
+// the released key, but only when someone may be waiting: a NOTIFY makes
+// its transaction take a database-wide lock at commit, which serialises
+// the commits of every notifying transaction in the database, so a NOTIFY
+// on every release would cap the release rate of all keys together.
+//
+// So every acquire that finds the key held sets the row's waiters flag (in
+// the same upsert: no extra round trip), every grant clears it, and a
+// release NOTIFYs only when it is set. In lease mode the flag is written
+// and read under the key's row lock: a waiter's failed attempt either
+// commits before the holder's release, which then sees the flag and
+// NOTIFYs, or after it, and then finds the key free and takes it. No
+// wake-up is lost. A waiter woken by a NOTIFY that loses the key to
+// another sets the flag again with that attempt, for the next release.
+// What the flag costs: a failed acquire writes the row (a HOT update) where
+// it used to only lock it, and a waiter that gave up, or a TryObtain that
+// did not wait, makes the next release send one NOTIFY nobody needs.
+//
+// In connection mode the held check is the advisory lock, not the row
+// lock: a release that commits between a waiter's pg_try_advisory_lock
+// and its setting of the flag (microseconds apart, in one statement) is
+// not told of that waiter. That waiter is not stuck: a Locker's waiters
+// also poll, with backoff capped at one second (and at the holder's
+// remaining lease) while notifications work, so it retries within a
+// second at worst.
 //
 // A holder that dies is replaced when its lease expires: at most TTL after
 // its last renewal.
@@ -92,8 +130,9 @@
 //     row that is no longer the lease's, is ErrNotHeld, and the connection
 //     is closed. A server restart is noticed at the next renewal (TTL/3).
 //   - Release unlocks in the same statement that ends the lease (so a
-//     waiter woken by the NOTIFY finds the key free) and parks the clean
-//     connection, at most 4 for at most 30 s, for the next grant.
+//     waiter woken by the NOTIFY, sent when the waiters flag is set, finds
+//     the key free) and parks the clean connection, at most 4 for at most
+//     30 s, for the next grant.
 //
 // Why an advisory lock and not SELECT ... FOR UPDATE NOWAIT in a
 // transaction kept open: the grant's fence must be committed when the grant
@@ -145,4 +184,35 @@
 // Besides driver.ErrNotHeld and *driver.HeldError the store returns pgx
 // errors wrapped with %w and the operation, starting with "pgstore: ". A
 // missing table is reported with what to do (run Migrate).
+//
+// # Ledger
+//
+// The Store also implements driver.Ledger, the tick ledger of package
+// schedule, in four tables named after the lease table, in its schema, that
+// Migrate creates (migration 0003_ledger): <Table>_claims, <Table>_runs,
+// <Table>_jobs and <Table>_triggers. Names compare byte for byte (COLLATE
+// "C"), as Go compares strings. Job and trigger names, node names and
+// tokens are UTF-8 without NUL, at most 1024 bytes each; others fail with
+// driver.ErrUnsupported. Every time the ledger decides by (claim expiry,
+// Recorded, a trigger's At, record and trigger ages in Prune) is the
+// database's now(). Each call is one statement, on any pooled connection:
+//
+//   - Claim is an INSERT ... ON CONFLICT DO UPDATE over unnest()ed arrays,
+//     sorted by key so that concurrent batches lock rows in one order. It
+//     takes a key that is new, whose claim has expired, or that the same
+//     token holds, and returns one row per claim: a key it did not take is
+//     held by another token, named (node, claim time) from the statement's
+//     snapshot; a claim committed while the statement ran is reported with
+//     its node unknown.
+//   - RecordRuns is one upsert on (job, tick, trigger_id, attempt). Error
+//     and Output are stored as text: invalid UTF-8 and NUL become U+FFFD.
+//   - Runs reads one of two indexes kept in listing order (one per job,
+//     one across jobs). A continued listing (RunQuery.Before) is a UNION ALL
+//     of four limited index ranges, so that the thousandth page of a
+//     million records costs what the first does.
+//   - SetJobState makes its change and returns the job's state; JobStates
+//     reads every paused job and pending trigger.
+//   - Prune deletes expired claims, records by age and then beyond each
+//     job's newest KeepPerJob (ranked along the job index), and old trigger
+//     requests, each DELETE counted, in one statement.
 package pgstore

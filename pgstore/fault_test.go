@@ -3,11 +3,9 @@ package pgstore
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +14,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tasklock/tasklock"
+	"github.com/tasklock/tasklock/driver"
+	"github.com/tasklock/tasklock/internal/faulttest"
 	"github.com/tasklock/tasklock/internal/testserver"
 )
 
@@ -51,25 +51,20 @@ func writeRegister(ctx context.Context, pool *pgxpool.Pool, fence uint64, writer
 	return n == 1, rows.Err()
 }
 
-type write struct {
-	fence  uint64
-	writer string
-}
-
-func readHistory(t *testing.T, pool *pgxpool.Pool) []write {
+func readHistory(t *testing.T, pool *pgxpool.Pool) []faulttest.Write {
 	t.Helper()
 	rows, err := pool.Query(ctxT(t), "SELECT fence, writer FROM history ORDER BY id")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []write
+	var out []faulttest.Write
 	for rows.Next() {
-		var w write
+		var w faulttest.Write
 		var f int64
-		if err := rows.Scan(&f, &w.writer); err != nil {
+		if err := rows.Scan(&f, &w.Writer); err != nil {
 			t.Fatal(err)
 		}
-		w.fence = uint64(f)
+		w.Fence = uint64(f)
 		out = append(out, w)
 	}
 	if err := rows.Err(); err != nil {
@@ -78,29 +73,11 @@ func readHistory(t *testing.T, pool *pgxpool.Pool) []write {
 	return out
 }
 
-// checkHistory fails when an accepted write's fence is below an earlier
-// one, or when writer "helper" wrote after the first write with fence
-// from, and returns how many writes each writer made.
+// checkHistory checks the history with faulttest.CheckHistory and returns
+// how many writes each writer made.
 func checkHistory(t *testing.T, pool *pgxpool.Pool, from uint64) map[string]int {
 	t.Helper()
-	hist := readHistory(t, pool)
-	counts := map[string]int{}
-	var highest uint64
-	taken := false
-	for i, w := range hist {
-		counts[w.writer]++
-		if w.fence < highest {
-			t.Errorf("history[%d]: write with fence %d accepted after fence %d", i, w.fence, highest)
-		}
-		highest = max(highest, w.fence)
-		if w.fence >= from {
-			taken = true
-		}
-		if taken && w.writer == "helper" {
-			t.Errorf("history[%d]: the old holder wrote (fence %d) after the new holder's fence %d", i, w.fence, from)
-		}
-	}
-	return counts
+	return faulttest.CheckHistory(t, readHistory(t, pool), from)
 }
 
 // faultEnv is one database with a lease table and the register.
@@ -142,92 +119,28 @@ func newLocker(t *testing.T, s *Store, owner string, cfg *tasklock.Config) *task
 
 // startHolder starts a helper process that obtains key and writes to the
 // register until its lock ends, and waits for its first accepted write.
-func startHolder(t *testing.T, env *faultEnv, key string, ttl time.Duration) (*testserver.Process, uint64) {
+func startHolder(t *testing.T, env *faultEnv, key string, ttl time.Duration) *faulttest.Holder {
 	t.Helper()
-	h := testserver.StartHelper(t, "TestHolderProcess", "holder",
-		"TASKLOCK_PG_URL="+env.url, "TASKLOCK_PG_TABLE="+env.table, "TASKLOCK_PG_MODE="+string(env.mode),
-		"TASKLOCK_KEY="+key, "TASKLOCK_TTL="+ttl.String())
-	line := h.WaitLine(t, "LOCKED ", 20*time.Second)
-	fence, err := strconv.ParseUint(strings.TrimPrefix(line, "LOCKED "), 10, 64)
-	if err != nil {
-		t.Fatalf("helper said %q", line)
-	}
-	h.WaitLine(t, "WROTE", 10*time.Second)
-	return h, fence
+	return faulttest.StartHolder(t, "TestHolderProcess", key, ttl,
+		"TASKLOCK_PG_URL="+env.url, "TASKLOCK_PG_TABLE="+env.table, "TASKLOCK_PG_MODE="+string(env.mode))
 }
 
 // TestHolderProcess is the lock holder that the fault tests run in a
-// helper process; in a normal run it skips.
+// helper process (see faulttest.HolderMain); in a normal run it skips.
 func TestHolderProcess(t *testing.T) {
-	if testserver.HelperRole() != "holder" {
-		t.Skip("runs only as a helper process started by testserver.StartHelper")
-	}
-	os.Exit(runHolder())
-}
-
-// runHolder obtains the key, prints "LOCKED <fence>", and then writes its
-// fence to the register every 10ms while its lock's Done is open. After a
-// pause (SIGSTOP) it prints "RESUMED", and every write it tries from then
-// on; when Done closes it prints "LOST <cause>" and exits.
-func runHolder() int {
-	ttl, err := time.ParseDuration(os.Getenv("TASKLOCK_TTL"))
-	if err != nil {
-		fmt.Println("ERROR", err)
-		return 1
-	}
-	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, os.Getenv("TASKLOCK_PG_URL"))
-	if err != nil {
-		fmt.Println("ERROR", err)
-		return 1
-	}
-	defer pool.Close()
-	s, err := New(pool, &Options{Table: os.Getenv("TASKLOCK_PG_TABLE"), Mode: Mode(os.Getenv("TASKLOCK_PG_MODE"))})
-	if err != nil {
-		fmt.Println("ERROR", err)
-		return 1
-	}
-	lk, err := tasklock.New(s, &tasklock.Config{Owner: "helper", Logger: quietLogger})
-	if err != nil {
-		fmt.Println("ERROR", err)
-		return 1
-	}
-	octx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	l, err := lk.Obtain(octx, os.Getenv("TASKLOCK_KEY"), &tasklock.ObtainOptions{TTL: ttl})
-	if err != nil {
-		fmt.Println("ERROR", err)
-		return 1
-	}
-	fmt.Printf("LOCKED %d\n", l.Fence())
-	last := time.Now()
-	resumed, wrote := false, false
-	for {
-		if gap := time.Since(last); gap > 200*time.Millisecond && !resumed {
-			resumed = true
-			fmt.Printf("RESUMED after %v\n", gap.Round(time.Millisecond))
+	faulttest.HolderMain(t, func(time.Duration) (driver.Store, faulttest.WriteFunc, error) {
+		pool, err := pgxpool.New(context.Background(), os.Getenv("TASKLOCK_PG_URL"))
+		if err != nil {
+			return nil, nil, err
 		}
-		last = time.Now()
-		select {
-		case <-l.Done():
-			fmt.Printf("LOST %v\n", l.Err())
-			return 0
-		default:
+		s, err := New(pool, &Options{Table: os.Getenv("TASKLOCK_PG_TABLE"), Mode: Mode(os.Getenv("TASKLOCK_PG_MODE"))})
+		if err != nil {
+			return nil, nil, err
 		}
-		wctx, cancel := context.WithTimeout(ctx, time.Second)
-		ok, err := writeRegister(wctx, pool, l.Fence(), "helper")
-		cancel()
-		switch {
-		case err != nil:
-			fmt.Printf("WRITE %d error %v\n", l.Fence(), err)
-		case resumed || !ok:
-			fmt.Printf("WRITE %d accepted=%v\n", l.Fence(), ok)
-		case !wrote:
-			wrote = true
-			fmt.Println("WROTE")
-		}
-		time.Sleep(10 * time.Millisecond) // the work between two writes
-	}
+		return s, func(ctx context.Context, fence uint64) (bool, error) {
+			return writeRegister(ctx, pool, fence, "helper")
+		}, nil
+	})
 }
 
 // TestFaults runs the fault tests in both modes.
@@ -262,15 +175,11 @@ func testHolderKilled(t *testing.T, mode Mode) {
 	if mode == ModeConnection {
 		ttl, limit = 30*time.Second, 2*time.Second
 	}
-	h, f1 := startHolder(t, env, "job", ttl)
+	h := startHolder(t, env, "job", ttl)
+	f1 := h.Fence
 	lk := newLocker(t, env.store, "next", nil)
 	h.Kill(t)
-	killed := time.Now()
-	l, err := lk.Obtain(ctxT(t), "job", &tasklock.ObtainOptions{TTL: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	took := time.Since(killed)
+	l, took := faulttest.Obtain(t, lk, "job", &tasklock.ObtainOptions{TTL: 5 * time.Second}, time.Now())
 	t.Logf("%s: TTL %v: obtained %v after SIGKILL of the holder (limit %v), fence %d after %d", mode, ttl, took, limit, l.Fence(), f1)
 	if took > limit {
 		t.Errorf("takeover took %v, want ≤ %v", took, limit)
@@ -295,15 +204,11 @@ func testHolderKilled(t *testing.T, mode Mode) {
 func testHolderPaused(t *testing.T, mode Mode) {
 	env := newFaultEnv(t, newDB(t), mode)
 	const ttl = time.Second
-	h, f1 := startHolder(t, env, "job", ttl)
+	h := startHolder(t, env, "job", ttl)
+	f1 := h.Fence
 	lk := newLocker(t, env.store, "next", nil)
 	h.Stop(t)
-	stopped := time.Now()
-	l, err := lk.Obtain(ctxT(t), "job", &tasklock.ObtainOptions{TTL: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	took := time.Since(stopped)
+	l, took := faulttest.Obtain(t, lk, "job", &tasklock.ObtainOptions{TTL: 10 * time.Second}, time.Now())
 	t.Logf("%s: obtained %v after SIGSTOP of the holder (TTL %v), fence %d after %d", mode, took, ttl, l.Fence(), f1)
 	if took > ttl+time.Second {
 		t.Errorf("takeover took %v, want ≤ TTL + 1s", took)
@@ -315,32 +220,7 @@ func testHolderPaused(t *testing.T, mode Mode) {
 		t.Fatalf("the new holder's write: %v %v", ok, err)
 	}
 
-	h.Cont(t)
-	lost := h.WaitLine(t, "LOST ", 5*time.Second)
-	var after []string
-	for {
-		select {
-		case line := <-h.Lines():
-			if strings.HasPrefix(line, "RESUMED") || strings.HasPrefix(line, "WRITE ") {
-				after = append(after, line)
-			}
-			continue
-		default:
-		}
-		break
-	}
-	t.Logf("%s: the resumed holder said %q, after %q", mode, after, lost)
-	if !strings.Contains(lost, "tasklock: lock lost") {
-		t.Errorf("holder's cause: %q, want a loss", lost)
-	}
-	for _, line := range after {
-		if strings.Contains(line, "accepted=true") {
-			t.Errorf("the resumed holder's write was accepted: %q", line)
-		}
-	}
-	if code := h.Wait(t, 10*time.Second); code != 0 {
-		t.Errorf("holder exit code %d", code)
-	}
+	h.CheckResumed(t, string(mode)+": ")
 	counts := checkHistory(t, env.pool, l.Fence())
 	t.Logf("%s: writes accepted: %v", mode, counts)
 	select {
@@ -371,74 +251,15 @@ func testBlackholed(t *testing.T, mode Mode) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var reg tasklock.FencedRegister
-	var mu sync.Mutex
-	var lastWrite time.Time // the holder's last accepted write
-	workDone := make(chan struct{})
-	go func() { // the holder's critical section, until Done
-		defer close(workDone)
-		for {
-			select {
-			case <-l1.Done():
-				return
-			default:
-			}
-			if reg.Write(l1.Fence()) == nil {
-				mu.Lock()
-				lastWrite = time.Now()
-				mu.Unlock()
-			}
-			time.Sleep(5 * time.Millisecond) // the work between two writes
-		}
-	}()
 	// Let at least one renewal through, then cut the holder off.
-	waitFor(t, 5*time.Second, "a write", func() bool { a, _ := reg.Counts(); return a > 0 })
+	work := faulttest.StartWork(t, l1)
 	proxy.Blackhole(t)
 	cut := time.Now()
 
-	got := make(chan time.Time, 1)
-	var l2 *tasklock.Lock
-	go func() {
-		var err error
-		l2, err = other.Obtain(context.Background(), "job", &tasklock.ObtainOptions{TTL: 10 * time.Second, Wait: 10 * time.Second})
-		if err != nil {
-			t.Error(err)
-		}
-		got <- time.Now()
-	}()
-	select {
-	case <-l1.Done():
-	case <-time.After(ttl + time.Second):
-		t.Fatalf("the blackholed holder's Done did not close within TTL + 1s")
-	}
-	doneAt := time.Now()
-	<-workDone
-	obtainedAt := <-got
-	if l2 == nil {
-		t.FailNow()
-	}
-	t.Logf("%s: holder's Done closed %v after the cut (%v); other obtained %v after the cut", mode,
-		doneAt.Sub(cut).Round(time.Millisecond), l1.Err(), obtainedAt.Sub(cut).Round(time.Millisecond))
-	if !errors.Is(l1.Err(), tasklock.ErrLockLost) {
-		t.Errorf("holder's cause %v, want ErrLockLost", l1.Err())
-	}
-	mu.Lock()
-	lw := lastWrite
-	mu.Unlock()
-	if !obtainedAt.After(doneAt) || !obtainedAt.After(lw) {
-		t.Errorf("the other obtained at +%v, before the holder's Done (+%v) or last write (+%v)",
-			obtainedAt.Sub(cut), doneAt.Sub(cut), lw.Sub(cut))
-	}
-	if l2.Fence() <= l1.Fence() {
-		t.Errorf("fence %d after %d", l2.Fence(), l1.Fence())
-	}
-	if err := reg.Write(l2.Fence()); err != nil {
-		t.Fatal(err)
-	}
-	if err := reg.Write(l1.Fence()); !errors.Is(err, tasklock.ErrStaleFence) {
-		t.Errorf("a late write of the old holder: %v, want ErrStaleFence", err)
-	}
-	acc, rej := reg.Counts()
+	tk := work.AwaitTakeover(t, l1, other, "job", &tasklock.ObtainOptions{TTL: 10 * time.Second, Wait: 10 * time.Second},
+		cut, ttl+time.Second, "TTL + 1s")
+	tk.Check(t, work, string(mode)+": ")
+	acc, rej := work.Reg.Counts()
 	t.Logf("%s: register: %d accepted, %d rejected (the probe above)", mode, acc, rej)
 	proxy.Restore(t)
 }
@@ -573,6 +394,10 @@ func testServerRestarted(t *testing.T, mode Mode) {
 			t.Fatalf("fence %d after %d", l.Fence(), last)
 		}
 		last = l.Fence()
+		// A waiter's attempt, so that the release announces itself.
+		if _, err := a.TryObtain(ctxT(t), "job", nil); !errors.Is(err, tasklock.ErrNotObtained) {
+			t.Fatalf("a obtained a held lock: %v", err)
+		}
 		_ = l.Release(ctxT(t))
 		for {
 			select {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"sort"
 	"strings"
 	"text/template"
 	"time"
@@ -56,28 +55,19 @@ func (d migrationData) Qualified(suffix string) string {
 	return pgx.Identifier{d.schema, d.table + suffix}.Sanitize()
 }
 
+// id returns m's version and name, for sqlmigrate.
+func (m migration) id() (int, string) { return m.version, m.name }
+
 // loadMigrations reads NNNN_name.up.sql files from dir in fsys, in version
 // order, and parses each as a template.
 func loadMigrations(fsys fs.FS, dir string) ([]migration, error) {
-	ts, err := sqlmigrate.LoadTemplates(fsys, dir, ".up.sql", "pgstore")
-	if err != nil {
-		return nil, err
-	}
-	ms := make([]migration, len(ts))
-	for i, t := range ts {
-		ms[i] = migration{version: t.Version, name: t.Name, sql: t.SQL}
-	}
-	return ms, nil
+	return sqlmigrate.LoadTemplates(fsys, dir, ".up.sql", "pgstore", func(t sqlmigrate.Template) migration {
+		return migration{version: t.Version, name: t.Name, sql: t.SQL}
+	})
 }
 
 // migrations are this library's migrations, in order.
-var migrations = func() []migration {
-	ms, err := loadMigrations(migrationFiles, "migrations")
-	if err != nil {
-		panic(err) // the embedded files are fixed at build time; tests load them
-	}
-	return ms
-}()
+var migrations = sqlmigrate.Must(loadMigrations(migrationFiles, "migrations"))
 
 // Migrate brings the lease table named by opts (Schema, Table; other fields
 // are ignored) up to date: it creates the schema when missing, keeps applied
@@ -126,10 +116,7 @@ func migrateWith(ctx context.Context, pool *pgxpool.Pool, o resolved, ms []migra
 			Schema: pgx.Identifier{o.schema}.Sanitize(), Table: o.table,
 			schema: o.schema, table: o.tableName,
 		}
-		for _, m := range ms {
-			if _, ok := applied[m.version]; ok {
-				continue
-			}
+		for _, m := range sqlmigrate.Pending(ms, migration.id, applied) {
 			var sql strings.Builder
 			if err := m.sql.Execute(&sql, data); err != nil {
 				return fmt.Errorf("migration %d_%s: %w", m.version, m.name, err)
@@ -158,17 +145,18 @@ type querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// appliedVersions reads the version table, which must exist.
-func appliedVersions(ctx context.Context, q querier, o resolved) (map[int]time.Time, error) {
+// appliedVersions reads the version table, which must exist. It reads no
+// names: a version this library does not know is listed without one.
+func appliedVersions(ctx context.Context, q querier, o resolved) (map[int]sqlmigrate.Applied, error) {
 	rows, err := q.Query(ctx, "SELECT version, applied_at FROM "+o.versions)
 	if err != nil {
 		return nil, err
 	}
-	applied := map[int]time.Time{}
+	applied := map[int]sqlmigrate.Applied{}
 	var v int
 	var at time.Time
 	_, err = pgx.ForEachRow(rows, []any{&v, &at}, func() error {
-		applied[v] = at
+		applied[v] = sqlmigrate.Applied{At: at}
 		return nil
 	})
 	return applied, err
@@ -191,26 +179,18 @@ func statusWith(ctx context.Context, pool *pgxpool.Pool, o resolved, ms []migrat
 	if err := pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", o.versions).Scan(&exists); err != nil {
 		return nil, fmt.Errorf("pgstore: migration status %s: %w", o.table, err)
 	}
-	applied := map[int]time.Time{}
+	var applied map[int]sqlmigrate.Applied
 	if exists {
 		var err error
 		if applied, err = appliedVersions(ctx, pool, o); err != nil {
 			return nil, fmt.Errorf("pgstore: migration status %s: %w", o.table, err)
 		}
 	}
-	out := make([]MigrationState, 0, len(ms))
-	known := map[int]bool{}
-	for _, m := range ms {
-		at, ok := applied[m.version]
-		out = append(out, MigrationState{Version: m.version, Name: m.name, Applied: ok, AppliedAt: at})
-		known[m.version] = true
+	states := sqlmigrate.Status(ms, migration.id, applied)
+	out := make([]MigrationState, len(states))
+	for i, st := range states {
+		out[i] = MigrationState(st)
 	}
-	for v, at := range applied {
-		if !known[v] {
-			out = append(out, MigrationState{Version: v, Applied: true, AppliedAt: at})
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
 	return out, nil
 }
 

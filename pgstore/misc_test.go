@@ -280,8 +280,13 @@ func TestMigrations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(st) != 1 || st[0] != (MigrationState{Version: 1, Name: "create"}) {
+	if len(st) != len(migrations) || st[0] != (MigrationState{Version: 1, Name: "create"}) {
 		t.Fatalf("status before Migrate: %+v", st)
+	}
+	for i, m := range migrations {
+		if st[i] != (MigrationState{Version: m.version, Name: m.name}) {
+			t.Fatalf("status before Migrate: %+v", st)
+		}
 	}
 	if err := Migrate(ctx, pool, opts); err != nil {
 		t.Fatal(err)
@@ -293,11 +298,16 @@ func TestMigrations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(st) != 1 || !st[0].Applied || st[0].AppliedAt.IsZero() || st[0].Name != "create" {
+	if len(st) != len(migrations) || st[0].Name != "create" {
 		t.Fatalf("status after Migrate: %+v", st)
 	}
+	for _, s := range st {
+		if !s.Applied || s.AppliedAt.IsZero() || s.Name == "" {
+			t.Fatalf("status after Migrate: %+v", st)
+		}
+	}
 	var n int
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM "public"."mig_locks_migrations"`).Scan(&n); err != nil || n != 1 {
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM "public"."mig_locks_migrations"`).Scan(&n); err != nil || n != len(migrations) {
 		t.Fatalf("version rows: %d, %v", n, err)
 	}
 
@@ -317,7 +327,7 @@ func TestMigrations(t *testing.T) {
 	}
 	wg.Wait()
 	if failed.Load() == 0 {
-		if err := pool.QueryRow(ctx, `SELECT count(*) FROM "concurrent"."locks_migrations"`).Scan(&n); err != nil || n != 1 {
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM "concurrent"."locks_migrations"`).Scan(&n); err != nil || n != len(migrations) {
 			t.Fatalf("version rows after concurrent Migrate: %d, %v", n, err)
 		}
 	}
@@ -386,5 +396,35 @@ func TestMigrations(t *testing.T) {
 	}
 	if err := Migrate(ctx, pool, &Options{Table: "Bad"}); err == nil {
 		t.Error("Migrate with an invalid table name succeeded")
+	}
+}
+
+// TestRenewAwkwardKeys renews, in one batch, keys whose text needs quoting
+// in an array literal or a string literal (the renewal runs in the simple
+// protocol, so pgx writes the arrays into the query text).
+func TestRenewAwkwardKeys(t *testing.T) {
+	t.Parallel()
+	s := newStore(t, newPool(t, newDB(t), nil), nil)
+	ctx := ctxT(t)
+	keys := []string{`a "quoted" key`, `back\slash`, `{braces},comma`, `it's`, "NULL", "", " spaced ", "ünïcode ✓", `$1::text`, "semi;colon -- comment"}
+	ps := make([]driver.RenewParams, len(keys))
+	for i, k := range keys {
+		tok := token()
+		mustAcquire(t, s, k, tok, "me", time.Second)
+		ps[i] = driver.RenewParams{Key: k, Token: tok, TTL: time.Minute}
+	}
+	res, err := s.Renew(ctx, append(ps, driver.RenewParams{Key: keys[0], Token: "not-mine", TTL: time.Minute}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, err := range res[:len(keys)] {
+		if err != nil {
+			t.Errorf("renew %q: %v", keys[i], err)
+		} else if r := readRow(t, s, keys[i]); r.expires < 50*time.Second {
+			t.Errorf("renew %q: lease ends in %v", keys[i], r.expires)
+		}
+	}
+	if !errors.Is(res[len(keys)], driver.ErrNotHeld) {
+		t.Errorf("renew with another token: %v", res[len(keys)])
 	}
 }

@@ -281,13 +281,20 @@ func (s *Store) Acquire(ctx context.Context, p driver.AcquireParams) (driver.Gra
 	if s.conns != nil {
 		return s.acquireConn(ctx, p)
 	}
+	// On a connection of its own rather than with Pool.QueryRow: pgxpool
+	// keeps the last rows of each connection (with their arguments) for
+	// reuse, which would keep every held lock's key and token alive.
+	c, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return driver.Grant{}, s.wrap("acquire", p.Key, err)
+	}
 	var fence, ttl *int64
 	var owner *string
-	err := s.pool.QueryRow(ctx, s.sql.acquire, p.Key, p.Token, p.Owner, micros(p.TTL)).Scan(&fence, &owner, &ttl)
+	err = c.Conn().QueryRow(ctx, s.sql.acquire, p.Key, p.Token, p.Owner, micros(p.TTL)).Scan(&fence, &owner, &ttl)
+	c.Release()
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		// The holder's row was committed after this statement's snapshot
-		// was taken: held, by someone this statement cannot see.
+		// An upsert always returns its row; kept for safety.
 		return driver.Grant{}, &driver.HeldError{}
 	case err != nil:
 		return driver.Grant{}, s.wrap("acquire", p.Key, err)
@@ -314,7 +321,20 @@ func (s *Store) Renew(ctx context.Context, ps []driver.RenewParams) ([]error, er
 	for i, p := range ps {
 		keys[i], tokens[i], ttls[i] = p.Key, p.Token, micros(p.TTL)
 	}
-	rows, err := s.pool.Query(ctx, s.sql.renew, keys, tokens, ttls)
+	// On a connection of its own: pgxpool's Query would keep the rows,
+	// and with them the batch's arrays, for reuse (see Acquire). And in
+	// the simple protocol, whose query text is dropped once sent: the
+	// extended protocol's parameter buffers of a connection keep the last
+	// batch it encoded (all its keys and tokens, ~60 kB for 1,000 leases)
+	// until that connection's next query, which could be one renewal
+	// cycle away on each of the pool's connections. The statement is
+	// still one round trip.
+	c, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, s.wrap("renew", "", err)
+	}
+	defer c.Release()
+	rows, err := c.Conn().Query(ctx, s.sql.renew, pgx.QueryExecModeSimpleProtocol, keys, tokens, ttls)
 	if err != nil {
 		return nil, s.wrap("renew", "", err)
 	}
@@ -340,19 +360,18 @@ func (s *Store) Renew(ctx context.Context, ps []driver.RenewParams) ([]error, er
 
 // Release implements driver.Store: one token-checked UPDATE that ends the
 // lease (token NULL, expires_at now(), or now()+KeepFor) and, for a plain
-// release, NOTIFYs the channel in the same statement. In connection mode it
-// runs on the lock's connection, also unlocks the advisory lock, and then
-// closes that connection.
+// release of a key an acquire found held meanwhile, NOTIFYs the channel in
+// the same statement. In connection mode it runs on the lock's connection,
+// also unlocks the advisory lock, and then parks that connection.
 func (s *Store) Release(ctx context.Context, p driver.ReleaseParams) error {
 	if s.conns != nil {
 		return s.releaseConn(ctx, p)
 	}
-	var n int64
-	err := s.pool.QueryRow(ctx, s.sql.release, p.Key, p.Token, micros(p.KeepFor), s.o.channel).Scan(&n, nil)
+	tag, err := s.pool.Exec(ctx, s.sql.release, p.Key, p.Token, micros(p.KeepFor), s.o.channel)
 	if err != nil {
 		return s.wrap("release", p.Key, err)
 	}
-	if n == 0 {
+	if tag.RowsAffected() == 0 {
 		return driver.ErrNotHeld
 	}
 	return nil

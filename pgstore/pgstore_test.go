@@ -12,27 +12,13 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"go.uber.org/goleak"
 
 	"github.com/tasklock/tasklock/driver"
 	"github.com/tasklock/tasklock/internal/testserver"
 	"github.com/tasklock/tasklock/storetest"
 )
 
-func TestMain(m *testing.M) {
-	if testserver.HelperRole() != "" {
-		// A helper runs only its own test; leak checks are the parent's job.
-		os.Exit(m.Run())
-	}
-	code := testserver.Main(m) // stops the shared server after the tests
-	if code == 0 {
-		if err := goleak.Find(testserver.LeakOptions()...); err != nil {
-			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(testserver.Main(m)) }
 
 // newDB returns the URL of a fresh database on the shared server.
 func newDB(t *testing.T) string {
@@ -95,6 +81,16 @@ func mustAcquire(t testing.TB, s *Store, key, tok, owner string, ttl time.Durati
 		t.Fatalf("Acquire(%q): %v", key, err)
 	}
 	return g.Fence
+}
+
+// mustFindHeld makes an attempt on key that must find it held: the attempt
+// marks the key as waited for, so that its release NOTIFYs.
+func mustFindHeld(t testing.TB, s *Store, key string) {
+	t.Helper()
+	_, err := s.Acquire(ctxT(t), driver.AcquireParams{Key: key, Token: token(), Owner: "waiter", TTL: time.Minute})
+	if !errors.Is(err, driver.ErrHeld) {
+		t.Fatalf("Acquire(%q) of a held key: %v, want held", key, err)
+	}
 }
 
 // waitFor polls cond until it holds or d passes.
@@ -358,18 +354,31 @@ func testSubscribe(t *testing.T, pool *pgxpool.Pool, mode Mode) {
 
 	otok := token()
 	mustAcquire(t, other, "x", otok, "me", time.Minute)
+	mustFindHeld(t, other, "x")
 	if err := other.Release(ctx, driver.ReleaseParams{Key: "x", Token: otok}); err != nil {
 		t.Fatal(err)
 	}
 	const key = `a "quoted" key: ünïcode`
+	// Nobody waited: the release announces nothing.
+	tok := token()
+	mustAcquire(t, s, key, tok, "me", time.Minute)
+	if err := s.Release(ctx, driver.ReleaseParams{Key: key, Token: tok}); err != nil {
+		t.Fatal(err)
+	}
 	release := func() time.Time {
 		tok := token()
 		mustAcquire(t, s, key, tok, "me", time.Minute)
+		mustFindHeld(t, s, key)
 		start := time.Now()
 		if err := s.Release(ctx, driver.ReleaseParams{Key: key, Token: tok}); err != nil {
 			t.Fatal(err)
 		}
 		return start
+	}
+	select {
+	case got := <-woken:
+		t.Fatalf("a release nobody waited for announced %q", got)
+	case <-time.After(50 * time.Millisecond): // a negative check needs a window
 	}
 	var worst time.Duration
 	for range 5 {
@@ -502,6 +511,7 @@ func testSchemaAndChannel(t *testing.T, pool *pgxpool.Pool, mode Mode) {
 	defer stop()
 	tok := token()
 	mustAcquire(t, s, "k", tok, "me", time.Minute)
+	mustFindHeld(t, s, "k")
 	if err := s.Release(ctx, driver.ReleaseParams{Key: "k", Token: tok}); err != nil {
 		t.Fatal(err)
 	}

@@ -39,28 +39,31 @@ func sessionHolds(pid, key, seed string) string {
 func buildStatements(table string) statements {
 	var st statements
 
-	// Lease mode. The upsert takes the key when its lease has expired by
-	// the database's clock (or when this very token holds it: a retried
-	// request). When it takes nothing, the same statement reads who holds
-	// the key and for how long.
-	st.acquire = fmt.Sprintf(`WITH up AS (
-	INSERT INTO %[1]s AS l (key, token, owner, fence, acquired_at, expires_at, pid)
-	VALUES ($1, $2, $3, 1, now(), now() + $4::bigint * interval '1 microsecond', NULL)
-	ON CONFLICT (key) DO UPDATE SET
-		token = EXCLUDED.token,
-		owner = EXCLUDED.owner,
-		fence = CASE WHEN l.token = EXCLUDED.token THEN l.fence ELSE l.fence + 1 END,
-		acquired_at = CASE WHEN l.token = EXCLUDED.token THEN l.acquired_at ELSE EXCLUDED.acquired_at END,
-		expires_at = EXCLUDED.expires_at,
-		pid = NULL
-	WHERE l.expires_at <= now() OR l.token = EXCLUDED.token
-	RETURNING l.fence
-)
-SELECT up.fence, NULL::text, NULL::bigint FROM up
-UNION ALL
-SELECT NULL::bigint, cur.owner, %[2]s
-FROM %[1]s cur
-WHERE cur.key = $1 AND NOT EXISTS (SELECT 1 FROM up)`, table, fmt.Sprintf(remainingMicros, "cur"))
+	// Lease mode. One upsert, always a row out: it takes the key when its
+	// lease has expired by the database's clock (or when this very token
+	// holds it: a retried request); otherwise it leaves the lease as it is
+	// and sets waiters, so that the holder's release will NOTIFY. The row
+	// it returns is the latest version, locked: the fence when this token
+	// now holds the key (and NULLs, which cost the client nothing to
+	// decode), else NULL and the holder's owner and remaining lease. A grant clears waiters: a waiter that loses the race for the
+	// key sets it again with its next attempt. The flag is set and the
+	// release reads it under the same row lock, so a waiter's failed
+	// attempt either comes before the release (which then NOTIFYs) or after
+	// it (and then finds the key free).
+	st.acquire = fmt.Sprintf(`INSERT INTO %[1]s AS l (key, token, owner, fence, acquired_at, expires_at, pid, waiters)
+VALUES ($1, $2, $3, 1, now(), now() + $4::bigint * interval '1 microsecond', NULL, false)
+ON CONFLICT (key) DO UPDATE SET
+	token = CASE WHEN %[2]s THEN EXCLUDED.token ELSE l.token END,
+	owner = CASE WHEN %[2]s THEN EXCLUDED.owner ELSE l.owner END,
+	fence = CASE WHEN l.token = EXCLUDED.token THEN l.fence WHEN l.expires_at <= now() THEN l.fence + 1 ELSE l.fence END,
+	acquired_at = CASE WHEN l.token = EXCLUDED.token THEN l.acquired_at WHEN l.expires_at <= now() THEN EXCLUDED.acquired_at ELSE l.acquired_at END,
+	expires_at = CASE WHEN %[2]s THEN EXCLUDED.expires_at ELSE l.expires_at END,
+	pid = CASE WHEN %[2]s THEN NULL ELSE l.pid END,
+	waiters = NOT %[2]s
+RETURNING CASE WHEN l.token = $2 THEN l.fence END,
+	CASE WHEN l.token IS DISTINCT FROM $2 THEN l.owner END,
+	CASE WHEN l.token IS DISTINCT FROM $2 THEN %[3]s END`,
+		table, `(l.expires_at <= now() OR l.token IS NOT DISTINCT FROM EXCLUDED.token)`, fmt.Sprintf(remainingMicros, "l"))
 
 	st.renew = fmt.Sprintf(`UPDATE %[1]s AS l
 SET expires_at = now() + r.ttl * interval '1 microsecond'
@@ -68,13 +71,13 @@ FROM unnest($1::text[], $2::text[], $3::bigint[]) WITH ORDINALITY AS r(key, toke
 WHERE l.key = r.key AND l.token = r.token AND l.expires_at > now()
 RETURNING r.i`, table)
 
-	st.release = fmt.Sprintf(`WITH r AS (
-	UPDATE %[1]s
-	SET token = NULL, pid = NULL, expires_at = now() + $3::bigint * interval '1 microsecond'
-	WHERE key = $1 AND token = $2 AND expires_at > now()
-	RETURNING key
-)
-SELECT count(*), CASE WHEN count(*) > 0 AND $3::bigint = 0 THEN pg_notify($4, $1) END FROM r`, table)
+	// The NOTIFY runs only when an acquire found the key held since it
+	// was granted (and not for MinHold, which keeps the key): most
+	// releases have no waiter, and a NOTIFY serialises commits.
+	st.release = fmt.Sprintf(`UPDATE %[1]s
+SET token = NULL, pid = NULL, expires_at = now() + $3::bigint * interval '1 microsecond'
+WHERE key = $1 AND token = $2 AND expires_at > now()
+RETURNING CASE WHEN waiters AND $3::bigint = 0 THEN pg_notify($4, $1) END`, table)
 
 	// Connection mode. The session takes the key's advisory lock; holding
 	// it, it takes the row when the row's lease expired, or when the row's
@@ -86,12 +89,17 @@ SELECT count(*), CASE WHEN count(*) > 0 AND $3::bigint = 0 THEN pg_notify($4, $1
 	// expires_at ahead), keeps the key: the statement then gives the
 	// advisory lock back at once. A granted session gets
 	// idle_session_timeout = TTL: the server itself ends a holder that
-	// stops renewing.
+	// stops renewing. A grant clears waiters; an attempt that finds the
+	// key held sets it (mark), so that the holder's release NOTIFYs. The
+	// advisory lock is not the row lock: a release that commits between
+	// this statement's pg_try_advisory_lock and its mark is not told of
+	// this waiter, which then polls (its next attempt comes within its
+	// backoff, at most a second).
 	st.acquireConn = fmt.Sprintf(`WITH lk AS MATERIALIZED (
 	SELECT pg_try_advisory_lock(hashtextextended($1, $5)) AS got
 ), up AS (
-	INSERT INTO %[1]s AS l (key, token, owner, fence, acquired_at, expires_at, pid)
-	SELECT $1, $2, $3, 1, now(), now() + $4::bigint * interval '1 microsecond', pg_backend_pid()
+	INSERT INTO %[1]s AS l (key, token, owner, fence, acquired_at, expires_at, pid, waiters)
+	SELECT $1, $2, $3, 1, now(), now() + $4::bigint * interval '1 microsecond', pg_backend_pid(), false
 	FROM lk WHERE lk.got
 	ON CONFLICT (key) DO UPDATE SET
 		token = EXCLUDED.token,
@@ -99,10 +107,14 @@ SELECT count(*), CASE WHEN count(*) > 0 AND $3::bigint = 0 THEN pg_notify($4, $1
 		fence = l.fence + 1,
 		acquired_at = EXCLUDED.acquired_at,
 		expires_at = EXCLUDED.expires_at,
-		pid = EXCLUDED.pid
+		pid = EXCLUDED.pid,
+		waiters = false
 	WHERE l.expires_at <= now()
 	   OR (l.token IS NOT NULL AND l.pid IS NOT NULL AND l.acquired_at > pg_postmaster_start_time())
 	RETURNING l.fence
+), mark AS (
+	UPDATE %[1]s SET waiters = true
+	WHERE key = $1 AND NOT waiters AND NOT EXISTS (SELECT 1 FROM up)
 ), fin AS MATERIALIZED (
 	SELECT (SELECT fence FROM up) AS fence, (SELECT got FROM lk) AS got
 )
@@ -127,10 +139,10 @@ SELECT count(*), set_config('idle_session_timeout', $4, false) FROM u`, table)
 	UPDATE %[1]s
 	SET token = NULL, pid = NULL, expires_at = now() + $3::bigint * interval '1 microsecond'
 	WHERE key = $1 AND token = $2 AND expires_at > now() AND pid = pg_backend_pid()
-	RETURNING key
+	RETURNING waiters
 )
 SELECT count(*), pg_advisory_unlock(hashtextextended($1, $4)),
-	CASE WHEN count(*) > 0 AND $3::bigint = 0 THEN pg_notify($5, $1) END,
+	CASE WHEN bool_or(r.waiters) AND $3::bigint = 0 THEN pg_notify($5, $1) END,
 	set_config('idle_session_timeout', $6, false)
 FROM r`, table)
 

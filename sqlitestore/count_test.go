@@ -14,12 +14,14 @@ import (
 )
 
 // countingConnector opens real modernc.org/sqlite connections with Open's
-// DSN and counts the statements sent through them. The pragmas the driver
-// runs when it opens a connection are not counted.
+// DSN and counts the statements run through them (directly or as prepared
+// statements), and separately the statements prepared (compiled). The
+// pragmas the driver runs when it opens a connection are not counted.
 type countingConnector struct {
-	drv   sqldriver.Driver
-	dsn   string
-	stmts atomic.Int64
+	drv      sqldriver.Driver
+	dsn      string
+	stmts    atomic.Int64
+	prepares atomic.Int64
 }
 
 func (c *countingConnector) Connect(context.Context) (sqldriver.Conn, error) {
@@ -27,14 +29,30 @@ func (c *countingConnector) Connect(context.Context) (sqldriver.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &countingConn{Conn: conn, n: &c.stmts}, nil
+	return &countingConn{Conn: conn, n: &c.stmts, prep: &c.prepares}, nil
 }
 
 func (c *countingConnector) Driver() sqldriver.Driver { return c.drv }
 
 type countingConn struct {
 	sqldriver.Conn
+	n, prep *atomic.Int64
+}
+
+// countingStmt counts the runs of a prepared statement.
+type countingStmt struct {
+	sqldriver.Stmt
 	n *atomic.Int64
+}
+
+func (s *countingStmt) ExecContext(ctx context.Context, args []sqldriver.NamedValue) (sqldriver.Result, error) {
+	s.n.Add(1)
+	return s.Stmt.(sqldriver.StmtExecContext).ExecContext(ctx, args)
+}
+
+func (s *countingStmt) QueryContext(ctx context.Context, args []sqldriver.NamedValue) (sqldriver.Rows, error) {
+	s.n.Add(1)
+	return s.Stmt.(sqldriver.StmtQueryContext).QueryContext(ctx, args)
 }
 
 func (c *countingConn) ExecContext(ctx context.Context, q string, args []sqldriver.NamedValue) (sqldriver.Result, error) {
@@ -48,8 +66,12 @@ func (c *countingConn) QueryContext(ctx context.Context, q string, args []sqldri
 }
 
 func (c *countingConn) PrepareContext(ctx context.Context, q string) (sqldriver.Stmt, error) {
-	c.n.Add(1)
-	return c.Conn.(sqldriver.ConnPrepareContext).PrepareContext(ctx, q)
+	c.prep.Add(1)
+	st, err := c.Conn.(sqldriver.ConnPrepareContext).PrepareContext(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	return &countingStmt{Stmt: st, n: c.n}, nil
 }
 
 func (c *countingConn) BeginTx(ctx context.Context, opts sqldriver.TxOptions) (sqldriver.Tx, error) {
@@ -82,19 +104,24 @@ func openCounting(t *testing.T, path string) (*sql.DB, *countingConnector) {
 }
 
 // TestStatementsPerOperation counts the statements each call sends; a
-// renewal of 1,000 leases is one statement.
+// renewal of 1,000 leases is one statement. On a pool of one connection,
+// every statement is compiled once, when New prepares it, and never again.
 func TestStatementsPerOperation(t *testing.T) {
 	db, cc := openCounting(t, dbPath(t))
+	db.SetMaxOpenConns(1)
 	s := newStoreT(t, db)
 	ctx := ctxT(t)
 	count := func(name string, want int64, fn func()) {
 		t.Helper()
-		before := cc.stmts.Load()
+		before, prepared := cc.stmts.Load(), cc.prepares.Load()
 		start := time.Now()
 		fn()
 		took := time.Since(start)
 		if got := cc.stmts.Load() - before; got != want {
 			t.Fatalf("%s: %d statements, want %d", name, got, want)
+		}
+		if got := cc.prepares.Load() - prepared; got != 0 {
+			t.Fatalf("%s: %d statements compiled, want 0 (prepared once by New)", name, got)
 		}
 		t.Logf("%-28s %d statement(s), %v", name, want, took)
 	}

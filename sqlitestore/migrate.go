@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"sort"
 	"strings"
 	"text/template"
 	"time"
@@ -37,28 +36,19 @@ type migrationData struct {
 // for indexes and the like: {{.Ident "_expires_idx"}}.
 func (d migrationData) Ident(suffix string) string { return `"` + d.table + suffix + `"` }
 
+// id returns m's version and name, for sqlmigrate.
+func (m migration) id() (int, string) { return m.version, m.name }
+
 // loadMigrations reads NNNN_name.up.sql files from dir in fsys, in version
 // order, and parses each as a template.
 func loadMigrations(fsys fs.FS, dir string) ([]migration, error) {
-	ts, err := sqlmigrate.LoadTemplates(fsys, dir, ".up.sql", "sqlitestore")
-	if err != nil {
-		return nil, err
-	}
-	ms := make([]migration, len(ts))
-	for i, t := range ts {
-		ms[i] = migration{version: t.Version, name: t.Name, sql: t.SQL}
-	}
-	return ms, nil
+	return sqlmigrate.LoadTemplates(fsys, dir, ".up.sql", "sqlitestore", func(t sqlmigrate.Template) migration {
+		return migration{version: t.Version, name: t.Name, sql: t.SQL}
+	})
 }
 
 // migrations are the embedded migrations, in version order.
-var migrations = func() []migration {
-	ms, err := loadMigrations(migrationFiles, "migrations")
-	if err != nil {
-		panic(err) // the embedded files are fixed at build time; tests load them
-	}
-	return ms
-}()
+var migrations = sqlmigrate.Must(loadMigrations(migrationFiles, "migrations"))
 
 // render returns m's SQL for the lock table of c.
 func (m migration) render(c config) (string, error) {
@@ -129,10 +119,7 @@ func migrate(ctx context.Context, db *sql.DB, c config) (err error) {
 	if err != nil {
 		return err
 	}
-	for _, m := range migrations {
-		if _, ok := applied[m.version]; ok {
-			continue
-		}
+	for _, m := range sqlmigrate.Pending(migrations, migration.id, applied) {
 		q, err := m.render(c)
 		if err != nil {
 			return err
@@ -156,21 +143,23 @@ type queryer interface {
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 }
 
-// appliedVersions reads the version table: version → when applied.
-func appliedVersions(ctx context.Context, q queryer, c config) (map[int]time.Time, error) {
+// appliedVersions reads the version table: version → when applied. It
+// reads no names: a version this library does not know is listed without
+// one.
+func appliedVersions(ctx context.Context, q queryer, c config) (map[int]sqlmigrate.Applied, error) {
 	rows, err := q.QueryContext(ctx, `SELECT version, applied_at FROM `+c.versions)
 	if err != nil {
 		return nil, wrap(ctx, "read migrations", c.table, err)
 	}
 	defer rows.Close()
-	applied := make(map[int]time.Time)
+	applied := make(map[int]sqlmigrate.Applied)
 	for rows.Next() {
 		var v int
 		var at int64
 		if err := rows.Scan(&v, &at); err != nil {
 			return nil, wrap(ctx, "read migrations", c.table, err)
 		}
-		applied[v] = time.UnixMicro(at)
+		applied[v] = sqlmigrate.Applied{At: time.UnixMicro(at)}
 	}
 	if err := rows.Err(); err != nil {
 		return nil, wrap(ctx, "read migrations", c.table, err)
@@ -199,24 +188,16 @@ func status(ctx context.Context, db *sql.DB, c config) ([]MigrationState, error)
 	if err != nil {
 		return nil, openError("read migrations", "", err)
 	}
-	applied := map[int]time.Time{}
+	var applied map[int]sqlmigrate.Applied
 	if n > 0 {
 		if applied, err = appliedVersions(ctx, db, c); err != nil {
 			return nil, err
 		}
 	}
-	out := make([]MigrationState, 0, len(migrations))
-	known := map[int]bool{}
-	for _, m := range migrations {
-		at, ok := applied[m.version]
-		out = append(out, MigrationState{Version: m.version, Name: m.name, Applied: ok, AppliedAt: at})
-		known[m.version] = true
+	states := sqlmigrate.Status(migrations, migration.id, applied)
+	out := make([]MigrationState, len(states))
+	for i, st := range states {
+		out[i] = MigrationState(st)
 	}
-	for v, at := range applied {
-		if !known[v] {
-			out = append(out, MigrationState{Version: v, Applied: true, AppliedAt: at})
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
 	return out, nil
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"runtime"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -122,6 +123,30 @@ type Store struct {
 	db *sql.DB
 
 	acquireSQL, holderSQL, renewSQL, releaseSQL, forceSQL, leasesSQL string
+
+	// st are the statements above, prepared once on db: database/sql
+	// prepares each on a connection the first time it runs there and
+	// reuses it after, so SQLite compiles each statement once per
+	// connection rather than on every call. Closed when the Store is
+	// garbage collected (the caller keeps the *sql.DB, and may drop the
+	// Store), or with the *sql.DB.
+	st *prepared
+
+	ledger *ledgerSQL // the tick ledger's statements (ledger.go)
+}
+
+// prepared are a Store's prepared statements.
+type prepared struct {
+	acquire, holder, renew, release, force, leases *sql.Stmt
+}
+
+// close closes every statement (nil ones are skipped).
+func (p *prepared) close() {
+	for _, st := range []*sql.Stmt{p.acquire, p.holder, p.renew, p.release, p.force, p.leases} {
+		if st != nil {
+			_ = st.Close()
+		}
+	}
 }
 
 var (
@@ -174,7 +199,34 @@ func New(db *sql.DB, opts *Options) (*Store, error) {
 				ErrNotMigrated, c.table, strings.Join(pending, ", "))
 		}
 	}
-	return newStore(db, c), nil
+	s := newStore(db, c)
+	if err := s.prepare(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// prepare prepares the Store's statements on db and arranges for them to
+// be closed when the Store is collected.
+func (s *Store) prepare(ctx context.Context) error {
+	p := &prepared{}
+	for _, x := range []struct {
+		st **sql.Stmt
+		q  string
+	}{
+		{&p.acquire, s.acquireSQL}, {&p.holder, s.holderSQL}, {&p.renew, s.renewSQL},
+		{&p.release, s.releaseSQL}, {&p.force, s.forceSQL}, {&p.leases, s.leasesSQL},
+	} {
+		st, err := s.db.PrepareContext(ctx, x.q)
+		if err != nil {
+			p.close()
+			return wrap(ctx, "prepare", "statements", err)
+		}
+		*x.st = st
+	}
+	s.st = p
+	runtime.AddCleanup(s, func(p *prepared) { p.close() }, p)
+	return nil
 }
 
 // checkConn checks that db can be opened and read, and that busy_timeout
@@ -193,7 +245,8 @@ func checkConn(ctx context.Context, db *sql.DB) error {
 func newStore(db *sql.DB, c config) *Store {
 	t := c.quoted
 	return &Store{
-		db: db,
+		db:     db,
+		ledger: newLedgerSQL(c),
 		// One statement grants a free or expired key, bumping the fence
 		// kept in the row, or changes nothing and returns no row when the
 		// key is held. excluded.acquired_at is this statement's now.
@@ -239,7 +292,7 @@ func (s *Store) Acquire(ctx context.Context, p driver.AcquireParams) (driver.Gra
 	}
 	var fence int64
 	granted := false
-	err := s.query(ctx, s.acquireSQL, []any{p.Key, p.Token, p.Owner, micros(p.TTL)}, func(rows *sql.Rows) error {
+	err := s.query(ctx, s.st.acquire, []any{p.Key, p.Token, p.Owner, micros(p.TTL)}, func(rows *sql.Rows) error {
 		granted = true
 		return rows.Scan(&fence)
 	})
@@ -255,7 +308,7 @@ func (s *Store) Acquire(ctx context.Context, p driver.AcquireParams) (driver.Gra
 		owner string
 		rest  int64
 	)
-	if err := s.db.QueryRowContext(ctx, s.holderSQL, p.Key).Scan(&owner, &rest); err != nil {
+	if err := s.st.holder.QueryRowContext(ctx, p.Key).Scan(&owner, &rest); err != nil {
 		return driver.Grant{}, &driver.HeldError{}
 	}
 	return driver.Grant{}, &driver.HeldError{Owner: owner, TTL: max(time.Duration(rest)*time.Microsecond, 0)}
@@ -291,7 +344,7 @@ func (s *Store) Renew(ctx context.Context, ps []driver.RenewParams) ([]error, er
 		return nil, fmt.Errorf("sqlitestore: renew: %w", err)
 	}
 	renewed := make(map[string]string, len(entries)) // key → token
-	err = s.query(ctx, s.renewSQL, []any{string(arg)}, func(rows *sql.Rows) error {
+	err = s.query(ctx, s.st.renew, []any{string(arg)}, func(rows *sql.Rows) error {
 		var k, t string
 		if err := rows.Scan(&k, &t); err != nil {
 			return err
@@ -319,7 +372,7 @@ func (s *Store) Release(ctx context.Context, p driver.ReleaseParams) error {
 		return driver.ErrNotHeld
 	}
 	keep := max(micros(p.KeepFor), 0)
-	r, err := s.db.ExecContext(ctx, s.releaseSQL, p.Key, p.Token, keep)
+	r, err := s.st.release.ExecContext(ctx, p.Key, p.Token, keep)
 	return s.changed(ctx, "release", p.Key, r, err)
 }
 
@@ -327,7 +380,7 @@ func (s *Store) Release(ctx context.Context, p driver.ReleaseParams) error {
 // key's lease now, whoever holds it. The holder learns of it at its next
 // renewal.
 func (s *Store) ForceRelease(ctx context.Context, key string) error {
-	r, err := s.db.ExecContext(ctx, s.forceSQL, key)
+	r, err := s.st.force.ExecContext(ctx, key)
 	return s.changed(ctx, "force release", key, r, err)
 }
 
@@ -352,7 +405,7 @@ func (s *Store) changed(ctx context.Context, op, key string, r sql.Result, err e
 // listed until it ends.
 func (s *Store) Leases(ctx context.Context, prefix string) ([]driver.Lease, error) {
 	var out []driver.Lease
-	err := s.query(ctx, s.leasesSQL, []any{prefix}, func(rows *sql.Rows) error {
+	err := s.query(ctx, s.st.leases, []any{prefix}, func(rows *sql.Rows) error {
 		var (
 			l     driver.Lease
 			fence int64
@@ -374,8 +427,8 @@ func (s *Store) Leases(ctx context.Context, prefix string) ([]driver.Lease, erro
 // query runs one statement and calls row for each result row. It reads the
 // rows to the end, so a writing statement with RETURNING has finished (and,
 // outside a transaction, committed) when query returns nil.
-func (s *Store) query(ctx context.Context, q string, args []any, row func(*sql.Rows) error) error {
-	rows, err := s.db.QueryContext(ctx, q, args...)
+func (s *Store) query(ctx context.Context, q *sql.Stmt, args []any, row func(*sql.Rows) error) error {
+	rows, err := q.QueryContext(ctx, args...)
 	if err != nil {
 		return err
 	}

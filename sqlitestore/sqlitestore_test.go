@@ -14,21 +14,13 @@ import (
 	"testing/fstest"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/tasklock/tasklock"
 	"github.com/tasklock/tasklock/driver"
 	"github.com/tasklock/tasklock/internal/testserver"
 	"github.com/tasklock/tasklock/storetest"
 )
 
-func TestMain(m *testing.M) {
-	if testserver.HelperRole() != "" {
-		// A helper runs only its own test; leak checks are the parent's job.
-		os.Exit(m.Run())
-	}
-	goleak.VerifyTestMain(m)
-}
+func TestMain(m *testing.M) { os.Exit(testserver.Main(m)) }
 
 // dbPath returns the path of a database file in a fresh temp dir.
 func dbPath(t testing.TB) string {

@@ -1,0 +1,238 @@
+package mysqlstore
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tasklock/tasklock/driver"
+	"github.com/tasklock/tasklock/internal/testserver"
+	"github.com/tasklock/tasklock/storetest"
+)
+
+// TestLedgerConformance runs the ledger suite with the default DSN and with
+// DSN settings that must make no difference.
+func TestLedgerConformance(t *testing.T) {
+	for _, dsnName := range []string{"default", "odd"} {
+		t.Run(dsnName+"DSN", func(t *testing.T) {
+			dsn := testserver.SharedMariaDB(t).CreateDB(t)
+			if dsnName == "odd" {
+				dsn = strings.Replace(dsn, "parseTime=true", oddDSN, 1)
+			}
+			db := openDB(t, dsn)
+			var n int
+			storetest.RunLedger(t, func(t *testing.T) driver.Store {
+				n++
+				return mustNew(t, db, &Options{Table: fmt.Sprintf("ledger_%d", n), Migrate: true})
+			})
+		})
+	}
+}
+
+var tick0 = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// TestLedgerRoundTrips: a claim batch this node wins whole is one
+// statement, one that others hold part of is two; every other call but
+// SetJobState (two) is one.
+func TestLedgerRoundTrips(t *testing.T) {
+	t.Parallel()
+	var c counter
+	dsn := testserver.SharedMariaDB(t).CreateDB(t)
+	mustNew(t, openDB(t, dsn), &Options{Migrate: true})
+	s := mustNew(t, openCountingDB(t, dsn, &c), nil)
+	ctx := ctxT(t)
+	rt := func(what string, want int, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if stmts, pings := c.count(); stmts+pings != want {
+			t.Fatalf("%s: %d statements and %d pings, want %d round trips", what, stmts, pings, want)
+		}
+		c.reset()
+	}
+	const n = 500
+	ps := make([]driver.ClaimParams, n)
+	for i := range ps {
+		ps[i] = driver.ClaimParams{Job: fmt.Sprintf("job-%d", i%50), Tick: tick0.Add(time.Duration(i/50) * time.Second), Node: "a", Token: "ta", Retain: time.Hour}
+	}
+	c.reset()
+	res, err := s.Claim(ctx, ps[:n/2])
+	rt("Claim of new ticks", 1, err)
+	for _, e := range res {
+		if e != nil {
+			t.Fatal(e)
+		}
+	}
+	res, err = s.Claim(ctx, ps[:n/2])
+	rt("Claim again by the same token", 1, err)
+	for _, e := range res {
+		if e != nil {
+			t.Fatal(e)
+		}
+	}
+	for i := range ps {
+		ps[i].Node, ps[i].Token = "b", "tb"
+	}
+	res, err = s.Claim(ctx, ps)
+	rt("Claim of partly held ticks", 2, err)
+	var ce *driver.ClaimedError
+	for i, e := range res {
+		if won := e == nil; won != (i >= n/2) || (!won && (!errors.As(e, &ce) || ce.Node != "a" || ce.At.IsZero())) {
+			t.Fatalf("claim %d: %v", i, e)
+		}
+	}
+	rs := make([]driver.RunRecord, n)
+	for i := range rs {
+		rs[i] = driver.RunRecord{Job: ps[i].Job, Tick: ps[i].Tick, Attempt: 1, Status: driver.RunOK}
+	}
+	rt("RecordRuns", 1, s.RecordRuns(ctx, rs))
+	got, err := s.Runs(ctx, driver.RunQuery{Job: "job-7", Limit: 3, Before: &driver.RunKey{Job: "job-7", Tick: tick0.Add(5 * time.Second), Attempt: 1}})
+	rt("Runs", 1, err)
+	if len(got) != 3 || !got[0].Tick.Equal(tick0.Add(4*time.Second)) {
+		t.Fatalf("Runs page: %+v", got)
+	}
+	_, err = s.SetJobState(ctx, driver.JobStateParams{Job: "job-1", Op: driver.JobTrigger, Trigger: "x"})
+	rt("SetJobState", 2, err)
+	_, err = s.JobStates(ctx)
+	rt("JobStates", 1, err)
+	if _, err := s.Prune(ctx, driver.PruneParams{KeepPerJob: 5}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s.Runs(ctx, driver.RunQuery{}); len(got) != 50*5 {
+		t.Fatalf("%d records after keeping 5 per job, want %d", len(got), 50*5)
+	}
+}
+
+// TestLedgerRunsPages: a page deep in a long history is read from an index
+// range, not by sorting the table.
+func TestLedgerRunsPages(t *testing.T) {
+	t.Parallel()
+	s, db, _ := newStore(t, ModeLease)
+	ctx := ctxT(t)
+	const jobs, ticks = 20, 1000
+	rs := make([]driver.RunRecord, 0, jobs*ticks)
+	for i := range ticks {
+		for j := range jobs {
+			rs = append(rs, driver.RunRecord{Job: fmt.Sprintf("job-%02d", j), Tick: tick0.Add(time.Duration(i) * time.Second), Attempt: 1, Status: driver.RunOK})
+		}
+	}
+	if err := s.RecordRuns(ctx, rs); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, "ANALYZE TABLE "+s.ledgerTable("_runs")); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []driver.RunQuery{
+		{Limit: 50, Before: &driver.RunKey{Job: "job-07", Tick: tick0.Add(400 * time.Second), Attempt: 1}},
+		{Job: "job-03", Limit: 50, Before: &driver.RunKey{Job: "job-03", Tick: tick0.Add(400 * time.Second), Attempt: 1}},
+		{Job: "job-03", Limit: 50},
+		{Limit: 50, Status: driver.RunOK},
+	} {
+		page, err := s.Runs(ctx, q)
+		if err != nil || len(page) != 50 {
+			t.Fatalf("Runs(%+v): %d records, %v", q, len(page), err)
+		}
+		rows, err := db.QueryContext(ctx, "EXPLAIN "+s.runsSQL(q))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cols, _ := rows.Columns()
+		var plan []string
+		for rows.Next() {
+			vals := make([]any, len(cols))
+			ptrs := make([]any, len(cols))
+			for i := range vals {
+				ptrs[i] = &vals[i]
+			}
+			if err := rows.Scan(ptrs...); err != nil {
+				t.Fatal(err)
+			}
+			var line []string
+			for i, v := range vals {
+				if b, ok := v.([]byte); ok {
+					v = string(b)
+				}
+				line = append(line, fmt.Sprintf("%s=%v", cols[i], v))
+			}
+			plan = append(plan, strings.Join(line, " "))
+		}
+		rows.Close()
+		text := strings.Join(plan, "\n")
+		t.Logf("plan for %+v:\n%s", q, text)
+		for _, line := range plan {
+			if strings.Contains(line, "table=`") || strings.Contains(line, "<union") {
+				continue
+			}
+			if strings.Contains(line, "type=ALL") || (strings.Contains(line, "Using filesort") && !strings.Contains(line, "table=<union")) {
+				t.Errorf("the page is not read from an index range:\n%s", text)
+				break
+			}
+		}
+	}
+}
+
+// TestLedgerNames: names the tables cannot hold are ErrUnsupported; free
+// text is made storable.
+func TestLedgerNames(t *testing.T) {
+	t.Parallel()
+	s, _, _ := newStore(t, ModeLease)
+	ctx := ctxT(t)
+	for name, p := range map[string]driver.ClaimParams{
+		"long Job":       {Job: strings.Repeat("x", maxJob+1), Tick: tick0, Token: "t", Retain: time.Hour},
+		"long Trigger":   {Job: "j", Trigger: strings.Repeat("x", maxTrigger+1), Tick: tick0, Token: "t", Retain: time.Hour},
+		"non-UTF-8 Node": {Job: "j", Node: "\xff", Tick: tick0, Token: "t", Retain: time.Hour},
+		"year 10000":     {Job: "j", Tick: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC), Token: "t", Retain: time.Hour},
+	} {
+		if _, err := s.Claim(ctx, []driver.ClaimParams{p}); !errors.Is(err, driver.ErrUnsupported) {
+			t.Errorf("%s: %v, want ErrUnsupported", name, err)
+		}
+	}
+	if _, err := s.Claim(ctx, []driver.ClaimParams{{Job: "j", Tick: tick0, Token: "t"}}); err == nil || errors.Is(err, driver.ErrUnsupported) {
+		t.Errorf("zero Retain: %v, want a plain error", err)
+	}
+	// Any bytes in names; NUL and invalid UTF-8 in free text.
+	job := "a\x00b\xff"
+	r := driver.RunRecord{Job: job, Tick: tick0, Attempt: 1, Status: driver.RunFailed, Error: "bad\x00byte", Output: "tail \xff\xfe end", Fence: 1<<64 - 1}
+	if err := s.RecordRuns(ctx, []driver.RunRecord{r}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Runs(ctx, driver.RunQuery{Job: job})
+	if err != nil || len(got) != 1 {
+		t.Fatalf("Runs: %+v, %v", got, err)
+	}
+	if got[0].Job != job || got[0].Error != "bad\x00byte" || got[0].Output != "tail \uFFFD end" || got[0].Fence != r.Fence || !got[0].Start.IsZero() {
+		t.Errorf("stored %+v", got[0])
+	}
+	if res, err := s.Claim(ctx, []driver.ClaimParams{{Job: job, Tick: tick0, Trigger: "\x00", Token: "t", Retain: time.Hour}}); err != nil || res[0] != nil {
+		t.Errorf("claim with binary names: %v, %v", res, err)
+	}
+}
+
+// TestLedgerTables: the ledger tables are named after the lock table;
+// without them every call says to migrate.
+func TestLedgerTables(t *testing.T) {
+	t.Parallel()
+	db := openDB(t, testserver.SharedMariaDB(t).CreateDB(t))
+	ctx := ctxT(t)
+	s := mustNew(t, db, &Options{Table: "My_Locks", Migrate: true})
+	for _, name := range []string{"My_Locks_claims", "My_Locks_runs", "My_Locks_jobs", "My_Locks_triggers"} {
+		var n int
+		if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM `"+name+"`").Scan(&n); err != nil {
+			t.Errorf("table %s: %v", name, err)
+		}
+	}
+	if _, err := s.SetJobState(ctx, driver.JobStateParams{Job: "j", Op: driver.JobPause}); err != nil {
+		t.Fatal(err)
+	}
+	other := mustNew(t, db, &Options{Table: "other_locks", Migrate: true})
+	if sts, err := other.JobStates(ctx); err != nil || len(sts) != 0 {
+		t.Fatalf("JobStates of another table: %+v, %v", sts, err)
+	}
+	bare := mustNew(t, db, &Options{Table: "never_migrated"})
+	if _, err := bare.JobStates(ctx); err == nil || !strings.Contains(err.Error(), "Migrate") {
+		t.Fatalf("JobStates without the tables: %v, want a hint to migrate", err)
+	}
+}

@@ -1,0 +1,538 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/tasklock/tasklock/driver"
+)
+
+var _ driver.Ledger = (*Store)(nil)
+
+// Limits of the names the ledger stores, in bytes: they keep every index
+// entry well within what a B-tree page holds.
+const (
+	maxLedgerName  = 1024 // Job, Trigger
+	maxLedgerToken = 1024 // Token, Node
+)
+
+// ledgerSQL are the ledger's fixed statements for one lease table, built
+// once (see ledgerFor). Durations are passed as microseconds and every time
+// the ledger records of its own is the database's now().
+type ledgerSQL struct {
+	claims, runs, jobs, triggers string // quoted, schema-qualified tables
+
+	claim      string // $1 jobs[], $2 ticks[], $3 triggers[], $4 nodes[], $5 tokens[], $6 retains[] µs
+	record     string // $1..$11 one array per column
+	setPaused  string // $1 job, $2 paused
+	trigger    string // $1 job, $2 trigger id
+	done       string // $1 job, $2 trigger id
+	jobStates  string
+	runColumns string
+}
+
+// ledgerCache holds a *ledgerSQL per lease table (its quoted name).
+var ledgerCache sync.Map
+
+// ledger returns the Store's ledger statements.
+func (s *Store) ledger() *ledgerSQL {
+	if l, ok := ledgerCache.Load(s.o.table); ok {
+		return l.(*ledgerSQL)
+	}
+	l, _ := ledgerCache.LoadOrStore(s.o.table, buildLedgerSQL(s.o.schema, s.o.tableName))
+	return l.(*ledgerSQL)
+}
+
+func buildLedgerSQL(schema, table string) *ledgerSQL {
+	name := func(suffix string) string { return pgx.Identifier{schema, table + suffix}.Sanitize() }
+	l := &ledgerSQL{claims: name("_claims"), runs: name("_runs"), jobs: name("_jobs"), triggers: name("_triggers")}
+
+	// The batch is sorted by key, and each key taken once, so that
+	// concurrent batches lock rows in one order and never deadlock. The
+	// upsert returns the rows this batch now holds: new ones, expired ones
+	// it took over, and those its own token held already. The WHERE is
+	// evaluated on the newest row version, after waiting for a concurrent
+	// claimer to commit, so a key it does not return is held by another
+	// token. Who that is comes from the statement's snapshot, when the
+	// snapshot has that claim (a claim committed meanwhile is not in it).
+	l.claim = fmt.Sprintf(`WITH i AS (
+	SELECT * FROM unnest($1::text[], $2::timestamptz[], $3::text[], $4::text[], $5::text[], $6::bigint[])
+		WITH ORDINALITY AS i(job, tick, trigger_id, node, token, retain, n)
+), up AS (
+	INSERT INTO %[1]s AS c (job, tick, trigger_id, token, node, claimed_at, expires_at)
+	SELECT DISTINCT ON (job, tick, trigger_id)
+		job, tick, trigger_id, token, node, now(), now() + retain * interval '1 microsecond'
+	FROM i ORDER BY job, tick, trigger_id, n
+	ON CONFLICT (job, tick, trigger_id) DO UPDATE SET
+		token = CASE WHEN c.expires_at <= now() THEN EXCLUDED.token ELSE c.token END,
+		node = CASE WHEN c.expires_at <= now() THEN EXCLUDED.node ELSE c.node END,
+		claimed_at = CASE WHEN c.expires_at <= now() THEN EXCLUDED.claimed_at ELSE c.claimed_at END,
+		expires_at = CASE WHEN c.expires_at <= now() THEN EXCLUDED.expires_at ELSE c.expires_at END
+	WHERE c.expires_at <= now() OR c.token = EXCLUDED.token
+	RETURNING c.job, c.tick, c.trigger_id, c.token, c.node, c.claimed_at
+)
+SELECT i.n, u.token, u.node, u.claimed_at, s.node, s.claimed_at
+FROM i
+LEFT JOIN up u ON u.job = i.job AND u.tick = i.tick AND u.trigger_id = i.trigger_id
+LEFT JOIN %[1]s s ON u.job IS NULL
+	AND s.job = i.job AND s.tick = i.tick AND s.trigger_id = i.trigger_id
+	AND s.expires_at > now() AND s.token <> i.token`, l.claims)
+
+	// The last record of a key in the batch wins, as if each were written
+	// in turn; rows are written in key order (see claim).
+	l.record = fmt.Sprintf(`INSERT INTO %[1]s AS r
+	(job, tick, trigger_id, attempt, node, fence, started_at, ended_at, status, error, output, recorded_at)
+SELECT DISTINCT ON (job, tick, trigger_id, attempt)
+	job, tick, trigger_id, attempt, node, fence, started_at, ended_at, status, error, output, now()
+FROM unnest($1::text[], $2::timestamptz[], $3::text[], $4::integer[], $5::text[], $6::bigint[],
+	$7::timestamptz[], $8::timestamptz[], $9::text[], $10::text[], $11::text[])
+	WITH ORDINALITY AS i(job, tick, trigger_id, attempt, node, fence, started_at, ended_at, status, error, output, n)
+ORDER BY job, tick, trigger_id, attempt, n DESC
+ON CONFLICT (job, tick, trigger_id, attempt) DO UPDATE SET
+	node = EXCLUDED.node, fence = EXCLUDED.fence,
+	started_at = EXCLUDED.started_at, ended_at = EXCLUDED.ended_at,
+	status = EXCLUDED.status, error = EXCLUDED.error, output = EXCLUDED.output,
+	recorded_at = EXCLUDED.recorded_at`, l.runs)
+
+	// SetJobState: each returns paused, trigger ids and times. A data
+	// modifying WITH is not visible to the rest of its statement, so the
+	// state after the change is computed from the snapshot and the change.
+	pending := func(from, extra string) string {
+		return fmt.Sprintf(`array(SELECT trigger_id FROM %[1]s WHERE job = $1%[2]s ORDER BY requested_at, seq),
+	array(SELECT requested_at FROM %[1]s WHERE job = $1%[2]s ORDER BY requested_at, seq)`, from, extra)
+	}
+	isPaused := fmt.Sprintf(`coalesce((SELECT paused FROM %s WHERE job = $1), false)`, l.jobs)
+	l.setPaused = fmt.Sprintf(`WITH j AS (
+	INSERT INTO %[1]s AS j (job, paused, updated_at) VALUES ($1, $2, now())
+	ON CONFLICT (job) DO UPDATE SET paused = EXCLUDED.paused, updated_at = EXCLUDED.updated_at
+	WHERE j.paused <> EXCLUDED.paused
+)
+SELECT $2::boolean, %[2]s`, l.jobs, pending(l.triggers, ""))
+	l.trigger = fmt.Sprintf(`WITH ins AS (
+	INSERT INTO %[1]s (job, trigger_id, requested_at) VALUES ($1, $2, now())
+	ON CONFLICT (job, trigger_id) DO NOTHING
+	RETURNING job, trigger_id, requested_at, seq
+), t AS (
+	SELECT job, trigger_id, requested_at, seq FROM %[1]s WHERE job = $1
+	UNION ALL
+	SELECT job, trigger_id, requested_at, seq FROM ins
+)
+SELECT %[2]s, %[3]s`, l.triggers, isPaused, pending("t", ""))
+	l.done = fmt.Sprintf(`WITH d AS (
+	DELETE FROM %[1]s WHERE job = $1 AND trigger_id = $2
+)
+SELECT %[2]s, %[3]s`, l.triggers, isPaused, pending(l.triggers, " AND trigger_id <> $2"))
+
+	l.jobStates = fmt.Sprintf(`SELECT job, bool_or(paused),
+	array_agg(trigger_id ORDER BY requested_at, seq) FILTER (WHERE trigger_id IS NOT NULL),
+	array_agg(requested_at ORDER BY requested_at, seq) FILTER (WHERE trigger_id IS NOT NULL)
+FROM (
+	SELECT job, true AS paused, NULL::text AS trigger_id, NULL::timestamptz AS requested_at, NULL::bigint AS seq
+	FROM %[1]s WHERE paused
+	UNION ALL
+	SELECT job, false, trigger_id, requested_at, seq FROM %[2]s
+) s
+GROUP BY job`, l.jobs, l.triggers)
+
+	l.runColumns = "job, tick, trigger_id, attempt, node, fence, started_at, ended_at, status, error, output, recorded_at"
+	return l
+}
+
+// wrapLedger adds the operation to err and, when a ledger table is
+// missing, what to do.
+func (s *Store) wrapLedger(op string, err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "42P01" { // undefined_table
+		return fmt.Errorf("pgstore: %s: the ledger tables of %s do not exist: run pgstore.Migrate (tasklock migrate up) or set Options.Migrate: %w", op, s.o.table, err)
+	}
+	return fmt.Errorf("pgstore: %s: %w", op, err)
+}
+
+// checkName says whether a name can be stored: PostgreSQL text holds valid
+// UTF-8 without NUL, and index entries have a size limit.
+func checkName(op, field, s string, max int) error {
+	switch {
+	case len(s) > max:
+		return fmt.Errorf("pgstore: %s: %s is %d bytes long, the maximum is %d: %w", op, field, len(s), max, driver.ErrUnsupported)
+	case !utf8.ValidString(s) || strings.IndexByte(s, 0) >= 0:
+		return fmt.Errorf("pgstore: %s: %s %q is not UTF-8 text without NUL: %w", op, field, s, driver.ErrUnsupported)
+	}
+	return nil
+}
+
+// cleanText makes free text (a run's error and output) storable: invalid
+// UTF-8 and NUL become U+FFFD.
+func cleanText(s string) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	return strings.ReplaceAll(s, "\x00", "\uFFFD")
+}
+
+// checkClaim validates one claim.
+func checkClaim(p *driver.ClaimParams) error {
+	if err := p.Check(); err != nil {
+		return fmt.Errorf("pgstore: %w", err)
+	}
+	for _, f := range []struct {
+		name, s string
+		max     int
+	}{{"Job", p.Job, maxLedgerName}, {"Trigger", p.Trigger, maxLedgerName}, {"Node", p.Node, maxLedgerToken}, {"Token", p.Token, maxLedgerToken}} {
+		if err := checkName("claim", f.name, f.s, f.max); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Claim implements driver.Ledger in one statement per batch: an INSERT ...
+// ON CONFLICT DO UPDATE over unnest()ed arrays that takes each key when it
+// is new, its claim has expired by the database's clock, or the same token
+// holds it, and that returns one row per claim with who holds the others.
+func (s *Store) Claim(ctx context.Context, ps []driver.ClaimParams) ([]error, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if len(ps) == 0 {
+		return nil, nil
+	}
+	n := len(ps)
+	jobs, ticks, triggers := make([]string, n), make([]time.Time, n), make([]string, n)
+	nodes, tokens, retains := make([]string, n), make([]string, n), make([]int64, n)
+	for i := range ps {
+		p := &ps[i]
+		if err := checkClaim(p); err != nil {
+			return nil, err
+		}
+		jobs[i], ticks[i], triggers[i] = p.Job, p.Tick, p.Trigger
+		nodes[i], tokens[i], retains[i] = p.Node, p.Token, micros(p.Retain)
+	}
+	rows, err := s.pool.Query(ctx, s.ledger().claim, jobs, ticks, triggers, nodes, tokens, retains)
+	if err != nil {
+		return nil, s.wrapLedger("claim", err)
+	}
+	res := make([]error, n)
+	seen := make([]bool, n)
+	var (
+		idx               int64
+		winToken, winNode *string
+		winAt             *time.Time
+		otherNode         *string
+		otherAt           *time.Time
+	)
+	_, err = pgx.ForEachRow(rows, []any{&idx, &winToken, &winNode, &winAt, &otherNode, &otherAt}, func() error {
+		i := int(idx) - 1
+		if i < 0 || i >= n || seen[i] {
+			return fmt.Errorf("unexpected row %d", idx)
+		}
+		seen[i] = true
+		switch {
+		case winToken != nil && *winToken == tokens[i]:
+		case winToken != nil: // the same key twice in the batch, another token first
+			res[i] = &driver.ClaimedError{Node: *winNode, At: winAt.UTC()}
+		case otherNode != nil:
+			res[i] = &driver.ClaimedError{Node: *otherNode, At: otherAt.UTC()}
+		default:
+			res[i] = &driver.ClaimedError{}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, s.wrapLedger("claim", err)
+	}
+	for i, ok := range seen {
+		if !ok {
+			return nil, fmt.Errorf("pgstore: claim: no result for claim %d of %d", i+1, n)
+		}
+	}
+	return res, nil
+}
+
+// timestamptz is t as a nullable timestamptz: NULL when zero.
+func timestamptz(t time.Time) pgtype.Timestamptz {
+	return pgtype.Timestamptz{Time: t, Valid: !t.IsZero()}
+}
+
+// checkRun validates one run record.
+func checkRun(r *driver.RunRecord) error {
+	switch {
+	case r.Job == "" || r.Tick.IsZero():
+		return errors.New("pgstore: record runs: empty Job or zero Tick")
+	case r.Attempt < 0 || int64(r.Attempt) > 1<<31-1:
+		return fmt.Errorf("pgstore: record runs %q: Attempt %d out of range: %w", r.Job, r.Attempt, driver.ErrUnsupported)
+	}
+	for _, f := range []struct {
+		name, s string
+		max     int
+	}{{"Job", r.Job, maxLedgerName}, {"Trigger", r.Trigger, maxLedgerName}, {"Node", r.Node, maxLedgerToken}, {"Status", string(r.Status), maxLedgerToken}} {
+		if err := checkName("record runs", f.name, f.s, f.max); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// RecordRuns implements driver.Ledger in one INSERT ... ON CONFLICT DO
+// UPDATE over unnest()ed arrays. Error and Output are stored as text:
+// invalid UTF-8 and NUL bytes in them become U+FFFD.
+func (s *Store) RecordRuns(ctx context.Context, rs []driver.RunRecord) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if len(rs) == 0 {
+		return nil
+	}
+	n := len(rs)
+	jobs, ticks, triggers, attempts := make([]string, n), make([]time.Time, n), make([]string, n), make([]int32, n)
+	nodes, fences := make([]string, n), make([]int64, n)
+	starts, ends := make([]pgtype.Timestamptz, n), make([]pgtype.Timestamptz, n)
+	statuses, errs, outputs := make([]string, n), make([]string, n), make([]string, n)
+	for i := range rs {
+		r := &rs[i]
+		if err := checkRun(r); err != nil {
+			return err
+		}
+		jobs[i], ticks[i], triggers[i], attempts[i] = r.Job, r.Tick, r.Trigger, int32(r.Attempt)
+		nodes[i], fences[i] = r.Node, int64(r.Fence) // bit for bit: read back as uint64
+		starts[i], ends[i] = timestamptz(r.Start), timestamptz(r.End)
+		statuses[i], errs[i], outputs[i] = string(r.Status), cleanText(r.Error), cleanText(r.Output)
+	}
+	_, err := s.pool.Exec(ctx, s.ledger().record, jobs, ticks, triggers, attempts, nodes, fences, starts, ends, statuses, errs, outputs)
+	if err != nil {
+		return s.wrapLedger("record runs", err)
+	}
+	return nil
+}
+
+// Runs implements driver.Ledger in one SELECT. Both indexes of the runs
+// table are in the listing order; with q.Before the statement is a UNION
+// ALL of four index ranges (the rest of Before's attempts, triggers, jobs
+// at its tick, and older ticks), each limited, so that a page deep in a
+// million records costs what the first page does.
+func (s *Store) Runs(ctx context.Context, q driver.RunQuery) ([]driver.RunRecord, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if q.Limit < 0 {
+		return nil, fmt.Errorf("pgstore: runs: negative Limit %d", q.Limit)
+	}
+	l := s.ledger()
+	var args []any
+	arg := func(v any) string {
+		args = append(args, v)
+		return "$" + strconv.Itoa(len(args))
+	}
+	var where []string
+	if q.Job != "" {
+		where = append(where, "job = "+arg(q.Job))
+	}
+	if !q.From.IsZero() {
+		where = append(where, "tick >= "+arg(q.From))
+	}
+	if !q.To.IsZero() {
+		where = append(where, "tick < "+arg(q.To))
+	}
+	if q.Status != "" {
+		where = append(where, "status = "+arg(string(q.Status)))
+	}
+	const order = " ORDER BY tick DESC, job, trigger_id, attempt DESC"
+	limit := ""
+	if q.Limit > 0 {
+		limit = " LIMIT " + arg(q.Limit)
+	}
+	selectWhere := func(extra ...string) string {
+		conds := append(where[:len(where):len(where)], extra...)
+		sql := "SELECT " + l.runColumns + " FROM " + l.runs
+		if len(conds) > 0 {
+			sql += " WHERE " + strings.Join(conds, " AND ")
+		}
+		return sql
+	}
+	var sql string
+	if b := q.Before; b == nil {
+		sql = selectWhere() + order + limit
+	} else {
+		kt, kj, ktr, ka := arg(b.Tick), arg(b.Job), arg(b.Trigger), arg(b.Attempt)
+		branches := [][]string{
+			{"tick = " + kt, "job = " + kj, "trigger_id = " + ktr, "attempt < " + ka},
+			{"tick = " + kt, "job = " + kj, "trigger_id > " + ktr},
+			{"tick = " + kt, "job > " + kj},
+			{"tick < " + kt},
+		}
+		parts := make([]string, len(branches))
+		for i, br := range branches {
+			parts[i] = "(" + selectWhere(br...) + order + limit + ")"
+		}
+		sql = "SELECT * FROM (" + strings.Join(parts, " UNION ALL ") + ") r" + order + limit
+	}
+	rows, err := s.pool.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, s.wrapLedger("runs", err)
+	}
+	var (
+		out        []driver.RunRecord
+		r          driver.RunRecord
+		attempt    int32
+		fence      int64
+		start, end *time.Time
+		status     string
+	)
+	_, err = pgx.ForEachRow(rows, []any{&r.Job, &r.Tick, &r.Trigger, &attempt, &r.Node, &fence, &start, &end, &status, &r.Error, &r.Output, &r.Recorded}, func() error {
+		rec := r
+		rec.Tick, rec.Recorded = r.Tick.UTC(), r.Recorded.UTC()
+		rec.Attempt, rec.Fence, rec.Status = int(attempt), uint64(fence), driver.RunStatus(status)
+		rec.Start, rec.End = time.Time{}, time.Time{}
+		if start != nil {
+			rec.Start = start.UTC()
+		}
+		if end != nil {
+			rec.End = end.UTC()
+		}
+		out = append(out, rec)
+		return nil
+	})
+	if err != nil {
+		return nil, s.wrapLedger("runs", err)
+	}
+	return out, nil
+}
+
+// SetJobState implements driver.Ledger in one statement that makes the
+// change and returns the job's state after it.
+func (s *Store) SetJobState(ctx context.Context, p driver.JobStateParams) (driver.JobState, error) {
+	if err := ctx.Err(); err != nil {
+		return driver.JobState{}, err
+	}
+	if p.Job == "" {
+		return driver.JobState{}, errors.New("pgstore: set job state: empty Job")
+	}
+	if err := checkName("set job state", "Job", p.Job, maxLedgerName); err != nil {
+		return driver.JobState{}, err
+	}
+	l := s.ledger()
+	var sql string
+	var args []any
+	switch p.Op {
+	case driver.JobPause, driver.JobResume:
+		sql, args = l.setPaused, []any{p.Job, p.Op == driver.JobPause}
+	case driver.JobTrigger, driver.JobTriggerDone:
+		if p.Trigger == "" {
+			return driver.JobState{}, fmt.Errorf("pgstore: set job state %q: empty Trigger", p.Job)
+		}
+		if err := checkName("set job state", "Trigger", p.Trigger, maxLedgerName); err != nil {
+			return driver.JobState{}, err
+		}
+		sql, args = l.trigger, []any{p.Job, p.Trigger}
+		if p.Op == driver.JobTriggerDone {
+			sql = l.done
+		}
+	default:
+		return driver.JobState{}, fmt.Errorf("pgstore: set job state %q: unknown op %d", p.Job, p.Op)
+	}
+	st := driver.JobState{Job: p.Job}
+	var ids []string
+	var ats []time.Time
+	if err := s.pool.QueryRow(ctx, sql, args...).Scan(&st.Paused, &ids, &ats); err != nil {
+		return driver.JobState{}, s.wrapLedger(fmt.Sprintf("set job state %q", p.Job), err)
+	}
+	st.Triggers = triggerRequests(ids, ats)
+	return st, nil
+}
+
+// triggerRequests pairs ids and times; nil when there are none.
+func triggerRequests(ids []string, ats []time.Time) []driver.TriggerRequest {
+	if len(ids) == 0 || len(ids) != len(ats) {
+		return nil
+	}
+	out := make([]driver.TriggerRequest, len(ids))
+	for i := range ids {
+		out[i] = driver.TriggerRequest{ID: ids[i], At: ats[i].UTC()}
+	}
+	return out
+}
+
+// JobStates implements driver.Ledger in one SELECT over the paused jobs
+// and the pending triggers.
+func (s *Store) JobStates(ctx context.Context) ([]driver.JobState, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	rows, err := s.pool.Query(ctx, s.ledger().jobStates)
+	if err != nil {
+		return nil, s.wrapLedger("job states", err)
+	}
+	var (
+		out    []driver.JobState
+		job    string
+		paused bool
+		ids    []string
+		ats    []time.Time
+	)
+	_, err = pgx.ForEachRow(rows, []any{&job, &paused, &ids, &ats}, func() error {
+		out = append(out, driver.JobState{Job: job, Paused: paused, Triggers: triggerRequests(ids, ats)})
+		return nil
+	})
+	if err != nil {
+		return nil, s.wrapLedger("job states", err)
+	}
+	return out, nil
+}
+
+// Prune implements driver.Ledger in one statement: a DELETE per table in
+// data-modifying WITH clauses, each counted. KeepPerJob ranks each job's
+// records (not deleted by age) in listing order, along the job index.
+func (s *Store) Prune(ctx context.Context, p driver.PruneParams) (driver.PruneResult, error) {
+	if err := ctx.Err(); err != nil {
+		return driver.PruneResult{}, err
+	}
+	if p.RunsOlderThan < 0 || p.KeepPerJob < 0 || p.TriggersOlderThan < 0 {
+		return driver.PruneResult{}, errors.New("pgstore: prune: negative parameter")
+	}
+	l := s.ledger()
+	var args []any
+	arg := func(v any) string {
+		args = append(args, v)
+		return "$" + strconv.Itoa(len(args))
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "WITH c AS (DELETE FROM %s WHERE expires_at <= now() RETURNING 1)", l.claims)
+	runs, triggers := "0", "0"
+	if p.RunsOlderThan > 0 || p.KeepPerJob > 0 {
+		var conds []string
+		fresh := ""
+		if p.RunsOlderThan > 0 {
+			cutoff := "now() - " + arg(micros(p.RunsOlderThan)) + "::bigint * interval '1 microsecond'"
+			conds = append(conds, "recorded_at < "+cutoff)
+			fresh = " WHERE recorded_at >= " + cutoff
+		}
+		if p.KeepPerJob > 0 {
+			conds = append(conds, fmt.Sprintf(`(job, tick, trigger_id, attempt) IN (
+		SELECT job, tick, trigger_id, attempt FROM (
+			SELECT job, tick, trigger_id, attempt,
+				row_number() OVER (PARTITION BY job ORDER BY tick DESC, trigger_id, attempt DESC) AS rn
+			FROM %s%s
+		) ranked WHERE rn > %s)`, l.runs, fresh, arg(int64(p.KeepPerJob))))
+		}
+		fmt.Fprintf(&b, ", r AS (DELETE FROM %s WHERE %s RETURNING 1)", l.runs, strings.Join(conds, " OR "))
+		runs = "(SELECT count(*) FROM r)"
+	}
+	if p.TriggersOlderThan > 0 {
+		fmt.Fprintf(&b, ", t AS (DELETE FROM %s WHERE requested_at < now() - %s::bigint * interval '1 microsecond' RETURNING 1)",
+			l.triggers, arg(micros(p.TriggersOlderThan)))
+		triggers = "(SELECT count(*) FROM t)"
+	}
+	fmt.Fprintf(&b, " SELECT (SELECT count(*) FROM c), %s, %s", runs, triggers)
+	var c, r, t int64
+	if err := s.pool.QueryRow(ctx, b.String(), args...).Scan(&c, &r, &t); err != nil {
+		return driver.PruneResult{}, s.wrapLedger("prune", err)
+	}
+	return driver.PruneResult{Claims: int(c), Runs: int(r), Triggers: int(t)}, nil
+}

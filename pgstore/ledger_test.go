@@ -1,0 +1,241 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tasklock/tasklock/driver"
+	"github.com/tasklock/tasklock/storetest"
+)
+
+func TestLedgerConformance(t *testing.T) {
+	for _, mode := range modes {
+		t.Run(string(mode), func(t *testing.T) {
+			pool := newPool(t, newDB(t), nil)
+			storetest.RunLedger(t, func(t *testing.T) driver.Store {
+				return newStore(t, pool, &Options{Mode: mode})
+			})
+		})
+	}
+}
+
+// argTracer records each statement a pool runs, with its arguments.
+type argTracer struct {
+	mu    sync.Mutex
+	stmts []tracedStmt
+}
+
+type tracedStmt struct {
+	sql  string
+	args []any
+}
+
+func (a *argTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	a.mu.Lock()
+	a.stmts = append(a.stmts, tracedStmt{d.SQL, d.Args})
+	a.mu.Unlock()
+	return ctx
+}
+
+func (a *argTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// take returns the statements run since the last take.
+func (a *argTracer) take() []tracedStmt {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s := a.stmts
+	a.stmts = nil
+	return s
+}
+
+func argTracedPool(t *testing.T) (*pgxpool.Pool, *argTracer) {
+	tr := &argTracer{}
+	return newPool(t, newDB(t), func(c *pgxpool.Config) { c.ConnConfig.Tracer = tr }), tr
+}
+
+var tick0 = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// TestLedgerRoundTrips: every ledger call is one statement, however large
+// the batch and whoever holds the claims.
+func TestLedgerRoundTrips(t *testing.T) {
+	t.Parallel()
+	pool, tr := argTracedPool(t)
+	s := newStore(t, pool, nil)
+	ctx := ctxT(t)
+	one := func(what string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if st := tr.take(); len(st) != 1 {
+			t.Fatalf("%s ran %d statements, want 1", what, len(st))
+		}
+	}
+	tr.take() // the migration
+	const n = 500
+	ps := make([]driver.ClaimParams, n)
+	for i := range ps {
+		ps[i] = driver.ClaimParams{Job: fmt.Sprintf("job-%d", i%50), Tick: tick0.Add(time.Duration(i/50) * time.Second), Node: "a", Token: "ta", Retain: time.Hour}
+	}
+	res, err := s.Claim(ctx, ps[:n/2])
+	one("Claim", err)
+	for _, e := range res {
+		if e != nil {
+			t.Fatal(e)
+		}
+	}
+	for i := range ps {
+		ps[i].Node, ps[i].Token = "b", "tb"
+	}
+	res, err = s.Claim(ctx, ps)
+	one("Claim", err)
+	var ce *driver.ClaimedError
+	for i, e := range res {
+		if won := e == nil; won != (i >= n/2) || (!won && (!errors.As(e, &ce) || ce.Node != "a" || ce.At.IsZero())) {
+			t.Fatalf("claim %d: %v", i, e)
+		}
+	}
+	rs := make([]driver.RunRecord, n)
+	for i := range rs {
+		rs[i] = driver.RunRecord{Job: ps[i].Job, Tick: ps[i].Tick, Attempt: 1, Status: driver.RunOK}
+	}
+	one("RecordRuns", s.RecordRuns(ctx, rs))
+	got, err := s.Runs(ctx, driver.RunQuery{Job: "job-7", Limit: 3, Before: &driver.RunKey{Job: "job-7", Tick: tick0.Add(5 * time.Second), Attempt: 1}})
+	one("Runs", err)
+	if len(got) != 3 || !got[0].Tick.Equal(tick0.Add(4*time.Second)) {
+		t.Fatalf("Runs page: %+v", got)
+	}
+	_, err = s.SetJobState(ctx, driver.JobStateParams{Job: "job-1", Op: driver.JobTrigger, Trigger: "x"})
+	one("SetJobState", err)
+	_, err = s.JobStates(ctx)
+	one("JobStates", err)
+	_, err = s.Prune(ctx, driver.PruneParams{RunsOlderThan: time.Hour, KeepPerJob: 5, TriggersOlderThan: time.Hour})
+	one("Prune", err)
+	if got, _ := s.Runs(ctx, driver.RunQuery{}); len(got) != 50*5 {
+		t.Fatalf("%d records after keeping 5 per job, want %d", len(got), 50*5)
+	}
+}
+
+// TestLedgerRunsPages: a page deep in a long history is read from an index
+// range, not by sorting the table.
+func TestLedgerRunsPages(t *testing.T) {
+	t.Parallel()
+	pool, tr := argTracedPool(t)
+	s := newStore(t, pool, nil)
+	ctx := ctxT(t)
+	const jobs, ticks = 20, 1000
+	rs := make([]driver.RunRecord, 0, jobs*ticks)
+	for i := range ticks {
+		for j := range jobs {
+			rs = append(rs, driver.RunRecord{Job: fmt.Sprintf("job-%02d", j), Tick: tick0.Add(time.Duration(i) * time.Second), Attempt: 1, Status: driver.RunOK})
+		}
+	}
+	if err := s.RecordRuns(ctx, rs); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, "ANALYZE "+s.ledger().runs); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []driver.RunQuery{
+		{Limit: 50, Before: &driver.RunKey{Job: "job-07", Tick: tick0.Add(400 * time.Second), Attempt: 1}},
+		{Job: "job-03", Limit: 50, Before: &driver.RunKey{Job: "job-03", Tick: tick0.Add(400 * time.Second), Attempt: 1}},
+	} {
+		tr.take()
+		page, err := s.Runs(ctx, q)
+		if err != nil || len(page) != 50 {
+			t.Fatalf("Runs(%+v): %d records, %v", q, len(page), err)
+		}
+		st := tr.take()
+		if len(st) != 1 {
+			t.Fatalf("%d statements", len(st))
+		}
+		rows, err := pool.Query(ctx, "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) "+st[0].sql, st[0].args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		plan := strings.Join(lines, "\n")
+		if strings.Contains(plan, "Seq Scan") {
+			t.Errorf("job %q: the page is not read from an index range:\n%s", q.Job, plan)
+		}
+		t.Logf("plan for a page of job %q:\n%s", q.Job, plan)
+	}
+}
+
+// TestLedgerNames: names PostgreSQL cannot store are ErrUnsupported; free
+// text is made storable.
+func TestLedgerNames(t *testing.T) {
+	t.Parallel()
+	s := newStore(t, newPool(t, newDB(t), nil), nil)
+	ctx := ctxT(t)
+	for name, p := range map[string]driver.ClaimParams{
+		"NUL in Job":     {Job: "a\x00b", Tick: tick0, Token: "t", Retain: time.Hour},
+		"long Trigger":   {Job: "j", Trigger: strings.Repeat("x", maxLedgerName+1), Tick: tick0, Token: "t", Retain: time.Hour},
+		"non-UTF-8 Node": {Job: "j", Node: "\xff", Tick: tick0, Token: "t", Retain: time.Hour},
+	} {
+		if _, err := s.Claim(ctx, []driver.ClaimParams{p}); !errors.Is(err, driver.ErrUnsupported) {
+			t.Errorf("%s: %v, want ErrUnsupported", name, err)
+		}
+	}
+	if _, err := s.Claim(ctx, []driver.ClaimParams{{Job: "j", Tick: tick0, Token: "t"}}); err == nil || errors.Is(err, driver.ErrUnsupported) {
+		t.Errorf("zero Retain: %v, want a plain error", err)
+	}
+	long := strings.Repeat("é", maxLedgerName/2)
+	r := driver.RunRecord{Job: long, Tick: tick0, Attempt: 1, Status: driver.RunFailed, Error: "bad\x00byte", Output: "tail \xff\xfe end", Fence: 1<<64 - 1}
+	if err := s.RecordRuns(ctx, []driver.RunRecord{r}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Runs(ctx, driver.RunQuery{Job: long})
+	if err != nil || len(got) != 1 {
+		t.Fatalf("Runs: %+v, %v", got, err)
+	}
+	if got[0].Error != "bad\uFFFDbyte" || got[0].Output != "tail \uFFFD end" || got[0].Fence != r.Fence || !got[0].Start.IsZero() {
+		t.Errorf("stored %+v", got[0])
+	}
+	if _, err := s.SetJobState(ctx, driver.JobStateParams{Job: "j", Op: driver.JobTrigger, Trigger: "a\x00"}); !errors.Is(err, driver.ErrUnsupported) {
+		t.Errorf("NUL in Trigger: %v, want ErrUnsupported", err)
+	}
+}
+
+// TestLedgerTables: the ledger tables are named after the lease table, in
+// its schema; without them every call says to migrate.
+func TestLedgerTables(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t, newDB(t), nil)
+	ctx := ctxT(t)
+	s := newStore(t, pool, &Options{Schema: "sched", Table: "my_locks"})
+	for _, name := range []string{"my_locks_claims", "my_locks_runs", "my_locks_jobs", "my_locks_triggers"} {
+		var ok bool
+		if err := pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", "sched."+name).Scan(&ok); err != nil || !ok {
+			t.Errorf("table sched.%s: %v, %v", name, ok, err)
+		}
+	}
+	if _, err := s.SetJobState(ctx, driver.JobStateParams{Job: "j", Op: driver.JobPause}); err != nil {
+		t.Fatal(err)
+	}
+	// Another table's ledger is its own.
+	other := newStore(t, pool, &Options{Schema: "sched", Table: "other_locks"})
+	if sts, err := other.JobStates(ctx); err != nil || len(sts) != 0 {
+		t.Fatalf("JobStates of another table: %+v, %v", sts, err)
+	}
+
+	bare, err := New(pool, &Options{Table: "never_migrated"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = bare.JobStates(ctx)
+	if err == nil || !strings.Contains(err.Error(), "Migrate") {
+		t.Fatalf("JobStates without the tables: %v, want a hint to migrate", err)
+	}
+}

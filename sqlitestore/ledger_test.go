@@ -1,0 +1,156 @@
+package sqlitestore
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tasklock/tasklock/driver"
+	"github.com/tasklock/tasklock/storetest"
+)
+
+// TestLedgerConformance runs the ledger suite, a fresh database file per
+// test.
+func TestLedgerConformance(t *testing.T) {
+	storetest.RunLedger(t, func(t *testing.T) driver.Store {
+		return newStoreT(t, openT(t, dbPath(t), nil))
+	})
+}
+
+var ledgerTick = time.Date(2030, time.January, 1, 0, 0, 0, 0, time.UTC)
+
+// TestLedgerTables: the ledger's tables take their names from the lock
+// table, so two lock tables in one file have two ledgers.
+func TestLedgerTables(t *testing.T) {
+	db := openT(t, dbPath(t), nil)
+	ctx := ctxT(t)
+	a, err := New(db, &Options{Table: "alpha", Migrate: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(db, &Options{Table: "beta", Migrate: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	rows, err := db.QueryContext(ctx, `SELECT name FROM sqlite_master WHERE type IN ('table', 'index') AND name NOT LIKE 'sqlite_%' ORDER BY name`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, n)
+	}
+	rows.Close()
+	for _, want := range []string{"alpha_claims", "alpha_runs", "alpha_jobs", "alpha_triggers", "alpha_runs_job_idx", "beta_claims", "beta_runs_tick_idx"} {
+		found := false
+		for _, n := range names {
+			found = found || n == want
+		}
+		if !found {
+			t.Fatalf("no %s among %v", want, names)
+		}
+	}
+	p := driver.ClaimParams{Job: "j", Tick: ledgerTick, Node: "a", Token: "ta", Retain: time.Hour}
+	if res, err := a.Claim(ctx, []driver.ClaimParams{p}); err != nil || res[0] != nil {
+		t.Fatal(res, err)
+	}
+	p.Token = "tb"
+	if res, err := b.Claim(ctx, []driver.ClaimParams{p}); err != nil || res[0] != nil {
+		t.Fatalf("a claim in alpha's ledger held in beta's: %v, %v", res, err)
+	}
+}
+
+// TestLedgerQueryPlans: Runs reads the runs table through an index in the
+// listing order, without sorting, with and without a job.
+func TestLedgerQueryPlans(t *testing.T) {
+	db := openT(t, dbPath(t), nil)
+	s := newStoreT(t, db)
+	ctx := ctxT(t)
+	for _, q := range []struct {
+		where, index string
+	}{
+		{`job = 'j' AND tick >= 1 AND tick < 2`, "tasklock_locks_runs_job_idx"},
+		{`tick < 2`, "tasklock_locks_runs_tick_idx"},
+	} {
+		var plan []string
+		rows, err := db.QueryContext(ctx, `EXPLAIN QUERY PLAN `+s.ledger.runsHead+` WHERE `+q.where+
+			` ORDER BY tick DESC, job, "trigger", attempt DESC LIMIT 10`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rows.Next() {
+			var id, parent, unused int
+			var detail string
+			if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+				t.Fatal(err)
+			}
+			plan = append(plan, detail)
+		}
+		rows.Close()
+		p := strings.Join(plan, "; ")
+		if !strings.Contains(p, q.index) || strings.Contains(p, "TEMP B-TREE") {
+			t.Errorf("plan for %s: %s; want %s without a sort", q.where, p, q.index)
+		}
+	}
+}
+
+// TestLedgerNames: names the claim statement's JSON cannot carry are
+// refused as unsupported; run records keep any bytes.
+func TestLedgerNames(t *testing.T) {
+	s := newStoreT(t, openT(t, dbPath(t), nil))
+	ctx := ctxT(t)
+	for _, bad := range []string{"\xff", "a\x00b"} {
+		_, err := s.Claim(ctx, []driver.ClaimParams{{Job: bad, Tick: ledgerTick, Token: "t", Retain: time.Hour}})
+		if !errors.Is(err, driver.ErrUnsupported) {
+			t.Errorf("claim of job %q: %v, want ErrUnsupported", bad, err)
+		}
+	}
+	odd := "é:}{\n\"'\\"
+	res, err := s.Claim(ctx, []driver.ClaimParams{{Job: odd, Tick: ledgerTick, Trigger: odd, Node: odd, Token: odd, Retain: time.Hour}})
+	if err != nil || res[0] != nil {
+		t.Fatalf("claim of %q: %v, %v", odd, res, err)
+	}
+	res, err = s.Claim(ctx, []driver.ClaimParams{{Job: odd, Tick: ledgerTick, Trigger: odd, Token: "other", Retain: time.Hour}})
+	var ce *driver.ClaimedError
+	if err != nil || !errors.As(res[0], &ce) || ce.Node != odd {
+		t.Fatalf("second claim of %q: %v, %v", odd, res, err)
+	}
+	r := driver.RunRecord{Job: odd, Tick: ledgerTick, Trigger: odd, Attempt: 1, Node: odd, Fence: 1<<64 - 1,
+		End: ledgerTick.Add(time.Millisecond), Status: driver.RunFailed, Error: "\xff\x00", Output: "tail \xe2\x82"}
+	if err := s.RecordRuns(ctx, []driver.RunRecord{r}); err != nil {
+		t.Fatal(err)
+	}
+	rs, err := s.Runs(ctx, driver.RunQuery{Job: odd})
+	if err != nil || len(rs) != 1 {
+		t.Fatalf("Runs = %+v, %v", rs, err)
+	}
+	g := rs[0]
+	if g.Trigger != r.Trigger || g.Node != r.Node || g.Fence != r.Fence || !g.Start.IsZero() || !g.End.Equal(r.End) ||
+		g.Error != r.Error || g.Output != r.Output {
+		t.Fatalf("record:\n got  %+v\n want %+v", g, r)
+	}
+}
+
+// TestLedgerRecordChunks: a batch larger than one INSERT carries is
+// stored whole.
+func TestLedgerRecordChunks(t *testing.T) {
+	s := newStoreT(t, openT(t, dbPath(t), nil))
+	ctx := ctxT(t)
+	rs := make([]driver.RunRecord, recordChunk+7)
+	for i := range rs {
+		rs[i] = driver.RunRecord{Job: fmt.Sprintf("j%d", i%3), Tick: ledgerTick.Add(time.Duration(i) * time.Second), Attempt: 1, Status: driver.RunOK}
+	}
+	if err := s.RecordRuns(ctx, rs); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Runs(ctx, driver.RunQuery{})
+	if err != nil || len(got) != len(rs) {
+		t.Fatalf("Runs = %d records, %v; want %d", len(got), err, len(rs))
+	}
+}
