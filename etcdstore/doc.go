@@ -8,9 +8,10 @@
 //	locker.Close()
 //	store.Close(ctx)
 //
-// The Store implements driver.Store, driver.Notifier (waiters are woken by
-// an etcd watch), driver.Lister and driver.ForceReleaser. It never closes
-// the client and never logs.
+// The Store implements driver.Store, driver.Queuer (waiters queue at etcd,
+// first come first served), driver.Notifier, driver.Lister,
+// driver.ForceReleaser and driver.Ledger (the scheduler's tick ledger, see
+// Ledger below). It never closes the client and never logs.
 //
 // # One lease for all locks
 //
@@ -57,10 +58,27 @@
 // ("%" and "/" in K and T escaped as %25 and %2F), holding T, the TTL asked
 // for at the grant (ms) and the owner name, one per line, on the session
 // lease. The holder of K is the entry with the lowest create revision under
-// Prefix + K + "/"; the Store only ever creates one, so the layout is ready
-// for a FIFO queue of waiting entries without a migration. Keys of another
-// Store with a nested Prefix would be taken for entries: do not nest
-// prefixes.
+// Prefix + K + "/"; the entries after it are the waiters, in the order
+// they queued. Keys of another Store with a nested Prefix would be taken
+// for entries: do not nest prefixes.
+//
+// # The queue
+//
+// Acquire puts an entry only when none exists under the key's prefix, so
+// it never passes a waiter. Obtain, once its first attempt found the key
+// held, queues (driver.Queuer): Enqueue puts its entry unconditionally;
+// the entry's create revision is its place in the queue and, once it
+// reaches the head, its fence. Each waiter watches only the entry just
+// ahead of its own (the newest older entry), from the revision it read it
+// at, so a release wakes one waiter, not all of them; when that entry goes
+// the waiter reads the queue again and either holds the key or watches the
+// new entry ahead (a waiter ahead of it gave up). A wait that is given up
+// deletes its entry, which wakes the waiter behind it. Waiting entries
+// live on the session lease: while any wait, the Store keeps the session
+// alive itself (one LeaseKeepAlive per third of SessionTTL), so a wait may
+// last any time; if the session is lost anyway, the waiters queue again
+// at the back. A waiting process that dies leaves the queue when etcd
+// expires its session.
 //
 // # Round trips
 //
@@ -78,8 +96,12 @@
 //     session (skipped when a recent one covers the batch's TTL).
 //   - Release: one Delete (the key names the token, so it can only be
 //     ours); with KeepFor, LeaseGrant + Txn.
+//   - Enqueue: one Txn (the put, the head and the entry ahead). Wait: one
+//     watch of the entry ahead, and one Txn each time it goes; a granted
+//     wait is confirmed by the Locker's Renew. Leave: one Delete.
 //   - Leases: one range read and one LeaseTimeToLive per holding Store.
-//     ForceRelease: one Delete of the key's prefix.
+//     ForceRelease: a read of the head and a Txn deleting it, whoever holds
+//     it; the waiters stay queued.
 //
 // # Safety level
 //
@@ -122,4 +144,83 @@
 // Besides driver.ErrNotHeld and *driver.HeldError the store returns errors
 // wrapping ErrTTL and ErrClosed, and clientv3 errors wrapped with %w and the
 // operation, starting with "etcdstore: ".
+//
+// # Ledger
+//
+// The Store is a driver.Ledger for package schedule. Its keys start with
+// Prefix + "\xff" + "ledger/". Lock keys are valid UTF-8 (the Locker
+// validates them), which never holds the byte 0xff, so no lock entry sorts
+// at or after Prefix + "\xff" and no lock's prefix covers a ledger key:
+// Leases reads and Subscribe watches [Prefix, Prefix + "\xff") only, and
+// Acquire, Enqueue and ForceRelease work under Prefix + escaped key + "/".
+// Names are kept as they are, with 0x00 and 0x01 escaped (0x01 0x01, 0x01
+// 0x02) and 0x00 as separator, so that keys sort as names do:
+//
+//   - c/<job>\x00<tick><trigger>: a claim, holding "token\nnode";
+//   - r/<job>\x00<tick, reversed><trigger>\x00<attempt, reversed>: a run
+//     record (JSON), one key per record, in the order Runs lists one job's
+//     records;
+//   - j/<job>\x00p while the job is paused, j/<job>\x00t<ID> for each
+//     pending trigger request, holding its At (RFC 3339);
+//   - m/<revision>: an age mark (below).
+//
+// Round trips: Claim, one Txn per 126 claims (etcd's default
+// --max-txn-ops less two), plus a LeaseGrant when its retention bucket
+// needs a new lease; RecordRuns, one Txn per 128 records, plus a
+// LeaseGrant and a Put at most once a second (an age mark); Runs of one
+// job, one range read (a page at a time when Status filters); Runs of
+// every job, one range read of every record, sorted by the Store;
+// SetJobState, one Txn, plus a LeaseGrant and a Put after a new trigger
+// request; JobStates, one range read; Prune, see Store.Prune.
+//
+// A claim is a nested Txn per key in one Txn: put the key if it does not
+// exist, else put it again if it holds this token and node (a repeated
+// call, which moves it to a current lease), else read the holder.
+// ClaimedError.At is always zero: see below.
+//
+// etcd has no clock a client can read. Its only clock is the leader's,
+// behind lease TTLs, and it tells durations, not instants. So:
+//
+//   - Claim retention is etcd's clock: a claim's key is put on a lease that
+//     lives at least Retain from the claim (etcd deletes it then). Claims
+//     share leases, one per retention bucket (Retain in whole seconds) per
+//     Store at a time: a lease lives Retain + Retain/8 (1 s to 1 min) +
+//     Retain/50 + 0.2 s and takes new claims while more than Retain + 0.2
+//     s of it is left, counted from when its grant was sent, on the local
+//     monotonic clock less 1% for rate errors. A claim whose call took too
+//     long for that is put again on a new lease before Claim returns. A
+//     claim is therefore forgotten between Retain and about 1.15 Retain + 1
+//     min after it was made (plus up to 0.5 s: etcd checks leases twice a
+//     second); Prune has nothing to do for claims and reports 0.
+//   - Ages for Prune are etcd's clock, through age marks: after writing run
+//     records (at most once a second per Store) and after each new trigger
+//     request, the Store grants a lease (10 years) and puts a key naming the
+//     revision the grant was applied at on it. Every key written at or
+//     before that revision is at least as old as the lease, which etcd tells
+//     (granted TTL less remaining TTL, less 1 s as etcd truncates it). Prune
+//     finds the newest mark at least RunsOlderThan (TriggersOlderThan) old
+//     by a binary search of LeaseTimeToLive calls, deletes the records
+//     (requests) written at or before its revision, and thins the marks so
+//     that they stay about a sixteenth of their age apart (revoking the
+//     rest, and those older than every age it was asked for). Records are
+//     thus deleted by age no earlier than asked, and up to about a second
+//     later (or until the next mark, for a Store that stopped writing).
+//   - Recorded and TriggerRequest.At are the writing Store's wall clock
+//     (UTC): shown to people, used as the trigger's claim key, and never to
+//     decide anything at the store. Triggers are listed in the order etcd
+//     received them (their keys' create revisions), not by At.
+//
+// Leader changes. A new etcd leader gives every lease its full TTL again,
+// unless lease checkpointing is on (etcd 3.4/3.5:
+// --experimental-enable-lease-checkpoint, and
+// --experimental-enable-lease-checkpoint-persist to survive restarts).
+// Claims then live longer than asked, which is safe. Age marks then look
+// younger: everything written before a leader change looks at most as old
+// as the time since that change, so a cluster whose leader changes more
+// often than RunsOlderThan never prunes run records by age (KeepPerJob
+// still bounds them). Turn checkpointing on where RunsOlderThan matters.
+//
+// Several Stores may prune at once. A Prune revokes the marks older than
+// those it needed for the ages it was given: Stores that prune one prefix
+// with different ages end up with the shortest.
 package etcdstore

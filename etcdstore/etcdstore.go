@@ -56,8 +56,8 @@ type Options struct {
 }
 
 // Store keeps tasklock leases in etcd through the caller's client. It
-// implements driver.Store, driver.Notifier, driver.Lister and
-// driver.ForceReleaser, and is safe for concurrent use. Create it with New
+// implements driver.Store, driver.Queuer, driver.Notifier, driver.Lister,
+// driver.ForceReleaser and driver.Ledger, and is safe for concurrent use. Create it with New
 // and end it with Close.
 type Store struct {
 	c      *clientv3.Client
@@ -77,6 +77,11 @@ type Store struct {
 	sess   *session          // the current session; nil before the first grant
 	held   map[string]*entry // by etcd key: the locks granted through this Store
 	reap   reaper
+
+	waiting map[*ticket]struct{} // entries queued through this Store (queue.go)
+	keeping bool                 // keepWaiting is running
+
+	ledger ledgerState // ledger.go; has its own mutex
 }
 
 var (
@@ -127,6 +132,7 @@ func New(client *clientv3.Client, opts *Options) (*Store, error) {
 		cancel:   cancel,
 		grantSem: make(chan struct{}, 1),
 		held:     make(map[string]*entry),
+		waiting:  make(map[*ticket]struct{}),
 	}
 	s.reap.s = s
 	s.txnOps.Store(defaultTxnOps)

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/goleak"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
@@ -23,13 +22,7 @@ import (
 	"github.com/tasklock/tasklock/storetest"
 )
 
-func TestMain(m *testing.M) {
-	if testserver.HelperRole() != "" {
-		// A helper runs only its own test; leak checks are the parent's job.
-		os.Exit(m.Run())
-	}
-	goleak.VerifyTestMain(m, testserver.LeakOptions()...)
-}
+func TestMain(m *testing.M) { os.Exit(testserver.Main(m)) }
 
 // counter counts the gRPC requests a client sends, by method: unary calls
 // (every attempt, inside clientv3's retry interceptor) and streams opened

@@ -21,7 +21,8 @@ const (
 )
 
 // Subscribe implements driver.Notifier with one etcd watch on the Store's
-// prefix that reports deletions only (WithFilterPut): every release,
+// lock entries (its prefix, less the ledger's keys) that reports deletions
+// only (WithFilterPut): every release,
 // expiry, reaped deadline and forced release of a lock deletes its key,
 // and onRelease gets the lock key of each. It returns once etcd confirmed
 // the watch. The watch runs on a watcher of its own
@@ -40,7 +41,7 @@ func (s *Store) Subscribe(ctx context.Context, onRelease func(key string)) (stop
 	}
 	w := clientv3.NewWatcher(s.c)
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(context.Background()))
-	ch := w.Watch(wctx, s.prefix, clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
+	ch := w.Watch(wctx, s.prefix, clientv3.WithRange(s.locksEnd()), clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
 	var rev int64
 	select {
 	case resp, ok := <-ch:
@@ -111,13 +112,17 @@ func (s *Store) watchLoop(ctx context.Context, w clientv3.Watcher, ch clientv3.W
 		case <-t.C:
 		}
 		wait = min(wait*2, watchRetryMax)
-		opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithFilterPut()}
+		opts := []clientv3.OpOption{clientv3.WithRange(s.locksEnd()), clientv3.WithFilterPut()}
 		if rev != 0 {
 			opts = append(opts, clientv3.WithRev(rev+1))
 		}
 		ch = w.Watch(ctx, s.prefix, opts...)
 	}
 }
+
+// locksEnd is the end of the Store's lock entries: the ledger's keys
+// (ledger.go) start there, and are neither watched nor listed.
+func (s *Store) locksEnd() string { return s.prefix + ledgerMark }
 
 // Leases implements driver.Lister: the held locks whose key starts with
 // prefix, sorted by key, from one linearizable range read plus one
@@ -126,7 +131,8 @@ func (s *Store) watchLoop(ctx context.Context, w clientv3.Watcher, ch clientv3.W
 // its lease's remaining TTL (etcd rounds it up to seconds), capped by the
 // lock TTL the holder asked for when it obtained the lock.
 func (s *Store) Leases(ctx context.Context, prefix string) ([]driver.Lease, error) {
-	resp, err := s.c.Get(ctx, s.prefix+escape(prefix), clientv3.WithPrefix())
+	from := s.prefix + escape(prefix)
+	resp, err := s.c.Get(ctx, from, clientv3.WithRange(min(clientv3.GetPrefixRangeEnd(from), s.locksEnd())))
 	if err != nil {
 		return nil, fmt.Errorf("etcdstore: list leases: %w", err)
 	}
@@ -170,17 +176,30 @@ func (s *Store) Leases(ctx context.Context, prefix string) ([]driver.Lease, erro
 	return out, nil
 }
 
-// ForceRelease implements driver.ForceReleaser: one Delete of every entry
-// under key's prefix, whoever holds it. The holder learns at its next
-// renewal; waiters are woken by the watch. It returns ErrNotHeld when
-// nothing was there.
+// ForceRelease implements driver.ForceReleaser: it deletes the holder's
+// entry, the oldest under key's prefix (a read, then a Delete that checks
+// the entry was not replaced meanwhile), whoever holds it. The holder
+// learns at its next renewal; the first waiter in the queue, or a watching
+// waiter, is woken. It returns ErrNotHeld when nothing was there.
 func (s *Store) ForceRelease(ctx context.Context, key string) error {
-	resp, err := s.c.Delete(ctx, s.keyPrefix(key), clientv3.WithPrefix())
+	resp, err := s.c.Get(ctx, s.keyPrefix(key), clientv3.WithPrefix(), clientv3.WithKeysOnly(),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(1))
 	if err != nil {
 		return fmt.Errorf("etcdstore: force release %q: %w", key, err)
 	}
-	if resp.Deleted == 0 {
+	if len(resp.Kvs) == 0 {
 		return driver.ErrNotHeld
+	}
+	kv := resp.Kvs[0]
+	txn, err := s.c.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(string(kv.Key)), "=", kv.CreateRevision)).
+		Then(clientv3.OpDelete(string(kv.Key))).
+		Commit()
+	if err != nil {
+		return fmt.Errorf("etcdstore: force release %q: %w", key, err)
+	}
+	if !txn.Succeeded {
+		return driver.ErrNotHeld // released meanwhile
 	}
 	return nil
 }

@@ -5,8 +5,10 @@
 //	store, err := zkstore.New(conn, &zkstore.Options{SessionTimeout: 10 * time.Second})
 //	locker, err := tasklock.New(store, nil)
 //
-// The Store implements driver.Store, driver.Notifier (waiters are woken by
-// ZooKeeper watches), driver.Lister and driver.ForceReleaser. All its locks
+// The Store implements driver.Store, driver.Queuer (waiting Obtain calls
+// queue in ZooKeeper, first come first served, each woken by a watch on
+// its predecessor), driver.Lister, driver.ForceReleaser and driver.Ledger
+// (the tick ledger of package schedule, see Ledger). All its locks
 // live on the Conn's session. It never closes the Conn and never logs. It
 // needs ZooKeeper 3.5.3 or later (container nodes); TTL nodes
 // (extendedTypesEnabled=true) are used for MinHold when the server has
@@ -15,70 +17,110 @@
 // # Nodes
 //
 // Each key K has a container node Root/<K escaped> (the server deletes it
-// once its last child is gone). A lock is an ephemeral sequential node
-// Root/<K>/<token>-lock-NNNNNNNNNN owned by the Conn's session, holding JSON
-// {"owner": ..., "ttl_ms": ...}. The token holds K while its node is the
-// live lock node with the lowest sequence number (first come, first
-// served) and no MinHold node <token>-keep is live. In names, '/', '%',
-// and the characters ZooKeeper refuses in node names become %XX, and "."
-// and ".." have their dots escaped; everything else is kept, so the tree
-// reads like the keys (zkCli: ls /tasklock).
+// once its last child is gone). A lock, or a waiter queued for it, is an
+// ephemeral sequential node Root/<K>/<token>-lock-NNNNNNNNNN owned by the
+// Conn's session, holding JSON {"owner": ..., "ttl_ms": ...} (the TTL it
+// was granted or queued with; it is not rewritten by renewals). The token
+// holds K while its node is the lock node with the lowest sequence number
+// (first come, first served) and no MinHold node <token>-keep is live. In
+// names, '/', '%', and the characters ZooKeeper refuses in node names
+// become %XX, and "." and ".." have their dots escaped; everything else is
+// kept, so the tree reads like the keys (zkCli: ls /tasklock). Root also
+// holds the force-release marker Root/%force-released (persistent; no key
+// node can have that name), see Renew.
 //
-// A lock node is live while its session lives and its lease lasts: until
-// TTL after its last modification (mtime), by the server's clock. Renew
-// rewrites the node's data, which moves its mtime to the server's now.
-// Whoever finds an expired lock or MinHold node in its way deletes it,
-// version-checked (a renewal that got there first wins).
+// A lock node lives until it is deleted — by its holder's Release, by its
+// holder's Store at the lease's deadline, by ForceRelease — or until its
+// session ends. Nobody else judges a lock node expired. The lease's
+// deadline is kept by the Store that granted it, on the monotonic clock:
+// the send time of the grant or of the last renewal plus the TTL. One timer
+// (time.AfterFunc, no goroutine between firings) deletes the nodes of
+// leases that reach their deadline unrenewed (NoRenew, MaxHold,
+// ProgressTimeout, a lost lock nobody releases), retrying failed deletes
+// with backoff.
+//
+// All Stores on one Root must run this layout: an older zkstore (which
+// deleted lock nodes TTL after their mtime) would take unrenewed lock nodes
+// for expired ones.
 //
 // # Round trips
 //
 //   - Acquire on a free key: two. A multi creates the lock node and
 //     touches the key node, whose returned stat carries the new node's zxid
 //     (the fence) and the server's time; then the key's children are listed.
-//     On a held key: four (the blocker is read, and the new node deleted
-//     again), so a failed attempt leaves nothing behind.
-//   - Renew: one multi of setData operations per 512 KiB of requests (about
-//     4,000 leases) for the whole batch, whatever its size; a lease found
-//     gone costs one more multi (a multi fails as a whole and names the
-//     first operation that failed).
+//     On a held key: three (the lowest lock node is read while the new node
+//     is deleted again), so a failed attempt leaves nothing behind. Behind a
+//     live MinHold node only: four (the MinHold nodes are read, pipelined,
+//     before the delete).
+//   - Enqueue: one (the same multi). Wait: one at the head (the children);
+//     otherwise two per wake-up (the children, then the predecessor's data
+//     with a watch, and the holder's data alongside when the holder is
+//     another node and changed since the last look); at the head behind a
+//     MinHold node, four per look (the children, the server's time, the
+//     MinHold nodes, a watch on the live one). Leave: one delete.
+//   - The first Acquire or Enqueue of a Store also reads the marker (and
+//     creates it, and Root, when missing).
+//   - Renew: one request for the whole batch, whatever its size: a multi
+//     holding one check of the marker's version (about 60 bytes). After a
+//     ForceRelease anywhere under Root, the next Renew costs two more
+//     requests (the failed check, the marker read) plus one read per lease
+//     of the batch the force releases may have hit: the leases the marker
+//     names, when it names all the force releases since the last look (it
+//     names the last 16), else every lease created before the last one.
 //   - Release: one (two with MinHold on a server with TTL nodes).
-//   - Leases: two, plus two per key (pipelined, 16 keys at a time); it
-//     writes Root's data to learn the server's time. ForceRelease: four.
+//   - Leases: two, plus two per key (pipelined, 16 keys at a time), plus
+//     one per MinHold node; it writes Root's data to learn the server's
+//     time. ForceRelease: five.
 //
-// The Store keeps about 150 bytes per held lock in memory (the token, the
-// lock node's sequence number, the fence and the lease's local deadline).
+// The Store keeps about 120 bytes per held lock in memory (the token, the
+// lock node's sequence number, its session, the fence and the lease's
+// deadline) and nothing per queued waiter but its Ticket; it sets no watch
+// on held nodes.
 //
 // go-zookeeper's calls take no context. Each call runs on a goroutine of its
 // own that the Store leaves when ctx ends; the request then completes, or
-// fails when the client gives it up, in the background, and an Acquire that
-// succeeds after its caller left is released again.
+// fails when the client gives it up, in the background, and an Acquire or
+// Enqueue that succeeds after its caller left is undone again.
 //
 // # Safety level
 //
 // Durable and linearizable, decided by ZooKeeper:
 //
-//   - Every grant, renewal and release is a write ordered by the leader
-//     and acknowledged by a quorum after it reached their transaction logs.
-//     A client's reads see at least its own earlier writes, so the children
-//     list an Acquire reads after creating its node holds every node created
-//     before it: two tokens cannot both find their node the lowest, and a
-//     live MinHold node is never missed.
-//   - Every expiry is decided by ZooKeeper: a session ends when the server
-//     has not heard from its client for the session timeout, by the server's
-//     clock; a lease ends TTL after its node's mtime, which the leader
-//     stamps with its wall clock, compared with the server's time of the
-//     acquiring client's own write. No client clock enters a decision.
-//     Stepping the leader's clock forward, or a new leader whose clock runs
-//     ahead, ends leases early, as with pgstore's now(): keep the servers'
-//     clocks synchronized.
+//   - Every grant, queue entry, release and force release is a write
+//     ordered by the leader and acknowledged by a quorum after it reached
+//     their transaction logs. A client's reads see at least its own earlier
+//     writes, so the children list read after creating a node holds every
+//     node created before it: two tokens cannot both find their node the
+//     lowest, a waiter is never overtaken by a later Acquire or Enqueue,
+//     and a live MinHold node is never missed.
+//   - A lock node ends by the server's clock (its session's timeout) or by
+//     an explicit delete; the only expiry decided on a client's clock is
+//     the early end of an unrenewed lease by the Store that granted it,
+//     after its holder's own validity ended (the Store's deadline starts
+//     later than the Locker's and has no drift margin taken off). MinHold
+//     nodes end KeepFor after their creation by the server's clock.
+//   - Renewal proves the session alive: the multi that checks the marker
+//     is a write, which the leader refuses for a session that has expired
+//     or is closing, and it was sent after the Locker's send time. The
+//     server heard from the session then, so the session — and every lock
+//     node on it — cannot expire before that send plus the session timeout,
+//     and the TTL may not exceed Options.SessionTimeout (ErrTTL). (In an
+//     ensemble, a follower reports a session's activity to the leader with
+//     its next ping, within half a tick; the leader rounds session expiry up
+//     to the next tick, which covers that delay.) The same check proves
+//     that no lock node was force-released since the Store last read the
+//     marker: ForceRelease raises its version in the multi that deletes the
+//     node.
 //   - The Locker on top keeps its own, shorter, local validity (TTL minus
 //     drift, counted from when it sent the request, on the monotonic clock)
-//     and closes a lock's Done by then. The server stamped the node, and
-//     heard from the session, after that send; and the TTL may not exceed
-//     Options.SessionTimeout (ErrTTL). So a holder that is paused,
-//     partitioned or slow stops before its lease can end at the server and
-//     before its session can expire there, and the next holder's fence is
-//     higher than any it used.
+//     and closes a lock's Done by then. So a holder that is paused,
+//     partitioned or slow stops before its session can expire at the server
+//     and before its own Store deletes its node, and the next holder's
+//     fence is higher than any it used.
+//   - A lock node deleted by hand (zkCli delete) rather than by
+//     ForceRelease does not move the marker: its holder does not learn of
+//     it, and keeps renewing. Delete lock nodes only with ForceRelease
+//     (tasklock locks release --force).
 //
 // # Fence
 //
@@ -88,7 +130,9 @@
 // growing across restarts, leader changes and counter roll-overs) and are
 // never reused. So fences strictly increase per key, and across keys, for
 // the life of the ensemble; they are not dense (every write in the ensemble
-// consumes one).
+// consumes one). A queued waiter's fence is the czxid of the node it
+// created at Enqueue: grants follow the sequence numbers, which follow
+// creation, so a later grant always has a higher czxid.
 //
 // Not the sequence number: that is the key node's child version, which
 // lives in the key node. The server deletes the key node whenever it is
@@ -96,26 +140,22 @@
 // counter would start again from 0 and repeat fences. It also counts the
 // attempts of waiters, and would overflow an int32 after 2^31 changes; the
 // Store sidesteps that by deleting the empty key node on Release once the
-// number passes 2^30 (the czxid is unaffected either way).
+// number passes 2^30 (the czxid is unaffected either way). A key whose
+// queue never empties for 2^30 changes would see its numbers overflow: the
+// order of nodes is then unknown, each stands before the other, and they
+// wait until one leaves or its session ends.
 //
 // # Session timeout and takeover
 //
-// A holder whose process dies or is cut off is replaced when the first of
-// two things happens at the server: its session expires (the session
-// timeout after the server last heard from it), which deletes its lock
-// nodes and fires the watches of waiters at once; or its lease expires (TTL
-// after its last renewal), which the next attempt of a waiter notices (a
-// waiter sleeps no longer than the holder's remaining lease). As TTL ≤
-// SessionTimeout, takeover comes at most TTL after the holder's last
-// renewal: within the session timeout of its death when the TTL equals it.
+// A holder whose process dies or is cut off is replaced when its session
+// expires at the server (the session timeout after the server last heard
+// from it, which go-zookeeper's pings keep fresh while the process lives):
+// that deletes its lock nodes and wakes the waiter behind each at once. So
+// takeover after a crash is bounded by the session timeout, whatever the
+// locks' TTLs, as etcdstore's is by its SessionTTL; the TTL (at most the
+// session timeout) bounds how long a live Store keeps an unrenewed lease.
 // A holder that closes its Conn ends its session at once, and is replaced
 // at once.
-//
-// A lock whose Locker stops renewing it (NoRenew, MaxHold, ProgressTimeout,
-// a lost lock nobody releases) keeps its node until the session ends, but
-// the node stops counting TTL after its last renewal, and the next
-// contender deletes it. The Store forgets such locks a second after their
-// deadline.
 //
 // # Partitions and outages
 //
@@ -124,53 +164,133 @@
 // two thirds of the session timeout and reconnects, renewals fail, and the
 // lock's Done closes at its local validity, before the session could expire
 // at the server. The Store itself answers ErrNotHeld, without asking the
-// server, for a lease past its deadline (the send time of its last
-// successful grant or renewal plus its TTL: the server heard from the
-// session then, so the session cannot have expired before), and for every
-// lease of a session the client was told has expired; the latter also
-// catches an overstated Options.SessionTimeout.
+// server, for a lease past its deadline (its node is deleted by the Store's
+// timer, or went with the session), and for every lease of a session the
+// client was told has expired; the latter also catches an overstated
+// Options.SessionTimeout.
 //
 // When the connection comes back within the session timeout (another
 // server of the ensemble, or a restarted one: a server restores sessions
 // from its log, each with a fresh timeout), the session and its nodes are
-// still there and renewals go on if the locks' validity has not passed. A
-// lock whose validity passed meanwhile is lost for good: its node's lease
-// has expired, so other clients may delete it, and the Store neither renews
-// nor releases it (ErrNotHeld). When the session expired, go-zookeeper opens
-// a new one, and every lease of the old one is ErrNotHeld at once.
+// still there and renewals go on if the locks' deadlines have not passed. A
+// lock whose deadline passed meanwhile is lost for good: the Store deletes
+// its node as soon as it can, and neither renews nor releases it
+// (ErrNotHeld). Queued waiters keep their place. When the session expired,
+// go-zookeeper opens a new one, every lease of the old one is ErrNotHeld at
+// once, and every Ticket of the old one answers ErrNotHeld (the Locker
+// queues again, at the back).
 //
 // # MinHold
 //
-// Ephemeral nodes cannot outlive their session, and a lock node's lease is
-// not shortened: Release with KeepFor replaces the lock node by a MinHold
-// node <token>-keep holding {"owner", "ttl_ms": KeepFor, "fence"}, which
-// blocks every grant until it is KeepFor old by the server's clock, even if
-// the holder's process dies meanwhile. Where the server has TTL nodes
+// Ephemeral nodes cannot outlive their session: Release with KeepFor
+// replaces the lock node by a MinHold node <token>-keep holding {"owner",
+// "ttl_ms": KeepFor, "fence"}, which blocks every grant until it is
+// KeepFor old by the server's clock (its mtime), even if the holder's
+// process dies meanwhile. Where the server has TTL nodes
 // (extendedTypesEnabled=true) it is one: created first, then the lock node
 // deleted, and the server removes it up to znode.container.checkIntervalMs
 // (default one minute) after it expired, if no contender deleted it first.
 // Elsewhere it is a persistent node created in a multi with the lock node's
-// deletion (atomically), deleted by the next Acquire of the key or
-// Leases that finds it expired.
+// deletion (atomically). Whoever finds an expired MinHold node in its way
+// (Acquire, the waiter at the head of the queue, Leases, ForceRelease)
+// deletes it, version-checked; the waiter at the head reads the server's
+// time by touching the key node, and sleeps until the MinHold node expires
+// or is deleted (a watch).
 //
-// # Notifications
+// # Waiting
 //
-// ZooKeeper watches, not polling: while a Locker waits (has subscribed),
-// every Acquire that finds its key held sets a one-time data watch on the
-// blocking lock node, one per node, with one goroutine waiting for it. A
-// renewal of the node only re-arms the watch; its deletion (release,
-// expiry, its session ending) wakes the waiters of the key. go-zookeeper
-// v1.0.4 has no persistent or recursive watches (AddWatch). Waiters also
-// poll, with backoff capped by the holder's remaining lease, which covers
-// leases that end by time and MinHold nodes, which are not watched. All
-// waiting Lockers are woken by a release and one of them wins: waiters hold
-// no place in the queue between attempts (the attempt's node is deleted
-// again), so the order among them is not first come, first served.
+// Waiters queue: Obtain, once its first Acquire found the key held, calls
+// Enqueue, which leaves its lock node in place, and Wait, which sets a
+// one-time data watch (getData) on the lock node just before its own — its
+// predecessor, never the holder or the key's children — and looks again
+// only when that watch fires. A release wakes exactly one waiter, and a
+// waiter that leaves (Leave deletes its node) wakes only the one behind
+// it, which then watches the node before the one that left: ZooKeeper's
+// lock recipe, with no herd. A queued node has no deadline: it waits as long
+// as its session lives. A Leave whose delete cannot be confirmed hands the
+// node to the Store's timer, which retries it while the session lives (for
+// at most twice the session timeout); the session's end removes it at the
+// latest. A left waiter whose Wait still sleeps keeps its watch at the
+// server until its predecessor goes; it then returns ErrNotHeld without a
+// request. go-zookeeper v1.0.4 has no persistent or recursive watches
+// (AddWatch).
 //
 // # Errors
 //
-// Besides driver.ErrNotHeld and *driver.HeldError, Acquire returns errors
-// wrapping ErrTTL for a TTL above Options.SessionTimeout (Renew reports
-// the same per lease). go-zookeeper's errors are wrapped with %w and the
+// Besides driver.ErrNotHeld and *driver.HeldError, Acquire and Enqueue
+// return errors wrapping ErrTTL for a TTL above Options.SessionTimeout
+// (Renew reports the same per lease). HeldError.TTL and Lease.TTL of a lock
+// node are the TTL it was granted with: its holder's Store ends it at most
+// that long after its last renewal (the store cannot tell when that was);
+// of a MinHold node, what is left of it by the server's clock. go-zookeeper's errors are wrapped with %w and the
 // operation, starting with "zkstore: ".
+//
+// # Ledger
+//
+// The Store is a driver.Ledger. Its nodes are under Root/%ledger, a name
+// no key node can have (escapeName writes every '%' of a key as %25) and
+// that Leases skips; Acquire, Enqueue, ForceRelease and Renew never touch
+// it. Job and trigger names, and tokens, are escaped as keys are (at most
+// 4096 bytes escaped, else driver.ErrUnsupported); ticks are 24 hex digits
+// (Unix seconds + 2^63, nanoseconds), so they keep nanoseconds and compare
+// as instants whatever their location:
+//
+//   - claims/<job>/<tick>[-<trigger>]: one persistent node per claim,
+//     holding JSON {"token", "node", "retain_ms"}; its ctime is the claim's
+//     time (ClaimedError.At). The job's node claims/<job> is persistent and
+//     its data version is a guard: every delete of a claim raises it in the
+//     same multi.
+//   - runs/<job>/<tick, inverted>-<trigger>-<attempt, inverted>: one
+//     persistent node per run record, holding JSON (node, fence, start,
+//     end, status, error, output), under a container node per job that the
+//     server removes once its last record is pruned. Names sort about as
+//     Runs lists records; Runs sorts by the keys it parses from them.
+//     Recorded is the node's mtime.
+//   - jobs: one node holding every job not in the default state, as JSON
+//     {<job>: {"paused", "triggers": [{"id", "at_ms"}]}}, written
+//     version-checked.
+//
+// Every time the ledger decides by is the ZooKeeper leader's clock, which
+// stamps every write: a claim's time is its node's ctime, a record's age
+// its node's mtime, and "now" for retention, ages and a trigger request's
+// At is the mtime of a write of Root's (empty) data, as in Leases. A
+// claim is expired once its ctime plus its Retain (rounded up to a
+// millisecond) is before that now. TTL nodes (extendedTypesEnabled) are
+// not used for claims: the server removes an expired TTL node only at its
+// next container check (one minute by default), most servers lack them,
+// and a claim must be deletable in the same multi as its guard.
+//
+// Round trips (requests of one call travel pipelined on the Conn, 16 at a
+// time):
+//
+//   - Claim: one create per claim. A claim that exists costs one read
+//     more, alongside which one write of Root's data per call fetches the
+//     server's time; an expired one is taken over in three more (the
+//     guard, the node again, then a multi that checks the guard's version,
+//     deletes the old node, creates the new one and raises the guard): a
+//     node found expired after the guard was read can only have been
+//     replaced by a delete, which the check catches. So two claimers, or a
+//     claimer and Prune, never both win.
+//   - RecordRuns: one create per record (a set too when it exists).
+//   - Runs: for one job, one list of its records, then the data of as many
+//     as Limit needs in listing order (all of them without a Limit; twice
+//     as many when Status filters). For every job: a list of the jobs and
+//     one of each job's records, then the same reads. A job's list must fit
+//     one response: keep a job's records bounded (KeepPerJob).
+//   - SetJobState: a read and a version-checked write of the jobs node
+//     (plus the time write for JobTrigger, alongside the read; no write
+//     when nothing changes). JobStates: one read.
+//   - Prune: the time write; a list of the claims' jobs and, per job, the
+//     guard, the list, a read per claim and one guarded multi per 500
+//     expired claims; with RunsOlderThan or KeepPerJob, the lists of the
+//     runs, a stat per record (RunsOlderThan only) and a delete per
+//     record pruned (version-checked against the stat, so a record written
+//     again meanwhile stays); with TriggersOlderThan, a read and a write
+//     of the jobs node.
+//
+// The jobs node holds every paused job and pending trigger request in
+// one value: with jute.maxbuffer at its 1 MiB default, about ten thousand
+// of them. A claims/<job> node stays, empty, after its claims are pruned.
+// Error, Output and Node of a run record, and a claim's node, are JSON
+// strings: invalid UTF-8 in them becomes U+FFFD.
 package zkstore

@@ -10,7 +10,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +17,7 @@ import (
 
 	"github.com/tasklock/tasklock"
 	"github.com/tasklock/tasklock/driver"
+	"github.com/tasklock/tasklock/internal/faulttest"
 	"github.com/tasklock/tasklock/internal/testserver"
 )
 
@@ -98,102 +98,34 @@ func checkHistory(t testing.TB, c *zk.Conn, reg string) map[string]int {
 
 func newLocker(t testing.TB, s driver.Store, owner string) *tasklock.Locker {
 	t.Helper()
-	lk, err := tasklock.New(s, &tasklock.Config{Owner: owner, Logger: quietLog})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = lk.Close() })
-	return lk
+	return faulttest.NewLocker(t, s, tasklock.Config{Owner: owner, Logger: quietLog})
 }
 
 // startHolder runs a helper process that obtains key under root on the
 // shared server with a session (and TTL) of faultSession and writes to the
 // register; it returns once the helper holds the lock and made a write.
-func startHolder(t *testing.T, addr, root, reg, key string) (*testserver.Process, uint64) {
+func startHolder(t *testing.T, addr, root, reg, key string) *faulttest.Holder {
 	t.Helper()
-	h := testserver.StartHelper(t, "TestHolderProcess", "holder",
-		"TASKLOCK_ZK_ADDR="+addr, "TASKLOCK_ZK_ROOT="+root, "TASKLOCK_ZK_REGISTER="+reg,
-		"TASKLOCK_KEY="+key, "TASKLOCK_SESSION="+faultSession.String())
-	line := h.WaitLine(t, "LOCKED ", 20*time.Second)
-	fence, err := strconv.ParseUint(strings.TrimPrefix(line, "LOCKED "), 10, 64)
-	if err != nil {
-		t.Fatalf("helper said %q", line)
-	}
-	h.WaitLine(t, "WROTE", 10*time.Second)
-	return h, fence
+	return faulttest.StartHolder(t, "TestHolderProcess", key, faultSession,
+		"TASKLOCK_ZK_ADDR="+addr, "TASKLOCK_ZK_ROOT="+root, "TASKLOCK_ZK_REGISTER="+reg)
 }
 
 // TestHolderProcess is the lock holder that the fault tests run in a
-// helper process; in a normal run it skips.
+// helper process (see faulttest.HolderMain; its TTL is also its session
+// timeout); in a normal run it skips.
 func TestHolderProcess(t *testing.T) {
-	if testserver.HelperRole() != "holder" {
-		t.Skip("runs only as a helper process started by testserver.StartHelper")
-	}
-	os.Exit(runHolder())
-}
-
-// runHolder obtains the key (TTL = the session timeout), prints "LOCKED
-// <fence>", and then writes its fence to the register every 10ms while its
-// lock's Done is open. After a pause (SIGSTOP) it prints "RESUMED", and
-// every write it tries from then on; when Done closes it prints "LOST
-// <cause>" and exits.
-func runHolder() int {
-	session, err := time.ParseDuration(os.Getenv("TASKLOCK_SESSION"))
-	if err != nil {
-		fmt.Println("ERROR", err)
-		return 1
-	}
-	c, err := dial(os.Getenv("TASKLOCK_ZK_ADDR"), session, nil)
-	if err != nil {
-		fmt.Println("ERROR", err)
-		return 1
-	}
-	defer c.Close()
-	s, err := New(c, &Options{Root: os.Getenv("TASKLOCK_ZK_ROOT"), SessionTimeout: session})
-	if err != nil {
-		fmt.Println("ERROR", err)
-		return 1
-	}
-	lk, err := tasklock.New(s, &tasklock.Config{Owner: "helper", Logger: quietLog})
-	if err != nil {
-		fmt.Println("ERROR", err)
-		return 1
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	l, err := lk.Obtain(ctx, os.Getenv("TASKLOCK_KEY"), &tasklock.ObtainOptions{TTL: session})
-	if err != nil {
-		fmt.Println("ERROR", err)
-		return 1
-	}
-	fmt.Printf("LOCKED %d\n", l.Fence())
-	reg := os.Getenv("TASKLOCK_ZK_REGISTER")
-	last := time.Now()
-	resumed, wrote := false, false
-	for {
-		if gap := time.Since(last); gap > 200*time.Millisecond && !resumed {
-			resumed = true
-			fmt.Printf("RESUMED after %v\n", gap.Round(time.Millisecond))
+	faulttest.HolderMain(t, func(session time.Duration) (driver.Store, faulttest.WriteFunc, error) {
+		c, err := dial(os.Getenv("TASKLOCK_ZK_ADDR"), session, nil)
+		if err != nil {
+			return nil, nil, err
 		}
-		last = time.Now()
-		select {
-		case <-l.Done():
-			fmt.Printf("LOST %v\n", l.Err())
-			return 0
-		default:
+		s, err := New(c, &Options{Root: os.Getenv("TASKLOCK_ZK_ROOT"), SessionTimeout: session})
+		if err != nil {
+			return nil, nil, err
 		}
-		ok, err := writeRegister(c, reg, l.Fence(), "helper")
-		switch {
-		case err != nil:
-			fmt.Printf("WRITE %d error %v\n", l.Fence(), err)
-		case resumed || !ok:
-			fmt.Printf("WRITE %d accepted=%v\n", l.Fence(), ok)
-		case !wrote:
-			wrote = true
-			fmt.Println("WROTE")
-		}
-		time.Sleep(10 * time.Millisecond) // the work between two writes
-	}
+		reg := os.Getenv("TASKLOCK_ZK_REGISTER")
+		return s, func(_ context.Context, fence uint64) (bool, error) { return writeRegister(c, reg, fence, "helper") }, nil
+	})
 }
 
 // TestFaults runs the fault tests side by side.
@@ -211,15 +143,11 @@ func TestFaults(t *testing.T) {
 func testHolderKilled(t *testing.T) {
 	z, c := shared(t)
 	root, reg := newRoot(), newRegister(t, c)
-	h, f1 := startHolder(t, z.Addr(), root, reg, "job")
+	h := startHolder(t, z.Addr(), root, reg, "job")
+	f1 := h.Fence
 	lk := newLocker(t, newStore(t, c, testSession, &Options{Root: root}), "next")
 	h.Kill(t)
-	killed := time.Now()
-	l, err := lk.Obtain(ctxT(t), "job", &tasklock.ObtainOptions{TTL: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	took := time.Since(killed)
+	l, took := faulttest.Obtain(t, lk, "job", &tasklock.ObtainOptions{TTL: 5 * time.Second}, time.Now())
 	limit := faultSession + time.Second
 	t.Logf("session timeout %v: obtained %v after SIGKILL of the holder (limit %v), fence %d after %d", faultSession, took.Round(time.Millisecond), limit, l.Fence(), f1)
 	if took > limit {
@@ -244,15 +172,11 @@ func testHolderKilled(t *testing.T) {
 func testHolderPaused(t *testing.T) {
 	z, c := shared(t)
 	root, reg := newRoot(), newRegister(t, c)
-	h, f1 := startHolder(t, z.Addr(), root, reg, "job")
+	h := startHolder(t, z.Addr(), root, reg, "job")
+	f1 := h.Fence
 	lk := newLocker(t, newStore(t, c, testSession, &Options{Root: root}), "next")
 	h.Stop(t)
-	stopped := time.Now()
-	l, err := lk.Obtain(ctxT(t), "job", &tasklock.ObtainOptions{TTL: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	took := time.Since(stopped)
+	l, took := faulttest.Obtain(t, lk, "job", &tasklock.ObtainOptions{TTL: 10 * time.Second}, time.Now())
 	t.Logf("obtained %v after SIGSTOP of the holder (session timeout %v), fence %d after %d", took.Round(time.Millisecond), faultSession, l.Fence(), f1)
 	if took > faultSession+time.Second {
 		t.Errorf("takeover took %v, want ≤ session timeout + 1s", took)
@@ -264,31 +188,7 @@ func testHolderPaused(t *testing.T) {
 		t.Fatalf("the new holder's write: %v %v", ok, err)
 	}
 
-	h.Cont(t)
-	lost := h.WaitLine(t, "LOST ", 5*time.Second)
-	var after []string
-	for drained := false; !drained; {
-		select {
-		case line := <-h.Lines():
-			if strings.HasPrefix(line, "RESUMED") || strings.HasPrefix(line, "WRITE ") {
-				after = append(after, line)
-			}
-		default:
-			drained = true
-		}
-	}
-	t.Logf("the resumed holder said %q, after %q", after, lost)
-	if !strings.Contains(lost, "tasklock: lock lost") {
-		t.Errorf("holder's cause: %q, want a loss", lost)
-	}
-	for _, line := range after {
-		if strings.Contains(line, "accepted=true") {
-			t.Errorf("the resumed holder's write was accepted: %q", line)
-		}
-	}
-	if code := h.Wait(t, 10*time.Second); code != 0 {
-		t.Errorf("holder exit code %d", code)
-	}
+	h.CheckResumed(t, "")
 	t.Logf("writes accepted: %v", checkHistory(t, c, reg))
 	select {
 	case <-l.Done():
@@ -312,76 +212,17 @@ func testBlackholed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var reg tasklock.FencedRegister
-	var mu sync.Mutex
-	var lastWrite time.Time // the holder's last accepted write
-	workDone := make(chan struct{})
-	go func() { // the holder's critical section, until Done
-		defer close(workDone)
-		for {
-			select {
-			case <-l1.Done():
-				return
-			default:
-			}
-			if reg.Write(l1.Fence()) == nil {
-				mu.Lock()
-				lastWrite = time.Now()
-				mu.Unlock()
-			}
-			time.Sleep(5 * time.Millisecond) // the work between two writes
-		}
-	}()
-	waitFor(t, 5*time.Second, "a write", func() bool { a, _ := reg.Counts(); return a > 0 })
+	work := faulttest.StartWork(t, l1)
 	proxy.Blackhole(t)
 	cut := time.Now()
 
-	got := make(chan time.Time, 1)
-	var l2 *tasklock.Lock
-	go func() {
-		var err error
-		l2, err = other.Obtain(context.Background(), "job", &tasklock.ObtainOptions{TTL: 10 * time.Second, Wait: 10 * time.Second})
-		if err != nil {
-			t.Error(err)
-		}
-		got <- time.Now()
-	}()
-	select {
-	case <-l1.Done():
-	case <-time.After(faultSession + time.Second):
-		t.Fatalf("the blackholed holder's Done did not close within the session timeout + 1s")
+	tk := work.AwaitTakeover(t, l1, other, "job", &tasklock.ObtainOptions{TTL: 10 * time.Second, Wait: 10 * time.Second},
+		cut, faultSession+time.Second, "the session timeout + 1s")
+	if tk.DoneAt.Sub(cut) > faultSession {
+		t.Errorf("Done closed %v after the cut, later than the session timeout %v", tk.DoneAt.Sub(cut), faultSession)
 	}
-	doneAt := time.Now()
-	<-workDone
-	obtainedAt := <-got
-	if l2 == nil {
-		t.FailNow()
-	}
-	t.Logf("holder's Done closed %v after the cut (%v); other obtained %v after the cut",
-		doneAt.Sub(cut).Round(time.Millisecond), l1.Err(), obtainedAt.Sub(cut).Round(time.Millisecond))
-	if !errors.Is(l1.Err(), tasklock.ErrLockLost) {
-		t.Errorf("holder's cause %v, want ErrLockLost", l1.Err())
-	}
-	if doneAt.Sub(cut) > faultSession {
-		t.Errorf("Done closed %v after the cut, later than the session timeout %v", doneAt.Sub(cut), faultSession)
-	}
-	mu.Lock()
-	lw := lastWrite
-	mu.Unlock()
-	if !obtainedAt.After(doneAt) || !obtainedAt.After(lw) {
-		t.Errorf("the other obtained at +%v, before the holder's Done (+%v) or last write (+%v)",
-			obtainedAt.Sub(cut), doneAt.Sub(cut), lw.Sub(cut))
-	}
-	if l2.Fence() <= l1.Fence() {
-		t.Errorf("fence %d after %d", l2.Fence(), l1.Fence())
-	}
-	if err := reg.Write(l2.Fence()); err != nil {
-		t.Fatal(err)
-	}
-	if err := reg.Write(l1.Fence()); !errors.Is(err, tasklock.ErrStaleFence) {
-		t.Errorf("a late write of the old holder: %v, want ErrStaleFence", err)
-	}
-	acc, rej := reg.Counts()
+	tk.Check(t, work, "")
+	acc, rej := work.Reg.Counts()
 	t.Logf("register: %d accepted, %d rejected (the probe above)", acc, rej)
 	proxy.Restore(t)
 }

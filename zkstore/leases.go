@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"strings"
 	"sync"
@@ -15,46 +16,51 @@ import (
 
 // keyState is what the children of one key node say about it.
 type keyState struct {
-	holder  *node   // the live lock node with the lowest sequence number
+	holder  *node   // the lock node with the lowest sequence number
 	keeps   []*node // live MinHold nodes
-	expired []*node // lock and MinHold nodes whose lease ended
+	expired []*node // MinHold nodes whose time ended
 }
 
-// readKey reads every lock and MinHold node of the key node kp and sorts
-// them out by the server's time now (ms). A missing key node is an empty
-// state.
+// readKey reads the key node kp's lowest lock node and its MinHold nodes,
+// and sorts the MinHold nodes out by the server's time now (ms). A missing
+// key node is an empty state.
 func (s *Store) readKey(kp string, now int64) (keyState, error) {
-	var st keyState
-	kids, _, err := s.conn.Children(kp)
-	if errors.Is(err, zk.ErrNoNode) {
-		return st, nil
-	}
-	if err != nil {
-		return st, err
-	}
-	names := kids[:0:0]
-	for _, k := range kids {
-		if _, ok := lockSeq(k); ok || strings.HasSuffix(k, keepSuffix) {
-			names = append(names, k)
+	for round := 0; ; round++ {
+		var st keyState
+		kids, _, err := s.conn.Children(kp)
+		if errors.Is(err, zk.ErrNoNode) {
+			return st, nil
 		}
-	}
-	if len(names) == 0 {
-		return st, nil
-	}
-	for _, n := range s.readNodes(kp, names) {
-		switch {
-		case errors.Is(n.err, zk.ErrNoNode):
-		case n.err != nil:
-			return st, n.err
-		case n.expired(now):
-			st.expired = append(st.expired, n)
-		case n.keep:
-			st.keeps = append(st.keeps, n)
-		case st.holder == nil || n.seq < st.holder.seq:
-			st.holder = n
+		if err != nil {
+			return st, err
 		}
+		preds, names := blockersOf(kids, "", math.MaxInt64)
+		if len(preds) > 0 {
+			names = append([]string{preds[0]}, names...)
+		}
+		if len(names) == 0 {
+			return st, nil
+		}
+		gone := false
+		for _, n := range s.readNodes(kp, names) {
+			switch {
+			case errors.Is(n.err, zk.ErrNoNode):
+				gone = gone || !n.keep
+			case n.err != nil:
+				return st, n.err
+			case !n.keep:
+				st.holder = n
+			case n.expired(now):
+				st.expired = append(st.expired, n)
+			default:
+				st.keeps = append(st.keeps, n)
+			}
+		}
+		if !gone || round == 3 {
+			return st, nil
+		}
+		// The lowest lock node went meanwhile: the next one holds now.
 	}
-	return st, nil
 }
 
 // serverNow returns the server's time (ms since the epoch) by touching
@@ -69,14 +75,17 @@ func (s *Store) serverNow() (int64, error) {
 }
 
 // Leases implements driver.Lister: it lists Root's key nodes and, for each
-// key starting with prefix, reads its lock and MinHold nodes (pipelined, 16
-// keys at a time). A key's lease is its live lock node with the lowest
-// sequence number (fence: the node's czxid), or else a live MinHold node
-// (fence: that of the lock it keeps); TTL is what is left of it by the
-// server's clock, which Leases reads by writing Root's (empty) data. Nodes
-// whose lease has expired are left out, and deleted if they are still the
-// versions read. The result is sorted by key. It costs two round trips per
-// key, so it is meant for the CLI and the dashboard.
+// key starting with prefix, its lowest lock node and its MinHold nodes
+// (pipelined, 16 keys at a time). A key's lease is its lowest lock node
+// (fence: the node's czxid; TTL: the lease length it was granted with, as
+// its holder's Store ends it at most that long after its last renewal),
+// or else a live MinHold node (fence: that of the lock it keeps; TTL: what
+// is left of it by the server's clock, which Leases reads by writing Root's
+// (empty) data). Expired MinHold nodes are left out, and deleted if they are
+// still the versions read. The lowest lock node may be a waiter that is at
+// the head of the queue and about to be granted. The result is sorted by
+// key. It costs two round trips per key, plus one per MinHold node, so it
+// is meant for the CLI and the dashboard.
 func (s *Store) Leases(ctx context.Context, prefix string) ([]driver.Lease, error) {
 	out, err := call(ctx, func() ([]driver.Lease, error) { return s.listLeases(prefix) }, nil)
 	if err != nil {
@@ -125,7 +134,7 @@ func (s *Store) listLeases(prefix string) ([]driver.Lease, error) {
 		switch {
 		case st.holder != nil:
 			n := st.holder
-			le = &driver.Lease{Key: keys[i], Owner: n.data.Owner, Fence: uint64(n.stat.Czxid), TTL: n.remaining(now)}
+			le = &driver.Lease{Key: keys[i], Owner: n.data.Owner, Fence: uint64(n.stat.Czxid), TTL: n.ttl()}
 		case len(st.keeps) > 0:
 			n := st.keeps[0]
 			le = &driver.Lease{Key: keys[i], Owner: n.data.Owner, Fence: n.data.Fence, TTL: n.remaining(now)}
@@ -143,12 +152,16 @@ func (s *Store) listLeases(prefix string) ([]driver.Lease, error) {
 	return out, nil
 }
 
-// ForceRelease implements driver.ForceReleaser: it deletes the key's live
-// lock node with the lowest sequence number (whoever's it is) and its live
-// MinHold nodes, and any expired ones (version-checked), in four round
-// trips. The holder learns at its next renewal (TTL/3 at the latest), and
-// waiters' watches fire at once. It returns ErrNotHeld when nothing live
-// was there.
+// ForceRelease implements driver.ForceReleaser: it deletes the key's
+// lowest lock node (whoever's it is) and its MinHold nodes. The lock node is
+// deleted in a multi that also raises the version of the marker node
+// Root/%force-released and appends the node's path to the marker's data,
+// so that the holder's Store learns of it at its next renewal (TTL/3 at the
+// latest) without reading its nodes (see Renew); the waiter behind it is
+// woken at once by its watch. Five round trips (the server's time, the
+// children, the lowest node, the marker, the multi), more when the key or
+// the marker changes meanwhile. It returns ErrNotHeld when nothing live was
+// there.
 func (s *Store) ForceRelease(ctx context.Context, key string) error {
 	_, err := call(ctx, func() (struct{}, error) { return struct{}{}, s.forceRelease(key) }, nil)
 	if err != nil && !errors.Is(err, driver.ErrNotHeld) {
@@ -170,37 +183,59 @@ func (s *Store) forceRelease(key string) error {
 	if err != nil {
 		return err
 	}
-	live := st.keeps
-	if st.holder != nil {
-		live = append(live, st.holder)
-	}
-	if len(live) == 0 {
-		s.deleteNodes(kp, st.expired)
-		return driver.ErrNotHeld
-	}
-	var (
-		mu      sync.Mutex
-		deleted bool
-		errs    []error
-	)
-	all := append(live, st.expired...)
-	parallel(len(all), func(i int) {
-		if i >= len(live) {
-			_ = s.conn.Delete(kp+"/"+all[i].name, all[i].stat.Version)
-			return
+	deleted := false
+	if len(st.keeps)+len(st.expired) > 0 {
+		all := append(st.keeps, st.expired...)
+		errs := make([]error, len(all))
+		parallel(len(all), func(i int) {
+			v := all[i].stat.Version
+			if i < len(st.keeps) {
+				v = -1
+			}
+			errs[i] = s.conn.Delete(kp+"/"+all[i].name, v)
+		})
+		for i, err := range errs {
+			switch {
+			case i >= len(st.keeps) || errors.Is(err, zk.ErrNoNode):
+			case err != nil:
+				return err
+			default:
+				deleted = true
+			}
 		}
-		err := s.conn.Delete(kp+"/"+all[i].name, -1)
-		mu.Lock()
-		defer mu.Unlock()
+	}
+	for round := 0; st.holder != nil; round++ {
+		path := kp + "/" + st.holder.name
+		data, mst, err := s.conn.Get(s.marker)
+		if errors.Is(err, zk.ErrNoNode) {
+			if err := s.createMarker(); err != nil {
+				return err
+			}
+			data, mst, err = s.conn.Get(s.marker)
+		}
+		if err != nil {
+			return err
+		}
+		resp, err := s.conn.Multi(
+			&zk.DeleteRequest{Path: path, Version: -1},
+			&zk.SetDataRequest{Path: s.marker, Data: markerData(data, path), Version: mst.Version},
+		)
 		switch {
 		case err == nil:
-			deleted = true
-		case !errors.Is(err, zk.ErrNoNode):
-			errs = append(errs, err)
+			return nil
+		case round == 4 || len(resp) != 2:
+			return err
+		case errors.Is(resp[0].Error, zk.ErrNoNode):
+			// Released meanwhile: the next node may hold now.
+			if st, err = s.readKey(kp, now); err != nil {
+				return err
+			}
+			st.keeps = nil
+		case errors.Is(resp[1].Error, zk.ErrBadVersion):
+			// Another force release came between: read the marker again.
+		default:
+			return err
 		}
-	})
-	if err := errors.Join(errs...); err != nil {
-		return err
 	}
 	if !deleted {
 		return driver.ErrNotHeld

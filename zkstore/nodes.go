@@ -1,9 +1,11 @@
 package zkstore
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,7 +19,7 @@ import (
 // operators can read it with zkCli.
 type nodeData struct {
 	Owner string `json:"owner"`
-	TTL   int64  `json:"ttl_ms"`          // the lease length, from the node's mtime
+	TTL   int64  `json:"ttl_ms"`          // lock nodes: the lease length; MinHold nodes: KeepFor, from the node's mtime
 	Fence uint64 `json:"fence,omitempty"` // MinHold nodes: the fence of the lock they keep
 }
 
@@ -39,29 +41,35 @@ type node struct {
 	err  error
 }
 
-// expired reports whether the node's lease ended by the server's clock: it
-// was last modified longer than its TTL before now (the server's time in
-// ms). A node without a readable TTL never expires by time.
+// decode parses the node's data; data that is not ours to read is left
+// zero (no owner, no TTL).
+func (n *node) decode(b []byte) {
+	if n.err == nil && json.Unmarshal(b, &n.data) != nil {
+		n.data = nodeData{}
+	}
+}
+
+// ttl is the lease length the node holds (0 when unknown). For a lock node
+// that is all the store can tell of its holder's remaining lease: its end
+// is kept by the holder's Store (the reaper), or by its session.
+func (n *node) ttl() time.Duration { return time.Duration(n.data.TTL) * time.Millisecond }
+
+// expired reports whether a MinHold node's time ended by the server's
+// clock: it was created longer than its TTL before now (the server's time
+// in ms). A node without a readable TTL never expires by time. (Lock nodes
+// do not expire by time: they live until deleted, or until their session
+// ends.)
 func (n *node) expired(now int64) bool {
 	return n.data.TTL > 0 && n.stat.Mtime+n.data.TTL < now
 }
 
-// remaining is the node's lease left at now, within [1ms, TTL]; 0 when
-// unknown.
+// remaining is a MinHold node's time left at now, within [1ms, TTL]; 0
+// when unknown.
 func (n *node) remaining(now int64) time.Duration {
 	if n.data.TTL <= 0 {
 		return 0
 	}
 	return time.Duration(min(max(n.stat.Mtime+n.data.TTL-now, 1), n.data.TTL)) * time.Millisecond
-}
-
-// before orders the blockers a HeldError names: lock nodes by sequence
-// number, then MinHold nodes.
-func (n *node) before(o *node) bool {
-	if n.keep != o.keep {
-		return !n.keep
-	}
-	return n.seq < o.seq
 }
 
 // lockSeq returns the sequence number of a lock node's name
@@ -92,23 +100,31 @@ func lockSeq(name string) (int64, bool) {
 func ordered(a, b int64) bool { return a < b || a < 0 || b < 0 }
 
 // blockersOf returns the children that stand before the lock node own
-// (with sequence number seq): lock nodes ordered before it and MinHold
-// nodes.
-func blockersOf(kids []string, own string, seq int64) []string {
-	var out []string
+// (with sequence number seq): the lock nodes ordered before it, lowest
+// first, and the MinHold nodes.
+func blockersOf(kids []string, own string, seq int64) (preds, keeps []string) {
+	type pred struct {
+		name string
+		seq  int64
+	}
+	var ps []pred
 	for _, k := range kids {
 		if k == own {
 			continue
 		}
 		if s, ok := lockSeq(k); ok {
 			if ordered(s, seq) {
-				out = append(out, k)
+				ps = append(ps, pred{k, s})
 			}
 		} else if strings.HasSuffix(k, keepSuffix) {
-			out = append(out, k)
+			keeps = append(keeps, k)
 		}
 	}
-	return out
+	slices.SortFunc(ps, func(a, b pred) int { return cmp.Compare(a.seq, b.seq) })
+	for _, p := range ps {
+		preds = append(preds, p.name)
+	}
+	return preds, keeps
 }
 
 // maxParallel bounds the requests one call has in flight at once when it
@@ -144,9 +160,7 @@ func (s *Store) readNodes(kp string, names []string) []*node {
 		n.keep = strings.HasSuffix(names[i], keepSuffix)
 		var b []byte
 		b, n.stat, n.err = s.conn.Get(kp + "/" + names[i])
-		if n.err == nil && json.Unmarshal(b, &n.data) != nil {
-			n.data = nodeData{} // not ours to read: never expires by time
-		}
+		n.decode(b)
 		out[i] = n
 	})
 	return out

@@ -17,14 +17,6 @@ import (
 // DefaultRoot is the root node when Options.Root is empty.
 const DefaultRoot = "/tasklock"
 
-// renewChunk bounds the bytes of one renewal multi, well inside the
-// server's default jute.maxbuffer (1 MiB) and the client's send buffer.
-const renewChunk = 512 << 10
-
-// renewRounds bounds how many multis one Renew sends per chunk when some of
-// its leases are gone: each failed multi names one lost lease.
-const renewRounds = 8
-
 // ErrTTL is wrapped by the error Acquire returns, and Renew reports for a
 // lease, when the lock's TTL is longer than Options.SessionTimeout. Every
 // lock of a Store lives on its Conn's session: a holder cut off from
@@ -57,31 +49,32 @@ type Options struct {
 }
 
 // Store keeps tasklock leases in ZooKeeper through the caller's *zk.Conn.
-// It implements driver.Store, driver.Notifier, driver.Lister and
-// driver.ForceReleaser, and is safe for concurrent use. It never closes the
+// It implements driver.Store, driver.Queuer, driver.Lister,
+// driver.ForceReleaser and driver.Ledger, and is safe for concurrent use. It never closes the
 // Conn and never logs.
 type Store struct {
 	conn    *zk.Conn
 	root    string
+	marker  string // Root/%force-released: see Renew
 	session time.Duration
 	acl     []zk.ACL
 
 	ttlNodes atomic.Int32 // 0 unknown, 1 the server has TTL nodes, -1 it has not
 	base     time.Time    // origin of lease.until, on the monotonic clock
 
-	mu        sync.Mutex
-	leases    map[string]*lease // by token: the locks granted through this Store
-	orphans   []orphan          // nodes a failed call may have left behind
-	lastSweep time.Time
-
-	notify notifier
+	mu      sync.Mutex
+	leases  map[string]*lease // by token: the locks granted through this Store
+	orphans []*orphan         // nodes to delete, retried by the reaper
+	mark    markerState       // the force-release marker as last adopted (renew.go)
+	reap    reaper            // ends leases at their deadline, deletes orphans (reaper.go)
 }
 
 var (
 	_ driver.Store         = (*Store)(nil)
-	_ driver.Notifier      = (*Store)(nil)
+	_ driver.Queuer        = (*Store)(nil)
 	_ driver.Lister        = (*Store)(nil)
 	_ driver.ForceReleaser = (*Store)(nil)
+	_ driver.Ledger        = (*Store)(nil)
 )
 
 // lease is a lock granted through this Store, kept small (about 150 bytes
@@ -91,17 +84,13 @@ var (
 type lease struct {
 	key     string
 	owner   string
-	fence   uint64
+	fence   uint64        // the lock node's czxid
 	seq     int64         // the lock node's sequence number
-	session int64         // the session the node was created on, 0 if unknown
+	session int64         // the session the node lives on
 	ttl     time.Duration // the lease length of the last grant or renewal
-	until   time.Duration // local end, since Store.base: send time of the last grant or renewal + ttl
+	until   time.Duration // end, since Store.base: send time of the last grant or renewal + ttl
+	check   int64         // nonzero: the node must be read before the next renewal (renew.go)
 }
-
-// orphan names nodes that a call which failed midway may have created:
-// every child of parent whose name starts with prefix. They are deleted by
-// the next call that gets that far.
-type orphan struct{ parent, prefix string }
 
 // New returns a Store that keeps its locks under opts.Root through conn.
 // It validates opts and returns an error naming the offending field; it does
@@ -136,10 +125,10 @@ func New(conn *zk.Conn, opts *Options) (*Store, error) {
 		acl = append([]zk.ACL(nil), o.ACL...)
 	}
 	s := &Store{
-		conn: conn, root: o.Root, session: o.SessionTimeout, acl: acl,
+		conn: conn, root: o.Root, marker: o.Root + "/" + markerName, session: o.SessionTimeout, acl: acl,
 		base: time.Now(), leases: make(map[string]*lease),
 	}
-	s.notify.s = s
+	s.reap.s = s
 	return s, nil
 }
 
@@ -226,12 +215,12 @@ func call[T any](ctx context.Context, fn func() (T, error), abandon func(T, erro
 // holding the owner and the TTL, in a multi that also touches the key node
 // so that the answer carries the new node's zxid (the fence) and the
 // server's time. It then lists the key's children: the token holds the key
-// when no lock node with a lower sequence number and no MinHold node is
-// left. Blockers whose lease has expired by the server's clock (modified
-// longer than their TTL ago) are deleted, version-checked, and the list is
-// read again. When a live blocker remains, the new node is deleted again and
-// Acquire returns a *driver.HeldError with the blocker's owner and remaining
-// lease, and, when a subscription is active, sets a watch on it.
+// when no lock node with a lower sequence number (a holder, or a waiter
+// queued by Enqueue: Acquire never overtakes the queue) and no live MinHold
+// node is there. Otherwise it deletes its node again and returns a
+// *driver.HeldError naming the lowest lock node's owner (read alongside the
+// delete), or the MinHold node's. Expired MinHold nodes in the way are
+// deleted, version-checked, and the list read again.
 func (s *Store) Acquire(ctx context.Context, p driver.AcquireParams) (driver.Grant, error) {
 	if p.TTL > s.session {
 		return driver.Grant{}, fmt.Errorf("zkstore: acquire %q: %w (%v > %v)", p.Key, ErrTTL, p.TTL, s.session)
@@ -264,13 +253,35 @@ const (
 	keepSuffix = "-keep"
 )
 
-func (s *Store) acquire(p driver.AcquireParams) (driver.Grant, error) {
-	s.cleanOrphans()
-	kp := s.keyPath(p.Key)
-	prefix := escapeName(p.Token) + lockInfix
-	data := encodeData(p.Owner, p.TTL, 0)
+// created is a lock node made by createNode.
+type created struct {
+	kp, name string
+	seq      int64
+	fence    uint64    // its czxid
+	now      int64     // the server's time of its creation (ms)
+	session  int64     // the session it lives on
+	sent     time.Time // when the create was sent
+}
+
+// createNode creates token's ephemeral sequential lock node under the key
+// node kp, creating the key node (and Root) when missing. The Store's
+// first call reads the force-release marker (creating it when missing). When its outcome
+// is unknown the node is handed to the reaper, which deletes it.
+func (s *Store) createNode(kp, token, owner string, ttl time.Duration) (created, error) {
+	s.mu.Lock()
+	known := s.mark.zxid != 0
+	s.mu.Unlock()
+	if !known {
+		// The Store's first node: read the force-release marker first,
+		// so that only force releases after this grant make Renew check
+		// it (see Renew).
+		if _, err := s.adoptMarker(); err != nil {
+			return created{}, err
+		}
+	}
+	prefix := escapeName(token) + lockInfix
 	ops := []any{
-		&zk.CreateRequest{Path: kp + "/" + prefix, Data: data, Acl: s.acl, Flags: zk.FlagEphemeralSequential},
+		&zk.CreateRequest{Path: kp + "/" + prefix, Data: encodeData(owner, ttl, 0), Acl: s.acl, Flags: zk.FlagEphemeralSequential},
 		&zk.SetDataRequest{Path: kp, Version: -1},
 	}
 	before := s.conn.SessionID()
@@ -280,80 +291,135 @@ func (s *Store) acquire(p driver.AcquireParams) (driver.Grant, error) {
 	// container (it may do so again right after we create it).
 	for try := 0; errors.Is(err, zk.ErrNoNode) && try < 3; try++ {
 		if err := s.ensureKey(kp); err != nil {
-			return driver.Grant{}, err
+			return created{}, err
 		}
+		before = s.conn.SessionID()
 		sent = time.Now()
 		resp, err = s.conn.Multi(ops...)
 	}
 	if err != nil {
 		if !answered(err) {
-			s.addOrphan(kp, prefix) // the create may have been applied
+			// The create may have been applied, on this session or (if it
+			// was sent after a reconnection) the next one.
+			s.addOrphan(kp, prefix, true, 0)
 		}
-		return driver.Grant{}, err
+		return created{}, err
 	}
 	if len(resp) != 2 || resp[1].Stat == nil {
-		return driver.Grant{}, fmt.Errorf("zkstore: unexpected multi response (%d results)", len(resp))
+		return created{}, fmt.Errorf("unexpected multi response (%d results)", len(resp))
 	}
 	path := resp[0].String
-	name := path[strings.LastIndexByte(path, '/')+1:]
-	fence, now := uint64(resp[1].Stat.Mzxid), resp[1].Stat.Mtime
-	seq, ok := lockSeq(name)
-	if !ok || name != lockName(p.Token, seq) {
-		s.removeNode(kp, name)
-		return driver.Grant{}, fmt.Errorf("zkstore: created node %q, not named as expected", path)
+	c := created{kp: kp, name: path[strings.LastIndexByte(path, '/')+1:], sent: sent, session: before,
+		fence: uint64(resp[1].Stat.Mzxid), now: resp[1].Stat.Mtime}
+	seq, ok := lockSeq(c.name)
+	if !ok || c.name != lockName(token, seq) {
+		s.removeNode(kp, c.name, before)
+		return created{}, fmt.Errorf("created node %q, not named as expected", path)
 	}
-	session := s.conn.SessionID()
-	if session != before {
-		session = 0 // it changed meanwhile: which one holds the node is unknown
+	c.seq = seq
+	if s.conn.SessionID() != before {
+		// Which session holds the node is unknown: if the old one, it is
+		// gone with it.
+		s.removeNode(kp, c.name, 0)
+		return created{}, errors.New("the session changed while the lock node was created")
 	}
+	return c, nil
+}
 
+func (s *Store) acquire(p driver.AcquireParams) (driver.Grant, error) {
+	c, err := s.createNode(s.keyPath(p.Key), p.Token, p.Owner, p.TTL)
+	if err != nil {
+		return driver.Grant{}, err
+	}
+	kp := c.kp
 	for round := 0; ; round++ {
 		kids, _, err := s.conn.Children(kp)
 		if err != nil {
-			s.removeNode(kp, name)
+			s.removeNode(kp, c.name, c.session)
 			return driver.Grant{}, err
 		}
-		blockers := blockersOf(kids, name, seq)
-		if len(blockers) == 0 {
-			s.mu.Lock()
-			s.leases[p.Token] = &lease{
-				key: p.Key, owner: p.Owner, fence: fence, seq: seq, session: session,
-				ttl: p.TTL, until: s.since(sent) + p.TTL,
-			}
-			s.mu.Unlock()
-			return driver.Grant{Fence: fence}, nil
+		preds, keeps := blockersOf(kids, c.name, c.seq)
+		if len(preds) == 0 && len(keeps) == 0 {
+			s.record(p.Key, p.Owner, p.Token, c, p.TTL)
+			return driver.Grant{Fence: c.fence}, nil
 		}
-		nodes := s.readNodes(kp, blockers)
-		var holder *node
-		var expired []*node
-		var rerr error
-		for _, n := range nodes {
+		if len(preds) > 0 {
+			// The holder (or the first waiter) is the lowest lock node:
+			// read it while our node is deleted.
+			var n *node
+			parallel(2, func(i int) {
+				if i == 0 {
+					n = s.readNodes(kp, preds[:1])[0]
+				} else {
+					s.removeNode(kp, c.name, c.session)
+				}
+			})
 			switch {
+			case n.err == nil:
+				return driver.Grant{}, &driver.HeldError{Owner: n.data.Owner, TTL: n.ttl()}
+			case errors.Is(n.err, zk.ErrNoNode) && round < 3:
+				// It went meanwhile: our node is gone too, so try afresh.
+				if c, err = s.createNode(kp, p.Token, p.Owner, p.TTL); err != nil {
+					return driver.Grant{}, err
+				}
+				continue
 			case errors.Is(n.err, zk.ErrNoNode):
-			case n.err != nil:
-				rerr = n.err
-			case n.expired(now):
-				expired = append(expired, n)
-			case holder == nil || n.before(holder):
-				holder = n
+				return driver.Grant{}, errors.New("the holder keeps changing; giving this attempt up")
 			}
+			return driver.Grant{}, n.err
 		}
-		switch {
-		case holder != nil:
-			s.removeNode(kp, name)
-			if !holder.keep {
-				s.notify.watch(p.Key, kp+"/"+holder.name)
-			}
-			return driver.Grant{}, &driver.HeldError{Owner: holder.data.Owner, TTL: holder.remaining(now)}
-		case rerr != nil:
-			s.removeNode(kp, name)
-			return driver.Grant{}, rerr
-		case round == 3:
-			s.removeNode(kp, name)
-			return driver.Grant{}, errors.New("zkstore: blockers keep changing; giving this attempt up")
+		live, expired, err := s.readKeeps(kp, keeps, c.now)
+		if err != nil {
+			s.removeNode(kp, c.name, c.session)
+			return driver.Grant{}, err
+		}
+		if live != nil {
+			s.removeNode(kp, c.name, c.session)
+			return driver.Grant{}, &driver.HeldError{Owner: live.data.Owner, TTL: live.remaining(c.now)}
+		}
+		if round == 3 {
+			s.removeNode(kp, c.name, c.session)
+			return driver.Grant{}, errors.New("MinHold nodes keep changing; giving this attempt up")
 		}
 		s.deleteNodes(kp, expired)
 	}
+}
+
+// readKeeps reads the MinHold nodes names of kp and sorts them out by the
+// server's time now (ms): the live one that ends last, and the expired
+// ones. Nodes gone meanwhile are left out.
+func (s *Store) readKeeps(kp string, names []string, now int64) (live *node, expired []*node, err error) {
+	for _, n := range s.readNodes(kp, names) {
+		switch {
+		case errors.Is(n.err, zk.ErrNoNode):
+		case n.err != nil:
+			return nil, nil, n.err
+		case n.expired(now):
+			expired = append(expired, n)
+		case live == nil || n.remaining(now) > live.remaining(now):
+			live = n
+		}
+	}
+	return live, expired, nil
+}
+
+// record keeps the lease of a lock node just granted to token: its
+// deadline is TTL after the node's creation was sent, when the reaper
+// deletes it unless it is renewed or released first.
+func (s *Store) record(key, owner, token string, c created, ttl time.Duration) {
+	l := &lease{
+		key: key, owner: owner, fence: c.fence, seq: c.seq, session: c.session,
+		ttl: ttl, until: s.since(c.sent) + ttl,
+	}
+	s.mu.Lock()
+	if s.mark.zxid != 0 && int64(c.fence) < s.mark.zxid {
+		// Created before the last force release this Store knows of,
+		// which may have deleted it: read it before trusting a renewal.
+		l.check = s.mark.zxid
+	}
+	s.leases[token] = l
+	s.reap.armLocked(s.base.Add(l.until))
+	s.mu.Unlock()
 }
 
 // ensureKey creates the key node as a container (the server deletes it
@@ -387,46 +453,12 @@ func (s *Store) ensureRoot() error {
 }
 
 // removeNode deletes kp/name, whatever its version; when the outcome is
-// unknown it is left for cleanOrphans.
-func (s *Store) removeNode(kp, name string) {
+// unknown it is handed to the reaper. session is the session the node
+// lives on (0: unknown).
+func (s *Store) removeNode(kp, name string, session int64) {
 	err := s.conn.Delete(kp+"/"+name, -1)
 	if err != nil && !errors.Is(err, zk.ErrNoNode) {
-		s.addOrphan(kp, name)
-	}
-}
-
-func (s *Store) addOrphan(parent, prefix string) {
-	s.mu.Lock()
-	if len(s.orphans) < 1024 {
-		s.orphans = append(s.orphans, orphan{parent, prefix})
-	}
-	s.mu.Unlock()
-}
-
-// cleanOrphans deletes the nodes failed calls may have left behind. They
-// would block their keys only until their lease expires (or the session
-// ends), but a waiter should not have to wait that long.
-func (s *Store) cleanOrphans() {
-	s.mu.Lock()
-	os := s.orphans
-	s.orphans = nil
-	s.mu.Unlock()
-	for i, o := range os {
-		kids, _, err := s.conn.Children(o.parent)
-		if errors.Is(err, zk.ErrNoNode) {
-			continue
-		}
-		if err != nil {
-			s.mu.Lock()
-			s.orphans = append(s.orphans, os[i:]...)
-			s.mu.Unlock()
-			return
-		}
-		for _, k := range kids {
-			if strings.HasPrefix(k, o.prefix) {
-				s.removeNode(o.parent, k)
-			}
-		}
+		s.addOrphan(kp, name, false, session)
 	}
 }
 
@@ -438,7 +470,7 @@ func (s *Store) drop(token string) {
 	delete(s.leases, token)
 	s.mu.Unlock()
 	if l != nil {
-		s.removeNode(s.keyPath(l.key), lockName(token, l.seq))
+		s.removeNode(s.keyPath(l.key), lockName(token, l.seq), l.session)
 	}
 }
 
@@ -458,177 +490,7 @@ func (s *Store) lookupLocked(key, token string) *lease {
 // cut off needs no check of its own: it cannot have expired before the
 // lease's deadline, see Renew.)
 func (s *Store) sessionEnded(l *lease, current int64) bool {
-	return s.conn.State() == zk.StateExpired || (l.session != 0 && l.session != current)
-}
-
-// Renew implements driver.Store: every lease of the batch is renewed by one
-// setData on its node (version -1: the node's name holds the token, so a
-// node that exists is ours), all in one multi per 512 KiB of requests: one
-// round trip for thousands of leases. The multi also proves that the
-// session is alive at the server, and moves each node's modification time,
-// from which other clients count its TTL, to the server's now.
-//
-// A lease whose node is gone is ErrNotHeld. A multi fails as a whole, naming
-// the first operation that failed; that lease is ErrNotHeld and the rest are
-// sent again.
-//
-// Before sending anything, two kinds of leases are ErrNotHeld at once:
-// those of a session the client was told has expired (or that it replaced
-// with another), and those past their deadline, the send time of their last
-// successful grant or renewal plus their TTL, when other clients may take
-// them over (their nodes are deleted by the Store's next Acquire). The
-// deadline also covers a session that may have expired at the server while
-// the client was cut off: the server heard from the session when it
-// answered that grant or renewal, so the session cannot expire before
-// SessionTimeout ≥ TTL after its send.
-func (s *Store) Renew(ctx context.Context, ps []driver.RenewParams) ([]error, error) {
-	res, err := call(ctx, func() ([]error, error) { return s.renew(ps) }, nil)
-	if err != nil {
-		return nil, fmt.Errorf("zkstore: renew %d leases: %w", len(ps), err)
-	}
-	return res, nil
-}
-
-// renewOp is one lease of a renewal multi.
-type renewOp struct {
-	i   int // index in the batch
-	l   *lease
-	ttl time.Duration
-	req *zk.SetDataRequest
-}
-
-func (s *Store) renew(ps []driver.RenewParams) ([]error, error) {
-	res := make([]error, len(ps))
-	now := time.Now()
-	current := s.conn.SessionID()
-	ops := make([]renewOp, 0, len(ps))
-	s.mu.Lock()
-	for i, p := range ps {
-		l := s.lookupLocked(p.Key, p.Token)
-		switch {
-		case l == nil:
-			res[i] = driver.ErrNotHeld
-			continue
-		case s.sessionEnded(l, current):
-			res[i] = driver.ErrNotHeld
-			delete(s.leases, p.Token)
-			continue
-		case s.since(now) >= l.until:
-			// Its lease ended by now: other clients may take the key
-			// (deleting the node) at any moment, so it is not renewed.
-			res[i] = driver.ErrNotHeld
-			delete(s.leases, p.Token)
-			if len(s.orphans) < 1024 {
-				s.orphans = append(s.orphans, orphan{s.keyPath(l.key), lockName(p.Token, l.seq)})
-			}
-			continue
-		case p.TTL > s.session:
-			res[i] = fmt.Errorf("%w (%v > %v)", ErrTTL, p.TTL, s.session)
-			continue
-		}
-		ops = append(ops, renewOp{i: i, l: l, ttl: p.TTL})
-	}
-	s.sweepLocked(now)
-	s.mu.Unlock()
-
-	// A lease's key, owner and sequence number never change: the requests
-	// are built outside the lock.
-	var chunks [][]renewOp
-	start, size := 0, 0
-	for j := range ops {
-		op := &ops[j]
-		op.req = &zk.SetDataRequest{Path: s.lockPath(ps[op.i].Token, op.l), Data: encodeData(op.l.owner, op.ttl, 0), Version: -1}
-		n := len(op.req.Path) + len(op.req.Data) + 32
-		if size+n > renewChunk && j > start {
-			chunks, start, size = append(chunks, ops[start:j]), j, 0
-		}
-		size += n
-	}
-	if start < len(ops) {
-		chunks = append(chunks, ops[start:])
-	}
-	if len(chunks) == 0 {
-		return res, nil
-	}
-	if len(chunks) == 1 {
-		return res, s.renewChunk(chunks[0], ps, res)
-	}
-	errs := make([]error, len(chunks))
-	var wg sync.WaitGroup
-	for ci, c := range chunks { // pipelined on the one connection
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[ci] = s.renewChunk(c, ps, res)
-		}()
-	}
-	wg.Wait()
-	return res, errors.Join(errs...)
-}
-
-// renewChunk renews ops in one multi, dropping the leases it finds gone
-// and sending the rest again. It writes res[op.i] for every op it settles;
-// it returns an error when the call as a whole failed.
-func (s *Store) renewChunk(ops []renewOp, ps []driver.RenewParams, res []error) error {
-	for round := 0; len(ops) > 0; round++ {
-		if round == renewRounds {
-			err := fmt.Errorf("%d leases still unsettled after %d multis", len(ops), renewRounds)
-			for _, op := range ops {
-				res[op.i] = err
-			}
-			return nil
-		}
-		reqs := make([]any, len(ops))
-		for j, op := range ops {
-			reqs[j] = op.req
-		}
-		sent := time.Now()
-		resp, err := s.conn.Multi(reqs...)
-		if err == nil {
-			s.mu.Lock()
-			for _, op := range ops {
-				op.l.ttl, op.l.until = op.ttl, s.since(sent)+op.ttl
-			}
-			s.mu.Unlock()
-			return nil
-		}
-		failed := -1
-		for j, r := range resp {
-			if r.Error != nil {
-				failed = j
-				break
-			}
-		}
-		if failed < 0 || !errors.Is(resp[failed].Error, zk.ErrNoNode) {
-			return err
-		}
-		op := ops[failed]
-		res[op.i] = driver.ErrNotHeld
-		s.mu.Lock()
-		if s.leases[ps[op.i].Token] == op.l {
-			delete(s.leases, ps[op.i].Token)
-		}
-		s.mu.Unlock()
-		ops = append(ops[:failed:failed], ops[failed+1:]...)
-	}
-	return nil
-}
-
-// sweepLocked forgets, at most once a second, leases that ended at least a
-// second ago by their local deadline: their Lock lost them (and the
-// Locker renews them no more), and nobody released them. Their nodes are
-// left to expire by their TTL at the other clients or with the session.
-// Callers hold s.mu.
-func (s *Store) sweepLocked(now time.Time) {
-	if now.Sub(s.lastSweep) < time.Second {
-		return
-	}
-	s.lastSweep = now
-	for tok, l := range s.leases {
-		if s.since(now)-l.until > time.Second {
-			delete(s.leases, tok)
-		}
-	}
+	return s.conn.State() == zk.StateExpired || l.session != current
 }
 
 // Release implements driver.Store. Without KeepFor it deletes the token's
@@ -674,7 +536,7 @@ func (s *Store) release(p driver.ReleaseParams) error {
 	case late:
 		s.forget(p.Token, l)
 		i := strings.LastIndexByte(path, '/')
-		s.removeNode(path[:i], path[i+1:])
+		s.removeNode(path[:i], path[i+1:], l.session)
 		return driver.ErrNotHeld
 	}
 	var err error
@@ -722,7 +584,7 @@ func (s *Store) keep(path, owner string, fence uint64, token string, keep time.D
 			err := s.conn.Delete(path, -1)
 			if errors.Is(err, zk.ErrNoNode) {
 				// The lease was gone already: take the MinHold node back.
-				s.removeNode(kp, kpath[len(kp)+1:])
+				s.removeNode(kp, kpath[len(kp)+1:], 0)
 				return driver.ErrNotHeld
 			}
 			return err

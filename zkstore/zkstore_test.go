@@ -16,31 +16,13 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
-	"go.uber.org/goleak"
 
 	"github.com/tasklock/tasklock/driver"
 	"github.com/tasklock/tasklock/internal/testserver"
 	"github.com/tasklock/tasklock/storetest"
 )
 
-func TestMain(m *testing.M) {
-	if testserver.HelperRole() != "" {
-		// A helper runs only its own test; leak checks are the parent's job.
-		os.Exit(m.Run())
-	}
-	code := m.Run()
-	if err := testserver.StopSharedZooKeeper(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		code = 1
-	}
-	if code == 0 {
-		if err := goleak.Find(testserver.LeakOptions()...); err != nil {
-			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(testserver.Main(m)) }
 
 // testSession is the session timeout of the tests' connections unless a
 // test needs another: long enough for storetest's 10 s default TTL.
@@ -362,7 +344,7 @@ func TestTTLLimit(t *testing.T) {
 
 // countingDialer counts the writes on its connections: go-zookeeper writes
 // each request (and each ping) with one Write, so this counts requests.
-type countingDialer struct{ writes atomic.Int64 }
+type countingDialer struct{ writes, bytes atomic.Int64 }
 
 type countingConn struct {
 	net.Conn
@@ -371,6 +353,7 @@ type countingConn struct {
 
 func (c countingConn) Write(b []byte) (int, error) {
 	c.d.writes.Add(1)
+	c.d.bytes.Add(int64(len(b)))
 	return c.Conn.Write(b)
 }
 
@@ -382,8 +365,10 @@ func (d *countingDialer) dial(network, addr string, timeout time.Duration) (net.
 	return countingConn{c, d}, nil
 }
 
-// TestRenewRoundTrips renews 10 and 1,000 leases: one request each time.
-// A lease found gone costs one more multi.
+// TestRenewRoundTrips renews 10 and 1,000 leases: one request each time,
+// of the same size (a multi holding one check of the marker's version), so
+// the server's work does not grow with the leases either. Leases
+// force-released behind the Store's back cost one read each, once.
 func TestRenewRoundTrips(t *testing.T) {
 	t.Parallel()
 	z := testserver.SharedZooKeeper(t)
@@ -415,49 +400,142 @@ func TestRenewRoundTrips(t *testing.T) {
 	}
 	t.Logf("acquired %d keys in %v (concurrently)", n, time.Since(start).Round(time.Millisecond))
 
-	renew := func(ps []driver.RenewParams) ([]error, int64, time.Duration) {
+	renew := func(ps []driver.RenewParams) ([]error, int64, int64, time.Duration) {
 		t.Helper()
-		w0, t0 := d.writes.Load(), time.Now()
+		w0, b0, t0 := d.writes.Load(), d.bytes.Load(), time.Now()
 		res, err := s.Renew(ctxT(t), ps)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return res, d.writes.Load() - w0, time.Since(t0)
+		return res, d.writes.Load() - w0, d.bytes.Load() - b0, time.Since(t0)
 	}
+	// The first renewal of a Store reads the marker (creating it here).
+	_, writes, _, _ := renew(ps[:1])
+	t.Logf("first renewal of the Store: %d requests", writes)
+	var size10 int64
 	for _, size := range []int{10, n} {
-		res, writes, took := renew(ps[:size])
+		res, writes, bytes, took := renew(ps[:size])
 		for i, r := range res {
 			if r != nil {
 				t.Fatalf("lease %d: %v", i, r)
 			}
 		}
-		t.Logf("renewed %d leases with %d request(s) in %v", size, writes, took.Round(time.Microsecond))
+		t.Logf("renewed %d leases with %d request(s), %d bytes, in %v", size, writes, bytes, took.Round(time.Microsecond))
 		if writes != 1 {
 			t.Errorf("renewing %d leases took %d requests, want 1", size, writes)
 		}
+		if size == 10 {
+			size10 = bytes
+		} else if bytes != size10 {
+			t.Errorf("renewing %d leases sent %d bytes, 10 leases %d: want the same", size, bytes, size10)
+		}
 	}
 
-	// Three leases deleted behind the Store's back: one more multi each.
+	// Three leases deleted behind the Store's back: the marker check fails,
+	// the marker is read, and it names the three nodes: one read each,
+	// then the check again.
 	lost := map[int]bool{7: true, 500: true, 999: true}
+	other := newStore(t, connect(t, z.Addr(), testSession), testSession, &Options{Root: s.Root()})
 	for i := range lost {
-		if err := s.ForceRelease(ctxT(t), ps[i].Key); err != nil {
+		if err := other.ForceRelease(ctxT(t), ps[i].Key); err != nil {
 			t.Fatal(err)
 		}
 	}
-	res, writes, took := renew(ps)
+	res, writes, _, took := renew(ps)
 	for i, r := range res {
 		if lost[i] != errors.Is(r, driver.ErrNotHeld) || (!lost[i] && r != nil) {
 			t.Errorf("lease %d (lost %v): %v", i, lost[i], r)
 		}
 	}
-	t.Logf("renewed %d leases, %d of them gone, with %d requests in %v", n, len(lost), writes, took.Round(time.Microsecond))
-	if writes != int64(len(lost))+1 {
-		t.Errorf("%d requests, want %d", writes, len(lost)+1)
+	t.Logf("renewed %d leases, %d of them force-released, with %d requests in %v", n, len(lost), writes, took.Round(time.Microsecond))
+	if want := int64(len(lost)) + 3; writes != want {
+		t.Errorf("%d requests, want %d", writes, want)
 	}
-	// Known lost: no request at all.
-	res, writes, _ = renew([]driver.RenewParams{ps[7]})
+	// Known lost: no request at all; the rest: one again.
+	res, writes, _, _ = renew([]driver.RenewParams{ps[7]})
 	if !errors.Is(res[0], driver.ErrNotHeld) || writes != 0 {
 		t.Errorf("renewing a lease found gone before: %v with %d requests", res[0], writes)
+	}
+	if _, writes, _, _ = renew(ps[:n/2]); writes != 1 {
+		t.Errorf("renewing after the force releases were seen: %d requests, want 1", writes)
+	}
+}
+
+// TestManyForceReleases: more force releases than the marker names (16)
+// between two renewals: every lease created before them is read once.
+func TestManyForceReleases(t *testing.T) {
+	t.Parallel()
+	_, c := shared(t)
+	s := newStore(t, c, testSession, nil)
+	other := newStore(t, connect(t, testserver.SharedZooKeeper(t).Addr(), testSession), testSession, &Options{Root: s.Root()})
+	const n = 40
+	ps := make([]driver.RenewParams, n)
+	for i := range ps {
+		ps[i] = driver.RenewParams{Key: fmt.Sprintf("k%02d", i), Token: token(), TTL: 10 * time.Second}
+		mustAcquire(t, s, ps[i].Key, ps[i].Token, "me", 10*time.Second)
+	}
+	if res, err := s.Renew(ctxT(t), ps); err != nil || errors.Join(res...) != nil {
+		t.Fatalf("Renew = %v, %v", res, err)
+	}
+	for i := 0; i < n; i += 2 { // 20 > markerHistory
+		if err := other.ForceRelease(ctxT(t), ps[i].Key); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err := s.Renew(ctxT(t), ps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range res {
+		if lost := i%2 == 0; lost != errors.Is(r, driver.ErrNotHeld) || (!lost && r != nil) {
+			t.Errorf("lease %d (lost %v): %v", i, lost, r)
+		}
+	}
+	s.mu.Lock()
+	for tok, l := range s.leases {
+		if l.check != 0 {
+			t.Errorf("lease %s still marked for a check", tok)
+		}
+	}
+	s.mu.Unlock()
+}
+
+// TestUnrenewedLeaseEnds: a lease that is not renewed ends at the store
+// after its own TTL although the session lives on (the reaper deletes its
+// node), and a renewal moves that end.
+func TestUnrenewedLeaseEnds(t *testing.T) {
+	t.Parallel()
+	_, c := shared(t)
+	s := newStore(t, c, testSession, nil)
+	const ttl = 400 * time.Millisecond
+	a, b := token(), token()
+	start := time.Now()
+	mustAcquire(t, s, "a", a, "me", ttl)
+	mustAcquire(t, s, "b", b, "me", ttl)
+	time.Sleep(ttl / 2)
+	renewed := time.Now()
+	if res, err := s.Renew(ctxT(t), []driver.RenewParams{{Key: "b", Token: b, TTL: ttl}}); err != nil || res[0] != nil {
+		t.Fatalf("Renew = %v, %v", res, err)
+	}
+	var goneA, goneB time.Duration
+	waitFor(t, 5*time.Second, "both nodes deleted", func() bool {
+		if goneA == 0 && len(children(t, s, "a")) == 0 {
+			goneA = time.Since(start)
+		}
+		if goneB == 0 && len(children(t, s, "b")) == 0 {
+			goneB = time.Since(start)
+		}
+		return goneA > 0 && goneB > 0
+	})
+	t.Logf("a's node deleted %v after the grant, b's (renewed at %v) %v after", goneA.Round(time.Millisecond), renewed.Sub(start).Round(time.Millisecond), goneB.Round(time.Millisecond))
+	if goneA < ttl {
+		t.Errorf("a's node deleted %v after the grant, before its TTL %v", goneA, ttl)
+	}
+	if goneB < renewed.Sub(start)+ttl {
+		t.Errorf("b's node deleted %v after the grant, before its renewal (at %v) + TTL", goneB, renewed.Sub(start))
+	}
+	if res, err := s.Renew(ctxT(t), []driver.RenewParams{{Key: "b", Token: b, TTL: ttl}}); err != nil || !errors.Is(res[0], driver.ErrNotHeld) {
+		t.Fatalf("Renew after the deadline = %v, %v; want ErrNotHeld", res, err)
 	}
 }
 
@@ -469,13 +547,14 @@ func TestRenewMixed(t *testing.T) {
 	s := newStore(t, c, testSession, nil)
 	ctx := ctxT(t)
 	a, b := token(), token()
+	granted := time.Now()
 	mustAcquire(t, s, "a", a, "me", time.Second)
 	mustAcquire(t, s, "b", b, "me", time.Second)
 	if err := s.Release(ctx, driver.ReleaseParams{Key: "b", Token: b}); err != nil {
 		t.Fatal(err)
 	}
 	res, err := s.Renew(ctx, []driver.RenewParams{
-		{Key: "a", Token: a, TTL: 2 * time.Second},
+		{Key: "a", Token: a, TTL: 10 * time.Second},
 		{Key: "b", Token: b, TTL: time.Second},
 		{Key: "c", Token: token(), TTL: time.Second},
 		{Key: "b", Token: a, TTL: time.Second}, // a's token, another key
@@ -486,10 +565,11 @@ func TestRenewMixed(t *testing.T) {
 	if res[0] != nil || !errors.Is(res[1], driver.ErrNotHeld) || !errors.Is(res[2], driver.ErrNotHeld) || !errors.Is(res[3], driver.ErrNotHeld) {
 		t.Fatalf("Renew = %v", res)
 	}
-	// The renewal moved a's lease to 2 s from the server's now.
-	he := mustHeld(t, s, "a")
-	if he.TTL <= time.Second || he.TTL > 2*time.Second {
-		t.Fatalf("a's remaining lease %v after renewing it to 2s", he.TTL)
+	// The renewal moved a's deadline to 10 s from its send: past the 1 s
+	// of the grant, a is still held.
+	time.Sleep(time.Until(granted.Add(1500 * time.Millisecond)))
+	if he := mustHeld(t, s, "a"); he.Owner != "me" {
+		t.Fatalf("a held by %+v after its renewal to 10s", he)
 	}
 	if err := s.Release(ctx, driver.ReleaseParams{Key: "a", Token: b}); !errors.Is(err, driver.ErrNotHeld) {
 		t.Fatalf("Release with the wrong token = %v", err)
@@ -567,69 +647,6 @@ func testKeepFor(t *testing.T, c *zk.Conn, ttlNodes int32) {
 	}
 }
 
-// TestSubscribe: a waiter is woken when the holder's node is deleted
-// (release, or the holder's session closed), not when it is renewed.
-func TestSubscribe(t *testing.T) {
-	t.Parallel()
-	z, c := shared(t)
-	s := newStore(t, c, testSession, nil)
-	woken := make(chan string, 16)
-	stop, err := s.Subscribe(ctxT(t), func(key string) { woken <- key })
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stop()
-	expect := func(key string) time.Duration {
-		t.Helper()
-		start := time.Now()
-		select {
-		case k := <-woken:
-			if k != key {
-				t.Fatalf("woken for %q, want %q", k, key)
-			}
-		case <-time.After(5 * time.Second):
-			t.Fatalf("not woken for %q", key)
-		}
-		return time.Since(start)
-	}
-
-	// A holder on another session.
-	hc := connect(t, z.Addr(), testSession)
-	hs := newStore(t, hc, testSession, &Options{Root: s.Root()})
-	tok := token()
-	mustAcquire(t, hs, "job", tok, "holder", 5*time.Second)
-	mustHeld(t, s, "job")
-	waitFor(t, 5*time.Second, "the watch armed", func() bool {
-		s.notify.mu.Lock()
-		defer s.notify.mu.Unlock()
-		return len(s.notify.gen.watched) == 1
-	})
-	// Renewals do not wake anybody.
-	for range 3 {
-		res, err := hs.Renew(ctxT(t), []driver.RenewParams{{Key: "job", Token: tok, TTL: 5 * time.Second}})
-		if err != nil || res[0] != nil {
-			t.Fatalf("Renew: %v %v", res, err)
-		}
-	}
-	if err := hs.Release(ctxT(t), driver.ReleaseParams{Key: "job", Token: tok}); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("woken %v after the release", expect("job"))
-	select {
-	case k := <-woken:
-		t.Fatalf("woken again for %q (by a renewal?)", k)
-	default:
-	}
-
-	// The holder's Conn closes: its session ends and its node goes at once.
-	mustAcquire(t, hs, "job", token(), "holder", 5*time.Second)
-	mustHeld(t, s, "job")
-	hc.Close()
-	took := expect("job")
-	t.Logf("woken %v after the holder closed its session", took)
-	mustAcquire(t, s, "job", token(), "me", 5*time.Second)
-}
-
 // TestAbandonedAcquire: an Acquire whose ctx ends while the server is slow
 // returns at once, and the grant that comes later is given back.
 func TestAbandonedAcquire(t *testing.T) {
@@ -638,7 +655,7 @@ func TestAbandonedAcquire(t *testing.T) {
 	p := testserver.StartProxy(t, z.Addr())
 	c := connect(t, p.Addr(), testSession)
 	s := newStore(t, c, testSession, nil)
-	mustAcquire(t, s, "warm", token(), "me", time.Second) // creates the root
+	mustAcquire(t, s, "warm", token(), "me", 10*time.Second) // creates the root
 	p.Latency(t, 300*time.Millisecond)
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()

@@ -1,0 +1,207 @@
+package etcdstore
+
+import (
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/tasklock/tasklock/driver"
+	"github.com/tasklock/tasklock/internal/testserver"
+	"github.com/tasklock/tasklock/storetest"
+)
+
+func TestLedgerConformance(t *testing.T) {
+	srv := testserver.StartEtcd(t)
+	c := newClient(t, srv.Endpoints(), nil)
+	storetest.RunLedger(t, func(t *testing.T) driver.Store { return newStore(t, c, nil) })
+}
+
+var ledgerTick = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// fillLedger writes one of everything the ledger keeps, with job and
+// trigger names that look like lock keys.
+func fillLedger(t *testing.T, s *Store) {
+	t.Helper()
+	ctx := ctxT(t)
+	for _, job := range []string{"k", "k/x", "%", "\x00j\x01"} {
+		if _, err := s.Claim(ctx, []driver.ClaimParams{{Job: job, Tick: ledgerTick, Trigger: "t/1", Node: "n", Token: "tok", Retain: time.Hour}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.RecordRuns(ctx, []driver.RunRecord{{Job: job, Tick: ledgerTick, Trigger: "t/1", Attempt: 1, Status: driver.RunOK}}); err != nil {
+			t.Fatal(err)
+		}
+		for _, op := range []driver.JobStateOp{driver.JobPause, driver.JobTrigger} {
+			if _, err := s.SetJobState(ctx, driver.JobStateParams{Job: job, Op: op, Trigger: "t/1"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// The ledger's keys are none of the lock API's business: Leases does not
+// list them, ForceRelease cannot delete them, a Subscribe is not woken by
+// their deletion, and a lock key of any name is free beside them.
+func TestLedgerApartFromLocks(t *testing.T) {
+	srv := testserver.StartEtcd(t)
+	c := newClient(t, srv.Endpoints(), nil)
+	s := newStore(t, c, nil)
+	ctx := ctxT(t)
+
+	var mu sync.Mutex
+	var woken []string
+	stop, err := s.Subscribe(ctx, func(key string) {
+		mu.Lock()
+		woken = append(woken, key)
+		mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+
+	fillLedger(t, s)
+	all, err := c.Get(ctx, s.prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all.Kvs) < 12 {
+		t.Fatalf("%d ledger keys, want at least 12", len(all.Kvs))
+	}
+	for _, kv := range all.Kvs {
+		if key, tok, ok := s.parseKey(kv.Key); ok {
+			t.Errorf("ledger key %q parses as lock %q token %q", kv.Key, key, tok)
+		}
+	}
+	ls, err := s.Leases(ctx, "")
+	if err != nil || len(ls) != 0 {
+		t.Fatalf("Leases = %v, %v; want none", ls, err)
+	}
+	// Lock keys are valid UTF-8 (the Locker validates them), which never
+	// holds the byte 0xff the ledger's keys start with.
+	for _, key := range []string{"k", "%", "ÿledger", "ledger", "j", "c", "\U0010ffff"} {
+		if err := s.ForceRelease(ctx, key); !errors.Is(err, driver.ErrNotHeld) {
+			t.Errorf("ForceRelease(%q) = %v, want ErrNotHeld", key, err)
+		}
+		if _, err := s.Acquire(ctx, driver.AcquireParams{Key: key, Token: token(), Owner: "o", TTL: time.Second}); err != nil {
+			t.Errorf("Acquire(%q) beside the ledger: %v", key, err)
+		}
+	}
+	// Deleting ledger keys (as Prune and lease expiry do) wakes nobody.
+	if _, err := s.Prune(ctx, driver.PruneParams{KeepPerJob: 1, TriggersOlderThan: time.Nanosecond}); err != nil {
+		t.Fatal(err)
+	}
+	for _, job := range []string{"k", "%"} {
+		if _, err := s.SetJobState(ctx, driver.JobStateParams{Job: job, Op: driver.JobResume}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A lock's release is seen after them, so they would have been too.
+	mustAcquire(t, s, "probe", "tok", "o", time.Second)
+	if err := s.Release(ctx, driver.ReleaseParams{Key: "probe", Token: "tok"}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the probe's release", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(woken) > 0 && woken[len(woken)-1] == "probe"
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if len(woken) != 1 {
+		t.Fatalf("Subscribe reported %q, want only the probe", woken)
+	}
+}
+
+// Claims share leases: a thousand claims of one retention cost one
+// LeaseGrant and one Txn per 126 claims, and each lease covers Retain.
+func TestLedgerClaimRoundTrips(t *testing.T) {
+	srv := testserver.StartEtcd(t)
+	var cnt counter
+	c := newClient(t, srv.Endpoints(), &cnt)
+	s := newStore(t, c, nil)
+	ctx := ctxT(t)
+	ps := make([]driver.ClaimParams, 1000)
+	for i := range ps {
+		ps[i] = driver.ClaimParams{Job: "j", Tick: ledgerTick.Add(time.Duration(i) * time.Second), Node: "n", Token: "tok", Retain: time.Hour}
+	}
+	cnt.take()
+	res, err := s.Claim(ctx, ps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range res {
+		if r != nil {
+			t.Fatalf("claim %d: %v", i, r)
+		}
+	}
+	n := cnt.take()
+	if n["LeaseGrant"] != 1 || n["Txn"] != 8 || total(n) != 9 {
+		t.Fatalf("requests %v, want 1 LeaseGrant and 8 Txns", n)
+	}
+	// Another token is refused, with the holder's node.
+	ps[0].Token, ps[0].Node = "other", "m"
+	res, err = s.Claim(ctx, ps[:1])
+	var ce *driver.ClaimedError
+	if err != nil || !errors.As(res[0], &ce) || ce.Node != "n" {
+		t.Fatalf("Claim by another token = %v, %v", res, err)
+	}
+	if n := cnt.take(); total(n) != 1 {
+		t.Fatalf("second Claim: requests %v, want one Txn", n)
+	}
+	// The lease lives at least Retain.
+	kv, err := c.Get(ctx, s.claimKey("j", ledgerTick, ""))
+	if err != nil || len(kv.Kvs) != 1 || kv.Kvs[0].Lease == 0 {
+		t.Fatalf("claim key: %v, %v", kv, err)
+	}
+	ttl, err := c.TimeToLive(ctx, clientv3.LeaseID(kv.Kvs[0].Lease))
+	if err != nil || time.Duration(ttl.TTL)*time.Second < time.Hour-time.Minute || time.Duration(ttl.GrantedTTL)*time.Second > time.Hour+3*time.Minute {
+		t.Fatalf("claim lease: %+v, %v; want about an hour", ttl, err)
+	}
+	// A batch with the same key twice: one claim, two answers.
+	q := []driver.ClaimParams{
+		{Job: "d", Tick: ledgerTick, Node: "a", Token: "ta", Retain: time.Hour},
+		{Job: "d", Tick: ledgerTick, Node: "b", Token: "tb", Retain: time.Hour},
+		{Job: "d", Tick: ledgerTick, Node: "a", Token: "ta", Retain: time.Hour},
+	}
+	res, err = s.Claim(ctx, q)
+	if err != nil || res[0] != nil || !errors.As(res[1], &ce) || ce.Node != "a" || res[2] != nil {
+		t.Fatalf("duplicate keys in a batch: %v, %v", res, err)
+	}
+}
+
+// Records go in and come out equal, whatever their names hold, and a
+// listing of one job reads only that job's range.
+func TestLedgerRunsRoundTrip(t *testing.T) {
+	srv := testserver.StartEtcd(t)
+	var cnt counter
+	c := newClient(t, srv.Endpoints(), &cnt)
+	s := newStore(t, c, nil)
+	ctx := ctxT(t)
+	start := ledgerTick.Add(1234567 * time.Microsecond)
+	r := driver.RunRecord{Job: "a\x00b/c%", Tick: ledgerTick.Add(time.Millisecond), Trigger: "\x01x", Attempt: 3, Node: "n",
+		Fence: 1 << 60, Start: start, End: start.Add(time.Second), Status: driver.RunLost, Error: "e", Output: "o\n"}
+	other := r
+	other.Job = "a"
+	if err := s.RecordRuns(ctx, []driver.RunRecord{r, other}); err != nil {
+		t.Fatal(err)
+	}
+	cnt.take()
+	rs, err := s.Runs(ctx, driver.RunQuery{Job: r.Job, Limit: 5})
+	if err != nil || len(rs) != 1 {
+		t.Fatalf("Runs = %v, %v", rs, err)
+	}
+	if n := cnt.take(); total(n) != 1 {
+		t.Fatalf("Runs of one job: requests %v, want one Range", n)
+	}
+	got := rs[0]
+	if !got.Tick.Equal(r.Tick) || !got.Start.Equal(r.Start) || !got.End.Equal(r.End) || got.Recorded.IsZero() {
+		t.Fatalf("times changed: %+v", got)
+	}
+	got.Tick, got.Start, got.End, got.Recorded = r.Tick, r.Start, r.End, time.Time{}
+	if got != r {
+		t.Fatalf("record changed:\n got  %+v\n want %+v", got, r)
+	}
+}

@@ -1,0 +1,918 @@
+package zkstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/tasklock/tasklock/driver"
+)
+
+// ledgerName is the ledger's node under Root. No key node has this name:
+// escapeName writes every '%' of a key as %25, and unescapeName refuses it
+// ("le" is not hex), so Leases skips it.
+const ledgerName = "%ledger"
+
+// Limits of the ledger.
+const (
+	// maxLedgerName bounds an escaped job or trigger name.
+	maxLedgerName = 4096
+	// maxRecordData bounds a run record's encoded data: ZooKeeper refuses
+	// requests over jute.maxbuffer (1 MiB less a byte by default).
+	maxRecordData = 1000 * 1000
+	// claimRounds bounds the attempts at one claim while its node keeps
+	// changing under it.
+	claimRounds = 8
+	// pruneChunk is how many expired claims one guarded multi deletes.
+	pruneChunk = 500
+	// stateRounds bounds the attempts at a change of the job states node
+	// while other writers keep changing it.
+	stateRounds = 32
+)
+
+func (s *Store) ledgerDir() string { return s.root + "/" + ledgerName }
+func (s *Store) claimsDir() string { return s.ledgerDir() + "/claims" }
+func (s *Store) runsDir() string   { return s.ledgerDir() + "/runs" }
+func (s *Store) statesNode() string {
+	return s.ledgerDir() + "/jobs"
+}
+
+// tickHex is an instant as 24 hex digits in time order: the Unix seconds
+// offset by 2^63, then the nanoseconds.
+func tickHex(t time.Time) string {
+	return fmt.Sprintf("%016x%08x", uint64(t.Unix())^1<<63, uint32(t.Nanosecond()))
+}
+
+// invTickHex is tickHex with every bit inverted: in reverse time order.
+func invTickHex(t time.Time) string {
+	return fmt.Sprintf("%016x%08x", ^(uint64(t.Unix()) ^ 1<<63), ^uint32(t.Nanosecond()))
+}
+
+// claimPath is the node of the claim (job, tick, trigger).
+func (s *Store) claimPath(job string, tick time.Time, trigger string) string {
+	name := tickHex(tick)
+	if trigger != "" {
+		name += "-" + escapeName(trigger)
+	}
+	return s.claimsDir() + "/" + escapeName(job) + "/" + name
+}
+
+// runName is the name of a run record's node under its job's node:
+// <tick, inverted>-<trigger>-<attempt, inverted>, so that names sort about
+// as Runs lists records (exactly when the trigger has no character below
+// '-' and none escaped).
+func runName(k driver.RunKey) string {
+	return fmt.Sprintf("%s-%s-%08x", invTickHex(k.Tick), escapeName(k.Trigger), ^uint32(k.Attempt))
+}
+
+// parseRunName reverses runName for a record of job.
+func parseRunName(job, name string) (driver.RunKey, bool) {
+	n := len(name)
+	if n < 24+1+1+8 || name[24] != '-' || name[n-9] != '-' {
+		return driver.RunKey{}, false
+	}
+	sec, err1 := strconv.ParseUint(name[:16], 16, 64)
+	nsec, err2 := strconv.ParseUint(name[16:24], 16, 32)
+	att, err3 := strconv.ParseUint(name[n-8:], 16, 32)
+	trigger, ok := unescapeName(name[25 : n-9])
+	if name[25:n-9] == "" {
+		trigger, ok = "", true
+	}
+	if err1 != nil || err2 != nil || err3 != nil || !ok {
+		return driver.RunKey{}, false
+	}
+	tick := time.Unix(int64(^sec^1<<63), int64(^uint32(nsec))).UTC()
+	return driver.RunKey{Job: job, Tick: tick, Trigger: trigger, Attempt: int(^uint32(att))}, true
+}
+
+// checkLedgerName refuses names whose escaped form is too long to keep.
+func checkLedgerName(what, name string) error {
+	if n := len(escapeName(name)); n > maxLedgerName {
+		return fmt.Errorf("zkstore: %s is %d bytes long escaped (at most %d): %w", what, n, maxLedgerName, driver.ErrUnsupported)
+	}
+	return nil
+}
+
+// ensureNode creates the node at path (a container when container is
+// set, else persistent) and, when missing, its persistent parents up to
+// Root.
+func (s *Store) ensureNode(path string, container bool) error {
+	create := func() error {
+		var err error
+		if container {
+			_, err = s.conn.CreateContainer(path, nil, zk.FlagContainer, s.acl)
+		} else {
+			_, err = s.conn.Create(path, nil, zk.FlagPersistent, s.acl)
+		}
+		return err
+	}
+	err := create()
+	if errors.Is(err, zk.ErrNoNode) {
+		parent := path[:strings.LastIndexByte(path, '/')]
+		if parent == s.root {
+			err = s.ensureRoot()
+		} else {
+			err = s.ensureNode(parent, false)
+		}
+		if err != nil {
+			return err
+		}
+		err = create()
+	}
+	if err != nil && !errors.Is(err, zk.ErrNodeExists) {
+		return fmt.Errorf("create %s: %w", path, err)
+	}
+	return nil
+}
+
+// rawNode is a node read by readRaw.
+type rawNode struct {
+	data []byte
+	stat *zk.Stat
+	err  error
+}
+
+// readRaw reads the given children of dir, pipelined.
+func (s *Store) readRaw(dir string, names []string) []rawNode {
+	out := make([]rawNode, len(names))
+	parallel(len(names), func(i int) {
+		out[i].data, out[i].stat, out[i].err = s.conn.Get(dir + "/" + names[i])
+	})
+	return out
+}
+
+// serverClock reads the server's time once for a call, on a goroutine
+// of its own, so that it travels alongside the call's other requests.
+type serverClock struct {
+	s    *Store
+	once sync.Once
+	done chan struct{}
+	now  int64
+	err  error
+}
+
+func newServerClock(s *Store) *serverClock { return &serverClock{s: s, done: make(chan struct{})} }
+
+// start sends the request, unless it was sent already.
+func (c *serverClock) start() {
+	c.once.Do(func() {
+		go func() {
+			c.now, c.err = c.s.serverNow()
+			if errors.Is(c.err, zk.ErrNoNode) { // no Root yet
+				if c.err = c.s.ensureRoot(); c.err == nil {
+					c.now, c.err = c.s.serverNow()
+				}
+			}
+			close(c.done)
+		}()
+	})
+}
+
+// wait returns the server's time (ms), sending the request if needed.
+func (c *serverClock) wait() (int64, error) {
+	c.start()
+	<-c.done
+	return c.now, c.err
+}
+
+// claimData is what a claim node holds, as JSON.
+type claimData struct {
+	Token  string `json:"token"` // escaped with escapeName: any bytes compare exactly
+	Node   string `json:"node"`
+	Retain int64  `json:"retain_ms"` // from the node's ctime
+}
+
+// claimExpired reports whether a claim node read as b with stat st has
+// outlived its retention at the server's time now (ms). A node whose data
+// is not a claim's never expires.
+func claimExpired(b []byte, st *zk.Stat, now int64) (claimData, bool) {
+	var d claimData
+	if json.Unmarshal(b, &d) != nil || d.Retain <= 0 {
+		return claimData{}, false
+	}
+	return d, st.Ctime+d.Retain < now
+}
+
+// Claim implements driver.Ledger. Each claim is a persistent node
+// Root/%ledger/claims/<job>/<tick>[-<trigger>], created (pipelined, 16 at
+// a time) holding the token, the node and Retain; its ctime is the claim's
+// time. A create that finds the node there reads it (alongside one write
+// of Root's data, once per call, for the server's time): the same token's
+// claim is the caller's, another's live one a *ClaimedError. An expired
+// claim is taken over by a multi that checks the version of the job's
+// claims node (raised by every delete of a claim), deletes the old node
+// and creates the new one.
+func (s *Store) Claim(ctx context.Context, ps []driver.ClaimParams) ([]error, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("zkstore: claim: %w", err)
+	}
+	if len(ps) == 0 {
+		return nil, nil
+	}
+	for i := range ps {
+		if err := ps[i].Check(); err != nil {
+			return nil, fmt.Errorf("zkstore: %w", err)
+		}
+		if err := checkLedgerName("Job", ps[i].Job); err != nil {
+			return nil, err
+		}
+		if err := checkLedgerName("Trigger", ps[i].Trigger); err != nil {
+			return nil, err
+		}
+	}
+	res, err := call(ctx, func() ([]error, error) { return s.claim(ps) }, nil)
+	if err != nil {
+		return nil, fmt.Errorf("zkstore: claim %d ticks: %w", len(ps), err)
+	}
+	return res, nil
+}
+
+func (s *Store) claim(ps []driver.ClaimParams) ([]error, error) {
+	res := make([]error, len(ps))
+	errs := make([]error, len(ps))
+	clock := newServerClock(s)
+	parallel(len(ps), func(i int) { res[i], errs[i] = s.claimOne(&ps[i], clock) })
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// claimOne makes one claim: its result, or an error when it is unknown.
+func (s *Store) claimOne(p *driver.ClaimParams, clock *serverClock) (error, error) {
+	path := s.claimPath(p.Job, p.Tick, p.Trigger)
+	token := escapeName(p.Token)
+	retain := (p.Retain + time.Millisecond - 1) / time.Millisecond
+	data, err := json.Marshal(claimData{Token: token, Node: p.Node, Retain: int64(retain)})
+	if err != nil {
+		return nil, err
+	}
+	for range claimRounds {
+		_, err := s.conn.Create(path, data, zk.FlagPersistent, s.acl)
+		switch {
+		case err == nil:
+			return nil, nil
+		case errors.Is(err, zk.ErrNoNode):
+			if err := s.ensureNode(path[:strings.LastIndexByte(path, '/')], false); err != nil {
+				return nil, err
+			}
+			continue
+		case !errors.Is(err, zk.ErrNodeExists):
+			return nil, fmt.Errorf("create %s: %w", path, err)
+		}
+		clock.start()
+		b, st, err := s.conn.Get(path)
+		if errors.Is(err, zk.ErrNoNode) {
+			continue // deleted meanwhile: create it again
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %w", path, err)
+		}
+		now, err := clock.wait()
+		if err != nil {
+			return nil, fmt.Errorf("read the server's time: %w", err)
+		}
+		d, expired := claimExpired(b, st, now)
+		if !expired {
+			if d.Token == token {
+				return nil, nil
+			}
+			return &driver.ClaimedError{Node: d.Node, At: time.UnixMilli(st.Ctime).UTC()}, nil
+		}
+		done, err := s.takeOver(path, data, now)
+		if err != nil || done {
+			return nil, err
+		}
+	}
+	return nil, fmt.Errorf("claim %s: the node kept changing", path)
+}
+
+// takeOver replaces the expired claim node at path by a new one holding
+// data. It reads the job's claims node (the guard) first and the claim
+// node after it: a delete of the claim raises the guard's version, so a
+// claim node found expired is the same one when the multi's check passes.
+// Plain creates leave the guard alone: a node present at the read can be
+// replaced only after a delete. It reports false when the node changed
+// or went meanwhile (the caller looks again).
+func (s *Store) takeOver(path string, data []byte, now int64) (bool, error) {
+	dir := path[:strings.LastIndexByte(path, '/')]
+	guard, ok, err := s.readGuard(dir)
+	if err != nil || !ok {
+		return false, err
+	}
+	b, st, err := s.conn.Get(path)
+	if errors.Is(err, zk.ErrNoNode) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("read %s: %w", path, err)
+	}
+	if _, expired := claimExpired(b, st, now); !expired {
+		return false, nil
+	}
+	_, err = s.conn.Multi(
+		&zk.CheckVersionRequest{Path: dir, Version: guard},
+		&zk.DeleteRequest{Path: path, Version: -1},
+		&zk.CreateRequest{Path: path, Data: data, Acl: s.acl, Flags: zk.FlagPersistent},
+		&zk.SetDataRequest{Path: dir, Version: -1},
+	)
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, zk.ErrBadVersion), errors.Is(err, zk.ErrNoNode), errors.Is(err, zk.ErrNodeExists):
+		return false, nil
+	}
+	return false, fmt.Errorf("take over %s: %w", path, err)
+}
+
+// readGuard returns the data version of a job's claims node dir (the
+// guard), and false when it is missing.
+func (s *Store) readGuard(dir string) (int32, bool, error) {
+	_, st, err := s.conn.Get(dir)
+	if errors.Is(err, zk.ErrNoNode) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("read %s: %w", dir, err)
+	}
+	return st.Version, true, nil
+}
+
+// runData is what a run record's node holds, as JSON; the key is in its
+// name and its job node's.
+type runData struct {
+	Node   string           `json:"node,omitempty"`
+	Fence  uint64           `json:"fence,omitempty"`
+	Start  time.Time        `json:"start"`
+	End    time.Time        `json:"end"`
+	Status driver.RunStatus `json:"status"`
+	Error  string           `json:"error,omitempty"`
+	Output string           `json:"output,omitempty"`
+}
+
+// RecordRuns implements driver.Ledger: one persistent node per record,
+// Root/%ledger/runs/<job>/<name> (see runName), under a container node per
+// job. Each is created, or set when it exists, pipelined 16 at a time:
+// one round trip per record at most 16 in flight, two for a record that
+// replaces another. Recorded is the node's mtime.
+func (s *Store) RecordRuns(ctx context.Context, rs []driver.RunRecord) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("zkstore: record runs: %w", err)
+	}
+	if len(rs) == 0 {
+		return nil
+	}
+	datas := make(map[string][]byte, len(rs))
+	var paths []string
+	for _, r := range rs {
+		switch {
+		case r.Job == "" || r.Tick.IsZero():
+			return errors.New("zkstore: record run: empty Job or zero Tick")
+		case r.Attempt < 0 || int64(r.Attempt) > 1<<31-1:
+			return fmt.Errorf("zkstore: record run %q: Attempt %d out of range: %w", r.Job, r.Attempt, driver.ErrUnsupported)
+		}
+		if err := checkLedgerName("Job", r.Job); err != nil {
+			return err
+		}
+		if err := checkLedgerName("Trigger", r.Trigger); err != nil {
+			return err
+		}
+		b, err := json.Marshal(runData{
+			Node: r.Node, Fence: r.Fence, Start: r.Start.Round(0), End: r.End.Round(0),
+			Status: r.Status, Error: r.Error, Output: r.Output,
+		})
+		if err != nil {
+			return fmt.Errorf("zkstore: record run %q: %w", r.Job, err)
+		}
+		if len(b) > maxRecordData {
+			return fmt.Errorf("zkstore: record run %q: %d bytes encoded (at most %d): %w", r.Job, len(b), maxRecordData, driver.ErrUnsupported)
+		}
+		path := s.runsDir() + "/" + escapeName(r.Job) + "/" + runName(r.Key())
+		if _, dup := datas[path]; !dup {
+			paths = append(paths, path)
+		}
+		datas[path] = b // the last record with a key wins
+	}
+	_, err := call(ctx, func() (struct{}, error) {
+		errs := make([]error, len(paths))
+		parallel(len(paths), func(i int) { errs[i] = s.upsert(paths[i], datas[paths[i]]) })
+		return struct{}{}, errors.Join(errs...)
+	}, nil)
+	if err != nil {
+		return fmt.Errorf("zkstore: record %d runs: %w", len(rs), err)
+	}
+	return nil
+}
+
+// upsert creates the record node at path, or sets its data when it exists,
+// creating its job's container node when missing.
+func (s *Store) upsert(path string, data []byte) error {
+	for range 4 {
+		_, err := s.conn.Create(path, data, zk.FlagPersistent, s.acl)
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, zk.ErrNodeExists):
+			_, err = s.conn.Set(path, data, -1)
+			if errors.Is(err, zk.ErrNoNode) {
+				continue // pruned meanwhile
+			}
+			return err
+		case errors.Is(err, zk.ErrNoNode):
+			// The job's container is missing, or the server just removed it.
+			if err := s.ensureNode(path[:strings.LastIndexByte(path, '/')], true); err != nil {
+				return err
+			}
+		default:
+			return err
+		}
+	}
+	return fmt.Errorf("create %s: its parent keeps vanishing", path)
+}
+
+// runNode is a run record's node, known by its name.
+type runNode struct {
+	key  driver.RunKey
+	path string
+}
+
+// listRuns lists the record nodes of the given jobs (escaped names), each
+// job's children pipelined, keeping those keep accepts. A job node that is
+// missing has none.
+func (s *Store) listRuns(jobs []string, keep func(driver.RunKey) bool) ([][]runNode, error) {
+	out := make([][]runNode, len(jobs))
+	errs := make([]error, len(jobs))
+	parallel(len(jobs), func(i int) {
+		job, ok := unescapeName(jobs[i])
+		if !ok {
+			return
+		}
+		dir := s.runsDir() + "/" + jobs[i]
+		names, _, err := s.conn.Children(dir)
+		if errors.Is(err, zk.ErrNoNode) {
+			return
+		}
+		if err != nil {
+			errs[i] = fmt.Errorf("list %s: %w", dir, err)
+			return
+		}
+		for _, name := range names {
+			if k, ok := parseRunName(job, name); ok && (keep == nil || keep(k)) {
+				out[i] = append(out[i], runNode{key: k, path: dir + "/" + name})
+			}
+		}
+	})
+	return out, errors.Join(errs...)
+}
+
+// runJobs returns the escaped names of the jobs with run records: job's
+// alone when it is set.
+func (s *Store) runJobs(job string) ([]string, error) {
+	if job != "" {
+		return []string{escapeName(job)}, nil
+	}
+	jobs, _, err := s.conn.Children(s.runsDir())
+	if errors.Is(err, zk.ErrNoNode) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list %s: %w", s.runsDir(), err)
+	}
+	return jobs, nil
+}
+
+// Runs implements driver.Ledger. It lists the job's record nodes (for
+// every job: Root/%ledger/runs, then each job's, 16 at a time), selects by
+// the keys in their names (From, To, Before), sorts them and reads the
+// data of as many as Limit needs, in listing order, pipelined: two round
+// trips for one job and a Limit of up to 16 without Status.
+func (s *Store) Runs(ctx context.Context, q driver.RunQuery) ([]driver.RunRecord, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("zkstore: runs: %w", err)
+	}
+	if q.Limit < 0 {
+		return nil, fmt.Errorf("zkstore: runs: negative Limit %d", q.Limit)
+	}
+	out, err := call(ctx, func() ([]driver.RunRecord, error) { return s.runs(q) }, nil)
+	if err != nil {
+		return nil, fmt.Errorf("zkstore: runs: %w", err)
+	}
+	return out, nil
+}
+
+func (s *Store) runs(q driver.RunQuery) ([]driver.RunRecord, error) {
+	jobs, err := s.runJobs(q.Job)
+	if err != nil {
+		return nil, err
+	}
+	byKey := q
+	byKey.Status = ""
+	lists, err := s.listRuns(jobs, func(k driver.RunKey) bool {
+		return byKey.Matches(&driver.RunRecord{Job: k.Job, Tick: k.Tick, Trigger: k.Trigger, Attempt: k.Attempt})
+	})
+	if err != nil {
+		return nil, err
+	}
+	cands := slices.Concat(lists...)
+	slices.SortFunc(cands, func(a, b runNode) int { return a.key.Compare(b.key) })
+	var out []driver.RunRecord
+	for lo := 0; lo < len(cands) && (q.Limit == 0 || len(out) < q.Limit); {
+		n := len(cands) - lo
+		if q.Limit > 0 {
+			want := q.Limit - len(out)
+			if q.Status != "" {
+				want = max(2*want, 64)
+			}
+			n = min(n, want)
+		}
+		win := cands[lo : lo+n]
+		read := make([]rawNode, n)
+		parallel(n, func(i int) { read[i].data, read[i].stat, read[i].err = s.conn.Get(win[i].path) })
+		for i, rn := range read {
+			if errors.Is(rn.err, zk.ErrNoNode) {
+				continue // pruned meanwhile
+			}
+			if rn.err != nil {
+				return nil, fmt.Errorf("read %s: %w", win[i].path, rn.err)
+			}
+			var d runData
+			if err := json.Unmarshal(rn.data, &d); err != nil {
+				return nil, fmt.Errorf("bad record at %s: %w", win[i].path, err)
+			}
+			if q.Status != "" && d.Status != q.Status {
+				continue
+			}
+			k := win[i].key
+			out = append(out, driver.RunRecord{
+				Job: k.Job, Tick: k.Tick, Trigger: k.Trigger, Attempt: k.Attempt, Node: d.Node, Fence: d.Fence,
+				Start: d.Start, End: d.End, Status: d.Status, Error: d.Error, Output: d.Output,
+				Recorded: time.UnixMilli(rn.stat.Mtime).UTC(),
+			})
+			if q.Limit > 0 && len(out) == q.Limit {
+				break
+			}
+		}
+		lo += n
+	}
+	return out, nil
+}
+
+// statesData is what the job states node holds, as JSON: the jobs not in
+// the default state, by escaped name.
+type statesData map[string]*jobData
+
+type jobData struct {
+	Paused   bool          `json:"paused,omitempty"`
+	Triggers []triggerData `json:"triggers,omitempty"`
+}
+
+type triggerData struct {
+	ID string `json:"id"` // escaped with escapeName
+	At int64  `json:"at_ms"`
+}
+
+func (j *jobData) state(job string) driver.JobState {
+	st := driver.JobState{Job: job, Paused: j.Paused}
+	for _, t := range j.Triggers {
+		id, _ := unescapeName(t.ID)
+		st.Triggers = append(st.Triggers, driver.TriggerRequest{ID: id, At: time.UnixMilli(t.At).UTC()})
+	}
+	return st
+}
+
+// updateStates applies change to the job states node, read with its
+// version, and writes it back when change reports a change, version
+// checked; it reads again when another writer came between. With needNow
+// the server's time (ms) is read alongside, for change.
+func (s *Store) updateStates(needNow bool, change func(m statesData, now int64) bool) (statesData, error) {
+	path := s.statesNode()
+	for range stateRounds {
+		var clock *serverClock
+		if needNow {
+			clock = newServerClock(s)
+			clock.start()
+		}
+		b, st, err := s.conn.Get(path)
+		exists := err == nil
+		if err != nil && !errors.Is(err, zk.ErrNoNode) {
+			return nil, fmt.Errorf("read %s: %w", path, err)
+		}
+		m := statesData{}
+		if exists && len(b) > 0 {
+			if err := json.Unmarshal(b, &m); err != nil {
+				return nil, fmt.Errorf("bad job states at %s: %w", path, err)
+			}
+		}
+		var now int64
+		if clock != nil {
+			if now, err = clock.wait(); err != nil {
+				return nil, fmt.Errorf("read the server's time: %w", err)
+			}
+		}
+		if !change(m, now) {
+			return m, nil
+		}
+		data, err := json.Marshal(m)
+		if err != nil {
+			return nil, err
+		}
+		if exists {
+			_, err = s.conn.Set(path, data, st.Version)
+		} else {
+			_, err = s.conn.Create(path, data, zk.FlagPersistent, s.acl)
+			if errors.Is(err, zk.ErrNoNode) {
+				if err := s.ensureNode(s.ledgerDir(), false); err != nil {
+					return nil, err
+				}
+				continue
+			}
+		}
+		switch {
+		case err == nil:
+			return m, nil
+		case errors.Is(err, zk.ErrBadVersion), errors.Is(err, zk.ErrNoNode), errors.Is(err, zk.ErrNodeExists):
+			continue // another writer came between
+		}
+		return nil, fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil, fmt.Errorf("write %s: it kept changing", path)
+}
+
+// SetJobState implements driver.Ledger. Every job's state is in one node,
+// Root/%ledger/jobs, so the change is a read and a version-checked write
+// (none when nothing changes); a trigger request's At is the server's
+// time, read by a write of Root's data alongside the read.
+func (s *Store) SetJobState(ctx context.Context, p driver.JobStateParams) (driver.JobState, error) {
+	if err := ctx.Err(); err != nil {
+		return driver.JobState{}, fmt.Errorf("zkstore: set job state: %w", err)
+	}
+	if p.Job == "" {
+		return driver.JobState{}, errors.New("zkstore: set job state: empty Job")
+	}
+	if (p.Op == driver.JobTrigger || p.Op == driver.JobTriggerDone) && p.Trigger == "" {
+		return driver.JobState{}, fmt.Errorf("zkstore: set job state %q: empty Trigger", p.Job)
+	}
+	if p.Op < driver.JobPause || p.Op > driver.JobTriggerDone {
+		return driver.JobState{}, fmt.Errorf("zkstore: set job state %q: unknown op %d", p.Job, p.Op)
+	}
+	if err := checkLedgerName("Job", p.Job); err != nil {
+		return driver.JobState{}, err
+	}
+	if err := checkLedgerName("Trigger", p.Trigger); err != nil {
+		return driver.JobState{}, err
+	}
+	job, id := escapeName(p.Job), escapeName(p.Trigger)
+	m, err := call(ctx, func() (statesData, error) {
+		return s.updateStates(p.Op == driver.JobTrigger, func(m statesData, now int64) bool {
+			j := m[job]
+			if j == nil {
+				j = &jobData{}
+			}
+			has := slices.IndexFunc(j.Triggers, func(t triggerData) bool { return t.ID == id })
+			switch {
+			case p.Op == driver.JobPause && !j.Paused:
+				j.Paused = true
+			case p.Op == driver.JobResume && j.Paused:
+				j.Paused = false
+			case p.Op == driver.JobTrigger && has < 0:
+				j.Triggers = append(j.Triggers, triggerData{ID: id, At: now})
+			case p.Op == driver.JobTriggerDone && has >= 0:
+				j.Triggers = slices.Delete(j.Triggers, has, has+1)
+			default:
+				return false
+			}
+			if !j.Paused && len(j.Triggers) == 0 {
+				delete(m, job)
+			} else {
+				m[job] = j
+			}
+			return true
+		})
+	}, nil)
+	if err != nil {
+		return driver.JobState{}, fmt.Errorf("zkstore: set job state %q: %w", p.Job, err)
+	}
+	if j := m[job]; j != nil {
+		return j.state(p.Job), nil
+	}
+	return driver.JobState{Job: p.Job}, nil
+}
+
+// JobStates implements driver.Ledger: one read of Root/%ledger/jobs.
+func (s *Store) JobStates(ctx context.Context) ([]driver.JobState, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("zkstore: job states: %w", err)
+	}
+	b, err := call(ctx, func() ([]byte, error) {
+		b, _, err := s.conn.Get(s.statesNode())
+		if errors.Is(err, zk.ErrNoNode) {
+			return nil, nil
+		}
+		return b, err
+	}, nil)
+	if err != nil {
+		return nil, fmt.Errorf("zkstore: job states: %w", err)
+	}
+	m := statesData{}
+	if len(b) > 0 {
+		if err := json.Unmarshal(b, &m); err != nil {
+			return nil, fmt.Errorf("zkstore: job states: bad data at %s: %w", s.statesNode(), err)
+		}
+	}
+	out := make([]driver.JobState, 0, len(m))
+	for ej, j := range m {
+		if job, ok := unescapeName(ej); ok && j != nil {
+			out = append(out, j.state(job))
+		}
+	}
+	return out, nil
+}
+
+// Prune implements driver.Ledger; see the package documentation for its
+// cost. The server's time (for claim retention and ages) is read once, by
+// a write of Root's data.
+func (s *Store) Prune(ctx context.Context, p driver.PruneParams) (driver.PruneResult, error) {
+	if err := ctx.Err(); err != nil {
+		return driver.PruneResult{}, fmt.Errorf("zkstore: prune: %w", err)
+	}
+	if p.RunsOlderThan < 0 || p.KeepPerJob < 0 || p.TriggersOlderThan < 0 {
+		return driver.PruneResult{}, errors.New("zkstore: prune: negative parameter")
+	}
+	res, err := call(ctx, func() (driver.PruneResult, error) { return s.prune(p) }, nil)
+	if err != nil {
+		return res, fmt.Errorf("zkstore: prune: %w", err)
+	}
+	return res, nil
+}
+
+func (s *Store) prune(p driver.PruneParams) (driver.PruneResult, error) {
+	var res driver.PruneResult
+	now, err := s.serverNow()
+	if errors.Is(err, zk.ErrNoNode) {
+		return res, nil // no Root: nothing was ever stored
+	}
+	if err != nil {
+		return res, fmt.Errorf("read the server's time: %w", err)
+	}
+	if res.Claims, err = s.pruneClaims(now); err != nil {
+		return res, err
+	}
+	if p.RunsOlderThan > 0 || p.KeepPerJob > 0 {
+		if res.Runs, err = s.pruneRuns(now, p); err != nil {
+			return res, err
+		}
+	}
+	if p.TriggersOlderThan > 0 {
+		cutoff := now - p.TriggersOlderThan.Milliseconds()
+		_, err := s.updateStates(false, func(m statesData, _ int64) bool {
+			n := 0
+			for job, j := range m {
+				before := len(j.Triggers)
+				j.Triggers = slices.DeleteFunc(j.Triggers, func(t triggerData) bool { return t.At < cutoff })
+				n += before - len(j.Triggers)
+				if !j.Paused && len(j.Triggers) == 0 {
+					delete(m, job)
+				}
+			}
+			res.Triggers = n
+			return n > 0
+		})
+		if err != nil {
+			return res, err
+		}
+	}
+	return res, nil
+}
+
+// pruneClaims deletes the claims expired at the server's time now (ms),
+// each job's in guarded multis (see takeOver), and counts them.
+func (s *Store) pruneClaims(now int64) (int, error) {
+	jobs, _, err := s.conn.Children(s.claimsDir())
+	if errors.Is(err, zk.ErrNoNode) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("list %s: %w", s.claimsDir(), err)
+	}
+	counts := make([]int, len(jobs))
+	errs := make([]error, len(jobs))
+	parallel(len(jobs), func(i int) {
+		counts[i], errs[i] = s.pruneJobClaims(s.claimsDir()+"/"+jobs[i], now)
+	})
+	total := 0
+	for _, n := range counts {
+		total += n
+	}
+	return total, errors.Join(errs...)
+}
+
+func (s *Store) pruneJobClaims(dir string, now int64) (int, error) {
+	deleted := 0
+	for range 4 {
+		// The guard first, then the claims: see takeOver.
+		version, ok, err := s.readGuard(dir)
+		if err != nil || !ok {
+			return deleted, err
+		}
+		names, _, err := s.conn.Children(dir)
+		if err != nil {
+			return deleted, fmt.Errorf("list %s: %w", dir, err)
+		}
+		var expired []string
+		for i, rn := range s.readRaw(dir, names) {
+			if rn.err == nil {
+				if _, ok := claimExpired(rn.data, rn.stat, now); ok {
+					expired = append(expired, names[i])
+				}
+			} else if !errors.Is(rn.err, zk.ErrNoNode) {
+				return deleted, fmt.Errorf("read %s/%s: %w", dir, names[i], rn.err)
+			}
+		}
+		raced := false
+		for lo := 0; lo < len(expired) && !raced; lo += pruneChunk {
+			chunk := expired[lo:min(lo+pruneChunk, len(expired))]
+			ops := []any{&zk.CheckVersionRequest{Path: dir, Version: version}}
+			for _, name := range chunk {
+				ops = append(ops, &zk.DeleteRequest{Path: dir + "/" + name, Version: -1})
+			}
+			ops = append(ops, &zk.SetDataRequest{Path: dir, Version: -1})
+			_, err := s.conn.Multi(ops...)
+			switch {
+			case err == nil:
+				deleted += len(chunk)
+				version++
+			case errors.Is(err, zk.ErrBadVersion), errors.Is(err, zk.ErrNoNode):
+				raced = true // another pruner or a takeover came between: look again
+			default:
+				return deleted, fmt.Errorf("delete %d claims in %s: %w", len(chunk), dir, err)
+			}
+		}
+		if !raced {
+			return deleted, nil
+		}
+	}
+	return deleted, nil
+}
+
+// pruneRuns deletes the run records beyond each job's newest keep, and
+// those last written more than RunsOlderThan before the server's time now
+// (ms), and counts them.
+func (s *Store) pruneRuns(now int64, p driver.PruneParams) (int, error) {
+	jobs, err := s.runJobs("")
+	if err != nil {
+		return 0, err
+	}
+	lists, err := s.listRuns(jobs, nil)
+	if err != nil {
+		return 0, err
+	}
+	cutoff := now - p.RunsOlderThan.Milliseconds()
+	total := 0
+	var errs []error
+	for _, list := range lists {
+		slices.SortFunc(list, func(a, b runNode) int { return a.key.Compare(b.key) })
+		var del []runNode
+		if p.KeepPerJob > 0 && len(list) > p.KeepPerJob {
+			list, del = list[:p.KeepPerJob], list[p.KeepPerJob:]
+		}
+		versions := make([]int32, len(del), len(del)+len(list))
+		for i := range versions {
+			versions[i] = -1
+		}
+		if p.RunsOlderThan > 0 {
+			stats := make([]*zk.Stat, len(list))
+			found := make([]bool, len(list))
+			parallel(len(list), func(i int) {
+				var err error
+				found[i], stats[i], err = s.conn.Exists(list[i].path)
+				found[i] = found[i] && err == nil
+			})
+			for i, st := range stats {
+				if found[i] && st.Mtime < cutoff {
+					del = append(del, list[i])
+					versions = append(versions, st.Version) // not if written again since
+				}
+			}
+		}
+		done := make([]error, len(del))
+		parallel(len(del), func(i int) { done[i] = s.conn.Delete(del[i].path, versions[i]) })
+		for _, err := range done {
+			switch {
+			case err == nil:
+				total++
+			case errors.Is(err, zk.ErrNoNode), errors.Is(err, zk.ErrBadVersion):
+			default:
+				errs = append(errs, err)
+			}
+		}
+	}
+	return total, errors.Join(errs...)
+}

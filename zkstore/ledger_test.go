@@ -1,0 +1,189 @@
+package zkstore
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/tasklock/tasklock/driver"
+	"github.com/tasklock/tasklock/storetest"
+)
+
+// TestLedgerConformance runs storetest's ledger section against the shared
+// server, one root per test.
+func TestLedgerConformance(t *testing.T) {
+	_, c := shared(t)
+	storetest.RunLedger(t, func(t *testing.T) driver.Store { return newStore(t, c, testSession, nil) })
+}
+
+// The ledger's subtree is no key's: Leases does not list it, and Acquire,
+// ForceRelease and Leases of keys named like it leave it alone.
+func TestLedgerApartFromLocks(t *testing.T) {
+	t.Parallel()
+	_, c := shared(t)
+	s := newStore(t, c, testSession, nil)
+	ctx := ctxT(t)
+	tick := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	if res, err := s.Claim(ctx, []driver.ClaimParams{{Job: "j", Tick: tick, Node: "n", Token: "t", Retain: time.Hour}}); err != nil || res[0] != nil {
+		t.Fatal(res, err)
+	}
+	if err := s.RecordRuns(ctx, []driver.RunRecord{{Job: "j", Tick: tick, Attempt: 1, Status: driver.RunOK}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.SetJobState(ctx, driver.JobStateParams{Job: "j", Op: driver.JobPause}); err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{ledgerName, "%ledger/claims", "%", ledgerName + "/jobs"} {
+		if esc := escapeName(key); esc == ledgerName || strings.HasPrefix(esc, ledgerName+"/") {
+			t.Fatalf("key %q escapes to %q, the ledger's node", key, esc)
+		}
+		mustAcquire(t, s, key, token(), "me", time.Second)
+		if err := s.ForceRelease(ctx, key); err != nil {
+			t.Fatalf("ForceRelease(%q): %v", key, err)
+		}
+	}
+	ls, err := s.Leases(ctx, "")
+	if err != nil || len(ls) != 0 {
+		t.Fatalf("Leases = %+v, %v; want none (the ledger is no lock)", ls, err)
+	}
+	kids, _, err := c.Children(s.Root())
+	if err != nil || !slices.Contains(kids, ledgerName) {
+		t.Fatalf("Root's children %q, %v: no %s", kids, err, ledgerName)
+	}
+	res, err := s.Claim(ctx, []driver.ClaimParams{{Job: "j", Tick: tick, Node: "m", Token: "u", Retain: time.Hour}})
+	if err != nil || !errors.Is(res[0], driver.ErrClaimed) {
+		t.Fatalf("claim after lock traffic: %v, %v", res, err)
+	}
+	if st, err := s.JobStates(ctx); err != nil || len(st) != 1 || !st[0].Paused {
+		t.Fatalf("JobStates = %+v, %v", st, err)
+	}
+	if rs, err := s.Runs(ctx, driver.RunQuery{}); err != nil || len(rs) != 1 {
+		t.Fatalf("Runs = %+v, %v", rs, err)
+	}
+}
+
+// Claim and Prune decide retention by the server's clock: the claim
+// node's ctime against the mtime of a write. The claim's time is its
+// node's ctime, and an expired claim is taken over by another token even
+// before Prune runs; a takeover and a prune racing on one job delete no
+// live claim.
+func TestLedgerClaimTimes(t *testing.T) {
+	t.Parallel()
+	_, c := shared(t)
+	s := newStore(t, c, testSession, nil)
+	ctx := ctxT(t)
+	tick := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	p := driver.ClaimParams{Job: "j", Tick: tick, Node: "a", Token: "ta", Retain: 200 * time.Millisecond}
+	if res, err := s.Claim(ctx, []driver.ClaimParams{p}); err != nil || res[0] != nil {
+		t.Fatal(res, err)
+	}
+	_, st, err := c.Get(s.claimPath("j", tick, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := p
+	q.Node, q.Token, q.Retain = "b", "tb", time.Hour
+	res, err := s.Claim(ctx, []driver.ClaimParams{q})
+	var ce *driver.ClaimedError
+	if err != nil || !errors.As(res[0], &ce) || ce.Node != "a" || !ce.At.Equal(time.UnixMilli(st.Ctime)) {
+		t.Fatalf("claim within retention = %v, %v; want claimed by a at %v", res, err, time.UnixMilli(st.Ctime))
+	}
+	waitFor(t, 5*time.Second, "the claim taken over", func() bool {
+		res, err := s.Claim(ctx, []driver.ClaimParams{q})
+		return err == nil && res[0] == nil
+	})
+	_, st2, err := c.Get(s.claimPath("j", tick, ""))
+	if err != nil || st2.Ctime < st.Ctime+200 {
+		t.Fatalf("taken over claim's ctime %d, first %d (%v)", st2.Ctime, st.Ctime, err)
+	}
+	// Prune leaves the live claim and deletes only expired ones.
+	short := []driver.ClaimParams{
+		{Job: "j", Tick: tick.Add(time.Second), Node: "a", Token: "ta", Retain: time.Millisecond},
+		{Job: "k", Tick: tick, Node: "a", Token: "ta", Retain: time.Millisecond},
+	}
+	if res, err := s.Claim(ctx, short); err != nil || res[0] != nil || res[1] != nil {
+		t.Fatal(res, err)
+	}
+	time.Sleep(20 * time.Millisecond) // let the server's clock pass the 1 ms retention
+	pr, err := s.Prune(ctx, driver.PruneParams{})
+	if err != nil || pr.Claims != 2 {
+		t.Fatalf("Prune = %+v, %v; want 2 claims", pr, err)
+	}
+	q.Token = "tc"
+	res, err = s.Claim(ctx, []driver.ClaimParams{q})
+	if err != nil || !errors.As(res[0], &ce) || ce.Node != "b" {
+		t.Fatalf("after Prune: %v, %v; want still claimed by b", res, err)
+	}
+}
+
+// Runs reads only the records Limit needs, and Recorded is the node's
+// mtime.
+func TestLedgerRunsRecorded(t *testing.T) {
+	t.Parallel()
+	_, c := shared(t)
+	s := newStore(t, c, testSession, nil)
+	ctx := ctxT(t)
+	tick := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	r := driver.RunRecord{Job: "a/b", Tick: tick, Trigger: "x%y", Attempt: 3, Status: driver.RunOK}
+	if err := s.RecordRuns(ctx, []driver.RunRecord{r}); err != nil {
+		t.Fatal(err)
+	}
+	path := s.runsDir() + "/" + escapeName(r.Job) + "/" + runName(r.Key())
+	_, st, err := c.Get(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, err := s.Runs(ctx, driver.RunQuery{Job: "a/b"})
+	if err != nil || len(rs) != 1 || rs[0].Key() != r.Key() || !rs[0].Recorded.Equal(time.UnixMilli(st.Mtime)) {
+		t.Fatalf("Runs = %+v, %v; want the record, Recorded %v", rs, err, time.UnixMilli(st.Mtime))
+	}
+	if k, ok := parseRunName(r.Job, runName(r.Key())); !ok || k != r.Key() {
+		t.Fatalf("parseRunName = %+v, %v", k, ok)
+	}
+	// A job's container node goes with its last record (the server removes
+	// it), and the ledger works on.
+	if _, err := s.Prune(ctx, driver.PruneParams{KeepPerJob: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Delete(path, -1); err != nil && !errors.Is(err, zk.ErrNoNode) {
+		t.Fatal(err)
+	}
+	if err := s.RecordRuns(ctx, []driver.RunRecord{r}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Concurrent trigger requests from several Stores all land: the job
+// states node is written version-checked.
+func TestLedgerStatesConcurrent(t *testing.T) {
+	t.Parallel()
+	z, c := shared(t)
+	s := newStore(t, c, testSession, nil)
+	other := newStore(t, connect(t, z.Addr(), testSession), testSession, &Options{Root: s.Root()})
+	ctx := ctxT(t)
+	errc := make(chan error, 20)
+	for i := range 20 {
+		st := s
+		if i%2 == 1 {
+			st = other
+		}
+		go func() {
+			_, err := st.SetJobState(context.Background(), driver.JobStateParams{Job: "j", Op: driver.JobTrigger, Trigger: string(rune('a' + i))})
+			errc <- err
+		}()
+	}
+	for range 20 {
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+	}
+	sts, err := s.JobStates(ctx)
+	if err != nil || len(sts) != 1 || len(sts[0].Triggers) != 20 {
+		t.Fatalf("JobStates = %+v, %v; want 20 triggers", sts, err)
+	}
+}

@@ -1,0 +1,295 @@
+package zkstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/tasklock/tasklock/driver"
+)
+
+// Enqueue implements driver.Queuer: it creates the entry's lock node, as
+// Acquire does (one multi), and leaves it there. The node is ephemeral and
+// not counted against any deadline while it waits: it lives as long as the
+// Conn's session, so a wait may last any time. Since the lowest lock node
+// holds the key, the entry is served after every node created before it,
+// and before every later one, Acquire's included.
+func (s *Store) Enqueue(ctx context.Context, p driver.AcquireParams) (driver.Ticket, error) {
+	if p.TTL > s.session {
+		return nil, fmt.Errorf("zkstore: enqueue %q: %w (%v > %v)", p.Key, ErrTTL, p.TTL, s.session)
+	}
+	kp := s.keyPath(p.Key)
+	c, err := call(ctx, func() (created, error) { return s.createNode(kp, p.Token, p.Owner, p.TTL) },
+		func(c created, err error) {
+			if err == nil {
+				s.removeNode(kp, c.name, c.session) // queued after the caller gave up
+			}
+		})
+	if err != nil {
+		return nil, fmt.Errorf("zkstore: enqueue %q: %w", p.Key, err)
+	}
+	return &ticket{s: s, p: p, c: c}, nil
+}
+
+// ticket is one entry of a key's queue: a lock node that waits.
+type ticket struct {
+	s *Store
+	p driver.AcquireParams
+	c created
+
+	mu      sync.Mutex
+	holder  *driver.HeldError // the holder seen last
+	seen    string            // the node holder describes
+	granted bool
+	left    bool
+}
+
+// Wait implements driver.Ticket. It lists the key's children: the entry is
+// granted when no lock node with a lower sequence number and no live
+// MinHold node is left. Otherwise it sets a data watch (getData) on its
+// predecessor only — the lock node just below its own, never the holder or
+// the key's children — and sleeps until that watch fires: each release
+// wakes one waiter, its successor, and a waiter that leaves wakes only the
+// one behind it. The holder (the lowest node) is read only when it is not
+// the predecessor and has changed since the last look, for Holder. Behind
+// a live MinHold node only, it reads the server's time (by touching the
+// key node), deletes expired MinHold nodes (version-checked), and sleeps
+// until the live one expires or is deleted.
+//
+// Round trips per wake-up: two (the children, then the predecessor's data
+// and watch, with the holder's data alongside when needed); at the head,
+// one.
+func (t *ticket) Wait(ctx context.Context) (driver.Grant, error) {
+	g, err := t.wait(ctx)
+	if err != nil && !errors.Is(err, driver.ErrNotHeld) && ctx.Err() == nil {
+		return g, fmt.Errorf("zkstore: wait for %q: %w", t.p.Key, err)
+	}
+	return g, err
+}
+
+func (t *ticket) wait(ctx context.Context) (driver.Grant, error) {
+	s, kp, name := t.s, t.c.kp, t.c.name
+	for {
+		t.mu.Lock()
+		left, granted := t.left, t.granted
+		t.mu.Unlock()
+		switch {
+		case left:
+			return driver.Grant{}, driver.ErrNotHeld
+		case granted:
+			return driver.Grant{Fence: t.c.fence}, nil
+		case s.conn.State() == zk.StateExpired || s.conn.SessionID() != t.c.session:
+			return driver.Grant{}, driver.ErrNotHeld // the entry went with its session
+		}
+		kids, err := call(ctx, func() ([]string, error) {
+			kids, _, err := s.conn.Children(kp)
+			return kids, err
+		}, nil)
+		switch {
+		case errors.Is(err, zk.ErrNoNode):
+			return driver.Grant{}, driver.ErrNotHeld
+		case err != nil:
+			return driver.Grant{}, err
+		case !slices.Contains(kids, name):
+			return driver.Grant{}, driver.ErrNotHeld // force-released
+		}
+		preds, keeps := blockersOf(kids, name, t.c.seq)
+		if len(preds) == 0 && len(keeps) == 0 {
+			c := t.c
+			c.sent = time.Now() // the lease's deadline counts from the grant
+			t.mu.Lock()
+			t.granted = true
+			t.mu.Unlock()
+			s.record(t.p.Key, t.p.Owner, t.p.Token, c, t.p.TTL)
+			return driver.Grant{Fence: t.c.fence}, nil
+		}
+		var ch <-chan zk.Event
+		var timeout time.Duration
+		if len(preds) > 0 {
+			ch, err = t.watchPredecessor(ctx, preds)
+		} else {
+			ch, timeout, err = t.watchKeep(ctx, keeps)
+		}
+		if err != nil {
+			return driver.Grant{}, err
+		}
+		if ch == nil && timeout == 0 {
+			continue // what it would watch is gone: look again
+		}
+		if !sleep(ctx, ch, timeout) {
+			return driver.Grant{}, ctx.Err()
+		}
+	}
+}
+
+// watchPredecessor sets a data watch on the last of preds (the lock nodes
+// before the entry, lowest first) and reads the first (the holder) when it
+// is another node that changed since the last look. It returns a nil
+// channel when the predecessor is gone already.
+func (t *ticket) watchPredecessor(ctx context.Context, preds []string) (<-chan zk.Event, error) {
+	s, kp := t.s, t.c.kp
+	pred, lowest := preds[len(preds)-1], preds[0]
+	t.mu.Lock()
+	readHolder := lowest != pred && lowest != t.seen
+	t.mu.Unlock()
+	type watched struct {
+		ch     <-chan zk.Event
+		pred   *node
+		holder *node
+	}
+	w, err := call(ctx, func() (watched, error) {
+		var w watched
+		parallel(1+btoi(readHolder), func(i int) {
+			if i == 1 {
+				w.holder = s.readNodes(kp, []string{lowest})[0]
+				return
+			}
+			n := &node{name: pred}
+			var b []byte
+			b, n.stat, w.ch, n.err = s.conn.GetW(kp + "/" + pred)
+			n.decode(b)
+			w.pred = n
+		})
+		return w, nil
+	}, nil)
+	if err != nil {
+		return nil, err
+	}
+	if w.pred.err != nil {
+		if errors.Is(w.pred.err, zk.ErrNoNode) {
+			return nil, nil // GetW sets no watch on a missing node
+		}
+		return nil, w.pred.err
+	}
+	switch {
+	case lowest == pred:
+		t.setHolder(lowest, &driver.HeldError{Owner: w.pred.data.Owner, TTL: w.pred.ttl()})
+	case w.holder != nil && w.holder.err == nil:
+		t.setHolder(lowest, &driver.HeldError{Owner: w.holder.data.Owner, TTL: w.holder.ttl()})
+	}
+	return w.ch, nil
+}
+
+// watchKeep handles MinHold nodes standing before an entry at the head: it
+// reads the server's time by touching the key node, deletes the expired
+// ones (version-checked), and returns a watch on a live one with how long
+// it has left, or nothing when none is live.
+func (t *ticket) watchKeep(ctx context.Context, keeps []string) (<-chan zk.Event, time.Duration, error) {
+	s, kp := t.s, t.c.kp
+	type watched struct {
+		ch   <-chan zk.Event
+		left time.Duration
+	}
+	w, err := call(ctx, func() (watched, error) {
+		st, err := s.conn.Set(kp, nil, -1)
+		if err != nil {
+			return watched{}, err
+		}
+		live, expired, err := s.readKeeps(kp, keeps, st.Mtime)
+		if err != nil {
+			return watched{}, err
+		}
+		s.deleteNodes(kp, expired)
+		if live == nil {
+			return watched{}, nil
+		}
+		t.setHolder(live.name, &driver.HeldError{Owner: live.data.Owner, TTL: live.remaining(st.Mtime)})
+		_, _, ch, err := s.conn.GetW(kp + "/" + live.name)
+		if errors.Is(err, zk.ErrNoNode) {
+			return watched{}, nil
+		}
+		// Wake a little after it expires by the server's clock (the
+		// client's clock only measures the interval).
+		return watched{ch: ch, left: live.remaining(st.Mtime) + 5*time.Millisecond}, err
+	}, nil)
+	return w.ch, w.left, err
+}
+
+func (t *ticket) setHolder(name string, h *driver.HeldError) {
+	t.mu.Lock()
+	t.seen, t.holder = name, h
+	t.mu.Unlock()
+}
+
+// Holder implements driver.Ticket.
+func (t *ticket) Holder() *driver.HeldError {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.holder == nil {
+		return nil
+	}
+	h := *t.holder
+	return &h
+}
+
+// Leave implements driver.Ticket: it deletes the entry's node, which wakes
+// the entry behind it (one request). When the delete cannot be confirmed,
+// or ctx ended before it was sent, the node is handed to the reaper, which
+// retries until it is gone; the session's end removes it at the latest.
+// Leave after a granted Wait releases the lock.
+func (t *ticket) Leave(ctx context.Context) error {
+	s := t.s
+	t.mu.Lock()
+	granted := t.granted
+	t.left = true
+	t.mu.Unlock()
+	if granted {
+		err := s.Release(ctx, driver.ReleaseParams{Key: t.p.Key, Token: t.p.Token})
+		if errors.Is(err, driver.ErrNotHeld) {
+			return nil
+		}
+		return err
+	}
+	kp, name, session := t.c.kp, t.c.name, t.c.session
+	if err := ctx.Err(); err != nil {
+		s.addOrphan(kp, name, false, session)
+		return err
+	}
+	orphaned := func(err error) bool {
+		if err != nil && !errors.Is(err, zk.ErrNoNode) {
+			s.addOrphan(kp, name, false, session)
+			return true
+		}
+		return false
+	}
+	_, err := call(ctx, func() (struct{}, error) { return struct{}{}, s.conn.Delete(kp+"/"+name, -1) },
+		func(_ struct{}, err error) { orphaned(err) })
+	if ctx.Err() != nil && err == ctx.Err() {
+		return err // the delete goes on; a failure is handed to the reaper
+	}
+	if orphaned(err) {
+		return fmt.Errorf("zkstore: leave the queue of %q: %w", t.p.Key, err)
+	}
+	return nil
+}
+
+// sleep waits until ch delivers (the watched node was deleted, or the
+// watch was lost) or timeout (if positive) passes, and reports false when
+// ctx ended first.
+func sleep(ctx context.Context, ch <-chan zk.Event, timeout time.Duration) bool {
+	var timer <-chan time.Time
+	if timeout > 0 {
+		tm := time.NewTimer(timeout)
+		defer tm.Stop()
+		timer = tm.C
+	}
+	select {
+	case <-ch:
+	case <-timer:
+	case <-ctx.Done():
+		return false
+	}
+	return true
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,171 @@
+package zkstore
+
+import (
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+)
+
+// Reaper backoff after a failed delete.
+const (
+	reapRetryMin = 50 * time.Millisecond
+	reapRetryMax = 2 * time.Second
+)
+
+// orphan is a node the Store must delete although no call waits for it: a
+// lease's node at its deadline, a queue entry whose Leave failed, or a node
+// a call that failed midway may have created.
+type orphan struct {
+	parent   string
+	name     string    // the node's name, or with prefix every child whose name starts with it
+	prefix   bool      // a create whose outcome is unknown: its sequence number is not known
+	session  int64     // the session the node lives on, 0 when unknown
+	added    time.Time // when it was handed to the reaper
+	next     time.Time // when to try (again)
+	attempts int
+}
+
+// reaper ends what ZooKeeper cannot end by itself. Every lock node is
+// ephemeral: it lives as long as the Conn's session, which go-zookeeper
+// keeps alive with pings. A lock that is not renewed by its deadline
+// (NoRenew, MaxHold, a stalled holder, a Lock lost and never released)
+// must still end after its own TTL although the session lives on, so the
+// reaper deletes its node at its deadline: the Store's send time of the
+// grant or of the last renewal plus the TTL, on the monotonic clock, which
+// is never before the Locker's own validity ends (it starts earlier and
+// subtracts a drift margin). It also deletes the orphans: queue entries
+// whose Leave could not be confirmed, and nodes of calls that failed
+// midway.
+//
+// It is one timer (time.AfterFunc) set to the earliest deadline: no
+// goroutine runs between firings. A failed delete is retried with backoff
+// (50 ms doubling to 2 s) while the node's session is the Conn's, and for
+// at most twice the session timeout: a Conn that cannot reach the server
+// that long has lost its session at the server, and with it the node. If
+// the process dies, the session's expiry deletes everything instead.
+type reaper struct {
+	s       *Store
+	timer   *time.Timer
+	at      time.Time // when the timer fires; zero when it is not set
+	running bool      // fire is under way; it sets the timer again when done
+}
+
+// armLocked makes the reaper run no later than t. Callers hold s.mu.
+func (r *reaper) armLocked(t time.Time) {
+	if r.running || (!r.at.IsZero() && !t.Before(r.at)) {
+		return
+	}
+	r.at = t
+	d := time.Until(t)
+	if r.timer == nil {
+		r.timer = time.AfterFunc(d, r.fire)
+		return
+	}
+	r.timer.Reset(d)
+}
+
+// addOrphan hands a node to the reaper, which tries to delete it at once.
+func (s *Store) addOrphan(parent, name string, prefix bool, session int64) {
+	now := time.Now()
+	s.mu.Lock()
+	s.orphans = append(s.orphans, &orphan{parent: parent, name: name, prefix: prefix, session: session, added: now, next: now})
+	s.reap.armLocked(now)
+	s.mu.Unlock()
+}
+
+// fire deletes the nodes of leases past their deadline and the orphans
+// that are due, then sets the timer for the next deadline.
+func (r *reaper) fire() {
+	s := r.s
+	s.mu.Lock()
+	if r.running {
+		s.mu.Unlock()
+		return
+	}
+	r.running, r.at = true, time.Time{}
+	now := time.Now()
+	current := s.conn.SessionID()
+	expired := s.conn.State() == zk.StateExpired
+	for tok, l := range s.leases {
+		switch {
+		case expired || l.session != current:
+			delete(s.leases, tok) // its node went with its session
+		case !now.Before(s.base.Add(l.until)):
+			delete(s.leases, tok)
+			s.orphans = append(s.orphans, &orphan{parent: s.keyPath(l.key), name: lockName(tok, l.seq), session: l.session, added: now, next: now})
+		}
+	}
+	var due []*orphan
+	rest := s.orphans[:0]
+	for _, o := range s.orphans {
+		switch {
+		case o.session != 0 && (expired || o.session != current):
+			// gone with its session
+		case !now.Before(o.next):
+			due = append(due, o)
+		default:
+			rest = append(rest, o)
+		}
+	}
+	clear(s.orphans[len(rest):])
+	s.orphans = rest
+	s.mu.Unlock()
+
+	failed := make([]bool, len(due))
+	parallel(len(due), func(i int) { failed[i] = !s.deleteOrphan(due[i]) })
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now = time.Now()
+	for i, o := range due {
+		if !failed[i] || now.Sub(o.added) > 2*s.session {
+			continue
+		}
+		o.attempts = min(o.attempts+1, 10)
+		o.next = now.Add(min(reapRetryMin<<(o.attempts-1), reapRetryMax))
+		s.orphans = append(s.orphans, o)
+	}
+	r.running = false
+	var next time.Time
+	for _, l := range s.leases {
+		if t := s.base.Add(l.until); next.IsZero() || t.Before(next) {
+			next = t
+		}
+	}
+	for _, o := range s.orphans {
+		if next.IsZero() || o.next.Before(next) {
+			next = o.next
+		}
+	}
+	if !next.IsZero() {
+		r.armLocked(next)
+	}
+}
+
+// deleteOrphan deletes o's node (or nodes) and reports whether none is
+// left. Each lock node's name holds its token, so whatever is found is
+// o's: it is deleted whatever its version.
+func (s *Store) deleteOrphan(o *orphan) bool {
+	if !o.prefix {
+		err := s.conn.Delete(o.parent+"/"+o.name, -1)
+		return err == nil || errors.Is(err, zk.ErrNoNode)
+	}
+	kids, _, err := s.conn.Children(o.parent)
+	if errors.Is(err, zk.ErrNoNode) {
+		return true
+	}
+	if err != nil {
+		return false
+	}
+	ok := true
+	for _, k := range kids {
+		if strings.HasPrefix(k, o.name) {
+			if err := s.conn.Delete(o.parent+"/"+k, -1); err != nil && !errors.Is(err, zk.ErrNoNode) {
+				ok = false
+			}
+		}
+	}
+	return ok
+}
