@@ -11,6 +11,7 @@ import (
 
 	"github.com/tasklock/tasklock/driver"
 	"github.com/tasklock/tasklock/pgstore"
+	"github.com/tasklock/tasklock/sqlitestore"
 )
 
 // pgConfig is a checked postgres:// or postgresql:// URL.
@@ -140,14 +141,21 @@ func (s *pgSchema) status(ctx context.Context) ([]Migration, error) {
 	if err != nil {
 		return nil, err
 	}
+	return sqlMigrations(states), nil
+}
+
+// sqlMigrations converts pgstore's or sqlitestore's migration states,
+// which have Migration's fields (AppliedAt zero when not applied), with
+// AppliedAt in UTC.
+func sqlMigrations[S pgstore.MigrationState | sqlitestore.MigrationState](states []S) []Migration {
 	out := make([]Migration, len(states))
 	for i, st := range states {
-		out[i] = Migration{Version: st.Version, Name: st.Name, Applied: st.Applied}
-		if st.Applied {
-			out[i].AppliedAt = st.AppliedAt.UTC()
+		out[i] = Migration(st)
+		if out[i].Applied {
+			out[i].AppliedAt = out[i].AppliedAt.UTC()
 		}
 	}
-	return out, nil
+	return out
 }
 
 func (s *pgSchema) migrate(ctx context.Context) error { return pgstore.Migrate(ctx, s.pool, &s.opts) }

@@ -141,51 +141,32 @@ func (c *redisConfig) client(roots *x509.CertPool) redis.UniversalClient {
 		}
 		dialer = d.DialContext
 	}
+	// One set of options for every mode; go-redis's Failover, Cluster and
+	// Simple take from it what each client has (Cluster has no DB, which
+	// is 0 for redis+cluster://; Simple takes the one address).
+	o := &redis.UniversalOptions{
+		Addrs:                 c.addrs,
+		MasterName:            c.master,
+		SentinelUsername:      c.sentinelUsername,
+		SentinelPassword:      c.sentinelPassword,
+		Username:              c.username,
+		Password:              c.password,
+		DB:                    c.db,
+		DialTimeout:           c.dialTimeout,
+		ReadTimeout:           c.readTimeout,
+		WriteTimeout:          c.writeTimeout,
+		ContextTimeoutEnabled: true,
+		PoolSize:              c.poolSize,
+		TLSConfig:             tlsConfig,
+		Dialer:                dialer,
+	}
 	switch c.mode {
 	case redisSentinel:
-		return redis.NewFailoverClient(&redis.FailoverOptions{
-			MasterName:            c.master,
-			SentinelAddrs:         c.addrs,
-			SentinelUsername:      c.sentinelUsername,
-			SentinelPassword:      c.sentinelPassword,
-			Username:              c.username,
-			Password:              c.password,
-			DB:                    c.db,
-			DialTimeout:           c.dialTimeout,
-			ReadTimeout:           c.readTimeout,
-			WriteTimeout:          c.writeTimeout,
-			ContextTimeoutEnabled: true,
-			PoolSize:              c.poolSize,
-			TLSConfig:             tlsConfig,
-			Dialer:                dialer,
-		})
+		return redis.NewFailoverClient(o.Failover())
 	case redisCluster:
-		return redis.NewClusterClient(&redis.ClusterOptions{
-			Addrs:                 c.addrs,
-			Username:              c.username,
-			Password:              c.password,
-			DialTimeout:           c.dialTimeout,
-			ReadTimeout:           c.readTimeout,
-			WriteTimeout:          c.writeTimeout,
-			ContextTimeoutEnabled: true,
-			PoolSize:              c.poolSize,
-			TLSConfig:             tlsConfig,
-			Dialer:                dialer,
-		})
+		return redis.NewClusterClient(o.Cluster())
 	default:
-		return redis.NewClient(&redis.Options{
-			Addr:                  c.addrs[0],
-			Username:              c.username,
-			Password:              c.password,
-			DB:                    c.db,
-			DialTimeout:           c.dialTimeout,
-			ReadTimeout:           c.readTimeout,
-			WriteTimeout:          c.writeTimeout,
-			ContextTimeoutEnabled: true,
-			PoolSize:              c.poolSize,
-			TLSConfig:             tlsConfig,
-			Dialer:                dialer,
-		})
+		return redis.NewClient(o.Simple())
 	}
 }
 

@@ -143,14 +143,7 @@ func (s *sqliteSchema) status(ctx context.Context) ([]Migration, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]Migration, len(states))
-	for i, st := range states {
-		out[i] = Migration{Version: st.Version, Name: st.Name, Applied: st.Applied}
-		if st.Applied {
-			out[i].AppliedAt = st.AppliedAt.UTC()
-		}
-	}
-	return out, nil
+	return sqlMigrations(states), nil
 }
 
 func (s *sqliteSchema) migrate(ctx context.Context) error {

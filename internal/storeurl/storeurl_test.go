@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/tasklock/tasklock/internal/testserver"
 	"github.com/tasklock/tasklock/memstore"
 	"github.com/tasklock/tasklock/mysqlstore"
@@ -19,20 +17,7 @@ import (
 	"github.com/tasklock/tasklock/redlock"
 )
 
-func TestMain(m *testing.M) {
-	code := testserver.Main(m) // stops the shared PostgreSQL server
-	if err := testserver.StopSharedMariaDB(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		code = 1
-	}
-	if code == 0 {
-		if err := goleak.Find(testserver.LeakOptions()...); err != nil {
-			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(testserver.Main(m)) }
 
 // secret is the password in test URLs; no error message may contain it.
 const secret = "s3cr3t"
