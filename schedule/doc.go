@@ -83,6 +83,15 @@
 // them within a second. A trigger runs once across the cluster: the request
 // is claimed like a tick.
 //
+// # Events
+//
+// Config.OnEvent receives a typed Event for every tick this node claims or
+// finds claimed elsewhere, every attempt's start and end (job, tick, node,
+// fence, attempt, status, duration, and lateness: start − tick), and every
+// tick skipped or missed. It is called synchronously and must not block;
+// package metrics turns the events into Prometheus metrics, and tasklock
+// serve logs a line per run start and end from them.
+//
 // # Shutdown
 //
 // Shutdown stops claiming, lets running handlers finish for up to

@@ -77,6 +77,12 @@ type Job struct {
 	// the attempt is recorded as timed out. With OverlapAllow it is
 	// enforced by the node's clock alone. Zero: unbounded.
 	MaxHold time.Duration
+	// LockGrace ends the handler's ctx this much before the job's lock
+	// could go to another node after a loss, a failed renewal or MaxHold
+	// (tasklock.ObtainOptions.Grace), leaving the handler that long to
+	// stop: tasklock serve sets it to a command job's kill_grace. Less than
+	// half of LockTTL, and than MaxHold. Zero: none.
+	LockGrace time.Duration
 }
 
 // MaxJobName is the longest job name, in bytes.
@@ -312,6 +318,12 @@ func validateJob(j Job, keyPrefix string, retention time.Duration) (*job, error)
 		return nil, bad("Job.MaxHold", "%v is below the minimum %v", j.MaxHold, tasklock.MinTTL)
 	case j.MaxHold > 0 && j.MinHold > j.MaxHold:
 		return nil, bad("Job.MinHold", "%v is greater than MaxHold %v", j.MinHold, j.MaxHold)
+	case j.LockGrace < 0:
+		return nil, bad("Job.LockGrace", "%v is negative", j.LockGrace)
+	case j.LockGrace > 0 && j.LockGrace >= j.LockTTL/2:
+		return nil, bad("Job.LockGrace", "%v is not less than half of LockTTL %v", j.LockGrace, j.LockTTL)
+	case j.LockGrace > 0 && j.MaxHold > 0 && j.LockGrace >= j.MaxHold:
+		return nil, bad("Job.LockGrace", "%v is not less than MaxHold %v", j.LockGrace, j.MaxHold)
 	}
 	key := keyPrefix + j.Name
 	if err := tasklock.ValidateKey(key); err != nil {
@@ -322,5 +334,5 @@ func validateJob(j Job, keyPrefix string, retention time.Duration) (*job, error)
 
 // lockOptions are the options of the job's lock.
 func (j *job) lockOptions(node string) *tasklock.ObtainOptions {
-	return &tasklock.ObtainOptions{TTL: j.LockTTL, MinHold: j.MinHold, MaxHold: j.MaxHold, Owner: node}
+	return &tasklock.ObtainOptions{TTL: j.LockTTL, MinHold: j.MinHold, MaxHold: j.MaxHold, Grace: j.LockGrace, Owner: node}
 }

@@ -25,14 +25,19 @@ const maxErrorLen = 4096
 func (s *Scheduler) execute(j *job, items []work) {
 	defer s.runDone()
 	var missed []driver.RunRecord
+	var late []time.Duration
 	for _, w := range items {
 		if w.missed {
 			reason := fmt.Sprintf("schedule: tick missed: handled %v late, misfire policy %s", w.late.Round(time.Millisecond), j.Misfire)
 			missed = append(missed, s.notRun(j, w, driver.RunMissed, reason))
+			late = append(late, w.late)
 		}
 	}
 	if len(missed) > 0 {
 		s.record(missed...)
+		for i := range missed {
+			s.emit(recordEvent(EventMissed, &missed[i], late[i]))
+		}
 	}
 	for _, w := range items {
 		if !w.missed {
@@ -49,6 +54,13 @@ func (s *Scheduler) notRun(j *job, w work, status driver.RunStatus, reason strin
 	}
 }
 
+// skip records a claimed tick as skipped, for reason.
+func (s *Scheduler) skip(j *job, w work, reason string) {
+	rec := s.notRun(j, w, driver.RunSkipped, reason)
+	s.record(rec)
+	s.emit(recordEvent(EventSkipped, &rec, 0))
+}
+
 // runTick runs one claimed tick: it takes the job's lock (OverlapSkip),
 // makes up to 1+Retries attempts with backoff while holding it, records
 // each, and releases the lock.
@@ -56,12 +68,8 @@ func (s *Scheduler) runTick(j *job, w work) {
 	if w.trigger != "" {
 		s.triggerDone(j.Name, w.trigger)
 	}
-	if j.Jitter > 0 && !s.sleep(rand.N(j.Jitter), s.runCtx.Done()) {
-		s.record(s.notRun(j, w, driver.RunSkipped, ErrShutdown.Error()))
-		return
-	}
-	if s.runCtx.Err() != nil {
-		s.record(s.notRun(j, w, driver.RunSkipped, ErrShutdown.Error()))
+	if (j.Jitter > 0 && !s.sleep(rand.N(j.Jitter), s.runCtx.Done())) || s.runCtx.Err() != nil {
+		s.skip(j, w, ErrShutdown.Error())
 		return
 	}
 	// tickCtx spans the attempts: it ends with the lock, MaxHold, or the
@@ -84,12 +92,13 @@ func (s *Scheduler) runTick(j *job, w work) {
 			l, err := s.obtain(j)
 			switch {
 			case errors.Is(err, tasklock.ErrNotObtained):
-				s.record(s.notRun(j, w, driver.RunSkipped, "schedule: the previous run is still in progress: "+err.Error()))
+				s.skip(j, w, "schedule: the previous run is still in progress: "+err.Error())
 				return
 			case err != nil:
 				now := s.clock.Now()
 				rec = s.notRun(j, w, driver.RunFailed, "schedule: taking the job's lock: "+err.Error())
 				rec.Attempt, rec.Start, rec.End = attempt, now, now
+				s.emit(runEvent(EventRunStarted, &rec, w.catchUp))
 			default:
 				lock = l
 				lockCtx := l.Context()
@@ -102,6 +111,7 @@ func (s *Scheduler) runTick(j *job, w work) {
 		}
 		s.record(rec)
 		s.logRun(&rec)
+		s.emit(runEvent(EventRunEnded, &rec, w.catchUp))
 		retry := rec.Status == driver.RunFailed || rec.Status == driver.RunTimeout
 		if !retry || attempt > j.Retries || tickCtx.Err() != nil {
 			return
@@ -136,6 +146,10 @@ func (s *Scheduler) attempt(parent context.Context, j *job, w work, n int, lock 
 		Job: j.Name, Tick: w.tick.UTC(), Trigger: w.trigger, Node: s.node,
 		Attempt: n, Fence: fence, CatchUp: w.catchUp, Output: out,
 	}
+	s.emit(Event{
+		Type: EventRunStarted, Job: j.Name, Tick: run.Tick, Trigger: w.trigger, CatchUp: w.catchUp,
+		Attempt: n, Fence: fence, Start: start, Late: start.Sub(run.Tick),
+	})
 	err := s.call(ctx, j, run)
 	rec := driver.RunRecord{
 		Job: j.Name, Tick: run.Tick, Trigger: w.trigger, Attempt: n, Node: s.node, Fence: fence,
@@ -214,18 +228,76 @@ func (s *Scheduler) release(j *job, l *tasklock.Lock) {
 	}
 }
 
-// record writes history records, trying twice.
+// history lets the runs of a node share their history writes: while one
+// RecordRuns call is under way, the records of the runs that end meanwhile
+// wait, and the next call writes them all (group commit). A burst of runs
+// that end together then costs one round trip, not one each.
+type history struct {
+	mu      sync.Mutex
+	pending []*histItem
+	busy    bool // a writer is under way
+}
+
+type histItem struct {
+	rs   []driver.RunRecord
+	done chan error    // capacity 1: written by another goroutine's call
+	lead chan struct{} // capacity 1: this goroutine writes the next batch
+}
+
+// record writes history records, with those of other runs ending at the
+// same time, and returns once they are written (or writing failed twice).
 func (s *Scheduler) record(rs ...driver.RunRecord) {
+	it := &histItem{rs: rs, done: make(chan error, 1), lead: make(chan struct{}, 1)}
+	h := &s.hist
+	h.mu.Lock()
+	h.pending = append(h.pending, it)
+	if h.busy {
+		h.mu.Unlock()
+		select {
+		case err := <-it.done:
+			s.recordFailed(rs, err)
+			return
+		case <-it.lead:
+		}
+		h.mu.Lock()
+	}
+	h.busy = true
+	batch := h.pending
+	h.pending = nil
+	h.mu.Unlock()
+
+	var all []driver.RunRecord
+	for _, b := range batch {
+		all = append(all, b.rs...)
+	}
 	var err error
 	for range 2 {
 		ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
-		err = s.ledger.RecordRuns(ctx, rs)
+		err = s.ledger.RecordRuns(ctx, all)
 		cancel()
 		if err == nil {
-			return
+			break
 		}
 	}
-	s.log.Warn("schedule: recording history", "node", s.node, "job", rs[0].Job, "records", len(rs), "err", err)
+	for _, b := range batch {
+		if b != it {
+			b.done <- err
+		}
+	}
+	h.mu.Lock()
+	if len(h.pending) > 0 {
+		h.pending[0].lead <- struct{}{} // the next batch is its writer's
+	} else {
+		h.busy = false
+	}
+	h.mu.Unlock()
+	s.recordFailed(rs, err)
+}
+
+func (s *Scheduler) recordFailed(rs []driver.RunRecord, err error) {
+	if err != nil {
+		s.log.Warn("schedule: recording history", "node", s.node, "job", rs[0].Job, "records", len(rs), "err", err)
+	}
 }
 
 // triggerDone removes a claimed trigger request from the job's state.

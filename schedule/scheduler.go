@@ -13,6 +13,7 @@ import (
 
 	"github.com/tasklock/tasklock"
 	"github.com/tasklock/tasklock/driver"
+	"github.com/tasklock/tasklock/internal/slogfilter"
 )
 
 // Config configures a Scheduler. A nil *Config means all defaults; zero
@@ -52,6 +53,11 @@ type Config struct {
 	// OutputTail is how many bytes of Run.Output are recorded, the last
 	// ones. Default: 4096; negative: none.
 	OutputTail int
+	// OnEvent, when set, is called for every claim, run start and end,
+	// skipped and missed tick (see EventType). It runs on the Scheduler's
+	// goroutines, possibly several at once, and must not block: it is
+	// called while the run waits for it.
+	OnEvent func(Event)
 }
 
 // Config defaults.
@@ -87,6 +93,7 @@ type Scheduler struct {
 	keep       int
 	maxAge     time.Duration
 	tail       int
+	onEvent    func(Event)
 
 	// runCtx is the parent of every run's context; cancelRuns ends it when
 	// Shutdown's grace period is over.
@@ -115,6 +122,8 @@ type Scheduler struct {
 	loopStopped bool // the loop saw stopping: it claims nothing more
 	idleClosed  bool
 	stepped     time.Time // the clock reading of the loop's last step
+
+	hist history // history records waiting to be written together (run.go)
 }
 
 type triggerKey struct{ job, id string }
@@ -148,7 +157,7 @@ func New(locker *tasklock.Locker, ledger driver.Ledger, cfg *Config) (*Scheduler
 		c.Clock = tasklock.SystemClock{}
 	}
 	if c.Logger == nil {
-		c.Logger = slog.New(minLevel{slog.Default().Handler(), slog.LevelWarn})
+		c.Logger = slog.New(slogfilter.AtLeast(slog.Default().Handler(), slog.LevelWarn))
 	}
 	if c.KeyPrefix == "" {
 		c.KeyPrefix = DefaultKeyPrefix
@@ -184,7 +193,7 @@ func New(locker *tasklock.Locker, ledger driver.Ledger, cfg *Config) (*Scheduler
 		lk: locker, ledger: ledger, clock: c.Clock, log: c.Logger,
 		node: c.Node, token: hex.EncodeToString(tok[:]), keyPrefix: c.KeyPrefix,
 		poll: c.PollInterval, grace: c.ShutdownGrace, retention: c.ClaimRetention,
-		pruneEvery: c.PruneInterval, keep: max(c.HistoryKeep, 0), maxAge: max(c.HistoryMaxAge, 0), tail: c.OutputTail,
+		pruneEvery: c.PruneInterval, keep: max(c.HistoryKeep, 0), maxAge: max(c.HistoryMaxAge, 0), tail: c.OutputTail, onEvent: c.OnEvent,
 		wake: make(chan struct{}, 1), quit: make(chan struct{}), loopDone: make(chan struct{}), idle: make(chan struct{}),
 		jobs: make(map[string]*job), states: make(map[string]driver.JobState),
 		seen: make(map[triggerKey]bool), deadlines: make(map[*deadline]struct{}),
@@ -620,6 +629,7 @@ func (s *Scheduler) pass(now time.Time) {
 		j, w := b.owners[i], b.works[i]
 		switch {
 		case r == nil:
+			s.emit(Event{Type: EventClaimed, Job: j.Name, Tick: w.tick.UTC(), Trigger: w.trigger, Paused: w.paused, CatchUp: w.catchUp, Late: now.Sub(w.tick)})
 			if w.paused {
 				continue
 			}
@@ -628,6 +638,7 @@ func (s *Scheduler) pass(now time.Time) {
 			}
 			claimed[j] = append(claimed[j], w)
 		case errors.Is(r, driver.ErrClaimed):
+			s.emit(Event{Type: EventClaimedElsewhere, Job: j.Name, Tick: w.tick.UTC(), Trigger: w.trigger, Paused: w.paused})
 		default:
 			s.log.Warn("schedule: claiming a tick", "node", s.node, "job", j.Name, "tick", w.tick, "err", r)
 		}
@@ -790,20 +801,4 @@ func (h *jobHeap) Pop() any {
 	*h = old[:len(old)-1]
 	j.idx = -1
 	return j
-}
-
-// minLevel drops records below a level: a library only warns unless asked.
-type minLevel struct {
-	slog.Handler
-	min slog.Level
-}
-
-func (h minLevel) Enabled(ctx context.Context, l slog.Level) bool {
-	return l >= h.min && h.Handler.Enabled(ctx, l)
-}
-func (h minLevel) WithAttrs(a []slog.Attr) slog.Handler {
-	return minLevel{h.Handler.WithAttrs(a), h.min}
-}
-func (h minLevel) WithGroup(g string) slog.Handler {
-	return minLevel{h.Handler.WithGroup(g), h.min}
 }

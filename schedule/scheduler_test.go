@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -894,6 +895,9 @@ func TestAddValidates(t *testing.T) {
 		{func(j *Job) { j.MinHold = time.Second; j.Overlap = OverlapAllow }, "Job.MinHold", "Overlap is allow"},
 		{func(j *Job) { j.MinHold, j.MaxHold = time.Minute, time.Second }, "Job.MinHold", "greater than MaxHold"},
 		{func(j *Job) { j.MaxHold = -1 }, "Job.MaxHold", "negative"},
+		{func(j *Job) { j.LockGrace = -1 }, "Job.LockGrace", "negative"},
+		{func(j *Job) { j.LockTTL, j.LockGrace = 2*time.Second, time.Second }, "Job.LockGrace", "half of LockTTL"},
+		{func(j *Job) { j.MaxHold, j.LockGrace = time.Second, time.Second }, "Job.LockGrace", "less than MaxHold"},
 	}
 	for _, tc := range cases {
 		j := ok
@@ -1049,5 +1053,71 @@ func TestOutputTail(t *testing.T) {
 	wg.Wait()
 	if len(tl.String()) != 8 {
 		t.Fatalf("tail %q", tl.String())
+	}
+}
+
+// gatedLedger holds its first RecordRuns call until gate closes, and
+// counts the calls and the records they carried.
+type gatedLedger struct {
+	driver.Ledger
+	gate    chan struct{}
+	entered chan struct{}
+	mu      sync.Mutex
+	calls   []int
+}
+
+func (g *gatedLedger) RecordRuns(ctx context.Context, rs []driver.RunRecord) error {
+	g.mu.Lock()
+	first := len(g.calls) == 0
+	g.calls = append(g.calls, len(rs))
+	g.mu.Unlock()
+	if first {
+		close(g.entered)
+		<-g.gate
+	}
+	return g.Ledger.RecordRuns(ctx, rs)
+}
+
+// TestHistoryWritesShareARoundTrip records from 20 goroutines while the
+// first write is under way: the other 19 records go out in one more call,
+// and every record is stored.
+func TestHistoryWritesShareARoundTrip(t *testing.T) {
+	store := memstore.New(nil)
+	g := &gatedLedger{Ledger: store, gate: make(chan struct{}), entered: make(chan struct{})}
+	lk, err := tasklock.New(store, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk.Close()
+	s, err := New(lk, g, &Config{Node: "n"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tick := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	rec := func(i int) driver.RunRecord {
+		return driver.RunRecord{Job: fmt.Sprint("job", i), Tick: tick, Attempt: 1, Node: "n", Status: driver.RunOK, Start: tick, End: tick}
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { s.record(rec(0)) })
+	<-g.entered
+	for i := 1; i < 20; i++ {
+		wg.Go(func() { s.record(rec(i)) })
+	}
+	waitFor(t, "19 records queued behind the first write", func() bool {
+		s.hist.mu.Lock()
+		defer s.hist.mu.Unlock()
+		return len(s.hist.pending) == 19
+	})
+	close(g.gate)
+	wg.Wait()
+	g.mu.Lock()
+	calls := slices.Clone(g.calls)
+	g.mu.Unlock()
+	if len(calls) != 2 || calls[0] != 1 || calls[1] != 19 {
+		t.Fatalf("RecordRuns calls carried %v records, want [1 19]", calls)
+	}
+	runs, err := store.Runs(context.Background(), driver.RunQuery{})
+	if err != nil || len(runs) != 20 {
+		t.Fatalf("%d runs stored (%v), want 20", len(runs), err)
 	}
 }

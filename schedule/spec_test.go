@@ -4,16 +4,17 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	cron "github.com/netresearch/go-cron"
-	"go.uber.org/goleak"
+	"github.com/tasklock/tasklock/internal/testserver"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { os.Exit(testserver.Main(m)) }
 
 func mustTime(t testing.TB, s string) time.Time {
 	t.Helper()

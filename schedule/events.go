@@ -1,0 +1,77 @@
+package schedule
+
+import "time"
+
+// EventType tells what happened to a tick on this node.
+type EventType uint8
+
+// The event types. Each tick or trigger request this node claims has one
+// EventClaimed and then exactly one of: EventMissed; EventSkipped; one
+// EventRunStarted and EventRunEnded pair per attempt; or nothing more when
+// the job is paused (Event.Paused).
+const (
+	EventClaimed          EventType = iota + 1 // this node claimed the tick (or trigger request); Late says how late it was handled
+	EventClaimedElsewhere                      // another node had claimed the tick first
+	EventMissed                                // the tick came while no node ran the job and the misfire policy passed it over; Late
+	EventSkipped                               // the tick was not run: the previous run still held the job's lock, or the node shut down first; Error says which
+	EventRunStarted                            // an attempt starts: Attempt, Fence, Start; Late is Start − Tick
+	EventRunEnded                              // an attempt ended: Status, Duration, Error, as recorded in history
+)
+
+var eventNames = [...]string{"", "claimed", "claimed_elsewhere", "missed", "skipped", "run_started", "run_ended"}
+
+// String returns the event's name in snake case, as used in metrics labels.
+func (t EventType) String() string {
+	if int(t) < len(eventNames) {
+		return eventNames[t]
+	}
+	return "unknown"
+}
+
+// Event is passed to Config.OnEvent.
+type Event struct {
+	Type    EventType
+	Job     string
+	Tick    time.Time // the scheduled instant, UTC; for a trigger-now request, when it was made
+	Trigger string    // the trigger-now request's ID; "" for a scheduled tick
+	Node    string    // this node
+	Paused  bool      // EventClaimed, EventClaimedElsewhere: the job is paused here, so the tick will not run
+	CatchUp bool      // the tick was missed and runs late by the misfire policy
+	Attempt int       // EventRunStarted, EventRunEnded: 1 for the first attempt
+	Fence   uint64    // EventRunStarted, EventRunEnded: the job lock's fence; 0 with OverlapAllow
+	// Late is how late the tick was handled: for EventClaimed and
+	// EventMissed the time of the claim − Tick, for EventRunStarted and
+	// EventRunEnded Start − Tick (retries start later by their backoff).
+	Late     time.Duration
+	Start    time.Time     // EventRunStarted, EventRunEnded: when the attempt started
+	Duration time.Duration // EventRunEnded: how long the attempt took
+	Status   Status        // EventRunEnded, EventSkipped, EventMissed: the status recorded in history
+	Error    string        // EventRunEnded, EventSkipped, EventMissed: the error text recorded in history
+}
+
+// emit passes e to Config.OnEvent.
+func (s *Scheduler) emit(e Event) {
+	if s.onEvent != nil {
+		e.Node = s.node
+		s.onEvent(e)
+	}
+}
+
+// recordEvent is the event of a history record that was not attempted
+// (EventSkipped, EventMissed).
+func recordEvent(t EventType, r *RunRecord, late time.Duration) Event {
+	return Event{Type: t, Job: r.Job, Tick: r.Tick, Trigger: r.Trigger, Late: late, Status: r.Status, Error: r.Error}
+}
+
+// runEvent is the event of an attempt's history record (EventRunStarted
+// before the handler is called, EventRunEnded once recorded).
+func runEvent(t EventType, r *RunRecord, catchUp bool) Event {
+	e := Event{
+		Type: t, Job: r.Job, Tick: r.Tick, Trigger: r.Trigger, CatchUp: catchUp,
+		Attempt: r.Attempt, Fence: r.Fence, Start: r.Start, Late: r.Start.Sub(r.Tick),
+	}
+	if t == EventRunEnded {
+		e.Duration, e.Status, e.Error = r.End.Sub(r.Start), r.Status, r.Error
+	}
+	return e
+}
