@@ -1,0 +1,639 @@
+package dashboard
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tasklock/tasklock/driver"
+	"github.com/tasklock/tasklock/internal/apijson"
+	"github.com/tasklock/tasklock/schedule"
+)
+
+// Page sizes.
+const (
+	defaultPage = 100
+	maxPage     = 1000
+	nextTicks   = 3
+)
+
+// callTimeout bounds the store calls of one request.
+const callTimeout = 10 * time.Second
+
+// info is GET /api/info.
+func (h *handler) info(w http.ResponseWriter, r *http.Request) {
+	out := map[string]any{
+		"node": h.opts.Node, "version": h.opts.Version, "store": h.storeURL,
+		"read_only": h.opts.Token == "", "logged_in": false,
+		"can": map[string]bool{"ledger": h.ledger != nil, "list": h.lister != nil, "release": h.releaser != nil},
+	}
+	if s := h.session(r); s != "" {
+		out["logged_in"] = true
+		out["csrf"] = h.csrfToken(s)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// pageLimit reads the limit parameter.
+func pageLimit(r *http.Request, def int) (int, error) {
+	s := r.URL.Query().Get("limit")
+	if s == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n <= 0 || n > maxPage {
+		return 0, errors.New("limit: want a whole number from 1 to " + strconv.Itoa(maxPage))
+	}
+	return n, nil
+}
+
+// running is one holder of a job's lock.
+type running struct {
+	Node        string `json:"node"`
+	Fence       uint64 `json:"fence"`
+	ExpiresInMS int64  `json:"expires_in_ms"`
+	HeldForMS   *int64 `json:"held_for_ms"`
+}
+
+// jobView is one job of /api/jobs.
+type jobView struct {
+	apijson.Job
+	Configured bool        `json:"configured"`
+	Schedule   string      `json:"schedule,omitempty"`
+	TimeZone   string      `json:"timezone,omitempty"`
+	NextTicks  []time.Time `json:"next_ticks"`
+	Running    []running   `json:"running"`
+	ScheduleEr string      `json:"schedule_error,omitempty"`
+}
+
+// configured returns the configured jobs by name.
+func (h *handler) configured() map[string]schedule.Job {
+	if h.opts.Jobs == nil {
+		return nil
+	}
+	js := h.opts.Jobs()
+	m := make(map[string]schedule.Job, len(js))
+	for _, j := range js {
+		m[j.Name] = j
+	}
+	return m
+}
+
+// recentRuns reads the newest run records in one query, at most once per
+// recentTTL for all requests, and remembers each job's newest one (without
+// output) for later pages.
+func (h *handler) recentRuns(ctx context.Context, jobs int) ([]driver.RunRecord, error) {
+	n := h.opts.RecentRuns
+	if n == 0 {
+		n = defaultRecentRuns
+	}
+	h.recentMu.Lock()
+	defer h.recentMu.Unlock()
+	now := h.clock.Now()
+	if h.recent != nil && h.recentN == n && now.Sub(h.recentAt) < recentTTL && now.Sub(h.recentAt) >= 0 {
+		return h.recent, nil
+	}
+	runs, err := h.ledger.Runs(ctx, driver.RunQuery{Limit: n})
+	if err != nil {
+		return nil, err
+	}
+	h.recent, h.recentAt, h.recentN = runs, now, n
+	h.lastMu.Lock()
+	defer h.lastMu.Unlock()
+	for _, r := range runs {
+		if old, ok := h.lastRun[r.Job]; !ok || r.Key().Compare(old.Key()) < 0 {
+			r.Output = ""
+			h.lastRun[r.Job] = r
+		}
+	}
+	if len(h.lastRun) > 4*maxJobsRemembered {
+		clear(h.lastRun)
+	}
+	if len(h.noRuns) > 4*maxJobsRemembered {
+		clear(h.noRuns)
+	}
+	return runs, nil
+}
+
+// recentTTL is how long a read of the recent runs serves other requests.
+const recentTTL = time.Second
+
+// defaultRecentRuns is Options.RecentRuns when unset: enough for the last
+// runs of most jobs on a page, cheap enough to read every second (a
+// million-row SQLite ledger returns 10,000 records in about 200 ms).
+const defaultRecentRuns = 1000
+
+// pageLastRuns reads, for the jobs of a page whose last run the recent
+// runs did not show, each job's newest record (one indexed query per job,
+// 16 at a time): a page costs at most its size in small queries, however
+// long the history is.
+func (h *handler) pageLastRuns(ctx context.Context, names []string) error {
+	var missing []string
+	h.lastMu.Lock()
+	now := h.clock.Now()
+	for _, n := range names {
+		if _, ok := h.lastRun[n]; ok {
+			continue
+		}
+		if at, ok := h.noRuns[n]; ok && now.Sub(at) < recentTTL && now.Sub(at) >= 0 {
+			continue
+		}
+		missing = append(missing, n)
+	}
+	h.lastMu.Unlock()
+	if len(missing) == 0 {
+		return nil
+	}
+	sem := make(chan struct{}, 16)
+	errs := make([]error, len(missing))
+	var wg sync.WaitGroup
+	for i, n := range missing {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			rs, err := h.ledger.Runs(ctx, driver.RunQuery{Job: n, Limit: 1})
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			h.lastMu.Lock()
+			defer h.lastMu.Unlock()
+			if len(rs) == 0 {
+				h.noRuns[n] = now
+				return
+			}
+			r := rs[0]
+			r.Output = ""
+			if old, ok := h.lastRun[n]; !ok || r.Key().Compare(old.Key()) < 0 {
+				h.lastRun[n] = r
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// maxJobsRemembered bounds the last-run memory (it is cleared past 4× it).
+const maxJobsRemembered = 25000
+
+// jobs is GET /api/jobs?q=&name=&after=&limit=: the jobs sorted by name,
+// one page, with one Runs, one JobStates and one Leases call whatever the
+// page's size.
+func (h *handler) jobs(w http.ResponseWriter, r *http.Request) {
+	if h.ledger == nil {
+		writeError(w, http.StatusNotImplemented, "this store keeps no schedule ledger")
+		return
+	}
+	q := r.URL.Query()
+	limit, err := pageLimit(r, defaultPage)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), callTimeout)
+	defer cancel()
+	conf := h.configured()
+	// The three store calls run at once.
+	var (
+		states           []driver.JobState
+		leases           []driver.Lease
+		errS, errR, errL error
+		wg               sync.WaitGroup
+	)
+	wg.Go(func() { states, errS = h.ledger.JobStates(ctx) })
+	wg.Go(func() { _, errR = h.recentRuns(ctx, len(conf)) })
+	if h.lister != nil {
+		wg.Go(func() { leases, errL = h.lister.Leases(ctx, h.opts.KeyPrefix) })
+	}
+	wg.Wait()
+	if err := errors.Join(errS, errR, errL); err != nil {
+		h.storeError(w, r, err)
+		return
+	}
+	h.noteLeases(leases, false)
+
+	byState := make(map[string]driver.JobState, len(states))
+	names := make([]string, 0, len(conf)+len(states))
+	for n := range conf {
+		names = append(names, n)
+	}
+	for _, st := range states {
+		byState[st.Job] = st
+		if _, ok := conf[st.Job]; !ok {
+			names = append(names, st.Job)
+		}
+	}
+	if conf == nil {
+		h.lastMu.Lock()
+		for n := range h.lastRun {
+			if _, ok := byState[n]; !ok {
+				names = append(names, n)
+			}
+		}
+		h.lastMu.Unlock()
+	}
+	slices.Sort(names)
+	names = slices.Compact(names)
+	if name := q.Get("name"); name != "" {
+		names = slices.DeleteFunc(names, func(n string) bool { return n != name })
+	}
+	if f := strings.ToLower(q.Get("q")); f != "" {
+		names = slices.DeleteFunc(names, func(n string) bool { return !strings.Contains(strings.ToLower(n), f) })
+	}
+	total := len(names)
+	if after := q.Get("after"); after != "" {
+		i, _ := slices.BinarySearch(names, after)
+		for i < len(names) && names[i] <= after {
+			i++
+		}
+		names = names[i:]
+	}
+	next := ""
+	if len(names) > limit {
+		names = names[:limit]
+		next = names[limit-1]
+	}
+
+	if err := h.pageLastRuns(ctx, names); err != nil {
+		h.storeError(w, r, err)
+		return
+	}
+	holders := map[string][]driver.Lease{}
+	for _, l := range leases {
+		name := strings.TrimPrefix(l.Key, h.opts.KeyPrefix)
+		holders[name] = append(holders[name], l)
+	}
+	now := h.clock.Now()
+	out := make([]jobView, 0, len(names))
+	h.lastMu.Lock()
+	for _, n := range names {
+		v := jobView{Job: apijson.Job{Job: n, Triggers: []apijson.Trigger{}}, NextTicks: []time.Time{}, Running: []running{}}
+		if st, ok := byState[n]; ok {
+			v.Job = apijson.FromState(st)
+		}
+		if lr, ok := h.lastRun[n]; ok {
+			v.LastRun = apijson.FromRun(lr)
+		}
+		if j, ok := conf[n]; ok {
+			v.Configured, v.Schedule, v.TimeZone = true, j.Schedule, j.TimeZone
+			ticks, err := h.next(j, now)
+			if err != nil {
+				v.ScheduleEr = err.Error()
+			}
+			v.NextTicks = ticks
+		}
+		for _, l := range holders[n] {
+			v.Running = append(v.Running, running{Node: l.Owner, Fence: l.Fence, ExpiresInMS: l.TTL.Milliseconds(), HeldForMS: h.heldFor(l, now)})
+		}
+		out = append(out, v)
+	}
+	h.lastMu.Unlock()
+	writeJSON(w, http.StatusOK, map[string]any{"jobs": out, "total": total, "next": next})
+}
+
+// next returns j's next ticks after now, parsing its spec once.
+func (h *handler) next(j schedule.Job, now time.Time) ([]time.Time, error) {
+	key := j.Schedule + "\x00" + j.TimeZone
+	h.schedMu.Lock()
+	s, ok := h.scheds[key]
+	h.schedMu.Unlock()
+	if !ok {
+		var loc *time.Location
+		if j.TimeZone != "" {
+			l, err := time.LoadLocation(j.TimeZone)
+			if err != nil {
+				return []time.Time{}, err
+			}
+			loc = l
+		}
+		p, err := schedule.Parse(j.Schedule, loc)
+		if err != nil {
+			return []time.Time{}, err
+		}
+		s = p
+		h.schedMu.Lock()
+		if len(h.scheds) > 4*maxJobsRemembered {
+			clear(h.scheds)
+		}
+		h.scheds[key] = s
+		h.schedMu.Unlock()
+	}
+	out := make([]time.Time, 0, nextTicks)
+	t := now
+	for range nextTicks {
+		if t = s.Next(t); t.IsZero() {
+			break
+		}
+		out = append(out, t)
+	}
+	return out, nil
+}
+
+// noteLeases remembers when each lease was first listed; complete says the
+// listing held every lease, so the ones not in it are forgotten.
+func (h *handler) noteLeases(ls []driver.Lease, complete bool) {
+	now := h.clock.Now()
+	h.seenMu.Lock()
+	defer h.seenMu.Unlock()
+	live := make(map[leaseID]bool, len(ls))
+	for _, l := range ls {
+		id := leaseID{l.Key, l.Fence}
+		live[id] = true
+		if _, ok := h.firstSeen[id]; !ok {
+			h.firstSeen[id] = now
+		}
+	}
+	if complete || len(h.firstSeen) > 4*maxJobsRemembered {
+		for id := range h.firstSeen {
+			if !live[id] {
+				delete(h.firstSeen, id)
+			}
+		}
+	}
+}
+
+// heldFor is how long l has been held at least, as seen by this dashboard
+// (nil when it was first seen just now).
+func (h *handler) heldFor(l driver.Lease, now time.Time) *int64 {
+	h.seenMu.Lock()
+	t, ok := h.firstSeen[leaseID{l.Key, l.Fence}]
+	h.seenMu.Unlock()
+	if !ok || !now.After(t) {
+		return nil
+	}
+	ms := now.Sub(t).Milliseconds()
+	return &ms
+}
+
+// cursor is the opaque form of a RunKey in /api/runs.
+type cursor struct {
+	Job     string `json:"j"`
+	Tick    int64  `json:"t"` // unix nanoseconds
+	Trigger string `json:"g,omitempty"`
+	Attempt int    `json:"a"`
+}
+
+func encodeCursor(k driver.RunKey) string {
+	b, _ := json.Marshal(cursor{Job: k.Job, Tick: k.Tick.UnixNano(), Trigger: k.Trigger, Attempt: k.Attempt})
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func decodeCursor(s string) (*driver.RunKey, error) {
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	var c cursor
+	if err == nil {
+		err = json.Unmarshal(b, &c)
+	}
+	if err != nil || c.Job == "" {
+		return nil, errors.New("before: not a cursor from a previous page's next")
+	}
+	return &driver.RunKey{Job: c.Job, Tick: time.Unix(0, c.Tick).UTC(), Trigger: c.Trigger, Attempt: c.Attempt}, nil
+}
+
+// parseTime reads an RFC 3339 time parameter.
+func parseTime(q map[string][]string, name string) (time.Time, error) {
+	v := ""
+	if vs := q[name]; len(vs) > 0 {
+		v = vs[0]
+	}
+	if v == "" {
+		return time.Time{}, nil
+	}
+	t, err := time.Parse(time.RFC3339, v)
+	if err != nil {
+		return time.Time{}, errors.New(name + ": want an RFC 3339 time such as 2025-01-02T15:04:05Z")
+	}
+	return t, nil
+}
+
+// runs is GET /api/runs?job=&status=&from=&to=&limit=&before=: run records
+// newest first, one page and the cursor of the next.
+func (h *handler) runs(w http.ResponseWriter, r *http.Request) {
+	if h.ledger == nil {
+		writeError(w, http.StatusNotImplemented, "this store keeps no schedule ledger")
+		return
+	}
+	qs := r.URL.Query()
+	limit, err := pageLimit(r, 50)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	q := driver.RunQuery{Job: qs.Get("job"), Status: driver.RunStatus(qs.Get("status")), Limit: limit + 1}
+	switch q.Status {
+	case "", driver.RunOK, driver.RunFailed, driver.RunTimeout, driver.RunLost, driver.RunSkipped, driver.RunMissed:
+	default:
+		writeError(w, http.StatusBadRequest, "status: want ok, failed, timeout, lost, skipped or missed")
+		return
+	}
+	if q.From, err = parseTime(qs, "from"); err == nil {
+		q.To, err = parseTime(qs, "to")
+	}
+	if err == nil && qs.Get("before") != "" {
+		q.Before, err = decodeCursor(qs.Get("before"))
+	}
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), callTimeout)
+	defer cancel()
+	rs, err := h.ledger.Runs(ctx, q)
+	if err != nil {
+		h.storeError(w, r, err)
+		return
+	}
+	next := ""
+	if len(rs) > limit {
+		rs = rs[:limit]
+		next = encodeCursor(rs[limit-1].Key())
+	}
+	out := make([]*apijson.Run, len(rs))
+	for i, rr := range rs {
+		out[i] = apijson.FromRun(rr)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"runs": out, "next": next})
+}
+
+// lockView is one lock of /api/locks.
+type lockView struct {
+	apijson.Lock
+	HeldForMS *int64 `json:"held_for_ms"`
+}
+
+// locks is GET /api/locks?prefix=&after=&limit=: the live locks sorted by
+// key, one page.
+func (h *handler) locks(w http.ResponseWriter, r *http.Request) {
+	if h.lister == nil {
+		writeError(w, http.StatusNotImplemented, "this store cannot list its locks")
+		return
+	}
+	q := r.URL.Query()
+	limit, err := pageLimit(r, defaultPage)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), callTimeout)
+	defer cancel()
+	prefix := q.Get("prefix")
+	ls, err := h.lister.Leases(ctx, prefix)
+	if err != nil {
+		h.storeError(w, r, err)
+		return
+	}
+	h.noteLeases(ls, prefix == "")
+	slices.SortFunc(ls, func(a, b driver.Lease) int { return strings.Compare(a.Key, b.Key) })
+	total := len(ls)
+	if after := q.Get("after"); after != "" {
+		i, _ := slices.BinarySearchFunc(ls, after, func(l driver.Lease, k string) int { return strings.Compare(l.Key, k) })
+		for i < len(ls) && ls[i].Key <= after {
+			i++
+		}
+		ls = ls[i:]
+	}
+	next := ""
+	if len(ls) > limit {
+		ls = ls[:limit]
+		next = ls[limit-1].Key
+	}
+	now := h.clock.Now()
+	out := make([]lockView, len(ls))
+	for i, l := range ls {
+		out[i] = lockView{Lock: apijson.FromLease(l), HeldForMS: h.heldFor(l, now)}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"locks": out, "total": total, "next": next})
+}
+
+// nodeView is one node of /api/nodes.
+type nodeView struct {
+	Node        string     `json:"node"`
+	Alive       bool       `json:"alive"`
+	LastSeen    *time.Time `json:"last_seen"`
+	Version     string     `json:"version,omitempty"`
+	Fence       uint64     `json:"fence,omitempty"`
+	ExpiresInMS int64      `json:"expires_in_ms,omitempty"`
+}
+
+// nodes is GET /api/nodes: the live nodes (holding their node lock) and
+// the nodes seen in the recent runs, sorted by name.
+func (h *handler) nodes(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), callTimeout)
+	defer cancel()
+	byName := map[string]*nodeView{}
+	now := h.clock.Now().UTC()
+	if h.lister != nil {
+		ls, err := h.lister.Leases(ctx, h.opts.NodeKeyPrefix)
+		if err != nil {
+			h.storeError(w, r, err)
+			return
+		}
+		for _, l := range ls {
+			name, version := parseNodeOwner(l.Owner)
+			if name == "" {
+				name = strings.TrimPrefix(l.Key, h.opts.NodeKeyPrefix)
+			}
+			byName[name] = &nodeView{Node: name, Alive: true, LastSeen: &now, Version: version, Fence: l.Fence, ExpiresInMS: l.TTL.Milliseconds()}
+		}
+	}
+	if h.ledger != nil {
+		rs, err := h.recentRuns(ctx, len(h.configured()))
+		if err != nil {
+			h.storeError(w, r, err)
+			return
+		}
+		for _, rr := range rs {
+			if rr.Node == "" {
+				continue
+			}
+			seen := rr.End
+			if seen.IsZero() {
+				seen = rr.Recorded
+			}
+			seen = seen.UTC()
+			v := byName[rr.Node]
+			if v == nil {
+				v = &nodeView{Node: rr.Node}
+				byName[rr.Node] = v
+			}
+			if v.LastSeen == nil || seen.After(*v.LastSeen) {
+				v.LastSeen = &seen
+			}
+		}
+	}
+	out := make([]*nodeView, 0, len(byName))
+	for _, v := range byName {
+		out = append(out, v)
+	}
+	slices.SortFunc(out, func(a, b *nodeView) int { return strings.Compare(a.Node, b.Node) })
+	writeJSON(w, http.StatusOK, map[string]any{"nodes": out})
+}
+
+// setState is POST /api/jobs/{name}/trigger|pause|resume: the job's state
+// after the change.
+func (h *handler) setState(op driver.JobStateOp) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if h.ledger == nil {
+			writeError(w, http.StatusNotImplemented, "this store keeps no schedule ledger")
+			return
+		}
+		name := r.PathValue("name")
+		if conf := h.configured(); conf != nil {
+			if _, ok := conf[name]; !ok {
+				writeError(w, http.StatusNotFound, "no job named "+strconv.Quote(name)+" is configured")
+				return
+			}
+		} else if name == "" || len(name) > schedule.MaxJobName {
+			writeError(w, http.StatusBadRequest, "invalid job name")
+			return
+		}
+		p := driver.JobStateParams{Job: name, Op: op}
+		if op == driver.JobTrigger {
+			p.Trigger = rand.Text()
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), callTimeout)
+		defer cancel()
+		st, err := h.ledger.SetJobState(ctx, p)
+		if err != nil {
+			h.storeError(w, r, err)
+			return
+		}
+		h.sum.invalidate()
+		out := map[string]any{"job": apijson.FromState(st)}
+		if p.Trigger != "" {
+			out["trigger"] = p.Trigger
+		}
+		writeJSON(w, http.StatusOK, out)
+	}
+}
+
+// release is POST /api/locks/{key}/release: deletes the lease whoever holds
+// it; 404 when it is not held.
+func (h *handler) release(w http.ResponseWriter, r *http.Request) {
+	if h.releaser == nil {
+		writeError(w, http.StatusNotImplemented, "this store cannot release locks by force")
+		return
+	}
+	key := r.PathValue("key")
+	ctx, cancel := context.WithTimeout(r.Context(), callTimeout)
+	defer cancel()
+	err := h.releaser.ForceRelease(ctx, key)
+	switch {
+	case errors.Is(err, driver.ErrNotHeld):
+		writeError(w, http.StatusNotFound, strconv.Quote(key)+" is not held")
+		return
+	case err != nil:
+		h.storeError(w, r, err)
+		return
+	}
+	h.sum.invalidate()
+	writeJSON(w, http.StatusOK, map[string]string{"released": key})
+}

@@ -1,0 +1,267 @@
+package dashboard
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"embed"
+	"encoding/json"
+	"errors"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tasklock/tasklock"
+	"github.com/tasklock/tasklock/driver"
+	"github.com/tasklock/tasklock/internal/storeurl"
+	"github.com/tasklock/tasklock/schedule"
+)
+
+// Options configure New. Only Store is required.
+type Options struct {
+	// Store is the store the dashboard reads and changes: its ledger
+	// (driver.Ledger) for jobs and runs, driver.Lister for locks and nodes,
+	// driver.ForceReleaser for releasing a lock. Whatever it does not
+	// implement is answered with 501 Not Implemented.
+	Store driver.Store
+	// StoreURL, when set, is shown on the pages, always through
+	// storeurl.Redact: passwords never appear.
+	StoreURL string
+	// Jobs returns the configured jobs (only Name, Schedule and TimeZone
+	// are read); it is called once per request and must be safe for
+	// concurrent use. Nil: the jobs are those the ledger knows of (stored
+	// state or a recent run), without schedules.
+	Jobs func() []schedule.Job
+	// Node and Version name the process serving the dashboard.
+	Node    string
+	Version string
+	// Token, when set, is the secret that mutating calls must present
+	// (see the package documentation). Empty: the dashboard is read-only.
+	Token string
+	// Logger receives store errors. Nil: slog.Default().
+	Logger *slog.Logger
+	// Clock reads the time (next ticks, expiry, sessions). Nil:
+	// tasklock.SystemClock.
+	Clock tasklock.Clock
+	// KeyPrefix is the schedulers' Config.KeyPrefix. Default:
+	// schedule.DefaultKeyPrefix.
+	KeyPrefix string
+	// NodeKeyPrefix is put before a node's name to make the key of the lock
+	// a live node holds. Default: DefaultNodeKeyPrefix.
+	NodeKeyPrefix string
+	// RecentRuns is how many of the newest run records /api/jobs and
+	// /api/nodes read, in one query, to find each job's last run and each
+	// node's last activity, at most once a second; the jobs of a page not
+	// among them are read one by one. Default: 1000.
+	RecentRuns int
+	// EventInterval is how often /api/events pushes a summary. Default:
+	// 1s.
+	EventInterval time.Duration
+}
+
+// DefaultNodeKeyPrefix is the prefix of the locks `tasklock serve` holds
+// while it runs: serve/node/NODE.
+const DefaultNodeKeyPrefix = "serve/node/"
+
+// NodeOwner is the owner name a node gives its node lock so that the
+// dashboard can show its version: "NODE tasklock/VERSION".
+func NodeOwner(node, version string) string {
+	if version == "" {
+		return node
+	}
+	return node + " tasklock/" + version
+}
+
+// parseNodeOwner splits an owner name made by NodeOwner.
+func parseNodeOwner(owner string) (node, version string) {
+	if i := strings.LastIndex(owner, " tasklock/"); i >= 0 {
+		return owner[:i], owner[i+len(" tasklock/"):]
+	}
+	return owner, ""
+}
+
+//go:embed ui
+var uiFiles embed.FS
+
+// handler is the dashboard.
+type handler struct {
+	opts      Options
+	store     driver.Store
+	ledger    driver.Ledger // nil when the store keeps none
+	lister    driver.Lister
+	releaser  driver.ForceReleaser
+	clock     tasklock.Clock
+	log       *slog.Logger
+	storeURL  string // redacted
+	tokenHash [sha256.Size]byte
+	secret    []byte // signs session cookies; random per New
+	mux       *http.ServeMux
+	assets    http.Handler
+
+	schedMu sync.Mutex
+	scheds  map[string]schedule.Schedule // parsed specs, by spec and zone
+
+	seenMu    sync.Mutex
+	firstSeen map[leaseID]time.Time // when each (key, fence) was first listed
+
+	recentMu sync.Mutex // held while reading the recent runs
+	recent   []driver.RunRecord
+	recentAt time.Time
+	recentN  int
+
+	lastMu  sync.Mutex
+	lastRun map[string]driver.RunRecord // each job's newest run seen, without output
+	noRuns  map[string]time.Time        // jobs found without runs, and when
+
+	sum summaryCache
+}
+
+type leaseID struct {
+	key   string
+	fence uint64
+}
+
+// New returns the dashboard: the web UI at / and the JSON API under /api/.
+// Mount it at a prefix with http.StripPrefix: every link is relative.
+func New(opts Options) (http.Handler, error) {
+	if opts.Store == nil {
+		return nil, errors.New("dashboard: Options.Store is nil")
+	}
+	if opts.RecentRuns < 0 {
+		return nil, errors.New("dashboard: Options.RecentRuns is negative")
+	}
+	if opts.EventInterval < 0 {
+		return nil, errors.New("dashboard: Options.EventInterval is negative")
+	}
+	h := &handler{
+		opts: opts, store: opts.Store, clock: opts.Clock, log: opts.Logger,
+		storeURL: storeurl.Redact(opts.StoreURL),
+		scheds:   map[string]schedule.Schedule{}, firstSeen: map[leaseID]time.Time{},
+		lastRun: map[string]driver.RunRecord{},
+		noRuns:  map[string]time.Time{},
+	}
+	if h.clock == nil {
+		h.clock = tasklock.SystemClock{}
+	}
+	if h.log == nil {
+		h.log = slog.Default()
+	}
+	if h.opts.KeyPrefix == "" {
+		h.opts.KeyPrefix = schedule.DefaultKeyPrefix
+	}
+	if h.opts.NodeKeyPrefix == "" {
+		h.opts.NodeKeyPrefix = DefaultNodeKeyPrefix
+	}
+	if h.opts.EventInterval == 0 {
+		h.opts.EventInterval = time.Second
+	}
+	h.ledger, _ = opts.Store.(driver.Ledger)
+	h.lister, _ = opts.Store.(driver.Lister)
+	h.releaser, _ = opts.Store.(driver.ForceReleaser)
+	if opts.Token != "" {
+		h.tokenHash = sha256.Sum256([]byte(opts.Token))
+	}
+	h.secret = make([]byte, 32)
+	if _, err := rand.Read(h.secret); err != nil {
+		return nil, err
+	}
+	sub, err := fs.Sub(uiFiles, "ui")
+	if err != nil {
+		return nil, err
+	}
+	h.assets = http.FileServerFS(sub)
+
+	m := http.NewServeMux()
+	h.mux = m
+	h.route(m, http.MethodGet, "/api/info", h.info)
+	h.route(m, http.MethodGet, "/api/jobs", h.jobs)
+	h.route(m, http.MethodGet, "/api/runs", h.runs)
+	h.route(m, http.MethodGet, "/api/locks", h.locks)
+	h.route(m, http.MethodGet, "/api/nodes", h.nodes)
+	h.route(m, http.MethodGet, "/api/events", h.events)
+	h.route(m, http.MethodPost, "/api/jobs/{name}/trigger", h.mutating(h.setState(driver.JobTrigger)))
+	h.route(m, http.MethodPost, "/api/jobs/{name}/pause", h.mutating(h.setState(driver.JobPause)))
+	h.route(m, http.MethodPost, "/api/jobs/{name}/resume", h.mutating(h.setState(driver.JobResume)))
+	h.route(m, http.MethodPost, "/api/locks/{key}/release", h.mutating(h.release))
+	h.route(m, http.MethodPost, "/login", h.login)
+	h.route(m, http.MethodPost, "/logout", h.mutating(h.logout))
+	m.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "no such API endpoint: "+r.URL.Path)
+	})
+	m.HandleFunc("/", h.ui)
+	return h, nil
+}
+
+// route registers h for one method on pattern, answering other methods
+// with a JSON 405.
+func (h *handler) route(m *http.ServeMux, method, pattern string, f http.HandlerFunc) {
+	m.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != method && !(method == http.MethodGet && r.Method == http.MethodHead) {
+			w.Header().Set("Allow", method)
+			writeError(w, http.StatusMethodNotAllowed, r.Method+" not allowed; use "+method)
+			return
+		}
+		f(w, r)
+	})
+}
+
+// ServeHTTP implements http.Handler.
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	hd := w.Header()
+	hd.Set("X-Content-Type-Options", "nosniff")
+	hd.Set("X-Frame-Options", "DENY")
+	hd.Set("Referrer-Policy", "no-referrer")
+	hd.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'; base-uri 'none'")
+	hd.Set("Cache-Control", "no-store")
+	if r.URL.Path == "" {
+		// Mounted with StripPrefix("/x", ...) and asked for "/x": the
+		// relative links need the slash.
+		http.Redirect(w, r, mountPrefix(r)+"/", http.StatusMovedPermanently)
+		return
+	}
+	h.mux.ServeHTTP(w, r)
+}
+
+// ui serves the embedded pages.
+func (h *handler) ui(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		writeError(w, http.StatusMethodNotAllowed, r.Method+" not allowed")
+		return
+	}
+	h.assets.ServeHTTP(w, r)
+}
+
+// mountPrefix is the part of the request's path that a StripPrefix in
+// front of the dashboard removed ("" at the root).
+func mountPrefix(r *http.Request) string {
+	full := r.RequestURI
+	if i := strings.IndexAny(full, "?#"); i >= 0 {
+		full = full[:i]
+	}
+	if p, ok := strings.CutSuffix(full, r.URL.EscapedPath()); ok {
+		return p
+	}
+	return ""
+}
+
+// writeJSON writes v with status code.
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// writeError writes {"error": msg}.
+func writeError(w http.ResponseWriter, code int, msg string) {
+	writeJSON(w, code, map[string]string{"error": msg})
+}
+
+// storeError reports a failed store call: 503 with the error, any URL in it
+// redacted.
+func (h *handler) storeError(w http.ResponseWriter, r *http.Request, err error) {
+	msg := storeurl.Redact(err.Error())
+	h.log.Warn("dashboard: store call failed", "path", r.URL.Path, "err", msg)
+	writeError(w, http.StatusServiceUnavailable, "store: "+msg)
+}

@@ -1,0 +1,305 @@
+// tasklock dashboard: a small single-page app over the JSON API (see the
+// package documentation of dashboard). Every URL is relative, so the
+// dashboard works under any prefix. Element ids and classes are stable for
+// browser tests: #jobs-table tr.job-row[data-job], td.job-state,
+// button.action-trigger / .action-pause / .action-resume, #runs-table
+// tr.run-row[data-status], #locks-table tr.lock-row button.action-release,
+// #nodes-table tr.node-row, #confirm-ok / #confirm-cancel.
+"use strict";
+
+const state = { info: null, csrf: "", route: "", jobsAfter: [""], runsNext: "", refreshing: false };
+
+function el(tag, attrs, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k === "class") e.className = v;
+    else if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
+    else if (k.startsWith("data-")) e.setAttribute(k, v);
+    else e[k] = v;
+  }
+  for (const c of children.flat()) {
+    if (c === null || c === undefined) continue;
+    e.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return e;
+}
+
+async function api(path, opts) {
+  const res = await fetch(path, Object.assign({ credentials: "same-origin", headers: { Accept: "application/json" } }, opts || {}));
+  let body = null;
+  try { body = await res.json(); } catch (e) { body = null; }
+  if (!res.ok) throw new Error((body && body.error) || res.status + " " + res.statusText);
+  return body;
+}
+
+function post(path) {
+  return api(path, { method: "POST", headers: { Accept: "application/json", "X-CSRF-Token": state.csrf } });
+}
+
+function message(text, isError) {
+  const m = document.getElementById("message");
+  m.textContent = text || "";
+  m.hidden = !text;
+  m.classList.toggle("error", !!isError);
+}
+
+function fmtTime(t) {
+  if (!t) return "—";
+  const d = new Date(t);
+  return d.toISOString().replace("T", " ").replace(/\.\d+Z$/, "Z");
+}
+
+function fmtMS(ms) {
+  if (ms === null || ms === undefined) return "—";
+  if (ms < 1000) return ms + " ms";
+  const s = ms / 1000;
+  if (s < 120) return s.toFixed(1) + " s";
+  if (s < 7200) return (s / 60).toFixed(1) + " min";
+  return (s / 3600).toFixed(1) + " h";
+}
+
+function statusBadge(st) {
+  return el("span", { class: "status status-" + st }, st);
+}
+
+function canWrite() {
+  return state.info && !state.info.read_only;
+}
+
+function confirmAction(text) {
+  const d = document.getElementById("confirm-dialog");
+  document.getElementById("confirm-text").textContent = text;
+  return new Promise((resolve) => {
+    d.addEventListener("close", () => resolve(d.returnValue === "ok"), { once: true });
+    d.returnValue = "";
+    d.showModal();
+  });
+}
+
+async function act(text, path) {
+  if (!(await confirmAction(text))) return;
+  try {
+    await post(path);
+    message("");
+    await render();
+  } catch (e) {
+    message(e.message, true);
+  }
+}
+
+function actionButton(cls, label, text, path) {
+  return el("button", { type: "button", class: cls, disabled: !canWrite(), title: canWrite() ? "" : "log in to act",
+    onclick: () => act(text, path) }, label);
+}
+
+// Pages.
+
+async function jobsPage(main) {
+  const filter = el("input", { id: "job-filter", type: "search", placeholder: "filter jobs", value: state.jobFilter || "",
+    onchange: (e) => { state.jobFilter = e.target.value; state.jobsAfter = [""]; render(); } });
+  const after = state.jobsAfter[state.jobsAfter.length - 1];
+  const q = new URLSearchParams({ limit: "100" });
+  if (after) q.set("after", after);
+  if (state.jobFilter) q.set("q", state.jobFilter);
+  const data = await api("api/jobs?" + q);
+  const rows = data.jobs.map((j) => {
+    const lr = j.last_run;
+    const run = j.running.length ? j.running.map((r) => r.node + " (fence " + r.fence + ")").join(", ") : "—";
+    return el("tr", { class: "job-row", "data-job": j.job, "data-paused": String(j.paused) },
+      el("td", { class: "job-name" }, el("a", { href: "#/job/" + encodeURIComponent(j.job) }, j.job)),
+      el("td", {}, j.schedule || "—", j.timezone ? el("span", { class: "muted" }, " " + j.timezone) : null),
+      el("td", { class: "job-next" }, j.next_ticks.length ? fmtTime(j.next_ticks[0]) : "—"),
+      el("td", { class: "job-last" }, lr ? [statusBadge(lr.status), " ", fmtTime(lr.tick), el("span", { class: "muted" }, " " + lr.node)] : "—"),
+      el("td", { class: "job-running" }, run),
+      el("td", { class: "job-state " + (j.paused ? "state-paused" : "state-active") }, j.paused ? "paused" : "active"),
+      el("td", { class: "job-triggers num" }, j.pending_triggers.length),
+      el("td", { class: "job-actions" },
+        actionButton("action-trigger", "Trigger", "Run " + j.job + " now, once, on one node?", "api/jobs/" + encodeURIComponent(j.job) + "/trigger"), " ",
+        j.paused
+          ? actionButton("action-resume", "Resume", "Resume " + j.job + " on every node?", "api/jobs/" + encodeURIComponent(j.job) + "/resume")
+          : actionButton("action-pause", "Pause", "Pause " + j.job + " on every node? Running runs finish.", "api/jobs/" + encodeURIComponent(j.job) + "/pause")));
+  });
+  main.replaceChildren(
+    el("h1", {}, "Jobs ", el("span", { class: "muted", id: "jobs-total" }, "(" + data.total + ")")),
+    el("div", { class: "toolbar" }, filter),
+    el("table", { id: "jobs-table" },
+      el("thead", {}, el("tr", {}, ["Job", "Schedule", "Next tick", "Last run", "Running on", "State", "Triggers", ""].map((h) => el("th", {}, h)))),
+      el("tbody", {}, rows)),
+    el("div", { class: "pager" },
+      el("button", { id: "jobs-prev", type: "button", disabled: state.jobsAfter.length < 2, onclick: () => { state.jobsAfter.pop(); render(); } }, "Previous"),
+      el("button", { id: "jobs-next", type: "button", disabled: !data.next, onclick: () => { state.jobsAfter.push(data.next); render(); } }, "Next")));
+}
+
+function runRow(r) {
+  const dur = r.start && r.end ? fmtMS(new Date(r.end) - new Date(r.start)) : "—";
+  const detail = [];
+  if (r.error) detail.push(el("div", { class: "run-error" }, r.error));
+  if (r.output) detail.push(el("pre", { class: "run-output" }, r.output));
+  return el("tr", { class: "run-row", "data-status": r.status, "data-job": r.job },
+    el("td", {}, fmtTime(r.tick), r.trigger ? el("span", { class: "muted" }, " (trigger)") : null),
+    el("td", { class: "run-status" }, statusBadge(r.status)),
+    el("td", { class: "num" }, r.attempt),
+    el("td", {}, r.node),
+    el("td", { class: "num" }, r.fence),
+    el("td", { class: "num" }, dur),
+    el("td", {}, detail.length ? detail : "—"));
+}
+
+async function jobPage(main, name) {
+  const st = state.runStatus || "";
+  const jq = await api("api/jobs?" + new URLSearchParams({ name: name }));
+  const j = jq.jobs[0];
+  const q = new URLSearchParams({ job: name, limit: "50" });
+  if (st) q.set("status", st);
+  const data = await api("api/runs?" + q);
+  state.runsNext = data.next;
+  const tbody = el("tbody", { id: "runs-body" }, data.runs.map(runRow));
+  const more = el("button", { id: "runs-more", type: "button", disabled: !data.next, onclick: async () => {
+    const q2 = new URLSearchParams(q);
+    q2.set("before", state.runsNext);
+    const d2 = await api("api/runs?" + q2);
+    state.runsNext = d2.next;
+    tbody.append(...d2.runs.map(runRow));
+    more.disabled = !d2.next;
+  } }, "Older");
+  const statusSel = el("select", { id: "run-status", onchange: (e) => { state.runStatus = e.target.value; render(); } },
+    ["", "ok", "failed", "timeout", "lost", "skipped", "missed"].map((s) => el("option", { value: s, selected: s === st }, s || "any status")));
+  const head = [el("h1", {}, el("a", { href: "#/jobs" }, "Jobs"), " / ", el("span", { id: "job-title" }, name))];
+  if (j) {
+    head.push(el("div", { class: "toolbar", id: "job-summary", "data-job": j.job, "data-paused": String(j.paused) },
+      el("span", { class: "job-state " + (j.paused ? "state-paused" : "state-active") }, j.paused ? "paused" : "active"),
+      el("span", {}, "schedule: " + (j.schedule || "—") + (j.timezone ? " " + j.timezone : "")),
+      el("span", {}, "next: " + (j.next_ticks.map(fmtTime).join(", ") || "—")),
+      el("span", { class: "job-running" }, "running: " + (j.running.map((r) => r.node + " (fence " + r.fence + ")").join(", ") || "no")),
+      el("span", { class: "job-triggers" }, "pending triggers: " + j.pending_triggers.length),
+      actionButton("action-trigger", "Trigger", "Run " + j.job + " now, once, on one node?", "api/jobs/" + encodeURIComponent(j.job) + "/trigger"),
+      j.paused
+        ? actionButton("action-resume", "Resume", "Resume " + j.job + " on every node?", "api/jobs/" + encodeURIComponent(j.job) + "/resume")
+        : actionButton("action-pause", "Pause", "Pause " + j.job + " on every node? Running runs finish.", "api/jobs/" + encodeURIComponent(j.job) + "/pause")));
+  }
+  main.replaceChildren(...head,
+    el("div", { class: "toolbar" }, statusSel),
+    el("table", { id: "runs-table" },
+      el("thead", {}, el("tr", {}, ["Tick", "Status", "Attempt", "Node", "Fence", "Duration", "Error / output"].map((h) => el("th", {}, h)))),
+      tbody),
+    el("div", { class: "pager" }, more));
+}
+
+async function locksPage(main) {
+  const after = state.locksAfter || "";
+  const q = new URLSearchParams({ limit: "100" });
+  if (after) q.set("after", after);
+  const data = await api("api/locks?" + q);
+  const rows = data.locks.map((l) => el("tr", { class: "lock-row", "data-key": l.key },
+    el("td", { class: "lock-key" }, l.key),
+    el("td", {}, l.owner),
+    el("td", { class: "num" }, l.fence),
+    el("td", { class: "num" }, fmtMS(l.expires_in_ms)),
+    el("td", { class: "num" }, l.held_for_ms === null ? "—" : "≥ " + fmtMS(l.held_for_ms)),
+    el("td", {}, actionButton("action-release", "Release", "Release " + l.key + " by force? Its holder loses it at its next renewal.",
+      "api/locks/" + encodeURIComponent(l.key) + "/release"))));
+  main.replaceChildren(
+    el("h1", {}, "Locks ", el("span", { class: "muted" }, "(" + data.total + ")")),
+    el("table", { id: "locks-table" },
+      el("thead", {}, el("tr", {}, ["Key", "Holder", "Fence", "Expires in", "Held for", ""].map((h) => el("th", {}, h)))),
+      el("tbody", {}, rows)),
+    el("div", { class: "pager" },
+      el("button", { id: "locks-first", type: "button", disabled: !after, onclick: () => { state.locksAfter = ""; render(); } }, "First"),
+      el("button", { id: "locks-next", type: "button", disabled: !data.next, onclick: () => { state.locksAfter = data.next; render(); } }, "Next")));
+}
+
+async function nodesPage(main) {
+  const data = await api("api/nodes");
+  const rows = data.nodes.map((n) => el("tr", { class: "node-row", "data-node": n.node, "data-alive": String(n.alive) },
+    el("td", {}, n.node),
+    el("td", { class: n.alive ? "state-active" : "muted" }, n.alive ? "alive" : "gone"),
+    el("td", {}, fmtTime(n.last_seen)),
+    el("td", {}, n.version || "—"),
+    el("td", { class: "num" }, n.alive ? n.fence : "—")));
+  main.replaceChildren(
+    el("h1", {}, "Nodes"),
+    el("table", { id: "nodes-table" },
+      el("thead", {}, el("tr", {}, ["Node", "State", "Last seen", "Version", "Fence"].map((h) => el("th", {}, h)))),
+      el("tbody", {}, rows)));
+}
+
+// Routing and live updates.
+
+function routeSection() {
+  const r = location.hash.replace(/^#\/?/, "");
+  if (r.startsWith("job/")) return "runs";
+  if (r === "locks" || r === "nodes") return r;
+  return "jobs";
+}
+
+async function render() {
+  const main = document.getElementById("main");
+  const r = location.hash.replace(/^#\/?/, "") || "jobs";
+  for (const id of ["jobs", "locks", "nodes"]) {
+    document.getElementById("nav-" + id).classList.toggle("active", r === id || (id === "jobs" && r.startsWith("job/")));
+  }
+  try {
+    if (r.startsWith("job/")) await jobPage(main, decodeURIComponent(r.slice(4)));
+    else if (r === "locks") await locksPage(main);
+    else if (r === "nodes") await nodesPage(main);
+    else await jobsPage(main);
+    main.dataset.loaded = String(Date.now());
+  } catch (e) {
+    message(e.message, true);
+  }
+}
+
+async function loadInfo() {
+  const info = await api("api/info");
+  state.info = info;
+  state.csrf = info.csrf || "";
+  document.getElementById("info").textContent = [info.node && "node " + info.node, info.version, info.store].filter(Boolean).join(" · ");
+  document.getElementById("read-only").hidden = !info.read_only;
+  document.getElementById("login-form").hidden = info.read_only || info.logged_in;
+  document.getElementById("logout-button").hidden = !info.logged_in;
+  if (!info.read_only && !info.logged_in) state.info = Object.assign({}, info, { read_only: true, needs_login: true });
+}
+
+function listen() {
+  const live = document.getElementById("live");
+  const es = new EventSource("api/events");
+  es.addEventListener("open", () => live.classList.add("on"));
+  es.addEventListener("error", () => live.classList.remove("on"));
+  es.addEventListener("summary", (ev) => {
+    const s = JSON.parse(ev.data);
+    live.classList.toggle("on", !s.error);
+    live.title = s.error ? s.error : "live: " + s.locks + " locks, " + s.running + " running, " + s.nodes_alive + " nodes";
+    const sec = routeSection();
+    if (s.changed.includes(sec) || (sec === "runs" && s.changed.includes("jobs"))) {
+      if (state.refreshing) return;
+      state.refreshing = true;
+      render().finally(() => { state.refreshing = false; });
+    }
+  });
+}
+
+document.addEventListener("DOMContentLoaded", async () => {
+  document.getElementById("login-form").addEventListener("submit", async (e) => {
+    e.preventDefault();
+    try {
+      const body = new URLSearchParams({ token: document.getElementById("login-token").value });
+      await api("login", { method: "POST", body: body, headers: { Accept: "application/json" } });
+      document.getElementById("login-token").value = "";
+      message("");
+      await loadInfo();
+      await render();
+    } catch (err) {
+      message(err.message, true);
+    }
+  });
+  document.getElementById("logout-button").addEventListener("click", async () => {
+    try { await post("logout"); } catch (err) { message(err.message, true); }
+    await loadInfo();
+    await render();
+  });
+  window.addEventListener("hashchange", () => { state.jobsAfter = [""]; state.locksAfter = ""; render(); });
+  try { await loadInfo(); } catch (err) { message(err.message, true); }
+  await render();
+  listen();
+});

@@ -1,0 +1,186 @@
+// Package config reads the configuration file of `tasklock serve` and
+// `tasklock validate`: the store, the node name and the jobs.
+//
+//	store: sqlite://./tasklock.db      # the default when omitted
+//	node: web-1                         # default host:pid
+//	jobs:
+//	  - name: nightly-report
+//	    schedule: "0 30 2 * * *"
+//	    timezone: Europe/Berlin
+//	    command: ["/usr/local/bin/report", "--all"]
+//	    timeout: 10m
+//	    overlap: skip
+//	    misfire: {policy: once, grace: 30s}
+//	    retries: {max: 3, backoff: 10s}
+//	    min_hold: 5s
+//	    max_hold: 1h
+//
+// # Keys
+//
+// Every key of a job maps to a field of schedule.Job, whose documentation
+// gives its default and meaning:
+//
+//	name            Name
+//	schedule        Schedule (cron with optional seconds, @daily, "@every 10s")
+//	timezone        TimeZone (IANA name; default UTC)
+//	timeout         Timeout
+//	overlap         Overlap: skip | allow
+//	misfire         Misfire, as a policy alone ("misfire: skip") or a mapping:
+//	  policy        Misfire: once | skip | catch_up
+//	  grace         MisfireAfter
+//	  window        MisfireWindow
+//	  max           CatchUpMax (catch_up only)
+//	retries         Retries, as a count alone ("retries: 3") or a mapping:
+//	  max           Retries
+//	  backoff       RetryBackoff
+//	  backoff_max   RetryBackoffMax
+//	jitter          Jitter
+//	lock_ttl        LockTTL
+//	min_hold        MinHold
+//	max_hold        MaxHold
+//
+// and exactly one of the handlers the daemon provides:
+//
+//	command         a list: the program and its arguments, run without a shell
+//	kill_grace      command jobs: SIGTERM to SIGKILL (default 2s, less than
+//	                half of lock_ttl)
+//	http            a mapping: method (default GET), url, headers (a
+//	                mapping), body, timeout (default 1m)
+//
+// Durations are Go durations (300ms, 10s, 1h30m).
+//
+// # Errors
+//
+// Load checks everything it can without connecting to the store: the YAML,
+// every key (unknown keys are errors), every value, and each job as
+// schedule.Scheduler.Add would. It reports every error, not only the first,
+// each naming the file, the line, the job and the key:
+//
+//	config.yaml:7: job "nightly-report": timeout: invalid duration "10x"
+//
+// A store URL appears in messages only in its storeurl.Redact form.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/tasklock/tasklock/schedule"
+)
+
+// DefaultStore is the store used when the file names none.
+const DefaultStore = "sqlite://./tasklock.db"
+
+// DefaultKillGrace is Job.KillGrace when kill_grace is not set.
+const DefaultKillGrace = 2 * time.Second
+
+// DefaultHTTPTimeout is HTTP.Timeout when http.timeout is not set.
+const DefaultHTTPTimeout = time.Minute
+
+// MaxFileSize is the largest configuration file Load reads, in bytes.
+const MaxFileSize = 4 << 20
+
+// File is a checked configuration file.
+type File struct {
+	// Store is the store URL (see storeurl); DefaultStore when the file
+	// names none. It may hold a password: print it with storeurl.Redact.
+	Store string
+	// Node is the scheduler's node name; "" means host:pid.
+	Node string
+	// Jobs are the jobs, in the file's order, with distinct names.
+	Jobs []Job
+}
+
+// Job is one checked job of the file.
+type Job struct {
+	// Job holds the scheduling fields; its Handler is nil, for the caller
+	// to set.
+	schedule.Job
+	// Command is the program and its arguments, for a command job; nil
+	// for an HTTP job.
+	Command []string
+	// KillGrace is the time from SIGTERM to SIGKILL when a command must
+	// stop (DefaultKillGrace when not set); 0 for an HTTP job.
+	KillGrace time.Duration
+	// HTTP is the request of an HTTP job; nil for a command job.
+	HTTP *HTTP
+	// Line is the line of the file where the job starts.
+	Line int
+}
+
+// HTTP is the request an HTTP job makes.
+type HTTP struct {
+	Method  string            // default GET
+	URL     string            // absolute http:// or https:// URL
+	Headers map[string]string // canonical header names
+	Body    string
+	Timeout time.Duration // DefaultHTTPTimeout when not set
+}
+
+// Error is one mistake in a configuration file.
+type Error struct {
+	File  string
+	Line  int    // 0 when unknown
+	Job   string // the job's name, or "jobs[N]" for a job without one; "" outside jobs
+	Field string // the key, dotted for nested keys ("misfire.grace"); "" for the file
+	Msg   string
+}
+
+// Error implements error: "file:line: job "name": field: message".
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString(e.File)
+	if e.Line > 0 {
+		fmt.Fprintf(&b, ":%d", e.Line)
+	}
+	b.WriteString(": ")
+	switch {
+	case strings.HasPrefix(e.Job, "jobs["):
+		b.WriteString(e.Job + ": ")
+	case e.Job != "":
+		fmt.Fprintf(&b, "job %q: ", e.Job)
+	}
+	if e.Field != "" {
+		b.WriteString(e.Field + ": ")
+	}
+	b.WriteString(e.Msg)
+	return b.String()
+}
+
+// Errors is every mistake Load found, in the order of the file. It is
+// never empty when returned as an error.
+type Errors []*Error
+
+// Error implements error: one mistake a line.
+func (es Errors) Error() string {
+	lines := make([]string, len(es))
+	for i, e := range es {
+		lines[i] = e.Error()
+	}
+	return strings.Join(lines, "\n")
+}
+
+// Unwrap returns the mistakes, for errors.As.
+func (es Errors) Unwrap() []error {
+	out := make([]error, len(es))
+	for i, e := range es {
+		out[i] = e
+	}
+	return out
+}
+
+// AsErrors returns the mistakes in err when it is an Errors, or err as the
+// only mistake otherwise (reading the file failed).
+func AsErrors(err error) []string {
+	var es Errors
+	if errors.As(err, &es) {
+		out := make([]string, len(es))
+		for i, e := range es {
+			out[i] = e.Error()
+		}
+		return out
+	}
+	return []string{err.Error()}
+}

@@ -1,0 +1,226 @@
+package config
+
+import (
+	"errors"
+	"reflect"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/tasklock/tasklock/schedule"
+)
+
+const full = `store: sqlite://./tasklock.db
+node: web-1
+jobs:
+  - name: nightly-report
+    schedule: "0 30 2 * * *"
+    timezone: Europe/Berlin
+    command: ["/usr/local/bin/report", "--all"]
+    timeout: 10m
+    overlap: skip
+    misfire: {policy: catch_up, grace: 30s, window: 2h, max: 4}
+    retries: {max: 3, backoff: 10s, backoff_max: 2m}
+    jitter: 1s
+    lock_ttl: 20s
+    kill_grace: 5s
+    min_hold: 5s
+    max_hold: 1h
+  - name: ping
+    schedule: "@every 1m"
+    misfire: skip
+    retries: 2
+    http:
+      method: POST
+      url: https://example.com/hook
+      headers: {content-type: application/json, Authorization: "Bearer x"}
+      body: '{"a": 1}'
+`
+
+func TestParseFull(t *testing.T) {
+	f, err := Parse("c.yaml", []byte(full))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &File{Store: "sqlite://./tasklock.db", Node: "web-1", Jobs: []Job{
+		{
+			Job: schedule.Job{
+				Name: "nightly-report", Schedule: "0 30 2 * * *", TimeZone: "Europe/Berlin",
+				Timeout: 10 * time.Minute, Overlap: schedule.OverlapSkip,
+				Misfire: schedule.MisfireCatchUp, MisfireAfter: 30 * time.Second, MisfireWindow: 2 * time.Hour, CatchUpMax: 4,
+				Retries: 3, RetryBackoff: 10 * time.Second, RetryBackoffMax: 2 * time.Minute,
+				Jitter: time.Second, LockTTL: 20 * time.Second, MinHold: 5 * time.Second, MaxHold: time.Hour, LockGrace: 5 * time.Second,
+			},
+			Command: []string{"/usr/local/bin/report", "--all"}, KillGrace: 5 * time.Second, Line: 4,
+		},
+		{
+			Job: schedule.Job{Name: "ping", Schedule: "@every 1m", Misfire: schedule.MisfireSkip, Retries: 2},
+			HTTP: &HTTP{Method: "POST", URL: "https://example.com/hook", Body: `{"a": 1}`, Timeout: DefaultHTTPTimeout,
+				Headers: map[string]string{"Content-Type": "application/json", "Authorization": "Bearer x"}},
+			Line: 17,
+		},
+	}}
+	if !reflect.DeepEqual(f, want) {
+		t.Errorf("got  %+v\nwant %+v", f, want)
+	}
+
+	f, err = Parse("c.yaml", []byte("jobs: [{name: a, schedule: '@daily', command: [true]}]"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Store != DefaultStore || f.Node != "" || f.Jobs[0].KillGrace != DefaultKillGrace {
+		t.Errorf("defaults: %+v", f)
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	job := "jobs:\n  - name: j\n    schedule: '@every 1s'\n    command: [x]\n"
+	for _, tt := range []struct {
+		name, in string
+		want     []string // each a whole message
+	}{
+		{"duration", job + "    timeout: 10x\n",
+			[]string{`c.yaml:5: job "j": timeout: invalid duration "10x" (want e.g. 300ms, 10s, 1h30m)`}},
+		{"negative", job + "    jitter: -1s\n", []string{`c.yaml:5: job "j": jitter: -1s is negative`}},
+		{"unknown key", job + "    colour: red\n",
+			[]string{`c.yaml:5: job "j": colour: unknown key (want name, schedule, timezone, command, kill_grace, http, timeout, overlap, misfire, retries, jitter, lock_ttl, min_hold, max_hold)`}},
+		{"unknown key before the name", "jobs:\n  - colour: red\n    name: j\n    schedule: '@daily'\n    command: [x]\n",
+			[]string{`c.yaml:2: job "j": colour: unknown key (want name, schedule, timezone, command, kill_grace, http, timeout, overlap, misfire, retries, jitter, lock_ttl, min_hold, max_hold)`}},
+		{"unknown top key", "stor: mem://\n" + job, []string{`c.yaml:1: stor: unknown key (want store, node, jobs)`}},
+		{"schedule", "jobs:\n  - name: j\n    schedule: '61 * * * *'\n    command: [x]\n",
+			[]string{`c.yaml:3: job "j": schedule: invalid minute field "61" in "61 * * * *": end of range (61) above maximum (59): "61"`}},
+		{"zone", job + "    timezone: Mars/Base\n", []string{`c.yaml:5: job "j": timezone: "Mars/Base": unknown time zone Mars/Base`}},
+		{"overlap", job + "    overlap: never\n", []string{`c.yaml:5: job "j": overlap: unknown overlap policy "never" (want skip or allow)`}},
+		{"misfire", job + "    misfire: {policy: sometimes}\n",
+			[]string{`c.yaml:5: job "j": misfire.policy: unknown misfire policy "sometimes" (want once, skip or catch_up)`}},
+		{"misfire max", job + "    misfire: {policy: once, max: 3}\n",
+			[]string{`c.yaml:5: job "j": misfire.max: applies to policy catch_up only (policy is once)`}},
+		{"misfire window", job + "    misfire:\n      grace: 1m\n      window: 30s\n",
+			[]string{`c.yaml:7: job "j": misfire.window: 30s is less than misfire.grace 1m0s`}},
+		{"retries", job + "    retries: {max: many}\n", []string{`c.yaml:5: job "j": retries.max: want a whole number, got "many"`}},
+		{"retries bound", job + "    retries: 1000\n", []string{`c.yaml:5: job "j": retries.max: 1000 is not within [0, 100]`}},
+		{"holds", job + "    min_hold: 2h\n    max_hold: 1h\n", []string{`c.yaml:5: job "j": min_hold: 2h0m0s is greater than max_hold 1h0m0s`}},
+		{"kill grace", job + "    kill_grace: 5s\n",
+			[]string{`c.yaml:5: job "j": kill_grace: kill_grace 5s must be less than half of lock_ttl 10s, so that a command that lost its lock is stopped soon after`}},
+		{"both handlers", job + "    http: {url: 'http://x/'}\n",
+			[]string{`c.yaml:5: job "j": http: set together with command (line 4): a job has one of them`}},
+		{"no handler", "jobs:\n  - name: j\n    schedule: '@daily'\n",
+			[]string{`c.yaml:2: job "j": command: missing: a job needs a command (a list: program and arguments) or an http request`}},
+		{"command string", "jobs:\n  - name: j\n    schedule: '@daily'\n    command: ls -l\n",
+			[]string{`c.yaml:4: job "j": command: want a list: the program and its arguments, e.g. ["/usr/local/bin/report", "--all"], got "ls -l"`}},
+		{"http url", "jobs:\n  - name: j\n    schedule: '@daily'\n    http: {url: 'ftp://u:hunter2@x/'}\n",
+			[]string{`c.yaml:4: job "j": http.url: "ftp://u:xxxxx@x/": want an http:// or https:// URL`}},
+		{"header", "jobs:\n  - name: j\n    schedule: '@daily'\n    http:\n      url: http://x/\n      headers: {x-tasklock-job: y}\n",
+			[]string{`c.yaml:6: job "j": http.headers.X-Tasklock-Job: reserved: tasklock sets the X-Tasklock-* headers`}},
+		{"duplicate", job + "  - name: j\n    schedule: '@daily'\n    command: [y]\n",
+			[]string{`c.yaml:5: job "j": name: a job of this name is on line 2 already`}},
+		{"repeated key", job + "    command: [y]\n", []string{`c.yaml:5: job "j": command: repeated (first on line 4)`}},
+		{"no name", "jobs:\n  - schedule: '@daily'\n    command: [x]\n", []string{`c.yaml:2: jobs[0]: name: missing`}},
+		{"store password", "store: redis://u:hunter2@h:1/?bogus=1\n" + job,
+			[]string{`c.yaml:1: store: bad store URL redis://u:xxxxx@h:1/?bogus=1: unknown query parameter "bogus" (redis:// accepts: dial_timeout, pool_size, prefix, read_timeout, wait_replicas, wait_timeout, write_timeout)`}},
+		{"no jobs", "store: mem://\n", []string{`c.yaml:1: jobs: missing: want a list of jobs`}},
+		{"empty", "# nothing\n", []string{`c.yaml: empty: want a mapping with at least jobs`}},
+		{"syntax", "jobs:\n  - name: [\n", []string{`c.yaml:2: invalid YAML: did not find expected node content`}},
+		{"two documents", job + "---\njobs: []\n", []string{`c.yaml:5: a second YAML document: the file must hold one`}},
+		{"every mistake", "jobs:\n  - name: a\n    schedule: '@every 1s'\n    command: [x]\n    timeout: 1x\n    jitter: 2y\n  - name: b\n    schedule: nope\n",
+			[]string{
+				`c.yaml:5: job "a": timeout: invalid duration "1x" (want e.g. 300ms, 10s, 1h30m)`,
+				`c.yaml:6: job "a": jitter: invalid duration "2y" (want e.g. 300ms, 10s, 1h30m)`,
+				`c.yaml:7: job "b": command: missing: a job needs a command (a list: program and arguments) or an http request`,
+				`c.yaml:8: job "b": schedule: invalid spec in "nope": 1 fields, want 5 (minute hour day-of-month month day-of-week) or 6 (with seconds first)`,
+			}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			f, err := Parse("c.yaml", []byte(tt.in))
+			if err == nil {
+				t.Fatalf("no error; got %+v", f)
+			}
+			if got := AsErrors(err); !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("got\n  %s\nwant\n  %s", strings.Join(got, "\n  "), strings.Join(tt.want, "\n  "))
+			}
+			if strings.Contains(err.Error(), "hunter2") {
+				t.Errorf("password printed: %v", err)
+			}
+		})
+	}
+}
+
+// marshal writes f back as YAML, every field explicit, for FuzzLoadConfig.
+func marshal(t *testing.T, f *File) []byte {
+	type out = map[string]any
+	dur := func(d time.Duration) string { return d.String() }
+	var jobs []out
+	for _, j := range f.Jobs {
+		m := out{
+			"name": j.Name, "schedule": j.Schedule, "timezone": j.TimeZone, "timeout": dur(j.Timeout),
+			"overlap": j.Overlap.String(), "jitter": dur(j.Jitter), "lock_ttl": dur(j.LockTTL),
+			"min_hold": dur(j.MinHold), "max_hold": dur(j.MaxHold),
+			"misfire": out{"policy": j.Misfire.String(), "grace": dur(j.MisfireAfter), "window": dur(j.MisfireWindow)},
+			"retries": out{"max": j.Retries, "backoff": dur(j.RetryBackoff), "backoff_max": dur(j.RetryBackoffMax)},
+		}
+		if j.Misfire == schedule.MisfireCatchUp {
+			m["misfire"].(out)["max"] = j.CatchUpMax
+		}
+		if j.HTTP != nil {
+			m["http"] = out{"method": j.HTTP.Method, "url": j.HTTP.URL, "headers": j.HTTP.Headers, "body": j.HTTP.Body, "timeout": dur(j.HTTP.Timeout)}
+		} else {
+			m["command"], m["kill_grace"] = j.Command, dur(j.KillGrace)
+		}
+		jobs = append(jobs, m)
+	}
+	doc := out{"store": f.Store, "jobs": jobs}
+	if f.Node != "" {
+		doc["node"] = f.Node
+	}
+	b, err := yaml.Marshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+var located = regexp.MustCompile(`^c\.yaml(:[1-9][0-9]*)?: `)
+
+// FuzzLoadConfig checks that Parse never panics, that every mistake names
+// the file, and that it loses nothing: a valid file written back out with
+// every field explicit parses to the same File.
+func FuzzLoadConfig(f *testing.F) {
+	f.Add(full)
+	f.Add("jobs: [{name: a, schedule: '@daily', command: [true]}]")
+	f.Add("store: mem://\nnode: n\njobs:\n  - &j {name: a, schedule: '*/5 * * * *', command: [a, b], retries: 3}\n  - *j\n")
+	f.Add("jobs:\n  - {name: x, schedule: 'CRON_TZ=Asia/Tokyo 0 0 * * *', timezone: UTC, http: {url: 'http://h/', headers: {a: b}}}\n")
+	f.Add("jobs:\n  - name: y\n    <<: {schedule: '@hourly'}\n")
+	f.Add("jobs: [{name: '\\x01', schedule: '@every 0.5s', command: ['']}]")
+	f.Fuzz(func(t *testing.T, in string) {
+		cfg, err := Parse("c.yaml", []byte(in))
+		if err != nil {
+			var es Errors
+			if !errors.As(err, &es) || len(es) == 0 {
+				t.Fatalf("error %T %v is not a non-empty Errors", err, err)
+			}
+			for _, e := range es {
+				if !located.MatchString(e.Error()) {
+					t.Fatalf("mistake does not name the file: %q", e.Error())
+				}
+			}
+			return
+		}
+		if len(cfg.Jobs) == 0 {
+			t.Fatal("valid file without jobs")
+		}
+		out := marshal(t, cfg)
+		again, err := Parse("c.yaml", out)
+		if err != nil {
+			t.Fatalf("written back:\n%s\ndoes not parse: %v", out, err)
+		}
+		for i := range cfg.Jobs {
+			cfg.Jobs[i].Line, again.Jobs[i].Line = 0, 0
+		}
+		if !reflect.DeepEqual(cfg, again) {
+			t.Fatalf("lost in the round trip:\n%+v\n%+v\nvia\n%s", cfg, again, out)
+		}
+	})
+}

@@ -1,0 +1,759 @@
+package config
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/textproto"
+	"net/url"
+	"os"
+	"reflect"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/tasklock/tasklock"
+	"github.com/tasklock/tasklock/internal/storeurl"
+	"github.com/tasklock/tasklock/memstore"
+	"github.com/tasklock/tasklock/schedule"
+)
+
+// Load reads and checks the configuration file at path. It returns an
+// Errors listing every mistake when the file is invalid, and the error of
+// the file system when it cannot be read.
+func Load(path string) (*File, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > MaxFileSize {
+		return nil, Errors{{File: path, Msg: fmt.Sprintf("larger than %d bytes", MaxFileSize)}}
+	}
+	return Parse(path, data)
+}
+
+// Parse checks data as the contents of the configuration file name, which
+// messages name.
+func Parse(name string, data []byte) (*File, error) {
+	p := &parser{file: name}
+	f := p.file_(data)
+	if len(p.errs) > 0 {
+		sort.SliceStable(p.errs, func(i, j int) bool { return p.errs[i].Line < p.errs[j].Line })
+		return nil, p.errs
+	}
+	return f, nil
+}
+
+// parser collects the mistakes of one file.
+type parser struct {
+	file     string
+	jobLabel string // the job being read, for messages
+	errs     Errors
+}
+
+func (p *parser) errorf(n *yaml.Node, field, format string, args ...any) {
+	line := 0
+	if n != nil {
+		line = n.Line
+	}
+	p.errs = append(p.errs, &Error{File: p.file, Line: line, Job: p.jobLabel, Field: field, Msg: fmt.Sprintf(format, args...)})
+}
+
+// yamlLine finds the line in the messages of the YAML parser.
+var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
+
+func (p *parser) syntax(err error) {
+	msg := err.Error()
+	if m := yamlLine.FindStringSubmatch(msg); m != nil {
+		line, _ := strconv.Atoi(m[1])
+		p.errs = append(p.errs, &Error{File: p.file, Line: line, Msg: "invalid YAML: " + m[2]})
+		return
+	}
+	p.errs = append(p.errs, &Error{File: p.file, Msg: "invalid YAML: " + strings.TrimPrefix(msg, "yaml: ")})
+}
+
+// file_ reads the whole file.
+func (p *parser) file_(data []byte) *File {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			p.errorf(nil, "", "empty: want a mapping with at least jobs")
+		} else {
+			p.syntax(err)
+		}
+		return nil
+	}
+	var extra yaml.Node
+	switch err := dec.Decode(&extra); {
+	case errors.Is(err, io.EOF):
+	case err != nil:
+		p.syntax(err)
+		return nil
+	default:
+		p.errorf(&extra, "", "a second YAML document: the file must hold one")
+	}
+	root := &doc
+	if root.Kind == yaml.DocumentNode {
+		if len(root.Content) == 0 {
+			p.errorf(root, "", "empty: want a mapping with at least jobs")
+			return nil
+		}
+		root = root.Content[0]
+	}
+	root = resolve(root)
+	if isNull(root) {
+		p.errorf(root, "", "empty: want a mapping with at least jobs")
+		return nil
+	}
+	fields := p.mapping(root, "", "store", "node", "jobs")
+	if fields == nil {
+		return nil
+	}
+	f := &File{Store: DefaultStore}
+	if fd, ok := fields["store"]; ok {
+		if s, ok := p.str(fd, "store"); ok {
+			switch {
+			case s == "":
+				p.errorf(fd.val, "store", "empty (omit it for %s)", DefaultStore)
+			default:
+				if err := storeurl.Check(s); err != nil {
+					p.errorf(fd.val, "store", "%s", strings.TrimPrefix(err.Error(), "storeurl: "))
+				}
+				f.Store = s
+			}
+		}
+	}
+	if fd, ok := fields["node"]; ok {
+		if s, ok := p.str(fd, "node"); ok {
+			if msg := checkName(s, tasklock.MaxOwnerLen); msg != "" {
+				p.errorf(fd.val, "node", "%s", msg)
+			}
+			if s == "" {
+				p.errorf(fd.val, "node", "empty (omit it for host:pid)")
+			}
+			f.Node = s
+		}
+	}
+	fd, ok := fields["jobs"]
+	if !ok || isNull(fd.val) {
+		at := root
+		if ok {
+			at = fd.key
+		}
+		p.errorf(at, "jobs", "missing: want a list of jobs")
+		return f
+	}
+	if fd.val.Kind != yaml.SequenceNode {
+		p.errorf(fd.val, "jobs", "want a list of jobs, got %s", kind(fd.val))
+		return f
+	}
+	if len(fd.val.Content) == 0 {
+		p.errorf(fd.val, "jobs", "empty: want at least one job")
+		return f
+	}
+	v := newValidator()
+	defer v.close()
+	names := map[string]int{}
+	for i, n := range fd.val.Content {
+		if j, ok := p.job(i, resolve(n), names, v); ok {
+			f.Jobs = append(f.Jobs, j)
+		}
+	}
+	return f
+}
+
+// field is one key and its value in a mapping.
+type field struct{ key, val *yaml.Node }
+
+// mapping checks that n is a mapping whose keys are among allowed, each
+// once, and returns its fields by key; nil when n is not a mapping.
+func (p *parser) mapping(n *yaml.Node, prefix string, allowed ...string) map[string]field {
+	name := strings.TrimSuffix(prefix, ".")
+	if n.Kind != yaml.MappingNode {
+		want := "a mapping"
+		if name != "" {
+			want = "a mapping of " + strings.Join(allowed, ", ")
+		}
+		p.errorf(n, name, "want %s, got %s", want, kind(n))
+		return nil
+	}
+	out := make(map[string]field, len(n.Content)/2)
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := resolve(n.Content[i]), resolve(n.Content[i+1])
+		if k.Kind != yaml.ScalarNode {
+			p.errorf(k, name, "want a key such as %s, got %s", allowed[0], kind(k))
+			continue
+		}
+		switch {
+		case k.Value == "<<" && k.ShortTag() == "!!merge":
+			p.errorf(k, prefix+"<<", "merge keys are not supported; write the keys out")
+			continue
+		case !slices.Contains(allowed, k.Value):
+			p.errorf(k, prefix+clip(k.Value), "unknown key (want %s)", strings.Join(allowed, ", "))
+			continue
+		}
+		if prev, dup := out[k.Value]; dup {
+			p.errorf(k, prefix+k.Value, "repeated (first on line %d)", prev.key.Line)
+			continue
+		}
+		out[k.Value] = field{k, v}
+	}
+	return out
+}
+
+// str reads a scalar as a string; false when it is null or not a scalar.
+func (p *parser) str(f field, name string) (string, bool) {
+	switch {
+	case isNull(f.val):
+		return "", false
+	case f.val.Kind != yaml.ScalarNode:
+		p.errorf(f.val, name, "want a string, got %s", kind(f.val))
+		return "", false
+	}
+	return f.val.Value, true
+}
+
+// duration reads a Go duration that is not negative; 0 when null.
+func (p *parser) duration(f field, name string) time.Duration {
+	s, ok := p.str(f, name)
+	if !ok {
+		return 0
+	}
+	d, err := time.ParseDuration(s)
+	switch {
+	case err != nil:
+		p.errorf(f.val, name, "invalid duration %q (want e.g. 300ms, 10s, 1h30m)", clip(s))
+	case d < 0:
+		p.errorf(f.val, name, "%v is negative", d)
+	}
+	return d
+}
+
+// integer reads an integer that is not negative; 0 when null.
+func (p *parser) integer(f field, name string) int {
+	switch {
+	case isNull(f.val):
+		return 0
+	case f.val.Kind != yaml.ScalarNode || f.val.ShortTag() != "!!int":
+		p.errorf(f.val, name, "want a whole number, got %s", describe(f.val))
+		return 0
+	}
+	n, err := strconv.ParseInt(strings.ReplaceAll(f.val.Value, "_", ""), 0, 32)
+	switch {
+	case err != nil:
+		p.errorf(f.val, name, "%s is out of range", clip(f.val.Value))
+	case n < 0:
+		p.errorf(f.val, name, "%d is negative", n)
+	}
+	return int(n)
+}
+
+// jobKeys are the keys of a job.
+var jobKeys = []string{"name", "schedule", "timezone", "command", "kill_grace", "http", "timeout", "overlap", "misfire", "retries", "jitter", "lock_ttl", "min_hold", "max_hold"}
+
+// job reads the i-th job; false when it has mistakes.
+func (p *parser) job(i int, n *yaml.Node, names map[string]int, v *validator) (Job, bool) {
+	before := len(p.errs)
+	p.jobLabel = fmt.Sprintf("jobs[%d]", i)
+	defer func() { p.jobLabel = "" }()
+	j := Job{Line: n.Line}
+	// Name the job in messages about the keys before its name.
+	if n.Kind == yaml.MappingNode {
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := resolve(n.Content[i]), resolve(n.Content[i+1])
+			if k.Kind == yaml.ScalarNode && k.Value == "name" && v.Kind == yaml.ScalarNode && !isNull(v) && v.Value != "" && checkName(v.Value, schedule.MaxJobName) == "" {
+				p.jobLabel = v.Value
+				break
+			}
+		}
+	}
+	fields := p.mapping(n, "", jobKeys...)
+	if fields == nil {
+		return j, false
+	}
+	// lines are where each key's value is, for the scheduler's mistakes.
+	lines := map[string]int{}
+	for k, f := range fields {
+		lines[k] = f.val.Line
+	}
+	if f, ok := fields["name"]; !ok || isNull(f.val) {
+		p.errorf(n, "name", "missing")
+	} else {
+		if s, ok := p.str(f, "name"); ok {
+			j.Name = s
+			if msg := checkName(s, schedule.MaxJobName); msg != "" || s == "" {
+				if s == "" {
+					msg = "empty"
+				}
+				p.errorf(f.val, "name", "%s", msg)
+			} else {
+				p.jobLabel = s
+				if prev, dup := names[s]; dup {
+					p.errorf(f.val, "name", "a job of this name is on line %d already", prev)
+				} else {
+					names[s] = f.val.Line
+				}
+			}
+		}
+	}
+	if f, ok := fields["schedule"]; ok {
+		j.Schedule, _ = p.str(f, "schedule")
+	}
+	if j.Schedule == "" {
+		at := n
+		if f, ok := fields["schedule"]; ok {
+			at = f.val
+		}
+		p.errorf(at, "schedule", "missing: want a cron spec (\"0 30 2 * * *\"), a descriptor (@daily) or @every D")
+	}
+	if f, ok := fields["timezone"]; ok {
+		j.TimeZone, _ = p.str(f, "timezone")
+	}
+	if f, ok := fields["timeout"]; ok {
+		j.Timeout = p.duration(f, "timeout")
+	}
+	if f, ok := fields["overlap"]; ok {
+		if s, ok := p.str(f, "overlap"); ok {
+			if err := j.Overlap.UnmarshalText([]byte(s)); err != nil {
+				p.errorf(f.val, "overlap", "%s", strings.TrimPrefix(err.Error(), "schedule: "))
+			}
+		}
+	}
+	if f, ok := fields["misfire"]; ok {
+		p.misfire(&j, f, lines)
+	}
+	if f, ok := fields["retries"]; ok {
+		p.retries(&j, f, lines)
+	}
+	for key, d := range map[string]*time.Duration{"jitter": &j.Jitter, "lock_ttl": &j.LockTTL, "min_hold": &j.MinHold, "max_hold": &j.MaxHold} {
+		if f, ok := fields[key]; ok {
+			*d = p.duration(f, key)
+		}
+	}
+	p.handler(&j, n, fields, lines)
+	reported := func(key string) bool {
+		for _, e := range p.errs[before:] {
+			if e.Field == key || strings.HasPrefix(key, e.Field+".") || strings.HasPrefix(e.Field, key+".") {
+				return true
+			}
+		}
+		return false
+	}
+	for _, e := range v.check(j.Job, reported) {
+		line := j.Line
+		for k := e.key; k != ""; k, _, _ = cutLast(k, ".") {
+			if l, ok := lines[k]; ok {
+				line = l
+				break
+			}
+		}
+		p.errs = append(p.errs, &Error{File: p.file, Line: line, Job: p.jobLabel, Field: e.key, Msg: e.msg})
+	}
+	return j, len(p.errs) == before
+}
+
+func cutLast(s, sep string) (before, after string, found bool) {
+	if i := strings.LastIndex(s, sep); i >= 0 {
+		return s[:i], s[i+len(sep):], true
+	}
+	return "", s, false
+}
+
+// misfire reads "misfire: POLICY" or "misfire: {policy, grace, window, max}".
+func (p *parser) misfire(j *Job, f field, lines map[string]int) {
+	if isNull(f.val) {
+		return
+	}
+	if f.val.Kind == yaml.ScalarNode {
+		lines["misfire.policy"] = f.val.Line
+		if err := j.Misfire.UnmarshalText([]byte(f.val.Value)); err != nil {
+			p.errorf(f.val, "misfire", "%s", strings.TrimPrefix(err.Error(), "schedule: "))
+		}
+		return
+	}
+	fields := p.mapping(f.val, "misfire.", "policy", "grace", "window", "max")
+	if fields == nil {
+		return
+	}
+	for k, fd := range fields {
+		lines["misfire."+k] = fd.val.Line
+	}
+	if fd, ok := fields["policy"]; ok {
+		if s, ok := p.str(fd, "misfire.policy"); ok {
+			if err := j.Misfire.UnmarshalText([]byte(s)); err != nil {
+				p.errorf(fd.val, "misfire.policy", "%s", strings.TrimPrefix(err.Error(), "schedule: "))
+			}
+		}
+	}
+	if fd, ok := fields["grace"]; ok {
+		j.MisfireAfter = p.duration(fd, "misfire.grace")
+	}
+	if fd, ok := fields["window"]; ok {
+		j.MisfireWindow = p.duration(fd, "misfire.window")
+	}
+	if fd, ok := fields["max"]; ok {
+		j.CatchUpMax = p.integer(fd, "misfire.max")
+		if j.Misfire != schedule.MisfireCatchUp && !isNull(fd.val) {
+			p.errorf(fd.val, "misfire.max", "applies to policy catch_up only (policy is %s)", j.Misfire)
+		}
+	}
+}
+
+// retries reads "retries: N" or "retries: {max, backoff, backoff_max}".
+func (p *parser) retries(j *Job, f field, lines map[string]int) {
+	if isNull(f.val) {
+		return
+	}
+	if f.val.Kind == yaml.ScalarNode {
+		lines["retries.max"] = f.val.Line
+		j.Retries = p.integer(f, "retries")
+		return
+	}
+	fields := p.mapping(f.val, "retries.", "max", "backoff", "backoff_max")
+	if fields == nil {
+		return
+	}
+	for k, fd := range fields {
+		lines["retries."+k] = fd.val.Line
+	}
+	if fd, ok := fields["max"]; ok {
+		j.Retries = p.integer(fd, "retries.max")
+	}
+	if fd, ok := fields["backoff"]; ok {
+		j.RetryBackoff = p.duration(fd, "retries.backoff")
+	}
+	if fd, ok := fields["backoff_max"]; ok {
+		j.RetryBackoffMax = p.duration(fd, "retries.backoff_max")
+	}
+}
+
+// handler reads command (with kill_grace) or http.
+func (p *parser) handler(j *Job, n *yaml.Node, fields map[string]field, lines map[string]int) {
+	cmd, hasCmd := fields["command"]
+	hf, hasHTTP := fields["http"]
+	hasCmd = hasCmd && !isNull(cmd.val)
+	hasHTTP = hasHTTP && !isNull(hf.val)
+	switch {
+	case hasCmd && hasHTTP:
+		p.errorf(hf.key, "http", "set together with command (line %d): a job has one of them", cmd.key.Line)
+		return
+	case !hasCmd && !hasHTTP:
+		p.errorf(n, "command", "missing: a job needs a command (a list: program and arguments) or an http request")
+		return
+	}
+	kg, hasKG := fields["kill_grace"]
+	if hasHTTP {
+		if hasKG {
+			p.errorf(kg.key, "kill_grace", "applies to command jobs only")
+		}
+		p.http(j, hf)
+		return
+	}
+	if cmd.val.Kind != yaml.SequenceNode {
+		p.errorf(cmd.val, "command", "want a list: the program and its arguments, e.g. [\"/usr/local/bin/report\", \"--all\"], got %s", kind(cmd.val))
+		return
+	}
+	if len(cmd.val.Content) == 0 {
+		p.errorf(cmd.val, "command", "empty: want the program and its arguments")
+		return
+	}
+	j.Command = make([]string, 0, len(cmd.val.Content))
+	for i, a := range cmd.val.Content {
+		a = resolve(a)
+		name := fmt.Sprintf("command[%d]", i)
+		switch {
+		case a.Kind != yaml.ScalarNode || isNull(a):
+			p.errorf(a, name, "want a string, got %s", kind(a))
+		case strings.IndexByte(a.Value, 0) >= 0:
+			p.errorf(a, name, "contains a NUL byte")
+		case i == 0 && a.Value == "":
+			p.errorf(a, name, "empty: want the program")
+		}
+		j.Command = append(j.Command, a.Value)
+	}
+	if hasKG {
+		j.KillGrace = p.duration(kg, "kill_grace")
+	}
+	if j.KillGrace == 0 {
+		j.KillGrace = DefaultKillGrace
+	}
+	ttl := j.LockTTL
+	if ttl == 0 {
+		ttl = tasklock.DefaultTTL
+	}
+	if j.KillGrace >= ttl/2 {
+		at, field := n, "kill_grace"
+		if hasKG {
+			at = kg.val
+		} else if _, ok := lines["lock_ttl"]; ok {
+			at, field = fields["lock_ttl"].val, "lock_ttl"
+		}
+		p.errorf(at, field, "kill_grace %v must be less than half of lock_ttl %v, so that a command that lost its lock is stopped soon after", j.KillGrace, ttl)
+	}
+	// SIGTERM comes kill_grace before the lock could go to another node,
+	// so that SIGKILL lands before it can.
+	j.LockGrace = j.KillGrace
+}
+
+// headerName is the syntax of an HTTP header name (a token, RFC 9110).
+var headerName = regexp.MustCompile("^[!#$%&'*+\\-.^_`|~0-9A-Za-z]+$")
+
+// http reads an http request.
+func (p *parser) http(j *Job, f field) {
+	fields := p.mapping(f.val, "http.", "method", "url", "headers", "body", "timeout")
+	if fields == nil {
+		return
+	}
+	h := &HTTP{Method: "GET", Timeout: DefaultHTTPTimeout}
+	j.HTTP = h
+	if fd, ok := fields["method"]; ok {
+		if s, ok := p.str(fd, "http.method"); ok {
+			if !headerName.MatchString(s) {
+				p.errorf(fd.val, "http.method", "invalid method %q", clip(s))
+			}
+			h.Method = s
+		}
+	}
+	fd, ok := fields["url"]
+	if ok {
+		h.URL, _ = p.str(fd, "http.url")
+	}
+	switch {
+	case h.URL == "" && ok:
+		p.errorf(fd.val, "http.url", "missing")
+	case h.URL == "":
+		p.errorf(f.val, "http.url", "missing")
+	default:
+		u, err := url.Parse(h.URL)
+		switch {
+		case err != nil:
+			p.errorf(fd.val, "http.url", "invalid URL %q", clip(storeurl.Redact(h.URL)))
+		case u.Scheme != "http" && u.Scheme != "https":
+			p.errorf(fd.val, "http.url", "%q: want an http:// or https:// URL", clip(storeurl.Redact(h.URL)))
+		case u.Host == "":
+			p.errorf(fd.val, "http.url", "%q has no host", clip(storeurl.Redact(h.URL)))
+		}
+	}
+	if fd, ok := fields["headers"]; ok && !isNull(fd.val) {
+		p.headers(h, fd.val)
+	}
+	if fd, ok := fields["body"]; ok {
+		h.Body, _ = p.str(fd, "http.body")
+	}
+	if fd, ok := fields["timeout"]; ok {
+		if d := p.duration(fd, "http.timeout"); d > 0 {
+			h.Timeout = d
+		}
+	}
+}
+
+func (p *parser) headers(h *HTTP, n *yaml.Node) {
+	if n.Kind != yaml.MappingNode {
+		p.errorf(n, "http.headers", "want a mapping of header names to values, got %s", kind(n))
+		return
+	}
+	h.Headers = map[string]string{}
+	lines := map[string]int{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := resolve(n.Content[i]), resolve(n.Content[i+1])
+		if k.Kind != yaml.ScalarNode || !headerName.MatchString(k.Value) {
+			p.errorf(k, "http.headers", "invalid header name %s", describe(k))
+			continue
+		}
+		name := textproto.CanonicalMIMEHeaderKey(k.Value)
+		field := "http.headers." + name
+		switch {
+		case strings.HasPrefix(name, "X-Tasklock-"):
+			p.errorf(k, field, "reserved: tasklock sets the X-Tasklock-* headers")
+			continue
+		case lines[name] > 0:
+			p.errorf(k, field, "repeated (first on line %d)", lines[name])
+			continue
+		case v.Kind != yaml.ScalarNode:
+			p.errorf(v, field, "want a string, got %s", kind(v))
+			continue
+		}
+		for _, c := range v.Value {
+			if c < 0x20 && c != '\t' || c == 0x7f {
+				p.errorf(v, field, "contains control character %U", c)
+				break
+			}
+		}
+		lines[name] = k.Line
+		h.Headers[name] = v.Value
+	}
+}
+
+// checkName checks a name that goes into the store: valid UTF-8 without
+// control characters, at most max bytes. It returns "" when it is fine.
+func checkName(s string, max int) string {
+	switch {
+	case len(s) > max:
+		return fmt.Sprintf("%d bytes long, the maximum is %d", len(s), max)
+	case !utf8.ValidString(s):
+		return "not valid UTF-8"
+	}
+	for _, c := range s {
+		if c < 0x20 || c == 0x7f {
+			return fmt.Sprintf("contains control character %U", c)
+		}
+	}
+	return ""
+}
+
+// resolve follows an alias to the node it names.
+func resolve(n *yaml.Node) *yaml.Node {
+	if n.Kind == yaml.AliasNode && n.Alias != nil {
+		return n.Alias
+	}
+	return n
+}
+
+func isNull(n *yaml.Node) bool {
+	return n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null"
+}
+
+// kind describes a node's kind for messages.
+func kind(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.ScalarNode:
+		if isNull(n) {
+			return "nothing"
+		}
+		return describe(n)
+	}
+	return "an alias"
+}
+
+// describe quotes a scalar, shortened.
+func describe(n *yaml.Node) string {
+	if n.Kind != yaml.ScalarNode {
+		return kind(n)
+	}
+	return strconv.Quote(clip(n.Value))
+}
+
+// clip shortens s for a message.
+func clip(s string) string {
+	const max = 80
+	if len(s) <= max {
+		return s
+	}
+	i := max
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i] + "…"
+}
+
+// validator checks jobs the way schedule.Scheduler.Add does, by adding them
+// to a Scheduler on an in-process store that is never started.
+type validator struct {
+	store *memstore.Store
+	lk    *tasklock.Locker
+}
+
+func newValidator() *validator {
+	store := memstore.New(nil)
+	lk, err := tasklock.New(store, &tasklock.Config{Owner: "validate"})
+	if err != nil {
+		panic(err) // constant arguments
+	}
+	return &validator{store: store, lk: lk}
+}
+
+func (v *validator) close() { _ = v.lk.Close() }
+
+// jobMistake is a mistake the scheduler found, by configuration key.
+type jobMistake struct{ key, msg string }
+
+// fieldKeys maps schedule.Job's fields to the configuration keys.
+var fieldKeys = map[string]string{
+	"Job.Name": "name", "Job.Schedule": "schedule", "Job.TimeZone": "timezone",
+	"Job.Overlap": "overlap", "Job.Misfire": "misfire.policy", "Job.MisfireAfter": "misfire.grace",
+	"Job.MisfireWindow": "misfire.window", "Job.CatchUpMax": "misfire.max", "Job.Timeout": "timeout",
+	"Job.Retries": "retries.max", "Job.RetryBackoff": "retries.backoff", "Job.RetryBackoffMax": "retries.backoff_max",
+	"Job.Jitter": "jitter", "Job.LockTTL": "lock_ttl", "Job.MinHold": "min_hold", "Job.MaxHold": "max_hold", "Job.LockGrace": "kill_grace",
+}
+
+// goNames rewrites the field names in the scheduler's reasons.
+var goNames = strings.NewReplacer(
+	"Config.ClaimRetention", "the claim retention", "MisfireAfter", "misfire.grace",
+	"MisfireWindow", "misfire.window", "RetryBackoffMax", "retries.backoff_max", "RetryBackoff", "retries.backoff",
+	"MaxHold", "max_hold", "MinHold", "min_hold", "Overlap is", "overlap is", "Job.Schedule", "schedule",
+)
+
+// check returns the scheduler's mistakes in j, except those about keys
+// already reported. The scheduler names one mistake at a time: check
+// clears the field at fault and asks again.
+func (v *validator) check(j schedule.Job, reported func(key string) bool) []jobMistake {
+	s, err := schedule.New(v.lk, v.store, nil)
+	if err != nil {
+		panic(err) // constant arguments
+	}
+	j.Name = "job" // checked by the parser, by the same rules
+	j.Handler = func(context.Context, schedule.Run) error { return nil }
+	var out []jobMistake
+	for range reflect.TypeFor[schedule.Job]().NumField() {
+		err := s.Add(j)
+		if err == nil {
+			break
+		}
+		var je *schedule.JobError
+		if !errors.As(err, &je) {
+			return append(out, jobMistake{"", err.Error()})
+		}
+		key := fieldKeys[je.Field]
+		if key == "" {
+			key = je.Field
+		}
+		if !reported(key) {
+			out = append(out, jobMistake{key, goNames.Replace(reason(je))})
+		}
+		f := reflect.ValueOf(&j).Elem().FieldByName(strings.TrimPrefix(je.Field, "Job."))
+		switch {
+		case je.Field == "Job.Schedule":
+			if j.Schedule == "@every 1s" {
+				return out
+			}
+			j.Schedule = "@every 1s"
+		case !f.IsValid() || f.IsZero():
+			return out
+		default:
+			f.SetZero()
+		}
+	}
+	return out
+}
+
+// reason is what a JobError says is wrong, without the job and field.
+func reason(je *schedule.JobError) string {
+	var pe *schedule.ParseError
+	switch {
+	case errors.As(je.Err, &pe):
+		return strings.TrimPrefix(pe.Error(), "schedule: ")
+	case je.Err != nil && je.Reason != "":
+		return je.Reason + ": " + je.Err.Error()
+	case je.Err != nil:
+		return je.Err.Error()
+	}
+	return je.Reason
+}

@@ -1,0 +1,42 @@
+// Package metrics turns the events of tasklock Lockers and schedule
+// Schedulers into Prometheus metrics (client_golang). It lives outside the
+// root package so that the library's import graph stays free of Prometheus:
+// the Locker and the Scheduler only emit typed events to a hook.
+//
+//	reg := prometheus.NewRegistry()
+//	m, err := metrics.New(reg)
+//	...
+//	locker, _ := tasklock.New(store, &tasklock.Config{OnEvent: m.LockEvent})
+//	sched, _ := schedule.New(locker, store, &schedule.Config{OnEvent: m.ScheduleEvent})
+//	http.Handle("/metrics", metrics.Handler(reg))
+//
+// LockEvent and ScheduleEvent only update counters, histograms and a map
+// of held locks, so they never block the Locker or the Scheduler. One
+// Metrics may take the events of several Lockers and Schedulers.
+//
+// # Metrics
+//
+// Locks (from tasklock.Event):
+//
+//	tasklock_obtain_attempts_total{result}    obtained | not_obtained (the key was held)
+//	tasklock_obtain_wait_seconds              histogram of Obtain's wait before a grant (0 for TryObtain)
+//	tasklock_renewals_total{result}           ok | failed (a failed renewal is retried until the lease's validity ends)
+//	tasklock_locks_lost_total{cause}          lost | max_hold | stalled | closed | unsupported | other (see Cause)
+//	tasklock_locks_held                       gauge: granted and not yet released or lost
+//
+// Jobs (from schedule.Event):
+//
+//	tasklock_job_runs_total{job,status}       attempts that ended: ok | failed | timeout | lost; and ticks skipped: skipped
+//	tasklock_job_run_duration_seconds{job}    histogram of attempts' durations
+//	tasklock_tick_lateness_seconds            histogram of first attempts' start − scheduled tick
+//	tasklock_ticks_missed_total{job}          ticks the misfire policy passed over after downtime
+//	tasklock_tick_claims_total{result}        claimed | claimed_elsewhere (another node claimed the tick first)
+//
+// Missed ticks are counted only in tasklock_ticks_missed_total, not as runs.
+// Trigger-now runs and retries are not in the lateness histogram: they are
+// late by design. With many jobs, the job label makes many series (about 20
+// per job); aggregate with sum without (job) in dashboards.
+//
+// docs/grafana-dashboard.json in the repository is a Grafana dashboard of
+// these metrics.
+package metrics

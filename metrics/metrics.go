@@ -1,0 +1,231 @@
+package metrics
+
+import (
+	"errors"
+	"net/http"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/tasklock/tasklock"
+	"github.com/tasklock/tasklock/schedule"
+)
+
+// Histogram buckets, in seconds.
+var (
+	// waitBuckets spans a lock handed over at once (P3's 1 ms) to a long
+	// wait for a job's lock.
+	waitBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
+	// durationBuckets spans jobs from a quick HTTP call to a nightly batch.
+	durationBuckets = []float64{.01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600}
+	// latenessBuckets centres on P5's target (p99 ≤ 100 ms) and reaches
+	// the default MisfireAfter (5s) and beyond.
+	latenessBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
+)
+
+// The values of tasklock_locks_lost_total's cause label.
+const (
+	CauseMaxHold     = "max_hold"    // tasklock.ErrMaxHold
+	CauseStalled     = "stalled"     // tasklock.ErrStalled
+	CauseClosed      = "closed"      // tasklock.ErrClosed
+	CauseUnsupported = "unsupported" // the store refused a renewal it can never make (tasklock.ErrUnsupported)
+	CauseLost        = "lost"        // any other tasklock.ErrLockLost: the store no longer had the lease, or it was not renewed in time
+	CauseOther       = "other"       // a cause that matches none of the above
+)
+
+var causes = []string{CauseMaxHold, CauseStalled, CauseClosed, CauseUnsupported, CauseLost, CauseOther}
+
+// Cause names a lock's loss cause (tasklock.Event.Err of EventLost, or
+// context.Cause of a Lock's Context) as in the cause label.
+func Cause(err error) string {
+	switch {
+	case errors.Is(err, tasklock.ErrMaxHold):
+		return CauseMaxHold
+	case errors.Is(err, tasklock.ErrStalled):
+		return CauseStalled
+	case errors.Is(err, tasklock.ErrClosed):
+		return CauseClosed
+	case errors.Is(err, tasklock.ErrUnsupported):
+		return CauseUnsupported
+	case errors.Is(err, tasklock.ErrLockLost):
+		return CauseLost
+	}
+	return CauseOther
+}
+
+// Metrics is a prometheus.Collector of tasklock's metrics, fed by
+// LockEvent and ScheduleEvent. Its methods are safe for concurrent use.
+type Metrics struct {
+	obtains     *prometheus.CounterVec
+	obtained    prometheus.Counter
+	notObtained prometheus.Counter
+	obtainWait  prometheus.Histogram
+	renewals    *prometheus.CounterVec
+	renewed     prometheus.Counter
+	renewFailed prometheus.Counter
+	lost        *prometheus.CounterVec
+	held        prometheus.Gauge
+	heldLocks   sync.Map // heldKey → struct{}: the locks counted in held
+
+	runs        *prometheus.CounterVec
+	runDuration *prometheus.HistogramVec
+	lateness    prometheus.Histogram
+	missed      *prometheus.CounterVec
+	claims      *prometheus.CounterVec
+	claimed     prometheus.Counter
+	elsewhere   prometheus.Counter
+}
+
+// heldKey identifies one grant of a lock.
+type heldKey struct {
+	key, owner string
+	fence      uint64
+}
+
+// New returns a Metrics registered with reg; a nil reg registers it
+// nowhere, for the caller to register. The error is reg's, e.g. when
+// another Metrics is registered there already.
+func New(reg prometheus.Registerer) (*Metrics, error) {
+	m := &Metrics{
+		obtains: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tasklock_obtain_attempts_total",
+			Help: "Attempts to obtain a lock, by result: obtained, or not_obtained because another owner held it.",
+		}, []string{"result"}),
+		obtainWait: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "tasklock_obtain_wait_seconds",
+			Help:    "How long Obtain waited before the lock was granted (0 for TryObtain).",
+			Buckets: waitBuckets,
+		}),
+		renewals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tasklock_renewals_total",
+			Help: "Lease renewals, by result: ok, or failed (retried until the lease's validity ends).",
+		}, []string{"result"}),
+		lost: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tasklock_locks_lost_total",
+			Help: "Locks that ended other than by Release, by cause: lost, max_hold, stalled, closed, unsupported, other.",
+		}, []string{"cause"}),
+		held: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tasklock_locks_held",
+			Help: "Locks held now by the Lockers reporting here.",
+		}),
+		runs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tasklock_job_runs_total",
+			Help: "Job run attempts that ended, and ticks skipped, by job and status (ok, failed, timeout, lost, skipped).",
+		}, []string{"job", "status"}),
+		runDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "tasklock_job_run_duration_seconds",
+			Help:    "How long job run attempts took, by job.",
+			Buckets: durationBuckets,
+		}, []string{"job"}),
+		lateness: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "tasklock_tick_lateness_seconds",
+			Help:    "How late scheduled ticks started: first attempt's start minus the tick (trigger-now requests and retries are not counted).",
+			Buckets: latenessBuckets,
+		}),
+		missed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tasklock_ticks_missed_total",
+			Help: "Ticks that came while no node ran the job and that the misfire policy passed over, by job.",
+		}, []string{"job"}),
+		claims: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tasklock_tick_claims_total",
+			Help: "Ticks and trigger requests this node tried to claim, by result: claimed, or claimed_elsewhere by another node first.",
+		}, []string{"result"}),
+	}
+	m.obtained = m.obtains.WithLabelValues("obtained")
+	m.notObtained = m.obtains.WithLabelValues("not_obtained")
+	m.renewed = m.renewals.WithLabelValues("ok")
+	m.renewFailed = m.renewals.WithLabelValues("failed")
+	for _, c := range causes {
+		m.lost.WithLabelValues(c)
+	}
+	m.claimed = m.claims.WithLabelValues("claimed")
+	m.elsewhere = m.claims.WithLabelValues("claimed_elsewhere")
+	if reg != nil {
+		if err := reg.Register(m); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+func (m *Metrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{
+		m.obtains, m.obtainWait, m.renewals, m.lost, m.held,
+		m.runs, m.runDuration, m.lateness, m.missed, m.claims,
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
+	for _, c := range m.collectors() {
+		c.Describe(ch)
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
+	for _, c := range m.collectors() {
+		c.Collect(ch)
+	}
+}
+
+// LockEvent counts a Locker's event. Pass it as tasklock.Config.OnEvent
+// (or call it from yours): it does not block.
+func (m *Metrics) LockEvent(e tasklock.Event) {
+	switch e.Type {
+	case tasklock.EventObtained:
+		m.obtained.Inc()
+		m.obtainWait.Observe(e.Wait.Seconds())
+		if _, dup := m.heldLocks.LoadOrStore(heldKey{e.Key, e.Owner, e.Fence}, struct{}{}); !dup {
+			m.held.Inc()
+		}
+	case tasklock.EventNotObtained:
+		m.notObtained.Inc()
+	case tasklock.EventRenewed:
+		m.renewed.Inc()
+	case tasklock.EventRenewFailed:
+		m.renewFailed.Inc()
+	case tasklock.EventLost:
+		m.lost.WithLabelValues(Cause(e.Err)).Inc()
+		m.ended(e)
+	case tasklock.EventReleased:
+		m.ended(e)
+	}
+}
+
+// ended takes a lock out of the held count, once: a lock lost to MaxHold
+// can still be released at the store afterwards.
+func (m *Metrics) ended(e tasklock.Event) {
+	if _, ok := m.heldLocks.LoadAndDelete(heldKey{e.Key, e.Owner, e.Fence}); ok {
+		m.held.Dec()
+	}
+}
+
+// ScheduleEvent counts a Scheduler's event. Pass it as
+// schedule.Config.OnEvent (or call it from yours): it does not block.
+func (m *Metrics) ScheduleEvent(e schedule.Event) {
+	switch e.Type {
+	case schedule.EventClaimed:
+		m.claimed.Inc()
+	case schedule.EventClaimedElsewhere:
+		m.elsewhere.Inc()
+	case schedule.EventRunStarted:
+		if e.Attempt == 1 && e.Trigger == "" {
+			m.lateness.Observe(max(e.Late, 0).Seconds())
+		}
+	case schedule.EventRunEnded:
+		m.runs.WithLabelValues(e.Job, string(e.Status)).Inc()
+		m.runDuration.WithLabelValues(e.Job).Observe(e.Duration.Seconds())
+	case schedule.EventSkipped:
+		m.runs.WithLabelValues(e.Job, string(e.Status)).Inc()
+	case schedule.EventMissed:
+		m.missed.WithLabelValues(e.Job).Inc()
+	}
+}
+
+// Handler serves the metrics g gathers in Prometheus' text (or
+// OpenMetrics) format, e.g. at /metrics.
+func Handler(g prometheus.Gatherer) http.Handler {
+	return promhttp.HandlerFor(g, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
+}
