@@ -17,22 +17,57 @@ import (
 	"github.com/tasklock/tasklock/memstore"
 )
 
-const demoUsage = `Usage: tasklock demo [--workers N] [--duration D]
+const demoUsage = `Usage: tasklock demo [--duration D] [--nodes N] [--jobs N] [--keep]
+       tasklock demo --lock [--workers N] [--duration D]
 
-Starts N workers (default 5) in this process that compete for one lock,
-"demo-job", for D (default 6s), over an in-process store: no server is
-needed. Each worker has its own Locker, as separate hosts would have, and
-obtains the lock with a TTL of 1s. A holder works for a moment, writing to
-a fenced register under its fence, and releases the lock.
+Runs a small cluster on this machine with nothing to install: N (default
+3) "tasklock serve" processes (this program, started again) share a
+SQLite store in a temporary directory and run J (default 3, at most 6)
+jobs that are due every second, for D (default 20s). Each job is a
+command (this program again) that appends its tick, the fence of the
+job's lock and its node to a file in that directory: a record of what
+really ran, kept apart from the store's ledger.
 
-Halfway through, the worker holding the lock crashes: it stops renewing
-and never releases. The others take over once its lease expires, within
-the TTL.
+Halfway through, the node that has just started a run is killed with
+SIGKILL, as a crash would kill it, and a second later it is started
+again under a new name (its old name stays taken in the store until the
+dead process's lease on it expires). At the end every node gets SIGTERM
+and the directory is removed; --keep keeps it (the store, the file of
+runs, each node's configuration and log).
 
-Each grant prints the time since the start, the worker, the fence and how
-long the worker waited. The summary counts grants, distinct holders, the
-stale writes the register rejected (0: no two holders overlapped), and the
-highest fence.
+One line per tick shows, for each job, the node that ran it and the fence
+of the job's lock. The summary counts the ticks from the first whole
+second at which every node was up to the end:
+
+  ticks due    jobs x seconds
+  runs         ticks whose command ran (the file has a line for them)
+  duplicates   runs of a tick beyond its first: must be 0
+  missed       ticks that no node claimed, or that were claimed too late
+               and passed over by the misfire policy: 0 while a node is up
+  skipped      ticks that came while the job's previous run still held the
+               job's lock: after the kill, until the dead node's lease on
+               that lock ran out (lock_ttl 2s); overlap: skip at work
+  lost         ticks the killed node had claimed but not started: the
+               ledger keeps them claimed, so nobody runs them; a crash
+               costs a tick, never a second run
+  interrupted  runs the kill cut short (they ran, their end was never
+               recorded); counted in runs too
+
+Ctrl-C stops the nodes, prints the summary so far and exits 130; the
+nodes never outlive the demo (on Linux not even when it is killed).
+
+--lock runs the older demo instead, in this process: --workers workers
+(default 5) compete for one lock, "demo-job", for D (default 6s) over an
+in-process store. Each has its own Locker, obtains the lock with a TTL of
+1s, writes to a fenced register under its fence and releases it. Halfway
+through, the holder crashes: it stops renewing and never releases, and
+the others take over once its lease expires. Its summary counts grants,
+distinct holders and the stale writes the register rejected (0: no two
+holders overlapped).
+
+Exit status: 0 when nothing ran twice (no duplicates, no stale writes);
+70 otherwise, or when nothing ran at all; 69 when the nodes could not be
+started; 64 bad usage; 130 after Ctrl-C.
 `
 
 // Demo settings.
@@ -42,37 +77,85 @@ const (
 	demoWrites   = 3                     // register writes per grant
 	demoWriteGap = 80 * time.Millisecond // work before each write
 	maxWorkers   = 100
+
+	defaultClusterDuration = 20 * time.Second
+	defaultLockDuration    = 6 * time.Second
+	minClusterDuration     = 5 * time.Second
+	maxNodes               = 9
 )
+
+// demoJobCmd is the hidden first argument of "tasklock demo" that makes it
+// the demo's job command.
+const demoJobCmd = "__job"
+
+// clusterOptions are the demo's checked flags without --lock.
+type clusterOptions struct {
+	duration time.Duration
+	nodes    int
+	jobs     int
+	keep     bool
+}
 
 // runDemo is the demo command.
 func runDemo(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == demoJobCmd {
+		return runDemoJob(args[1:], stdout, stderr)
+	}
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
+	lock := fs.Bool("lock", false, "")
 	workers := fs.Int("workers", 5, "")
-	duration := fs.Duration("duration", 6*time.Second, "")
+	duration := fs.Duration("duration", 0, "")
+	nodes := fs.Int("nodes", 3, "")
+	jobs := fs.Int("jobs", 3, "")
+	keep := fs.Bool("keep", false, "")
 	err := fs.Parse(args)
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	switch {
 	case errors.Is(err, flag.ErrHelp):
 		fmt.Fprint(stdout, demoUsage)
 		return exitOK
 	case err != nil:
 		err = flagError(err)
-	case *workers < 1 || *workers > maxWorkers:
-		err = usagef("--workers must be between 1 and %d, got %d", maxWorkers, *workers)
-	case *duration <= 0:
-		err = usagef("--duration must be positive, got %v", *duration)
 	case fs.NArg() > 0:
 		err = usagef("unexpected argument %q", fs.Arg(0))
+	case set["duration"] && *duration <= 0:
+		err = usagef("--duration must be positive, got %v", *duration)
+	case *lock && (set["nodes"] || set["jobs"] || set["keep"]):
+		err = usagef("--nodes, --jobs and --keep do not go with --lock")
+	case *lock && (*workers < 1 || *workers > maxWorkers):
+		err = usagef("--workers must be between 1 and %d, got %d", maxWorkers, *workers)
+	case !*lock && set["workers"]:
+		err = usagef("--workers goes with --lock only")
+	case !*lock && (*nodes < 2 || *nodes > maxNodes):
+		err = usagef("--nodes must be between 2 and %d (one is killed halfway), got %d", maxNodes, *nodes)
+	case !*lock && (*jobs < 1 || *jobs > len(demoJobNames)):
+		err = usagef("--jobs must be between 1 and %d, got %d", len(demoJobNames), *jobs)
+	case !*lock && set["duration"] && *duration < minClusterDuration:
+		err = usagef("--duration must be at least %v, to leave time for the kill and the restart; got %v", minClusterDuration, *duration)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "tasklock demo: %v\nRun 'tasklock help demo' for usage.\n", err)
 		return exitUsage
 	}
-	d := &demo{out: stdout, mem: memstore.New(nil), workers: *workers, duration: *duration}
-	return d.run()
+	if *lock {
+		if !set["duration"] {
+			*duration = defaultLockDuration
+		}
+		d := &demo{out: stdout, mem: memstore.New(nil), workers: *workers, duration: *duration}
+		return d.run()
+	}
+	if !set["duration"] {
+		*duration = defaultClusterDuration
+	}
+	return runClusterDemo(clusterOptions{duration: *duration, nodes: *nodes, jobs: *jobs, keep: *keep}, stdout, stderr)
 }
 
-// demo is one run of the demo command.
+// demoJobNames name the cluster demo's jobs.
+var demoJobNames = []string{"alpha", "beta", "gamma", "delta", "epsilon", "zeta"}
+
+// demo is one run of the lock demo (--lock).
 type demo struct {
 	out      io.Writer
 	mem      *memstore.Store

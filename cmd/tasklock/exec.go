@@ -260,10 +260,7 @@ func (e *execRun) run() int {
 			return 128 + sigNum(s)
 		}
 		e.failf("%v", err)
-		if errors.Is(err, storeurl.ErrBadURL) {
-			return exitUsage
-		}
-		return exitUnavailable
+		return openExit(err)
 	}
 	defer func() {
 		if err := closeStore(); err != nil {

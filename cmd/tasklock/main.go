@@ -4,6 +4,8 @@
 //	tasklock exec --store redis://cache:6379 --key nightly-report -- ./report.sh
 //	tasklock exec --store postgres://app@db/app --key nightly-report -- ./report.sh
 //	tasklock migrate status --store postgres://app@db/app
+//	tasklock validate --config tasklock.yaml
+//	tasklock serve --config tasklock.yaml
 //	tasklock demo
 //
 // Run "tasklock help" for the commands, store URLs and exit statuses, and
@@ -37,15 +39,28 @@ distributed lock kept in a store they share.
 Usage:
   tasklock exec --store URL --key NAME [flags] -- COMMAND [ARGS...]
   tasklock migrate up|status --store URL [--json]
-  tasklock demo [--workers N] [--duration D]
+  tasklock serve --config FILE [--grace D] [--verbose]
+  tasklock validate --config FILE
+  tasklock jobs list|history|trigger|pause|resume --store URL [--json]
+  tasklock locks list|show|release --store URL [--json]
+  tasklock demo [--duration D] [--nodes N] [--jobs N] [--keep] | --lock
   tasklock help [COMMAND]
 
 Commands:
   exec     run COMMAND while holding the lock NAME; see "tasklock help exec"
   migrate  create or upgrade the lock table of a SQL store, or show its
            migrations; see "tasklock help migrate"
-  demo     watch workers take turns on one lock, with fencing and a crash,
-           in this process (no server needed)
+  serve    run the periodic jobs of a configuration file, each tick once
+           across every host that serves it; see "tasklock help serve"
+  validate check a configuration file for serve, printing every mistake
+  jobs     list jobs, show run history, trigger, pause or resume a job in
+           a store's ledger; see "tasklock help jobs"
+  locks    list who holds which lock, or release one by force; see
+           "tasklock help locks"
+  demo     watch a cluster of serve processes on a temporary SQLite store
+           run jobs every second, each tick once, while a node is killed
+           and restarted (nothing to install); --lock: workers taking turns
+           on one lock in this process
   help     show this text, or a command's
 
 Store URLs (--store, or $TASKLOCK_STORE):
@@ -95,6 +110,8 @@ Exit status of exec:
   126  COMMAND could not be run; 127 COMMAND not found
   else COMMAND's own exit status, or 128+N when signal N killed it
 migrate exits 0, 64 or 69 alike; see "tasklock help migrate".
+validate exits 0, or 64 for an invalid file; serve exits 0 after SIGTERM or
+SIGINT; see "tasklock help serve".
 `
 
 func main() {
@@ -114,6 +131,14 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return runMigrate(rest, stdout, stderr)
 	case "demo":
 		return runDemo(rest, stdout, stderr)
+	case "locks":
+		return runLocks(rest, stdout, stderr)
+	case "jobs":
+		return runJobs(rest, stdout, stderr)
+	case "serve":
+		return runServe(rest, stdout, stderr)
+	case "validate":
+		return runValidate(rest, stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		if len(rest) == 0 {
 			fmt.Fprint(stdout, usage)
@@ -126,6 +151,14 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			fmt.Fprint(stdout, migrateUsage)
 		case "demo":
 			fmt.Fprint(stdout, demoUsage)
+		case "locks":
+			fmt.Fprint(stdout, locksUsage)
+		case "jobs":
+			fmt.Fprint(stdout, jobsUsage)
+		case "serve":
+			fmt.Fprint(stdout, serveUsage)
+		case "validate":
+			fmt.Fprint(stdout, validateUsage)
 		case "help":
 			fmt.Fprint(stdout, usage)
 		default:
@@ -134,7 +167,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		}
 		return exitOK
 	default:
-		fmt.Fprintf(stderr, "tasklock: unknown command %q; commands: exec, migrate, demo, help\n", cmd)
+		fmt.Fprintf(stderr, "tasklock: unknown command %q; commands: exec, migrate, serve, validate, jobs, locks, demo, help\n", cmd)
 		return exitUsage
 	}
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -74,22 +73,10 @@ func parseMigrate(args []string, getenv func(string) string) (*migrateConfig, er
 	fs.StringVar(&c.store, "store", "", "")
 	fs.BoolVar(&c.json, "json", false, "")
 	fs.DurationVar(&c.timeout, "timeout", time.Minute, "")
-	var positional []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return nil, err
-			}
-			return nil, flagError(err)
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		positional = append(positional, fs.Arg(0))
-		args = fs.Args()[1:]
+	positional, set, err := parseInterleaved(fs, args)
+	if err != nil {
+		return nil, err
 	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if !set["store"] {
 		c.store = getenv("TASKLOCK_STORE")
 	}
@@ -237,9 +224,7 @@ func runMigrate(args []string, stdout, stderr io.Writer) int {
 
 // printJSON writes v as indented JSON.
 func printJSON(stdout, stderr io.Writer, v any) int {
-	enc := json.NewEncoder(stdout)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(v); err != nil {
+	if err := writeJSON(stdout, v); err != nil {
 		fmt.Fprintf(stderr, "tasklock migrate: %v\n", err)
 		return exitSoftware
 	}

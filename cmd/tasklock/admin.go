@@ -1,0 +1,171 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/tasklock/tasklock/driver"
+	"github.com/tasklock/tasklock/internal/storeurl"
+)
+
+// adminArgs are the arguments every locks and jobs subcommand takes.
+type adminArgs struct {
+	sub        string
+	positional []string // after the subcommand
+	store      string
+	json       bool
+	timeout    time.Duration
+}
+
+// parseAdmin parses "SUB [ARGS] --store URL [--json] [--timeout D]" with
+// flags anywhere; extra adds the subcommand's own flags. subs lists the
+// subcommands and how many arguments each takes.
+func parseAdmin(cmd string, args []string, getenv func(string) string, subs map[string]int, extra func(fs *flag.FlagSet)) (*adminArgs, error) {
+	a := &adminArgs{}
+	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&a.store, "store", "", "")
+	fs.BoolVar(&a.json, "json", false, "")
+	fs.DurationVar(&a.timeout, "timeout", 30*time.Second, "")
+	if extra != nil {
+		extra(fs)
+	}
+	positional, set, err := parseInterleaved(fs, args)
+	if err != nil {
+		return nil, err
+	}
+	if !set["store"] {
+		a.store = getenv("TASKLOCK_STORE")
+	}
+	if len(positional) == 0 {
+		return nil, usagef("missing subcommand: %s", subNames(subs))
+	}
+	a.sub, a.positional = positional[0], positional[1:]
+	want, ok := subs[a.sub]
+	switch {
+	case !ok:
+		return nil, usagef("unknown subcommand %q: want %s", a.sub, subNames(subs))
+	case len(a.positional) < want:
+		return nil, usagef("%s: missing argument", a.sub)
+	case len(a.positional) > want:
+		return nil, usagef("%s: unexpected argument %q", a.sub, a.positional[want])
+	case a.store == "" && set["store"]:
+		return nil, usagef("--store is empty")
+	case a.store == "":
+		return nil, usagef("--store is required (or set TASKLOCK_STORE)")
+	case a.timeout <= 0:
+		return nil, usagef("--timeout must be positive, got %v", a.timeout)
+	}
+	return a, nil
+}
+
+// parseInterleaved parses fs from args, allowing flags before, between
+// and after positional arguments, which it returns in order, with the
+// names of the flags given. It returns flag.ErrHelp for -h and a
+// *usageError for a bad flag.
+func parseInterleaved(fs *flag.FlagSet, args []string) (positional []string, set map[string]bool, err error) {
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, nil, err
+			}
+			return nil, nil, flagError(err)
+		}
+		if fs.NArg() == 0 {
+			set = map[string]bool{}
+			fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+			return positional, set, nil
+		}
+		positional = append(positional, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+}
+
+func subNames(subs map[string]int) string {
+	names := make([]string, 0, len(subs))
+	for _, n := range []string{"list", "show", "release", "history", "trigger", "pause", "resume"} {
+		if _, ok := subs[n]; ok {
+			names = append(names, n)
+		}
+	}
+	s := ""
+	for i, n := range names {
+		switch {
+		case i == 0:
+		case i == len(names)-1:
+			s += " or "
+		default:
+			s += ", "
+		}
+		s += n
+	}
+	return s
+}
+
+// adminRun parses, opens the store and calls fn; it maps usage errors to
+// exit 64 and store failures to exit 69, and never prints a password.
+func adminRun(cmd, usage string, args []string, stdout, stderr io.Writer, subs map[string]int,
+	extra func(fs *flag.FlagSet), fn func(ctx context.Context, a *adminArgs, store driver.Store) error) int {
+	a, err := parseAdmin(cmd, args, os.Getenv, subs, extra)
+	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprint(stdout, usage)
+		return exitOK
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "tasklock %s: %v\nRun 'tasklock help %s' for usage.\n", cmd, err, cmd)
+		return exitUsage
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), a.timeout)
+	defer cancel()
+	store, closeFn, err := storeurl.Open(ctx, a.store)
+	if err != nil {
+		fmt.Fprintf(stderr, "tasklock %s %s: %v\n", cmd, a.sub, err)
+		return openExit(err)
+	}
+	defer closeFn()
+	err = fn(ctx, a, store)
+	var ue *usageError
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.As(err, &ue):
+		fmt.Fprintf(stderr, "tasklock %s %s: %v\n", cmd, a.sub, err)
+		return exitUsage
+	case errors.Is(err, errNotFound):
+		fmt.Fprintf(stderr, "tasklock %s %s: %v\n", cmd, a.sub, err)
+		return exitMissing
+	default:
+		fmt.Fprintf(stderr, "tasklock %s %s: %v\n", cmd, a.sub, err)
+		return exitUnavailable
+	}
+}
+
+// openExit is the exit status when a store cannot be opened: 64 for a bad
+// URL, 69 for a store that cannot be reached.
+func openExit(err error) int {
+	if errors.Is(err, storeurl.ErrBadURL) {
+		return exitUsage
+	}
+	return exitUnavailable
+}
+
+// errNotFound is wrapped by the errors of admin commands about a lock or
+// job that does not exist: exit status 1.
+var errNotFound = errors.New("not found")
+
+// exitMissing is the exit status of locks show and release when the
+// named lock is not held.
+const exitMissing = 1
+
+// writeJSON writes v as indented JSON to w.
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}

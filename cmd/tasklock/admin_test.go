@@ -1,0 +1,170 @@
+//go:build unix
+
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tasklock/tasklock"
+	"github.com/tasklock/tasklock/driver"
+	"github.com/tasklock/tasklock/redisstore"
+)
+
+// TestLocksCommands holds a lock through the library and looks at it, and
+// releases it, through the CLI.
+func TestLocksCommands(t *testing.T) {
+	url, c := redisFor(t)
+	store, err := redisstore.New(c, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lk, err := tasklock.New(store, &tasklock.Config{Owner: "holder-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk.Close()
+	l, err := lk.Obtain(context.Background(), "reports/nightly", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	code, out, errOut := runTL(t, nil, "locks", "list", "--store", url)
+	if code != exitOK || !strings.Contains(out, "reports/nightly") || !strings.Contains(out, "holder-1") || !strings.Contains(out, "EXPIRES_IN") {
+		t.Fatalf("locks list = %d\n%s%s", code, out, errOut)
+	}
+	code, out, errOut = runTL(t, nil, "locks", "show", "reports/nightly", "--store", url, "--json")
+	var shown struct {
+		Locks []lockJSON `json:"locks"`
+	}
+	if code != exitOK || json.Unmarshal([]byte(out), &shown) != nil || len(shown.Locks) != 1 {
+		t.Fatalf("locks show --json = %d\n%s%s", code, out, errOut)
+	}
+	if got := shown.Locks[0]; got.Owner != "holder-1" || got.Fence != l.Fence() || got.ExpiresInMS <= 0 {
+		t.Fatalf("locks show: %+v, want owner holder-1, fence %d, time left", got, l.Fence())
+	}
+	if code, _, errOut = runTL(t, nil, "locks", "show", "reports", "--store", url); code != exitMissing || !strings.Contains(errOut, "not held") {
+		t.Fatalf("locks show of a key nobody holds = %d, %q; want 1", code, errOut)
+	}
+	if code, _, errOut = runTL(t, nil, "locks", "release", "reports/nightly", "--store", url); code != exitUsage || !strings.Contains(errOut, "--force") {
+		t.Fatalf("locks release without --force = %d, %q; want 64 naming --force", code, errOut)
+	}
+	assertHeld(t, l)
+	if code, out, errOut = runTL(t, nil, "locks", "release", "--force", "reports/nightly", "--store", url); code != exitOK {
+		t.Fatalf("locks release --force = %d\n%s%s", code, out, errOut)
+	}
+	select { // the holder learns at its next renewal
+	case <-l.Done():
+	case <-time.After(15 * time.Second):
+		t.Fatal("the holder was not told its lock was released by force")
+	}
+	if code, _, _ = runTL(t, nil, "locks", "release", "--force", "reports/nightly", "--store", url); code != exitMissing {
+		t.Fatalf("second release --force = %d, want 1", code)
+	}
+	if code, out, _ = runTL(t, nil, "locks", "list", "--store", url); code != exitOK || !strings.Contains(out, "no locks held") {
+		t.Fatalf("locks list after the release = %d\n%s", code, out)
+	}
+}
+
+func assertHeld(t *testing.T, l *tasklock.Lock) {
+	t.Helper()
+	select {
+	case <-l.Done():
+		t.Fatalf("lock lost: %v", l.Err())
+	default:
+	}
+}
+
+// TestJobsCommands writes run records through the ledger API and reads and
+// changes the job state through the CLI.
+func TestJobsCommands(t *testing.T) {
+	url, c := redisFor(t)
+	store, err := redisstore.New(c, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ledger, ok := any(store).(driver.Ledger)
+	if !ok {
+		t.Fatal("redisstore keeps no ledger")
+	}
+	ctx := context.Background()
+	tick := time.Date(2030, 1, 1, 2, 30, 0, 0, time.UTC)
+	start := time.Now().Add(-time.Minute).UTC().Truncate(time.Millisecond)
+	err = ledger.RecordRuns(ctx, []driver.RunRecord{
+		{Job: "report", Tick: tick, Attempt: 1, Node: "web-1", Fence: 7, Start: start, End: start.Add(1500 * time.Millisecond), Status: driver.RunOK},
+		{Job: "report", Tick: tick.Add(24 * time.Hour), Attempt: 1, Node: "web-2", Fence: 8, Start: start, End: start.Add(time.Second), Status: driver.RunFailed, Error: "exit status 3"},
+		{Job: "cleanup", Tick: tick, Attempt: 1, Node: "web-1", Fence: 3, Start: start, End: start.Add(time.Second), Status: driver.RunOK},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	code, out, errOut := runTL(t, nil, "jobs", "pause", "report", "--store", url)
+	if code != exitOK || !strings.Contains(out, `paused "report"`) {
+		t.Fatalf("jobs pause = %d\n%s%s", code, out, errOut)
+	}
+	if code, out, errOut = runTL(t, nil, "jobs", "trigger", "cleanup", "--store", url); code != exitOK || !strings.Contains(out, "trigger") {
+		t.Fatalf("jobs trigger = %d\n%s%s", code, out, errOut)
+	}
+	code, out, errOut = runTL(t, nil, "jobs", "list", "--json", "--store", url)
+	var list struct {
+		Jobs []jobJSON `json:"jobs"`
+	}
+	if code != exitOK || json.Unmarshal([]byte(out), &list) != nil || len(list.Jobs) != 2 {
+		t.Fatalf("jobs list --json = %d\n%s%s", code, out, errOut)
+	}
+	cleanup, report := list.Jobs[0], list.Jobs[1]
+	if report.Job != "report" || !report.Paused || report.LastRun == nil || report.LastRun.Fence != 8 || report.LastRun.Status != "failed" {
+		t.Fatalf("report in jobs list: %+v (last run %+v), want paused, last run fence 8 failed", report, report.LastRun)
+	}
+	if cleanup.Job != "cleanup" || cleanup.Paused || len(cleanup.Triggers) != 1 {
+		t.Fatalf("cleanup in jobs list: %+v, want active with one pending trigger", cleanup)
+	}
+	if code, out, _ = runTL(t, nil, "jobs", "list", "--store", url); code != exitOK || !strings.Contains(out, "paused") || !strings.Contains(out, "web-2") {
+		t.Fatalf("jobs list = %d\n%s", code, out)
+	}
+
+	code, out, errOut = runTL(t, nil, "jobs", "history", "--job", "report", "--store", url)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if code != exitOK || len(lines) != 3 || !strings.Contains(lines[1], "failed") || !strings.Contains(lines[1], "exit status 3") || !strings.Contains(lines[2], "1.5s") {
+		t.Fatalf("jobs history --job report = %d (want a header and 2 rows, newest first)\n%s%s", code, out, errOut)
+	}
+	code, out, _ = runTL(t, nil, "jobs", "history", "--status", "ok", "--json", "--store", url)
+	var hist struct {
+		Runs []runRecordJSON `json:"runs"`
+	}
+	if code != exitOK || json.Unmarshal([]byte(out), &hist) != nil || len(hist.Runs) != 2 {
+		t.Fatalf("jobs history --status ok --json = %d\n%s", code, out)
+	}
+
+	if code, out, _ = runTL(t, nil, "jobs", "resume", "report", "--store", url); code != exitOK || !strings.Contains(out, "resumed") {
+		t.Fatalf("jobs resume = %d\n%s", code, out)
+	}
+	states, err := ledger.JobStates(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range states {
+		if st.Job == "report" && st.Paused {
+			t.Fatal("report still paused after jobs resume")
+		}
+	}
+
+	for _, bad := range [][]string{
+		{"jobs", "history", "--status", "great", "--store", url},
+		{"jobs", "history", "--limit", "0", "--store", url},
+		{"jobs", "pause", "--store", url},
+		{"jobs", "pause", "a", "b", "--store", url},
+		{"jobs", "frobnicate", "--store", url},
+		{"jobs", "list"},
+		{"locks", "list", "--store", "redis://:secret@[bad"},
+	} {
+		code, out, errOut := runTL(t, nil, bad...)
+		if code != exitUsage || out != "" || errOut == "" || strings.Contains(errOut, "secret") {
+			t.Errorf("%v = %d, stdout %q, stderr %q; want 64 with a message and no password", bad, code, out, errOut)
+		}
+	}
+}

@@ -1,0 +1,148 @@
+//go:build linux
+
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/tasklock/tasklock/internal/testserver"
+)
+
+// screenshotDir is where TestDashboardInBrowser saves its screenshots when
+// TASKLOCK_SCREENSHOTS=1 (make screenshots): the README shows them.
+const screenshotDir = "../../docs/screenshots"
+
+// TestDashboardInBrowser drives the dashboard of a running tasklock serve
+// with headless Chromium: it logs in with the token, triggers a job and
+// sees its run appear in the history, pauses a job and sees its state
+// change on the page and in the store, and saves screenshots of the main
+// pages.
+func TestDashboardInBrowser(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts Chromium")
+	}
+	chromium := testserver.Require(t, "chromium")
+	dir := t.TempDir()
+	store := "sqlite://" + filepath.Join(dir, "tasklock.db")
+	cfg := filepath.Join(dir, "tasklock.yaml")
+	if err := os.WriteFile(cfg, []byte(`store: `+store+`
+node: web-1
+jobs:
+  - name: nightly-report
+    schedule: "0 30 2 * * *"
+    timezone: Europe/Berlin
+    command: ["sh", "-c", "echo report for tick $TASKLOCK_TICK with fence $TASKLOCK_FENCE"]
+  - name: cleanup
+    schedule: "@every 2s"
+    command: ["true"]
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const token = "browser-test-token"
+	p := startTL(t, nil, "serve", "--config", cfg, "--http", "127.0.0.1:0", "--token", token, "--log-format", "json")
+	p.waitStderr(`"msg":"dashboard"`, 30*time.Second)
+	url := regexp.MustCompile(`"url":"([^"]+)"`).FindStringSubmatch(p.stderr())[1]
+
+	shots := t.TempDir()
+	if os.Getenv("TASKLOCK_SCREENSHOTS") == "1" {
+		shots = screenshotDir
+		if err := os.MkdirAll(shots, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromium), chromedp.Flag("headless", true), chromedp.NoSandbox, chromedp.DisableGPU,
+		chromedp.WindowSize(1280, 800))...)
+	defer cancelAlloc()
+	// chromedp's protocol types lag behind Debian's Chromium: it logs the
+	// events it cannot decode, which are none this test waits for.
+	ctx, cancel := chromedp.NewContext(allocCtx, chromedp.WithErrorf(func(string, ...any) {}))
+	defer cancel()
+	ctx, cancelT := context.WithTimeout(ctx, 90*time.Second)
+	defer cancelT()
+
+	shot := func(name string) chromedp.Action {
+		return chromedp.ActionFunc(func(ctx context.Context) error {
+			var buf []byte
+			if err := chromedp.FullScreenshot(&buf, 100).Do(ctx); err != nil {
+				return err
+			}
+			return os.WriteFile(filepath.Join(shots, name), buf, 0o644)
+		})
+	}
+	confirm := chromedp.Tasks{
+		chromedp.WaitVisible(`#confirm-dialog`, chromedp.ByQuery),
+		chromedp.Click(`#confirm-ok`, chromedp.ByQuery),
+	}
+	report := `#jobs-table tr.job-row[data-job="nightly-report"]`
+	run := func(what string, actions ...chromedp.Action) {
+		t.Helper()
+		if err := chromedp.Run(ctx, actions...); err != nil {
+			t.Fatalf("%s: %v\nserve stderr:\n%s", what, err, p.stderr())
+		}
+	}
+
+	run("log in",
+		chromedp.Navigate(url+"#/jobs"),
+		chromedp.WaitVisible(`#login-token`, chromedp.ByQuery),
+		chromedp.SendKeys(`#login-token`, token, chromedp.ByQuery),
+		chromedp.Click(`#login-button`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#logout-button`, chromedp.ByQuery),
+		chromedp.WaitVisible(report, chromedp.ByQuery),
+	)
+	run("trigger nightly-report",
+		chromedp.Click(report+` button.action-trigger`, chromedp.ByQuery),
+		confirm,
+		chromedp.Navigate(url+"#/job/nightly-report"),
+		// The run is recorded by serve and shown by the live update.
+		chromedp.WaitVisible(`#runs-table tr.run-row[data-status="ok"]`, chromedp.ByQuery),
+	)
+	var output string
+	run("read the run", chromedp.Text(`#runs-table tr.run-row .run-output`, &output, chromedp.ByQuery), shot("job-history.png"))
+	if !strings.Contains(output, "report for tick") {
+		t.Errorf("the run's output tail on the page is %q, want the command's output", output)
+	}
+	run("pause nightly-report",
+		chromedp.Navigate(url+"#/jobs"),
+		chromedp.WaitVisible(report, chromedp.ByQuery),
+		chromedp.Click(report+` button.action-pause`, chromedp.ByQuery),
+		confirm,
+		chromedp.WaitVisible(report+`[data-paused="true"] td.state-paused`, chromedp.ByQuery),
+		shot("jobs.png"),
+	)
+	// The pause is in the store, where every node obeys it.
+	code, out, errOut := runTL(t, nil, "jobs", "list", "--json", "--store", store)
+	var list struct {
+		Jobs []struct {
+			Job    string `json:"job"`
+			Paused bool   `json:"paused"`
+		} `json:"jobs"`
+	}
+	if code != exitOK || json.Unmarshal([]byte(out), &list) != nil {
+		t.Fatalf("jobs list = %d\n%s%s", code, out, errOut)
+	}
+	paused := false
+	for _, j := range list.Jobs {
+		paused = paused || (j.Job == "nightly-report" && j.Paused)
+	}
+	if !paused {
+		t.Errorf("nightly-report is not paused in the store: %s", out)
+	}
+	run("locks and nodes pages",
+		chromedp.Navigate(url+"#/locks"),
+		chromedp.WaitVisible(`#locks-table tr.lock-row`, chromedp.ByQuery),
+		shot("locks.png"),
+		chromedp.Navigate(url+"#/nodes"),
+		chromedp.WaitVisible(`#nodes-table tr.node-row[data-node="web-1"]`, chromedp.ByQuery),
+		shot("nodes.png"),
+	)
+}

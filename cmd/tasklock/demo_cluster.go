@@ -1,0 +1,752 @@
+//go:build unix
+
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/tasklock/tasklock"
+	"github.com/tasklock/tasklock/driver"
+	"github.com/tasklock/tasklock/internal/storeurl"
+)
+
+// Cluster demo settings.
+const (
+	clusterWork      = 200 * time.Millisecond  // how long each run's command works
+	clusterLockTTL   = 2 * time.Second         // the jobs' lock_ttl
+	clusterGrace     = 3 * time.Second         // serve --grace when the demo ends
+	clusterSettle    = 1500 * time.Millisecond // how long a tick's line waits for late news
+	clusterRestartIn = time.Second             // from the kill to the restart
+	clusterReadyIn   = 30 * time.Second        // how long the nodes may take to start
+	clusterPoll      = 25 * time.Millisecond   // how often the file of runs is read
+	clusterLedgerGap = 250 * time.Millisecond  // how often the ledger is read
+	clusterCell      = 19                      // width of a job's column
+)
+
+// demoNode is one serve process of the cluster demo.
+type demoNode struct {
+	name    string
+	log     string // its stdout and stderr
+	ch      *child
+	killed  bool // by the demo, with SIGKILL
+	stopped bool // sent SIGTERM at the end
+	ready   bool // has logged that it serves
+	exited  bool // seen gone (ch.done closed)
+}
+
+// tickKey names one tick of one job.
+type tickKey struct {
+	job  string
+	tick int64 // Unix seconds
+}
+
+// demoExec is one line of the file of runs: a command that ran.
+type demoExec struct {
+	node  string
+	fence uint64
+	pid   int
+}
+
+// clusterDemo is one run of the cluster demo.
+type clusterDemo struct {
+	out      io.Writer
+	o        clusterOptions
+	exe      string
+	dir      string
+	runsPath string
+	storeURL string
+	jobs     []string
+	ledger   driver.Ledger
+	sigs     chan os.Signal
+
+	start  time.Time // of the demo
+	t0, t1 int64     // the first and the last tick counted, Unix seconds
+	next   int64     // the next tick to print a line for
+
+	nodes   []*demoNode
+	execs   map[tickKey][]demoExec
+	recs    map[tickKey]driver.RunRecord // the latest attempt of each tick
+	runsOff int64
+	partial []byte
+
+	killAt      time.Time // when the kill is armed
+	victim      *demoNode
+	killedAt    time.Time
+	restarted   *demoNode
+	failed      []string // what went wrong with the demo itself
+	interrupted bool
+	lastLedger  time.Time
+}
+
+// runClusterDemo is the demo command without --lock.
+func runClusterDemo(o clusterOptions, stdout, stderr io.Writer) int {
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	exe, err := os.Executable()
+	if err != nil {
+		fmt.Fprintf(stderr, "tasklock demo: cannot find this program to start the nodes: %v\n", err)
+		return exitUnavailable
+	}
+	dir, err := os.MkdirTemp("", "tasklock-demo-")
+	if err != nil {
+		fmt.Fprintf(stderr, "tasklock demo: %v\n", err)
+		return exitUnavailable
+	}
+	d := &clusterDemo{
+		out: stdout, o: o, exe: exe, dir: dir, sigs: sigs,
+		runsPath: filepath.Join(dir, "runs.log"),
+		storeURL: "sqlite://" + (&url.URL{Path: filepath.Join(dir, "demo.db")}).EscapedPath(),
+		jobs:     demoJobNames[:o.jobs],
+		execs:    map[tickKey][]demoExec{},
+		recs:     map[tickKey]driver.RunRecord{},
+	}
+	code := d.run(stderr)
+	if o.keep {
+		fmt.Fprintf(stdout, "\nkept %s: demo.db (the store), runs.log (what ran), node-*.yaml and node-*.log\n", dir)
+	} else if err := os.RemoveAll(dir); err != nil {
+		fmt.Fprintf(stderr, "tasklock demo: removing %s: %v\n", dir, err)
+	}
+	return code
+}
+
+func (d *clusterDemo) printf(format string, args ...any) {
+	fmt.Fprintf(d.out, format, args...)
+}
+
+// event prints a line about something the demo did, between the tick lines.
+// Its time is the one of the tick lines: the first tick counted is at 1s.
+func (d *clusterDemo) event(format string, args ...any) {
+	at := "       "
+	if d.t0 != 0 {
+		at = fmt.Sprintf("%6.1fs", time.Since(time.Unix(d.t0-1, 0)).Seconds())
+	}
+	d.printf("%s  ** %s\n", at, fmt.Sprintf(format, args...))
+}
+
+func (d *clusterDemo) run(stderr io.Writer) int {
+	d.start = time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), openTimeout)
+	store, closeStore, err := storeurl.Open(ctx, d.storeURL) // creates the tables before any node starts
+	cancel()
+	if err != nil {
+		fmt.Fprintf(stderr, "tasklock demo: opening the store: %v\n", err)
+		return exitUnavailable
+	}
+	defer func() { _ = closeStore() }()
+	ledger, ok := store.(driver.Ledger)
+	if !ok {
+		fmt.Fprintf(stderr, "tasklock demo: the SQLite store keeps no ledger (%T)\n", store)
+		return exitSoftware
+	}
+	d.ledger = ledger
+
+	d.printf("A cluster of %d tasklock serve processes on one SQLite store (in %s),\n", d.o.nodes, d.dir)
+	d.printf("running %d jobs every second (%s) for %v. Each run is this program, which\n", len(d.jobs), strings.Join(d.jobs, ", "), d.o.duration)
+	d.printf("records its tick, fence and node in a file, then works for %v. Halfway through,\n", clusterWork)
+	d.printf("the node that has just started a run is killed with SIGKILL, and later restarted.\n\n")
+
+	for i := range d.o.nodes {
+		if _, err := d.startNode(fmt.Sprintf("node-%d", i+1)); err != nil {
+			fmt.Fprintf(stderr, "tasklock demo: %v\n", err)
+			d.stopNodes()
+			return exitUnavailable
+		}
+	}
+	if code, ok := d.waitReady(stderr); !ok {
+		d.stopNodes()
+		return code
+	}
+	now := time.Now()
+	d.t0 = now.Unix() + 2 // a second for the nodes' first passes to settle
+	seconds := int64((d.o.duration + time.Second - 1) / time.Second)
+	d.t1 = d.t0 + seconds - 1
+	d.next = d.t0
+	d.killAt = time.Unix(d.t0, 0).Add(d.o.duration / 2)
+	stopAt := time.Unix(d.t1, 0).Add(500 * time.Millisecond)
+
+	d.printf("\nEach line is one tick (UTC); each column a job: the node that ran the tick and the\n")
+	d.printf("fence of the job's lock (it grows with every grant of that lock).\n\n")
+	d.printf("%7s  %-8s", "", "tick")
+	for _, j := range d.jobs {
+		d.printf("  %-*s", clusterCell, j)
+	}
+	d.printf("\n")
+
+	tick := time.NewTicker(clusterPoll)
+	defer tick.Stop()
+loop:
+	for {
+		select {
+		case <-d.sigs:
+			d.interrupted = true
+			break loop
+		case <-tick.C:
+		}
+		now := time.Now()
+		d.poll(now, false)
+		d.watchNodes()
+		d.maybeKill(now)
+		d.maybeRestart(now, stopAt)
+		d.printRows(now, false)
+		if !now.Before(stopAt) {
+			break
+		}
+	}
+	if d.interrupted {
+		last := time.Now().Add(-500*time.Millisecond).Unix() - 1
+		d.t1 = min(d.t1, last)
+		d.printf("\ninterrupted: stopping the nodes (Ctrl-C again kills them at once)\n")
+	}
+	d.stopNodes()
+	d.poll(time.Now(), true)
+	d.printRows(time.Now(), true)
+	return d.summary()
+}
+
+// startNode writes the node's configuration and starts it.
+func (d *clusterDemo) startNode(name string) (*demoNode, error) {
+	cfg := filepath.Join(d.dir, name+".yaml")
+	if err := os.WriteFile(cfg, d.config(name), 0o644); err != nil {
+		return nil, err
+	}
+	n := &demoNode{name: name, log: filepath.Join(d.dir, name+".log")}
+	logf, err := os.OpenFile(n.log, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+	cmd := exec.Command(d.exe, "serve", "--config", cfg, "--grace", clusterGrace.String(), "--http", "")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	// Its own process group, so that a Ctrl-C at the terminal reaches the
+	// demo only, which then stops the nodes in order; on Linux the kernel
+	// kills the node when the demo dies.
+	cmd.SysProcAttr = childAttr()
+	ch, err := startChild(cmd)
+	if err != nil {
+		return nil, fmt.Errorf("starting %s: %w", name, err)
+	}
+	n.ch = ch
+	d.nodes = append(d.nodes, n)
+	d.event("%s started, pid %d", name, ch.pid)
+	return n, nil
+}
+
+// config is a node's configuration file. Strings are written as JSON,
+// which YAML reads as they are.
+func (d *clusterDemo) config(node string) []byte {
+	q := func(s string) string { b, _ := json.Marshal(s); return string(b) }
+	var b strings.Builder
+	fmt.Fprintf(&b, "store: %s\nnode: %s\njobs:\n", q(d.storeURL), q(node))
+	for _, j := range d.jobs {
+		fmt.Fprintf(&b, "  - name: %s\n", j)
+		b.WriteString("    schedule: \"@every 1s\"\n")
+		fmt.Fprintf(&b, "    command: [%s, \"demo\", %s, %s, %s]\n", q(d.exe), q(demoJobCmd), q(d.runsPath), q(clusterWork.String()))
+		fmt.Fprintf(&b, "    lock_ttl: %v\n    kill_grace: 500ms\n", clusterLockTTL)
+		// A tick handled more than a second late is missed and not run;
+		// a node looks back 10s when it starts.
+		b.WriteString("    misfire: {policy: skip, grace: 1s, window: 10s}\n")
+	}
+	return []byte(b.String())
+}
+
+// waitReady waits until every node has logged that it serves.
+func (d *clusterDemo) waitReady(stderr io.Writer) (int, bool) {
+	deadline := time.Now().Add(clusterReadyIn)
+	tick := time.NewTicker(clusterPoll)
+	defer tick.Stop()
+	for {
+		all := true
+		for _, n := range d.nodes {
+			select {
+			case <-n.ch.done:
+				fmt.Fprintf(stderr, "tasklock demo: %s exited while starting (%s); its log:\n%s", n.name, describeExit(n.ch.state), tailOf(n.log))
+				return exitUnavailable, false
+			default:
+			}
+			if !n.ready {
+				b, _ := os.ReadFile(n.log)
+				n.ready = bytes.Contains(b, []byte("msg=serving"))
+			}
+			all = all && n.ready
+		}
+		if all {
+			return exitOK, true
+		}
+		if time.Now().After(deadline) {
+			fmt.Fprintf(stderr, "tasklock demo: the nodes did not start within %v\n", clusterReadyIn)
+			return exitUnavailable, false
+		}
+		select {
+		case <-d.sigs:
+			fmt.Fprintln(stderr, "tasklock demo: interrupted")
+			return 128 + int(syscall.SIGINT), false
+		case <-tick.C:
+		}
+	}
+}
+
+// poll reads what is new in the file of runs and, now and then or when
+// all is true, the ledger.
+func (d *clusterDemo) poll(now time.Time, all bool) {
+	d.readRuns()
+	if !all && now.Sub(d.lastLedger) < clusterLedgerGap {
+		return
+	}
+	d.lastLedger = now
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	q := driver.RunQuery{From: time.Unix(d.t0, 0).UTC()}
+	if !all {
+		q.From = time.Unix(d.next, 0).UTC()
+	}
+	recs, err := d.ledger.Runs(ctx, q)
+	if err != nil {
+		if all {
+			d.failed = append(d.failed, "reading the ledger: "+err.Error())
+		}
+		return
+	}
+	for _, r := range recs {
+		if r.Trigger != "" {
+			continue
+		}
+		k := tickKey{r.Job, r.Tick.Unix()}
+		if old, ok := d.recs[k]; !ok || r.Attempt >= old.Attempt {
+			d.recs[k] = r
+		}
+	}
+}
+
+// readRuns reads the lines appended to the file of runs since the last call.
+func (d *clusterDemo) readRuns() {
+	f, err := os.Open(d.runsPath)
+	if err != nil {
+		return // no run yet
+	}
+	defer f.Close()
+	if _, err := f.Seek(d.runsOff, io.SeekStart); err != nil {
+		return
+	}
+	b, _ := io.ReadAll(f)
+	d.runsOff += int64(len(b))
+	d.partial = append(d.partial, b...)
+	for {
+		i := bytes.IndexByte(d.partial, '\n')
+		if i < 0 {
+			return
+		}
+		line := string(d.partial[:i])
+		d.partial = d.partial[i+1:]
+		d.addExec(line)
+	}
+}
+
+// addExec takes one line of the file of runs: job, tick, fence, node, pid.
+func (d *clusterDemo) addExec(line string) {
+	f := strings.Split(line, "\t")
+	if len(f) != 5 {
+		return
+	}
+	tick, err1 := strconv.ParseInt(f[1], 10, 64)
+	fence, err2 := strconv.ParseUint(f[2], 10, 64)
+	pid, err3 := strconv.Atoi(f[4])
+	if err1 != nil || err2 != nil || err3 != nil {
+		return
+	}
+	k := tickKey{f[0], tick}
+	e := demoExec{node: f[3], fence: fence, pid: pid}
+	d.execs[k] = append(d.execs[k], e)
+	if n := len(d.execs[k]); n > 1 && tick >= d.t0 {
+		d.event("DUPLICATE: %s's tick %s ran again, on %s with fence %d (run %d of it)", k.job, clock(tick), e.node, e.fence, n)
+	}
+	if d.victim == nil && !d.killAt.IsZero() && !time.Now().Before(d.killAt) && tick >= d.t0 {
+		if n := d.node(e.node); n != nil && !n.killed && !n.exited {
+			d.kill(n, k, e)
+		}
+	}
+}
+
+func (d *clusterDemo) node(name string) *demoNode {
+	for _, n := range d.nodes {
+		if n.name == name {
+			return n
+		}
+	}
+	return nil
+}
+
+// kill SIGKILLs n, which has just started the run e of k.
+func (d *clusterDemo) kill(n *demoNode, k tickKey, e demoExec) {
+	_ = syscall.Kill(n.ch.pid, syscall.SIGKILL)
+	n.killed = true
+	d.victim, d.killedAt = n, time.Now()
+	what := "while idle"
+	if e.node == n.name {
+		what = fmt.Sprintf("while running %s's tick %s (fence %d)", k.job, clock(k.tick), e.fence)
+	}
+	d.event("%s (pid %d) killed with SIGKILL %s: no release, no record;", n.name, n.ch.pid, what)
+	d.printf("%7s     its leases run out on their own (the job's lock after lock_ttl %v)\n", "", clusterLockTTL)
+}
+
+// maybeKill kills a node if no run started after the kill was armed: the
+// kill comes at the latest two seconds later, whatever it interrupts.
+func (d *clusterDemo) maybeKill(now time.Time) {
+	if d.victim != nil || now.Before(d.killAt.Add(2*time.Second)) {
+		return
+	}
+	for _, n := range d.nodes {
+		if !n.killed && !n.exited {
+			d.kill(n, tickKey{}, demoExec{})
+			return
+		}
+	}
+}
+
+// maybeRestart starts the killed node again, under a new name: the old
+// one stays taken until the dead process's lease on it expires.
+func (d *clusterDemo) maybeRestart(now, stopAt time.Time) {
+	if d.victim == nil || d.restarted != nil || now.Before(d.killedAt.Add(clusterRestartIn)) || !d.victim.exited {
+		return
+	}
+	if stopAt.Sub(now) < time.Second {
+		d.restarted = d.victim // too late to be of use: no restart
+		return
+	}
+	n, err := d.startNode(d.victim.name + "b")
+	if err != nil {
+		d.failed = append(d.failed, "restarting "+d.victim.name+": "+err.Error())
+		d.restarted = d.victim
+		return
+	}
+	d.restarted = n
+	d.printf("%7s     = %s restarted; a new name, as %s's name lock is held by the dead process\n", "", d.victim.name, d.victim.name)
+	d.printf("%7s       until its lease expires (%v), and serve refuses a name in use\n", "", tasklock.DefaultTTL)
+}
+
+// watchNodes notes the nodes that have exited, and complains about those
+// that exited by themselves.
+func (d *clusterDemo) watchNodes() {
+	for _, n := range d.nodes {
+		if n.exited {
+			continue
+		}
+		select {
+		case <-n.ch.done:
+		default:
+			continue
+		}
+		n.exited = true
+		if !n.killed && !n.stopped {
+			msg := fmt.Sprintf("%s exited by itself (%s)", n.name, describeExit(n.ch.state))
+			d.event("%s; its log:\n%s", msg, tailOf(n.log))
+			d.failed = append(d.failed, msg)
+		}
+	}
+}
+
+// stopNodes sends SIGTERM to every node still running and waits for them
+// to finish their runs and exit; a signal to the demo, or the grace period
+// and a few seconds more, end the wait with SIGKILL.
+func (d *clusterDemo) stopNodes() {
+	for _, n := range d.nodes {
+		select {
+		case <-n.ch.done:
+		default:
+			n.stopped = true
+			_ = syscall.Kill(n.ch.pid, syscall.SIGTERM)
+		}
+	}
+	timer := time.NewTimer(clusterGrace + 5*time.Second)
+	defer timer.Stop()
+	for _, n := range d.nodes {
+		select {
+		case <-n.ch.done:
+			continue
+		case <-d.sigs:
+		case <-timer.C:
+		}
+		for _, m := range d.nodes {
+			_ = syscall.Kill(m.ch.pid, syscall.SIGKILL)
+		}
+		<-n.ch.done
+	}
+	for _, n := range d.nodes {
+		<-n.ch.done
+		if !n.exited && n.stopped && exitStatus(n.ch.state) != 0 {
+			d.failed = append(d.failed, fmt.Sprintf("%s %s after SIGTERM; see its log", n.name, describeExit(n.ch.state)))
+		}
+		n.exited = true
+	}
+}
+
+// printRows prints the line of every tick that is complete (every job ran
+// it or has a record for it), or settled (clusterSettle has passed), or,
+// with final, every tick left.
+func (d *clusterDemo) printRows(now time.Time, final bool) {
+	for ; d.next <= d.t1; d.next++ {
+		if !final {
+			at := time.Unix(d.next, 0)
+			if now.Before(at) {
+				return
+			}
+			complete := true
+			for _, j := range d.jobs {
+				k := tickKey{j, d.next}
+				_, rec := d.recs[k]
+				complete = complete && (len(d.execs[k]) > 0 || rec)
+			}
+			if !complete && now.Before(at.Add(clusterSettle)) {
+				return
+			}
+		}
+		d.printf("%6ds  %-8s", d.next-d.t0+1, clock(d.next))
+		for _, j := range d.jobs {
+			d.printf("  %-*s", clusterCell, d.cell(tickKey{j, d.next}))
+		}
+		d.printf("\n")
+	}
+}
+
+// cell is what a tick's line shows for one job.
+func (d *clusterDemo) cell(k tickKey) string {
+	es := d.execs[k]
+	if len(es) > 0 {
+		s := fmt.Sprintf("%s f=%d", es[0].node, es[0].fence)
+		switch {
+		case len(es) > 1:
+			s += fmt.Sprintf(" x%d!", len(es))
+		case d.victim != nil && es[0].node == d.victim.name && !d.hasRec(k):
+			s += " KILLED"
+		}
+		return s
+	}
+	if r, ok := d.recs[k]; ok {
+		return string(r.Status) + " (" + r.Node + ")"
+	}
+	return "-"
+}
+
+func (d *clusterDemo) hasRec(k tickKey) bool {
+	_, ok := d.recs[k]
+	return ok
+}
+
+// tally is the summary's count.
+type tally struct {
+	due         int
+	runs        int // ticks whose command ran
+	duplicates  int // runs beyond a tick's first
+	missed      int
+	skipped     int
+	lost        int // claimed by the killed node, never started
+	interrupted int // runs the kill cut short, among runs
+	failed      int // runs that ended other than ok, among runs
+	notRun      int // ticks not run for another reason (taking the job's lock failed)
+	other       int // ticks the demo cannot account for
+	notes       []string
+}
+
+// summary accounts for every tick counted, prints the summary and returns
+// the exit status.
+func (d *clusterDemo) summary() int {
+	var t tally
+	note := func(k tickKey, format string, args ...any) {
+		t.notes = append(t.notes, fmt.Sprintf("%s %s: %s", k.job, clock(k.tick), fmt.Sprintf(format, args...)))
+	}
+	for tick := d.t0; tick <= d.t1; tick++ {
+		for _, j := range d.jobs {
+			k := tickKey{j, tick}
+			t.due++
+			es, r := d.execs[k], d.recs[k]
+			_, hasRec := d.recs[k]
+			switch {
+			case len(es) > 0:
+				t.runs++
+				t.duplicates += len(es) - 1
+				switch {
+				case !hasRec && d.victim != nil && es[0].node == d.victim.name:
+					t.interrupted++
+					note(k, "started on %s, which was killed during the run: it ran, its end was never recorded", es[0].node)
+				case !hasRec:
+					t.other++
+					note(k, "ran on %s, but no record of it is in the ledger", es[0].node)
+				case r.Status != driver.RunOK:
+					t.failed++
+					note(k, "ran on %s and ended %s: %s", r.Node, r.Status, r.Error)
+				}
+			case hasRec && r.Status == driver.RunSkipped:
+				t.skipped++
+				why := r.Error
+				if i := strings.LastIndex(why, "not obtained: "); i >= 0 && strings.Contains(why, "still in progress") {
+					why = "the job's lock was still held: " + why[i+len("not obtained: "):]
+				}
+				note(k, "skipped by %s, %s", r.Node, why)
+			case hasRec && r.Status == driver.RunMissed:
+				t.missed++
+				note(k, "missed (%s): %s", r.Node, r.Error)
+			case hasRec:
+				t.notRun++
+				note(k, "not run by %s: %s %s", r.Node, r.Status, r.Error)
+			default:
+				by, err := d.claimant(k)
+				switch {
+				case err != nil:
+					t.other++
+					note(k, "no run, no record, and asking the ledger who claimed it failed: %v", err)
+				case by == "":
+					t.missed++
+					note(k, "missed: no node claimed it")
+				case d.victim != nil && by == d.victim.name:
+					t.lost++
+					note(k, "lost: claimed by %s, which was killed before it started the run", by)
+				default:
+					t.other++
+					note(k, "claimed by %s, which has no record of it", by)
+				}
+			}
+		}
+	}
+
+	if len(t.notes) > 0 {
+		d.printf("\nticks that did not simply run:\n")
+		for _, n := range t.notes {
+			d.printf("  %s\n", n)
+		}
+	}
+	for _, f := range d.failed {
+		d.printf("demo problem: %s\n", f)
+	}
+	d.printf("\nsummary: %d ticks due, %d runs, %d duplicates, %d missed, %d skipped, %d lost, %d interrupted, %d failed",
+		t.due, t.runs, t.duplicates, t.missed, t.skipped, t.lost, t.interrupted, t.failed)
+	if t.other > 0 {
+		d.printf(", %d unexplained", t.other)
+	}
+	d.printf("\n")
+	if d.victim != nil {
+		restart := "not restarted: too little time was left"
+		if d.restarted != nil && d.restarted != d.victim {
+			restart = "restarted as " + d.restarted.name
+		}
+		d.printf("         %s was killed and %s; ", d.victim.name, restart)
+	} else {
+		d.printf("         no node was killed; ")
+	}
+	d.printf("%d ticks due = %d runs + %d skipped + %d lost + %d missed", t.due, t.runs, t.skipped, t.lost, t.missed)
+	if t.notRun > 0 {
+		d.printf(" + %d not run (failed)", t.notRun)
+	}
+	if t.other > 0 {
+		d.printf(" + %d unexplained", t.other)
+	}
+	d.printf("\n")
+	if t.skipped > 0 {
+		d.printf("skipped: the job's lock was still held by a run on the killed node until its lease ran out\n")
+		d.printf("  (lock_ttl %v): with overlap: skip no run of a job starts while another may still be going.\n", clusterLockTTL)
+	}
+	if t.lost > 0 {
+		d.printf("lost: the killed node had claimed the tick and died before starting it; the ledger keeps\n")
+		d.printf("  the claim, so no other node runs it. A crash can cost a tick, never a second run of one.\n")
+	}
+	switch {
+	case t.duplicates > 0:
+		d.printf("FAIL: %d ticks ran more than once\n", t.duplicates)
+		return exitSoftware
+	case d.interrupted:
+		return 128 + int(syscall.SIGINT)
+	case t.runs == 0:
+		d.printf("FAIL: nothing ran\n")
+		return exitSoftware
+	case len(d.failed) > 0:
+		return exitSoftware
+	}
+	d.printf("OK: no tick ran twice\n")
+	return exitOK
+}
+
+// claimant asks the ledger who claimed k, by claiming it: a claim that
+// succeeds means nobody had. The nodes are stopped by now.
+func (d *clusterDemo) claimant(k tickKey) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	res, err := d.ledger.Claim(ctx, []driver.ClaimParams{{
+		Job: k.job, Tick: time.Unix(k.tick, 0).UTC(), Node: "demo-audit", Token: "demo-audit", Retain: time.Hour,
+	}})
+	if err == nil && len(res) != 1 {
+		err = fmt.Errorf("%d results for 1 claim", len(res))
+	}
+	if err != nil {
+		return "", err
+	}
+	var ce *driver.ClaimedError
+	switch {
+	case res[0] == nil:
+		return "", nil
+	case errors.As(res[0], &ce) && ce.Node != "":
+		return ce.Node, nil
+	case errors.As(res[0], &ce):
+		return "an unknown node", nil
+	}
+	return "", res[0]
+}
+
+// clock formats a tick as hh:mm:ss UTC.
+func clock(tick int64) string {
+	return time.Unix(tick, 0).UTC().Format(time.TimeOnly)
+}
+
+// tailOf returns the last lines of a node's log.
+func tailOf(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error() + "\n"
+	}
+	lines := strings.SplitAfter(string(b), "\n")
+	return strings.Join(lines[max(len(lines)-15, 0):], "")
+}
+
+// runDemoJob is the demo's job command, "tasklock demo __job RUNS WORK": it
+// appends "job tick fence node pid" to the file RUNS in one write, prints
+// what it runs, and works for WORK.
+func runDemoJob(args []string, stdout, stderr io.Writer) int {
+	if len(args) != 2 {
+		fmt.Fprintln(stderr, "tasklock demo __job: want RUNS-FILE WORK-DURATION")
+		return exitUsage
+	}
+	work, err := time.ParseDuration(args[1])
+	tick, terr := time.Parse(time.RFC3339, os.Getenv("TASKLOCK_TICK"))
+	if err != nil || terr != nil || os.Getenv("TASKLOCK_JOB") == "" {
+		fmt.Fprintln(stderr, "tasklock demo __job: run by tasklock serve only (TASKLOCK_JOB, TASKLOCK_TICK)")
+		return exitUsage
+	}
+	line := fmt.Sprintf("%s\t%d\t%s\t%s\t%d\n", os.Getenv("TASKLOCK_JOB"), tick.Unix(),
+		os.Getenv("TASKLOCK_FENCE"), os.Getenv("TASKLOCK_NODE"), os.Getpid())
+	f, err := os.OpenFile(args[0], os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err == nil {
+		_, err = f.WriteString(line)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "tasklock demo __job: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "tick %s, fence %s, attempt %s\n", tick.Format(time.TimeOnly), os.Getenv("TASKLOCK_FENCE"), os.Getenv("TASKLOCK_ATTEMPT"))
+	time.Sleep(work) // the work itself
+	return exitOK
+}

@@ -1,0 +1,153 @@
+//go:build unix
+
+package main
+
+import (
+	"os"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var (
+	demoSummaryRE = regexp.MustCompile(`summary: (\d+) ticks due, (\d+) runs, (\d+) duplicates, (\d+) missed, (\d+) skipped, (\d+) lost, (\d+) interrupted, (\d+) failed`)
+	demoNodeRE    = regexp.MustCompile(`\*\* (node-\d+b?) started, pid (\d+)`)
+)
+
+// demoPids returns the pids of the nodes the demo says it started.
+func demoPids(out string) map[string]int {
+	pids := map[string]int{}
+	for _, m := range demoNodeRE.FindAllStringSubmatch(out, -1) {
+		pid, _ := strconv.Atoi(m[2])
+		pids[m[1]] = pid
+	}
+	return pids
+}
+
+// waitGone waits until none of pids is alive.
+func waitGone(t *testing.T, pids map[string]int, timeout time.Duration) {
+	t.Helper()
+	waitFor(t, timeout, func() bool {
+		for _, pid := range pids {
+			if alive(pid) {
+				return false
+			}
+		}
+		return true
+	}, "the demo's nodes to be gone")
+}
+
+// startLongDemo starts a demo of two nodes that runs a minute, and waits
+// for its first tick line.
+func startLongDemo(t *testing.T) (*proc, map[string]int) {
+	t.Helper()
+	p := startTL(t, []string{"TMPDIR=" + t.TempDir()}, "demo", "--duration", "60s", "--nodes", "2")
+	p.waitOutput("     1s  ", 60*time.Second)
+	pids := demoPids(p.stdout())
+	if len(pids) != 2 {
+		t.Fatalf("want 2 nodes, got %v\n%s", pids, p.stdout())
+	}
+	return p, pids
+}
+
+func TestDemo(t *testing.T) {
+	t.Parallel()
+	tmp := t.TempDir()
+	p := startTL(t, []string{"TMPDIR=" + tmp}, "demo", "--duration", "8s")
+	code := p.wait(90 * time.Second)
+	out := p.stdout()
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, p.stderr())
+	}
+	m := demoSummaryRE.FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no summary:\n%s", out)
+	}
+	n := make([]int, len(m))
+	for i := 1; i < len(m); i++ {
+		n[i], _ = strconv.Atoi(m[i])
+	}
+	due, runs, dups, missed, skipped, lost := n[1], n[2], n[3], n[4], n[5], n[6]
+	if due != 24 || runs == 0 || dups != 0 || runs+missed+skipped+lost > due {
+		t.Errorf("summary %q: want 24 ticks due (3 jobs x 8s), some runs, 0 duplicates, runs+missed+skipped+lost <= due\n%s", m[0], out)
+	}
+	for _, s := range []string{"killed with SIGKILL", "restarted as node-", "OK: no tick ran twice"} {
+		if !strings.Contains(out, s) {
+			t.Errorf("stdout lacks %q:\n%s", s, out)
+		}
+	}
+	pids := demoPids(out)
+	if len(pids) != 4 {
+		t.Errorf("want 3 nodes and a restarted one, got %v\n%s", pids, out)
+	}
+	waitGone(t, pids, 5*time.Second)
+	if left, _ := os.ReadDir(tmp); len(left) != 0 {
+		t.Errorf("the demo left %v in its temporary directory", left)
+	}
+	if rows := regexp.MustCompile(`(?m)^ +\d+s  \d\d:\d\d:\d\d  `).FindAllString(out, -1); len(rows) != 8 {
+		t.Errorf("%d tick lines, want 8:\n%s", len(rows), out)
+	}
+	t.Logf("%s", m[0])
+}
+
+// TestDemoInterrupt checks that Ctrl-C stops the nodes and still prints a
+// summary.
+func TestDemoInterrupt(t *testing.T) {
+	t.Parallel()
+	p, pids := startLongDemo(t)
+	p.signal(syscall.SIGINT)
+	code := p.wait(30 * time.Second)
+	out := p.stdout()
+	if code != 128+int(syscall.SIGINT) {
+		t.Errorf("exit %d, want %d\nstdout:\n%s\nstderr:\n%s", code, 128+int(syscall.SIGINT), out, p.stderr())
+	}
+	if m := demoSummaryRE.FindStringSubmatch(out); m == nil || m[3] != "0" {
+		t.Errorf("no summary with 0 duplicates:\n%s", out)
+	}
+	waitGone(t, pids, 5*time.Second)
+}
+
+// TestDemoKilled checks that the nodes die with the demo, even when it is
+// killed: on Linux the kernel sends them SIGKILL.
+func TestDemoKilled(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the parent-death signal is Linux only")
+	}
+	t.Parallel()
+	p, pids := startLongDemo(t)
+	p.signal(syscall.SIGKILL)
+	p.wait(10 * time.Second)
+	waitGone(t, pids, 10*time.Second)
+}
+
+func TestDemoLock(t *testing.T) {
+	t.Parallel()
+	start := time.Now()
+	code, out, errOut := runTL(t, nil, "demo", "--lock")
+	d := time.Since(start)
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	if d >= 10*time.Second {
+		t.Errorf("demo took %v, want < 10s", d)
+	}
+	m := regexp.MustCompile(`summary: (\d+) grants, (\d+) distinct holders, 0 stale writes rejected, max fence (\d+)`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no summary with 0 stale writes:\n%s", out)
+	}
+	grants, _ := strconv.Atoi(m[1])
+	holders, _ := strconv.Atoi(m[2])
+	if grants < 5 || holders < 2 || m[3] != m[1] {
+		t.Errorf("summary %q: want several grants, several holders, max fence = grants", m[0])
+	}
+	if !strings.Contains(out, "CRASHES") {
+		t.Errorf("no worker crashed:\n%s", out)
+	}
+	if lines := strings.Count(out, "granted after"); lines != grants {
+		t.Errorf("%d grant lines for %d grants", lines, grants)
+	}
+}

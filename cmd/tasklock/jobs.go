@@ -1,0 +1,222 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"flag"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/tasklock/tasklock/driver"
+	"github.com/tasklock/tasklock/internal/apijson"
+	"github.com/tasklock/tasklock/internal/storeurl"
+)
+
+const jobsUsage = `Usage:
+  tasklock jobs list    --store URL [--json]
+  tasklock jobs history --store URL [--job NAME] [--status S] [--since D] [--limit N] [--json]
+  tasklock jobs trigger --store URL JOB [--json]
+  tasklock jobs pause   --store URL JOB [--json]
+  tasklock jobs resume  --store URL JOB [--json]
+
+Reads and changes the scheduler's ledger in a store: what ran where, and
+the pause and trigger-now state every node of "tasklock serve" obeys
+(within a second).
+
+  list     every job the store knows of (one with history or a stored
+           state): paused or not, pending trigger requests, and its latest
+           run (tick, status, node, fence)
+  history  run records, newest first: tick, job, attempt, node, fence,
+           status, duration, error. --job and --status (ok, failed,
+           timeout, lost, skipped, missed) filter; --since D shows ticks of
+           the last D (e.g. 24h); --limit N caps the rows (default 50)
+  trigger  ask for one run of JOB now, on one node; prints the request ID
+  pause    stop every node from starting new runs of JOB (running ones end)
+  resume   undo pause
+
+Flags (anywhere):
+  --store URL    the store, as for serve; default $TASKLOCK_STORE
+  --json         print JSON: list {"jobs": [...]}, history {"runs": [...]},
+                 trigger/pause/resume the job's state after the change
+  --timeout D    how long to wait for the store (default 30s)
+
+Exit status: 0 done; 64 bad usage or URL; 69 store unreachable or failing,
+or the store keeps no ledger.
+`
+
+var jobsSubs = map[string]int{"list": 0, "history": 0, "trigger": 1, "pause": 1, "resume": 1}
+
+// The JSON shapes of jobs, shared with the dashboard's API.
+type (
+	jobJSON       = apijson.Job
+	triggerJSON   = apijson.Trigger
+	runRecordJSON = apijson.Run
+)
+
+func toRunJSON(r driver.RunRecord) *runRecordJSON { return apijson.FromRun(r) }
+
+// runJobs is the jobs command.
+func runJobs(args []string, stdout, stderr io.Writer) int {
+	var (
+		job, status string
+		since       time.Duration
+		limit       int
+	)
+	extra := func(fs *flag.FlagSet) {
+		fs.StringVar(&job, "job", "", "")
+		fs.StringVar(&status, "status", "", "")
+		fs.DurationVar(&since, "since", 0, "")
+		fs.IntVar(&limit, "limit", 50, "")
+	}
+	return adminRun("jobs", jobsUsage, args, stdout, stderr, jobsSubs, extra, func(ctx context.Context, a *adminArgs, store driver.Store) error {
+		l, ok := store.(driver.Ledger)
+		if !ok {
+			return fmt.Errorf("%s keeps no scheduler ledger", storeurl.Redact(a.store))
+		}
+		switch a.sub {
+		case "list":
+			return jobsList(ctx, l, a.json, stdout)
+		case "history":
+			switch {
+			case limit <= 0:
+				return usagef("--limit must be positive, got %d", limit)
+			case since < 0:
+				return usagef("--since must be positive, got %v", since)
+			}
+			switch driver.RunStatus(status) {
+			case "", driver.RunOK, driver.RunFailed, driver.RunTimeout, driver.RunLost, driver.RunSkipped, driver.RunMissed:
+			default:
+				return usagef("--status %q: want ok, failed, timeout, lost, skipped or missed", status)
+			}
+			q := driver.RunQuery{Job: job, Status: driver.RunStatus(status), Limit: limit}
+			if since > 0 {
+				q.From = time.Now().Add(-since)
+			}
+			return jobsHistory(ctx, l, q, a.json, stdout)
+		}
+		p := driver.JobStateParams{Job: a.positional[0]}
+		switch a.sub {
+		case "pause":
+			p.Op = driver.JobPause
+		case "resume":
+			p.Op = driver.JobResume
+		case "trigger":
+			p.Op, p.Trigger = driver.JobTrigger, rand.Text()
+		}
+		st, err := l.SetJobState(ctx, p)
+		if err != nil {
+			return err
+		}
+		if a.json {
+			return writeJSON(stdout, stateJSON(st))
+		}
+		switch a.sub {
+		case "trigger":
+			fmt.Fprintf(stdout, "requested a run of %q now (trigger %s)\n", p.Job, p.Trigger)
+		case "pause":
+			fmt.Fprintf(stdout, "paused %q\n", p.Job)
+		default:
+			fmt.Fprintf(stdout, "resumed %q\n", p.Job)
+		}
+		return nil
+	})
+}
+
+func stateJSON(st driver.JobState) jobJSON { return apijson.FromState(st) }
+
+// jobsList joins the stored job states with each job's latest run (of the
+// newest 1,000 records).
+func jobsList(ctx context.Context, l driver.Ledger, asJSON bool, w io.Writer) error {
+	states, err := l.JobStates(ctx)
+	if err != nil {
+		return err
+	}
+	runs, err := l.Runs(ctx, driver.RunQuery{Limit: 1000})
+	if err != nil {
+		return err
+	}
+	jobs := map[string]*jobJSON{}
+	get := func(name string) *jobJSON {
+		j := jobs[name]
+		if j == nil {
+			j = &jobJSON{Job: name, Triggers: []triggerJSON{}}
+			jobs[name] = j
+		}
+		return j
+	}
+	for _, st := range states {
+		j := get(st.Job)
+		*j = stateJSON(st)
+	}
+	for _, r := range runs { // newest first: the first seen is the latest
+		if j := get(r.Job); j.LastRun == nil {
+			j.LastRun = toRunJSON(r)
+		}
+	}
+	out := make([]jobJSON, 0, len(jobs))
+	for _, j := range jobs {
+		out = append(out, *j)
+	}
+	sort.Slice(out, func(i, k int) bool { return out[i].Job < out[k].Job })
+	if asJSON {
+		return writeJSON(w, map[string]any{"jobs": out})
+	}
+	if len(out) == 0 {
+		fmt.Fprintln(w, "no jobs in this store's ledger yet")
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "JOB\tSTATE\tTRIGGERS\tLAST_TICK\tLAST_STATUS\tNODE\tFENCE")
+	for _, j := range out {
+		state := "active"
+		if j.Paused {
+			state = "paused"
+		}
+		tick, st, node, fence := "-", "-", "-", "-"
+		if r := j.LastRun; r != nil {
+			tick, st, node, fence = r.Tick.Format(time.RFC3339), r.Status, r.Node, fmt.Sprint(r.Fence)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", j.Job, state, len(j.Triggers), tick, st, node, fence)
+	}
+	return tw.Flush()
+}
+
+func jobsHistory(ctx context.Context, l driver.Ledger, q driver.RunQuery, asJSON bool, w io.Writer) error {
+	runs, err := l.Runs(ctx, q)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		out := make([]*runRecordJSON, len(runs))
+		for i, r := range runs {
+			out[i] = toRunJSON(r)
+		}
+		return writeJSON(w, map[string]any{"runs": out})
+	}
+	if len(runs) == 0 {
+		fmt.Fprintln(w, "no runs recorded")
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "TICK\tJOB\tATTEMPT\tNODE\tFENCE\tSTATUS\tDURATION\tERROR")
+	for _, r := range runs {
+		tick := r.Tick.UTC().Format(time.RFC3339)
+		if r.Trigger != "" {
+			tick += " (trigger)"
+		}
+		dur := "-"
+		if !r.Start.IsZero() && !r.End.IsZero() {
+			dur = r.End.Sub(r.Start).Round(time.Millisecond).String()
+		}
+		msg := strings.ReplaceAll(r.Error, "\n", " ")
+		if len(msg) > 60 {
+			msg = msg[:57] + "..."
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\t%s\t%s\n", tick, r.Job, r.Attempt, r.Node, r.Fence, r.Status, dur, msg)
+	}
+	return tw.Flush()
+}

@@ -1,0 +1,122 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"sort"
+	"text/tabwriter"
+	"time"
+
+	"github.com/tasklock/tasklock/driver"
+	"github.com/tasklock/tasklock/internal/apijson"
+	"github.com/tasklock/tasklock/internal/storeurl"
+)
+
+const locksUsage = `Usage:
+  tasklock locks list    --store URL [--prefix P] [--json]
+  tasklock locks show    --store URL KEY [--json]
+  tasklock locks release --store URL KEY --force [--json]
+
+Shows who holds which lock in a store, and releases one by force.
+
+  list     every live lock whose key starts with --prefix (default: all),
+           sorted by key: KEY, OWNER, FENCE, EXPIRES_IN (the lease left at
+           the store if its holder stopped renewing now)
+  show     one lock; exit 1 when KEY is not held
+  release  delete KEY's lease whoever holds it: the operator's escape hatch
+           for a holder that is gone. --force is required. The holder, if
+           alive, learns at its next renewal (its Done closes). Exit 1 when
+           KEY is not held.
+
+Flags (anywhere):
+  --store URL    the store, as for exec; default $TASKLOCK_STORE
+  --json         print JSON: list and show {"locks": [{"key", "owner",
+                 "fence", "expires_in_ms"}]}; release {"released": KEY}
+  --timeout D    how long to wait for the store (default 30s)
+
+Exit status: 0 done; 1 KEY not held; 64 bad usage or URL; 69 store
+unreachable or failing, or the store cannot list or release locks.
+`
+
+var locksSubs = map[string]int{"list": 0, "show": 1, "release": 1}
+
+// lockJSON is one lock in the JSON output of locks, shared with the
+// dashboard's API.
+type lockJSON = apijson.Lock
+
+// runLocks is the locks command.
+func runLocks(args []string, stdout, stderr io.Writer) int {
+	var prefix string
+	var force bool
+	extra := func(fs *flag.FlagSet) {
+		fs.StringVar(&prefix, "prefix", "", "")
+		fs.BoolVar(&force, "force", false, "")
+	}
+	return adminRun("locks", locksUsage, args, stdout, stderr, locksSubs, extra, func(ctx context.Context, a *adminArgs, store driver.Store) error {
+		switch a.sub {
+		case "release":
+			if !force {
+				return usagef("release deletes another owner's lease: add --force")
+			}
+			fr, ok := store.(driver.ForceReleaser)
+			if !ok {
+				return fmt.Errorf("%s cannot release locks by force", storeurl.Redact(a.store))
+			}
+			key := a.positional[0]
+			if err := fr.ForceRelease(ctx, key); errors.Is(err, driver.ErrNotHeld) {
+				return fmt.Errorf("%q is not held: %w", key, errNotFound)
+			} else if err != nil {
+				return err
+			}
+			if a.json {
+				return writeJSON(stdout, map[string]string{"released": key})
+			}
+			fmt.Fprintf(stdout, "released %q\n", key)
+			return nil
+		}
+		ls, ok := store.(driver.Lister)
+		if !ok {
+			return fmt.Errorf("%s cannot list its locks", storeurl.Redact(a.store))
+		}
+		p := prefix
+		if a.sub == "show" {
+			p = a.positional[0]
+		}
+		leases, err := ls.Leases(ctx, p)
+		if err != nil {
+			return err
+		}
+		if a.sub == "show" {
+			var exact []driver.Lease
+			for _, l := range leases {
+				if l.Key == p {
+					exact = append(exact, l)
+				}
+			}
+			if leases = exact; len(leases) == 0 {
+				return fmt.Errorf("%q is not held: %w", p, errNotFound)
+			}
+		}
+		sort.Slice(leases, func(i, j int) bool { return leases[i].Key < leases[j].Key })
+		if a.json {
+			out := make([]lockJSON, len(leases))
+			for i, l := range leases {
+				out[i] = apijson.FromLease(l)
+			}
+			return writeJSON(stdout, map[string]any{"locks": out})
+		}
+		if len(leases) == 0 {
+			fmt.Fprintln(stdout, "no locks held")
+			return nil
+		}
+		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "KEY\tOWNER\tFENCE\tEXPIRES_IN")
+		for _, l := range leases {
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%v\n", l.Key, l.Owner, l.Fence, l.TTL.Round(time.Millisecond))
+		}
+		return tw.Flush()
+	})
+}

@@ -1,0 +1,638 @@
+//go:build unix
+
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tasklock/tasklock"
+	"github.com/tasklock/tasklock/driver"
+	"github.com/tasklock/tasklock/internal/config"
+	"github.com/tasklock/tasklock/internal/storeurl"
+	"github.com/tasklock/tasklock/schedule"
+)
+
+const serveUsage = `Usage: tasklock serve --config FILE [--grace D] [--verbose] [--log-format F]
+                      [--http ADDR] [--token T] [--insecure]
+
+Runs the jobs of FILE on their schedules. Run it on as many hosts as you
+like with the same file and store: every tick of every job runs once, on
+one of them (the store's ledger decides), and runs of one job never
+overlap unless the job says overlap: allow.
+
+Flags:
+  --config FILE   the configuration file (required); check it first with
+                  "tasklock validate --config FILE"
+  --grace D       on SIGTERM or SIGINT, how long running jobs may finish
+                  before they are stopped (default 30s)
+  --verbose       log debug lines too
+  --log-format F  text (default: key=value lines) or json (one object a
+                  line), on stderr
+  --http ADDR     serve the dashboard (web UI and JSON API, see the
+                  README) on ADDR (default 127.0.0.1:8080; if that is in
+                  use, serve goes on without it); --http '' disables it
+  --token T       the secret that unlocks trigger, pause, resume and
+                  release in the dashboard (bearer header or login);
+                  default $TASKLOCK_TOKEN; without one it is read-only
+  --insecure      allow a non-loopback --http without a token
+
+The file:
+
+  store: sqlite://./tasklock.db      # default; see "tasklock help" for URLs
+  node: web-1                        # this scheduler's name; default host:pid
+  jobs:
+    - name: nightly-report           # required, unique
+      schedule: "0 30 2 * * *"       # cron (seconds optional), @daily, "@every 10s"
+      timezone: Europe/Berlin        # the schedule's zone; default UTC
+      command: ["/usr/local/bin/report", "--all"]   # or http: (below)
+      kill_grace: 2s                 # SIGTERM to SIGKILL; less than lock_ttl/2
+      timeout: 10m                   # per attempt; default none
+      overlap: skip                  # skip | allow
+      misfire: {policy: once, grace: 30s, window: 1h}   # once | skip | catch_up (with max: N)
+      retries: {max: 3, backoff: 10s, backoff_max: 1m}
+      jitter: 0s                     # a random delay below it before each run
+      lock_ttl: 10s                  # the job lock's lease
+      min_hold: 5s                   # keep the lock at least this long
+      max_hold: 1h                   # stop the run after this long, retries included
+    - name: ping
+      schedule: "@every 1m"
+      http: {method: POST, url: "https://example.com/hook", headers: {Authorization: "Bearer x"}, body: "{}", timeout: 10s}
+
+Command jobs run without a shell, in their own process group, with stdin
+from /dev/null and TASKLOCK_JOB, TASKLOCK_TICK (the scheduled instant, RFC
+3339 UTC), TASKLOCK_FENCE, TASKLOCK_NODE and TASKLOCK_ATTEMPT in their
+environment. Their output goes to stdout, each line prefixed "[JOB] ", and
+its tail to the run's history. When the attempt times out, the job's lock
+is lost or max_hold passes, or the grace period of a shutdown ends, the
+process group gets SIGTERM and, kill_grace later, SIGKILL. A lost lock is
+signalled kill_grace before the lease could go to another node, so the
+SIGKILL lands before anyone else can run the job. When the command exits,
+whatever it left running in its group is killed: nothing runs on without
+the lock. A non-zero exit status fails the attempt.
+
+HTTP jobs send the request with X-Tasklock-Job, X-Tasklock-Tick,
+X-Tasklock-Fence, X-Tasklock-Node and X-Tasklock-Attempt headers; a status
+other than 2xx fails the attempt. http.timeout defaults to 1m.
+
+Logs and metrics: every run's start and end is logged at info level,
+with job, tick, node, fence, attempt, status and duration, and so is every
+tick skipped or missed. With --http, GET /metrics serves Prometheus
+metrics (tasklock_job_runs_total, tasklock_tick_lateness_seconds, ...;
+see the README).
+
+Signals: SIGTERM or SIGINT stops taking ticks, lets running jobs finish for
+up to --grace, then stops them, and exits 0; a second one stops them at
+once. SIGHUP reads FILE again: when it is valid, jobs are added, removed
+and changed to match it (runs in progress finish as they were started);
+when it is not, the mistakes are logged and the old jobs keep running. The
+store and the node cannot change without a restart.
+
+Node names: each serve takes a lock named serve/node/NODE in the store for
+as long as it runs, so two serves with the same node name on one store —
+the same file started twice with node: set — are refused: the second exits
+75. Without node: each serve is host:pid, and any number may run on one
+host; the store still runs every tick once. (mem:// is private to one
+process, so there nothing is shared.)
+
+The store must keep a schedule ledger; mem:// always does.
+
+Exit status:
+  0    shut down by SIGTERM or SIGINT
+  64   bad usage or an invalid configuration (every mistake is printed),
+       or a store that cannot keep a schedule ledger
+  69   store unreachable or failing
+  75   another serve with the same node name is running on the store
+`
+
+// noGrace is the schedulers' own ShutdownGrace: serve ends the grace period
+// itself, through the context it passes to Shutdown.
+const noGrace = time.Duration(1 << 62)
+
+// nodeKeyPrefix is put before the node name to make the key of the lock a
+// serve holds while it runs.
+const nodeKeyPrefix = "serve/node/"
+
+// serveConfig holds serve's checked flags.
+type serveConfig struct {
+	config    string
+	grace     time.Duration
+	verbose   bool
+	logFormat string
+	http      httpFlags
+}
+
+func parseServe(args []string) (*serveConfig, error) {
+	c := &serveConfig{}
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.DurationVar(&c.grace, "grace", schedule.DefaultShutdownGrace, "")
+	fs.BoolVar(&c.verbose, "verbose", false, "")
+	fs.StringVar(&c.logFormat, "log-format", "text", "")
+	addHTTPFlags(fs, &c.http)
+	path, err := configFlag(fs, args)
+	if err != nil {
+		return nil, err
+	}
+	c.config = path
+	if c.grace < 0 {
+		return nil, usagef("--grace must not be negative, got %v", c.grace)
+	}
+	if !slices.Contains(logFormats, c.logFormat) {
+		return nil, usagef("--log-format must be text or json, got %q", c.logFormat)
+	}
+	if err := c.http.check(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// runServe is the serve command.
+func runServe(args []string, stdout, stderr io.Writer) int {
+	c, err := parseServe(args)
+	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprint(stdout, serveUsage)
+		return exitOK
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "tasklock serve: %v\nRun 'tasklock help serve' for usage.\n", err)
+		return exitUsage
+	}
+	f, err := config.Load(c.config)
+	if err != nil {
+		printConfigErrors(stderr, "tasklock serve", err)
+		return exitUsage
+	}
+	level := slog.LevelInfo
+	if c.verbose {
+		level = slog.LevelDebug
+	}
+	log := slog.New(newLogHandler(c.logFormat, stderr, level))
+	redis.SetLogger(redisLogger{log})
+	_ = mysql.SetLogger(mysqlLogger{log})
+	s := &server{
+		c: c, file: f, log: log, stdout: stdout, stderr: stderr,
+		draining: map[*schedule.Scheduler]bool{},
+		client:   &http.Client{},
+		httpMux:  http.NewServeMux(),
+		obs:      newObserver(log),
+	}
+	s.httpMux.Handle("/metrics", s.obs.metricsHandler())
+	return s.run()
+}
+
+// server is one run of serve.
+type server struct {
+	c      *serveConfig
+	file   *config.File // the configuration in force
+	log    *slog.Logger
+	obs    *observer // metrics and the log lines of runs (serve_metrics.go)
+	stdout io.Writer
+	stderr io.Writer
+	outMu  sync.Mutex // serialises the jobs' lines on stdout
+	client *http.Client
+
+	lk     *tasklock.Locker
+	ledger driver.Ledger
+	node   string
+	cur    *schedule.Scheduler
+
+	mu       sync.Mutex
+	draining map[*schedule.Scheduler]bool // replaced by a reload, finishing their runs
+	drains   sync.WaitGroup
+	jobsOf   *config.File // the file jobs was made from (serve_http.go)
+	jobs     []schedule.Job
+
+	httpMux *http.ServeMux // the --http server's routes: the dashboard at /
+}
+
+func (s *server) failf(format string, args ...any) {
+	fmt.Fprintf(s.stderr, "tasklock serve: "+format+"\n", args...)
+}
+
+func (s *server) run() int {
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+
+	openCtx, cancel := context.WithTimeout(context.Background(), openTimeout)
+	store, closeStore, err := storeurl.Open(openCtx, s.file.Store)
+	cancel()
+	if err != nil {
+		s.failf("%v", err)
+		return openExit(err)
+	}
+	defer func() {
+		if err := closeStore(); err != nil {
+			s.log.Warn("closing the store connection", "err", err)
+		}
+	}()
+	ledger, ok := store.(driver.Ledger)
+	if !ok {
+		s.failf("store %s (%T) cannot keep a schedule ledger, which serve needs; use a store that can (mem:// to try serve out)",
+			storeurl.Redact(s.file.Store), store)
+		return exitUsage
+	}
+	s.ledger = ledger
+	lk, err := tasklock.New(store, &tasklock.Config{Owner: s.file.Node, Logger: s.log, OnEvent: s.obs.lockEvent})
+	if err != nil {
+		s.failf("%v", err)
+		return exitUsage
+	}
+	defer lk.Close()
+	s.lk, s.node = lk, lk.Owner()
+
+	guard, code := s.takeNode()
+	if guard == nil {
+		return code
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+		defer cancel()
+		_ = guard.Release(ctx)
+	}()
+
+	hs, code := s.startHTTP(store)
+	if code != exitOK {
+		return code
+	}
+	defer hs.stop()
+	s.cur, err = s.start(s.file)
+	if err != nil {
+		s.failf("%v", err)
+		return exitUnavailable
+	}
+	s.log.Info("serving", "jobs", len(s.file.Jobs), "node", s.node, "store", storeurl.Redact(s.file.Store), "config", s.c.config)
+
+	var retry <-chan time.Time
+	for {
+		select {
+		case sig := <-sigs:
+			if sig == syscall.SIGHUP {
+				s.reload()
+				continue
+			}
+			s.shutdown(sig, sigs)
+			return exitOK
+		case <-guard.Done():
+			s.log.Warn("lost the node-name lock; taking it again", "node", s.node, "key", nodeKeyPrefix+s.node, "err", guard.Err())
+			retry = time.After(0)
+		case <-retry:
+			retry = nil
+			ctx, cancel := context.WithTimeout(context.Background(), openTimeout)
+			g, err := s.lk.TryObtain(ctx, nodeKeyPrefix+s.node, s.nodeLockOptions())
+			cancel()
+			if err != nil {
+				s.log.Error("cannot take the node-name lock again; another serve may use this node name", "node", s.node, "err", err)
+				retry = time.After(5 * time.Second)
+				continue
+			}
+			guard = g
+		}
+	}
+}
+
+// takeNode takes the lock that says a serve with this node name is live. It
+// returns nil and the exit status when it cannot.
+func (s *server) takeNode() (*tasklock.Lock, int) {
+	ctx, cancel := context.WithTimeout(context.Background(), openTimeout)
+	defer cancel()
+	g, err := s.lk.TryObtain(ctx, nodeKeyPrefix+s.node, s.nodeLockOptions())
+	var ne *tasklock.NotObtainedError
+	switch {
+	case err == nil:
+		return g, exitOK
+	case errors.As(err, &ne) || errors.Is(err, tasklock.ErrNotObtained):
+		holder := "another process"
+		if ne != nil && ne.Owner != "" {
+			holder = ne.Owner
+		}
+		s.failf("node name %q is in use by a live tasklock serve (%s) on this store: give each serve its own node name, or omit node: to use host:pid", s.node, holder)
+		return nil, exitTempFail
+	default:
+		s.failf("store failed: %v", err)
+		return nil, exitUnavailable
+	}
+}
+
+// start builds a Scheduler with f's jobs and starts it.
+func (s *server) start(f *config.File) (*schedule.Scheduler, error) {
+	sch, err := schedule.New(s.lk, s.ledger, &schedule.Config{
+		Node: s.node, Logger: schedulerLogger(s.log), ShutdownGrace: noGrace, OnEvent: s.obs.scheduleEvent,
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, j := range f.Jobs {
+		sj := j.Job
+		sj.Handler = s.handler(j)
+		if err := sch.Add(sj); err != nil {
+			return nil, err
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), openTimeout)
+	defer cancel()
+	if err := sch.Start(ctx); err != nil {
+		return nil, err
+	}
+	return sch, nil
+}
+
+// reload reads the configuration file again and replaces the Scheduler
+// when the jobs changed. The old one finishes its runs in the background.
+func (s *server) reload() {
+	f, err := config.Load(s.c.config)
+	if err != nil {
+		for _, line := range config.AsErrors(err) {
+			s.log.Error("reload: invalid configuration; the old jobs keep running", "error", line)
+		}
+		return
+	}
+	switch {
+	case f.Store != s.file.Store:
+		s.log.Error("reload: the store changed; restart serve to switch stores; the old jobs keep running",
+			"was", storeurl.Redact(s.file.Store), "now", storeurl.Redact(f.Store))
+		return
+	case f.Node != s.file.Node:
+		s.log.Error("reload: the node changed; restart serve to rename it; the old jobs keep running", "was", s.file.Node, "now", f.Node)
+		return
+	}
+	added, removed, changed := diffJobs(s.file.Jobs, f.Jobs)
+	if len(added)+len(removed)+len(changed) == 0 {
+		s.log.Info("reload: no change", "jobs", len(f.Jobs))
+		return
+	}
+	sch, err := s.start(f)
+	if err != nil {
+		s.log.Error("reload: starting the new jobs failed; the old jobs keep running", "err", err)
+		return
+	}
+	old := s.cur
+	s.mu.Lock()
+	s.cur, s.file = sch, f
+	s.draining[old] = true
+	s.mu.Unlock()
+	s.drains.Add(1)
+	go func() {
+		defer s.drains.Done()
+		_ = old.Shutdown(context.Background())
+		s.mu.Lock()
+		delete(s.draining, old)
+		s.mu.Unlock()
+	}()
+	s.log.Info("reloaded", "jobs", len(f.Jobs), "added", added, "removed", removed, "changed", changed)
+}
+
+// diffJobs names the jobs added, removed and changed from a to b.
+func diffJobs(a, b []config.Job) (added, removed, changed []string) {
+	old := map[string]config.Job{}
+	for _, j := range a {
+		j.Line = 0
+		old[j.Name] = j
+	}
+	seen := map[string]bool{}
+	for _, j := range b {
+		j.Line = 0
+		seen[j.Name] = true
+		o, ok := old[j.Name]
+		switch {
+		case !ok:
+			added = append(added, j.Name)
+		case !reflect.DeepEqual(o, j):
+			changed = append(changed, j.Name)
+		}
+	}
+	for _, j := range a {
+		if !seen[j.Name] {
+			removed = append(removed, j.Name)
+		}
+	}
+	return added, removed, changed
+}
+
+// shutdown stops every Scheduler: runs get --grace to finish, or less when
+// a second signal comes, and are then stopped; it returns once every run
+// has recorded its result and released its lock.
+func (s *server) shutdown(sig os.Signal, sigs <-chan os.Signal) {
+	s.log.Info("shutting down: waiting for running jobs", "signal", sigName(sig), "grace", s.c.grace)
+	ctx, cancel := context.WithTimeout(context.Background(), s.c.grace)
+	defer cancel()
+	go func() {
+		for {
+			select {
+			case sig := <-sigs:
+				if sig == syscall.SIGHUP {
+					continue
+				}
+				s.log.Warn("second signal: stopping running jobs now", "signal", sigName(sig))
+				cancel()
+				return
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	s.mu.Lock()
+	all := []*schedule.Scheduler{s.cur}
+	for sch := range s.draining {
+		all = append(all, sch)
+	}
+	s.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, sch := range all {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if sch.Shutdown(ctx) == nil {
+				return
+			}
+			// The runs were told to stop: wait for them to end.
+			s.log.Warn("grace period over: stopping running jobs")
+			_ = sch.Shutdown(context.Background())
+		}()
+	}
+	wg.Wait()
+	s.drains.Wait()
+	s.log.Info("shut down")
+}
+
+// handler is the schedule handler of a job.
+func (s *server) handler(j config.Job) func(context.Context, schedule.Run) error {
+	if j.HTTP != nil {
+		return func(ctx context.Context, r schedule.Run) error { return s.runHTTP(ctx, j.HTTP, r) }
+	}
+	return func(ctx context.Context, r schedule.Run) error { return s.runCommand(ctx, j, r) }
+}
+
+// jobEnvNames are the variables runCommand sets.
+var jobEnvNames = []string{"TASKLOCK_JOB", "TASKLOCK_TICK", "TASKLOCK_FENCE", "TASKLOCK_NODE", "TASKLOCK_ATTEMPT"}
+
+// jobVars are the values of the run's variables, in jobEnvNames' order.
+func jobVars(r schedule.Run) []string {
+	return []string{r.Job, r.Tick.UTC().Format(time.RFC3339), strconv.FormatUint(r.Fence, 10), r.Node, strconv.Itoa(r.Attempt)}
+}
+
+// runCommand runs a command job's attempt: see serveUsage.
+func (s *server) runCommand(ctx context.Context, j config.Job, r schedule.Run) error {
+	cmd := exec.Command(j.Command[0], j.Command[1:]...)
+	env := make([]string, 0, len(os.Environ())+len(jobEnvNames))
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		if !slices.Contains(jobEnvNames, name) {
+			env = append(env, kv)
+		}
+	}
+	for i, v := range jobVars(r) {
+		env = append(env, jobEnvNames[i]+"="+v)
+	}
+	cmd.Env = env
+	lines := &lineWriter{mu: &s.outMu, w: s.stdout, prefix: "[" + r.Job + "] "}
+	out := io.MultiWriter(r.Output, lines)
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = childAttr()
+	// Output that outlives the command is cut off a second after it exits.
+	cmd.WaitDelay = time.Second
+	ch, err := startChild(cmd)
+	if err != nil {
+		return fmt.Errorf("cannot run %s: %w", j.Command[0], err)
+	}
+	killTimer := time.NewTimer(time.Hour)
+	killTimer.Stop()
+	defer killTimer.Stop()
+	var killAt <-chan time.Time
+	done := ctx.Done()
+	for {
+		select {
+		case <-ch.done:
+			lines.flush()
+			// Nothing the command started may run on without the lock.
+			ch.signal(syscall.SIGKILL)
+			how := describeExit(ch.state)
+			if done == nil {
+				return fmt.Errorf("command stopped (%s): %w", how, context.Cause(ctx))
+			}
+			if exitStatus(ch.state) != 0 {
+				return errors.New("command " + how)
+			}
+			return nil
+		case <-done:
+			done = nil
+			s.log.Info("stopping a command: SIGTERM now, SIGKILL after kill_grace", "job", r.Job, "pid", ch.pid,
+				"kill_grace", j.KillGrace, "cause", context.Cause(ctx))
+			ch.signal(syscall.SIGTERM)
+			killTimer.Reset(j.KillGrace)
+			killAt = killTimer.C
+		case <-killAt:
+			killAt = nil
+			s.log.Warn("command still running after SIGTERM; sending SIGKILL", "job", r.Job, "pid", ch.pid, "kill_grace", j.KillGrace)
+			ch.signal(syscall.SIGKILL)
+		}
+	}
+}
+
+// describeExit says how a command ended.
+func describeExit(st *os.ProcessState) string {
+	if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return "killed by signal " + ws.Signal().String()
+	}
+	return fmt.Sprintf("exited with status %d", st.ExitCode())
+}
+
+// maxHTTPBody bounds how much of a response is read into the run's output.
+const maxHTTPBody = 1 << 20
+
+// runHTTP makes an HTTP job's request.
+func (s *server) runHTTP(ctx context.Context, h *config.HTTP, r schedule.Run) error {
+	ctx, cancel := context.WithTimeout(ctx, h.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, h.Method, h.URL, strings.NewReader(h.Body))
+	if err != nil {
+		return fmt.Errorf("http request: %s", storeurl.Redact(err.Error()))
+	}
+	for k, v := range h.Headers {
+		if k == "Host" {
+			req.Host = v
+			continue
+		}
+		req.Header.Set(k, v)
+	}
+	for i, v := range jobVars(r) {
+		name := "X-Tasklock-" + strings.TrimPrefix(jobEnvNames[i], "TASKLOCK_")
+		req.Header.Set(name, v)
+	}
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return err // a *url.Error, whose URL net/http has redacted
+	}
+	defer resp.Body.Close()
+	fmt.Fprintf(r.Output, "HTTP %s\n", resp.Status)
+	_, _ = io.Copy(r.Output, io.LimitReader(resp.Body, maxHTTPBody))
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return fmt.Errorf("%s %s: HTTP %s", h.Method, storeurl.Redact(h.URL), resp.Status)
+	}
+	return nil
+}
+
+// lineWriter writes whole lines to w, each after prefix, holding mu for
+// each; flush writes a last line that lacks its newline.
+type lineWriter struct {
+	mu     *sync.Mutex
+	w      io.Writer
+	prefix string
+	buf    []byte
+}
+
+// maxLine is where lineWriter breaks a line that has no newline.
+const maxLine = 64 << 10
+
+// Write implements io.Writer; it never fails.
+func (l *lineWriter) Write(p []byte) (int, error) {
+	l.buf = append(l.buf, p...)
+	for {
+		i := bytes.IndexByte(l.buf, '\n')
+		if i < 0 && len(l.buf) < maxLine {
+			break
+		}
+		if i < 0 {
+			i = len(l.buf) - 1
+		}
+		l.emit(l.buf[:i+1])
+		l.buf = l.buf[i+1:]
+	}
+	return len(p), nil
+}
+
+func (l *lineWriter) flush() {
+	if len(l.buf) > 0 {
+		l.emit(append(l.buf, '\n'))
+		l.buf = nil
+	}
+}
+
+func (l *lineWriter) emit(line []byte) {
+	if line[len(line)-1] != '\n' {
+		line = append(line, '\n')
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, _ = io.WriteString(l.w, l.prefix)
+	_, _ = l.w.Write(line)
+}

@@ -1,0 +1,179 @@
+//go:build unix
+
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"net"
+	"net/http"
+	"os"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/tasklock/tasklock"
+	"github.com/tasklock/tasklock/dashboard"
+	"github.com/tasklock/tasklock/driver"
+	"github.com/tasklock/tasklock/internal/config"
+	"github.com/tasklock/tasklock/schedule"
+)
+
+// defaultHTTP is serve's --http default.
+const defaultHTTP = "127.0.0.1:8080"
+
+// httpFlags are serve's flags for the dashboard.
+type httpFlags struct {
+	addr     string
+	addrSet  bool // --http was given
+	token    string
+	insecure bool
+}
+
+// addHTTPFlags registers --http, --token and --insecure on fs.
+func addHTTPFlags(fs *flag.FlagSet, h *httpFlags) {
+	fs.Func("http", "", func(v string) error { h.addr, h.addrSet = v, true; return nil })
+	fs.StringVar(&h.token, "token", "", "")
+	fs.BoolVar(&h.insecure, "insecure", false, "")
+	h.addr = defaultHTTP
+}
+
+// check completes the flags from the environment and refuses a dashboard
+// that anyone on the network could change.
+func (h *httpFlags) check() error {
+	if h.token == "" {
+		h.token = os.Getenv("TASKLOCK_TOKEN")
+	}
+	if h.addr == "" {
+		return nil
+	}
+	host, _, err := net.SplitHostPort(h.addr)
+	if err != nil {
+		return usagef("--http %q: want HOST:PORT, e.g. 127.0.0.1:8080 (empty disables the dashboard)", h.addr)
+	}
+	if !isLoopback(host) && h.token == "" && !h.insecure {
+		return usagef("--http %s is not a loopback address: set --token (or $TASKLOCK_TOKEN) so that only token holders can trigger, pause and release, or add --insecure to serve it read-only to anyone who can reach it", h.addr)
+	}
+	return nil
+}
+
+// isLoopback reports whether host names only this machine.
+func isLoopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// version is this binary's module version ("(devel)" when built from a
+// checkout).
+func version() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		return bi.Main.Version
+	}
+	return "(devel)"
+}
+
+// nodeLockOptions are the options of the node-name lock: its owner name
+// carries the version, for the dashboard's nodes page.
+func (s *server) nodeLockOptions() *tasklock.ObtainOptions {
+	owner := dashboard.NodeOwner(s.node, version())
+	if len(owner) > tasklock.MaxOwnerLen {
+		owner = s.node
+	}
+	return &tasklock.ObtainOptions{Owner: owner}
+}
+
+// httpServer is serve's dashboard server.
+type httpServer struct {
+	srv    *http.Server
+	ln     net.Listener
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// startHTTP starts the dashboard on --http. It returns nil and exitOK when
+// the dashboard is disabled, or when the default address is taken (logged:
+// the jobs matter more); nil and an exit status when --http was given and
+// cannot be served. s.httpMux is where other handlers (e.g. /metrics) go.
+func (s *server) startHTTP(store driver.Store) (*httpServer, int) {
+	h := &s.c.http
+	if h.addr == "" {
+		return nil, exitOK
+	}
+	dash, err := dashboard.New(dashboard.Options{
+		Store: store, StoreURL: s.file.Store, Jobs: s.dashboardJobs,
+		Node: s.node, Version: version(), Token: h.token, Logger: s.log,
+	})
+	if err != nil {
+		s.failf("dashboard: %v", err)
+		return nil, exitSoftware
+	}
+	s.httpMux.Handle("/", dash)
+	ln, err := net.Listen("tcp", h.addr)
+	if err != nil {
+		if !h.addrSet {
+			s.log.Warn("dashboard disabled: cannot listen on the default address; set --http ADDR (or --http '' to silence this)", "addr", h.addr, "err", err)
+			return nil, exitOK
+		}
+		s.failf("--http %s: %v", h.addr, err)
+		return nil, exitUnavailable
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	hs := &httpServer{
+		srv: &http.Server{
+			Handler: s.httpMux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute,
+			BaseContext: func(net.Listener) context.Context { return ctx },
+			ErrorLog:    nil,
+		},
+		ln: ln, cancel: cancel, done: make(chan struct{}),
+	}
+	go func() {
+		defer close(hs.done)
+		if err := hs.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("dashboard server stopped", "err", err)
+		}
+	}()
+	mode := "read-only"
+	if h.token != "" {
+		mode = "token"
+	}
+	s.log.Info("dashboard", "url", "http://"+ln.Addr().String()+"/", "access", mode)
+	return hs, exitOK
+}
+
+// stop ends the event streams and shuts the server down.
+func (hs *httpServer) stop() {
+	if hs == nil {
+		return
+	}
+	hs.cancel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if hs.srv.Shutdown(ctx) != nil {
+		_ = hs.srv.Close()
+	}
+	<-hs.done
+}
+
+// dashboardJobs returns the jobs in force, for the dashboard; it is called
+// from the server's goroutines.
+func (s *server) dashboardJobs() []schedule.Job {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.jobsOf != s.file {
+		s.jobsOf = s.file
+		s.jobs = jobsOf(s.file)
+	}
+	return s.jobs
+}
+
+func jobsOf(f *config.File) []schedule.Job {
+	out := make([]schedule.Job, len(f.Jobs))
+	for i, j := range f.Jobs {
+		out[i] = schedule.Job{Name: j.Name, Schedule: j.Schedule, TimeZone: j.TimeZone}
+	}
+	return out
+}

@@ -1,0 +1,102 @@
+//go:build unix
+
+package main
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/tasklock/tasklock"
+	"github.com/tasklock/tasklock/internal/slogfilter"
+	"github.com/tasklock/tasklock/metrics"
+	"github.com/tasklock/tasklock/schedule"
+)
+
+// logFormats are the values of serve's --log-format.
+var logFormats = []string{"text", "json"}
+
+// newLogHandler returns serve's log handler: slog's text or JSON handler
+// (format is checked by parseServe) writing to w from level up.
+func newLogHandler(format string, w io.Writer, level slog.Level) slog.Handler {
+	opts := &slog.HandlerOptions{Level: level}
+	if format == "json" {
+		return slog.NewJSONHandler(w, opts)
+	}
+	return slog.NewTextHandler(w, opts)
+}
+
+// observer turns the Locker's and the Schedulers' events into metrics and
+// into serve's log lines of runs.
+type observer struct {
+	reg *prometheus.Registry
+	m   *metrics.Metrics
+	log *slog.Logger
+}
+
+func newObserver(log *slog.Logger) *observer {
+	m, _ := metrics.New(nil) // registered below; New(nil) cannot fail
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(m, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return &observer{reg: reg, m: m, log: log}
+}
+
+// metricsHandler serves the metrics at /metrics of the --http server.
+func (o *observer) metricsHandler() http.Handler { return metrics.Handler(o.reg) }
+
+// lockEvent is the Locker's Config.OnEvent.
+func (o *observer) lockEvent(e tasklock.Event) { o.m.LockEvent(e) }
+
+// scheduleEvent is the Schedulers' Config.OnEvent: besides the metrics it
+// logs one line per run start and end, and per tick skipped or missed.
+func (o *observer) scheduleEvent(e schedule.Event) {
+	o.m.ScheduleEvent(e)
+	var msg string
+	switch e.Type {
+	case schedule.EventRunStarted:
+		msg = "run started"
+	case schedule.EventRunEnded:
+		msg = "run ended"
+	case schedule.EventSkipped:
+		msg = "tick skipped"
+	case schedule.EventMissed:
+		msg = "tick missed"
+	default:
+		return
+	}
+	if !o.log.Enabled(context.Background(), slog.LevelInfo) {
+		return
+	}
+	attrs := make([]slog.Attr, 0, 11)
+	attrs = append(attrs, slog.String("job", e.Job), slog.Time("tick", e.Tick))
+	if e.Trigger != "" {
+		attrs = append(attrs, slog.String("trigger", e.Trigger))
+	}
+	attrs = append(attrs, slog.String("node", e.Node))
+	switch e.Type {
+	case schedule.EventRunStarted:
+		attrs = append(attrs, slog.Uint64("fence", e.Fence), slog.Int("attempt", e.Attempt), slog.Duration("late", e.Late))
+	case schedule.EventRunEnded:
+		attrs = append(attrs, slog.Uint64("fence", e.Fence), slog.Int("attempt", e.Attempt),
+			slog.String("status", string(e.Status)), slog.Duration("duration", e.Duration))
+	case schedule.EventMissed:
+		attrs = append(attrs, slog.String("status", string(e.Status)), slog.Duration("late", e.Late))
+	default:
+		attrs = append(attrs, slog.String("status", string(e.Status)))
+	}
+	if e.Error != "" {
+		attrs = append(attrs, slog.String("err", e.Error))
+	}
+	o.log.LogAttrs(context.Background(), slog.LevelInfo, msg, attrs...)
+}
+
+// schedulerLogger is the logger serve gives its Schedulers: warnings and
+// errors only, because serve logs the runs itself (scheduleEvent) and the
+// Schedulers' own lines of runs would repeat them.
+func schedulerLogger(log *slog.Logger) *slog.Logger {
+	return slog.New(slogfilter.AtLeast(log.Handler(), slog.LevelWarn))
+}

@@ -1,0 +1,304 @@
+//go:build unix
+
+package main
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// writeConfig writes a configuration file and returns its path.
+func writeConfig(t *testing.T, dir, text string) string {
+	t.Helper()
+	path := filepath.Join(dir, "tasklock.yaml")
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// fileExists reports whether path exists.
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+func (p *proc) signal(sig syscall.Signal) {
+	p.t.Helper()
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+// waitStderr waits until stderr matches re.
+func (p *proc) waitStderr(re string, timeout time.Duration) {
+	p.t.Helper()
+	rx := regexp.MustCompile(re)
+	waitFor(p.t, timeout, func() bool {
+		select {
+		case <-p.done:
+			p.t.Fatalf("tasklock exited (%v) before logging %q\nstdout:\n%s\nstderr:\n%s", p.state, re, p.stdout(), p.stderr())
+		default:
+		}
+		return rx.MatchString(p.stderr())
+	}, "stderr to match "+re)
+}
+
+func TestValidate(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	good := writeConfig(t, dir, "store: redis://u:hunter2@localhost:1\nnode: n1\njobs:\n  - name: a\n    schedule: '@every 1s'\n    command: [true]\n")
+	code, out, errOut := runTL(t, nil, "validate", "--config", good)
+	if code != exitOK || out != good+": OK: 1 job, store redis://u:xxxxx@localhost:1, node n1\n" || errOut != "" {
+		t.Errorf("valid: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+
+	bad := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(bad, []byte("store: redis://u:hunter2@h:1/?x=1\njobs:\n  - name: a\n    schedule: '@every 1s'\n    command: [true]\n    timeout: 10x\n  - name: a\n    schedule: '@daily'\n    http: {url: 'http://h/'}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut = runTL(t, nil, "validate", "--config", bad)
+	want := []string{
+		bad + `:1: store: bad store URL redis://u:xxxxx@h:1/?x=1: unknown query parameter "x"`,
+		bad + `:6: job "a": timeout: invalid duration "10x"`,
+		bad + `:7: job "a": name: a job of this name is on line 3 already`,
+		"tasklock validate: 3 mistakes in the configuration",
+	}
+	if code != exitUsage || out != "" {
+		t.Errorf("invalid: exit %d, stdout %q; want %d", code, out, exitUsage)
+	}
+	lines := strings.Split(strings.TrimSpace(errOut), "\n")
+	if len(lines) != len(want) {
+		t.Fatalf("invalid: stderr\n%s\nwant %d lines", errOut, len(want))
+	}
+	for i, w := range want {
+		if !strings.HasPrefix(lines[i], w) {
+			t.Errorf("line %d: %q, want it to start with %q", i, lines[i], w)
+		}
+	}
+	if strings.Contains(errOut, "hunter2") {
+		t.Errorf("password printed:\n%s", errOut)
+	}
+
+	for _, args := range [][]string{{"validate"}, {"validate", "--config"}, {"validate", "--config", good, "extra"}, {"validate", "--config", filepath.Join(dir, "missing.yaml")}, {"serve"}, {"serve", "--config", bad}} {
+		if code, _, errOut := runTL(t, nil, args...); code != exitUsage {
+			t.Errorf("%q: exit %d, want %d\nstderr:\n%s", args, code, exitUsage, errOut)
+		}
+	}
+}
+
+// serveConfig is a configuration on mem:// with the given jobs.
+func memConfig(jobs string) string {
+	return "store: mem://\nnode: test-node\njobs:\n" + jobs
+}
+
+func TestServeCommandJob(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cfg := writeConfig(t, dir, memConfig(`  - name: env-job
+    schedule: "@every 1s"
+    command: ["sh", "-c", "env | grep ^TASKLOCK_ | sort > \"$OUT.tmp\" && mv \"$OUT.tmp\" \"$OUT\"; echo ran"]
+`))
+	envFile := filepath.Join(dir, "env")
+	p := startTL(t, []string{"OUT=" + envFile, "TASKLOCK_FENCE=inherited"}, "serve", "--config", cfg, "--http", "")
+	waitFor(t, 10*time.Second, func() bool { return fileExists(envFile) }, "the job to write its environment")
+	b, err := os.ReadFile(envFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{}
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		k, v, _ := strings.Cut(l, "=")
+		env[k] = v
+	}
+	if env["TASKLOCK_JOB"] != "env-job" || env["TASKLOCK_NODE"] != "test-node" || env["TASKLOCK_ATTEMPT"] != "1" {
+		t.Errorf("environment %v", env)
+	}
+	if f, err := strconv.ParseUint(env["TASKLOCK_FENCE"], 10, 64); err != nil || f == 0 {
+		t.Errorf("TASKLOCK_FENCE=%q, want a positive fence", env["TASKLOCK_FENCE"])
+	}
+	tick, err := time.Parse(time.RFC3339, env["TASKLOCK_TICK"])
+	if err != nil || !strings.HasSuffix(env["TASKLOCK_TICK"], "Z") || tick.Nanosecond() != 0 || time.Since(tick) > time.Minute {
+		t.Errorf("TASKLOCK_TICK=%q, want a recent RFC 3339 UTC instant", env["TASKLOCK_TICK"])
+	}
+	p.waitOutput("[env-job] ran\n", 10*time.Second)
+	p.signal(syscall.SIGTERM)
+	if code := p.wait(30 * time.Second); code != 0 {
+		t.Fatalf("exit %d after SIGTERM, want 0\nstderr:\n%s", code, p.stderr())
+	}
+}
+
+func TestServeTimeoutKillsProcessGroup(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	// The shell and the child it leaves behind ignore SIGTERM: only the
+	// SIGKILL kill_grace after it stops them, and both must go.
+	cfg := writeConfig(t, dir, memConfig(`  - name: stuck
+    schedule: "@every 1s"
+    timeout: 500ms
+    kill_grace: 300ms
+    command: ["sh", "-c", "[ -e \"$DIR/pid\" ] && exit 0; trap '' TERM; sleep 1000 & echo $! > \"$DIR/child\"; echo $$ > \"$DIR/pid\"; wait"]
+`))
+	p := startTL(t, []string{"DIR=" + dir}, "serve", "--config", cfg, "--http", "")
+	pid := readPid(t, filepath.Join(dir, "pid"))
+	child := readPid(t, filepath.Join(dir, "child"))
+	waitFor(t, 10*time.Second, func() bool { return !alive(pid) && !alive(child) }, "the command and its child to be killed")
+	p.waitStderr(`SIGKILL.*job=stuck`, 10*time.Second)
+	p.signal(syscall.SIGTERM)
+	if code := p.wait(30 * time.Second); code != 0 {
+		t.Fatalf("exit %d, want 0\nstderr:\n%s", code, p.stderr())
+	}
+}
+
+func TestServeReload(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	jobA := `  - name: a
+    schedule: "@every 1s"
+    command: ["sh", "-c", "touch \"$DIR/a.$TASKLOCK_TICK\""]
+`
+	cfg := writeConfig(t, dir, memConfig(jobA))
+	p := startTL(t, []string{"DIR=" + dir}, "serve", "--config", cfg, "--http", "")
+	count := func(prefix string) int {
+		m, _ := filepath.Glob(filepath.Join(dir, prefix+".*"))
+		return len(m)
+	}
+	waitFor(t, 10*time.Second, func() bool { return count("a") > 0 }, "job a to run")
+
+	// An invalid file is logged, with its line, and changes nothing.
+	writeConfig(t, dir, memConfig(jobA+"  - name: b\n    schedule: '@every 1s'\n    timeout: 10x\n    command: [true]\n"))
+	p.signal(syscall.SIGHUP)
+	p.waitStderr(`reload: invalid configuration.*tasklock.yaml:9: job \\"b\\": timeout: invalid duration`, 10*time.Second)
+	n := count("a")
+	waitFor(t, 10*time.Second, func() bool { return count("a") > n }, "job a to run on after a bad reload")
+
+	// A valid one adds job b.
+	writeConfig(t, dir, memConfig(jobA+`  - name: b
+    schedule: "@every 1s"
+    command: ["sh", "-c", "touch \"$DIR/b.$TASKLOCK_TICK\""]
+`))
+	p.signal(syscall.SIGHUP)
+	p.waitStderr(`msg=reloaded jobs=2 added=\[b\]`, 10*time.Second)
+	waitFor(t, 10*time.Second, func() bool { return count("b") > 0 }, "job b to run after the reload")
+	n = count("a")
+	waitFor(t, 10*time.Second, func() bool { return count("a") > n }, "job a to run on after the reload")
+
+	p.signal(syscall.SIGINT)
+	if code := p.wait(30 * time.Second); code != 0 {
+		t.Fatalf("exit %d, want 0\nstderr:\n%s", code, p.stderr())
+	}
+}
+
+func TestServeSIGTERMWaitsForRun(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cfg := writeConfig(t, dir, memConfig(`  - name: slow
+    schedule: "@every 1s"
+    command: ["sh", "-c", "[ -e \"$DIR/started\" ] && exit 0; touch \"$DIR/started\"; while [ ! -e \"$DIR/stop\" ]; do sleep 0.02; done; touch \"$DIR/finished\""]
+`))
+	p := startTL(t, []string{"DIR=" + dir}, "serve", "--config", cfg, "--http", "")
+	waitFor(t, 10*time.Second, func() bool { return fileExists(filepath.Join(dir, "started")) }, "the job to start")
+	p.signal(syscall.SIGTERM)
+	p.waitStderr(`shutting down`, 10*time.Second)
+	select {
+	case <-p.done:
+		t.Fatalf("exited (%v) while the job ran\nstderr:\n%s", p.state, p.stderr())
+	default:
+	}
+	if err := os.WriteFile(filepath.Join(dir, "stop"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(30 * time.Second); code != 0 {
+		t.Fatalf("exit %d, want 0\nstderr:\n%s", code, p.stderr())
+	}
+	if !fileExists(filepath.Join(dir, "finished")) {
+		t.Error("serve exited before the job finished")
+	}
+}
+
+func TestServeSameNodeRefused(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cfg := writeConfig(t, dir, "store: sqlite://"+filepath.Join(dir, "tl.db")+"\nnode: same\njobs:\n  - name: a\n    schedule: '@every 1s'\n    command: [true]\n")
+	first := startTL(t, nil, "serve", "--config", cfg, "--http", "")
+	waitFor(t, 20*time.Second, func() bool {
+		select {
+		case <-first.done:
+			return true
+		default:
+		}
+		return strings.Contains(first.stderr(), "msg=serving")
+	}, "the first serve to start")
+	select {
+	case <-first.done:
+		if strings.Contains(first.stderr(), "cannot keep a schedule ledger") {
+			t.Skipf("sqlitestore keeps no ledger yet: %s", first.stderr())
+		}
+		t.Fatalf("first serve exited (%v)\nstderr:\n%s", first.state, first.stderr())
+	default:
+	}
+	code, _, errOut := runTL(t, nil, "serve", "--config", cfg, "--http", "")
+	if code != exitTempFail || !strings.Contains(errOut, `node name "same" is in use`) {
+		t.Errorf("second serve: exit %d, want %d\nstderr:\n%s", code, exitTempFail, errOut)
+	}
+	first.signal(syscall.SIGTERM)
+	if code := first.wait(30 * time.Second); code != 0 {
+		t.Fatalf("exit %d, want 0\nstderr:\n%s", code, first.stderr())
+	}
+}
+
+func TestServeHTTPJob(t *testing.T) {
+	t.Parallel()
+	type hit struct {
+		method, body string
+		header       http.Header
+	}
+	var (
+		mu   sync.Mutex
+		hits []hit
+	)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		hits = append(hits, hit{r.Method, string(b), r.Header.Clone()})
+		mu.Unlock()
+		w.WriteHeader(http.StatusTeapot) // not 2xx: the run fails
+	}))
+	t.Cleanup(srv.Close)
+	dir := t.TempDir()
+	cfg := writeConfig(t, dir, memConfig(`  - name: hook
+    schedule: "@every 1s"
+    http:
+      method: POST
+      url: `+srv.URL+`/hook
+      headers: {content-type: application/json}
+      body: '{"ping": true}'
+`))
+	p := startTL(t, nil, "serve", "--config", cfg, "--verbose", "--http", "")
+	waitFor(t, 10*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(hits) > 0 }, "the request")
+	mu.Lock()
+	h := hits[0]
+	mu.Unlock()
+	if h.method != "POST" || h.body != `{"ping": true}` || h.header.Get("Content-Type") != "application/json" {
+		t.Errorf("request %+v", h)
+	}
+	if h.header.Get("X-Tasklock-Job") != "hook" || h.header.Get("X-Tasklock-Node") != "test-node" ||
+		h.header.Get("X-Tasklock-Attempt") != "1" || h.header.Get("X-Tasklock-Fence") == "" || !strings.HasSuffix(h.header.Get("X-Tasklock-Tick"), "Z") {
+		t.Errorf("headers %v", h.header)
+	}
+	p.waitStderr(`status=failed.*418 I'm a teapot`, 10*time.Second)
+	p.signal(syscall.SIGTERM)
+	if code := p.wait(30 * time.Second); code != 0 {
+		t.Fatalf("exit %d, want 0\nstderr:\n%s", code, p.stderr())
+	}
+}

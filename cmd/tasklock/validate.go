@@ -1,0 +1,92 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/tasklock/tasklock/internal/config"
+	"github.com/tasklock/tasklock/internal/storeurl"
+)
+
+const validateUsage = `Usage: tasklock validate --config FILE
+
+Checks the configuration file of "tasklock serve" without connecting to the
+store: the YAML, every key (unknown keys are errors), every value, each
+job's schedule, time zone and durations, and the store URL. It prints OK
+with the number of jobs, or every mistake, one a line, each naming the
+file, the line, the job and the key:
+
+  config.yaml:7: job "nightly-report": timeout: invalid duration "10x"
+
+A password in the store URL is never printed. See "tasklock help serve"
+for the file's keys.
+
+Exit status: 0 when the file is valid, 64 when it is not (or cannot be
+read, or the flags are wrong).
+`
+
+// configFlag parses the flags of validate and serve into the FlagSet's
+// values and returns the --config path. It returns flag.ErrHelp for -h.
+func configFlag(fs *flag.FlagSet, args []string) (string, error) {
+	var path string
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&path, "config", "", "")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return "", err
+		}
+		return "", flagError(err)
+	}
+	switch {
+	case fs.NArg() > 0:
+		return "", usagef("unexpected argument %q", fs.Arg(0))
+	case path == "":
+		return "", usagef("--config FILE is required")
+	}
+	return path, nil
+}
+
+// runValidate is the validate command.
+func runValidate(args []string, stdout, stderr io.Writer) int {
+	path, err := configFlag(flag.NewFlagSet("validate", flag.ContinueOnError), args)
+	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprint(stdout, validateUsage)
+		return exitOK
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "tasklock validate: %v\nRun 'tasklock help validate' for usage.\n", err)
+		return exitUsage
+	}
+	f, err := config.Load(path)
+	if err != nil {
+		printConfigErrors(stderr, "tasklock validate", err)
+		return exitUsage
+	}
+	node := f.Node
+	if node == "" {
+		node = "host:pid"
+	}
+	fmt.Fprintf(stdout, "%s: OK: %s, store %s, node %s\n", path, plural(len(f.Jobs), "job"), storeurl.Redact(f.Store), node)
+	return exitOK
+}
+
+// printConfigErrors prints every mistake of a configuration file.
+func printConfigErrors(w io.Writer, cmd string, err error) {
+	lines := config.AsErrors(err)
+	for _, l := range lines {
+		fmt.Fprintln(w, l)
+	}
+	var es config.Errors
+	if errors.As(err, &es) {
+		fmt.Fprintf(w, "%s: %s in the configuration\n", cmd, plural(len(es), "mistake"))
+	}
+}
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
+}
