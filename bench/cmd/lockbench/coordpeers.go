@@ -157,7 +157,7 @@ func coordHoldImpls(k coordKind) []coordHoldImpl {
 		}
 	case kindZK:
 		return []coordHoldImpl{
-			{"tasklock", coordTasklock, "one Locker over zkstore.New(conn, SessionTimeout = TTL): ephemeral nodes on the Conn's session, each lease's node rewritten (setData, batched in multis) at every renewal; plus the session's pings", holdZKTasklock},
+			{"tasklock", coordTasklock, "one Locker over zkstore.New(conn, SessionTimeout = TTL): ephemeral nodes on the Conn's session; each renewal is one multi checking the force-release marker's version (proves the session alive, whatever the number of leases); plus the session's pings", holdZKTasklock},
 			{zkLockName, coordPeer, "zk.NewLock on one Conn (session timeout = TTL): ephemeral nodes kept by the session alone, which go-zookeeper pings every timeout/3; the locks have no TTL of their own", holdZKLock},
 		}
 	default:

@@ -11,6 +11,9 @@
 //	    and release → next holder handoff latency
 //	P4  10,000 locks kept alive: store round trips per renewal cycle,
 //	    goroutines, heap per held lock
+//	P5  the scheduler: 10,000 jobs @every 1s on 3 nodes sharing one
+//	    redisstore ledger: tick lateness, duplicate and missed ticks, store
+//	    round trips per run (sched*.go)
 //	P1-sql, P3-sql, P4-sql  the same per SQL store: 16 goroutines; 16
 //	    goroutines on one key; 1,000 locks kept alive
 //	P1-etcd, P3-etcd, P4-etcd (and -zk, -redlock)  tasklock against etcd's
@@ -25,6 +28,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -80,12 +84,13 @@ func parseOnly(only string, cfg *config) error {
 	for _, id := range strings.Split(only, ",") {
 		switch id = strings.ToUpper(strings.TrimSpace(id)); id {
 		case "":
-		case "P1", "P2", "P3", "P4", "P1-SQL", "P3-SQL", "P4-SQL":
+		case "P1", "P2", "P3", "P4", "P5", "P1-SQL", "P3-SQL", "P4-SQL":
 			cfg.only[id] = true
 		case "REDIS":
 			for _, x := range redisIDs {
 				cfg.only[x] = true
 			}
+			cfg.only["P5"] = true
 		case "SQL":
 			for _, x := range sqlIDs {
 				cfg.only[x] = true
@@ -98,7 +103,7 @@ func parseOnly(only string, cfg *config) error {
 			cfg.stores[kindSQLite] = true
 		default:
 			if !addCoordOnly(cfg.only, id) {
-				return fmt.Errorf("lockbench: -only: unknown measurement or store %q (P1, P2, P3, P4, P1-sql, P3-sql, P4-sql, redis, sql, postgres, mysql, sqlite, %s)", id, coordOnlyHelp)
+				return fmt.Errorf("lockbench: -only: unknown measurement or store %q (P1, P2, P3, P4, P5, P1-sql, P3-sql, P4-sql, redis, sql, postgres, mysql, sqlite, %s)", id, coordOnlyHelp)
 			}
 		}
 	}
@@ -128,8 +133,8 @@ func main() {
 	flag.DurationVar(&duration, "duration", 3*time.Second, "measured time per round of each implementation in P1 (taken in slices of 0.5 s) and P3 (one run, after a 0.5 s warm-up)")
 	flag.IntVar(&cfg.rounds, "rounds", 3, "rounds of P1 and P3; the implementations take turns, in reverse order every other turn")
 	flag.DurationVar(&cfg.sqlDuration, "sqlduration", 3*time.Second, "measured time per implementation and SQL store in P1-sql (taken in slices of 0.5 s) and P3-sql (in two runs)")
-	flag.BoolVar(&cfg.quick, "quick", false, "short smoke run (about a minute): one round, P1 runs of 0.5 s and P3 runs of 0.8 s\n(unless -duration is given), 300 pairs for P2, no warm-up cycle in P4;\nSQL: 0.5 s per implementation (unless -sqlduration is given), 200 locks of TTL 1.5 s in P4-sql")
-	flag.StringVar(&only, "only", "", "comma-separated measurements to run: P1, P2, P3, P4, P1-sql, P3-sql, P4-sql, or the groups redis and sql;\nSQL store names (postgres, mysql, sqlite) restrict the SQL measurements to those stores;\n"+coordOnlyHelp+" (default all)")
+	flag.BoolVar(&cfg.quick, "quick", false, "short smoke run (about a minute): one round, P1 runs of 0.5 s and P3 runs of 0.8 s\n(unless -duration is given), 300 pairs for P2, no warm-up cycle in P4,\n1,000 jobs for 5 s in P5 (instead of 10,000 and 1,000 for 10 s);\nSQL: 0.5 s per implementation (unless -sqlduration is given), 200 locks of TTL 1.5 s in P4-sql")
+	flag.StringVar(&only, "only", "", "comma-separated measurements to run: P1, P2, P3, P4, P5, P1-sql, P3-sql, P4-sql, or the groups redis and sql;\nSQL store names (postgres, mysql, sqlite) restrict the SQL measurements to those stores;\n"+coordOnlyHelp+" (default all)")
 	flag.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.StringVar(&memProfile, "memprofile", "", "record every allocation (MemProfileRate=1, which slows the run) and write an allocs profile to this file")
 	flag.StringVar(&heapProfile, "heapprofile", "", "write the live heap to this file in P4, while the locks are held\n(and to this file .postgres, .mysql, .sqlite in P4-sql, while tasklock holds them)")
@@ -296,9 +301,15 @@ func run(cfg config, cpuProfile, memProfile, heapProfile string) error {
 	if srv != nil {
 		srv.stop()
 	}
+	if cfg.runs("P5") {
+		rep.p5 = runP5(ctx, cfg, cl.add)
+		for _, r := range rep.p5 {
+			rep.server = cmp.Or(rep.server, r.server)
+		}
+	}
 	// Each SQL store in turn, its server stopped once done with, so that
 	// an idle server does not share the CPUs with the next one's run.
-	var failed []string
+	failed := p5Failures(rep.p5)
 	for _, e := range envs {
 		if e.err != nil {
 			failed = append(failed, e.title+": "+e.err.Error())

@@ -34,6 +34,7 @@ type report struct {
 	p2 []p2Result
 	p3 []*p3Result
 	p4 *p4Result
+	p5 []*schedResult
 
 	sqlEnvs []*sqlEnv
 	p1sql   []*sqlP1Result
@@ -105,6 +106,7 @@ func (r *report) write(w io.Writer) {
 	r.writeP2(p)
 	r.writeP3(p)
 	r.writeP4(p)
+	r.writeP5(p)
 	r.writeSQL(p)
 	if len(r.summary) > 0 {
 		p("")

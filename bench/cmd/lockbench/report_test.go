@@ -41,7 +41,8 @@ func TestParseOnly(t *testing.T) {
 		{"", []string{"P1", "P4", "P1-SQL", "P4-SQL"}, nil, sqlKinds},
 		{"P1,P2", []string{"P1", "P2"}, []string{"P3", "P1-SQL"}, sqlKinds},
 		{"sql", sqlIDs, redisIDs, sqlKinds},
-		{"redis", redisIDs, sqlIDs, sqlKinds},
+		{"redis", append([]string{"P5"}, redisIDs...), sqlIDs, sqlKinds},
+		{"p5", []string{"P5"}, []string{"P1", "P4", "P1-SQL"}, sqlKinds},
 		{"postgres", sqlIDs, redisIDs, []storeKind{kindPG}},
 		{"p4-sql, MariaDB,sqlite", []string{"P4-SQL"}, []string{"P1-SQL", "P1"}, []storeKind{kindMySQL, kindSQLite}},
 	} {
@@ -70,7 +71,7 @@ func TestParseOnly(t *testing.T) {
 		}
 	}
 	var cfg config
-	if err := parseOnly("P5", &cfg); err == nil {
-		t.Error("parseOnly(P5) accepted an unknown measurement")
+	if err := parseOnly("P9", &cfg); err == nil {
+		t.Error("parseOnly(P9) accepted an unknown measurement")
 	}
 }

@@ -1,0 +1,572 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tasklock/tasklock"
+	"github.com/tasklock/tasklock/redisstore"
+	"github.com/tasklock/tasklock/schedule"
+)
+
+// P5: the scheduler. Three schedule.Scheduler instances ("nodes") in this
+// process, each with its own go-redis client (counted), Locker and
+// redisstore.Store, all on one private redis-server, run the same jobs
+// "@every 1s"; every handler records (job, tick, node, fence) in an
+// in-memory oracle and returns at once.
+
+// schedNodes is the number of Schedulers sharing the ledger.
+const schedNodes = 3
+
+// schedParams are P5's sizes, from -quick.
+type schedParams struct {
+	jobs   []int         // one measurement per entry, in order
+	warmup time.Duration // from Start to the first tick counted
+	window time.Duration // ticks counted: window/1s of them per job
+	drain  time.Duration // after the window, at most this long for its last ticks to run
+}
+
+func newSchedParams(cfg config) schedParams {
+	if cfg.quick {
+		return schedParams{jobs: []int{1000}, warmup: 3 * time.Second, window: 5 * time.Second, drain: 7 * time.Second}
+	}
+	return schedParams{jobs: []int{10000, 1000}, warmup: 5 * time.Second, window: 10 * time.Second, drain: 7 * time.Second}
+}
+
+// schedCounter is a go-redis hook that counts what one node's client sends,
+// like counter, and sorts it by what it is for: the job lock's scripts
+// (obtain, release: EVALSHA sent alone), the job-state poll (HGETALL),
+// claim pipelines (scripts only) and history pipelines (scripts and SADD).
+type schedCounter struct {
+	single, pipelines, piped atomic.Int64
+
+	lockScripts, statePolls, otherSingle atomic.Int64
+	claimPipes, claimScripts             atomic.Int64
+	recordPipes, otherPipes              atomic.Int64
+
+	errs     atomic.Int64 // calls that returned an error (redis.Nil and NOSCRIPT aside)
+	firstErr atomic.Pointer[string]
+}
+
+func (h *schedCounter) failed(err error) {
+	if err == nil || err == redis.Nil || strings.HasPrefix(err.Error(), "NOSCRIPT") {
+		return // NOSCRIPT: redisstore sends EVAL next
+	}
+	if h.errs.Add(1) == 1 {
+		s := err.Error()
+		h.firstErr.Store(&s)
+	}
+}
+
+func (h *schedCounter) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) { return next(ctx, network, addr) }
+}
+
+func (h *schedCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.single.Add(1)
+		switch cmd.Name() {
+		case "evalsha", "eval":
+			h.lockScripts.Add(1)
+		case "hgetall":
+			h.statePolls.Add(1)
+		default:
+			h.otherSingle.Add(1)
+		}
+		err := next(ctx, cmd)
+		h.failed(err)
+		return err
+	}
+}
+
+func (h *schedCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.pipelines.Add(1)
+		h.piped.Add(int64(len(cmds)))
+		scripts, sadd, setup := 0, false, false
+		for _, c := range cmds {
+			switch c.Name() {
+			case "evalsha", "eval":
+				scripts++
+			case "sadd":
+				sadd = true
+			case "hello", "client":
+				setup = true
+			}
+		}
+		switch {
+		case setup:
+			// A new connection's HELLO and CLIENT SETINFO: Redis 7.0
+			// answers the latter with an error go-redis ignores.
+			h.otherPipes.Add(1)
+			return next(ctx, cmds)
+		case sadd:
+			h.recordPipes.Add(1)
+		case scripts == len(cmds):
+			h.claimPipes.Add(1)
+			h.claimScripts.Add(int64(scripts))
+		default:
+			h.otherPipes.Add(1)
+		}
+		err := next(ctx, cmds)
+		h.failed(err)
+		return err
+	}
+}
+
+// schedCounts is a snapshot of the counters of every node, summed.
+type schedCounts struct {
+	single, pipelines, piped                                         int64
+	lockScripts, statePolls, otherSingle                             int64
+	claimPipes, claimScripts, recordPipes, otherPipes                int64
+	obtained, notObtained, released, renewed, lost, started, warning int64
+}
+
+func (c schedCounts) roundTrips() int64 { return c.single + c.pipelines }
+
+func (c schedCounts) minus(o schedCounts) schedCounts {
+	return schedCounts{
+		c.single - o.single, c.pipelines - o.pipelines, c.piped - o.piped,
+		c.lockScripts - o.lockScripts, c.statePolls - o.statePolls, c.otherSingle - o.otherSingle,
+		c.claimPipes - o.claimPipes, c.claimScripts - o.claimScripts, c.recordPipes - o.recordPipes, c.otherPipes - o.otherPipes,
+		c.obtained - o.obtained, c.notObtained - o.notObtained, c.released - o.released, c.renewed - o.renewed,
+		c.lost - o.lost, c.started - o.started, c.warning - o.warning,
+	}
+}
+
+// schedEvents counts the Lockers' events, all nodes together.
+type schedEvents struct {
+	obtained, notObtained, released, renewed, lost atomic.Int64
+}
+
+func (e *schedEvents) on(ev tasklock.Event) {
+	switch ev.Type {
+	case tasklock.EventObtained:
+		e.obtained.Add(1)
+	case tasklock.EventNotObtained:
+		e.notObtained.Add(1)
+	case tasklock.EventReleased:
+		e.released.Add(1)
+	case tasklock.EventRenewed:
+		e.renewed.Add(1)
+	case tasklock.EventLost:
+		e.lost.Add(1)
+	}
+}
+
+// warnCounter is a slog.Handler that counts the warnings and errors of the
+// Schedulers and Lockers and keeps the first, instead of printing one per
+// job when something goes wrong.
+type warnCounter struct {
+	n     *atomic.Int64
+	first *atomic.Pointer[string]
+}
+
+func (h warnCounter) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+
+func (h warnCounter) Handle(_ context.Context, r slog.Record) error {
+	if h.n.Add(1) == 1 {
+		var b strings.Builder
+		b.WriteString(r.Message)
+		r.Attrs(func(a slog.Attr) bool {
+			fmt.Fprintf(&b, " %s=%v", a.Key, a.Value)
+			return true
+		})
+		s := b.String()
+		h.first.Store(&s)
+	}
+	return nil
+}
+
+func (h warnCounter) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h warnCounter) WithGroup(string) slog.Handler      { return h }
+
+// schedSlot is what the oracle knows of one (job, tick).
+type schedSlot struct {
+	runs  atomic.Int32
+	node  atomic.Int32 // 1-based node of the first run
+	late  atomic.Int64 // handler start − tick, of the first run
+	fence atomic.Uint64
+}
+
+// schedOracle records every handler call: the ticks from base on, one slot
+// per (job, tick).
+type schedOracle struct {
+	base    int64 // unix second of tick 0
+	ticks   int
+	slots   []schedSlot // job*ticks + tick
+	started atomic.Int64
+	dups    atomic.Int64 // runs of a (job, tick) that had run already
+	outside atomic.Int64 // runs of ticks outside the slots, or of triggers
+	catchUp atomic.Int64
+}
+
+func (o *schedOracle) record(job, node int, run schedule.Run) {
+	now := time.Now()
+	o.started.Add(1)
+	if run.CatchUp {
+		o.catchUp.Add(1)
+	}
+	off := run.Tick.Unix() - o.base
+	if run.Trigger != "" || off < 0 || off >= int64(o.ticks) {
+		o.outside.Add(1)
+		return
+	}
+	sl := &o.slots[job*o.ticks+int(off)]
+	if sl.runs.Add(1) > 1 {
+		o.dups.Add(1)
+		return
+	}
+	sl.late.Store(int64(now.Sub(run.Tick)))
+	sl.node.Store(int32(node + 1))
+	sl.fence.Store(run.Fence)
+}
+
+// schedResult is one P5 measurement.
+type schedResult struct {
+	jobs             int
+	server           string        // redis-server's version
+	startup          time.Duration // New, Add and Start of the three nodes
+	window           time.Duration // wall time counted (round trips, runs, CPU)
+	ticks            int           // ticks per job in the window
+	late             []time.Duration
+	runs             int64 // handler calls started in the wall window
+	ran              int   // window (job, tick) pairs that ran
+	missed           int   // window (job, tick) pairs that never ran
+	dups             int64 // duplicate runs, whole measurement
+	outside          int64
+	catchUp          int64
+	fenceOrder       int // window ticks whose fence is not above the job's previous tick's
+	perNode          [schedNodes]int
+	c                schedCounts // in the wall window
+	clientCPU        time.Duration
+	serverCPU        time.Duration
+	cpuKnown         bool
+	goroutines       int       // largest NumGoroutine rise over the baseline, sampled every 20 ms in the window
+	warmupGoroutines int       // the same during the warm-up (the first pass runs up to 5 ticks per job, split among the nodes)
+	heapPerJob       float64   // median of the samples, after GC, three nodes together
+	heapSample       []float64 // per job
+	statuses         map[string]int
+	histErr          error
+	warnings         int64
+	storeErrs        int64 // calls to Redis that failed, whole measurement
+	firstStoreErr    string
+	shutdown         time.Duration // Shutdown of the three nodes, in parallel
+	shutdownErr      error         // it timed out (30 s)
+	firstWarn        string
+	err              error
+}
+
+// runsPerRT is round trips per run in the window.
+func (r *schedResult) rtPerRun() float64 {
+	if r.runs == 0 {
+		return 0
+	}
+	return float64(r.c.roundTrips()) / float64(r.runs)
+}
+
+func (r *schedResult) cpuPerRun() (client, server float64) {
+	if !r.cpuKnown || r.runs == 0 {
+		return 0, 0
+	}
+	n := float64(r.runs)
+	return float64(r.clientCPU.Microseconds()) / n, float64(r.serverCPU.Microseconds()) / n
+}
+
+// runP5 runs a P5 measurement per entry of p.jobs, each on a fresh
+// redis-server, stopped once done.
+func runP5(ctx context.Context, cfg config, add func(func())) []*schedResult {
+	p := newSchedParams(cfg)
+	var out []*schedResult
+	for _, n := range p.jobs {
+		r := &schedResult{jobs: n}
+		out = append(out, r)
+		srv, err := startServer(ctx, func(s *server) { add(s.stop) })
+		if err != nil {
+			r.err = fmt.Errorf("P5 (%d jobs): %w", n, err)
+			progress("%v", r.err)
+			continue
+		}
+		r.server = srv.version
+		progress("P5: redis-server %s on %s, %d jobs @every 1s on %d nodes", srv.version, srv.addr, n, schedNodes)
+		r.err = measureSched(ctx, srv, p, r)
+		srv.stop()
+		if r.err != nil {
+			progress("P5 (%d jobs): %v", n, r.err)
+		}
+	}
+	return out
+}
+
+// schedNode is one Scheduler with what it is built on.
+type schedNode struct {
+	c  *redis.Client
+	h  *schedCounter
+	st *redisstore.Store
+	lk *tasklock.Locker
+	s  *schedule.Scheduler
+}
+
+func measureSched(ctx context.Context, srv *server, p schedParams, r *schedResult) error {
+	n := r.jobs
+	var (
+		ev        schedEvents
+		warnings  atomic.Int64
+		firstWarn atomic.Pointer[string]
+	)
+	logger := slog.New(warnCounter{&warnings, &firstWarn})
+	nodes := make([]*schedNode, schedNodes)
+	g0 := runtime.NumGoroutine()
+	defer func() {
+		// Shut down what is left (after a failure; a second Shutdown
+		// only waits again), close, and wait for the run goroutines a
+		// Shutdown that timed out left behind, so that they do not run
+		// into the next measurement.
+		for _, nd := range nodes {
+			if nd == nil {
+				continue
+			}
+			if nd.s != nil {
+				sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				_ = nd.s.Shutdown(sctx)
+				cancel()
+			}
+			if nd.lk != nil {
+				_ = nd.lk.Close()
+			}
+			_ = nd.c.Close()
+		}
+		for end := time.Now().Add(30 * time.Second); time.Now().Before(end) && runtime.NumGoroutine() > g0+20; {
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
+	for i := range nodes {
+		nd := &schedNode{c: newClient(srv.addr), h: &schedCounter{}}
+		nd.c.AddHook(nd.h)
+		nodes[i] = nd
+		st, err := redisstore.New(nd.c, nil)
+		if err != nil {
+			return err
+		}
+		nd.st = st
+		if nd.lk, err = tasklock.New(st, &tasklock.Config{OnEvent: ev.on, Logger: logger}); err != nil {
+			return err
+		}
+	}
+
+	// The caller's part exists before the baseline: names, handlers, the
+	// oracle, the clients' connections.
+	start := time.Now()
+	o := &schedOracle{base: start.Unix() - 10, ticks: int((p.warmup+p.window+p.drain)/time.Second) + 40}
+	o.slots = make([]schedSlot, n*o.ticks)
+	names := make([]string, n)
+	handlers := make([][]func(context.Context, schedule.Run) error, schedNodes)
+	for i := range names {
+		names[i] = fmt.Sprintf("p5-%05d", i)
+	}
+	for nd := range handlers {
+		handlers[nd] = make([]func(context.Context, schedule.Run) error, n)
+		for j := range n {
+			handlers[nd][j] = func(_ context.Context, run schedule.Run) error {
+				o.record(j, nd, run)
+				return nil
+			}
+		}
+	}
+	var wg sync.WaitGroup
+	for _, nd := range nodes {
+		for range 20 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range 5 {
+					_ = nd.c.Ping(ctx).Err()
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	heap0 := heapAfterGC()
+	g0 = runtime.NumGoroutine()
+
+	t0 := time.Now()
+	for i, nd := range nodes {
+		s, err := schedule.New(nd.lk, nd.st, &schedule.Config{Node: fmt.Sprintf("node-%d", i+1), Logger: logger})
+		if err != nil {
+			return err
+		}
+		nd.s = s
+		for j := range n {
+			// MisfireWindow = MisfireAfter (5 s, the least allowed):
+			// a node starting on an empty ledger looks back 5 ticks, not
+			// the default hour's 100 (MaxBacklog).
+			err := s.Add(schedule.Job{Name: names[j], Schedule: "@every 1s", Handler: handlers[i][j], MisfireWindow: schedule.DefaultMisfireAfter})
+			if err != nil {
+				return err
+			}
+		}
+	}
+	for _, nd := range nodes {
+		if err := nd.s.Start(ctx); err != nil {
+			return err
+		}
+	}
+	r.startup = time.Since(t0)
+
+	snap := func() schedCounts {
+		var c schedCounts
+		for _, nd := range nodes {
+			h := nd.h
+			c.single += h.single.Load()
+			c.pipelines += h.pipelines.Load()
+			c.piped += h.piped.Load()
+			c.lockScripts += h.lockScripts.Load()
+			c.statePolls += h.statePolls.Load()
+			c.otherSingle += h.otherSingle.Load()
+			c.claimPipes += h.claimPipes.Load()
+			c.claimScripts += h.claimScripts.Load()
+			c.recordPipes += h.recordPipes.Load()
+			c.otherPipes += h.otherPipes.Load()
+		}
+		c.obtained, c.notObtained, c.released = ev.obtained.Load(), ev.notObtained.Load(), ev.released.Load()
+		c.renewed, c.lost = ev.renewed.Load(), ev.lost.Load()
+		c.started, c.warning = o.started.Load(), warnings.Load()
+		return c
+	}
+	maxG := 0
+	sampleUntil := func(t time.Time) {
+		for time.Now().Before(t) {
+			maxG = max(maxG, runtime.NumGoroutine()-g0)
+			time.Sleep(min(20*time.Millisecond, max(time.Until(t), 0)))
+		}
+	}
+
+	// The window: the ticks w0, w0+1s, …; counted over the same wall time.
+	w0 := start.Add(p.warmup).Truncate(time.Second).Add(time.Second)
+	r.ticks = int(p.window / time.Second)
+	w1 := w0.Add(time.Duration(r.ticks) * time.Second)
+	sampleUntil(w0)
+	r.warmupGoroutines, maxG = maxG, 0
+	c0 := snap()
+	cpu0, ok0 := selfCPU()
+	srv0, ok1 := srv.cpu()
+	sampleUntil(w1)
+	r.goroutines = maxG
+	c1 := snap()
+	cpu1, ok2 := selfCPU()
+	srv1, ok3 := srv.cpu()
+	r.window = w1.Sub(w0)
+	r.c = c1.minus(c0)
+	r.runs = r.c.started
+	r.clientCPU, r.serverCPU, r.cpuKnown = cpu1-cpu0, srv1-srv0, ok0 && ok1 && ok2 && ok3
+	progress("P5 (%d jobs): %d runs, %d round trips in %v", n, r.runs, r.c.roundTrips(), r.window)
+
+	// Let the window's last ticks run, up to p.drain.
+	first, last := int(w0.Unix()-o.base), int(w0.Unix()-o.base)+r.ticks
+	allRan := func() bool {
+		for j := range n {
+			for t := first; t < last; t++ {
+				if o.slots[j*o.ticks+t].runs.Load() == 0 {
+					return false
+				}
+			}
+		}
+		return true
+	}
+	for end := time.Now().Add(p.drain); time.Now().Before(end) && !allRan(); {
+		time.Sleep(200 * time.Millisecond)
+	}
+
+	// Heap while the jobs keep ticking.
+	for i := range 3 {
+		if i > 0 {
+			time.Sleep(200 * time.Millisecond)
+		}
+		r.heapSample = append(r.heapSample, float64(int64(heapAfterGC())-int64(heap0))/float64(n))
+	}
+	s := slices.Clone(r.heapSample)
+	slices.Sort(s)
+	r.heapPerJob = s[len(s)/2]
+
+	// The oracle's verdict on the window's ticks, taken before Shutdown,
+	// which may take long when the nodes are behind.
+	r.late = make([]time.Duration, 0, n*r.ticks)
+	for j := range n {
+		var prev uint64
+		for t := first; t < last; t++ {
+			sl := &o.slots[j*o.ticks+t]
+			if sl.runs.Load() == 0 {
+				r.missed++
+				continue
+			}
+			r.ran++
+			r.late = append(r.late, time.Duration(sl.late.Load()))
+			if nd := sl.node.Load(); nd >= 1 && int(nd) <= schedNodes {
+				r.perNode[nd-1]++
+			}
+			f := sl.fence.Load()
+			if f <= prev {
+				r.fenceOrder++
+			}
+			prev = f
+		}
+	}
+	r.dups, r.outside, r.catchUp = o.dups.Load(), o.outside.Load(), o.catchUp.Load()
+	r.warnings = warnings.Load()
+	for _, nd := range nodes {
+		r.storeErrs += nd.h.errs.Load()
+		if e := nd.h.firstErr.Load(); e != nil && r.firstStoreErr == "" {
+			r.firstStoreErr = *e
+		}
+	}
+	if w := firstWarn.Load(); w != nil {
+		r.firstWarn = *w
+	}
+
+	// All three at once, as a fleet being stopped; a node's Shutdown
+	// waits for its run goroutines, a backlog included.
+	t1 := time.Now()
+	errs := make([]error, len(nodes))
+	for i, nd := range nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			errs[i] = nd.s.Shutdown(sctx)
+			cancel()
+		}()
+	}
+	wg.Wait()
+	r.shutdown = time.Since(t1)
+	for _, err := range errs {
+		if err != nil && r.shutdownErr == nil {
+			r.shutdownErr = err
+		}
+	}
+
+	// What the ledger recorded for the window's ticks, by status.
+	hctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	recs, err := nodes[0].st.Runs(hctx, schedule.RunQuery{From: w0, To: w1})
+	if err != nil {
+		r.histErr = err
+	} else {
+		r.statuses = map[string]int{}
+		for _, rec := range recs {
+			r.statuses[string(rec.Status)]++
+		}
+	}
+	progress("P5 (%d jobs): lateness p99 %v, %d missed, %d duplicates, %.2f round trips per run",
+		n, percentile(r.late, 0.99), r.missed, r.dups, r.rtPerRun())
+	return nil
+}
