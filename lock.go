@@ -201,7 +201,7 @@ func (l *Lock) Release(ctx context.Context) error {
 	if l.minHold > 0 {
 		keep = l.minHold - l.lk.clock.Now().Sub(l.acquiredAt)
 	}
-	err := l.lk.store.Release(ctx, driver.ReleaseParams{Key: l.key, Token: l.token, KeepFor: keep})
+	err := l.lk.release(ctx, driver.ReleaseParams{Key: l.key, Token: l.token, KeepFor: keep})
 	if err != nil {
 		err = fmt.Errorf("tasklock: release %q: %w", l.key, err)
 		if endsHere {

@@ -30,6 +30,11 @@ type Locker struct {
 	eng     *engine
 	waiters waitQueue
 
+	// acquires and releases group-commit calls to a driver.Batcher; nil
+	// for other stores.
+	acquires *groupCommit[driver.AcquireParams, driver.AcquireResult]
+	releases *groupCommit[driver.ReleaseParams, error]
+
 	closing   context.Context // done once Close began
 	endAll    context.CancelFunc
 	closeOnce sync.Once
@@ -73,6 +78,7 @@ func New(store driver.Store, cfg *Config) (*Locker, error) {
 	if _, err := rand.Read(lk.tokenSeed[:]); err != nil {
 		return nil, fmt.Errorf("tasklock: reading random bytes: %w", err)
 	}
+	lk.setupBatching(store)
 	lk.eng = newEngine(lk, store, c.Clock)
 	go lk.eng.run()
 	return lk, nil
@@ -121,7 +127,7 @@ func (lk *Locker) releaseAll(held []*Lock) []error {
 		go func() {
 			defer wg.Done()
 			for l := range next {
-				err := lk.store.Release(ctx, driver.ReleaseParams{Key: l.key, Token: l.token})
+				err := lk.release(ctx, driver.ReleaseParams{Key: l.key, Token: l.token})
 				if err != nil && !errors.Is(err, driver.ErrNotHeld) {
 					mu.Lock()
 					errs = append(errs, fmt.Errorf("tasklock: release %q on close: %w", l.key, err))
@@ -277,7 +283,7 @@ func (lk *Locker) try(ctx context.Context, key string, o *resolved) (*Lock, *Not
 	ttl, _ := o.leaseTTL()
 	token := lk.newToken()
 	sentAt := lk.clock.Now()
-	g, err := lk.store.Acquire(ctx, driver.AcquireParams{Key: key, Token: token, Owner: o.owner, TTL: ttl})
+	g, err := lk.acquire(ctx, driver.AcquireParams{Key: key, Token: token, Owner: o.owner, TTL: ttl})
 	if err != nil {
 		var he *driver.HeldError
 		if errors.As(err, &he) {
@@ -333,10 +339,14 @@ func (lk *Locker) newToken() string {
 var tokenEncoding = base32.StdEncoding.WithPadding(base32.NoPadding)
 
 // releaseUnused gives back a lease that was granted but cannot be used.
-func (lk *Locker) releaseUnused(l *Lock) {
+func (lk *Locker) releaseUnused(l *Lock) { lk.giveBack(l.key, l.token) }
+
+// giveBack deletes a lease that was granted for token but never handed to
+// a caller, waiting at most a second: otherwise it expires by its TTL.
+func (lk *Locker) giveBack(key, token string) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	_ = lk.store.Release(ctx, driver.ReleaseParams{Key: l.key, Token: l.token})
+	_ = lk.store.Release(ctx, driver.ReleaseParams{Key: key, Token: token})
 }
 
 // subscribe makes sure the Locker's store subscription is running and

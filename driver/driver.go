@@ -113,6 +113,32 @@ type Store interface {
 	Release(ctx context.Context, p ReleaseParams) error
 }
 
+// Batcher is implemented by stores that can carry many acquires or
+// releases in one round trip (Redis: one pipeline). A Locker then
+// group-commits: while its calls to the store are under way, the TryObtain,
+// Obtain attempts and Release calls that arrive wait and go together in the
+// next call, so a burst of N locks costs a few round trips, not N. A call
+// that finds the store idle goes alone, through Acquire or Release.
+type Batcher interface {
+	// AcquireBatch makes one attempt per item, exactly as Acquire would,
+	// in order (a key named twice goes to its first item). It returns one
+	// result per item. A non-nil error means the call as a whole failed and
+	// no per-item result is known.
+	AcquireBatch(ctx context.Context, ps []AcquireParams) ([]AcquireResult, error)
+
+	// ReleaseBatch releases every lease in ps, exactly as Release would,
+	// and returns one error per item (nil, ErrNotHeld or the item's own
+	// failure). A non-nil error means the call as a whole failed.
+	ReleaseBatch(ctx context.Context, ps []ReleaseParams) ([]error, error)
+}
+
+// AcquireResult is the outcome of one item of Batcher.AcquireBatch: a
+// Grant, or the error Acquire would have returned.
+type AcquireResult struct {
+	Grant Grant
+	Err   error
+}
+
 // Notifier is implemented by stores that can tell a Locker when a key is
 // released, so that waiters are woken by the store instead of polling.
 type Notifier interface {

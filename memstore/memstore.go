@@ -7,8 +7,9 @@
 // Exact within the process: expiry follows the store's Clock, fences
 // strictly increase per key for the life of the Store, and releases wake
 // waiters through driver.Notifier. Waiting Obtain calls queue in the Store
-// (driver.Queuer) and are served first come, first served. Nothing
-// survives the process.
+// (driver.Queuer) and are served first come, first served; concurrent
+// obtains and releases are batched (driver.Batcher). Nothing survives the
+// process.
 package memstore
 
 import (
@@ -19,6 +20,8 @@ import (
 
 	"github.com/tasklock/tasklock/driver"
 )
+
+var _ driver.Batcher = (*Store)(nil)
 
 // Clock is the time source of a Store; tasklock.Clock satisfies it.
 type Clock interface{ Now() time.Time }
@@ -87,7 +90,27 @@ func (s *Store) Acquire(ctx context.Context, p driver.AcquireParams) (driver.Gra
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.acquire(p, s.clock.Now())
+}
+
+// AcquireBatch implements driver.Batcher: the items are granted in order,
+// under one hold of the store's mutex.
+func (s *Store) AcquireBatch(ctx context.Context, ps []driver.AcquireParams) ([]driver.AcquireResult, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	res := make([]driver.AcquireResult, len(ps))
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	now := s.clock.Now()
+	for i, p := range ps {
+		res[i].Grant, res[i].Err = s.acquire(p, now)
+	}
+	return res, nil
+}
+
+// acquire grants p.Key when it is free; callers hold s.mu.
+func (s *Store) acquire(p driver.AcquireParams, now time.Time) (driver.Grant, error) {
 	if l := s.live(p.Key, now); l != nil {
 		return driver.Grant{}, &driver.HeldError{Owner: l.owner, TTL: l.expires.Sub(now)}
 	}
@@ -124,29 +147,47 @@ func (s *Store) Renew(ctx context.Context, ps []driver.RenewParams) ([]error, er
 
 // Release implements driver.Store.
 func (s *Store) Release(ctx context.Context, p driver.ReleaseParams) error {
-	if err := ctx.Err(); err != nil {
+	errs, err := s.ReleaseBatch(ctx, []driver.ReleaseParams{p})
+	if err != nil {
 		return err
 	}
+	return errs[0]
+}
+
+// ReleaseBatch implements driver.Batcher: the items are released in order,
+// under one hold of the store's mutex, and subscribers are told afterwards.
+func (s *Store) ReleaseBatch(ctx context.Context, ps []driver.ReleaseParams) ([]error, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	res := make([]error, len(ps))
+	var freed []string
 	s.mu.Lock()
 	now := s.clock.Now()
-	l := s.live(p.Key, now)
-	if l == nil || l.token != p.Token {
-		s.mu.Unlock()
-		return driver.ErrNotHeld
+	for i, p := range ps {
+		l := s.live(p.Key, now)
+		switch {
+		case l == nil || l.token != p.Token:
+			res[i] = driver.ErrNotHeld
+		case p.KeepFor > 0:
+			l.expires = now.Add(p.KeepFor)
+		default:
+			delete(s.leases, p.Key)
+			s.wakeHead(p.Key)
+			freed = append(freed, p.Key)
+		}
 	}
-	if p.KeepFor > 0 {
-		l.expires = now.Add(p.KeepFor)
-		s.mu.Unlock()
-		return nil
+	var subs []func(string)
+	if len(freed) > 0 {
+		subs = s.subscribers()
 	}
-	delete(s.leases, p.Key)
-	s.wakeHead(p.Key)
-	subs := s.subscribers()
 	s.mu.Unlock()
-	for _, f := range subs {
-		f(p.Key)
+	for _, key := range freed {
+		for _, f := range subs {
+			f(key)
+		}
 	}
-	return nil
+	return res, nil
 }
 
 // ForceRelease implements driver.ForceReleaser: it deletes key's lease

@@ -7,7 +7,7 @@
 //	}
 //
 // Capabilities a store lacks (driver.Notifier, driver.Lister,
-// driver.ForceReleaser, driver.Queuer) skip the tests that need them, with the reason
+// driver.ForceReleaser, driver.Queuer, driver.Batcher) skip the tests that need them, with the reason
 // logged. Timings use leases of a few hundred milliseconds, so the whole
 // suite takes a few seconds per store.
 package storetest
@@ -64,6 +64,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"Do", testDo},
 	}
 	tests = append(tests, queueTests...)
+	tests = append(tests, batchTests...)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newStore(t)) })
 	}

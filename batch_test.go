@@ -1,0 +1,230 @@
+package tasklock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tasklock/tasklock/driver"
+	"github.com/tasklock/tasklock/memstore"
+)
+
+// gatedStore is a memstore whose single Acquire calls, and optionally its
+// batches, wait at a gate, so that a test controls when calls are under
+// way; it records the size of every batch.
+type gatedStore struct {
+	*memstore.Store
+	entered   chan string   // a single Acquire reached the gate
+	gate      chan struct{} // closed: single calls proceed
+	batchGate chan struct{} // closed: batches proceed
+
+	batched chan struct{} // a batch was answered
+
+	mu      sync.Mutex
+	batches []int
+}
+
+func newGatedStore() *gatedStore {
+	bg := make(chan struct{})
+	close(bg)
+	return &gatedStore{
+		Store: memstore.New(nil), entered: make(chan string, 64),
+		gate: make(chan struct{}), batchGate: bg, batched: make(chan struct{}, 64),
+	}
+}
+
+func (s *gatedStore) Acquire(ctx context.Context, p driver.AcquireParams) (driver.Grant, error) {
+	s.entered <- p.Key
+	<-s.gate
+	return s.Store.Acquire(ctx, p)
+}
+
+func (s *gatedStore) AcquireBatch(ctx context.Context, ps []driver.AcquireParams) ([]driver.AcquireResult, error) {
+	s.mu.Lock()
+	s.batches = append(s.batches, len(ps))
+	s.mu.Unlock()
+	<-s.batchGate
+	defer func() { s.batched <- struct{}{} }()
+	return s.Store.AcquireBatch(ctx, ps)
+}
+
+func (s *gatedStore) batchSizes() []int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]int(nil), s.batches...)
+}
+
+// fillSlots starts maxInFlight TryObtain calls and waits until each is
+// held at the store's gate.
+func fillSlots(t *testing.T, lk *Locker, s *gatedStore, wg *sync.WaitGroup) {
+	t.Helper()
+	for i := range maxInFlight {
+		wg.Go(func() {
+			if _, err := lk.TryObtain(context.Background(), fmt.Sprintf("slot-%d", i), nil); err != nil {
+				t.Errorf("slot %d: %v", i, err)
+			}
+		})
+	}
+	for range maxInFlight {
+		select {
+		case <-s.entered:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the first calls never reached the store")
+		}
+	}
+}
+
+// waitQueued waits until n acquires wait for a batch.
+func waitQueued(t *testing.T, lk *Locker, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		lk.acquires.mu.Lock()
+		got := len(lk.acquires.queue)
+		lk.acquires.mu.Unlock()
+		if got == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d acquires queued, want %d", got, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestBatchCoalescesWaitingCalls(t *testing.T) {
+	s := newGatedStore()
+	lk, err := New(s, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk.Close()
+	var wg sync.WaitGroup
+	fillSlots(t, lk, s, &wg)
+
+	const n = 10
+	locks := make([]*Lock, n)
+	for i := range n {
+		wg.Go(func() {
+			l, err := lk.TryObtain(context.Background(), fmt.Sprintf("queued-%d", i), nil)
+			if err != nil {
+				t.Errorf("queued %d: %v", i, err)
+			}
+			locks[i] = l
+		})
+	}
+	waitQueued(t, lk, n)
+	close(s.gate)
+	wg.Wait()
+
+	if got := s.batchSizes(); len(got) != 1 || got[0] != n {
+		t.Fatalf("batches %v, want one of %d", got, n)
+	}
+	for i, l := range locks {
+		if l == nil || l.Fence() != 1 {
+			t.Fatalf("lock %d: %+v, want a lock with fence 1", i, l)
+		}
+	}
+	// The batched locks are renewed and released like any other.
+	for _, l := range locks {
+		if err := l.Release(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestBatchCallerGivesUpWhileQueued(t *testing.T) {
+	s := newGatedStore()
+	lk, err := New(s, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk.Close()
+	var wg sync.WaitGroup
+	fillSlots(t, lk, s, &wg)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		_, err := lk.TryObtain(ctx, "gives-up", nil)
+		errc <- err
+	}()
+	waitQueued(t, lk, 1)
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("TryObtain after its context ended in the queue: %v, want context.Canceled", err)
+	}
+	close(s.gate)
+	wg.Wait()
+	if got := s.batchSizes(); len(got) != 0 {
+		t.Fatalf("batches %v: a call given up before its batch was sent must not be sent", got)
+	}
+	// Nothing was granted for it.
+	other, err := New(s.Store, &Config{Owner: "other"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if _, err := other.TryObtain(context.Background(), "gives-up", nil); err != nil {
+		t.Fatalf("another Locker cannot obtain the key given up: %v", err)
+	}
+}
+
+func TestBatchGrantToCallerWhoGaveUpIsGivenBack(t *testing.T) {
+	s := newGatedStore()
+	s.batchGate = make(chan struct{})
+	lk, err := New(s, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk.Close()
+	var wg sync.WaitGroup
+	fillSlots(t, lk, s, &wg)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		_, err := lk.TryObtain(ctx, "late", nil)
+		errc <- err
+	}()
+	waitQueued(t, lk, 1)
+	close(s.gate) // the slots end; their successor sends the batch, which waits
+	deadline := time.Now().Add(10 * time.Second)
+	for len(s.batchSizes()) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the batch was never sent")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("TryObtain after its context ended during the batch: %v, want context.Canceled", err)
+	}
+	close(s.batchGate)
+	wg.Wait()
+	<-s.batched
+
+	// The batch granted "late" to nobody's use: the Locker gives it back.
+	other, err := New(s.Store, &Config{Owner: "other"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		l, err := other.TryObtain(context.Background(), "late", nil)
+		if err == nil {
+			if l.Fence() != 2 {
+				t.Fatalf("fence %d, want 2: the abandoned grant was the first", l.Fence())
+			}
+			return
+		}
+		if !errors.Is(err, ErrNotObtained) || time.Now().After(deadline) {
+			t.Fatalf("the grant nobody took was not given back: %v", err)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
