@@ -114,9 +114,9 @@ type Options struct {
 }
 
 // Store keeps leases in Redis. It implements driver.Store, driver.Notifier,
-// driver.Lister, driver.ForceReleaser and driver.Ledger (ledger.go), and is
-// safe for concurrent use.
-// Create it with New.
+// driver.Lister, driver.ForceReleaser, driver.Batcher (batch.go) and
+// driver.Ledger (ledger.go), and is safe for concurrent use. Create it with
+// New.
 type Store struct {
 	client       redis.UniversalClient
 	cluster      *redis.ClusterClient // non-nil when client is a Cluster client
@@ -225,21 +225,11 @@ func (s *Store) userKey(lk string) (string, bool) {
 // key with SET PX and a fresh fence from the key's INCR counter, or reports
 // the holder. With Options.WaitReplicas, WAIT rides in the same pipeline.
 func (s *Store) Acquire(ctx context.Context, p driver.AcquireParams) (driver.Grant, error) {
-	if p.Key == "" || p.Key[0] == '}' {
-		return driver.Grant{}, fmt.Errorf("%w: %q: a key must not be empty or start with '}'", ErrKey, p.Key)
+	args, err := s.acquireArgs(p)
+	if err != nil {
+		return driver.Grant{}, err
 	}
-	if p.Token == "" || strings.IndexByte(p.Token, ':') >= 0 {
-		return driver.Grant{}, fmt.Errorf("redisstore: token %q: must be non-empty and contain no ':'", p.Token)
-	}
-	if p.TTL <= 0 {
-		return driver.Grant{}, fmt.Errorf("redisstore: TTL is %s, must be positive", p.TTL)
-	}
-	// One allocation for both keys: the lock key is a prefix of the
-	// fence key.
-	fk := s.prefix + "{" + p.Key + "}:fence"
-	lk := fk[:len(fk)-len(":fence")]
-	args := []any{"evalsha", acquireScript.sha, 2, lk, fk, p.Token, millis(p.TTL), p.Owner}
-
+	lk := args[3].(string)
 	var res any
 	if s.waitReplicas == 0 {
 		r, err := acquireScript.run(ctx, s.client, args).Result()
@@ -263,11 +253,47 @@ func (s *Store) Acquire(ctx context.Context, p driver.AcquireParams) (driver.Gra
 			return driver.Grant{}, fmt.Errorf("redisstore: acquire %q: %w", p.Key, err)
 		}
 	}
+	return acquireReply(p.Key, res)
+}
 
+// acquireArgs checks p and returns the EVALSHA arguments of acquire.lua
+// for it; args[3] is the lock key.
+func (s *Store) acquireArgs(p driver.AcquireParams) ([]any, error) {
+	if err := checkAcquire(p); err != nil {
+		return nil, err
+	}
+	lk, fk := s.lockKeys(p.Key)
+	return []any{"evalsha", acquireScript.sha, 2, lk, fk, p.Token, millis(p.TTL), p.Owner}, nil
+}
+
+// checkAcquire rejects what acquire.lua cannot store.
+func checkAcquire(p driver.AcquireParams) error {
+	if p.Key == "" || p.Key[0] == '}' {
+		return fmt.Errorf("%w: %q: a key must not be empty or start with '}'", ErrKey, p.Key)
+	}
+	if p.Token == "" || strings.IndexByte(p.Token, ':') >= 0 {
+		return fmt.Errorf("redisstore: token %q: must be non-empty and contain no ':'", p.Token)
+	}
+	if p.TTL <= 0 {
+		return fmt.Errorf("redisstore: TTL is %s, must be positive", p.TTL)
+	}
+	return nil
+}
+
+// lockKeys returns key's lock key and fence key, in one allocation: the
+// lock key is a prefix of the fence key.
+func (s *Store) lockKeys(key string) (lk, fk string) {
+	fk = s.prefix + "{" + key + "}:fence"
+	return fk[:len(fk)-len(":fence")], fk
+}
+
+// acquireReply turns acquire.lua's reply for key into a grant or a
+// *driver.HeldError.
+func acquireReply(key string, res any) (driver.Grant, error) {
 	switch r := res.(type) {
 	case int64: // granted: the fence
 		if r <= 0 {
-			return driver.Grant{}, fmt.Errorf("redisstore: acquire %q: unexpected fence %d", p.Key, r)
+			return driver.Grant{}, fmt.Errorf("redisstore: acquire %q: unexpected fence %d", key, r)
 		}
 		return driver.Grant{Fence: uint64(r)}, nil
 	case []any: // held: {value, pttl}
@@ -282,7 +308,7 @@ func (s *Store) Acquire(ctx context.Context, p driver.AcquireParams) (driver.Gra
 		}
 		return driver.Grant{}, held
 	}
-	return driver.Grant{}, fmt.Errorf("redisstore: acquire %q: unexpected reply %v", p.Key, res)
+	return driver.Grant{}, fmt.Errorf("redisstore: acquire %q: unexpected reply %v", key, res)
 }
 
 // acquireWait runs acquire.lua and WAIT in one pipeline on the connection
@@ -383,14 +409,23 @@ func isNoScript(err error) bool {
 // p.Token holds p.Key it deletes the lease and publishes p.Key on
 // Prefix+"released", or with p.KeepFor > 0 only shortens it to KeepFor.
 func (s *Store) Release(ctx context.Context, p driver.ReleaseParams) error {
+	n, err := releaseScript.run(ctx, s.client, s.releaseArgs(p)).Int64()
+	return releaseReply(p.Key, n, err)
+}
+
+// releaseArgs returns the EVALSHA arguments of release.lua for p.
+func (s *Store) releaseArgs(p driver.ReleaseParams) []any {
 	var keep int64
 	if p.KeepFor > 0 {
 		keep = millis(p.KeepFor)
 	}
-	args := []any{"evalsha", releaseScript.sha, 1, s.lockKey(p.Key), p.Token, keep, s.channelArg, p.Key}
-	n, err := releaseScript.run(ctx, s.client, args).Int64()
+	return []any{"evalsha", releaseScript.sha, 1, s.lockKey(p.Key), p.Token, keep, s.channelArg, p.Key}
+}
+
+// releaseReply turns release.lua's reply for key into Release's error.
+func releaseReply(key string, n int64, err error) error {
 	if err != nil {
-		return fmt.Errorf("redisstore: release %q: %w", p.Key, err)
+		return fmt.Errorf("redisstore: release %q: %w", key, err)
 	}
 	if n != 1 {
 		return driver.ErrNotHeld

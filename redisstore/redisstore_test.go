@@ -834,6 +834,24 @@ func testWaitNoReplicas(t *testing.T, d deployment) {
 			t.Fatalf("lease %q left behind after ErrReplicas", key)
 		}
 	}
+	// A batch makes each item an Acquire of its own, WAIT included.
+	keys := []string{"e", "f", "g", "h"}
+	ps := make([]driver.AcquireParams, len(keys))
+	for i, key := range keys {
+		ps[i] = driver.AcquireParams{Key: key, Token: token(), Owner: "me", TTL: time.Minute}
+	}
+	rs, err := s.AcquireBatch(ctx, ps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range rs {
+		if !errors.Is(r.Err, ErrReplicas) {
+			t.Errorf("AcquireBatch item %q without replicas: %v, want ErrReplicas", keys[i], r.Err)
+		}
+		if n := c.Exists(ctx, s.lockKey(keys[i])).Val(); n != 0 {
+			t.Errorf("lease %q left behind after a batch's ErrReplicas", keys[i])
+		}
+	}
 }
 
 func testWaitReplicas(t *testing.T, d deployment) {

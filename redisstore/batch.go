@@ -1,0 +1,109 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/tasklock/tasklock/driver"
+)
+
+var _ driver.Batcher = (*Store)(nil)
+
+// AcquireBatch implements driver.Batcher. Like Renew it runs acquire.lua
+// once per Cluster hash slot (or per 500 items on one node), all in one
+// pipeline: one round trip per node, and one script call, not one per key.
+// A key named twice goes to its first item. With Options.WaitReplicas each
+// item is an Acquire of its own (WAIT counts the writes of one connection),
+// run concurrently.
+func (s *Store) AcquireBatch(ctx context.Context, ps []driver.AcquireParams) ([]driver.AcquireResult, error) {
+	res := make([]driver.AcquireResult, len(ps))
+	if s.waitReplicas > 0 {
+		var wg sync.WaitGroup
+		for i, p := range ps {
+			wg.Go(func() { res[i].Grant, res[i].Err = s.Acquire(ctx, p) })
+		}
+		wg.Wait()
+		return res, nil
+	}
+	valid := make([]int, 0, len(ps)) // the items acquire.lua gets
+	for i, p := range ps {
+		if res[i].Err = checkAcquire(p); res[i].Err == nil {
+			valid = append(valid, i)
+		}
+	}
+	calls := s.groupCalls(acquireScript, len(valid), func(j int) string { return s.lockKey(ps[valid[j]].Key) })
+	for _, c := range calls {
+		c.keys = make([]string, 0, 2*len(c.idx))
+		c.args = make([]any, 0, 3*len(c.idx))
+		for k, j := range c.idx {
+			i := valid[j]
+			c.idx[k] = i
+			lk, fk := s.lockKeys(ps[i].Key)
+			c.keys = append(c.keys, lk, fk)
+			c.args = append(c.args, ps[i].Token, millis(ps[i].TTL), ps[i].Owner)
+		}
+	}
+	if err := s.runCalls(ctx, calls, nil); err != nil {
+		return nil, fmt.Errorf("redisstore: acquire %d keys: %w", len(ps), err)
+	}
+	for _, c := range calls {
+		replies, err := callReplies(c)
+		for k, i := range c.idx {
+			if err != nil {
+				res[i].Err = fmt.Errorf("redisstore: acquire %q: %w", ps[i].Key, err)
+				continue
+			}
+			res[i].Grant, res[i].Err = acquireReply(ps[i].Key, replies[k])
+		}
+	}
+	return res, nil
+}
+
+// ReleaseBatch implements driver.Batcher: release.lua once per Cluster hash
+// slot (or per 500 items on one node), all in one pipeline.
+func (s *Store) ReleaseBatch(ctx context.Context, ps []driver.ReleaseParams) ([]error, error) {
+	calls := s.groupCalls(releaseScript, len(ps), func(i int) string { return s.lockKey(ps[i].Key) })
+	for _, c := range calls {
+		c.keys = make([]string, 0, len(c.idx))
+		c.args = make([]any, 0, 4*len(c.idx))
+		for _, i := range c.idx {
+			args := s.releaseArgs(ps[i])
+			c.keys = append(c.keys, args[3].(string))
+			c.args = append(c.args, args[4:]...)
+		}
+	}
+	if err := s.runCalls(ctx, calls, nil); err != nil {
+		return nil, fmt.Errorf("redisstore: release %d keys: %w", len(ps), err)
+	}
+	errs := make([]error, len(ps))
+	for _, c := range calls {
+		replies, err := callReplies(c)
+		for k, i := range c.idx {
+			var n int64
+			if err == nil {
+				n, _ = replies[k].(int64)
+			}
+			errs[i] = releaseReply(ps[i].Key, n, err)
+		}
+	}
+	return errs, nil
+}
+
+// callReplies returns the per-item replies of a call of acquire.lua or
+// release.lua: the script returns a lone item's reply as it is, and the
+// replies of several as an array.
+func callReplies(c *scriptCall) ([]any, error) {
+	r, err := c.cmd.Result()
+	if err != nil {
+		return nil, err
+	}
+	if len(c.idx) == 1 {
+		return []any{r}, nil
+	}
+	rs, ok := r.([]any)
+	if !ok || len(rs) != len(c.idx) {
+		return nil, fmt.Errorf("unexpected reply %v for %d items", r, len(c.idx))
+	}
+	return rs, nil
+}
