@@ -207,8 +207,13 @@ func (s *Scheduler) call(ctx context.Context, j *job, run Run) (err error) {
 	return j.Handler(ctx, run)
 }
 
+// logRun logs a run's end. The level is checked first: building the
+// record's attributes costs more than the rest of a short run's logging.
 func (s *Scheduler) logRun(r *driver.RunRecord) {
 	level := slogLevel(r.Status)
+	if !s.log.Enabled(context.Background(), level) {
+		return
+	}
 	s.log.Log(context.Background(), level, "schedule: run ended", "node", s.node, "job", r.Job, "tick", r.Tick,
 		"trigger", r.Trigger, "attempt", r.Attempt, "status", r.Status, "duration", r.End.Sub(r.Start), "err", r.Error)
 }
