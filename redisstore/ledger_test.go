@@ -116,8 +116,8 @@ func testLedgerRoundTrips(t *testing.T, d deployment) {
 	if pipelines != 1 || eval != 0 {
 		t.Errorf("%d pipelines and %d EVAL, want 1 pipeline and no EVAL", pipelines, eval)
 	}
-	if !d.cluster && evalsha != (len(ps)+ledgerChunk-1)/ledgerChunk {
-		t.Errorf("%d EVALSHA for %d claims, want one per %d", evalsha, len(ps), ledgerChunk)
+	if !d.cluster && evalsha != (len(ps)+scriptChunk-1)/scriptChunk {
+		t.Errorf("%d EVALSHA for %d claims, want one per %d", evalsha, len(ps), scriptChunk)
 	}
 	for _, ks := range keys {
 		for _, k := range ks[1:] {

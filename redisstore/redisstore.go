@@ -20,8 +20,9 @@ const DefaultPrefix = "tasklock:"
 // DefaultWaitTimeout is the WAIT timeout when Options.WaitTimeout is zero.
 const DefaultWaitTimeout = 100 * time.Millisecond
 
-// renewChunk is the most leases one renew script call carries.
-const renewChunk = 500
+// scriptChunk is the most items (leases, claims, run records) one script
+// call carries.
+const scriptChunk = 500
 
 // ErrReplicas is wrapped by the error Acquire returns when Options.WaitReplicas
 // is set and fewer replicas acknowledged the grant within
@@ -449,15 +450,6 @@ func (s *Store) ForceRelease(ctx context.Context, key string) error {
 	return nil
 }
 
-// renewGroup is one call of renew.lua: leases in one hash slot (Cluster) or
-// one chunk of at most renewChunk leases.
-type renewGroup struct {
-	idx  []int // indexes into the caller's params
-	keys []string
-	args []any
-	cmd  *redis.Cmd
-}
-
 // Renew implements driver.Store. It groups the leases by Cluster hash slot
 // (on a *redis.ClusterClient) or in chunks of at most 500 (otherwise), runs
 // renew.lua once per group, and sends all the groups in one pipeline, which
@@ -473,88 +465,32 @@ func (s *Store) Renew(ctx context.Context, ps []driver.RenewParams) ([]error, er
 			return nil, fmt.Errorf("redisstore: renew %q: TTL is %s, must be positive", p.Key, p.TTL)
 		}
 	}
-	groups := s.groupRenewals(ps)
-
-	pending := groups
-	for _, eval := range []bool{false, true} {
-		pipe := s.client.Pipeline()
-		for _, g := range pending {
-			if eval {
-				g.cmd = renewScript.Eval(ctx, pipe, g.keys, g.args...)
-			} else {
-				g.cmd = renewScript.EvalSha(ctx, pipe, g.keys, g.args...)
-			}
+	calls := s.groupCalls(renewScript, len(ps), func(i int) string { return s.lockKey(ps[i].Key) })
+	for _, c := range calls {
+		c.keys = make([]string, len(c.idx))
+		c.args = make([]any, 0, 2*len(c.idx))
+		for j, i := range c.idx {
+			c.keys[j] = s.lockKey(ps[i].Key)
+			c.args = append(c.args, ps[i].Token, millis(ps[i].TTL))
 		}
-		if err := execPipe(ctx, pipe); err != nil {
-			return nil, fmt.Errorf("redisstore: renew %d leases: %w", len(ps), err)
-		}
-		var retry []*renewGroup
-		for _, g := range pending {
-			err := g.cmd.Err()
-			if !eval && isNoScript(err) {
-				retry = append(retry, g)
-				continue
-			}
-			if err != nil {
-				return nil, fmt.Errorf("redisstore: renew %d leases: %w", len(ps), err)
-			}
-		}
-		if len(retry) == 0 {
-			break
-		}
-		pending = retry
 	}
-
+	if err := s.runCalls(ctx, calls, nil); err != nil {
+		return nil, fmt.Errorf("redisstore: renew %d leases: %w", len(ps), err)
+	}
 	out := make([]error, len(ps))
-	for _, g := range groups {
-		res, err := g.cmd.Int64Slice()
+	for _, c := range calls {
+		res, err := c.cmd.Int64Slice()
 		if err != nil {
 			return nil, fmt.Errorf("redisstore: renew %d leases: %w", len(ps), err)
 		}
-		if len(res) != len(g.idx) {
-			return nil, fmt.Errorf("redisstore: renew %d leases: %d results for %d keys", len(ps), len(res), len(g.idx))
+		if len(res) != len(c.idx) {
+			return nil, fmt.Errorf("redisstore: renew %d leases: %d results for %d keys", len(ps), len(res), len(c.idx))
 		}
-		for i, n := range res {
+		for j, n := range res {
 			if n != 1 {
-				out[g.idx[i]] = driver.ErrNotHeld
+				out[c.idx[j]] = driver.ErrNotHeld
 			}
 		}
 	}
 	return out, nil
-}
-
-// groupRenewals splits ps into renew.lua calls, keeping the callers' order
-// within each group.
-func (s *Store) groupRenewals(ps []driver.RenewParams) []*renewGroup {
-	var groups []*renewGroup
-	// add appends lease i to g, or to a new group when g is nil or full.
-	add := func(g *renewGroup, i int, lk string, capacity int) *renewGroup {
-		if g == nil || len(g.idx) == renewChunk {
-			g = &renewGroup{
-				idx:  make([]int, 0, capacity),
-				keys: make([]string, 0, capacity),
-				args: make([]any, 0, 2*capacity),
-			}
-			groups = append(groups, g)
-		}
-		g.idx = append(g.idx, i)
-		g.keys = append(g.keys, lk)
-		g.args = append(g.args, ps[i].Token, millis(ps[i].TTL))
-		return g
-	}
-	if s.cluster == nil {
-		var g *renewGroup
-		for i, p := range ps {
-			g = add(g, i, s.lockKey(p.Key), min(renewChunk, len(ps)-i))
-		}
-		return groups
-	}
-	// Most slots get one or two leases: let those groups grow as needed.
-	bySlot := make(map[uint16]*renewGroup)
-	for i, p := range ps {
-		lk := s.lockKey(p.Key)
-		sl := slot(lk)
-		bySlot[sl] = add(bySlot[sl], i, lk, 1)
-	}
-	return groups
 }

@@ -1,0 +1,79 @@
+package redisstore
+
+import (
+	"context"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// scriptCall is one script call in a pipeline.
+type scriptCall struct {
+	script *luaScript
+	keys   []string
+	args   []any
+	idx    []int // the caller's items this call carries
+	cmd    *redis.Cmd
+}
+
+// runCalls sends every call, and whatever extra adds, in one pipeline (the
+// Cluster client splits it per node), and sends the calls the server did
+// not know the script of (NOSCRIPT) once more with EVAL in a second one.
+// Per-call errors are left in each call's cmd.
+func (s *Store) runCalls(ctx context.Context, calls []*scriptCall, extra func(redis.Pipeliner)) error {
+	pending := calls
+	for _, eval := range []bool{false, true} {
+		pipe := s.client.Pipeline()
+		if !eval && extra != nil {
+			extra(pipe)
+		}
+		for _, c := range pending {
+			if eval {
+				c.cmd = c.script.Eval(ctx, pipe, c.keys, c.args...)
+			} else {
+				c.cmd = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
+			}
+		}
+		if err := execPipe(ctx, pipe); err != nil {
+			return err
+		}
+		var retry []*scriptCall
+		for _, c := range pending {
+			if !eval && isNoScript(c.cmd.Err()) {
+				retry = append(retry, c)
+			}
+		}
+		if len(retry) == 0 {
+			return nil
+		}
+		pending = retry
+	}
+	return nil
+}
+
+// groupCalls splits items 0..n-1 into calls of script: on a Cluster one
+// call per hash slot of key(i), on one node chunks in order; never more
+// than scriptChunk items a call. The caller fills in keys and args.
+func (s *Store) groupCalls(script *luaScript, n int, key func(i int) string) []*scriptCall {
+	var calls []*scriptCall
+	add := func(c *scriptCall, i int) *scriptCall {
+		if c == nil || len(c.idx) == scriptChunk {
+			c = &scriptCall{script: script}
+			calls = append(calls, c)
+		}
+		c.idx = append(c.idx, i)
+		return c
+	}
+	if s.cluster == nil {
+		var c *scriptCall
+		for i := range n {
+			c = add(c, i)
+		}
+		return calls
+	}
+	bySlot := make(map[uint16]*scriptCall)
+	for i := range n {
+		sl := slot(key(i))
+		bySlot[sl] = add(bySlot[sl], i)
+	}
+	return calls
+}
