@@ -11,6 +11,13 @@
 // (max(2 ms, 1% of the TTL)): it never believes it holds a lock past the
 // moment the store could give it to someone else.
 //
+// Obtains and releases are batched too when the store can carry many in
+// one call (driver.Batcher: memstore, redisstore, ...): while two calls of
+// a kind are under way, the ones that arrive wait and go together in the
+// next (group commit). A burst — a scheduler starting a tick's runs, many
+// goroutines locking at once — then costs a few round trips instead of one
+// per lock, and a lone call goes straight to the store as before.
+//
 // # Being told
 //
 // Every Lock has Done and Context. They end when the lock ends — released,
