@@ -136,23 +136,32 @@ func TestBatchCoalescesWaitingCalls(t *testing.T) {
 	}
 }
 
-func TestBatchCallerGivesUpWhileQueued(t *testing.T) {
-	s := newGatedStore()
+// queueOne fills the Locker's slots at s, then queues a TryObtain of key
+// behind them; cancel ends that call's context, and errc gets its error.
+// wg waits for the calls that fill the slots.
+func queueOne(t *testing.T, s *gatedStore, key string) (wg *sync.WaitGroup, cancel context.CancelFunc, errc chan error) {
+	t.Helper()
 	lk, err := New(s, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer lk.Close()
-	var wg sync.WaitGroup
-	fillSlots(t, lk, s, &wg)
-
+	t.Cleanup(func() { lk.Close() })
+	wg = new(sync.WaitGroup)
+	fillSlots(t, lk, s, wg)
 	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error, 1)
+	t.Cleanup(cancel)
+	errc = make(chan error, 1)
 	go func() {
-		_, err := lk.TryObtain(ctx, "gives-up", nil)
+		_, err := lk.TryObtain(ctx, key, nil)
 		errc <- err
 	}()
 	waitQueued(t, lk, 1)
+	return wg, cancel, errc
+}
+
+func TestBatchCallerGivesUpWhileQueued(t *testing.T) {
+	s := newGatedStore()
+	wg, cancel, errc := queueOne(t, s, "gives-up")
 	cancel()
 	if err := <-errc; !errors.Is(err, context.Canceled) {
 		t.Fatalf("TryObtain after its context ended in the queue: %v, want context.Canceled", err)
@@ -176,21 +185,7 @@ func TestBatchCallerGivesUpWhileQueued(t *testing.T) {
 func TestBatchGrantToCallerWhoGaveUpIsGivenBack(t *testing.T) {
 	s := newGatedStore()
 	s.batchGate = make(chan struct{})
-	lk, err := New(s, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lk.Close()
-	var wg sync.WaitGroup
-	fillSlots(t, lk, s, &wg)
-
-	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error, 1)
-	go func() {
-		_, err := lk.TryObtain(ctx, "late", nil)
-		errc <- err
-	}()
-	waitQueued(t, lk, 1)
+	wg, cancel, errc := queueOne(t, s, "late")
 	close(s.gate) // the slots end; their successor sends the batch, which waits
 	deadline := time.Now().Add(10 * time.Second)
 	for len(s.batchSizes()) == 0 {
