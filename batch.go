@@ -8,23 +8,24 @@ import (
 	"github.com/tasklock/tasklock/driver"
 )
 
-const (
-	// maxInFlight is how many calls of one kind a Locker has under way at
-	// a store that batches before later ones wait to go together.
-	maxInFlight = 2
-	// maxBatch bounds the items of one batched call.
-	maxBatch = 512
-)
+// maxInFlight is how many calls of one kind a Locker has under way at a
+// store that batches before later ones wait to go together.
+const maxInFlight = 2
+
+// maxBatch bounds the items of one batched call, below the store's own
+// bound (driver.Batcher.MaxBatch).
+const maxBatch = 512
 
 // groupCommit coalesces concurrent calls of one kind (acquire or release)
 // to a driver.Batcher. Up to maxInFlight calls go to the store at once, each
 // alone; calls arriving while that many are under way queue, and each call
-// that ends sends the queue (up to maxBatch) as one batch from a new
+// that ends sends the queue (up to max) as one batch from a new
 // goroutine. A lone caller thus pays nothing, and a burst of N callers
-// costs about N/maxBatch + maxInFlight round trips.
+// costs about N/max + maxInFlight round trips.
 type groupCommit[P, R any] struct {
 	one  func(context.Context, P) R              // a call alone
 	many func(context.Context, []P) ([]R, error) // a batch
+	max  int                                     // the most items of a batch
 	fail func(error) R                           // an item's result when the batch or its wait failed
 	undo func(P, R)                              // cleans up the result of an item whose caller gave up
 
@@ -80,11 +81,11 @@ func (g *groupCommit[P, R]) next() {
 	var batch []*queued[P, R]
 	n := 0
 	for _, q := range g.queue {
-		if len(batch) < maxBatch && !q.abandoned {
+		if !q.abandoned {
 			batch = append(batch, q)
 		}
 		n++
-		if len(batch) == maxBatch {
+		if len(batch) == g.max {
 			break
 		}
 	}
@@ -162,10 +163,14 @@ func (e batchError) Error() string { return string(e) }
 const errBatchLength = batchError("tasklock: the store returned a wrong number of batch results")
 
 // setupBatching makes the Locker group-commit its acquires and releases
-// when store implements driver.Batcher.
+// when store implements driver.Batcher and can batch.
 func (lk *Locker) setupBatching(store driver.Store) {
 	b, ok := store.(driver.Batcher)
 	if !ok {
+		return
+	}
+	n := min(b.MaxBatch(), maxBatch)
+	if n <= 1 {
 		return
 	}
 	lk.acquires = &groupCommit[driver.AcquireParams, driver.AcquireResult]{
@@ -174,6 +179,7 @@ func (lk *Locker) setupBatching(store driver.Store) {
 			return driver.AcquireResult{Grant: g, Err: err}
 		},
 		many: b.AcquireBatch,
+		max:  n,
 		fail: func(err error) driver.AcquireResult { return driver.AcquireResult{Err: err} },
 		undo: func(p driver.AcquireParams, r driver.AcquireResult) {
 			if r.Err == nil {
@@ -184,6 +190,7 @@ func (lk *Locker) setupBatching(store driver.Store) {
 	lk.releases = &groupCommit[driver.ReleaseParams, error]{
 		one:  store.Release,
 		many: b.ReleaseBatch,
+		max:  n,
 		fail: func(err error) error { return err },
 		undo: func(driver.ReleaseParams, error) {},
 	}

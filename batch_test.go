@@ -20,8 +20,8 @@ type gatedStore struct {
 	entered   chan string   // a single Acquire reached the gate
 	gate      chan struct{} // closed: single calls proceed
 	batchGate chan struct{} // closed: batches proceed
-
-	batched chan struct{} // a batch was answered
+	batched   chan struct{} // a batch was answered
+	max       int           // MaxBatch, when not 0
 
 	mu      sync.Mutex
 	batches []int
@@ -40,6 +40,13 @@ func (s *gatedStore) Acquire(ctx context.Context, p driver.AcquireParams) (drive
 	s.entered <- p.Key
 	<-s.gate
 	return s.Store.Acquire(ctx, p)
+}
+
+func (s *gatedStore) MaxBatch() int {
+	if s.max != 0 {
+		return s.max
+	}
+	return s.Store.MaxBatch()
 }
 
 func (s *gatedStore) AcquireBatch(ctx context.Context, ps []driver.AcquireParams) ([]driver.AcquireResult, error) {
@@ -221,5 +228,51 @@ func TestBatchGrantToCallerWhoGaveUpIsGivenBack(t *testing.T) {
 			t.Fatalf("the grant nobody took was not given back: %v", err)
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestBatchSizeBoundedByStore(t *testing.T) {
+	s := newGatedStore()
+	s.max = 4
+	lk, err := New(s, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk.Close()
+	var wg sync.WaitGroup
+	fillSlots(t, lk, s, &wg)
+	const n = 10
+	for i := range n {
+		wg.Go(func() {
+			if _, err := lk.TryObtain(context.Background(), fmt.Sprintf("bounded-%d", i), nil); err != nil {
+				t.Errorf("bounded %d: %v", i, err)
+			}
+		})
+	}
+	waitQueued(t, lk, n)
+	close(s.gate)
+	wg.Wait()
+	total := 0
+	for _, size := range s.batchSizes() {
+		if size > s.max {
+			t.Errorf("a batch of %d items, above the store's MaxBatch %d", size, s.max)
+		}
+		total += size
+	}
+	if total != n {
+		t.Errorf("batches %v carried %d items, want %d", s.batchSizes(), total, n)
+	}
+}
+
+func TestNoBatchingWhenStoreSaysOne(t *testing.T) {
+	s := newGatedStore()
+	s.max = 1
+	lk, err := New(s, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk.Close()
+	if lk.acquires != nil || lk.releases != nil {
+		t.Fatal("the Locker batches for a store whose MaxBatch is 1")
 	}
 }

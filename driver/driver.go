@@ -120,6 +120,12 @@ type Store interface {
 // next call, so a burst of N locks costs a few round trips, not N. A call
 // that finds the store idle goes alone, through Acquire or Release.
 type Batcher interface {
+	// MaxBatch is the most items a batch may carry. A store that cannot
+	// batch in its configuration (a lock that holds a connection of its
+	// own, a write that must be confirmed per connection) returns 1, and
+	// the Locker then sends every call alone.
+	MaxBatch() int
+
 	// AcquireBatch makes one attempt per item, exactly as Acquire would,
 	// in order (a key named twice goes to its first item). It returns one
 	// result per item. A non-nil error means the call as a whole failed and

@@ -14,6 +14,7 @@ package memstore
 
 import (
 	"context"
+	"math"
 	"strings"
 	"sync"
 	"time"
@@ -92,6 +93,10 @@ func (s *Store) Acquire(ctx context.Context, p driver.AcquireParams) (driver.Gra
 	defer s.mu.Unlock()
 	return s.acquire(p, s.clock.Now())
 }
+
+// MaxBatch implements driver.Batcher: a batch may carry any number of
+// items.
+func (s *Store) MaxBatch() int { return math.MaxInt }
 
 // AcquireBatch implements driver.Batcher: the items are granted in order,
 // under one hold of the store's mutex.

@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync"
 
 	"github.com/tasklock/tasklock/driver"
@@ -10,12 +11,22 @@ import (
 
 var _ driver.Batcher = (*Store)(nil)
 
+// MaxBatch implements driver.Batcher. With Options.WaitReplicas it is 1:
+// WAIT confirms the writes of one connection, so each acquire goes alone.
+// Otherwise a batch may carry any number of items, split into script calls
+// of at most 500.
+func (s *Store) MaxBatch() int {
+	if s.waitReplicas > 0 {
+		return 1
+	}
+	return math.MaxInt
+}
+
 // AcquireBatch implements driver.Batcher. Like Renew it runs acquire.lua
 // once per Cluster hash slot (or per 500 items on one node), all in one
 // pipeline: one round trip per node, and one script call, not one per key.
 // A key named twice goes to its first item. With Options.WaitReplicas each
-// item is an Acquire of its own (WAIT counts the writes of one connection),
-// run concurrently.
+// item is an Acquire of its own, run concurrently (see MaxBatch).
 func (s *Store) AcquireBatch(ctx context.Context, ps []driver.AcquireParams) ([]driver.AcquireResult, error) {
 	res := make([]driver.AcquireResult, len(ps))
 	if s.waitReplicas > 0 {
