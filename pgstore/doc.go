@@ -5,9 +5,10 @@
 //	store, err := pgstore.New(pool, &pgstore.Options{Migrate: true})
 //	locker, err := tasklock.New(store, nil)
 //
-// The Store implements driver.Store, driver.Notifier (waiters are woken by
-// LISTEN/NOTIFY), driver.Lister and driver.ForceReleaser. It never closes
-// the pool and never logs.
+// The Store implements driver.Store, driver.Batcher (a Locker's concurrent
+// obtains and releases go to the database together), driver.Notifier
+// (waiters are woken by LISTEN/NOTIFY), driver.Lister and
+// driver.ForceReleaser. It never closes the pool and never logs.
 //
 // # Safety level
 //
@@ -64,14 +65,33 @@
 //     MinHold) where the token still holds the key, and calls pg_notify in
 //     the same statement when the row's waiters flag is set (see
 //     Notifications).
+//   - AcquireBatch and ReleaseBatch (driver.Batcher: the Locker sends the
+//     obtains and releases that arrive while its earlier calls are under
+//     way together) are the statements of Acquire and Release over
+//     unnest()ed arrays: one statement, one round trip, one commit for the
+//     batch, each item answered as the call alone would answer it. An
+//     upsert cannot change a row twice, so when a key is named more than
+//     once, its second items go in a second statement, and so on, sent in
+//     the same round trip (a pgx.Batch: one transaction, its statements run
+//     in turn); a key's first item gets it, and the others find it held
+//     and set its waiters flag, as calls made in turn would.
 //
-// Acquire and Renew run on a connection acquired from the pool for the
-// call (pool.Acquire) rather than through Pool.QueryRow and Pool.Query,
-// which keep each connection's last 128 rows, with their arguments, for
-// reuse: that kept every held lock's key and token reachable, about 260 B
-// per held lock. Renew sends its batch in the simple protocol (one Query
-// message, still one round trip): the extended protocol's parameter
-// buffers keep a connection's last encoded batch until its next query.
+// Every statement that locks several rows (AcquireBatch, Renew,
+// ReleaseBatch) locks them in key order, so that concurrent batches never
+// wait for each other in a cycle (a deadlock the server would break after
+// deadlock_timeout by failing one of them).
+//
+// Acquire, Renew, AcquireBatch and ReleaseBatch run on a connection
+// acquired from the pool for the call (pool.Acquire) rather than through
+// Pool.QueryRow and Pool.Query, which keep each connection's last 128 rows,
+// with their arguments, for reuse: that kept every held lock's key and
+// token reachable, about 260 B per held lock. Renew sends its batch in the
+// simple protocol (one Query message, still one round trip): the extended
+// protocol's parameter buffers keep a connection's last encoded batch until
+// its next query. AcquireBatch and ReleaseBatch stay in the extended
+// protocol (prepared once per connection: they are on the path of every
+// obtain under load); what they leave in those buffers is bounded by the
+// Locker's batch size (512 items), per connection, not per held lock.
 //
 // # Notifications
 //
@@ -133,6 +153,10 @@
 //     waiter woken by the NOTIFY, sent when the waiters flag is set, finds
 //     the key free) and parks the clean connection, at most 4 for at most
 //     30 s, for the next grant.
+//   - AcquireBatch and ReleaseBatch cannot share a statement between
+//     items that each need their own connection: they run Acquire and
+//     Release for every item concurrently (a key's later items after its
+//     earlier ones).
 //
 // Why an advisory lock and not SELECT ... FOR UPDATE NOWAIT in a
 // transaction kept open: the grant's fence must be committed when the grant

@@ -68,8 +68,9 @@ func TestClockSkew(t *testing.T) {
 
 // countTracer counts the statements a pool's connections run.
 type countTracer struct {
-	mu   sync.Mutex
-	sqls []string
+	mu      sync.Mutex
+	sqls    []string
+	batches int
 }
 
 func (c *countTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
@@ -81,10 +82,34 @@ func (c *countTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.Tr
 
 func (c *countTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
+// TraceBatchStart counts a pgx.Batch: its statements go in one round trip.
+func (c *countTracer) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	c.mu.Lock()
+	c.batches++
+	c.mu.Unlock()
+	return ctx
+}
+
+// TraceBatchQuery counts each statement of a pgx.Batch as a statement.
+func (c *countTracer) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
+	c.mu.Lock()
+	c.sqls = append(c.sqls, d.SQL)
+	c.mu.Unlock()
+}
+
+func (c *countTracer) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+
 func (c *countTracer) reset() {
 	c.mu.Lock()
-	c.sqls = nil
+	c.sqls, c.batches = nil, 0
 	c.mu.Unlock()
+}
+
+// batchCount returns how many pgx.Batches were sent.
+func (c *countTracer) batchCount() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.batches
 }
 
 // count returns how many statements ran, and how many of them were sql.

@@ -163,8 +163,9 @@ func defaultChannel(schema, table string) string {
 }
 
 // Store keeps tasklock leases in a PostgreSQL table through the caller's
-// pgx pool. It implements driver.Store, driver.Notifier, driver.Lister and
-// driver.ForceReleaser, and is safe for concurrent use. Create it with New.
+// pgx pool. It implements driver.Store, driver.Batcher, driver.Notifier,
+// driver.Lister and driver.ForceReleaser, and is safe for concurrent use.
+// Create it with New.
 type Store struct {
 	pool    *pgxpool.Pool
 	o       resolved
@@ -288,9 +289,8 @@ func (s *Store) Acquire(ctx context.Context, p driver.AcquireParams) (driver.Gra
 	if err != nil {
 		return driver.Grant{}, s.wrap("acquire", p.Key, err)
 	}
-	var fence, ttl *int64
-	var owner *string
-	err = c.Conn().QueryRow(ctx, s.sql.acquire, p.Key, p.Token, p.Owner, micros(p.TTL)).Scan(&fence, &owner, &ttl)
+	var r acquireRow
+	err = c.Conn().QueryRow(ctx, s.sql.acquire, p.Key, p.Token, p.Owner, micros(p.TTL)).Scan(r.dest()...)
 	c.Release()
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
@@ -298,16 +298,32 @@ func (s *Store) Acquire(ctx context.Context, p driver.AcquireParams) (driver.Gra
 		return driver.Grant{}, &driver.HeldError{}
 	case err != nil:
 		return driver.Grant{}, s.wrap("acquire", p.Key, err)
-	case fence == nil:
-		return driver.Grant{}, heldError(owner, ttl)
 	}
-	return driver.Grant{Fence: uint64(*fence)}, nil
+	return r.result()
+}
+
+// acquireRow is the reply of a lease-mode acquire (see acquireReply in
+// statements.go), for one item.
+type acquireRow struct {
+	fence, ttl *int64
+	owner      *string
+}
+
+// dest returns the scan destinations of the reply's columns.
+func (r *acquireRow) dest() []any { return []any{&r.fence, &r.owner, &r.ttl} }
+
+// result is the grant, or the *driver.HeldError naming the holder.
+func (r *acquireRow) result() (driver.Grant, error) {
+	if r.fence == nil {
+		return driver.Grant{}, heldError(r.owner, r.ttl)
+	}
+	return driver.Grant{Fence: uint64(*r.fence)}, nil
 }
 
 // Renew implements driver.Store. In lease mode the whole batch is one
-// UPDATE over unnest()ed arrays; in connection mode each lease's own
-// connection runs its renewal (a ping that also extends the row), at most
-// maxPings at a time.
+// UPDATE over unnest()ed arrays, locking its rows in key order; in
+// connection mode each lease's own connection runs its renewal (a ping that
+// also extends the row), at most maxPings at a time.
 func (s *Store) Renew(ctx context.Context, ps []driver.RenewParams) ([]error, error) {
 	if len(ps) == 0 {
 		return []error{}, nil

@@ -7,9 +7,11 @@ import "fmt"
 // database's now(): no client clock reaches the table.
 type statements struct {
 	// lease mode
-	acquire string // $1 key, $2 token, $3 owner, $4 ttl µs
-	renew   string // $1 keys[], $2 tokens[], $3 ttls[] µs
-	release string // $1 key, $2 token, $3 keep µs, $4 channel
+	acquire      string // $1 key, $2 token, $3 owner, $4 ttl µs
+	acquireBatch string // $1 keys[] (distinct), $2 tokens[], $3 owners[], $4 ttls[] µs
+	renew        string // $1 keys[], $2 tokens[], $3 ttls[] µs
+	release      string // $1 key, $2 token, $3 keep µs, $4 channel
+	releaseBatch string // $1 keys[], $2 tokens[], $3 keeps[] µs, $4 channel
 
 	// connection mode
 	acquireConn string // $1 key, $2 token, $3 owner, $4 ttl µs, $5 seed, $6 idle ms
@@ -36,6 +38,69 @@ func sessionHolds(pid, key, seed string) string {
 		  AND k.objsubid = 1)`, pid, key, seed)
 }
 
+// leaseEnd is the expiry of a lease of ttl µs (an SQL expression) from the
+// database's now().
+func leaseEnd(ttl string) string { return "now() + " + ttl + " * interval '1 microsecond'" }
+
+// acquireUpsert is the lease-mode grant shared by acquire and acquireBatch:
+// it inserts rows (a VALUES or a SELECT of key, token, owner, fence,
+// acquired_at, expires_at, pid, waiters) and, for a key that has a row,
+// takes it when its lease has expired or the same token holds it (a
+// retried request), and otherwise only sets waiters. The row is l.
+func acquireUpsert(table, rows string) string {
+	const takes = `(l.expires_at <= now() OR l.token IS NOT DISTINCT FROM EXCLUDED.token)`
+	return fmt.Sprintf(`INSERT INTO %[1]s AS l (key, token, owner, fence, acquired_at, expires_at, pid, waiters)
+%[2]s
+ON CONFLICT (key) DO UPDATE SET
+	token = CASE WHEN %[3]s THEN EXCLUDED.token ELSE l.token END,
+	owner = CASE WHEN %[3]s THEN EXCLUDED.owner ELSE l.owner END,
+	fence = CASE WHEN l.token = EXCLUDED.token THEN l.fence WHEN l.expires_at <= now() THEN l.fence + 1 ELSE l.fence END,
+	acquired_at = CASE WHEN l.token = EXCLUDED.token THEN l.acquired_at WHEN l.expires_at <= now() THEN EXCLUDED.acquired_at ELSE l.acquired_at END,
+	expires_at = CASE WHEN %[3]s THEN EXCLUDED.expires_at ELSE l.expires_at END,
+	pid = CASE WHEN %[3]s THEN NULL ELSE l.pid END,
+	waiters = NOT %[3]s`, table, rows, takes)
+}
+
+// acquireReply is what a lease-mode acquire answers, read from row (the
+// key's row after the upsert) for the attempt of token: the fence when
+// token holds the key now, else NULL and the holder's owner and remaining
+// lease in µs. scanAcquire reads it.
+func acquireReply(row, token string) string {
+	return fmt.Sprintf(`CASE WHEN %[1]s.token = %[2]s THEN %[1]s.fence END,
+	CASE WHEN %[1]s.token IS DISTINCT FROM %[2]s THEN %[1]s.owner END,
+	CASE WHEN %[1]s.token IS DISTINCT FROM %[2]s THEN %[3]s END`, row, token, fmt.Sprintf(remainingMicros, row))
+}
+
+// releaseLease is the lease-mode release, alone (from "") or over the rows
+// of from (a FROM item r): it ends the lease of key (an expression) where
+// token holds it, keeping the key keep µs more (MinHold), and returns
+// returning followed by the NOTIFY of a plain release of a key an acquire
+// found held (the waiters flag) on channel.
+func releaseLease(table, from, key, token, keep, channel, returning string) string {
+	if from != "" {
+		from = "FROM " + from + "\n"
+	}
+	return fmt.Sprintf(`UPDATE %[1]s AS l
+SET token = NULL, pid = NULL, expires_at = %[2]s
+%[3]sWHERE l.key = %[4]s AND l.token = %[5]s AND l.expires_at > now()
+RETURNING %[6]sCASE WHEN l.waiters AND %[7]s = 0 THEN pg_notify(%[8]s, l.key) END`,
+		table, leaseEnd(keep), from, key, token, returning, keep, channel)
+}
+
+// heldInKeyOrder is a FROM item r: the rows of src (an unnest(...) AS
+// r(key, token, ...)) whose token holds its key, with the key's row locked,
+// in key order (COLLATE "C", the column's). Every statement that locks
+// several lease rows (acquireBatch, renew, releaseBatch) locks them in that
+// order, so that concurrent batches never deadlock; the UPDATE that joins
+// it then changes rows already locked, and rechecks them.
+func heldInKeyOrder(table, src string) string {
+	return fmt.Sprintf(`(
+	SELECT r.* FROM %[2]s
+	JOIN %[1]s k ON k.key = r.key AND k.token = r.token AND k.expires_at > now()
+	ORDER BY k.key FOR UPDATE OF k
+) AS r`, table, src)
+}
+
 func buildStatements(table string) statements {
 	var st statements
 
@@ -45,39 +110,46 @@ func buildStatements(table string) statements {
 	// and sets waiters, so that the holder's release will NOTIFY. The row
 	// it returns is the latest version, locked: the fence when this token
 	// now holds the key (and NULLs, which cost the client nothing to
-	// decode), else NULL and the holder's owner and remaining lease. A grant clears waiters: a waiter that loses the race for the
-	// key sets it again with its next attempt. The flag is set and the
-	// release reads it under the same row lock, so a waiter's failed
-	// attempt either comes before the release (which then NOTIFYs) or after
-	// it (and then finds the key free).
-	st.acquire = fmt.Sprintf(`INSERT INTO %[1]s AS l (key, token, owner, fence, acquired_at, expires_at, pid, waiters)
-VALUES ($1, $2, $3, 1, now(), now() + $4::bigint * interval '1 microsecond', NULL, false)
-ON CONFLICT (key) DO UPDATE SET
-	token = CASE WHEN %[2]s THEN EXCLUDED.token ELSE l.token END,
-	owner = CASE WHEN %[2]s THEN EXCLUDED.owner ELSE l.owner END,
-	fence = CASE WHEN l.token = EXCLUDED.token THEN l.fence WHEN l.expires_at <= now() THEN l.fence + 1 ELSE l.fence END,
-	acquired_at = CASE WHEN l.token = EXCLUDED.token THEN l.acquired_at WHEN l.expires_at <= now() THEN EXCLUDED.acquired_at ELSE l.acquired_at END,
-	expires_at = CASE WHEN %[2]s THEN EXCLUDED.expires_at ELSE l.expires_at END,
-	pid = CASE WHEN %[2]s THEN NULL ELSE l.pid END,
-	waiters = NOT %[2]s
-RETURNING CASE WHEN l.token = $2 THEN l.fence END,
-	CASE WHEN l.token IS DISTINCT FROM $2 THEN l.owner END,
-	CASE WHEN l.token IS DISTINCT FROM $2 THEN %[3]s END`,
-		table, `(l.expires_at <= now() OR l.token IS NOT DISTINCT FROM EXCLUDED.token)`, fmt.Sprintf(remainingMicros, "l"))
+	// decode), else NULL and the holder's owner and remaining lease. A
+	// grant clears waiters: a waiter that loses the race for the key sets
+	// it again with its next attempt. The flag is set and the release
+	// reads it under the same row lock, so a waiter's failed attempt
+	// either comes before the release (which then NOTIFYs) or after it
+	// (and then finds the key free).
+	st.acquire = acquireUpsert(table, `VALUES ($1, $2, $3, 1, now(), `+leaseEnd("$4::bigint")+`, NULL, false)`) + `
+RETURNING ` + acquireReply("l", "$2")
+
+	// The same upsert over unnest()ed arrays, whose keys are distinct (an
+	// upsert cannot change a row twice: AcquireBatch sends a key's later
+	// items in later statements). Rows are taken in key order, as every
+	// batch takes them (see heldInKeyOrder), and each item is answered
+	// from its key's row as acquire answers.
+	st.acquireBatch = fmt.Sprintf(`WITH r AS (
+	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[]) WITH ORDINALITY AS r(key, token, owner, ttl, i)
+), u AS (
+%[1]s
+RETURNING l.key, l.token, l.owner, l.fence, l.expires_at
+)
+SELECT r.i, %[2]s
+FROM r JOIN u ON u.key = r.key`,
+		acquireUpsert(table, `SELECT r.key, r.token, r.owner, 1, now(), `+leaseEnd("r.ttl")+`, NULL, false
+FROM r ORDER BY r.key COLLATE "C"`),
+		acquireReply("u", "r.token"))
 
 	st.renew = fmt.Sprintf(`UPDATE %[1]s AS l
-SET expires_at = now() + r.ttl * interval '1 microsecond'
-FROM unnest($1::text[], $2::text[], $3::bigint[]) WITH ORDINALITY AS r(key, token, ttl, i)
+SET expires_at = %[2]s
+FROM %[3]s
 WHERE l.key = r.key AND l.token = r.token AND l.expires_at > now()
-RETURNING r.i`, table)
+RETURNING r.i`, table, leaseEnd("r.ttl"),
+		heldInKeyOrder(table, `unnest($1::text[], $2::text[], $3::bigint[]) WITH ORDINALITY AS r(key, token, ttl, i)`))
 
 	// The NOTIFY runs only when an acquire found the key held since it
 	// was granted (and not for MinHold, which keeps the key): most
 	// releases have no waiter, and a NOTIFY serialises commits.
-	st.release = fmt.Sprintf(`UPDATE %[1]s
-SET token = NULL, pid = NULL, expires_at = now() + $3::bigint * interval '1 microsecond'
-WHERE key = $1 AND token = $2 AND expires_at > now()
-RETURNING CASE WHEN waiters AND $3::bigint = 0 THEN pg_notify($4, $1) END`, table)
+	st.release = releaseLease(table, "", "$1", "$2", "$3::bigint", "$4", "")
+	st.releaseBatch = releaseLease(table,
+		heldInKeyOrder(table, `unnest($1::text[], $2::text[], $3::bigint[]) WITH ORDINALITY AS r(key, token, keep, i)`),
+		"r.key", "r.token", "r.keep", "$4", "r.i, ")
 
 	// Connection mode. The session takes the key's advisory lock; holding
 	// it, it takes the row when the row's lease expired, or when the row's
