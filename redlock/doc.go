@@ -11,10 +11,12 @@
 //	store, err := redlock.New(clients, nil)
 //	locker, err := tasklock.New(store, nil)
 //
-// The Store implements driver.Store, driver.Notifier (waiters are woken by
-// pub/sub on every node), driver.Lister and driver.ForceReleaser. It
-// tolerates the failure of any minority of the nodes: with 3 nodes, locks are
-// obtained, kept and released while one node is down or cut off.
+// The Store implements driver.Store, driver.Batcher (a Locker's burst of
+// acquires or releases goes to each node as one pipelined call),
+// driver.Notifier (waiters are woken by pub/sub on every node),
+// driver.Lister and driver.ForceReleaser. It tolerates the failure of any
+// minority of the nodes: with 3 nodes, locks are obtained, kept and
+// released while one node is down or cut off.
 //
 // # How a lock is kept
 //
@@ -49,6 +51,11 @@
 //     no longer held as a lock, and it returns driver.ErrNotHeld. Each node
 //     that deletes the lease publishes the release, so waiters wake through
 //     any node that held it.
+//   - AcquireBatch and ReleaseBatch (driver.Batcher) send each node all
+//     the requests of a batch in one redisstore AcquireBatch or
+//     ReleaseBatch call, and decide every request by the rules above: the
+//     node timeout is that of the shortest TTL in the batch, elapsed is the
+//     whole batch's, and a node whose call failed fails every request.
 //
 // A lease is not re-created on a node that lost it (one that was down at the
 // grant, or restarted): until its next grant such a lock is kept by fewer

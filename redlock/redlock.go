@@ -63,8 +63,8 @@ type node struct {
 
 // Store keeps leases on N independent Redis nodes and grants a lock when a
 // majority of them grant it (the RedLock algorithm). It implements
-// driver.Store, driver.Notifier, driver.Lister and driver.ForceReleaser, and
-// is safe for concurrent use. Create it with New.
+// driver.Store, driver.Batcher, driver.Notifier, driver.Lister and
+// driver.ForceReleaser, and is safe for concurrent use. Create it with New.
 type Store struct {
 	nodes       []*node
 	quorum      int
@@ -337,97 +337,142 @@ func (s *Store) quorumError(op, key, detail string, failed []*NodeError) *Quorum
 //     answered;
 //   - an error wrapping ErrTooSlow when a majority granted but too late.
 func (s *Store) Acquire(ctx context.Context, p driver.AcquireParams) (driver.Grant, error) {
-	if p.Key == "" || p.Key[0] == '}' {
-		return driver.Grant{}, fmt.Errorf("%w: %q: a key must not be empty or start with '}'", redisstore.ErrKey, p.Key)
-	}
-	if p.TTL <= 0 {
-		return driver.Grant{}, fmt.Errorf("redlock: TTL is %s, must be positive", p.TTL)
+	if err := checkAcquire(p); err != nil {
+		return driver.Grant{}, err
 	}
 	if err := ctx.Err(); err != nil {
 		return driver.Grant{}, fmt.Errorf("redlock: acquire %q: %w", p.Key, err)
 	}
+	var r [1]driver.AcquireResult
+	s.acquire(ctx, []driver.AcquireParams{p}, r[:])
+	return r[0].Grant, r[0].Err
+}
+
+// checkAcquire refuses, before any node is asked, a request that no node
+// could grant.
+func checkAcquire(p driver.AcquireParams) error {
+	if p.Key == "" || p.Key[0] == '}' {
+		return fmt.Errorf("%w: %q: a key must not be empty or start with '}'", redisstore.ErrKey, p.Key)
+	}
+	if p.TTL <= 0 {
+		return fmt.Errorf("redlock: TTL is %s, must be positive", p.TTL)
+	}
+	return nil
+}
+
+// votes is how the nodes answered one request of an acquire.
+type votes struct {
+	grants []int               // the nodes that granted it
+	held   []*driver.HeldError // the nodes' "held by another owner"
+	failed []*NodeError        // the other nodes, and why
+}
+
+// acquire is Acquire and AcquireBatch: it makes one attempt for every
+// request in ps (each passed by checkAcquire) on every node at once, each
+// node's share in one call (see node.acquire), and sets out[j] to the
+// outcome of ps[j] by the rules Acquire documents. The calls wait as
+// Acquire's do for the shortest TTL in ps, and elapsed is measured for
+// them all; a node whose call failed fails every request.
+func (s *Store) acquire(ctx context.Context, ps []driver.AcquireParams, out []driver.AcquireResult) {
 	start := s.now()
-	w := s.leaseWait(p.TTL)
-	rp := driver.ReleaseParams{Key: p.Key, Token: p.Token}
+	shortest := ps[0].TTL
+	for _, p := range ps[1:] {
+		shortest = min(shortest, p.TTL)
+	}
+	w := s.leaseWait(shortest)
 
 	// A node that answers after the decision did not count towards it.
-	// When the lock was not granted, whatever it granted is released. When
-	// it was, its copy is the holder's (renewals and the release cover it),
-	// unless the holder has released the lock meanwhile. granted is written
-	// before decided is closed.
+	// Whatever it granted for a request that was not granted is released.
+	// For one that was, its copy is the holder's (renewals and the release
+	// cover it), unless the holder has released the lock meanwhile. granted
+	// is written before decided is closed.
 	decided := make(chan struct{})
-	granted := false
+	granted := make([]bool, len(ps))
 	defer close(decided)
-	late := func(i int, _ uint64, err error) {
+	late := func(i int, rs []driver.AcquireResult, err error) {
 		<-decided
-		if !isHeld(err) && (!granted || s.releasedMeanwhile(p.Token)) {
+		var undo []driver.ReleaseParams
+		for j, p := range ps {
+			if (err != nil || !isHeld(rs[j].Err)) && (!granted[j] || s.releasedMeanwhile(p.Token)) {
+				undo = append(undo, driver.ReleaseParams{Key: p.Key, Token: p.Token})
+			}
+		}
+		if len(undo) > 0 {
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), patience)
-			_ = s.nodes[i].store.Release(ctx, rp)
+			_, _ = s.nodes[i].release(ctx, undo)
 			cancel()
 		}
-		if granted {
-			s.lateDone(p.Token)
+		for j, p := range ps {
+			if granted[j] {
+				s.lateDone(p.Token)
+			}
 		}
 	}
 	// The calls outlive a cancelled ctx, so that late answers are handled;
-	// they are cancelled when the lock is not granted (go-redis must not
-	// retry them later), and otherwise run on to give the lease its copies.
+	// they are cancelled when nothing was granted (go-redis must not retry
+	// them later), and otherwise run on to give the leases their copies.
 	calls, cancelCalls := context.WithCancel(context.WithoutCancel(ctx))
-	rs := fanOut(ctx, calls, w, s.nodes, func(ctx context.Context, n *node) (uint64, error) {
-		g, err := n.store.Acquire(ctx, p)
-		return g.Fence, err
-	}, func(_ uint64, err error) bool { return err == nil || isHeld(err) }, late)
+	rs := fanOut(ctx, calls, w, s.nodes, func(ctx context.Context, n *node) ([]driver.AcquireResult, error) {
+		return n.acquire(ctx, ps)
+	}, succeeded, late)
 
-	var (
-		grants []int
-		held   []*driver.HeldError
-		failed []*NodeError
-	)
-	for i, r := range rs {
-		var he *driver.HeldError
+	vs := make([]votes, len(ps))
+	for j := range ps {
+		v := &vs[j]
+		for i, r := range rs {
+			err := r.err
+			if err == nil {
+				err = r.val[j].Err
+			}
+			var he *driver.HeldError
+			switch {
+			case err == nil:
+				v.grants = append(v.grants, i)
+			case errors.As(err, &he):
+				v.held = append(v.held, he)
+			default:
+				v.failed = append(v.failed, &NodeError{Addr: s.nodes[i].addr, Err: err})
+			}
+		}
+	}
+	fences, raiseFailed := s.raise(ctx, ps, start, w, rs, vs)
+	elapsed := s.now().Sub(start)
+
+	var failed []int // the requests not granted
+	anyGranted := false
+	for j, p := range ps {
+		v := &vs[j]
+		var rf []*NodeError
+		if raiseFailed != nil {
+			rf = raiseFailed[j]
+		}
 		switch {
-		case r.err == nil:
-			grants = append(grants, i)
-		case errors.As(r.err, &he):
-			held = append(held, he)
+		case len(v.grants) >= s.quorum && len(v.grants)-len(rf) < s.quorum:
+			out[j].Err = s.quorumError("acquire", p.Key,
+				fmt.Sprintf("granted on %d, but raising the fence counters failed", len(v.grants)), append(v.failed, rf...))
+		case len(v.grants) >= s.quorum && p.TTL-elapsed-drift(p.TTL) <= 0:
+			out[j].Err = fmt.Errorf("redlock: acquire %q: %w: %d of %d nodes granted after %v, with a TTL of %v",
+				p.Key, ErrTooSlow, len(v.grants), len(s.nodes), elapsed.Round(time.Microsecond), p.TTL)
+		case len(v.grants) >= s.quorum:
+			out[j].Grant = driver.Grant{Fence: fences[j]}
+			granted[j], anyGranted = true, true
+			continue
+		case len(v.held) > 0 && len(v.grants)+len(v.held) >= s.quorum:
+			// A majority answered: the lock is held or contended, and a
+			// release will wake the waiters.
+			out[j].Err = heldView(v.held)
 		default:
-			failed = append(failed, &NodeError{Addr: s.nodes[i].addr, Err: r.err})
+			out[j].Err = s.quorumError("acquire", p.Key,
+				fmt.Sprintf("granted on %d, held on %d", len(v.grants), len(v.held)), v.failed)
 		}
+		failed = append(failed, j)
 	}
-
-	if len(grants) >= s.quorum {
-		fence, raiseFailed := s.raise(ctx, p, start, rs, grants)
-		elapsed := s.now().Sub(start)
-		switch {
-		case len(grants)-len(raiseFailed) < s.quorum:
-			cancelCalls()
-			s.undo(ctx, p, rs)
-			return driver.Grant{}, s.quorumError("acquire", p.Key,
-				fmt.Sprintf("granted on %d, but raising the fence counters failed", len(grants)), append(failed, raiseFailed...))
-		case p.TTL-elapsed-drift(p.TTL) <= 0:
-			cancelCalls()
-			s.undo(ctx, p, rs)
-			return driver.Grant{}, fmt.Errorf("redlock: acquire %q: %w: %d of %d nodes granted after %v, with a TTL of %v",
-				p.Key, ErrTooSlow, len(grants), len(s.nodes), elapsed.Round(time.Microsecond), p.TTL)
-		}
-		granted = true
-		if s.expectLate(p.Token, rs) {
-			time.AfterFunc(patience, cancelCalls) // the calls' own bound
-		} else {
-			cancelCalls()
-		}
-		return driver.Grant{Fence: fence}, nil
+	if anyGranted && s.expectLate(ps, granted, rs) {
+		time.AfterFunc(patience, cancelCalls) // the calls' own bound
+	} else {
+		cancelCalls()
 	}
-
-	cancelCalls()
-	s.undo(ctx, p, rs)
-	if len(held) > 0 && len(grants)+len(held) >= s.quorum {
-		// A majority answered: the lock is held or contended, and a
-		// release will wake the waiters.
-		return driver.Grant{}, heldView(held)
-	}
-	return driver.Grant{}, s.quorumError("acquire", p.Key,
-		fmt.Sprintf("granted on %d, held on %d", len(grants), len(held)), failed)
+	s.undo(ctx, ps, failed, rs, shortest)
 }
 
 // lateState tracks the nodes that had not answered when a lock was granted.
@@ -437,8 +482,9 @@ type lateState struct {
 }
 
 // expectLate records that the nodes without an answer in rs may still
-// answer the grant of token, and reports whether there are any.
-func (s *Store) expectLate(token string, rs []result[uint64]) bool {
+// answer the requests of ps marked granted, and reports whether there are
+// any such nodes.
+func (s *Store) expectLate(ps []driver.AcquireParams, granted []bool, rs []result[[]driver.AcquireResult]) bool {
 	n := 0
 	for _, r := range rs {
 		if !r.answered {
@@ -449,7 +495,11 @@ func (s *Store) expectLate(token string, rs []result[uint64]) bool {
 		return false
 	}
 	s.lateMu.Lock()
-	s.late[token] = &lateState{pending: n}
+	for j, p := range ps {
+		if granted[j] {
+			s.late[p.Token] = &lateState{pending: n}
+		}
+	}
 	s.lateMu.Unlock()
 	return true
 }
@@ -506,63 +556,109 @@ func heldView(held []*driver.HeldError) *driver.HeldError {
 	return out
 }
 
-// raise returns the grant's fence, the highest among the granting nodes,
-// and raises the fence counter of every granting node that is below it, in
-// parallel, within what is left of the lease's validity. It returns the
-// nodes where that failed.
-func (s *Store) raise(ctx context.Context, p driver.AcquireParams, start time.Time, rs []result[uint64], granted []int) (uint64, []*NodeError) {
-	var fence uint64
-	for _, i := range granted {
-		fence = max(fence, rs[i].val)
-	}
-	var behind []*node
-	for _, i := range granted {
-		if rs[i].val < fence {
-			behind = append(behind, s.nodes[i])
+// raise returns the fence of every request in ps that a majority granted
+// (vs), the highest among its granting nodes, and raises the fence counter
+// of every granting node that is below it: one call per node that is
+// behind (see node.raise), all at once, within what is left of w's limit.
+// It returns, per request, the nodes where that failed; nil when no node
+// was behind.
+func (s *Store) raise(ctx context.Context, ps []driver.AcquireParams, start time.Time, w wait,
+	rs []result[[]driver.AcquireResult], vs []votes,
+) ([]uint64, [][]*NodeError) {
+	fences := make([]uint64, len(ps))
+	var behind map[*node][]int // the requests whose counter each node must raise
+	for j := range ps {
+		if len(vs[j].grants) < s.quorum {
+			continue
+		}
+		for _, i := range vs[j].grants {
+			fences[j] = max(fences[j], rs[i].val[j].Grant.Fence)
+		}
+		for _, i := range vs[j].grants {
+			if rs[i].val[j].Grant.Fence < fences[j] {
+				if behind == nil {
+					behind = make(map[*node][]int)
+				}
+				behind[s.nodes[i]] = append(behind[s.nodes[i]], j)
+			}
 		}
 	}
 	if len(behind) == 0 {
-		return fence, nil
+		return fences, nil
 	}
-	counter := []string{s.prefix + "{" + p.Key + "}:fence"}
-	arg := strconv.FormatUint(fence, 10)
-	w := s.leaseWait(p.TTL)
-	w.limit = max(w.limit-s.now().Sub(start), minNodeTimeout)
-	w.nodeTimeout = min(w.nodeTimeout, w.limit)
-	w.quorum = len(behind) // wait for all of them
-	res := fanOut(ctx, ctx, w, behind, func(ctx context.Context, n *node) (int64, error) {
-		return raiseScript.Run(ctx, n.client, counter, arg).Int64()
-	}, succeeded, nil)
-	var failed []*NodeError
-	for i, r := range res {
-		if r.err != nil {
-			failed = append(failed, &NodeError{Addr: behind[i].addr, Err: fmt.Errorf("raise fence counter: %w", r.err)})
+	nodes := make([]*node, 0, len(behind))
+	for _, n := range s.nodes {
+		if behind[n] != nil {
+			nodes = append(nodes, n)
 		}
 	}
-	return fence, failed
+	w.limit = max(w.limit-s.now().Sub(start), minNodeTimeout)
+	w.nodeTimeout = min(w.nodeTimeout, w.limit)
+	w.quorum = len(nodes) // wait for all of them
+	res := fanOut(ctx, ctx, w, nodes, func(ctx context.Context, n *node) ([]error, error) {
+		js := behind[n]
+		counters := make([]string, len(js))
+		args := make([]string, len(js))
+		for k, j := range js {
+			counters[k] = s.prefix + "{" + ps[j].Key + "}:fence"
+			args[k] = strconv.FormatUint(fences[j], 10)
+		}
+		return n.raise(ctx, counters, args)
+	}, succeeded, nil)
+	failed := make([][]*NodeError, len(ps))
+	for k, r := range res {
+		for m, j := range behind[nodes[k]] {
+			err := r.err
+			if r.val != nil {
+				err = r.val[m]
+			}
+			if err != nil {
+				failed[j] = append(failed[j], &NodeError{Addr: nodes[k].addr, Err: fmt.Errorf("raise fence counter: %w", err)})
+			}
+		}
+	}
+	return fences, failed
 }
 
-// undo releases a failed acquisition, token-checked, on every node that
-// answered other than "held", even if ctx has ended: the grants are ours to
-// remove, and a grant left behind would block its node until its TTL. These
-// nodes have just answered, so it waits for all of them, at most 1 s. Nodes
-// that have not answered are released when they do (see Acquire).
-func (s *Store) undo(ctx context.Context, p driver.AcquireParams, rs []result[uint64]) {
-	var nodes []*node
+// undo releases the requests of ps listed in failed (acquisitions that
+// failed), token-checked, on every node that answered for them other than
+// "held", even if ctx has ended: the grants are ours to remove, and a grant
+// left behind would block its node until its TTL. It makes one call per
+// node (see node.release), all at once; these nodes have just answered, so
+// it waits for all of them, at most 1 s. Nodes that have not answered are
+// released when they do (see acquire).
+func (s *Store) undo(ctx context.Context, ps []driver.AcquireParams, failed []int, rs []result[[]driver.AcquireResult], ttl time.Duration) {
+	if len(failed) == 0 {
+		return
+	}
+	var (
+		nodes  []*node
+		byNode = make(map[*node][]driver.ReleaseParams)
+	)
 	for i, r := range rs {
-		if r.answered && !isHeld(r.err) {
+		if !r.answered {
+			continue
+		}
+		var rps []driver.ReleaseParams
+		for _, j := range failed {
+			if r.err == nil && isHeld(r.val[j].Err) {
+				continue
+			}
+			rps = append(rps, driver.ReleaseParams{Key: ps[j].Key, Token: ps[j].Token})
+		}
+		if len(rps) > 0 {
 			nodes = append(nodes, s.nodes[i])
+			byNode[s.nodes[i]] = rps
 		}
 	}
 	if len(nodes) == 0 {
 		return
 	}
-	rp := driver.ReleaseParams{Key: p.Key, Token: p.Token}
 	detached := context.WithoutCancel(ctx)
-	fanOut(detached, detached, wait{nodeTimeout: s.timeout(p.TTL), limit: patience, quorum: len(nodes), callTimeout: patience}, nodes,
-		func(ctx context.Context, n *node) (struct{}, error) {
-			return struct{}{}, n.store.Release(ctx, rp)
-		}, okOrNotHeld, nil)
+	fanOut(detached, detached, wait{nodeTimeout: s.timeout(ttl), limit: patience, quorum: len(nodes), callTimeout: patience}, nodes,
+		func(ctx context.Context, n *node) ([]error, error) {
+			return n.release(ctx, byNode[n])
+		}, succeeded, nil)
 }
 
 // Renew implements driver.Store: one redisstore Renew call per node (one
@@ -641,11 +737,31 @@ func (s *Store) releaseWait() wait {
 // released the lease, and returns a *QuorumError when too few nodes
 // answered to tell.
 func (s *Store) Release(ctx context.Context, p driver.ReleaseParams) error {
-	s.releasing(p.Token)
-	rs := fanOut(ctx, context.WithoutCancel(ctx), s.releaseWait(), s.nodes, func(ctx context.Context, n *node) (struct{}, error) {
-		return struct{}{}, n.store.Release(ctx, p)
-	}, okOrNotHeld, nil)
-	return s.anyDeleted("release", p.Key, rs)
+	return s.release(ctx, []driver.ReleaseParams{p})[0]
+}
+
+// release is Release and ReleaseBatch: it releases every lease in ps on
+// every node at once, each node's share in one call (see node.release), and
+// returns the outcome of each by the rules Release documents; a node whose
+// call failed fails every lease.
+func (s *Store) release(ctx context.Context, ps []driver.ReleaseParams) []error {
+	for _, p := range ps {
+		s.releasing(p.Token)
+	}
+	rs := fanOut(ctx, context.WithoutCancel(ctx), s.releaseWait(), s.nodes, func(ctx context.Context, n *node) ([]error, error) {
+		return n.release(ctx, ps)
+	}, succeeded, nil)
+	out := make([]error, len(ps))
+	errs := make([]error, len(s.nodes))
+	for j, p := range ps {
+		for i, r := range rs {
+			if errs[i] = r.err; r.err == nil {
+				errs[i] = r.val[j]
+			}
+		}
+		out[j] = s.anyDeleted("release", p.Key, errs)
+	}
+	return out
 }
 
 // ForceRelease implements driver.ForceReleaser: it deletes the lease of key
@@ -656,21 +772,26 @@ func (s *Store) ForceRelease(ctx context.Context, key string) error {
 	rs := fanOut(ctx, context.WithoutCancel(ctx), s.releaseWait(), s.nodes, func(ctx context.Context, n *node) (struct{}, error) {
 		return struct{}{}, n.store.ForceRelease(ctx, key)
 	}, okOrNotHeld, nil)
-	return s.anyDeleted("force release", key, rs)
+	errs := make([]error, len(rs))
+	for i, r := range rs {
+		errs[i] = r.err
+	}
+	return s.anyDeleted("force release", key, errs)
 }
 
-// anyDeleted is the outcome of a release on every node.
-func (s *Store) anyDeleted(op, key string, rs []result[struct{}]) error {
+// anyDeleted is the outcome of a release of key on every node, given each
+// node's answer in errs.
+func (s *Store) anyDeleted(op, key string, errs []error) error {
 	released, notHeld := 0, 0
 	var failed []*NodeError
-	for i, r := range rs {
+	for i, err := range errs {
 		switch {
-		case r.err == nil:
+		case err == nil:
 			released++
-		case errors.Is(r.err, driver.ErrNotHeld):
+		case errors.Is(err, driver.ErrNotHeld):
 			notHeld++
 		default:
-			failed = append(failed, &NodeError{Addr: s.nodes[i].addr, Err: r.err})
+			failed = append(failed, &NodeError{Addr: s.nodes[i].addr, Err: err})
 		}
 	}
 	switch {
