@@ -15,13 +15,17 @@ import (
 
 // countingConnector opens real modernc.org/sqlite connections with Open's
 // DSN and counts the statements run through them (directly or as prepared
-// statements), and separately the statements prepared (compiled). The
-// pragmas the driver runs when it opens a connection are not counted.
+// statements), and separately the statements prepared (compiled) and the
+// transactions begun. The pragmas the driver runs when it opens a
+// connection are not counted. A hook, when set, runs before each counted
+// statement, and an error it returns is that statement's.
 type countingConnector struct {
 	drv      sqldriver.Driver
 	dsn      string
 	stmts    atomic.Int64
 	prepares atomic.Int64
+	txs      atomic.Int64
+	hook     atomic.Pointer[func() error]
 }
 
 func (c *countingConnector) Connect(context.Context) (sqldriver.Conn, error) {
@@ -29,52 +33,70 @@ func (c *countingConnector) Connect(context.Context) (sqldriver.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &countingConn{Conn: conn, n: &c.stmts, prep: &c.prepares}, nil
+	return &countingConn{Conn: conn, c: c}, nil
+}
+
+// ran counts a statement and runs the hook.
+func (c *countingConnector) ran() error {
+	c.stmts.Add(1)
+	if h := c.hook.Load(); h != nil {
+		return (*h)()
+	}
+	return nil
 }
 
 func (c *countingConnector) Driver() sqldriver.Driver { return c.drv }
 
 type countingConn struct {
 	sqldriver.Conn
-	n, prep *atomic.Int64
+	c *countingConnector
 }
 
 // countingStmt counts the runs of a prepared statement.
 type countingStmt struct {
 	sqldriver.Stmt
-	n *atomic.Int64
+	c *countingConnector
 }
 
 func (s *countingStmt) ExecContext(ctx context.Context, args []sqldriver.NamedValue) (sqldriver.Result, error) {
-	s.n.Add(1)
+	if err := s.c.ran(); err != nil {
+		return nil, err
+	}
 	return s.Stmt.(sqldriver.StmtExecContext).ExecContext(ctx, args)
 }
 
 func (s *countingStmt) QueryContext(ctx context.Context, args []sqldriver.NamedValue) (sqldriver.Rows, error) {
-	s.n.Add(1)
+	if err := s.c.ran(); err != nil {
+		return nil, err
+	}
 	return s.Stmt.(sqldriver.StmtQueryContext).QueryContext(ctx, args)
 }
 
 func (c *countingConn) ExecContext(ctx context.Context, q string, args []sqldriver.NamedValue) (sqldriver.Result, error) {
-	c.n.Add(1)
+	if err := c.c.ran(); err != nil {
+		return nil, err
+	}
 	return c.Conn.(sqldriver.ExecerContext).ExecContext(ctx, q, args)
 }
 
 func (c *countingConn) QueryContext(ctx context.Context, q string, args []sqldriver.NamedValue) (sqldriver.Rows, error) {
-	c.n.Add(1)
+	if err := c.c.ran(); err != nil {
+		return nil, err
+	}
 	return c.Conn.(sqldriver.QueryerContext).QueryContext(ctx, q, args)
 }
 
 func (c *countingConn) PrepareContext(ctx context.Context, q string) (sqldriver.Stmt, error) {
-	c.prep.Add(1)
+	c.c.prepares.Add(1)
 	st, err := c.Conn.(sqldriver.ConnPrepareContext).PrepareContext(ctx, q)
 	if err != nil {
 		return nil, err
 	}
-	return &countingStmt{Stmt: st, n: c.n}, nil
+	return &countingStmt{Stmt: st, c: c.c}, nil
 }
 
 func (c *countingConn) BeginTx(ctx context.Context, opts sqldriver.TxOptions) (sqldriver.Tx, error) {
+	c.c.txs.Add(1)
 	return c.Conn.(sqldriver.ConnBeginTx).BeginTx(ctx, opts)
 }
 
@@ -142,6 +164,34 @@ func TestStatementsPerOperation(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+
+	// A batch is one statement, its own transaction; the holder of a key
+	// found held is read afterwards.
+	mustAcquire(t, s, "b-held", "other", time.Minute)
+	txs := cc.txs.Load()
+	count("AcquireBatch (2 free, 1 held)", 2, func() {
+		rs, err := s.AcquireBatch(ctx, []driver.AcquireParams{
+			{Key: "b1", Token: "t1", TTL: time.Minute},
+			{Key: "b2", Token: "t2", TTL: time.Minute},
+			{Key: "b-held", Token: "t3", TTL: time.Minute},
+		})
+		if err != nil || rs[0].Err != nil || rs[1].Err != nil || !errors.Is(rs[2].Err, driver.ErrHeld) {
+			t.Fatalf("AcquireBatch = %+v, %v", rs, err)
+		}
+	})
+	count("ReleaseBatch (2 held, 1 not)", 1, func() {
+		errs, err := s.ReleaseBatch(ctx, []driver.ReleaseParams{
+			{Key: "b1", Token: "t1"},
+			{Key: "b2", Token: "t2"},
+			{Key: "b-held", Token: "t3"},
+		})
+		if err != nil || errs[0] != nil || errs[1] != nil || !errors.Is(errs[2], driver.ErrNotHeld) {
+			t.Fatalf("ReleaseBatch = %v, %v", errs, err)
+		}
+	})
+	if got := cc.txs.Load() - txs; got != 0 {
+		t.Fatalf("two batches began %d transactions, want none", got)
+	}
 
 	// 1,000 held leases, written in one statement as 1,000 Acquire calls
 	// would leave them (those take seconds under -race).

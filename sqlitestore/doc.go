@@ -7,8 +7,8 @@
 //	store, err := sqlitestore.New(db, &sqlitestore.Options{Migrate: true})
 //	locker, err := tasklock.New(store, nil)
 //
-// The Store implements driver.Store, driver.Lister and
-// driver.ForceReleaser. It does not implement driver.Notifier: SQLite has no
+// The Store implements driver.Store, driver.Lister, driver.ForceReleaser
+// and driver.Batcher. It does not implement driver.Notifier: SQLite has no
 // way to tell another process that a row changed, so waiters in other
 // processes poll (with the Locker's jittered backoff, never past the
 // holder's remaining TTL, which Acquire reports). Waiters on the Locker
@@ -27,9 +27,9 @@
 //     replicas on several hosts use pgstore, mysqlstore, etcdstore or
 //     zkstore.
 //   - Exclusion. Every grant, renewal and release is one SQLite statement
-//     run in its own write transaction, and SQLite serialises writers, so
-//     the check "expired?" and the write that follows it cannot interleave
-//     with another process's.
+//     run in a write transaction (its own, or its batch's), and SQLite
+//     serialises writers, so the check "expired?" and the write that
+//     follows it cannot interleave with another process's.
 //   - Durable fences. A key's row is never deleted: release and expiry only
 //     mark it free, and the fence in the row is incremented by every grant.
 //     Fences therefore strictly increase per key across releases, process
@@ -84,8 +84,12 @@
 // BEGIN IMMEDIATE: a transaction that reads and then writes takes the write
 // lock at BEGIN, so it waits its turn (busy_timeout) instead of failing with
 // SQLITE_BUSY when it upgrades, which no busy_timeout can fix. The store's
-// own statements are single statements outside transactions and need no
-// BEGIN; Migrate uses BEGIN IMMEDIATE explicitly.
+// calls, batches included, are single statements outside transactions and
+// need no BEGIN, except a batch of more than 1,000 items (and the rare one
+// described under "Statements per operation"), whose database/sql
+// transaction starts with a write, so that it takes the write lock first
+// thing even on a db opened without Open; Migrate uses BEGIN IMMEDIATE
+// explicitly.
 //
 // New checks one connection for a positive busy_timeout, so a *sql.DB
 // opened without Open fails early instead of returning SQLITE_BUSY under
@@ -96,8 +100,15 @@
 // SQLite has one writer at a time per file, and every call of this store
 // writes (Acquire even when the key is held: the upsert takes the write lock
 // before it finds the row live). Calls take tens to hundreds of
-// microseconds, so waits are normally short, but two things are worth
-// knowing:
+// microseconds, so waits are normally short. A writer that finds another
+// writing waits in SQLite's busy handler, which sleeps between tries (1,
+// 2, 5, 10 … ms), so a Store's own lease writes — Acquire, Renew, Release,
+// ForceRelease and the batches — take turns in the Store first (a
+// semaphore, given up if ctx ends while waiting), each woken the moment
+// the one before it is done: with a Locker batching its calls only a few
+// writes are under way at once, and the write lock would otherwise often
+// be free while all of them slept. Writers in other processes still meet
+// the busy handler. Two things are worth knowing:
 //
 //   - A context does not cut SQLite's busy wait short: modernc.org/sqlite
 //     interrupts a running statement when ctx ends, but not one sleeping in
@@ -133,23 +144,41 @@
 //
 // # Statements per operation
 //
-// New prepares every statement the Store runs once, on the *sql.DB:
-// database/sql then compiles each on a connection the first time it runs
-// there and reuses it after, so SQLite compiles (sqlite3_prepare) each
-// statement once per pooled connection, not on every call (which cost about
-// 40% of an Obtain+Release before). A statement compiled before another
-// process migrated the schema is recompiled by SQLite itself when it next
-// runs. The prepared statements are closed when the Store is garbage
-// collected, or with the *sql.DB.
+// New prepares the statements of the single calls once, on the *sql.DB,
+// which spares database/sql's per-call preparation; they are closed when
+// the Store is garbage collected, or with the *sql.DB. SQLite itself still
+// compiles (sqlite3_prepare) a statement each time it runs: with
+// modernc.org/sqlite v1.34 a prepared statement keeps only its text. That
+// is why a batch is one statement, compiled once however many items it
+// has, rather than the single calls' statements in one transaction: those
+// would be compiled while the transaction held the write lock, which
+// measured slower than not batching at all.
 //
-//   - Acquire: one INSERT … ON CONFLICT(key) DO UPDATE … WHERE expires_at
-//     <= now RETURNING fence; only when the key is held, one SELECT more
-//     for the holder's owner and remaining TTL.
+//   - Acquire: one INSERT … ON CONFLICT(key) DO UPDATE … WHERE
+//     expires_at <= now RETURNING key, token, fence; only when the key is
+//     held, one SELECT more for the holder's owner and remaining TTL.
 //   - Renew: one UPDATE … FROM json_each(?) … RETURNING key, token for the
 //     whole batch, whatever its size (each lease found by primary key).
 //   - Release and ForceRelease: one token-checked (ForceRelease: not
 //     token-checked) UPDATE.
 //   - Leases: one SELECT.
+//   - AcquireBatch and ReleaseBatch (driver.Batcher: a Locker sends the
+//     TryObtain, Obtain and Release calls that arrive while two of its
+//     calls are under way together): the single call's statement in its
+//     multi-row form, a row per item in order — one INSERT … VALUES (…),
+//     (…), … ON CONFLICT DO UPDATE … RETURNING, one UPDATE … FROM (VALUES
+//     (…), (…), …) … RETURNING — plus, for each key found held, the SELECT
+//     of its holder. SQLite has one writer per file, so what a batch saves
+//     is taking the write lock, committing (a WAL append; with SyncFull an
+//     fsync) and compiling the statement once per item. Every item gets
+//     the answer its single call would: all rows read one instant of
+//     SQLite's clock, a key named twice goes to its first row, and a
+//     statement that fails changes nothing. A batch of more than 1,000
+//     items takes a statement per 1,000 rows in one BEGIN IMMEDIATE …
+//     COMMIT transaction; so does a release batch that names one key with
+//     two tokens, as a Release statement per item (the UPDATE answers with
+//     the keys released, which cannot tell which token held it). A batch
+//     with one item is a single call.
 //
 // # Errors
 //

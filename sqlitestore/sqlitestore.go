@@ -117,22 +117,27 @@ func resolve(opts *Options) (config, error) {
 const nowUS = "(CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000)"
 
 // Store keeps leases in a SQLite database. It implements driver.Store,
-// driver.Lister and driver.ForceReleaser (not driver.Notifier: waiters
-// poll), and is safe for concurrent use. Create it with New.
+// driver.Lister, driver.ForceReleaser and driver.Batcher (not
+// driver.Notifier: waiters poll), and is safe for concurrent use. Create it
+// with New.
 type Store struct {
-	db *sql.DB
+	db    *sql.DB
+	table string // quoted
 
 	acquireSQL, holderSQL, renewSQL, releaseSQL, forceSQL, leasesSQL string
 
-	// st are the statements above, prepared once on db: database/sql
-	// prepares each on a connection the first time it runs there and
-	// reuses it after, so SQLite compiles each statement once per
-	// connection rather than on every call. Closed when the Store is
-	// garbage collected (the caller keeps the *sql.DB, and may drop the
-	// Store), or with the *sql.DB.
+	// st are the statements above, prepared once on db, which spares
+	// database/sql's preparation on every call (SQLite still compiles a
+	// statement each time it runs; see "Statements per operation").
+	// Closed when the Store is garbage collected (the caller keeps the
+	// *sql.DB, and may drop the Store), or with the *sql.DB.
 	st *prepared
 
 	ledger *ledgerSQL // the tick ledger's statements (ledger.go)
+
+	// wturn is the Store's write turn, a semaphore held by each of its
+	// statements that write leases (see write).
+	wturn chan struct{}
 }
 
 // prepared are a Store's prepared statements.
@@ -245,19 +250,12 @@ func checkConn(ctx context.Context, db *sql.DB) error {
 func newStore(db *sql.DB, c config) *Store {
 	t := c.quoted
 	return &Store{
-		db:     db,
-		ledger: newLedgerSQL(c),
-		// One statement grants a free or expired key, bumping the fence
-		// kept in the row, or changes nothing and returns no row when the
-		// key is held. excluded.acquired_at is this statement's now.
-		acquireSQL: `INSERT INTO ` + t + ` AS l ("key", token, owner, fence, acquired_at, expires_at)
-VALUES (?1, ?2, ?3, 1, ` + nowUS + `, ` + nowUS + ` + ?4)
-ON CONFLICT ("key") DO UPDATE SET
-  token = excluded.token, owner = excluded.owner, fence = l.fence + 1,
-  acquired_at = excluded.acquired_at, expires_at = excluded.expires_at
-WHERE l.expires_at <= excluded.acquired_at
-RETURNING fence`,
-		holderSQL: `SELECT owner, expires_at - ` + nowUS + ` FROM ` + t + ` WHERE "key" = ?1`,
+		db:         db,
+		table:      t,
+		ledger:     newLedgerSQL(c),
+		wturn:      make(chan struct{}, 1),
+		acquireSQL: acquireSQL(t, 1),
+		holderSQL:  `SELECT owner, expires_at - ` + nowUS + ` FROM ` + t + ` WHERE "key" = ?1`,
 		// One statement renews the whole batch: ?1 is a JSON array of
 		// {"k": key, "t": token, "d": ttl in µs}; every row looked up by
 		// primary key. It returns the (key, token) of every lease renewed.
@@ -266,10 +264,7 @@ FROM json_each(?1) AS r
 WHERE ` + t + `."key" = (r.value ->> '$.k') AND ` + t + `.token = (r.value ->> '$.t')
   AND ` + t + `.expires_at > ` + nowUS + `
 RETURNING "key", token`,
-		// The row stays (it keeps the fence); the token is cleared so that
-		// nothing can renew or release it again.
-		releaseSQL: `UPDATE ` + t + ` SET token = '', expires_at = ` + nowUS + ` + ?3
-WHERE "key" = ?1 AND token = ?2 AND expires_at > ` + nowUS,
+		releaseSQL: releaseSQL(t, 1),
 		forceSQL: `UPDATE ` + t + ` SET token = '', expires_at = ` + nowUS + `
 WHERE "key" = ?1 AND expires_at > ` + nowUS,
 		leasesSQL: `SELECT "key", owner, fence, expires_at - ` + nowUS + ` FROM ` + t + `
@@ -278,40 +273,160 @@ ORDER BY "key"`,
 	}
 }
 
+// acquireSQL is the acquire statement, for n keys: one INSERT … ON
+// CONFLICT DO UPDATE whose ith row (from 0) takes the parameters
+// ?(4i+1) key, ?(4i+2) token, ?(4i+3) owner and ?(4i+4) TTL in µs
+// (acquireArgs). It grants each free or expired key, bumping the fence
+// kept in its row, and changes nothing for a held one; it returns the key,
+// token and fence of each grant. excluded.acquired_at is the statement's
+// now, the same for every row. Rows are inserted in order, so a key named
+// twice goes to its first row, whose fresh lease the later one finds live.
+func acquireSQL(t string, n int) string {
+	var b strings.Builder
+	b.Grow(400 + n*(2*len(nowUS)+40))
+	b.WriteString(`INSERT INTO ` + t + ` AS l ("key", token, owner, fence, acquired_at, expires_at)
+VALUES `)
+	for i := range n {
+		if i > 0 {
+			b.WriteString(",\n  ")
+		}
+		p := 4 * i
+		fmt.Fprintf(&b, "(?%d, ?%d, ?%d, 1, %s, %s + ?%d)", p+1, p+2, p+3, nowUS, nowUS, p+4)
+	}
+	b.WriteString(`
+ON CONFLICT ("key") DO UPDATE SET
+  token = excluded.token, owner = excluded.owner, fence = l.fence + 1,
+  acquired_at = excluded.acquired_at, expires_at = excluded.expires_at
+WHERE l.expires_at <= excluded.acquired_at
+RETURNING "key", token, fence`)
+	return b.String()
+}
+
+// acquireArgs appends p's parameters of acquireSQL.
+func acquireArgs(args []any, p driver.AcquireParams) []any {
+	return append(args, p.Key, p.Token, p.Owner, micros(p.TTL))
+}
+
+// releaseSQL is the release statement, for n leases, whose ith (from 0)
+// takes the parameters ?(3i+1) key, ?(3i+2) token and ?(3i+3) KeepFor in
+// µs (releaseArgs). It updates the row of each lease that the token holds
+// (a live lease): the lease ends now plus KeepFor (MinHold); the row stays
+// (it keeps the fence), and the token is cleared so that nothing can renew
+// or release it again. It returns the key of each lease released. One
+// lease is a plain UPDATE (cheaper for SQLite to compile than a join on a
+// one-row VALUES); several are UPDATE … FROM (VALUES …), each row found by
+// primary key.
+func releaseSQL(t string, n int) string {
+	set := func(keep string) string { return `token = '', expires_at = ` + nowUS + ` + ` + keep }
+	where := func(key, token string) string {
+		return t + `."key" = ` + key + ` AND ` + t + `.token = ` + token + ` AND ` + t + `.expires_at > ` + nowUS
+	}
+	if n == 1 {
+		return `UPDATE ` + t + ` SET ` + set("?3") + `
+WHERE ` + where("?1", "?2") + `
+RETURNING "key"`
+	}
+	var b strings.Builder
+	b.Grow(500 + n*24)
+	b.WriteString(`WITH r(k, t, d) AS (VALUES `)
+	for i := range n {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		p := 3 * i
+		fmt.Fprintf(&b, "(?%d, ?%d, ?%d)", p+1, p+2, p+3)
+	}
+	b.WriteString(`)
+UPDATE ` + t + ` SET ` + set("r.d") + `
+FROM r WHERE ` + where("r.k", "r.t") + `
+RETURNING "key"`)
+	return b.String()
+}
+
+// releaseArgs appends p's parameters of releaseSQL.
+func releaseArgs(args []any, p driver.ReleaseParams) []any {
+	return append(args, p.Key, p.Token, max(micros(p.KeepFor), 0))
+}
+
 // Acquire implements driver.Store with one INSERT … ON CONFLICT DO UPDATE
 // … RETURNING statement, plus one SELECT for the holder's owner and
 // remaining TTL only when the key is held.
 func (s *Store) Acquire(ctx context.Context, p driver.AcquireParams) (driver.Grant, error) {
-	switch {
-	case !utf8.ValidString(p.Key):
-		return driver.Grant{}, fmt.Errorf("sqlitestore: acquire %q: key is not valid UTF-8", p.Key)
-	case p.Token == "":
-		return driver.Grant{}, fmt.Errorf("sqlitestore: acquire %q: empty token", p.Key)
-	case p.TTL < time.Microsecond:
-		return driver.Grant{}, fmt.Errorf("sqlitestore: acquire %q: TTL is %v, must be at least 1µs", p.Key, p.TTL)
+	if err := checkAcquire(p); err != nil {
+		return driver.Grant{}, err
 	}
-	var fence int64
+	var g driver.Grant
 	granted := false
-	err := s.query(ctx, s.st.acquire, []any{p.Key, p.Token, p.Owner, micros(p.TTL)}, func(rows *sql.Rows) error {
-		granted = true
-		return rows.Scan(&fence)
+	err := s.write(ctx, func() error {
+		return readRows(s.st.acquire.QueryContext(ctx, acquireArgs(make([]any, 0, 4), p)...))(func(rows *sql.Rows) error {
+			var err error
+			_, _, g, err = scanGrant(rows)
+			granted = true
+			return err
+		})
 	})
 	if err != nil {
 		return driver.Grant{}, wrap(ctx, "acquire", p.Key, err)
 	}
 	if granted {
-		return driver.Grant{Fence: uint64(fence)}, nil
+		return g, nil
 	}
-	// Held. Who holds it is only informative: if this read fails the key
-	// is still known to be held.
+	return driver.Grant{}, s.heldBy(ctx, p.Key)
+}
+
+// write runs fn, one or more statements that write leases, in the Store's
+// write turn, or returns ctx's error if ctx ends first. SQLite lets one
+// connection write at a time, and one that finds another writing waits in
+// SQLite's busy handler, which sleeps between tries (1, 2, 5, 10 … ms):
+// with only a few writers, all of them can be asleep while the write lock
+// is free. The Store's own writers therefore take turns here instead,
+// each woken the moment the one before it is done, in the order they
+// came; only writers of other processes (and other Stores) meet the busy
+// handler.
+func (s *Store) write(ctx context.Context, fn func() error) error {
+	select {
+	case s.wturn <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-s.wturn }()
+	return fn()
+}
+
+// checkAcquire returns the error Acquire gives for p without running
+// anything, or nil.
+func checkAcquire(p driver.AcquireParams) error {
+	switch {
+	case !utf8.ValidString(p.Key):
+		return fmt.Errorf("sqlitestore: acquire %q: key is not valid UTF-8", p.Key)
+	case p.Token == "":
+		return fmt.Errorf("sqlitestore: acquire %q: empty token", p.Key)
+	case p.TTL < time.Microsecond:
+		return fmt.Errorf("sqlitestore: acquire %q: TTL is %v, must be at least 1µs", p.Key, p.TTL)
+	}
+	return nil
+}
+
+// scanGrant reads a row of acquireSQL's RETURNING.
+func scanGrant(rows *sql.Rows) (key, token string, g driver.Grant, err error) {
+	var fence int64
+	err = rows.Scan(&key, &token, &fence)
+	return key, token, driver.Grant{Fence: uint64(fence)}, err
+}
+
+// heldBy returns the *driver.HeldError for key, which the acquire
+// statement just found held, with the holder's owner and remaining TTL.
+// Who holds it is only informative: if this read fails the key is still
+// known to be held, and the error says nothing more.
+func (s *Store) heldBy(ctx context.Context, key string) *driver.HeldError {
 	var (
 		owner string
 		rest  int64
 	)
-	if err := s.st.holder.QueryRowContext(ctx, p.Key).Scan(&owner, &rest); err != nil {
-		return driver.Grant{}, &driver.HeldError{}
+	if err := s.st.holder.QueryRowContext(ctx, key).Scan(&owner, &rest); err != nil {
+		return &driver.HeldError{}
 	}
-	return driver.Grant{}, &driver.HeldError{Owner: owner, TTL: max(time.Duration(rest)*time.Microsecond, 0)}
+	return &driver.HeldError{Owner: owner, TTL: max(time.Duration(rest)*time.Microsecond, 0)}
 }
 
 // renewEntry is one lease in the JSON array the renew statement reads.
@@ -344,13 +459,15 @@ func (s *Store) Renew(ctx context.Context, ps []driver.RenewParams) ([]error, er
 		return nil, fmt.Errorf("sqlitestore: renew: %w", err)
 	}
 	renewed := make(map[string]string, len(entries)) // key → token
-	err = s.query(ctx, s.st.renew, []any{string(arg)}, func(rows *sql.Rows) error {
-		var k, t string
-		if err := rows.Scan(&k, &t); err != nil {
-			return err
-		}
-		renewed[k] = t
-		return nil
+	err = s.write(ctx, func() error {
+		return s.query(ctx, s.st.renew, []any{string(arg)}, func(rows *sql.Rows) error {
+			var k, t string
+			if err := rows.Scan(&k, &t); err != nil {
+				return err
+			}
+			renewed[k] = t
+			return nil
+		})
 	})
 	if err != nil {
 		return nil, wrap(ctx, "renew", fmt.Sprintf("%d leases", len(entries)), err)
@@ -371,16 +488,32 @@ func (s *Store) Release(ctx context.Context, p driver.ReleaseParams) error {
 	if p.Token == "" {
 		return driver.ErrNotHeld
 	}
-	keep := max(micros(p.KeepFor), 0)
-	r, err := s.st.release.ExecContext(ctx, p.Key, p.Token, keep)
-	return s.changed(ctx, "release", p.Key, r, err)
+	released := false
+	err := s.write(ctx, func() error {
+		return readRows(s.st.release.QueryContext(ctx, releaseArgs(make([]any, 0, 3), p)...))(func(*sql.Rows) error {
+			released = true
+			return nil
+		})
+	})
+	switch {
+	case err != nil:
+		return wrap(ctx, "release", p.Key, err)
+	case !released:
+		return driver.ErrNotHeld
+	}
+	return nil
 }
 
 // ForceRelease implements driver.ForceReleaser with one UPDATE that ends
 // key's lease now, whoever holds it. The holder learns of it at its next
 // renewal.
 func (s *Store) ForceRelease(ctx context.Context, key string) error {
-	r, err := s.st.force.ExecContext(ctx, key)
+	var r sql.Result
+	err := s.write(ctx, func() error {
+		var err error
+		r, err = s.st.force.ExecContext(ctx, key)
+		return err
+	})
 	return s.changed(ctx, "force release", key, r, err)
 }
 
@@ -428,21 +561,28 @@ func (s *Store) Leases(ctx context.Context, prefix string) ([]driver.Lease, erro
 // rows to the end, so a writing statement with RETURNING has finished (and,
 // outside a transaction, committed) when query returns nil.
 func (s *Store) query(ctx context.Context, q *sql.Stmt, args []any, row func(*sql.Rows) error) error {
-	rows, err := q.QueryContext(ctx, args...)
-	if err != nil {
-		return err
-	}
-	for rows.Next() {
-		if err := row(rows); err != nil {
+	return readRows(q.QueryContext(ctx, args...))(row)
+}
+
+// readRows returns a function that calls row for each of rows and reads
+// them to the end, or returns err, the error that came with rows.
+func readRows(rows *sql.Rows, err error) func(row func(*sql.Rows) error) error {
+	return func(row func(*sql.Rows) error) error {
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			if err := row(rows); err != nil {
+				rows.Close()
+				return err
+			}
+		}
+		if err := rows.Err(); err != nil {
 			rows.Close()
 			return err
 		}
+		return rows.Close()
 	}
-	if err := rows.Err(); err != nil {
-		rows.Close()
-		return err
-	}
-	return rows.Close()
 }
 
 // micros is d in whole microseconds, rounded up: a lease at the store is

@@ -1,0 +1,221 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"math"
+
+	"github.com/tasklock/tasklock/driver"
+)
+
+var _ driver.Batcher = (*Store)(nil)
+
+// batchMaxRows bounds the rows of one batch statement: 4,000 parameters
+// at most, well within SQLite's 32,766, and about 200 kB of SQL. A Locker's
+// batches (512 items at most) fit in one.
+const batchMaxRows = 1000
+
+// MaxBatch implements driver.Batcher: a batch may carry any number of
+// items, in statements of up to 1,000 rows.
+func (s *Store) MaxBatch() int { return math.MaxInt }
+
+// AcquireBatch implements driver.Batcher with Acquire's statement in its
+// multi-row form: one INSERT … ON CONFLICT DO UPDATE … RETURNING with a row
+// per item, in order, run as its own write transaction. SQLite's single
+// writer then takes its lock and commits once per batch instead of once
+// per item, and every item gets the answer Acquire would give it alone:
+// each row reads SQLite's clock (one instant for the statement), and a key
+// named twice goes to its first row, whose fresh lease the later one finds
+// live. The holders of the keys found held are read afterwards, one SELECT
+// each, as Acquire reads them. A batch of more than 1,000 items takes a
+// statement per 1,000, all in one transaction (BEGIN IMMEDIATE … COMMIT).
+// A statement that fails, or is interrupted because ctx ended, changes
+// nothing: the call returns its error and no item is granted. A batch with
+// one valid item is that item's Acquire.
+func (s *Store) AcquireBatch(ctx context.Context, ps []driver.AcquireParams) ([]driver.AcquireResult, error) {
+	res := make([]driver.AcquireResult, len(ps))
+	todo := make([]int, 0, len(ps))
+	for i, p := range ps {
+		if res[i].Err = checkAcquire(p); res[i].Err == nil {
+			todo = append(todo, i)
+		}
+	}
+	switch len(todo) {
+	case 0:
+		return res, nil
+	case 1:
+		i := todo[0]
+		res[i].Grant, res[i].Err = s.Acquire(ctx, ps[i])
+		return res, nil
+	}
+	var held []int
+	err := s.inChunks(ctx, len(todo), func(q querier, start, end int) error {
+		chunk := todo[start:end]
+		args := make([]any, 0, 4*len(chunk))
+		for _, i := range chunk {
+			args = acquireArgs(args, ps[i])
+		}
+		type grantKey struct{ key, token string }
+		granted := make(map[grantKey]driver.Grant, len(chunk))
+		err := readRows(q.QueryContext(ctx, acquireSQL(s.table, len(chunk)), args...))(func(rows *sql.Rows) error {
+			k, t, g, err := scanGrant(rows)
+			granted[grantKey{k, t}] = g
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		for _, i := range chunk {
+			k := grantKey{ps[i].Key, ps[i].Token}
+			if g, ok := granted[k]; ok {
+				res[i].Grant = g
+				delete(granted, k) // the same token named again found the key held
+			} else {
+				held = append(held, i)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, wrap(ctx, "acquire", fmt.Sprintf("%d keys", len(todo)), err)
+	}
+	for _, i := range held {
+		res[i].Err = s.heldBy(ctx, ps[i].Key)
+	}
+	return res, nil
+}
+
+// ReleaseBatch implements driver.Batcher with Release's statement in its
+// multi-row form: one UPDATE … FROM (VALUES …) … RETURNING of the batch's
+// live (key, token) pairs, each lease ending now plus its item's KeepFor
+// (MinHold), run as its own write transaction; a batch of more than 1,000
+// items takes a statement per 1,000 in one transaction. Every item gets
+// the answer Release would give it alone, in order: a (key, token) named
+// again finds the lease its first item released. When the batch names one
+// key with different tokens, the statement's answer (the keys released)
+// cannot tell which token held it, and the items run one by one, each
+// with Release's statement, in one transaction. A call that fails changes
+// nothing. A batch with one item to release is that item's Release.
+func (s *Store) ReleaseBatch(ctx context.Context, ps []driver.ReleaseParams) ([]error, error) {
+	errs := make([]error, len(ps))
+	type pair struct{ key, token string }
+	seen := make(map[pair]bool, len(ps))
+	tokens := make(map[string]string, len(ps)) // key → the token its items name
+	mixed := false
+	todo := make([]int, 0, len(ps))
+	for i, p := range ps {
+		if p.Token == "" || seen[pair{p.Key, p.Token}] {
+			errs[i] = driver.ErrNotHeld
+			continue
+		}
+		seen[pair{p.Key, p.Token}] = true
+		if t, ok := tokens[p.Key]; ok && t != p.Token {
+			mixed = true
+		}
+		tokens[p.Key] = p.Token
+		todo = append(todo, i)
+	}
+	switch {
+	case len(todo) == 0:
+		return errs, nil
+	case len(todo) == 1:
+		i := todo[0]
+		errs[i] = s.Release(ctx, ps[i])
+		return errs, nil
+	case mixed:
+		return s.releaseOneByOne(ctx, ps, todo, errs)
+	}
+	released := make(map[string]bool, len(todo))
+	err := s.inChunks(ctx, len(todo), func(q querier, start, end int) error {
+		chunk := todo[start:end]
+		args := make([]any, 0, 3*len(chunk))
+		for _, i := range chunk {
+			args = releaseArgs(args, ps[i])
+		}
+		return readRows(q.QueryContext(ctx, releaseSQL(s.table, len(chunk)), args...))(func(rows *sql.Rows) error {
+			var k string
+			err := rows.Scan(&k)
+			released[k] = true
+			return err
+		})
+	})
+	if err != nil {
+		return nil, wrap(ctx, "release", fmt.Sprintf("%d keys", len(todo)), err)
+	}
+	for _, i := range todo {
+		if !released[ps[i].Key] {
+			errs[i] = driver.ErrNotHeld
+		}
+	}
+	return errs, nil
+}
+
+// releaseOneByOne releases ps[i] for i in todo, in order, each with
+// Release's prepared statement, all in one transaction, and sets errs[i].
+func (s *Store) releaseOneByOne(ctx context.Context, ps []driver.ReleaseParams, todo []int, errs []error) ([]error, error) {
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		st := tx.StmtContext(ctx, s.st.release)
+		for _, i := range todo {
+			errs[i] = driver.ErrNotHeld
+			err := readRows(st.QueryContext(ctx, releaseArgs(make([]any, 0, 3), ps[i])...))(func(*sql.Rows) error {
+				errs[i] = nil
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, wrap(ctx, "release", fmt.Sprintf("%d keys", len(todo)), err)
+	}
+	return errs, nil
+}
+
+// querier runs a statement: the *sql.DB, or a transaction's *sql.Tx.
+type querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// inChunks calls run for the items [start, end) of each chunk of n items
+// of up to batchMaxRows, in the Store's write turn: one chunk on s.db,
+// where its statement is a write transaction of its own, several in one
+// transaction (see inTx).
+func (s *Store) inChunks(ctx context.Context, n int, run func(q querier, start, end int) error) error {
+	if n <= batchMaxRows {
+		return s.write(ctx, func() error { return run(s.db, 0, n) })
+	}
+	return s.inTx(ctx, func(tx *sql.Tx) error {
+		for start := 0; start < n; start += batchMaxRows {
+			if err := run(tx, start, min(start+batchMaxRows, n)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// inTx runs fn in one write transaction, in the Store's write turn, and
+// commits it. When fn or the commit fails, the transaction is rolled back,
+// so nothing fn wrote stays: a statement interrupted because ctx ended has
+// rolled it back already (SQLite does that for an interrupted write), and
+// database/sql runs no statement of a transaction once its ctx has ended.
+func (s *Store) inTx(ctx context.Context, fn func(*sql.Tx) error) error {
+	return s.write(ctx, func() error {
+		// Open's DSN makes this BEGIN IMMEDIATE (_txlock=immediate). On a
+		// db opened otherwise it is BEGIN DEFERRED, and the first
+		// statement, a write, takes the write lock: either way nothing is
+		// read before it.
+		tx, err := s.db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		if err := fn(tx); err != nil {
+			_ = tx.Rollback()
+			return err
+		}
+		return tx.Commit()
+	})
+}
