@@ -19,8 +19,9 @@ import (
 // but the row is still under a MinHold lease for (id - minHoldFlag) µs.
 const minHoldFlag = 1 << 63
 
-// renewParallel bounds the pings one connection-mode Renew runs at once.
-const renewParallel = 16
+// connParallel bounds the connections one connection-mode call uses at
+// once: Renew's pings, and a batch's acquires and releases.
+const connParallel = 16
 
 // maxWaitTimeout is the largest wait_timeout MySQL accepts on every
 // platform (one year, in seconds).
@@ -138,14 +139,16 @@ func (s *Store) connAcquire(ctx context.Context, p driver.AcquireParams) (driver
 
 func (s *Store) connAcquireSQL(p driver.AcquireParams) string {
 	b := make([]byte, 0, 1000+4*len(p.Key)+4*len(p.Token)+2*len(p.Owner))
-	b = s.appendAcquireInsert(b, p, "SELECT ")
+	b = s.appendAcquireInsert(b)
+	b = append(b, "SELECT "...)
+	b = appendAcquireRow(b, p)
 	b = append(b, "UTC_TIMESTAMP(6) FROM DUAL WHERE GET_LOCK("...)
 	b = append(b, s.lockName(appendHex(nil, p.Key))...)
 	b = append(b, ", 0) = 1 ON DUPLICATE KEY UPDATE fence = IF("+acquireExpired+", LAST_INSERT_ID(fence + 1), fence + 0 * LAST_INSERT_ID("...)
 	b = strconv.AppendUint(b, minHoldFlag, 10)
 	b = append(b, " + TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at)))"...)
 	// The row of a connection-held lock holds no lease: it expires now.
-	b = appendAcquireTakeover(b, p, []byte("UTC_TIMESTAMP(6)"))
+	b = appendAcquireTakeover(b, appendHex(nil, p.Token), appendText(nil, p.Owner), []byte("UTC_TIMESTAMP(6)"))
 	return string(b)
 }
 
@@ -198,7 +201,7 @@ func (s *Store) connRenew(ctx context.Context, ps []driver.RenewParams) ([]error
 		return out, nil
 	}
 	var wg sync.WaitGroup
-	sem := make(chan struct{}, renewParallel)
+	sem := make(chan struct{}, connParallel)
 	for i, hc := range hcs {
 		if hc == nil {
 			continue
@@ -273,7 +276,7 @@ func (s *Store) connRelease(ctx context.Context, p driver.ReleaseParams) error {
 	defer hc.mu.Unlock()
 	name := s.lockName(appendHex(nil, p.Key))
 	b := make([]byte, 0, 500+2*len(name)+2*len(p.Key)+2*len(p.Token))
-	b = s.appendReleaseUpdate(b, p.KeepFor)
+	b = s.appendReleaseUpdate(b, []string{p.Key}, []time.Duration{p.KeepFor})
 	b = append(b, ", fence = fence + 0 * COALESCE(RELEASE_LOCK("...)
 	b = append(b, name...)
 	b = append(b, "), 0) WHERE lock_key = "...)

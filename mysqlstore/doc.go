@@ -5,8 +5,8 @@
 //	store, err := mysqlstore.New(db, &mysqlstore.Options{Migrate: true})
 //	locker, err := tasklock.New(store, nil)
 //
-// The Store implements driver.Store, driver.Lister and driver.ForceReleaser.
-// It has no notifications: waiters poll with the Locker's jittered backoff
+// The Store implements driver.Store, driver.Lister, driver.ForceReleaser
+// and driver.Batcher. It has no notifications: waiters poll with the Locker's jittered backoff
 // (5 ms doubling to 250 ms, never later than the holder's lease could end).
 //
 // # Schema and migrations
@@ -38,6 +38,31 @@
 //   - Release: one token-checked UPDATE that clears the token and sets
 //     expires_at to now, or to now plus KeepFor for MinHold.
 //   - ForceRelease: one UPDATE. Leases: one SELECT.
+//   - AcquireBatch (driver.Batcher: a Locker sends the TryObtain, Obtain
+//     and Release calls that arrive while two of its calls are under way
+//     together): Acquire's statement with a row per item, sorted by key so
+//     that concurrent batches lock rows in one order. On MariaDB it ends in
+//     INSERT … RETURNING, which answers every item from its row as the
+//     statement left it (granted when its token holds the row, else who
+//     holds it and for how long): one round trip for the batch. MySQL has
+//     no RETURNING; there the upsert and a SELECT of the batch's keys run
+//     in one transaction, four round trips (START TRANSACTION, INSERT,
+//     SELECT, COMMIT). The first batch asks the server's VERSION() to tell
+//     which. A batch over 1,000 rows or 4 MiB of SQL takes one statement
+//     per 1,000 rows, in one transaction.
+//   - ReleaseBatch: one UPDATE of the items' (key, token) pairs in a
+//     transaction, committed when the count of rows it changed says every
+//     lease was live: three round trips (START TRANSACTION, UPDATE,
+//     COMMIT) whatever the number of items. Otherwise, since the count does
+//     not say which lease was not live, the transaction is rolled back and
+//     a second one finds the live leases with a SELECT … FOR UPDATE and
+//     releases those: four round trips more.
+//
+// Each batch item gets the answer its single call would, in order: a key
+// named twice goes to its first item. A batch call that fails (a statement
+// fails, the context ends) before its commit changes nothing, so no item
+// is left half granted or half released. A batch with one item is a single
+// call.
 //
 // Statements carry keys, tokens and owners as hexadecimal literals, without
 // placeholders, so each is one COM_QUERY round trip whatever the DSN says
@@ -77,7 +102,11 @@
 // UPDATE that also calls RELEASE_LOCK, so the key is free when Release
 // returns, then restoring wait_timeout before the connection goes back to
 // the pool), ForceRelease up to three (it kills the holder's connection).
-// Close ends the locks a Store still holds by closing their connections.
+// Items of a batch cannot share a connection, as each lock is held by its
+// own, so MaxBatch is 1 and a Locker sends every call alone; AcquireBatch
+// and ReleaseBatch, called directly, run the single calls concurrently, up
+// to 16 at a time, the items of one key one after the other. Close ends the
+// locks a Store still holds by closing their connections.
 //
 // Each held lock keeps one connection checked out of db: size
 // db.SetMaxOpenConns for the locks held at once plus everything else. Use

@@ -5,7 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"strconv"
+	"time"
 
 	"github.com/tasklock/tasklock/driver"
 )
@@ -22,8 +22,8 @@ const (
 //	INSERT INTO t (...) VALUES (key, token, owner, LAST_INSERT_ID(1), now, now + ttl)
 //	ON DUPLICATE KEY UPDATE
 //	  fence = IF(expires_at <= now, LAST_INSERT_ID(fence + 1),
-//	          IF(token = ours, LAST_INSERT_ID(fence), fence + 0 * LAST_INSERT_ID(0))),
-//	  token = IF(expires_at <= now, ours, token), ... , expires_at = IF(...)  -- last
+//	          IF(token = VALUES(token), LAST_INSERT_ID(fence), fence + 0 * LAST_INSERT_ID(0))),
+//	  token = IF(expires_at <= now, VALUES(token), token), ... , expires_at = IF(...)  -- last
 //
 // The OK packet's insert id is the argument of the statement's last
 // LAST_INSERT_ID(expr) call: the fence when the key was granted (a new row,
@@ -33,9 +33,11 @@ const (
 // expires_at is assigned last because MySQL evaluates the assignments of an
 // UPDATE from left to right, each seeing the columns assigned before it.
 // Only when the key is held does a second statement read the holder's owner
-// and remaining TTL.
+// and remaining TTL. VALUES(col) is the value of col in the row the
+// statement tried to insert, so that the same text serves a batch of rows
+// (see AcquireBatch).
 func (s *Store) leaseAcquire(ctx context.Context, p driver.AcquireParams) (driver.Grant, error) {
-	q := s.leaseAcquireSQL(p)
+	q := s.leaseAcquireSQL([]driver.AcquireParams{p}, false)
 	for range 2 {
 		res, err := s.db.ExecContext(ctx, q)
 		if err != nil {
@@ -57,53 +59,122 @@ func (s *Store) leaseAcquire(ctx context.Context, p driver.AcquireParams) (drive
 	return driver.Grant{}, &driver.HeldError{}
 }
 
-func (s *Store) leaseAcquireSQL(p driver.AcquireParams) string {
-	expiry := appendExpiry(nil, p.TTL)
-	b := make([]byte, 0, 900+4*len(p.Key)+4*len(p.Token)+2*len(p.Owner))
-	b = s.appendAcquireInsert(b, p, "VALUES (")
-	b = append(b, expiry...)
-	b = append(b, ") ON DUPLICATE KEY UPDATE fence = IF("+acquireExpired+", LAST_INSERT_ID(fence + 1), IF(token = "...)
-	b = appendHex(b, p.Token)
-	b = append(b, ", LAST_INSERT_ID(fence), fence + 0 * LAST_INSERT_ID(0)))"...)
-	b = appendAcquireTakeover(b, p, expiry)
+// leaseAcquireSQL is leaseAcquire's statement for rows, in their order,
+// followed when returning is set by "RETURNING " + leaseCols (MariaDB):
+// the row of each, as the statement left it.
+func (s *Store) leaseAcquireSQL(rows []driver.AcquireParams, returning bool) string {
+	n := 600
+	for _, p := range rows {
+		n += 120 + 2*len(p.Key) + 2*len(p.Token) + 2*len(p.Owner)
+	}
+	b := make([]byte, 0, n)
+	b = s.appendAcquireInsert(b)
+	b = append(b, "VALUES "...)
+	for i, p := range rows {
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		b = append(b, '(')
+		b = appendAcquireRow(b, p)
+		b = appendExpiry(b, p.TTL)
+		b = append(b, ')')
+	}
+	b = append(b, " ON DUPLICATE KEY UPDATE fence = IF("+acquireExpired+", LAST_INSERT_ID(fence + 1), IF(token = VALUES(token), LAST_INSERT_ID(fence), fence + 0 * LAST_INSERT_ID(0)))"...)
+	b = appendAcquireTakeover(b, []byte("VALUES(token)"), []byte("VALUES(owner)"), []byte("VALUES(expires_at)"))
+	if returning {
+		b = append(b, " RETURNING "+leaseCols...)
+	}
 	return string(b)
+}
+
+// leaseCols are the columns of a lease row an acquire is answered from:
+// RETURNING of a batch's upsert (MariaDB), the SELECT after it (MySQL),
+// and Acquire's read of a key found held. See leaseRow.
+const leaseCols = "lock_key, token, owner, fence, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at)"
+
+// leaseRow is a row read as leaseCols.
+type leaseRow struct {
+	key, token, owner string
+	fence             uint64
+	us                int64 // left of the lease, by the server's clock
+}
+
+// dest returns the Scan destinations of leaseCols.
+func (r *leaseRow) dest() []any { return []any{&r.key, &r.token, &r.owner, &r.fence, &r.us} }
+
+// acquireResult is the answer to p's acquire from the row of p.Key as the
+// acquire statement left it: a grant with the row's fence when p's token
+// holds it, otherwise a *driver.HeldError naming the holder.
+func (r *leaseRow) acquireResult(p driver.AcquireParams) driver.AcquireResult {
+	if r.token == p.Token {
+		return driver.AcquireResult{Grant: driver.Grant{Fence: r.fence}}
+	}
+	return driver.AcquireResult{Err: &driver.HeldError{Owner: r.owner, TTL: fromMicros(r.us)}}
+}
+
+// leaseRowsSQL is "SELECT " + leaseCols + " FROM t WHERE lock_key IN
+// (keys)".
+func (s *Store) leaseRowsSQL(keys []string) string {
+	n := 200
+	for _, k := range keys {
+		n += 6 + 2*len(k)
+	}
+	b := make([]byte, 0, n)
+	b = append(b, "SELECT "+leaseCols+" FROM "...)
+	b = append(b, s.qt...)
+	b = append(b, " WHERE lock_key IN ("...)
+	for i, k := range keys {
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		b = appendHex(b, k)
+	}
+	return string(append(b, ')'))
+}
+
+// queryLeaseRows runs q, which reads leaseCols, and returns its rows.
+func queryLeaseRows(ctx context.Context, db querier, q string) ([]leaseRow, error) {
+	rows, err := db.QueryContext(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []leaseRow
+	for rows.Next() {
+		var r leaseRow
+		if err := rows.Scan(r.dest()...); err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
 }
 
 // leaseHolder reads the owner and remaining TTL of key's lease, and reports
 // whether it is live. A failed read still reports a live lease with nothing
 // known about it: the acquire statement just said the key was held.
 func (s *Store) leaseHolder(ctx context.Context, key string) (*driver.HeldError, bool) {
-	b := make([]byte, 0, 160+2*len(key))
-	b = append(b, "SELECT owner, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) FROM "...)
-	b = append(b, s.qt...)
-	b = append(b, " WHERE lock_key = "...)
-	b = appendHex(b, key)
-	var owner string
-	var us int64
-	err := s.db.QueryRowContext(ctx, string(b)).Scan(&owner, &us)
+	var r leaseRow
+	err := s.db.QueryRowContext(ctx, s.leaseRowsSQL([]string{key})).Scan(r.dest()...)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return nil, false
 	case err != nil:
 		return &driver.HeldError{}, true
-	case us <= 0:
+	case r.us <= 0:
 		return nil, false
 	}
-	return &driver.HeldError{Owner: owner, TTL: fromMicros(us)}, true
+	return &driver.HeldError{Owner: r.owner, TTL: fromMicros(r.us)}, true
 }
 
 // leaseRelease ends or shortens the lease in one token-checked UPDATE. It
 // clears the token, so that the released token can renew or release nothing
 // more, and keeps the owner, which a MinHold lease still shows.
 func (s *Store) leaseRelease(ctx context.Context, p driver.ReleaseParams) error {
-	b := make([]byte, 0, 260+2*len(p.Key)+2*len(p.Token))
-	b = s.appendReleaseUpdate(b, p.KeepFor)
-	b = append(b, " WHERE lock_key = "...)
-	b = appendHex(b, p.Key)
-	b = append(b, " AND token = "...)
-	b = appendHex(b, p.Token)
-	b = append(b, " AND expires_at > UTC_TIMESTAMP(6)"...)
-	n, err := s.execRows(ctx, string(b))
+	if p.Token == "" {
+		return driver.ErrNotHeld // no grant has an empty token
+	}
+	n, err := s.execRows(ctx, s.leaseReleaseSQL([]leasePair{{p.Key, p.Token}}, []time.Duration{p.KeepFor}))
 	if err != nil {
 		return s.wrap(fmt.Sprintf("release %q", p.Key), err)
 	}
@@ -111,6 +182,29 @@ func (s *Store) leaseRelease(ctx context.Context, p driver.ReleaseParams) error 
 		return driver.ErrNotHeld
 	}
 	return nil
+}
+
+// leaseReleaseSQL is the release statement for pairs (keys distinct),
+// pairs[i] ending keepFor[i] from now:
+//
+//	UPDATE t SET token = '', expires_at = now [+ keep]   -- or CASE lock_key WHEN k THEN ... END
+//	WHERE lock_key = k AND token = t AND expires_at > now -- or IN lists, see appendPairFilter
+//
+// The affected-row count is the number of leases released, whatever the
+// DSN's clientFoundRows: every matched row changes (its token is cleared).
+func (s *Store) leaseReleaseSQL(pairs []leasePair, keepFor []time.Duration) string {
+	keys := make([]string, len(pairs))
+	n := 300
+	for i, k := range pairs {
+		keys[i] = k.key
+		n += 100 + 6*len(k.key) + 2*len(k.token)
+	}
+	b := make([]byte, 0, n)
+	b = s.appendReleaseUpdate(b, keys, keepFor)
+	b = append(b, " WHERE "...)
+	b = appendPairFilter(b, pairs)
+	b = append(b, " AND expires_at > UTC_TIMESTAMP(6)"...)
+	return string(b)
 }
 
 // leaseForceRelease ends key's live lease whoever holds it.
@@ -140,7 +234,12 @@ func (s *Store) endLease(ctx context.Context, key string) (int64, error) {
 
 // execRows runs a statement and returns the number of affected rows.
 func (s *Store) execRows(ctx context.Context, q string) (int64, error) {
-	res, err := s.db.ExecContext(ctx, q)
+	return rowsAffected(s.db.ExecContext(ctx, q))
+}
+
+// rowsAffected returns the number of rows a statement that returned res
+// and err changed.
+func rowsAffected(res sql.Result, err error) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
@@ -202,7 +301,7 @@ func (s *Store) leaseRenew(ctx context.Context, ps []driver.RenewParams) ([]erro
 		if n == int64(len(chunk)) {
 			continue
 		}
-		held, err := s.leaseStillHeld(ctx, chunk)
+		held, err := s.leasePairs(ctx, s.db, chunk, leaseLive)
 		if err != nil {
 			return nil, s.wrap(fmt.Sprintf("renew %d leases", len(ps)), err)
 		}
@@ -218,33 +317,15 @@ func (s *Store) leaseRenew(ctx context.Context, ps []driver.RenewParams) ([]erro
 }
 
 func (s *Store) leaseRenewSQL(chunk []leasePair, ttl map[string]int64) string {
+	keys := make([]string, len(chunk))
+	for i, k := range chunk {
+		keys[i] = k.key
+	}
 	b := make([]byte, 0, 200+len(chunk)*(60+6*len(chunk[0].key)+2*len(chunk[0].token)))
 	b = append(b, "UPDATE "...)
 	b = append(b, s.qt...)
 	b = append(b, " SET expires_at = "...)
-	same := true
-	first := ttl[chunk[0].key]
-	for _, k := range chunk[1:] {
-		if ttl[k.key] != first {
-			same = false
-			break
-		}
-	}
-	if same {
-		b = append(b, "UTC_TIMESTAMP(6) + INTERVAL "...)
-		b = strconv.AppendInt(b, first, 10)
-		b = append(b, " MICROSECOND"...)
-	} else {
-		b = append(b, "CASE lock_key"...)
-		for _, k := range chunk {
-			b = append(b, " WHEN "...)
-			b = appendHex(b, k.key)
-			b = append(b, " THEN UTC_TIMESTAMP(6) + INTERVAL "...)
-			b = strconv.AppendInt(b, ttl[k.key], 10)
-			b = append(b, " MICROSECOND"...)
-		}
-		b = append(b, " ELSE expires_at END"...)
-	}
+	b = appendExpiresByKey(b, keys, func(b []byte, i int) []byte { return appendExpiryUS(b, ttl[keys[i]]) })
 	b = append(b, " WHERE "...)
 	b = appendPairFilter(b, chunk)
 	b = append(b, " AND expires_at > UTC_TIMESTAMP(6)"...)
@@ -252,8 +333,14 @@ func (s *Store) leaseRenewSQL(chunk []leasePair, ttl map[string]int64) string {
 }
 
 // appendPairFilter appends "lock_key IN (...) AND (lock_key, token) IN
-// ((...), ...)".
+// ((...), ...)", or for one pair "lock_key = k AND token = t".
 func appendPairFilter(b []byte, pairs []leasePair) []byte {
+	if len(pairs) == 1 {
+		b = append(b, "lock_key = "...)
+		b = appendHex(b, pairs[0].key)
+		b = append(b, " AND token = "...)
+		return appendHex(b, pairs[0].token)
+	}
 	b = append(b, "lock_key IN ("...)
 	for i, k := range pairs {
 		if i > 0 {
@@ -275,28 +362,35 @@ func appendPairFilter(b []byte, pairs []leasePair) []byte {
 	return append(b, ')')
 }
 
-// leaseStillHeld returns which of pairs hold a live lease.
-func (s *Store) leaseStillHeld(ctx context.Context, pairs []leasePair) (map[leasePair]bool, error) {
-	b := make([]byte, 0, 100+len(pairs)*(20+4*len(pairs[0].key)+2*len(pairs[0].token)))
+// Conditions for leasePairs.
+const (
+	leaseLive          = " AND expires_at > UTC_TIMESTAMP(6)"
+	leaseLiveForUpdate = leaseLive + " FOR UPDATE"
+)
+
+// leasePairs returns which of pairs have a row with that key and token
+// that also meets cond (leaseLive, leaseLiveForUpdate or "").
+func (s *Store) leasePairs(ctx context.Context, db querier, pairs []leasePair, cond string) (map[leasePair]bool, error) {
+	b := make([]byte, 0, 100+len(cond)+len(pairs)*(20+4*len(pairs[0].key)+2*len(pairs[0].token)))
 	b = append(b, "SELECT lock_key, token FROM "...)
 	b = append(b, s.qt...)
 	b = append(b, " WHERE "...)
 	b = appendPairFilter(b, pairs)
-	b = append(b, " AND expires_at > UTC_TIMESTAMP(6)"...)
-	rows, err := s.db.QueryContext(ctx, string(b))
+	b = append(b, cond...)
+	rows, err := db.QueryContext(ctx, string(b))
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	held := make(map[leasePair]bool, len(pairs))
+	found := make(map[leasePair]bool, len(pairs))
 	for rows.Next() {
 		var k, t []byte
 		if err := rows.Scan(&k, &t); err != nil {
 			return nil, err
 		}
-		held[leasePair{string(k), string(t)}] = true
+		found[leasePair{string(k), string(t)}] = true
 	}
-	return held, rows.Err()
+	return found, rows.Err()
 }
 
 // leaseLeases lists live leases (MinHold leases after a release included).

@@ -174,7 +174,8 @@ func expandTable(stmt, table string) string {
 	})
 }
 
-// querier is what appliedVersions reads through: a *sql.DB or a *sql.Conn.
+// querier is what a read runs on: a *sql.DB, a *sql.Conn (appliedVersions)
+// or a batch's *sql.Tx.
 type querier interface {
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 }

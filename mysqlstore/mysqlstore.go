@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -120,13 +121,17 @@ func validateTable(name string) error {
 
 // Store keeps tasklock leases in a MySQL or MariaDB table through the
 // caller's *sql.DB. It implements driver.Store, driver.Lister,
-// driver.ForceReleaser and driver.Ledger, and is safe for concurrent use.
-// Create it with New.
+// driver.ForceReleaser, driver.Batcher and driver.Ledger, and is safe for
+// concurrent use. Create it with New.
 type Store struct {
 	db    *sql.DB
 	table string // validated, unquoted
 	qt    string // "`table`"
 	mode  Mode
+
+	// dialect is what the server's SQL allows beyond the common subset,
+	// learnt on first use (see returning).
+	dialect atomic.Int32
 
 	// Connection mode: the connection holding each lock, by token, and the
 	// timer that closes those whose lease ended unreleased (see expire).
@@ -332,26 +337,59 @@ func appendText(b []byte, s string) []byte {
 	return appendHex(b, s)
 }
 
-// appendExpiry appends "UTC_TIMESTAMP(6) + INTERVAL n MICROSECOND".
+// appendExpiry appends "UTC_TIMESTAMP(6) + INTERVAL n MICROSECOND" for d.
 func appendExpiry(b []byte, d time.Duration) []byte {
+	return appendExpiryUS(b, micros(d))
+}
+
+// appendExpiryUS appends "UTC_TIMESTAMP(6) + INTERVAL us MICROSECOND".
+func appendExpiryUS(b []byte, us int64) []byte {
 	b = append(b, "UTC_TIMESTAMP(6) + INTERVAL "...)
-	b = strconv.AppendInt(b, micros(d), 10)
+	b = strconv.AppendInt(b, us, 10)
 	return append(b, " MICROSECOND"...)
+}
+
+// appendExpiresByKey appends the value a multi-row UPDATE assigns to
+// expires_at: expr(b, i) is the value for the row of keys[i]. When every
+// row's is the same it appends that value alone, otherwise
+// "CASE lock_key WHEN keys[0] THEN expr(0) … ELSE expires_at END".
+func appendExpiresByKey(b []byte, keys []string, expr func(b []byte, i int) []byte) []byte {
+	first := expr(nil, 0)
+	var scratch []byte
+	same := true
+	for i := 1; i < len(keys) && same; i++ {
+		scratch = expr(scratch[:0], i)
+		same = string(scratch) == string(first)
+	}
+	if same {
+		return append(b, first...)
+	}
+	b = append(b, "CASE lock_key"...)
+	for i, k := range keys {
+		b = append(b, " WHEN "...)
+		b = appendHex(b, k)
+		b = append(b, " THEN "...)
+		b = expr(b, i)
+	}
+	return append(b, " ELSE expires_at END"...)
 }
 
 // acquireExpired is true of a row whose lease has ended: an acquire, in
 // either mode, takes it over.
 const acquireExpired = "expires_at <= UTC_TIMESTAMP(6)"
 
-// appendAcquireInsert appends the start of either mode's acquire statement,
-// up to the new row's expires_at: "INSERT INTO t (lock_key, token, owner,
-// fence, acquired_at, expires_at) " + src + "key, token, owner,
-// LAST_INSERT_ID(1), UTC_TIMESTAMP(6), ". src is "VALUES (" or "SELECT ".
-func (s *Store) appendAcquireInsert(b []byte, p driver.AcquireParams, src string) []byte {
+// appendAcquireInsert appends the start of either mode's acquire
+// statement: "INSERT INTO t (lock_key, token, owner, fence, acquired_at,
+// expires_at) ". The rows follow (see appendAcquireRow).
+func (s *Store) appendAcquireInsert(b []byte) []byte {
 	b = append(b, "INSERT INTO "...)
 	b = append(b, s.qt...)
-	b = append(b, " (lock_key, token, owner, fence, acquired_at, expires_at) "...)
-	b = append(b, src...)
+	return append(b, " (lock_key, token, owner, fence, acquired_at, expires_at) "...)
+}
+
+// appendAcquireRow appends p's row of an acquire statement up to its
+// expires_at: "key, token, owner, LAST_INSERT_ID(1), UTC_TIMESTAMP(6), ".
+func appendAcquireRow(b []byte, p driver.AcquireParams) []byte {
 	b = appendHex(b, p.Key)
 	b = append(b, ", "...)
 	b = appendHex(b, p.Token)
@@ -362,31 +400,35 @@ func (s *Store) appendAcquireInsert(b []byte, p driver.AcquireParams, src string
 
 // appendAcquireTakeover appends the ON DUPLICATE KEY UPDATE assignments
 // that follow fence's in either mode's acquire statement: an expired row
-// gets p's token and owner, is acquired now and expires at expiry (an SQL
-// expression); a live row keeps its values. expires_at is assigned last,
-// as the conditions before it read the old value (see leaseAcquire).
-func appendAcquireTakeover(b []byte, p driver.AcquireParams, expiry []byte) []byte {
+// gets the token and owner of the row the statement tried to insert (the
+// SQL expressions token and owner), is acquired now and expires at expiry
+// (an SQL expression); a live row keeps its values. expires_at is assigned
+// last, as the conditions before it read the old value (see leaseAcquire).
+func appendAcquireTakeover(b []byte, token, owner, expiry []byte) []byte {
 	b = append(b, ", token = IF("+acquireExpired+", "...)
-	b = appendHex(b, p.Token)
+	b = append(b, token...)
 	b = append(b, ", token), owner = IF("+acquireExpired+", "...)
-	b = appendText(b, p.Owner)
+	b = append(b, owner...)
 	b = append(b, ", owner), acquired_at = IF("+acquireExpired+", UTC_TIMESTAMP(6), acquired_at), expires_at = IF("+acquireExpired+", "...)
 	b = append(b, expiry...)
 	return append(b, ", expires_at)"...)
 }
 
 // appendReleaseUpdate appends the start of either mode's release
-// statement, "UPDATE t SET token = <empty>, expires_at = …": it clears the
-// token, so that the released token can renew or release nothing more, and
-// ends the row's lease now or, for MinHold, keepFor from now.
-func (s *Store) appendReleaseUpdate(b []byte, keepFor time.Duration) []byte {
+// statement, "UPDATE t SET token = <empty>, expires_at = …", for the
+// leases of keys: it clears the token, so that the released token can
+// renew or release nothing more, and ends each row's lease now or, for
+// MinHold, keepFor[i] from now.
+func (s *Store) appendReleaseUpdate(b []byte, keys []string, keepFor []time.Duration) []byte {
 	b = append(b, "UPDATE "...)
 	b = append(b, s.qt...)
 	b = append(b, " SET token = '', expires_at = "...)
-	if keepFor > 0 {
-		return appendExpiry(b, keepFor)
-	}
-	return append(b, "UTC_TIMESTAMP(6)"...)
+	return appendExpiresByKey(b, keys, func(b []byte, i int) []byte {
+		if keepFor[i] > 0 {
+			return appendExpiry(b, keepFor[i])
+		}
+		return append(b, "UTC_TIMESTAMP(6)"...)
+	})
 }
 
 // micros converts d to whole microseconds, rounding up so that the database

@@ -132,16 +132,31 @@ func TestConformanceConnection(t *testing.T) {
 }
 
 // counter counts the statements and pings that pass through a connector:
-// each is one round trip to the server.
+// each is one round trip to the server. START TRANSACTION, COMMIT and
+// ROLLBACK are counted as statements. hook, when set, sees every statement
+// before it is sent, and an error it returns is the statement's.
 type counter struct {
 	mu    sync.Mutex
 	stmts []string
 	pings int
+	hook  func(q string) error
 }
 
-func (c *counter) add(q string) {
+func (c *counter) add(q string) error {
 	c.mu.Lock()
 	c.stmts = append(c.stmts, q)
+	hook := c.hook
+	c.mu.Unlock()
+	if hook != nil {
+		return hook(q)
+	}
+	return nil
+}
+
+// setHook sets c.hook.
+func (c *counter) setHook(hook func(q string) error) {
+	c.mu.Lock()
+	c.hook = hook
 	c.mu.Unlock()
 }
 
@@ -192,18 +207,54 @@ type countingConn struct {
 }
 
 func (cc *countingConn) ExecContext(ctx context.Context, q string, args []sqldriver.NamedValue) (sqldriver.Result, error) {
-	cc.c.add(q)
+	if err := cc.c.add(q); err != nil {
+		return nil, err
+	}
 	return cc.mysqlDriverConn.ExecContext(ctx, q, args)
 }
 
 func (cc *countingConn) QueryContext(ctx context.Context, q string, args []sqldriver.NamedValue) (sqldriver.Rows, error) {
-	cc.c.add(q)
+	if err := cc.c.add(q); err != nil {
+		return nil, err
+	}
 	return cc.mysqlDriverConn.QueryContext(ctx, q, args)
 }
 
 func (cc *countingConn) PrepareContext(ctx context.Context, q string) (sqldriver.Stmt, error) {
-	cc.c.add("PREPARE " + q)
+	if err := cc.c.add("PREPARE " + q); err != nil {
+		return nil, err
+	}
 	return cc.mysqlDriverConn.PrepareContext(ctx, q)
+}
+
+func (cc *countingConn) BeginTx(ctx context.Context, opts sqldriver.TxOptions) (sqldriver.Tx, error) {
+	if err := cc.c.add("START TRANSACTION"); err != nil {
+		return nil, err
+	}
+	tx, err := cc.mysqlDriverConn.BeginTx(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	return countingTx{tx, cc.c}, nil
+}
+
+// countingTx counts a transaction's COMMIT or ROLLBACK.
+type countingTx struct {
+	sqldriver.Tx
+	c *counter
+}
+
+func (t countingTx) Commit() error {
+	if err := t.c.add("COMMIT"); err != nil {
+		_ = t.Tx.Rollback()
+		return err
+	}
+	return t.Tx.Commit()
+}
+
+func (t countingTx) Rollback() error {
+	_ = t.c.add("ROLLBACK")
+	return t.Tx.Rollback()
 }
 
 func (cc *countingConn) Ping(ctx context.Context) error {
@@ -276,6 +327,54 @@ func TestRoundTrips(t *testing.T) {
 		}
 		check(t, "Release", 1, 0)
 
+		// Batches: one statement per acquire batch on MariaDB (after the
+		// first batch has asked VERSION()), a transaction of four on
+		// MySQL; a transaction of three per release batch on both.
+		batch := func(n int) ([]driver.AcquireParams, []driver.ReleaseParams) {
+			aps := make([]driver.AcquireParams, n)
+			rps := make([]driver.ReleaseParams, n)
+			for i := range aps {
+				aps[i] = driver.AcquireParams{Key: fmt.Sprintf("batch/%d", i), Token: token(), Owner: "me", TTL: time.Minute}
+				rps[i] = driver.ReleaseParams{Key: aps[i].Key, Token: aps[i].Token}
+			}
+			return aps, rps
+		}
+		for _, tc := range []struct {
+			what  string
+			stmts int
+		}{
+			{"AcquireBatch 10 (MariaDB, first batch: VERSION())", 2},
+			{"AcquireBatch 10 (MariaDB)", 1},
+			{"AcquireBatch 10 (MySQL)", 4},
+		} {
+			if strings.Contains(tc.what, "MySQL") {
+				s.dialect.Store(dialectNoReturning)
+			}
+			aps, rps := batch(10)
+			rs, err := s.AcquireBatch(ctx, aps)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, r := range rs {
+				if r.Err != nil || r.Grant.Fence == 0 {
+					t.Fatalf("%s: item %d: %+v", tc.what, i, r)
+				}
+			}
+			check(t, tc.what, tc.stmts, 0)
+			errs, err := s.ReleaseBatch(ctx, rps[:5])
+			if err != nil || errs[0] != nil || errs[4] != nil {
+				t.Fatal(errs, err)
+			}
+			check(t, "ReleaseBatch 5", 3, 0)
+			// One not held: the optimistic transaction is rolled back,
+			// and a second one reads which.
+			errs, err = s.ReleaseBatch(ctx, append(rps[5:], driver.ReleaseParams{Key: "batch/none", Token: tok}))
+			if err != nil || errs[0] != nil || errs[5] != driver.ErrNotHeld {
+				t.Fatal(errs, err)
+			}
+			check(t, "ReleaseBatch 6, one not held", 7, 0)
+		}
+
 		// 1,000 leases set up in one statement, renewed in one.
 		const n = 1000
 		ps := make([]driver.RenewParams, n)
@@ -343,8 +442,26 @@ func TestRoundTrips(t *testing.T) {
 			t.Fatal(err)
 		}
 		check(t, "Release", 2, 0)
-		for i := range 3 {
-			_ = s.Release(ctx, driver.ReleaseParams{Key: fmt.Sprintf("rt-%d", i), Token: toks[i+1]})
+		rps := make([]driver.ReleaseParams, 3)
+		for i := range rps {
+			rps[i] = driver.ReleaseParams{Key: fmt.Sprintf("rt-%d", i), Token: toks[i+1]}
 		}
+		if errs, err := s.ReleaseBatch(ctx, rps); err != nil || errs[0] != nil || errs[2] != nil {
+			t.Fatal(errs, err)
+		}
+		check(t, "ReleaseBatch 3", 6, 0)
+		aps := make([]driver.AcquireParams, 3)
+		for i := range aps {
+			aps[i] = driver.AcquireParams{Key: fmt.Sprintf("rt-%d", i), Token: token(), Owner: "me", TTL: time.Minute}
+			rps[i].Token = aps[i].Token
+		}
+		if rs, err := s.AcquireBatch(ctx, aps); err != nil || rs[0].Err != nil || rs[2].Err != nil {
+			t.Fatal(rs, err)
+		}
+		check(t, "AcquireBatch 3", 6, 0)
+		if errs, err := s.ReleaseBatch(ctx, rps); err != nil || errs[0] != nil || errs[2] != nil {
+			t.Fatal(errs, err)
+		}
+		c.reset()
 	})
 }

@@ -1,0 +1,369 @@
+package mysqlstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tasklock/tasklock/driver"
+)
+
+var _ driver.Batcher = (*Store)(nil)
+
+// MaxBatch implements driver.Batcher. In connection mode it is 1: every
+// lock holds a connection of its own, so a Locker sends each call alone.
+// In lease mode a batch may carry any number of items.
+func (s *Store) MaxBatch() int {
+	if s.mode == ModeConnection {
+		return 1
+	}
+	return math.MaxInt
+}
+
+// A batch acquire statement carries at most batchMaxRows rows or about
+// batchMaxBytes of SQL, well within max_allowed_packet (see renewMaxBytes).
+// A Locker's batches (512 items at most) fit in one.
+const (
+	batchMaxRows  = 1000
+	batchMaxBytes = 4 << 20
+)
+
+// Values of Store.dialect.
+const (
+	dialectUnknown     = iota
+	dialectReturning   // MariaDB: INSERT … RETURNING
+	dialectNoReturning // MySQL
+)
+
+// AcquireBatch implements driver.Batcher: every item gets the answer
+// Acquire would give it alone, in order, a key named twice going to its
+// first item. A batch with one valid item is that item's Acquire.
+//
+// In lease mode the items are rows of one multi-row form of Acquire's
+// statement, sorted by key (stably, so a key named twice keeps its items'
+// order) so that concurrent batches lock rows in one order. On MariaDB it
+// ends in RETURNING, which answers every row as the statement left it: one
+// statement, one round trip, atomic on its own. MySQL has no RETURNING:
+// there the upsert and a SELECT of its keys run in one transaction (four
+// round trips: START TRANSACTION, INSERT, SELECT, COMMIT), so that a call
+// that fails between them leaves nothing granted. An item is granted when
+// its token holds the row afterwards, with the row's fence; otherwise the
+// row names the holder and its remaining TTL. A batch too big for one
+// statement (over 1,000 rows or 4 MiB of SQL) runs its statements in one
+// transaction. The dialect is learnt from the server's VERSION() on the
+// first batch.
+//
+// In connection mode each item must hold a connection of its own (so
+// MaxBatch is 1, and a Locker does not batch): the items are Acquire calls
+// run concurrently, up to 16 at a time, the items of one key one after the
+// other.
+func (s *Store) AcquireBatch(ctx context.Context, ps []driver.AcquireParams) ([]driver.AcquireResult, error) {
+	res := make([]driver.AcquireResult, len(ps))
+	todo := make([]int, 0, len(ps))
+	for i, p := range ps {
+		if res[i].Err = checkAcquire(p); res[i].Err == nil {
+			todo = append(todo, i)
+		}
+	}
+	switch {
+	case len(todo) == 0:
+		return res, nil
+	case len(todo) == 1:
+		i := todo[0]
+		res[i].Grant, res[i].Err = s.Acquire(ctx, ps[i])
+		return res, nil
+	case s.mode == ModeConnection:
+		eachByKey(todo, func(i int) string { return ps[i].Key }, func(i int) {
+			res[i].Grant, res[i].Err = s.connAcquire(ctx, ps[i])
+		})
+		return res, nil
+	}
+	if err := s.leaseAcquireBatch(ctx, ps, todo, res); err != nil {
+		return nil, s.wrap(fmt.Sprintf("acquire %d keys", len(todo)), err)
+	}
+	return res, nil
+}
+
+// leaseAcquireBatch acquires ps[i] for i in todo and sets res[i].
+func (s *Store) leaseAcquireBatch(ctx context.Context, ps []driver.AcquireParams, todo []int, res []driver.AcquireResult) error {
+	returning, err := s.returning(ctx)
+	if err != nil {
+		return err
+	}
+	slices.SortStableFunc(todo, func(a, b int) int { return strings.Compare(ps[a].Key, ps[b].Key) })
+	var chunks [][]int
+	for start := 0; start < len(todo); {
+		end, size := start, 0
+		for end < len(todo) && end-start < batchMaxRows && (size < batchMaxBytes || end == start) {
+			p := &ps[todo[end]]
+			size += 120 + 2*(len(p.Key)+len(p.Token)+len(p.Owner))
+			end++
+		}
+		chunks = append(chunks, todo[start:end])
+		start = end
+	}
+	run := func(db querierExecer) error {
+		for _, idx := range chunks {
+			if err := s.acquireChunk(ctx, db, returning, ps, idx, res); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if returning && len(chunks) == 1 {
+		return run(s.db)
+	}
+	return s.inTx(ctx, func(tx *sql.Tx) error { return run(tx) })
+}
+
+// querierExecer is what a batch's statements run on: the *sql.DB, or the
+// batch's *sql.Tx.
+type querierExecer interface {
+	querier
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+// acquireChunk runs one acquire statement for ps[i], i in idx (sorted by
+// key), on db, and sets res[i] from the rows as the statement left them:
+// from its RETURNING, or (returning unset, db a transaction) from a SELECT
+// of the keys after it.
+func (s *Store) acquireChunk(ctx context.Context, db querierExecer, returning bool, ps []driver.AcquireParams, idx []int, res []driver.AcquireResult) error {
+	rows := make([]driver.AcquireParams, len(idx))
+	for k, i := range idx {
+		rows[k] = ps[i]
+	}
+	q := s.leaseAcquireSQL(rows, returning)
+	if returning {
+		got, err := queryLeaseRows(ctx, db, q)
+		if err != nil {
+			return err
+		}
+		if len(got) != len(rows) {
+			return fmt.Errorf("RETURNING gave %d rows for %d", len(got), len(rows))
+		}
+		for k, i := range idx {
+			if got[k].key != ps[i].Key {
+				return fmt.Errorf("RETURNING gave row %q for key %q", got[k].key, ps[i].Key)
+			}
+			res[i] = got[k].acquireResult(ps[i])
+		}
+		return nil
+	}
+	if _, err := db.ExecContext(ctx, q); err != nil {
+		return err
+	}
+	keys := make([]string, 0, len(rows))
+	for k, p := range rows {
+		if k == 0 || p.Key != rows[k-1].Key { // sorted: a key named again is next to its first
+			keys = append(keys, p.Key)
+		}
+	}
+	got, err := queryLeaseRows(ctx, db, s.leaseRowsSQL(keys))
+	if err != nil {
+		return err
+	}
+	byKey := make(map[string]*leaseRow, len(got))
+	for j := range got {
+		byKey[got[j].key] = &got[j]
+	}
+	for _, i := range idx {
+		r := byKey[ps[i].Key]
+		if r == nil {
+			return fmt.Errorf("no row for key %q after its upsert", ps[i].Key)
+		}
+		res[i] = r.acquireResult(ps[i])
+	}
+	return nil
+}
+
+// ReleaseBatch implements driver.Batcher: every item gets the answer
+// Release would give it alone, in order, each honouring its KeepFor
+// (MinHold). A batch with one item to release is that item's Release.
+//
+// In lease mode one transaction releases the batch with one UPDATE of its
+// (key, token) pairs (see leaseReleaseSQL). When the count of rows it
+// changed says every lease was live, the transaction commits: three round
+// trips (START TRANSACTION, UPDATE, COMMIT), whatever the number of items.
+// The count does not say which lease was not, and MySQL has no UPDATE …
+// RETURNING; so otherwise the transaction is rolled back, and another one
+// finds the live leases with a SELECT … FOR UPDATE, which locks their rows,
+// releases those with one UPDATE, and commits; should a lease end between
+// the two statements, one more SELECT of the locked rows tells which. So
+// does a batch that names one key with different tokens. A call that fails
+// before COMMIT releases nothing.
+//
+// In connection mode each lock is released on its own connection: the
+// items are Release calls run concurrently, up to 16 at a time, the items
+// of one key one after the other (see AcquireBatch).
+func (s *Store) ReleaseBatch(ctx context.Context, ps []driver.ReleaseParams) ([]error, error) {
+	errs := make([]error, len(ps))
+	if s.mode == ModeConnection {
+		all := make([]int, len(ps))
+		for i := range all {
+			all[i] = i
+		}
+		eachByKey(all, func(i int) string { return ps[i].Key }, func(i int) { errs[i] = s.connRelease(ctx, ps[i]) })
+		return errs, nil
+	}
+	// Distinct pairs; a pair named again finds the lease its first item
+	// released (or did not hold), as a second Release would.
+	first := make(map[leasePair]bool, len(ps))
+	keys := make(map[string]bool, len(ps))
+	distinctKeys := true
+	todo := make([]int, 0, len(ps))
+	for i, p := range ps {
+		k := leasePair{p.Key, p.Token}
+		if p.Token == "" || first[k] {
+			errs[i] = driver.ErrNotHeld
+			continue
+		}
+		first[k] = true
+		distinctKeys = distinctKeys && !keys[p.Key]
+		keys[p.Key] = true
+		todo = append(todo, i)
+	}
+	switch len(todo) {
+	case 0:
+		return errs, nil
+	case 1:
+		i := todo[0]
+		errs[i] = s.leaseRelease(ctx, ps[i])
+		return errs, nil
+	}
+	slices.SortFunc(todo, func(a, b int) int { return strings.Compare(ps[a].Key, ps[b].Key) })
+	pairs := make([]leasePair, len(todo))
+	keep := make([]time.Duration, len(todo))
+	for k, i := range todo {
+		pairs[k] = leasePair{ps[i].Key, ps[i].Token}
+		keep[k] = ps[i].KeepFor
+	}
+	var released map[leasePair]bool
+	err := errNotAllHeld
+	if distinctKeys {
+		err = s.inTx(ctx, func(tx *sql.Tx) error {
+			n, err := rowsAffected(tx.ExecContext(ctx, s.leaseReleaseSQL(pairs, keep)))
+			if err == nil && n != int64(len(pairs)) {
+				err = errNotAllHeld
+			}
+			return err
+		})
+		if err == nil {
+			return errs, nil
+		}
+	}
+	if errors.Is(err, errNotAllHeld) {
+		err = s.inTx(ctx, func(tx *sql.Tx) error {
+			var err error
+			released, err = s.leasePairs(ctx, tx, pairs, leaseLiveForUpdate)
+			if err != nil || len(released) == 0 {
+				return err
+			}
+			// One token holds a key at a time: the live pairs' keys are
+			// distinct, as leaseReleaseSQL needs.
+			live := make([]leasePair, 0, len(released))
+			liveKeep := make([]time.Duration, 0, len(released))
+			for k, p := range pairs {
+				if released[p] {
+					live = append(live, p)
+					liveKeep = append(liveKeep, keep[k])
+				}
+			}
+			n, err := rowsAffected(tx.ExecContext(ctx, s.leaseReleaseSQL(live, liveKeep)))
+			if err != nil || n == int64(len(live)) {
+				return err
+			}
+			// A lease ended between the two statements. The rows are
+			// locked: a pair whose token is still there was not released.
+			kept, err := s.leasePairs(ctx, tx, live, "")
+			for p := range kept {
+				delete(released, p)
+			}
+			return err
+		})
+	}
+	if err != nil {
+		return nil, s.wrap(fmt.Sprintf("release %d keys", len(todo)), err)
+	}
+	for _, i := range todo {
+		if !released[leasePair{ps[i].Key, ps[i].Token}] {
+			errs[i] = driver.ErrNotHeld
+		}
+	}
+	return errs, nil
+}
+
+// errNotAllHeld rolls back a release batch's optimistic transaction.
+var errNotAllHeld = errors.New("mysqlstore: not every lease of the batch was held")
+
+// inTx runs fn in a transaction and commits it. When fn fails, the
+// transaction is rolled back; when ctx ends first, database/sql rolls it
+// back (go-sql-driver closes the connection, which rolls it back at the
+// server). Either way nothing fn wrote stays.
+func (s *Store) inTx(ctx context.Context, fn func(*sql.Tx) error) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}
+
+// returning reports whether the server takes INSERT … RETURNING: MariaDB
+// does (10.5 and later), MySQL does not. It asks the server once, with
+// SELECT VERSION(), on the first batch; a failed ask is retried by the
+// next.
+func (s *Store) returning(ctx context.Context) (bool, error) {
+	switch s.dialect.Load() {
+	case dialectReturning:
+		return true, nil
+	case dialectNoReturning:
+		return false, nil
+	}
+	var v string
+	if err := s.db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&v); err != nil {
+		return false, err
+	}
+	d := int32(dialectNoReturning)
+	if strings.Contains(strings.ToLower(v), "mariadb") {
+		d = dialectReturning
+	}
+	s.dialect.CompareAndSwap(dialectUnknown, d)
+	return d == dialectReturning, nil
+}
+
+// eachByKey calls fn(i) for every i in idx: concurrently for different
+// keys, up to connParallel at once, and in idx's order for the items of
+// one key, so that a key named again meets its first item's outcome. It
+// returns when every call has.
+func eachByKey(idx []int, key func(int) string, fn func(int)) {
+	groups := make(map[string][]int, len(idx))
+	var order []string
+	for _, i := range idx {
+		k := key(i)
+		if _, ok := groups[k]; !ok {
+			order = append(order, k)
+		}
+		groups[k] = append(groups[k], i)
+	}
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, connParallel)
+	for _, k := range order {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			for _, i := range groups[k] {
+				fn(i)
+			}
+		})
+	}
+	wg.Wait()
+}
