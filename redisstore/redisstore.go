@@ -416,11 +416,17 @@ func (s *Store) Release(ctx context.Context, p driver.ReleaseParams) error {
 
 // releaseArgs returns the EVALSHA arguments of release.lua for p.
 func (s *Store) releaseArgs(p driver.ReleaseParams) []any {
+	args := append(make([]any, 0, 8), "evalsha", releaseScript.sha, 1, s.lockKey(p.Key))
+	return s.appendReleaseArgv(args, p)
+}
+
+// appendReleaseArgv appends release.lua's ARGV for p to args.
+func (s *Store) appendReleaseArgv(args []any, p driver.ReleaseParams) []any {
 	var keep int64
 	if p.KeepFor > 0 {
 		keep = millis(p.KeepFor)
 	}
-	return []any{"evalsha", releaseScript.sha, 1, s.lockKey(p.Key), p.Token, keep, s.channelArg, p.Key}
+	return append(args, p.Token, keep, s.channelArg, p.Key)
 }
 
 // releaseReply turns release.lua's reply for key into Release's error.
