@@ -135,6 +135,7 @@ func New(client *clientv3.Client, opts *Options) (*Store, error) {
 		waiting:  make(map[*ticket]struct{}),
 	}
 	s.reap.s = s
+	s.reap.alarm.Fire = s.reap.fire
 	s.txnOps.Store(defaultTxnOps)
 	return s, nil
 }

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/tasklock/tasklock/internal/alarm"
 )
 
 // Reaper backoff after a failed delete.
@@ -30,35 +32,16 @@ const (
 // process dies or is cut off, the reaper cannot run, and the session lease
 // ends the key by etcd's clock instead, within SessionTTL.
 type reaper struct {
-	s       *Store
-	timer   *time.Timer
-	at      time.Time // when the timer fires; zero when it is not set
-	running bool      // fire is deleting keys; it sets the timer again when done
-	stopped bool
-	wg      sync.WaitGroup // fire calls under way
+	s     *Store
+	alarm alarm.Alarm    // fires at the earliest deadline
+	wg    sync.WaitGroup // fire calls under way
 }
 
 // armLocked makes the reaper run no later than t. Callers hold s.mu.
-func (r *reaper) armLocked(t time.Time) {
-	if r.stopped || r.running || (!r.at.IsZero() && !t.Before(r.at)) {
-		return
-	}
-	r.at = t
-	d := time.Until(t)
-	if r.timer == nil {
-		r.timer = time.AfterFunc(d, r.fire)
-		return
-	}
-	r.timer.Reset(d)
-}
+func (r *reaper) armLocked(t time.Time) { r.alarm.ArmLocked(t) }
 
-// stopLocked stops the timer for good. Callers hold s.mu.
-func (r *reaper) stopLocked() {
-	r.stopped = true
-	if r.timer != nil {
-		r.timer.Stop()
-	}
-}
+// stopLocked stops the reaper for good. Callers hold s.mu.
+func (r *reaper) stopLocked() { r.alarm.StopLocked() }
 
 // wait waits for a fire under way to finish.
 func (r *reaper) wait() { r.wg.Wait() }
@@ -74,11 +57,10 @@ func (s *Store) doomLocked(e *entry, now time.Time) {
 func (r *reaper) fire() {
 	s := r.s
 	s.mu.Lock()
-	if r.stopped || r.running {
+	if !r.alarm.BeginLocked() {
 		s.mu.Unlock()
 		return
 	}
-	r.running, r.at = true, time.Time{}
 	r.wg.Add(1)
 	defer r.wg.Done()
 	now := time.Now()
@@ -112,7 +94,7 @@ func (r *reaper) fire() {
 			s.dropLocked(e)
 		}
 	}
-	r.running = false
+	r.alarm.EndLocked()
 	var next time.Time
 	for _, e := range s.held {
 		if e.state == stateRenewing {

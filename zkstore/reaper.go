@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
+
+	"github.com/tasklock/tasklock/internal/alarm"
 )
 
 // Reaper backoff after a failed delete.
@@ -46,25 +48,12 @@ type orphan struct {
 // that long has lost its session at the server, and with it the node. If
 // the process dies, the session's expiry deletes everything instead.
 type reaper struct {
-	s       *Store
-	timer   *time.Timer
-	at      time.Time // when the timer fires; zero when it is not set
-	running bool      // fire is under way; it sets the timer again when done
+	s     *Store
+	alarm alarm.Alarm // fires at the earliest deadline
 }
 
 // armLocked makes the reaper run no later than t. Callers hold s.mu.
-func (r *reaper) armLocked(t time.Time) {
-	if r.running || (!r.at.IsZero() && !t.Before(r.at)) {
-		return
-	}
-	r.at = t
-	d := time.Until(t)
-	if r.timer == nil {
-		r.timer = time.AfterFunc(d, r.fire)
-		return
-	}
-	r.timer.Reset(d)
-}
+func (r *reaper) armLocked(t time.Time) { r.alarm.ArmLocked(t) }
 
 // addOrphan hands a node to the reaper, which tries to delete it at once.
 func (s *Store) addOrphan(parent, name string, prefix bool, session int64) {
@@ -80,11 +69,10 @@ func (s *Store) addOrphan(parent, name string, prefix bool, session int64) {
 func (r *reaper) fire() {
 	s := r.s
 	s.mu.Lock()
-	if r.running {
+	if !r.alarm.BeginLocked() {
 		s.mu.Unlock()
 		return
 	}
-	r.running, r.at = true, time.Time{}
 	now := time.Now()
 	current := s.conn.SessionID()
 	expired := s.conn.State() == zk.StateExpired
@@ -127,7 +115,7 @@ func (r *reaper) fire() {
 		o.next = now.Add(min(reapRetryMin<<(o.attempts-1), reapRetryMax))
 		s.orphans = append(s.orphans, o)
 	}
-	r.running = false
+	r.alarm.EndLocked()
 	var next time.Time
 	for _, l := range s.leases {
 		if t := s.base.Add(l.until); next.IsZero() || t.Before(next) {

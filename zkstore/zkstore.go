@@ -129,6 +129,7 @@ func New(conn *zk.Conn, opts *Options) (*Store, error) {
 		base: time.Now(), leases: make(map[string]*lease),
 	}
 	s.reap.s = s
+	s.reap.alarm.Fire = s.reap.fire
 	return s, nil
 }
 
