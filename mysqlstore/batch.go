@@ -8,7 +8,6 @@ import (
 	"math"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/tasklock/tasklock/driver"
@@ -79,10 +78,7 @@ func (s *Store) AcquireBatch(ctx context.Context, ps []driver.AcquireParams) ([]
 		res[i].Grant, res[i].Err = s.Acquire(ctx, ps[i])
 		return res, nil
 	case s.mode == ModeConnection:
-		eachByKey(todo, func(i int) string { return ps[i].Key }, func(i int) {
-			res[i].Grant, res[i].Err = s.connAcquire(ctx, ps[i])
-		})
-		return res, nil
+		return driver.AcquireEach(ctx, ps, s.Acquire), nil
 	}
 	if err := s.leaseAcquireBatch(ctx, ps, todo, res); err != nil {
 		return nil, s.wrap(fmt.Sprintf("acquire %d keys", len(todo)), err)
@@ -204,12 +200,7 @@ func (s *Store) acquireChunk(ctx context.Context, db querierExecer, returning bo
 func (s *Store) ReleaseBatch(ctx context.Context, ps []driver.ReleaseParams) ([]error, error) {
 	errs := make([]error, len(ps))
 	if s.mode == ModeConnection {
-		all := make([]int, len(ps))
-		for i := range all {
-			all[i] = i
-		}
-		eachByKey(all, func(i int) string { return ps[i].Key }, func(i int) { errs[i] = s.connRelease(ctx, ps[i]) })
-		return errs, nil
+		return driver.ReleaseEach(ctx, ps, s.Release), nil
 	}
 	// Distinct pairs; a pair named again finds the lease its first item
 	// released (or did not hold), as a second Release would.
@@ -338,32 +329,4 @@ func (s *Store) returning(ctx context.Context) (bool, error) {
 	}
 	s.dialect.CompareAndSwap(dialectUnknown, d)
 	return d == dialectReturning, nil
-}
-
-// eachByKey calls fn(i) for every i in idx: concurrently for different
-// keys, up to connParallel at once, and in idx's order for the items of
-// one key, so that a key named again meets its first item's outcome. It
-// returns when every call has.
-func eachByKey(idx []int, key func(int) string, fn func(int)) {
-	groups := make(map[string][]int, len(idx))
-	var order []string
-	for _, i := range idx {
-		k := key(i)
-		if _, ok := groups[k]; !ok {
-			order = append(order, k)
-		}
-		groups[k] = append(groups[k], i)
-	}
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, connParallel)
-	for _, k := range order {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			for _, i := range groups[k] {
-				fn(i)
-			}
-		})
-	}
-	wg.Wait()
 }

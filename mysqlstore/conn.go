@@ -20,7 +20,7 @@ import (
 const minHoldFlag = 1 << 63
 
 // connParallel bounds the connections one connection-mode call uses at
-// once: Renew's pings, and a batch's acquires and releases.
+// once: Renew's pings.
 const connParallel = 16
 
 // maxWaitTimeout is the largest wait_timeout MySQL accepts on every

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"strings"
-	"sync"
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
@@ -41,13 +40,12 @@ func (s *Store) AcquireBatch(ctx context.Context, ps []driver.AcquireParams) ([]
 	if len(ps) == 0 {
 		return res, nil
 	}
-	rounds := byOccurrence(len(ps), func(i int) string { return ps[i].Key })
 	if s.conns != nil || len(ps) == 1 || !acquireText(ps) {
 		// A lone item, or an item the database would reject (one bad item
 		// must not fail the others' statement): each alone, as Acquire.
-		s.eachAlone(rounds, func(i int) { res[i].Grant, res[i].Err = s.Acquire(ctx, ps[i]) })
-		return res, nil
+		return driver.AcquireEach(ctx, ps, s.Acquire), nil
 	}
+	rounds := byOccurrence(len(ps), func(i int) string { return ps[i].Key })
 	args := func(round []int) []any {
 		keys, tokens := make([]string, len(round)), make([]string, len(round))
 		owners, ttls := make([]string, len(round)), make([]int64, len(round))
@@ -97,11 +95,10 @@ func (s *Store) ReleaseBatch(ctx context.Context, ps []driver.ReleaseParams) ([]
 	if len(ps) == 0 {
 		return res, nil
 	}
-	rounds := byOccurrence(len(ps), func(i int) string { return ps[i].Key })
 	if s.conns != nil || len(ps) == 1 || !releaseText(ps) {
-		s.eachAlone(rounds, func(i int) { res[i] = s.Release(ctx, ps[i]) })
-		return res, nil
+		return driver.ReleaseEach(ctx, ps, s.Release), nil
 	}
+	rounds := byOccurrence(len(ps), func(i int) string { return ps[i].Key })
 	args := func(round []int) []any {
 		keys, tokens, keeps := make([]string, len(round)), make([]string, len(round)), make([]int64, len(round))
 		for j, i := range round {
@@ -163,23 +160,6 @@ func (s *Store) sendRounds(ctx context.Context, sql string, rounds [][]int, args
 		err = cerr
 	}
 	return err
-}
-
-// eachAlone calls one(i) for every item, the items of a round
-// concurrently, round after round, so that a key's later items follow its
-// earlier ones.
-func (s *Store) eachAlone(rounds [][]int, one func(i int)) {
-	for _, round := range rounds {
-		if len(round) == 1 {
-			one(round[0])
-			continue
-		}
-		var wg sync.WaitGroup
-		for _, i := range round {
-			wg.Go(func() { one(i) })
-		}
-		wg.Wait()
-	}
 }
 
 // byOccurrence groups the items 0..n-1 into rounds by how many earlier

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"sync"
 
 	"github.com/tasklock/tasklock/driver"
 )
@@ -28,15 +27,10 @@ func (s *Store) MaxBatch() int {
 // A key named twice goes to its first item. With Options.WaitReplicas each
 // item is an Acquire of its own, run concurrently (see MaxBatch).
 func (s *Store) AcquireBatch(ctx context.Context, ps []driver.AcquireParams) ([]driver.AcquireResult, error) {
-	res := make([]driver.AcquireResult, len(ps))
 	if s.waitReplicas > 0 {
-		var wg sync.WaitGroup
-		for i, p := range ps {
-			wg.Go(func() { res[i].Grant, res[i].Err = s.Acquire(ctx, p) })
-		}
-		wg.Wait()
-		return res, nil
+		return driver.AcquireEach(ctx, ps, s.Acquire), nil
 	}
+	res := make([]driver.AcquireResult, len(ps))
 	valid := make([]int, 0, len(ps)) // the items acquire.lua gets
 	for i, p := range ps {
 		if res[i].Err = checkAcquire(p); res[i].Err == nil {
@@ -79,9 +73,8 @@ func (s *Store) ReleaseBatch(ctx context.Context, ps []driver.ReleaseParams) ([]
 		c.keys = make([]string, 0, len(c.idx))
 		c.args = make([]any, 0, 4*len(c.idx))
 		for _, i := range c.idx {
-			args := s.releaseArgs(ps[i])
-			c.keys = append(c.keys, args[3].(string))
-			c.args = append(c.args, args[4:]...)
+			c.keys = append(c.keys, s.lockKey(ps[i].Key))
+			c.args = s.appendReleaseArgv(c.args, ps[i])
 		}
 	}
 	if err := s.runCalls(ctx, calls, nil); err != nil {
