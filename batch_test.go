@@ -102,23 +102,24 @@ func waitQueued(t *testing.T, lk *Locker, n int) {
 	}
 }
 
-func TestBatchCoalescesWaitingCalls(t *testing.T) {
-	s := newGatedStore()
+// obtainBehindSlots fills the slots of a Locker at s, queues n TryObtain
+// calls of keys prefix-0 … behind them, then opens the gate and returns
+// what the queued calls obtained once every call has returned.
+func obtainBehindSlots(t *testing.T, s *gatedStore, prefix string, n int) []*Lock {
+	t.Helper()
 	lk, err := New(s, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer lk.Close()
+	t.Cleanup(func() { lk.Close() })
 	var wg sync.WaitGroup
 	fillSlots(t, lk, s, &wg)
-
-	const n = 10
 	locks := make([]*Lock, n)
 	for i := range n {
 		wg.Go(func() {
-			l, err := lk.TryObtain(context.Background(), fmt.Sprintf("queued-%d", i), nil)
+			l, err := lk.TryObtain(context.Background(), fmt.Sprintf("%s-%d", prefix, i), nil)
 			if err != nil {
-				t.Errorf("queued %d: %v", i, err)
+				t.Errorf("%s %d: %v", prefix, i, err)
 			}
 			locks[i] = l
 		})
@@ -126,6 +127,13 @@ func TestBatchCoalescesWaitingCalls(t *testing.T) {
 	waitQueued(t, lk, n)
 	close(s.gate)
 	wg.Wait()
+	return locks
+}
+
+func TestBatchCoalescesWaitingCalls(t *testing.T) {
+	s := newGatedStore()
+	const n = 10
+	locks := obtainBehindSlots(t, s, "queued", n)
 
 	if got := s.batchSizes(); len(got) != 1 || got[0] != n {
 		t.Fatalf("batches %v, want one of %d", got, n)
@@ -234,24 +242,8 @@ func TestBatchGrantToCallerWhoGaveUpIsGivenBack(t *testing.T) {
 func TestBatchSizeBoundedByStore(t *testing.T) {
 	s := newGatedStore()
 	s.max = 4
-	lk, err := New(s, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lk.Close()
-	var wg sync.WaitGroup
-	fillSlots(t, lk, s, &wg)
 	const n = 10
-	for i := range n {
-		wg.Go(func() {
-			if _, err := lk.TryObtain(context.Background(), fmt.Sprintf("bounded-%d", i), nil); err != nil {
-				t.Errorf("bounded %d: %v", i, err)
-			}
-		})
-	}
-	waitQueued(t, lk, n)
-	close(s.gate)
-	wg.Wait()
+	obtainBehindSlots(t, s, "bounded", n)
 	total := 0
 	for _, size := range s.batchSizes() {
 		if size > s.max {
