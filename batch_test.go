@@ -84,22 +84,27 @@ func fillSlots(t *testing.T, lk *Locker, s *gatedStore, wg *sync.WaitGroup) {
 	}
 }
 
+// waitUntil polls cond every millisecond until it holds, and fails the
+// test with what when it does not within ten seconds.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal(what)
+		}
+		time.Sleep(time.Millisecond) // polling interval
+	}
+}
+
 // waitQueued waits until n acquires wait for a batch.
 func waitQueued(t *testing.T, lk *Locker, n int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	waitUntil(t, fmt.Sprintf("%d acquires never queued", n), func() bool {
 		lk.acquires.mu.Lock()
-		got := len(lk.acquires.queue)
-		lk.acquires.mu.Unlock()
-		if got == n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d acquires queued, want %d", got, n)
-		}
-		time.Sleep(time.Millisecond)
-	}
+		defer lk.acquires.mu.Unlock()
+		return len(lk.acquires.queue) == n
+	})
 }
 
 // obtainBehindSlots fills the slots of a Locker at s, queues n TryObtain
@@ -202,13 +207,7 @@ func TestBatchGrantToCallerWhoGaveUpIsGivenBack(t *testing.T) {
 	s.batchGate = make(chan struct{})
 	wg, cancel, errc := queueOne(t, s, "late")
 	close(s.gate) // the slots end; their successor sends the batch, which waits
-	deadline := time.Now().Add(10 * time.Second)
-	for len(s.batchSizes()) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the batch was never sent")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitUntil(t, "the batch was never sent", func() bool { return len(s.batchSizes()) > 0 })
 	cancel()
 	if err := <-errc; !errors.Is(err, context.Canceled) {
 		t.Fatalf("TryObtain after its context ended during the batch: %v, want context.Canceled", err)
@@ -223,19 +222,16 @@ func TestBatchGrantToCallerWhoGaveUpIsGivenBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer other.Close()
-	deadline = time.Now().Add(10 * time.Second)
-	for {
-		l, err := other.TryObtain(context.Background(), "late", nil)
-		if err == nil {
-			if l.Fence() != 2 {
-				t.Fatalf("fence %d, want 2: the abandoned grant was the first", l.Fence())
-			}
-			return
+	var l *Lock
+	waitUntil(t, "the grant nobody took was not given back", func() bool {
+		l, err = other.TryObtain(context.Background(), "late", nil)
+		if err != nil && !errors.Is(err, ErrNotObtained) {
+			t.Fatalf("TryObtain(late): %v", err)
 		}
-		if !errors.Is(err, ErrNotObtained) || time.Now().After(deadline) {
-			t.Fatalf("the grant nobody took was not given back: %v", err)
-		}
-		time.Sleep(time.Millisecond)
+		return err == nil
+	})
+	if l.Fence() != 2 {
+		t.Fatalf("fence %d, want 2: the abandoned grant was the first", l.Fence())
 	}
 }
 
