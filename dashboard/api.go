@@ -32,12 +32,12 @@ const callTimeout = 10 * time.Second
 func (h *handler) info(w http.ResponseWriter, r *http.Request) {
 	out := map[string]any{
 		"node": h.opts.Node, "version": h.opts.Version, "store": h.storeURL,
-		"read_only": h.opts.Token == "", "logged_in": false,
+		"read_only": h.opts.Token == "", "logged_in": false, "public_read": h.opts.Token != "" && h.opts.PublicRead,
 		"can": map[string]bool{"ledger": h.ledger != nil, "list": h.lister != nil, "release": h.releaser != nil},
 	}
-	if s := h.session(r); s != "" {
+	if _, s, ok := h.session(r); ok {
 		out["logged_in"] = true
-		out["csrf"] = h.csrfToken(s)
+		out["csrf"] = s.csrf
 	}
 	writeJSON(w, http.StatusOK, out)
 }

@@ -1,22 +1,67 @@
 package dashboard
 
 import (
-	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
-	"encoding/base64"
+	"html/template"
+	"math"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
-// Session cookie and CSRF names.
+// Session cookie and CSRF names, and the limits of sessions and failures.
 const (
 	sessionCookie = "tasklock_session"
 	csrfHeader    = "X-CSRF-Token"
 	csrfField     = "csrf"
 	sessionTTL    = 12 * time.Hour
+	// maxSessions bounds the session table; past it the session closest
+	// to its expiry is dropped.
+	maxSessions = 10000
+	// failBurst failed logins or bearer tokens a client may send at once,
+	// then one more each failEvery; past that it is answered 429.
+	failBurst = 10
+	failEvery = 6 * time.Second
+	// maxClients is how many clients' failure counts are kept before the
+	// ones back at a full allowance are forgotten.
+	maxClients = 10000
+)
+
+// session is one login: until expires, its cookie plus csrf may act.
+type session struct {
+	csrf    string
+	expires time.Time
+}
+
+// sessionKey is the table key of a session id: its SHA-256, so that the
+// table lookup does not time the secret itself.
+type sessionKey [sha256.Size]byte
+
+// allowance is one client's token bucket of failures.
+type allowance struct {
+	left float64   // failures it may still make
+	at   time.Time // when left was computed
+}
+
+// authState holds the sessions and the per-client failure allowances.
+type authState struct {
+	mu       sync.Mutex
+	sessions map[sessionKey]session
+	fails    map[string]*allowance
+}
+
+// credential says how a request authenticated.
+type credential int
+
+const (
+	anonymous  credential = iota // no credentials, or a cookie of no live session
+	viaBearer                    // a valid Authorization: Bearer TOKEN
+	viaSession                   // the cookie of a live session
 )
 
 // tokenOK reports whether given is the configured token, in constant time
@@ -29,77 +74,227 @@ func (h *handler) tokenOK(given string) bool {
 	return subtle.ConstantTimeCompare(g[:], h.tokenHash[:]) == 1
 }
 
-// mac signs msg with a key derived from this handler's random secret and the
-// token, so a changed token or a restart ends every session.
-func (h *handler) mac(msg string) string {
-	m := hmac.New(sha256.New, append(h.secret[:len(h.secret):len(h.secret)], h.tokenHash[:]...))
-	m.Write([]byte(msg))
-	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+// bearer parses an Authorization header of the Bearer scheme, whose name
+// is case-insensitive (RFC 9110 section 11.1); ok is false for any other
+// scheme.
+func bearer(header string) (token string, ok bool) {
+	scheme, rest, _ := strings.Cut(strings.TrimSpace(header), " ")
+	if !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	return strings.TrimSpace(rest), true
 }
 
-// newSession returns a session cookie value: "EXPIRY.MAC".
-func (h *handler) newSession() string {
-	exp := strconv.FormatInt(h.clock.Now().Add(sessionTTL).Unix(), 10)
-	return exp + "." + h.mac("session."+exp)
+// clientKey is whom failures are counted against: the peer's IP address,
+// an IPv6 one by its /64 (what one host is usually given). Behind a
+// reverse proxy every client shares the proxy's.
+func clientKey(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	ip := net.ParseIP(host)
+	if ip == nil {
+		return host
+	}
+	if ip.To4() == nil {
+		return ip.Mask(net.CIDRMask(64, 128)).String() + "/64"
+	}
+	return ip.String()
 }
 
-// session returns the request's valid session cookie value, or "".
-func (h *handler) session(r *http.Request) string {
+// refill brings a's allowance up to now.
+func (a *allowance) refill(now time.Time) {
+	if d := now.Sub(a.at); d > 0 {
+		a.left = math.Min(failBurst, a.left+float64(d)/float64(failEvery))
+	}
+	a.at = now
+}
+
+// limited reports how long the client must wait before it may try
+// credentials again; 0 when it may now.
+func (h *handler) limited(client string) time.Duration {
+	now := h.clock.Now()
+	h.auth.mu.Lock()
+	defer h.auth.mu.Unlock()
+	a := h.auth.fails[client]
+	if a == nil {
+		return 0
+	}
+	a.refill(now)
+	if a.left >= 1 {
+		return 0
+	}
+	return time.Duration((1 - a.left) * float64(failEvery))
+}
+
+// failed counts one failed login or bearer token against the client.
+func (h *handler) failed(client string) {
+	now := h.clock.Now()
+	h.auth.mu.Lock()
+	defer h.auth.mu.Unlock()
+	a := h.auth.fails[client]
+	if a == nil {
+		if len(h.auth.fails) >= maxClients {
+			for k, o := range h.auth.fails {
+				if o.refill(now); o.left >= failBurst {
+					delete(h.auth.fails, k)
+				}
+			}
+		}
+		a = &allowance{left: failBurst, at: now}
+		h.auth.fails[client] = a
+	}
+	a.refill(now)
+	a.left--
+}
+
+// tooMany answers 429 with Retry-After.
+func (h *handler) tooMany(w http.ResponseWriter, wait time.Duration, page bool) {
+	secs := int(math.Ceil(wait.Seconds()))
+	w.Header().Set("Retry-After", strconv.Itoa(max(secs, 1)))
+	msg := "too many failed logins or bearer tokens from this address: try again in " + strconv.Itoa(max(secs, 1)) + " s"
+	if page {
+		h.loginPage(w, http.StatusTooManyRequests, msg)
+		return
+	}
+	writeError(w, http.StatusTooManyRequests, msg)
+}
+
+// newSession starts a session: a random 128-bit id (the cookie) and a
+// random CSRF token.
+func (h *handler) newSession() (id string, s session) {
+	now := h.clock.Now()
+	id = rand.Text()
+	s = session{csrf: rand.Text(), expires: now.Add(sessionTTL)}
+	h.auth.mu.Lock()
+	defer h.auth.mu.Unlock()
+	for k, o := range h.auth.sessions {
+		if !now.Before(o.expires) {
+			delete(h.auth.sessions, k)
+		}
+	}
+	if len(h.auth.sessions) >= maxSessions {
+		var oldest sessionKey
+		first := true
+		for k, o := range h.auth.sessions {
+			if first || o.expires.Before(h.auth.sessions[oldest].expires) {
+				oldest, first = k, false
+			}
+		}
+		delete(h.auth.sessions, oldest)
+	}
+	h.auth.sessions[sha256.Sum256([]byte(id))] = s
+	return id, s
+}
+
+// session returns the live session of the request's cookie.
+func (h *handler) session(r *http.Request) (id string, s session, ok bool) {
 	if h.opts.Token == "" {
-		return ""
+		return "", session{}, false
 	}
 	c, err := r.Cookie(sessionCookie)
-	if err != nil {
-		return ""
+	if err != nil || c.Value == "" {
+		return "", session{}, false
 	}
-	exp, sig, ok := strings.Cut(c.Value, ".")
+	k := sha256.Sum256([]byte(c.Value))
+	h.auth.mu.Lock()
+	defer h.auth.mu.Unlock()
+	s, ok = h.auth.sessions[k]
 	if !ok {
-		return ""
+		return "", session{}, false
 	}
-	n, err := strconv.ParseInt(exp, 10, 64)
-	if err != nil || h.clock.Now().Unix() >= n {
-		return ""
+	if !h.clock.Now().Before(s.expires) {
+		delete(h.auth.sessions, k)
+		return "", session{}, false
 	}
-	if !hmac.Equal([]byte(sig), []byte(h.mac("session."+exp))) {
-		return ""
-	}
-	return c.Value
+	return c.Value, s, true
 }
 
-// csrfToken is the CSRF token of a session: a per-session value the pages
-// read from /api/info and send back in the X-CSRF-Token header (or the csrf
-// form field). A cross-site page cannot read it.
-func (h *handler) csrfToken(session string) string { return h.mac("csrf." + session) }
+// endSession revokes the session id.
+func (h *handler) endSession(id string) {
+	h.auth.mu.Lock()
+	delete(h.auth.sessions, sha256.Sum256([]byte(id)))
+	h.auth.mu.Unlock()
+}
+
+// authenticate finds the request's credentials. A request that presents
+// an Authorization header must present the token in it: otherwise (or
+// while the client is over its failure allowance) it is answered 401 or
+// 429 here and ok is false. A cookie of no live session counts as none.
+func (h *handler) authenticate(w http.ResponseWriter, r *http.Request) (c credential, s session, ok bool) {
+	if auth := r.Header.Get("Authorization"); auth != "" {
+		client := clientKey(r)
+		if wait := h.limited(client); wait > 0 {
+			h.tooMany(w, wait, false)
+			return anonymous, session{}, false
+		}
+		tok, isBearer := bearer(auth)
+		if !isBearer || !h.tokenOK(tok) {
+			h.failed(client)
+			w.Header().Set("WWW-Authenticate", `Bearer realm="tasklock", error="invalid_token"`)
+			writeError(w, http.StatusUnauthorized, "invalid bearer token")
+			return anonymous, session{}, false
+		}
+		return viaBearer, session{}, true
+	}
+	if _, s, ok := h.session(r); ok {
+		return viaSession, s, true
+	}
+	return anonymous, session{}, true
+}
+
+// unauthorized answers an anonymous caller that needs credentials.
+func unauthorized(w http.ResponseWriter) {
+	w.Header().Set("WWW-Authenticate", `Bearer realm="tasklock"`)
+	writeError(w, http.StatusUnauthorized, "log in or send Authorization: Bearer TOKEN")
+}
+
+// reading lets f answer a caller allowed to read: anyone without a token
+// or with Options.PublicRead, else a bearer or session holder.
+func (h *handler) reading(f http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if h.opts.Token == "" {
+			f(w, r)
+			return
+		}
+		c, _, ok := h.authenticate(w, r)
+		if !ok {
+			return
+		}
+		if c == anonymous && !h.opts.PublicRead {
+			unauthorized(w)
+			return
+		}
+		f(w, r)
+	}
+}
 
 // mutating lets f run only for a caller holding the token: a bearer
 // header, or a session cookie together with its CSRF token.
 func (h *handler) mutating(f http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if h.opts.Token == "" {
-			writeError(w, http.StatusForbidden, "read-only: this dashboard has no token configured")
+			writeError(w, http.StatusForbidden, "read-only: this dashboard was started without a token (--token)")
 			return
 		}
-		if auth := r.Header.Get("Authorization"); auth != "" {
-			tok, ok := strings.CutPrefix(auth, "Bearer ")
-			if !ok || !h.tokenOK(strings.TrimSpace(tok)) {
-				w.Header().Set("WWW-Authenticate", `Bearer realm="tasklock"`)
-				writeError(w, http.StatusUnauthorized, "invalid bearer token")
-				return
-			}
+		c, s, ok := h.authenticate(w, r)
+		if !ok {
+			return
+		}
+		switch c {
+		case viaBearer:
 			f(w, r)
 			return
-		}
-		s := h.session(r)
-		if s == "" {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="tasklock"`)
-			writeError(w, http.StatusUnauthorized, "log in or send Authorization: Bearer TOKEN")
+		case anonymous:
+			unauthorized(w)
 			return
 		}
 		given := r.Header.Get(csrfHeader)
 		if given == "" {
 			given = r.PostFormValue(csrfField)
 		}
-		if given == "" || !hmac.Equal([]byte(given), []byte(h.csrfToken(s))) {
+		if given == "" || subtle.ConstantTimeCompare([]byte(given), []byte(s.csrf)) != 1 {
 			writeError(w, http.StatusForbidden, "missing or invalid CSRF token (send the "+csrfHeader+" header)")
 			return
 		}
@@ -107,37 +302,92 @@ func (h *handler) mutating(f http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
-// login checks the token posted in the form field "token" and sets the
-// session cookie: HttpOnly, SameSite=Strict, Secure over TLS, scoped to
-// the dashboard's path. It answers JSON {"csrf": ...}, or redirects to the
-// pages when the caller does not accept JSON (a plain form post).
+// wantsJSON reports whether the caller is a script or the pages (JSON)
+// rather than a plain form post (a page).
+func wantsJSON(r *http.Request) bool {
+	return strings.Contains(r.Header.Get("Accept"), "application/json")
+}
+
+// login checks the token posted in the form field "token" and starts a
+// session: the cookie is HttpOnly, SameSite=Strict, Secure over TLS,
+// scoped to the dashboard's path. It answers JSON {"csrf": ...}, or
+// redirects to the pages when the caller does not accept JSON (a plain
+// form post). Failures count against the client's allowance.
 func (h *handler) login(w http.ResponseWriter, r *http.Request) {
 	if h.opts.Token == "" {
-		writeError(w, http.StatusForbidden, "read-only: this dashboard has no token configured")
+		writeError(w, http.StatusForbidden, "read-only: this dashboard was started without a token (--token)")
+		return
+	}
+	page := !wantsJSON(r)
+	client := clientKey(r)
+	if wait := h.limited(client); wait > 0 {
+		h.tooMany(w, wait, page)
 		return
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
 	if !h.tokenOK(r.PostFormValue("token")) {
+		h.failed(client)
+		if page {
+			h.loginPage(w, http.StatusUnauthorized, "wrong token")
+			return
+		}
 		writeError(w, http.StatusUnauthorized, "wrong token")
 		return
 	}
-	s := h.newSession()
+	id, s := h.newSession()
 	http.SetCookie(w, &http.Cookie{
-		Name: sessionCookie, Value: s, Path: mountPrefix(r) + "/",
+		Name: sessionCookie, Value: id, Path: mountPrefix(r) + "/",
 		MaxAge: int(sessionTTL / time.Second), HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode,
 	})
-	if !strings.Contains(r.Header.Get("Accept"), "application/json") {
+	if page {
 		http.Redirect(w, r, mountPrefix(r)+"/", http.StatusSeeOther)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"csrf": h.csrfToken(s)})
+	writeJSON(w, http.StatusOK, map[string]string{"csrf": s.csrf})
 }
 
-// logout clears the session cookie.
+// logout ends the session server-side, so its cookie and CSRF token are
+// dead even where a copy of them survives, and clears the cookie.
 func (h *handler) logout(w http.ResponseWriter, r *http.Request) {
+	if id, _, ok := h.session(r); ok {
+		h.endSession(id)
+	}
 	http.SetCookie(w, &http.Cookie{
 		Name: sessionCookie, Value: "", Path: mountPrefix(r) + "/",
 		MaxAge: -1, HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode,
 	})
 	writeJSON(w, http.StatusOK, map[string]bool{"logged_out": true})
+}
+
+// loginTemplate is the page an anonymous browser gets instead of the
+// dashboard when reading needs the token. It posts the form to login,
+// which comes back to the pages with a session.
+var loginTemplate = template.Must(template.New("login").Parse(`<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>tasklock: log in</title>
+<link rel="stylesheet" href="style.css">
+</head>
+<body>
+<header><span class="brand">tasklock</span></header>
+{{if .}}<div id="message" class="message error">{{.}}</div>
+{{end}}<main id="login-page">
+<h1>Log in</h1>
+<p>This dashboard was started with a token (--token): enter it to see the jobs, runs, locks and nodes and to act on them. Scripts send it as <code>Authorization: Bearer TOKEN</code>.</p>
+<form id="login-form" method="post" action="login">
+<input id="login-token" name="token" type="password" placeholder="token" autocomplete="current-password" autofocus required>
+<button id="login-button" type="submit">Log in</button>
+</form>
+</main>
+</body>
+</html>
+`))
+
+// loginPage answers the login page with code and an optional message.
+func (h *handler) loginPage(w http.ResponseWriter, code int, msg string) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(code)
+	_ = loginTemplate.Execute(w, msg)
 }

@@ -1,7 +1,6 @@
 package dashboard
 
 import (
-	"crypto/rand"
 	"crypto/sha256"
 	"embed"
 	"encoding/json"
@@ -37,9 +36,14 @@ type Options struct {
 	// Node and Version name the process serving the dashboard.
 	Node    string
 	Version string
-	// Token, when set, is the secret that mutating calls must present
-	// (see the package documentation). Empty: the dashboard is read-only.
+	// Token, when set, is the secret that every call but /healthz must
+	// present, as a bearer token or through a login session (see the
+	// package documentation). Empty: the dashboard is read-only, and
+	// anyone who reaches it reads it.
 	Token string
+	// PublicRead, with a Token, lets anonymous callers read (the pages and
+	// every GET of the API); acting still needs the token.
+	PublicRead bool
 	// Logger receives store errors. Nil: slog.Default().
 	Logger *slog.Logger
 	// Clock reads the time (next ticks, expiry, sessions). Nil:
@@ -96,7 +100,7 @@ type handler struct {
 	log       *slog.Logger
 	storeURL  string // redacted
 	tokenHash [sha256.Size]byte
-	secret    []byte // signs session cookies; random per New
+	auth      authState // sessions and failure allowances (auth.go)
 	mux       *http.ServeMux
 	assets    http.Handler
 
@@ -141,6 +145,7 @@ func New(opts Options) (http.Handler, error) {
 		scheds:   map[string]schedule.Schedule{}, firstSeen: map[leaseID]time.Time{},
 		lastRun: map[string]driver.RunRecord{},
 		noRuns:  map[string]time.Time{},
+		auth:    authState{sessions: map[sessionKey]session{}, fails: map[string]*allowance{}},
 	}
 	if h.clock == nil {
 		h.clock = tasklock.SystemClock{}
@@ -163,10 +168,6 @@ func New(opts Options) (http.Handler, error) {
 	if opts.Token != "" {
 		h.tokenHash = sha256.Sum256([]byte(opts.Token))
 	}
-	h.secret = make([]byte, 32)
-	if _, err := rand.Read(h.secret); err != nil {
-		return nil, err
-	}
 	sub, err := fs.Sub(uiFiles, "ui")
 	if err != nil {
 		return nil, err
@@ -175,21 +176,22 @@ func New(opts Options) (http.Handler, error) {
 
 	m := http.NewServeMux()
 	h.mux = m
-	h.route(m, http.MethodGet, "/api/info", h.info)
-	h.route(m, http.MethodGet, "/api/jobs", h.jobs)
-	h.route(m, http.MethodGet, "/api/runs", h.runs)
-	h.route(m, http.MethodGet, "/api/locks", h.locks)
-	h.route(m, http.MethodGet, "/api/nodes", h.nodes)
-	h.route(m, http.MethodGet, "/api/events", h.events)
+	h.route(m, http.MethodGet, "/healthz", healthz)
+	h.route(m, http.MethodGet, "/api/info", h.reading(h.info))
+	h.route(m, http.MethodGet, "/api/jobs", h.reading(h.jobs))
+	h.route(m, http.MethodGet, "/api/runs", h.reading(h.runs))
+	h.route(m, http.MethodGet, "/api/locks", h.reading(h.locks))
+	h.route(m, http.MethodGet, "/api/nodes", h.reading(h.nodes))
+	h.route(m, http.MethodGet, "/api/events", h.reading(h.events))
 	h.route(m, http.MethodPost, "/api/jobs/{name}/trigger", h.mutating(h.setState(driver.JobTrigger)))
 	h.route(m, http.MethodPost, "/api/jobs/{name}/pause", h.mutating(h.setState(driver.JobPause)))
 	h.route(m, http.MethodPost, "/api/jobs/{name}/resume", h.mutating(h.setState(driver.JobResume)))
 	h.route(m, http.MethodPost, "/api/locks/{key}/release", h.mutating(h.release))
 	h.route(m, http.MethodPost, "/login", h.login)
 	h.route(m, http.MethodPost, "/logout", h.mutating(h.logout))
-	m.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
+	m.HandleFunc("/api/", h.reading(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no such API endpoint: "+r.URL.Path)
-	})
+	}))
 	m.HandleFunc("/", h.ui)
 	return h, nil
 }
@@ -224,11 +226,36 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.mux.ServeHTTP(w, r)
 }
 
-// ui serves the embedded pages.
+// healthz is GET /healthz: 200 "ok" while the process serves, with no
+// credentials and no data (a liveness probe; it does not read the store).
+func healthz(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	_, _ = w.Write([]byte("ok\n"))
+}
+
+// ui serves the embedded pages; when reading needs the token, an anonymous
+// browser gets the login page (401) instead, and only the style sheet.
 func (h *handler) ui(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		writeError(w, http.StatusMethodNotAllowed, r.Method+" not allowed")
 		return
+	}
+	if h.opts.Token != "" && !h.opts.PublicRead {
+		c, _, ok := h.authenticate(w, r)
+		if !ok {
+			return
+		}
+		if c == anonymous {
+			switch r.URL.Path {
+			case "/style.css":
+			case "/", "/index.html":
+				h.loginPage(w, http.StatusUnauthorized, "")
+				return
+			default:
+				unauthorized(w)
+				return
+			}
+		}
 	}
 	h.assets.ServeHTTP(w, r)
 }

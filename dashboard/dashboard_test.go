@@ -283,7 +283,8 @@ func TestDashboardLocksAndRelease(t *testing.T) {
 			}
 		}
 		srv := server(t, st, "tok", nil)
-		_, body, _ := call(t, nil, "GET", srv.URL+"/api/locks?limit=2", nil, "")
+		bearer := map[string]string{"Authorization": "Bearer tok"}
+		_, body, _ := call(t, nil, "GET", srv.URL+"/api/locks?limit=2", bearer, "")
 		var page struct {
 			Locks []struct {
 				Key         string
@@ -298,13 +299,13 @@ func TestDashboardLocksAndRelease(t *testing.T) {
 		if page.Total != 3 || len(page.Locks) != 2 || page.Locks[0].Key != "other/x" || page.Next != "schedule/a" || page.Locks[0].ExpiresInMS <= 0 {
 			t.Errorf("locks page 1: %s", body)
 		}
-		_, body, _ = call(t, nil, "GET", srv.URL+"/api/locks?limit=2&after="+url.QueryEscape(page.Next), nil, "")
+		_, body, _ = call(t, nil, "GET", srv.URL+"/api/locks?limit=2&after="+url.QueryEscape(page.Next), bearer, "")
 		decode(t, body, &page)
 		if len(page.Locks) != 1 || page.Locks[0].Key != "serve/node/n1" || page.Next != "" {
 			t.Errorf("locks page 2: %s", body)
 		}
 
-		_, body, _ = call(t, nil, "GET", srv.URL+"/api/jobs", nil, "")
+		_, body, _ = call(t, nil, "GET", srv.URL+"/api/jobs", bearer, "")
 		var jobs struct {
 			Jobs []struct {
 				Job       string
@@ -322,13 +323,12 @@ func TestDashboardLocksAndRelease(t *testing.T) {
 			t.Errorf("jobs: %s", body)
 		}
 
-		_, body, _ = call(t, nil, "GET", srv.URL+"/api/nodes", nil, "")
+		_, body, _ = call(t, nil, "GET", srv.URL+"/api/nodes", bearer, "")
 		if !strings.Contains(body, `"node":"n1","alive":true`) || !strings.Contains(body, `"version":"v1.2.3"`) {
 			t.Errorf("nodes: %s", body)
 		}
 
 		rel := srv.URL + "/api/locks/" + url.PathEscape("schedule/a") + "/release"
-		bearer := map[string]string{"Authorization": "Bearer tok"}
 		if code, body, _ := call(t, nil, "POST", rel, bearer, ""); code != 200 || !strings.Contains(body, `"released":"schedule/a"`) {
 			t.Errorf("release: %d %s", code, body)
 		}
@@ -431,6 +431,7 @@ func TestDashboardEvents(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
 		req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL+"/api/events", nil)
+		req.Header.Set("Authorization", "Bearer tok")
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -493,13 +494,17 @@ func TestDashboardMountedUnderPrefix(t *testing.T) {
 	if code, _, resp := call(t, c, "GET", srv.URL+"/ops", nil, ""); code != http.StatusMovedPermanently || resp.Header.Get("Location") != "/ops/" {
 		t.Errorf("GET /ops: %d to %q", code, resp.Header.Get("Location"))
 	}
-	if code, body, _ := call(t, c, "GET", srv.URL+"/ops/", nil, ""); code != 200 || !strings.Contains(body, `src="app.js"`) {
-		t.Errorf("GET /ops/: %d %.200s", code, body)
+	// Before logging in, the login page, which posts to ops/login.
+	if code, body, _ := call(t, c, "GET", srv.URL+"/ops/", nil, ""); code != http.StatusUnauthorized || !strings.Contains(body, `action="login"`) {
+		t.Errorf("GET /ops/ before login: %d %.200s", code, body)
 	}
 	// A plain form post logs in and goes back to the pages.
 	code, _, resp := call(t, c, "POST", srv.URL+"/ops/login", nil, "token=tok")
 	if code != http.StatusSeeOther || resp.Header.Get("Location") != "/ops/" || !strings.Contains(resp.Header.Get("Set-Cookie"), "Path=/ops/") {
 		t.Errorf("login: %d to %q, cookie %q", code, resp.Header.Get("Location"), resp.Header.Get("Set-Cookie"))
+	}
+	if code, body, _ := call(t, c, "GET", srv.URL+"/ops/", nil, ""); code != 200 || !strings.Contains(body, `src="app.js"`) {
+		t.Errorf("GET /ops/ after login: %d %.200s", code, body)
 	}
 	if code, body, _ := call(t, c, "GET", srv.URL+"/ops/api/jobs", nil, ""); code != 200 || !strings.Contains(body, `"jobs":[]`) {
 		t.Errorf("jobs: %d %s", code, body)

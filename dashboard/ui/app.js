@@ -29,6 +29,11 @@ async function api(path, opts) {
   const res = await fetch(path, Object.assign({ credentials: "same-origin", headers: { Accept: "application/json" } }, opts || {}));
   let body = null;
   try { body = await res.json(); } catch (e) { body = null; }
+  if (res.status === 401 && state.info && !state.info.public_read && !state.info.read_only) {
+    // The session ended (logout elsewhere, expiry, restart): the page
+    // itself now answers the login page.
+    location.reload();
+  }
   if (!res.ok) throw new Error((body && body.error) || res.status + " " + res.statusText);
   return body;
 }
@@ -64,7 +69,15 @@ function statusBadge(st) {
 }
 
 function canWrite() {
-  return state.info && !state.info.read_only;
+  return state.info && !state.info.read_only && state.info.logged_in;
+}
+
+// whyDisabled says why the action buttons are off.
+function whyDisabled() {
+  if (!state.info) return "";
+  if (state.info.read_only) return "read-only: started without --token";
+  if (!state.info.logged_in) return "log in to act";
+  return "";
 }
 
 function confirmAction(text) {
@@ -89,7 +102,7 @@ async function act(text, path) {
 }
 
 function actionButton(cls, label, text, path) {
-  return el("button", { type: "button", class: cls, disabled: !canWrite(), title: canWrite() ? "" : "log in to act",
+  return el("button", { type: "button", class: cls, disabled: !canWrite(), title: whyDisabled(),
     onclick: () => act(text, path) }, label);
 }
 
@@ -258,7 +271,6 @@ async function loadInfo() {
   document.getElementById("read-only").hidden = !info.read_only;
   document.getElementById("login-form").hidden = info.read_only || info.logged_in;
   document.getElementById("logout-button").hidden = !info.logged_in;
-  if (!info.read_only && !info.logged_in) state.info = Object.assign({}, info, { read_only: true, needs_login: true });
 }
 
 function listen() {
@@ -295,6 +307,11 @@ document.addEventListener("DOMContentLoaded", async () => {
   });
   document.getElementById("logout-button").addEventListener("click", async () => {
     try { await post("logout"); } catch (err) { message(err.message, true); }
+    if (!state.info.public_read) {
+      // Reading needs a session: the page is now the login page.
+      location.reload();
+      return;
+    }
     await loadInfo();
     await render();
   });
