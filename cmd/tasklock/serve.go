@@ -33,7 +33,7 @@ import (
 )
 
 const serveUsage = `Usage: tasklock serve --config FILE [--grace D] [--verbose] [--log-format F]
-                      [--http ADDR] [--token T] [--insecure]
+                      [--http ADDR] [--token T] [--public-read] [--insecure]
 
 Runs the jobs of FILE on their schedules. Run it on as many hosts as you
 like with the same file and store: every tick of every job runs once, on
@@ -51,9 +51,14 @@ Flags:
   --http ADDR     serve the dashboard (web UI and JSON API, see the
                   README) on ADDR (default 127.0.0.1:8080; if that is in
                   use, serve goes on without it); --http '' disables it
-  --token T       the secret that unlocks trigger, pause, resume and
-                  release in the dashboard (bearer header or login);
-                  default $TASKLOCK_TOKEN; without one it is read-only
+  --token T       the secret the dashboard asks for (bearer header or
+                  login): every page and API call needs it, except
+                  /healthz and /metrics; default $TASKLOCK_TOKEN; without
+                  one the dashboard is read-only and open to anyone who
+                  reaches it. It travels in clear over plain HTTP: off
+                  loopback, put serve behind a TLS proxy
+  --public-read   with --token: anyone may read the pages and the GET API;
+                  trigger, pause, resume and release still need the token
   --insecure      allow a non-loopback --http without a token
 
 The file:
@@ -98,7 +103,11 @@ Logs and metrics: every run's start and end is logged at info level,
 with job, tick, node, fence, attempt, status and duration, and so is every
 tick skipped or missed. With --http, GET /metrics serves Prometheus
 metrics (tasklock_job_runs_total, tasklock_tick_lateness_seconds, ...;
-see the README).
+see the README), without the token, so that a scraper needs none: they
+carry job names and counts, no output. GET /healthz answers "ok" to
+anyone (a liveness probe). Sessions of the dashboard's login live in
+memory: a restart logs everyone out. Failed logins and bearer tokens are
+limited per client address (10, then one per 6 s; more is answered 429).
 
 Signals: SIGTERM or SIGINT stops taking ticks, lets running jobs finish for
 up to --grace, then stops them, and exits 0; a second one stops them at

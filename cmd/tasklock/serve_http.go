@@ -29,12 +29,15 @@ type httpFlags struct {
 	addrSet  bool // --http was given
 	token    string
 	insecure bool
+	public   bool // --public-read
 }
 
-// addHTTPFlags registers --http, --token and --insecure on fs.
+// addHTTPFlags registers --http, --token, --public-read and --insecure on
+// fs.
 func addHTTPFlags(fs *flag.FlagSet, h *httpFlags) {
 	fs.Func("http", "", func(v string) error { h.addr, h.addrSet = v, true; return nil })
 	fs.StringVar(&h.token, "token", "", "")
+	fs.BoolVar(&h.public, "public-read", false, "")
 	fs.BoolVar(&h.insecure, "insecure", false, "")
 	h.addr = defaultHTTP
 }
@@ -44,6 +47,9 @@ func addHTTPFlags(fs *flag.FlagSet, h *httpFlags) {
 func (h *httpFlags) check() error {
 	if h.token == "" {
 		h.token = os.Getenv("TASKLOCK_TOKEN")
+	}
+	if h.public && h.token == "" {
+		return usagef("--public-read needs --token (or $TASKLOCK_TOKEN): without a token the dashboard is read-only and open to every reader already")
 	}
 	if h.addr == "" {
 		return nil
@@ -105,7 +111,7 @@ func (s *server) startHTTP(store driver.Store) (*httpServer, int) {
 	}
 	dash, err := dashboard.New(dashboard.Options{
 		Store: store, StoreURL: s.file.Store, Jobs: s.dashboardJobs,
-		Node: s.node, Version: version(), Token: h.token, Logger: s.log,
+		Node: s.node, Version: version(), Token: h.token, PublicRead: h.public, Logger: s.log,
 	})
 	if err != nil {
 		s.failf("dashboard: %v", err)
@@ -137,7 +143,10 @@ func (s *server) startHTTP(store driver.Store) (*httpServer, int) {
 		}
 	}()
 	mode := "read-only"
-	if h.token != "" {
+	switch {
+	case h.token != "" && h.public:
+		mode = "token to act, public read"
+	case h.token != "":
 		mode = "token"
 	}
 	s.log.Info("dashboard", "url", "http://"+ln.Addr().String()+"/", "access", mode)

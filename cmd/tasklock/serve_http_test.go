@@ -26,6 +26,59 @@ func TestServeHTTPRefusesOpenAddressWithoutToken(t *testing.T) {
 	if code != exitUsage {
 		t.Errorf("--http nonsense: exit %d\n%s", code, errOut)
 	}
+	code, _, errOut = runTL(t, []string{"TASKLOCK_TOKEN="}, "serve", "--config", cfg, "--public-read")
+	if code != exitUsage || !strings.Contains(errOut, "--public-read") || !strings.Contains(errOut, "--token") {
+		t.Errorf("--public-read without a token: exit %d, want %d naming --public-read and --token; stderr:\n%s", code, exitUsage, errOut)
+	}
+}
+
+// httpGet GETs url with the Authorization header auth (none when empty)
+// and returns the status and body.
+func httpGet(t *testing.T, client *http.Client, url, auth string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest("GET", url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// TestServeHTTPPublicRead: with --token and --public-read anyone reads,
+// only the token acts.
+func TestServeHTTPPublicRead(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cfg := writeConfig(t, dir, "store: mem://\njobs:\n  - name: a\n    schedule: '@every 1h'\n    command: [true]\n")
+	p := startTL(t, []string{"TASKLOCK_TOKEN=s3cret"}, "serve", "--config", cfg, "--http", "127.0.0.1:0", "--public-read", "--log-format", "json")
+	p.waitStderr(`"msg":"dashboard"`, 20*time.Second)
+	base := strings.TrimSuffix(regexp.MustCompile(`"url":"([^"]+)"`).FindStringSubmatch(p.stderr())[1], "/")
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	for _, path := range []string{"/", "/api/jobs", "/api/nodes", "/api/locks", "/api/runs", "/metrics", "/healthz"} {
+		if code, body := httpGet(t, client, base+path, ""); code != http.StatusOK {
+			t.Errorf("anonymous GET %s with --public-read: %d %.200s", path, code, body)
+		}
+	}
+	resp, err := client.Post(base+"/api/jobs/a/pause", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("anonymous pause with --public-read: %d, want 401", resp.StatusCode)
+	}
+	p.signal(syscall.SIGTERM)
+	if code := p.wait(30 * time.Second); code != 0 {
+		t.Fatalf("exit %d\n%s", code, p.stderr())
+	}
 }
 
 func TestServeHTTPDashboard(t *testing.T) {
@@ -42,13 +95,19 @@ func TestServeHTTPDashboard(t *testing.T) {
 	p.waitStderr(regexp.QuoteMeta("http://"+addr+"/"), 20*time.Second)
 	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 	get := func(path string) string {
-		resp, err := client.Get("http://" + addr + path)
-		if err != nil {
-			t.Fatal(err)
+		_, body := httpGet(t, client, "http://"+addr+path, "bearer s3cret")
+		return body
+	}
+	// With a token, reading needs it too, but for /healthz and /metrics.
+	for _, path := range []string{"/api/jobs", "/api/runs", "/api/locks", "/api/nodes", "/api/info", "/"} {
+		if code, body := httpGet(t, client, "http://"+addr+path, ""); code != http.StatusUnauthorized {
+			t.Errorf("anonymous GET %s with a token: %d %.200s, want 401", path, code, body)
 		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return string(b)
+	}
+	for _, path := range []string{"/healthz", "/metrics"} {
+		if code, body := httpGet(t, client, "http://"+addr+path, ""); code != http.StatusOK {
+			t.Errorf("anonymous GET %s: %d %.200s, want 200", path, code, body)
+		}
 	}
 	waitFor(t, 20*time.Second, func() bool { return strings.Contains(get("/api/jobs"), `"status":"ok"`) }, "a run of a on /api/jobs")
 	if n := get("/api/nodes"); !strings.Contains(n, `"node":"web-1","alive":true`) || !strings.Contains(n, `"version":"`) {
