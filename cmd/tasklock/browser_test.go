@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
 	"github.com/tasklock/tasklock/internal/testserver"
@@ -24,8 +25,8 @@ const screenshotDir = "../../docs/screenshots"
 // TestDashboardInBrowser drives the dashboard of a running tasklock serve
 // with headless Chromium: it logs in with the token, triggers a job and
 // sees its run appear in the history, pauses a job and sees its state
-// change on the page and in the store, and saves screenshots of the main
-// pages.
+// change on the page and in the store, saves screenshots of the main
+// pages, and logs out back to the login page.
 func TestDashboardInBrowser(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts Chromium")
@@ -145,4 +146,63 @@ jobs:
 		chromedp.WaitVisible(`#nodes-table tr.node-row[data-node="web-1"]`, chromedp.ByQuery),
 		shot("nodes.png"),
 	)
+	// Logging out ends the session: the page becomes the login page and
+	// the API answers 401.
+	var status int
+	run("log out",
+		chromedp.Click(`#logout-button`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#login-page #login-token`, chromedp.ByQuery),
+		chromedp.Evaluate(`fetch("api/jobs").then((r) => r.status)`, &status, func(p *runtime.EvaluateParams) *runtime.EvaluateParams {
+			return p.WithAwaitPromise(true)
+		}),
+	)
+	if status != 401 {
+		t.Errorf("api/jobs after logout: %d, want 401", status)
+	}
+}
+
+// TestDashboardInBrowserReadOnly: a dashboard started without a token says
+// so, and its disabled buttons say why, instead of asking for a login.
+func TestDashboardInBrowserReadOnly(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts Chromium")
+	}
+	chromium := testserver.Require(t, "chromium")
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "tasklock.yaml")
+	if err := os.WriteFile(cfg, []byte("store: mem://\njobs:\n  - name: hourly\n    schedule: '@hourly'\n    command: ['true']\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := startTL(t, nil, "serve", "--config", cfg, "--http", "127.0.0.1:0", "--log-format", "json")
+	p.waitStderr(`"msg":"dashboard"`, 30*time.Second)
+	url := regexp.MustCompile(`"url":"([^"]+)"`).FindStringSubmatch(p.stderr())[1]
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromium), chromedp.Flag("headless", true), chromedp.NoSandbox, chromedp.DisableGPU)...)
+	defer cancelAlloc()
+	ctx, cancel := chromedp.NewContext(allocCtx, chromedp.WithErrorf(func(string, ...any) {}))
+	defer cancel()
+	ctx, cancelT := context.WithTimeout(ctx, 60*time.Second)
+	defer cancelT()
+	var badge, title string
+	var ok, loginHidden bool
+	button := `#jobs-table tr.job-row[data-job="hourly"] button.action-trigger`
+	if err := chromedp.Run(ctx,
+		chromedp.Navigate(url+"#/jobs"),
+		chromedp.WaitVisible(`#read-only`, chromedp.ByQuery),
+		chromedp.WaitVisible(button, chromedp.ByQuery),
+		chromedp.Text(`#read-only`, &badge, chromedp.ByQuery),
+		chromedp.AttributeValue(button, "title", &title, &ok, chromedp.ByQuery),
+		chromedp.Evaluate(`document.getElementById("login-form").hidden`, &loginHidden),
+	); err != nil {
+		t.Fatalf("%v\nserve stderr:\n%s", err, p.stderr())
+	}
+	if !strings.Contains(badge, "started without --token") {
+		t.Errorf("read-only badge %q does not say it was started without --token", badge)
+	}
+	if !strings.Contains(title, "started without --token") {
+		t.Errorf("the disabled trigger button's title is %q, want it to say started without --token", title)
+	}
+	if !loginHidden {
+		t.Error("a dashboard without a token offers a login form")
+	}
 }
