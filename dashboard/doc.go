@@ -13,13 +13,15 @@
 //
 // Every answer is JSON; an error is {"error": "..."} with a 4xx or 5xx
 // status (400 bad parameter, 401 no or wrong credentials, 403 read-only or
-// missing CSRF token, 404 unknown job or lock not held, 501 the store
-// cannot do it, 503 the store failed). Times are RFC 3339 in UTC. Lists are
+// missing CSRF token, 404 unknown job or lock not held, 429 too many failed
+// credentials, 501 the store cannot do it, 503 the store failed). Times are RFC 3339 in UTC. Lists are
 // paginated: pass the previous answer's "next" back (as after= or
 // before=) until it is "".
 //
-//	GET  /api/info        {"node", "version", "store" (password redacted), "read_only",
-//	                      "logged_in", "csrf" (with a session cookie), "can": {"ledger", "list", "release"}}
+//	GET  /healthz         "ok": liveness, no credentials, no data, no store call
+//	GET  /api/info        {"node", "version", "store" (password redacted), "read_only" (no token),
+//	                      "public_read", "logged_in", "csrf" (with a session cookie),
+//	                      "can": {"ledger", "list", "release"}}
 //	GET  /api/jobs        ?q=SUBSTRING &name=EXACT &after=NAME &limit=N (default 100, max 1000)
 //	                      {"jobs": [{"job", "paused", "pending_triggers": [{"id", "at"}], "last_run",
 //	                      "configured", "schedule", "timezone", "next_ticks": [3 times],
@@ -37,8 +39,8 @@
 //	POST /api/jobs/{name}/pause     {"job": state after}
 //	POST /api/jobs/{name}/resume    {"job": state after}
 //	POST /api/locks/{key}/release   {"released": KEY}; 404 when not held (escape a / in KEY as %2F)
-//	POST /login           form field token=...: sets the session cookie; {"csrf": ...}
-//	POST /logout          clears it
+//	POST /login           form field token=...: starts a session, sets its cookie; {"csrf": ...}
+//	POST /logout          ends the session (server-side) and clears the cookie
 //
 // The job, run and lock objects have the shapes of `tasklock jobs --json`
 // and `tasklock locks --json`, with the fields above added.
@@ -72,19 +74,44 @@
 //
 // # Access control
 //
-// Without Options.Token the dashboard is read-only: every POST answers 403.
-// With one, a POST must carry either the header "Authorization: Bearer
-// TOKEN" (scripts), or the session cookie set by POST /login together with
-// the session's CSRF token in the X-CSRF-Token header or the csrf form field
-// (the pages). The session cookie is HttpOnly, SameSite=Strict, Secure over
-// TLS, scoped to the dashboard's path, valid 12 hours, and signed with a
-// key that is random per process and bound to the token: a restart or a new
-// token ends every session. The CSRF token is derived from the session and
-// handed out only by GET /api/info to a caller that has the cookie, which
-// another site's page cannot read. Tokens are compared in constant time.
-// The GET endpoints need no credentials: put the dashboard on a loopback
-// address or behind a proxy that authenticates when that is too much (serve
-// refuses a non-loopback --http without --token unless --insecure).
+// Without Options.Token the dashboard is read-only and open: anyone who
+// reaches it reads everything, and every POST answers 403 (the pages say
+// it was started without --token).
+//
+// With a token, every endpoint but /healthz needs credentials, reading as
+// well as acting, since run output and errors can hold secrets: either the
+// header "Authorization: Bearer TOKEN" (scripts; the scheme name is
+// case-insensitive), or the session cookie of a login. An anonymous API
+// call gets 401 with WWW-Authenticate; an anonymous browser gets a login
+// page (401) in place of the dashboard. A POST with the session cookie
+// must also carry the session's CSRF token, in the X-CSRF-Token header or
+// the csrf form field. Options.PublicRead opens the pages and the GET API
+// to anonymous callers again; acting still needs the token.
+//
+// Each login starts a session: a random 128-bit id (the cookie) and a
+// random CSRF token, kept server-side for 12 hours. The cookie is
+// HttpOnly, SameSite=Strict, Secure over TLS and scoped to the dashboard's
+// path; the CSRF token is handed out by POST /login and by GET /api/info
+// to a caller that has the cookie, which another site's page cannot read.
+// POST /logout deletes the session, so a copy of its cookie and CSRF token
+// is dead from then on. Sessions live in this process's memory: a restart
+// logs everyone out. They are not kept in the store because the store
+// interface (driver.Store and its optional capabilities) has no place for
+// them; a login costs one POST.
+//
+// Failed credentials are limited per client address (an IPv6 address by
+// its /64): ten failed logins or bearer tokens, then one more every six
+// seconds; past that every login and bearer call from the address is
+// answered 429 with Retry-After, even with the right token, until the
+// allowance refills. Successes cost nothing, and sessions already open
+// are not limited. The address is the connection's peer: behind a reverse
+// proxy every client shares the proxy's, so one guesser slows everyone's
+// logins there. Tokens are compared in constant time.
+//
+// The token and the cookie cross the network in clear over plain HTTP:
+// off loopback, serve the dashboard behind TLS (`tasklock serve` refuses a
+// non-loopback --http without --token unless --insecure, and allows it
+// with a token).
 //
 // No page or answer contains a store password: the store URL goes through
 // storeurl.Redact, and so does the text of store errors.

@@ -43,7 +43,8 @@ func speedServer(t testing.TB, rows int) (*httptest.Server, time.Duration) {
 			t.Fatal(err)
 		}
 	}
-	h, err := dashboard.New(dashboard.Options{Store: st, Jobs: func() []schedule.Job { return jobs }, Node: "node0", Token: "tok"})
+	// PublicRead: the pages are timed as anonymous reads.
+	h, err := dashboard.New(dashboard.Options{Store: st, Jobs: func() []schedule.Job { return jobs }, Node: "node0", Token: "tok", PublicRead: true})
 	if err != nil {
 		t.Fatal(err)
 	}
