@@ -71,9 +71,18 @@ type Ledger interface {
 
 	// JobStates returns the state of every job that is paused or has a
 	// trigger request pending, in no particular order. A job in the default
-	// state (running, nothing pending) may be left out. Schedulers call it
-	// about twice a second, so it should cost one round trip.
+	// state (running, nothing pending) may be left out, and the states
+	// returned need not carry Spec and Since. Schedulers call it about
+	// twice a second, so it should cost one round trip and should not grow
+	// with the number of registered jobs that are neither paused nor
+	// triggered.
 	JobStates(ctx context.Context) ([]JobState, error)
+
+	// Jobs returns the state of every job the ledger knows — registered
+	// (JobRegister), paused or with a trigger request pending — with every
+	// field set, in no particular order. Commands and dashboards call it;
+	// it may cost a scan of the job states.
+	Jobs(ctx context.Context) ([]JobState, error)
 
 	// Prune deletes what the ledger no longer needs and reports how much it
 	// deleted. It always deletes the claims whose retention has passed; run
@@ -136,7 +145,18 @@ const (
 	RunLost    RunStatus = "lost"    // the job's lock was lost while the handler ran
 	RunSkipped RunStatus = "skipped" // not run: the previous run still held the job's lock, or the node shut down first
 	RunMissed  RunStatus = "missed"  // not run: the tick came while no node ran the job, and the misfire policy passed it over
+	// RunRunning marks an attempt under way: the claiming node writes it
+	// when the attempt starts and replaces it (same RunKey) with the
+	// attempt's outcome. It is the only status that is not final.
+	RunRunning RunStatus = "running"
+	// RunInterrupted is written by another node in place of a RunRunning
+	// record whose node stopped (its node lease ended) before it recorded
+	// the outcome: the attempt may or may not have finished its work.
+	RunInterrupted RunStatus = "interrupted"
 )
+
+// Final reports whether st ends a run: every status but RunRunning.
+func (st RunStatus) Final() bool { return st != RunRunning }
 
 // RunKey identifies one run record: one attempt at one tick (or trigger) of
 // one job.
@@ -189,6 +209,13 @@ type JobState struct {
 	Job      string
 	Paused   bool
 	Triggers []TriggerRequest // pending trigger-now requests, oldest first
+	// Spec is the schedule the fleet registered the job with (JobRegister);
+	// "" when it was never registered.
+	Spec string
+	// Since is when the fleet first saw the job with this Spec, by the
+	// registering node's clock, in UTC: ticks at or before it are not owed.
+	// Zero when Spec is "".
+	Since time.Time
 }
 
 // TriggerRequest is a pending request to run a job now, once, on one node.
@@ -206,6 +233,17 @@ const (
 	JobResume                            // clear Paused
 	JobTrigger                           // add a TriggerRequest with ID Trigger, At the store's now
 	JobTriggerDone                       // remove the TriggerRequest with ID Trigger
+	// JobRegister records that the fleet runs the job with schedule Spec
+	// from Since on: when the stored Spec differs from the params' (or
+	// none is stored) it sets Spec and Since; otherwise it changes nothing,
+	// so the first node to register a spec sets its Since and later nodes
+	// read it back from the returned state. It leaves Paused and Triggers
+	// as they are.
+	JobRegister
+	// JobForget deletes everything stored about the job's state:
+	// registration, pause and pending triggers. Its run records stay until
+	// pruned. The returned state is the default one.
+	JobForget
 )
 
 // JobStateParams are the inputs of Ledger.SetJobState.
@@ -213,6 +251,34 @@ type JobStateParams struct {
 	Job     string
 	Op      JobStateOp
 	Trigger string // JobTrigger and JobTriggerDone: the request's ID
+	// JobRegister: the schedule (non-empty, at most 1024 bytes) and the
+	// time from which its ticks are owed (non-zero; stored in UTC with at
+	// least millisecond precision).
+	Spec  string
+	Since time.Time
+}
+
+// MaxSpecLen bounds JobStateParams.Spec.
+const MaxSpecLen = 1024
+
+// Check reports what makes p invalid whatever the store. Stores prefix the
+// error with their name.
+func (p *JobStateParams) Check() error {
+	switch {
+	case p.Job == "":
+		return errors.New("set job state: empty Job")
+	case (p.Op == JobTrigger || p.Op == JobTriggerDone) && p.Trigger == "":
+		return fmt.Errorf("set job state %q: empty Trigger", p.Job)
+	case p.Op == JobRegister && p.Spec == "":
+		return fmt.Errorf("register job %q: empty Spec", p.Job)
+	case p.Op == JobRegister && len(p.Spec) > MaxSpecLen:
+		return fmt.Errorf("register job %q: Spec is %d bytes, more than %d", p.Job, len(p.Spec), MaxSpecLen)
+	case p.Op == JobRegister && p.Since.IsZero():
+		return fmt.Errorf("register job %q: zero Since", p.Job)
+	case p.Op < JobPause || p.Op > JobForget:
+		return fmt.Errorf("set job state %q: unknown op %d", p.Job, p.Op)
+	}
+	return nil
 }
 
 // PruneParams say which run records and trigger requests Ledger.Prune

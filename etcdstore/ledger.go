@@ -35,6 +35,7 @@ const (
 	runsDir   = "r/"
 	jobsDir   = "j/"
 	marksDir  = "m/"
+	specsDir  = "s/"
 )
 
 // Limits of the ledger.
@@ -149,6 +150,40 @@ func (s *Store) runKey(k driver.RunKey) string {
 // it is paused, jobPrefix+"t"+ID for each pending trigger request.
 func (s *Store) jobPrefix(job string) string {
 	return s.ledgerKey(jobsDir) + enc(job) + "\x00"
+}
+
+// specKey is the key of job's registration: its value is tickText(Since)
+// followed by Spec. It is apart from the job state keys, which JobStates
+// reads whole, so that registered jobs do not make that read grow.
+func (s *Store) specKey(job string) string {
+	return s.ledgerKey(specsDir) + enc(job)
+}
+
+// parseTickText reads a tickText.
+func parseTickText(t string) (time.Time, error) {
+	if len(t) != 24 {
+		return time.Time{}, errors.New("bad time")
+	}
+	sec, err1 := strconv.ParseUint(t[:16], 16, 64)
+	nsec, err2 := strconv.ParseUint(t[16:], 16, 64)
+	if err1 != nil || err2 != nil || nsec >= 1e9 {
+		return time.Time{}, errors.New("bad time")
+	}
+	return time.Unix(int64(sec^1<<63), int64(nsec)).UTC(), nil
+}
+
+// parseSpec sets st's registration from the value of its registration key.
+func parseSpec(st *driver.JobState, kv *mvccpb.KeyValue) error {
+	v := string(kv.Value)
+	if len(v) <= 24 {
+		return fmt.Errorf("etcdstore: bad job registration at %q", kv.Key)
+	}
+	since, err := parseTickText(v[:24])
+	if err != nil {
+		return fmt.Errorf("etcdstore: bad job registration at %q: %w", kv.Key, err)
+	}
+	st.Spec, st.Since = v[24:], since
+	return nil
 }
 
 // checkName rejects names the ledger cannot store.
@@ -627,15 +662,16 @@ func parseRun(kv *mvccpb.KeyValue) (driver.RunRecord, error) {
 // key's create revision; each new one is followed by an age mark, as in
 // RecordRuns but whatever the time since the last (trigger requests are
 // few, and TriggersOlderThan may be short): two more round trips.
+// JobRegister reads the registration in one Txn, and only when its spec
+// differs writes it in a second, guarded by the registration's revision
+// (and read again when another node wrote it meanwhile). Since is kept to
+// the nanosecond.
 func (s *Store) SetJobState(ctx context.Context, p driver.JobStateParams) (driver.JobState, error) {
 	if err := ctx.Err(); err != nil {
 		return driver.JobState{}, fmt.Errorf("etcdstore: set job state: %w", err)
 	}
-	if p.Job == "" {
-		return driver.JobState{}, errors.New("etcdstore: set job state: empty Job")
-	}
-	if (p.Op == driver.JobTrigger || p.Op == driver.JobTriggerDone) && p.Trigger == "" {
-		return driver.JobState{}, fmt.Errorf("etcdstore: set job state %q: empty Trigger", p.Job)
+	if err := p.Check(); err != nil {
+		return driver.JobState{}, fmt.Errorf("etcdstore: %w", err)
 	}
 	if err := checkName("Job", p.Job); err != nil {
 		return driver.JobState{}, err
@@ -646,43 +682,81 @@ func (s *Store) SetJobState(ctx context.Context, p driver.JobStateParams) (drive
 	if err := s.open(); err != nil {
 		return driver.JobState{}, err
 	}
-	jp := s.jobPrefix(p.Job)
-	read := clientv3.OpGet(jp, clientv3.WithPrefix())
-	txn := s.c.Txn(ctx)
+	jp, sk := s.jobPrefix(p.Job), s.specKey(p.Job)
+	// Every Txn ends with these two reads.
+	reads := []clientv3.Op{clientv3.OpGet(jp, clientv3.WithPrefix()), clientv3.OpGet(sk)}
+	then := func(ops ...clientv3.Op) []clientv3.Op { return append(ops, reads...) }
+	var (
+		resp *clientv3.TxnResponse
+		err  error
+	)
 	switch p.Op {
 	case driver.JobPause:
-		txn = txn.Then(clientv3.OpPut(jp+"p", ""), read)
+		resp, err = s.c.Txn(ctx).Then(then(clientv3.OpPut(jp+"p", ""))...).Commit()
 	case driver.JobResume:
-		txn = txn.Then(clientv3.OpDelete(jp+"p"), read)
+		resp, err = s.c.Txn(ctx).Then(then(clientv3.OpDelete(jp + "p"))...).Commit()
 	case driver.JobTrigger:
 		tk := jp + "t" + p.Trigger
 		at := time.Now().UTC().Round(0)
-		txn = txn.If(clientv3.Compare(clientv3.CreateRevision(tk), "=", 0)).
-			Then(clientv3.OpPut(tk, at.Format(time.RFC3339Nano)), read).
-			Else(read)
+		resp, err = s.c.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(tk), "=", 0)).
+			Then(then(clientv3.OpPut(tk, at.Format(time.RFC3339Nano)))...).
+			Else(reads...).Commit()
 	case driver.JobTriggerDone:
-		txn = txn.Then(clientv3.OpDelete(jp+"t"+p.Trigger), read)
-	default:
-		return driver.JobState{}, fmt.Errorf("etcdstore: set job state %q: unknown op %d", p.Job, p.Op)
+		resp, err = s.c.Txn(ctx).Then(then(clientv3.OpDelete(jp + "t" + p.Trigger))...).Commit()
+	case driver.JobRegister:
+		resp, err = s.register(ctx, p, sk, reads)
+	case driver.JobForget:
+		resp, err = s.c.Txn(ctx).Then(then(clientv3.OpDelete(jp, clientv3.WithPrefix()), clientv3.OpDelete(sk))...).Commit()
 	}
-	resp, err := txn.Commit()
 	if err != nil {
 		return driver.JobState{}, fmt.Errorf("etcdstore: set job state %q: %w", p.Job, err)
 	}
-	sts, err := s.jobStates(resp.Responses[len(resp.Responses)-1].GetResponseRange().GetKvs())
+	n := len(resp.Responses)
+	sts, err := s.jobStates(resp.Responses[n-2].GetResponseRange().GetKvs())
 	if err != nil {
 		return driver.JobState{}, err
 	}
 	if p.Op == driver.JobTrigger && resp.Succeeded {
 		s.mark(ctx, 0)
 	}
-	if len(sts) == 0 {
-		return driver.JobState{Job: p.Job}, nil
+	st := driver.JobState{Job: p.Job}
+	if len(sts) > 0 {
+		st = sts[0]
 	}
-	return sts[0], nil
+	if kvs := resp.Responses[n-1].GetResponseRange().GetKvs(); len(kvs) > 0 {
+		if err := parseSpec(&st, kvs[0]); err != nil {
+			return driver.JobState{}, err
+		}
+	}
+	return st, nil
 }
 
-// JobStates implements driver.Ledger: one range read.
+// register makes p's registration at sk, and returns the response of a
+// Txn that ends with reads.
+func (s *Store) register(ctx context.Context, p driver.JobStateParams, sk string, reads []clientv3.Op) (*clientv3.TxnResponse, error) {
+	v := tickText(p.Since) + p.Spec
+	resp, err := s.c.Txn(ctx).Then(reads...).Commit()
+	for err == nil {
+		kvs := resp.Responses[len(resp.Responses)-1].GetResponseRange().GetKvs()
+		var rev int64
+		if len(kvs) > 0 {
+			if len(kvs[0].Value) >= 24 && string(kvs[0].Value[24:]) == p.Spec {
+				return resp, nil
+			}
+			rev = kvs[0].ModRevision
+		}
+		resp, err = s.c.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(sk), "=", rev)).
+			Then(append([]clientv3.Op{clientv3.OpPut(sk, v)}, reads...)...).
+			Else(reads...).Commit()
+		if err == nil && resp.Succeeded {
+			return resp, nil
+		}
+	}
+	return nil, err
+}
+
+// JobStates implements driver.Ledger: one range read of the job state
+// keys (not the registrations).
 func (s *Store) JobStates(ctx context.Context) ([]driver.JobState, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("etcdstore: job states: %w", err)
@@ -695,6 +769,44 @@ func (s *Store) JobStates(ctx context.Context) ([]driver.JobState, error) {
 		return nil, fmt.Errorf("etcdstore: job states: %w", err)
 	}
 	return s.jobStates(resp.Kvs)
+}
+
+// Jobs implements driver.Ledger: one Txn of two range reads, the job state
+// keys and the registrations.
+func (s *Store) Jobs(ctx context.Context) ([]driver.JobState, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("etcdstore: jobs: %w", err)
+	}
+	if err := s.open(); err != nil {
+		return nil, err
+	}
+	specs := s.ledgerKey(specsDir)
+	resp, err := s.c.Txn(ctx).Then(clientv3.OpGet(s.ledgerKey(jobsDir), clientv3.WithPrefix()),
+		clientv3.OpGet(specs, clientv3.WithPrefix())).Commit()
+	if err != nil {
+		return nil, fmt.Errorf("etcdstore: jobs: %w", err)
+	}
+	out, err := s.jobStates(resp.Responses[0].GetResponseRange().GetKvs())
+	if err != nil {
+		return nil, err
+	}
+	index := make(map[string]int, len(out))
+	for i := range out {
+		index[out[i].Job] = i
+	}
+	for _, kv := range resp.Responses[1].GetResponseRange().GetKvs() {
+		job := dec(string(kv.Key[len(specs):]))
+		i, ok := index[job]
+		if !ok {
+			i = len(out)
+			index[job] = i
+			out = append(out, driver.JobState{Job: job})
+		}
+		if err := parseSpec(&out[i], kv); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 // jobStates reads job state keys (in key order, so grouped by job).

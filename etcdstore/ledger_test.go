@@ -2,6 +2,7 @@ package etcdstore
 
 import (
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -33,8 +34,8 @@ func fillLedger(t *testing.T, s *Store) {
 		if err := s.RecordRuns(ctx, []driver.RunRecord{{Job: job, Tick: ledgerTick, Trigger: "t/1", Attempt: 1, Status: driver.RunOK}}); err != nil {
 			t.Fatal(err)
 		}
-		for _, op := range []driver.JobStateOp{driver.JobPause, driver.JobTrigger} {
-			if _, err := s.SetJobState(ctx, driver.JobStateParams{Job: job, Op: op, Trigger: "t/1"}); err != nil {
+		for _, op := range []driver.JobStateOp{driver.JobPause, driver.JobTrigger, driver.JobRegister} {
+			if _, err := s.SetJobState(ctx, driver.JobStateParams{Job: job, Op: op, Trigger: "t/1", Spec: "k/x", Since: ledgerTick}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -67,8 +68,8 @@ func TestLedgerApartFromLocks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(all.Kvs) < 12 {
-		t.Fatalf("%d ledger keys, want at least 12", len(all.Kvs))
+	if len(all.Kvs) < 16 {
+		t.Fatalf("%d ledger keys, want at least 16", len(all.Kvs))
 	}
 	for _, kv := range all.Kvs {
 		if key, tok, ok := s.parseKey(kv.Key); ok {
@@ -203,5 +204,84 @@ func TestLedgerRunsRoundTrip(t *testing.T) {
 	got.Tick, got.Start, got.End, got.Recorded = r.Tick, r.Start, r.End, time.Time{}
 	if got != r {
 		t.Fatalf("record changed:\n got  %+v\n want %+v", got, r)
+	}
+}
+
+// Registrations: one Txn when the spec is stored already, two when it is
+// new; kept apart from the keys JobStates reads; Since to the nanosecond;
+// nodes registering a new job at once all read back the one that won.
+func TestLedgerRegistrations(t *testing.T) {
+	srv := testserver.StartEtcd(t)
+	var cnt counter
+	c := newClient(t, srv.Endpoints(), &cnt)
+	s := newStore(t, c, nil)
+	ctx := ctxT(t)
+	since := ledgerTick.Add(123456789 * time.Nanosecond)
+	reg := func(job, spec string, since time.Time) driver.JobState {
+		t.Helper()
+		st, err := s.SetJobState(ctx, driver.JobStateParams{Job: job, Op: driver.JobRegister, Spec: spec, Since: since})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	cnt.take()
+	if st := reg("a\x00b", "\xff:*", since); st.Spec != "\xff:*" || !st.Since.Equal(since) {
+		t.Fatalf("first register: %+v", st)
+	}
+	if n := cnt.take(); n["Txn"] != 2 || total(n) != 2 {
+		t.Fatalf("first register: requests %v, want 2 Txns", n)
+	}
+	if st := reg("a\x00b", "\xff:*", since.Add(time.Hour)); !st.Since.Equal(since) {
+		t.Fatalf("second register: %+v", st)
+	}
+	if n := cnt.take(); total(n) != 1 {
+		t.Fatalf("second register: requests %v, want 1 Txn", n)
+	}
+	old := time.Date(1960, 5, 1, 0, 0, 0, 7, time.UTC)
+	if st := reg("old", "@yearly", old); !st.Since.Equal(old) {
+		t.Fatalf("register before 1970: %+v", st)
+	}
+	for i := range 20 {
+		reg(fmt.Sprint("job-", i), "* * * * *", since)
+	}
+	if r, err := c.Get(ctx, s.ledgerKey(jobsDir), clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil || r.Count != 0 {
+		t.Fatalf("%v job state keys after registering, %v; want none", r.Count, err)
+	}
+	cnt.take()
+	sts, err := s.Jobs(ctx)
+	if err != nil || len(sts) != 22 {
+		t.Fatalf("Jobs = %d jobs, %v; want 22", len(sts), err)
+	}
+	if n := cnt.take(); total(n) != 1 {
+		t.Fatalf("Jobs: requests %v, want 1 Txn", n)
+	}
+
+	for round := range 10 {
+		job := fmt.Sprint("race-", round)
+		const n = 8
+		got := make([]driver.JobState, n)
+		errs := make([]error, n)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				got[i], errs[i] = s.SetJobState(ctx, driver.JobStateParams{Job: job, Op: driver.JobRegister,
+					Spec: "@hourly", Since: since.Add(time.Duration(i) * time.Millisecond)})
+			}()
+		}
+		close(start)
+		wg.Wait()
+		for i := range n {
+			if errs[i] != nil {
+				t.Fatal(errs[i])
+			}
+			if got[i].Spec != "@hourly" || !got[i].Since.Equal(got[0].Since) {
+				t.Fatalf("round %d: node %d read %+v, node 0 %+v", round, i, got[i], got[0])
+			}
+		}
 	}
 }

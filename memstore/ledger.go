@@ -162,11 +162,8 @@ func (s *Store) SetJobState(ctx context.Context, p driver.JobStateParams) (drive
 	if err := ctx.Err(); err != nil {
 		return driver.JobState{}, err
 	}
-	if p.Job == "" {
-		return driver.JobState{}, errors.New("memstore: set job state: empty Job")
-	}
-	if (p.Op == driver.JobTrigger || p.Op == driver.JobTriggerDone) && p.Trigger == "" {
-		return driver.JobState{}, fmt.Errorf("memstore: set job state %q: empty Trigger", p.Job)
+	if err := p.Check(); err != nil {
+		return driver.JobState{}, fmt.Errorf("memstore: %w", err)
 	}
 	ls := s.ledger()
 	ls.mu.Lock()
@@ -186,10 +183,14 @@ func (s *Store) SetJobState(ctx context.Context, p driver.JobStateParams) (drive
 		}
 	case driver.JobTriggerDone:
 		st.Triggers = slices.DeleteFunc(st.Triggers, func(t driver.TriggerRequest) bool { return t.ID == p.Trigger })
-	default:
-		return driver.JobState{}, fmt.Errorf("memstore: set job state %q: unknown op %d", p.Job, p.Op)
+	case driver.JobRegister:
+		if st.Spec != p.Spec {
+			st.Spec, st.Since = p.Spec, p.Since.Round(0).UTC()
+		}
+	case driver.JobForget:
+		st = &driver.JobState{Job: p.Job}
 	}
-	if !st.Paused && len(st.Triggers) == 0 {
+	if !st.Paused && len(st.Triggers) == 0 && st.Spec == "" {
 		delete(ls.states, p.Job)
 	} else {
 		ls.states[p.Job] = st
@@ -205,6 +206,15 @@ func copyState(st *driver.JobState) driver.JobState {
 
 // JobStates implements driver.Ledger.
 func (s *Store) JobStates(ctx context.Context) ([]driver.JobState, error) {
+	return s.jobStates(ctx, func(st *driver.JobState) bool { return st.Paused || len(st.Triggers) > 0 })
+}
+
+// Jobs implements driver.Ledger.
+func (s *Store) Jobs(ctx context.Context) ([]driver.JobState, error) {
+	return s.jobStates(ctx, func(*driver.JobState) bool { return true })
+}
+
+func (s *Store) jobStates(ctx context.Context, keep func(*driver.JobState) bool) ([]driver.JobState, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -213,7 +223,9 @@ func (s *Store) JobStates(ctx context.Context) ([]driver.JobState, error) {
 	defer ls.mu.Unlock()
 	out := make([]driver.JobState, 0, len(ls.states))
 	for _, st := range ls.states {
-		out = append(out, copyState(st))
+		if keep(st) {
+			out = append(out, copyState(st))
+		}
 	}
 	return out, nil
 }

@@ -37,6 +37,9 @@ func RunLedger(t *testing.T, newStore NewStore) {
 		{"PauseState", testPauseState},
 		{"Triggers", testTriggers},
 		{"CancelledContext", testLedgerCancelled},
+		{"RegisterJobs", testRegisterJobs},
+		{"JobsAndForget", testJobsAndForget},
+		{"RunningRecords", testRunningRecords},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -536,6 +539,9 @@ func testLedgerCancelled(t *testing.T, l driver.Ledger) {
 	}
 	if _, err := l.JobStates(ctx); err == nil {
 		t.Error("JobStates with a cancelled ctx succeeded")
+	}
+	if _, err := l.Jobs(ctx); err == nil {
+		t.Error("Jobs with a cancelled ctx succeeded")
 	}
 	if _, err := l.Prune(ctx, driver.PruneParams{}); err == nil {
 		t.Error("Prune with a cancelled ctx succeeded")

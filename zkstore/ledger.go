@@ -45,6 +45,12 @@ func (s *Store) statesNode() string {
 	return s.ledgerDir() + "/jobs"
 }
 
+// specsDir holds a node per registered job, named by its escaped name,
+// whose data is tickHex(Since) followed by Spec. It is apart from the job
+// states node, which JobStates reads whole, so that registered jobs do not
+// make that read grow.
+func (s *Store) specsDir() string { return s.ledgerDir() + "/specs" }
+
 // tickHex is an instant as 24 hex digits in time order: the Unix seconds
 // offset by 2^63, then the nanoseconds.
 func tickHex(t time.Time) string {
@@ -649,19 +655,18 @@ func (s *Store) updateStates(needNow bool, change func(m statesData, now int64) 
 // SetJobState implements driver.Ledger. Every job's state is in one node,
 // Root/%ledger/jobs, so the change is a read and a version-checked write
 // (none when nothing changes); a trigger request's At is the server's
-// time, read by a write of Root's data alongside the read.
+// time, read by a write of Root's data alongside the read. The job's
+// registration, Root/%ledger/specs/<job>, is read alongside. JobRegister
+// reads the registration and, only when its spec differs, writes it,
+// version checked, and reads the job's state alongside; JobForget updates
+// the states node and deletes the registration. Since is kept to the
+// nanosecond.
 func (s *Store) SetJobState(ctx context.Context, p driver.JobStateParams) (driver.JobState, error) {
 	if err := ctx.Err(); err != nil {
 		return driver.JobState{}, fmt.Errorf("zkstore: set job state: %w", err)
 	}
-	if p.Job == "" {
-		return driver.JobState{}, errors.New("zkstore: set job state: empty Job")
-	}
-	if (p.Op == driver.JobTrigger || p.Op == driver.JobTriggerDone) && p.Trigger == "" {
-		return driver.JobState{}, fmt.Errorf("zkstore: set job state %q: empty Trigger", p.Job)
-	}
-	if p.Op < driver.JobPause || p.Op > driver.JobTriggerDone {
-		return driver.JobState{}, fmt.Errorf("zkstore: set job state %q: unknown op %d", p.Job, p.Op)
+	if err := p.Check(); err != nil {
+		return driver.JobState{}, fmt.Errorf("zkstore: %w", err)
 	}
 	if err := checkLedgerName("Job", p.Job); err != nil {
 		return driver.JobState{}, err
@@ -669,41 +674,170 @@ func (s *Store) SetJobState(ctx context.Context, p driver.JobStateParams) (drive
 	if err := checkLedgerName("Trigger", p.Trigger); err != nil {
 		return driver.JobState{}, err
 	}
-	job, id := escapeName(p.Job), escapeName(p.Trigger)
-	m, err := call(ctx, func() (statesData, error) {
-		return s.updateStates(p.Op == driver.JobTrigger, func(m statesData, now int64) bool {
-			j := m[job]
-			if j == nil {
-				j = &jobData{}
-			}
-			has := slices.IndexFunc(j.Triggers, func(t triggerData) bool { return t.ID == id })
-			switch {
-			case p.Op == driver.JobPause && !j.Paused:
-				j.Paused = true
-			case p.Op == driver.JobResume && j.Paused:
-				j.Paused = false
-			case p.Op == driver.JobTrigger && has < 0:
-				j.Triggers = append(j.Triggers, triggerData{ID: id, At: now})
-			case p.Op == driver.JobTriggerDone && has >= 0:
-				j.Triggers = slices.Delete(j.Triggers, has, has+1)
-			default:
-				return false
-			}
-			if !j.Paused && len(j.Triggers) == 0 {
-				delete(m, job)
-			} else {
-				m[job] = j
-			}
-			return true
-		})
-	}, nil)
+	st, err := call(ctx, func() (driver.JobState, error) { return s.setJobState(p) }, nil)
 	if err != nil {
 		return driver.JobState{}, fmt.Errorf("zkstore: set job state %q: %w", p.Job, err)
 	}
-	if j := m[job]; j != nil {
-		return j.state(p.Job), nil
+	return st, nil
+}
+
+func (s *Store) setJobState(p driver.JobStateParams) (driver.JobState, error) {
+	job, id := escapeName(p.Job), escapeName(p.Trigger)
+	var (
+		m         statesData
+		spec      driver.JobState // the registration's fields
+		err, err2 error
+	)
+	switch p.Op {
+	case driver.JobRegister:
+		parallel(2, func(i int) {
+			if i == 0 {
+				spec, err = s.register(job, p.Spec, p.Since)
+			} else {
+				m, err2 = s.readStates()
+			}
+		})
+	case driver.JobForget:
+		parallel(2, func(i int) {
+			if i == 0 {
+				m, err = s.updateStates(false, func(m statesData, _ int64) bool {
+					_, ok := m[job]
+					delete(m, job)
+					return ok
+				})
+			} else {
+				err2 = s.conn.Delete(s.specsDir()+"/"+job, -1)
+				if errors.Is(err2, zk.ErrNoNode) {
+					err2 = nil
+				}
+			}
+		})
+	default:
+		parallel(2, func(i int) {
+			if i == 1 {
+				spec, err2 = s.readSpec(job)
+				return
+			}
+			m, err = s.updateStates(p.Op == driver.JobTrigger, func(m statesData, now int64) bool {
+				j := m[job]
+				if j == nil {
+					j = &jobData{}
+				}
+				has := slices.IndexFunc(j.Triggers, func(t triggerData) bool { return t.ID == id })
+				switch {
+				case p.Op == driver.JobPause && !j.Paused:
+					j.Paused = true
+				case p.Op == driver.JobResume && j.Paused:
+					j.Paused = false
+				case p.Op == driver.JobTrigger && has < 0:
+					j.Triggers = append(j.Triggers, triggerData{ID: id, At: now})
+				case p.Op == driver.JobTriggerDone && has >= 0:
+					j.Triggers = slices.Delete(j.Triggers, has, has+1)
+				default:
+					return false
+				}
+				if !j.Paused && len(j.Triggers) == 0 {
+					delete(m, job)
+				} else {
+					m[job] = j
+				}
+				return true
+			})
+		})
 	}
-	return driver.JobState{Job: p.Job}, nil
+	if err = errors.Join(err, err2); err != nil {
+		return driver.JobState{}, err
+	}
+	st := driver.JobState{Job: p.Job}
+	if j := m[job]; j != nil {
+		st = j.state(p.Job)
+	}
+	if p.Op != driver.JobForget {
+		st.Spec, st.Since = spec.Spec, spec.Since
+	}
+	return st, nil
+}
+
+// readStates reads the job states node; no node is no state.
+func (s *Store) readStates() (statesData, error) {
+	b, _, err := s.conn.Get(s.statesNode())
+	if errors.Is(err, zk.ErrNoNode) {
+		return statesData{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", s.statesNode(), err)
+	}
+	m := statesData{}
+	if len(b) > 0 {
+		if err := json.Unmarshal(b, &m); err != nil {
+			return nil, fmt.Errorf("bad job states at %s: %w", s.statesNode(), err)
+		}
+	}
+	return m, nil
+}
+
+// parseSpec reads the data of a registration node into Spec and Since.
+func parseSpec(path string, b []byte) (driver.JobState, error) {
+	var st driver.JobState
+	if len(b) <= 24 {
+		return st, fmt.Errorf("bad job registration at %s", path)
+	}
+	sec, err1 := strconv.ParseUint(string(b[:16]), 16, 64)
+	nsec, err2 := strconv.ParseUint(string(b[16:24]), 16, 32)
+	if err1 != nil || err2 != nil || nsec >= 1e9 {
+		return st, fmt.Errorf("bad job registration at %s", path)
+	}
+	st.Spec, st.Since = string(b[24:]), time.Unix(int64(sec^1<<63), int64(nsec)).UTC()
+	return st, nil
+}
+
+// readSpec reads the registration of the escaped job; none is the zero
+// state.
+func (s *Store) readSpec(job string) (driver.JobState, error) {
+	path := s.specsDir() + "/" + job
+	b, _, err := s.conn.Get(path)
+	if errors.Is(err, zk.ErrNoNode) {
+		return driver.JobState{}, nil
+	}
+	if err != nil {
+		return driver.JobState{}, fmt.Errorf("read %s: %w", path, err)
+	}
+	return parseSpec(path, b)
+}
+
+// register makes the registration of the escaped job spec from since,
+// unless it is spec already, and returns the registration after it.
+func (s *Store) register(job, spec string, since time.Time) (driver.JobState, error) {
+	path := s.specsDir() + "/" + job
+	data := []byte(tickHex(since) + spec)
+	for range stateRounds {
+		b, st, err := s.conn.Get(path)
+		switch {
+		case errors.Is(err, zk.ErrNoNode):
+			_, err = s.conn.Create(path, data, zk.FlagPersistent, s.acl)
+			if errors.Is(err, zk.ErrNoNode) {
+				if err := s.ensureNode(s.specsDir(), false); err != nil {
+					return driver.JobState{}, err
+				}
+				continue
+			}
+		case err != nil:
+			return driver.JobState{}, fmt.Errorf("read %s: %w", path, err)
+		default:
+			if cur, perr := parseSpec(path, b); perr == nil && cur.Spec == spec {
+				return cur, nil
+			}
+			_, err = s.conn.Set(path, data, st.Version)
+		}
+		switch {
+		case err == nil:
+			return parseSpec(path, data)
+		case errors.Is(err, zk.ErrBadVersion), errors.Is(err, zk.ErrNoNode), errors.Is(err, zk.ErrNodeExists):
+			continue // another writer came between
+		}
+		return driver.JobState{}, fmt.Errorf("write %s: %w", path, err)
+	}
+	return driver.JobState{}, fmt.Errorf("write %s: it kept changing", path)
 }
 
 // JobStates implements driver.Ledger: one read of Root/%ledger/jobs.
@@ -711,27 +845,81 @@ func (s *Store) JobStates(ctx context.Context) ([]driver.JobState, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("zkstore: job states: %w", err)
 	}
-	b, err := call(ctx, func() ([]byte, error) {
-		b, _, err := s.conn.Get(s.statesNode())
-		if errors.Is(err, zk.ErrNoNode) {
-			return nil, nil
-		}
-		return b, err
-	}, nil)
+	m, err := call(ctx, s.readStates, nil)
 	if err != nil {
 		return nil, fmt.Errorf("zkstore: job states: %w", err)
-	}
-	m := statesData{}
-	if len(b) > 0 {
-		if err := json.Unmarshal(b, &m); err != nil {
-			return nil, fmt.Errorf("zkstore: job states: bad data at %s: %w", s.statesNode(), err)
-		}
 	}
 	out := make([]driver.JobState, 0, len(m))
 	for ej, j := range m {
 		if job, ok := unescapeName(ej); ok && j != nil {
 			out = append(out, j.state(job))
 		}
+	}
+	return out, nil
+}
+
+// Jobs implements driver.Ledger: a read of Root/%ledger/jobs alongside a
+// listing of Root/%ledger/specs, then a read of each registration,
+// pipelined.
+func (s *Store) Jobs(ctx context.Context) ([]driver.JobState, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("zkstore: jobs: %w", err)
+	}
+	out, err := call(ctx, s.jobs, nil)
+	if err != nil {
+		return nil, fmt.Errorf("zkstore: jobs: %w", err)
+	}
+	return out, nil
+}
+
+func (s *Store) jobs() ([]driver.JobState, error) {
+	var (
+		m         statesData
+		names     []string
+		err, err2 error
+	)
+	parallel(2, func(i int) {
+		if i == 0 {
+			m, err = s.readStates()
+			return
+		}
+		names, _, err2 = s.conn.Children(s.specsDir())
+		if errors.Is(err2, zk.ErrNoNode) {
+			err2 = nil
+		}
+	})
+	if err = errors.Join(err, err2); err != nil {
+		return nil, err
+	}
+	out := make([]driver.JobState, 0, len(m)+len(names))
+	index := make(map[string]int, len(m)+len(names))
+	for ej, j := range m {
+		if job, ok := unescapeName(ej); ok && j != nil {
+			index[ej] = len(out)
+			out = append(out, j.state(job))
+		}
+	}
+	for i, rn := range s.readRaw(s.specsDir(), names) {
+		if errors.Is(rn.err, zk.ErrNoNode) {
+			continue // forgotten meanwhile
+		}
+		if rn.err != nil {
+			return nil, fmt.Errorf("read %s/%s: %w", s.specsDir(), names[i], rn.err)
+		}
+		job, ok := unescapeName(names[i])
+		if !ok {
+			continue
+		}
+		reg, err := parseSpec(s.specsDir()+"/"+names[i], rn.data)
+		if err != nil {
+			return nil, err
+		}
+		k, ok := index[names[i]]
+		if !ok {
+			k = len(out)
+			out = append(out, driver.JobState{Job: job})
+		}
+		out[k].Spec, out[k].Since = reg.Spec, reg.Since
 	}
 	return out, nil
 }

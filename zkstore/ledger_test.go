@@ -187,3 +187,63 @@ func TestLedgerStatesConcurrent(t *testing.T) {
 		t.Fatalf("JobStates = %+v, %v; want 20 triggers", sts, err)
 	}
 }
+
+// Registrations: kept apart from the job states node; Since to the
+// nanosecond, before 1970 too; names a path cannot hold as they are; two
+// Stores registering a new job at once both read back the one that won.
+func TestLedgerRegistrations(t *testing.T) {
+	t.Parallel()
+	z, c := shared(t)
+	s := newStore(t, c, testSession, nil)
+	other := newStore(t, connect(t, z.Addr(), testSession), testSession, &Options{Root: s.Root()})
+	ctx := ctxT(t)
+	since := time.Date(2030, 1, 1, 0, 0, 0, 123456789, time.UTC)
+	old := time.Date(1960, 5, 1, 0, 0, 0, 7, time.UTC)
+	for i, job := range []string{".", "..", "a/b", "%", "\xff", "j"} {
+		at := since
+		if i%2 == 1 {
+			at = old
+		}
+		st, err := s.SetJobState(ctx, driver.JobStateParams{Job: job, Op: driver.JobRegister, Spec: "\x00/" + job, Since: at})
+		if err != nil || st.Job != job || st.Spec != "\x00/"+job || !st.Since.Equal(at) {
+			t.Fatalf("register %q = %+v, %v", job, st, err)
+		}
+	}
+	if _, _, err := c.Get(s.statesNode()); !errors.Is(err, zk.ErrNoNode) {
+		t.Fatalf("registering wrote the job states node: %v", err)
+	}
+	sts, err := other.Jobs(ctx)
+	if err != nil || len(sts) != 6 {
+		t.Fatalf("Jobs = %+v, %v; want 6 jobs", sts, err)
+	}
+	for _, st := range sts {
+		if st.Spec != "\x00/"+st.Job {
+			t.Fatalf("Jobs lists %+v", st)
+		}
+	}
+	for round := range 10 {
+		job := string(rune('a' + round))
+		res := make(chan driver.JobState, 2)
+		errc := make(chan error, 2)
+		start := make(chan struct{})
+		for i, st := range []*Store{s, other} {
+			go func() {
+				<-start
+				r, err := st.SetJobState(ctx, driver.JobStateParams{Job: job, Op: driver.JobRegister, Spec: "@hourly",
+					Since: since.Add(time.Duration(i) * time.Millisecond)})
+				res <- r
+				errc <- err
+			}()
+		}
+		close(start)
+		a, b := <-res, <-res
+		for range 2 {
+			if err := <-errc; err != nil {
+				t.Fatal(err)
+			}
+		}
+		if a.Spec != "@hourly" || b.Spec != "@hourly" || !a.Since.Equal(b.Since) {
+			t.Fatalf("round %d: %+v and %+v", round, a, b)
+		}
+	}
+}

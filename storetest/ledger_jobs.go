@@ -1,0 +1,154 @@
+package storetest
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tasklock/tasklock/driver"
+)
+
+// jobOf returns job's state as Jobs lists it, and whether it is listed.
+func jobOf(t *testing.T, l driver.Ledger, job string) (driver.JobState, bool) {
+	t.Helper()
+	sts, err := l.Jobs(ctxT(t, 10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found *driver.JobState
+	for i := range sts {
+		if sts[i].Job == job {
+			if found != nil {
+				t.Fatalf("Jobs lists %q twice", job)
+			}
+			found = &sts[i]
+		}
+	}
+	if found == nil {
+		return driver.JobState{Job: job}, false
+	}
+	return *found, true
+}
+
+func register(t *testing.T, l driver.Ledger, job, spec string, since time.Time) driver.JobState {
+	t.Helper()
+	st, err := l.SetJobState(ctxT(t, 10*time.Second), driver.JobStateParams{Job: job, Op: driver.JobRegister, Spec: spec, Since: since})
+	if err != nil {
+		t.Fatalf("register %q %q: %v", job, spec, err)
+	}
+	if st.Job != job {
+		t.Fatalf("register returned the state of %q, want %q", st.Job, job)
+	}
+	return st
+}
+
+// testRegisterJobs: the first registration of a spec sets Since, later ones
+// read it back; a changed spec moves Since; pause and triggers are kept.
+func testRegisterJobs(t *testing.T, l driver.Ledger) {
+	since := tick0.Add(123 * time.Millisecond)
+	st := register(t, l, "r", "*/5 * * * *", since)
+	if st.Spec != "*/5 * * * *" || !st.Since.Equal(since) {
+		t.Fatalf("first register: %+v, want Spec %q Since %v", st, "*/5 * * * *", since)
+	}
+	if st.Paused || len(st.Triggers) != 0 {
+		t.Fatalf("register changed pause or triggers: %+v", st)
+	}
+	// Another node registers the same spec later: the first Since stands.
+	st = register(t, l, "r", "*/5 * * * *", since.Add(time.Hour))
+	if !st.Since.Equal(since) {
+		t.Fatalf("second register of the same spec: Since %v, want the first %v", st.Since, since)
+	}
+	got, ok := jobOf(t, l, "r")
+	if !ok || got.Spec != "*/5 * * * *" || !got.Since.Equal(since) {
+		t.Fatalf("Jobs shows %+v (listed %v), want the registration", got, ok)
+	}
+	// Pause keeps the registration, and register keeps the pause.
+	mustSet(t, l, "r", driver.JobPause, "")
+	mustSet(t, l, "r", driver.JobTrigger, "tr")
+	st = register(t, l, "r", "*/5 * * * *", since.Add(2*time.Hour))
+	if !st.Paused || len(st.Triggers) != 1 || !st.Since.Equal(since) {
+		t.Fatalf("register on a paused, triggered job: %+v", st)
+	}
+	// A changed spec starts again from its own Since.
+	since2 := since.Add(24 * time.Hour)
+	st = register(t, l, "r", "0 * * * *", since2)
+	if st.Spec != "0 * * * *" || !st.Since.Equal(since2) || !st.Paused {
+		t.Fatalf("register of a changed spec: %+v, want Spec %q Since %v and still paused", st, "0 * * * *", since2)
+	}
+	if got, _ := jobOf(t, l, "r"); got.Spec != "0 * * * *" || !got.Since.Equal(since2) || !got.Paused || len(got.Triggers) != 1 {
+		t.Fatalf("Jobs after the change: %+v", got)
+	}
+	// JobStates still shows the pause.
+	if !stateOf(t, l, "r").Paused {
+		t.Fatal("JobStates lost the pause of a registered job")
+	}
+	// Registered and otherwise default: listed by Jobs.
+	register(t, l, "plain", "@every 1m", since)
+	if got, ok := jobOf(t, l, "plain"); !ok || got.Paused || got.Spec != "@every 1m" {
+		t.Fatalf("Jobs shows %+v (listed %v) for a registered job in the default state", got, ok)
+	}
+	// Invalid registrations are refused.
+	for _, p := range []driver.JobStateParams{
+		{Job: "bad", Op: driver.JobRegister, Since: since},
+		{Job: "bad", Op: driver.JobRegister, Spec: "* * * * *"},
+		{Job: "bad", Op: driver.JobRegister, Spec: strings.Repeat("x", driver.MaxSpecLen+1), Since: since},
+	} {
+		if _, err := l.SetJobState(ctxT(t, 10*time.Second), p); err == nil {
+			t.Errorf("SetJobState(%+v) succeeded", p)
+		}
+	}
+	if _, ok := jobOf(t, l, "bad"); ok {
+		t.Fatal("a refused registration left a job behind")
+	}
+}
+
+// testJobsAndForget: Jobs lists paused, triggered and registered jobs;
+// JobForget removes every part of a job's state and no other job's.
+func testJobsAndForget(t *testing.T, l driver.Ledger) {
+	register(t, l, "a", "* * * * *", tick0)
+	mustSet(t, l, "a", driver.JobPause, "")
+	mustSet(t, l, "a", driver.JobTrigger, "x")
+	mustSet(t, l, "b", driver.JobPause, "")
+	mustSet(t, l, "c", driver.JobTrigger, "y")
+	for _, j := range []string{"a", "b", "c"} {
+		if _, ok := jobOf(t, l, j); !ok {
+			t.Fatalf("Jobs does not list %q", j)
+		}
+	}
+	for range 2 { // idempotent
+		st, err := l.SetJobState(ctxT(t, 10*time.Second), driver.JobStateParams{Job: "a", Op: driver.JobForget})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Job != "a" || st.Paused || len(st.Triggers) != 0 || st.Spec != "" || !st.Since.IsZero() {
+			t.Fatalf("forget returned %+v, want the default state", st)
+		}
+	}
+	if got, ok := jobOf(t, l, "a"); ok {
+		t.Fatalf("Jobs still lists a forgotten job: %+v", got)
+	}
+	if st := stateOf(t, l, "a"); st.Paused || len(st.Triggers) != 0 {
+		t.Fatalf("JobStates still shows the forgotten job's state: %+v", st)
+	}
+	if _, ok := jobOf(t, l, "b"); !ok {
+		t.Fatal("forgetting a forgot b")
+	}
+	// A forgotten job registers afresh.
+	if st := register(t, l, "a", "* * * * *", tick0.Add(time.Hour)); !st.Since.Equal(tick0.Add(time.Hour)) {
+		t.Fatalf("registering a forgotten job kept the old Since: %+v", st)
+	}
+}
+
+// testRunningRecords: a running record is replaced by the attempt's outcome
+// under the same key, and a Status query finds the running ones.
+func testRunningRecords(t *testing.T, l driver.Ledger) {
+	mustRecord(t, l, run("x", 1, 1, driver.RunRunning), run("x", 2, 1, driver.RunRunning), run("y", 1, 1, driver.RunOK))
+	sameKeys(t, "running", mustRuns(t, l, driver.RunQuery{Status: driver.RunRunning}), "x/2//1", "x/1//1")
+	mustRecord(t, l, run("x", 1, 1, driver.RunInterrupted))
+	sameKeys(t, "running after one ended", mustRuns(t, l, driver.RunQuery{Status: driver.RunRunning}), "x/2//1")
+	sameKeys(t, "interrupted", mustRuns(t, l, driver.RunQuery{Status: driver.RunInterrupted}), "x/1//1")
+	sameKeys(t, "all of x", mustRuns(t, l, driver.RunQuery{Job: "x"}), "x/2//1", "x/1//1")
+	if !driver.RunOK.Final() || !driver.RunInterrupted.Final() || driver.RunRunning.Final() {
+		t.Fatal("RunStatus.Final is wrong")
+	}
+}
