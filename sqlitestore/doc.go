@@ -140,6 +140,17 @@
 //     Long transactions by other programs on the same file have the same
 //     effect.
 //
+// # Server restarts
+//
+// There is no server: the file is the store, and every process that uses
+// it is a peer. Grants, renewals and releases are committed to the file
+// before they answer, so a process that restarts finds every lease as it
+// was (TestFenceSurvivesReopen); its own locks end with it, and their
+// leases run out at their expiry, as a killed holder's do
+// (TestHolderKilled). A host crash or power loss ends every holder with
+// the host; see Durability for what synchronous=NORMAL can roll back.
+// Exclusion holds through all of these.
+//
 // # Schema
 //
 // The lock table (Options.Table, default tasklock_locks) has one row per
