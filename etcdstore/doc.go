@@ -139,6 +139,18 @@
 // guards: pass it along and have the resource refuse writes with a lower
 // fence than it has seen (tasklock.FencedRegister is the model).
 //
+// # Server restarts
+//
+// etcd persists its raft log and the session lease with it: after a
+// restart (of the only member, or of a minority, or a majority that comes
+// back) the lease is still there, with a full TTL again once a leader
+// takes over (see Safety level), so it lasts at least as long as before. The
+// holder's keepalives resume, its renewals go on, and nobody else is
+// granted its keys meanwhile; a cluster down past the TTL ends the
+// holder's locks locally first. Exclusive through restarts
+// (TestFaults/ServerRestarted: the lock survives a restart, another
+// TryObtain is refused, fences keep increasing).
+//
 // # Errors
 //
 // Besides driver.ErrNotHeld and *driver.HeldError the store returns errors

@@ -33,8 +33,9 @@ type heldConn struct {
 	key   string
 	token string
 
-	mu       sync.Mutex // guards waitSecs and deadline; serialises its use
-	waitSecs int        // the session's wait_timeout
+	mu       sync.Mutex    // guards waitSecs, ttl and deadline; serialises its use
+	waitSecs int           // the session's wait_timeout
+	ttl      time.Duration // the longest TTL the row records (see connLengthen)
 	// deadline is when the lease ends unless renewed: the time the last
 	// grant or renewal was sent plus its TTL, on the monotonic clock. The
 	// Locker, which counts from before it called the store, has given the
@@ -92,12 +93,16 @@ func waitSeconds(ttl time.Duration) int {
 // because it lost the lock — and frees the lock. Two round trips per grant.
 func (s *Store) connAcquire(ctx context.Context, p driver.AcquireParams) (driver.Grant, error) {
 	op := fmt.Sprintf("acquire %q", p.Key)
+	start, err := s.startSQL(ctx)
+	if err != nil {
+		return driver.Grant{}, s.wrap(op, err)
+	}
 	conn, err := s.db.Conn(ctx)
 	if err != nil {
 		return driver.Grant{}, s.wrap(op, err)
 	}
 	sent := time.Now()
-	res, err := conn.ExecContext(ctx, s.connAcquireSQL(p))
+	res, err := conn.ExecContext(ctx, s.connAcquireSQL(p, start))
 	var id int64
 	if err == nil {
 		id, err = res.LastInsertId()
@@ -124,7 +129,7 @@ func (s *Store) connAcquire(ctx context.Context, p driver.AcquireParams) (driver
 		discard(conn)
 		return driver.Grant{}, s.wrap(op, err)
 	}
-	hc := &heldConn{conn: conn, key: p.Key, token: p.Token, waitSecs: secs, deadline: sent.Add(p.TTL)}
+	hc := &heldConn{conn: conn, key: p.Key, token: p.Token, waitSecs: secs, ttl: p.TTL, deadline: sent.Add(p.TTL)}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -137,19 +142,107 @@ func (s *Store) connAcquire(ctx context.Context, p driver.AcquireParams) (driver
 	return driver.Grant{Fence: fence}, nil
 }
 
-func (s *Store) connAcquireSQL(p driver.AcquireParams) string {
-	b := make([]byte, 0, 1000+4*len(p.Key)+4*len(p.Token)+2*len(p.Owner))
+// connAcquireSQL is connAcquire's statement; start is startSQL's
+// expression. The key's row is taken over when connBlocked (which reads
+// token, acquired_at and expires_at) is not positive, or when it already
+// carries p's token (a grant whose answer was lost). ON DUPLICATE KEY
+// UPDATE assigns left to right, each expression seeing the columns
+// assigned before it, so the condition is evaluated in full until token is
+// assigned, and from then on "token is p's token" stands for it. A grant
+// records acquired_at = now and expires_at = now + TTL: the row's TTL,
+// which keeps the key after a server restart (see connBlocked).
+func (s *Store) connAcquireSQL(p driver.AcquireParams, start string) string {
+	tok := appendHex(nil, p.Token)
+	blocked := connBlocked(start)
+	free := "(token = " + string(tok) + " OR " + blocked + " <= 0)"
+	b := make([]byte, 0, 1600+4*len(p.Key)+6*len(p.Token)+2*len(p.Owner))
 	b = s.appendAcquireInsert(b)
 	b = append(b, "SELECT "...)
 	b = appendAcquireRow(b, p)
-	b = append(b, "UTC_TIMESTAMP(6) FROM DUAL WHERE GET_LOCK("...)
+	b = appendExpiry(b, p.TTL)
+	b = append(b, " FROM DUAL WHERE GET_LOCK("...)
 	b = append(b, s.lockName(appendHex(nil, p.Key))...)
-	b = append(b, ", 0) = 1 ON DUPLICATE KEY UPDATE fence = IF("+acquireExpired+", LAST_INSERT_ID(fence + 1), fence + 0 * LAST_INSERT_ID("...)
+	b = append(b, ", 0) = 1 ON DUPLICATE KEY UPDATE fence = IF("+free+", LAST_INSERT_ID(fence + 1), fence + 0 * LAST_INSERT_ID("...)
 	b = strconv.AppendUint(b, minHoldFlag, 10)
-	b = append(b, " + TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at)))"...)
-	// The row of a connection-held lock holds no lease: it expires now.
-	b = appendAcquireTakeover(b, appendHex(nil, p.Token), appendText(nil, p.Owner), []byte("UTC_TIMESTAMP(6)"))
-	return string(b)
+	b = append(b, " + "+blocked+")), owner = IF("+free+", "...)
+	b = appendText(b, p.Owner)
+	b = append(b, ", owner), token = IF("+free+", "...)
+	b = append(b, tok...)
+	b = append(b, ", token), acquired_at = IF(token = "...)
+	b = append(b, tok...)
+	b = append(b, ", UTC_TIMESTAMP(6), acquired_at), expires_at = IF(token = "...)
+	b = append(b, tok...)
+	b = append(b, ", "...)
+	b = appendExpiry(b, p.TTL)
+	return string(append(b, ", expires_at)"...))
+}
+
+// connBlocked is the SQL expression of how long, in µs, a connection-mode
+// row keeps its key although no session holds the key's GET_LOCK (positive
+// while it does; start is startSQL's expression of the server's start):
+//
+//   - A released row (token ”): until its expires_at, the MinHold lease
+//     the release left.
+//   - A row never released whose grant came while this server ran: its
+//     session has ended since — its client closed or lost the connection,
+//     died, was killed, or was silent past wait_timeout, so its Locker has
+//     given the lock up or will find the connection failed at its next
+//     renewal — and the key is free at once.
+//   - A row never released whose grant came before this server started:
+//     the session ended with a restart, and its holder, unaware, goes on
+//     until its next renewal fails, at most one TTL after its last renewal,
+//     which the old server answered. The key stays unavailable until the
+//     row's TTL (expires_at - acquired_at) has passed since the server
+//     started.
+//
+// start is computed from the server's Uptime, in whole seconds, and is up
+// to two seconds later than the real start, never earlier (see
+// startMariaDB): the third case may last two seconds longer, and a row
+// granted in the first two seconds after a restart counts as granted
+// before it (its key then stays unavailable for its TTL after the start if
+// its session ends).
+func connBlocked(start string) string {
+	return "IF(token = '', TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at), " +
+		"IF(acquired_at >= " + start + ", 0, " +
+		"TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), " + start + ") + TIMESTAMPDIFF(MICROSECOND, acquired_at, expires_at)))"
+}
+
+// Expressions of the server's start time on MariaDB and on MySQL 8, which
+// keeps status variables in performance_schema: now minus Uptime, plus a
+// second. Uptime is the difference of two times in whole seconds (the
+// statement's and the server's start), so now - Uptime is within a second
+// of the start either way; adding a second makes the value never earlier
+// than the real start, and at most two seconds later.
+const (
+	startMariaDB = "(SELECT UTC_TIMESTAMP(6) - INTERVAL (VARIABLE_VALUE - 1) SECOND FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = 'UPTIME')"
+	startMySQL   = "(SELECT UTC_TIMESTAMP(6) - INTERVAL (VARIABLE_VALUE - 1) SECOND FROM performance_schema.global_status WHERE VARIABLE_NAME = 'Uptime')"
+)
+
+// startSQL returns the SQL expression of the server's start time that
+// connection mode's statements use (see connBlocked), checking on first
+// use, with one query (after the one of returning), that the server
+// answers it. A failed check is retried by the next call.
+func (s *Store) startSQL(ctx context.Context) (string, error) {
+	if p := s.start.Load(); p != nil {
+		return *p, nil
+	}
+	mariadb, err := s.returning(ctx)
+	if err != nil {
+		return "", err
+	}
+	q, where := startMySQL, "performance_schema.global_status"
+	if mariadb {
+		q, where = startMariaDB, "information_schema.GLOBAL_STATUS"
+	}
+	var ok sql.NullBool
+	if err := s.db.QueryRowContext(ctx, "SELECT "+q+" IS NOT NULL").Scan(&ok); err != nil {
+		return "", fmt.Errorf("read the server's start time (status variable Uptime in %s), which connection mode needs to keep keys through a restart: %w", where, err)
+	}
+	if !ok.Valid || !ok.Bool {
+		return "", fmt.Errorf("the server's status variable Uptime is not readable in %s: connection mode needs it to keep keys through a restart", where)
+	}
+	s.start.Store(&q)
+	return q, nil
 }
 
 // connHolder reads the owner recorded for key, on conn when it is not nil.
@@ -236,9 +329,17 @@ func (s *Store) keepAlive(ctx context.Context, hc *heldConn, ttl time.Duration) 
 	}
 	secs := waitSeconds(ttl)
 	var err error
-	if secs != hc.waitSecs {
+	switch {
+	case micros(ttl) > micros(hc.ttl):
+		// Extend: the row's TTL keeps the key through a server restart
+		// for as long as this holder may go on (see connBlocked).
+		err = s.connLengthen(ctx, hc, ttl)
+		if err == nil && secs != hc.waitSecs {
+			_, err = hc.conn.ExecContext(ctx, "SET SESSION wait_timeout = "+strconv.Itoa(secs))
+		}
+	case secs != hc.waitSecs:
 		_, err = hc.conn.ExecContext(ctx, "SET SESSION wait_timeout = "+strconv.Itoa(secs))
-	} else {
+	default:
 		err = hc.conn.PingContext(ctx)
 	}
 	if err != nil {
@@ -247,6 +348,35 @@ func (s *Store) keepAlive(ctx context.Context, hc *heldConn, ttl time.Duration) 
 		return fmt.Errorf("%w: the connection holding %q failed: %v", driver.ErrNotHeld, hc.key, err)
 	}
 	hc.waitSecs, hc.deadline = secs, sent.Add(ttl)
+	hc.ttl = max(hc.ttl, ttl)
+	return nil
+}
+
+// connLengthen records ttl, longer than the TTL hc's row records, as the
+// row's TTL (expires_at = acquired_at + ttl), on hc's connection, while
+// this session holds the key's lock. One round trip; a row left unchanged
+// means the session has lost the lock.
+func (s *Store) connLengthen(ctx context.Context, hc *heldConn, ttl time.Duration) error {
+	name := s.lockName(appendHex(nil, hc.key))
+	b := make([]byte, 0, 300+len(name)+2*len(hc.key)+2*len(hc.token))
+	b = append(b, "UPDATE "...)
+	b = append(b, s.qt...)
+	b = append(b, " SET expires_at = acquired_at + INTERVAL "...)
+	b = strconv.AppendInt(b, micros(ttl), 10)
+	b = append(b, " MICROSECOND WHERE lock_key = "...)
+	b = appendHex(b, hc.key)
+	b = append(b, " AND token = "...)
+	b = appendHex(b, hc.token)
+	b = append(b, " AND IS_USED_LOCK("...)
+	b = append(b, name...)
+	b = append(b, ") = CONNECTION_ID()"...)
+	n, err := rowsAffected(hc.conn.ExecContext(ctx, string(b)))
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return errors.New("its row is no longer this lease's")
+	}
 	return nil
 }
 
@@ -335,7 +465,18 @@ func (s *Store) connForceRelease(ctx context.Context, key string) error {
 			return s.wrap(op, err)
 		}
 	}
-	n, err := s.endLease(ctx, key)
+	start, err := s.startSQL(ctx)
+	if err != nil {
+		return s.wrap(op, err)
+	}
+	// End a MinHold lease, or the unavailability a restart left (see
+	// connBlocked).
+	b = append(b[:0], "UPDATE "...)
+	b = append(b, s.qt...)
+	b = append(b, " SET token = '', expires_at = UTC_TIMESTAMP(6) WHERE lock_key = "...)
+	b = appendHex(b, key)
+	b = append(b, " AND "+connBlocked(start)+" > 0"...)
+	n, err := s.execRows(ctx, string(b))
 	if err != nil {
 		return s.wrap(op, err)
 	}
@@ -346,10 +487,15 @@ func (s *Store) connForceRelease(ctx context.Context, key string) error {
 }
 
 // connLeases lists the keys whose lock some session holds (TTL 0: it lasts
-// as long as the session) and the MinHold leases left by releases.
+// as long as the session), the MinHold leases left by releases, and the
+// keys a server restart keeps unavailable (see connBlocked).
 func (s *Store) connLeases(ctx context.Context, prefix string) ([]driver.Lease, error) {
-	b := make([]byte, 0, 400+4*len(prefix))
-	b = append(b, "SELECT lock_key, owner, fence, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at), IS_USED_LOCK("...)
+	start, err := s.startSQL(ctx)
+	if err != nil {
+		return nil, s.wrap("list leases", err)
+	}
+	b := make([]byte, 0, 1000+4*len(prefix))
+	b = append(b, "SELECT lock_key, owner, fence, "+connBlocked(start)+", IS_USED_LOCK("...)
 	b = append(b, s.lockName([]byte("lock_key"))...)
 	b = append(b, ") IS NOT NULL FROM "...)
 	b = append(b, s.qt...)

@@ -460,3 +460,89 @@ func waitEvent(t *testing.T, ev <-chan tasklock.Event, typ tasklock.EventType, d
 		}
 	}
 }
+
+// TestRestartExclusive: in connection mode a server restart frees every
+// GET_LOCK at once, while the old holder goes on until its next renewal
+// fails. A contender that obtains the key after the restart must still
+// not get it while the old holder's Done is open. Holder a obtains the
+// key, b waits for it in Obtain, and the server is restarted (SIGKILL and
+// start); this repeats MYSQLSTORE_RESTARTS times (default 10), and every
+// time b's grant must come after a's Done closed.
+func TestRestartExclusive(t *testing.T) {
+	t.Parallel()
+	restarts := 10
+	if s := os.Getenv("MYSQLSTORE_RESTARTS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			t.Fatalf("MYSQLSTORE_RESTARTS=%q: want a positive number", s)
+		}
+		restarts = n
+	}
+	srv := testserver.StartMariaDB(t)
+	dsn := srv.CreateDB(t)
+	sa := mustNew(t, openDB(t, dsn), &Options{Mode: ModeConnection, Migrate: true})
+	sb := mustNew(t, openDB(t, dsn), &Options{Mode: ModeConnection})
+	a := faulttest.NewLocker(t, sa, tasklock.Config{Owner: "a", Logger: faulttest.QuietLogger})
+	b := faulttest.NewLocker(t, sb, tasklock.Config{Owner: "b", Logger: faulttest.QuietLogger})
+	const ttl = 2 * time.Second
+	opts := &tasklock.ObtainOptions{TTL: ttl}
+	overlaps := 0
+	var waits []time.Duration
+	for i := range restarts {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		la, err := a.Obtain(ctx, faultKey, opts)
+		if err != nil {
+			cancel()
+			t.Fatalf("restart %d: a: %v", i, err)
+		}
+		aDone := make(chan time.Time, 1)
+		go func() { <-la.Done(); aDone <- time.Now() }()
+		type result struct {
+			l   *tasklock.Lock
+			err error
+			at  time.Time
+		}
+		bGot := make(chan result, 1)
+		go func() {
+			l, err := b.Obtain(ctx, faultKey, opts)
+			bGot <- result{l, err, time.Now()}
+		}()
+		start := time.Now()
+		srv.Restart(t)
+		up := time.Now()
+		var r result
+		select {
+		case r = <-bGot:
+		case <-time.After(20 * time.Second):
+			cancel()
+			t.Fatalf("restart %d: b did not obtain within 20s of the restart", i)
+		}
+		if r.err != nil {
+			cancel()
+			t.Fatalf("restart %d: b: %v", i, r.err)
+		}
+		var doneAt time.Time
+		select {
+		case doneAt = <-aDone:
+		case <-time.After(10 * time.Second):
+			cancel()
+			t.Fatalf("restart %d: a's Done did not close within 10s of b's grant", i)
+		}
+		waits = append(waits, r.at.Sub(up).Round(time.Millisecond))
+		if doneAt.After(r.at) {
+			overlaps++
+			t.Errorf("restart %d: b obtained %v after the server was back, %v before a's Done closed (%v): two holders",
+				i, r.at.Sub(up).Round(time.Millisecond), doneAt.Sub(r.at).Round(time.Millisecond), la.Err())
+		}
+		if r.l.Fence() <= la.Fence() {
+			t.Errorf("restart %d: fence %d after %d", i, r.l.Fence(), la.Fence())
+		}
+		if err := r.l.Release(ctx); err != nil {
+			t.Errorf("restart %d: b's release: %v", i, err)
+		}
+		_ = la.Release(ctx) // lost already: ErrNotHeld
+		cancel()
+		t.Logf("restart %d took %v; b obtained %v after the server was back", i, up.Sub(start).Round(time.Millisecond), r.at.Sub(up).Round(time.Millisecond))
+	}
+	t.Logf("%d restarts, %d with two holders; b's grants after the server was back: %v", restarts, overlaps, waits)
+}

@@ -132,6 +132,9 @@ type Store struct {
 	// dialect is what the server's SQL allows beyond the common subset,
 	// learnt on first use (see returning).
 	dialect atomic.Int32
+	// start is the SQL expression of the server's start time, checked on
+	// first use in connection mode (see startSQL).
+	start atomic.Pointer[string]
 
 	// Connection mode: the connection holding each lock, by token, and the
 	// timer that closes those whose lease ended unreleased (see expire).
@@ -235,8 +238,10 @@ func (s *Store) ForceRelease(ctx context.Context, key string) error {
 // Leases implements driver.Lister: the live locks whose key starts with
 // prefix, sorted by key, in one SELECT. In connection mode it asks the
 // server, row by row, whether each key's lock is in use (IS_USED_LOCK), and
-// a lock's TTL is 0 (it lasts as long as its connection). It is meant for
-// the CLI and the dashboard.
+// a lock's TTL is 0 (it lasts as long as its connection); a key kept after
+// a server restart (see "Server restarts" in the package documentation) is
+// listed with the time it stays unavailable. It is meant for the CLI and
+// the dashboard.
 func (s *Store) Leases(ctx context.Context, prefix string) ([]driver.Lease, error) {
 	if s.mode == ModeConnection {
 		return s.connLeases(ctx, prefix)

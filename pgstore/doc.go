@@ -177,6 +177,26 @@
 // the key at once while the holder learns at its next renewal: up to TTL/3
 // later. The fence is what protects the resource then.
 //
+// # Server restarts
+//
+// Lease mode: leases are rows, durable like every commit, and expire by
+// the server's clock, which a restart does not stop: a lease outlives a
+// restart shorter than its TTL and nobody else is granted the key
+// meanwhile; a server down past the TTL ends the holder's lock locally
+// first. Exclusive through restarts (fsync=off and asynchronous commits
+// aside).
+//
+// Connection mode: a restart ends every session and so frees every
+// advisory lock at once, while each old holder goes on until its next
+// renewal fails (up to TTL/3 later). The grant takes a row whose session
+// ended only when that happened since the server started
+// (pg_postmaster_start_time()); a row granted before the start keeps its
+// key until its lease (renewed in the row by every renewal) expires, by
+// which time the old holder's validity has ended. Exclusive through
+// restarts: TestFaults/ServerRestarted checks, in connection mode, that
+// another obtains only after the old holder's Done closed, and in lease
+// mode that the lease outlives a short restart.
+//
 // # Keepalive and partitions
 //
 // On each holder's connection (and the LISTEN connection) the client sets

@@ -125,6 +125,22 @@
 // Where a repeated fence after a restart matters, run Redis with
 // appendfsync always, or use a durable store (pgstore, etcdstore).
 //
+// # Server restarts
+//
+// What a restart of Redis does to held locks depends on its persistence
+// (see Safety level): without persistence every lease and fence counter is
+// gone, so a key can be granted at once to a second holder while the first
+// works on until its next renewal fails (up to TTL/3 later), with a fence
+// that repeats — not exclusive, a documented limit
+// (TestFaultRestartWithoutPersistence shows the repeated fence). With AOF
+// and appendfsync always, leases survive and their expiry keeps running
+// while Redis is down: a held lock outlives a restart shorter than its TTL
+// and nobody else obtains it meanwhile — exclusive
+// (TestFaultRestartWithAOF). With appendfsync everysec or RDB snapshots
+// the grants of the last second (or since the last snapshot) can be lost,
+// which is the first case for those keys. A replica promoted by Sentinel
+// is the replication case of Safety level.
+//
 // # Errors
 //
 // Besides driver.ErrNotHeld and *driver.HeldError, Acquire may return

@@ -131,6 +131,17 @@
 // that loses the last writes counts like a restart without persistence, and
 // the delayed-restart rule cannot be kept for it.
 //
+// # Server restarts
+//
+// A node restarted with its leases (AOF with appendfsync always) changes
+// nothing. A node restarted without them at once can form, with the nodes
+// that never held the lock, a new majority that grants the key to a second
+// holder while the first, which still holds a majority's worth of
+// validity, works on — not exclusive, the documented violation
+// (TestFaultNodeRestart shows it, and that a delayed restart, down for the
+// longest TTL, avoids it). Keep the rules under "What it requires of
+// operators": persistence with fsync always, or delayed restarts.
+//
 // # Errors
 //
 // Besides driver.ErrNotHeld and *driver.HeldError, calls may return a

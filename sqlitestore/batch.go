@@ -30,8 +30,9 @@ func (s *Store) MaxBatch() int { return math.MaxInt }
 // live. The holders of the keys found held are read afterwards, one SELECT
 // each, as Acquire reads them. A batch of more than 1,000 items takes a
 // statement per 1,000, all in one transaction (BEGIN IMMEDIATE … COMMIT).
-// A statement that fails, or is interrupted because ctx ended, changes
-// nothing: the call returns its error and no item is granted. A batch with
+// A statement that fails, or a ctx that ends before the last statement
+// of a transaction has run, changes nothing: the call returns its error
+// and no item is granted. A batch with
 // one valid item is that item's Acquire.
 func (s *Store) AcquireBatch(ctx context.Context, ps []driver.AcquireParams) ([]driver.AcquireResult, error) {
 	res := make([]driver.AcquireResult, len(ps))
@@ -50,7 +51,7 @@ func (s *Store) AcquireBatch(ctx context.Context, ps []driver.AcquireParams) ([]
 		return res, nil
 	}
 	var held []int
-	err := s.inChunks(ctx, len(todo), func(q querier, start, end int) error {
+	err := s.inChunks(ctx, len(todo), func(ctx context.Context, q querier, start, end int) error {
 		chunk := todo[start:end]
 		args := make([]any, 0, 4*len(chunk))
 		for _, i := range chunk {
@@ -127,7 +128,7 @@ func (s *Store) ReleaseBatch(ctx context.Context, ps []driver.ReleaseParams) ([]
 		return s.releaseOneByOne(ctx, ps, todo, errs)
 	}
 	released := make(map[string]bool, len(todo))
-	err := s.inChunks(ctx, len(todo), func(q querier, start, end int) error {
+	err := s.inChunks(ctx, len(todo), func(ctx context.Context, q querier, start, end int) error {
 		chunk := todo[start:end]
 		args := make([]any, 0, 3*len(chunk))
 		for _, i := range chunk {
@@ -154,11 +155,14 @@ func (s *Store) ReleaseBatch(ctx context.Context, ps []driver.ReleaseParams) ([]
 // releaseOneByOne releases ps[i] for i in todo, in order, each with
 // Release's prepared statement, all in one transaction, and sets errs[i].
 func (s *Store) releaseOneByOne(ctx context.Context, ps []driver.ReleaseParams, todo []int, errs []error) ([]error, error) {
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		st := tx.StmtContext(ctx, s.st.release)
+	err := s.inTx(ctx, func(sctx context.Context, tx *sql.Tx) error {
+		st := tx.StmtContext(sctx, s.st.release)
 		for _, i := range todo {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
 			errs[i] = driver.ErrNotHeld
-			err := readRows(st.QueryContext(ctx, releaseArgs(make([]any, 0, 3), ps[i])...))(func(*sql.Rows) error {
+			err := readRows(st.QueryContext(sctx, releaseArgs(make([]any, 0, 3), ps[i])...))(func(*sql.Rows) error {
 				errs[i] = nil
 				return nil
 			})
@@ -180,16 +184,20 @@ type querier interface {
 }
 
 // inChunks calls run for the items [start, end) of each chunk of n items
-// of up to batchMaxRows, in the Store's write turn: one chunk on s.db,
-// where its statement is a write transaction of its own, several in one
-// transaction (see inTx).
-func (s *Store) inChunks(ctx context.Context, n int, run func(q querier, start, end int) error) error {
+// of up to batchMaxRows, in the Store's write turn, with the statement
+// context of write: one chunk on s.db, where its statement is a write
+// transaction of its own, several in one transaction (see inTx), checking
+// before each chunk that ctx has not ended.
+func (s *Store) inChunks(ctx context.Context, n int, run func(sctx context.Context, q querier, start, end int) error) error {
 	if n <= batchMaxRows {
-		return s.write(ctx, func() error { return run(s.db, 0, n) })
+		return s.write(ctx, func(sctx context.Context) error { return run(sctx, s.db, 0, n) })
 	}
-	return s.inTx(ctx, func(tx *sql.Tx) error {
+	return s.inTx(ctx, func(sctx context.Context, tx *sql.Tx) error {
 		for start := 0; start < n; start += batchMaxRows {
-			if err := run(tx, start, min(start+batchMaxRows, n)); err != nil {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if err := run(sctx, tx, start, min(start+batchMaxRows, n)); err != nil {
 				return err
 			}
 		}
@@ -198,21 +206,25 @@ func (s *Store) inChunks(ctx context.Context, n int, run func(q querier, start, 
 }
 
 // inTx runs fn in one write transaction, in the Store's write turn, and
-// commits it. When fn or the commit fails, the transaction is rolled back,
-// so nothing fn wrote stays: a statement interrupted because ctx ended has
-// rolled it back already (SQLite does that for an interrupted write), and
-// database/sql runs no statement of a transaction once its ctx has ended.
-func (s *Store) inTx(ctx context.Context, fn func(*sql.Tx) error) error {
-	return s.write(ctx, func() error {
+// commits it. fn gets the statement context of write, which ctx's end
+// does not interrupt (see stmtCtx); it checks ctx between its statements.
+// When fn or the commit fails, the transaction is rolled back, so nothing
+// fn wrote stays.
+func (s *Store) inTx(ctx context.Context, fn func(sctx context.Context, tx *sql.Tx) error) error {
+	return s.write(ctx, func(sctx context.Context) error {
 		// Open's DSN makes this BEGIN IMMEDIATE (_txlock=immediate). On a
 		// db opened otherwise it is BEGIN DEFERRED, and the first
 		// statement, a write, takes the write lock: either way nothing is
 		// read before it.
-		tx, err := s.db.BeginTx(ctx, nil)
+		tx, err := s.db.BeginTx(sctx, nil)
 		if err != nil {
 			return err
 		}
-		if err := fn(tx); err != nil {
+		if err := fn(sctx, tx); err != nil {
+			_ = tx.Rollback()
+			return err
+		}
+		if err := ctx.Err(); err != nil {
 			_ = tx.Rollback()
 			return err
 		}

@@ -93,7 +93,10 @@
 //
 // New checks one connection for a positive busy_timeout, so a *sql.DB
 // opened without Open fails early instead of returning SQLITE_BUSY under
-// load.
+// load. New with Options.Migrate (and Migrate) reads the version table
+// first and takes the write lock only when a migration is pending, so
+// opening a Store on a migrated file that others are busy writing never
+// waits for them.
 //
 // # Waiting for the write lock
 //
@@ -110,13 +113,24 @@
 // be free while all of them slept. Writers in other processes still meet
 // the busy handler. Two things are worth knowing:
 //
-//   - A context does not cut SQLite's busy wait short: modernc.org/sqlite
-//     interrupts a running statement when ctx ends, but not one sleeping in
-//     the busy handler, so a call that meets a long-held write lock returns
-//     up to busy_timeout later than ctx asked. The Locker stays safe (it
-//     decides validity from its own monotonic clock while the call is
-//     pending), but a BusyTimeout longer than a third of the TTL means one
-//     such wait uses up a lease's renewal retries.
+//   - A context is honoured before each statement (and between the
+//     statements of a batch or a migration), never during one: statements
+//     run on ctx's values without its end. modernc.org/sqlite (v1.34)
+//     interrupts a statement whose context ends, and when that happens
+//     after an INSERT or UPDATE … RETURNING has stepped to its first row,
+//     it returns ctx's error and drops the statement without finalizing it:
+//     the connection keeps SQLite's write lock for as long as the process
+//     lives (database/sql closes it, but SQLite keeps a connection with a
+//     live statement open), and every other writer on the file, in this
+//     process or another, waits out busy_timeout and fails with ErrBusy —
+//     Stores wedged that way once Lockers cancelled waits. A statement runs
+//     for microseconds, except while it waits in the busy handler, so a
+//     call that meets a long-held write lock returns up to busy_timeout
+//     later than ctx asked. The Locker stays safe (it decides validity from
+//     its own monotonic clock while the call is pending), but a BusyTimeout
+//     longer than a third of the TTL means one such wait uses up a lease's
+//     renewal retries. The tick ledger's statements (Claim, RecordRuns,
+//     Runs, SetJobState, JobStates, Prune) still run on ctx itself.
 //   - A process stopped while it is inside one of its statements (SIGSTOP, a
 //     debugger breakpoint, a frozen VM) keeps the write lock: until it
 //     resumes or dies, every other call on the file waits and then fails with
@@ -125,6 +139,17 @@
 //     that is killed releases the lock at once (the OS drops its file locks).
 //     Long transactions by other programs on the same file have the same
 //     effect.
+//
+// # Server restarts
+//
+// There is no server: the file is the store, and every process that uses
+// it is a peer. Grants, renewals and releases are committed to the file
+// before they answer, so a process that restarts finds every lease as it
+// was (TestFenceSurvivesReopen); its own locks end with it, and their
+// leases run out at their expiry, as a killed holder's do
+// (TestHolderKilled). A host crash or power loss ends every holder with
+// the host; see Durability for what synchronous=NORMAL can roll back.
+// Exclusion holds through all of these.
 //
 // # Schema
 //

@@ -69,11 +69,16 @@ type MigrationState struct {
 
 // Migrate applies the embedded migrations that db lacks, in version order,
 // for the lock table named by opts (nil: defaults), and records each in the
-// version table Options.Table+"_migrations". All of it runs in one BEGIN
-// IMMEDIATE transaction on one connection, so processes that migrate the
-// same file at once apply each migration exactly once, and a failed
-// migration leaves nothing behind. Migrate is what `tasklock migrate up`
-// runs; applying it when nothing is pending changes nothing.
+// version table Options.Table+"_migrations". It first reads the version
+// table, and when nothing is pending it returns without taking SQLite's
+// write lock, so starting a Store on a file that others are busy writing
+// does not queue for the lock. Otherwise all of it runs in one BEGIN
+// IMMEDIATE transaction on one connection, which reads the versions again,
+// so processes that migrate the same file at once apply each migration
+// exactly once, and a failed migration leaves nothing behind. Migrate is
+// what `tasklock migrate up` runs; applying it when nothing is pending
+// changes nothing. ctx is honoured between statements, never during one
+// (see "Waiting for the write lock" in the package documentation).
 func Migrate(ctx context.Context, db *sql.DB, opts *Options) error {
 	if db == nil {
 		return errors.New("sqlitestore: db is nil")
@@ -86,6 +91,18 @@ func Migrate(ctx context.Context, db *sql.DB, opts *Options) error {
 }
 
 func migrate(ctx context.Context, db *sql.DB, c config) (err error) {
+	// Read first: a migrated file needs no write lock.
+	states, err := status(ctx, db, c)
+	if err != nil {
+		return err
+	}
+	if !pending(states) {
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return wrap(ctx, "migrate", c.table, err)
+	}
+	octx, ctx := ctx, stmtCtx(ctx)
 	conn, err := db.Conn(ctx)
 	if err != nil {
 		return openError("migrate", "", err)
@@ -94,7 +111,7 @@ func migrate(ctx context.Context, db *sql.DB, c config) (err error) {
 	// BEGIN IMMEDIATE whatever the DSN's _txlock says: the version check
 	// and the writes must not be split by another migrating process.
 	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
-		return wrap(ctx, "migrate", c.table, err)
+		return wrap(octx, "migrate", c.table, err)
 	}
 	defer func() {
 		if err == nil {
@@ -102,9 +119,7 @@ func migrate(ctx context.Context, db *sql.DB, c config) (err error) {
 		}
 		// Roll back even when ctx has ended; if that fails too, drop the
 		// connection rather than return it to the pool inside a transaction.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		if _, rerr := conn.ExecContext(rctx, "ROLLBACK"); rerr != nil {
+		if _, rerr := conn.ExecContext(ctx, "ROLLBACK"); rerr != nil {
 			_ = conn.Raw(func(any) error { return sqldriver.ErrBadConn })
 		}
 	}()
@@ -120,6 +135,9 @@ func migrate(ctx context.Context, db *sql.DB, c config) (err error) {
 		return err
 	}
 	for _, m := range sqlmigrate.Pending(migrations, migration.id, applied) {
+		if err := octx.Err(); err != nil {
+			return wrap(octx, "migrate", c.table, err)
+		}
 		q, err := m.render(c)
 		if err != nil {
 			return err
@@ -132,10 +150,23 @@ func migrate(ctx context.Context, db *sql.DB, c config) (err error) {
 			return wrap(ctx, "migrate", c.table, err)
 		}
 	}
+	if err := octx.Err(); err != nil {
+		return wrap(octx, "migrate", c.table, err)
+	}
 	if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
 		return wrap(ctx, "migrate", c.table, err)
 	}
 	return nil
+}
+
+// pending reports whether any of states is not applied.
+func pending(states []MigrationState) bool {
+	for _, s := range states {
+		if !s.Applied {
+			return true
+		}
+	}
+	return false
 }
 
 // queryer is a *sql.DB or a *sql.Conn.
@@ -182,6 +213,10 @@ func MigrationStatus(ctx context.Context, db *sql.DB, opts *Options) ([]Migratio
 }
 
 func status(ctx context.Context, db *sql.DB, c config) ([]MigrationState, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, wrap(ctx, "read migrations", c.table, err)
+	}
+	ctx = stmtCtx(ctx)
 	var n int
 	err := db.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?1`,
 		c.table+"_migrations").Scan(&n)

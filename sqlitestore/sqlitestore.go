@@ -193,15 +193,15 @@ func New(db *sql.DB, opts *Options) (*Store, error) {
 		if err != nil {
 			return nil, err
 		}
-		var pending []string
+		var missing []string
 		for _, s := range states {
 			if !s.Applied {
-				pending = append(pending, fmt.Sprintf("%04d_%s", s.Version, s.Name))
+				missing = append(missing, fmt.Sprintf("%04d_%s", s.Version, s.Name))
 			}
 		}
-		if len(pending) > 0 {
+		if len(missing) > 0 {
 			return nil, fmt.Errorf("%w: table %s lacks migrations %s: run Migrate (tasklock migrate up) or set Options.Migrate",
-				ErrNotMigrated, c.table, strings.Join(pending, ", "))
+				ErrNotMigrated, c.table, strings.Join(missing, ", "))
 		}
 	}
 	s := newStore(db, c)
@@ -222,7 +222,7 @@ func (s *Store) prepare(ctx context.Context) error {
 		{&p.acquire, s.acquireSQL}, {&p.holder, s.holderSQL}, {&p.renew, s.renewSQL},
 		{&p.release, s.releaseSQL}, {&p.force, s.forceSQL}, {&p.leases, s.leasesSQL},
 	} {
-		st, err := s.db.PrepareContext(ctx, x.q)
+		st, err := s.db.PrepareContext(stmtCtx(ctx), x.q)
 		if err != nil {
 			p.close()
 			return wrap(ctx, "prepare", "statements", err)
@@ -238,7 +238,7 @@ func (s *Store) prepare(ctx context.Context) error {
 // is set on (one of) its connections.
 func checkConn(ctx context.Context, db *sql.DB) error {
 	var busy int64
-	if err := db.QueryRowContext(ctx, "PRAGMA busy_timeout").Scan(&busy); err != nil {
+	if err := db.QueryRowContext(stmtCtx(ctx), "PRAGMA busy_timeout").Scan(&busy); err != nil {
 		return openError("check database", "", err)
 	}
 	if busy <= 0 {
@@ -357,7 +357,7 @@ func (s *Store) Acquire(ctx context.Context, p driver.AcquireParams) (driver.Gra
 	}
 	var g driver.Grant
 	granted := false
-	err := s.write(ctx, func() error {
+	err := s.write(ctx, func(ctx context.Context) error {
 		return readRows(s.st.acquire.QueryContext(ctx, acquireArgs(make([]any, 0, 4), p)...))(func(rows *sql.Rows) error {
 			var err error
 			_, _, g, err = scanGrant(rows)
@@ -375,7 +375,8 @@ func (s *Store) Acquire(ctx context.Context, p driver.AcquireParams) (driver.Gra
 }
 
 // write runs fn, one or more statements that write leases, in the Store's
-// write turn, or returns ctx's error if ctx ends first. SQLite lets one
+// write turn, or returns ctx's error if ctx ends first. fn gets
+// stmtCtx(ctx), which ctx's end does not interrupt: see stmtCtx. SQLite lets one
 // connection write at a time, and one that finds another writing waits in
 // SQLite's busy handler, which sleeps between tries (1, 2, 5, 10 … ms):
 // with only a few writers, all of them can be asleep while the write lock
@@ -383,15 +384,36 @@ func (s *Store) Acquire(ctx context.Context, p driver.AcquireParams) (driver.Gra
 // each woken the moment the one before it is done, in the order they
 // came; only writers of other processes (and other Stores) meet the busy
 // handler.
-func (s *Store) write(ctx context.Context, fn func() error) error {
+func (s *Store) write(ctx context.Context, fn func(ctx context.Context) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	select {
 	case s.wturn <- struct{}{}:
 	case <-ctx.Done():
 		return ctx.Err()
 	}
 	defer func() { <-s.wturn }()
-	return fn()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return fn(stmtCtx(ctx))
 }
+
+// stmtCtx returns the context every statement of this package runs on:
+// ctx's values, but not its end. modernc.org/sqlite interrupts a statement
+// whose context ends, and when the end comes after the statement's first
+// step has returned a row (an INSERT or UPDATE … RETURNING, which then
+// holds SQLite's write lock until it is finalized), it returns ctx's error
+// and drops the live statement without finalizing it. The connection then
+// keeps the write lock for good — database/sql closes it, but SQLite keeps
+// a connection with an unfinalized statement open — and every other writer
+// on the file waits in the busy handler until it gives up with ErrBusy, for
+// as long as the process lives. So a Store honours ctx before each
+// statement (and between the statements of a batch), never during one; a
+// statement waits for the write lock at most busy_timeout, and otherwise
+// runs for microseconds.
+func stmtCtx(ctx context.Context) context.Context { return context.WithoutCancel(ctx) }
 
 // checkAcquire returns the error Acquire gives for p without running
 // anything, or nil.
@@ -423,7 +445,7 @@ func (s *Store) heldBy(ctx context.Context, key string) *driver.HeldError {
 		owner string
 		rest  int64
 	)
-	if err := s.st.holder.QueryRowContext(ctx, key).Scan(&owner, &rest); err != nil {
+	if err := s.st.holder.QueryRowContext(stmtCtx(ctx), key).Scan(&owner, &rest); err != nil {
 		return &driver.HeldError{}
 	}
 	return &driver.HeldError{Owner: owner, TTL: max(time.Duration(rest)*time.Microsecond, 0)}
@@ -459,7 +481,7 @@ func (s *Store) Renew(ctx context.Context, ps []driver.RenewParams) ([]error, er
 		return nil, fmt.Errorf("sqlitestore: renew: %w", err)
 	}
 	renewed := make(map[string]string, len(entries)) // key → token
-	err = s.write(ctx, func() error {
+	err = s.write(ctx, func(ctx context.Context) error {
 		return s.query(ctx, s.st.renew, []any{string(arg)}, func(rows *sql.Rows) error {
 			var k, t string
 			if err := rows.Scan(&k, &t); err != nil {
@@ -489,7 +511,7 @@ func (s *Store) Release(ctx context.Context, p driver.ReleaseParams) error {
 		return driver.ErrNotHeld
 	}
 	released := false
-	err := s.write(ctx, func() error {
+	err := s.write(ctx, func(ctx context.Context) error {
 		return readRows(s.st.release.QueryContext(ctx, releaseArgs(make([]any, 0, 3), p)...))(func(*sql.Rows) error {
 			released = true
 			return nil
@@ -509,7 +531,7 @@ func (s *Store) Release(ctx context.Context, p driver.ReleaseParams) error {
 // renewal.
 func (s *Store) ForceRelease(ctx context.Context, key string) error {
 	var r sql.Result
-	err := s.write(ctx, func() error {
+	err := s.write(ctx, func(ctx context.Context) error {
 		var err error
 		r, err = s.st.force.ExecContext(ctx, key)
 		return err
@@ -537,8 +559,11 @@ func (s *Store) changed(ctx context.Context, op, key string, r sql.Result, err e
 // key starts with prefix, sorted by key. A lease released with MinHold is
 // listed until it ends.
 func (s *Store) Leases(ctx context.Context, prefix string) ([]driver.Lease, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, wrap(ctx, "list leases", prefix, err)
+	}
 	var out []driver.Lease
-	err := s.query(ctx, s.st.leases, []any{prefix}, func(rows *sql.Rows) error {
+	err := s.query(stmtCtx(ctx), s.st.leases, []any{prefix}, func(rows *sql.Rows) error {
 		var (
 			l     driver.Lease
 			fence int64

@@ -180,6 +180,19 @@
 // once, and every Ticket of the old one answers ErrNotHeld (the Locker
 // queues again, at the back).
 //
+// # Server restarts
+//
+// ZooKeeper persists sessions and their ephemeral nodes in its
+// transaction log: a restarted server restores every session with a fresh
+// timeout, and a holder that reconnects within it keeps its locks (see
+// above). Nobody else can be granted a lock node while its session lives,
+// and a session that is not resumed expires no earlier than the timeout
+// after the restart, after the holder's own validity. Exclusive through
+// restarts: TestFaults/ServerRestarted restarts the server three times
+// while a holds a lock and b waits, and a keeps it (b obtains only after
+// a's Release); TestFaults/ServerKilled covers a server down past the
+// session timeout.
+//
 // # MinHold
 //
 // Ephemeral nodes cannot outlive their session: Release with KeepFor

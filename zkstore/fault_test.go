@@ -135,6 +135,83 @@ func TestFaults(t *testing.T) {
 	t.Run("NetworkBlackholed", func(t *testing.T) { t.Parallel(); testBlackholed(t) })
 	t.Run("ServerKilled", func(t *testing.T) { t.Parallel(); testServerDown(t, false) })
 	t.Run("ServerStopped", func(t *testing.T) { t.Parallel(); testServerDown(t, true) })
+	t.Run("ServerRestarted", func(t *testing.T) { t.Parallel(); testServerRestarted(t) })
+}
+
+// testServerRestarted: the ZooKeeper server is killed and restarted at once
+// while a holds a lock and b waits for it. The server restores a's session
+// from its log (its timeout counting again from the restart), so a's
+// client reconnects and keeps the lock; b must not obtain it while a's
+// Done is open. It repeats three times, and then a releases and b
+// obtains with a higher fence.
+func testServerRestarted(t *testing.T) {
+	z := testserver.StartZooKeeper(t)
+	ac := connect(t, z.Addr(), faultSession)
+	bc := connect(t, z.Addr(), faultSession)
+	root := newRoot()
+	a := newLocker(t, newStore(t, ac, faultSession, &Options{Root: root}), "a")
+	b := newLocker(t, newStore(t, bc, faultSession, &Options{Root: root}), "b")
+	la, err := a.Obtain(ctxT(t), "job", &tasklock.ObtainOptions{TTL: faultSession})
+	if err != nil {
+		t.Fatal(err)
+	}
+	aDone := make(chan time.Time, 1)
+	go func() { <-la.Done(); aDone <- time.Now() }()
+	type result struct {
+		l   *tasklock.Lock
+		err error
+		at  time.Time
+	}
+	bGot := make(chan result, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	go func() {
+		l, err := b.Obtain(ctx, "job", &tasklock.ObtainOptions{TTL: faultSession})
+		bGot <- result{l, err, time.Now()}
+	}()
+	for i := range 3 {
+		start := time.Now()
+		z.Restart(t)
+		t.Logf("restart %d took %v", i, time.Since(start).Round(time.Millisecond))
+		// Two session timeouts after the restart: a's session has either
+		// been resumed or has expired by then.
+		select {
+		case r := <-bGot:
+			var doneAt time.Time
+			select {
+			case doneAt = <-aDone:
+			case <-time.After(10 * time.Second):
+				t.Fatalf("b obtained (%v) and a's Done did not close within 10s", r.err)
+			}
+			if r.err != nil {
+				t.Fatal(r.err)
+			}
+			if doneAt.After(r.at) {
+				t.Fatalf("restart %d: b obtained %v before a's Done closed: two holders", i, doneAt.Sub(r.at))
+			}
+			t.Logf("restart %d: a lost the lock (%v), b obtained %v after a's Done", i, la.Err(), r.at.Sub(doneAt))
+			_ = r.l.Release(ctxT(t))
+			return
+		case <-time.After(2 * faultSession):
+		}
+		select {
+		case <-la.Done():
+			t.Fatalf("restart %d: a's lock ended (%v) but b has not obtained", i, la.Err())
+		default:
+		}
+	}
+	t.Logf("a kept the lock through 3 restarts; b waited")
+	if err := la.Release(ctxT(t)); err != nil {
+		t.Fatalf("a's Release after the restarts: %v", err)
+	}
+	r := <-bGot
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if r.l.Fence() <= la.Fence() {
+		t.Errorf("fence %d after %d", r.l.Fence(), la.Fence())
+	}
+	_ = r.l.Release(ctxT(t))
 }
 
 // testHolderKilled: the holder process is SIGKILLed. Its session and its

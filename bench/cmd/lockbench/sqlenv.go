@@ -380,12 +380,6 @@ func openTasklockSQL(ctx context.Context, e *sqlEnv, mode string, c *sqlCounter,
 	case kindSQLite:
 		db := sqliteDB(e, c, maxConns)
 		s, err := sqlitestore.New(db, &sqlitestore.Options{Table: table, Migrate: true})
-		for try := 0; try < 2 && errors.Is(err, sqlitestore.ErrBusy); try++ {
-			// Transient by its documentation: under heavy load the last
-			// connection of the previous measurement may still be
-			// checkpointing the WAL.
-			s, err = sqlitestore.New(db, &sqlitestore.Options{Table: table, Migrate: true})
-		}
 		if err != nil {
 			_ = db.Close()
 			return nil, err
