@@ -129,8 +129,7 @@
 //     later than ctx asked. The Locker stays safe (it decides validity from
 //     its own monotonic clock while the call is pending), but a BusyTimeout
 //     longer than a third of the TTL means one such wait uses up a lease's
-//     renewal retries. The tick ledger's statements (Claim, RecordRuns,
-//     Runs, SetJobState, JobStates, Prune) still run on ctx itself.
+//     renewal retries. The tick ledger's statements run the same way.
 //   - A process stopped while it is inside one of its statements (SIGSTOP, a
 //     debugger breakpoint, a frozen VM) keeps the write lock: until it
 //     resumes or dies, every other call on the file waits and then fails with
@@ -226,7 +225,10 @@
 //     history in listing order; an index on (tick DESC, job, trigger,
 //     attempt DESC) is every job's history in listing order; an index on
 //     recorded_at serves pruning by age.
-//   - tasklock_locks_jobs: one row per job ever paused, with paused 0 or 1.
+//   - tasklock_locks_jobs: one row per job ever paused or registered, with
+//     paused 0 or 1 and, from migration 0003_job_specs, the registered spec
+//     and since (unix microseconds); a partial index on the paused rows
+//     keeps JobStates from reading the registered ones.
 //   - tasklock_locks_triggers: the pending trigger-now requests, in the
 //     order they came (seq).
 //

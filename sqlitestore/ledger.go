@@ -184,7 +184,7 @@ func (s *Store) Claim(ctx context.Context, ps []driver.ClaimParams) ([]error, er
 // queryText runs the statement q and calls row for each result row, to
 // the end, like query does for prepared statements.
 func (s *Store) queryText(ctx context.Context, q string, args []any, row func(*sql.Rows) error) error {
-	rows, err := s.db.QueryContext(ctx, q, args...)
+	rows, err := s.db.QueryContext(stmtCtx(ctx), q, args...)
 	if err != nil {
 		return err
 	}
@@ -234,7 +234,10 @@ func (s *Store) RecordRuns(ctx context.Context, rs []driver.RunRecord) error {
 				nullTime(r.Start), nullTime(r.End), string(r.Status), r.Error, r.Output)
 		}
 		b.WriteString(s.ledger.recordTail)
-		if _, err := s.db.ExecContext(ctx, b.String(), args...); err != nil {
+		if err := ctx.Err(); err != nil { // between statements: see stmtCtx
+			return wrap(ctx, "record runs", "", err)
+		}
+		if _, err := s.db.ExecContext(stmtCtx(ctx), b.String(), args...); err != nil {
 			return wrap(ctx, "record runs", fmt.Sprintf("%d records", len(rs)), err)
 		}
 	}
@@ -347,7 +350,7 @@ func (s *Store) SetJobState(ctx context.Context, p driver.JobStateParams) (st dr
 	case driver.JobForget:
 		changes = []string{s.ledger.forgetJob, s.ledger.forgetTriggers}
 	}
-	tx, err := s.db.BeginTx(ctx, nil)
+	tx, err := s.db.BeginTx(stmtCtx(ctx), nil)
 	if err != nil {
 		return st, wrap(ctx, "set job state", p.Job, err)
 	}
@@ -357,11 +360,14 @@ func (s *Store) SetJobState(ctx context.Context, p driver.JobStateParams) (st dr
 		}
 	}()
 	for _, change := range changes {
-		if _, err = tx.ExecContext(ctx, change, args...); err != nil {
+		if err = ctx.Err(); err != nil { // between statements: see stmtCtx
+			return st, wrap(ctx, "set job state", p.Job, err)
+		}
+		if _, err = tx.ExecContext(stmtCtx(ctx), change, args...); err != nil {
 			return st, wrap(ctx, "set job state", p.Job, err)
 		}
 	}
-	sts, err := readStates(ctx, tx, s.ledger.state, p.Job)
+	sts, err := readStates(stmtCtx(ctx), tx, s.ledger.state, p.Job)
 	if err != nil {
 		return st, wrap(ctx, "set job state", p.Job, err)
 	}
@@ -380,7 +386,7 @@ func (s *Store) JobStates(ctx context.Context) ([]driver.JobState, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, wrap(ctx, "job states", "", err)
 	}
-	sts, err := readStates(ctx, s.db, s.ledger.states)
+	sts, err := readStates(stmtCtx(ctx), s.db, s.ledger.states)
 	if err != nil {
 		return nil, wrap(ctx, "job states", "", err)
 	}
@@ -393,7 +399,7 @@ func (s *Store) Jobs(ctx context.Context) ([]driver.JobState, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, wrap(ctx, "jobs", "", err)
 	}
-	sts, err := readStates(ctx, s.db, s.ledger.all)
+	sts, err := readStates(stmtCtx(ctx), s.db, s.ledger.all)
 	if err != nil {
 		return nil, wrap(ctx, "jobs", "", err)
 	}
@@ -472,7 +478,10 @@ func (s *Store) Prune(ctx context.Context, p driver.PruneParams) (driver.PruneRe
 		if !st.on {
 			continue
 		}
-		r, err := s.db.ExecContext(ctx, st.stmt, st.arg...)
+		if err := ctx.Err(); err != nil { // between statements: see stmtCtx
+			return res, wrap(ctx, "prune", st.what, err)
+		}
+		r, err := s.db.ExecContext(stmtCtx(ctx), st.stmt, st.arg...)
 		if err == nil {
 			var n int64
 			if n, err = r.RowsAffected(); err == nil {
