@@ -174,6 +174,8 @@
 //     records;
 //   - j/<job>\x00p while the job is paused, j/<job>\x00t<ID> for each
 //     pending trigger request, holding its At (RFC 3339);
+//   - s/<job>: the job's registration (its spec and since, nanoseconds),
+//     apart from j/ so that JobStates does not read it;
 //   - m/<revision>: an age mark (below).
 //
 // Round trips: Claim, one Txn per 126 claims (etcd's default

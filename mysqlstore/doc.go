@@ -208,7 +208,8 @@
 // The Store also implements driver.Ledger, the tick ledger of package
 // schedule, in four tables named after the lock table that Migrate creates
 // (migration 002_ledger): <Table>_claims, <Table>_runs, <Table>_jobs and
-// <Table>_triggers. Job and trigger names and tokens are bytes compared
+// <Table>_triggers, and <Table>_specs (migration 003_job_specs: each
+// registered job's spec and since, apart from the state JobStates reads). Job and trigger names and tokens are bytes compared
 // byte for byte (VARBINARY): jobs at most 512 bytes, trigger IDs and tokens
 // at most 128; node names at most MaxOwnerLength characters of UTF-8;
 // times within the years 1000 to 9999 (DATETIME(6), UTC, to the

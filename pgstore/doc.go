@@ -234,7 +234,9 @@
 // The Store also implements driver.Ledger, the tick ledger of package
 // schedule, in four tables named after the lease table, in its schema, that
 // Migrate creates (migration 0003_ledger): <Table>_claims, <Table>_runs,
-// <Table>_jobs and <Table>_triggers. Names compare byte for byte (COLLATE
+// <Table>_jobs and <Table>_triggers; migration 0004_job_specs adds the
+// registered spec and since to <Table>_jobs, with a partial index on the
+// paused rows for JobStates. Names compare byte for byte (COLLATE
 // "C"), as Go compares strings. Job and trigger names, node names and
 // tokens are UTF-8 without NUL, at most 1024 bytes each; others fail with
 // driver.ErrUnsupported. Every time the ledger decides by (claim expiry,

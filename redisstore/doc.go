@@ -54,6 +54,9 @@
 //     name stays after its runs are pruned: it costs a few bytes).
 //   - Prefix+"ledger:state": a hash from job to its state (paused, pending
 //     trigger requests), holding only jobs not in the default state.
+//   - Prefix+"ledger:specs": a hash from job to its registration, "since
+//     (unix µs):spec", apart from the state hash so that JobStates does not
+//     grow with the number of registered jobs.
 //
 // Ticks and times are unix microseconds; names, triggers, tokens and
 // output are kept byte for byte. Every time that decides something — claim

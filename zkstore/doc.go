@@ -262,6 +262,8 @@
 //   - jobs: one node holding every job not in the default state, as JSON
 //     {<job>: {"paused", "triggers": [{"id", "at_ms"}]}}, written
 //     version-checked.
+//   - specs/<job>: one node per registered job, holding its spec and since
+//     (nanoseconds), written version-checked; JobStates never reads them.
 //
 // Every time the ledger decides by is the ZooKeeper leader's clock, which
 // stamps every write: a claim's time is its node's ctime, a record's age
