@@ -3,7 +3,7 @@ package schedule
 import (
 	"errors"
 	"fmt"
-		"os"
+	"os"
 	"slices"
 	"strings"
 	"testing"
