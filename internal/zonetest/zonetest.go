@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -222,4 +223,45 @@ func Transitions(loc *time.Location, from, to time.Time, step time.Duration) []t
 		a, oa = b, ob
 	}
 	return out
+}
+
+// Instants returns n instants in [2020, 2200) for loc: a third spread
+// evenly, a third within a day and a half of a year's end in loc, a third
+// within a day and a half of one of loc's offset changes (of a month's
+// start when the year has none). A quarter have a fraction of a second.
+func Instants(rng *rand.Rand, loc *time.Location, n int) []time.Time {
+	start := time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC)
+	near := func(c time.Time) time.Time {
+		return c.Add(time.Duration(rng.Int64N(int64(72*time.Hour))) - 36*time.Hour)
+	}
+	var out []time.Time
+	for i := range n {
+		year := 2020 + rng.IntN(180)
+		var at time.Time
+		switch i % 3 {
+		case 0:
+			at = start.Add(time.Duration(rng.Int64N(int64(180 * 365 * 24 * time.Hour))))
+		case 1:
+			at = near(time.Date(year+1, 1, 1, 0, 0, 0, 0, loc))
+		case 2:
+			tr := Transitions(loc, time.Date(year, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(year+1, 1, 1, 0, 0, 0, 0, time.UTC), 24*time.Hour)
+			if len(tr) == 0 {
+				at = near(time.Date(year, time.Month(1+rng.IntN(12)), 1, 0, 0, 0, 0, loc))
+			} else {
+				at = near(tr[rng.IntN(len(tr))])
+			}
+		}
+		if rng.IntN(4) == 0 {
+			at = at.Add(time.Duration(rng.Int64N(int64(time.Second))))
+		} else {
+			at = at.Truncate(time.Second)
+		}
+		out = append(out, at)
+	}
+	return out
+}
+
+// NearChange reports whether loc's offset changes within d of t.
+func NearChange(loc *time.Location, t time.Time, d time.Duration) bool {
+	return len(Transitions(loc, t.Add(-d), t.Add(d), min(d, 6*time.Hour))) > 0
 }
