@@ -369,7 +369,8 @@ const zoneMargin = 18 * 3600
 const probeStep = 6 * 3600
 
 // A period is a span of instants [start, end) with one offset; prev is the
-// offset before start (equal to off for the first period of a window).
+// offset before start (equal to off when start is not an offset change but
+// where the search began).
 type period struct {
 	start, end, off, prev int64
 }
@@ -382,37 +383,50 @@ func (c *cronSchedule) offset(u int64) int64 {
 	return int64(off)
 }
 
-// periods returns the zone's periods covering the instants [lo, hi),
-// finding each offset change by probing every probeStep and bisecting to
-// the second. It relies on the offsets alone, not on Time.ZoneBounds,
-// which is wrong near the end of years whose offsets Go derives from the
-// zone's rule.
-func (c *cronSchedule) periods(lo, hi int64, buf []period) []period {
-	o := c.offset(lo)
-	ps := append(buf[:0], period{start: lo, off: o, prev: o})
-	for a := lo; a < hi; {
+// zoneSpans holds the zone's periods covering the instants [lo, hi), as
+// Next learns them. It finds each offset change by probing every
+// probeStep and bisecting to the second; it relies on the offsets alone,
+// not on Time.ZoneBounds, which is wrong near the end of years whose
+// offsets Go derives from the zone's rule.
+type zoneSpans struct {
+	c      *cronSchedule
+	ps     []period // ps[len-1].end == hi
+	lo, hi int64
+}
+
+// cover returns the periods overlapping [lo, hi): those known, extended
+// when the new span continues the known one, else found afresh.
+func (z *zoneSpans) cover(lo, hi int64) []period {
+	if len(z.ps) == 0 || lo < z.lo || lo > z.hi {
+		o := z.c.offset(lo)
+		z.ps = append(z.ps[:0], period{start: lo, end: lo, off: o, prev: o})
+		z.lo, z.hi = lo, lo
+	}
+	for z.hi < hi {
+		last := &z.ps[len(z.ps)-1]
+		a, o := z.hi, last.off
 		b := min(a+probeStep, hi)
-		ob := c.offset(b)
-		if ob == o {
-			a = b
+		if z.c.offset(b) == o {
+			last.end, z.hi = b, b
 			continue
 		}
 		l, h := a, b // offset(l) == o, offset(h) != o
 		for h-l > 1 {
 			mid := l + (h-l)/2
-			if c.offset(mid) == o {
+			if z.c.offset(mid) == o {
 				l = mid
 			} else {
 				h = mid
 			}
 		}
-		n := c.offset(h)
-		ps[len(ps)-1].end = h
-		ps = append(ps, period{start: h, off: n, prev: o})
-		a, o = h, n
+		last.end, z.hi = h, h
+		z.ps = append(z.ps, period{start: h, end: h, off: z.c.offset(h), prev: o})
 	}
-	ps[len(ps)-1].end = hi
-	return ps
+	i := 0
+	for i < len(z.ps)-1 && z.ps[i].end <= lo {
+		i++
+	}
+	return z.ps[i:]
 }
 
 // Next returns the first tick after t. A cron schedule names wall-clock
@@ -432,12 +446,12 @@ func (c *cronSchedule) periods(lo, hi int64, buf []period) []period {
 // Next walks the dates the month and day fields match, from the day before
 // t's; for each it finds the zone's offsets around that day and the first
 // time of day matching the other fields in each span of wall-clock time.
-// A schedule that Parse accepted always has a next tick (within 400
-// years), so Next returns the zero Time only past year 9999's range of
-// dates.
+// A schedule that Parse accepted has a tick within any 400 years, so Next
+// does not return the zero Time.
 func (c *cronSchedule) Next(t time.Time) time.Time {
 	after := t.Unix() // ticks are whole seconds > t, so ≥ after+1
 	var buf [8]period
+	spans := zoneSpans{c: c, ps: buf[:0]}
 	day := floorDiv(after+c.offset(after), secondsPerDay) - 1
 	best, found := int64(math.MaxInt64), false
 	for {
@@ -445,7 +459,7 @@ func (c *cronSchedule) Next(t time.Time) time.Time {
 		if !ok || found && d*secondsPerDay-zoneMargin >= best {
 			break
 		}
-		if i, ok := c.nextInDay(d, after, buf[:0]); ok && i < best {
+		if i, ok := c.nextInDay(d, after, &spans); ok && i < best {
 			best, found = i, true
 		}
 		day = d + 1
@@ -458,7 +472,7 @@ func (c *cronSchedule) Next(t time.Time) time.Time {
 
 // nextInDay returns the first tick after instant after whose wall-clock
 // time is on day d (a date the day fields match).
-func (c *cronSchedule) nextInDay(d, after int64, buf []period) (int64, bool) {
+func (c *cronSchedule) nextInDay(d, after int64, spans *zoneSpans) (int64, bool) {
 	w0 := d * secondsPerDay
 	best, found := int64(math.MaxInt64), false
 	// consider the wall times [a, b) of day d, shown at w - off.
@@ -474,13 +488,13 @@ func (c *cronSchedule) nextInDay(d, after int64, buf []period) (int64, bool) {
 			}
 		}
 	}
-	for k, p := range c.periods(w0-zoneMargin, w0+secondsPerDay+zoneMargin, buf) {
+	for _, p := range spans.cover(w0-zoneMargin, w0+secondsPerDay+zoneMargin) {
 		from := p.start + p.off
-		if k > 0 && p.prev > p.off && !c.everyHour {
+		if p.prev > p.off && !c.everyHour {
 			from = p.start + p.prev // the first prev−off of walls were shown before
 		}
 		consider(from, p.end+p.off, p.off)
-		if k > 0 && p.off > p.prev {
+		if p.off > p.prev {
 			consider(p.start+p.prev, p.start+p.off, p.prev) // the skipped walls
 		}
 	}

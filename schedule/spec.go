@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // A Schedule says when a job's ticks are: the instants it is due.
@@ -23,15 +24,20 @@ const MaxSpecLength = 1024
 //
 //   - cron: "minute hour day-of-month month day-of-week", or the same with
 //     a leading seconds field ("0 30 9 * * MON-FRI"); each field takes
-//     *, ?, lists, ranges, steps, and names for months and weekdays;
+//     *, ?, lists, ranges, steps ("a/step" is a to the field's maximum),
+//     and names for months and weekdays (JAN–DEC, SUN–SAT); day-of-week 7
+//     is Sunday; the day fields combine as in Vixie cron (see the package
+//     documentation);
 //   - descriptors: @yearly (@annually), @monthly, @weekly, @daily
 //     (@midnight), @hourly;
 //   - "@every D", D a Go duration of whole seconds, at least one second:
 //     ticks every D of elapsed time, counted from the Unix epoch so that
 //     every node agrees on them, whatever loc says;
 //
-// optionally preceded by "CRON_TZ=Zone " or "TZ=Zone ", which overrides loc.
-// An invalid spec returns a *ParseError naming the field.
+// optionally preceded by one "CRON_TZ=Zone " or "TZ=Zone ", which
+// overrides loc. An invalid spec, or one that never fires, returns a
+// *ParseError naming the field; parsing takes time linear in the spec's
+// length (at most MaxSpecLength bytes).
 //
 // How cron schedules meet daylight saving time is in the package
 // documentation.
@@ -150,15 +156,21 @@ type ParseError struct {
 func (e *ParseError) Error() string { return "schedule: " + e.detail() }
 
 func (e *ParseError) detail() string {
+	spec := truncate(e.Spec, 128)
 	if e.Value == "" {
-		return fmt.Sprintf("invalid %s in %q: %s", e.Field, e.Spec, e.Reason)
+		return fmt.Sprintf("invalid %s in %q: %s", e.Field, spec, e.Reason)
 	}
-	return fmt.Sprintf("invalid %s field %q in %q: %s", e.Field, e.Value, e.Spec, e.Reason)
+	return fmt.Sprintf("invalid %s field %q in %q: %s", e.Field, truncate(e.Value, 64), spec, e.Reason)
 }
 
+// truncate shortens s to at most n bytes, on a character boundary, and
+// marks the cut with "…".
 func truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
 	}
 	return s[:n] + "…"
 }
