@@ -14,7 +14,7 @@ import (
 type field struct {
 	name     string
 	min, max int
-	names    []string // months from 1, weekdays from 0
+	names    []string // names[i] is value min+i
 }
 
 var (
@@ -152,10 +152,7 @@ func parseValue(s string, f *field) (int, string) {
 	}
 	for i, n := range f.names {
 		if strings.EqualFold(s, n) {
-			if f.name == "month" {
-				return i + 1, ""
-			}
-			return i, ""
+			return f.min + i, ""
 		}
 	}
 	if f.names != nil {
