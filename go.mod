@@ -8,7 +8,6 @@ require (
 	github.com/go-sql-driver/mysql v1.8.1
 	github.com/go-zookeeper/zk v1.0.4
 	github.com/jackc/pgx/v5 v5.7.2
-	github.com/netresearch/go-cron v0.6.0
 	github.com/prometheus/client_golang v1.21.1
 	github.com/redis/go-redis/v9 v9.14.0
 	github.com/rs/zerolog v1.33.0

@@ -38,6 +38,19 @@
 // Job.TimeZone; @every ticks every D of elapsed time from the Unix epoch, the
 // same instants on every node whatever the zone. See Parse.
 //
+// Day-of-week takes 0–7, 0 and 7 being Sunday. The two day fields combine
+// as in Vixie cron: when both are restricted, a day matching either field
+// runs ("0 0 13 * FRI": the 13th and every Friday); a day field that starts
+// with * (*, ?, "*/2") counts as unrestricted, and a day must then match
+// both ("0 0 */2 * FRI": Fridays with an odd date; "0 0 * * MON": Mondays).
+//
+// A spec Parse accepts always has a next tick: Parse rejects a spec that
+// never fires ("0 0 30 2 *") and Next finds ticks however rare (February
+// 29th, years apart), from any instant and in any zone, whether Go reads
+// the zone's offsets from the system's zone files or its embedded tzdata
+// (which lists transitions for fewer years and derives the rest from the
+// zone's rule).
+//
 // # Daylight saving time
 //
 // A cron schedule names wall-clock times, and each such time is one tick:

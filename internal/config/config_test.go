@@ -91,7 +91,7 @@ func TestParseErrors(t *testing.T) {
 			[]string{`c.yaml:2: job "j": colour: unknown key (want name, schedule, timezone, command, kill_grace, http, timeout, overlap, misfire, retries, jitter, lock_ttl, min_hold, max_hold)`}},
 		{"unknown top key", "stor: mem://\n" + job, []string{`c.yaml:1: stor: unknown key (want store, node, jobs)`}},
 		{"schedule", "jobs:\n  - name: j\n    schedule: '61 * * * *'\n    command: [x]\n",
-			[]string{`c.yaml:3: job "j": schedule: invalid minute field "61" in "61 * * * *": end of range (61) above maximum (59): "61"`}},
+			[]string{`c.yaml:3: job "j": schedule: invalid minute field "61" in "61 * * * *": 61 above the maximum 59`}},
 		{"zone", job + "    timezone: Mars/Base\n", []string{`c.yaml:5: job "j": timezone: "Mars/Base": unknown time zone Mars/Base`}},
 		{"overlap", job + "    overlap: never\n", []string{`c.yaml:5: job "j": overlap: unknown overlap policy "never" (want skip or allow)`}},
 		{"misfire", job + "    misfire: {policy: sometimes}\n",
