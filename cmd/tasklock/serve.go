@@ -12,7 +12,6 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"os/exec"
 	"os/signal"
 	"reflect"
 	"slices"
@@ -194,6 +193,8 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		client:   &http.Client{},
 		httpMux:  http.NewServeMux(),
 		obs:      newObserver(log),
+		// The secrets serve holds: no job output shows them.
+		redact: newRedactor(append(storeSecrets(f.Store), c.http.token)...),
 	}
 	s.httpMux.Handle("/metrics", s.obs.metricsHandler())
 	return s.run()
@@ -209,6 +210,9 @@ type server struct {
 	stderr io.Writer
 	outMu  sync.Mutex // serialises the jobs' lines on stdout
 	client *http.Client
+	// redact hides the token and the store's password in the jobs' lines
+	// and in what the run history keeps of their output and errors.
+	redact func(string) string
 
 	lk     *tasklock.Locker
 	ledger driver.Ledger
@@ -337,6 +341,7 @@ func (s *server) takeNode() (*tasklock.Lock, int) {
 func (s *server) start(f *config.File) (*schedule.Scheduler, error) {
 	sch, err := schedule.New(s.lk, s.ledger, &schedule.Config{
 		Node: s.node, Logger: schedulerLogger(s.log), ShutdownGrace: noGrace, OnEvent: s.obs.scheduleEvent,
+		Redact: s.redact,
 	})
 	if err != nil {
 		return nil, err
@@ -492,25 +497,18 @@ func jobVars(r schedule.Run) []string {
 
 // runCommand runs a command job's attempt: see serveUsage.
 func (s *server) runCommand(ctx context.Context, j config.Job, r schedule.Run) error {
-	cmd := exec.Command(j.Command[0], j.Command[1:]...)
-	env := make([]string, 0, len(os.Environ())+len(jobEnvNames))
-	for _, kv := range os.Environ() {
-		name, _, _ := strings.Cut(kv, "=")
-		if !slices.Contains(jobEnvNames, name) {
-			env = append(env, kv)
-		}
+	vars := jobVars(r)
+	set := make([]string, len(vars))
+	for i, v := range vars {
+		set[i] = jobEnvNames[i] + "=" + v
 	}
-	for i, v := range jobVars(r) {
-		env = append(env, jobEnvNames[i]+"="+v)
-	}
-	cmd.Env = env
-	lines := &lineWriter{mu: &s.outMu, w: s.stdout, prefix: "[" + r.Job + "] "}
+	lines := &lineWriter{mu: &s.outMu, w: s.stdout, prefix: "[" + r.Job + "] ", redact: s.redact}
 	out := io.MultiWriter(r.Output, lines)
-	cmd.Stdout, cmd.Stderr = out, out
-	cmd.SysProcAttr = childAttr()
-	// Output that outlives the command is cut off a second after it exits.
-	cmd.WaitDelay = time.Second
-	ch, err := startChild(cmd)
+	ch, err := startCommand(commandSpec{
+		argv: j.Command, env: childEnv(os.Environ(), set...), stdout: out, stderr: out,
+		// Output that outlives the command is cut off a second after it exits.
+		waitDelay: time.Second,
+	})
 	if err != nil {
 		return fmt.Errorf("cannot run %s: %w", j.Command[0], err)
 	}
@@ -525,11 +523,11 @@ func (s *server) runCommand(ctx context.Context, j config.Job, r schedule.Run) e
 			lines.flush()
 			// Nothing the command started may run on without the lock.
 			ch.signal(syscall.SIGKILL)
-			how := describeExit(ch.state)
+			how := describeStatus(ch.status)
 			if done == nil {
 				return fmt.Errorf("command stopped (%s): %w", how, context.Cause(ctx))
 			}
-			if exitStatus(ch.state) != 0 {
+			if statusCode(ch.status) != 0 {
 				return errors.New("command " + how)
 			}
 			return nil
@@ -546,14 +544,6 @@ func (s *server) runCommand(ctx context.Context, j config.Job, r schedule.Run) e
 			ch.signal(syscall.SIGKILL)
 		}
 	}
-}
-
-// describeExit says how a command ended.
-func describeExit(st *os.ProcessState) string {
-	if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return "killed by signal " + ws.Signal().String()
-	}
-	return fmt.Sprintf("exited with status %d", st.ExitCode())
 }
 
 // maxHTTPBody bounds how much of a response is read into the run's output.
@@ -591,12 +581,14 @@ func (s *server) runHTTP(ctx context.Context, h *config.HTTP, r schedule.Run) er
 	return nil
 }
 
-// lineWriter writes whole lines to w, each after prefix, holding mu for
-// each; flush writes a last line that lacks its newline.
+// lineWriter writes whole lines to w, each after prefix and rewritten by
+// redact (when set), holding mu for each; flush writes a last line that
+// lacks its newline.
 type lineWriter struct {
 	mu     *sync.Mutex
 	w      io.Writer
 	prefix string
+	redact func(string) string
 	buf    []byte
 }
 
@@ -631,8 +623,11 @@ func (l *lineWriter) emit(line []byte) {
 	if line[len(line)-1] != '\n' {
 		line = append(line, '\n')
 	}
+	text := string(line)
+	if l.redact != nil {
+		text = l.redact(text)
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	_, _ = io.WriteString(l.w, l.prefix)
-	_, _ = l.w.Write(line)
+	_, _ = io.WriteString(l.w, l.prefix+text)
 }
