@@ -120,10 +120,3 @@ func startChild(cmd *exec.Cmd) (*child, error) {
 	}
 	return ch, nil
 }
-
-// signal sends sig to the child's process group. After the child has been
-// reaped the group id cannot have been reused while any member lives, so
-// stragglers are still reached; a group that is gone is not an error.
-func (ch *child) signal(sig syscall.Signal) {
-	_ = syscall.Kill(-ch.pid, sig)
-}

@@ -56,13 +56,31 @@ Durations are Go durations: 300ms, 10s, 1h30m.
 COMMAND gets TASKLOCK_KEY, TASKLOCK_FENCE and TASKLOCK_OWNER in its
 environment. TASKLOCK_FENCE grows with every grant of the lock: pass it to
 what COMMAND writes to, so that a stale holder's writes can be refused.
+Every other variable whose name starts with TASKLOCK_ is removed from
+COMMAND's environment: TASKLOCK_STORE (which may hold the store's
+password), TASKLOCK_TOKEN and the rest. A COMMAND that needs the store URL
+gets it under another name: STORE_URL=... tasklock exec ... -- COMMAND.
 COMMAND runs in its own process group (so it cannot read a terminal), with
-stdin, stdout and stderr passed through; on Linux it is SIGKILLed when
-tasklock dies, even by SIGKILL (its own children are not).
+stdin, stdout and stderr passed through.
+
+Nothing COMMAND starts outlives it (Linux): COMMAND runs under a
+supervisor, "tasklock __supervise", a child subreaper, so every process
+COMMAND starts stays in its tree, whatever process group or session it
+moves to (setsid, nohup, a daemon's double fork). The supervisor kills all
+of them when COMMAND exits, when COMMAND gets SIGKILL, and when tasklock
+dies, even by SIGKILL. So what COMMAND leaves running in the background is
+killed when it ends: wait for it in COMMAND. Only what leaves the tree
+through another service escapes (systemd-run, at, a daemon manager, ssh),
+and processes running as another user, which tasklock may not signal. The
+supervisor costs about 15 ms per start and 3-4 MB of private memory while
+COMMAND runs. On other systems COMMAND is tasklock's own child: signals
+reach its process group only, and it outlives a tasklock that is
+SIGKILLed.
 
 Lock loss: when the store no longer has the lease, or it could not be
 renewed in time, tasklock sends SIGTERM to COMMAND's process group and
-SIGKILL --kill-grace later, then exits 70. When renewals fail, the SIGTERM
+SIGKILL (to every process COMMAND started, on Linux) --kill-grace later,
+then exits 70. When renewals fail, the SIGTERM
 comes --kill-grace before the lease's local validity ends, so the SIGKILL
 lands before the lease could expire at the store and another host could
 obtain it. When the store says the lease is gone (deleted, or lost in a

@@ -37,3 +37,10 @@ func startCommand(sp commandSpec) (*command, error) {
 	}()
 	return c, nil
 }
+
+// signal sends sig to the child's process group. After the child has been
+// reaped the group id cannot have been reused while any member lives, so
+// stragglers are still reached; a group that is gone is not an error.
+func (ch *child) signal(sig syscall.Signal) {
+	_ = syscall.Kill(-ch.pid, sig)
+}

@@ -80,14 +80,23 @@ The file:
 Command jobs run without a shell, in their own process group, with stdin
 from /dev/null and TASKLOCK_JOB, TASKLOCK_TICK (the scheduled instant, RFC
 3339 UTC), TASKLOCK_FENCE, TASKLOCK_NODE and TASKLOCK_ATTEMPT in their
-environment. Their output goes to stdout, each line prefixed "[JOB] ", and
-its tail to the run's history. When the attempt times out, the job's lock
-is lost or max_hold passes, or the grace period of a shutdown ends, the
-process group gets SIGTERM and, kill_grace later, SIGKILL. A lost lock is
-signalled kill_grace before the lease could go to another node, so the
-SIGKILL lands before anyone else can run the job. When the command exits,
-whatever it left running in its group is killed: nothing runs on without
-the lock. A non-zero exit status fails the attempt.
+environment, and no other TASKLOCK_* variable of serve's: TASKLOCK_TOKEN,
+TASKLOCK_STORE and the rest are removed. A job that needs the store URL
+gets it under another name in serve's environment (JOB_STORE=... tasklock
+serve ...), or from its own configuration. Their output goes to stdout,
+each line prefixed "[JOB] ", and its tail to the run's history; there, and
+in the run's error, the dashboard token and the store URL's password (and
+the password of any URL) are replaced by xxxxx. When the attempt times out,
+the job's lock is lost or max_hold passes, or the grace period of a
+shutdown ends, the process group gets SIGTERM and, kill_grace later,
+SIGKILL. A lost lock is signalled kill_grace before the lease could go to
+another node, so the SIGKILL lands before anyone else can run the job.
+When the command exits, whatever it left running is killed: nothing runs
+on without the lock. On Linux that is every process it started, in any
+process group or session, and all of them die with serve too, even when
+serve is SIGKILLed (see "tasklock help exec" for the supervisor that does
+it, and its limits); elsewhere, its process group. A non-zero exit status
+fails the attempt.
 
 HTTP jobs send the request with X-Tasklock-Job, X-Tasklock-Tick,
 X-Tasklock-Fence, X-Tasklock-Node and X-Tasklock-Attempt headers; a status
