@@ -71,11 +71,12 @@ of them when COMMAND exits, when COMMAND gets SIGKILL, and when tasklock
 dies, even by SIGKILL. So what COMMAND leaves running in the background is
 killed when it ends: wait for it in COMMAND. Only what leaves the tree
 through another service escapes (systemd-run, at, a daemon manager, ssh),
-and processes running as another user, which tasklock may not signal. The
-supervisor costs about 15 ms per start and 3-4 MB of private memory while
-COMMAND runs. On other systems COMMAND is tasklock's own child: signals
-reach its process group only, and it outlives a tasklock that is
-SIGKILLed.
+and processes running as another user, which tasklock may not signal; if
+the supervisor itself is SIGKILLed, tasklock kills COMMAND's process group
+only. The supervisor costs about 10-15 ms per start and 3-4 MB of private
+memory while COMMAND runs. On other systems COMMAND is tasklock's own
+child: signals reach its process group only, and it outlives a tasklock
+that is SIGKILLed.
 
 Lock loss: when the store no longer has the lease, or it could not be
 renewed in time, tasklock sends SIGTERM to COMMAND's process group and
