@@ -87,7 +87,9 @@
 // job, tick, node, fence, attempt, start, end, status (ok, failed, timeout,
 // lost, skipped, missed), error, and the tail of Run.Output — and kept for
 // Config.HistoryKeep records per job and Config.HistoryMaxAge. Runs queries
-// it by job, time range and status.
+// it by job, time range and status. Config.Redact, when set, rewrites the
+// error and the output tail before they are recorded, so that secrets a
+// handler printed are not kept where every reader of the ledger sees them.
 //
 // # Pause, resume and trigger
 //

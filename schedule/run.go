@@ -50,8 +50,16 @@ func (s *Scheduler) execute(j *job, items []work) {
 func (s *Scheduler) notRun(j *job, w work, status driver.RunStatus, reason string) driver.RunRecord {
 	return driver.RunRecord{
 		Job: j.Name, Tick: w.tick.UTC(), Trigger: w.trigger, Node: s.node,
-		End: s.clock.Now(), Status: status, Error: truncate(reason, maxErrorLen),
+		End: s.clock.Now(), Status: status, Error: truncate(s.redacted(reason), maxErrorLen),
 	}
+}
+
+// redacted is text as Config.Redact rewrites it.
+func (s *Scheduler) redacted(text string) string {
+	if s.redact == nil || text == "" {
+		return text
+	}
+	return s.redact(text)
 }
 
 // skip records a claimed tick as skipped, for reason.
@@ -156,7 +164,7 @@ func (s *Scheduler) attempt(parent context.Context, j *job, w work, n int, lock 
 		Start: start, End: s.clock.Now(),
 	}
 	if tl != nil {
-		rec.Output = tl.String()
+		rec.Output = s.redacted(tl.String())
 	}
 	cause := context.Cause(ctx)
 	if ctx.Err() == nil {
@@ -178,7 +186,7 @@ func (s *Scheduler) attempt(parent context.Context, j *job, w work, n int, lock 
 	default:
 		rec.Status = driver.RunOK
 	}
-	rec.Error = truncate(errorText(err, cause), maxErrorLen)
+	rec.Error = truncate(s.redacted(errorText(err, cause)), maxErrorLen)
 	return rec
 }
 

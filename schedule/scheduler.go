@@ -53,6 +53,12 @@ type Config struct {
 	// OutputTail is how many bytes of Run.Output are recorded, the last
 	// ones. Default: 4096; negative: none.
 	OutputTail int
+	// Redact, when set, rewrites the output tail and the error text of
+	// every run record before it is written to the ledger, for example to
+	// hide passwords and tokens a handler printed: the history can be read
+	// by anyone who may read the ledger. It is called on the run's
+	// goroutine, possibly several at once. Nil: recorded as they are.
+	Redact func(string) string
 	// OnEvent, when set, is called for every claim, run start and end,
 	// skipped and missed tick (see EventType). It runs on the Scheduler's
 	// goroutines, possibly several at once, and must not block: it is
@@ -93,6 +99,7 @@ type Scheduler struct {
 	keep       int
 	maxAge     time.Duration
 	tail       int
+	redact     func(string) string // nil: none
 	onEvent    func(Event)
 
 	// runCtx is the parent of every run's context; cancelRuns ends it when
@@ -193,7 +200,7 @@ func New(locker *tasklock.Locker, ledger driver.Ledger, cfg *Config) (*Scheduler
 		lk: locker, ledger: ledger, clock: c.Clock, log: c.Logger,
 		node: c.Node, token: hex.EncodeToString(tok[:]), keyPrefix: c.KeyPrefix,
 		poll: c.PollInterval, grace: c.ShutdownGrace, retention: c.ClaimRetention,
-		pruneEvery: c.PruneInterval, keep: max(c.HistoryKeep, 0), maxAge: max(c.HistoryMaxAge, 0), tail: c.OutputTail, onEvent: c.OnEvent,
+		pruneEvery: c.PruneInterval, keep: max(c.HistoryKeep, 0), maxAge: max(c.HistoryMaxAge, 0), tail: c.OutputTail, redact: c.Redact, onEvent: c.OnEvent,
 		wake: make(chan struct{}, 1), quit: make(chan struct{}), loopDone: make(chan struct{}), idle: make(chan struct{}),
 		jobs: make(map[string]*job), states: make(map[string]driver.JobState),
 		seen: make(map[triggerKey]bool), deadlines: make(map[*deadline]struct{}),

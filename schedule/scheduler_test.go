@@ -1121,3 +1121,34 @@ func TestHistoryWritesShareARoundTrip(t *testing.T) {
 		t.Fatalf("%d runs stored (%v), want 20", len(runs), err)
 	}
 }
+
+// Config.Redact rewrites the output tail and the error of every record
+// before the ledger sees them.
+func TestRedactOutputAndError(t *testing.T) {
+	c := newCluster(t)
+	job := Job{
+		Name: "leaky", Schedule: at3am,
+		Handler: func(ctx context.Context, run Run) error {
+			fmt.Fprintln(run.Output, "password=s3cret-pw")
+			return errors.New("login with s3cret-pw refused")
+		},
+	}
+	var calls atomic.Int32
+	redact := func(s string) string {
+		calls.Add(1)
+		return strings.ReplaceAll(s, "s3cret-pw", "xxxxx")
+	}
+	n := c.node("a", 0, &Config{Redact: redact}).add(t, job).start(t)
+	c.settle(true)
+	if _, err := n.s.Trigger(context.Background(), "leaky"); err != nil {
+		t.Fatal(err)
+	}
+	rs := c.waitRecords("leaky", t0.Add(-time.Hour), 1)
+	c.settle(true)
+	if rs[0].Output != "password=xxxxx\n" || rs[0].Error != "login with xxxxx refused" {
+		t.Fatalf("recorded output %q, error %q; want the secret redacted", rs[0].Output, rs[0].Error)
+	}
+	if calls.Load() != 2 {
+		t.Errorf("Redact called %d times, want 2 (output and error)", calls.Load())
+	}
+}

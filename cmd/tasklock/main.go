@@ -139,6 +139,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return runServe(rest, stdout, stderr)
 	case "validate":
 		return runValidate(rest, stdout, stderr)
+	case superviseCmd:
+		return runSupervise(rest, stderr)
 	case "help", "-h", "-help", "--help":
 		if len(rest) == 0 {
 			fmt.Fprint(stdout, usage)
@@ -171,6 +173,10 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 }
+
+// superviseCmd is the hidden command that exec and serve run each COMMAND
+// under on Linux (supervise_linux.go).
+const superviseCmd = "__supervise"
 
 // usageError is a mistake on the command line; its message names the flag.
 type usageError struct{ msg string }

@@ -1,10 +1,138 @@
 package main
 
-import "syscall"
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+)
 
-// childAttr puts COMMAND in its own process group, so that signals reach
+// childAttr puts a child in its own process group, so that signals reach
 // everything it started, and has the kernel SIGKILL it when the thread that
-// started it dies: tasklock dying, even by SIGKILL, takes COMMAND with it.
+// started it dies: tasklock dying, even by SIGKILL, takes the child with it.
 func childAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+}
+
+// selfExe is this program, for starting the supervisor: it names the
+// running binary even when its file was replaced or removed since.
+const selfExe = "/proc/self/exe"
+
+// startCommand starts COMMAND under a supervisor, "tasklock __supervise"
+// (supervise_linux.go), so that nothing COMMAND starts outlives it or
+// tasklock. The supervisor is a child subreaper: every process COMMAND
+// starts, however it detaches, stays its descendant, and it kills them all
+// when COMMAND ends, when told to (SIGKILL), or when tasklock dies.
+//
+// Two pipes connect them. On the control pipe tasklock writes one byte per
+// signal to pass on; its end closes when tasklock exits or dies, even by
+// SIGKILL, and the supervisor then kills everything. On the status pipe the
+// supervisor writes "pid N" once COMMAND runs (or "error CODE MESSAGE" when
+// it cannot start) and "exit WAITSTATUS" once COMMAND and all it started
+// are gone.
+func startCommand(sp commandSpec) (*command, error) {
+	ctlR, ctlW, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("starting the supervisor: %w", err)
+	}
+	stR, stW, err := os.Pipe()
+	if err != nil {
+		ctlR.Close()
+		ctlW.Close()
+		return nil, fmt.Errorf("starting the supervisor: %w", err)
+	}
+	cmd := exec.Command(selfExe, append([]string{superviseCmd, "--"}, sp.argv...)...)
+	cmd.Args[0] = os.Args[0]
+	cmd.Env = sp.env
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = sp.stdin, sp.stdout, sp.stderr
+	cmd.ExtraFiles = []*os.File{ctlR, stW} // fds 3 and 4
+	// Its own process group: a Ctrl-C at the terminal reaches tasklock,
+	// which decides what COMMAND gets.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.WaitDelay = sp.waitDelay
+	err = cmd.Start()
+	ctlR.Close()
+	stW.Close()
+	if err != nil {
+		ctlW.Close()
+		stR.Close()
+		return nil, fmt.Errorf("starting the supervisor: %w", err)
+	}
+	status := bufio.NewReader(stR)
+	line, _ := status.ReadString('\n')
+	pid, perr := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(line, "pid ")))
+	if !strings.HasPrefix(line, "pid ") || perr != nil || pid <= 0 {
+		ctlW.Close()
+		_ = cmd.Wait()
+		stR.Close()
+		return nil, startFailure(line, cmd.ProcessState)
+	}
+	c := &command{pid: pid, done: make(chan struct{})}
+	var mu sync.Mutex // guards ctl
+	ctl := ctlW
+	c.send = func(sig syscall.Signal) {
+		mu.Lock()
+		defer mu.Unlock()
+		if ctl != nil {
+			// Fails only once the supervisor is gone, with COMMAND.
+			_, _ = ctl.Write([]byte{byte(sig)})
+		}
+	}
+	go func() {
+		_ = cmd.Wait() // the status is in ProcessState
+		rest, _ := io.ReadAll(status)
+		stR.Close()
+		mu.Lock()
+		ctl.Close()
+		ctl = nil
+		mu.Unlock()
+		ws, ok := parseExit(string(rest))
+		if !ok {
+			// The supervisor itself was killed: what it could not clean
+			// up, at least COMMAND's process group, goes now.
+			_ = syscall.Kill(-pid, syscall.SIGKILL)
+			ws = waitStatus(cmd.ProcessState)
+		}
+		c.status = ws
+		close(c.done)
+	}()
+	return c, nil
+}
+
+// parseExit reads the supervisor's "exit WAITSTATUS" line.
+func parseExit(s string) (syscall.WaitStatus, bool) {
+	v, ok := strings.CutPrefix(strings.TrimSpace(s), "exit ")
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(v, 10, 32)
+	return syscall.WaitStatus(n), err == nil
+}
+
+// startError is COMMAND failing to start, as the supervisor reported it.
+type startError struct {
+	msg      string
+	notFound bool // exec's exit status 127, else 126
+}
+
+func (e *startError) Error() string { return e.msg }
+
+// Is makes a command that was not found match exec.ErrNotFound.
+func (e *startError) Is(target error) bool { return e.notFound && target == exec.ErrNotFound }
+
+// startFailure is the error for the supervisor's first status line when it
+// is not "pid N": "error CODE MESSAGE", or nothing when the supervisor
+// died first.
+func startFailure(line string, st *os.ProcessState) error {
+	rest, ok := strings.CutPrefix(strings.TrimSpace(line), "error ")
+	if !ok {
+		return fmt.Errorf("the supervisor %s before starting COMMAND", describeExit(st))
+	}
+	code, msg, _ := strings.Cut(rest, " ")
+	return &startError{msg: msg, notFound: code == strconv.Itoa(exitNotFound)}
 }

@@ -12,7 +12,6 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"os/exec"
 	"os/signal"
 	"reflect"
 	"slices"
@@ -86,14 +85,23 @@ The file:
 Command jobs run without a shell, in their own process group, with stdin
 from /dev/null and TASKLOCK_JOB, TASKLOCK_TICK (the scheduled instant, RFC
 3339 UTC), TASKLOCK_FENCE, TASKLOCK_NODE and TASKLOCK_ATTEMPT in their
-environment. Their output goes to stdout, each line prefixed "[JOB] ", and
-its tail to the run's history. When the attempt times out, the job's lock
-is lost or max_hold passes, or the grace period of a shutdown ends, the
-process group gets SIGTERM and, kill_grace later, SIGKILL. A lost lock is
-signalled kill_grace before the lease could go to another node, so the
-SIGKILL lands before anyone else can run the job. When the command exits,
-whatever it left running in its group is killed: nothing runs on without
-the lock. A non-zero exit status fails the attempt.
+environment, and no other TASKLOCK_* variable of serve's: TASKLOCK_TOKEN,
+TASKLOCK_STORE and the rest are removed. A job that needs the store URL
+gets it under another name in serve's environment (JOB_STORE=... tasklock
+serve ...), or from its own configuration. Their output goes to stdout,
+each line prefixed "[JOB] ", and its tail to the run's history; there, and
+in the run's error, the dashboard token and the store URL's password (and
+the password of any URL) are replaced by xxxxx. When the attempt times out,
+the job's lock is lost or max_hold passes, or the grace period of a
+shutdown ends, the process group gets SIGTERM and, kill_grace later,
+SIGKILL. A lost lock is signalled kill_grace before the lease could go to
+another node, so the SIGKILL lands before anyone else can run the job.
+When the command exits, whatever it left running is killed: nothing runs
+on without the lock. On Linux that is every process it started, in any
+process group or session, and all of them die with serve too, even when
+serve is SIGKILLed (see "tasklock help exec" for the supervisor that does
+it, and its limits); elsewhere, its process group. A non-zero exit status
+fails the attempt.
 
 HTTP jobs send the request with X-Tasklock-Job, X-Tasklock-Tick,
 X-Tasklock-Fence, X-Tasklock-Node and X-Tasklock-Attempt headers; a status
@@ -203,6 +211,8 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		client:   &http.Client{},
 		httpMux:  http.NewServeMux(),
 		obs:      newObserver(log),
+		// The secrets serve holds: no job output shows them.
+		redact: newRedactor(append(storeSecrets(f.Store), c.http.token)...),
 	}
 	s.httpMux.Handle("/metrics", s.obs.metricsHandler())
 	return s.run()
@@ -218,6 +228,9 @@ type server struct {
 	stderr io.Writer
 	outMu  sync.Mutex // serialises the jobs' lines on stdout
 	client *http.Client
+	// redact hides the token and the store's password in the jobs' lines
+	// and in what the run history keeps of their output and errors.
+	redact func(string) string
 
 	lk     *tasklock.Locker
 	ledger driver.Ledger
@@ -346,6 +359,7 @@ func (s *server) takeNode() (*tasklock.Lock, int) {
 func (s *server) start(f *config.File) (*schedule.Scheduler, error) {
 	sch, err := schedule.New(s.lk, s.ledger, &schedule.Config{
 		Node: s.node, Logger: schedulerLogger(s.log), ShutdownGrace: noGrace, OnEvent: s.obs.scheduleEvent,
+		Redact: s.redact,
 	})
 	if err != nil {
 		return nil, err
@@ -501,25 +515,18 @@ func jobVars(r schedule.Run) []string {
 
 // runCommand runs a command job's attempt: see serveUsage.
 func (s *server) runCommand(ctx context.Context, j config.Job, r schedule.Run) error {
-	cmd := exec.Command(j.Command[0], j.Command[1:]...)
-	env := make([]string, 0, len(os.Environ())+len(jobEnvNames))
-	for _, kv := range os.Environ() {
-		name, _, _ := strings.Cut(kv, "=")
-		if !slices.Contains(jobEnvNames, name) {
-			env = append(env, kv)
-		}
+	vars := jobVars(r)
+	set := make([]string, len(vars))
+	for i, v := range vars {
+		set[i] = jobEnvNames[i] + "=" + v
 	}
-	for i, v := range jobVars(r) {
-		env = append(env, jobEnvNames[i]+"="+v)
-	}
-	cmd.Env = env
-	lines := &lineWriter{mu: &s.outMu, w: s.stdout, prefix: "[" + r.Job + "] "}
+	lines := &lineWriter{mu: &s.outMu, w: s.stdout, prefix: "[" + r.Job + "] ", redact: s.redact}
 	out := io.MultiWriter(r.Output, lines)
-	cmd.Stdout, cmd.Stderr = out, out
-	cmd.SysProcAttr = childAttr()
-	// Output that outlives the command is cut off a second after it exits.
-	cmd.WaitDelay = time.Second
-	ch, err := startChild(cmd)
+	ch, err := startCommand(commandSpec{
+		argv: j.Command, env: childEnv(os.Environ(), set...), stdout: out, stderr: out,
+		// Output that outlives the command is cut off a second after it exits.
+		waitDelay: time.Second,
+	})
 	if err != nil {
 		return fmt.Errorf("cannot run %s: %w", j.Command[0], err)
 	}
@@ -534,11 +541,11 @@ func (s *server) runCommand(ctx context.Context, j config.Job, r schedule.Run) e
 			lines.flush()
 			// Nothing the command started may run on without the lock.
 			ch.signal(syscall.SIGKILL)
-			how := describeExit(ch.state)
+			how := describeStatus(ch.status)
 			if done == nil {
 				return fmt.Errorf("command stopped (%s): %w", how, context.Cause(ctx))
 			}
-			if exitStatus(ch.state) != 0 {
+			if statusCode(ch.status) != 0 {
 				return errors.New("command " + how)
 			}
 			return nil
@@ -555,14 +562,6 @@ func (s *server) runCommand(ctx context.Context, j config.Job, r schedule.Run) e
 			ch.signal(syscall.SIGKILL)
 		}
 	}
-}
-
-// describeExit says how a command ended.
-func describeExit(st *os.ProcessState) string {
-	if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return "killed by signal " + ws.Signal().String()
-	}
-	return fmt.Sprintf("exited with status %d", st.ExitCode())
 }
 
 // maxHTTPBody bounds how much of a response is read into the run's output.
@@ -600,12 +599,14 @@ func (s *server) runHTTP(ctx context.Context, h *config.HTTP, r schedule.Run) er
 	return nil
 }
 
-// lineWriter writes whole lines to w, each after prefix, holding mu for
-// each; flush writes a last line that lacks its newline.
+// lineWriter writes whole lines to w, each after prefix and rewritten by
+// redact (when set), holding mu for each; flush writes a last line that
+// lacks its newline.
 type lineWriter struct {
 	mu     *sync.Mutex
 	w      io.Writer
 	prefix string
+	redact func(string) string
 	buf    []byte
 }
 
@@ -640,8 +641,11 @@ func (l *lineWriter) emit(line []byte) {
 	if line[len(line)-1] != '\n' {
 		line = append(line, '\n')
 	}
+	text := string(line)
+	if l.redact != nil {
+		text = l.redact(text)
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	_, _ = io.WriteString(l.w, l.prefix)
-	_, _ = l.w.Write(line)
+	_, _ = io.WriteString(l.w, l.prefix+text)
 }

@@ -1,0 +1,228 @@
+package main
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// newMarker returns a NAME=value environment entry unique to the test;
+// every process a command starts inherits it, so markedProcs finds them
+// whatever process group or session they moved to.
+func newMarker(t *testing.T) string {
+	t.Helper()
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		t.Fatal(err)
+	}
+	m := "TL_TREE_MARK=" + hex.EncodeToString(b[:])
+	// Whatever a failing test leaves behind is killed, by pid.
+	t.Cleanup(func() {
+		for _, p := range markedProcs(m) {
+			_ = syscall.Kill(p.pid, syscall.SIGKILL)
+		}
+	})
+	return m
+}
+
+// markedProc is a live process that carries a marker.
+type markedProc struct {
+	pid  int
+	comm string
+}
+
+func (p markedProc) String() string { return fmt.Sprintf("%d (%s)", p.pid, p.comm) }
+
+// markedProcs lists the live (not zombie) processes whose environment
+// holds marker.
+func markedProcs(marker string) []markedProc {
+	names, _ := filepath.Glob("/proc/[0-9]*")
+	var out []markedProc
+	for _, dir := range names {
+		pid, err := strconv.Atoi(filepath.Base(dir))
+		if err != nil {
+			continue
+		}
+		env, err := os.ReadFile(dir + "/environ")
+		if err != nil || !bytes.Contains(append([]byte{0}, env...), []byte("\x00"+marker+"\x00")) || !alive(pid) {
+			continue
+		}
+		comm, _ := os.ReadFile(dir + "/comm")
+		out = append(out, markedProc{pid, strings.TrimSpace(string(comm))})
+	}
+	return out
+}
+
+// countComm counts the processes named comm.
+func countComm(ps []markedProc, comm string) int {
+	n := 0
+	for _, p := range ps {
+		if p.comm == comm {
+			n++
+		}
+	}
+	return n
+}
+
+// waitTreeGone waits until no process carries marker, and reports how long
+// that took from since.
+func waitTreeGone(t *testing.T, marker string, since time.Time) {
+	t.Helper()
+	var left []markedProc
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if left = markedProcs(marker); len(left) == 0 {
+			t.Logf("every process of the command gone %v after", time.Since(since).Round(time.Millisecond))
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still running 10s later: %v", left)
+		}
+		time.Sleep(10 * time.Millisecond) // polling interval, not synchronisation
+	}
+}
+
+// treeCases are commands that leave a `sleep 41` behind in ways that
+// escape COMMAND's process group, each with the number of sleeps it
+// starts.
+var treeCases = []struct {
+	name   string
+	argv   []string
+	sleeps int
+}{
+	{"grandchild", []string{"sh", "-c", "sleep 41 & wait"}, 1},
+	{"new-process-group", []string{"bash", "-c", "set -m; sleep 41 & wait"}, 1},
+	{"setsid", []string{"sh", "-c", "setsid sleep 41 & wait"}, 1},
+	{"nohup", []string{"sh", "-c", "nohup sleep 41 >/dev/null 2>&1 & wait"}, 1},
+	{"double-fork", []string{"sh", "-c", "(setsid sleep 41 &); sleep 41"}, 2},
+}
+
+func requireTools(t *testing.T, argv []string) {
+	t.Helper()
+	for _, tool := range []string{argv[0], "setsid", "nohup", "sleep"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s not installed", tool)
+		}
+	}
+}
+
+// waitSleeps waits until n processes named sleep carry marker, while p
+// runs.
+func waitSleeps(t *testing.T, p *proc, marker string, n int) {
+	t.Helper()
+	waitFor(t, 20*time.Second, func() bool {
+		select {
+		case <-p.done:
+			t.Fatalf("tasklock exited (%v)\nstdout:\n%s\nstderr:\n%s", p.state, p.stdout(), p.stderr())
+		default:
+		}
+		return countComm(markedProcs(marker), "sleep") >= n
+	}, fmt.Sprintf("%d sleep processes to run", n))
+}
+
+// SIGKILLing tasklock exec kills every process of COMMAND's tree: the
+// supervisor sees its control pipe close and kills what is reparented to
+// it, however it detached.
+func TestExecSigkillKillsTree(t *testing.T) {
+	t.Parallel()
+	for _, tc := range treeCases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			requireTools(t, tc.argv)
+			marker := newMarker(t)
+			p := startTL(t, []string{marker}, append([]string{"exec", "--store", "mem://", "--key", "tree", "--"}, tc.argv...)...)
+			waitSleeps(t, p, marker, tc.sleeps)
+			if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			killed := time.Now()
+			if code := p.wait(10 * time.Second); code != -1 {
+				t.Fatalf("tasklock exit %d after SIGKILL", code)
+			}
+			waitTreeGone(t, marker, killed)
+		})
+	}
+}
+
+// The same for a command job of a serve that is SIGKILLed.
+func TestServeSigkillKillsTree(t *testing.T) {
+	t.Parallel()
+	for _, tc := range treeCases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			requireTools(t, tc.argv)
+			marker := newMarker(t)
+			quoted := make([]string, len(tc.argv))
+			for i, a := range tc.argv {
+				quoted[i] = strconv.Quote(a)
+			}
+			cfg := writeConfig(t, t.TempDir(), memConfig(`  - name: tree
+    schedule: "@every 1s"
+    command: [`+strings.Join(quoted, ", ")+`]
+`))
+			p := startTL(t, []string{marker}, "serve", "--config", cfg, "--http", "")
+			waitSleeps(t, p, marker, tc.sleeps)
+			if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			killed := time.Now()
+			if code := p.wait(10 * time.Second); code != -1 {
+				t.Fatalf("serve exit %d after SIGKILL", code)
+			}
+			waitTreeGone(t, marker, killed)
+		})
+	}
+}
+
+// When COMMAND exits, what it left running goes too, in its process group
+// or not: nothing runs on after the lock is released.
+func TestExecCommandEndKillsLeftovers(t *testing.T) {
+	t.Parallel()
+	requireTools(t, []string{"sh"})
+	marker := newMarker(t)
+	code, out, errOut := runTL(t, []string{marker}, "exec", "--store", "mem://", "--key", "left", "--",
+		"sh", "-c", "sleep 41 & setsid sleep 41 & (setsid sleep 41 &); echo done")
+	if code != 0 || out != "done\n" {
+		t.Fatalf("exit %d, stdout %q\nstderr:\n%s", code, out, errOut)
+	}
+	waitTreeGone(t, marker, time.Now())
+}
+
+// The same for a serve command job: the run ends, and so does all it
+// started, while serve runs on.
+func TestServeCommandEndKillsLeftovers(t *testing.T) {
+	t.Parallel()
+	requireTools(t, []string{"sh"})
+	marker := newMarker(t)
+	// env puts the marker on the job's processes only, not on serve's.
+	cfg := writeConfig(t, t.TempDir(), memConfig(`  - name: left
+    schedule: "@every 1s"
+    command: ["env", "`+marker+`", "sh", "-c", "[ -e \"$DIR/ran\" ] && exit 0; touch \"$DIR/ran\"; setsid sleep 41 & (setsid sleep 41 &); echo started"]
+`))
+	dir := t.TempDir()
+	p := startTL(t, []string{"DIR=" + dir}, "serve", "--config", cfg, "--http", "")
+	p.waitOutput("[left] started\n", 20*time.Second)
+	waitTreeGone(t, marker, time.Now())
+	p.signal(syscall.SIGTERM)
+	if code := p.wait(30 * time.Second); code != 0 {
+		t.Fatalf("exit %d after SIGTERM, want 0\nstderr:\n%s", code, p.stderr())
+	}
+}
+
+// The supervisor is internal: run by hand, it says so.
+func TestSuperviseByHand(t *testing.T) {
+	t.Parallel()
+	code, _, errOut := runTL(t, nil, superviseCmd, "--", "true")
+	if code != exitUsage || !strings.Contains(errOut, "internal to exec and serve") {
+		t.Errorf("exit %d, stderr %q; want %d", code, errOut, exitUsage)
+	}
+}
