@@ -30,6 +30,19 @@
 // none, MisfireCatchUp the newest CatchUpMax. Those not run are recorded as
 // missed. At most MaxBacklog missed ticks per job are looked at in one pass.
 //
+// Only ticks the fleet owes are looked at: Start (or Add after Start)
+// registers each job's schedule in the ledger, and the first node to
+// register a schedule records when (driver.JobRegister). The look back
+// never reaches before that, so a new job — on the first start of the
+// fleet, or added later — and a job whose schedule (or time zone) changed
+// start at their next tick, with no missed ticks from before they existed.
+// A known job keeps its registration across restarts and gets its misfire
+// handling.
+//
+// If a job's schedule ever cannot give a next tick, the job is broken: it
+// is logged at ERROR, reported once with EventBroken, listed by
+// Scheduler.Broken, and not run again until the schedule is fixed.
+//
 // # Schedules
 //
 // Job.Schedule is a cron spec with five fields (minute hour day-of-month

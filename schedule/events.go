@@ -16,9 +16,13 @@ const (
 	EventSkipped                               // the tick was not run: the previous run still held the job's lock, or the node shut down first; Error says which
 	EventRunStarted                            // an attempt starts: Attempt, Fence, Start; Late is Start − Tick
 	EventRunEnded                              // an attempt ended: Status, Duration, Error, as recorded in history
+	// EventBroken: the job's schedule gave no tick after Tick, so the job
+	// will not run again on this node (see Scheduler.Broken); Error says
+	// why. Once per job and Scheduler.
+	EventBroken
 )
 
-var eventNames = [...]string{"", "claimed", "claimed_elsewhere", "missed", "skipped", "run_started", "run_ended"}
+var eventNames = [...]string{"", "claimed", "claimed_elsewhere", "missed", "skipped", "run_started", "run_ended", "broken"}
 
 // String returns the event's name in snake case, as used in metrics labels.
 func (t EventType) String() string {

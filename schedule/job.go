@@ -225,9 +225,11 @@ type job struct {
 	key   string
 
 	// Guarded by Scheduler.mu.
-	after time.Time // every tick up to and including after was handled here
-	next  time.Time // sched.Next(after): the heap's key
-	idx   int       // index in the heap, -1 when not in it
+	since  time.Time // when the fleet first ran the job with this schedule (the ledger's registration)
+	broken string    // why the schedule gave no next tick; "" while it does
+	after  time.Time // every tick up to and including after was handled here
+	next   time.Time // sched.Next(after): the heap's key
+	idx    int       // index in the heap, -1 when not in it
 }
 
 func validateJob(j Job, keyPrefix string, retention time.Duration) (*job, error) {
