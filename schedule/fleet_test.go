@@ -3,12 +3,14 @@ package schedule
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/tasklock/tasklock"
 	"github.com/tasklock/tasklock/driver"
 )
 
@@ -190,4 +192,44 @@ func jobState(t *testing.T, c *cluster, job string) driver.JobState {
 	}
 	t.Fatalf("the ledger does not list %q", job)
 	return driver.JobState{}
+}
+
+// failingHistory is the cluster's ledger with RecordRuns failing, as when
+// the store refuses writes.
+type failingHistory struct{ driver.Ledger }
+
+func (failingHistory) RecordRuns(context.Context, []driver.RunRecord) error {
+	return errors.New("disk I/O error")
+}
+
+// Store errors log at ERROR (before: WARN).
+func TestStoreErrorsLogAtError(t *testing.T) {
+	c := newCluster(t)
+	var logs syncBuffer
+	lk, err := tasklock.New(c.locks, &tasklock.Config{Owner: "a", Logger: discardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk.Close()
+	s, err := New(lk, failingHistory{c.ledger}, &Config{Node: "a", Clock: c.clock, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Add(Job{Name: "j", Schedule: "@every 10s", Handler: noop, MisfireWindow: 10 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = s.Shutdown(ctx)
+	}()
+	waitFor(t, "the history error to be logged", func() bool { return strings.Contains(logs.String(), "recording history") })
+	for _, line := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(line, "recording history") && !strings.Contains(line, "level=ERROR") {
+			t.Errorf("store error logged as %q, want level ERROR", line)
+		}
+	}
 }

@@ -215,6 +215,12 @@ const (
 	StatusLost    = driver.RunLost
 	StatusSkipped = driver.RunSkipped
 	StatusMissed  = driver.RunMissed
+	// StatusRunning marks an attempt under way (not final); see
+	// driver.RunRunning.
+	StatusRunning = driver.RunRunning
+	// StatusInterrupted replaces a running record whose node stopped
+	// before it recorded the outcome; see driver.RunInterrupted.
+	StatusInterrupted = driver.RunInterrupted
 )
 
 // job is a validated Job with its parsed schedule and this node's progress

@@ -229,7 +229,7 @@ func (s *Scheduler) release(j *job, l *tasklock.Lock) {
 	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
 	defer cancel()
 	if err := l.Release(ctx); err != nil && !errors.Is(err, tasklock.ErrNotHeld) {
-		s.log.Warn("schedule: releasing the job's lock", "node", s.node, "job", j.Name, "err", err)
+		s.log.Error("schedule: releasing the job's lock", "node", s.node, "job", j.Name, "err", err)
 	}
 }
 
@@ -301,7 +301,7 @@ func (s *Scheduler) record(rs ...driver.RunRecord) {
 
 func (s *Scheduler) recordFailed(rs []driver.RunRecord, err error) {
 	if err != nil {
-		s.log.Warn("schedule: recording history", "node", s.node, "job", rs[0].Job, "records", len(rs), "err", err)
+		s.log.Error("schedule: recording history", "node", s.node, "job", rs[0].Job, "records", len(rs), "err", err)
 	}
 }
 
@@ -311,7 +311,7 @@ func (s *Scheduler) triggerDone(job, id string) {
 	defer cancel()
 	_, err := s.ledger.SetJobState(ctx, driver.JobStateParams{Job: job, Op: driver.JobTriggerDone, Trigger: id})
 	if err != nil {
-		s.log.Warn("schedule: removing a trigger request", "node", s.node, "job", job, "trigger", id, "err", err)
+		s.log.Error("schedule: removing a trigger request", "node", s.node, "job", job, "trigger", id, "err", err)
 	}
 }
 

@@ -660,7 +660,7 @@ func (s *Scheduler) pollStates() {
 	sts, err := s.ledger.JobStates(ctx)
 	cancel()
 	if err != nil {
-		s.log.Warn("schedule: reading job states", "node", s.node, "err", err)
+		s.log.Error("schedule: reading job states", "node", s.node, "err", err)
 		return
 	}
 	s.mu.Lock()
@@ -673,7 +673,7 @@ func (s *Scheduler) prune() {
 	res, err := s.ledger.Prune(ctx, driver.PruneParams{RunsOlderThan: s.maxAge, KeepPerJob: s.keep, TriggersOlderThan: s.retention / 2})
 	cancel()
 	if err != nil {
-		s.log.Warn("schedule: pruning the ledger", "node", s.node, "err", err)
+		s.log.Error("schedule: pruning the ledger", "node", s.node, "err", err)
 		return
 	}
 	s.log.Debug("schedule: pruned the ledger", "node", s.node, "claims", res.Claims, "runs", res.Runs, "triggers", res.Triggers)
@@ -776,7 +776,7 @@ func (s *Scheduler) pass(now time.Time) {
 		case errors.Is(r, driver.ErrClaimed):
 			s.emit(Event{Type: EventClaimedElsewhere, Job: j.Name, Tick: w.tick.UTC(), Trigger: w.trigger, Paused: w.paused})
 		default:
-			s.log.Warn("schedule: claiming a tick", "node", s.node, "job", j.Name, "tick", w.tick, "err", r)
+			s.log.Error("schedule: claiming a tick", "node", s.node, "job", j.Name, "tick", w.tick, "err", r)
 		}
 	}
 	if len(order) == 0 {
@@ -830,11 +830,7 @@ func (s *Scheduler) claimFailed(b *batch, now time.Time, err error) {
 	s.claimFails++
 	backoff := min(time.Duration(s.claimFails)*500*time.Millisecond, 5*time.Second)
 	s.retryAt = now.Add(backoff)
-	level := slog.LevelWarn
-	if errors.Is(err, driver.ErrUnsupported) {
-		level = slog.LevelError // retrying will not help: the configuration must change
-	}
-	s.log.Log(context.Background(), level, "schedule: claiming ticks failed, will retry", "node", s.node, "claims", len(b.claims), "retry_in", backoff, "err", err)
+	s.log.Error("schedule: claiming ticks failed, will retry", "node", s.node, "claims", len(b.claims), "retry_in", backoff, "err", err)
 	s.mu.Lock()
 	defer s.flushBroken()
 	defer s.mu.Unlock()

@@ -94,9 +94,11 @@ HTTP jobs send the request with X-Tasklock-Job, X-Tasklock-Tick,
 X-Tasklock-Fence, X-Tasklock-Node and X-Tasklock-Attempt headers; a status
 other than 2xx fails the attempt. http.timeout defaults to 1m.
 
-Logs and metrics: every run's start and end is logged at info level,
-with job, tick, node, fence, attempt, status and duration, and so is every
-tick skipped or missed. With --http, GET /metrics serves Prometheus
+Logs and metrics: every run's start and end is logged, with job, tick,
+node, fence, attempt, status and duration, and so is every tick skipped or
+missed: at info level, but runs that failed, timed out, lost their lock or
+were interrupted at warn, and store errors and broken jobs (a schedule
+that gives no next tick) at error. With --http, GET /metrics serves Prometheus
 metrics (tasklock_job_runs_total, tasklock_tick_lateness_seconds, ...;
 see the README).
 

@@ -52,23 +52,29 @@ func (o *observer) metricsHandler() http.Handler { return metrics.Handler(o.reg)
 func (o *observer) lockEvent(e tasklock.Event) { o.m.LockEvent(e) }
 
 // scheduleEvent is the Schedulers' Config.OnEvent: besides the metrics it
-// logs one line per run start and end, and per tick skipped or missed.
+// logs one line per run start and end, and per tick skipped or missed. Runs
+// that failed, timed out, lost their lock or were interrupted log at WARN,
+// a broken job at ERROR, the rest at INFO.
 func (o *observer) scheduleEvent(e schedule.Event) {
 	o.m.ScheduleEvent(e)
 	var msg string
+	level := slog.LevelInfo
 	switch e.Type {
 	case schedule.EventRunStarted:
 		msg = "run started"
 	case schedule.EventRunEnded:
 		msg = "run ended"
+		level = runLevel(e.Status)
 	case schedule.EventSkipped:
 		msg = "tick skipped"
 	case schedule.EventMissed:
 		msg = "tick missed"
+	case schedule.EventBroken:
+		msg, level = "job broken: its schedule gives no next tick; it will not run until the schedule is fixed", slog.LevelError
 	default:
 		return
 	}
-	if !o.log.Enabled(context.Background(), slog.LevelInfo) {
+	if !o.log.Enabled(context.Background(), level) {
 		return
 	}
 	attrs := make([]slog.Attr, 0, 11)
@@ -91,7 +97,16 @@ func (o *observer) scheduleEvent(e schedule.Event) {
 	if e.Error != "" {
 		attrs = append(attrs, slog.String("err", e.Error))
 	}
-	o.log.LogAttrs(context.Background(), slog.LevelInfo, msg, attrs...)
+	o.log.LogAttrs(context.Background(), level, msg, attrs...)
+}
+
+// runLevel is the level of a run's end: WARN when it did not succeed.
+func runLevel(st schedule.Status) slog.Level {
+	switch st {
+	case schedule.StatusFailed, schedule.StatusTimeout, schedule.StatusLost, schedule.StatusInterrupted:
+		return slog.LevelWarn
+	}
+	return slog.LevelInfo
 }
 
 // schedulerLogger is the logger serve gives its Schedulers: warnings and
