@@ -542,19 +542,21 @@ func (s *Store) runsSQL(q driver.RunQuery) string {
 }
 
 // SetJobState implements driver.Ledger: one statement makes the change,
-// a second reads the job's state.
+// a second reads the job's state. JobForget is one transaction of three
+// DELETEs. Since is kept to the microsecond, and must be within the years
+// 1000 to 9999 (ErrUnsupported otherwise).
 func (s *Store) SetJobState(ctx context.Context, p driver.JobStateParams) (driver.JobState, error) {
 	if err := ctx.Err(); err != nil {
 		return driver.JobState{}, err
 	}
 	const op = "set job state"
-	if p.Job == "" {
-		return driver.JobState{}, errors.New("mysqlstore: set job state: empty Job")
+	if err := p.Check(); err != nil {
+		return driver.JobState{}, fmt.Errorf("mysqlstore: %w", err)
 	}
 	if err := checkBytes(op, "Job", p.Job, maxJob); err != nil {
 		return driver.JobState{}, err
 	}
-	b := make([]byte, 0, 300+2*len(p.Job)+2*len(p.Trigger))
+	b := make([]byte, 0, 300+2*len(p.Job)+2*len(p.Trigger)+2*len(p.Spec))
 	switch p.Op {
 	case driver.JobPause, driver.JobResume:
 		paused := "0"
@@ -568,9 +570,6 @@ func (s *Store) SetJobState(ctx context.Context, p driver.JobStateParams) (drive
 		b = append(b, ", "+paused+", UTC_TIMESTAMP(6)) ON DUPLICATE KEY UPDATE"+
 			" updated_at = IF(paused = VALUES(paused), updated_at, VALUES(updated_at)), paused = VALUES(paused)"...)
 	case driver.JobTrigger, driver.JobTriggerDone:
-		if p.Trigger == "" {
-			return driver.JobState{}, fmt.Errorf("mysqlstore: set job state %q: empty Trigger", p.Job)
-		}
 		if err := checkBytes(op, "Trigger", p.Trigger, maxTrigger); err != nil {
 			return driver.JobState{}, err
 		}
@@ -590,13 +589,30 @@ func (s *Store) SetJobState(ctx context.Context, p driver.JobStateParams) (drive
 			b = append(b, " AND trigger_id = "...)
 			b = appendHex(b, p.Trigger)
 		}
-	default:
-		return driver.JobState{}, fmt.Errorf("mysqlstore: set job state %q: unknown op %d", p.Job, p.Op)
+	case driver.JobRegister:
+		// since is assigned first, while spec is still the stored one.
+		b = append(b, "INSERT INTO "...)
+		b = append(b, s.ledgerTable("_specs")...)
+		b = append(b, " (job, spec, since) VALUES ("...)
+		b = appendHex(b, p.Job)
+		b = append(b, ", "...)
+		b = appendHex(b, p.Spec)
+		b = append(b, ", "...)
+		var err error
+		if b, err = appendTime(b, "register job", "Since", p.Since); err != nil {
+			return driver.JobState{}, err
+		}
+		b = append(b, ") ON DUPLICATE KEY UPDATE since = IF(spec = VALUES(spec), since, VALUES(since)), spec = VALUES(spec)"...)
+	case driver.JobForget:
+		if err := s.forgetJob(ctx, p.Job); err != nil {
+			return driver.JobState{}, s.wrapLedger(fmt.Sprintf("forget job %q", p.Job), err)
+		}
+		return driver.JobState{Job: p.Job}, nil
 	}
 	if _, err := s.db.ExecContext(ctx, string(b)); err != nil {
 		return driver.JobState{}, s.wrapLedger(fmt.Sprintf("set job state %q", p.Job), err)
 	}
-	sts, err := s.jobStates(ctx, p.Job)
+	sts, err := s.jobStates(ctx, p.Job, true)
 	if err != nil {
 		return driver.JobState{}, s.wrapLedger(fmt.Sprintf("set job state %q", p.Job), err)
 	}
@@ -606,30 +622,64 @@ func (s *Store) SetJobState(ctx context.Context, p driver.JobStateParams) (drive
 	return sts[0], nil
 }
 
+// forgetJob deletes job's rows from the jobs, specs and triggers tables in
+// one transaction.
+func (s *Store) forgetJob(ctx context.Context, job string) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	j := string(appendHex(nil, job))
+	for _, table := range []string{"_jobs", "_specs", "_triggers"} {
+		if _, err := tx.ExecContext(ctx, "DELETE FROM "+s.ledgerTable(table)+" WHERE job = "+j); err != nil {
+			_ = tx.Rollback()
+			return err
+		}
+	}
+	return tx.Commit()
+}
+
 // JobStates implements driver.Ledger in one SELECT over the paused jobs
 // and the pending triggers.
 func (s *Store) JobStates(ctx context.Context) ([]driver.JobState, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	sts, err := s.jobStates(ctx, "")
+	sts, err := s.jobStates(ctx, "", false)
 	if err != nil {
 		return nil, s.wrapLedger("job states", err)
 	}
 	return sts, nil
 }
 
+// Jobs implements driver.Ledger in one SELECT over the paused jobs, the
+// registered ones and the pending triggers.
+func (s *Store) Jobs(ctx context.Context) ([]driver.JobState, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	sts, err := s.jobStates(ctx, "", true)
+	if err != nil {
+		return nil, s.wrapLedger("jobs", err)
+	}
+	return sts, nil
+}
+
 // jobStates reads the state of job, or of every job not in the default
-// state when job is "". Rows come sorted by job, a job's paused row (whose
-// trigger columns are NULL) before its triggers, oldest first.
-func (s *Store) jobStates(ctx context.Context, job string) ([]driver.JobState, error) {
+// state when job is "", with the registrations when registered is set
+// (always for one job). Rows come sorted by job, a job's paused and spec
+// rows (whose trigger columns are NULL) before its triggers, oldest first.
+func (s *Store) jobStates(ctx context.Context, job string, registered bool) ([]driver.JobState, error) {
 	jobCond, trigCond := " WHERE paused", ""
 	if job != "" {
 		j := string(appendHex(nil, job))
 		jobCond, trigCond = " WHERE job = "+j, " WHERE job = "+j
 	}
-	q := "SELECT job, paused, NULL, NULL, 0 FROM " + s.ledgerTable("_jobs") + jobCond +
-		" UNION ALL SELECT job, 0, trigger_id, DATE_FORMAT(requested_at, " + dtFormat + "), seq FROM " + s.ledgerTable("_triggers") + trigCond +
+	q := "SELECT job, paused, NULL, NULL, 0, NULL, NULL FROM " + s.ledgerTable("_jobs") + jobCond
+	if registered || job != "" {
+		q += " UNION ALL SELECT job, 0, NULL, NULL, 0, spec, DATE_FORMAT(since, " + dtFormat + ") FROM " + s.ledgerTable("_specs") + trigCond
+	}
+	q += " UNION ALL SELECT job, 0, trigger_id, DATE_FORMAT(requested_at, " + dtFormat + "), seq, NULL, NULL FROM " + s.ledgerTable("_triggers") + trigCond +
 		" ORDER BY 1, 4, 5"
 	rows, err := s.db.QueryContext(ctx, q)
 	if err != nil {
@@ -639,12 +689,13 @@ func (s *Store) jobStates(ctx context.Context, job string) ([]driver.JobState, e
 	var out []driver.JobState
 	for rows.Next() {
 		var (
-			name   []byte
-			paused bool
-			id, at sql.NullString
-			seq    uint64
+			name        []byte
+			paused      bool
+			id, at      sql.NullString
+			seq         uint64
+			spec, since sql.NullString
 		)
-		if err := rows.Scan(&name, &paused, &id, &at, &seq); err != nil {
+		if err := rows.Scan(&name, &paused, &id, &at, &seq, &spec, &since); err != nil {
 			return nil, err
 		}
 		if len(out) == 0 || !bytes.Equal([]byte(out[len(out)-1].Job), name) {
@@ -652,6 +703,13 @@ func (s *Store) jobStates(ctx context.Context, job string) ([]driver.JobState, e
 		}
 		st := &out[len(out)-1]
 		st.Paused = st.Paused || paused
+		if spec.Valid && since.Valid {
+			t, err := parseTime(since.String)
+			if err != nil {
+				return nil, err
+			}
+			st.Spec, st.Since = spec.String, t
+		}
 		if id.Valid {
 			t, err := parseTime(at.String)
 			if err != nil {

@@ -98,6 +98,10 @@ func TestLedgerRoundTrips(t *testing.T) {
 	rt("SetJobState", 2, err)
 	_, err = s.JobStates(ctx)
 	rt("JobStates", 1, err)
+	_, err = s.SetJobState(ctx, driver.JobStateParams{Job: "job-1", Op: driver.JobRegister, Spec: "@hourly", Since: tick0})
+	rt("SetJobState register", 2, err)
+	_, err = s.Jobs(ctx)
+	rt("Jobs", 1, err)
 	if _, err := s.Prune(ctx, driver.PruneParams{KeepPerJob: 5}); err != nil {
 		t.Fatal(err)
 	}
@@ -218,7 +222,7 @@ func TestLedgerTables(t *testing.T) {
 	db := openDB(t, testserver.SharedMariaDB(t).CreateDB(t))
 	ctx := ctxT(t)
 	s := mustNew(t, db, &Options{Table: "My_Locks", Migrate: true})
-	for _, name := range []string{"My_Locks_claims", "My_Locks_runs", "My_Locks_jobs", "My_Locks_triggers"} {
+	for _, name := range []string{"My_Locks_claims", "My_Locks_runs", "My_Locks_jobs", "My_Locks_triggers", "My_Locks_specs"} {
 		var n int
 		if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM `"+name+"`").Scan(&n); err != nil {
 			t.Errorf("table %s: %v", name, err)
@@ -234,5 +238,69 @@ func TestLedgerTables(t *testing.T) {
 	bare := mustNew(t, db, &Options{Table: "never_migrated"})
 	if _, err := bare.JobStates(ctx); err == nil || !strings.Contains(err.Error(), "Migrate") {
 		t.Fatalf("JobStates without the tables: %v, want a hint to migrate", err)
+	}
+}
+
+// TestLedgerMigrateJobSpecs: migration 003 keeps the pauses and trigger
+// requests of a ledger made by 002, can run again, and the migrated ledger
+// registers; specs compare byte for byte.
+func TestLedgerMigrateJobSpecs(t *testing.T) {
+	t.Parallel()
+	db := openDB(t, testserver.SharedMariaDB(t).CreateDB(t))
+	ctx := ctxT(t)
+	ms, err := loadMigrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if err := migrateLocked(ctx, conn, "old_locks", ms[:2]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, "INSERT INTO old_locks_jobs (job, paused, updated_at) VALUES ('p', 1, UTC_TIMESTAMP(6)), ('resumed', 0, UTC_TIMESTAMP(6))"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, "INSERT INTO old_locks_triggers (job, trigger_id, requested_at) VALUES ('q', 'r1', UTC_TIMESTAMP(6))"); err != nil {
+		t.Fatal(err)
+	}
+	s := mustNew(t, db, &Options{Table: "old_locks", Migrate: true}) // migrates 003
+	// MySQL cannot roll DDL back: a migration interrupted before it was
+	// recorded runs again.
+	for _, stmt := range ms[2].stmts {
+		if _, err := conn.ExecContext(ctx, expandTable(stmt, "old_locks")); err != nil {
+			t.Fatalf("003 again: %v", err)
+		}
+	}
+	sts, err := s.Jobs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sts) != 2 || sts[0].Job != "p" || !sts[0].Paused || sts[0].Spec != "" ||
+		sts[1].Job != "q" || len(sts[1].Triggers) != 1 || sts[1].Triggers[0].ID != "r1" {
+		t.Fatalf("Jobs after migrating = %+v, want p paused and q's trigger", sts)
+	}
+	since := tick0.Add(1500 * time.Microsecond)
+	st, err := s.SetJobState(ctx, driver.JobStateParams{Job: "p", Op: driver.JobRegister, Spec: "@hourly", Since: since})
+	if err != nil || !st.Paused || st.Spec != "@hourly" || !st.Since.Equal(since) {
+		t.Fatalf("register p = %+v, %v", st, err)
+	}
+	// Another case is another spec.
+	st, err = s.SetJobState(ctx, driver.JobStateParams{Job: "p", Op: driver.JobRegister, Spec: "@HOURLY", Since: since.Add(time.Hour)})
+	if err != nil || st.Spec != "@HOURLY" || !st.Since.Equal(since.Add(time.Hour)) {
+		t.Fatalf("register p in capitals = %+v, %v", st, err)
+	}
+	st, err = s.SetJobState(ctx, driver.JobStateParams{Job: "resumed", Op: driver.JobRegister, Spec: "@daily", Since: since})
+	if err != nil || st.Paused || st.Spec != "@daily" {
+		t.Fatalf("register resumed = %+v, %v", st, err)
+	}
+	if sts, err := s.JobStates(ctx); err != nil || len(sts) != 2 {
+		t.Fatalf("JobStates = %+v, %v; want p and q only", sts, err)
+	}
+	_, err = s.SetJobState(ctx, driver.JobStateParams{Job: "x", Op: driver.JobRegister, Spec: "@daily", Since: time.Date(999, 1, 1, 0, 0, 0, 0, time.UTC)})
+	if !errors.Is(err, driver.ErrUnsupported) {
+		t.Fatalf("register with Since in the year 999: %v, want ErrUnsupported", err)
 	}
 }

@@ -37,7 +37,10 @@ type ledgerSQL struct {
 	setPaused  string // $1 job, $2 paused
 	trigger    string // $1 job, $2 trigger id
 	done       string // $1 job, $2 trigger id
+	register   string // $1 job, $2 spec, $3 since
+	forget     string // $1 job
 	jobStates  string
+	allJobs    string
 	runColumns string
 }
 
@@ -104,7 +107,7 @@ ON CONFLICT (job, tick, trigger_id, attempt) DO UPDATE SET
 	status = EXCLUDED.status, error = EXCLUDED.error, output = EXCLUDED.output,
 	recorded_at = EXCLUDED.recorded_at`, l.runs)
 
-	// SetJobState: each returns paused, trigger ids and times. A data
+	// SetJobState: each returns paused, spec, since, trigger ids and times. A data
 	// modifying WITH is not visible to the rest of its statement, so the
 	// state after the change is computed from the snapshot and the change.
 	pending := func(from, extra string) string {
@@ -112,12 +115,13 @@ ON CONFLICT (job, tick, trigger_id, attempt) DO UPDATE SET
 	array(SELECT requested_at FROM %[1]s WHERE job = $1%[2]s ORDER BY requested_at, seq)`, from, extra)
 	}
 	isPaused := fmt.Sprintf(`coalesce((SELECT paused FROM %s WHERE job = $1), false)`, l.jobs)
+	spec := fmt.Sprintf(`(SELECT spec FROM %[1]s WHERE job = $1), (SELECT since FROM %[1]s WHERE job = $1)`, l.jobs)
 	l.setPaused = fmt.Sprintf(`WITH j AS (
 	INSERT INTO %[1]s AS j (job, paused, updated_at) VALUES ($1, $2, now())
 	ON CONFLICT (job) DO UPDATE SET paused = EXCLUDED.paused, updated_at = EXCLUDED.updated_at
 	WHERE j.paused <> EXCLUDED.paused
 )
-SELECT $2::boolean, %[2]s`, l.jobs, pending(l.triggers, ""))
+SELECT $2::boolean, %[3]s, %[2]s`, l.jobs, pending(l.triggers, ""), spec)
 	l.trigger = fmt.Sprintf(`WITH ins AS (
 	INSERT INTO %[1]s (job, trigger_id, requested_at) VALUES ($1, $2, now())
 	ON CONFLICT (job, trigger_id) DO NOTHING
@@ -127,22 +131,46 @@ SELECT $2::boolean, %[2]s`, l.jobs, pending(l.triggers, ""))
 	UNION ALL
 	SELECT job, trigger_id, requested_at, seq FROM ins
 )
-SELECT %[2]s, %[3]s`, l.triggers, isPaused, pending("t", ""))
+SELECT %[2]s, %[4]s, %[3]s`, l.triggers, isPaused, pending("t", ""), spec)
 	l.done = fmt.Sprintf(`WITH d AS (
 	DELETE FROM %[1]s WHERE job = $1 AND trigger_id = $2
 )
-SELECT %[2]s, %[3]s`, l.triggers, isPaused, pending(l.triggers, " AND trigger_id <> $2"))
+SELECT %[2]s, %[4]s, %[3]s`, l.triggers, isPaused, pending(l.triggers, " AND trigger_id <> $2"), spec)
+	// The upsert always returns the row, also when it changes nothing: a
+	// registration committed by another node after this statement's
+	// snapshot is read back from the newest row version.
+	l.register = fmt.Sprintf(`WITH j AS (
+	INSERT INTO %[1]s AS j (job, paused, updated_at, spec, since) VALUES ($1, false, now(), $2, $3)
+	ON CONFLICT (job) DO UPDATE SET
+		spec = EXCLUDED.spec,
+		since = CASE WHEN j.spec IS DISTINCT FROM EXCLUDED.spec THEN EXCLUDED.since ELSE j.since END,
+		updated_at = CASE WHEN j.spec IS DISTINCT FROM EXCLUDED.spec THEN EXCLUDED.updated_at ELSE j.updated_at END
+	RETURNING j.paused, j.spec, j.since
+)
+SELECT paused, spec, since, %[2]s FROM j`, l.jobs, pending(l.triggers, ""))
+	l.forget = fmt.Sprintf(`WITH j AS (
+	DELETE FROM %[1]s WHERE job = $1
+), t AS (
+	DELETE FROM %[2]s WHERE job = $1
+)
+SELECT false, NULL::text, NULL::timestamptz, NULL::text[], NULL::timestamptz[]`, l.jobs, l.triggers)
 
-	l.jobStates = fmt.Sprintf(`SELECT job, bool_or(paused),
+	// JobStates reads the paused rows through the partial index of
+	// migration 0004; Jobs reads the registered ones too.
+	states := func(jobsWhere string) string {
+		return fmt.Sprintf(`SELECT job, bool_or(paused), max(spec), max(since),
 	array_agg(trigger_id ORDER BY requested_at, seq) FILTER (WHERE trigger_id IS NOT NULL),
 	array_agg(requested_at ORDER BY requested_at, seq) FILTER (WHERE trigger_id IS NOT NULL)
 FROM (
-	SELECT job, true AS paused, NULL::text AS trigger_id, NULL::timestamptz AS requested_at, NULL::bigint AS seq
-	FROM %[1]s WHERE paused
+	SELECT job, paused, spec, since, NULL::text AS trigger_id, NULL::timestamptz AS requested_at, NULL::bigint AS seq
+	FROM %[1]s WHERE %[3]s
 	UNION ALL
-	SELECT job, false, trigger_id, requested_at, seq FROM %[2]s
+	SELECT job, false, NULL, NULL, trigger_id, requested_at, seq FROM %[2]s
 ) s
-GROUP BY job`, l.jobs, l.triggers)
+GROUP BY job`, l.jobs, l.triggers, jobsWhere)
+	}
+	l.jobStates = states("paused")
+	l.allJobs = states("paused OR spec IS NOT NULL")
 
 	l.runColumns = "job, tick, trigger_id, attempt, node, fence, started_at, ended_at, status, error, output, recorded_at"
 	return l
@@ -406,13 +434,14 @@ func (s *Store) Runs(ctx context.Context, q driver.RunQuery) ([]driver.RunRecord
 }
 
 // SetJobState implements driver.Ledger in one statement that makes the
-// change and returns the job's state after it.
+// change and returns the job's state after it. Spec must be UTF-8 text
+// without NUL (ErrUnsupported otherwise); Since is kept in microseconds.
 func (s *Store) SetJobState(ctx context.Context, p driver.JobStateParams) (driver.JobState, error) {
 	if err := ctx.Err(); err != nil {
 		return driver.JobState{}, err
 	}
-	if p.Job == "" {
-		return driver.JobState{}, errors.New("pgstore: set job state: empty Job")
+	if err := p.Check(); err != nil {
+		return driver.JobState{}, fmt.Errorf("pgstore: %w", err)
 	}
 	if err := checkName("set job state", "Job", p.Job, maxLedgerName); err != nil {
 		return driver.JobState{}, err
@@ -424,9 +453,6 @@ func (s *Store) SetJobState(ctx context.Context, p driver.JobStateParams) (drive
 	case driver.JobPause, driver.JobResume:
 		sql, args = l.setPaused, []any{p.Job, p.Op == driver.JobPause}
 	case driver.JobTrigger, driver.JobTriggerDone:
-		if p.Trigger == "" {
-			return driver.JobState{}, fmt.Errorf("pgstore: set job state %q: empty Trigger", p.Job)
-		}
 		if err := checkName("set job state", "Trigger", p.Trigger, maxLedgerName); err != nil {
 			return driver.JobState{}, err
 		}
@@ -434,17 +460,34 @@ func (s *Store) SetJobState(ctx context.Context, p driver.JobStateParams) (drive
 		if p.Op == driver.JobTriggerDone {
 			sql = l.done
 		}
-	default:
-		return driver.JobState{}, fmt.Errorf("pgstore: set job state %q: unknown op %d", p.Job, p.Op)
+	case driver.JobRegister:
+		if err := checkName("register job", "Spec", p.Spec, driver.MaxSpecLen); err != nil {
+			return driver.JobState{}, err
+		}
+		sql, args = l.register, []any{p.Job, p.Spec, p.Since}
+	case driver.JobForget:
+		sql, args = l.forget, []any{p.Job}
 	}
-	st := driver.JobState{Job: p.Job}
-	var ids []string
-	var ats []time.Time
-	if err := s.pool.QueryRow(ctx, sql, args...).Scan(&st.Paused, &ids, &ats); err != nil {
+	var (
+		st    = driver.JobState{Job: p.Job}
+		spec  *string
+		since *time.Time
+		ids   []string
+		ats   []time.Time
+	)
+	if err := s.pool.QueryRow(ctx, sql, args...).Scan(&st.Paused, &spec, &since, &ids, &ats); err != nil {
 		return driver.JobState{}, s.wrapLedger(fmt.Sprintf("set job state %q", p.Job), err)
 	}
 	st.Triggers = triggerRequests(ids, ats)
+	setSpec(&st, spec, since)
 	return st, nil
+}
+
+// setSpec sets st's registration from nullable columns.
+func setSpec(st *driver.JobState, spec *string, since *time.Time) {
+	if spec != nil && since != nil {
+		st.Spec, st.Since = *spec, since.UTC()
+	}
 }
 
 // triggerRequests pairs ids and times; nil when there are none.
@@ -462,26 +505,42 @@ func triggerRequests(ids []string, ats []time.Time) []driver.TriggerRequest {
 // JobStates implements driver.Ledger in one SELECT over the paused jobs
 // and the pending triggers.
 func (s *Store) JobStates(ctx context.Context) ([]driver.JobState, error) {
+	return s.readStates(ctx, "job states", s.ledger().jobStates)
+}
+
+// Jobs implements driver.Ledger in one SELECT over the paused and
+// registered jobs and the pending triggers.
+func (s *Store) Jobs(ctx context.Context) ([]driver.JobState, error) {
+	return s.readStates(ctx, "jobs", s.ledger().allJobs)
+}
+
+// readStates runs a statement that returns one row per job: job, paused,
+// spec, since, trigger ids and times.
+func (s *Store) readStates(ctx context.Context, op, sql string) ([]driver.JobState, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	rows, err := s.pool.Query(ctx, s.ledger().jobStates)
+	rows, err := s.pool.Query(ctx, sql)
 	if err != nil {
-		return nil, s.wrapLedger("job states", err)
+		return nil, s.wrapLedger(op, err)
 	}
 	var (
 		out    []driver.JobState
 		job    string
 		paused bool
+		spec   *string
+		since  *time.Time
 		ids    []string
 		ats    []time.Time
 	)
-	_, err = pgx.ForEachRow(rows, []any{&job, &paused, &ids, &ats}, func() error {
-		out = append(out, driver.JobState{Job: job, Paused: paused, Triggers: triggerRequests(ids, ats)})
+	_, err = pgx.ForEachRow(rows, []any{&job, &paused, &spec, &since, &ids, &ats}, func() error {
+		st := driver.JobState{Job: job, Paused: paused, Triggers: triggerRequests(ids, ats)}
+		setSpec(&st, spec, since)
+		out = append(out, st)
 		return nil
 	})
 	if err != nil {
-		return nil, s.wrapLedger("job states", err)
+		return nil, s.wrapLedger(op, err)
 	}
 	return out, nil
 }

@@ -117,6 +117,12 @@ func TestLedgerRoundTrips(t *testing.T) {
 	one("SetJobState", err)
 	_, err = s.JobStates(ctx)
 	one("JobStates", err)
+	_, err = s.SetJobState(ctx, driver.JobStateParams{Job: "job-1", Op: driver.JobRegister, Spec: "@hourly", Since: tick0})
+	one("SetJobState register", err)
+	_, err = s.Jobs(ctx)
+	one("Jobs", err)
+	_, err = s.SetJobState(ctx, driver.JobStateParams{Job: "job-1", Op: driver.JobForget})
+	one("SetJobState forget", err)
 	_, err = s.Prune(ctx, driver.PruneParams{RunsOlderThan: time.Hour, KeepPerJob: 5, TriggersOlderThan: time.Hour})
 	one("Prune", err)
 	if got, _ := s.Runs(ctx, driver.RunQuery{}); len(got) != 50*5 {
@@ -237,5 +243,86 @@ func TestLedgerTables(t *testing.T) {
 	_, err = bare.JobStates(ctx)
 	if err == nil || !strings.Contains(err.Error(), "Migrate") {
 		t.Fatalf("JobStates without the tables: %v, want a hint to migrate", err)
+	}
+}
+
+// TestLedgerMigrateJobSpecs: migration 0004 keeps the pauses and trigger
+// requests of a ledger made by 0003, and the migrated ledger registers.
+func TestLedgerMigrateJobSpecs(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t, newDB(t), nil)
+	ctx := ctxT(t)
+	o, err := resolve(pool, &Options{Table: "old_locks"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := migrateWith(ctx, pool, o, migrations[:3]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO old_locks_jobs (job, paused, updated_at) VALUES ('p', true, now()), ('resumed', false, now())`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO old_locks_triggers (job, trigger_id, requested_at) VALUES ('q', 'r1', now())`); err != nil {
+		t.Fatal(err)
+	}
+	s := newStore(t, pool, &Options{Table: "old_locks"}) // migrates 0004
+	sts, err := s.Jobs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byJob := map[string]driver.JobState{}
+	for _, st := range sts {
+		byJob[st.Job] = st
+	}
+	if len(sts) != 2 || !byJob["p"].Paused || byJob["p"].Spec != "" || len(byJob["q"].Triggers) != 1 || byJob["q"].Triggers[0].ID != "r1" {
+		t.Fatalf("Jobs after migrating = %+v, want p paused and q's trigger", sts)
+	}
+	since := tick0.Add(1500 * time.Microsecond)
+	st, err := s.SetJobState(ctx, driver.JobStateParams{Job: "p", Op: driver.JobRegister, Spec: "@hourly", Since: since})
+	if err != nil || !st.Paused || st.Spec != "@hourly" || !st.Since.Equal(since) {
+		t.Fatalf("register p = %+v, %v", st, err)
+	}
+	st, err = s.SetJobState(ctx, driver.JobStateParams{Job: "resumed", Op: driver.JobRegister, Spec: "@daily", Since: since})
+	if err != nil || st.Paused || st.Spec != "@daily" {
+		t.Fatalf("register resumed = %+v, %v", st, err)
+	}
+	if sts, err := s.JobStates(ctx); err != nil || len(sts) != 2 {
+		t.Fatalf("JobStates = %+v, %v; want p and q only", sts, err)
+	}
+}
+
+// TestLedgerRegisterRace: nodes registering a new job at once all read
+// back the one registration that won, even when it committed after their
+// statement began.
+func TestLedgerRegisterRace(t *testing.T) {
+	t.Parallel()
+	s := newStore(t, newPool(t, newDB(t), func(c *pgxpool.Config) { c.MaxConns = 16 }), nil)
+	ctx := ctxT(t)
+	for round := range 20 {
+		job := fmt.Sprintf("job-%d", round)
+		const n = 8
+		got := make([]driver.JobState, n)
+		errs := make([]error, n)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				got[i], errs[i] = s.SetJobState(ctx, driver.JobStateParams{Job: job, Op: driver.JobRegister,
+					Spec: "* * * * *", Since: tick0.Add(time.Duration(i) * time.Millisecond)})
+			}()
+		}
+		close(start)
+		wg.Wait()
+		for i := range n {
+			if errs[i] != nil {
+				t.Fatal(errs[i])
+			}
+			if got[i].Spec != "* * * * *" || !got[i].Since.Equal(got[0].Since) {
+				t.Fatalf("round %d: node %d read %+v, node 0 %+v", round, i, got[i], got[0])
+			}
+		}
 	}
 }

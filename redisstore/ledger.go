@@ -32,12 +32,16 @@ var ledgerPruneSrc string
 //go:embed ledger_state.lua
 var ledgerStateSrc string
 
+//go:embed ledger_register.lua
+var ledgerRegisterSrc string
+
 var (
-	claimScript  = newLuaScript(ledgerClaimSrc)
-	recordScript = newLuaScript(ledgerRecordSrc)
-	runsScript   = newLuaScript(ledgerRunsSrc)
-	pruneScript  = newLuaScript(ledgerPruneSrc)
-	stateScript  = newLuaScript(ledgerStateSrc)
+	claimScript    = newLuaScript(ledgerClaimSrc)
+	recordScript   = newLuaScript(ledgerRecordSrc)
+	runsScript     = newLuaScript(ledgerRunsSrc)
+	pruneScript    = newLuaScript(ledgerPruneSrc)
+	stateScript    = newLuaScript(ledgerStateSrc)
+	registerScript = newLuaScript(ledgerRegisterSrc)
 )
 
 // The ledger's keys. A job's keys share the hash tag "job:"+job (never
@@ -67,6 +71,10 @@ func (s *Store) jobsKey() string { return s.prefix + "ledger:jobs" }
 
 // stateKey is the hash of job states (paused, pending trigger requests).
 func (s *Store) stateKey() string { return s.prefix + "ledger:state" }
+
+// specsKey is the hash of job registrations (spec, since); see
+// ledger_register.lua.
+func (s *Store) specsKey() string { return s.prefix + "ledger:specs" }
 
 // ledgerErr wraps err as the error of ledger operation op.
 func ledgerErr(op string, err error) error {
@@ -369,32 +377,115 @@ var stateOps = map[driver.JobStateOp]string{
 	driver.JobTriggerDone: "done",
 }
 
-// SetJobState implements driver.Ledger in one round trip: ledger_state.lua
-// changes the job's field of the state hash and returns the new state.
-// A trigger request's At is Redis's TIME.
+// SetJobState implements driver.Ledger in one pipeline: ledger_state.lua
+// changes the job's field of the state hash and returns the new state, and
+// an HMGET reads the job's registration; for JobRegister,
+// ledger_register.lua changes the registration and an HMGET reads the
+// state; JobForget is an HDEL of each. On a Cluster the two hashes may be
+// on two nodes: one round trip to each. A trigger request's At is Redis's
+// TIME; Since is kept in microseconds.
 func (s *Store) SetJobState(ctx context.Context, p driver.JobStateParams) (driver.JobState, error) {
 	if err := ctx.Err(); err != nil {
 		return driver.JobState{}, ledgerErr("set job state", err)
 	}
-	op, ok := stateOps[p.Op]
-	switch {
-	case p.Job == "":
-		return driver.JobState{}, errors.New("redisstore: set job state: empty Job")
-	case !ok:
-		return driver.JobState{}, fmt.Errorf("redisstore: set job state %q: unknown op %d", p.Job, p.Op)
-	case (p.Op == driver.JobTrigger || p.Op == driver.JobTriggerDone) && p.Trigger == "":
-		return driver.JobState{}, fmt.Errorf("redisstore: set job state %q: empty Trigger", p.Job)
+	if err := p.Check(); err != nil {
+		return driver.JobState{}, fmt.Errorf("redisstore: %w", err)
 	}
-	args := []any{"evalsha", stateScript.sha, 1, s.stateKey(), op, p.Job, p.Trigger}
-	v, err := stateScript.run(ctx, s.client, args).Text()
-	if err != nil {
-		return driver.JobState{}, ledgerErr(fmt.Sprintf("set job state %q", p.Job), err)
+	what := fmt.Sprintf("set job state %q", p.Job)
+	if p.Op == driver.JobForget {
+		pipe := s.client.Pipeline()
+		dels := []*redis.IntCmd{pipe.HDel(ctx, s.stateKey(), p.Job), pipe.HDel(ctx, s.specsKey(), p.Job)}
+		err := execPipe(ctx, pipe)
+		for _, d := range dels {
+			if err == nil {
+				err = d.Err()
+			}
+		}
+		if err != nil {
+			return driver.JobState{}, ledgerErr(what, err)
+		}
+		return driver.JobState{Job: p.Job}, nil
 	}
-	st, err := decodeState(p.Job, v)
+	var (
+		call  *scriptCall
+		other *redis.SliceCmd
+		state func() (string, error) // the state hash's field
+		spec  func() (string, error) // the registration hash's field
+	)
+	if p.Op == driver.JobRegister {
+		call = &scriptCall{script: registerScript, keys: []string{s.specsKey()},
+			args: []any{p.Job, p.Spec, micros(p.Since)}}
+		state = func() (string, error) { return fieldOrDefault(other, "0") }
+		spec = func() (string, error) { return call.cmd.Text() }
+	} else {
+		call = &scriptCall{script: stateScript, keys: []string{s.stateKey()},
+			args: []any{stateOps[p.Op], p.Job, p.Trigger}}
+		state = func() (string, error) { return call.cmd.Text() }
+		spec = func() (string, error) { return fieldOrDefault(other, "") }
+	}
+	err := s.runCalls(ctx, []*scriptCall{call}, func(pipe redis.Pipeliner) {
+		if p.Op == driver.JobRegister {
+			other = pipe.HMGet(ctx, s.stateKey(), p.Job)
+		} else {
+			other = pipe.HMGet(ctx, s.specsKey(), p.Job)
+		}
+	})
 	if err != nil {
-		return driver.JobState{}, ledgerErr(fmt.Sprintf("set job state %q", p.Job), err)
+		return driver.JobState{}, ledgerErr(what, err)
+	}
+	sv, err := state()
+	if err != nil {
+		return driver.JobState{}, ledgerErr(what, err)
+	}
+	st, err := decodeState(p.Job, sv)
+	if err != nil {
+		return driver.JobState{}, ledgerErr(what, err)
+	}
+	rv, err := spec()
+	if err == nil {
+		err = decodeSpec(&st, rv)
+	}
+	if err != nil {
+		return driver.JobState{}, ledgerErr(what, err)
 	}
 	return st, nil
+}
+
+// fieldOrDefault returns the value an HMGET of one field read, or def when
+// the field does not exist. (HMGET rather than HGET: when a pipeline's
+// first command fails, as HGET of a missing field does with redis.Nil,
+// go-redis sets that error on every command of the pipeline.)
+func fieldOrDefault(c *redis.SliceCmd, def string) (string, error) {
+	vs, err := c.Result()
+	if err != nil {
+		return "", err
+	}
+	if len(vs) != 1 {
+		return "", fmt.Errorf("HMGET returned %d values for one field", len(vs))
+	}
+	switch v := vs[0].(type) {
+	case nil:
+		return def, nil
+	case string:
+		return v, nil
+	default:
+		return "", fmt.Errorf("HMGET returned a %T", v)
+	}
+}
+
+// decodeSpec sets st's registration from a field of the registration
+// hash, since .. ':' .. spec; "" leaves it unset.
+func decodeSpec(st *driver.JobState, v string) error {
+	if v == "" {
+		return nil
+	}
+	at, spec, ok := strings.Cut(v, ":")
+	us, err := strconv.ParseInt(at, 10, 64)
+	if !ok || err != nil || spec == "" {
+		return fmt.Errorf("malformed job registration %q", v)
+	}
+	st.Spec, st.Since = spec, fromMicros(us)
+	return nil
 }
 
 // decodeState reads a job's state as ledger_state.lua keeps it.
@@ -437,6 +528,48 @@ func (s *Store) JobStates(ctx context.Context) ([]driver.JobState, error) {
 			return nil, ledgerErr("job states", fmt.Errorf("job %q: %w", job, err))
 		}
 		out = append(out, st)
+	}
+	return out, nil
+}
+
+// Jobs implements driver.Ledger with an HGETALL of the state hash and one
+// of the registration hash, in one pipeline.
+func (s *Store) Jobs(ctx context.Context) ([]driver.JobState, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, ledgerErr("jobs", err)
+	}
+	pipe := s.client.Pipeline()
+	states, specs := pipe.HGetAll(ctx, s.stateKey()), pipe.HGetAll(ctx, s.specsKey())
+	err := execPipe(ctx, pipe)
+	var sm, rm map[string]string
+	if err == nil {
+		sm, err = states.Result()
+	}
+	if err == nil {
+		rm, err = specs.Result()
+	}
+	if err != nil {
+		return nil, ledgerErr("jobs", err)
+	}
+	index := make(map[string]int, len(sm))
+	out := make([]driver.JobState, 0, len(sm)+len(rm))
+	for job, v := range sm {
+		st, err := decodeState(job, v)
+		if err != nil {
+			return nil, ledgerErr("jobs", fmt.Errorf("job %q: %w", job, err))
+		}
+		index[job] = len(out)
+		out = append(out, st)
+	}
+	for job, v := range rm {
+		i, ok := index[job]
+		if !ok {
+			i = len(out)
+			out = append(out, driver.JobState{Job: job})
+		}
+		if err := decodeSpec(&out[i], v); err != nil {
+			return nil, ledgerErr("jobs", fmt.Errorf("job %q: %w", job, err))
+		}
 	}
 	return out, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -162,6 +163,26 @@ func testLedgerRoundTrips(t *testing.T, d deployment) {
 	if got, _ := cmds.take(); len(got) != 1 {
 		t.Errorf("JobStates sent %v, want one command", got)
 	}
+	// Registered jobs stay out of the hash JobStates reads.
+	for j := range 50 {
+		if _, err := s.SetJobState(ctx, driver.JobStateParams{Job: fmt.Sprintf("job-%d", j), Op: driver.JobRegister,
+			Spec: "* * * * *", Since: ledgerTick}); err != nil {
+			t.Fatal(err)
+		}
+		if got, pipelines := cmds.take(); pipelines != 1 || len(got) != 2 {
+			t.Fatalf("register sent %v in %d pipelines, want 2 commands in 1", got, pipelines)
+		}
+	}
+	if n, err := c.HLen(ctx, s.stateKey()).Result(); err != nil || n != 1 {
+		t.Fatalf("the job state hash has %d fields after registering 50 jobs, %v; want 1", n, err)
+	}
+	cmds.take()
+	if sts, err := s.Jobs(ctx); err != nil || len(sts) != 50 {
+		t.Fatalf("Jobs = %d jobs, %v; want 50", len(sts), err)
+	}
+	if got, pipelines := cmds.take(); pipelines != 1 || len(got) != 2 {
+		t.Errorf("Jobs sent %v in %d pipelines, want 2 commands in 1", got, pipelines)
+	}
 	if got, err := s.Runs(ctx, driver.RunQuery{Job: "job-3"}); err != nil || len(got) != 1 {
 		t.Fatalf("Runs of one job = %+v, %v", got, err)
 	}
@@ -223,6 +244,20 @@ func testLedgerOddNames(t *testing.T, d deployment) {
 		if err != nil || len(st.Triggers) != 1 || st.Triggers[0].ID != trigger {
 			t.Fatalf("trigger %q of %q: %+v, %v", trigger, job, st, err)
 		}
+		spec := "1:" + trigger + ":" + job
+		st, err = s.SetJobState(ctx, driver.JobStateParams{Job: job, Op: driver.JobRegister, Spec: spec, Since: ledgerTick})
+		if err != nil || st.Spec != spec || !st.Since.Equal(ledgerTick) || len(st.Triggers) != 1 {
+			t.Fatalf("register %q as %q: %+v, %v", job, spec, st, err)
+		}
+	}
+	all, err := s.Jobs(ctx)
+	if err != nil || len(all) != len(names) {
+		t.Fatalf("Jobs = %+v, %v; want %d jobs", all, err, len(names))
+	}
+	for _, st := range all {
+		if !strings.HasSuffix(st.Spec, ":"+st.Job) || len(st.Triggers) != 1 {
+			t.Fatalf("Jobs lists %+v", st)
+		}
 	}
 	sts, err := s.JobStates(ctx)
 	if err != nil || len(sts) != len(names) {
@@ -252,6 +287,10 @@ func testLedgerNoScript(t *testing.T, d deployment) {
 	}
 	if _, err := s.SetJobState(ctx, driver.JobStateParams{Job: "j", Op: driver.JobTrigger, Trigger: "x"}); err != nil {
 		t.Fatalf("SetJobState after SCRIPT FLUSH: %v", err)
+	}
+	st, err := s.SetJobState(ctx, driver.JobStateParams{Job: "j", Op: driver.JobRegister, Spec: "@daily", Since: ledgerTick})
+	if err != nil || st.Spec != "@daily" || len(st.Triggers) != 1 {
+		t.Fatalf("register after SCRIPT FLUSH: %+v, %v", st, err)
 	}
 	forEachMaster(t, c, func(c *redis.Client) error { return c.ScriptFlush(ctx).Err() })
 	res2, err := s.Prune(ctx, driver.PruneParams{KeepPerJob: 1, TriggersOlderThan: time.Hour})

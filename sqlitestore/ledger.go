@@ -21,13 +21,14 @@ var _ driver.Ledger = (*Store)(nil)
 const recordChunk = 500
 
 // ledgerSQL are the ledger's statements for one lock table's ledger
-// tables (migration 0002).
+// tables (migrations 0002 and 0003).
 type ledgerSQL struct {
 	claims, runs, jobs, triggers string // quoted table names
 
 	claim, recordHead, recordTail, runsHead string
 	pause, resume, trigger, triggerDone     string
-	state, states                           string
+	register, forgetJob, forgetTriggers     string
+	state, states, all                      string
 	pruneClaims, pruneAge, pruneKeep        string
 	pruneTriggers                           string
 }
@@ -64,16 +65,24 @@ ON CONFLICT (job) DO UPDATE SET paused = 1, changed_at = excluded.changed_at WHE
 	l.trigger = `INSERT INTO ` + l.triggers + ` (job, id, requested_at) VALUES (?1, ?2, ` + nowUS + `)
 ON CONFLICT (job, id) DO NOTHING`
 	l.triggerDone = `DELETE FROM ` + l.triggers + ` WHERE job = ?1 AND id = ?2`
-	// The states: one row per paused job (id NULL), one per pending
-	// trigger request, in the order they came.
-	states := func(where string) string {
-		return `SELECT job, 1, NULL, NULL, 0 FROM ` + l.jobs + ` WHERE paused = 1` + where + `
+	l.register = `INSERT INTO ` + l.jobs + ` (job, paused, changed_at, spec, since) VALUES (?1, 0, ` + nowUS + `, ?2, ?3)
+ON CONFLICT (job) DO UPDATE SET spec = excluded.spec, since = excluded.since, changed_at = excluded.changed_at
+WHERE spec IS NOT excluded.spec`
+	l.forgetJob = `DELETE FROM ` + l.jobs + ` WHERE job = ?1`
+	l.forgetTriggers = `DELETE FROM ` + l.triggers + ` WHERE job = ?1`
+	// The states: one row per paused or registered job (id NULL), one per
+	// pending trigger request, in the order they came. JobStates reads
+	// only the paused rows (through the partial index of migration 0003),
+	// so that it does not grow with the registered jobs.
+	states := func(jobsWhere, triggersWhere string) string {
+		return `SELECT job, paused, NULL, NULL, 0, spec, since FROM ` + l.jobs + ` WHERE ` + jobsWhere + `
 UNION ALL
-SELECT job, 0, id, requested_at, seq FROM ` + l.triggers + strings.Replace(where, " AND", " WHERE", 1) + `
+SELECT job, 0, id, requested_at, seq, NULL, NULL FROM ` + l.triggers + triggersWhere + `
 ORDER BY 5`
 	}
-	l.state = states(` AND job = ?1`)
-	l.states = states(``)
+	l.state = states(`job = ?1 AND (paused = 1 OR spec IS NOT NULL)`, ` WHERE job = ?1`)
+	l.states = states(`paused = 1`, ``)
+	l.all = states(`paused = 1 OR spec IS NOT NULL`, ``)
 	l.pruneClaims = `DELETE FROM ` + l.claims + ` WHERE expires_at <= ` + nowUS
 	l.pruneAge = `DELETE FROM ` + l.runs + ` WHERE recorded_at < ` + nowUS + ` - ?1`
 	l.pruneKeep = `DELETE FROM ` + l.runs + ` WHERE rowid IN (
@@ -307,36 +316,36 @@ ORDER BY tick DESC, job, "trigger", attempt DESC`
 }
 
 // SetJobState implements driver.Ledger with one transaction: the change
-// (one INSERT, UPDATE or DELETE) and one SELECT of the job's state after
-// it. A trigger request's At is SQLite's now.
+// (one INSERT, UPDATE or DELETE; two DELETEs for JobForget) and one SELECT
+// of the job's state after it. A trigger request's At is SQLite's now;
+// Since is kept in microseconds.
 func (s *Store) SetJobState(ctx context.Context, p driver.JobStateParams) (st driver.JobState, err error) {
 	if err := ctx.Err(); err != nil {
 		return st, wrap(ctx, "set job state", p.Job, err)
 	}
+	if err := p.Check(); err != nil {
+		return st, fmt.Errorf("sqlitestore: %w", err)
+	}
 	var (
-		change string
-		args   = []any{p.Job}
+		changes []string
+		args    = []any{p.Job}
 	)
 	switch p.Op {
 	case driver.JobPause:
-		change = s.ledger.pause
+		changes = []string{s.ledger.pause}
 	case driver.JobResume:
-		change = s.ledger.resume
+		changes = []string{s.ledger.resume}
 	case driver.JobTrigger:
-		change = s.ledger.trigger
-	case driver.JobTriggerDone:
-		change = s.ledger.triggerDone
-	default:
-		return st, fmt.Errorf("sqlitestore: set job state %q: unknown op %d", p.Job, p.Op)
-	}
-	if p.Op == driver.JobTrigger || p.Op == driver.JobTriggerDone {
-		if p.Trigger == "" {
-			return st, fmt.Errorf("sqlitestore: set job state %q: empty Trigger", p.Job)
-		}
+		changes = []string{s.ledger.trigger}
 		args = append(args, p.Trigger)
-	}
-	if p.Job == "" {
-		return st, errors.New("sqlitestore: set job state: empty Job")
+	case driver.JobTriggerDone:
+		changes = []string{s.ledger.triggerDone}
+		args = append(args, p.Trigger)
+	case driver.JobRegister:
+		changes = []string{s.ledger.register}
+		args = append(args, p.Spec, usec(p.Since))
+	case driver.JobForget:
+		changes = []string{s.ledger.forgetJob, s.ledger.forgetTriggers}
 	}
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
@@ -347,8 +356,10 @@ func (s *Store) SetJobState(ctx context.Context, p driver.JobStateParams) (st dr
 			_ = tx.Rollback()
 		}
 	}()
-	if _, err = tx.ExecContext(ctx, change, args...); err != nil {
-		return st, wrap(ctx, "set job state", p.Job, err)
+	for _, change := range changes {
+		if _, err = tx.ExecContext(ctx, change, args...); err != nil {
+			return st, wrap(ctx, "set job state", p.Job, err)
+		}
 	}
 	sts, err := readStates(ctx, tx, s.ledger.state, p.Job)
 	if err != nil {
@@ -376,6 +387,19 @@ func (s *Store) JobStates(ctx context.Context) ([]driver.JobState, error) {
 	return sts, nil
 }
 
+// Jobs implements driver.Ledger with one SELECT over the paused and
+// registered jobs and the pending trigger requests.
+func (s *Store) Jobs(ctx context.Context) ([]driver.JobState, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, wrap(ctx, "jobs", "", err)
+	}
+	sts, err := readStates(ctx, s.db, s.ledger.all)
+	if err != nil {
+		return nil, wrap(ctx, "jobs", "", err)
+	}
+	return sts, nil
+}
+
 // readStates runs a state query and gathers its rows into one JobState per
 // job, in the order the jobs first appear.
 func readStates(ctx context.Context, q queryer, stmt string, args ...any) ([]driver.JobState, error) {
@@ -393,8 +417,10 @@ func readStates(ctx context.Context, q queryer, stmt string, args ...any) ([]dri
 			id     sql.NullString
 			at     sql.NullInt64
 			seq    int64
+			spec   sql.NullString
+			since  sql.NullInt64
 		)
-		if err := rows.Scan(&job, &paused, &id, &at, &seq); err != nil {
+		if err := rows.Scan(&job, &paused, &id, &at, &seq, &spec, &since); err != nil {
 			return nil, err
 		}
 		i, ok := index[job]
@@ -405,6 +431,9 @@ func readStates(ctx context.Context, q queryer, stmt string, args ...any) ([]dri
 		}
 		st := &out[i]
 		st.Paused = st.Paused || paused
+		if spec.Valid && since.Valid {
+			st.Spec, st.Since = spec.String, fromUsec(since.Int64)
+		}
 		if id.Valid {
 			st.Triggers = append(st.Triggers, driver.TriggerRequest{ID: id.String, At: fromUsec(at.Int64)})
 		}

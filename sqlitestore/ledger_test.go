@@ -154,3 +154,73 @@ func TestLedgerRecordChunks(t *testing.T) {
 		t.Fatalf("Runs = %d records, %v; want %d", len(got), err, len(rs))
 	}
 }
+
+// TestLedgerMigrateJobSpecs: migration 0003 keeps the pauses and trigger
+// requests of a ledger made by 0002, and the migrated ledger registers.
+func TestLedgerMigrateJobSpecs(t *testing.T) {
+	db := openT(t, dbPath(t), nil)
+	ctx := ctxT(t)
+	c, err := resolve(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Apply 0001 and 0002 only, as an older build did.
+	all := migrations
+	migrations = all[:2]
+	err = migrate(ctx, db, c)
+	migrations = all
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, `INSERT INTO tasklock_locks_jobs (job, paused, changed_at) VALUES ('p', 1, 1), ('resumed', 0, 1)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, `INSERT INTO tasklock_locks_triggers (job, id, requested_at) VALUES ('q', 'r1', 1000)`); err != nil {
+		t.Fatal(err)
+	}
+	s := newStoreT(t, db) // migrates 0003
+	sts, err := s.Jobs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sts) != 2 || sts[0].Job != "p" || !sts[0].Paused || sts[0].Spec != "" ||
+		sts[1].Job != "q" || len(sts[1].Triggers) != 1 || sts[1].Triggers[0].ID != "r1" {
+		t.Fatalf("Jobs after migrating = %+v, want p paused and q's trigger", sts)
+	}
+	since := ledgerTick.Add(1500 * time.Microsecond)
+	st, err := s.SetJobState(ctx, driver.JobStateParams{Job: "p", Op: driver.JobRegister, Spec: "@hourly", Since: since})
+	if err != nil || !st.Paused || st.Spec != "@hourly" || !st.Since.Equal(since) {
+		t.Fatalf("register p = %+v, %v", st, err)
+	}
+	st, err = s.SetJobState(ctx, driver.JobStateParams{Job: "resumed", Op: driver.JobRegister, Spec: "@daily", Since: since})
+	if err != nil || st.Paused || st.Spec != "@daily" {
+		t.Fatalf("register resumed = %+v, %v", st, err)
+	}
+	if sts, err := s.JobStates(ctx); err != nil || len(sts) != 2 {
+		t.Fatalf("JobStates = %+v, %v; want p and q only", sts, err)
+	}
+}
+
+// TestLedgerStatesPlan: JobStates reads the paused jobs through the
+// partial index, not every registered job.
+func TestLedgerStatesPlan(t *testing.T) {
+	db := openT(t, dbPath(t), nil)
+	s := newStoreT(t, db)
+	rows, err := db.QueryContext(ctxT(t), `EXPLAIN QUERY PLAN `+s.ledger.states)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var plan []string
+	for rows.Next() {
+		var id, parent, unused int
+		var detail string
+		if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+			t.Fatal(err)
+		}
+		plan = append(plan, detail)
+	}
+	if p := strings.Join(plan, "; "); !strings.Contains(p, "tasklock_locks_jobs_paused_idx") {
+		t.Fatalf("plan of JobStates: %s; want the paused index", p)
+	}
+}
