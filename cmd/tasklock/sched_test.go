@@ -3,11 +3,17 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tasklock/tasklock/driver"
+	"github.com/tasklock/tasklock/internal/storeurl"
 )
 
 // jsonLines parses serve's --log-format json stderr.
@@ -74,5 +80,110 @@ func TestLogLevels(t *testing.T) {
 	p.signal(syscall.SIGTERM)
 	if code := p.wait(30 * time.Second); code != 0 {
 		t.Fatalf("exit %d, want 0\nstderr:\n%s", code, p.stderr())
+	}
+}
+
+// sqliteLedger opens a SQLite file store's ledger, as a serve node would.
+func sqliteLedger(t *testing.T, url string) driver.Ledger {
+	t.Helper()
+	store, closeStore, err := storeurl.Open(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = closeStore() })
+	return store.(driver.Ledger)
+}
+
+// listJobs runs jobs list --json.
+func listJobs(t *testing.T, url string) map[string]jobJSON {
+	t.Helper()
+	code, out, errOut := runTL(t, nil, "jobs", "list", "--json", "--store", url)
+	var list struct {
+		Jobs []jobJSON `json:"jobs"`
+	}
+	if code != exitOK || json.Unmarshal([]byte(out), &list) != nil {
+		t.Fatalf("jobs list --json = %d\n%s%s", code, out, errOut)
+	}
+	m := map[string]jobJSON{}
+	for _, j := range list.Jobs {
+		m[j.Job] = j
+	}
+	return m
+}
+
+// trigger, pause and resume refuse a job no node registered (exit 1, no job
+// named "NAME") unless --force, and jobs forget removes a job's state.
+// Before: jobs trigger ghost exited 0 and ghost was listed from then on.
+func TestJobsNoGhosts(t *testing.T) {
+	t.Parallel()
+	url := "sqlite://" + filepath.Join(t.TempDir(), "ledger.db")
+	l := sqliteLedger(t, url)
+	if _, err := l.SetJobState(context.Background(), driver.JobStateParams{Job: "real", Op: driver.JobRegister, Spec: "@hourly", Since: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	for _, sub := range []string{"trigger", "pause", "resume"} {
+		code, out, errOut := runTL(t, nil, "jobs", sub, "ghost", "--store", url)
+		if code != 1 || out != "" || !strings.Contains(errOut, `no job named "ghost"`) {
+			t.Errorf("jobs %s ghost = %d, stdout %q, stderr %q; want 1 and no job named \"ghost\"", sub, code, out, errOut)
+		}
+		if code, out, errOut := runTL(t, nil, "jobs", sub, "real", "--store", url); code != exitOK {
+			t.Errorf("jobs %s real = %d\n%s%s", sub, code, out, errOut)
+		}
+	}
+	if _, ok := listJobs(t, url)["ghost"]; ok {
+		t.Fatal("a refused command left a ghost job listed")
+	}
+	if code, out, errOut := runTL(t, nil, "jobs", "pause", "ghost", "--force", "--store", url); code != exitOK || !strings.Contains(out, `paused "ghost"`) {
+		t.Fatalf("jobs pause ghost --force = %d\n%s%s", code, out, errOut)
+	}
+	if j, ok := listJobs(t, url)["ghost"]; !ok || j.State != "paused" {
+		t.Fatalf("after --force: ghost is %+v (listed %v), want paused", j, ok)
+	}
+	// forget removes it; forgetting it again is refused, unless --force.
+	if code, out, errOut := runTL(t, nil, "jobs", "forget", "ghost", "--store", url); code != exitOK || !strings.Contains(out, `forgot "ghost"`) {
+		t.Fatalf("jobs forget ghost = %d\n%s%s", code, out, errOut)
+	}
+	if code, _, errOut := runTL(t, nil, "jobs", "forget", "ghost", "--store", url); code != 1 || !strings.Contains(errOut, `no job named "ghost"`) {
+		t.Errorf("jobs forget ghost again = %d, %s", code, errOut)
+	}
+	if code, _, errOut := runTL(t, nil, "jobs", "forget", "ghost", "--force", "--store", url); code != exitOK {
+		t.Errorf("jobs forget ghost --force = %d, %s", code, errOut)
+	}
+	jobs := listJobs(t, url)
+	if _, ok := jobs["ghost"]; ok {
+		t.Fatal("forgotten ghost still listed")
+	}
+	if j := jobs["real"]; j.State != "ok" || j.Spec != "@hourly" || j.Since == nil || len(j.Triggers) != 1 {
+		t.Errorf("real: %+v, want ok, registered, one pending trigger", j)
+	}
+	if code, _, errOut := runTL(t, nil, "jobs", "forget", "real", "--store", url); code != exitOK {
+		t.Fatalf("jobs forget real = %d, %s", code, errOut)
+	}
+	if _, ok := listJobs(t, url)["real"]; ok {
+		t.Fatal("forgotten real still listed")
+	}
+}
+
+// jobs list shows a job whose registered schedule gives no next tick as
+// broken, in text and JSON.
+func TestBrokenJobsList(t *testing.T) {
+	t.Parallel()
+	url := "sqlite://" + filepath.Join(t.TempDir(), "ledger.db")
+	l := sqliteLedger(t, url)
+	for job, spec := range map[string]string{"bad": "CRON_TZ=No/Such_Zone * * * * *", "good": "@hourly"} {
+		if _, err := l.SetJobState(context.Background(), driver.JobStateParams{Job: job, Op: driver.JobRegister, Spec: spec, Since: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	jobs := listJobs(t, url)
+	if j := jobs["bad"]; j.State != "broken" || !strings.Contains(j.Broken, "No/Such_Zone") {
+		t.Errorf("bad: %+v, want broken", j)
+	}
+	if j := jobs["good"]; j.State != "ok" || j.Broken != "" {
+		t.Errorf("good: %+v, want ok", j)
+	}
+	code, out, _ := runTL(t, nil, "jobs", "list", "--store", url)
+	if code != exitOK || !regexp.MustCompile(`(?m)^bad +broken `).MatchString(out) || !regexp.MustCompile(`(?m)^good +ok `).MatchString(out) {
+		t.Errorf("jobs list = %d\n%s", code, out)
 	}
 }
