@@ -85,9 +85,25 @@
 //
 // Every attempt, skipped tick and missed tick is recorded in the ledger —
 // job, tick, node, fence, attempt, start, end, status (ok, failed, timeout,
-// lost, skipped, missed), error, and the tail of Run.Output — and kept for
-// Config.HistoryKeep records per job and Config.HistoryMaxAge. Runs queries
-// it by job, time range and status.
+// lost, interrupted, skipped, missed), error, and the tail of Run.Output —
+// and kept for Config.HistoryKeep records per job and Config.HistoryMaxAge.
+// Runs queries it by job, time range and status.
+//
+// An attempt is recorded as running before its handler starts, and its
+// outcome replaces that record. Each Scheduler holds a node lease (the lock
+// Config.NodeKeyPrefix + Config.Node, taken by Start, or held by the caller:
+// see Config.NodeLeaseTaken), and every node looks, every third of
+// Config.NodeLeaseTTL, for running records whose node holds no node lease:
+// that node was killed or cut off for longer than its lease. It replaces
+// them with interrupted records (reported with EventRunInterrupted). If the
+// node was only slow and records the outcome after all, the outcome
+// replaces the interrupted record; a tick keeps one record per attempt
+// either way. A node that starts under the name of a stopped one settles
+// that one's running records itself once it holds the node lease. Limits:
+// a kill between the claim and the running record (while taking the job's
+// lock, or during Job.Jitter) leaves the claimed tick without a record; and
+// should the slow node record its outcome just as another node settles the
+// run, the later write wins.
 //
 // # Pause, resume and trigger
 //

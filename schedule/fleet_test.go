@@ -233,3 +233,94 @@ func TestStoreErrorsLogAtError(t *testing.T) {
 		}
 	}
 }
+
+// An attempt writes a running record before its handler starts; when its
+// node stops (its node lease ends) before recording the outcome, another
+// node replaces the record with an interrupted one; if the first node
+// records the outcome after all, that replaces it: one record throughout.
+// A node that starts under the name of a stopped one settles that one's
+// running records. Before: a killed node's run left no record at all.
+func TestKilledNodeRunIsInterrupted(t *testing.T) {
+	c := newCluster(t)
+	var evs eventLog
+	started := make(chan Run, 1)
+	unblock := make(chan struct{})
+	slow := func(ctx context.Context, run Run) error {
+		started <- run
+		<-unblock // like a process that is gone: it does not see its ctx end
+		return nil
+	}
+	job := Job{Name: "long", Schedule: "@every 1h", Handler: slow}
+	a := c.node("a", 0, nil).add(t, job).start(t)
+	var run Run
+	select {
+	case run = <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the handler did not start")
+	}
+	rs := c.history("long")
+	if len(rs) != 1 || rs[0].Status != StatusRunning || rs[0].Node != "a" || rs[0].Attempt != 1 || !rs[0].Tick.Equal(run.Tick) {
+		t.Fatalf("while the handler runs: %v, want one running record of node a", rs)
+	}
+	b := c.node("b", 0, &Config{OnEvent: evs.on}).add(t, job).start(t)
+	c.settle(false)
+	c.advance(4 * time.Second) // a sweep on b: a is alive
+	c.settle(false)
+	if rs := c.history("long"); len(rs) != 1 || rs[0].Status != StatusRunning {
+		t.Fatalf("a live node's run was settled: %v", rs)
+	}
+
+	// a dies: its node lease ends.
+	_ = a.lk.Close()
+	c.advance(4 * time.Second)
+	waitFor(t, "b to settle a's run", func() bool {
+		rs := c.history("long")
+		return len(rs) == 1 && rs[0].Status == StatusInterrupted
+	})
+	rs = c.history("long")
+	if r := rs[0]; r.Node != "a" || !strings.Contains(r.Error, `node "a" stopped`) || !strings.Contains(r.Error, `"b"`) || r.End.IsZero() || !r.Start.Equal(t0) {
+		t.Errorf("interrupted record %+v", r)
+	}
+	count := 0
+	evs.mu.Lock()
+	for _, e := range evs.evs {
+		if e.Type == EventRunInterrupted {
+			count++
+			if e.RanOn != "a" || e.Node != "b" || e.Job != "long" || e.Status != StatusInterrupted {
+				t.Errorf("interrupted event %+v", e)
+			}
+		}
+	}
+	evs.mu.Unlock()
+	if count != 1 {
+		t.Errorf("%d EventRunInterrupted, want 1", count)
+	}
+	// More sweeps change nothing.
+	c.advance(4 * time.Second)
+	c.settle(false)
+	if rs := c.history("long"); len(rs) != 1 {
+		t.Fatalf("after another sweep: %v", rs)
+	}
+	// The slow node records its outcome after all: it replaces the row.
+	close(unblock)
+	waitFor(t, "a's outcome", func() bool {
+		rs := c.history("long")
+		return len(rs) == 1 && rs[0].Status != StatusInterrupted
+	})
+	b.shutdown(t)
+
+	// A running record left by an earlier process of node "c".
+	early := RunRecord{Job: "other", Tick: t0, Attempt: 1, Node: "c", Start: t0, Status: StatusRunning}
+	if err := c.ledger.RecordRuns(context.Background(), []RunRecord{early}); err != nil {
+		t.Fatal(err)
+	}
+	c.advance(time.Minute)
+	c.node("c", 0, nil).start(t)
+	waitFor(t, "c to settle its earlier process's run", func() bool {
+		rs := c.history("other")
+		return len(rs) == 1 && rs[0].Status == StatusInterrupted
+	})
+	if r := c.history("other")[0]; !strings.Contains(r.Error, `earlier process of node "c"`) {
+		t.Errorf("interrupted record %+v", r)
+	}
+}

@@ -60,6 +60,27 @@ type Config struct {
 	// goroutines, possibly several at once, and must not block: it is
 	// called while the run waits for it.
 	OnEvent func(Event)
+
+	// NodeKeyPrefix is put before a node's name to make the key of its
+	// node lease: the lock a Scheduler holds while it runs, so that the
+	// other nodes can tell it stopped. Default: KeyPrefix + "node/". Every
+	// node of a fleet must use the same.
+	NodeKeyPrefix string
+	// NodeLeaseTTL is the lease length of the node lease Start takes, and
+	// sets how often this node looks for the runs of stopped nodes: every
+	// third of it. Default: tasklock.DefaultTTL (10s).
+	NodeLeaseTTL time.Duration
+	// NodeLeaseTaken, when set, says the caller took this node's lease
+	// (NodeKeyPrefix + Node) at that time and holds it for as long as the
+	// Scheduler runs — tasklock serve holds its node-name lock — so the
+	// Scheduler takes none. Running records of this node that started
+	// before it are from an earlier process and are settled as interrupted.
+	NodeLeaseTaken time.Time
+	// NodeLister, when set, lists the node leases (it must be the Locker's
+	// store) in one call per look for stopped nodes. Nil: the Scheduler
+	// asks the Locker, one TryObtain per node with running records, and
+	// releases a lease it gets at once.
+	NodeLister driver.Lister
 }
 
 // Config defaults.
@@ -96,6 +117,10 @@ type Scheduler struct {
 	maxAge     time.Duration
 	tail       int
 	onEvent    func(Event)
+	nodePrefix string
+	nodeTTL    time.Duration
+	sweepEvery time.Duration
+	lister     driver.Lister
 
 	// runCtx is the parent of every run's context; cancelRuns ends it when
 	// Shutdown's grace period is over.
@@ -109,7 +134,13 @@ type Scheduler struct {
 
 	// Used by the loop goroutine only.
 	nextPoll, nextPrune, retryAt time.Time
+	nextSweep                    time.Time
 	claimFails                   int
+	// The node lease: taken by Start (nodeLease) or held by the caller
+	// (Config.NodeLeaseTaken); nodeTaken is when.
+	nodeLease *tasklock.Lock
+	nodeTaken time.Time
+	ownLease  bool // this Scheduler takes the node lease (no Config.NodeLeaseTaken)
 
 	mu          sync.Mutex
 	jobs        map[string]*job
@@ -176,6 +207,10 @@ func New(locker *tasklock.Locker, ledger driver.Ledger, cfg *Config) (*Scheduler
 	if c.OutputTail == 0 {
 		c.OutputTail = DefaultOutputTail
 	}
+	if c.NodeKeyPrefix == "" {
+		c.NodeKeyPrefix = c.KeyPrefix + "node/"
+	}
+	c.NodeLeaseTTL = orDefault(c.NodeLeaseTTL, tasklock.DefaultTTL)
 	switch {
 	case len(c.Node) > tasklock.MaxOwnerLen:
 		return nil, &ConfigError{"Config.Node", fmt.Sprintf("%d bytes long, the maximum is %d", len(c.Node), tasklock.MaxOwnerLen)}
@@ -187,6 +222,11 @@ func New(locker *tasklock.Locker, ledger driver.Ledger, cfg *Config) (*Scheduler
 		return nil, &ConfigError{"Config.ClaimRetention", fmt.Sprintf("%v is below the minimum 2m", c.ClaimRetention)}
 	case c.PruneInterval < time.Second:
 		return nil, &ConfigError{"Config.PruneInterval", fmt.Sprintf("%v is below the minimum 1s", c.PruneInterval)}
+	case c.NodeLeaseTTL < 100*time.Millisecond:
+		return nil, &ConfigError{"Config.NodeLeaseTTL", fmt.Sprintf("%v is below the minimum 100ms", c.NodeLeaseTTL)}
+	}
+	if err := tasklock.ValidateKey(c.NodeKeyPrefix + c.Node); err != nil {
+		return nil, &ConfigError{"Config.NodeKeyPrefix", fmt.Sprintf("%q and the node name make an invalid lock key: %v", c.NodeKeyPrefix, err)}
 	}
 	var tok [16]byte
 	if _, err := rand.Read(tok[:]); err != nil {
@@ -197,6 +237,7 @@ func New(locker *tasklock.Locker, ledger driver.Ledger, cfg *Config) (*Scheduler
 		node: c.Node, token: hex.EncodeToString(tok[:]), keyPrefix: c.KeyPrefix,
 		poll: c.PollInterval, grace: c.ShutdownGrace, retention: c.ClaimRetention,
 		pruneEvery: c.PruneInterval, keep: max(c.HistoryKeep, 0), maxAge: max(c.HistoryMaxAge, 0), tail: c.OutputTail, onEvent: c.OnEvent,
+		nodePrefix: c.NodeKeyPrefix, nodeTTL: c.NodeLeaseTTL, sweepEvery: c.NodeLeaseTTL / 3, lister: c.NodeLister, nodeTaken: c.NodeLeaseTaken,
 		wake: make(chan struct{}, 1), quit: make(chan struct{}), loopDone: make(chan struct{}), idle: make(chan struct{}),
 		jobs: make(map[string]*job), states: make(map[string]driver.JobState),
 		seen: make(map[triggerKey]bool), deadlines: make(map[*deadline]struct{}),
@@ -392,18 +433,33 @@ func (s *Scheduler) Start(ctx context.Context) error {
 	}
 	s.mu.Unlock()
 
-	sts, err := s.ledger.JobStates(ctx)
-	if err != nil {
-		err = fmt.Errorf("schedule: start: reading job states: %w", err)
-	} else {
-		err = s.registerAll(ctx, jobs)
+	err := s.takeNodeLease(ctx)
+	if err == nil {
+		var sts []driver.JobState
+		sts, err = s.ledger.JobStates(ctx)
+		if err != nil {
+			err = fmt.Errorf("schedule: start: reading job states: %w", err)
+		} else {
+			err = s.registerAll(ctx, jobs)
+		}
+		if err == nil {
+			if err = s.startLoop(sts); err == nil {
+				return nil
+			}
+		}
 	}
-	if err != nil {
-		s.mu.Lock()
-		s.started = false
-		s.mu.Unlock()
-		return err
+	s.releaseNodeLease()
+	s.mu.Lock()
+	s.started = false
+	if s.ownLease {
+		s.ownLease, s.nodeTaken = false, time.Time{}
 	}
+	s.mu.Unlock()
+	return err
+}
+
+// startLoop begins every job and starts the timing goroutine.
+func (s *Scheduler) startLoop(sts []driver.JobState) error {
 	now := s.clock.Now()
 	s.mu.Lock()
 	if s.stopping {
@@ -416,6 +472,7 @@ func (s *Scheduler) Start(ctx context.Context) error {
 	}
 	s.nextPoll = now.Add(s.poll)
 	s.nextPrune = now.Add(s.pruneEvery)
+	s.nextSweep = now // at once: runs of this node's earlier process
 	s.loopStarted = true
 	go s.loop()
 	s.mu.Unlock()
@@ -441,6 +498,14 @@ func (s *Scheduler) Shutdown(ctx context.Context) error {
 		return nil
 	}
 	s.poke()
+	defer func() {
+		s.mu.Lock()
+		done := s.idleClosed
+		s.mu.Unlock()
+		if done {
+			s.releaseNodeLease()
+		}
+	}()
 
 	grace := s.clock.NewTimer(s.grace)
 	defer grace.Stop()
@@ -620,6 +685,10 @@ func (s *Scheduler) step() time.Duration {
 			s.prune()
 			s.nextPrune = now.Add(s.pruneEvery)
 		}
+		if !now.Before(s.nextSweep) {
+			s.sweep(now)
+			s.nextSweep = now.Add(s.sweepEvery)
+		}
 		if !now.Before(s.retryAt) {
 			s.pass(now)
 		}
@@ -643,7 +712,7 @@ func (s *Scheduler) sleepFor(now time.Time, stopping bool) time.Duration {
 	s.stepped = now
 	s.mu.Unlock()
 	if !stopping {
-		next = earliest(earliest(next, s.nextPoll), s.nextPrune)
+		next = earliest(earliest(earliest(next, s.nextPoll), s.nextPrune), s.nextSweep)
 	}
 	return max(next.Sub(now), 0)
 }

@@ -5,6 +5,8 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"net/http"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -185,5 +187,144 @@ func TestBrokenJobsList(t *testing.T) {
 	code, out, _ := runTL(t, nil, "jobs", "list", "--store", url)
 	if code != exitOK || !regexp.MustCompile(`(?m)^bad +broken `).MatchString(out) || !regexp.MustCompile(`(?m)^good +ok `).MatchString(out) {
 		t.Errorf("jobs list = %d\n%s", code, out)
+	}
+}
+
+// historyJSON runs jobs history --json for job.
+func historyJSON(t *testing.T, url, job string) []runRecordJSON {
+	t.Helper()
+	code, out, errOut := runTL(t, nil, "jobs", "history", "--job", job, "--limit", "1000", "--json", "--store", url)
+	var hist struct {
+		Runs []runRecordJSON `json:"runs"`
+	}
+	if code != exitOK || json.Unmarshal([]byte(out), &hist) != nil {
+		t.Fatalf("jobs history --json = %d\n%s%s", code, out, errOut)
+	}
+	return hist.Runs
+}
+
+// dashboardURL waits for serve's dashboard line and returns its URL.
+func dashboardURL(t *testing.T, p *proc) string {
+	t.Helper()
+	p.waitStderr(`"msg":"dashboard"`, 20*time.Second)
+	for _, rec := range jsonLines(t, p.stderr()) {
+		if rec["msg"] == "dashboard" {
+			return rec["url"].(string)
+		}
+	}
+	t.Fatal("no dashboard URL")
+	return ""
+}
+
+type apiNode struct {
+	Node     string     `json:"node"`
+	Alive    bool       `json:"alive"`
+	LastSeen *time.Time `json:"last_seen"`
+}
+
+func apiNodes(t *testing.T, base string) map[string]apiNode {
+	t.Helper()
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}
+	resp, err := client.Get(base + "api/nodes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Nodes []apiNode `json:"nodes"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]apiNode{}
+	for _, n := range out.Nodes {
+		m[n.Node] = n
+	}
+	return m
+}
+
+// A serve node SIGKILLed during a run: the run shows as running, then —
+// once the node's lease ends — as interrupted, exactly once, written by the
+// other node; /api/nodes shows the killed node gone, last seen before the
+// kill. Before: the run never appeared in the history.
+func TestServeKilledNodeRunIsInterrupted(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	url := "sqlite://" + filepath.Join(dir, "fleet.db")
+	jobs := `jobs:
+  - name: sleeper
+    schedule: "@every 1s"
+    command: ["sleep", "60"]
+`
+	procs := map[string]*proc{}
+	urls := map[string]string{}
+	for _, node := range []string{"n1", "n2"} {
+		cfg := filepath.Join(dir, node+".yaml")
+		if err := os.WriteFile(cfg, []byte("store: "+url+"\nnode: "+node+"\n"+jobs), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		procs[node] = startTL(t, nil, "serve", "--config", cfg, "--log-format", "json", "--http", "127.0.0.1:0")
+	}
+	for node, p := range procs {
+		urls[node] = dashboardURL(t, p)
+	}
+	// Wait for the run in progress, and see both nodes alive.
+	var running runRecordJSON
+	waitFor(t, 30*time.Second, func() bool {
+		for _, r := range historyJSON(t, url, "sleeper") {
+			if r.Status == "running" {
+				running = r
+				return true
+			}
+		}
+		return false
+	}, "a running record")
+	victim, survivor := running.Node, "n1"
+	if victim == "n1" {
+		survivor = "n2"
+	}
+	if n := apiNodes(t, urls[survivor])[victim]; !n.Alive {
+		t.Fatalf("before the kill: %+v, want alive", n)
+	}
+	if err := procs[victim].cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	killedAt := time.Now()
+	procs[victim].wait(10 * time.Second)
+
+	sameRun := func(r runRecordJSON) bool {
+		return r.Tick.Equal(running.Tick) && r.Attempt == running.Attempt && r.Trigger == running.Trigger
+	}
+	var rows []runRecordJSON
+	waitFor(t, 40*time.Second, func() bool {
+		rows = rows[:0]
+		for _, r := range historyJSON(t, url, "sleeper") {
+			if sameRun(r) {
+				rows = append(rows, r)
+			}
+		}
+		return len(rows) == 1 && rows[0].Status == "interrupted"
+	}, "the killed node's run to be recorded as interrupted")
+	r := rows[0]
+	if r.Node != victim || !strings.Contains(r.Error, victim) || !strings.Contains(r.Error, survivor) || r.End == nil || r.End.Before(killedAt) {
+		t.Errorf("interrupted record %+v", r)
+	}
+	procs[survivor].waitStderr(`"msg":"run interrupted`, 10*time.Second)
+	for _, rec := range jsonLines(t, procs[survivor].stderr()) {
+		if m, _ := rec["msg"].(string); strings.HasPrefix(m, "run interrupted") && rec["level"] != "WARN" {
+			t.Errorf("run interrupted logged at %v", rec["level"])
+		}
+	}
+
+	waitFor(t, 20*time.Second, func() bool { return !apiNodes(t, urls[survivor])[victim].Alive }, "the killed node to show as gone")
+	if n := apiNodes(t, urls[survivor])[victim]; n.LastSeen == nil || !n.LastSeen.Before(killedAt) {
+		t.Errorf("killed node %+v, want last_seen before the kill at %v", n, killedAt)
+	}
+	if n := apiNodes(t, urls[survivor])[survivor]; !n.Alive || n.LastSeen == nil || n.LastSeen.After(time.Now()) {
+		t.Errorf("surviving node %+v", n)
+	}
+	procs[survivor].signal(syscall.SIGTERM)
+	if code := procs[survivor].wait(30 * time.Second); code != 0 {
+		t.Fatalf("exit %d\n%s", code, procs[survivor].stderr())
 	}
 }

@@ -198,6 +198,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		obs:      newObserver(log),
 	}
 	s.httpMux.Handle("/metrics", s.obs.metricsHandler())
+	s.obs.broken = s.brokenJobs
 	return s.run()
 }
 
@@ -216,6 +217,10 @@ type server struct {
 	ledger driver.Ledger
 	node   string
 	cur    *schedule.Scheduler
+	// The node-name lock is the Schedulers' node lease: taken at nodeTaken;
+	// lister, when the store can, lists the node leases.
+	nodeTaken time.Time
+	lister    driver.Lister
 
 	mu       sync.Mutex
 	draining map[*schedule.Scheduler]bool // replaced by a reload, finishing their runs
@@ -254,6 +259,7 @@ func (s *server) run() int {
 		return exitUsage
 	}
 	s.ledger = ledger
+	s.lister, _ = store.(driver.Lister)
 	lk, err := tasklock.New(store, &tasklock.Config{Owner: s.file.Node, Logger: s.log, OnEvent: s.obs.lockEvent})
 	if err != nil {
 		s.failf("%v", err)
@@ -321,6 +327,7 @@ func (s *server) takeNode() (*tasklock.Lock, int) {
 	var ne *tasklock.NotObtainedError
 	switch {
 	case err == nil:
+		s.nodeTaken = time.Now()
 		return g, exitOK
 	case errors.As(err, &ne) || errors.Is(err, tasklock.ErrNotObtained):
 		holder := "another process"
@@ -339,6 +346,7 @@ func (s *server) takeNode() (*tasklock.Lock, int) {
 func (s *server) start(f *config.File) (*schedule.Scheduler, error) {
 	sch, err := schedule.New(s.lk, s.ledger, &schedule.Config{
 		Node: s.node, Logger: schedulerLogger(s.log), ShutdownGrace: noGrace, OnEvent: s.obs.scheduleEvent,
+		NodeKeyPrefix: nodeKeyPrefix, NodeLeaseTaken: s.nodeTaken, NodeLister: s.lister,
 	})
 	if err != nil {
 		return nil, err
@@ -401,6 +409,23 @@ func (s *server) reload() {
 		s.mu.Unlock()
 	}()
 	s.log.Info("reloaded", "jobs", len(f.Jobs), "added", added, "removed", removed, "changed", changed)
+}
+
+// brokenJobs returns the jobs in force, each with whether it is broken,
+// for the tasklock_job_broken gauge.
+func (s *server) brokenJobs() map[string]bool {
+	s.mu.Lock()
+	cur, f := s.cur, s.file
+	s.mu.Unlock()
+	out := make(map[string]bool, len(f.Jobs))
+	if cur == nil {
+		return out
+	}
+	broken := cur.Broken()
+	for _, j := range f.Jobs {
+		_, out[j.Name] = broken[j.Name]
+	}
+	return out
 }
 
 // diffJobs names the jobs added, removed and changed from a to b.
