@@ -283,11 +283,14 @@ func (s *server) run() int {
 		return code
 	}
 	defer hs.stop()
-	s.cur, err = s.start(s.file)
+	cur, err := s.start(s.file)
 	if err != nil {
 		s.failf("%v", err)
 		return exitUnavailable
 	}
+	s.mu.Lock()
+	s.cur = cur
+	s.mu.Unlock()
 	s.log.Info("serving", "jobs", len(s.file.Jobs), "node", s.node, "store", storeurl.Redact(s.file.Store), "config", s.c.config)
 
 	var retry <-chan time.Time
