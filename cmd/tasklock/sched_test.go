@@ -263,7 +263,7 @@ func TestServeKilledNodeRunIsInterrupted(t *testing.T) {
 		if err := os.WriteFile(cfg, []byte("store: "+url+"\nnode: "+node+"\n"+jobs), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		procs[node] = startTL(t, nil, "serve", "--config", cfg, "--log-format", "json", "--http", "127.0.0.1:0")
+		procs[node] = startTL(t, nil, "serve", "--config", cfg, "--log-format", "json", "--http", "127.0.0.1:0", "--grace", "1s")
 	}
 	for node, p := range procs {
 		urls[node] = dashboardURL(t, p)
@@ -279,6 +279,7 @@ func TestServeKilledNodeRunIsInterrupted(t *testing.T) {
 		}
 		return false
 	}, "a running record")
+	t.Logf("%v: %s runs tick %v", time.Now().Format(time.StampMilli), running.Node, running.Tick)
 	victim, survivor := running.Node, "n1"
 	if victim == "n1" {
 		survivor = "n2"
@@ -305,6 +306,7 @@ func TestServeKilledNodeRunIsInterrupted(t *testing.T) {
 		}
 		return len(rows) == 1 && rows[0].Status == "interrupted"
 	}, "the killed node's run to be recorded as interrupted")
+	t.Logf("%v: recorded as interrupted, %v after the kill", time.Now().Format(time.StampMilli), time.Since(killedAt).Round(time.Millisecond))
 	r := rows[0]
 	if r.Node != victim || !strings.Contains(r.Error, victim) || !strings.Contains(r.Error, survivor) || r.End == nil || r.End.Before(killedAt) {
 		t.Errorf("interrupted record %+v", r)
