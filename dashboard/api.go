@@ -208,7 +208,7 @@ func (h *handler) jobs(w http.ResponseWriter, r *http.Request) {
 		errS, errR, errL error
 		wg               sync.WaitGroup
 	)
-	wg.Go(func() { states, errS = h.ledger.JobStates(ctx) })
+	wg.Go(func() { states, errS = h.ledger.Jobs(ctx) })
 	wg.Go(func() { _, errR = h.recentRuns(ctx, len(conf)) })
 	if h.lister != nil {
 		wg.Go(func() { leases, errL = h.lister.Leases(ctx, h.opts.KeyPrefix) })
@@ -275,7 +275,7 @@ func (h *handler) jobs(w http.ResponseWriter, r *http.Request) {
 	out := make([]jobView, 0, len(names))
 	h.lastMu.Lock()
 	for _, n := range names {
-		v := jobView{Job: apijson.Job{Job: n, Triggers: []apijson.Trigger{}}, NextTicks: []time.Time{}, Running: []running{}}
+		v := jobView{Job: apijson.Job{Job: n, State: apijson.StateOK, Triggers: []apijson.Trigger{}}, NextTicks: []time.Time{}, Running: []running{}}
 		if st, ok := byState[n]; ok {
 			v.Job = apijson.FromState(st)
 		}
@@ -287,8 +287,13 @@ func (h *handler) jobs(w http.ResponseWriter, r *http.Request) {
 			ticks, err := h.next(j, now)
 			if err != nil {
 				v.ScheduleEr = err.Error()
+				v.SetBroken("its schedule cannot be read: " + err.Error())
+			} else if len(ticks) == 0 {
+				v.SetBroken("its schedule gives no tick after " + now.UTC().Format(time.RFC3339))
 			}
 			v.NextTicks = ticks
+		} else if v.Spec != "" {
+			v.SetBroken(apijson.SpecBroken(v.Spec, now))
 		}
 		for _, l := range holders[n] {
 			v.Running = append(v.Running, running{Node: l.Owner, Fence: l.Fence, ExpiresInMS: l.TTL.Milliseconds(), HeldForMS: h.heldFor(l, now)})
@@ -429,9 +434,10 @@ func (h *handler) runs(w http.ResponseWriter, r *http.Request) {
 	}
 	q := driver.RunQuery{Job: qs.Get("job"), Status: driver.RunStatus(qs.Get("status")), Limit: limit + 1}
 	switch q.Status {
-	case "", driver.RunOK, driver.RunFailed, driver.RunTimeout, driver.RunLost, driver.RunSkipped, driver.RunMissed:
+	case "", driver.RunOK, driver.RunFailed, driver.RunTimeout, driver.RunLost, driver.RunInterrupted,
+		driver.RunSkipped, driver.RunMissed, driver.RunRunning:
 	default:
-		writeError(w, http.StatusBadRequest, "status: want ok, failed, timeout, lost, skipped or missed")
+		writeError(w, http.StatusBadRequest, "status: want ok, failed, timeout, lost, interrupted, skipped, missed or running")
 		return
 	}
 	if q.From, err = parseTime(qs, "from"); err == nil {
@@ -524,7 +530,11 @@ type nodeView struct {
 }
 
 // nodes is GET /api/nodes: the live nodes (holding their node lock) and
-// the nodes seen in the recent runs, sorted by name.
+// the nodes seen in the recent runs, sorted by name. A node's last_seen is
+// its node lock's last renewal — the lease's TTL less its remaining time —
+// as this dashboard last saw it, or the latest time a run of it shows it
+// alive, whichever is later: a node that was killed shows as gone once its
+// lease ends, last seen at its last heartbeat.
 func (h *handler) nodes(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), callTimeout)
 	defer cancel()
@@ -536,13 +546,29 @@ func (h *handler) nodes(w http.ResponseWriter, r *http.Request) {
 			h.storeError(w, r, err)
 			return
 		}
+		h.nodeMu.Lock()
 		for _, l := range ls {
 			name, version := parseNodeOwner(l.Owner)
 			if name == "" {
 				name = strings.TrimPrefix(l.Key, h.opts.NodeKeyPrefix)
 			}
-			byName[name] = &nodeView{Node: name, Alive: true, LastSeen: &now, Version: version, Fence: l.Fence, ExpiresInMS: l.TTL.Milliseconds()}
+			renewed := now.Add(-max(h.opts.NodeLeaseTTL-l.TTL, 0))
+			if old, ok := h.nodeSeen[name]; ok && old.After(renewed) && !old.After(now) {
+				renewed = old
+			}
+			h.nodeSeen[name] = renewed
+			byName[name] = &nodeView{Node: name, Alive: true, LastSeen: &renewed, Version: version, Fence: l.Fence, ExpiresInMS: l.TTL.Milliseconds()}
 		}
+		for name, seen := range h.nodeSeen {
+			if byName[name] == nil {
+				seen := seen
+				byName[name] = &nodeView{Node: name, LastSeen: &seen}
+			}
+		}
+		if len(h.nodeSeen) > maxJobsRemembered {
+			clear(h.nodeSeen)
+		}
+		h.nodeMu.Unlock()
 	}
 	if h.ledger != nil {
 		rs, err := h.recentRuns(ctx, len(h.configured()))
@@ -554,8 +580,17 @@ func (h *handler) nodes(w http.ResponseWriter, r *http.Request) {
 			if rr.Node == "" {
 				continue
 			}
+			// The node was alive at the end of a run it recorded; a
+			// running or interrupted record shows only its start (another
+			// node wrote the interrupted one).
 			seen := rr.End
+			if !rr.Status.Final() || rr.Status == driver.RunInterrupted {
+				seen = rr.Start
+			}
 			if seen.IsZero() {
+				if rr.Status == driver.RunInterrupted {
+					continue
+				}
 				seen = rr.Recorded
 			}
 			seen = seen.UTC()

@@ -55,6 +55,10 @@ type Options struct {
 	// NodeKeyPrefix is put before a node's name to make the key of the lock
 	// a live node holds. Default: DefaultNodeKeyPrefix.
 	NodeKeyPrefix string
+	// NodeLeaseTTL is the lease length of the node locks: a live node's
+	// last_seen is when it last renewed its lock, the lease's TTL less its
+	// remaining time. Default: tasklock.DefaultTTL, as serve uses.
+	NodeLeaseTTL time.Duration
 	// RecentRuns is how many of the newest run records /api/jobs and
 	// /api/nodes read, in one query, to find each job's last run and each
 	// node's last activity, at most once a second; the jobs of a page not
@@ -120,6 +124,9 @@ type handler struct {
 	noRuns  map[string]time.Time        // jobs found without runs, and when
 
 	sum summaryCache
+
+	nodeMu   sync.Mutex
+	nodeSeen map[string]time.Time // each node's last lease renewal seen
 }
 
 type leaseID struct {
@@ -143,9 +150,10 @@ func New(opts Options) (http.Handler, error) {
 		opts: opts, store: opts.Store, clock: opts.Clock, log: opts.Logger,
 		storeURL: storeurl.Redact(opts.StoreURL),
 		scheds:   map[string]schedule.Schedule{}, firstSeen: map[leaseID]time.Time{},
-		lastRun: map[string]driver.RunRecord{},
-		noRuns:  map[string]time.Time{},
-		auth:    authState{sessions: map[sessionKey]session{}, fails: map[string]*allowance{}},
+		lastRun:  map[string]driver.RunRecord{},
+		noRuns:   map[string]time.Time{},
+		nodeSeen: map[string]time.Time{},
+		auth:     authState{sessions: map[sessionKey]session{}, fails: map[string]*allowance{}},
 	}
 	if h.clock == nil {
 		h.clock = tasklock.SystemClock{}
@@ -158,6 +166,9 @@ func New(opts Options) (http.Handler, error) {
 	}
 	if h.opts.NodeKeyPrefix == "" {
 		h.opts.NodeKeyPrefix = DefaultNodeKeyPrefix
+	}
+	if h.opts.NodeLeaseTTL <= 0 {
+		h.opts.NodeLeaseTTL = tasklock.DefaultTTL
 	}
 	if h.opts.EventInterval == 0 {
 		h.opts.EventInterval = time.Second

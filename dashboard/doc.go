@@ -23,11 +23,13 @@
 //	                      "public_read", "logged_in", "csrf" (with a session cookie),
 //	                      "can": {"ledger", "list", "release"}}
 //	GET  /api/jobs        ?q=SUBSTRING &name=EXACT &after=NAME &limit=N (default 100, max 1000)
-//	                      {"jobs": [{"job", "paused", "pending_triggers": [{"id", "at"}], "last_run",
+//	                      {"jobs": [{"job", "state" (ok, paused, broken), "broken" (why),
+//	                      "paused", "pending_triggers": [{"id", "at"}], "spec", "since", "last_run",
 //	                      "configured", "schedule", "timezone", "next_ticks": [3 times],
 //	                      "running": [{"node", "fence", "expires_in_ms", "held_for_ms"}]}],
 //	                      "total", "next"}
-//	GET  /api/runs        ?job= &status=ok|failed|timeout|lost|skipped|missed &from=TIME &to=TIME
+//	GET  /api/runs        ?job= &status=ok|failed|timeout|lost|interrupted|skipped|missed|running
+//	                      &from=TIME &to=TIME
 //	                      &limit=N (default 50) &before=CURSOR
 //	                      {"runs": [{"job", "tick", "trigger", "attempt", "node", "fence", "start",
 //	                      "end", "status", "error", "output", "recorded"}], "next": CURSOR}
@@ -51,16 +53,25 @@
 // bound, null when unknown. "last_run" is the job's newest record: from the
 // newest Options.RecentRuns records (one query, at most once a second), or
 // for the jobs of the page not among them one indexed query each (16 at a
-// time); null when the job has none. /api/jobs reads the store with one
-// JobStates, one Leases and one Runs call, plus at most one small Runs call
+// time); null when the job has none. A job is "broken" when its schedule
+// (the configured one, or else the one the fleet registered, "spec") gives
+// no next tick; its nodes do not run it. The jobs are the configured ones
+// and those the ledger knows (Ledger.Jobs: registered, paused or
+// triggered). /api/jobs reads the store with one Jobs, one Leases and one
+// Runs call, plus at most one small Runs call
 // per job on the page, whatever the number of jobs and the length of the
 // history.
 //
 // A node is live while it holds its node lock, NodeKeyPrefix + name
 // (`tasklock serve` takes serve/node/NODE for as long as it runs). Its owner
 // name is "NODE tasklock/VERSION" (see NodeOwner), which is where "version"
-// comes from. Nodes seen in recent runs but holding no node lock are listed
-// with alive false and the end of their latest run as "last_seen".
+// comes from. A live node's "last_seen" is its node lock's last renewal:
+// Options.NodeLeaseTTL less the lease's remaining time. Nodes seen in
+// recent runs, or seen live by this dashboard before, but holding no node
+// lock now — stopped, or killed, within their lease's TTL — are listed with
+// alive false and as "last_seen" the later of their last renewal this
+// dashboard saw and the latest run that shows them alive (the end of a run
+// they recorded, the start of a running or interrupted one).
 //
 // /api/events sends, every Options.EventInterval and when it opens,
 //

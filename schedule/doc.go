@@ -30,6 +30,19 @@
 // none, MisfireCatchUp the newest CatchUpMax. Those not run are recorded as
 // missed. At most MaxBacklog missed ticks per job are looked at in one pass.
 //
+// Only ticks the fleet owes are looked at: Start (or Add after Start)
+// registers each job's schedule in the ledger, and the first node to
+// register a schedule records when (driver.JobRegister). The look back
+// never reaches before that, so a new job — on the first start of the
+// fleet, or added later — and a job whose schedule (or time zone) changed
+// start at their next tick, with no missed ticks from before they existed.
+// A known job keeps its registration across restarts and gets its misfire
+// handling.
+//
+// If a job's schedule ever cannot give a next tick, the job is broken: it
+// is logged at ERROR, reported once with EventBroken, listed by
+// Scheduler.Broken, and not run again until the schedule is fixed.
+//
 // # Schedules
 //
 // Job.Schedule is a cron spec with five fields (minute hour day-of-month
@@ -85,11 +98,28 @@
 //
 // Every attempt, skipped tick and missed tick is recorded in the ledger —
 // job, tick, node, fence, attempt, start, end, status (ok, failed, timeout,
-// lost, skipped, missed), error, and the tail of Run.Output — and kept for
-// Config.HistoryKeep records per job and Config.HistoryMaxAge. Runs queries
-// it by job, time range and status. Config.Redact, when set, rewrites the
-// error and the output tail before they are recorded, so that secrets a
-// handler printed are not kept where every reader of the ledger sees them.
+// lost, interrupted, skipped, missed), error, and the tail of Run.Output —
+// and kept for Config.HistoryKeep records per job and Config.HistoryMaxAge.
+// Runs queries it by job, time range and status. Config.Redact, when set,
+// rewrites the error and the output tail before they are recorded, so that
+// secrets a handler printed are not kept where every reader of the ledger
+// sees them.
+//
+// An attempt is recorded as running before its handler starts, and its
+// outcome replaces that record. Each Scheduler holds a node lease (the lock
+// Config.NodeKeyPrefix + Config.Node, taken by Start, or held by the caller:
+// see Config.NodeLeaseTaken), and every node looks, every third of
+// Config.NodeLeaseTTL, for running records whose node holds no node lease:
+// that node was killed or cut off for longer than its lease. It replaces
+// them with interrupted records (reported with EventRunInterrupted). If the
+// node was only slow and records the outcome after all, the outcome
+// replaces the interrupted record; a tick keeps one record per attempt
+// either way. A node that starts under the name of a stopped one settles
+// that one's running records itself once it holds the node lease. Limits:
+// a kill between the claim and the running record (while taking the job's
+// lock, or during Job.Jitter) leaves the claimed tick without a record; and
+// should the slow node record its outcome just as another node settles the
+// run, the later write wins.
 //
 // # Pause, resume and trigger
 //

@@ -16,9 +16,19 @@ const (
 	EventSkipped                               // the tick was not run: the previous run still held the job's lock, or the node shut down first; Error says which
 	EventRunStarted                            // an attempt starts: Attempt, Fence, Start; Late is Start − Tick
 	EventRunEnded                              // an attempt ended: Status, Duration, Error, as recorded in history
+	// EventBroken: the job's schedule gave no tick after Tick, so the job
+	// will not run again on this node (see Scheduler.Broken); Error says
+	// why. Once per job and Scheduler.
+	EventBroken
+	// EventRunInterrupted: this node found the running record of an
+	// attempt whose node stopped (RanOn; its node lease ended) before it
+	// recorded the outcome, and replaced it with an interrupted record:
+	// Attempt, Fence, Start, Duration (to when it was noticed), Status,
+	// Error.
+	EventRunInterrupted
 )
 
-var eventNames = [...]string{"", "claimed", "claimed_elsewhere", "missed", "skipped", "run_started", "run_ended"}
+var eventNames = [...]string{"", "claimed", "claimed_elsewhere", "missed", "skipped", "run_started", "run_ended", "broken", "run_interrupted"}
 
 // String returns the event's name in snake case, as used in metrics labels.
 func (t EventType) String() string {
@@ -47,6 +57,7 @@ type Event struct {
 	Duration time.Duration // EventRunEnded: how long the attempt took
 	Status   Status        // EventRunEnded, EventSkipped, EventMissed: the status recorded in history
 	Error    string        // EventRunEnded, EventSkipped, EventMissed: the error text recorded in history
+	RanOn    string        // EventRunInterrupted: the node the attempt ran on
 }
 
 // emit passes e to Config.OnEvent.

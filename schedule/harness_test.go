@@ -261,12 +261,18 @@ func (c *cluster) historyAfter(job string, from time.Time) []RunRecord {
 	return rs
 }
 
-// waitRecords waits until job has n records for ticks after from.
+// waitRecords waits until job has n records for ticks after from, none of
+// them running.
 func (c *cluster) waitRecords(job string, from time.Time, n int) []RunRecord {
 	c.t.Helper()
 	var rs []RunRecord
-	waitFor(c.t, fmt.Sprintf("%d records of %s", n, job), func() bool {
+	waitFor(c.t, fmt.Sprintf("%d final records of %s", n, job), func() bool {
 		rs = c.historyAfter(job, from)
+		for _, r := range rs {
+			if !r.Status.Final() {
+				return false
+			}
+		}
 		return len(rs) >= n
 	})
 	return rs

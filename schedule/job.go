@@ -215,6 +215,12 @@ const (
 	StatusLost    = driver.RunLost
 	StatusSkipped = driver.RunSkipped
 	StatusMissed  = driver.RunMissed
+	// StatusRunning marks an attempt under way (not final); see
+	// driver.RunRunning.
+	StatusRunning = driver.RunRunning
+	// StatusInterrupted replaces a running record whose node stopped
+	// before it recorded the outcome; see driver.RunInterrupted.
+	StatusInterrupted = driver.RunInterrupted
 )
 
 // job is a validated Job with its parsed schedule and this node's progress
@@ -225,9 +231,11 @@ type job struct {
 	key   string
 
 	// Guarded by Scheduler.mu.
-	after time.Time // every tick up to and including after was handled here
-	next  time.Time // sched.Next(after): the heap's key
-	idx   int       // index in the heap, -1 when not in it
+	since  time.Time // when the fleet first ran the job with this schedule (the ledger's registration)
+	broken string    // why the schedule gave no next tick; "" while it does
+	after  time.Time // every tick up to and including after was handled here
+	next   time.Time // sched.Next(after): the heap's key
+	idx    int       // index in the heap, -1 when not in it
 }
 
 func validateJob(j Job, keyPrefix string, retention time.Duration) (*job, error) {

@@ -158,6 +158,12 @@ func (s *Scheduler) attempt(parent context.Context, j *job, w work, n int, lock 
 		Type: EventRunStarted, Job: j.Name, Tick: run.Tick, Trigger: w.trigger, CatchUp: w.catchUp,
 		Attempt: n, Fence: fence, Start: start, Late: start.Sub(run.Tick),
 	})
+	// The running record, before the handler starts: if this node dies
+	// now, another one finds it and settles it as interrupted (sweep.go).
+	_ = s.record(driver.RunRecord{
+		Job: j.Name, Tick: run.Tick, Trigger: w.trigger, Attempt: n, Node: s.node, Fence: fence,
+		Start: start, Status: driver.RunRunning,
+	})
 	err := s.call(ctx, j, run)
 	rec := driver.RunRecord{
 		Job: j.Name, Tick: run.Tick, Trigger: w.trigger, Attempt: n, Node: s.node, Fence: fence,
@@ -237,7 +243,7 @@ func (s *Scheduler) release(j *job, l *tasklock.Lock) {
 	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
 	defer cancel()
 	if err := l.Release(ctx); err != nil && !errors.Is(err, tasklock.ErrNotHeld) {
-		s.log.Warn("schedule: releasing the job's lock", "node", s.node, "job", j.Name, "err", err)
+		s.log.Error("schedule: releasing the job's lock", "node", s.node, "job", j.Name, "err", err)
 	}
 }
 
@@ -258,8 +264,13 @@ type histItem struct {
 }
 
 // record writes history records, with those of other runs ending at the
-// same time, and returns once they are written (or writing failed twice).
-func (s *Scheduler) record(rs ...driver.RunRecord) {
+// same time, and returns once they are written (or writing failed twice,
+// which it logs and returns).
+func (s *Scheduler) record(rs ...driver.RunRecord) error {
+	return s.recordErr(rs...)
+}
+
+func (s *Scheduler) recordErr(rs ...driver.RunRecord) error {
 	it := &histItem{rs: rs, done: make(chan error, 1), lead: make(chan struct{}, 1)}
 	h := &s.hist
 	h.mu.Lock()
@@ -269,7 +280,7 @@ func (s *Scheduler) record(rs ...driver.RunRecord) {
 		select {
 		case err := <-it.done:
 			s.recordFailed(rs, err)
-			return
+			return err
 		case <-it.lead:
 		}
 		h.mu.Lock()
@@ -305,11 +316,12 @@ func (s *Scheduler) record(rs ...driver.RunRecord) {
 	}
 	h.mu.Unlock()
 	s.recordFailed(rs, err)
+	return err
 }
 
 func (s *Scheduler) recordFailed(rs []driver.RunRecord, err error) {
 	if err != nil {
-		s.log.Warn("schedule: recording history", "node", s.node, "job", rs[0].Job, "records", len(rs), "err", err)
+		s.log.Error("schedule: recording history", "node", s.node, "job", rs[0].Job, "records", len(rs), "err", err)
 	}
 }
 
@@ -319,7 +331,7 @@ func (s *Scheduler) triggerDone(job, id string) {
 	defer cancel()
 	_, err := s.ledger.SetJobState(ctx, driver.JobStateParams{Job: job, Op: driver.JobTriggerDone, Trigger: id})
 	if err != nil {
-		s.log.Warn("schedule: removing a trigger request", "node", s.node, "job", job, "trigger", id, "err", err)
+		s.log.Error("schedule: removing a trigger request", "node", s.node, "job", job, "trigger", id, "err", err)
 	}
 }
 

@@ -4,10 +4,12 @@ import (
 	"container/heap"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -64,6 +66,27 @@ type Config struct {
 	// goroutines, possibly several at once, and must not block: it is
 	// called while the run waits for it.
 	OnEvent func(Event)
+
+	// NodeKeyPrefix is put before a node's name to make the key of its
+	// node lease: the lock a Scheduler holds while it runs, so that the
+	// other nodes can tell it stopped. Default: KeyPrefix + "node/". Every
+	// node of a fleet must use the same.
+	NodeKeyPrefix string
+	// NodeLeaseTTL is the lease length of the node lease Start takes, and
+	// sets how often this node looks for the runs of stopped nodes: every
+	// third of it. Default: tasklock.DefaultTTL (10s).
+	NodeLeaseTTL time.Duration
+	// NodeLeaseTaken, when set, says the caller took this node's lease
+	// (NodeKeyPrefix + Node) at that time and holds it for as long as the
+	// Scheduler runs — tasklock serve holds its node-name lock — so the
+	// Scheduler takes none. Running records of this node that started
+	// before it are from an earlier process and are settled as interrupted.
+	NodeLeaseTaken time.Time
+	// NodeLister, when set, lists the node leases (it must be the Locker's
+	// store) in one call per look for stopped nodes. Nil: the Scheduler
+	// asks the Locker, one TryObtain per node with running records, and
+	// releases a lease it gets at once.
+	NodeLister driver.Lister
 }
 
 // Config defaults.
@@ -101,6 +124,10 @@ type Scheduler struct {
 	tail       int
 	redact     func(string) string // nil: none
 	onEvent    func(Event)
+	nodePrefix string
+	nodeTTL    time.Duration
+	sweepEvery time.Duration
+	lister     driver.Lister
 
 	// runCtx is the parent of every run's context; cancelRuns ends it when
 	// Shutdown's grace period is over.
@@ -114,7 +141,13 @@ type Scheduler struct {
 
 	// Used by the loop goroutine only.
 	nextPoll, nextPrune, retryAt time.Time
+	nextSweep                    time.Time
 	claimFails                   int
+	// The node lease: taken by Start (nodeLease) or held by the caller
+	// (Config.NodeLeaseTaken); nodeTaken is when.
+	nodeLease *tasklock.Lock
+	nodeTaken time.Time
+	ownLease  bool // this Scheduler takes the node lease (no Config.NodeLeaseTaken)
 
 	mu          sync.Mutex
 	jobs        map[string]*job
@@ -129,6 +162,7 @@ type Scheduler struct {
 	loopStopped bool // the loop saw stopping: it claims nothing more
 	idleClosed  bool
 	stepped     time.Time // the clock reading of the loop's last step
+	brokenEvs   []Event   // EventBroken events to emit once s.mu is released (flushBroken)
 
 	hist history // history records waiting to be written together (run.go)
 }
@@ -180,6 +214,10 @@ func New(locker *tasklock.Locker, ledger driver.Ledger, cfg *Config) (*Scheduler
 	if c.OutputTail == 0 {
 		c.OutputTail = DefaultOutputTail
 	}
+	if c.NodeKeyPrefix == "" {
+		c.NodeKeyPrefix = c.KeyPrefix + "node/"
+	}
+	c.NodeLeaseTTL = orDefault(c.NodeLeaseTTL, tasklock.DefaultTTL)
 	switch {
 	case len(c.Node) > tasklock.MaxOwnerLen:
 		return nil, &ConfigError{"Config.Node", fmt.Sprintf("%d bytes long, the maximum is %d", len(c.Node), tasklock.MaxOwnerLen)}
@@ -191,6 +229,11 @@ func New(locker *tasklock.Locker, ledger driver.Ledger, cfg *Config) (*Scheduler
 		return nil, &ConfigError{"Config.ClaimRetention", fmt.Sprintf("%v is below the minimum 2m", c.ClaimRetention)}
 	case c.PruneInterval < time.Second:
 		return nil, &ConfigError{"Config.PruneInterval", fmt.Sprintf("%v is below the minimum 1s", c.PruneInterval)}
+	case c.NodeLeaseTTL < 100*time.Millisecond:
+		return nil, &ConfigError{"Config.NodeLeaseTTL", fmt.Sprintf("%v is below the minimum 100ms", c.NodeLeaseTTL)}
+	}
+	if err := tasklock.ValidateKey(c.NodeKeyPrefix + c.Node); err != nil {
+		return nil, &ConfigError{"Config.NodeKeyPrefix", fmt.Sprintf("%q and the node name make an invalid lock key: %v", c.NodeKeyPrefix, err)}
 	}
 	var tok [16]byte
 	if _, err := rand.Read(tok[:]); err != nil {
@@ -201,6 +244,7 @@ func New(locker *tasklock.Locker, ledger driver.Ledger, cfg *Config) (*Scheduler
 		node: c.Node, token: hex.EncodeToString(tok[:]), keyPrefix: c.KeyPrefix,
 		poll: c.PollInterval, grace: c.ShutdownGrace, retention: c.ClaimRetention,
 		pruneEvery: c.PruneInterval, keep: max(c.HistoryKeep, 0), maxAge: max(c.HistoryMaxAge, 0), tail: c.OutputTail, redact: c.Redact, onEvent: c.OnEvent,
+		nodePrefix: c.NodeKeyPrefix, nodeTTL: c.NodeLeaseTTL, sweepEvery: c.NodeLeaseTTL / 3, lister: c.NodeLister, nodeTaken: c.NodeLeaseTaken,
 		wake: make(chan struct{}, 1), quit: make(chan struct{}), loopDone: make(chan struct{}), idle: make(chan struct{}),
 		jobs: make(map[string]*job), states: make(map[string]driver.JobState),
 		seen: make(map[triggerKey]bool), deadlines: make(map[*deadline]struct{}),
@@ -219,39 +263,161 @@ func orDefault(d, def time.Duration) time.Duration {
 // Node returns the scheduler's node name.
 func (s *Scheduler) Node() string { return s.node }
 
-// Add adds a job. Jobs may be added before or after Start; a job starts
-// with a look back over its MisfireWindow for ticks no node handled. It
+// Add adds a job. Jobs may be added before or after Start. A job starts
+// with a look back over its MisfireWindow for ticks no node handled, but
+// never before the fleet first ran it with this schedule: Start (or Add,
+// after Start) registers the job's schedule in the ledger, and the first
+// registration of a schedule records when that was (driver.JobRegister). So
+// a new job, or a job whose schedule changed, starts at its next tick. It
 // returns a *JobError naming the job and the field when the job is invalid
-// or its name was added before.
+// or its name was added before, and the ledger's error when Add is called
+// after Start and the job cannot be registered.
 func (s *Scheduler) Add(j Job) error {
 	jj, err := validateJob(j, s.keyPrefix, s.retention)
 	if err != nil {
 		return err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.stopping {
-		return ErrShutdown
+	check := func() error {
+		if s.stopping {
+			return ErrShutdown
+		}
+		if _, dup := s.jobs[j.Name]; dup {
+			return &JobError{Job: j.Name, Field: "Job.Name", Reason: "a job of this name was added before"}
+		}
+		return nil
 	}
-	if _, dup := s.jobs[j.Name]; dup {
-		return &JobError{Job: j.Name, Field: "Job.Name", Reason: "a job of this name was added before"}
+	s.mu.Lock()
+	err = check()
+	started := s.started
+	s.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if started {
+		ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+		err := s.register(ctx, jj)
+		cancel()
+		if err != nil {
+			return err
+		}
+	}
+	s.mu.Lock()
+	if err := check(); err != nil {
+		s.mu.Unlock()
+		return err
 	}
 	s.jobs[j.Name] = jj
 	if s.loopStarted {
 		s.begin(jj, s.clock.Now())
-		s.poke()
 	}
+	s.mu.Unlock()
+	s.flushBroken()
+	s.poke()
 	return nil
 }
 
+// specOf is the spec j is registered with in the ledger: its schedule, with
+// its time zone as a CRON_TZ= prefix, blanks collapsed. A spec longer than
+// the ledger takes is cut and ends with a hash of the whole.
+func specOf(j *job) string {
+	spec := strings.Join(strings.Fields(j.Schedule), " ")
+	if j.TimeZone != "" {
+		spec = "CRON_TZ=" + j.TimeZone + " " + spec
+	}
+	if len(spec) > driver.MaxSpecLen {
+		sum := sha256.Sum256([]byte(spec))
+		h := " #" + hex.EncodeToString(sum[:])
+		spec = spec[:driver.MaxSpecLen-len(h)] + h
+	}
+	return spec
+}
+
+// register records j's schedule in the ledger (driver.JobRegister) and sets
+// j.since to when the fleet first ran the job with it.
+func (s *Scheduler) register(ctx context.Context, j *job) error {
+	st, err := s.ledger.SetJobState(ctx, driver.JobStateParams{Job: j.Name, Op: driver.JobRegister, Spec: specOf(j), Since: s.clock.Now()})
+	if err != nil {
+		return fmt.Errorf("schedule: registering job %q: %w", j.Name, err)
+	}
+	s.mu.Lock()
+	j.since = st.Since
+	s.mu.Unlock()
+	return nil
+}
+
+// registerAll registers jobs, several at a time.
+func (s *Scheduler) registerAll(ctx context.Context, jobs []*job) error {
+	sem := make(chan struct{}, 16)
+	errs := make([]error, len(jobs))
+	var wg sync.WaitGroup
+	for i, j := range jobs {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			errs[i] = s.register(ctx, j)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
 // begin schedules j's first pass: it covers the ticks of the last
-// MisfireWindow. Callers hold s.mu.
+// MisfireWindow from the job's registration on (a tick at the very instant
+// of the registration is owed: it is the job's first). Callers hold s.mu.
 func (s *Scheduler) begin(j *job, now time.Time) {
 	j.after = now.Add(-j.MisfireWindow)
-	j.next = j.sched.Next(j.after)
-	if !j.next.IsZero() {
+	if from := j.since.Add(-time.Nanosecond); !j.since.IsZero() && from.After(j.after) {
+		j.after = from
+	}
+	if s.setNext(j, j.after) {
 		heap.Push(&s.heap, j)
 	}
+}
+
+// setNext sets j.next to j's first tick after t and reports whether there
+// is one. When the schedule cannot answer, the job is broken: it leaves the
+// heap for good, with an ERROR log and an EventBroken the first time (see
+// Broken). Callers hold s.mu and call flushBroken after releasing it.
+func (s *Scheduler) setNext(j *job, t time.Time) bool {
+	j.next = j.sched.Next(t)
+	if !j.next.IsZero() {
+		return true
+	}
+	if j.broken == "" {
+		j.broken = fmt.Sprintf("schedule: job %q is broken: its schedule %q gives no tick after %s", j.Name, j.Schedule, t.UTC().Format(time.RFC3339))
+		s.log.Error("schedule: job is broken: its schedule gives no next tick; it will not run again until the schedule is fixed",
+			"node", s.node, "job", j.Name, "schedule", j.Schedule, "timezone", j.TimeZone, "after", t.UTC())
+		s.brokenEvs = append(s.brokenEvs, Event{Type: EventBroken, Job: j.Name, Tick: t.UTC(), Error: j.broken})
+	}
+	return false
+}
+
+// flushBroken emits the EventBroken events setNext queued. Callers do not
+// hold s.mu.
+func (s *Scheduler) flushBroken() {
+	s.mu.Lock()
+	evs := s.brokenEvs
+	s.brokenEvs = nil
+	s.mu.Unlock()
+	for _, e := range evs {
+		s.emit(e)
+	}
+}
+
+// Broken returns the jobs whose schedule could not give a next tick, by
+// name, each with the reason. A broken job is not run again by this
+// Scheduler: it was logged at ERROR and reported with EventBroken once.
+func (s *Scheduler) Broken() map[string]string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]string)
+	for name, j := range s.jobs {
+		if j.broken != "" {
+			out[name] = j.broken
+		}
+	}
+	return out
 }
 
 // Start reads the job states from the ledger, so that paused jobs stay
@@ -268,19 +434,43 @@ func (s *Scheduler) Start(ctx context.Context) error {
 		return ErrStarted
 	}
 	s.started = true
+	jobs := make([]*job, 0, len(s.jobs))
+	for _, j := range s.jobs {
+		jobs = append(jobs, j)
+	}
 	s.mu.Unlock()
 
-	sts, err := s.ledger.JobStates(ctx)
-	if err != nil {
-		s.mu.Lock()
-		s.started = false
-		s.mu.Unlock()
-		return fmt.Errorf("schedule: start: reading job states: %w", err)
+	err := s.takeNodeLease(ctx)
+	if err == nil {
+		var sts []driver.JobState
+		sts, err = s.ledger.JobStates(ctx)
+		if err != nil {
+			err = fmt.Errorf("schedule: start: reading job states: %w", err)
+		} else {
+			err = s.registerAll(ctx, jobs)
+		}
+		if err == nil {
+			if err = s.startLoop(sts); err == nil {
+				return nil
+			}
+		}
 	}
+	s.releaseNodeLease()
+	s.mu.Lock()
+	s.started = false
+	if s.ownLease {
+		s.ownLease, s.nodeTaken = false, time.Time{}
+	}
+	s.mu.Unlock()
+	return err
+}
+
+// startLoop begins every job and starts the timing goroutine.
+func (s *Scheduler) startLoop(sts []driver.JobState) error {
 	now := s.clock.Now()
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.stopping {
+		s.mu.Unlock()
 		return ErrShutdown
 	}
 	s.setStates(sts)
@@ -289,8 +479,11 @@ func (s *Scheduler) Start(ctx context.Context) error {
 	}
 	s.nextPoll = now.Add(s.poll)
 	s.nextPrune = now.Add(s.pruneEvery)
+	s.nextSweep = now // at once: runs of this node's earlier process
 	s.loopStarted = true
 	go s.loop()
+	s.mu.Unlock()
+	s.flushBroken()
 	return nil
 }
 
@@ -312,6 +505,14 @@ func (s *Scheduler) Shutdown(ctx context.Context) error {
 		return nil
 	}
 	s.poke()
+	defer func() {
+		s.mu.Lock()
+		done := s.idleClosed
+		s.mu.Unlock()
+		if done {
+			s.releaseNodeLease()
+		}
+	}()
 
 	grace := s.clock.NewTimer(s.grace)
 	defer grace.Stop()
@@ -491,6 +692,10 @@ func (s *Scheduler) step() time.Duration {
 			s.prune()
 			s.nextPrune = now.Add(s.pruneEvery)
 		}
+		if !now.Before(s.nextSweep) {
+			s.sweep(now)
+			s.nextSweep = now.Add(s.sweepEvery)
+		}
 		if !now.Before(s.retryAt) {
 			s.pass(now)
 		}
@@ -514,7 +719,7 @@ func (s *Scheduler) sleepFor(now time.Time, stopping bool) time.Duration {
 	s.stepped = now
 	s.mu.Unlock()
 	if !stopping {
-		next = earliest(earliest(next, s.nextPoll), s.nextPrune)
+		next = earliest(earliest(earliest(next, s.nextPoll), s.nextPrune), s.nextSweep)
 	}
 	return max(next.Sub(now), 0)
 }
@@ -531,7 +736,7 @@ func (s *Scheduler) pollStates() {
 	sts, err := s.ledger.JobStates(ctx)
 	cancel()
 	if err != nil {
-		s.log.Warn("schedule: reading job states", "node", s.node, "err", err)
+		s.log.Error("schedule: reading job states", "node", s.node, "err", err)
 		return
 	}
 	s.mu.Lock()
@@ -544,7 +749,7 @@ func (s *Scheduler) prune() {
 	res, err := s.ledger.Prune(ctx, driver.PruneParams{RunsOlderThan: s.maxAge, KeepPerJob: s.keep, TriggersOlderThan: s.retention / 2})
 	cancel()
 	if err != nil {
-		s.log.Warn("schedule: pruning the ledger", "node", s.node, "err", err)
+		s.log.Error("schedule: pruning the ledger", "node", s.node, "err", err)
 		return
 	}
 	s.log.Debug("schedule: pruned the ledger", "node", s.node, "claims", res.Claims, "runs", res.Runs, "triggers", res.Triggers)
@@ -592,8 +797,7 @@ func (s *Scheduler) pass(now time.Time) {
 		ticks := backlog(j.sched, j.after, now, MaxBacklog)
 		b.undo = append(b.undo, undo{j, j.after})
 		j.after = now
-		j.next = j.sched.Next(now)
-		if !j.next.IsZero() {
+		if s.setNext(j, now) {
 			heap.Push(&s.heap, j)
 		}
 		s.addTicks(&b, j, ticks, now)
@@ -614,6 +818,7 @@ func (s *Scheduler) pass(now time.Time) {
 		}
 	}
 	s.mu.Unlock()
+	s.flushBroken()
 	if len(b.claims) == 0 {
 		return
 	}
@@ -647,7 +852,7 @@ func (s *Scheduler) pass(now time.Time) {
 		case errors.Is(r, driver.ErrClaimed):
 			s.emit(Event{Type: EventClaimedElsewhere, Job: j.Name, Tick: w.tick.UTC(), Trigger: w.trigger, Paused: w.paused})
 		default:
-			s.log.Warn("schedule: claiming a tick", "node", s.node, "job", j.Name, "tick", w.tick, "err", r)
+			s.log.Error("schedule: claiming a tick", "node", s.node, "job", j.Name, "tick", w.tick, "err", r)
 		}
 	}
 	if len(order) == 0 {
@@ -701,22 +906,22 @@ func (s *Scheduler) claimFailed(b *batch, now time.Time, err error) {
 	s.claimFails++
 	backoff := min(time.Duration(s.claimFails)*500*time.Millisecond, 5*time.Second)
 	s.retryAt = now.Add(backoff)
-	level := slog.LevelWarn
-	if errors.Is(err, driver.ErrUnsupported) {
-		level = slog.LevelError // retrying will not help: the configuration must change
-	}
-	s.log.Log(context.Background(), level, "schedule: claiming ticks failed, will retry", "node", s.node, "claims", len(b.claims), "retry_in", backoff, "err", err)
+	s.log.Error("schedule: claiming ticks failed, will retry", "node", s.node, "claims", len(b.claims), "retry_in", backoff, "err", err)
 	s.mu.Lock()
+	defer s.flushBroken()
 	defer s.mu.Unlock()
 	for _, u := range b.undo {
 		if !u.j.after.Equal(now) {
 			continue
 		}
 		u.j.after = u.after
-		u.j.next = u.j.sched.Next(u.after)
-		if u.j.idx >= 0 {
+		ok := s.setNext(u.j, u.after)
+		switch {
+		case u.j.idx >= 0 && ok:
 			heap.Fix(&s.heap, u.j.idx)
-		} else if !u.j.next.IsZero() {
+		case u.j.idx >= 0:
+			heap.Remove(&s.heap, u.j.idx)
+		case ok:
 			heap.Push(&s.heap, u.j)
 		}
 	}

@@ -102,6 +102,11 @@ func TestJobsCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	for _, job := range []string{"report", "cleanup"} { // as serve does
+		if _, err := ledger.SetJobState(ctx, driver.JobStateParams{Job: job, Op: driver.JobRegister, Spec: "@daily", Since: start}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	code, out, errOut := runTL(t, nil, "jobs", "pause", "report", "--store", url)
 	if code != exitOK || !strings.Contains(out, `paused "report"`) {
 		t.Fatalf("jobs pause = %d\n%s%s", code, out, errOut)

@@ -19,36 +19,51 @@ import (
 const jobsUsage = `Usage:
   tasklock jobs list    --store URL [--json]
   tasklock jobs history --store URL [--job NAME] [--status S] [--since D] [--limit N] [--json]
-  tasklock jobs trigger --store URL JOB [--json]
-  tasklock jobs pause   --store URL JOB [--json]
-  tasklock jobs resume  --store URL JOB [--json]
+  tasklock jobs trigger --store URL JOB [--force] [--json]
+  tasklock jobs pause   --store URL JOB [--force] [--json]
+  tasklock jobs resume  --store URL JOB [--force] [--json]
+  tasklock jobs forget  --store URL JOB [--force] [--json]
 
 Reads and changes the scheduler's ledger in a store: what ran where, and
 the pause and trigger-now state every node of "tasklock serve" obeys
 (within a second).
 
-  list     every job the store knows of (one with history or a stored
-           state): paused or not, pending trigger requests, and its latest
-           run (tick, status, node, fence)
+  list     every job the store knows of (one a node of serve registered,
+           one with history or a stored state): its state (ok, paused, or
+           broken: its schedule gives no next tick), pending trigger
+           requests, and its latest run (tick, status, node, fence)
   history  run records, newest first: tick, job, attempt, node, fence,
            status, duration, error. --job and --status (ok, failed,
-           timeout, lost, skipped, missed) filter; --since D shows ticks of
-           the last D (e.g. 24h); --limit N caps the rows (default 50)
+           timeout, lost, interrupted, skipped, missed, running) filter;
+           --since D shows ticks of the last D (e.g. 24h); --limit N caps
+           the rows (default 50). A run whose node was killed shows as
+           running until another node notices (within the node's lease,
+           10s), then as interrupted
   trigger  ask for one run of JOB now, on one node; prints the request ID
   pause    stop every node from starting new runs of JOB (running ones end)
   resume   undo pause
+  forget   delete the stored state of JOB — registration, pause, pending
+           triggers — once it was removed from the configuration (its
+           history stays until pruned). A node that still has JOB
+           registers it again when it starts or reloads
+
+trigger, pause and resume refuse a JOB no node of serve has registered
+(exit 1, no job named "JOB"), and forget one the store knows nothing of;
+--force does it anyway.
 
 Flags (anywhere):
   --store URL    the store, as for serve; default $TASKLOCK_STORE
   --json         print JSON: list {"jobs": [...]}, history {"runs": [...]},
                  trigger/pause/resume the job's state after the change
   --timeout D    how long to wait for the store (default 30s)
+  --force        trigger, pause, resume or forget a job the store does
+                 not know
 
-Exit status: 0 done; 64 bad usage or URL; 69 store unreachable or failing,
-or the store keeps no ledger.
+Exit status: 0 done; 1 no job of that name; 64 bad usage or URL; 69 store
+unreachable or failing, or the store keeps no ledger.
 `
 
-var jobsSubs = map[string]int{"list": 0, "history": 0, "trigger": 1, "pause": 1, "resume": 1}
+var jobsSubs = map[string]int{"list": 0, "history": 0, "trigger": 1, "pause": 1, "resume": 1, "forget": 1}
 
 // The JSON shapes of jobs, shared with the dashboard's API.
 type (
@@ -65,8 +80,10 @@ func runJobs(args []string, stdout, stderr io.Writer) int {
 		job, status string
 		since       time.Duration
 		limit       int
+		force       bool
 	)
 	extra := func(fs *flag.FlagSet) {
+		fs.BoolVar(&force, "force", false, "")
 		fs.StringVar(&job, "job", "", "")
 		fs.StringVar(&status, "status", "", "")
 		fs.DurationVar(&since, "since", 0, "")
@@ -88,9 +105,10 @@ func runJobs(args []string, stdout, stderr io.Writer) int {
 				return usagef("--since must be positive, got %v", since)
 			}
 			switch driver.RunStatus(status) {
-			case "", driver.RunOK, driver.RunFailed, driver.RunTimeout, driver.RunLost, driver.RunSkipped, driver.RunMissed:
+			case "", driver.RunOK, driver.RunFailed, driver.RunTimeout, driver.RunLost, driver.RunInterrupted,
+				driver.RunSkipped, driver.RunMissed, driver.RunRunning:
 			default:
-				return usagef("--status %q: want ok, failed, timeout, lost, skipped or missed", status)
+				return usagef("--status %q: want ok, failed, timeout, lost, interrupted, skipped, missed or running", status)
 			}
 			q := driver.RunQuery{Job: job, Status: driver.RunStatus(status), Limit: limit}
 			if since > 0 {
@@ -106,6 +124,13 @@ func runJobs(args []string, stdout, stderr io.Writer) int {
 			p.Op = driver.JobResume
 		case "trigger":
 			p.Op, p.Trigger = driver.JobTrigger, rand.Text()
+		case "forget":
+			p.Op = driver.JobForget
+		}
+		if !force {
+			if err := checkKnown(ctx, l, p.Job, p.Op == driver.JobForget); err != nil {
+				return err
+			}
 		}
 		st, err := l.SetJobState(ctx, p)
 		if err != nil {
@@ -119,6 +144,8 @@ func runJobs(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stdout, "requested a run of %q now (trigger %s)\n", p.Job, p.Trigger)
 		case "pause":
 			fmt.Fprintf(stdout, "paused %q\n", p.Job)
+		case "forget":
+			fmt.Fprintf(stdout, "forgot %q\n", p.Job)
 		default:
 			fmt.Fprintf(stdout, "resumed %q\n", p.Job)
 		}
@@ -128,10 +155,37 @@ func runJobs(args []string, stdout, stderr io.Writer) int {
 
 func stateJSON(st driver.JobState) jobJSON { return apijson.FromState(st) }
 
-// jobsList joins the stored job states with each job's latest run (of the
-// newest 1,000 records).
+// checkKnown refuses a job no node registered (any stored state will do
+// when anyState): commands must not create ghost jobs.
+func checkKnown(ctx context.Context, l driver.Ledger, job string, anyState bool) error {
+	sts, err := l.Jobs(ctx)
+	if err != nil {
+		return err
+	}
+	for _, st := range sts {
+		if st.Job == job && (st.Spec != "" || anyState) {
+			return nil
+		}
+	}
+	if anyState {
+		return noJobError(fmt.Sprintf("no job named %q: the store keeps no state of it (--force to go on)", job))
+	}
+	return noJobError(fmt.Sprintf("no job named %q: no node of tasklock serve has it in its configuration (--force to go on)", job))
+}
+
+// noJobError is the error of a command about a job the store does not
+// know: exit status 1.
+type noJobError string
+
+func (e noJobError) Error() string { return string(e) }
+
+// Is makes it match errNotFound.
+func (e noJobError) Is(target error) bool { return target == errNotFound }
+
+// jobsList joins the job states the ledger knows with each job's latest
+// run (of the newest 1,000 records).
 func jobsList(ctx context.Context, l driver.Ledger, asJSON bool, w io.Writer) error {
-	states, err := l.JobStates(ctx)
+	states, err := l.Jobs(ctx)
 	if err != nil {
 		return err
 	}
@@ -143,14 +197,16 @@ func jobsList(ctx context.Context, l driver.Ledger, asJSON bool, w io.Writer) er
 	get := func(name string) *jobJSON {
 		j := jobs[name]
 		if j == nil {
-			j = &jobJSON{Job: name, Triggers: []triggerJSON{}}
+			j = &jobJSON{Job: name, State: apijson.StateOK, Triggers: []triggerJSON{}}
 			jobs[name] = j
 		}
 		return j
 	}
+	now := time.Now()
 	for _, st := range states {
 		j := get(st.Job)
 		*j = stateJSON(st)
+		j.SetBroken(apijson.SpecBroken(st.Spec, now))
 	}
 	for _, r := range runs { // newest first: the first seen is the latest
 		if j := get(r.Job); j.LastRun == nil {
@@ -172,10 +228,7 @@ func jobsList(ctx context.Context, l driver.Ledger, asJSON bool, w io.Writer) er
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "JOB\tSTATE\tTRIGGERS\tLAST_TICK\tLAST_STATUS\tNODE\tFENCE")
 	for _, j := range out {
-		state := "active"
-		if j.Paused {
-			state = "paused"
-		}
+		state := j.State
 		tick, st, node, fence := "-", "-", "-", "-"
 		if r := j.LastRun; r != nil {
 			tick, st, node, fence = r.Tick.Format(time.RFC3339), r.Status, r.Node, fmt.Sprint(r.Fence)

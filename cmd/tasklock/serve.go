@@ -107,9 +107,11 @@ HTTP jobs send the request with X-Tasklock-Job, X-Tasklock-Tick,
 X-Tasklock-Fence, X-Tasklock-Node and X-Tasklock-Attempt headers; a status
 other than 2xx fails the attempt. http.timeout defaults to 1m.
 
-Logs and metrics: every run's start and end is logged at info level,
-with job, tick, node, fence, attempt, status and duration, and so is every
-tick skipped or missed. With --http, GET /metrics serves Prometheus
+Logs and metrics: every run's start and end is logged, with job, tick,
+node, fence, attempt, status and duration, and so is every tick skipped or
+missed: at info level, but runs that failed, timed out, lost their lock or
+were interrupted at warn, and store errors and broken jobs (a schedule
+that gives no next tick) at error. With --http, GET /metrics serves Prometheus
 metrics (tasklock_job_runs_total, tasklock_tick_lateness_seconds, ...;
 see the README), without the token, so that a scraper needs none: they
 carry job names and counts, no output. GET /healthz answers "ok" to
@@ -215,6 +217,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		redact: newRedactor(append(storeSecrets(f.Store), c.http.token)...),
 	}
 	s.httpMux.Handle("/metrics", s.obs.metricsHandler())
+	s.obs.broken = s.brokenJobs
 	return s.run()
 }
 
@@ -236,6 +239,10 @@ type server struct {
 	ledger driver.Ledger
 	node   string
 	cur    *schedule.Scheduler
+	// The node-name lock is the Schedulers' node lease: taken at nodeTaken;
+	// lister, when the store can, lists the node leases.
+	nodeTaken time.Time
+	lister    driver.Lister
 
 	mu       sync.Mutex
 	draining map[*schedule.Scheduler]bool // replaced by a reload, finishing their runs
@@ -274,6 +281,7 @@ func (s *server) run() int {
 		return exitUsage
 	}
 	s.ledger = ledger
+	s.lister, _ = store.(driver.Lister)
 	lk, err := tasklock.New(store, &tasklock.Config{Owner: s.file.Node, Logger: s.log, OnEvent: s.obs.lockEvent})
 	if err != nil {
 		s.failf("%v", err)
@@ -297,11 +305,14 @@ func (s *server) run() int {
 		return code
 	}
 	defer hs.stop()
-	s.cur, err = s.start(s.file)
+	cur, err := s.start(s.file)
 	if err != nil {
 		s.failf("%v", err)
 		return exitUnavailable
 	}
+	s.mu.Lock()
+	s.cur = cur
+	s.mu.Unlock()
 	s.log.Info("serving", "jobs", len(s.file.Jobs), "node", s.node, "store", storeurl.Redact(s.file.Store), "config", s.c.config)
 
 	var retry <-chan time.Time
@@ -341,6 +352,7 @@ func (s *server) takeNode() (*tasklock.Lock, int) {
 	var ne *tasklock.NotObtainedError
 	switch {
 	case err == nil:
+		s.nodeTaken = time.Now()
 		return g, exitOK
 	case errors.As(err, &ne) || errors.Is(err, tasklock.ErrNotObtained):
 		holder := "another process"
@@ -359,7 +371,8 @@ func (s *server) takeNode() (*tasklock.Lock, int) {
 func (s *server) start(f *config.File) (*schedule.Scheduler, error) {
 	sch, err := schedule.New(s.lk, s.ledger, &schedule.Config{
 		Node: s.node, Logger: schedulerLogger(s.log), ShutdownGrace: noGrace, OnEvent: s.obs.scheduleEvent,
-		Redact: s.redact,
+		Redact:        s.redact,
+		NodeKeyPrefix: nodeKeyPrefix, NodeLeaseTaken: s.nodeTaken, NodeLister: s.lister,
 	})
 	if err != nil {
 		return nil, err
@@ -422,6 +435,23 @@ func (s *server) reload() {
 		s.mu.Unlock()
 	}()
 	s.log.Info("reloaded", "jobs", len(f.Jobs), "added", added, "removed", removed, "changed", changed)
+}
+
+// brokenJobs returns the jobs in force, each with whether it is broken,
+// for the tasklock_job_broken gauge.
+func (s *server) brokenJobs() map[string]bool {
+	s.mu.Lock()
+	cur, f := s.cur, s.file
+	s.mu.Unlock()
+	out := make(map[string]bool, len(f.Jobs))
+	if cur == nil {
+		return out
+	}
+	broken := cur.Broken()
+	for _, j := range f.Jobs {
+		_, out[j.Name] = broken[j.Name]
+	}
+	return out
 }
 
 // diffJobs names the jobs added, removed and changed from a to b.

@@ -36,13 +36,41 @@ type observer struct {
 	reg *prometheus.Registry
 	m   *metrics.Metrics
 	log *slog.Logger
+	// broken, when set, returns the jobs in force and whether each is
+	// broken, for tasklock_job_broken.
+	broken func() map[string]bool
 }
 
 func newObserver(log *slog.Logger) *observer {
 	m, _ := metrics.New(nil) // registered below; New(nil) cannot fail
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(m, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	return &observer{reg: reg, m: m, log: log}
+	o := &observer{reg: reg, m: m, log: log}
+	reg.MustRegister(m, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), brokenCollector{o})
+	return o
+}
+
+// brokenDesc describes tasklock_job_broken.
+var brokenDesc = prometheus.NewDesc("tasklock_job_broken",
+	"1 when the job's schedule gives no next tick, so it does not run until the schedule is fixed; 0 otherwise.", []string{"job"}, nil)
+
+// brokenCollector serves tasklock_job_broken for the jobs in force.
+type brokenCollector struct{ o *observer }
+
+// Describe implements prometheus.Collector.
+func (c brokenCollector) Describe(ch chan<- *prometheus.Desc) { ch <- brokenDesc }
+
+// Collect implements prometheus.Collector.
+func (c brokenCollector) Collect(ch chan<- prometheus.Metric) {
+	if c.o.broken == nil {
+		return
+	}
+	for job, broken := range c.o.broken() {
+		v := 0.0
+		if broken {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(brokenDesc, prometheus.GaugeValue, v, job)
+	}
 }
 
 // metricsHandler serves the metrics at /metrics of the --http server.
@@ -52,23 +80,31 @@ func (o *observer) metricsHandler() http.Handler { return metrics.Handler(o.reg)
 func (o *observer) lockEvent(e tasklock.Event) { o.m.LockEvent(e) }
 
 // scheduleEvent is the Schedulers' Config.OnEvent: besides the metrics it
-// logs one line per run start and end, and per tick skipped or missed.
+// logs one line per run start and end, and per tick skipped or missed. Runs
+// that failed, timed out, lost their lock or were interrupted log at WARN,
+// a broken job at ERROR, the rest at INFO.
 func (o *observer) scheduleEvent(e schedule.Event) {
 	o.m.ScheduleEvent(e)
 	var msg string
+	level := slog.LevelInfo
 	switch e.Type {
 	case schedule.EventRunStarted:
 		msg = "run started"
 	case schedule.EventRunEnded:
 		msg = "run ended"
+		level = runLevel(e.Status)
 	case schedule.EventSkipped:
 		msg = "tick skipped"
 	case schedule.EventMissed:
 		msg = "tick missed"
+	case schedule.EventRunInterrupted:
+		msg, level = "run interrupted: its node stopped before recording the outcome", slog.LevelWarn
+	case schedule.EventBroken:
+		msg, level = "job broken: its schedule gives no next tick; it will not run until the schedule is fixed", slog.LevelError
 	default:
 		return
 	}
-	if !o.log.Enabled(context.Background(), slog.LevelInfo) {
+	if !o.log.Enabled(context.Background(), level) {
 		return
 	}
 	attrs := make([]slog.Attr, 0, 11)
@@ -85,13 +121,25 @@ func (o *observer) scheduleEvent(e schedule.Event) {
 			slog.String("status", string(e.Status)), slog.Duration("duration", e.Duration))
 	case schedule.EventMissed:
 		attrs = append(attrs, slog.String("status", string(e.Status)), slog.Duration("late", e.Late))
+	case schedule.EventRunInterrupted:
+		attrs = append(attrs, slog.String("ran_on", e.RanOn), slog.Uint64("fence", e.Fence), slog.Int("attempt", e.Attempt),
+			slog.String("status", string(e.Status)))
 	default:
 		attrs = append(attrs, slog.String("status", string(e.Status)))
 	}
 	if e.Error != "" {
 		attrs = append(attrs, slog.String("err", e.Error))
 	}
-	o.log.LogAttrs(context.Background(), slog.LevelInfo, msg, attrs...)
+	o.log.LogAttrs(context.Background(), level, msg, attrs...)
+}
+
+// runLevel is the level of a run's end: WARN when it did not succeed.
+func runLevel(st schedule.Status) slog.Level {
+	switch st {
+	case schedule.StatusFailed, schedule.StatusTimeout, schedule.StatusLost, schedule.StatusInterrupted:
+		return slog.LevelWarn
+	}
+	return slog.LevelInfo
 }
 
 // schedulerLogger is the logger serve gives its Schedulers: warnings and

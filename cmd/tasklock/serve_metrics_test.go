@@ -70,6 +70,7 @@ func TestServeMetricsAndJSONLogs(t *testing.T) {
 		`(?m)^tasklock_tick_lateness_seconds_count [1-9]`,
 		`(?m)^tasklock_locks_held [0-9]`,
 		`(?m)^go_goroutines `,
+		`(?m)^tasklock_job_broken\{job="tick"\} 0$`,
 	} {
 		if !regexp.MustCompile(re).Match(body) {
 			t.Errorf("GET /metrics: %s, no line matching %s in\n%s", resp.Status, re, body)

@@ -64,6 +64,16 @@ function fmtMS(ms) {
   return (s / 3600).toFixed(1) + " h";
 }
 
+// jobState is a job's state cell: broken (its schedule gives no next tick),
+// paused or active.
+function jobState(j, tag) {
+  const st = j.state || (j.paused ? "paused" : "ok");
+  const cls = st === "broken" ? "state-broken" : st === "paused" ? "state-paused" : "state-active";
+  const attrs = { class: "job-state " + cls, "data-state": st };
+  if (j.broken) attrs.title = j.broken;
+  return el(tag, attrs, st === "ok" ? "active" : st);
+}
+
 function statusBadge(st) {
   return el("span", { class: "status status-" + st }, st);
 }
@@ -125,7 +135,7 @@ async function jobsPage(main) {
       el("td", { class: "job-next" }, j.next_ticks.length ? fmtTime(j.next_ticks[0]) : "—"),
       el("td", { class: "job-last" }, lr ? [statusBadge(lr.status), " ", fmtTime(lr.tick), el("span", { class: "muted" }, " " + lr.node)] : "—"),
       el("td", { class: "job-running" }, run),
-      el("td", { class: "job-state " + (j.paused ? "state-paused" : "state-active") }, j.paused ? "paused" : "active"),
+      jobState(j, "td"),
       el("td", { class: "job-triggers num" }, j.pending_triggers.length),
       el("td", { class: "job-actions" },
         actionButton("action-trigger", "Trigger", "Run " + j.job + " now, once, on one node?", "api/jobs/" + encodeURIComponent(j.job) + "/trigger"), " ",
@@ -177,11 +187,12 @@ async function jobPage(main, name) {
     more.disabled = !d2.next;
   } }, "Older");
   const statusSel = el("select", { id: "run-status", onchange: (e) => { state.runStatus = e.target.value; render(); } },
-    ["", "ok", "failed", "timeout", "lost", "skipped", "missed"].map((s) => el("option", { value: s, selected: s === st }, s || "any status")));
+    ["", "ok", "failed", "timeout", "lost", "interrupted", "skipped", "missed", "running"].map((s) => el("option", { value: s, selected: s === st }, s || "any status")));
   const head = [el("h1", {}, el("a", { href: "#/jobs" }, "Jobs"), " / ", el("span", { id: "job-title" }, name))];
   if (j) {
     head.push(el("div", { class: "toolbar", id: "job-summary", "data-job": j.job, "data-paused": String(j.paused) },
-      el("span", { class: "job-state " + (j.paused ? "state-paused" : "state-active") }, j.paused ? "paused" : "active"),
+      jobState(j, "span"),
+      j.broken ? el("span", { class: "state-broken" }, j.broken) : null,
       el("span", {}, "schedule: " + (j.schedule || "—") + (j.timezone ? " " + j.timezone : "")),
       el("span", {}, "next: " + (j.next_ticks.map(fmtTime).join(", ") || "—")),
       el("span", { class: "job-running" }, "running: " + (j.running.map((r) => r.node + " (fence " + r.fence + ")").join(", ") || "no")),

@@ -4,17 +4,62 @@
 package apijson
 
 import (
+	"strconv"
 	"time"
 
 	"github.com/tasklock/tasklock/driver"
+	"github.com/tasklock/tasklock/schedule"
 )
 
 // Job is a job's stored state and latest run.
 type Job struct {
-	Job      string    `json:"job"`
+	Job string `json:"job"`
+	// State is "broken" (its schedule gives no next tick: Broken says
+	// why), "paused" or "ok".
+	State    string    `json:"state"`
+	Broken   string    `json:"broken,omitempty"`
 	Paused   bool      `json:"paused"`
 	Triggers []Trigger `json:"pending_triggers"`
-	LastRun  *Run      `json:"last_run"`
+	// Spec and Since: the schedule the fleet registered the job with, and
+	// when it first ran it with that schedule; unset for a job no node
+	// registered (known from its history or a stored state only).
+	Spec    string     `json:"spec,omitempty"`
+	Since   *time.Time `json:"since,omitempty"`
+	LastRun *Run       `json:"last_run"`
+}
+
+// The job states.
+const (
+	StateOK     = "ok"
+	StatePaused = "paused"
+	StateBroken = "broken"
+)
+
+// SetBroken marks the job broken for reason; "" leaves it as it is.
+func (j *Job) SetBroken(reason string) {
+	if reason != "" {
+		j.State, j.Broken = StateBroken, reason
+	}
+}
+
+// parse parses specs for SpecBroken (a variable for tests).
+var parse = schedule.Parse
+
+// SpecBroken says why a registered spec (as driver.JobState.Spec, its time
+// zone a CRON_TZ= prefix) cannot give a tick after now, or "" when it can:
+// such a job is broken, as its nodes report.
+func SpecBroken(spec string, now time.Time) string {
+	if spec == "" {
+		return ""
+	}
+	s, err := parse(spec, nil)
+	if err != nil {
+		return "its schedule cannot be read: " + err.Error()
+	}
+	if s.Next(now).IsZero() {
+		return "its schedule " + strconv.Quote(spec) + " gives no tick after " + now.UTC().Format(time.RFC3339)
+	}
+	return ""
 }
 
 // Trigger is a pending trigger-now request.
@@ -64,9 +109,17 @@ func FromRun(r driver.RunRecord) *Run {
 	return j
 }
 
-// FromState converts a job's stored state; LastRun is left nil.
+// FromState converts a job's stored state, State "paused" or "ok"; LastRun
+// is left nil.
 func FromState(st driver.JobState) Job {
-	j := Job{Job: st.Job, Paused: st.Paused, Triggers: []Trigger{}}
+	j := Job{Job: st.Job, State: StateOK, Paused: st.Paused, Triggers: []Trigger{}, Spec: st.Spec}
+	if st.Paused {
+		j.State = StatePaused
+	}
+	if !st.Since.IsZero() {
+		since := st.Since.UTC()
+		j.Since = &since
+	}
 	for _, t := range st.Triggers {
 		j.Triggers = append(j.Triggers, Trigger{ID: t.ID, At: t.At.UTC()})
 	}

@@ -1,0 +1,332 @@
+//go:build unix
+
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tasklock/tasklock/driver"
+	"github.com/tasklock/tasklock/internal/storeurl"
+)
+
+// jsonLines parses serve's --log-format json stderr.
+func jsonLines(t *testing.T, stderr string) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(stderr), "\n") {
+		if line == "" {
+			continue
+		}
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil && strings.HasSuffix(stderr, "\n") {
+			t.Fatalf("stderr line %q is not JSON: %v", line, err)
+		}
+		out = append(out, rec)
+	}
+	return out
+}
+
+// Failed, timed-out runs log at WARN; ok runs stay at INFO. Before: every
+// run line was INFO.
+func TestLogLevels(t *testing.T) {
+	t.Parallel()
+	cfg := writeConfig(t, t.TempDir(), memConfig(`  - name: good
+    schedule: "@every 1s"
+    command: ["true"]
+  - name: bad
+    schedule: "@every 1s"
+    command: ["false"]
+  - name: slow
+    schedule: "@every 1s"
+    command: ["sleep", "5"]
+    timeout: 300ms
+    kill_grace: 100ms
+`))
+	p := startTL(t, nil, "serve", "--config", cfg, "--log-format", "json", "--http", "")
+	want := map[string]string{"ok": "INFO", "failed": "WARN", "timeout": "WARN"}
+	levels := map[string]map[string]bool{}
+	waitFor(t, 20*time.Second, func() bool {
+		clear(levels)
+		for _, rec := range jsonLines(t, p.stderr()) {
+			if rec["msg"] != "run ended" {
+				continue
+			}
+			st, _ := rec["status"].(string)
+			lv, _ := rec["level"].(string)
+			if levels[st] == nil {
+				levels[st] = map[string]bool{}
+			}
+			levels[st][lv] = true
+		}
+		return len(levels["ok"]) > 0 && len(levels["failed"]) > 0 && len(levels["timeout"]) > 0
+	}, "an ok, a failed and a timed-out run")
+	for st, lv := range want {
+		if len(levels[st]) != 1 || !levels[st][lv] {
+			t.Errorf("runs ending %s logged at %v, want only %s", st, levels[st], lv)
+		}
+	}
+	for _, rec := range jsonLines(t, p.stderr()) {
+		if rec["msg"] == "run started" && rec["level"] != "INFO" {
+			t.Errorf("run started at %v", rec["level"])
+		}
+	}
+	p.signal(syscall.SIGTERM)
+	if code := p.wait(30 * time.Second); code != 0 {
+		t.Fatalf("exit %d, want 0\nstderr:\n%s", code, p.stderr())
+	}
+}
+
+// sqliteLedger opens a SQLite file store's ledger, as a serve node would.
+func sqliteLedger(t *testing.T, url string) driver.Ledger {
+	t.Helper()
+	store, closeStore, err := storeurl.Open(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = closeStore() })
+	return store.(driver.Ledger)
+}
+
+// listJobs runs jobs list --json.
+func listJobs(t *testing.T, url string) map[string]jobJSON {
+	t.Helper()
+	code, out, errOut := runTL(t, nil, "jobs", "list", "--json", "--store", url)
+	var list struct {
+		Jobs []jobJSON `json:"jobs"`
+	}
+	if code != exitOK || json.Unmarshal([]byte(out), &list) != nil {
+		t.Fatalf("jobs list --json = %d\n%s%s", code, out, errOut)
+	}
+	m := map[string]jobJSON{}
+	for _, j := range list.Jobs {
+		m[j.Job] = j
+	}
+	return m
+}
+
+// trigger, pause and resume refuse a job no node registered (exit 1, no job
+// named "NAME") unless --force, and jobs forget removes a job's state.
+// Before: jobs trigger ghost exited 0 and ghost was listed from then on.
+func TestJobsNoGhosts(t *testing.T) {
+	t.Parallel()
+	url := "sqlite://" + filepath.Join(t.TempDir(), "ledger.db")
+	l := sqliteLedger(t, url)
+	if _, err := l.SetJobState(context.Background(), driver.JobStateParams{Job: "real", Op: driver.JobRegister, Spec: "@hourly", Since: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	for _, sub := range []string{"trigger", "pause", "resume"} {
+		code, out, errOut := runTL(t, nil, "jobs", sub, "ghost", "--store", url)
+		if code != 1 || out != "" || !strings.Contains(errOut, `no job named "ghost"`) {
+			t.Errorf("jobs %s ghost = %d, stdout %q, stderr %q; want 1 and no job named \"ghost\"", sub, code, out, errOut)
+		}
+		if code, out, errOut := runTL(t, nil, "jobs", sub, "real", "--store", url); code != exitOK {
+			t.Errorf("jobs %s real = %d\n%s%s", sub, code, out, errOut)
+		}
+	}
+	if _, ok := listJobs(t, url)["ghost"]; ok {
+		t.Fatal("a refused command left a ghost job listed")
+	}
+	if code, out, errOut := runTL(t, nil, "jobs", "pause", "ghost", "--force", "--store", url); code != exitOK || !strings.Contains(out, `paused "ghost"`) {
+		t.Fatalf("jobs pause ghost --force = %d\n%s%s", code, out, errOut)
+	}
+	if j, ok := listJobs(t, url)["ghost"]; !ok || j.State != "paused" {
+		t.Fatalf("after --force: ghost is %+v (listed %v), want paused", j, ok)
+	}
+	// forget removes it; forgetting it again is refused, unless --force.
+	if code, out, errOut := runTL(t, nil, "jobs", "forget", "ghost", "--store", url); code != exitOK || !strings.Contains(out, `forgot "ghost"`) {
+		t.Fatalf("jobs forget ghost = %d\n%s%s", code, out, errOut)
+	}
+	if code, _, errOut := runTL(t, nil, "jobs", "forget", "ghost", "--store", url); code != 1 || !strings.Contains(errOut, `no job named "ghost"`) {
+		t.Errorf("jobs forget ghost again = %d, %s", code, errOut)
+	}
+	if code, _, errOut := runTL(t, nil, "jobs", "forget", "ghost", "--force", "--store", url); code != exitOK {
+		t.Errorf("jobs forget ghost --force = %d, %s", code, errOut)
+	}
+	jobs := listJobs(t, url)
+	if _, ok := jobs["ghost"]; ok {
+		t.Fatal("forgotten ghost still listed")
+	}
+	if j := jobs["real"]; j.State != "ok" || j.Spec != "@hourly" || j.Since == nil || len(j.Triggers) != 1 {
+		t.Errorf("real: %+v, want ok, registered, one pending trigger", j)
+	}
+	if code, _, errOut := runTL(t, nil, "jobs", "forget", "real", "--store", url); code != exitOK {
+		t.Fatalf("jobs forget real = %d, %s", code, errOut)
+	}
+	if _, ok := listJobs(t, url)["real"]; ok {
+		t.Fatal("forgotten real still listed")
+	}
+}
+
+// jobs list shows a job whose registered schedule gives no next tick as
+// broken, in text and JSON.
+func TestBrokenJobsList(t *testing.T) {
+	t.Parallel()
+	url := "sqlite://" + filepath.Join(t.TempDir(), "ledger.db")
+	l := sqliteLedger(t, url)
+	for job, spec := range map[string]string{"bad": "CRON_TZ=No/Such_Zone * * * * *", "good": "@hourly"} {
+		if _, err := l.SetJobState(context.Background(), driver.JobStateParams{Job: job, Op: driver.JobRegister, Spec: spec, Since: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	jobs := listJobs(t, url)
+	if j := jobs["bad"]; j.State != "broken" || !strings.Contains(j.Broken, "No/Such_Zone") {
+		t.Errorf("bad: %+v, want broken", j)
+	}
+	if j := jobs["good"]; j.State != "ok" || j.Broken != "" {
+		t.Errorf("good: %+v, want ok", j)
+	}
+	code, out, _ := runTL(t, nil, "jobs", "list", "--store", url)
+	if code != exitOK || !regexp.MustCompile(`(?m)^bad +broken `).MatchString(out) || !regexp.MustCompile(`(?m)^good +ok `).MatchString(out) {
+		t.Errorf("jobs list = %d\n%s", code, out)
+	}
+}
+
+// historyJSON runs jobs history --json for job.
+func historyJSON(t *testing.T, url, job string) []runRecordJSON {
+	t.Helper()
+	code, out, errOut := runTL(t, nil, "jobs", "history", "--job", job, "--limit", "1000", "--json", "--store", url)
+	var hist struct {
+		Runs []runRecordJSON `json:"runs"`
+	}
+	if code != exitOK || json.Unmarshal([]byte(out), &hist) != nil {
+		t.Fatalf("jobs history --json = %d\n%s%s", code, out, errOut)
+	}
+	return hist.Runs
+}
+
+// dashboardURL waits for serve's dashboard line and returns its URL.
+func dashboardURL(t *testing.T, p *proc) string {
+	t.Helper()
+	p.waitStderr(`"msg":"dashboard"`, 20*time.Second)
+	for _, rec := range jsonLines(t, p.stderr()) {
+		if rec["msg"] == "dashboard" {
+			return rec["url"].(string)
+		}
+	}
+	t.Fatal("no dashboard URL")
+	return ""
+}
+
+type apiNode struct {
+	Node     string     `json:"node"`
+	Alive    bool       `json:"alive"`
+	LastSeen *time.Time `json:"last_seen"`
+}
+
+func apiNodes(t *testing.T, base string) map[string]apiNode {
+	t.Helper()
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}
+	resp, err := client.Get(base + "api/nodes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Nodes []apiNode `json:"nodes"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]apiNode{}
+	for _, n := range out.Nodes {
+		m[n.Node] = n
+	}
+	return m
+}
+
+// A serve node SIGKILLed during a run: the run shows as running, then —
+// once the node's lease ends — as interrupted, exactly once, written by the
+// other node; /api/nodes shows the killed node gone, last seen before the
+// kill. Before: the run never appeared in the history.
+func TestServeKilledNodeRunIsInterrupted(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	url := "sqlite://" + filepath.Join(dir, "fleet.db")
+	jobs := `jobs:
+  - name: sleeper
+    schedule: "@every 1s"
+    command: ["sleep", "60"]
+`
+	procs := map[string]*proc{}
+	urls := map[string]string{}
+	for _, node := range []string{"n1", "n2"} {
+		cfg := filepath.Join(dir, node+".yaml")
+		if err := os.WriteFile(cfg, []byte("store: "+url+"\nnode: "+node+"\n"+jobs), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		procs[node] = startTL(t, nil, "serve", "--config", cfg, "--log-format", "json", "--http", "127.0.0.1:0", "--grace", "1s")
+	}
+	for node, p := range procs {
+		urls[node] = dashboardURL(t, p)
+	}
+	// Wait for the run in progress, and see both nodes alive.
+	var running runRecordJSON
+	waitFor(t, 30*time.Second, func() bool {
+		for _, r := range historyJSON(t, url, "sleeper") {
+			if r.Status == "running" {
+				running = r
+				return true
+			}
+		}
+		return false
+	}, "a running record")
+	t.Logf("%v: %s runs tick %v", time.Now().Format(time.StampMilli), running.Node, running.Tick)
+	victim, survivor := running.Node, "n1"
+	if victim == "n1" {
+		survivor = "n2"
+	}
+	if n := apiNodes(t, urls[survivor])[victim]; !n.Alive {
+		t.Fatalf("before the kill: %+v, want alive", n)
+	}
+	if err := procs[victim].cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	killedAt := time.Now()
+	procs[victim].wait(10 * time.Second)
+
+	sameRun := func(r runRecordJSON) bool {
+		return r.Tick.Equal(running.Tick) && r.Attempt == running.Attempt && r.Trigger == running.Trigger
+	}
+	var rows []runRecordJSON
+	waitFor(t, 40*time.Second, func() bool {
+		rows = rows[:0]
+		for _, r := range historyJSON(t, url, "sleeper") {
+			if sameRun(r) {
+				rows = append(rows, r)
+			}
+		}
+		return len(rows) == 1 && rows[0].Status == "interrupted"
+	}, "the killed node's run to be recorded as interrupted")
+	t.Logf("%v: recorded as interrupted, %v after the kill", time.Now().Format(time.StampMilli), time.Since(killedAt).Round(time.Millisecond))
+	r := rows[0]
+	if r.Node != victim || !strings.Contains(r.Error, victim) || !strings.Contains(r.Error, survivor) || r.End == nil || r.End.Before(killedAt) {
+		t.Errorf("interrupted record %+v", r)
+	}
+	procs[survivor].waitStderr(`"msg":"run interrupted`, 10*time.Second)
+	for _, rec := range jsonLines(t, procs[survivor].stderr()) {
+		if m, _ := rec["msg"].(string); strings.HasPrefix(m, "run interrupted") && rec["level"] != "WARN" {
+			t.Errorf("run interrupted logged at %v", rec["level"])
+		}
+	}
+
+	waitFor(t, 20*time.Second, func() bool { return !apiNodes(t, urls[survivor])[victim].Alive }, "the killed node to show as gone")
+	if n := apiNodes(t, urls[survivor])[victim]; n.LastSeen == nil || !n.LastSeen.Before(killedAt) {
+		t.Errorf("killed node %+v, want last_seen before the kill at %v", n, killedAt)
+	}
+	if n := apiNodes(t, urls[survivor])[survivor]; !n.Alive || n.LastSeen == nil || n.LastSeen.After(time.Now()) {
+		t.Errorf("surviving node %+v", n)
+	}
+	procs[survivor].signal(syscall.SIGTERM)
+	if code := procs[survivor].wait(30 * time.Second); code != 0 {
+		t.Fatalf("exit %d\n%s", code, procs[survivor].stderr())
+	}
+}

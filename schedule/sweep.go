@@ -1,0 +1,213 @@
+package schedule
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/tasklock/tasklock"
+	"github.com/tasklock/tasklock/driver"
+)
+
+// A node shows it is alive by holding its node lease, the lock
+// Config.NodeKeyPrefix + Config.Node. Each attempt writes a running record
+// before its handler starts, and the attempt's outcome replaces it (the
+// same RunKey). Every node looks, every third of Config.NodeLeaseTTL, for
+// running records whose node holds no node lease — it was killed, or lost
+// the store for longer than the lease — and replaces them with interrupted
+// records: so every attempt ends with exactly one final record. If that
+// node was only slow and records the outcome after all, the outcome
+// replaces the interrupted record: still one record.
+
+// maxSweep bounds the running records one sweep reads.
+const maxSweep = 1000
+
+// takeNodeLease takes the node lease unless the caller holds it. When
+// another process holds it — an earlier process of this node that was
+// killed, whose lease has not expired yet, or a live one under the same
+// name — Start goes on, and the sweeps take the lease once it is free.
+func (s *Scheduler) takeNodeLease(ctx context.Context) error {
+	s.mu.Lock()
+	own := s.nodeTaken.IsZero()
+	if own {
+		s.ownLease, s.nodeTaken = true, s.clock.Now()
+	}
+	s.mu.Unlock()
+	if !own {
+		return nil
+	}
+	key := s.nodePrefix + s.node
+	l, err := s.lk.TryObtain(ctx, key, &tasklock.ObtainOptions{TTL: s.nodeTTL, Owner: s.node})
+	var ne *tasklock.NotObtainedError
+	switch {
+	case errors.As(err, &ne):
+		holder := ne.Owner
+		if holder == "" {
+			holder = "another process"
+		}
+		s.log.Warn("schedule: the node lease is held by another process: an earlier one of this node that stopped, or another Scheduler under the same name; taking it once it is free",
+			"node", s.node, "key", key, "holder", holder, "expires_in", ne.TTL)
+		return nil
+	case err != nil:
+		return fmt.Errorf("schedule: start: taking the node lease %q: %w", key, err)
+	}
+	s.mu.Lock()
+	s.nodeLease = l
+	s.mu.Unlock()
+	return nil
+}
+
+// keepNodeLease takes the node lease when this Scheduler should hold it
+// and does not: it was held elsewhere at Start, or lost since.
+func (s *Scheduler) keepNodeLease() {
+	s.mu.Lock()
+	l, own := s.nodeLease, s.ownLease
+	s.mu.Unlock()
+	if !own || (l != nil && l.Err() == nil) {
+		return
+	}
+	key := s.nodePrefix + s.node
+	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+	nl, err := s.lk.TryObtain(ctx, key, &tasklock.ObtainOptions{TTL: s.nodeTTL, Owner: s.node})
+	cancel()
+	switch {
+	case err != nil && l == nil && errors.Is(err, tasklock.ErrNotObtained):
+		return // still held by the other process; logged by Start
+	case err != nil:
+		s.log.Error("schedule: cannot take the node lease; other nodes may record this node's runs as interrupted", "node", s.node, "key", key, "err", err)
+		return
+	case l != nil:
+		s.log.Warn("schedule: the node lease was lost; took it again", "node", s.node, "key", key, "lost", l.Err())
+	default:
+		s.log.Info("schedule: took the node lease", "node", s.node, "key", key)
+	}
+	s.mu.Lock()
+	s.nodeLease = nl
+	s.mu.Unlock()
+}
+
+// holdsOwnLease reports whether this node's own running records from
+// before nodeTaken may be settled: the node lease is this process's.
+func (s *Scheduler) holdsOwnLease() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !s.ownLease || (s.nodeLease != nil && s.nodeLease.Err() == nil)
+}
+
+// releaseNodeLease releases the node lease Start took.
+func (s *Scheduler) releaseNodeLease() {
+	s.mu.Lock()
+	l := s.nodeLease
+	s.nodeLease = nil
+	s.mu.Unlock()
+	if l == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+	defer cancel()
+	if err := l.Release(ctx); err != nil && !errors.Is(err, tasklock.ErrNotHeld) {
+		s.log.Error("schedule: releasing the node lease", "node", s.node, "err", err)
+	}
+}
+
+// sweep replaces the running records of stopped nodes with interrupted
+// ones.
+func (s *Scheduler) sweep(now time.Time) {
+	s.keepNodeLease()
+	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+	defer cancel()
+	rs, err := s.ledger.Runs(ctx, driver.RunQuery{Status: driver.RunRunning, Limit: maxSweep})
+	if err != nil {
+		s.log.Error("schedule: reading the running records", "node", s.node, "err", err)
+		return
+	}
+	if len(rs) == 0 {
+		return
+	}
+	s.mu.Lock()
+	taken := s.nodeTaken
+	s.mu.Unlock()
+	if !s.holdsOwnLease() {
+		taken = time.Time{} // maybe a live namesake's: leave them
+	}
+	alive := s.aliveNodes(ctx, rs)
+	var out []driver.RunRecord
+	for _, r := range rs {
+		if r.Status != driver.RunRunning {
+			continue
+		}
+		why := ""
+		switch {
+		case r.Node == s.node && r.Start.Before(taken):
+			why = "an earlier process of node %q stopped before it recorded the outcome (noticed by %q when it started)"
+		case r.Node != s.node && alive != nil && !alive(ctx, r.Node):
+			why = "node %q stopped before it recorded the outcome: its node lease ended (noticed by %q)"
+		default:
+			continue
+		}
+		r.Status = driver.RunInterrupted
+		r.End = now
+		r.Error = truncate(fmt.Sprintf("schedule: run interrupted: "+why, r.Node, s.node), maxErrorLen)
+		out = append(out, r)
+	}
+	if len(out) == 0 {
+		return
+	}
+	if err := s.recordErr(out...); err != nil {
+		return
+	}
+	for i := range out {
+		r := &out[i]
+		s.log.Warn("schedule: run interrupted", "node", s.node, "job", r.Job, "tick", r.Tick, "trigger", r.Trigger,
+			"attempt", r.Attempt, "ran_on", r.Node, "err", r.Error)
+		e := runEvent(EventRunInterrupted, r, false)
+		e.Duration, e.Status, e.Error, e.RanOn = r.End.Sub(r.Start), r.Status, r.Error, r.Node
+		s.emit(e)
+	}
+}
+
+// aliveNodes returns a function that reports whether a node holds its node
+// lease, or nil when that cannot be told now.
+func (s *Scheduler) aliveNodes(ctx context.Context, rs []driver.RunRecord) func(context.Context, string) bool {
+	if s.lister != nil {
+		ls, err := s.lister.Leases(ctx, s.nodePrefix)
+		if err != nil {
+			s.log.Error("schedule: listing the node leases", "node", s.node, "err", err)
+			return nil
+		}
+		live := make(map[string]bool, len(ls))
+		for _, l := range ls {
+			live[strings.TrimPrefix(l.Key, s.nodePrefix)] = true
+		}
+		return func(_ context.Context, node string) bool { return live[node] }
+	}
+	known := map[string]bool{}
+	return func(ctx context.Context, node string) bool {
+		if a, ok := known[node]; ok {
+			return a
+		}
+		a := s.leaseHeld(ctx, node)
+		known[node] = a
+		return a
+	}
+}
+
+// leaseHeld reports whether node holds its node lease, by trying to take
+// it (and releasing it at once when that works). On a store error it
+// reports true: nothing is settled on a guess.
+func (s *Scheduler) leaseHeld(ctx context.Context, node string) bool {
+	l, err := s.lk.TryObtain(ctx, s.nodePrefix+node, &tasklock.ObtainOptions{TTL: time.Second, Owner: s.node})
+	switch {
+	case errors.Is(err, tasklock.ErrNotObtained):
+		return true
+	case err != nil:
+		s.log.Error("schedule: checking a node's lease", "node", s.node, "of", node, "err", err)
+		return true
+	}
+	rctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+	defer cancel()
+	_ = l.Release(rctx)
+	return false
+}
