@@ -213,7 +213,7 @@ type JobState struct {
 	// "" when it was never registered.
 	Spec string
 	// Since is when the fleet first saw the job with this Spec, by the
-	// registering node's clock, in UTC: ticks at or before it are not owed.
+	// registering node's clock, in UTC: ticks before it are not owed.
 	// Zero when Spec is "".
 	Since time.Time
 }

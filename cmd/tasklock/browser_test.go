@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -85,6 +86,14 @@ jobs:
 		chromedp.Click(`#confirm-ok`, chromedp.ByQuery),
 	}
 	report := `#jobs-table tr.job-row[data-job="nightly-report"]`
+	// click finds and clicks sel in one script, polled until sel exists: the
+	// live updates re-render the tables, so a node found by one protocol
+	// call may be gone by the next.
+	click := func(sel string) chromedp.Action {
+		var clicked bool
+		js := fmt.Sprintf(`(() => { const e = document.querySelector(%q); if (!e) return false; e.click(); return true })()`, sel)
+		return chromedp.Poll(js, &clicked, chromedp.WithPollingTimeout(30*time.Second))
+	}
 	run := func(what string, actions ...chromedp.Action) {
 		t.Helper()
 		if err := chromedp.Run(ctx, actions...); err != nil {
@@ -101,7 +110,7 @@ jobs:
 		chromedp.WaitVisible(report, chromedp.ByQuery),
 	)
 	run("trigger nightly-report",
-		chromedp.Click(report+` button.action-trigger`, chromedp.ByQuery),
+		click(report+` button.action-trigger`),
 		confirm,
 		chromedp.Navigate(url+"#/job/nightly-report"),
 		// The run is recorded by serve and shown by the live update.
@@ -115,7 +124,7 @@ jobs:
 	run("pause nightly-report",
 		chromedp.Navigate(url+"#/jobs"),
 		chromedp.WaitVisible(report, chromedp.ByQuery),
-		chromedp.Click(report+` button.action-pause`, chromedp.ByQuery),
+		click(report+` button.action-pause`),
 		confirm,
 		chromedp.WaitVisible(report+`[data-paused="true"] td.state-paused`, chromedp.ByQuery),
 		shot("jobs.png"),
