@@ -277,6 +277,17 @@ func TestKilledNodeRunIsInterrupted(t *testing.T) {
 		rs := c.history("long")
 		return len(rs) == 1 && rs[0].Status == StatusInterrupted
 	})
+	// The event follows the record's write: wait for it too.
+	waitFor(t, "EventRunInterrupted", func() bool {
+		evs.mu.Lock()
+		defer evs.mu.Unlock()
+		for _, e := range evs.evs {
+			if e.Type == EventRunInterrupted {
+				return true
+			}
+		}
+		return false
+	})
 	rs = c.history("long")
 	if r := rs[0]; r.Node != "a" || !strings.Contains(r.Error, `node "a" stopped`) || !strings.Contains(r.Error, `"b"`) || r.End.IsZero() || !r.Start.Equal(t0) {
 		t.Errorf("interrupted record %+v", r)
