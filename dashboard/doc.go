@@ -86,6 +86,7 @@
 // address or behind a proxy that authenticates when that is too much (serve
 // refuses a non-loopback --http without --token unless --insecure).
 //
-// No page or answer contains a store password: the store URL goes through
-// storeurl.Redact, and so does the text of store errors.
+// No page, answer or event contains a store password: the store URL goes
+// through redact.URL, and the text of store errors, in answers and in the
+// events of /api/events alike, through redact.Text.
 package dashboard

@@ -13,7 +13,7 @@ import (
 
 	"github.com/tasklock/tasklock/driver"
 	"github.com/tasklock/tasklock/internal/apijson"
-	"github.com/tasklock/tasklock/internal/storeurl"
+	"github.com/tasklock/tasklock/internal/redact"
 )
 
 const jobsUsage = `Usage:
@@ -75,7 +75,7 @@ func runJobs(args []string, stdout, stderr io.Writer) int {
 	return adminRun("jobs", jobsUsage, args, stdout, stderr, jobsSubs, extra, func(ctx context.Context, a *adminArgs, store driver.Store) error {
 		l, ok := store.(driver.Ledger)
 		if !ok {
-			return fmt.Errorf("%s keeps no scheduler ledger", storeurl.Redact(a.store))
+			return fmt.Errorf("%s keeps no scheduler ledger", redact.URL(a.store))
 		}
 		switch a.sub {
 		case "list":

@@ -12,7 +12,7 @@ import (
 
 	"github.com/tasklock/tasklock/driver"
 	"github.com/tasklock/tasklock/internal/apijson"
-	"github.com/tasklock/tasklock/internal/storeurl"
+	"github.com/tasklock/tasklock/internal/redact"
 )
 
 const locksUsage = `Usage:
@@ -63,7 +63,7 @@ func runLocks(args []string, stdout, stderr io.Writer) int {
 			}
 			fr, ok := store.(driver.ForceReleaser)
 			if !ok {
-				return fmt.Errorf("%s cannot release locks by force", storeurl.Redact(a.store))
+				return fmt.Errorf("%s cannot release locks by force", redact.URL(a.store))
 			}
 			key := a.positional[0]
 			if err := fr.ForceRelease(ctx, key); errors.Is(err, driver.ErrNotHeld) {
@@ -79,7 +79,7 @@ func runLocks(args []string, stdout, stderr io.Writer) int {
 		}
 		ls, ok := store.(driver.Lister)
 		if !ok {
-			return fmt.Errorf("%s cannot list its locks", storeurl.Redact(a.store))
+			return fmt.Errorf("%s cannot list its locks", redact.URL(a.store))
 		}
 		p := prefix
 		if a.sub == "show" {

@@ -19,7 +19,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/tasklock/tasklock/internal/storeurl"
+	"github.com/tasklock/tasklock/internal/redact"
 )
 
 // Exit statuses, from BSD sysexits.h where one fits.
@@ -185,5 +185,5 @@ func usagef(format string, args ...any) error {
 // message may quote a flag's value: hide anything that looks like a URL's
 // password.
 func flagError(err error) error {
-	return &usageError{storeurl.Redact(strings.TrimSpace(err.Error()))}
+	return &usageError{redact.Text(strings.TrimSpace(err.Error()))}
 }

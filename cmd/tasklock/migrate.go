@@ -10,6 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/tasklock/tasklock/internal/redact"
 	"github.com/tasklock/tasklock/internal/storeurl"
 )
 
@@ -144,7 +145,7 @@ func runMigrate(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
-	storeName := storeurl.Redact(c.store)
+	storeName := redact.URL(c.store)
 	report := migrateReport{Store: storeName, Migrations: []migrationJSON{}}
 
 	m, err := storeurl.OpenMigrator(ctx, c.store)

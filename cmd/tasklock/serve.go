@@ -28,6 +28,7 @@ import (
 	"github.com/tasklock/tasklock"
 	"github.com/tasklock/tasklock/driver"
 	"github.com/tasklock/tasklock/internal/config"
+	"github.com/tasklock/tasklock/internal/redact"
 	"github.com/tasklock/tasklock/internal/storeurl"
 	"github.com/tasklock/tasklock/schedule"
 )
@@ -248,7 +249,7 @@ func (s *server) run() int {
 	ledger, ok := store.(driver.Ledger)
 	if !ok {
 		s.failf("store %s (%T) cannot keep a schedule ledger, which serve needs; use a store that can (mem:// to try serve out)",
-			storeurl.Redact(s.file.Store), store)
+			redact.URL(s.file.Store), store)
 		return exitUsage
 	}
 	s.ledger = ledger
@@ -280,7 +281,7 @@ func (s *server) run() int {
 		s.failf("%v", err)
 		return exitUnavailable
 	}
-	s.log.Info("serving", "jobs", len(s.file.Jobs), "node", s.node, "store", storeurl.Redact(s.file.Store), "config", s.c.config)
+	s.log.Info("serving", "jobs", len(s.file.Jobs), "node", s.node, "store", redact.URL(s.file.Store), "config", s.c.config)
 
 	var retry <-chan time.Time
 	for {
@@ -369,7 +370,7 @@ func (s *server) reload() {
 	switch {
 	case f.Store != s.file.Store:
 		s.log.Error("reload: the store changed; restart serve to switch stores; the old jobs keep running",
-			"was", storeurl.Redact(s.file.Store), "now", storeurl.Redact(f.Store))
+			"was", redact.URL(s.file.Store), "now", redact.URL(f.Store))
 		return
 	case f.Node != s.file.Node:
 		s.log.Error("reload: the node changed; restart serve to rename it; the old jobs keep running", "was", s.file.Node, "now", f.Node)
@@ -565,7 +566,7 @@ func (s *server) runHTTP(ctx context.Context, h *config.HTTP, r schedule.Run) er
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, h.Method, h.URL, strings.NewReader(h.Body))
 	if err != nil {
-		return fmt.Errorf("http request: %s", storeurl.Redact(err.Error()))
+		return fmt.Errorf("http request: %s", redact.Text(err.Error()))
 	}
 	for k, v := range h.Headers {
 		if k == "Host" {
@@ -580,13 +581,14 @@ func (s *server) runHTTP(ctx context.Context, h *config.HTTP, r schedule.Run) er
 	}
 	resp, err := s.client.Do(req)
 	if err != nil {
-		return err // a *url.Error, whose URL net/http has redacted
+		// A *url.Error: net/http hides the URL's password, not its query.
+		return redact.Error(err)
 	}
 	defer resp.Body.Close()
 	fmt.Fprintf(r.Output, "HTTP %s\n", resp.Status)
 	_, _ = io.Copy(r.Output, io.LimitReader(resp.Body, maxHTTPBody))
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return fmt.Errorf("%s %s: HTTP %s", h.Method, storeurl.Redact(h.URL), resp.Status)
+		return fmt.Errorf("%s %s: HTTP %s", h.Method, redact.URL(h.URL), resp.Status)
 	}
 	return nil
 }

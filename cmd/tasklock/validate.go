@@ -7,7 +7,7 @@ import (
 	"io"
 
 	"github.com/tasklock/tasklock/internal/config"
-	"github.com/tasklock/tasklock/internal/storeurl"
+	"github.com/tasklock/tasklock/internal/redact"
 )
 
 const validateUsage = `Usage: tasklock validate --config FILE
@@ -68,7 +68,7 @@ func runValidate(args []string, stdout, stderr io.Writer) int {
 	if node == "" {
 		node = "host:pid"
 	}
-	fmt.Fprintf(stdout, "%s: OK: %s, store %s, node %s\n", path, plural(len(f.Jobs), "job"), storeurl.Redact(f.Store), node)
+	fmt.Fprintf(stdout, "%s: OK: %s, store %s, node %s\n", path, plural(len(f.Jobs), "job"), redact.URL(f.Store), node)
 	return exitOK
 }
 

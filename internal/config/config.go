@@ -58,7 +58,7 @@
 //
 //	config.yaml:7: job "nightly-report": timeout: invalid duration "10x"
 //
-// A store URL appears in messages only in its storeurl.Redact form.
+// A store URL appears in messages only in its redact.URL form.
 package config
 
 import (
@@ -85,7 +85,7 @@ const MaxFileSize = 4 << 20
 // File is a checked configuration file.
 type File struct {
 	// Store is the store URL (see storeurl); DefaultStore when the file
-	// names none. It may hold a password: print it with storeurl.Redact.
+	// names none. It may hold a password: print it with redact.URL.
 	Store string
 	// Node is the scheduler's node name; "" means host:pid.
 	Node string

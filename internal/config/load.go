@@ -21,6 +21,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/tasklock/tasklock"
+	"github.com/tasklock/tasklock/internal/redact"
 	"github.com/tasklock/tasklock/internal/storeurl"
 	"github.com/tasklock/tasklock/memstore"
 	"github.com/tasklock/tasklock/schedule"
@@ -541,11 +542,11 @@ func (p *parser) http(j *Job, f field) {
 		u, err := url.Parse(h.URL)
 		switch {
 		case err != nil:
-			p.errorf(fd.val, "http.url", "invalid URL %q", clip(storeurl.Redact(h.URL)))
+			p.errorf(fd.val, "http.url", "invalid URL %q", clip(redact.URL(h.URL)))
 		case u.Scheme != "http" && u.Scheme != "https":
-			p.errorf(fd.val, "http.url", "%q: want an http:// or https:// URL", clip(storeurl.Redact(h.URL)))
+			p.errorf(fd.val, "http.url", "%q: want an http:// or https:// URL", clip(redact.URL(h.URL)))
 		case u.Host == "":
-			p.errorf(fd.val, "http.url", "%q has no host", clip(storeurl.Redact(h.URL)))
+			p.errorf(fd.val, "http.url", "%q has no host", clip(redact.URL(h.URL)))
 		}
 	}
 	if fd, ok := fields["headers"]; ok && !isNull(fd.val) {
