@@ -162,12 +162,12 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		case "help":
 			fmt.Fprint(stdout, usage)
 		default:
-			fmt.Fprintf(stderr, "tasklock help: unknown command %q\n", rest[0])
+			fmt.Fprintf(stderr, "tasklock help: unknown command %s\n", redact.Quote(rest[0]))
 			return exitUsage
 		}
 		return exitOK
 	default:
-		fmt.Fprintf(stderr, "tasklock: unknown command %q; commands: exec, migrate, serve, validate, jobs, locks, demo, help\n", cmd)
+		fmt.Fprintf(stderr, "tasklock: unknown command %s; commands: exec, migrate, serve, validate, jobs, locks, demo, help\n", redact.Quote(cmd))
 		return exitUsage
 	}
 }

@@ -85,9 +85,9 @@ func parseMigrate(args []string, getenv func(string) string) (*migrateConfig, er
 	case len(positional) == 0:
 		return nil, usagef("missing subcommand: up or status")
 	case positional[0] != "up" && positional[0] != "status":
-		return nil, usagef("unknown subcommand %q: want up or status", positional[0])
+		return nil, usagef("unknown subcommand %s: want up or status", redact.Quote(positional[0]))
 	case len(positional) > 1:
-		return nil, usagef("unexpected argument %q after %s", positional[1], positional[0])
+		return nil, usagef("unexpected argument %s after %s", redact.Quote(positional[1]), positional[0])
 	case c.store == "" && set["store"]:
 		return nil, usagef("--store is empty")
 	case c.store == "":

@@ -158,7 +158,7 @@ func parseServe(args []string) (*serveConfig, error) {
 		return nil, usagef("--grace must not be negative, got %v", c.grace)
 	}
 	if !slices.Contains(logFormats, c.logFormat) {
-		return nil, usagef("--log-format must be text or json, got %q", c.logFormat)
+		return nil, usagef("--log-format must be text or json, got %s", redact.Quote(c.logFormat))
 	}
 	if err := c.http.check(); err != nil {
 		return nil, err
@@ -324,9 +324,9 @@ func (s *server) takeNode() (*tasklock.Lock, int) {
 	case errors.As(err, &ne) || errors.Is(err, tasklock.ErrNotObtained):
 		holder := "another process"
 		if ne != nil && ne.Owner != "" {
-			holder = ne.Owner
+			holder = redact.Printable(ne.Owner)
 		}
-		s.failf("node name %q is in use by a live tasklock serve (%s) on this store: give each serve its own node name, or omit node: to use host:pid", s.node, holder)
+		s.failf("node name %s is in use by a live tasklock serve (%s) on this store: give each serve its own node name, or omit node: to use host:pid", redact.Quote(s.node), holder)
 		return nil, exitTempFail
 	default:
 		s.failf("store failed: %v", err)

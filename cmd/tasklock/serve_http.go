@@ -17,6 +17,7 @@ import (
 	"github.com/tasklock/tasklock/dashboard"
 	"github.com/tasklock/tasklock/driver"
 	"github.com/tasklock/tasklock/internal/config"
+	"github.com/tasklock/tasklock/internal/redact"
 	"github.com/tasklock/tasklock/schedule"
 )
 
@@ -50,7 +51,7 @@ func (h *httpFlags) check() error {
 	}
 	host, _, err := net.SplitHostPort(h.addr)
 	if err != nil {
-		return usagef("--http %q: want HOST:PORT, e.g. 127.0.0.1:8080 (empty disables the dashboard)", h.addr)
+		return usagef("--http %s: want HOST:PORT, e.g. 127.0.0.1:8080 (empty disables the dashboard)", redact.Quote(h.addr))
 	}
 	if !isLoopback(host) && h.token == "" && !h.insecure {
 		return usagef("--http %s is not a loopback address: set --token (or $TASKLOCK_TOKEN) so that only token holders can trigger, pause and release, or add --insecure to serve it read-only to anyone who can reach it", h.addr)

@@ -47,7 +47,9 @@
 //	http            a mapping: method (default GET), url, headers (a
 //	                mapping), body, timeout (default 1m)
 //
-// Durations are Go durations (300ms, 10s, 1h30m).
+// Durations are Go durations (300ms, 10s, 1h30m), at most MaxDuration
+// (8760h, 365 days). Names (node, job names) are valid UTF-8 without
+// control characters.
 //
 // # Errors
 //
@@ -67,6 +69,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tasklock/tasklock"
 	"github.com/tasklock/tasklock/schedule"
 )
 
@@ -78,6 +81,10 @@ const DefaultKillGrace = 2 * time.Second
 
 // DefaultHTTPTimeout is HTTP.Timeout when http.timeout is not set.
 const DefaultHTTPTimeout = time.Minute
+
+// MaxDuration bounds every duration of the file: a year,
+// tasklock.MaxTTL, the longest lease a lock may have.
+const MaxDuration = tasklock.MaxTTL
 
 // MaxFileSize is the largest configuration file Load reads, in bytes.
 const MaxFileSize = 4 << 20
