@@ -146,6 +146,9 @@ var ErrNotMigrated = errors.New("storeurl: store schema not migrated")
 // that keeps no schema (mem://, redis://, ...): there is nothing to migrate.
 var ErrNoMigrations = errors.New("storeurl: store has no migrations")
 
+// maxDuration bounds every duration parameter: a year, tasklock.MaxTTL.
+const maxDuration = 365 * 24 * time.Hour
+
 // opener connects to a store described by a URL that has been checked.
 type opener interface {
 	// open connects and verifies that the store answers within ctx. Its
@@ -342,12 +345,35 @@ func (u *storeURL) hostsIn(hostPart, defaultPort string) ([]string, error) {
 		if host == "" {
 			return nil, u.badf("missing host name in %q", h)
 		}
+		if !validHost(host) {
+			// Refused here, not left to a DNS lookup that fails as if the
+			// store were unreachable.
+			return nil, u.badf("invalid host name %s: want a DNS name, an IPv4 address or an IPv6 address in brackets", redact.Quote(host))
+		}
 		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
 			return nil, u.badf("invalid port %q in %q", port, h)
 		}
 		addrs = append(addrs, net.JoinHostPort(host, port))
 	}
 	return addrs, nil
+}
+
+// validHost reports whether host is a DNS name (letters, digits, '-', '_'
+// and '.'), an IPv4 address or an IPv6 address, with a zone after '%'.
+func validHost(host string) bool {
+	if strings.Contains(host, ":") {
+		addr, zone, _ := strings.Cut(host, "%")
+		ip := net.ParseIP(addr)
+		return ip != nil && ip.To4() == nil && !strings.ContainsAny(zone, "%/[]")
+	}
+	for _, c := range host {
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '-', c == '_', c == '.':
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // params reads query parameters, records which ones a scheme asked for, and
@@ -449,8 +475,12 @@ func (p *params) duration(name string) time.Duration {
 		return 0
 	}
 	d, err := time.ParseDuration(v)
-	if (err != nil || d <= 0) && p.err == nil {
-		p.err = fmt.Errorf("query parameter %s=%q: want a positive duration such as 500ms or 3s", name, v)
+	switch {
+	case p.err != nil:
+	case err != nil || d <= 0:
+		p.err = fmt.Errorf("query parameter %s=%s: want a positive duration such as 500ms or 3s", name, redact.Quote(v))
+	case d > maxDuration:
+		p.err = fmt.Errorf("query parameter %s=%v is above the maximum %v (365 days)", name, d, maxDuration)
 	}
 	return d
 }

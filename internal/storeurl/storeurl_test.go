@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -418,6 +419,14 @@ func TestParseErrors(t *testing.T) {
 		{"redis://h:abc", `invalid port "abc"`},
 		{"redis://h:", `invalid port ""`},
 		{"redis://:1", "missing host name"},
+		// Malformed host names are bad URLs, found without a DNS lookup.
+		{"postgres://%zz", `invalid host name "%zz"`},
+		{"postgres://u:" + secret + "@bad%host/db", `invalid host name "bad%host"`},
+		{"postgresql://h1,h%20/db", `invalid host name "h%20"`},
+		{"postgres://h:70000/db", `invalid port "70000"`},
+		{"etcd://a:1,b c:2", `invalid host name "b c"`},
+		{"sqlite://x%00y.db", "the path contains a NUL byte"},
+		{"redis://h:1?dial_timeout=9223372036854775807ns", "dial_timeout=2562047h47m16.854775807s is above the maximum 8760h0m0s"},
 		{"redis://::1", "invalid host"},
 		{"redis://h:1?foo=1", `unknown query parameter "foo"`},
 		{"redis://h:1?db=1", `unknown query parameter "db" (redis:// accepts: dial_timeout, pool_size, prefix`},
@@ -585,6 +594,24 @@ func TestScrubShortPassword(t *testing.T) {
 	want := "storeurl: store unreachable: redis://app:xxxxx@127.0.0.1:1/0: dial tcp 127.0.0.1:1: connect: connection refused (auth app:xxxxx@127.0.0.1:1)"
 	if err.Error() != want {
 		t.Errorf("classify:\n got %q\nwant %q", err, want)
+	}
+}
+
+// TestSQLiteMissingDirectory: a file in a directory that does not exist
+// is a bad URL (no retry mends it), for Open and for migrate up.
+func TestSQLiteMissingDirectory(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "missing", "dir")
+	raw := "sqlite://" + dir + "/x.db"
+	_, _, err := Open(context.Background(), raw)
+	if !errors.Is(err, ErrBadURL) || !strings.Contains(err.Error(), "directory \""+dir+"\" does not exist") {
+		t.Errorf("Open(%s) = %v, want ErrBadURL naming the directory", raw, err)
+	}
+	m, err := OpenMigrator(context.Background(), raw)
+	if err == nil {
+		m.Close()
+	}
+	if !errors.Is(err, ErrBadURL) {
+		t.Errorf("OpenMigrator(%s) = %v, want ErrBadURL", raw, err)
 	}
 }
 
