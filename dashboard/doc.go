@@ -19,7 +19,8 @@
 // before=) until it is "".
 //
 //	GET  /api/info        {"node", "version", "store" (password redacted), "read_only",
-//	                      "logged_in", "csrf" (with a session cookie), "can": {"ledger", "list", "release"}}
+//	                      "logged_in", "csrf" (with a session cookie), "can": {"ledger", "list", "release"},
+//	                      "build": {"version", "revision", "time", "modified", "go_version"}}
 //	GET  /api/jobs        ?q=SUBSTRING &name=EXACT &after=NAME &limit=N (default 100, max 1000)
 //	                      {"jobs": [{"job", "paused", "pending_triggers": [{"id", "at"}], "last_run",
 //	                      "configured", "schedule", "timezone", "next_ticks": [3 times],

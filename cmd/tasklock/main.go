@@ -19,6 +19,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/tasklock/tasklock/internal/buildinfo"
 	"github.com/tasklock/tasklock/internal/redact"
 )
 
@@ -44,6 +45,7 @@ Usage:
   tasklock jobs list|history|trigger|pause|resume --store URL [--json]
   tasklock locks list|show|release --store URL [--json]
   tasklock demo [--duration D] [--nodes N] [--jobs N] [--keep] | --lock
+  tasklock version [--json]      (also tasklock --version)
   tasklock help [COMMAND]
 
 Commands:
@@ -61,6 +63,8 @@ Commands:
            run jobs every second, each tick once, while a node is killed
            and restarted (nothing to install); --lock: workers taking turns
            on one lock in this process
+  version  print the module version, the VCS revision and time this
+           binary was built from, and the Go version
   help     show this text, or a command's
 
 Store URLs (--store, or $TASKLOCK_STORE):
@@ -139,6 +143,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return runServe(rest, stdout, stderr)
 	case "validate":
 		return runValidate(rest, stdout, stderr)
+	case "version", "-version", "--version":
+		return runVersion(cmd, rest, stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		if len(rest) == 0 {
 			fmt.Fprint(stdout, usage)
@@ -159,6 +165,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			fmt.Fprint(stdout, serveUsage)
 		case "validate":
 			fmt.Fprint(stdout, validateUsage)
+		case "version":
+			fmt.Fprint(stdout, versionUsage)
 		case "help":
 			fmt.Fprint(stdout, usage)
 		default:
@@ -167,9 +175,41 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		}
 		return exitOK
 	default:
-		fmt.Fprintf(stderr, "tasklock: unknown command %s; commands: exec, migrate, serve, validate, jobs, locks, demo, help\n", redact.Quote(cmd))
+		fmt.Fprintf(stderr, "tasklock: unknown command %s; commands: exec, migrate, serve, validate, jobs, locks, demo, version, help\n", redact.Quote(cmd))
 		return exitUsage
 	}
+}
+
+const versionUsage = `Usage: tasklock version [--json]
+       tasklock --version
+
+Prints the build: the module version (a tag such as v1.2.3 for
+"go install ...@v1.2.3", a pseudo-version for a build in a checkout), the
+VCS revision and commit time it was built from when the go command
+recorded them, and the Go version. --json prints
+{"version", "revision", "time", "modified", "go_version"}.
+`
+
+// runVersion is the version command and the --version flag.
+func runVersion(cmd string, args []string, stdout, stderr io.Writer) int {
+	asJSON := false
+	switch {
+	case len(args) == 1 && cmd == "version" && (args[0] == "--json" || args[0] == "-json"):
+		asJSON = true
+	case len(args) == 1 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help"):
+		fmt.Fprint(stdout, versionUsage)
+		return exitOK
+	case len(args) > 0:
+		fmt.Fprintf(stderr, "tasklock version: unexpected argument %s\nRun 'tasklock help version' for usage.\n", redact.Quote(args[0]))
+		return exitUsage
+	}
+	in := buildinfo.Get()
+	if asJSON {
+		_ = writeJSON(stdout, in)
+		return exitOK
+	}
+	fmt.Fprintln(stdout, in)
+	return exitOK
 }
 
 // usageError is a mistake on the command line; its message names the flag.

@@ -33,8 +33,8 @@ import (
 	"github.com/tasklock/tasklock/schedule"
 )
 
-const serveUsage = `Usage: tasklock serve --config FILE [--grace D] [--verbose] [--log-format F]
-                      [--http ADDR] [--token T] [--insecure]
+const serveUsage = `Usage: tasklock serve --config FILE [--store URL] [--node NAME] [--grace D]
+                      [--verbose] [--log-format F] [--http ADDR] [--token T] [--insecure]
 
 Runs the jobs of FILE on their schedules. Run it on as many hosts as you
 like with the same file and store: every tick of every job runs once, on
@@ -44,6 +44,10 @@ overlap unless the job says overlap: allow.
 Flags:
   --config FILE   the configuration file (required); check it first with
                   "tasklock validate --config FILE"
+  --store URL     the store; default $TASKLOCK_STORE, then the file's
+                  store:, then sqlite://./tasklock.db
+  --node NAME     this scheduler's node name; default $TASKLOCK_NODE, then
+                  the file's node:, then host:pid
   --grace D       on SIGTERM or SIGINT, how long running jobs may finish
                   before they are stopped (default 30s)
   --verbose       log debug lines too
@@ -56,11 +60,18 @@ Flags:
                   release in the dashboard (bearer header or login);
                   default $TASKLOCK_TOKEN; without one it is read-only
   --insecure      allow a non-loopback --http without a token
+Durations are Go durations (300ms, 10s, 1h30m), at most 8760h (365 days).
+
+The store and the node name are each taken from the first of: the flag,
+the environment variable ($TASKLOCK_STORE, $TASKLOCK_NODE; empty counts as
+unset), the file, the default. So "tasklock jobs list" and "tasklock locks
+list", which read $TASKLOCK_STORE, see the store serve uses.
 
 The file:
 
   store: sqlite://./tasklock.db      # default; see "tasklock help" for URLs
-  node: web-1                        # this scheduler's name; default host:pid
+  node: web-1                        # this scheduler's name; default host:pid;
+                                     # no control characters
   jobs:
     - name: nightly-report           # required, unique
       schedule: "0 30 2 * * *"       # cron (seconds optional), @daily, "@every 10s"
@@ -136,15 +147,21 @@ const nodeKeyPrefix = "serve/node/"
 // serveConfig holds serve's checked flags.
 type serveConfig struct {
 	config    string
+	store     string // --store, or $TASKLOCK_STORE; "" for the file's
+	storeFrom string // where the store came from: --store, $TASKLOCK_STORE, file or default
+	node      string // --node, or $TASKLOCK_NODE; "" for the file's
+	nodeFrom  string // --node or $TASKLOCK_NODE, when node is set
 	grace     time.Duration
 	verbose   bool
 	logFormat string
 	http      httpFlags
 }
 
-func parseServe(args []string) (*serveConfig, error) {
+func parseServe(args []string, getenv func(string) string) (*serveConfig, error) {
 	c := &serveConfig{}
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.StringVar(&c.store, "store", "", "")
+	fs.StringVar(&c.node, "node", "", "")
 	fs.DurationVar(&c.grace, "grace", schedule.DefaultShutdownGrace, "")
 	fs.BoolVar(&c.verbose, "verbose", false, "")
 	fs.StringVar(&c.logFormat, "log-format", "text", "")
@@ -154,6 +171,28 @@ func parseServe(args []string) (*serveConfig, error) {
 		return nil, err
 	}
 	c.config = path
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	// Flag, then environment, then (in apply) the file, then the default.
+	for _, o := range []struct {
+		val, from *string
+		flag, env string
+	}{{&c.store, &c.storeFrom, "store", "TASKLOCK_STORE"}, {&c.node, &c.nodeFrom, "node", "TASKLOCK_NODE"}} {
+		switch {
+		case set[o.flag] && *o.val == "":
+			return nil, usagef("--%s is empty", o.flag)
+		case set[o.flag]:
+			*o.from = "--" + o.flag
+		case getenv(o.env) != "":
+			*o.val = getenv(o.env)
+			*o.from = "$" + o.env
+		}
+	}
+	if c.node != "" {
+		if msg := config.CheckNodeName(c.node); msg != "" {
+			return nil, usagef("%s %s: %s", c.nodeFrom, redact.Quote(c.node), msg)
+		}
+	}
 	if c.grace < 0 {
 		return nil, usagef("--grace must not be negative, got %v", c.grace)
 	}
@@ -166,9 +205,25 @@ func parseServe(args []string) (*serveConfig, error) {
 	return c, nil
 }
 
+// apply puts the store and node of the flags or the environment into f,
+// in place of the file's: see serveUsage for the order.
+func (c *serveConfig) apply(f *config.File) {
+	switch {
+	case c.store != "":
+		f.Store = c.store
+	case f.StoreGiven:
+		c.storeFrom = "file"
+	default:
+		c.storeFrom = "default"
+	}
+	if c.node != "" {
+		f.Node = c.node
+	}
+}
+
 // runServe is the serve command.
 func runServe(args []string, stdout, stderr io.Writer) int {
-	c, err := parseServe(args)
+	c, err := parseServe(args, os.Getenv)
 	if errors.Is(err, flag.ErrHelp) {
 		fmt.Fprint(stdout, serveUsage)
 		return exitOK
@@ -182,6 +237,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		printConfigErrors(stderr, "tasklock serve", err)
 		return exitUsage
 	}
+	c.apply(f)
 	level := slog.LevelInfo
 	if c.verbose {
 		level = slog.LevelDebug
@@ -238,6 +294,9 @@ func (s *server) run() int {
 	store, closeStore, err := storeurl.Open(openCtx, s.file.Store)
 	cancel()
 	if err != nil {
+		if from := s.c.storeFrom; from != "file" && from != "default" {
+			err = fmt.Errorf("%w (the store of %s)", err, from)
+		}
 		s.failf("%v", err)
 		return openExit(err)
 	}
@@ -281,7 +340,7 @@ func (s *server) run() int {
 		s.failf("%v", err)
 		return exitUnavailable
 	}
-	s.log.Info("serving", "jobs", len(s.file.Jobs), "node", s.node, "store", redact.URL(s.file.Store), "config", s.c.config)
+	s.log.Info("serving", "jobs", len(s.file.Jobs), "node", s.node, "store", redact.URL(s.file.Store), "store_from", s.c.storeFrom, "config", s.c.config)
 
 	var retry <-chan time.Time
 	for {
@@ -367,6 +426,7 @@ func (s *server) reload() {
 		}
 		return
 	}
+	s.c.apply(f)
 	switch {
 	case f.Store != s.file.Store:
 		s.log.Error("reload: the store changed; restart serve to switch stores; the old jobs keep running",

@@ -9,13 +9,13 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"runtime/debug"
 	"strings"
 	"time"
 
 	"github.com/tasklock/tasklock"
 	"github.com/tasklock/tasklock/dashboard"
 	"github.com/tasklock/tasklock/driver"
+	"github.com/tasklock/tasklock/internal/buildinfo"
 	"github.com/tasklock/tasklock/internal/config"
 	"github.com/tasklock/tasklock/internal/redact"
 	"github.com/tasklock/tasklock/schedule"
@@ -68,14 +68,8 @@ func isLoopback(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// version is this binary's module version ("(devel)" when built from a
-// checkout).
-func version() string {
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
-		return bi.Main.Version
-	}
-	return "(devel)"
-}
+// version is this binary's module version (see buildinfo.Info.Version).
+func version() string { return buildinfo.Get().Version }
 
 // nodeLockOptions are the options of the node-name lock: its owner name
 // carries the version, for the dashboard's nodes page.

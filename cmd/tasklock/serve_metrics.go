@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/tasklock/tasklock"
+	"github.com/tasklock/tasklock/internal/buildinfo"
 	"github.com/tasklock/tasklock/internal/slogfilter"
 	"github.com/tasklock/tasklock/metrics"
 	"github.com/tasklock/tasklock/schedule"
@@ -41,8 +42,22 @@ type observer struct {
 func newObserver(log *slog.Logger) *observer {
 	m, _ := metrics.New(nil) // registered below; New(nil) cannot fail
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(m, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(m, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfoGauge(buildinfo.Get()))
 	return &observer{reg: reg, m: m, log: log}
+}
+
+// buildInfoGauge is tasklock_build_info{version, revision, goversion} 1:
+// which build each serve runs, for dashboards to join on.
+func buildInfoGauge(in buildinfo.Info) prometheus.Collector {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "tasklock_build_info",
+		Help: "The build of tasklock serve: module version, VCS revision and Go version; always 1.",
+		ConstLabels: prometheus.Labels{
+			"version": in.Version, "revision": in.Revision, "goversion": in.GoVersion,
+		},
+	})
+	g.Set(1)
+	return g
 }
 
 // metricsHandler serves the metrics at /metrics of the --http server.

@@ -94,6 +94,10 @@ type File struct {
 	// Store is the store URL (see storeurl); DefaultStore when the file
 	// names none. It may hold a password: print it with redact.URL.
 	Store string
+	// StoreGiven reports whether the file names the store (store:), for
+	// serve, where $TASKLOCK_STORE comes before DefaultStore but after
+	// the file.
+	StoreGiven bool
 	// Node is the scheduler's node name; "" means host:pid.
 	Node string
 	// Jobs are the jobs, in the file's order, with distinct names.
@@ -190,4 +194,14 @@ func AsErrors(err error) []string {
 		return out
 	}
 	return []string{err.Error()}
+}
+
+// CheckNodeName returns "" when name can be a node name (node:, serve's
+// --node, $TASKLOCK_NODE) — non-empty, at most tasklock.MaxOwnerLen bytes
+// of valid UTF-8 without control characters — and otherwise what is wrong.
+func CheckNodeName(name string) string {
+	if name == "" {
+		return "empty"
+	}
+	return checkName(name, tasklock.MaxOwnerLen)
 }

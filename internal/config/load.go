@@ -192,7 +192,7 @@ func (p *parser) file_(data []byte) *File {
 				if err := storeurl.Check(s); err != nil {
 					p.errorf(fd.val, "store", "%s", strings.TrimPrefix(err.Error(), "storeurl: "))
 				}
-				f.Store = s
+				f.Store, f.StoreGiven = s, true
 			}
 		}
 	}
