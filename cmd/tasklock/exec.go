@@ -541,7 +541,7 @@ func sigNum(s os.Signal) int {
 type redisLogger struct{ log *slog.Logger }
 
 func (r redisLogger) Printf(ctx context.Context, format string, args ...any) {
-	r.log.InfoContext(ctx, "go-redis: "+fmt.Sprintf(format, args...))
+	r.log.InfoContext(ctx, "go-redis: "+redact.Text(fmt.Sprintf(format, args...)))
 }
 
 // mysqlLogger sends go-sql-driver/mysql's own log lines (broken
@@ -549,5 +549,5 @@ func (r redisLogger) Printf(ctx context.Context, format string, args ...any) {
 type mysqlLogger struct{ log *slog.Logger }
 
 func (m mysqlLogger) Print(v ...any) {
-	m.log.Info("go-sql-driver/mysql: " + strings.TrimSpace(fmt.Sprint(v...)))
+	m.log.Info("go-sql-driver/mysql: " + redact.Text(strings.TrimSpace(fmt.Sprint(v...))))
 }
