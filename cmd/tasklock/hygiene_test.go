@@ -5,6 +5,8 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -66,10 +68,11 @@ func TestInputHygiene(t *testing.T) {
 	if entries, _ := os.ReadDir(wd); len(entries) != 0 {
 		t.Errorf("files created in the working directory: %v", entries)
 	}
-	// A well-formed URL of a store that does not answer stays 69.
-	code, _, errOut := runTL(t, nil, "exec", "--store", "redis://"+closedAddr(t), "--key", "k", "--", "true")
-	if code != exitUnavailable {
-		t.Errorf("unreachable store: exit %d, want %d\n%s", code, exitUnavailable, errOut)
+	// A well-formed URL of a store that does not answer stays 69; its
+	// one-letter password is hidden, and nothing else ("connection").
+	code, _, errOut := runTL(t, nil, "exec", "--store", "redis://app:o@"+closedAddr(t), "--key", "k", "--", "true")
+	if code != exitUnavailable || !strings.Contains(errOut, "redis://app:xxxxx@") || !strings.Contains(errOut, "connection refused") {
+		t.Errorf("unreachable store: exit %d, want %d naming the redacted URL and the refused connection\n%s", code, exitUnavailable, errOut)
 	}
 }
 
@@ -200,6 +203,39 @@ func TestServeStoreAndNodeSources(t *testing.T) {
 		code, _, errOut := runTL(t, bad.env, append([]string{"serve", "--config", noStore, "--http", ""}, bad.args...)...)
 		if code != exitUsage || !strings.Contains(errOut, bad.want) {
 			t.Errorf("serve %q %q: exit %d, want 64 with %q:\n%s", bad.env, bad.args, code, bad.want, errOut)
+		}
+	}
+}
+
+// TestServeHTTPJobSecretsRedacted: the query of an HTTP job's URL (an
+// api_key, a signature) reaches neither the log nor the run history, on a
+// non-2xx answer or a failed connection.
+func TestServeHTTPJobSecretsRedacted(t *testing.T) {
+	t.Parallel()
+	const key, sig = "k3y-Zq81", "s1g-Wb77"
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusInternalServerError)
+	}))
+	t.Cleanup(srv.Close)
+	dir := t.TempDir()
+	db := "sqlite://" + filepath.Join(dir, "tl.db")
+	cfg := writeConfig(t, dir, "store: "+db+"\nnode: n1\njobs:\n"+
+		"  - name: answered\n    schedule: '@every 1s'\n    http: {url: '"+srv.URL+"/hook?api_key="+key+"&X-Amz-Signature="+sig+"'}\n"+
+		"  - name: refused\n    schedule: '@every 1s'\n    http: {url: 'http://bot:"+key+"@"+closedAddr(t)+"/hook?v="+sig+"'}\n")
+	p := startTL(t, nil, "serve", "--config", cfg, "--http", "")
+	p.waitStderr(`job=answered.*status=failed`, 20*time.Second)
+	p.waitStderr(`job=refused.*status=failed`, 20*time.Second)
+	p.signal(syscall.SIGTERM)
+	if code := p.wait(30 * time.Second); code != 0 {
+		t.Fatalf("exit %d\n%s", code, p.stderr())
+	}
+	code, hist, errOut := runTL(t, nil, "jobs", "history", "--store", db, "--json")
+	if code != exitOK || !strings.Contains(hist, "HTTP 500") || !strings.Contains(hist, "connection refused") {
+		t.Fatalf("jobs history: exit %d\n%s%s", code, hist, errOut)
+	}
+	for what, text := range map[string]string{"serve's log": p.stderr() + p.stdout(), "the run history": hist} {
+		if strings.Contains(text, key) || strings.Contains(text, sig) {
+			t.Errorf("%s holds a secret of a job's URL:\n%s", what, text)
 		}
 	}
 }
