@@ -108,6 +108,15 @@ func TestOptionErrorsNameTheField(t *testing.T) {
 	if _, err := New(memstore.New(nil), &Config{Owner: "a\tb"}); err == nil || !strings.Contains(err.Error(), "control character") {
 		t.Errorf("New with a tab in the owner: %v", err)
 	}
+	l, err := lk.TryObtain(context.Background(), "extend-bound", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var oe *OptionError
+	if err := l.Extend(context.Background(), MaxTTL+1); !errors.As(err, &oe) || oe.Field != "Extend duration" {
+		t.Errorf("Extend(MaxTTL+1) = %v, want an OptionError", err)
+	}
+	_ = l.Release(context.Background())
 	// An owner read back from a store is escaped, a key quoted and cut.
 	ne := &NotObtainedError{Key: strings.Repeat("k", MaxKeyLength), Owner: "x\n\x1b[2J"}
 	if msg := ne.Error(); strings.ContainsAny(msg, "\n\x1b") || len(msg) > 300 || !strings.Contains(msg, `held by "x\n\x1b[2J"`) {
