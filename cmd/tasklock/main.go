@@ -40,7 +40,7 @@ distributed lock kept in a store they share.
 Usage:
   tasklock exec --store URL --key NAME [flags] -- COMMAND [ARGS...]
   tasklock migrate up|status --store URL [--json]
-  tasklock serve --config FILE [--grace D] [--verbose]
+  tasklock serve --config FILE [--store URL] [--node NAME] [--grace D] [--verbose]
   tasklock validate --config FILE
   tasklock jobs list|history|trigger|pause|resume --store URL [--json]
   tasklock locks list|show|release --store URL [--json]
@@ -105,9 +105,14 @@ The SQL stores keep locks in a table. exec creates it when it is missing
 69), for accounts that may not create tables: run "tasklock migrate up"
 first. "tasklock migrate status" only reads, whatever the URL says.
 
+Durations (--ttl, --wait, --timeout, ...) are Go durations such as 300ms,
+10s or 1h30m, at most 8760h (365 days). Names (--owner, --node) must not
+hold control characters.
+
 Exit status of exec:
-  64   bad usage (the message names the flag), or a --ttl longer than an
-       etcd or ZooKeeper store's session
+  64   bad usage (the message names the flag), a malformed store URL
+       (found without connecting), or a --ttl longer than an etcd or
+       ZooKeeper store's session
   69   store unreachable or failing
   70   lock lost or --max-hold reached while COMMAND ran (COMMAND was stopped)
   75   lock held elsewhere and not obtained within --wait

@@ -95,7 +95,12 @@
 //
 // Malformed URLs and unknown schemes give errors wrapping ErrBadURL, and a
 // store that cannot be reached (PING, or the scheme's equivalent, fails
-// within the caller's context) errors wrapping ErrUnreachable. Every message shows the URL only in its
+// within the caller's context) errors wrapping ErrUnreachable. A URL is
+// malformed, and found so without any I/O, when a host is not a DNS name
+// or an IP address (postgres://%zz is not looked up), a port is outside
+// 1-65535, a sqlite path holds a NUL byte, or a duration parameter exceeds
+// 365 days; a sqlite file whose directory does not exist is ErrBadURL too
+// (found by Open, which looks). Every message shows the URL only in its
 // redact.URL form, and any text a client library returns goes through
 // redact.Text with the passwords (from the URL, a password query parameter,
 // or, for PostgreSQL, $PGPASSWORD or the password file), so a password is
