@@ -45,7 +45,7 @@ func TestParseFull(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := &File{Store: "sqlite://./tasklock.db", Node: "web-1", Jobs: []Job{
+	want := &File{Store: "sqlite://./tasklock.db", StoreGiven: true, Node: "web-1", Jobs: []Job{
 		{
 			Job: schedule.Job{
 				Name: "nightly-report", Schedule: "0 30 2 * * *", TimeZone: "Europe/Berlin",
@@ -71,7 +71,7 @@ func TestParseFull(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f.Store != DefaultStore || f.Node != "" || f.Jobs[0].KillGrace != DefaultKillGrace {
+	if f.Store != DefaultStore || f.StoreGiven || f.Node != "" || f.Jobs[0].KillGrace != DefaultKillGrace {
 		t.Errorf("defaults: %+v", f)
 	}
 }
@@ -184,7 +184,10 @@ func marshal(t *testing.T, f *File) []byte {
 		}
 		jobs = append(jobs, m)
 	}
-	doc := out{"store": f.Store, "jobs": jobs}
+	doc := out{"jobs": jobs}
+	if f.StoreGiven {
+		doc["store"] = f.Store
+	}
 	if f.Node != "" {
 		doc["node"] = f.Node
 	}

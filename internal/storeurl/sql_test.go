@@ -343,8 +343,9 @@ func TestOpenSQLite(t *testing.T) {
 	}
 	checkStore(t, open(t, "sqlite://"+created+"?migrate=false"))
 	_, _, err = Open(ctx, "sqlite:///nonexistent-dir-tasklock/x.db")
-	if !errors.Is(err, ErrUnreachable) || !strings.Contains(err.Error(), "does not exist") {
-		t.Errorf("Open(missing directory) = %v, want ErrUnreachable", err)
+	// A bad URL, not an unreachable store: no retry mends it.
+	if !errors.Is(err, ErrBadURL) || !strings.Contains(err.Error(), `directory "/nonexistent-dir-tasklock" does not exist`) {
+		t.Errorf("Open(missing directory) = %v, want ErrBadURL", err)
 	}
 
 	// An empty file is an empty database.
