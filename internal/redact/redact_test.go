@@ -230,11 +230,12 @@ func expected(encode func(string) (string, bool), pw string) string {
 }
 
 // TestEveryPasswordLength checks every message with passwords of every
-// length from 1 to 64, built from alphabet.
+// length from 1 to 64 built from alphabet, and with each of its
+// characters alone.
 func TestEveryPasswordLength(t *testing.T) {
 	runes := []rune(alphabet)
 	for n := 1; n <= 64; n++ {
-		for start := range runes {
+		for start := 0; start < len(runes); start += 5 {
 			pw := make([]rune, n)
 			for i := range pw {
 				pw[i] = runes[(start+i*7)%len(runes)]
@@ -242,6 +243,11 @@ func TestEveryPasswordLength(t *testing.T) {
 			if validPassword(string(pw)) {
 				checkMessages(t, string(pw))
 			}
+		}
+	}
+	for _, c := range runes {
+		if validPassword(string(c)) {
+			checkMessages(t, string(c))
 		}
 	}
 }
