@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tasklock/tasklock/driver"
+	"github.com/tasklock/tasklock/internal/redact"
 )
 
 // ErrNotObtained is matched (errors.Is) by the error TryObtain returns when
@@ -68,9 +69,11 @@ type NotObtainedError struct {
 
 // Error implements error.
 func (e *NotObtainedError) Error() string {
-	s := fmt.Sprintf("tasklock: not obtained: %q", e.Key)
+	s := "tasklock: not obtained: " + redact.Quote(e.Key)
 	if e.Owner != "" {
-		s += fmt.Sprintf(" is held by %s", e.Owner)
+		// The owner comes from the store, perhaps written before owner
+		// names were checked: escape what could reach a terminal raw.
+		s += " is held by " + redact.Printable(e.Owner)
 		if e.TTL > 0 {
 			s += fmt.Sprintf(" for another %v", e.TTL.Round(time.Millisecond))
 		}

@@ -152,6 +152,9 @@ func (l *Lock) Extend(ctx context.Context, d time.Duration) error {
 	if d < MinTTL {
 		return &OptionError{"Extend duration", fmt.Sprintf("%v is below the minimum %v", d, MinTTL)}
 	}
+	if d > MaxTTL {
+		return &OptionError{"Extend duration", fmt.Sprintf("%v is above the maximum %v", d, MaxTTL)}
+	}
 	e := l.lk.eng
 	answer := make(chan error, 1)
 	e.mu.Lock()

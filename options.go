@@ -7,12 +7,18 @@ import (
 	"strconv"
 	"time"
 	"unicode/utf8"
+
+	"github.com/tasklock/tasklock/internal/redact"
 )
 
 // Defaults and limits of the options.
 const (
-	DefaultTTL   = 10 * time.Second // ObtainOptions.TTL when zero
-	MinTTL       = 10 * time.Millisecond
+	DefaultTTL = 10 * time.Second // ObtainOptions.TTL when zero
+	MinTTL     = 10 * time.Millisecond
+	// MaxTTL bounds ObtainOptions.TTL, MinHold and Extend's duration: a
+	// lease longer than a year is a mistake, and beyond what some stores
+	// can hold (Redis rejects an expiry time that overflows).
+	MaxTTL       = 365 * 24 * time.Hour
 	MaxKeyLength = 512 // bytes
 	MaxOwnerLen  = 256 // bytes
 )
@@ -21,7 +27,9 @@ const (
 // writes into it.
 type Config struct {
 	// Owner is the owner name other processes see for this Locker's locks
-	// (in NotObtainedError, the CLI and the dashboard). Default: host:pid.
+	// (in NotObtainedError, the CLI and the dashboard): at most
+	// MaxOwnerLen bytes of valid UTF-8 without control characters.
+	// Default: host:pid.
 	Owner string
 	// Logger receives the Locker's logs. Nil: warnings and above go to
 	// slog.Default().
@@ -94,6 +102,10 @@ func (lk *Locker) resolve(key string, o *ObtainOptions) (resolved, error) {
 	switch {
 	case r.ttl < MinTTL:
 		return r, &OptionError{"ObtainOptions.TTL", fmt.Sprintf("%v is below the minimum %v", o.TTL, MinTTL)}
+	case r.ttl > MaxTTL:
+		return r, &OptionError{"ObtainOptions.TTL", fmt.Sprintf("%v is above the maximum %v", o.TTL, MaxTTL)}
+	case r.minHold > MaxTTL:
+		return r, &OptionError{"ObtainOptions.MinHold", fmt.Sprintf("%v is above the maximum %v", r.minHold, MaxTTL)}
 	case r.maxHold < 0:
 		return r, &OptionError{"ObtainOptions.MaxHold", fmt.Sprintf("%v is negative", r.maxHold)}
 	case r.minHold < 0:
@@ -140,12 +152,15 @@ func ValidateKey(key string) error {
 	return nil
 }
 
+// validateOwner checks an owner name: at most MaxOwnerLen bytes of valid
+// UTF-8 without control characters.
 func validateOwner(field, owner string) error {
-	switch {
-	case len(owner) > MaxOwnerLen:
+	if len(owner) > MaxOwnerLen {
 		return &OptionError{field, fmt.Sprintf("%d bytes long, the maximum is %d", len(owner), MaxOwnerLen)}
-	case !utf8.ValidString(owner):
-		return &OptionError{field, "not valid UTF-8"}
+	}
+	if msg := redact.CheckName(owner); msg != "" {
+		// A newline would forge rows in listings, an escape reach terminals.
+		return &OptionError{field, msg}
 	}
 	return nil
 }

@@ -81,6 +81,11 @@ func TestOptionErrorsNameTheField(t *testing.T) {
 		{"k", &ObtainOptions{ProgressTimeout: time.Second, NoRenew: true}, "ObtainOptions.ProgressTimeout"},
 		{"k", &ObtainOptions{Wait: -1}, "ObtainOptions.Wait"},
 		{"k", &ObtainOptions{Owner: string(make([]byte, MaxOwnerLen+1))}, "ObtainOptions.Owner"},
+		{"k", &ObtainOptions{TTL: MaxTTL + time.Nanosecond}, "ObtainOptions.TTL"},
+		{"k", &ObtainOptions{MinHold: MaxTTL + time.Nanosecond}, "ObtainOptions.MinHold"},
+		{"k", &ObtainOptions{Owner: "web-1\nk2 forged 7"}, "ObtainOptions.Owner"},
+		{"k", &ObtainOptions{Owner: "\x1b[31mred"}, "ObtainOptions.Owner"},
+		{"k", &ObtainOptions{Owner: "c1\u009b"}, "ObtainOptions.Owner"},
 	}
 	for _, c := range cases {
 		for name, call := range map[string]func() (*Lock, error){
@@ -99,6 +104,23 @@ func TestOptionErrorsNameTheField(t *testing.T) {
 	}
 	if _, err := New(memstore.New(nil), &Config{Owner: "\xff"}); err == nil {
 		t.Error("New with an invalid owner succeeded")
+	}
+	if _, err := New(memstore.New(nil), &Config{Owner: "a\tb"}); err == nil || !strings.Contains(err.Error(), "control character") {
+		t.Errorf("New with a tab in the owner: %v", err)
+	}
+	l, err := lk.TryObtain(context.Background(), "extend-bound", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var oe *OptionError
+	if err := l.Extend(context.Background(), MaxTTL+1); !errors.As(err, &oe) || oe.Field != "Extend duration" {
+		t.Errorf("Extend(MaxTTL+1) = %v, want an OptionError", err)
+	}
+	_ = l.Release(context.Background())
+	// An owner read back from a store is escaped, a key quoted and cut.
+	ne := &NotObtainedError{Key: strings.Repeat("k", MaxKeyLength), Owner: "x\n\x1b[2J"}
+	if msg := ne.Error(); strings.ContainsAny(msg, "\n\x1b") || len(msg) > 300 || !strings.Contains(msg, `held by "x\n\x1b[2J"`) {
+		t.Errorf("NotObtainedError = %q", msg)
 	}
 	cfg := &Config{}
 	lk2, err := New(memstore.New(nil), cfg)

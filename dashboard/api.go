@@ -15,6 +15,7 @@ import (
 
 	"github.com/tasklock/tasklock/driver"
 	"github.com/tasklock/tasklock/internal/apijson"
+	"github.com/tasklock/tasklock/internal/buildinfo"
 	"github.com/tasklock/tasklock/schedule"
 )
 
@@ -31,7 +32,7 @@ const callTimeout = 10 * time.Second
 // info is GET /api/info.
 func (h *handler) info(w http.ResponseWriter, r *http.Request) {
 	out := map[string]any{
-		"node": h.opts.Node, "version": h.opts.Version, "store": h.storeURL,
+		"node": h.opts.Node, "version": h.opts.Version, "store": h.storeURL, "build": buildinfo.Get(),
 		"read_only": h.opts.Token == "", "logged_in": false, "public_read": h.opts.Token != "" && h.opts.PublicRead,
 		"can": map[string]bool{"ledger": h.ledger != nil, "list": h.lister != nil, "release": h.releaser != nil},
 	}

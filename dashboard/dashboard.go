@@ -14,7 +14,7 @@ import (
 
 	"github.com/tasklock/tasklock"
 	"github.com/tasklock/tasklock/driver"
-	"github.com/tasklock/tasklock/internal/storeurl"
+	"github.com/tasklock/tasklock/internal/redact"
 	"github.com/tasklock/tasklock/schedule"
 )
 
@@ -26,7 +26,7 @@ type Options struct {
 	// implement is answered with 501 Not Implemented.
 	Store driver.Store
 	// StoreURL, when set, is shown on the pages, always through
-	// storeurl.Redact: passwords never appear.
+	// redact.URL: passwords never appear.
 	StoreURL string
 	// Jobs returns the configured jobs (only Name, Schedule and TimeZone
 	// are read); it is called once per request and must be safe for
@@ -148,7 +148,7 @@ func New(opts Options) (http.Handler, error) {
 	}
 	h := &handler{
 		opts: opts, store: opts.Store, clock: opts.Clock, log: opts.Logger,
-		storeURL: storeurl.Redact(opts.StoreURL),
+		storeURL: redact.URL(opts.StoreURL),
 		scheds:   map[string]schedule.Schedule{}, firstSeen: map[leaseID]time.Time{},
 		lastRun:  map[string]driver.RunRecord{},
 		noRuns:   map[string]time.Time{},
@@ -299,7 +299,7 @@ func writeError(w http.ResponseWriter, code int, msg string) {
 // storeError reports a failed store call: 503 with the error, any URL in it
 // redacted.
 func (h *handler) storeError(w http.ResponseWriter, r *http.Request, err error) {
-	msg := storeurl.Redact(err.Error())
+	msg := redact.Text(err.Error())
 	h.log.Warn("dashboard: store call failed", "path", r.URL.Path, "err", msg)
 	writeError(w, http.StatusServiceUnavailable, "store: "+msg)
 }

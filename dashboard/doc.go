@@ -21,7 +21,8 @@
 //	GET  /healthz         "ok": liveness, no credentials, no data, no store call
 //	GET  /api/info        {"node", "version", "store" (password redacted), "read_only" (no token),
 //	                      "public_read", "logged_in", "csrf" (with a session cookie),
-//	                      "can": {"ledger", "list", "release"}}
+//	                      "can": {"ledger", "list", "release"},
+//	                      "build": {"version", "revision", "time", "modified", "go_version"}}
 //	GET  /api/jobs        ?q=SUBSTRING &name=EXACT &after=NAME &limit=N (default 100, max 1000)
 //	                      {"jobs": [{"job", "state" (ok, paused, broken), "broken" (why),
 //	                      "paused", "pending_triggers": [{"id", "at"}], "spec", "since", "last_run",
@@ -124,6 +125,7 @@
 // non-loopback --http without --token unless --insecure, and allows it
 // with a token).
 //
-// No page or answer contains a store password: the store URL goes through
-// storeurl.Redact, and so does the text of store errors.
+// No page, answer or event contains a store password: the store URL goes
+// through redact.URL, and the text of store errors, in answers and in the
+// events of /api/events alike, through redact.Text.
 package dashboard

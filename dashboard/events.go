@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tasklock/tasklock/driver"
+	"github.com/tasklock/tasklock/internal/redact"
 )
 
 // summary is what /api/events pushes: counts, and a fingerprint per section
@@ -67,7 +68,7 @@ func (h *handler) summary(ctx context.Context) summary {
 		s.Fingerprint[section] = fmt.Sprintf("%x", f.Sum64())
 	}
 	fail := func(err error) summary {
-		s.Error = "store: " + err.Error()
+		s.Error = "store: " + redact.Text(err.Error())
 		return s
 	}
 	var lockParts, nodeParts, jobParts []string

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tasklock/tasklock/driver"
+	"github.com/tasklock/tasklock/internal/redact"
 	"github.com/tasklock/tasklock/internal/storeurl"
 )
 
@@ -50,11 +51,11 @@ func parseAdmin(cmd string, args []string, getenv func(string) string, subs map[
 	want, ok := subs[a.sub]
 	switch {
 	case !ok:
-		return nil, usagef("unknown subcommand %q: want %s", a.sub, subNames(subs))
+		return nil, usagef("unknown subcommand %s: want %s", redact.Quote(a.sub), subNames(subs))
 	case len(a.positional) < want:
 		return nil, usagef("%s: missing argument", a.sub)
 	case len(a.positional) > want:
-		return nil, usagef("%s: unexpected argument %q", a.sub, a.positional[want])
+		return nil, usagef("%s: unexpected argument %s", a.sub, redact.Quote(a.positional[want]))
 	case a.store == "" && set["store"]:
 		return nil, usagef("--store is empty")
 	case a.store == "":
@@ -78,6 +79,9 @@ func parseInterleaved(fs *flag.FlagSet, args []string) (positional []string, set
 			return nil, nil, flagError(err)
 		}
 		if fs.NArg() == 0 {
+			if err := checkDurations(fs); err != nil {
+				return nil, nil, err
+			}
 			set = map[string]bool{}
 			fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 			return positional, set, nil

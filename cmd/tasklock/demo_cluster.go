@@ -230,7 +230,10 @@ func (d *clusterDemo) startNode(name string) (*demoNode, error) {
 		return nil, err
 	}
 	defer logf.Close()
-	cmd := exec.Command(d.exe, "serve", "--config", cfg, "--grace", clusterGrace.String(), "--http", "")
+	// The flags, not the file, since serve takes $TASKLOCK_STORE and
+	// $TASKLOCK_NODE over the file's store and node.
+	cmd := exec.Command(d.exe, "serve", "--config", cfg, "--store", d.storeURL, "--node", name,
+		"--grace", clusterGrace.String(), "--http", "")
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// Its own process group, so that a Ctrl-C at the terminal reaches the
 	// demo only, which then stops the nodes in order; on Linux the kernel

@@ -57,7 +57,9 @@ func startLongDemo(t *testing.T) (*proc, map[string]int) {
 func TestDemo(t *testing.T) {
 	t.Parallel()
 	tmp := t.TempDir()
-	p := startTL(t, []string{"TMPDIR=" + tmp}, "demo", "--duration", "8s")
+	// serve takes $TASKLOCK_STORE and $TASKLOCK_NODE over its file: the
+	// demo's nodes must not.
+	p := startTL(t, []string{"TMPDIR=" + tmp, "TASKLOCK_STORE=mem://", "TASKLOCK_NODE=shadow"}, "demo", "--duration", "8s")
 	code := p.wait(90 * time.Second)
 	out := p.stdout()
 	if code != 0 {

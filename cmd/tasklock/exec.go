@@ -17,13 +17,13 @@ import (
 	"sync"
 	"syscall"
 	"time"
-	"unicode/utf8"
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tasklock/tasklock"
 	"github.com/tasklock/tasklock/etcdstore"
+	"github.com/tasklock/tasklock/internal/redact"
 	"github.com/tasklock/tasklock/internal/storeurl"
 	"github.com/tasklock/tasklock/redisstore"
 	"github.com/tasklock/tasklock/zkstore"
@@ -49,9 +49,10 @@ Flags:
                     (default 0)
   --kill-grace D    time from SIGTERM to SIGKILL when COMMAND must stop;
                     must be less than half of --ttl (default 2s)
-  --owner NAME      the owner name other hosts see (default host:pid)
+  --owner NAME      the owner name other hosts see (default host:pid); no
+                    control characters
   --verbose         log progress to stderr (default: warnings only)
-Durations are Go durations: 300ms, 10s, 1h30m.
+Durations are Go durations: 300ms, 10s, 1h30m; at most 8760h (365 days).
 
 COMMAND gets TASKLOCK_KEY, TASKLOCK_FENCE and TASKLOCK_OWNER in its
 environment. TASKLOCK_FENCE grows with every grant of the lock: pass it to
@@ -168,9 +169,12 @@ func parseExec(args []string, getenv func(string) string) (*execConfig, error) {
 	if err := tasklock.ValidateKey(c.key); err != nil {
 		var oe *tasklock.OptionError
 		if errors.As(err, &oe) {
-			return nil, usagef("invalid --key %q: %s", c.key, oe.Reason)
+			return nil, usagef("invalid --key %s: %s", redact.Quote(c.key), oe.Reason)
 		}
-		return nil, usagef("invalid --key %q: %v", c.key, err)
+		return nil, usagef("invalid --key %s: %v", redact.Quote(c.key), err)
+	}
+	if err := checkDurations(fs); err != nil {
+		return nil, err
 	}
 	switch {
 	case c.ttl <= 0:
@@ -191,8 +195,8 @@ func parseExec(args []string, getenv func(string) string) (*execConfig, error) {
 		return nil, usagef("--kill-grace %v must be less than half of --ttl %v", c.killGrace, c.ttl)
 	case len(c.owner) > tasklock.MaxOwnerLen:
 		return nil, usagef("--owner is %d bytes long, the maximum is %d", len(c.owner), tasklock.MaxOwnerLen)
-	case !utf8.ValidString(c.owner):
-		return nil, usagef("--owner is not valid UTF-8")
+	case redact.CheckName(c.owner) != "":
+		return nil, usagef("--owner %s: %s", redact.Quote(c.owner), redact.CheckName(c.owner))
 	case len(c.argv) == 0:
 		return nil, usagef("missing COMMAND after the flags (tasklock exec [flags] -- COMMAND [ARGS...])")
 	}
@@ -347,7 +351,7 @@ func (e *execRun) obtainFailed(err error) int {
 	case errors.As(err, &ne) || errors.Is(err, tasklock.ErrNotObtained):
 		holder := "another owner"
 		if ne != nil && ne.Owner != "" {
-			holder = ne.Owner
+			holder = redact.Printable(ne.Owner)
 		}
 		ttl := "unknown"
 		if ne != nil && ne.TTL > 0 {
@@ -360,7 +364,7 @@ func (e *execRun) obtainFailed(err error) int {
 		e.failf("lock %q is held by %s (its lease ends in %s); not obtained %s", e.c.key, holder, ttl, within)
 		return exitTempFail
 	case errors.As(err, &oe) || errors.Is(err, redisstore.ErrKey):
-		e.failf("invalid --key %q: %v", e.c.key, err)
+		e.failf("invalid --key %s: %v", redact.Quote(e.c.key), err)
 		return exitUsage
 	case errors.Is(err, etcdstore.ErrTTL):
 		// etcd lease TTLs are whole seconds.
@@ -502,7 +506,7 @@ func sigNum(s os.Signal) int {
 type redisLogger struct{ log *slog.Logger }
 
 func (r redisLogger) Printf(ctx context.Context, format string, args ...any) {
-	r.log.InfoContext(ctx, "go-redis: "+fmt.Sprintf(format, args...))
+	r.log.InfoContext(ctx, "go-redis: "+redact.Text(fmt.Sprintf(format, args...)))
 }
 
 // mysqlLogger sends go-sql-driver/mysql's own log lines (broken
@@ -510,5 +514,5 @@ func (r redisLogger) Printf(ctx context.Context, format string, args ...any) {
 type mysqlLogger struct{ log *slog.Logger }
 
 func (m mysqlLogger) Print(v ...any) {
-	m.log.Info("go-sql-driver/mysql: " + strings.TrimSpace(fmt.Sprint(v...)))
+	m.log.Info("go-sql-driver/mysql: " + redact.Text(strings.TrimSpace(fmt.Sprint(v...))))
 }

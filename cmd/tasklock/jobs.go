@@ -13,7 +13,7 @@ import (
 
 	"github.com/tasklock/tasklock/driver"
 	"github.com/tasklock/tasklock/internal/apijson"
-	"github.com/tasklock/tasklock/internal/storeurl"
+	"github.com/tasklock/tasklock/internal/redact"
 )
 
 const jobsUsage = `Usage:
@@ -92,7 +92,7 @@ func runJobs(args []string, stdout, stderr io.Writer) int {
 	return adminRun("jobs", jobsUsage, args, stdout, stderr, jobsSubs, extra, func(ctx context.Context, a *adminArgs, store driver.Store) error {
 		l, ok := store.(driver.Ledger)
 		if !ok {
-			return fmt.Errorf("%s keeps no scheduler ledger", storeurl.Redact(a.store))
+			return fmt.Errorf("%s keeps no scheduler ledger", redact.URL(a.store))
 		}
 		switch a.sub {
 		case "list":
@@ -108,7 +108,7 @@ func runJobs(args []string, stdout, stderr io.Writer) int {
 			case "", driver.RunOK, driver.RunFailed, driver.RunTimeout, driver.RunLost, driver.RunInterrupted,
 				driver.RunSkipped, driver.RunMissed, driver.RunRunning:
 			default:
-				return usagef("--status %q: want ok, failed, timeout, lost, interrupted, skipped, missed or running", status)
+				return usagef("--status %s: want ok, failed, timeout, lost, interrupted, skipped, missed or running", redact.Quote(status))
 			}
 			q := driver.RunQuery{Job: job, Status: driver.RunStatus(status), Limit: limit}
 			if since > 0 {
@@ -141,13 +141,13 @@ func runJobs(args []string, stdout, stderr io.Writer) int {
 		}
 		switch a.sub {
 		case "trigger":
-			fmt.Fprintf(stdout, "requested a run of %q now (trigger %s)\n", p.Job, p.Trigger)
+			fmt.Fprintf(stdout, "requested a run of %s now (trigger %s)\n", redact.Quote(p.Job), p.Trigger)
 		case "pause":
-			fmt.Fprintf(stdout, "paused %q\n", p.Job)
+			fmt.Fprintf(stdout, "paused %s\n", redact.Quote(p.Job))
 		case "forget":
-			fmt.Fprintf(stdout, "forgot %q\n", p.Job)
+			fmt.Fprintf(stdout, "forgot %s\n", redact.Quote(p.Job))
 		default:
-			fmt.Fprintf(stdout, "resumed %q\n", p.Job)
+			fmt.Fprintf(stdout, "resumed %s\n", redact.Quote(p.Job))
 		}
 		return nil
 	})
@@ -233,7 +233,7 @@ func jobsList(ctx context.Context, l driver.Ledger, asJSON bool, w io.Writer) er
 		if r := j.LastRun; r != nil {
 			tick, st, node, fence = r.Tick.Format(time.RFC3339), r.Status, r.Node, fmt.Sprint(r.Fence)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", j.Job, state, len(j.Triggers), tick, st, node, fence)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", redact.Printable(j.Job), state, len(j.Triggers), tick, st, redact.Printable(node), fence)
 	}
 	return tw.Flush()
 }
@@ -267,9 +267,9 @@ func jobsHistory(ctx context.Context, l driver.Ledger, q driver.RunQuery, asJSON
 		}
 		msg := strings.ReplaceAll(r.Error, "\n", " ")
 		if len(msg) > 60 {
-			msg = msg[:57] + "..."
+			msg = strings.ToValidUTF8(msg[:57], "") + "..."
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\t%s\t%s\n", tick, r.Job, r.Attempt, r.Node, r.Fence, r.Status, dur, msg)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\t%s\t%s\n", tick, redact.Printable(r.Job), r.Attempt, redact.Printable(r.Node), r.Fence, r.Status, dur, redact.Printable(msg))
 	}
 	return tw.Flush()
 }

@@ -12,7 +12,7 @@ import (
 
 	"github.com/tasklock/tasklock/driver"
 	"github.com/tasklock/tasklock/internal/apijson"
-	"github.com/tasklock/tasklock/internal/storeurl"
+	"github.com/tasklock/tasklock/internal/redact"
 )
 
 const locksUsage = `Usage:
@@ -63,23 +63,23 @@ func runLocks(args []string, stdout, stderr io.Writer) int {
 			}
 			fr, ok := store.(driver.ForceReleaser)
 			if !ok {
-				return fmt.Errorf("%s cannot release locks by force", storeurl.Redact(a.store))
+				return fmt.Errorf("%s cannot release locks by force", redact.URL(a.store))
 			}
 			key := a.positional[0]
 			if err := fr.ForceRelease(ctx, key); errors.Is(err, driver.ErrNotHeld) {
-				return fmt.Errorf("%q is not held: %w", key, errNotFound)
+				return fmt.Errorf("%s is not held: %w", redact.Quote(key), errNotFound)
 			} else if err != nil {
 				return err
 			}
 			if a.json {
 				return writeJSON(stdout, map[string]string{"released": key})
 			}
-			fmt.Fprintf(stdout, "released %q\n", key)
+			fmt.Fprintf(stdout, "released %s\n", redact.Quote(key))
 			return nil
 		}
 		ls, ok := store.(driver.Lister)
 		if !ok {
-			return fmt.Errorf("%s cannot list its locks", storeurl.Redact(a.store))
+			return fmt.Errorf("%s cannot list its locks", redact.URL(a.store))
 		}
 		p := prefix
 		if a.sub == "show" {
@@ -97,7 +97,7 @@ func runLocks(args []string, stdout, stderr io.Writer) int {
 				}
 			}
 			if leases = exact; len(leases) == 0 {
-				return fmt.Errorf("%q is not held: %w", p, errNotFound)
+				return fmt.Errorf("%s is not held: %w", redact.Quote(p), errNotFound)
 			}
 		}
 		sort.Slice(leases, func(i, j int) bool { return leases[i].Key < leases[j].Key })
@@ -115,7 +115,10 @@ func runLocks(args []string, stdout, stderr io.Writer) int {
 		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "KEY\tOWNER\tFENCE\tEXPIRES_IN")
 		for _, l := range leases {
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%v\n", l.Key, l.Owner, l.Fence, l.TTL.Round(time.Millisecond))
+			// Names written before they were checked may hold control
+			// characters: escaped, they can neither forge a row nor
+			// reach the terminal raw.
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%v\n", redact.Printable(l.Key), redact.Printable(l.Owner), l.Fence, l.TTL.Round(time.Millisecond))
 		}
 		return tw.Flush()
 	})

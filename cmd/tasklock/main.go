@@ -19,7 +19,8 @@ import (
 	"os"
 	"strings"
 
-	"github.com/tasklock/tasklock/internal/storeurl"
+	"github.com/tasklock/tasklock/internal/buildinfo"
+	"github.com/tasklock/tasklock/internal/redact"
 )
 
 // Exit statuses, from BSD sysexits.h where one fits.
@@ -39,11 +40,12 @@ distributed lock kept in a store they share.
 Usage:
   tasklock exec --store URL --key NAME [flags] -- COMMAND [ARGS...]
   tasklock migrate up|status --store URL [--json]
-  tasklock serve --config FILE [--grace D] [--verbose]
+  tasklock serve --config FILE [--store URL] [--node NAME] [--grace D] [--verbose]
   tasklock validate --config FILE
   tasklock jobs list|history|trigger|pause|resume --store URL [--json]
   tasklock locks list|show|release --store URL [--json]
   tasklock demo [--duration D] [--nodes N] [--jobs N] [--keep] | --lock
+  tasklock version [--json]      (also tasklock --version)
   tasklock help [COMMAND]
 
 Commands:
@@ -61,6 +63,8 @@ Commands:
            run jobs every second, each tick once, while a node is killed
            and restarted (nothing to install); --lock: workers taking turns
            on one lock in this process
+  version  print the module version, the VCS revision and time this
+           binary was built from, and the Go version
   help     show this text, or a command's
 
 Store URLs (--store, or $TASKLOCK_STORE):
@@ -101,9 +105,14 @@ The SQL stores keep locks in a table. exec creates it when it is missing
 69), for accounts that may not create tables: run "tasklock migrate up"
 first. "tasklock migrate status" only reads, whatever the URL says.
 
+Durations (--ttl, --wait, --timeout, ...) are Go durations such as 300ms,
+10s or 1h30m, at most 8760h (365 days). Names (--owner, --node) must not
+hold control characters.
+
 Exit status of exec:
-  64   bad usage (the message names the flag), or a --ttl longer than an
-       etcd or ZooKeeper store's session
+  64   bad usage (the message names the flag), a malformed store URL
+       (found without connecting), or a --ttl longer than an etcd or
+       ZooKeeper store's session
   69   store unreachable or failing
   70   lock lost or --max-hold reached while COMMAND ran (COMMAND was stopped)
   75   lock held elsewhere and not obtained within --wait
@@ -141,6 +150,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return runValidate(rest, stdout, stderr)
 	case superviseCmd:
 		return runSupervise(rest, stderr)
+	case "version", "-version", "--version":
+		return runVersion(cmd, rest, stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		if len(rest) == 0 {
 			fmt.Fprint(stdout, usage)
@@ -161,15 +172,17 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			fmt.Fprint(stdout, serveUsage)
 		case "validate":
 			fmt.Fprint(stdout, validateUsage)
+		case "version":
+			fmt.Fprint(stdout, versionUsage)
 		case "help":
 			fmt.Fprint(stdout, usage)
 		default:
-			fmt.Fprintf(stderr, "tasklock help: unknown command %q\n", rest[0])
+			fmt.Fprintf(stderr, "tasklock help: unknown command %s\n", redact.Quote(rest[0]))
 			return exitUsage
 		}
 		return exitOK
 	default:
-		fmt.Fprintf(stderr, "tasklock: unknown command %q; commands: exec, migrate, serve, validate, jobs, locks, demo, help\n", cmd)
+		fmt.Fprintf(stderr, "tasklock: unknown command %s; commands: exec, migrate, serve, validate, jobs, locks, demo, version, help\n", redact.Quote(cmd))
 		return exitUsage
 	}
 }
@@ -177,6 +190,38 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 // superviseCmd is the hidden command that exec and serve run each COMMAND
 // under on Linux (supervise_linux.go).
 const superviseCmd = "__supervise"
+
+const versionUsage = `Usage: tasklock version [--json]
+       tasklock --version
+
+Prints the build: the module version (a tag such as v1.2.3 for
+"go install ...@v1.2.3", a pseudo-version for a build in a checkout), the
+VCS revision and commit time it was built from when the go command
+recorded them, and the Go version. --json prints
+{"version", "revision", "time", "modified", "go_version"}.
+`
+
+// runVersion is the version command and the --version flag.
+func runVersion(cmd string, args []string, stdout, stderr io.Writer) int {
+	asJSON := false
+	switch {
+	case len(args) == 1 && cmd == "version" && (args[0] == "--json" || args[0] == "-json"):
+		asJSON = true
+	case len(args) == 1 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help"):
+		fmt.Fprint(stdout, versionUsage)
+		return exitOK
+	case len(args) > 0:
+		fmt.Fprintf(stderr, "tasklock version: unexpected argument %s\nRun 'tasklock help version' for usage.\n", redact.Quote(args[0]))
+		return exitUsage
+	}
+	in := buildinfo.Get()
+	if asJSON {
+		_ = writeJSON(stdout, in)
+		return exitOK
+	}
+	fmt.Fprintln(stdout, in)
+	return exitOK
+}
 
 // usageError is a mistake on the command line; its message names the flag.
 type usageError struct{ msg string }
@@ -191,5 +236,5 @@ func usagef(format string, args ...any) error {
 // message may quote a flag's value: hide anything that looks like a URL's
 // password.
 func flagError(err error) error {
-	return &usageError{storeurl.Redact(strings.TrimSpace(err.Error()))}
+	return &usageError{redact.Text(strings.TrimSpace(err.Error()))}
 }

@@ -10,6 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/tasklock/tasklock/internal/redact"
 	"github.com/tasklock/tasklock/internal/storeurl"
 )
 
@@ -84,9 +85,9 @@ func parseMigrate(args []string, getenv func(string) string) (*migrateConfig, er
 	case len(positional) == 0:
 		return nil, usagef("missing subcommand: up or status")
 	case positional[0] != "up" && positional[0] != "status":
-		return nil, usagef("unknown subcommand %q: want up or status", positional[0])
+		return nil, usagef("unknown subcommand %s: want up or status", redact.Quote(positional[0]))
 	case len(positional) > 1:
-		return nil, usagef("unexpected argument %q after %s", positional[1], positional[0])
+		return nil, usagef("unexpected argument %s after %s", redact.Quote(positional[1]), positional[0])
 	case c.store == "" && set["store"]:
 		return nil, usagef("--store is empty")
 	case c.store == "":
@@ -144,7 +145,7 @@ func runMigrate(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
-	storeName := storeurl.Redact(c.store)
+	storeName := redact.URL(c.store)
 	report := migrateReport{Store: storeName, Migrations: []migrationJSON{}}
 
 	m, err := storeurl.OpenMigrator(ctx, c.store)

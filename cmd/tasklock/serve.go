@@ -27,12 +27,14 @@ import (
 	"github.com/tasklock/tasklock"
 	"github.com/tasklock/tasklock/driver"
 	"github.com/tasklock/tasklock/internal/config"
+	"github.com/tasklock/tasklock/internal/redact"
 	"github.com/tasklock/tasklock/internal/storeurl"
 	"github.com/tasklock/tasklock/schedule"
 )
 
-const serveUsage = `Usage: tasklock serve --config FILE [--grace D] [--verbose] [--log-format F]
-                      [--http ADDR] [--token T] [--public-read] [--insecure]
+const serveUsage = `Usage: tasklock serve --config FILE [--store URL] [--node NAME] [--grace D]
+                      [--verbose] [--log-format F] [--http ADDR] [--token T] [--public-read]
+                      [--insecure]
 
 Runs the jobs of FILE on their schedules. Run it on as many hosts as you
 like with the same file and store: every tick of every job runs once, on
@@ -42,6 +44,10 @@ overlap unless the job says overlap: allow.
 Flags:
   --config FILE   the configuration file (required); check it first with
                   "tasklock validate --config FILE"
+  --store URL     the store; default $TASKLOCK_STORE, then the file's
+                  store:, then sqlite://./tasklock.db
+  --node NAME     this scheduler's node name; default $TASKLOCK_NODE, then
+                  the file's node:, then host:pid
   --grace D       on SIGTERM or SIGINT, how long running jobs may finish
                   before they are stopped (default 30s)
   --verbose       log debug lines too
@@ -59,11 +65,18 @@ Flags:
   --public-read   with --token: anyone may read the pages and the GET API;
                   trigger, pause, resume and release still need the token
   --insecure      allow a non-loopback --http without a token
+Durations are Go durations (300ms, 10s, 1h30m), at most 8760h (365 days).
+
+The store and the node name are each taken from the first of: the flag,
+the environment variable ($TASKLOCK_STORE, $TASKLOCK_NODE; empty counts as
+unset), the file, the default. So "tasklock jobs list" and "tasklock locks
+list", which read $TASKLOCK_STORE, see the store serve uses.
 
 The file:
 
   store: sqlite://./tasklock.db      # default; see "tasklock help" for URLs
-  node: web-1                        # this scheduler's name; default host:pid
+  node: web-1                        # this scheduler's name; default host:pid;
+                                     # no control characters
   jobs:
     - name: nightly-report           # required, unique
       schedule: "0 30 2 * * *"       # cron (seconds optional), @daily, "@every 10s"
@@ -154,15 +167,21 @@ const nodeKeyPrefix = "serve/node/"
 // serveConfig holds serve's checked flags.
 type serveConfig struct {
 	config    string
+	store     string // --store, or $TASKLOCK_STORE; "" for the file's
+	storeFrom string // where the store came from: --store, $TASKLOCK_STORE, file or default
+	node      string // --node, or $TASKLOCK_NODE; "" for the file's
+	nodeFrom  string // --node or $TASKLOCK_NODE, when node is set
 	grace     time.Duration
 	verbose   bool
 	logFormat string
 	http      httpFlags
 }
 
-func parseServe(args []string) (*serveConfig, error) {
+func parseServe(args []string, getenv func(string) string) (*serveConfig, error) {
 	c := &serveConfig{}
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.StringVar(&c.store, "store", "", "")
+	fs.StringVar(&c.node, "node", "", "")
 	fs.DurationVar(&c.grace, "grace", schedule.DefaultShutdownGrace, "")
 	fs.BoolVar(&c.verbose, "verbose", false, "")
 	fs.StringVar(&c.logFormat, "log-format", "text", "")
@@ -172,11 +191,33 @@ func parseServe(args []string) (*serveConfig, error) {
 		return nil, err
 	}
 	c.config = path
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	// Flag, then environment, then (in apply) the file, then the default.
+	for _, o := range []struct {
+		val, from *string
+		flag, env string
+	}{{&c.store, &c.storeFrom, "store", "TASKLOCK_STORE"}, {&c.node, &c.nodeFrom, "node", "TASKLOCK_NODE"}} {
+		switch {
+		case set[o.flag] && *o.val == "":
+			return nil, usagef("--%s is empty", o.flag)
+		case set[o.flag]:
+			*o.from = "--" + o.flag
+		case getenv(o.env) != "":
+			*o.val = getenv(o.env)
+			*o.from = "$" + o.env
+		}
+	}
+	if c.node != "" {
+		if msg := config.CheckNodeName(c.node); msg != "" {
+			return nil, usagef("%s %s: %s", c.nodeFrom, redact.Quote(c.node), msg)
+		}
+	}
 	if c.grace < 0 {
 		return nil, usagef("--grace must not be negative, got %v", c.grace)
 	}
 	if !slices.Contains(logFormats, c.logFormat) {
-		return nil, usagef("--log-format must be text or json, got %q", c.logFormat)
+		return nil, usagef("--log-format must be text or json, got %s", redact.Quote(c.logFormat))
 	}
 	if err := c.http.check(); err != nil {
 		return nil, err
@@ -184,9 +225,25 @@ func parseServe(args []string) (*serveConfig, error) {
 	return c, nil
 }
 
+// apply puts the store and node of the flags or the environment into f,
+// in place of the file's: see serveUsage for the order.
+func (c *serveConfig) apply(f *config.File) {
+	switch {
+	case c.store != "":
+		f.Store = c.store
+	case f.StoreGiven:
+		c.storeFrom = "file"
+	default:
+		c.storeFrom = "default"
+	}
+	if c.node != "" {
+		f.Node = c.node
+	}
+}
+
 // runServe is the serve command.
 func runServe(args []string, stdout, stderr io.Writer) int {
-	c, err := parseServe(args)
+	c, err := parseServe(args, os.Getenv)
 	if errors.Is(err, flag.ErrHelp) {
 		fmt.Fprint(stdout, serveUsage)
 		return exitOK
@@ -200,6 +257,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		printConfigErrors(stderr, "tasklock serve", err)
 		return exitUsage
 	}
+	c.apply(f)
 	level := slog.LevelInfo
 	if c.verbose {
 		level = slog.LevelDebug
@@ -266,6 +324,9 @@ func (s *server) run() int {
 	store, closeStore, err := storeurl.Open(openCtx, s.file.Store)
 	cancel()
 	if err != nil {
+		if from := s.c.storeFrom; from != "file" && from != "default" {
+			err = fmt.Errorf("%w (the store of %s)", err, from)
+		}
 		s.failf("%v", err)
 		return openExit(err)
 	}
@@ -277,7 +338,7 @@ func (s *server) run() int {
 	ledger, ok := store.(driver.Ledger)
 	if !ok {
 		s.failf("store %s (%T) cannot keep a schedule ledger, which serve needs; use a store that can (mem:// to try serve out)",
-			storeurl.Redact(s.file.Store), store)
+			redact.URL(s.file.Store), store)
 		return exitUsage
 	}
 	s.ledger = ledger
@@ -313,7 +374,7 @@ func (s *server) run() int {
 	s.mu.Lock()
 	s.cur = cur
 	s.mu.Unlock()
-	s.log.Info("serving", "jobs", len(s.file.Jobs), "node", s.node, "store", storeurl.Redact(s.file.Store), "config", s.c.config)
+	s.log.Info("serving", "jobs", len(s.file.Jobs), "node", s.node, "store", redact.URL(s.file.Store), "store_from", s.c.storeFrom, "config", s.c.config)
 
 	var retry <-chan time.Time
 	for {
@@ -357,9 +418,9 @@ func (s *server) takeNode() (*tasklock.Lock, int) {
 	case errors.As(err, &ne) || errors.Is(err, tasklock.ErrNotObtained):
 		holder := "another process"
 		if ne != nil && ne.Owner != "" {
-			holder = ne.Owner
+			holder = redact.Printable(ne.Owner)
 		}
-		s.failf("node name %q is in use by a live tasklock serve (%s) on this store: give each serve its own node name, or omit node: to use host:pid", s.node, holder)
+		s.failf("node name %s is in use by a live tasklock serve (%s) on this store: give each serve its own node name, or omit node: to use host:pid", redact.Quote(s.node), holder)
 		return nil, exitTempFail
 	default:
 		s.failf("store failed: %v", err)
@@ -402,10 +463,11 @@ func (s *server) reload() {
 		}
 		return
 	}
+	s.c.apply(f)
 	switch {
 	case f.Store != s.file.Store:
 		s.log.Error("reload: the store changed; restart serve to switch stores; the old jobs keep running",
-			"was", storeurl.Redact(s.file.Store), "now", storeurl.Redact(f.Store))
+			"was", redact.URL(s.file.Store), "now", redact.URL(f.Store))
 		return
 	case f.Node != s.file.Node:
 		s.log.Error("reload: the node changed; restart serve to rename it; the old jobs keep running", "was", s.file.Node, "now", f.Node)
@@ -603,7 +665,7 @@ func (s *server) runHTTP(ctx context.Context, h *config.HTTP, r schedule.Run) er
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, h.Method, h.URL, strings.NewReader(h.Body))
 	if err != nil {
-		return fmt.Errorf("http request: %s", storeurl.Redact(err.Error()))
+		return fmt.Errorf("http request: %s", redact.Text(err.Error()))
 	}
 	for k, v := range h.Headers {
 		if k == "Host" {
@@ -618,13 +680,14 @@ func (s *server) runHTTP(ctx context.Context, h *config.HTTP, r schedule.Run) er
 	}
 	resp, err := s.client.Do(req)
 	if err != nil {
-		return err // a *url.Error, whose URL net/http has redacted
+		// A *url.Error: net/http hides the URL's password, not its query.
+		return redact.Error(err)
 	}
 	defer resp.Body.Close()
 	fmt.Fprintf(r.Output, "HTTP %s\n", resp.Status)
 	_, _ = io.Copy(r.Output, io.LimitReader(resp.Body, maxHTTPBody))
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return fmt.Errorf("%s %s: HTTP %s", h.Method, storeurl.Redact(h.URL), resp.Status)
+		return fmt.Errorf("%s %s: HTTP %s", h.Method, redact.URL(h.URL), resp.Status)
 	}
 	return nil
 }

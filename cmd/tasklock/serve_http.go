@@ -9,14 +9,15 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"runtime/debug"
 	"strings"
 	"time"
 
 	"github.com/tasklock/tasklock"
 	"github.com/tasklock/tasklock/dashboard"
 	"github.com/tasklock/tasklock/driver"
+	"github.com/tasklock/tasklock/internal/buildinfo"
 	"github.com/tasklock/tasklock/internal/config"
+	"github.com/tasklock/tasklock/internal/redact"
 	"github.com/tasklock/tasklock/schedule"
 )
 
@@ -56,7 +57,7 @@ func (h *httpFlags) check() error {
 	}
 	host, _, err := net.SplitHostPort(h.addr)
 	if err != nil {
-		return usagef("--http %q: want HOST:PORT, e.g. 127.0.0.1:8080 (empty disables the dashboard)", h.addr)
+		return usagef("--http %s: want HOST:PORT, e.g. 127.0.0.1:8080 (empty disables the dashboard)", redact.Quote(h.addr))
 	}
 	if !isLoopback(host) && h.token == "" && !h.insecure {
 		return usagef("--http %s is not a loopback address: set --token (or $TASKLOCK_TOKEN) so that only token holders can trigger, pause and release, or add --insecure to serve it read-only to anyone who can reach it", h.addr)
@@ -73,14 +74,8 @@ func isLoopback(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// version is this binary's module version ("(devel)" when built from a
-// checkout).
-func version() string {
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
-		return bi.Main.Version
-	}
-	return "(devel)"
-}
+// version is this binary's module version (see buildinfo.Info.Version).
+func version() string { return buildinfo.Get().Version }
 
 // nodeLockOptions are the options of the node-name lock: its owner name
 // carries the version, for the dashboard's nodes page.

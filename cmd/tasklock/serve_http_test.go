@@ -113,6 +113,9 @@ func TestServeHTTPDashboard(t *testing.T) {
 	if n := get("/api/nodes"); !strings.Contains(n, `"node":"web-1","alive":true`) || !strings.Contains(n, `"version":"`) {
 		t.Errorf("nodes: %s", n)
 	}
+	if info := get("/api/info"); !regexp.MustCompile(`"build":\{"version":"[^"]+".*"go_version":"go`).MatchString(info) {
+		t.Errorf("/api/info has no build: %s", info)
+	}
 	pause := func(auth string) int {
 		req, _ := http.NewRequest("POST", "http://"+addr+"/api/jobs/a/pause", nil)
 		if auth != "" {

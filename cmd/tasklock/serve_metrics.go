@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/tasklock/tasklock"
+	"github.com/tasklock/tasklock/internal/buildinfo"
 	"github.com/tasklock/tasklock/internal/slogfilter"
 	"github.com/tasklock/tasklock/metrics"
 	"github.com/tasklock/tasklock/schedule"
@@ -45,7 +46,7 @@ func newObserver(log *slog.Logger) *observer {
 	m, _ := metrics.New(nil) // registered below; New(nil) cannot fail
 	reg := prometheus.NewRegistry()
 	o := &observer{reg: reg, m: m, log: log}
-	reg.MustRegister(m, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), brokenCollector{o})
+	reg.MustRegister(m, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), brokenCollector{o}, buildInfoGauge(buildinfo.Get()))
 	return o
 }
 
@@ -71,6 +72,20 @@ func (c brokenCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(brokenDesc, prometheus.GaugeValue, v, job)
 	}
+}
+
+// buildInfoGauge is tasklock_build_info{version, revision, goversion} 1:
+// which build each serve runs, for dashboards to join on.
+func buildInfoGauge(in buildinfo.Info) prometheus.Collector {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "tasklock_build_info",
+		Help: "The build of tasklock serve: module version, VCS revision and Go version; always 1.",
+		ConstLabels: prometheus.Labels{
+			"version": in.Version, "revision": in.Revision, "goversion": in.GoVersion,
+		},
+	})
+	g.Set(1)
+	return g
 }
 
 // metricsHandler serves the metrics at /metrics of the --http server.

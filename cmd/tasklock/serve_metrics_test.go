@@ -71,6 +71,7 @@ func TestServeMetricsAndJSONLogs(t *testing.T) {
 		`(?m)^tasklock_locks_held [0-9]`,
 		`(?m)^go_goroutines `,
 		`(?m)^tasklock_job_broken\{job="tick"\} 0$`,
+		`(?m)^tasklock_build_info\{goversion="go[^"]+",revision="[0-9a-f]*",version="[^"]+"\} 1$`,
 	} {
 		if !regexp.MustCompile(re).Match(body) {
 			t.Errorf("GET /metrics: %s, no line matching %s in\n%s", resp.Status, re, body)
@@ -92,7 +93,7 @@ func TestServeLogFormatFlag(t *testing.T) {
 		{[]string{"--config", "x", "--log-format", "json"}, ""},
 		{[]string{"--config", "x", "--log-format", "logfmt"}, `--log-format must be text or json, got "logfmt"`},
 	} {
-		c, err := parseServe(tc.args)
+		c, err := parseServe(tc.args, func(string) string { return "" })
 		switch {
 		case tc.want == "" && err != nil:
 			t.Errorf("%v: %v", tc.args, err)

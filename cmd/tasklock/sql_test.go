@@ -308,7 +308,7 @@ func TestMigrateUsage(t *testing.T) {
 		{nil, []string{"up", "--store", "ftp://h"}, exitUsage, `unknown scheme "ftp"`},
 		{nil, []string{"status", "--store", "postgres://u@" + closed + "/db"}, exitUnavailable, "unreachable"},
 		{nil, []string{"up", "--store", "mysql://u@" + closed + "/db"}, exitUnavailable, "unreachable"},
-		{nil, []string{"up", "--store", "sqlite:///nonexistent-dir-tasklock/x.db"}, exitUnavailable, "does not exist"},
+		{nil, []string{"up", "--store", "sqlite:///nonexistent-dir-tasklock/x.db"}, exitUsage, `directory "/nonexistent-dir-tasklock" does not exist`},
 	}
 	for _, tt := range tests {
 		code, out, errOut := runTL(t, tt.env, append([]string{"migrate"}, tt.args...)...)

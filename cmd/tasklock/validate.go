@@ -5,9 +5,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"time"
 
+	"github.com/tasklock/tasklock"
 	"github.com/tasklock/tasklock/internal/config"
-	"github.com/tasklock/tasklock/internal/storeurl"
+	"github.com/tasklock/tasklock/internal/redact"
 )
 
 const validateUsage = `Usage: tasklock validate --config FILE
@@ -39,9 +41,12 @@ func configFlag(fs *flag.FlagSet, args []string) (string, error) {
 		}
 		return "", flagError(err)
 	}
+	if err := checkDurations(fs); err != nil {
+		return "", err
+	}
 	switch {
 	case fs.NArg() > 0:
-		return "", usagef("unexpected argument %q", fs.Arg(0))
+		return "", usagef("unexpected argument %s", redact.Quote(fs.Arg(0)))
 	case path == "":
 		return "", usagef("--config FILE is required")
 	}
@@ -68,7 +73,7 @@ func runValidate(args []string, stdout, stderr io.Writer) int {
 	if node == "" {
 		node = "host:pid"
 	}
-	fmt.Fprintf(stdout, "%s: OK: %s, store %s, node %s\n", path, plural(len(f.Jobs), "job"), storeurl.Redact(f.Store), node)
+	fmt.Fprintf(stdout, "%s: OK: %s, store %s, node %s\n", path, plural(len(f.Jobs), "job"), redact.URL(f.Store), node)
 	return exitOK
 }
 
@@ -89,4 +94,25 @@ func plural(n int, what string) string {
 		return "1 " + what
 	}
 	return fmt.Sprintf("%d %ss", n, what)
+}
+
+// maxDuration bounds every duration flag and configuration key: a year,
+// tasklock.MaxTTL, the longest lease a lock may have.
+const maxDuration = tasklock.MaxTTL
+
+// checkDurations refuses a duration flag of fs above maxDuration, naming
+// the flag and the bound: such a value is a mistake, and some stores
+// reject it with an error of their own that names neither.
+func checkDurations(fs *flag.FlagSet) error {
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		g, ok := f.Value.(flag.Getter)
+		if !ok || err != nil {
+			return
+		}
+		if d, ok := g.Get().(time.Duration); ok && d > maxDuration {
+			err = usagef("--%s %v is above the maximum %v (365 days)", f.Name, d, maxDuration)
+		}
+	})
+	return err
 }

@@ -47,7 +47,9 @@
 //	http            a mapping: method (default GET), url, headers (a
 //	                mapping), body, timeout (default 1m)
 //
-// Durations are Go durations (300ms, 10s, 1h30m).
+// Durations are Go durations (300ms, 10s, 1h30m), at most MaxDuration
+// (8760h, 365 days). Names (node, job names) are valid UTF-8 without
+// control characters.
 //
 // # Errors
 //
@@ -58,7 +60,7 @@
 //
 //	config.yaml:7: job "nightly-report": timeout: invalid duration "10x"
 //
-// A store URL appears in messages only in its storeurl.Redact form.
+// A store URL appears in messages only in its redact.URL form.
 package config
 
 import (
@@ -67,6 +69,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tasklock/tasklock"
 	"github.com/tasklock/tasklock/schedule"
 )
 
@@ -79,14 +82,22 @@ const DefaultKillGrace = 2 * time.Second
 // DefaultHTTPTimeout is HTTP.Timeout when http.timeout is not set.
 const DefaultHTTPTimeout = time.Minute
 
+// MaxDuration bounds every duration of the file: a year,
+// tasklock.MaxTTL, the longest lease a lock may have.
+const MaxDuration = tasklock.MaxTTL
+
 // MaxFileSize is the largest configuration file Load reads, in bytes.
 const MaxFileSize = 4 << 20
 
 // File is a checked configuration file.
 type File struct {
 	// Store is the store URL (see storeurl); DefaultStore when the file
-	// names none. It may hold a password: print it with storeurl.Redact.
+	// names none. It may hold a password: print it with redact.URL.
 	Store string
+	// StoreGiven reports whether the file names the store (store:), for
+	// serve, where $TASKLOCK_STORE comes before DefaultStore but after
+	// the file.
+	StoreGiven bool
 	// Node is the scheduler's node name; "" means host:pid.
 	Node string
 	// Jobs are the jobs, in the file's order, with distinct names.
@@ -183,4 +194,14 @@ func AsErrors(err error) []string {
 		return out
 	}
 	return []string{err.Error()}
+}
+
+// CheckNodeName returns "" when name can be a node name (node:, serve's
+// --node, $TASKLOCK_NODE) — non-empty, at most tasklock.MaxOwnerLen bytes
+// of valid UTF-8 without control characters — and otherwise what is wrong.
+func CheckNodeName(name string) string {
+	if name == "" {
+		return "empty"
+	}
+	return checkName(name, tasklock.MaxOwnerLen)
 }

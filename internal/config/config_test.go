@@ -45,7 +45,7 @@ func TestParseFull(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := &File{Store: "sqlite://./tasklock.db", Node: "web-1", Jobs: []Job{
+	want := &File{Store: "sqlite://./tasklock.db", StoreGiven: true, Node: "web-1", Jobs: []Job{
 		{
 			Job: schedule.Job{
 				Name: "nightly-report", Schedule: "0 30 2 * * *", TimeZone: "Europe/Berlin",
@@ -71,7 +71,7 @@ func TestParseFull(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f.Store != DefaultStore || f.Node != "" || f.Jobs[0].KillGrace != DefaultKillGrace {
+	if f.Store != DefaultStore || f.StoreGiven || f.Node != "" || f.Jobs[0].KillGrace != DefaultKillGrace {
 		t.Errorf("defaults: %+v", f)
 	}
 }
@@ -124,6 +124,19 @@ func TestParseErrors(t *testing.T) {
 		{"no jobs", "store: mem://\n", []string{`c.yaml:1: jobs: missing: want a list of jobs`}},
 		{"empty", "# nothing\n", []string{`c.yaml: empty: want a mapping with at least jobs`}},
 		{"syntax", "jobs:\n  - name: [\n", []string{`c.yaml:2: invalid YAML: did not find expected node content`}},
+		// A YAML error names the line it is on, also where the parser
+		// names none (the first line, a reader error, an unknown anchor)
+		// or the line where the enclosing list starts.
+		{"syntax on line 1", "store: mem: x\n" + job, []string{`c.yaml:1: invalid YAML: mapping values are not allowed in this context`}},
+		{"control character", job + "    timeout: \"1\x01s\"\n", []string{`c.yaml:5: invalid YAML: control characters are not allowed`}},
+		{"unknown anchor", job + "    timeout: *t\n", []string{`c.yaml:5: invalid YAML: unknown anchor 't' referenced`}},
+		{"bad indentation", job + "   jitter: 1s\n", []string{`c.yaml:5: invalid YAML: did not find expected '-' indicator`}},
+		{"bad escape", job + "    timeout: \"\\q\"\n", []string{`c.yaml:5: invalid YAML: found unknown escape character`}},
+		// Durations have an upper bound, names no control characters.
+		{"duration bound", job + "    timeout: 9000h\n", []string{`c.yaml:5: job "j": timeout: 9000h0m0s is above the maximum 8760h0m0s (365 days)`}},
+		{"lock_ttl bound", job + "    lock_ttl: 2562047h\n", []string{`c.yaml:5: job "j": lock_ttl: 2562047h0m0s is above the maximum 8760h0m0s (365 days)`}},
+		{"node with a newline", "node: \"web-1\\nforged\"\n" + job, []string{`c.yaml:1: node: contains control character \n (U+000A)`}},
+		{"node with C1 control", "node: \"web\\u009b1\"\n" + job, []string{`c.yaml:1: node: contains control character \u009b (U+009B)`}},
 		{"two documents", job + "---\njobs: []\n", []string{`c.yaml:5: a second YAML document: the file must hold one`}},
 		{"every mistake", "jobs:\n  - name: a\n    schedule: '@every 1s'\n    command: [x]\n    timeout: 1x\n    jitter: 2y\n  - name: b\n    schedule: nope\n",
 			[]string{
@@ -171,7 +184,10 @@ func marshal(t *testing.T, f *File) []byte {
 		}
 		jobs = append(jobs, m)
 	}
-	doc := out{"store": f.Store, "jobs": jobs}
+	doc := out{"jobs": jobs}
+	if f.StoreGiven {
+		doc["store"] = f.Store
+	}
 	if f.Node != "" {
 		doc["node"] = f.Node
 	}

@@ -21,6 +21,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/tasklock/tasklock"
+	"github.com/tasklock/tasklock/internal/redact"
 	"github.com/tasklock/tasklock/internal/storeurl"
 	"github.com/tasklock/tasklock/memstore"
 	"github.com/tasklock/tasklock/schedule"
@@ -73,16 +74,74 @@ func (p *parser) errorf(n *yaml.Node, field, format string, args ...any) {
 }
 
 // yamlLine finds the line in the messages of the YAML parser.
-var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
+var yamlLine = regexp.MustCompile(`^yaml: (?:line (\d+): )?(.*)$`)
 
-func (p *parser) syntax(err error) {
-	msg := err.Error()
-	if m := yamlLine.FindStringSubmatch(msg); m != nil {
-		line, _ := strconv.Atoi(m[1])
-		p.errs = append(p.errs, &Error{File: p.file, Line: line, Msg: "invalid YAML: " + m[2]})
-		return
+// syntax reports a YAML syntax error in data on the line where it is. The
+// parser's own line is unreliable: it leaves it out for an error on the
+// first line, and for a reader error (control characters) or an unknown
+// anchor, and for some errors names the line where the enclosing
+// collection starts. The line reported is the first whose prefix of the
+// file fails with the same message, found by bisection; when none does, the
+// parser's line.
+func (p *parser) syntax(data []byte, err error) {
+	msg, line := splitYAMLError(err)
+	if l := errorLine(data, msg); l > 0 {
+		line = l
 	}
-	p.errs = append(p.errs, &Error{File: p.file, Msg: "invalid YAML: " + strings.TrimPrefix(msg, "yaml: ")})
+	p.errs = append(p.errs, &Error{File: p.file, Line: line, Msg: "invalid YAML: " + msg})
+}
+
+// splitYAMLError splits a YAML error into its message and line (0 when it
+// names none).
+func splitYAMLError(err error) (string, int) {
+	m := yamlLine.FindStringSubmatch(err.Error())
+	if m == nil {
+		return err.Error(), 0
+	}
+	line, _ := strconv.Atoi(m[1])
+	return m[2], line
+}
+
+// errorLine returns the first line n such that the first n lines of data
+// fail to parse with the message msg, or 0.
+func errorLine(data []byte, msg string) int {
+	var ends []int // ends[i] is the end of line i+1, its newline included
+	for i, b := range data {
+		if b == '\n' {
+			ends = append(ends, i+1)
+		}
+	}
+	if len(ends) == 0 || ends[len(ends)-1] != len(data) {
+		ends = append(ends, len(data))
+	}
+	fails := func(n int) bool {
+		dec := yaml.NewDecoder(bytes.NewReader(data[:ends[n-1]]))
+		for {
+			var doc yaml.Node
+			err := dec.Decode(&doc)
+			if err == nil {
+				continue
+			}
+			if errors.Is(err, io.EOF) {
+				return false
+			}
+			m, _ := splitYAMLError(err)
+			return m == msg
+		}
+	}
+	lo, hi := 1, len(ends)
+	if !fails(hi) {
+		return 0
+	}
+	for lo < hi {
+		mid := (lo + hi) / 2
+		if fails(mid) {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	return lo
 }
 
 // file_ reads the whole file.
@@ -93,7 +152,7 @@ func (p *parser) file_(data []byte) *File {
 		if errors.Is(err, io.EOF) {
 			p.errorf(nil, "", "empty: want a mapping with at least jobs")
 		} else {
-			p.syntax(err)
+			p.syntax(data, err)
 		}
 		return nil
 	}
@@ -101,7 +160,7 @@ func (p *parser) file_(data []byte) *File {
 	switch err := dec.Decode(&extra); {
 	case errors.Is(err, io.EOF):
 	case err != nil:
-		p.syntax(err)
+		p.syntax(data, err)
 		return nil
 	default:
 		p.errorf(&extra, "", "a second YAML document: the file must hold one")
@@ -133,7 +192,7 @@ func (p *parser) file_(data []byte) *File {
 				if err := storeurl.Check(s); err != nil {
 					p.errorf(fd.val, "store", "%s", strings.TrimPrefix(err.Error(), "storeurl: "))
 				}
-				f.Store = s
+				f.Store, f.StoreGiven = s, true
 			}
 		}
 	}
@@ -239,6 +298,8 @@ func (p *parser) duration(f field, name string) time.Duration {
 		p.errorf(f.val, name, "invalid duration %q (want e.g. 300ms, 10s, 1h30m)", clip(s))
 	case d < 0:
 		p.errorf(f.val, name, "%v is negative", d)
+	case d > MaxDuration:
+		p.errorf(f.val, name, "%v is above the maximum %v (365 days)", d, MaxDuration)
 	}
 	return d
 }
@@ -541,11 +602,11 @@ func (p *parser) http(j *Job, f field) {
 		u, err := url.Parse(h.URL)
 		switch {
 		case err != nil:
-			p.errorf(fd.val, "http.url", "invalid URL %q", clip(storeurl.Redact(h.URL)))
+			p.errorf(fd.val, "http.url", "invalid URL %q", clip(redact.URL(h.URL)))
 		case u.Scheme != "http" && u.Scheme != "https":
-			p.errorf(fd.val, "http.url", "%q: want an http:// or https:// URL", clip(storeurl.Redact(h.URL)))
+			p.errorf(fd.val, "http.url", "%q: want an http:// or https:// URL", clip(redact.URL(h.URL)))
 		case u.Host == "":
-			p.errorf(fd.val, "http.url", "%q has no host", clip(storeurl.Redact(h.URL)))
+			p.errorf(fd.val, "http.url", "%q has no host", clip(redact.URL(h.URL)))
 		}
 	}
 	if fd, ok := fields["headers"]; ok && !isNull(fd.val) {
@@ -599,20 +660,12 @@ func (p *parser) headers(h *HTTP, n *yaml.Node) {
 }
 
 // checkName checks a name that goes into the store: valid UTF-8 without
-// control characters, at most max bytes. It returns "" when it is fine.
+// control characters (unicode.IsControl), at most max bytes. It returns "" when it is fine.
 func checkName(s string, max int) string {
-	switch {
-	case len(s) > max:
+	if len(s) > max {
 		return fmt.Sprintf("%d bytes long, the maximum is %d", len(s), max)
-	case !utf8.ValidString(s):
-		return "not valid UTF-8"
 	}
-	for _, c := range s {
-		if c < 0x20 || c == 0x7f {
-			return fmt.Sprintf("contains control character %U", c)
-		}
-	}
-	return ""
+	return redact.CheckName(s)
 }
 
 // resolve follows an alias to the node it names.

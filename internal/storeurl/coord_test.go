@@ -23,6 +23,7 @@ import (
 	"github.com/tasklock/tasklock"
 	"github.com/tasklock/tasklock/driver"
 	"github.com/tasklock/tasklock/etcdstore"
+	"github.com/tasklock/tasklock/internal/redact"
 	"github.com/tasklock/tasklock/internal/testserver"
 	"github.com/tasklock/tasklock/redlock"
 	"github.com/tasklock/tasklock/zkstore"
@@ -38,7 +39,7 @@ func openErr(t *testing.T, rawURL string, timeout time.Duration) (time.Duration,
 	s, closeFn, err := Open(ctx, rawURL)
 	if err == nil {
 		closeFn()
-		t.Fatalf("Open(%s) = %T, want an error", Redact(rawURL), s)
+		t.Fatalf("Open(%s) = %T, want an error", redact.URL(rawURL), s)
 	}
 	if strings.Contains(err.Error(), secret) {
 		t.Errorf("error %q contains the password", err)
@@ -133,7 +134,7 @@ func TestOpenEtcdAuth(t *testing.T) {
 	} {
 		_, err := openErr(t, u, 10*time.Second)
 		if !errors.Is(err, ErrUnreachable) {
-			t.Errorf("Open(%s) = %v, want ErrUnreachable", Redact(u), err)
+			t.Errorf("Open(%s) = %v, want ErrUnreachable", redact.URL(u), err)
 		}
 		t.Logf("%v", err)
 	}
@@ -148,12 +149,12 @@ func TestOpenEtcdUnreachable(t *testing.T) {
 		"etcds://" + addr + "?dial_timeout=300ms",
 	} {
 		d, err := openErr(t, u, 10*time.Second)
-		if !errors.Is(err, ErrUnreachable) || !strings.Contains(err.Error(), "dial_timeout 300ms") || !strings.Contains(err.Error(), Redact(u)) ||
+		if !errors.Is(err, ErrUnreachable) || !strings.Contains(err.Error(), "dial_timeout 300ms") || !strings.Contains(err.Error(), redact.URL(u)) ||
 			!strings.Contains(err.Error(), "connection refused") {
-			t.Errorf("Open(%s) = %v, want ErrUnreachable naming the URL, dial_timeout and why", Redact(u), err)
+			t.Errorf("Open(%s) = %v, want ErrUnreachable naming the URL, dial_timeout and why", redact.URL(u), err)
 		}
 		if d > 3*time.Second {
-			t.Errorf("Open(%s) took %v with dial_timeout=300ms", Redact(u), d)
+			t.Errorf("Open(%s) took %v with dial_timeout=300ms", redact.URL(u), d)
 		}
 		t.Logf("%v (%v)", err, d.Round(time.Millisecond))
 	}
@@ -356,7 +357,7 @@ func TestOpenZKUnreachable(t *testing.T) {
 	u := "zk://" + a + "," + b + "/x"
 	d, err := openErr(t, u, 10*time.Second)
 	if !errors.Is(err, ErrUnreachable) || !strings.Contains(err.Error(), a) || !strings.Contains(err.Error(), b) ||
-		!strings.Contains(err.Error(), "refused") || !strings.Contains(err.Error(), Redact(u)) {
+		!strings.Contains(err.Error(), "refused") || !strings.Contains(err.Error(), redact.URL(u)) {
 		t.Errorf("Open = %v, want ErrUnreachable naming both servers", err)
 	}
 	if d > 5*time.Second {
@@ -495,7 +496,7 @@ func TestOpenRedlockPassword(t *testing.T) {
 	for _, u := range []string{"redlock://alice:wrong-" + secret + "@" + hosts, "redlock://" + hosts} {
 		_, err := openErr(t, u, 10*time.Second)
 		if !errors.Is(err, ErrUnreachable) {
-			t.Errorf("Open(%s) = %v, want ErrUnreachable", Redact(u), err)
+			t.Errorf("Open(%s) = %v, want ErrUnreachable", redact.URL(u), err)
 		}
 		t.Logf("%v", err)
 	}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/tasklock/tasklock/internal/redact"
 )
 
 // Migration is one schema migration of a SQL store, as Migrator reports it.
@@ -167,5 +169,5 @@ func (m *Migrator) Close() error { return m.s.close() }
 
 // wrap names the store in err and hides its password.
 func (m *Migrator) wrap(err error) error {
-	return fmt.Errorf("%s: %w", Redact(m.u.raw), m.u.scrub(err))
+	return fmt.Errorf("%s: %w", redact.URL(m.u.raw), m.u.scrub(err))
 }

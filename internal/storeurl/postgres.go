@@ -40,6 +40,14 @@ func parsePostgres(u *storeURL) (opener, error) {
 	if q.err != nil {
 		return nil, q.done(u)
 	}
+	if u.hostPart != "" {
+		// pgx would look up a malformed host name, and fail as if the
+		// server were unreachable. (No host part: the hosts come from
+		// the host parameter or $PGHOST.)
+		if _, err := u.hosts("5432"); err != nil {
+			return nil, err
+		}
+	}
 	pu := url.URL{Scheme: "postgres", Host: u.hostPart, RawQuery: rest.Encode()}
 	if u.path != "" {
 		pu.Path = "/" + u.path

@@ -22,6 +22,7 @@ import (
 
 	"github.com/tasklock/tasklock"
 	"github.com/tasklock/tasklock/driver"
+	"github.com/tasklock/tasklock/internal/redact"
 	"github.com/tasklock/tasklock/internal/testserver"
 )
 
@@ -59,7 +60,7 @@ func open(t *testing.T, rawURL string) driver.Store {
 	defer cancel()
 	s, closeFn, err := Open(ctx, rawURL)
 	if err != nil {
-		t.Fatalf("Open(%s): %v", Redact(rawURL), err)
+		t.Fatalf("Open(%s): %v", redact.URL(rawURL), err)
 	}
 	t.Cleanup(func() {
 		if err := closeFn(); err != nil {
@@ -118,7 +119,7 @@ func TestOpenRedisPassword(t *testing.T) {
 		_, _, err := Open(ctx, u)
 		cancel()
 		if !errors.Is(err, ErrUnreachable) {
-			t.Fatalf("Open(%s) = %v, want ErrUnreachable", Redact(u), err)
+			t.Fatalf("Open(%s) = %v, want ErrUnreachable", redact.URL(u), err)
 		}
 		if strings.Contains(err.Error(), secret) {
 			t.Errorf("error %q contains the password", err)
@@ -145,16 +146,16 @@ func TestOpenUnreachable(t *testing.T) {
 		_, _, err := Open(ctx, u)
 		cancel()
 		if !errors.Is(err, ErrUnreachable) {
-			t.Fatalf("Open(%s) = %v, want ErrUnreachable", Redact(u), err)
+			t.Fatalf("Open(%s) = %v, want ErrUnreachable", redact.URL(u), err)
 		}
 		if strings.Contains(err.Error(), secret) {
 			t.Errorf("error %q contains the password", err)
 		}
-		if !strings.Contains(err.Error(), Redact(u)) {
+		if !strings.Contains(err.Error(), redact.URL(u)) {
 			t.Errorf("error %q does not name the URL", err)
 		}
 		if d := time.Since(start); d > 5*time.Second {
-			t.Errorf("Open(%s) took %v", Redact(u), d)
+			t.Errorf("Open(%s) took %v", redact.URL(u), d)
 		}
 		t.Logf("%v (%v)", err, time.Since(start).Round(time.Millisecond))
 	}

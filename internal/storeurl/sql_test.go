@@ -14,6 +14,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/tasklock/tasklock/driver"
+	"github.com/tasklock/tasklock/internal/redact"
 	"github.com/tasklock/tasklock/internal/testserver"
 	"github.com/tasklock/tasklock/mysqlstore"
 	"github.com/tasklock/tasklock/pgstore"
@@ -28,7 +29,7 @@ func openMigrator(t *testing.T, rawURL string) *Migrator {
 	defer cancel()
 	m, err := OpenMigrator(ctx, rawURL)
 	if err != nil {
-		t.Fatalf("OpenMigrator(%s): %v", Redact(rawURL), err)
+		t.Fatalf("OpenMigrator(%s): %v", redact.URL(rawURL), err)
 	}
 	t.Cleanup(func() {
 		if err := m.Close(); err != nil {
@@ -90,7 +91,7 @@ func wantNotMigrated(t *testing.T, rawURL string) {
 	defer cancel()
 	_, _, err := Open(ctx, rawURL)
 	if !errors.Is(err, ErrNotMigrated) || !strings.Contains(err.Error(), "0001_") || !strings.Contains(err.Error(), "tasklock migrate up") {
-		t.Fatalf("Open(%s) = %v, want ErrNotMigrated naming 0001_ and `tasklock migrate up`", Redact(rawURL), err)
+		t.Fatalf("Open(%s) = %v, want ErrNotMigrated naming 0001_ and `tasklock migrate up`", redact.URL(rawURL), err)
 	}
 	t.Logf("%v", err)
 }
@@ -133,7 +134,7 @@ func TestOpenPostgresServerParams(t *testing.T) {
 		_, _, err := Open(ctx, u)
 		cancel()
 		if !errors.Is(err, ErrBadURL) || !strings.Contains(err.Error(), tt.want) {
-			t.Errorf("Open(%s) = %v, want ErrBadURL containing %q", Redact(u), err, tt.want)
+			t.Errorf("Open(%s) = %v, want ErrBadURL containing %q", redact.URL(u), err, tt.want)
 			continue
 		}
 		if strings.Contains(err.Error(), secret) {
@@ -154,11 +155,11 @@ func TestOpenPostgresInvalidOptions(t *testing.T) {
 	} {
 		_, _, err := Open(ctx, u)
 		if !errors.Is(err, ErrBadURL) || !strings.Contains(err.Error(), "Options.") || strings.Contains(err.Error(), secret) {
-			t.Errorf("Open(%s) = %v, want ErrBadURL naming the option", Redact(u), err)
+			t.Errorf("Open(%s) = %v, want ErrBadURL naming the option", redact.URL(u), err)
 		}
 		_, err = OpenMigrator(ctx, u)
 		if !errors.Is(err, ErrBadURL) {
-			t.Errorf("OpenMigrator(%s) = %v, want ErrBadURL", Redact(u), err)
+			t.Errorf("OpenMigrator(%s) = %v, want ErrBadURL", redact.URL(u), err)
 		}
 	}
 }
@@ -211,19 +212,19 @@ func TestOpenSQLUnreachable(t *testing.T) {
 			}
 			cancel()
 			if !errors.Is(err, ErrUnreachable) {
-				t.Fatalf("%s(%s) = %v, want ErrUnreachable", op, Redact(u), err)
+				t.Fatalf("%s(%s) = %v, want ErrUnreachable", op, redact.URL(u), err)
 			}
 			if strings.Contains(err.Error(), secret) {
 				t.Errorf("error %q contains the password", err)
 			}
-			if !strings.Contains(err.Error(), Redact(u)) {
+			if !strings.Contains(err.Error(), redact.URL(u)) {
 				t.Errorf("error %q does not name the URL", err)
 			}
 			if d := time.Since(start); d > 5*time.Second {
-				t.Errorf("%s(%s) took %v", op, Redact(u), d)
+				t.Errorf("%s(%s) took %v", op, redact.URL(u), d)
 			}
 		}
-		t.Logf("%s: OK", Redact(u))
+		t.Logf("%s: OK", redact.URL(u))
 	}
 }
 
@@ -310,7 +311,7 @@ func TestOpenMySQLPassword(t *testing.T) {
 		_, _, err := Open(ctx, u)
 		cancel()
 		if !errors.Is(err, ErrUnreachable) {
-			t.Fatalf("Open(%s) = %v, want ErrUnreachable", Redact(u), err)
+			t.Fatalf("Open(%s) = %v, want ErrUnreachable", redact.URL(u), err)
 		}
 		if strings.Contains(err.Error(), secret) {
 			t.Errorf("error %q contains the password", err)
@@ -342,8 +343,9 @@ func TestOpenSQLite(t *testing.T) {
 	}
 	checkStore(t, open(t, "sqlite://"+created+"?migrate=false"))
 	_, _, err = Open(ctx, "sqlite:///nonexistent-dir-tasklock/x.db")
-	if !errors.Is(err, ErrUnreachable) || !strings.Contains(err.Error(), "does not exist") {
-		t.Errorf("Open(missing directory) = %v, want ErrUnreachable", err)
+	// A bad URL, not an unreachable store: no retry mends it.
+	if !errors.Is(err, ErrBadURL) || !strings.Contains(err.Error(), `directory "/nonexistent-dir-tasklock" does not exist`) {
+		t.Errorf("Open(missing directory) = %v, want ErrBadURL", err)
 	}
 
 	// An empty file is an empty database.
@@ -388,10 +390,10 @@ func TestOpenMigratorNoSchema(t *testing.T) {
 		start := time.Now()
 		_, err := OpenMigrator(context.Background(), u)
 		if !errors.Is(err, ErrNoMigrations) || strings.Contains(err.Error(), secret) {
-			t.Errorf("OpenMigrator(%s) = %v, want ErrNoMigrations", Redact(u), err)
+			t.Errorf("OpenMigrator(%s) = %v, want ErrNoMigrations", redact.URL(u), err)
 		}
 		if d := time.Since(start); d > time.Second {
-			t.Errorf("OpenMigrator(%s) took %v: it should not connect", Redact(u), d)
+			t.Errorf("OpenMigrator(%s) took %v: it should not connect", redact.URL(u), d)
 		}
 	}
 	if _, err := OpenMigrator(context.Background(), "redis://h:1?bogus=1"); !errors.Is(err, ErrBadURL) {

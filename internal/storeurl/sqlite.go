@@ -8,10 +8,12 @@ import (
 	"io/fs"
 	"net/url"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 
 	"github.com/tasklock/tasklock/driver"
+	"github.com/tasklock/tasklock/internal/redact"
 	"github.com/tasklock/tasklock/sqlitestore"
 )
 
@@ -42,6 +44,9 @@ func parseSQLite(u *storeURL) (opener, error) {
 		return nil, u.badf("invalid percent-encoding in the path")
 	}
 	switch {
+	case strings.IndexByte(path, 0) >= 0:
+		// The C library would open the path up to the NUL: x%00y.db is x.
+		return nil, u.badf("the path contains a NUL byte (%%00)")
 	case path == "" || strings.HasSuffix(path, "/"):
 		return nil, u.badf("missing file name: want sqlite:///abs/path/file.db or sqlite://./relative/file.db")
 	case path == ":memory:" || strings.HasPrefix(path, "file:"):
@@ -62,6 +67,20 @@ func parseSQLite(u *storeURL) (opener, error) {
 	return c, nil
 }
 
+// checkDir refuses a path whose directory does not exist: the URL names
+// a file that cannot be, which no retry mends (exit 64, not 69).
+func (c *sqliteConfig) checkDir() error {
+	dir := filepath.Dir(c.path)
+	fi, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return c.u.badf("directory %s does not exist", redact.Quote(dir))
+	case err == nil && !fi.IsDir():
+		return c.u.badf("%s is not a directory", redact.Quote(dir))
+	}
+	return nil // any other error: sqlitestore.Open reports it
+}
+
 // sqliteSchema is a database file and the table it migrates. The file is
 // opened (and created) on first use, so that Migrator.Status on a file
 // that does not exist creates nothing.
@@ -75,6 +94,9 @@ type sqliteSchema struct {
 // sqlitestore.Open, which checks that it is a usable SQLite database in
 // WAL mode; one that does not is created only by open and migrate.
 func (c *sqliteConfig) connect(ctx context.Context) (schema, error) {
+	if err := c.checkDir(); err != nil {
+		return nil, err
+	}
 	s := &sqliteSchema{path: c.path, opts: c.store}
 	if _, err := os.Stat(c.path); err == nil {
 		if err := s.openDB(false); err != nil {
@@ -88,6 +110,9 @@ func (c *sqliteConfig) connect(ctx context.Context) (schema, error) {
 // set), then the schema
 // (see ensureSchema), then the store. Closing closes the database.
 func (c *sqliteConfig) open(ctx context.Context) (driver.Store, func() error, error) {
+	if err := c.checkDir(); err != nil {
+		return nil, nil, err
+	}
 	// With migrate=false a file that does not exist stays so.
 	s := &sqliteSchema{path: c.path, opts: c.store}
 	if err := s.openDB(c.migrate); err != nil {

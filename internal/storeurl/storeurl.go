@@ -95,10 +95,16 @@
 //
 // Malformed URLs and unknown schemes give errors wrapping ErrBadURL, and a
 // store that cannot be reached (PING, or the scheme's equivalent, fails
-// within the caller's context) errors wrapping ErrUnreachable. Every message shows the URL only in its
-// Redact form, and any text a client library returns is scrubbed of the
-// password (from the URL, a password query parameter, or, for PostgreSQL,
-// $PGPASSWORD or the password file), so a password is never printed.
+// within the caller's context) errors wrapping ErrUnreachable. A URL is
+// malformed, and found so without any I/O, when a host is not a DNS name
+// or an IP address (postgres://%zz is not looked up), a port is outside
+// 1-65535, a sqlite path holds a NUL byte, or a duration parameter exceeds
+// 365 days; a sqlite file whose directory does not exist is ErrBadURL too
+// (found by Open, which looks). Every message shows the URL only in its
+// redact.URL form, and any text a client library returns goes through
+// redact.Text with the passwords (from the URL, a password query parameter,
+// or, for PostgreSQL, $PGPASSWORD or the password file), so a password is
+// never printed.
 //
 // # Adding a scheme
 //
@@ -115,7 +121,6 @@ import (
 	"fmt"
 	"net"
 	"net/url"
-	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -123,6 +128,7 @@ import (
 	"time"
 
 	"github.com/tasklock/tasklock/driver"
+	"github.com/tasklock/tasklock/internal/redact"
 )
 
 // ErrBadURL is wrapped by the errors Open returns for a malformed URL, an
@@ -145,8 +151,8 @@ var ErrNotMigrated = errors.New("storeurl: store schema not migrated")
 // that keeps no schema (mem://, redis://, ...): there is nothing to migrate.
 var ErrNoMigrations = errors.New("storeurl: store has no migrations")
 
-// redacted replaces passwords in Redact's output.
-const redacted = "xxxxx"
+// maxDuration bounds every duration parameter: a year, tasklock.MaxTTL.
+const maxDuration = 365 * 24 * time.Hour
 
 // opener connects to a store described by a URL that has been checked.
 type opener interface {
@@ -206,9 +212,9 @@ func (u *storeURL) classify(err error) error {
 	case errors.Is(err, ErrBadURL):
 		return err
 	case errors.As(err, &se):
-		return fmt.Errorf("%w: %s: %w", ErrNotMigrated, Redact(u.raw), u.scrub(se.err))
+		return fmt.Errorf("%w: %s: %w", ErrNotMigrated, redact.URL(u.raw), u.scrub(se.err))
 	default:
-		return fmt.Errorf("%w: %s: %w", ErrUnreachable, Redact(u.raw), u.scrub(err))
+		return fmt.Errorf("%w: %s: %w", ErrUnreachable, redact.URL(u.raw), u.scrub(err))
 	}
 }
 
@@ -245,57 +251,28 @@ type storeURL struct {
 
 // badf returns an error wrapping ErrBadURL that shows the redacted URL and
 // what is wrong with it. The password appears nowhere in the message, even
-// where the URL repeats it outside the places Redact hides.
+// where the URL repeats it outside the places redact.URL hides.
 func (u *storeURL) badf(format string, args ...any) error {
 	return u.scrub(badf(u.raw, format, args...))
 }
 
 func badf(raw, format string, args ...any) error {
-	return fmt.Errorf("%w %s: %s", ErrBadURL, Redact(raw), fmt.Sprintf(format, args...))
+	return fmt.Errorf("%w %s: %s", ErrBadURL, redact.URL(raw), fmt.Sprintf(format, args...))
 }
 
-// scrub hides the URL's password in err's message; errors.Is and errors.As
-// still see err.
+// scrub hides the URL's passwords in err's message (see redact.Error):
+// the URL's own, those of its password parameters and those a scheme found
+// elsewhere; errors.Is and errors.As still see err.
 func (u *storeURL) scrub(err error) error {
-	var secrets []string
-	all := append([]string{u.password}, u.secrets...)
+	secrets := append([]string{u.password}, u.secrets...)
 	if u.query != nil {
-		all = append(all, u.query.secrets()...)
+		secrets = append(secrets, u.query.secrets()...)
 	}
-	for _, sec := range all {
-		if sec != "" {
-			// As written, and as url.URL writes it in a query, a path and
-			// the user information (which client libraries may echo).
-			userinfo := strings.TrimPrefix(url.UserPassword("", sec).String(), ":")
-			secrets = append(secrets, sec, url.QueryEscape(sec), url.PathEscape(sec), userinfo)
-		}
-	}
-	if len(secrets) == 0 {
-		return err
-	}
-	return &scrubbedError{err: err, secrets: secrets}
+	return redact.Error(err, secrets...)
 }
-
-// scrubbedError is an error whose message has its secrets replaced.
-type scrubbedError struct {
-	err     error
-	secrets []string
-}
-
-func (e *scrubbedError) Error() string {
-	s := e.err.Error()
-	for _, sec := range e.secrets {
-		if sec != "" {
-			s = strings.ReplaceAll(s, sec, redacted)
-		}
-	}
-	return s
-}
-
-func (e *scrubbedError) Unwrap() error { return e.err }
 
 // split parses rawURL into a storeURL. The user information ends at the
-// last '@' (as in Redact), the hosts at the next '/' or '?', the path at '?'.
+// last '@' (as in redact.URL), the hosts at the next '/' or '?', the path at '?'.
 func split(raw string) (*storeURL, error) {
 	i := strings.Index(raw, "://")
 	if i < 0 || !validScheme(raw[:i]) {
@@ -373,12 +350,35 @@ func (u *storeURL) hostsIn(hostPart, defaultPort string) ([]string, error) {
 		if host == "" {
 			return nil, u.badf("missing host name in %q", h)
 		}
+		if !validHost(host) {
+			// Refused here, not left to a DNS lookup that fails as if the
+			// store were unreachable.
+			return nil, u.badf("invalid host name %s: want a DNS name, an IPv4 address or an IPv6 address in brackets", redact.Quote(host))
+		}
 		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
 			return nil, u.badf("invalid port %q in %q", port, h)
 		}
 		addrs = append(addrs, net.JoinHostPort(host, port))
 	}
 	return addrs, nil
+}
+
+// validHost reports whether host is a DNS name (letters, digits, '-', '_'
+// and '.'), an IPv4 address or an IPv6 address, with a zone after '%'.
+func validHost(host string) bool {
+	if strings.Contains(host, ":") {
+		addr, zone, _ := strings.Cut(host, "%")
+		ip := net.ParseIP(addr)
+		return ip != nil && ip.To4() == nil && !strings.ContainsAny(zone, "%/[]")
+	}
+	for _, c := range host {
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '-', c == '_', c == '.':
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // params reads query parameters, records which ones a scheme asked for, and
@@ -480,8 +480,12 @@ func (p *params) duration(name string) time.Duration {
 		return 0
 	}
 	d, err := time.ParseDuration(v)
-	if (err != nil || d <= 0) && p.err == nil {
-		p.err = fmt.Errorf("query parameter %s=%q: want a positive duration such as 500ms or 3s", name, v)
+	switch {
+	case p.err != nil:
+	case err != nil || d <= 0:
+		p.err = fmt.Errorf("query parameter %s=%s: want a positive duration such as 500ms or 3s", name, redact.Quote(v))
+	case d > maxDuration:
+		p.err = fmt.Errorf("query parameter %s=%v is above the maximum %v (365 days)", name, d, maxDuration)
 	}
 	return d
 }
@@ -522,74 +526,6 @@ func (p *params) done(u *storeURL) error {
 	}
 	return u.badf("unknown query parameter %q (%s:// accepts: %s)", unknown[0], u.scheme, accepted)
 }
-
-// Redact returns rawURL with every password replaced by "xxxxx": the one in
-// the user information (user:password@, which ends at the last '@'; this
-// covers go-sql-driver/mysql's user:password@tcp(host:port)/db too) and the
-// value of every query parameter whose name contains "pass", "secret",
-// "token" or "auth". A string without "scheme://" may be a keyword/value
-// connection string (libpq's "host=db password=secret"): there the value of
-// every such keyword is hidden as well. It works on malformed URLs too,
-// erring towards hiding more.
-func Redact(rawURL string) string {
-	s := redactURL(rawURL)
-	if i := strings.Index(rawURL, "://"); i < 0 || !validScheme(rawURL[:i]) {
-		s = keywordSecret.ReplaceAllString(s, "${1}"+redacted)
-	}
-	return s
-}
-
-// redactURL hides the password in the user information and in the query
-// parameters.
-func redactURL(rawURL string) string {
-	s := rawURL
-	// The user information starts after "scheme://". Without that, a
-	// scheme cannot be told from a user name: hide everything from the
-	// first ':'.
-	start := 0
-	if i := strings.Index(s, "://"); i >= 0 && validScheme(s[:i]) {
-		start = i + 3
-	}
-	after := start // where the part after any user information starts
-	if at := strings.LastIndexByte(s[start:], '@'); at >= 0 {
-		userinfo := s[start : start+at]
-		if c := strings.IndexByte(userinfo, ':'); c >= 0 {
-			s = s[:start+c+1] + redacted + s[start+at:]
-			at = c + 1 + len(redacted)
-		}
-		after = start + at + 1
-	}
-	q := strings.IndexByte(s[after:], '?')
-	if q < 0 {
-		return s
-	}
-	q += after
-	query, frag, hasFrag := strings.Cut(s[q+1:], "#")
-	parts := strings.Split(query, "&")
-	for i, part := range parts {
-		name, _, hasValue := strings.Cut(part, "=")
-		if !hasValue {
-			continue
-		}
-		if dn, err := url.QueryUnescape(name); err == nil {
-			name = dn
-		}
-		name = strings.ToLower(name)
-		if strings.Contains(name, "pass") || strings.Contains(name, "secret") || strings.Contains(name, "token") || strings.Contains(name, "auth") {
-			parts[i] = part[:strings.IndexByte(part, '=')+1] + redacted
-		}
-	}
-	s = s[:q+1] + strings.Join(parts, "&")
-	if hasFrag {
-		s += "#" + frag
-	}
-	return s
-}
-
-// keywordSecret matches name=value in a keyword/value connection string
-// (values may be single-quoted, with backslash escapes) where the name
-// suggests a secret. An unterminated quote hides the rest of the string.
-var keywordSecret = regexp.MustCompile(`(?i)([a-z0-9_.-]*(?:pass|secret|token|auth)[a-z0-9_.-]*[ \t]*=[ \t]*)('(?:[^'\\]|\\.)*'?|[^\s'&]+)`)
 
 // validScheme reports whether s has the syntax of a URL scheme (RFC 3986):
 // a letter, then letters, digits, '+', '-' or '.'.

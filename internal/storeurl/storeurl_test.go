@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/tasklock/tasklock/internal/redact"
 	"github.com/tasklock/tasklock/internal/testserver"
 	"github.com/tasklock/tasklock/memstore"
 	"github.com/tasklock/tasklock/mysqlstore"
@@ -58,7 +60,7 @@ func TestParseRedis(t *testing.T) {
 		{"redis+cluster://:" + secret + "@n1:7000/", redisConfig{mode: redisCluster, addrs: []string{"n1:7000"}, password: secret}},
 	}
 	for _, tt := range tests {
-		t.Run(Redact(tt.url), func(t *testing.T) {
+		t.Run(redact.URL(tt.url), func(t *testing.T) {
 			o, _, err := parse(tt.url)
 			if err != nil {
 				t.Fatalf("parse: %v", err)
@@ -139,7 +141,7 @@ func TestParsePostgres(t *testing.T) {
 		},
 	}
 	for _, tt := range tests {
-		t.Run(Redact(tt.url), func(t *testing.T) {
+		t.Run(redact.URL(tt.url), func(t *testing.T) {
 			o, _, err := parse(tt.url)
 			if err != nil {
 				t.Fatalf("parse: %v", err)
@@ -195,7 +197,7 @@ func TestParseMySQL(t *testing.T) {
 		},
 	}
 	for _, tt := range tests {
-		t.Run(Redact(tt.url), func(t *testing.T) {
+		t.Run(redact.URL(tt.url), func(t *testing.T) {
 			o, _, err := parse(tt.url)
 			if err != nil {
 				t.Fatalf("parse: %v", err)
@@ -287,7 +289,7 @@ func TestParseEtcd(t *testing.T) {
 		{"etcds://e1?tls_ca_file=/ca.pem&tls_cert_file=/c.pem&tls_key_file=/k.pem", "https://e1:2379", "", "", true, "/tasklock/", 0, 5 * time.Second},
 	}
 	for _, tt := range tests {
-		t.Run(Redact(tt.url), func(t *testing.T) {
+		t.Run(redact.URL(tt.url), func(t *testing.T) {
 			o, _, err := parse(tt.url)
 			if err != nil {
 				t.Fatalf("parse: %v", err)
@@ -363,7 +365,7 @@ func TestParseRedlock(t *testing.T) {
 		},
 	}
 	for _, tt := range tests {
-		t.Run(Redact(tt.url), func(t *testing.T) {
+		t.Run(redact.URL(tt.url), func(t *testing.T) {
 			o, _, err := parse(tt.url)
 			if err != nil {
 				t.Fatalf("parse: %v", err)
@@ -417,6 +419,14 @@ func TestParseErrors(t *testing.T) {
 		{"redis://h:abc", `invalid port "abc"`},
 		{"redis://h:", `invalid port ""`},
 		{"redis://:1", "missing host name"},
+		// Malformed host names are bad URLs, found without a DNS lookup.
+		{"postgres://%zz", `invalid host name "%zz"`},
+		{"postgres://u:" + secret + "@bad%host/db", `invalid host name "bad%host"`},
+		{"postgresql://h1,h%20/db", `invalid host name "h%20"`},
+		{"postgres://h:70000/db", `invalid port "70000"`},
+		{"etcd://a:1,b c:2", `invalid host name "b c"`},
+		{"sqlite://x%00y.db", "the path contains a NUL byte"},
+		{"redis://h:1?dial_timeout=9223372036854775807ns", "dial_timeout=2562047h47m16.854775807s is above the maximum 8760h0m0s"},
 		{"redis://::1", "invalid host"},
 		{"redis://h:1?foo=1", `unknown query parameter "foo"`},
 		{"redis://h:1?db=1", `unknown query parameter "db" (redis:// accepts: dial_timeout, pool_size, prefix`},
@@ -507,7 +517,7 @@ func TestParseErrors(t *testing.T) {
 		{"redlock://u:" + secret + "@a,b,c?wait_replicas=1", `unknown query parameter "wait_replicas" (redlock:// accepts: dial_timeout, node_timeout, prefix, read_timeout, write_timeout)`},
 	}
 	for _, tt := range tests {
-		t.Run(Redact(tt.url), func(t *testing.T) {
+		t.Run(redact.URL(tt.url), func(t *testing.T) {
 			_, _, err := parse(tt.url)
 			if err == nil {
 				t.Fatal("parse succeeded")
@@ -528,55 +538,6 @@ func TestParseErrors(t *testing.T) {
 				t.Errorf("Open: %v, want %v", oerr, msg)
 			}
 		})
-	}
-}
-
-func TestRedact(t *testing.T) {
-	tests := []struct{ in, want string }{
-		{"", ""},
-		{"mem://", "mem://"},
-		{"redis://h:1/0", "redis://h:1/0"},
-		{"redis://user@h:1", "redis://user@h:1"},
-		{"redis://u:" + secret + "@h:1/0", "redis://u:xxxxx@h:1/0"},
-		{"redis://:" + secret + "@h:1", "redis://:xxxxx@h:1"},
-		{"redis://u:p@ss@h:1", "redis://u:xxxxx@h:1"},
-		{"redis://u:p/s?s#w@h:1", "redis://u:xxxxx@h:1"},
-		{"redis://u:pw%40x@h:1?prefix=a", "redis://u:xxxxx@h:1?prefix=a"},
-		{"redis:u:" + secret + "@h:1", "redis:xxxxx@h:1"},
-		{"redis:/u:" + secret + "@h:1", "redis:xxxxx@h:1"},
-		{"u:" + secret + "@h:1", "u:xxxxx@h:1"},
-		{"u:" + secret + "@redis://h:1", "u:xxxxx@redis://h:1"},
-		{
-			"redis+sentinel://u:pw@s1:1,s2:2/m?sentinel_password=" + secret + "&db=1",
-			"redis+sentinel://u:xxxxx@s1:1,s2:2/m?sentinel_password=xxxxx&db=1",
-		},
-		{"redis+sentinel://s1:1/m?Sentinel%5FPassword=" + secret, "redis+sentinel://s1:1/m?Sentinel%5FPassword=xxxxx"},
-		{"postgres://h/db?password=" + secret + "&sslmode=disable#x", "postgres://h/db?password=xxxxx&sslmode=disable#x"},
-		{"etcd://h:1?token=" + secret + "&client_secret=" + secret, "etcd://h:1?token=xxxxx&client_secret=xxxxx"},
-		{"redis://h:1?passphrase", "redis://h:1?passphrase"},
-		{"redis://h:1?auth=" + secret + "&x=1", "redis://h:1?auth=xxxxx&x=1"},
-		{"mysql://app:" + secret + "@tcp(db:3306)/app", "mysql://app:xxxxx@tcp(db:3306)/app"},
-		{"mysql://app:" + secret + "@db:3306/app?tls=true", "mysql://app:xxxxx@db:3306/app?tls=true"},
-		{"mysql://app:p@ss)/(w@tcp([::1]:3306)/app", "mysql://app:xxxxx@tcp([::1]:3306)/app"},
-		{"app:" + secret + "@tcp(db:3306)/app?parseTime=true", "app:xxxxx@tcp(db:3306)/app?parseTime=true"},
-		{"app:" + secret + "@tcp(db:3306)/app?x=a@b", "app:xxxxx@b"},
-		{"postgres://u:" + secret + "@h1:1,h2:2/db?sslpassword=" + secret, "postgres://u:xxxxx@h1:1,h2:2/db?sslpassword=xxxxx"},
-		{"postgresql://u@h/db?password=" + secret, "postgresql://u@h/db?password=xxxxx"},
-		{"host=db user=app password=" + secret + " dbname=app", "host=db user=app password=xxxxx dbname=app"},
-		{"host=db password='" + secret + " x\\' y' dbname=app", "host=db password=xxxxx dbname=app"},
-		{"host=db PassWord = " + secret, "host=db PassWord = xxxxx"},
-		{"host=db sslpassword='" + secret, "host=db sslpassword=xxxxx"},
-		{"sqlite:///var/lib/locks.db?table=t", "sqlite:///var/lib/locks.db?table=t"},
-		{"etcd://root:" + secret + "@e1:2379,e2:2379/app?session_ttl=30s", "etcd://root:xxxxx@e1:2379,e2:2379/app?session_ttl=30s"},
-		{"etcds://u:p@ss/w@e1/app?tls_ca_file=/ca.pem", "etcds://u:xxxxx@e1/app?tls_ca_file=/ca.pem"},
-		{"zk://z1:2181,z2:2181/app/locks?session_timeout=10s", "zk://z1:2181,z2:2181/app/locks?session_timeout=10s"},
-		{"redlock://:" + secret + "@r1:6379,r2:6379,r3:6379/0?prefix=a", "redlock://:xxxxx@r1:6379,r2:6379,r3:6379/0?prefix=a"},
-		{"redlock://u:" + secret + "@r1,r2,r3", "redlock://u:xxxxx@r1,r2,r3"},
-	}
-	for _, tt := range tests {
-		if got := Redact(tt.in); got != tt.want {
-			t.Errorf("Redact(%q) = %q, want %q", tt.in, got, tt.want)
-		}
 	}
 }
 
@@ -610,12 +571,47 @@ func TestScrub(t *testing.T) {
 			fmt.Errorf("b: %w", errors.New("url "+url.UserPassword("root", "p/"+secret).String())),
 		}
 		err = u.classify(inner)
-		if msg := err.Error(); strings.Contains(msg, secret) || !strings.Contains(msg, Redact(raw)) {
-			t.Errorf("%s: %q", Redact(raw), msg)
+		if msg := err.Error(); strings.Contains(msg, secret) || !strings.Contains(msg, redact.URL(raw)) {
+			t.Errorf("%s: %q", redact.URL(raw), msg)
 		}
 		if !errors.Is(err, ErrUnreachable) || !errors.Is(err, inner[1]) {
-			t.Errorf("%s: classified error lost its chain", Redact(raw))
+			t.Errorf("%s: classified error lost its chain", redact.URL(raw))
 		}
+	}
+}
+
+// TestScrubShortPassword: a one-letter password is hidden where it is a
+// password, and the rest of the message is left alone (substring
+// replacement turned "connection refused" into
+// "cxxxxxnnectixxxxxn refused").
+func TestScrubShortPassword(t *testing.T) {
+	raw := "redis://app:o@127.0.0.1:1/0"
+	_, u, err := parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = u.classify(errors.New("dial tcp 127.0.0.1:1: connect: connection refused (auth app:o@127.0.0.1:1)"))
+	want := "storeurl: store unreachable: redis://app:xxxxx@127.0.0.1:1/0: dial tcp 127.0.0.1:1: connect: connection refused (auth app:xxxxx@127.0.0.1:1)"
+	if err.Error() != want {
+		t.Errorf("classify:\n got %q\nwant %q", err, want)
+	}
+}
+
+// TestSQLiteMissingDirectory: a file in a directory that does not exist
+// is a bad URL (no retry mends it), for Open and for migrate up.
+func TestSQLiteMissingDirectory(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "missing", "dir")
+	raw := "sqlite://" + dir + "/x.db"
+	_, _, err := Open(context.Background(), raw)
+	if !errors.Is(err, ErrBadURL) || !strings.Contains(err.Error(), "directory \""+dir+"\" does not exist") {
+		t.Errorf("Open(%s) = %v, want ErrBadURL naming the directory", raw, err)
+	}
+	m, err := OpenMigrator(context.Background(), raw)
+	if err == nil {
+		m.Close()
+	}
+	if !errors.Is(err, ErrBadURL) {
+		t.Errorf("OpenMigrator(%s) = %v, want ErrBadURL", raw, err)
 	}
 }
 
@@ -668,13 +664,13 @@ func FuzzPasswordNeverInMessages(f *testing.F) {
 			t.Skip()
 		}
 		raw := scheme + "://" + user + ":" + password + "@" + rest
-		if r := Redact(raw); strings.Contains(r, password) {
-			t.Fatalf("Redact(%q) = %q", raw, r)
+		if r := redact.URL(raw); strings.Contains(r, password) {
+			t.Fatalf("redact.URL(%q) = %q", raw, r)
 		}
 		// go-sql-driver's DSN has no scheme: user:password@tcp(host)/db.
 		dsn := user + ":" + password + "@" + rest
-		if r := Redact(dsn); strings.Contains(r, password) {
-			t.Fatalf("Redact(%q) = %q", dsn, r)
+		if r := redact.URL(dsn); strings.Contains(r, password) {
+			t.Fatalf("redact.URL(%q) = %q", dsn, r)
 		}
 		_, _, err := parse(raw)
 		if err != nil && strings.Contains(err.Error(), password) {
