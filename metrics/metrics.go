@@ -111,7 +111,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		}),
 		runs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tasklock_job_runs_total",
-			Help: "Job run attempts that ended, and ticks skipped, by job and status (ok, failed, timeout, lost, skipped).",
+			Help: "Job run attempts that ended, and ticks skipped, by job and status (ok, failed, timeout, lost, skipped; interrupted, counted by the node that found a dead node's run).",
 		}, []string{"job", "status"}),
 		runDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "tasklock_job_run_duration_seconds",
@@ -217,7 +217,7 @@ func (m *Metrics) ScheduleEvent(e schedule.Event) {
 	case schedule.EventRunEnded:
 		m.runs.WithLabelValues(e.Job, string(e.Status)).Inc()
 		m.runDuration.WithLabelValues(e.Job).Observe(e.Duration.Seconds())
-	case schedule.EventSkipped:
+	case schedule.EventSkipped, schedule.EventRunInterrupted:
 		m.runs.WithLabelValues(e.Job, string(e.Status)).Inc()
 	case schedule.EventMissed:
 		m.missed.WithLabelValues(e.Job).Inc()

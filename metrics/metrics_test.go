@@ -151,16 +151,18 @@ func TestScheduleEvents(t *testing.T) {
 		run(schedule.EventRunEnded, "a", 1, "trig", time.Minute, time.Second, schedule.StatusOK),
 		run(schedule.EventRunStarted, "b", 1, "", -time.Millisecond, 0, ""), // a node whose clock is ahead
 		run(schedule.EventSkipped, "b", 0, "", 0, 0, schedule.StatusSkipped),
+		run(schedule.EventRunInterrupted, "b", 1, "", 0, 0, schedule.StatusInterrupted),
 		run(schedule.EventMissed, "c", 0, "", time.Hour, 0, schedule.StatusMissed),
 		run(schedule.EventMissed, "c", 0, "", time.Hour, 0, schedule.StatusMissed),
 	} {
 		m.ScheduleEvent(e)
 	}
 	want := `
-# HELP tasklock_job_runs_total Job run attempts that ended, and ticks skipped, by job and status (ok, failed, timeout, lost, skipped).
+# HELP tasklock_job_runs_total Job run attempts that ended, and ticks skipped, by job and status (ok, failed, timeout, lost, skipped; interrupted, counted by the node that found a dead node's run).
 # TYPE tasklock_job_runs_total counter
 tasklock_job_runs_total{job="a",status="failed"} 1
 tasklock_job_runs_total{job="a",status="ok"} 2
+tasklock_job_runs_total{job="b",status="interrupted"} 1
 tasklock_job_runs_total{job="b",status="skipped"} 1
 # HELP tasklock_ticks_missed_total Ticks that came while no node ran the job and that the misfire policy passed over, by job.
 # TYPE tasklock_ticks_missed_total counter
