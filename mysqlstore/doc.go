@@ -143,7 +143,9 @@
 // and fails if not), rounded up so that it is never earlier than the real
 // start. A session that ended while the server ran (its client closed,
 // died or was killed, or fell silent past wait_timeout) still frees its
-// key at once. Exclusive through restarts: TestRestartExclusive restarts
+// key at once, except in the server's first two seconds: as the start is
+// rounded up, a grant then counts as made before it, and its key is kept
+// for its TTL after the start. Exclusive through restarts: TestRestartExclusive restarts
 // MariaDB ten times while a holder holds the key and another waits, and
 // checks that the waiter is granted only after the holder's Done closed
 // (before this guard, every one of ten restarts had two holders for 9 to
