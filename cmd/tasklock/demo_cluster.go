@@ -588,6 +588,12 @@ func (d *clusterDemo) summary() int {
 				case !hasRec:
 					t.other++
 					note(k, "ran on %s, but no record of it is in the ledger", es[0].node)
+				case r.Status == driver.RunInterrupted:
+					t.interrupted++
+					note(k, "started on %s, which was killed during the run: another node recorded it interrupted", r.Node)
+				case r.Status == driver.RunRunning && d.victim != nil && r.Node == d.victim.name:
+					t.interrupted++
+					note(k, "started on %s, which was killed during the run: still \"running\" in the ledger until its node lease ends, then another node records it interrupted", r.Node)
 				case r.Status != driver.RunOK:
 					t.failed++
 					note(k, "ran on %s and ended %s: %s", r.Node, r.Status, r.Error)
