@@ -551,3 +551,79 @@ func TestReleasedEventOncePerLock(t *testing.T) {
 		t.Fatalf("events %+v, want one EventReleased carrying the store's error", got)
 	}
 }
+
+// racingStore is a memstore whose first `races` acquires lose a race the
+// way zkstore's do when the holder keeps changing: an error wrapping
+// driver.ErrTryAgain. It is only a driver.Store (no queue, no
+// notifications), so Obtain waits by polling Acquire.
+type racingStore struct {
+	driver.Store
+	races    atomic.Int64 // acquires still to lose
+	acquires atomic.Int64
+}
+
+func (s *racingStore) Acquire(ctx context.Context, p driver.AcquireParams) (driver.Grant, error) {
+	s.acquires.Add(1)
+	if s.races.Add(-1) >= 0 {
+		return driver.Grant{}, fmt.Errorf("store: the holder kept changing: %w", driver.ErrTryAgain)
+	}
+	return s.Store.Acquire(ctx, p)
+}
+
+// queuedRacingStore is a racingStore with memstore's queue.
+type queuedRacingStore struct {
+	*racingStore
+	driver.Queuer
+}
+
+// A lost race is retried: Obtain with no deadline keeps trying until it has
+// the lock, and TryObtain tries maxTryAgain times, then reports the key as
+// held with the store's error.
+func TestLostRacesAreRetried(t *testing.T) {
+	// A store with a queue: after the lost race Obtain queues.
+	ms := memstore.New(nil)
+	qs := &queuedRacingStore{&racingStore{Store: ms}, ms}
+	qs.races.Store(1)
+	l, err := newTestLocker(t, qs).Obtain(context.Background(), "k", nil)
+	if err != nil {
+		t.Fatalf("queued Obtain with no deadline after a lost race = %v, want the lock", err)
+	}
+	_ = l.Release(context.Background())
+
+	// A store without: Obtain polls until it wins.
+	rs := &racingStore{Store: memstore.New(nil)}
+	lk := newTestLocker(t, rs)
+	rs.races.Store(30)
+	l, err = lk.Obtain(context.Background(), "k", nil)
+	if err != nil {
+		t.Fatalf("Obtain with no deadline after 30 lost races = %v, want the lock", err)
+	}
+	if n := rs.acquires.Load(); n != 31 {
+		t.Errorf("Obtain made %d attempts, want 31", n)
+	}
+	_ = l.Release(context.Background())
+
+	rs.acquires.Store(0)
+	rs.races.Store(maxTryAgain - 1)
+	l, err = lk.TryObtain(context.Background(), "k", nil)
+	if err != nil {
+		t.Fatalf("TryObtain after %d lost races = %v, want the lock", maxTryAgain-1, err)
+	}
+	_ = l.Release(context.Background())
+
+	rs.acquires.Store(0)
+	rs.races.Store(1 << 30)
+	_, err = lk.TryObtain(context.Background(), "k", nil)
+	var ne *NotObtainedError
+	if !errors.As(err, &ne) || !errors.Is(err, ErrNotObtained) || !errors.Is(err, driver.ErrTryAgain) {
+		t.Fatalf("TryObtain losing every race = %v, want a NotObtainedError wrapping driver.ErrTryAgain", err)
+	}
+	if n := rs.acquires.Load(); n != maxTryAgain {
+		t.Errorf("TryObtain made %d attempts, want %d", n, maxTryAgain)
+	}
+	for n := 1; n < 20; n++ {
+		if d := raceDelay(n); d < time.Millisecond || d >= 30*time.Millisecond {
+			t.Errorf("raceDelay(%d) = %v, want within [1ms, 30ms)", n, d)
+		}
+	}
+}
