@@ -47,4 +47,11 @@
 // otherwise, and as a fallback, waiters poll with jittered backoff, never
 // sleeping past the holder's expiry. Within one Locker, waiters on a key
 // are served in arrival order either way.
+//
+// An attempt that lost a race at the store — a ZooKeeper holder that
+// changed while the attempt looked, a RedLock vote split between
+// contenders — is no error of the caller's: the store says so with
+// driver.ErrTryAgain, Obtain tries again (queueing, or after a few
+// milliseconds) until it has the lock or ctx ends, and TryObtain tries
+// again up to a dozen times before it reports the key as held.
 package tasklock

@@ -146,18 +146,52 @@ func (lk *Locker) releaseAll(held []*Lock) []error {
 
 // TryObtain makes one attempt to obtain key. When another owner holds it,
 // the error is a *NotObtainedError (matching ErrNotObtained) naming the
-// holder and its remaining TTL when the store can tell. ctx bounds the call,
-// never the lock: a held lock lives until Release or loss.
+// holder and its remaining TTL when the store can tell. An attempt that
+// lost a race at the store (driver.ErrTryAgain: the holder changed while
+// the store looked, a RedLock vote split) is made again, up to
+// maxTryAgain times within a few hundred milliseconds; when every one loses,
+// the key is reported as held: a *NotObtainedError whose Err is the store's
+// last error. ctx bounds the call, never the lock: a held lock lives until
+// Release or loss.
 func (lk *Locker) TryObtain(ctx context.Context, key string, opts *ObtainOptions) (*Lock, error) {
 	o, err := lk.resolve(key, opts)
 	if err != nil {
 		return nil, err
 	}
-	l, _, err := lk.try(ctx, key, &o)
-	if err == nil {
-		lk.obtained(l, 0)
+	start := lk.clock.Now()
+	for race := 1; ; race++ {
+		l, _, err := lk.try(ctx, key, &o)
+		switch {
+		case err == nil:
+			lk.obtained(l, lk.clock.Now().Sub(start))
+			return l, nil
+		case !errors.Is(err, driver.ErrTryAgain):
+			return nil, err
+		case race == maxTryAgain:
+			ne := &NotObtainedError{Key: key, Err: err}
+			lk.emit(Event{Type: EventNotObtained, Key: key, Owner: o.owner, Err: ne})
+			return nil, ne
+		}
+		if !lk.sleep(ctx, raceDelay(race)) {
+			return nil, fmt.Errorf("tasklock: obtain %q: %w (last error: %w)", key, ctx.Err(), err)
+		}
 	}
-	return l, err
+}
+
+// maxTryAgain is how many attempts TryObtain makes while the store answers
+// driver.ErrTryAgain. A race settles within an attempt or two (the key
+// changed hands, or contenders that tied back off by different jittered
+// delays); twelve in a row mean the key is busy changing hands, which for a
+// caller that will not wait is as good as held.
+const maxTryAgain = 12
+
+// raceDelay is the pause before attempt n+1 after n attempts in a row lost
+// a race at the store: 2 ms doubling to 20 ms, jittered over [d/2, 3d/2) so
+// that contenders who tied do not tie again. Twelve attempts take about
+// 170 ms.
+func raceDelay(n int) time.Duration {
+	d := min(2*time.Millisecond<<min(n-1, 4), 20*time.Millisecond)
+	return d/2 + mrand.N(d)
 }
 
 // obtained reports a grant, after wait in Obtain.
@@ -170,8 +204,12 @@ func (lk *Locker) obtained(l *Lock, wait time.Duration) {
 // notify releases, and otherwise poll with jittered backoff, never later
 // than the holder's lease could expire. When the wait ends first, the error
 // is a *NotObtainedError matching both ErrNotObtained and the context error.
-// A store error other than "held" ends the attempt at once only when ctx has
-// no deadline; otherwise it is retried with backoff until the deadline.
+// An attempt that lost a race at the store (driver.ErrTryAgain) is always
+// retried, after a few milliseconds or a wake-up: Obtain returns only with
+// the lock, ctx's error, ErrClosed, or a store error it cannot retry. A
+// store failure (a connection error, a missing quorum) ends the wait at once
+// when ctx has no deadline; otherwise it is retried with backoff until the
+// deadline.
 func (lk *Locker) Obtain(ctx context.Context, key string, opts *ObtainOptions) (*Lock, error) {
 	o, err := lk.resolve(key, opts)
 	if err != nil {
@@ -209,6 +247,7 @@ func (lk *Locker) Obtain(ctx context.Context, key string, opts *ObtainOptions) (
 	t := lk.clock.NewTimer(time.Hour)
 	defer t.Stop()
 	lastHeld := held
+	races := 0 // attempts in a row that lost a race at the store
 	for attempt := 1; ; attempt++ {
 		l, held, err = lk.try(ctx, key, &o)
 		switch {
@@ -225,11 +264,19 @@ func (lk *Locker) Obtain(ctx context.Context, key string, opts *ObtainOptions) (
 		case !retryable(ctx, err):
 			return nil, err
 		}
-		var holderTTL time.Duration
-		if held != nil {
-			holderTTL = held.TTL
+		var delay time.Duration
+		switch {
+		case held != nil:
+			races = 0
+			delay = pollDelay(attempt, held.TTL, notified)
+		case errors.Is(err, driver.ErrTryAgain):
+			races++
+			delay = raceDelay(races)
+		default:
+			races = 0
+			delay = pollDelay(attempt, 0, notified)
 		}
-		t.Reset(pollDelay(attempt, holderTTL, notified))
+		t.Reset(delay)
 		select {
 		case <-w.ch:
 		case <-t.C():
@@ -245,15 +292,19 @@ func (lk *Locker) Obtain(ctx context.Context, key string, opts *ObtainOptions) (
 	}
 }
 
-// retryable reports whether Obtain keeps trying after a store error: only
-// when the caller gave it a deadline to stop by.
+// retryable reports whether Obtain keeps trying after a store error while
+// ctx is live: always after a lost race (driver.ErrTryAgain), and after a
+// store failure only when the caller gave it a deadline to stop by.
 func retryable(ctx context.Context, err error) bool {
 	var oe *OptionError
-	if errors.As(err, &oe) || errors.Is(err, ErrClosed) || errors.Is(err, ErrUnsupported) {
+	if errors.As(err, &oe) || errors.Is(err, ErrClosed) || errors.Is(err, ErrUnsupported) || ctx.Err() != nil {
 		return false
 	}
+	if errors.Is(err, driver.ErrTryAgain) {
+		return true
+	}
 	_, ok := ctx.Deadline()
-	return ok && ctx.Err() == nil
+	return ok
 }
 
 // pollDelay is how long a waiter sleeps before its next attempt unless

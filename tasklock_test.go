@@ -13,15 +13,11 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/tasklock/tasklock/driver"
+	"github.com/tasklock/tasklock/internal/fakeclock"
 	"github.com/tasklock/tasklock/memstore"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-// schedulingSlack is how late a loaded 2-core machine running -race may
-// run a goroutine after a deadline. Exact deadlines are tested with
-// pausedClock (TestDoneChecksValidityItself).
-const schedulingSlack = 150 * time.Millisecond
 
 // faultStore wraps a real memstore and injects renewal failures, the way
 // bsm/redislock's tests wrap their client. It also records renewal calls.
@@ -133,58 +129,138 @@ func TestOptionErrorsNameTheField(t *testing.T) {
 	}
 }
 
+// fakeClock adapts internal/fakeclock to Clock.
+type fakeClock struct{ *fakeclock.Clock }
+
+func (c fakeClock) NewTimer(d time.Duration) Timer { return c.Clock.NewTimer(d) }
+
+// newClockedLocker returns a Locker on s driven by clk: its engine sleeps
+// until the test advances clk (see advance).
+func newClockedLocker(t *testing.T, s driver.Store, clk *fakeclock.Clock) *Locker {
+	t.Helper()
+	lk, err := New(s, &Config{Owner: "test", Clock: fakeClock{clk}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lk.Close() })
+	return lk
+}
+
+// engineIdle reports whether lk's engine has nothing to do until its timer
+// fires: no renewal call under way, and the timer armed for the heap's
+// next event. (The renewal tests make no other timers.)
+func engineIdle(lk *Locker, clk *fakeclock.Clock) bool {
+	e := lk.eng
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, l := range e.heap {
+		if l.inFlight {
+			return false
+		}
+	}
+	if len(e.heap) == 0 {
+		return true
+	}
+	next, armed := clk.Next()
+	return armed && next.Equal(e.heap[0].dueAt)
+}
+
+// settle waits until lk's engine is idle: a condition polled with a
+// deadline, which only a hung engine misses.
+func settle(t *testing.T, lk *Locker, clk *fakeclock.Clock) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !engineIdle(lk, clk) {
+		if time.Now().After(deadline) {
+			t.Fatal("the engine did not settle within 10s")
+		}
+		time.Sleep(100 * time.Microsecond) // polling a condition
+	}
+}
+
+// advance lets lk's engine settle, then moves clk to the engine's next
+// event (at most to until) and lets it settle again. It reports false when
+// nothing is scheduled before until.
+func advance(t *testing.T, lk *Locker, clk *fakeclock.Clock, until time.Time) bool {
+	t.Helper()
+	settle(t, lk, clk)
+	next, ok := clk.Next()
+	if !ok || next.After(until) {
+		if now := clk.Now(); now.Before(until) {
+			clk.Advance(until.Sub(now))
+			settle(t, lk, clk)
+		}
+		return false
+	}
+	clk.Advance(next.Sub(clk.Now()))
+	settle(t, lk, clk)
+	return true
+}
+
 // Transient renewal errors are retried until local validity ends; then the
-// lock is lost, before the TTL has passed, with the last error in the cause.
+// lock is lost, exactly then (TTL − drift after the grant was asked for),
+// with the last error in the cause. Time is the fake clock's.
 func TestRenewalRetriesUntilValidity(t *testing.T) {
-	fs := &faultStore{Store: memstore.New(nil)}
-	lk := newTestLocker(t, fs)
+	clk := fakeclock.New()
+	fs := &faultStore{Store: memstore.New(clk)}
+	lk := newClockedLocker(t, fs, clk)
 	fs.failRenew.Store(true)
 	ttl := 400 * time.Millisecond
-	start := time.Now()
+	start := clk.Now()
 	l, err := lk.TryObtain(context.Background(), "k", &ObtainOptions{TTL: ttl})
 	if err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-l.Done():
-	case <-time.After(5 * time.Second):
-		t.Fatal("lock not lost")
+	until := start.Add(ttl)
+	for advance(t, lk, clk, until) && l.Err() == nil {
 	}
-	el := time.Since(start)
-	if el > ttl+schedulingSlack {
-		t.Errorf("lost after %v, later than the TTL %v", el, ttl)
+	if l.Err() == nil {
+		t.Fatalf("lock not lost by the TTL %v", ttl)
 	}
-	if el < ttl-drift(ttl)-50*time.Millisecond {
-		t.Errorf("lost after %v, well before local validity ended (%v): transient errors must be retried", el, ttl-drift(ttl))
+	if el, want := clk.Now().Sub(start), validity(ttl, 0); el != want {
+		t.Errorf("lost %v after the grant, want at the end of local validity, %v", el, want)
 	}
 	if !errors.Is(l.Err(), ErrLockLost) || !errors.Is(l.Err(), errInjected) {
 		t.Errorf("cause = %v, want ErrLockLost wrapping the renewal error", l.Err())
 	}
+	// Renewal at TTL/3, then retries every 20–40 ms (TTL/10 at most).
 	if n := len(fs.renewCalls()); n < 3 {
 		t.Errorf("%d renewal attempts, want retries", n)
 	}
 }
 
-// A transient failure followed by success keeps the lock.
+// A transient failure followed by success keeps the lock: two renewal
+// calls fail, the next succeeds within local validity (the retries come
+// every TTL/10 at most), and the lock then lives on for two more TTLs.
 func TestRenewalRecovers(t *testing.T) {
-	fs := &faultStore{Store: memstore.New(nil)}
-	lk := newTestLocker(t, fs)
+	clk := fakeclock.New()
+	fs := &faultStore{Store: memstore.New(clk)}
+	lk := newClockedLocker(t, fs, clk)
 	ttl := 300 * time.Millisecond
+	start := clk.Now()
 	l, err := lk.TryObtain(context.Background(), "k", &ObtainOptions{TTL: ttl})
 	if err != nil {
 		t.Fatal(err)
 	}
 	fs.failRenew.Store(true)
-	deadline := time.Now().Add(5 * time.Second)
-	for len(fs.renewCalls()) < 2 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond) // polling a condition
+	for len(fs.renewCalls()) < 2 {
+		if !advance(t, lk, clk, start.Add(ttl)) {
+			t.Fatalf("%d renewal calls within the TTL, want 2", len(fs.renewCalls()))
+		}
 	}
 	fs.failRenew.Store(false)
-	time.Sleep(2 * ttl) // the lock must survive this long
-	select {
-	case <-l.Done():
-		t.Fatalf("lock lost after a recovered outage: %v", l.Err())
-	default:
+	failedAt := clk.Now()
+	end := failedAt.Add(2 * ttl)
+	for advance(t, lk, clk, end) {
+		if err := l.Err(); err != nil {
+			t.Fatalf("lock lost %v after a recovered outage: %v", clk.Now().Sub(failedAt), err)
+		}
+	}
+	if err := l.Err(); err != nil {
+		t.Fatalf("lock lost after a recovered outage: %v", err)
+	}
+	if n := len(fs.renewCalls()); n < 2+6 { // two failed, then one per TTL/3
+		t.Errorf("%d renewal calls, want at least 8", n)
 	}
 	if err := l.Release(context.Background()); err != nil {
 		t.Fatal(err)
@@ -192,51 +268,50 @@ func TestRenewalRecovers(t *testing.T) {
 }
 
 // Leases that fall due together are renewed together: 500 locks obtained
-// over a short burst need a handful of store calls per cycle, not 500.
+// over 50 ms (less than the batching window, TTL/6) are renewed in one
+// store call per cycle, not 500.
 func TestRenewalBatches(t *testing.T) {
-	fs := &faultStore{Store: memstore.New(nil)}
-	lk := newTestLocker(t, fs)
+	clk := fakeclock.New()
+	fs := &faultStore{Store: memstore.New(clk)}
+	lk := newClockedLocker(t, fs, clk)
 	ttl := 600 * time.Millisecond
 	const n = 500
 	locks := make([]*Lock, n)
+	start := clk.Now()
 	for i := range locks {
-		l, err := lk.TryObtain(context.Background(), "k"+string(rune('a'+i%26))+time.Duration(i).String(), &ObtainOptions{TTL: ttl})
+		l, err := lk.TryObtain(context.Background(), fmt.Sprintf("k%d", i), &ObtainOptions{TTL: ttl})
 		if err != nil {
 			t.Fatal(err)
 		}
 		locks[i] = l
+		clk.Advance(100 * time.Microsecond)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	renewed := 0
-	for renewed < 3*n && time.Now().Before(deadline) { // three cycles' worth
-		time.Sleep(10 * time.Millisecond) // polling a condition
-		renewed = 0
-		for _, c := range fs.renewCalls() {
-			renewed += c
-		}
+	end := start.Add(ttl) // three renewal cycles at TTL/3
+	for advance(t, lk, clk, end) {
 	}
 	calls := fs.renewCalls()
-	if renewed < 3*n {
-		t.Fatalf("renewed %d leases in %d calls, want %d", renewed, len(calls), 3*n)
+	renewed := 0
+	for _, c := range calls {
+		renewed += c
 	}
-	if len(calls) > 9 {
-		t.Errorf("%d renewal calls for 3 cycles of %d leases: %v; want them batched", len(calls), n, calls)
+	if renewed < 2*n || len(calls) > 3 {
+		t.Errorf("%d renewal calls renewing %d leases in 3 cycles: %v; want each cycle's %d in one call", len(calls), renewed, calls, n)
 	}
 	for _, l := range locks {
-		select {
-		case <-l.Done():
-			t.Fatalf("lock lost: %v", l.Err())
-		default:
+		if err := l.Err(); err != nil {
+			t.Fatalf("lock lost: %v", err)
 		}
 	}
 }
 
-// The store saying "not yours" ends the lock at once, well before its
-// validity would have run out.
+// The store saying "not yours" ends the lock at once, at the next
+// renewal (TTL/3), well before its validity would have run out.
 func TestNotHeldIsFinal(t *testing.T) {
-	s := memstore.New(nil)
-	lk := newTestLocker(t, s)
+	clk := fakeclock.New()
+	s := memstore.New(clk)
+	lk := newClockedLocker(t, s, clk)
 	ttl := 3 * time.Second
+	start := clk.Now()
 	l, err := lk.TryObtain(context.Background(), "k", &ObtainOptions{TTL: ttl})
 	if err != nil {
 		t.Fatal(err)
@@ -244,14 +319,10 @@ func TestNotHeldIsFinal(t *testing.T) {
 	if err := s.ForceRelease(context.Background(), "k"); err != nil {
 		t.Fatal(err)
 	}
-	start := time.Now()
-	select {
-	case <-l.Done():
-	case <-time.After(ttl):
-		t.Fatal("lock not lost after the store deleted it")
+	for advance(t, lk, clk, start.Add(ttl)) && l.Err() == nil {
 	}
-	if el := time.Since(start); el > ttl/3+200*time.Millisecond {
-		t.Errorf("noticed after %v, want at the next renewal (~%v)", el, ttl/3)
+	if el := clk.Now().Sub(start); l.Err() == nil || el != ttl/3 {
+		t.Errorf("lost %v after the grant (cause %v), want at the first renewal, %v", el, l.Err(), ttl/3)
 	}
 	if !errors.Is(l.Err(), ErrLockLost) {
 		t.Errorf("cause = %v", l.Err())
@@ -422,18 +493,20 @@ func TestObtainDeadlineDuringAttemptNamesHolder(t *testing.T) {
 
 // Grace makes Done close that much before local validity, and is bounded.
 func TestGrace(t *testing.T) {
-	fs := &faultStore{Store: memstore.New(nil)}
-	lk := newTestLocker(t, fs)
+	clk := fakeclock.New()
+	fs := &faultStore{Store: memstore.New(clk)}
+	lk := newClockedLocker(t, fs, clk)
 	fs.failRenew.Store(true)
 	ttl, grace := 600*time.Millisecond, 250*time.Millisecond
-	start := time.Now()
+	start := clk.Now()
 	l, err := lk.TryObtain(context.Background(), "k", &ObtainOptions{TTL: ttl, Grace: grace})
 	if err != nil {
 		t.Fatal(err)
 	}
-	<-l.Done()
-	if el, limit := time.Since(start), validity(ttl, grace); el > limit+schedulingSlack {
-		t.Fatalf("Done closed %v after obtain, want by %v (TTL − drift − grace)", el, limit)
+	for advance(t, lk, clk, start.Add(ttl)) && l.Err() == nil {
+	}
+	if el, want := clk.Now().Sub(start), validity(ttl, grace); l.Err() == nil || el != want {
+		t.Fatalf("Done closed %v after obtain (cause %v), want at %v (TTL − drift − grace)", el, l.Err(), want)
 	}
 	for _, o := range []*ObtainOptions{
 		{TTL: time.Second, Grace: 500 * time.Millisecond},
@@ -571,5 +644,81 @@ func TestReleasedEventOncePerLock(t *testing.T) {
 	defer mu.Unlock()
 	if len(got) != 1 || got[0].Type != EventReleased || got[0].Err == nil || !strings.Contains(got[0].Err.Error(), "store down") {
 		t.Fatalf("events %+v, want one EventReleased carrying the store's error", got)
+	}
+}
+
+// racingStore is a memstore whose first `races` acquires lose a race the
+// way zkstore's do when the holder keeps changing: an error wrapping
+// driver.ErrTryAgain. It is only a driver.Store (no queue, no
+// notifications), so Obtain waits by polling Acquire.
+type racingStore struct {
+	driver.Store
+	races    atomic.Int64 // acquires still to lose
+	acquires atomic.Int64
+}
+
+func (s *racingStore) Acquire(ctx context.Context, p driver.AcquireParams) (driver.Grant, error) {
+	s.acquires.Add(1)
+	if s.races.Add(-1) >= 0 {
+		return driver.Grant{}, fmt.Errorf("store: the holder kept changing: %w", driver.ErrTryAgain)
+	}
+	return s.Store.Acquire(ctx, p)
+}
+
+// queuedRacingStore is a racingStore with memstore's queue.
+type queuedRacingStore struct {
+	*racingStore
+	driver.Queuer
+}
+
+// A lost race is retried: Obtain with no deadline keeps trying until it has
+// the lock, and TryObtain tries maxTryAgain times, then reports the key as
+// held with the store's error.
+func TestLostRacesAreRetried(t *testing.T) {
+	// A store with a queue: after the lost race Obtain queues.
+	ms := memstore.New(nil)
+	qs := &queuedRacingStore{&racingStore{Store: ms}, ms}
+	qs.races.Store(1)
+	l, err := newTestLocker(t, qs).Obtain(context.Background(), "k", nil)
+	if err != nil {
+		t.Fatalf("queued Obtain with no deadline after a lost race = %v, want the lock", err)
+	}
+	_ = l.Release(context.Background())
+
+	// A store without: Obtain polls until it wins.
+	rs := &racingStore{Store: memstore.New(nil)}
+	lk := newTestLocker(t, rs)
+	rs.races.Store(30)
+	l, err = lk.Obtain(context.Background(), "k", nil)
+	if err != nil {
+		t.Fatalf("Obtain with no deadline after 30 lost races = %v, want the lock", err)
+	}
+	if n := rs.acquires.Load(); n != 31 {
+		t.Errorf("Obtain made %d attempts, want 31", n)
+	}
+	_ = l.Release(context.Background())
+
+	rs.acquires.Store(0)
+	rs.races.Store(maxTryAgain - 1)
+	l, err = lk.TryObtain(context.Background(), "k", nil)
+	if err != nil {
+		t.Fatalf("TryObtain after %d lost races = %v, want the lock", maxTryAgain-1, err)
+	}
+	_ = l.Release(context.Background())
+
+	rs.acquires.Store(0)
+	rs.races.Store(1 << 30)
+	_, err = lk.TryObtain(context.Background(), "k", nil)
+	var ne *NotObtainedError
+	if !errors.As(err, &ne) || !errors.Is(err, ErrNotObtained) || !errors.Is(err, driver.ErrTryAgain) {
+		t.Fatalf("TryObtain losing every race = %v, want a NotObtainedError wrapping driver.ErrTryAgain", err)
+	}
+	if n := rs.acquires.Load(); n != maxTryAgain {
+		t.Errorf("TryObtain made %d attempts, want %d", n, maxTryAgain)
+	}
+	for n := 1; n < 20; n++ {
+		if d := raceDelay(n); d < time.Millisecond || d >= 30*time.Millisecond {
+			t.Errorf("raceDelay(%d) = %v, want within [1ms, 30ms)", n, d)
+		}
 	}
 }

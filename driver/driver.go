@@ -20,6 +20,11 @@
 //   - Stores return errors and never log. A store returns ErrNotHeld only when
 //     it knows the token does not hold the key; any other error is taken as
 //     transient and retried by the Locker while the lease may still be valid.
+//   - Acquire settles every attempt as a grant, a *HeldError, or an error.
+//     An attempt that lost a race it cannot settle (the holder kept
+//     changing while it looked, a vote split with nobody winning) returns an
+//     error wrapping ErrTryAgain, which the Locker retries, instead of an
+//     error that would end a caller's Obtain.
 package driver
 
 import (
@@ -37,6 +42,17 @@ var ErrNotHeld = errors.New("tasklock: lock not held")
 // can never satisfy as made — a TTL longer than it can keep, a key it cannot
 // store — so that the Locker reports it at once instead of retrying it.
 var ErrUnsupported = errors.New("tasklock: unsupported by this store")
+
+// ErrTryAgain is wrapped by the error a store returns when an attempt lost
+// a race it cannot resolve itself and nothing is known to be wrong with the
+// store or the request: the holder changed while Acquire looked at it
+// (ZooKeeper), or the nodes' votes split between contenders so that nobody
+// won a majority (RedLock). The key may be free a moment later. The Locker
+// retries it: Obtain until its context ends, whether or not that has a
+// deadline, and TryObtain a few times, within milliseconds, before it
+// reports the key as held. A store returns it only for a race, never for a
+// failure that retrying cannot mend.
+var ErrTryAgain = errors.New("tasklock: attempt lost a race, try again")
 
 // ErrHeld is wrapped by the *HeldError that Acquire returns when another
 // token holds the key.
@@ -94,7 +110,8 @@ type ReleaseParams struct {
 // concurrent use.
 type Store interface {
 	// Acquire makes one attempt to grant p.Key to p.Token for p.TTL. When
-	// another token holds the key it returns a *HeldError.
+	// another token holds the key it returns a *HeldError; when the
+	// attempt lost a race it cannot settle, an error wrapping ErrTryAgain.
 	Acquire(ctx context.Context, p AcquireParams) (Grant, error)
 
 	// Renew extends every lease in ps, in as few round trips as the store

@@ -28,8 +28,8 @@ func (s *Store) MaxBatch() int { return math.MaxInt }
 // item at once). A node whose call failed counts as failed for every item.
 // An item that is not granted is released again on every node (one
 // ReleaseBatch per node for all such items) and gets the error Acquire
-// would have returned: a *driver.HeldError, a *QuorumError or an error
-// wrapping ErrTooSlow. An item with an invalid key or TTL gets its error
+// would have returned: a *driver.HeldError, a *QuorumError, or an error
+// wrapping ErrTooSlow or ErrSplitVote. An item with an invalid key or TTL gets its error
 // without being sent. A key named twice goes to its first item. The call as
 // a whole fails only when ctx has ended before anything was sent.
 func (s *Store) AcquireBatch(ctx context.Context, ps []driver.AcquireParams) ([]driver.AcquireResult, error) {

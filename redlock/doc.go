@@ -36,10 +36,13 @@
 //     the slowest granting node allows. When the quorum fails, Acquire
 //     releases what it got on every node (token-checked) before returning,
 //     and a grant that arrives after the decision when it arrives. It
-//     returns a *driver.HeldError when the key is held or contended (enough nodes
-//     answered for a majority, and some are held by another owner), a
-//     *QuorumError naming each failed node when fewer than a majority
-//     answered, an error wrapping ErrTooSlow when the majority came too late.
+//     returns a *driver.HeldError when the key is held (enough nodes
+//     answered for a majority, and some are held by another owner), an
+//     error wrapping ErrSplitVote when contenders split the vote so that no
+//     owner can hold a majority (it wraps driver.ErrTryAgain: the Locker
+//     tries again after a short jittered pause), a *QuorumError naming each
+//     failed node when fewer than a majority answered, an error wrapping
+//     ErrTooSlow when the majority came too late.
 //   - Renew sends each node one batched redisstore Renew call. A lease is
 //     renewed only when a majority of the nodes renewed it. When so many
 //     nodes say "not held" that no majority can have renewed it, its result
@@ -146,6 +149,6 @@
 //
 // Besides driver.ErrNotHeld and *driver.HeldError, calls may return a
 // *QuorumError (errors.As), whose NodeErrors name each failed node and wrap
-// its error; Acquire may return errors wrapping ErrTooSlow and
-// redisstore.ErrKey. The store never logs.
+// its error; Acquire may return errors wrapping ErrTooSlow, ErrSplitVote
+// and redisstore.ErrKey. The store never logs.
 package redlock

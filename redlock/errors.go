@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/tasklock/tasklock/driver"
 )
 
 // ErrTooSlow is wrapped by the error Acquire returns when a majority of the
@@ -11,6 +13,16 @@ import (
 // validity (TTL − elapsed − drift) was used up: the grants have been
 // released again. It is transient; the call may be retried.
 var ErrTooSlow = errors.New("redlock: the quorum answered after the lease's validity")
+
+// ErrSplitVote is wrapped by the error Acquire returns when enough nodes
+// answered for a majority but no owner won one: the key went to several
+// contenders at once, each on fewer than a majority of the nodes (with 3
+// nodes: one grant here, and each other node held by a different owner),
+// counting every node that failed to answer as the other owner's. Every
+// grant has been released again. It wraps driver.ErrTryAgain: the Locker
+// retries it after a short jittered pause, so the contenders that tied do
+// not tie again.
+var ErrSplitVote = fmt.Errorf("redlock: the vote split, no owner won a majority: %w", driver.ErrTryAgain)
 
 // NodeError is one node's failure in a call: the node's address (the
 // client's Options().Addr, or "clients[i]" for a Sentinel failover client)

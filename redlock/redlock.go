@@ -333,6 +333,9 @@ func (s *Store) quorumError(op, key, detail string, failed []*NodeError) *Quorum
 //   - a *driver.HeldError when a majority of the nodes answered and some are
 //     held by another owner: the owner most nodes named, with the shortest of
 //     its remaining TTLs;
+//   - an error wrapping ErrSplitVote (and driver.ErrTryAgain) when a
+//     majority answered but no owner can hold a majority, even counting
+//     every failed node as its own: contenders split the vote;
 //   - a *QuorumError naming each failed node when fewer than a majority
 //     answered;
 //   - an error wrapping ErrTooSlow when a majority granted but too late.
@@ -458,9 +461,18 @@ func (s *Store) acquire(ctx context.Context, ps []driver.AcquireParams, out []dr
 			granted[j], anyGranted = true, true
 			continue
 		case len(v.held) > 0 && len(v.grants)+len(v.held) >= s.quorum:
-			// A majority answered: the lock is held or contended, and a
-			// release will wake the waiters.
-			out[j].Err = heldView(v.held)
+			// A majority answered: the lock is held, and a release will
+			// wake the waiters — unless no owner can hold a majority, not
+			// even with every failed node on its side: then the vote split
+			// between contenders, nobody will release, and the caller
+			// should try again.
+			h, n := heldView(v.held)
+			if n+len(v.failed) < s.quorum {
+				out[j].Err = fmt.Errorf("redlock: acquire %q: %w: granted on %d, held on %d (by %s on %d), %d failed",
+					p.Key, ErrSplitVote, len(v.grants), len(v.held), h.Owner, n, len(v.failed))
+				break
+			}
+			out[j].Err = h
 		default:
 			out[j].Err = s.quorumError("acquire", p.Key,
 				fmt.Sprintf("granted on %d, held on %d", len(v.grants), len(v.held)), v.failed)
@@ -537,8 +549,8 @@ func (s *Store) releasing(token string) {
 
 // heldView is the holder as a majority of the "held" answers see it: the
 // owner named most often (the first such in node order on a tie) and the
-// shortest remaining TTL among its answers.
-func heldView(held []*driver.HeldError) *driver.HeldError {
+// shortest remaining TTL among its answers, with how many answers named it.
+func heldView(held []*driver.HeldError) (*driver.HeldError, int) {
 	counts := make(map[string]int, len(held))
 	best := held[0].Owner
 	for _, h := range held {
@@ -553,7 +565,7 @@ func heldView(held []*driver.HeldError) *driver.HeldError {
 			out.TTL = h.TTL
 		}
 	}
-	return out
+	return out, counts[best]
 }
 
 // raise returns the fence of every request in ps that a majority granted

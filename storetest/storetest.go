@@ -25,15 +25,23 @@ import (
 
 	"github.com/tasklock/tasklock"
 	"github.com/tasklock/tasklock/driver"
+	"github.com/tasklock/tasklock/internal/fakeclock"
 )
 
-// slack is the scheduling delay allowed on top of a deadline the core
-// computes (Done at local validity, MaxHold, ...) before a test calls it
-// late: a loaded 2-core machine running -race can hold a goroutine back
-// that long. The deadlines themselves are checked exactly, with an injected
-// clock, in the root package's tests; here the point is that Done closes
-// around the deadline, and before anyone else obtains the lock.
-const slack = 150 * time.Millisecond
+// Timing. The suite must pass on a busy 2-core machine running -race,
+// where a goroutine or a server can be held back for hundreds of
+// milliseconds. So no bound here depends on how fast anything is
+// scheduled:
+//
+//   - Leases are long enough (a second or more where they must be renewed
+//     or answered in time) that a slow round trip does not lose them.
+//   - "Done closes by the deadline" is checked by looking at Done after the
+//     deadline (doneBy): Done checks the lock's local validity itself, so
+//     it must be closed at any look after the lease's end, however late
+//     the Locker's goroutine runs. The deadlines themselves are checked
+//     exactly, with a fake clock, in the root package's tests.
+//   - Wake-ups are checked with a waiter that cannot poll (a frozen clock),
+//     not with a latency bound.
 
 // NewStore returns a fresh, empty store for one test.
 type NewStore func(t *testing.T) driver.Store
@@ -65,6 +73,7 @@ func Run(t *testing.T, newStore NewStore) {
 	}
 	tests = append(tests, queueTests...)
 	tests = append(tests, batchTests...)
+	tests = append(tests, contentionTests...)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newStore(t)) })
 	}
@@ -154,6 +163,29 @@ func mustNotObtain(t *testing.T, lk *tasklock.Locker, key string) *tasklock.NotO
 		t.Fatalf("TryObtain(%q) = %v, want an error matching ErrNotObtained", key, err)
 	}
 	return ne
+}
+
+// doneBy checks that l's Done is closed when looked at after deadline:
+// the end of its lease's local validity at the latest, by the lease maths
+// (the Lock counts validity from before it sent the request, so a
+// deadline counted from after the call returned is never early). It
+// returns when Done closed.
+func doneBy(t *testing.T, l *tasklock.Lock, deadline time.Time, what string) time.Time {
+	t.Helper()
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	select {
+	case <-l.Done():
+		return time.Now()
+	case <-timer.C:
+	}
+	select {
+	case <-l.Done():
+		return time.Now()
+	default:
+		t.Fatalf("Done still open %v after %s", time.Since(deadline).Round(time.Millisecond), what)
+		return time.Time{}
+	}
 }
 
 func waitDone(t *testing.T, l *tasklock.Lock, within time.Duration) {
@@ -285,17 +317,13 @@ func testNotObtainedNamesHolder(t *testing.T, s driver.Store) {
 func testExpiryWithoutRenewal(t *testing.T, s driver.Store) {
 	a := newLocker(t, s, "a", nil)
 	b := newLocker(t, s, "b", nil)
-	ttl := 300 * time.Millisecond
+	ttl := time.Second
 	l := mustObtain(t, a, "expiry", &tasklock.ObtainOptions{TTL: ttl, NoRenew: true})
-	start := time.Now()
-	waitDone(t, l, 5*time.Second)
-	if el := time.Since(start); el > ttl+slack {
-		t.Fatalf("Done closed %v after obtain, later than the TTL %v", el, ttl)
-	}
+	doneBy(t, l, time.Now().Add(ttl), "the TTL")
 	if !errors.Is(l.Err(), tasklock.ErrLockLost) {
 		t.Fatalf("cause = %v, want ErrLockLost", l.Err())
 	}
-	l2, err := b.Obtain(ctxT(t, 5*time.Second), "expiry", nil)
+	l2, err := b.Obtain(ctxT(t, 10*time.Second), "expiry", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -308,25 +336,26 @@ func testExpiryWithoutRenewal(t *testing.T, s driver.Store) {
 func testRenewalOutlivesTTL(t *testing.T, s driver.Store) {
 	a := newLocker(t, s, "a", nil)
 	b := newLocker(t, s, "b", nil)
-	ttl := 500 * time.Millisecond
+	// Renewed every TTL/3, each with TTL·2/3 left to answer in.
+	ttl := 1500 * time.Millisecond
 	l := mustObtain(t, a, "renew", &tasklock.ObtainOptions{TTL: ttl})
-	deadline := time.Now().Add(5 * ttl)
+	deadline := time.Now().Add(2 * ttl) // six renewals
 	for time.Now().Before(deadline) {
 		mustNotObtain(t, b, "renew")
 		assertOpen(t, l)
 		time.Sleep(ttl / 4) // sampling interval, not synchronisation
 	}
 	if err := l.Release(ctxT(t, 5*time.Second)); err != nil {
-		t.Fatalf("Release after 5×TTL: %v", err)
+		t.Fatalf("Release after 2×TTL: %v", err)
 	}
 }
 
 func testReleaseAndExtendAfterExpiry(t *testing.T, s driver.Store) {
 	a := newLocker(t, s, "a", nil)
 	b := newLocker(t, s, "b", nil)
-	l := mustObtain(t, a, "late", &tasklock.ObtainOptions{TTL: 400 * time.Millisecond, NoRenew: true})
+	l := mustObtain(t, a, "late", &tasklock.ObtainOptions{TTL: time.Second, NoRenew: true})
 	waitDone(t, l, 5*time.Second)
-	l2, err := b.Obtain(ctxT(t, 5*time.Second), "late", &tasklock.ObtainOptions{TTL: 5 * time.Second})
+	l2, err := b.Obtain(ctxT(t, 10*time.Second), "late", &tasklock.ObtainOptions{TTL: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -346,12 +375,13 @@ func testReleaseAndExtendAfterExpiry(t *testing.T, s driver.Store) {
 func testExtend(t *testing.T, s driver.Store) {
 	a := newLocker(t, s, "a", nil)
 	b := newLocker(t, s, "b", nil)
-	l := mustObtain(t, a, "extend", &tasklock.ObtainOptions{TTL: 400 * time.Millisecond, NoRenew: true})
-	if err := l.Extend(ctxT(t, 5*time.Second), 2*time.Second); err != nil {
+	ttl := time.Second
+	l := mustObtain(t, a, "extend", &tasklock.ObtainOptions{TTL: ttl, NoRenew: true})
+	if err := l.Extend(ctxT(t, 5*time.Second), 4*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	for time.Since(start) < 600*time.Millisecond {
+	for time.Since(start) < ttl+200*time.Millisecond { // past the first lease's end
 		mustNotObtain(t, b, "extend")
 		assertOpen(t, l)
 		time.Sleep(50 * time.Millisecond) // sampling interval
@@ -365,21 +395,25 @@ func testMinHold(t *testing.T, s driver.Store) {
 	a := newLocker(t, s, "a", nil)
 	b := newLocker(t, s, "b", nil)
 	minHold := 700 * time.Millisecond
-	l := mustObtain(t, a, "minhold", &tasklock.ObtainOptions{TTL: 10 * time.Second, MinHold: minHold})
+	// MinHold counts from the acquisition, which a busy machine may answer
+	// late: measure from before the request.
 	start := time.Now()
+	l := mustObtain(t, a, "minhold", &tasklock.ObtainOptions{TTL: 10 * time.Second, MinHold: minHold})
 	if err := l.Release(ctxT(t, 5*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	waitDone(t, l, time.Second)
-	mustNotObtain(t, b, "minhold")
-	l2, err := b.Obtain(ctxT(t, 5*time.Second), "minhold", nil)
+	if time.Since(start) < minHold/2 {
+		mustNotObtain(t, b, "minhold")
+	}
+	l2, err := b.Obtain(ctxT(t, 10*time.Second), "minhold", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if el := time.Since(start); el < minHold-50*time.Millisecond {
-		t.Fatalf("obtained %v after an early release, before MinHold %v", el, minHold)
-	} else if el > minHold+2*time.Second {
-		t.Fatalf("obtained %v after release, long after MinHold %v", el, minHold)
+		t.Fatalf("obtained %v after the first obtain began, before MinHold %v", el, minHold)
+	} else if el > minHold+5*time.Second {
+		t.Fatalf("obtained %v after the first obtain began, long after MinHold %v", el, minHold)
 	}
 	_ = l2.Release(ctxT(t, 5*time.Second))
 }
@@ -387,21 +421,19 @@ func testMinHold(t *testing.T, s driver.Store) {
 func testMaxHold(t *testing.T, s driver.Store) {
 	a := newLocker(t, s, "a", nil)
 	b := newLocker(t, s, "b", nil)
-	maxHold := 800 * time.Millisecond
+	// Renewed at TTL/3 and 2·TTL/3, the last time only up to MaxHold.
+	ttl, maxHold := time.Second, 1500*time.Millisecond
 	start := time.Now()
-	l := mustObtain(t, a, "maxhold", &tasklock.ObtainOptions{TTL: 500 * time.Millisecond, MaxHold: maxHold})
-	waitDone(t, l, 5*time.Second)
+	l := mustObtain(t, a, "maxhold", &tasklock.ObtainOptions{TTL: ttl, MaxHold: maxHold})
+	doneBy(t, l, time.Now().Add(maxHold), "MaxHold")
 	doneAt := time.Since(start)
 	if !errors.Is(l.Err(), tasklock.ErrMaxHold) || !errors.Is(l.Err(), tasklock.ErrLockLost) {
 		t.Fatalf("cause = %v, want ErrMaxHold", l.Err())
 	}
-	if doneAt > maxHold+slack {
-		t.Fatalf("Done closed %v after obtain, after MaxHold %v", doneAt, maxHold)
-	}
 	if doneAt < maxHold/2 {
 		t.Fatalf("Done closed %v after obtain, too early for MaxHold %v", doneAt, maxHold)
 	}
-	l2, err := b.Obtain(ctxT(t, 5*time.Second), "maxhold", nil)
+	l2, err := b.Obtain(ctxT(t, 10*time.Second), "maxhold", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -414,22 +446,22 @@ func testMaxHold(t *testing.T, s driver.Store) {
 func testExtendMaxHold(t *testing.T, s driver.Store) {
 	a := newLocker(t, s, "a", nil)
 	b := newLocker(t, s, "b", nil)
-	maxHold := 500 * time.Millisecond
+	const extend = 20 * time.Second
+	maxHold := 1500 * time.Millisecond
 	start := time.Now()
-	l := mustObtain(t, a, "extend-max", &tasklock.ObtainOptions{TTL: 400 * time.Millisecond, MaxHold: maxHold, NoRenew: true})
-	if err := l.Extend(ctxT(t, 5*time.Second), 10*time.Second); err != nil {
+	l := mustObtain(t, a, "extend-max", &tasklock.ObtainOptions{TTL: time.Second, MaxHold: maxHold, NoRenew: true})
+	if err := l.Extend(ctxT(t, 5*time.Second), extend); err != nil {
 		t.Fatal(err)
 	}
-	waitDone(t, l, 5*time.Second)
+	doneBy(t, l, time.Now().Add(maxHold), "MaxHold")
 	if !errors.Is(l.Err(), tasklock.ErrMaxHold) {
 		t.Fatalf("cause = %v, want ErrMaxHold", l.Err())
 	}
-	l2, err := b.Obtain(ctxT(t, 5*time.Second), "extend-max", nil)
+	// The store's lease ends at MaxHold too: another obtains long before
+	// the Extend's 20 s would have run out.
+	l2, err := b.Obtain(ctxT(t, extend/2), "extend-max", nil)
 	if err != nil {
-		t.Fatal(err)
-	}
-	if el := time.Since(start); el > maxHold+time.Second {
-		t.Fatalf("another obtained %v after the first, long after MaxHold %v: Extend went past it", el, maxHold)
+		t.Fatalf("another Obtain within %v after the first: %v (Extend went past MaxHold %v?)", time.Since(start), err, maxHold)
 	}
 	_ = l2.Release(ctxT(t, 5*time.Second))
 }
@@ -437,9 +469,11 @@ func testExtendMaxHold(t *testing.T, s driver.Store) {
 func testProgressTimeout(t *testing.T, s driver.Store) {
 	a := newLocker(t, s, "a", nil)
 	b := newLocker(t, s, "b", nil)
-	ttl, progress := 500*time.Millisecond, 600*time.Millisecond
+	// A heartbeat every 100 ms of work against a ProgressTimeout of 1.2 s:
+	// a busy machine may stretch a pause, not twelvefold.
+	ttl, progress := time.Second, 1200*time.Millisecond
 	l := mustObtain(t, a, "progress", &tasklock.ObtainOptions{TTL: ttl, ProgressTimeout: progress})
-	for range 8 { // 800 ms of steady heartbeats: longer than ProgressTimeout and the TTL
+	for start := time.Now(); time.Since(start) < progress+200*time.Millisecond; { // longer than ProgressTimeout and the TTL
 		l.Heartbeat()
 		time.Sleep(100 * time.Millisecond) // the work between heartbeats
 		assertOpen(t, l)
@@ -452,7 +486,7 @@ func testProgressTimeout(t *testing.T, s driver.Store) {
 	if el := time.Since(stopped); el > progress+ttl {
 		t.Fatalf("stall noticed %v after the last heartbeat, want within %v", el, progress+ttl)
 	}
-	l2, err := b.Obtain(ctxT(t, 5*time.Second), "progress", nil)
+	l2, err := b.Obtain(ctxT(t, 10*time.Second), "progress", nil)
 	if err != nil {
 		t.Fatalf("the stalled lease did not expire: %v", err)
 	}
@@ -480,12 +514,14 @@ func testDoneWhenDeleted(t *testing.T, s driver.Store) {
 		t.Skip("store does not implement driver.ForceReleaser")
 	}
 	a := newLocker(t, s, "a", nil)
-	ttl := 600 * time.Millisecond
+	ttl := time.Second
 	l := mustObtain(t, a, "behind", &tasklock.ObtainOptions{TTL: ttl})
 	if err := fr.ForceRelease(ctxT(t, 5*time.Second), "behind"); err != nil {
 		t.Fatal(err)
 	}
-	waitDone(t, l, ttl+slack)
+	// A renewal sent after the deletion fails; one sent before it leaves
+	// the lease valid for less than a TTL from now.
+	doneBy(t, l, time.Now().Add(ttl), "the TTL after the lease was deleted")
 	if !errors.Is(l.Err(), tasklock.ErrLockLost) {
 		t.Fatalf("cause = %v, want ErrLockLost", l.Err())
 	}
@@ -495,7 +531,7 @@ func testCancelledWait(t *testing.T, s driver.Store) {
 	a := newLocker(t, s, "a", nil)
 	b := newLocker(t, s, "b", nil)
 	l := mustObtain(t, a, "cancelled", nil)
-	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
 	_, err := b.Obtain(ctx, "cancelled", nil)
 	if !errors.Is(err, tasklock.ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) {
@@ -519,6 +555,11 @@ func testCancelledWait(t *testing.T, s driver.Store) {
 	_ = l2.Release(ctxT(t, 5*time.Second))
 }
 
+// testWakeOnRelease: a waiter whose Locker runs on a frozen clock — its
+// poll timers never fire — must still obtain the key once the holder
+// releases it: only the store can wake it (driver.Notifier), or serve it
+// (driver.Queuer). Nothing here depends on how fast the machine is; the
+// handoff time is logged.
 func testWakeOnRelease(t *testing.T, s driver.Store) {
 	_, queued := s.(driver.Queuer)
 	if _, ok := s.(driver.Notifier); !ok && !queued {
@@ -526,17 +567,19 @@ func testWakeOnRelease(t *testing.T, s driver.Store) {
 	}
 	a := newLocker(t, s, "a", nil)
 	ev := newEvents()
-	b := newLocker(t, s, "b", ev)
-	// Two rounds; the better must be within 50 ms and both well inside the
-	// waiter's poll interval, so one scheduling hiccup on a loaded machine
-	// does not fail the test but a store that never notifies does.
-	var best, worst time.Duration
+	b, err := tasklock.New(s, &tasklock.Config{Owner: "b", OnEvent: ev.on, Clock: frozenClock{fakeclock.Frozen()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	var handoffs []time.Duration
 	for round := range 2 {
 		l := mustObtain(t, a, "wake", &tasklock.ObtainOptions{TTL: 10 * time.Second})
+		failed := ev.count(tasklock.EventNotObtained)
 		got := make(chan time.Time, 1)
 		errc := make(chan error, 1)
 		go func() {
-			l2, err := b.Obtain(ctxT(t, 10*time.Second), "wake", nil)
+			l2, err := b.Obtain(ctxT(t, 30*time.Second), "wake", nil)
 			if err != nil {
 				errc <- err
 				return
@@ -544,41 +587,37 @@ func testWakeOnRelease(t *testing.T, s driver.Store) {
 			got <- time.Now()
 			_ = l2.Release(context.Background())
 		}()
-		// The waiter's backoff doubles from 5 ms: after eight failed
-		// attempts its next poll is at least 640 ms away, so only the
-		// store's notification can wake it sooner.
 		// A queued waiter sleeps in the store's queue until its
-		// predecessor goes.
+		// predecessor goes. Otherwise the waiter's second failed attempt
+		// comes after it subscribed and joined the Locker's waiters; its
+		// poll timer never fires.
 		if queued {
 			ev.waitFor(t, tasklock.EventQueued, round+1, 10*time.Second)
 		} else {
-			ev.waitFor(t, tasklock.EventNotObtained, ev.count(tasklock.EventNotObtained)+8, 10*time.Second)
+			ev.waitFor(t, tasklock.EventNotObtained, failed+2, 10*time.Second)
 		}
 		released := time.Now()
 		if err := l.Release(ctxT(t, 5*time.Second)); err != nil {
 			t.Fatal(err)
 		}
-		var d time.Duration
 		select {
 		case at := <-got:
-			d = at.Sub(released)
+			handoffs = append(handoffs, at.Sub(released))
 		case err := <-errc:
 			t.Fatal(err)
-		case <-time.After(5 * time.Second):
-			t.Fatal("waiter never obtained")
+		case <-time.After(10 * time.Second):
+			t.Fatal("the waiter was not woken by the release within 10s: the store did not notify it")
 		}
-		if round == 0 || d < best {
-			best = d
-		}
-		worst = max(worst, d)
 		// Let the waiter's Release land before the next round.
 		ev.waitFor(t, tasklock.EventReleased, round+1, 5*time.Second)
 	}
-	t.Logf("handoff through the store: best %v, worst %v", best, worst)
-	if best > 50*time.Millisecond || worst > 300*time.Millisecond {
-		t.Fatalf("waiter obtained %v (best) / %v (worst) after the release, want within 50ms", best, worst)
-	}
+	t.Logf("handoff through the store: %v", handoffs)
 }
+
+// frozenClock adapts a frozen fakeclock to tasklock.Clock.
+type frozenClock struct{ *fakeclock.Clock }
+
+func (c frozenClock) NewTimer(d time.Duration) tasklock.Timer { return c.Clock.NewTimer(d) }
 
 func testClose(t *testing.T, s driver.Store) {
 	b := newLocker(t, s, "b", nil)
@@ -631,7 +670,7 @@ func testDo(t *testing.T, s driver.Store) {
 	}
 	// The work outlives a MaxHold: its ctx is cancelled with ErrMaxHold and
 	// Do reports the loss even though the work returned nil.
-	err = tasklock.Do(ctxT(t, 5*time.Second), a, "do", &tasklock.ObtainOptions{TTL: 5 * time.Second, MaxHold: 300 * time.Millisecond},
+	err = tasklock.Do(ctxT(t, 5*time.Second), a, "do", &tasklock.ObtainOptions{TTL: 5 * time.Second, MaxHold: time.Second},
 		func(ctx context.Context) error {
 			<-ctx.Done()
 			if !errors.Is(context.Cause(ctx), tasklock.ErrMaxHold) {

@@ -221,7 +221,11 @@ func call[T any](ctx context.Context, fn func() (T, error), abandon func(T, erro
 // node is there. Otherwise it deletes its node again and returns a
 // *driver.HeldError naming the lowest lock node's owner (read alongside the
 // delete), or the MinHold node's. Expired MinHold nodes in the way are
-// deleted, version-checked, and the list read again.
+// deleted, version-checked, and the list read again. When the lowest node
+// is gone by the time it is read, the attempt starts afresh, at most three
+// times: a key whose holder keeps changing that fast gets an error wrapping
+// driver.ErrTryAgain, which the Locker retries (Obtain then queues), as it
+// does when MinHold nodes keep changing.
 func (s *Store) Acquire(ctx context.Context, p driver.AcquireParams) (driver.Grant, error) {
 	if p.TTL > s.session {
 		return driver.Grant{}, fmt.Errorf("zkstore: acquire %q: %w (%v > %v)", p.Key, ErrTTL, p.TTL, s.session)
@@ -365,7 +369,9 @@ func (s *Store) acquire(p driver.AcquireParams) (driver.Grant, error) {
 				}
 				continue
 			case errors.Is(n.err, zk.ErrNoNode):
-				return driver.Grant{}, errors.New("the holder keeps changing; giving this attempt up")
+				// Three holders went while we looked: a lost race, which
+				// the Locker retries (Obtain queues next).
+				return driver.Grant{}, fmt.Errorf("the holder kept changing: %w", driver.ErrTryAgain)
 			}
 			return driver.Grant{}, n.err
 		}
@@ -380,7 +386,7 @@ func (s *Store) acquire(p driver.AcquireParams) (driver.Grant, error) {
 		}
 		if round == 3 {
 			s.removeNode(kp, c.name, c.session)
-			return driver.Grant{}, errors.New("MinHold nodes keep changing; giving this attempt up")
+			return driver.Grant{}, fmt.Errorf("MinHold nodes kept changing: %w", driver.ErrTryAgain)
 		}
 		s.deleteNodes(kp, expired)
 	}

@@ -427,11 +427,32 @@ func ObtainAfterDone(t *testing.T, la *tasklock.Lock, b *tasklock.Locker, key st
 	}
 	bAt = time.Now()
 	select {
-	case doneAt = <-aDone:
+	case <-la.Done():
 	default:
 		t.Fatalf("b obtained %v after the cut while a's Done was still open", bAt.Sub(cut))
 	}
-	return lb, doneAt, bAt
+	// Closed: the goroutine has the time, or will have it at once (later
+	// than Done closed when it runs late).
+	return lb, <-aDone, bAt
+}
+
+// LookAt looks at l's Done at deadline and reports on the returned channel
+// whether it was closed then. Done checks the lock's local validity
+// itself, so the answer does not depend on how late the Locker's
+// goroutines run on a busy machine: after a cut at time c that no renewal
+// gets through, a look at c + TTL must find Done closed (the last renewal
+// that succeeded was sent before c).
+func LookAt(l *tasklock.Lock, deadline time.Time) <-chan bool {
+	closed := make(chan bool, 1)
+	time.AfterFunc(time.Until(deadline), func() {
+		select {
+		case <-l.Done():
+			closed <- true
+		default:
+			closed <- false
+		}
+	})
+	return closed
 }
 
 // RefuseStale writes newFence to reg, which must be accepted, and then
