@@ -24,8 +24,17 @@
 // taken away at the store, not renewed in time, MaxHold reached, no progress
 // Heartbeat within ProgressTimeout, or Locker closed — and context.Cause
 // says which: ErrReleased, or an error matching ErrLockLost (ErrMaxHold,
-// ErrStalled, ErrClosed). Do runs a function under a lock with a context
-// that ends with the lock.
+// ErrStalled, ErrClosed).
+//
+// # Once, or one after another
+//
+// Once runs a function at most once across the replicas that call it at
+// about the same time: one attempt, and a replica that finds the key held
+// skips, with a typed OnceResult, instead of waiting (ShedLock's
+// semantics; MinHold keeps the key held after a fast run so that a late
+// replica skips too). WithLock is the mutex form: every caller waits its
+// turn and runs. Both run the function with a context that ends with the
+// lock.
 //
 // # Fencing
 //

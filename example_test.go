@@ -11,19 +11,52 @@ import (
 )
 
 func Example() {
-	locker, err := tasklock.New(memstore.New(nil), &tasklock.Config{Owner: "web-1"})
-	if err != nil {
-		panic(err)
+	store := memstore.New(nil) // in production: one Redis, PostgreSQL, ... for every replica
+	report := func(ctx context.Context) error {
+		fmt.Println("the report runs")
+		return nil
 	}
+	opts := &tasklock.ObtainOptions{TTL: 10 * time.Second, MinHold: 30 * time.Second}
+
+	// Two replicas reach the nightly report at about the same time.
+	for _, replica := range []string{"web-1", "web-2"} {
+		locker, err := tasklock.New(store, &tasklock.Config{Owner: replica})
+		if err != nil {
+			panic(err)
+		}
+		defer locker.Close()
+		res, err := tasklock.Once(context.Background(), locker, "nightly-report", opts, report)
+		switch {
+		case err != nil:
+			fmt.Println(replica, "failed:", err)
+		case res.Ran:
+			fmt.Println(replica, "ran it with fence", res.Fence)
+		default:
+			fmt.Println(replica, "skipped it: held by", res.Holder)
+		}
+	}
+	// Output:
+	// the report runs
+	// web-1 ran it with fence 1
+	// web-2 skipped it: held by web-1
+}
+
+func ExampleWithLock() {
+	locker, _ := tasklock.New(memstore.New(nil), nil)
 	defer locker.Close()
 
-	err = tasklock.Do(context.Background(), locker, "nightly-report", nil, func(ctx context.Context) error {
-		fmt.Println("only one replica runs this")
-		return nil
-	})
-	fmt.Println("err:", err)
+	// A mutex: every caller waits for its turn and runs.
+	for i := range 2 {
+		err := tasklock.WithLock(context.Background(), locker, "ledger-compaction", nil, func(ctx context.Context) error {
+			fmt.Println("turn", i)
+			return nil
+		})
+		fmt.Println("err:", err)
+	}
 	// Output:
-	// only one replica runs this
+	// turn 0
+	// err: <nil>
+	// turn 1
 	// err: <nil>
 }
 
@@ -74,14 +107,14 @@ func ExampleLocker_Obtain() {
 	// Output: fences: 1 2
 }
 
-func ExampleDo_lockLost() {
+func ExampleWithLock_lockLost() {
 	locker, _ := tasklock.New(memstore.New(nil), nil)
 	defer locker.Close()
 
 	// MaxHold bounds the work: its context ends, with ErrMaxHold as cause,
 	// before the lease could expire at the store.
 	opts := &tasklock.ObtainOptions{TTL: 10 * time.Second, MaxHold: 300 * time.Millisecond}
-	err := tasklock.Do(context.Background(), locker, "slow-job", opts, func(ctx context.Context) error {
+	err := tasklock.WithLock(context.Background(), locker, "slow-job", opts, func(ctx context.Context) error {
 		<-ctx.Done()
 		fmt.Println("work stopped:", context.Cause(ctx))
 		return ctx.Err()

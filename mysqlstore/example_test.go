@@ -3,7 +3,6 @@ package mysqlstore_test
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"log"
 	"time"
 
@@ -31,13 +30,17 @@ func ExampleNew() {
 	}
 	defer locker.Close()
 
-	err = tasklock.Do(context.Background(), locker, "reports/daily", &tasklock.ObtainOptions{TTL: 30 * time.Second},
+	res, err := tasklock.Once(context.Background(), locker, "reports/daily",
+		&tasklock.ObtainOptions{TTL: 30 * time.Second, MinHold: time.Minute},
 		func(ctx context.Context) error {
 			// ... the work; ctx is cancelled if the lock is lost.
 			return nil
 		})
-	if errors.Is(err, tasklock.ErrNotObtained) {
-		log.Print("another replica is running the report")
+	switch {
+	case err != nil:
+		log.Print(err)
+	case !res.Ran:
+		log.Printf("another replica (%s) is running the report or just ran it", res.Holder)
 	}
 }
 

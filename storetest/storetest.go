@@ -69,7 +69,8 @@ func Run(t *testing.T, newStore NewStore) {
 		{"CancelledWaitLeavesNothing", testCancelledWait},
 		{"WakeOnRelease", testWakeOnRelease},
 		{"CloseReleasesAndLeaksNothing", testClose},
-		{"Do", testDo},
+		{"WithLock", testDo},
+		{"OnceAcrossReplicas", testOnceAcrossReplicas},
 	}
 	tests = append(tests, queueTests...)
 	tests = append(tests, batchTests...)
@@ -661,16 +662,16 @@ func testClose(t *testing.T, s driver.Store) {
 func testDo(t *testing.T, s driver.Store) {
 	a := newLocker(t, s, "a", nil)
 	ran := false
-	err := tasklock.Do(ctxT(t, 5*time.Second), a, "do", nil, func(ctx context.Context) error {
+	err := tasklock.WithLock(ctxT(t, 5*time.Second), a, "do", nil, func(ctx context.Context) error {
 		ran = true
 		return nil
 	})
 	if err != nil || !ran {
-		t.Fatalf("Do = %v, ran = %v", err, ran)
+		t.Fatalf("WithLock = %v, ran = %v", err, ran)
 	}
 	// The work outlives a MaxHold: its ctx is cancelled with ErrMaxHold and
-	// Do reports the loss even though the work returned nil.
-	err = tasklock.Do(ctxT(t, 5*time.Second), a, "do", &tasklock.ObtainOptions{TTL: 5 * time.Second, MaxHold: time.Second},
+	// WithLock reports the loss even though the work returned nil.
+	err = tasklock.WithLock(ctxT(t, 5*time.Second), a, "do", &tasklock.ObtainOptions{TTL: 5 * time.Second, MaxHold: time.Second},
 		func(ctx context.Context) error {
 			<-ctx.Done()
 			if !errors.Is(context.Cause(ctx), tasklock.ErrMaxHold) {
@@ -679,7 +680,63 @@ func testDo(t *testing.T, s driver.Store) {
 			return nil
 		})
 	if !errors.Is(err, tasklock.ErrMaxHold) {
-		t.Fatalf("Do = %v, want ErrMaxHold", err)
+		t.Fatalf("WithLock = %v, want ErrMaxHold", err)
 	}
 	mustObtain(t, a, "do", nil).Release(context.Background())
+}
+
+// testOnceAcrossReplicas: replicas (Lockers with their own owner names)
+// that reach the same work at the same moment run it once; a replica that
+// comes after the run ended but within MinHold skips it too.
+func testOnceAcrossReplicas(t *testing.T, s driver.Store) {
+	const replicas, rounds = 4, 5
+	lks := make([]*tasklock.Locker, replicas)
+	for i := range lks {
+		lks[i] = newLocker(t, s, fmt.Sprintf("replica-%d", i), nil)
+	}
+	opts := &tasklock.ObtainOptions{TTL: 5 * time.Second, MinHold: 3 * time.Second}
+	for round := range rounds {
+		key := fmt.Sprintf("once-%d", round)
+		var ran atomic.Int32
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		results := make([]tasklock.OnceResult, replicas)
+		errs := make([]error, replicas)
+		for i, lk := range lks {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				results[i], errs[i] = tasklock.Once(ctxT(t, 10*time.Second), lk, key, opts, func(ctx context.Context) error {
+					ran.Add(1)
+					return nil
+				})
+			}()
+		}
+		close(start)
+		wg.Wait()
+		ranResults := 0
+		for i := range results {
+			if errs[i] != nil {
+				t.Fatalf("round %d: replica %d: Once = %v", round, i, errs[i])
+			}
+			if results[i].Ran {
+				ranResults++
+				if results[i].Fence == 0 {
+					t.Errorf("round %d: replica %d ran with fence 0", round, i)
+				}
+			}
+		}
+		if n := ran.Load(); n != 1 || ranResults != 1 {
+			t.Fatalf("round %d: the work ran %d times (%d results say Ran), want once", round, n, ranResults)
+		}
+		// A late replica, after the run ended, within MinHold: skips.
+		res, err := tasklock.Once(ctxT(t, 10*time.Second), lks[0], key, opts, func(ctx context.Context) error {
+			ran.Add(1)
+			return nil
+		})
+		if err != nil || res.Ran || ran.Load() != 1 {
+			t.Fatalf("round %d: a late replica within MinHold: %+v, %v; ran %d times", round, res, err, ran.Load())
+		}
+	}
 }
