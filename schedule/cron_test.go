@@ -61,41 +61,6 @@ func randomFields(pick func(...string) string) string {
 	}, " ")
 }
 
-// instants returns n instants in [2020, 2200) for loc: a third spread
-// evenly, a third within a day and a half of a year's end in loc, a third
-// within a day and a half of one of loc's offset changes.
-func instants(rng *rand.Rand, loc *time.Location, n int) []time.Time {
-	start := time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC)
-	near := func(c time.Time) time.Time {
-		return c.Add(time.Duration(rng.Int64N(int64(72*time.Hour))) - 36*time.Hour)
-	}
-	var out []time.Time
-	for i := range n {
-		year := 2020 + rng.IntN(180)
-		var at time.Time
-		switch i % 3 {
-		case 0:
-			at = start.Add(time.Duration(rng.Int64N(int64(180 * 365 * 24 * time.Hour))))
-		case 1:
-			at = near(time.Date(year+1, 1, 1, 0, 0, 0, 0, loc))
-		case 2:
-			tr := zonetest.Transitions(loc, time.Date(year, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(year+1, 1, 1, 0, 0, 0, 0, time.UTC), 24*time.Hour)
-			if len(tr) == 0 {
-				at = near(time.Date(year, time.Month(1+rng.IntN(12)), 1, 0, 0, 0, 0, loc))
-			} else {
-				at = near(tr[rng.IntN(len(tr))])
-			}
-		}
-		if rng.IntN(4) == 0 {
-			at = at.Add(time.Duration(rng.Int64N(int64(time.Second))))
-		} else {
-			at = at.Truncate(time.Second)
-		}
-		out = append(out, at)
-	}
-	return out
-}
-
 // TestNextProperties: in every zone of both tz data sources, from instants
 // over 2020–2200 (many near offset changes and year ends), Next is never
 // zero, strictly increasing, a whole second in UTC, a tick by the rules
@@ -120,7 +85,7 @@ func TestNextProperties(t *testing.T) {
 				continue
 			}
 			c := s.(*cronSchedule)
-			for _, from := range instants(rng, z.Loc, 6) {
+			for _, from := range zonetest.Instants(rng, z.Loc, 6) {
 				at := from
 				for range 3 {
 					n := s.Next(at)

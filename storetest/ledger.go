@@ -415,19 +415,27 @@ func stateOf(t *testing.T, l driver.Ledger, job string) driver.JobState {
 	if err != nil {
 		t.Fatal(err)
 	}
+	st, _ := findState(t, "JobStates", sts, job)
+	return st
+}
+
+// findState returns job's state in sts, listed by the method named what,
+// and whether it is there; the default state when it is not.
+func findState(t *testing.T, what string, sts []driver.JobState, job string) (driver.JobState, bool) {
+	t.Helper()
 	var found *driver.JobState
 	for i := range sts {
 		if sts[i].Job == job {
 			if found != nil {
-				t.Fatalf("JobStates lists %q twice", job)
+				t.Fatalf("%s lists %q twice", what, job)
 			}
 			found = &sts[i]
 		}
 	}
 	if found == nil {
-		return driver.JobState{Job: job}
+		return driver.JobState{Job: job}, false
 	}
-	return *found
+	return *found, true
 }
 
 func mustSet(t *testing.T, l driver.Ledger, job string, op driver.JobStateOp, trigger string) driver.JobState {

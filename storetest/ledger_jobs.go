@@ -15,19 +15,7 @@ func jobOf(t *testing.T, l driver.Ledger, job string) (driver.JobState, bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var found *driver.JobState
-	for i := range sts {
-		if sts[i].Job == job {
-			if found != nil {
-				t.Fatalf("Jobs lists %q twice", job)
-			}
-			found = &sts[i]
-		}
-	}
-	if found == nil {
-		return driver.JobState{Job: job}, false
-	}
-	return *found, true
+	return findState(t, "Jobs", sts, job)
 }
 
 func register(t *testing.T, l driver.Ledger, job, spec string, since time.Time) driver.JobState {
