@@ -51,7 +51,7 @@ const MaxQuoted = 200
 // towards hiding more.
 func URL(rawURL string) string {
 	s := redactURL(rawURL)
-	if i := strings.Index(rawURL, "://"); i < 0 || !validScheme(rawURL[:i]) {
+	if i := strings.Index(rawURL, "://"); i < 0 || !IsScheme(rawURL[:i]) {
 		s = keywordSecret.ReplaceAllString(s, "${1}"+Mask)
 	}
 	return s
@@ -66,7 +66,7 @@ func redactURL(rawURL string) string {
 	// first ':'.
 	start := 0
 	allValues := false
-	if i := strings.Index(s, "://"); i >= 0 && validScheme(s[:i]) {
+	if i := strings.Index(s, "://"); i >= 0 && IsScheme(s[:i]) {
 		start = i + 3
 		scheme := strings.ToLower(s[:i])
 		allValues = scheme == "http" || scheme == "https"
@@ -431,9 +431,9 @@ func runeCode(r rune) string {
 	return "U+" + s
 }
 
-// validScheme reports whether s has the syntax of a URL scheme (RFC 3986):
+// IsScheme reports whether s has the syntax of a URL scheme (RFC 3986):
 // a letter, then letters, digits, '+', '-' or '.'.
-func validScheme(s string) bool {
+func IsScheme(s string) bool {
 	if s == "" {
 		return false
 	}

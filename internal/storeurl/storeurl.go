@@ -275,7 +275,7 @@ func (u *storeURL) scrub(err error) error {
 // last '@' (as in redact.URL), the hosts at the next '/' or '?', the path at '?'.
 func split(raw string) (*storeURL, error) {
 	i := strings.Index(raw, "://")
-	if i < 0 || !validScheme(raw[:i]) {
+	if i < 0 || !redact.IsScheme(raw[:i]) {
 		return nil, badf(raw, "missing scheme, want one of %s followed by ://", strings.Join(Schemes(), ", "))
 	}
 	u := &storeURL{raw: raw, scheme: strings.ToLower(raw[:i])}
@@ -525,21 +525,4 @@ func (p *params) done(u *storeURL) error {
 		accepted = strings.Join(slices.Compact(a), ", ")
 	}
 	return u.badf("unknown query parameter %q (%s:// accepts: %s)", unknown[0], u.scheme, accepted)
-}
-
-// validScheme reports whether s has the syntax of a URL scheme (RFC 3986):
-// a letter, then letters, digits, '+', '-' or '.'.
-func validScheme(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i, c := range s {
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z':
-		case i > 0 && (c >= '0' && c <= '9' || c == '+' || c == '-' || c == '.'):
-		default:
-			return false
-		}
-	}
-	return true
 }
