@@ -126,10 +126,18 @@ func TestLedgerRunsPages(t *testing.T) {
 	if err := s.RecordRuns(ctx, rs); err != nil {
 		t.Fatal(err)
 	}
+	running := make([]driver.RunRecord, 60)
+	for i := range running {
+		running[i] = driver.RunRecord{Job: fmt.Sprintf("job-%02d", i), Tick: tick0.Add(time.Duration(2000+i) * time.Second), Attempt: 1, Status: driver.RunRunning}
+	}
+	if err := s.RecordRuns(ctx, running); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := db.ExecContext(ctx, "ANALYZE TABLE "+s.ledgerTable("_runs")); err != nil {
 		t.Fatal(err)
 	}
 	for _, q := range []driver.RunQuery{
+		{Limit: 50, Status: driver.RunRunning}, // the sweep's query: by its key, not the whole history
 		{Limit: 50, Before: &driver.RunKey{Job: "job-07", Tick: tick0.Add(400 * time.Second), Attempt: 1}},
 		{Job: "job-03", Limit: 50, Before: &driver.RunKey{Job: "job-03", Tick: tick0.Add(400 * time.Second), Attempt: 1}},
 		{Job: "job-03", Limit: 50},
@@ -166,6 +174,9 @@ func TestLedgerRunsPages(t *testing.T) {
 		rows.Close()
 		text := strings.Join(plan, "\n")
 		t.Logf("plan for %+v:\n%s", q, text)
+		if q.Status == driver.RunRunning && !strings.Contains(text, "key=by_status") {
+			t.Errorf("Runs(running) does not read by_status:\n%s", text)
+		}
 		for _, line := range plan {
 			if strings.Contains(line, "table=`") || strings.Contains(line, "<union") {
 				continue

@@ -150,7 +150,7 @@ func migrateLocked(ctx context.Context, conn *sql.Conn, table string, ms []migra
 	for _, m := range sqlmigrate.Pending(ms, migration.id, applied) {
 		for _, stmt := range m.stmts {
 			stmt = expandTable(stmt, table)
-			if _, err := conn.ExecContext(ctx, stmt); err != nil {
+			if _, err := conn.ExecContext(ctx, stmt); err != nil && !duplicateKey(err) {
 				return fmt.Errorf("mysqlstore: migrate: migration %03d_%s: %w", m.version, m.name, err)
 			}
 		}
@@ -161,6 +161,15 @@ func migrateLocked(ctx context.Context, conn *sql.Conn, table string, ms []migra
 		}
 	}
 	return nil
+}
+
+// duplicateKey reports whether err is MySQL's "Duplicate key name" (1061):
+// an ADD KEY that a migration cut short before it was recorded made
+// already. DDL commits on its own, so migrations that add keys are run
+// again that far.
+func duplicateKey(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && me.Number == 1061
 }
 
 // tableRef matches {{table}}, the lock table, and {{table_suffix}}, a table

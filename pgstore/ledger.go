@@ -368,7 +368,13 @@ func (s *Store) Runs(ctx context.Context, q driver.RunQuery) ([]driver.RunRecord
 	if !q.To.IsZero() {
 		where = append(where, "tick < "+arg(q.To))
 	}
-	if q.Status != "" {
+	switch q.Status {
+	case "":
+	case driver.RunRunning:
+		// A literal, so that the partial index of running records serves
+		// the sweep that every scheduler makes every few seconds.
+		where = append(where, "status = 'running'")
+	default:
 		where = append(where, "status = "+arg(string(q.Status)))
 	}
 	const order = " ORDER BY tick DESC, job, trigger_id, attempt DESC"

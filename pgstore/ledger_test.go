@@ -177,6 +177,31 @@ func TestLedgerRunsPages(t *testing.T) {
 		}
 		t.Logf("plan for a page of job %q:\n%s", q.Job, plan)
 	}
+
+	// The sweep's query of running records reads their partial index.
+	if err := s.RecordRuns(ctx, []driver.RunRecord{
+		{Job: "job-01", Tick: tick0.Add(2000 * time.Second), Attempt: 1, Status: driver.RunRunning},
+		{Job: "job-02", Tick: tick0.Add(3000 * time.Second), Attempt: 1, Status: driver.RunRunning},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	tr.take()
+	running, err := s.Runs(ctx, driver.RunQuery{Status: driver.RunRunning, Limit: 1000})
+	if err != nil || len(running) != 2 || running[0].Job != "job-02" {
+		t.Fatalf("Runs(running) = %v, %v; want job-02's and job-01's", running, err)
+	}
+	st := tr.take()
+	rows, err := pool.Query(ctx, "EXPLAIN (COSTS OFF) "+st[0].sql, st[0].args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plan := strings.Join(lines, "\n"); !strings.Contains(plan, "_runs_running") {
+		t.Errorf("Runs(running) does not read the running index:\n%s", plan)
+	}
 }
 
 // TestLedgerNames: names PostgreSQL cannot store are ErrUnsupported; free

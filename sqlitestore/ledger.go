@@ -181,6 +181,53 @@ func (s *Store) Claim(ctx context.Context, ps []driver.ClaimParams) ([]error, er
 	return out, nil
 }
 
+// runsSQL is Runs' statement for q and its arguments.
+func (s *Store) runsSQL(q driver.RunQuery) (string, []any) {
+	var (
+		where []string
+		args  []any
+	)
+	arg := func(v any) string {
+		args = append(args, v)
+		return "?" + strconv.Itoa(len(args))
+	}
+	if q.Job != "" {
+		where = append(where, "job = "+arg(q.Job))
+	}
+	if !q.From.IsZero() {
+		where = append(where, "tick >= "+arg(usec(q.From)))
+	}
+	if !q.To.IsZero() {
+		where = append(where, "tick < "+arg(usec(q.To)))
+	}
+	switch q.Status {
+	case "":
+	case driver.RunRunning:
+		// A literal, so that the partial index of running records serves
+		// the sweep that every scheduler makes every few seconds.
+		where = append(where, "status = 'running'")
+	default:
+		where = append(where, "status = "+arg(string(q.Status)))
+	}
+	if b := q.Before; b != nil {
+		// After b in the listing order: tick descending, job and trigger
+		// ascending, attempt descending.
+		t, j, g, a := arg(usec(b.Tick)), arg(b.Job), arg(b.Trigger), arg(b.Attempt)
+		where = append(where, `(tick < `+t+` OR tick = `+t+` AND (job > `+j+` OR job = `+j+
+			` AND ("trigger" > `+g+` OR "trigger" = `+g+` AND attempt < `+a+`)))`)
+	}
+	stmt := s.ledger.runsHead
+	if len(where) > 0 {
+		stmt += "\nWHERE " + strings.Join(where, " AND ")
+	}
+	stmt += `
+ORDER BY tick DESC, job, "trigger", attempt DESC`
+	if q.Limit > 0 {
+		stmt += "\nLIMIT " + arg(q.Limit)
+	}
+	return stmt, args
+}
+
 // queryText runs the statement q and calls row for each result row, to
 // the end, like query does for prepared statements.
 func (s *Store) queryText(ctx context.Context, q string, args []any, row func(*sql.Rows) error) error {
@@ -254,42 +301,7 @@ func (s *Store) Runs(ctx context.Context, q driver.RunQuery) ([]driver.RunRecord
 	if q.Limit < 0 {
 		return nil, fmt.Errorf("sqlitestore: runs: negative Limit %d", q.Limit)
 	}
-	var (
-		where []string
-		args  []any
-	)
-	arg := func(v any) string {
-		args = append(args, v)
-		return "?" + strconv.Itoa(len(args))
-	}
-	if q.Job != "" {
-		where = append(where, "job = "+arg(q.Job))
-	}
-	if !q.From.IsZero() {
-		where = append(where, "tick >= "+arg(usec(q.From)))
-	}
-	if !q.To.IsZero() {
-		where = append(where, "tick < "+arg(usec(q.To)))
-	}
-	if q.Status != "" {
-		where = append(where, "status = "+arg(string(q.Status)))
-	}
-	if b := q.Before; b != nil {
-		// After b in the listing order: tick descending, job and trigger
-		// ascending, attempt descending.
-		t, j, g, a := arg(usec(b.Tick)), arg(b.Job), arg(b.Trigger), arg(b.Attempt)
-		where = append(where, `(tick < `+t+` OR tick = `+t+` AND (job > `+j+` OR job = `+j+
-			` AND ("trigger" > `+g+` OR "trigger" = `+g+` AND attempt < `+a+`)))`)
-	}
-	stmt := s.ledger.runsHead
-	if len(where) > 0 {
-		stmt += "\nWHERE " + strings.Join(where, " AND ")
-	}
-	stmt += `
-ORDER BY tick DESC, job, "trigger", attempt DESC`
-	if q.Limit > 0 {
-		stmt += "\nLIMIT " + arg(q.Limit)
-	}
+	stmt, args := s.runsSQL(q)
 	var out []driver.RunRecord
 	err := s.queryText(ctx, stmt, args, func(rows *sql.Rows) error {
 		var (

@@ -224,3 +224,28 @@ func TestLedgerStatesPlan(t *testing.T) {
 		t.Fatalf("plan of JobStates: %s; want the paused index", p)
 	}
 }
+
+// TestLedgerRunningPlan: the sweep's query of running records reads the
+// partial index of them, not the whole history.
+func TestLedgerRunningPlan(t *testing.T) {
+	db := openT(t, dbPath(t), nil)
+	s := newStoreT(t, db)
+	stmt, args := s.runsSQL(driver.RunQuery{Status: driver.RunRunning, Limit: 1000})
+	rows, err := db.QueryContext(ctxT(t), `EXPLAIN QUERY PLAN `+stmt, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var plan []string
+	for rows.Next() {
+		var id, parent, unused int
+		var detail string
+		if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+			t.Fatal(err)
+		}
+		plan = append(plan, detail)
+	}
+	if p := strings.Join(plan, "; "); !strings.Contains(p, "tasklock_locks_runs_running_idx") {
+		t.Fatalf("plan of Runs(running): %s; want the running index", p)
+	}
+}

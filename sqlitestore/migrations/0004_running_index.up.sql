@@ -1,0 +1,4 @@
+-- Every scheduler looks for running records (driver.RunRunning) every few
+-- seconds to settle those of dead nodes; they are few in a long history.
+-- Runs writes the status as a literal for them, so this index serves it.
+CREATE INDEX IF NOT EXISTS {{.Ident "_runs_running_idx"}} ON {{.Ident "_runs"}} (tick DESC, job, "trigger", attempt DESC) WHERE status = 'running';
