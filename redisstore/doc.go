@@ -54,6 +54,11 @@
 //     name stays after its runs are pruned: it costs a few bytes).
 //   - Prefix+"ledger:state": a hash from job to its state (paused, pending
 //     trigger requests), holding only jobs not in the default state.
+//   - Prefix+"ledger:running": a set of the running records (job, NUL,
+//     run member), so that the schedulers' sweep for running records of
+//     dead nodes reads those, not every job's history. RecordRuns adds a
+//     member before the record and removes it with the final record; Runs
+//     drops members whose record ended or was pruned.
 //   - Prefix+"ledger:specs": a hash from job to its registration, "since
 //     (unix µs):spec", apart from the state hash so that JobStates does not
 //     grow with the number of registered jobs.

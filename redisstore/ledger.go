@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -68,6 +69,16 @@ func (s *Store) runKeys(job string) (runs, recs, recorded string) {
 
 // jobsKey is the set of the jobs that ever recorded a run.
 func (s *Store) jobsKey() string { return s.prefix + "ledger:jobs" }
+
+// runningKey is the set of the running records (driver.RunRunning), as job
+// + "\x00" + run member: the sweep every scheduler makes every few seconds
+// reads them without reading every job's history. It may hold members whose
+// record is no longer running (Runs drops those), never lack one whose
+// record is running: RecordRuns adds a member in the pipeline before the
+// record's script, and removes it only with a final record.
+func (s *Store) runningKey() string { return s.prefix + "ledger:running" }
+
+func runningMember(job, member string) string { return job + "\x00" + member }
 
 // stateKey is the hash of job states (paused, pending trigger requests).
 func (s *Store) stateKey() string { return s.prefix + "ledger:state" }
@@ -278,11 +289,31 @@ func (s *Store) RecordRuns(ctx context.Context, rs []driver.RunRecord) error {
 			c.args = append(c.args, runMember(r.Tick, r.Attempt, r.Trigger), encodeRun(r))
 		}
 	}
+	var running, ended []any
+	for i := range rs {
+		m := runningMember(rs[i].Job, runMember(rs[i].Tick, rs[i].Attempt, rs[i].Trigger))
+		if rs[i].Status == driver.RunRunning {
+			running = append(running, m)
+		} else {
+			ended = append(ended, m)
+		}
+	}
 	op := fmt.Sprintf("record %d runs", len(rs))
-	var sadd *redis.IntCmd
-	err := s.runCalls(ctx, calls, func(pipe redis.Pipeliner) { sadd = pipe.SAdd(ctx, s.jobsKey(), jobs...) })
-	if err == nil {
-		err = sadd.Err()
+	var side []*redis.IntCmd
+	err := s.runCalls(ctx, calls, func(pipe redis.Pipeliner) {
+		side = append(side, pipe.SAdd(ctx, s.jobsKey(), jobs...))
+		if len(running) > 0 {
+			side = append(side, pipe.SAdd(ctx, s.runningKey(), running...))
+		}
+	})
+	if err == nil && len(ended) > 0 {
+		// After the records: a member goes only once its record is final.
+		err = s.client.SRem(ctx, s.runningKey(), ended...).Err()
+	}
+	for _, c := range side {
+		if err == nil {
+			err = c.Err()
+		}
 	}
 	for _, c := range calls {
 		if err == nil {
@@ -307,6 +338,9 @@ func (s *Store) Runs(ctx context.Context, q driver.RunQuery) ([]driver.RunRecord
 	}
 	if q.Limit < 0 {
 		return nil, fmt.Errorf("redisstore: runs: negative Limit %d", q.Limit)
+	}
+	if q.Status == driver.RunRunning && q.Job == "" {
+		return s.runningRuns(ctx, q)
 	}
 	jobs := []string{q.Job}
 	if q.Job == "" {
@@ -342,6 +376,73 @@ func (s *Store) Runs(ctx context.Context, q driver.RunQuery) ([]driver.RunRecord
 				out = append(out, r)
 			}
 		}
+	}
+	slices.SortFunc(out, func(a, b driver.RunRecord) int { return a.Key().Compare(b.Key()) })
+	if q.Limit > 0 && len(out) > q.Limit {
+		out = out[:q.Limit]
+	}
+	return out, nil
+}
+
+// runningRuns is Runs for every job's running records: it reads the
+// members of runningKey and then those records, one HMGET per job, and
+// drops the members whose record is gone or final.
+func (s *Store) runningRuns(ctx context.Context, q driver.RunQuery) ([]driver.RunRecord, error) {
+	members, err := s.client.SMembers(ctx, s.runningKey()).Result()
+	if err != nil {
+		return nil, ledgerErr("runs", err)
+	}
+	byJob := map[string][]string{}
+	var stale []any
+	for _, m := range members {
+		job, member, ok := strings.Cut(m, "\x00")
+		if !ok {
+			stale = append(stale, m)
+			continue
+		}
+		byJob[job] = append(byJob[job], member)
+	}
+	jobs := slices.Sorted(maps.Keys(byJob))
+	cmds := make([]*redis.SliceCmd, len(jobs))
+	if len(jobs) > 0 {
+		pipe := s.client.Pipeline()
+		for i, job := range jobs {
+			_, recs, _ := s.runKeys(job)
+			cmds[i] = pipe.HMGet(ctx, recs, byJob[job]...)
+		}
+		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+			return nil, ledgerErr("runs", err)
+		}
+	}
+	var out []driver.RunRecord
+	for i, job := range jobs {
+		vs, err := cmds[i].Result()
+		if err != nil {
+			return nil, ledgerErr("runs", err)
+		}
+		for j, v := range vs {
+			member := byJob[job][j]
+			text, ok := v.(string)
+			if !ok {
+				stale = append(stale, runningMember(job, member))
+				continue
+			}
+			r, err := decodeRun(job, member, text)
+			if err != nil {
+				return nil, ledgerErr("runs", fmt.Errorf("job %q, run %q: %w", job, member, err))
+			}
+			if r.Status != driver.RunRunning {
+				stale = append(stale, runningMember(job, member))
+				continue
+			}
+			if q.Matches(&r) {
+				out = append(out, r)
+			}
+		}
+	}
+	if len(stale) > 0 {
+		// Best effort: a member left behind costs a read at the next sweep.
+		_ = s.client.SRem(ctx, s.runningKey(), stale...).Err()
 	}
 	slices.SortFunc(out, func(a, b driver.RunRecord) int { return a.Key().Compare(b.Key()) })
 	if q.Limit > 0 && len(out) > q.Limit {

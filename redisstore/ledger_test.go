@@ -35,6 +35,63 @@ func runLedger(t *testing.T, d deployment) {
 	t.Run("OddNames", func(t *testing.T) { testLedgerOddNames(t, d) })
 	t.Run("NoScript", func(t *testing.T) { testLedgerNoScript(t, d) })
 	t.Run("KeepPerJobWithinTick", func(t *testing.T) { testLedgerKeepWithinTick(t, d) })
+	t.Run("RunningIndex", func(t *testing.T) { testLedgerRunningIndex(t, d) })
+}
+
+// testLedgerRunningIndex: the sweep's query of every job's running records
+// reads the running set and those records, no job's history; a member
+// whose record ended or is gone is dropped.
+func testLedgerRunningIndex(t *testing.T, d deployment) {
+	c := d.newClient(t)
+	s := newStore(t, c, nil)
+	ctx := ctxT(t)
+	const jobs = 200
+	var rs []driver.RunRecord
+	for j := range jobs {
+		for k := range 5 {
+			rs = append(rs, driver.RunRecord{Job: fmt.Sprintf("job-%d", j), Tick: ledgerTick.Add(time.Duration(k) * time.Second), Attempt: 1, Status: driver.RunOK})
+		}
+	}
+	run := func(job string, k int, st driver.RunStatus) driver.RunRecord {
+		return driver.RunRecord{Job: job, Tick: ledgerTick.Add(time.Duration(k) * time.Second), Attempt: 1, Status: st}
+	}
+	rs = append(rs, run("job-7", 10, driver.RunRunning), run("job-9", 11, driver.RunRunning), run("job-9", 12, driver.RunRunning))
+	if err := s.RecordRuns(ctx, rs); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RecordRuns(ctx, []driver.RunRecord{run("job-9", 11, driver.RunInterrupted)}); err != nil {
+		t.Fatal(err)
+	}
+	// A member whose record is gone, as after a prune, and one whose
+	// record ended without the member's removal (a removal that failed).
+	if err := c.SAdd(ctx, s.runningKey(), runningMember("gone", runMember(ledgerTick, 1, "")), runningMember("job-3", runMember(ledgerTick, 1, ""))).Err(); err != nil {
+		t.Fatal(err)
+	}
+	cmds := &cmdHook{}
+	c.AddHook(cmds)
+	got, err := s.Runs(ctx, driver.RunQuery{Status: driver.RunRunning, Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent, _ := cmds.take()
+	if len(got) != 2 || got[0].Job != "job-9" || got[1].Job != "job-7" || got[0].Status != driver.RunRunning {
+		t.Fatalf("Runs(running) = %+v, want job-9's at 12 s and job-7's", got)
+	}
+	for _, name := range sent {
+		if name == "evalsha" || name == "eval" {
+			t.Fatalf("Runs(running) ran a script, reading histories: %v", sent)
+		}
+	}
+	if len(sent) > 6 {
+		t.Errorf("Runs(running) sent %d commands (%v), want a few whatever the number of jobs", len(sent), sent)
+	}
+	left, err := c.SMembers(ctx, s.runningKey()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(left) != 2 {
+		t.Errorf("running set after the read: %q, want the two running records' members", left)
+	}
 }
 
 // cmdHook records the commands a client sends and the pipelines it sends
