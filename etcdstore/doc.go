@@ -172,6 +172,14 @@
 //   - r/<job>\x00<tick, reversed><trigger>\x00<attempt, reversed>: a run
 //     record (JSON), one key per record, in the order Runs lists one job's
 //     records;
+//   - u/<same as the record's r/ key>: a running marker, empty, while
+//     that record is running (driver.RunRunning), so that the schedulers'
+//     sweep for running records of dead nodes reads those, not every
+//     job's history. RecordRuns puts or deletes it in the Txn that writes
+//     the record, and Prune deletes it with its record; Runs deletes a
+//     marker whose record it finds gone or final (only while the record is
+//     as read). Records written running by a version without markers have
+//     none: that sweep does not see them;
 //   - j/<job>\x00p while the job is paused, j/<job>\x00t<ID> for each
 //     pending trigger request, holding its At (RFC 3339);
 //   - s/<job>: the job's registration (its spec and since, nanoseconds),
@@ -180,10 +188,13 @@
 //
 // Round trips: Claim, one Txn per 126 claims (etcd's default
 // --max-txn-ops less two), plus a LeaseGrant when its retention bucket
-// needs a new lease; RecordRuns, one Txn per 128 records, plus a
-// LeaseGrant and a Put at most once a second (an age mark); Runs of one
-// job, one range read (a page at a time when Status filters); Runs of
-// every job, one range read of every record, sorted by the Store;
+// needs a new lease; RecordRuns, one Txn per 64 records (a record and its
+// marker), plus a LeaseGrant and a Put at most once a second (an age
+// mark); Runs of one job, one range read (a page at a time when Status
+// filters); Runs of every job's running records, a keys-only range read of
+// the markers and one Txn of Gets per 128 of them (plus one Txn of guarded
+// deletes per 127 stale markers); Runs of every job otherwise, one range
+// read of every record, sorted by the Store;
 // SetJobState, one Txn, plus a LeaseGrant and a Put after a new trigger
 // request; JobStates, one range read; Prune, see Store.Prune.
 //

@@ -36,6 +36,9 @@ const (
 	jobsDir   = "j/"
 	marksDir  = "m/"
 	specsDir  = "s/"
+	// runningDir holds a marker per running record (driver.RunRunning):
+	// runningDir + the record key's part after runsDir, empty.
+	runningDir = "u/"
 )
 
 // Limits of the ledger.
@@ -144,6 +147,15 @@ func (s *Store) runJobPrefix(job string) string {
 func (s *Store) runKey(k driver.RunKey) string {
 	return s.runJobPrefix(k.Job) + invTickText(k.Tick) + enc(k.Trigger) + "\x00" +
 		strconv.FormatUint(uint64(^uint32(k.Attempt)), 16)
+}
+
+// markerKey is the running marker of the record at key runKey. RecordRuns
+// puts it in the Txn that writes a running record and deletes it in the
+// one that writes any other, so that it exists exactly while its record is
+// running, unless the record was deleted by hand since (Prune deletes the
+// markers of the records it deletes).
+func (s *Store) markerKey(runKey string) string {
+	return s.ledgerKey(runningDir) + runKey[len(s.ledgerKey(runsDir)):]
 }
 
 // jobPrefix is the prefix of job's state keys: jobPrefix+"p" exists while
@@ -453,8 +465,9 @@ type runValue struct {
 	Recorded time.Time        `json:"r"`
 }
 
-// RecordRuns implements driver.Ledger: one Txn of puts per Txn size of
-// records (one round trip for up to 128). Recorded is the Store's wall
+// RecordRuns implements driver.Ledger: one Txn per half a Txn size of
+// records (one round trip for up to 64), each record a put and a put or
+// delete of its running marker. Recorded is the Store's wall
 // clock (see the package documentation: etcd has none a client can read);
 // Prune judges ages by etcd's clock instead, through the age mark this
 // call grants when the Store granted none in the last second (a
@@ -471,6 +484,7 @@ func (s *Store) RecordRuns(ctx context.Context, rs []driver.RunRecord) error {
 	}
 	now := time.Now().UTC().Round(0)
 	vals := make(map[string]string, len(rs))
+	running := make(map[string]bool, len(rs))
 	order := make([]string, 0, len(rs))
 	for _, r := range rs {
 		switch {
@@ -494,15 +508,21 @@ func (s *Store) RecordRuns(ctx context.Context, rs []driver.RunRecord) error {
 			order = append(order, k)
 		}
 		vals[k] = string(v) // the last record with a key wins
+		running[k] = r.Status == driver.RunRunning
 	}
 	for lo := 0; lo < len(order); {
-		n := min(len(order)-lo, int(s.txnOps.Load()))
-		ops := make([]clientv3.Op, n)
-		for j, k := range order[lo : lo+n] {
-			ops[j] = clientv3.OpPut(k, vals[k])
+		n := min(len(order)-lo, max(int(s.txnOps.Load())/2, 1))
+		ops := make([]clientv3.Op, 0, 2*n)
+		for _, k := range order[lo : lo+n] {
+			ops = append(ops, clientv3.OpPut(k, vals[k]))
+			if running[k] {
+				ops = append(ops, clientv3.OpPut(s.markerKey(k), ""))
+			} else {
+				ops = append(ops, clientv3.OpDelete(s.markerKey(k)))
+			}
 		}
 		_, err := s.c.Txn(ctx).Then(ops...).Commit()
-		if s.tooManyOps(err, n) {
+		if n > 1 && s.tooManyOps(err, 2*n) {
 			continue
 		}
 		if err != nil {
@@ -556,8 +576,9 @@ func (s *Store) mark(ctx context.Context, every time.Duration) {
 
 // Runs implements driver.Ledger. For one job it is one range read of that
 // job's records between the query's bounds (more, a page at a time, when
-// Status filters them); for every job, one range read of every record,
-// sorted here.
+// Status filters them). For every job's running records (the schedulers'
+// sweep), see runningRuns: the running markers and those records only.
+// For every job otherwise, one range read of every record, sorted here.
 func (s *Store) Runs(ctx context.Context, q driver.RunQuery) ([]driver.RunRecord, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("etcdstore: runs: %w", err)
@@ -567,6 +588,9 @@ func (s *Store) Runs(ctx context.Context, q driver.RunQuery) ([]driver.RunRecord
 	}
 	if err := s.open(); err != nil {
 		return nil, err
+	}
+	if q.Job == "" && q.Status == driver.RunRunning {
+		return s.runningRuns(ctx, &q)
 	}
 	var out []driver.RunRecord
 	if q.Job == "" {
@@ -629,6 +653,91 @@ func (s *Store) Runs(ctx context.Context, q driver.RunQuery) ([]driver.RunRecord
 		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 	}
 	return out, nil
+}
+
+// runningRuns is Runs of every job's running records: a keys-only range
+// read of the running markers, then the records they name, one Txn of Gets
+// per Txn size of markers, sorted here. Markers whose record is gone or
+// final are deleted afterwards (best effort, one more Txn per Txn size
+// of them), each only while its record is as read.
+func (s *Store) runningRuns(ctx context.Context, q *driver.RunQuery) ([]driver.RunRecord, error) {
+	dir, runs := s.ledgerKey(runningDir), s.ledgerKey(runsDir)
+	resp, err := s.c.Get(ctx, dir, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		return nil, fmt.Errorf("etcdstore: runs: read running markers: %w", err)
+	}
+	var out []driver.RunRecord
+	var stale []staleMarker
+	for lo := 0; lo < len(resp.Kvs); {
+		n := min(len(resp.Kvs)-lo, int(s.txnOps.Load()))
+		ops := make([]clientv3.Op, n)
+		for j, kv := range resp.Kvs[lo : lo+n] {
+			ops[j] = clientv3.OpGet(runs + string(kv.Key[len(dir):]))
+		}
+		tr, err := s.c.Txn(ctx).Then(ops...).Commit()
+		if s.tooManyOps(err, n) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("etcdstore: runs: read %d running records: %w", n, err)
+		}
+		for j, r := range tr.Responses {
+			m := string(resp.Kvs[lo+j].Key)
+			kvs := r.GetResponseRange().GetKvs()
+			if len(kvs) == 0 {
+				stale = append(stale, staleMarker{marker: m, record: runs + m[len(dir):]})
+				continue
+			}
+			rec, err := parseRun(kvs[0])
+			if err != nil {
+				return nil, err
+			}
+			if rec.Status != driver.RunRunning {
+				stale = append(stale, staleMarker{marker: m, record: string(kvs[0].Key), rev: kvs[0].ModRevision})
+				continue
+			}
+			if q.Matches(&rec) {
+				out = append(out, rec)
+			}
+		}
+		lo += n
+	}
+	s.dropMarkers(ctx, stale)
+	slices.SortFunc(out, func(a, b driver.RunRecord) int { return a.Key().Compare(b.Key()) })
+	if q.Limit > 0 && len(out) > q.Limit {
+		out = out[:q.Limit]
+	}
+	return out, nil
+}
+
+// staleMarker is a running marker whose record was read gone (rev 0) or
+// final (at mod revision rev).
+type staleMarker struct {
+	marker, record string
+	rev            int64
+}
+
+// dropMarkers deletes the stale markers whose record is still as read (a
+// record written running again since keeps its new marker), in Txns of
+// nested Txns. Failures are dropped: a marker left costs the next sweep a
+// read.
+func (s *Store) dropMarkers(ctx context.Context, ms []staleMarker) {
+	for lo := 0; lo < len(ms); {
+		n := min(len(ms)-lo, max(int(s.txnOps.Load())-1, 1))
+		ops := make([]clientv3.Op, n)
+		for j, m := range ms[lo : lo+n] {
+			ops[j] = clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(m.record), "=", m.rev)},
+				[]clientv3.Op{clientv3.OpDelete(m.marker)}, nil)
+		}
+		_, err := s.c.Txn(ctx).Then(ops...).Commit()
+		if s.tooManyOps(err, n+1) {
+			continue
+		}
+		if err != nil {
+			return
+		}
+		lo += n
+	}
 }
 
 // appendRuns appends the records in kvs that match q to out.
@@ -867,7 +976,8 @@ func (s *Store) jobStates(kvs []*mvccpb.KeyValue) ([]driver.JobState, error) {
 // over them (about log2 of their number, per age asked); a keys-only range
 // read of every run record (with RunsOlderThan or KeepPerJob) and of every
 // job state key (with TriggersOlderThan); one Txn of guarded deletes per
-// Txn size of keys to delete; one LeaseRevoke per mark it thins out.
+// Txn size of keys to delete (a record's running marker, if any, goes in
+// the same guarded delete); one LeaseRevoke per mark it thins out.
 func (s *Store) Prune(ctx context.Context, p driver.PruneParams) (driver.PruneResult, error) {
 	var res driver.PruneResult
 	if err := ctx.Err(); err != nil {
@@ -1058,14 +1168,19 @@ func (ms *marks) thin(ctx context.Context, s *Store, oldest int, keep ...int) er
 // pruneRuns deletes the run records past the keep newest of each job
 // (keep > 0) and those written at or before revision rev (rev > 0).
 func (s *Store) pruneRuns(ctx context.Context, keep int, rev int64) (int, error) {
-	dir := s.ledgerKey(runsDir)
-	resp, err := s.c.Get(ctx, dir, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	dir, udir := s.ledgerKey(runsDir), s.ledgerKey(runningDir)
+	resp, err := s.c.Txn(ctx).Then(clientv3.OpGet(dir, clientv3.WithPrefix(), clientv3.WithKeysOnly()),
+		clientv3.OpGet(udir, clientv3.WithPrefix(), clientv3.WithKeysOnly())).Commit()
 	if err != nil {
 		return 0, fmt.Errorf("read run records: %w", err)
 	}
+	markers := map[string]bool{}
+	for _, kv := range resp.Responses[1].GetResponseRange().GetKvs() {
+		markers[string(kv.Key)] = true
+	}
 	var del []*mvccpb.KeyValue
 	job, n := "", 0
-	for _, kv := range resp.Kvs {
+	for _, kv := range resp.Responses[0].GetResponseRange().GetKvs() {
 		rest := strings.TrimPrefix(string(kv.Key), dir)
 		j, _, _ := strings.Cut(rest, "\x00")
 		if j != job {
@@ -1076,7 +1191,14 @@ func (s *Store) pruneRuns(ctx context.Context, keep int, rev int64) (int, error)
 			del = append(del, kv)
 		}
 	}
-	return s.deleteGuarded(ctx, del, false)
+	// A record's marker goes with it: it exists exactly while the record
+	// is running, which the guard checks.
+	return s.deleteGuarded(ctx, del, false, func(k string) string {
+		if m := s.markerKey(k); markers[m] {
+			return m
+		}
+		return ""
+	})
 }
 
 // pruneTriggers deletes the trigger requests made at or before revision
@@ -1094,16 +1216,21 @@ func (s *Store) pruneTriggers(ctx context.Context, rev int64) (int, error) {
 			del = append(del, kv)
 		}
 	}
-	return s.deleteGuarded(ctx, del, true)
+	return s.deleteGuarded(ctx, del, true, nil)
 }
 
 // deleteGuarded deletes kvs, each only if it was not written again since
 // it was read (by its create revision when created is set, else by its mod
-// revision), in Txns of nested Txns, and counts what it deleted.
-func (s *Store) deleteGuarded(ctx context.Context, kvs []*mvccpb.KeyValue, created bool) (int, error) {
+// revision), in Txns of nested Txns, and counts what it deleted. also,
+// when not nil, names a key to delete with each (or ""), uncounted.
+func (s *Store) deleteGuarded(ctx context.Context, kvs []*mvccpb.KeyValue, created bool, also func(string) string) (int, error) {
 	deleted := 0
+	nested := 1 // operations of a nested Txn
+	if also != nil {
+		nested = 2
+	}
 	for lo := 0; lo < len(kvs); {
-		n := min(len(kvs)-lo, max(int(s.txnOps.Load())-1, 1))
+		n := min(len(kvs)-lo, max(int(s.txnOps.Load())-nested, 1))
 		ops := make([]clientv3.Op, n)
 		for j, kv := range kvs[lo : lo+n] {
 			k := string(kv.Key)
@@ -1111,10 +1238,16 @@ func (s *Store) deleteGuarded(ctx context.Context, kvs []*mvccpb.KeyValue, creat
 			if created {
 				cmp = clientv3.Compare(clientv3.CreateRevision(k), "=", kv.CreateRevision)
 			}
-			ops[j] = clientv3.OpTxn([]clientv3.Cmp{cmp}, []clientv3.Op{clientv3.OpDelete(k)}, nil)
+			then := []clientv3.Op{clientv3.OpDelete(k)}
+			if also != nil {
+				if a := also(k); a != "" {
+					then = append(then, clientv3.OpDelete(a))
+				}
+			}
+			ops[j] = clientv3.OpTxn([]clientv3.Cmp{cmp}, then, nil)
 		}
 		resp, err := s.c.Txn(ctx).Then(ops...).Commit()
-		if s.tooManyOps(err, n+1) {
+		if s.tooManyOps(err, n+nested) {
 			continue
 		}
 		if err != nil {

@@ -1,13 +1,19 @@
 package etcdstore
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
 
 	"github.com/tasklock/tasklock/driver"
 	"github.com/tasklock/tasklock/internal/testserver"
@@ -283,5 +289,167 @@ func TestLedgerRegistrations(t *testing.T) {
 				t.Fatalf("round %d: node %d read %+v, node 0 %+v", round, i, got[i], got[0])
 			}
 		}
+	}
+}
+
+// rangeLog records the range reads a client sends, alone or in Txns, and
+// how many keys they return.
+type rangeLog struct {
+	mu     sync.Mutex
+	calls  int      // requests sent
+	ranges []string // "key..end" of each range read
+	keys   int      // keys returned
+}
+
+func (l *rangeLog) dialOptions() []grpc.DialOption {
+	return []grpc.DialOption{grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		err := invoker(ctx, method, req, reply, cc, opts...)
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.calls++
+		switch r := req.(type) {
+		case *pb.RangeRequest:
+			l.ranges = append(l.ranges, string(r.Key)+".."+string(r.RangeEnd))
+		case *pb.TxnRequest:
+			l.txnRanges(r)
+		}
+		switch r := reply.(type) {
+		case *pb.RangeResponse:
+			l.keys += len(r.Kvs)
+		case *pb.TxnResponse:
+			l.txnKeys(r)
+		}
+		return err
+	})}
+}
+
+func (l *rangeLog) txnRanges(t *pb.TxnRequest) {
+	for _, op := range append(slices.Clone(t.Success), t.Failure...) {
+		if r := op.GetRequestRange(); r != nil {
+			l.ranges = append(l.ranges, string(r.Key)+".."+string(r.RangeEnd))
+		}
+		if n := op.GetRequestTxn(); n != nil {
+			l.txnRanges(n)
+		}
+	}
+}
+
+func (l *rangeLog) txnKeys(t *pb.TxnResponse) {
+	for _, r := range t.Responses {
+		l.keys += len(r.GetResponseRange().GetKvs())
+		if n := r.GetResponseTxn(); n != nil {
+			l.txnKeys(n)
+		}
+	}
+}
+
+// take returns the requests, range reads and keys read so far, and starts
+// again from zero.
+func (l *rangeLog) take() (calls int, ranges []string, keys int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	calls, ranges, keys = l.calls, l.ranges, l.keys
+	l.calls, l.ranges, l.keys = 0, nil, 0
+	return calls, ranges, keys
+}
+
+// The schedulers' sweep, Runs of every job's running records, reads the
+// running markers and the records they name, not every job's history; it
+// deletes markers whose record is gone or final, and Prune deletes a
+// pruned record's marker.
+func TestLedgerRunningIndex(t *testing.T) {
+	srv := testserver.StartEtcd(t)
+	var log rangeLog
+	c, err := clientv3.New(clientv3.Config{Endpoints: srv.Endpoints(), DialTimeout: 5 * time.Second,
+		Logger: zap.NewNop(), DialOptions: log.dialOptions()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	s := newStore(t, c, nil)
+	ctx := ctxT(t)
+	run := func(job string, k int, st driver.RunStatus) driver.RunRecord {
+		return driver.RunRecord{Job: job, Tick: ledgerTick.Add(time.Duration(k) * time.Second), Attempt: 1, Status: st}
+	}
+	const jobs = 200
+	var rs []driver.RunRecord
+	for j := range jobs {
+		for k := range 5 {
+			rs = append(rs, run(fmt.Sprintf("job-%d", j), k, driver.RunOK))
+		}
+	}
+	rs = append(rs, run("job-7", 10, driver.RunRunning), run("job-9", 11, driver.RunRunning),
+		run("job-9", 12, driver.RunRunning), run("gone", 1, driver.RunRunning))
+	if err := s.RecordRuns(ctx, rs); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RecordRuns(ctx, []driver.RunRecord{run("job-9", 11, driver.RunInterrupted)}); err != nil {
+		t.Fatal(err)
+	}
+	// A record deleted without its marker, and a marker whose record is
+	// final (as if written by hand): both stale.
+	if _, err := c.Delete(ctx, s.runKey(run("gone", 1, "").Key())); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Put(ctx, s.markerKey(s.runKey(run("job-3", 1, "").Key())), ""); err != nil {
+		t.Fatal(err)
+	}
+	markers := func() int {
+		t.Helper()
+		r, err := c.Get(ctx, s.ledgerKey(runningDir), clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return int(r.Count)
+	}
+	if n := markers(); n != 4 {
+		t.Fatalf("%d running markers before the sweep, want 4", n)
+	}
+
+	log.take()
+	got, err := s.Runs(ctx, driver.RunQuery{Status: driver.RunRunning, Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls, ranges, keys := log.take()
+	t.Logf("Runs(running) over %d records: %d requests, %d keys read, ranges %q", len(rs), calls, keys, ranges)
+	if len(got) != 2 || got[0].Key() != run("job-9", 12, "").Key() || got[1].Key() != run("job-7", 10, "").Key() {
+		t.Fatalf("Runs(running) = %+v, want job-9's at 12 s and job-7's at 10 s", got)
+	}
+	runs := s.ledgerKey(runsDir)
+	for _, r := range ranges {
+		if k, end, _ := strings.Cut(r, ".."); strings.HasPrefix(k, runs) && end != "" {
+			t.Errorf("Runs(running) read a range of run records, %q", r)
+		}
+	}
+	// The 4 markers, then the 3 records still there; one Get of the
+	// markers, one Txn of record Gets, one Txn of marker deletes.
+	if keys != 7 || calls != 3 {
+		t.Errorf("Runs(running): %d requests read %d keys, want 3 requests and 7 keys (4 markers, 3 records)", calls, keys)
+	}
+	if n := markers(); n != 2 {
+		t.Errorf("%d running markers after the sweep, want the 2 running records'", n)
+	}
+	// Limit, and the other queries as before.
+	if got, err := s.Runs(ctx, driver.RunQuery{Status: driver.RunRunning, Limit: 1}); err != nil || len(got) != 1 || got[0].Job != "job-9" {
+		t.Fatalf("Runs(running, Limit 1) = %+v, %v", got, err)
+	}
+	if got, err := s.Runs(ctx, driver.RunQuery{Status: driver.RunInterrupted}); err != nil || len(got) != 1 || got[0].Job != "job-9" {
+		t.Fatalf("Runs(interrupted) = %+v, %v", got, err)
+	}
+
+	// Prune deletes a pruned running record's marker with it: job-7's
+	// running record is no longer its newest.
+	if err := s.RecordRuns(ctx, []driver.RunRecord{run("job-7", 20, driver.RunOK)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Prune(ctx, driver.PruneParams{KeepPerJob: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if n := markers(); n != 1 {
+		t.Errorf("%d running markers after Prune(KeepPerJob 1), want 1 (job-7's at 10 s is pruned)", n)
+	}
+	if got, err := s.Runs(ctx, driver.RunQuery{Status: driver.RunRunning}); err != nil || len(got) != 1 || got[0].Job != "job-9" {
+		t.Fatalf("Runs(running) after Prune = %+v, %v", got, err)
 	}
 }
