@@ -402,7 +402,7 @@ type runData struct {
 // Root/%ledger/running when it is running (or checks that it exists), or
 // deletes it when it is final (none when it is missing): one round trip
 // for a new running record or for a final one that replaces a running
-// one, a few more when the guesses miss. Recorded is the node's mtime.
+// one, up to three when the guesses miss. Recorded is the node's mtime.
 func (s *Store) RecordRuns(ctx context.Context, rs []driver.RunRecord) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("zkstore: record runs: %w", err)
@@ -471,12 +471,14 @@ const (
 
 // writeRecord writes w's record node in one multi with its marker's
 // create (or check) when it is running, with its delete when it is final.
-// It guesses first that the record is new and a final record's marker is
-// there, and tries again with what the failing operation tells.
+// It guesses first that a running record is new and that a final one
+// replaces a running one (the record and its marker are there), as the
+// schedulers write them, and tries again with what the failing operation
+// tells.
 func (s *Store) writeRecord(w *recordWrite) error {
-	rec, mark := guessAbsent, guessExists
+	rec, mark := guessExists, guessExists
 	if w.running {
-		mark = guessAbsent
+		rec, mark = guessAbsent, guessAbsent
 	}
 	for range 8 {
 		ops := make([]any, 0, 2)

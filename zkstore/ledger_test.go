@@ -331,6 +331,17 @@ func TestLedgerRunningIndex(t *testing.T) {
 	if len(got) != 3 || reqs != 1+3 {
 		t.Errorf("second sweep: %d records in %d requests, want 3 in 4", len(got), reqs)
 	}
+	// A run of job-1: its running record and marker in one request, its
+	// final record and the marker's delete in one.
+	for _, st := range []driver.RunStatus{driver.RunRunning, driver.RunOK} {
+		w0 := d.writes.Load()
+		if err := s.RecordRuns(ctx, []driver.RunRecord{run("job-1/%", 20, st)}); err != nil {
+			t.Fatal(err)
+		}
+		if n := d.writes.Load() - w0; n != 1 {
+			t.Errorf("recording a %s record took %d requests, want 1", st, n)
+		}
+	}
 	// Limit and the keys of q apply.
 	if got, err := s.Runs(ctx, driver.RunQuery{Status: driver.RunRunning, Limit: 1}); err != nil || len(got) != 1 || got[0].Job != "job-20/%" {
 		t.Errorf("Runs(running, Limit 1) = %+v, %v", got, err)
