@@ -259,6 +259,16 @@
 //     server removes once its last record is pruned. Names sort about as
 //     Runs lists records; Runs sorts by the keys it parses from them.
 //     Recorded is the node's mtime.
+//   - running/<job>%%<record's name under runs/<job>>: an empty persistent
+//     node (a marker) per running record (driver.RunRunning), so that the
+//     schedulers' sweep for running records of dead nodes reads those
+//     records and not every job's history ("%%" is in no escaped name).
+//     There is a marker for every running record: RecordRuns writes a
+//     running record in one multi with its marker's create (or a check that
+//     it exists), and a final one in one multi with its marker's delete.
+//     Markers of records no longer running are dropped by Runs: Prune and
+//     JobForget leave them, and the next sweep deletes those of deleted
+//     records.
 //   - jobs: one node holding every job not in the default state, as JSON
 //     {<job>: {"paused", "triggers": [{"id", "at_ms"}]}}, written
 //     version-checked.
@@ -286,12 +296,22 @@
 //     node found expired after the guard was read can only have been
 //     replaced by a delete, which the check catches. So two claimers, or a
 //     claimer and Prune, never both win.
-//   - RecordRuns: one create per record (a set too when it exists).
+//   - RecordRuns: one multi per record, creating it and, when running,
+//     its marker; a final record that replaces a running one is one multi
+//     too (set the record, delete the marker). A guess that misses costs
+//     one more each: a final record written with no running one before
+//     costs three, one written again with no marker two.
 //   - Runs: for one job, one list of its records, then the data of as many
 //     as Limit needs in listing order (all of them without a Limit; twice
 //     as many when Status filters). For every job: a list of the jobs and
 //     one of each job's records, then the same reads. A job's list must fit
-//     one response: keep a job's records bounded (KeepPerJob).
+//     one response: keep a job's records bounded (KeepPerJob). For every
+//     job's running records (Status running, no Job: the schedulers' sweep)
+//     instead: a list of the markers and a read per marker that q's keys
+//     select, whatever the number of records, plus one multi per marker
+//     found stale (two when its job has no records left) that deletes it
+//     unless its record changed since the read: checking the record's
+//     version, or creating and deleting the missing record in the multi.
 //   - SetJobState: a read and a version-checked write of the jobs node
 //     (plus the time write for JobTrigger, alongside the read; no write
 //     when nothing changes). JobStates: one read.

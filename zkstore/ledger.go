@@ -41,6 +41,15 @@ const (
 func (s *Store) ledgerDir() string { return s.root + "/" + ledgerName }
 func (s *Store) claimsDir() string { return s.ledgerDir() + "/claims" }
 func (s *Store) runsDir() string   { return s.ledgerDir() + "/runs" }
+
+// runningDir holds a marker per running record (driver.RunRunning), named
+// by runningName, so that the sweep every scheduler makes every few seconds
+// for running records of dead nodes reads those records and not every
+// job's history. It may hold markers whose record is no longer running
+// (Runs deletes those), never lack one whose record is running: a running
+// record is written in one multi with its marker's create (or a check that
+// it exists), and a final one in one multi with its marker's delete.
+func (s *Store) runningDir() string { return s.ledgerDir() + "/running" }
 func (s *Store) statesNode() string {
 	return s.ledgerDir() + "/jobs"
 }
@@ -77,6 +86,28 @@ func (s *Store) claimPath(job string, tick time.Time, trigger string) string {
 // '-' and none escaped).
 func runName(k driver.RunKey) string {
 	return fmt.Sprintf("%s-%s-%08x", invTickHex(k.Tick), escapeName(k.Trigger), ^uint32(k.Attempt))
+}
+
+// runningName is the name of the marker of job's running record k under
+// runningDir: the escaped job, "%%" and the record's runName. An escaped
+// name never holds "%%" nor ends with '%' (each '%' it has is followed by
+// two hex digits), so the first "%%" ends the job.
+func runningName(job string, k driver.RunKey) string {
+	return escapeName(job) + "%%" + runName(k)
+}
+
+// parseMarker reverses runningName: the record's key and the escaped job.
+func parseMarker(name string) (driver.RunKey, string, bool) {
+	ej, rn, ok := strings.Cut(name, "%%")
+	if !ok {
+		return driver.RunKey{}, "", false
+	}
+	job, ok := unescapeName(ej)
+	if !ok {
+		return driver.RunKey{}, "", false
+	}
+	k, ok := parseRunName(job, rn)
+	return k, ej, ok
 }
 
 // parseRunName reverses runName for a record of job.
@@ -366,9 +397,12 @@ type runData struct {
 
 // RecordRuns implements driver.Ledger: one persistent node per record,
 // Root/%ledger/runs/<job>/<name> (see runName), under a container node per
-// job. Each is created, or set when it exists, pipelined 16 at a time:
-// one round trip per record at most 16 in flight, two for a record that
-// replaces another. Recorded is the node's mtime.
+// job. Each is written by a multi, pipelined 16 at a time, that creates it
+// (or sets it when it exists) and creates the record's marker under
+// Root/%ledger/running when it is running (or checks that it exists), or
+// deletes it when it is final (none when it is missing): one round trip
+// for a new running record or for a final one that replaces a running
+// one, up to three when the guesses miss. Recorded is the node's mtime.
 func (s *Store) RecordRuns(ctx context.Context, rs []driver.RunRecord) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("zkstore: record runs: %w", err)
@@ -376,8 +410,8 @@ func (s *Store) RecordRuns(ctx context.Context, rs []driver.RunRecord) error {
 	if len(rs) == 0 {
 		return nil
 	}
-	datas := make(map[string][]byte, len(rs))
-	var paths []string
+	writes := make(map[string]*recordWrite, len(rs))
+	var order []*recordWrite
 	for _, r := range rs {
 		switch {
 		case r.Job == "" || r.Tick.IsZero():
@@ -402,14 +436,17 @@ func (s *Store) RecordRuns(ctx context.Context, rs []driver.RunRecord) error {
 			return fmt.Errorf("zkstore: record run %q: %d bytes encoded (at most %d): %w", r.Job, len(b), maxRecordData, driver.ErrUnsupported)
 		}
 		path := s.runsDir() + "/" + escapeName(r.Job) + "/" + runName(r.Key())
-		if _, dup := datas[path]; !dup {
-			paths = append(paths, path)
+		w, dup := writes[path]
+		if !dup {
+			w = &recordWrite{path: path, marker: s.runningDir() + "/" + runningName(r.Job, r.Key())}
+			writes[path] = w
+			order = append(order, w)
 		}
-		datas[path] = b // the last record with a key wins
+		w.data, w.running = b, r.Status == driver.RunRunning // the last record with a key wins
 	}
 	_, err := call(ctx, func() (struct{}, error) {
-		errs := make([]error, len(paths))
-		parallel(len(paths), func(i int) { errs[i] = s.upsert(paths[i], datas[paths[i]]) })
+		errs := make([]error, len(order))
+		parallel(len(order), func(i int) { errs[i] = s.writeRecord(order[i]) })
 		return struct{}{}, errors.Join(errs...)
 	}, nil)
 	if err != nil {
@@ -418,30 +455,87 @@ func (s *Store) RecordRuns(ctx context.Context, rs []driver.RunRecord) error {
 	return nil
 }
 
-// upsert creates the record node at path, or sets its data when it exists,
-// creating its job's container node when missing.
-func (s *Store) upsert(path string, data []byte) error {
-	for range 4 {
-		_, err := s.conn.Create(path, data, zk.FlagPersistent, s.acl)
+// recordWrite is a record node to write, and its marker's path.
+type recordWrite struct {
+	path, marker string
+	data         []byte
+	running      bool
+}
+
+// Guesses of writeRecord about the nodes it writes.
+const (
+	guessAbsent = iota // create the node
+	guessExists        // set the record, check the marker, delete it
+	guessNone          // leave the marker alone (a final record's is gone)
+)
+
+// writeRecord writes w's record node in one multi with its marker's
+// create (or check) when it is running, with its delete when it is final.
+// It guesses first that a running record is new and that a final one
+// replaces a running one (the record and its marker are there), as the
+// schedulers write them, and tries again with what the failing operation
+// tells.
+func (s *Store) writeRecord(w *recordWrite) error {
+	rec, mark := guessExists, guessExists
+	if w.running {
+		rec, mark = guessAbsent, guessAbsent
+	}
+	for range 8 {
+		ops := make([]any, 0, 2)
+		if rec == guessAbsent {
+			ops = append(ops, &zk.CreateRequest{Path: w.path, Data: w.data, Acl: s.acl, Flags: zk.FlagPersistent})
+		} else {
+			ops = append(ops, &zk.SetDataRequest{Path: w.path, Data: w.data, Version: -1})
+		}
 		switch {
-		case err == nil:
+		case w.running && mark == guessAbsent:
+			ops = append(ops, &zk.CreateRequest{Path: w.marker, Acl: s.acl, Flags: zk.FlagPersistent})
+		case w.running:
+			ops = append(ops, &zk.CheckVersionRequest{Path: w.marker, Version: -1})
+		case mark == guessExists:
+			ops = append(ops, &zk.DeleteRequest{Path: w.marker, Version: -1})
+		}
+		resp, err := s.conn.Multi(ops...)
+		if err == nil {
 			return nil
-		case errors.Is(err, zk.ErrNodeExists):
-			_, err = s.conn.Set(path, data, -1)
-			if errors.Is(err, zk.ErrNoNode) {
-				continue // pruned meanwhile
-			}
-			return err
-		case errors.Is(err, zk.ErrNoNode):
+		}
+		at := failedOp(resp)
+		switch {
+		case at == 0 && rec == guessAbsent && errors.Is(err, zk.ErrNodeExists):
+			rec = guessExists
+		case at == 0 && rec == guessAbsent && errors.Is(err, zk.ErrNoNode):
 			// The job's container is missing, or the server just removed it.
-			if err := s.ensureNode(path[:strings.LastIndexByte(path, '/')], true); err != nil {
+			if err := s.ensureNode(w.path[:strings.LastIndexByte(w.path, '/')], true); err != nil {
 				return err
 			}
+		case at == 0 && errors.Is(err, zk.ErrNoNode):
+			rec = guessAbsent // pruned meanwhile
+		case at == 1 && !w.running && errors.Is(err, zk.ErrNoNode):
+			mark = guessNone
+		case at == 1 && mark == guessAbsent && errors.Is(err, zk.ErrNodeExists):
+			mark = guessExists
+		case at == 1 && mark == guessAbsent && errors.Is(err, zk.ErrNoNode):
+			if err := s.ensureNode(s.runningDir(), false); err != nil {
+				return err
+			}
+		case at == 1 && errors.Is(err, zk.ErrNoNode):
+			mark = guessAbsent // deleted meanwhile
 		default:
-			return err
+			return fmt.Errorf("write %s: %w", w.path, err)
 		}
 	}
-	return fmt.Errorf("create %s: its parent keeps vanishing", path)
+	return fmt.Errorf("write %s: it or its marker kept changing", w.path)
+}
+
+// failedOp returns the index of the operation that failed a multi: the
+// first with an error (those before it have none), or -1.
+func failedOp(resp []zk.MultiResponse) int {
+	for i, r := range resp {
+		if r.Error != nil {
+			return i
+		}
+	}
+	return -1
 }
 
 // runNode is a run record's node, known by its name.
@@ -499,7 +593,11 @@ func (s *Store) runJobs(job string) ([]string, error) {
 // every job: Root/%ledger/runs, then each job's, 16 at a time), selects by
 // the keys in their names (From, To, Before), sorts them and reads the
 // data of as many as Limit needs, in listing order, pipelined: two round
-// trips for one job and a Limit of up to 16 without Status.
+// trips for one job and a Limit of up to 16 without Status. Every job's
+// running records (Status driver.RunRunning, no Job), the schedulers'
+// sweep, are read through their markers instead: a list of
+// Root/%ledger/running, a read of each record a marker names, and a
+// multi per marker found stale, which deletes it.
 func (s *Store) Runs(ctx context.Context, q driver.RunQuery) ([]driver.RunRecord, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("zkstore: runs: %w", err)
@@ -514,7 +612,24 @@ func (s *Store) Runs(ctx context.Context, q driver.RunQuery) ([]driver.RunRecord
 	return out, nil
 }
 
+// decodeRecord returns the record of node n, read as rn.
+func decodeRecord(n runNode, rn rawNode) (driver.RunRecord, error) {
+	var d runData
+	if err := json.Unmarshal(rn.data, &d); err != nil {
+		return driver.RunRecord{}, fmt.Errorf("bad record at %s: %w", n.path, err)
+	}
+	k := n.key
+	return driver.RunRecord{
+		Job: k.Job, Tick: k.Tick, Trigger: k.Trigger, Attempt: k.Attempt, Node: d.Node, Fence: d.Fence,
+		Start: d.Start, End: d.End, Status: d.Status, Error: d.Error, Output: d.Output,
+		Recorded: time.UnixMilli(rn.stat.Mtime).UTC(),
+	}, nil
+}
+
 func (s *Store) runs(q driver.RunQuery) ([]driver.RunRecord, error) {
+	if q.Status == driver.RunRunning && q.Job == "" {
+		return s.runningRuns(q)
+	}
 	jobs, err := s.runJobs(q.Job)
 	if err != nil {
 		return nil, err
@@ -549,19 +664,14 @@ func (s *Store) runs(q driver.RunQuery) ([]driver.RunRecord, error) {
 			if rn.err != nil {
 				return nil, fmt.Errorf("read %s: %w", win[i].path, rn.err)
 			}
-			var d runData
-			if err := json.Unmarshal(rn.data, &d); err != nil {
-				return nil, fmt.Errorf("bad record at %s: %w", win[i].path, err)
+			r, err := decodeRecord(win[i], rn)
+			if err != nil {
+				return nil, err
 			}
-			if q.Status != "" && d.Status != q.Status {
+			if q.Status != "" && r.Status != q.Status {
 				continue
 			}
-			k := win[i].key
-			out = append(out, driver.RunRecord{
-				Job: k.Job, Tick: k.Tick, Trigger: k.Trigger, Attempt: k.Attempt, Node: d.Node, Fence: d.Fence,
-				Start: d.Start, End: d.End, Status: d.Status, Error: d.Error, Output: d.Output,
-				Recorded: time.UnixMilli(rn.stat.Mtime).UTC(),
-			})
+			out = append(out, r)
 			if q.Limit > 0 && len(out) == q.Limit {
 				break
 			}
@@ -569,6 +679,90 @@ func (s *Store) runs(q driver.RunQuery) ([]driver.RunRecord, error) {
 		lo += n
 	}
 	return out, nil
+}
+
+// runningRuns is runs for every job's running records: it lists the
+// markers (Root/%ledger/running), reads the records they name that q's
+// keys select, pipelined, and deletes the markers whose record is gone or
+// final (best effort: one left costs a read at the next sweep).
+func (s *Store) runningRuns(q driver.RunQuery) ([]driver.RunRecord, error) {
+	names, _, err := s.conn.Children(s.runningDir())
+	if errors.Is(err, zk.ErrNoNode) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list %s: %w", s.runningDir(), err)
+	}
+	byKey := q
+	byKey.Status = ""
+	var cands []runNode
+	var markers []string
+	for _, name := range names {
+		k, ej, ok := parseMarker(name)
+		if !ok || !byKey.Matches(&driver.RunRecord{Job: k.Job, Tick: k.Tick, Trigger: k.Trigger, Attempt: k.Attempt}) {
+			continue
+		}
+		cands = append(cands, runNode{key: k, path: s.runsDir() + "/" + ej + "/" + runName(k)})
+		markers = append(markers, s.runningDir()+"/"+name)
+	}
+	read := make([]rawNode, len(cands))
+	parallel(len(cands), func(i int) { read[i].data, read[i].stat, read[i].err = s.conn.Get(cands[i].path) })
+	var out []driver.RunRecord
+	var stale []int
+	for i, rn := range read {
+		if errors.Is(rn.err, zk.ErrNoNode) {
+			stale = append(stale, i)
+			continue
+		}
+		if rn.err != nil {
+			return nil, fmt.Errorf("read %s: %w", cands[i].path, rn.err)
+		}
+		r, err := decodeRecord(cands[i], rn)
+		if err != nil {
+			return nil, err
+		}
+		if r.Status != driver.RunRunning {
+			stale = append(stale, i)
+			continue
+		}
+		if q.Matches(&r) {
+			out = append(out, r)
+		}
+	}
+	parallel(len(stale), func(i int) {
+		j := stale[i]
+		var st *zk.Stat // missing
+		if read[j].err == nil {
+			st = read[j].stat
+		}
+		s.dropMarker(markers[j], cands[j].path, st)
+	})
+	slices.SortFunc(out, func(a, b driver.RunRecord) int { return a.Key().Compare(b.Key()) })
+	if q.Limit > 0 && len(out) > q.Limit {
+		out = out[:q.Limit]
+	}
+	return out, nil
+}
+
+// dropMarker deletes the marker at path of the record at rec, read with
+// stat st (nil: found missing), unless the record changed since: a multi
+// checks the record's version, or, for a missing record, creates and
+// deletes it (and its job's node when that is missing too), so that a
+// record written running meanwhile keeps its marker. Errors are ignored.
+func (s *Store) dropMarker(marker, rec string, st *zk.Stat) {
+	del := &zk.DeleteRequest{Path: marker, Version: -1}
+	if st != nil {
+		_, _ = s.conn.Multi(&zk.CheckVersionRequest{Path: rec, Version: st.Version}, del)
+		return
+	}
+	create := &zk.CreateRequest{Path: rec, Acl: s.acl, Flags: zk.FlagPersistent}
+	undo := &zk.DeleteRequest{Path: rec, Version: -1}
+	_, err := s.conn.Multi(create, undo, del)
+	if errors.Is(err, zk.ErrNoNode) {
+		dir := rec[:strings.LastIndexByte(rec, '/')]
+		_, _ = s.conn.Multi(&zk.CreateRequest{Path: dir, Acl: s.acl, Flags: zk.FlagPersistent}, create, undo,
+			&zk.DeleteRequest{Path: dir, Version: -1}, del)
+	}
 }
 
 // statesData is what the job states node holds, as JSON: the jobs not in

@@ -3,6 +3,7 @@ package zkstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/tasklock/tasklock/driver"
+	"github.com/tasklock/tasklock/internal/testserver"
 	"github.com/tasklock/tasklock/storetest"
 )
 
@@ -245,5 +247,154 @@ func TestLedgerRegistrations(t *testing.T) {
 		if a.Spec != "@hourly" || b.Spec != "@hourly" || !a.Since.Equal(b.Since) {
 			t.Fatalf("round %d: %+v and %+v", round, a, b)
 		}
+	}
+}
+
+// TestLedgerRunningIndex: the sweep's query of every job's running records
+// lists the markers and reads the records they name, no job's history
+// (50 jobs × 10 records, 3 running): one request for the list and one per
+// marker, plus one multi per stale marker, which goes; a record written
+// final takes its marker with it.
+func TestLedgerRunningIndex(t *testing.T) {
+	t.Parallel()
+	z := testserver.SharedZooKeeper(t)
+	var d countingDialer
+	// The longest session the server allows: no ping falls in the window
+	// counted here.
+	c := connectVia(t, z.Addr(), testserver.ZooKeeperMaxSessionTimeout, d.dial)
+	s := newStore(t, c, testserver.ZooKeeperMaxSessionTimeout, nil)
+	ctx := ctxT(t)
+	tick := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	run := func(job string, k int, st driver.RunStatus) driver.RunRecord {
+		return driver.RunRecord{Job: job, Tick: tick.Add(time.Duration(k) * time.Second), Trigger: "t-%/x", Attempt: 1, Status: st}
+	}
+	var rs []driver.RunRecord
+	for j := range 50 {
+		for k := range 10 {
+			rs = append(rs, run(fmt.Sprintf("job-%d/%%", j), k, driver.RunOK))
+		}
+	}
+	rs = append(rs, run("job-7/%", 10, driver.RunRunning), run("job-9/%", 11, driver.RunRunning),
+		run("job-9/%", 12, driver.RunRunning), run("job-20/%", 13, driver.RunRunning))
+	if err := s.RecordRuns(ctx, rs); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RecordRuns(ctx, []driver.RunRecord{run("job-9/%", 11, driver.RunInterrupted)}); err != nil {
+		t.Fatal(err)
+	}
+	markers, _, err := c.Children(s.runningDir())
+	if err != nil || len(markers) != 3 {
+		t.Fatalf("markers %q, %v; want the 3 running records'", markers, err)
+	}
+	// Stale markers: one whose record ended without its removal, one of a
+	// record gone (as after a prune), one of a job with no records left.
+	ended := run("job-3/%", 1, driver.RunOK)
+	for _, k := range []driver.RunKey{ended.Key(), run("job-3/%", 99, "").Key(), run("gone", 1, "").Key()} {
+		if _, err := c.Create(s.runningDir()+"/"+runningName(k.Job, k), nil, zk.FlagPersistent, zk.WorldACL(zk.PermAll)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sweep := func() ([]driver.RunRecord, int64) {
+		t.Helper()
+		w0 := d.writes.Load()
+		got, err := s.Runs(ctx, driver.RunQuery{Status: driver.RunRunning, Limit: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got, d.writes.Load() - w0
+	}
+	got, reqs := sweep()
+	var keys []string
+	for _, r := range got {
+		if r.Status != driver.RunRunning {
+			t.Errorf("Runs(running) returned %+v", r)
+		}
+		keys = append(keys, fmt.Sprintf("%s@%d", r.Job, r.Tick.Unix()-tick.Unix()))
+	}
+	if want := []string{"job-20/%@13", "job-9/%@12", "job-7/%@10"}; !slices.Equal(keys, want) {
+		t.Fatalf("Runs(running) = %q, want %q", keys, want)
+	}
+	// A list, 6 reads, a multi for the ended record's and for the gone
+	// one's markers, two for the gone job's (its node is missing too).
+	t.Logf("Runs(running) over %d records, 6 markers (3 stale): %d requests", len(rs), reqs)
+	if want := int64(1 + 6 + 1 + 1 + 2); reqs != want {
+		t.Errorf("Runs(running) sent %d requests, want %d", reqs, want)
+	}
+	markers, _, err = c.Children(s.runningDir())
+	if err != nil || len(markers) != 3 {
+		t.Fatalf("markers after the sweep %q, %v; want the 3 running records'", markers, err)
+	}
+	if _, _, err := c.Get(s.runsDir() + "/gone"); !errors.Is(err, zk.ErrNoNode) {
+		t.Errorf("dropping a marker left the gone job's node: %v", err)
+	}
+	got, reqs = sweep()
+	if len(got) != 3 || reqs != 1+3 {
+		t.Errorf("second sweep: %d records in %d requests, want 3 in 4", len(got), reqs)
+	}
+	// A run of job-1: its running record and marker in one request, its
+	// final record and the marker's delete in one.
+	for _, st := range []driver.RunStatus{driver.RunRunning, driver.RunOK} {
+		w0 := d.writes.Load()
+		if err := s.RecordRuns(ctx, []driver.RunRecord{run("job-1/%", 20, st)}); err != nil {
+			t.Fatal(err)
+		}
+		if n := d.writes.Load() - w0; n != 1 {
+			t.Errorf("recording a %s record took %d requests, want 1", st, n)
+		}
+	}
+	// Limit and the keys of q apply.
+	if got, err := s.Runs(ctx, driver.RunQuery{Status: driver.RunRunning, Limit: 1}); err != nil || len(got) != 1 || got[0].Job != "job-20/%" {
+		t.Errorf("Runs(running, Limit 1) = %+v, %v", got, err)
+	}
+	if got, err := s.Runs(ctx, driver.RunQuery{Status: driver.RunRunning, To: tick.Add(11 * time.Second)}); err != nil || len(got) != 1 || got[0].Job != "job-7/%" {
+		t.Errorf("Runs(running, To 11 s) = %+v, %v", got, err)
+	}
+}
+
+// A marker is never dropped for a record written running again meanwhile:
+// dropMarker checks the version read, or that the record is still missing.
+func TestLedgerRunningMarkerRace(t *testing.T) {
+	t.Parallel()
+	_, c := shared(t)
+	s := newStore(t, c, testSession, nil)
+	ctx := ctxT(t)
+	r := driver.RunRecord{Job: "j", Tick: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC), Attempt: 1, Status: driver.RunOK}
+	if err := s.RecordRuns(ctx, []driver.RunRecord{r}); err != nil {
+		t.Fatal(err)
+	}
+	path := s.runsDir() + "/j/" + runName(r.Key())
+	marker := s.runningDir() + "/" + runningName(r.Job, r.Key())
+	_, final, err := c.Get(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Status = driver.RunRunning
+	if err := s.RecordRuns(ctx, []driver.RunRecord{r}); err != nil {
+		t.Fatal(err)
+	}
+	s.dropMarker(marker, path, final) // read final before the running write
+	if ok, _, err := c.Exists(marker); err != nil || !ok {
+		t.Fatalf("marker of a record running again dropped: %v, %v", ok, err)
+	}
+	if err := c.Delete(path, -1); err != nil {
+		t.Fatal(err)
+	}
+	// Read missing, then written running again before the drop.
+	if err := s.RecordRuns(ctx, []driver.RunRecord{r}); err != nil {
+		t.Fatal(err)
+	}
+	s.dropMarker(marker, path, nil)
+	if ok, _, err := c.Exists(marker); err != nil || !ok {
+		t.Fatalf("marker of a record created again dropped: %v, %v", ok, err)
+	}
+	if rs, err := s.Runs(ctx, driver.RunQuery{Status: driver.RunRunning}); err != nil || len(rs) != 1 {
+		t.Fatalf("Runs(running) = %+v, %v", rs, err)
+	}
+	r.Status = driver.RunFailed
+	if err := s.RecordRuns(ctx, []driver.RunRecord{r}); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _, err := c.Exists(marker); err != nil || ok {
+		t.Fatalf("marker after the final record: %v, %v; want gone", ok, err)
 	}
 }
