@@ -178,8 +178,8 @@
 //     job's history. RecordRuns puts or deletes it in the Txn that writes
 //     the record, and Prune deletes it with its record; Runs deletes a
 //     marker whose record it finds gone or final (only while the record is
-//     as read). Records written running by a version without markers have
-//     none: that sweep does not see them;
+//     as read). Running records came with the markers: none exists
+//     without one;
 //   - j/<job>\x00p while the job is paused, j/<job>\x00t<ID> for each
 //     pending trigger request, holding its At (RFC 3339);
 //   - s/<job>: the job's registration (its spec and since, nanoseconds),
