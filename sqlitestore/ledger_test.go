@@ -1,6 +1,7 @@
 package sqlitestore
 
 import (
+	"database/sql"
 	"errors"
 	"fmt"
 	"strings"
@@ -206,21 +207,7 @@ func TestLedgerMigrateJobSpecs(t *testing.T) {
 func TestLedgerStatesPlan(t *testing.T) {
 	db := openT(t, dbPath(t), nil)
 	s := newStoreT(t, db)
-	rows, err := db.QueryContext(ctxT(t), `EXPLAIN QUERY PLAN `+s.ledger.states)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	var plan []string
-	for rows.Next() {
-		var id, parent, unused int
-		var detail string
-		if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
-			t.Fatal(err)
-		}
-		plan = append(plan, detail)
-	}
-	if p := strings.Join(plan, "; "); !strings.Contains(p, "tasklock_locks_jobs_paused_idx") {
+	if p := queryPlan(t, db, s.ledger.states); !strings.Contains(p, "tasklock_locks_jobs_paused_idx") {
 		t.Fatalf("plan of JobStates: %s; want the paused index", p)
 	}
 }
@@ -231,6 +218,14 @@ func TestLedgerRunningPlan(t *testing.T) {
 	db := openT(t, dbPath(t), nil)
 	s := newStoreT(t, db)
 	stmt, args := s.runsSQL(driver.RunQuery{Status: driver.RunRunning, Limit: 1000})
+	if p := queryPlan(t, db, stmt, args...); !strings.Contains(p, "tasklock_locks_runs_running_idx") {
+		t.Fatalf("plan of Runs(running): %s; want the running index", p)
+	}
+}
+
+// queryPlan returns SQLite's plan for stmt, its steps joined by "; ".
+func queryPlan(t *testing.T, db *sql.DB, stmt string, args ...any) string {
+	t.Helper()
 	rows, err := db.QueryContext(ctxT(t), `EXPLAIN QUERY PLAN `+stmt, args...)
 	if err != nil {
 		t.Fatal(err)
@@ -245,7 +240,8 @@ func TestLedgerRunningPlan(t *testing.T) {
 		}
 		plan = append(plan, detail)
 	}
-	if p := strings.Join(plan, "; "); !strings.Contains(p, "tasklock_locks_runs_running_idx") {
-		t.Fatalf("plan of Runs(running): %s; want the running index", p)
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
 	}
+	return strings.Join(plan, "; ")
 }
