@@ -267,10 +267,6 @@ type histItem struct {
 // same time, and returns once they are written (or writing failed twice,
 // which it logs and returns).
 func (s *Scheduler) record(rs ...driver.RunRecord) error {
-	return s.recordErr(rs...)
-}
-
-func (s *Scheduler) recordErr(rs ...driver.RunRecord) error {
 	it := &histItem{rs: rs, done: make(chan error, 1), lead: make(chan struct{}, 1)}
 	h := &s.hist
 	h.mu.Lock()

@@ -39,7 +39,7 @@ func (s *Scheduler) takeNodeLease(ctx context.Context) error {
 		return nil
 	}
 	key := s.nodePrefix + s.node
-	l, err := s.lk.TryObtain(ctx, key, &tasklock.ObtainOptions{TTL: s.nodeTTL, Owner: s.node})
+	l, err := s.tryNodeLease(ctx)
 	var ne *tasklock.NotObtainedError
 	switch {
 	case errors.As(err, &ne):
@@ -70,7 +70,7 @@ func (s *Scheduler) keepNodeLease() {
 	}
 	key := s.nodePrefix + s.node
 	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
-	nl, err := s.lk.TryObtain(ctx, key, &tasklock.ObtainOptions{TTL: s.nodeTTL, Owner: s.node})
+	nl, err := s.tryNodeLease(ctx)
 	cancel()
 	switch {
 	case err != nil && l == nil && errors.Is(err, tasklock.ErrNotObtained):
@@ -86,6 +86,11 @@ func (s *Scheduler) keepNodeLease() {
 	s.mu.Lock()
 	s.nodeLease = nl
 	s.mu.Unlock()
+}
+
+// tryNodeLease makes one attempt to take this node's lease.
+func (s *Scheduler) tryNodeLease(ctx context.Context) (*tasklock.Lock, error) {
+	return s.lk.TryObtain(ctx, s.nodePrefix+s.node, &tasklock.ObtainOptions{TTL: s.nodeTTL, Owner: s.node})
 }
 
 // holdsOwnLease reports whether this node's own running records from
@@ -132,12 +137,9 @@ func (s *Scheduler) sweep(now time.Time) {
 	if !s.holdsOwnLease() {
 		taken = time.Time{} // maybe a live namesake's: leave them
 	}
-	alive := s.aliveNodes(ctx, rs)
+	alive := s.aliveNodes(ctx)
 	var out []driver.RunRecord
 	for _, r := range rs {
-		if r.Status != driver.RunRunning {
-			continue
-		}
 		why := ""
 		switch {
 		case r.Node == s.node && r.Start.Before(taken):
@@ -155,7 +157,7 @@ func (s *Scheduler) sweep(now time.Time) {
 	if len(out) == 0 {
 		return
 	}
-	if err := s.recordErr(out...); err != nil {
+	if err := s.record(out...); err != nil {
 		return
 	}
 	for i := range out {
@@ -170,7 +172,7 @@ func (s *Scheduler) sweep(now time.Time) {
 
 // aliveNodes returns a function that reports whether a node holds its node
 // lease, or nil when that cannot be told now.
-func (s *Scheduler) aliveNodes(ctx context.Context, rs []driver.RunRecord) func(context.Context, string) bool {
+func (s *Scheduler) aliveNodes(ctx context.Context) func(context.Context, string) bool {
 	if s.lister != nil {
 		ls, err := s.lister.Leases(ctx, s.nodePrefix)
 		if err != nil {
