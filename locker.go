@@ -264,19 +264,17 @@ func (lk *Locker) Obtain(ctx context.Context, key string, opts *ObtainOptions) (
 		case !retryable(ctx, err):
 			return nil, err
 		}
-		var delay time.Duration
-		switch {
-		case held != nil:
-			races = 0
-			delay = pollDelay(attempt, held.TTL, notified)
-		case errors.Is(err, driver.ErrTryAgain):
+		if errors.Is(err, driver.ErrTryAgain) {
 			races++
-			delay = raceDelay(races)
-		default:
+			t.Reset(raceDelay(races))
+		} else {
 			races = 0
-			delay = pollDelay(attempt, 0, notified)
+			var holderTTL time.Duration
+			if held != nil {
+				holderTTL = held.TTL
+			}
+			t.Reset(pollDelay(attempt, holderTTL, notified))
 		}
-		t.Reset(delay)
 		select {
 		case <-w.ch:
 		case <-t.C():
