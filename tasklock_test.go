@@ -48,12 +48,7 @@ func (f *faultStore) renewCalls() []int {
 
 func newTestLocker(t *testing.T, s driver.Store) *Locker {
 	t.Helper()
-	lk, err := New(s, &Config{Owner: "test"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = lk.Close() })
-	return lk
+	return newClockedLocker(t, s, nil)
 }
 
 func TestOptionErrorsNameTheField(t *testing.T) {
@@ -135,10 +130,15 @@ type fakeClock struct{ *fakeclock.Clock }
 func (c fakeClock) NewTimer(d time.Duration) Timer { return c.Clock.NewTimer(d) }
 
 // newClockedLocker returns a Locker on s driven by clk: its engine sleeps
-// until the test advances clk (see advance).
+// until the test advances clk (see advance). A nil clk means the system
+// clock.
 func newClockedLocker(t *testing.T, s driver.Store, clk *fakeclock.Clock) *Locker {
 	t.Helper()
-	lk, err := New(s, &Config{Owner: "test", Clock: fakeClock{clk}})
+	cfg := &Config{Owner: "test"}
+	if clk != nil {
+		cfg.Clock = fakeClock{clk}
+	}
+	lk, err := New(s, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
