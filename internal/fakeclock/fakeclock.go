@@ -123,11 +123,3 @@ func (t *Timer) Stop() bool {
 	delete(t.c.timers, t)
 	return armed
 }
-
-// Armed reports whether the timer waits to fire, and when it will.
-func (t *Timer) Armed() (time.Time, bool) {
-	t.c.mu.Lock()
-	defer t.c.mu.Unlock()
-	_, armed := t.c.timers[t]
-	return t.at, armed
-}
