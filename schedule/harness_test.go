@@ -9,89 +9,20 @@ import (
 	"time"
 
 	"github.com/tasklock/tasklock"
+	"github.com/tasklock/tasklock/internal/fakeclock"
 	"github.com/tasklock/tasklock/memstore"
 )
 
 // fakeClock is a tasklock.Clock whose time moves only when the test
-// advances it; timers fire then.
-type fakeClock struct {
-	mu     sync.Mutex
-	now    time.Time
-	timers map[*fakeTimer]struct{} // armed
-}
+// advances it (Advance); timers fire then.
+type fakeClock struct{ *fakeclock.Clock }
 
-func newFakeClock(t time.Time) *fakeClock {
-	return &fakeClock{now: t, timers: make(map[*fakeTimer]struct{})}
-}
+func newFakeClock(t time.Time) *fakeClock { return &fakeClock{fakeclock.At(t)} }
 
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) NewTimer(d time.Duration) tasklock.Timer {
-	t := &fakeTimer{c: c, ch: make(chan time.Time, 1)}
-	t.Reset(d)
-	return t
-}
-
-// Advance moves the clock and fires the timers that are due.
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-	for t := range c.timers {
-		if !t.at.After(c.now) {
-			delete(c.timers, t)
-			select {
-			case t.ch <- c.now:
-			default:
-			}
-		}
-	}
-}
+func (c *fakeClock) NewTimer(d time.Duration) tasklock.Timer { return c.Clock.NewTimer(d) }
 
 // armed returns how many timers wait to fire.
-func (c *fakeClock) armed() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.timers)
-}
-
-type fakeTimer struct {
-	c  *fakeClock
-	ch chan time.Time
-	at time.Time
-}
-
-func (t *fakeTimer) C() <-chan time.Time { return t.ch }
-
-// Reset drops a value not yet received, as time.Timer does since Go 1.23.
-func (t *fakeTimer) Reset(d time.Duration) {
-	c := t.c
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	select {
-	case <-t.ch:
-	default:
-	}
-	t.at = c.now.Add(d)
-	if d <= 0 {
-		delete(c.timers, t)
-		t.ch <- c.now
-		return
-	}
-	c.timers[t] = struct{}{}
-}
-
-func (t *fakeTimer) Stop() bool {
-	t.c.mu.Lock()
-	defer t.c.mu.Unlock()
-	_, armed := t.c.timers[t]
-	delete(t.c.timers, t)
-	return armed
-}
+func (c *fakeClock) armed() int { return c.Clock.Armed() }
 
 // skewClock is a node's view of a fakeClock: the same time plus a skew.
 type skewClock struct {

@@ -8,7 +8,8 @@
 //
 //	func (c clock) NewTimer(d time.Duration) tasklock.Timer { return c.Clock.NewTimer(d) }
 //
-// Times it returns carry a monotonic reading, as tasklock.Clock requires.
+// Times of a Clock from New carry a monotonic reading, as tasklock.Clock
+// requires; At makes one at a given time, for tests of wall-clock ticks.
 // Frozen makes a clock that never moves, whose timers never fire: code
 // driven by it can only be woken by something else.
 package fakeclock
@@ -28,7 +29,11 @@ type Clock struct {
 
 // New returns a Clock at the current time (with its monotonic reading),
 // which moves only by Advance.
-func New() *Clock { return &Clock{now: time.Now(), timers: make(map[*Timer]struct{})} }
+func New() *Clock { return At(time.Now()) }
+
+// At returns a Clock at t, which moves only by Advance. Its times carry a
+// monotonic reading only when t does.
+func At(t time.Time) *Clock { return &Clock{now: t, timers: make(map[*Timer]struct{})} }
 
 // Frozen returns a Clock that is never advanced: Now never changes and no
 // timer ever fires.
@@ -76,6 +81,13 @@ func (c *Clock) Next() (time.Time, bool) {
 		}
 	}
 	return next, !next.IsZero()
+}
+
+// Armed returns how many timers wait to fire.
+func (c *Clock) Armed() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.timers)
 }
 
 // Resets returns how many times a timer of this clock was made or reset.
