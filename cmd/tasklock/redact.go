@@ -55,8 +55,7 @@ func storeSecrets(raw string) []string {
 		q, _, _ = strings.Cut(q, "#")
 		for _, part := range strings.Split(q, "&") {
 			name, v, ok := strings.Cut(part, "=")
-			n := strings.ToLower(name)
-			if ok && v != "" && (strings.Contains(n, "pass") || strings.Contains(n, "secret") || strings.Contains(n, "token") || strings.Contains(n, "auth")) {
+			if ok && v != "" && redact.SecretName(name) {
 				out = append(out, v)
 			}
 		}
