@@ -151,9 +151,9 @@ func (h *handler) failed(client string) {
 
 // tooMany answers 429 with Retry-After.
 func (h *handler) tooMany(w http.ResponseWriter, wait time.Duration, page bool) {
-	secs := int(math.Ceil(wait.Seconds()))
-	w.Header().Set("Retry-After", strconv.Itoa(max(secs, 1)))
-	msg := "too many failed logins or bearer tokens from this address: try again in " + strconv.Itoa(max(secs, 1)) + " s"
+	secs := strconv.Itoa(max(int(math.Ceil(wait.Seconds())), 1))
+	w.Header().Set("Retry-After", secs)
+	msg := "too many failed logins or bearer tokens from this address: try again in " + secs + " s"
 	if page {
 		h.loginPage(w, http.StatusTooManyRequests, msg)
 		return

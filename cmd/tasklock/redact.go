@@ -9,9 +9,9 @@ import (
 )
 
 // newRedactor returns a function that hides, in any text, every secret
-// (as it is, and in its percent-encoded and -decoded forms) with
-// redact.Text, which also hides the password of every URL and DSN in the
-// text. serve passes the dashboard token and the store URL's secrets
+// (as it is, and in its percent-encoded and -decoded forms) as
+// redact.Text does, which also hides the password of every URL and DSN in
+// the text. serve passes the dashboard token and the store URL's secrets
 // (storeSecrets), and rewrites with it the output and errors it keeps in
 // the run history and the job lines it prints.
 func newRedactor(secrets ...string) func(string) string {
@@ -30,7 +30,7 @@ func newRedactor(secrets ...string) func(string) string {
 	}
 	slices.Sort(all)
 	all = slices.Compact(all)
-	return func(text string) string { return redact.Text(text, all...) }
+	return redact.Replacer(all...)
 }
 
 // storeSecrets are the secrets in a store URL: the password of its user
@@ -55,8 +55,7 @@ func storeSecrets(raw string) []string {
 		q, _, _ = strings.Cut(q, "#")
 		for _, part := range strings.Split(q, "&") {
 			name, v, ok := strings.Cut(part, "=")
-			n := strings.ToLower(name)
-			if ok && v != "" && (strings.Contains(n, "pass") || strings.Contains(n, "secret") || strings.Contains(n, "token") || strings.Contains(n, "auth")) {
+			if ok && v != "" && redact.SecretName(name) {
 				out = append(out, v)
 			}
 		}

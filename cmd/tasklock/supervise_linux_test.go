@@ -134,49 +134,45 @@ func waitSleeps(t *testing.T, p *proc, marker string, n int) {
 // it, however it detached.
 func TestExecSigkillKillsTree(t *testing.T) {
 	t.Parallel()
-	for _, tc := range treeCases {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			requireTools(t, tc.argv)
-			marker := newMarker(t)
-			p := startTL(t, []string{marker}, append([]string{"exec", "--store", "mem://", "--key", "tree", "--"}, tc.argv...)...)
-			waitSleeps(t, p, marker, tc.sleeps)
-			if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-				t.Fatal(err)
-			}
-			killed := time.Now()
-			if code := p.wait(10 * time.Second); code != -1 {
-				t.Fatalf("tasklock exit %d after SIGKILL", code)
-			}
-			waitTreeGone(t, marker, killed)
-		})
-	}
+	testSigkillKillsTree(t, "tasklock", func(t *testing.T, argv []string) []string {
+		return append([]string{"exec", "--store", "mem://", "--key", "tree", "--"}, argv...)
+	})
 }
 
 // The same for a command job of a serve that is SIGKILLed.
 func TestServeSigkillKillsTree(t *testing.T) {
 	t.Parallel()
+	testSigkillKillsTree(t, "serve", func(t *testing.T, argv []string) []string {
+		quoted := make([]string, len(argv))
+		for i, a := range argv {
+			quoted[i] = strconv.Quote(a)
+		}
+		cfg := writeConfig(t, t.TempDir(), memConfig(`  - name: tree
+    schedule: "@every 1s"
+    command: [`+strings.Join(quoted, ", ")+`]
+`))
+		return []string{"serve", "--config", cfg, "--http", ""}
+	})
+}
+
+// testSigkillKillsTree runs, for every tree case, tasklock with the
+// arguments args gives for the case's command, SIGKILLs it once the
+// command's sleeps run, and waits for all of them to go; what names the
+// tasklock command in the failure message.
+func testSigkillKillsTree(t *testing.T, what string, args func(t *testing.T, argv []string) []string) {
 	for _, tc := range treeCases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			requireTools(t, tc.argv)
 			marker := newMarker(t)
-			quoted := make([]string, len(tc.argv))
-			for i, a := range tc.argv {
-				quoted[i] = strconv.Quote(a)
-			}
-			cfg := writeConfig(t, t.TempDir(), memConfig(`  - name: tree
-    schedule: "@every 1s"
-    command: [`+strings.Join(quoted, ", ")+`]
-`))
-			p := startTL(t, []string{marker}, "serve", "--config", cfg, "--http", "")
+			p := startTL(t, []string{marker}, args(t, tc.argv)...)
 			waitSleeps(t, p, marker, tc.sleeps)
 			if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 				t.Fatal(err)
 			}
 			killed := time.Now()
 			if code := p.wait(10 * time.Second); code != -1 {
-				t.Fatalf("serve exit %d after SIGKILL", code)
+				t.Fatalf("%s exit %d after SIGKILL", what, code)
 			}
 			waitTreeGone(t, marker, killed)
 		})

@@ -196,10 +196,21 @@ var mysqlDSN = regexp.MustCompile(`(^|[\s"'(=,])([^\s:@"'/(]*:)(\S*)(@(?:tcp|tcp
 // whole token (see the package documentation; one shorter than
 // MinTokenLen only where it stands as a password field).
 func Text(s string, secrets ...string) string {
-	s = redactSyntax(s)
-	if len(secrets) == 0 {
-		return s
-	}
+	return replaceForms(redactSyntax(s), forms(secrets))
+}
+
+// Replacer returns a function that does what Text does with secrets,
+// working out once the forms of secrets to look for: for text redacted
+// again and again with the same secrets, such as a command's output lines.
+func Replacer(secrets ...string) func(string) string {
+	vs := forms(secrets)
+	return func(s string) string { return replaceForms(redactSyntax(s), vs) }
+}
+
+// forms are the forms of secrets Text hides, longest first: each as
+// given, percent-encoded as in a query, a path and the user information
+// of a URL.
+func forms(secrets []string) []string {
 	var vs []string
 	for _, sec := range secrets {
 		if sec == "" || sec == Mask {
@@ -210,7 +221,12 @@ func Text(s string, secrets ...string) string {
 	}
 	// Longer first, so that a secret containing another is hidden whole.
 	sort.Slice(vs, func(i, j int) bool { return len(vs[i]) > len(vs[j]) })
-	vs = compact(vs)
+	return compact(vs)
+}
+
+// replaceForms replaces each of vs in s: as a whole token, or one shorter
+// than MinTokenLen where it stands as a password field.
+func replaceForms(s string, vs []string) string {
 	for _, v := range vs {
 		if len(v) >= MinTokenLen {
 			s = replaceTokens(s, v)
