@@ -483,8 +483,11 @@ func (s *Store) RecordRuns(ctx context.Context, rs []driver.RunRecord) error {
 		return err
 	}
 	now := time.Now().UTC().Round(0)
-	vals := make(map[string]string, len(rs))
-	running := make(map[string]bool, len(rs))
+	type put struct {
+		val     string
+		running bool
+	}
+	puts := make(map[string]put, len(rs))
 	order := make([]string, 0, len(rs))
 	for _, r := range rs {
 		switch {
@@ -504,18 +507,17 @@ func (s *Store) RecordRuns(ctx context.Context, rs []driver.RunRecord) error {
 			return fmt.Errorf("etcdstore: record run %q: %w", r.Job, err)
 		}
 		k := s.runKey(r.Key())
-		if _, dup := vals[k]; !dup {
+		if _, dup := puts[k]; !dup {
 			order = append(order, k)
 		}
-		vals[k] = string(v) // the last record with a key wins
-		running[k] = r.Status == driver.RunRunning
+		puts[k] = put{string(v), r.Status == driver.RunRunning} // the last record with a key wins
 	}
 	for lo := 0; lo < len(order); {
 		n := min(len(order)-lo, max(int(s.txnOps.Load())/2, 1))
 		ops := make([]clientv3.Op, 0, 2*n)
 		for _, k := range order[lo : lo+n] {
-			ops = append(ops, clientv3.OpPut(k, vals[k]))
-			if running[k] {
+			ops = append(ops, clientv3.OpPut(k, puts[k].val))
+			if puts[k].running {
 				ops = append(ops, clientv3.OpPut(s.markerKey(k), ""))
 			} else {
 				ops = append(ops, clientv3.OpDelete(s.markerKey(k)))

@@ -648,25 +648,24 @@ func (s *Store) forgetJob(ctx context.Context, job string) error {
 // JobStates implements driver.Ledger in one SELECT over the paused jobs
 // and the pending triggers.
 func (s *Store) JobStates(ctx context.Context) ([]driver.JobState, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	sts, err := s.jobStates(ctx, "", false)
-	if err != nil {
-		return nil, s.wrapLedger("job states", err)
-	}
-	return sts, nil
+	return s.listStates(ctx, "job states", false)
 }
 
 // Jobs implements driver.Ledger in one SELECT over the paused jobs, the
 // registered ones and the pending triggers.
 func (s *Store) Jobs(ctx context.Context) ([]driver.JobState, error) {
+	return s.listStates(ctx, "jobs", true)
+}
+
+// listStates is JobStates and Jobs: jobStates over every job, its error
+// that of ledger operation op.
+func (s *Store) listStates(ctx context.Context, op string, registered bool) ([]driver.JobState, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	sts, err := s.jobStates(ctx, "", true)
+	sts, err := s.jobStates(ctx, "", registered)
 	if err != nil {
-		return nil, s.wrapLedger("jobs", err)
+		return nil, s.wrapLedger(op, err)
 	}
 	return sts, nil
 }

@@ -306,10 +306,6 @@ func (s *Store) RecordRuns(ctx context.Context, rs []driver.RunRecord) error {
 			side = append(side, pipe.SAdd(ctx, s.runningKey(), running...))
 		}
 	})
-	if err == nil && len(ended) > 0 {
-		// After the records: a member goes only once its record is final.
-		err = s.client.SRem(ctx, s.runningKey(), ended...).Err()
-	}
 	for _, c := range side {
 		if err == nil {
 			err = c.Err()
@@ -319,6 +315,11 @@ func (s *Store) RecordRuns(ctx context.Context, rs []driver.RunRecord) error {
 		if err == nil {
 			err = c.cmd.Err()
 		}
+	}
+	if err == nil && len(ended) > 0 {
+		// After the records, once they all succeeded: a member goes only
+		// once its record is final.
+		err = s.client.SRem(ctx, s.runningKey(), ended...).Err()
 	}
 	if err != nil {
 		return ledgerErr(op, err)

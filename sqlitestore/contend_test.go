@@ -376,19 +376,7 @@ func runContender(d time.Duration) {
 		helperFail("%v", err)
 	}
 	fmt.Println("READY")
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		var g int
-		if err := db.QueryRow(`SELECT go FROM start`).Scan(&g); err != nil {
-			helperFail("%v", err)
-		}
-		if g == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			helperFail("no start signal")
-		}
-		time.Sleep(time.Millisecond) // poll interval
-	}
+	waitStart(db)
 	st := contend([]*tasklock.Locker{lk}, 4, d)
 	for _, e := range st.errs {
 		fmt.Println("ERR", e)

@@ -71,6 +71,24 @@ func helperStore() (*sql.DB, *Store) {
 	return db, s
 }
 
+// waitStart waits, in a helper process, for the parent's start signal (go
+// = 1 in table start), for up to 30s.
+func waitStart(db *sql.DB) {
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		var g int
+		if err := db.QueryRow(`SELECT go FROM start`).Scan(&g); err != nil {
+			helperFail("%v", err)
+		}
+		if g == 1 {
+			return
+		}
+		if time.Now().After(deadline) {
+			helperFail("no start signal")
+		}
+		time.Sleep(time.Millisecond) // poll interval
+	}
+}
+
 // TestProcessesShareFile: four processes take turns on one lock in one
 // file, and inside it increment a counter in another table with a read and
 // a separate write, which loses updates unless the lock excludes. The final
@@ -174,19 +192,7 @@ func runWorker() {
 		helperFail("%v", err)
 	}
 	fmt.Println("READY")
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		var g int
-		if err := db.QueryRow(`SELECT go FROM start`).Scan(&g); err != nil {
-			helperFail("%v", err)
-		}
-		if g == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			helperFail("no start signal")
-		}
-		time.Sleep(time.Millisecond) // poll interval
-	}
+	waitStart(db)
 	// No deadline: Obtain then returns any store error at once instead of
 	// retrying it, so a SQLITE_BUSY that escaped would fail the worker.
 	ctx, cancel := context.WithCancel(context.Background())
