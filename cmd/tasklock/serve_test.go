@@ -62,6 +62,11 @@ func TestValidate(t *testing.T) {
 	if code != exitOK || out != good+": OK: 1 job, store redis://u:xxxxx@localhost:1, node n1\n" || errOut != "" {
 		t.Errorf("valid: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
+	// With the environment serve reads, validate names what serve would use.
+	code, out, errOut = runTL(t, []string{"TASKLOCK_STORE=redis://v:pw2@localhost:2", "TASKLOCK_NODE=n2"}, "validate", "--config", good)
+	if want := good + ": OK: 1 job, store redis://v:xxxxx@localhost:2 (from $TASKLOCK_STORE), node n2 (from $TASKLOCK_NODE)\n"; code != exitOK || out != want || errOut != "" {
+		t.Fatalf("validate with $TASKLOCK_STORE and $TASKLOCK_NODE = %d\n%s%s\nwant %s", code, out, errOut, want)
+	}
 
 	bad := filepath.Join(dir, "bad.yaml")
 	if err := os.WriteFile(bad, []byte("store: redis://u:hunter2@h:1/?x=1\njobs:\n  - name: a\n    schedule: '@every 1s'\n    command: [true]\n    timeout: 10x\n  - name: a\n    schedule: '@daily'\n    http: {url: 'http://h/'}\n"), 0o644); err != nil {

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"time"
 
 	"github.com/tasklock/tasklock"
@@ -69,11 +70,18 @@ func runValidate(args []string, stdout, stderr io.Writer) int {
 		printConfigErrors(stderr, "tasklock validate", err)
 		return exitUsage
 	}
-	node := f.Node
-	if node == "" {
+	// What serve would use with this environment (serveUsage's order).
+	store, node := redact.URL(f.Store), f.Node
+	if f.Node == "" {
 		node = "host:pid"
 	}
-	fmt.Fprintf(stdout, "%s: OK: %s, store %s, node %s\n", path, plural(len(f.Jobs), "job"), redact.URL(f.Store), node)
+	if v := os.Getenv("TASKLOCK_STORE"); v != "" {
+		store = redact.URL(v) + " (from $TASKLOCK_STORE)"
+	}
+	if v := os.Getenv("TASKLOCK_NODE"); v != "" {
+		node = redact.Printable(v) + " (from $TASKLOCK_NODE)"
+	}
+	fmt.Fprintf(stdout, "%s: OK: %s, store %s, node %s\n", path, plural(len(f.Jobs), "job"), store, node)
 	return exitOK
 }
 
