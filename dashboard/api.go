@@ -562,7 +562,6 @@ func (h *handler) nodes(w http.ResponseWriter, r *http.Request) {
 		}
 		for name, seen := range h.nodeSeen {
 			if byName[name] == nil {
-				seen := seen
 				byName[name] = &nodeView{Node: name, LastSeen: &seen}
 			}
 		}
