@@ -4,8 +4,6 @@ import (
 	"context"
 	"sync"
 	"time"
-
-	"github.com/tasklock/tasklock/driver"
 )
 
 // maxInFlight is how many calls of one kind a Locker has under way at a
@@ -161,54 +159,3 @@ func (e batchError) Error() string { return string(e) }
 // errBatchLength is every item's error when a store's batch call returned
 // the wrong number of results (a store bug).
 const errBatchLength = batchError("tasklock: the store returned a wrong number of batch results")
-
-// setupBatching makes the Locker group-commit its acquires and releases
-// when store implements driver.Batcher and can batch.
-func (lk *Locker) setupBatching(store driver.Store) {
-	b, ok := store.(driver.Batcher)
-	if !ok {
-		return
-	}
-	n := min(b.MaxBatch(), maxBatch)
-	if n <= 1 {
-		return
-	}
-	lk.acquires = &groupCommit[driver.AcquireParams, driver.AcquireResult]{
-		one: func(ctx context.Context, p driver.AcquireParams) driver.AcquireResult {
-			g, err := store.Acquire(ctx, p)
-			return driver.AcquireResult{Grant: g, Err: err}
-		},
-		many: b.AcquireBatch,
-		max:  n,
-		fail: func(err error) driver.AcquireResult { return driver.AcquireResult{Err: err} },
-		undo: func(p driver.AcquireParams, r driver.AcquireResult) {
-			if r.Err == nil {
-				lk.giveBack(p.Key, p.Token)
-			}
-		},
-	}
-	lk.releases = &groupCommit[driver.ReleaseParams, error]{
-		one:  store.Release,
-		many: b.ReleaseBatch,
-		max:  n,
-		fail: func(err error) error { return err },
-		undo: func(driver.ReleaseParams, error) {},
-	}
-}
-
-// acquire is store.Acquire, group-committed when the store batches.
-func (lk *Locker) acquire(ctx context.Context, p driver.AcquireParams) (driver.Grant, error) {
-	if lk.acquires == nil {
-		return lk.store.Acquire(ctx, p)
-	}
-	r := lk.acquires.do(ctx, p)
-	return r.Grant, r.Err
-}
-
-// release is store.Release, group-committed when the store batches.
-func (lk *Locker) release(ctx context.Context, p driver.ReleaseParams) error {
-	if lk.releases == nil {
-		return lk.store.Release(ctx, p)
-	}
-	return lk.releases.do(ctx, p)
-}

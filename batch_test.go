@@ -101,9 +101,9 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 func waitQueued(t *testing.T, lk *Locker, n int) {
 	t.Helper()
 	waitUntil(t, fmt.Sprintf("%d acquires never queued", n), func() bool {
-		lk.acquires.mu.Lock()
-		defer lk.acquires.mu.Unlock()
-		return len(lk.acquires.queue) == n
+		lk.door.acquires.mu.Lock()
+		defer lk.door.acquires.mu.Unlock()
+		return len(lk.door.acquires.queue) == n
 	})
 }
 
@@ -260,7 +260,7 @@ func TestNoBatchingWhenStoreSaysOne(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer lk.Close()
-	if lk.acquires != nil || lk.releases != nil {
+	if lk.door.acquires != nil || lk.door.releases != nil {
 		t.Fatal("the Locker batches for a store whose MaxBatch is 1")
 	}
 }

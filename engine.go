@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -19,8 +18,12 @@ import (
 // renewed together in one store call, which the store splits per shard.
 // Store calls run on short-lived goroutines, so a slow store never delays
 // the loss signal of any lock.
+//
+// The engine owns each Lock's state (Lock.state): only its methods, in this
+// file, read or write it, with mu held. The arithmetic they apply to it
+// lives in lease.go.
 type engine struct {
-	store  driver.Store
+	door   *door
 	clock  Clock
 	base   time.Time // origin of Lock.validNs
 	lk     *Locker
@@ -50,10 +53,10 @@ type pending struct {
 	lost   []*Lock
 }
 
-func newEngine(lk *Locker, store driver.Store, clock Clock) *engine {
+func newEngine(lk *Locker, door *door, clock Clock) *engine {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &engine{
-		store: store, clock: clock, base: clock.Now(), lk: lk, ctx: ctx, cancel: cancel,
+		door: door, clock: clock, base: clock.Now(), lk: lk, ctx: ctx, cancel: cancel,
 		wake: make(chan struct{}, 1), quit: make(chan struct{}), stopped: make(chan struct{}),
 	}
 }
@@ -74,17 +77,11 @@ func (e *engine) add(l *Lock, ttl time.Duration, sentAt time.Time, final bool) b
 		e.mu.Unlock()
 		return false
 	}
-	l.ttl = ttl
-	e.setValid(l, sentAt.Add(validity(ttl, l.grace)))
-	l.idx = -1
-	switch {
-	case final:
-		l.endCause = ErrMaxHold
-	case l.renew:
-		l.renewAt = sentAt.Add(ttl / 3)
-	}
+	l.state.ttl = ttl
+	l.state.idx = -1
+	e.leaseStarted(l, sentAt, ttl, final)
 	e.schedule(l)
-	first := l.idx == 0
+	first := l.state.idx == 0
 	e.mu.Unlock()
 	if first {
 		e.poke()
@@ -92,24 +89,34 @@ func (e *engine) add(l *Lock, ttl time.Duration, sentAt time.Time, final bool) b
 	return true
 }
 
-// due returns when the engine must next look at l.
-func (l *Lock) due() time.Time {
-	t := l.validUntil()
-	if !l.renewAt.IsZero() && !l.inFlight && l.renewAt.Before(t) {
-		t = l.renewAt
+// leaseStarted records a lease of ttl granted or renewed for a request sent
+// at sentAt: its local validity, and its next renewal, or, when the lease
+// is final, that it ends the lock with ErrMaxHold. Callers hold e.mu.
+func (e *engine) leaseStarted(l *Lock, sentAt time.Time, ttl time.Duration, final bool) {
+	e.setValid(l, validUntil(sentAt, ttl, l.grace))
+	l.state.renewAt = time.Time{}
+	switch {
+	case final:
+		l.state.endCause = ErrMaxHold
+	case l.renew:
+		l.state.renewAt = renewalAt(sentAt, ttl)
 	}
-	if s, ok := l.stallAt(); ok && s.Before(t) {
-		t = s
-	}
-	return t
 }
 
-// stallAt is when l stalls unless Heartbeat is called.
-func (l *Lock) stallAt() (time.Time, bool) {
-	if l.progress <= 0 || (l.renewAt.IsZero() && !l.inFlight) {
-		return time.Time{}, false
+// plannedRenewal is l's next renewal, zero when none is planned or one is
+// under way. Callers hold e.mu.
+func (e *engine) plannedRenewal(l *Lock) time.Time {
+	if l.state.inFlight {
+		return time.Time{}
 	}
-	return l.acquiredAt.Add(time.Duration(l.beat.Load()) + l.progress), true
+	return l.state.renewAt
+}
+
+// stallAt is when l stalls unless Heartbeat is called; false when it
+// cannot. Callers hold e.mu.
+func (e *engine) stallAt(l *Lock) (time.Time, bool) {
+	renewing := !l.state.renewAt.IsZero() || l.state.inFlight
+	return stallAt(l.acquiredAt, time.Duration(l.beat.Load()), l.progress, renewing)
 }
 
 // schedule (re)places l in the heap after its times changed, caching its
@@ -117,9 +124,10 @@ func (l *Lock) stallAt() (time.Time, bool) {
 // the heap orders by the cached value. Callers hold e.mu, and poke the
 // engine when the change may make it wake earlier.
 func (e *engine) schedule(l *Lock) {
-	l.dueAt = l.due()
-	if l.idx >= 0 {
-		heap.Fix(&e.heap, l.idx)
+	stall, _ := e.stallAt(l)
+	l.state.dueAt = due(e.validUntilOf(l), e.plannedRenewal(l), stall)
+	if l.state.idx >= 0 {
+		heap.Fix(&e.heap, l.state.idx)
 	} else {
 		heap.Push(&e.heap, l)
 	}
@@ -128,15 +136,15 @@ func (e *engine) schedule(l *Lock) {
 // end finishes l with cause: it leaves the heap, Done closes and the context
 // is cancelled. Callers hold e.mu.
 func (e *engine) end(l *Lock, cause error) {
-	if l.ended {
+	if l.state.ended {
 		return
 	}
-	l.ended, l.cause = true, cause
-	if l.idx >= 0 {
-		heap.Remove(&e.heap, l.idx)
+	l.state.ended, l.state.cause = true, cause
+	if l.state.idx >= 0 {
+		heap.Remove(&e.heap, l.state.idx)
 	}
 	l.closeDone()
-	if x := l.x; x != nil {
+	if x := l.state.x; x != nil {
 		if x.cancel != nil {
 			x.cancel(cause)
 		}
@@ -160,10 +168,10 @@ func (e *engine) lose(l *Lock, cause error, p *pending) {
 func (e *engine) flush(p *pending) {
 	for _, l := range p.lost {
 		level := slog.LevelWarn
-		if l.cause == ErrClosed {
+		if l.state.cause == ErrClosed {
 			level = slog.LevelDebug // the caller ended it
 		}
-		e.lk.log.Log(context.Background(), level, "tasklock: lock lost", "key", l.key, "owner", l.owner, "fence", l.fence, "cause", l.cause)
+		e.lk.log.Log(context.Background(), level, "tasklock: lock lost", "key", l.key, "owner", l.owner, "fence", l.fence, "cause", l.state.cause)
 	}
 	for _, ev := range p.events {
 		e.lk.emit(ev)
@@ -195,20 +203,20 @@ func (e *engine) step() time.Duration {
 	var later []*Lock
 	for len(e.heap) > 0 {
 		l := e.heap[0]
-		window := l.ttl / 6
-		if l.dueAt.After(now.Add(window)) {
+		window := renewWindow(l.state.ttl)
+		if l.state.dueAt.After(now.Add(window)) {
 			break
 		}
 		heap.Pop(&e.heap)
-		stall, stalls := l.stallAt()
+		stall, stalls := e.stallAt(l)
 		switch {
-		case !now.Before(l.validUntil()):
-			e.lose(l, l.expiryCause(), &p)
+		case !now.Before(e.validUntilOf(l)):
+			e.lose(l, e.expiryCause(l), &p)
 			continue
 		case stalls && !now.Before(stall):
 			e.lose(l, ErrStalled, &p)
 			continue
-		case l.renewDue(now, window):
+		case renewDue(now, e.plannedRenewal(l), l.state.attempts > 0, window):
 			if it, ok := e.startRenewal(l, now); ok {
 				batch = append(batch, it)
 			}
@@ -220,7 +228,7 @@ func (e *engine) step() time.Duration {
 	}
 	var sleep time.Duration = time.Hour
 	if len(e.heap) > 0 {
-		sleep = max(e.heap[0].dueAt.Sub(now), 0)
+		sleep = max(e.heap[0].state.dueAt.Sub(now), 0)
 	}
 	if len(batch) > 0 {
 		e.calls.Add(1)
@@ -235,16 +243,12 @@ func (e *engine) step() time.Duration {
 
 // expiryCause is why l ends when its local validity passes unrenewed.
 // Callers hold e.mu.
-func (l *Lock) expiryCause() error {
-	switch {
-	case l.endCause != nil:
-		return l.endCause
-	case l.x != nil && l.x.lastErr != nil:
-		return fmt.Errorf("%w: not renewed within its validity: %w", ErrLockLost, l.x.lastErr)
-	case !l.renew:
-		return fmt.Errorf("%w: lease expired (renewal off)", ErrLockLost)
+func (e *engine) expiryCause(l *Lock) error {
+	var lastErr error
+	if l.state.x != nil {
+		lastErr = l.state.x.lastErr
 	}
-	return fmt.Errorf("%w: not renewed within its validity", ErrLockLost)
+	return expiryCause(l.state.endCause, lastErr, l.renew)
 }
 
 // expireIfDue ends l at once when its local validity has passed, without
@@ -256,8 +260,8 @@ func (e *engine) expireIfDue(l *Lock) {
 	}
 	var p pending
 	e.mu.Lock()
-	if !l.ended && !e.clock.Now().Before(l.validUntil()) {
-		e.lose(l, l.expiryCause(), &p)
+	if !l.state.ended && !e.clock.Now().Before(e.validUntilOf(l)) {
+		e.lose(l, e.expiryCause(l), &p)
 	}
 	e.mu.Unlock()
 	e.flush(&p)
@@ -268,22 +272,10 @@ func (e *engine) setValid(l *Lock, until time.Time) {
 	l.validNs.Store(int64(until.Sub(e.base)))
 }
 
-// validUntil is the end of l's local validity.
-func (l *Lock) validUntil() time.Time {
-	return l.lk.eng.base.Add(time.Duration(l.validNs.Load()))
-}
-
-// renewDue reports whether l should be renewed in a call starting now. A
-// renewal due within window joins the call (that is how leases come to be
-// renewed together); a retry after a failure waits out its backoff.
-func (l *Lock) renewDue(now time.Time, window time.Duration) bool {
-	if l.renewAt.IsZero() || l.inFlight {
-		return false
-	}
-	if l.attempts > 0 {
-		window = 0
-	}
-	return !l.renewAt.After(now.Add(window))
+// validUntilOf is the end of l's local validity, as last set by setValid.
+// It reads an atomic: no lock needed.
+func (e *engine) validUntilOf(l *Lock) time.Time {
+	return e.base.Add(time.Duration(l.validNs.Load()))
 }
 
 // startRenewal marks l as being renewed and decides the lease length,
@@ -291,25 +283,21 @@ func (l *Lock) renewDue(now time.Time, window time.Duration) bool {
 // renewals, answers pending Extend calls, and reports false. Callers hold
 // e.mu.
 func (e *engine) startRenewal(l *Lock, now time.Time) (renewItem, bool) {
-	it := renewItem{l: l, ttl: l.ttl}
-	if l.maxHold > 0 {
-		rest := l.acquiredAt.Add(l.maxHold).Sub(now)
-		if validity(rest, l.grace) <= 0 {
-			l.renewAt, l.endCause = time.Time{}, ErrMaxHold
-			if x := l.x; x != nil {
-				for _, ch := range x.extends {
-					ch <- fmt.Errorf("tasklock: extend %q: %w", l.key, ErrMaxHold)
-				}
-				x.extends = nil
+	held := now.Sub(l.acquiredAt)
+	if maxHoldReached(l.maxHold, held, l.grace) {
+		l.state.renewAt, l.state.endCause = time.Time{}, ErrMaxHold
+		if x := l.state.x; x != nil {
+			for _, ch := range x.extends {
+				ch <- fmt.Errorf("tasklock: extend %q: %w", l.key, ErrMaxHold)
 			}
-			return it, false
+			x.extends = nil
 		}
-		if rest <= it.ttl {
-			it.ttl, it.final = rest, true
-		}
+		return renewItem{}, false
 	}
-	l.inFlight = true
-	if x := l.x; x != nil {
+	it := renewItem{l: l}
+	it.ttl, it.final = leaseLength(l.state.ttl, l.maxHold, held)
+	l.state.inFlight = true
+	if x := l.state.x; x != nil {
 		x.sentExtends, x.extends = x.extends, nil
 	}
 	return it, true
@@ -326,37 +314,27 @@ func (e *engine) renewCall(batch []renewItem, sentAt time.Time) {
 		longest = max(longest, it.ttl)
 	}
 	ctx, cancel := context.WithTimeout(e.ctx, longest)
-	res, err := e.store.Renew(ctx, ps)
+	res, err := e.door.renew(ctx, ps)
 	cancel()
-	if err == nil && len(res) != len(batch) {
-		err = fmt.Errorf("tasklock: store returned %d renewal results for %d leases", len(res), len(batch))
-	}
 
 	var p pending
 	e.mu.Lock()
 	now := e.clock.Now()
 	for i, it := range batch {
 		l := it.l
-		if l.ended {
+		if l.state.ended {
 			continue
 		}
-		l.inFlight = false
+		l.state.inFlight = false
 		r := err
 		if r == nil {
 			r = res[i]
 		}
 		switch {
 		case r == nil:
-			e.setValid(l, sentAt.Add(validity(it.ttl, l.grace)))
-			l.attempts = 0
-			l.renewAt = time.Time{}
-			switch {
-			case it.final:
-				l.endCause = ErrMaxHold
-			case l.renew:
-				l.renewAt = sentAt.Add(it.ttl / 3)
-			}
-			if x := l.x; x != nil {
+			e.leaseStarted(l, sentAt, it.ttl, it.final)
+			l.state.attempts = 0
+			if x := l.state.x; x != nil {
 				x.lastErr = nil
 				for _, ch := range x.sentExtends {
 					ch <- nil
@@ -372,16 +350,16 @@ func (e *engine) renewCall(batch []renewItem, sentAt time.Time) {
 			e.lose(l, fmt.Errorf("%w: the store refused the renewal: %w", ErrLockLost, r), &p)
 			continue
 		default:
-			l.attempts++
-			x := l.extra()
+			l.state.attempts++
+			x := e.extra(l)
 			x.lastErr = r
-			l.renewAt = now.Add(retryDelay(l.attempts, it.ttl))
+			l.state.renewAt = now.Add(retryDelay(l.state.attempts, it.ttl))
 			x.extends = append(x.sentExtends, x.extends...)
 			x.sentExtends = nil
 			p.events = append(p.events, Event{Type: EventRenewFailed, Key: l.key, Owner: l.owner, Fence: l.fence, Err: r})
 		}
-		if l.x != nil && len(l.x.extends) > 0 && (l.renewAt.IsZero() || l.renewAt.After(now)) && l.attempts == 0 {
-			l.renewAt = now // an Extend arrived while this renewal was under way
+		if x := l.state.x; x != nil && len(x.extends) > 0 && (l.state.renewAt.IsZero() || l.state.renewAt.After(now)) && l.state.attempts == 0 {
+			l.state.renewAt = now // an Extend arrived while this renewal was under way
 		}
 		e.schedule(l)
 	}
@@ -391,13 +369,6 @@ func (e *engine) renewCall(batch []renewItem, sentAt time.Time) {
 		e.lk.log.Debug("tasklock: renewal failed, will retry", "leases", len(batch), "err", err)
 	}
 	e.flush(&p)
-}
-
-// retryDelay is the jittered backoff before renewal attempt n+1 after n
-// failures: 25 ms doubling, at most a tenth of the TTL.
-func retryDelay(n int, ttl time.Duration) time.Duration {
-	d := min(25*time.Millisecond<<min(n-1, 10), max(ttl/10, time.Millisecond))
-	return d/2 + rand.N(d/2+1)
 }
 
 // close ends every lock with ErrClosed, stops the goroutine and waits for
@@ -420,18 +391,96 @@ func (e *engine) close() []*Lock {
 	return held
 }
 
+// extra returns l's rarely needed state, making it on first use. Callers
+// hold e.mu.
+func (e *engine) extra(l *Lock) *lockExtra {
+	if l.state.x == nil {
+		l.state.x = new(lockExtra)
+	}
+	return l.state.x
+}
+
+// context returns l's context, made on first use; cancelled with the cause
+// at once when l has ended.
+func (e *engine) context(l *Lock) context.Context {
+	e.expireIfDue(l)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	x := e.extra(l)
+	if x.ctx == nil {
+		x.ctx, x.cancel = context.WithCancelCause(context.Background())
+		if l.state.ended {
+			x.cancel(l.state.cause)
+		}
+	}
+	return x.ctx
+}
+
+// cause returns why l ended, nil while it is held.
+func (e *engine) cause(l *Lock) error {
+	e.expireIfDue(l)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return l.state.cause
+}
+
+// extend makes d the lease length of l's renewals and asks for a renewal
+// now (or right after the one under way). The renewal's outcome comes on
+// the returned channel; the error is Extend's when l has ended already.
+func (e *engine) extend(l *Lock, d time.Duration) (<-chan error, error) {
+	answer := make(chan error, 1)
+	e.mu.Lock()
+	if l.state.ended {
+		cause := l.state.cause
+		e.mu.Unlock()
+		return nil, notHeld(cause)
+	}
+	l.state.ttl = d
+	x := e.extra(l)
+	x.extends = append(x.extends, answer)
+	if !l.state.inFlight {
+		l.state.renewAt = e.clock.Now()
+		l.state.attempts = 0
+		e.schedule(l)
+	}
+	e.mu.Unlock()
+	e.poke()
+	return answer, nil
+}
+
+// release ends l with ErrReleased unless it has ended already. It reports
+// whether this call ended it, and whether an earlier Release already
+// removed the lease at the store (see released).
+func (e *engine) release(l *Lock) (endsHere, releasedBefore bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	endsHere = !l.state.ended
+	if endsHere {
+		e.end(l, ErrReleased)
+	}
+	return endsHere, l.state.releasedOK
+}
+
+// released records that the store deleted (or, with MinHold, shortened)
+// l's lease at a Release: a later Release returns nil at once.
+func (e *engine) released(l *Lock) {
+	e.mu.Lock()
+	l.state.releasedOK = true
+	e.mu.Unlock()
+}
+
 // lockHeap orders locks by due time.
 type lockHeap []*Lock
 
 func (h lockHeap) Len() int           { return len(h) }
-func (h lockHeap) Less(i, j int) bool { return h[i].dueAt.Before(h[j].dueAt) }
+func (h lockHeap) Less(i, j int) bool { return h[i].state.dueAt.Before(h[j].state.dueAt) }
 func (h lockHeap) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
-	h[i].idx, h[j].idx = i, j
+	h[i].state.idx, h[j].state.idx = i, j
 }
 func (h *lockHeap) Push(x any) {
 	l := x.(*Lock)
-	l.idx = len(*h)
+	l.state.idx = len(*h)
 	*h = append(*h, l)
 }
 func (h *lockHeap) Pop() any {
@@ -439,6 +488,6 @@ func (h *lockHeap) Pop() any {
 	l := old[len(old)-1]
 	old[len(old)-1] = nil
 	*h = old[:len(old)-1]
-	l.idx = -1
+	l.state.idx = -1
 	return l
 }

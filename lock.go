@@ -15,7 +15,14 @@ import (
 // heartbeat; Done and Context say when it ends and Err why.
 //
 // A Lock is safe for concurrent use.
+//
+// Each field has one owner, which decides how it is synchronised: the
+// grant (set before the Lock is shared, never written again), the atomics
+// (each with its one writer named), and the engine (state).
+// The layout keeps a held lock within 288 bytes.
 type Lock struct {
+	// Set once by Locker.grant before the Lock is shared; read by anyone
+	// without synchronisation.
 	lk         *Locker
 	key        string
 	token      string
@@ -26,41 +33,42 @@ type Lock struct {
 	minHold    time.Duration
 	progress   time.Duration
 	grace      time.Duration
+	renew      bool // renewed automatically (not ObtainOptions.NoRenew)
 
-	done    atomic.Pointer[chan struct{}] // made on first use: most locks never need it
-	beat    atomic.Int64                  // last Heartbeat as ns since acquiredAt
-	validNs atomic.Int64                  // local validity (sentAt + TTL − drift − grace) as ns since the engine's base
+	// Atomics, read by anyone without a lock.
+	done    atomic.Pointer[chan struct{}] // made by the first Done, or set closed by the engine's end: whichever comes first
+	beat    atomic.Int64                  // written by Heartbeat: the last one as ns since acquiredAt
+	validNs atomic.Int64                  // written by the engine with engine.mu held: the end of local validity as ns since the engine's base
 
-	// Guarded by lk.eng.mu. The layout keeps a held lock within 288 bytes.
-	renew      bool
+	// Owned by the engine: read and written only by its methods
+	// (engine.go), with engine.mu held.
+	state lockState
+}
+
+// lockState is the part of a Lock its engine owns: read and written only by
+// the engine's methods, with engine.mu held.
+type lockState struct {
 	ended      bool
-	releasedOK bool
+	releasedOK bool          // a Release removed the lease at the store
 	inFlight   bool          // a renewal for this lock is under way
 	cause      error         // why it ended
 	ttl        time.Duration // the lease length renewals ask for
 	renewAt    time.Time     // next renewal; zero when none is planned
-	dueAt      time.Time     // the heap's key: due() when last scheduled
+	dueAt      time.Time     // the heap's key: when the engine must look next, as last scheduled
 	endCause   error         // the cause if validity passes unrenewed (nil: ErrLockLost)
 	idx        int           // index in the engine's heap, -1 when not in it
 	attempts   int           // failed renewal calls in a row
 	x          *lockExtra    // state few locks need, made on first use
 }
 
-// lockExtra holds a Lock's rarely needed state. Guarded by lk.eng.mu.
+// lockExtra holds a Lock's rarely needed state; like lockState, owned by
+// the engine.
 type lockExtra struct {
 	ctx         context.Context
 	cancel      context.CancelCauseFunc
 	lastErr     error        // the error of the last failed renewal call
 	extends     []chan error // Extend calls waiting for a renewal not yet sent
 	sentExtends []chan error // Extend calls answered by the renewal under way
-}
-
-// extra returns l.x, making it on first use. Callers hold lk.eng.mu.
-func (l *Lock) extra() *lockExtra {
-	if l.x == nil {
-		l.x = new(lockExtra)
-	}
-	return l.x
 }
 
 // closedChan is what Done returns for a lock that ended before anyone asked.
@@ -112,30 +120,11 @@ func (l *Lock) Done() <-chan struct{} {
 // Context returns a context that is cancelled when Done closes, with the
 // reason as its cause: context.Cause returns ErrReleased, or an error
 // matching ErrLockLost (ErrMaxHold, ErrStalled, ErrClosed, ...).
-func (l *Lock) Context() context.Context {
-	e := l.lk.eng
-	e.expireIfDue(l)
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	x := l.extra()
-	if x.ctx == nil {
-		x.ctx, x.cancel = context.WithCancelCause(context.Background())
-		if l.ended {
-			x.cancel(l.cause)
-		}
-	}
-	return x.ctx
-}
+func (l *Lock) Context() context.Context { return l.lk.eng.context(l) }
 
 // Err returns nil while the lock is held, and the reason it ended after
 // Done is closed.
-func (l *Lock) Err() error {
-	e := l.lk.eng
-	e.expireIfDue(l)
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return l.cause
-}
+func (l *Lock) Err() error { return l.lk.eng.cause(l) }
 
 // Heartbeat reports progress. With ObtainOptions.ProgressTimeout set, the
 // lock is renewed only while Heartbeat is called at least that often. It is
@@ -155,24 +144,10 @@ func (l *Lock) Extend(ctx context.Context, d time.Duration) error {
 	if d > MaxTTL {
 		return &OptionError{"Extend duration", fmt.Sprintf("%v is above the maximum %v", d, MaxTTL)}
 	}
-	e := l.lk.eng
-	answer := make(chan error, 1)
-	e.mu.Lock()
-	if l.ended {
-		cause := l.cause
-		e.mu.Unlock()
-		return notHeld(cause)
+	answer, err := l.lk.eng.extend(l, d)
+	if err != nil {
+		return err
 	}
-	l.ttl = d
-	x := l.extra()
-	x.extends = append(x.extends, answer)
-	if !l.inFlight {
-		l.renewAt = e.clock.Now()
-		l.attempts = 0
-		e.schedule(l)
-	}
-	e.mu.Unlock()
-	e.poke()
 	select {
 	case err := <-answer:
 		return err
@@ -188,41 +163,33 @@ func (l *Lock) Extend(ctx context.Context, d time.Duration) error {
 // called again after a successful Release. It never touches another owner's
 // lease.
 func (l *Lock) Release(ctx context.Context) error {
-	e := l.lk.eng
-	e.mu.Lock()
-	endsHere := !l.ended // this call ends the lock: it reports the release
-	if endsHere {
-		e.end(l, ErrReleased)
-	}
-	if l.releasedOK {
-		e.mu.Unlock()
+	lk := l.lk
+	// endsHere: this call ends the lock, and reports the release.
+	endsHere, releasedBefore := lk.eng.release(l)
+	if releasedBefore {
 		return nil
 	}
-	e.mu.Unlock()
-
 	var keep time.Duration
 	if l.minHold > 0 {
-		keep = l.minHold - l.lk.clock.Now().Sub(l.acquiredAt)
+		keep = keepFor(l.minHold, lk.clock.Now().Sub(l.acquiredAt))
 	}
-	err := l.lk.release(ctx, driver.ReleaseParams{Key: l.key, Token: l.token, KeepFor: keep})
+	err := lk.door.release(ctx, driver.ReleaseParams{Key: l.key, Token: l.token, KeepFor: keep})
 	if err != nil {
 		err = fmt.Errorf("tasklock: release %q: %w", l.key, err)
 		if endsHere {
-			l.lk.emit(Event{Type: EventReleased, Key: l.key, Owner: l.owner, Fence: l.fence, Err: err})
+			lk.emit(Event{Type: EventReleased, Key: l.key, Owner: l.owner, Fence: l.fence, Err: err})
 		}
 		return err
 	}
-	e.mu.Lock()
-	l.releasedOK = true
-	e.mu.Unlock()
-	if keep <= 0 && !l.lk.subscribed.Load() {
+	lk.eng.released(l)
+	if keep <= 0 && !lk.door.notified() {
 		// Without a subscription nothing else tells this Locker's waiters;
 		// with one, the store's message does, and a second wake-up here
 		// would only cost a losing attempt.
-		l.lk.waiters.notify(l.key)
+		lk.waiters.notify(l.key)
 	}
 	if endsHere {
-		l.lk.emit(Event{Type: EventReleased, Key: l.key, Owner: l.owner, Fence: l.fence})
+		lk.emit(Event{Type: EventReleased, Key: l.key, Owner: l.owner, Fence: l.fence})
 	}
 	return nil
 }

@@ -22,7 +22,7 @@ import (
 // can notify, one subscription shared by all its waiters. Create one Locker
 // per store and process, and share it.
 type Locker struct {
-	store   driver.Store
+	door    *door // the one way to the store
 	clock   Clock
 	log     *slog.Logger
 	owner   string
@@ -30,22 +30,12 @@ type Locker struct {
 	eng     *engine
 	waiters waitQueue
 
-	// acquires and releases group-commit calls to a driver.Batcher; nil
-	// for other stores.
-	acquires *groupCommit[driver.AcquireParams, driver.AcquireResult]
-	releases *groupCommit[driver.ReleaseParams, error]
-
 	closing   context.Context // done once Close began
 	endAll    context.CancelFunc
 	closeOnce sync.Once
 
 	tokenSeed [8]byte       // random per Locker, from crypto/rand
 	tokenSeq  atomic.Uint64 // makes every token of this Locker distinct
-
-	subMu      sync.Mutex
-	subStop    func()
-	subscribed atomic.Bool // subStop is set: releases come back through the store
-	subFail    time.Time   // when Subscribe last failed; retried a second later
 }
 
 // New returns a Locker for store. A nil cfg means defaults. It returns an
@@ -71,15 +61,14 @@ func New(store driver.Store, cfg *Config) (*Locker, error) {
 		c.Logger = slog.New(slogfilter.AtLeast(slog.Default().Handler(), slog.LevelWarn))
 	}
 	lk := &Locker{
-		store: store, clock: c.Clock, log: c.Logger, owner: c.Owner, onEvent: c.OnEvent,
+		door: newDoor(store, c.Clock, c.Logger), clock: c.Clock, log: c.Logger, owner: c.Owner, onEvent: c.OnEvent,
 		waiters: waitQueue{m: make(map[string][]*waiter)},
 	}
 	lk.closing, lk.endAll = context.WithCancel(context.Background())
 	if _, err := rand.Read(lk.tokenSeed[:]); err != nil {
 		return nil, fmt.Errorf("tasklock: reading random bytes: %w", err)
 	}
-	lk.setupBatching(store)
-	lk.eng = newEngine(lk, store, c.Clock)
+	lk.eng = newEngine(lk, lk.door, c.Clock)
 	go lk.eng.run()
 	return lk, nil
 }
@@ -97,13 +86,7 @@ func (lk *Locker) Close() error {
 		lk.endAll()
 		held := lk.eng.close()
 		errs = lk.releaseAll(held)
-		lk.subMu.Lock()
-		if lk.subStop != nil {
-			lk.subStop()
-			lk.subStop = nil
-			lk.subscribed.Store(false)
-		}
-		lk.subMu.Unlock()
+		lk.door.close()
 	})
 	return errors.Join(errs...)
 }
@@ -127,7 +110,7 @@ func (lk *Locker) releaseAll(held []*Lock) []error {
 		go func() {
 			defer wg.Done()
 			for l := range next {
-				err := lk.release(ctx, driver.ReleaseParams{Key: l.key, Token: l.token})
+				err := lk.door.release(ctx, driver.ReleaseParams{Key: l.key, Token: l.token})
 				if err != nil && !errors.Is(err, driver.ErrNotHeld) {
 					mu.Lock()
 					errs = append(errs, fmt.Errorf("tasklock: release %q on close: %w", l.key, err))
@@ -237,10 +220,10 @@ func (lk *Locker) Obtain(ctx context.Context, key string, opts *ObtainOptions) (
 		ctx, cancel = context.WithTimeout(ctx, o.wait)
 		defer cancel()
 	}
-	if q, ok := lk.store.(driver.Queuer); ok {
-		return lk.obtainQueued(ctx, q, key, &o, start, held)
+	if lk.door.queues() {
+		return lk.obtainQueued(ctx, key, &o, start, held)
 	}
-	notified := lk.subscribe(ctx)
+	notified := lk.door.subscribe(ctx, lk.waiters.notify)
 	w := lk.waiters.add(key)
 	obtained := false
 	defer func() { lk.waiters.remove(key, w, obtained) }()
@@ -329,10 +312,10 @@ func (lk *Locker) try(ctx context.Context, key string, o *resolved) (*Lock, *Not
 		return nil, nil, ErrClosed
 	default:
 	}
-	ttl, _ := o.leaseTTL()
+	ttl, _ := firstLease(o.ttl, o.maxHold)
 	token := lk.newToken()
 	sentAt := lk.clock.Now()
-	g, err := lk.acquire(ctx, driver.AcquireParams{Key: key, Token: token, Owner: o.owner, TTL: ttl})
+	g, err := lk.door.acquire(ctx, driver.AcquireParams{Key: key, Token: token, Owner: o.owner, TTL: ttl})
 	if err != nil {
 		var he *driver.HeldError
 		if errors.As(err, &he) {
@@ -346,30 +329,21 @@ func (lk *Locker) try(ctx context.Context, key string, o *resolved) (*Lock, *Not
 	return l, nil, err
 }
 
-// leaseTTL is the TTL of the first lease of a grant, and whether it is the
-// last one (MaxHold no longer than the TTL: never renewed).
-func (o *resolved) leaseTTL() (ttl time.Duration, final bool) {
-	if o.maxHold > 0 && o.maxHold <= o.ttl {
-		return o.maxHold, true
-	}
-	return o.ttl, false
-}
-
 // grant turns a lease the store granted, counted from sentAt, into a Lock
 // kept by the engine, or gives the lease back when it is already too late
 // to trust it.
 func (lk *Locker) grant(key, token string, fence uint64, o *resolved, sentAt time.Time) (*Lock, error) {
-	ttl, final := o.leaseTTL()
+	ttl, final := firstLease(o.ttl, o.maxHold)
+	if !lk.clock.Now().Before(validUntil(sentAt, ttl, o.grace)) {
+		lk.door.giveBack(key, token)
+		return nil, fmt.Errorf("tasklock: obtain %q: the store answered after the lease could have expired (%v)", key, ttl)
+	}
 	l := &Lock{
 		lk: lk, key: key, token: token, owner: o.owner, fence: fence, acquiredAt: sentAt,
 		renew: o.renew, maxHold: o.maxHold, minHold: o.minHold, progress: o.progress, grace: o.grace,
 	}
-	if !lk.clock.Now().Before(sentAt.Add(validity(ttl, o.grace))) {
-		lk.releaseUnused(l)
-		return nil, fmt.Errorf("tasklock: obtain %q: the store answered after the lease could have expired (%v)", key, ttl)
-	}
 	if !lk.eng.add(l, ttl, sentAt, final) {
-		lk.releaseUnused(l)
+		lk.door.giveBack(key, token)
 		return nil, ErrClosed
 	}
 	return l, nil
@@ -386,51 +360,6 @@ func (lk *Locker) newToken() string {
 }
 
 var tokenEncoding = base32.StdEncoding.WithPadding(base32.NoPadding)
-
-// releaseUnused gives back a lease that was granted but cannot be used.
-func (lk *Locker) releaseUnused(l *Lock) { lk.giveBack(l.key, l.token) }
-
-// giveBack deletes a lease that was granted for token but never handed to
-// a caller, waiting at most a second: otherwise it expires by its TTL.
-func (lk *Locker) giveBack(key, token string) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	_ = lk.store.Release(ctx, driver.ReleaseParams{Key: key, Token: token})
-}
-
-// subscribe makes sure the Locker's store subscription is running and
-// reports whether waiters will be notified. A failed subscription is retried
-// by a later waiter after a second; meanwhile waiters poll.
-func (lk *Locker) subscribe(ctx context.Context) bool {
-	n, ok := lk.store.(driver.Notifier)
-	if !ok {
-		return false
-	}
-	lk.subMu.Lock()
-	defer lk.subMu.Unlock()
-	if lk.subStop != nil {
-		return true
-	}
-	select {
-	case <-lk.closing.Done():
-		return false
-	default:
-	}
-	if !lk.subFail.IsZero() && lk.clock.Now().Sub(lk.subFail) < time.Second {
-		return false
-	}
-	sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	stop, err := n.Subscribe(sctx, lk.waiters.notify)
-	if err != nil {
-		lk.subFail = lk.clock.Now()
-		lk.log.Info("tasklock: store notifications unavailable, waiters poll", "err", err)
-		return false
-	}
-	lk.subStop = stop
-	lk.subscribed.Store(true)
-	return true
-}
 
 // waitQueue holds, per key, this Locker's waiters in arrival order. A
 // release wakes the first; a waiter that gives up after being woken passes

@@ -173,15 +173,3 @@ func DefaultOwner() string {
 	}
 	return host + ":" + strconv.Itoa(os.Getpid())
 }
-
-// drift is the margin by which local validity ends before the lease can end
-// at the store: max(2 ms, 1% of TTL).
-func drift(ttl time.Duration) time.Duration {
-	return max(2*time.Millisecond, ttl/100)
-}
-
-// validity is how long after sentAt a lease of ttl may be trusted, less the
-// holder's grace: the one place the lease calculation lives.
-func validity(ttl, grace time.Duration) time.Duration {
-	return ttl - drift(ttl) - grace
-}

@@ -12,15 +12,15 @@ import (
 // obtainQueued waits for key in the store's own queue (driver.Queuer): one
 // entry, and so one token, for the whole wait, woken by the store when the
 // entry's predecessor goes. held is what the first attempt found.
-func (lk *Locker) obtainQueued(ctx context.Context, q driver.Queuer, key string, o *resolved, start time.Time, held *NotObtainedError) (*Lock, error) {
+func (lk *Locker) obtainQueued(ctx context.Context, key string, o *resolved, start time.Time, held *NotObtainedError) (*Lock, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(lk.closing, cancel)() // Close ends every wait
-	ttl, _ := o.leaseTTL()
+	ttl, _ := firstLease(o.ttl, o.maxHold)
 	var lastErr error
 	for attempt := 1; ; attempt++ {
 		token := lk.newToken()
-		t, err := q.Enqueue(ctx, driver.AcquireParams{Key: key, Token: token, Owner: o.owner, TTL: ttl})
+		t, err := lk.door.enqueue(ctx, driver.AcquireParams{Key: key, Token: token, Owner: o.owner, TTL: ttl})
 		if err == nil {
 			lk.emit(Event{Type: EventQueued, Key: key, Owner: o.owner})
 			var l *Lock
@@ -55,25 +55,20 @@ func (lk *Locker) obtainQueued(ctx context.Context, q driver.Queuer, key string,
 // that does not return a Lock, except when the entry is already gone
 // (driver.ErrNotHeld).
 func (lk *Locker) waitTicket(ctx context.Context, t driver.Ticket, key, token string, o *resolved, held *NotObtainedError) (*Lock, *NotObtainedError, error) {
-	ttl, _ := o.leaseTTL()
+	ttl, _ := firstLease(o.ttl, o.maxHold)
 	for attempt := 1; ; attempt++ {
-		g, err := t.Wait(ctx)
-		if h := t.Holder(); h != nil && (held == nil || h.Owner != held.Owner || h.TTL > 0) {
+		g, h, err := lk.door.wait(ctx, t)
+		if h != nil && (held == nil || h.Owner != held.Owner || h.TTL > 0) {
 			held = &NotObtainedError{Key: key, Owner: h.Owner, TTL: h.TTL}
 		}
 		if err == nil {
 			sentAt := lk.clock.Now()
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(ttl/3, time.Second))
-			res, err := lk.store.Renew(rctx, []driver.RenewParams{{Key: key, Token: token, TTL: ttl}})
+			err := lk.door.renewOne(rctx, driver.RenewParams{Key: key, Token: token, TTL: ttl})
 			cancel()
-			if err == nil && len(res) == 1 {
-				err = res[0]
-			} else if err == nil {
-				err = fmt.Errorf("store returned %d results for 1 renewal", len(res))
-			}
 			if err != nil {
 				if !errors.Is(err, driver.ErrNotHeld) {
-					lk.releaseUnused(&Lock{key: key, token: token})
+					lk.door.giveBack(key, token)
 				}
 				return nil, held, err
 			}
@@ -84,23 +79,15 @@ func (lk *Locker) waitTicket(ctx context.Context, t driver.Ticket, key, token st
 			return nil, held, err
 		}
 		if ctx.Err() != nil || !retryable(ctx, err) {
-			lk.leave(t)
+			lk.door.leave(t)
 			return nil, held, err
 		}
 		// Unknown outcome, entry presumably still queued: wait on it again.
 		if !lk.sleep(ctx, pollDelay(attempt, 0, false)) {
-			lk.leave(t)
+			lk.door.leave(t)
 			return nil, held, ctx.Err()
 		}
 	}
-}
-
-// leave takes an entry out of the store's queue, within a bounded time; a
-// store that cannot confirm it retries on its own.
-func (lk *Locker) leave(t driver.Ticket) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	_ = t.Leave(ctx)
 }
 
 // waitEnded is Obtain's error when ctx ended the wait: the holder seen last

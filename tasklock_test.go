@@ -154,7 +154,7 @@ func engineIdle(lk *Locker, clk *fakeclock.Clock) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for _, l := range e.heap {
-		if l.inFlight {
+		if l.state.inFlight {
 			return false
 		}
 	}
@@ -162,7 +162,7 @@ func engineIdle(lk *Locker, clk *fakeclock.Clock) bool {
 		return true
 	}
 	next, armed := clk.Next()
-	return armed && next.Equal(e.heap[0].dueAt)
+	return armed && next.Equal(e.heap[0].state.dueAt)
 }
 
 // settle waits until lk's engine is idle: a condition polled with a
@@ -329,22 +329,15 @@ func TestNotHeldIsFinal(t *testing.T) {
 	}
 }
 
+// Waiters' delays; the lease's formulas (drift, retryDelay, ...) are tested
+// in lease_test.go.
 func TestTimingFormulas(t *testing.T) {
-	if d := drift(100 * time.Millisecond); d != 2*time.Millisecond {
-		t.Errorf("drift(100ms) = %v", d)
-	}
-	if d := drift(10 * time.Second); d != 100*time.Millisecond {
-		t.Errorf("drift(10s) = %v", d)
-	}
 	for attempt := 1; attempt < 20; attempt++ {
 		if d := pollDelay(attempt, 0, true); d < 5*time.Millisecond || d > time.Second+time.Second/8+time.Millisecond {
 			t.Errorf("pollDelay(%d) = %v", attempt, d)
 		}
 		if d := pollDelay(attempt, 3*time.Millisecond, false); d > 6*time.Millisecond { // holder TTL + 1 ms + jitter
 			t.Errorf("pollDelay with holder expiring in 3ms = %v", d)
-		}
-		if d := retryDelay(attempt, time.Second); d <= 0 || d > 100*time.Millisecond {
-			t.Errorf("retryDelay(%d, 1s) = %v, want within (0, TTL/10]", attempt, d)
 		}
 	}
 }

@@ -1,0 +1,192 @@
+package tasklock
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tasklock/tasklock/driver"
+)
+
+// door is a Locker's one way to its store. It finds the store's optional
+// capabilities once, when New makes it; group-commits acquires and releases
+// when the store batches (groupCommit); and makes every call to the store:
+// acquires, renewals (the engine's, and the one that starts a queued
+// grant), releases and give-backs, queue entries, and the subscription to
+// releases. Nothing else in the package holds the driver.Store.
+type door struct {
+	store    driver.Store
+	queuer   driver.Queuer   // nil: the store keeps no queue of waiters
+	notifier driver.Notifier // nil: the store cannot tell of releases
+	clock    Clock
+	log      *slog.Logger
+
+	// acquires and releases group-commit calls to a driver.Batcher; nil
+	// for other stores, and for a Batcher that cannot batch.
+	acquires *groupCommit[driver.AcquireParams, driver.AcquireResult]
+	releases *groupCommit[driver.ReleaseParams, error]
+
+	subMu      sync.Mutex
+	subStop    func()      // ends the subscription; nil while none runs
+	subClosed  bool        // close was called: no subscription starts again
+	subFail    time.Time   // when Subscribe last failed; retried a second later
+	subscribed atomic.Bool // subStop is set: releases come back through the store
+}
+
+// newDoor returns the door to store, having looked once at what it can do.
+func newDoor(store driver.Store, clock Clock, log *slog.Logger) *door {
+	dr := &door{store: store, clock: clock, log: log}
+	dr.queuer, _ = store.(driver.Queuer)
+	dr.notifier, _ = store.(driver.Notifier)
+	b, ok := store.(driver.Batcher)
+	if !ok {
+		return dr
+	}
+	n := min(b.MaxBatch(), maxBatch)
+	if n <= 1 {
+		return dr
+	}
+	dr.acquires = &groupCommit[driver.AcquireParams, driver.AcquireResult]{
+		one: func(ctx context.Context, p driver.AcquireParams) driver.AcquireResult {
+			g, err := store.Acquire(ctx, p)
+			return driver.AcquireResult{Grant: g, Err: err}
+		},
+		many: b.AcquireBatch,
+		max:  n,
+		fail: func(err error) driver.AcquireResult { return driver.AcquireResult{Err: err} },
+		undo: func(p driver.AcquireParams, r driver.AcquireResult) {
+			if r.Err == nil {
+				dr.giveBack(p.Key, p.Token)
+			}
+		},
+	}
+	dr.releases = &groupCommit[driver.ReleaseParams, error]{
+		one:  store.Release,
+		many: b.ReleaseBatch,
+		max:  n,
+		fail: func(err error) error { return err },
+		undo: func(driver.ReleaseParams, error) {},
+	}
+	return dr
+}
+
+// acquire is the store's Acquire, group-committed when the store batches.
+func (dr *door) acquire(ctx context.Context, p driver.AcquireParams) (driver.Grant, error) {
+	if dr.acquires == nil {
+		return dr.store.Acquire(ctx, p)
+	}
+	r := dr.acquires.do(ctx, p)
+	return r.Grant, r.Err
+}
+
+// release is the store's Release, group-committed when the store batches.
+func (dr *door) release(ctx context.Context, p driver.ReleaseParams) error {
+	if dr.releases == nil {
+		return dr.store.Release(ctx, p)
+	}
+	return dr.releases.do(ctx, p)
+}
+
+// giveBack deletes a lease that was granted for token but never handed to
+// a caller, waiting at most a second: otherwise it expires by its TTL.
+func (dr *door) giveBack(key, token string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = dr.release(ctx, driver.ReleaseParams{Key: key, Token: token})
+}
+
+// renew is the store's Renew: one result per lease of ps, in order. A store
+// that answers with another number of results has failed the whole call.
+func (dr *door) renew(ctx context.Context, ps []driver.RenewParams) ([]error, error) {
+	res, err := dr.store.Renew(ctx, ps)
+	if err == nil && len(res) != len(ps) {
+		return nil, fmt.Errorf("tasklock: store returned %d renewal results for %d leases", len(res), len(ps))
+	}
+	return res, err
+}
+
+// renewOne renews the single lease p: the call that starts the lease of a
+// granted queue entry.
+func (dr *door) renewOne(ctx context.Context, p driver.RenewParams) error {
+	res, err := dr.renew(ctx, []driver.RenewParams{p})
+	if err != nil {
+		return err
+	}
+	return res[0]
+}
+
+// queues reports whether the store keeps a queue of waiters per key
+// (driver.Queuer), which Obtain then joins instead of polling.
+func (dr *door) queues() bool { return dr.queuer != nil }
+
+// enqueue adds an entry for p.Token to the store's queue for p.Key. Call it
+// only when queues reports true.
+func (dr *door) enqueue(ctx context.Context, p driver.AcquireParams) (driver.Ticket, error) {
+	return dr.queuer.Enqueue(ctx, p)
+}
+
+// wait waits until t is at the head of its queue and granted, and returns
+// the grant, or the error, with the holder t saw last (nil when unknown).
+func (dr *door) wait(ctx context.Context, t driver.Ticket) (driver.Grant, *driver.HeldError, error) {
+	g, err := t.Wait(ctx)
+	return g, t.Holder(), err
+}
+
+// leave takes an entry out of the store's queue, within a bounded time; a
+// store that cannot confirm it retries on its own.
+func (dr *door) leave(t driver.Ticket) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = t.Leave(ctx)
+}
+
+// subscribe makes sure the subscription to the store's releases is running,
+// calling onRelease for every released key, and reports whether waiters will
+// be notified. A failed subscription is retried by a later waiter after a
+// second; meanwhile waiters poll.
+func (dr *door) subscribe(ctx context.Context, onRelease func(key string)) bool {
+	if dr.notifier == nil {
+		return false
+	}
+	dr.subMu.Lock()
+	defer dr.subMu.Unlock()
+	if dr.subStop != nil {
+		return true
+	}
+	if dr.subClosed {
+		return false
+	}
+	if !dr.subFail.IsZero() && dr.clock.Now().Sub(dr.subFail) < time.Second {
+		return false
+	}
+	sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	stop, err := dr.notifier.Subscribe(sctx, onRelease)
+	if err != nil {
+		dr.subFail = dr.clock.Now()
+		dr.log.Info("tasklock: store notifications unavailable, waiters poll", "err", err)
+		return false
+	}
+	dr.subStop = stop
+	dr.subscribed.Store(true)
+	return true
+}
+
+// notified reports whether the store's subscription is running: a release
+// then wakes this Locker's waiters through the store.
+func (dr *door) notified() bool { return dr.subscribed.Load() }
+
+// close ends the subscription, and any chance of a new one.
+func (dr *door) close() {
+	dr.subMu.Lock()
+	defer dr.subMu.Unlock()
+	dr.subClosed = true
+	if dr.subStop != nil {
+		dr.subStop()
+		dr.subStop = nil
+		dr.subscribed.Store(false)
+	}
+}
