@@ -4,10 +4,15 @@ GO ?= go
 # checks lease timings; two suites sharing the 2 cores starve each other.
 GOTESTFLAGS ?= -race -count=1 -p 1 -timeout 20m
 
-.PHONY: test servers vet bench bench-quick bench-dashboard fmt test-stress
+.PHONY: test servers vet tidy bench bench-quick bench-dashboard fmt test-stress
 
+# The library's tests, then the two test-only modules beside it: systest
+# (network faults through toxiproxy, the dashboard in Chromium) and
+# crosscheck (our cron against robfig/cron). They are modules of their own
+# so that their tooling never reaches a user's go.sum (scripts/check-deps.sh).
 test: servers vet
 	$(GO) test $(GOTESTFLAGS) ./...
+	cd systest && $(GO) test $(GOTESTFLAGS) ./...
 	cd crosscheck && $(GO) test $(GOTESTFLAGS) ./...
 
 # The timing-sensitive packages under a CPU hog that keeps every core busy,
@@ -28,7 +33,10 @@ vet:
 	$(GO) vet ./...
 	cd bench && $(GO) vet ./...
 	cd crosscheck && $(GO) vet ./...
+	cd systest && $(GO) vet ./...
 	$(STATICCHECK) ./...
+	cd systest && $(STATICCHECK) ./...
+	bash scripts/check-deps.sh
 
 bench: servers
 	cd bench && $(GO) run ./cmd/lockbench
@@ -43,3 +51,10 @@ bench-dashboard:
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')
+
+# go mod tidy for the library and the modules beside it.
+tidy:
+	$(GO) mod tidy
+	cd systest && $(GO) mod tidy
+	cd crosscheck && $(GO) mod tidy
+	cd bench && $(GO) mod tidy

@@ -26,6 +26,9 @@ import (
 var binPath string
 
 func TestMain(m *testing.M) {
+	if testserver.HelperRole() != "" {
+		os.Exit(testserver.Main(m)) // a helper process (TestFleetProcess) needs no binary
+	}
 	dir, err := os.MkdirTemp("", "tasklock-cmd-test")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
