@@ -20,7 +20,7 @@ import (
 )
 
 func newRegister(t *testing.T, addr string) testserver.RedisRegister {
-	return testserver.RedisRegister{C: closeAtCleanup(t, redis.NewClient(&redis.Options{Addr: addr}))}
+	return testserver.RedisRegister{Addr: addr}
 }
 
 // TestFaultHolder is the helper process (see
@@ -34,7 +34,7 @@ func TestFaultHolder(t *testing.T) {
 		if err != nil {
 			return nil, nil, err
 		}
-		reg := testserver.RedisRegister{C: redis.NewClient(&redis.Options{Addr: os.Getenv("TL_REGISTER")})}
+		reg := testserver.RedisRegister{Addr: os.Getenv("TL_REGISTER")}
 		return s, func(ctx context.Context, fence uint64) (bool, error) { return reg.Write(ctx, fence, "holder") }, nil
 	})
 }

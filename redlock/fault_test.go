@@ -37,7 +37,7 @@ func TestFaultHolder(t *testing.T) {
 		if err != nil {
 			return nil, nil, err
 		}
-		reg := testserver.RedisRegister{C: redis.NewClient(&redis.Options{Addr: os.Getenv("TL_REGISTER")})}
+		reg := testserver.RedisRegister{Addr: os.Getenv("TL_REGISTER")}
 		return s, func(ctx context.Context, fence uint64) (bool, error) { return reg.Write(ctx, fence, "holder") }, nil
 	})
 }
@@ -59,7 +59,7 @@ func startHolder(t *testing.T, ttl time.Duration) holderSetup {
 	h := holderSetup{
 		addrs:  addrs,
 		prefix: freshPrefix(),
-		reg:    testserver.RedisRegister{C: closeAtCleanup(t, redis.NewClient(&redis.Options{Addr: regSrv.Addr()}))},
+		reg:    testserver.RedisRegister{Addr: regSrv.Addr()},
 	}
 	hp := faulttest.StartReportingHolder(t, "TestFaultHolder", "job", ttl,
 		"TL_ADDRS="+strings.Join(addrs, ","), "TL_REGISTER="+regSrv.Addr(), "TL_PREFIX="+h.prefix)
