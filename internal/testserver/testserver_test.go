@@ -2,7 +2,6 @@ package testserver_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"runtime"
