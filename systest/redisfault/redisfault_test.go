@@ -12,7 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tasklock/tasklock"
-	"github.com/tasklock/tasklock/internal/faulttest"
+	"github.com/tasklock/tasklock/storetest/faulttest"
 	"github.com/tasklock/tasklock/internal/testserver"
 	"github.com/tasklock/tasklock/redisstore"
 	"github.com/tasklock/tasklock/systest/internal/proxy"
