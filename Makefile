@@ -4,7 +4,7 @@ GO ?= go
 # checks lease timings; two suites sharing the 2 cores starve each other.
 GOTESTFLAGS ?= -race -count=1 -p 1 -timeout 20m
 
-.PHONY: test servers vet tidy bench bench-quick bench-dashboard fmt test-stress
+.PHONY: test servers vet tidy bench bench-quick bench-dashboard fmt test-stress screenshots
 
 # The library's tests, then the two test-only modules beside it: systest
 # (network faults through toxiproxy, the dashboard in Chromium) and
@@ -48,6 +48,11 @@ bench-quick: servers
 # (recording them takes a minute or two), every page timed cold and warm.
 bench-dashboard:
 	$(GO) test -run X -bench PageSpeed -benchtime 20x ./dashboard/
+
+# Refreshes the README's dashboard screenshots (docs/screenshots) with the
+# browser test in the systest module; needs chromium (make servers).
+screenshots:
+	cd systest && TASKLOCK_SCREENSHOTS=1 $(GO) test -count=1 -run DashboardInBrowser ./cli/
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')
