@@ -4,10 +4,15 @@ GO ?= go
 # checks lease timings; two suites sharing the 2 cores starve each other.
 GOTESTFLAGS ?= -race -count=1 -p 1 -timeout 20m
 
-.PHONY: test servers vet bench bench-quick bench-dashboard fmt test-stress
+.PHONY: test servers vet tidy bench bench-quick bench-dashboard fmt test-stress screenshots
 
+# The library's tests, then the two test-only modules beside it: systest
+# (network faults through toxiproxy, the dashboard in Chromium) and
+# crosscheck (our cron against robfig/cron). They are modules of their own
+# so that their tooling never reaches a user's go.sum (scripts/check-deps.sh).
 test: servers vet
 	$(GO) test $(GOTESTFLAGS) ./...
+	cd systest && $(GO) test $(GOTESTFLAGS) ./...
 	cd crosscheck && $(GO) test $(GOTESTFLAGS) ./...
 
 # The timing-sensitive packages under a CPU hog that keeps every core busy,
@@ -28,7 +33,10 @@ vet:
 	$(GO) vet ./...
 	cd bench && $(GO) vet ./...
 	cd crosscheck && $(GO) vet ./...
+	cd systest && $(GO) vet ./...
 	$(STATICCHECK) ./...
+	cd systest && $(STATICCHECK) ./...
+	bash scripts/check-deps.sh
 
 bench: servers
 	cd bench && $(GO) run ./cmd/lockbench
@@ -41,5 +49,17 @@ bench-quick: servers
 bench-dashboard:
 	$(GO) test -run X -bench PageSpeed -benchtime 20x ./dashboard/
 
+# Refreshes the README's dashboard screenshots (docs/screenshots) with the
+# browser test in the systest module; needs chromium (make servers).
+screenshots:
+	cd systest && TASKLOCK_SCREENSHOTS=1 $(GO) test -count=1 -run DashboardInBrowser ./cli/
+
 fmt:
 	gofmt -w $$(git ls-files '*.go')
+
+# go mod tidy for the library and the modules beside it.
+tidy:
+	$(GO) mod tidy
+	cd systest && $(GO) mod tidy
+	cd crosscheck && $(GO) mod tidy
+	cd bench && $(GO) mod tidy

@@ -4,20 +4,21 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
+	"github.com/tasklock/tasklock/internal/leakcheck"
 
 	"github.com/tasklock/tasklock/driver"
 	"github.com/tasklock/tasklock/internal/fakeclock"
 	"github.com/tasklock/tasklock/memstore"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { os.Exit(leakcheck.Main(m)) }
 
 // faultStore wraps a real memstore and injects renewal failures, the way
 // bsm/redislock's tests wrap their client. It also records renewal calls.

@@ -13,8 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tasklock/tasklock/dashboard/apijson"
 	"github.com/tasklock/tasklock/driver"
-	"github.com/tasklock/tasklock/internal/apijson"
 	"github.com/tasklock/tasklock/internal/buildinfo"
 	"github.com/tasklock/tasklock/schedule"
 )

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,7 +17,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"go.uber.org/goleak"
+	"github.com/tasklock/tasklock/internal/leakcheck"
 
 	"github.com/tasklock/tasklock"
 	"github.com/tasklock/tasklock/memstore"
@@ -24,7 +25,7 @@ import (
 	"github.com/tasklock/tasklock/schedule"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { os.Exit(leakcheck.Main(m)) }
 
 func newMetrics(t *testing.T) (*metrics.Metrics, *prometheus.Registry) {
 	t.Helper()

@@ -115,7 +115,7 @@ var modes = []Mode{ModeLease, ModeConnection}
 
 // The conformance tests do not run in parallel with the others: storetest's
 // Close test checks that no goroutine outlives it, and would count those of
-// other tests (toxiproxy's, helpers' readers, new connections').
+// other tests (helpers' readers, new connections').
 
 func TestConformanceLease(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) driver.Store {

@@ -382,54 +382,6 @@ func TestFenceIsMaxAndRaised(t *testing.T) {
 	}
 }
 
-// Fences strictly increase while the majority shifts from node to node and
-// each node misses some grants: the case where taking the maximum alone is
-// not enough (without raising the counters the third grant below would get
-// fence 6 again).
-func TestFenceShiftingMajorities(t *testing.T) {
-	t.Parallel()
-	srvs := startNodes(t, 3)
-	proxies := make([]*testserver.Proxy, 3)
-	addrs := make([]string, 3)
-	for i, srv := range srvs {
-		proxies[i] = testserver.StartProxy(t, srv.Addr())
-		addrs[i] = proxies[i].Addr()
-	}
-	s := newStore(t, addrs, nil)
-	var last uint64
-	grant := func(cut, times int) {
-		t.Helper()
-		proxies[cut].Blackhole(t)
-		defer func() {
-			proxies[cut].Restore(t)
-			// Calls to the cut-off node resume on reconnection; wait until
-			// their answers have been dealt with.
-			waitFor(t, 10*time.Second, func() bool {
-				s.lateMu.Lock()
-				defer s.lateMu.Unlock()
-				return len(s.late) == 0
-			})
-		}()
-		for range times {
-			tok := token()
-			f := mustAcquire(t, s, "k", tok, "a", 10*time.Second)
-			if f <= last {
-				t.Fatalf("fence %d after %d with node %d cut off", f, last, cut)
-			}
-			last = f
-			if err := s.Release(ctxT(t), driver.ReleaseParams{Key: "k", Token: tok}); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	grant(1, 5) // nodes 0 and 2 reach 5
-	grant(2, 1) // node 0 reaches 6, node 1 goes from 1 to 6
-	grant(0, 1) // nodes 1 and 2: 7 and 6
-	if last != 7 {
-		t.Fatalf("last fence %d, want 7", last)
-	}
-}
-
 // A majority that answered after the lease's validity is refused, and the
 // grants are undone.
 func TestAcquireTooSlow(t *testing.T) {
@@ -453,34 +405,6 @@ func TestAcquireTooSlow(t *testing.T) {
 			t.Fatalf("grant left behind on node %d", i)
 		}
 	}
-}
-
-// Answers that come after Acquire gave up on them are released when they
-// arrive.
-func TestAcquireLateGrantsUndone(t *testing.T) {
-	t.Parallel()
-	srvs := startNodes(t, 3)
-	addrs := make([]string, 3)
-	for i, srv := range srvs {
-		p := testserver.StartProxy(t, srv.Addr())
-		if i < 2 {
-			p.Latency(t, patience+200*time.Millisecond) // replies come after Acquire's limit
-		}
-		addrs[i] = p.Addr()
-	}
-	s := newStore(t, addrs, nil)
-	direct := newStore(t, addrsOf(srvs), &Options{Prefix: s.prefix})
-	_, err := acquire(t, s, "k", token(), "a", 10*time.Second)
-	var qe *QuorumError
-	if !errors.As(err, &qe) || !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Acquire with two slow nodes = %v, want a *QuorumError of timeouts", err)
-	}
-	t.Log(err)
-	if onNode(t, direct, 2, "k") {
-		t.Fatal("the grant on the fast node was left behind")
-	}
-	// The slow nodes did grant; their grants go once their answers arrive.
-	waitFor(t, 10*time.Second, func() bool { return !onNode(t, direct, 0, "k") && !onNode(t, direct, 1, "k") })
 }
 
 // A lease is renewed when a majority renewed it, is not held when a

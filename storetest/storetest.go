@@ -21,11 +21,10 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/tasklock/tasklock"
 	"github.com/tasklock/tasklock/driver"
 	"github.com/tasklock/tasklock/internal/fakeclock"
+	"github.com/tasklock/tasklock/internal/leakcheck"
 )
 
 // Timing. The suite must pass on a busy 2-core machine running -race,
@@ -623,7 +622,7 @@ func (c frozenClock) NewTimer(d time.Duration) tasklock.Timer { return c.Clock.N
 func testClose(t *testing.T, s driver.Store) {
 	b := newLocker(t, s, "b", nil)
 	mustObtain(t, b, "close-warm", nil).Release(context.Background())
-	ignore := goleak.IgnoreCurrent()
+	ignore := leakcheck.IgnoreCurrent()
 	a, err := tasklock.New(s, &tasklock.Config{Owner: "a"})
 	if err != nil {
 		t.Fatal(err)
@@ -656,7 +655,7 @@ func testClose(t *testing.T, s driver.Store) {
 	if _, err := a.TryObtain(context.Background(), "close", nil); !errors.Is(err, tasklock.ErrClosed) {
 		t.Fatalf("TryObtain after Close = %v, want ErrClosed", err)
 	}
-	goleak.VerifyNone(t, ignore)
+	leakcheck.VerifyNone(t, ignore)
 }
 
 func testDo(t *testing.T, s driver.Store) {

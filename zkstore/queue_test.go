@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -310,12 +312,15 @@ func TestQueueBehindMinHold(t *testing.T) {
 
 // TestLeaveUnconfirmed: a Leave whose delete cannot be sent (the server is
 // unreachable) hands the node to the reaper, which deletes it once the
-// connection is back; the entry behind it is then granted.
+// connection is back; the entry behind it is then granted, and nothing is
+// left for the reaper. The network is cut by the Conn's dialer (cutDialer),
+// not by systest's proxy: the test reads the Store's orphans, which only a
+// test inside the package can.
 func TestLeaveUnconfirmed(t *testing.T) {
 	t.Parallel()
 	z := testserver.SharedZooKeeper(t)
-	p := testserver.StartProxy(t, z.Addr())
-	c := connect(t, p.Addr(), testSession)
+	var cut cutDialer
+	c := connectVia(t, z.Addr(), testSession, cut.dial)
 	s := newStore(t, c, testSession, nil)
 	other := newStore(t, connect(t, z.Addr(), testSession), testSession, &Options{Root: s.Root()})
 	htok := token()
@@ -328,13 +333,13 @@ func TestLeaveUnconfirmed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.Blackhole(t)
+	cut.Blackhole()
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	if err := tk.Leave(ctx); err == nil {
 		t.Fatal("Leave through a blackholed connection reported success")
 	}
-	p.Restore(t)
+	cut.Restore()
 	if err := other.Release(ctxT(t), driver.ReleaseParams{Key: "job", Token: htok}); err != nil {
 		t.Fatal(err)
 	}
@@ -346,5 +351,72 @@ func TestLeaveUnconfirmed(t *testing.T) {
 	s.mu.Unlock()
 	if n != 0 {
 		t.Errorf("%d orphans still queued", n)
+	}
+}
+
+// cutDialer dials as net.DialTimeout does and cuts the connections it made
+// off as a blackholed network would: while cut, what the client writes is
+// dropped (the write succeeds) and what the server sends is not delivered.
+// Restore closes the connections made so far, as a proxy does when a
+// blackhole ends, so the client reconnects, and ends the cut.
+type cutDialer struct {
+	mu    sync.Mutex
+	cut   bool
+	conns []net.Conn
+}
+
+func (d *cutDialer) dial(network, addr string, timeout time.Duration) (net.Conn, error) {
+	c, err := net.DialTimeout(network, addr, timeout)
+	if err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	d.conns = append(d.conns, c)
+	d.mu.Unlock()
+	return cutConn{c, d}, nil
+}
+
+func (d *cutDialer) isCut() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.cut
+}
+
+// Blackhole cuts the connections off, those to come included.
+func (d *cutDialer) Blackhole() {
+	d.mu.Lock()
+	d.cut = true
+	d.mu.Unlock()
+}
+
+// Restore closes every connection made so far and ends the cut.
+func (d *cutDialer) Restore() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, c := range d.conns {
+		_ = c.Close()
+	}
+	d.conns, d.cut = nil, false
+}
+
+type cutConn struct {
+	net.Conn
+	d *cutDialer
+}
+
+func (c cutConn) Write(b []byte) (int, error) {
+	if c.d.isCut() {
+		return len(b), nil
+	}
+	return c.Conn.Write(b)
+}
+
+func (c cutConn) Read(b []byte) (int, error) {
+	for {
+		n, err := c.Conn.Read(b)
+		if err != nil || !c.d.isCut() {
+			return n, err
+		}
+		// Cut: what arrived is lost.
 	}
 }

@@ -10,9 +10,9 @@ import (
 	"os"
 	"time"
 
+	"github.com/tasklock/tasklock/cmd/tasklock/internal/storeurl"
 	"github.com/tasklock/tasklock/driver"
 	"github.com/tasklock/tasklock/internal/redact"
-	"github.com/tasklock/tasklock/internal/storeurl"
 )
 
 // adminArgs are the arguments every locks and jobs subcommand takes.

@@ -20,8 +20,8 @@ import (
 	"time"
 
 	"github.com/tasklock/tasklock"
+	"github.com/tasklock/tasklock/cmd/tasklock/internal/storeurl"
 	"github.com/tasklock/tasklock/driver"
-	"github.com/tasklock/tasklock/internal/storeurl"
 )
 
 // Cluster demo settings.

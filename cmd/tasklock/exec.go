@@ -22,9 +22,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tasklock/tasklock"
+	"github.com/tasklock/tasklock/cmd/tasklock/internal/storeurl"
 	"github.com/tasklock/tasklock/etcdstore"
 	"github.com/tasklock/tasklock/internal/redact"
-	"github.com/tasklock/tasklock/internal/storeurl"
 	"github.com/tasklock/tasklock/redisstore"
 	"github.com/tasklock/tasklock/zkstore"
 )

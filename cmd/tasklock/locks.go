@@ -10,8 +10,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/tasklock/tasklock/dashboard/apijson"
 	"github.com/tasklock/tasklock/driver"
-	"github.com/tasklock/tasklock/internal/apijson"
 	"github.com/tasklock/tasklock/internal/redact"
 )
 

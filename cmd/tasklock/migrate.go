@@ -10,8 +10,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/tasklock/tasklock/cmd/tasklock/internal/storeurl"
 	"github.com/tasklock/tasklock/internal/redact"
-	"github.com/tasklock/tasklock/internal/storeurl"
 )
 
 const migrateUsage = `Usage:

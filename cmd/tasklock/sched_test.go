@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tasklock/tasklock/cmd/tasklock/internal/storeurl"
 	"github.com/tasklock/tasklock/driver"
-	"github.com/tasklock/tasklock/internal/storeurl"
 )
 
 // jsonLines parses serve's --log-format json stderr.

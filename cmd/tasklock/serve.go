@@ -25,10 +25,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tasklock/tasklock"
+	"github.com/tasklock/tasklock/cmd/tasklock/internal/config"
+	"github.com/tasklock/tasklock/cmd/tasklock/internal/storeurl"
 	"github.com/tasklock/tasklock/driver"
-	"github.com/tasklock/tasklock/internal/config"
 	"github.com/tasklock/tasklock/internal/redact"
-	"github.com/tasklock/tasklock/internal/storeurl"
 	"github.com/tasklock/tasklock/schedule"
 )
 

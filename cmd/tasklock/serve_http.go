@@ -13,10 +13,10 @@ import (
 	"time"
 
 	"github.com/tasklock/tasklock"
+	"github.com/tasklock/tasklock/cmd/tasklock/internal/config"
 	"github.com/tasklock/tasklock/dashboard"
 	"github.com/tasklock/tasklock/driver"
 	"github.com/tasklock/tasklock/internal/buildinfo"
-	"github.com/tasklock/tasklock/internal/config"
 	"github.com/tasklock/tasklock/internal/redact"
 	"github.com/tasklock/tasklock/schedule"
 )

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/tasklock/tasklock"
-	"github.com/tasklock/tasklock/internal/config"
+	"github.com/tasklock/tasklock/cmd/tasklock/internal/config"
 	"github.com/tasklock/tasklock/internal/redact"
 )
 

@@ -32,9 +32,9 @@
 //
 // # Network faults
 //
-// [StartProxy] puts an embedded toxiproxy between a client and a server:
-// [Proxy.Blackhole] stops all traffic while keeping connections open,
-// [Proxy.Latency] delays it and [Proxy.Restore] removes every fault.
+// The proxy that blackholes or delays a connection lives in the systest
+// module (systest/internal/proxy): it embeds toxiproxy, which the library's
+// module must not require.
 //
 // # Helper processes
 //

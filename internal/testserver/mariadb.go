@@ -2,7 +2,6 @@ package testserver
 
 import (
 	"context"
-	"database/sql/driver"
 	"errors"
 	"fmt"
 	"net"
@@ -15,8 +14,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/go-sql-driver/mysql"
 )
 
 // mariadbStartTimeout bounds how long mariadbd may take to accept a
@@ -257,7 +254,7 @@ func (m *MariaDB) start() error {
 		args:    m.args,
 		dir:     m.dir,
 		logPath: m.logPath,
-	}, mariadbStartTimeout, "did not accept connections", func() error { return mariadbPing(m.Addr()) }, nil)
+	}, mariadbStartTimeout, "did not accept connections", func() error { return mariadbExec(m.Addr(), "SELECT 1", 2*time.Second) }, nil)
 	if f, ok := startFailed(err); ok && f.exited && f.logHas("Address already in use", "Bind on TCP/IP port") {
 		return f.portInUse()
 	}
@@ -270,54 +267,6 @@ func (m *MariaDB) close() error {
 	if rerr := os.RemoveAll(m.dir); rerr != nil && err == nil {
 		err = fmt.Errorf("testserver: MariaDB: remove %s: %w", m.dir, rerr)
 	}
-	return err
-}
-
-// mariadbQuietLogger drops go-sql-driver's log lines ("unexpected EOF"
-// while a server is still starting).
-type mariadbQuietLogger struct{}
-
-func (mariadbQuietLogger) Print(...any) {}
-
-// mariadbConnect opens one connection, without a database/sql pool, so that
-// readiness checks and CreateDB leave no goroutines behind.
-func mariadbConnect(ctx context.Context, addr, dbName string) (driver.Conn, error) {
-	cfg := mysql.NewConfig()
-	cfg.User = "root"
-	cfg.Net = "tcp"
-	cfg.Addr = addr
-	cfg.DBName = dbName
-	cfg.Timeout = 2 * time.Second
-	cfg.Logger = mariadbQuietLogger{}
-	c, err := mysql.NewConnector(cfg)
-	if err != nil {
-		return nil, err
-	}
-	return c.Connect(ctx)
-}
-
-// mariadbPing connects to addr and pings the server.
-func mariadbPing(addr string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	conn, err := mariadbConnect(ctx, addr, "")
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	return conn.(driver.Pinger).Ping(ctx)
-}
-
-// mariadbExec runs one statement without arguments on a fresh connection.
-func mariadbExec(addr, query string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	conn, err := mariadbConnect(ctx, addr, "")
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	_, err = conn.(driver.ExecerContext).ExecContext(ctx, query, nil)
 	return err
 }
 
@@ -353,7 +302,7 @@ func (m *MariaDB) CreateDB(t testing.TB) string {
 	if len(name) > 64 { // MariaDB's limit on identifiers
 		name = name[:64]
 	}
-	if err := mariadbExec(m.Addr(), "CREATE DATABASE `"+name+"` CHARACTER SET utf8mb4"); err != nil {
+	if err := mariadbExec(m.Addr(), "CREATE DATABASE `"+name+"` CHARACTER SET utf8mb4", 30*time.Second); err != nil {
 		t.Fatalf("testserver: mariadbd %s: create database %s: %v", m.Addr(), name, err)
 	}
 	return m.DSN(name)

@@ -21,8 +21,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // PostgresUser is the superuser every test server has; it logs in without a
@@ -385,7 +383,7 @@ func (p *Postgres) start() error {
 		dir:     p.base,
 		logPath: p.logPath,
 		cred:    p.cred,
-	}, pgStartTimeout, "did not accept connections", func() error { return pgPing(url, 2*time.Second) }, p.kill)
+	}, pgStartTimeout, "did not accept connections", func() error { return psqlExec(p.bin, url, "SELECT 1", 2*time.Second) }, p.kill)
 	f, ok := startFailed(err)
 	switch {
 	case !ok || !f.exited:
@@ -395,19 +393,6 @@ func (p *Postgres) start() error {
 	case f.logHas("is still in use", "already exists"):
 		return fmt.Errorf("%w: %s%s", errPgBusy, p.Addr(), f.tail)
 	}
-	return err
-}
-
-// pgPing connects to url and runs SELECT 1.
-func pgPing(url string, timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	c, err := pgconn.Connect(ctx, url)
-	if err != nil {
-		return err
-	}
-	defer c.Close(ctx)
-	_, err = c.Exec(ctx, "SELECT 1").ReadAll()
 	return err
 }
 
@@ -442,14 +427,7 @@ func (p *Postgres) CreateDB(t testing.TB) string {
 	if len(name) > 63 {
 		name = name[:63]
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	c, err := pgconn.Connect(ctx, p.URL("postgres"))
-	if err != nil {
-		t.Fatalf("testserver: postgres %s: connect: %v", p.Addr(), err)
-	}
-	defer c.Close(ctx)
-	if _, err := c.Exec(ctx, `CREATE DATABASE "`+name+`"`).ReadAll(); err != nil {
+	if err := psqlExec(p.bin, p.URL("postgres"), `CREATE DATABASE "`+name+`"`, 30*time.Second); err != nil {
 		t.Fatalf("testserver: postgres %s: CREATE DATABASE %s: %v", p.Addr(), name, err)
 	}
 	return p.URL(name)

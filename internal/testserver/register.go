@@ -2,47 +2,62 @@ package testserver
 
 import (
 	"context"
-	"errors"
+	"fmt"
+	"strconv"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // registerScript is tasklock.FencedRegister's rule kept in Redis: a write is
 // accepted only when its fence is at least the highest accepted, and every
 // accepted write is logged as writer:fence.
-var registerScript = redis.NewScript(`
+const registerScript = `
 local h = tonumber(redis.call('GET', KEYS[1]) or '0')
 local f = tonumber(ARGV[1])
 if f < h then redis.call('INCR', KEYS[2]) return 0 end
 redis.call('SET', KEYS[1], f)
 redis.call('RPUSH', KEYS[3], ARGV[2] .. ':' .. ARGV[1])
-return 1`)
+return 1`
 
 var registerKeys = []string{"reg:highest", "reg:rejected", "reg:log"}
 
-// RedisRegister is a fenced register kept in a Redis server that the fault
-// under test does not touch, so that helper processes and the test write to
-// the same one: the oracle that counts stale writes across processes.
-type RedisRegister struct{ C *redis.Client }
+// RedisRegister is a fenced register kept in the Redis server at Addr, one
+// that the fault under test does not touch, so that helper processes and the
+// test write to the same one: the oracle that counts stale writes across
+// processes. It speaks RESP itself (a connection per call), so that the
+// tests that use it need no Redis client.
+type RedisRegister struct{ Addr string }
 
 // Write records a write by writer under fence and reports whether the
 // register accepted it.
 func (r RedisRegister) Write(ctx context.Context, fence uint64, writer string) (bool, error) {
-	n, err := registerScript.Run(ctx, r.C, registerKeys, fence, writer).Int()
-	return n == 1, err
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	args := append([]string{"EVAL", registerScript, strconv.Itoa(len(registerKeys))}, registerKeys...)
+	reply, err := respDo(r.Addr, append(args, strconv.FormatUint(fence, 10), writer)...)
+	if err != nil {
+		return false, err
+	}
+	n, ok := reply.(int64)
+	if !ok {
+		return false, fmt.Errorf("testserver: register: EVAL replied %v", reply)
+	}
+	return n == 1, nil
 }
 
 // Accepted returns the accepted writes, in order, as writer:fence.
 func (r RedisRegister) Accepted(t testing.TB) []string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	log, err := r.C.LRange(ctx, "reg:log", 0, -1).Result()
+	reply, err := respDo(r.Addr, "LRANGE", "reg:log", "0", "-1")
 	if err != nil {
 		t.Fatal(err)
+	}
+	items, _ := reply.([]any)
+	log := make([]string, 0, len(items))
+	for _, it := range items {
+		s, _ := it.(string)
+		log = append(log, s)
 	}
 	return log
 }
@@ -50,11 +65,16 @@ func (r RedisRegister) Accepted(t testing.TB) []string {
 // Rejected returns how many writes the register refused.
 func (r RedisRegister) Rejected(t testing.TB) int {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	n, err := r.C.Get(ctx, "reg:rejected").Int()
-	if err != nil && !errors.Is(err, redis.Nil) {
+	reply, err := respDo(r.Addr, "GET", "reg:rejected")
+	if err != nil {
 		t.Fatal(err)
+	}
+	if reply == nil {
+		return 0
+	}
+	n, err := strconv.Atoi(fmt.Sprint(reply))
+	if err != nil {
+		t.Fatalf("testserver: register: reg:rejected = %v", reply)
 	}
 	return n
 }

@@ -1,6 +1,12 @@
 //go:build unix
 
-package schedule_test
+package main
+
+// TestFleet runs scheduler processes on every store, opened from URLs as
+// the CLI opens them. It lives beside the CLI's store assembly
+// (internal/storeurl), not in schedule, so that schedule's tests import no
+// store driver: a program importing schedule loads those tests' imports
+// into its go.sum.
 
 import (
 	"context"
@@ -15,8 +21,8 @@ import (
 	"time"
 
 	"github.com/tasklock/tasklock"
+	"github.com/tasklock/tasklock/cmd/tasklock/internal/storeurl"
 	"github.com/tasklock/tasklock/driver"
-	"github.com/tasklock/tasklock/internal/storeurl"
 	"github.com/tasklock/tasklock/internal/testserver"
 	"github.com/tasklock/tasklock/schedule"
 )

@@ -21,8 +21,8 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/tasklock/tasklock"
+	"github.com/tasklock/tasklock/cmd/tasklock/internal/storeurl"
 	"github.com/tasklock/tasklock/internal/redact"
-	"github.com/tasklock/tasklock/internal/storeurl"
 	"github.com/tasklock/tasklock/memstore"
 	"github.com/tasklock/tasklock/schedule"
 )

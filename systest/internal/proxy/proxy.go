@@ -1,4 +1,9 @@
-package testserver
+// Package proxy is a TCP proxy between clients and one server, inside the
+// test process (toxiproxy used as a library, no toxiproxy-server), that
+// blackholes or delays the traffic: the network faults of the fault tests.
+// It lives in the systest module because the library module must not
+// require toxiproxy (see systest/doc.go).
+package proxy
 
 import (
 	"context"
@@ -11,6 +16,8 @@ import (
 
 	toxiproxy "github.com/Shopify/toxiproxy/v2"
 	"github.com/rs/zerolog"
+
+	"github.com/tasklock/tasklock/internal/leakcheck"
 )
 
 // proxySeq names proxies uniquely within the test binary.
@@ -24,16 +31,16 @@ type Proxy struct {
 	addr string
 }
 
-// StartProxy starts a proxy that listens on a free 127.0.0.1 port and forwards
+// Start starts a proxy that listens on a free 127.0.0.1 port and forwards
 // every connection to upstream ("host:port"). It is stopped, closing every
 // connection through it, at t.Cleanup.
-func StartProxy(t testing.TB, upstream string) *Proxy {
+func Start(t testing.TB, upstream string) *Proxy {
 	t.Helper()
 	srv := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(nil), zerolog.Nop())
-	name := fmt.Sprintf("testserver-%d", proxySeq.Add(1))
+	name := fmt.Sprintf("proxy-%d", proxySeq.Add(1))
 	p := toxiproxy.NewProxy(srv, name, "127.0.0.1:0", upstream)
 	if err := p.Start(); err != nil {
-		t.Fatalf("testserver: start proxy to %s: %v", upstream, err)
+		t.Fatalf("proxy: start proxy to %s: %v", upstream, err)
 	}
 	t.Cleanup(p.Stop)
 	p.Lock()
@@ -51,7 +58,7 @@ func (p *Proxy) addToxic(t testing.TB, name, typ, stream, attrs string) {
 	_ = p.p.Toxics.RemoveToxic(context.Background(), name)
 	body := fmt.Sprintf(`{"name":%q,"type":%q,"stream":%q,"toxicity":1,"attributes":%s}`, name, typ, stream, attrs)
 	if _, err := p.p.Toxics.AddToxicJson(strings.NewReader(body)); err != nil {
-		t.Fatalf("testserver: proxy %s: add %s toxic: %v", p.addr, typ, err)
+		t.Fatalf("proxy: proxy %s: add %s toxic: %v", p.addr, typ, err)
 	}
 }
 
@@ -73,7 +80,7 @@ func (p *Proxy) Latency(t testing.TB, d time.Duration) {
 	const name = "latency_downstream"
 	if d <= 0 {
 		if err := p.p.Toxics.RemoveToxic(context.Background(), name); err != nil && !errors.Is(err, toxiproxy.ErrToxicNotFound) {
-			t.Fatalf("testserver: proxy %s: remove latency: %v", p.addr, err)
+			t.Fatalf("proxy: proxy %s: remove latency: %v", p.addr, err)
 		}
 		return
 	}
@@ -88,3 +95,8 @@ func (p *Proxy) Restore(t testing.TB) {
 	t.Helper()
 	p.p.Toxics.ResetToxics(context.Background())
 }
+
+// IgnoreToxics tells a leak check (testserver.Main, leakcheck.Find) that
+// toxiproxy's per-toxic goroutines are not leaks: toxiproxy winds them down
+// on its own after a proxy stops.
+var IgnoreToxics = leakcheck.IgnoreFunction("github.com/Shopify/toxiproxy/v2/toxics.(*ToxicStub).Run")

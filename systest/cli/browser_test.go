@@ -1,6 +1,6 @@
 //go:build linux
 
-package main
+package cli
 
 import (
 	"context"
@@ -20,7 +20,8 @@ import (
 )
 
 // screenshotDir is where TestDashboardInBrowser saves its screenshots when
-// TASKLOCK_SCREENSHOTS=1 (make screenshots): the README shows them.
+// TASKLOCK_SCREENSHOTS=1 (make screenshots): the README shows them. The
+// path is relative to this package's directory, systest/cli.
 const screenshotDir = "../../docs/screenshots"
 
 // TestDashboardInBrowser drives the dashboard of a running tasklock serve

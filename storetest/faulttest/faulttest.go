@@ -16,6 +16,10 @@
 //
 // How to build the store and the register from the helper's environment,
 // and the server faults, stay with each store's tests.
+//
+// It sits beside storetest rather than under internal/ because it is built
+// on the Locker (internal/ holds leaves that import nothing of ours above
+// them); a third-party store's fault tests can use it the same way.
 package faulttest
 
 import (

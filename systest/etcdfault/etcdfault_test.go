@@ -1,0 +1,201 @@
+package etcdfault
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/tasklock/tasklock"
+	"github.com/tasklock/tasklock/driver"
+	"github.com/tasklock/tasklock/etcdstore"
+	"github.com/tasklock/tasklock/storetest/faulttest"
+	"github.com/tasklock/tasklock/internal/testserver"
+	"github.com/tasklock/tasklock/systest/internal/proxy"
+)
+
+func TestMain(m *testing.M) { os.Exit(testserver.Main(m, proxy.IgnoreToxics)) }
+
+// quietLogger drops the Locker's warnings (an expected loss is not news).
+var quietLogger = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func newClient(t testing.TB, endpoints []string) *clientv3.Client {
+	t.Helper()
+	c, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+var prefixSeq atomic.Int64
+
+// freshPrefix gives every store of the test binary keys of its own.
+func freshPrefix() string {
+	return fmt.Sprintf("/test-%d-%d/", os.Getpid(), prefixSeq.Add(1))
+}
+
+// newStore returns a Store on a fresh prefix (unless opts names one),
+// closed at cleanup.
+func newStore(t testing.TB, c *clientv3.Client, opts *etcdstore.Options) *etcdstore.Store {
+	t.Helper()
+	var o etcdstore.Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.Prefix == "" {
+		o.Prefix = freshPrefix()
+	}
+	s, err := etcdstore.New(c, &o)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	return s
+}
+
+func newLocker(t *testing.T, s *etcdstore.Store, owner string) *tasklock.Locker {
+	t.Helper()
+	return faulttest.NewLocker(t, s, tasklock.Config{Owner: owner, Logger: quietLogger})
+}
+
+func token() string { return rand.Text() }
+
+func ctxT(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func mustAcquire(t testing.TB, s *etcdstore.Store, key, tok, owner string, ttl time.Duration) uint64 {
+	t.Helper()
+	g, err := s.Acquire(ctxT(t), driver.AcquireParams{Key: key, Token: tok, Owner: owner, TTL: ttl})
+	if err != nil {
+		t.Fatalf("Acquire(%q): %v", key, err)
+	}
+	return g.Fence
+}
+
+// waitFor polls cond until it holds or d passes.
+func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, d)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// exists reports whether an etcd key exists.
+func exists(t testing.TB, c *clientv3.Client, key string) bool {
+	t.Helper()
+	resp, err := c.Get(ctxT(t), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(resp.Kvs) > 0
+}
+
+// entryKey is the etcd key of the lock on key held with token under
+// prefix, as the package documentation of etcdstore lays it out (Prefix +
+// K + "/" + T), for a key and a token that need no escaping.
+func entryKey(prefix, key, token string) string { return prefix + key + "/" + token }
+
+// faultTTL is both the session TTL and the lock TTL of the fault tests:
+// etcd's smallest lease with the test server's raft timings.
+const faultTTL = time.Second
+
+// TestFaults runs the fault tests, in parallel, each on a server of its
+// own.
+func TestFaults(t *testing.T) {
+	tests := []struct {
+		name string
+		fn   func(t *testing.T)
+	}{
+		{"NetworkBlackholed", testBlackholed},
+		{"DeleteRetried", testDeleteRetried},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.fn(t)
+		})
+	}
+}
+
+// testBlackholed: the holder's traffic to etcd is blackholed by a proxy
+// between its client and the server (gRPC keeps its connection, so the
+// proxy must carry it from the start). Its Done closes before its session
+// could expire at etcd, and another, connected directly, obtains only
+// after that.
+func testBlackholed(t *testing.T) {
+	srv := testserver.StartEtcd(t)
+	proxy := proxy.Start(t, srv.Addr())
+	prefix := freshPrefix()
+	hs := newStore(t, newClient(t, []string{"http://" + proxy.Addr()}), &etcdstore.Options{Prefix: prefix, SessionTTL: faultTTL})
+	ds := newStore(t, newClient(t, srv.Endpoints()), &etcdstore.Options{Prefix: prefix, SessionTTL: faultTTL})
+	holder := newLocker(t, hs, "holder")
+	other := newLocker(t, ds, "other")
+	l1, err := holder.Obtain(ctxT(t), "job", &tasklock.ObtainOptions{TTL: faultTTL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	work := faulttest.StartWork(t, l1)
+	proxy.Blackhole(t)
+	cut := time.Now()
+	t.Cleanup(func() { proxy.Restore(t) }) // before the Lockers close
+
+	tk := work.AwaitTakeover(t, l1, other, "job", &tasklock.ObtainOptions{TTL: faultTTL, Wait: 10 * time.Second},
+		cut, faultTTL+time.Second, "TTL + 1s")
+	// Done closes at the lease's local validity, before one TTL from the
+	// cut; seeing it may take a scheduling delay more on a loaded machine.
+	// (What safety needs — no write of the holder after the other
+	// obtained — is checked by tk.Check.)
+	if tk.DoneAt.Sub(cut) > faultTTL+200*time.Millisecond {
+		t.Errorf("the holder's Done closed %v after the cut, later than one TTL", tk.DoneAt.Sub(cut))
+	}
+	if tk.ObtainedAt.Sub(cut) > faultTTL+time.Second+500*time.Millisecond {
+		t.Errorf("the other obtained %v after the cut, want ≤ SessionTTL + 1.5s", tk.ObtainedAt.Sub(cut))
+	}
+	tk.Check(t, work, "")
+}
+
+// testDeleteRetried: when the reaper cannot delete an expired lock's key
+// (its Store is cut off), it retries until it can; the session, which
+// outlives the fault, does not do it for it.
+func testDeleteRetried(t *testing.T) {
+	srv := testserver.StartEtcd(t)
+	proxy := proxy.Start(t, srv.Addr())
+	c := newClient(t, srv.Endpoints())
+	prefix := freshPrefix()
+	s := newStore(t, newClient(t, []string{"http://" + proxy.Addr()}), &etcdstore.Options{Prefix: prefix}) // 10 s session
+	tok := token()
+	mustAcquire(t, s, "k", tok, "a", 300*time.Millisecond)
+	acquired := time.Now()
+	proxy.Blackhole(t)
+	time.Sleep(time.Until(acquired.Add(600 * time.Millisecond))) // the fault lasts past the deadline
+	if !exists(t, c, entryKey(prefix, "k", tok)) {
+		t.Fatal("the key went while its Store was cut off")
+	}
+	proxy.Restore(t)
+	restored := time.Now()
+	waitFor(t, 8*time.Second, "the reaper deleting the key after the fault", func() bool {
+		return !exists(t, c, entryKey(prefix, "k", tok))
+	})
+	t.Logf("deleted %v after the network came back (the session had %v left)", time.Since(restored).Round(time.Millisecond),
+		(10*time.Second - time.Since(acquired)).Round(time.Millisecond))
+	if time.Since(acquired) >= 9*time.Second {
+		t.Fatal("the key may have gone with the session, not the reaper")
+	}
+}

@@ -1,0 +1,201 @@
+package mysqlfault
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/tasklock/tasklock"
+	"github.com/tasklock/tasklock/storetest/faulttest"
+	"github.com/tasklock/tasklock/internal/testserver"
+	"github.com/tasklock/tasklock/mysqlstore"
+	"github.com/tasklock/tasklock/systest/internal/proxy"
+)
+
+func TestMain(m *testing.M) {
+	// go-sql-driver logs broken connections to stderr; the fault tests
+	// break many on purpose.
+	_ = mysql.SetLogger(quietLogger{})
+	os.Exit(testserver.Main(m, proxy.IgnoreToxics))
+}
+
+type quietLogger struct{}
+
+func (quietLogger) Print(...any) {}
+
+var modes = []mysqlstore.Mode{mysqlstore.ModeLease, mysqlstore.ModeConnection}
+
+const faultKey = "fault"
+
+// warmConns is how many connections openDB opens up front.
+const warmConns = 8
+
+// openDB opens a pool on dsn, closed at cleanup, with warmConns
+// connections opened at once and kept idle.
+func openDB(t testing.TB, dsn string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	db.SetMaxIdleConns(2 * warmConns)
+	ctx := ctxT(t)
+	conns := make([]*sql.Conn, warmConns)
+	for i := range conns {
+		if conns[i], err = db.Conn(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+	return db
+}
+
+// newStore makes a store on a fresh database of the shared server.
+func newStore(t testing.TB, mode mysqlstore.Mode) (*mysqlstore.Store, string) {
+	t.Helper()
+	dsn := testserver.SharedMariaDB(t).CreateDB(t)
+	return mustNew(t, openDB(t, dsn), &mysqlstore.Options{Mode: mode, Migrate: true}), dsn
+}
+
+// mustNew returns a Store that is closed at cleanup, before db is.
+func mustNew(t testing.TB, db *sql.DB, opts *mysqlstore.Options) *mysqlstore.Store {
+	t.Helper()
+	s, err := mysqlstore.New(db, opts)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func ctxT(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// waitFor polls cond until it holds or d passes.
+func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, d)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func newFaultLocker(t *testing.T, s *mysqlstore.Store, owner string) *tasklock.Locker {
+	t.Helper()
+	return faulttest.NewLocker(t, s, tasklock.Config{Owner: owner})
+}
+
+// TestBlackhole: the network between a holder and the database silently
+// drops everything. The holder's Done closes while the database still
+// considers the lock its own; another client obtains it only afterwards.
+func TestBlackhole(t *testing.T) {
+	t.Parallel()
+	for _, mode := range modes {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			const ttl = time.Second
+			srv := testserver.SharedMariaDB(t)
+			s, dsn := newStore(t, mode)
+			proxy := proxy.Start(t, srv.Addr())
+			viaProxy := strings.Replace(dsn, srv.Addr(), proxy.Addr(), 1)
+			sA := mustNew(t, openDB(t, viaProxy), &mysqlstore.Options{Mode: mode})
+			a := newFaultLocker(t, sA, "a")
+			b := newFaultLocker(t, s, "b")
+			ctx := ctxT(t)
+
+			la, err := a.TryObtain(ctx, faultKey, &tasklock.ObtainOptions{TTL: ttl})
+			if err != nil {
+				t.Fatal(err)
+			}
+			proxy.Blackhole(t)
+			cut := time.Now()
+			type grant struct {
+				l       *tasklock.Lock
+				at      time.Time
+				err     error
+				aClosed bool // A's Done was closed when B got the lock
+			}
+			got := make(chan grant, 1)
+			go func() {
+				l, err := b.Obtain(ctx, faultKey, &tasklock.ObtainOptions{TTL: 5 * time.Second})
+				g := grant{l: l, at: time.Now(), err: err}
+				select {
+				case <-la.Done():
+					g.aClosed = true
+				default:
+				}
+				got <- g
+			}()
+
+			select {
+			case <-la.Done():
+			case <-time.After(5 * time.Second):
+				t.Fatal("the partitioned holder's Done did not close")
+			}
+			doneAt := time.Now()
+			// Informational: this read may come late on a busy machine.
+			stillA := holderIsLive(t, s, la)
+			t.Logf("%s: A's Done closed %v after the cut (%v); the database still had A's lock when the test looked: %v",
+				mode, doneAt.Sub(cut).Round(time.Millisecond), la.Err(), stillA)
+
+			g := <-got
+			if g.err != nil {
+				t.Fatal(g.err)
+			}
+			t.Logf("%s: B obtained %v after the cut", mode, g.at.Sub(cut).Round(time.Millisecond))
+			if !g.aClosed {
+				t.Fatal("B obtained the lock while A's Done was still open")
+			}
+			if g.l.Fence() <= la.Fence() {
+				t.Fatalf("fence %d after %d", g.l.Fence(), la.Fence())
+			}
+			if !errors.Is(la.Err(), tasklock.ErrLockLost) {
+				t.Fatalf("A's cause %v, want ErrLockLost", la.Err())
+			}
+			proxy.Restore(t)
+			// The first attempts may fail on connections the proxy closed.
+			var err2 error
+			waitFor(t, 5*time.Second, "A's Release after the partition", func() bool {
+				err2 = la.Release(ctx)
+				return err2 == nil || errors.Is(err2, tasklock.ErrNotHeld)
+			})
+			if !errors.Is(err2, tasklock.ErrNotHeld) {
+				t.Errorf("A's Release after the partition: %v, want ErrNotHeld", err2)
+			}
+			_ = g.l.Release(ctx)
+		})
+	}
+}
+
+// holderIsLive reports whether the database still holds l's lock for it:
+// its row unexpired (lease mode), or its lock name in use (connection
+// mode), with l's fence. It reads through s's Leases, which asks exactly
+// that.
+func holderIsLive(t *testing.T, s *mysqlstore.Store, l *tasklock.Lock) bool {
+	t.Helper()
+	ls, err := s.Leases(ctxT(t), l.Key())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range ls {
+		if x.Key == l.Key() && x.Fence == l.Fence() {
+			return true
+		}
+	}
+	return false
+}
