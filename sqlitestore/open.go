@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
@@ -62,10 +63,8 @@ func Open(path string, opts *Options) (*sql.DB, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.busy+checkTimeout)
 	defer cancel()
-	// Opening a connection runs the pragmas; reading the journal mode
-	// back catches a database that silently stayed in another mode.
-	var mode string
-	if err := db.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
+	mode, err := journalMode(ctx, db)
+	if err != nil {
 		db.Close()
 		return nil, openError("open", path, err)
 	}
@@ -74,6 +73,32 @@ func Open(path string, opts *Options) (*sql.DB, error) {
 		return nil, fmt.Errorf("sqlitestore: open %q: journal_mode is %q, not wal: SQLite could not switch the database to WAL", path, mode)
 	}
 	return db, nil
+}
+
+// journalMode opens a connection, which runs the pragmas, and reads the
+// journal mode back, which catches a database that silently stayed in
+// another mode. It retries while SQLite answers busy, until ctx ends:
+// processes that open a new database file at the same moment all switch
+// it to WAL, which takes the exclusive lock, and SQLite answers the one
+// that would deadlock with SQLITE_BUSY at once instead of calling its
+// busy handler, so busy_timeout does not cover this case.
+func journalMode(ctx context.Context, db *sql.DB) (string, error) {
+	delay := time.Millisecond
+	for {
+		var mode string
+		err := db.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode)
+		if err == nil || !isBusy(err) {
+			return mode, err
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return "", err
+		case <-t.C:
+		}
+		delay = min(2*delay, 50*time.Millisecond)
+	}
 }
 
 // dsn returns the modernc.org/sqlite DSN Open uses for path: a file: URI
