@@ -23,9 +23,9 @@ import (
 // register kept in etcd: one Txn accepts a write only when the register's
 // fence is not above the writer's, and logs every accepted write, so a
 // stale write is refused by etcd and any overlap would show in the log.
-// In-process holders use tasklock.FencedRegister.
+// In-process holders use fence.Register.
 
-// register is tasklock.FencedRegister's rule kept in etcd under prefix.
+// register is fence.Register's rule kept in etcd under prefix.
 type register struct {
 	c      *clientv3.Client
 	prefix string

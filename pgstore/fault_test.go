@@ -23,7 +23,7 @@ import (
 // register kept in the database: a row updated only WHERE fence <= $new,
 // with every accepted write appended to a history table, so a stale write
 // is refused by the database and any overlap would show in the history.
-// In-process holders use tasklock.FencedRegister.
+// In-process holders use fence.Register.
 
 const registerDDL = `
 CREATE TABLE IF NOT EXISTS register (id int PRIMARY KEY, fence bigint NOT NULL);

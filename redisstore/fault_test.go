@@ -15,6 +15,7 @@ import (
 
 	"github.com/tasklock/tasklock"
 	"github.com/tasklock/tasklock/driver"
+	"github.com/tasklock/tasklock/fence"
 	"github.com/tasklock/tasklock/internal/faulttest"
 	"github.com/tasklock/tasklock/internal/testserver"
 )
@@ -130,7 +131,7 @@ func TestFaultBlackhole(t *testing.T) {
 	prefix := freshPrefix()
 	a := newFaultLocker(t, proxy.Addr(), prefix, "a")
 	b := newFaultLocker(t, srv.Addr(), prefix, "b")
-	var reg tasklock.FencedRegister
+	var reg fence.Register
 
 	la, err := a.TryObtain(ctxT(t), "job", &tasklock.ObtainOptions{TTL: ttl})
 	if err != nil {

@@ -4,7 +4,7 @@ package redlock
 // paused, or cut off from one or two nodes, and a node restarts with a lock
 // held. A fenced register is the oracle that counts stale writes: kept on a
 // fourth, unaffected redis-server when a helper process writes to it,
-// tasklock.FencedRegister otherwise.
+// fence.Register otherwise.
 
 import (
 	"context"
@@ -19,6 +19,7 @@ import (
 
 	"github.com/tasklock/tasklock"
 	"github.com/tasklock/tasklock/driver"
+	"github.com/tasklock/tasklock/fence"
 	"github.com/tasklock/tasklock/internal/faulttest"
 	"github.com/tasklock/tasklock/internal/testserver"
 )
@@ -174,7 +175,7 @@ func TestFaultBlackholeOneNode(t *testing.T) {
 			prefix := freshPrefix()
 			a := newLocker(t, newStoreCtx(t, paddrs, prefix, ctxTimeout), "a")
 			b := newLocker(t, newStore(t, addrsOf(srvs), &Options{Prefix: prefix}), "b")
-			var reg tasklock.FencedRegister
+			var reg fence.Register
 			ttl := time.Second
 
 			la, err := a.TryObtain(ctxT(t), "job", &tasklock.ObtainOptions{TTL: ttl})
@@ -214,7 +215,7 @@ func TestFaultBlackholeTwoNodes(t *testing.T) {
 	prefix := freshPrefix()
 	a := newLocker(t, newStore(t, paddrs, &Options{Prefix: prefix}), "a")
 	b := newLocker(t, newStore(t, addrsOf(srvs), &Options{Prefix: prefix}), "b")
-	var reg tasklock.FencedRegister
+	var reg fence.Register
 	ttl := time.Second
 
 	la, err := a.TryObtain(ctxT(t), "job", &tasklock.ObtainOptions{TTL: ttl})
@@ -302,7 +303,7 @@ func testNodeRestart(t *testing.T, mode string) {
 	if la.Fence() != 4 {
 		t.Fatalf("a's fence %d, want 4", la.Fence())
 	}
-	var reg tasklock.FencedRegister
+	var reg fence.Register
 	if err := reg.Write(la.Fence()); err != nil {
 		t.Fatal(err)
 	}

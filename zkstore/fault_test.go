@@ -26,7 +26,7 @@ import (
 // changed only by a multi that checks the version read (so a write with a
 // lower fence than the one stored is refused) and appends a sequential
 // child "fence writer" for every accepted write, so that any overlap would
-// show in the history. In-process holders use tasklock.FencedRegister.
+// show in the history. In-process holders use fence.Register.
 
 // faultSession is the session timeout (and the lock TTL) of the holders in
 // the fault tests.
