@@ -2,6 +2,34 @@
 // lock only one process holds at a time, kept alive while the work runs and
 // given up the moment it cannot be kept.
 //
+// # Start here
+//
+// Most programs need only these names:
+//
+//   - [New] makes a [Locker] on a store (memstore, redisstore, pgstore, ...;
+//     each store package has an example with a real client), configured by
+//     a [Config] (nil for the defaults). Make one per store and process,
+//     share it, and [Locker.Close] it at the end.
+//   - [Locker.Obtain] waits for a key; [Locker.TryObtain] tries once. Both
+//     take [ObtainOptions] (nil: a [DefaultTTL] lease, renewed until
+//     released) and return a [Lock].
+//   - A [Lock] is kept alive by the Locker. [Lock.Context] (and [Lock.Done])
+//     end when it does, with the reason as the context's cause; hand
+//     [Lock.Fence] to what you write; [Lock.Release] gives it up.
+//   - [Once] and [WithLock] run a function under a lock: once across the
+//     replicas, or each caller in turn.
+//   - [ErrNotObtained] (held elsewhere, or the wait ended) and [ErrLockLost]
+//     (matched by every cause of loss) are what errors.Is is asked most.
+//
+// The rest is for particular needs: [NotObtainedError] names the holder;
+// [ErrReleased], [ErrMaxHold], [ErrStalled] and [ErrClosed] tell the causes
+// apart; [Lock.Extend] and [Lock.Heartbeat] go with MaxHold and
+// ProgressTimeout; [Event] (Config.OnEvent) is for metrics and logs;
+// [Clock] is for tests. Outside this package: the check the protected
+// resource makes is package [github.com/tasklock/tasklock/fence], periodic
+// jobs are package [github.com/tasklock/tasklock/schedule], and the contract
+// a store implements is package [github.com/tasklock/tasklock/driver].
+//
 // # Locks are leases
 //
 // A Locker obtains leases from one store (memstore, redisstore, ...) and
@@ -41,7 +69,9 @@
 // A paused or partitioned holder can still act after its lease is gone.
 // Every grant carries a fence strictly greater than every earlier fence for
 // the key from the same store; pass it to the protected resource and have it
-// refuse lower fences, as FencedRegister does.
+// refuse lower fences, as fence.Register (package
+// [github.com/tasklock/tasklock/fence]) does. A refused write matches
+// [ErrStaleFence].
 //
 // # Waiting
 //

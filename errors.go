@@ -47,7 +47,7 @@ var ErrClosed error = &lossError{"tasklock: locker closed"}
 // match ErrLockLost.
 var ErrReleased = errors.New("tasklock: lock released")
 
-// ErrStaleFence is returned by FencedRegister.Write for a fence lower than
+// ErrStaleFence is returned by fence.Register.Write for a fence lower than
 // one already accepted.
 var ErrStaleFence = errors.New("tasklock: stale fence")
 

@@ -140,12 +140,3 @@ func ExampleLock_Heartbeat() {
 	fmt.Println(lock.Err())
 	// Output: tasklock: no progress heartbeat within ProgressTimeout
 }
-
-func ExampleFencedRegister() {
-	var reg tasklock.FencedRegister
-	fmt.Println(reg.Write(2)) // the current holder writes
-	fmt.Println(reg.Write(1)) // a paused former holder wakes up and tries
-	// Output:
-	// <nil>
-	// tasklock: stale fence: 1 < 2
-}

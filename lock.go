@@ -94,7 +94,7 @@ func (l *Lock) Key() string { return l.key }
 // Fence returns the lock's fencing token: strictly greater than the fence
 // of every earlier grant of this key by the same store. Pass it to the
 // resource the lock protects so that it can refuse stale writers (see
-// FencedRegister).
+// package fence).
 func (l *Lock) Fence() uint64 { return l.fence }
 
 // Owner returns the owner name the lock was obtained under.

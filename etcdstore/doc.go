@@ -137,7 +137,7 @@
 // every lease a full TTL again when a new leader takes over, which only
 // delays takeover.) So the fence is what protects the resource the lock
 // guards: pass it along and have the resource refuse writes with a lower
-// fence than it has seen (tasklock.FencedRegister is the model).
+// fence than it has seen (fence.Register is the model).
 //
 // # Server restarts
 //

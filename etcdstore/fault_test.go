@@ -15,8 +15,8 @@ import (
 
 	"github.com/tasklock/tasklock"
 	"github.com/tasklock/tasklock/driver"
-	"github.com/tasklock/tasklock/storetest/faulttest"
 	"github.com/tasklock/tasklock/internal/testserver"
+	"github.com/tasklock/tasklock/storetest/faulttest"
 )
 
 // Fault tests. The oracle for a lock holder in another process is a fenced
@@ -27,7 +27,7 @@ import (
 // systest/etcdfault: the proxy must not be a dependency of the library
 // module.
 
-// register is tasklock.FencedRegister's rule kept in etcd under prefix.
+// register is fence.Register's rule kept in etcd under prefix.
 type register struct {
 	c      *clientv3.Client
 	prefix string

@@ -196,7 +196,7 @@
 // The defence against all of these is the fencing token: pass each grant's
 // fence to the resource the lock protects and have it refuse writes with a
 // lower fence than it has seen (UPDATE ... WHERE fence <= ?;
-// tasklock.FencedRegister is the model).
+// fence.Register is the model).
 //
 // # Errors
 //

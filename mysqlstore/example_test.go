@@ -1,8 +1,13 @@
 package mysqlstore_test
 
+// The examples here need a MySQL or MariaDB server, so they are compiled,
+// not run.
+
 import (
 	"context"
 	"database/sql"
+	"errors"
+	"fmt"
 	"log"
 	"time"
 
@@ -13,7 +18,7 @@ import (
 )
 
 // A lease-mode store on the caller's pool; Migrate creates the table on
-// first use. (Examples here need a server, so they are compiled, not run.)
+// first use. Importing go-sql-driver/mysql registers the "mysql" driver.
 func ExampleNew() {
 	db, err := sql.Open("mysql", "app:secret@tcp(db.internal:3306)/app")
 	if err != nil {
@@ -30,17 +35,25 @@ func ExampleNew() {
 	}
 	defer locker.Close()
 
-	res, err := tasklock.Once(context.Background(), locker, "reports/daily",
-		&tasklock.ObtainOptions{TTL: 30 * time.Second, MinHold: time.Minute},
-		func(ctx context.Context) error {
-			// ... the work; ctx is cancelled if the lock is lost.
-			return nil
-		})
-	switch {
-	case err != nil:
-		log.Print(err)
-	case !res.Ran:
-		log.Printf("another replica (%s) is running the report or just ran it", res.Holder)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // bounds the wait, not the lock
+	defer cancel()
+	lock, err := locker.Obtain(ctx, "invoices/send", nil)
+	if errors.Is(err, tasklock.ErrNotObtained) {
+		log.Print("another replica held it for the whole minute")
+		return
+	}
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	// lock.Context() ends, with the reason as its cause, if the lock is
+	// lost; lock.Fence() lets the resource refuse a holder that lost it
+	// (e.g. UPDATE ... WHERE fence <= ?, in the same database).
+	if err := sendInvoices(lock.Context(), lock.Fence()); err != nil {
+		log.Print(err) // errors.Is(err, tasklock.ErrLockLost): the lock was lost during the work
+	}
+	if err := lock.Release(context.Background()); err != nil {
+		log.Print(err) // errors.Is(err, tasklock.ErrNotHeld): the lease had ended before
 	}
 }
 
@@ -53,13 +66,19 @@ func ExampleKeepAliveDialer() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	defer db.Close()
 	db.SetMaxOpenConns(64) // locks held at once, plus headroom
 	store, err := mysqlstore.New(db, &mysqlstore.Options{Mode: mysqlstore.ModeConnection})
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer store.Close() // after the Lockers, before db
-	_ = store
+	locker, err := tasklock.New(store, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locker.Close()
+	// Obtain, work under lock.Context(), Release: as in the example of New.
 }
 
 // MigrationStatus for a `tasklock migrate status`-like report.
@@ -68,6 +87,7 @@ func ExampleMigrationStatus() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	defer db.Close()
 	states, err := mysqlstore.MigrationStatus(context.Background(), db, nil)
 	if err != nil {
 		log.Fatal(err)
@@ -75,4 +95,14 @@ func ExampleMigrationStatus() {
 	for _, m := range states {
 		log.Printf("%03d_%s applied=%v %v", m.Version, m.Name, m.Applied(), m.AppliedAt)
 	}
+}
+
+// sendInvoices stands for the work the lock protects: it stops when ctx
+// ends and hands fence to what it writes.
+func sendInvoices(ctx context.Context, fence uint64) error {
+	if err := ctx.Err(); err != nil {
+		return context.Cause(ctx)
+	}
+	fmt.Println("invoices sent under fence", fence)
+	return nil
 }

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/tasklock/tasklock"
-	"github.com/tasklock/tasklock/storetest/faulttest"
 	"github.com/tasklock/tasklock/internal/testserver"
+	"github.com/tasklock/tasklock/storetest/faulttest"
 )
 
 // The fault tests use a fenced register in the database as their oracle:

@@ -129,7 +129,7 @@
 //
 // The defence against all of these is the fencing token: pass each grant's
 // fence to the resource the lock protects and have it reject writes with a
-// lower fence than it has seen (tasklock.FencedRegister is the model).
+// lower fence than it has seen (fence.Register is the model).
 // Where a repeated fence after a restart matters, run Redis with
 // appendfsync always, or use a durable store (pgstore, etcdstore).
 //

@@ -17,8 +17,8 @@ import (
 
 	"github.com/tasklock/tasklock"
 	"github.com/tasklock/tasklock/driver"
-	"github.com/tasklock/tasklock/storetest/faulttest"
 	"github.com/tasklock/tasklock/internal/testserver"
+	"github.com/tasklock/tasklock/storetest/faulttest"
 )
 
 func newRegister(t *testing.T, addr string) testserver.RedisRegister {

@@ -3,6 +3,7 @@ package schedule_test
 import (
 	"context"
 	"fmt"
+	"log"
 	"time"
 
 	"github.com/tasklock/tasklock"
@@ -10,7 +11,52 @@ import (
 	"github.com/tasklock/tasklock/schedule"
 )
 
-func ExampleScheduler() {
+// Every replica runs the same Scheduler with the same jobs; each tick of a
+// job runs once across them. Here one replica, on memstore, runs a job that
+// is due every second until it has run once.
+func ExampleNew() {
+	store := memstore.New(nil) // in production: the replicas' shared store, e.g. redisstore
+	locker, err := tasklock.New(store, &tasklock.Config{Owner: "web-1"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locker.Close()
+
+	s, err := schedule.New(locker, store, &schedule.Config{Node: "web-1"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	ran := make(chan schedule.Run, 1)
+	err = s.Add(schedule.Job{
+		Name:     "cleanup",
+		Schedule: "@every 1s",
+		Handler: func(ctx context.Context, run schedule.Run) error {
+			// ctx ends if the job's lock is lost; pass run.Fence to what you write.
+			select {
+			case ran <- run:
+			default:
+			}
+			return nil
+		},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := s.Start(ctx); err != nil {
+		log.Fatal(err)
+	}
+	run := <-ran
+	fmt.Printf("%s ran on %s\n", run.Job, run.Node)
+	if err := s.Shutdown(ctx); err != nil { // waits for running handlers
+		log.Fatal(err)
+	}
+	// Output: cleanup ran on web-1
+}
+
+// Trigger runs a job now, once, on whichever node sees the request first;
+// Runs reads the history every node records.
+func ExampleScheduler_Trigger() {
 	store := memstore.New(nil) // one store keeps the locks and the ledger
 	locker, err := tasklock.New(store, &tasklock.Config{Owner: "web-1"})
 	if err != nil {

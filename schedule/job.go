@@ -185,7 +185,7 @@ type Run struct {
 	Attempt int       // 1 for the first attempt
 	// Fence is the job lock's fencing token: pass it to the resources the
 	// job writes so they can refuse a run that lost its lock (see
-	// tasklock.FencedRegister). 0 with OverlapAllow.
+	// package fence). 0 with OverlapAllow.
 	Fence uint64
 	// CatchUp is true when the tick was missed and runs late by the
 	// misfire policy.

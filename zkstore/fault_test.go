@@ -17,8 +17,8 @@ import (
 
 	"github.com/tasklock/tasklock"
 	"github.com/tasklock/tasklock/driver"
-	"github.com/tasklock/tasklock/storetest/faulttest"
 	"github.com/tasklock/tasklock/internal/testserver"
+	"github.com/tasklock/tasklock/storetest/faulttest"
 )
 
 // Fault tests. The oracle for lock holders in other processes is a fenced

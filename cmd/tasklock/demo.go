@@ -14,6 +14,7 @@ import (
 
 	"github.com/tasklock/tasklock"
 	"github.com/tasklock/tasklock/driver"
+	"github.com/tasklock/tasklock/fence"
 	"github.com/tasklock/tasklock/memstore"
 )
 
@@ -162,7 +163,7 @@ type demo struct {
 	workers  int
 	duration time.Duration
 	start    time.Time
-	reg      tasklock.FencedRegister
+	reg      fence.Register
 	crashed  atomic.Bool // a worker has crashed
 
 	mu      sync.Mutex // guards the output and the counts below

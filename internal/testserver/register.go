@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-// registerScript is tasklock.FencedRegister's rule kept in Redis: a write is
+// registerScript is fence.Register's rule kept in Redis: a write is
 // accepted only when its fence is at least the highest accepted, and every
 // accepted write is logged as writer:fence.
 const registerScript = `

@@ -37,6 +37,7 @@ import (
 
 	"github.com/tasklock/tasklock"
 	"github.com/tasklock/tasklock/driver"
+	"github.com/tasklock/tasklock/fence"
 	"github.com/tasklock/tasklock/internal/testserver"
 )
 
@@ -294,7 +295,7 @@ func StartReportingHolder(t *testing.T, name, key string, ttl time.Duration, env
 // fence to Reg every 5ms until the lock's Done closes.
 type Work struct {
 	// Reg is the register the work writes to.
-	Reg  tasklock.FencedRegister
+	Reg  fence.Register
 	mu   sync.Mutex
 	last time.Time // the last accepted write
 	done chan struct{}
@@ -461,7 +462,7 @@ func LookAt(l *tasklock.Lock, deadline time.Time) <-chan bool {
 
 // RefuseStale writes newFence to reg, which must be accepted, and then
 // oldFence, which must be refused as stale; it stops the test otherwise.
-func RefuseStale(t *testing.T, reg *tasklock.FencedRegister, oldFence, newFence uint64) {
+func RefuseStale(t *testing.T, reg *fence.Register, oldFence, newFence uint64) {
 	t.Helper()
 	if err := reg.Write(newFence); err != nil {
 		t.Fatal(err)

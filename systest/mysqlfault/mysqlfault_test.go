@@ -12,9 +12,9 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/tasklock/tasklock"
-	"github.com/tasklock/tasklock/storetest/faulttest"
 	"github.com/tasklock/tasklock/internal/testserver"
 	"github.com/tasklock/tasklock/mysqlstore"
+	"github.com/tasklock/tasklock/storetest/faulttest"
 	"github.com/tasklock/tasklock/systest/internal/proxy"
 )
 

@@ -14,9 +14,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tasklock/tasklock"
-	"github.com/tasklock/tasklock/storetest/faulttest"
 	"github.com/tasklock/tasklock/internal/testserver"
 	"github.com/tasklock/tasklock/pgstore"
+	"github.com/tasklock/tasklock/storetest/faulttest"
 	"github.com/tasklock/tasklock/systest/internal/proxy"
 )
 

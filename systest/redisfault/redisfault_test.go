@@ -12,9 +12,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tasklock/tasklock"
-	"github.com/tasklock/tasklock/storetest/faulttest"
+	"github.com/tasklock/tasklock/fence"
 	"github.com/tasklock/tasklock/internal/testserver"
 	"github.com/tasklock/tasklock/redisstore"
+	"github.com/tasklock/tasklock/storetest/faulttest"
 	"github.com/tasklock/tasklock/systest/internal/proxy"
 )
 
@@ -66,7 +67,7 @@ func TestFaultBlackhole(t *testing.T) {
 	prefix := freshPrefix()
 	a := newFaultLocker(t, proxy.Addr(), prefix, "a")
 	b := newFaultLocker(t, srv.Addr(), prefix, "b")
-	var reg tasklock.FencedRegister
+	var reg fence.Register
 
 	la, err := a.TryObtain(ctxT(t), "job", &tasklock.ObtainOptions{TTL: ttl})
 	if err != nil {

@@ -2,7 +2,7 @@ package redlockfault
 
 // Fault tests against three real redis-servers, each behind a proxy: the
 // holder is cut off from one or two nodes, or a node restarts with a lock
-// held while the holder cannot reach a third. tasklock.FencedRegister is
+// held while the holder cannot reach a third. fence.Register is
 // the oracle that counts stale writes. (Moved from redlock's fault tests;
 // the others stay there.)
 
@@ -13,9 +13,10 @@ import (
 	"time"
 
 	"github.com/tasklock/tasklock"
-	"github.com/tasklock/tasklock/storetest/faulttest"
+	"github.com/tasklock/tasklock/fence"
 	"github.com/tasklock/tasklock/internal/testserver"
 	"github.com/tasklock/tasklock/redlock"
+	"github.com/tasklock/tasklock/storetest/faulttest"
 	"github.com/tasklock/tasklock/systest/internal/proxy"
 )
 
@@ -43,7 +44,7 @@ func TestFaultBlackholeOneNode(t *testing.T) {
 			prefix := freshPrefix()
 			a := newLocker(t, newStoreCtx(t, paddrs, prefix, ctxTimeout), "a")
 			b := newLocker(t, newStore(t, addrsOf(srvs), &redlock.Options{Prefix: prefix}), "b")
-			var reg tasklock.FencedRegister
+			var reg fence.Register
 			ttl := time.Second
 
 			la, err := a.TryObtain(ctxT(t), "job", &tasklock.ObtainOptions{TTL: ttl})
@@ -83,7 +84,7 @@ func TestFaultBlackholeTwoNodes(t *testing.T) {
 	prefix := freshPrefix()
 	a := newLocker(t, newStore(t, paddrs, &redlock.Options{Prefix: prefix}), "a")
 	b := newLocker(t, newStore(t, addrsOf(srvs), &redlock.Options{Prefix: prefix}), "b")
-	var reg tasklock.FencedRegister
+	var reg fence.Register
 	ttl := time.Second
 
 	la, err := a.TryObtain(ctxT(t), "job", &tasklock.ObtainOptions{TTL: ttl})
@@ -171,7 +172,7 @@ func testNodeRestart(t *testing.T, mode string) {
 	if la.Fence() != 4 {
 		t.Fatalf("a's fence %d, want 4", la.Fence())
 	}
-	var reg tasklock.FencedRegister
+	var reg fence.Register
 	if err := reg.Write(la.Fence()); err != nil {
 		t.Fatal(err)
 	}
