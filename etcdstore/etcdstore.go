@@ -98,11 +98,10 @@ func badOption(field, value, format string, args ...any) error {
 	return &driver.OptionError{Pkg: "etcdstore", Field: field, Value: value, Reason: fmt.Sprintf(format, args...)}
 }
 
-// New returns a Store that keeps its leases under opts.Prefix through
-// client. It validates opts and returns a *driver.OptionError naming the offending
-// field; it does not talk to etcd (the session lease is granted by the
-// first Acquire). The caller keeps ownership of client: the Store never
-// closes it.
+// New returns a Store that keeps its leases under opts.Prefix through client.
+// It validates opts and returns a *driver.OptionError naming the offending
+// field; it does not talk to etcd (the session lease is granted by the first
+// Acquire). The caller keeps ownership of client: the Store never closes it.
 func New(client *clientv3.Client, opts *Options) (*Store, error) {
 	if client == nil {
 		return nil, badOption("client", "", "nil")

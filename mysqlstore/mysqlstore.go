@@ -159,8 +159,8 @@ var (
 )
 
 // New returns a Store that keeps its locks in db, which must be a
-// go-sql-driver/mysql pool on MySQL 8 or MariaDB 10.6 or later, with a
-// default database. New validates opts and returns a *driver.OptionError naming the
+// go-sql-driver/mysql pool on MySQL 8 or MariaDB 10.6 or later, with a default
+// database. New validates opts and returns a *driver.OptionError naming the
 // offending field. With Options.Migrate it applies pending migrations first
 // (bounded by one minute); otherwise it makes no round trip.
 //

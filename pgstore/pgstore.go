@@ -188,15 +188,15 @@ var (
 	_ driver.ForceReleaser = (*Store)(nil)
 )
 
-// New returns a Store that keeps its leases in the table named by opts,
-// through pool. It validates opts and returns a *driver.OptionError naming the offending
-// field. With Options.Migrate it runs Migrate first (bounded by a minute);
-// otherwise it does not touch the database. The caller keeps ownership of
-// pool: the Store never closes it. In connection mode each held lock takes a
+// New returns a Store that keeps its leases in the table named by opts, through
+// pool. It validates opts and returns a *driver.OptionError naming the
+// offending field. With Options.Migrate it runs Migrate first (bounded by a
+// minute); otherwise it does not touch the database. The caller keeps ownership
+// of pool: the Store never closes it. In connection mode each held lock takes a
 // connection out of the pool (pgxpool.Conn.Hijack) while it is held, so held
-// locks do not count against the pool's MaxConns but do against the
-// server's max_connections; released ones are kept (at most 4, for at most
-// 30 s) for later grants.
+// locks do not count against the pool's MaxConns but do against the server's
+// max_connections; released ones are kept (at most 4, for at most 30 s) for
+// later grants.
 func New(pool *pgxpool.Pool, opts *Options) (*Store, error) {
 	o, err := resolve(pool, opts)
 	if err != nil {

@@ -149,8 +149,8 @@ func badOption(field, value, format string, args ...any) error {
 // such as *redis.Ring, are rejected: the store must know how keys map to
 // nodes to batch renewals and to WAIT on the right connection.
 //
-// New validates opts and returns a *driver.OptionError naming the offending field. The
-// caller keeps ownership of client: the Store never closes it.
+// New validates opts and returns a *driver.OptionError naming the offending
+// field. The caller keeps ownership of client: the Store never closes it.
 func New(client redis.UniversalClient, opts *Options) (*Store, error) {
 	s := &Store{
 		client:      client,

@@ -94,9 +94,9 @@ func badOption(field, value, format string, args ...any) error {
 // server (no replicas, no Cluster: the nodes must fail independently). Their
 // number must be odd and at least 3. A *redis.Client from
 // redis.NewFailoverClient is accepted as one node, but see the package
-// documentation. New validates clients and opts and returns a *driver.OptionError naming
-// the offending one. The caller keeps ownership of the clients: the Store
-// never closes them.
+// documentation. New validates clients and opts and returns a
+// *driver.OptionError naming the offending one. The caller keeps ownership of
+// the clients: the Store never closes them.
 func New(clients []redis.UniversalClient, opts *Options) (*Store, error) {
 	n := len(clients)
 	if n < 3 || n%2 == 0 {

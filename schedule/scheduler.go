@@ -270,9 +270,9 @@ func (s *Scheduler) Node() string { return s.node }
 // after Start) registers the job's schedule in the ledger, and the first
 // registration of a schedule records when that was (driver.JobRegister). So
 // a new job, or a job whose schedule changed, starts at its next tick. It
-// returns a *tasklock.OptionError naming the job and the field when the job is invalid
-// or its name was added before, and the ledger's error when Add is called
-// after Start and the job cannot be registered.
+// returns a *tasklock.OptionError naming the job and the field when the job
+// is invalid or its name was added before, and the ledger's error when Add
+// is called after Start and the job cannot be registered.
 func (s *Scheduler) Add(j Job) error {
 	jj, err := validateJob(j, s.keyPrefix, s.retention)
 	if err != nil {

@@ -172,11 +172,11 @@ var (
 // the pragmas every connection needs. The caller keeps ownership of db: the
 // Store never closes it.
 //
-// New validates opts (a *driver.OptionError names the offending field) and then checks
-// the database on one connection, within 30 seconds: that it can be opened
-// and read, that busy_timeout is set (without it, concurrent writers fail at
-// once instead of waiting their turn), and that the schema is migrated —
-// with Options.Migrate it applies pending migrations first, otherwise it
+// New validates opts (a *driver.OptionError names the offending field) and then
+// checks the database on one connection, within 30 seconds: that it can be
+// opened and read, that busy_timeout is set (without it, concurrent writers
+// fail at once instead of waiting their turn), and that the schema is migrated
+// — with Options.Migrate it applies pending migrations first, otherwise it
 // fails with an error wrapping ErrNotMigrated.
 func New(db *sql.DB, opts *Options) (*Store, error) {
 	if db == nil {

@@ -99,10 +99,10 @@ func badOption(field, value, format string, args ...any) error {
 	return &driver.OptionError{Pkg: "zkstore", Field: field, Value: value, Reason: fmt.Sprintf(format, args...)}
 }
 
-// New returns a Store that keeps its locks under opts.Root through conn.
-// It validates opts and returns a *driver.OptionError naming the offending field; it does
-// not talk to ZooKeeper. The caller keeps ownership of conn: the Store never
-// closes it, and closing it ends the session and so every lock of the
+// New returns a Store that keeps its locks under opts.Root through conn. It
+// validates opts and returns a *driver.OptionError naming the offending field;
+// it does not talk to ZooKeeper. The caller keeps ownership of conn: the Store
+// never closes it, and closing it ends the session and so every lock of the
 // Store.
 func New(conn *zk.Conn, opts *Options) (*Store, error) {
 	if conn == nil {
