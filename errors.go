@@ -92,12 +92,14 @@ func (e *NotObtainedError) Unwrap() []error {
 	return []error{ErrNotObtained, e.Err}
 }
 
-// OptionError is returned by New, Obtain and TryObtain for an invalid
-// option or key. Field names the offending field, e.g. "ObtainOptions.TTL".
-type OptionError struct {
-	Field  string
-	Reason string
-}
+// OptionError is returned by New, Obtain, TryObtain and Extend for an
+// invalid option, argument or key; Field names it, e.g. "ObtainOptions.TTL"
+// or "key". It is driver.OptionError, the one type every package of this
+// module (schedule, the stores) returns for a bad option, so errors.As with
+// a *tasklock.OptionError matches all of them.
+type OptionError = driver.OptionError
 
-// Error implements error.
-func (e *OptionError) Error() string { return "tasklock: invalid " + e.Field + ": " + e.Reason }
+// badOption returns the *OptionError of this package for field.
+func badOption(field, format string, args ...any) *OptionError {
+	return &OptionError{Pkg: "tasklock", Field: field, Reason: fmt.Sprintf(format, args...)}
+}

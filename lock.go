@@ -139,10 +139,10 @@ func (l *Lock) Heartbeat() {
 // store no longer has the lease; ctx bounds only the wait for the answer.
 func (l *Lock) Extend(ctx context.Context, d time.Duration) error {
 	if d < MinTTL {
-		return &OptionError{"Extend duration", fmt.Sprintf("%v is below the minimum %v", d, MinTTL)}
+		return badOption("Extend duration", "%v is below the minimum %v", d, MinTTL)
 	}
 	if d > MaxTTL {
-		return &OptionError{"Extend duration", fmt.Sprintf("%v is above the maximum %v", d, MaxTTL)}
+		return badOption("Extend duration", "%v is above the maximum %v", d, MaxTTL)
 	}
 	answer, err := l.lk.eng.extend(l, d)
 	if err != nil {

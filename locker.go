@@ -42,7 +42,7 @@ type Locker struct {
 // *OptionError naming the field when cfg is invalid.
 func New(store driver.Store, cfg *Config) (*Locker, error) {
 	if store == nil {
-		return nil, &OptionError{"store", "nil"}
+		return nil, badOption("store", "nil")
 	}
 	var c Config
 	if cfg != nil {

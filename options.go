@@ -1,7 +1,6 @@
 package tasklock
 
 import (
-	"fmt"
 	"log/slog"
 	"os"
 	"strconv"
@@ -87,6 +86,9 @@ func (lk *Locker) resolve(key string, o *ObtainOptions) (resolved, error) {
 	if err := ValidateKey(key); err != nil {
 		return resolved{}, err
 	}
+	if err := o.Validate(); err != nil {
+		return resolved{}, err
+	}
 	r := resolved{ttl: DefaultTTL, renew: true, owner: lk.owner}
 	if o == nil {
 		return r, nil
@@ -99,38 +101,55 @@ func (lk *Locker) resolve(key string, o *ObtainOptions) (resolved, error) {
 	if o.Owner != "" {
 		r.owner = o.Owner
 	}
-	switch {
-	case r.ttl < MinTTL:
-		return r, &OptionError{"ObtainOptions.TTL", fmt.Sprintf("%v is below the minimum %v", o.TTL, MinTTL)}
-	case r.ttl > MaxTTL:
-		return r, &OptionError{"ObtainOptions.TTL", fmt.Sprintf("%v is above the maximum %v", o.TTL, MaxTTL)}
-	case r.minHold > MaxTTL:
-		return r, &OptionError{"ObtainOptions.MinHold", fmt.Sprintf("%v is above the maximum %v", r.minHold, MaxTTL)}
-	case r.maxHold < 0:
-		return r, &OptionError{"ObtainOptions.MaxHold", fmt.Sprintf("%v is negative", r.maxHold)}
-	case r.minHold < 0:
-		return r, &OptionError{"ObtainOptions.MinHold", fmt.Sprintf("%v is negative", r.minHold)}
-	case r.maxHold > 0 && r.minHold > r.maxHold:
-		return r, &OptionError{"ObtainOptions.MinHold", fmt.Sprintf("%v is greater than MaxHold %v", r.minHold, r.maxHold)}
-	case r.maxHold > 0 && r.maxHold < MinTTL:
-		return r, &OptionError{"ObtainOptions.MaxHold", fmt.Sprintf("%v is below the minimum %v", r.maxHold, MinTTL)}
-	case r.progress < 0:
-		return r, &OptionError{"ObtainOptions.ProgressTimeout", fmt.Sprintf("%v is negative", r.progress)}
-	case r.progress > 0 && !r.renew:
-		return r, &OptionError{"ObtainOptions.ProgressTimeout", "needs renewal (NoRenew is set)"}
-	case r.wait < 0:
-		return r, &OptionError{"ObtainOptions.Wait", fmt.Sprintf("%v is negative", r.wait)}
-	case r.grace < 0:
-		return r, &OptionError{"ObtainOptions.Grace", fmt.Sprintf("%v is negative", r.grace)}
-	case r.grace > 0 && r.grace >= r.ttl/2:
-		return r, &OptionError{"ObtainOptions.Grace", fmt.Sprintf("%v is not less than half the TTL %v", r.grace, r.ttl)}
-	case r.grace > 0 && r.maxHold > 0 && r.grace >= r.maxHold:
-		return r, &OptionError{"ObtainOptions.Grace", fmt.Sprintf("%v is not less than MaxHold %v", r.grace, r.maxHold)}
-	}
-	if err := validateOwner("ObtainOptions.Owner", r.owner); err != nil {
-		return r, err
-	}
 	return r, nil
+}
+
+// Validate checks o as Obtain and TryObtain do, with zero fields taking
+// their defaults, and returns a *OptionError naming the first invalid field
+// ("ObtainOptions.TTL", ...), or nil. A nil o is valid. Packages that take
+// ObtainOptions from their users, such as schedule for Job.Lock, check them
+// here, so that the rules live in one place.
+func (o *ObtainOptions) Validate() error {
+	if o == nil {
+		return nil
+	}
+	ttl := o.TTL
+	if ttl == 0 {
+		ttl = DefaultTTL
+	}
+	switch {
+	case ttl < MinTTL:
+		return badOption("ObtainOptions.TTL", "%v is below the minimum %v", o.TTL, MinTTL)
+	case ttl > MaxTTL:
+		return badOption("ObtainOptions.TTL", "%v is above the maximum %v", o.TTL, MaxTTL)
+	case o.MinHold > MaxTTL:
+		return badOption("ObtainOptions.MinHold", "%v is above the maximum %v", o.MinHold, MaxTTL)
+	case o.MaxHold < 0:
+		return badOption("ObtainOptions.MaxHold", "%v is negative", o.MaxHold)
+	case o.MinHold < 0:
+		return badOption("ObtainOptions.MinHold", "%v is negative", o.MinHold)
+	case o.MaxHold > 0 && o.MinHold > o.MaxHold:
+		return badOption("ObtainOptions.MinHold", "%v is greater than MaxHold %v", o.MinHold, o.MaxHold)
+	case o.MaxHold > 0 && o.MaxHold < MinTTL:
+		return badOption("ObtainOptions.MaxHold", "%v is below the minimum %v", o.MaxHold, MinTTL)
+	case o.ProgressTimeout < 0:
+		return badOption("ObtainOptions.ProgressTimeout", "%v is negative", o.ProgressTimeout)
+	case o.ProgressTimeout > 0 && o.NoRenew:
+		return badOption("ObtainOptions.ProgressTimeout", "needs renewal (NoRenew is set)")
+	case o.Wait < 0:
+		return badOption("ObtainOptions.Wait", "%v is negative", o.Wait)
+	case o.Grace < 0:
+		return badOption("ObtainOptions.Grace", "%v is negative", o.Grace)
+	case o.Grace > 0 && o.Grace >= ttl/2:
+		return badOption("ObtainOptions.Grace", "%v is not less than half the TTL %v", o.Grace, ttl)
+	case o.Grace > 0 && o.MaxHold > 0 && o.Grace >= o.MaxHold:
+		return badOption("ObtainOptions.Grace", "%v is not less than MaxHold %v", o.Grace, o.MaxHold)
+	}
+	if o.Owner != "" {
+		// An empty Owner takes Config.Owner, checked by New.
+		return validateOwner("ObtainOptions.Owner", o.Owner)
+	}
+	return nil
 }
 
 // ValidateKey reports whether key can name a lock: non-empty, at most
@@ -138,15 +157,15 @@ func (lk *Locker) resolve(key string, o *ObtainOptions) (resolved, error) {
 func ValidateKey(key string) error {
 	switch {
 	case key == "":
-		return &OptionError{"key", "empty"}
+		return badOption("key", "empty")
 	case len(key) > MaxKeyLength:
-		return &OptionError{"key", fmt.Sprintf("%d bytes long, the maximum is %d", len(key), MaxKeyLength)}
+		return badOption("key", "%d bytes long, the maximum is %d", len(key), MaxKeyLength)
 	case !utf8.ValidString(key):
-		return &OptionError{"key", "not valid UTF-8"}
+		return badOption("key", "not valid UTF-8")
 	}
 	for _, c := range key {
 		if c < 0x20 || c == 0x7f {
-			return &OptionError{"key", fmt.Sprintf("contains control character %U", c)}
+			return badOption("key", "contains control character %U", c)
 		}
 	}
 	return nil
@@ -156,11 +175,11 @@ func ValidateKey(key string) error {
 // UTF-8 without control characters.
 func validateOwner(field, owner string) error {
 	if len(owner) > MaxOwnerLen {
-		return &OptionError{field, fmt.Sprintf("%d bytes long, the maximum is %d", len(owner), MaxOwnerLen)}
+		return badOption(field, "%d bytes long, the maximum is %d", len(owner), MaxOwnerLen)
 	}
 	if msg := redact.CheckName(owner); msg != "" {
 		// A newline would forge rows in listings, an escape reach terminals.
-		return &OptionError{field, msg}
+		return badOption(field, "%s", msg)
 	}
 	return nil
 }

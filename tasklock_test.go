@@ -91,11 +91,23 @@ func TestOptionErrorsNameTheField(t *testing.T) {
 			}
 		}
 	}
-	if _, err := New(nil, nil); err == nil {
-		t.Error("New(nil) succeeded")
+	for _, c := range cases {
+		// Validate is the same check, without the key.
+		var oe *OptionError
+		if err := c.opts.Validate(); c.key == "k" && (!errors.As(err, &oe) || oe.Field != c.field ||
+			!strings.HasPrefix(err.Error(), "tasklock: invalid "+c.field+": ")) {
+			t.Errorf("(%+v).Validate() = %v, want an OptionError for %s", c.opts, err, c.field)
+		}
 	}
-	if _, err := New(memstore.New(nil), &Config{Owner: "\xff"}); err == nil {
-		t.Error("New with an invalid owner succeeded")
+	if err := (*ObtainOptions)(nil).Validate(); err != nil {
+		t.Errorf("nil.Validate() = %v", err)
+	}
+	var oe *OptionError
+	if _, err := New(nil, nil); !errors.As(err, &oe) || oe.Field != "store" {
+		t.Errorf("New(nil) = %v, want an OptionError for store", err)
+	}
+	if _, err := New(memstore.New(nil), &Config{Owner: "\xff"}); !errors.As(err, &oe) || oe.Field != "Config.Owner" {
+		t.Errorf("New with an invalid owner = %v, want an OptionError for Config.Owner", err)
 	}
 	if _, err := New(memstore.New(nil), &Config{Owner: "a\tb"}); err == nil || !strings.Contains(err.Error(), "control character") {
 		t.Errorf("New with a tab in the owner: %v", err)
@@ -104,7 +116,6 @@ func TestOptionErrorsNameTheField(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var oe *OptionError
 	if err := l.Extend(context.Background(), MaxTTL+1); !errors.As(err, &oe) || oe.Field != "Extend duration" {
 		t.Errorf("Extend(MaxTTL+1) = %v, want an OptionError", err)
 	}

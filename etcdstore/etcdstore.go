@@ -91,14 +91,20 @@ var (
 	_ driver.ForceReleaser = (*Store)(nil)
 )
 
-// New returns a Store that keeps its leases under opts.Prefix through
-// client. It validates opts and returns an error naming the offending
-// field; it does not talk to etcd (the session lease is granted by the
-// first Acquire). The caller keeps ownership of client: the Store never
-// closes it.
+// badOption returns the error for an invalid argument or option: a
+// *driver.OptionError (tasklock.OptionError) naming field, with the
+// offending value when value is not empty.
+func badOption(field, value, format string, args ...any) error {
+	return &driver.OptionError{Pkg: "etcdstore", Field: field, Value: value, Reason: fmt.Sprintf(format, args...)}
+}
+
+// New returns a Store that keeps its leases under opts.Prefix through client.
+// It validates opts and returns a *driver.OptionError naming the offending
+// field; it does not talk to etcd (the session lease is granted by the first
+// Acquire). The caller keeps ownership of client: the Store never closes it.
 func New(client *clientv3.Client, opts *Options) (*Store, error) {
 	if client == nil {
-		return nil, errors.New("etcdstore: client is nil")
+		return nil, badOption("client", "", "nil")
 	}
 	var o Options
 	if opts != nil {
@@ -112,15 +118,15 @@ func New(client *clientv3.Client, opts *Options) (*Store, error) {
 	}
 	switch {
 	case len(o.Prefix) > maxPrefix:
-		return nil, fmt.Errorf("etcdstore: invalid Options.Prefix: %d bytes long, the maximum is %d", len(o.Prefix), maxPrefix)
+		return nil, badOption("Options.Prefix", "", "%d bytes long, the maximum is %d", len(o.Prefix), maxPrefix)
 	case !utf8.ValidString(o.Prefix):
-		return nil, fmt.Errorf("etcdstore: invalid Options.Prefix %q: not valid UTF-8", o.Prefix)
+		return nil, badOption("Options.Prefix", o.Prefix, "not valid UTF-8")
 	case !strings.HasSuffix(o.Prefix, "/"):
-		return nil, fmt.Errorf("etcdstore: invalid Options.Prefix %q: must end with \"/\"", o.Prefix)
+		return nil, badOption("Options.Prefix", o.Prefix, "must end with \"/\"")
 	case o.SessionTTL < time.Second:
-		return nil, fmt.Errorf("etcdstore: invalid Options.SessionTTL: %v is below the minimum 1s", o.SessionTTL)
+		return nil, badOption("Options.SessionTTL", "", "%v is below the minimum 1s", o.SessionTTL)
 	case o.SessionTTL%time.Second != 0:
-		return nil, fmt.Errorf("etcdstore: invalid Options.SessionTTL: %v is not a whole number of seconds (etcd lease TTLs are)", o.SessionTTL)
+		return nil, badOption("Options.SessionTTL", "", "%v is not a whole number of seconds (etcd lease TTLs are)", o.SessionTTL)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Store{

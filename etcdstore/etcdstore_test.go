@@ -180,15 +180,17 @@ func TestNew(t *testing.T) {
 	}
 	for _, b := range bad {
 		o := b.opts
-		if _, err := New(c, &o); err == nil || !strings.Contains(err.Error(), b.field) {
-			t.Errorf("New(%+v) = %v, want an error naming %s", b.opts, err, b.field)
+		_, err := New(c, &o)
+		var oe *driver.OptionError
+		if !errors.As(err, &oe) || oe.Field != b.field || !strings.HasPrefix(err.Error(), "etcdstore: invalid "+b.field) {
+			t.Errorf("New(%+v) = %v, want a *driver.OptionError naming %s", b.opts, err, b.field)
 		}
 		if o != b.opts {
 			t.Errorf("New wrote into the caller's Options: %+v", o)
 		}
 	}
-	if _, err := New(nil, nil); err == nil {
-		t.Error("New(nil client) succeeded")
+	if _, err := New(nil, nil); !errors.As(err, new(*driver.OptionError)) || !strings.Contains(err.Error(), "client") {
+		t.Errorf("New(nil client) = %v, want a *driver.OptionError naming client", err)
 	}
 	var o Options
 	s, err := New(c, &o)

@@ -75,7 +75,7 @@ type config struct {
 func resolve(db *sql.DB, opts *Options) (config, error) {
 	c := config{table: DefaultTable, mode: ModeLease}
 	if db == nil {
-		return c, errors.New("mysqlstore: db is nil")
+		return c, badOption("db", "", "nil")
 	}
 	if opts == nil {
 		return c, nil
@@ -91,16 +91,23 @@ func resolve(db *sql.DB, opts *Options) (config, error) {
 	case ModeLease, ModeConnection:
 		c.mode = opts.Mode
 	default:
-		return c, fmt.Errorf("mysqlstore: invalid Options.Mode %q: want %q or %q", opts.Mode, ModeLease, ModeConnection)
+		return c, badOption("Options.Mode", string(opts.Mode), "want %q or %q", ModeLease, ModeConnection)
 	}
 	return c, nil
+}
+
+// badOption returns the error for an invalid argument or option: a
+// *driver.OptionError (tasklock.OptionError) naming field, with the
+// offending value when value is not empty.
+func badOption(field, value, format string, args ...any) error {
+	return &driver.OptionError{Pkg: "mysqlstore", Field: field, Value: value, Reason: fmt.Sprintf(format, args...)}
 }
 
 // validateTable accepts the identifiers the store can embed in SQL without
 // quoting problems: [A-Za-z0-9_]+, not all digits, at most maxTableLength.
 func validateTable(name string) error {
 	if len(name) > maxTableLength {
-		return fmt.Errorf("mysqlstore: invalid Options.Table %q: %d bytes long, the maximum is %d", name, len(name), maxTableLength)
+		return badOption("Options.Table", name, "%d bytes long, the maximum is %d", len(name), maxTableLength)
 	}
 	digits := true
 	for i := 0; i < len(name); i++ {
@@ -110,11 +117,11 @@ func validateTable(name string) error {
 		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c == '_':
 			digits = false
 		default:
-			return fmt.Errorf("mysqlstore: invalid Options.Table %q: only letters, digits and '_' are allowed", name)
+			return badOption("Options.Table", name, "only letters, digits and '_' are allowed")
 		}
 	}
 	if digits {
-		return fmt.Errorf("mysqlstore: invalid Options.Table %q: must not be all digits", name)
+		return badOption("Options.Table", name, "must not be all digits")
 	}
 	return nil
 }
@@ -152,8 +159,8 @@ var (
 )
 
 // New returns a Store that keeps its locks in db, which must be a
-// go-sql-driver/mysql pool on MySQL 8 or MariaDB 10.6 or later, with a
-// default database. New validates opts and returns an error naming the
+// go-sql-driver/mysql pool on MySQL 8 or MariaDB 10.6 or later, with a default
+// database. New validates opts and returns a *driver.OptionError naming the
 // offending field. With Options.Migrate it applies pending migrations first
 // (bounded by one minute); otherwise it makes no round trip.
 //

@@ -52,8 +52,9 @@ func TestNew(t *testing.T) {
 		{db, &Options{Mode: "Lease"}, "Options.Mode"},
 	} {
 		_, err := New(tc.db, tc.opts)
-		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.HasPrefix(err.Error(), "mysqlstore: ") {
-			t.Errorf("New(%+v): %v, want an error naming %s", tc.opts, err, tc.want)
+		var oe *driver.OptionError
+		if !errors.As(err, &oe) || oe.Field != tc.want || !strings.HasPrefix(err.Error(), "mysqlstore: invalid "+tc.want) {
+			t.Errorf("New(%+v): %v, want a *driver.OptionError naming %s", tc.opts, err, tc.want)
 		}
 	}
 	if _, err := New(db, &Options{Table: strings.Repeat("t", 53)}); err != nil {

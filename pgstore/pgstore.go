@@ -83,7 +83,7 @@ type resolved struct {
 // resolve validates opts and fills in the defaults, in a copy.
 func resolve(pool *pgxpool.Pool, opts *Options) (resolved, error) {
 	if pool == nil {
-		return resolved{}, errors.New("pgstore: pool is nil")
+		return resolved{}, badOption("pool", "", "nil")
 	}
 	var o Options
 	if opts != nil {
@@ -106,20 +106,20 @@ func resolve(pool *pgxpool.Pool, opts *Options) (resolved, error) {
 		o.Mode = ModeLease
 	case ModeLease, ModeConnection:
 	default:
-		return resolved{}, fmt.Errorf("pgstore: invalid Options.Mode %q: want %q or %q", o.Mode, ModeLease, ModeConnection)
+		return resolved{}, badOption("Options.Mode", string(o.Mode), "want %q or %q", ModeLease, ModeConnection)
 	}
 	if o.Channel == "" {
 		o.Channel = defaultChannel(o.Schema, o.Table)
 	}
 	switch {
 	case len(o.Channel) > maxIdent:
-		return resolved{}, fmt.Errorf("pgstore: invalid Options.Channel %q: %d bytes long, the maximum is %d", o.Channel, len(o.Channel), maxIdent)
+		return resolved{}, badOption("Options.Channel", o.Channel, "%d bytes long, the maximum is %d", len(o.Channel), maxIdent)
 	case !utf8.ValidString(o.Channel):
-		return resolved{}, fmt.Errorf("pgstore: invalid Options.Channel %q: not valid UTF-8", o.Channel)
+		return resolved{}, badOption("Options.Channel", o.Channel, "not valid UTF-8")
 	}
 	for _, c := range o.Channel {
 		if c == 0 {
-			return resolved{}, fmt.Errorf("pgstore: invalid Options.Channel %q: contains NUL", o.Channel)
+			return resolved{}, badOption("Options.Channel", o.Channel, "contains NUL")
 		}
 	}
 	h := fnv.New64a()
@@ -136,16 +136,23 @@ func resolve(pool *pgxpool.Pool, opts *Options) (resolved, error) {
 	}, nil
 }
 
+// badOption returns the error for an invalid argument or option: a
+// *driver.OptionError (tasklock.OptionError) naming field, with the
+// offending value when value is not empty.
+func badOption(field, value, format string, args ...any) error {
+	return &driver.OptionError{Pkg: "pgstore", Field: field, Value: value, Reason: fmt.Sprintf(format, args...)}
+}
+
 // checkIdent accepts lowercase identifiers that need no quoting, so that the
 // names in psql and in the CLI are the names the store uses.
 func checkIdent(field, s string, max int) error {
 	if len(s) > max {
-		return fmt.Errorf("pgstore: invalid %s %q: %d bytes long, the maximum is %d", field, s, len(s), max)
+		return badOption(field, s, "%d bytes long, the maximum is %d", len(s), max)
 	}
 	for i, c := range s {
 		ok := c == '_' || (c >= 'a' && c <= 'z') || (i > 0 && c >= '0' && c <= '9')
 		if !ok {
-			return fmt.Errorf("pgstore: invalid %s %q: want a lowercase SQL identifier ([a-z_][a-z0-9_]*)", field, s)
+			return badOption(field, s, "want a lowercase SQL identifier ([a-z_][a-z0-9_]*)")
 		}
 	}
 	return nil
@@ -181,15 +188,15 @@ var (
 	_ driver.ForceReleaser = (*Store)(nil)
 )
 
-// New returns a Store that keeps its leases in the table named by opts,
-// through pool. It validates opts and returns an error naming the offending
-// field. With Options.Migrate it runs Migrate first (bounded by a minute);
-// otherwise it does not touch the database. The caller keeps ownership of
-// pool: the Store never closes it. In connection mode each held lock takes a
+// New returns a Store that keeps its leases in the table named by opts, through
+// pool. It validates opts and returns a *driver.OptionError naming the
+// offending field. With Options.Migrate it runs Migrate first (bounded by a
+// minute); otherwise it does not touch the database. The caller keeps ownership
+// of pool: the Store never closes it. In connection mode each held lock takes a
 // connection out of the pool (pgxpool.Conn.Hijack) while it is held, so held
-// locks do not count against the pool's MaxConns but do against the
-// server's max_connections; released ones are kept (at most 4, for at most
-// 30 s) for later grants.
+// locks do not count against the pool's MaxConns but do against the server's
+// max_connections; released ones are kept (at most 4, for at most 30 s) for
+// later grants.
 func New(pool *pgxpool.Pool, opts *Options) (*Store, error) {
 	o, err := resolve(pool, opts)
 	if err != nil {

@@ -560,8 +560,9 @@ func TestNew(t *testing.T) {
 		{pool, &Options{Channel: "\xff"}, "Options.Channel"},
 	} {
 		_, err := New(tc.pool, tc.opts)
-		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.HasPrefix(err.Error(), "pgstore: ") {
-			t.Errorf("New(%+v): %v, want an error naming %s", tc.opts, err, tc.want)
+		var oe *driver.OptionError
+		if !errors.As(err, &oe) || oe.Field != tc.want || !strings.HasPrefix(err.Error(), "pgstore: invalid "+tc.want) {
+			t.Errorf("New(%+v): %v, want a *driver.OptionError naming %s", tc.opts, err, tc.want)
 		}
 	}
 }

@@ -135,6 +135,13 @@ var (
 	_ driver.ForceReleaser = (*Store)(nil)
 )
 
+// badOption returns the error for an invalid argument or option: a
+// *driver.OptionError (tasklock.OptionError) naming field, with the
+// offending value when value is not empty.
+func badOption(field, value, format string, args ...any) error {
+	return &driver.OptionError{Pkg: "redisstore", Field: field, Value: value, Reason: fmt.Sprintf(format, args...)}
+}
+
 // New returns a Store that keeps its leases through client, which must be a
 // *redis.Client (a single node, or a Sentinel-managed master from
 // redis.NewFailoverClient) or a *redis.ClusterClient (including
@@ -142,8 +149,8 @@ var (
 // such as *redis.Ring, are rejected: the store must know how keys map to
 // nodes to batch renewals and to WAIT on the right connection.
 //
-// New validates opts and returns an error naming the offending field. The
-// caller keeps ownership of client: the Store never closes it.
+// New validates opts and returns a *driver.OptionError naming the offending
+// field. The caller keeps ownership of client: the Store never closes it.
 func New(client redis.UniversalClient, opts *Options) (*Store, error) {
 	s := &Store{
 		client:      client,
@@ -153,38 +160,38 @@ func New(client redis.UniversalClient, opts *Options) (*Store, error) {
 	var readTimeout time.Duration
 	switch c := client.(type) {
 	case nil:
-		return nil, errors.New("redisstore: client is nil")
+		return nil, badOption("client", "", "nil")
 	case *redis.Client:
 		if c == nil {
-			return nil, errors.New("redisstore: client is nil")
+			return nil, badOption("client", "", "nil")
 		}
 		readTimeout = c.Options().ReadTimeout
 	case *redis.ClusterClient:
 		if c == nil {
-			return nil, errors.New("redisstore: client is nil")
+			return nil, badOption("client", "", "nil")
 		}
 		s.cluster = c
 		readTimeout = c.Options().ReadTimeout
 	default:
-		return nil, fmt.Errorf("redisstore: client type %T is not supported, use *redis.Client or *redis.ClusterClient", client)
+		return nil, badOption("client", "", "type %T is not supported, use *redis.Client or *redis.ClusterClient", client)
 	}
 	if opts != nil {
 		if opts.Prefix != "" {
 			if strings.ContainsAny(opts.Prefix, "{}") {
-				return nil, fmt.Errorf("redisstore: Options.Prefix %q must not contain '{' or '}'", opts.Prefix)
+				return nil, badOption("Options.Prefix", opts.Prefix, "must not contain '{' or '}'")
 			}
 			s.prefix = opts.Prefix
 		}
 		if opts.WaitReplicas < 0 {
-			return nil, fmt.Errorf("redisstore: Options.WaitReplicas is %d, must not be negative", opts.WaitReplicas)
+			return nil, badOption("Options.WaitReplicas", "", "%d is negative", opts.WaitReplicas)
 		}
 		s.waitReplicas = opts.WaitReplicas
 		switch {
 		case opts.WaitTimeout < 0:
-			return nil, fmt.Errorf("redisstore: Options.WaitTimeout is %s, must not be negative", opts.WaitTimeout)
+			return nil, badOption("Options.WaitTimeout", "", "%v is negative", opts.WaitTimeout)
 		case opts.WaitTimeout > 0 && opts.WaitTimeout < time.Millisecond:
 			// WAIT counts in whole ms, and WAIT n 0 blocks forever.
-			return nil, fmt.Errorf("redisstore: Options.WaitTimeout is %s, must be at least 1ms", opts.WaitTimeout)
+			return nil, badOption("Options.WaitTimeout", "", "%v is below the minimum 1ms", opts.WaitTimeout)
 		case opts.WaitTimeout > 0:
 			s.waitTimeout = opts.WaitTimeout
 		}
@@ -192,7 +199,7 @@ func New(client redis.UniversalClient, opts *Options) (*Store, error) {
 	if s.waitReplicas > 0 && readTimeout > 0 && s.waitTimeout >= readTimeout {
 		// A pipeline reads with the client's ReadTimeout, so a longer WAIT
 		// would surface as a network timeout.
-		return nil, fmt.Errorf("redisstore: Options.WaitTimeout %s must be below the client's ReadTimeout %s", s.waitTimeout, readTimeout)
+		return nil, badOption("Options.WaitTimeout", "", "%v must be below the client's ReadTimeout %v", s.waitTimeout, readTimeout)
 	}
 	s.channel = s.prefix + "released"
 	s.channelArg = s.channel

@@ -945,21 +945,23 @@ func TestNew(t *testing.T) {
 	for _, tc := range []struct {
 		client redis.UniversalClient
 		opts   *Options
+		field  string
 		want   string
 	}{
-		{nil, nil, "client"},
-		{nilClient, nil, "client"},
-		{ring, nil, "*redis.Ring"},
-		{c, &Options{Prefix: "a{b}"}, "Options.Prefix"},
-		{c, &Options{Prefix: "a}"}, "Options.Prefix"},
-		{c, &Options{WaitReplicas: -1}, "Options.WaitReplicas"},
-		{c, &Options{WaitTimeout: -time.Second}, "Options.WaitTimeout"},
-		{c, &Options{WaitTimeout: time.Microsecond}, "Options.WaitTimeout"},
-		{c, &Options{WaitReplicas: 1, WaitTimeout: 2 * time.Second}, "Options.WaitTimeout"},
+		{nil, nil, "client", "client"},
+		{nilClient, nil, "client", "client"},
+		{ring, nil, "client", "*redis.Ring"},
+		{c, &Options{Prefix: "a{b}"}, "Options.Prefix", "Options.Prefix"},
+		{c, &Options{Prefix: "a}"}, "Options.Prefix", "Options.Prefix"},
+		{c, &Options{WaitReplicas: -1}, "Options.WaitReplicas", "Options.WaitReplicas"},
+		{c, &Options{WaitTimeout: -time.Second}, "Options.WaitTimeout", "Options.WaitTimeout"},
+		{c, &Options{WaitTimeout: time.Microsecond}, "Options.WaitTimeout", "Options.WaitTimeout"},
+		{c, &Options{WaitReplicas: 1, WaitTimeout: 2 * time.Second}, "Options.WaitTimeout", "Options.WaitTimeout"},
 	} {
 		_, err := New(tc.client, tc.opts)
-		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.HasPrefix(err.Error(), "redisstore: ") {
-			t.Errorf("New(%T, %+v): %v, want an error naming %s", tc.client, tc.opts, err, tc.want)
+		var oe *driver.OptionError
+		if !errors.As(err, &oe) || oe.Field != tc.field || !strings.Contains(err.Error(), tc.want) || !strings.HasPrefix(err.Error(), "redisstore: invalid "+tc.field) {
+			t.Errorf("New(%T, %+v): %v, want a *driver.OptionError naming %s", tc.client, tc.opts, err, tc.field)
 		}
 	}
 }

@@ -83,28 +83,35 @@ var (
 	_ driver.ForceReleaser = (*Store)(nil)
 )
 
+// badOption returns the error for an invalid argument or option: a
+// *driver.OptionError (tasklock.OptionError) naming field, with the
+// offending value when value is not empty.
+func badOption(field, value, format string, args ...any) error {
+	return &driver.OptionError{Pkg: "redlock", Field: field, Value: value, Reason: fmt.Sprintf(format, args...)}
+}
+
 // New returns a Store over clients, one *redis.Client per independent Redis
 // server (no replicas, no Cluster: the nodes must fail independently). Their
 // number must be odd and at least 3. A *redis.Client from
 // redis.NewFailoverClient is accepted as one node, but see the package
-// documentation. New validates clients and opts and returns an error naming
-// the offending one. The caller keeps ownership of the clients: the Store
-// never closes them.
+// documentation. New validates clients and opts and returns a
+// *driver.OptionError naming the offending one. The caller keeps ownership of
+// the clients: the Store never closes them.
 func New(clients []redis.UniversalClient, opts *Options) (*Store, error) {
 	n := len(clients)
 	if n < 3 || n%2 == 0 {
-		return nil, fmt.Errorf("redlock: clients: %d given, need an odd number of at least 3", n)
+		return nil, badOption("clients", "", "%d given, need an odd number of at least 3", n)
 	}
 	s := &Store{quorum: n/2 + 1, prefix: DefaultPrefix, now: time.Now, late: make(map[string]*lateState)}
 	if opts != nil {
 		if opts.Prefix != "" {
 			if strings.ContainsAny(opts.Prefix, "{}") {
-				return nil, fmt.Errorf("redlock: Options.Prefix %q must not contain '{' or '}'", opts.Prefix)
+				return nil, badOption("Options.Prefix", opts.Prefix, "must not contain '{' or '}'")
 			}
 			s.prefix = opts.Prefix
 		}
 		if opts.NodeTimeout < 0 {
-			return nil, fmt.Errorf("redlock: Options.NodeTimeout is %s, must not be negative", opts.NodeTimeout)
+			return nil, badOption("Options.NodeTimeout", "", "%v is negative", opts.NodeTimeout)
 		}
 		s.nodeTimeout = opts.NodeTimeout
 	}
@@ -113,13 +120,13 @@ func New(clients []redis.UniversalClient, opts *Options) (*Store, error) {
 		c, ok := uc.(*redis.Client)
 		switch {
 		case uc == nil || (ok && c == nil):
-			return nil, fmt.Errorf("redlock: clients[%d] is nil", i)
+			return nil, badOption(fmt.Sprintf("clients[%d]", i), "", "nil")
 		case !ok:
-			return nil, fmt.Errorf("redlock: clients[%d] has type %T, want *redis.Client (one independent Redis server per client)", i, uc)
+			return nil, badOption(fmt.Sprintf("clients[%d]", i), "", "type %T, want *redis.Client (one independent Redis server per client)", uc)
 		}
 		for j, other := range s.nodes {
 			if other.client == c {
-				return nil, fmt.Errorf("redlock: clients[%d] is the same client as clients[%d]", i, j)
+				return nil, badOption(fmt.Sprintf("clients[%d]", i), "", "the same client as clients[%d]", j)
 			}
 		}
 		o := c.Options()
@@ -129,13 +136,13 @@ func New(clients []redis.UniversalClient, opts *Options) (*Store, error) {
 		} else {
 			id := o.Network + " " + addr
 			if j, dup := seen[id]; dup {
-				return nil, fmt.Errorf("redlock: clients[%d] has the same address %s as clients[%d]: the nodes must be independent servers", i, addr, j)
+				return nil, badOption(fmt.Sprintf("clients[%d]", i), "", "the same address %s as clients[%d]: the nodes must be independent servers", addr, j)
 			}
 			seen[id] = i
 		}
 		st, err := redisstore.New(c, &redisstore.Options{Prefix: s.prefix})
 		if err != nil {
-			return nil, fmt.Errorf("redlock: clients[%d]: %w", i, err)
+			return nil, &driver.OptionError{Pkg: "redlock", Field: fmt.Sprintf("clients[%d]", i), Err: err}
 		}
 		s.nodes = append(s.nodes, &node{addr: addr, client: c, store: st})
 	}

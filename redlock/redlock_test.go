@@ -164,20 +164,21 @@ func TestNew(t *testing.T) {
 		name    string
 		clients []redis.UniversalClient
 		opts    *Options
-		want    string // substring of the error; "" for success
+		field   string // the *driver.OptionError's Field; "" for success
+		want    string // substring of the error
 	}{
-		{"three", []redis.UniversalClient{a, b, d}, nil, ""},
-		{"five", []redis.UniversalClient{a, b, d, c("127.0.0.1:5"), c("127.0.0.1:6")}, &Options{NodeTimeout: time.Second}, ""},
-		{"none", nil, nil, "clients: 0 given"},
-		{"one", []redis.UniversalClient{a}, nil, "clients: 1 given"},
-		{"even", []redis.UniversalClient{a, b, d, c("127.0.0.1:5")}, nil, "clients: 4 given"},
-		{"nil", []redis.UniversalClient{a, nil, d}, nil, "clients[1] is nil"},
-		{"typed nil", []redis.UniversalClient{a, b, nilClient}, nil, "clients[2] is nil"},
-		{"cluster", []redis.UniversalClient{a, cluster, d}, nil, "clients[1] has type *redis.ClusterClient"},
-		{"same client", []redis.UniversalClient{a, b, a}, nil, "clients[2] is the same client as clients[0]"},
-		{"same address", []redis.UniversalClient{a, b, c("127.0.0.1:2")}, nil, "clients[2] has the same address 127.0.0.1:2 as clients[1]"},
-		{"prefix", []redis.UniversalClient{a, b, d}, &Options{Prefix: "x{"}, "Options.Prefix"},
-		{"node timeout", []redis.UniversalClient{a, b, d}, &Options{NodeTimeout: -time.Second}, "Options.NodeTimeout"},
+		{"three", []redis.UniversalClient{a, b, d}, nil, "", ""},
+		{"five", []redis.UniversalClient{a, b, d, c("127.0.0.1:5"), c("127.0.0.1:6")}, &Options{NodeTimeout: time.Second}, "", ""},
+		{"none", nil, nil, "clients", "clients: 0 given"},
+		{"one", []redis.UniversalClient{a}, nil, "clients", "clients: 1 given"},
+		{"even", []redis.UniversalClient{a, b, d, c("127.0.0.1:5")}, nil, "clients", "clients: 4 given"},
+		{"nil", []redis.UniversalClient{a, nil, d}, nil, "clients[1]", "clients[1]: nil"},
+		{"typed nil", []redis.UniversalClient{a, b, nilClient}, nil, "clients[2]", "clients[2]: nil"},
+		{"cluster", []redis.UniversalClient{a, cluster, d}, nil, "clients[1]", "clients[1]: type *redis.ClusterClient"},
+		{"same client", []redis.UniversalClient{a, b, a}, nil, "clients[2]", "clients[2]: the same client as clients[0]"},
+		{"same address", []redis.UniversalClient{a, b, c("127.0.0.1:2")}, nil, "clients[2]", "clients[2]: the same address 127.0.0.1:2 as clients[1]"},
+		{"prefix", []redis.UniversalClient{a, b, d}, &Options{Prefix: "x{"}, "Options.Prefix", "Options.Prefix"},
+		{"node timeout", []redis.UniversalClient{a, b, d}, &Options{NodeTimeout: -time.Second}, "Options.NodeTimeout", "Options.NodeTimeout"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -189,17 +190,18 @@ func TestNew(t *testing.T) {
 			if tc.opts != nil && *tc.opts != before {
 				t.Fatalf("New wrote into the caller's Options: %+v, was %+v", *tc.opts, before)
 			}
+			var oe *driver.OptionError
 			switch {
-			case tc.want == "" && err != nil:
+			case tc.field == "" && err != nil:
 				t.Fatalf("New: %v", err)
-			case tc.want == "":
+			case tc.field == "":
 				if s.quorum != len(tc.clients)/2+1 {
 					t.Fatalf("quorum %d for %d nodes", s.quorum, len(tc.clients))
 				}
 			case err == nil:
 				t.Fatalf("New succeeded, want an error containing %q", tc.want)
-			case !strings.Contains(err.Error(), tc.want) || !strings.HasPrefix(err.Error(), "redlock: "):
-				t.Fatalf("New = %q, want an error containing %q", err, tc.want)
+			case !errors.As(err, &oe) || oe.Field != tc.field || !strings.Contains(err.Error(), tc.want) || !strings.HasPrefix(err.Error(), "redlock: invalid "):
+				t.Fatalf("New = %q, want a *driver.OptionError for %s containing %q", err, tc.field, tc.want)
 			}
 		})
 	}

@@ -89,9 +89,9 @@
 // lock's fence. So runs of one job never overlap across the cluster: a tick
 // that comes while the previous run holds the lock is recorded as skipped.
 // Job.Overlap = OverlapAllow runs every tick regardless and takes no lock.
-// The handler's context ends when the lock is lost or MaxHold is reached
-// (the run is recorded as lost or timed out), when an attempt's Timeout
-// passes, or when Shutdown's grace period ends. Failed and timed-out
+// The handler's context ends when the lock is lost or Job.Lock.MaxHold is
+// reached (the run is recorded as lost or timed out), when an attempt's
+// Timeout passes, or when Shutdown's grace period ends. Failed and timed-out
 // attempts are retried Job.Retries times with backoff, under the same lock.
 //
 // # History

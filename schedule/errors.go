@@ -3,6 +3,8 @@ package schedule
 import (
 	"errors"
 	"fmt"
+
+	"github.com/tasklock/tasklock"
 )
 
 // ErrUnknownJob is returned by Pause, Resume and Trigger for a job that was
@@ -20,37 +22,16 @@ var ErrTimeout = errors.New("schedule: run timed out")
 // ErrStarted is returned by Start on a Scheduler that was started before.
 var ErrStarted = errors.New("schedule: already started")
 
-// JobError is returned by Add for an invalid job. Field names the offending
-// field, e.g. "Job.Schedule"; Err, when set, is the underlying error (a
-// *ParseError for Job.Schedule).
-type JobError struct {
-	Job    string
-	Field  string
-	Reason string
-	Err    error
+// badOption returns the error of New, Add and Runs for an invalid argument
+// or Config field: a *tasklock.OptionError (the one type for a bad option
+// across the module) naming the field, e.g. "Config.PollInterval".
+func badOption(field, format string, args ...any) *tasklock.OptionError {
+	return &tasklock.OptionError{Pkg: "schedule", Field: field, Reason: fmt.Sprintf(format, args...)}
 }
 
-// Error implements error.
-func (e *JobError) Error() string {
-	reason := e.Reason
-	var pe *ParseError
-	if errors.As(e.Err, &pe) {
-		reason = pe.detail()
-	} else if e.Err != nil {
-		reason = e.Err.Error()
-	}
-	return fmt.Sprintf("schedule: job %q: invalid %s: %s", e.Job, e.Field, reason)
+// badJob returns the error of Add for an invalid field of the job named
+// job: a *tasklock.OptionError with Job set and Field naming it, e.g.
+// "Job.Schedule" (then err is the *ParseError) or "Job.Lock.MaxHold".
+func badJob(job, field, reason string, err error) *tasklock.OptionError {
+	return &tasklock.OptionError{Pkg: "schedule", Job: job, Field: field, Reason: reason, Err: err}
 }
-
-// Unwrap returns Err.
-func (e *JobError) Unwrap() error { return e.Err }
-
-// ConfigError is returned by New for an invalid argument or Config field.
-// Field names it, e.g. "Config.PollInterval".
-type ConfigError struct {
-	Field  string
-	Reason string
-}
-
-// Error implements error.
-func (e *ConfigError) Error() string { return "schedule: invalid " + e.Field + ": " + e.Reason }

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tasklock/tasklock"
 )
 
 // eventLog collects the events of one or more Schedulers.
@@ -54,7 +56,7 @@ func TestEventsOfTicks(t *testing.T) {
 	fail := func(ctx context.Context, run Run) error { return errors.New("boom") }
 	jobs := []Job{
 		{Name: "ok", Schedule: "@every 10s", Handler: rec.ok, MisfireWindow: 10 * time.Second},
-		{Name: "spaced", Schedule: "@every 10s", Handler: rec.ok, MinHold: time.Hour, MisfireWindow: 10 * time.Second},
+		{Name: "spaced", Schedule: "@every 10s", Handler: rec.ok, Lock: tasklock.ObtainOptions{MinHold: time.Hour}, MisfireWindow: 10 * time.Second},
 		{Name: "failing", Schedule: "@every 10s", Handler: fail, MisfireWindow: 10 * time.Second},
 	}
 	a := c.node("a", 0, &Config{OnEvent: log.on}).add(t, jobs...).start(t)

@@ -2,8 +2,10 @@ package schedule
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -27,8 +29,8 @@ type Job struct {
 	// Schedule may set it instead, not both.
 	TimeZone string
 	// Handler runs the job for one tick. Its ctx ends when the attempt
-	// times out, the job's lock is lost or MaxHold is reached, or Shutdown's
-	// grace period ends; context.Cause tells which (ErrTimeout,
+	// times out, the job's lock is lost or Lock.MaxHold is reached, or
+	// Shutdown's grace period ends; context.Cause tells which (ErrTimeout,
 	// tasklock.ErrLockLost, tasklock.ErrMaxHold, ErrShutdown). It should
 	// return soon after.
 	Handler func(ctx context.Context, run Run) error
@@ -65,24 +67,31 @@ type Job struct {
 	// that share a schedule. The tick is claimed on time. Zero: none.
 	Jitter time.Duration
 
-	// LockTTL is the lease length of the job's lock, renewed while the run
-	// lasts. Default: tasklock.DefaultTTL.
-	LockTTL time.Duration
-	// MinHold keeps the job's lock until the run's start + MinHold even
-	// when the run ends earlier (tasklock.ObtainOptions.MinHold): with
-	// OverlapSkip, ticks within it are skipped. Zero: none.
-	MinHold time.Duration
-	// MaxHold bounds a run, retries included: the lock is not renewed past
-	// start + MaxHold, the handler's ctx ends with tasklock.ErrMaxHold and
-	// the attempt is recorded as timed out. With OverlapAllow it is
-	// enforced by the node's clock alone. Zero: unbounded.
-	MaxHold time.Duration
-	// LockGrace ends the handler's ctx this much before the job's lock
-	// could go to another node after a loss, a failed renewal or MaxHold
-	// (tasklock.ObtainOptions.Grace), leaving the handler that long to
-	// stop: tasklock serve sets it to a command job's kill_grace. Less than
-	// half of LockTTL, and than MaxHold. Zero: none.
-	LockGrace time.Duration
+	// Lock are the options of the job's lock, which a run holds while it
+	// lasts (with OverlapSkip; OverlapAllow takes no lock), checked by
+	// tasklock.ObtainOptions.Validate:
+	//   - TTL is its lease length, renewed while the run lasts. Default:
+	//     tasklock.DefaultTTL.
+	//   - MinHold keeps it until the run's start + MinHold even when the
+	//     run ends earlier: with OverlapSkip, ticks within it are skipped.
+	//     It needs the lock, so not with OverlapAllow. Zero: none.
+	//   - MaxHold bounds a run, retries included: the lock is not renewed
+	//     past start + MaxHold, the handler's ctx ends with
+	//     tasklock.ErrMaxHold and the attempt is recorded as timed out.
+	//     With OverlapAllow it is enforced by the node's clock alone.
+	//     Zero: unbounded.
+	//   - Grace ends the handler's ctx this much before the lock could go
+	//     to another node after a loss, a failed renewal or MaxHold,
+	//     leaving the handler that long to stop: tasklock serve sets it to
+	//     a command job's kill_grace. Less than half of TTL, and than
+	//     MaxHold. Zero: none.
+	//
+	// The scheduler sets the other fields itself, and Add rejects a job
+	// that sets them: Owner is Config.Node; Wait is zero (a tick that
+	// finds the lock held is skipped, not waited for); NoRenew and
+	// ProgressTimeout are unset (the lock is renewed while the run lasts,
+	// and a handler has no Heartbeat to call).
+	Lock tasklock.ObtainOptions
 }
 
 // MaxJobName is the longest job name, in bytes.
@@ -240,7 +249,7 @@ type job struct {
 
 func validateJob(j Job, keyPrefix string, retention time.Duration) (*job, error) {
 	bad := func(field, format string, args ...any) error {
-		return &JobError{Job: j.Name, Field: field, Reason: fmt.Sprintf(format, args...)}
+		return badJob(j.Name, field, fmt.Sprintf(format, args...), nil)
 	}
 	switch {
 	case j.Name == "":
@@ -262,7 +271,7 @@ func validateJob(j Job, keyPrefix string, retention time.Duration) (*job, error)
 	if j.TimeZone != "" {
 		l, err := loadZone(j.TimeZone)
 		if err != nil {
-			return nil, &JobError{Job: j.Name, Field: "Job.TimeZone", Reason: fmt.Sprintf("%q: %v", j.TimeZone, err)}
+			return nil, bad("Job.TimeZone", "%q: %v", j.TimeZone, err)
 		}
 		loc = l
 		if _, _, ok := tzPrefix(j.Schedule); ok {
@@ -271,7 +280,12 @@ func validateJob(j Job, keyPrefix string, retention time.Duration) (*job, error)
 	}
 	sched, err := Parse(j.Schedule, loc)
 	if err != nil {
-		return nil, &JobError{Job: j.Name, Field: "Job.Schedule", Err: err}
+		var pe *ParseError
+		reason := err.Error()
+		if errors.As(err, &pe) {
+			reason = pe.detail()
+		}
+		return nil, badJob(j.Name, "Job.Schedule", reason, err)
 	}
 	if j.MisfireAfter == 0 {
 		j.MisfireAfter = DefaultMisfireAfter
@@ -288,8 +302,8 @@ func validateJob(j Job, keyPrefix string, retention time.Duration) (*job, error)
 	if j.RetryBackoffMax == 0 {
 		j.RetryBackoffMax = max(DefaultRetryBackoffMax, j.RetryBackoff)
 	}
-	if j.LockTTL == 0 {
-		j.LockTTL = tasklock.DefaultTTL
+	if j.Lock.TTL == 0 {
+		j.Lock.TTL = tasklock.DefaultTTL
 	}
 	switch {
 	case j.Overlap > OverlapAllow:
@@ -314,33 +328,51 @@ func validateJob(j Job, keyPrefix string, retention time.Duration) (*job, error)
 		return nil, bad("Job.RetryBackoffMax", "%v is less than RetryBackoff %v", j.RetryBackoffMax, j.RetryBackoff)
 	case j.Jitter < 0:
 		return nil, bad("Job.Jitter", "%v is negative", j.Jitter)
-	case j.LockTTL < tasklock.MinTTL:
-		return nil, bad("Job.LockTTL", "%v is below the minimum %v", j.LockTTL, tasklock.MinTTL)
-	case j.MinHold < 0:
-		return nil, bad("Job.MinHold", "%v is negative", j.MinHold)
-	case j.MinHold > 0 && j.Overlap == OverlapAllow:
-		return nil, bad("Job.MinHold", "needs the job's lock, and Overlap is allow")
-	case j.MaxHold < 0:
-		return nil, bad("Job.MaxHold", "%v is negative", j.MaxHold)
-	case j.MaxHold > 0 && j.MaxHold < tasklock.MinTTL:
-		return nil, bad("Job.MaxHold", "%v is below the minimum %v", j.MaxHold, tasklock.MinTTL)
-	case j.MaxHold > 0 && j.MinHold > j.MaxHold:
-		return nil, bad("Job.MinHold", "%v is greater than MaxHold %v", j.MinHold, j.MaxHold)
-	case j.LockGrace < 0:
-		return nil, bad("Job.LockGrace", "%v is negative", j.LockGrace)
-	case j.LockGrace > 0 && j.LockGrace >= j.LockTTL/2:
-		return nil, bad("Job.LockGrace", "%v is not less than half of LockTTL %v", j.LockGrace, j.LockTTL)
-	case j.LockGrace > 0 && j.MaxHold > 0 && j.LockGrace >= j.MaxHold:
-		return nil, bad("Job.LockGrace", "%v is not less than MaxHold %v", j.LockGrace, j.MaxHold)
+	}
+	if err := validateLock(j.Name, j.Lock); err != nil {
+		return nil, err
+	}
+	if j.Lock.MinHold > 0 && j.Overlap == OverlapAllow {
+		return nil, bad("Job.Lock.MinHold", "needs the job's lock, and Overlap is allow")
 	}
 	key := keyPrefix + j.Name
 	if err := tasklock.ValidateKey(key); err != nil {
-		return nil, &JobError{Job: j.Name, Field: "Job.Name", Reason: "makes an invalid lock key", Err: err}
+		reason := err.Error()
+		var oe *tasklock.OptionError
+		if errors.As(err, &oe) {
+			reason = oe.Reason
+		}
+		return nil, badJob(j.Name, "Job.Name", "makes an invalid lock key: "+reason, err)
 	}
 	return &job{Job: j, sched: sched, key: key, idx: -1}, nil
 }
 
+// validateLock checks a job's lock options: the fields the scheduler sets
+// must be unset, the others pass tasklock.ObtainOptions.Validate; a mistake
+// is named as the Job's field ("Job.Lock.MaxHold").
+func validateLock(job string, o tasklock.ObtainOptions) error {
+	const set = "set by the scheduler"
+	switch {
+	case o.Owner != "":
+		return badJob(job, "Job.Lock.Owner", set+": the owner is Config.Node", nil)
+	case o.Wait != 0:
+		return badJob(job, "Job.Lock.Wait", set+": a tick that finds the lock held is skipped, not waited for", nil)
+	case o.NoRenew:
+		return badJob(job, "Job.Lock.NoRenew", set+": the lock is renewed while the run lasts", nil)
+	case o.ProgressTimeout != 0:
+		return badJob(job, "Job.Lock.ProgressTimeout", "not supported: a handler has no Heartbeat to call", nil)
+	}
+	err := o.Validate()
+	var oe *tasklock.OptionError
+	if !errors.As(err, &oe) {
+		return err
+	}
+	return badJob(job, "Job.Lock."+strings.TrimPrefix(oe.Field, "ObtainOptions."), oe.Reason, nil)
+}
+
 // lockOptions are the options of the job's lock.
 func (j *job) lockOptions(node string) *tasklock.ObtainOptions {
-	return &tasklock.ObtainOptions{TTL: j.LockTTL, MinHold: j.MinHold, MaxHold: j.MaxHold, Grace: j.LockGrace, Owner: node}
+	o := j.Lock
+	o.Owner = node
+	return &o
 }

@@ -90,8 +90,8 @@ func (s *Scheduler) runTick(j *job, w work) {
 			s.release(j, lock)
 		}
 	}()
-	if j.Overlap == OverlapAllow && j.MaxHold > 0 {
-		d := s.addDeadline(s.clock.Now().Add(j.MaxHold), tickCancel, tasklock.ErrMaxHold)
+	if j.Overlap == OverlapAllow && j.Lock.MaxHold > 0 {
+		d := s.addDeadline(s.clock.Now().Add(j.Lock.MaxHold), tickCancel, tasklock.ErrMaxHold)
 		defer s.removeDeadline(d)
 	}
 	for attempt := 1; ; attempt++ {

@@ -178,14 +178,14 @@ type deadline struct {
 
 // New returns a Scheduler that holds job locks with locker and keeps its
 // ledger in ledger — usually the same store as the Locker's. A nil cfg means
-// defaults. It returns a *ConfigError naming the field when an argument is
-// invalid. Add jobs, then Start.
+// defaults. It returns a *tasklock.OptionError naming the field when an
+// argument is invalid. Add jobs, then Start.
 func New(locker *tasklock.Locker, ledger driver.Ledger, cfg *Config) (*Scheduler, error) {
 	if locker == nil {
-		return nil, &ConfigError{"locker", "nil"}
+		return nil, badOption("locker", "nil")
 	}
 	if ledger == nil {
-		return nil, &ConfigError{"ledger", "nil"}
+		return nil, badOption("ledger", "nil")
 	}
 	var c Config
 	if cfg != nil {
@@ -220,20 +220,21 @@ func New(locker *tasklock.Locker, ledger driver.Ledger, cfg *Config) (*Scheduler
 	c.NodeLeaseTTL = orDefault(c.NodeLeaseTTL, tasklock.DefaultTTL)
 	switch {
 	case len(c.Node) > tasklock.MaxOwnerLen:
-		return nil, &ConfigError{"Config.Node", fmt.Sprintf("%d bytes long, the maximum is %d", len(c.Node), tasklock.MaxOwnerLen)}
+		return nil, badOption("Config.Node", "%d bytes long, the maximum is %d", len(c.Node), tasklock.MaxOwnerLen)
 	case c.PollInterval < 10*time.Millisecond:
-		return nil, &ConfigError{"Config.PollInterval", fmt.Sprintf("%v is below the minimum 10ms", c.PollInterval)}
+		return nil, badOption("Config.PollInterval", "%v is below the minimum 10ms", c.PollInterval)
 	case c.ShutdownGrace < 0:
-		return nil, &ConfigError{"Config.ShutdownGrace", fmt.Sprintf("%v is negative", c.ShutdownGrace)}
+		return nil, badOption("Config.ShutdownGrace", "%v is negative", c.ShutdownGrace)
 	case c.ClaimRetention < 2*time.Minute:
-		return nil, &ConfigError{"Config.ClaimRetention", fmt.Sprintf("%v is below the minimum 2m", c.ClaimRetention)}
+		return nil, badOption("Config.ClaimRetention", "%v is below the minimum 2m", c.ClaimRetention)
 	case c.PruneInterval < time.Second:
-		return nil, &ConfigError{"Config.PruneInterval", fmt.Sprintf("%v is below the minimum 1s", c.PruneInterval)}
+		return nil, badOption("Config.PruneInterval", "%v is below the minimum 1s", c.PruneInterval)
 	case c.NodeLeaseTTL < 100*time.Millisecond:
-		return nil, &ConfigError{"Config.NodeLeaseTTL", fmt.Sprintf("%v is below the minimum 100ms", c.NodeLeaseTTL)}
+		return nil, badOption("Config.NodeLeaseTTL", "%v is below the minimum 100ms", c.NodeLeaseTTL)
 	}
 	if err := tasklock.ValidateKey(c.NodeKeyPrefix + c.Node); err != nil {
-		return nil, &ConfigError{"Config.NodeKeyPrefix", fmt.Sprintf("%q and the node name make an invalid lock key: %v", c.NodeKeyPrefix, err)}
+		return nil, &tasklock.OptionError{Pkg: "schedule", Field: "Config.NodeKeyPrefix",
+			Reason: fmt.Sprintf("%q and the node name make an invalid lock key: %v", c.NodeKeyPrefix, err), Err: err}
 	}
 	var tok [16]byte
 	if _, err := rand.Read(tok[:]); err != nil {
@@ -269,9 +270,9 @@ func (s *Scheduler) Node() string { return s.node }
 // after Start) registers the job's schedule in the ledger, and the first
 // registration of a schedule records when that was (driver.JobRegister). So
 // a new job, or a job whose schedule changed, starts at its next tick. It
-// returns a *JobError naming the job and the field when the job is invalid
-// or its name was added before, and the ledger's error when Add is called
-// after Start and the job cannot be registered.
+// returns a *tasklock.OptionError naming the job and the field when the job
+// is invalid or its name was added before, and the ledger's error when Add
+// is called after Start and the job cannot be registered.
 func (s *Scheduler) Add(j Job) error {
 	jj, err := validateJob(j, s.keyPrefix, s.retention)
 	if err != nil {
@@ -282,7 +283,7 @@ func (s *Scheduler) Add(j Job) error {
 			return ErrShutdown
 		}
 		if _, dup := s.jobs[j.Name]; dup {
-			return &JobError{Job: j.Name, Field: "Job.Name", Reason: "a job of this name was added before"}
+			return badJob(j.Name, "Job.Name", "a job of this name was added before", nil)
 		}
 		return nil
 	}
@@ -639,7 +640,7 @@ func (s *Scheduler) setStates(sts []driver.JobState) {
 // driver.Ledger.Runs).
 func (s *Scheduler) Runs(ctx context.Context, q RunQuery) ([]RunRecord, error) {
 	if q.Limit < 0 {
-		return nil, &ConfigError{"RunQuery.Limit", fmt.Sprintf("%d is negative", q.Limit)}
+		return nil, badOption("RunQuery.Limit", "%d is negative", q.Limit)
 	}
 	rs, err := s.ledger.Runs(ctx, q)
 	if err != nil {

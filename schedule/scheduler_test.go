@@ -240,7 +240,7 @@ func TestOverlap(t *testing.T) {
 func TestMinHoldSkipsTicksWithin(t *testing.T) {
 	c := newCluster(t)
 	rec := newRecorder(c.clock)
-	job := Job{Name: "spaced", Schedule: "@every 10s", Handler: rec.ok, MinHold: time.Hour, MisfireWindow: 10 * time.Second}
+	job := Job{Name: "spaced", Schedule: "@every 10s", Handler: rec.ok, Lock: tasklock.ObtainOptions{MinHold: time.Hour}, MisfireWindow: 10 * time.Second}
 	c.node("a", 0, nil).add(t, job).start(t)
 	c.node("b", 0, nil).add(t, job).start(t)
 	c.settle(true)
@@ -475,7 +475,7 @@ func TestMaxHoldEndsHungHandler(t *testing.T) {
 	t.Run("lock", func(t *testing.T) {
 		c := newCluster(t)
 		h := newHung()
-		job := Job{Name: "hung", Schedule: at3am, LockTTL: 200 * time.Millisecond, MaxHold: 300 * time.Millisecond, Retries: 2, Handler: h.handler}
+		job := Job{Name: "hung", Schedule: at3am, Lock: tasklock.ObtainOptions{TTL: 200 * time.Millisecond, MaxHold: 300 * time.Millisecond}, Retries: 2, Handler: h.handler}
 		n := c.node("a", 0, nil).add(t, job).start(t)
 		c.settle(true)
 		if _, err := n.s.Trigger(context.Background(), "hung"); err != nil {
@@ -493,7 +493,7 @@ func TestMaxHoldEndsHungHandler(t *testing.T) {
 	t.Run("no lock", func(t *testing.T) {
 		c := newCluster(t)
 		h := newHung()
-		job := Job{Name: "hung", Schedule: at3am, Overlap: OverlapAllow, MaxHold: time.Minute, Handler: h.handler}
+		job := Job{Name: "hung", Schedule: at3am, Overlap: OverlapAllow, Lock: tasklock.ObtainOptions{MaxHold: time.Minute}, Handler: h.handler}
 		n := c.node("a", 0, nil).add(t, job).start(t)
 		c.settle(true)
 		if _, err := n.s.Trigger(context.Background(), "hung"); err != nil {
@@ -523,7 +523,7 @@ func TestLostLockIsRecorded(t *testing.T) {
 	c := newCluster(t)
 	causes := make(chan error, 1)
 	started := make(chan struct{})
-	job := Job{Name: "victim", Schedule: at3am, LockTTL: 300 * time.Millisecond, Handler: func(ctx context.Context, run Run) error {
+	job := Job{Name: "victim", Schedule: at3am, Lock: tasklock.ObtainOptions{TTL: 300 * time.Millisecond}, Handler: func(ctx context.Context, run Run) error {
 		close(started)
 		<-ctx.Done()
 		causes <- context.Cause(ctx)
@@ -891,22 +891,31 @@ func TestAddValidates(t *testing.T) {
 		{func(j *Job) { j.Retries = -1 }, "Job.Retries", "not within"},
 		{func(j *Job) { j.RetryBackoff, j.RetryBackoffMax = time.Minute, time.Second }, "Job.RetryBackoffMax", "less than"},
 		{func(j *Job) { j.Jitter = -1 }, "Job.Jitter", "negative"},
-		{func(j *Job) { j.LockTTL = time.Millisecond }, "Job.LockTTL", "minimum"},
-		{func(j *Job) { j.MinHold = time.Second; j.Overlap = OverlapAllow }, "Job.MinHold", "Overlap is allow"},
-		{func(j *Job) { j.MinHold, j.MaxHold = time.Minute, time.Second }, "Job.MinHold", "greater than MaxHold"},
-		{func(j *Job) { j.MaxHold = -1 }, "Job.MaxHold", "negative"},
-		{func(j *Job) { j.LockGrace = -1 }, "Job.LockGrace", "negative"},
-		{func(j *Job) { j.LockTTL, j.LockGrace = 2*time.Second, time.Second }, "Job.LockGrace", "half of LockTTL"},
-		{func(j *Job) { j.MaxHold, j.LockGrace = time.Second, time.Second }, "Job.LockGrace", "less than MaxHold"},
+		{func(j *Job) { j.Lock.TTL = time.Millisecond }, "Job.Lock.TTL", "minimum"},
+		{func(j *Job) { j.Lock.TTL = tasklock.MaxTTL + 1 }, "Job.Lock.TTL", "maximum"},
+		{func(j *Job) { j.Lock.MinHold = time.Second; j.Overlap = OverlapAllow }, "Job.Lock.MinHold", "Overlap is allow"},
+		{func(j *Job) { j.Lock.MinHold, j.Lock.MaxHold = time.Minute, time.Second }, "Job.Lock.MinHold", "greater than MaxHold"},
+		{func(j *Job) { j.Lock.MaxHold = -1 }, "Job.Lock.MaxHold", "negative"},
+		{func(j *Job) { j.Lock.Grace = -1 }, "Job.Lock.Grace", "negative"},
+		{func(j *Job) { j.Lock.TTL, j.Lock.Grace = 2*time.Second, time.Second }, "Job.Lock.Grace", "half the TTL"},
+		{func(j *Job) { j.Lock.MaxHold, j.Lock.Grace = time.Second, time.Second }, "Job.Lock.Grace", "less than MaxHold"},
+		{func(j *Job) { j.Lock.Owner = "me" }, "Job.Lock.Owner", "set by the scheduler"},
+		{func(j *Job) { j.Lock.Wait = time.Second }, "Job.Lock.Wait", "set by the scheduler"},
+		{func(j *Job) { j.Lock.NoRenew = true }, "Job.Lock.NoRenew", "set by the scheduler"},
+		{func(j *Job) { j.Lock.ProgressTimeout = time.Second }, "Job.Lock.ProgressTimeout", "Heartbeat"},
 	}
 	for _, tc := range cases {
 		j := ok
 		tc.mod(&j)
 		err := s.Add(j)
-		var je *JobError
-		if !errors.As(err, &je) || je.Field != tc.field || !strings.Contains(err.Error(), tc.text) ||
-			!strings.HasPrefix(err.Error(), fmt.Sprintf("schedule: job %q: invalid %s", j.Name, tc.field)) {
-			t.Errorf("Add(%s) = %v, want a *JobError for %s mentioning %q", tc.field, err, tc.field, tc.text)
+		prefix := fmt.Sprintf("schedule: job %q: invalid %s", j.Name, tc.field)
+		if j.Name == "" {
+			prefix = "schedule: invalid " + tc.field // no job to name
+		}
+		var oe *tasklock.OptionError
+		if !errors.As(err, &oe) || oe.Field != tc.field || oe.Job != j.Name || !strings.Contains(err.Error(), tc.text) ||
+			!strings.HasPrefix(err.Error(), prefix) {
+			t.Errorf("Add(%s) = %v, want a *tasklock.OptionError for %s mentioning %q", tc.field, err, tc.field, tc.text)
 		}
 	}
 	var pe *ParseError
@@ -942,16 +951,17 @@ func TestNewValidates(t *testing.T) {
 		{&Config{Node: strings.Repeat("n", 300)}, "Config.Node"},
 	} {
 		_, err := New(lk, store, tc.cfg)
-		var ce *ConfigError
-		if !errors.As(err, &ce) || ce.Field != tc.field {
-			t.Errorf("New(%+v) = %v, want a *ConfigError for %s", tc.cfg, err, tc.field)
+		var oe *tasklock.OptionError
+		if !errors.As(err, &oe) || oe.Field != tc.field || !strings.HasPrefix(err.Error(), "schedule: invalid "+tc.field+": ") {
+			t.Errorf("New(%+v) = %v, want a *tasklock.OptionError for %s", tc.cfg, err, tc.field)
 		}
 	}
-	if _, err := New(nil, store, nil); err == nil {
-		t.Error("New(nil locker) succeeded")
+	var oe *tasklock.OptionError
+	if _, err := New(nil, store, nil); !errors.As(err, &oe) || oe.Field != "locker" {
+		t.Errorf("New(nil locker) = %v, want a *tasklock.OptionError for locker", err)
 	}
-	if _, err := New(lk, nil, nil); err == nil {
-		t.Error("New(nil ledger) succeeded")
+	if _, err := New(lk, nil, nil); !errors.As(err, &oe) || oe.Field != "ledger" {
+		t.Errorf("New(nil ledger) = %v, want a *tasklock.OptionError for ledger", err)
 	}
 	s, err := New(lk, store, nil)
 	if err != nil || s.Node() != lk.Owner() {

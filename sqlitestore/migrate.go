@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	sqldriver "database/sql/driver"
 	"embed"
-	"errors"
 	"fmt"
 	"io/fs"
 	"strings"
@@ -81,7 +80,7 @@ type MigrationState struct {
 // (see "Waiting for the write lock" in the package documentation).
 func Migrate(ctx context.Context, db *sql.DB, opts *Options) error {
 	if db == nil {
-		return errors.New("sqlitestore: db is nil")
+		return badOption("db", "", "nil")
 	}
 	c, err := resolve(opts)
 	if err != nil {
@@ -203,7 +202,7 @@ func appliedVersions(ctx context.Context, q queryer, c config) (map[int]sqlmigra
 // defaults). It only reads; it is what `tasklock migrate status` shows.
 func MigrationStatus(ctx context.Context, db *sql.DB, opts *Options) ([]MigrationState, error) {
 	if db == nil {
-		return nil, errors.New("sqlitestore: db is nil")
+		return nil, badOption("db", "", "nil")
 	}
 	c, err := resolve(opts)
 	if err != nil {

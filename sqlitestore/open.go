@@ -44,9 +44,9 @@ func Open(path string, opts *Options) (*sql.DB, error) {
 	}
 	switch {
 	case path == "":
-		return nil, errors.New("sqlitestore: open: empty path")
+		return nil, badOption("path", "", "empty")
 	case path == ":memory:" || strings.HasPrefix(path, "file:"):
-		return nil, fmt.Errorf("sqlitestore: open %q: want the path of a database file (not \":memory:\" or a file: URI)", path)
+		return nil, badOption("path", path, "want the path of a database file (not \":memory:\" or a file: URI)")
 	}
 	dir := filepath.Dir(path)
 	if fi, err := os.Stat(dir); err != nil {

@@ -80,6 +80,13 @@ type config struct {
 
 var identRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,51}$`)
 
+// badOption returns the error for an invalid argument or option: a
+// *driver.OptionError (tasklock.OptionError) naming field, with the
+// offending value when value is not empty.
+func badOption(field, value, format string, args ...any) error {
+	return &driver.OptionError{Pkg: "sqlitestore", Field: field, Value: value, Reason: fmt.Sprintf(format, args...)}
+}
+
 // resolve validates opts and fills in defaults, without writing to opts.
 func resolve(opts *Options) (config, error) {
 	var o Options
@@ -90,17 +97,17 @@ func resolve(opts *Options) (config, error) {
 	if o.Table != "" {
 		switch {
 		case !identRE.MatchString(o.Table):
-			return c, fmt.Errorf("sqlitestore: Options.Table %q: must be a lowercase SQL identifier ([a-z_][a-z0-9_]*) of at most 52 bytes", o.Table)
+			return c, badOption("Options.Table", o.Table, "want a lowercase SQL identifier ([a-z_][a-z0-9_]*) of at most 52 bytes")
 		case strings.HasPrefix(o.Table, "sqlite_"):
-			return c, fmt.Errorf("sqlitestore: Options.Table %q: names starting with \"sqlite_\" are reserved by SQLite", o.Table)
+			return c, badOption("Options.Table", o.Table, "names starting with \"sqlite_\" are reserved by SQLite")
 		}
 		c.table = o.Table
 	}
 	switch {
 	case o.BusyTimeout < 0:
-		return c, fmt.Errorf("sqlitestore: Options.BusyTimeout is %v, must not be negative", o.BusyTimeout)
+		return c, badOption("Options.BusyTimeout", "", "%v is negative", o.BusyTimeout)
 	case o.BusyTimeout > 0 && o.BusyTimeout < time.Millisecond:
-		return c, fmt.Errorf("sqlitestore: Options.BusyTimeout is %v, must be at least 1ms (SQLite counts whole milliseconds)", o.BusyTimeout)
+		return c, badOption("Options.BusyTimeout", "", "%v is below the minimum 1ms (SQLite counts whole milliseconds)", o.BusyTimeout)
 	case o.BusyTimeout > 0:
 		c.busy = o.BusyTimeout
 	}
@@ -165,15 +172,15 @@ var (
 // the pragmas every connection needs. The caller keeps ownership of db: the
 // Store never closes it.
 //
-// New validates opts (an error names the offending field) and then checks
-// the database on one connection, within 30 seconds: that it can be opened
-// and read, that busy_timeout is set (without it, concurrent writers fail at
-// once instead of waiting their turn), and that the schema is migrated —
-// with Options.Migrate it applies pending migrations first, otherwise it
+// New validates opts (a *driver.OptionError names the offending field) and then
+// checks the database on one connection, within 30 seconds: that it can be
+// opened and read, that busy_timeout is set (without it, concurrent writers
+// fail at once instead of waiting their turn), and that the schema is migrated
+// — with Options.Migrate it applies pending migrations first, otherwise it
 // fails with an error wrapping ErrNotMigrated.
 func New(db *sql.DB, opts *Options) (*Store, error) {
 	if db == nil {
-		return nil, errors.New("sqlitestore: db is nil")
+		return nil, badOption("db", "", "nil")
 	}
 	c, err := resolve(opts)
 	if err != nil {

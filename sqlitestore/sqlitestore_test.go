@@ -101,19 +101,20 @@ func TestConformance(t *testing.T) {
 
 func TestNewOptions(t *testing.T) {
 	db := openT(t, dbPath(t), nil)
-	if _, err := New(nil, nil); err == nil {
-		t.Fatal("New(nil db) succeeded")
+	var oe *driver.OptionError
+	if _, err := New(nil, nil); !errors.As(err, &oe) || oe.Field != "db" {
+		t.Fatalf("New(nil db) = %v, want a *driver.OptionError naming db", err)
 	}
 	for _, table := range []string{"1abc", "a-b", `a"b`, "a b", "sqlite_locks", "Locks", strings.Repeat("x", 53), "ä"} {
 		_, err := New(db, &Options{Table: table, Migrate: true})
-		if err == nil || !strings.Contains(err.Error(), "Options.Table") {
-			t.Errorf("New(Table %q) = %v, want an error naming Options.Table", table, err)
+		if !errors.As(err, &oe) || oe.Field != "Options.Table" || !strings.HasPrefix(err.Error(), "sqlitestore: invalid Options.Table") {
+			t.Errorf("New(Table %q) = %v, want a *driver.OptionError naming Options.Table", table, err)
 		}
 	}
 	for _, bt := range []time.Duration{-time.Second, time.Microsecond} {
 		_, err := Open(dbPath(t), &Options{BusyTimeout: bt})
-		if err == nil || !strings.Contains(err.Error(), "Options.BusyTimeout") {
-			t.Errorf("Open(BusyTimeout %v) = %v, want an error naming Options.BusyTimeout", bt, err)
+		if !errors.As(err, &oe) || oe.Field != "Options.BusyTimeout" || !strings.HasPrefix(err.Error(), "sqlitestore: invalid Options.BusyTimeout") {
+			t.Errorf("Open(BusyTimeout %v) = %v, want a *driver.OptionError naming Options.BusyTimeout", bt, err)
 		}
 	}
 	// Defaults are never written back.
@@ -458,7 +459,7 @@ func TestOpenErrors(t *testing.T) {
 	cases := []struct {
 		name, path, want string
 	}{
-		{"empty", "", "empty path"},
+		{"empty", "", "invalid path: empty"},
 		{"memory", ":memory:", "database file"},
 		{"uri", "file:x.db", "database file"},
 		{"missing dir", filepath.Join(dir, "missing", "x.db"), "does not exist"},

@@ -92,14 +92,21 @@ type lease struct {
 	check   int64         // nonzero: the node must be read before the next renewal (renew.go)
 }
 
-// New returns a Store that keeps its locks under opts.Root through conn.
-// It validates opts and returns an error naming the offending field; it does
-// not talk to ZooKeeper. The caller keeps ownership of conn: the Store never
-// closes it, and closing it ends the session and so every lock of the
+// badOption returns the error for an invalid argument or option: a
+// *driver.OptionError (tasklock.OptionError) naming field, with the
+// offending value when value is not empty.
+func badOption(field, value, format string, args ...any) error {
+	return &driver.OptionError{Pkg: "zkstore", Field: field, Value: value, Reason: fmt.Sprintf(format, args...)}
+}
+
+// New returns a Store that keeps its locks under opts.Root through conn. It
+// validates opts and returns a *driver.OptionError naming the offending field;
+// it does not talk to ZooKeeper. The caller keeps ownership of conn: the Store
+// never closes it, and closing it ends the session and so every lock of the
 // Store.
 func New(conn *zk.Conn, opts *Options) (*Store, error) {
 	if conn == nil {
-		return nil, errors.New("zkstore: conn is nil")
+		return nil, badOption("conn", "", "nil")
 	}
 	var o Options
 	if opts != nil {
@@ -109,18 +116,18 @@ func New(conn *zk.Conn, opts *Options) (*Store, error) {
 		o.Root = DefaultRoot
 	}
 	if err := checkRoot(o.Root); err != nil {
-		return nil, fmt.Errorf("zkstore: invalid Options.Root %q: %w", o.Root, err)
+		return nil, &driver.OptionError{Pkg: "zkstore", Field: "Options.Root", Value: o.Root, Err: err}
 	}
 	switch {
 	case o.SessionTimeout == 0:
-		return nil, errors.New("zkstore: invalid Options.SessionTimeout: required: the session timeout the Conn was created with (zk.Connect's sessionTimeout)")
+		return nil, badOption("Options.SessionTimeout", "", "required: the session timeout the Conn was created with (zk.Connect's sessionTimeout)")
 	case o.SessionTimeout < time.Millisecond:
-		return nil, fmt.Errorf("zkstore: invalid Options.SessionTimeout: %v is below the minimum 1ms", o.SessionTimeout)
+		return nil, badOption("Options.SessionTimeout", "", "%v is below the minimum 1ms", o.SessionTimeout)
 	}
 	acl := zk.WorldACL(zk.PermAll)
 	if o.ACL != nil {
 		if len(o.ACL) == 0 {
-			return nil, errors.New("zkstore: invalid Options.ACL: empty (nil means world:anyone with all permissions)")
+			return nil, badOption("Options.ACL", "", "empty (nil means world:anyone with all permissions)")
 		}
 		acl = append([]zk.ACL(nil), o.ACL...)
 	}

@@ -167,8 +167,9 @@ func TestConformance(t *testing.T) {
 func TestNewOptions(t *testing.T) {
 	t.Parallel()
 	_, c := shared(t)
-	if _, err := New(nil, &Options{SessionTimeout: time.Second}); err == nil || !strings.Contains(err.Error(), "conn") {
-		t.Errorf("New(nil conn) = %v", err)
+	var oe *driver.OptionError
+	if _, err := New(nil, &Options{SessionTimeout: time.Second}); !errors.As(err, &oe) || oe.Field != "conn" {
+		t.Errorf("New(nil conn) = %v, want a *driver.OptionError naming conn", err)
 	}
 	bad := []struct {
 		opts  *Options
@@ -187,8 +188,9 @@ func TestNewOptions(t *testing.T) {
 		{&Options{SessionTimeout: time.Second, ACL: []zk.ACL{}}, "Options.ACL"},
 	}
 	for _, b := range bad {
-		if _, err := New(c, b.opts); err == nil || !strings.Contains(err.Error(), b.field) {
-			t.Errorf("New(%+v) = %v, want an error naming %s", b.opts, err, b.field)
+		_, err := New(c, b.opts)
+		if !errors.As(err, &oe) || oe.Field != b.field || !strings.HasPrefix(err.Error(), "zkstore: invalid "+b.field) {
+			t.Errorf("New(%+v) = %v, want a *driver.OptionError naming %s", b.opts, err, b.field)
 		}
 	}
 	o := &Options{SessionTimeout: 5 * time.Second}

@@ -69,7 +69,7 @@ func TestFleetProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = s.Add(schedule.Job{Name: "tick", Schedule: "@every 1s", Misfire: schedule.MisfireSkip, LockTTL: 3 * time.Second,
+	err = s.Add(schedule.Job{Name: "tick", Schedule: "@every 1s", Misfire: schedule.MisfireSkip, Lock: tasklock.ObtainOptions{TTL: 3 * time.Second},
 		Handler: func(ctx context.Context, run schedule.Run) error {
 			_, err := fmt.Fprintf(out, "%d %d %s\n", run.Tick.Unix(), run.Fence, node)
 			return err

@@ -35,15 +35,15 @@
 //	  backoff       RetryBackoff
 //	  backoff_max   RetryBackoffMax
 //	jitter          Jitter
-//	lock_ttl        LockTTL
-//	min_hold        MinHold
-//	max_hold        MaxHold
+//	lock_ttl        Lock.TTL
+//	min_hold        Lock.MinHold
+//	max_hold        Lock.MaxHold
 //
 // and exactly one of the handlers the daemon provides:
 //
 //	command         a list: the program and its arguments, run without a shell
 //	kill_grace      command jobs: SIGTERM to SIGKILL (default 2s, less than
-//	                half of lock_ttl)
+//	                half of lock_ttl); it is also the job's Lock.Grace
 //	http            a mapping: method (default GET), url, headers (a
 //	                mapping), body, timeout (default 1m)
 //

@@ -10,6 +10,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/tasklock/tasklock"
 	"github.com/tasklock/tasklock/schedule"
 )
 
@@ -52,7 +53,7 @@ func TestParseFull(t *testing.T) {
 				Timeout: 10 * time.Minute, Overlap: schedule.OverlapSkip,
 				Misfire: schedule.MisfireCatchUp, MisfireAfter: 30 * time.Second, MisfireWindow: 2 * time.Hour, CatchUpMax: 4,
 				Retries: 3, RetryBackoff: 10 * time.Second, RetryBackoffMax: 2 * time.Minute,
-				Jitter: time.Second, LockTTL: 20 * time.Second, MinHold: 5 * time.Second, MaxHold: time.Hour, LockGrace: 5 * time.Second,
+				Jitter: time.Second, Lock: tasklock.ObtainOptions{TTL: 20 * time.Second, MinHold: 5 * time.Second, MaxHold: time.Hour, Grace: 5 * time.Second},
 			},
 			Command: []string{"/usr/local/bin/report", "--all"}, KillGrace: 5 * time.Second, Line: 4,
 		},
@@ -169,8 +170,8 @@ func marshal(t *testing.T, f *File) []byte {
 	for _, j := range f.Jobs {
 		m := out{
 			"name": j.Name, "schedule": j.Schedule, "timezone": j.TimeZone, "timeout": dur(j.Timeout),
-			"overlap": j.Overlap.String(), "jitter": dur(j.Jitter), "lock_ttl": dur(j.LockTTL),
-			"min_hold": dur(j.MinHold), "max_hold": dur(j.MaxHold),
+			"overlap": j.Overlap.String(), "jitter": dur(j.Jitter), "lock_ttl": dur(j.Lock.TTL),
+			"min_hold": dur(j.Lock.MinHold), "max_hold": dur(j.Lock.MaxHold),
 			"misfire": out{"policy": j.Misfire.String(), "grace": dur(j.MisfireAfter), "window": dur(j.MisfireWindow)},
 			"retries": out{"max": j.Retries, "backoff": dur(j.RetryBackoff), "backoff_max": dur(j.RetryBackoffMax)},
 		}

@@ -400,7 +400,7 @@ func (p *parser) job(i int, n *yaml.Node, names map[string]int, v *validator) (J
 	if f, ok := fields["retries"]; ok {
 		p.retries(&j, f, lines)
 	}
-	for key, d := range map[string]*time.Duration{"jitter": &j.Jitter, "lock_ttl": &j.LockTTL, "min_hold": &j.MinHold, "max_hold": &j.MaxHold} {
+	for key, d := range map[string]*time.Duration{"jitter": &j.Jitter, "lock_ttl": &j.Lock.TTL, "min_hold": &j.Lock.MinHold, "max_hold": &j.Lock.MaxHold} {
 		if f, ok := fields[key]; ok {
 			*d = p.duration(f, key)
 		}
@@ -552,7 +552,7 @@ func (p *parser) handler(j *Job, n *yaml.Node, fields map[string]field, lines ma
 	if j.KillGrace == 0 {
 		j.KillGrace = DefaultKillGrace
 	}
-	ttl := j.LockTTL
+	ttl := j.Lock.TTL
 	if ttl == 0 {
 		ttl = tasklock.DefaultTTL
 	}
@@ -567,7 +567,7 @@ func (p *parser) handler(j *Job, n *yaml.Node, fields map[string]field, lines ma
 	}
 	// SIGTERM comes kill_grace before the lock could go to another node,
 	// so that SIGKILL lands before it can.
-	j.LockGrace = j.KillGrace
+	j.Lock.Grace = j.KillGrace
 }
 
 // headerName is the syntax of an HTTP header name (a token, RFC 9110).
@@ -744,7 +744,7 @@ var fieldKeys = map[string]string{
 	"Job.Overlap": "overlap", "Job.Misfire": "misfire.policy", "Job.MisfireAfter": "misfire.grace",
 	"Job.MisfireWindow": "misfire.window", "Job.CatchUpMax": "misfire.max", "Job.Timeout": "timeout",
 	"Job.Retries": "retries.max", "Job.RetryBackoff": "retries.backoff", "Job.RetryBackoffMax": "retries.backoff_max",
-	"Job.Jitter": "jitter", "Job.LockTTL": "lock_ttl", "Job.MinHold": "min_hold", "Job.MaxHold": "max_hold", "Job.LockGrace": "kill_grace",
+	"Job.Jitter": "jitter", "Job.Lock.TTL": "lock_ttl", "Job.Lock.MinHold": "min_hold", "Job.Lock.MaxHold": "max_hold", "Job.Lock.Grace": "kill_grace",
 }
 
 // goNames rewrites the field names in the scheduler's reasons.
@@ -752,6 +752,7 @@ var goNames = strings.NewReplacer(
 	"Config.ClaimRetention", "the claim retention", "MisfireAfter", "misfire.grace",
 	"MisfireWindow", "misfire.window", "RetryBackoffMax", "retries.backoff_max", "RetryBackoff", "retries.backoff",
 	"MaxHold", "max_hold", "MinHold", "min_hold", "Overlap is", "overlap is", "Job.Schedule", "schedule",
+	"half the TTL", "half of lock_ttl",
 )
 
 // check returns the scheduler's mistakes in j, except those about keys
@@ -765,25 +766,26 @@ func (v *validator) check(j schedule.Job, reported func(key string) bool) []jobM
 	j.Name = "job" // checked by the parser, by the same rules
 	j.Handler = func(context.Context, schedule.Run) error { return nil }
 	var out []jobMistake
-	for range reflect.TypeFor[schedule.Job]().NumField() {
+	// One mistake a field at most, Job.Lock's counted one by one.
+	for range reflect.TypeFor[schedule.Job]().NumField() + reflect.TypeFor[tasklock.ObtainOptions]().NumField() {
 		err := s.Add(j)
 		if err == nil {
 			break
 		}
-		var je *schedule.JobError
-		if !errors.As(err, &je) {
+		var oe *tasklock.OptionError
+		if !errors.As(err, &oe) {
 			return append(out, jobMistake{"", err.Error()})
 		}
-		key := fieldKeys[je.Field]
+		key := fieldKeys[oe.Field]
 		if key == "" {
-			key = je.Field
+			key = oe.Field
 		}
 		if !reported(key) {
-			out = append(out, jobMistake{key, goNames.Replace(reason(je))})
+			out = append(out, jobMistake{key, goNames.Replace(reason(oe))})
 		}
-		f := reflect.ValueOf(&j).Elem().FieldByName(strings.TrimPrefix(je.Field, "Job."))
+		f := fieldByPath(reflect.ValueOf(&j).Elem(), strings.TrimPrefix(oe.Field, "Job."))
 		switch {
-		case je.Field == "Job.Schedule":
+		case oe.Field == "Job.Schedule":
 			if j.Schedule == "@every 1s" {
 				return out
 			}
@@ -797,16 +799,25 @@ func (v *validator) check(j schedule.Job, reported func(key string) bool) []jobM
 	return out
 }
 
-// reason is what a JobError says is wrong, without the job and field.
-func reason(je *schedule.JobError) string {
-	var pe *schedule.ParseError
-	switch {
-	case errors.As(je.Err, &pe):
-		return strings.TrimPrefix(pe.Error(), "schedule: ")
-	case je.Err != nil && je.Reason != "":
-		return je.Reason + ": " + je.Err.Error()
-	case je.Err != nil:
-		return je.Err.Error()
+// reason is what the scheduler's *tasklock.OptionError says is wrong,
+// without the job and field.
+func reason(oe *tasklock.OptionError) string {
+	if oe.Reason == "" && oe.Err != nil {
+		return oe.Err.Error()
 	}
-	return je.Reason
+	return oe.Reason
+}
+
+// fieldByPath returns the field of v at a dotted path ("Lock.TTL"), or the
+// zero Value when there is none.
+func fieldByPath(v reflect.Value, path string) reflect.Value {
+	for name := range strings.SplitSeq(path, ".") {
+		if v.Kind() != reflect.Struct {
+			return reflect.Value{}
+		}
+		if v = v.FieldByName(name); !v.IsValid() {
+			return v
+		}
+	}
+	return v
 }

@@ -94,7 +94,7 @@ func parseEtcd(u *storeURL) (opener, error) {
 	}
 	// New only checks the options (the prefix): no client is used.
 	if _, err := etcdstore.New(new(clientv3.Client), &c.store); err != nil {
-		return nil, u.badf("the path is not a valid key prefix: %v", err)
+		return nil, u.badOption("the path is not a valid key prefix", err)
 	}
 	return c, nil
 }
@@ -168,7 +168,7 @@ func (c *etcdConfig) open(ctx context.Context) (driver.Store, func() error, erro
 	if err != nil { // checked by parseEtcd already
 		stop()
 		_ = closeClient()
-		return nil, nil, c.u.badf("%v", err)
+		return nil, nil, c.u.badOption("", err)
 	}
 	gctx, cancel := context.WithTimeout(ctx, c.dialTimeout)
 	_, err = client.Get(gctx, c.prefix(), clientv3.WithCountOnly())

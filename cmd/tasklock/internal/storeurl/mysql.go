@@ -121,7 +121,7 @@ func (c *mysqlConfig) connect(ctx context.Context) (schema, error) {
 	db := sql.OpenDB(conn)
 	if _, err := mysqlstore.New(db, &c.store); err != nil {
 		db.Close()
-		return nil, c.u.badf("%v", err)
+		return nil, c.u.badOption("", err)
 	}
 	if err := db.PingContext(ctx); err != nil {
 		db.Close()
@@ -146,7 +146,7 @@ func (c *mysqlConfig) open(ctx context.Context) (driver.Store, func() error, err
 	store, err := mysqlstore.New(s.db, &c.store)
 	if err != nil { // checked by connect already
 		s.close()
-		return nil, nil, c.u.badf("%v", err)
+		return nil, nil, c.u.badOption("", err)
 	}
 	closeFn := func() error {
 		serr := store.Close()

@@ -92,7 +92,7 @@ func (c *pgConfig) connect(ctx context.Context) (schema, error) {
 	}
 	if _, err := pgstore.New(pool, &c.store); err != nil {
 		pool.Close()
-		return nil, c.u.badf("%v", err)
+		return nil, c.u.badOption("", err)
 	}
 	if err := c.ping(ctx, pool); err != nil {
 		pool.Close()
@@ -116,7 +116,7 @@ func (c *pgConfig) open(ctx context.Context) (driver.Store, func() error, error)
 	store, err := pgstore.New(s.pool, &c.store)
 	if err != nil { // checked by connect already
 		s.close()
-		return nil, nil, c.u.badf("%v", err)
+		return nil, nil, c.u.badOption("", err)
 	}
 	return store, s.close, nil
 }

@@ -183,7 +183,7 @@ func (c *redisConfig) open(ctx context.Context) (driver.Store, func() error, err
 	store, err := redisstore.New(client, &c.store)
 	if err != nil {
 		_ = client.Close()
-		return nil, nil, c.u.badf("%v", err)
+		return nil, nil, c.u.badOption("", err)
 	}
 	if err := client.Ping(ctx).Err(); err != nil {
 		_ = client.Close()

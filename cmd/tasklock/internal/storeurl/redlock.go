@@ -87,7 +87,7 @@ func (c *redlockConfig) open(ctx context.Context) (driver.Store, func() error, e
 	store, err := redlock.New(clients, &c.store)
 	if err != nil {
 		_ = closeAll()
-		return nil, nil, c.u.badf("%v", err)
+		return nil, nil, c.u.badOption("", err)
 	}
 	if err := pingMajority(ctx, c.nodes, clients); err != nil {
 		_ = closeAll()

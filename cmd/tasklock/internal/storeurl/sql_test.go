@@ -157,6 +157,10 @@ func TestOpenPostgresInvalidOptions(t *testing.T) {
 		if !errors.Is(err, ErrBadURL) || !strings.Contains(err.Error(), "Options.") || strings.Contains(err.Error(), secret) {
 			t.Errorf("Open(%s) = %v, want ErrBadURL naming the option", redact.URL(u), err)
 		}
+		var oe *driver.OptionError
+		if !errors.As(err, &oe) || !strings.HasPrefix(oe.Field, "Options.") {
+			t.Errorf("Open(%s) = %v, want pgstore's *driver.OptionError in the chain", redact.URL(u), err)
+		}
 		_, err = OpenMigrator(ctx, u)
 		if !errors.Is(err, ErrBadURL) {
 			t.Errorf("OpenMigrator(%s) = %v, want ErrBadURL", redact.URL(u), err)

@@ -256,6 +256,16 @@ func (u *storeURL) badf(format string, args ...any) error {
 	return u.scrub(badf(u.raw, format, args...))
 }
 
+// badOption is badf for a store's New that rejected an option the URL set:
+// the store's *driver.OptionError stays in the chain for errors.As, after
+// what, when not empty, says which part of the URL set it.
+func (u *storeURL) badOption(what string, err error) error {
+	if what != "" {
+		what += ": "
+	}
+	return u.scrub(fmt.Errorf("%w %s: %s%w", ErrBadURL, redact.URL(u.raw), what, err))
+}
+
 func badf(raw, format string, args ...any) error {
 	return fmt.Errorf("%w %s: %s", ErrBadURL, redact.URL(raw), fmt.Sprintf(format, args...))
 }

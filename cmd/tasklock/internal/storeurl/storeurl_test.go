@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tasklock/tasklock/driver"
 	"github.com/tasklock/tasklock/internal/redact"
 	"github.com/tasklock/tasklock/internal/testserver"
 	"github.com/tasklock/tasklock/memstore"
@@ -538,6 +539,21 @@ func TestParseErrors(t *testing.T) {
 				t.Errorf("Open: %v, want %v", oerr, msg)
 			}
 		})
+	}
+}
+
+// TestParseStoreOptionErrors: a URL part a store's New rejects keeps the
+// store's *driver.OptionError in the chain.
+func TestParseStoreOptionErrors(t *testing.T) {
+	for _, tt := range []struct{ url, field string }{
+		{"etcd://e1/%ff", "Options.Prefix"},
+		{"zk://z1/zookeeper", "Options.Root"},
+	} {
+		_, _, err := parse(tt.url)
+		var oe *driver.OptionError
+		if !errors.Is(err, ErrBadURL) || !errors.As(err, &oe) || oe.Field != tt.field {
+			t.Errorf("parse(%s) = %v, want ErrBadURL and a *driver.OptionError naming %s", tt.url, err, tt.field)
+		}
 	}
 }
 

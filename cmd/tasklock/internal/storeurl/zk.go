@@ -58,7 +58,7 @@ func parseZK(u *storeURL) (opener, error) {
 	}
 	// New only checks the options (the root): the Conn is never used.
 	if _, err := zkstore.New(new(zk.Conn), &zkstore.Options{Root: c.root, SessionTimeout: c.session}); err != nil {
-		return nil, u.badf("the path is not a valid root node: %v", err)
+		return nil, u.badOption("the path is not a valid root node", err)
 	}
 	return c, nil
 }
@@ -84,7 +84,7 @@ func (c *zkConfig) open(ctx context.Context) (driver.Store, func() error, error)
 	store, err := zkstore.New(conn, &zkstore.Options{Root: c.root, SessionTimeout: granted})
 	if err != nil { // checked by parseZK already
 		conn.Close()
-		return nil, nil, c.u.badf("%v", err)
+		return nil, nil, c.u.badOption("", err)
 	}
 	return store, func() error { conn.Close(); return nil }, nil
 }
