@@ -424,7 +424,7 @@ func (s *Store) keep(ctx context.Context, p driver.ReleaseParams, ek string, e *
 		}
 		s.mu.Unlock()
 	}
-	secs := int64((p.KeepFor + time.Second - 1) / time.Second)
+	secs := driver.Units(p.KeepFor, time.Second)
 	lease, err := s.c.Grant(ctx, secs)
 	if err != nil {
 		fallback()

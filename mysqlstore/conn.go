@@ -71,7 +71,7 @@ func (s *Store) lockName(keyExpr []byte) []byte {
 // rounded up, so that the server ends a silent holder's session (and frees
 // its lock) no sooner than ttl after the holder's last command.
 func waitSeconds(ttl time.Duration) int {
-	n := int((ttl + time.Second - 1) / time.Second)
+	n := int(driver.Units(ttl, time.Second))
 	return min(max(n, 1), maxWaitTimeout)
 }
 

@@ -445,9 +445,7 @@ func (s *Store) appendReleaseUpdate(b []byte, keys []string, keepFor []time.Dura
 
 // micros converts d to whole microseconds, rounding up so that the database
 // never keeps a lease shorter than asked.
-func micros(d time.Duration) int64 {
-	return int64((d + time.Microsecond - 1) / time.Microsecond)
-}
+func micros(d time.Duration) int64 { return driver.Units(d, time.Microsecond) }
 
 // fromMicros converts a TIMESTAMPDIFF in microseconds to a duration.
 func fromMicros(us int64) time.Duration {

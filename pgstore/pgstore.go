@@ -227,12 +227,7 @@ func (s *Store) Channel() string { return s.o.channel }
 
 // micros is d in whole microseconds, rounded up: the unit the statements
 // take durations in.
-func micros(d time.Duration) int64 {
-	if d <= 0 {
-		return 0
-	}
-	return int64((d + time.Microsecond - 1) / time.Microsecond)
-}
+func micros(d time.Duration) int64 { return driver.Units(d, time.Microsecond) }
 
 // idleTimeout is the idle_session_timeout setting for a lease of d: d in
 // whole milliseconds, rounded up. The setting cannot exceed 2^31-1 ms
@@ -240,7 +235,7 @@ func micros(d time.Duration) int64 {
 // lease short, and then only the holder's renewals (or its connection
 // ending) end the session.
 func idleTimeout(d time.Duration) string {
-	ms := int64((d + time.Millisecond - 1) / time.Millisecond)
+	ms := driver.Units(d, time.Millisecond)
 	if ms > math.MaxInt32 {
 		ms = 0
 	}

@@ -406,7 +406,7 @@ func parseValue(v string) (fence uint64, owner string, ok bool) {
 // millis converts d to whole milliseconds, rounding up so the store never
 // keeps a lease shorter than asked.
 func millis(d time.Duration) int64 {
-	return int64((d + time.Millisecond - 1) / time.Millisecond)
+	return driver.Units(d, time.Millisecond)
 }
 
 func isNoScript(err error) bool {

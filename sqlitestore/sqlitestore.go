@@ -619,13 +619,7 @@ func readRows(rows *sql.Rows, err error) func(row func(*sql.Rows) error) error {
 
 // micros is d in whole microseconds, rounded up: a lease at the store is
 // never shorter than asked.
-func micros(d time.Duration) int64 {
-	us := d.Microseconds()
-	if time.Duration(us)*time.Microsecond < d {
-		us++
-	}
-	return us
-}
+func micros(d time.Duration) int64 { return driver.Units(d, time.Microsecond) }
 
 // isBusy reports whether err is SQLite's "busy" or "locked".
 func isBusy(err error) bool {

@@ -554,7 +554,7 @@ func (s *Store) release(p driver.ReleaseParams) error {
 		return driver.ErrNotHeld
 	}
 	var err error
-	if keep := p.KeepFor.Truncate(time.Millisecond); keep > 0 {
+	if keep := time.Duration(driver.Units(p.KeepFor, time.Millisecond)) * time.Millisecond; keep > 0 {
 		err = s.keep(path, owner, fence, p.Token, keep)
 	} else {
 		err = s.conn.Delete(path, -1)
