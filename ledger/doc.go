@@ -3,11 +3,13 @@
 // which tick of which job, the history of runs, the pause and trigger-now
 // state every node obeys, and pruning.
 //
-// Most code should use package schedule, not this package: a Scheduler owns
+// Most code should call package schedule, not a Ledger: a Scheduler owns
 // ticks, misfire handling, retries and the job's lock, and calls a Ledger
 // only to claim ticks and to read or change what is stored about runs and
-// jobs. The CLI (tasklock jobs) and the dashboard read the same Ledger to
-// show the fleet's history.
+// jobs. Its history comes back in this package's types (Scheduler.Runs
+// returns RunRecords; an Event's Status is a RunStatus such as RunOK). The
+// CLI (tasklock jobs) and the dashboard read the same Ledger to show the
+// fleet's history.
 //
 // # Relation to package driver
 //
