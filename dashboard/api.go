@@ -16,6 +16,7 @@ import (
 	"github.com/tasklock/tasklock/dashboard/apijson"
 	"github.com/tasklock/tasklock/driver"
 	"github.com/tasklock/tasklock/internal/buildinfo"
+	"github.com/tasklock/tasklock/ledger"
 	"github.com/tasklock/tasklock/schedule"
 )
 
@@ -91,7 +92,7 @@ func (h *handler) configured() map[string]schedule.Job {
 // recentRuns reads the newest run records in one query, at most once per
 // recentTTL for all requests, and remembers each job's newest one (without
 // output) for later pages.
-func (h *handler) recentRuns(ctx context.Context, jobs int) ([]driver.RunRecord, error) {
+func (h *handler) recentRuns(ctx context.Context, jobs int) ([]ledger.RunRecord, error) {
 	n := h.opts.RecentRuns
 	if n == 0 {
 		n = defaultRecentRuns
@@ -102,7 +103,7 @@ func (h *handler) recentRuns(ctx context.Context, jobs int) ([]driver.RunRecord,
 	if h.recent != nil && h.recentN == n && now.Sub(h.recentAt) < recentTTL && now.Sub(h.recentAt) >= 0 {
 		return h.recent, nil
 	}
-	runs, err := h.ledger.Runs(ctx, driver.RunQuery{Limit: n})
+	runs, err := h.ledger.Runs(ctx, ledger.RunQuery{Limit: n})
 	if err != nil {
 		return nil, err
 	}
@@ -160,7 +161,7 @@ func (h *handler) pageLastRuns(ctx context.Context, names []string) error {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			rs, err := h.ledger.Runs(ctx, driver.RunQuery{Job: n, Limit: 1})
+			rs, err := h.ledger.Runs(ctx, ledger.RunQuery{Job: n, Limit: 1})
 			if err != nil {
 				errs[i] = err
 				return
@@ -204,7 +205,7 @@ func (h *handler) jobs(w http.ResponseWriter, r *http.Request) {
 	conf := h.configured()
 	// The three store calls run at once.
 	var (
-		states           []driver.JobState
+		states           []ledger.JobState
 		leases           []driver.Lease
 		errS, errR, errL error
 		wg               sync.WaitGroup
@@ -221,7 +222,7 @@ func (h *handler) jobs(w http.ResponseWriter, r *http.Request) {
 	}
 	h.noteLeases(leases, false)
 
-	byState := make(map[string]driver.JobState, len(states))
+	byState := make(map[string]ledger.JobState, len(states))
 	names := make([]string, 0, len(conf)+len(states))
 	for n := range conf {
 		names = append(names, n)
@@ -387,12 +388,12 @@ type cursor struct {
 	Attempt int    `json:"a"`
 }
 
-func encodeCursor(k driver.RunKey) string {
+func encodeCursor(k ledger.RunKey) string {
 	b, _ := json.Marshal(cursor{Job: k.Job, Tick: k.Tick.UnixNano(), Trigger: k.Trigger, Attempt: k.Attempt})
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
-func decodeCursor(s string) (*driver.RunKey, error) {
+func decodeCursor(s string) (*ledger.RunKey, error) {
 	b, err := base64.RawURLEncoding.DecodeString(s)
 	var c cursor
 	if err == nil {
@@ -401,7 +402,7 @@ func decodeCursor(s string) (*driver.RunKey, error) {
 	if err != nil || c.Job == "" {
 		return nil, errors.New("before: not a cursor from a previous page's next")
 	}
-	return &driver.RunKey{Job: c.Job, Tick: time.Unix(0, c.Tick).UTC(), Trigger: c.Trigger, Attempt: c.Attempt}, nil
+	return &ledger.RunKey{Job: c.Job, Tick: time.Unix(0, c.Tick).UTC(), Trigger: c.Trigger, Attempt: c.Attempt}, nil
 }
 
 // parseTime reads an RFC 3339 time parameter.
@@ -433,10 +434,10 @@ func (h *handler) runs(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	q := driver.RunQuery{Job: qs.Get("job"), Status: driver.RunStatus(qs.Get("status")), Limit: limit + 1}
+	q := ledger.RunQuery{Job: qs.Get("job"), Status: ledger.RunStatus(qs.Get("status")), Limit: limit + 1}
 	switch q.Status {
-	case "", driver.RunOK, driver.RunFailed, driver.RunTimeout, driver.RunLost, driver.RunInterrupted,
-		driver.RunSkipped, driver.RunMissed, driver.RunRunning:
+	case "", ledger.RunOK, ledger.RunFailed, ledger.RunTimeout, ledger.RunLost, ledger.RunInterrupted,
+		ledger.RunSkipped, ledger.RunMissed, ledger.RunRunning:
 	default:
 		writeError(w, http.StatusBadRequest, "status: want ok, failed, timeout, lost, interrupted, skipped, missed or running")
 		return
@@ -584,11 +585,11 @@ func (h *handler) nodes(w http.ResponseWriter, r *http.Request) {
 			// running or interrupted record shows only its start (another
 			// node wrote the interrupted one).
 			seen := rr.End
-			if !rr.Status.Final() || rr.Status == driver.RunInterrupted {
+			if !rr.Status.Final() || rr.Status == ledger.RunInterrupted {
 				seen = rr.Start
 			}
 			if seen.IsZero() {
-				if rr.Status == driver.RunInterrupted {
+				if rr.Status == ledger.RunInterrupted {
 					continue
 				}
 				seen = rr.Recorded
@@ -614,7 +615,7 @@ func (h *handler) nodes(w http.ResponseWriter, r *http.Request) {
 
 // setState is POST /api/jobs/{name}/trigger|pause|resume: the job's state
 // after the change.
-func (h *handler) setState(op driver.JobStateOp) http.HandlerFunc {
+func (h *handler) setState(op ledger.JobStateOp) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if h.ledger == nil {
 			writeError(w, http.StatusNotImplemented, "this store keeps no schedule ledger")
@@ -630,8 +631,8 @@ func (h *handler) setState(op driver.JobStateOp) http.HandlerFunc {
 			writeError(w, http.StatusBadRequest, "invalid job name")
 			return
 		}
-		p := driver.JobStateParams{Job: name, Op: op}
-		if op == driver.JobTrigger {
+		p := ledger.JobStateParams{Job: name, Op: op}
+		if op == ledger.JobTrigger {
 			p.Trigger = rand.Text()
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), callTimeout)

@@ -13,7 +13,7 @@ import (
 
 	"github.com/tasklock/tasklock"
 	"github.com/tasklock/tasklock/dashboard"
-	"github.com/tasklock/tasklock/driver"
+	"github.com/tasklock/tasklock/ledger"
 	"github.com/tasklock/tasklock/memstore"
 )
 
@@ -165,8 +165,8 @@ var readPaths = []string{"/api/info", "/api/jobs", "/api/runs", "/api/locks", "/
 func TestDashboardReadNeedsToken(t *testing.T) {
 	eachStore(t, func(t *testing.T, st ledgerStore) {
 		now := time.Now().UTC()
-		if err := st.RecordRuns(context.Background(), []driver.RunRecord{{Job: "a", Tick: now, Attempt: 1, Node: "n1", Fence: 1,
-			Start: now, End: now, Status: driver.RunFailed, Error: "exit 1", Output: "private output tail"}}); err != nil {
+		if err := st.RecordRuns(context.Background(), []ledger.RunRecord{{Job: "a", Tick: now, Attempt: 1, Node: "n1", Fence: 1,
+			Start: now, End: now, Status: ledger.RunFailed, Error: "exit 1", Output: "private output tail"}}); err != nil {
 			t.Fatal(err)
 		}
 		srv := server(t, st, testToken, nil)

@@ -15,13 +15,14 @@ import (
 	"github.com/tasklock/tasklock"
 	"github.com/tasklock/tasklock/driver"
 	"github.com/tasklock/tasklock/internal/redact"
+	"github.com/tasklock/tasklock/ledger"
 	"github.com/tasklock/tasklock/schedule"
 )
 
 // Options configure New. Only Store is required.
 type Options struct {
 	// Store is the store the dashboard reads and changes: its ledger
-	// (driver.Ledger) for jobs and runs, driver.Lister for locks and nodes,
+	// (ledger.Ledger) for jobs and runs, driver.Lister for locks and nodes,
 	// driver.ForceReleaser for releasing a lock. Whatever it does not
 	// implement is answered with 501 Not Implemented.
 	Store driver.Store
@@ -97,7 +98,7 @@ var uiFiles embed.FS
 type handler struct {
 	opts      Options
 	store     driver.Store
-	ledger    driver.Ledger // nil when the store keeps none
+	ledger    ledger.Ledger // nil when the store keeps none
 	lister    driver.Lister
 	releaser  driver.ForceReleaser
 	clock     tasklock.Clock
@@ -115,12 +116,12 @@ type handler struct {
 	firstSeen map[leaseID]time.Time // when each (key, fence) was first listed
 
 	recentMu sync.Mutex // held while reading the recent runs
-	recent   []driver.RunRecord
+	recent   []ledger.RunRecord
 	recentAt time.Time
 	recentN  int
 
 	lastMu  sync.Mutex
-	lastRun map[string]driver.RunRecord // each job's newest run seen, without output
+	lastRun map[string]ledger.RunRecord // each job's newest run seen, without output
 	noRuns  map[string]time.Time        // jobs found without runs, and when
 
 	sum summaryCache
@@ -150,7 +151,7 @@ func New(opts Options) (http.Handler, error) {
 		opts: opts, store: opts.Store, clock: opts.Clock, log: opts.Logger,
 		storeURL: redact.URL(opts.StoreURL),
 		scheds:   map[string]schedule.Schedule{}, firstSeen: map[leaseID]time.Time{},
-		lastRun:  map[string]driver.RunRecord{},
+		lastRun:  map[string]ledger.RunRecord{},
 		noRuns:   map[string]time.Time{},
 		nodeSeen: map[string]time.Time{},
 		auth:     authState{sessions: map[sessionKey]session{}, fails: map[string]*allowance{}},
@@ -173,7 +174,7 @@ func New(opts Options) (http.Handler, error) {
 	if h.opts.EventInterval == 0 {
 		h.opts.EventInterval = time.Second
 	}
-	h.ledger, _ = opts.Store.(driver.Ledger)
+	h.ledger, _ = opts.Store.(ledger.Ledger)
 	h.lister, _ = opts.Store.(driver.Lister)
 	h.releaser, _ = opts.Store.(driver.ForceReleaser)
 	if opts.Token != "" {
@@ -194,9 +195,9 @@ func New(opts Options) (http.Handler, error) {
 	h.route(m, http.MethodGet, "/api/locks", h.reading(h.locks))
 	h.route(m, http.MethodGet, "/api/nodes", h.reading(h.nodes))
 	h.route(m, http.MethodGet, "/api/events", h.reading(h.events))
-	h.route(m, http.MethodPost, "/api/jobs/{name}/trigger", h.mutating(h.setState(driver.JobTrigger)))
-	h.route(m, http.MethodPost, "/api/jobs/{name}/pause", h.mutating(h.setState(driver.JobPause)))
-	h.route(m, http.MethodPost, "/api/jobs/{name}/resume", h.mutating(h.setState(driver.JobResume)))
+	h.route(m, http.MethodPost, "/api/jobs/{name}/trigger", h.mutating(h.setState(ledger.JobTrigger)))
+	h.route(m, http.MethodPost, "/api/jobs/{name}/pause", h.mutating(h.setState(ledger.JobPause)))
+	h.route(m, http.MethodPost, "/api/jobs/{name}/resume", h.mutating(h.setState(ledger.JobResume)))
 	h.route(m, http.MethodPost, "/api/locks/{key}/release", h.mutating(h.release))
 	h.route(m, http.MethodPost, "/login", h.login)
 	h.route(m, http.MethodPost, "/logout", h.mutating(h.logout))

@@ -19,6 +19,7 @@ import (
 	"github.com/tasklock/tasklock/dashboard"
 	"github.com/tasklock/tasklock/driver"
 	"github.com/tasklock/tasklock/internal/testserver"
+	"github.com/tasklock/tasklock/ledger"
 	"github.com/tasklock/tasklock/memstore"
 	"github.com/tasklock/tasklock/schedule"
 	"github.com/tasklock/tasklock/sqlitestore"
@@ -32,7 +33,7 @@ const secret = "hunter2-pw"
 // ledgerStore is what the tests need of a store.
 type ledgerStore interface {
 	driver.Store
-	driver.Ledger
+	ledger.Ledger
 	driver.Lister
 	driver.ForceReleaser
 }
@@ -122,7 +123,7 @@ func decode(t *testing.T, body string, v any) {
 	}
 }
 
-func paused(t *testing.T, st driver.Ledger, job string) (bool, int) {
+func paused(t *testing.T, st ledger.Ledger, job string) (bool, int) {
 	t.Helper()
 	sts, err := st.JobStates(context.Background())
 	if err != nil {
@@ -344,14 +345,14 @@ func TestDashboardLocksAndRelease(t *testing.T) {
 
 // record stores n run records of jobs job0..job(jobs-1), ticks one second
 // apart, in batches.
-func record(t testing.TB, st driver.Ledger, jobs, n int, base time.Time) {
+func record(t testing.TB, st ledger.Ledger, jobs, n int, base time.Time) {
 	t.Helper()
 	const batch = 5000
-	rs := make([]driver.RunRecord, 0, batch)
-	statuses := []driver.RunStatus{driver.RunOK, driver.RunOK, driver.RunOK, driver.RunFailed, driver.RunSkipped}
+	rs := make([]ledger.RunRecord, 0, batch)
+	statuses := []ledger.RunStatus{ledger.RunOK, ledger.RunOK, ledger.RunOK, ledger.RunFailed, ledger.RunSkipped}
 	for i := range n {
 		tick := base.Add(time.Duration(i/jobs) * time.Second)
-		rs = append(rs, driver.RunRecord{
+		rs = append(rs, ledger.RunRecord{
 			Job: fmt.Sprintf("job%05d", i%jobs), Tick: tick, Attempt: 1, Node: fmt.Sprintf("node%d", i%3), Fence: uint64(i + 1),
 			Start: tick, End: tick.Add(20 * time.Millisecond), Status: statuses[i%len(statuses)], Output: "line\n",
 		})
@@ -400,7 +401,7 @@ func TestDashboardRunsPagination(t *testing.T) {
 				}
 			}
 			q, _ := url.ParseQuery(strings.TrimPrefix(filter, "&"))
-			want := driver.RunQuery{Job: q.Get("job"), Status: driver.RunStatus(q.Get("status"))}
+			want := ledger.RunQuery{Job: q.Get("job"), Status: ledger.RunStatus(q.Get("status"))}
 			want.From, _ = time.Parse(time.RFC3339, q.Get("from"))
 			want.To, _ = time.Parse(time.RFC3339, q.Get("to"))
 			all, err := st.Runs(context.Background(), want)

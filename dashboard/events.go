@@ -13,6 +13,7 @@ import (
 
 	"github.com/tasklock/tasklock/driver"
 	"github.com/tasklock/tasklock/internal/redact"
+	"github.com/tasklock/tasklock/ledger"
 )
 
 // summary is what /api/events pushes: counts, and a fingerprint per section
@@ -99,7 +100,7 @@ func (h *handler) summary(ctx context.Context) summary {
 		if err != nil {
 			return fail(err)
 		}
-		slices.SortFunc(sts, func(a, b driver.JobState) int { return strings.Compare(a.Job, b.Job) })
+		slices.SortFunc(sts, func(a, b ledger.JobState) int { return strings.Compare(a.Job, b.Job) })
 		for _, st := range sts {
 			if st.Paused {
 				s.Paused++
@@ -107,7 +108,7 @@ func (h *handler) summary(ctx context.Context) summary {
 			s.Triggers += len(st.Triggers)
 			jobParts = append(jobParts, fmt.Sprintf("%s %t %d", st.Job, st.Paused, len(st.Triggers)))
 		}
-		rs, err := h.ledger.Runs(ctx, driver.RunQuery{Limit: 20})
+		rs, err := h.ledger.Runs(ctx, ledger.RunQuery{Limit: 20})
 		if err != nil {
 			return fail(err)
 		}

@@ -9,6 +9,7 @@ import (
 	"github.com/tasklock/tasklock"
 	"github.com/tasklock/tasklock/dashboard"
 	"github.com/tasklock/tasklock/driver"
+	"github.com/tasklock/tasklock/ledger"
 	"github.com/tasklock/tasklock/memstore"
 )
 
@@ -69,9 +70,9 @@ func TestDashboardNodeLastSeen(t *testing.T) {
 		t.Fatalf("live node: %+v, want alive, last seen at its lock's renewal %v", n, t0)
 	}
 	// n2 dies at t0+4s in a run; n1 notices at t0+20s.
-	err := st.RecordRuns(ctx, []driver.RunRecord{
-		{Job: "a", Tick: t0, Attempt: 1, Node: "n2", Start: t0.Add(time.Second), End: t0.Add(20 * time.Second), Status: driver.RunInterrupted, Error: "node n2 stopped"},
-		{Job: "a", Tick: t0.Add(-time.Minute), Attempt: 1, Node: "n2", Start: t0.Add(-time.Minute), End: t0.Add(-50 * time.Second), Status: driver.RunOK},
+	err := st.RecordRuns(ctx, []ledger.RunRecord{
+		{Job: "a", Tick: t0, Attempt: 1, Node: "n2", Start: t0.Add(time.Second), End: t0.Add(20 * time.Second), Status: ledger.RunInterrupted, Error: "node n2 stopped"},
+		{Job: "a", Tick: t0.Add(-time.Minute), Attempt: 1, Node: "n2", Start: t0.Add(-time.Minute), End: t0.Add(-50 * time.Second), Status: ledger.RunOK},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -89,10 +90,10 @@ func TestDashboardNodeLastSeen(t *testing.T) {
 func TestDashboardJobStates(t *testing.T) {
 	st := memstore.New(nil)
 	ctx := context.Background()
-	for _, p := range []driver.JobStateParams{
-		{Job: "b", Op: driver.JobPause},
-		{Job: "elsewhere", Op: driver.JobRegister, Spec: "CRON_TZ=No/Such_Zone * * * * *", Since: time.Now()},
-		{Job: "fine", Op: driver.JobRegister, Spec: "@hourly", Since: time.Now()},
+	for _, p := range []ledger.JobStateParams{
+		{Job: "b", Op: ledger.JobPause},
+		{Job: "elsewhere", Op: ledger.JobRegister, Spec: "CRON_TZ=No/Such_Zone * * * * *", Since: time.Now()},
+		{Job: "fine", Op: ledger.JobRegister, Spec: "@hourly", Since: time.Now()},
 	} {
 		if _, err := st.SetJobState(ctx, p); err != nil {
 			t.Fatal(err)

@@ -6,6 +6,7 @@
 // only to read or change the state of a lease at the store. Like
 // database/sql/driver, optional capabilities are small interfaces a store may
 // also implement; the Locker finds them by type assertion.
+// The scheduler's tick ledger is a contract of its own, package ledger.
 //
 // # What a store promises
 //

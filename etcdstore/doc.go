@@ -10,7 +10,7 @@
 //
 // The Store implements driver.Store, driver.Queuer (waiters queue at etcd,
 // first come first served), driver.Notifier, driver.Lister,
-// driver.ForceReleaser and driver.Ledger (the scheduler's tick ledger, see
+// driver.ForceReleaser and ledger.Ledger (the scheduler's tick ledger, see
 // Ledger below). It never closes the client and never logs.
 //
 // # One lease for all locks
@@ -159,7 +159,7 @@
 //
 // # Ledger
 //
-// The Store is a driver.Ledger for package schedule. Its keys start with
+// The Store is a ledger.Ledger for package schedule. Its keys start with
 // Prefix + "\xff" + "ledger/". Lock keys are valid UTF-8 (the Locker
 // validates them), which never holds the byte 0xff, so no lock entry sorts
 // at or after Prefix + "\xff" and no lock's prefix covers a ledger key:
@@ -173,7 +173,7 @@
 //     record (JSON), one key per record, in the order Runs lists one job's
 //     records;
 //   - u/<same as the record's r/ key>: a running marker, empty, while
-//     that record is running (driver.RunRunning), so that the schedulers'
+//     that record is running (ledger.RunRunning), so that the schedulers'
 //     sweep for running records of dead nodes reads those, not every
 //     job's history. RecordRuns puts or deletes it in the Txn that writes
 //     the record, and Prune deletes it with its record; Runs deletes a

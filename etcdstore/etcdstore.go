@@ -57,7 +57,7 @@ type Options struct {
 
 // Store keeps tasklock leases in etcd through the caller's client. It
 // implements driver.Store, driver.Queuer, driver.Notifier, driver.Lister,
-// driver.ForceReleaser and driver.Ledger, and is safe for concurrent use. Create it with New
+// driver.ForceReleaser and ledger.Ledger, and is safe for concurrent use. Create it with New
 // and end it with Close.
 type Store struct {
 	c      *clientv3.Client

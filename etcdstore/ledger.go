@@ -15,10 +15,10 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/tasklock/tasklock/driver"
+	"github.com/tasklock/tasklock/ledger"
 )
 
-var _ driver.Ledger = (*Store)(nil)
+var _ ledger.Ledger = (*Store)(nil)
 
 // The ledger's keys all start with Prefix + ledgerMark. 0xff never occurs
 // in valid UTF-8, and lock keys, tokens and Prefix are valid UTF-8, so every
@@ -36,7 +36,7 @@ const (
 	jobsDir   = "j/"
 	marksDir  = "m/"
 	specsDir  = "s/"
-	// runningDir holds a marker per running record (driver.RunRunning):
+	// runningDir holds a marker per running record (ledger.RunRunning):
 	// runningDir + the record key's part after runsDir, empty.
 	runningDir = "u/"
 )
@@ -144,7 +144,7 @@ func (s *Store) runJobPrefix(job string) string {
 
 // runKey is the key of a run record: within its job, keys sort as Runs
 // lists records (tick descending, trigger ascending, attempt descending).
-func (s *Store) runKey(k driver.RunKey) string {
+func (s *Store) runKey(k ledger.RunKey) string {
 	return s.runJobPrefix(k.Job) + invTickText(k.Tick) + enc(k.Trigger) + "\x00" +
 		strconv.FormatUint(uint64(^uint32(k.Attempt)), 16)
 }
@@ -185,7 +185,7 @@ func parseTickText(t string) (time.Time, error) {
 }
 
 // parseSpec sets st's registration from the value of its registration key.
-func parseSpec(st *driver.JobState, kv *mvccpb.KeyValue) error {
+func parseSpec(st *ledger.JobState, kv *mvccpb.KeyValue) error {
 	v := string(kv.Value)
 	if len(v) <= 24 {
 		return fmt.Errorf("etcdstore: bad job registration at %q", kv.Key)
@@ -201,12 +201,12 @@ func parseSpec(st *driver.JobState, kv *mvccpb.KeyValue) error {
 // checkName rejects names the ledger cannot store.
 func checkName(what, name string) error {
 	if len(name) > 64<<10 {
-		return fmt.Errorf("etcdstore: %s is %d bytes long: %w", what, len(name), driver.ErrUnsupported)
+		return fmt.Errorf("etcdstore: %s is %d bytes long: %w", what, len(name), ledger.ErrUnsupported)
 	}
 	return nil
 }
 
-// Claim implements driver.Ledger. The claims go to etcd in Txns of up to
+// Claim implements ledger.Ledger. The claims go to etcd in Txns of up to
 // Store's Txn size less two claims each, one after the other (one round
 // trip for up to 126 claims with etcd's default --max-txn-ops). Each claim
 // is a nested Txn: put the key if it does not exist; else put it again if
@@ -214,7 +214,7 @@ func checkName(what, name string) error {
 // that it moves to a lease that covers Retain from now; else read it. A
 // claim's key lives on a lease shared by the claims of its retention
 // bucket (Retain in whole seconds); see the package documentation.
-func (s *Store) Claim(ctx context.Context, ps []driver.ClaimParams) ([]error, error) {
+func (s *Store) Claim(ctx context.Context, ps []ledger.ClaimParams) ([]error, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("etcdstore: claim: %w", err)
 	}
@@ -260,7 +260,7 @@ func (s *Store) Claim(ctx context.Context, ps []driver.ClaimParams) ([]error, er
 	for i, p := range ps {
 		h := holder[first[i]]
 		if h.token != p.Token {
-			res[i] = &driver.ClaimedError{Node: h.node}
+			res[i] = &ledger.ClaimedError{Node: h.node}
 		}
 	}
 	return res, nil
@@ -269,15 +269,15 @@ func (s *Store) Claim(ctx context.Context, ps []driver.ClaimParams) ([]error, er
 // claimHolder is who holds a claim's key after Claim.
 type claimHolder struct{ token, node string }
 
-func checkClaim(p *driver.ClaimParams) error {
+func checkClaim(p *ledger.ClaimParams) error {
 	if err := p.Check(); err != nil {
 		return fmt.Errorf("etcdstore: %w", err)
 	}
 	switch {
 	case p.Retain > maxLeaseTTL*time.Second/2:
-		return fmt.Errorf("etcdstore: claim %q: Retain %v is longer than an etcd lease can live: %w", p.Job, p.Retain, driver.ErrUnsupported)
+		return fmt.Errorf("etcdstore: claim %q: Retain %v is longer than an etcd lease can live: %w", p.Job, p.Retain, ledger.ErrUnsupported)
 	case strings.IndexByte(p.Token, '\n') >= 0:
-		return fmt.Errorf("etcdstore: claim %q: Token contains a newline: %w", p.Job, driver.ErrUnsupported)
+		return fmt.Errorf("etcdstore: claim %q: Token contains a newline: %w", p.Job, ledger.ErrUnsupported)
 	}
 	if err := checkName("Job", p.Job); err != nil {
 		return err
@@ -292,7 +292,7 @@ func checkClaim(p *driver.ClaimParams) error {
 // returns the claims this token holds on a lease that may end before
 // Retain from now (the call took longer than the lease had to spare):
 // they must be sent again, on a new lease (fresh set).
-func (s *Store) claimBatch(ctx context.Context, ps []driver.ClaimParams, keys []string, todo []int, holder []claimHolder, fresh bool) ([]int, error) {
+func (s *Store) claimBatch(ctx context.Context, ps []ledger.ClaimParams, keys []string, todo []int, holder []claimHolder, fresh bool) ([]int, error) {
 	type leased struct {
 		cl      *claimLease
 		id      clientv3.LeaseID
@@ -459,20 +459,20 @@ type runValue struct {
 	Fence    uint64           `json:"f,omitempty"`
 	Start    time.Time        `json:"s"`
 	End      time.Time        `json:"e"`
-	Status   driver.RunStatus `json:"st"`
+	Status   ledger.RunStatus `json:"st"`
 	Error    string           `json:"er,omitempty"`
 	Output   string           `json:"o,omitempty"`
 	Recorded time.Time        `json:"r"`
 }
 
-// RecordRuns implements driver.Ledger: one Txn per half a Txn size of
+// RecordRuns implements ledger.Ledger: one Txn per half a Txn size of
 // records (one round trip for up to 64), each record a put and a put or
 // delete of its running marker. Recorded is the Store's wall
 // clock (see the package documentation: etcd has none a client can read);
 // Prune judges ages by etcd's clock instead, through the age mark this
 // call grants when the Store granted none in the last second (a
 // LeaseGrant and a Put after the records are written).
-func (s *Store) RecordRuns(ctx context.Context, rs []driver.RunRecord) error {
+func (s *Store) RecordRuns(ctx context.Context, rs []ledger.RunRecord) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("etcdstore: record runs: %w", err)
 	}
@@ -510,7 +510,7 @@ func (s *Store) RecordRuns(ctx context.Context, rs []driver.RunRecord) error {
 		if _, dup := puts[k]; !dup {
 			order = append(order, k)
 		}
-		puts[k] = put{string(v), r.Status == driver.RunRunning} // the last record with a key wins
+		puts[k] = put{string(v), r.Status == ledger.RunRunning} // the last record with a key wins
 	}
 	for lo := 0; lo < len(order); {
 		n := min(len(order)-lo, max(int(s.txnOps.Load())/2, 1))
@@ -576,12 +576,12 @@ func (s *Store) mark(ctx context.Context, every time.Duration) {
 	ok = true
 }
 
-// Runs implements driver.Ledger. For one job it is one range read of that
+// Runs implements ledger.Ledger. For one job it is one range read of that
 // job's records between the query's bounds (more, a page at a time, when
 // Status filters them). For every job's running records (the schedulers'
 // sweep), see runningRuns: the running markers and those records only.
 // For every job otherwise, one range read of every record, sorted here.
-func (s *Store) Runs(ctx context.Context, q driver.RunQuery) ([]driver.RunRecord, error) {
+func (s *Store) Runs(ctx context.Context, q ledger.RunQuery) ([]ledger.RunRecord, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("etcdstore: runs: %w", err)
 	}
@@ -591,10 +591,10 @@ func (s *Store) Runs(ctx context.Context, q driver.RunQuery) ([]driver.RunRecord
 	if err := s.open(); err != nil {
 		return nil, err
 	}
-	if q.Job == "" && q.Status == driver.RunRunning {
+	if q.Job == "" && q.Status == ledger.RunRunning {
 		return s.runningRuns(ctx, &q)
 	}
-	var out []driver.RunRecord
+	var out []ledger.RunRecord
 	if q.Job == "" {
 		resp, err := s.c.Get(ctx, s.ledgerKey(runsDir), clientv3.WithPrefix())
 		if err != nil {
@@ -603,7 +603,7 @@ func (s *Store) Runs(ctx context.Context, q driver.RunQuery) ([]driver.RunRecord
 		if out, err = appendRuns(out, resp.Kvs, &q); err != nil {
 			return nil, err
 		}
-		slices.SortFunc(out, func(a, b driver.RunRecord) int { return a.Key().Compare(b.Key()) })
+		slices.SortFunc(out, func(a, b ledger.RunRecord) int { return a.Key().Compare(b.Key()) })
 		if q.Limit > 0 && len(out) > q.Limit {
 			out = out[:q.Limit]
 		}
@@ -662,13 +662,13 @@ func (s *Store) Runs(ctx context.Context, q driver.RunQuery) ([]driver.RunRecord
 // per Txn size of markers, sorted here. Markers whose record is gone or
 // final are deleted afterwards (best effort, one more Txn per Txn size
 // of them), each only while its record is as read.
-func (s *Store) runningRuns(ctx context.Context, q *driver.RunQuery) ([]driver.RunRecord, error) {
+func (s *Store) runningRuns(ctx context.Context, q *ledger.RunQuery) ([]ledger.RunRecord, error) {
 	dir, runs := s.ledgerKey(runningDir), s.ledgerKey(runsDir)
 	resp, err := s.c.Get(ctx, dir, clientv3.WithPrefix(), clientv3.WithKeysOnly())
 	if err != nil {
 		return nil, fmt.Errorf("etcdstore: runs: read running markers: %w", err)
 	}
-	var out []driver.RunRecord
+	var out []ledger.RunRecord
 	var stale []staleMarker
 	for lo := 0; lo < len(resp.Kvs); {
 		n := min(len(resp.Kvs)-lo, int(s.txnOps.Load()))
@@ -694,7 +694,7 @@ func (s *Store) runningRuns(ctx context.Context, q *driver.RunQuery) ([]driver.R
 			if err != nil {
 				return nil, err
 			}
-			if rec.Status != driver.RunRunning {
+			if rec.Status != ledger.RunRunning {
 				stale = append(stale, staleMarker{marker: m, record: string(kvs[0].Key), rev: kvs[0].ModRevision})
 				continue
 			}
@@ -705,7 +705,7 @@ func (s *Store) runningRuns(ctx context.Context, q *driver.RunQuery) ([]driver.R
 		lo += n
 	}
 	s.dropMarkers(ctx, stale)
-	slices.SortFunc(out, func(a, b driver.RunRecord) int { return a.Key().Compare(b.Key()) })
+	slices.SortFunc(out, func(a, b ledger.RunRecord) int { return a.Key().Compare(b.Key()) })
 	if q.Limit > 0 && len(out) > q.Limit {
 		out = out[:q.Limit]
 	}
@@ -743,7 +743,7 @@ func (s *Store) dropMarkers(ctx context.Context, ms []staleMarker) {
 }
 
 // appendRuns appends the records in kvs that match q to out.
-func appendRuns(out []driver.RunRecord, kvs []*mvccpb.KeyValue, q *driver.RunQuery) ([]driver.RunRecord, error) {
+func appendRuns(out []ledger.RunRecord, kvs []*mvccpb.KeyValue, q *ledger.RunQuery) ([]ledger.RunRecord, error) {
 	for _, kv := range kvs {
 		r, err := parseRun(kv)
 		if err != nil {
@@ -756,18 +756,18 @@ func appendRuns(out []driver.RunRecord, kvs []*mvccpb.KeyValue, q *driver.RunQue
 	return out, nil
 }
 
-func parseRun(kv *mvccpb.KeyValue) (driver.RunRecord, error) {
+func parseRun(kv *mvccpb.KeyValue) (ledger.RunRecord, error) {
 	var v runValue
 	if err := json.Unmarshal(kv.Value, &v); err != nil {
-		return driver.RunRecord{}, fmt.Errorf("etcdstore: runs: bad record at %q: %w", kv.Key, err)
+		return ledger.RunRecord{}, fmt.Errorf("etcdstore: runs: bad record at %q: %w", kv.Key, err)
 	}
-	return driver.RunRecord{
+	return ledger.RunRecord{
 		Job: v.Job, Tick: v.Tick, Trigger: v.Trigger, Attempt: v.Attempt, Node: v.Node, Fence: v.Fence,
 		Start: v.Start, End: v.End, Status: v.Status, Error: v.Error, Output: v.Output, Recorded: v.Recorded,
 	}, nil
 }
 
-// SetJobState implements driver.Ledger: one Txn that makes the change and
+// SetJobState implements ledger.Ledger: one Txn that makes the change and
 // reads the job's state after it. A new trigger request is stamped with the
 // Store's wall clock (etcd has none a client can read) and ordered by its
 // key's create revision; each new one is followed by an age mark, as in
@@ -777,21 +777,21 @@ func parseRun(kv *mvccpb.KeyValue) (driver.RunRecord, error) {
 // differs writes it in a second, guarded by the registration's revision
 // (and read again when another node wrote it meanwhile). Since is kept to
 // the nanosecond.
-func (s *Store) SetJobState(ctx context.Context, p driver.JobStateParams) (driver.JobState, error) {
+func (s *Store) SetJobState(ctx context.Context, p ledger.JobStateParams) (ledger.JobState, error) {
 	if err := ctx.Err(); err != nil {
-		return driver.JobState{}, fmt.Errorf("etcdstore: set job state: %w", err)
+		return ledger.JobState{}, fmt.Errorf("etcdstore: set job state: %w", err)
 	}
 	if err := p.Check(); err != nil {
-		return driver.JobState{}, fmt.Errorf("etcdstore: %w", err)
+		return ledger.JobState{}, fmt.Errorf("etcdstore: %w", err)
 	}
 	if err := checkName("Job", p.Job); err != nil {
-		return driver.JobState{}, err
+		return ledger.JobState{}, err
 	}
 	if err := checkName("Trigger", p.Trigger); err != nil {
-		return driver.JobState{}, err
+		return ledger.JobState{}, err
 	}
 	if err := s.open(); err != nil {
-		return driver.JobState{}, err
+		return ledger.JobState{}, err
 	}
 	jp, sk := s.jobPrefix(p.Job), s.specKey(p.Job)
 	// Every Txn ends with these two reads.
@@ -802,41 +802,41 @@ func (s *Store) SetJobState(ctx context.Context, p driver.JobStateParams) (drive
 		err  error
 	)
 	switch p.Op {
-	case driver.JobPause:
+	case ledger.JobPause:
 		resp, err = s.c.Txn(ctx).Then(then(clientv3.OpPut(jp+"p", ""))...).Commit()
-	case driver.JobResume:
+	case ledger.JobResume:
 		resp, err = s.c.Txn(ctx).Then(then(clientv3.OpDelete(jp + "p"))...).Commit()
-	case driver.JobTrigger:
+	case ledger.JobTrigger:
 		tk := jp + "t" + p.Trigger
 		at := time.Now().UTC().Round(0)
 		resp, err = s.c.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(tk), "=", 0)).
 			Then(then(clientv3.OpPut(tk, at.Format(time.RFC3339Nano)))...).
 			Else(reads...).Commit()
-	case driver.JobTriggerDone:
+	case ledger.JobTriggerDone:
 		resp, err = s.c.Txn(ctx).Then(then(clientv3.OpDelete(jp + "t" + p.Trigger))...).Commit()
-	case driver.JobRegister:
+	case ledger.JobRegister:
 		resp, err = s.register(ctx, p, sk, reads)
-	case driver.JobForget:
+	case ledger.JobForget:
 		resp, err = s.c.Txn(ctx).Then(then(clientv3.OpDelete(jp, clientv3.WithPrefix()), clientv3.OpDelete(sk))...).Commit()
 	}
 	if err != nil {
-		return driver.JobState{}, fmt.Errorf("etcdstore: set job state %q: %w", p.Job, err)
+		return ledger.JobState{}, fmt.Errorf("etcdstore: set job state %q: %w", p.Job, err)
 	}
 	n := len(resp.Responses)
 	sts, err := s.jobStates(resp.Responses[n-2].GetResponseRange().GetKvs())
 	if err != nil {
-		return driver.JobState{}, err
+		return ledger.JobState{}, err
 	}
-	if p.Op == driver.JobTrigger && resp.Succeeded {
+	if p.Op == ledger.JobTrigger && resp.Succeeded {
 		s.mark(ctx, 0)
 	}
-	st := driver.JobState{Job: p.Job}
+	st := ledger.JobState{Job: p.Job}
 	if len(sts) > 0 {
 		st = sts[0]
 	}
 	if kvs := resp.Responses[n-1].GetResponseRange().GetKvs(); len(kvs) > 0 {
 		if err := parseSpec(&st, kvs[0]); err != nil {
-			return driver.JobState{}, err
+			return ledger.JobState{}, err
 		}
 	}
 	return st, nil
@@ -844,7 +844,7 @@ func (s *Store) SetJobState(ctx context.Context, p driver.JobStateParams) (drive
 
 // register makes p's registration at sk, and returns the response of a
 // Txn that ends with reads.
-func (s *Store) register(ctx context.Context, p driver.JobStateParams, sk string, reads []clientv3.Op) (*clientv3.TxnResponse, error) {
+func (s *Store) register(ctx context.Context, p ledger.JobStateParams, sk string, reads []clientv3.Op) (*clientv3.TxnResponse, error) {
 	v := tickText(p.Since) + p.Spec
 	resp, err := s.c.Txn(ctx).Then(reads...).Commit()
 	for err == nil {
@@ -866,9 +866,9 @@ func (s *Store) register(ctx context.Context, p driver.JobStateParams, sk string
 	return nil, err
 }
 
-// JobStates implements driver.Ledger: one range read of the job state
+// JobStates implements ledger.Ledger: one range read of the job state
 // keys (not the registrations).
-func (s *Store) JobStates(ctx context.Context) ([]driver.JobState, error) {
+func (s *Store) JobStates(ctx context.Context) ([]ledger.JobState, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("etcdstore: job states: %w", err)
 	}
@@ -882,9 +882,9 @@ func (s *Store) JobStates(ctx context.Context) ([]driver.JobState, error) {
 	return s.jobStates(resp.Kvs)
 }
 
-// Jobs implements driver.Ledger: one Txn of two range reads, the job state
+// Jobs implements ledger.Ledger: one Txn of two range reads, the job state
 // keys and the registrations.
-func (s *Store) Jobs(ctx context.Context) ([]driver.JobState, error) {
+func (s *Store) Jobs(ctx context.Context) ([]ledger.JobState, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("etcdstore: jobs: %w", err)
 	}
@@ -911,7 +911,7 @@ func (s *Store) Jobs(ctx context.Context) ([]driver.JobState, error) {
 		if !ok {
 			i = len(out)
 			index[job] = i
-			out = append(out, driver.JobState{Job: job})
+			out = append(out, ledger.JobState{Job: job})
 		}
 		if err := parseSpec(&out[i], kv); err != nil {
 			return nil, err
@@ -921,9 +921,9 @@ func (s *Store) Jobs(ctx context.Context) ([]driver.JobState, error) {
 }
 
 // jobStates reads job state keys (in key order, so grouped by job).
-func (s *Store) jobStates(kvs []*mvccpb.KeyValue) ([]driver.JobState, error) {
+func (s *Store) jobStates(kvs []*mvccpb.KeyValue) ([]ledger.JobState, error) {
 	dir := s.ledgerKey(jobsDir)
-	var out []driver.JobState
+	var out []ledger.JobState
 	var revs []int64 // create revisions of the current state's triggers
 	flush := func() {
 		if n := len(out); n > 0 {
@@ -933,7 +933,7 @@ func (s *Store) jobStates(kvs []*mvccpb.KeyValue) ([]driver.JobState, error) {
 				idx[i] = i
 			}
 			slices.SortStableFunc(idx, func(a, b int) int { return int(revs[a] - revs[b]) })
-			ts := make([]driver.TriggerRequest, len(idx))
+			ts := make([]ledger.TriggerRequest, len(idx))
 			for i, j := range idx {
 				ts[i] = st.Triggers[j]
 			}
@@ -950,7 +950,7 @@ func (s *Store) jobStates(kvs []*mvccpb.KeyValue) ([]driver.JobState, error) {
 		job := dec(ej)
 		if len(out) == 0 || out[len(out)-1].Job != job {
 			flush()
-			out = append(out, driver.JobState{Job: job})
+			out = append(out, ledger.JobState{Job: job})
 		}
 		st := &out[len(out)-1]
 		switch what[0] {
@@ -961,7 +961,7 @@ func (s *Store) jobStates(kvs []*mvccpb.KeyValue) ([]driver.JobState, error) {
 			if err != nil {
 				return nil, fmt.Errorf("etcdstore: job states: bad trigger request at %q: %w", kv.Key, err)
 			}
-			st.Triggers = append(st.Triggers, driver.TriggerRequest{ID: what[1:], At: at})
+			st.Triggers = append(st.Triggers, ledger.TriggerRequest{ID: what[1:], At: at})
 			revs = append(revs, kv.CreateRevision)
 		}
 	}
@@ -969,7 +969,7 @@ func (s *Store) jobStates(kvs []*mvccpb.KeyValue) ([]driver.JobState, error) {
 	return out, nil
 }
 
-// Prune implements driver.Ledger. Expired claims are already gone (etcd
+// Prune implements ledger.Ledger. Expired claims are already gone (etcd
 // deleted them with their leases), so Claims is always 0. Ages are judged
 // by etcd's clock through age marks: a record (a trigger request) is
 // deleted by age when it was written at or before the revision of a mark
@@ -980,8 +980,8 @@ func (s *Store) jobStates(kvs []*mvccpb.KeyValue) ([]driver.JobState, error) {
 // job state key (with TriggersOlderThan); one Txn of guarded deletes per
 // Txn size of keys to delete (a record's running marker, if any, goes in
 // the same guarded delete); one LeaseRevoke per mark it thins out.
-func (s *Store) Prune(ctx context.Context, p driver.PruneParams) (driver.PruneResult, error) {
-	var res driver.PruneResult
+func (s *Store) Prune(ctx context.Context, p ledger.PruneParams) (ledger.PruneResult, error) {
+	var res ledger.PruneResult
 	if err := ctx.Err(); err != nil {
 		return res, fmt.Errorf("etcdstore: prune: %w", err)
 	}

@@ -17,13 +17,14 @@ import (
 
 	"github.com/tasklock/tasklock/driver"
 	"github.com/tasklock/tasklock/internal/testserver"
-	"github.com/tasklock/tasklock/storetest"
+	"github.com/tasklock/tasklock/ledger"
+	"github.com/tasklock/tasklock/ledgertest"
 )
 
 func TestLedgerConformance(t *testing.T) {
 	srv := testserver.StartEtcd(t)
 	c := newClient(t, srv.Endpoints(), nil)
-	storetest.RunLedger(t, func(t *testing.T) driver.Store { return newStore(t, c, nil) })
+	ledgertest.Run(t, func(t *testing.T) ledger.Ledger { return newStore(t, c, nil) })
 }
 
 var ledgerTick = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -34,14 +35,14 @@ func fillLedger(t *testing.T, s *Store) {
 	t.Helper()
 	ctx := ctxT(t)
 	for _, job := range []string{"k", "k/x", "%", "\x00j\x01"} {
-		if _, err := s.Claim(ctx, []driver.ClaimParams{{Job: job, Tick: ledgerTick, Trigger: "t/1", Node: "n", Token: "tok", Retain: time.Hour}}); err != nil {
+		if _, err := s.Claim(ctx, []ledger.ClaimParams{{Job: job, Tick: ledgerTick, Trigger: "t/1", Node: "n", Token: "tok", Retain: time.Hour}}); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.RecordRuns(ctx, []driver.RunRecord{{Job: job, Tick: ledgerTick, Trigger: "t/1", Attempt: 1, Status: driver.RunOK}}); err != nil {
+		if err := s.RecordRuns(ctx, []ledger.RunRecord{{Job: job, Tick: ledgerTick, Trigger: "t/1", Attempt: 1, Status: ledger.RunOK}}); err != nil {
 			t.Fatal(err)
 		}
-		for _, op := range []driver.JobStateOp{driver.JobPause, driver.JobTrigger, driver.JobRegister} {
-			if _, err := s.SetJobState(ctx, driver.JobStateParams{Job: job, Op: op, Trigger: "t/1", Spec: "k/x", Since: ledgerTick}); err != nil {
+		for _, op := range []ledger.JobStateOp{ledger.JobPause, ledger.JobTrigger, ledger.JobRegister} {
+			if _, err := s.SetJobState(ctx, ledger.JobStateParams{Job: job, Op: op, Trigger: "t/1", Spec: "k/x", Since: ledgerTick}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -97,11 +98,11 @@ func TestLedgerApartFromLocks(t *testing.T) {
 		}
 	}
 	// Deleting ledger keys (as Prune and lease expiry do) wakes nobody.
-	if _, err := s.Prune(ctx, driver.PruneParams{KeepPerJob: 1, TriggersOlderThan: time.Nanosecond}); err != nil {
+	if _, err := s.Prune(ctx, ledger.PruneParams{KeepPerJob: 1, TriggersOlderThan: time.Nanosecond}); err != nil {
 		t.Fatal(err)
 	}
 	for _, job := range []string{"k", "%"} {
-		if _, err := s.SetJobState(ctx, driver.JobStateParams{Job: job, Op: driver.JobResume}); err != nil {
+		if _, err := s.SetJobState(ctx, ledger.JobStateParams{Job: job, Op: ledger.JobResume}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -130,9 +131,9 @@ func TestLedgerClaimRoundTrips(t *testing.T) {
 	c := newClient(t, srv.Endpoints(), &cnt)
 	s := newStore(t, c, nil)
 	ctx := ctxT(t)
-	ps := make([]driver.ClaimParams, 1000)
+	ps := make([]ledger.ClaimParams, 1000)
 	for i := range ps {
-		ps[i] = driver.ClaimParams{Job: "j", Tick: ledgerTick.Add(time.Duration(i) * time.Second), Node: "n", Token: "tok", Retain: time.Hour}
+		ps[i] = ledger.ClaimParams{Job: "j", Tick: ledgerTick.Add(time.Duration(i) * time.Second), Node: "n", Token: "tok", Retain: time.Hour}
 	}
 	cnt.take()
 	res, err := s.Claim(ctx, ps)
@@ -151,7 +152,7 @@ func TestLedgerClaimRoundTrips(t *testing.T) {
 	// Another token is refused, with the holder's node.
 	ps[0].Token, ps[0].Node = "other", "m"
 	res, err = s.Claim(ctx, ps[:1])
-	var ce *driver.ClaimedError
+	var ce *ledger.ClaimedError
 	if err != nil || !errors.As(res[0], &ce) || ce.Node != "n" {
 		t.Fatalf("Claim by another token = %v, %v", res, err)
 	}
@@ -168,7 +169,7 @@ func TestLedgerClaimRoundTrips(t *testing.T) {
 		t.Fatalf("claim lease: %+v, %v; want about an hour", ttl, err)
 	}
 	// A batch with the same key twice: one claim, two answers.
-	q := []driver.ClaimParams{
+	q := []ledger.ClaimParams{
 		{Job: "d", Tick: ledgerTick, Node: "a", Token: "ta", Retain: time.Hour},
 		{Job: "d", Tick: ledgerTick, Node: "b", Token: "tb", Retain: time.Hour},
 		{Job: "d", Tick: ledgerTick, Node: "a", Token: "ta", Retain: time.Hour},
@@ -188,15 +189,15 @@ func TestLedgerRunsRoundTrip(t *testing.T) {
 	s := newStore(t, c, nil)
 	ctx := ctxT(t)
 	start := ledgerTick.Add(1234567 * time.Microsecond)
-	r := driver.RunRecord{Job: "a\x00b/c%", Tick: ledgerTick.Add(time.Millisecond), Trigger: "\x01x", Attempt: 3, Node: "n",
-		Fence: 1 << 60, Start: start, End: start.Add(time.Second), Status: driver.RunLost, Error: "e", Output: "o\n"}
+	r := ledger.RunRecord{Job: "a\x00b/c%", Tick: ledgerTick.Add(time.Millisecond), Trigger: "\x01x", Attempt: 3, Node: "n",
+		Fence: 1 << 60, Start: start, End: start.Add(time.Second), Status: ledger.RunLost, Error: "e", Output: "o\n"}
 	other := r
 	other.Job = "a"
-	if err := s.RecordRuns(ctx, []driver.RunRecord{r, other}); err != nil {
+	if err := s.RecordRuns(ctx, []ledger.RunRecord{r, other}); err != nil {
 		t.Fatal(err)
 	}
 	cnt.take()
-	rs, err := s.Runs(ctx, driver.RunQuery{Job: r.Job, Limit: 5})
+	rs, err := s.Runs(ctx, ledger.RunQuery{Job: r.Job, Limit: 5})
 	if err != nil || len(rs) != 1 {
 		t.Fatalf("Runs = %v, %v", rs, err)
 	}
@@ -223,9 +224,9 @@ func TestLedgerRegistrations(t *testing.T) {
 	s := newStore(t, c, nil)
 	ctx := ctxT(t)
 	since := ledgerTick.Add(123456789 * time.Nanosecond)
-	reg := func(job, spec string, since time.Time) driver.JobState {
+	reg := func(job, spec string, since time.Time) ledger.JobState {
 		t.Helper()
-		st, err := s.SetJobState(ctx, driver.JobStateParams{Job: job, Op: driver.JobRegister, Spec: spec, Since: since})
+		st, err := s.SetJobState(ctx, ledger.JobStateParams{Job: job, Op: ledger.JobRegister, Spec: spec, Since: since})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -266,7 +267,7 @@ func TestLedgerRegistrations(t *testing.T) {
 	for round := range 10 {
 		job := fmt.Sprint("race-", round)
 		const n = 8
-		got := make([]driver.JobState, n)
+		got := make([]ledger.JobState, n)
 		errs := make([]error, n)
 		start := make(chan struct{})
 		var wg sync.WaitGroup
@@ -275,7 +276,7 @@ func TestLedgerRegistrations(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				<-start
-				got[i], errs[i] = s.SetJobState(ctx, driver.JobStateParams{Job: job, Op: driver.JobRegister,
+				got[i], errs[i] = s.SetJobState(ctx, ledger.JobStateParams{Job: job, Op: ledger.JobRegister,
 					Spec: "@hourly", Since: since.Add(time.Duration(i) * time.Millisecond)})
 			}()
 		}
@@ -368,22 +369,22 @@ func TestLedgerRunningIndex(t *testing.T) {
 	t.Cleanup(func() { _ = c.Close() })
 	s := newStore(t, c, nil)
 	ctx := ctxT(t)
-	run := func(job string, k int, st driver.RunStatus) driver.RunRecord {
-		return driver.RunRecord{Job: job, Tick: ledgerTick.Add(time.Duration(k) * time.Second), Attempt: 1, Status: st}
+	run := func(job string, k int, st ledger.RunStatus) ledger.RunRecord {
+		return ledger.RunRecord{Job: job, Tick: ledgerTick.Add(time.Duration(k) * time.Second), Attempt: 1, Status: st}
 	}
 	const jobs = 200
-	var rs []driver.RunRecord
+	var rs []ledger.RunRecord
 	for j := range jobs {
 		for k := range 5 {
-			rs = append(rs, run(fmt.Sprintf("job-%d", j), k, driver.RunOK))
+			rs = append(rs, run(fmt.Sprintf("job-%d", j), k, ledger.RunOK))
 		}
 	}
-	rs = append(rs, run("job-7", 10, driver.RunRunning), run("job-9", 11, driver.RunRunning),
-		run("job-9", 12, driver.RunRunning), run("gone", 1, driver.RunRunning))
+	rs = append(rs, run("job-7", 10, ledger.RunRunning), run("job-9", 11, ledger.RunRunning),
+		run("job-9", 12, ledger.RunRunning), run("gone", 1, ledger.RunRunning))
 	if err := s.RecordRuns(ctx, rs); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.RecordRuns(ctx, []driver.RunRecord{run("job-9", 11, driver.RunInterrupted)}); err != nil {
+	if err := s.RecordRuns(ctx, []ledger.RunRecord{run("job-9", 11, ledger.RunInterrupted)}); err != nil {
 		t.Fatal(err)
 	}
 	// A record deleted without its marker, and a marker whose record is
@@ -407,7 +408,7 @@ func TestLedgerRunningIndex(t *testing.T) {
 	}
 
 	log.take()
-	got, err := s.Runs(ctx, driver.RunQuery{Status: driver.RunRunning, Limit: 1000})
+	got, err := s.Runs(ctx, ledger.RunQuery{Status: ledger.RunRunning, Limit: 1000})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -431,25 +432,25 @@ func TestLedgerRunningIndex(t *testing.T) {
 		t.Errorf("%d running markers after the sweep, want the 2 running records'", n)
 	}
 	// Limit, and the other queries as before.
-	if got, err := s.Runs(ctx, driver.RunQuery{Status: driver.RunRunning, Limit: 1}); err != nil || len(got) != 1 || got[0].Job != "job-9" {
+	if got, err := s.Runs(ctx, ledger.RunQuery{Status: ledger.RunRunning, Limit: 1}); err != nil || len(got) != 1 || got[0].Job != "job-9" {
 		t.Fatalf("Runs(running, Limit 1) = %+v, %v", got, err)
 	}
-	if got, err := s.Runs(ctx, driver.RunQuery{Status: driver.RunInterrupted}); err != nil || len(got) != 1 || got[0].Job != "job-9" {
+	if got, err := s.Runs(ctx, ledger.RunQuery{Status: ledger.RunInterrupted}); err != nil || len(got) != 1 || got[0].Job != "job-9" {
 		t.Fatalf("Runs(interrupted) = %+v, %v", got, err)
 	}
 
 	// Prune deletes a pruned running record's marker with it: job-7's
 	// running record is no longer its newest.
-	if err := s.RecordRuns(ctx, []driver.RunRecord{run("job-7", 20, driver.RunOK)}); err != nil {
+	if err := s.RecordRuns(ctx, []ledger.RunRecord{run("job-7", 20, ledger.RunOK)}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Prune(ctx, driver.PruneParams{KeepPerJob: 1}); err != nil {
+	if _, err := s.Prune(ctx, ledger.PruneParams{KeepPerJob: 1}); err != nil {
 		t.Fatal(err)
 	}
 	if n := markers(); n != 1 {
 		t.Errorf("%d running markers after Prune(KeepPerJob 1), want 1 (job-7's at 10 s is pruned)", n)
 	}
-	if got, err := s.Runs(ctx, driver.RunQuery{Status: driver.RunRunning}); err != nil || len(got) != 1 || got[0].Job != "job-9" {
+	if got, err := s.Runs(ctx, ledger.RunQuery{Status: ledger.RunRunning}); err != nil || len(got) != 1 || got[0].Job != "job-9" {
 		t.Fatalf("Runs(running) after Prune = %+v, %v", got, err)
 	}
 }

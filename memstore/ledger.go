@@ -8,18 +8,18 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tasklock/tasklock/driver"
+	"github.com/tasklock/tasklock/ledger"
 )
 
-var _ driver.Ledger = (*Store)(nil)
+var _ ledger.Ledger = (*Store)(nil)
 
 // ledgerState is a Store's tick ledger. It has its own mutex: ledger calls
 // never wait for lease calls or the other way round.
 type ledgerState struct {
 	mu     sync.Mutex
 	claims map[claimKey]claimEntry
-	runs   map[string]map[runKey]*driver.RunRecord // by job
-	states map[string]*driver.JobState
+	runs   map[string]map[runKey]*ledger.RunRecord // by job
+	states map[string]*ledger.JobState
 }
 
 // claimKey is (job, tick, trigger) with the tick as Unix seconds and
@@ -50,8 +50,8 @@ func (s *Store) ledger() *ledgerState {
 	s.ledgerOnce.Do(func() {
 		s.ledgerSt = &ledgerState{
 			claims: make(map[claimKey]claimEntry),
-			runs:   make(map[string]map[runKey]*driver.RunRecord),
-			states: make(map[string]*driver.JobState),
+			runs:   make(map[string]map[runKey]*ledger.RunRecord),
+			states: make(map[string]*ledger.JobState),
 		}
 	})
 	return s.ledgerSt
@@ -60,8 +60,8 @@ func (s *Store) ledger() *ledgerState {
 // now is the store's clock as a wall time in UTC.
 func (s *Store) now() time.Time { return s.clock.Now().Round(0).UTC() }
 
-// Claim implements driver.Ledger.
-func (s *Store) Claim(ctx context.Context, ps []driver.ClaimParams) ([]error, error) {
+// Claim implements ledger.Ledger.
+func (s *Store) Claim(ctx context.Context, ps []ledger.ClaimParams) ([]error, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -82,7 +82,7 @@ func (s *Store) Claim(ctx context.Context, ps []driver.ClaimParams) ([]error, er
 		k := newClaimKey(p.Job, p.Tick, p.Trigger)
 		if c, ok := ls.claims[k]; ok && now.Before(c.expires) {
 			if c.token != p.Token {
-				res[i] = &driver.ClaimedError{Node: c.node, At: c.at}
+				res[i] = &ledger.ClaimedError{Node: c.node, At: c.at}
 			}
 			continue
 		}
@@ -91,15 +91,15 @@ func (s *Store) Claim(ctx context.Context, ps []driver.ClaimParams) ([]error, er
 	return res, nil
 }
 
-func checkClaim(p *driver.ClaimParams) error {
+func checkClaim(p *ledger.ClaimParams) error {
 	if err := p.Check(); err != nil {
 		return fmt.Errorf("memstore: %w", err)
 	}
 	return nil
 }
 
-// RecordRuns implements driver.Ledger.
-func (s *Store) RecordRuns(ctx context.Context, rs []driver.RunRecord) error {
+// RecordRuns implements ledger.Ledger.
+func (s *Store) RecordRuns(ctx context.Context, rs []ledger.RunRecord) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -116,7 +116,7 @@ func (s *Store) RecordRuns(ctx context.Context, rs []driver.RunRecord) error {
 		r.Recorded = now
 		m := ls.runs[r.Job]
 		if m == nil {
-			m = make(map[runKey]*driver.RunRecord)
+			m = make(map[runKey]*ledger.RunRecord)
 			ls.runs[r.Job] = m
 		}
 		m[runKey{newClaimKey(r.Job, r.Tick, r.Trigger), r.Attempt}] = &r
@@ -124,8 +124,8 @@ func (s *Store) RecordRuns(ctx context.Context, rs []driver.RunRecord) error {
 	return nil
 }
 
-// Runs implements driver.Ledger.
-func (s *Store) Runs(ctx context.Context, q driver.RunQuery) ([]driver.RunRecord, error) {
+// Runs implements ledger.Ledger.
+func (s *Store) Runs(ctx context.Context, q ledger.RunQuery) ([]ledger.RunRecord, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -134,8 +134,8 @@ func (s *Store) Runs(ctx context.Context, q driver.RunQuery) ([]driver.RunRecord
 	}
 	ls := s.ledger()
 	ls.mu.Lock()
-	var out []driver.RunRecord
-	add := func(m map[runKey]*driver.RunRecord) {
+	var out []ledger.RunRecord
+	add := func(m map[runKey]*ledger.RunRecord) {
 		for _, r := range m {
 			if q.Matches(r) {
 				out = append(out, *r)
@@ -150,45 +150,45 @@ func (s *Store) Runs(ctx context.Context, q driver.RunQuery) ([]driver.RunRecord
 		}
 	}
 	ls.mu.Unlock()
-	slices.SortFunc(out, func(a, b driver.RunRecord) int { return a.Key().Compare(b.Key()) })
+	slices.SortFunc(out, func(a, b ledger.RunRecord) int { return a.Key().Compare(b.Key()) })
 	if q.Limit > 0 && len(out) > q.Limit {
 		out = out[:q.Limit]
 	}
 	return out, nil
 }
 
-// SetJobState implements driver.Ledger.
-func (s *Store) SetJobState(ctx context.Context, p driver.JobStateParams) (driver.JobState, error) {
+// SetJobState implements ledger.Ledger.
+func (s *Store) SetJobState(ctx context.Context, p ledger.JobStateParams) (ledger.JobState, error) {
 	if err := ctx.Err(); err != nil {
-		return driver.JobState{}, err
+		return ledger.JobState{}, err
 	}
 	if err := p.Check(); err != nil {
-		return driver.JobState{}, fmt.Errorf("memstore: %w", err)
+		return ledger.JobState{}, fmt.Errorf("memstore: %w", err)
 	}
 	ls := s.ledger()
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	st := ls.states[p.Job]
 	if st == nil {
-		st = &driver.JobState{Job: p.Job}
+		st = &ledger.JobState{Job: p.Job}
 	}
 	switch p.Op {
-	case driver.JobPause:
+	case ledger.JobPause:
 		st.Paused = true
-	case driver.JobResume:
+	case ledger.JobResume:
 		st.Paused = false
-	case driver.JobTrigger:
-		if !slices.ContainsFunc(st.Triggers, func(t driver.TriggerRequest) bool { return t.ID == p.Trigger }) {
-			st.Triggers = append(st.Triggers, driver.TriggerRequest{ID: p.Trigger, At: s.now()})
+	case ledger.JobTrigger:
+		if !slices.ContainsFunc(st.Triggers, func(t ledger.TriggerRequest) bool { return t.ID == p.Trigger }) {
+			st.Triggers = append(st.Triggers, ledger.TriggerRequest{ID: p.Trigger, At: s.now()})
 		}
-	case driver.JobTriggerDone:
-		st.Triggers = slices.DeleteFunc(st.Triggers, func(t driver.TriggerRequest) bool { return t.ID == p.Trigger })
-	case driver.JobRegister:
+	case ledger.JobTriggerDone:
+		st.Triggers = slices.DeleteFunc(st.Triggers, func(t ledger.TriggerRequest) bool { return t.ID == p.Trigger })
+	case ledger.JobRegister:
 		if st.Spec != p.Spec {
 			st.Spec, st.Since = p.Spec, p.Since.Round(0).UTC()
 		}
-	case driver.JobForget:
-		st = &driver.JobState{Job: p.Job}
+	case ledger.JobForget:
+		st = &ledger.JobState{Job: p.Job}
 	}
 	if !st.Paused && len(st.Triggers) == 0 && st.Spec == "" {
 		delete(ls.states, p.Job)
@@ -198,30 +198,30 @@ func (s *Store) SetJobState(ctx context.Context, p driver.JobStateParams) (drive
 	return copyState(st), nil
 }
 
-func copyState(st *driver.JobState) driver.JobState {
+func copyState(st *ledger.JobState) ledger.JobState {
 	c := *st
 	c.Triggers = slices.Clone(st.Triggers)
 	return c
 }
 
-// JobStates implements driver.Ledger.
-func (s *Store) JobStates(ctx context.Context) ([]driver.JobState, error) {
-	return s.jobStates(ctx, func(st *driver.JobState) bool { return st.Paused || len(st.Triggers) > 0 })
+// JobStates implements ledger.Ledger.
+func (s *Store) JobStates(ctx context.Context) ([]ledger.JobState, error) {
+	return s.jobStates(ctx, func(st *ledger.JobState) bool { return st.Paused || len(st.Triggers) > 0 })
 }
 
-// Jobs implements driver.Ledger.
-func (s *Store) Jobs(ctx context.Context) ([]driver.JobState, error) {
-	return s.jobStates(ctx, func(*driver.JobState) bool { return true })
+// Jobs implements ledger.Ledger.
+func (s *Store) Jobs(ctx context.Context) ([]ledger.JobState, error) {
+	return s.jobStates(ctx, func(*ledger.JobState) bool { return true })
 }
 
-func (s *Store) jobStates(ctx context.Context, keep func(*driver.JobState) bool) ([]driver.JobState, error) {
+func (s *Store) jobStates(ctx context.Context, keep func(*ledger.JobState) bool) ([]ledger.JobState, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	ls := s.ledger()
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
-	out := make([]driver.JobState, 0, len(ls.states))
+	out := make([]ledger.JobState, 0, len(ls.states))
 	for _, st := range ls.states {
 		if keep(st) {
 			out = append(out, copyState(st))
@@ -230,19 +230,19 @@ func (s *Store) jobStates(ctx context.Context, keep func(*driver.JobState) bool)
 	return out, nil
 }
 
-// Prune implements driver.Ledger.
-func (s *Store) Prune(ctx context.Context, p driver.PruneParams) (driver.PruneResult, error) {
+// Prune implements ledger.Ledger.
+func (s *Store) Prune(ctx context.Context, p ledger.PruneParams) (ledger.PruneResult, error) {
 	if err := ctx.Err(); err != nil {
-		return driver.PruneResult{}, err
+		return ledger.PruneResult{}, err
 	}
 	if p.RunsOlderThan < 0 || p.KeepPerJob < 0 || p.TriggersOlderThan < 0 {
-		return driver.PruneResult{}, errors.New("memstore: prune: negative parameter")
+		return ledger.PruneResult{}, errors.New("memstore: prune: negative parameter")
 	}
 	ls := s.ledger()
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	now := s.now()
-	var res driver.PruneResult
+	var res ledger.PruneResult
 	for k, c := range ls.claims {
 		if !now.Before(c.expires) {
 			delete(ls.claims, k)
@@ -278,7 +278,7 @@ func (s *Store) Prune(ctx context.Context, p driver.PruneParams) (driver.PruneRe
 		cutoff := now.Add(-p.TriggersOlderThan)
 		for job, st := range ls.states {
 			n := len(st.Triggers)
-			st.Triggers = slices.DeleteFunc(st.Triggers, func(t driver.TriggerRequest) bool { return t.At.Before(cutoff) })
+			st.Triggers = slices.DeleteFunc(st.Triggers, func(t ledger.TriggerRequest) bool { return t.At.Before(cutoff) })
 			res.Triggers += n - len(st.Triggers)
 			if !st.Paused && len(st.Triggers) == 0 {
 				delete(ls.states, job)

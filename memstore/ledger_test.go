@@ -8,13 +8,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tasklock/tasklock/driver"
+	"github.com/tasklock/tasklock/ledger"
+	"github.com/tasklock/tasklock/ledgertest"
 	"github.com/tasklock/tasklock/memstore"
-	"github.com/tasklock/tasklock/storetest"
 )
 
 func TestLedgerConformance(t *testing.T) {
-	storetest.RunLedger(t, func(t *testing.T) driver.Store { return memstore.New(nil) })
+	ledgertest.Run(t, func(t *testing.T) ledger.Ledger { return memstore.New(nil) })
 }
 
 type manualClock struct {
@@ -41,37 +41,37 @@ func TestLedgerUsesStoreClock(t *testing.T) {
 	s := memstore.New(clk)
 	ctx := context.Background()
 	tick := time.Date(2031, 5, 1, 11, 0, 0, 0, time.UTC)
-	p := driver.ClaimParams{Job: "j", Tick: tick, Node: "a", Token: "ta", Retain: time.Hour}
-	if res, err := s.Claim(ctx, []driver.ClaimParams{p}); err != nil || res[0] != nil {
+	p := ledger.ClaimParams{Job: "j", Tick: tick, Node: "a", Token: "ta", Retain: time.Hour}
+	if res, err := s.Claim(ctx, []ledger.ClaimParams{p}); err != nil || res[0] != nil {
 		t.Fatal(res, err)
 	}
 	q := p
 	q.Node, q.Token = "b", "tb"
 	clk.advance(time.Hour - time.Nanosecond)
-	res, err := s.Claim(ctx, []driver.ClaimParams{q})
-	var ce *driver.ClaimedError
+	res, err := s.Claim(ctx, []ledger.ClaimParams{q})
+	var ce *ledger.ClaimedError
 	if err != nil || !errors.As(res[0], &ce) || ce.Node != "a" || !ce.At.Equal(clk.now.Add(-time.Hour+time.Nanosecond)) {
 		t.Fatalf("within retention: %v, %v", res, err)
 	}
 	clk.advance(time.Nanosecond)
-	if res, err := s.Claim(ctx, []driver.ClaimParams{q}); err != nil || res[0] != nil {
+	if res, err := s.Claim(ctx, []ledger.ClaimParams{q}); err != nil || res[0] != nil {
 		t.Fatalf("after retention: %v, %v", res, err)
 	}
 
-	if err := s.RecordRuns(ctx, []driver.RunRecord{{Job: "j", Tick: tick, Attempt: 1, Status: driver.RunOK}}); err != nil {
+	if err := s.RecordRuns(ctx, []ledger.RunRecord{{Job: "j", Tick: tick, Attempt: 1, Status: ledger.RunOK}}); err != nil {
 		t.Fatal(err)
 	}
-	st, err := s.SetJobState(ctx, driver.JobStateParams{Job: "j", Op: driver.JobTrigger, Trigger: "x"})
+	st, err := s.SetJobState(ctx, ledger.JobStateParams{Job: "j", Op: ledger.JobTrigger, Trigger: "x"})
 	if err != nil || !st.Triggers[0].At.Equal(clk.Now()) {
 		t.Fatalf("trigger At = %v, want the store clock's %v (%v)", st.Triggers, clk.Now(), err)
 	}
-	rs, _ := s.Runs(ctx, driver.RunQuery{})
+	rs, _ := s.Runs(ctx, ledger.RunQuery{})
 	if len(rs) != 1 || !rs[0].Recorded.Equal(clk.Now()) {
 		t.Fatalf("Recorded = %+v, want %v", rs, clk.Now())
 	}
 	clk.advance(48 * time.Hour)
-	res2, err := s.Prune(ctx, driver.PruneParams{RunsOlderThan: 24 * time.Hour, TriggersOlderThan: 24 * time.Hour})
-	if err != nil || res2 != (driver.PruneResult{Claims: 1, Runs: 1, Triggers: 1}) {
+	res2, err := s.Prune(ctx, ledger.PruneParams{RunsOlderThan: 24 * time.Hour, TriggersOlderThan: 24 * time.Hour})
+	if err != nil || res2 != (ledger.PruneResult{Claims: 1, Runs: 1, Triggers: 1}) {
 		t.Fatalf("Prune = %+v, %v; want one of each", res2, err)
 	}
 }
@@ -80,7 +80,7 @@ func TestLedgerUsesStoreClock(t *testing.T) {
 func TestLedgerPerStore(t *testing.T) {
 	ctx := context.Background()
 	a, b := memstore.New(nil), memstore.New(nil)
-	p := []driver.ClaimParams{{Job: "j", Tick: time.Unix(1e9, 0), Token: "t", Retain: time.Hour}}
+	p := []ledger.ClaimParams{{Job: "j", Tick: time.Unix(1e9, 0), Token: "t", Retain: time.Hour}}
 	ra, _ := a.Claim(ctx, p)
 	p[0].Token = "u"
 	rb, _ := b.Claim(ctx, p)

@@ -20,6 +20,7 @@ import (
 	"github.com/tasklock/tasklock/internal/leakcheck"
 
 	"github.com/tasklock/tasklock"
+	"github.com/tasklock/tasklock/ledger"
 	"github.com/tasklock/tasklock/memstore"
 	"github.com/tasklock/tasklock/metrics"
 	"github.com/tasklock/tasklock/schedule"
@@ -137,7 +138,7 @@ func TestCause(t *testing.T) {
 func TestScheduleEvents(t *testing.T) {
 	m, reg := newMetrics(t)
 	tick := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
-	run := func(ty schedule.EventType, job string, attempt int, trigger string, late, d time.Duration, st schedule.Status) schedule.Event {
+	run := func(ty schedule.EventType, job string, attempt int, trigger string, late, d time.Duration, st ledger.RunStatus) schedule.Event {
 		return schedule.Event{Type: ty, Job: job, Tick: tick, Trigger: trigger, Attempt: attempt, Late: late, Duration: d, Status: st}
 	}
 	for _, e := range []schedule.Event{
@@ -145,16 +146,16 @@ func TestScheduleEvents(t *testing.T) {
 		run(schedule.EventClaimedElsewhere, "b", 0, "", 0, 0, ""),
 		run(schedule.EventClaimedElsewhere, "b", 0, "", 0, 0, ""),
 		run(schedule.EventRunStarted, "a", 1, "", 20*time.Millisecond, 0, ""),
-		run(schedule.EventRunEnded, "a", 1, "", 20*time.Millisecond, 2*time.Second, schedule.StatusFailed),
+		run(schedule.EventRunEnded, "a", 1, "", 20*time.Millisecond, 2*time.Second, ledger.RunFailed),
 		run(schedule.EventRunStarted, "a", 2, "", 3*time.Second, 0, ""), // a retry: not lateness
-		run(schedule.EventRunEnded, "a", 2, "", 3*time.Second, time.Second, schedule.StatusOK),
+		run(schedule.EventRunEnded, "a", 2, "", 3*time.Second, time.Second, ledger.RunOK),
 		run(schedule.EventRunStarted, "a", 1, "trig", time.Minute, 0, ""), // trigger-now: not lateness
-		run(schedule.EventRunEnded, "a", 1, "trig", time.Minute, time.Second, schedule.StatusOK),
+		run(schedule.EventRunEnded, "a", 1, "trig", time.Minute, time.Second, ledger.RunOK),
 		run(schedule.EventRunStarted, "b", 1, "", -time.Millisecond, 0, ""), // a node whose clock is ahead
-		run(schedule.EventSkipped, "b", 0, "", 0, 0, schedule.StatusSkipped),
-		run(schedule.EventRunInterrupted, "b", 1, "", 0, 0, schedule.StatusInterrupted),
-		run(schedule.EventMissed, "c", 0, "", time.Hour, 0, schedule.StatusMissed),
-		run(schedule.EventMissed, "c", 0, "", time.Hour, 0, schedule.StatusMissed),
+		run(schedule.EventSkipped, "b", 0, "", 0, 0, ledger.RunSkipped),
+		run(schedule.EventRunInterrupted, "b", 1, "", 0, 0, ledger.RunInterrupted),
+		run(schedule.EventMissed, "c", 0, "", time.Hour, 0, ledger.RunMissed),
+		run(schedule.EventMissed, "c", 0, "", time.Hour, 0, ledger.RunMissed),
 	} {
 		m.ScheduleEvent(e)
 	}

@@ -207,7 +207,7 @@
 //
 // # Ledger
 //
-// The Store also implements driver.Ledger, the tick ledger of package
+// The Store also implements ledger.Ledger, the tick ledger of package
 // schedule, in four tables named after the lock table that Migrate creates
 // (migration 002_ledger): <Table>_claims, <Table>_runs, <Table>_jobs and
 // <Table>_triggers, and <Table>_specs (migration 003_job_specs: each

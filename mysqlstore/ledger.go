@@ -15,10 +15,10 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
-	"github.com/tasklock/tasklock/driver"
+	"github.com/tasklock/tasklock/ledger"
 )
 
-var _ driver.Ledger = (*Store)(nil)
+var _ ledger.Ledger = (*Store)(nil)
 
 // Limits of what the ledger tables hold (see migrations/002_ledger.sql).
 const (
@@ -58,7 +58,7 @@ func (s *Store) wrapLedger(op string, err error) error {
 
 // unsupported is an ErrUnsupported error of op.
 func unsupported(op, format string, args ...any) error {
-	return fmt.Errorf("mysqlstore: %s: %s: %w", op, fmt.Sprintf(format, args...), driver.ErrUnsupported)
+	return fmt.Errorf("mysqlstore: %s: %s: %w", op, fmt.Sprintf(format, args...), ledger.ErrUnsupported)
 }
 
 // checkBytes checks a VARBINARY name's length.
@@ -113,7 +113,7 @@ func newClaimKey(job string, tick time.Time, trigger string) claimKey {
 }
 
 // checkClaim validates one claim.
-func checkClaim(p *driver.ClaimParams) error {
+func checkClaim(p *ledger.ClaimParams) error {
 	if err := p.Check(); err != nil {
 		return fmt.Errorf("mysqlstore: %w", err)
 	}
@@ -129,7 +129,7 @@ func checkClaim(p *driver.ClaimParams) error {
 	return checkNode("claim", p.Node)
 }
 
-// Claim implements driver.Ledger. Each chunk of up to 1,000 distinct keys
+// Claim implements ledger.Ledger. Each chunk of up to 1,000 distinct keys
 // (or 4 MiB of SQL) is one multi-row INSERT ... ON DUPLICATE KEY UPDATE,
 // sorted by key so that concurrent batches lock rows in one order. A key is
 // taken when it is new, when its claim has expired by the server's clock,
@@ -138,7 +138,7 @@ func checkClaim(p *driver.ClaimParams) error {
 // claim of the chunk is ours. Only otherwise does one SELECT of the chunk's
 // keys read who holds each: one round trip for a chunk this node wins
 // whole, two when another node holds some of it.
-func (s *Store) Claim(ctx context.Context, ps []driver.ClaimParams) ([]error, error) {
+func (s *Store) Claim(ctx context.Context, ps []ledger.ClaimParams) ([]error, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -185,7 +185,7 @@ func (s *Store) Claim(ctx context.Context, ps []driver.ClaimParams) ([]error, er
 		case ps[j].Token == p.Token:
 			res[i] = res[j]
 		case res[j] == nil:
-			res[i] = &driver.ClaimedError{Node: ps[j].Node}
+			res[i] = &ledger.ClaimedError{Node: ps[j].Node}
 		default:
 			res[i] = res[j]
 		}
@@ -198,7 +198,7 @@ func compareClaimKeys(a, b claimKey) int {
 }
 
 // claimChunk claims ps[i] for i in idx (distinct keys) and sets res[i].
-func (s *Store) claimChunk(ctx context.Context, ps []driver.ClaimParams, idx []int, res []error) error {
+func (s *Store) claimChunk(ctx context.Context, ps []ledger.ClaimParams, idx []int, res []error) error {
 	const expired = "expires_at <= UTC_TIMESTAMP(6)"
 	b := make([]byte, 0, 600+len(idx)*300)
 	b = append(b, "INSERT INTO "...)
@@ -282,9 +282,9 @@ func (s *Store) claimChunk(ctx context.Context, ps []driver.ClaimParams, idx []i
 		h, ok := held[newClaimKey(p.Job, p.Tick, p.Trigger)]
 		switch {
 		case !ok: // held by another token at the INSERT, pruned since
-			res[i] = &driver.ClaimedError{}
+			res[i] = &ledger.ClaimedError{}
 		case h.token != p.Token:
-			res[i] = &driver.ClaimedError{Node: h.node, At: h.at}
+			res[i] = &ledger.ClaimedError{Node: h.node, At: h.at}
 		}
 	}
 	return nil
@@ -292,7 +292,7 @@ func (s *Store) claimChunk(ctx context.Context, ps []driver.ClaimParams, idx []i
 
 // appendClaimKey appends "(job, tick, trigger_id" of p: the start of a
 // row of the claims table.
-func appendClaimKey(b []byte, p *driver.ClaimParams) ([]byte, error) {
+func appendClaimKey(b []byte, p *ledger.ClaimParams) ([]byte, error) {
 	b = append(b, '(')
 	b = appendHex(b, p.Job)
 	b = append(b, ", "...)
@@ -302,7 +302,7 @@ func appendClaimKey(b []byte, p *driver.ClaimParams) ([]byte, error) {
 }
 
 // checkRun validates one run record.
-func checkRun(r *driver.RunRecord) error {
+func checkRun(r *ledger.RunRecord) error {
 	const op = "record runs"
 	switch {
 	case r.Job == "" || r.Tick.IsZero():
@@ -330,23 +330,23 @@ func checkRun(r *driver.RunRecord) error {
 
 // runOrder orders records as their keys are stored: job, rev_tick (tick
 // descending), trigger_id, rev_attempt (attempt descending).
-func runOrder(a, b *driver.RunRecord) int {
+func runOrder(a, b *ledger.RunRecord) int {
 	return cmp.Or(strings.Compare(a.Job, b.Job), -cmp.Compare(a.Tick.UnixMicro(), b.Tick.UnixMicro()),
 		strings.Compare(a.Trigger, b.Trigger), -cmp.Compare(a.Attempt, b.Attempt))
 }
 
-// RecordRuns implements driver.Ledger: one multi-row INSERT ... ON
+// RecordRuns implements ledger.Ledger: one multi-row INSERT ... ON
 // DUPLICATE KEY UPDATE per chunk of up to 1,000 records (or 4 MiB of SQL),
 // in key order. Error and Output are stored as utf8mb4 text: invalid UTF-8
 // in them becomes U+FFFD.
-func (s *Store) RecordRuns(ctx context.Context, rs []driver.RunRecord) error {
+func (s *Store) RecordRuns(ctx context.Context, rs []ledger.RunRecord) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	if len(rs) == 0 {
 		return nil
 	}
-	sorted := make([]*driver.RunRecord, len(rs))
+	sorted := make([]*ledger.RunRecord, len(rs))
 	for i := range rs {
 		if err := checkRun(&rs[i]); err != nil {
 			return err
@@ -374,7 +374,7 @@ func (s *Store) RecordRuns(ctx context.Context, rs []driver.RunRecord) error {
 	return nil
 }
 
-func (s *Store) recordSQL(rs []*driver.RunRecord) (string, error) {
+func (s *Store) recordSQL(rs []*ledger.RunRecord) (string, error) {
 	const op = "record runs"
 	b := make([]byte, 0, 800+len(rs)*400)
 	b = append(b, "INSERT INTO "...)
@@ -435,13 +435,13 @@ const runColumns = "job, DATE_FORMAT(tick, " + dtFormat + "), trigger_id, attemp
 	" DATE_FORMAT(started_at, " + dtFormat + "), DATE_FORMAT(ended_at, " + dtFormat + "), status, error, output," +
 	" DATE_FORMAT(recorded_at, " + dtFormat + "), rev_tick, rev_attempt"
 
-// Runs implements driver.Ledger in one SELECT. Both indexes of the runs
+// Runs implements ledger.Ledger in one SELECT. Both indexes of the runs
 // table are in the listing order, ascending on (rev_tick, job, trigger_id,
 // rev_attempt); with q.Before the statement is a UNION ALL of four index
 // ranges (the rest of Before's attempts, triggers and jobs at its tick, and
 // older ticks), each limited, so that a page deep in a million records costs
 // what the first page does.
-func (s *Store) Runs(ctx context.Context, q driver.RunQuery) ([]driver.RunRecord, error) {
+func (s *Store) Runs(ctx context.Context, q ledger.RunQuery) ([]ledger.RunRecord, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -453,10 +453,10 @@ func (s *Store) Runs(ctx context.Context, q driver.RunQuery) ([]driver.RunRecord
 		return nil, s.wrapLedger("runs", err)
 	}
 	defer rows.Close()
-	var out []driver.RunRecord
+	var out []ledger.RunRecord
 	for rows.Next() {
 		var (
-			r               driver.RunRecord
+			r               ledger.RunRecord
 			tick, recorded  string
 			start, end      sql.NullString
 			status          string
@@ -466,7 +466,7 @@ func (s *Store) Runs(ctx context.Context, q driver.RunQuery) ([]driver.RunRecord
 			&r.Error, &r.Output, &recorded, &revTick, &revAtt); err != nil {
 			return nil, s.wrapLedger("runs", err)
 		}
-		r.Status = driver.RunStatus(status)
+		r.Status = ledger.RunStatus(status)
 		var errs [4]error
 		r.Tick, errs[0] = parseTime(tick)
 		r.Recorded, errs[1] = parseTime(recorded)
@@ -484,7 +484,7 @@ func (s *Store) Runs(ctx context.Context, q driver.RunQuery) ([]driver.RunRecord
 }
 
 // runsSQL builds the statement of Runs(q).
-func (s *Store) runsSQL(q driver.RunQuery) string {
+func (s *Store) runsSQL(q ledger.RunQuery) string {
 	var where []string
 	if q.Job != "" {
 		where = append(where, "job = "+string(appendHex(nil, q.Job)))
@@ -547,26 +547,26 @@ func (s *Store) runsSQL(q driver.RunQuery) string {
 	return query
 }
 
-// SetJobState implements driver.Ledger: one statement makes the change,
+// SetJobState implements ledger.Ledger: one statement makes the change,
 // a second reads the job's state. JobForget is one transaction of three
 // DELETEs. Since is kept to the microsecond, and must be within the years
 // 1000 to 9999 (ErrUnsupported otherwise).
-func (s *Store) SetJobState(ctx context.Context, p driver.JobStateParams) (driver.JobState, error) {
+func (s *Store) SetJobState(ctx context.Context, p ledger.JobStateParams) (ledger.JobState, error) {
 	if err := ctx.Err(); err != nil {
-		return driver.JobState{}, err
+		return ledger.JobState{}, err
 	}
 	const op = "set job state"
 	if err := p.Check(); err != nil {
-		return driver.JobState{}, fmt.Errorf("mysqlstore: %w", err)
+		return ledger.JobState{}, fmt.Errorf("mysqlstore: %w", err)
 	}
 	if err := checkBytes(op, "Job", p.Job, maxJob); err != nil {
-		return driver.JobState{}, err
+		return ledger.JobState{}, err
 	}
 	b := make([]byte, 0, 300+2*len(p.Job)+2*len(p.Trigger)+2*len(p.Spec))
 	switch p.Op {
-	case driver.JobPause, driver.JobResume:
+	case ledger.JobPause, ledger.JobResume:
 		paused := "0"
-		if p.Op == driver.JobPause {
+		if p.Op == ledger.JobPause {
 			paused = "1"
 		}
 		b = append(b, "INSERT INTO "...)
@@ -575,11 +575,11 @@ func (s *Store) SetJobState(ctx context.Context, p driver.JobStateParams) (drive
 		b = appendHex(b, p.Job)
 		b = append(b, ", "+paused+", UTC_TIMESTAMP(6)) ON DUPLICATE KEY UPDATE"+
 			" updated_at = IF(paused = VALUES(paused), updated_at, VALUES(updated_at)), paused = VALUES(paused)"...)
-	case driver.JobTrigger, driver.JobTriggerDone:
+	case ledger.JobTrigger, ledger.JobTriggerDone:
 		if err := checkBytes(op, "Trigger", p.Trigger, maxTrigger); err != nil {
-			return driver.JobState{}, err
+			return ledger.JobState{}, err
 		}
-		if p.Op == driver.JobTrigger {
+		if p.Op == ledger.JobTrigger {
 			b = append(b, "INSERT INTO "...)
 			b = append(b, s.ledgerTable("_triggers")...)
 			b = append(b, " (job, trigger_id, requested_at) VALUES ("...)
@@ -595,7 +595,7 @@ func (s *Store) SetJobState(ctx context.Context, p driver.JobStateParams) (drive
 			b = append(b, " AND trigger_id = "...)
 			b = appendHex(b, p.Trigger)
 		}
-	case driver.JobRegister:
+	case ledger.JobRegister:
 		// since is assigned first, while spec is still the stored one.
 		b = append(b, "INSERT INTO "...)
 		b = append(b, s.ledgerTable("_specs")...)
@@ -606,24 +606,24 @@ func (s *Store) SetJobState(ctx context.Context, p driver.JobStateParams) (drive
 		b = append(b, ", "...)
 		var err error
 		if b, err = appendTime(b, "register job", "Since", p.Since); err != nil {
-			return driver.JobState{}, err
+			return ledger.JobState{}, err
 		}
 		b = append(b, ") ON DUPLICATE KEY UPDATE since = IF(spec = VALUES(spec), since, VALUES(since)), spec = VALUES(spec)"...)
-	case driver.JobForget:
+	case ledger.JobForget:
 		if err := s.forgetJob(ctx, p.Job); err != nil {
-			return driver.JobState{}, s.wrapLedger(fmt.Sprintf("forget job %q", p.Job), err)
+			return ledger.JobState{}, s.wrapLedger(fmt.Sprintf("forget job %q", p.Job), err)
 		}
-		return driver.JobState{Job: p.Job}, nil
+		return ledger.JobState{Job: p.Job}, nil
 	}
 	if _, err := s.db.ExecContext(ctx, string(b)); err != nil {
-		return driver.JobState{}, s.wrapLedger(fmt.Sprintf("set job state %q", p.Job), err)
+		return ledger.JobState{}, s.wrapLedger(fmt.Sprintf("set job state %q", p.Job), err)
 	}
 	sts, err := s.jobStates(ctx, p.Job, true)
 	if err != nil {
-		return driver.JobState{}, s.wrapLedger(fmt.Sprintf("set job state %q", p.Job), err)
+		return ledger.JobState{}, s.wrapLedger(fmt.Sprintf("set job state %q", p.Job), err)
 	}
 	if len(sts) == 0 {
-		return driver.JobState{Job: p.Job}, nil
+		return ledger.JobState{Job: p.Job}, nil
 	}
 	return sts[0], nil
 }
@@ -645,21 +645,21 @@ func (s *Store) forgetJob(ctx context.Context, job string) error {
 	return tx.Commit()
 }
 
-// JobStates implements driver.Ledger in one SELECT over the paused jobs
+// JobStates implements ledger.Ledger in one SELECT over the paused jobs
 // and the pending triggers.
-func (s *Store) JobStates(ctx context.Context) ([]driver.JobState, error) {
+func (s *Store) JobStates(ctx context.Context) ([]ledger.JobState, error) {
 	return s.listStates(ctx, "job states", false)
 }
 
-// Jobs implements driver.Ledger in one SELECT over the paused jobs, the
+// Jobs implements ledger.Ledger in one SELECT over the paused jobs, the
 // registered ones and the pending triggers.
-func (s *Store) Jobs(ctx context.Context) ([]driver.JobState, error) {
+func (s *Store) Jobs(ctx context.Context) ([]ledger.JobState, error) {
 	return s.listStates(ctx, "jobs", true)
 }
 
 // listStates is JobStates and Jobs: jobStates over every job, its error
 // that of ledger operation op.
-func (s *Store) listStates(ctx context.Context, op string, registered bool) ([]driver.JobState, error) {
+func (s *Store) listStates(ctx context.Context, op string, registered bool) ([]ledger.JobState, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -674,7 +674,7 @@ func (s *Store) listStates(ctx context.Context, op string, registered bool) ([]d
 // state when job is "", with the registrations when registered is set
 // (always for one job). Rows come sorted by job, a job's paused and spec
 // rows (whose trigger columns are NULL) before its triggers, oldest first.
-func (s *Store) jobStates(ctx context.Context, job string, registered bool) ([]driver.JobState, error) {
+func (s *Store) jobStates(ctx context.Context, job string, registered bool) ([]ledger.JobState, error) {
 	jobCond, trigCond := " WHERE paused", ""
 	if job != "" {
 		j := string(appendHex(nil, job))
@@ -691,7 +691,7 @@ func (s *Store) jobStates(ctx context.Context, job string, registered bool) ([]d
 		return nil, err
 	}
 	defer rows.Close()
-	var out []driver.JobState
+	var out []ledger.JobState
 	for rows.Next() {
 		var (
 			name        []byte
@@ -704,7 +704,7 @@ func (s *Store) jobStates(ctx context.Context, job string, registered bool) ([]d
 			return nil, err
 		}
 		if len(out) == 0 || !bytes.Equal([]byte(out[len(out)-1].Job), name) {
-			out = append(out, driver.JobState{Job: string(name)})
+			out = append(out, ledger.JobState{Job: string(name)})
 		}
 		st := &out[len(out)-1]
 		st.Paused = st.Paused || paused
@@ -720,7 +720,7 @@ func (s *Store) jobStates(ctx context.Context, job string, registered bool) ([]d
 			if err != nil {
 				return nil, err
 			}
-			st.Triggers = append(st.Triggers, driver.TriggerRequest{ID: id.String, At: t})
+			st.Triggers = append(st.Triggers, ledger.TriggerRequest{ID: id.String, At: t})
 		}
 	}
 	return out, rows.Err()
@@ -730,18 +730,18 @@ func (s *Store) jobStates(ctx context.Context, job string, registered bool) ([]d
 // keeps undo for, a whole table.
 const pruneBatch = 10000
 
-// Prune implements driver.Ledger: DELETEs of expired claims, of records by
+// Prune implements ledger.Ledger: DELETEs of expired claims, of records by
 // age and then by rank within their job (one multi-table DELETE joined
 // with a ROW_NUMBER() ranking along the primary key), and of old trigger
 // requests. Deletes by time run in batches of 10,000 rows.
-func (s *Store) Prune(ctx context.Context, p driver.PruneParams) (driver.PruneResult, error) {
+func (s *Store) Prune(ctx context.Context, p ledger.PruneParams) (ledger.PruneResult, error) {
 	if err := ctx.Err(); err != nil {
-		return driver.PruneResult{}, err
+		return ledger.PruneResult{}, err
 	}
 	if p.RunsOlderThan < 0 || p.KeepPerJob < 0 || p.TriggersOlderThan < 0 {
-		return driver.PruneResult{}, errors.New("mysqlstore: prune: negative parameter")
+		return ledger.PruneResult{}, errors.New("mysqlstore: prune: negative parameter")
 	}
-	var res driver.PruneResult
+	var res ledger.PruneResult
 	batched := func(n *int, q string) error {
 		for {
 			d, err := s.execRows(ctx, q+" LIMIT "+strconv.Itoa(pruneBatch))

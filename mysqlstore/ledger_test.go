@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tasklock/tasklock/driver"
 	"github.com/tasklock/tasklock/internal/testserver"
-	"github.com/tasklock/tasklock/storetest"
+	"github.com/tasklock/tasklock/ledger"
+	"github.com/tasklock/tasklock/ledgertest"
 )
 
 // TestLedgerConformance runs the ledger suite with the default DSN and with
@@ -23,7 +23,7 @@ func TestLedgerConformance(t *testing.T) {
 			}
 			db := openDB(t, dsn)
 			var n int
-			storetest.RunLedger(t, func(t *testing.T) driver.Store {
+			ledgertest.Run(t, func(t *testing.T) ledger.Ledger {
 				n++
 				return mustNew(t, db, &Options{Table: fmt.Sprintf("ledger_%d", n), Migrate: true})
 			})
@@ -54,9 +54,9 @@ func TestLedgerRoundTrips(t *testing.T) {
 		c.reset()
 	}
 	const n = 500
-	ps := make([]driver.ClaimParams, n)
+	ps := make([]ledger.ClaimParams, n)
 	for i := range ps {
-		ps[i] = driver.ClaimParams{Job: fmt.Sprintf("job-%d", i%50), Tick: tick0.Add(time.Duration(i/50) * time.Second), Node: "a", Token: "ta", Retain: time.Hour}
+		ps[i] = ledger.ClaimParams{Job: fmt.Sprintf("job-%d", i%50), Tick: tick0.Add(time.Duration(i/50) * time.Second), Node: "a", Token: "ta", Retain: time.Hour}
 	}
 	c.reset()
 	res, err := s.Claim(ctx, ps[:n/2])
@@ -78,34 +78,34 @@ func TestLedgerRoundTrips(t *testing.T) {
 	}
 	res, err = s.Claim(ctx, ps)
 	rt("Claim of partly held ticks", 2, err)
-	var ce *driver.ClaimedError
+	var ce *ledger.ClaimedError
 	for i, e := range res {
 		if won := e == nil; won != (i >= n/2) || (!won && (!errors.As(e, &ce) || ce.Node != "a" || ce.At.IsZero())) {
 			t.Fatalf("claim %d: %v", i, e)
 		}
 	}
-	rs := make([]driver.RunRecord, n)
+	rs := make([]ledger.RunRecord, n)
 	for i := range rs {
-		rs[i] = driver.RunRecord{Job: ps[i].Job, Tick: ps[i].Tick, Attempt: 1, Status: driver.RunOK}
+		rs[i] = ledger.RunRecord{Job: ps[i].Job, Tick: ps[i].Tick, Attempt: 1, Status: ledger.RunOK}
 	}
 	rt("RecordRuns", 1, s.RecordRuns(ctx, rs))
-	got, err := s.Runs(ctx, driver.RunQuery{Job: "job-7", Limit: 3, Before: &driver.RunKey{Job: "job-7", Tick: tick0.Add(5 * time.Second), Attempt: 1}})
+	got, err := s.Runs(ctx, ledger.RunQuery{Job: "job-7", Limit: 3, Before: &ledger.RunKey{Job: "job-7", Tick: tick0.Add(5 * time.Second), Attempt: 1}})
 	rt("Runs", 1, err)
 	if len(got) != 3 || !got[0].Tick.Equal(tick0.Add(4*time.Second)) {
 		t.Fatalf("Runs page: %+v", got)
 	}
-	_, err = s.SetJobState(ctx, driver.JobStateParams{Job: "job-1", Op: driver.JobTrigger, Trigger: "x"})
+	_, err = s.SetJobState(ctx, ledger.JobStateParams{Job: "job-1", Op: ledger.JobTrigger, Trigger: "x"})
 	rt("SetJobState", 2, err)
 	_, err = s.JobStates(ctx)
 	rt("JobStates", 1, err)
-	_, err = s.SetJobState(ctx, driver.JobStateParams{Job: "job-1", Op: driver.JobRegister, Spec: "@hourly", Since: tick0})
+	_, err = s.SetJobState(ctx, ledger.JobStateParams{Job: "job-1", Op: ledger.JobRegister, Spec: "@hourly", Since: tick0})
 	rt("SetJobState register", 2, err)
 	_, err = s.Jobs(ctx)
 	rt("Jobs", 1, err)
-	if _, err := s.Prune(ctx, driver.PruneParams{KeepPerJob: 5}); err != nil {
+	if _, err := s.Prune(ctx, ledger.PruneParams{KeepPerJob: 5}); err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := s.Runs(ctx, driver.RunQuery{}); len(got) != 50*5 {
+	if got, _ := s.Runs(ctx, ledger.RunQuery{}); len(got) != 50*5 {
 		t.Fatalf("%d records after keeping 5 per job, want %d", len(got), 50*5)
 	}
 }
@@ -117,18 +117,18 @@ func TestLedgerRunsPages(t *testing.T) {
 	s, db, _ := newStore(t, ModeLease)
 	ctx := ctxT(t)
 	const jobs, ticks = 20, 1000
-	rs := make([]driver.RunRecord, 0, jobs*ticks)
+	rs := make([]ledger.RunRecord, 0, jobs*ticks)
 	for i := range ticks {
 		for j := range jobs {
-			rs = append(rs, driver.RunRecord{Job: fmt.Sprintf("job-%02d", j), Tick: tick0.Add(time.Duration(i) * time.Second), Attempt: 1, Status: driver.RunOK})
+			rs = append(rs, ledger.RunRecord{Job: fmt.Sprintf("job-%02d", j), Tick: tick0.Add(time.Duration(i) * time.Second), Attempt: 1, Status: ledger.RunOK})
 		}
 	}
 	if err := s.RecordRuns(ctx, rs); err != nil {
 		t.Fatal(err)
 	}
-	running := make([]driver.RunRecord, 60)
+	running := make([]ledger.RunRecord, 60)
 	for i := range running {
-		running[i] = driver.RunRecord{Job: fmt.Sprintf("job-%02d", i), Tick: tick0.Add(time.Duration(2000+i) * time.Second), Attempt: 1, Status: driver.RunRunning}
+		running[i] = ledger.RunRecord{Job: fmt.Sprintf("job-%02d", i), Tick: tick0.Add(time.Duration(2000+i) * time.Second), Attempt: 1, Status: ledger.RunRunning}
 	}
 	if err := s.RecordRuns(ctx, running); err != nil {
 		t.Fatal(err)
@@ -136,12 +136,12 @@ func TestLedgerRunsPages(t *testing.T) {
 	if _, err := db.ExecContext(ctx, "ANALYZE TABLE "+s.ledgerTable("_runs")); err != nil {
 		t.Fatal(err)
 	}
-	for _, q := range []driver.RunQuery{
-		{Limit: 50, Status: driver.RunRunning}, // the sweep's query: by its key, not the whole history
-		{Limit: 50, Before: &driver.RunKey{Job: "job-07", Tick: tick0.Add(400 * time.Second), Attempt: 1}},
-		{Job: "job-03", Limit: 50, Before: &driver.RunKey{Job: "job-03", Tick: tick0.Add(400 * time.Second), Attempt: 1}},
+	for _, q := range []ledger.RunQuery{
+		{Limit: 50, Status: ledger.RunRunning}, // the sweep's query: by its key, not the whole history
+		{Limit: 50, Before: &ledger.RunKey{Job: "job-07", Tick: tick0.Add(400 * time.Second), Attempt: 1}},
+		{Job: "job-03", Limit: 50, Before: &ledger.RunKey{Job: "job-03", Tick: tick0.Add(400 * time.Second), Attempt: 1}},
 		{Job: "job-03", Limit: 50},
-		{Limit: 50, Status: driver.RunOK},
+		{Limit: 50, Status: ledger.RunOK},
 	} {
 		page, err := s.Runs(ctx, q)
 		if err != nil || len(page) != 50 {
@@ -174,7 +174,7 @@ func TestLedgerRunsPages(t *testing.T) {
 		rows.Close()
 		text := strings.Join(plan, "\n")
 		t.Logf("plan for %+v:\n%s", q, text)
-		if q.Status == driver.RunRunning && !strings.Contains(text, "key=by_status") {
+		if q.Status == ledger.RunRunning && !strings.Contains(text, "key=by_status") {
 			t.Errorf("Runs(running) does not read by_status:\n%s", text)
 		}
 		for _, line := range plan {
@@ -195,33 +195,33 @@ func TestLedgerNames(t *testing.T) {
 	t.Parallel()
 	s, _, _ := newStore(t, ModeLease)
 	ctx := ctxT(t)
-	for name, p := range map[string]driver.ClaimParams{
+	for name, p := range map[string]ledger.ClaimParams{
 		"long Job":       {Job: strings.Repeat("x", maxJob+1), Tick: tick0, Token: "t", Retain: time.Hour},
 		"long Trigger":   {Job: "j", Trigger: strings.Repeat("x", maxTrigger+1), Tick: tick0, Token: "t", Retain: time.Hour},
 		"non-UTF-8 Node": {Job: "j", Node: "\xff", Tick: tick0, Token: "t", Retain: time.Hour},
 		"year 10000":     {Job: "j", Tick: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC), Token: "t", Retain: time.Hour},
 	} {
-		if _, err := s.Claim(ctx, []driver.ClaimParams{p}); !errors.Is(err, driver.ErrUnsupported) {
+		if _, err := s.Claim(ctx, []ledger.ClaimParams{p}); !errors.Is(err, ledger.ErrUnsupported) {
 			t.Errorf("%s: %v, want ErrUnsupported", name, err)
 		}
 	}
-	if _, err := s.Claim(ctx, []driver.ClaimParams{{Job: "j", Tick: tick0, Token: "t"}}); err == nil || errors.Is(err, driver.ErrUnsupported) {
+	if _, err := s.Claim(ctx, []ledger.ClaimParams{{Job: "j", Tick: tick0, Token: "t"}}); err == nil || errors.Is(err, ledger.ErrUnsupported) {
 		t.Errorf("zero Retain: %v, want a plain error", err)
 	}
 	// Any bytes in names; NUL and invalid UTF-8 in free text.
 	job := "a\x00b\xff"
-	r := driver.RunRecord{Job: job, Tick: tick0, Attempt: 1, Status: driver.RunFailed, Error: "bad\x00byte", Output: "tail \xff\xfe end", Fence: 1<<64 - 1}
-	if err := s.RecordRuns(ctx, []driver.RunRecord{r}); err != nil {
+	r := ledger.RunRecord{Job: job, Tick: tick0, Attempt: 1, Status: ledger.RunFailed, Error: "bad\x00byte", Output: "tail \xff\xfe end", Fence: 1<<64 - 1}
+	if err := s.RecordRuns(ctx, []ledger.RunRecord{r}); err != nil {
 		t.Fatal(err)
 	}
-	got, err := s.Runs(ctx, driver.RunQuery{Job: job})
+	got, err := s.Runs(ctx, ledger.RunQuery{Job: job})
 	if err != nil || len(got) != 1 {
 		t.Fatalf("Runs: %+v, %v", got, err)
 	}
 	if got[0].Job != job || got[0].Error != "bad\x00byte" || got[0].Output != "tail \uFFFD end" || got[0].Fence != r.Fence || !got[0].Start.IsZero() {
 		t.Errorf("stored %+v", got[0])
 	}
-	if res, err := s.Claim(ctx, []driver.ClaimParams{{Job: job, Tick: tick0, Trigger: "\x00", Token: "t", Retain: time.Hour}}); err != nil || res[0] != nil {
+	if res, err := s.Claim(ctx, []ledger.ClaimParams{{Job: job, Tick: tick0, Trigger: "\x00", Token: "t", Retain: time.Hour}}); err != nil || res[0] != nil {
 		t.Errorf("claim with binary names: %v, %v", res, err)
 	}
 }
@@ -239,7 +239,7 @@ func TestLedgerTables(t *testing.T) {
 			t.Errorf("table %s: %v", name, err)
 		}
 	}
-	if _, err := s.SetJobState(ctx, driver.JobStateParams{Job: "j", Op: driver.JobPause}); err != nil {
+	if _, err := s.SetJobState(ctx, ledger.JobStateParams{Job: "j", Op: ledger.JobPause}); err != nil {
 		t.Fatal(err)
 	}
 	other := mustNew(t, db, &Options{Table: "other_locks", Migrate: true})
@@ -294,24 +294,24 @@ func TestLedgerMigrateJobSpecs(t *testing.T) {
 		t.Fatalf("Jobs after migrating = %+v, want p paused and q's trigger", sts)
 	}
 	since := tick0.Add(1500 * time.Microsecond)
-	st, err := s.SetJobState(ctx, driver.JobStateParams{Job: "p", Op: driver.JobRegister, Spec: "@hourly", Since: since})
+	st, err := s.SetJobState(ctx, ledger.JobStateParams{Job: "p", Op: ledger.JobRegister, Spec: "@hourly", Since: since})
 	if err != nil || !st.Paused || st.Spec != "@hourly" || !st.Since.Equal(since) {
 		t.Fatalf("register p = %+v, %v", st, err)
 	}
 	// Another case is another spec.
-	st, err = s.SetJobState(ctx, driver.JobStateParams{Job: "p", Op: driver.JobRegister, Spec: "@HOURLY", Since: since.Add(time.Hour)})
+	st, err = s.SetJobState(ctx, ledger.JobStateParams{Job: "p", Op: ledger.JobRegister, Spec: "@HOURLY", Since: since.Add(time.Hour)})
 	if err != nil || st.Spec != "@HOURLY" || !st.Since.Equal(since.Add(time.Hour)) {
 		t.Fatalf("register p in capitals = %+v, %v", st, err)
 	}
-	st, err = s.SetJobState(ctx, driver.JobStateParams{Job: "resumed", Op: driver.JobRegister, Spec: "@daily", Since: since})
+	st, err = s.SetJobState(ctx, ledger.JobStateParams{Job: "resumed", Op: ledger.JobRegister, Spec: "@daily", Since: since})
 	if err != nil || st.Paused || st.Spec != "@daily" {
 		t.Fatalf("register resumed = %+v, %v", st, err)
 	}
 	if sts, err := s.JobStates(ctx); err != nil || len(sts) != 2 {
 		t.Fatalf("JobStates = %+v, %v; want p and q only", sts, err)
 	}
-	_, err = s.SetJobState(ctx, driver.JobStateParams{Job: "x", Op: driver.JobRegister, Spec: "@daily", Since: time.Date(999, 1, 1, 0, 0, 0, 0, time.UTC)})
-	if !errors.Is(err, driver.ErrUnsupported) {
+	_, err = s.SetJobState(ctx, ledger.JobStateParams{Job: "x", Op: ledger.JobRegister, Spec: "@daily", Since: time.Date(999, 1, 1, 0, 0, 0, 0, time.UTC)})
+	if !errors.Is(err, ledger.ErrUnsupported) {
 		t.Fatalf("register with Since in the year 999: %v, want ErrUnsupported", err)
 	}
 }

@@ -128,7 +128,7 @@ func validateTable(name string) error {
 
 // Store keeps tasklock leases in a MySQL or MariaDB table through the
 // caller's *sql.DB. It implements driver.Store, driver.Lister,
-// driver.ForceReleaser, driver.Batcher and driver.Ledger, and is safe for
+// driver.ForceReleaser, driver.Batcher and ledger.Ledger, and is safe for
 // concurrent use. Create it with New.
 type Store struct {
 	db    *sql.DB

@@ -231,7 +231,7 @@
 //
 // # Ledger
 //
-// The Store also implements driver.Ledger, the tick ledger of package
+// The Store also implements ledger.Ledger, the tick ledger of package
 // schedule, in four tables named after the lease table, in its schema, that
 // Migrate creates (migration 0003_ledger): <Table>_claims, <Table>_runs,
 // <Table>_jobs and <Table>_triggers; migration 0004_job_specs adds the

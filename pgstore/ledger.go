@@ -14,10 +14,10 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
-	"github.com/tasklock/tasklock/driver"
+	"github.com/tasklock/tasklock/ledger"
 )
 
-var _ driver.Ledger = (*Store)(nil)
+var _ ledger.Ledger = (*Store)(nil)
 
 // Limits of the names the ledger stores, in bytes: they keep every index
 // entry well within what a B-tree page holds.
@@ -191,9 +191,9 @@ func (s *Store) wrapLedger(op string, err error) error {
 func checkName(op, field, s string, max int) error {
 	switch {
 	case len(s) > max:
-		return fmt.Errorf("pgstore: %s: %s is %d bytes long, the maximum is %d: %w", op, field, len(s), max, driver.ErrUnsupported)
+		return fmt.Errorf("pgstore: %s: %s is %d bytes long, the maximum is %d: %w", op, field, len(s), max, ledger.ErrUnsupported)
 	case !utf8.ValidString(s) || strings.IndexByte(s, 0) >= 0:
-		return fmt.Errorf("pgstore: %s: %s %q is not UTF-8 text without NUL: %w", op, field, s, driver.ErrUnsupported)
+		return fmt.Errorf("pgstore: %s: %s %q is not UTF-8 text without NUL: %w", op, field, s, ledger.ErrUnsupported)
 	}
 	return nil
 }
@@ -206,7 +206,7 @@ func cleanText(s string) string {
 }
 
 // checkClaim validates one claim.
-func checkClaim(p *driver.ClaimParams) error {
+func checkClaim(p *ledger.ClaimParams) error {
 	if err := p.Check(); err != nil {
 		return fmt.Errorf("pgstore: %w", err)
 	}
@@ -221,11 +221,11 @@ func checkClaim(p *driver.ClaimParams) error {
 	return nil
 }
 
-// Claim implements driver.Ledger in one statement per batch: an INSERT ...
+// Claim implements ledger.Ledger in one statement per batch: an INSERT ...
 // ON CONFLICT DO UPDATE over unnest()ed arrays that takes each key when it
 // is new, its claim has expired by the database's clock, or the same token
 // holds it, and that returns one row per claim with who holds the others.
-func (s *Store) Claim(ctx context.Context, ps []driver.ClaimParams) ([]error, error) {
+func (s *Store) Claim(ctx context.Context, ps []ledger.ClaimParams) ([]error, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -265,11 +265,11 @@ func (s *Store) Claim(ctx context.Context, ps []driver.ClaimParams) ([]error, er
 		switch {
 		case winToken != nil && *winToken == tokens[i]:
 		case winToken != nil: // the same key twice in the batch, another token first
-			res[i] = &driver.ClaimedError{Node: *winNode, At: winAt.UTC()}
+			res[i] = &ledger.ClaimedError{Node: *winNode, At: winAt.UTC()}
 		case otherNode != nil:
-			res[i] = &driver.ClaimedError{Node: *otherNode, At: otherAt.UTC()}
+			res[i] = &ledger.ClaimedError{Node: *otherNode, At: otherAt.UTC()}
 		default:
-			res[i] = &driver.ClaimedError{}
+			res[i] = &ledger.ClaimedError{}
 		}
 		return nil
 	})
@@ -290,12 +290,12 @@ func timestamptz(t time.Time) pgtype.Timestamptz {
 }
 
 // checkRun validates one run record.
-func checkRun(r *driver.RunRecord) error {
+func checkRun(r *ledger.RunRecord) error {
 	switch {
 	case r.Job == "" || r.Tick.IsZero():
 		return errors.New("pgstore: record runs: empty Job or zero Tick")
 	case r.Attempt < 0 || int64(r.Attempt) > 1<<31-1:
-		return fmt.Errorf("pgstore: record runs %q: Attempt %d out of range: %w", r.Job, r.Attempt, driver.ErrUnsupported)
+		return fmt.Errorf("pgstore: record runs %q: Attempt %d out of range: %w", r.Job, r.Attempt, ledger.ErrUnsupported)
 	}
 	for _, f := range []struct {
 		name, s string
@@ -308,10 +308,10 @@ func checkRun(r *driver.RunRecord) error {
 	return nil
 }
 
-// RecordRuns implements driver.Ledger in one INSERT ... ON CONFLICT DO
+// RecordRuns implements ledger.Ledger in one INSERT ... ON CONFLICT DO
 // UPDATE over unnest()ed arrays. Error and Output are stored as text:
 // invalid UTF-8 and NUL bytes in them become U+FFFD.
-func (s *Store) RecordRuns(ctx context.Context, rs []driver.RunRecord) error {
+func (s *Store) RecordRuns(ctx context.Context, rs []ledger.RunRecord) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -340,12 +340,12 @@ func (s *Store) RecordRuns(ctx context.Context, rs []driver.RunRecord) error {
 	return nil
 }
 
-// Runs implements driver.Ledger in one SELECT. Both indexes of the runs
+// Runs implements ledger.Ledger in one SELECT. Both indexes of the runs
 // table are in the listing order; with q.Before the statement is a UNION
 // ALL of four index ranges (the rest of Before's attempts, triggers, jobs
 // at its tick, and older ticks), each limited, so that a page deep in a
 // million records costs what the first page does.
-func (s *Store) Runs(ctx context.Context, q driver.RunQuery) ([]driver.RunRecord, error) {
+func (s *Store) Runs(ctx context.Context, q ledger.RunQuery) ([]ledger.RunRecord, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -370,7 +370,7 @@ func (s *Store) Runs(ctx context.Context, q driver.RunQuery) ([]driver.RunRecord
 	}
 	switch q.Status {
 	case "":
-	case driver.RunRunning:
+	case ledger.RunRunning:
 		// A literal, so that the partial index of running records serves
 		// the sweep that every scheduler makes every few seconds.
 		where = append(where, "status = 'running'")
@@ -412,8 +412,8 @@ func (s *Store) Runs(ctx context.Context, q driver.RunQuery) ([]driver.RunRecord
 		return nil, s.wrapLedger("runs", err)
 	}
 	var (
-		out        []driver.RunRecord
-		r          driver.RunRecord
+		out        []ledger.RunRecord
+		r          ledger.RunRecord
 		attempt    int32
 		fence      int64
 		start, end *time.Time
@@ -422,7 +422,7 @@ func (s *Store) Runs(ctx context.Context, q driver.RunQuery) ([]driver.RunRecord
 	_, err = pgx.ForEachRow(rows, []any{&r.Job, &r.Tick, &r.Trigger, &attempt, &r.Node, &fence, &start, &end, &status, &r.Error, &r.Output, &r.Recorded}, func() error {
 		rec := r
 		rec.Tick, rec.Recorded = r.Tick.UTC(), r.Recorded.UTC()
-		rec.Attempt, rec.Fence, rec.Status = int(attempt), uint64(fence), driver.RunStatus(status)
+		rec.Attempt, rec.Fence, rec.Status = int(attempt), uint64(fence), ledger.RunStatus(status)
 		rec.Start, rec.End = time.Time{}, time.Time{}
 		if start != nil {
 			rec.Start = start.UTC()
@@ -439,50 +439,50 @@ func (s *Store) Runs(ctx context.Context, q driver.RunQuery) ([]driver.RunRecord
 	return out, nil
 }
 
-// SetJobState implements driver.Ledger in one statement that makes the
+// SetJobState implements ledger.Ledger in one statement that makes the
 // change and returns the job's state after it. Spec must be UTF-8 text
 // without NUL (ErrUnsupported otherwise); Since is kept in microseconds.
-func (s *Store) SetJobState(ctx context.Context, p driver.JobStateParams) (driver.JobState, error) {
+func (s *Store) SetJobState(ctx context.Context, p ledger.JobStateParams) (ledger.JobState, error) {
 	if err := ctx.Err(); err != nil {
-		return driver.JobState{}, err
+		return ledger.JobState{}, err
 	}
 	if err := p.Check(); err != nil {
-		return driver.JobState{}, fmt.Errorf("pgstore: %w", err)
+		return ledger.JobState{}, fmt.Errorf("pgstore: %w", err)
 	}
 	if err := checkName("set job state", "Job", p.Job, maxLedgerName); err != nil {
-		return driver.JobState{}, err
+		return ledger.JobState{}, err
 	}
 	l := s.ledger()
 	var sql string
 	var args []any
 	switch p.Op {
-	case driver.JobPause, driver.JobResume:
-		sql, args = l.setPaused, []any{p.Job, p.Op == driver.JobPause}
-	case driver.JobTrigger, driver.JobTriggerDone:
+	case ledger.JobPause, ledger.JobResume:
+		sql, args = l.setPaused, []any{p.Job, p.Op == ledger.JobPause}
+	case ledger.JobTrigger, ledger.JobTriggerDone:
 		if err := checkName("set job state", "Trigger", p.Trigger, maxLedgerName); err != nil {
-			return driver.JobState{}, err
+			return ledger.JobState{}, err
 		}
 		sql, args = l.trigger, []any{p.Job, p.Trigger}
-		if p.Op == driver.JobTriggerDone {
+		if p.Op == ledger.JobTriggerDone {
 			sql = l.done
 		}
-	case driver.JobRegister:
-		if err := checkName("register job", "Spec", p.Spec, driver.MaxSpecLen); err != nil {
-			return driver.JobState{}, err
+	case ledger.JobRegister:
+		if err := checkName("register job", "Spec", p.Spec, ledger.MaxSpecLen); err != nil {
+			return ledger.JobState{}, err
 		}
 		sql, args = l.register, []any{p.Job, p.Spec, p.Since}
-	case driver.JobForget:
+	case ledger.JobForget:
 		sql, args = l.forget, []any{p.Job}
 	}
 	var (
-		st    = driver.JobState{Job: p.Job}
+		st    = ledger.JobState{Job: p.Job}
 		spec  *string
 		since *time.Time
 		ids   []string
 		ats   []time.Time
 	)
 	if err := s.pool.QueryRow(ctx, sql, args...).Scan(&st.Paused, &spec, &since, &ids, &ats); err != nil {
-		return driver.JobState{}, s.wrapLedger(fmt.Sprintf("set job state %q", p.Job), err)
+		return ledger.JobState{}, s.wrapLedger(fmt.Sprintf("set job state %q", p.Job), err)
 	}
 	st.Triggers = triggerRequests(ids, ats)
 	setSpec(&st, spec, since)
@@ -490,39 +490,39 @@ func (s *Store) SetJobState(ctx context.Context, p driver.JobStateParams) (drive
 }
 
 // setSpec sets st's registration from nullable columns.
-func setSpec(st *driver.JobState, spec *string, since *time.Time) {
+func setSpec(st *ledger.JobState, spec *string, since *time.Time) {
 	if spec != nil && since != nil {
 		st.Spec, st.Since = *spec, since.UTC()
 	}
 }
 
 // triggerRequests pairs ids and times; nil when there are none.
-func triggerRequests(ids []string, ats []time.Time) []driver.TriggerRequest {
+func triggerRequests(ids []string, ats []time.Time) []ledger.TriggerRequest {
 	if len(ids) == 0 || len(ids) != len(ats) {
 		return nil
 	}
-	out := make([]driver.TriggerRequest, len(ids))
+	out := make([]ledger.TriggerRequest, len(ids))
 	for i := range ids {
-		out[i] = driver.TriggerRequest{ID: ids[i], At: ats[i].UTC()}
+		out[i] = ledger.TriggerRequest{ID: ids[i], At: ats[i].UTC()}
 	}
 	return out
 }
 
-// JobStates implements driver.Ledger in one SELECT over the paused jobs
+// JobStates implements ledger.Ledger in one SELECT over the paused jobs
 // and the pending triggers.
-func (s *Store) JobStates(ctx context.Context) ([]driver.JobState, error) {
+func (s *Store) JobStates(ctx context.Context) ([]ledger.JobState, error) {
 	return s.readStates(ctx, "job states", s.ledger().jobStates)
 }
 
-// Jobs implements driver.Ledger in one SELECT over the paused and
+// Jobs implements ledger.Ledger in one SELECT over the paused and
 // registered jobs and the pending triggers.
-func (s *Store) Jobs(ctx context.Context) ([]driver.JobState, error) {
+func (s *Store) Jobs(ctx context.Context) ([]ledger.JobState, error) {
 	return s.readStates(ctx, "jobs", s.ledger().allJobs)
 }
 
 // readStates runs a statement that returns one row per job: job, paused,
 // spec, since, trigger ids and times.
-func (s *Store) readStates(ctx context.Context, op, sql string) ([]driver.JobState, error) {
+func (s *Store) readStates(ctx context.Context, op, sql string) ([]ledger.JobState, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -531,7 +531,7 @@ func (s *Store) readStates(ctx context.Context, op, sql string) ([]driver.JobSta
 		return nil, s.wrapLedger(op, err)
 	}
 	var (
-		out    []driver.JobState
+		out    []ledger.JobState
 		job    string
 		paused bool
 		spec   *string
@@ -540,7 +540,7 @@ func (s *Store) readStates(ctx context.Context, op, sql string) ([]driver.JobSta
 		ats    []time.Time
 	)
 	_, err = pgx.ForEachRow(rows, []any{&job, &paused, &spec, &since, &ids, &ats}, func() error {
-		st := driver.JobState{Job: job, Paused: paused, Triggers: triggerRequests(ids, ats)}
+		st := ledger.JobState{Job: job, Paused: paused, Triggers: triggerRequests(ids, ats)}
 		setSpec(&st, spec, since)
 		out = append(out, st)
 		return nil
@@ -551,15 +551,15 @@ func (s *Store) readStates(ctx context.Context, op, sql string) ([]driver.JobSta
 	return out, nil
 }
 
-// Prune implements driver.Ledger in one statement: a DELETE per table in
+// Prune implements ledger.Ledger in one statement: a DELETE per table in
 // data-modifying WITH clauses, each counted. KeepPerJob ranks each job's
 // records (not deleted by age) in listing order, along the job index.
-func (s *Store) Prune(ctx context.Context, p driver.PruneParams) (driver.PruneResult, error) {
+func (s *Store) Prune(ctx context.Context, p ledger.PruneParams) (ledger.PruneResult, error) {
 	if err := ctx.Err(); err != nil {
-		return driver.PruneResult{}, err
+		return ledger.PruneResult{}, err
 	}
 	if p.RunsOlderThan < 0 || p.KeepPerJob < 0 || p.TriggersOlderThan < 0 {
-		return driver.PruneResult{}, errors.New("pgstore: prune: negative parameter")
+		return ledger.PruneResult{}, errors.New("pgstore: prune: negative parameter")
 	}
 	l := s.ledger()
 	var args []any
@@ -597,7 +597,7 @@ func (s *Store) Prune(ctx context.Context, p driver.PruneParams) (driver.PruneRe
 	fmt.Fprintf(&b, " SELECT (SELECT count(*) FROM c), %s, %s", runs, triggers)
 	var c, r, t int64
 	if err := s.pool.QueryRow(ctx, b.String(), args...).Scan(&c, &r, &t); err != nil {
-		return driver.PruneResult{}, s.wrapLedger("prune", err)
+		return ledger.PruneResult{}, s.wrapLedger("prune", err)
 	}
-	return driver.PruneResult{Claims: int(c), Runs: int(r), Triggers: int(t)}, nil
+	return ledger.PruneResult{Claims: int(c), Runs: int(r), Triggers: int(t)}, nil
 }

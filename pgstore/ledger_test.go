@@ -12,15 +12,15 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/tasklock/tasklock/driver"
-	"github.com/tasklock/tasklock/storetest"
+	"github.com/tasklock/tasklock/ledger"
+	"github.com/tasklock/tasklock/ledgertest"
 )
 
 func TestLedgerConformance(t *testing.T) {
 	for _, mode := range modes {
 		t.Run(string(mode), func(t *testing.T) {
 			pool := newPool(t, newDB(t), nil)
-			storetest.RunLedger(t, func(t *testing.T) driver.Store {
+			ledgertest.Run(t, func(t *testing.T) ledger.Ledger {
 				return newStore(t, pool, &Options{Mode: mode})
 			})
 		})
@@ -81,9 +81,9 @@ func TestLedgerRoundTrips(t *testing.T) {
 	}
 	tr.take() // the migration
 	const n = 500
-	ps := make([]driver.ClaimParams, n)
+	ps := make([]ledger.ClaimParams, n)
 	for i := range ps {
-		ps[i] = driver.ClaimParams{Job: fmt.Sprintf("job-%d", i%50), Tick: tick0.Add(time.Duration(i/50) * time.Second), Node: "a", Token: "ta", Retain: time.Hour}
+		ps[i] = ledger.ClaimParams{Job: fmt.Sprintf("job-%d", i%50), Tick: tick0.Add(time.Duration(i/50) * time.Second), Node: "a", Token: "ta", Retain: time.Hour}
 	}
 	res, err := s.Claim(ctx, ps[:n/2])
 	one("Claim", err)
@@ -97,35 +97,35 @@ func TestLedgerRoundTrips(t *testing.T) {
 	}
 	res, err = s.Claim(ctx, ps)
 	one("Claim", err)
-	var ce *driver.ClaimedError
+	var ce *ledger.ClaimedError
 	for i, e := range res {
 		if won := e == nil; won != (i >= n/2) || (!won && (!errors.As(e, &ce) || ce.Node != "a" || ce.At.IsZero())) {
 			t.Fatalf("claim %d: %v", i, e)
 		}
 	}
-	rs := make([]driver.RunRecord, n)
+	rs := make([]ledger.RunRecord, n)
 	for i := range rs {
-		rs[i] = driver.RunRecord{Job: ps[i].Job, Tick: ps[i].Tick, Attempt: 1, Status: driver.RunOK}
+		rs[i] = ledger.RunRecord{Job: ps[i].Job, Tick: ps[i].Tick, Attempt: 1, Status: ledger.RunOK}
 	}
 	one("RecordRuns", s.RecordRuns(ctx, rs))
-	got, err := s.Runs(ctx, driver.RunQuery{Job: "job-7", Limit: 3, Before: &driver.RunKey{Job: "job-7", Tick: tick0.Add(5 * time.Second), Attempt: 1}})
+	got, err := s.Runs(ctx, ledger.RunQuery{Job: "job-7", Limit: 3, Before: &ledger.RunKey{Job: "job-7", Tick: tick0.Add(5 * time.Second), Attempt: 1}})
 	one("Runs", err)
 	if len(got) != 3 || !got[0].Tick.Equal(tick0.Add(4*time.Second)) {
 		t.Fatalf("Runs page: %+v", got)
 	}
-	_, err = s.SetJobState(ctx, driver.JobStateParams{Job: "job-1", Op: driver.JobTrigger, Trigger: "x"})
+	_, err = s.SetJobState(ctx, ledger.JobStateParams{Job: "job-1", Op: ledger.JobTrigger, Trigger: "x"})
 	one("SetJobState", err)
 	_, err = s.JobStates(ctx)
 	one("JobStates", err)
-	_, err = s.SetJobState(ctx, driver.JobStateParams{Job: "job-1", Op: driver.JobRegister, Spec: "@hourly", Since: tick0})
+	_, err = s.SetJobState(ctx, ledger.JobStateParams{Job: "job-1", Op: ledger.JobRegister, Spec: "@hourly", Since: tick0})
 	one("SetJobState register", err)
 	_, err = s.Jobs(ctx)
 	one("Jobs", err)
-	_, err = s.SetJobState(ctx, driver.JobStateParams{Job: "job-1", Op: driver.JobForget})
+	_, err = s.SetJobState(ctx, ledger.JobStateParams{Job: "job-1", Op: ledger.JobForget})
 	one("SetJobState forget", err)
-	_, err = s.Prune(ctx, driver.PruneParams{RunsOlderThan: time.Hour, KeepPerJob: 5, TriggersOlderThan: time.Hour})
+	_, err = s.Prune(ctx, ledger.PruneParams{RunsOlderThan: time.Hour, KeepPerJob: 5, TriggersOlderThan: time.Hour})
 	one("Prune", err)
-	if got, _ := s.Runs(ctx, driver.RunQuery{}); len(got) != 50*5 {
+	if got, _ := s.Runs(ctx, ledger.RunQuery{}); len(got) != 50*5 {
 		t.Fatalf("%d records after keeping 5 per job, want %d", len(got), 50*5)
 	}
 }
@@ -138,10 +138,10 @@ func TestLedgerRunsPages(t *testing.T) {
 	s := newStore(t, pool, nil)
 	ctx := ctxT(t)
 	const jobs, ticks = 20, 1000
-	rs := make([]driver.RunRecord, 0, jobs*ticks)
+	rs := make([]ledger.RunRecord, 0, jobs*ticks)
 	for i := range ticks {
 		for j := range jobs {
-			rs = append(rs, driver.RunRecord{Job: fmt.Sprintf("job-%02d", j), Tick: tick0.Add(time.Duration(i) * time.Second), Attempt: 1, Status: driver.RunOK})
+			rs = append(rs, ledger.RunRecord{Job: fmt.Sprintf("job-%02d", j), Tick: tick0.Add(time.Duration(i) * time.Second), Attempt: 1, Status: ledger.RunOK})
 		}
 	}
 	if err := s.RecordRuns(ctx, rs); err != nil {
@@ -150,9 +150,9 @@ func TestLedgerRunsPages(t *testing.T) {
 	if _, err := pool.Exec(ctx, "ANALYZE "+s.ledger().runs); err != nil {
 		t.Fatal(err)
 	}
-	for _, q := range []driver.RunQuery{
-		{Limit: 50, Before: &driver.RunKey{Job: "job-07", Tick: tick0.Add(400 * time.Second), Attempt: 1}},
-		{Job: "job-03", Limit: 50, Before: &driver.RunKey{Job: "job-03", Tick: tick0.Add(400 * time.Second), Attempt: 1}},
+	for _, q := range []ledger.RunQuery{
+		{Limit: 50, Before: &ledger.RunKey{Job: "job-07", Tick: tick0.Add(400 * time.Second), Attempt: 1}},
+		{Job: "job-03", Limit: 50, Before: &ledger.RunKey{Job: "job-03", Tick: tick0.Add(400 * time.Second), Attempt: 1}},
 	} {
 		tr.take()
 		page, err := s.Runs(ctx, q)
@@ -179,14 +179,14 @@ func TestLedgerRunsPages(t *testing.T) {
 	}
 
 	// The sweep's query of running records reads their partial index.
-	if err := s.RecordRuns(ctx, []driver.RunRecord{
-		{Job: "job-01", Tick: tick0.Add(2000 * time.Second), Attempt: 1, Status: driver.RunRunning},
-		{Job: "job-02", Tick: tick0.Add(3000 * time.Second), Attempt: 1, Status: driver.RunRunning},
+	if err := s.RecordRuns(ctx, []ledger.RunRecord{
+		{Job: "job-01", Tick: tick0.Add(2000 * time.Second), Attempt: 1, Status: ledger.RunRunning},
+		{Job: "job-02", Tick: tick0.Add(3000 * time.Second), Attempt: 1, Status: ledger.RunRunning},
 	}); err != nil {
 		t.Fatal(err)
 	}
 	tr.take()
-	running, err := s.Runs(ctx, driver.RunQuery{Status: driver.RunRunning, Limit: 1000})
+	running, err := s.Runs(ctx, ledger.RunQuery{Status: ledger.RunRunning, Limit: 1000})
 	if err != nil || len(running) != 2 || running[0].Job != "job-02" {
 		t.Fatalf("Runs(running) = %v, %v; want job-02's and job-01's", running, err)
 	}
@@ -210,31 +210,31 @@ func TestLedgerNames(t *testing.T) {
 	t.Parallel()
 	s := newStore(t, newPool(t, newDB(t), nil), nil)
 	ctx := ctxT(t)
-	for name, p := range map[string]driver.ClaimParams{
+	for name, p := range map[string]ledger.ClaimParams{
 		"NUL in Job":     {Job: "a\x00b", Tick: tick0, Token: "t", Retain: time.Hour},
 		"long Trigger":   {Job: "j", Trigger: strings.Repeat("x", maxLedgerName+1), Tick: tick0, Token: "t", Retain: time.Hour},
 		"non-UTF-8 Node": {Job: "j", Node: "\xff", Tick: tick0, Token: "t", Retain: time.Hour},
 	} {
-		if _, err := s.Claim(ctx, []driver.ClaimParams{p}); !errors.Is(err, driver.ErrUnsupported) {
+		if _, err := s.Claim(ctx, []ledger.ClaimParams{p}); !errors.Is(err, ledger.ErrUnsupported) {
 			t.Errorf("%s: %v, want ErrUnsupported", name, err)
 		}
 	}
-	if _, err := s.Claim(ctx, []driver.ClaimParams{{Job: "j", Tick: tick0, Token: "t"}}); err == nil || errors.Is(err, driver.ErrUnsupported) {
+	if _, err := s.Claim(ctx, []ledger.ClaimParams{{Job: "j", Tick: tick0, Token: "t"}}); err == nil || errors.Is(err, ledger.ErrUnsupported) {
 		t.Errorf("zero Retain: %v, want a plain error", err)
 	}
 	long := strings.Repeat("é", maxLedgerName/2)
-	r := driver.RunRecord{Job: long, Tick: tick0, Attempt: 1, Status: driver.RunFailed, Error: "bad\x00byte", Output: "tail \xff\xfe end", Fence: 1<<64 - 1}
-	if err := s.RecordRuns(ctx, []driver.RunRecord{r}); err != nil {
+	r := ledger.RunRecord{Job: long, Tick: tick0, Attempt: 1, Status: ledger.RunFailed, Error: "bad\x00byte", Output: "tail \xff\xfe end", Fence: 1<<64 - 1}
+	if err := s.RecordRuns(ctx, []ledger.RunRecord{r}); err != nil {
 		t.Fatal(err)
 	}
-	got, err := s.Runs(ctx, driver.RunQuery{Job: long})
+	got, err := s.Runs(ctx, ledger.RunQuery{Job: long})
 	if err != nil || len(got) != 1 {
 		t.Fatalf("Runs: %+v, %v", got, err)
 	}
 	if got[0].Error != "bad\uFFFDbyte" || got[0].Output != "tail \uFFFD end" || got[0].Fence != r.Fence || !got[0].Start.IsZero() {
 		t.Errorf("stored %+v", got[0])
 	}
-	if _, err := s.SetJobState(ctx, driver.JobStateParams{Job: "j", Op: driver.JobTrigger, Trigger: "a\x00"}); !errors.Is(err, driver.ErrUnsupported) {
+	if _, err := s.SetJobState(ctx, ledger.JobStateParams{Job: "j", Op: ledger.JobTrigger, Trigger: "a\x00"}); !errors.Is(err, ledger.ErrUnsupported) {
 		t.Errorf("NUL in Trigger: %v, want ErrUnsupported", err)
 	}
 }
@@ -252,7 +252,7 @@ func TestLedgerTables(t *testing.T) {
 			t.Errorf("table sched.%s: %v, %v", name, ok, err)
 		}
 	}
-	if _, err := s.SetJobState(ctx, driver.JobStateParams{Job: "j", Op: driver.JobPause}); err != nil {
+	if _, err := s.SetJobState(ctx, ledger.JobStateParams{Job: "j", Op: ledger.JobPause}); err != nil {
 		t.Fatal(err)
 	}
 	// Another table's ledger is its own.
@@ -295,7 +295,7 @@ func TestLedgerMigrateJobSpecs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	byJob := map[string]driver.JobState{}
+	byJob := map[string]ledger.JobState{}
 	for _, st := range sts {
 		byJob[st.Job] = st
 	}
@@ -303,11 +303,11 @@ func TestLedgerMigrateJobSpecs(t *testing.T) {
 		t.Fatalf("Jobs after migrating = %+v, want p paused and q's trigger", sts)
 	}
 	since := tick0.Add(1500 * time.Microsecond)
-	st, err := s.SetJobState(ctx, driver.JobStateParams{Job: "p", Op: driver.JobRegister, Spec: "@hourly", Since: since})
+	st, err := s.SetJobState(ctx, ledger.JobStateParams{Job: "p", Op: ledger.JobRegister, Spec: "@hourly", Since: since})
 	if err != nil || !st.Paused || st.Spec != "@hourly" || !st.Since.Equal(since) {
 		t.Fatalf("register p = %+v, %v", st, err)
 	}
-	st, err = s.SetJobState(ctx, driver.JobStateParams{Job: "resumed", Op: driver.JobRegister, Spec: "@daily", Since: since})
+	st, err = s.SetJobState(ctx, ledger.JobStateParams{Job: "resumed", Op: ledger.JobRegister, Spec: "@daily", Since: since})
 	if err != nil || st.Paused || st.Spec != "@daily" {
 		t.Fatalf("register resumed = %+v, %v", st, err)
 	}
@@ -326,7 +326,7 @@ func TestLedgerRegisterRace(t *testing.T) {
 	for round := range 20 {
 		job := fmt.Sprintf("job-%d", round)
 		const n = 8
-		got := make([]driver.JobState, n)
+		got := make([]ledger.JobState, n)
 		errs := make([]error, n)
 		start := make(chan struct{})
 		var wg sync.WaitGroup
@@ -335,7 +335,7 @@ func TestLedgerRegisterRace(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				<-start
-				got[i], errs[i] = s.SetJobState(ctx, driver.JobStateParams{Job: job, Op: driver.JobRegister,
+				got[i], errs[i] = s.SetJobState(ctx, ledger.JobStateParams{Job: job, Op: ledger.JobRegister,
 					Spec: "* * * * *", Since: tick0.Add(time.Duration(i) * time.Millisecond)})
 			}()
 		}

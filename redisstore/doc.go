@@ -7,7 +7,7 @@
 //
 // The Store implements driver.Store, driver.Notifier (waiters are woken by
 // pub/sub), driver.Lister (the CLI and the dashboard list leases) and
-// driver.ForceReleaser (the operator's escape hatch), and driver.Ledger,
+// driver.ForceReleaser (the operator's escape hatch), and ledger.Ledger,
 // the tick ledger of package schedule (see Ledger).
 //
 // # Keys
@@ -36,7 +36,7 @@
 //
 // # Ledger
 //
-// The tick ledger (driver.Ledger) keeps its keys under Prefix+"ledger:",
+// The tick ledger (ledger.Ledger) keeps its keys under Prefix+"ledger:",
 // where no lock key is (lock keys start with Prefix+"{"), so Leases never
 // lists them. A job J's keys share the hash tag "job:"+J, which is never
 // empty whatever J is, so one script may touch all of them on a Cluster:

@@ -13,10 +13,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/tasklock/tasklock/driver"
+	"github.com/tasklock/tasklock/ledger"
 )
 
-var _ driver.Ledger = (*Store)(nil)
+var _ ledger.Ledger = (*Store)(nil)
 
 //go:embed ledger_claim.lua
 var ledgerClaimSrc string
@@ -70,7 +70,7 @@ func (s *Store) runKeys(job string) (runs, recs, recorded string) {
 // jobsKey is the set of the jobs that ever recorded a run.
 func (s *Store) jobsKey() string { return s.prefix + "ledger:jobs" }
 
-// runningKey is the set of the running records (driver.RunRunning), as job
+// runningKey is the set of the running records (ledger.RunRunning), as job
 // + "\x00" + run member: the sweep every scheduler makes every few seconds
 // reads them without reading every job's history. It may hold members whose
 // record is no longer running (Runs drops those), never lack one whose
@@ -99,11 +99,11 @@ func micros(t time.Time) int64 { return t.UnixMicro() }
 // fromMicros is the UTC time of unix microseconds us.
 func fromMicros(us int64) time.Time { return time.UnixMicro(us).UTC() }
 
-// Claim implements driver.Ledger. It runs ledger_claim.lua once per Cluster
+// Claim implements ledger.Ledger. It runs ledger_claim.lua once per Cluster
 // hash slot (or per 500 claims on one node), all in one pipeline: one round
 // trip per node. Each claim is a key with a PX expiry of its Retain, set
 // by Redis, so expired claims go by themselves.
-func (s *Store) Claim(ctx context.Context, ps []driver.ClaimParams) ([]error, error) {
+func (s *Store) Claim(ctx context.Context, ps []ledger.ClaimParams) ([]error, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, ledgerErr("claim", err)
 	}
@@ -149,9 +149,9 @@ func (s *Store) Claim(ctx context.Context, ps []driver.ClaimParams) ([]error, er
 }
 
 // parseClaim turns a claim's value, #token:token at:node, into the
-// *driver.ClaimedError for it; the fields it cannot read stay zero.
-func parseClaim(v string) *driver.ClaimedError {
-	ce := &driver.ClaimedError{}
+// *ledger.ClaimedError for it; the fields it cannot read stay zero.
+func parseClaim(v string) *ledger.ClaimedError {
+	ce := &ledger.ClaimedError{}
 	i := strings.IndexByte(v, ':')
 	if i < 0 {
 		return ce
@@ -198,7 +198,7 @@ func timeField(t time.Time) string {
 }
 
 // encodeRun returns the body of r's record.
-func encodeRun(r *driver.RunRecord) string {
+func encodeRun(r *ledger.RunRecord) string {
 	b := make([]byte, 0, 64+len(r.Node)+len(r.Error)+len(r.Output))
 	b = appendField(b, string(r.Status))
 	b = appendField(b, r.Node)
@@ -214,8 +214,8 @@ func encodeRun(r *driver.RunRecord) string {
 var errRecord = errors.New("malformed run record")
 
 // decodeRun reads the record of job stored as member with value v.
-func decodeRun(job, member, v string) (driver.RunRecord, error) {
-	r := driver.RunRecord{Job: job}
+func decodeRun(job, member, v string) (ledger.RunRecord, error) {
+	r := ledger.RunRecord{Job: job}
 	parts := strings.SplitN(member, ":", 3)
 	if len(parts) != 3 {
 		return r, errRecord
@@ -237,7 +237,7 @@ func decodeRun(job, member, v string) (driver.RunRecord, error) {
 		}
 		f[i], body = rest[:l], rest[l:]
 	}
-	r.Status, r.Node, r.Error, r.Output = driver.RunStatus(f[0]), f[1], f[2], f[3]
+	r.Status, r.Node, r.Error, r.Output = ledger.RunStatus(f[0]), f[1], f[2], f[3]
 	fence, err := strconv.ParseUint(f[4], 10, 64)
 	if err != nil {
 		return r, errRecord
@@ -256,11 +256,11 @@ func decodeRun(job, member, v string) (driver.RunRecord, error) {
 	return r, nil
 }
 
-// RecordRuns implements driver.Ledger. It runs ledger_record.lua once per
+// RecordRuns implements ledger.Ledger. It runs ledger_record.lua once per
 // Cluster hash slot (or per 500 records on one node) and adds the jobs to
 // the jobs set, all in one pipeline: one round trip per node. Recorded is
 // Redis's TIME.
-func (s *Store) RecordRuns(ctx context.Context, rs []driver.RunRecord) error {
+func (s *Store) RecordRuns(ctx context.Context, rs []ledger.RunRecord) error {
 	if err := ctx.Err(); err != nil {
 		return ledgerErr("record runs", err)
 	}
@@ -292,7 +292,7 @@ func (s *Store) RecordRuns(ctx context.Context, rs []driver.RunRecord) error {
 	var running, ended []any
 	for i := range rs {
 		m := runningMember(rs[i].Job, runMember(rs[i].Tick, rs[i].Attempt, rs[i].Trigger))
-		if rs[i].Status == driver.RunRunning {
+		if rs[i].Status == ledger.RunRunning {
 			running = append(running, m)
 		} else {
 			ended = append(ended, m)
@@ -327,20 +327,20 @@ func (s *Store) RecordRuns(ctx context.Context, rs []driver.RunRecord) error {
 	return nil
 }
 
-// Runs implements driver.Ledger. With q.Job it runs ledger_runs.lua on the
+// Runs implements ledger.Ledger. With q.Job it runs ledger_runs.lua on the
 // job's keys: one round trip. Without, it reads the jobs set and then runs
 // the script for every job in one pipeline: two round trips (per node).
 // The script filters by tick range and status at the server and returns
 // no more than q.Limit records per job plus the rest of the last tick it
 // reached; the store merges, sorts and cuts.
-func (s *Store) Runs(ctx context.Context, q driver.RunQuery) ([]driver.RunRecord, error) {
+func (s *Store) Runs(ctx context.Context, q ledger.RunQuery) ([]ledger.RunRecord, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, ledgerErr("runs", err)
 	}
 	if q.Limit < 0 {
 		return nil, fmt.Errorf("redisstore: runs: negative Limit %d", q.Limit)
 	}
-	if q.Status == driver.RunRunning && q.Job == "" {
+	if q.Status == ledger.RunRunning && q.Job == "" {
 		return s.runningRuns(ctx, q)
 	}
 	jobs := []string{q.Job}
@@ -362,7 +362,7 @@ func (s *Store) Runs(ctx context.Context, q driver.RunQuery) ([]driver.RunRecord
 	if err := s.runCalls(ctx, calls, nil); err != nil {
 		return nil, ledgerErr("runs", err)
 	}
-	var out []driver.RunRecord
+	var out []ledger.RunRecord
 	for i, c := range calls {
 		res, err := c.cmd.StringSlice()
 		if err != nil {
@@ -378,7 +378,7 @@ func (s *Store) Runs(ctx context.Context, q driver.RunQuery) ([]driver.RunRecord
 			}
 		}
 	}
-	slices.SortFunc(out, func(a, b driver.RunRecord) int { return a.Key().Compare(b.Key()) })
+	slices.SortFunc(out, func(a, b ledger.RunRecord) int { return a.Key().Compare(b.Key()) })
 	if q.Limit > 0 && len(out) > q.Limit {
 		out = out[:q.Limit]
 	}
@@ -388,7 +388,7 @@ func (s *Store) Runs(ctx context.Context, q driver.RunQuery) ([]driver.RunRecord
 // runningRuns is Runs for every job's running records: it reads the
 // members of runningKey and then those records, one HMGET per job, and
 // drops the members whose record is gone or final.
-func (s *Store) runningRuns(ctx context.Context, q driver.RunQuery) ([]driver.RunRecord, error) {
+func (s *Store) runningRuns(ctx context.Context, q ledger.RunQuery) ([]ledger.RunRecord, error) {
 	members, err := s.client.SMembers(ctx, s.runningKey()).Result()
 	if err != nil {
 		return nil, ledgerErr("runs", err)
@@ -415,7 +415,7 @@ func (s *Store) runningRuns(ctx context.Context, q driver.RunQuery) ([]driver.Ru
 			return nil, ledgerErr("runs", err)
 		}
 	}
-	var out []driver.RunRecord
+	var out []ledger.RunRecord
 	for i, job := range jobs {
 		vs, err := cmds[i].Result()
 		if err != nil {
@@ -432,7 +432,7 @@ func (s *Store) runningRuns(ctx context.Context, q driver.RunQuery) ([]driver.Ru
 			if err != nil {
 				return nil, ledgerErr("runs", fmt.Errorf("job %q, run %q: %w", job, member, err))
 			}
-			if r.Status != driver.RunRunning {
+			if r.Status != ledger.RunRunning {
 				stale = append(stale, runningMember(job, member))
 				continue
 			}
@@ -445,7 +445,7 @@ func (s *Store) runningRuns(ctx context.Context, q driver.RunQuery) ([]driver.Ru
 		// Best effort: a member left behind costs a read at the next sweep.
 		_ = s.client.SRem(ctx, s.runningKey(), stale...).Err()
 	}
-	slices.SortFunc(out, func(a, b driver.RunRecord) int { return a.Key().Compare(b.Key()) })
+	slices.SortFunc(out, func(a, b ledger.RunRecord) int { return a.Key().Compare(b.Key()) })
 	if q.Limit > 0 && len(out) > q.Limit {
 		out = out[:q.Limit]
 	}
@@ -453,7 +453,7 @@ func (s *Store) runningRuns(ctx context.Context, q driver.RunQuery) ([]driver.Ru
 }
 
 // runsArgs returns ledger_runs.lua's arguments for q.
-func runsArgs(q *driver.RunQuery) []any {
+func runsArgs(q *ledger.RunQuery) []any {
 	hi, lo, uncounted := "+inf", "-inf", ""
 	if !q.To.IsZero() {
 		hi = "(" + strconv.FormatInt(micros(q.To), 10)
@@ -472,29 +472,29 @@ func runsArgs(q *driver.RunQuery) []any {
 }
 
 // stateOps names the JobStateOps for ledger_state.lua.
-var stateOps = map[driver.JobStateOp]string{
-	driver.JobPause:       "pause",
-	driver.JobResume:      "resume",
-	driver.JobTrigger:     "trigger",
-	driver.JobTriggerDone: "done",
+var stateOps = map[ledger.JobStateOp]string{
+	ledger.JobPause:       "pause",
+	ledger.JobResume:      "resume",
+	ledger.JobTrigger:     "trigger",
+	ledger.JobTriggerDone: "done",
 }
 
-// SetJobState implements driver.Ledger in one pipeline: ledger_state.lua
+// SetJobState implements ledger.Ledger in one pipeline: ledger_state.lua
 // changes the job's field of the state hash and returns the new state, and
 // an HMGET reads the job's registration; for JobRegister,
 // ledger_register.lua changes the registration and an HMGET reads the
 // state; JobForget is an HDEL of each. On a Cluster the two hashes may be
 // on two nodes: one round trip to each. A trigger request's At is Redis's
 // TIME; Since is kept in microseconds.
-func (s *Store) SetJobState(ctx context.Context, p driver.JobStateParams) (driver.JobState, error) {
+func (s *Store) SetJobState(ctx context.Context, p ledger.JobStateParams) (ledger.JobState, error) {
 	if err := ctx.Err(); err != nil {
-		return driver.JobState{}, ledgerErr("set job state", err)
+		return ledger.JobState{}, ledgerErr("set job state", err)
 	}
 	if err := p.Check(); err != nil {
-		return driver.JobState{}, fmt.Errorf("redisstore: %w", err)
+		return ledger.JobState{}, fmt.Errorf("redisstore: %w", err)
 	}
 	what := fmt.Sprintf("set job state %q", p.Job)
-	if p.Op == driver.JobForget {
+	if p.Op == ledger.JobForget {
 		pipe := s.client.Pipeline()
 		dels := []*redis.IntCmd{pipe.HDel(ctx, s.stateKey(), p.Job), pipe.HDel(ctx, s.specsKey(), p.Job)}
 		err := execPipe(ctx, pipe)
@@ -504,9 +504,9 @@ func (s *Store) SetJobState(ctx context.Context, p driver.JobStateParams) (drive
 			}
 		}
 		if err != nil {
-			return driver.JobState{}, ledgerErr(what, err)
+			return ledger.JobState{}, ledgerErr(what, err)
 		}
-		return driver.JobState{Job: p.Job}, nil
+		return ledger.JobState{Job: p.Job}, nil
 	}
 	var (
 		call  *scriptCall
@@ -514,7 +514,7 @@ func (s *Store) SetJobState(ctx context.Context, p driver.JobStateParams) (drive
 		state func() (string, error) // the state hash's field
 		spec  func() (string, error) // the registration hash's field
 	)
-	if p.Op == driver.JobRegister {
+	if p.Op == ledger.JobRegister {
 		call = &scriptCall{script: registerScript, keys: []string{s.specsKey()},
 			args: []any{p.Job, p.Spec, micros(p.Since)}}
 		state = func() (string, error) { return fieldOrDefault(other, "0") }
@@ -526,29 +526,29 @@ func (s *Store) SetJobState(ctx context.Context, p driver.JobStateParams) (drive
 		spec = func() (string, error) { return fieldOrDefault(other, "") }
 	}
 	err := s.runCalls(ctx, []*scriptCall{call}, func(pipe redis.Pipeliner) {
-		if p.Op == driver.JobRegister {
+		if p.Op == ledger.JobRegister {
 			other = pipe.HMGet(ctx, s.stateKey(), p.Job)
 		} else {
 			other = pipe.HMGet(ctx, s.specsKey(), p.Job)
 		}
 	})
 	if err != nil {
-		return driver.JobState{}, ledgerErr(what, err)
+		return ledger.JobState{}, ledgerErr(what, err)
 	}
 	sv, err := state()
 	if err != nil {
-		return driver.JobState{}, ledgerErr(what, err)
+		return ledger.JobState{}, ledgerErr(what, err)
 	}
 	st, err := decodeState(p.Job, sv)
 	if err != nil {
-		return driver.JobState{}, ledgerErr(what, err)
+		return ledger.JobState{}, ledgerErr(what, err)
 	}
 	rv, err := spec()
 	if err == nil {
 		err = decodeSpec(&st, rv)
 	}
 	if err != nil {
-		return driver.JobState{}, ledgerErr(what, err)
+		return ledger.JobState{}, ledgerErr(what, err)
 	}
 	return st, nil
 }
@@ -577,7 +577,7 @@ func fieldOrDefault(c *redis.SliceCmd, def string) (string, error) {
 
 // decodeSpec sets st's registration from a field of the registration
 // hash, since .. ':' .. spec; "" leaves it unset.
-func decodeSpec(st *driver.JobState, v string) error {
+func decodeSpec(st *ledger.JobState, v string) error {
 	if v == "" {
 		return nil
 	}
@@ -591,8 +591,8 @@ func decodeSpec(st *driver.JobState, v string) error {
 }
 
 // decodeState reads a job's state as ledger_state.lua keeps it.
-func decodeState(job, v string) (driver.JobState, error) {
-	st := driver.JobState{Job: job}
+func decodeState(job, v string) (ledger.JobState, error) {
+	st := ledger.JobState{Job: job}
 	if v == "" {
 		return st, errors.New("empty job state")
 	}
@@ -607,15 +607,15 @@ func decodeState(job, v string) (driver.JobState, error) {
 		if !ok1 || !ok2 || err1 != nil || err2 != nil || l < 0 || l > len(rest) {
 			return st, fmt.Errorf("malformed job state %q", v)
 		}
-		st.Triggers = append(st.Triggers, driver.TriggerRequest{ID: rest[:l], At: fromMicros(us)})
+		st.Triggers = append(st.Triggers, ledger.TriggerRequest{ID: rest[:l], At: fromMicros(us)})
 		rest = rest[l:]
 	}
 	return st, nil
 }
 
-// JobStates implements driver.Ledger with one HGETALL of the state hash,
+// JobStates implements ledger.Ledger with one HGETALL of the state hash,
 // which holds only the jobs not in the default state.
-func (s *Store) JobStates(ctx context.Context) ([]driver.JobState, error) {
+func (s *Store) JobStates(ctx context.Context) ([]ledger.JobState, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, ledgerErr("job states", err)
 	}
@@ -623,7 +623,7 @@ func (s *Store) JobStates(ctx context.Context) ([]driver.JobState, error) {
 	if err != nil {
 		return nil, ledgerErr("job states", err)
 	}
-	out := make([]driver.JobState, 0, len(m))
+	out := make([]ledger.JobState, 0, len(m))
 	for job, v := range m {
 		st, err := decodeState(job, v)
 		if err != nil {
@@ -634,9 +634,9 @@ func (s *Store) JobStates(ctx context.Context) ([]driver.JobState, error) {
 	return out, nil
 }
 
-// Jobs implements driver.Ledger with an HGETALL of the state hash and one
+// Jobs implements ledger.Ledger with an HGETALL of the state hash and one
 // of the registration hash, in one pipeline.
-func (s *Store) Jobs(ctx context.Context) ([]driver.JobState, error) {
+func (s *Store) Jobs(ctx context.Context) ([]ledger.JobState, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, ledgerErr("jobs", err)
 	}
@@ -654,7 +654,7 @@ func (s *Store) Jobs(ctx context.Context) ([]driver.JobState, error) {
 		return nil, ledgerErr("jobs", err)
 	}
 	index := make(map[string]int, len(sm))
-	out := make([]driver.JobState, 0, len(sm)+len(rm))
+	out := make([]ledger.JobState, 0, len(sm)+len(rm))
 	for job, v := range sm {
 		st, err := decodeState(job, v)
 		if err != nil {
@@ -667,7 +667,7 @@ func (s *Store) Jobs(ctx context.Context) ([]driver.JobState, error) {
 		i, ok := index[job]
 		if !ok {
 			i = len(out)
-			out = append(out, driver.JobState{Job: job})
+			out = append(out, ledger.JobState{Job: job})
 		}
 		if err := decodeSpec(&out[i], v); err != nil {
 			return nil, ledgerErr("jobs", fmt.Errorf("job %q: %w", job, err))
@@ -676,13 +676,13 @@ func (s *Store) Jobs(ctx context.Context) ([]driver.JobState, error) {
 	return out, nil
 }
 
-// Prune implements driver.Ledger. Claims expire by themselves (PX), so it
+// Prune implements ledger.Ledger. Claims expire by themselves (PX), so it
 // deletes none and reports none. It reads the jobs set and prunes trigger
 // requests (ledger_state.lua) in one pipeline, then runs ledger_prune.lua
 // for every job in a second: two round trips (per node) when run records
 // are pruned, one otherwise.
-func (s *Store) Prune(ctx context.Context, p driver.PruneParams) (driver.PruneResult, error) {
-	var res driver.PruneResult
+func (s *Store) Prune(ctx context.Context, p ledger.PruneParams) (ledger.PruneResult, error) {
+	var res ledger.PruneResult
 	if err := ctx.Err(); err != nil {
 		return res, ledgerErr("prune", err)
 	}

@@ -11,8 +11,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/tasklock/tasklock/driver"
-	"github.com/tasklock/tasklock/storetest"
+	"github.com/tasklock/tasklock/ledger"
+	"github.com/tasklock/tasklock/ledgertest"
 )
 
 func TestLedgerSingle(t *testing.T) {
@@ -29,7 +29,7 @@ func TestLedgerCluster(t *testing.T) {
 // tests against d.
 func runLedger(t *testing.T, d deployment) {
 	t.Run("Conformance", func(t *testing.T) {
-		storetest.RunLedger(t, func(t *testing.T) driver.Store { return newStore(t, d.newClient(t), nil) })
+		ledgertest.Run(t, func(t *testing.T) ledger.Ledger { return newStore(t, d.newClient(t), nil) })
 	})
 	t.Run("RoundTrips", func(t *testing.T) { testLedgerRoundTrips(t, d) })
 	t.Run("OddNames", func(t *testing.T) { testLedgerOddNames(t, d) })
@@ -46,20 +46,20 @@ func testLedgerRunningIndex(t *testing.T, d deployment) {
 	s := newStore(t, c, nil)
 	ctx := ctxT(t)
 	const jobs = 200
-	var rs []driver.RunRecord
+	var rs []ledger.RunRecord
 	for j := range jobs {
 		for k := range 5 {
-			rs = append(rs, driver.RunRecord{Job: fmt.Sprintf("job-%d", j), Tick: ledgerTick.Add(time.Duration(k) * time.Second), Attempt: 1, Status: driver.RunOK})
+			rs = append(rs, ledger.RunRecord{Job: fmt.Sprintf("job-%d", j), Tick: ledgerTick.Add(time.Duration(k) * time.Second), Attempt: 1, Status: ledger.RunOK})
 		}
 	}
-	run := func(job string, k int, st driver.RunStatus) driver.RunRecord {
-		return driver.RunRecord{Job: job, Tick: ledgerTick.Add(time.Duration(k) * time.Second), Attempt: 1, Status: st}
+	run := func(job string, k int, st ledger.RunStatus) ledger.RunRecord {
+		return ledger.RunRecord{Job: job, Tick: ledgerTick.Add(time.Duration(k) * time.Second), Attempt: 1, Status: st}
 	}
-	rs = append(rs, run("job-7", 10, driver.RunRunning), run("job-9", 11, driver.RunRunning), run("job-9", 12, driver.RunRunning))
+	rs = append(rs, run("job-7", 10, ledger.RunRunning), run("job-9", 11, ledger.RunRunning), run("job-9", 12, ledger.RunRunning))
 	if err := s.RecordRuns(ctx, rs); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.RecordRuns(ctx, []driver.RunRecord{run("job-9", 11, driver.RunInterrupted)}); err != nil {
+	if err := s.RecordRuns(ctx, []ledger.RunRecord{run("job-9", 11, ledger.RunInterrupted)}); err != nil {
 		t.Fatal(err)
 	}
 	// A member whose record is gone, as after a prune, and one whose
@@ -69,12 +69,12 @@ func testLedgerRunningIndex(t *testing.T, d deployment) {
 	}
 	cmds := &cmdHook{}
 	c.AddHook(cmds)
-	got, err := s.Runs(ctx, driver.RunQuery{Status: driver.RunRunning, Limit: 1000})
+	got, err := s.Runs(ctx, ledger.RunQuery{Status: ledger.RunRunning, Limit: 1000})
 	if err != nil {
 		t.Fatal(err)
 	}
 	sent, _ := cmds.take()
-	if len(got) != 2 || got[0].Job != "job-9" || got[1].Job != "job-7" || got[0].Status != driver.RunRunning {
+	if len(got) != 2 || got[0].Job != "job-9" || got[1].Job != "job-7" || got[0].Status != ledger.RunRunning {
 		t.Fatalf("Runs(running) = %+v, want job-9's at 12 s and job-7's", got)
 	}
 	for _, name := range sent {
@@ -144,10 +144,10 @@ func testLedgerRoundTrips(t *testing.T, d deployment) {
 	s := newStore(t, c, nil)
 	ctx := ctxT(t)
 	const jobs, ticks = 300, 4
-	var ps []driver.ClaimParams
+	var ps []ledger.ClaimParams
 	for j := range jobs {
 		for k := range ticks {
-			ps = append(ps, driver.ClaimParams{Job: fmt.Sprintf("job-%d", j), Tick: ledgerTick.Add(time.Duration(k) * time.Second),
+			ps = append(ps, ledger.ClaimParams{Job: fmt.Sprintf("job-%d", j), Tick: ledgerTick.Add(time.Duration(k) * time.Second),
 				Node: "n1", Token: "t1", Retain: time.Hour})
 		}
 	}
@@ -193,18 +193,18 @@ func testLedgerRoundTrips(t *testing.T, d deployment) {
 		t.Fatal(err)
 	}
 	for i, e := range res {
-		var ce *driver.ClaimedError
+		var ce *ledger.ClaimedError
 		if !errors.As(e, &ce) || ce.Node != "n1" || time.Since(ce.At).Abs() > time.Minute {
 			t.Fatalf("claim %d by another token: %v (%+v)", i, e, ce)
 		}
 	}
 
-	if _, err := s.SetJobState(ctx, driver.JobStateParams{Job: "job-1", Op: driver.JobPause}); err != nil {
+	if _, err := s.SetJobState(ctx, ledger.JobStateParams{Job: "job-1", Op: ledger.JobPause}); err != nil {
 		t.Fatal(err)
 	}
-	var rs []driver.RunRecord
+	var rs []ledger.RunRecord
 	for j := range 20 {
-		rs = append(rs, driver.RunRecord{Job: fmt.Sprintf("job-%d", j), Tick: ledgerTick, Attempt: 1, Status: driver.RunOK})
+		rs = append(rs, ledger.RunRecord{Job: fmt.Sprintf("job-%d", j), Tick: ledgerTick, Attempt: 1, Status: ledger.RunOK})
 	}
 	cmds.take()
 	if err := s.RecordRuns(ctx, rs); err != nil {
@@ -223,12 +223,12 @@ func testLedgerRoundTrips(t *testing.T, d deployment) {
 	// Registered jobs stay out of the hash JobStates reads. Warm the
 	// script cache of the node that holds the registrations first: on a
 	// Cluster it may not have run the script yet (EVALSHA, then EVAL).
-	if _, err := s.SetJobState(ctx, driver.JobStateParams{Job: "job-0", Op: driver.JobRegister, Spec: "* * * * *", Since: ledgerTick}); err != nil {
+	if _, err := s.SetJobState(ctx, ledger.JobStateParams{Job: "job-0", Op: ledger.JobRegister, Spec: "* * * * *", Since: ledgerTick}); err != nil {
 		t.Fatal(err)
 	}
 	cmds.take()
 	for j := range 50 {
-		if _, err := s.SetJobState(ctx, driver.JobStateParams{Job: fmt.Sprintf("job-%d", j), Op: driver.JobRegister,
+		if _, err := s.SetJobState(ctx, ledger.JobStateParams{Job: fmt.Sprintf("job-%d", j), Op: ledger.JobRegister,
 			Spec: "* * * * *", Since: ledgerTick}); err != nil {
 			t.Fatal(err)
 		}
@@ -246,13 +246,13 @@ func testLedgerRoundTrips(t *testing.T, d deployment) {
 	if got, pipelines := cmds.take(); pipelines != 1 || len(got) != 2 {
 		t.Errorf("Jobs sent %v in %d pipelines, want 2 commands in 1", got, pipelines)
 	}
-	if got, err := s.Runs(ctx, driver.RunQuery{Job: "job-3"}); err != nil || len(got) != 1 {
+	if got, err := s.Runs(ctx, ledger.RunQuery{Job: "job-3"}); err != nil || len(got) != 1 {
 		t.Fatalf("Runs of one job = %+v, %v", got, err)
 	}
 	if got, pipelines := cmds.take(); len(got) != 1 || pipelines != 1 {
 		t.Errorf("Runs of one job sent %v in %d pipelines, want one command", got, pipelines)
 	}
-	if got, err := s.Runs(ctx, driver.RunQuery{Limit: 5}); err != nil || len(got) != 5 {
+	if got, err := s.Runs(ctx, ledger.RunQuery{Limit: 5}); err != nil || len(got) != 5 {
 		t.Fatalf("Runs of every job = %d records, %v", len(got), err)
 	}
 	if got, _ := cmds.take(); len(got) != 1+20 {
@@ -273,26 +273,26 @@ func testLedgerOddNames(t *testing.T, d deployment) {
 	names := []string{"}lead", "a}b{c", "x{y}", "{}", "with:colons:", "nl\nnl", "\xff\xfe", "é"}
 	for i, job := range names {
 		trigger := names[(i+1)%len(names)]
-		p := driver.ClaimParams{Job: job, Tick: ledgerTick, Trigger: trigger, Node: names[(i+2)%len(names)],
+		p := ledger.ClaimParams{Job: job, Tick: ledgerTick, Trigger: trigger, Node: names[(i+2)%len(names)],
 			Token: names[(i+3)%len(names)], Retain: time.Hour}
-		res, err := s.Claim(ctx, []driver.ClaimParams{p, p})
+		res, err := s.Claim(ctx, []ledger.ClaimParams{p, p})
 		if err != nil || res[0] != nil || res[1] != nil {
 			t.Fatalf("claim %q/%q: %v, %v", job, trigger, res, err)
 		}
 		q := p
 		q.Token = "other"
-		res, err = s.Claim(ctx, []driver.ClaimParams{q})
-		var ce *driver.ClaimedError
+		res, err = s.Claim(ctx, []ledger.ClaimParams{q})
+		var ce *ledger.ClaimedError
 		if err != nil || !errors.As(res[0], &ce) || ce.Node != p.Node {
 			t.Fatalf("claim %q/%q by another token: %v, %v", job, trigger, res, err)
 		}
 
-		r := driver.RunRecord{Job: job, Tick: ledgerTick, Trigger: trigger, Attempt: 2, Node: p.Node, Fence: 1<<64 - 1,
-			Start: ledgerTick.Add(time.Millisecond), Status: driver.RunFailed, Error: "e:" + job, Output: "3:abc" + trigger}
-		if err := s.RecordRuns(ctx, []driver.RunRecord{r}); err != nil {
+		r := ledger.RunRecord{Job: job, Tick: ledgerTick, Trigger: trigger, Attempt: 2, Node: p.Node, Fence: 1<<64 - 1,
+			Start: ledgerTick.Add(time.Millisecond), Status: ledger.RunFailed, Error: "e:" + job, Output: "3:abc" + trigger}
+		if err := s.RecordRuns(ctx, []ledger.RunRecord{r}); err != nil {
 			t.Fatal(err)
 		}
-		got, err := s.Runs(ctx, driver.RunQuery{Job: job, Status: driver.RunFailed})
+		got, err := s.Runs(ctx, ledger.RunQuery{Job: job, Status: ledger.RunFailed})
 		if err != nil || len(got) != 1 {
 			t.Fatalf("runs of %q: %+v, %v", job, got, err)
 		}
@@ -303,12 +303,12 @@ func testLedgerOddNames(t *testing.T, d deployment) {
 			t.Fatalf("record of %q:\n got  %+v\n want %+v", job, g, r)
 		}
 
-		st, err := s.SetJobState(ctx, driver.JobStateParams{Job: job, Op: driver.JobTrigger, Trigger: trigger})
+		st, err := s.SetJobState(ctx, ledger.JobStateParams{Job: job, Op: ledger.JobTrigger, Trigger: trigger})
 		if err != nil || len(st.Triggers) != 1 || st.Triggers[0].ID != trigger {
 			t.Fatalf("trigger %q of %q: %+v, %v", trigger, job, st, err)
 		}
 		spec := "1:" + trigger + ":" + job
-		st, err = s.SetJobState(ctx, driver.JobStateParams{Job: job, Op: driver.JobRegister, Spec: spec, Since: ledgerTick})
+		st, err = s.SetJobState(ctx, ledger.JobStateParams{Job: job, Op: ledger.JobRegister, Spec: spec, Since: ledgerTick})
 		if err != nil || st.Spec != spec || !st.Since.Equal(ledgerTick) || len(st.Triggers) != 1 {
 			t.Fatalf("register %q as %q: %+v, %v", job, spec, st, err)
 		}
@@ -326,7 +326,7 @@ func testLedgerOddNames(t *testing.T, d deployment) {
 	if err != nil || len(sts) != len(names) {
 		t.Fatalf("JobStates = %+v, %v; want %d jobs", sts, err, len(names))
 	}
-	if rs, err := s.Runs(ctx, driver.RunQuery{}); err != nil || len(rs) != len(names) {
+	if rs, err := s.Runs(ctx, ledger.RunQuery{}); err != nil || len(rs) != len(names) {
 		t.Fatalf("Runs of every job = %d records, %v; want %d", len(rs), err, len(names))
 	}
 }
@@ -338,26 +338,26 @@ func testLedgerNoScript(t *testing.T, d deployment) {
 	s := newStore(t, c, nil)
 	ctx := ctxT(t)
 	forEachMaster(t, c, func(c *redis.Client) error { return c.ScriptFlush(ctx).Err() })
-	res, err := s.Claim(ctx, []driver.ClaimParams{{Job: "j", Tick: ledgerTick, Token: "t", Retain: time.Hour}})
+	res, err := s.Claim(ctx, []ledger.ClaimParams{{Job: "j", Tick: ledgerTick, Token: "t", Retain: time.Hour}})
 	if err != nil || res[0] != nil {
 		t.Fatalf("Claim after SCRIPT FLUSH: %v, %v", res, err)
 	}
-	if err := s.RecordRuns(ctx, []driver.RunRecord{{Job: "j", Tick: ledgerTick, Attempt: 1, Status: driver.RunOK}}); err != nil {
+	if err := s.RecordRuns(ctx, []ledger.RunRecord{{Job: "j", Tick: ledgerTick, Attempt: 1, Status: ledger.RunOK}}); err != nil {
 		t.Fatalf("RecordRuns after SCRIPT FLUSH: %v", err)
 	}
-	if rs, err := s.Runs(ctx, driver.RunQuery{}); err != nil || len(rs) != 1 {
+	if rs, err := s.Runs(ctx, ledger.RunQuery{}); err != nil || len(rs) != 1 {
 		t.Fatalf("Runs after SCRIPT FLUSH: %v, %v", rs, err)
 	}
-	if _, err := s.SetJobState(ctx, driver.JobStateParams{Job: "j", Op: driver.JobTrigger, Trigger: "x"}); err != nil {
+	if _, err := s.SetJobState(ctx, ledger.JobStateParams{Job: "j", Op: ledger.JobTrigger, Trigger: "x"}); err != nil {
 		t.Fatalf("SetJobState after SCRIPT FLUSH: %v", err)
 	}
-	st, err := s.SetJobState(ctx, driver.JobStateParams{Job: "j", Op: driver.JobRegister, Spec: "@daily", Since: ledgerTick})
+	st, err := s.SetJobState(ctx, ledger.JobStateParams{Job: "j", Op: ledger.JobRegister, Spec: "@daily", Since: ledgerTick})
 	if err != nil || st.Spec != "@daily" || len(st.Triggers) != 1 {
 		t.Fatalf("register after SCRIPT FLUSH: %+v, %v", st, err)
 	}
 	forEachMaster(t, c, func(c *redis.Client) error { return c.ScriptFlush(ctx).Err() })
-	res2, err := s.Prune(ctx, driver.PruneParams{KeepPerJob: 1, TriggersOlderThan: time.Hour})
-	if err != nil || res2 != (driver.PruneResult{}) {
+	res2, err := s.Prune(ctx, ledger.PruneParams{KeepPerJob: 1, TriggersOlderThan: time.Hour})
+	if err != nil || res2 != (ledger.PruneResult{}) {
 		t.Fatalf("Prune after SCRIPT FLUSH: %+v, %v", res2, err)
 	}
 }
@@ -368,26 +368,26 @@ func testLedgerNoScript(t *testing.T, d deployment) {
 func testLedgerKeepWithinTick(t *testing.T, d deployment) {
 	s := newStore(t, d.newClient(t), nil)
 	ctx := ctxT(t)
-	var rs []driver.RunRecord
+	var rs []ledger.RunRecord
 	for _, trig := range []string{"", "B", "a", "ab", "\xff"} {
 		for attempt := 1; attempt <= 11; attempt += 5 {
-			rs = append(rs, driver.RunRecord{Job: "k", Tick: ledgerTick, Trigger: trig, Attempt: attempt, Status: driver.RunOK})
+			rs = append(rs, ledger.RunRecord{Job: "k", Tick: ledgerTick, Trigger: trig, Attempt: attempt, Status: ledger.RunOK})
 		}
 	}
-	rs = append(rs, driver.RunRecord{Job: "k", Tick: ledgerTick.Add(-time.Second), Attempt: 1, Status: driver.RunOK})
+	rs = append(rs, ledger.RunRecord{Job: "k", Tick: ledgerTick.Add(-time.Second), Attempt: 1, Status: ledger.RunOK})
 	if err := s.RecordRuns(ctx, rs); err != nil {
 		t.Fatal(err)
 	}
-	all, err := s.Runs(ctx, driver.RunQuery{Job: "k"})
+	all, err := s.Runs(ctx, ledger.RunQuery{Job: "k"})
 	if err != nil || len(all) != len(rs) {
 		t.Fatalf("Runs = %d records, %v", len(all), err)
 	}
 	const keep = 7
-	res, err := s.Prune(ctx, driver.PruneParams{KeepPerJob: keep})
+	res, err := s.Prune(ctx, ledger.PruneParams{KeepPerJob: keep})
 	if err != nil || res.Runs != len(rs)-keep {
 		t.Fatalf("Prune = %+v, %v; want %d runs deleted", res, err, len(rs)-keep)
 	}
-	kept, err := s.Runs(ctx, driver.RunQuery{Job: "k"})
+	kept, err := s.Runs(ctx, ledger.RunQuery{Job: "k"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -396,8 +396,8 @@ func testLedgerKeepWithinTick(t *testing.T, d deployment) {
 	}
 }
 
-func runKeys(rs []driver.RunRecord) []driver.RunKey {
-	out := make([]driver.RunKey, len(rs))
+func runKeys(rs []ledger.RunRecord) []ledger.RunKey {
+	out := make([]ledger.RunKey, len(rs))
 	for i, r := range rs {
 		out[i] = r.Key()
 	}

@@ -116,7 +116,7 @@ type Options struct {
 
 // Store keeps leases in Redis. It implements driver.Store, driver.Notifier,
 // driver.Lister, driver.ForceReleaser, driver.Batcher (batch.go) and
-// driver.Ledger (ledger.go), and is safe for concurrent use. Create it with
+// ledger.Ledger (ledger.go), and is safe for concurrent use. Create it with
 // New.
 type Store struct {
 	client       redis.UniversalClient

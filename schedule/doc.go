@@ -3,8 +3,8 @@
 // Scheduler and however far apart their clocks are.
 //
 // It is built on the public tasklock API (a job's runs hold the job's lock)
-// and on a store's tick ledger (driver.Ledger), which every store passes in
-// storetest.RunLedger.
+// and on a store's tick ledger (package ledger), which every store but
+// redlock implements and checks with ledgertest.Run.
 //
 //	store := memstore.New(nil) // or redisstore, pgstore, ...
 //	locker, _ := tasklock.New(store, nil)
@@ -32,7 +32,7 @@
 //
 // Only ticks the fleet owes are looked at: Start (or Add after Start)
 // registers each job's schedule in the ledger, and the first node to
-// register a schedule records when (driver.JobRegister). The look back
+// register a schedule records when (ledger.JobRegister). The look back
 // never reaches before that, so a new job — on the first start of the
 // fleet, or added later — and a job whose schedule (or time zone) changed
 // start at their next tick, with no missed ticks from before they existed.

@@ -1,6 +1,10 @@
 package schedule
 
-import "time"
+import (
+	"time"
+
+	"github.com/tasklock/tasklock/ledger"
+)
 
 // EventType tells what happened to a tick on this node.
 type EventType uint8
@@ -53,11 +57,11 @@ type Event struct {
 	// EventMissed the time of the claim − Tick, for EventRunStarted and
 	// EventRunEnded Start − Tick (retries start later by their backoff).
 	Late     time.Duration
-	Start    time.Time     // EventRunStarted, EventRunEnded: when the attempt started
-	Duration time.Duration // EventRunEnded: how long the attempt took
-	Status   Status        // EventRunEnded, EventSkipped, EventMissed: the status recorded in history
-	Error    string        // EventRunEnded, EventSkipped, EventMissed: the error text recorded in history
-	RanOn    string        // EventRunInterrupted: the node the attempt ran on
+	Start    time.Time        // EventRunStarted, EventRunEnded: when the attempt started
+	Duration time.Duration    // EventRunEnded: how long the attempt took
+	Status   ledger.RunStatus // EventRunEnded, EventSkipped, EventMissed: the status recorded in history
+	Error    string           // EventRunEnded, EventSkipped, EventMissed: the error text recorded in history
+	RanOn    string           // EventRunInterrupted: the node the attempt ran on
 }
 
 // emit passes e to Config.OnEvent.
@@ -70,13 +74,13 @@ func (s *Scheduler) emit(e Event) {
 
 // recordEvent is the event of a history record that was not attempted
 // (EventSkipped, EventMissed).
-func recordEvent(t EventType, r *RunRecord, late time.Duration) Event {
+func recordEvent(t EventType, r *ledger.RunRecord, late time.Duration) Event {
 	return Event{Type: t, Job: r.Job, Tick: r.Tick, Trigger: r.Trigger, Late: late, Status: r.Status, Error: r.Error}
 }
 
 // runEvent is the event of an attempt's history record (EventRunStarted
 // before the handler is called, EventRunEnded once recorded).
-func runEvent(t EventType, r *RunRecord, catchUp bool) Event {
+func runEvent(t EventType, r *ledger.RunRecord, catchUp bool) Event {
 	e := Event{
 		Type: t, Job: r.Job, Tick: r.Tick, Trigger: r.Trigger, CatchUp: catchUp,
 		Attempt: r.Attempt, Fence: r.Fence, Start: r.Start, Late: r.Start.Sub(r.Tick),

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tasklock/tasklock"
+	"github.com/tasklock/tasklock/ledger"
 )
 
 // eventLog collects the events of one or more Schedulers.
@@ -86,7 +87,7 @@ func TestEventsOfTicks(t *testing.T) {
 		if start.Attempt != 1 || start.Fence == 0 || start.Late != start.Start.Sub(tick) || start.Start.IsZero() {
 			t.Errorf("run started %+v", start)
 		}
-		if end.Status != StatusOK || end.Fence != start.Fence || end.Attempt != 1 || !end.Start.Equal(start.Start) || end.Duration < 0 || end.Error != "" {
+		if end.Status != ledger.RunOK || end.Fence != start.Fence || end.Attempt != 1 || !end.Start.Equal(start.Start) || end.Duration < 0 || end.Error != "" {
 			t.Errorf("run ended %+v after %+v", end, start)
 		}
 	}
@@ -95,12 +96,12 @@ func TestEventsOfTicks(t *testing.T) {
 		t.Fatalf("spaced@t0: events %s", types(evs))
 	}
 	_, evs := claimer("spaced", t0.Add(10*time.Second))
-	if types(evs) != "claimed skipped" || evs[1].Status != StatusSkipped || !strings.Contains(evs[1].Error, "held by") {
+	if types(evs) != "claimed skipped" || evs[1].Status != ledger.RunSkipped || !strings.Contains(evs[1].Error, "held by") {
 		t.Fatalf("spaced within MinHold: events %+v, want a claim and a skip", evs)
 	}
 
 	_, evs = claimer("failing", t0)
-	if types(evs) != "claimed run_started run_ended" || evs[2].Status != StatusFailed || evs[2].Error != "boom" {
+	if types(evs) != "claimed run_started run_ended" || evs[2].Status != ledger.RunFailed || evs[2].Error != "boom" {
 		t.Fatalf("failing@t0: events %+v", evs)
 	}
 
@@ -138,7 +139,7 @@ func TestEventsOfMissedTicks(t *testing.T) {
 			switch {
 			case e.Type == EventClaimed && e.Late != c.clock.Now().Sub(tick):
 				t.Errorf("claim of tick %d: late %v", m, e.Late)
-			case e.Type == EventMissed && (e.Status != StatusMissed || e.Late < time.Minute || !strings.Contains(e.Error, "missed")):
+			case e.Type == EventMissed && (e.Status != ledger.RunMissed || e.Late < time.Minute || !strings.Contains(e.Error, "missed")):
 				t.Errorf("missed tick %d: %+v", m, e)
 			case e.Type == EventRunStarted && !e.CatchUp:
 				t.Errorf("catch-up run of tick %d: %+v", m, e)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tasklock/tasklock"
+	"github.com/tasklock/tasklock/ledger"
 	"github.com/tasklock/tasklock/memstore"
 	"github.com/tasklock/tasklock/schedule"
 )
@@ -102,7 +103,7 @@ func ExampleScheduler_Trigger() {
 	if err := s.Shutdown(ctx); err != nil { // waits for the run to be recorded
 		panic(err)
 	}
-	history, err := s.Runs(ctx, schedule.RunQuery{Job: "nightly-report"})
+	history, err := s.Runs(ctx, ledger.RunQuery{Job: "nightly-report"})
 	if err != nil {
 		panic(err)
 	}

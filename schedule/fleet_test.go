@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/tasklock/tasklock"
-	"github.com/tasklock/tasklock/driver"
+	"github.com/tasklock/tasklock/ledger"
 )
 
 // noTick is a Schedule that cannot answer: Next never finds a tick.
@@ -121,7 +121,7 @@ func TestNewJobStartsAtItsNextTick(t *testing.T) {
 	a := c.node("a", 0, nil).add(t, job).start(t)
 	c.settle(true)
 	c.step(15 * time.Second) // past the 00:01:00 tick... which is at the instant of the registration
-	if rs := c.history("new"); len(rs) != 1 || rs[0].Status != StatusOK || !rs[0].Tick.Equal(added) {
+	if rs := c.history("new"); len(rs) != 1 || rs[0].Status != ledger.RunOK || !rs[0].Tick.Equal(added) {
 		t.Fatalf("a new job: %d records %v, want only its tick at %v, ok", len(rs), rs, added)
 	}
 	for _, cl := range rec.snapshot() {
@@ -152,7 +152,7 @@ func TestNewJobStartsAtItsNextTick(t *testing.T) {
 	// The known job's missed ticks go to its misfire policy: caught up.
 	var caught int
 	for _, r := range c.historyAfter("new", back.Add(-5*time.Minute)) {
-		if !r.Tick.After(back) && r.Status == StatusOK {
+		if !r.Tick.After(back) && r.Status == ledger.RunOK {
 			caught++
 		}
 	}
@@ -165,7 +165,7 @@ func TestNewJobStartsAtItsNextTick(t *testing.T) {
 	}
 	c.step(20 * time.Second)
 	rs := c.historyAfter("later", back)
-	if len(rs) != 1 || rs[0].Status != StatusOK || (rs[0].Tick.Second()%20) != 0 {
+	if len(rs) != 1 || rs[0].Status != ledger.RunOK || (rs[0].Tick.Second()%20) != 0 {
 		t.Errorf("the changed job after its next tick: %v", rs)
 	}
 	st := jobState(t, c, "later")
@@ -179,7 +179,7 @@ func TestNewJobStartsAtItsNextTick(t *testing.T) {
 	b.shutdown(t)
 }
 
-func jobState(t *testing.T, c *cluster, job string) driver.JobState {
+func jobState(t *testing.T, c *cluster, job string) ledger.JobState {
 	t.Helper()
 	sts, err := c.ledger.Jobs(context.Background())
 	if err != nil {
@@ -191,14 +191,14 @@ func jobState(t *testing.T, c *cluster, job string) driver.JobState {
 		}
 	}
 	t.Fatalf("the ledger does not list %q", job)
-	return driver.JobState{}
+	return ledger.JobState{}
 }
 
 // failingHistory is the cluster's ledger with RecordRuns failing, as when
 // the store refuses writes.
-type failingHistory struct{ driver.Ledger }
+type failingHistory struct{ ledger.Ledger }
 
-func (failingHistory) RecordRuns(context.Context, []driver.RunRecord) error {
+func (failingHistory) RecordRuns(context.Context, []ledger.RunRecord) error {
 	return errors.New("disk I/O error")
 }
 
@@ -259,14 +259,14 @@ func TestKilledNodeRunIsInterrupted(t *testing.T) {
 		t.Fatal("the handler did not start")
 	}
 	rs := c.history("long")
-	if len(rs) != 1 || rs[0].Status != StatusRunning || rs[0].Node != "a" || rs[0].Attempt != 1 || !rs[0].Tick.Equal(run.Tick) {
+	if len(rs) != 1 || rs[0].Status != ledger.RunRunning || rs[0].Node != "a" || rs[0].Attempt != 1 || !rs[0].Tick.Equal(run.Tick) {
 		t.Fatalf("while the handler runs: %v, want one running record of node a", rs)
 	}
 	b := c.node("b", 0, &Config{OnEvent: evs.on}).add(t, job).start(t)
 	c.settle(false)
 	c.advance(4 * time.Second) // a sweep on b: a is alive
 	c.settle(false)
-	if rs := c.history("long"); len(rs) != 1 || rs[0].Status != StatusRunning {
+	if rs := c.history("long"); len(rs) != 1 || rs[0].Status != ledger.RunRunning {
 		t.Fatalf("a live node's run was settled: %v", rs)
 	}
 
@@ -275,7 +275,7 @@ func TestKilledNodeRunIsInterrupted(t *testing.T) {
 	c.advance(4 * time.Second)
 	waitFor(t, "b to settle a's run", func() bool {
 		rs := c.history("long")
-		return len(rs) == 1 && rs[0].Status == StatusInterrupted
+		return len(rs) == 1 && rs[0].Status == ledger.RunInterrupted
 	})
 	// The event follows the record's write: wait for it too.
 	waitFor(t, "EventRunInterrupted", func() bool {
@@ -297,7 +297,7 @@ func TestKilledNodeRunIsInterrupted(t *testing.T) {
 	for _, e := range evs.evs {
 		if e.Type == EventRunInterrupted {
 			count++
-			if e.RanOn != "a" || e.Node != "b" || e.Job != "long" || e.Status != StatusInterrupted {
+			if e.RanOn != "a" || e.Node != "b" || e.Job != "long" || e.Status != ledger.RunInterrupted {
 				t.Errorf("interrupted event %+v", e)
 			}
 		}
@@ -316,20 +316,20 @@ func TestKilledNodeRunIsInterrupted(t *testing.T) {
 	close(unblock)
 	waitFor(t, "a's outcome", func() bool {
 		rs := c.history("long")
-		return len(rs) == 1 && rs[0].Status != StatusInterrupted
+		return len(rs) == 1 && rs[0].Status != ledger.RunInterrupted
 	})
 	b.shutdown(t)
 
 	// A running record left by an earlier process of node "c".
-	early := RunRecord{Job: "other", Tick: t0, Attempt: 1, Node: "c", Start: t0, Status: StatusRunning}
-	if err := c.ledger.RecordRuns(context.Background(), []RunRecord{early}); err != nil {
+	early := ledger.RunRecord{Job: "other", Tick: t0, Attempt: 1, Node: "c", Start: t0, Status: ledger.RunRunning}
+	if err := c.ledger.RecordRuns(context.Background(), []ledger.RunRecord{early}); err != nil {
 		t.Fatal(err)
 	}
 	c.advance(time.Minute)
 	c.node("c", 0, nil).start(t)
 	waitFor(t, "c to settle its earlier process's run", func() bool {
 		rs := c.history("other")
-		return len(rs) == 1 && rs[0].Status == StatusInterrupted
+		return len(rs) == 1 && rs[0].Status == ledger.RunInterrupted
 	})
 	if r := c.history("other")[0]; !strings.Contains(r.Error, `earlier process of node "c"`) {
 		t.Errorf("interrupted record %+v", r)

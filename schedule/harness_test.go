@@ -10,6 +10,7 @@ import (
 
 	"github.com/tasklock/tasklock"
 	"github.com/tasklock/tasklock/internal/fakeclock"
+	"github.com/tasklock/tasklock/ledger"
 	"github.com/tasklock/tasklock/memstore"
 )
 
@@ -172,9 +173,9 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func (c *cluster) history(job string) []RunRecord {
+func (c *cluster) history(job string) []ledger.RunRecord {
 	c.t.Helper()
-	rs, err := c.ledger.Runs(context.Background(), RunQuery{Job: job})
+	rs, err := c.ledger.Runs(context.Background(), ledger.RunQuery{Job: job})
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -182,9 +183,9 @@ func (c *cluster) history(job string) []RunRecord {
 }
 
 // historyAfter returns job's records for ticks after from, oldest first.
-func (c *cluster) historyAfter(job string, from time.Time) []RunRecord {
+func (c *cluster) historyAfter(job string, from time.Time) []ledger.RunRecord {
 	c.t.Helper()
-	rs, err := c.ledger.Runs(context.Background(), RunQuery{Job: job, From: from.Add(time.Nanosecond)})
+	rs, err := c.ledger.Runs(context.Background(), ledger.RunQuery{Job: job, From: from.Add(time.Nanosecond)})
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -194,9 +195,9 @@ func (c *cluster) historyAfter(job string, from time.Time) []RunRecord {
 
 // waitRecords waits until job has n records for ticks after from, none of
 // them running.
-func (c *cluster) waitRecords(job string, from time.Time, n int) []RunRecord {
+func (c *cluster) waitRecords(job string, from time.Time, n int) []ledger.RunRecord {
 	c.t.Helper()
-	var rs []RunRecord
+	var rs []ledger.RunRecord
 	waitFor(c.t, fmt.Sprintf("%d final records of %s", n, job), func() bool {
 		rs = c.historyAfter(job, from)
 		for _, r := range rs {

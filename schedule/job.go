@@ -10,7 +10,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/tasklock/tasklock"
-	"github.com/tasklock/tasklock/driver"
 )
 
 // Job is a periodic job. Only Name, Schedule and Handler are required; zero
@@ -203,34 +202,6 @@ type Run struct {
 	// last Config.OutputTail bytes) is recorded with the run.
 	Output io.Writer
 }
-
-// RunRecord is one entry of a job's history; see driver.RunRecord.
-type RunRecord = driver.RunRecord
-
-// RunQuery selects history records; see driver.RunQuery.
-type RunQuery = driver.RunQuery
-
-// RunKey identifies a history record; see driver.RunKey.
-type RunKey = driver.RunKey
-
-// Status is the outcome of a run recorded in history.
-type Status = driver.RunStatus
-
-// The statuses, as defined by the driver package.
-const (
-	StatusOK      = driver.RunOK
-	StatusFailed  = driver.RunFailed
-	StatusTimeout = driver.RunTimeout
-	StatusLost    = driver.RunLost
-	StatusSkipped = driver.RunSkipped
-	StatusMissed  = driver.RunMissed
-	// StatusRunning marks an attempt under way (not final); see
-	// driver.RunRunning.
-	StatusRunning = driver.RunRunning
-	// StatusInterrupted replaces a running record whose node stopped
-	// before it recorded the outcome; see driver.RunInterrupted.
-	StatusInterrupted = driver.RunInterrupted
-)
 
 // job is a validated Job with its parsed schedule and this node's progress
 // through its ticks.

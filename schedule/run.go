@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/tasklock/tasklock"
-	"github.com/tasklock/tasklock/driver"
+	"github.com/tasklock/tasklock/ledger"
 )
 
 // maxErrorLen bounds the error text recorded with a run, in bytes.
@@ -24,12 +24,12 @@ const maxErrorLen = 4096
 // after another.
 func (s *Scheduler) execute(j *job, items []work) {
 	defer s.runDone()
-	var missed []driver.RunRecord
+	var missed []ledger.RunRecord
 	var late []time.Duration
 	for _, w := range items {
 		if w.missed {
 			reason := fmt.Sprintf("schedule: tick missed: handled %v late, misfire policy %s", w.late.Round(time.Millisecond), j.Misfire)
-			missed = append(missed, s.notRun(j, w, driver.RunMissed, reason))
+			missed = append(missed, s.notRun(j, w, ledger.RunMissed, reason))
 			late = append(late, w.late)
 		}
 	}
@@ -47,8 +47,8 @@ func (s *Scheduler) execute(j *job, items []work) {
 }
 
 // notRun is the record of a tick that was not attempted.
-func (s *Scheduler) notRun(j *job, w work, status driver.RunStatus, reason string) driver.RunRecord {
-	return driver.RunRecord{
+func (s *Scheduler) notRun(j *job, w work, status ledger.RunStatus, reason string) ledger.RunRecord {
+	return ledger.RunRecord{
 		Job: j.Name, Tick: w.tick.UTC(), Trigger: w.trigger, Node: s.node,
 		End: s.clock.Now(), Status: status, Error: truncate(s.redacted(reason), maxErrorLen),
 	}
@@ -64,7 +64,7 @@ func (s *Scheduler) redacted(text string) string {
 
 // skip records a claimed tick as skipped, for reason.
 func (s *Scheduler) skip(j *job, w work, reason string) {
-	rec := s.notRun(j, w, driver.RunSkipped, reason)
+	rec := s.notRun(j, w, ledger.RunSkipped, reason)
 	s.record(rec)
 	s.emit(recordEvent(EventSkipped, &rec, 0))
 }
@@ -95,7 +95,7 @@ func (s *Scheduler) runTick(j *job, w work) {
 		defer s.removeDeadline(d)
 	}
 	for attempt := 1; ; attempt++ {
-		var rec driver.RunRecord
+		var rec ledger.RunRecord
 		if j.Overlap == OverlapSkip && lock == nil {
 			l, err := s.obtain(j)
 			switch {
@@ -104,7 +104,7 @@ func (s *Scheduler) runTick(j *job, w work) {
 				return
 			case err != nil:
 				now := s.clock.Now()
-				rec = s.notRun(j, w, driver.RunFailed, "schedule: taking the job's lock: "+err.Error())
+				rec = s.notRun(j, w, ledger.RunFailed, "schedule: taking the job's lock: "+err.Error())
 				rec.Attempt, rec.Start, rec.End = attempt, now, now
 				s.emit(runEvent(EventRunStarted, &rec, w.catchUp))
 			default:
@@ -120,7 +120,7 @@ func (s *Scheduler) runTick(j *job, w work) {
 		s.record(rec)
 		s.logRun(&rec)
 		s.emit(runEvent(EventRunEnded, &rec, w.catchUp))
-		retry := rec.Status == driver.RunFailed || rec.Status == driver.RunTimeout
+		retry := rec.Status == ledger.RunFailed || rec.Status == ledger.RunTimeout
 		if !retry || attempt > j.Retries || tickCtx.Err() != nil {
 			return
 		}
@@ -132,7 +132,7 @@ func (s *Scheduler) runTick(j *job, w work) {
 }
 
 // attempt calls the handler once and returns its record.
-func (s *Scheduler) attempt(parent context.Context, j *job, w work, n int, lock *tasklock.Lock) driver.RunRecord {
+func (s *Scheduler) attempt(parent context.Context, j *job, w work, n int, lock *tasklock.Lock) ledger.RunRecord {
 	ctx, cancel := context.WithCancelCause(parent)
 	defer cancel(nil)
 	start := s.clock.Now()
@@ -160,12 +160,12 @@ func (s *Scheduler) attempt(parent context.Context, j *job, w work, n int, lock 
 	})
 	// The running record, before the handler starts: if this node dies
 	// now, another one finds it and settles it as interrupted (sweep.go).
-	_ = s.record(driver.RunRecord{
+	_ = s.record(ledger.RunRecord{
 		Job: j.Name, Tick: run.Tick, Trigger: w.trigger, Attempt: n, Node: s.node, Fence: fence,
-		Start: start, Status: driver.RunRunning,
+		Start: start, Status: ledger.RunRunning,
 	})
 	err := s.call(ctx, j, run)
-	rec := driver.RunRecord{
+	rec := ledger.RunRecord{
 		Job: j.Name, Tick: run.Tick, Trigger: w.trigger, Attempt: n, Node: s.node, Fence: fence,
 		Start: start, End: s.clock.Now(),
 	}
@@ -182,15 +182,15 @@ func (s *Scheduler) attempt(parent context.Context, j *job, w work, n int, lock 
 	}
 	switch {
 	case lost != nil && errors.Is(lost, tasklock.ErrMaxHold):
-		rec.Status, cause = driver.RunTimeout, lost
+		rec.Status, cause = ledger.RunTimeout, lost
 	case lost != nil:
-		rec.Status, cause = driver.RunLost, lost
+		rec.Status, cause = ledger.RunLost, lost
 	case errors.Is(cause, ErrTimeout), errors.Is(cause, tasklock.ErrMaxHold):
-		rec.Status = driver.RunTimeout
+		rec.Status = ledger.RunTimeout
 	case cause != nil || err != nil:
-		rec.Status = driver.RunFailed
+		rec.Status = ledger.RunFailed
 	default:
-		rec.Status = driver.RunOK
+		rec.Status = ledger.RunOK
 	}
 	rec.Error = truncate(s.redacted(errorText(err, cause)), maxErrorLen)
 	return rec
@@ -223,7 +223,7 @@ func (s *Scheduler) call(ctx context.Context, j *job, run Run) (err error) {
 
 // logRun logs a run's end. The level is checked first: building the
 // record's attributes costs more than the rest of a short run's logging.
-func (s *Scheduler) logRun(r *driver.RunRecord) {
+func (s *Scheduler) logRun(r *ledger.RunRecord) {
 	level := slogLevel(r.Status)
 	if !s.log.Enabled(context.Background(), level) {
 		return
@@ -258,7 +258,7 @@ type history struct {
 }
 
 type histItem struct {
-	rs   []driver.RunRecord
+	rs   []ledger.RunRecord
 	done chan error    // capacity 1: written by another goroutine's call
 	lead chan struct{} // capacity 1: this goroutine writes the next batch
 }
@@ -266,7 +266,7 @@ type histItem struct {
 // record writes history records, with those of other runs ending at the
 // same time, and returns once they are written (or writing failed twice,
 // which it logs and returns).
-func (s *Scheduler) record(rs ...driver.RunRecord) error {
+func (s *Scheduler) record(rs ...ledger.RunRecord) error {
 	it := &histItem{rs: rs, done: make(chan error, 1), lead: make(chan struct{}, 1)}
 	h := &s.hist
 	h.mu.Lock()
@@ -286,7 +286,7 @@ func (s *Scheduler) record(rs ...driver.RunRecord) error {
 	h.pending = nil
 	h.mu.Unlock()
 
-	var all []driver.RunRecord
+	var all []ledger.RunRecord
 	for _, b := range batch {
 		all = append(all, b.rs...)
 	}
@@ -315,7 +315,7 @@ func (s *Scheduler) record(rs ...driver.RunRecord) error {
 	return err
 }
 
-func (s *Scheduler) recordFailed(rs []driver.RunRecord, err error) {
+func (s *Scheduler) recordFailed(rs []ledger.RunRecord, err error) {
 	if err != nil {
 		s.log.Error("schedule: recording history", "node", s.node, "job", rs[0].Job, "records", len(rs), "err", err)
 	}
@@ -325,7 +325,7 @@ func (s *Scheduler) recordFailed(rs []driver.RunRecord, err error) {
 func (s *Scheduler) triggerDone(job, id string) {
 	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
 	defer cancel()
-	_, err := s.ledger.SetJobState(ctx, driver.JobStateParams{Job: job, Op: driver.JobTriggerDone, Trigger: id})
+	_, err := s.ledger.SetJobState(ctx, ledger.JobStateParams{Job: job, Op: ledger.JobTriggerDone, Trigger: id})
 	if err != nil {
 		s.log.Error("schedule: removing a trigger request", "node", s.node, "job", job, "trigger", id, "err", err)
 	}
@@ -377,9 +377,9 @@ func (t *tail) String() string {
 
 // slogLevel is the level a run's end is logged at: failures are the
 // handler's business and are in history, so they do not warn.
-func slogLevel(st driver.RunStatus) slog.Level {
+func slogLevel(st ledger.RunStatus) slog.Level {
 	switch st {
-	case driver.RunFailed, driver.RunTimeout, driver.RunLost:
+	case ledger.RunFailed, ledger.RunTimeout, ledger.RunLost:
 		return slog.LevelInfo
 	}
 	return slog.LevelDebug

@@ -16,6 +16,7 @@ import (
 	"github.com/tasklock/tasklock"
 	"github.com/tasklock/tasklock/driver"
 	"github.com/tasklock/tasklock/internal/slogfilter"
+	"github.com/tasklock/tasklock/ledger"
 )
 
 // Config configures a Scheduler. A nil *Config means all defaults; zero
@@ -109,7 +110,7 @@ const storeTimeout = 10 * time.Second
 // Start to Shutdown) and one per job while it runs; none per idle job.
 type Scheduler struct {
 	lk         *tasklock.Locker
-	ledger     driver.Ledger
+	ledger     ledger.Ledger
 	clock      tasklock.Clock
 	log        *slog.Logger
 	node       string
@@ -152,7 +153,7 @@ type Scheduler struct {
 	mu          sync.Mutex
 	jobs        map[string]*job
 	heap        jobHeap
-	states      map[string]driver.JobState
+	states      map[string]ledger.JobState
 	seen        map[triggerKey]bool // trigger requests this node has claimed or seen claimed
 	deadlines   map[*deadline]struct{}
 	active      int  // run goroutines
@@ -177,14 +178,14 @@ type deadline struct {
 }
 
 // New returns a Scheduler that holds job locks with locker and keeps its
-// ledger in ledger — usually the same store as the Locker's. A nil cfg means
+// ledger in l — usually the same store as the Locker's. A nil cfg means
 // defaults. It returns a *tasklock.OptionError naming the field when an
 // argument is invalid. Add jobs, then Start.
-func New(locker *tasklock.Locker, ledger driver.Ledger, cfg *Config) (*Scheduler, error) {
+func New(locker *tasklock.Locker, l ledger.Ledger, cfg *Config) (*Scheduler, error) {
 	if locker == nil {
 		return nil, badOption("locker", "nil")
 	}
-	if ledger == nil {
+	if l == nil {
 		return nil, badOption("ledger", "nil")
 	}
 	var c Config
@@ -241,13 +242,13 @@ func New(locker *tasklock.Locker, ledger driver.Ledger, cfg *Config) (*Scheduler
 		return nil, fmt.Errorf("schedule: reading random bytes: %w", err)
 	}
 	s := &Scheduler{
-		lk: locker, ledger: ledger, clock: c.Clock, log: c.Logger,
+		lk: locker, ledger: l, clock: c.Clock, log: c.Logger,
 		node: c.Node, token: hex.EncodeToString(tok[:]), keyPrefix: c.KeyPrefix,
 		poll: c.PollInterval, grace: c.ShutdownGrace, retention: c.ClaimRetention,
 		pruneEvery: c.PruneInterval, keep: max(c.HistoryKeep, 0), maxAge: max(c.HistoryMaxAge, 0), tail: c.OutputTail, redact: c.Redact, onEvent: c.OnEvent,
 		nodePrefix: c.NodeKeyPrefix, nodeTTL: c.NodeLeaseTTL, sweepEvery: c.NodeLeaseTTL / 3, lister: c.NodeLister, nodeTaken: c.NodeLeaseTaken,
 		wake: make(chan struct{}, 1), quit: make(chan struct{}), loopDone: make(chan struct{}), idle: make(chan struct{}),
-		jobs: make(map[string]*job), states: make(map[string]driver.JobState),
+		jobs: make(map[string]*job), states: make(map[string]ledger.JobState),
 		seen: make(map[triggerKey]bool), deadlines: make(map[*deadline]struct{}),
 	}
 	s.runCtx, s.cancelRuns = context.WithCancelCause(context.Background())
@@ -268,7 +269,7 @@ func (s *Scheduler) Node() string { return s.node }
 // with a look back over its MisfireWindow for ticks no node handled, but
 // never before the fleet first ran it with this schedule: Start (or Add,
 // after Start) registers the job's schedule in the ledger, and the first
-// registration of a schedule records when that was (driver.JobRegister). So
+// registration of a schedule records when that was (ledger.JobRegister). So
 // a new job, or a job whose schedule changed, starts at its next tick. It
 // returns a *tasklock.OptionError naming the job and the field when the job
 // is invalid or its name was added before, and the ledger's error when Add
@@ -325,18 +326,18 @@ func specOf(j *job) string {
 	if j.TimeZone != "" {
 		spec = "CRON_TZ=" + j.TimeZone + " " + spec
 	}
-	if len(spec) > driver.MaxSpecLen {
+	if len(spec) > ledger.MaxSpecLen {
 		sum := sha256.Sum256([]byte(spec))
 		h := " #" + hex.EncodeToString(sum[:])
-		spec = spec[:driver.MaxSpecLen-len(h)] + h
+		spec = spec[:ledger.MaxSpecLen-len(h)] + h
 	}
 	return spec
 }
 
-// register records j's schedule in the ledger (driver.JobRegister) and sets
+// register records j's schedule in the ledger (ledger.JobRegister) and sets
 // j.since to when the fleet first ran the job with it.
 func (s *Scheduler) register(ctx context.Context, j *job) error {
-	st, err := s.ledger.SetJobState(ctx, driver.JobStateParams{Job: j.Name, Op: driver.JobRegister, Spec: specOf(j), Since: s.clock.Now()})
+	st, err := s.ledger.SetJobState(ctx, ledger.JobStateParams{Job: j.Name, Op: ledger.JobRegister, Spec: specOf(j), Since: s.clock.Now()})
 	if err != nil {
 		return fmt.Errorf("schedule: registering job %q: %w", j.Name, err)
 	}
@@ -443,7 +444,7 @@ func (s *Scheduler) Start(ctx context.Context) error {
 
 	err := s.takeNodeLease(ctx)
 	if err == nil {
-		var sts []driver.JobState
+		var sts []ledger.JobState
 		sts, err = s.ledger.JobStates(ctx)
 		if err != nil {
 			err = fmt.Errorf("schedule: start: reading job states: %w", err)
@@ -467,7 +468,7 @@ func (s *Scheduler) Start(ctx context.Context) error {
 }
 
 // startLoop begins every job and starts the timing goroutine.
-func (s *Scheduler) startLoop(sts []driver.JobState) error {
+func (s *Scheduler) startLoop(sts []ledger.JobState) error {
 	now := s.clock.Now()
 	s.mu.Lock()
 	if s.stopping {
@@ -566,43 +567,43 @@ func (s *Scheduler) checkIdle() {
 // claimed but neither run nor recorded, so resuming does not make them
 // misfires. A trigger-now request still runs.
 func (s *Scheduler) Pause(ctx context.Context, job string) error {
-	_, err := s.setState(ctx, job, driver.JobPause, "")
+	_, err := s.setState(ctx, job, ledger.JobPause, "")
 	return err
 }
 
 // Resume undoes Pause.
 func (s *Scheduler) Resume(ctx context.Context, job string) error {
-	_, err := s.setState(ctx, job, driver.JobResume, "")
+	_, err := s.setState(ctx, job, ledger.JobResume, "")
 	return err
 }
 
 // Trigger asks for one run of job now, on one node of the cluster (any that
 // has the job), within about a second. It returns the request's ID, which
-// the run carries as Run.Trigger and its history as RunRecord.Trigger.
+// the run carries as Run.Trigger and its history as ledger.RunRecord.Trigger.
 func (s *Scheduler) Trigger(ctx context.Context, job string) (string, error) {
 	var b [16]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return "", fmt.Errorf("schedule: reading random bytes: %w", err)
 	}
 	id := hex.EncodeToString(b[:])
-	if _, err := s.setState(ctx, job, driver.JobTrigger, id); err != nil {
+	if _, err := s.setState(ctx, job, ledger.JobTrigger, id); err != nil {
 		return "", err
 	}
 	return id, nil
 }
 
-var opNames = map[driver.JobStateOp]string{
-	driver.JobPause: "pause", driver.JobResume: "resume", driver.JobTrigger: "trigger", driver.JobTriggerDone: "finish trigger",
+var opNames = map[ledger.JobStateOp]string{
+	ledger.JobPause: "pause", ledger.JobResume: "resume", ledger.JobTrigger: "trigger", ledger.JobTriggerDone: "finish trigger",
 }
 
-func (s *Scheduler) setState(ctx context.Context, name string, op driver.JobStateOp, trigger string) (driver.JobState, error) {
+func (s *Scheduler) setState(ctx context.Context, name string, op ledger.JobStateOp, trigger string) (ledger.JobState, error) {
 	s.mu.Lock()
 	_, ok := s.jobs[name]
 	s.mu.Unlock()
 	if !ok {
-		return driver.JobState{}, fmt.Errorf("%w %q", ErrUnknownJob, name)
+		return ledger.JobState{}, fmt.Errorf("%w %q", ErrUnknownJob, name)
 	}
-	st, err := s.ledger.SetJobState(ctx, driver.JobStateParams{Job: name, Op: op, Trigger: trigger})
+	st, err := s.ledger.SetJobState(ctx, ledger.JobStateParams{Job: name, Op: op, Trigger: trigger})
 	if err != nil {
 		return st, fmt.Errorf("schedule: %s %q: %w", opNames[op], name, err)
 	}
@@ -619,8 +620,8 @@ func (s *Scheduler) setState(ctx context.Context, name string, op driver.JobStat
 
 // setStates replaces the known job states and forgets the trigger requests
 // that are no longer pending. Callers hold s.mu.
-func (s *Scheduler) setStates(sts []driver.JobState) {
-	m := make(map[string]driver.JobState, len(sts))
+func (s *Scheduler) setStates(sts []ledger.JobState) {
+	m := make(map[string]ledger.JobState, len(sts))
 	pending := make(map[triggerKey]bool)
 	for _, st := range sts {
 		m[st.Job] = st
@@ -637,8 +638,8 @@ func (s *Scheduler) setStates(sts []driver.JobState) {
 }
 
 // Runs returns history records from the ledger, newest first (see
-// driver.Ledger.Runs).
-func (s *Scheduler) Runs(ctx context.Context, q RunQuery) ([]RunRecord, error) {
+// ledger.Ledger.Runs).
+func (s *Scheduler) Runs(ctx context.Context, q ledger.RunQuery) ([]ledger.RunRecord, error) {
 	if q.Limit < 0 {
 		return nil, badOption("RunQuery.Limit", "%d is negative", q.Limit)
 	}
@@ -747,7 +748,7 @@ func (s *Scheduler) pollStates() {
 
 func (s *Scheduler) prune() {
 	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
-	res, err := s.ledger.Prune(ctx, driver.PruneParams{RunsOlderThan: s.maxAge, KeepPerJob: s.keep, TriggersOlderThan: s.retention / 2})
+	res, err := s.ledger.Prune(ctx, ledger.PruneParams{RunsOlderThan: s.maxAge, KeepPerJob: s.keep, TriggersOlderThan: s.retention / 2})
 	cancel()
 	if err != nil {
 		s.log.Error("schedule: pruning the ledger", "node", s.node, "err", err)
@@ -768,7 +769,7 @@ type work struct {
 
 // batch is what one pass claims.
 type batch struct {
-	claims []driver.ClaimParams
+	claims []ledger.ClaimParams
 	owners []*job
 	works  []work
 	undo   []undo
@@ -781,7 +782,7 @@ type undo struct {
 }
 
 func (b *batch) add(s *Scheduler, j *job, w work) {
-	b.claims = append(b.claims, driver.ClaimParams{
+	b.claims = append(b.claims, ledger.ClaimParams{
 		Job: j.Name, Tick: w.tick, Trigger: w.trigger, Node: s.node, Token: s.token, Retain: s.retention,
 	})
 	b.owners = append(b.owners, j)
@@ -850,7 +851,7 @@ func (s *Scheduler) pass(now time.Time) {
 				order = append(order, j)
 			}
 			claimed[j] = append(claimed[j], w)
-		case errors.Is(r, driver.ErrClaimed):
+		case errors.Is(r, ledger.ErrClaimed):
 			s.emit(Event{Type: EventClaimedElsewhere, Job: j.Name, Tick: w.tick.UTC(), Trigger: w.trigger, Paused: w.paused})
 		default:
 			s.log.Error("schedule: claiming a tick", "node", s.node, "job", j.Name, "tick", w.tick, "err", r)

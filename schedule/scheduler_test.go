@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/tasklock/tasklock"
-	"github.com/tasklock/tasklock/driver"
+	"github.com/tasklock/tasklock/ledger"
 	"github.com/tasklock/tasklock/memstore"
 )
 
@@ -79,7 +79,7 @@ func TestNoDuplicateTicks(t *testing.T) {
 					if r.Tick.After(to) {
 						continue
 					}
-					if r.Status != StatusOK || seen[r.Tick] || r.Attempt != 1 || r.Fence == 0 {
+					if r.Status != ledger.RunOK || seen[r.Tick] || r.Attempt != 1 || r.Fence == 0 {
 						t.Errorf("%s: record %+v (seen before: %v)", job, r, seen[r.Tick])
 					}
 					seen[r.Tick] = true
@@ -189,7 +189,7 @@ func TestOverlap(t *testing.T) {
 		}
 		c.advance(10 * time.Second)
 		rs := c.waitRecords("long", t0, 1)
-		if rs[0].Status != StatusSkipped || !rs[0].Tick.Equal(t0.Add(10*time.Second)) || !strings.Contains(rs[0].Error, "still in progress") {
+		if rs[0].Status != ledger.RunSkipped || !rs[0].Tick.Equal(t0.Add(10*time.Second)) || !strings.Contains(rs[0].Error, "still in progress") {
 			t.Fatalf("tick during a run: %+v, want skipped", rs[0])
 		}
 		if !strings.Contains(rs[0].Error, first.Node) {
@@ -197,7 +197,7 @@ func TestOverlap(t *testing.T) {
 		}
 		close(g.release)
 		rs = c.waitRecords("long", t0.Add(-time.Second), 2)
-		if rs[0].Status != StatusOK || !rs[0].Tick.Equal(t0) {
+		if rs[0].Status != ledger.RunOK || !rs[0].Tick.Equal(t0) {
 			t.Fatalf("first run's record %+v", rs[0])
 		}
 		c.settle(true)
@@ -227,7 +227,7 @@ func TestOverlap(t *testing.T) {
 		close(g.release)
 		rs := c.waitRecords("long", t0.Add(-time.Second), 2)
 		for _, r := range rs {
-			if r.Status != StatusOK {
+			if r.Status != ledger.RunOK {
 				t.Fatalf("record %+v", r)
 			}
 		}
@@ -246,7 +246,7 @@ func TestMinHoldSkipsTicksWithin(t *testing.T) {
 	c.settle(true)
 	c.step(10 * time.Second)
 	rs := c.historyAfter("spaced", t0.Add(-time.Second))
-	if len(rs) != 2 || rs[0].Status != StatusOK || rs[1].Status != StatusSkipped || !strings.Contains(rs[1].Error, "held by") {
+	if len(rs) != 2 || rs[0].Status != ledger.RunOK || rs[1].Status != ledger.RunSkipped || !strings.Contains(rs[1].Error, "held by") {
 		t.Fatalf("history %v, want the first tick ok and the second skipped", ticks(rs))
 	}
 	if n := len(rec.snapshot()); n != 1 {
@@ -270,7 +270,7 @@ func TestJitterDelaysTheRun(t *testing.T) {
 	}
 	c.advance(10 * time.Second)
 	rs := c.waitRecords("spread", t0.Add(-time.Hour), 1)
-	if d := rs[0].Start.Sub(rs[0].Tick); rs[0].Status != StatusOK || d < 0 || d > 10*time.Second {
+	if d := rs[0].Start.Sub(rs[0].Tick); rs[0].Status != ledger.RunOK || d < 0 || d > 10*time.Second {
 		t.Fatalf("record %+v: started %v after its tick", rs[0], d)
 	}
 	c.settle(true)
@@ -323,12 +323,12 @@ func TestMisfirePolicies(t *testing.T) {
 			for _, r := range c.historyAfter("minutely", last) {
 				m := int(r.Tick.Sub(last) / time.Minute)
 				switch r.Status {
-				case StatusMissed:
+				case ledger.RunMissed:
 					missed = append(missed, m)
 					if r.Attempt != 0 || !r.Start.IsZero() || !strings.Contains(r.Error, "missed") {
 						t.Errorf("missed record %+v", r)
 					}
-				case StatusOK:
+				case ledger.RunOK:
 				default:
 					t.Errorf("record %+v", r)
 				}
@@ -381,7 +381,7 @@ func TestRetriesWithBackoff(t *testing.T) {
 	rs := c.waitRecords("flaky", t0.Add(-time.Hour), 3)
 	c.settle(true)
 	// Newest first: attempt 3, 2, 1.
-	if rs[0].Attempt != 3 || rs[0].Status != StatusOK || rs[1].Status != StatusFailed || rs[2].Status != StatusFailed {
+	if rs[0].Attempt != 3 || rs[0].Status != ledger.RunOK || rs[1].Status != ledger.RunFailed || rs[2].Status != ledger.RunFailed {
 		t.Fatalf("records %+v", rs)
 	}
 	if rs[2].Error != "upstream unavailable" || rs[2].Output != "attempt 1 failing\n" {
@@ -463,7 +463,7 @@ func TestTimeoutEndsHungHandler(t *testing.T) {
 	rs := c.waitRecords("hung", t0.Add(-time.Hour), 2)
 	c.settle(true)
 	for _, r := range rs {
-		if r.Status != StatusTimeout || !strings.Contains(r.Error, "timed out") || r.End.Sub(r.Start) != 30*time.Second {
+		if r.Status != ledger.RunTimeout || !strings.Contains(r.Error, "timed out") || r.End.Sub(r.Start) != 30*time.Second {
 			t.Fatalf("record %+v", r)
 		}
 	}
@@ -486,7 +486,7 @@ func TestMaxHoldEndsHungHandler(t *testing.T) {
 		}
 		rs := c.waitRecords("hung", t0.Add(-time.Hour), 1)
 		c.settle(true)
-		if len(rs) != 1 || rs[0].Status != StatusTimeout || !strings.Contains(rs[0].Error, "max hold") {
+		if len(rs) != 1 || rs[0].Status != ledger.RunTimeout || !strings.Contains(rs[0].Error, "max hold") {
 			t.Fatalf("records %+v: want one timeout, no retry after MaxHold", rs)
 		}
 	})
@@ -512,7 +512,7 @@ func TestMaxHoldEndsHungHandler(t *testing.T) {
 			t.Fatalf("cause %v, want ErrMaxHold", err)
 		}
 		rs := c.waitRecords("hung", t0.Add(-time.Hour), 1)
-		if rs[0].Status != StatusTimeout {
+		if rs[0].Status != ledger.RunTimeout {
 			t.Fatalf("record %+v", rs[0])
 		}
 	})
@@ -542,7 +542,7 @@ func TestLostLockIsRecorded(t *testing.T) {
 		t.Fatalf("cause %v, want ErrLockLost", err)
 	}
 	rs := c.waitRecords("victim", t0.Add(-time.Hour), 1)
-	if rs[0].Status != StatusLost || !strings.Contains(rs[0].Error, "lock lost") {
+	if rs[0].Status != ledger.RunLost || !strings.Contains(rs[0].Error, "lock lost") {
 		t.Fatalf("record %+v", rs[0])
 	}
 }
@@ -613,7 +613,7 @@ func TestPauseResumeTriggerAcrossNodes(t *testing.T) {
 	// Node c, 3 s ahead, may have run ticks up to 3 s past the pause
 	// before it, and up to a second after it.
 	for _, r := range c.historyAfter("ticker", paused.Add(4*time.Second)) {
-		if r.Tick.Before(resumed.Add(-3*time.Second)) || r.Status != StatusOK {
+		if r.Tick.Before(resumed.Add(-3*time.Second)) || r.Status != ledger.RunOK {
 			t.Errorf("record for a paused tick, or not ok: %+v", r)
 		}
 	}
@@ -680,7 +680,7 @@ func TestGracefulShutdown(t *testing.T) {
 			t.Fatal(err)
 		}
 		rs := c.history("work")
-		if len(rs) != 1 || rs[0].Status != StatusOK || !rs[0].Tick.Equal(t0) {
+		if len(rs) != 1 || rs[0].Status != ledger.RunOK || !rs[0].Tick.Equal(t0) {
 			t.Fatalf("history %+v, want the one run", rs)
 		}
 		// The lock was released, and nothing more happens.
@@ -718,7 +718,7 @@ func TestGracefulShutdown(t *testing.T) {
 			t.Fatal(err)
 		}
 		rs := c.history("work")
-		if len(rs) != 1 || rs[0].Status != StatusFailed || !strings.Contains(rs[0].Error, ErrShutdown.Error()) {
+		if len(rs) != 1 || rs[0].Status != ledger.RunFailed || !strings.Contains(rs[0].Error, ErrShutdown.Error()) {
 			t.Fatalf("history %+v, want the run failed by shutdown", rs)
 		}
 	})
@@ -771,9 +771,9 @@ func TestHistoryRecorded(t *testing.T) {
 	}
 	for i, r := range all { // newest first: t0+4m ... t0
 		tick := t0.Add(time.Duration(4-i) * time.Minute)
-		wantStatus := StatusOK
+		wantStatus := ledger.RunOK
 		if i%2 == 1 {
-			wantStatus = StatusFailed
+			wantStatus = ledger.RunFailed
 		}
 		if !r.Tick.Equal(tick) || r.Status != wantStatus || r.Node != "a" || r.Attempt != 1 || r.Fence == 0 ||
 			!r.Start.Equal(tick) || !r.End.Equal(tick) || r.Recorded.IsZero() {
@@ -782,25 +782,25 @@ func TestHistoryRecorded(t *testing.T) {
 		if len(r.Output) != 64 || !strings.HasSuffix(r.Output, fmt.Sprintf("line 19 of tick %s\n", tick.Format("15:04"))) {
 			t.Errorf("record %d output tail %q", i, r.Output)
 		}
-		if (wantStatus == StatusFailed) != (r.Error == "disk full") {
+		if (wantStatus == ledger.RunFailed) != (r.Error == "disk full") {
 			t.Errorf("record %d error %q", i, r.Error)
 		}
 	}
 	ctx := context.Background()
 	s := c.nodes[0].s
-	rs, err := s.Runs(ctx, RunQuery{Job: "report", From: t0.Add(time.Minute), To: t0.Add(3 * time.Minute)})
+	rs, err := s.Runs(ctx, ledger.RunQuery{Job: "report", From: t0.Add(time.Minute), To: t0.Add(3 * time.Minute)})
 	if err != nil || len(rs) != 2 || !rs[0].Tick.Equal(t0.Add(2*time.Minute)) {
 		t.Fatalf("range query: %+v, %v", rs, err)
 	}
-	rs, err = s.Runs(ctx, RunQuery{Job: "report", Status: StatusFailed})
+	rs, err = s.Runs(ctx, ledger.RunQuery{Job: "report", Status: ledger.RunFailed})
 	if err != nil || len(rs) != 2 {
 		t.Fatalf("status query: %+v, %v", rs, err)
 	}
-	rs, err = s.Runs(ctx, RunQuery{From: t0.Add(4 * time.Minute)})
+	rs, err = s.Runs(ctx, ledger.RunQuery{From: t0.Add(4 * time.Minute)})
 	if err != nil || len(rs) != 2 || rs[0].Job != "other" || rs[1].Job != "report" {
 		t.Fatalf("all jobs: %+v, %v", rs, err)
 	}
-	if _, err := s.Runs(ctx, RunQuery{Limit: -1}); err == nil {
+	if _, err := s.Runs(ctx, ledger.RunQuery{Limit: -1}); err == nil {
 		t.Fatal("negative Limit accepted")
 	}
 }
@@ -842,7 +842,7 @@ func TestHistoryRetention(t *testing.T) {
 	}
 }
 
-func ticks(rs []RunRecord) []string {
+func ticks(rs []ledger.RunRecord) []string {
 	out := make([]string, len(rs))
 	for i, r := range rs {
 		out[i] = r.Tick.Format("15:04:05") + " " + string(r.Status)
@@ -979,7 +979,7 @@ func TestPanicIsRecordedAsFailure(t *testing.T) {
 	}
 	c.step(500 * time.Millisecond)
 	rs := c.history("boom")
-	if len(rs) != 1 || rs[0].Status != StatusFailed || !strings.Contains(rs[0].Error, "panicked: nil map") {
+	if len(rs) != 1 || rs[0].Status != ledger.RunFailed || !strings.Contains(rs[0].Error, "panicked: nil map") {
 		t.Fatalf("history %+v", rs)
 	}
 }
@@ -1025,11 +1025,11 @@ func TestClaimRetriesAfterLedgerErrors(t *testing.T) {
 // flakyLedger fails Claim calls on demand, after making the claims, as a
 // store whose answer was lost would.
 type flakyLedger struct {
-	driver.Ledger
+	ledger.Ledger
 	failClaims atomic.Bool
 }
 
-func (f *flakyLedger) Claim(ctx context.Context, ps []driver.ClaimParams) ([]error, error) {
+func (f *flakyLedger) Claim(ctx context.Context, ps []ledger.ClaimParams) ([]error, error) {
 	res, err := f.Ledger.Claim(ctx, ps)
 	if f.failClaims.Load() {
 		return nil, errors.New("connection reset")
@@ -1069,14 +1069,14 @@ func TestOutputTail(t *testing.T) {
 // gatedLedger holds its first RecordRuns call until gate closes, and
 // counts the calls and the records they carried.
 type gatedLedger struct {
-	driver.Ledger
+	ledger.Ledger
 	gate    chan struct{}
 	entered chan struct{}
 	mu      sync.Mutex
 	calls   []int
 }
 
-func (g *gatedLedger) RecordRuns(ctx context.Context, rs []driver.RunRecord) error {
+func (g *gatedLedger) RecordRuns(ctx context.Context, rs []ledger.RunRecord) error {
 	g.mu.Lock()
 	first := len(g.calls) == 0
 	g.calls = append(g.calls, len(rs))
@@ -1104,8 +1104,8 @@ func TestHistoryWritesShareARoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	tick := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
-	rec := func(i int) driver.RunRecord {
-		return driver.RunRecord{Job: fmt.Sprint("job", i), Tick: tick, Attempt: 1, Node: "n", Status: driver.RunOK, Start: tick, End: tick}
+	rec := func(i int) ledger.RunRecord {
+		return ledger.RunRecord{Job: fmt.Sprint("job", i), Tick: tick, Attempt: 1, Node: "n", Status: ledger.RunOK, Start: tick, End: tick}
 	}
 	var wg sync.WaitGroup
 	wg.Go(func() { s.record(rec(0)) })
@@ -1126,7 +1126,7 @@ func TestHistoryWritesShareARoundTrip(t *testing.T) {
 	if len(calls) != 2 || calls[0] != 1 || calls[1] != 19 {
 		t.Fatalf("RecordRuns calls carried %v records, want [1 19]", calls)
 	}
-	runs, err := store.Runs(context.Background(), driver.RunQuery{})
+	runs, err := store.Runs(context.Background(), ledger.RunQuery{})
 	if err != nil || len(runs) != 20 {
 		t.Fatalf("%d runs stored (%v), want 20", len(runs), err)
 	}

@@ -8,13 +8,13 @@ import (
 	"time"
 
 	"github.com/tasklock/tasklock"
-	"github.com/tasklock/tasklock/driver"
+	"github.com/tasklock/tasklock/ledger"
 )
 
 // A node shows it is alive by holding its node lease, the lock
 // Config.NodeKeyPrefix + Config.Node. Each attempt writes a running record
 // before its handler starts, and the attempt's outcome replaces it (the
-// same RunKey). Every node looks, every third of Config.NodeLeaseTTL, for
+// same ledger.RunKey). Every node looks, every third of Config.NodeLeaseTTL, for
 // running records whose node holds no node lease — it was killed, or lost
 // the store for longer than the lease — and replaces them with interrupted
 // records: so every attempt ends with exactly one final record. If that
@@ -123,7 +123,7 @@ func (s *Scheduler) sweep(now time.Time) {
 	s.keepNodeLease()
 	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
 	defer cancel()
-	rs, err := s.ledger.Runs(ctx, driver.RunQuery{Status: driver.RunRunning, Limit: maxSweep})
+	rs, err := s.ledger.Runs(ctx, ledger.RunQuery{Status: ledger.RunRunning, Limit: maxSweep})
 	if err != nil {
 		s.log.Error("schedule: reading the running records", "node", s.node, "err", err)
 		return
@@ -138,7 +138,7 @@ func (s *Scheduler) sweep(now time.Time) {
 		taken = time.Time{} // maybe a live namesake's: leave them
 	}
 	alive := s.aliveNodes(ctx)
-	var out []driver.RunRecord
+	var out []ledger.RunRecord
 	for _, r := range rs {
 		why := ""
 		switch {
@@ -149,7 +149,7 @@ func (s *Scheduler) sweep(now time.Time) {
 		default:
 			continue
 		}
-		r.Status = driver.RunInterrupted
+		r.Status = ledger.RunInterrupted
 		r.End = now
 		r.Error = truncate(fmt.Sprintf("schedule: run interrupted: "+why, r.Node, s.node), maxErrorLen)
 		out = append(out, r)

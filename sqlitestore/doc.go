@@ -213,7 +213,7 @@
 //
 // # Ledger
 //
-// The Store also implements driver.Ledger, the tick ledger of package
+// The Store also implements ledger.Ledger, the tick ledger of package
 // schedule, in four tables that migration 0002_create_ledger creates beside
 // the lock table and names after it (for the default table):
 //

@@ -11,10 +11,10 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/tasklock/tasklock/driver"
+	"github.com/tasklock/tasklock/ledger"
 )
 
-var _ driver.Ledger = (*Store)(nil)
+var _ ledger.Ledger = (*Store)(nil)
 
 // recordChunk is the most run records one INSERT carries: 11 parameters
 // each, well below SQLite's limit of 32766.
@@ -126,13 +126,13 @@ type claimHolder struct {
 // unchanged: valid UTF-8 without NUL.
 func nameOK(s string) bool { return utf8.ValidString(s) && strings.IndexByte(s, 0) < 0 }
 
-// Claim implements driver.Ledger with one INSERT … SELECT FROM json_each(…)
+// Claim implements ledger.Ledger with one INSERT … SELECT FROM json_each(…)
 // ON CONFLICT DO UPDATE … RETURNING statement for the whole batch: a claim
 // is made when its key has no row or an expired one (by SQLite's clock),
 // and the statement returns the holder of every key. Job, Trigger, Token
 // and Node must be valid UTF-8 without NUL bytes (ErrUnsupported
 // otherwise).
-func (s *Store) Claim(ctx context.Context, ps []driver.ClaimParams) ([]error, error) {
+func (s *Store) Claim(ctx context.Context, ps []ledger.ClaimParams) ([]error, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, wrap(ctx, "claim", "", err)
 	}
@@ -147,7 +147,7 @@ func (s *Store) Claim(ctx context.Context, ps []driver.ClaimParams) ([]error, er
 		switch {
 		case !nameOK(p.Job) || !nameOK(p.Trigger) || !nameOK(p.Token) || !nameOK(p.Node):
 			return nil, fmt.Errorf("sqlitestore: claim %q: %w: job, trigger, token and node must be valid UTF-8 without NUL bytes",
-				p.Job, driver.ErrUnsupported)
+				p.Job, ledger.ErrUnsupported)
 		}
 		entries[i] = claimEntry{J: p.Job, T: usec(p.Tick), G: p.Trigger, K: p.Token, N: p.Node, R: micros(p.Retain)}
 	}
@@ -175,14 +175,14 @@ func (s *Store) Claim(ctx context.Context, ps []driver.ClaimParams) ([]error, er
 		case !ok:
 			return nil, fmt.Errorf("sqlitestore: claim %q: no result for tick %v", e.J, ps[i].Tick)
 		case h.token != e.K:
-			out[i] = &driver.ClaimedError{Node: h.node, At: fromUsec(h.at)}
+			out[i] = &ledger.ClaimedError{Node: h.node, At: fromUsec(h.at)}
 		}
 	}
 	return out, nil
 }
 
 // runsSQL is Runs' statement for q and its arguments.
-func (s *Store) runsSQL(q driver.RunQuery) (string, []any) {
+func (s *Store) runsSQL(q ledger.RunQuery) (string, []any) {
 	var (
 		where []string
 		args  []any
@@ -202,7 +202,7 @@ func (s *Store) runsSQL(q driver.RunQuery) (string, []any) {
 	}
 	switch q.Status {
 	case "":
-	case driver.RunRunning:
+	case ledger.RunRunning:
 		// A literal, so that the partial index of running records serves
 		// the sweep that every scheduler makes every few seconds.
 		where = append(where, "status = 'running'")
@@ -255,10 +255,10 @@ func nullTime(t time.Time) any {
 	return usec(t)
 }
 
-// RecordRuns implements driver.Ledger with one INSERT … ON CONFLICT DO
+// RecordRuns implements ledger.Ledger with one INSERT … ON CONFLICT DO
 // UPDATE statement per 500 records; recorded_at is SQLite's now. Strings
 // are bound as parameters, so any bytes are kept.
-func (s *Store) RecordRuns(ctx context.Context, rs []driver.RunRecord) error {
+func (s *Store) RecordRuns(ctx context.Context, rs []ledger.RunRecord) error {
 	if err := ctx.Err(); err != nil {
 		return wrap(ctx, "record runs", "", err)
 	}
@@ -291,10 +291,10 @@ func (s *Store) RecordRuns(ctx context.Context, rs []driver.RunRecord) error {
 	return nil
 }
 
-// Runs implements driver.Ledger with one SELECT, which reads the runs
+// Runs implements ledger.Ledger with one SELECT, which reads the runs
 // table through the index in its order (by job with q.Job, by tick
 // otherwise) and stops at q.Limit.
-func (s *Store) Runs(ctx context.Context, q driver.RunQuery) ([]driver.RunRecord, error) {
+func (s *Store) Runs(ctx context.Context, q ledger.RunQuery) ([]ledger.RunRecord, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, wrap(ctx, "runs", "", err)
 	}
@@ -302,10 +302,10 @@ func (s *Store) Runs(ctx context.Context, q driver.RunQuery) ([]driver.RunRecord
 		return nil, fmt.Errorf("sqlitestore: runs: negative Limit %d", q.Limit)
 	}
 	stmt, args := s.runsSQL(q)
-	var out []driver.RunRecord
+	var out []ledger.RunRecord
 	err := s.queryText(ctx, stmt, args, func(rows *sql.Rows) error {
 		var (
-			r                     driver.RunRecord
+			r                     ledger.RunRecord
 			tick, fence, recorded int64
 			started, ended        sql.NullInt64
 			status                string
@@ -314,7 +314,7 @@ func (s *Store) Runs(ctx context.Context, q driver.RunQuery) ([]driver.RunRecord
 			&status, &r.Error, &r.Output, &recorded); err != nil {
 			return err
 		}
-		r.Tick, r.Fence, r.Status, r.Recorded = fromUsec(tick), uint64(fence), driver.RunStatus(status), fromUsec(recorded)
+		r.Tick, r.Fence, r.Status, r.Recorded = fromUsec(tick), uint64(fence), ledger.RunStatus(status), fromUsec(recorded)
 		if started.Valid {
 			r.Start = fromUsec(started.Int64)
 		}
@@ -330,11 +330,11 @@ func (s *Store) Runs(ctx context.Context, q driver.RunQuery) ([]driver.RunRecord
 	return out, nil
 }
 
-// SetJobState implements driver.Ledger with one transaction: the change
+// SetJobState implements ledger.Ledger with one transaction: the change
 // (one INSERT, UPDATE or DELETE; two DELETEs for JobForget) and one SELECT
 // of the job's state after it. A trigger request's At is SQLite's now;
 // Since is kept in microseconds.
-func (s *Store) SetJobState(ctx context.Context, p driver.JobStateParams) (st driver.JobState, err error) {
+func (s *Store) SetJobState(ctx context.Context, p ledger.JobStateParams) (st ledger.JobState, err error) {
 	if err := ctx.Err(); err != nil {
 		return st, wrap(ctx, "set job state", p.Job, err)
 	}
@@ -346,20 +346,20 @@ func (s *Store) SetJobState(ctx context.Context, p driver.JobStateParams) (st dr
 		args    = []any{p.Job}
 	)
 	switch p.Op {
-	case driver.JobPause:
+	case ledger.JobPause:
 		changes = []string{s.ledger.pause}
-	case driver.JobResume:
+	case ledger.JobResume:
 		changes = []string{s.ledger.resume}
-	case driver.JobTrigger:
+	case ledger.JobTrigger:
 		changes = []string{s.ledger.trigger}
 		args = append(args, p.Trigger)
-	case driver.JobTriggerDone:
+	case ledger.JobTriggerDone:
 		changes = []string{s.ledger.triggerDone}
 		args = append(args, p.Trigger)
-	case driver.JobRegister:
+	case ledger.JobRegister:
 		changes = []string{s.ledger.register}
 		args = append(args, p.Spec, usec(p.Since))
-	case driver.JobForget:
+	case ledger.JobForget:
 		changes = []string{s.ledger.forgetJob, s.ledger.forgetTriggers}
 	}
 	tx, err := s.db.BeginTx(stmtCtx(ctx), nil)
@@ -387,14 +387,14 @@ func (s *Store) SetJobState(ctx context.Context, p driver.JobStateParams) (st dr
 		return st, wrap(ctx, "set job state", p.Job, err)
 	}
 	if len(sts) == 0 {
-		return driver.JobState{Job: p.Job}, nil
+		return ledger.JobState{Job: p.Job}, nil
 	}
 	return sts[0], nil
 }
 
-// JobStates implements driver.Ledger with one SELECT over the paused jobs
+// JobStates implements ledger.Ledger with one SELECT over the paused jobs
 // and the pending trigger requests.
-func (s *Store) JobStates(ctx context.Context) ([]driver.JobState, error) {
+func (s *Store) JobStates(ctx context.Context) ([]ledger.JobState, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, wrap(ctx, "job states", "", err)
 	}
@@ -405,9 +405,9 @@ func (s *Store) JobStates(ctx context.Context) ([]driver.JobState, error) {
 	return sts, nil
 }
 
-// Jobs implements driver.Ledger with one SELECT over the paused and
+// Jobs implements ledger.Ledger with one SELECT over the paused and
 // registered jobs and the pending trigger requests.
-func (s *Store) Jobs(ctx context.Context) ([]driver.JobState, error) {
+func (s *Store) Jobs(ctx context.Context) ([]ledger.JobState, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, wrap(ctx, "jobs", "", err)
 	}
@@ -420,13 +420,13 @@ func (s *Store) Jobs(ctx context.Context) ([]driver.JobState, error) {
 
 // readStates runs a state query and gathers its rows into one JobState per
 // job, in the order the jobs first appear.
-func readStates(ctx context.Context, q queryer, stmt string, args ...any) ([]driver.JobState, error) {
+func readStates(ctx context.Context, q queryer, stmt string, args ...any) ([]ledger.JobState, error) {
 	rows, err := q.QueryContext(ctx, stmt, args...)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var out []driver.JobState
+	var out []ledger.JobState
 	index := make(map[string]int)
 	for rows.Next() {
 		var (
@@ -445,7 +445,7 @@ func readStates(ctx context.Context, q queryer, stmt string, args ...any) ([]dri
 		if !ok {
 			i = len(out)
 			index[job] = i
-			out = append(out, driver.JobState{Job: job})
+			out = append(out, ledger.JobState{Job: job})
 		}
 		st := &out[i]
 		st.Paused = st.Paused || paused
@@ -453,7 +453,7 @@ func readStates(ctx context.Context, q queryer, stmt string, args ...any) ([]dri
 			st.Spec, st.Since = spec.String, fromUsec(since.Int64)
 		}
 		if id.Valid {
-			st.Triggers = append(st.Triggers, driver.TriggerRequest{ID: id.String, At: fromUsec(at.Int64)})
+			st.Triggers = append(st.Triggers, ledger.TriggerRequest{ID: id.String, At: fromUsec(at.Int64)})
 		}
 	}
 	if err := rows.Err(); err != nil {
@@ -462,12 +462,12 @@ func readStates(ctx context.Context, q queryer, stmt string, args ...any) ([]dri
 	return out, rows.Close()
 }
 
-// Prune implements driver.Ledger with one DELETE for the expired claims and
+// Prune implements ledger.Ledger with one DELETE for the expired claims and
 // one for each kind of pruning p asks for, each its own transaction, so
 // that the write lock is never held for all of them at once. SQLite's now
 // decides every age.
-func (s *Store) Prune(ctx context.Context, p driver.PruneParams) (driver.PruneResult, error) {
-	var res driver.PruneResult
+func (s *Store) Prune(ctx context.Context, p ledger.PruneParams) (ledger.PruneResult, error) {
+	var res ledger.PruneResult
 	if err := ctx.Err(); err != nil {
 		return res, wrap(ctx, "prune", "", err)
 	}

@@ -8,14 +8,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tasklock/tasklock/driver"
-	"github.com/tasklock/tasklock/storetest"
+	"github.com/tasklock/tasklock/ledger"
+	"github.com/tasklock/tasklock/ledgertest"
 )
 
 // TestLedgerConformance runs the ledger suite, a fresh database file per
 // test.
 func TestLedgerConformance(t *testing.T) {
-	storetest.RunLedger(t, func(t *testing.T) driver.Store {
+	ledgertest.Run(t, func(t *testing.T) ledger.Ledger {
 		return newStoreT(t, openT(t, dbPath(t), nil))
 	})
 }
@@ -57,12 +57,12 @@ func TestLedgerTables(t *testing.T) {
 			t.Fatalf("no %s among %v", want, names)
 		}
 	}
-	p := driver.ClaimParams{Job: "j", Tick: ledgerTick, Node: "a", Token: "ta", Retain: time.Hour}
-	if res, err := a.Claim(ctx, []driver.ClaimParams{p}); err != nil || res[0] != nil {
+	p := ledger.ClaimParams{Job: "j", Tick: ledgerTick, Node: "a", Token: "ta", Retain: time.Hour}
+	if res, err := a.Claim(ctx, []ledger.ClaimParams{p}); err != nil || res[0] != nil {
 		t.Fatal(res, err)
 	}
 	p.Token = "tb"
-	if res, err := b.Claim(ctx, []driver.ClaimParams{p}); err != nil || res[0] != nil {
+	if res, err := b.Claim(ctx, []ledger.ClaimParams{p}); err != nil || res[0] != nil {
 		t.Fatalf("a claim in alpha's ledger held in beta's: %v, %v", res, err)
 	}
 }
@@ -107,27 +107,27 @@ func TestLedgerNames(t *testing.T) {
 	s := newStoreT(t, openT(t, dbPath(t), nil))
 	ctx := ctxT(t)
 	for _, bad := range []string{"\xff", "a\x00b"} {
-		_, err := s.Claim(ctx, []driver.ClaimParams{{Job: bad, Tick: ledgerTick, Token: "t", Retain: time.Hour}})
-		if !errors.Is(err, driver.ErrUnsupported) {
+		_, err := s.Claim(ctx, []ledger.ClaimParams{{Job: bad, Tick: ledgerTick, Token: "t", Retain: time.Hour}})
+		if !errors.Is(err, ledger.ErrUnsupported) {
 			t.Errorf("claim of job %q: %v, want ErrUnsupported", bad, err)
 		}
 	}
 	odd := "é:}{\n\"'\\"
-	res, err := s.Claim(ctx, []driver.ClaimParams{{Job: odd, Tick: ledgerTick, Trigger: odd, Node: odd, Token: odd, Retain: time.Hour}})
+	res, err := s.Claim(ctx, []ledger.ClaimParams{{Job: odd, Tick: ledgerTick, Trigger: odd, Node: odd, Token: odd, Retain: time.Hour}})
 	if err != nil || res[0] != nil {
 		t.Fatalf("claim of %q: %v, %v", odd, res, err)
 	}
-	res, err = s.Claim(ctx, []driver.ClaimParams{{Job: odd, Tick: ledgerTick, Trigger: odd, Token: "other", Retain: time.Hour}})
-	var ce *driver.ClaimedError
+	res, err = s.Claim(ctx, []ledger.ClaimParams{{Job: odd, Tick: ledgerTick, Trigger: odd, Token: "other", Retain: time.Hour}})
+	var ce *ledger.ClaimedError
 	if err != nil || !errors.As(res[0], &ce) || ce.Node != odd {
 		t.Fatalf("second claim of %q: %v, %v", odd, res, err)
 	}
-	r := driver.RunRecord{Job: odd, Tick: ledgerTick, Trigger: odd, Attempt: 1, Node: odd, Fence: 1<<64 - 1,
-		End: ledgerTick.Add(time.Millisecond), Status: driver.RunFailed, Error: "\xff\x00", Output: "tail \xe2\x82"}
-	if err := s.RecordRuns(ctx, []driver.RunRecord{r}); err != nil {
+	r := ledger.RunRecord{Job: odd, Tick: ledgerTick, Trigger: odd, Attempt: 1, Node: odd, Fence: 1<<64 - 1,
+		End: ledgerTick.Add(time.Millisecond), Status: ledger.RunFailed, Error: "\xff\x00", Output: "tail \xe2\x82"}
+	if err := s.RecordRuns(ctx, []ledger.RunRecord{r}); err != nil {
 		t.Fatal(err)
 	}
-	rs, err := s.Runs(ctx, driver.RunQuery{Job: odd})
+	rs, err := s.Runs(ctx, ledger.RunQuery{Job: odd})
 	if err != nil || len(rs) != 1 {
 		t.Fatalf("Runs = %+v, %v", rs, err)
 	}
@@ -143,14 +143,14 @@ func TestLedgerNames(t *testing.T) {
 func TestLedgerRecordChunks(t *testing.T) {
 	s := newStoreT(t, openT(t, dbPath(t), nil))
 	ctx := ctxT(t)
-	rs := make([]driver.RunRecord, recordChunk+7)
+	rs := make([]ledger.RunRecord, recordChunk+7)
 	for i := range rs {
-		rs[i] = driver.RunRecord{Job: fmt.Sprintf("j%d", i%3), Tick: ledgerTick.Add(time.Duration(i) * time.Second), Attempt: 1, Status: driver.RunOK}
+		rs[i] = ledger.RunRecord{Job: fmt.Sprintf("j%d", i%3), Tick: ledgerTick.Add(time.Duration(i) * time.Second), Attempt: 1, Status: ledger.RunOK}
 	}
 	if err := s.RecordRuns(ctx, rs); err != nil {
 		t.Fatal(err)
 	}
-	got, err := s.Runs(ctx, driver.RunQuery{})
+	got, err := s.Runs(ctx, ledger.RunQuery{})
 	if err != nil || len(got) != len(rs) {
 		t.Fatalf("Runs = %d records, %v; want %d", len(got), err, len(rs))
 	}
@@ -189,11 +189,11 @@ func TestLedgerMigrateJobSpecs(t *testing.T) {
 		t.Fatalf("Jobs after migrating = %+v, want p paused and q's trigger", sts)
 	}
 	since := ledgerTick.Add(1500 * time.Microsecond)
-	st, err := s.SetJobState(ctx, driver.JobStateParams{Job: "p", Op: driver.JobRegister, Spec: "@hourly", Since: since})
+	st, err := s.SetJobState(ctx, ledger.JobStateParams{Job: "p", Op: ledger.JobRegister, Spec: "@hourly", Since: since})
 	if err != nil || !st.Paused || st.Spec != "@hourly" || !st.Since.Equal(since) {
 		t.Fatalf("register p = %+v, %v", st, err)
 	}
-	st, err = s.SetJobState(ctx, driver.JobStateParams{Job: "resumed", Op: driver.JobRegister, Spec: "@daily", Since: since})
+	st, err = s.SetJobState(ctx, ledger.JobStateParams{Job: "resumed", Op: ledger.JobRegister, Spec: "@daily", Since: since})
 	if err != nil || st.Paused || st.Spec != "@daily" {
 		t.Fatalf("register resumed = %+v, %v", st, err)
 	}
@@ -217,7 +217,7 @@ func TestLedgerStatesPlan(t *testing.T) {
 func TestLedgerRunningPlan(t *testing.T) {
 	db := openT(t, dbPath(t), nil)
 	s := newStoreT(t, db)
-	stmt, args := s.runsSQL(driver.RunQuery{Status: driver.RunRunning, Limit: 1000})
+	stmt, args := s.runsSQL(ledger.RunQuery{Status: ledger.RunRunning, Limit: 1000})
 	if p := queryPlan(t, db, stmt, args...); !strings.Contains(p, "tasklock_locks_runs_running_idx") {
 		t.Fatalf("plan of Runs(running): %s; want the running index", p)
 	}

@@ -7,7 +7,7 @@
 //
 // The Store implements driver.Store, driver.Queuer (waiting Obtain calls
 // queue in ZooKeeper, first come first served, each woken by a watch on
-// its predecessor), driver.Lister, driver.ForceReleaser and driver.Ledger
+// its predecessor), driver.Lister, driver.ForceReleaser and ledger.Ledger
 // (the tick ledger of package schedule, see Ledger). All its locks
 // live on the Conn's session. It never closes the Conn and never logs. It
 // needs ZooKeeper 3.5.3 or later (container nodes); TTL nodes
@@ -240,7 +240,7 @@
 //
 // # Ledger
 //
-// The Store is a driver.Ledger. Its nodes are under Root/%ledger, a name
+// The Store is a ledger.Ledger. Its nodes are under Root/%ledger, a name
 // no key node can have (escapeName writes every '%' of a key as %25) and
 // that Leases skips; Acquire, Enqueue, ForceRelease and Renew never touch
 // it. Job and trigger names, and tokens, are escaped as keys are (at most
@@ -260,7 +260,7 @@
 //     Runs lists records; Runs sorts by the keys it parses from them.
 //     Recorded is the node's mtime.
 //   - running/<job>%%<record's name under runs/<job>>: an empty persistent
-//     node (a marker) per running record (driver.RunRunning), so that the
+//     node (a marker) per running record (ledger.RunRunning), so that the
 //     schedulers' sweep for running records of dead nodes reads those
 //     records and not every job's history ("%%" is in no escaped name).
 //     There is a marker for every running record: RecordRuns writes a

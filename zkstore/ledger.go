@@ -13,7 +13,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
-	"github.com/tasklock/tasklock/driver"
+	"github.com/tasklock/tasklock/ledger"
 )
 
 // ledgerName is the ledger's node under Root. No key node has this name:
@@ -42,7 +42,7 @@ func (s *Store) ledgerDir() string { return s.root + "/" + ledgerName }
 func (s *Store) claimsDir() string { return s.ledgerDir() + "/claims" }
 func (s *Store) runsDir() string   { return s.ledgerDir() + "/runs" }
 
-// runningDir holds a marker per running record (driver.RunRunning), named
+// runningDir holds a marker per running record (ledger.RunRunning), named
 // by runningName, so that the sweep every scheduler makes every few seconds
 // for running records of dead nodes reads those records and not every
 // job's history. It may hold markers whose record is no longer running
@@ -84,7 +84,7 @@ func (s *Store) claimPath(job string, tick time.Time, trigger string) string {
 // <tick, inverted>-<trigger>-<attempt, inverted>, so that names sort about
 // as Runs lists records (exactly when the trigger has no character below
 // '-' and none escaped).
-func runName(k driver.RunKey) string {
+func runName(k ledger.RunKey) string {
 	return fmt.Sprintf("%s-%s-%08x", invTickHex(k.Tick), escapeName(k.Trigger), ^uint32(k.Attempt))
 }
 
@@ -92,29 +92,29 @@ func runName(k driver.RunKey) string {
 // runningDir: the escaped job, "%%" and the record's runName. An escaped
 // name never holds "%%" nor ends with '%' (each '%' it has is followed by
 // two hex digits), so the first "%%" ends the job.
-func runningName(job string, k driver.RunKey) string {
+func runningName(job string, k ledger.RunKey) string {
 	return escapeName(job) + "%%" + runName(k)
 }
 
 // parseMarker reverses runningName: the record's key and the escaped job.
-func parseMarker(name string) (driver.RunKey, string, bool) {
+func parseMarker(name string) (ledger.RunKey, string, bool) {
 	ej, rn, ok := strings.Cut(name, "%%")
 	if !ok {
-		return driver.RunKey{}, "", false
+		return ledger.RunKey{}, "", false
 	}
 	job, ok := unescapeName(ej)
 	if !ok {
-		return driver.RunKey{}, "", false
+		return ledger.RunKey{}, "", false
 	}
 	k, ok := parseRunName(job, rn)
 	return k, ej, ok
 }
 
 // parseRunName reverses runName for a record of job.
-func parseRunName(job, name string) (driver.RunKey, bool) {
+func parseRunName(job, name string) (ledger.RunKey, bool) {
 	n := len(name)
 	if n < 24+1+1+8 || name[24] != '-' || name[n-9] != '-' {
-		return driver.RunKey{}, false
+		return ledger.RunKey{}, false
 	}
 	sec, err1 := strconv.ParseUint(name[:16], 16, 64)
 	nsec, err2 := strconv.ParseUint(name[16:24], 16, 32)
@@ -124,16 +124,16 @@ func parseRunName(job, name string) (driver.RunKey, bool) {
 		trigger, ok = "", true
 	}
 	if err1 != nil || err2 != nil || err3 != nil || !ok {
-		return driver.RunKey{}, false
+		return ledger.RunKey{}, false
 	}
 	tick := time.Unix(int64(^sec^1<<63), int64(^uint32(nsec))).UTC()
-	return driver.RunKey{Job: job, Tick: tick, Trigger: trigger, Attempt: int(^uint32(att))}, true
+	return ledger.RunKey{Job: job, Tick: tick, Trigger: trigger, Attempt: int(^uint32(att))}, true
 }
 
 // checkLedgerName refuses names whose escaped form is too long to keep.
 func checkLedgerName(what, name string) error {
 	if n := len(escapeName(name)); n > maxLedgerName {
-		return fmt.Errorf("zkstore: %s is %d bytes long escaped (at most %d): %w", what, n, maxLedgerName, driver.ErrUnsupported)
+		return fmt.Errorf("zkstore: %s is %d bytes long escaped (at most %d): %w", what, n, maxLedgerName, ledger.ErrUnsupported)
 	}
 	return nil
 }
@@ -238,7 +238,7 @@ func claimExpired(b []byte, st *zk.Stat, now int64) (claimData, bool) {
 	return d, st.Ctime+d.Retain < now
 }
 
-// Claim implements driver.Ledger. Each claim is a persistent node
+// Claim implements ledger.Ledger. Each claim is a persistent node
 // Root/%ledger/claims/<job>/<tick>[-<trigger>], created (pipelined, 16 at
 // a time) holding the token, the node and Retain; its ctime is the claim's
 // time. A create that finds the node there reads it (alongside one write
@@ -247,7 +247,7 @@ func claimExpired(b []byte, st *zk.Stat, now int64) (claimData, bool) {
 // claim is taken over by a multi that checks the version of the job's
 // claims node (raised by every delete of a claim), deletes the old node
 // and creates the new one.
-func (s *Store) Claim(ctx context.Context, ps []driver.ClaimParams) ([]error, error) {
+func (s *Store) Claim(ctx context.Context, ps []ledger.ClaimParams) ([]error, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("zkstore: claim: %w", err)
 	}
@@ -272,7 +272,7 @@ func (s *Store) Claim(ctx context.Context, ps []driver.ClaimParams) ([]error, er
 	return res, nil
 }
 
-func (s *Store) claim(ps []driver.ClaimParams) ([]error, error) {
+func (s *Store) claim(ps []ledger.ClaimParams) ([]error, error) {
 	res := make([]error, len(ps))
 	errs := make([]error, len(ps))
 	clock := newServerClock(s)
@@ -284,7 +284,7 @@ func (s *Store) claim(ps []driver.ClaimParams) ([]error, error) {
 }
 
 // claimOne makes one claim: its result, or an error when it is unknown.
-func (s *Store) claimOne(p *driver.ClaimParams, clock *serverClock) (error, error) {
+func (s *Store) claimOne(p *ledger.ClaimParams, clock *serverClock) (error, error) {
 	path := s.claimPath(p.Job, p.Tick, p.Trigger)
 	token := escapeName(p.Token)
 	retain := (p.Retain + time.Millisecond - 1) / time.Millisecond
@@ -322,7 +322,7 @@ func (s *Store) claimOne(p *driver.ClaimParams, clock *serverClock) (error, erro
 			if d.Token == token {
 				return nil, nil
 			}
-			return &driver.ClaimedError{Node: d.Node, At: time.UnixMilli(st.Ctime).UTC()}, nil
+			return &ledger.ClaimedError{Node: d.Node, At: time.UnixMilli(st.Ctime).UTC()}, nil
 		}
 		done, err := s.takeOver(path, data, now)
 		if err != nil || done {
@@ -390,12 +390,12 @@ type runData struct {
 	Fence  uint64           `json:"fence,omitempty"`
 	Start  time.Time        `json:"start"`
 	End    time.Time        `json:"end"`
-	Status driver.RunStatus `json:"status"`
+	Status ledger.RunStatus `json:"status"`
 	Error  string           `json:"error,omitempty"`
 	Output string           `json:"output,omitempty"`
 }
 
-// RecordRuns implements driver.Ledger: one persistent node per record,
+// RecordRuns implements ledger.Ledger: one persistent node per record,
 // Root/%ledger/runs/<job>/<name> (see runName), under a container node per
 // job. Each is written by a multi, pipelined 16 at a time, that creates it
 // (or sets it when it exists) and creates the record's marker under
@@ -403,7 +403,7 @@ type runData struct {
 // deletes it when it is final (none when it is missing): one round trip
 // for a new running record or for a final one that replaces a running
 // one, up to three when the guesses miss. Recorded is the node's mtime.
-func (s *Store) RecordRuns(ctx context.Context, rs []driver.RunRecord) error {
+func (s *Store) RecordRuns(ctx context.Context, rs []ledger.RunRecord) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("zkstore: record runs: %w", err)
 	}
@@ -417,7 +417,7 @@ func (s *Store) RecordRuns(ctx context.Context, rs []driver.RunRecord) error {
 		case r.Job == "" || r.Tick.IsZero():
 			return errors.New("zkstore: record run: empty Job or zero Tick")
 		case r.Attempt < 0 || int64(r.Attempt) > 1<<31-1:
-			return fmt.Errorf("zkstore: record run %q: Attempt %d out of range: %w", r.Job, r.Attempt, driver.ErrUnsupported)
+			return fmt.Errorf("zkstore: record run %q: Attempt %d out of range: %w", r.Job, r.Attempt, ledger.ErrUnsupported)
 		}
 		if err := checkLedgerName("Job", r.Job); err != nil {
 			return err
@@ -433,7 +433,7 @@ func (s *Store) RecordRuns(ctx context.Context, rs []driver.RunRecord) error {
 			return fmt.Errorf("zkstore: record run %q: %w", r.Job, err)
 		}
 		if len(b) > maxRecordData {
-			return fmt.Errorf("zkstore: record run %q: %d bytes encoded (at most %d): %w", r.Job, len(b), maxRecordData, driver.ErrUnsupported)
+			return fmt.Errorf("zkstore: record run %q: %d bytes encoded (at most %d): %w", r.Job, len(b), maxRecordData, ledger.ErrUnsupported)
 		}
 		path := s.runsDir() + "/" + escapeName(r.Job) + "/" + runName(r.Key())
 		w, dup := writes[path]
@@ -442,7 +442,7 @@ func (s *Store) RecordRuns(ctx context.Context, rs []driver.RunRecord) error {
 			writes[path] = w
 			order = append(order, w)
 		}
-		w.data, w.running = b, r.Status == driver.RunRunning // the last record with a key wins
+		w.data, w.running = b, r.Status == ledger.RunRunning // the last record with a key wins
 	}
 	_, err := call(ctx, func() (struct{}, error) {
 		errs := make([]error, len(order))
@@ -540,14 +540,14 @@ func failedOp(resp []zk.MultiResponse) int {
 
 // runNode is a run record's node, known by its name.
 type runNode struct {
-	key  driver.RunKey
+	key  ledger.RunKey
 	path string
 }
 
 // listRuns lists the record nodes of the given jobs (escaped names), each
 // job's children pipelined, keeping those keep accepts. A job node that is
 // missing has none.
-func (s *Store) listRuns(jobs []string, keep func(driver.RunKey) bool) ([][]runNode, error) {
+func (s *Store) listRuns(jobs []string, keep func(ledger.RunKey) bool) ([][]runNode, error) {
 	out := make([][]runNode, len(jobs))
 	errs := make([]error, len(jobs))
 	parallel(len(jobs), func(i int) {
@@ -589,23 +589,23 @@ func (s *Store) runJobs(job string) ([]string, error) {
 	return jobs, nil
 }
 
-// Runs implements driver.Ledger. It lists the job's record nodes (for
+// Runs implements ledger.Ledger. It lists the job's record nodes (for
 // every job: Root/%ledger/runs, then each job's, 16 at a time), selects by
 // the keys in their names (From, To, Before), sorts them and reads the
 // data of as many as Limit needs, in listing order, pipelined: two round
 // trips for one job and a Limit of up to 16 without Status. Every job's
-// running records (Status driver.RunRunning, no Job), the schedulers'
+// running records (Status ledger.RunRunning, no Job), the schedulers'
 // sweep, are read through their markers instead: a list of
 // Root/%ledger/running, a read of each record a marker names, and a
 // multi per marker found stale, which deletes it.
-func (s *Store) Runs(ctx context.Context, q driver.RunQuery) ([]driver.RunRecord, error) {
+func (s *Store) Runs(ctx context.Context, q ledger.RunQuery) ([]ledger.RunRecord, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("zkstore: runs: %w", err)
 	}
 	if q.Limit < 0 {
 		return nil, fmt.Errorf("zkstore: runs: negative Limit %d", q.Limit)
 	}
-	out, err := call(ctx, func() ([]driver.RunRecord, error) { return s.runs(q) }, nil)
+	out, err := call(ctx, func() ([]ledger.RunRecord, error) { return s.runs(q) }, nil)
 	if err != nil {
 		return nil, fmt.Errorf("zkstore: runs: %w", err)
 	}
@@ -613,21 +613,21 @@ func (s *Store) Runs(ctx context.Context, q driver.RunQuery) ([]driver.RunRecord
 }
 
 // decodeRecord returns the record of node n, read as rn.
-func decodeRecord(n runNode, rn rawNode) (driver.RunRecord, error) {
+func decodeRecord(n runNode, rn rawNode) (ledger.RunRecord, error) {
 	var d runData
 	if err := json.Unmarshal(rn.data, &d); err != nil {
-		return driver.RunRecord{}, fmt.Errorf("bad record at %s: %w", n.path, err)
+		return ledger.RunRecord{}, fmt.Errorf("bad record at %s: %w", n.path, err)
 	}
 	k := n.key
-	return driver.RunRecord{
+	return ledger.RunRecord{
 		Job: k.Job, Tick: k.Tick, Trigger: k.Trigger, Attempt: k.Attempt, Node: d.Node, Fence: d.Fence,
 		Start: d.Start, End: d.End, Status: d.Status, Error: d.Error, Output: d.Output,
 		Recorded: time.UnixMilli(rn.stat.Mtime).UTC(),
 	}, nil
 }
 
-func (s *Store) runs(q driver.RunQuery) ([]driver.RunRecord, error) {
-	if q.Status == driver.RunRunning && q.Job == "" {
+func (s *Store) runs(q ledger.RunQuery) ([]ledger.RunRecord, error) {
+	if q.Status == ledger.RunRunning && q.Job == "" {
 		return s.runningRuns(q)
 	}
 	jobs, err := s.runJobs(q.Job)
@@ -636,15 +636,15 @@ func (s *Store) runs(q driver.RunQuery) ([]driver.RunRecord, error) {
 	}
 	byKey := q
 	byKey.Status = ""
-	lists, err := s.listRuns(jobs, func(k driver.RunKey) bool {
-		return byKey.Matches(&driver.RunRecord{Job: k.Job, Tick: k.Tick, Trigger: k.Trigger, Attempt: k.Attempt})
+	lists, err := s.listRuns(jobs, func(k ledger.RunKey) bool {
+		return byKey.Matches(&ledger.RunRecord{Job: k.Job, Tick: k.Tick, Trigger: k.Trigger, Attempt: k.Attempt})
 	})
 	if err != nil {
 		return nil, err
 	}
 	cands := slices.Concat(lists...)
 	slices.SortFunc(cands, func(a, b runNode) int { return a.key.Compare(b.key) })
-	var out []driver.RunRecord
+	var out []ledger.RunRecord
 	for lo := 0; lo < len(cands) && (q.Limit == 0 || len(out) < q.Limit); {
 		n := len(cands) - lo
 		if q.Limit > 0 {
@@ -685,7 +685,7 @@ func (s *Store) runs(q driver.RunQuery) ([]driver.RunRecord, error) {
 // markers (Root/%ledger/running), reads the records they name that q's
 // keys select, pipelined, and deletes the markers whose record is gone or
 // final (best effort: one left costs a read at the next sweep).
-func (s *Store) runningRuns(q driver.RunQuery) ([]driver.RunRecord, error) {
+func (s *Store) runningRuns(q ledger.RunQuery) ([]ledger.RunRecord, error) {
 	names, _, err := s.conn.Children(s.runningDir())
 	if errors.Is(err, zk.ErrNoNode) {
 		return nil, nil
@@ -699,7 +699,7 @@ func (s *Store) runningRuns(q driver.RunQuery) ([]driver.RunRecord, error) {
 	var markers []string
 	for _, name := range names {
 		k, ej, ok := parseMarker(name)
-		if !ok || !byKey.Matches(&driver.RunRecord{Job: k.Job, Tick: k.Tick, Trigger: k.Trigger, Attempt: k.Attempt}) {
+		if !ok || !byKey.Matches(&ledger.RunRecord{Job: k.Job, Tick: k.Tick, Trigger: k.Trigger, Attempt: k.Attempt}) {
 			continue
 		}
 		cands = append(cands, runNode{key: k, path: s.runsDir() + "/" + ej + "/" + runName(k)})
@@ -707,7 +707,7 @@ func (s *Store) runningRuns(q driver.RunQuery) ([]driver.RunRecord, error) {
 	}
 	read := make([]rawNode, len(cands))
 	parallel(len(cands), func(i int) { read[i].data, read[i].stat, read[i].err = s.conn.Get(cands[i].path) })
-	var out []driver.RunRecord
+	var out []ledger.RunRecord
 	var stale []int
 	for i, rn := range read {
 		if errors.Is(rn.err, zk.ErrNoNode) {
@@ -721,7 +721,7 @@ func (s *Store) runningRuns(q driver.RunQuery) ([]driver.RunRecord, error) {
 		if err != nil {
 			return nil, err
 		}
-		if r.Status != driver.RunRunning {
+		if r.Status != ledger.RunRunning {
 			stale = append(stale, i)
 			continue
 		}
@@ -737,7 +737,7 @@ func (s *Store) runningRuns(q driver.RunQuery) ([]driver.RunRecord, error) {
 		}
 		s.dropMarker(markers[j], cands[j].path, st)
 	})
-	slices.SortFunc(out, func(a, b driver.RunRecord) int { return a.Key().Compare(b.Key()) })
+	slices.SortFunc(out, func(a, b ledger.RunRecord) int { return a.Key().Compare(b.Key()) })
 	if q.Limit > 0 && len(out) > q.Limit {
 		out = out[:q.Limit]
 	}
@@ -779,11 +779,11 @@ type triggerData struct {
 	At int64  `json:"at_ms"`
 }
 
-func (j *jobData) state(job string) driver.JobState {
-	st := driver.JobState{Job: job, Paused: j.Paused}
+func (j *jobData) state(job string) ledger.JobState {
+	st := ledger.JobState{Job: job, Paused: j.Paused}
 	for _, t := range j.Triggers {
 		id, _ := unescapeName(t.ID)
-		st.Triggers = append(st.Triggers, driver.TriggerRequest{ID: id, At: time.UnixMilli(t.At).UTC()})
+		st.Triggers = append(st.Triggers, ledger.TriggerRequest{ID: id, At: time.UnixMilli(t.At).UTC()})
 	}
 	return st
 }
@@ -846,7 +846,7 @@ func (s *Store) updateStates(needNow bool, change func(m statesData, now int64) 
 	return nil, fmt.Errorf("write %s: it kept changing", path)
 }
 
-// SetJobState implements driver.Ledger. Every job's state is in one node,
+// SetJobState implements ledger.Ledger. Every job's state is in one node,
 // Root/%ledger/jobs, so the change is a read and a version-checked write
 // (none when nothing changes); a trigger request's At is the server's
 // time, read by a write of Root's data alongside the read. The job's
@@ -855,35 +855,35 @@ func (s *Store) updateStates(needNow bool, change func(m statesData, now int64) 
 // version checked, and reads the job's state alongside; JobForget updates
 // the states node and deletes the registration. Since is kept to the
 // nanosecond.
-func (s *Store) SetJobState(ctx context.Context, p driver.JobStateParams) (driver.JobState, error) {
+func (s *Store) SetJobState(ctx context.Context, p ledger.JobStateParams) (ledger.JobState, error) {
 	if err := ctx.Err(); err != nil {
-		return driver.JobState{}, fmt.Errorf("zkstore: set job state: %w", err)
+		return ledger.JobState{}, fmt.Errorf("zkstore: set job state: %w", err)
 	}
 	if err := p.Check(); err != nil {
-		return driver.JobState{}, fmt.Errorf("zkstore: %w", err)
+		return ledger.JobState{}, fmt.Errorf("zkstore: %w", err)
 	}
 	if err := checkLedgerName("Job", p.Job); err != nil {
-		return driver.JobState{}, err
+		return ledger.JobState{}, err
 	}
 	if err := checkLedgerName("Trigger", p.Trigger); err != nil {
-		return driver.JobState{}, err
+		return ledger.JobState{}, err
 	}
-	st, err := call(ctx, func() (driver.JobState, error) { return s.setJobState(p) }, nil)
+	st, err := call(ctx, func() (ledger.JobState, error) { return s.setJobState(p) }, nil)
 	if err != nil {
-		return driver.JobState{}, fmt.Errorf("zkstore: set job state %q: %w", p.Job, err)
+		return ledger.JobState{}, fmt.Errorf("zkstore: set job state %q: %w", p.Job, err)
 	}
 	return st, nil
 }
 
-func (s *Store) setJobState(p driver.JobStateParams) (driver.JobState, error) {
+func (s *Store) setJobState(p ledger.JobStateParams) (ledger.JobState, error) {
 	job, id := escapeName(p.Job), escapeName(p.Trigger)
 	var (
 		m         statesData
-		spec      driver.JobState // the registration's fields
+		spec      ledger.JobState // the registration's fields
 		err, err2 error
 	)
 	switch p.Op {
-	case driver.JobRegister:
+	case ledger.JobRegister:
 		parallel(2, func(i int) {
 			if i == 0 {
 				spec, err = s.register(job, p.Spec, p.Since)
@@ -891,7 +891,7 @@ func (s *Store) setJobState(p driver.JobStateParams) (driver.JobState, error) {
 				m, err2 = s.readStates()
 			}
 		})
-	case driver.JobForget:
+	case ledger.JobForget:
 		parallel(2, func(i int) {
 			if i == 0 {
 				m, err = s.updateStates(false, func(m statesData, _ int64) bool {
@@ -912,20 +912,20 @@ func (s *Store) setJobState(p driver.JobStateParams) (driver.JobState, error) {
 				spec, err2 = s.readSpec(job)
 				return
 			}
-			m, err = s.updateStates(p.Op == driver.JobTrigger, func(m statesData, now int64) bool {
+			m, err = s.updateStates(p.Op == ledger.JobTrigger, func(m statesData, now int64) bool {
 				j := m[job]
 				if j == nil {
 					j = &jobData{}
 				}
 				has := slices.IndexFunc(j.Triggers, func(t triggerData) bool { return t.ID == id })
 				switch {
-				case p.Op == driver.JobPause && !j.Paused:
+				case p.Op == ledger.JobPause && !j.Paused:
 					j.Paused = true
-				case p.Op == driver.JobResume && j.Paused:
+				case p.Op == ledger.JobResume && j.Paused:
 					j.Paused = false
-				case p.Op == driver.JobTrigger && has < 0:
+				case p.Op == ledger.JobTrigger && has < 0:
 					j.Triggers = append(j.Triggers, triggerData{ID: id, At: now})
-				case p.Op == driver.JobTriggerDone && has >= 0:
+				case p.Op == ledger.JobTriggerDone && has >= 0:
 					j.Triggers = slices.Delete(j.Triggers, has, has+1)
 				default:
 					return false
@@ -940,13 +940,13 @@ func (s *Store) setJobState(p driver.JobStateParams) (driver.JobState, error) {
 		})
 	}
 	if err = errors.Join(err, err2); err != nil {
-		return driver.JobState{}, err
+		return ledger.JobState{}, err
 	}
-	st := driver.JobState{Job: p.Job}
+	st := ledger.JobState{Job: p.Job}
 	if j := m[job]; j != nil {
 		st = j.state(p.Job)
 	}
-	if p.Op != driver.JobForget {
+	if p.Op != ledger.JobForget {
 		st.Spec, st.Since = spec.Spec, spec.Since
 	}
 	return st, nil
@@ -971,8 +971,8 @@ func (s *Store) readStates() (statesData, error) {
 }
 
 // parseSpec reads the data of a registration node into Spec and Since.
-func parseSpec(path string, b []byte) (driver.JobState, error) {
-	var st driver.JobState
+func parseSpec(path string, b []byte) (ledger.JobState, error) {
+	var st ledger.JobState
 	if len(b) <= 24 {
 		return st, fmt.Errorf("bad job registration at %s", path)
 	}
@@ -987,21 +987,21 @@ func parseSpec(path string, b []byte) (driver.JobState, error) {
 
 // readSpec reads the registration of the escaped job; none is the zero
 // state.
-func (s *Store) readSpec(job string) (driver.JobState, error) {
+func (s *Store) readSpec(job string) (ledger.JobState, error) {
 	path := s.specsDir() + "/" + job
 	b, _, err := s.conn.Get(path)
 	if errors.Is(err, zk.ErrNoNode) {
-		return driver.JobState{}, nil
+		return ledger.JobState{}, nil
 	}
 	if err != nil {
-		return driver.JobState{}, fmt.Errorf("read %s: %w", path, err)
+		return ledger.JobState{}, fmt.Errorf("read %s: %w", path, err)
 	}
 	return parseSpec(path, b)
 }
 
 // register makes the registration of the escaped job spec from since,
 // unless it is spec already, and returns the registration after it.
-func (s *Store) register(job, spec string, since time.Time) (driver.JobState, error) {
+func (s *Store) register(job, spec string, since time.Time) (ledger.JobState, error) {
 	path := s.specsDir() + "/" + job
 	data := []byte(tickHex(since) + spec)
 	for range stateRounds {
@@ -1011,12 +1011,12 @@ func (s *Store) register(job, spec string, since time.Time) (driver.JobState, er
 			_, err = s.conn.Create(path, data, zk.FlagPersistent, s.acl)
 			if errors.Is(err, zk.ErrNoNode) {
 				if err := s.ensureNode(s.specsDir(), false); err != nil {
-					return driver.JobState{}, err
+					return ledger.JobState{}, err
 				}
 				continue
 			}
 		case err != nil:
-			return driver.JobState{}, fmt.Errorf("read %s: %w", path, err)
+			return ledger.JobState{}, fmt.Errorf("read %s: %w", path, err)
 		default:
 			if cur, perr := parseSpec(path, b); perr == nil && cur.Spec == spec {
 				return cur, nil
@@ -1029,13 +1029,13 @@ func (s *Store) register(job, spec string, since time.Time) (driver.JobState, er
 		case errors.Is(err, zk.ErrBadVersion), errors.Is(err, zk.ErrNoNode), errors.Is(err, zk.ErrNodeExists):
 			continue // another writer came between
 		}
-		return driver.JobState{}, fmt.Errorf("write %s: %w", path, err)
+		return ledger.JobState{}, fmt.Errorf("write %s: %w", path, err)
 	}
-	return driver.JobState{}, fmt.Errorf("write %s: it kept changing", path)
+	return ledger.JobState{}, fmt.Errorf("write %s: it kept changing", path)
 }
 
-// JobStates implements driver.Ledger: one read of Root/%ledger/jobs.
-func (s *Store) JobStates(ctx context.Context) ([]driver.JobState, error) {
+// JobStates implements ledger.Ledger: one read of Root/%ledger/jobs.
+func (s *Store) JobStates(ctx context.Context) ([]ledger.JobState, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("zkstore: job states: %w", err)
 	}
@@ -1043,7 +1043,7 @@ func (s *Store) JobStates(ctx context.Context) ([]driver.JobState, error) {
 	if err != nil {
 		return nil, fmt.Errorf("zkstore: job states: %w", err)
 	}
-	out := make([]driver.JobState, 0, len(m))
+	out := make([]ledger.JobState, 0, len(m))
 	for ej, j := range m {
 		if job, ok := unescapeName(ej); ok && j != nil {
 			out = append(out, j.state(job))
@@ -1052,10 +1052,10 @@ func (s *Store) JobStates(ctx context.Context) ([]driver.JobState, error) {
 	return out, nil
 }
 
-// Jobs implements driver.Ledger: a read of Root/%ledger/jobs alongside a
+// Jobs implements ledger.Ledger: a read of Root/%ledger/jobs alongside a
 // listing of Root/%ledger/specs, then a read of each registration,
 // pipelined.
-func (s *Store) Jobs(ctx context.Context) ([]driver.JobState, error) {
+func (s *Store) Jobs(ctx context.Context) ([]ledger.JobState, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("zkstore: jobs: %w", err)
 	}
@@ -1066,7 +1066,7 @@ func (s *Store) Jobs(ctx context.Context) ([]driver.JobState, error) {
 	return out, nil
 }
 
-func (s *Store) jobs() ([]driver.JobState, error) {
+func (s *Store) jobs() ([]ledger.JobState, error) {
 	var (
 		m         statesData
 		names     []string
@@ -1085,7 +1085,7 @@ func (s *Store) jobs() ([]driver.JobState, error) {
 	if err = errors.Join(err, err2); err != nil {
 		return nil, err
 	}
-	out := make([]driver.JobState, 0, len(m)+len(names))
+	out := make([]ledger.JobState, 0, len(m)+len(names))
 	index := make(map[string]int, len(m)+len(names))
 	for ej, j := range m {
 		if job, ok := unescapeName(ej); ok && j != nil {
@@ -1111,32 +1111,32 @@ func (s *Store) jobs() ([]driver.JobState, error) {
 		k, ok := index[names[i]]
 		if !ok {
 			k = len(out)
-			out = append(out, driver.JobState{Job: job})
+			out = append(out, ledger.JobState{Job: job})
 		}
 		out[k].Spec, out[k].Since = reg.Spec, reg.Since
 	}
 	return out, nil
 }
 
-// Prune implements driver.Ledger; see the package documentation for its
+// Prune implements ledger.Ledger; see the package documentation for its
 // cost. The server's time (for claim retention and ages) is read once, by
 // a write of Root's data.
-func (s *Store) Prune(ctx context.Context, p driver.PruneParams) (driver.PruneResult, error) {
+func (s *Store) Prune(ctx context.Context, p ledger.PruneParams) (ledger.PruneResult, error) {
 	if err := ctx.Err(); err != nil {
-		return driver.PruneResult{}, fmt.Errorf("zkstore: prune: %w", err)
+		return ledger.PruneResult{}, fmt.Errorf("zkstore: prune: %w", err)
 	}
 	if p.RunsOlderThan < 0 || p.KeepPerJob < 0 || p.TriggersOlderThan < 0 {
-		return driver.PruneResult{}, errors.New("zkstore: prune: negative parameter")
+		return ledger.PruneResult{}, errors.New("zkstore: prune: negative parameter")
 	}
-	res, err := call(ctx, func() (driver.PruneResult, error) { return s.prune(p) }, nil)
+	res, err := call(ctx, func() (ledger.PruneResult, error) { return s.prune(p) }, nil)
 	if err != nil {
 		return res, fmt.Errorf("zkstore: prune: %w", err)
 	}
 	return res, nil
 }
 
-func (s *Store) prune(p driver.PruneParams) (driver.PruneResult, error) {
-	var res driver.PruneResult
+func (s *Store) prune(p ledger.PruneParams) (ledger.PruneResult, error) {
+	var res ledger.PruneResult
 	now, err := s.serverNow()
 	if errors.Is(err, zk.ErrNoNode) {
 		return res, nil // no Root: nothing was ever stored
@@ -1247,7 +1247,7 @@ func (s *Store) pruneJobClaims(dir string, now int64) (int, error) {
 // pruneRuns deletes the run records beyond each job's newest keep, and
 // those last written more than RunsOlderThan before the server's time now
 // (ms), and counts them.
-func (s *Store) pruneRuns(now int64, p driver.PruneParams) (int, error) {
+func (s *Store) pruneRuns(now int64, p ledger.PruneParams) (int, error) {
 	jobs, err := s.runJobs("")
 	if err != nil {
 		return 0, err

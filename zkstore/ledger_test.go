@@ -11,16 +11,16 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
-	"github.com/tasklock/tasklock/driver"
 	"github.com/tasklock/tasklock/internal/testserver"
-	"github.com/tasklock/tasklock/storetest"
+	"github.com/tasklock/tasklock/ledger"
+	"github.com/tasklock/tasklock/ledgertest"
 )
 
-// TestLedgerConformance runs storetest's ledger section against the shared
+// TestLedgerConformance runs ledgertest against the shared
 // server, one root per test.
 func TestLedgerConformance(t *testing.T) {
 	_, c := shared(t)
-	storetest.RunLedger(t, func(t *testing.T) driver.Store { return newStore(t, c, testSession, nil) })
+	ledgertest.Run(t, func(t *testing.T) ledger.Ledger { return newStore(t, c, testSession, nil) })
 }
 
 // The ledger's subtree is no key's: Leases does not list it, and Acquire,
@@ -31,13 +31,13 @@ func TestLedgerApartFromLocks(t *testing.T) {
 	s := newStore(t, c, testSession, nil)
 	ctx := ctxT(t)
 	tick := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
-	if res, err := s.Claim(ctx, []driver.ClaimParams{{Job: "j", Tick: tick, Node: "n", Token: "t", Retain: time.Hour}}); err != nil || res[0] != nil {
+	if res, err := s.Claim(ctx, []ledger.ClaimParams{{Job: "j", Tick: tick, Node: "n", Token: "t", Retain: time.Hour}}); err != nil || res[0] != nil {
 		t.Fatal(res, err)
 	}
-	if err := s.RecordRuns(ctx, []driver.RunRecord{{Job: "j", Tick: tick, Attempt: 1, Status: driver.RunOK}}); err != nil {
+	if err := s.RecordRuns(ctx, []ledger.RunRecord{{Job: "j", Tick: tick, Attempt: 1, Status: ledger.RunOK}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.SetJobState(ctx, driver.JobStateParams{Job: "j", Op: driver.JobPause}); err != nil {
+	if _, err := s.SetJobState(ctx, ledger.JobStateParams{Job: "j", Op: ledger.JobPause}); err != nil {
 		t.Fatal(err)
 	}
 	for _, key := range []string{ledgerName, "%ledger/claims", "%", ledgerName + "/jobs"} {
@@ -57,14 +57,14 @@ func TestLedgerApartFromLocks(t *testing.T) {
 	if err != nil || !slices.Contains(kids, ledgerName) {
 		t.Fatalf("Root's children %q, %v: no %s", kids, err, ledgerName)
 	}
-	res, err := s.Claim(ctx, []driver.ClaimParams{{Job: "j", Tick: tick, Node: "m", Token: "u", Retain: time.Hour}})
-	if err != nil || !errors.Is(res[0], driver.ErrClaimed) {
+	res, err := s.Claim(ctx, []ledger.ClaimParams{{Job: "j", Tick: tick, Node: "m", Token: "u", Retain: time.Hour}})
+	if err != nil || !errors.Is(res[0], ledger.ErrClaimed) {
 		t.Fatalf("claim after lock traffic: %v, %v", res, err)
 	}
 	if st, err := s.JobStates(ctx); err != nil || len(st) != 1 || !st[0].Paused {
 		t.Fatalf("JobStates = %+v, %v", st, err)
 	}
-	if rs, err := s.Runs(ctx, driver.RunQuery{}); err != nil || len(rs) != 1 {
+	if rs, err := s.Runs(ctx, ledger.RunQuery{}); err != nil || len(rs) != 1 {
 		t.Fatalf("Runs = %+v, %v", rs, err)
 	}
 }
@@ -80,8 +80,8 @@ func TestLedgerClaimTimes(t *testing.T) {
 	s := newStore(t, c, testSession, nil)
 	ctx := ctxT(t)
 	tick := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
-	p := driver.ClaimParams{Job: "j", Tick: tick, Node: "a", Token: "ta", Retain: 200 * time.Millisecond}
-	if res, err := s.Claim(ctx, []driver.ClaimParams{p}); err != nil || res[0] != nil {
+	p := ledger.ClaimParams{Job: "j", Tick: tick, Node: "a", Token: "ta", Retain: 200 * time.Millisecond}
+	if res, err := s.Claim(ctx, []ledger.ClaimParams{p}); err != nil || res[0] != nil {
 		t.Fatal(res, err)
 	}
 	_, st, err := c.Get(s.claimPath("j", tick, ""))
@@ -90,13 +90,13 @@ func TestLedgerClaimTimes(t *testing.T) {
 	}
 	q := p
 	q.Node, q.Token, q.Retain = "b", "tb", time.Hour
-	res, err := s.Claim(ctx, []driver.ClaimParams{q})
-	var ce *driver.ClaimedError
+	res, err := s.Claim(ctx, []ledger.ClaimParams{q})
+	var ce *ledger.ClaimedError
 	if err != nil || !errors.As(res[0], &ce) || ce.Node != "a" || !ce.At.Equal(time.UnixMilli(st.Ctime)) {
 		t.Fatalf("claim within retention = %v, %v; want claimed by a at %v", res, err, time.UnixMilli(st.Ctime))
 	}
 	waitFor(t, 5*time.Second, "the claim taken over", func() bool {
-		res, err := s.Claim(ctx, []driver.ClaimParams{q})
+		res, err := s.Claim(ctx, []ledger.ClaimParams{q})
 		return err == nil && res[0] == nil
 	})
 	_, st2, err := c.Get(s.claimPath("j", tick, ""))
@@ -104,7 +104,7 @@ func TestLedgerClaimTimes(t *testing.T) {
 		t.Fatalf("taken over claim's ctime %d, first %d (%v)", st2.Ctime, st.Ctime, err)
 	}
 	// Prune leaves the live claim and deletes only expired ones.
-	short := []driver.ClaimParams{
+	short := []ledger.ClaimParams{
 		{Job: "j", Tick: tick.Add(time.Second), Node: "a", Token: "ta", Retain: time.Millisecond},
 		{Job: "k", Tick: tick, Node: "a", Token: "ta", Retain: time.Millisecond},
 	}
@@ -112,12 +112,12 @@ func TestLedgerClaimTimes(t *testing.T) {
 		t.Fatal(res, err)
 	}
 	time.Sleep(20 * time.Millisecond) // let the server's clock pass the 1 ms retention
-	pr, err := s.Prune(ctx, driver.PruneParams{})
+	pr, err := s.Prune(ctx, ledger.PruneParams{})
 	if err != nil || pr.Claims != 2 {
 		t.Fatalf("Prune = %+v, %v; want 2 claims", pr, err)
 	}
 	q.Token = "tc"
-	res, err = s.Claim(ctx, []driver.ClaimParams{q})
+	res, err = s.Claim(ctx, []ledger.ClaimParams{q})
 	if err != nil || !errors.As(res[0], &ce) || ce.Node != "b" {
 		t.Fatalf("after Prune: %v, %v; want still claimed by b", res, err)
 	}
@@ -131,8 +131,8 @@ func TestLedgerRunsRecorded(t *testing.T) {
 	s := newStore(t, c, testSession, nil)
 	ctx := ctxT(t)
 	tick := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
-	r := driver.RunRecord{Job: "a/b", Tick: tick, Trigger: "x%y", Attempt: 3, Status: driver.RunOK}
-	if err := s.RecordRuns(ctx, []driver.RunRecord{r}); err != nil {
+	r := ledger.RunRecord{Job: "a/b", Tick: tick, Trigger: "x%y", Attempt: 3, Status: ledger.RunOK}
+	if err := s.RecordRuns(ctx, []ledger.RunRecord{r}); err != nil {
 		t.Fatal(err)
 	}
 	path := s.runsDir() + "/" + escapeName(r.Job) + "/" + runName(r.Key())
@@ -140,7 +140,7 @@ func TestLedgerRunsRecorded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rs, err := s.Runs(ctx, driver.RunQuery{Job: "a/b"})
+	rs, err := s.Runs(ctx, ledger.RunQuery{Job: "a/b"})
 	if err != nil || len(rs) != 1 || rs[0].Key() != r.Key() || !rs[0].Recorded.Equal(time.UnixMilli(st.Mtime)) {
 		t.Fatalf("Runs = %+v, %v; want the record, Recorded %v", rs, err, time.UnixMilli(st.Mtime))
 	}
@@ -149,13 +149,13 @@ func TestLedgerRunsRecorded(t *testing.T) {
 	}
 	// A job's container node goes with its last record (the server removes
 	// it), and the ledger works on.
-	if _, err := s.Prune(ctx, driver.PruneParams{KeepPerJob: 1}); err != nil {
+	if _, err := s.Prune(ctx, ledger.PruneParams{KeepPerJob: 1}); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Delete(path, -1); err != nil && !errors.Is(err, zk.ErrNoNode) {
 		t.Fatal(err)
 	}
-	if err := s.RecordRuns(ctx, []driver.RunRecord{r}); err != nil {
+	if err := s.RecordRuns(ctx, []ledger.RunRecord{r}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -175,7 +175,7 @@ func TestLedgerStatesConcurrent(t *testing.T) {
 			st = other
 		}
 		go func() {
-			_, err := st.SetJobState(context.Background(), driver.JobStateParams{Job: "j", Op: driver.JobTrigger, Trigger: string(rune('a' + i))})
+			_, err := st.SetJobState(context.Background(), ledger.JobStateParams{Job: "j", Op: ledger.JobTrigger, Trigger: string(rune('a' + i))})
 			errc <- err
 		}()
 	}
@@ -206,7 +206,7 @@ func TestLedgerRegistrations(t *testing.T) {
 		if i%2 == 1 {
 			at = old
 		}
-		st, err := s.SetJobState(ctx, driver.JobStateParams{Job: job, Op: driver.JobRegister, Spec: "\x00/" + job, Since: at})
+		st, err := s.SetJobState(ctx, ledger.JobStateParams{Job: job, Op: ledger.JobRegister, Spec: "\x00/" + job, Since: at})
 		if err != nil || st.Job != job || st.Spec != "\x00/"+job || !st.Since.Equal(at) {
 			t.Fatalf("register %q = %+v, %v", job, st, err)
 		}
@@ -225,13 +225,13 @@ func TestLedgerRegistrations(t *testing.T) {
 	}
 	for round := range 10 {
 		job := string(rune('a' + round))
-		res := make(chan driver.JobState, 2)
+		res := make(chan ledger.JobState, 2)
 		errc := make(chan error, 2)
 		start := make(chan struct{})
 		for i, st := range []*Store{s, other} {
 			go func() {
 				<-start
-				r, err := st.SetJobState(ctx, driver.JobStateParams{Job: job, Op: driver.JobRegister, Spec: "@hourly",
+				r, err := st.SetJobState(ctx, ledger.JobStateParams{Job: job, Op: ledger.JobRegister, Spec: "@hourly",
 					Since: since.Add(time.Duration(i) * time.Millisecond)})
 				res <- r
 				errc <- err
@@ -265,21 +265,21 @@ func TestLedgerRunningIndex(t *testing.T) {
 	s := newStore(t, c, testserver.ZooKeeperMaxSessionTimeout, nil)
 	ctx := ctxT(t)
 	tick := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
-	run := func(job string, k int, st driver.RunStatus) driver.RunRecord {
-		return driver.RunRecord{Job: job, Tick: tick.Add(time.Duration(k) * time.Second), Trigger: "t-%/x", Attempt: 1, Status: st}
+	run := func(job string, k int, st ledger.RunStatus) ledger.RunRecord {
+		return ledger.RunRecord{Job: job, Tick: tick.Add(time.Duration(k) * time.Second), Trigger: "t-%/x", Attempt: 1, Status: st}
 	}
-	var rs []driver.RunRecord
+	var rs []ledger.RunRecord
 	for j := range 50 {
 		for k := range 10 {
-			rs = append(rs, run(fmt.Sprintf("job-%d/%%", j), k, driver.RunOK))
+			rs = append(rs, run(fmt.Sprintf("job-%d/%%", j), k, ledger.RunOK))
 		}
 	}
-	rs = append(rs, run("job-7/%", 10, driver.RunRunning), run("job-9/%", 11, driver.RunRunning),
-		run("job-9/%", 12, driver.RunRunning), run("job-20/%", 13, driver.RunRunning))
+	rs = append(rs, run("job-7/%", 10, ledger.RunRunning), run("job-9/%", 11, ledger.RunRunning),
+		run("job-9/%", 12, ledger.RunRunning), run("job-20/%", 13, ledger.RunRunning))
 	if err := s.RecordRuns(ctx, rs); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.RecordRuns(ctx, []driver.RunRecord{run("job-9/%", 11, driver.RunInterrupted)}); err != nil {
+	if err := s.RecordRuns(ctx, []ledger.RunRecord{run("job-9/%", 11, ledger.RunInterrupted)}); err != nil {
 		t.Fatal(err)
 	}
 	markers, _, err := c.Children(s.runningDir())
@@ -288,16 +288,16 @@ func TestLedgerRunningIndex(t *testing.T) {
 	}
 	// Stale markers: one whose record ended without its removal, one of a
 	// record gone (as after a prune), one of a job with no records left.
-	ended := run("job-3/%", 1, driver.RunOK)
-	for _, k := range []driver.RunKey{ended.Key(), run("job-3/%", 99, "").Key(), run("gone", 1, "").Key()} {
+	ended := run("job-3/%", 1, ledger.RunOK)
+	for _, k := range []ledger.RunKey{ended.Key(), run("job-3/%", 99, "").Key(), run("gone", 1, "").Key()} {
 		if _, err := c.Create(s.runningDir()+"/"+runningName(k.Job, k), nil, zk.FlagPersistent, zk.WorldACL(zk.PermAll)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	sweep := func() ([]driver.RunRecord, int64) {
+	sweep := func() ([]ledger.RunRecord, int64) {
 		t.Helper()
 		w0 := d.writes.Load()
-		got, err := s.Runs(ctx, driver.RunQuery{Status: driver.RunRunning, Limit: 1000})
+		got, err := s.Runs(ctx, ledger.RunQuery{Status: ledger.RunRunning, Limit: 1000})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -306,7 +306,7 @@ func TestLedgerRunningIndex(t *testing.T) {
 	got, reqs := sweep()
 	var keys []string
 	for _, r := range got {
-		if r.Status != driver.RunRunning {
+		if r.Status != ledger.RunRunning {
 			t.Errorf("Runs(running) returned %+v", r)
 		}
 		keys = append(keys, fmt.Sprintf("%s@%d", r.Job, r.Tick.Unix()-tick.Unix()))
@@ -333,9 +333,9 @@ func TestLedgerRunningIndex(t *testing.T) {
 	}
 	// A run of job-1: its running record and marker in one request, its
 	// final record and the marker's delete in one.
-	for _, st := range []driver.RunStatus{driver.RunRunning, driver.RunOK} {
+	for _, st := range []ledger.RunStatus{ledger.RunRunning, ledger.RunOK} {
 		w0 := d.writes.Load()
-		if err := s.RecordRuns(ctx, []driver.RunRecord{run("job-1/%", 20, st)}); err != nil {
+		if err := s.RecordRuns(ctx, []ledger.RunRecord{run("job-1/%", 20, st)}); err != nil {
 			t.Fatal(err)
 		}
 		if n := d.writes.Load() - w0; n != 1 {
@@ -343,10 +343,10 @@ func TestLedgerRunningIndex(t *testing.T) {
 		}
 	}
 	// Limit and the keys of q apply.
-	if got, err := s.Runs(ctx, driver.RunQuery{Status: driver.RunRunning, Limit: 1}); err != nil || len(got) != 1 || got[0].Job != "job-20/%" {
+	if got, err := s.Runs(ctx, ledger.RunQuery{Status: ledger.RunRunning, Limit: 1}); err != nil || len(got) != 1 || got[0].Job != "job-20/%" {
 		t.Errorf("Runs(running, Limit 1) = %+v, %v", got, err)
 	}
-	if got, err := s.Runs(ctx, driver.RunQuery{Status: driver.RunRunning, To: tick.Add(11 * time.Second)}); err != nil || len(got) != 1 || got[0].Job != "job-7/%" {
+	if got, err := s.Runs(ctx, ledger.RunQuery{Status: ledger.RunRunning, To: tick.Add(11 * time.Second)}); err != nil || len(got) != 1 || got[0].Job != "job-7/%" {
 		t.Errorf("Runs(running, To 11 s) = %+v, %v", got, err)
 	}
 }
@@ -358,8 +358,8 @@ func TestLedgerRunningMarkerRace(t *testing.T) {
 	_, c := shared(t)
 	s := newStore(t, c, testSession, nil)
 	ctx := ctxT(t)
-	r := driver.RunRecord{Job: "j", Tick: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC), Attempt: 1, Status: driver.RunOK}
-	if err := s.RecordRuns(ctx, []driver.RunRecord{r}); err != nil {
+	r := ledger.RunRecord{Job: "j", Tick: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC), Attempt: 1, Status: ledger.RunOK}
+	if err := s.RecordRuns(ctx, []ledger.RunRecord{r}); err != nil {
 		t.Fatal(err)
 	}
 	path := s.runsDir() + "/j/" + runName(r.Key())
@@ -368,8 +368,8 @@ func TestLedgerRunningMarkerRace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.Status = driver.RunRunning
-	if err := s.RecordRuns(ctx, []driver.RunRecord{r}); err != nil {
+	r.Status = ledger.RunRunning
+	if err := s.RecordRuns(ctx, []ledger.RunRecord{r}); err != nil {
 		t.Fatal(err)
 	}
 	s.dropMarker(marker, path, final) // read final before the running write
@@ -380,18 +380,18 @@ func TestLedgerRunningMarkerRace(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Read missing, then written running again before the drop.
-	if err := s.RecordRuns(ctx, []driver.RunRecord{r}); err != nil {
+	if err := s.RecordRuns(ctx, []ledger.RunRecord{r}); err != nil {
 		t.Fatal(err)
 	}
 	s.dropMarker(marker, path, nil)
 	if ok, _, err := c.Exists(marker); err != nil || !ok {
 		t.Fatalf("marker of a record created again dropped: %v, %v", ok, err)
 	}
-	if rs, err := s.Runs(ctx, driver.RunQuery{Status: driver.RunRunning}); err != nil || len(rs) != 1 {
+	if rs, err := s.Runs(ctx, ledger.RunQuery{Status: ledger.RunRunning}); err != nil || len(rs) != 1 {
 		t.Fatalf("Runs(running) = %+v, %v", rs, err)
 	}
-	r.Status = driver.RunFailed
-	if err := s.RecordRuns(ctx, []driver.RunRecord{r}); err != nil {
+	r.Status = ledger.RunFailed
+	if err := s.RecordRuns(ctx, []ledger.RunRecord{r}); err != nil {
 		t.Fatal(err)
 	}
 	if ok, _, err := c.Exists(marker); err != nil || ok {

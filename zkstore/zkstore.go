@@ -12,6 +12,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/tasklock/tasklock/driver"
+	"github.com/tasklock/tasklock/ledger"
 )
 
 // DefaultRoot is the root node when Options.Root is empty.
@@ -50,7 +51,7 @@ type Options struct {
 
 // Store keeps tasklock leases in ZooKeeper through the caller's *zk.Conn.
 // It implements driver.Store, driver.Queuer, driver.Lister,
-// driver.ForceReleaser and driver.Ledger, and is safe for concurrent use. It never closes the
+// driver.ForceReleaser and ledger.Ledger, and is safe for concurrent use. It never closes the
 // Conn and never logs.
 type Store struct {
 	conn    *zk.Conn
@@ -74,7 +75,7 @@ var (
 	_ driver.Queuer        = (*Store)(nil)
 	_ driver.Lister        = (*Store)(nil)
 	_ driver.ForceReleaser = (*Store)(nil)
-	_ driver.Ledger        = (*Store)(nil)
+	_ ledger.Ledger        = (*Store)(nil)
 )
 
 // lease is a lock granted through this Store, kept small (about 150 bytes

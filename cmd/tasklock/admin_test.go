@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/tasklock/tasklock"
-	"github.com/tasklock/tasklock/driver"
+	"github.com/tasklock/tasklock/ledger"
 	"github.com/tasklock/tasklock/redisstore"
 )
 
@@ -86,24 +86,24 @@ func TestJobsCommands(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ledger, ok := any(store).(driver.Ledger)
+	l, ok := any(store).(ledger.Ledger)
 	if !ok {
 		t.Fatal("redisstore keeps no ledger")
 	}
 	ctx := context.Background()
 	tick := time.Date(2030, 1, 1, 2, 30, 0, 0, time.UTC)
 	start := time.Now().Add(-time.Minute).UTC().Truncate(time.Millisecond)
-	err = ledger.RecordRuns(ctx, []driver.RunRecord{
-		{Job: "report", Tick: tick, Attempt: 1, Node: "web-1", Fence: 7, Start: start, End: start.Add(1500 * time.Millisecond), Status: driver.RunOK},
-		{Job: "report", Tick: tick.Add(24 * time.Hour), Attempt: 1, Node: "web-2", Fence: 8, Start: start, End: start.Add(time.Second), Status: driver.RunFailed, Error: "exit status 3"},
-		{Job: "cleanup", Tick: tick, Attempt: 1, Node: "web-1", Fence: 3, Start: start, End: start.Add(time.Second), Status: driver.RunOK},
+	err = l.RecordRuns(ctx, []ledger.RunRecord{
+		{Job: "report", Tick: tick, Attempt: 1, Node: "web-1", Fence: 7, Start: start, End: start.Add(1500 * time.Millisecond), Status: ledger.RunOK},
+		{Job: "report", Tick: tick.Add(24 * time.Hour), Attempt: 1, Node: "web-2", Fence: 8, Start: start, End: start.Add(time.Second), Status: ledger.RunFailed, Error: "exit status 3"},
+		{Job: "cleanup", Tick: tick, Attempt: 1, Node: "web-1", Fence: 3, Start: start, End: start.Add(time.Second), Status: ledger.RunOK},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 
 	for _, job := range []string{"report", "cleanup"} { // as serve does
-		if _, err := ledger.SetJobState(ctx, driver.JobStateParams{Job: job, Op: driver.JobRegister, Spec: "@daily", Since: start}); err != nil {
+		if _, err := l.SetJobState(ctx, ledger.JobStateParams{Job: job, Op: ledger.JobRegister, Spec: "@daily", Since: start}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -148,7 +148,7 @@ func TestJobsCommands(t *testing.T) {
 	if code, out, _ = runTL(t, nil, "jobs", "resume", "report", "--store", url); code != exitOK || !strings.Contains(out, "resumed") {
 		t.Fatalf("jobs resume = %d\n%s", code, out)
 	}
-	states, err := ledger.JobStates(ctx)
+	states, err := l.JobStates(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,7 +21,7 @@ import (
 
 	"github.com/tasklock/tasklock"
 	"github.com/tasklock/tasklock/cmd/tasklock/internal/storeurl"
-	"github.com/tasklock/tasklock/driver"
+	"github.com/tasklock/tasklock/ledger"
 )
 
 // Cluster demo settings.
@@ -70,7 +70,7 @@ type clusterDemo struct {
 	runsPath string
 	storeURL string
 	jobs     []string
-	ledger   driver.Ledger
+	ledger   ledger.Ledger
 	sigs     chan os.Signal
 
 	start  time.Time // of the demo
@@ -79,7 +79,7 @@ type clusterDemo struct {
 
 	nodes   []*demoNode
 	execs   map[tickKey][]demoExec
-	recs    map[tickKey]driver.RunRecord // the latest attempt of each tick
+	recs    map[tickKey]ledger.RunRecord // the latest attempt of each tick
 	runsOff int64
 	partial []byte
 
@@ -113,7 +113,7 @@ func runClusterDemo(o clusterOptions, stdout, stderr io.Writer) int {
 		storeURL: "sqlite://" + (&url.URL{Path: filepath.Join(dir, "demo.db")}).EscapedPath(),
 		jobs:     demoJobNames[:o.jobs],
 		execs:    map[tickKey][]demoExec{},
-		recs:     map[tickKey]driver.RunRecord{},
+		recs:     map[tickKey]ledger.RunRecord{},
 	}
 	code := d.run(stderr)
 	if o.keep {
@@ -148,12 +148,12 @@ func (d *clusterDemo) run(stderr io.Writer) int {
 		return exitUnavailable
 	}
 	defer func() { _ = closeStore() }()
-	ledger, ok := store.(driver.Ledger)
+	l, ok := store.(ledger.Ledger)
 	if !ok {
 		fmt.Fprintf(stderr, "tasklock demo: the SQLite store keeps no ledger (%T)\n", store)
 		return exitSoftware
 	}
-	d.ledger = ledger
+	d.ledger = l
 
 	d.printf("A cluster of %d tasklock serve processes on one SQLite store (in %s),\n", d.o.nodes, d.dir)
 	d.printf("running %d jobs every second (%s) for %v. Each run is this program, which\n", len(d.jobs), strings.Join(d.jobs, ", "), d.o.duration)
@@ -313,7 +313,7 @@ func (d *clusterDemo) poll(now time.Time, all bool) {
 	d.lastLedger = now
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	q := driver.RunQuery{From: time.Unix(d.t0, 0).UTC()}
+	q := ledger.RunQuery{From: time.Unix(d.t0, 0).UTC()}
 	if !all {
 		q.From = time.Unix(d.next, 0).UTC()
 	}
@@ -588,24 +588,24 @@ func (d *clusterDemo) summary() int {
 				case !hasRec:
 					t.other++
 					note(k, "ran on %s, but no record of it is in the ledger", es[0].node)
-				case r.Status == driver.RunInterrupted:
+				case r.Status == ledger.RunInterrupted:
 					t.interrupted++
 					note(k, "started on %s, which was killed during the run: another node recorded it interrupted", r.Node)
-				case r.Status == driver.RunRunning && d.victim != nil && r.Node == d.victim.name:
+				case r.Status == ledger.RunRunning && d.victim != nil && r.Node == d.victim.name:
 					t.interrupted++
 					note(k, "started on %s, which was killed during the run: still \"running\" in the ledger until its node lease ends, then another node records it interrupted", r.Node)
-				case r.Status != driver.RunOK:
+				case r.Status != ledger.RunOK:
 					t.failed++
 					note(k, "ran on %s and ended %s: %s", r.Node, r.Status, r.Error)
 				}
-			case hasRec && r.Status == driver.RunSkipped:
+			case hasRec && r.Status == ledger.RunSkipped:
 				t.skipped++
 				why := r.Error
 				if i := strings.LastIndex(why, "not obtained: "); i >= 0 && strings.Contains(why, "still in progress") {
 					why = "the job's lock was still held: " + why[i+len("not obtained: "):]
 				}
 				note(k, "skipped by %s, %s", r.Node, why)
-			case hasRec && r.Status == driver.RunMissed:
+			case hasRec && r.Status == ledger.RunMissed:
 				t.missed++
 				note(k, "missed (%s): %s", r.Node, r.Error)
 			case hasRec:
@@ -692,7 +692,7 @@ func (d *clusterDemo) summary() int {
 func (d *clusterDemo) claimant(k tickKey) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	res, err := d.ledger.Claim(ctx, []driver.ClaimParams{{
+	res, err := d.ledger.Claim(ctx, []ledger.ClaimParams{{
 		Job: k.job, Tick: time.Unix(k.tick, 0).UTC(), Node: "demo-audit", Token: "demo-audit", Retain: time.Hour,
 	}})
 	if err == nil && len(res) != 1 {
@@ -701,7 +701,7 @@ func (d *clusterDemo) claimant(k tickKey) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	var ce *driver.ClaimedError
+	var ce *ledger.ClaimedError
 	switch {
 	case res[0] == nil:
 		return "", nil

@@ -22,8 +22,8 @@ import (
 
 	"github.com/tasklock/tasklock"
 	"github.com/tasklock/tasklock/cmd/tasklock/internal/storeurl"
-	"github.com/tasklock/tasklock/driver"
 	"github.com/tasklock/tasklock/internal/testserver"
+	"github.com/tasklock/tasklock/ledger"
 	"github.com/tasklock/tasklock/schedule"
 )
 
@@ -65,7 +65,7 @@ func TestFleetProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer lk.Close()
-	s, err := schedule.New(lk, store.(driver.Ledger), &schedule.Config{Node: node, Clock: clock, PollInterval: 100 * time.Millisecond})
+	s, err := schedule.New(lk, store.(ledger.Ledger), &schedule.Config{Node: node, Clock: clock, PollInterval: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,7 +210,7 @@ func TestFleet(t *testing.T) {
 			for _, tick := range missing {
 				if recs := history(t, url, tick); len(recs) == 0 {
 					lost = append(lost, tick)
-				} else if st := recs[0].Status; st != driver.RunSkipped && st != driver.RunMissed {
+				} else if st := recs[0].Status; st != ledger.RunSkipped && st != ledger.RunMissed {
 					t.Errorf("tick %d did not run but is recorded as %s: %+v", tick, st, recs[0])
 				} else {
 					t.Logf("tick %d: %s on %s: %s", tick, st, recs[0].Node, recs[0].Error)
@@ -227,7 +227,7 @@ func TestFleet(t *testing.T) {
 }
 
 // history returns the ledger's records of tick.
-func history(t *testing.T, url string, tick int64) []driver.RunRecord {
+func history(t *testing.T, url string, tick int64) []ledger.RunRecord {
 	t.Helper()
 	store, closeStore, err := storeurl.Open(context.Background(), url)
 	if err != nil {
@@ -235,7 +235,7 @@ func history(t *testing.T, url string, tick int64) []driver.RunRecord {
 	}
 	defer closeStore()
 	at := time.Unix(tick, 0).UTC()
-	recs, err := store.(driver.Ledger).Runs(context.Background(), driver.RunQuery{Job: "tick", From: at, To: at.Add(time.Second)})
+	recs, err := store.(ledger.Ledger).Runs(context.Background(), ledger.RunQuery{Job: "tick", From: at, To: at.Add(time.Second)})
 	if err != nil {
 		t.Fatal(err)
 	}

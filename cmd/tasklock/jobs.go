@@ -14,6 +14,7 @@ import (
 	"github.com/tasklock/tasklock/dashboard/apijson"
 	"github.com/tasklock/tasklock/driver"
 	"github.com/tasklock/tasklock/internal/redact"
+	"github.com/tasklock/tasklock/ledger"
 )
 
 const jobsUsage = `Usage:
@@ -72,7 +73,7 @@ type (
 	runRecordJSON = apijson.Run
 )
 
-func toRunJSON(r driver.RunRecord) *runRecordJSON { return apijson.FromRun(r) }
+func toRunJSON(r ledger.RunRecord) *runRecordJSON { return apijson.FromRun(r) }
 
 // runJobs is the jobs command.
 func runJobs(args []string, stdout, stderr io.Writer) int {
@@ -90,7 +91,7 @@ func runJobs(args []string, stdout, stderr io.Writer) int {
 		fs.IntVar(&limit, "limit", 50, "")
 	}
 	return adminRun("jobs", jobsUsage, args, stdout, stderr, jobsSubs, extra, func(ctx context.Context, a *adminArgs, store driver.Store) error {
-		l, ok := store.(driver.Ledger)
+		l, ok := store.(ledger.Ledger)
 		if !ok {
 			return fmt.Errorf("%s keeps no scheduler ledger", redact.URL(a.store))
 		}
@@ -104,31 +105,31 @@ func runJobs(args []string, stdout, stderr io.Writer) int {
 			case since < 0:
 				return usagef("--since must be positive, got %v", since)
 			}
-			switch driver.RunStatus(status) {
-			case "", driver.RunOK, driver.RunFailed, driver.RunTimeout, driver.RunLost, driver.RunInterrupted,
-				driver.RunSkipped, driver.RunMissed, driver.RunRunning:
+			switch ledger.RunStatus(status) {
+			case "", ledger.RunOK, ledger.RunFailed, ledger.RunTimeout, ledger.RunLost, ledger.RunInterrupted,
+				ledger.RunSkipped, ledger.RunMissed, ledger.RunRunning:
 			default:
 				return usagef("--status %s: want ok, failed, timeout, lost, interrupted, skipped, missed or running", redact.Quote(status))
 			}
-			q := driver.RunQuery{Job: job, Status: driver.RunStatus(status), Limit: limit}
+			q := ledger.RunQuery{Job: job, Status: ledger.RunStatus(status), Limit: limit}
 			if since > 0 {
 				q.From = time.Now().Add(-since)
 			}
 			return jobsHistory(ctx, l, q, a.json, stdout)
 		}
-		p := driver.JobStateParams{Job: a.positional[0]}
+		p := ledger.JobStateParams{Job: a.positional[0]}
 		switch a.sub {
 		case "pause":
-			p.Op = driver.JobPause
+			p.Op = ledger.JobPause
 		case "resume":
-			p.Op = driver.JobResume
+			p.Op = ledger.JobResume
 		case "trigger":
-			p.Op, p.Trigger = driver.JobTrigger, rand.Text()
+			p.Op, p.Trigger = ledger.JobTrigger, rand.Text()
 		case "forget":
-			p.Op = driver.JobForget
+			p.Op = ledger.JobForget
 		}
 		if !force {
-			if err := checkKnown(ctx, l, p.Job, p.Op == driver.JobForget); err != nil {
+			if err := checkKnown(ctx, l, p.Job, p.Op == ledger.JobForget); err != nil {
 				return err
 			}
 		}
@@ -153,11 +154,11 @@ func runJobs(args []string, stdout, stderr io.Writer) int {
 	})
 }
 
-func stateJSON(st driver.JobState) jobJSON { return apijson.FromState(st) }
+func stateJSON(st ledger.JobState) jobJSON { return apijson.FromState(st) }
 
 // checkKnown refuses a job no node registered (any stored state will do
 // when anyState): commands must not create ghost jobs.
-func checkKnown(ctx context.Context, l driver.Ledger, job string, anyState bool) error {
+func checkKnown(ctx context.Context, l ledger.Ledger, job string, anyState bool) error {
 	sts, err := l.Jobs(ctx)
 	if err != nil {
 		return err
@@ -184,12 +185,12 @@ func (e noJobError) Is(target error) bool { return target == errNotFound }
 
 // jobsList joins the job states the ledger knows with each job's latest
 // run (of the newest 1,000 records).
-func jobsList(ctx context.Context, l driver.Ledger, asJSON bool, w io.Writer) error {
+func jobsList(ctx context.Context, l ledger.Ledger, asJSON bool, w io.Writer) error {
 	states, err := l.Jobs(ctx)
 	if err != nil {
 		return err
 	}
-	runs, err := l.Runs(ctx, driver.RunQuery{Limit: 1000})
+	runs, err := l.Runs(ctx, ledger.RunQuery{Limit: 1000})
 	if err != nil {
 		return err
 	}
@@ -238,7 +239,7 @@ func jobsList(ctx context.Context, l driver.Ledger, asJSON bool, w io.Writer) er
 	return tw.Flush()
 }
 
-func jobsHistory(ctx context.Context, l driver.Ledger, q driver.RunQuery, asJSON bool, w io.Writer) error {
+func jobsHistory(ctx context.Context, l ledger.Ledger, q ledger.RunQuery, asJSON bool, w io.Writer) error {
 	runs, err := l.Runs(ctx, q)
 	if err != nil {
 		return err

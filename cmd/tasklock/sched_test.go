@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/tasklock/tasklock/cmd/tasklock/internal/storeurl"
-	"github.com/tasklock/tasklock/driver"
+	"github.com/tasklock/tasklock/ledger"
 )
 
 // jsonLines parses serve's --log-format json stderr.
@@ -86,14 +86,14 @@ func TestLogLevels(t *testing.T) {
 }
 
 // sqliteLedger opens a SQLite file store's ledger, as a serve node would.
-func sqliteLedger(t *testing.T, url string) driver.Ledger {
+func sqliteLedger(t *testing.T, url string) ledger.Ledger {
 	t.Helper()
 	store, closeStore, err := storeurl.Open(context.Background(), url)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = closeStore() })
-	return store.(driver.Ledger)
+	return store.(ledger.Ledger)
 }
 
 // listJobs runs jobs list --json.
@@ -120,7 +120,7 @@ func TestJobsNoGhosts(t *testing.T) {
 	t.Parallel()
 	url := "sqlite://" + filepath.Join(t.TempDir(), "ledger.db")
 	l := sqliteLedger(t, url)
-	if _, err := l.SetJobState(context.Background(), driver.JobStateParams{Job: "real", Op: driver.JobRegister, Spec: "@hourly", Since: time.Now()}); err != nil {
+	if _, err := l.SetJobState(context.Background(), ledger.JobStateParams{Job: "real", Op: ledger.JobRegister, Spec: "@hourly", Since: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
 	for _, sub := range []string{"trigger", "pause", "resume"} {
@@ -173,7 +173,7 @@ func TestBrokenJobsList(t *testing.T) {
 	url := "sqlite://" + filepath.Join(t.TempDir(), "ledger.db")
 	l := sqliteLedger(t, url)
 	for job, spec := range map[string]string{"bad": "CRON_TZ=No/Such_Zone * * * * *", "good": "@hourly"} {
-		if _, err := l.SetJobState(context.Background(), driver.JobStateParams{Job: job, Op: driver.JobRegister, Spec: spec, Since: time.Now()}); err != nil {
+		if _, err := l.SetJobState(context.Background(), ledger.JobStateParams{Job: job, Op: ledger.JobRegister, Spec: spec, Since: time.Now()}); err != nil {
 			t.Fatal(err)
 		}
 	}

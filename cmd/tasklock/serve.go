@@ -29,6 +29,7 @@ import (
 	"github.com/tasklock/tasklock/cmd/tasklock/internal/storeurl"
 	"github.com/tasklock/tasklock/driver"
 	"github.com/tasklock/tasklock/internal/redact"
+	"github.com/tasklock/tasklock/ledger"
 	"github.com/tasklock/tasklock/schedule"
 )
 
@@ -294,7 +295,7 @@ type server struct {
 	redact func(string) string
 
 	lk     *tasklock.Locker
-	ledger driver.Ledger
+	ledger ledger.Ledger
 	node   string
 	cur    *schedule.Scheduler
 	// The node-name lock is the Schedulers' node lease: taken at nodeTaken;
@@ -335,13 +336,13 @@ func (s *server) run() int {
 			s.log.Warn("closing the store connection", "err", err)
 		}
 	}()
-	ledger, ok := store.(driver.Ledger)
+	l, ok := store.(ledger.Ledger)
 	if !ok {
 		s.failf("store %s (%T) cannot keep a schedule ledger, which serve needs; use a store that can (mem:// to try serve out)",
 			redact.URL(s.file.Store), store)
 		return exitUsage
 	}
-	s.ledger = ledger
+	s.ledger = l
 	s.lister, _ = store.(driver.Lister)
 	lk, err := tasklock.New(store, &tasklock.Config{Owner: s.file.Node, Logger: s.log, OnEvent: s.obs.lockEvent})
 	if err != nil {

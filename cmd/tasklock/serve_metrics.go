@@ -14,6 +14,7 @@ import (
 	"github.com/tasklock/tasklock"
 	"github.com/tasklock/tasklock/internal/buildinfo"
 	"github.com/tasklock/tasklock/internal/slogfilter"
+	"github.com/tasklock/tasklock/ledger"
 	"github.com/tasklock/tasklock/metrics"
 	"github.com/tasklock/tasklock/schedule"
 )
@@ -149,9 +150,9 @@ func (o *observer) scheduleEvent(e schedule.Event) {
 }
 
 // runLevel is the level of a run's end: WARN when it did not succeed.
-func runLevel(st schedule.Status) slog.Level {
+func runLevel(st ledger.RunStatus) slog.Level {
 	switch st {
-	case schedule.StatusFailed, schedule.StatusTimeout, schedule.StatusLost, schedule.StatusInterrupted:
+	case ledger.RunFailed, ledger.RunTimeout, ledger.RunLost, ledger.RunInterrupted:
 		return slog.LevelWarn
 	}
 	return slog.LevelInfo

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tasklock/tasklock/driver"
+	"github.com/tasklock/tasklock/ledger"
 	"github.com/tasklock/tasklock/schedule"
 )
 
@@ -45,7 +46,7 @@ func (j *Job) SetBroken(reason string) {
 // parse parses specs for SpecBroken (a variable for tests).
 var parse = schedule.Parse
 
-// SpecBroken says why a registered spec (as driver.JobState.Spec, its time
+// SpecBroken says why a registered spec (as ledger.JobState.Spec, its time
 // zone a CRON_TZ= prefix) cannot give a tick after now, or "" when it can:
 // such a job is broken, as its nodes report.
 func SpecBroken(spec string, now time.Time) string {
@@ -93,7 +94,7 @@ type Lock struct {
 }
 
 // FromRun converts a run record, with its times in UTC.
-func FromRun(r driver.RunRecord) *Run {
+func FromRun(r ledger.RunRecord) *Run {
 	j := &Run{
 		Job: r.Job, Tick: r.Tick.UTC(), Trigger: r.Trigger, Attempt: r.Attempt, Node: r.Node, Fence: r.Fence,
 		Status: string(r.Status), Error: r.Error, Output: r.Output, Recorded: r.Recorded.UTC(),
@@ -111,7 +112,7 @@ func FromRun(r driver.RunRecord) *Run {
 
 // FromState converts a job's stored state, State "paused" or "ok"; LastRun
 // is left nil.
-func FromState(st driver.JobState) Job {
+func FromState(st ledger.JobState) Job {
 	j := Job{Job: st.Job, State: StateOK, Paused: st.Paused, Triggers: []Trigger{}, Spec: st.Spec}
 	if st.Paused {
 		j.State = StatePaused

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tasklock/tasklock"
+	"github.com/tasklock/tasklock/ledger"
 	"github.com/tasklock/tasklock/redisstore"
 	"github.com/tasklock/tasklock/schedule"
 )
@@ -557,7 +558,7 @@ func measureSched(ctx context.Context, srv *server, p schedParams, r *schedResul
 	// What the ledger recorded for the window's ticks, by status.
 	hctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	recs, err := nodes[0].st.Runs(hctx, schedule.RunQuery{From: w0, To: w1})
+	recs, err := nodes[0].st.Runs(hctx, ledger.RunQuery{From: w0, To: w1})
 	if err != nil {
 		r.histErr = err
 	} else {

@@ -1,4 +1,18 @@
-package storetest
+// Package ledgertest is the conformance suite every ledger.Ledger passes,
+// beside the lock contract's storetest. A store's tests call Run with a
+// function that returns a fresh, empty ledger (its own key prefix, table or
+// database), backed by a real server:
+//
+//	func TestLedgerConformance(t *testing.T) {
+//		ledgertest.Run(t, func(t *testing.T) ledger.Ledger { return newStore(t) })
+//	}
+//
+// The suite checks what package ledger promises: a claim is made once, also
+// under concurrency; retention and record ages are measured by the store's
+// clock; times round-trip; records are replaced by RunKey and listed in
+// order, page by page; job state changes are idempotent; a cancelled
+// context fails every call.
+package ledgertest
 
 import (
 	"context"
@@ -9,21 +23,19 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tasklock/tasklock/driver"
+	"github.com/tasklock/tasklock/ledger"
 )
 
-// RunLedger runs the ledger section of the suite (driver.Ledger: claims,
-// run history, job state, pruning) against stores made by newStore. A store
-// that does not implement driver.Ledger skips it, with the reason logged.
-// Retention tests wait on the store's clock for about a second each.
-//
-//	func TestLedger(t *testing.T) {
-//		storetest.RunLedger(t, func(t *testing.T) driver.Store { return newStore(t) })
-//	}
-func RunLedger(t *testing.T, newStore NewStore) {
+// NewLedger returns a fresh, empty ledger for one test.
+type NewLedger func(t *testing.T) ledger.Ledger
+
+// Run runs the suite (claims, run history, job state, pruning) against
+// ledgers made by newLedger. Retention tests wait on the store's clock for
+// about a second each.
+func Run(t *testing.T, newLedger NewLedger) {
 	tests := []struct {
 		name string
-		fn   func(t *testing.T, l driver.Ledger)
+		fn   func(t *testing.T, l ledger.Ledger)
 	}{
 		{"ClaimOnceUnderConcurrency", testClaimOnce},
 		{"ClaimKeyParts", testClaimKeyParts},
@@ -42,15 +54,15 @@ func RunLedger(t *testing.T, newStore NewStore) {
 		{"RunningRecords", testRunningRecords},
 	}
 	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			s := newStore(t)
-			l, ok := s.(driver.Ledger)
-			if !ok {
-				t.Skipf("store %T does not implement driver.Ledger", s)
-			}
-			tc.fn(t, l)
-		})
+		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newLedger(t)) })
 	}
+}
+
+// ctxT returns a context that ends after d or when the test ends.
+func ctxT(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
 }
 
 // tick0 is the first tick the ledger tests use: far from any real clock, so
@@ -61,11 +73,11 @@ func tickN(i int) time.Time { return tick0.Add(time.Duration(i) * time.Second) }
 
 const day = 24 * time.Hour
 
-func claim(job string, tick time.Time, trigger, node, token string) driver.ClaimParams {
-	return driver.ClaimParams{Job: job, Tick: tick, Trigger: trigger, Node: node, Token: token, Retain: day}
+func claim(job string, tick time.Time, trigger, node, token string) ledger.ClaimParams {
+	return ledger.ClaimParams{Job: job, Tick: tick, Trigger: trigger, Node: node, Token: token, Retain: day}
 }
 
-func mustClaim(t *testing.T, l driver.Ledger, ps ...driver.ClaimParams) []error {
+func mustClaim(t *testing.T, l ledger.Ledger, ps ...ledger.ClaimParams) []error {
 	t.Helper()
 	res, err := l.Claim(ctxT(t, 10*time.Second), ps)
 	if err != nil {
@@ -79,8 +91,8 @@ func mustClaim(t *testing.T, l driver.Ledger, ps ...driver.ClaimParams) []error 
 
 func wantClaimed(t *testing.T, what string, err error, byNode string) {
 	t.Helper()
-	var ce *driver.ClaimedError
-	if !errors.As(err, &ce) || !errors.Is(err, driver.ErrClaimed) {
+	var ce *ledger.ClaimedError
+	if !errors.As(err, &ce) || !errors.Is(err, ledger.ErrClaimed) {
 		t.Fatalf("%s: result %v, want a *ClaimedError matching ErrClaimed", what, err)
 	}
 	if ce.Node != "" && ce.Node != byNode {
@@ -91,7 +103,7 @@ func wantClaimed(t *testing.T, what string, err error, byNode string) {
 // testClaimOnce: 8 claimers race for the same 64 ticks in batches of
 // different sizes and orders; every tick is claimed exactly once, and the
 // losers are told who won.
-func testClaimOnce(t *testing.T, l driver.Ledger) {
+func testClaimOnce(t *testing.T, l ledger.Ledger) {
 	const claimers, ticks = 8, 64
 	var (
 		mu     sync.Mutex
@@ -111,7 +123,7 @@ func testClaimOnce(t *testing.T, l driver.Ledger) {
 			<-start
 			for len(order) > 0 {
 				n := min(batch, len(order))
-				ps := make([]driver.ClaimParams, n)
+				ps := make([]ledger.ClaimParams, n)
 				for i, k := range order[:n] {
 					ps[i] = claim("once", tickN(k), "", node, "token-"+node)
 				}
@@ -160,7 +172,7 @@ func testClaimOnce(t *testing.T, l driver.Ledger) {
 }
 
 // testClaimKeyParts: job, tick and trigger each make a key distinct.
-func testClaimKeyParts(t *testing.T, l driver.Ledger) {
+func testClaimKeyParts(t *testing.T, l ledger.Ledger) {
 	if res, err := l.Claim(ctxT(t, 10*time.Second), nil); err != nil || len(res) != 0 {
 		t.Fatalf("Claim(nil) = %v, %v; want no results and no error", res, err)
 	}
@@ -197,7 +209,7 @@ func testClaimKeyParts(t *testing.T, l driver.Ledger) {
 
 // testClaimSameToken: repeating a claim with the token that holds it
 // succeeds, so a call that failed midway may be repeated.
-func testClaimSameToken(t *testing.T, l driver.Ledger) {
+func testClaimSameToken(t *testing.T, l ledger.Ledger) {
 	first := mustClaim(t, l, claim("j", tickN(0), "", "n1", "t1"))
 	again := mustClaim(t, l, claim("j", tickN(0), "", "n1", "t1"), claim("j", tickN(1), "", "n1", "t1"))
 	if first[0] != nil || again[0] != nil || again[1] != nil {
@@ -209,7 +221,7 @@ func testClaimSameToken(t *testing.T, l driver.Ledger) {
 
 // testClaimRetention: a claim holds at least Retain by the store's clock,
 // and may be made again after it.
-func testClaimRetention(t *testing.T, l driver.Ledger) {
+func testClaimRetention(t *testing.T, l ledger.Ledger) {
 	const retain = 300 * time.Millisecond
 	p := claim("retained", tickN(0), "", "n1", "t1")
 	p.Retain = retain
@@ -237,33 +249,33 @@ func testClaimRetention(t *testing.T, l driver.Ledger) {
 	if res := mustClaim(t, l, claim("kept", tickN(0), "", "n1", "t1")); res[0] != nil {
 		t.Fatal(res[0])
 	}
-	if _, err := l.Prune(ctxT(t, 10*time.Second), driver.PruneParams{}); err != nil {
+	if _, err := l.Prune(ctxT(t, 10*time.Second), ledger.PruneParams{}); err != nil {
 		t.Fatal(err)
 	}
 	res := mustClaim(t, l, claim("kept", tickN(0), "", "n2", "t2"))
 	wantClaimed(t, "after Prune", res[0], "n1")
 }
 
-func run(job string, i, attempt int, status driver.RunStatus) driver.RunRecord {
+func run(job string, i, attempt int, status ledger.RunStatus) ledger.RunRecord {
 	start := tickN(i).Add(1500 * time.Millisecond)
-	r := driver.RunRecord{
+	r := ledger.RunRecord{
 		Job: job, Tick: tickN(i), Attempt: attempt, Node: "n1", Fence: uint64(i + 1),
 		Start: start, End: start.Add(250 * time.Millisecond), Status: status,
 	}
-	if status != driver.RunOK {
+	if status != ledger.RunOK {
 		r.Error = "boom " + job
 	}
 	return r
 }
 
-func mustRecord(t *testing.T, l driver.Ledger, rs ...driver.RunRecord) {
+func mustRecord(t *testing.T, l ledger.Ledger, rs ...ledger.RunRecord) {
 	t.Helper()
 	if err := l.RecordRuns(ctxT(t, 10*time.Second), rs); err != nil {
 		t.Fatalf("RecordRuns: %v", err)
 	}
 }
 
-func mustRuns(t *testing.T, l driver.Ledger, q driver.RunQuery) []driver.RunRecord {
+func mustRuns(t *testing.T, l ledger.Ledger, q ledger.RunQuery) []ledger.RunRecord {
 	t.Helper()
 	rs, err := l.Runs(ctxT(t, 10*time.Second), q)
 	if err != nil {
@@ -273,7 +285,7 @@ func mustRuns(t *testing.T, l driver.Ledger, q driver.RunQuery) []driver.RunReco
 }
 
 // keys renders records as job/tick/trigger/attempt for comparisons.
-func keys(rs []driver.RunRecord) []string {
+func keys(rs []ledger.RunRecord) []string {
 	out := make([]string, len(rs))
 	for i, r := range rs {
 		out[i] = fmt.Sprintf("%s/%d/%s/%d", r.Job, int(r.Tick.Sub(tick0)/time.Second), r.Trigger, r.Attempt)
@@ -281,7 +293,7 @@ func keys(rs []driver.RunRecord) []string {
 	return out
 }
 
-func sameKeys(t *testing.T, what string, got []driver.RunRecord, want ...string) {
+func sameKeys(t *testing.T, what string, got []ledger.RunRecord, want ...string) {
 	t.Helper()
 	g := keys(got)
 	if fmt.Sprint(g) != fmt.Sprint(want) {
@@ -289,18 +301,18 @@ func sameKeys(t *testing.T, what string, got []driver.RunRecord, want ...string)
 	}
 }
 
-func testRecordUpsert(t *testing.T, l driver.Ledger) {
+func testRecordUpsert(t *testing.T, l ledger.Ledger) {
 	before := time.Now()
-	r := run("up", 0, 1, driver.RunFailed)
+	r := run("up", 0, 1, ledger.RunFailed)
 	r.Output = "line 1\nline 2\n"
 	r.Trigger = ""
 	mustRecord(t, l, r)
-	r.Status, r.Error, r.Output = driver.RunOK, "", "all good"
-	mustRecord(t, l, r, run("up", 0, 2, driver.RunOK))
-	rs := mustRuns(t, l, driver.RunQuery{Job: "up"})
+	r.Status, r.Error, r.Output = ledger.RunOK, "", "all good"
+	mustRecord(t, l, r, run("up", 0, 2, ledger.RunOK))
+	rs := mustRuns(t, l, ledger.RunQuery{Job: "up"})
 	sameKeys(t, "after upsert", rs, "up/0//2", "up/0//1")
 	got := rs[1]
-	if got.Status != driver.RunOK || got.Error != "" || got.Output != "all good" {
+	if got.Status != ledger.RunOK || got.Error != "" || got.Output != "all good" {
 		t.Fatalf("record not replaced: %+v", got)
 	}
 	if !got.Tick.Equal(r.Tick) || got.Node != "n1" || got.Fence != 1 {
@@ -317,60 +329,60 @@ func testRecordUpsert(t *testing.T, l driver.Ledger) {
 		t.Fatalf("Recorded = %v, want the store's now (about %v)", got.Recorded, before)
 	}
 	// A trigger run is its own record.
-	tr := run("up", 0, 1, driver.RunOK)
+	tr := run("up", 0, 1, ledger.RunOK)
 	tr.Trigger = "trig"
 	mustRecord(t, l, tr)
-	sameKeys(t, "with trigger", mustRuns(t, l, driver.RunQuery{Job: "up"}), "up/0//2", "up/0//1", "up/0/trig/1")
+	sameKeys(t, "with trigger", mustRuns(t, l, ledger.RunQuery{Job: "up"}), "up/0//2", "up/0//1", "up/0/trig/1")
 }
 
 // seedRuns records, for jobs a and b, ticks 0..9: attempt 1 of every tick,
 // a second attempt for every third, statuses varying.
-func seedRuns(t *testing.T, l driver.Ledger) {
-	var rs []driver.RunRecord
-	statuses := []driver.RunStatus{driver.RunOK, driver.RunFailed, driver.RunTimeout, driver.RunSkipped, driver.RunMissed, driver.RunLost}
+func seedRuns(t *testing.T, l ledger.Ledger) {
+	var rs []ledger.RunRecord
+	statuses := []ledger.RunStatus{ledger.RunOK, ledger.RunFailed, ledger.RunTimeout, ledger.RunSkipped, ledger.RunMissed, ledger.RunLost}
 	for _, job := range []string{"a", "b"} {
 		for i := range 10 {
 			rs = append(rs, run(job, i, 1, statuses[i%len(statuses)]))
 			if i%3 == 0 {
-				rs = append(rs, run(job, i, 2, driver.RunOK))
+				rs = append(rs, run(job, i, 2, ledger.RunOK))
 			}
 		}
 	}
 	mustRecord(t, l, rs...)
 }
 
-func testRunsQueries(t *testing.T, l driver.Ledger) {
+func testRunsQueries(t *testing.T, l ledger.Ledger) {
 	seedRuns(t, l)
-	sameKeys(t, "job a, ticks [3, 7)", mustRuns(t, l, driver.RunQuery{Job: "a", From: tickN(3), To: tickN(7)}),
+	sameKeys(t, "job a, ticks [3, 7)", mustRuns(t, l, ledger.RunQuery{Job: "a", From: tickN(3), To: tickN(7)}),
 		"a/6//2", "a/6//1", "a/5//1", "a/4//1", "a/3//2", "a/3//1")
-	sameKeys(t, "every job, ticks [8, ∞)", mustRuns(t, l, driver.RunQuery{From: tickN(8)}),
+	sameKeys(t, "every job, ticks [8, ∞)", mustRuns(t, l, ledger.RunQuery{From: tickN(8)}),
 		"a/9//2", "a/9//1", "b/9//2", "b/9//1", "a/8//1", "b/8//1")
-	sameKeys(t, "job b, failed", mustRuns(t, l, driver.RunQuery{Job: "b", Status: driver.RunFailed}),
+	sameKeys(t, "job b, failed", mustRuns(t, l, ledger.RunQuery{Job: "b", Status: ledger.RunFailed}),
 		"b/7//1", "b/1//1")
-	sameKeys(t, "job a, limit 3", mustRuns(t, l, driver.RunQuery{Job: "a", Limit: 3}),
+	sameKeys(t, "job a, limit 3", mustRuns(t, l, ledger.RunQuery{Job: "a", Limit: 3}),
 		"a/9//2", "a/9//1", "a/8//1")
-	sameKeys(t, "job b, ticks before 1", mustRuns(t, l, driver.RunQuery{Job: "b", To: tickN(1)}),
+	sameKeys(t, "job b, ticks before 1", mustRuns(t, l, ledger.RunQuery{Job: "b", To: tickN(1)}),
 		"b/0//2", "b/0//1")
-	if rs := mustRuns(t, l, driver.RunQuery{Job: "nope"}); len(rs) != 0 {
+	if rs := mustRuns(t, l, ledger.RunQuery{Job: "nope"}); len(rs) != 0 {
 		t.Fatalf("unknown job: %d records", len(rs))
 	}
-	rs := mustRuns(t, l, driver.RunQuery{Job: "a", From: tickN(2), To: tickN(3)})
-	if len(rs) != 1 || rs[0].Status != driver.RunTimeout || rs[0].Error != "boom a" || rs[0].Fence != 3 {
+	rs := mustRuns(t, l, ledger.RunQuery{Job: "a", From: tickN(2), To: tickN(3)})
+	if len(rs) != 1 || rs[0].Status != ledger.RunTimeout || rs[0].Error != "boom a" || rs[0].Fence != 3 {
 		t.Fatalf("record fields: %+v", rs)
 	}
 }
 
 // testRunsPagination: reading page by page with Before returns every
 // record once, in order.
-func testRunsPagination(t *testing.T, l driver.Ledger) {
+func testRunsPagination(t *testing.T, l ledger.Ledger) {
 	seedRuns(t, l)
-	all := mustRuns(t, l, driver.RunQuery{})
+	all := mustRuns(t, l, ledger.RunQuery{})
 	if len(all) != 28 {
 		t.Fatalf("%d records, want 28", len(all))
 	}
 	for _, size := range []int{1, 3, 7} {
-		var paged []driver.RunRecord
-		q := driver.RunQuery{Limit: size}
+		var paged []ledger.RunRecord
+		q := ledger.RunQuery{Limit: size}
 		for range 100 {
 			page := mustRuns(t, l, q)
 			paged = append(paged, page...)
@@ -386,30 +398,30 @@ func testRunsPagination(t *testing.T, l driver.Ledger) {
 	}
 }
 
-func testPruneByCount(t *testing.T, l driver.Ledger) {
+func testPruneByCount(t *testing.T, l ledger.Ledger) {
 	seedRuns(t, l)
-	if _, err := l.Prune(ctxT(t, 10*time.Second), driver.PruneParams{KeepPerJob: 3}); err != nil {
+	if _, err := l.Prune(ctxT(t, 10*time.Second), ledger.PruneParams{KeepPerJob: 3}); err != nil {
 		t.Fatal(err)
 	}
-	sameKeys(t, "kept per job", mustRuns(t, l, driver.RunQuery{}),
+	sameKeys(t, "kept per job", mustRuns(t, l, ledger.RunQuery{}),
 		"a/9//2", "a/9//1", "b/9//2", "b/9//1", "a/8//1", "b/8//1")
 }
 
-func testPruneByAge(t *testing.T, l driver.Ledger) {
-	mustRecord(t, l, run("old", 0, 1, driver.RunOK), run("both", 0, 1, driver.RunOK))
+func testPruneByAge(t *testing.T, l ledger.Ledger) {
+	mustRecord(t, l, run("old", 0, 1, ledger.RunOK), run("both", 0, 1, ledger.RunOK))
 	time.Sleep(time.Second) // let the store's clock age the first records
-	mustRecord(t, l, run("new", 1, 1, driver.RunOK), run("both", 1, 1, driver.RunOK))
-	if _, err := l.Prune(ctxT(t, 10*time.Second), driver.PruneParams{RunsOlderThan: 500 * time.Millisecond}); err != nil {
+	mustRecord(t, l, run("new", 1, 1, ledger.RunOK), run("both", 1, 1, ledger.RunOK))
+	if _, err := l.Prune(ctxT(t, 10*time.Second), ledger.PruneParams{RunsOlderThan: 500 * time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
-	sameKeys(t, "after pruning by age", mustRuns(t, l, driver.RunQuery{}), "both/1//1", "new/1//1")
-	if _, err := l.Prune(ctxT(t, 10*time.Second), driver.PruneParams{RunsOlderThan: time.Hour, KeepPerJob: 100}); err != nil {
+	sameKeys(t, "after pruning by age", mustRuns(t, l, ledger.RunQuery{}), "both/1//1", "new/1//1")
+	if _, err := l.Prune(ctxT(t, 10*time.Second), ledger.PruneParams{RunsOlderThan: time.Hour, KeepPerJob: 100}); err != nil {
 		t.Fatal(err)
 	}
-	sameKeys(t, "after a prune that keeps all", mustRuns(t, l, driver.RunQuery{}), "both/1//1", "new/1//1")
+	sameKeys(t, "after a prune that keeps all", mustRuns(t, l, ledger.RunQuery{}), "both/1//1", "new/1//1")
 }
 
-func stateOf(t *testing.T, l driver.Ledger, job string) driver.JobState {
+func stateOf(t *testing.T, l ledger.Ledger, job string) ledger.JobState {
 	t.Helper()
 	sts, err := l.JobStates(ctxT(t, 10*time.Second))
 	if err != nil {
@@ -421,9 +433,9 @@ func stateOf(t *testing.T, l driver.Ledger, job string) driver.JobState {
 
 // findState returns job's state in sts, listed by the method named what,
 // and whether it is there; the default state when it is not.
-func findState(t *testing.T, what string, sts []driver.JobState, job string) (driver.JobState, bool) {
+func findState(t *testing.T, what string, sts []ledger.JobState, job string) (ledger.JobState, bool) {
 	t.Helper()
-	var found *driver.JobState
+	var found *ledger.JobState
 	for i := range sts {
 		if sts[i].Job == job {
 			if found != nil {
@@ -433,14 +445,14 @@ func findState(t *testing.T, what string, sts []driver.JobState, job string) (dr
 		}
 	}
 	if found == nil {
-		return driver.JobState{Job: job}, false
+		return ledger.JobState{Job: job}, false
 	}
 	return *found, true
 }
 
-func mustSet(t *testing.T, l driver.Ledger, job string, op driver.JobStateOp, trigger string) driver.JobState {
+func mustSet(t *testing.T, l ledger.Ledger, job string, op ledger.JobStateOp, trigger string) ledger.JobState {
 	t.Helper()
-	st, err := l.SetJobState(ctxT(t, 10*time.Second), driver.JobStateParams{Job: job, Op: op, Trigger: trigger})
+	st, err := l.SetJobState(ctxT(t, 10*time.Second), ledger.JobStateParams{Job: job, Op: op, Trigger: trigger})
 	if err != nil {
 		t.Fatalf("SetJobState(%q, %d, %q): %v", job, op, trigger, err)
 	}
@@ -450,21 +462,21 @@ func mustSet(t *testing.T, l driver.Ledger, job string, op driver.JobStateOp, tr
 	return st
 }
 
-func testPauseState(t *testing.T, l driver.Ledger) {
+func testPauseState(t *testing.T, l ledger.Ledger) {
 	if st := stateOf(t, l, "p"); st.Paused || len(st.Triggers) != 0 {
 		t.Fatalf("initial state %+v, want running with nothing pending", st)
 	}
 	for range 2 { // idempotent
-		if st := mustSet(t, l, "p", driver.JobPause, ""); !st.Paused {
+		if st := mustSet(t, l, "p", ledger.JobPause, ""); !st.Paused {
 			t.Fatalf("after pause: %+v", st)
 		}
 	}
-	mustSet(t, l, "q", driver.JobPause, "")
+	mustSet(t, l, "q", ledger.JobPause, "")
 	if !stateOf(t, l, "p").Paused || !stateOf(t, l, "q").Paused {
 		t.Fatal("JobStates does not show both jobs paused")
 	}
 	for range 2 {
-		if st := mustSet(t, l, "p", driver.JobResume, ""); st.Paused {
+		if st := mustSet(t, l, "p", ledger.JobResume, ""); st.Paused {
 			t.Fatalf("after resume: %+v", st)
 		}
 	}
@@ -473,11 +485,11 @@ func testPauseState(t *testing.T, l driver.Ledger) {
 	}
 }
 
-func testTriggers(t *testing.T, l driver.Ledger) {
+func testTriggers(t *testing.T, l ledger.Ledger) {
 	before := time.Now()
-	mustSet(t, l, "j", driver.JobTrigger, "t1")
-	mustSet(t, l, "j", driver.JobTrigger, "t1") // a repeated request is one request
-	st := mustSet(t, l, "j", driver.JobTrigger, "t2")
+	mustSet(t, l, "j", ledger.JobTrigger, "t1")
+	mustSet(t, l, "j", ledger.JobTrigger, "t1") // a repeated request is one request
+	st := mustSet(t, l, "j", ledger.JobTrigger, "t2")
 	if len(st.Triggers) != 2 || st.Triggers[0].ID != "t1" || st.Triggers[1].ID != "t2" {
 		t.Fatalf("triggers %+v, want t1 then t2", st.Triggers)
 	}
@@ -501,48 +513,48 @@ func testTriggers(t *testing.T, l driver.Ledger) {
 	}
 	wantClaimed(t, "trigger claimed twice", res2[0], "n1")
 
-	mustSet(t, l, "j", driver.JobTriggerDone, "t1")
-	mustSet(t, l, "j", driver.JobTriggerDone, "t1")
-	mustSet(t, l, "j", driver.JobTriggerDone, "never-requested")
+	mustSet(t, l, "j", ledger.JobTriggerDone, "t1")
+	mustSet(t, l, "j", ledger.JobTriggerDone, "t1")
+	mustSet(t, l, "j", ledger.JobTriggerDone, "never-requested")
 	if got := stateOf(t, l, "j"); len(got.Triggers) != 1 || got.Triggers[0].ID != "t2" {
 		t.Fatalf("after done: %+v, want t2 pending", got.Triggers)
 	}
 	// Pausing keeps the pending triggers, and the other way round.
-	mustSet(t, l, "j", driver.JobPause, "")
+	mustSet(t, l, "j", ledger.JobPause, "")
 	if got := stateOf(t, l, "j"); !got.Paused || len(got.Triggers) != 1 {
 		t.Fatalf("paused with a trigger: %+v", got)
 	}
-	mustSet(t, l, "j", driver.JobResume, "")
+	mustSet(t, l, "j", ledger.JobResume, "")
 
 	// Prune drops requests older than TriggersOlderThan, and no others.
 	time.Sleep(time.Second) // let the store's clock age t2
-	mustSet(t, l, "j", driver.JobTrigger, "t3")
-	if _, err := l.Prune(ctxT(t, 10*time.Second), driver.PruneParams{TriggersOlderThan: 500 * time.Millisecond}); err != nil {
+	mustSet(t, l, "j", ledger.JobTrigger, "t3")
+	if _, err := l.Prune(ctxT(t, 10*time.Second), ledger.PruneParams{TriggersOlderThan: 500 * time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
 	if got := stateOf(t, l, "j"); len(got.Triggers) != 1 || got.Triggers[0].ID != "t3" {
 		t.Fatalf("after prune: %+v, want t3 pending", got.Triggers)
 	}
-	mustSet(t, l, "j", driver.JobTriggerDone, "t3")
+	mustSet(t, l, "j", ledger.JobTriggerDone, "t3")
 	if got := stateOf(t, l, "j"); got.Paused || len(got.Triggers) != 0 {
 		t.Fatalf("final state %+v, want the default", got)
 	}
 }
 
-func testLedgerCancelled(t *testing.T, l driver.Ledger) {
+func testLedgerCancelled(t *testing.T, l ledger.Ledger) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	p := []driver.ClaimParams{claim("c", tickN(0), "", "n1", "t1")}
+	p := []ledger.ClaimParams{claim("c", tickN(0), "", "n1", "t1")}
 	if _, err := l.Claim(ctx, p); err == nil {
 		t.Error("Claim with a cancelled ctx succeeded")
 	}
-	if err := l.RecordRuns(ctx, []driver.RunRecord{run("c", 0, 1, driver.RunOK)}); err == nil {
+	if err := l.RecordRuns(ctx, []ledger.RunRecord{run("c", 0, 1, ledger.RunOK)}); err == nil {
 		t.Error("RecordRuns with a cancelled ctx succeeded")
 	}
-	if _, err := l.Runs(ctx, driver.RunQuery{}); err == nil {
+	if _, err := l.Runs(ctx, ledger.RunQuery{}); err == nil {
 		t.Error("Runs with a cancelled ctx succeeded")
 	}
-	if _, err := l.SetJobState(ctx, driver.JobStateParams{Job: "c", Op: driver.JobPause}); err == nil {
+	if _, err := l.SetJobState(ctx, ledger.JobStateParams{Job: "c", Op: ledger.JobPause}); err == nil {
 		t.Error("SetJobState with a cancelled ctx succeeded")
 	}
 	if _, err := l.JobStates(ctx); err == nil {
@@ -551,7 +563,7 @@ func testLedgerCancelled(t *testing.T, l driver.Ledger) {
 	if _, err := l.Jobs(ctx); err == nil {
 		t.Error("Jobs with a cancelled ctx succeeded")
 	}
-	if _, err := l.Prune(ctx, driver.PruneParams{}); err == nil {
+	if _, err := l.Prune(ctx, ledger.PruneParams{}); err == nil {
 		t.Error("Prune with a cancelled ctx succeeded")
 	}
 	// Nothing was claimed by the cancelled call.

@@ -1,15 +1,15 @@
-package storetest
+package ledgertest
 
 import (
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/tasklock/tasklock/driver"
+	"github.com/tasklock/tasklock/ledger"
 )
 
 // jobOf returns job's state as Jobs lists it, and whether it is listed.
-func jobOf(t *testing.T, l driver.Ledger, job string) (driver.JobState, bool) {
+func jobOf(t *testing.T, l ledger.Ledger, job string) (ledger.JobState, bool) {
 	t.Helper()
 	sts, err := l.Jobs(ctxT(t, 10*time.Second))
 	if err != nil {
@@ -18,9 +18,9 @@ func jobOf(t *testing.T, l driver.Ledger, job string) (driver.JobState, bool) {
 	return findState(t, "Jobs", sts, job)
 }
 
-func register(t *testing.T, l driver.Ledger, job, spec string, since time.Time) driver.JobState {
+func register(t *testing.T, l ledger.Ledger, job, spec string, since time.Time) ledger.JobState {
 	t.Helper()
-	st, err := l.SetJobState(ctxT(t, 10*time.Second), driver.JobStateParams{Job: job, Op: driver.JobRegister, Spec: spec, Since: since})
+	st, err := l.SetJobState(ctxT(t, 10*time.Second), ledger.JobStateParams{Job: job, Op: ledger.JobRegister, Spec: spec, Since: since})
 	if err != nil {
 		t.Fatalf("register %q %q: %v", job, spec, err)
 	}
@@ -32,7 +32,7 @@ func register(t *testing.T, l driver.Ledger, job, spec string, since time.Time) 
 
 // testRegisterJobs: the first registration of a spec sets Since, later ones
 // read it back; a changed spec moves Since; pause and triggers are kept.
-func testRegisterJobs(t *testing.T, l driver.Ledger) {
+func testRegisterJobs(t *testing.T, l ledger.Ledger) {
 	since := tick0.Add(123 * time.Millisecond)
 	st := register(t, l, "r", "*/5 * * * *", since)
 	if st.Spec != "*/5 * * * *" || !st.Since.Equal(since) {
@@ -51,8 +51,8 @@ func testRegisterJobs(t *testing.T, l driver.Ledger) {
 		t.Fatalf("Jobs shows %+v (listed %v), want the registration", got, ok)
 	}
 	// Pause keeps the registration, and register keeps the pause.
-	mustSet(t, l, "r", driver.JobPause, "")
-	mustSet(t, l, "r", driver.JobTrigger, "tr")
+	mustSet(t, l, "r", ledger.JobPause, "")
+	mustSet(t, l, "r", ledger.JobTrigger, "tr")
 	st = register(t, l, "r", "*/5 * * * *", since.Add(2*time.Hour))
 	if !st.Paused || len(st.Triggers) != 1 || !st.Since.Equal(since) {
 		t.Fatalf("register on a paused, triggered job: %+v", st)
@@ -76,10 +76,10 @@ func testRegisterJobs(t *testing.T, l driver.Ledger) {
 		t.Fatalf("Jobs shows %+v (listed %v) for a registered job in the default state", got, ok)
 	}
 	// Invalid registrations are refused.
-	for _, p := range []driver.JobStateParams{
-		{Job: "bad", Op: driver.JobRegister, Since: since},
-		{Job: "bad", Op: driver.JobRegister, Spec: "* * * * *"},
-		{Job: "bad", Op: driver.JobRegister, Spec: strings.Repeat("x", driver.MaxSpecLen+1), Since: since},
+	for _, p := range []ledger.JobStateParams{
+		{Job: "bad", Op: ledger.JobRegister, Since: since},
+		{Job: "bad", Op: ledger.JobRegister, Spec: "* * * * *"},
+		{Job: "bad", Op: ledger.JobRegister, Spec: strings.Repeat("x", ledger.MaxSpecLen+1), Since: since},
 	} {
 		if _, err := l.SetJobState(ctxT(t, 10*time.Second), p); err == nil {
 			t.Errorf("SetJobState(%+v) succeeded", p)
@@ -92,19 +92,19 @@ func testRegisterJobs(t *testing.T, l driver.Ledger) {
 
 // testJobsAndForget: Jobs lists paused, triggered and registered jobs;
 // JobForget removes every part of a job's state and no other job's.
-func testJobsAndForget(t *testing.T, l driver.Ledger) {
+func testJobsAndForget(t *testing.T, l ledger.Ledger) {
 	register(t, l, "a", "* * * * *", tick0)
-	mustSet(t, l, "a", driver.JobPause, "")
-	mustSet(t, l, "a", driver.JobTrigger, "x")
-	mustSet(t, l, "b", driver.JobPause, "")
-	mustSet(t, l, "c", driver.JobTrigger, "y")
+	mustSet(t, l, "a", ledger.JobPause, "")
+	mustSet(t, l, "a", ledger.JobTrigger, "x")
+	mustSet(t, l, "b", ledger.JobPause, "")
+	mustSet(t, l, "c", ledger.JobTrigger, "y")
 	for _, j := range []string{"a", "b", "c"} {
 		if _, ok := jobOf(t, l, j); !ok {
 			t.Fatalf("Jobs does not list %q", j)
 		}
 	}
 	for range 2 { // idempotent
-		st, err := l.SetJobState(ctxT(t, 10*time.Second), driver.JobStateParams{Job: "a", Op: driver.JobForget})
+		st, err := l.SetJobState(ctxT(t, 10*time.Second), ledger.JobStateParams{Job: "a", Op: ledger.JobForget})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -129,14 +129,14 @@ func testJobsAndForget(t *testing.T, l driver.Ledger) {
 
 // testRunningRecords: a running record is replaced by the attempt's outcome
 // under the same key, and a Status query finds the running ones.
-func testRunningRecords(t *testing.T, l driver.Ledger) {
-	mustRecord(t, l, run("x", 1, 1, driver.RunRunning), run("x", 2, 1, driver.RunRunning), run("y", 1, 1, driver.RunOK))
-	sameKeys(t, "running", mustRuns(t, l, driver.RunQuery{Status: driver.RunRunning}), "x/2//1", "x/1//1")
-	mustRecord(t, l, run("x", 1, 1, driver.RunInterrupted))
-	sameKeys(t, "running after one ended", mustRuns(t, l, driver.RunQuery{Status: driver.RunRunning}), "x/2//1")
-	sameKeys(t, "interrupted", mustRuns(t, l, driver.RunQuery{Status: driver.RunInterrupted}), "x/1//1")
-	sameKeys(t, "all of x", mustRuns(t, l, driver.RunQuery{Job: "x"}), "x/2//1", "x/1//1")
-	if !driver.RunOK.Final() || !driver.RunInterrupted.Final() || driver.RunRunning.Final() {
+func testRunningRecords(t *testing.T, l ledger.Ledger) {
+	mustRecord(t, l, run("x", 1, 1, ledger.RunRunning), run("x", 2, 1, ledger.RunRunning), run("y", 1, 1, ledger.RunOK))
+	sameKeys(t, "running", mustRuns(t, l, ledger.RunQuery{Status: ledger.RunRunning}), "x/2//1", "x/1//1")
+	mustRecord(t, l, run("x", 1, 1, ledger.RunInterrupted))
+	sameKeys(t, "running after one ended", mustRuns(t, l, ledger.RunQuery{Status: ledger.RunRunning}), "x/2//1")
+	sameKeys(t, "interrupted", mustRuns(t, l, ledger.RunQuery{Status: ledger.RunInterrupted}), "x/1//1")
+	sameKeys(t, "all of x", mustRuns(t, l, ledger.RunQuery{Job: "x"}), "x/2//1", "x/1//1")
+	if !ledger.RunOK.Final() || !ledger.RunInterrupted.Final() || ledger.RunRunning.Final() {
 		t.Fatal("RunStatus.Final is wrong")
 	}
 }

@@ -1,4 +1,4 @@
-package driver
+package ledger
 
 import (
 	"cmp"
@@ -7,36 +7,20 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/tasklock/tasklock/driver"
 )
 
+// ErrUnsupported is wrapped by the errors a ledger returns for a request it
+// can never satisfy as made: a Retain longer than it can keep, a name or a
+// record it cannot store. It is driver.ErrUnsupported, the lock contract's
+// sentinel, so one errors.Is test covers both contracts.
+var ErrUnsupported = driver.ErrUnsupported
+
 // Ledger is implemented by stores that can keep the tick ledger of package
-// schedule: which node claimed which tick of which job, the history of runs,
-// and the pause and trigger-now state every node obeys. Like the other
-// optional capabilities it is found by type assertion, and most code should
-// use package schedule, not this interface.
-//
-// # What a ledger promises
-//
-//   - A claim is made once. Of all the Claim calls for one key (Job, Tick,
-//     Trigger), across every client of the store, exactly one token gets nil
-//     while the claim is retained; every other token gets a *ClaimedError. A
-//     claim is retained at least ClaimParams.Retain after it was made, by the
-//     store's clock; after that the store may forget it (Prune does).
-//   - Every time that decides something at the store — claim retention, the
-//     age of a run record, the time of a trigger request — is read from the
-//     store's clock (Redis TIME, SQL now(), ...), never from the caller's.
-//   - Times go in and come back equal (time.Time.Equal) when they are whole
-//     seconds, as scheduled ticks are; other times (Start, End, Recorded,
-//     TriggerRequest.At) keep at least millisecond precision, and a time the
-//     store returned is stored back exactly when passed in again.
-//   - Stores return errors and never log. A store returns a *ClaimedError
-//     only when it knows another token holds the claim, and an error
-//     wrapping ErrUnsupported for a request it can never satisfy as made (a
-//     Retain longer than it can keep, a name it cannot store); any other
-//     error is taken as "nothing known" and the caller may retry the same
-//     call.
-//   - All methods are safe for concurrent use. A method called with a
-//     cancelled or expired ctx returns an error.
+// schedule. Like driver's optional capabilities it is found by type
+// assertion on the store. The package doc says what every implementation
+// promises and which clock decides what.
 type Ledger interface {
 	// Claim claims every key in ps, in as few round trips as the store
 	// allows (one script or statement per batch); each claim is atomic on
