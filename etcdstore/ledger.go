@@ -15,6 +15,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/tasklock/tasklock/driver"
 	"github.com/tasklock/tasklock/ledger"
 )
 
@@ -390,7 +391,7 @@ func claimResult(r *pb.ResponseOp) (claimHolder, bool, error) {
 }
 
 // retainSecs is Retain in whole seconds, rounded up.
-func retainSecs(d time.Duration) int64 { return int64((d + time.Second - 1) / time.Second) }
+func retainSecs(d time.Duration) int64 { return driver.Units(d, time.Second) }
 
 // claimLease returns the lease for claims retained up to sec seconds, and
 // until when it lives at least (on the local monotonic clock, less 1% for
