@@ -106,6 +106,8 @@ func TestParseErrors(t *testing.T) {
 		{"holds", job + "    min_hold: 2h\n    max_hold: 1h\n", []string{`c.yaml:5: job "j": min_hold: 2h0m0s is greater than max_hold 1h0m0s`}},
 		{"kill grace", job + "    kill_grace: 5s\n",
 			[]string{`c.yaml:5: job "j": kill_grace: kill_grace 5s must be less than half of lock_ttl 10s, so that a command that lost its lock is stopped soon after`}},
+		{"lock ttl under the default kill grace", job + "    lock_ttl: 10ms\n", // said once, not again as kill_grace
+			[]string{`c.yaml:5: job "j": lock_ttl: kill_grace 2s must be less than half of lock_ttl 10ms, so that a command that lost its lock is stopped soon after`}},
 		{"both handlers", job + "    http: {url: 'http://x/'}\n",
 			[]string{`c.yaml:5: job "j": http: set together with command (line 4): a job has one of them`}},
 		{"no handler", "jobs:\n  - name: j\n    schedule: '@daily'\n",

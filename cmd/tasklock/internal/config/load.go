@@ -564,6 +564,7 @@ func (p *parser) handler(j *Job, n *yaml.Node, fields map[string]field, lines ma
 			at, field = fields["lock_ttl"].val, "lock_ttl"
 		}
 		p.errorf(at, field, "kill_grace %v must be less than half of lock_ttl %v, so that a command that lost its lock is stopped soon after", j.KillGrace, ttl)
+		return // said once: the scheduler's own check of Lock.Grace would repeat it
 	}
 	// SIGTERM comes kill_grace before the lock could go to another node,
 	// so that SIGKILL lands before it can.
