@@ -32,11 +32,11 @@ func TestLocksCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	code, out, errOut := runTL(t, nil, "locks", "list", "--store", url)
+	code, out, errOut := tl.Run(t, nil, "locks", "list", "--store", url)
 	if code != exitOK || !strings.Contains(out, "reports/nightly") || !strings.Contains(out, "holder-1") || !strings.Contains(out, "EXPIRES_IN") {
 		t.Fatalf("locks list = %d\n%s%s", code, out, errOut)
 	}
-	code, out, errOut = runTL(t, nil, "locks", "show", "reports/nightly", "--store", url, "--json")
+	code, out, errOut = tl.Run(t, nil, "locks", "show", "reports/nightly", "--store", url, "--json")
 	var shown struct {
 		Locks []lockJSON `json:"locks"`
 	}
@@ -46,14 +46,14 @@ func TestLocksCommands(t *testing.T) {
 	if got := shown.Locks[0]; got.Owner != "holder-1" || got.Fence != l.Fence() || got.ExpiresInMS <= 0 {
 		t.Fatalf("locks show: %+v, want owner holder-1, fence %d, time left", got, l.Fence())
 	}
-	if code, _, errOut = runTL(t, nil, "locks", "show", "reports", "--store", url); code != exitMissing || !strings.Contains(errOut, "not held") {
+	if code, _, errOut = tl.Run(t, nil, "locks", "show", "reports", "--store", url); code != exitMissing || !strings.Contains(errOut, "not held") {
 		t.Fatalf("locks show of a key nobody holds = %d, %q; want 1", code, errOut)
 	}
-	if code, _, errOut = runTL(t, nil, "locks", "release", "reports/nightly", "--store", url); code != exitUsage || !strings.Contains(errOut, "--force") {
+	if code, _, errOut = tl.Run(t, nil, "locks", "release", "reports/nightly", "--store", url); code != exitUsage || !strings.Contains(errOut, "--force") {
 		t.Fatalf("locks release without --force = %d, %q; want 64 naming --force", code, errOut)
 	}
 	assertHeld(t, l)
-	if code, out, errOut = runTL(t, nil, "locks", "release", "--force", "reports/nightly", "--store", url); code != exitOK {
+	if code, out, errOut = tl.Run(t, nil, "locks", "release", "--force", "reports/nightly", "--store", url); code != exitOK {
 		t.Fatalf("locks release --force = %d\n%s%s", code, out, errOut)
 	}
 	select { // the holder learns at its next renewal
@@ -61,10 +61,10 @@ func TestLocksCommands(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatal("the holder was not told its lock was released by force")
 	}
-	if code, _, _ = runTL(t, nil, "locks", "release", "--force", "reports/nightly", "--store", url); code != exitMissing {
+	if code, _, _ = tl.Run(t, nil, "locks", "release", "--force", "reports/nightly", "--store", url); code != exitMissing {
 		t.Fatalf("second release --force = %d, want 1", code)
 	}
-	if code, out, _ = runTL(t, nil, "locks", "list", "--store", url); code != exitOK || !strings.Contains(out, "no locks held") {
+	if code, out, _ = tl.Run(t, nil, "locks", "list", "--store", url); code != exitOK || !strings.Contains(out, "no locks held") {
 		t.Fatalf("locks list after the release = %d\n%s", code, out)
 	}
 }
@@ -107,14 +107,14 @@ func TestJobsCommands(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	code, out, errOut := runTL(t, nil, "jobs", "pause", "report", "--store", url)
+	code, out, errOut := tl.Run(t, nil, "jobs", "pause", "report", "--store", url)
 	if code != exitOK || !strings.Contains(out, `paused "report"`) {
 		t.Fatalf("jobs pause = %d\n%s%s", code, out, errOut)
 	}
-	if code, out, errOut = runTL(t, nil, "jobs", "trigger", "cleanup", "--store", url); code != exitOK || !strings.Contains(out, "trigger") {
+	if code, out, errOut = tl.Run(t, nil, "jobs", "trigger", "cleanup", "--store", url); code != exitOK || !strings.Contains(out, "trigger") {
 		t.Fatalf("jobs trigger = %d\n%s%s", code, out, errOut)
 	}
-	code, out, errOut = runTL(t, nil, "jobs", "list", "--json", "--store", url)
+	code, out, errOut = tl.Run(t, nil, "jobs", "list", "--json", "--store", url)
 	var list struct {
 		Jobs []jobJSON `json:"jobs"`
 	}
@@ -128,16 +128,16 @@ func TestJobsCommands(t *testing.T) {
 	if cleanup.Job != "cleanup" || cleanup.Paused || len(cleanup.Triggers) != 1 {
 		t.Fatalf("cleanup in jobs list: %+v, want active with one pending trigger", cleanup)
 	}
-	if code, out, _ = runTL(t, nil, "jobs", "list", "--store", url); code != exitOK || !strings.Contains(out, "paused") || !strings.Contains(out, "web-2") {
+	if code, out, _ = tl.Run(t, nil, "jobs", "list", "--store", url); code != exitOK || !strings.Contains(out, "paused") || !strings.Contains(out, "web-2") {
 		t.Fatalf("jobs list = %d\n%s", code, out)
 	}
 
-	code, out, errOut = runTL(t, nil, "jobs", "history", "--job", "report", "--store", url)
+	code, out, errOut = tl.Run(t, nil, "jobs", "history", "--job", "report", "--store", url)
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if code != exitOK || len(lines) != 3 || !strings.Contains(lines[1], "failed") || !strings.Contains(lines[1], "exit status 3") || !strings.Contains(lines[2], "1.5s") {
 		t.Fatalf("jobs history --job report = %d (want a header and 2 rows, newest first)\n%s%s", code, out, errOut)
 	}
-	code, out, _ = runTL(t, nil, "jobs", "history", "--status", "ok", "--json", "--store", url)
+	code, out, _ = tl.Run(t, nil, "jobs", "history", "--status", "ok", "--json", "--store", url)
 	var hist struct {
 		Runs []runRecordJSON `json:"runs"`
 	}
@@ -145,7 +145,7 @@ func TestJobsCommands(t *testing.T) {
 		t.Fatalf("jobs history --status ok --json = %d\n%s", code, out)
 	}
 
-	if code, out, _ = runTL(t, nil, "jobs", "resume", "report", "--store", url); code != exitOK || !strings.Contains(out, "resumed") {
+	if code, out, _ = tl.Run(t, nil, "jobs", "resume", "report", "--store", url); code != exitOK || !strings.Contains(out, "resumed") {
 		t.Fatalf("jobs resume = %d\n%s", code, out)
 	}
 	states, err := l.JobStates(ctx)
@@ -167,7 +167,7 @@ func TestJobsCommands(t *testing.T) {
 		{"jobs", "list"},
 		{"locks", "list", "--store", "redis://:secret@[bad"},
 	} {
-		code, out, errOut := runTL(t, nil, bad...)
+		code, out, errOut := tl.Run(t, nil, bad...)
 		if code != exitUsage || out != "" || errOut == "" || strings.Contains(errOut, "secret") {
 			t.Errorf("%v = %d, stdout %q, stderr %q; want 64 with a message and no password", bad, code, out, errOut)
 		}

@@ -23,7 +23,7 @@ func checkCoordStore(t *testing.T, url, sessionParam string) {
 	}
 	checkExclusion(t, holderURL, url, "coord")
 
-	code, out, errOut := runTL(t, nil, "migrate", "status", "--store", url)
+	code, out, errOut := tl.Run(t, nil, "migrate", "status", "--store", url)
 	if code != 0 || !strings.Contains(out, "keeps no schema") {
 		t.Errorf("migrate status: exit %d, stdout %q, stderr %q; want 0 saying it keeps no schema", code, out, errOut)
 	}
@@ -32,7 +32,7 @@ func checkCoordStore(t *testing.T, url, sessionParam string) {
 		return
 	}
 	// The default session is 10s.
-	code, out, errOut = runTL(t, nil, "exec", "--store", url, "--key", "long", "--ttl", "11s", "--", "echo", "must-not-run")
+	code, out, errOut = tl.Run(t, nil, "exec", "--store", url, "--key", "long", "--ttl", "11s", "--", "echo", "must-not-run")
 	if code != exitUsage || out != "" || !strings.Contains(errOut, "--ttl 11s") || !strings.Contains(errOut, sessionParam+"=") {
 		t.Errorf("--ttl 11s: exit %d, stdout %q, stderr %q; want %d naming --ttl and %s", code, out, errOut, exitUsage, sessionParam)
 	}

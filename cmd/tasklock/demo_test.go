@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tasklock/tasklock/internal/clitest"
 )
 
 var (
@@ -31,9 +33,9 @@ func demoPids(out string) map[string]int {
 // waitGone waits until none of pids is alive.
 func waitGone(t *testing.T, pids map[string]int, timeout time.Duration) {
 	t.Helper()
-	waitFor(t, timeout, func() bool {
+	clitest.WaitFor(t, timeout, func() bool {
 		for _, pid := range pids {
-			if alive(pid) {
+			if clitest.Alive(pid) {
 				return false
 			}
 		}
@@ -45,11 +47,11 @@ func waitGone(t *testing.T, pids map[string]int, timeout time.Duration) {
 // for its first tick line.
 func startLongDemo(t *testing.T) (*proc, map[string]int) {
 	t.Helper()
-	p := startTL(t, []string{"TMPDIR=" + t.TempDir()}, "demo", "--duration", "60s", "--nodes", "2")
-	p.waitOutput("     1s  ", 60*time.Second)
-	pids := demoPids(p.stdout())
+	p := tl.Start(t, []string{"TMPDIR=" + t.TempDir()}, "demo", "--duration", "60s", "--nodes", "2")
+	p.WaitOutput("     1s  ", 60*time.Second)
+	pids := demoPids(p.Stdout())
 	if len(pids) != 2 {
-		t.Fatalf("want 2 nodes, got %v\n%s", pids, p.stdout())
+		t.Fatalf("want 2 nodes, got %v\n%s", pids, p.Stdout())
 	}
 	return p, pids
 }
@@ -59,11 +61,11 @@ func TestDemo(t *testing.T) {
 	tmp := t.TempDir()
 	// serve takes $TASKLOCK_STORE and $TASKLOCK_NODE over its file: the
 	// demo's nodes must not.
-	p := startTL(t, []string{"TMPDIR=" + tmp, "TASKLOCK_STORE=mem://", "TASKLOCK_NODE=shadow"}, "demo", "--duration", "8s")
-	code := p.wait(90 * time.Second)
-	out := p.stdout()
+	p := tl.Start(t, []string{"TMPDIR=" + tmp, "TASKLOCK_STORE=mem://", "TASKLOCK_NODE=shadow"}, "demo", "--duration", "8s")
+	code := p.Wait(90 * time.Second)
+	out := p.Stdout()
 	if code != 0 {
-		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, p.stderr())
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, p.Stderr())
 	}
 	m := demoSummaryRE.FindStringSubmatch(out)
 	if m == nil {
@@ -101,11 +103,11 @@ func TestDemo(t *testing.T) {
 func TestDemoInterrupt(t *testing.T) {
 	t.Parallel()
 	p, pids := startLongDemo(t)
-	p.signal(syscall.SIGINT)
-	code := p.wait(30 * time.Second)
-	out := p.stdout()
+	p.Signal(syscall.SIGINT)
+	code := p.Wait(30 * time.Second)
+	out := p.Stdout()
 	if code != 128+int(syscall.SIGINT) {
-		t.Errorf("exit %d, want %d\nstdout:\n%s\nstderr:\n%s", code, 128+int(syscall.SIGINT), out, p.stderr())
+		t.Errorf("exit %d, want %d\nstdout:\n%s\nstderr:\n%s", code, 128+int(syscall.SIGINT), out, p.Stderr())
 	}
 	if m := demoSummaryRE.FindStringSubmatch(out); m == nil || m[3] != "0" {
 		t.Errorf("no summary with 0 duplicates:\n%s", out)
@@ -121,15 +123,15 @@ func TestDemoKilled(t *testing.T) {
 	}
 	t.Parallel()
 	p, pids := startLongDemo(t)
-	p.signal(syscall.SIGKILL)
-	p.wait(10 * time.Second)
+	p.Signal(syscall.SIGKILL)
+	p.Wait(10 * time.Second)
 	waitGone(t, pids, 10*time.Second)
 }
 
 func TestDemoLock(t *testing.T) {
 	t.Parallel()
 	start := time.Now()
-	code, out, errOut := runTL(t, nil, "demo", "--lock")
+	code, out, errOut := tl.Run(t, nil, "demo", "--lock")
 	d := time.Since(start)
 	if code != 0 {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/tasklock/tasklock/internal/clitest"
 	"github.com/tasklock/tasklock/internal/testserver"
 )
 
@@ -32,7 +33,7 @@ func TestExecChildEnvHasNoSecrets(t *testing.T) {
 	t.Parallel()
 	const password, token = "Pw-of-the-store-4711", "dashboard-token-0815"
 	store := redisWithPassword(t, password)
-	code, out, errOut := runTL(t, []string{"TASKLOCK_STORE=" + store, "TASKLOCK_TOKEN=" + token, "TASKLOCK_OTHER=x", "KEPT=yes"},
+	code, out, errOut := tl.Run(t, []string{"TASKLOCK_STORE=" + store, "TASKLOCK_TOKEN=" + token, "TASKLOCK_OTHER=x", "KEPT=yes"},
 		"exec", "--key", "envk", "--", "env")
 	if code != 0 {
 		t.Fatalf("exit %d\nstderr:\n%s", code, errOut)
@@ -61,29 +62,29 @@ func TestServeJobSecretsNotInHistory(t *testing.T) {
     schedule: "@every 1s"
     command: ["sh", "-c", "env; exit 3"]
 `)
-	p := startTL(t, []string{"TASKLOCK_TOKEN=" + token, "TASKLOCK_STORE=" + store,
+	p := tl.Start(t, []string{"TASKLOCK_TOKEN=" + token, "TASKLOCK_STORE=" + store,
 		"TOKEN_COPY=" + token, "PASSWORD_COPY=" + password, "URL_COPY=" + store}, "serve", "--config", cfg, "--http", "")
 	var history string
-	waitFor(t, 20*time.Second, func() bool {
+	clitest.WaitFor(t, 20*time.Second, func() bool {
 		select {
-		case <-p.done:
-			t.Fatalf("serve exited (%v)\nstderr:\n%s", p.state, p.stderr())
+		case <-p.Done():
+			t.Fatalf("serve exited (%v)\nstderr:\n%s", p.State(), p.Stderr())
 		default:
 		}
-		code, out, _ := runTL(t, []string{"TASKLOCK_STORE=" + store}, "jobs", "history", "--job", "printenv", "--json")
+		code, out, _ := tl.Run(t, []string{"TASKLOCK_STORE=" + store}, "jobs", "history", "--job", "printenv", "--json")
 		history = out
 		return code == 0 && strings.Contains(out, "TASKLOCK_JOB=printenv")
 	}, "a run of printenv in the history")
-	p.signal(syscall.SIGTERM)
-	if code := p.wait(30 * time.Second); code != 0 {
-		t.Fatalf("exit %d after SIGTERM, want 0\nstderr:\n%s", code, p.stderr())
+	p.Signal(syscall.SIGTERM)
+	if code := p.Wait(30 * time.Second); code != 0 {
+		t.Fatalf("exit %d after SIGTERM, want 0\nstderr:\n%s", code, p.Stderr())
 	}
 	for _, want := range []string{"TOKEN_COPY=xxxxx", "PASSWORD_COPY=xxxxx", "command exited with status 3"} {
 		if !strings.Contains(history, want) {
 			t.Errorf("history lacks %q:\n%s", want, history)
 		}
 	}
-	for what, text := range map[string]string{"history": history, "serve's stdout": p.stdout(), "serve's stderr": p.stderr()} {
+	for what, text := range map[string]string{"history": history, "serve's stdout": p.Stdout(), "serve's stderr": p.Stderr()} {
 		for _, bad := range []string{password, token, "TASKLOCK_TOKEN=", "TASKLOCK_STORE="} {
 			if strings.Contains(text, bad) {
 				t.Errorf("%s holds %q:\n%s", what, bad, text)

@@ -51,9 +51,9 @@ func TestInputHygiene(t *testing.T) {
 	}
 	for _, tt := range tests {
 		start := time.Now()
-		p := startTLIn(t, wd, nil, tt.args...)
-		code := p.wait(30 * time.Second)
-		errOut := p.stderr()
+		p := tl.StartIn(t, wd, nil, tt.args...)
+		code := p.Wait(30 * time.Second)
+		errOut := p.Stderr()
 		if code != exitUsage || !strings.Contains(errOut, tt.want) {
 			t.Errorf("%s: exit %d, want %d with %q in\n%s", tt.name, code, exitUsage, tt.want, errOut)
 		}
@@ -70,7 +70,7 @@ func TestInputHygiene(t *testing.T) {
 	}
 	// A well-formed URL of a store that does not answer stays 69; its
 	// one-letter password is hidden, and nothing else ("connection").
-	code, _, errOut := runTL(t, nil, "exec", "--store", "redis://app:o@"+closedAddr(t), "--key", "k", "--", "true")
+	code, _, errOut := tl.Run(t, nil, "exec", "--store", "redis://app:o@"+closedAddr(t), "--key", "k", "--", "true")
 	if code != exitUnavailable || !strings.Contains(errOut, "redis://app:xxxxx@") || !strings.Contains(errOut, "connection refused") {
 		t.Errorf("unreachable store: exit %d, want %d naming the redacted URL and the refused connection\n%s", code, exitUnavailable, errOut)
 	}
@@ -91,7 +91,7 @@ func TestListingsEscapeStoredNames(t *testing.T) {
 	if _, err := store.Acquire(context.Background(), driver.AcquireParams{Key: "real", Token: "t1", Owner: owner, TTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
-	code, out, errOut := runTL(t, nil, "locks", "list", "--store", url)
+	code, out, errOut := tl.Run(t, nil, "locks", "list", "--store", url)
 	if code != exitOK {
 		t.Fatalf("locks list: exit %d\n%s", code, errOut)
 	}
@@ -100,7 +100,7 @@ func TestListingsEscapeStoredNames(t *testing.T) {
 		t.Errorf("locks list printed %d lines, want the header and one escaped row:\n%s", len(lines), out)
 	}
 	// The exec that finds the lock held names the holder escaped too.
-	code, _, errOut = runTL(t, nil, "exec", "--store", url, "--key", "real", "--", "true")
+	code, _, errOut = tl.Run(t, nil, "exec", "--store", url, "--key", "real", "--", "true")
 	if code != exitTempFail || strings.Contains(errOut, "\x1b") || !strings.Contains(errOut, `"evil\nforged`) {
 		t.Errorf("exec on a held lock: exit %d, stderr %q", code, errOut)
 	}
@@ -111,12 +111,12 @@ func TestListingsEscapeStoredNames(t *testing.T) {
 func TestVersion(t *testing.T) {
 	t.Parallel()
 	for _, args := range [][]string{{"version"}, {"--version"}, {"-version"}} {
-		code, out, errOut := runTL(t, nil, args...)
+		code, out, errOut := tl.Run(t, nil, args...)
 		if code != exitOK || !regexp.MustCompile(`^tasklock \S+ \(.*`+regexp.QuoteMeta(runtime.Version())+`\)\n$`).MatchString(out) {
 			t.Errorf("%q: exit %d, stdout %q, stderr %q", args, code, out, errOut)
 		}
 	}
-	code, out, errOut := runTL(t, nil, "version", "--json")
+	code, out, errOut := tl.Run(t, nil, "version", "--json")
 	var in struct {
 		Version   string `json:"version"`
 		Revision  string `json:"revision"`
@@ -128,10 +128,10 @@ func TestVersion(t *testing.T) {
 	if in.Revision != "" && !regexp.MustCompile(`^[0-9a-f]{40}$`).MatchString(in.Revision) {
 		t.Errorf("revision %q", in.Revision)
 	}
-	if code, _, errOut := runTL(t, nil, "version", "extra"); code != exitUsage || !strings.Contains(errOut, `unexpected argument "extra"`) {
+	if code, _, errOut := tl.Run(t, nil, "version", "extra"); code != exitUsage || !strings.Contains(errOut, `unexpected argument "extra"`) {
 		t.Errorf("version extra: exit %d, %q", code, errOut)
 	}
-	if code, out, _ := runTL(t, nil, "help"); code != exitOK || !strings.Contains(out, "tasklock version [--json]") {
+	if code, out, _ := tl.Run(t, nil, "help"); code != exitOK || !strings.Contains(out, "tasklock version [--json]") {
 		t.Errorf("help does not list version:\n%s", out)
 	}
 }
@@ -142,7 +142,7 @@ func TestVersion(t *testing.T) {
 // from $TASKLOCK_STORE.
 func TestServeStoreAndNodeSources(t *testing.T) {
 	t.Parallel()
-	if code, out, _ := runTL(t, nil, "help", "serve"); code != exitOK ||
+	if code, out, _ := tl.Run(t, nil, "help", "serve"); code != exitOK ||
 		!strings.Contains(out, "--store URL     the store; default $TASKLOCK_STORE, then the file's") ||
 		!strings.Contains(out, "--node NAME     this scheduler's node name; default $TASKLOCK_NODE") {
 		t.Errorf("help serve does not document --store, --node and their order:\n%s", out)
@@ -167,9 +167,9 @@ func TestServeStoreAndNodeSources(t *testing.T) {
 	}
 	for _, tt := range tests {
 		wd := t.TempDir()
-		p := startTLIn(t, wd, tt.env, append([]string{"serve", "--config", tt.config, "--http", ""}, tt.args...)...)
-		p.waitStderr(`msg=serving `, 30*time.Second)
-		line := regexp.MustCompile(`(?m)^.*msg=serving .*$`).FindString(p.stderr())
+		p := tl.StartIn(t, wd, tt.env, append([]string{"serve", "--config", tt.config, "--http", ""}, tt.args...)...)
+		p.WaitStderr(`msg=serving `, 30*time.Second)
+		line := regexp.MustCompile(`(?m)^.*msg=serving .*$`).FindString(p.Stderr())
 		node := tt.node
 		if node == "" {
 			host, _ := os.Hostname()
@@ -178,16 +178,16 @@ func TestServeStoreAndNodeSources(t *testing.T) {
 		if !strings.Contains(line, " node="+node) || !strings.Contains(line, " store="+tt.store+" ") || !strings.Contains(line, " store_from="+tt.from+" ") {
 			t.Errorf("%s: serving line %q, want node=%s store=%s store_from=%s", tt.name, line, node, tt.store, tt.from)
 		}
-		p.signal(syscall.SIGTERM)
-		if code := p.wait(30 * time.Second); code != exitOK {
-			t.Errorf("%s: exit %d\n%s", tt.name, code, p.stderr())
+		p.Signal(syscall.SIGTERM)
+		if code := p.Wait(30 * time.Second); code != exitOK {
+			t.Errorf("%s: exit %d\n%s", tt.name, code, p.Stderr())
 		}
 		if tt.notStore == "./tasklock.db" && fileExists(filepath.Join(wd, "tasklock.db")) {
 			t.Errorf("%s: serve created ./tasklock.db instead of using $TASKLOCK_STORE", tt.name)
 		}
 	}
 	// jobs list, reading $TASKLOCK_STORE, sees what serve ran.
-	code, out, errOut := runTL(t, []string{"TASKLOCK_STORE=sqlite://" + envDB}, "jobs", "list")
+	code, out, errOut := tl.Run(t, []string{"TASKLOCK_STORE=sqlite://" + envDB}, "jobs", "list")
 	if code != exitOK || !strings.Contains(out, "tick") {
 		t.Errorf("jobs list on $TASKLOCK_STORE: exit %d\n%s%s", code, out, errOut)
 	}
@@ -200,7 +200,7 @@ func TestServeStoreAndNodeSources(t *testing.T) {
 		{[]string{"TASKLOCK_NODE=a\x1bb"}, nil, `$TASKLOCK_NODE "a\x1bb": contains control character \x1b`},
 		{[]string{"TASKLOCK_STORE=postgres://%zz"}, nil, `invalid host name "%zz"`},
 	} {
-		code, _, errOut := runTL(t, bad.env, append([]string{"serve", "--config", noStore, "--http", ""}, bad.args...)...)
+		code, _, errOut := tl.Run(t, bad.env, append([]string{"serve", "--config", noStore, "--http", ""}, bad.args...)...)
 		if code != exitUsage || !strings.Contains(errOut, bad.want) {
 			t.Errorf("serve %q %q: exit %d, want 64 with %q:\n%s", bad.env, bad.args, code, bad.want, errOut)
 		}
@@ -222,18 +222,18 @@ func TestServeHTTPJobSecretsRedacted(t *testing.T) {
 	cfg := writeConfig(t, dir, "store: "+db+"\nnode: n1\njobs:\n"+
 		"  - name: answered\n    schedule: '@every 1s'\n    http: {url: '"+srv.URL+"/hook?api_key="+key+"&X-Amz-Signature="+sig+"'}\n"+
 		"  - name: refused\n    schedule: '@every 1s'\n    http: {url: 'http://bot:"+key+"@"+closedAddr(t)+"/hook?v="+sig+"'}\n")
-	p := startTL(t, nil, "serve", "--config", cfg, "--http", "")
-	p.waitStderr(`job=answered.*status=failed`, 20*time.Second)
-	p.waitStderr(`job=refused.*status=failed`, 20*time.Second)
-	p.signal(syscall.SIGTERM)
-	if code := p.wait(30 * time.Second); code != 0 {
-		t.Fatalf("exit %d\n%s", code, p.stderr())
+	p := tl.Start(t, nil, "serve", "--config", cfg, "--http", "")
+	p.WaitStderr(`job=answered.*status=failed`, 20*time.Second)
+	p.WaitStderr(`job=refused.*status=failed`, 20*time.Second)
+	p.Signal(syscall.SIGTERM)
+	if code := p.Wait(30 * time.Second); code != 0 {
+		t.Fatalf("exit %d\n%s", code, p.Stderr())
 	}
-	code, hist, errOut := runTL(t, nil, "jobs", "history", "--store", db, "--json")
+	code, hist, errOut := tl.Run(t, nil, "jobs", "history", "--store", db, "--json")
 	if code != exitOK || !strings.Contains(hist, "HTTP 500") || !strings.Contains(hist, "connection refused") {
 		t.Fatalf("jobs history: exit %d\n%s%s", code, hist, errOut)
 	}
-	for what, text := range map[string]string{"serve's log": p.stderr() + p.stdout(), "the run history": hist} {
+	for what, text := range map[string]string{"serve's log": p.Stderr() + p.Stdout(), "the run history": hist} {
 		if strings.Contains(text, key) || strings.Contains(text, sig) {
 			t.Errorf("%s holds a secret of a job's URL:\n%s", what, text)
 		}

@@ -4,11 +4,9 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -19,152 +17,29 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/tasklock/tasklock/internal/clitest"
 	"github.com/tasklock/tasklock/internal/testserver"
 )
 
-// binPath is the tasklock binary TestMain builds.
-var binPath string
+// tl is the tasklock binary TestMain builds.
+var tl *clitest.Binary
+
+// proc is a tasklock process under test.
+type proc = clitest.Proc
 
 func TestMain(m *testing.M) {
 	if testserver.HelperRole() != "" {
 		os.Exit(testserver.Main(m)) // a helper process (TestFleetProcess) needs no binary
 	}
-	dir, err := os.MkdirTemp("", "tasklock-cmd-test")
+	var err error
+	tl, err = clitest.Build(".", raceEnabled)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	binPath = filepath.Join(dir, "tasklock")
-	args := []string{"build", "-o", binPath}
-	if raceEnabled {
-		args = append(args, "-race")
-	}
-	build := exec.Command("go", append(args, ".")...)
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building tasklock:", err)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
 	code := testserver.Main(m)
-	os.RemoveAll(dir)
+	tl.Remove()
 	os.Exit(code)
-}
-
-// proc is a tasklock process under test. Its stdout and stderr go to files,
-// so that nothing it leaves behind can hold a pipe open.
-type proc struct {
-	t       *testing.T
-	cmd     *exec.Cmd
-	outPath string
-	errPath string
-	started time.Time
-	done    chan struct{}
-	state   *os.ProcessState // set before done is closed
-}
-
-// startTL starts the tasklock binary with args, in an environment without
-// TASKLOCK_* variables plus env.
-func startTL(t *testing.T, env []string, args ...string) *proc {
-	t.Helper()
-	return startTLIn(t, "", env, args...)
-}
-
-// startTLIn is startTL with dir as the working directory ("": the test's).
-func startTLIn(t *testing.T, wd string, env []string, args ...string) *proc {
-	t.Helper()
-	dir := t.TempDir()
-	p := &proc{t: t, outPath: filepath.Join(dir, "stdout"), errPath: filepath.Join(dir, "stderr"), done: make(chan struct{})}
-	out, err := os.Create(p.outPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer out.Close()
-	errf, err := os.Create(p.errPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer errf.Close()
-	p.cmd = exec.Command(binPath, args...)
-	p.cmd.Dir = wd
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "TASKLOCK_") {
-			p.cmd.Env = append(p.cmd.Env, kv)
-		}
-	}
-	// A race-enabled binary otherwise sleeps a second before it exits.
-	p.cmd.Env = append(p.cmd.Env, "GORACE=atexit_sleep_ms=0")
-	p.cmd.Env = append(p.cmd.Env, env...)
-	p.cmd.Stdout, p.cmd.Stderr = out, errf
-	p.started = time.Now()
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		_ = p.cmd.Wait()
-		p.state = p.cmd.ProcessState
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-p.done:
-		default:
-			_ = p.cmd.Process.Kill()
-			<-p.done
-		}
-	})
-	return p
-}
-
-// runTL runs tasklock to completion and returns its exit code and output.
-func runTL(t *testing.T, env []string, args ...string) (code int, stdout, stderr string) {
-	t.Helper()
-	p := startTL(t, env, args...)
-	code = p.wait(30 * time.Second)
-	return code, p.stdout(), p.stderr()
-}
-
-func (p *proc) stdout() string { b, _ := os.ReadFile(p.outPath); return string(b) }
-func (p *proc) stderr() string { b, _ := os.ReadFile(p.errPath); return string(b) }
-
-// wait waits for the process to exit and returns its exit code (-1 when a
-// signal killed it).
-func (p *proc) wait(timeout time.Duration) int {
-	p.t.Helper()
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
-	select {
-	case <-p.done:
-	case <-timer.C:
-		p.t.Fatalf("tasklock %s still running after %v\nstdout:\n%s\nstderr:\n%s",
-			strings.Join(p.cmd.Args[1:], " "), timeout, p.stdout(), p.stderr())
-	}
-	return p.state.ExitCode()
-}
-
-// waitOutput waits until stdout contains s.
-func (p *proc) waitOutput(s string, timeout time.Duration) {
-	p.t.Helper()
-	waitFor(p.t, timeout, func() bool {
-		select {
-		case <-p.done:
-			p.t.Fatalf("tasklock exited (%v) before printing %q\nstdout:\n%s\nstderr:\n%s", p.state, s, p.stdout(), p.stderr())
-		default:
-		}
-		return strings.Contains(p.stdout(), s)
-	}, "stdout to contain "+strconv.Quote(s))
-}
-
-// waitFor polls cond until it holds, failing the test after timeout.
-func waitFor(t *testing.T, timeout time.Duration, cond func() bool, what string) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond) // polling interval, not synchronisation
-	}
 }
 
 // redisFor starts a Redis server and returns its URL and a client for it.
@@ -188,46 +63,14 @@ func exists(t *testing.T, c *redis.Client, key string) bool {
 	return n == 1
 }
 
-// alive reports whether pid is a live process (not gone, not a zombie).
-func alive(pid int) bool {
-	if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
-		return false
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return !errors.Is(err, os.ErrNotExist)
-	}
-	// pid (comm) S ...: the state follows the last ')'.
-	s := string(b)
-	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
-		return s[i+2] != 'Z'
-	}
-	return true
-}
-
-// readPid waits for a pid file and returns the pid in it.
-func readPid(t *testing.T, path string) int {
-	t.Helper()
-	var pid int
-	waitFor(t, 10*time.Second, func() bool {
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return false
-		}
-		pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
-		return err == nil && pid > 0
-	}, "pid file "+path)
-	return pid
-}
-
 // waitSubscribed waits until p waits for a lock: its Locker has subscribed
 // to redisstore's release channel (the only subscriber in these tests).
 func waitSubscribed(t *testing.T, c *redis.Client, p *proc) {
 	t.Helper()
-	waitFor(t, 10*time.Second, func() bool {
+	clitest.WaitFor(t, 10*time.Second, func() bool {
 		select {
-		case <-p.done:
-			t.Fatalf("tasklock exited (%v) instead of waiting\nstdout:\n%s\nstderr:\n%s", p.state, p.stdout(), p.stderr())
+		case <-p.Done():
+			t.Fatalf("tasklock exited (%v) instead of waiting\nstdout:\n%s\nstderr:\n%s", p.State(), p.Stdout(), p.Stderr())
 		default:
 		}
 		n, err := c.PubSubNumSub(context.Background(), "tasklock:released").Result()
@@ -244,7 +87,7 @@ func TestExecRunsCommand(t *testing.T) {
 	url, c := redisFor(t)
 	var fences []uint64
 	for i := range 2 {
-		code, out, errOut := runTL(t, []string{"EXTRA=kept"}, "exec", "--store", url, "--key", "job-1", "--owner", "test-owner", "--",
+		code, out, errOut := tl.Run(t, []string{"EXTRA=kept"}, "exec", "--store", url, "--key", "job-1", "--owner", "test-owner", "--",
 			"sh", "-c", `echo "key=$TASKLOCK_KEY fence=$TASKLOCK_FENCE owner=$TASKLOCK_OWNER extra=$EXTRA"; exit 7`)
 		if code != 7 {
 			t.Fatalf("run %d: exit %d, want 7 (COMMAND's)\nstderr:\n%s", i, code, errOut)
@@ -276,7 +119,7 @@ func TestExecRunsCommand(t *testing.T) {
 		{"kill -KILL $$", 128 + 9},
 		{"kill -TERM $$", 128 + 15},
 	} {
-		if code, _, errOut := runTL(t, nil, "exec", "--store", url, "--key", "job-1", "--", "sh", "-c", tt.script); code != tt.want {
+		if code, _, errOut := tl.Run(t, nil, "exec", "--store", url, "--key", "job-1", "--", "sh", "-c", tt.script); code != tt.want {
 			t.Errorf("%q: exit %d, want %d\nstderr:\n%s", tt.script, code, tt.want, errOut)
 		}
 	}
@@ -285,7 +128,7 @@ func TestExecRunsCommand(t *testing.T) {
 func TestExecStoreFromEnvAndVerbose(t *testing.T) {
 	t.Parallel()
 	url, _ := redisFor(t)
-	code, out, errOut := runTL(t, []string{"TASKLOCK_STORE=" + url}, "exec", "--key", "env-job", "--verbose", "--", "echo", "ran")
+	code, out, errOut := tl.Run(t, []string{"TASKLOCK_STORE=" + url}, "exec", "--key", "env-job", "--verbose", "--", "echo", "ran")
 	if code != 0 || out != "ran\n" {
 		t.Fatalf("exit %d, stdout %q\nstderr:\n%s", code, out, errOut)
 	}
@@ -295,7 +138,7 @@ func TestExecStoreFromEnvAndVerbose(t *testing.T) {
 		}
 	}
 	// mem:// needs no server.
-	if code, out, errOut := runTL(t, []string{"TASKLOCK_STORE=mem://"}, "exec", "--key", "k", "--", "echo", "mem"); code != 0 || out != "mem\n" {
+	if code, out, errOut := tl.Run(t, []string{"TASKLOCK_STORE=mem://"}, "exec", "--key", "k", "--", "echo", "mem"); code != 0 || out != "mem\n" {
 		t.Fatalf("mem://: exit %d, stdout %q\nstderr:\n%s", code, out, errOut)
 	}
 }
@@ -303,11 +146,11 @@ func TestExecStoreFromEnvAndVerbose(t *testing.T) {
 func TestExecCommandNotRunnable(t *testing.T) {
 	t.Parallel()
 	url, c := redisFor(t)
-	code, _, errOut := runTL(t, nil, "exec", "--store", url, "--key", "nr", "--", "no-such-command-tasklock-test")
+	code, _, errOut := tl.Run(t, nil, "exec", "--store", url, "--key", "nr", "--", "no-such-command-tasklock-test")
 	if code != exitNotFound || !strings.Contains(errOut, "no-such-command-tasklock-test") {
 		t.Errorf("missing command: exit %d, stderr %q; want %d", code, errOut, exitNotFound)
 	}
-	code, _, errOut = runTL(t, nil, "exec", "--store", url, "--key", "nr", "--", t.TempDir())
+	code, _, errOut = tl.Run(t, nil, "exec", "--store", url, "--key", "nr", "--", t.TempDir())
 	if code != exitCannotRun {
 		t.Errorf("directory as command: exit %d, stderr %q; want %d", code, errOut, exitCannotRun)
 	}
@@ -320,11 +163,11 @@ func TestExecHeldElsewhere(t *testing.T) {
 	t.Parallel()
 	url, _ := redisFor(t)
 	stop := filepath.Join(t.TempDir(), "stop")
-	holder := startTL(t, []string{"STOP=" + stop}, "exec", "--store", url, "--key", "held", "--owner", "holder-A", "--ttl", "30s", "--", "sh", "-c", waitingChild)
-	holder.waitOutput("started", 20*time.Second)
+	holder := tl.Start(t, []string{"STOP=" + stop}, "exec", "--store", url, "--key", "held", "--owner", "holder-A", "--ttl", "30s", "--", "sh", "-c", waitingChild)
+	holder.WaitOutput("started", 20*time.Second)
 
 	start := time.Now()
-	code, out, errOut := runTL(t, nil, "exec", "--store", url, "--key", "held", "--", "echo", "must-not-run")
+	code, out, errOut := tl.Run(t, nil, "exec", "--store", url, "--key", "held", "--", "echo", "must-not-run")
 	if code != exitTempFail {
 		t.Fatalf("exit %d, want %d\nstderr:\n%s", code, exitTempFail, errOut)
 	}
@@ -345,8 +188,8 @@ func TestExecHeldElsewhere(t *testing.T) {
 	if err := os.WriteFile(stop, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if code := holder.wait(20 * time.Second); code != 0 {
-		t.Errorf("holder exit %d\nstderr:\n%s", code, holder.stderr())
+	if code := holder.Wait(20 * time.Second); code != 0 {
+		t.Errorf("holder exit %d\nstderr:\n%s", code, holder.Stderr())
 	}
 }
 
@@ -355,11 +198,11 @@ func TestExecWaitObtainsAfterRelease(t *testing.T) {
 	url, c := redisFor(t)
 	dir := t.TempDir()
 	stop, marker := filepath.Join(dir, "stop"), filepath.Join(dir, "first-done")
-	holder := startTL(t, []string{"STOP=" + stop, "MARKER=" + marker}, "exec", "--store", url, "--key", "w", "--ttl", "30s",
+	holder := tl.Start(t, []string{"STOP=" + stop, "MARKER=" + marker}, "exec", "--store", url, "--key", "w", "--ttl", "30s",
 		"--", "sh", "-c", waitingChild+`; echo done > "$MARKER"; echo "fence=$TASKLOCK_FENCE"`)
-	holder.waitOutput("started", 20*time.Second)
+	holder.WaitOutput("started", 20*time.Second)
 
-	waiter := startTL(t, []string{"MARKER=" + marker}, "exec", "--store", url, "--key", "w", "--wait", "20s",
+	waiter := tl.Start(t, []string{"MARKER=" + marker}, "exec", "--store", url, "--key", "w", "--wait", "20s",
 		"--", "sh", "-c", `cat "$MARKER"; echo "fence=$TASKLOCK_FENCE"`)
 	// The waiter must not get the lock while the holder runs: it waits,
 	// subscribed to release notifications.
@@ -368,20 +211,20 @@ func TestExecWaitObtainsAfterRelease(t *testing.T) {
 	if err := os.WriteFile(stop, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if code := holder.wait(20 * time.Second); code != 0 {
-		t.Fatalf("holder exit %d\nstderr:\n%s", code, holder.stderr())
+	if code := holder.Wait(20 * time.Second); code != 0 {
+		t.Fatalf("holder exit %d\nstderr:\n%s", code, holder.Stderr())
 	}
-	if code := waiter.wait(20 * time.Second); code != 0 {
-		t.Fatalf("waiter exit %d\nstderr:\n%s", code, waiter.stderr())
+	if code := waiter.Wait(20 * time.Second); code != 0 {
+		t.Fatalf("waiter exit %d\nstderr:\n%s", code, waiter.Stderr())
 	}
 	t.Logf("waiter finished %v after the holder was told to stop", time.Since(released).Round(time.Millisecond))
-	if out := waiter.stdout(); !strings.HasPrefix(out, "done\n") {
+	if out := waiter.Stdout(); !strings.HasPrefix(out, "done\n") {
 		t.Errorf("waiter ran before the holder finished: stdout %q", out)
 	}
-	f1 := regexp.MustCompile(`fence=(\d+)`).FindStringSubmatch(holder.stdout())
-	f2 := regexp.MustCompile(`fence=(\d+)`).FindStringSubmatch(waiter.stdout())
+	f1 := regexp.MustCompile(`fence=(\d+)`).FindStringSubmatch(holder.Stdout())
+	f2 := regexp.MustCompile(`fence=(\d+)`).FindStringSubmatch(waiter.Stdout())
 	if f1 == nil || f2 == nil {
-		t.Fatalf("no fences: %q, %q", holder.stdout(), waiter.stdout())
+		t.Fatalf("no fences: %q, %q", holder.Stdout(), waiter.Stdout())
 	}
 	if a, _ := strconv.Atoi(f1[1]); func() bool { b, _ := strconv.Atoi(f2[1]); return b <= a }() {
 		t.Errorf("waiter's fence %s is not above the holder's %s", f2[1], f1[1])
@@ -392,10 +235,10 @@ func TestExecWaitTimesOut(t *testing.T) {
 	t.Parallel()
 	url, _ := redisFor(t)
 	stop := filepath.Join(t.TempDir(), "stop")
-	holder := startTL(t, []string{"STOP=" + stop}, "exec", "--store", url, "--key", "wt", "--owner", "holder-B", "--ttl", "30s", "--", "sh", "-c", waitingChild)
-	holder.waitOutput("started", 20*time.Second)
+	holder := tl.Start(t, []string{"STOP=" + stop}, "exec", "--store", url, "--key", "wt", "--owner", "holder-B", "--ttl", "30s", "--", "sh", "-c", waitingChild)
+	holder.WaitOutput("started", 20*time.Second)
 	start := time.Now()
-	code, _, errOut := runTL(t, nil, "exec", "--store", url, "--key", "wt", "--wait", "500ms", "--", "true")
+	code, _, errOut := tl.Run(t, nil, "exec", "--store", url, "--key", "wt", "--wait", "500ms", "--", "true")
 	d := time.Since(start)
 	if code != exitTempFail || !strings.Contains(errOut, "holder-B") || !strings.Contains(errOut, "--wait 500ms") {
 		t.Errorf("exit %d, stderr %q; want %d naming holder-B and --wait", code, errOut, exitTempFail)
@@ -404,7 +247,7 @@ func TestExecWaitTimesOut(t *testing.T) {
 		t.Errorf("--wait 500ms gave up after %v", d)
 	}
 	os.WriteFile(stop, nil, 0o644)
-	holder.wait(20 * time.Second)
+	holder.Wait(20 * time.Second)
 }
 
 func TestExecUnreachable(t *testing.T) {
@@ -416,7 +259,7 @@ func TestExecUnreachable(t *testing.T) {
 	addr := l.Addr().String()
 	l.Close()
 	start := time.Now()
-	code, out, errOut := runTL(t, nil, "exec", "--store", "redis://"+addr, "--key", "k", "--", "echo", "must-not-run")
+	code, out, errOut := tl.Run(t, nil, "exec", "--store", "redis://"+addr, "--key", "k", "--", "echo", "must-not-run")
 	if code != exitUnavailable {
 		t.Fatalf("exit %d, want %d\nstderr:\n%s", code, exitUnavailable, errOut)
 	}
@@ -465,7 +308,7 @@ func TestExecBadUsage(t *testing.T) {
 	}
 	for _, tt := range tests {
 		args := append([]string{"exec"}, tt.args...)
-		code, out, errOut := runTL(t, tt.env, args...)
+		code, out, errOut := tl.Run(t, tt.env, args...)
 		if code != exitUsage {
 			t.Errorf("%q: exit %d, want %d\nstderr:\n%s", tt.args, code, exitUsage, errOut)
 			continue
@@ -482,7 +325,7 @@ func TestExecBadUsage(t *testing.T) {
 func TestExecInvalidKeyForRedis(t *testing.T) {
 	t.Parallel()
 	url, _ := redisFor(t)
-	code, _, errOut := runTL(t, nil, "exec", "--store", url, "--key", "}k", "--", "true")
+	code, _, errOut := tl.Run(t, nil, "exec", "--store", url, "--key", "}k", "--", "true")
 	if code != exitUsage || !strings.Contains(errOut, "--key") {
 		t.Errorf("exit %d, stderr %q; want %d naming --key", code, errOut, exitUsage)
 	}
@@ -523,7 +366,7 @@ func TestHelpAndUsage(t *testing.T) {
 		{[]string{"demo", "extra"}, exitUsage, "", `unexpected argument "extra"`, true},
 	}
 	for _, tt := range tests {
-		code, out, errOut := runTL(t, nil, tt.args...)
+		code, out, errOut := tl.Run(t, nil, tt.args...)
 		if code != tt.code || !strings.Contains(out, tt.inStdout) || !strings.Contains(errOut, tt.inStderr) || tt.stdoutNil && out != "" {
 			t.Errorf("%q: exit %d (want %d)\nstdout:\n%s\nstderr:\n%s", tt.args, code, tt.code, out, errOut)
 		}
@@ -549,8 +392,8 @@ func TestPasswordNeverPrinted(t *testing.T) {
 
 	good := "redis://app:" + pw + "@" + srv.Addr()
 	stop := filepath.Join(t.TempDir(), "stop")
-	holder := startTL(t, []string{"STOP=" + stop}, "exec", "--store", good, "--key", "pw", "--verbose", "--", "sh", "-c", waitingChild)
-	holder.waitOutput("started", 20*time.Second)
+	holder := tl.Start(t, []string{"STOP=" + stop}, "exec", "--store", good, "--key", "pw", "--verbose", "--", "sh", "-c", waitingChild)
+	holder.WaitOutput("started", 20*time.Second)
 
 	tests := []struct {
 		name string
@@ -577,7 +420,7 @@ func TestPasswordNeverPrinted(t *testing.T) {
 	}
 	for _, tt := range tests {
 		args := append(append([]string{"exec"}, tt.args...), "--", "true")
-		code, out, errOut := runTL(t, tt.env, args...)
+		code, out, errOut := tl.Run(t, tt.env, args...)
 		if code != tt.code {
 			t.Errorf("%s: exit %d, want %d\nstderr:\n%s", tt.name, code, tt.code, errOut)
 		}
@@ -589,18 +432,18 @@ func TestPasswordNeverPrinted(t *testing.T) {
 		}
 	}
 	os.WriteFile(stop, nil, 0o644)
-	holder.wait(20 * time.Second)
-	if strings.Contains(holder.stdout()+holder.stderr(), "S3cr3t") {
-		t.Errorf("holder printed the password:\n%s", holder.stderr())
+	holder.Wait(20 * time.Second)
+	if strings.Contains(holder.Stdout()+holder.Stderr(), "S3cr3t") {
+		t.Errorf("holder printed the password:\n%s", holder.Stderr())
 	}
 }
 
 func TestExecLockLostTerminatesCommand(t *testing.T) {
 	t.Parallel()
 	url, c := redisFor(t)
-	p := startTL(t, nil, "exec", "--store", url, "--key", "lost", "--ttl", "3s", "--kill-grace", "1s",
+	p := tl.Start(t, nil, "exec", "--store", url, "--key", "lost", "--ttl", "3s", "--kill-grace", "1s",
 		"--", "sh", "-c", `trap "echo got-term; exit 0" TERM; echo started; while :; do sleep 0.05; done`)
-	p.waitOutput("started", 20*time.Second)
+	p.WaitOutput("started", 20*time.Second)
 	if !exists(t, c, lockKey("lost")) {
 		t.Fatal("lock not in Redis while COMMAND runs")
 	}
@@ -608,15 +451,15 @@ func TestExecLockLostTerminatesCommand(t *testing.T) {
 	if err := c.Del(context.Background(), lockKey("lost")).Err(); err != nil {
 		t.Fatal(err)
 	}
-	code := p.wait(20 * time.Second)
+	code := p.Wait(20 * time.Second)
 	elapsed := time.Since(deleted)
 	if code != exitSoftware {
-		t.Fatalf("exit %d, want %d\nstdout:\n%s\nstderr:\n%s", code, exitSoftware, p.stdout(), p.stderr())
+		t.Fatalf("exit %d, want %d\nstdout:\n%s\nstderr:\n%s", code, exitSoftware, p.Stdout(), p.Stderr())
 	}
-	if !strings.Contains(p.stdout(), "got-term") {
-		t.Errorf("COMMAND did not get SIGTERM: stdout %q", p.stdout())
+	if !strings.Contains(p.Stdout(), "got-term") {
+		t.Errorf("COMMAND did not get SIGTERM: stdout %q", p.Stdout())
 	}
-	if errOut := p.stderr(); !strings.Contains(errOut, `lock "lost" lost`) || !strings.Contains(errOut, "no longer has this lease") {
+	if errOut := p.Stderr(); !strings.Contains(errOut, `lock "lost" lost`) || !strings.Contains(errOut, "no longer has this lease") {
 		t.Errorf("stderr does not give the cause:\n%s", errOut)
 	}
 	// Renewal runs every TTL/3; the loss is seen at the next one.
@@ -631,30 +474,30 @@ func TestExecKillGrace(t *testing.T) {
 	url, c := redisFor(t)
 	pidFile := filepath.Join(t.TempDir(), "pid")
 	const grace = 700 * time.Millisecond
-	p := startTL(t, []string{"PIDFILE=" + pidFile}, "exec", "--store", url, "--key", "stubborn", "--ttl", "2s", "--kill-grace", grace.String(),
+	p := tl.Start(t, []string{"PIDFILE=" + pidFile}, "exec", "--store", url, "--key", "stubborn", "--ttl", "2s", "--kill-grace", grace.String(),
 		"--", "sh", "-c", `trap "" TERM; echo $$ > "$PIDFILE"; echo started; while :; do sleep 0.05; done`)
-	p.waitOutput("started", 20*time.Second)
-	pid := readPid(t, pidFile)
+	p.WaitOutput("started", 20*time.Second)
+	pid := clitest.ReadPid(t, pidFile)
 	if err := c.Del(context.Background(), lockKey("stubborn")).Err(); err != nil {
 		t.Fatal(err)
 	}
 	// The loss is seen at the next renewal, so measure from the SIGTERM
 	// line.
 	var termAt time.Time
-	waitFor(t, 10*time.Second, func() bool {
-		if strings.Contains(p.stderr(), "SIGTERM now") {
+	clitest.WaitFor(t, 10*time.Second, func() bool {
+		if strings.Contains(p.Stderr(), "SIGTERM now") {
 			termAt = time.Now()
 			return true
 		}
 		return false
 	}, "the SIGTERM line")
-	code := p.wait(20 * time.Second)
+	code := p.Wait(20 * time.Second)
 	killedAfter := time.Since(termAt)
 	if code != exitSoftware {
-		t.Fatalf("exit %d, want %d\nstderr:\n%s", code, exitSoftware, p.stderr())
+		t.Fatalf("exit %d, want %d\nstderr:\n%s", code, exitSoftware, p.Stderr())
 	}
-	if !strings.Contains(p.stderr(), "sending SIGKILL") {
-		t.Errorf("stderr does not report the SIGKILL:\n%s", p.stderr())
+	if !strings.Contains(p.Stderr(), "sending SIGKILL") {
+		t.Errorf("stderr does not report the SIGKILL:\n%s", p.Stderr())
 	}
 	// The SIGTERM line is seen by polling stderr, up to a few hundred ms
 	// late on a loaded machine, which shortens killedAfter; a SIGKILL sent
@@ -662,7 +505,7 @@ func TestExecKillGrace(t *testing.T) {
 	if killedAfter < grace/2 {
 		t.Errorf("SIGKILL came %v after SIGTERM, want about --kill-grace %v", killedAfter, grace)
 	}
-	waitFor(t, 5*time.Second, func() bool { return !alive(pid) }, "COMMAND to be gone")
+	clitest.WaitFor(t, 5*time.Second, func() bool { return !clitest.Alive(pid) }, "COMMAND to be gone")
 	t.Logf("exited %v after the SIGTERM line (kill-grace %v)", killedAfter.Round(time.Millisecond), grace)
 }
 
@@ -670,27 +513,27 @@ func TestExecSigkillKillsCommand(t *testing.T) {
 	t.Parallel()
 	url, _ := redisFor(t)
 	pidFile := filepath.Join(t.TempDir(), "pid")
-	p := startTL(t, []string{"PIDFILE=" + pidFile}, "exec", "--store", url, "--key", "orphan", "--ttl", "1s", "--kill-grace", "400ms",
+	p := tl.Start(t, []string{"PIDFILE=" + pidFile}, "exec", "--store", url, "--key", "orphan", "--ttl", "1s", "--kill-grace", "400ms",
 		"--", "sh", "-c", `echo $$ > "$PIDFILE"; echo started; while :; do sleep 0.05; done`)
-	p.waitOutput("started", 20*time.Second)
-	pid := readPid(t, pidFile)
-	if !alive(pid) {
+	p.WaitOutput("started", 20*time.Second)
+	pid := clitest.ReadPid(t, pidFile)
+	if !clitest.Alive(pid) {
 		t.Fatalf("COMMAND pid %d not alive", pid)
 	}
-	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+	if err := p.Process().Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	if code := p.wait(10 * time.Second); code != -1 {
+	if code := p.Wait(10 * time.Second); code != -1 {
 		t.Fatalf("tasklock exit %d after SIGKILL", code)
 	}
 	killed := time.Now()
-	waitFor(t, 5*time.Second, func() bool { return !alive(pid) }, fmt.Sprintf("COMMAND pid %d to die with tasklock", pid))
+	clitest.WaitFor(t, 5*time.Second, func() bool { return !clitest.Alive(pid) }, fmt.Sprintf("COMMAND pid %d to die with tasklock", pid))
 	t.Logf("COMMAND gone %v after tasklock was killed", time.Since(killed).Round(time.Millisecond))
 
 	// Nobody released the lease: the next holder gets it once it expires,
 	// within the TTL.
 	start := time.Now()
-	code, out, errOut := runTL(t, nil, "exec", "--store", url, "--key", "orphan", "--wait", "10s", "--", "echo", "took-over")
+	code, out, errOut := tl.Run(t, nil, "exec", "--store", url, "--key", "orphan", "--wait", "10s", "--", "echo", "took-over")
 	if code != 0 || out != "took-over\n" {
 		t.Fatalf("takeover: exit %d, stdout %q\nstderr:\n%s", code, out, errOut)
 	}
@@ -712,13 +555,13 @@ func TestExecForwardsSignals(t *testing.T) {
 		{syscall.SIGINT, `echo started; while :; do sleep 0.05; done`, 128 + 2},
 		{syscall.SIGHUP, `trap "echo got-hup; exit 0" HUP; echo started; while :; do sleep 0.05; done`, 0},
 	} {
-		p := startTL(t, nil, "exec", "--store", url, "--key", "sig", "--", "sh", "-c", tt.script)
-		p.waitOutput("started", 20*time.Second)
-		if err := p.cmd.Process.Signal(tt.sig); err != nil {
+		p := tl.Start(t, nil, "exec", "--store", url, "--key", "sig", "--", "sh", "-c", tt.script)
+		p.WaitOutput("started", 20*time.Second)
+		if err := p.Process().Signal(tt.sig); err != nil {
 			t.Fatal(err)
 		}
-		if code := p.wait(10 * time.Second); code != tt.want {
-			t.Errorf("%v: exit %d, want %d\nstdout:\n%s\nstderr:\n%s", tt.sig, code, tt.want, p.stdout(), p.stderr())
+		if code := p.Wait(10 * time.Second); code != tt.want {
+			t.Errorf("%v: exit %d, want %d\nstdout:\n%s\nstderr:\n%s", tt.sig, code, tt.want, p.Stdout(), p.Stderr())
 		}
 		if exists(t, c, lockKey("sig")) {
 			t.Errorf("%v: lock not released", tt.sig)
@@ -730,40 +573,40 @@ func TestExecSignalWhileWaiting(t *testing.T) {
 	t.Parallel()
 	url, c := redisFor(t)
 	stop := filepath.Join(t.TempDir(), "stop")
-	holder := startTL(t, []string{"STOP=" + stop}, "exec", "--store", url, "--key", "sw", "--ttl", "30s", "--", "sh", "-c", waitingChild)
-	holder.waitOutput("started", 20*time.Second)
-	waiter := startTL(t, nil, "exec", "--store", url, "--key", "sw", "--wait", "60s", "--verbose", "--", "echo", "must-not-run")
+	holder := tl.Start(t, []string{"STOP=" + stop}, "exec", "--store", url, "--key", "sw", "--ttl", "30s", "--", "sh", "-c", waitingChild)
+	holder.WaitOutput("started", 20*time.Second)
+	waiter := tl.Start(t, nil, "exec", "--store", url, "--key", "sw", "--wait", "60s", "--verbose", "--", "echo", "must-not-run")
 	// Signal it once it waits (its handler is installed before it
 	// connects).
 	waitSubscribed(t, c, waiter)
-	if err := waiter.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := waiter.Process().Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	if code := waiter.wait(10 * time.Second); code != 128+15 {
-		t.Errorf("waiter exit %d, want %d\nstderr:\n%s", code, 128+15, waiter.stderr())
+	if code := waiter.Wait(10 * time.Second); code != 128+15 {
+		t.Errorf("waiter exit %d, want %d\nstderr:\n%s", code, 128+15, waiter.Stderr())
 	}
-	if waiter.stdout() != "" || !strings.Contains(waiter.stderr(), "interrupted") {
-		t.Errorf("stdout %q, stderr %q", waiter.stdout(), waiter.stderr())
+	if waiter.Stdout() != "" || !strings.Contains(waiter.Stderr(), "interrupted") {
+		t.Errorf("stdout %q, stderr %q", waiter.Stdout(), waiter.Stderr())
 	}
 	os.WriteFile(stop, nil, 0o644)
-	holder.wait(20 * time.Second)
+	holder.Wait(20 * time.Second)
 }
 
 func TestExecMaxHold(t *testing.T) {
 	t.Parallel()
 	url, c := redisFor(t)
 	start := time.Now()
-	p := startTL(t, nil, "exec", "--store", url, "--key", "mh", "--ttl", "3s", "--max-hold", "800ms", "--kill-grace", "1s",
+	p := tl.Start(t, nil, "exec", "--store", url, "--key", "mh", "--ttl", "3s", "--max-hold", "800ms", "--kill-grace", "1s",
 		"--", "sh", "-c", `trap "echo got-term; exit 0" TERM; echo started; while :; do sleep 0.05; done`)
-	code := p.wait(20 * time.Second)
+	code := p.Wait(20 * time.Second)
 	if code != exitSoftware {
-		t.Fatalf("exit %d, want %d\nstderr:\n%s", code, exitSoftware, p.stderr())
+		t.Fatalf("exit %d, want %d\nstderr:\n%s", code, exitSoftware, p.Stderr())
 	}
 	if d := time.Since(start); d < 800*time.Millisecond {
 		t.Errorf("stopped after %v, before --max-hold", d)
 	}
-	if !strings.Contains(p.stdout(), "got-term") || !strings.Contains(p.stderr(), "--max-hold 800ms reached") {
-		t.Errorf("stdout %q\nstderr:\n%s", p.stdout(), p.stderr())
+	if !strings.Contains(p.Stdout(), "got-term") || !strings.Contains(p.Stderr(), "--max-hold 800ms reached") {
+		t.Errorf("stdout %q\nstderr:\n%s", p.Stdout(), p.Stderr())
 	}
 	if exists(t, c, lockKey("mh")) {
 		t.Error("lock not released after --max-hold")
@@ -773,7 +616,7 @@ func TestExecMaxHold(t *testing.T) {
 func TestExecMinHold(t *testing.T) {
 	t.Parallel()
 	url, c := redisFor(t)
-	code, _, errOut := runTL(t, nil, "exec", "--store", url, "--key", "minh", "--min-hold", "5s", "--", "true")
+	code, _, errOut := tl.Run(t, nil, "exec", "--store", url, "--key", "minh", "--min-hold", "5s", "--", "true")
 	if code != 0 {
 		t.Fatalf("exit %d\nstderr:\n%s", code, errOut)
 	}
@@ -781,7 +624,7 @@ func TestExecMinHold(t *testing.T) {
 	if err != nil || ttl <= 0 || ttl > 5*time.Second {
 		t.Fatalf("after an early exit with --min-hold 5s the lease has PTTL %v (%v), want in (0, 5s]", ttl, err)
 	}
-	code, _, errOut = runTL(t, nil, "exec", "--store", url, "--key", "minh", "--", "true")
+	code, _, errOut = tl.Run(t, nil, "exec", "--store", url, "--key", "minh", "--", "true")
 	if code != exitTempFail {
 		t.Errorf("second run during --min-hold: exit %d, want %d\nstderr:\n%s", code, exitTempFail, errOut)
 	}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/tasklock/tasklock/cmd/tasklock/internal/storeurl"
+	"github.com/tasklock/tasklock/internal/clitest"
 	"github.com/tasklock/tasklock/ledger"
 )
 
@@ -51,12 +52,12 @@ func TestLogLevels(t *testing.T) {
     timeout: 300ms
     kill_grace: 100ms
 `))
-	p := startTL(t, nil, "serve", "--config", cfg, "--log-format", "json", "--http", "")
+	p := tl.Start(t, nil, "serve", "--config", cfg, "--log-format", "json", "--http", "")
 	want := map[string]string{"ok": "INFO", "failed": "WARN", "timeout": "WARN"}
 	levels := map[string]map[string]bool{}
-	waitFor(t, 20*time.Second, func() bool {
+	clitest.WaitFor(t, 20*time.Second, func() bool {
 		clear(levels)
-		for _, rec := range jsonLines(t, p.stderr()) {
+		for _, rec := range jsonLines(t, p.Stderr()) {
 			if rec["msg"] != "run ended" {
 				continue
 			}
@@ -74,14 +75,14 @@ func TestLogLevels(t *testing.T) {
 			t.Errorf("runs ending %s logged at %v, want only %s", st, levels[st], lv)
 		}
 	}
-	for _, rec := range jsonLines(t, p.stderr()) {
+	for _, rec := range jsonLines(t, p.Stderr()) {
 		if rec["msg"] == "run started" && rec["level"] != "INFO" {
 			t.Errorf("run started at %v", rec["level"])
 		}
 	}
-	p.signal(syscall.SIGTERM)
-	if code := p.wait(30 * time.Second); code != 0 {
-		t.Fatalf("exit %d, want 0\nstderr:\n%s", code, p.stderr())
+	p.Signal(syscall.SIGTERM)
+	if code := p.Wait(30 * time.Second); code != 0 {
+		t.Fatalf("exit %d, want 0\nstderr:\n%s", code, p.Stderr())
 	}
 }
 
@@ -99,7 +100,7 @@ func sqliteLedger(t *testing.T, url string) ledger.Ledger {
 // listJobs runs jobs list --json.
 func listJobs(t *testing.T, url string) map[string]jobJSON {
 	t.Helper()
-	code, out, errOut := runTL(t, nil, "jobs", "list", "--json", "--store", url)
+	code, out, errOut := tl.Run(t, nil, "jobs", "list", "--json", "--store", url)
 	var list struct {
 		Jobs []jobJSON `json:"jobs"`
 	}
@@ -124,31 +125,31 @@ func TestJobsNoGhosts(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, sub := range []string{"trigger", "pause", "resume"} {
-		code, out, errOut := runTL(t, nil, "jobs", sub, "ghost", "--store", url)
+		code, out, errOut := tl.Run(t, nil, "jobs", sub, "ghost", "--store", url)
 		if code != 1 || out != "" || !strings.Contains(errOut, `no job named "ghost"`) {
 			t.Errorf("jobs %s ghost = %d, stdout %q, stderr %q; want 1 and no job named \"ghost\"", sub, code, out, errOut)
 		}
-		if code, out, errOut := runTL(t, nil, "jobs", sub, "real", "--store", url); code != exitOK {
+		if code, out, errOut := tl.Run(t, nil, "jobs", sub, "real", "--store", url); code != exitOK {
 			t.Errorf("jobs %s real = %d\n%s%s", sub, code, out, errOut)
 		}
 	}
 	if _, ok := listJobs(t, url)["ghost"]; ok {
 		t.Fatal("a refused command left a ghost job listed")
 	}
-	if code, out, errOut := runTL(t, nil, "jobs", "pause", "ghost", "--force", "--store", url); code != exitOK || !strings.Contains(out, `paused "ghost"`) {
+	if code, out, errOut := tl.Run(t, nil, "jobs", "pause", "ghost", "--force", "--store", url); code != exitOK || !strings.Contains(out, `paused "ghost"`) {
 		t.Fatalf("jobs pause ghost --force = %d\n%s%s", code, out, errOut)
 	}
 	if j, ok := listJobs(t, url)["ghost"]; !ok || j.State != "paused" {
 		t.Fatalf("after --force: ghost is %+v (listed %v), want paused", j, ok)
 	}
 	// forget removes it; forgetting it again is refused, unless --force.
-	if code, out, errOut := runTL(t, nil, "jobs", "forget", "ghost", "--store", url); code != exitOK || !strings.Contains(out, `forgot "ghost"`) {
+	if code, out, errOut := tl.Run(t, nil, "jobs", "forget", "ghost", "--store", url); code != exitOK || !strings.Contains(out, `forgot "ghost"`) {
 		t.Fatalf("jobs forget ghost = %d\n%s%s", code, out, errOut)
 	}
-	if code, _, errOut := runTL(t, nil, "jobs", "forget", "ghost", "--store", url); code != 1 || !strings.Contains(errOut, `no job named "ghost"`) {
+	if code, _, errOut := tl.Run(t, nil, "jobs", "forget", "ghost", "--store", url); code != 1 || !strings.Contains(errOut, `no job named "ghost"`) {
 		t.Errorf("jobs forget ghost again = %d, %s", code, errOut)
 	}
-	if code, _, errOut := runTL(t, nil, "jobs", "forget", "ghost", "--force", "--store", url); code != exitOK {
+	if code, _, errOut := tl.Run(t, nil, "jobs", "forget", "ghost", "--force", "--store", url); code != exitOK {
 		t.Errorf("jobs forget ghost --force = %d, %s", code, errOut)
 	}
 	jobs := listJobs(t, url)
@@ -158,7 +159,7 @@ func TestJobsNoGhosts(t *testing.T) {
 	if j := jobs["real"]; j.State != "ok" || j.Spec != "@hourly" || j.Since == nil || len(j.Triggers) != 1 {
 		t.Errorf("real: %+v, want ok, registered, one pending trigger", j)
 	}
-	if code, _, errOut := runTL(t, nil, "jobs", "forget", "real", "--store", url); code != exitOK {
+	if code, _, errOut := tl.Run(t, nil, "jobs", "forget", "real", "--store", url); code != exitOK {
 		t.Fatalf("jobs forget real = %d, %s", code, errOut)
 	}
 	if _, ok := listJobs(t, url)["real"]; ok {
@@ -184,7 +185,7 @@ func TestBrokenJobsList(t *testing.T) {
 	if j := jobs["good"]; j.State != "ok" || j.Broken != "" {
 		t.Errorf("good: %+v, want ok", j)
 	}
-	code, out, _ := runTL(t, nil, "jobs", "list", "--store", url)
+	code, out, _ := tl.Run(t, nil, "jobs", "list", "--store", url)
 	if code != exitOK || !regexp.MustCompile(`(?m)^bad +broken `).MatchString(out) || !regexp.MustCompile(`(?m)^good +ok `).MatchString(out) {
 		t.Errorf("jobs list = %d\n%s", code, out)
 	}
@@ -193,7 +194,7 @@ func TestBrokenJobsList(t *testing.T) {
 // historyJSON runs jobs history --json for job.
 func historyJSON(t *testing.T, url, job string) []runRecordJSON {
 	t.Helper()
-	code, out, errOut := runTL(t, nil, "jobs", "history", "--job", job, "--limit", "1000", "--json", "--store", url)
+	code, out, errOut := tl.Run(t, nil, "jobs", "history", "--job", job, "--limit", "1000", "--json", "--store", url)
 	var hist struct {
 		Runs []runRecordJSON `json:"runs"`
 	}
@@ -206,8 +207,8 @@ func historyJSON(t *testing.T, url, job string) []runRecordJSON {
 // dashboardURL waits for serve's dashboard line and returns its URL.
 func dashboardURL(t *testing.T, p *proc) string {
 	t.Helper()
-	p.waitStderr(`"msg":"dashboard"`, 20*time.Second)
-	for _, rec := range jsonLines(t, p.stderr()) {
+	p.WaitStderr(`"msg":"dashboard"`, 20*time.Second)
+	for _, rec := range jsonLines(t, p.Stderr()) {
 		if rec["msg"] == "dashboard" {
 			return rec["url"].(string)
 		}
@@ -263,14 +264,14 @@ func TestServeKilledNodeRunIsInterrupted(t *testing.T) {
 		if err := os.WriteFile(cfg, []byte("store: "+url+"\nnode: "+node+"\n"+jobs), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		procs[node] = startTL(t, nil, "serve", "--config", cfg, "--log-format", "json", "--http", "127.0.0.1:0", "--grace", "1s")
+		procs[node] = tl.Start(t, nil, "serve", "--config", cfg, "--log-format", "json", "--http", "127.0.0.1:0", "--grace", "1s")
 	}
 	for node, p := range procs {
 		urls[node] = dashboardURL(t, p)
 	}
 	// Wait for the run in progress, and see both nodes alive.
 	var running runRecordJSON
-	waitFor(t, 30*time.Second, func() bool {
+	clitest.WaitFor(t, 30*time.Second, func() bool {
 		for _, r := range historyJSON(t, url, "sleeper") {
 			if r.Status == "running" {
 				running = r
@@ -287,17 +288,17 @@ func TestServeKilledNodeRunIsInterrupted(t *testing.T) {
 	if n := apiNodes(t, urls[survivor])[victim]; !n.Alive {
 		t.Fatalf("before the kill: %+v, want alive", n)
 	}
-	if err := procs[victim].cmd.Process.Kill(); err != nil {
+	if err := procs[victim].Process().Kill(); err != nil {
 		t.Fatal(err)
 	}
 	killedAt := time.Now()
-	procs[victim].wait(10 * time.Second)
+	procs[victim].Wait(10 * time.Second)
 
 	sameRun := func(r runRecordJSON) bool {
 		return r.Tick.Equal(running.Tick) && r.Attempt == running.Attempt && r.Trigger == running.Trigger
 	}
 	var rows []runRecordJSON
-	waitFor(t, 40*time.Second, func() bool {
+	clitest.WaitFor(t, 40*time.Second, func() bool {
 		rows = rows[:0]
 		for _, r := range historyJSON(t, url, "sleeper") {
 			if sameRun(r) {
@@ -311,22 +312,22 @@ func TestServeKilledNodeRunIsInterrupted(t *testing.T) {
 	if r.Node != victim || !strings.Contains(r.Error, victim) || !strings.Contains(r.Error, survivor) || r.End == nil || r.End.Before(killedAt) {
 		t.Errorf("interrupted record %+v", r)
 	}
-	procs[survivor].waitStderr(`"msg":"run interrupted`, 10*time.Second)
-	for _, rec := range jsonLines(t, procs[survivor].stderr()) {
+	procs[survivor].WaitStderr(`"msg":"run interrupted`, 10*time.Second)
+	for _, rec := range jsonLines(t, procs[survivor].Stderr()) {
 		if m, _ := rec["msg"].(string); strings.HasPrefix(m, "run interrupted") && rec["level"] != "WARN" {
 			t.Errorf("run interrupted logged at %v", rec["level"])
 		}
 	}
 
-	waitFor(t, 20*time.Second, func() bool { return !apiNodes(t, urls[survivor])[victim].Alive }, "the killed node to show as gone")
+	clitest.WaitFor(t, 20*time.Second, func() bool { return !apiNodes(t, urls[survivor])[victim].Alive }, "the killed node to show as gone")
 	if n := apiNodes(t, urls[survivor])[victim]; n.LastSeen == nil || !n.LastSeen.Before(killedAt) {
 		t.Errorf("killed node %+v, want last_seen before the kill at %v", n, killedAt)
 	}
 	if n := apiNodes(t, urls[survivor])[survivor]; !n.Alive || n.LastSeen == nil || n.LastSeen.After(time.Now()) {
 		t.Errorf("surviving node %+v", n)
 	}
-	procs[survivor].signal(syscall.SIGTERM)
-	if code := procs[survivor].wait(30 * time.Second); code != 0 {
-		t.Fatalf("exit %d\n%s", code, procs[survivor].stderr())
+	procs[survivor].Signal(syscall.SIGTERM)
+	if code := procs[survivor].Wait(30 * time.Second); code != 0 {
+		t.Fatalf("exit %d\n%s", code, procs[survivor].Stderr())
 	}
 }

@@ -12,21 +12,23 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tasklock/tasklock/internal/clitest"
 )
 
 func TestServeHTTPRefusesOpenAddressWithoutToken(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	cfg := writeConfig(t, dir, "store: mem://\njobs:\n  - name: a\n    schedule: '@every 1s'\n    command: [true]\n")
-	code, _, errOut := runTL(t, nil, "serve", "--config", cfg, "--http", "0.0.0.0:0")
+	code, _, errOut := tl.Run(t, nil, "serve", "--config", cfg, "--http", "0.0.0.0:0")
 	if code != exitUsage || !strings.Contains(errOut, "--http") || !strings.Contains(errOut, "--token") {
 		t.Errorf("exit %d, want %d naming --http and --token; stderr:\n%s", code, exitUsage, errOut)
 	}
-	code, _, errOut = runTL(t, nil, "serve", "--config", cfg, "--http", "nonsense")
+	code, _, errOut = tl.Run(t, nil, "serve", "--config", cfg, "--http", "nonsense")
 	if code != exitUsage {
 		t.Errorf("--http nonsense: exit %d\n%s", code, errOut)
 	}
-	code, _, errOut = runTL(t, []string{"TASKLOCK_TOKEN="}, "serve", "--config", cfg, "--public-read")
+	code, _, errOut = tl.Run(t, []string{"TASKLOCK_TOKEN="}, "serve", "--config", cfg, "--public-read")
 	if code != exitUsage || !strings.Contains(errOut, "--public-read") || !strings.Contains(errOut, "--token") {
 		t.Errorf("--public-read without a token: exit %d, want %d naming --public-read and --token; stderr:\n%s", code, exitUsage, errOut)
 	}
@@ -58,9 +60,9 @@ func TestServeHTTPPublicRead(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	cfg := writeConfig(t, dir, "store: mem://\njobs:\n  - name: a\n    schedule: '@every 1h'\n    command: [true]\n")
-	p := startTL(t, []string{"TASKLOCK_TOKEN=s3cret"}, "serve", "--config", cfg, "--http", "127.0.0.1:0", "--public-read", "--log-format", "json")
-	p.waitStderr(`"msg":"dashboard"`, 20*time.Second)
-	base := strings.TrimSuffix(regexp.MustCompile(`"url":"([^"]+)"`).FindStringSubmatch(p.stderr())[1], "/")
+	p := tl.Start(t, []string{"TASKLOCK_TOKEN=s3cret"}, "serve", "--config", cfg, "--http", "127.0.0.1:0", "--public-read", "--log-format", "json")
+	p.WaitStderr(`"msg":"dashboard"`, 20*time.Second)
+	base := strings.TrimSuffix(regexp.MustCompile(`"url":"([^"]+)"`).FindStringSubmatch(p.Stderr())[1], "/")
 	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 	for _, path := range []string{"/", "/api/jobs", "/api/nodes", "/api/locks", "/api/runs", "/metrics", "/healthz"} {
 		if code, body := httpGet(t, client, base+path, ""); code != http.StatusOK {
@@ -75,9 +77,9 @@ func TestServeHTTPPublicRead(t *testing.T) {
 	if resp.StatusCode != http.StatusUnauthorized {
 		t.Errorf("anonymous pause with --public-read: %d, want 401", resp.StatusCode)
 	}
-	p.signal(syscall.SIGTERM)
-	if code := p.wait(30 * time.Second); code != 0 {
-		t.Fatalf("exit %d\n%s", code, p.stderr())
+	p.Signal(syscall.SIGTERM)
+	if code := p.Wait(30 * time.Second); code != 0 {
+		t.Fatalf("exit %d\n%s", code, p.Stderr())
 	}
 }
 
@@ -91,8 +93,8 @@ func TestServeHTTPDashboard(t *testing.T) {
 	addr := ln.Addr().String()
 	ln.Close()
 	cfg := writeConfig(t, dir, "store: sqlite://"+filepath.Join(dir, "tl.db")+"\nnode: web-1\njobs:\n  - name: a\n    schedule: '@every 1s'\n    command: [true]\n")
-	p := startTL(t, []string{"TASKLOCK_TOKEN=s3cret"}, "serve", "--config", cfg, "--http", addr)
-	p.waitStderr(regexp.QuoteMeta("http://"+addr+"/"), 20*time.Second)
+	p := tl.Start(t, []string{"TASKLOCK_TOKEN=s3cret"}, "serve", "--config", cfg, "--http", addr)
+	p.WaitStderr(regexp.QuoteMeta("http://"+addr+"/"), 20*time.Second)
 	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 	get := func(path string) string {
 		_, body := httpGet(t, client, "http://"+addr+path, "bearer s3cret")
@@ -109,7 +111,7 @@ func TestServeHTTPDashboard(t *testing.T) {
 			t.Errorf("anonymous GET %s: %d %.200s, want 200", path, code, body)
 		}
 	}
-	waitFor(t, 20*time.Second, func() bool { return strings.Contains(get("/api/jobs"), `"status":"ok"`) }, "a run of a on /api/jobs")
+	clitest.WaitFor(t, 20*time.Second, func() bool { return strings.Contains(get("/api/jobs"), `"status":"ok"`) }, "a run of a on /api/jobs")
 	if n := get("/api/nodes"); !strings.Contains(n, `"node":"web-1","alive":true`) || !strings.Contains(n, `"version":"`) {
 		t.Errorf("nodes: %s", n)
 	}
@@ -134,9 +136,9 @@ func TestServeHTTPDashboard(t *testing.T) {
 	if code := pause("Bearer s3cret"); code != http.StatusOK {
 		t.Errorf("pause with the token: %d", code)
 	}
-	waitFor(t, 10*time.Second, func() bool { return strings.Contains(get("/api/jobs"), `"paused":true`) }, "a paused")
-	p.signal(syscall.SIGTERM)
-	if code := p.wait(30 * time.Second); code != 0 {
-		t.Fatalf("exit %d\n%s", code, p.stderr())
+	clitest.WaitFor(t, 10*time.Second, func() bool { return strings.Contains(get("/api/jobs"), `"paused":true`) }, "a paused")
+	p.Signal(syscall.SIGTERM)
+	if code := p.Wait(30 * time.Second); code != 0 {
+		t.Fatalf("exit %d\n%s", code, p.Stderr())
 	}
 }

@@ -21,12 +21,12 @@ func TestServeMetricsAndJSONLogs(t *testing.T) {
     schedule: "@every 1s"
     command: ["true"]
 `))
-	p := startTL(t, nil, "serve", "--config", cfg, "--log-format", "json", "--http", "127.0.0.1:0")
-	p.waitStderr(`"msg":"run ended".*"status":"ok"`, 10*time.Second)
+	p := tl.Start(t, nil, "serve", "--config", cfg, "--log-format", "json", "--http", "127.0.0.1:0")
+	p.WaitStderr(`"msg":"run ended".*"status":"ok"`, 10*time.Second)
 
 	var started, ended map[string]any
 	var url string
-	for _, line := range strings.Split(strings.TrimSpace(p.stderr()), "\n") {
+	for _, line := range strings.Split(strings.TrimSpace(p.Stderr()), "\n") {
 		var rec map[string]any
 		if err := json.Unmarshal([]byte(line), &rec); err != nil {
 			t.Fatalf("stderr line %q is not JSON: %v", line, err)
@@ -50,12 +50,12 @@ func TestServeMetricsAndJSONLogs(t *testing.T) {
 	if ended["job"] != "tick" || ended["status"] != "ok" || ended["fence"] != started["fence"] || ended["tick"] != started["tick"] || ended["duration"] == nil {
 		t.Errorf("run ended: %v after %v", ended, started)
 	}
-	if n := strings.Count(p.stderr(), `"msg":"schedule: run ended"`); n != 0 {
+	if n := strings.Count(p.Stderr(), `"msg":"schedule: run ended"`); n != 0 {
 		t.Errorf("the scheduler's own run lines repeat serve's: %d", n)
 	}
 
 	if url == "" {
-		t.Fatalf("no dashboard line in stderr:\n%s", p.stderr())
+		t.Fatalf("no dashboard line in stderr:\n%s", p.Stderr())
 	}
 	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}} // no idle connection left for goleak
 	resp, err := client.Get(url + "metrics")
@@ -78,9 +78,9 @@ func TestServeMetricsAndJSONLogs(t *testing.T) {
 		}
 	}
 
-	p.signal(syscall.SIGTERM)
-	if code := p.wait(30 * time.Second); code != 0 {
-		t.Fatalf("exit %d, want 0\nstderr:\n%s", code, p.stderr())
+	p.Signal(syscall.SIGTERM)
+	if code := p.Wait(30 * time.Second); code != 0 {
+		t.Fatalf("exit %d, want 0\nstderr:\n%s", code, p.Stderr())
 	}
 }
 

@@ -8,13 +8,14 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tasklock/tasklock/internal/clitest"
 )
 
 // writeConfig writes a configuration file and returns its path.
@@ -33,37 +34,16 @@ func fileExists(path string) bool {
 	return err == nil
 }
 
-func (p *proc) signal(sig syscall.Signal) {
-	p.t.Helper()
-	if err := p.cmd.Process.Signal(sig); err != nil {
-		p.t.Fatal(err)
-	}
-}
-
-// waitStderr waits until stderr matches re.
-func (p *proc) waitStderr(re string, timeout time.Duration) {
-	p.t.Helper()
-	rx := regexp.MustCompile(re)
-	waitFor(p.t, timeout, func() bool {
-		select {
-		case <-p.done:
-			p.t.Fatalf("tasklock exited (%v) before logging %q\nstdout:\n%s\nstderr:\n%s", p.state, re, p.stdout(), p.stderr())
-		default:
-		}
-		return rx.MatchString(p.stderr())
-	}, "stderr to match "+re)
-}
-
 func TestValidate(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	good := writeConfig(t, dir, "store: redis://u:hunter2@localhost:1\nnode: n1\njobs:\n  - name: a\n    schedule: '@every 1s'\n    command: [true]\n")
-	code, out, errOut := runTL(t, nil, "validate", "--config", good)
+	code, out, errOut := tl.Run(t, nil, "validate", "--config", good)
 	if code != exitOK || out != good+": OK: 1 job, store redis://u:xxxxx@localhost:1, node n1\n" || errOut != "" {
 		t.Errorf("valid: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 	// With the environment serve reads, validate names what serve would use.
-	code, out, errOut = runTL(t, []string{"TASKLOCK_STORE=redis://v:pw2@localhost:2", "TASKLOCK_NODE=n2"}, "validate", "--config", good)
+	code, out, errOut = tl.Run(t, []string{"TASKLOCK_STORE=redis://v:pw2@localhost:2", "TASKLOCK_NODE=n2"}, "validate", "--config", good)
 	if want := good + ": OK: 1 job, store redis://v:xxxxx@localhost:2 (from $TASKLOCK_STORE), node n2 (from $TASKLOCK_NODE)\n"; code != exitOK || out != want || errOut != "" {
 		t.Fatalf("validate with $TASKLOCK_STORE and $TASKLOCK_NODE = %d\n%s%s\nwant %s", code, out, errOut, want)
 	}
@@ -72,7 +52,7 @@ func TestValidate(t *testing.T) {
 	if err := os.WriteFile(bad, []byte("store: redis://u:hunter2@h:1/?x=1\njobs:\n  - name: a\n    schedule: '@every 1s'\n    command: [true]\n    timeout: 10x\n  - name: a\n    schedule: '@daily'\n    http: {url: 'http://h/'}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	code, out, errOut = runTL(t, nil, "validate", "--config", bad)
+	code, out, errOut = tl.Run(t, nil, "validate", "--config", bad)
 	want := []string{
 		bad + `:1: store: bad store URL redis://u:xxxxx@h:1/?x=1: unknown query parameter "x"`,
 		bad + `:6: job "a": timeout: invalid duration "10x"`,
@@ -96,7 +76,7 @@ func TestValidate(t *testing.T) {
 	}
 
 	for _, args := range [][]string{{"validate"}, {"validate", "--config"}, {"validate", "--config", good, "extra"}, {"validate", "--config", filepath.Join(dir, "missing.yaml")}, {"serve"}, {"serve", "--config", bad}} {
-		if code, _, errOut := runTL(t, nil, args...); code != exitUsage {
+		if code, _, errOut := tl.Run(t, nil, args...); code != exitUsage {
 			t.Errorf("%q: exit %d, want %d\nstderr:\n%s", args, code, exitUsage, errOut)
 		}
 	}
@@ -115,8 +95,8 @@ func TestServeCommandJob(t *testing.T) {
     command: ["sh", "-c", "env | grep ^TASKLOCK_ | sort > \"$OUT.tmp\" && mv \"$OUT.tmp\" \"$OUT\"; echo ran"]
 `))
 	envFile := filepath.Join(dir, "env")
-	p := startTL(t, []string{"OUT=" + envFile, "TASKLOCK_FENCE=inherited"}, "serve", "--config", cfg, "--http", "")
-	waitFor(t, 10*time.Second, func() bool { return fileExists(envFile) }, "the job to write its environment")
+	p := tl.Start(t, []string{"OUT=" + envFile, "TASKLOCK_FENCE=inherited"}, "serve", "--config", cfg, "--http", "")
+	clitest.WaitFor(t, 10*time.Second, func() bool { return fileExists(envFile) }, "the job to write its environment")
 	b, err := os.ReadFile(envFile)
 	if err != nil {
 		t.Fatal(err)
@@ -136,10 +116,10 @@ func TestServeCommandJob(t *testing.T) {
 	if err != nil || !strings.HasSuffix(env["TASKLOCK_TICK"], "Z") || tick.Nanosecond() != 0 || time.Since(tick) > time.Minute {
 		t.Errorf("TASKLOCK_TICK=%q, want a recent RFC 3339 UTC instant", env["TASKLOCK_TICK"])
 	}
-	p.waitOutput("[env-job] ran\n", 10*time.Second)
-	p.signal(syscall.SIGTERM)
-	if code := p.wait(30 * time.Second); code != 0 {
-		t.Fatalf("exit %d after SIGTERM, want 0\nstderr:\n%s", code, p.stderr())
+	p.WaitOutput("[env-job] ran\n", 10*time.Second)
+	p.Signal(syscall.SIGTERM)
+	if code := p.Wait(30 * time.Second); code != 0 {
+		t.Fatalf("exit %d after SIGTERM, want 0\nstderr:\n%s", code, p.Stderr())
 	}
 }
 
@@ -154,14 +134,14 @@ func TestServeTimeoutKillsProcessGroup(t *testing.T) {
     kill_grace: 300ms
     command: ["sh", "-c", "[ -e \"$DIR/pid\" ] && exit 0; trap '' TERM; sleep 1000 & echo $! > \"$DIR/child\"; echo $$ > \"$DIR/pid\"; wait"]
 `))
-	p := startTL(t, []string{"DIR=" + dir}, "serve", "--config", cfg, "--http", "")
-	pid := readPid(t, filepath.Join(dir, "pid"))
-	child := readPid(t, filepath.Join(dir, "child"))
-	waitFor(t, 10*time.Second, func() bool { return !alive(pid) && !alive(child) }, "the command and its child to be killed")
-	p.waitStderr(`SIGKILL.*job=stuck`, 10*time.Second)
-	p.signal(syscall.SIGTERM)
-	if code := p.wait(30 * time.Second); code != 0 {
-		t.Fatalf("exit %d, want 0\nstderr:\n%s", code, p.stderr())
+	p := tl.Start(t, []string{"DIR=" + dir}, "serve", "--config", cfg, "--http", "")
+	pid := clitest.ReadPid(t, filepath.Join(dir, "pid"))
+	child := clitest.ReadPid(t, filepath.Join(dir, "child"))
+	clitest.WaitFor(t, 10*time.Second, func() bool { return !clitest.Alive(pid) && !clitest.Alive(child) }, "the command and its child to be killed")
+	p.WaitStderr(`SIGKILL.*job=stuck`, 10*time.Second)
+	p.Signal(syscall.SIGTERM)
+	if code := p.Wait(30 * time.Second); code != 0 {
+		t.Fatalf("exit %d, want 0\nstderr:\n%s", code, p.Stderr())
 	}
 }
 
@@ -173,34 +153,34 @@ func TestServeReload(t *testing.T) {
     command: ["sh", "-c", "touch \"$DIR/a.$TASKLOCK_TICK\""]
 `
 	cfg := writeConfig(t, dir, memConfig(jobA))
-	p := startTL(t, []string{"DIR=" + dir}, "serve", "--config", cfg, "--http", "")
+	p := tl.Start(t, []string{"DIR=" + dir}, "serve", "--config", cfg, "--http", "")
 	count := func(prefix string) int {
 		m, _ := filepath.Glob(filepath.Join(dir, prefix+".*"))
 		return len(m)
 	}
-	waitFor(t, 10*time.Second, func() bool { return count("a") > 0 }, "job a to run")
+	clitest.WaitFor(t, 10*time.Second, func() bool { return count("a") > 0 }, "job a to run")
 
 	// An invalid file is logged, with its line, and changes nothing.
 	writeConfig(t, dir, memConfig(jobA+"  - name: b\n    schedule: '@every 1s'\n    timeout: 10x\n    command: [true]\n"))
-	p.signal(syscall.SIGHUP)
-	p.waitStderr(`reload: invalid configuration.*tasklock.yaml:9: job \\"b\\": timeout: invalid duration`, 10*time.Second)
+	p.Signal(syscall.SIGHUP)
+	p.WaitStderr(`reload: invalid configuration.*tasklock.yaml:9: job \\"b\\": timeout: invalid duration`, 10*time.Second)
 	n := count("a")
-	waitFor(t, 10*time.Second, func() bool { return count("a") > n }, "job a to run on after a bad reload")
+	clitest.WaitFor(t, 10*time.Second, func() bool { return count("a") > n }, "job a to run on after a bad reload")
 
 	// A valid one adds job b.
 	writeConfig(t, dir, memConfig(jobA+`  - name: b
     schedule: "@every 1s"
     command: ["sh", "-c", "touch \"$DIR/b.$TASKLOCK_TICK\""]
 `))
-	p.signal(syscall.SIGHUP)
-	p.waitStderr(`msg=reloaded jobs=2 added=\[b\]`, 10*time.Second)
-	waitFor(t, 10*time.Second, func() bool { return count("b") > 0 }, "job b to run after the reload")
+	p.Signal(syscall.SIGHUP)
+	p.WaitStderr(`msg=reloaded jobs=2 added=\[b\]`, 10*time.Second)
+	clitest.WaitFor(t, 10*time.Second, func() bool { return count("b") > 0 }, "job b to run after the reload")
 	n = count("a")
-	waitFor(t, 10*time.Second, func() bool { return count("a") > n }, "job a to run on after the reload")
+	clitest.WaitFor(t, 10*time.Second, func() bool { return count("a") > n }, "job a to run on after the reload")
 
-	p.signal(syscall.SIGINT)
-	if code := p.wait(30 * time.Second); code != 0 {
-		t.Fatalf("exit %d, want 0\nstderr:\n%s", code, p.stderr())
+	p.Signal(syscall.SIGINT)
+	if code := p.Wait(30 * time.Second); code != 0 {
+		t.Fatalf("exit %d, want 0\nstderr:\n%s", code, p.Stderr())
 	}
 }
 
@@ -211,20 +191,20 @@ func TestServeSIGTERMWaitsForRun(t *testing.T) {
     schedule: "@every 1s"
     command: ["sh", "-c", "[ -e \"$DIR/started\" ] && exit 0; touch \"$DIR/started\"; while [ ! -e \"$DIR/stop\" ]; do sleep 0.02; done; touch \"$DIR/finished\""]
 `))
-	p := startTL(t, []string{"DIR=" + dir}, "serve", "--config", cfg, "--http", "")
-	waitFor(t, 10*time.Second, func() bool { return fileExists(filepath.Join(dir, "started")) }, "the job to start")
-	p.signal(syscall.SIGTERM)
-	p.waitStderr(`shutting down`, 10*time.Second)
+	p := tl.Start(t, []string{"DIR=" + dir}, "serve", "--config", cfg, "--http", "")
+	clitest.WaitFor(t, 10*time.Second, func() bool { return fileExists(filepath.Join(dir, "started")) }, "the job to start")
+	p.Signal(syscall.SIGTERM)
+	p.WaitStderr(`shutting down`, 10*time.Second)
 	select {
-	case <-p.done:
-		t.Fatalf("exited (%v) while the job ran\nstderr:\n%s", p.state, p.stderr())
+	case <-p.Done():
+		t.Fatalf("exited (%v) while the job ran\nstderr:\n%s", p.State(), p.Stderr())
 	default:
 	}
 	if err := os.WriteFile(filepath.Join(dir, "stop"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if code := p.wait(30 * time.Second); code != 0 {
-		t.Fatalf("exit %d, want 0\nstderr:\n%s", code, p.stderr())
+	if code := p.Wait(30 * time.Second); code != 0 {
+		t.Fatalf("exit %d, want 0\nstderr:\n%s", code, p.Stderr())
 	}
 	if !fileExists(filepath.Join(dir, "finished")) {
 		t.Error("serve exited before the job finished")
@@ -235,30 +215,30 @@ func TestServeSameNodeRefused(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	cfg := writeConfig(t, dir, "store: sqlite://"+filepath.Join(dir, "tl.db")+"\nnode: same\njobs:\n  - name: a\n    schedule: '@every 1s'\n    command: [true]\n")
-	first := startTL(t, nil, "serve", "--config", cfg, "--http", "")
-	waitFor(t, 20*time.Second, func() bool {
+	first := tl.Start(t, nil, "serve", "--config", cfg, "--http", "")
+	clitest.WaitFor(t, 20*time.Second, func() bool {
 		select {
-		case <-first.done:
+		case <-first.Done():
 			return true
 		default:
 		}
-		return strings.Contains(first.stderr(), "msg=serving")
+		return strings.Contains(first.Stderr(), "msg=serving")
 	}, "the first serve to start")
 	select {
-	case <-first.done:
-		if strings.Contains(first.stderr(), "cannot keep a schedule ledger") {
-			t.Skipf("sqlitestore keeps no ledger yet: %s", first.stderr())
+	case <-first.Done():
+		if strings.Contains(first.Stderr(), "cannot keep a schedule ledger") {
+			t.Skipf("sqlitestore keeps no ledger yet: %s", first.Stderr())
 		}
-		t.Fatalf("first serve exited (%v)\nstderr:\n%s", first.state, first.stderr())
+		t.Fatalf("first serve exited (%v)\nstderr:\n%s", first.State(), first.Stderr())
 	default:
 	}
-	code, _, errOut := runTL(t, nil, "serve", "--config", cfg, "--http", "")
+	code, _, errOut := tl.Run(t, nil, "serve", "--config", cfg, "--http", "")
 	if code != exitTempFail || !strings.Contains(errOut, `node name "same" is in use`) {
 		t.Errorf("second serve: exit %d, want %d\nstderr:\n%s", code, exitTempFail, errOut)
 	}
-	first.signal(syscall.SIGTERM)
-	if code := first.wait(30 * time.Second); code != 0 {
-		t.Fatalf("exit %d, want 0\nstderr:\n%s", code, first.stderr())
+	first.Signal(syscall.SIGTERM)
+	if code := first.Wait(30 * time.Second); code != 0 {
+		t.Fatalf("exit %d, want 0\nstderr:\n%s", code, first.Stderr())
 	}
 }
 
@@ -289,8 +269,8 @@ func TestServeHTTPJob(t *testing.T) {
       headers: {content-type: application/json}
       body: '{"ping": true}'
 `))
-	p := startTL(t, nil, "serve", "--config", cfg, "--verbose", "--http", "")
-	waitFor(t, 10*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(hits) > 0 }, "the request")
+	p := tl.Start(t, nil, "serve", "--config", cfg, "--verbose", "--http", "")
+	clitest.WaitFor(t, 10*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(hits) > 0 }, "the request")
 	mu.Lock()
 	h := hits[0]
 	mu.Unlock()
@@ -301,9 +281,9 @@ func TestServeHTTPJob(t *testing.T) {
 		h.header.Get("X-Tasklock-Attempt") != "1" || h.header.Get("X-Tasklock-Fence") == "" || !strings.HasSuffix(h.header.Get("X-Tasklock-Tick"), "Z") {
 		t.Errorf("headers %v", h.header)
 	}
-	p.waitStderr(`status=failed.*418 I'm a teapot`, 10*time.Second)
-	p.signal(syscall.SIGTERM)
-	if code := p.wait(30 * time.Second); code != 0 {
-		t.Fatalf("exit %d, want 0\nstderr:\n%s", code, p.stderr())
+	p.WaitStderr(`status=failed.*418 I'm a teapot`, 10*time.Second)
+	p.Signal(syscall.SIGTERM)
+	if code := p.Wait(30 * time.Second); code != 0 {
+		t.Fatalf("exit %d, want 0\nstderr:\n%s", code, p.Stderr())
 	}
 }

@@ -60,11 +60,11 @@ func checkExclusion(t *testing.T, holderURL, otherURL, key string) {
 	t.Helper()
 	stop := filepath.Join(t.TempDir(), "stop")
 	owner := "holder-" + key
-	holder := startTL(t, []string{"STOP=" + stop}, "exec", "--store", holderURL, "--key", key, "--owner", owner, "--ttl", "30s",
+	holder := tl.Start(t, []string{"STOP=" + stop}, "exec", "--store", holderURL, "--key", key, "--owner", owner, "--ttl", "30s",
 		"--", "sh", "-c", waitingChild+`; echo "fence=$TASKLOCK_FENCE"`)
-	holder.waitOutput("started", 20*time.Second)
+	holder.WaitOutput("started", 20*time.Second)
 
-	code, out, errOut := runTL(t, nil, "exec", "--store", otherURL, "--key", key, "--", "echo", "must-not-run")
+	code, out, errOut := tl.Run(t, nil, "exec", "--store", otherURL, "--key", key, "--", "echo", "must-not-run")
 	if code != exitTempFail {
 		t.Fatalf("contender: exit %d, want %d\nstderr:\n%s", code, exitTempFail, errOut)
 	}
@@ -75,17 +75,17 @@ func checkExclusion(t *testing.T, holderURL, otherURL, key string) {
 	if err := os.WriteFile(stop, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if code := holder.wait(20 * time.Second); code != 0 {
-		t.Fatalf("holder exit %d\nstderr:\n%s", code, holder.stderr())
+	if code := holder.Wait(20 * time.Second); code != 0 {
+		t.Fatalf("holder exit %d\nstderr:\n%s", code, holder.Stderr())
 	}
-	code, out, errOut = runTL(t, nil, "exec", "--store", otherURL, "--key", key, "--", "sh", "-c", `echo "fence=$TASKLOCK_FENCE"`)
+	code, out, errOut = tl.Run(t, nil, "exec", "--store", otherURL, "--key", key, "--", "sh", "-c", `echo "fence=$TASKLOCK_FENCE"`)
 	if code != 0 {
 		t.Fatalf("after the holder: exit %d\nstderr:\n%s", code, errOut)
 	}
 	if errOut != "" {
 		t.Errorf("after the holder: stderr %q, want nothing without --verbose", errOut)
 	}
-	if f1, f2 := fenceOf(t, holder.stdout()), fenceOf(t, out); f1 == 0 || f2 <= f1 {
+	if f1, f2 := fenceOf(t, holder.Stdout()), fenceOf(t, out); f1 == 0 || f2 <= f1 {
 		t.Errorf("fences %d then %d, want positive and increasing", f1, f2)
 	}
 }
@@ -124,9 +124,9 @@ func TestExecSQLite(t *testing.T) {
 
 	// A relative path is relative to the working directory; exec creates
 	// the file and its table.
-	p := startTLIn(t, dir, nil, "exec", "--store", "sqlite://./rel.db?table=rel_locks", "--key", "rel", "--", "echo", "ran")
-	if code := p.wait(20 * time.Second); code != 0 || p.stdout() != "ran\n" {
-		t.Fatalf("relative path: exit %d, stdout %q\nstderr:\n%s", code, p.stdout(), p.stderr())
+	p := tl.StartIn(t, dir, nil, "exec", "--store", "sqlite://./rel.db?table=rel_locks", "--key", "rel", "--", "echo", "ran")
+	if code := p.Wait(20 * time.Second); code != 0 || p.Stdout() != "ran\n" {
+		t.Fatalf("relative path: exit %d, stdout %q\nstderr:\n%s", code, p.Stdout(), p.Stderr())
 	}
 	if _, err := os.Stat(filepath.Join(dir, "rel.db")); err != nil {
 		t.Errorf("relative path: %v", err)
@@ -164,7 +164,7 @@ type migrateJSON struct {
 
 func runMigrateJSON(t *testing.T, args ...string) migrateJSON {
 	t.Helper()
-	code, out, errOut := runTL(t, nil, append(append([]string{"migrate"}, args...), "--json")...)
+	code, out, errOut := tl.Run(t, nil, append(append([]string{"migrate"}, args...), "--json")...)
 	if code != 0 {
 		t.Fatalf("migrate %q: exit %d\nstderr:\n%s", args, code, errOut)
 	}
@@ -182,7 +182,7 @@ func checkMigrate(t *testing.T, url, table, sep string) {
 	start := time.Now().Add(-time.Minute)
 
 	// status only reads: before up, everything is pending.
-	code, out, errOut := runTL(t, nil, "migrate", "status", "--store", url)
+	code, out, errOut := tl.Run(t, nil, "migrate", "status", "--store", url)
 	if code != 0 {
 		t.Fatalf("status: exit %d\nstderr:\n%s", code, errOut)
 	}
@@ -198,17 +198,17 @@ func checkMigrate(t *testing.T, url, table, sep string) {
 	}
 	// exec with ?migrate=false refuses the missing table, and creates
 	// nothing.
-	code, _, errOut = runTL(t, nil, "exec", "--store", url+sep+"migrate=false", "--key", "k", "--", "echo", "must-not-run")
+	code, _, errOut = tl.Run(t, nil, "exec", "--store", url+sep+"migrate=false", "--key", "k", "--", "echo", "must-not-run")
 	if code != exitUnavailable || !strings.Contains(errOut, "not migrated") || !strings.Contains(errOut, "tasklock migrate up") {
 		t.Errorf("exec ?migrate=false before up: exit %d, stderr %q; want %d saying to run tasklock migrate up", code, errOut, exitUnavailable)
 	}
 
 	// up applies, and says what.
-	code, out, errOut = runTL(t, nil, "migrate", "up", "--store", url)
+	code, out, errOut = tl.Run(t, nil, "migrate", "up", "--store", url)
 	if code != 0 || !regexp.MustCompile(`^applied 0001_\w+ to `+regexp.QuoteMeta(table)+` \(`).MatchString(out) {
 		t.Fatalf("up: exit %d, stdout %q\nstderr:\n%s", code, out, errOut)
 	}
-	code, out, _ = runTL(t, nil, "migrate", "--store", url, "status")
+	code, out, _ = tl.Run(t, nil, "migrate", "--store", url, "status")
 	if code != 0 || !regexp.MustCompile(`(?m)^1 +\w+ +yes +\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$`).MatchString(out) || strings.Contains(out, "pending") {
 		t.Errorf("status after up: exit %d\n%s", code, out)
 	}
@@ -218,7 +218,7 @@ func checkMigrate(t *testing.T, url, table, sep string) {
 		t.Errorf("status --json after up: %+v", r)
 	}
 	// up again applies nothing.
-	code, out, _ = runTL(t, nil, "migrate", "up", "--store", url)
+	code, out, _ = tl.Run(t, nil, "migrate", "up", "--store", url)
 	if code != 0 || !strings.Contains(out, "up to date: nothing to apply") {
 		t.Errorf("second up: exit %d, stdout %q", code, out)
 	}
@@ -227,7 +227,7 @@ func checkMigrate(t *testing.T, url, table, sep string) {
 	}
 
 	// exec with ?migrate=false now works.
-	code, out, errOut = runTL(t, nil, "exec", "--store", url+sep+"migrate=false", "--key", "k", "--", "echo", "ran")
+	code, out, errOut = tl.Run(t, nil, "exec", "--store", url+sep+"migrate=false", "--key", "k", "--", "echo", "ran")
 	if code != 0 || out != "ran\n" {
 		t.Errorf("exec ?migrate=false after up: exit %d, stdout %q\nstderr:\n%s", code, out, errOut)
 	}
@@ -248,7 +248,7 @@ func TestMigrateSQLite(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "locks.db")
 	// status on a file that does not exist creates nothing.
-	code, _, errOut := runTL(t, nil, "migrate", "status", "--store", "sqlite://"+path)
+	code, _, errOut := tl.Run(t, nil, "migrate", "status", "--store", "sqlite://"+path)
 	if code != exitUnavailable || !strings.Contains(errOut, "does not exist") {
 		t.Errorf("status of a missing file: exit %d, stderr %q", code, errOut)
 	}
@@ -256,7 +256,7 @@ func TestMigrateSQLite(t *testing.T) {
 		t.Errorf("status created %s: %v", path, err)
 	}
 	// Nor does exec with ?migrate=false.
-	code, _, errOut = runTL(t, nil, "exec", "--store", "sqlite://"+path+"?migrate=false", "--key", "k", "--", "echo", "must-not-run")
+	code, _, errOut = tl.Run(t, nil, "exec", "--store", "sqlite://"+path+"?migrate=false", "--key", "k", "--", "echo", "must-not-run")
 	if code != exitUnavailable || !strings.Contains(errOut, "tasklock migrate up") {
 		t.Errorf("exec ?migrate=false on a missing file: exit %d, stderr %q", code, errOut)
 	}
@@ -274,7 +274,7 @@ func TestMigrateNoSchema(t *testing.T) {
 	t.Parallel()
 	for _, url := range []string{"mem://", "redis://app:pw-S3cr3t@" + closedAddr(t)} {
 		for _, sub := range []string{"status", "up"} {
-			code, out, errOut := runTL(t, nil, "migrate", sub, "--store", url)
+			code, out, errOut := tl.Run(t, nil, "migrate", sub, "--store", url)
 			if code != 0 || !strings.Contains(out, "keeps no schema: nothing to migrate") || strings.Contains(out+errOut, "S3cr3t") {
 				t.Errorf("migrate %s %s: exit %d, stdout %q, stderr %q", sub, url, code, out, errOut)
 			}
@@ -311,7 +311,7 @@ func TestMigrateUsage(t *testing.T) {
 		{nil, []string{"up", "--store", "sqlite:///nonexistent-dir-tasklock/x.db"}, exitUsage, `directory "/nonexistent-dir-tasklock" does not exist`},
 	}
 	for _, tt := range tests {
-		code, out, errOut := runTL(t, tt.env, append([]string{"migrate"}, tt.args...)...)
+		code, out, errOut := tl.Run(t, tt.env, append([]string{"migrate"}, tt.args...)...)
 		if code != tt.code || !strings.Contains(errOut, tt.want) {
 			t.Errorf("migrate %q: exit %d (want %d), stderr %q (want %q)", tt.args, code, tt.code, errOut, tt.want)
 		}
@@ -320,7 +320,7 @@ func TestMigrateUsage(t *testing.T) {
 		}
 	}
 	// $TASKLOCK_STORE is used when --store is not given.
-	if code, out, errOut := runTL(t, store, "migrate", "up"); code != 0 || !strings.Contains(out, "applied 0001_") {
+	if code, out, errOut := tl.Run(t, store, "migrate", "up"); code != 0 || !strings.Contains(out, "applied 0001_") {
 		t.Errorf("migrate up with $TASKLOCK_STORE: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 }
@@ -398,7 +398,7 @@ func TestSQLPasswordNeverPrinted(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			code, out, errOut := runTL(t, nil, tt.args...)
+			code, out, errOut := tl.Run(t, nil, tt.args...)
 			if code != tt.code {
 				t.Errorf("exit %d, want %d\nstdout:\n%s\nstderr:\n%s", code, tt.code, out, errOut)
 			}

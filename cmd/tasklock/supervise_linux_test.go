@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tasklock/tasklock/internal/clitest"
 )
 
 // newMarker returns a NAME=value environment entry unique to the test;
@@ -53,7 +55,7 @@ func markedProcs(marker string) []markedProc {
 			continue
 		}
 		env, err := os.ReadFile(dir + "/environ")
-		if err != nil || !bytes.Contains(append([]byte{0}, env...), []byte("\x00"+marker+"\x00")) || !alive(pid) {
+		if err != nil || !bytes.Contains(append([]byte{0}, env...), []byte("\x00"+marker+"\x00")) || !clitest.Alive(pid) {
 			continue
 		}
 		comm, _ := os.ReadFile(dir + "/comm")
@@ -119,10 +121,10 @@ func requireTools(t *testing.T, argv []string) {
 // runs.
 func waitSleeps(t *testing.T, p *proc, marker string, n int) {
 	t.Helper()
-	waitFor(t, 20*time.Second, func() bool {
+	clitest.WaitFor(t, 20*time.Second, func() bool {
 		select {
-		case <-p.done:
-			t.Fatalf("tasklock exited (%v)\nstdout:\n%s\nstderr:\n%s", p.state, p.stdout(), p.stderr())
+		case <-p.Done():
+			t.Fatalf("tasklock exited (%v)\nstdout:\n%s\nstderr:\n%s", p.State(), p.Stdout(), p.Stderr())
 		default:
 		}
 		return countComm(markedProcs(marker), "sleep") >= n
@@ -165,13 +167,13 @@ func testSigkillKillsTree(t *testing.T, what string, args func(t *testing.T, arg
 			t.Parallel()
 			requireTools(t, tc.argv)
 			marker := newMarker(t)
-			p := startTL(t, []string{marker}, args(t, tc.argv)...)
+			p := tl.Start(t, []string{marker}, args(t, tc.argv)...)
 			waitSleeps(t, p, marker, tc.sleeps)
-			if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			if err := p.Process().Signal(syscall.SIGKILL); err != nil {
 				t.Fatal(err)
 			}
 			killed := time.Now()
-			if code := p.wait(10 * time.Second); code != -1 {
+			if code := p.Wait(10 * time.Second); code != -1 {
 				t.Fatalf("%s exit %d after SIGKILL", what, code)
 			}
 			waitTreeGone(t, marker, killed)
@@ -185,7 +187,7 @@ func TestExecCommandEndKillsLeftovers(t *testing.T) {
 	t.Parallel()
 	requireTools(t, []string{"sh"})
 	marker := newMarker(t)
-	code, out, errOut := runTL(t, []string{marker}, "exec", "--store", "mem://", "--key", "left", "--",
+	code, out, errOut := tl.Run(t, []string{marker}, "exec", "--store", "mem://", "--key", "left", "--",
 		"sh", "-c", "sleep 41 & setsid sleep 41 & (setsid sleep 41 &); echo done")
 	if code != 0 || out != "done\n" {
 		t.Fatalf("exit %d, stdout %q\nstderr:\n%s", code, out, errOut)
@@ -205,19 +207,19 @@ func TestServeCommandEndKillsLeftovers(t *testing.T) {
     command: ["env", "`+marker+`", "sh", "-c", "[ -e \"$DIR/ran\" ] && exit 0; touch \"$DIR/ran\"; setsid sleep 41 & (setsid sleep 41 &); echo started"]
 `))
 	dir := t.TempDir()
-	p := startTL(t, []string{"DIR=" + dir}, "serve", "--config", cfg, "--http", "")
-	p.waitOutput("[left] started\n", 20*time.Second)
+	p := tl.Start(t, []string{"DIR=" + dir}, "serve", "--config", cfg, "--http", "")
+	p.WaitOutput("[left] started\n", 20*time.Second)
 	waitTreeGone(t, marker, time.Now())
-	p.signal(syscall.SIGTERM)
-	if code := p.wait(30 * time.Second); code != 0 {
-		t.Fatalf("exit %d after SIGTERM, want 0\nstderr:\n%s", code, p.stderr())
+	p.Signal(syscall.SIGTERM)
+	if code := p.Wait(30 * time.Second); code != 0 {
+		t.Fatalf("exit %d after SIGTERM, want 0\nstderr:\n%s", code, p.Stderr())
 	}
 }
 
 // The supervisor is internal: run by hand, it says so.
 func TestSuperviseByHand(t *testing.T) {
 	t.Parallel()
-	code, _, errOut := runTL(t, nil, superviseCmd, "--", "true")
+	code, _, errOut := tl.Run(t, nil, superviseCmd, "--", "true")
 	if code != exitUsage || !strings.Contains(errOut, "internal to exec and serve") {
 		t.Errorf("exit %d, stderr %q; want %d", code, errOut, exitUsage)
 	}

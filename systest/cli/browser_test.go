@@ -51,9 +51,9 @@ jobs:
 		t.Fatal(err)
 	}
 	const token = "browser-test-token"
-	p := startTL(t, nil, "serve", "--config", cfg, "--http", "127.0.0.1:0", "--token", token, "--log-format", "json")
-	p.waitStderr(`"msg":"dashboard"`, 30*time.Second)
-	url := regexp.MustCompile(`"url":"([^"]+)"`).FindStringSubmatch(p.stderr())[1]
+	p := tl.Start(t, nil, "serve", "--config", cfg, "--http", "127.0.0.1:0", "--token", token, "--log-format", "json")
+	p.WaitStderr(`"msg":"dashboard"`, 30*time.Second)
+	url := regexp.MustCompile(`"url":"([^"]+)"`).FindStringSubmatch(p.Stderr())[1]
 
 	shots := t.TempDir()
 	if os.Getenv("TASKLOCK_SCREENSHOTS") == "1" {
@@ -98,7 +98,7 @@ jobs:
 	run := func(what string, actions ...chromedp.Action) {
 		t.Helper()
 		if err := chromedp.Run(ctx, actions...); err != nil {
-			t.Fatalf("%s: %v\nserve stderr:\n%s", what, err, p.stderr())
+			t.Fatalf("%s: %v\nserve stderr:\n%s", what, err, p.Stderr())
 		}
 	}
 
@@ -131,7 +131,7 @@ jobs:
 		shot("jobs.png"),
 	)
 	// The pause is in the store, where every node obeys it.
-	code, out, errOut := runTL(t, nil, "jobs", "list", "--json", "--store", store)
+	code, out, errOut := tl.Run(t, nil, "jobs", "list", "--json", "--store", store)
 	var list struct {
 		Jobs []struct {
 			Job    string `json:"job"`
@@ -183,9 +183,9 @@ func TestDashboardInBrowserReadOnly(t *testing.T) {
 	if err := os.WriteFile(cfg, []byte("store: mem://\njobs:\n  - name: hourly\n    schedule: '@hourly'\n    command: ['true']\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	p := startTL(t, nil, "serve", "--config", cfg, "--http", "127.0.0.1:0", "--log-format", "json")
-	p.waitStderr(`"msg":"dashboard"`, 30*time.Second)
-	url := regexp.MustCompile(`"url":"([^"]+)"`).FindStringSubmatch(p.stderr())[1]
+	p := tl.Start(t, nil, "serve", "--config", cfg, "--http", "127.0.0.1:0", "--log-format", "json")
+	p.WaitStderr(`"msg":"dashboard"`, 30*time.Second)
+	url := regexp.MustCompile(`"url":"([^"]+)"`).FindStringSubmatch(p.Stderr())[1]
 	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(chromium), chromedp.Flag("headless", true), chromedp.NoSandbox, chromedp.DisableGPU)...)
 	defer cancelAlloc()
@@ -204,7 +204,7 @@ func TestDashboardInBrowserReadOnly(t *testing.T) {
 		chromedp.AttributeValue(button, "title", &title, &ok, chromedp.ByQuery),
 		chromedp.Evaluate(`document.getElementById("login-form").hidden`, &loginHidden),
 	); err != nil {
-		t.Fatalf("%v\nserve stderr:\n%s", err, p.stderr())
+		t.Fatalf("%v\nserve stderr:\n%s", err, p.Stderr())
 	}
 	if !strings.Contains(badge, "started without --token") {
 		t.Errorf("read-only badge %q does not say it was started without --token", badge)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/tasklock/tasklock/internal/clitest"
 	"github.com/tasklock/tasklock/internal/testserver"
 	"github.com/tasklock/tasklock/systest/internal/proxy"
 )
@@ -23,21 +24,21 @@ func TestExecBlackholeKillsBeforeExpiry(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	t.Cleanup(func() { c.Close() })
 	pidFile := filepath.Join(t.TempDir(), "pid")
-	p := startTL(t, []string{"PIDFILE=" + pidFile}, "exec", "--store", "redis://"+px.Addr(), "--key", "cut",
+	p := tl.Start(t, []string{"PIDFILE=" + pidFile}, "exec", "--store", "redis://"+px.Addr(), "--key", "cut",
 		// The margin between local validity and the store's expiry is the
 		// drift, 1% of the TTL: 200 ms here. With 80 ms (an 8 s TTL) a
 		// machine loaded by other suites delayed the SIGKILL past it.
 		"--ttl", "20s", "--kill-grace", "1s",
 		"--", "sh", "-c", `trap "" TERM; echo $$ > "$PIDFILE"; echo started; while :; do sleep 0.05; done`)
-	p.waitOutput("started", 20*time.Second)
-	pid := readPid(t, pidFile)
+	p.WaitOutput("started", 20*time.Second)
+	pid := clitest.ReadPid(t, pidFile)
 	px.Blackhole(t)
 	t.Cleanup(func() { px.Restore(t) })
 	cut := time.Now()
 	var goneAt, expiredAt time.Time
-	waitFor(t, 30*time.Second, func() bool {
+	clitest.WaitFor(t, 30*time.Second, func() bool {
 		now := time.Now()
-		if goneAt.IsZero() && !alive(pid) {
+		if goneAt.IsZero() && !clitest.Alive(pid) {
 			goneAt = now
 		}
 		if expiredAt.IsZero() && !exists(t, c, lockKey("cut")) {
@@ -50,7 +51,7 @@ func TestExecBlackholeKillsBeforeExpiry(t *testing.T) {
 		t.Fatalf("COMMAND still ran when the lease expired at the store (killed %v after it)", goneAt.Sub(expiredAt))
 	}
 	px.Restore(t)
-	if code := p.wait(30 * time.Second); code != exitSoftware {
-		t.Fatalf("exit %d, want %d\nstderr:\n%s", code, exitSoftware, p.stderr())
+	if code := p.Wait(30 * time.Second); code != exitSoftware {
+		t.Fatalf("exit %d, want %d\nstderr:\n%s", code, exitSoftware, p.Stderr())
 	}
 }

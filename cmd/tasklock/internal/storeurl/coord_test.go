@@ -23,6 +23,7 @@ import (
 	"github.com/tasklock/tasklock"
 	"github.com/tasklock/tasklock/driver"
 	"github.com/tasklock/tasklock/etcdstore"
+	"github.com/tasklock/tasklock/internal/clitest"
 	"github.com/tasklock/tasklock/internal/redact"
 	"github.com/tasklock/tasklock/internal/testserver"
 	"github.com/tasklock/tasklock/redlock"
@@ -466,19 +467,7 @@ func TestOpenRedlock(t *testing.T) {
 		t.Errorf("close: %v", err)
 	}
 	for _, a := range addrs {
-		waitUntil(t, 5*time.Second, func() bool { return connectedClients(t, a) == 0 }, "the store's connections to "+a+" to close")
-	}
-}
-
-// waitUntil polls cond until it holds, failing the test after timeout.
-func waitUntil(t *testing.T, timeout time.Duration, cond func() bool, what string) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond) // polling interval, not synchronisation
+		clitest.WaitFor(t, 5*time.Second, func() bool { return connectedClients(t, a) == 0 }, "the store's connections to "+a+" to close")
 	}
 }
 

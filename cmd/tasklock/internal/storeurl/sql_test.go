@@ -14,6 +14,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/tasklock/tasklock/driver"
+	"github.com/tasklock/tasklock/internal/clitest"
 	"github.com/tasklock/tasklock/internal/redact"
 	"github.com/tasklock/tasklock/internal/testserver"
 	"github.com/tasklock/tasklock/mysqlstore"
@@ -173,18 +174,6 @@ func acquireParams(key, token string, ttl time.Duration) driver.AcquireParams {
 	return driver.AcquireParams{Key: key, Token: token, Owner: "storeurl-test", TTL: ttl}
 }
 
-// waitFor polls cond until it holds, failing the test after timeout.
-func waitFor(t *testing.T, timeout time.Duration, cond func() bool, what string) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond) // polling interval, not synchronisation
-	}
-}
-
 // closedAddr returns a loopback address nothing listens on.
 func closedAddr(t *testing.T) string {
 	t.Helper()
@@ -278,7 +267,7 @@ func TestOpenMySQLConnectionModeCloseFrees(t *testing.T) {
 	// restart (mysqlstore's "Server restarts": Uptime has whole seconds),
 	// and its key would then be kept for its TTL: let the shared server,
 	// perhaps started by the test before, be older than that.
-	waitFor(t, 5*time.Second, func() bool {
+	clitest.WaitFor(t, 5*time.Second, func() bool {
 		var name string
 		var up int
 		err := root.QueryRowContext(ctx, "SHOW GLOBAL STATUS LIKE 'Uptime'").Scan(&name, &up)
@@ -297,7 +286,7 @@ func TestOpenMySQLConnectionModeCloseFrees(t *testing.T) {
 		t.Fatal(err)
 	}
 	s2 := open(t, u)
-	waitFor(t, 5*time.Second, func() bool {
+	clitest.WaitFor(t, 5*time.Second, func() bool {
 		_, err := s2.Acquire(ctx, acquireParams("held", "t2", time.Minute))
 		return err == nil
 	}, "the lock to be free after closing its store")
