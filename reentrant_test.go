@@ -83,11 +83,18 @@ func TestReentrantNestedObtainCountsHolds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	in3, err := lk.TryObtain(in2.Context(), "k", nil) // a nested handle's context nests too
+	if err != nil || in3.outer != outer {
+		t.Fatalf("obtain with a nested handle's context: %v", err)
+	}
 	if n := s.acquires.Load() - acq; n != 0 {
 		t.Fatalf("nested obtains made %d store acquires, want 0", n)
 	}
-	if n := nestedOpen(outer); n != 2 {
-		t.Fatalf("%d nested holds counted, want 2", n)
+	if n := nestedOpen(outer); n != 3 {
+		t.Fatalf("%d nested holds counted, want 3", n)
+	}
+	if err := in3.Release(ctx); err != nil {
+		t.Fatal(err)
 	}
 	for _, in := range []*Lock{in1, in2} {
 		if in.Key() != "k" || in.Fence() != outer.Fence() || in.Owner() != outer.Owner() {
@@ -143,10 +150,11 @@ func TestReentrantNestedObtainCountsHolds(t *testing.T) {
 // lease and ends them with ErrReleased; Extend and Heartbeat on a nested
 // handle act on the outer lease.
 func TestReentrantOuterReleaseEndsNested(t *testing.T) {
-	s := &countingStore{Store: memstore.New(nil)}
-	lk := newTestLocker(t, s)
+	clk := fakeclock.New()
+	s := &countingStore{Store: memstore.New(clk)}
+	lk := newClockedLocker(t, s, clk)
 	ctx := context.Background()
-	outer, err := lk.Obtain(ctx, "k", nil)
+	outer, err := lk.Obtain(ctx, "k", &ObtainOptions{TTL: time.Second, ProgressTimeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,9 +165,16 @@ func TestReentrantOuterReleaseEndsNested(t *testing.T) {
 	if err := in.Extend(ctx, time.Minute); err != nil {
 		t.Fatalf("Extend on a nested handle: %v", err)
 	}
+	lk.eng.mu.Lock()
+	ttl := outer.state.ttl
+	lk.eng.mu.Unlock()
+	if ttl != time.Minute {
+		t.Errorf("the outer lease's renewals ask for %v after a nested Extend, want 1m", ttl)
+	}
+	clk.Advance(1500 * time.Millisecond)
 	in.Heartbeat()
-	if outer.beat.Load() == 0 && lk.clock.Now().Sub(outer.acquiredAt) > 0 {
-		t.Error("Heartbeat on a nested handle did not reach the outer lease")
+	if got := time.Duration(outer.beat.Load()); got != 1500*time.Millisecond {
+		t.Errorf("the outer lease's last heartbeat at %v after a nested Heartbeat, want 1.5s", got)
 	}
 	if err := outer.Release(ctx); err != nil {
 		t.Fatal(err)
