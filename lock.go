@@ -21,8 +21,8 @@ import (
 // (each with its one writer named), and the engine (state).
 // The layout keeps a held lock within 288 bytes.
 type Lock struct {
-	// Set once by Locker.grant before the Lock is shared; read by anyone
-	// without synchronisation.
+	// Set once by Locker.grant (Locker.reenter for a nested handle) before
+	// the Lock is shared; read by anyone without synchronisation.
 	lk         *Locker
 	key        string
 	token      string
