@@ -64,6 +64,34 @@
 // turn and runs. Both run the function with a context that ends with the
 // lock.
 //
+// # Reentrant holds
+//
+// Holds are reentrant within a call chain, and the chain is named by a
+// context. A Lock's Context carries the lock, and so does every context
+// derived from it and the context WithLock and Once give their function;
+// a Lock obtained with such a context carries the chain on in its own
+// Context. When Obtain or TryObtain is asked for a key with a context that
+// carries a live lock of the same Locker on that key, it returns at once,
+// without a store call, a nested handle on the same lease: same Key, Fence
+// and Owner; Extend and Heartbeat act on the shared lease, whose options
+// (TTL, MaxHold, MinHold, ...) stay those of the outermost Obtain (a nested
+// call's options are validated, then have no effect). Releasing a nested
+// handle ends only it, with ErrReleased; the lease is released at the store
+// when the outermost hold is, and that ends the nested handles still open,
+// with ErrReleased too. When the lease is lost, every nested handle ends
+// with the same cause. Nested handles emit no events. WithLock nested on the
+// same key runs its function at once; so does Once, with Ran true and the
+// outer hold's fence (the chain's own hold is what keeps others out). A
+// different Locker, or a context that does not carry the lock, contends as
+// usual.
+//
+// Why a context and not the goroutine, as Java's locks use the thread:
+// goroutines have no identity in Go; work under one lock routinely fans out
+// to goroutines that share the context, and those are the same piece of
+// work; and a context makes the scope explicit — a function is reentrant
+// exactly when it is handed the holder's context, never by accident
+// because it happens to run on some goroutine.
+//
 // # Fencing
 //
 // A paused or partitioned holder can still act after its lease is gone.

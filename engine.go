@@ -155,6 +155,10 @@ func (e *engine) end(l *Lock, cause error) {
 			ch <- notHeld(cause)
 		}
 		x.extends, x.sentExtends = nil, nil
+		for _, n := range x.nested {
+			e.end(n, cause) // a nested handle never outlives its lease
+		}
+		x.nested = nil
 	}
 }
 
@@ -254,7 +258,9 @@ func (e *engine) expiryCause(l *Lock) error {
 // expireIfDue ends l at once when its local validity has passed, without
 // waiting for the engine goroutine: a process resumed after a long pause
 // (SIGSTOP, a GC or VM stall) must see Done closed before it acts again.
+// For a nested handle it looks at the outer hold's lease.
 func (e *engine) expireIfDue(l *Lock) {
+	l = l.lease()
 	if e.clock.Now().Sub(e.base) < time.Duration(l.validNs.Load()) {
 		return
 	}
@@ -408,7 +414,7 @@ func (e *engine) context(l *Lock) context.Context {
 	defer e.mu.Unlock()
 	x := e.extra(l)
 	if x.ctx == nil {
-		x.ctx, x.cancel = context.WithCancelCause(context.Background())
+		x.ctx, x.cancel = context.WithCancelCause(withHold(context.Background(), l))
 		if l.state.ended {
 			x.cancel(l.state.cause)
 		}
@@ -427,6 +433,7 @@ func (e *engine) cause(l *Lock) error {
 // extend makes d the lease length of l's renewals and asks for a renewal
 // now (or right after the one under way). The renewal's outcome comes on
 // the returned channel; the error is Extend's when l has ended already.
+// A nested handle extends its outer hold's lease.
 func (e *engine) extend(l *Lock, d time.Duration) (<-chan error, error) {
 	answer := make(chan error, 1)
 	e.mu.Lock()
@@ -435,6 +442,7 @@ func (e *engine) extend(l *Lock, d time.Duration) (<-chan error, error) {
 		e.mu.Unlock()
 		return nil, notHeld(cause)
 	}
+	l = l.lease() // not ended: a nested handle ends with its outer hold
 	l.state.ttl = d
 	x := e.extra(l)
 	x.extends = append(x.extends, answer)
@@ -467,6 +475,42 @@ func (e *engine) released(l *Lock) {
 	e.mu.Lock()
 	l.state.releasedOK = true
 	e.mu.Unlock()
+}
+
+// nest opens nested, a handle on the lease of its outer hold, unless via
+// (the hold the obtaining ctx carried: the outer hold or another nested
+// handle on it) has ended. It reports whether it did.
+func (e *engine) nest(via, nested *Lock) bool {
+	outer := nested.outer
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if via.state.ended || outer.state.ended || e.closed {
+		return false
+	}
+	nested.state.idx = -1 // never in the heap: the outer hold is
+	x := e.extra(outer)
+	x.nested = append(x.nested, nested)
+	return true
+}
+
+// unnest ends a nested handle with ErrReleased, unless it has ended
+// already, and returns why it ended.
+func (e *engine) unnest(nested *Lock) error {
+	e.expireIfDue(nested)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !nested.state.ended {
+		e.end(nested, ErrReleased)
+		if x := nested.outer.state.x; x != nil {
+			for i, n := range x.nested {
+				if n == nested {
+					x.nested = append(x.nested[:i], x.nested[i+1:]...)
+					break
+				}
+			}
+		}
+	}
+	return nested.state.cause
 }
 
 // lockHeap orders locks by due time.

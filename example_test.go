@@ -140,3 +140,39 @@ func ExampleLock_Heartbeat() {
 	fmt.Println(lock.Err())
 	// Output: tasklock: no progress heartbeat within ProgressTimeout
 }
+
+// Holds are reentrant within a call chain that carries the lock's context:
+// the nested Obtain returns at once, on the same lease.
+func ExampleLocker_Obtain_reentrant() {
+	store := memstore.New(nil)
+	locker, _ := tasklock.New(store, &tasklock.Config{Owner: "web-1"})
+	defer locker.Close()
+	other, _ := tasklock.New(store, &tasklock.Config{Owner: "web-2"})
+	defer other.Close()
+	ctx := context.Background()
+
+	outer, err := locker.Obtain(ctx, "accounts", nil)
+	if err != nil {
+		panic(err)
+	}
+	// Deeper in the same call chain, with the lock's context (or one
+	// derived from it):
+	inner, err := locker.Obtain(outer.Context(), "accounts", nil)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("same fence:", inner.Fence() == outer.Fence())
+
+	_ = inner.Release(ctx) // the lease stays with the outer hold
+	_, err = other.TryObtain(ctx, "accounts", nil)
+	fmt.Println("after the inner release, held:", errors.Is(err, tasklock.ErrNotObtained))
+
+	_ = outer.Release(ctx) // the outermost release frees the key
+	l, err := other.TryObtain(ctx, "accounts", nil)
+	fmt.Println("after the outer release:", err)
+	_ = l.Release(ctx)
+	// Output:
+	// same fence: true
+	// after the inner release, held: true
+	// after the outer release: <nil>
+}

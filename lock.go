@@ -21,8 +21,8 @@ import (
 // (each with its one writer named), and the engine (state).
 // The layout keeps a held lock within 288 bytes.
 type Lock struct {
-	// Set once by Locker.grant before the Lock is shared; read by anyone
-	// without synchronisation.
+	// Set once by Locker.grant (Locker.reenter for a nested handle) before
+	// the Lock is shared; read by anyone without synchronisation.
 	lk         *Locker
 	key        string
 	token      string
@@ -34,6 +34,12 @@ type Lock struct {
 	progress   time.Duration
 	grace      time.Duration
 	renew      bool // renewed automatically (not ObtainOptions.NoRenew)
+	// outer is the Lock whose lease a nested handle shares (reentrant.go);
+	// nil for a Lock with its own lease.
+	outer *Lock
+	// inherited is the chain of holds the obtaining ctx carried; Context
+	// carries it behind this Lock's own hold.
+	inherited *holdNode
 
 	// Atomics, read by anyone without a lock.
 	done    atomic.Pointer[chan struct{}] // made by the first Done, or set closed by the engine's end: whichever comes first
@@ -69,6 +75,7 @@ type lockExtra struct {
 	lastErr     error        // the error of the last failed renewal call
 	extends     []chan error // Extend calls waiting for a renewal not yet sent
 	sentExtends []chan error // Extend calls answered by the renewal under way
+	nested      []*Lock      // open nested handles on this lease (reentrant.go)
 }
 
 // closedChan is what Done returns for a lock that ended before anyone asked.
@@ -88,7 +95,8 @@ func (l *Lock) closeDone() {
 	}
 }
 
-// Key returns the lock's key.
+// Key returns the lock's key. A nested handle (see Locker.Obtain) has the
+// Key, Fence and Owner of the outer hold.
 func (l *Lock) Key() string { return l.key }
 
 // Fence returns the lock's fencing token: strictly greater than the fence
@@ -129,14 +137,21 @@ func (l *Lock) Err() error { return l.lk.eng.cause(l) }
 // Heartbeat reports progress. With ObtainOptions.ProgressTimeout set, the
 // lock is renewed only while Heartbeat is called at least that often. It is
 // cheap and safe to call from any goroutine.
+//
+// On a nested handle, Heartbeat reports progress for the outer hold's
+// lease, which the handle shares.
 func (l *Lock) Heartbeat() {
-	l.beat.Store(int64(l.lk.clock.Now().Sub(l.acquiredAt)))
+	r := l.lease()
+	r.beat.Store(int64(l.lk.clock.Now().Sub(r.acquiredAt)))
 }
 
 // Extend asks the store to make the lease last d from now, and makes d the
 // lease length of later automatic renewals. It never extends past MaxHold.
 // It returns ErrNotHeld (with the cause) when the lock has ended or the
 // store no longer has the lease; ctx bounds only the wait for the answer.
+//
+// On a nested handle, Extend extends the outer hold's lease, which the
+// handle shares, and returns ErrNotHeld once the handle has ended.
 func (l *Lock) Extend(ctx context.Context, d time.Duration) error {
 	if d < MinTTL {
 		return badOption("Extend duration", "%v is below the minimum %v", d, MinTTL)
@@ -162,7 +177,16 @@ func (l *Lock) Extend(ctx context.Context, d time.Duration) error {
 // store no longer had the lease (it expired or was lost before), and nil when
 // called again after a successful Release. It never touches another owner's
 // lease.
+//
+// Releasing a nested handle (see Locker.Obtain) makes no store call: its
+// own Done closes with ErrReleased and the lease stays with the outer hold;
+// it returns an error matching ErrNotHeld, with the cause, when the outer
+// hold was lost first. Releasing the outermost hold releases the lease even
+// while nested handles are open, and ends them with ErrReleased.
 func (l *Lock) Release(ctx context.Context) error {
+	if l.outer != nil {
+		return l.releaseNested()
+	}
 	lk := l.lk
 	// endsHere: this call ends the lock, and reports the release.
 	endsHere, releasedBefore := lk.eng.release(l)

@@ -135,11 +135,17 @@ func (lk *Locker) releaseAll(held []*Lock) []error {
 // maxTryAgain times within a few hundred milliseconds; when every one loses,
 // the key is reported as held: a *NotObtainedError whose Err is the store's
 // last error. ctx bounds the call, never the lock: a held lock lives until
-// Release or loss.
+// Release or loss. Like Obtain, it is reentrant for a ctx that carries this
+// Locker's live lock on key.
 func (lk *Locker) TryObtain(ctx context.Context, key string, opts *ObtainOptions) (*Lock, error) {
 	o, err := lk.resolve(key, opts)
 	if err != nil {
 		return nil, err
+	}
+	if o.holds = holdsOf(ctx); o.holds != nil {
+		if l, err := lk.reenter(ctx, key, o.holds); l != nil || err != nil {
+			return l, err
+		}
 	}
 	start := lk.clock.Now()
 	for race := 1; ; race++ {
@@ -193,10 +199,28 @@ func (lk *Locker) obtained(l *Lock, wait time.Duration) {
 // store failure (a connection error, a missing quorum) ends the wait at once
 // when ctx has no deadline; otherwise it is retried with backoff until the
 // deadline.
+//
+// Obtain is reentrant within a call chain: when ctx is, or derives from,
+// the Context of a live Lock this Locker obtained on key — directly, or
+// through Locks on other keys obtained with such a ctx — it returns at
+// once, without a store call, a nested handle on that lock's lease. The
+// handle has the outer hold's Key, Fence and Owner; its Done closes when it
+// is released (ErrReleased) or, with the same cause, when the outer hold
+// ends; Extend and Heartbeat act on the outer lease. opts are validated,
+// then the outer hold's options govern the lease (TTL, MaxHold, MinHold,
+// ProgressTimeout, Owner, Grace); a nested Obtain never waits. Nested
+// handles emit no events: the lease was obtained once. Another Locker, or a
+// ctx that does not carry the lock, contends as usual. See "Reentrant
+// holds" in the package documentation.
 func (lk *Locker) Obtain(ctx context.Context, key string, opts *ObtainOptions) (*Lock, error) {
 	o, err := lk.resolve(key, opts)
 	if err != nil {
 		return nil, err
+	}
+	if o.holds = holdsOf(ctx); o.holds != nil {
+		if l, err := lk.reenter(ctx, key, o.holds); l != nil || err != nil {
+			return l, err
+		}
 	}
 	start := lk.clock.Now()
 	var (
@@ -341,6 +365,7 @@ func (lk *Locker) grant(key, token string, fence uint64, o *resolved, sentAt tim
 	l := &Lock{
 		lk: lk, key: key, token: token, owner: o.owner, fence: fence, acquiredAt: sentAt,
 		renew: o.renew, maxHold: o.maxHold, minHold: o.minHold, progress: o.progress, grace: o.grace,
+		inherited: o.holds,
 	}
 	if !lk.eng.add(l, ttl, sentAt, final) {
 		lk.door.giveBack(key, token)

@@ -80,6 +80,7 @@ type resolved struct {
 	ttl, maxHold, minHold, progress, wait, grace time.Duration
 	renew                                        bool
 	owner                                        string
+	holds                                        *holdNode // the holds the call's ctx carries
 }
 
 func (lk *Locker) resolve(key string, o *ObtainOptions) (resolved, error) {

@@ -39,6 +39,12 @@ type OnceResult struct {
 // The error is fn's, joined with the loss cause when the lock was lost
 // while fn ran (errors.Is(err, ErrLockLost)), or the store's when the
 // attempt itself failed (Ran false).
+//
+// Within a call chain that already holds key through this Locker (ctx
+// carries the hold, as fn's context does in Once and WithLock), Once is
+// reentrant: the chain's own hold is what keeps others out, so fn runs
+// (Ran true, with the outer hold's Fence) under a nested handle, and the
+// nested call's MinHold has no effect: the outer lease's applies.
 func Once(ctx context.Context, lk *Locker, key string, opts *ObtainOptions, fn func(ctx context.Context) error) (OnceResult, error) {
 	l, err := lk.TryObtain(ctx, key, opts)
 	if err != nil {
@@ -58,7 +64,9 @@ func Once(ctx context.Context, lk *Locker, key string, opts *ObtainOptions, fn f
 // run once across replicas. Its error joins fn's error with the loss cause
 // when the lock was lost while fn ran (errors.Is(err, ErrLockLost) then
 // holds), so work that finished without exclusivity is never reported as
-// plain success.
+// plain success. fn's context carries the hold: WithLock (or Obtain) on
+// key with it, or with a context derived from it, is reentrant and runs at
+// once under a nested handle.
 func WithLock(ctx context.Context, lk *Locker, key string, opts *ObtainOptions, fn func(ctx context.Context) error) error {
 	l, err := lk.Obtain(ctx, key, opts)
 	if err != nil {
@@ -69,7 +77,9 @@ func WithLock(ctx context.Context, lk *Locker, key string, opts *ObtainOptions, 
 
 // runHolding runs fn under l and releases l.
 func runHolding(ctx context.Context, l *Lock, fn func(ctx context.Context) error) error {
-	runCtx, cancel := context.WithCancelCause(ctx)
+	// fn's context carries the hold, so that Obtain, WithLock or Once on
+	// the same key within fn are reentrant.
+	runCtx, cancel := context.WithCancelCause(withHold(ctx, l))
 	lockCtx := l.Context()
 	stop := context.AfterFunc(lockCtx, func() { cancel(context.Cause(lockCtx)) })
 	fnErr := fn(runCtx)

@@ -70,6 +70,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"CloseReleasesAndLeaksNothing", testClose},
 		{"WithLock", testDo},
 		{"OnceAcrossReplicas", testOnceAcrossReplicas},
+		{"Reentrant", testReentrant},
 	}
 	tests = append(tests, queueTests...)
 	tests = append(tests, batchTests...)
