@@ -13,6 +13,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/tasklock/tasklock/driver"
 	"github.com/tasklock/tasklock/ledger"
 )
 
@@ -287,8 +288,8 @@ func (s *Store) claim(ps []ledger.ClaimParams) ([]error, error) {
 func (s *Store) claimOne(p *ledger.ClaimParams, clock *serverClock) (error, error) {
 	path := s.claimPath(p.Job, p.Tick, p.Trigger)
 	token := escapeName(p.Token)
-	retain := (p.Retain + time.Millisecond - 1) / time.Millisecond
-	data, err := json.Marshal(claimData{Token: token, Node: p.Node, Retain: int64(retain)})
+	retain := driver.Units(p.Retain, time.Millisecond)
+	data, err := json.Marshal(claimData{Token: token, Node: p.Node, Retain: retain})
 	if err != nil {
 		return nil, err
 	}
