@@ -142,10 +142,8 @@ func (lk *Locker) TryObtain(ctx context.Context, key string, opts *ObtainOptions
 	if err != nil {
 		return nil, err
 	}
-	if o.holds = holdsOf(ctx); o.holds != nil {
-		if l, err := lk.reenter(ctx, key, o.holds); l != nil || err != nil {
-			return l, err
-		}
+	if l, err := lk.reenter(ctx, key, &o); l != nil || err != nil {
+		return l, err
 	}
 	start := lk.clock.Now()
 	for race := 1; ; race++ {
@@ -217,10 +215,8 @@ func (lk *Locker) Obtain(ctx context.Context, key string, opts *ObtainOptions) (
 	if err != nil {
 		return nil, err
 	}
-	if o.holds = holdsOf(ctx); o.holds != nil {
-		if l, err := lk.reenter(ctx, key, o.holds); l != nil || err != nil {
-			return l, err
-		}
+	if l, err := lk.reenter(ctx, key, &o); l != nil || err != nil {
+		return l, err
 	}
 	start := lk.clock.Now()
 	var (

@@ -45,11 +45,13 @@ func (l *Lock) lease() *Lock {
 	return l
 }
 
-// reenter returns a nested handle on this Locker's live lock on key that
-// holds (the chain ctx carries) contains, or nil when there is none: then
-// the caller contends as usual. It makes no store call. The error is ctx's
-// when a hold is there but ctx has ended.
-func (lk *Locker) reenter(ctx context.Context, key string, holds *holdNode) (*Lock, error) {
+// reenter records in o the chain of holds ctx carries, and returns a
+// nested handle on this Locker's live lock on key that the chain contains,
+// or nil when there is none: then the caller contends as usual. It makes
+// no store call. The error is ctx's when a hold is there but ctx has ended.
+func (lk *Locker) reenter(ctx context.Context, key string, o *resolved) (*Lock, error) {
+	holds := holdsOf(ctx)
+	o.holds = holds
 	for n := holds; n != nil; n = n.next {
 		outer := n.lock.lease()
 		if outer.lk != lk || outer.key != key {
