@@ -13,6 +13,7 @@
 #
 # Usage: scripts/check-deps.sh [-v]   (-v prints the program's go.sum modules)
 set -euo pipefail
+export LC_ALL=C # so that sort orders lines as join compares first fields
 cd "$(dirname "$0")/.."
 root=$PWD
 GO=${GO:-go}

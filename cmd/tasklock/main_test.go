@@ -32,7 +32,7 @@ func TestMain(m *testing.M) {
 		os.Exit(testserver.Main(m)) // a helper process (TestFleetProcess) needs no binary
 	}
 	var err error
-	tl, err = clitest.Build(".", raceEnabled)
+	tl, err = clitest.Build(".")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)

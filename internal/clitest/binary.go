@@ -16,17 +16,17 @@ type Binary struct {
 
 // Build builds the tasklock command in package pkg (an import path, or "."
 // from the command's own directory) into a new temporary directory, with
-// the race detector when race is true (pass the test binary's own setting,
-// so that a -race test run also checks the command). The go tool's output
-// goes to stderr. TestMain calls it once and Remove after the tests ran.
-func Build(pkg string, race bool) (*Binary, error) {
+// the race detector when the calling test binary has it (so that a -race
+// test run also checks the command). The go tool's output goes to stderr.
+// TestMain calls it once and Remove after the tests ran.
+func Build(pkg string) (*Binary, error) {
 	dir, err := os.MkdirTemp("", "tasklock-clitest")
 	if err != nil {
 		return nil, err
 	}
 	b := &Binary{Path: filepath.Join(dir, "tasklock"), dir: dir}
 	args := []string{"build", "-o", b.Path}
-	if race {
+	if raceEnabled {
 		args = append(args, "-race")
 	}
 	build := exec.Command("go", append(args, pkg)...)

@@ -30,7 +30,7 @@ var tl *clitest.Binary
 // tests and removes the binary.
 func TestMain(m *testing.M) {
 	var err error
-	tl, err = clitest.Build("github.com/tasklock/tasklock/cmd/tasklock", raceEnabled)
+	tl, err = clitest.Build("github.com/tasklock/tasklock/cmd/tasklock")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)

@@ -15,6 +15,7 @@ import (
 	"github.com/tasklock/tasklock/driver"
 	"github.com/tasklock/tasklock/internal/testserver"
 	"github.com/tasklock/tasklock/redlock"
+	"github.com/tasklock/tasklock/storetest/faulttest"
 	"github.com/tasklock/tasklock/systest/internal/proxy"
 )
 
@@ -115,12 +116,7 @@ func newStoreCtx(t *testing.T, addrs []string, prefix string, ctxTimeout bool) *
 
 func newLocker(t *testing.T, s driver.Store, owner string) *tasklock.Locker {
 	t.Helper()
-	lk, err := tasklock.New(s, &tasklock.Config{Owner: owner})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = lk.Close() })
-	return lk
+	return faulttest.NewLocker(t, s, tasklock.Config{Owner: owner})
 }
 
 var tokenSeq atomic.Int64
