@@ -29,6 +29,7 @@ type config struct {
 	funcs []string
 	ids   map[string]bool
 	grace time.Duration
+	owner string // with OwnedByCaller: only goroutines this one started count
 }
 
 // IgnoreFunction ignores goroutines with fn (a fully qualified function
@@ -50,6 +51,22 @@ func IgnoreCurrent() Option {
 	}
 }
 
+// OwnedByCaller restricts the check to goroutines the calling goroutine
+// started, directly or through goroutines it started that still run: what
+// a test itself leaked, not what tests running in parallel hold.
+func OwnedByCaller() Option {
+	id := callerID()
+	return func(c *config) { c.owner = id }
+}
+
+// callerID returns the calling goroutine's number.
+func callerID() string {
+	buf := make([]byte, 64)
+	buf = buf[:runtime.Stack(buf, false)]
+	id, _, _ := strings.Cut(strings.TrimPrefix(string(buf), "goroutine "), " ")
+	return id
+}
+
 // WithGrace replaces [Grace].
 func WithGrace(d time.Duration) Option {
 	return func(c *config) { c.grace = d }
@@ -57,8 +74,9 @@ func WithGrace(d time.Duration) Option {
 
 // goroutine is one goroutine of a runtime.Stack dump.
 type goroutine struct {
-	id    string // the number after "goroutine "
-	stack string // the whole block, header included
+	id      string // the number after "goroutine "
+	creator string // the number after "created by ... in goroutine "
+	stack   string // the whole block, header included
 }
 
 // goroutines returns every goroutine but the caller's.
@@ -79,7 +97,14 @@ func goroutines() []goroutine {
 		}
 		s := string(block)
 		id, _, _ := strings.Cut(strings.TrimPrefix(s, "goroutine "), " ")
-		gs = append(gs, goroutine{id: id, stack: s})
+		var creator string
+		if _, after, ok := strings.Cut(s, "\ncreated by "); ok {
+			line, _, _ := strings.Cut(after, "\n")
+			if i := strings.LastIndex(line, " in goroutine "); i >= 0 {
+				creator = line[i+len(" in goroutine "):]
+			}
+		}
+		gs = append(gs, goroutine{id: id, creator: creator, stack: s})
 	}
 	return gs
 }
@@ -112,6 +137,25 @@ func (c *config) ignored(g goroutine) bool {
 	return false
 }
 
+// owned reports whether g counts under OwnedByCaller: without it every
+// goroutine does; with it, those whose chain of creators (among gs, which
+// still run) reaches the owner.
+func (c *config) owned(g goroutine, gs []goroutine) bool {
+	if c.owner == "" {
+		return true
+	}
+	creators := make(map[string]string, len(gs))
+	for _, o := range gs {
+		creators[o.id] = o.creator
+	}
+	for id, n := g.creator, 0; id != "" && n < len(gs)+1; id, n = creators[id], n+1 {
+		if id == c.owner {
+			return true
+		}
+	}
+	return false
+}
+
 // Find returns an error listing the goroutines still running (besides the
 // caller's and those opts ignore) after waiting up to the grace period for
 // them to end.
@@ -123,8 +167,9 @@ func Find(opts ...Option) error {
 	deadline := time.Now().Add(c.grace)
 	for delay := time.Millisecond; ; delay = min(2*delay, 100*time.Millisecond) {
 		var left []string
-		for _, g := range goroutines() {
-			if !c.ignored(g) {
+		gs := goroutines()
+		for _, g := range gs {
+			if !c.ignored(g) && c.owned(g, gs) {
 				left = append(left, g.stack)
 			}
 		}

@@ -31,3 +31,36 @@ func leakyLoop(started, stop chan struct{}) {
 	close(started)
 	<-stop
 }
+
+// TestOwnedByCallerIgnoresOtherTestsGoroutines: a goroutine another
+// goroutine started (as a test running in parallel does) is not the
+// caller's leak; one the caller started, directly or through a goroutine
+// of its own, is.
+func TestOwnedByCallerIgnoresOtherTestsGoroutines(t *testing.T) {
+	stop := make(chan struct{})
+	defer close(stop)
+	startPair := func() { // a goroutine that starts one of its own
+		started := make(chan struct{})
+		go func() {
+			inner := make(chan struct{})
+			go leakyLoop(inner, stop)
+			<-inner
+			close(started)
+			<-stop
+		}()
+		<-started
+	}
+	startPair() // another test's work: this goroutine is not the caller below
+	errs := make(chan error, 2)
+	go func() { // the caller
+		errs <- Find(WithGrace(0), OwnedByCaller())
+		startPair()
+		errs <- Find(WithGrace(50*time.Millisecond), OwnedByCaller())
+	}()
+	if err := <-errs; err != nil {
+		t.Fatalf("Find(OwnedByCaller) reported other goroutines' work: %v", err)
+	}
+	if err := <-errs; err == nil || !strings.Contains(err.Error(), "2 goroutines") {
+		t.Fatalf("Find(OwnedByCaller) = %v, want the caller's 2 goroutines", err)
+	}
+}
