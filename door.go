@@ -19,7 +19,9 @@ import (
 // releases. Nothing else in the package holds the driver.Store.
 type door struct {
 	store    driver.Store
-	queuer   driver.Queuer   // nil: the store keeps no queue of waiters
+	queuer   driver.Queuer     // nil: the store keeps no queue of waiters
+	fair     driver.FairQueuer // nil: the store keeps no queue on request
+	kinder   driver.Kinder     // nil: the store keeps only mutexes
 	notifier driver.Notifier // nil: the store cannot tell of releases
 	clock    Clock
 	log      *slog.Logger
@@ -41,6 +43,8 @@ func newDoor(store driver.Store, clock Clock, log *slog.Logger) *door {
 	dr := &door{store: store, clock: clock, log: log}
 	dr.queuer, _ = store.(driver.Queuer)
 	dr.notifier, _ = store.(driver.Notifier)
+	dr.fair, _ = store.(driver.FairQueuer)
+	dr.kinder, _ = store.(driver.Kinder)
 	b, ok := store.(driver.Batcher)
 	if !ok {
 		return dr
@@ -59,7 +63,7 @@ func newDoor(store driver.Store, clock Clock, log *slog.Logger) *door {
 		fail: func(err error) driver.AcquireResult { return driver.AcquireResult{Err: err} },
 		undo: func(p driver.AcquireParams, r driver.AcquireResult) {
 			if r.Err == nil {
-				dr.giveBack(p.Key, p.Token)
+				dr.giveBack(p.Key, p.Token, p.Mode)
 			}
 		},
 	}
@@ -73,29 +77,44 @@ func newDoor(store driver.Store, clock Clock, log *slog.Logger) *door {
 	return dr
 }
 
-// acquire is the store's Acquire, group-committed when the store batches.
+// acquire is the store's Acquire, group-committed when the store batches
+// and p asks for a mutex.
 func (dr *door) acquire(ctx context.Context, p driver.AcquireParams) (driver.Grant, error) {
-	if dr.acquires == nil {
+	if dr.acquires == nil || p.Mode != driver.ModeMutex {
 		return dr.store.Acquire(ctx, p)
 	}
 	r := dr.acquires.do(ctx, p)
 	return r.Grant, r.Err
 }
 
-// release is the store's Release, group-committed when the store batches.
+// release is the store's Release, group-committed when the store batches
+// and p names a mutex.
 func (dr *door) release(ctx context.Context, p driver.ReleaseParams) error {
-	if dr.releases == nil {
+	if dr.releases == nil || p.Mode != driver.ModeMutex {
 		return dr.store.Release(ctx, p)
 	}
 	return dr.releases.do(ctx, p)
 }
 
 // giveBack deletes a lease that was granted for token but never handed to
-// a caller, waiting at most a second: otherwise it expires by its TTL.
-func (dr *door) giveBack(key, token string) {
+// a caller (or, ModeWrite, a writer's waiting entry), waiting at most a
+// second: otherwise it expires by its TTL.
+func (dr *door) giveBack(key, token string, mode driver.Mode) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	_ = dr.release(ctx, driver.ReleaseParams{Key: key, Token: token})
+	_ = dr.release(ctx, driver.ReleaseParams{Key: key, Token: token, Mode: mode})
+}
+
+// kinds returns nil when the store keeps holds of mode m, and otherwise an
+// error matching ErrUnsupported.
+func (dr *door) kinds(m driver.Mode) error {
+	if m == driver.ModeMutex {
+		return nil
+	}
+	if dr.kinder == nil {
+		return fmt.Errorf("%w: %T keeps only mutexes, not read-write locks or semaphores", driver.ErrUnsupported, dr.store)
+	}
+	return dr.kinder.Kinds(m)
 }
 
 // renew is the store's Renew: one result per lease of ps, in order. A store
@@ -122,9 +141,26 @@ func (dr *door) renewOne(ctx context.Context, p driver.RenewParams) error {
 // (driver.Queuer), which Obtain then joins instead of polling.
 func (dr *door) queues() bool { return dr.queuer != nil }
 
-// enqueue adds an entry for p.Token to the store's queue for p.Key. Call it
-// only when queues reports true.
-func (dr *door) enqueue(ctx context.Context, p driver.AcquireParams) (driver.Ticket, error) {
+// fairQueue reports whether Obtain's fair wait goes straight to the
+// store's queue kept on request (driver.FairQueuer); and when the store
+// keeps no queue at all, returns the error matching ErrUnsupported.
+func (dr *door) fairQueue() (bool, error) {
+	switch {
+	case dr.queuer != nil:
+		return false, nil // every wait queues anyway
+	case dr.fair != nil:
+		return true, nil
+	}
+	return false, fmt.Errorf("%w: %T keeps no queue of waiters (ObtainOptions.Fair)", driver.ErrUnsupported, dr.store)
+}
+
+// enqueue adds an entry for p.Token to the store's queue for p.Key: the
+// queue kept on request when fair, else the Queuer's. Call it only when
+// queues (or fairQueue) reports true.
+func (dr *door) enqueue(ctx context.Context, p driver.AcquireParams, fair bool) (driver.Ticket, error) {
+	if fair {
+		return dr.fair.EnqueueFair(ctx, p)
+	}
 	return dr.queuer.Enqueue(ctx, p)
 }
 

@@ -166,7 +166,7 @@ func (e *engine) end(l *Lock, cause error) {
 func (e *engine) lose(l *Lock, cause error, p *pending) {
 	e.end(l, cause)
 	p.lost = append(p.lost, l)
-	p.events = append(p.events, Event{Type: EventLost, Key: l.key, Owner: l.owner, Fence: l.fence, Err: cause})
+	p.events = append(p.events, Event{Type: EventLost, Key: l.key, Owner: l.owner, Mode: l.mode, Fence: l.fence, Err: cause})
 }
 
 func (e *engine) flush(p *pending) {
@@ -316,7 +316,7 @@ func (e *engine) renewCall(batch []renewItem, sentAt time.Time) {
 	ps := make([]driver.RenewParams, len(batch))
 	longest := time.Duration(0)
 	for i, it := range batch {
-		ps[i] = driver.RenewParams{Key: it.l.key, Token: it.l.token, TTL: it.ttl}
+		ps[i] = driver.RenewParams{Key: it.l.key, Token: it.l.token, TTL: it.ttl, Mode: it.l.mode}
 		longest = max(longest, it.ttl)
 	}
 	ctx, cancel := context.WithTimeout(e.ctx, longest)
@@ -347,7 +347,7 @@ func (e *engine) renewCall(batch []renewItem, sentAt time.Time) {
 				}
 				x.sentExtends = nil
 			}
-			p.events = append(p.events, Event{Type: EventRenewed, Key: l.key, Owner: l.owner, Fence: l.fence})
+			p.events = append(p.events, Event{Type: EventRenewed, Key: l.key, Owner: l.owner, Mode: l.mode, Fence: l.fence})
 		case errors.Is(r, driver.ErrNotHeld):
 			e.lose(l, fmt.Errorf("%w: the store no longer has this lease", ErrLockLost), &p)
 			continue
@@ -362,7 +362,7 @@ func (e *engine) renewCall(batch []renewItem, sentAt time.Time) {
 			l.state.renewAt = now.Add(retryDelay(l.state.attempts, it.ttl))
 			x.extends = append(x.sentExtends, x.extends...)
 			x.sentExtends = nil
-			p.events = append(p.events, Event{Type: EventRenewFailed, Key: l.key, Owner: l.owner, Fence: l.fence, Err: r})
+			p.events = append(p.events, Event{Type: EventRenewFailed, Key: l.key, Owner: l.owner, Mode: l.mode, Fence: l.fence, Err: r})
 		}
 		if x := l.state.x; x != nil && len(x.extends) > 0 && (l.state.renewAt.IsZero() || l.state.renewAt.After(now)) && l.state.attempts == 0 {
 			l.state.renewAt = now // an Extend arrived while this renewal was under way

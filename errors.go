@@ -24,6 +24,12 @@ var ErrNotHeld = driver.ErrNotHeld
 // Redis Cluster cannot hash). Obtain does not retry them.
 var ErrUnsupported = driver.ErrUnsupported
 
+// ErrKindMismatch is matched by the error of an attempt on a key that is
+// live as another kind of lock: a Semaphore asked with a different number
+// of permits than its holders were, or a read-write lock's key used as a
+// semaphore's. It is never retried.
+var ErrKindMismatch = driver.ErrKindMismatch
+
 // ErrLockLost is the cause of a Lock's Context when its lease is gone or can
 // no longer be trusted: the store said it belongs to someone else, or it
 // could not be renewed before its local validity ended. ErrMaxHold,

@@ -31,6 +31,7 @@ type Event struct {
 	Type  EventType
 	Key   string
 	Owner string
+	Mode  Mode // the kind of hold: a mutex, a reader or writer, a permit
 	Fence uint64
 	Wait  time.Duration // EventObtained: time spent waiting in Obtain
 	Err   error         // EventNotObtained, EventRenewFailed, EventLost; EventReleased when the store failed

@@ -33,7 +33,8 @@ type Lock struct {
 	minHold    time.Duration
 	progress   time.Duration
 	grace      time.Duration
-	renew      bool // renewed automatically (not ObtainOptions.NoRenew)
+	renew      bool        // renewed automatically (not ObtainOptions.NoRenew)
+	mode       driver.Mode // the kind of hold (kinds.go)
 	// outer is the Lock whose lease a nested handle shares (reentrant.go);
 	// nil for a Lock with its own lease.
 	outer *Lock
@@ -197,11 +198,11 @@ func (l *Lock) Release(ctx context.Context) error {
 	if l.minHold > 0 {
 		keep = keepFor(l.minHold, lk.clock.Now().Sub(l.acquiredAt))
 	}
-	err := lk.door.release(ctx, driver.ReleaseParams{Key: l.key, Token: l.token, KeepFor: keep})
+	err := lk.door.release(ctx, driver.ReleaseParams{Key: l.key, Token: l.token, KeepFor: keep, Mode: l.mode})
 	if err != nil {
 		err = fmt.Errorf("tasklock: release %q: %w", l.key, err)
 		if endsHere {
-			lk.emit(Event{Type: EventReleased, Key: l.key, Owner: l.owner, Fence: l.fence, Err: err})
+			lk.emit(Event{Type: EventReleased, Key: l.key, Owner: l.owner, Mode: l.mode, Fence: l.fence, Err: err})
 		}
 		return err
 	}
@@ -213,7 +214,7 @@ func (l *Lock) Release(ctx context.Context) error {
 		lk.waiters.notify(l.key)
 	}
 	if endsHere {
-		lk.emit(Event{Type: EventReleased, Key: l.key, Owner: l.owner, Fence: l.fence})
+		lk.emit(Event{Type: EventReleased, Key: l.key, Owner: l.owner, Mode: l.mode, Fence: l.fence})
 	}
 	return nil
 }

@@ -110,7 +110,7 @@ func (lk *Locker) releaseAll(held []*Lock) []error {
 		go func() {
 			defer wg.Done()
 			for l := range next {
-				err := lk.door.release(ctx, driver.ReleaseParams{Key: l.key, Token: l.token})
+				err := lk.door.release(ctx, driver.ReleaseParams{Key: l.key, Token: l.token, Mode: l.mode})
 				if err != nil && !errors.Is(err, driver.ErrNotHeld) {
 					mu.Lock()
 					errs = append(errs, fmt.Errorf("tasklock: release %q on close: %w", l.key, err))
@@ -138,7 +138,12 @@ func (lk *Locker) releaseAll(held []*Lock) []error {
 // Release or loss. Like Obtain, it is reentrant for a ctx that carries this
 // Locker's live lock on key.
 func (lk *Locker) TryObtain(ctx context.Context, key string, opts *ObtainOptions) (*Lock, error) {
-	o, err := lk.resolve(key, opts)
+	return lk.tryObtain(ctx, key, opts, kind{})
+}
+
+// tryObtain is TryObtain for a hold of kind k.
+func (lk *Locker) tryObtain(ctx context.Context, key string, opts *ObtainOptions, k kind) (*Lock, error) {
+	o, err := lk.resolveKind(ctx, key, opts, k)
 	if err != nil {
 		return nil, err
 	}
@@ -147,7 +152,7 @@ func (lk *Locker) TryObtain(ctx context.Context, key string, opts *ObtainOptions
 	}
 	start := lk.clock.Now()
 	for race := 1; ; race++ {
-		l, _, err := lk.try(ctx, key, &o)
+		l, _, err := lk.try(ctx, key, &o, "")
 		switch {
 		case err == nil:
 			lk.obtained(l, lk.clock.Now().Sub(start))
@@ -156,7 +161,7 @@ func (lk *Locker) TryObtain(ctx context.Context, key string, opts *ObtainOptions
 			return nil, err
 		case race == maxTryAgain:
 			ne := &NotObtainedError{Key: key, Err: err}
-			lk.emit(Event{Type: EventNotObtained, Key: key, Owner: o.owner, Err: ne})
+			lk.emit(Event{Type: EventNotObtained, Key: key, Owner: o.owner, Mode: o.mode, Err: ne})
 			return nil, ne
 		}
 		if !lk.sleep(ctx, raceDelay(race)) {
@@ -183,7 +188,19 @@ func raceDelay(n int) time.Duration {
 
 // obtained reports a grant, after wait in Obtain.
 func (lk *Locker) obtained(l *Lock, wait time.Duration) {
-	lk.emit(Event{Type: EventObtained, Key: l.key, Owner: l.owner, Fence: l.fence, Wait: wait})
+	lk.emit(Event{Type: EventObtained, Key: l.key, Owner: l.owner, Mode: l.mode, Fence: l.fence, Wait: wait})
+}
+
+// resolveKind validates a call's options for a hold of kind k.
+func (lk *Locker) resolveKind(ctx context.Context, key string, opts *ObtainOptions, k kind) (resolved, error) {
+	o, err := lk.resolve(key, opts)
+	if err != nil {
+		return o, err
+	}
+	if err := lk.checkKind(k, &o); err != nil {
+		return o, fmt.Errorf("tasklock: obtain %q: %w", key, err)
+	}
+	return o, nil
 }
 
 // Obtain obtains key, waiting while another owner holds it until ctx ends
@@ -211,7 +228,12 @@ func (lk *Locker) obtained(l *Lock, wait time.Duration) {
 // ctx that does not carry the lock, contends as usual. See "Reentrant
 // holds" in the package documentation.
 func (lk *Locker) Obtain(ctx context.Context, key string, opts *ObtainOptions) (*Lock, error) {
-	o, err := lk.resolve(key, opts)
+	return lk.obtain(ctx, key, opts, kind{})
+}
+
+// obtain is Obtain for a hold of kind k.
+func (lk *Locker) obtain(ctx context.Context, key string, opts *ObtainOptions, k kind) (*Lock, error) {
+	o, err := lk.resolveKind(ctx, key, opts, k)
 	if err != nil {
 		return nil, err
 	}
@@ -223,10 +245,30 @@ func (lk *Locker) Obtain(ctx context.Context, key string, opts *ObtainOptions) (
 		l    *Lock
 		held *NotObtainedError
 	)
+	fairQueue := false
+	if o.fair {
+		if fairQueue, err = lk.door.fairQueue(); err != nil {
+			return nil, fmt.Errorf("tasklock: obtain %q: %w", key, err)
+		}
+	}
+	// A writer keeps one token for its whole wait: its claim at the store,
+	// which holds new readers off, is that token's, and is taken back when
+	// the wait ends without the lock.
+	token := ""
+	if o.mode == driver.ModeWrite {
+		token = lk.newToken()
+		defer func() {
+			if l == nil {
+				lk.door.giveBack(key, token, o.mode)
+			}
+		}()
+	}
 	// No barging: while this Locker has waiters queued for the key, a new
 	// caller queues behind them instead of racing the one a release wakes.
-	if !lk.waiters.has(key) {
-		l, held, err = lk.try(ctx, key, &o)
+	// A fair wait goes to the store's queue at once.
+	wkey := o.waitKey(key)
+	if !lk.waiters.has(wkey) && !fairQueue {
+		l, held, err = lk.try(ctx, key, &o, token)
 		if err == nil {
 			lk.obtained(l, lk.clock.Now().Sub(start))
 			return l, nil
@@ -240,19 +282,20 @@ func (lk *Locker) Obtain(ctx context.Context, key string, opts *ObtainOptions) (
 		ctx, cancel = context.WithTimeout(ctx, o.wait)
 		defer cancel()
 	}
-	if lk.door.queues() {
-		return lk.obtainQueued(ctx, key, &o, start, held)
+	if fairQueue || (lk.door.queues() && o.mode == driver.ModeMutex) {
+		l, err = lk.obtainQueued(ctx, key, &o, start, held, fairQueue)
+		return l, err
 	}
 	notified := lk.door.subscribe(ctx, lk.waiters.notify)
-	w := lk.waiters.add(key)
+	w := lk.waiters.add(wkey)
 	obtained := false
-	defer func() { lk.waiters.remove(key, w, obtained) }()
+	defer func() { lk.waiters.remove(wkey, w, obtained, o.shared()) }()
 	t := lk.clock.NewTimer(time.Hour)
 	defer t.Stop()
 	lastHeld := held
 	races := 0 // attempts in a row that lost a race at the store
 	for attempt := 1; ; attempt++ {
-		l, held, err = lk.try(ctx, key, &o)
+		l, held, err = lk.try(ctx, key, &o, token)
 		switch {
 		case err == nil:
 			obtained = true
@@ -276,7 +319,12 @@ func (lk *Locker) Obtain(ctx context.Context, key string, opts *ObtainOptions) (
 			if held != nil {
 				holderTTL = held.TTL
 			}
-			t.Reset(pollDelay(attempt, holderTTL, notified))
+			d := pollDelay(attempt, holderTTL, notified)
+			if o.mode == driver.ModeWrite {
+				// Ask again well within the claim's TTL, or readers come back.
+				d = min(d, o.ttl/3)
+			}
+			t.Reset(d)
 		}
 		select {
 		case <-w.ch:
@@ -298,7 +346,7 @@ func (lk *Locker) Obtain(ctx context.Context, key string, opts *ObtainOptions) (
 // store failure only when the caller gave it a deadline to stop by.
 func retryable(ctx context.Context, err error) bool {
 	var oe *OptionError
-	if errors.As(err, &oe) || errors.Is(err, ErrClosed) || errors.Is(err, ErrUnsupported) || ctx.Err() != nil {
+	if errors.As(err, &oe) || errors.Is(err, ErrClosed) || errors.Is(err, ErrUnsupported) || errors.Is(err, ErrKindMismatch) || ctx.Err() != nil {
 		return false
 	}
 	if errors.Is(err, driver.ErrTryAgain) {
@@ -324,23 +372,26 @@ func pollDelay(attempt int, holderTTL time.Duration, notified bool) time.Duratio
 	return d + mrand.N(d/8+time.Millisecond)
 }
 
-// try makes one attempt. When the key is held it returns the
-// *NotObtainedError both as error and as held.
-func (lk *Locker) try(ctx context.Context, key string, o *resolved) (*Lock, *NotObtainedError, error) {
+// try makes one attempt, with token, or a new token when it is "". When
+// the key is held it returns the *NotObtainedError both as error and as
+// held.
+func (lk *Locker) try(ctx context.Context, key string, o *resolved, token string) (*Lock, *NotObtainedError, error) {
 	select {
 	case <-lk.closing.Done():
 		return nil, nil, ErrClosed
 	default:
 	}
 	ttl, _ := firstLease(o.ttl, o.maxHold)
-	token := lk.newToken()
+	if token == "" {
+		token = lk.newToken()
+	}
 	sentAt := lk.clock.Now()
-	g, err := lk.door.acquire(ctx, driver.AcquireParams{Key: key, Token: token, Owner: o.owner, TTL: ttl})
+	g, err := lk.door.acquire(ctx, driver.AcquireParams{Key: key, Token: token, Owner: o.owner, TTL: ttl, Mode: o.mode, Limit: o.limit})
 	if err != nil {
 		var he *driver.HeldError
 		if errors.As(err, &he) {
 			ne := &NotObtainedError{Key: key, Owner: he.Owner, TTL: he.TTL}
-			lk.emit(Event{Type: EventNotObtained, Key: key, Owner: o.owner, Err: ne})
+			lk.emit(Event{Type: EventNotObtained, Key: key, Owner: o.owner, Mode: o.mode, Err: ne})
 			return nil, ne, ne
 		}
 		return nil, nil, fmt.Errorf("tasklock: obtain %q: %w", key, err)
@@ -355,16 +406,16 @@ func (lk *Locker) try(ctx context.Context, key string, o *resolved) (*Lock, *Not
 func (lk *Locker) grant(key, token string, fence uint64, o *resolved, sentAt time.Time) (*Lock, error) {
 	ttl, final := firstLease(o.ttl, o.maxHold)
 	if !lk.clock.Now().Before(validUntil(sentAt, ttl, o.grace)) {
-		lk.door.giveBack(key, token)
+		lk.door.giveBack(key, token, o.mode)
 		return nil, fmt.Errorf("tasklock: obtain %q: the store answered after the lease could have expired (%v)", key, ttl)
 	}
 	l := &Lock{
 		lk: lk, key: key, token: token, owner: o.owner, fence: fence, acquiredAt: sentAt,
-		renew: o.renew, maxHold: o.maxHold, minHold: o.minHold, progress: o.progress, grace: o.grace,
+		renew: o.renew, mode: o.mode, maxHold: o.maxHold, minHold: o.minHold, progress: o.progress, grace: o.grace,
 		inherited: o.holds,
 	}
 	if !lk.eng.add(l, ttl, sentAt, final) {
-		lk.door.giveBack(key, token)
+		lk.door.giveBack(key, token, o.mode)
 		return nil, ErrClosed
 	}
 	return l, nil
@@ -386,8 +437,9 @@ var tokenEncoding = base32.StdEncoding.WithPadding(base32.NoPadding)
 // release wakes the first; a waiter that gives up after being woken passes
 // the wake-up on, so one release costs one attempt here, not one per waiter.
 type waitQueue struct {
-	mu sync.Mutex
-	m  map[string][]*waiter
+	mu    sync.Mutex
+	m     map[string][]*waiter
+	kinds int // waiters on read-write locks and semaphores (kind.waitKey)
 }
 
 type waiter struct{ ch chan struct{} } // capacity 1: a wake-up is never lost
@@ -403,17 +455,26 @@ func (q *waitQueue) add(key string) *waiter {
 	w := &waiter{ch: make(chan struct{}, 1)}
 	q.mu.Lock()
 	q.m[key] = append(q.m[key], w)
+	if isKindWaitKey(key) {
+		q.kinds++
+	}
 	q.mu.Unlock()
 	return w
 }
 
-func (q *waitQueue) remove(key string, w *waiter, obtained bool) {
+// remove takes w out of key's queue. A waiter that leaves with a wake-up
+// it did not use passes it on to the next; so does one that obtained a
+// shared hold (a reader, a permit), as there may be room for the next.
+func (q *waitQueue) remove(key string, w *waiter, obtained, shared bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	ws := q.m[key]
 	for i, x := range ws {
 		if x == w {
 			ws = append(ws[:i], ws[i+1:]...)
+			if isKindWaitKey(key) {
+				q.kinds--
+			}
 			break
 		}
 	}
@@ -422,18 +483,28 @@ func (q *waitQueue) remove(key string, w *waiter, obtained bool) {
 		return
 	}
 	q.m[key] = ws
-	if !obtained && len(w.ch) > 0 {
+	if (!obtained && len(w.ch) > 0) || (obtained && shared) {
 		signal(ws[0])
 	}
 }
 
-// notify wakes the first waiter on key. It never blocks.
+// notify wakes the first waiter on key, as a mutex, a read-write lock and
+// a semaphore: the store names a released key, not its kind. It never
+// blocks.
 func (q *waitQueue) notify(key string) {
 	q.mu.Lock()
+	defer q.mu.Unlock()
 	if ws := q.m[key]; len(ws) > 0 {
 		signal(ws[0])
 	}
-	q.mu.Unlock()
+	if q.kinds == 0 {
+		return // no strings to build
+	}
+	for _, k := range [...]string{rwWaitPrefix + key, semWaitPrefix + key} {
+		if ws := q.m[k]; len(ws) > 0 {
+			signal(ws[0])
+		}
+	}
 }
 
 func signal(w *waiter) {

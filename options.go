@@ -73,14 +73,26 @@ type ObtainOptions struct {
 	// failed renewal is signalled Grace ahead. It must be less than half the
 	// TTL (and than MaxHold). tasklock exec sets it to --kill-grace.
 	Grace time.Duration
+	// Fair makes Obtain wait in a first-come, first-served queue kept by
+	// the store: waiters are served in the order they arrived across every
+	// client, and a waiter that dies or gives up leaves the queue within
+	// its TTL, so it never blocks the line. On etcd, ZooKeeper and memstore
+	// every wait is fair already; on Redis and the SQL stores it is opt-in
+	// here, and costs one more store call for a free key; a store that
+	// keeps no queue (RedLock) refuses it with an error matching
+	// ErrUnsupported. A caller that does not ask for fairness may still
+	// take a free key ahead of the queue. Only mutexes wait fairly: a
+	// RWMutex or Semaphore refuses it. TryObtain ignores it.
+	Fair bool
 }
 
 // resolved holds the validated options of one call.
 type resolved struct {
 	ttl, maxHold, minHold, progress, wait, grace time.Duration
-	renew                                        bool
+	renew, fair                                  bool
 	owner                                        string
 	holds                                        *holdNode // the holds the call's ctx carries
+	kind                                                   // the kind of hold asked for (kinds.go)
 }
 
 func (lk *Locker) resolve(key string, o *ObtainOptions) (resolved, error) {
@@ -98,7 +110,7 @@ func (lk *Locker) resolve(key string, o *ObtainOptions) (resolved, error) {
 		r.ttl = o.TTL
 	}
 	r.maxHold, r.minHold, r.progress, r.wait, r.grace = o.MaxHold, o.MinHold, o.ProgressTimeout, o.Wait, o.Grace
-	r.renew = !o.NoRenew
+	r.renew, r.fair = !o.NoRenew, o.Fair
 	if o.Owner != "" {
 		r.owner = o.Owner
 	}

@@ -9,10 +9,11 @@ import (
 	"github.com/tasklock/tasklock/driver"
 )
 
-// obtainQueued waits for key in the store's own queue (driver.Queuer): one
-// entry, and so one token, for the whole wait, woken by the store when the
-// entry's predecessor goes. held is what the first attempt found.
-func (lk *Locker) obtainQueued(ctx context.Context, key string, o *resolved, start time.Time, held *NotObtainedError) (*Lock, error) {
+// obtainQueued waits for key in the store's own queue (driver.Queuer, or
+// when fair the queue kept on request, driver.FairQueuer): one entry, and
+// so one token, for the whole wait, woken by the store when the entry's
+// predecessor goes. held is what the first attempt found, if one was made.
+func (lk *Locker) obtainQueued(ctx context.Context, key string, o *resolved, start time.Time, held *NotObtainedError, fair bool) (*Lock, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(lk.closing, cancel)() // Close ends every wait
@@ -20,7 +21,7 @@ func (lk *Locker) obtainQueued(ctx context.Context, key string, o *resolved, sta
 	var lastErr error
 	for attempt := 1; ; attempt++ {
 		token := lk.newToken()
-		t, err := lk.door.enqueue(ctx, driver.AcquireParams{Key: key, Token: token, Owner: o.owner, TTL: ttl})
+		t, err := lk.door.enqueue(ctx, driver.AcquireParams{Key: key, Token: token, Owner: o.owner, TTL: ttl}, fair)
 		if err == nil {
 			lk.emit(Event{Type: EventQueued, Key: key, Owner: o.owner})
 			var l *Lock
@@ -68,7 +69,7 @@ func (lk *Locker) waitTicket(ctx context.Context, t driver.Ticket, key, token st
 			cancel()
 			if err != nil {
 				if !errors.Is(err, driver.ErrNotHeld) {
-					lk.door.giveBack(key, token)
+					lk.door.giveBack(key, token, driver.ModeMutex)
 				}
 				return nil, held, err
 			}

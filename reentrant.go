@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+
+	"github.com/tasklock/tasklock/driver"
 )
 
 // Reentrant holds are scoped to a context: a Lock's Context (and every
@@ -52,9 +54,12 @@ func (l *Lock) lease() *Lock {
 func (lk *Locker) reenter(ctx context.Context, key string, o *resolved) (*Lock, error) {
 	holds := holdsOf(ctx)
 	o.holds = holds
+	if o.mode != driver.ModeMutex {
+		return nil, nil // only a mutex is reentrant
+	}
 	for n := holds; n != nil; n = n.next {
 		outer := n.lock.lease()
-		if outer.lk != lk || outer.key != key {
+		if outer.lk != lk || outer.key != key || outer.mode != driver.ModeMutex {
 			continue
 		}
 		if err := ctx.Err(); err != nil {

@@ -363,11 +363,11 @@ func TestWaitQueuePassesWakeUps(t *testing.T) {
 	if len(a.ch) != 1 || len(b.ch) != 0 {
 		t.Fatal("notify did not wake exactly the first waiter")
 	}
-	q.remove("k", a, false)
+	q.remove("k", a, false, false)
 	if len(b.ch) != 1 {
 		t.Fatal("a waiter that gave up did not pass its wake-up on")
 	}
-	q.remove("k", b, true)
+	q.remove("k", b, true, false)
 	if len(q.m) != 0 {
 		t.Fatalf("queue not empty: %v", q.m)
 	}

@@ -84,6 +84,12 @@ type AcquireParams struct {
 	Token string        // the owner token: random, unique per grant
 	Owner string        // the owner name others see (host:pid by default)
 	TTL   time.Duration // the lease length, counted by the store's clock
+	// Mode is the kind of hold asked for; the zero value is a mutex. Only
+	// a Kinder is ever asked for another mode (see Mode).
+	Mode Mode
+	// Limit is the semaphore's number of permits for ModePermit (at least
+	// 1), and 0 for every other mode.
+	Limit int
 }
 
 // Grant is what a successful Acquire returns.
@@ -96,6 +102,7 @@ type RenewParams struct {
 	Key   string
 	Token string
 	TTL   time.Duration // the new lease length from the store's now
+	Mode  Mode          // the mode the lease was granted in
 }
 
 // ReleaseParams are the inputs of Store.Release.
@@ -105,6 +112,7 @@ type ReleaseParams struct {
 	// KeepFor, when positive, shortens the lease to end KeepFor from the
 	// store's now instead of deleting it (MinHold). Waiters are not woken.
 	KeepFor time.Duration
+	Mode    Mode // the mode the lease was granted (or, ModeWrite, asked) in
 }
 
 // Store is the contract every store implements. All methods must be safe for
@@ -175,12 +183,17 @@ type Notifier interface {
 	Subscribe(ctx context.Context, onRelease func(key string)) (stop func(), err error)
 }
 
-// Lease describes one held lock, as listed by a Lister.
+// Lease describes one held lock, as listed by a Lister. A read-write lock
+// or a semaphore is listed as one Lease per holder, and a writer waiting
+// on a read-write lock as a Lease with Waiting set.
 type Lease struct {
-	Key   string
-	Owner string
-	Fence uint64
-	TTL   time.Duration // remaining at the store
+	Key     string
+	Owner   string
+	Fence   uint64
+	TTL     time.Duration // remaining at the store
+	Mode    Mode          // the kind of hold
+	Limit   int           // the semaphore's permits (ModePermit), else 0
+	Waiting bool          // a writer's claim to be next (ModeWrite), not a hold
 }
 
 // Lister is implemented by stores that can list the leases they hold, for
