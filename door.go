@@ -22,7 +22,7 @@ type door struct {
 	queuer   driver.Queuer     // nil: the store keeps no queue of waiters
 	fair     driver.FairQueuer // nil: the store keeps no queue on request
 	kinder   driver.Kinder     // nil: the store keeps only mutexes
-	notifier driver.Notifier // nil: the store cannot tell of releases
+	notifier driver.Notifier   // nil: the store cannot tell of releases
 	clock    Clock
 	log      *slog.Logger
 
