@@ -75,6 +75,7 @@ func Run(t *testing.T, newStore NewStore) {
 	tests = append(tests, queueTests...)
 	tests = append(tests, batchTests...)
 	tests = append(tests, contentionTests...)
+	tests = append(tests, electionTests...)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newStore(t)) })
 	}
