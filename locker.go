@@ -514,6 +514,9 @@ func (q *waitQueue) notify(key string) {
 			signal(ws[0])
 		}
 	}
+	for _, w := range q.m[observeWaitPrefix+key] {
+		signal(w) // every observer looks
+	}
 }
 
 func signal(w *waiter) {

@@ -81,6 +81,7 @@ func Run(t *testing.T, newStore NewStore) {
 	tests = append(tests, contentionTests...)
 	tests = append(tests, kindsTests...)
 	tests = append(tests, fairTests...)
+	tests = append(tests, electionTests...)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newStore(t)) })
 	}
