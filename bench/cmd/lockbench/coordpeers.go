@@ -169,10 +169,11 @@ func coordHoldImpls(k coordKind) []coordHoldImpl {
 
 // --- clients -----------------------------------------------------------
 
-// etcdClient returns a clientv3 client of e's server counting into c.
-func etcdClient(e *coordEnv, c *reqCounter) (*clientv3.Client, error) {
+// etcdClient returns a clientv3 client of the etcd server at addr counting
+// into c.
+func etcdClient(addr string, c *reqCounter) (*clientv3.Client, error) {
 	cl, err := clientv3.New(clientv3.Config{
-		Endpoints:   []string{"http://" + e.srvs[0].addr},
+		Endpoints:   []string{"http://" + addr},
 		DialTimeout: 5 * time.Second,
 		Logger:      zap.NewNop(),
 		DialOptions: c.grpcOptions(),
@@ -270,9 +271,10 @@ func (c closers) run() {
 
 // --- etcd --------------------------------------------------------------
 
-// etcdTasklock opens a client, an etcdstore.Store on it and a Locker.
-func etcdTasklock(e *coordEnv, c *reqCounter, prefix string, sessionTTL time.Duration, rc *renewCount) (*tasklock.Locker, func(), error) {
-	cl, err := etcdClient(e, c)
+// etcdTasklock opens a client of the etcd server at addr, an
+// etcdstore.Store on it and a Locker.
+func etcdTasklock(addr string, c *reqCounter, prefix string, sessionTTL time.Duration, rc *renewCount) (*tasklock.Locker, func(), error) {
+	cl, err := etcdClient(addr, c)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -296,7 +298,7 @@ func etcdTasklock(e *coordEnv, c *reqCounter, prefix string, sessionTTL time.Dur
 }
 
 func p1EtcdTasklock(_ context.Context, e *coordEnv, cs counters) (*instance, error) {
-	lk, closeAll, err := etcdTasklock(e, cs[0], fmt.Sprintf("/lockbench/p1/tasklock/%d/", time.Now().UnixNano()), etcdstore.DefaultSessionTTL, nil)
+	lk, closeAll, err := etcdTasklock(e.srvs[0].addr, cs[0], fmt.Sprintf("/lockbench/p1/tasklock/%d/", time.Now().UnixNano()), etcdstore.DefaultSessionTTL, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -307,7 +309,7 @@ func p3EtcdTasklock(_ context.Context, e *coordEnv, key string, n int, cs counte
 	var cl closers
 	fs := make([]obtainFunc, n)
 	for i := range n {
-		lk, closeOne, err := etcdTasklock(e, cs[0], "/lockbench/p3/tasklock/", etcdstore.DefaultSessionTTL, nil)
+		lk, closeOne, err := etcdTasklock(e.srvs[0].addr, cs[0], "/lockbench/p3/tasklock/", etcdstore.DefaultSessionTTL, nil)
 		if err != nil {
 			cl.run()
 			return nil, nil, err
@@ -324,7 +326,7 @@ func p3EtcdTasklock(_ context.Context, e *coordEnv, key string, n int, cs counte
 const etcdSessionTTL = 10
 
 func p1EtcdMutex(ctx context.Context, e *coordEnv, cs counters) (*instance, error) {
-	cl, err := etcdClient(e, cs[0])
+	cl, err := etcdClient(e.srvs[0].addr, cs[0])
 	if err != nil {
 		return nil, err
 	}
@@ -358,7 +360,7 @@ func p3EtcdMutex(ctx context.Context, e *coordEnv, key string, n int, cs counter
 	var cl closers
 	fs := make([]obtainFunc, n)
 	for i := range n {
-		c, err := etcdClient(e, cs[0])
+		c, err := etcdClient(e.srvs[0].addr, cs[0])
 		if err != nil {
 			cl.run()
 			return nil, nil, err
@@ -383,7 +385,7 @@ func p3EtcdMutex(ctx context.Context, e *coordEnv, key string, n int, cs counter
 
 func holdEtcdTasklock(_ context.Context, e *coordEnv, ttl time.Duration, prefix string, cs counters) (*coordHolder, error) {
 	rc := &renewCount{}
-	lk, closeAll, err := etcdTasklock(e, cs[0], "/lockbench/p4/tasklock/"+prefix+"/", ttl, rc)
+	lk, closeAll, err := etcdTasklock(e.srvs[0].addr, cs[0], "/lockbench/p4/tasklock/"+prefix+"/", ttl, rc)
 	if err != nil {
 		return nil, err
 	}
@@ -391,7 +393,7 @@ func holdEtcdTasklock(_ context.Context, e *coordEnv, ttl time.Duration, prefix 
 }
 
 func holdEtcdMutex(ctx context.Context, e *coordEnv, ttl time.Duration, prefix string, cs counters) (*coordHolder, error) {
-	cl, err := etcdClient(e, cs[0])
+	cl, err := etcdClient(e.srvs[0].addr, cs[0])
 	if err != nil {
 		return nil, err
 	}

@@ -84,8 +84,9 @@ func (r *report) write(w io.Writer) {
 			servers = append(servers, e.describe())
 		}
 	}
-	p("%s %s/%s, %d CPUs (GOMAXPROCS %d); %s; %s.",
-		runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.GOMAXPROCS(0), strings.Join(servers, "; "), deps())
+	servers = append(servers, deps())
+	p("%s %s/%s, %d CPUs (GOMAXPROCS %d); %s.",
+		runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.GOMAXPROCS(0), strings.Join(servers, "; "))
 	mode := "full run"
 	if r.cfg.quick {
 		mode = "**quick run (smoke test; numbers are rough)**"

@@ -1,0 +1,224 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+)
+
+// The targets of this part (issue 13, item 8).
+const (
+	// failover-*: kill → follower elected, at most the TTL (etcd: the
+	// session TTL) plus this.
+	failoverSlack = 100 * time.Millisecond
+)
+
+func (r *kindsReport) target(id, target, measured string, ok bool) string {
+	res := passFail(ok)
+	r.summary = append(r.summary, [4]string{id, target, measured, res})
+	return res
+}
+
+// write prints the part's section of the report, with its own targets
+// table; nothing when the part did not run.
+func (r *kindsReport) write(w io.Writer) {
+	if r == nil {
+		return
+	}
+	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
+	p("")
+	p("### Lock kinds: semaphores, leader failover, renewal of permits")
+	p("")
+	mode := "full run"
+	if r.quick {
+		mode = "**quick run (smoke test; numbers are rough)**"
+	}
+	p("Private servers on loopback, started for this part and stopped when it is done: %s; %s. %s of this part: %v in all.",
+		r.env.describe(), coordDeps(), mode, r.elapsed.Round(time.Second))
+	for _, name := range []string{"redis", "postgres", "etcd"} {
+		if err := r.env.errs[name]; err != nil {
+			p("")
+			p("**%s not started**: %v", name, err)
+		}
+	}
+	r.writeSem(p)
+	r.writeFailover(p)
+	r.writePermits(p)
+	if len(r.summary) > 0 {
+		p("")
+		p("#### Targets: lock kinds")
+		p("")
+		p("| id | target | measured | result |")
+		p("|---|---|---|---|")
+		for _, s := range r.summary {
+			p("| %s | %s | %s | %s |", s[0], s[1], s[2], s[3])
+		}
+	}
+}
+
+func (r *kindsReport) writeSem(p func(string, ...any)) {
+	if len(r.sem) == 0 {
+		return
+	}
+	pr := r.params
+	p("")
+	p("#### sem-redis, sem-etcd: %d goroutines on one semaphore of %d permits, Acquire+Release pairs/s", pr.goroutines, semPermits)
+	p("")
+	p("Every goroutine loops a blocking acquire of a permit and its release, all on one key with %d permits: %d goroutines wait at any moment, so a pair pays for waiting and being woken, not only for the two calls. tasklock and the peer take turns in slices of %v (AB BA …), %d each; pairs/s: the median of the slices; tasklock ÷ peer: the median over the cycles of the ratio of the two slices of one cycle. Requests per pair over the whole run (warm-ups included); allocations per pair: the process's heap allocations inside the slices (the library's own goroutines and the client's included); CPU time per pair inside the slices, of lockbench (client) and of the server. Both ask for a 10 s lease. No target: the numbers are for comparison.",
+		semPermits, pr.goroutines-semPermits, p1Slice, pr.slices)
+	p("")
+	p("| store | implementation | pairs/s | slices min–max | requests/pair | allocs/pair | CPU µs/pair client + server | tasklock ÷ peer |")
+	p("|---|---|--:|--:|--:|--:|--:|--:|")
+	var notes []string
+	for _, s := range r.sem {
+		if s.err != nil {
+			p("| %s | **not run**: %v | | | | | | |", s.store, s.err)
+			continue
+		}
+		var tl, peer *p1Result
+		for i, x := range s.res {
+			im := s.impls[i]
+			if im.role == coordTasklock {
+				tl = x
+			} else {
+				peer = x
+			}
+			name := x.name
+			if x.errs > 0 {
+				name += fmt.Sprintf(" (%d failed pairs: %v)", x.errs, x.err)
+			}
+			cpu := "—"
+			if c, sv := x.cpuPerPair(); c > 0 {
+				cpu = fmt.Sprintf("%.1f + %.1f = %.1f", c, sv, c+sv)
+			}
+			spread := "—"
+			if len(x.slices) > 0 {
+				spread = thousands(slices.Min(x.slices)) + "–" + thousands(slices.Max(x.slices))
+			}
+			perPair, by := 0.0, "none"
+			if n := s.pairs[i]; n > 0 {
+				perPair, by = float64(s.reqs[i].total)/float64(n), s.reqs[i].describe(1/float64(n))
+			}
+			p("| %s | %s | %s | %s | %.2f | %.1f | %s | |", s.store, name, thousands(x.median()), spread, perPair, x.allocsPerPair(), cpu)
+			notes = append(notes, fmt.Sprintf("- %s, %s: %s. Requests per pair: %s.", s.store, x.name, im.note, by))
+		}
+		if tl != nil && peer != nil {
+			p("| %s | tasklock ÷ %s | | | | | | %.2f× |", s.store, peer.name, pairedRatio(tl, peer))
+		}
+	}
+	p("")
+	for _, n := range notes {
+		p("%s", n)
+	}
+}
+
+func (r *kindsReport) writeFailover(p func(string, ...any)) {
+	f := r.fail
+	if f == nil || len(f.stores) == 0 {
+		return
+	}
+	p("")
+	p("#### failover-redis, failover-postgres, failover-etcd: the leader SIGKILLed, kill → follower elected (TTL %v)", f.ttl)
+	p("")
+	p("A leader process (lockbench started again in a helper role) campaigns and wins every election measured, each on a key of its own, and keeps leading (renewing every TTL/3); the follower, in lockbench's process, campaigns on each and waits; after 0.2 s plus a random part of one renewal cycle (so that the kill lands anywhere in the leader's cycle), the leader is SIGKILLed, and each follower measures from just before the kill to its Campaign's return. %d kills, one leader process each; min, median and max over them. The leadership's TTL is %v (tasklock's ObtainOptions.TTL; on etcd also etcdstore's SessionTTL and the concurrency.Session's TTL). A dead leader's lease ends between 2/3 TTL and 1 TTL after the kill, depending on when it last renewed. Target: every kill ≤ TTL + %v (the max).",
+		f.repeats, f.ttl, failoverSlack)
+	p("")
+	p("| store | implementation | kills | kill → elected min | median | max | failed | target | result |")
+	p("|---|---|--:|--:|--:|--:|--:|---|---|")
+	var notes []string
+	limit := f.ttl + failoverSlack
+	for _, s := range f.stores {
+		if s.err != nil {
+			p("| %s | %s: **not run**: %v | | | | | | | |", s.store, s.impl, s.err)
+			continue
+		}
+		lo, med, hi := time.Duration(0), time.Duration(0), time.Duration(0)
+		if len(s.times) > 0 {
+			lo, med, hi = slices.Min(s.times), percentile(s.times, 0.5), slices.Max(s.times)
+		}
+		target := "≤ " + dur(limit)
+		ok := len(s.times) > 0 && len(s.errs) == 0 && hi <= limit
+		id := strings.ToLower(s.id)
+		result := r.target(id, fmt.Sprintf("%s: kill → follower elected ≤ TTL + %v (%s)", s.impl, failoverSlack, dur(limit)),
+			fmt.Sprintf("max %s (median %s, %d kills)", dur(hi), dur(med), len(s.times)), ok)
+		p("| %s | %s | %d | %s | %s | %s | %d | %s | %s |", s.store, s.impl, len(s.times), dur(lo), dur(med), dur(hi), len(s.errs), target, result)
+		notes = append(notes, fmt.Sprintf("- %s, %s: %s.", s.store, s.impl, s.note))
+		for _, e := range s.errs {
+			notes = append(notes, fmt.Sprintf("  - failed kill: %s", e))
+		}
+	}
+	p("")
+	for _, n := range notes {
+		p("%s", n)
+	}
+}
+
+func (r *kindsReport) writePermits(p func(string, ...any)) {
+	x := r.permits
+	if x == nil {
+		return
+	}
+	p("")
+	p("#### P4-permits: keeping semaphore permits alive on Redis (TTL %v), against as many mutexes", x.ttl)
+	p("")
+	if x.err != nil {
+		p("**Not run**: %v", x.err)
+		return
+	}
+	var perm, mtx *permitsHold
+	if len(x.holds) == 2 {
+		perm, mtx = x.holds[0], x.holds[1]
+	}
+	n := 0
+	if perm != nil {
+		n = perm.leases
+	}
+	when := "Counted at once (quick: no warm-up cycle)"
+	if r.params.settle {
+		when = "After one renewal cycle, counted"
+	}
+	p("As P4: one Locker (renewal on, TTL %v) whose go-redis client counts its round trips (a command alone, or a pipeline) holds %s semaphore permits — %s semaphores of 1 permit and %s of %d — obtained by 16 goroutines with Semaphore(key, n).TryAcquire; then, in the same run on the same server, a Locker of its own holds %s mutexes the same way (P4's lock). %s over two cycles' time (%v), a cycle being one renewal of every held lease (Config.OnEvent's EventRenewed ÷ leases). redis-server's own count of the commands it ran in the same window (INFO commandstats) is beside it. Targets: DESIGN P4's ≤ 1 round trip per %d leases per renewal cycle, and the same batching as the mutexes: permits' round trips per cycle at most %.1f above the mutexes'.",
+		x.ttl, thousands(float64(n)), thousands(float64(n/2)), thousands(float64((n-n/2)/permitsBig)), permitsBig, thousands(float64(n)),
+		when, 2*x.ttl/3, p4PerLeases, coordP4Slack)
+	p("")
+	p("| leases held | round trips per renewal cycle | pipelines per cycle (commands in them) | renewal cycles in the window | redis-server commands per cycle | lost | target | result |")
+	p("|---|--:|--:|--:|---|--:|---|---|")
+	for _, h := range x.holds {
+		if h.err != nil {
+			p("| %s %s: **failed**: %v | | | | | | | |", thousands(float64(h.leases)), h.name, h.err)
+			continue
+		}
+		target, result := "", ""
+		if h == perm {
+			maxRT := float64(h.leases) / p4PerLeases
+			target = fmt.Sprintf("≤ %.0f", maxRT)
+			result = r.target("P4-permits", fmt.Sprintf("≤ %.0f round trips per renewal cycle for %s permits (DESIGN P4)", maxRT, thousands(float64(h.leases))),
+				fmt.Sprintf("%.2f", h.perCycle()), h.renewed > 0 && h.perCycle() <= maxRT)
+			r.target("P4-permits", "no permit lost", fmt.Sprint(h.lost), h.lost == 0)
+		}
+		perPipe := 0.0
+		if h.pipelines > 0 {
+			perPipe = float64(h.piped) / float64(h.pipelines)
+		}
+		cyc := h.cycles
+		if cyc == 0 {
+			cyc = 1
+		}
+		p("| %s %s | %.2f | %.2f (%.0f) | %.2f | %.1f: %s | %d | %s | %s |", thousands(float64(h.leases)), h.name, h.perCycle(),
+			float64(h.pipelines)/cyc, perPipe, h.cycles, h.serverPerCycle(), reqs{byOp: h.server}.describe(1/cyc), h.lost, target, result)
+	}
+	if perm != nil && mtx != nil && perm.err == nil && mtx.err == nil {
+		ratio := "—"
+		if mtx.perCycle() > 0 {
+			ratio = fmt.Sprintf("%.2f×", perm.perCycle()/mtx.perCycle())
+		}
+		p("| permits ÷ mutexes | %s | | | | | ≤ mutexes + %.1f | %s |", ratio, coordP4Slack,
+			r.target("P4-permits", fmt.Sprintf("permits renewed in the mutexes' batches: round trips per cycle ≤ the mutexes' + %.1f", coordP4Slack),
+				fmt.Sprintf("%.2f vs %.2f", perm.perCycle(), mtx.perCycle()), perm.renewed > 0 && perm.perCycle() <= mtx.perCycle()+coordP4Slack))
+		p("")
+		p("Obtained in %v (permits: one script call each, as the Locker sends every kind) and %v (mutexes: batched).",
+			perm.obtainTime.Round(time.Millisecond), mtx.obtainTime.Round(time.Millisecond))
+	}
+}
