@@ -100,10 +100,10 @@ func newKindsParams(cfg config) kindsParams {
 // kindsEnv is the part's private servers: each nil when no measurement
 // selected needs it, or when it could not be started (its error is kept).
 type kindsEnv struct {
-	redis   *server
-	etcd    *server
-	pg      *sqlServer
-	errs    map[string]error // "redis", "etcd", "postgres": could not start
+	redis *server
+	etcd  *server
+	pg    *sqlServer
+	errs  map[string]error // "redis", "etcd", "postgres": could not start
 }
 
 func (e *kindsEnv) stop() {
