@@ -437,6 +437,7 @@ type renewCount struct {
 	mu       sync.Mutex
 	inflight int
 	renewed  int64
+	calls    int64 // Renew calls answered; read it in between's read
 }
 
 // wrap returns st wrapped, or st when rc is nil.
@@ -455,6 +456,7 @@ func (rc *renewCount) Renew(ctx context.Context, ps []driver.RenewParams) ([]err
 	errs, err := rc.Store.Renew(ctx, ps)
 	rc.mu.Lock()
 	rc.inflight--
+	rc.calls++
 	if err == nil {
 		for _, e := range errs {
 			if e == nil {

@@ -12,6 +12,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tasklock/tasklock"
+	"github.com/tasklock/tasklock/driver"
+	"github.com/tasklock/tasklock/redisstore"
 )
 
 // P4-permits: P4 for semaphore permits. One Locker holds the permits
@@ -28,14 +30,17 @@ type permitsHold struct {
 	leases     int
 	obtainTime time.Duration
 	window     time.Duration
-	renewed    int64 // lease renewals (EventRenewed) inside the window
+	renewed    int64 // leases the store renewed inside the window
+	calls      int64 // the Locker's Store.Renew calls inside the window
 	lost       int64 // EventLost during the whole hold
 	cycles     float64
 	trips      int64            // round trips: single commands + pipelines
 	pipelines  int64            // of which pipelines
 	piped      int64            // commands inside them
+	pipeTime   time.Duration    // a pipeline's time to its answer, on average
 	server     map[string]int64 // commands redis-server ran in the window, by name
-	err        error
+	err        error            // the measurement failed
+	releaseErr error            // the leases could not all be released afterwards
 }
 
 // perCycle returns the round trips per renewal cycle.
@@ -44,6 +49,14 @@ func (h *permitsHold) perCycle() float64 {
 		return 0
 	}
 	return float64(h.trips) / h.cycles
+}
+
+// tripsPerCall returns the round trips per Store.Renew call.
+func (h *permitsHold) tripsPerCall() float64 {
+	if h.calls == 0 {
+		return 0
+	}
+	return float64(h.trips) / float64(h.calls)
 }
 
 // serverPerCycle returns redis-server's commands per renewal cycle.
@@ -93,16 +106,16 @@ func runPermits(ctx context.Context, srv *server, p kindsParams) *permitsResult 
 		h := holdAndCount(ctx, srv.addr, x.name, n, p, x.obtain)
 		res.holds = append(res.holds, h)
 		if h.err == nil {
-			progress("P4-permits %-17s %6d leases: %.2f round trips per renewal cycle (%.2f cycles), redis-server %.1f commands per cycle",
-				h.name, h.leases, h.perCycle(), h.cycles, h.serverPerCycle())
+			progress("P4-permits %-17s %6d leases: %.2f round trips per renewal cycle (%.2f cycles in %v, pipelines of %v), redis-server %.1f commands per cycle",
+				h.name, h.leases, h.perCycle(), h.cycles, h.window.Round(time.Millisecond), h.pipeTime.Round(time.Millisecond), h.serverPerCycle())
 		}
 	}
 	return res
 }
 
 // holdAndCount obtains n leases through a new Locker with obtain (16
-// goroutines), lets one renewal cycle pass (unless p.settle is false),
-// counts over two cycles' time, and releases them all.
+// goroutines), lets one renewal cycle pass, counts over two cycles' time,
+// and releases them all.
 func holdAndCount(ctx context.Context, addr, name string, n int, p kindsParams,
 	obtain func(*tasklock.Locker, int, *tasklock.ObtainOptions) (*tasklock.Lock, error)) *permitsHold {
 	res := &permitsHold{name: name, leases: n}
@@ -112,12 +125,15 @@ func holdAndCount(ctx context.Context, addr, name string, n int, p kindsParams,
 	c.AddHook(hook)
 	stats := newClient(addr) // INFO, not counted by the hook
 	defer stats.Close()
-	var renewed, lost atomic.Int64
-	lk, err := newLocker(c, &tasklock.Config{OnEvent: func(e tasklock.Event) {
-		switch e.Type {
-		case tasklock.EventRenewed:
-			renewed.Add(1)
-		case tasklock.EventLost:
+	var lost atomic.Int64
+	st, err := redisstore.New(c, nil)
+	if err != nil {
+		res.err = err
+		return res
+	}
+	rc := &renewCount{}
+	lk, err := tasklock.New(countedRedisStore{st, rc.wrap(st)}, &tasklock.Config{OnEvent: func(e tasklock.Event) {
+		if e.Type == tasklock.EventLost {
 			lost.Add(1)
 		}
 	}})
@@ -173,30 +189,48 @@ func holdAndCount(ctx context.Context, addr, name string, n int, p kindsParams,
 	}
 	progress("P4-permits obtained %d %s in %v", n, name, res.obtainTime.Round(time.Millisecond))
 
+	// One renewal cycle first: the first renewal call on a server loads
+	// the renewal script (a NOSCRIPT answer, then the script itself).
 	cycle := p.permitTTL / 3
-	if p.settle {
-		time.Sleep(cycle)
+	time.Sleep(cycle)
+	// The window opens and closes when no renewal call is under way, so
+	// that the round trips and the leases renewed are those of the same
+	// calls.
+	type snap struct {
+		c        counts
+		r, calls int64
+		busy     int64
+		at       time.Time
 	}
+	read := func() snap {
+		var x snap
+		x.r = rc.between(func() { x.c, x.calls, x.busy, x.at = hook.snapshot(), rc.calls, hook.busy.Load(), time.Now() }, cycle)
+		return x
+	}
+	x0 := read()
 	s0, err := commandStats(ctx, stats)
 	if err != nil {
 		res.err = err
 		release()
 		return res
 	}
-	c0, r0, w0 := hook.snapshot(), renewed.Load(), time.Now()
 	time.Sleep(2 * cycle)
-	c1, r1 := hook.snapshot(), renewed.Load()
-	res.window = time.Since(w0)
+	x1 := read()
+	c0, c1, r0, r1, b0, b1, w0, w1 := x0.c, x1.c, x0.r, x1.r, x0.busy, x1.busy, x0.at, x1.at
+	res.window = w1.Sub(w0)
 	s1, err := commandStats(ctx, stats)
 	if err != nil {
 		res.err = err
 		release()
 		return res
 	}
-	res.renewed = r1 - r0
+	res.renewed, res.calls = r1-r0, x1.calls-x0.calls
 	res.cycles = float64(res.renewed) / float64(n)
 	res.pipelines, res.piped = c1.pipelines-c0.pipelines, c1.piped-c0.piped
 	res.trips = c1.single - c0.single + res.pipelines
+	if res.pipelines > 0 {
+		res.pipeTime = time.Duration((b1 - b0) / res.pipelines)
+	}
 	res.server = map[string]int64{}
 	for k, v := range s1 {
 		if k == "info" {
@@ -209,9 +243,23 @@ func holdAndCount(ctx context.Context, addr, name string, n int, p kindsParams,
 	res.lost = lost.Load()
 	release()
 	if first != nil {
-		res.err = fmt.Errorf("%d of %d releases failed: %w", failed.Load(), n, first)
+		res.releaseErr = fmt.Errorf("%d of %d releases failed: %w", failed.Load(), n, first)
 	}
 	return res
+}
+
+// countedRedisStore is a redisstore.Store whose renewals a renewCount
+// counts: every other method, and so every optional interface the Locker
+// looks for (driver.Kinder, driver.Batcher, driver.Notifier …), is the
+// Store's own.
+type countedRedisStore struct {
+	*redisstore.Store
+	counted driver.Store
+}
+
+// Renew goes through the renewCount.
+func (s countedRedisStore) Renew(ctx context.Context, ps []driver.RenewParams) ([]error, error) {
+	return s.counted.Renew(ctx, ps)
 }
 
 // commandStats returns redis-server's INFO commandstats: calls by command.

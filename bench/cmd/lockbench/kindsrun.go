@@ -85,14 +85,13 @@ type kindsParams struct {
 	repeats    int           // failover: kills per store
 	permits    int           // P4-permits: permits held (and mutexes, for the ratio)
 	permitTTL  time.Duration // P4-permits: lease; renewed every third of it
-	settle     bool          // P4-permits: one renewal cycle before counting
 }
 
 func newKindsParams(cfg config) kindsParams {
 	p := kindsParams{goroutines: 64, slices: 6, warmup: 500 * time.Millisecond,
-		ttl: 2 * time.Second, repeats: 5, permits: 10000, permitTTL: p4TTL, settle: true}
+		ttl: 2 * time.Second, repeats: 5, permits: 10000, permitTTL: p4TTL}
 	if cfg.quick {
-		p.slices, p.warmup, p.ttl, p.repeats, p.permits, p.permitTTL, p.settle = 1, 200*time.Millisecond, time.Second, 2, 2000, 1500*time.Millisecond, false
+		p.slices, p.warmup, p.ttl, p.repeats, p.permits, p.permitTTL = 1, 200*time.Millisecond, time.Second, 2, 2000, 1500*time.Millisecond
 	}
 	return p
 }
@@ -290,8 +289,10 @@ func (r *kindsReport) failures() []string {
 			out = append(out, fmt.Sprintf("P4-permits: %v", r.permits.err))
 		}
 		for _, h := range r.permits.holds {
-			if h.err != nil {
-				out = append(out, fmt.Sprintf("P4-permits %s: %v", h.name, h.err))
+			for _, err := range []error{h.err, h.releaseErr} {
+				if err != nil {
+					out = append(out, fmt.Sprintf("P4-permits %s: %v", h.name, err))
+				}
 			}
 		}
 	}

@@ -112,15 +112,26 @@ func semKey(impl string) string {
 	return fmt.Sprintf("lockbench-sem-%s-%d", impl, time.Now().UnixNano())
 }
 
-// semPair is the pair of a blocking acquire and its release.
+// semPair is the pair of a blocking acquire and its release, with a
+// safety check: the goroutines between the two never outnumber the
+// permits.
 func semPair(acquire obtainFunc) func(string) pairFunc {
+	var holders atomic.Int64
 	return func(string) pairFunc {
 		return func(ctx context.Context) error {
 			release, err := acquire(ctx)
 			if err != nil {
 				return err
 			}
-			return release(ctx)
+			n := holders.Add(1)
+			holders.Add(-1)
+			if n > semPermits {
+				err = fmt.Errorf("lockbench: %d holders of a semaphore of %d permits at once", n, semPermits)
+			}
+			if rerr := release(ctx); err == nil {
+				err = rerr
+			}
+			return err
 		}
 	}
 }
