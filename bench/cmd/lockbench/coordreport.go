@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"io"
-	"runtime/debug"
 	"slices"
 	"strings"
 	"time"
@@ -289,19 +288,5 @@ func (r *coordReport) writeP4(p func(string, ...any)) {
 
 // coordDeps names the versions of the peers' libraries built in.
 func coordDeps() string {
-	want := []string{"go.etcd.io/etcd/client/v3", "github.com/go-zookeeper/zk", "github.com/go-redsync/redsync/v4", "github.com/redis/go-redis/v9"}
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "library versions unknown"
-	}
-	var out []string
-	for _, path := range want {
-		for _, d := range bi.Deps {
-			if d.Path == path {
-				out = append(out, strings.TrimPrefix(path, "github.com/")+" "+d.Version)
-				break
-			}
-		}
-	}
-	return strings.Join(out, ", ")
+	return depVersions("go.etcd.io/etcd/client/v3", "github.com/go-zookeeper/zk", "github.com/go-redsync/redsync/v4", "github.com/redis/go-redis/v9")
 }

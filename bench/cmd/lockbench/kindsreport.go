@@ -36,7 +36,7 @@ func (r *kindsReport) write(w io.Writer) {
 		mode = "**quick run (smoke test; numbers are rough)**"
 	}
 	p("Private servers on loopback, started for this part and stopped when it is done: %s; %s. %s of this part: %v in all.",
-		r.env.describe(), coordDeps(), mode, r.elapsed.Round(time.Second))
+		r.env.describe(), depVersions("go.etcd.io/etcd/client/v3", "github.com/redis/go-redis/v9", "github.com/jackc/pgx/v5"), mode, r.elapsed.Round(time.Second))
 	for _, name := range []string{"redis", "postgres", "etcd"} {
 		if err := r.env.errs[name]; err != nil {
 			p("")
@@ -101,7 +101,11 @@ func (r *kindsReport) writeSem(p func(string, ...any)) {
 			if n := s.pairs[i]; n > 0 {
 				perPair, by = float64(s.reqs[i].total)/float64(n), s.reqs[i].describe(1/float64(n))
 			}
-			p("| %s | %s | %s | %s | %.2f | %.1f | %s | |", s.store, name, thousands(x.median()), spread, perPair, x.allocsPerPair(), cpu)
+			allocs := fmt.Sprintf("%.1f", x.allocsPerPair())
+			if x.allocsPerPair() >= 100 {
+				allocs = thousands(x.allocsPerPair())
+			}
+			p("| %s | %s | %s | %s | %.2f | %s | %s | |", s.store, name, thousands(x.median()), spread, perPair, allocs, cpu)
 			notes = append(notes, fmt.Sprintf("- %s, %s: %s. Requests per pair: %s.", s.store, x.name, im.note, by))
 		}
 		if tl != nil && peer != nil {

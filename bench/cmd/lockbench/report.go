@@ -260,9 +260,13 @@ func (r *report) writeP4(p func(string, ...any)) {
 
 // deps names the versions of the libraries built in.
 func deps() string {
-	want := []string{"github.com/redis/go-redis/v9", "github.com/go-redsync/redsync/v4", "github.com/bsm/redislock",
+	return depVersions("github.com/redis/go-redis/v9", "github.com/go-redsync/redsync/v4", "github.com/bsm/redislock",
 		"github.com/jackc/pgx/v5", "github.com/lib/pq", "cirello.io/pglock", "github.com/go-sql-driver/mysql",
-		"github.com/sanketplus/go-mysql-lock", "modernc.org/sqlite"}
+		"github.com/sanketplus/go-mysql-lock", "modernc.org/sqlite")
+}
+
+// depVersions names the versions of the modules built in, of those asked.
+func depVersions(want ...string) string {
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
 		return "library versions unknown"
