@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/tasklock/tasklock"
@@ -254,6 +253,7 @@ func failoverOnce(ctx context.Context, exe string, stores []*failoverStore, fs [
 	type won struct {
 		i   int
 		at  time.Time
+		e   resigner
 		err error
 	}
 	wins := make(chan won, len(stores))
@@ -261,8 +261,8 @@ func failoverOnce(ctx context.Context, exe string, stores []*failoverStore, fs [
 	defer cancel()
 	for i, f := range fs {
 		go func() {
-			err := f.campaign(cctx, keys[i])
-			wins <- won{i, time.Now(), err}
+			e, err := f.campaign(cctx, keys[i])
+			wins <- won{i, time.Now(), e, err}
 		}()
 	}
 	settle := 200*time.Millisecond + mrand.N(ttl/3)
@@ -279,7 +279,9 @@ wait:
 	}
 	killedAt := time.Now()
 	kill()
+	resigners := make([]resigner, len(stores))
 	for _, w := range early {
+		resigners[w.i] = w.e
 		if w.err != nil {
 			errs[w.i] = w.err
 		} else {
@@ -288,15 +290,16 @@ wait:
 	}
 	for range len(stores) - len(early) {
 		w := <-wins
+		resigners[w.i] = w.e
 		if w.err != nil {
 			errs[w.i] = fmt.Errorf("not elected within %v of the kill: %w", (3*ttl + 10*time.Second), w.err)
 			continue
 		}
 		times[w.i] = w.at.Sub(killedAt)
 	}
-	for i, f := range fs {
+	for i, e := range resigners {
 		rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
-		if err := f.resign(rctx); err != nil && errs[i] == nil {
+		if err := e.Resign(rctx); err != nil && errs[i] == nil {
 			errs[i] = fmt.Errorf("resign: %w", err)
 		}
 		rcancel()
@@ -304,35 +307,43 @@ wait:
 	return times, errs
 }
 
-// follower campaigns in lockbench's process, on one store.
+// follower campaigns in lockbench's process, on one store: campaign
+// returns once elected, with what resigns the leadership.
 type follower struct {
-	campaign func(ctx context.Context, key string) error
-	resign   func(ctx context.Context) error
+	campaign func(ctx context.Context, key string) (resigner, error)
 	close    func()
+}
+
+// resigner is an election won: *tasklock.Election, *concurrency.Election.
+type resigner interface {
+	Resign(ctx context.Context) error
 }
 
 // newFollower opens role's clients on the server at addr, kept for every
 // repeat.
 func newFollower(ctx context.Context, role, addr string, ttl time.Duration) (*follower, error) {
 	if role == roleEtcdElection {
-		return newElectionFollower(ctx, addr, ttl)
+		s, closeAll, err := etcdSession(ctx, addr, &reqCounter{}, ttl)
+		if err != nil {
+			return nil, err
+		}
+		return &follower{
+			campaign: func(ctx context.Context, key string) (resigner, error) {
+				e := concurrency.NewElection(s, "/lockbench/failover/election/"+key)
+				return e, e.Campaign(ctx, "follower")
+			},
+			close: closeAll,
+		}, nil
 	}
 	lk, closeAll, err := failoverLocker(ctx, role, addr, ttl)
 	if err != nil {
 		return nil, err
 	}
-	var e *tasklock.Election
 	return &follower{
-		campaign: func(ctx context.Context, key string) error {
-			e = lk.Election(key, &tasklock.ObtainOptions{TTL: ttl})
+		campaign: func(ctx context.Context, key string) (resigner, error) {
+			e := lk.Election(key, &tasklock.ObtainOptions{TTL: ttl})
 			_, err := e.Campaign(ctx)
-			return err
-		},
-		resign: func(ctx context.Context) error {
-			if e == nil {
-				return nil
-			}
-			return e.Resign(ctx)
+			return e, err
 		},
 		close: closeAll,
 	}, nil
@@ -376,45 +387,6 @@ func failoverLocker(ctx context.Context, role, addr string, ttl time.Duration) (
 		return etcdTasklock(addr, &reqCounter{}, failoverEtcdPrefix, ttl, nil)
 	}
 	return nil, nil, fmt.Errorf("lockbench: unknown failover role %q", role)
-}
-
-// etcdElectionSession opens a client and a Session of TTL ttl (whole
-// seconds) for concurrency.Election.
-func etcdElectionSession(ctx context.Context, addr string, ttl time.Duration) (*concurrency.Session, *clientv3.Client, error) {
-	cl, err := etcdClient(addr, &reqCounter{})
-	if err != nil {
-		return nil, nil, err
-	}
-	s, err := concurrency.NewSession(cl, concurrency.WithTTL(int((ttl+time.Second-1)/time.Second)), concurrency.WithContext(context.WithoutCancel(ctx)))
-	if err != nil {
-		_ = cl.Close()
-		return nil, nil, fmt.Errorf("lockbench: etcd session: %w", err)
-	}
-	return s, cl, nil
-}
-
-func newElectionFollower(ctx context.Context, addr string, ttl time.Duration) (*follower, error) {
-	s, cl, err := etcdElectionSession(ctx, addr, ttl)
-	if err != nil {
-		return nil, err
-	}
-	var e *concurrency.Election
-	return &follower{
-		campaign: func(ctx context.Context, key string) error {
-			e = concurrency.NewElection(s, "/lockbench/failover/election/"+key)
-			return e.Campaign(ctx, "follower")
-		},
-		resign: func(ctx context.Context) error {
-			if e == nil {
-				return nil
-			}
-			return e.Resign(ctx)
-		},
-		close: func() {
-			_ = s.Close()
-			_ = cl.Close()
-		},
-	}, nil
 }
 
 // runFailoverChild is lockbench started with -failover-child: the leader.
@@ -463,7 +435,7 @@ func leadChild(ctx context.Context, r failoverChildRole, ttl time.Duration) erro
 	cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	if r.Role == roleEtcdElection {
-		s, _, err := etcdElectionSession(ctx, r.Addr, ttl)
+		s, _, err := etcdSession(ctx, r.Addr, &reqCounter{}, ttl)
 		if err != nil {
 			return err
 		}

@@ -16,9 +16,7 @@ const (
 )
 
 func (r *kindsReport) target(id, target, measured string, ok bool) string {
-	res := passFail(ok)
-	r.summary = append(r.summary, [4]string{id, target, measured, res})
-	return res
+	return r.summary.add(id, target, measured, ok)
 }
 
 // write prints the part's section of the report, with its own targets
@@ -31,10 +29,7 @@ func (r *kindsReport) write(w io.Writer) {
 	p("")
 	p("### Lock kinds: semaphores, leader failover, renewal of permits")
 	p("")
-	mode := "full run"
-	if r.quick {
-		mode = "**quick run (smoke test; numbers are rough)**"
-	}
+	mode := runMode(r.quick)
 	p("Private servers on loopback, started for this part and stopped when it is done: %s; %s. %s of this part: %v in all.",
 		r.env.describe(), depVersions("go.etcd.io/etcd/client/v3", "github.com/redis/go-redis/v9", "github.com/jackc/pgx/v5"), mode, r.elapsed.Round(time.Second))
 	for _, name := range []string{"redis", "postgres", "etcd"} {
@@ -46,16 +41,7 @@ func (r *kindsReport) write(w io.Writer) {
 	r.writeSem(p)
 	r.writeFailover(p)
 	r.writePermits(p)
-	if len(r.summary) > 0 {
-		p("")
-		p("#### Targets: lock kinds")
-		p("")
-		p("| id | target | measured | result |")
-		p("|---|---|---|---|")
-		for _, s := range r.summary {
-			p("| %s | %s | %s | %s |", s[0], s[1], s[2], s[3])
-		}
-	}
+	r.summary.write(p, "#### Targets: lock kinds")
 }
 
 func (r *kindsReport) writeSem(p func(string, ...any)) {
@@ -85,22 +71,8 @@ func (r *kindsReport) writeSem(p func(string, ...any)) {
 			} else {
 				peer = x
 			}
-			name := x.name
-			if x.errs > 0 {
-				name += fmt.Sprintf(" (%d failed pairs: %v)", x.errs, x.err)
-			}
-			cpu := "—"
-			if c, sv := x.cpuPerPair(); c > 0 {
-				cpu = fmt.Sprintf("%.1f + %.1f = %.1f", c, sv, c+sv)
-			}
-			spread := "—"
-			if len(x.slices) > 0 {
-				spread = thousands(slices.Min(x.slices)) + "–" + thousands(slices.Max(x.slices))
-			}
-			perPair, by := 0.0, "none"
-			if n := s.pairs[i]; n > 0 {
-				perPair, by = float64(s.reqs[i].total)/float64(n), s.reqs[i].describe(1/float64(n))
-			}
+			name, spread, cpu := sliceCells(x)
+			perPair, by := s.reqs[i].perPair(s.pairs[i])
 			allocs := fmt.Sprintf("%.1f", x.allocsPerPair())
 			if x.allocsPerPair() >= 100 {
 				allocs = thousands(x.allocsPerPair())

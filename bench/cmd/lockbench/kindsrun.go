@@ -141,7 +141,7 @@ type kindsReport struct {
 	fail    *failoverResult
 	permits *permitsResult
 	elapsed time.Duration
-	summary [][4]string
+	summary targets
 }
 
 // runKinds runs what cfg selects of the part; nil when nothing is.
@@ -176,28 +176,24 @@ func runKinds(ctx context.Context, cfg config, add func(func())) *kindsReport {
 	}
 	progress("kinds: %s", e.describe())
 
-	for _, id := range semIDs {
-		if !cfg.runs(id) {
+	for _, m := range []struct {
+		id, store, server string
+		srv               *server
+		impls             []semImpl
+	}{
+		{idSemRedis, "Redis", "redis", e.redis, semRedisImpls},
+		{idSemEtcd, "etcd", "etcd", e.etcd, semEtcdImpls},
+	} {
+		if !cfg.runs(m.id) {
 			continue
 		}
-		res := &semResult{id: id}
+		res := &semResult{id: m.id, store: m.store}
 		r.sem = append(r.sem, res)
-		switch id {
-		case idSemRedis:
-			res.store = "Redis"
-			if e.redis == nil {
-				res.err = e.errs["redis"]
-				continue
-			}
-			r.runSem(ctx, res, semRedisImpls, e.redis.cpu)
-		case idSemEtcd:
-			res.store = "etcd"
-			if e.etcd == nil {
-				res.err = e.errs["etcd"]
-				continue
-			}
-			r.runSem(ctx, res, semEtcdImpls, e.etcd.cpu)
+		if m.srv == nil {
+			res.err = e.errs[m.server]
+			continue
 		}
+		r.runSem(ctx, res, m.impls, m.srv.cpu)
 	}
 	if wants(failoverIDs...) {
 		r.fail = r.runFailover(ctx, cfg)
@@ -220,48 +216,33 @@ func startKinds(ctx context.Context, add func(func()), redis, etcd, pg bool) *ki
 		wg sync.WaitGroup
 		mu sync.Mutex
 	)
-	fail := func(name string, err error) {
-		mu.Lock()
-		e.errs[name] = err
-		mu.Unlock()
+	start := func(want bool, name string, f func() error) {
+		if !want {
+			return
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f(); err != nil {
+				mu.Lock()
+				e.errs[name] = err
+				mu.Unlock()
+			}
+		}()
 	}
 	started := func(s *server) { add(s.stop) }
-	if redis {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			s, err := startServer(ctx, started)
-			if err != nil {
-				fail("redis", err)
-				return
-			}
-			e.redis = s
-		}()
-	}
-	if etcd {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			s, err := startEtcd(ctx, started)
-			if err != nil {
-				fail("etcd", err)
-				return
-			}
-			e.etcd = s
-		}()
-	}
-	if pg {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			s, err := startPostgres(ctx, func(s *sqlServer) { add(s.stop) })
-			if err != nil {
-				fail("postgres", err)
-				return
-			}
-			e.pg = s
-		}()
-	}
+	start(redis, "redis", func() (err error) {
+		e.redis, err = startServer(ctx, started)
+		return err
+	})
+	start(etcd, "etcd", func() (err error) {
+		e.etcd, err = startEtcd(ctx, started)
+		return err
+	})
+	start(pg, "postgres", func() (err error) {
+		e.pg, err = startPostgres(ctx, func(s *sqlServer) { add(s.stop) })
+		return err
+	})
 	wg.Wait()
 	return e
 }

@@ -81,18 +81,7 @@ func (r *kindsReport) runSem(ctx context.Context, res *semResult, impls []semImp
 			if err != nil {
 				return nil, err
 			}
-			pair := inst.pair
-			inst.pair = func(key string) pairFunc {
-				f := pair(key)
-				return func(ctx context.Context) error {
-					err := f(ctx)
-					if err == nil {
-						pairs[i].Add(1)
-					}
-					return err
-				}
-			}
-			return inst, nil
+			return inst.countingPairs(pairs[i]), nil
 		}
 	}
 	p := r.params
@@ -242,23 +231,12 @@ func openSemTasklockEtcd(_ context.Context, e *kindsEnv, c *reqCounter) (*instan
 }
 
 func openSemEtcdRecipe(ctx context.Context, e *kindsEnv, c *reqCounter) (*instance, error) {
-	cl, err := etcdClient(e.etcd.addr, c)
+	s, closeAll, err := etcdSession(ctx, e.etcd.addr, c, etcdSessionTTL)
 	if err != nil {
 		return nil, err
 	}
-	s, err := concurrency.NewSession(cl, concurrency.WithTTL(etcdSessionTTL), concurrency.WithContext(context.WithoutCancel(ctx)))
-	if err != nil {
-		_ = cl.Close()
-		return nil, fmt.Errorf("lockbench: etcd session: %w", err)
-	}
 	sem := &etcdSemaphore{s: s, prefix: fmt.Sprintf("/lockbench/sem/recipe/%d/", time.Now().UnixNano()), n: semPermits}
-	return &instance{
-		pair: semPair(sem.acquire),
-		close: func() {
-			_ = s.Close()
-			_ = cl.Close()
-		},
-	}, nil
+	return &instance{pair: semPair(sem.acquire), close: closeAll}, nil
 }
 
 // etcdSemaphore is a counting semaphore built on etcd's concurrency
