@@ -497,12 +497,12 @@ func (s *Store) connLeases(ctx context.Context, prefix string) ([]driver.Lease, 
 	b := make([]byte, 0, 1000+4*len(prefix))
 	b = append(b, "SELECT lock_key, owner, fence, "+connBlocked(start)+", IS_USED_LOCK("...)
 	b = append(b, s.lockName([]byte("lock_key"))...)
-	b = append(b, ") IS NOT NULL FROM "...)
+	b = append(b, ") IS NOT NULL, 0, 0, 0 FROM "...)
 	b = append(b, s.qt...)
 	b = append(b, " WHERE TRUE"...)
 	b = appendPrefixFilter(b, prefix)
 	b = append(b, " ORDER BY lock_key"...)
-	return s.queryLeases(ctx, string(b), true)
+	return s.queryLeases(ctx, string(b))
 }
 
 // forget removes hc from the held map if it is still there.

@@ -199,3 +199,113 @@ func holderIsLive(t *testing.T, s *mysqlstore.Store, l *tasklock.Lock) bool {
 	}
 	return false
 }
+
+// TestBlackholePermit: the holder of one of a semaphore's two permits is
+// cut off from the database by a blackhole while another Locker holds the
+// other permit and a third waits for one. The cut-off holder's Done closes
+// within its TTL of the cut, while the database still counts its permit;
+// the waiter gets a permit only after that, with a higher fence; and the
+// permits that Lockers believe they hold never exceed two.
+func TestBlackholePermit(t *testing.T) {
+	t.Parallel()
+	const (
+		ttl     = time.Second
+		permits = 2
+	)
+	srv := testserver.SharedMariaDB(t)
+	s, dsn := newStore(t, mysqlstore.ModeLease)
+	proxy := proxy.Start(t, srv.Addr())
+	viaProxy := strings.Replace(dsn, srv.Addr(), proxy.Addr(), 1)
+	sA := mustNew(t, openDB(t, viaProxy), nil)
+	a := newFaultLocker(t, sA, "a")
+	b := newFaultLocker(t, s, "b")
+	c := newFaultLocker(t, s, "c")
+	ctx := ctxT(t)
+
+	la, err := a.Semaphore(faultKey, permits).TryAcquire(ctx, &tasklock.ObtainOptions{TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lb, err := b.Semaphore(faultKey, permits).TryAcquire(ctx, &tasklock.ObtainOptions{TTL: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Semaphore(faultKey, permits).TryAcquire(ctx, nil); !errors.Is(err, tasklock.ErrNotObtained) {
+		t.Fatalf("a third permit: %v, want ErrNotObtained", err)
+	}
+	proxy.Blackhole(t)
+	cut := time.Now()
+	closedInTime := faulttest.LookAt(la, cut.Add(ttl))
+	type grant struct {
+		l       *tasklock.Lock
+		at      time.Time
+		err     error
+		aClosed bool // a's Done was closed when c got its permit
+		bOpen   bool // b's was open
+	}
+	got := make(chan grant, 1)
+	go func() {
+		l, err := c.Semaphore(faultKey, permits).Acquire(ctx, &tasklock.ObtainOptions{TTL: 5 * time.Second})
+		g := grant{l: l, at: time.Now(), err: err}
+		select {
+		case <-la.Done():
+			g.aClosed = true
+		default:
+		}
+		select {
+		case <-lb.Done():
+		default:
+			g.bOpen = true
+		}
+		got <- g
+	}()
+
+	select {
+	case <-la.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the cut-off holder's Done did not close")
+	}
+	doneAt := time.Now()
+	// Informational: this read may come late on a busy machine.
+	stillA := holderIsLive(t, s, la)
+	t.Logf("a's Done closed %v after the cut (%v); the database still counted a's permit when the test looked: %v",
+		doneAt.Sub(cut).Round(time.Millisecond), la.Err(), stillA)
+	if !<-closedInTime {
+		t.Fatalf("the cut-off holder's Done was open %v after the cut", ttl)
+	}
+	g := <-got
+	if g.err != nil {
+		t.Fatal(g.err)
+	}
+	t.Logf("c got a permit %v after the cut", g.at.Sub(cut).Round(time.Millisecond))
+	if !g.aClosed {
+		t.Fatal("c got a permit while a's Done was still open: three permits believed held")
+	}
+	if !g.bOpen {
+		t.Fatal("b lost its permit, which no fault touched")
+	}
+	if g.l.Fence() <= la.Fence() || g.l.Fence() <= lb.Fence() {
+		t.Fatalf("c's fence %d, after a's %d and b's %d", g.l.Fence(), la.Fence(), lb.Fence())
+	}
+	if !errors.Is(la.Err(), tasklock.ErrLockLost) {
+		t.Fatalf("a's cause %v, want ErrLockLost", la.Err())
+	}
+	ls, err := s.Leases(ctx, faultKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ls) > permits {
+		t.Fatalf("%d permits live at the database: %+v", len(ls), ls)
+	}
+	proxy.Restore(t)
+	var err2 error
+	waitFor(t, 5*time.Second, "a's Release after the partition", func() bool {
+		err2 = la.Release(ctx)
+		return err2 == nil || errors.Is(err2, tasklock.ErrNotHeld)
+	})
+	if !errors.Is(err2, tasklock.ErrNotHeld) {
+		t.Errorf("a's Release after the partition: %v, want ErrNotHeld", err2)
+	}
+	_ = g.l.Release(ctx)
+	_ = lb.Release(ctx)
+}

@@ -1,0 +1,755 @@
+package mysqlstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tasklock/tasklock"
+	"github.com/tasklock/tasklock/driver"
+	"github.com/tasklock/tasklock/internal/testserver"
+)
+
+// newLocker returns a Locker on s, closed at cleanup.
+func newLocker(t testing.TB, s *Store, owner string, onEvent func(tasklock.Event)) *tasklock.Locker {
+	t.Helper()
+	lk, err := tasklock.New(s, &tasklock.Config{Owner: owner, OnEvent: onEvent})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lk.Close() })
+	return lk
+}
+
+// lockers returns n Lockers, each on a Store of its own with a pool of its
+// own on dsn's database, as n processes would have.
+func lockers(t *testing.T, dsn string, n int) []*tasklock.Locker {
+	t.Helper()
+	lks := make([]*tasklock.Locker, n)
+	for i := range lks {
+		lks[i] = newLocker(t, mustNew(t, openDB(t, dsn), nil), fmt.Sprintf("p%d", i), nil)
+	}
+	return lks
+}
+
+func kindAcquireP(key, tok string, mode driver.Mode, limit int, ttl time.Duration) driver.AcquireParams {
+	return driver.AcquireParams{Key: key, Token: tok, Owner: "o-" + tok[:4], TTL: ttl, Mode: mode, Limit: limit}
+}
+
+// linger keeps a holder inside its critical section until full reports
+// that as many holders as may be are inside, or d passes: long enough for
+// the others to try to come in.
+func linger(full func() bool, d time.Duration) {
+	deadline := time.Now().Add(d)
+	for !full() && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestSemaphorePermitCount: 32 goroutines on each of 3 Lockers take
+// permits of one semaphore of 3; the permits held at once, counted by the
+// holders themselves between their grant and their release, never exceed
+// 3, and every grant's fence is new.
+func TestSemaphorePermitCount(t *testing.T) {
+	t.Parallel()
+	const (
+		permits    = 3
+		goroutines = 32
+		rounds     = 3
+	)
+	dsn := testserver.SharedMariaDB(t).CreateDB(t)
+	mustNew(t, openDB(t, dsn), &Options{Migrate: true})
+	lks := lockers(t, dsn, 3)
+	ctx := ctxT(t)
+	var (
+		inside, most atomic.Int32
+		fences       sync.Map
+		dup          atomic.Int32
+		wg           sync.WaitGroup
+		errs         = make(chan error, len(lks)*goroutines)
+	)
+	for _, lk := range lks {
+		sem := lk.Semaphore("pool", permits)
+		for range goroutines {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range rounds {
+					l, err := sem.Acquire(ctx, &tasklock.ObtainOptions{TTL: 5 * time.Second})
+					if err != nil {
+						errs <- err
+						return
+					}
+					n := inside.Add(1)
+					for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+					}
+					if _, loaded := fences.LoadOrStore(l.Fence(), true); loaded {
+						dup.Add(1)
+					}
+					linger(func() bool { return inside.Load() >= permits }, 30*time.Millisecond)
+					inside.Add(-1)
+					if err := l.Release(ctx); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	t.Logf("most permits held at once: %d of %d; %d grants", most.Load(), permits, len(lks)*goroutines*rounds)
+	if most.Load() > permits {
+		t.Fatalf("%d permits held at once, the semaphore has %d", most.Load(), permits)
+	}
+	if dup.Load() > 0 {
+		t.Fatalf("%d fences granted twice", dup.Load())
+	}
+}
+
+// TestRWMutexExclusion: writers and readers on 3 Lockers; a writer is
+// never inside with a reader or another writer, every writer's fence is
+// greater than every earlier writer's, and a reader sees a writer's fence.
+func TestRWMutexExclusion(t *testing.T) {
+	t.Parallel()
+	dsn := testserver.SharedMariaDB(t).CreateDB(t)
+	mustNew(t, openDB(t, dsn), &Options{Migrate: true})
+	lks := lockers(t, dsn, 3)
+	ctx := ctxT(t)
+	var (
+		readers, writers atomic.Int32
+		bad              atomic.Int32
+		mu               sync.Mutex
+		lastWrite        uint64
+		readersAtOnce    atomic.Int32
+		wg               sync.WaitGroup
+		errs             = make(chan error, 64)
+	)
+	opts := &tasklock.ObtainOptions{TTL: 5 * time.Second}
+	for i, lk := range lks {
+		rw := lk.RWMutex("doc")
+		for g := range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range 3 {
+					if (g+i)%4 == 0 {
+						l, err := rw.Lock(ctx, opts)
+						if err != nil {
+							errs <- err
+							return
+						}
+						if writers.Add(1) != 1 || readers.Load() != 0 {
+							bad.Add(1)
+						}
+						mu.Lock()
+						if l.Fence() <= lastWrite {
+							t.Errorf("writer's fence %d after %d", l.Fence(), lastWrite)
+						}
+						lastWrite = l.Fence()
+						mu.Unlock()
+						writers.Add(-1)
+						if err := l.Release(ctx); err != nil {
+							errs <- err
+							return
+						}
+						continue
+					}
+					l, err := rw.RLock(ctx, opts)
+					if err != nil {
+						errs <- err
+						return
+					}
+					n := readers.Add(1)
+					if writers.Load() != 0 {
+						bad.Add(1)
+					}
+					for m := readersAtOnce.Load(); n > m && !readersAtOnce.CompareAndSwap(m, n); m = readersAtOnce.Load() {
+					}
+					linger(func() bool { return readers.Load() >= 3 }, 20*time.Millisecond)
+					mu.Lock()
+					if l.Fence() != lastWrite {
+						t.Errorf("reader's fence %d, the last writer's is %d", l.Fence(), lastWrite)
+					}
+					mu.Unlock()
+					readers.Add(-1)
+					if err := l.Release(ctx); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if bad.Load() > 0 {
+		t.Fatalf("a writer was inside with another holder %d times", bad.Load())
+	}
+	t.Logf("readers at once: up to %d; last writer's fence %d", readersAtOnce.Load(), lastWrite)
+}
+
+// TestKindsStore exercises the rules of driver.Mode at the Store.
+func TestKindsStore(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		fn   func(t *testing.T, s *Store, db *sql.DB)
+	}{
+		{"WriterNotStarved", testWriterNotStarved},
+		{"KindMismatch", testKindMismatch},
+		{"Repeat", testKindRepeat},
+		{"Expiry", testKindExpiry},
+		{"KeepFor", testKindKeepFor},
+		{"RenewMixed", testKindRenewMixed},
+		{"ListAndForceRelease", testKindListForce},
+		{"Namespaces", testKindNamespaces},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s, db, _ := newStore(t, ModeLease)
+			tc.fn(t, s, db)
+		})
+	}
+}
+
+func testWriterNotStarved(t *testing.T, s *Store, db *sql.DB) {
+	ctx := ctxT(t)
+	r1, w := token(), token()
+	if g, err := s.Acquire(ctx, kindAcquireP("rw", r1, driver.ModeRead, 0, time.Minute)); err != nil || g.Fence != 0 {
+		t.Fatalf("first reader: %+v %v, want fence 0", g, err)
+	}
+	// A writer is refused while the reader holds, and leaves a claim.
+	_, err := s.Acquire(ctx, kindAcquireP("rw", w, driver.ModeWrite, 0, time.Minute))
+	var he *driver.HeldError
+	if !errors.As(err, &he) || he.Owner != "o-"+r1[:4] || he.TTL <= 0 {
+		t.Fatalf("writer behind a reader: %v, want a HeldError naming the reader", err)
+	}
+	// New readers are refused while the writer waits.
+	_, err = s.Acquire(ctx, kindAcquireP("rw", token(), driver.ModeRead, 0, time.Minute))
+	if !errors.As(err, &he) || he.Owner != "o-"+w[:4] || he.TTL != 0 {
+		t.Fatalf("reader behind a waiting writer: %v, want a HeldError naming the writer, TTL 0", err)
+	}
+	// The waiting writer renews nothing.
+	res, err := s.Renew(ctx, []driver.RenewParams{{Key: "rw", Token: w, TTL: time.Minute, Mode: driver.ModeWrite}})
+	if err != nil || !errors.Is(res[0], driver.ErrNotHeld) {
+		t.Fatalf("Renew of a waiting writer: %v %v, want ErrNotHeld", res, err)
+	}
+	if err := s.Release(ctx, driver.ReleaseParams{Key: "rw", Token: r1, Mode: driver.ModeRead}); err != nil {
+		t.Fatal(err)
+	}
+	g, err := s.Acquire(ctx, kindAcquireP("rw", w, driver.ModeWrite, 0, time.Minute))
+	if err != nil || g.Fence != 1 {
+		t.Fatalf("the waiting writer once the reader left: %+v %v, want fence 1", g, err)
+	}
+	w1 := token()
+	if _, err := s.Acquire(ctx, kindAcquireP("rw", w1, driver.ModeWrite, 0, time.Minute)); !errors.As(err, &he) || he.Owner != "o-"+w[:4] {
+		t.Fatalf("second writer: %v, want a HeldError naming the writer", err)
+	}
+	if err := s.Release(ctx, driver.ReleaseParams{Key: "rw", Token: w1, Mode: driver.ModeWrite}); !errors.Is(err, driver.ErrNotHeld) {
+		t.Fatalf("the second writer gives up: %v, want ErrNotHeld", err)
+	}
+	if err := s.Release(ctx, driver.ReleaseParams{Key: "rw", Token: w, Mode: driver.ModeWrite}); err != nil {
+		t.Fatal(err)
+	}
+	if g, err := s.Acquire(ctx, kindAcquireP("rw", token(), driver.ModeRead, 0, time.Minute)); err != nil || g.Fence != 1 {
+		t.Fatalf("reader after the writer: %+v %v, want the writer's fence 1", g, err)
+	}
+
+	// A writer that gives up: Release deletes its claim and says ErrNotHeld.
+	w2 := token()
+	if _, err := s.Acquire(ctx, kindAcquireP("rw", w2, driver.ModeWrite, 0, time.Minute)); !errors.Is(err, driver.ErrHeld) {
+		t.Fatalf("writer behind a reader: %v", err)
+	}
+	if err := s.Release(ctx, driver.ReleaseParams{Key: "rw", Token: w2, Mode: driver.ModeWrite}); !errors.Is(err, driver.ErrNotHeld) {
+		t.Fatalf("Release of a waiting writer: %v, want ErrNotHeld", err)
+	}
+	if _, err := s.Acquire(ctx, kindAcquireP("rw", token(), driver.ModeRead, 0, time.Minute)); err != nil {
+		t.Fatalf("reader after the waiting writer left: %v", err)
+	}
+
+	// Through a Locker: a reader holds, a writer waits; TryRLock is refused
+	// until the writer is granted and gone.
+	lk := newLocker(t, s, "lk", nil)
+	rw := lk.RWMutex("rw2")
+	rl, err := rw.RLock(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *tasklock.Lock, 1)
+	go func() {
+		wl, err := rw.Lock(ctx, nil)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- wl
+	}()
+	waitFor(t, 10*time.Second, "the writer's claim", func() bool {
+		ls, err := s.Leases(ctx, "rw2")
+		return err == nil && len(ls) == 2 && (ls[0].Waiting || ls[1].Waiting)
+	})
+	if l, err := rw.TryRLock(ctx, nil); err == nil {
+		_ = l.Release(ctx)
+		t.Fatal("TryRLock granted while a writer waits")
+	}
+	if err := rl.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wl := <-got
+	if wl == nil {
+		t.FailNow()
+	}
+	if wl.Mode() != tasklock.ModeWrite {
+		t.Fatalf("mode %v", wl.Mode())
+	}
+	_ = wl.Release(ctx)
+}
+
+func testKindMismatch(t *testing.T, s *Store, _ *sql.DB) {
+	ctx := ctxT(t)
+	lk := newLocker(t, s, "lk", nil)
+	p, err := lk.Semaphore("k", 3).Acquire(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lk.Semaphore("k", 2).TryAcquire(ctx, nil); !errors.Is(err, tasklock.ErrKindMismatch) {
+		t.Fatalf("Semaphore(k, 2) while one of 3 is held: %v, want ErrKindMismatch", err)
+	}
+	if _, err := lk.RWMutex("k").TryRLock(ctx, nil); !errors.Is(err, tasklock.ErrKindMismatch) {
+		t.Fatalf("RWMutex(k) while a semaphore is held: %v, want ErrKindMismatch", err)
+	}
+	if _, err := lk.RWMutex("k").Lock(ctx, nil); !errors.Is(err, tasklock.ErrKindMismatch) {
+		t.Fatalf("RWMutex(k).Lock while a semaphore is held: %v, want ErrKindMismatch", err)
+	}
+	if err := p.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p2, err := lk.Semaphore("k", 2).TryAcquire(ctx, nil)
+	if err != nil {
+		t.Fatalf("Semaphore(k, 2) once nothing is held: %v", err)
+	}
+	if p2.Fence() <= p.Fence() {
+		t.Fatalf("fence %d after %d", p2.Fence(), p.Fence())
+	}
+	_ = p2.Release(ctx)
+	// Bad limits.
+	for _, ap := range []driver.AcquireParams{
+		kindAcquireP("k", token(), driver.ModePermit, 0, time.Second),
+		kindAcquireP("k", token(), driver.ModeRead, 2, time.Second),
+	} {
+		if _, err := s.Acquire(ctx, ap); err == nil || errors.Is(err, driver.ErrHeld) {
+			t.Errorf("Acquire(%v, Limit %d): %v, want an error", ap.Mode, ap.Limit, err)
+		}
+	}
+}
+
+func testKindRepeat(t *testing.T, s *Store, _ *sql.DB) {
+	ctx := ctxT(t)
+	for _, mode := range []driver.Mode{driver.ModeRead, driver.ModeWrite, driver.ModePermit} {
+		key := "repeat-" + mode.String()
+		limit := 0
+		if mode == driver.ModePermit {
+			limit = 1
+		}
+		tok := token()
+		g1, err := s.Acquire(ctx, kindAcquireP(key, tok, mode, limit, time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		g2, err := s.Acquire(ctx, kindAcquireP(key, tok, mode, limit, time.Minute))
+		if err != nil || g2 != g1 {
+			t.Fatalf("%v: repeated Acquire: %+v %v, want %+v", mode, g2, err, g1)
+		}
+		if err := s.Release(ctx, driver.ReleaseParams{Key: key, Token: tok, Mode: mode}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Release(ctx, driver.ReleaseParams{Key: key, Token: tok, Mode: mode}); !errors.Is(err, driver.ErrNotHeld) {
+			t.Fatalf("%v: second Release: %v, want ErrNotHeld", mode, err)
+		}
+	}
+	// Release and Renew in another mode than granted are not the token's.
+	tok := token()
+	if _, err := s.Acquire(ctx, kindAcquireP("m", tok, driver.ModeRead, 0, time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Release(ctx, driver.ReleaseParams{Key: "m", Token: tok, Mode: driver.ModePermit}); !errors.Is(err, driver.ErrNotHeld) {
+		t.Fatalf("Release in another mode: %v", err)
+	}
+	if err := s.Release(ctx, driver.ReleaseParams{Key: "m", Token: tok}); !errors.Is(err, driver.ErrNotHeld) {
+		t.Fatalf("Release as a mutex: %v", err)
+	}
+	if res, err := s.Renew(ctx, []driver.RenewParams{{Key: "m", Token: tok, TTL: time.Minute, Mode: driver.ModeWrite}}); err != nil || !errors.Is(res[0], driver.ErrNotHeld) {
+		t.Fatalf("Renew in another mode: %v %v", res, err)
+	}
+}
+
+func testKindExpiry(t *testing.T, s *Store, _ *sql.DB) {
+	ctx := ctxT(t)
+	dead := token()
+	g1, err := s.Acquire(ctx, kindAcquireP("exp", dead, driver.ModePermit, 1, 300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.Acquire(ctx, kindAcquireP("exp", token(), driver.ModePermit, 1, time.Minute))
+	var he *driver.HeldError
+	if !errors.As(err, &he) || he.TTL <= 0 || he.TTL > 300*time.Millisecond {
+		t.Fatalf("while the permit is held: %v", err)
+	}
+	// The dead holder's permit returns when its lease ends, by the
+	// server's clock.
+	var g2 driver.Grant
+	waitFor(t, 5*time.Second, "the expired permit's return", func() bool {
+		g2, err = s.Acquire(ctx, kindAcquireP("exp", token(), driver.ModePermit, 1, time.Minute))
+		return err == nil
+	})
+	if g2.Fence <= g1.Fence {
+		t.Fatalf("fence %d after %d", g2.Fence, g1.Fence)
+	}
+	if res, err := s.Renew(ctx, []driver.RenewParams{{Key: "exp", Token: dead, TTL: time.Minute, Mode: driver.ModePermit}}); err != nil || !errors.Is(res[0], driver.ErrNotHeld) {
+		t.Fatalf("Renew of the expired permit: %v %v", res, err)
+	}
+	// A key whose entries all expired takes any limit, and its counter
+	// lives on.
+	var n int
+	if err := s.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM tasklock_locks_holds WHERE lock_key = 'exp'").Scan(&n); err != nil || n != 1 {
+		t.Fatalf("%d entries of exp after the grant pruned the expired one, %v; want 1", n, err)
+	}
+}
+
+func testKindKeepFor(t *testing.T, s *Store, _ *sql.DB) {
+	ctx := ctxT(t)
+	tok := token()
+	if _, err := s.Acquire(ctx, kindAcquireP("keep", tok, driver.ModePermit, 1, time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Release(ctx, driver.ReleaseParams{Key: "keep", Token: tok, Mode: driver.ModePermit, KeepFor: 400 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Acquire(ctx, kindAcquireP("keep", token(), driver.ModePermit, 1, time.Minute)); !errors.Is(err, driver.ErrHeld) {
+		t.Fatalf("within KeepFor: %v, want ErrHeld", err)
+	}
+	if err := s.Release(ctx, driver.ReleaseParams{Key: "keep", Token: tok, Mode: driver.ModePermit}); !errors.Is(err, driver.ErrNotHeld) {
+		t.Fatalf("second Release: %v, want ErrNotHeld", err)
+	}
+	if res, err := s.Renew(ctx, []driver.RenewParams{{Key: "keep", Token: tok, TTL: time.Minute, Mode: driver.ModePermit}}); err != nil || !errors.Is(res[0], driver.ErrNotHeld) {
+		t.Fatalf("Renew after Release: %v %v", res, err)
+	}
+	waitFor(t, 5*time.Second, "the kept permit's end", func() bool {
+		_, err := s.Acquire(ctx, kindAcquireP("keep", token(), driver.ModePermit, 1, time.Minute))
+		return err == nil
+	})
+}
+
+// testKindRenewMixed: a renewal of mutexes, readers and permits is one
+// statement, and two when a lease was lost.
+func testKindRenewMixed(t *testing.T, s *Store, _ *sql.DB) {
+	ctx := ctxT(t)
+	dsn := testserver.SharedMariaDB(t).CreateDB(t)
+	if err := Migrate(ctx, openDB(t, dsn), nil); err != nil {
+		t.Fatal(err)
+	}
+	c := &counter{}
+	s = mustNew(t, openCountingDB(t, dsn, c), nil)
+	var ps []driver.RenewParams
+	for i := range 4 {
+		key, tok := fmt.Sprintf("m%d", i), token()
+		mustAcquire(t, s, key, tok, "me", time.Minute)
+		ps = append(ps, driver.RenewParams{Key: key, Token: tok, TTL: time.Minute})
+		for _, mode := range []driver.Mode{driver.ModeRead, driver.ModePermit} {
+			key, tok, limit := fmt.Sprintf("%v%d", mode, i), token(), 0
+			if mode == driver.ModePermit {
+				limit = 2
+			}
+			if _, err := s.Acquire(ctx, kindAcquireP(key, tok, mode, limit, time.Minute)); err != nil {
+				t.Fatal(err)
+			}
+			ps = append(ps, driver.RenewParams{Key: key, Token: tok, TTL: 30 * time.Second, Mode: mode})
+		}
+	}
+	for _, tc := range []struct {
+		what  string
+		ps    []driver.RenewParams
+		stmts int
+		lost  int
+	}{
+		{"mixed", ps, 1, -1},
+		{"mutexes", ps[:1], 1, -1},
+		{"entries", ps[1:3], 1, -1},
+		{"mixed, a permit lost", append(append([]driver.RenewParams{}, ps...), driver.RenewParams{Key: "permit0", Token: token(), TTL: time.Minute, Mode: driver.ModePermit}), 2, len(ps)},
+		{"mixed, a reader renewed as a permit", append(append([]driver.RenewParams{}, ps[:3]...), driver.RenewParams{Key: ps[1].Key, Token: ps[1].Token, TTL: time.Minute, Mode: driver.ModePermit}), 2, 3},
+	} {
+		c.reset()
+		res, err := s.Renew(ctx, tc.ps)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.what, err)
+		}
+		for i, r := range res {
+			if (i == tc.lost) != errors.Is(r, driver.ErrNotHeld) || (i != tc.lost && r != nil) {
+				t.Errorf("%s: lease %d: %v", tc.what, i, r)
+			}
+		}
+		if n, _ := c.count(); n != tc.stmts {
+			t.Errorf("%s: %d statements %q, want %d", tc.what, n, c.stmts, tc.stmts)
+		}
+	}
+	var left int64
+	q := "SELECT MIN(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at)) FROM tasklock_locks_holds"
+	if err := s.db.QueryRowContext(ctx, q).Scan(&left); err != nil || left < int64(20*time.Second/time.Microsecond) || left > int64(30*time.Second/time.Microsecond) {
+		t.Fatalf("entries renewed for %dµs, %v; want their TTL of 30 s", left, err)
+	}
+}
+
+func testKindListForce(t *testing.T, s *Store, _ *sql.DB) {
+	ctx := ctxT(t)
+	mustAcquire(t, s, "x", token(), "mutex", time.Minute)
+	if _, err := s.Acquire(ctx, driver.AcquireParams{Key: "x", Token: token(), Owner: "reader", TTL: time.Minute, Mode: driver.ModeRead}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Acquire(ctx, driver.AcquireParams{Key: "x", Token: token(), Owner: "writer", TTL: time.Minute, Mode: driver.ModeWrite}); !errors.Is(err, driver.ErrHeld) {
+		t.Fatal(err)
+	}
+	if _, err := s.Acquire(ctx, driver.AcquireParams{Key: "y", Token: token(), Owner: "permit", TTL: time.Minute, Mode: driver.ModePermit, Limit: 4}); err != nil {
+		t.Fatal(err)
+	}
+	ls, err := s.Leases(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []driver.Lease{
+		{Key: "x", Owner: "mutex", Fence: 1, Mode: driver.ModeMutex},
+		{Key: "x", Owner: "reader", Fence: 0, Mode: driver.ModeRead},
+		{Key: "x", Owner: "writer", Fence: 0, Mode: driver.ModeWrite, Waiting: true},
+		{Key: "y", Owner: "permit", Fence: 1, Mode: driver.ModePermit, Limit: 4},
+	}
+	if len(ls) != len(want) {
+		t.Fatalf("Leases: %+v, want %+v", ls, want)
+	}
+	for i, l := range ls {
+		if l.TTL <= 50*time.Second || l.TTL > time.Minute {
+			t.Errorf("lease %d: TTL %v", i, l.TTL)
+		}
+		l.TTL = 0
+		if l != want[i] {
+			t.Errorf("lease %d: %+v, want %+v", i, l, want[i])
+		}
+	}
+	if err := s.ForceRelease(ctx, "x"); err != nil {
+		t.Fatal(err)
+	}
+	if ls, _ := s.Leases(ctx, "x"); len(ls) != 0 {
+		t.Fatalf("after ForceRelease(x): %+v", ls)
+	}
+	if err := s.ForceRelease(ctx, "x"); !errors.Is(err, driver.ErrNotHeld) {
+		t.Fatalf("ForceRelease of nothing: %v", err)
+	}
+	if err := s.ForceRelease(ctx, "y"); err != nil {
+		t.Fatalf("ForceRelease of a semaphore alone: %v", err)
+	}
+	// A Locker's permit forced away is lost at its next renewal.
+	lk := newLocker(t, s, "lk", nil)
+	l, err := lk.Semaphore("z", 2).Acquire(ctx, &tasklock.ObtainOptions{TTL: 900 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ForceRelease(ctx, "z"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-l.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("Done did not close after ForceRelease")
+	}
+	if !errors.Is(l.Err(), tasklock.ErrLockLost) {
+		t.Fatalf("cause %v", l.Err())
+	}
+}
+
+func testKindNamespaces(t *testing.T, s *Store, _ *sql.DB) {
+	ctx := ctxT(t)
+	lk := newLocker(t, s, "lk", nil)
+	m, err := lk.TryObtain(ctx, "n", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := lk.RWMutex("n").TryLock(ctx, nil)
+	if err != nil {
+		t.Fatalf("RWMutex(n).TryLock while mutex n is held: %v", err)
+	}
+	_ = w.Release(ctx)
+	p, err := lk.Semaphore("n", 1).TryAcquire(ctx, nil)
+	if err != nil {
+		t.Fatalf("Semaphore(n, 1) while mutex n is held: %v", err)
+	}
+	_ = p.Release(ctx)
+	_ = m.Release(ctx)
+}
+
+// TestKindsConnectionMode: connection mode keeps mutexes only, and says so.
+func TestKindsConnectionMode(t *testing.T) {
+	t.Parallel()
+	s, _, _ := newStore(t, ModeConnection)
+	ctx := ctxT(t)
+	for _, m := range []driver.Mode{driver.ModeRead, driver.ModeWrite, driver.ModePermit} {
+		if err := s.Kinds(m); !errors.Is(err, driver.ErrUnsupported) {
+			t.Errorf("Kinds(%v) = %v, want ErrUnsupported", m, err)
+		}
+	}
+	if err := s.Kinds(driver.ModeMutex); err != nil {
+		t.Errorf("Kinds(mutex) = %v", err)
+	}
+	if _, err := s.EnqueueFair(ctx, driver.AcquireParams{Key: "k", Token: token(), Owner: "me", TTL: time.Second}); !errors.Is(err, driver.ErrUnsupported) {
+		t.Errorf("EnqueueFair = %v, want ErrUnsupported", err)
+	}
+	lk := newLocker(t, s, "lk", nil)
+	if _, err := lk.Semaphore("k", 2).TryAcquire(ctx, nil); !errors.Is(err, tasklock.ErrUnsupported) {
+		t.Errorf("Semaphore.TryAcquire = %v, want ErrUnsupported", err)
+	}
+	if _, err := lk.Obtain(ctx, "k", &tasklock.ObtainOptions{Fair: true}); !errors.Is(err, tasklock.ErrUnsupported) {
+		t.Errorf("fair Obtain = %v, want ErrUnsupported", err)
+	}
+	if err := newLeaseStore(t).Kinds(driver.ModePermit); err != nil {
+		t.Errorf("lease mode Kinds(permit) = %v", err)
+	}
+}
+
+// newLeaseStore returns a lease-mode Store that makes no round trip.
+func newLeaseStore(t *testing.T) *Store {
+	db, err := sql.Open("mysql", "root@tcp(127.0.0.1:1)/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	return mustNew(t, db, nil)
+}
+
+// TestFairOrder: waiters that queue one after the other on 3 Lockers are
+// served in that order, and a free key is granted at once.
+func TestFairOrder(t *testing.T) {
+	t.Parallel()
+	s, _, dsn := newStore(t, ModeLease)
+	ctx := ctxT(t)
+	fair := &tasklock.ObtainOptions{Fair: true, TTL: 2 * time.Second}
+	holder, err := newLocker(t, s, "holder", nil).Obtain(ctx, "fifo", fair)
+	if err != nil {
+		t.Fatalf("fair Obtain of a free key: %v", err)
+	}
+	const n = 3
+	order := make(chan int, n)
+	errs := make(chan error, n)
+	for i := range n {
+		queued := make(chan struct{}, 1)
+		lk := newLocker(t, mustNew(t, openDB(t, dsn), nil), fmt.Sprintf("w%d", i), func(e tasklock.Event) {
+			if e.Type == tasklock.EventQueued {
+				select {
+				case queued <- struct{}{}:
+				default:
+				}
+			}
+		})
+		go func() {
+			l, err := lk.Obtain(ctx, "fifo", fair)
+			if err != nil {
+				errs <- err
+				return
+			}
+			order <- i
+			errs <- l.Release(ctx)
+		}()
+		select {
+		case <-queued:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("waiter %d did not queue", i)
+		}
+	}
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(order)
+	i := 0
+	for got := range order {
+		if got != i {
+			t.Fatalf("waiter %d served %d-th", got, i)
+		}
+		i++
+	}
+	var left int
+	if err := s.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM tasklock_locks_queue").Scan(&left); err != nil || left != 0 {
+		t.Fatalf("%d entries left in the queue, %v", left, err)
+	}
+}
+
+// TestFairDeadWaiter: a waiter that died at the head of the queue leaves
+// the line when its entry's lease ends, and the waiter behind it is served
+// then; one that gives up leaves at once.
+func TestFairDeadWaiter(t *testing.T) {
+	t.Parallel()
+	s, _, _ := newStore(t, ModeLease)
+	ctx := ctxT(t)
+	lk := newLocker(t, s, "w", nil)
+	holder, err := lk.Obtain(ctx, "k", &tasklock.ObtainOptions{Fair: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The dead waiter: queued, never waiting.
+	const deadTTL = 800 * time.Millisecond
+	if _, err := s.EnqueueFair(ctx, driver.AcquireParams{Key: "k", Token: token(), Owner: "dead", TTL: deadTTL}); err != nil {
+		t.Fatal(err)
+	}
+	// One that gives up: it leaves its entry behind no longer.
+	cctx, cancel := context.WithCancel(ctx)
+	gaveUp := make(chan error, 1)
+	go func() {
+		_, err := lk.Obtain(cctx, "k", &tasklock.ObtainOptions{Fair: true, TTL: 5 * time.Second})
+		gaveUp <- err
+	}()
+	count := func() (n int) {
+		if err := s.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM tasklock_locks_queue WHERE lock_key = 'k'").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	waitFor(t, 10*time.Second, "the second waiter's entry", func() bool { return count() == 2 })
+	cancel()
+	if err := <-gaveUp; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the cancelled fair Obtain: %v", err)
+	}
+	if n := count(); n != 1 {
+		t.Fatalf("%d entries after a waiter gave up, want 1 (the dead one's)", n)
+	}
+	got := make(chan time.Time, 1)
+	go func() {
+		l, err := lk.Obtain(ctx, "k", &tasklock.ObtainOptions{Fair: true, TTL: 5 * time.Second})
+		if err != nil {
+			t.Error(err)
+			got <- time.Time{}
+			return
+		}
+		got <- time.Now()
+		_ = l.Release(ctx)
+	}()
+	released := time.Now()
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	at := <-got
+	if at.IsZero() {
+		t.FailNow()
+	}
+	t.Logf("served %v after the release, behind a dead waiter of TTL %v", at.Sub(released).Round(time.Millisecond), deadTTL)
+}
