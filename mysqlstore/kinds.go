@@ -65,7 +65,7 @@ var errNoKindRow = errors.New("mysqlstore: no row for the key in the kinds table
 //	SELECT k.fence, h.* FROM kinds k LEFT JOIN holds h ON h.lock_key = k.lock_key
 //	  WHERE k.lock_key = key FOR UPDATE
 //	-- decided here from the live entries (expires_at > now), then:
-//	INSERT INTO holds ... or UPDATE holds ...        -- the token's entry
+//	REPLACE INTO holds ...                           -- the token's entry
 //	UPDATE kinds SET fence = fence + 1 ...           -- a writer's or a permit's grant
 //	DELETE FROM holds WHERE ... expires_at <= now    -- only when entries expired
 //	COMMIT                                          -- or ROLLBACK when nothing changed
@@ -172,7 +172,7 @@ func (s *Store) kindAcquireTx(ctx context.Context, p driver.AcquireParams) (driv
 		if d.wait {
 			state = stateWaiting
 		}
-		if _, err := tx.ExecContext(ctx, s.kindEntrySQL(p, state, d.fence, d.self)); err != nil {
+		if _, err := tx.ExecContext(ctx, s.kindEntrySQL(p, state, d.fence)); err != nil {
 			return driver.Grant{}, err
 		}
 	}
@@ -257,7 +257,6 @@ type kindDecision struct {
 	fence uint64 // the grant's fence
 	bump  bool   // the key's counter becomes fence
 	wait  bool   // a writer refused: its waiting entry is made or renewed
-	self  bool   // the token has an entry (live or not) to update, not insert
 	prune bool   // other entries have expired: delete them
 	held  *driver.HeldError
 	err   error
@@ -273,7 +272,6 @@ func decideKind(p driver.AcquireParams, counter uint64, entries []kindEntry) kin
 		switch {
 		case e.token == p.Token:
 			self = e
-			d.self = true
 		case !e.live():
 			d.prune = true
 		}
@@ -348,40 +346,24 @@ func decideKind(p driver.AcquireParams, counter uint64, entries []kindEntry) kin
 	return d
 }
 
-// kindEntrySQL writes p's entry, in state with fence, for p.TTL from now:
-// an UPDATE of the token's row when it has one (self), else an INSERT.
-func (s *Store) kindEntrySQL(p driver.AcquireParams, state int, fence uint64, self bool) string {
+// kindEntrySQL writes p's entry, in state with fence, for p.TTL from now,
+// whether or not the token has a row already (the key's row is locked:
+// nobody else writes the key's entries meanwhile):
+//
+//	REPLACE INTO holds (lock_key, token, mode, state, lim, owner, fence, acquired_at, expires_at)
+//	VALUES (key, token, mode, state, limit, owner, fence, now, now + ttl)
+func (s *Store) kindEntrySQL(p driver.AcquireParams, state int, fence uint64) string {
 	b := make([]byte, 0, 400+2*len(p.Key)+2*len(p.Token)+2*len(p.Owner))
-	if self {
-		b = append(b, "UPDATE "...)
-		b = append(b, s.qHolds...)
-		b = append(b, " SET mode = "...)
-		b = strconv.AppendUint(b, uint64(p.Mode), 10)
-		b = append(b, ", state = "...)
-		b = strconv.AppendInt(b, int64(state), 10)
-		b = append(b, ", lim = "...)
-		b = strconv.AppendInt(b, int64(p.Limit), 10)
-		b = append(b, ", owner = "...)
-		b = appendText(b, p.Owner)
-		b = append(b, ", fence = "...)
-		b = strconv.AppendUint(b, fence, 10)
-		b = append(b, ", acquired_at = UTC_TIMESTAMP(6), expires_at = "...)
-		b = appendExpiry(b, p.TTL)
-		b = append(b, " WHERE "...)
-		return string(appendEntryFilter(b, p.Key, p.Token))
-	}
-	b = append(b, "INSERT INTO "...)
+	b = append(b, "REPLACE INTO "...)
 	b = append(b, s.qHolds...)
 	b = append(b, " (lock_key, token, mode, state, lim, owner, fence, acquired_at, expires_at) VALUES ("...)
 	b = appendHex(b, p.Key)
 	b = append(b, ", "...)
 	b = appendHex(b, p.Token)
-	b = append(b, ", "...)
-	b = strconv.AppendUint(b, uint64(p.Mode), 10)
-	b = append(b, ", "...)
-	b = strconv.AppendInt(b, int64(state), 10)
-	b = append(b, ", "...)
-	b = strconv.AppendInt(b, int64(p.Limit), 10)
+	for _, n := range []int64{int64(p.Mode), int64(state), int64(p.Limit)} {
+		b = append(b, ", "...)
+		b = strconv.AppendInt(b, n, 10)
+	}
 	b = append(b, ", "...)
 	b = appendText(b, p.Owner)
 	b = append(b, ", "...)

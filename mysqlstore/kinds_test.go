@@ -51,6 +51,46 @@ func linger(full func() bool, d time.Duration) {
 	}
 }
 
+// hammer runs n goroutines on each of lks, each of which calls hold
+// rounds times with its Locker and its number (i, the Locker's; g, its
+// own), and fails the test with the first error any returned.
+func hammer(t *testing.T, lks []*tasklock.Locker, n, rounds int, hold func(lk *tasklock.Locker, i, g int) error) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, len(lks)*n)
+	for i, lk := range lks {
+		for g := range n {
+			wg.Go(func() {
+				for range rounds {
+					if err := hold(lk, i, g); err != nil {
+						errs <- err
+						return
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}
+
+// peak is the highest value a counter of holders inside reached.
+type peak struct{ inside, most atomic.Int32 }
+
+// enter counts a holder in and returns how many are inside.
+func (p *peak) enter() int32 {
+	n := p.inside.Add(1)
+	for m := p.most.Load(); n > m && !p.most.CompareAndSwap(m, n); m = p.most.Load() {
+	}
+	return n
+}
+
+// leave counts a holder out.
+func (p *peak) leave() { p.inside.Add(-1) }
+
 // TestSemaphorePermitCount: 32 goroutines on each of 3 Lockers take
 // permits of one semaphore of 3; the permits held at once, counted by the
 // holders themselves between their grant and their release, never exceed
@@ -67,48 +107,26 @@ func TestSemaphorePermitCount(t *testing.T) {
 	lks := lockers(t, dsn, 3)
 	ctx := ctxT(t)
 	var (
-		inside, most atomic.Int32
-		fences       sync.Map
-		dup          atomic.Int32
-		wg           sync.WaitGroup
-		errs         = make(chan error, len(lks)*goroutines)
+		held   peak
+		fences sync.Map
+		dup    atomic.Int32
 	)
-	for _, lk := range lks {
-		sem := lk.Semaphore("pool", permits)
-		for range goroutines {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for range rounds {
-					l, err := sem.Acquire(ctx, &tasklock.ObtainOptions{TTL: 5 * time.Second})
-					if err != nil {
-						errs <- err
-						return
-					}
-					n := inside.Add(1)
-					for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
-					}
-					if _, loaded := fences.LoadOrStore(l.Fence(), true); loaded {
-						dup.Add(1)
-					}
-					linger(func() bool { return inside.Load() >= permits }, 30*time.Millisecond)
-					inside.Add(-1)
-					if err := l.Release(ctx); err != nil {
-						errs <- err
-						return
-					}
-				}
-			}()
+	hammer(t, lks, goroutines, rounds, func(lk *tasklock.Locker, _, _ int) error {
+		l, err := lk.Semaphore("pool", permits).Acquire(ctx, &tasklock.ObtainOptions{TTL: 5 * time.Second})
+		if err != nil {
+			return err
 		}
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-	t.Logf("most permits held at once: %d of %d; %d grants", most.Load(), permits, len(lks)*goroutines*rounds)
-	if most.Load() > permits {
-		t.Fatalf("%d permits held at once, the semaphore has %d", most.Load(), permits)
+		held.enter()
+		if _, loaded := fences.LoadOrStore(l.Fence(), true); loaded {
+			dup.Add(1)
+		}
+		linger(func() bool { return held.inside.Load() >= permits }, 30*time.Millisecond)
+		held.leave()
+		return l.Release(ctx)
+	})
+	t.Logf("most permits held at once: %d of %d; %d grants", held.most.Load(), permits, len(lks)*goroutines*rounds)
+	if held.most.Load() > permits {
+		t.Fatalf("%d permits held at once, the semaphore has %d", held.most.Load(), permits)
 	}
 	if dup.Load() > 0 {
 		t.Fatalf("%d fences granted twice", dup.Load())
@@ -125,79 +143,52 @@ func TestRWMutexExclusion(t *testing.T) {
 	lks := lockers(t, dsn, 3)
 	ctx := ctxT(t)
 	var (
-		readers, writers atomic.Int32
+		readers, writers peak
 		bad              atomic.Int32
 		mu               sync.Mutex
 		lastWrite        uint64
-		readersAtOnce    atomic.Int32
-		wg               sync.WaitGroup
-		errs             = make(chan error, 64)
 	)
 	opts := &tasklock.ObtainOptions{TTL: 5 * time.Second}
-	for i, lk := range lks {
+	hammer(t, lks, 8, 3, func(lk *tasklock.Locker, i, g int) error {
 		rw := lk.RWMutex("doc")
-		for g := range 8 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for range 3 {
-					if (g+i)%4 == 0 {
-						l, err := rw.Lock(ctx, opts)
-						if err != nil {
-							errs <- err
-							return
-						}
-						if writers.Add(1) != 1 || readers.Load() != 0 {
-							bad.Add(1)
-						}
-						mu.Lock()
-						if l.Fence() <= lastWrite {
-							t.Errorf("writer's fence %d after %d", l.Fence(), lastWrite)
-						}
-						lastWrite = l.Fence()
-						mu.Unlock()
-						writers.Add(-1)
-						if err := l.Release(ctx); err != nil {
-							errs <- err
-							return
-						}
-						continue
-					}
-					l, err := rw.RLock(ctx, opts)
-					if err != nil {
-						errs <- err
-						return
-					}
-					n := readers.Add(1)
-					if writers.Load() != 0 {
-						bad.Add(1)
-					}
-					for m := readersAtOnce.Load(); n > m && !readersAtOnce.CompareAndSwap(m, n); m = readersAtOnce.Load() {
-					}
-					linger(func() bool { return readers.Load() >= 3 }, 20*time.Millisecond)
-					mu.Lock()
-					if l.Fence() != lastWrite {
-						t.Errorf("reader's fence %d, the last writer's is %d", l.Fence(), lastWrite)
-					}
-					mu.Unlock()
-					readers.Add(-1)
-					if err := l.Release(ctx); err != nil {
-						errs <- err
-						return
-					}
-				}
-			}()
+		if (g+i)%4 == 0 {
+			l, err := rw.Lock(ctx, opts)
+			if err != nil {
+				return err
+			}
+			if writers.enter() != 1 || readers.inside.Load() != 0 {
+				bad.Add(1)
+			}
+			mu.Lock()
+			if l.Fence() <= lastWrite {
+				t.Errorf("writer's fence %d after %d", l.Fence(), lastWrite)
+			}
+			lastWrite = l.Fence()
+			mu.Unlock()
+			writers.leave()
+			return l.Release(ctx)
 		}
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
+		l, err := rw.RLock(ctx, opts)
+		if err != nil {
+			return err
+		}
+		readers.enter()
+		if writers.inside.Load() != 0 {
+			bad.Add(1)
+		}
+		mu.Lock()
+		if l.Fence() != lastWrite {
+			t.Errorf("reader's fence %d, the last writer's is %d", l.Fence(), lastWrite)
+		}
+		mu.Unlock()
+		linger(func() bool { return readers.inside.Load() >= 3 }, 20*time.Millisecond)
+		readers.leave()
+		return l.Release(ctx)
+	})
 	if bad.Load() > 0 {
 		t.Fatalf("a writer was inside with another holder %d times", bad.Load())
 	}
-	t.Logf("readers at once: up to %d; last writer's fence %d", readersAtOnce.Load(), lastWrite)
+	t.Logf("readers at once: up to %d; last writer's fence %d", readers.most.Load(), lastWrite)
 }
 
 // TestKindsStore exercises the rules of driver.Mode at the Store.
@@ -453,14 +444,14 @@ func testKindKeepFor(t *testing.T, s *Store, _ *sql.DB) {
 
 // testKindRenewMixed: a renewal of mutexes, readers and permits is one
 // statement, and two when a lease was lost.
-func testKindRenewMixed(t *testing.T, s *Store, _ *sql.DB) {
+func testKindRenewMixed(t *testing.T, _ *Store, _ *sql.DB) {
 	ctx := ctxT(t)
 	dsn := testserver.SharedMariaDB(t).CreateDB(t)
 	if err := Migrate(ctx, openDB(t, dsn), nil); err != nil {
 		t.Fatal(err)
 	}
 	c := &counter{}
-	s = mustNew(t, openCountingDB(t, dsn, c), nil)
+	s := mustNew(t, openCountingDB(t, dsn, c), nil)
 	var ps []driver.RenewParams
 	for i := range 4 {
 		key, tok := fmt.Sprintf("m%d", i), token()
