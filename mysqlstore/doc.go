@@ -7,7 +7,7 @@
 //
 // The Store implements driver.Store, driver.Lister, driver.ForceReleaser,
 // driver.Batcher, driver.Kinder (read-write locks and semaphores, in lease
-// mode) and driver.FairQueuer (fair waits for a mutex, in lease mode). It
+// mode) and driver.FairQueuer (fair waits for a mutex). It
 // has no notifications: waiters poll with the Locker's jittered backoff
 // (5 ms doubling to 250 ms, never later than the holder's lease could end).
 //
@@ -104,7 +104,7 @@
 //
 // # Fair queue
 //
-// In lease mode a fair Obtain (tasklock.ObtainOptions.Fair) waits in
+// A fair Obtain (tasklock.ObtainOptions.Fair) waits in
 // <Table>_queue: a row per waiter, seq AUTO_INCREMENT giving the order,
 // whose expires_at (by the server's clock) its Ticket's Wait renews at
 // least every TTL/3. The head of a key's queue is its live entry with the
@@ -117,9 +117,14 @@
 // 250 ms (jittered), no longer than the holder's lease when it is the
 // head. A waiter that dies leaves the line when its entry's lease ends,
 // within its TTL; Leave deletes the entry at once. An uncontended fair
-// Obtain costs four round trips (INSERT, the grant, DELETE, and the
-// Locker's Renew). Plain Acquires do not look at the queue: a caller that
-// does not ask for fairness may take a free key ahead of it.
+// Obtain costs four round trips in lease mode (INSERT, the grant, DELETE,
+// and the Locker's Renew). In connection mode the queue is the same, and
+// the head's grant is connection mode's Acquire asking for the GET_LOCK
+// only while the entry is the head (WHERE IF(<head>, GET_LOCK(name, 0), 0)
+// = 1: IF evaluates only the branch it takes); the holder Wait looks at is
+// the session holding the GET_LOCK, its remaining lease unknown. Plain
+// Acquires do not look at the queue: a caller that does not ask for
+// fairness may take a free key ahead of it.
 //
 // Statements carry keys, tokens and owners as hexadecimal literals, without
 // placeholders, so each is one COM_QUERY round trip whatever the DSN says

@@ -3,6 +3,7 @@ package mysqlstore
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -22,23 +23,18 @@ const (
 	fairPollMax = 250 * time.Millisecond
 )
 
-// EnqueueFair implements driver.FairQueuer in lease mode: it adds an entry
-// for p.Token at the back of p.Key's queue, a row of the queue table whose
-// lease of p.TTL the Ticket's Wait renews while it waits, in one INSERT.
-// A waiter that dies, or stops waiting without Leave, leaves the queue when
-// that lease ends. Only mutexes wait in a fair queue; connection mode
-// keeps none (its locks are GET_LOCKs, which the server grants in no
-// order), and returns an error wrapping driver.ErrUnsupported.
+// EnqueueFair implements driver.FairQueuer: it adds an entry for p.Token
+// at the back of p.Key's queue, a row of the queue table whose lease of
+// p.TTL the Ticket's Wait renews while it waits, in one INSERT. A waiter
+// that dies, or stops waiting without Leave, leaves the queue when that
+// lease ends. Only mutexes wait in a fair queue. In connection mode the
+// queue is the same; the head's grant is a GET_LOCK, as Acquire's.
 func (s *Store) EnqueueFair(ctx context.Context, p driver.AcquireParams) (driver.Ticket, error) {
 	if err := checkAcquire(p); err != nil {
 		return nil, err
 	}
-	switch {
-	case p.Mode != driver.ModeMutex:
+	if p.Mode != driver.ModeMutex {
 		return nil, fmt.Errorf("%w: mysqlstore: enqueue %q: only a mutex waits in a fair queue, not a %v hold", driver.ErrUnsupported, p.Key, p.Mode)
-	case s.mode == ModeConnection:
-		return nil, fmt.Errorf("%w: mysqlstore: enqueue %q: connection mode keeps no fair queue (its locks are GET_LOCKs, which the server grants in no order); use lease mode (Options.Mode %q)",
-			driver.ErrUnsupported, p.Key, ModeLease)
 	}
 	b := make([]byte, 0, 200+2*len(p.Key)+2*len(p.Token)+2*len(p.Owner))
 	b = append(b, "INSERT INTO "...)
@@ -64,7 +60,7 @@ func (s *Store) EnqueueFair(ctx context.Context, p driver.AcquireParams) (driver
 		b = append(b[:0], "DELETE FROM "...)
 		b = append(b, s.qQueue...)
 		b = append(b, " WHERE "...)
-		b = appendEntryFilter(b, p.Key, p.Token)
+		b = appendPairFilter(b, "", []leasePair{{p.Key, p.Token}})
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 		_, _ = s.db.ExecContext(cctx, string(b))
 		cancel()
@@ -93,22 +89,37 @@ type ticket struct {
 // tells that the entry is gone: driver.ErrNotHeld), and either tries the
 // grant or looks at the queue:
 //
-//   - The grant is Acquire's statement as an INSERT ... SELECT whose row
-//     exists only while the entry is the head of the key's live queue (the
-//     live entry with the lowest seq), so the key's row is taken exactly as
-//     Acquire takes it, expired or free, with the next fence, only by the
-//     head. The first round tries it at once; then an entry granted is
-//     deleted, with the key's expired entries (one DELETE).
+//   - The grant is Acquire's statement asking only while the entry is the
+//     head of the key's live queue (the live entry with the lowest seq),
+//     so the key is taken exactly as Acquire takes it, with the next
+//     fence, and only by the head (see grant). The first round tries it at
+//     once; an entry granted is then deleted, with the key's expired
+//     entries (one DELETE).
 //   - The look is one SELECT of the entry's remaining lease, the head's
 //     seq, and the key's holder and remaining lease. The next round tries
 //     the grant when the entry is the head and the key free; otherwise
 //     Wait sleeps 5 ms doubling to 250 ms (jittered), no longer than the
-//     holder's lease has to run when the entry is the head, nor past the
-//     entry's next renewal.
+//     holder's lease has to run when the entry is the head (when the store
+//     knows it), nor past the entry's next renewal.
 //
 // mysqlstore has no notifications: the head finds the key free within
-// one sleep of its release.
+// one sleep of its release. When ctx ends before Wait has seen the key's
+// holder, it looks once more, for at most half a second, so that Holder
+// can name it.
 func (t *ticket) Wait(ctx context.Context) (driver.Grant, error) {
+	g, err := t.wait(ctx)
+	if err != nil && ctx.Err() != nil && t.Holder() == nil {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 500*time.Millisecond)
+		if st, err := t.look(cctx); err == nil {
+			t.setHolder(st.holder)
+		}
+		cancel()
+	}
+	return g, err
+}
+
+// wait is Wait but for its last look.
+func (t *ticket) wait(ctx context.Context) (driver.Grant, error) {
 	op := fmt.Sprintf("wait in the queue of %q", t.p.Key)
 	try, tried := true, false
 	var timer *time.Timer
@@ -126,7 +137,7 @@ func (t *ticket) Wait(ctx context.Context) (driver.Grant, error) {
 		if try {
 			fence, err := t.grant(ctx)
 			if err != nil {
-				return driver.Grant{}, t.s.wrap(op, err)
+				return driver.Grant{}, err
 			}
 			if fence != 0 {
 				t.dequeue(ctx)
@@ -140,16 +151,14 @@ func (t *ticket) Wait(ctx context.Context) (driver.Grant, error) {
 		if st.left <= 0 {
 			return driver.Grant{}, fmt.Errorf("%w: mysqlstore: the queue entry for %q is gone", driver.ErrNotHeld, t.p.Key)
 		}
-		t.mu.Lock()
-		t.holder = st.holder
-		t.mu.Unlock()
+		t.setHolder(st.holder)
 		head := st.head == t.seq
 		try, tried = head && st.holder == nil, try
 		if try && !tried {
 			continue
 		}
 		d := min(fairPollMin<<min(attempt-1, 10), fairPollMax)
-		if head && st.holder != nil && st.holder.TTL+time.Millisecond < d {
+		if head && st.holder != nil && st.holder.TTL > 0 && st.holder.TTL+time.Millisecond < d {
 			d = st.holder.TTL + time.Millisecond
 		}
 		d += rand.N(d/8 + time.Millisecond)
@@ -165,6 +174,13 @@ func (t *ticket) Wait(ctx context.Context) (driver.Grant, error) {
 			return driver.Grant{}, ctx.Err()
 		}
 	}
+}
+
+// setHolder records the holder a look saw.
+func (t *ticket) setHolder(h *driver.HeldError) {
+	t.mu.Lock()
+	t.holder = h
+	t.mu.Unlock()
 }
 
 // renew extends the entry's lease by its TTL from now, in one UPDATE of
@@ -209,7 +225,8 @@ func (t *ticket) appendHeadSQL(b []byte) []byte {
 
 // grant takes the key for the entry's token as Acquire would, in one
 // statement, if the entry is the head of the key's live queue, and returns
-// the grant's fence; 0 when the entry is not the head or the key is held:
+// the grant's fence; 0 when the entry is not the head or the key is held.
+// In lease mode:
 //
 //	INSERT INTO t (...) SELECT key, token, owner, LAST_INSERT_ID(1), now, now + ttl
 //	FROM DUAL WHERE (SELECT seq FROM queue WHERE lock_key = key AND expires_at > now
@@ -217,37 +234,54 @@ func (t *ticket) appendHeadSQL(b []byte) []byte {
 //	ON DUPLICATE KEY UPDATE  -- as Acquire's (see leaseAcquire)
 //
 // The WHERE makes no row when the entry is not the head, and then no
-// LAST_INSERT_ID(expr) runs: the insert id is 0.
+// LAST_INSERT_ID(expr) runs: the insert id is 0. In connection mode it is
+// connection mode's Acquire with the head as its guard (see
+// connAcquireIf): GET_LOCK is asked for only by the head.
 func (t *ticket) grant(ctx context.Context) (uint64, error) {
 	p := t.p
-	tok := appendHex(nil, p.Token)
-	b := make([]byte, 0, 1200+4*len(p.Key)+6*len(p.Token)+4*len(p.Owner))
-	b = t.s.appendAcquireInsert(b)
-	b = append(b, "SELECT "...)
-	b = appendAcquireRow(b, p)
-	b = appendExpiry(b, p.TTL)
-	b = append(b, " FROM DUAL WHERE "...)
-	b = t.appendHeadSQL(b)
-	b = append(b, " = "...)
-	b = strconv.AppendUint(b, t.seq, 10)
-	b = append(b, " ON DUPLICATE KEY UPDATE fence = IF("+acquireExpired+", LAST_INSERT_ID(fence + 1), IF(token = "...)
-	b = append(b, tok...)
-	b = append(b, ", LAST_INSERT_ID(fence), fence + 0 * LAST_INSERT_ID(0)))"...)
-	b = appendAcquireTakeover(b, tok, appendText(nil, p.Owner), appendExpiry(nil, p.TTL))
-	res, err := t.s.db.ExecContext(ctx, string(b))
-	if err != nil {
-		return 0, err
+	head := t.appendHeadSQL(nil)
+	head = append(head, " = "...)
+	head = strconv.AppendUint(head, t.seq, 10)
+	var fence uint64
+	if t.s.mode == ModeConnection {
+		g, err := t.s.connAcquireIf(ctx, p, head)
+		var he *driver.HeldError
+		switch {
+		case errors.As(err, &he):
+			return 0, nil
+		case err != nil:
+			return 0, err
+		}
+		fence = g.Fence
+	} else {
+		tok := appendHex(nil, p.Token)
+		b := make([]byte, 0, 1200+4*len(p.Key)+6*len(p.Token)+4*len(p.Owner))
+		b = t.s.appendAcquireInsert(b)
+		b = append(b, "SELECT "...)
+		b = appendAcquireRow(b, p)
+		b = appendExpiry(b, p.TTL)
+		b = append(b, " FROM DUAL WHERE "...)
+		b = append(b, head...)
+		b = append(b, " ON DUPLICATE KEY UPDATE fence = IF("+acquireExpired+", LAST_INSERT_ID(fence + 1), IF(token = "...)
+		b = append(b, tok...)
+		b = append(b, ", LAST_INSERT_ID(fence), fence + 0 * LAST_INSERT_ID(0)))"...)
+		b = appendAcquireTakeover(b, tok, appendText(nil, p.Owner), appendExpiry(nil, p.TTL))
+		res, err := t.s.db.ExecContext(ctx, string(b))
+		var id int64
+		if err == nil {
+			id, err = res.LastInsertId()
+		}
+		if err != nil {
+			return 0, t.s.wrap(fmt.Sprintf("acquire %q at the head of its queue", p.Key), err)
+		}
+		fence = uint64(id)
 	}
-	id, err := res.LastInsertId()
-	if err != nil {
-		return 0, err
-	}
-	if id != 0 {
+	if fence != 0 {
 		t.mu.Lock()
 		t.granted = true
 		t.mu.Unlock()
 	}
-	return uint64(id), nil
+	return fence, nil
 }
 
 // dequeue deletes the granted entry, and the key's expired entries, whose
@@ -276,31 +310,48 @@ type queueState struct {
 }
 
 // look reads the entry's remaining lease, the head of the key's live
-// queue and the key's holder, in one SELECT.
+// queue and the key's holder, in one SELECT. In connection mode the key is
+// held while its GET_LOCK is in use (its remaining lease unknown: 0) or
+// its row keeps it (see connBlocked).
 func (t *ticket) look(ctx context.Context) (queueState, error) {
-	b := make([]byte, 0, 1000+6*len(t.p.Key)+2*len(t.p.Token))
+	var start string
+	if t.s.mode == ModeConnection {
+		var err error
+		if start, err = t.s.startSQL(ctx); err != nil {
+			return queueState{}, err
+		}
+	}
+	b := make([]byte, 0, 2000+6*len(t.p.Key)+2*len(t.p.Token))
 	b = append(b, "SELECT (SELECT TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) FROM "...)
 	b = append(b, t.s.qQueue...)
 	b = t.appendSelf(b)
 	b = append(b, "), "...)
 	b = t.appendHeadSQL(b)
-	for _, col := range []string{"owner", "TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at)"} {
+	// The holder's owner where the key is held, and its remaining lease.
+	held, left := " AND expires_at > UTC_TIMESTAMP(6)", "TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at)"
+	if t.s.mode == ModeConnection {
+		blocked := connBlocked(start)
+		held = " AND (IS_USED_LOCK(" + string(t.s.lockName([]byte("lock_key"))) + ") IS NOT NULL OR " + blocked + " > 0)"
+		left = "GREATEST(" + blocked + ", 0)"
+	}
+	for _, col := range []string{"owner", left} {
 		b = append(b, ", (SELECT "...)
 		b = append(b, col...)
 		b = append(b, " FROM "...)
 		b = append(b, t.s.qt...)
 		b = append(b, " WHERE lock_key = "...)
 		b = appendHex(b, t.p.Key)
-		b = append(b, " AND expires_at > UTC_TIMESTAMP(6))"...)
+		b = append(b, held...)
+		b = append(b, ')')
 	}
 	var (
-		left, head, us sql.NullInt64
+		mine, head, us sql.NullInt64
 		owner          sql.NullString
 	)
-	if err := t.s.db.QueryRowContext(ctx, string(b)).Scan(&left, &head, &owner, &us); err != nil {
+	if err := t.s.db.QueryRowContext(ctx, string(b)).Scan(&mine, &head, &owner, &us); err != nil {
 		return queueState{}, err
 	}
-	st := queueState{left: left.Int64, head: uint64(head.Int64)}
+	st := queueState{left: mine.Int64, head: uint64(head.Int64)}
 	if owner.Valid {
 		st.holder = &driver.HeldError{Owner: owner.String, TTL: fromMicros(us.Int64)}
 	}
@@ -323,7 +374,7 @@ func (t *ticket) Leave(ctx context.Context) error {
 	granted := t.granted
 	t.mu.Unlock()
 	if granted {
-		return t.s.leaseRelease(ctx, driver.ReleaseParams{Key: t.p.Key, Token: t.p.Token})
+		return t.s.Release(ctx, driver.ReleaseParams{Key: t.p.Key, Token: t.p.Token})
 	}
 	b := make([]byte, 0, 200+2*len(t.p.Token))
 	b = append(b, "DELETE FROM "...)

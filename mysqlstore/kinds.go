@@ -373,14 +373,6 @@ func (s *Store) kindEntrySQL(p driver.AcquireParams, state int, fence uint64) st
 	return string(append(b, ')'))
 }
 
-// appendEntryFilter appends "lock_key = key AND token = token".
-func appendEntryFilter(b []byte, key, token string) []byte {
-	b = append(b, "lock_key = "...)
-	b = appendHex(b, key)
-	b = append(b, " AND token = "...)
-	return appendHex(b, token)
-}
-
 // kindFenceSQL sets key's counter to fence.
 func (s *Store) kindFenceSQL(key string, fence uint64) string {
 	b := make([]byte, 0, 100+2*len(key))
@@ -426,7 +418,7 @@ func (s *Store) kindRelease(ctx context.Context, p driver.ReleaseParams) error {
 		b = append(b, s.qHolds...)
 	}
 	b = append(b, " WHERE "...)
-	b = appendEntryFilter(b, p.Key, p.Token)
+	b = appendPairFilter(b, "", []leasePair{{p.Key, p.Token}})
 	b = append(b, " AND mode = "...)
 	b = strconv.AppendUint(b, uint64(p.Mode), 10)
 	b = append(b, " AND state = "+strconv.Itoa(stateHeld)+" AND expires_at > UTC_TIMESTAMP(6)"...)
@@ -441,7 +433,7 @@ func (s *Store) kindRelease(ctx context.Context, p driver.ReleaseParams) error {
 		b = append(b[:0], "DELETE FROM "...)
 		b = append(b, s.qHolds...)
 		b = append(b, " WHERE "...)
-		b = appendEntryFilter(b, p.Key, p.Token)
+		b = appendPairFilter(b, "", []leasePair{{p.Key, p.Token}})
 		b = append(b, " AND mode = "+strconv.Itoa(int(driver.ModeWrite))+" AND state = "+strconv.Itoa(stateWaiting)...)
 		if _, err := s.db.ExecContext(ctx, string(b)); err != nil {
 			return s.wrap(fmt.Sprintf("release %q (%v): delete the waiting entry", p.Key, p.Mode), err)

@@ -477,6 +477,8 @@ func testKindRenewMixed(t *testing.T, _ *Store, _ *sql.DB) {
 		{"mixed", ps, 1, -1},
 		{"mutexes", ps[:1], 1, -1},
 		{"entries", ps[1:3], 1, -1},
+		{"a mutex and a reader", ps[:2], 1, -1},
+		{"a reader", ps[1:2], 1, -1},
 		{"mixed, a permit lost", append(append([]driver.RenewParams{}, ps...), driver.RenewParams{Key: "permit0", Token: token(), TTL: time.Minute, Mode: driver.ModePermit}), 2, len(ps)},
 		{"mixed, a reader renewed as a permit", append(append([]driver.RenewParams{}, ps[:3]...), driver.RenewParams{Key: ps[1].Key, Token: ps[1].Token, TTL: time.Minute, Mode: driver.ModePermit}), 2, 3},
 	} {
@@ -586,7 +588,8 @@ func testKindNamespaces(t *testing.T, s *Store, _ *sql.DB) {
 	_ = m.Release(ctx)
 }
 
-// TestKindsConnectionMode: connection mode keeps mutexes only, and says so.
+// TestKindsConnectionMode: connection mode keeps mutexes only, and says
+// so; its mutexes wait fairly on request.
 func TestKindsConnectionMode(t *testing.T) {
 	t.Parallel()
 	s, _, _ := newStore(t, ModeConnection)
@@ -599,18 +602,27 @@ func TestKindsConnectionMode(t *testing.T) {
 	if err := s.Kinds(driver.ModeMutex); err != nil {
 		t.Errorf("Kinds(mutex) = %v", err)
 	}
-	if _, err := s.EnqueueFair(ctx, driver.AcquireParams{Key: "k", Token: token(), Owner: "me", TTL: time.Second}); !errors.Is(err, driver.ErrUnsupported) {
-		t.Errorf("EnqueueFair = %v, want ErrUnsupported", err)
+	if _, err := s.Acquire(ctx, driver.AcquireParams{Key: "k", Token: token(), Owner: "me", TTL: time.Second, Mode: driver.ModePermit, Limit: 2}); !errors.Is(err, driver.ErrUnsupported) {
+		t.Errorf("Acquire of a permit = %v, want ErrUnsupported", err)
 	}
 	lk := newLocker(t, s, "lk", nil)
 	if _, err := lk.Semaphore("k", 2).TryAcquire(ctx, nil); !errors.Is(err, tasklock.ErrUnsupported) {
 		t.Errorf("Semaphore.TryAcquire = %v, want ErrUnsupported", err)
 	}
-	if _, err := lk.Obtain(ctx, "k", &tasklock.ObtainOptions{Fair: true}); !errors.Is(err, tasklock.ErrUnsupported) {
-		t.Errorf("fair Obtain = %v, want ErrUnsupported", err)
-	}
 	if err := newLeaseStore(t).Kinds(driver.ModePermit); err != nil {
 		t.Errorf("lease mode Kinds(permit) = %v", err)
+	}
+	// Fair waits work: the head's grant is a GET_LOCK on a connection of
+	// its own.
+	l, err := lk.Obtain(ctx, "k", &tasklock.ObtainOptions{Fair: true})
+	if err != nil {
+		t.Fatalf("fair Obtain of a free key: %v", err)
+	}
+	if _, err := newLocker(t, s, "other", nil).TryObtain(ctx, "k", nil); !errors.Is(err, tasklock.ErrNotObtained) {
+		t.Fatalf("TryObtain of a key held after a fair Obtain: %v", err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -439,8 +439,7 @@ func appendMutexLive(b []byte, mutexes []leasePair) []byte {
 // (lock_key, token).
 func appendEntryLive(b []byte, entries []renewLease) []byte {
 	if len(entries) == 1 {
-		b = append(b, "h."...)
-		b = appendEntryFilter(b, entries[0].key, entries[0].token)
+		b = appendPairFilter(b, "h.", []leasePair{entries[0].leasePair})
 		b = append(b, " AND h.mode = "...)
 		b = strconv.AppendUint(b, uint64(entries[0].mode), 10)
 	} else {
