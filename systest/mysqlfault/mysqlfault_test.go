@@ -204,8 +204,9 @@ func holderIsLive(t *testing.T, s *mysqlstore.Store, l *tasklock.Lock) bool {
 // cut off from the database by a blackhole while another Locker holds the
 // other permit and a third waits for one. The cut-off holder's Done closes
 // within its TTL of the cut, while the database still counts its permit;
-// the waiter gets a permit only after that, with a higher fence; and the
-// permits that Lockers believe they hold never exceed two.
+// the waiter gets a permit only after that, with a higher fence. Every
+// holder runs critical sections while it holds, and a log of them
+// (faulttest.Sections) shows never more than two at once.
 func TestBlackholePermit(t *testing.T) {
 	t.Parallel()
 	const (
@@ -221,15 +222,18 @@ func TestBlackholePermit(t *testing.T) {
 	b := newFaultLocker(t, s, "b")
 	c := newFaultLocker(t, s, "c")
 	ctx := ctxT(t)
+	var log faulttest.Sections
 
 	la, err := a.Semaphore(faultKey, permits).TryAcquire(ctx, &tasklock.ObtainOptions{TTL: ttl})
 	if err != nil {
 		t.Fatal(err)
 	}
+	stopA := log.Loop("a", la, nil)
 	lb, err := b.Semaphore(faultKey, permits).TryAcquire(ctx, &tasklock.ObtainOptions{TTL: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
+	stopB := log.Loop("b", lb, nil)
 	if _, err := c.Semaphore(faultKey, permits).TryAcquire(ctx, nil); !errors.Is(err, tasklock.ErrNotObtained) {
 		t.Fatalf("a third permit: %v, want ErrNotObtained", err)
 	}
@@ -241,7 +245,6 @@ func TestBlackholePermit(t *testing.T) {
 		at      time.Time
 		err     error
 		aClosed bool // a's Done was closed when c got its permit
-		bOpen   bool // b's was open
 	}
 	got := make(chan grant, 1)
 	go func() {
@@ -251,11 +254,6 @@ func TestBlackholePermit(t *testing.T) {
 		case <-la.Done():
 			g.aClosed = true
 		default:
-		}
-		select {
-		case <-lb.Done():
-		default:
-			g.bOpen = true
 		}
 		got <- g
 	}()
@@ -281,9 +279,23 @@ func TestBlackholePermit(t *testing.T) {
 	if !g.aClosed {
 		t.Fatal("c got a permit while a's Done was still open: three permits believed held")
 	}
-	if !g.bOpen {
-		t.Fatal("b lost its permit, which no fault touched")
+	stopC := log.Loop("c", g.l, nil)
+	waitFor(t, 5*time.Second, "c's critical sections", func() bool {
+		n := 0
+		for _, sec := range log.List() {
+			if sec.Holder == "c" {
+				n++
+			}
+		}
+		return n >= 5
+	})
+	stopA()
+	stopB()
+	stopC()
+	if most := faulttest.CheckSections(t, permits, log.List()); most < 2 {
+		t.Errorf("at most %d critical section open at once: the permits were not shared", most)
 	}
+	assertOpen(t, lb)
 	if g.l.Fence() <= la.Fence() || g.l.Fence() <= lb.Fence() {
 		t.Fatalf("c's fence %d, after a's %d and b's %d", g.l.Fence(), la.Fence(), lb.Fence())
 	}
@@ -308,4 +320,14 @@ func TestBlackholePermit(t *testing.T) {
 	}
 	_ = g.l.Release(ctx)
 	_ = lb.Release(ctx)
+}
+
+// assertOpen fails the test when l's Done is closed.
+func assertOpen(t *testing.T, l *tasklock.Lock) {
+	t.Helper()
+	select {
+	case <-l.Done():
+		t.Fatalf("%v hold of %q lost: %v", l.Mode(), l.Key(), l.Err())
+	default:
+	}
 }
