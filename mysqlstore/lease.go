@@ -273,16 +273,16 @@ type renewLease struct {
 //
 // The key list lets the optimizer read just those primary-key entries; the
 // row comparison checks each token. Entries of read-write locks and
-// semaphores are rows of the holds table, matched by (lock_key, token,
-// mode), its primary key and the mode they were granted in, and only as
-// holds (state 0: not a waiting writer, not released). A chunk with both
+// semaphores are rows of the holds table, matched by (lock_key, token),
+// its primary key, and the mode they were granted in, and only as holds
+// (state 0: not a waiting writer, not released; see appendEntryLive). A chunk with both
 // renews both tables in one multi-table UPDATE driven by a two-row derived
 // table, each row outer-joined to one table's leases:
 //
 //	UPDATE (SELECT 1 AS side UNION ALL SELECT 2) d
 //	LEFT JOIN t m ON d.side = 1 AND <the mutexes' condition above>
-//	LEFT JOIN t_holds h ON d.side = 2 AND (h.lock_key, h.token, h.mode) IN (...)
-//	  AND h.state = 0 AND h.expires_at > now
+//	LEFT JOIN t_holds h ON d.side = 2 AND (h.lock_key, h.token) IN (...)
+//	  AND h.mode = m AND h.state = 0 AND h.expires_at > now
 //	SET m.expires_at = ..., h.expires_at = ...
 //
 // so that a mixed batch costs the round trips a batch of mutexes does.
@@ -326,7 +326,7 @@ func (s *Store) leaseRenew(ctx context.Context, ps []driver.RenewParams) ([]erro
 	for start := 0; start < len(leases); {
 		end, size := start, 0
 		for end < len(leases) && end-start < renewMaxLeases && (size < renewMaxBytes || end == start) {
-			size += 4*len(leases[end].key) + 2*len(leases[end].token) + 80
+			size += 4*len(leases[end].key) + 4*len(leases[end].token) + 80
 			end++
 		}
 		chunk := leases[start:end]
@@ -434,31 +434,58 @@ func appendMutexLive(b []byte, mutexes []leasePair) []byte {
 
 // appendEntryLive appends the condition that a row of the holds table,
 // aliased h, is the live hold of one of entries, in the entry's mode:
-// "(h.lock_key, h.token, h.mode) IN ((k, t, m), ...) AND h.state = 0 AND
-// h.expires_at > now", which the optimizer serves from the primary key
-// (lock_key, token).
+//
+//	(h.lock_key, h.token) IN ((k, t), ...) AND h.mode = m
+//	  AND h.state = 0 AND h.expires_at > now
+//
+// The pairs are exactly the primary key, (lock_key, token), which the
+// optimizer serves as a range of point lookups (MySQL uses a row
+// constructor's IN for an index only where its columns are a prefix of the
+// index); entries of more than one mode check theirs with "(h.lock_key,
+// h.token, h.mode) IN (...)" as well.
 func appendEntryLive(b []byte, entries []renewLease) []byte {
+	pairs := make([]leasePair, len(entries))
+	same := true
+	for i, e := range entries {
+		pairs[i] = e.leasePair
+		same = same && e.mode == entries[0].mode
+	}
 	if len(entries) == 1 {
-		b = appendPairFilter(b, "h.", []leasePair{entries[0].leasePair})
+		b = appendPairFilter(b, "h.", pairs)
+	} else {
+		b = append(b, "(h.lock_key, h.token) IN ("...)
+		b = appendTuples(b, entries, false)
+		b = append(b, ')')
+	}
+	if same {
 		b = append(b, " AND h.mode = "...)
 		b = strconv.AppendUint(b, uint64(entries[0].mode), 10)
 	} else {
-		b = append(b, "(h.lock_key, h.token, h.mode) IN ("...)
-		for i, e := range entries {
-			if i > 0 {
-				b = append(b, ", "...)
-			}
-			b = append(b, '(')
-			b = appendHex(b, e.key)
-			b = append(b, ", "...)
-			b = appendHex(b, e.token)
-			b = append(b, ", "...)
-			b = strconv.AppendUint(b, uint64(e.mode), 10)
-			b = append(b, ')')
-		}
+		b = append(b, " AND (h.lock_key, h.token, h.mode) IN ("...)
+		b = appendTuples(b, entries, true)
 		b = append(b, ')')
 	}
 	return append(b, " AND h.state = "+strconv.Itoa(stateHeld)+" AND h.expires_at > UTC_TIMESTAMP(6)"...)
+}
+
+// appendTuples appends "(k, t), ..." for entries, or with mode "(k, t, m),
+// ...".
+func appendTuples(b []byte, entries []renewLease, mode bool) []byte {
+	for i, e := range entries {
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		b = append(b, '(')
+		b = appendHex(b, e.key)
+		b = append(b, ", "...)
+		b = appendHex(b, e.token)
+		if mode {
+			b = append(b, ", "...)
+			b = strconv.AppendUint(b, uint64(e.mode), 10)
+		}
+		b = append(b, ')')
+	}
+	return b
 }
 
 // renewedLeases returns which leases of chunk are live: after a renewal
