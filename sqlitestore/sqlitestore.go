@@ -124,7 +124,8 @@ func resolve(opts *Options) (config, error) {
 const nowUS = "(CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000)"
 
 // Store keeps leases in a SQLite database. It implements driver.Store,
-// driver.Lister, driver.ForceReleaser and driver.Batcher (not
+// driver.Lister, driver.ForceReleaser, driver.Batcher, driver.Kinder
+// (read-write locks and semaphores) and driver.FairQueuer (not
 // driver.Notifier: waiters poll), and is safe for concurrent use. Create it
 // with New.
 type Store struct {
