@@ -112,67 +112,6 @@ func TestFairOrder(t *testing.T) {
 	}
 }
 
-// TestFairDeadWaiter leaves an entry whose waiter never waits (a dead
-// process) ahead of a live one: it leaves the line within its TTL, and the
-// live waiter is served; one that gives up leaves at once.
-func TestFairDeadWaiter(t *testing.T) {
-	s := newStoreT(t, openT(t, dbPath(t), nil))
-	ctx := ctxT(t)
-	holder := newLockerT(t, s, "holder")
-	l, err := holder.Obtain(ctx, "line", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	const deadTTL = 500 * time.Millisecond
-	if _, err := s.EnqueueFair(ctx, driver.AcquireParams{Key: "line", Token: "dead", Owner: "dead", TTL: deadTTL}); err != nil {
-		t.Fatal(err)
-	}
-	gaveUp := make(chan struct{}, 1)
-	quitter := eventLocker(t, s, "quitter", tasklock.EventQueued, gaveUp)
-	qctx, cancel := context.WithCancel(ctx)
-	quit := make(chan error, 1)
-	go func() {
-		_, err := quitter.Obtain(qctx, "line", &tasklock.ObtainOptions{Fair: true})
-		quit <- err
-	}()
-	waitSignal(t, gaveUp, "EventQueued")
-
-	q := make(chan struct{}, 1)
-	live := eventLocker(t, s, "live", tasklock.EventQueued, q)
-	got := make(chan error, 1)
-	go func() {
-		l, err := live.Obtain(ctx, "line", &tasklock.ObtainOptions{Fair: true})
-		if err == nil {
-			err = l.Release(ctx)
-		}
-		got <- err
-	}()
-	waitSignal(t, q, "EventQueued")
-	if n := len(queued(t, s, "line")); n != 3 {
-		t.Fatalf("%d entries queued, want 3", n)
-	}
-	cancel()
-	var ne *tasklock.NotObtainedError
-	if err := <-quit; !errors.As(err, &ne) || ne.Owner != "holder" || !errors.Is(err, context.Canceled) {
-		t.Fatalf("cancelled fair Obtain = %v, want a *NotObtainedError naming holder", err)
-	}
-	released := time.Now()
-	if err := l.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-got; err != nil {
-		t.Fatal(err)
-	}
-	// The dead entry stood in the way until its TTL ran out, not longer
-	// (the bound is loose: the machine may be busy).
-	if took := time.Since(released); took > deadTTL+5*time.Second {
-		t.Fatalf("the live waiter was served %v after the release, the dead entry's TTL is %v", took, deadTTL)
-	}
-	if q := queued(t, s, "line"); len(q) != 0 {
-		t.Fatalf("entries left in the queue: %v", q)
-	}
-}
-
 // TestFairTicket checks a Ticket at the store: Wait renews its entry while
 // it waits (a TTL shorter than the wait), grants with the mutex's next
 // fence when the entry is the head and the key free, and Leave deletes

@@ -37,93 +37,53 @@ func heldKind(t *testing.T, what string, err error, owner string, waiting bool) 
 	}
 }
 
-// TestReadWriteRules walks the read-write lock's rules at the store.
-func TestReadWriteRules(t *testing.T) {
+// TestWriterClaimExpires: a writer that dies while it waits stops holding
+// readers off when its claim's TTL runs out by SQLite's clock, and a
+// writer's hold released with MinHold is kept until then, no longer its
+// token's.
+func TestWriterClaimExpires(t *testing.T) {
 	s := newStoreT(t, openT(t, dbPath(t), nil))
 	ctx := ctxT(t)
-	const ttl = time.Minute
-	if f := mustKind(t, s, "rw", "r1", driver.ModeRead, 0, ttl); f != 0 {
-		t.Fatalf("first reader's fence = %d, want 0 (no writer yet)", f)
+	mustKind(t, s, "rw", "r1", driver.ModeRead, 0, time.Minute)
+	const claimTTL = 300 * time.Millisecond
+	_, err := acquireKind(t, s, "rw", "dead", driver.ModeWrite, 0, claimTTL)
+	heldKind(t, "writer while a reader holds", err, "owner-r1", false)
+	_, err = acquireKind(t, s, "rw", "r2", driver.ModeRead, 0, time.Minute)
+	heldKind(t, "reader while a writer waits", err, "owner-dead", true)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err := acquireKind(t, s, "rw", "r2", driver.ModeRead, 0, time.Minute)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, driver.ErrHeld) || time.Now().After(deadline) {
+			t.Fatalf("reader after the dead writer's claim expired = %v", err)
+		}
+		time.Sleep(20 * time.Millisecond) // polling SQLite's clock, not synchronising
 	}
-	mustKind(t, s, "rw", "r2", driver.ModeRead, 0, ttl)
-	// A mutex of the same name is another lock.
-	mustAcquire(t, s, "rw", "m", ttl)
-
-	// A writer is refused while readers hold, and leaves a claim that
-	// refuses new readers.
-	_, err := acquireKind(t, s, "rw", "w1", driver.ModeWrite, 0, ttl)
-	heldKind(t, "writer while readers hold", err, "owner-r1", false)
-	_, err = acquireKind(t, s, "rw", "r3", driver.ModeRead, 0, ttl)
-	heldKind(t, "reader while a writer waits", err, "owner-w1", true)
-	// An existing reader asking again (a lost answer) is renewed, not refused.
-	if f := mustKind(t, s, "rw", "r1", driver.ModeRead, 0, ttl); f != 0 {
-		t.Fatalf("repeat reader's fence = %d, want 0", f)
+	if err := s.Release(ctx, driver.ReleaseParams{Key: "rw", Token: "dead", Mode: driver.ModeWrite}); !errors.Is(err, driver.ErrNotHeld) {
+		t.Fatalf("Release of an expired claim = %v, want ErrNotHeld", err)
 	}
-	// The waiting claim is listed, and is not a hold: renewing it fails.
-	leases, err := s.Leases(ctx, "rw")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var modes []string
-	for _, l := range leases {
-		modes = append(modes, fmt.Sprintf("%v/%v/%v", l.Mode, l.Limit, l.Waiting))
-	}
-	if fmt.Sprint(modes) != "[mutex/0/false read/0/false read/0/false write/0/true]" {
-		t.Fatalf("Leases = %v", modes)
-	}
-	res, err := s.Renew(ctx, []driver.RenewParams{{Key: "rw", Token: "w1", TTL: ttl, Mode: driver.ModeWrite}})
-	if err != nil || !errors.Is(res[0], driver.ErrNotHeld) {
-		t.Fatalf("Renew of a waiting claim = %v, %v, want ErrNotHeld", res, err)
-	}
-
 	for _, r := range []string{"r1", "r2"} {
 		if err := s.Release(ctx, driver.ReleaseParams{Key: "rw", Token: r, Mode: driver.ModeRead}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	// The mutex named rw is still held by m: it does not count.
-	w1 := mustKind(t, s, "rw", "w1", driver.ModeWrite, 0, ttl)
-	if w1 == 0 {
-		t.Fatal("writer's fence is 0")
-	}
-	if f := mustKind(t, s, "rw", "w1", driver.ModeWrite, 0, ttl); f != w1 {
-		t.Fatalf("repeat writer's fence = %d, want %d", f, w1)
-	}
-	_, err = acquireKind(t, s, "rw", "w2", driver.ModeWrite, 0, ttl)
-	heldKind(t, "second writer", err, "owner-w1", false)
-	_, err = acquireKind(t, s, "rw", "r4", driver.ModeRead, 0, ttl)
-	heldKind(t, "reader while a writer holds", err, "owner-w1", false)
-	// A semaphore of the same name is refused, and changes nothing.
-	if _, err := acquireKind(t, s, "rw", "p", driver.ModePermit, 2, ttl); !errors.Is(err, driver.ErrKindMismatch) {
-		t.Fatalf("permit on a read-write lock = %v, want ErrKindMismatch", err)
-	}
-	if err := s.Release(ctx, driver.ReleaseParams{Key: "rw", Token: "w1", Mode: driver.ModeWrite}); err != nil {
+	mustKind(t, s, "rw", "w", driver.ModeWrite, 0, time.Minute)
+	if err := s.Release(ctx, driver.ReleaseParams{Key: "rw", Token: "w", Mode: driver.ModeWrite, KeepFor: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
-	// w2's claim still holds readers off; w2 leaving deletes it and is
-	// told ErrNotHeld.
-	_, err = acquireKind(t, s, "rw", "r4", driver.ModeRead, 0, ttl)
-	heldKind(t, "reader while w2 waits", err, "owner-w2", true)
-	if err := s.Release(ctx, driver.ReleaseParams{Key: "rw", Token: "w2", Mode: driver.ModeWrite}); !errors.Is(err, driver.ErrNotHeld) {
-		t.Fatalf("Release of a waiting writer = %v, want ErrNotHeld", err)
-	}
-	if f := mustKind(t, s, "rw", "r4", driver.ModeRead, 0, ttl); f != w1 {
-		t.Fatalf("reader's fence = %d, want the last writer's %d", f, w1)
-	}
-	if err := s.Release(ctx, driver.ReleaseParams{Key: "rw", Token: "r4", Mode: driver.ModeRead}); err != nil {
-		t.Fatal(err)
-	}
-	// Every entry is gone; the fence counter is not.
-	if f := mustKind(t, s, "rw", "w3", driver.ModeWrite, 0, ttl); f <= w1 {
-		t.Fatalf("next writer's fence = %d, want more than %d", f, w1)
-	}
-	if err := s.Release(ctx, driver.ReleaseParams{Key: "rw", Token: "w3", Mode: driver.ModeRead}); !errors.Is(err, driver.ErrNotHeld) {
-		t.Fatalf("Release in the wrong mode = %v, want ErrNotHeld", err)
+	_, err = acquireKind(t, s, "rw", "r3", driver.ModeRead, 0, time.Minute)
+	heldKind(t, "reader while a released writer is kept (MinHold)", err, "owner-w", false)
+	res, err := s.Renew(ctx, []driver.RenewParams{{Key: "rw", Token: "w", TTL: time.Minute, Mode: driver.ModeWrite}})
+	if err != nil || !errors.Is(res[0], driver.ErrNotHeld) {
+		t.Fatalf("Renew of a kept writer = %v, %v, want ErrNotHeld", res, err)
 	}
 }
 
-// TestSemaphoreRules walks the semaphore's rules at the store, expiry by
-// SQLite's clock included.
+// TestSemaphoreRules: a permit expires by SQLite's clock, one released
+// with MinHold is kept (and counted) until then, ForceRelease deletes them
+// all, and the key's fence counter outlives them.
 func TestSemaphoreRules(t *testing.T) {
 	s := newStoreT(t, openT(t, dbPath(t), nil))
 	ctx := ctxT(t)
@@ -132,19 +92,8 @@ func TestSemaphoreRules(t *testing.T) {
 	if f2 <= f1 {
 		t.Fatalf("fences %d then %d", f1, f2)
 	}
-	if f := mustKind(t, s, "sem", "a", driver.ModePermit, 2, time.Minute); f != f1 {
-		t.Fatalf("repeat permit's fence = %d, want %d", f, f1)
-	}
 	_, err := acquireKind(t, s, "sem", "c", driver.ModePermit, 2, time.Minute)
 	heldKind(t, "third permit of 2", err, "owner-b", false) // b's ends first
-	for _, m := range []struct {
-		mode  driver.Mode
-		limit int
-	}{{driver.ModePermit, 3}, {driver.ModeRead, 0}, {driver.ModeWrite, 0}} {
-		if _, err := acquireKind(t, s, "sem", "x", m.mode, m.limit, time.Minute); !errors.Is(err, driver.ErrKindMismatch) {
-			t.Fatalf("%v (limit %d) on a semaphore of 2 = %v, want ErrKindMismatch", m.mode, m.limit, err)
-		}
-	}
 	// b's permit expires by SQLite's clock, without a release.
 	deadline := time.Now().Add(10 * time.Second)
 	var f3 uint64
@@ -243,69 +192,6 @@ func TestRenewMixedBatch(t *testing.T) {
 		if l.Mode == driver.ModePermit && l.Limit != 100 {
 			t.Fatalf("permit listed with Limit %d", l.Limit)
 		}
-	}
-}
-
-// TestKindsThroughLocker uses the root API: readers share, a writer
-// excludes them and is not starved; a semaphore keeps its number of
-// permits. (TestSemaphoreAcrossStores has the permits contended.)
-func TestKindsThroughLocker(t *testing.T) {
-	s := newStoreT(t, openT(t, dbPath(t), nil))
-	a, b := newLockerT(t, s, "a"), newLockerT(t, s, "b")
-	ctx := ctxT(t)
-
-	r1, err := a.RWMutex("doc").RLock(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r2, err := b.RWMutex("doc").RLock(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := make(chan *tasklock.Lock, 1)
-	go func() {
-		w, err := b.RWMutex("doc").Lock(ctx, nil)
-		if err != nil {
-			t.Error(err)
-		}
-		got <- w
-	}()
-	// Once the writer waits, new readers are refused.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		l, err := a.RWMutex("doc").TryRLock(ctx, nil)
-		if err != nil {
-			if !errors.Is(err, tasklock.ErrNotObtained) {
-				t.Fatal(err)
-			}
-			break
-		}
-		_ = l.Release(ctx)
-		if time.Now().After(deadline) {
-			t.Fatal("readers still admitted 10s after a writer started waiting")
-		}
-		time.Sleep(5 * time.Millisecond) // waiting for the writer's claim to appear
-	}
-	_ = r1.Release(ctx)
-	_ = r2.Release(ctx)
-	w := <-got
-	if w == nil {
-		t.FailNow()
-	}
-	if w.Mode() != tasklock.ModeWrite || w.Fence() == 0 {
-		t.Fatalf("writer: mode %v fence %d", w.Mode(), w.Fence())
-	}
-	if err := w.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-
-	// A semaphore's number of permits is the key's while it is held.
-	const permits = 3
-	if _, err := a.Semaphore("pool", permits).TryAcquire(ctx, nil); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.Semaphore("pool", permits+1).TryAcquire(ctx, nil); !errors.Is(err, tasklock.ErrKindMismatch) {
-		t.Fatalf("another number of permits while held = %v, want ErrKindMismatch", err)
 	}
 }
 
