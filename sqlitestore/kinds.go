@@ -22,8 +22,9 @@ const (
 
 // kindsSQL are the statements of read-write locks and semaphores
 // (driver.Kinder) and of the fair queue (driver.FairQueuer), over the
-// tables migration 0005 creates beside the lock table. In each, ?1 is the
-// key; the other parameters are named where the statement is made.
+// tables migration 0005 creates beside the lock table. In each but
+// renewAll, ?1 is the key; the other parameters are named where the
+// statement is made.
 type kindsSQL struct {
 	fences, entries, queue string // quoted table names
 
@@ -44,8 +45,8 @@ func newKindsSQL(c config, locks string) *kindsSQL {
 	e := k.entries
 	// The first statement of Acquire's transaction writes, so that it takes
 	// SQLite's write lock before anything is read, whatever the DSN's
-	// _txlock. The second reads SQLite's now once, which the rest use (?2
-	// in prune's successors): one instant decides the whole call.
+	// _txlock. The second reads SQLite's now once, which the rest take as
+	// a parameter: one instant decides the whole call.
 	k.prune = `DELETE FROM ` + e + ` WHERE "key" = ?1 AND expires_at <= ` + nowUS
 	// ?2 token, ?3 mode. One row: now, the key's fence counter (NULL
 	// before its first grant), its live entries (count, smallest and
