@@ -1,7 +1,6 @@
 package mysqlstore
 
 import (
-	"context"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -52,17 +51,17 @@ func linger(full func() bool, d time.Duration) {
 }
 
 // hammer runs n goroutines on each of lks, each of which calls hold
-// rounds times with its Locker and its number (i, the Locker's; g, its
-// own), and fails the test with the first error any returned.
-func hammer(t *testing.T, lks []*tasklock.Locker, n, rounds int, hold func(lk *tasklock.Locker, i, g int) error) {
+// rounds times with its Locker, and fails the test with the first error
+// any returned.
+func hammer(t *testing.T, lks []*tasklock.Locker, n, rounds int, hold func(lk *tasklock.Locker) error) {
 	t.Helper()
 	var wg sync.WaitGroup
 	errs := make(chan error, len(lks)*n)
-	for i, lk := range lks {
-		for g := range n {
+	for _, lk := range lks {
+		for range n {
 			wg.Go(func() {
 				for range rounds {
-					if err := hold(lk, i, g); err != nil {
+					if err := hold(lk); err != nil {
 						errs <- err
 						return
 					}
@@ -111,7 +110,7 @@ func TestSemaphorePermitCount(t *testing.T) {
 		fences sync.Map
 		dup    atomic.Int32
 	)
-	hammer(t, lks, goroutines, rounds, func(lk *tasklock.Locker, _, _ int) error {
+	hammer(t, lks, goroutines, rounds, func(lk *tasklock.Locker) error {
 		l, err := lk.Semaphore("pool", permits).Acquire(ctx, &tasklock.ObtainOptions{TTL: 5 * time.Second})
 		if err != nil {
 			return err
@@ -133,64 +132,6 @@ func TestSemaphorePermitCount(t *testing.T) {
 	}
 }
 
-// TestRWMutexExclusion: writers and readers on 3 Lockers; a writer is
-// never inside with a reader or another writer, every writer's fence is
-// greater than every earlier writer's, and a reader sees a writer's fence.
-func TestRWMutexExclusion(t *testing.T) {
-	t.Parallel()
-	dsn := testserver.SharedMariaDB(t).CreateDB(t)
-	mustNew(t, openDB(t, dsn), &Options{Migrate: true})
-	lks := lockers(t, dsn, 3)
-	ctx := ctxT(t)
-	var (
-		readers, writers peak
-		bad              atomic.Int32
-		mu               sync.Mutex
-		lastWrite        uint64
-	)
-	opts := &tasklock.ObtainOptions{TTL: 5 * time.Second}
-	hammer(t, lks, 8, 3, func(lk *tasklock.Locker, i, g int) error {
-		rw := lk.RWMutex("doc")
-		if (g+i)%4 == 0 {
-			l, err := rw.Lock(ctx, opts)
-			if err != nil {
-				return err
-			}
-			if writers.enter() != 1 || readers.inside.Load() != 0 {
-				bad.Add(1)
-			}
-			mu.Lock()
-			if l.Fence() <= lastWrite {
-				t.Errorf("writer's fence %d after %d", l.Fence(), lastWrite)
-			}
-			lastWrite = l.Fence()
-			mu.Unlock()
-			writers.leave()
-			return l.Release(ctx)
-		}
-		l, err := rw.RLock(ctx, opts)
-		if err != nil {
-			return err
-		}
-		readers.enter()
-		if writers.inside.Load() != 0 {
-			bad.Add(1)
-		}
-		mu.Lock()
-		if l.Fence() != lastWrite {
-			t.Errorf("reader's fence %d, the last writer's is %d", l.Fence(), lastWrite)
-		}
-		mu.Unlock()
-		linger(func() bool { return readers.inside.Load() >= 3 }, 20*time.Millisecond)
-		readers.leave()
-		return l.Release(ctx)
-	})
-	if bad.Load() > 0 {
-		t.Fatalf("a writer was inside with another holder %d times", bad.Load())
-	}
-	t.Logf("readers at once: up to %d; last writer's fence %d", readers.most.Load(), lastWrite)
-}
-
 // TestKindsStore exercises the rules of driver.Mode at the Store.
 func TestKindsStore(t *testing.T) {
 	t.Parallel()
@@ -198,14 +139,12 @@ func TestKindsStore(t *testing.T) {
 		name string
 		fn   func(t *testing.T, s *Store, db *sql.DB)
 	}{
-		{"WriterNotStarved", testWriterNotStarved},
-		{"KindMismatch", testKindMismatch},
+		{"BadLimit", testKindBadLimit},
 		{"Repeat", testKindRepeat},
 		{"Expiry", testKindExpiry},
 		{"KeepFor", testKindKeepFor},
 		{"RenewMixed", testKindRenewMixed},
 		{"ListAndForceRelease", testKindListForce},
-		{"Namespaces", testKindNamespaces},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -215,126 +154,10 @@ func TestKindsStore(t *testing.T) {
 	}
 }
 
-func testWriterNotStarved(t *testing.T, s *Store, db *sql.DB) {
+// testKindBadLimit: a semaphore of no permits, or a read-write lock with
+// a limit, is an error at the store, not a hold.
+func testKindBadLimit(t *testing.T, s *Store, _ *sql.DB) {
 	ctx := ctxT(t)
-	r1, w := token(), token()
-	if g, err := s.Acquire(ctx, kindAcquireP("rw", r1, driver.ModeRead, 0, time.Minute)); err != nil || g.Fence != 0 {
-		t.Fatalf("first reader: %+v %v, want fence 0", g, err)
-	}
-	// A writer is refused while the reader holds, and leaves a claim.
-	_, err := s.Acquire(ctx, kindAcquireP("rw", w, driver.ModeWrite, 0, time.Minute))
-	var he *driver.HeldError
-	if !errors.As(err, &he) || he.Owner != "o-"+r1[:4] || he.TTL <= 0 {
-		t.Fatalf("writer behind a reader: %v, want a HeldError naming the reader", err)
-	}
-	// New readers are refused while the writer waits.
-	_, err = s.Acquire(ctx, kindAcquireP("rw", token(), driver.ModeRead, 0, time.Minute))
-	if !errors.As(err, &he) || he.Owner != "o-"+w[:4] || he.TTL != 0 {
-		t.Fatalf("reader behind a waiting writer: %v, want a HeldError naming the writer, TTL 0", err)
-	}
-	// The waiting writer renews nothing.
-	res, err := s.Renew(ctx, []driver.RenewParams{{Key: "rw", Token: w, TTL: time.Minute, Mode: driver.ModeWrite}})
-	if err != nil || !errors.Is(res[0], driver.ErrNotHeld) {
-		t.Fatalf("Renew of a waiting writer: %v %v, want ErrNotHeld", res, err)
-	}
-	if err := s.Release(ctx, driver.ReleaseParams{Key: "rw", Token: r1, Mode: driver.ModeRead}); err != nil {
-		t.Fatal(err)
-	}
-	g, err := s.Acquire(ctx, kindAcquireP("rw", w, driver.ModeWrite, 0, time.Minute))
-	if err != nil || g.Fence != 1 {
-		t.Fatalf("the waiting writer once the reader left: %+v %v, want fence 1", g, err)
-	}
-	w1 := token()
-	if _, err := s.Acquire(ctx, kindAcquireP("rw", w1, driver.ModeWrite, 0, time.Minute)); !errors.As(err, &he) || he.Owner != "o-"+w[:4] {
-		t.Fatalf("second writer: %v, want a HeldError naming the writer", err)
-	}
-	if err := s.Release(ctx, driver.ReleaseParams{Key: "rw", Token: w1, Mode: driver.ModeWrite}); !errors.Is(err, driver.ErrNotHeld) {
-		t.Fatalf("the second writer gives up: %v, want ErrNotHeld", err)
-	}
-	if err := s.Release(ctx, driver.ReleaseParams{Key: "rw", Token: w, Mode: driver.ModeWrite}); err != nil {
-		t.Fatal(err)
-	}
-	if g, err := s.Acquire(ctx, kindAcquireP("rw", token(), driver.ModeRead, 0, time.Minute)); err != nil || g.Fence != 1 {
-		t.Fatalf("reader after the writer: %+v %v, want the writer's fence 1", g, err)
-	}
-
-	// A writer that gives up: Release deletes its claim and says ErrNotHeld.
-	w2 := token()
-	if _, err := s.Acquire(ctx, kindAcquireP("rw", w2, driver.ModeWrite, 0, time.Minute)); !errors.Is(err, driver.ErrHeld) {
-		t.Fatalf("writer behind a reader: %v", err)
-	}
-	if err := s.Release(ctx, driver.ReleaseParams{Key: "rw", Token: w2, Mode: driver.ModeWrite}); !errors.Is(err, driver.ErrNotHeld) {
-		t.Fatalf("Release of a waiting writer: %v, want ErrNotHeld", err)
-	}
-	if _, err := s.Acquire(ctx, kindAcquireP("rw", token(), driver.ModeRead, 0, time.Minute)); err != nil {
-		t.Fatalf("reader after the waiting writer left: %v", err)
-	}
-
-	// Through a Locker: a reader holds, a writer waits; TryRLock is refused
-	// until the writer is granted and gone.
-	lk := newLocker(t, s, "lk", nil)
-	rw := lk.RWMutex("rw2")
-	rl, err := rw.RLock(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := make(chan *tasklock.Lock, 1)
-	go func() {
-		wl, err := rw.Lock(ctx, nil)
-		if err != nil {
-			t.Error(err)
-		}
-		got <- wl
-	}()
-	waitFor(t, 10*time.Second, "the writer's claim", func() bool {
-		ls, err := s.Leases(ctx, "rw2")
-		return err == nil && len(ls) == 2 && (ls[0].Waiting || ls[1].Waiting)
-	})
-	if l, err := rw.TryRLock(ctx, nil); err == nil {
-		_ = l.Release(ctx)
-		t.Fatal("TryRLock granted while a writer waits")
-	}
-	if err := rl.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	wl := <-got
-	if wl == nil {
-		t.FailNow()
-	}
-	if wl.Mode() != tasklock.ModeWrite {
-		t.Fatalf("mode %v", wl.Mode())
-	}
-	_ = wl.Release(ctx)
-}
-
-func testKindMismatch(t *testing.T, s *Store, _ *sql.DB) {
-	ctx := ctxT(t)
-	lk := newLocker(t, s, "lk", nil)
-	p, err := lk.Semaphore("k", 3).Acquire(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := lk.Semaphore("k", 2).TryAcquire(ctx, nil); !errors.Is(err, tasklock.ErrKindMismatch) {
-		t.Fatalf("Semaphore(k, 2) while one of 3 is held: %v, want ErrKindMismatch", err)
-	}
-	if _, err := lk.RWMutex("k").TryRLock(ctx, nil); !errors.Is(err, tasklock.ErrKindMismatch) {
-		t.Fatalf("RWMutex(k) while a semaphore is held: %v, want ErrKindMismatch", err)
-	}
-	if _, err := lk.RWMutex("k").Lock(ctx, nil); !errors.Is(err, tasklock.ErrKindMismatch) {
-		t.Fatalf("RWMutex(k).Lock while a semaphore is held: %v, want ErrKindMismatch", err)
-	}
-	if err := p.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	p2, err := lk.Semaphore("k", 2).TryAcquire(ctx, nil)
-	if err != nil {
-		t.Fatalf("Semaphore(k, 2) once nothing is held: %v", err)
-	}
-	if p2.Fence() <= p.Fence() {
-		t.Fatalf("fence %d after %d", p2.Fence(), p.Fence())
-	}
-	_ = p2.Release(ctx)
-	// Bad limits.
 	for _, ap := range []driver.AcquireParams{
 		kindAcquireP("k", token(), driver.ModePermit, 0, time.Second),
 		kindAcquireP("k", token(), driver.ModeRead, 2, time.Second),
@@ -568,26 +391,6 @@ func testKindListForce(t *testing.T, s *Store, _ *sql.DB) {
 	}
 }
 
-func testKindNamespaces(t *testing.T, s *Store, _ *sql.DB) {
-	ctx := ctxT(t)
-	lk := newLocker(t, s, "lk", nil)
-	m, err := lk.TryObtain(ctx, "n", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := lk.RWMutex("n").TryLock(ctx, nil)
-	if err != nil {
-		t.Fatalf("RWMutex(n).TryLock while mutex n is held: %v", err)
-	}
-	_ = w.Release(ctx)
-	p, err := lk.Semaphore("n", 1).TryAcquire(ctx, nil)
-	if err != nil {
-		t.Fatalf("Semaphore(n, 1) while mutex n is held: %v", err)
-	}
-	_ = p.Release(ctx)
-	_ = m.Release(ctx)
-}
-
 // TestKindsConnectionMode: connection mode keeps mutexes only, and says
 // so; its mutexes wait fairly on request.
 func TestKindsConnectionMode(t *testing.T) {
@@ -634,125 +437,4 @@ func newLeaseStore(t *testing.T) *Store {
 	}
 	t.Cleanup(func() { _ = db.Close() })
 	return mustNew(t, db, nil)
-}
-
-// TestFairOrder: waiters that queue one after the other on 3 Lockers are
-// served in that order, and a free key is granted at once.
-func TestFairOrder(t *testing.T) {
-	t.Parallel()
-	s, _, dsn := newStore(t, ModeLease)
-	ctx := ctxT(t)
-	fair := &tasklock.ObtainOptions{Fair: true, TTL: 2 * time.Second}
-	holder, err := newLocker(t, s, "holder", nil).Obtain(ctx, "fifo", fair)
-	if err != nil {
-		t.Fatalf("fair Obtain of a free key: %v", err)
-	}
-	const n = 3
-	order := make(chan int, n)
-	errs := make(chan error, n)
-	for i := range n {
-		queued := make(chan struct{}, 1)
-		lk := newLocker(t, mustNew(t, openDB(t, dsn), nil), fmt.Sprintf("w%d", i), func(e tasklock.Event) {
-			if e.Type == tasklock.EventQueued {
-				select {
-				case queued <- struct{}{}:
-				default:
-				}
-			}
-		})
-		go func() {
-			l, err := lk.Obtain(ctx, "fifo", fair)
-			if err != nil {
-				errs <- err
-				return
-			}
-			order <- i
-			errs <- l.Release(ctx)
-		}()
-		select {
-		case <-queued:
-		case <-time.After(10 * time.Second):
-			t.Fatalf("waiter %d did not queue", i)
-		}
-	}
-	if err := holder.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	for range n {
-		if err := <-errs; err != nil {
-			t.Fatal(err)
-		}
-	}
-	close(order)
-	i := 0
-	for got := range order {
-		if got != i {
-			t.Fatalf("waiter %d served %d-th", got, i)
-		}
-		i++
-	}
-	var left int
-	if err := s.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM tasklock_locks_queue").Scan(&left); err != nil || left != 0 {
-		t.Fatalf("%d entries left in the queue, %v", left, err)
-	}
-}
-
-// TestFairDeadWaiter: a waiter that died at the head of the queue leaves
-// the line when its entry's lease ends, and the waiter behind it is served
-// then; one that gives up leaves at once.
-func TestFairDeadWaiter(t *testing.T) {
-	t.Parallel()
-	s, _, _ := newStore(t, ModeLease)
-	ctx := ctxT(t)
-	lk := newLocker(t, s, "w", nil)
-	holder, err := lk.Obtain(ctx, "k", &tasklock.ObtainOptions{Fair: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The dead waiter: queued, never waiting.
-	const deadTTL = 800 * time.Millisecond
-	if _, err := s.EnqueueFair(ctx, driver.AcquireParams{Key: "k", Token: token(), Owner: "dead", TTL: deadTTL}); err != nil {
-		t.Fatal(err)
-	}
-	// One that gives up: it leaves its entry behind no longer.
-	cctx, cancel := context.WithCancel(ctx)
-	gaveUp := make(chan error, 1)
-	go func() {
-		_, err := lk.Obtain(cctx, "k", &tasklock.ObtainOptions{Fair: true, TTL: 5 * time.Second})
-		gaveUp <- err
-	}()
-	count := func() (n int) {
-		if err := s.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM tasklock_locks_queue WHERE lock_key = 'k'").Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
-	waitFor(t, 10*time.Second, "the second waiter's entry", func() bool { return count() == 2 })
-	cancel()
-	if err := <-gaveUp; !errors.Is(err, context.Canceled) {
-		t.Fatalf("the cancelled fair Obtain: %v", err)
-	}
-	if n := count(); n != 1 {
-		t.Fatalf("%d entries after a waiter gave up, want 1 (the dead one's)", n)
-	}
-	got := make(chan time.Time, 1)
-	go func() {
-		l, err := lk.Obtain(ctx, "k", &tasklock.ObtainOptions{Fair: true, TTL: 5 * time.Second})
-		if err != nil {
-			t.Error(err)
-			got <- time.Time{}
-			return
-		}
-		got <- time.Now()
-		_ = l.Release(ctx)
-	}()
-	released := time.Now()
-	if err := holder.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	at := <-got
-	if at.IsZero() {
-		t.FailNow()
-	}
-	t.Logf("served %v after the release, behind a dead waiter of TTL %v", at.Sub(released).Round(time.Millisecond), deadTTL)
 }
