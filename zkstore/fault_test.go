@@ -140,6 +140,29 @@ func TestFaults(t *testing.T) {
 	t.Run("ServerDownPastReaper", func(t *testing.T) { t.Parallel(); testServerDownPastReaper(t) })
 }
 
+// outage is a ZooKeeper server of a test's own, to take down, with two
+// clients on one root that dial it through d: a (Conn ac, Store as), with
+// the session timeout the test chose, and b, with testSession.
+type outage struct {
+	z      *testserver.ZooKeeper
+	d      *downDialer
+	ac, bc *zk.Conn
+	as     *Store
+	a, b   *tasklock.Locker
+}
+
+func startOutage(t *testing.T, session time.Duration) *outage {
+	t.Helper()
+	o := &outage{z: testserver.StartZooKeeper(t), d: new(downDialer)}
+	o.ac = connectVia(t, o.z.Addr(), session, o.d.dial)
+	o.bc = connectVia(t, o.z.Addr(), testSession, o.d.dial)
+	root := newRoot()
+	o.as = newStore(t, o.ac, session, &Options{Root: root})
+	o.a = newLocker(t, o.as, "a")
+	o.b = newLocker(t, newStore(t, o.bc, testSession, &Options{Root: root}), "b")
+	return o
+}
+
 // testServerDownPastReaper: the ZooKeeper server is killed while a holds a
 // lock, and stays down until long after the lease's deadline plus twice the
 // session timeout (plus the reaper's longest backoff and a second): a
@@ -160,14 +183,8 @@ func TestFaults(t *testing.T) {
 // the run shows nothing, and it is tried again, at most three times.
 func testServerDownPastReaper(t *testing.T) {
 	const session, ttl, tries = 8 * time.Second, time.Second, 3
-	z := testserver.StartZooKeeper(t)
-	var d downDialer
-	ac := connectVia(t, z.Addr(), session, d.dial)
-	bc := connectVia(t, z.Addr(), testSession, d.dial)
-	root := newRoot()
-	as := newStore(t, ac, session, &Options{Root: root})
-	a := newLocker(t, as, "a")
-	b := newLocker(t, newStore(t, bc, testSession, &Options{Root: root}), "b")
+	o := startOutage(t, session)
+	z, d, ac, bc, as, a, b := o.z, o.d, o.ac, o.bc, o.as, o.a, o.b
 
 	// try runs the outage once for key and reports whether a's session was
 	// resumed.
@@ -244,11 +261,15 @@ func testServerDownPastReaper(t *testing.T) {
 // from its log (its timeout counting again from the restart), so a's
 // client reconnects and keeps the lock; b must not obtain it while a's
 // Done is open. It repeats three times, and then a releases and b
-// obtains with a higher fence.
+// obtains with a higher fence. (On a machine so busy that a restart takes
+// longer than the TTL, a loses the lock and b must obtain it.) The clients
+// dial through a downDialer that refuses them until the restarted server
+// serves requests (see testServerDownPastReaper).
 func testServerRestarted(t *testing.T) {
 	z := testserver.StartZooKeeper(t)
-	ac := connect(t, z.Addr(), faultSession)
-	bc := connect(t, z.Addr(), faultSession)
+	var d downDialer
+	ac := connectVia(t, z.Addr(), faultSession, d.dial)
+	bc := connectVia(t, z.Addr(), faultSession, d.dial)
 	root := newRoot()
 	a := newLocker(t, newStore(t, ac, faultSession, &Options{Root: root}), "a")
 	b := newLocker(t, newStore(t, bc, faultSession, &Options{Root: root}), "b")
@@ -272,10 +293,14 @@ func testServerRestarted(t *testing.T) {
 	}()
 	for i := range 3 {
 		start := time.Now()
+		z.Kill(t)
+		d.Down()
 		z.Restart(t)
+		d.Up()
 		t.Logf("restart %d took %v", i, time.Since(start).Round(time.Millisecond))
-		// Two session timeouts after the restart: a's session has either
-		// been resumed or has expired by then.
+		// Two session timeouts after the restart a's session has either
+		// been resumed or has expired; a lock a lost meanwhile has its node
+		// deleted by then, or within a's Store's longest retry interval.
 		select {
 		case r := <-bGot:
 			var doneAt time.Time
@@ -293,7 +318,7 @@ func testServerRestarted(t *testing.T) {
 			t.Logf("restart %d: a lost the lock (%v), b obtained %v after a's Done", i, la.Err(), r.at.Sub(doneAt))
 			_ = r.l.Release(ctxT(t))
 			return
-		case <-time.After(2 * faultSession):
+		case <-time.After(2*faultSession + reapRetryMax):
 		}
 		select {
 		case <-la.Done():
@@ -383,14 +408,8 @@ func testHolderPaused(t *testing.T) {
 // through a downDialer that refuses them until the restarted server serves
 // requests (see testServerDownPastReaper).
 func testServerDown(t *testing.T, stop bool) {
-	z := testserver.StartZooKeeper(t)
-	var d downDialer
-	ac := connectVia(t, z.Addr(), faultSession, d.dial)
-	bc := connectVia(t, z.Addr(), testSession, d.dial)
-	root := newRoot()
-	as := newStore(t, ac, faultSession, &Options{Root: root})
-	a := newLocker(t, as, "a")
-	b := newLocker(t, newStore(t, bc, testSession, &Options{Root: root}), "b")
+	o := startOutage(t, faultSession)
+	z, d, ac, as, a, b := o.z, o.d, o.ac, o.as, o.a, o.b
 	keys := []string{"job-1", "job-2", "job-3"}
 	locks := make([]*tasklock.Lock, len(keys))
 	for i, k := range keys {

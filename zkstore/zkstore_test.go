@@ -98,6 +98,18 @@ func newStore(t testing.TB, c *zk.Conn, session time.Duration, opts *Options) *S
 	return s
 }
 
+// storesVia returns a store on the shared server whose Conn (c) dials
+// through dialer, and another on the same root with a direct Conn: both
+// with testSession.
+func storesVia(t testing.TB, dialer zk.Dialer) (c *zk.Conn, s, other *Store) {
+	t.Helper()
+	z := testserver.SharedZooKeeper(t)
+	c = connectVia(t, z.Addr(), testSession, dialer)
+	s = newStore(t, c, testSession, nil)
+	other = newStore(t, connect(t, z.Addr(), testSession), testSession, &Options{Root: s.Root()})
+	return c, s, other
+}
+
 // shared returns a connection to the shared server with testSession.
 func shared(t testing.TB) (*testserver.ZooKeeper, *zk.Conn) {
 	t.Helper()
@@ -551,11 +563,8 @@ func TestUnrenewedLeaseEnds(t *testing.T) {
 // server cannot be reached), and fires no more.
 func TestClose(t *testing.T) {
 	t.Parallel()
-	z := testserver.SharedZooKeeper(t)
 	var d downDialer
-	c := connectVia(t, z.Addr(), testSession, d.dial)
-	s := newStore(t, c, testSession, nil)
-	other := newStore(t, connect(t, z.Addr(), testSession), testSession, &Options{Root: s.Root()})
+	c, s, other := storesVia(t, d.dial)
 	held := token()
 	mustAcquire(t, s, "held", held, "me", 10*time.Second)
 
