@@ -454,8 +454,8 @@ func (s *Store) readKeeps(kp string, names []string, now int64) (live *node, exp
 // record keeps the lease of a lock node just granted to token: its
 // deadline is TTL after the node's creation was sent, when the reaper
 // deletes it unless it is renewed or released first. After Close, which
-// stopped the reaper, it keeps nothing and returns ErrClosed: the caller
-// deletes the node.
+// stopped the reaper, it keeps nothing and returns ErrClosed: Acquire then
+// deletes the node, and a Ticket's Wait leaves it queued for Leave.
 func (s *Store) record(key, owner, token string, c created, ttl time.Duration) error {
 	l := &lease{
 		key: key, owner: owner, fence: c.fence, seq: c.seq, session: c.session,
