@@ -299,6 +299,7 @@ func runSuite(t *testing.T, d deployment) {
 	t.Run("Leases", func(t *testing.T) { testLeases(t, d) })
 	t.Run("BraceKeys", func(t *testing.T) { testBraceKeys(t, d) })
 	t.Run("ForceRelease", func(t *testing.T) { testForceRelease(t, d) })
+	runKindsSuite(t, d)
 }
 
 func testForceRelease(t *testing.T, d deployment) {
