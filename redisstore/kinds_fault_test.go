@@ -1,0 +1,330 @@
+package redisstore
+
+// Fault tests of read-write locks and semaphores: the holder of a writer's
+// lock or of a permit is killed or paused, or the server restarts, and a
+// fenced register on a second, unaffected redis-server counts stale writes.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tasklock/tasklock"
+	"github.com/tasklock/tasklock/driver"
+	"github.com/tasklock/tasklock/internal/testserver"
+	"github.com/tasklock/tasklock/storetest/faulttest"
+)
+
+// envKind tells the kinds holder process what to hold: "write" (a
+// RWMutex's writer) or "permit:N" (one of a Semaphore's N permits).
+const envKind = "TL_KIND"
+
+// obtainKind obtains key as kind ("write" or "permit:N") with lk.
+func obtainKind(ctx context.Context, lk *tasklock.Locker, key, kind string, opts *tasklock.ObtainOptions) (*tasklock.Lock, error) {
+	if kind == "write" {
+		return lk.RWMutex(key).Lock(ctx, opts)
+	}
+	n, err := strconv.Atoi(strings.TrimPrefix(kind, "permit:"))
+	if err != nil || !strings.HasPrefix(kind, "permit:") {
+		return nil, fmt.Errorf("kind %q: want write or permit:N", kind)
+	}
+	return lk.Semaphore(key, n).Acquire(ctx, opts)
+}
+
+// TestKindsFaultHolder is the helper process of the kinds fault tests: it
+// obtains faulttest.EnvKey as envKind says and then speaks the protocol of
+// faulttest.ReportingHolderMain ("obtained <fence>", "write <ok> <err>",
+// "resumed done=closed|open", "lost <cause>"), which obtains a mutex only.
+func TestKindsFaultHolder(t *testing.T) {
+	if testserver.HelperRole() != faulttest.Role {
+		t.Skip("helper process for the fault tests")
+	}
+	ttl, _ := time.ParseDuration(os.Getenv(faulttest.EnvTTL))
+	s, err := New(redis.NewClient(&redis.Options{Addr: os.Getenv("TL_ADDR")}), &Options{Prefix: os.Getenv("TL_PREFIX")})
+	if err != nil {
+		fmt.Println("error", err)
+		os.Exit(1)
+	}
+	reg := testserver.RedisRegister{Addr: os.Getenv("TL_REGISTER")}
+	lk, err := tasklock.New(s, &tasklock.Config{Owner: "holder", Logger: faulttest.QuietLogger})
+	if err != nil {
+		fmt.Println("error", err)
+		os.Exit(1)
+	}
+	ctx := context.Background()
+	l, err := obtainKind(ctx, lk, os.Getenv(faulttest.EnvKey), os.Getenv(envKind), &tasklock.ObtainOptions{TTL: ttl})
+	if err != nil {
+		fmt.Println("error", err)
+		os.Exit(1)
+	}
+	fmt.Println("obtained", l.Fence())
+	last := time.Now()
+	for {
+		gap := time.Since(last)
+		last = time.Now()
+		if gap > ttl {
+			select {
+			case <-l.Done():
+				fmt.Println("resumed done=closed")
+			default:
+				fmt.Println("resumed done=open")
+			}
+		}
+		select {
+		case <-l.Done():
+			fmt.Println("lost", l.Err())
+			os.Exit(0)
+		default:
+		}
+		ok, err := reg.Write(ctx, l.Fence(), "holder")
+		fmt.Println("write", ok, err)
+		time.Sleep(10 * time.Millisecond) // one unit of work
+	}
+}
+
+// startKindsHolder starts a holder process of kind on key.
+func startKindsHolder(t *testing.T, lockAddr, regAddr, prefix, key, kind string, ttl time.Duration) *faulttest.Holder {
+	t.Helper()
+	return faulttest.StartReportingHolder(t, "TestKindsFaultHolder", key, ttl,
+		"TL_ADDR="+lockAddr, "TL_REGISTER="+regAddr, "TL_PREFIX="+prefix, envKind+"="+kind)
+}
+
+// The holder process of a writer's lock, or of a permit of a semaphore
+// whose other permit stays held, is SIGKILLed: the lock or the permit
+// returns within TTL + 1 s, with a higher fence, and never more than the
+// permits are out.
+func TestFaultKindsHolderKilled(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []string{"write", "permit:2"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			srv, regSrv := testserver.StartRedis(t), testserver.StartRedis(t)
+			reg := newRegister(t, regSrv.Addr())
+			ttl := time.Second
+			prefix := freshPrefix()
+			holder := startKindsHolder(t, srv.Addr(), regSrv.Addr(), prefix, "job", kind, ttl)
+			b := newFaultLocker(t, srv.Addr(), prefix, "b")
+			var other *tasklock.Lock
+			if kind != "write" {
+				// The other permit, held (and renewed) throughout.
+				c := newFaultLocker(t, srv.Addr(), prefix, "c")
+				var err error
+				if other, err = obtainKind(ctxT(t), c, "job", kind, &tasklock.ObtainOptions{TTL: ttl}); err != nil {
+					t.Fatal(err)
+				}
+			}
+
+			killed := time.Now()
+			holder.Kill(t)
+			l, err := obtainKind(ctxT(t), b, "job", kind, &tasklock.ObtainOptions{TTL: ttl})
+			if err != nil {
+				t.Fatal(err)
+			}
+			took := time.Since(killed)
+			t.Logf("%s: obtained %v after SIGKILL (TTL %v)", kind, took, ttl)
+			if took > ttl+time.Second {
+				t.Fatalf("took %v, want ≤ TTL + 1s", took)
+			}
+			if l.Fence() <= holder.Fence {
+				t.Fatalf("fence %d after %d", l.Fence(), holder.Fence)
+			}
+			if other != nil {
+				assertHeld(t, other)
+				if got := heldPermits(t, srv.Addr(), prefix, "job"); got != 2 {
+					t.Fatalf("%d permits listed, want 2", got)
+				}
+				return
+			}
+			if ok, err := reg.Write(ctxT(t), l.Fence(), "b"); !ok || err != nil {
+				t.Fatalf("the new writer's write was refused: %v", err)
+			}
+			if n := reg.Rejected(t); n != 0 {
+				t.Fatalf("%d stale writes", n)
+			}
+		})
+	}
+}
+
+// The holder process of a writer's lock, or of a semaphore's only permit,
+// is SIGSTOPped for 2×TTL: another obtains it; on resuming, the holder's
+// Done is already closed and the register accepts none of its writes
+// after the new holder's.
+func TestFaultKindsHolderPaused(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []string{"write", "permit:1"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			srv, regSrv := testserver.StartRedis(t), testserver.StartRedis(t)
+			reg := newRegister(t, regSrv.Addr())
+			ttl := time.Second
+			prefix := freshPrefix()
+			holder := startKindsHolder(t, srv.Addr(), regSrv.Addr(), prefix, "job", kind, ttl)
+			b := newFaultLocker(t, srv.Addr(), prefix, "b")
+
+			holder.Stop(t)
+			stopped := time.Now()
+			l, err := obtainKind(ctxT(t), b, "job", kind, &tasklock.ObtainOptions{TTL: ttl})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if l.Fence() <= holder.Fence {
+				t.Fatalf("fence %d after %d", l.Fence(), holder.Fence)
+			}
+			if ok, err := reg.Write(ctxT(t), l.Fence(), "b"); !ok || err != nil {
+				t.Fatalf("the new holder's write was refused: %v", err)
+			}
+			time.Sleep(time.Until(stopped.Add(2 * ttl))) // the pause itself, not synchronisation
+			holder.Cont(t)
+			if line := holder.WaitLine(t, "resumed ", 5*time.Second); line != "resumed done=closed" {
+				t.Fatalf("on resume the holder saw %q: it could have acted on a lost lock", line)
+			}
+			holder.WaitLine(t, "lost ", 5*time.Second)
+			if stale := testserver.AcceptedAfter(reg.Accepted(t), "b", "holder"); len(stale) > 0 {
+				t.Fatalf("register accepted the paused holder's writes after the new holder's: %v", stale)
+			}
+			assertHeld(t, l)
+		})
+	}
+}
+
+// Redis restarts with AOF and appendfsync always while a writer and both
+// permits of a semaphore are held: they keep renewing, nobody else obtains
+// the lock or a third permit meanwhile, and fences keep increasing.
+func TestFaultKindsRestartWithAOF(t *testing.T) {
+	t.Parallel()
+	srv := testserver.StartRedis(t, testserver.WithRedisArgs("--appendonly", "yes", "--appendfsync", "always"))
+	ttl := 2 * time.Second
+	prefix := freshPrefix()
+	a := newFaultLocker(t, srv.Addr(), prefix, "a")
+	b := newFaultLocker(t, srv.Addr(), prefix, "b")
+	held := kindsHolds(t, a, ttl)
+	srv.Restart(t)
+	deadline := time.Now().Add(2 * ttl) // two TTLs of renewals through the restart
+	for time.Now().Before(deadline) {
+		for _, l := range held {
+			assertHeld(t, l)
+		}
+		if l, err := b.RWMutex("rw").TryRLock(ctxT(t), nil); !errors.Is(err, tasklock.ErrNotObtained) {
+			t.Fatalf("a reader beside the writer after the restart: %v, %v", l, err)
+		}
+		if l, err := b.Semaphore("pool", 2).TryAcquire(ctxT(t), nil); !errors.Is(err, tasklock.ErrNotObtained) {
+			t.Fatalf("a third permit of two after the restart: %v, %v", l, err)
+		}
+		time.Sleep(100 * time.Millisecond) // sampling interval
+	}
+	for _, l := range held {
+		if err := l.Release(ctxT(t)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w, err := b.RWMutex("rw").TryLock(ctxT(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := b.Semaphore("pool", 2).TryAcquire(ctxT(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.Fence() <= held[0].Fence() || p.Fence() <= held[2].Fence() {
+		t.Fatalf("fences %d, %d after %d, %d across an AOF restart", w.Fence(), p.Fence(), held[0].Fence(), held[2].Fence())
+	}
+}
+
+// Redis restarts without persistence while a writer and both permits of a
+// semaphore are held: every holder is told within one TTL (its renewal
+// finds nothing), and then others obtain. As the package doc says, the
+// kinds' fence counter starts again.
+func TestFaultKindsRestartWithoutPersistence(t *testing.T) {
+	t.Parallel()
+	srv := testserver.StartRedis(t)
+	ttl := time.Second
+	prefix := freshPrefix()
+	a := newFaultLocker(t, srv.Addr(), prefix, "a")
+	b := newFaultLocker(t, srv.Addr(), prefix, "b")
+	held := kindsHolds(t, a, ttl)
+	srv.Restart(t)
+	restarted := time.Now()
+	for _, l := range held {
+		select {
+		case <-l.Done():
+		case <-time.After(time.Until(restarted.Add(ttl))):
+			t.Fatalf("%v hold not told within one TTL that its lease vanished", l.Mode())
+		}
+		if !errors.Is(l.Err(), tasklock.ErrLockLost) {
+			t.Fatalf("cause = %v", l.Err())
+		}
+	}
+	t.Logf("every holder told %v after the restart", time.Since(restarted))
+	w, err := b.RWMutex("rw").TryLock(ctxT(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if _, err := b.Semaphore("pool", 2).TryAcquire(ctxT(t), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := b.Semaphore("pool", 2).TryAcquire(ctxT(t), nil); !errors.Is(err, tasklock.ErrNotObtained) {
+		t.Fatalf("a third permit of two: %v", err)
+	}
+	t.Logf("documented: the writer's fence %d after the restart repeats (the holder had %d)", w.Fence(), held[0].Fence())
+}
+
+// kindsHolds has lk take the writer's lock of "rw" and both permits of
+// the semaphore "pool", with ttl.
+func kindsHolds(t *testing.T, lk *tasklock.Locker, ttl time.Duration) []*tasklock.Lock {
+	t.Helper()
+	// A first writer, released, so that the fences are not all 1.
+	first, err := lk.RWMutex("rw").TryLock(ctxT(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = first.Release(ctxT(t))
+	var held []*tasklock.Lock
+	w, err := lk.RWMutex("rw").TryLock(ctxT(t), &tasklock.ObtainOptions{TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held = append(held, w)
+	for range 2 {
+		p, err := lk.Semaphore("pool", 2).TryAcquire(ctxT(t), &tasklock.ObtainOptions{TTL: ttl})
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, p)
+	}
+	return held
+}
+
+// heldPermits returns how many permits of key the store at addr lists.
+func heldPermits(t *testing.T, addr, prefix, key string) int {
+	t.Helper()
+	s := newStore(t, closeAtCleanup(t, redis.NewClient(&redis.Options{Addr: addr})), &Options{Prefix: prefix})
+	ls, err := s.Leases(ctxT(t), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, l := range ls {
+		if l.Key == key && l.Mode == driver.ModePermit {
+			n++
+		}
+	}
+	return n
+}
+
+func assertHeld(t *testing.T, l *tasklock.Lock) {
+	t.Helper()
+	select {
+	case <-l.Done():
+		t.Fatalf("the %v hold of %q was lost: %v", l.Mode(), l.Key(), l.Err())
+	default:
+	}
+}
