@@ -1,8 +1,8 @@
 package redisstore
 
-// Fault tests of read-write locks and semaphores: the holder of a writer's
-// lock or of a permit is killed or paused, or the server restarts, and a
-// fenced register on a second, unaffected redis-server counts stale writes.
+// Fault tests of read-write locks and semaphores: the server restarts
+// under held writers' locks and permits. Their holders killed or paused
+// are in fault_test.go, beside the mutex's.
 
 import (
 	"context"
@@ -22,24 +22,28 @@ import (
 	"github.com/tasklock/tasklock/storetest/faulttest"
 )
 
-// envKind tells the kinds holder process what to hold: "write" (a
+// envKind tells the holder process what to hold: "mutex", "write" (a
 // RWMutex's writer) or "permit:N" (one of a Semaphore's N permits).
 const envKind = "TL_KIND"
 
-// obtainKind obtains key as kind ("write" or "permit:N") with lk.
+// obtainKind obtains key as kind ("mutex", "write" or "permit:N") with lk.
 func obtainKind(ctx context.Context, lk *tasklock.Locker, key, kind string, opts *tasklock.ObtainOptions) (*tasklock.Lock, error) {
-	if kind == "write" {
+	switch kind {
+	case "mutex":
+		return lk.Obtain(ctx, key, opts)
+	case "write":
 		return lk.RWMutex(key).Lock(ctx, opts)
 	}
 	n, err := strconv.Atoi(strings.TrimPrefix(kind, "permit:"))
 	if err != nil || !strings.HasPrefix(kind, "permit:") {
-		return nil, fmt.Errorf("kind %q: want write or permit:N", kind)
+		return nil, fmt.Errorf("kind %q: want mutex, write or permit:N", kind)
 	}
 	return lk.Semaphore(key, n).Acquire(ctx, opts)
 }
 
-// TestKindsFaultHolder is the helper process of the kinds fault tests: it
-// obtains faulttest.EnvKey as envKind says and then speaks the protocol of
+// TestKindsFaultHolder is the helper process of the fault tests for a
+// RWMutex's writer or a Semaphore's permit: it obtains faulttest.EnvKey as
+// envKind says and then speaks the protocol of
 // faulttest.ReportingHolderMain ("obtained <fence>", "write <ok> <err>",
 // "resumed done=closed|open", "lost <cause>"), which obtains a mutex only.
 func TestKindsFaultHolder(t *testing.T) {
@@ -86,111 +90,6 @@ func TestKindsFaultHolder(t *testing.T) {
 		ok, err := reg.Write(ctx, l.Fence(), "holder")
 		fmt.Println("write", ok, err)
 		time.Sleep(10 * time.Millisecond) // one unit of work
-	}
-}
-
-// startKindsHolder starts a holder process of kind on key.
-func startKindsHolder(t *testing.T, lockAddr, regAddr, prefix, key, kind string, ttl time.Duration) *faulttest.Holder {
-	t.Helper()
-	return faulttest.StartReportingHolder(t, "TestKindsFaultHolder", key, ttl,
-		"TL_ADDR="+lockAddr, "TL_REGISTER="+regAddr, "TL_PREFIX="+prefix, envKind+"="+kind)
-}
-
-// The holder process of a writer's lock, or of a permit of a semaphore
-// whose other permit stays held, is SIGKILLed: the lock or the permit
-// returns within TTL + 1 s, with a higher fence, and never more than the
-// permits are out.
-func TestFaultKindsHolderKilled(t *testing.T) {
-	t.Parallel()
-	for _, kind := range []string{"write", "permit:2"} {
-		t.Run(kind, func(t *testing.T) {
-			t.Parallel()
-			srv, regSrv := testserver.StartRedis(t), testserver.StartRedis(t)
-			reg := newRegister(t, regSrv.Addr())
-			ttl := time.Second
-			prefix := freshPrefix()
-			holder := startKindsHolder(t, srv.Addr(), regSrv.Addr(), prefix, "job", kind, ttl)
-			b := newFaultLocker(t, srv.Addr(), prefix, "b")
-			var other *tasklock.Lock
-			if kind != "write" {
-				// The other permit, held (and renewed) throughout.
-				c := newFaultLocker(t, srv.Addr(), prefix, "c")
-				var err error
-				if other, err = obtainKind(ctxT(t), c, "job", kind, &tasklock.ObtainOptions{TTL: ttl}); err != nil {
-					t.Fatal(err)
-				}
-			}
-
-			killed := time.Now()
-			holder.Kill(t)
-			l, err := obtainKind(ctxT(t), b, "job", kind, &tasklock.ObtainOptions{TTL: ttl})
-			if err != nil {
-				t.Fatal(err)
-			}
-			took := time.Since(killed)
-			t.Logf("%s: obtained %v after SIGKILL (TTL %v)", kind, took, ttl)
-			if took > ttl+time.Second {
-				t.Fatalf("took %v, want ≤ TTL + 1s", took)
-			}
-			if l.Fence() <= holder.Fence {
-				t.Fatalf("fence %d after %d", l.Fence(), holder.Fence)
-			}
-			if other != nil {
-				assertHeld(t, other)
-				if got := heldPermits(t, srv.Addr(), prefix, "job"); got != 2 {
-					t.Fatalf("%d permits listed, want 2", got)
-				}
-				return
-			}
-			if ok, err := reg.Write(ctxT(t), l.Fence(), "b"); !ok || err != nil {
-				t.Fatalf("the new writer's write was refused: %v", err)
-			}
-			if n := reg.Rejected(t); n != 0 {
-				t.Fatalf("%d stale writes", n)
-			}
-		})
-	}
-}
-
-// The holder process of a writer's lock, or of a semaphore's only permit,
-// is SIGSTOPped for 2×TTL: another obtains it; on resuming, the holder's
-// Done is already closed and the register accepts none of its writes
-// after the new holder's.
-func TestFaultKindsHolderPaused(t *testing.T) {
-	t.Parallel()
-	for _, kind := range []string{"write", "permit:1"} {
-		t.Run(kind, func(t *testing.T) {
-			t.Parallel()
-			srv, regSrv := testserver.StartRedis(t), testserver.StartRedis(t)
-			reg := newRegister(t, regSrv.Addr())
-			ttl := time.Second
-			prefix := freshPrefix()
-			holder := startKindsHolder(t, srv.Addr(), regSrv.Addr(), prefix, "job", kind, ttl)
-			b := newFaultLocker(t, srv.Addr(), prefix, "b")
-
-			holder.Stop(t)
-			stopped := time.Now()
-			l, err := obtainKind(ctxT(t), b, "job", kind, &tasklock.ObtainOptions{TTL: ttl})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if l.Fence() <= holder.Fence {
-				t.Fatalf("fence %d after %d", l.Fence(), holder.Fence)
-			}
-			if ok, err := reg.Write(ctxT(t), l.Fence(), "b"); !ok || err != nil {
-				t.Fatalf("the new holder's write was refused: %v", err)
-			}
-			time.Sleep(time.Until(stopped.Add(2 * ttl))) // the pause itself, not synchronisation
-			holder.Cont(t)
-			if line := holder.WaitLine(t, "resumed ", 5*time.Second); line != "resumed done=closed" {
-				t.Fatalf("on resume the holder saw %q: it could have acted on a lost lock", line)
-			}
-			holder.WaitLine(t, "lost ", 5*time.Second)
-			if stale := testserver.AcceptedAfter(reg.Accepted(t), "b", "holder"); len(stale) > 0 {
-				t.Fatalf("register accepted the paused holder's writes after the new holder's: %v", stale)
-			}
-			assertHeld(t, l)
-		})
 	}
 }
 

@@ -466,4 +466,3 @@ func testKindsLocker(t *testing.T, d deployment) {
 		t.Fatalf("%d overlaps", n)
 	}
 }
-
