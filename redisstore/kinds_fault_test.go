@@ -227,3 +227,82 @@ func assertHeld(t *testing.T, l *tasklock.Lock) {
 	default:
 	}
 }
+
+// TestFairWaiterHelper is the helper process of TestFaultFairWaiterKilled:
+// it waits for faulttest.EnvKey in the fair queue, printing "queued" once
+// its entry is in, and "obtained" if it ever gets the key.
+func TestFairWaiterHelper(t *testing.T) {
+	if testserver.HelperRole() != "fair-waiter" {
+		t.Skip("helper process for the fault tests")
+	}
+	ttl, _ := time.ParseDuration(os.Getenv(faulttest.EnvTTL))
+	s, err := New(redis.NewClient(&redis.Options{Addr: os.Getenv("TL_ADDR")}), &Options{Prefix: os.Getenv("TL_PREFIX")})
+	if err != nil {
+		fmt.Println("error", err)
+		os.Exit(1)
+	}
+	lk, err := tasklock.New(s, &tasklock.Config{Owner: "dying", Logger: faulttest.QuietLogger, OnEvent: func(e tasklock.Event) {
+		if e.Type == tasklock.EventQueued {
+			fmt.Println("queued")
+		}
+	}})
+	if err != nil {
+		fmt.Println("error", err)
+		os.Exit(1)
+	}
+	_, err = lk.Obtain(context.Background(), os.Getenv(faulttest.EnvKey), &tasklock.ObtainOptions{TTL: ttl, Fair: true})
+	fmt.Println("obtained", err)
+	os.Exit(0)
+}
+
+// A fair waiter's process is SIGKILLed while it waits at the head of the
+// queue: its entry leaves the queue within its TTL, and the waiter behind
+// it gets the key then — a dead waiter never blocks the line.
+func TestFaultFairWaiterKilled(t *testing.T) {
+	t.Parallel()
+	srv := testserver.StartRedis(t)
+	prefix := freshPrefix()
+	ttl := time.Second
+	fair := &tasklock.ObtainOptions{TTL: ttl, Fair: true}
+	holder, err := newFaultLocker(t, srv.Addr(), prefix, "holder").Obtain(ctxT(t), "job", fair)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dying := testserver.StartHelper(t, "TestFairWaiterHelper", "fair-waiter",
+		"TL_ADDR="+srv.Addr(), "TL_PREFIX="+prefix, faulttest.EnvKey+"=job", faulttest.EnvTTL+"="+ttl.String())
+	dying.WaitLine(t, "queued", 20*time.Second)
+
+	queued := make(chan struct{}, 1)
+	next := faulttest.NewLocker(t, newStore(t, closeAtCleanup(t, redis.NewClient(&redis.Options{Addr: srv.Addr()})), &Options{Prefix: prefix}),
+		tasklock.Config{Owner: "next", OnEvent: func(e tasklock.Event) {
+			if e.Type == tasklock.EventQueued {
+				queued <- struct{}{}
+			}
+		}})
+	got := make(chan *tasklock.Lock, 1)
+	go func() {
+		l, err := next.Obtain(ctxT(t), "job", fair)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	<-queued
+	dying.Kill(t)
+	killed := time.Now()
+	if err := holder.Release(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	l := <-got
+	if l == nil {
+		t.FailNow()
+	}
+	took := time.Since(killed)
+	t.Logf("the waiter behind the killed one obtained %v after the kill (entry TTL %v)", took, ttl)
+	if took > ttl+time.Second {
+		t.Fatalf("took %v, want ≤ the dead entry's TTL + 1s", took)
+	}
+	if l.Fence() <= holder.Fence() {
+		t.Fatalf("fence %d after %d", l.Fence(), holder.Fence())
+	}
+}

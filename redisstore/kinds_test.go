@@ -23,6 +23,7 @@ func runKindsSuite(t *testing.T, d deployment) {
 	t.Run("KindsRenewMixed", func(t *testing.T) { testKindsRenewMixed(t, d) })
 	t.Run("KindsLeasesAndForceRelease", func(t *testing.T) { testKindsLeases(t, d) })
 	t.Run("KindsThroughLocker", func(t *testing.T) { testKindsLocker(t, d) })
+	t.Run("KindsWriterNotStarved", func(t *testing.T) { testWriterNotStarved(t, d) })
 	t.Run("FairOrder", func(t *testing.T) { testFairOrder(t, d) })
 	t.Run("FairDeadWaiter", func(t *testing.T) { testFairDeadWaiter(t, d) })
 	t.Run("FairStore", func(t *testing.T) { testFairStore(t, d) })
@@ -293,7 +294,7 @@ func testKindsRenewMixed(t *testing.T, d deployment) {
 	)
 	want = append(want, nil, driver.ErrNotHeld, driver.ErrNotHeld)
 
-	if _, err := s.Renew(ctx, ps[:1]); err != nil { // load the script
+	if _, err := s.Renew(ctx, ps); err != nil { // load the script on every node
 		t.Fatal(err)
 	}
 	hook := &countHook{}
@@ -465,4 +466,60 @@ func testKindsLocker(t *testing.T, d deployment) {
 	if n := bad.Load(); n != 0 {
 		t.Fatalf("%d overlaps", n)
 	}
+}
+
+// testWriterNotStarved keeps readers overlapping on two Lockers, so that
+// the key is never free of them, and has a writer on a third ask for it:
+// its claim holds new readers off, and it gets the key.
+func testWriterNotStarved(t *testing.T, d deployment) {
+	prefix := freshPrefix()
+	locker := func(owner string) *tasklock.Locker {
+		lk, err := tasklock.New(newStore(t, d.newClient(t), &Options{Prefix: prefix}), &tasklock.Config{Owner: owner})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = lk.Close() })
+		return lk
+	}
+	stop := make(chan struct{})
+	reading := make(chan struct{}, 1)
+	var wg sync.WaitGroup
+	for i := range 4 {
+		lk := locker(fmt.Sprint("r", i%2))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				l, err := lk.RWMutex("rw").RLock(ctxT(t), &tasklock.ObtainOptions{TTL: time.Second})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				select {
+				case reading <- struct{}{}:
+				default:
+				}
+				time.Sleep(30 * time.Millisecond) // the read
+				_ = l.Release(context.Background())
+			}
+		}()
+	}
+	<-reading
+	start := time.Now()
+	w, err := locker("w").RWMutex("rw").Lock(ctxT(t), &tasklock.ObtainOptions{TTL: time.Second, Wait: 10 * time.Second})
+	took := time.Since(start)
+	close(stop)
+	if err == nil {
+		_ = w.Release(context.Background())
+	}
+	wg.Wait()
+	if err != nil {
+		t.Fatalf("the writer starved: %v", err)
+	}
+	t.Logf("%s: the writer got in %v after readers started overlapping", d.name, took)
 }
