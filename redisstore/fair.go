@@ -40,6 +40,7 @@ func (s *Store) EnqueueFair(ctx context.Context, p driver.AcquireParams) (driver
 		return nil, fmt.Errorf("redisstore: enqueue %q: %w", p.Key, err)
 	}
 	t.entryEnds = sent.Add(p.TTL)
+	t.holder = r.holder
 	switch r.status {
 	case fairGranted:
 		t.granted = &driver.Grant{Fence: r.fence}
@@ -222,7 +223,8 @@ func (t *ticket) leaveLater(until time.Time) {
 
 // wakeHub passes the releases published on the Store's channel to the
 // fair Tickets waiting on their keys, through one subscription shared by
-// every waiting Ticket: started by the first to wait, ended by the last.
+// every waiting Ticket: started when the first joins, ended when the last
+// leaves.
 type wakeHub struct {
 	s       *Store
 	mu      sync.Mutex
@@ -237,10 +239,14 @@ type hubSub struct {
 	users int           // the Tickets that joined it and have not left
 }
 
+// subscribeTimeout bounds the start of a wakeHub's subscription.
+const subscribeTimeout = 5 * time.Second
+
 // join registers a waiter for key's releases and makes sure the
-// subscription runs. It returns the channel signalled on each release of
-// key, the function that unregisters it, and whether releases will come
-// (false when the subscription failed: the waiter polls).
+// subscription runs, waiting (at most until ctx ends) for it to start. It
+// returns the channel signalled on each release of key, the function that
+// unregisters it, and whether releases will come (false when the
+// subscription failed: the waiter polls).
 func (h *wakeHub) join(ctx context.Context, key string) (wake <-chan struct{}, leave func(), notified bool) {
 	ch := make(chan struct{}, 1)
 	h.mu.Lock()
@@ -251,25 +257,15 @@ func (h *wakeHub) join(ctx context.Context, key string) (wake <-chan struct{}, l
 		h.waiters[key] = make(map[chan struct{}]struct{})
 	}
 	h.waiters[key][ch] = struct{}{}
-	start := h.sub == nil
-	if start {
+	if h.sub == nil {
 		h.sub = &hubSub{ready: make(chan struct{})}
+		// Not on the caller's goroutine, nor with its ctx: the
+		// subscription is every joiner's, whoever gives up first.
+		go h.start(h.sub)
 	}
 	sub := h.sub
 	sub.users++
 	h.mu.Unlock()
-
-	if start {
-		stop, err := h.s.Subscribe(ctx, h.notify)
-		h.mu.Lock()
-		if err == nil {
-			sub.stop = stop
-		} else if h.sub == sub {
-			h.sub = nil // the next waiter tries again
-		}
-		close(sub.ready)
-		h.mu.Unlock()
-	}
 	select {
 	case <-sub.ready:
 	case <-ctx.Done():
@@ -278,6 +274,25 @@ func (h *wakeHub) join(ctx context.Context, key string) (wake <-chan struct{}, l
 	notified = sub.stop != nil
 	h.mu.Unlock()
 	return ch, func() { h.leave(key, ch, sub) }, notified
+}
+
+// start subscribes for sub. When that fails, or every user left
+// meanwhile, sub is dropped (the next joiner starts another).
+func (h *wakeHub) start(sub *hubSub) {
+	ctx, cancel := context.WithTimeout(context.Background(), subscribeTimeout)
+	stop, err := h.s.Subscribe(ctx, h.notify)
+	cancel()
+	h.mu.Lock()
+	if err == nil && sub.users > 0 {
+		sub.stop, stop = stop, nil
+	} else if h.sub == sub {
+		h.sub = nil
+	}
+	close(sub.ready)
+	h.mu.Unlock()
+	if stop != nil {
+		stop() // nobody is left to use it
+	}
 }
 
 // leave unregisters ch and ends the subscription when its last user left.
@@ -293,7 +308,7 @@ func (h *wakeHub) leave(key string, ch chan struct{}, sub *hubSub) {
 		if h.sub == sub {
 			h.sub = nil
 		}
-		stop = sub.stop
+		stop, sub.stop = sub.stop, nil // nil while starting: start stops it
 	}
 	h.mu.Unlock()
 	if stop != nil {

@@ -138,6 +138,9 @@ func testFairStore(t *testing.T, d deployment) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if h := t2.Holder(); h == nil || h.Owner != "first" {
+		t.Fatalf("Holder() after EnqueueFair = %+v, want first", h)
+	}
 	wctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 	_, err = t2.Wait(wctx)
 	cancel()
