@@ -10,7 +10,6 @@ import (
 	"context"
 	"errors"
 	"os"
-	"strings"
 	"testing"
 	"time"
 
@@ -42,16 +41,10 @@ func TestFaultHolder(t *testing.T) {
 	})
 }
 
-// startHolder starts a holder process that obtains "job" as kind (see
-// obtainKind) and returns it with its fence.
-func startHolder(t *testing.T, lockAddr, regAddr, prefix, kind string, ttl time.Duration) (*faulttest.Holder, uint64) {
+func startHolder(t *testing.T, lockAddr, regAddr, prefix string, ttl time.Duration) (*faulttest.Holder, uint64) {
 	t.Helper()
-	helper := "TestFaultHolder"
-	if kind != "mutex" {
-		helper = "TestKindsFaultHolder"
-	}
-	h := faulttest.StartReportingHolder(t, helper, "job", ttl,
-		"TL_ADDR="+lockAddr, "TL_REGISTER="+regAddr, "TL_PREFIX="+prefix, envKind+"="+kind)
+	h := faulttest.StartReportingHolder(t, "TestFaultHolder", "job", ttl,
+		"TL_ADDR="+lockAddr, "TL_REGISTER="+regAddr, "TL_PREFIX="+prefix)
 	return h, h.Fence
 }
 
@@ -61,100 +54,71 @@ func newFaultLocker(t *testing.T, addr, prefix, owner string) *tasklock.Locker {
 	return faulttest.NewLocker(t, s, tasklock.Config{Owner: owner})
 }
 
-// (a) The holder process is SIGKILLed: another obtains within TTL + 1 s —
-// the mutex, a RWMutex's writer, or a permit of a semaphore whose other
-// permit stays held (never more than its two permits out).
+// (a) The holder process is SIGKILLed: another obtains within TTL + 1 s.
 func TestFaultHolderKilled(t *testing.T) {
 	t.Parallel()
-	for _, kind := range []string{"mutex", "write", "permit:2"} {
-		t.Run(kind, func(t *testing.T) {
-			t.Parallel()
-			srv, regSrv := testserver.StartRedis(t), testserver.StartRedis(t)
-			reg := newRegister(t, regSrv.Addr())
-			ttl := time.Second
-			opts := &tasklock.ObtainOptions{TTL: ttl}
-			prefix := freshPrefix()
-			holder, fence := startHolder(t, srv.Addr(), regSrv.Addr(), prefix, kind, ttl)
-			b := newFaultLocker(t, srv.Addr(), prefix, "b")
-			var other *tasklock.Lock
-			if strings.HasPrefix(kind, "permit:") {
-				// The other permit, held (and renewed) throughout.
-				var err error
-				if other, err = obtainKind(ctxT(t), newFaultLocker(t, srv.Addr(), prefix, "c"), "job", kind, opts); err != nil {
-					t.Fatal(err)
-				}
-			}
+	srv, regSrv := testserver.StartRedis(t), testserver.StartRedis(t)
+	reg := newRegister(t, regSrv.Addr())
+	ttl := time.Second
+	prefix := freshPrefix()
+	holder, fence := startHolder(t, srv.Addr(), regSrv.Addr(), prefix, ttl)
+	b := newFaultLocker(t, srv.Addr(), prefix, "b")
 
-			killed := time.Now()
-			holder.Kill(t)
-			l, err := obtainKind(ctxT(t), b, "job", kind, opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			took := time.Since(killed)
-			t.Logf("takeover %v after SIGKILL (TTL %v)", took, ttl)
-			if took > ttl+time.Second {
-				t.Fatalf("takeover took %v, want ≤ TTL + 1s", took)
-			}
-			if l.Fence() <= fence {
-				t.Fatalf("fence %d after %d", l.Fence(), fence)
-			}
-			if other != nil {
-				assertHeld(t, other)
-				if got := heldPermits(t, srv.Addr(), prefix, "job"); got != 2 {
-					t.Fatalf("%d permits listed, want 2", got)
-				}
-				return
-			}
-			if ok, err := reg.Write(ctxT(t), l.Fence(), "b"); !ok || err != nil {
-				t.Fatalf("the new holder's write was refused: %v", err)
-			}
-			if n := reg.Rejected(t); n != 0 {
-				t.Fatalf("%d stale writes", n)
-			}
-		})
+	killed := time.Now()
+	holder.Kill(t)
+	l, took := faulttest.Obtain(t, b, "job", &tasklock.ObtainOptions{TTL: ttl}, killed)
+	t.Logf("takeover %v after SIGKILL (TTL %v)", took, ttl)
+	if took > ttl+time.Second {
+		t.Fatalf("takeover took %v, want ≤ TTL + 1s", took)
+	}
+	if l.Fence() <= fence {
+		t.Fatalf("fence %d after %d", l.Fence(), fence)
+	}
+	if ok, err := reg.Write(ctxT(t), l.Fence(), "b"); !ok || err != nil {
+		t.Fatalf("the new holder's write was refused: %v", err)
+	}
+	if n := reg.Rejected(t); n != 0 {
+		t.Fatalf("%d stale writes", n)
 	}
 }
 
 // (b) The holder process is SIGSTOPped for 2×TTL: another obtains; when the
 // first resumes its Done is already closed and none of its writes is
-// accepted after the new holder's — the mutex, a RWMutex's writer, or a
-// semaphore's only permit.
+// accepted after the new holder's.
 func TestFaultHolderPaused(t *testing.T) {
 	t.Parallel()
-	for _, kind := range []string{"mutex", "write", "permit:1"} {
-		t.Run(kind, func(t *testing.T) {
-			t.Parallel()
-			srv, regSrv := testserver.StartRedis(t), testserver.StartRedis(t)
-			reg := newRegister(t, regSrv.Addr())
-			ttl := time.Second
-			prefix := freshPrefix()
-			holder, fence := startHolder(t, srv.Addr(), regSrv.Addr(), prefix, kind, ttl)
-			b := newFaultLocker(t, srv.Addr(), prefix, "b")
+	srv, regSrv := testserver.StartRedis(t), testserver.StartRedis(t)
+	reg := newRegister(t, regSrv.Addr())
+	ttl := time.Second
+	prefix := freshPrefix()
+	holder, fence := startHolder(t, srv.Addr(), regSrv.Addr(), prefix, ttl)
+	b := newFaultLocker(t, srv.Addr(), prefix, "b")
 
-			holder.Stop(t)
-			stopped := time.Now()
-			l, err := obtainKind(ctxT(t), b, "job", kind, &tasklock.ObtainOptions{TTL: ttl})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if l.Fence() <= fence {
-				t.Fatalf("fence %d after %d", l.Fence(), fence)
-			}
-			if ok, err := reg.Write(ctxT(t), l.Fence(), "b"); !ok || err != nil {
-				t.Fatalf("the new holder's write was refused: %v", err)
-			}
-			time.Sleep(time.Until(stopped.Add(2 * ttl))) // the pause itself, not synchronisation
-			holder.Cont(t)
-			if line := holder.WaitLine(t, "resumed ", 5*time.Second); line != "resumed done=closed" {
-				t.Fatalf("on resume the holder saw %q: it could have acted on a lost lock", line)
-			}
-			holder.WaitLine(t, "lost ", 5*time.Second)
-			if stale := testserver.AcceptedAfter(reg.Accepted(t), "b", "holder"); len(stale) > 0 {
-				t.Fatalf("register accepted the paused holder's writes after the new holder's: %v", stale)
-			}
-			assertHeld(t, l)
-		})
+	holder.Stop(t)
+	stopped := time.Now()
+	l, err := b.Obtain(ctxT(t), "job", &tasklock.ObtainOptions{TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Fence() <= fence {
+		t.Fatalf("fence %d after %d", l.Fence(), fence)
+	}
+	if ok, err := reg.Write(ctxT(t), l.Fence(), "b"); !ok || err != nil {
+		t.Fatalf("the new holder's write was refused: %v", err)
+	}
+	time.Sleep(time.Until(stopped.Add(2 * ttl))) // the pause itself, not synchronisation
+	holder.Cont(t)
+	if line := holder.WaitLine(t, "resumed ", 5*time.Second); line != "resumed done=closed" {
+		t.Fatalf("on resume the holder saw %q: it could have acted on a lost lock", line)
+	}
+	holder.WaitLine(t, "lost ", 5*time.Second)
+	if stale := testserver.AcceptedAfter(reg.Accepted(t), "b", "holder"); len(stale) > 0 {
+		t.Fatalf("register accepted the paused holder's writes after the new holder's: %v", stale)
+	}
+	select {
+	case <-l.Done():
+		t.Fatalf("the new holder lost its lock: %v", l.Err())
+	default:
 	}
 }
 

@@ -1,16 +1,16 @@
 package redisstore
 
-// Fault tests of read-write locks and semaphores: the server restarts
-// under held writers' locks and permits. Their holders killed or paused
-// are in fault_test.go, beside the mutex's.
+// Fault tests of read-write locks, semaphores and fair queues: a holder
+// process (faulttest.KindHolderMain) killed or paused, with its critical
+// sections and a fenced register on a second, unaffected redis-server as
+// the oracles; the server restarted under held writers' locks and
+// permits; a fair waiter's process killed in the queue.
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -22,75 +22,174 @@ import (
 	"github.com/tasklock/tasklock/storetest/faulttest"
 )
 
-// envKind tells the holder process what to hold: "mutex", "write" (a
-// RWMutex's writer) or "permit:N" (one of a Semaphore's N permits).
-const envKind = "TL_KIND"
-
-// obtainKind obtains key as kind ("mutex", "write" or "permit:N") with lk.
-func obtainKind(ctx context.Context, lk *tasklock.Locker, key, kind string, opts *tasklock.ObtainOptions) (*tasklock.Lock, error) {
-	switch kind {
-	case "mutex":
-		return lk.Obtain(ctx, key, opts)
-	case "write":
-		return lk.RWMutex(key).Lock(ctx, opts)
-	}
-	n, err := strconv.Atoi(strings.TrimPrefix(kind, "permit:"))
-	if err != nil || !strings.HasPrefix(kind, "permit:") {
-		return nil, fmt.Errorf("kind %q: want mutex, write or permit:N", kind)
-	}
-	return lk.Semaphore(key, n).Acquire(ctx, opts)
+// TestKindHolder is the holder process of the kinds fault tests
+// (faulttest.KindHolderMain). Its critical sections write its fence to the
+// register at TL_REGISTER, except a semaphore's of more than one permit,
+// whose holders have no fence order among them.
+func TestKindHolder(t *testing.T) {
+	faulttest.KindHolderMain(t, func(time.Duration) (driver.Store, faulttest.WriteFunc, error) {
+		s, err := New(redis.NewClient(&redis.Options{Addr: os.Getenv("TL_ADDR")}), &Options{Prefix: os.Getenv("TL_PREFIX")})
+		if err != nil || (os.Getenv(faulttest.EnvHold) == "permit" && os.Getenv(faulttest.EnvPermits) != "1") {
+			return s, nil, err
+		}
+		reg := testserver.RedisRegister{Addr: os.Getenv("TL_REGISTER")}
+		return s, func(ctx context.Context, fence uint64) (bool, error) { return reg.Write(ctx, fence, faulttest.HelperOwner) }, nil
+	})
 }
 
-// TestKindsFaultHolder is the helper process of the fault tests for a
-// RWMutex's writer or a Semaphore's permit: it obtains faulttest.EnvKey as
-// envKind says and then speaks the protocol of
-// faulttest.ReportingHolderMain ("obtained <fence>", "write <ok> <err>",
-// "resumed done=closed|open", "lost <cause>"), which obtains a mutex only.
-func TestKindsFaultHolder(t *testing.T) {
-	if testserver.HelperRole() != faulttest.Role {
-		t.Skip("helper process for the fault tests")
+// kindCase is one hold a fault test puts in the holder process, and what
+// the others then obtain: a writer's lock after a reader or a writer, a
+// permit after a permit.
+type kindCase struct {
+	hold    tasklock.Mode
+	permits int
+}
+
+func (k kindCase) String() string {
+	if k.hold == tasklock.ModePermit {
+		return fmt.Sprintf("permit of %d", k.permits)
 	}
-	ttl, _ := time.ParseDuration(os.Getenv(faulttest.EnvTTL))
-	s, err := New(redis.NewClient(&redis.Options{Addr: os.Getenv("TL_ADDR")}), &Options{Prefix: os.Getenv("TL_PREFIX")})
-	if err != nil {
-		fmt.Println("error", err)
-		os.Exit(1)
+	return k.hold.String()
+}
+
+// obtain has lk obtain what takes the holder's place.
+func (k kindCase) obtain(ctx context.Context, lk *tasklock.Locker, key string, opts *tasklock.ObtainOptions) (*tasklock.Lock, error) {
+	if k.hold == tasklock.ModePermit {
+		return lk.Semaphore(key, k.permits).Acquire(ctx, opts)
 	}
-	reg := testserver.RedisRegister{Addr: os.Getenv("TL_REGISTER")}
-	lk, err := tasklock.New(s, &tasklock.Config{Owner: "holder", Logger: faulttest.QuietLogger})
-	if err != nil {
-		fmt.Println("error", err)
-		os.Exit(1)
-	}
-	ctx := context.Background()
-	l, err := obtainKind(ctx, lk, os.Getenv(faulttest.EnvKey), os.Getenv(envKind), &tasklock.ObtainOptions{TTL: ttl})
-	if err != nil {
-		fmt.Println("error", err)
-		os.Exit(1)
-	}
-	fmt.Println("obtained", l.Fence())
-	last := time.Now()
-	for {
-		gap := time.Since(last)
-		last = time.Now()
-		if gap > ttl {
-			select {
-			case <-l.Done():
-				fmt.Println("resumed done=closed")
-			default:
-				fmt.Println("resumed done=open")
+	return lk.RWMutex(key).Lock(ctx, opts)
+}
+
+// kindsRig is a fault test's setting: the server under test, the
+// register on another, and a holder process of k on "job".
+type kindsRig struct {
+	srv    *testserver.Redis
+	reg    testserver.RedisRegister
+	prefix string
+	holder *faulttest.KindHolder
+	log    faulttest.Sections // the sections of the test's own holders
+}
+
+func startKindsRig(t *testing.T, k kindCase, ttl time.Duration) *kindsRig {
+	t.Helper()
+	srv, regSrv := testserver.StartRedis(t), testserver.StartRedis(t)
+	r := &kindsRig{srv: srv, reg: newRegister(t, regSrv.Addr()), prefix: freshPrefix()}
+	r.holder = faulttest.StartKindHolder(t, "TestKindHolder", "job", k.hold, k.permits, ttl,
+		"TL_ADDR="+srv.Addr(), "TL_REGISTER="+regSrv.Addr(), "TL_PREFIX="+r.prefix)
+	return r
+}
+
+// work runs l's critical sections, held by owner, into the rig's log,
+// writing l's fence to the register unless k's holders have no fence
+// order, until the returned stop is called.
+func (r *kindsRig) work(t *testing.T, k kindCase, owner string, l *tasklock.Lock) (stop func()) {
+	var act func()
+	if k.hold != tasklock.ModePermit || k.permits == 1 {
+		act = func() {
+			if _, err := r.reg.Write(context.Background(), l.Fence(), owner); err != nil {
+				t.Error(err)
 			}
 		}
-		select {
-		case <-l.Done():
-			fmt.Println("lost", l.Err())
-			os.Exit(0)
-		default:
-		}
-		ok, err := reg.Write(ctx, l.Fence(), "holder")
-		fmt.Println("write", ok, err)
-		time.Sleep(10 * time.Millisecond) // one unit of work
 	}
+	return r.log.Loop(owner, l, act)
+}
+
+// (a) The holder process of a read side, a write side or a permit (of a
+// semaphore whose other permit stays held) is SIGKILLed: its hold returns
+// within TTL + 1 s, the writer or permit that takes its place has a higher
+// fence, and the sections of all holders never overlap beyond the lock's
+// promise.
+func TestFaultKindsHolderKilled(t *testing.T) {
+	t.Parallel()
+	for _, k := range []kindCase{{tasklock.ModeRead, 0}, {tasklock.ModeWrite, 0}, {tasklock.ModePermit, 2}} {
+		t.Run(k.String(), func(t *testing.T) {
+			t.Parallel()
+			ttl := time.Second
+			opts := &tasklock.ObtainOptions{TTL: ttl}
+			r := startKindsRig(t, k, ttl)
+			if k.hold == tasklock.ModePermit {
+				// The other permit, held (and renewed) throughout.
+				other, err := k.obtain(ctxT(t), newFaultLocker(t, r.srv.Addr(), r.prefix, "c"), "job", opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				stopOther := r.work(t, k, "c", other)
+				defer stopOther()
+			}
+			b := newFaultLocker(t, r.srv.Addr(), r.prefix, "b")
+
+			killed := time.Now()
+			r.holder.Kill(t)
+			l, err := k.obtain(ctxT(t), b, "job", opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			took := time.Since(killed)
+			t.Logf("took the place of a killed %v holder %v after SIGKILL (TTL %v)", k, took, ttl)
+			if took > ttl+time.Second {
+				t.Fatalf("took %v, want ≤ TTL + 1s", took)
+			}
+			if l.Fence() <= r.holder.Fence {
+				t.Fatalf("fence %d after %d", l.Fence(), r.holder.Fence)
+			}
+			stop := r.work(t, k, "b", l)
+			waitSections(t, &r.log, "b", 5)
+			stop()
+			faulttest.CheckSections(t, k.permits, r.holder.Sections(), r.log.List())
+			if n := r.reg.Rejected(t); n != 0 {
+				t.Fatalf("%d stale writes", n)
+			}
+		})
+	}
+}
+
+// (b) The holder process of a read side, a write side or a semaphore's
+// only permit is SIGSTOPped for 2×TTL: a writer or a permit takes its
+// place; when the holder resumes its Done is already closed, it writes
+// nothing, and no sections overlap.
+func TestFaultKindsHolderPaused(t *testing.T) {
+	t.Parallel()
+	for _, k := range []kindCase{{tasklock.ModeRead, 0}, {tasklock.ModeWrite, 0}, {tasklock.ModePermit, 1}} {
+		t.Run(k.String(), func(t *testing.T) {
+			t.Parallel()
+			ttl := time.Second
+			r := startKindsRig(t, k, ttl)
+			b := newFaultLocker(t, r.srv.Addr(), r.prefix, "b")
+
+			r.holder.Stop(t)
+			stopped := time.Now()
+			l, err := k.obtain(ctxT(t), b, "job", &tasklock.ObtainOptions{TTL: ttl})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if l.Fence() <= r.holder.Fence {
+				t.Fatalf("fence %d after %d", l.Fence(), r.holder.Fence)
+			}
+			stop := r.work(t, k, "b", l)
+			time.Sleep(time.Until(stopped.Add(2 * ttl))) // the pause itself, not synchronisation
+			r.holder.CheckResumed(t, "")
+			stop()
+			faulttest.CheckSections(t, k.permits, r.holder.Sections(), r.log.List())
+			if stale := testserver.AcceptedAfter(r.reg.Accepted(t), "b", faulttest.HelperOwner); len(stale) > 0 {
+				t.Fatalf("register accepted the paused holder's writes after the new holder's: %v", stale)
+			}
+			assertHeld(t, l)
+		})
+	}
+}
+
+// waitSections waits until holder has logged n sections in log.
+func waitSections(t *testing.T, log *faulttest.Sections, holder string, n int) {
+	t.Helper()
+	waitFor(t, 10*time.Second, func() bool {
+		c := 0
+		for _, s := range log.List() {
+			if s.Holder == holder {
+				c++
+			}
+		}
+		return c >= n
+	})
 }
 
 // Redis restarts with AOF and appendfsync always while a writer and both
@@ -200,23 +299,6 @@ func kindsHolds(t *testing.T, lk *tasklock.Locker, ttl time.Duration) []*taskloc
 		held = append(held, p)
 	}
 	return held
-}
-
-// heldPermits returns how many permits of key the store at addr lists.
-func heldPermits(t *testing.T, addr, prefix, key string) int {
-	t.Helper()
-	s := newStore(t, closeAtCleanup(t, redis.NewClient(&redis.Options{Addr: addr})), &Options{Prefix: prefix})
-	ls, err := s.Leases(ctxT(t), key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for _, l := range ls {
-		if l.Key == key && l.Mode == driver.ModePermit {
-			n++
-		}
-	}
-	return n
 }
 
 func assertHeld(t *testing.T, l *tasklock.Lock) {
