@@ -33,7 +33,9 @@ func TestKindHolder(t *testing.T) {
 			return s, nil, err
 		}
 		reg := testserver.RedisRegister{Addr: os.Getenv("TL_REGISTER")}
-		return s, func(ctx context.Context, fence uint64) (bool, error) { return reg.Write(ctx, fence, faulttest.HelperOwner) }, nil
+		return s, func(ctx context.Context, fence uint64) (bool, error) {
+			return reg.Write(ctx, fence, faulttest.HelperOwner)
+		}, nil
 	})
 }
 
