@@ -14,7 +14,8 @@ var _ driver.Kinder = (*Store)(nil)
 // Kinds implements driver.Kinder: the Store keeps read-write locks and
 // semaphores on every deployment (single node, Sentinel, Cluster), as
 // driver.Mode describes. Each is kept in containers of its own, in the
-// hash slot of the key's mutex (see the package documentation, Kinds).
+// hash slot of the key's mutex (see the package documentation,
+// Read-write locks and semaphores).
 func (s *Store) Kinds(m driver.Mode) error {
 	if _, err := modeArg(m); err != nil {
 		return err

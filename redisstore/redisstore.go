@@ -256,11 +256,10 @@ func (s *Store) Acquire(ctx context.Context, p driver.AcquireParams) (driver.Gra
 	if p.Mode != driver.ModeMutex {
 		return s.acquireKind(ctx, p)
 	}
-	args, err := s.acquireArgs(p)
+	args, lk, err := s.acquireArgs(p)
 	if err != nil {
 		return driver.Grant{}, err
 	}
-	lk, _ := s.lockKeys(p.Key)
 	return s.acquireWith(ctx, p, acquireScript, lk, args, acquireReply)
 }
 
@@ -296,13 +295,13 @@ func (s *Store) acquireWith(ctx context.Context, p driver.AcquireParams, script 
 }
 
 // acquireArgs checks p and returns the EVALSHA arguments of acquire.lua
-// for it.
-func (s *Store) acquireArgs(p driver.AcquireParams) ([]any, error) {
+// for it, and the lock key.
+func (s *Store) acquireArgs(p driver.AcquireParams) (args []any, lk string, err error) {
 	if err := checkAcquire(p); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	lk, fk := s.lockKeys(p.Key)
-	return []any{"evalsha", acquireScript.sha, 2, lk, fk, p.Token, millis(p.TTL), p.Owner}, nil
+	return []any{"evalsha", acquireScript.sha, 2, lk, fk, p.Token, millis(p.TTL), p.Owner}, lk, nil
 }
 
 // checkAcquire rejects what acquire.lua cannot store.

@@ -64,7 +64,8 @@ type node struct {
 // Store keeps leases on N independent Redis nodes and grants a lock when a
 // majority of them grant it (the RedLock algorithm). It implements
 // driver.Store, driver.Batcher, driver.Notifier, driver.Lister and
-// driver.ForceReleaser, and is safe for concurrent use. Create it with New.
+// driver.ForceReleaser, and driver.Kinder only to refuse every mode but
+// the mutex (kinds.go); it is safe for concurrent use. Create it with New.
 type Store struct {
 	nodes       []*node
 	quorum      int
