@@ -209,6 +209,8 @@
 // # Errors
 //
 // Besides driver.ErrNotHeld and *driver.HeldError, Acquire may return
-// errors wrapping ErrReplicas and ErrKey. Every error from go-redis is
-// wrapped with %w. The store never logs.
+// errors wrapping ErrReplicas and ErrKey, and for a read-write lock or a
+// semaphore driver.ErrKindMismatch (the key is live as the other kind, or
+// with another number of permits). Every error from go-redis is wrapped
+// with %w. The store never logs.
 package redisstore
