@@ -131,10 +131,7 @@ func (t *ticket) Wait(ctx context.Context) (driver.Grant, error) {
 		t.granted = nil
 		return *g, nil
 	}
-	var (
-		wake     <-chan struct{}
-		notified bool
-	)
+	var w *hubWaiter
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
@@ -158,24 +155,27 @@ func (t *ticket) Wait(ctx context.Context) (driver.Grant, error) {
 			t.holder = r.holder
 		}
 		t.mu.Unlock()
-		if wake == nil {
+		if w == nil {
 			// Listen first, then look again: a release published
-			// between the two looks is not missed.
-			var leave func()
-			wake, leave, notified = t.s.wake.join(ctx, t.p.Key)
-			defer leave()
+			// between the two looks is not missed. The subscription
+			// gets at most a third of the TTL to start, so that the
+			// entry is renewed in time; until it runs, Wait polls.
+			jctx, cancel := context.WithTimeout(ctx, t.p.TTL/3)
+			w = t.s.wake.join(jctx, t.p.Key)
+			cancel()
+			defer w.leave()
 			continue
 		}
 		d := t.p.TTL / 3
 		if r.next > 0 {
 			d = min(d, r.next+time.Millisecond)
 		}
-		if !notified {
+		if !w.notified() {
 			d = min(d, 250*time.Millisecond)
 		}
 		timer.Reset(d)
 		select {
-		case <-wake:
+		case <-w.ch:
 		case <-timer.C:
 		case <-ctx.Done():
 			return driver.Grant{}, ctx.Err()
@@ -242,13 +242,18 @@ type hubSub struct {
 // subscribeTimeout bounds the start of a wakeHub's subscription.
 const subscribeTimeout = 5 * time.Second
 
+// hubWaiter is one Ticket's registration with a wakeHub.
+type hubWaiter struct {
+	h   *wakeHub
+	key string
+	ch  chan struct{} // signalled on each release of key
+	sub *hubSub
+}
+
 // join registers a waiter for key's releases and makes sure the
-// subscription runs, waiting (at most until ctx ends) for it to start. It
-// returns the channel signalled on each release of key, the function that
-// unregisters it, and whether releases will come (false when the
-// subscription failed: the waiter polls).
-func (h *wakeHub) join(ctx context.Context, key string) (wake <-chan struct{}, leave func(), notified bool) {
-	ch := make(chan struct{}, 1)
+// subscription runs, waiting (at most until ctx ends) for it to start.
+func (h *wakeHub) join(ctx context.Context, key string) *hubWaiter {
+	w := &hubWaiter{h: h, key: key, ch: make(chan struct{}, 1)}
 	h.mu.Lock()
 	if h.waiters == nil {
 		h.waiters = make(map[string]map[chan struct{}]struct{})
@@ -256,25 +261,33 @@ func (h *wakeHub) join(ctx context.Context, key string) (wake <-chan struct{}, l
 	if h.waiters[key] == nil {
 		h.waiters[key] = make(map[chan struct{}]struct{})
 	}
-	h.waiters[key][ch] = struct{}{}
+	h.waiters[key][w.ch] = struct{}{}
 	if h.sub == nil {
 		h.sub = &hubSub{ready: make(chan struct{})}
 		// Not on the caller's goroutine, nor with its ctx: the
 		// subscription is every joiner's, whoever gives up first.
 		go h.start(h.sub)
 	}
-	sub := h.sub
-	sub.users++
+	w.sub = h.sub
+	w.sub.users++
 	h.mu.Unlock()
 	select {
-	case <-sub.ready:
+	case <-w.sub.ready:
 	case <-ctx.Done():
 	}
-	h.mu.Lock()
-	notified = sub.stop != nil
-	h.mu.Unlock()
-	return ch, func() { h.leave(key, ch, sub) }, notified
+	return w
 }
+
+// notified reports whether releases reach w: its subscription runs (it
+// may still be starting, or have failed: then the waiter polls).
+func (w *hubWaiter) notified() bool {
+	w.h.mu.Lock()
+	defer w.h.mu.Unlock()
+	return w.sub.stop != nil
+}
+
+// leave unregisters w.
+func (w *hubWaiter) leave() { w.h.leave(w.key, w.ch, w.sub) }
 
 // start subscribes for sub. When that fails, or every user left
 // meanwhile, sub is dropped (the next joiner starts another).
