@@ -21,9 +21,9 @@ func (s *Store) Kinds(m driver.Mode) error {
 
 // kindsError is the error for a hold of mode m.
 func kindsError(m driver.Mode) error {
-	return fmt.Errorf("redlock: %w: %v holds: a majority vote per permit or reader across independent nodes "+
-		"cannot keep a count of holders or a writer's claim consistent without consensus (each node would count "+
-		"only the holders it saw)", driver.ErrUnsupported, m)
+	return fmt.Errorf("redlock: %v holds: %w: a majority vote per permit or reader across independent nodes "+
+		"cannot keep a count of holders or a writer's claim consistent without consensus (each node counts only "+
+		"the holders it saw)", m, driver.ErrUnsupported)
 }
 
 // withoutKinds runs fn on the items of ps that are mutexes (mode tells an
