@@ -95,6 +95,30 @@ func (s *Store) Leases(ctx context.Context, prefix string) ([]driver.Lease, erro
 }
 
 func (s *Store) listLeases(prefix string) ([]driver.Lease, error) {
+	out, err := s.listLocks(prefix)
+	if err != nil {
+		return nil, err
+	}
+	kinds, err := s.listKinds(prefix)
+	if err != nil {
+		return nil, err
+	}
+	out = append(out, kinds...)
+	sort.SliceStable(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.Key != b.Key {
+			return a.Key < b.Key
+		}
+		if a.Mode != b.Mode {
+			return a.Mode < b.Mode
+		}
+		return a.Fence < b.Fence
+	})
+	return out, nil
+}
+
+// listLocks lists the mutexes whose key starts with prefix.
+func (s *Store) listLocks(prefix string) ([]driver.Lease, error) {
 	kids, _, err := s.conn.Children(s.root)
 	if errors.Is(err, zk.ErrNoNode) {
 		return nil, nil
@@ -148,7 +172,6 @@ func (s *Store) listLeases(prefix string) ([]driver.Lease, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
 	return out, nil
 }
 
@@ -171,6 +194,23 @@ func (s *Store) ForceRelease(ctx context.Context, key string) error {
 }
 
 func (s *Store) forceRelease(key string) error {
+	lockErr := s.forceLock(key)
+	if lockErr != nil && !errors.Is(lockErr, driver.ErrNotHeld) {
+		return lockErr
+	}
+	kinds, err := s.forceKinds(key)
+	switch {
+	case err != nil:
+		return err
+	case kinds:
+		return nil
+	}
+	return lockErr
+}
+
+// forceLock force-releases key's mutex: its lowest lock node and its
+// MinHold nodes.
+func (s *Store) forceLock(key string) error {
 	now, err := s.serverNow()
 	if errors.Is(err, zk.ErrNoNode) {
 		return driver.ErrNotHeld // no Root: nothing was ever held
@@ -206,13 +246,7 @@ func (s *Store) forceRelease(key string) error {
 	}
 	for round := 0; st.holder != nil; round++ {
 		path := kp + "/" + st.holder.name
-		data, mst, err := s.conn.Get(s.marker)
-		if errors.Is(err, zk.ErrNoNode) {
-			if err := s.createMarker(); err != nil {
-				return err
-			}
-			data, mst, err = s.conn.Get(s.marker)
-		}
+		data, mst, err := s.readMarker()
 		if err != nil {
 			return err
 		}
