@@ -1,6 +1,7 @@
 package zkstore
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -372,7 +373,7 @@ func checkKind(p driver.AcquireParams) error {
 // decision in one multi that checks the guard's version. Two round trips
 // when granted; a refusal reads the entry it names (and a refused writer
 // creates its claim alongside, in a multi of its own).
-func (s *Store) acquireKind(p driver.AcquireParams) (driver.Grant, error) {
+func (s *Store) acquireKind(ctx context.Context, p driver.AcquireParams) (driver.Grant, error) {
 	if err := checkKind(p); err != nil {
 		return driver.Grant{}, err
 	}
@@ -380,7 +381,9 @@ func (s *Store) acquireKind(p driver.AcquireParams) (driver.Grant, error) {
 		return driver.Grant{}, err
 	}
 	kp := s.kindsPath(p.Key)
-	s.turns.enter(p.Key)
+	if err := s.turns.enter(ctx, p.Key); err != nil {
+		return driver.Grant{}, err
+	}
 	defer s.turns.leave(p.Key)
 	watch := s.note.slot(p.Key)
 	defer watch.done()
@@ -747,8 +750,8 @@ type turnstile struct {
 	m  map[string]chan struct{} // closed when the key's turn ends
 }
 
-// enter waits for key's turn.
-func (t *turnstile) enter(key string) {
+// enter waits for key's turn, or until ctx ends.
+func (t *turnstile) enter(ctx context.Context, key string) error {
 	for {
 		t.mu.Lock()
 		ch, busy := t.m[key]
@@ -758,10 +761,14 @@ func (t *turnstile) enter(key string) {
 			}
 			t.m[key] = make(chan struct{})
 			t.mu.Unlock()
-			return
+			return nil
 		}
 		t.mu.Unlock()
-		<-ch
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 }
 

@@ -83,9 +83,12 @@ func (s *Store) serverNow() (int64, error) {
 // is left of it by the server's clock, which Leases reads by writing Root's
 // (empty) data). Expired MinHold nodes are left out, and deleted if they are
 // still the versions read. The lowest lock node may be a waiter that is at
-// the head of the queue and about to be granted. The result is sorted by
-// key. It costs two round trips per key, plus one per MinHold node, so it
-// is meant for the CLI and the dashboard.
+// the head of the queue and about to be granted. Read-write locks and
+// semaphores are listed as one Lease per entry (a waiting writer's claim
+// with Waiting set), with the fence, TTL, mode and limit of each. The
+// result is sorted by key, then mode, then fence. It costs two round trips
+// per key, plus one per MinHold node, plus one per kinds key and one per
+// entry, so it is meant for the CLI and the dashboard.
 func (s *Store) Leases(ctx context.Context, prefix string) ([]driver.Lease, error) {
 	out, err := call(ctx, func() ([]driver.Lease, error) { return s.listLeases(prefix) }, nil)
 	if err != nil {
@@ -183,8 +186,9 @@ func (s *Store) listLocks(prefix string) ([]driver.Lease, error) {
 // latest) without reading its nodes (see Renew); the waiter behind it is
 // woken at once by its watch. Five round trips (the server's time, the
 // children, the lowest node, the marker, the multi), more when the key or
-// the marker changes meanwhile. It returns ErrNotHeld when nothing live was
-// there.
+// the marker changes meanwhile. It also deletes every entry of the key's
+// read-write lock or semaphore (forceKinds). It returns ErrNotHeld when
+// nothing live was there.
 func (s *Store) ForceRelease(ctx context.Context, key string) error {
 	_, err := call(ctx, func() (struct{}, error) { return struct{}{}, s.forceRelease(key) }, nil)
 	if err != nil && !errors.Is(err, driver.ErrNotHeld) {

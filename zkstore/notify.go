@@ -43,7 +43,7 @@ type subscription struct{ onRelease func(key string) }
 type watchGen struct {
 	quit    chan struct{}
 	watched map[string]bool
-	wg      sync.WaitGroup // slots taken and goroutines waiting
+	wg      sync.WaitGroup // the goroutines waiting on watches
 }
 
 func (n *notifier) subscribe(onRelease func(key string)) func() {
@@ -95,7 +95,6 @@ func (n *notifier) slot(key string) *watchSlot {
 		return nil
 	}
 	g.watched[key] = true
-	g.wg.Add(1)
 	return &watchSlot{n: n, gen: g, key: key}
 }
 
@@ -104,12 +103,19 @@ func (n *notifier) slot(key string) *watchSlot {
 func (w *watchSlot) wanted() bool { return w != nil && !w.armed }
 
 // set hands the watch a read set (nil: the read failed) to a goroutine
-// that waits for it.
+// that waits for it, unless every subscription stopped meanwhile (the
+// watch then fires into its buffered channel, unread).
 func (w *watchSlot) set(ch <-chan zk.Event) {
 	if ch == nil {
 		return
 	}
 	w.armed = true
+	w.n.mu.Lock()
+	defer w.n.mu.Unlock()
+	if w.n.gen != w.gen {
+		return
+	}
+	w.gen.wg.Add(1)
 	go w.n.wait(w.gen, w.key, ch)
 }
 
@@ -121,7 +127,6 @@ func (w *watchSlot) done() {
 	w.n.mu.Lock()
 	delete(w.gen.watched, w.key)
 	w.n.mu.Unlock()
-	w.gen.wg.Done()
 }
 
 // wait waits for the watch on key and tells every subscription of it,

@@ -263,7 +263,7 @@ func (s *Store) Acquire(ctx context.Context, p driver.AcquireParams) (driver.Gra
 	}
 	g, err := call(ctx, func() (driver.Grant, error) {
 		if p.Mode != driver.ModeMutex {
-			return s.acquireKind(p)
+			return s.acquireKind(ctx, p)
 		}
 		return s.acquire(p)
 	},
