@@ -264,15 +264,15 @@ func (s *Store) guardOps(kp string, st kindState, g guardData) []any {
 
 // verdict is what a kinds Acquire decides from one look at the key.
 type verdict struct {
-	err     error      // ErrKindMismatch
-	repeat  bool       // the token holds an entry of the mode asked: renew it
-	grant   bool       // create the token's entry
-	fence   uint64     // the grant's fence
-	guard   guardData  // the guard's data after the grant
-	blocker *kindEntry // refused: the entry to name
-	withTTL bool       // the HeldError gives blocker's TTL (else 0: a waiting writer)
-	claim   bool       // refused writer: create or renew the token's claim
-	own     *kindEntry // the token's claim (write) as listed, when the Store keeps it
+	err      error        // ErrKindMismatch
+	repeat   bool         // the token holds an entry of the mode asked: renew it
+	grant    bool         // create the token's entry
+	fence    uint64       // the grant's fence
+	guard    guardData    // the guard's data after the grant
+	blockers []*kindEntry // refused: the entries to name the one ending first of
+	withTTL  bool         // the HeldError gives the TTL (else 0: a waiting writer)
+	claim    bool         // refused writer: create or renew the token's claim
+	own      *kindEntry   // the token's claim (write) as listed, when the Store keeps it
 }
 
 // decide applies the rules of driver.Mode to one look at a key, for p.
@@ -328,25 +328,25 @@ func decide(p driver.AcquireParams, st kindState, mine *lease) verdict {
 	case driver.ModeRead:
 		switch {
 		case len(writers) > 0:
-			v.blocker, v.withTTL = writers[0], true
+			v.blockers, v.withTTL = firstOf(writers), true
 		case len(claims) > 0:
-			v.blocker = claims[0]
+			v.blockers = claims[:1]
 		default:
 			v.grant, v.fence = true, st.guard.Writer
 		}
 	case driver.ModeWrite:
 		switch {
 		case len(writers) > 0:
-			v.blocker, v.withTTL, v.claim = writers[0], true, true
+			v.blockers, v.withTTL, v.claim = firstOf(writers), true, true
 		case len(readers) > 0:
-			v.blocker, v.withTTL, v.claim = readers[0], true, true
+			v.blockers, v.withTTL, v.claim = firstOf(readers), true, true
 		default:
 			v.grant, v.fence = true, st.base+1
 			v.guard.Fence, v.guard.Writer = v.fence, v.fence
 		}
 	case driver.ModePermit:
 		if len(permits) >= p.Limit {
-			v.blocker, v.withTTL = permits[0], true
+			v.blockers, v.withTTL = firstOf(permits), true
 			break
 		}
 		v.grant, v.fence = true, st.base+1
@@ -354,6 +354,10 @@ func decide(p driver.AcquireParams, st kindState, mine *lease) verdict {
 	}
 	return v
 }
+
+// firstOf returns the first maxParallel of es: the entries a refusal
+// reads to name the one that ends first.
+func firstOf(es []*kindEntry) []*kindEntry { return es[:min(len(es), maxParallel)] }
 
 // checkKind validates the mode and limit of a kinds Acquire.
 func checkKind(p driver.AcquireParams) error {
@@ -504,22 +508,29 @@ func (s *Store) grantKind(p driver.AcquireParams, kp string, st kindState, v ver
 	return driver.Grant{Fence: v.fence}, nil
 }
 
-// refuseKind reads the entry that v names for the *driver.HeldError. A
-// refused writer also creates its claim (alongside the read), or renews
-// the claim the Store keeps for it: its deadline moves to sent + TTL. An
-// entry gone by the time it is read is errKeyChanged.
+// refuseKind reads the entries v names (pipelined) for the
+// *driver.HeldError, which names the one that ends first as far as the
+// store can tell: the earliest creation time plus TTL (renewals leave no
+// trace in the nodes). A refused writer also creates its claim (alongside
+// the reads), or renews the claim the Store keeps for it: its deadline
+// moves to sent + TTL. Entries all gone by the time they are read are
+// errKeyChanged.
 func (s *Store) refuseKind(p driver.AcquireParams, kp string, st kindState, v verdict, mine *lease, sent time.Time) (*driver.HeldError, error) {
 	var (
-		n        *node
+		nodes    []*node
 		claimErr error
 	)
+	names := make([]string, len(v.blockers))
+	for i, e := range v.blockers {
+		names[i] = e.name
+	}
 	create := v.claim && v.own == nil
 	parallel(1+btoi(create), func(i int) {
 		if i == 1 {
 			claimErr = s.createEntry(p, kp, st, st.guard, true, 0)
 			return
 		}
-		n = s.readNodes(kp, []string{v.blocker.name})[0]
+		nodes = s.readNodes(kp, names)
 	})
 	if v.claim && !create {
 		s.mu.Lock()
@@ -529,13 +540,21 @@ func (s *Store) refuseKind(p driver.AcquireParams, kp string, st kindState, v ve
 		}
 		s.mu.Unlock()
 	}
+	var n *node
+	for _, m := range nodes {
+		switch {
+		case errors.Is(m.err, zk.ErrNoNode):
+		case m.err != nil:
+			return nil, m.err
+		case n == nil || m.stat.Ctime+m.data.TTL < n.stat.Ctime+n.data.TTL:
+			n = m
+		}
+	}
 	switch {
-	case errors.Is(n.err, zk.ErrNoNode):
-		return nil, errKeyChanged
-	case n.err != nil:
-		return nil, n.err
 	case claimErr != nil:
 		return nil, claimErr // errKeyChanged: the claim lost the race, look again
+	case n == nil:
+		return nil, errKeyChanged
 	}
 	he := &driver.HeldError{Owner: n.data.Owner}
 	if v.withTTL {
@@ -577,6 +596,9 @@ func (s *Store) releaseKind(p driver.ReleaseParams) error {
 		return driver.ErrNotHeld
 	}
 	err := s.conn.Delete(kp+"/"+name, -1)
+	if err == nil {
+		s.note.announce(p.Key)
+	}
 	switch {
 	case err == nil && !waiting:
 		s.forget(p.Token, l)

@@ -207,6 +207,7 @@ func (s *Store) forceRelease(key string) error {
 	case err != nil:
 		return err
 	case kinds:
+		s.note.announce(key)
 		return nil
 	}
 	return lockErr

@@ -8,8 +8,9 @@ import (
 )
 
 // Subscribe implements driver.Notifier for read-write locks and
-// semaphores (a mutex's waiters queue instead: see Enqueue). While a
-// subscription runs, a kinds Acquire of this Store that reads a key's
+// semaphores (a mutex's waiters queue instead: see Enqueue). Their entries
+// released or force-released through this Store are announced at once.
+// For the others, while a subscription runs, a kinds Acquire of this Store that reads a key's
 // entries sets a child watch on the key's node, unless one of this
 // Store's is set there already, at no extra request (getChildren with a
 // watch). When it fires — an entry was deleted (released, ended at its
@@ -140,11 +141,20 @@ func (n *notifier) wait(g *watchGen, key string, ch <-chan zk.Event) {
 	}
 	n.mu.Lock()
 	delete(g.watched, key)
-	var fns []func(string)
-	if n.gen == g {
-		for sub := range n.subs {
-			fns = append(fns, sub.onRelease)
-		}
+	live := n.gen == g
+	n.mu.Unlock()
+	if live {
+		n.announce(key)
+	}
+}
+
+// announce tells every subscription of a change of key: a watch fired,
+// or this Store released or force-released an entry of key.
+func (n *notifier) announce(key string) {
+	n.mu.Lock()
+	fns := make([]func(string), 0, len(n.subs))
+	for sub := range n.subs {
+		fns = append(fns, sub.onRelease)
 	}
 	n.mu.Unlock()
 	for _, fn := range fns {

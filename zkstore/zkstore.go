@@ -268,8 +268,12 @@ func (s *Store) Acquire(ctx context.Context, p driver.AcquireParams) (driver.Gra
 		return s.acquire(p)
 	},
 		func(_ driver.Grant, err error) {
-			if err == nil {
+			var he *driver.HeldError
+			switch {
+			case err == nil:
 				s.drop(p.Token) // granted after the caller gave up
+			case p.Mode == driver.ModeWrite && errors.As(err, &he):
+				s.drop(p.Token) // the claim of a writer that gave up
 			}
 		})
 	if err != nil {
@@ -512,7 +516,7 @@ func (s *Store) removeNode(kp, name string, session int64) {
 }
 
 // drop forgets the lease of token and deletes its node: for a grant nobody
-// will use.
+// will use, or the claim of a writer that stopped waiting.
 func (s *Store) drop(token string) {
 	s.mu.Lock()
 	l := s.leases[token]
@@ -521,6 +525,9 @@ func (s *Store) drop(token string) {
 	if l != nil {
 		parent, name := s.nodeOf(token, l)
 		s.removeNode(parent, name, l.session)
+		if l.mode != driver.ModeMutex {
+			s.note.announce(l.key)
+		}
 	}
 }
 
