@@ -7,7 +7,8 @@
 //
 // The Store implements driver.Store, driver.Queuer (waiting Obtain calls
 // queue in ZooKeeper, first come first served, each woken by a watch on
-// its predecessor), driver.Lister, driver.ForceReleaser and ledger.Ledger
+// its predecessor), driver.Kinder and driver.Notifier (read-write locks
+// and semaphores, see below), driver.Lister, driver.ForceReleaser and ledger.Ledger
 // (the tick ledger of package schedule, see Ledger). All its locks
 // live on the Conn's session. It never closes the Conn and never logs. It
 // needs ZooKeeper 3.5.3 or later (container nodes); TTL nodes
