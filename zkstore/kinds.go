@@ -610,45 +610,48 @@ func (s *Store) releaseKind(p driver.ReleaseParams) error {
 	return err
 }
 
-// listKinds lists the entries of every kinds key starting with prefix:
-// one list of Root/%kinds, then per key (pipelined) its children and the
-// data of each entry.
-func (s *Store) listKinds(prefix string) ([]driver.Lease, error) {
-	kids, _, err := s.conn.Children(s.root + "/" + kindsName)
+// entriesOf lists the entries of the kinds key node kp (none when it is
+// missing).
+func (s *Store) entriesOf(kp string) ([]kindEntry, error) {
+	kids, _, err := s.conn.Children(kp)
 	if errors.Is(err, zk.ErrNoNode) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	var keys []string
+	var es []kindEntry
 	for _, k := range kids {
-		if key, ok := unescapeName(k); ok && strings.HasPrefix(key, prefix) {
-			keys = append(keys, key)
+		if e, ok := parseEntry(k); ok {
+			es = append(es, e)
 		}
+	}
+	return es, nil
+}
+
+// listKinds lists the entries of every kinds key starting with prefix:
+// one list of Root/%kinds, then per key (pipelined) its children and the
+// data of each entry.
+func (s *Store) listKinds(prefix string) ([]driver.Lease, error) {
+	keys, err := s.keysUnder(s.root+"/"+kindsName, prefix)
+	if err != nil {
+		return nil, err
 	}
 	per := make([][]driver.Lease, len(keys))
 	errs := make([]error, len(keys))
 	parallel(len(keys), func(i int) {
 		kp := s.kindsPath(keys[i])
-		kids, _, err := s.conn.Children(kp)
-		if errors.Is(err, zk.ErrNoNode) {
-			return
-		}
+		es, err := s.entriesOf(kp)
 		if err != nil {
 			errs[i] = fmt.Errorf("%s: %w", kp, err)
 			return
 		}
-		var es []kindEntry
-		var names []string
-		for _, k := range kids {
-			if e, ok := parseEntry(k); ok {
-				es = append(es, e)
-				names = append(names, k)
-			}
-		}
-		if len(names) == 0 {
+		if len(es) == 0 {
 			return
+		}
+		names := make([]string, len(es))
+		for j, e := range es {
+			names[j] = e.name
 		}
 		for j, n := range s.readNodes(kp, names) {
 			switch {
@@ -686,18 +689,13 @@ const forceChunk = 64
 // again.
 func (s *Store) forceKinds(key string) (bool, error) {
 	kp := s.kindsPath(key)
-	kids, _, err := s.conn.Children(kp)
-	if errors.Is(err, zk.ErrNoNode) {
-		return false, nil
-	}
+	es, err := s.entriesOf(kp)
 	if err != nil {
 		return false, err
 	}
-	var names []string
-	for _, k := range kids {
-		if _, ok := parseEntry(k); ok {
-			names = append(names, k)
-		}
+	names := make([]string, len(es))
+	for i, e := range es {
+		names[i] = e.name
 	}
 	deleted := false
 	for len(names) > 0 {

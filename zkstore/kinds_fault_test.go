@@ -1,13 +1,10 @@
 package zkstore
 
 import (
-	"context"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/tasklock/tasklock"
-	"github.com/tasklock/tasklock/driver"
 	"github.com/tasklock/tasklock/storetest/faulttest"
 )
 
@@ -19,20 +16,7 @@ import (
 
 // TestKindHolderProcess is the kinds holder that the fault tests run in a
 // process of its own.
-func TestKindHolderProcess(t *testing.T) {
-	faulttest.KindHolderMain(t, func(session time.Duration) (driver.Store, faulttest.WriteFunc, error) {
-		c, err := dial(os.Getenv("TASKLOCK_ZK_ADDR"), session, nil)
-		if err != nil {
-			return nil, nil, err
-		}
-		s, err := New(c, &Options{Root: os.Getenv("TASKLOCK_ZK_ROOT"), SessionTimeout: session})
-		if err != nil {
-			return nil, nil, err
-		}
-		reg := os.Getenv("TASKLOCK_ZK_REGISTER")
-		return s, func(_ context.Context, fence uint64) (bool, error) { return writeRegister(c, reg, fence, "helper") }, nil
-	})
-}
+func TestKindHolderProcess(t *testing.T) { faulttest.KindHolderMain(t, holderSetup) }
 
 // startKindHolder runs a kinds holder process on the shared server with a
 // session (and TTL) of faultSession.

@@ -6,13 +6,13 @@ import (
 	"fmt"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/tasklock/tasklock"
 	"github.com/tasklock/tasklock/driver"
 	"github.com/tasklock/tasklock/internal/testserver"
+	"github.com/tasklock/tasklock/storetest/faulttest"
 )
 
 // acquireKind is one Acquire of the store for a kinds hold.
@@ -369,58 +369,41 @@ func TestKindsNotify(t *testing.T) {
 	expect("force release", "f")
 }
 
-// TestKindsSemaphoreLockers: 32 goroutines on each of 3 Lockers (each on
-// a connection and Store of its own) take permits of one semaphore of 3,
-// over and over: never more than 3 at once, every fence distinct.
+// TestKindsSemaphoreLockers: storetest's SemaphorePermitsNeverExceeded
+// across sessions: 32 goroutines on each of 3 Lockers, each on a
+// connection and Store of its own (so that their decisions race at the
+// server, not in one Store's turns), take permits of one semaphore of 3,
+// over and over. The critical sections, logged outside the store, never
+// number more than 3 at once, and every fence is distinct.
 func TestKindsSemaphoreLockers(t *testing.T) {
 	z := testserver.SharedZooKeeper(t)
 	root := newRoot()
-	const (
-		permits    = 3
-		lockers    = 3
-		goroutines = 32
-		rounds     = 4
-	)
+	const permits, lockers, goroutines, rounds = 3, 3, 32, 3
 	var (
-		inside, most atomic.Int64
-		mu           sync.Mutex
-		fences       = map[uint64]bool{}
-		wg           sync.WaitGroup
-		errs         = make(chan error, lockers*goroutines)
+		log  faulttest.Sections
+		wg   sync.WaitGroup
+		errs = make(chan error, lockers*goroutines)
 	)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	for i := range lockers {
 		s := newStore(t, connect(t, z.Addr(), testSession), testSession, &Options{Root: root})
-		lk := newLocker(t, s, fmt.Sprintf("locker%d", i))
-		sem := lk.Semaphore("pool", permits)
-		for range goroutines {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
+		sem := newLocker(t, s, fmt.Sprintf("locker%d", i)).Semaphore("pool", permits)
+		for g := range goroutines {
+			wg.Go(func() {
 				for range rounds {
 					l, err := sem.Acquire(ctx, nil)
 					if err != nil {
 						errs <- err
 						return
 					}
-					if n := inside.Add(1); n > most.Load() {
-						most.Store(n) // racy max, but only ever raised: enough for a bound
-					}
-					mu.Lock()
-					dup := fences[l.Fence()]
-					fences[l.Fence()] = true
-					mu.Unlock()
-					if dup {
-						errs <- fmt.Errorf("fence %d granted twice", l.Fence())
-					}
-					inside.Add(-1)
+					log.Do(fmt.Sprintf("%d/%d", i, g), l, func() { time.Sleep(time.Millisecond) })
 					if err := l.Release(ctx); err != nil {
 						errs <- err
 						return
 					}
 				}
-			}()
+			})
 		}
 	}
 	wg.Wait()
@@ -428,11 +411,16 @@ func TestKindsSemaphoreLockers(t *testing.T) {
 	for err := range errs {
 		t.Fatal(err)
 	}
-	if m := most.Load(); m > permits {
-		t.Fatalf("%d permits held at once, limit %d", m, permits)
+	secs := log.List()
+	if most := faulttest.CheckSections(t, permits, secs); most < 2 {
+		t.Errorf("at most %d sections at once: the permits were not shared", most)
 	}
-	if len(fences) != lockers*goroutines*rounds {
-		t.Fatalf("%d distinct fences for %d grants", len(fences), lockers*goroutines*rounds)
+	fences := map[uint64]bool{}
+	for _, s := range secs {
+		fences[s.Fence] = true
+	}
+	if len(secs) != lockers*goroutines*rounds || len(fences) != len(secs) {
+		t.Fatalf("%d sections, %d distinct fences, for %d grants", len(secs), len(fences), lockers*goroutines*rounds)
 	}
 }
 

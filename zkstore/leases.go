@@ -120,9 +120,11 @@ func (s *Store) listLeases(prefix string) ([]driver.Lease, error) {
 	return out, nil
 }
 
-// listLocks lists the mutexes whose key starts with prefix.
-func (s *Store) listLocks(prefix string) ([]driver.Lease, error) {
-	kids, _, err := s.conn.Children(s.root)
+// keysUnder lists the keys whose nodes are children of parent (Root, or
+// Root/%kinds) and start with prefix; children that are no key's node
+// (%kinds, %ledger, the marker) are left out.
+func (s *Store) keysUnder(parent, prefix string) ([]string, error) {
+	kids, _, err := s.conn.Children(parent)
 	if errors.Is(err, zk.ErrNoNode) {
 		return nil, nil
 	}
@@ -134,6 +136,15 @@ func (s *Store) listLocks(prefix string) ([]driver.Lease, error) {
 		if key, ok := unescapeName(k); ok && strings.HasPrefix(key, prefix) {
 			keys = append(keys, key)
 		}
+	}
+	return keys, nil
+}
+
+// listLocks lists the mutexes whose key starts with prefix.
+func (s *Store) listLocks(prefix string) ([]driver.Lease, error) {
+	keys, err := s.keysUnder(s.root, prefix)
+	if err != nil {
+		return nil, err
 	}
 	if len(keys) == 0 {
 		return nil, nil
