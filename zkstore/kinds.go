@@ -163,8 +163,9 @@ type kindState struct {
 	entries []kindEntry
 }
 
-// errKeyChanged is readKind's answer when an entry was created between
-// its two reads: look again.
+// errKeyChanged means that a look at a key, or a decision made from one,
+// lost to a change of the key (an entry created between the look's two
+// reads, the guard's version moved, an entry named gone): look again.
 var errKeyChanged = errors.New("the key changed between its reads")
 
 // readKind reads the guard of kp and its children, pipelined, with a
@@ -252,6 +253,8 @@ func (s *Store) ensureKind(kp string) error {
 // carries the multi's zxid (the czxid of the nodes it creates).
 func (s *Store) guardOps(kp string, st kindState, g guardData) []any {
 	guard, data := kp+"/"+guardName, g.encode()
+	// Versions stay below rotateAt (plus the creates of one round of
+	// racing decisions), far from -1, at which a check would match any.
 	if st.version < s.rotateAt && st.version >= 0 {
 		return []any{&zk.SetDataRequest{Path: guard, Data: data, Version: st.version}}
 	}
