@@ -253,8 +253,8 @@ func (s *Store) ensureKind(kp string) error {
 // carries the multi's zxid (the czxid of the nodes it creates).
 func (s *Store) guardOps(kp string, st kindState, g guardData) []any {
 	guard, data := kp+"/"+guardName, g.encode()
-	// Versions stay below rotateAt (plus the creates of one round of
-	// racing decisions), far from -1, at which a check would match any.
+	// Versions never pass rotateAt (from there every decision replaces
+	// the guard), so they stay far from -1, which would match any.
 	if st.version < s.rotateAt && st.version >= 0 {
 		return []any{&zk.SetDataRequest{Path: guard, Data: data, Version: st.version}}
 	}
