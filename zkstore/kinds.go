@@ -384,6 +384,12 @@ func (s *Store) acquireKind(ctx context.Context, p driver.AcquireParams) (driver
 	if err := checkKind(p); err != nil {
 		return driver.Grant{}, err
 	}
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return driver.Grant{}, ErrClosed
+	}
 	if err := s.knowMarker(); err != nil {
 		return driver.Grant{}, err
 	}
@@ -491,11 +497,14 @@ func (s *Store) createEntry(p driver.AcquireParams, kp string, st kindState, g g
 		s.removeNode(kp, name, 0)
 		return errors.New("the session changed while the entry was created")
 	}
-	s.addLease(p.Token, &lease{
+	err = s.addLease(p.Token, &lease{
 		key: p.Key, owner: p.Owner, fence: fence, zxid: resp[zxidAt].Stat.Mzxid, seq: n, session: before,
 		ttl: p.TTL, until: s.since(sent) + p.TTL, mode: p.Mode, waiting: waiting, limit: int32(p.Limit),
 	})
-	return nil
+	if err != nil {
+		s.removeNode(kp, name, before) // closed meanwhile: no reaper to end it
+	}
+	return err
 }
 
 // grantKind creates the token's entry as v decided; a writer's claim, if
@@ -570,7 +579,8 @@ func (s *Store) refuseKind(p driver.AcquireParams, kp string, st kindState, v ve
 // the token's entry (one request). A writer's claim is deleted too, and
 // then ErrNotHeld is returned. With KeepFor the entry stays and the
 // Store's deadline for it moves to KeepFor from now, when the reaper
-// deletes it.
+// deletes it (after Close, which stopped the reaper, it is deleted at
+// once).
 func (s *Store) releaseKind(p driver.ReleaseParams) error {
 	now := time.Now()
 	current := s.conn.SessionID()
@@ -582,7 +592,7 @@ func (s *Store) releaseKind(p driver.ReleaseParams) error {
 	}
 	kp, name := s.nodeOf(p.Token, l)
 	gone, late, waiting := s.sessionEnded(l, current), s.since(now) >= l.until, l.waiting
-	if keep := time.Duration(driver.Units(p.KeepFor, time.Millisecond)) * time.Millisecond; keep > 0 && !waiting && !gone && !late {
+	if keep := time.Duration(driver.Units(p.KeepFor, time.Millisecond)) * time.Millisecond; keep > 0 && !waiting && !gone && !late && !s.closed {
 		l.until = s.since(now) + keep
 		s.reap.armLocked(s.base.Add(l.until))
 		s.mu.Unlock()
