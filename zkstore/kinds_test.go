@@ -554,3 +554,32 @@ func TestKindsRotate(t *testing.T) {
 		t.Fatalf("a grant decided before the guard was replaced = %v, want errKeyChanged", err)
 	}
 }
+
+// TestKindsClosed: after Close, kinds Acquires return ErrClosed, and
+// Release still deletes an entry (with KeepFor too: no reaper is left to
+// end it later).
+func TestKindsClosed(t *testing.T) {
+	t.Parallel()
+	z, c := shared(t)
+	s := newStore(t, connect(t, z.Addr(), testSession), testSession, nil)
+	other := newStore(t, c, testSession, &Options{Root: s.Root()})
+	r, w := token(), token()
+	mustKind(t, s, "k", r, driver.ModeRead, 0, 10*time.Second)
+	mustKind(t, s, "k", token(), driver.ModeRead, 0, 10*time.Second)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := acquireKind(t, s, "k", w, driver.ModeWrite, 0, time.Second); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Acquire after Close = %v, want ErrClosed", err)
+	}
+	ls, err := other.Leases(ctxT(t), "k")
+	if err != nil || len(ls) != 2 {
+		t.Fatalf("Leases = %+v, %v: want the two readers and no claim", ls, err)
+	}
+	if err := s.Release(ctxT(t), driver.ReleaseParams{Key: "k", Token: r, Mode: driver.ModeRead, KeepFor: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if ls, err := other.Leases(ctxT(t), "k"); err != nil || len(ls) != 1 {
+		t.Fatalf("Leases after a KeepFor release past Close = %+v, %v: want one reader", ls, err)
+	}
+}
