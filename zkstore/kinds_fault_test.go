@@ -49,7 +49,10 @@ func testPermitHolderKilled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stopA := log.Loop("a", mine, nil)
+	// Sections that last (the work under the permit), so that holders'
+	// sections overlap where the permits allow it.
+	work := func() { time.Sleep(2 * time.Millisecond) }
+	stopA := log.Loop("a", mine, work)
 	if l, err := b.Semaphore("pool", 2).TryAcquire(ctx, nil); err == nil {
 		_ = l.Release(ctx)
 		t.Fatal("a third permit of two was granted")
@@ -69,8 +72,16 @@ func testPermitHolderKilled(t *testing.T) {
 	if l.Fence() <= h.Fence {
 		t.Errorf("fence %d after the killed holder's %d", l.Fence(), h.Fence)
 	}
-	stopB := log.Loop("b", l, nil)
-	waitFor(t, 5*time.Second, "b's sections", func() bool { return len(log.List()) > 10 })
+	stopB := log.Loop("b", l, work)
+	waitFor(t, 5*time.Second, "b's sections", func() bool {
+		n := 0
+		for _, sec := range log.List() {
+			if sec.Holder == "b" {
+				n++
+			}
+		}
+		return n >= 10
+	})
 	stopA()
 	stopB()
 	if most := faulttest.CheckSections(t, 2, h.Sections(), log.List()); most != 2 {

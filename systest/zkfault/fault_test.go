@@ -72,7 +72,10 @@ func testPermitBlackholed(t *testing.T) {
 	}
 	doneAt := make(chan time.Time, 1)
 	go func() { <-cutOff.Done(); doneAt <- time.Now() }()
-	stops := []func(){log.Loop("holder", cutOff, nil), log.Loop("other", kept, nil)}
+	// Sections that last (the work under the permit), so that holders'
+	// sections overlap where the permits allow it.
+	work := func() { time.Sleep(2 * time.Millisecond) }
+	stops := []func(){log.Loop("holder", cutOff, work), log.Loop("other", kept, work)}
 	px.Blackhole(t)
 	cut := time.Now()
 
@@ -100,7 +103,7 @@ func testPermitBlackholed(t *testing.T) {
 	if next.Fence() <= cutOff.Fence() || next.Fence() <= kept.Fence() {
 		t.Errorf("fence %d after %d and %d", next.Fence(), cutOff.Fence(), kept.Fence())
 	}
-	stops = append(stops, log.Loop("next", next, nil))
+	stops = append(stops, log.Loop("next", next, work))
 	waitFor(t, 5*time.Second, "the new holder's sections", func() bool {
 		n := 0
 		for _, s := range log.List() {
