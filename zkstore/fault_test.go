@@ -115,19 +115,21 @@ func startHolder(t *testing.T, addr, root, reg, key string) *faulttest.Holder {
 // TestHolderProcess is the lock holder that the fault tests run in a
 // helper process (see faulttest.HolderMain; its TTL is also its session
 // timeout); in a normal run it skips.
-func TestHolderProcess(t *testing.T) {
-	faulttest.HolderMain(t, func(session time.Duration) (driver.Store, faulttest.WriteFunc, error) {
-		c, err := dial(os.Getenv("TASKLOCK_ZK_ADDR"), session, nil)
-		if err != nil {
-			return nil, nil, err
-		}
-		s, err := New(c, &Options{Root: os.Getenv("TASKLOCK_ZK_ROOT"), SessionTimeout: session})
-		if err != nil {
-			return nil, nil, err
-		}
-		reg := os.Getenv("TASKLOCK_ZK_REGISTER")
-		return s, func(_ context.Context, fence uint64) (bool, error) { return writeRegister(c, reg, fence, "helper") }, nil
-	})
+func TestHolderProcess(t *testing.T) { faulttest.HolderMain(t, holderSetup) }
+
+// holderSetup builds a holder process's store and register from its
+// environment.
+func holderSetup(session time.Duration) (driver.Store, faulttest.WriteFunc, error) {
+	c, err := dial(os.Getenv("TASKLOCK_ZK_ADDR"), session, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err := New(c, &Options{Root: os.Getenv("TASKLOCK_ZK_ROOT"), SessionTimeout: session})
+	if err != nil {
+		return nil, nil, err
+	}
+	reg := os.Getenv("TASKLOCK_ZK_REGISTER")
+	return s, func(_ context.Context, fence uint64) (bool, error) { return writeRegister(c, reg, fence, "helper") }, nil
 }
 
 // TestFaults runs the fault tests side by side.

@@ -23,6 +23,9 @@ func (s *Store) Enqueue(ctx context.Context, p driver.AcquireParams) (driver.Tic
 	if p.TTL > s.session {
 		return nil, fmt.Errorf("zkstore: enqueue %q: %w (%v > %v)", p.Key, ErrTTL, p.TTL, s.session)
 	}
+	if p.Mode != driver.ModeMutex {
+		return nil, fmt.Errorf("zkstore: enqueue %q: %w: only a mutex queues, not a %v hold", p.Key, driver.ErrUnsupported, p.Mode)
+	}
 	kp := s.keyPath(p.Key)
 	c, err := call(ctx, func() (created, error) { return s.createNode(kp, p.Token, p.Owner, p.TTL) },
 		func(c created, err error) {

@@ -101,7 +101,8 @@ func (r *reaper) fire() {
 			delete(s.leases, tok) // its node went with its session
 		case !now.Before(s.base.Add(l.until)):
 			delete(s.leases, tok)
-			s.orphans = append(s.orphans, &orphan{parent: s.keyPath(l.key), name: lockName(tok, l.seq), session: l.session, next: now})
+			parent, name := s.nodeOf(tok, l)
+			s.orphans = append(s.orphans, &orphan{parent: parent, name: name, session: l.session, next: now})
 		}
 	}
 	var due []*orphan

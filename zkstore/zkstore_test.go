@@ -174,8 +174,13 @@ func children(t testing.TB, s *Store, key string) []string {
 // test. It is not parallel: storetest's leak check would see the
 // goroutines of tests running beside it.
 func TestConformance(t *testing.T) {
-	_, c := shared(t)
-	storetest.Run(t, func(t *testing.T) driver.Store { return newStore(t, c, testSession, nil) })
+	// The longest session the server allows: the suites renew leases of up
+	// to a minute.
+	z := testserver.SharedZooKeeper(t)
+	c := connect(t, z.Addr(), testserver.ZooKeeperMaxSessionTimeout)
+	storetest.Run(t, func(t *testing.T) driver.Store {
+		return newStore(t, c, testserver.ZooKeeperMaxSessionTimeout, nil)
+	})
 }
 
 func TestNewOptions(t *testing.T) {
