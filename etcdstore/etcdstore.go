@@ -56,9 +56,9 @@ type Options struct {
 }
 
 // Store keeps tasklock leases in etcd through the caller's client. It
-// implements driver.Store, driver.Queuer, driver.Notifier, driver.Lister,
-// driver.ForceReleaser and ledger.Ledger, and is safe for concurrent use. Create it with New
-// and end it with Close.
+// implements driver.Store, driver.Queuer, driver.Kinder, driver.Notifier,
+// driver.Lister, driver.ForceReleaser and ledger.Ledger, and is safe for
+// concurrent use. Create it with New and end it with Close.
 type Store struct {
 	c      *clientv3.Client
 	prefix string

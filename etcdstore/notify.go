@@ -23,7 +23,8 @@ const (
 // Subscribe implements driver.Notifier with one etcd watch on the Store's
 // lock entries (its prefix, less the ledger's keys) that reports deletions
 // only (WithFilterPut): every release,
-// expiry, reaped deadline and forced release of a lock deletes its key,
+// expiry, reaped deadline and forced release of a lock deletes its key (a
+// read-write lock's or semaphore's entry, a writer's waiting entry too),
 // and onRelease gets the lock key of each. It returns once etcd confirmed
 // the watch. The watch runs on a watcher of its own
 // (clientv3.NewWatcher) and requires a leader, so a member cut off from the
