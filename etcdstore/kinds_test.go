@@ -438,7 +438,7 @@ func testKindsPermitsNeverExceeded(t *testing.T, c *clientv3.Client) {
 	}
 	var in, most atomic.Int64
 	fences := sync.Map{}
-	errs := make(chan error, goroutines)
+	errs := make(chan error, goroutines*(rounds+1)) // never full: a send never blocks
 	var wg sync.WaitGroup
 	for i := range goroutines {
 		wg.Go(func() {
