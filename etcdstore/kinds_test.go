@@ -14,35 +14,7 @@ import (
 
 	"github.com/tasklock/tasklock"
 	"github.com/tasklock/tasklock/driver"
-	"github.com/tasklock/tasklock/internal/testserver"
 )
-
-// TestKinds runs the store-level tests of read-write locks and semaphores
-// on one server.
-func TestKinds(t *testing.T) {
-	srv := testserver.StartEtcd(t)
-	c := newClient(t, srv.Endpoints(), nil)
-	tests := []struct {
-		name string
-		fn   func(t *testing.T, c *clientv3.Client)
-	}{
-		{"Layout", testKindsLayout},
-		{"RWRules", testKindsRWRules},
-		{"SemaphoreRules", testKindsSemRules},
-		{"RoundTrips", testKindsRoundTrips},
-		{"Expiry", testKindsExpiry},
-		{"Notify", testKindsNotify},
-		{"LeasesAndForceRelease", testKindsLeases},
-		{"PermitsNeverExceeded", testKindsPermitsNeverExceeded},
-		{"RWLockers", testKindsRWLockers},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			tc.fn(t, c)
-		})
-	}
-}
 
 func tryKind(ctx context.Context, s *Store, key, tok, owner string, m driver.Mode, limit int, ttl time.Duration) (driver.Grant, error) {
 	return s.Acquire(ctx, driver.AcquireParams{Key: key, Token: tok, Owner: owner, TTL: ttl, Mode: m, Limit: limit})
@@ -75,7 +47,7 @@ func wantHeld(t *testing.T, what string, err error, owner string, ttl bool) {
 // mutex of the same name is a key of the mutex namespace.
 func testKindsLayout(t *testing.T, c *clientv3.Client) {
 	s := newStore(t, c, nil)
-	mf := mustAcquire(t, s, "a/b", "m", "mutex", time.Second)
+	mf := mustAcquire(t, s, "a/b", "m", "mutex", 10*time.Second) // renewed at the end
 	wf := mustKind(t, s, "a/b", "w", "writer", driver.ModeWrite, 0, 3*time.Second)
 	if wf <= mf {
 		t.Fatalf("writer's fence %d after the mutex's %d", wf, mf)
@@ -107,7 +79,7 @@ func testKindsLayout(t *testing.T, c *clientv3.Client) {
 	if err := s.Release(ctxT(t), driver.ReleaseParams{Key: "a/b", Token: "w", Mode: driver.ModeWrite}); err != nil {
 		t.Fatal(err)
 	}
-	pf := mustKind(t, s, "a/b", "p", "sem", driver.ModePermit, 2, time.Second)
+	pf := mustKind(t, s, "a/b", "p", "sem", driver.ModePermit, 2, 5*time.Second)
 	if ok, lease := exists(t, c, kp+"p/p"); !ok || lease != s.sess.id {
 		t.Fatalf("permit key: exists %v, lease %x", ok, lease)
 	}
@@ -127,7 +99,7 @@ func testKindsLayout(t *testing.T, c *clientv3.Client) {
 func testKindsRWRules(t *testing.T, c *clientv3.Client) {
 	s := newStore(t, c, nil)
 	ctx := ctxT(t)
-	const ttl = 5 * time.Second
+	const ttl = 10 * time.Second
 	kp := s.kindPrefix("rw")
 	if f := mustKind(t, s, "rw", "r1", "reader-1", driver.ModeRead, 0, ttl); f != 0 {
 		t.Fatalf("a reader before any writer: fence %d", f)
@@ -187,17 +159,17 @@ func testKindsRWRules(t *testing.T, c *clientv3.Client) {
 func testKindsSemRules(t *testing.T, c *clientv3.Client) {
 	s := newStore(t, c, nil)
 	ctx := ctxT(t)
-	f1 := mustKind(t, s, "sem", "p1", "one", driver.ModePermit, 2, 5*time.Second)
-	f2 := mustKind(t, s, "sem", "p2", "two", driver.ModePermit, 2, 2*time.Second)
+	f1 := mustKind(t, s, "sem", "p1", "one", driver.ModePermit, 2, 8*time.Second)
+	f2 := mustKind(t, s, "sem", "p2", "two", driver.ModePermit, 2, 5*time.Second)
 	if f2 <= f1 {
 		t.Fatalf("fences %d, %d", f1, f2)
 	}
 	_, err := tryKind(ctx, s, "sem", "p3", "three", driver.ModePermit, 2, 5*time.Second)
 	wantHeld(t, "a third permit of two", err, "two", true)
-	if he := (*driver.HeldError)(nil); errors.As(err, &he) && he.TTL > 2*time.Second {
-		t.Fatalf("TTL %v, above the permit's 2s", he.TTL)
+	if he := (*driver.HeldError)(nil); errors.As(err, &he) && he.TTL > 5*time.Second {
+		t.Fatalf("TTL %v, above the permit's 5s", he.TTL)
 	}
-	if f := mustKind(t, s, "sem", "p1", "one", driver.ModePermit, 2, 5*time.Second); f != f1 {
+	if f := mustKind(t, s, "sem", "p1", "one", driver.ModePermit, 2, 8*time.Second); f != f1 {
 		t.Fatalf("repeated permit: fence %d, want %d", f, f1)
 	}
 	for _, m := range []struct {
@@ -240,7 +212,7 @@ func testKindsSemRules(t *testing.T, c *clientv3.Client) {
 func testKindsRoundTrips(t *testing.T, c *clientv3.Client) {
 	var cnt counter
 	s := newStore(t, newClient(t, c.Endpoints(), &cnt), nil)
-	const ttl = 5 * time.Second                  // no reaper's Txn within the test
+	const ttl = 10 * time.Second                 // no reaper's Txn within the test
 	mustAcquire(t, s, "warm", token(), "x", ttl) // the session's grant
 	check := func(what string, want map[string]int) {
 		t.Helper()
@@ -331,23 +303,8 @@ func testKindsExpiry(t *testing.T, c *clientv3.Client) {
 // kinds keys are announced under the key's plain name.
 func testKindsNotify(t *testing.T, c *clientv3.Client) {
 	s := newStore(t, c, nil)
-	got := make(chan string, 16)
-	stop, err := s.Subscribe(ctxT(t), func(key string) { got <- key })
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stop()
-	expect := func(key string) {
-		t.Helper()
-		select {
-		case k := <-got:
-			if k != key {
-				t.Fatalf("notified %q, want %q", k, key)
-			}
-		case <-time.After(5 * time.Second):
-			t.Fatalf("no notification for %q", key)
-		}
-	}
+	got, _ := subscribeKeys(t, s)
+	expect := got.expect(t)
 	mustKind(t, s, "a/r", "r", "x", driver.ModeRead, 0, 5*time.Second)
 	if err := s.Release(ctxT(t), driver.ReleaseParams{Key: "a/r", Token: "r", Mode: driver.ModeRead}); err != nil {
 		t.Fatal(err)
@@ -363,33 +320,29 @@ func testKindsNotify(t *testing.T, c *clientv3.Client) {
 		t.Fatal(err)
 	}
 	expect("w") // the waiting entry went
-	select {
-	case k := <-got:
-		t.Fatalf("unexpected notification %q", k)
-	default:
-	}
+	got.none(t)
 }
 
 // testKindsLeases: Leases lists every entry, a mutex first; ForceRelease
 // deletes the mutex and every kinds entry of the key, and the counter
 // stays.
 func testKindsLeases(t *testing.T, c *clientv3.Client) {
-	s := newStore(t, c, nil)
-	mf := mustAcquire(t, s, "k", "m", "mutex", 5*time.Second)
-	rf := mustKind(t, s, "k", "r", "reader", driver.ModeRead, 0, 4*time.Second)
-	_, err := tryKind(ctxT(t), s, "k", "w", "writer", driver.ModeWrite, 0, 3*time.Second)
+	s := newStore(t, c, &Options{SessionTTL: 20 * time.Second}) // TTLs capped by the locks', not the session's
+	mf := mustAcquire(t, s, "k", "m", "mutex", 8*time.Second)
+	rf := mustKind(t, s, "k", "r", "reader", driver.ModeRead, 0, 7*time.Second)
+	_, err := tryKind(ctxT(t), s, "k", "w", "writer", driver.ModeWrite, 0, 6*time.Second)
 	wantHeld(t, "a writer", err, "reader", true)
-	pf := mustKind(t, s, "k2", "p", "sem", driver.ModePermit, 4, 2*time.Second)
-	mustKind(t, s, "other", "p", "sem", driver.ModePermit, 4, 2*time.Second)
+	pf := mustKind(t, s, "k2", "p", "sem", driver.ModePermit, 4, 5*time.Second)
+	mustKind(t, s, "other", "p", "sem", driver.ModePermit, 4, 5*time.Second)
 	leases, err := s.Leases(ctxT(t), "k")
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := []driver.Lease{
-		{Key: "k", Owner: "mutex", Fence: mf, TTL: 5 * time.Second},
-		{Key: "k", Owner: "reader", Fence: rf, TTL: 4 * time.Second, Mode: driver.ModeRead},
-		{Key: "k", Owner: "writer", TTL: 3 * time.Second, Mode: driver.ModeWrite, Waiting: true},
-		{Key: "k2", Owner: "sem", Fence: pf, TTL: 2 * time.Second, Mode: driver.ModePermit, Limit: 4},
+		{Key: "k", Owner: "mutex", Fence: mf, TTL: 8 * time.Second},
+		{Key: "k", Owner: "reader", Fence: rf, TTL: 7 * time.Second, Mode: driver.ModeRead},
+		{Key: "k", Owner: "writer", TTL: 6 * time.Second, Mode: driver.ModeWrite, Waiting: true},
+		{Key: "k2", Owner: "sem", Fence: pf, TTL: 5 * time.Second, Mode: driver.ModePermit, Limit: 4},
 	}
 	if fmt.Sprint(leases) != fmt.Sprint(want) {
 		t.Fatalf("Leases(k) =\n%+v\nwant\n%+v", leases, want)
