@@ -9,8 +9,9 @@
 // queue in ZooKeeper, first come first served, each woken by a watch on
 // its predecessor), driver.Lister, driver.ForceReleaser and ledger.Ledger
 // (the tick ledger of package schedule, see Ledger). All its locks
-// live on the Conn's session. It never closes the Conn and never logs. It
-// needs ZooKeeper 3.5.3 or later (container nodes); TTL nodes
+// live on the Conn's session. It never closes the Conn and never logs:
+// close the Lockers, then the Store (Store.Close stops its timer), then the
+// Conn. It needs ZooKeeper 3.5.3 or later (container nodes); TTL nodes
 // (extendedTypesEnabled=true) are used for MinHold when the server has
 // them.
 //
@@ -169,16 +170,19 @@
 // client was told has expired; the latter also catches an overstated
 // Options.SessionTimeout.
 //
-// When the connection comes back within the session timeout (another
-// server of the ensemble, or a restarted one: a server restores sessions
-// from its log, each with a fresh timeout), the session and its nodes are
-// still there and renewals go on if the locks' deadlines have not passed. A
-// lock whose deadline passed meanwhile is lost for good: the Store deletes
-// its node as soon as it can, and neither renews nor releases it
-// (ErrNotHeld). Queued waiters keep their place. When the session expired,
-// go-zookeeper opens a new one, every lease of the old one is ErrNotHeld at
-// once, and every Ticket of the old one answers ErrNotHeld (the Locker
-// queues again, at the back).
+// When the connection comes back within the session timeout (another server
+// of the ensemble, or a restarted one: a server restores sessions from its
+// log, each with a fresh timeout), the session and its nodes are still
+// there and renewals go on if the locks' deadlines have not passed. A lock
+// whose deadline passed meanwhile is lost for good: the Store deletes its
+// node as soon as it can, and neither renews nor releases it (ErrNotHeld).
+// It retries that delete (every 2 s at most) for as long as the session may
+// be resumed, however long the outage: a server down for minutes still
+// restores the session, and with it the node, when it comes back
+// (TestFaults/ServerDownPastReaper). Queued waiters keep their place. When
+// the session expired, go-zookeeper opens a new one, every lease of the old
+// one is ErrNotHeld at once, and every Ticket of the old one answers
+// ErrNotHeld (the Locker queues again, at the back).
 //
 // # Server restarts
 //
@@ -217,26 +221,27 @@
 // one-time data watch (getData) on the lock node just before its own — its
 // predecessor, never the holder or the key's children — and looks again
 // only when that watch fires. A release wakes exactly one waiter, and a
-// waiter that leaves (Leave deletes its node) wakes only the one behind
-// it, which then watches the node before the one that left: ZooKeeper's
-// lock recipe, with no herd. A queued node has no deadline: it waits as long
-// as its session lives. A Leave whose delete cannot be confirmed hands the
-// node to the Store's timer, which retries it while the session lives (for
-// at most twice the session timeout); the session's end removes it at the
-// latest. A left waiter whose Wait still sleeps keeps its watch at the
-// server until its predecessor goes; it then returns ErrNotHeld without a
-// request. go-zookeeper v1.0.4 has no persistent or recursive watches
-// (AddWatch).
+// waiter that leaves (Leave deletes its node) wakes only the one behind it,
+// which then watches the node before the one that left: ZooKeeper's lock
+// recipe, with no herd. A queued node has no deadline: it waits as long as
+// its session lives. A Leave whose delete cannot be confirmed hands the
+// node to the Store's timer, which retries it while the session may live;
+// the session's end removes it at the latest. A left waiter whose Wait
+// still sleeps keeps its watch at the server until its predecessor goes; it
+// then returns ErrNotHeld without a request. go-zookeeper v1.0.4 has no
+// persistent or recursive watches (AddWatch).
 //
 // # Errors
 //
 // Besides driver.ErrNotHeld and *driver.HeldError, Acquire and Enqueue
 // return errors wrapping ErrTTL for a TTL above Options.SessionTimeout
-// (Renew reports the same per lease). HeldError.TTL and Lease.TTL of a lock
-// node are the TTL it was granted with: its holder's Store ends it at most
-// that long after its last renewal (the store cannot tell when that was);
-// of a MinHold node, what is left of it by the server's clock. go-zookeeper's errors are wrapped with %w and the
-// operation, starting with "zkstore: ".
+// (Renew reports the same per lease), and Acquire, Enqueue, Wait and Renew
+// errors wrapping ErrClosed after Close. HeldError.TTL and Lease.TTL of a
+// lock node are the TTL it was granted with: its holder's Store ends it at
+// most that long after its last renewal (the store cannot tell when that
+// was); of a MinHold node, what is left of it by the server's clock.
+// go-zookeeper's errors are wrapped with %w and the operation, starting
+// with "zkstore: ".
 //
 // # Ledger
 //

@@ -102,10 +102,12 @@ func (t *ticket) wait(ctx context.Context) (driver.Grant, error) {
 		if len(preds) == 0 && len(keeps) == 0 {
 			c := t.c
 			c.sent = time.Now() // the lease's deadline counts from the grant
+			if err := s.record(t.p.Key, t.p.Owner, t.p.Token, c, t.p.TTL); err != nil {
+				return driver.Grant{}, err // closed: the entry stays until Leave
+			}
 			t.mu.Lock()
 			t.granted = true
 			t.mu.Unlock()
-			s.record(t.p.Key, t.p.Owner, t.p.Token, c, t.p.TTL)
 			return driver.Grant{Fence: t.c.fence}, nil
 		}
 		var ch <-chan zk.Event

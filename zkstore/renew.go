@@ -82,6 +82,10 @@ func (s *Store) renew(ps []driver.RenewParams) ([]error, error) {
 	current := s.conn.SessionID()
 	ops := make([]renewOp, 0, len(ps))
 	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, ErrClosed
+	}
 	for i, p := range ps {
 		l := s.lookupLocked(p.Key, p.Token)
 		switch {

@@ -26,6 +26,9 @@ const DefaultRoot = "/tasklock"
 // lock's TTL or connect with a longer session timeout.
 var ErrTTL = fmt.Errorf("zkstore: lock TTL longer than Options.SessionTimeout: %w", driver.ErrUnsupported)
 
+// ErrClosed is returned by Acquire, Enqueue, Wait and Renew after Close.
+var ErrClosed = errors.New("zkstore: store closed")
+
 // Options configures a Store. A nil *Options is invalid: SessionTimeout has
 // no default. New never writes into it. Every Store, CLI and dashboard that
 // works on the same locks must use the same Root.
@@ -52,7 +55,7 @@ type Options struct {
 // Store keeps tasklock leases in ZooKeeper through the caller's *zk.Conn.
 // It implements driver.Store, driver.Queuer, driver.Lister,
 // driver.ForceReleaser and ledger.Ledger, and is safe for concurrent use. It never closes the
-// Conn and never logs.
+// Conn and never logs. Close it before the Conn: see Close.
 type Store struct {
 	conn    *zk.Conn
 	root    string
@@ -68,6 +71,7 @@ type Store struct {
 	orphans []*orphan         // nodes to delete, retried by the reaper
 	mark    markerState       // the force-release marker as last adopted (renew.go)
 	reap    reaper            // ends leases at their deadline, deletes orphans (reaper.go)
+	closed  bool              // Close was called: no new leases, the reaper is stopped
 }
 
 var (
@@ -143,6 +147,29 @@ func New(conn *zk.Conn, opts *Options) (*Store, error) {
 
 // Root returns the root node the Store keeps its locks under.
 func (s *Store) Root() string { return s.root }
+
+// Close stops the Store's timer for good (the reaper: see reaper.go), after
+// waiting for a deletion under way, which go-zookeeper answers or gives up
+// within about the session timeout. Later Acquire, Enqueue, Wait and Renew
+// calls return ErrClosed; Release, Leave, ForceRelease, Leases and the
+// ledger go on working while the Conn is open. Close deletes nothing and
+// never closes the Conn: the nodes the Store still has (of leases not
+// released, and those whose deletion was still being retried) stay until
+// the Conn's session ends. So close the Lockers on top first (they release
+// their locks), then the Store, then the Conn.
+//
+// A Store whose Conn is closed while it still has nodes to delete retries
+// them every 2 s until Close: go-zookeeper does not tell a closed Conn
+// from one waiting for its server. Close may be called more than once; it
+// always returns nil.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	s.reap.stopLocked()
+	s.mu.Unlock()
+	s.reap.wait()
+	return nil
+}
 
 // keyPath is the node of key: Root + "/" + the escaped key.
 func (s *Store) keyPath(key string) string { return s.root + "/" + escapeName(key) }
@@ -282,8 +309,11 @@ type created struct {
 // is unknown the node is handed to the reaper, which deletes it.
 func (s *Store) createNode(kp, token, owner string, ttl time.Duration) (created, error) {
 	s.mu.Lock()
-	known := s.mark.zxid != 0
+	known, closed := s.mark.zxid != 0, s.closed
 	s.mu.Unlock()
+	if closed {
+		return created{}, ErrClosed
+	}
 	if !known {
 		// The Store's first node: read the force-release marker first,
 		// so that only force releases after this grant make Renew check
@@ -353,7 +383,10 @@ func (s *Store) acquire(p driver.AcquireParams) (driver.Grant, error) {
 		}
 		preds, keeps := blockersOf(kids, c.name, c.seq)
 		if len(preds) == 0 && len(keeps) == 0 {
-			s.record(p.Key, p.Owner, p.Token, c, p.TTL)
+			if err := s.record(p.Key, p.Owner, p.Token, c, p.TTL); err != nil {
+				s.removeNode(kp, c.name, c.session)
+				return driver.Grant{}, err
+			}
 			return driver.Grant{Fence: c.fence}, nil
 		}
 		if len(preds) > 0 {
@@ -420,13 +453,19 @@ func (s *Store) readKeeps(kp string, names []string, now int64) (live *node, exp
 
 // record keeps the lease of a lock node just granted to token: its
 // deadline is TTL after the node's creation was sent, when the reaper
-// deletes it unless it is renewed or released first.
-func (s *Store) record(key, owner, token string, c created, ttl time.Duration) {
+// deletes it unless it is renewed or released first. After Close, which
+// stopped the reaper, it keeps nothing and returns ErrClosed: Acquire then
+// deletes the node, and a Ticket's Wait leaves it queued for Leave.
+func (s *Store) record(key, owner, token string, c created, ttl time.Duration) error {
 	l := &lease{
 		key: key, owner: owner, fence: c.fence, seq: c.seq, session: c.session,
 		ttl: ttl, until: s.since(c.sent) + ttl,
 	}
 	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
 	if s.mark.zxid != 0 && int64(c.fence) < s.mark.zxid {
 		// Created before the last force release this Store knows of,
 		// which may have deleted it: read it before trusting a renewal.
@@ -434,7 +473,7 @@ func (s *Store) record(key, owner, token string, c created, ttl time.Duration) {
 	}
 	s.leases[token] = l
 	s.reap.armLocked(s.base.Add(l.until))
-	s.mu.Unlock()
+	return nil
 }
 
 // ensureKey creates the key node as a container (the server deletes it
