@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,51 +21,17 @@ import (
 
 // Fault tests of read-write locks and semaphores: a holder process of a
 // permit or of a writer's side killed or paused past its TTL, and etcd
-// restarted under holders and waiters. The oracle is the fenced register
-// of fault_test.go; the blackhole is in systest/etcdfault.
-
-// Environment of the kinds holder process.
-const (
-	envMode  = "TASKLOCK_MODE"  // "permit" or "write"
-	envLimit = "TASKLOCK_LIMIT" // a semaphore's permits
-)
-
-// asKind is the Store of the kinds holder process: it makes the holds of
-// a Locker that obtains mutexes through it holds of mode at the Store (a
-// permit of limit, or the writer's side), so that faulttest.HolderMain,
-// which obtains a mutex, holds a permit or the writer's side with the same
-// entries, renewals and releases a Semaphore or RWMutex makes. (It hides
-// the Store's Queuer and Notifier: the holder obtains a free key at once.)
-type asKind struct {
-	s     *Store
-	mode  driver.Mode
-	limit int
-}
-
-func (k asKind) Acquire(ctx context.Context, p driver.AcquireParams) (driver.Grant, error) {
-	p.Mode, p.Limit = k.mode, k.limit
-	return k.s.Acquire(ctx, p)
-}
-
-func (k asKind) Renew(ctx context.Context, ps []driver.RenewParams) ([]error, error) {
-	kps := make([]driver.RenewParams, len(ps))
-	for i, p := range ps {
-		p.Mode = k.mode
-		kps[i] = p
-	}
-	return k.s.Renew(ctx, kps)
-}
-
-func (k asKind) Release(ctx context.Context, p driver.ReleaseParams) error {
-	p.Mode = k.mode
-	return k.s.Release(ctx, p)
-}
+// restarted under holders and waiters. Two oracles: the critical sections
+// of every holder, counted by faulttest.CheckSections (never more holders
+// than permits, never two writers, never a reader beside a writer), and
+// the fenced register of fault_test.go. The blackhole is in
+// systest/etcdfault.
 
 // TestKindHolderProcess is the holder of a permit or a writer's side that
-// the kinds fault tests run in a helper process (faulttest.HolderMain); in
-// a normal run it skips.
+// the kinds fault tests run in a helper process (faulttest.KindHolderMain);
+// in a normal run it skips.
 func TestKindHolderProcess(t *testing.T) {
-	faulttest.HolderMain(t, func(ttl time.Duration) (driver.Store, faulttest.WriteFunc, error) {
+	faulttest.KindHolderMain(t, func(ttl time.Duration) (driver.Store, faulttest.WriteFunc, error) {
 		c, err := clientv3.New(clientv3.Config{Endpoints: []string{os.Getenv("TASKLOCK_ETCD")}, DialTimeout: 5 * time.Second})
 		if err != nil {
 			return nil, nil, err
@@ -75,17 +40,16 @@ func TestKindHolderProcess(t *testing.T) {
 		if err != nil {
 			return nil, nil, err
 		}
-		k := asKind{s: s, mode: driver.ModeWrite}
-		if os.Getenv(envMode) == "permit" {
-			k.mode = driver.ModePermit
-			if k.limit, err = strconv.Atoi(os.Getenv(envLimit)); err != nil {
-				return nil, nil, fmt.Errorf("%s: %w", envLimit, err)
-			}
-		}
 		reg := register{c: c, prefix: os.Getenv("TASKLOCK_REGISTER")}
-		return k, func(ctx context.Context, fence uint64) (bool, error) { return reg.write(ctx, fence, "helper") }, nil
+		return s, func(ctx context.Context, fence uint64) (bool, error) {
+			return reg.write(ctx, fence, faulttest.HelperOwner)
+		}, nil
 	})
 }
+
+// work is the act of the test's own critical sections: long enough that
+// sections of holders that overlap would overlap in the log.
+func work() { time.Sleep(4 * time.Millisecond) }
 
 // kindCase is a kind of hold the fault tests take in a holder process and
 // then by another Locker: a permit of a semaphore of two, whose other
@@ -138,28 +102,30 @@ func TestKindFaults(t *testing.T) {
 	}
 }
 
-// kindTakeover starts a holder process of kc's hold (of a permit, beside a
-// permit another Locker holds), SIGKILLs it (stop false) or SIGSTOPs it
-// (stop true), and has "next" obtain the hold: within SessionTTL + 1s,
-// with a fence above the holder's; then makes the new holder's write. It
-// returns the holder, the register, the new lock and the fault's time.
-func kindTakeover(t *testing.T, kc kindCase, stop bool) (*faulttest.Holder, register, *tasklock.Lock, time.Time) {
+// kindTakeover starts a holder process of kc's hold (of a permit, beside
+// a permit another Locker holds and works under throughout), SIGKILLs it
+// (stop false) or SIGSTOPs it (stop true), and has "next" obtain the hold:
+// within SessionTTL + 1s, with a fence above the holder's; then makes the
+// new holder's write and starts its critical sections. For a pause it
+// resumes the holder once it is past twice the TTL, which must find its
+// Done closed. It checks both oracles and returns the new lock.
+func kindTakeover(t *testing.T, kc kindCase, stop bool) *tasklock.Lock {
 	t.Helper()
 	srv := testserver.StartEtcd(t)
 	c := newClient(t, srv.Endpoints(), nil)
 	reg := newRegister(t, c)
 	s := newStore(t, c, &Options{SessionTTL: faultTTL})
 	opts := &tasklock.ObtainOptions{TTL: faultTTL}
-	var co *tasklock.Lock // the semaphore's other permit, held throughout
+	var secs faulttest.Sections
 	if kc.mode == driver.ModePermit {
-		var err error
-		if co, err = newLocker(t, s, "co").Semaphore("job", kc.limit).Acquire(ctxT(t), opts); err != nil {
+		co, err := kc.obtain(ctxT(t), newLocker(t, s, "co"), "job", opts)
+		if err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(secs.Loop("co", co, work))
 	}
-	h := faulttest.StartHolder(t, "TestKindHolderProcess", "job", faultTTL,
-		"TASKLOCK_ETCD="+srv.Endpoints()[0], "TASKLOCK_PREFIX="+s.prefix, "TASKLOCK_REGISTER="+reg.prefix,
-		envMode+"="+kc.mode.String(), envLimit+"="+strconv.Itoa(kc.limit))
+	h := faulttest.StartKindHolder(t, "TestKindHolderProcess", "job", kc.mode, kc.limit, faultTTL,
+		"TASKLOCK_ETCD="+srv.Endpoints()[0], "TASKLOCK_PREFIX="+s.prefix, "TASKLOCK_REGISTER="+reg.prefix)
 	lk := newLocker(t, s, "next")
 	if l, err := kc.tryObtain(ctxT(t), lk, "job", opts); !errors.Is(err, tasklock.ErrNotObtained) {
 		t.Fatalf("a %v hold while the holder process holds: %v, %v", kc.mode, l, err)
@@ -177,7 +143,6 @@ func kindTakeover(t *testing.T, kc kindCase, stop bool) (*faulttest.Holder, regi
 		t.Fatal(err)
 	}
 	took := time.Since(faulted)
-	t.Cleanup(func() { _ = l.Release(context.Background()) })
 	t.Logf("obtained a %v hold %v after %s of the holder (SessionTTL %v), fence %d after %d", kc.mode, took.Round(time.Millisecond), sig, faultTTL, l.Fence(), h.Fence)
 	if took > faultTTL+time.Second {
 		t.Errorf("takeover took %v, want ≤ SessionTTL + 1s", took)
@@ -185,37 +150,37 @@ func kindTakeover(t *testing.T, kc kindCase, stop bool) (*faulttest.Holder, regi
 	if l.Fence() <= h.Fence {
 		fenceErr("fence %d after %d", l.Fence(), h.Fence)
 	}
-	if co != nil {
-		select {
-		case <-co.Done():
-			t.Fatalf("the other permit was lost: %v", co.Err())
-		default:
-		}
-	}
 	if ok, err := reg.write(ctxT(t), l.Fence(), "next"); err != nil || !ok {
 		t.Fatalf("the new holder's write: %v %v", ok, err)
 	}
-	return h, reg, l, faulted
+	stopNext := secs.Loop("next", l, work)
+	if stop {
+		time.Sleep(time.Until(faulted.Add(2 * faultTTL))) // the pause itself, not synchronisation
+		h.CheckResumed(t, "")
+	}
+	stopNext()
+	most := faulttest.CheckSections(t, kc.limit, h.Sections(), secs.List())
+	accepted, refused := h.Writes()
+	t.Logf("at most %d sections open at once; the holder's writes: %d accepted, %d refused; the register: %v", most, accepted, refused, reg.check(t, l.Fence()))
+	return l
 }
 
 // testKindHolderKilled: the holder process of a permit or of the writer's
 // side is SIGKILLed; the hold returns when etcd expires its session, and
 // another obtains it within SessionTTL + 1 s, with a higher fence.
 func testKindHolderKilled(t *testing.T, kc kindCase) {
-	_, reg, l, _ := kindTakeover(t, kc, false)
-	t.Logf("writes accepted: %v", reg.check(t, l.Fence()))
+	l := kindTakeover(t, kc, false)
+	if err := l.Release(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // testKindHolderPaused: the holder process is SIGSTOPped past its TTL.
 // Another obtains the hold once etcd expired the session; the resumed
-// holder's Done is closed before it writes again, and the register
-// accepts none of its writes after the new holder's.
+// holder's Done is closed before it acts again, and the register accepts
+// none of its writes after the new holder's.
 func testKindHolderPaused(t *testing.T, kc kindCase) {
-	h, reg, l, stopped := kindTakeover(t, kc, true)
-	time.Sleep(time.Until(stopped.Add(2 * faultTTL))) // the pause itself, not synchronisation
-
-	h.CheckResumed(t, "")
-	t.Logf("writes accepted: %v", reg.check(t, l.Fence()))
+	l := kindTakeover(t, kc, true)
 	select {
 	case <-l.Done():
 		// A hold of a 1s TTL may expire on a machine too busy to renew it
@@ -225,6 +190,7 @@ func testKindHolderPaused(t *testing.T, kc kindCase) {
 		}
 		t.Logf("the new holder's hold expired (a busy machine): %v", l.Err())
 	default:
+		_ = l.Release(ctxT(t))
 	}
 }
 
@@ -255,13 +221,19 @@ func testKindServerRestarted(t *testing.T, kc kindCase) {
 		}
 	}
 	opts := &tasklock.ObtainOptions{TTL: ttl}
-	holders := []*tasklock.Lock{}
+	var (
+		secs    faulttest.Sections
+		holders []*tasklock.Lock
+		stops   []func() // the holders' critical sections
+	)
 	for i := range max(kc.limit, 1) {
-		l, err := kc.obtain(ctxT(t), locker(fmt.Sprintf("holder-%d", i), onEvent), "job", opts)
+		name := fmt.Sprintf("holder-%d", i)
+		l, err := kc.obtain(ctxT(t), locker(name, onEvent), "job", opts)
 		if err != nil {
 			t.Fatal(err)
 		}
 		holders = append(holders, l)
+		stops = append(stops, secs.Loop(name, l, work))
 	}
 	var highest uint64
 	for _, l := range holders {
@@ -320,7 +292,8 @@ func testKindServerRestarted(t *testing.T, kc kindCase) {
 	}
 	releasing.Store(true)
 	released := time.Now()
-	for _, l := range holders {
+	for i, l := range holders {
+		stops[i]()
 		if err := l.Release(ctxT(t)); err != nil {
 			t.Fatalf("Release after the restart: %v", err)
 		}
@@ -340,6 +313,9 @@ func testKindServerRestarted(t *testing.T, kc kindCase) {
 		if r.l.Fence() < highest || (r.l.Mode() != tasklock.ModeRead && r.l.Fence() == highest) {
 			t.Errorf("a %v hold's fence %d after the restart, %d before", r.l.Mode(), r.l.Fence(), highest)
 		}
+		for range 10 {
+			secs.Do("waiter", r.l, work)
+		}
 		if err := r.l.Release(ctxT(t)); err != nil {
 			t.Fatal(err)
 		}
@@ -347,4 +323,5 @@ func testKindServerRestarted(t *testing.T, kc kindCase) {
 	if n := early.Load(); n > 0 {
 		t.Errorf("%d waiters were granted before the holders released", n)
 	}
+	t.Logf("at most %d sections open at once", faulttest.CheckSections(t, kc.limit, secs.List()))
 }
