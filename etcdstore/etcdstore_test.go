@@ -157,11 +157,13 @@ func exists(t testing.TB, c *clientv3.Client, key string) (bool, clientv3.LeaseI
 
 // TestConformance runs storetest on one etcd server, a fresh prefix per
 // test. It is not parallel: storetest's leak check would see the
-// goroutines of tests running beside it.
+// goroutines of tests running beside it. The session lasts a minute, not
+// DefaultSessionTTL's 10s: a lock TTL may not exceed it (ErrTTL), and
+// SemaphoreDriverRules renews permits for a minute.
 func TestConformance(t *testing.T) {
 	srv := testserver.StartEtcd(t)
 	c := newClient(t, srv.Endpoints(), nil)
-	storetest.Run(t, func(t *testing.T) driver.Store { return newStore(t, c, nil) })
+	storetest.Run(t, func(t *testing.T) driver.Store { return newStore(t, c, &Options{SessionTTL: time.Minute}) })
 }
 
 func TestNew(t *testing.T) {
