@@ -243,7 +243,6 @@ func TestStore(t *testing.T) {
 		{"KindsExpiry", testKindsExpiry},
 		{"KindsNotify", testKindsNotify},
 		{"KindsLeasesAndForceRelease", testKindsLeases},
-		{"KindsPermitsNeverExceeded", testKindsPermitsNeverExceeded},
 		{"KindsRWLockers", testKindsRWLockers},
 	}
 	for _, tc := range tests {

@@ -4,14 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/tasklock/tasklock"
 	"github.com/tasklock/tasklock/driver"
@@ -30,22 +27,7 @@ import (
 // TestKindHolderProcess is the holder of a permit or a writer's side that
 // the kinds fault tests run in a helper process (faulttest.KindHolderMain);
 // in a normal run it skips.
-func TestKindHolderProcess(t *testing.T) {
-	faulttest.KindHolderMain(t, func(ttl time.Duration) (driver.Store, faulttest.WriteFunc, error) {
-		c, err := clientv3.New(clientv3.Config{Endpoints: []string{os.Getenv("TASKLOCK_ETCD")}, DialTimeout: 5 * time.Second})
-		if err != nil {
-			return nil, nil, err
-		}
-		s, err := New(c, &Options{Prefix: os.Getenv("TASKLOCK_PREFIX"), SessionTTL: ttl})
-		if err != nil {
-			return nil, nil, err
-		}
-		reg := register{c: c, prefix: os.Getenv("TASKLOCK_REGISTER")}
-		return s, func(ctx context.Context, fence uint64) (bool, error) {
-			return reg.write(ctx, fence, faulttest.HelperOwner)
-		}, nil
-	})
-}
+func TestKindHolderProcess(t *testing.T) { faulttest.KindHolderMain(t, holderSetup) }
 
 // work is the act of the test's own critical sections: long enough that
 // sections of holders that overlap would overlap in the log.
@@ -124,19 +106,12 @@ func kindTakeover(t *testing.T, kc kindCase, stop bool) *tasklock.Lock {
 		}
 		t.Cleanup(secs.Loop("co", co, work))
 	}
-	h := faulttest.StartKindHolder(t, "TestKindHolderProcess", "job", kc.mode, kc.limit, faultTTL,
-		"TASKLOCK_ETCD="+srv.Endpoints()[0], "TASKLOCK_PREFIX="+s.prefix, "TASKLOCK_REGISTER="+reg.prefix)
+	h := faulttest.StartKindHolder(t, "TestKindHolderProcess", "job", kc.mode, kc.limit, faultTTL, holderEnv(srv, s.prefix, reg)...)
 	lk := newLocker(t, s, "next")
 	if l, err := kc.tryObtain(ctxT(t), lk, "job", opts); !errors.Is(err, tasklock.ErrNotObtained) {
 		t.Fatalf("a %v hold while the holder process holds: %v, %v", kc.mode, l, err)
 	}
-	sig, fenceErr := "SIGKILL", t.Errorf
-	if stop {
-		sig, fenceErr = "SIGSTOP", t.Fatalf
-		h.Stop(t)
-	} else {
-		h.Kill(t)
-	}
+	sig, fenceErr := signal(t, h, stop)
 	faulted := time.Now()
 	l, err := kc.obtain(ctxT(t), lk, "job", opts)
 	if err != nil {

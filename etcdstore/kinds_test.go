@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -375,56 +373,6 @@ func testKindsLeases(t *testing.T, c *clientv3.Client) {
 		if !errors.Is(r, driver.ErrNotHeld) {
 			t.Errorf("Renew item %d after ForceRelease: %v", i, r)
 		}
-	}
-}
-
-// testKindsPermitsNeverExceeded: 32 goroutines on 3 Lockers, each on a
-// Store and a client of its own, take permits of one semaphore of 3 over
-// and over; an oracle in the test counts the holders inside.
-func testKindsPermitsNeverExceeded(t *testing.T, c *clientv3.Client) {
-	const permits, goroutines, rounds = 3, 32, 4
-	prefix := freshPrefix()
-	lks := make([]*tasklock.Locker, 3)
-	for i := range lks {
-		s := newStore(t, newClient(t, c.Endpoints(), nil), &Options{Prefix: prefix})
-		lks[i] = newLocker(t, s, fmt.Sprintf("node-%d", i))
-	}
-	var in, most atomic.Int64
-	fences := sync.Map{}
-	errs := make(chan error, goroutines*(rounds+1)) // never full: a send never blocks
-	var wg sync.WaitGroup
-	for i := range goroutines {
-		wg.Go(func() {
-			sem := lks[i%len(lks)].Semaphore("sem", permits)
-			for range rounds {
-				l, err := sem.Acquire(ctxT(t), &tasklock.ObtainOptions{TTL: 5 * time.Second})
-				if err != nil {
-					errs <- err
-					return
-				}
-				n := in.Add(1)
-				for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
-				}
-				if _, dup := fences.LoadOrStore(l.Fence(), true); dup {
-					errs <- fmt.Errorf("fence %d granted twice", l.Fence())
-				}
-				time.Sleep(2 * time.Millisecond) // widens the window a broken semaphore would show
-				in.Add(-1)
-				if err := l.Release(ctxT(t)); err != nil {
-					errs <- err
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-	t.Logf("at most %d holders at once", most.Load())
-	if m := most.Load(); m > permits || m < 2 {
-		t.Fatalf("%d holders at once of a semaphore of %d", m, permits)
 	}
 }
 
