@@ -178,13 +178,17 @@ func takeover(t *testing.T, stop bool) (*faulttest.Holder, register, *tasklock.L
 	return h, reg, l, faulted
 }
 
+// holderProcess is a holder process of either protocol (faulttest.Holder,
+// faulttest.KindHolder), as the fault tests signal it.
+type holderProcess interface {
+	Stop(t testing.TB)
+	Kill(t testing.TB)
+}
+
 // signal SIGSTOPs (stop) or SIGKILLs the holder process h, and returns
 // the signal's name and how to report a fence that did not rise: fatally
 // after a pause, since the resumed holder's writes would not be refused.
-func signal(t *testing.T, h interface {
-	Stop(testing.TB)
-	Kill(testing.TB)
-}, stop bool) (string, func(string, ...any)) {
+func signal(t *testing.T, h holderProcess, stop bool) (string, func(string, ...any)) {
 	t.Helper()
 	if stop {
 		h.Stop(t)
