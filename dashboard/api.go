@@ -529,21 +529,53 @@ type nodeView struct {
 	Version     string     `json:"version,omitempty"`
 	Fence       uint64     `json:"fence,omitempty"`
 	ExpiresInMS int64      `json:"expires_in_ms,omitempty"`
+	// Leader marks the node that leads the fleet (it holds the lease of
+	// Options.LeaderKey); LeaderTerm is its term, the lease's fence.
+	Leader     bool   `json:"leader,omitempty"`
+	LeaderTerm uint64 `json:"leader_term,omitempty"`
+}
+
+// leaderView is the fleet's leader in /api/nodes.
+type leaderView struct {
+	Node        string `json:"node"` // the election lease's owner name
+	Term        uint64 `json:"term"`
+	ExpiresInMS int64  `json:"expires_in_ms"`
+}
+
+// leader reads the holder of the leader election's lease; nil when no one
+// holds it.
+func (h *handler) leader(ctx context.Context) (*leaderView, error) {
+	ls, err := h.lister.Leases(ctx, h.opts.LeaderKey)
+	if err != nil {
+		return nil, err
+	}
+	for _, l := range ls {
+		if l.Key == h.opts.LeaderKey && l.Mode == driver.ModeMutex && !l.Waiting {
+			return &leaderView{Node: l.Owner, Term: l.Fence, ExpiresInMS: l.TTL.Milliseconds()}, nil
+		}
+	}
+	return nil, nil
 }
 
 // nodes is GET /api/nodes: the live nodes (holding their node lock) and
-// the nodes seen in the recent runs, sorted by name. A node's last_seen is
+// the nodes seen in the recent runs, sorted by name, and the fleet's
+// leader (null when none), whose node is marked. A node's last_seen is
 // its node lock's last renewal — the lease's TTL less its remaining time —
 // as this dashboard last saw it, or the latest time a run of it shows it
 // alive, whichever is later: a node that was killed shows as gone once its
-// lease ends, last seen at its last heartbeat.
+// lease ends, last seen at its last heartbeat. A leader that was killed
+// stays the leader until its election lease ends, like its node lock.
 func (h *handler) nodes(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), callTimeout)
 	defer cancel()
 	byName := map[string]*nodeView{}
 	now := h.clock.Now().UTC()
+	var leader *leaderView
 	if h.lister != nil {
 		ls, err := h.lister.Leases(ctx, h.opts.NodeKeyPrefix)
+		if err == nil {
+			leader, err = h.leader(ctx)
+		}
 		if err != nil {
 			h.storeError(w, r, err)
 			return
@@ -609,8 +641,13 @@ func (h *handler) nodes(w http.ResponseWriter, r *http.Request) {
 	for _, v := range byName {
 		out = append(out, v)
 	}
+	if leader != nil {
+		if v := byName[leader.Node]; v != nil {
+			v.Leader, v.LeaderTerm = true, leader.Term
+		}
+	}
 	slices.SortFunc(out, func(a, b *nodeView) int { return strings.Compare(a.Node, b.Node) })
-	writeJSON(w, http.StatusOK, map[string]any{"nodes": out})
+	writeJSON(w, http.StatusOK, map[string]any{"nodes": out, "leader": leader})
 }
 
 // setState is POST /api/jobs/{name}/trigger|pause|resume: the job's state

@@ -60,6 +60,11 @@ type Options struct {
 	// last_seen is when it last renewed its lock, the lease's TTL less its
 	// remaining time. Default: tasklock.DefaultTTL, as serve uses.
 	NodeLeaseTTL time.Duration
+	// LeaderKey is the key of the fleet's leader election
+	// (tasklock.Election): /api/nodes names the holder of its lease as the
+	// leader, with its term (the lease's fence), and marks the node of
+	// that name. Default: DefaultLeaderKey.
+	LeaderKey string
 	// RecentRuns is how many of the newest run records /api/jobs and
 	// /api/nodes read, in one query, to find each job's last run and each
 	// node's last activity, at most once a second; the jobs of a page not
@@ -73,6 +78,10 @@ type Options struct {
 // DefaultNodeKeyPrefix is the prefix of the locks `tasklock serve` holds
 // while it runs: serve/node/NODE.
 const DefaultNodeKeyPrefix = "serve/node/"
+
+// DefaultLeaderKey is the key of the leader election every `tasklock
+// serve` stands in; its leader runs the jobs with run_on: leader.
+const DefaultLeaderKey = "serve/leader"
 
 // NodeOwner is the owner name a node gives its node lock so that the
 // dashboard can show its version: "NODE tasklock/VERSION".
@@ -170,6 +179,9 @@ func New(opts Options) (http.Handler, error) {
 	}
 	if h.opts.NodeLeaseTTL <= 0 {
 		h.opts.NodeLeaseTTL = tasklock.DefaultTTL
+	}
+	if h.opts.LeaderKey == "" {
+		h.opts.LeaderKey = DefaultLeaderKey
 	}
 	if h.opts.EventInterval == 0 {
 		h.opts.EventInterval = time.Second

@@ -426,45 +426,53 @@ func TestDashboardRunsPagination(t *testing.T) {
 	})
 }
 
+// events opens /api/events with the bearer token and returns a function
+// that reads the next summary and returns the sections it says changed;
+// the stream ends with the test.
+func events(t *testing.T, baseURL, token string) func() []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	req, _ := http.NewRequestWithContext(ctx, "GET", baseURL+"/api/events", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { resp.Body.Close() })
+	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
+		t.Fatalf("Content-Type %q", ct)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	return func() (changed []string) {
+		t.Helper()
+		event := ""
+		for sc.Scan() {
+			line := sc.Text()
+			if e, ok := strings.CutPrefix(line, "event: "); ok {
+				event = e
+			}
+			if d, ok := strings.CutPrefix(line, "data: "); ok && event == "summary" {
+				var s struct {
+					Changed []string
+					Error   string
+				}
+				decode(t, d, &s)
+				if s.Error != "" {
+					t.Fatalf("summary error: %s", s.Error)
+				}
+				return s.Changed
+			}
+		}
+		t.Fatalf("stream ended: %v", sc.Err())
+		return nil
+	}
+}
+
 func TestDashboardEvents(t *testing.T) {
 	eachStore(t, func(t *testing.T, st ledgerStore) {
 		srv := server(t, st, "tok", nil)
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL+"/api/events", nil)
-		req.Header.Set("Authorization", "Bearer tok")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
-			t.Fatalf("Content-Type %q", ct)
-		}
-		sc := bufio.NewScanner(resp.Body)
-		nextEvent := func() (changed []string) {
-			t.Helper()
-			event := ""
-			for sc.Scan() {
-				line := sc.Text()
-				if e, ok := strings.CutPrefix(line, "event: "); ok {
-					event = e
-				}
-				if d, ok := strings.CutPrefix(line, "data: "); ok && event == "summary" {
-					var s struct {
-						Changed []string
-						Error   string
-					}
-					decode(t, d, &s)
-					if s.Error != "" {
-						t.Fatalf("summary error: %s", s.Error)
-					}
-					return s.Changed
-				}
-			}
-			t.Fatalf("stream ended: %v", sc.Err())
-			return nil
-		}
+		nextEvent := events(t, srv.URL, "tok")
 		if ch := nextEvent(); strings.Join(ch, ",") != "jobs,runs,locks,nodes" {
 			t.Errorf("first event changed %v, want every section", ch)
 		}

@@ -36,7 +36,8 @@
 //	                      "end", "status", "error", "output", "recorded"}], "next": CURSOR}
 //	GET  /api/locks       ?prefix= &after=KEY &limit=N
 //	                      {"locks": [{"key", "owner", "fence", "expires_in_ms", "held_for_ms"}], "total", "next"}
-//	GET  /api/nodes       {"nodes": [{"node", "alive", "last_seen", "version", "fence", "expires_in_ms"}]}
+//	GET  /api/nodes       {"nodes": [{"node", "alive", "last_seen", "version", "fence", "expires_in_ms", "leader", "leader_term"}],
+//	                       "leader": {"node", "term", "expires_in_ms"} or null}
 //	GET  /api/events      text/event-stream: an event "summary" every second (see below)
 //	POST /api/jobs/{name}/trigger   {"job": state after, "trigger": ID}
 //	POST /api/jobs/{name}/pause     {"job": state after}
@@ -73,6 +74,14 @@
 // alive false and as "last_seen" the later of their last renewal this
 // dashboard saw and the latest run that shows them alive (the end of a run
 // they recorded, the start of a running or interrupted one).
+//
+// The fleet's leader is the holder of the lease of Options.LeaderKey (the
+// election of tasklock.Election; `tasklock serve` campaigns on
+// serve/leader): "leader" names it by its owner name — serve's node name —
+// with its term (the lease's fence) and the lease's remaining time, and
+// the node of that name has "leader": true and "leader_term". A leader
+// that was killed stays listed until its lease ends (at most its TTL);
+// then "leader" is null until another node is elected.
 //
 // /api/events sends, every Options.EventInterval and when it opens,
 //

@@ -88,6 +88,8 @@ func (h *handler) summary(ctx context.Context) summary {
 			case strings.HasPrefix(l.Key, h.opts.NodeKeyPrefix):
 				s.NodesAlive++
 				nodeParts = append(nodeParts, p)
+			case l.Key == h.opts.LeaderKey: // a new leader or term changes the nodes page
+				nodeParts = append(nodeParts, p)
 			case strings.HasPrefix(l.Key, h.opts.KeyPrefix):
 				s.Running++
 				jobParts = append(jobParts, p)

@@ -2,6 +2,8 @@ package dashboard_test
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -123,4 +125,110 @@ func TestDashboardJobStates(t *testing.T) {
 			t.Errorf("%s: state %q, want %q (%s)", job, got[job], state, body)
 		}
 	}
+}
+
+// nodesWithLeader is /api/nodes with the leader fields.
+type nodesWithLeader struct {
+	Nodes []struct {
+		Node       string
+		Alive      bool
+		Leader     bool
+		LeaderTerm uint64 `json:"leader_term"`
+	}
+	Leader *struct {
+		Node        string
+		Term        uint64
+		ExpiresInMS int64 `json:"expires_in_ms"`
+	}
+}
+
+func getLeader(t *testing.T, url string) nodesWithLeader {
+	t.Helper()
+	code, body, _ := call(t, nil, "GET", url+"/api/nodes", map[string]string{"Authorization": "Bearer tok"}, "")
+	if code != 200 {
+		t.Fatalf("/api/nodes: %d %s", code, body)
+	}
+	var out nodesWithLeader
+	decode(t, body, &out)
+	return out
+}
+
+// leaders returns the nodes marked leader, as "NODE@TERM".
+func (n nodesWithLeader) leaders() []string {
+	var out []string
+	for _, v := range n.Nodes {
+		if v.Leader || v.LeaderTerm != 0 {
+			out = append(out, fmt.Sprintf("%s@%d", v.Node, v.LeaderTerm))
+		}
+	}
+	return out
+}
+
+// /api/nodes names the holder of the serve/leader election as the leader,
+// with its term, and marks its node; when the leadership moves, the mark
+// moves with it, the term grows, and /api/events reports the nodes
+// section changed. Before: nothing showed which node leads.
+func TestDashboardNodeLeader(t *testing.T) {
+	eachStore(t, func(t *testing.T, st ledgerStore) {
+		ctx := context.Background()
+		lockers := map[string]*tasklock.Locker{}
+		for _, n := range []string{"n1", "n2"} {
+			if _, err := st.Acquire(ctx, driver.AcquireParams{Key: dashboard.DefaultNodeKeyPrefix + n, Token: "node-" + n, Owner: dashboard.NodeOwner(n, "v1"), TTL: time.Minute}); err != nil {
+				t.Fatal(err)
+			}
+			lk, err := tasklock.New(st, &tasklock.Config{Owner: n})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { lk.Close() })
+			lockers[n] = lk
+		}
+		srv := server(t, st, "tok", nil)
+		nextEvent := events(t, srv.URL, "tok")
+		nextEvent()
+
+		got := getLeader(t, srv.URL)
+		if got.Leader != nil || len(got.leaders()) != 0 || len(got.Nodes) != 2 {
+			t.Fatalf("before an election: leader %+v, marked %v, %d nodes; want none marked of 2", got.Leader, got.leaders(), len(got.Nodes))
+		}
+
+		var terms []uint64
+		for _, n := range []string{"n1", "n2"} {
+			e := lockers[n].Election(dashboard.DefaultLeaderKey, nil)
+			l, err := e.Campaign(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := getLeader(t, srv.URL)
+			if got.Leader == nil || got.Leader.Node != n || got.Leader.Term != l.Fence() || got.Leader.ExpiresInMS <= 0 || got.Leader.ExpiresInMS > tasklock.DefaultTTL.Milliseconds() {
+				t.Fatalf("%s elected with term %d: leader %+v", n, l.Fence(), got.Leader)
+			}
+			if m := got.leaders(); len(m) != 1 || m[0] != fmt.Sprintf("%s@%d", n, l.Fence()) {
+				t.Fatalf("%s elected with term %d: nodes marked %v", n, l.Fence(), m)
+			}
+			for changed := nextEvent(); !slices.Contains(changed, "nodes"); changed = nextEvent() {
+			}
+			terms = append(terms, l.Fence())
+			if err := e.Resign(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if terms[1] <= terms[0] {
+			t.Errorf("terms %v, want growing", terms)
+		}
+		if got := getLeader(t, srv.URL); got.Leader != nil || len(got.leaders()) != 0 {
+			t.Errorf("after resigning: leader %+v, marked %v", got.Leader, got.leaders())
+		}
+
+		// Another election key: serve/leader's holder is not the leader.
+		l, err := lockers["n1"].Election(dashboard.DefaultLeaderKey, nil).Campaign(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Release(ctx)
+		other := server(t, st, "tok", func(o *dashboard.Options) { o.LeaderKey = "fleet/leader" })
+		if got := getLeader(t, other.URL); got.Leader != nil || len(got.leaders()) != 0 {
+			t.Errorf("LeaderKey fleet/leader: leader %+v, marked %v", got.Leader, got.leaders())
+		}
+	})
 }

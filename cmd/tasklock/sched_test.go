@@ -218,12 +218,22 @@ func dashboardURL(t *testing.T, p *proc) string {
 }
 
 type apiNode struct {
-	Node     string     `json:"node"`
-	Alive    bool       `json:"alive"`
-	LastSeen *time.Time `json:"last_seen"`
+	Node       string     `json:"node"`
+	Alive      bool       `json:"alive"`
+	LastSeen   *time.Time `json:"last_seen"`
+	Leader     bool       `json:"leader"`
+	LeaderTerm uint64     `json:"leader_term"`
 }
 
-func apiNodes(t *testing.T, base string) map[string]apiNode {
+// apiLeader is the leader of /api/nodes.
+type apiLeader struct {
+	Node string `json:"node"`
+	Term uint64 `json:"term"`
+}
+
+// getAPINodes reads a dashboard's /api/nodes: the nodes by name, and the
+// leader (nil: none).
+func getAPINodes(t *testing.T, base string) (map[string]apiNode, *apiLeader) {
 	t.Helper()
 	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}
 	resp, err := client.Get(base + "api/nodes")
@@ -232,7 +242,8 @@ func apiNodes(t *testing.T, base string) map[string]apiNode {
 	}
 	defer resp.Body.Close()
 	var out struct {
-		Nodes []apiNode `json:"nodes"`
+		Nodes  []apiNode  `json:"nodes"`
+		Leader *apiLeader `json:"leader"`
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
 		t.Fatal(err)
@@ -241,6 +252,12 @@ func apiNodes(t *testing.T, base string) map[string]apiNode {
 	for _, n := range out.Nodes {
 		m[n.Node] = n
 	}
+	return m, out.Leader
+}
+
+func apiNodes(t *testing.T, base string) map[string]apiNode {
+	t.Helper()
+	m, _ := getAPINodes(t, base)
 	return m
 }
 

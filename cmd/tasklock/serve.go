@@ -92,6 +92,7 @@ The file:
       lock_ttl: 10s                  # the job lock's lease
       min_hold: 5s                   # keep the lock at least this long
       max_hold: 1h                   # stop the run after this long, retries included
+      run_on: any                    # any | leader: only the fleet's elected leader runs it
     - name: ping
       schedule: "@every 1m"
       http: {method: POST, url: "https://example.com/hook", headers: {Authorization: "Bearer x"}, body: "{}", timeout: 10s}
@@ -146,6 +147,15 @@ the same file started twice with node: set — are refused: the second exits
 75. Without node: each serve is host:pid, and any number may run on one
 host; the store still runs every tick once. (mem:// is private to one
 process, so there nothing is shared.)
+
+Leader election: every serve campaigns for the lock serve/leader, owned
+by its node name; its holder leads, and the lock's fence is its term (the
+dashboard's nodes page and /api/nodes show both). Jobs with run_on: leader
+are claimed only by the leader. A leader stopped by SIGTERM resigns once its
+running jobs have finished, and another serve leads at once; when a leader
+dies, its lease ends within its TTL (10s) and then another serve is
+elected. The ticks in between are owed to the new leader and go to the
+job's misfire policy, as after downtime; each is recorded once.
 
 The store must keep a schedule ledger; mem:// always does.
 

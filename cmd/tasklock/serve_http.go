@@ -107,6 +107,7 @@ func (s *server) startHTTP(store driver.Store) (*httpServer, int) {
 	dash, err := dashboard.New(dashboard.Options{
 		Store: store, StoreURL: s.file.Store, Jobs: s.dashboardJobs,
 		Node: s.node, Version: version(), Token: h.token, PublicRead: h.public, Logger: s.log,
+		LeaderKey: leaderKey,
 	})
 	if err != nil {
 		s.failf("dashboard: %v", err)

@@ -4,7 +4,8 @@
 // browser tests: #jobs-table tr.job-row[data-job], td.job-state,
 // button.action-trigger / .action-pause / .action-resume, #runs-table
 // tr.run-row[data-status], #locks-table tr.lock-row button.action-release,
-// #nodes-table tr.node-row, #confirm-ok / #confirm-cancel.
+// #nodes-table tr.node-row[data-leader] span.leader-badge, #nodes-leader,
+// #confirm-ok / #confirm-cancel.
 "use strict";
 
 const state = { info: null, csrf: "", route: "", jobsAfter: [""], runsNext: "", refreshing: false };
@@ -243,16 +244,21 @@ async function locksPage(main) {
 
 async function nodesPage(main) {
   const data = await api("api/nodes");
-  const rows = data.nodes.map((n) => el("tr", { class: "node-row", "data-node": n.node, "data-alive": String(n.alive) },
+  const rows = data.nodes.map((n) => el("tr", { class: "node-row", "data-node": n.node, "data-alive": String(n.alive), "data-leader": String(!!n.leader) },
     el("td", {}, n.node),
     el("td", { class: n.alive ? "state-active" : "muted" }, n.alive ? "alive" : "gone"),
+    el("td", { class: "node-leader" }, n.leader ? el("span", { class: "badge leader-badge", title: "elected leader, term " + n.leader_term }, "leader") : ""),
     el("td", {}, fmtTime(n.last_seen)),
     el("td", {}, n.version || "—"),
     el("td", { class: "num" }, n.alive ? n.fence : "—")));
+  const l = data.leader;
   main.replaceChildren(
     el("h1", {}, "Nodes"),
+    el("p", { id: "nodes-leader", class: "muted" }, l
+      ? ["Leader: ", el("strong", {}, l.node), " (term " + l.term + ", lease ends in " + fmtMS(l.expires_in_ms) + "): it runs the jobs with run_on: leader."]
+      : "No leader elected now: jobs with run_on: leader wait for one."),
     el("table", { id: "nodes-table" },
-      el("thead", {}, el("tr", {}, ["Node", "State", "Last seen", "Version", "Fence"].map((h) => el("th", {}, h)))),
+      el("thead", {}, el("tr", {}, ["Node", "State", "Role", "Last seen", "Version", "Fence"].map((h) => el("th", {}, h)))),
       el("tbody", {}, rows)));
 }
 

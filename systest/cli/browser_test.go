@@ -150,17 +150,24 @@ jobs:
 		t.Errorf("nightly-report is not paused in the store: %s", out)
 	}
 	var kinds []string
+	var leaderLine, badge string
 	run("locks and nodes pages",
 		chromedp.Navigate(url+"#/locks"),
 		chromedp.WaitVisible(`#locks-table tr.lock-row`, chromedp.ByQuery),
 		chromedp.Evaluate(`[...document.querySelectorAll("#locks-table td.lock-kind")].map((td) => td.textContent)`, &kinds),
 		shot("locks.png"),
 		chromedp.Navigate(url+"#/nodes"),
-		chromedp.WaitVisible(`#nodes-table tr.node-row[data-node="web-1"]`, chromedp.ByQuery),
+		// The only serve leads the fleet: its row has the leader badge.
+		chromedp.WaitVisible(`#nodes-table tr.node-row[data-node="web-1"][data-leader="true"] span.leader-badge`, chromedp.ByQuery),
+		chromedp.Text(`#nodes-leader`, &leaderLine, chromedp.ByQuery),
+		chromedp.AttributeValue(`#nodes-table span.leader-badge`, "title", &badge, nil, chromedp.ByQuery),
 		shot("nodes.png"),
 	)
 	if len(kinds) == 0 || !slices.Contains(kinds, "mutex") {
 		t.Errorf("the locks page's Kind column shows %q, want the node locks as mutex", kinds)
+	}
+	if !regexp.MustCompile(`^Leader: web-1 \(term [1-9][0-9]*, lease ends in [0-9.]+ s\)`).MatchString(leaderLine) || !regexp.MustCompile(`term [1-9]`).MatchString(badge) {
+		t.Errorf("the nodes page says %q, its leader badge %q; want web-1 named leader with its term", leaderLine, badge)
 	}
 	// Logging out ends the session: the page becomes the login page and
 	// the API answers 401.
