@@ -40,9 +40,10 @@ func (s *Store) AcquireBatch(ctx context.Context, ps []driver.AcquireParams) ([]
 	if len(ps) == 0 {
 		return res, nil
 	}
-	if s.conns != nil || len(ps) == 1 || !acquireText(ps) {
-		// A lone item, or an item the database would reject (one bad item
-		// must not fail the others' statement): each alone, as Acquire.
+	if s.conns != nil || len(ps) == 1 || !acquireText(ps) || !allMutexes(len(ps), func(i int) driver.Mode { return ps[i].Mode }) {
+		// A lone item, an item the database would reject (one bad item
+		// must not fail the others' statement), or a hold of another
+		// kind than a mutex: each alone, as Acquire.
 		return driver.AcquireEach(ctx, ps, s.Acquire), nil
 	}
 	rounds := byOccurrence(len(ps), func(i int) string { return ps[i].Key })
@@ -95,7 +96,7 @@ func (s *Store) ReleaseBatch(ctx context.Context, ps []driver.ReleaseParams) ([]
 	if len(ps) == 0 {
 		return res, nil
 	}
-	if s.conns != nil || len(ps) == 1 || !releaseText(ps) {
+	if s.conns != nil || len(ps) == 1 || !releaseText(ps) || !allMutexes(len(ps), func(i int) driver.Mode { return ps[i].Mode }) {
 		return driver.ReleaseEach(ctx, ps, s.Release), nil
 	}
 	rounds := byOccurrence(len(ps), func(i int) string { return ps[i].Key })
