@@ -130,9 +130,10 @@ func (s *Store) ReleaseBatch(ctx context.Context, ps []driver.ReleaseParams) ([]
 
 // sendRounds runs sql once per round, with args(round) as its arguments,
 // on one pooled connection and in one round trip, and calls row for every
-// row it returns, once dest holds it. Several rounds go as one pgx.Batch:
-// one implicit transaction, its statements run in turn. Rows are read as
-// they come, but only a nil error means the batch committed.
+// row it returns, once dest holds it. Several rounds go as one pgx.Batch
+// (see sendBatch): one implicit transaction, its statements run in turn.
+// Rows are read as they come, but only a nil error means the batch
+// committed.
 func (s *Store) sendRounds(ctx context.Context, sql string, rounds [][]int, args func([]int) []any, dest []any, row func(round []int) error) error {
 	// On a connection of its own rather than through the Pool: see
 	// Acquire.
@@ -150,17 +151,15 @@ func (s *Store) sendRounds(ctx context.Context, sql string, rounds [][]int, args
 	for _, round := range rounds {
 		b.Queue(sql, args(round)...)
 	}
-	br := c.Conn().SendBatch(ctx, b)
-	for _, round := range rounds {
-		rows, _ := br.Query()
-		if _, err = pgx.ForEachRow(rows, dest, func() error { return row(round) }); err != nil {
-			break
+	return sendBatch(ctx, c.Conn(), b, func(br pgx.BatchResults) error {
+		for _, round := range rounds {
+			rows, _ := br.Query()
+			if _, err := pgx.ForEachRow(rows, dest, func() error { return row(round) }); err != nil {
+				return err
+			}
 		}
-	}
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
-	return err
+		return nil
+	})
 }
 
 // byOccurrence groups the items 0..n-1 into rounds by how many earlier

@@ -10,39 +10,17 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tasklock/tasklock"
 	"github.com/tasklock/tasklock/driver"
 )
 
-// TestLockerKinds runs the Locker-level tests of read-write locks,
-// semaphores and fair queues in both modes, each mode in a fresh database.
-func TestLockerKinds(t *testing.T) {
-	for _, mode := range modes {
-		t.Run(string(mode), func(t *testing.T) {
-			t.Parallel()
-			pool := newPool(t, newDB(t), nil)
-			tests := []struct {
-				name string
-				fn   func(t *testing.T, s *Store)
-			}{
-				{"PermitCount", testPermitCount},
-				{"WritersExclude", testWritersExclude},
-				{"FairOrder", testFairOrder},
-				{"FairDeadWaiter", testFairDeadWaiter},
-				{"FairLeave", testFairLeave},
-			}
-			for _, tc := range tests {
-				t.Run(tc.name, func(t *testing.T) { tc.fn(t, newStore(t, pool, &Options{Mode: mode})) })
-			}
-		})
-	}
-}
-
 // testPermitCount: 32 goroutines on each of 3 Lockers take a semaphore of
 // 3 permits over and over; never more than 3 hold one at once, and every
 // grant's fence is new.
-func testPermitCount(t *testing.T, s *Store) {
+func testPermitCount(t *testing.T, pool *pgxpool.Pool, mode Mode) {
+	s := newStore(t, pool, &Options{Mode: mode})
 	const lockers, goroutines, rounds, permits = 3, 32, 3, 3
 	var (
 		inUse, most atomic.Int64
@@ -92,7 +70,8 @@ func testPermitCount(t *testing.T, s *Store) {
 
 // testWritersExclude: readers and writers on 3 Lockers; a writer is alone,
 // readers overlap each other, and a writer waiting on readers gets in.
-func testWritersExclude(t *testing.T, s *Store) {
+func testWritersExclude(t *testing.T, pool *pgxpool.Pool, mode Mode) {
+	s := newStore(t, pool, &Options{Mode: mode})
 	var readers, writers, bad atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, 64)
@@ -168,7 +147,8 @@ func fairObtain(t *testing.T, lk *tasklock.Locker, ev *eventLog, key string, opt
 // testFairOrder: three fair waiters on three Lockers behind a holder are
 // served in the order they queued, though their entries (TTL 300ms) must
 // be renewed several times while they wait.
-func testFairOrder(t *testing.T, s *Store) {
+func testFairOrder(t *testing.T, pool *pgxpool.Pool, mode Mode) {
+	s := newStore(t, pool, &Options{Mode: mode})
 	holder, err := newLocker(t, s, "holder", nil).Obtain(ctxT(t), "fifo", nil)
 	if err != nil {
 		t.Fatal(err)
@@ -248,7 +228,8 @@ func queueExpiries(t *testing.T, s *Store, key string) map[string]time.Time {
 // testFairDeadWaiter: a waiter that queued and died (an entry nobody
 // renews) leaves the line within its TTL: the waiter behind it gets the
 // key once it is free.
-func testFairDeadWaiter(t *testing.T, s *Store) {
+func testFairDeadWaiter(t *testing.T, pool *pgxpool.Pool, mode Mode) {
+	s := newStore(t, pool, &Options{Mode: mode})
 	holder, err := newLocker(t, s, "holder", nil).Obtain(ctxT(t), "line", nil)
 	if err != nil {
 		t.Fatal(err)
@@ -281,7 +262,8 @@ func testFairDeadWaiter(t *testing.T, s *Store) {
 
 // testFairLeave: a fair waiter that gives up leaves nothing queued, and the
 // one behind it is served at the holder's release.
-func testFairLeave(t *testing.T, s *Store) {
+func testFairLeave(t *testing.T, pool *pgxpool.Pool, mode Mode) {
+	s := newStore(t, pool, &Options{Mode: mode})
 	holder, err := newLocker(t, s, "holder", nil).Obtain(ctxT(t), "k", nil)
 	if err != nil {
 		t.Fatal(err)

@@ -145,7 +145,8 @@ func TestHolderProcess(t *testing.T) {
 	})
 }
 
-// TestFaults runs the fault tests in both modes.
+// TestFaults runs the fault tests in both modes (the kinds' in
+// kinds_fault_test.go).
 func TestFaults(t *testing.T) {
 	tests := []struct {
 		name string
@@ -154,6 +155,7 @@ func TestFaults(t *testing.T) {
 		{"HolderKilled", testHolderKilled},
 		{"HolderPaused", testHolderPaused},
 		{"ServerRestarted", testServerRestarted},
+		{"KindsServerRestarted", testKindsServerRestarted},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -238,11 +240,8 @@ func testHolderPaused(t *testing.T, mode Mode) {
 // loses nothing (renewals resume); an outage longer than the TTL ends the
 // lock by its local validity.
 func testServerRestarted(t *testing.T, mode Mode) {
-	srv := testserver.StartPostgresPrivate(t)
-	env := newFaultEnv(t, srv.CreateDB(t), mode)
-	ev := newEventLog()
-	a := newLocker(t, env.store, "a", &tasklock.Config{OnEvent: ev.on})
-	b := newLocker(t, env.store, "b", nil)
+	r := newRestartEnv(t, mode)
+	srv, env, ev, a, b := r.srv, r.env, r.ev, r.a, r.b
 	woken := make(chan string, 10)
 	stop, err := env.store.Subscribe(ctxT(t), func(key string) { woken <- key })
 	if err != nil {
@@ -378,6 +377,27 @@ func testServerRestarted(t *testing.T, mode Mode) {
 			return false
 		}
 	})
+}
+
+// restartEnv is a server of the test's own, to restart, with a table and
+// the register on it, and two Lockers: a, whose events ev counts, and b.
+type restartEnv struct {
+	srv  *testserver.Postgres
+	env  *faultEnv
+	ev   *eventLog
+	a, b *tasklock.Locker
+}
+
+func newRestartEnv(t *testing.T, mode Mode) *restartEnv {
+	t.Helper()
+	srv := testserver.StartPostgresPrivate(t)
+	env := newFaultEnv(t, srv.CreateDB(t), mode)
+	ev := newEventLog()
+	return &restartEnv{
+		srv: srv, env: env, ev: ev,
+		a: newLocker(t, env.store, "a", &tasklock.Config{OnEvent: ev.on}),
+		b: newLocker(t, env.store, "b", nil),
+	}
 }
 
 // eventLog counts a Locker's events.

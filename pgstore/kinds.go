@@ -3,6 +3,7 @@ package pgstore
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -63,13 +64,52 @@ func (s *Store) underKeyLock(ctx context.Context, key, sql string, args []any, d
 	b := &pgx.Batch{}
 	b.Queue(s.sql.lockKind, key, s.o.seed^kindsSalt)
 	b.Queue(sql, args...)
-	br := c.Conn().SendBatch(ctx, b)
-	_, err = br.Exec()
-	if err == nil {
-		err = br.QueryRow().Scan(dest...)
+	return sendBatch(ctx, c.Conn(), b, func(br pgx.BatchResults) error {
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+		return br.QueryRow().Scan(dest...)
+	})
+}
+
+// sendBatch sends b on c in one round trip (a pipeline: one implicit
+// transaction), calls read with its results, and closes them; only a nil
+// error means the batch committed.
+//
+// pgx v5.7 leaves a goroutine behind for every pipeline whose connection
+// breaks while the pipeline's context could still end: its context
+// watcher is never stopped (jackc/pgx#1999). So the batch goes with a
+// context that cannot end (ctx's values kept), and ctx's deadline and
+// cancellation are put on the connection's socket instead: a read or write
+// blocked past them fails, and pgx closes the connection.
+func sendBatch(ctx context.Context, c *pgx.Conn, b *pgx.Batch, read func(pgx.BatchResults) error) error {
+	nc := c.PgConn().Conn()
+	if dl, ok := ctx.Deadline(); ok {
+		_ = nc.SetDeadline(dl)
 	}
+	ended := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		_ = nc.SetDeadline(time.Now())
+		close(ended)
+	})
+	br := c.SendBatch(context.WithoutCancel(ctx), b)
+	err := read(br)
 	if cerr := br.Close(); err == nil {
 		err = cerr
+	}
+	if !stop() {
+		<-ended
+	}
+	_ = nc.SetDeadline(time.Time{})
+	if err == nil {
+		return nil
+	}
+	if cerr := ctx.Err(); cerr != nil {
+		return fmt.Errorf("%w: %w", cerr, err)
+	}
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+		// The socket's deadline passed before ctx's timer fired.
+		return fmt.Errorf("%w: %w", context.DeadlineExceeded, err)
 	}
 	return err
 }

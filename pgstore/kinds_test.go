@@ -1,42 +1,15 @@
 package pgstore
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/tasklock/tasklock/driver"
 )
-
-// TestKinds runs the store-level tests of read-write locks and semaphores
-// in both modes, each mode in a fresh database.
-func TestKinds(t *testing.T) {
-	for _, mode := range modes {
-		t.Run(string(mode), func(t *testing.T) {
-			t.Parallel()
-			pool := newPool(t, newDB(t), nil)
-			tests := []struct {
-				name string
-				fn   func(t *testing.T, s *Store)
-			}{
-				{"ReadersShare", testReadersShare},
-				{"WriterClaim", testWriterClaim},
-				{"Permits", testPermits},
-				{"KindMismatch", testKindMismatch},
-				{"Repeat", testKindRepeat},
-				{"KeepFor", testKindKeepFor},
-				{"RenewMixed", testKindRenewMixed},
-				{"ExpiredEntries", testKindExpired},
-				{"Notify", testKindNotify},
-				{"LeasesAndForceRelease", testKindLeases},
-				{"Namespaces", testKindNamespaces},
-			}
-			for _, tc := range tests {
-				t.Run(tc.name, func(t *testing.T) { tc.fn(t, newStore(t, pool, &Options{Mode: mode})) })
-			}
-		})
-	}
-}
 
 // acq is one acquire of a kind.
 func acq(t testing.TB, s *Store, key, tok string, m driver.Mode, limit int, ttl time.Duration) (driver.Grant, error) {
@@ -68,7 +41,8 @@ func relKind(t testing.TB, s *Store, key, tok string, m driver.Mode) error {
 	return s.Release(ctxT(t), driver.ReleaseParams{Key: key, Token: tok, Mode: m})
 }
 
-func testReadersShare(t *testing.T, s *Store) {
+func testReadersShare(t *testing.T, pool *pgxpool.Pool, mode Mode) {
+	s := newStore(t, pool, &Options{Mode: mode})
 	r1, r2, w := token(), token(), token()
 	if f := mustKind(t, s, "rw", r1, driver.ModeRead, 0); f != 0 {
 		t.Fatalf("a reader before any writer: fence %d, want 0", f)
@@ -107,7 +81,8 @@ func testReadersShare(t *testing.T, s *Store) {
 	}
 }
 
-func testWriterClaim(t *testing.T, s *Store) {
+func testWriterClaim(t *testing.T, pool *pgxpool.Pool, mode Mode) {
+	s := newStore(t, pool, &Options{Mode: mode})
 	r1, w := token(), token()
 	mustKind(t, s, "rw", r1, driver.ModeRead, 0)
 	mustHeld(t, s, "rw", w, driver.ModeWrite, 0) // leaves a claim
@@ -145,7 +120,8 @@ func testWriterClaim(t *testing.T, s *Store) {
 	}
 }
 
-func testPermits(t *testing.T, s *Store) {
+func testPermits(t *testing.T, pool *pgxpool.Pool, mode Mode) {
+	s := newStore(t, pool, &Options{Mode: mode})
 	var toks []string
 	var last uint64
 	for range 3 {
@@ -170,7 +146,8 @@ func testPermits(t *testing.T, s *Store) {
 	mustHeld(t, s, "sem", token(), driver.ModePermit, 3)
 }
 
-func testKindMismatch(t *testing.T, s *Store) {
+func testKindMismatch(t *testing.T, pool *pgxpool.Pool, mode Mode) {
+	s := newStore(t, pool, &Options{Mode: mode})
 	mustKind(t, s, "k", token(), driver.ModePermit, 2)
 	for _, c := range []struct {
 		m     driver.Mode
@@ -206,7 +183,8 @@ func testKindMismatch(t *testing.T, s *Store) {
 	}
 }
 
-func testKindRepeat(t *testing.T, s *Store) {
+func testKindRepeat(t *testing.T, pool *pgxpool.Pool, mode Mode) {
+	s := newStore(t, pool, &Options{Mode: mode})
 	for _, m := range []driver.Mode{driver.ModeRead, driver.ModeWrite, driver.ModePermit} {
 		key := "repeat-" + m.String()
 		limit := 0
@@ -222,7 +200,8 @@ func testKindRepeat(t *testing.T, s *Store) {
 	}
 }
 
-func testKindKeepFor(t *testing.T, s *Store) {
+func testKindKeepFor(t *testing.T, pool *pgxpool.Pool, mode Mode) {
+	s := newStore(t, pool, &Options{Mode: mode})
 	tok := token()
 	mustKind(t, s, "sem", tok, driver.ModePermit, 1)
 	if err := s.Release(ctxT(t), driver.ReleaseParams{Key: "sem", Token: tok, Mode: driver.ModePermit, KeepFor: 300 * time.Millisecond}); err != nil {
@@ -238,7 +217,8 @@ func testKindKeepFor(t *testing.T, s *Store) {
 	})
 }
 
-func testKindRenewMixed(t *testing.T, s *Store) {
+func testKindRenewMixed(t *testing.T, pool *pgxpool.Pool, mode Mode) {
+	s := newStore(t, pool, &Options{Mode: mode})
 	ctx := ctxT(t)
 	m, r, p := token(), token(), token()
 	mustAcquire(t, s, "x", m, "me", time.Minute)
@@ -269,7 +249,8 @@ func testKindRenewMixed(t *testing.T, s *Store) {
 	}
 }
 
-func testKindExpired(t *testing.T, s *Store) {
+func testKindExpired(t *testing.T, pool *pgxpool.Pool, mode Mode) {
+	s := newStore(t, pool, &Options{Mode: mode})
 	tok := token()
 	if _, err := acq(t, s, "sem", tok, driver.ModePermit, 1, 30*time.Millisecond); err != nil {
 		t.Fatal(err)
@@ -292,7 +273,8 @@ func testKindExpired(t *testing.T, s *Store) {
 	}
 }
 
-func testKindNotify(t *testing.T, s *Store) {
+func testKindNotify(t *testing.T, pool *pgxpool.Pool, mode Mode) {
+	s := newStore(t, pool, &Options{Mode: mode})
 	woken := make(chan string, 16)
 	stop, err := s.Subscribe(ctxT(t), func(key string) { woken <- key })
 	if err != nil {
@@ -336,7 +318,8 @@ func testKindNotify(t *testing.T, s *Store) {
 	expect("an expired permit deleted", true)
 }
 
-func testKindLeases(t *testing.T, s *Store) {
+func testKindLeases(t *testing.T, pool *pgxpool.Pool, mode Mode) {
+	s := newStore(t, pool, &Options{Mode: mode})
 	ctx := ctxT(t)
 	mustAcquire(t, s, "job", token(), "m", time.Minute)
 	mustKind(t, s, "job", token(), driver.ModeRead, 0)
@@ -381,7 +364,8 @@ func testKindLeases(t *testing.T, s *Store) {
 	}
 }
 
-func testKindNamespaces(t *testing.T, s *Store) {
+func testKindNamespaces(t *testing.T, pool *pgxpool.Pool, mode Mode) {
+	s := newStore(t, pool, &Options{Mode: mode})
 	m := token()
 	if f := mustAcquire(t, s, "x", m, "m", time.Minute); f != 1 {
 		t.Fatal(f)
@@ -444,4 +428,45 @@ func TestKindsClockAfterLock(t *testing.T) {
 	if acquired.Before(released) || expires.Sub(acquired) != ttl {
 		t.Errorf("grant decided at %v (lease %v), before the key's lock was released at %v", acquired, expires.Sub(acquired), released)
 	}
+}
+
+// TestKindsAcquireCancelled: an acquire blocked on its key's lock ends
+// with its context (the pipeline's socket gets ctx's deadline), leaves no
+// goroutine behind (TestMain's leak check), and the key works after.
+func TestKindsAcquireCancelled(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t, newDB(t), nil)
+	s := newStore(t, pool, nil)
+	tx, err := pool.Begin(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctxT(t), s.sql.lockKind, "k", s.o.seed^kindsSalt); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []time.Duration{0, 200 * time.Millisecond} {
+		var ctx context.Context
+		var cancel context.CancelFunc
+		if d == 0 { // cancelled while it waits
+			ctx, cancel = context.WithCancel(context.Background())
+			time.AfterFunc(200*time.Millisecond, cancel)
+		} else { // past its deadline while it waits
+			ctx, cancel = context.WithTimeout(context.Background(), d)
+		}
+		start := time.Now()
+		_, err := s.Acquire(ctx, driver.AcquireParams{Key: "k", Token: token(), Owner: "o", TTL: time.Minute, Mode: driver.ModePermit, Limit: 1})
+		cancel()
+		took := time.Since(start)
+		t.Logf("blocked acquire ended after %v: %v", took.Round(time.Millisecond), err)
+		if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("blocked acquire: %v, want the context's error", err)
+		}
+		if took > 5*time.Second {
+			t.Errorf("blocked acquire took %v to end", took)
+		}
+	}
+	if err := tx.Rollback(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	mustKind(t, s, "k", token(), driver.ModePermit, 1)
 }

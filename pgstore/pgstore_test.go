@@ -142,6 +142,24 @@ func TestStore(t *testing.T) {
 				{"ForceRelease", testForceRelease},
 				{"SchemaAndChannel", testSchemaAndChannel},
 				{"DeadHolder", testDeadHolder},
+				// Read-write locks and semaphores (kinds_test.go)
+				{"ReadersShare", testReadersShare},
+				{"WriterClaim", testWriterClaim},
+				{"Permits", testPermits},
+				{"KindMismatch", testKindMismatch},
+				{"KindRepeat", testKindRepeat},
+				{"KindKeepFor", testKindKeepFor},
+				{"KindRenewMixed", testKindRenewMixed},
+				{"KindExpired", testKindExpired},
+				{"KindNotify", testKindNotify},
+				{"KindLeasesAndForceRelease", testKindLeases},
+				{"KindNamespaces", testKindNamespaces},
+				// Through Lockers (fair_test.go)
+				{"PermitCount", testPermitCount},
+				{"WritersExclude", testWritersExclude},
+				{"FairOrder", testFairOrder},
+				{"FairDeadWaiter", testFairDeadWaiter},
+				{"FairLeave", testFairLeave},
 			}
 			for _, tc := range tests {
 				t.Run(tc.name, func(t *testing.T) { tc.fn(t, pool, mode) })
