@@ -48,8 +48,9 @@ func (k kind) waitKey(key string) string {
 }
 
 const (
-	rwWaitPrefix  = "\x00rw\x00"
-	semWaitPrefix = "\x00sem\x00"
+	rwWaitPrefix      = "\x00rw\x00"
+	semWaitPrefix     = "\x00sem\x00"
+	observeWaitPrefix = "\x00obs\x00" // Election.Observe
 )
 
 // isKindWaitKey reports whether a waitQueue key is a read-write lock's or

@@ -151,8 +151,17 @@ func (lk *Locker) tryObtain(ctx context.Context, key string, opts *ObtainOptions
 		return l, err
 	}
 	start := lk.clock.Now()
+	// A writer refused leaves a claim at the store (its waiting entry);
+	// a TryLock takes it back, so that it never holds readers off.
+	token := ""
+	if o.mode == driver.ModeWrite {
+		token = lk.newToken()
+	}
 	for race := 1; ; race++ {
-		l, _, err := lk.try(ctx, key, &o, "")
+		l, _, err := lk.try(ctx, key, &o, token)
+		if err != nil && token != "" {
+			lk.door.giveBack(key, token, o.mode)
+		}
 		switch {
 		case err == nil:
 			lk.obtained(l, lk.clock.Now().Sub(start))
@@ -504,6 +513,9 @@ func (q *waitQueue) notify(key string) {
 		if ws := q.m[k]; len(ws) > 0 {
 			signal(ws[0])
 		}
+	}
+	for _, w := range q.m[observeWaitPrefix+key] {
+		signal(w) // every observer looks
 	}
 }
 

@@ -10,6 +10,11 @@
 // (driver.Queuer) and are served first come, first served; concurrent
 // obtains and releases are batched (driver.Batcher). Nothing survives the
 // process.
+//
+// It keeps read-write locks and semaphores too (driver.Kinder), by the
+// rules of driver.Mode: it is their reference implementation, written to
+// be plainly right rather than fast (every grant looks at each of the
+// key's entries).
 package memstore
 
 import (
@@ -42,6 +47,10 @@ type Store struct {
 	nextID int
 	queues map[string][]*ticket // waiters per key, first come first served (queue.go)
 
+	// The second namespace: read-write locks and semaphores (kinds.go).
+	kinds      map[string]*kindKey
+	kindFences map[string]uint64
+
 	ledgerOnce sync.Once
 	ledgerSt   *ledgerState // the scheduler's ledger (ledger.go)
 }
@@ -71,6 +80,9 @@ func New(clock Clock) *Store {
 		fences: make(map[string]uint64),
 		subs:   make(map[int]func(string)),
 		queues: make(map[string][]*ticket),
+
+		kinds:      make(map[string]*kindKey),
+		kindFences: make(map[string]uint64),
 	}
 }
 
@@ -90,8 +102,10 @@ func (s *Store) Acquire(ctx context.Context, p driver.AcquireParams) (driver.Gra
 		return driver.Grant{}, err
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.acquire(p, s.clock.Now())
+	var freed []string
+	g, err := s.acquire(p, s.clock.Now(), &freed)
+	s.announce(freed)
+	return g, err
 }
 
 // MaxBatch implements driver.Batcher: a batch may carry any number of
@@ -106,16 +120,26 @@ func (s *Store) AcquireBatch(ctx context.Context, ps []driver.AcquireParams) ([]
 	}
 	res := make([]driver.AcquireResult, len(ps))
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	var freed []string
 	now := s.clock.Now()
 	for i, p := range ps {
-		res[i].Grant, res[i].Err = s.acquire(p, now)
+		res[i].Grant, res[i].Err = s.acquire(p, now, &freed)
 	}
+	s.announce(freed)
 	return res, nil
 }
 
-// acquire grants p.Key when it is free; callers hold s.mu.
-func (s *Store) acquire(p driver.AcquireParams, now time.Time) (driver.Grant, error) {
+// acquire grants p.Key when it is free, and adds to freed the keys whose
+// expired entries it dropped (read-write locks and semaphores). Callers
+// hold s.mu.
+func (s *Store) acquire(p driver.AcquireParams, now time.Time, freed *[]string) (driver.Grant, error) {
+	if p.Mode != driver.ModeMutex {
+		g, pruned, err := s.acquireKind(p, now)
+		if pruned {
+			*freed = append(*freed, p.Key)
+		}
+		return g, err
+	}
 	if l := s.live(p.Key, now); l != nil {
 		return driver.Grant{}, &driver.HeldError{Owner: l.owner, TTL: l.expires.Sub(now)}
 	}
@@ -140,6 +164,15 @@ func (s *Store) Renew(ctx context.Context, ps []driver.RenewParams) ([]error, er
 	defer s.mu.Unlock()
 	now := s.clock.Now()
 	for i, p := range ps {
+		if p.Mode != driver.ModeMutex {
+			e := s.held(p.Key, p.Token, p.Mode, now)
+			if e == nil {
+				res[i] = driver.ErrNotHeld
+				continue
+			}
+			e.expires = now.Add(p.TTL)
+			continue
+		}
 		l := s.live(p.Key, now)
 		if l == nil || l.token != p.Token {
 			res[i] = driver.ErrNotHeld
@@ -170,6 +203,14 @@ func (s *Store) ReleaseBatch(ctx context.Context, ps []driver.ReleaseParams) ([]
 	s.mu.Lock()
 	now := s.clock.Now()
 	for i, p := range ps {
+		if p.Mode != driver.ModeMutex {
+			var gone bool
+			gone, res[i] = s.releaseKind(p, now)
+			if gone {
+				freed = append(freed, p.Key)
+			}
+			continue
+		}
 		l := s.live(p.Key, now)
 		switch {
 		case l == nil || l.token != p.Token:
@@ -182,6 +223,13 @@ func (s *Store) ReleaseBatch(ctx context.Context, ps []driver.ReleaseParams) ([]
 			freed = append(freed, p.Key)
 		}
 	}
+	s.announce(freed)
+	return res, nil
+}
+
+// announce unlocks s.mu, then tells subscribers of every key in freed.
+// Callers hold s.mu.
+func (s *Store) announce(freed []string) {
 	var subs []func(string)
 	if len(freed) > 0 {
 		subs = s.subscribers()
@@ -192,27 +240,33 @@ func (s *Store) ReleaseBatch(ctx context.Context, ps []driver.ReleaseParams) ([]
 			f(key)
 		}
 	}
-	return res, nil
 }
 
-// ForceRelease implements driver.ForceReleaser: it deletes key's lease
-// whoever holds it.
+// ForceRelease implements driver.ForceReleaser: it deletes key's mutex
+// lease and every read-write lock or semaphore entry of key, whoever holds
+// them.
 func (s *Store) ForceRelease(ctx context.Context, key string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	s.mu.Lock()
-	if s.live(key, s.clock.Now()) == nil {
-		s.mu.Unlock()
+	now := s.clock.Now()
+	mutex := s.live(key, now) != nil
+	k, pruned := s.liveKind(key, now)
+	if !mutex && k == nil {
+		if pruned {
+			s.announce([]string{key})
+		} else {
+			s.mu.Unlock()
+		}
 		return driver.ErrNotHeld
 	}
-	delete(s.leases, key)
-	s.wakeHead(key)
-	subs := s.subscribers()
-	s.mu.Unlock()
-	for _, f := range subs {
-		f(key)
+	if mutex {
+		delete(s.leases, key)
+		s.wakeHead(key)
 	}
+	delete(s.kinds, key)
+	s.announce([]string{key})
 	return nil
 }
 
@@ -262,5 +316,5 @@ func (s *Store) Leases(ctx context.Context, prefix string) ([]driver.Lease, erro
 			out = append(out, driver.Lease{Key: k, Owner: l.owner, Fence: l.fence, TTL: l.expires.Sub(now)})
 		}
 	}
-	return out, nil
+	return s.kindLeases(out, prefix, now), nil
 }

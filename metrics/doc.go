@@ -18,11 +18,11 @@
 //
 // Locks (from tasklock.Event):
 //
-//	tasklock_obtain_attempts_total{result}    obtained | not_obtained (the key was held)
+//	tasklock_obtain_attempts_total{result,kind} obtained | not_obtained (the key was held); mutex | read | write | permit
 //	tasklock_obtain_wait_seconds              histogram of Obtain's wait before a grant (0 for TryObtain)
 //	tasklock_renewals_total{result}           ok | failed (a failed renewal is retried until the lease's validity ends)
 //	tasklock_locks_lost_total{cause}          lost | max_hold | stalled | closed | unsupported | other (see Cause)
-//	tasklock_locks_held                       gauge: granted and not yet released or lost
+//	tasklock_locks_held{kind}                 gauge: granted and not yet released or lost, by kind
 //
 // Jobs (from schedule.Event):
 //

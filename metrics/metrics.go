@@ -58,15 +58,14 @@ func Cause(err error) string {
 // LockEvent and ScheduleEvent. Its methods are safe for concurrent use.
 type Metrics struct {
 	obtains     *prometheus.CounterVec
-	obtained    prometheus.Counter
-	notObtained prometheus.Counter
 	obtainWait  prometheus.Histogram
 	renewals    *prometheus.CounterVec
 	renewed     prometheus.Counter
 	renewFailed prometheus.Counter
 	lost        *prometheus.CounterVec
-	held        prometheus.Gauge
-	heldLocks   sync.Map // heldKey → struct{}: the locks counted in held
+	held        *prometheus.GaugeVec
+	heldMu      sync.Mutex
+	heldLocks   map[heldKey]int // the grants counted in held: readers of one owner can share a key and fence
 
 	runs        *prometheus.CounterVec
 	runDuration *prometheus.HistogramVec
@@ -81,6 +80,7 @@ type Metrics struct {
 type heldKey struct {
 	key, owner string
 	fence      uint64
+	mode       tasklock.Mode
 }
 
 // New returns a Metrics registered with reg; a nil reg registers it
@@ -90,8 +90,8 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		obtains: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tasklock_obtain_attempts_total",
-			Help: "Attempts to obtain a lock, by result: obtained, or not_obtained because another owner held it.",
-		}, []string{"result"}),
+			Help: "Attempts to obtain a lock, by result (obtained, or not_obtained because another owner held it) and kind (mutex; read or write, the sides of a read-write lock; permit, of a semaphore).",
+		}, []string{"result", "kind"}),
 		obtainWait: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "tasklock_obtain_wait_seconds",
 			Help:    "How long Obtain waited before the lock was granted (0 for TryObtain).",
@@ -105,10 +105,11 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "tasklock_locks_lost_total",
 			Help: "Locks that ended other than by Release, by cause: lost, max_hold, stalled, closed, unsupported, other.",
 		}, []string{"cause"}),
-		held: prometheus.NewGauge(prometheus.GaugeOpts{
+		held: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "tasklock_locks_held",
-			Help: "Locks held now by the Lockers reporting here.",
-		}),
+			Help: "Locks held now by the Lockers reporting here, by kind: mutex, read, write, permit.",
+		}, []string{"kind"}),
+		heldLocks: map[heldKey]int{},
 		runs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tasklock_job_runs_total",
 			Help: "Job run attempts that ended, and ticks skipped, by job and status (ok, failed, timeout, lost, skipped; interrupted, counted by the node that found a dead node's run).",
@@ -132,8 +133,11 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "Ticks and trigger requests this node tried to claim, by result: claimed, or claimed_elsewhere by another node first.",
 		}, []string{"result"}),
 	}
-	m.obtained = m.obtains.WithLabelValues("obtained")
-	m.notObtained = m.obtains.WithLabelValues("not_obtained")
+	for _, k := range kinds {
+		m.obtains.WithLabelValues("obtained", k.String())
+		m.obtains.WithLabelValues("not_obtained", k.String())
+		m.held.WithLabelValues(k.String())
+	}
 	m.renewed = m.renewals.WithLabelValues("ok")
 	m.renewFailed = m.renewals.WithLabelValues("failed")
 	for _, c := range causes {
@@ -175,13 +179,14 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 func (m *Metrics) LockEvent(e tasklock.Event) {
 	switch e.Type {
 	case tasklock.EventObtained:
-		m.obtained.Inc()
+		m.obtains.WithLabelValues("obtained", e.Mode.String()).Inc()
 		m.obtainWait.Observe(e.Wait.Seconds())
-		if _, dup := m.heldLocks.LoadOrStore(heldKey{e.Key, e.Owner, e.Fence}, struct{}{}); !dup {
-			m.held.Inc()
-		}
+		m.heldMu.Lock()
+		m.heldLocks[heldKey{e.Key, e.Owner, e.Fence, e.Mode}]++
+		m.heldMu.Unlock()
+		m.held.WithLabelValues(e.Mode.String()).Inc()
 	case tasklock.EventNotObtained:
-		m.notObtained.Inc()
+		m.obtains.WithLabelValues("not_obtained", e.Mode.String()).Inc()
 	case tasklock.EventRenewed:
 		m.renewed.Inc()
 	case tasklock.EventRenewFailed:
@@ -194,13 +199,26 @@ func (m *Metrics) LockEvent(e tasklock.Event) {
 	}
 }
 
-// ended takes a lock out of the held count, once: a lock lost to MaxHold
-// can still be released at the store afterwards.
+// ended takes a lock out of the held count. A lock ends once (lost, or
+// released), but the count never goes below the grants seen.
 func (m *Metrics) ended(e tasklock.Event) {
-	if _, ok := m.heldLocks.LoadAndDelete(heldKey{e.Key, e.Owner, e.Fence}); ok {
-		m.held.Dec()
+	k := heldKey{e.Key, e.Owner, e.Fence, e.Mode}
+	m.heldMu.Lock()
+	n := m.heldLocks[k]
+	switch {
+	case n > 1:
+		m.heldLocks[k] = n - 1
+	case n == 1:
+		delete(m.heldLocks, k)
+	}
+	m.heldMu.Unlock()
+	if n > 0 {
+		m.held.WithLabelValues(e.Mode.String()).Dec()
 	}
 }
+
+// kinds are the values of the kind label.
+var kinds = []tasklock.Mode{tasklock.ModeMutex, tasklock.ModeRead, tasklock.ModeWrite, tasklock.ModePermit}
 
 // ScheduleEvent counts a Scheduler's event. Pass it as
 // schedule.Config.OnEvent (or call it from yours): it does not block.

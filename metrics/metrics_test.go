@@ -85,14 +85,26 @@ func TestLockEvents(t *testing.T) {
 		ev(tasklock.EventLost, "d", 2, tasklock.ErrStalled),
 		ev(tasklock.EventLost, "e", 3, tasklock.ErrClosed),
 		ev(tasklock.EventReleased, "zz", 5, nil), // never seen obtained
+		// Two readers of one owner share key and fence: both counted.
+		{Type: tasklock.EventObtained, Key: "r", Owner: "n1", Fence: 4, Mode: tasklock.ModeRead},
+		{Type: tasklock.EventObtained, Key: "r", Owner: "n1", Fence: 4, Mode: tasklock.ModeRead},
+		{Type: tasklock.EventReleased, Key: "r", Owner: "n1", Fence: 4, Mode: tasklock.ModeRead},
+		{Type: tasklock.EventObtained, Key: "s", Owner: "n1", Fence: 8, Mode: tasklock.ModePermit},
+		{Type: tasklock.EventNotObtained, Key: "s", Owner: "n1", Mode: tasklock.ModePermit},
 	} {
 		m.LockEvent(e)
 	}
 	want := `
-# HELP tasklock_obtain_attempts_total Attempts to obtain a lock, by result: obtained, or not_obtained because another owner held it.
+# HELP tasklock_obtain_attempts_total Attempts to obtain a lock, by result (obtained, or not_obtained because another owner held it) and kind (mutex; read or write, the sides of a read-write lock; permit, of a semaphore).
 # TYPE tasklock_obtain_attempts_total counter
-tasklock_obtain_attempts_total{result="not_obtained"} 1
-tasklock_obtain_attempts_total{result="obtained"} 5
+tasklock_obtain_attempts_total{kind="mutex",result="not_obtained"} 1
+tasklock_obtain_attempts_total{kind="mutex",result="obtained"} 5
+tasklock_obtain_attempts_total{kind="permit",result="not_obtained"} 1
+tasklock_obtain_attempts_total{kind="permit",result="obtained"} 1
+tasklock_obtain_attempts_total{kind="read",result="not_obtained"} 0
+tasklock_obtain_attempts_total{kind="read",result="obtained"} 2
+tasklock_obtain_attempts_total{kind="write",result="not_obtained"} 0
+tasklock_obtain_attempts_total{kind="write",result="obtained"} 0
 # HELP tasklock_renewals_total Lease renewals, by result: ok, or failed (retried until the lease's validity ends).
 # TYPE tasklock_renewals_total counter
 tasklock_renewals_total{result="failed"} 1
@@ -105,19 +117,22 @@ tasklock_locks_lost_total{cause="max_hold"} 1
 tasklock_locks_lost_total{cause="other"} 0
 tasklock_locks_lost_total{cause="stalled"} 1
 tasklock_locks_lost_total{cause="unsupported"} 0
-# HELP tasklock_locks_held Locks held now by the Lockers reporting here.
+# HELP tasklock_locks_held Locks held now by the Lockers reporting here, by kind: mutex, read, write, permit.
 # TYPE tasklock_locks_held gauge
-tasklock_locks_held 1
+tasklock_locks_held{kind="mutex"} 1
+tasklock_locks_held{kind="permit"} 1
+tasklock_locks_held{kind="read"} 1
+tasklock_locks_held{kind="write"} 0
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
 		"tasklock_obtain_attempts_total", "tasklock_renewals_total", "tasklock_locks_lost_total", "tasklock_locks_held"); err != nil {
 		t.Fatal(err)
 	}
-	if n, sum := value(t, reg, "tasklock_obtain_wait_seconds_count"), value(t, reg, "tasklock_obtain_wait_seconds_sum"); n != 5 || sum != 0.3 {
-		t.Errorf("obtain wait: count %v sum %v, want 5 and 0.3", n, sum)
+	if n, sum := value(t, reg, "tasklock_obtain_wait_seconds_count"), value(t, reg, "tasklock_obtain_wait_seconds_sum"); n != 8 || sum != 0.3 {
+		t.Errorf("obtain wait: count %v sum %v, want 8 and 0.3", n, sum)
 	}
-	if v := value(t, reg, `tasklock_obtain_wait_seconds_bucket{le="0.25"}`); v != 4 {
-		t.Errorf("obtain waits up to 250ms: %v, want 4", v)
+	if v := value(t, reg, `tasklock_obtain_wait_seconds_bucket{le="0.25"}`); v != 7 {
+		t.Errorf("obtain waits up to 250ms: %v, want 7", v)
 	}
 }
 
@@ -214,7 +229,7 @@ func TestHandler(t *testing.T) {
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `tasklock_obtain_attempts_total{result="obtained"} 1`) {
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `tasklock_obtain_attempts_total{kind="mutex",result="obtained"} 1`) {
 		t.Fatalf("GET /metrics: %s\n%s", resp.Status, body)
 	}
 }
@@ -259,7 +274,7 @@ func TestLockerAndScheduler(t *testing.T) {
 	if err := s.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if v := value(t, reg, `tasklock_obtain_attempts_total{result="obtained"}`); v < 2 {
+	if v := value(t, reg, `tasklock_obtain_attempts_total{kind="mutex",result="obtained"}`); v < 2 {
 		t.Errorf("obtained %v locks, want at least 2 (a job's lock per run)", v)
 	}
 	if v := value(t, reg, `tasklock_job_run_duration_seconds_count{job="bad"}`); v != 1 {
@@ -269,7 +284,7 @@ func TestLockerAndScheduler(t *testing.T) {
 		t.Errorf("claims: %v, want at least 2", v)
 	}
 	// Every run released its lock; one lock is held, then lost at Close.
-	if v := value(t, reg, "tasklock_locks_held"); v != 0 {
+	if v := value(t, reg, `tasklock_locks_held{kind="mutex"}`); v != 0 {
 		t.Errorf("locks held after the runs: %v, want 0", v)
 	}
 	if _, err := lk.TryObtain(context.Background(), "held", nil); err != nil {
@@ -278,14 +293,14 @@ func TestLockerAndScheduler(t *testing.T) {
 	if _, err := lk.TryObtain(context.Background(), "held", nil); !errors.Is(err, tasklock.ErrNotObtained) {
 		t.Fatalf("second TryObtain: %v", err)
 	}
-	if v := value(t, reg, "tasklock_locks_held"); v != 1 {
+	if v := value(t, reg, `tasklock_locks_held{kind="mutex"}`); v != 1 {
 		t.Errorf("locks held: %v, want 1", v)
 	}
-	if v := value(t, reg, `tasklock_obtain_attempts_total{result="not_obtained"}`); v < 1 {
+	if v := value(t, reg, `tasklock_obtain_attempts_total{kind="mutex",result="not_obtained"}`); v < 1 {
 		t.Errorf("not obtained: %v, want at least 1", v)
 	}
 	_ = lk.Close()
-	if held, closed := value(t, reg, "tasklock_locks_held"), value(t, reg, `tasklock_locks_lost_total{cause="closed"}`); held != 0 || closed != 1 {
+	if held, closed := value(t, reg, `tasklock_locks_held{kind="mutex"}`), value(t, reg, `tasklock_locks_lost_total{cause="closed"}`); held != 0 || closed != 1 {
 		t.Errorf("after Close: %v held, %v lost with cause closed; want 0 and 1", held, closed)
 	}
 }

@@ -65,6 +65,13 @@ type Job struct {
 	// Jitter delays each run by a random duration below it, spreading jobs
 	// that share a schedule. The tick is claimed on time. Zero: none.
 	Jitter time.Duration
+	// LeaderOnly makes the job run only on the fleet's leader, for teams
+	// that want one active node: a node claims its ticks (and trigger-nows)
+	// only while Config.IsLeader reports true. Ticks that come while no
+	// node leads are owed, not lost: the node that leads next handles them
+	// by the Misfire policy, and the ledger keeps a tick another leader ran
+	// from running again. It needs Config.IsLeader.
+	LeaderOnly bool
 
 	// Lock are the options of the job's lock, which a run holds while it
 	// lasts (with OverlapSkip; OverlapAllow takes no lock), checked by

@@ -88,6 +88,11 @@ type Config struct {
 	// asks the Locker, one TryObtain per node with running records, and
 	// releases a lease it gets at once.
 	NodeLister driver.Lister
+	// IsLeader reports whether this node leads the fleet now, for jobs
+	// with Job.LeaderOnly (tasklock serve: whether it holds its
+	// tasklock.Election's leadership). It is called on the Scheduler's
+	// timing goroutine with its state locked, and must return at once.
+	IsLeader func() bool
 }
 
 // Config defaults.
@@ -129,6 +134,7 @@ type Scheduler struct {
 	nodeTTL    time.Duration
 	sweepEvery time.Duration
 	lister     driver.Lister
+	isLeader   func() bool // nil: no job may be LeaderOnly
 
 	// runCtx is the parent of every run's context; cancelRuns ends it when
 	// Shutdown's grace period is over.
@@ -247,6 +253,7 @@ func New(locker *tasklock.Locker, l ledger.Ledger, cfg *Config) (*Scheduler, err
 		poll: c.PollInterval, grace: c.ShutdownGrace, retention: c.ClaimRetention,
 		pruneEvery: c.PruneInterval, keep: max(c.HistoryKeep, 0), maxAge: max(c.HistoryMaxAge, 0), tail: c.OutputTail, redact: c.Redact, onEvent: c.OnEvent,
 		nodePrefix: c.NodeKeyPrefix, nodeTTL: c.NodeLeaseTTL, sweepEvery: c.NodeLeaseTTL / 3, lister: c.NodeLister, nodeTaken: c.NodeLeaseTaken,
+		isLeader: c.IsLeader,
 		wake: make(chan struct{}, 1), quit: make(chan struct{}), loopDone: make(chan struct{}), idle: make(chan struct{}),
 		jobs: make(map[string]*job), states: make(map[string]ledger.JobState),
 		seen: make(map[triggerKey]bool), deadlines: make(map[*deadline]struct{}),
@@ -285,6 +292,9 @@ func (s *Scheduler) Add(j Job) error {
 		}
 		if _, dup := s.jobs[j.Name]; dup {
 			return badJob(j.Name, "Job.Name", "a job of this name was added before", nil)
+		}
+		if j.LeaderOnly && s.isLeader == nil {
+			return badJob(j.Name, "Job.LeaderOnly", "needs Config.IsLeader, which says when this node leads", nil)
 		}
 		return nil
 	}
@@ -726,6 +736,13 @@ func (s *Scheduler) sleepFor(now time.Time, stopping bool) time.Duration {
 	return max(next.Sub(now), 0)
 }
 
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
 func earliest(a, b time.Time) time.Time {
 	if b.Before(a) {
 		return b
@@ -794,8 +811,19 @@ func (b *batch) add(s *Scheduler, j *job, w work) {
 func (s *Scheduler) pass(now time.Time) {
 	var b batch
 	s.mu.Lock()
+	leads := s.isLeader != nil && s.isLeader()
 	for len(s.heap) > 0 && !s.heap[0].next.After(now) {
 		j := heap.Pop(&s.heap).(*job)
+		if j.LeaderOnly && !leads {
+			// Not this node's to claim: the ticks stay owed, within the
+			// misfire window, and the job is looked at again a poll
+			// later, so that a node elected in between takes its tick
+			// then, not at the job's next one.
+			j.after = later(j.after, now.Add(-j.MisfireWindow))
+			j.next = now.Add(s.poll)
+			heap.Push(&s.heap, j)
+			continue
+		}
 		ticks := backlog(j.sched, j.after, now, MaxBacklog)
 		b.undo = append(b.undo, undo{j, j.after})
 		j.after = now
@@ -806,7 +834,7 @@ func (s *Scheduler) pass(now time.Time) {
 	}
 	for name, st := range s.states {
 		j := s.jobs[name]
-		if j == nil {
+		if j == nil || (j.LeaderOnly && !leads) {
 			continue
 		}
 		for _, tr := range st.Triggers {

@@ -7,9 +7,13 @@
 //	}
 //
 // Capabilities a store lacks (driver.Notifier, driver.Lister,
-// driver.ForceReleaser, driver.Queuer, driver.Batcher) skip the tests that need them, with the reason
-// logged. Timings use leases of a few hundred milliseconds, so the whole
-// suite takes a few seconds per store.
+// driver.ForceReleaser, driver.Queuer, driver.Batcher, driver.Kinder,
+// driver.FairQueuer) skip the tests that need them, with the reason
+// logged: the read-write lock and semaphore cases (names starting
+// "RWMutex" and "Semaphore") need a driver.Kinder, the fair-queue cases
+// ("Fair") a driver.Queuer or driver.FairQueuer. Timings use leases of a
+// few hundred milliseconds to a few seconds, so the whole suite takes
+// seconds per store.
 package storetest
 
 import (
@@ -75,6 +79,9 @@ func Run(t *testing.T, newStore NewStore) {
 	tests = append(tests, queueTests...)
 	tests = append(tests, batchTests...)
 	tests = append(tests, contentionTests...)
+	tests = append(tests, kindsTests...)
+	tests = append(tests, fairTests...)
+	tests = append(tests, electionTests...)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newStore(t)) })
 	}

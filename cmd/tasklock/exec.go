@@ -51,12 +51,27 @@ Flags:
                     must be less than half of --ttl (default 2s)
   --owner NAME      the owner name other hosts see (default host:pid); no
                     control characters
+  --shared          hold the read side of the read-write lock NAME: any
+                    number of --shared holders run at once, none while an
+                    --exclusive one runs or waits (writers are not starved)
+  --exclusive       hold the write side of the read-write lock NAME: alone,
+                    with no --shared holder
+  --permits N       hold one of N permits of the semaphore NAME: at most N
+                    holders run at once (1 to 10000; every holder must give
+                    the same N while any holds a permit)
   --verbose         log progress to stderr (default: warnings only)
 Durations are Go durations: 300ms, 10s, 1h30m; at most 8760h (365 days).
 
-COMMAND gets TASKLOCK_KEY, TASKLOCK_FENCE and TASKLOCK_OWNER in its
-environment. TASKLOCK_FENCE grows with every grant of the lock: pass it to
-what COMMAND writes to, so that a stale holder's writes can be refused.
+Without --shared, --exclusive or --permits, NAME is a plain lock (a mutex).
+The plain lock NAME, the read-write lock NAME and the semaphore NAME are
+three different locks: a plain lock does not exclude --shared holders, so
+give writers --exclusive. At most one of the three flags.
+
+COMMAND gets TASKLOCK_KEY, TASKLOCK_FENCE, TASKLOCK_OWNER and TASKLOCK_MODE
+(mutex, read, write or permit) in its environment. TASKLOCK_FENCE grows
+with every grant of the lock: pass it to what COMMAND writes to, so that a
+stale holder's writes can be refused. A --shared holder's fence is that of
+the last --exclusive holder.
 Every other variable whose name starts with TASKLOCK_ is removed from
 COMMAND's environment: TASKLOCK_STORE (which may hold the store's
 password), TASKLOCK_TOKEN and the rest. A COMMAND that needs the store URL
@@ -127,6 +142,9 @@ type execConfig struct {
 	killGrace time.Duration
 	owner     string
 	verbose   bool
+	shared    bool // --shared: a reader of the read-write lock
+	exclusive bool // --exclusive: the writer of the read-write lock
+	permits   int  // --permits: one of a semaphore's permits; 0 without
 	argv      []string
 }
 
@@ -145,6 +163,9 @@ func parseExec(args []string, getenv func(string) string) (*execConfig, error) {
 	fs.DurationVar(&c.killGrace, "kill-grace", 2*time.Second, "")
 	fs.StringVar(&c.owner, "owner", "", "")
 	fs.BoolVar(&c.verbose, "verbose", false, "")
+	fs.BoolVar(&c.shared, "shared", false, "")
+	fs.BoolVar(&c.exclusive, "exclusive", false, "")
+	fs.IntVar(&c.permits, "permits", 0, "")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil, err
@@ -197,6 +218,10 @@ func parseExec(args []string, getenv func(string) string) (*execConfig, error) {
 		return nil, usagef("--owner is %d bytes long, the maximum is %d", len(c.owner), tasklock.MaxOwnerLen)
 	case redact.CheckName(c.owner) != "":
 		return nil, usagef("--owner %s: %s", redact.Quote(c.owner), redact.CheckName(c.owner))
+	case set["permits"] && (c.permits < 1 || c.permits > tasklock.MaxPermits):
+		return nil, usagef("--permits must be between 1 and %d, got %d", tasklock.MaxPermits, c.permits)
+	case btoi(c.shared)+btoi(c.exclusive)+btoi(set["permits"]) > 1:
+		return nil, usagef("--shared, --exclusive and --permits exclude each other: give at most one")
 	case len(c.argv) == 0:
 		return nil, usagef("missing COMMAND after the flags (tasklock exec [flags] -- COMMAND [ARGS...])")
 	}
@@ -334,12 +359,32 @@ func (e *execRun) run() int {
 func (e *execRun) obtain(ctx context.Context, lk *tasklock.Locker) (*tasklock.Lock, error) {
 	// Grace: Done closes --kill-grace before local validity ends, so
 	// SIGTERM then SIGKILL both land before the lease can expire.
-	opts := &tasklock.ObtainOptions{TTL: e.c.ttl, MinHold: e.c.minHold, Grace: e.c.killGrace}
-	if e.c.wait == 0 {
+	opts := &tasklock.ObtainOptions{TTL: e.c.ttl, MinHold: e.c.minHold, Grace: e.c.killGrace, Wait: e.c.wait}
+	try := e.c.wait == 0
+	switch {
+	case e.c.shared && try:
+		return lk.RWMutex(e.c.key).TryRLock(ctx, opts)
+	case e.c.shared:
+		return lk.RWMutex(e.c.key).RLock(ctx, opts)
+	case e.c.exclusive && try:
+		return lk.RWMutex(e.c.key).TryLock(ctx, opts)
+	case e.c.exclusive:
+		return lk.RWMutex(e.c.key).Lock(ctx, opts)
+	case e.c.permits > 0 && try:
+		return lk.Semaphore(e.c.key, e.c.permits).TryAcquire(ctx, opts)
+	case e.c.permits > 0:
+		return lk.Semaphore(e.c.key, e.c.permits).Acquire(ctx, opts)
+	case try:
 		return lk.TryObtain(ctx, e.c.key, opts)
 	}
-	opts.Wait = e.c.wait
 	return lk.Obtain(ctx, e.c.key, opts)
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // obtainFailed reports why the lock was not obtained and returns the exit
@@ -361,7 +406,14 @@ func (e *execRun) obtainFailed(err error) int {
 		if e.c.wait > 0 {
 			within = "within --wait " + e.c.wait.String()
 		}
-		e.failf("lock %q is held by %s (its lease ends in %s); not obtained %s", e.c.key, holder, ttl, within)
+		switch {
+		case e.c.permits > 0:
+			e.failf("all %d permits of semaphore %q are held, the first to end by %s (its lease ends in %s); not obtained %s", e.c.permits, e.c.key, holder, ttl, within)
+		case e.c.shared || e.c.exclusive:
+			e.failf("read-write lock %q is held by %s (its lease ends in %s); not obtained %s", e.c.key, holder, ttl, within)
+		default:
+			e.failf("lock %q is held by %s (its lease ends in %s); not obtained %s", e.c.key, holder, ttl, within)
+		}
 		return exitTempFail
 	case errors.As(err, &oe) || errors.Is(err, redisstore.ErrKey):
 		e.failf("invalid --key %s: %v", redact.Quote(e.c.key), err)
@@ -374,6 +426,9 @@ func (e *execRun) obtainFailed(err error) int {
 	case errors.Is(err, zkstore.ErrTTL):
 		e.failf("--ttl %v is longer than the ZooKeeper session timeout, which no lock may outlast: lower --ttl, or raise the session_timeout parameter of the store URL (default 10s; the server keeps it between its minSessionTimeout and maxSessionTimeout), e.g. ?session_timeout=%v (%v)",
 			e.c.ttl, e.c.ttl, err)
+		return exitUsage
+	case errors.Is(err, tasklock.ErrKindMismatch):
+		e.failf("lock %q is held as another kind of lock (a read-write lock, or a semaphore with another number of permits): give every holder the same flags (%v)", e.c.key, err)
 		return exitUsage
 	case errors.Is(err, tasklock.ErrUnsupported):
 		// The store can never grant the lock as asked: retrying cannot help.
@@ -394,6 +449,7 @@ func (e *execRun) command(l *tasklock.Lock) commandSpec {
 			"TASKLOCK_KEY="+l.Key(),
 			"TASKLOCK_FENCE="+strconv.FormatUint(l.Fence(), 10),
 			"TASKLOCK_OWNER="+l.Owner(),
+			"TASKLOCK_MODE="+l.Mode().String(),
 		),
 		stdin: e.stdin, stdout: e.stdout, stderr: e.stderr,
 	}

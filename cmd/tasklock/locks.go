@@ -23,10 +23,14 @@ const locksUsage = `Usage:
 Shows who holds which lock in a store, and releases one by force.
 
   list     every live lock whose key starts with --prefix (default: all),
-           sorted by key: KEY, OWNER, FENCE, EXPIRES_IN (the lease left at
-           the store if its holder stopped renewing now)
+           sorted by key: KEY, KIND, OWNER, FENCE, EXPIRES_IN (the lease
+           left at the store if its holder stopped renewing now). KIND is
+           mutex, read or write (a read-write lock: a row per holder, and
+           "write (waiting)" for a writer that holds new readers off), or
+           "permit (of N)" (a semaphore: a row per permit held)
   show     one lock; exit 1 when KEY is not held
-  release  delete KEY's lease whoever holds it: the operator's escape hatch
+  release  delete KEY's lease whoever holds it (a mutex, and every holder
+           of the read-write lock or semaphore KEY): the operator's escape hatch
            for a holder that is gone. --force is required. The holder, if
            alive, learns at its next renewal (its Done closes). Exit 1 when
            KEY is not held.
@@ -34,7 +38,8 @@ Shows who holds which lock in a store, and releases one by force.
 Flags (anywhere):
   --store URL    the store, as for exec; default $TASKLOCK_STORE
   --json         print JSON: list and show {"locks": [{"key", "owner",
-                 "fence", "expires_in_ms"}]}; release {"released": KEY}
+                 "fence", "expires_in_ms", "kind", "permits", "waiting"}]};
+                 release {"released": KEY}
   --timeout D    how long to wait for the store (default 30s)
 
 Exit status: 0 done; 1 KEY not held; 64 bad usage or URL; 69 store
@@ -113,12 +118,12 @@ func runLocks(args []string, stdout, stderr io.Writer) int {
 			return nil
 		}
 		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "KEY\tOWNER\tFENCE\tEXPIRES_IN")
+		fmt.Fprintln(tw, "KEY\tKIND\tOWNER\tFENCE\tEXPIRES_IN")
 		for _, l := range leases {
 			// Names written before they were checked may hold control
 			// characters: escaped, they can neither forge a row nor
 			// reach the terminal raw.
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%v\n", redact.Printable(l.Key), redact.Printable(l.Owner), l.Fence, l.TTL.Round(time.Millisecond))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%v\n", redact.Printable(l.Key), apijson.FromLease(l).KindText(), redact.Printable(l.Owner), l.Fence, l.TTL.Round(time.Millisecond))
 		}
 		return tw.Flush()
 	})

@@ -165,6 +165,10 @@ const noGrace = time.Duration(1 << 62)
 // serve holds while it runs.
 const nodeKeyPrefix = "serve/node/"
 
+// leaderKey is the key of the serve fleet's election: the node holding it
+// runs the jobs with run_on: leader.
+const leaderKey = "serve/leader"
+
 // serveConfig holds serve's checked flags.
 type serveConfig struct {
 	config    string
@@ -302,6 +306,9 @@ type server struct {
 	// lister, when the store can, lists the node leases.
 	nodeTaken time.Time
 	lister    driver.Lister
+	// election elects the node that runs the jobs with run_on: leader;
+	// every serve campaigns (campaign) from start to shutdown.
+	election *tasklock.Election
 
 	mu       sync.Mutex
 	draining map[*schedule.Scheduler]bool // replaced by a reload, finishing their runs
@@ -362,6 +369,18 @@ func (s *server) run() int {
 		_ = guard.Release(ctx)
 	}()
 
+	s.election = lk.Election(leaderKey, nil)
+	campaignCtx, endCampaign := context.WithCancel(context.Background())
+	campaignDone := make(chan struct{})
+	go func() { defer close(campaignDone); s.campaign(campaignCtx) }()
+	defer func() {
+		endCampaign()
+		<-campaignDone
+		ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+		defer cancel()
+		_ = s.election.Resign(ctx)
+	}()
+
 	hs, code := s.startHTTP(store)
 	if code != exitOK {
 		return code
@@ -405,6 +424,35 @@ func (s *server) run() int {
 	}
 }
 
+// campaign keeps this node a candidate in the fleet's election until ctx
+// ends: when elected it leads until the leadership is lost, then stands
+// again.
+func (s *server) campaign(ctx context.Context) {
+	for ctx.Err() == nil {
+		l, err := s.election.Campaign(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("leader election: campaign failed; standing again in 5s", "node", s.node, "err", err)
+				select {
+				case <-ctx.Done():
+				case <-time.After(5 * time.Second):
+				}
+			}
+			continue
+		}
+		s.log.Info("leader election: this node leads; it runs the jobs with run_on: leader", "node", s.node, "term", l.Fence())
+		select {
+		case <-ctx.Done():
+			return
+		case <-l.Done():
+			s.log.Warn("leader election: this node no longer leads", "node", s.node, "term", l.Fence(), "cause", l.Err())
+		}
+	}
+}
+
+// leads reports whether this node leads the fleet now.
+func (s *server) leads() bool { return s.election != nil && s.election.Leader() != nil }
+
 // takeNode takes the lock that says a serve with this node name is live. It
 // returns nil and the exit status when it cannot.
 func (s *server) takeNode() (*tasklock.Lock, int) {
@@ -435,6 +483,7 @@ func (s *server) start(f *config.File) (*schedule.Scheduler, error) {
 		Node: s.node, Logger: schedulerLogger(s.log), ShutdownGrace: noGrace, OnEvent: s.obs.scheduleEvent,
 		Redact:        s.redact,
 		NodeKeyPrefix: nodeKeyPrefix, NodeLeaseTaken: s.nodeTaken, NodeLister: s.lister,
+		IsLeader: s.leads,
 	})
 	if err != nil {
 		return nil, err

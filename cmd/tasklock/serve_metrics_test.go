@@ -66,9 +66,9 @@ func TestServeMetricsAndJSONLogs(t *testing.T) {
 	resp.Body.Close()
 	for _, re := range []string{
 		`(?m)^tasklock_job_runs_total\{job="tick",status="ok"\} [1-9]`,
-		`(?m)^tasklock_obtain_attempts_total\{result="obtained"\} [1-9]`,
+		`(?m)^tasklock_obtain_attempts_total\{kind="mutex",result="obtained"\} [1-9]`,
 		`(?m)^tasklock_tick_lateness_seconds_count [1-9]`,
-		`(?m)^tasklock_locks_held [0-9]`,
+		`(?m)^tasklock_locks_held\{kind="mutex"\} [0-9]`,
 		`(?m)^go_goroutines `,
 		`(?m)^tasklock_job_broken\{job="tick"\} 0$`,
 		`(?m)^tasklock_build_info\{goversion="go[^"]+",revision="[0-9a-f]*",version="[^"]+"\} 1$`,

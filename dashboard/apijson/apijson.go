@@ -91,6 +91,26 @@ type Lock struct {
 	Owner       string `json:"owner"`
 	Fence       uint64 `json:"fence"`
 	ExpiresInMS int64  `json:"expires_in_ms"`
+	// Kind is the kind of hold: mutex, read or write (the sides of a
+	// read-write lock), or permit (of a semaphore of Permits permits). A
+	// read-write lock or semaphore has one Lock per holder.
+	Kind    string `json:"kind"`
+	Permits int    `json:"permits,omitempty"`
+	// Waiting marks a writer waiting for readers to leave (a claim that
+	// holds new readers off), not a holder.
+	Waiting bool `json:"waiting,omitempty"`
+}
+
+// KindText is l's kind as people read it: "mutex", "read", "write",
+// "write (waiting)" or "permit (of N)".
+func (l Lock) KindText() string {
+	switch {
+	case l.Waiting:
+		return l.Kind + " (waiting)"
+	case l.Permits > 0:
+		return l.Kind + " (of " + strconv.Itoa(l.Permits) + ")"
+	}
+	return l.Kind
 }
 
 // FromRun converts a run record, with its times in UTC.
@@ -129,5 +149,6 @@ func FromState(st ledger.JobState) Job {
 
 // FromLease converts a listed lease.
 func FromLease(l driver.Lease) Lock {
-	return Lock{Key: l.Key, Owner: l.Owner, Fence: l.Fence, ExpiresInMS: l.TTL.Milliseconds()}
+	return Lock{Key: l.Key, Owner: l.Owner, Fence: l.Fence, ExpiresInMS: l.TTL.Milliseconds(),
+		Kind: l.Mode.String(), Permits: l.Limit, Waiting: l.Waiting}
 }

@@ -210,6 +210,13 @@ async function jobPage(main, name) {
     el("div", { class: "pager" }, more));
 }
 
+// lockKind is a lock row's kind as people read it (apijson.Lock.KindText).
+function lockKind(l) {
+  if (l.waiting) return l.kind + " (waiting)";
+  if (l.permits) return l.kind + " (of " + l.permits + ")";
+  return l.kind || "mutex";
+}
+
 async function locksPage(main) {
   const after = state.locksAfter || "";
   const q = new URLSearchParams({ limit: "100" });
@@ -217,6 +224,7 @@ async function locksPage(main) {
   const data = await api("api/locks?" + q);
   const rows = data.locks.map((l) => el("tr", { class: "lock-row", "data-key": l.key },
     el("td", { class: "lock-key" }, l.key),
+    el("td", { class: "lock-kind" }, lockKind(l)),
     el("td", {}, l.owner),
     el("td", { class: "num" }, l.fence),
     el("td", { class: "num" }, fmtMS(l.expires_in_ms)),
@@ -226,7 +234,7 @@ async function locksPage(main) {
   main.replaceChildren(
     el("h1", {}, "Locks ", el("span", { class: "muted" }, "(" + data.total + ")")),
     el("table", { id: "locks-table" },
-      el("thead", {}, el("tr", {}, ["Key", "Holder", "Fence", "Expires in", "Held for", ""].map((h) => el("th", {}, h)))),
+      el("thead", {}, el("tr", {}, ["Key", "Kind", "Holder", "Fence", "Expires in", "Held for", ""].map((h) => el("th", {}, h)))),
       el("tbody", {}, rows)),
     el("div", { class: "pager" },
       el("button", { id: "locks-first", type: "button", disabled: !after, onclick: () => { state.locksAfter = ""; render(); } }, "First"),

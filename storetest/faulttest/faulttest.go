@@ -4,7 +4,7 @@
 // while its lock's Done is open, reporting each step on stdout, and the
 // parent side that starts it, waits for its lines, and pauses or kills it.
 //
-// Two line protocols exist, as the stores' tests grew them:
+// Three line protocols exist, as the stores' tests grew them:
 //
 //   - [HolderMain] and [StartHolder]: "LOCKED <fence>", "WROTE" (the first
 //     accepted write), "RESUMED after <gap>" (after a pause), then every
@@ -13,6 +13,12 @@
 //   - [ReportingHolderMain] and [StartReportingHolder]: "obtained <fence>",
 //     "write <ok> <err>" for every write, "resumed done=closed|open" after a
 //     gap longer than the TTL, and "lost <cause>".
+//   - [KindHolderMain] and [StartKindHolder], for a read side, a write
+//     side or a semaphore's permit: "HELD <mode> <fence>", each critical
+//     section as "ENTER" and "LEAVE" lines with the host clock's time,
+//     "RESUMED done=closed|open" after a pause, and "LOST <cause>". The
+//     parent logs its own holders' sections beside the holder's
+//     ([Sections]) and counts overlaps ([CheckSections]); see kinds.go.
 //
 // How to build the store and the register from the helper's environment,
 // and the server faults, stay with each store's tests.

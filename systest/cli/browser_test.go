@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -148,14 +149,19 @@ jobs:
 	if !paused {
 		t.Errorf("nightly-report is not paused in the store: %s", out)
 	}
+	var kinds []string
 	run("locks and nodes pages",
 		chromedp.Navigate(url+"#/locks"),
 		chromedp.WaitVisible(`#locks-table tr.lock-row`, chromedp.ByQuery),
+		chromedp.Evaluate(`[...document.querySelectorAll("#locks-table td.lock-kind")].map((td) => td.textContent)`, &kinds),
 		shot("locks.png"),
 		chromedp.Navigate(url+"#/nodes"),
 		chromedp.WaitVisible(`#nodes-table tr.node-row[data-node="web-1"]`, chromedp.ByQuery),
 		shot("nodes.png"),
 	)
+	if len(kinds) == 0 || !slices.Contains(kinds, "mutex") {
+		t.Errorf("the locks page's Kind column shows %q, want the node locks as mutex", kinds)
+	}
 	// Logging out ends the session: the page becomes the login page and
 	// the API answers 401.
 	var status int

@@ -38,6 +38,8 @@
 //	lock_ttl        Lock.TTL
 //	min_hold        Lock.MinHold
 //	max_hold        Lock.MaxHold
+//	run_on          LeaderOnly: "leader" (only the serve fleet's elected
+//	                leader runs it) or "any" (the default)
 //
 // and exactly one of the handlers the daemon provides:
 //

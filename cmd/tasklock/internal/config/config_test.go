@@ -30,6 +30,7 @@ jobs:
     kill_grace: 5s
     min_hold: 5s
     max_hold: 1h
+    run_on: leader
   - name: ping
     schedule: "@every 1m"
     misfire: skip
@@ -54,6 +55,7 @@ func TestParseFull(t *testing.T) {
 				Misfire: schedule.MisfireCatchUp, MisfireAfter: 30 * time.Second, MisfireWindow: 2 * time.Hour, CatchUpMax: 4,
 				Retries: 3, RetryBackoff: 10 * time.Second, RetryBackoffMax: 2 * time.Minute,
 				Jitter: time.Second, Lock: tasklock.ObtainOptions{TTL: 20 * time.Second, MinHold: 5 * time.Second, MaxHold: time.Hour, Grace: 5 * time.Second},
+				LeaderOnly: true,
 			},
 			Command: []string{"/usr/local/bin/report", "--all"}, KillGrace: 5 * time.Second, Line: 4,
 		},
@@ -61,7 +63,7 @@ func TestParseFull(t *testing.T) {
 			Job: schedule.Job{Name: "ping", Schedule: "@every 1m", Misfire: schedule.MisfireSkip, Retries: 2},
 			HTTP: &HTTP{Method: "POST", URL: "https://example.com/hook", Body: `{"a": 1}`, Timeout: DefaultHTTPTimeout,
 				Headers: map[string]string{"Content-Type": "application/json", "Authorization": "Bearer x"}},
-			Line: 17,
+			Line: 18,
 		},
 	}}
 	if !reflect.DeepEqual(f, want) {
@@ -87,9 +89,9 @@ func TestParseErrors(t *testing.T) {
 			[]string{`c.yaml:5: job "j": timeout: invalid duration "10x" (want e.g. 300ms, 10s, 1h30m)`}},
 		{"negative", job + "    jitter: -1s\n", []string{`c.yaml:5: job "j": jitter: -1s is negative`}},
 		{"unknown key", job + "    colour: red\n",
-			[]string{`c.yaml:5: job "j": colour: unknown key (want name, schedule, timezone, command, kill_grace, http, timeout, overlap, misfire, retries, jitter, lock_ttl, min_hold, max_hold)`}},
+			[]string{`c.yaml:5: job "j": colour: unknown key (want name, schedule, timezone, command, kill_grace, http, timeout, overlap, misfire, retries, jitter, lock_ttl, min_hold, max_hold, run_on)`}},
 		{"unknown key before the name", "jobs:\n  - colour: red\n    name: j\n    schedule: '@daily'\n    command: [x]\n",
-			[]string{`c.yaml:2: job "j": colour: unknown key (want name, schedule, timezone, command, kill_grace, http, timeout, overlap, misfire, retries, jitter, lock_ttl, min_hold, max_hold)`}},
+			[]string{`c.yaml:2: job "j": colour: unknown key (want name, schedule, timezone, command, kill_grace, http, timeout, overlap, misfire, retries, jitter, lock_ttl, min_hold, max_hold, run_on)`}},
 		{"unknown top key", "stor: mem://\n" + job, []string{`c.yaml:1: stor: unknown key (want store, node, jobs)`}},
 		{"schedule", "jobs:\n  - name: j\n    schedule: '61 * * * *'\n    command: [x]\n",
 			[]string{`c.yaml:3: job "j": schedule: invalid minute field "61" in "61 * * * *": 61 above the maximum 59`}},
@@ -102,6 +104,7 @@ func TestParseErrors(t *testing.T) {
 		{"misfire window", job + "    misfire:\n      grace: 1m\n      window: 30s\n",
 			[]string{`c.yaml:7: job "j": misfire.window: 30s is less than misfire.grace 1m0s`}},
 		{"retries", job + "    retries: {max: many}\n", []string{`c.yaml:5: job "j": retries.max: want a whole number, got "many"`}},
+		{"run_on", job + "    run_on: primary\n", []string{`c.yaml:5: job "j": run_on: "primary" is not one of any (every node may run it, the default) or leader (only the fleet's elected leader runs it)`}},
 		{"retries bound", job + "    retries: 1000\n", []string{`c.yaml:5: job "j": retries.max: 1000 is not within [0, 100]`}},
 		{"holds", job + "    min_hold: 2h\n    max_hold: 1h\n", []string{`c.yaml:5: job "j": min_hold: 2h0m0s is greater than max_hold 1h0m0s`}},
 		{"kill grace", job + "    kill_grace: 5s\n",
@@ -173,7 +176,7 @@ func marshal(t *testing.T, f *File) []byte {
 		m := out{
 			"name": j.Name, "schedule": j.Schedule, "timezone": j.TimeZone, "timeout": dur(j.Timeout),
 			"overlap": j.Overlap.String(), "jitter": dur(j.Jitter), "lock_ttl": dur(j.Lock.TTL),
-			"min_hold": dur(j.Lock.MinHold), "max_hold": dur(j.Lock.MaxHold),
+			"min_hold": dur(j.Lock.MinHold), "max_hold": dur(j.Lock.MaxHold), "run_on": runOn(j.LeaderOnly),
 			"misfire": out{"policy": j.Misfire.String(), "grace": dur(j.MisfireAfter), "window": dur(j.MisfireWindow)},
 			"retries": out{"max": j.Retries, "backoff": dur(j.RetryBackoff), "backoff_max": dur(j.RetryBackoffMax)},
 		}
@@ -242,4 +245,11 @@ func FuzzLoadConfig(f *testing.F) {
 			t.Fatalf("lost in the round trip:\n%+v\n%+v\nvia\n%s", cfg, again, out)
 		}
 	})
+}
+
+func runOn(leaderOnly bool) string {
+	if leaderOnly {
+		return "leader"
+	}
+	return "any"
 }

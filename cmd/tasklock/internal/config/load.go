@@ -324,7 +324,7 @@ func (p *parser) integer(f field, name string) int {
 }
 
 // jobKeys are the keys of a job.
-var jobKeys = []string{"name", "schedule", "timezone", "command", "kill_grace", "http", "timeout", "overlap", "misfire", "retries", "jitter", "lock_ttl", "min_hold", "max_hold"}
+var jobKeys = []string{"name", "schedule", "timezone", "command", "kill_grace", "http", "timeout", "overlap", "misfire", "retries", "jitter", "lock_ttl", "min_hold", "max_hold", "run_on"}
 
 // job reads the i-th job; false when it has mistakes.
 func (p *parser) job(i int, n *yaml.Node, names map[string]int, v *validator) (Job, bool) {
@@ -396,6 +396,17 @@ func (p *parser) job(i int, n *yaml.Node, names map[string]int, v *validator) (J
 	}
 	if f, ok := fields["misfire"]; ok {
 		p.misfire(&j, f, lines)
+	}
+	if f, ok := fields["run_on"]; ok {
+		if s, ok := p.str(f, "run_on"); ok {
+			switch s {
+			case "any":
+			case "leader":
+				j.LeaderOnly = true
+			default:
+				p.errorf(f.val, "run_on", "%q is not one of any (every node may run it, the default) or leader (only the fleet's elected leader runs it)", s)
+			}
+		}
 	}
 	if f, ok := fields["retries"]; ok {
 		p.retries(&j, f, lines)
@@ -745,7 +756,7 @@ var fieldKeys = map[string]string{
 	"Job.Overlap": "overlap", "Job.Misfire": "misfire.policy", "Job.MisfireAfter": "misfire.grace",
 	"Job.MisfireWindow": "misfire.window", "Job.CatchUpMax": "misfire.max", "Job.Timeout": "timeout",
 	"Job.Retries": "retries.max", "Job.RetryBackoff": "retries.backoff", "Job.RetryBackoffMax": "retries.backoff_max",
-	"Job.Jitter": "jitter", "Job.Lock.TTL": "lock_ttl", "Job.Lock.MinHold": "min_hold", "Job.Lock.MaxHold": "max_hold", "Job.Lock.Grace": "kill_grace",
+	"Job.Jitter": "jitter", "Job.LeaderOnly": "run_on", "Job.Lock.TTL": "lock_ttl", "Job.Lock.MinHold": "min_hold", "Job.Lock.MaxHold": "max_hold", "Job.Lock.Grace": "kill_grace",
 }
 
 // goNames rewrites the field names in the scheduler's reasons.
@@ -760,7 +771,8 @@ var goNames = strings.NewReplacer(
 // already reported. The scheduler names one mistake at a time: check
 // clears the field at fault and asks again.
 func (v *validator) check(j schedule.Job, reported func(key string) bool) []jobMistake {
-	s, err := schedule.New(v.lk, v.store, nil)
+	// serve elects a leader: run_on: leader is checked as it will run.
+	s, err := schedule.New(v.lk, v.store, &schedule.Config{IsLeader: func() bool { return false }})
 	if err != nil {
 		panic(err) // constant arguments
 	}
