@@ -220,11 +220,11 @@
 //     an entry a renewal extends concurrently is either deleted first (the
 //     renewal then finds it gone: ErrNotHeld) or seen extended (and
 //     counted).
-//   - Notifications: a refused acquire sets the key's waiters flag (in
-//     <Table>_kind_keys), and a release, a writer's withdrawn claim, or an
-//     acquire that deleted expired entries NOTIFYs the key's name when the
-//     flag is set, clearing it. Both happen under the key's lock, so no
-//     wake-up is lost.
+//   - Notifications: every release, every writer's withdrawn claim, and
+//     every acquire that deleted expired entries NOTIFYs the key's name (a
+//     NOTIFY serialises the commits of notifying transactions, a cost the
+//     mutexes avoid with their waiters flag; here every release may let
+//     several waiters in, and the subscribers are told of each).
 //   - Leases lists one Lease per hold or claim; ForceRelease deletes the
 //     mutex's lease and every hold and claim of the name.
 //

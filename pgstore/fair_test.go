@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,119 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tasklock/tasklock"
-	"github.com/tasklock/tasklock/driver"
 )
-
-// testPermitCount: 32 goroutines on each of 3 Lockers take a semaphore of
-// 3 permits over and over; never more than 3 hold one at once, and every
-// grant's fence is new.
-func testPermitCount(t *testing.T, pool *pgxpool.Pool, mode Mode) {
-	s := newStore(t, pool, &Options{Mode: mode})
-	const lockers, goroutines, rounds, permits = 3, 32, 3, 3
-	var (
-		inUse, most atomic.Int64
-		fences      sync.Map
-		wg          sync.WaitGroup
-	)
-	errs := make(chan error, lockers*goroutines)
-	for i := range lockers {
-		lk := newLocker(t, s, fmt.Sprintf("l%d", i), nil)
-		sem := lk.Semaphore("pool", permits)
-		for range goroutines {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for range rounds {
-					l, err := sem.Acquire(ctxT(t), &tasklock.ObtainOptions{TTL: 10 * time.Second})
-					if err != nil {
-						errs <- err
-						return
-					}
-					n := inUse.Add(1)
-					for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
-					}
-					if _, dup := fences.LoadOrStore(l.Fence(), true); dup {
-						errs <- fmt.Errorf("fence %d granted twice", l.Fence())
-					}
-					time.Sleep(time.Millisecond) // the work
-					inUse.Add(-1)
-					if err := l.Release(ctxT(t)); err != nil {
-						errs <- err
-						return
-					}
-				}
-			}()
-		}
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
-	}
-	t.Logf("%d grants, at most %d permits held at once", lockers*goroutines*rounds, most.Load())
-	if most.Load() > permits {
-		t.Fatalf("%d permits held at once, limit %d", most.Load(), permits)
-	}
-}
-
-// testWritersExclude: readers and writers on 3 Lockers; a writer is alone,
-// readers overlap each other, and a writer waiting on readers gets in.
-func testWritersExclude(t *testing.T, pool *pgxpool.Pool, mode Mode) {
-	s := newStore(t, pool, &Options{Mode: mode})
-	var readers, writers, bad atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, 64)
-	for i := range 3 {
-		lk := newLocker(t, s, fmt.Sprintf("l%d", i), nil)
-		rw := lk.RWMutex("doc")
-		for j := range 8 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for range 3 {
-					var l *tasklock.Lock
-					var err error
-					write := j%4 == 0
-					if write {
-						l, err = rw.Lock(ctxT(t), nil)
-					} else {
-						l, err = rw.RLock(ctxT(t), nil)
-					}
-					if err != nil {
-						errs <- err
-						return
-					}
-					if write {
-						if writers.Add(1) != 1 || readers.Load() != 0 {
-							bad.Add(1)
-						}
-						time.Sleep(time.Millisecond)
-						writers.Add(-1)
-					} else {
-						readers.Add(1)
-						if writers.Load() != 0 {
-							bad.Add(1)
-						}
-						time.Sleep(time.Millisecond)
-						readers.Add(-1)
-					}
-					if err := l.Release(ctxT(t)); err != nil {
-						errs <- err
-						return
-					}
-				}
-			}()
-		}
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
-	}
-	if bad.Load() != 0 {
-		t.Fatalf("%d overlaps of a writer with another holder", bad.Load())
-	}
-}
 
 // fairObtain starts a fair Obtain of key on lk and returns its result
 // channel once the waiter is queued.
@@ -223,41 +110,6 @@ func queueExpiries(t *testing.T, s *Store, key string) map[string]time.Time {
 		t.Fatal(err)
 	}
 	return out
-}
-
-// testFairDeadWaiter: a waiter that queued and died (an entry nobody
-// renews) leaves the line within its TTL: the waiter behind it gets the
-// key once it is free.
-func testFairDeadWaiter(t *testing.T, pool *pgxpool.Pool, mode Mode) {
-	s := newStore(t, pool, &Options{Mode: mode})
-	holder, err := newLocker(t, s, "holder", nil).Obtain(ctxT(t), "line", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	const deadTTL = 500 * time.Millisecond
-	if _, err := s.EnqueueFair(ctxT(t), driver.AcquireParams{Key: "line", Token: token(), Owner: "dead", TTL: deadTTL}); err != nil {
-		t.Fatal(err)
-	}
-	queued := time.Now()
-	ev := newEventLog()
-	got := fairObtain(t, newLocker(t, s, "next", &tasklock.Config{OnEvent: ev.on}), ev, "line", tasklock.ObtainOptions{})
-	if err := holder.Release(ctxT(t)); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case l := <-got:
-		took := time.Since(queued)
-		t.Logf("the waiter behind a dead one obtained %v after the dead one queued (its TTL %v)", took, deadTTL)
-		if l == nil {
-			t.FailNow()
-		}
-		if took < deadTTL {
-			t.Errorf("obtained %v after the dead waiter queued, before its entry could expire (%v)", took, deadTTL)
-		}
-		_ = l.Release(ctxT(t))
-	case <-time.After(10 * time.Second):
-		t.Fatal("the dead waiter blocks the line")
-	}
 }
 
 // testFairLeave: a fair waiter that gives up leaves nothing queued, and the

@@ -123,26 +123,33 @@ func newLocker(t *testing.T, s *Store, owner string, cfg *tasklock.Config) *task
 // register until its lock ends, and waits for its first accepted write.
 func startHolder(t *testing.T, env *faultEnv, key string, ttl time.Duration) *faulttest.Holder {
 	t.Helper()
-	return faulttest.StartHolder(t, "TestHolderProcess", key, ttl,
-		"TASKLOCK_PG_URL="+env.url, "TASKLOCK_PG_TABLE="+env.table, "TASKLOCK_PG_MODE="+string(env.mode))
+	return faulttest.StartHolder(t, "TestHolderProcess", key, ttl, env.holderEnv()...)
+}
+
+// holderEnv is what a holder process needs to know of env: see
+// holderSetup.
+func (env *faultEnv) holderEnv() []string {
+	return []string{"TASKLOCK_PG_URL=" + env.url, "TASKLOCK_PG_TABLE=" + env.table, "TASKLOCK_PG_MODE=" + string(env.mode)}
 }
 
 // TestHolderProcess is the lock holder that the fault tests run in a
 // helper process (see faulttest.HolderMain); in a normal run it skips.
-func TestHolderProcess(t *testing.T) {
-	faulttest.HolderMain(t, func(time.Duration) (driver.Store, faulttest.WriteFunc, error) {
-		pool, err := pgxpool.New(context.Background(), os.Getenv("TASKLOCK_PG_URL"))
-		if err != nil {
-			return nil, nil, err
-		}
-		s, err := New(pool, &Options{Table: os.Getenv("TASKLOCK_PG_TABLE"), Mode: Mode(os.Getenv("TASKLOCK_PG_MODE"))})
-		if err != nil {
-			return nil, nil, err
-		}
-		return s, func(ctx context.Context, fence uint64) (bool, error) {
-			return writeRegister(ctx, pool, fence, "helper")
-		}, nil
-	})
+func TestHolderProcess(t *testing.T) { faulttest.HolderMain(t, holderSetup) }
+
+// holderSetup builds a holder process's store and register writer from
+// the environment startHolder and startKindHolder give it.
+func holderSetup(time.Duration) (driver.Store, faulttest.WriteFunc, error) {
+	pool, err := pgxpool.New(context.Background(), os.Getenv("TASKLOCK_PG_URL"))
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err := New(pool, &Options{Table: os.Getenv("TASKLOCK_PG_TABLE"), Mode: Mode(os.Getenv("TASKLOCK_PG_MODE"))})
+	if err != nil {
+		return nil, nil, err
+	}
+	return s, func(ctx context.Context, fence uint64) (bool, error) {
+		return writeRegister(ctx, pool, fence, "helper")
+	}, nil
 }
 
 // TestFaults runs the fault tests in both modes (the kinds' in
@@ -155,6 +162,8 @@ func TestFaults(t *testing.T) {
 		{"HolderKilled", testHolderKilled},
 		{"HolderPaused", testHolderPaused},
 		{"ServerRestarted", testServerRestarted},
+		{"KindHolderKilled", testKindHolderKilled},
+		{"KindHolderPaused", testKindHolderPaused},
 		{"KindsServerRestarted", testKindsServerRestarted},
 	}
 	for _, tc := range tests {

@@ -259,15 +259,14 @@ func buildKinds(st *statements, tb tables) {
 	// extended is not dead, and stays in e, the live entries (the token's
 	// own only while live). v and dec decide: a repeat (the token holds
 	// an entry of this mode), a kind mismatch, a grant, or a refusal.
-	// ctr keeps the key's counter row: incremented by a writer's or a
-	// permit's grant, waiters set by a refusal, and cleared when this
-	// acquire deleted expired entries while it was set, which it then
-	// announces. ent writes the token's entry: the hold, or a refused
-	// writer's claim (a granted writer's claim becomes its hold). The
-	// reply: the fence of a grant; else whether the kind mismatched (with
-	// the key's permits), and the holder to name: for a reader the writer
-	// (holding, else waiting, with no TTL), for a writer the hold that
-	// ends last, for a permit the one that ends first.
+	// ctr increments the key's counter row for a writer's or a permit's
+	// grant. ent writes the token's entry: the hold, or a refused writer's
+	// claim (a granted writer's claim becomes its hold). The reply: the
+	// fence of a grant; else whether the kind mismatched (with the key's
+	// permits), and the holder to name: for a reader the writer (holding,
+	// else waiting, with no TTL), for a writer the hold that ends last,
+	// for a permit the one that ends first; and a NOTIFY when expired
+	// entries were deleted.
 	st.acquireKind = fmt.Sprintf(`WITH dead AS (
 	DELETE FROM %[1]s AS d
 	USING (
@@ -293,8 +292,7 @@ func buildKinds(st *statements, tb tables) {
 			ELSE (SELECT count(*) FROM e WHERE e.token <> $2 AND e.mode = 3) < $6::integer
 		END AS free,
 		EXISTS (SELECT 1 FROM dead) AS pruned,
-		COALESCE(kk.fence, 0) AS key_fence,
-		COALESCE(kk.waiters, false) AS key_waiters
+		COALESCE(kk.fence, 0) AS key_fence
 	FROM (SELECT 1) one
 	LEFT JOIN e m ON m.token = $2
 	LEFT JOIN %[2]s kk ON kk.key = $1
@@ -305,12 +303,9 @@ func buildKinds(st *statements, tb tables) {
 		v.ok AND NOT v.again AND NOT v.free AS refused
 	FROM (SELECT v.*, NOT v.mismatch AND NOT v.other_mode AS ok FROM v) v
 ), ctr AS (
-	INSERT INTO %[2]s AS c (key, fence, waiters)
-	SELECT $1, dec.counts::int, dec.refused FROM dec
-	WHERE dec.counts OR (dec.refused AND NOT dec.key_waiters) OR (dec.pruned AND dec.key_waiters)
-	ON CONFLICT (key) DO UPDATE SET
-		fence = c.fence + EXCLUDED.fence,
-		waiters = EXCLUDED.waiters OR (c.waiters AND NOT (SELECT pruned FROM dec))
+	INSERT INTO %[2]s AS c (key, fence)
+	SELECT $1, 1 FROM dec WHERE dec.counts
+	ON CONFLICT (key) DO UPDATE SET fence = c.fence + 1
 	RETURNING c.fence
 ), ent AS (
 	INSERT INTO %[1]s AS k (key, token, owner, mode, permits, waiting, fence, acquired_at, expires_at)
@@ -337,7 +332,7 @@ SELECT CASE WHEN dec.granted THEN (SELECT fence FROM ent) END,
 	(SELECT e.permits FROM e WHERE e.token <> $2 LIMIT 1),
 	h.owner,
 	h.ttl,
-	CASE WHEN dec.pruned AND dec.key_waiters THEN pg_notify($7, $1) END
+	CASE WHEN dec.pruned THEN pg_notify($7, $1) END
 FROM dec LEFT JOIN LATERAL (
 	SELECT e.owner, CASE WHEN NOT e.waiting THEN %[4]s END AS ttl
 	FROM e
@@ -351,25 +346,21 @@ FROM dec LEFT JOIN LATERAL (
 		`(extract(epoch FROM e.expires_at - `+kindsNow+`) * 1000000)::bigint`)
 
 	// One release, under the key's lock: the token's entry of the mode
-	// goes (a writer's claim too, which then does not count as released),
-	// or is shortened to end keep µs from now (MinHold, waking nobody).
-	// The key's waiters flag, set by a refused acquire, makes it NOTIFY.
+	// goes, announced (a writer's claim too, which then does not count as
+	// released), or is shortened to end keep µs from now (MinHold, waking
+	// nobody).
 	st.releaseKind = fmt.Sprintf(`WITH gone AS (
 	DELETE FROM %[1]s k
 	WHERE k.key = $1 AND k.token = $2 AND k.mode = $3::smallint AND (k.waiting OR $4::bigint = 0)
-	RETURNING NOT k.waiting AND k.expires_at > %[3]s AS held
+	RETURNING NOT k.waiting AND k.expires_at > %[2]s AS held
 ), kept AS (
-	UPDATE %[1]s k SET expires_at = %[3]s + $4::bigint * interval '1 microsecond'
+	UPDATE %[1]s k SET expires_at = %[2]s + $4::bigint * interval '1 microsecond'
 	WHERE k.key = $1 AND k.token = $2 AND k.mode = $3::smallint AND NOT k.waiting
-	  AND $4::bigint > 0 AND k.expires_at > %[3]s
+	  AND $4::bigint > 0 AND k.expires_at > %[2]s
 	RETURNING 1
-), woken AS (
-	UPDATE %[2]s c SET waiters = false
-	WHERE c.key = $1 AND c.waiters AND EXISTS (SELECT 1 FROM gone)
-	RETURNING pg_notify($5, $1)
 )
 SELECT (SELECT count(*) FROM gone WHERE held) + (SELECT count(*) FROM kept),
-	(SELECT count(*) FROM woken)`, tb.kinds, tb.keys, kindsNow)
+	CASE WHEN EXISTS (SELECT 1 FROM gone) THEN pg_notify($5, $1) END`, tb.kinds, kindsNow)
 
 	// Renewals take no key lock: each locks its entries in (key, token)
 	// order and rechecks them, so that an acquire deleting an expired

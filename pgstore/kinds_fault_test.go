@@ -2,11 +2,15 @@ package pgstore
 
 import (
 	"errors"
+	"fmt"
+	"os"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/tasklock/tasklock"
+	"github.com/tasklock/tasklock/driver"
+	"github.com/tasklock/tasklock/storetest/faulttest"
 )
 
 // Fault tests of read-write locks and semaphores. The network fault is in
@@ -162,4 +166,151 @@ func testKindsServerRestarted(t *testing.T, mode Mode) {
 		t.Errorf("fences %d, %d after the restart; %d, %d before", p2.Fence(), w3.Fence(), sp.Fence(), sw.Fence())
 	}
 	_, _ = p2.Release(ctxT(t)), w3.Release(ctxT(t))
+}
+
+// TestKindHolderProcess is the holder of a read-write lock's side or a
+// semaphore's permit that the kinds' fault tests run in a helper process
+// (see faulttest.KindHolderMain); in a normal run it skips. A permit of a
+// semaphore of more than one has no fence order among its holders: its
+// sections are the oracle, and it writes to no register.
+func TestKindHolderProcess(t *testing.T) {
+	faulttest.KindHolderMain(t, func(ttl time.Duration) (driver.Store, faulttest.WriteFunc, error) {
+		s, write, err := holderSetup(ttl)
+		if os.Getenv(faulttest.EnvHold) == driver.ModePermit.String() && os.Getenv(faulttest.EnvPermits) != "1" {
+			write = nil
+		}
+		return s, write, err
+	})
+}
+
+// hold is a hold the kinds' fault tests take: a writer's side, or a
+// permit of a semaphore of permits.
+type hold struct {
+	name    string
+	mode    driver.Mode
+	permits int
+}
+
+// obtain obtains the hold on key with lk, failing the test on error.
+func (h hold) obtain(t *testing.T, lk *tasklock.Locker, key string, opts *tasklock.ObtainOptions) *tasklock.Lock {
+	t.Helper()
+	var l *tasklock.Lock
+	var err error
+	if h.mode == driver.ModePermit {
+		l, err = lk.Semaphore(key, h.permits).Acquire(ctxT(t), opts)
+	} else {
+		l, err = lk.RWMutex(key).Lock(ctxT(t), opts)
+	}
+	if err != nil {
+		t.Fatalf("%s: %v", h.name, err)
+	}
+	return l
+}
+
+// eachHold runs fn for a writer's side and a permit of a semaphore of
+// permits, each in a fresh database.
+func eachHold(t *testing.T, mode Mode, permits int, fn func(t *testing.T, env *faultEnv, h hold)) {
+	for _, h := range []hold{{"write", driver.ModeWrite, 0}, {"permit", driver.ModePermit, permits}} {
+		t.Run(h.name, func(t *testing.T) { fn(t, newFaultEnv(t, newDB(t), mode), h) })
+	}
+}
+
+// runFor waits until the holder process p has run critical sections (one
+// every 10ms or so) for about d, through its hold's renewals.
+func runFor(t *testing.T, p *faulttest.KindHolder, d time.Duration) {
+	t.Helper()
+	n := int(d / (10 * time.Millisecond))
+	waitFor(t, 10*d+10*time.Second, "the holder's critical sections", func() bool {
+		acc, _ := p.Writes()
+		return acc >= n
+	})
+}
+
+// testKindHolderKilled: the holder process of a writer's side, or of one
+// of a semaphore's two permits while this process holds the other, is
+// SIGKILLed. Another obtains its place within TTL + 1s, with a higher
+// fence, and the critical sections of every holder never break the lock's
+// promise (one writer; two permits).
+func testKindHolderKilled(t *testing.T, mode Mode) {
+	eachHold(t, mode, 2, func(t *testing.T, env *faultEnv, h hold) {
+		const ttl = time.Second
+		p := faulttest.StartKindHolder(t, "TestKindHolderProcess", "job", h.mode, h.permits, ttl, env.holderEnv()...)
+		lk := newLocker(t, env.store, "next", nil)
+		var log faulttest.Sections
+		if h.mode == driver.ModePermit {
+			// The other permit, in sections of 20ms: long enough to
+			// overlap the holder's.
+			stop := log.Loop("mine", h.obtain(t, lk, "job", nil), func() { time.Sleep(20 * time.Millisecond) })
+			defer stop()
+		}
+		runFor(t, p, ttl)
+		p.Kill(t)
+		killed := time.Now()
+		l := h.obtain(t, lk, "job", &tasklock.ObtainOptions{TTL: 5 * time.Second})
+		took := time.Since(killed)
+		t.Logf("%s %s: obtained %v after SIGKILL of the holder (TTL %v), fence %d after %d", mode, h.name, took, ttl, l.Fence(), p.Fence)
+		if took > ttl+time.Second {
+			t.Errorf("takeover took %v, want ≤ TTL + 1s", took)
+		}
+		if l.Fence() <= p.Fence {
+			t.Errorf("fence %d after %d", l.Fence(), p.Fence)
+		}
+		for range 3 {
+			if !log.Do("next", l, nil) {
+				t.Fatalf("the new hold ended: %v", l.Err())
+			}
+		}
+		most := faulttest.CheckSections(t, h.permits, p.Sections(), log.List())
+		t.Logf("%s %s: at most %d critical sections at once", mode, h.name, most)
+		if most < max(h.permits, 1) {
+			t.Errorf("at most %d sections at once: the permits' holders never overlapped", most)
+		}
+		if err := l.Release(ctxT(t)); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// testKindHolderPaused: the holder process of a writer's side, or of a
+// semaphore's only permit, is SIGSTOPped past its TTL. Another obtains
+// once the hold ended at the server, with a higher fence; the resumed
+// holder finds its Done closed at its first look, and the fenced register
+// accepts none of its writes after the new holder's.
+func testKindHolderPaused(t *testing.T, mode Mode) {
+	eachHold(t, mode, 1, func(t *testing.T, env *faultEnv, h hold) {
+		const ttl = time.Second
+		p := faulttest.StartKindHolder(t, "TestKindHolderProcess", "job", h.mode, h.permits, ttl, env.holderEnv()...)
+		lk := newLocker(t, env.store, "next", nil)
+		runFor(t, p, ttl)
+		p.Stop(t)
+		stopped := time.Now()
+		l := h.obtain(t, lk, "job", &tasklock.ObtainOptions{TTL: 10 * time.Second})
+		took := time.Since(stopped)
+		t.Logf("%s %s: obtained %v after SIGSTOP of the holder (TTL %v), fence %d after %d", mode, h.name, took, ttl, l.Fence(), p.Fence)
+		if took > ttl+time.Second {
+			t.Errorf("takeover took %v, want ≤ TTL + 1s", took)
+		}
+		if l.Fence() <= p.Fence {
+			t.Fatalf("fence %d after %d", l.Fence(), p.Fence)
+		}
+		var log faulttest.Sections
+		log.Do("next", l, func() {
+			if ok, err := writeRegister(ctxT(t), env.pool, l.Fence(), "next"); err != nil || !ok {
+				t.Fatalf("the new holder's write: %v %v", ok, err)
+			}
+		})
+		// The pause lasts past the holder's TTL whatever the takeover
+		// took: the length of the fault, not a wait for anything.
+		time.Sleep(time.Until(stopped.Add(2 * ttl)))
+		p.CheckResumed(t, fmt.Sprintf("%s %s: ", mode, h.name))
+		counts := checkHistory(t, env.pool, l.Fence())
+		acc, ref := p.Writes()
+		t.Logf("%s %s: writes accepted: %v; the holder's: %d accepted, %d refused", mode, h.name, counts, acc, ref)
+		faulttest.CheckSections(t, h.permits, p.Sections(), log.List())
+		select {
+		case <-l.Done():
+			t.Fatalf("the new holder's lock ended: %v", l.Err())
+		default:
+		}
+	})
 }

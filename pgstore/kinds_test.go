@@ -283,12 +283,16 @@ func testKindNotify(t *testing.T, pool *pgxpool.Pool, mode Mode) {
 	defer stop()
 	expect := func(what string, want bool) {
 		t.Helper()
+		wait := 5 * time.Second
+		if !want {
+			wait = 300 * time.Millisecond // what would have come by then
+		}
 		select {
 		case k := <-woken:
 			if !want || k != "sem" {
 				t.Errorf("%s: notified %q", what, k)
 			}
-		case <-time.After(500 * time.Millisecond):
+		case <-time.After(wait):
 			if want {
 				t.Errorf("%s: no notification", what)
 			}
@@ -296,16 +300,29 @@ func testKindNotify(t *testing.T, pool *pgxpool.Pool, mode Mode) {
 	}
 	tok := token()
 	mustKind(t, s, "sem", tok, driver.ModePermit, 1)
-	if err := relKind(t, s, "sem", tok, driver.ModePermit); err != nil {
+	if err := s.Release(ctxT(t), driver.ReleaseParams{Key: "sem", Token: tok, Mode: driver.ModePermit, KeepFor: time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
-	expect("release nobody waited for", false)
+	expect("a release keeping the permit (MinHold)", false)
 	mustKind(t, s, "sem", tok, driver.ModePermit, 1)
-	mustHeld(t, s, "sem", token(), driver.ModePermit, 1)
 	if err := relKind(t, s, "sem", tok, driver.ModePermit); err != nil {
 		t.Fatal(err)
 	}
-	expect("release after a refusal", true)
+	expect("a release", true)
+	w := token()
+	mustKind(t, s, "rw", token(), driver.ModeRead, 0)
+	mustHeld(t, s, "rw", w, driver.ModeWrite, 0)
+	if err := relKind(t, s, "rw", w, driver.ModeWrite); !errors.Is(err, driver.ErrNotHeld) {
+		t.Fatal(err)
+	}
+	select {
+	case k := <-woken:
+		if k != "rw" {
+			t.Errorf("a withdrawn claim: notified %q", k)
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("a withdrawn claim: no notification")
+	}
 	// An expired permit that an acquire deletes is announced too.
 	if _, err := acq(t, s, "sem", tok, driver.ModePermit, 1, 30*time.Millisecond); err != nil {
 		t.Fatal(err)

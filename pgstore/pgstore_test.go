@@ -154,11 +154,9 @@ func TestStore(t *testing.T) {
 				{"KindNotify", testKindNotify},
 				{"KindLeasesAndForceRelease", testKindLeases},
 				{"KindNamespaces", testKindNamespaces},
-				// Through Lockers (fair_test.go)
-				{"PermitCount", testPermitCount},
-				{"WritersExclude", testWritersExclude},
+				// Fair queues through Lockers (fair_test.go); storetest
+				// has the Locker-level tests of every kind
 				{"FairOrder", testFairOrder},
-				{"FairDeadWaiter", testFairDeadWaiter},
 				{"FairLeave", testFairLeave},
 			}
 			for _, tc := range tests {

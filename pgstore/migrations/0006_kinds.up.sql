@@ -23,15 +23,14 @@ CREATE TABLE {{.Qualified "_kinds"}} (
 	PRIMARY KEY (key, token)
 );
 
--- One row per read-write lock or semaphore key, never deleted: fence is the
--- key's durable counter (incremented by every writer's and every permit's
--- grant), so fences strictly increase across releases, expiries and
--- restarts, as the lease table's do. waiters is set by an acquire that was
--- refused and cleared by the release that NOTIFYs for it.
+-- One row per read-write lock or semaphore key that a writer or a permit
+-- was granted, never deleted: fence is the key's durable counter
+-- (incremented by every writer's and every permit's grant), so fences
+-- strictly increase across releases, expiries and restarts, as the lease
+-- table's do.
 CREATE TABLE {{.Qualified "_kind_keys"}} (
-	key     text COLLATE "C" PRIMARY KEY,
-	fence   bigint NOT NULL CHECK (fence >= 0),
-	waiters boolean NOT NULL
+	key   text COLLATE "C" PRIMARY KEY,
+	fence bigint NOT NULL CHECK (fence > 0)
 );
 
 -- Fair queues of mutex waiters (ObtainOptions.Fair): one row per waiter,
