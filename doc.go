@@ -25,7 +25,8 @@
 // [ErrReleased], [ErrMaxHold], [ErrStalled] and [ErrClosed] tell the causes
 // apart; [Lock.Extend] and [Lock.Heartbeat] go with MaxHold and
 // ProgressTimeout; [Event] (Config.OnEvent) is for metrics and logs;
-// [Clock] is for tests. Outside this package: the check the protected
+// [Clock] is for tests; [Locker.RWMutex] and [Locker.Semaphore] are locks
+// of other kinds. Outside this package: the check the protected
 // resource makes is package [github.com/tasklock/tasklock/fence], periodic
 // jobs are package [github.com/tasklock/tasklock/schedule], and the contract
 // a store implements is package [github.com/tasklock/tasklock/driver].
@@ -121,4 +122,62 @@
 // driver.ErrTryAgain, Obtain tries again (queueing, or after a few
 // milliseconds) until it has the lock or ctx ends, and TryObtain tries
 // again up to a dozen times before it reports the key as held.
+//
+// ObtainOptions.Fair asks for a first-come, first-served wait on stores
+// that keep a queue only on request (driver.FairQueuer): the waiter's
+// entry is a lease of its own, so a waiter that dies leaves the queue
+// within its TTL and never blocks the line. On stores that queue every
+// wait it changes nothing; on a store that keeps no queue it is
+// ErrUnsupported.
+//
+// # Read-write locks and semaphores
+//
+// [Locker.RWMutex] returns a read-write lock: many readers (RLock,
+// TryRLock) or one writer (Lock, TryLock) hold its key at a time, across
+// every Locker of the store. [Locker.Semaphore] returns a semaphore of n
+// permits: at most n holders at a time (Acquire, TryAcquire). Every hold
+// is a Lock of its own, with its own lease, renewed by the engine in the
+// same batches as the mutexes, ended with a cause on Done and Context,
+// bounded by MaxHold, fenced. ObtainOptions apply as they do to Obtain,
+// except Fair (an *OptionError): these waits are not queues at the store.
+// The store must keep these kinds (driver.Kinder; memstore is the
+// reference); on one that keeps only mutexes every call returns an error
+// matching ErrUnsupported.
+//
+// Mutexes have a namespace of their own: a mutex named "x" and a RWMutex
+// or Semaphore named "x" are different locks, and Obtain("x") does not
+// keep out a writer of RWMutex("x"). The store keeps different state for
+// them — a mutex is one lease per key, a read-write lock or a semaphore a
+// set of leases, one per holder — and no meaning of one for the other
+// would be one a caller could rely on. A RWMutex and a Semaphore of one
+// name do share the key: while either holds it, the other is refused with
+// ErrKindMismatch, and so is a Semaphore asked with another number of
+// permits than its holders (the number is kept with the key while any
+// permit is held, never silently changed). ErrKindMismatch is a caller's
+// mistake and is never retried. Reentrant holds are a mutex's only: an
+// RLock whose context carries a reader asks the store for a hold of its
+// own.
+//
+// Writers are not starved. A writer refused because others hold the key
+// leaves a claim at the store, an entry of its own token that refuses new
+// readers while it lasts. Its Lock asks again within a third of its TTL,
+// which renews the claim, so readers already in finish, new readers wait,
+// and the writer gets in. A Lock whose wait ends without the lock
+// (its context, ObtainOptions.Wait, Close) takes its claim back before it
+// returns, and a TryLock at once; the claim of a writer that dies ends at
+// its TTL.
+//
+// Fences. A writer's Lock carries a fence greater than every earlier
+// writer's on the key. A reader's carries the fence of the last writer (0
+// before any): readers share it, and a resource that keeps the fence of
+// the data it holds can tell which writer's version a reader read, and
+// refuse a reader's act once a later writer has been in. Every permit of
+// a Semaphore carries a fence greater than every earlier permit's. The
+// counters outlive the holds, as a mutex's does.
+//
+// Dead holders. Each reader, writer and permit being a lease of its own,
+// a holder that dies frees only its own hold, when its lease ends: the
+// other readers and permits stay held, and nobody waits longer than the
+// dead holder's TTL. A holder that cannot renew is told on Done before
+// the store could give its place to anyone else, as with a mutex.
 package tasklock

@@ -176,3 +176,98 @@ func ExampleLocker_Obtain_reentrant() {
 	// after the inner release, held: true
 	// after the outer release: <nil>
 }
+
+// Many readers or one writer. A writer that waits holds new readers off,
+// so it is not starved; readers see the fence of the last writer.
+func ExampleLocker_RWMutex() {
+	store := memstore.New(nil)
+	ctx := context.Background()
+	newLocker := func(owner string, onEvent func(tasklock.Event)) *tasklock.Locker {
+		lk, err := tasklock.New(store, &tasklock.Config{Owner: owner, OnEvent: onEvent})
+		if err != nil {
+			panic(err)
+		}
+		return lk
+	}
+	a, b := newLocker("web-1", nil), newLocker("web-2", nil)
+	defer a.Close()
+	defer b.Close()
+
+	w, err := a.RWMutex("prices").Lock(ctx, nil) // publish a new price list
+	if err != nil {
+		panic(err)
+	}
+	_, err = b.RWMutex("prices").TryRLock(ctx, nil)
+	fmt.Println("a reader while the writer holds:", errors.Is(err, tasklock.ErrNotObtained))
+	_ = w.Release(ctx)
+
+	r1, _ := a.RWMutex("prices").RLock(ctx, nil)
+	r2, _ := b.RWMutex("prices").RLock(ctx, nil)
+	fmt.Println("readers share, with the last writer's fence:", r1.Fence(), r2.Fence())
+	_ = r2.Release(ctx)
+
+	// Another writer asks while r1 reads: it waits, and new readers wait
+	// behind it.
+	asked := make(chan struct{}, 1)
+	c := newLocker("web-3", func(e tasklock.Event) {
+		if e.Type == tasklock.EventNotObtained {
+			select {
+			case asked <- struct{}{}:
+			default:
+			}
+		}
+	})
+	defer c.Close()
+	granted := make(chan *tasklock.Lock)
+	go func() {
+		w, err := c.RWMutex("prices").Lock(ctx, nil)
+		if err != nil {
+			panic(err)
+		}
+		granted <- w
+	}()
+	<-asked
+	_, err = b.RWMutex("prices").TryRLock(ctx, nil)
+	fmt.Println("a new reader while a writer waits:", errors.Is(err, tasklock.ErrNotObtained))
+	_ = r1.Release(ctx)
+	w2 := <-granted
+	fmt.Println("the waiting writer got in with fence", w2.Fence())
+	_ = w2.Release(ctx)
+	// Output:
+	// a reader while the writer holds: true
+	// readers share, with the last writer's fence: 1 1
+	// a new reader while a writer waits: true
+	// the waiting writer got in with fence 2
+}
+
+// A fleet-wide limit: at most two imports run at once, across every
+// replica. Each permit is a lease: a replica that dies gives its permit
+// back when the lease ends.
+func ExampleLocker_Semaphore() {
+	locker, _ := tasklock.New(memstore.New(nil), nil)
+	defer locker.Close()
+	ctx := context.Background()
+
+	imports := locker.Semaphore("imports", 2)
+	first, err := imports.Acquire(ctx, nil)
+	if err != nil {
+		panic(err)
+	}
+	second, _ := imports.Acquire(ctx, nil)
+	_, err = imports.TryAcquire(ctx, nil)
+	fmt.Println("a third while two run:", errors.Is(err, tasklock.ErrNotObtained))
+
+	// The number of permits is the key's while any is held.
+	_, err = locker.Semaphore("imports", 3).TryAcquire(ctx, nil)
+	fmt.Println("asked with three permits:", errors.Is(err, tasklock.ErrKindMismatch))
+
+	_ = first.Release(ctx)
+	third, _ := imports.TryAcquire(ctx, nil)
+	fmt.Println("fences:", first.Fence(), second.Fence(), third.Fence())
+	_ = second.Release(ctx)
+	_ = third.Release(ctx)
+	// Output:
+	// a third while two run: true
+	// asked with three permits: true
+	// fences: 1 2 3
+}

@@ -254,7 +254,7 @@ func New(locker *tasklock.Locker, l ledger.Ledger, cfg *Config) (*Scheduler, err
 		pruneEvery: c.PruneInterval, keep: max(c.HistoryKeep, 0), maxAge: max(c.HistoryMaxAge, 0), tail: c.OutputTail, redact: c.Redact, onEvent: c.OnEvent,
 		nodePrefix: c.NodeKeyPrefix, nodeTTL: c.NodeLeaseTTL, sweepEvery: c.NodeLeaseTTL / 3, lister: c.NodeLister, nodeTaken: c.NodeLeaseTaken,
 		isLeader: c.IsLeader,
-		wake: make(chan struct{}, 1), quit: make(chan struct{}), loopDone: make(chan struct{}), idle: make(chan struct{}),
+		wake:     make(chan struct{}, 1), quit: make(chan struct{}), loopDone: make(chan struct{}), idle: make(chan struct{}),
 		jobs: make(map[string]*job), states: make(map[string]ledger.JobState),
 		seen: make(map[triggerKey]bool), deadlines: make(map[*deadline]struct{}),
 	}

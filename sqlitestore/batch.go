@@ -33,22 +33,41 @@ func (s *Store) MaxBatch() int { return math.MaxInt }
 // A statement that fails, or a ctx that ends before the last statement
 // of a transaction has run, changes nothing: the call returns its error
 // and no item is granted. A batch with
-// one valid item is that item's Acquire.
+// one valid item is that item's Acquire. Items of read-write locks and
+// semaphores (which the Locker never batches) are each an Acquire of
+// their own, after the batch's mutexes.
 func (s *Store) AcquireBatch(ctx context.Context, ps []driver.AcquireParams) ([]driver.AcquireResult, error) {
 	res := make([]driver.AcquireResult, len(ps))
 	todo := make([]int, 0, len(ps))
+	var kinds []int
 	for i, p := range ps {
-		if res[i].Err = checkAcquire(p); res[i].Err == nil {
+		switch res[i].Err = checkAcquire(p); {
+		case res[i].Err != nil:
+		case p.Mode != driver.ModeMutex:
+			kinds = append(kinds, i)
+		default:
 			todo = append(todo, i)
 		}
 	}
+	if err := s.acquireMutexes(ctx, ps, todo, res); err != nil {
+		return nil, err
+	}
+	for _, i := range kinds {
+		res[i].Grant, res[i].Err = s.Acquire(ctx, ps[i])
+	}
+	return res, nil
+}
+
+// acquireMutexes is AcquireBatch for the mutexes ps[i], i in todo, whose
+// results it sets in res.
+func (s *Store) acquireMutexes(ctx context.Context, ps []driver.AcquireParams, todo []int, res []driver.AcquireResult) error {
 	switch len(todo) {
 	case 0:
-		return res, nil
+		return nil
 	case 1:
 		i := todo[0]
 		res[i].Grant, res[i].Err = s.Acquire(ctx, ps[i])
-		return res, nil
+		return nil
 	}
 	var held []int
 	err := s.inChunks(ctx, len(todo), func(ctx context.Context, q querier, start, end int) error {
@@ -79,12 +98,12 @@ func (s *Store) AcquireBatch(ctx context.Context, ps []driver.AcquireParams) ([]
 		return nil
 	})
 	if err != nil {
-		return nil, wrap(ctx, "acquire", fmt.Sprintf("%d keys", len(todo)), err)
+		return wrap(ctx, "acquire", fmt.Sprintf("%d keys", len(todo)), err)
 	}
 	for _, i := range held {
 		res[i].Err = s.heldBy(ctx, ps[i].Key)
 	}
-	return res, nil
+	return nil
 }
 
 // ReleaseBatch implements driver.Batcher with Release's statement in its
@@ -97,15 +116,38 @@ func (s *Store) AcquireBatch(ctx context.Context, ps []driver.AcquireParams) ([]
 // key with different tokens, the statement's answer (the keys released)
 // cannot tell which token held it, and the items run one by one, each
 // with Release's statement, in one transaction. A call that fails changes
-// nothing. A batch with one item to release is that item's Release.
+// nothing. A batch with one item to release is that item's Release. Items
+// of read-write locks and semaphores (which the Locker never batches) are
+// each a Release of their own, after the batch's mutexes.
 func (s *Store) ReleaseBatch(ctx context.Context, ps []driver.ReleaseParams) ([]error, error) {
 	errs := make([]error, len(ps))
+	var kinds []int
+	for i, p := range ps {
+		if p.Mode != driver.ModeMutex {
+			kinds = append(kinds, i)
+		}
+	}
+	if err := s.releaseMutexes(ctx, ps, errs); err != nil {
+		return nil, err
+	}
+	for _, i := range kinds {
+		errs[i] = s.Release(ctx, ps[i])
+	}
+	return errs, nil
+}
+
+// releaseMutexes is ReleaseBatch for the mutexes of ps, whose results it
+// sets in errs; it wakes this Store's fair waiters on the keys released.
+func (s *Store) releaseMutexes(ctx context.Context, ps []driver.ReleaseParams, errs []error) error {
 	type pair struct{ key, token string }
 	seen := make(map[pair]bool, len(ps))
 	tokens := make(map[string]string, len(ps)) // key → the token its items name
 	mixed := false
 	todo := make([]int, 0, len(ps))
 	for i, p := range ps {
+		if p.Mode != driver.ModeMutex {
+			continue
+		}
 		if p.Token == "" || seen[pair{p.Key, p.Token}] {
 			errs[i] = driver.ErrNotHeld
 			continue
@@ -119,13 +161,17 @@ func (s *Store) ReleaseBatch(ctx context.Context, ps []driver.ReleaseParams) ([]
 	}
 	switch {
 	case len(todo) == 0:
-		return errs, nil
+		return nil
 	case len(todo) == 1:
 		i := todo[0]
 		errs[i] = s.Release(ctx, ps[i])
-		return errs, nil
+		return nil
 	case mixed:
-		return s.releaseOneByOne(ctx, ps, todo, errs)
+		if err := s.releaseOneByOne(ctx, ps, todo, errs); err != nil {
+			return err
+		}
+		s.wakeReleased(ps, todo, errs)
+		return nil
 	}
 	released := make(map[string]bool, len(todo))
 	err := s.inChunks(ctx, len(todo), func(ctx context.Context, q querier, start, end int) error {
@@ -142,19 +188,30 @@ func (s *Store) ReleaseBatch(ctx context.Context, ps []driver.ReleaseParams) ([]
 		})
 	})
 	if err != nil {
-		return nil, wrap(ctx, "release", fmt.Sprintf("%d keys", len(todo)), err)
+		return wrap(ctx, "release", fmt.Sprintf("%d keys", len(todo)), err)
 	}
 	for _, i := range todo {
 		if !released[ps[i].Key] {
 			errs[i] = driver.ErrNotHeld
 		}
 	}
-	return errs, nil
+	s.wakeReleased(ps, todo, errs)
+	return nil
+}
+
+// wakeReleased wakes this Store's fair waiters on the keys of ps[i], i in
+// todo, that were released (not kept: see ReleaseParams.KeepFor).
+func (s *Store) wakeReleased(ps []driver.ReleaseParams, todo []int, errs []error) {
+	for _, i := range todo {
+		if errs[i] == nil && ps[i].KeepFor <= 0 {
+			s.wake.wake(ps[i].Key)
+		}
+	}
 }
 
 // releaseOneByOne releases ps[i] for i in todo, in order, each with
 // Release's prepared statement, all in one transaction, and sets errs[i].
-func (s *Store) releaseOneByOne(ctx context.Context, ps []driver.ReleaseParams, todo []int, errs []error) ([]error, error) {
+func (s *Store) releaseOneByOne(ctx context.Context, ps []driver.ReleaseParams, todo []int, errs []error) error {
 	err := s.inTx(ctx, func(sctx context.Context, tx *sql.Tx) error {
 		st := tx.StmtContext(sctx, s.st.release)
 		for _, i := range todo {
@@ -173,9 +230,9 @@ func (s *Store) releaseOneByOne(ctx context.Context, ps []driver.ReleaseParams, 
 		return nil
 	})
 	if err != nil {
-		return nil, wrap(ctx, "release", fmt.Sprintf("%d keys", len(todo)), err)
+		return wrap(ctx, "release", fmt.Sprintf("%d keys", len(todo)), err)
 	}
-	return errs, nil
+	return nil
 }
 
 // querier runs a statement: the *sql.DB, or a transaction's *sql.Tx.

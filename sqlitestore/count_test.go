@@ -223,7 +223,9 @@ SELECT printf('lease-%04d', i), printf('tok-%04d', i), 'bulk', 1, `+nowUS+`, `+n
 	if r := readRow(t, db, DefaultTable, "lease-0999"); r.expiresInUS < 110_000_000 {
 		t.Fatalf("lease-0999 ends in %dµs after renewal, want ~2min", r.expiresInUS)
 	}
-	count("ForceRelease", 1, func() {
+	// The mutex's UPDATE and the DELETE of the read-write lock's or
+	// semaphore's entries of the same name, in one transaction.
+	count("ForceRelease", 2, func() {
 		if err := s.ForceRelease(ctx, "lease-0001"); err != nil {
 			t.Fatal(err)
 		}

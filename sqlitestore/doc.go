@@ -7,12 +7,14 @@
 //	store, err := sqlitestore.New(db, &sqlitestore.Options{Migrate: true})
 //	locker, err := tasklock.New(store, nil)
 //
-// The Store implements driver.Store, driver.Lister, driver.ForceReleaser
-// and driver.Batcher. It does not implement driver.Notifier: SQLite has no
-// way to tell another process that a row changed, so waiters in other
-// processes poll (with the Locker's jittered backoff, never past the
-// holder's remaining TTL, which Acquire reports). Waiters on the Locker
-// that released are still woken at once by the Locker itself.
+// The Store implements driver.Store, driver.Lister, driver.ForceReleaser,
+// driver.Batcher, driver.Kinder (read-write locks and semaphores, see
+// "Read-write locks and semaphores") and driver.FairQueuer (see "Fair
+// queues"). It does not implement driver.Notifier: SQLite has no way to
+// tell another process that a row changed, so waiters in other processes
+// poll (with the Locker's jittered backoff, never past the holder's
+// remaining TTL, which Acquire reports). Waiters on the Locker that
+// released are still woken at once by the Locker itself.
 //
 // # Safety level
 //
@@ -26,15 +28,18 @@
 //     holders at once become possible and the file can be corrupted. For
 //     replicas on several hosts use pgstore, mysqlstore, etcdstore or
 //     zkstore.
-//   - Exclusion. Every grant, renewal and release is one SQLite statement
-//     run in a write transaction (its own, or its batch's), and SQLite
-//     serialises writers, so the check "expired?" and the write that
-//     follows it cannot interleave with another process's.
+//   - Exclusion. Every grant, renewal and release is made in one SQLite
+//     write transaction (a statement's own, its batch's, or one of a few
+//     statements whose first writes), and SQLite serialises writers, so
+//     the check "expired?" (or "how many permits are live?", "is this
+//     waiter the head of the queue?") and the write that follows it cannot
+//     interleave with another process's.
 //   - Durable fences. A key's row is never deleted: release and expiry only
 //     mark it free, and the fence in the row is incremented by every grant.
 //     Fences therefore strictly increase per key across releases, process
 //     crashes and restarts of every process, for as long as the file lives
-//     (see Durability for power loss).
+//     (see Durability for power loss). So do the fences of read-write locks
+//     and semaphores, whose counters are rows of their own, never deleted.
 //   - The store's clock is the host's clock. Expiry is decided inside each
 //     statement by SQLite's now (unixepoch('subsec'): the host's wall
 //     clock, read in whole milliseconds), never by a Locker's Clock. All
@@ -84,12 +89,14 @@
 // BEGIN IMMEDIATE: a transaction that reads and then writes takes the write
 // lock at BEGIN, so it waits its turn (busy_timeout) instead of failing with
 // SQLITE_BUSY when it upgrades, which no busy_timeout can fix. The store's
-// calls, batches included, are single statements outside transactions and
-// need no BEGIN, except a batch of more than 1,000 items (and the rare one
-// described under "Statements per operation"), whose database/sql
-// transaction starts with a write, so that it takes the write lock first
-// thing even on a db opened without Open; Migrate uses BEGIN IMMEDIATE
-// explicitly.
+// calls on mutexes, batches included, are single statements outside
+// transactions and need no BEGIN, except a batch of more than 1,000 items
+// (and the rare one described under "Statements per operation"). Those,
+// and the transactions of read-write locks, semaphores, fair queues, a
+// Renew that mixes mutexes with them and ForceRelease, are database/sql
+// transactions whose first statement writes, so that they take the write
+// lock first thing even on a db opened without Open; Migrate uses BEGIN
+// IMMEDIATE explicitly.
 //
 // New checks one connection for a positive busy_timeout, so a *sql.DB
 // opened without Open fails early instead of returning SQLITE_BUSY under
@@ -162,9 +169,71 @@
 // and needs float comparisons. A free row has
 // expires_at <= now; a released row also has an empty token.
 //
+// Migration 0005_create_kinds adds, named after the lock table (for the
+// default table):
+//
+//   - tasklock_locks_kinds: one row per read-write lock or semaphore key
+//     ever granted, with its fence counter; never deleted.
+//   - tasklock_locks_entries: one row per entry, primary key (key, token,
+//     mode), with state (a hold, a writer's waiting claim, or a hold kept
+//     by MinHold after its release), lim (the semaphore's permits, 0 for a
+//     read-write lock), owner, fence and expires_at.
+//   - tasklock_locks_queue: the fair queues, one row per waiter: seq
+//     INTEGER PRIMARY KEY AUTOINCREMENT, key, token (unique per key) and
+//     expires_at, with an index on (key, seq, expires_at) that reads a
+//     key's live head without the table.
+//
 // Migrations are embedded, numbered files (migrations/NNNN_name.up.sql, text/template over the table name),
 // recorded in Options.Table+"_migrations". Migrate applies pending ones (or
 // New with Options.Migrate); MigrationStatus lists them.
+//
+// # Read-write locks and semaphores
+//
+// A read-write lock or a semaphore named "x" is not the mutex named "x":
+// its entries live in a table of their own (see Schema), one row per
+// reader, writer, writer's waiting claim or permit, each a lease with its
+// own token, owner, fence and expiry by SQLite's clock, as a mutex's is.
+// A dead holder's entry counts for nothing once it expires, and is
+// deleted by the next Acquire of its key. Each key also has a fence
+// counter, in a row that is never deleted, so a writer's or a permit's
+// fence is greater than every earlier grant's on the key across releases,
+// restarts and every process on the file; a reader's is the counter as it
+// stands (the last writer's).
+//
+// Acquire of one of these is one write transaction (BEGIN IMMEDIATE with
+// Open's DSN) whose first statement writes — it deletes the key's expired
+// entries — so that it holds SQLite's write lock before it reads anything,
+// whatever the DSN's _txlock. One SELECT then reads SQLite's now, the key's
+// fence counter and its live entries (their kind, readers, writers, waiting
+// writers, permits, and the token's own hold); the decision is made from
+// that, at that instant, and written by one or two statements more: a
+// writer's or a permit's fence bump and the entry, a repeat's renewal, or
+// a refused writer's claim. A refusal reads the entry that refused it for
+// the *driver.HeldError. A kind mismatch rolls the transaction back.
+// Release is one DELETE (with MinHold, one UPDATE that keeps the entry
+// until then, no longer the token's); Renew renews entries with one
+// UPDATE … FROM json_each for the whole batch, as it does mutexes.
+//
+// # Fair queues
+//
+// ObtainOptions.Fair waits in a queue table (see Schema): EnqueueFair is
+// one INSERT at the back of the key's queue (seq, AUTOINCREMENT, keeps the
+// order of arrival across every process), and the entry is a lease of the
+// Obtain's TTL by SQLite's clock. The Ticket's Wait looks at the queue's
+// head and the mutex with one read, which takes no write lock; it renews
+// its entry at least every third of the TTL, and when its entry is the
+// head of the live queue and the mutex is free it grants in one write
+// transaction: renew the entry, check again that it is the head, take the
+// mutex with Acquire's statement (the next fence; the lease starts then)
+// and delete the entry (and the key's expired ones). A waiter that dies
+// stops renewing, and its entry stops counting when it expires, within its
+// TTL; one that gives up deletes it (Leave). Wait polls with jittered
+// backoff from 2 ms to 100 ms, never past the mutex holder's remaining
+// lease or the entry's next renewal, and is woken at once by releases
+// made through the same Store; waiters in other processes see a release
+// at their next poll. Plain Obtains do not look at the queue and may take
+// a free key ahead of it. Nothing here depends on state in a process:
+// every decision is made inside SQLite's write lock from the file.
 //
 // # Statements per operation
 //
@@ -182,10 +251,20 @@
 //     expires_at <= now RETURNING key, token, fence; only when the key is
 //     held, one SELECT more for the holder's owner and remaining TTL.
 //   - Renew: one UPDATE … FROM json_each(?) … RETURNING key, token for the
-//     whole batch, whatever its size (each lease found by primary key).
-//   - Release and ForceRelease: one token-checked (ForceRelease: not
-//     token-checked) UPDATE.
-//   - Leases: one SELECT.
+//     whole batch, whatever its size (each lease found by primary key); a
+//     batch that mixes mutexes with read-write locks' and semaphores'
+//     holds is one such UPDATE per table, in one transaction.
+//   - Release: one token-checked UPDATE (for a read-write lock or
+//     semaphore, one DELETE, or UPDATE with MinHold).
+//   - ForceRelease: one transaction of an UPDATE of the mutex, not
+//     token-checked, and a DELETE of the read-write lock's or semaphore's
+//     entries of the same name.
+//   - Leases: one SELECT of both tables.
+//   - Acquire of a read-write lock or semaphore: one transaction of three
+//     to five statements (see "Read-write locks and semaphores").
+//   - EnqueueFair: one INSERT; a fair Ticket's Wait: one SELECT per poll,
+//     one UPDATE per renewal, one transaction of four statements to grant;
+//     Leave: one DELETE.
 //   - AcquireBatch and ReleaseBatch (driver.Batcher: a Locker sends the
 //     TryObtain, Obtain and Release calls that arrive while two of its
 //     calls are under way together): the single call's statement in its

@@ -124,7 +124,8 @@ func resolve(opts *Options) (config, error) {
 const nowUS = "(CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000)"
 
 // Store keeps leases in a SQLite database. It implements driver.Store,
-// driver.Lister, driver.ForceReleaser and driver.Batcher (not
+// driver.Lister, driver.ForceReleaser, driver.Batcher, driver.Kinder
+// (read-write locks and semaphores) and driver.FairQueuer (not
 // driver.Notifier: waiters poll), and is safe for concurrent use. Create it
 // with New.
 type Store struct {
@@ -141,6 +142,11 @@ type Store struct {
 	st *prepared
 
 	ledger *ledgerSQL // the tick ledger's statements (ledger.go)
+	kinds  *kindsSQL  // read-write locks, semaphores, fair queues (kinds.go, fair.go)
+
+	// wake wakes the fair Tickets waiting in this Store when it releases
+	// their key (fair.go).
+	wake wakeups
 
 	// wturn is the Store's write turn, a semaphore held by each of its
 	// statements that write leases (see write).
@@ -256,10 +262,12 @@ func checkConn(ctx context.Context, db *sql.DB) error {
 
 func newStore(db *sql.DB, c config) *Store {
 	t := c.quoted
+	k := newKindsSQL(c, t)
 	return &Store{
 		db:         db,
 		table:      t,
 		ledger:     newLedgerSQL(c),
+		kinds:      k,
 		wturn:      make(chan struct{}, 1),
 		acquireSQL: acquireSQL(t, 1),
 		holderSQL:  `SELECT owner, expires_at - ` + nowUS + ` FROM ` + t + ` WHERE "key" = ?1`,
@@ -274,9 +282,14 @@ RETURNING "key", token`,
 		releaseSQL: releaseSQL(t, 1),
 		forceSQL: `UPDATE ` + t + ` SET token = '', expires_at = ` + nowUS + `
 WHERE "key" = ?1 AND expires_at > ` + nowUS,
-		leasesSQL: `SELECT "key", owner, fence, expires_at - ` + nowUS + ` FROM ` + t + `
+		// The live mutexes, then the live entries of read-write locks and
+		// semaphores, as (key, owner, fence, µs left, mode, lim, waiting).
+		leasesSQL: `SELECT "key", owner, fence, expires_at - ` + nowUS + `, 0, 0, 0 FROM ` + t + `
 WHERE expires_at > ` + nowUS + ` AND "key" >= ?1 AND substr("key", 1, length(?1)) = ?1
-ORDER BY "key"`,
+UNION ALL
+SELECT "key", owner, fence, expires_at - ` + nowUS + `, mode, lim, state = 1 FROM ` + k.entries + `
+WHERE expires_at > ` + nowUS + ` AND "key" >= ?1 AND substr("key", 1, length(?1)) = ?1
+ORDER BY 1, 5`,
 	}
 }
 
@@ -357,10 +370,15 @@ func releaseArgs(args []any, p driver.ReleaseParams) []any {
 
 // Acquire implements driver.Store with one INSERT … ON CONFLICT DO UPDATE
 // … RETURNING statement, plus one SELECT for the holder's owner and
-// remaining TTL only when the key is held.
+// remaining TTL only when the key is held. A read-write lock's or a
+// semaphore's (driver.Kinder) is one transaction of a few statements:
+// see "Read-write locks and semaphores" in the package documentation.
 func (s *Store) Acquire(ctx context.Context, p driver.AcquireParams) (driver.Grant, error) {
 	if err := checkAcquire(p); err != nil {
 		return driver.Grant{}, err
+	}
+	if p.Mode != driver.ModeMutex {
+		return s.acquireKind(ctx, p)
 	}
 	var g driver.Grant
 	granted := false
@@ -432,6 +450,12 @@ func checkAcquire(p driver.AcquireParams) error {
 		return fmt.Errorf("sqlitestore: acquire %q: empty token", p.Key)
 	case p.TTL < time.Microsecond:
 		return fmt.Errorf("sqlitestore: acquire %q: TTL is %v, must be at least 1µs", p.Key, p.TTL)
+	case p.Mode > driver.ModePermit:
+		return fmt.Errorf("sqlitestore: acquire %q: %w: mode %v", p.Key, driver.ErrUnsupported, p.Mode)
+	case p.Mode == driver.ModePermit && p.Limit < 1:
+		return fmt.Errorf("sqlitestore: acquire %q: Limit is %d, must be at least 1 for a permit", p.Key, p.Limit)
+	case p.Mode != driver.ModePermit && p.Limit != 0:
+		return fmt.Errorf("sqlitestore: acquire %q: Limit is %d, must be 0 for a %v hold", p.Key, p.Limit, p.Mode)
 	}
 	return nil
 }
@@ -458,38 +482,50 @@ func (s *Store) heldBy(ctx context.Context, key string) *driver.HeldError {
 	return &driver.HeldError{Owner: owner, TTL: max(time.Duration(rest)*time.Microsecond, 0)}
 }
 
-// renewEntry is one lease in the JSON array the renew statement reads.
+// renewEntry is one lease in the JSON array a renew statement reads: M,
+// the mode, only for read-write locks and semaphores.
 type renewEntry struct {
 	K string `json:"k"`
 	T string `json:"t"`
+	M int    `json:"m,omitempty"`
 	D int64  `json:"d"`
 }
 
 // Renew implements driver.Store with one UPDATE … FROM json_each(…)
-// RETURNING statement for the whole batch, however large.
+// RETURNING statement for the whole batch, however large. A batch that
+// mixes mutexes with holds of read-write locks and semaphores is two such
+// statements, one per table, in one transaction.
 func (s *Store) Renew(ctx context.Context, ps []driver.RenewParams) ([]error, error) {
 	res := make([]error, len(ps))
-	entries := make([]renewEntry, 0, len(ps))
+	var mutexes, kinds []renewEntry
 	for i, p := range ps {
-		if p.TTL < time.Microsecond {
+		switch {
+		case p.TTL < time.Microsecond:
 			return nil, fmt.Errorf("sqlitestore: renew %q: TTL is %v, must be at least 1µs", p.Key, p.TTL)
-		}
-		if p.Token == "" || !utf8.ValidString(p.Key) {
+		case p.Mode > driver.ModePermit:
+			res[i] = fmt.Errorf("sqlitestore: renew %q: %w: mode %v", p.Key, driver.ErrUnsupported, p.Mode)
+		case p.Token == "" || !utf8.ValidString(p.Key):
 			res[i] = driver.ErrNotHeld // no grant has such a token or key
-			continue
+		case p.Mode == driver.ModeMutex:
+			mutexes = append(mutexes, renewEntry{K: p.Key, T: p.Token, D: micros(p.TTL)})
+		default:
+			kinds = append(kinds, renewEntry{K: p.Key, T: p.Token, M: int(p.Mode), D: micros(p.TTL)})
 		}
-		entries = append(entries, renewEntry{K: p.Key, T: p.Token, D: micros(p.TTL)})
 	}
-	if len(entries) == 0 {
+	if len(mutexes)+len(kinds) == 0 {
 		return res, nil
 	}
-	arg, err := json.Marshal(entries)
+	marg, err := jsonArg(mutexes)
 	if err != nil {
-		return nil, fmt.Errorf("sqlitestore: renew: %w", err)
+		return nil, err
 	}
-	renewed := make(map[string]string, len(entries)) // key → token
-	err = s.write(ctx, func(ctx context.Context) error {
-		return s.query(ctx, s.st.renew, []any{string(arg)}, func(rows *sql.Rows) error {
+	karg, err := jsonArg(kinds)
+	if err != nil {
+		return nil, err
+	}
+	renewed := make(map[string]string, len(mutexes)) // mutex key → token
+	renewMutexes := func(ctx context.Context, q *sql.Stmt) error {
+		return s.query(ctx, q, []any{marg}, func(rows *sql.Rows) error {
 			var k, t string
 			if err := rows.Scan(&k, &t); err != nil {
 				return err
@@ -497,25 +533,61 @@ func (s *Store) Renew(ctx context.Context, ps []driver.RenewParams) ([]error, er
 			renewed[k] = t
 			return nil
 		})
-	})
+	}
+	entries := make(map[entryKey]bool, len(kinds))
+	switch {
+	case len(kinds) == 0:
+		err = s.write(ctx, func(ctx context.Context) error { return renewMutexes(ctx, s.st.renew) })
+	case len(mutexes) == 0:
+		err = s.write(ctx, func(ctx context.Context) error { return s.renewKinds(ctx, s.db, karg, entries) })
+	default:
+		err = s.inTx(ctx, func(sctx context.Context, tx *sql.Tx) error {
+			if err := renewMutexes(sctx, tx.StmtContext(sctx, s.st.renew)); err != nil {
+				return err
+			}
+			return s.renewKinds(sctx, tx, karg, entries)
+		})
+	}
 	if err != nil {
-		return nil, wrap(ctx, "renew", fmt.Sprintf("%d leases", len(entries)), err)
+		return nil, wrap(ctx, "renew", fmt.Sprintf("%d leases", len(mutexes)+len(kinds)), err)
 	}
 	for i, p := range ps {
-		if res[i] == nil {
+		if res[i] != nil {
+			continue
+		}
+		if p.Mode == driver.ModeMutex {
 			if t, ok := renewed[p.Key]; !ok || t != p.Token {
 				res[i] = driver.ErrNotHeld
 			}
+		} else if !entries[entryKey{p.Key, p.Token, p.Mode}] {
+			res[i] = driver.ErrNotHeld
 		}
 	}
 	return res, nil
 }
 
+// jsonArg is es as the JSON array a renew statement reads ("" when empty).
+func jsonArg(es []renewEntry) (string, error) {
+	if len(es) == 0 {
+		return "", nil
+	}
+	b, err := json.Marshal(es)
+	if err != nil {
+		return "", fmt.Errorf("sqlitestore: renew: %w", err)
+	}
+	return string(b), nil
+}
+
 // Release implements driver.Store with one token-checked UPDATE: the lease
 // ends now, or p.KeepFor from now (MinHold). The row and its fence stay.
+// A read-write lock's or semaphore's entry is deleted (or, with KeepFor,
+// kept until then) by one statement too.
 func (s *Store) Release(ctx context.Context, p driver.ReleaseParams) error {
-	if p.Token == "" {
+	if p.Token == "" || p.Mode > driver.ModePermit {
 		return driver.ErrNotHeld
+	}
+	if p.Mode != driver.ModeMutex {
+		return s.releaseKind(ctx, p)
 	}
 	released := false
 	err := s.write(ctx, func(ctx context.Context) error {
@@ -530,41 +602,56 @@ func (s *Store) Release(ctx context.Context, p driver.ReleaseParams) error {
 	case !released:
 		return driver.ErrNotHeld
 	}
+	if p.KeepFor <= 0 {
+		s.wake.wake(p.Key)
+	}
 	return nil
 }
 
-// ForceRelease implements driver.ForceReleaser with one UPDATE that ends
-// key's lease now, whoever holds it. The holder learns of it at its next
-// renewal.
+// ForceRelease implements driver.ForceReleaser with one transaction of
+// two statements: an UPDATE that ends key's mutex lease now, whoever holds
+// it, and a DELETE of every entry of the read-write lock or semaphore of
+// that name, waiting writers' claims included. The holders learn of it at
+// their next renewal. It returns driver.ErrNotHeld when neither had a live
+// lease.
 func (s *Store) ForceRelease(ctx context.Context, key string) error {
-	var r sql.Result
-	err := s.write(ctx, func(ctx context.Context) error {
-		var err error
-		r, err = s.st.force.ExecContext(ctx, key)
-		return err
+	var mutex, entries int64
+	err := s.inTx(ctx, func(sctx context.Context, tx *sql.Tx) error {
+		r, err := tx.StmtContext(sctx, s.st.force).ExecContext(sctx, key)
+		if err != nil {
+			return err
+		}
+		if mutex, err = r.RowsAffected(); err != nil {
+			return err
+		}
+		return readRows(tx.QueryContext(sctx, s.kinds.force, key))(func(rows *sql.Rows) error {
+			var live bool
+			if err := rows.Scan(&live); err != nil {
+				return err
+			}
+			if live {
+				entries++
+			}
+			return nil
+		})
 	})
-	return s.changed(ctx, "force release", key, r, err)
-}
-
-// changed turns the result of an UPDATE of one lease into nil when it
-// changed the row and ErrNotHeld when it did not.
-func (s *Store) changed(ctx context.Context, op, key string, r sql.Result, err error) error {
-	if err != nil {
-		return wrap(ctx, op, key, err)
-	}
-	n, err := r.RowsAffected()
-	if err != nil {
-		return wrap(ctx, op, key, err)
-	}
-	if n == 0 {
+	switch {
+	case err != nil:
+		return wrap(ctx, "force release", key, err)
+	case mutex+entries == 0:
 		return driver.ErrNotHeld
+	}
+	if mutex > 0 {
+		s.wake.wake(key)
 	}
 	return nil
 }
 
 // Leases implements driver.Lister with one SELECT: the live leases whose
-// key starts with prefix, sorted by key. A lease released with MinHold is
-// listed until it ends.
+// key starts with prefix, sorted by key, mutexes first: a lease per
+// mutex, and one per entry of a read-write lock or semaphore (a writer's
+// waiting claim with Waiting set). A lease released with MinHold is listed
+// until it ends.
 func (s *Store) Leases(ctx context.Context, prefix string) ([]driver.Lease, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, wrap(ctx, "list leases", prefix, err)
@@ -575,11 +662,12 @@ func (s *Store) Leases(ctx context.Context, prefix string) ([]driver.Lease, erro
 			l     driver.Lease
 			fence int64
 			rest  int64
+			mode  int
 		)
-		if err := rows.Scan(&l.Key, &l.Owner, &fence, &rest); err != nil {
+		if err := rows.Scan(&l.Key, &l.Owner, &fence, &rest, &mode, &l.Limit, &l.Waiting); err != nil {
 			return err
 		}
-		l.Fence, l.TTL = uint64(fence), time.Duration(rest)*time.Microsecond
+		l.Fence, l.TTL, l.Mode = uint64(fence), time.Duration(rest)*time.Microsecond, driver.Mode(mode)
 		out = append(out, l)
 		return nil
 	})
