@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,71 +13,73 @@ import (
 	"github.com/tasklock/tasklock"
 )
 
-// fairObtain starts a fair Obtain of key on lk and returns its result
-// channel once the waiter is queued.
-func fairObtain(t *testing.T, lk *tasklock.Locker, ev *eventLog, key string, opts tasklock.ObtainOptions) <-chan *tasklock.Lock {
+// fairResult is the outcome of waiter i's fair Obtain.
+type fairResult struct {
+	i   int
+	l   *tasklock.Lock
+	err error
+}
+
+// fairObtain starts waiter i's fair Obtain of key on lk, to report on out,
+// and returns once the waiter is queued.
+func fairObtain(t *testing.T, lk *tasklock.Locker, ev *eventLog, key string, opts tasklock.ObtainOptions, i int, out chan<- fairResult) {
 	t.Helper()
 	opts.Fair = true
-	got := make(chan *tasklock.Lock, 1)
 	go func() {
 		l, err := lk.Obtain(ctxT(t), key, &opts)
-		if err != nil {
-			t.Error(err)
-		}
-		got <- l
+		out <- fairResult{i, l, err}
 	}()
 	waitFor(t, 10*time.Second, "the waiter queued", func() bool { return ev.count(tasklock.EventQueued) > 0 })
-	return got
 }
 
 // testFairOrder: three fair waiters on three Lockers behind a holder are
-// served in the order they queued, though their entries (TTL 300ms) must
-// be renewed several times while they wait.
+// served in the order they queued, though their entries (TTL 1s) must be
+// renewed several times while they wait.
 func testFairOrder(t *testing.T, pool *pgxpool.Pool, mode Mode) {
 	s := newStore(t, pool, &Options{Mode: mode})
 	holder, err := newLocker(t, s, "holder", nil).Obtain(ctxT(t), "fifo", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var order []int
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for i := range 3 {
+	const n, ttl = 3, time.Second
+	served := make(chan fairResult, n)
+	for i := range n {
 		ev := newEventLog()
 		lk := newLocker(t, s, fmt.Sprintf("w%d", i), &tasklock.Config{OnEvent: ev.on})
-		got := fairObtain(t, lk, ev, "fifo", tasklock.ObtainOptions{TTL: 300 * time.Millisecond})
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			l := <-got
-			if l == nil {
-				return
-			}
-			mu.Lock()
-			order = append(order, i)
-			mu.Unlock()
-			if err := l.Release(ctxT(t)); err != nil {
-				t.Error(err)
-			}
-		}()
+		fairObtain(t, lk, ev, "fifo", tasklock.ObtainOptions{TTL: ttl}, i, served)
 	}
-	// Every entry is renewed past three of its TTLs before the release.
+	// Every entry is renewed past three of its TTLs before the release,
+	// and stays the same entry (one that expired would have been queued
+	// again, at the back, with another token).
 	first := queueExpiries(t, s, "fifo")
-	waitFor(t, 10*time.Second, "the entries' renewals", func() bool {
+	waitFor(t, 30*time.Second, "the entries' renewals", func() bool {
 		now := queueExpiries(t, s, "fifo")
 		for tok, at := range first {
-			if now[tok].Sub(at) < 900*time.Millisecond {
+			if _, ok := now[tok]; !ok {
+				t.Fatalf("an entry expired while its waiter waited: %v, then %v", first, now)
+			}
+			if now[tok].Sub(at) < 3*ttl {
 				return false
 			}
 		}
-		return len(now) == 3
+		return true
 	})
 	if err := holder.Release(ctxT(t)); err != nil {
 		t.Fatal(err)
 	}
-	wg.Wait()
-	if fmt.Sprint(order) != "[0 1 2]" {
-		t.Fatalf("served in order %v, want [0 1 2]", order)
+	// In order: the first served is the first queued, and so on, each
+	// once the one before released.
+	for i := range n {
+		r := <-served
+		if r.err != nil {
+			t.Fatalf("waiter %d: %v", r.i, r.err)
+		}
+		if r.i != i {
+			t.Fatalf("waiter %d served before waiter %d", r.i, i)
+		}
+		if err := r.l.Release(ctxT(t)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if n := queueLen(t, s, "fifo"); n != 0 {
 		t.Errorf("%d entries left in the queue", n)
@@ -130,7 +131,8 @@ func testFairLeave(t *testing.T, pool *pgxpool.Pool, mode Mode) {
 	}()
 	waitFor(t, 10*time.Second, "w1 queued", func() bool { return ev1.count(tasklock.EventQueued) > 0 })
 	ev2 := newEventLog()
-	got := fairObtain(t, newLocker(t, s, "w2", &tasklock.Config{OnEvent: ev2.on}), ev2, "k", tasklock.ObtainOptions{})
+	got := make(chan fairResult, 1)
+	fairObtain(t, newLocker(t, s, "w2", &tasklock.Config{OnEvent: ev2.on}), ev2, "k", tasklock.ObtainOptions{}, 2, got)
 	cancel1()
 	var ne *tasklock.NotObtainedError
 	if err := <-err1; !errors.As(err, &ne) || ne.Owner != "holder" || !errors.Is(err, context.Canceled) {
@@ -143,11 +145,11 @@ func testFairLeave(t *testing.T, pool *pgxpool.Pool, mode Mode) {
 		t.Fatal(err)
 	}
 	select {
-	case l := <-got:
-		if l == nil {
-			t.FailNow()
+	case r := <-got:
+		if r.err != nil {
+			t.Fatal(r.err)
 		}
-		_ = l.Release(ctxT(t))
+		_ = r.l.Release(ctxT(t))
 	case <-time.After(10 * time.Second):
 		t.Fatal("w2 was not served")
 	}
