@@ -169,68 +169,51 @@ func (s *Store) releaseKind(ctx context.Context, p driver.ReleaseParams) error {
 	return nil
 }
 
-// renewKinds renews the read-write locks' and semaphores' holds in ps (no
-// mutex among them) in one statement, and sets res[i] to ErrNotHeld for
-// each one not renewed.
-func (s *Store) renewKinds(ctx context.Context, ps []driver.RenewParams, at []int, res []error) error {
-	keys, tokens, ttls, modes := renewArrays(ps, at)
-	return s.renewWith(ctx, s.sql.renewKinds, []any{keys, tokens, ttls, modes}, at, res)
-}
-
-// renewArrays returns the unnest() arrays of the items at of ps.
-func renewArrays(ps []driver.RenewParams, at []int) (keys, tokens []string, ttls []int64, modes []int16) {
-	keys, tokens = make([]string, len(at)), make([]string, len(at))
-	ttls, modes = make([]int64, len(at)), make([]int16, len(at))
-	for j, i := range at {
-		p := &ps[i]
-		keys[j], tokens[j], ttls[j], modes[j] = p.Key, p.Token, micros(p.TTL), int16(p.Mode)
-	}
-	return keys, tokens, ttls, modes
-}
-
-// renewWith runs a renewal statement that returns the 1-based position,
-// in at, of every lease it renewed, and sets res[at[j]] to ErrNotHeld for
+// renewWith runs a renewal statement over the unnest()ed arrays of ps
+// (keys, tokens, TTLs in µs and, with modes, the modes), which returns the
+// 1-based position of every lease it renewed, and returns ErrNotHeld for
 // the others. It runs on a connection of its own and in the simple
 // protocol: see Renew.
-func (s *Store) renewWith(ctx context.Context, sql string, args []any, at []int, res []error) error {
+func (s *Store) renewWith(ctx context.Context, sql string, ps []driver.RenewParams, modes bool) ([]error, error) {
+	keys, tokens, ttls := make([]string, len(ps)), make([]string, len(ps)), make([]int64, len(ps))
+	for i := range ps {
+		keys[i], tokens[i], ttls[i] = ps[i].Key, ps[i].Token, micros(ps[i].TTL)
+	}
+	args := []any{pgx.QueryExecModeSimpleProtocol, keys, tokens, ttls}
+	if modes {
+		ms := make([]int16, len(ps))
+		for i := range ps {
+			ms[i] = int16(ps[i].Mode)
+		}
+		args = append(args, ms)
+	}
 	c, err := s.pool.Acquire(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer c.Release()
-	rows, err := c.Conn().Query(ctx, sql, append([]any{pgx.QueryExecModeSimpleProtocol}, args...)...)
+	rows, err := c.Conn().Query(ctx, sql, args...)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	renewed := make([]bool, len(at))
+	renewed := make([]bool, len(ps))
 	var i int64
 	_, err = pgx.ForEachRow(rows, []any{&i}, func() error {
-		if i >= 1 && i <= int64(len(at)) {
+		if i >= 1 && i <= int64(len(ps)) {
 			renewed[i-1] = true
 		}
 		return nil
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	for j, ok := range renewed {
+	res := make([]error, len(ps))
+	for i, ok := range renewed {
 		if !ok {
-			res[at[j]] = driver.ErrNotHeld
+			res[i] = driver.ErrNotHeld
 		}
 	}
-	return nil
-}
-
-// byMode splits the positions of ps into mutexes and other modes.
-func byMode(ps []driver.RenewParams) (mutexes, kinds []int) {
-	for i := range ps {
-		if ps[i].Mode == driver.ModeMutex {
-			mutexes = append(mutexes, i)
-		} else {
-			kinds = append(kinds, i)
-		}
-	}
-	return mutexes, kinds
+	return res, nil
 }
 
 // allMutexes reports whether every one of n items asks for a mutex.

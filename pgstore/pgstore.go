@@ -344,37 +344,56 @@ func (r *acquireRow) result() (driver.Grant, error) {
 // away on each of the pool's connections. Each statement is still one
 // round trip.
 func (s *Store) Renew(ctx context.Context, ps []driver.RenewParams) ([]error, error) {
-	res := make([]error, len(ps))
 	if len(ps) == 0 {
-		return res, nil
+		return []error{}, nil
 	}
-	mutexes, kinds := byMode(ps)
-	var err error
+	var (
+		res []error
+		err error
+	)
+	mutexes := allMutexes(len(ps), func(i int) driver.Mode { return ps[i].Mode })
 	switch {
-	case len(kinds) == 0 && s.conns != nil:
+	case mutexes && s.conns != nil:
 		return s.renewConns(ctx, ps)
-	case len(kinds) == 0:
-		keys, tokens, ttls, _ := renewArrays(ps, mutexes)
-		err = s.renewWith(ctx, s.sql.renew, []any{keys, tokens, ttls}, mutexes, res)
-	case len(mutexes) == 0 || s.conns != nil:
-		if err = s.renewKinds(ctx, ps, kinds, res); err == nil && len(mutexes) > 0 {
-			var rs []error
-			if rs, err = s.renewConns(ctx, pick(ps, mutexes)); err == nil {
-				for j, i := range mutexes {
-					res[i] = rs[j]
-				}
-			}
-		}
+	case mutexes:
+		res, err = s.renewWith(ctx, s.sql.renew, ps, false)
+	case s.conns == nil:
+		res, err = s.renewWith(ctx, s.sql.renewMixed, ps, true)
 	default:
-		all := make([]int, len(ps))
-		for i := range all {
-			all[i] = i
-		}
-		keys, tokens, ttls, modes := renewArrays(ps, all)
-		err = s.renewWith(ctx, s.sql.renewMixed, []any{keys, tokens, ttls, modes}, all, res)
+		res, err = s.renewConnsAndKinds(ctx, ps)
 	}
 	if err != nil {
 		return nil, s.wrap("renew", "", err)
+	}
+	return res, nil
+}
+
+// renewConnsAndKinds is a connection-mode Renew of a batch with holds of
+// other modes than mutexes: one UPDATE for those, and a ping on each
+// mutex's connection.
+func (s *Store) renewConnsAndKinds(ctx context.Context, ps []driver.RenewParams) ([]error, error) {
+	var mutexes, kinds []int
+	for i := range ps {
+		if ps[i].Mode == driver.ModeMutex {
+			mutexes = append(mutexes, i)
+		} else {
+			kinds = append(kinds, i)
+		}
+	}
+	kres, err := s.renewWith(ctx, s.sql.renewKinds, pick(ps, kinds), true)
+	if err != nil {
+		return nil, err
+	}
+	mres, err := s.renewConns(ctx, pick(ps, mutexes))
+	if err != nil {
+		return nil, err
+	}
+	res := make([]error, len(ps))
+	for j, i := range kinds {
+		res[i] = kres[j]
+	}
+	for j, i := range mutexes {
+		res[i] = mres[j]
 	}
 	return res, nil
 }
