@@ -3,6 +3,7 @@ package pgstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -485,4 +486,43 @@ func TestKindsAcquireCancelled(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustKind(t, s, "k", token(), driver.ModePermit, 1)
+}
+
+// TestRenewMixedOneStatement: a Renew of mutexes, readers and permits
+// together is one statement, as a Renew of mutexes alone is.
+func TestRenewMixedOneStatement(t *testing.T) {
+	t.Parallel()
+	pool, tr := tracedPool(t, newDB(t))
+	s := newStore(t, pool, nil)
+	const n = 300
+	var ps []driver.RenewParams
+	for i := range n {
+		key, tok := fmt.Sprintf("k%d", i%100), token()
+		m, limit := []driver.Mode{driver.ModeMutex, driver.ModeRead, driver.ModePermit}[i/100], 0
+		switch m {
+		case driver.ModeMutex:
+			mustAcquire(t, s, key, tok, "me", time.Minute)
+		case driver.ModePermit:
+			key, limit = "pool", n
+		}
+		if m != driver.ModeMutex {
+			mustKind(t, s, key, tok, m, limit)
+		}
+		ps = append(ps, driver.RenewParams{Key: key, Token: tok, TTL: time.Minute, Mode: m})
+	}
+	tr.reset()
+	res, err := s.Renew(ctxT(t), ps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, err := range res {
+		if err != nil {
+			t.Errorf("item %d (%v): %v", i, ps[i].Mode, err)
+		}
+	}
+	all, mixed := tr.count(s.sql.renewMixed)
+	t.Logf("Renew of %d mutexes, readers and permits: %d statement(s)", n, all)
+	if all != 1 || mixed != 1 {
+		t.Fatalf("%d statements (%d mixed renewals), want 1", all, mixed)
+	}
 }
