@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -524,5 +525,43 @@ func TestRenewMixedOneStatement(t *testing.T) {
 	t.Logf("Renew of %d mutexes, readers and permits: %d statement(s)", n, all)
 	if all != 1 || mixed != 1 {
 		t.Fatalf("%d statements (%d mixed renewals), want 1", all, mixed)
+	}
+}
+
+// TestKindsMigration: a table migrated by an older library (before
+// 0006_kinds) refuses read-write locks and semaphores with an error that
+// says to migrate, and Migrate adds what they need beside it, the mutexes'
+// leases kept.
+func TestKindsMigration(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t, newDB(t), nil)
+	ctx := ctxT(t)
+	o, err := resolve(pool, &Options{Table: "old_locks"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := migrateWith(ctx, pool, o, migrations[:5]); err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(pool, &Options{Table: "old_locks"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := token()
+	f := mustAcquire(t, s, "job", tok, "me", time.Minute)
+	_, err = s.Acquire(ctx, driver.AcquireParams{Key: "job", Token: token(), Owner: "me", TTL: time.Minute, Mode: driver.ModePermit, Limit: 1})
+	if !errors.Is(err, errNoTable) || !strings.Contains(err.Error(), "Migrate") {
+		t.Fatalf("a permit on a table before 0006: %v, want a hint to migrate", err)
+	}
+	if err := Migrate(ctx, pool, &Options{Table: "old_locks"}); err != nil {
+		t.Fatal(err)
+	}
+	mustKind(t, s, "job", token(), driver.ModePermit, 1)
+	res, err := s.Renew(ctx, []driver.RenewParams{{Key: "job", Token: tok, TTL: time.Minute}})
+	if err != nil || res[0] != nil {
+		t.Fatalf("the mutex's lease after the migration: %v %v", res, err)
+	}
+	if r := readRow(t, s, "job"); r.fence != int64(f) {
+		t.Fatalf("row after the migration: %+v", r)
 	}
 }
