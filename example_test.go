@@ -271,3 +271,38 @@ func ExampleLocker_Semaphore() {
 	// asked with three permits: true
 	// fences: 1 2 3
 }
+
+// A leader is the holder of the election's lock and its term the fence: a
+// follower's Campaign returns when the leader resigns (or dies, at its
+// TTL), with a greater term, and Observe shows who leads.
+func ExampleLocker_Election() {
+	store := memstore.New(nil)
+	a, _ := tasklock.New(store, &tasklock.Config{Owner: "node-a"})
+	defer a.Close()
+	b, _ := tasklock.New(store, &tasklock.Config{Owner: "node-b"})
+	defer b.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	ea, eb := a.Election("primary", nil), b.Election("primary", nil)
+	lead, err := ea.Campaign(ctx)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("node-a leads, term", lead.Fence())
+	seen := eb.Observe(ctx)
+	fmt.Println("node-b sees:", (<-seen).Owner)
+
+	elected := make(chan *tasklock.Lock)
+	go func() {
+		l, _ := eb.Campaign(ctx) // waits: node-a leads
+		elected <- l
+	}()
+	_ = ea.Resign(ctx) // or: node-a dies, and its lease ends at its TTL
+	next := <-elected
+	fmt.Println("node-b leads, term", next.Fence(), "; node-a no longer leads:", ea.Leader() == nil)
+	// Output:
+	// node-a leads, term 1
+	// node-b sees: node-a
+	// node-b leads, term 2 ; node-a no longer leads: true
+}

@@ -9,9 +9,10 @@
 //	store.Close(ctx)
 //
 // The Store implements driver.Store, driver.Queuer (waiters queue at etcd,
-// first come first served), driver.Notifier, driver.Lister,
-// driver.ForceReleaser and ledger.Ledger (the scheduler's tick ledger, see
-// Ledger below). It never closes the client and never logs.
+// first come first served), driver.Kinder (read-write locks and semaphores,
+// see below), driver.Notifier, driver.Lister, driver.ForceReleaser and
+// ledger.Ledger (the scheduler's tick ledger, see Ledger below). It never
+// closes the client and never logs.
 //
 // # One lease for all locks
 //
@@ -99,9 +100,65 @@
 //   - Enqueue: one Txn (the put, the head and the entry ahead). Wait: one
 //     watch of the entry ahead, and one Txn each time it goes; a granted
 //     wait is confirmed by the Locker's Renew. Leave: one Delete.
-//   - Leases: one range read and one LeaseTimeToLive per holding Store.
-//     ForceRelease: a read of the head and a Txn deleting it, whoever holds
-//     it; the waiters stay queued.
+//   - Leases: one Txn of two range reads (mutexes, kinds) and one
+//     LeaseTimeToLive per holding Store. ForceRelease: a read of the
+//     mutex's head and a Txn deleting it, whoever holds it, and every entry
+//     of the read-write lock or semaphore of the same name; the mutex's
+//     waiters stay queued.
+//
+// # Read-write locks and semaphores
+//
+// Their keys are a namespace of their own (driver.Mode): a kinds key K
+// lives under Prefix + "\xfekinds/" + escaped K + "/" (0xfe never occurs
+// in a lock key, so no mutex's prefix covers it), as
+//
+//   - f: the fence counter, on no lease and never deleted (a key per name
+//     ever used, holding nothing): its mod revision is the fence of the
+//     last writer or permit granted, which outlives every entry;
+//   - p/T, q/T, r/T, w/T: token T's permit, waiting writer's entry, reader
+//     and writer, each on the session lease of the Store that put it,
+//     holding the semaphore's Limit (0 for a read-write lock), then T, the
+//     TTL asked for and the owner, one per line.
+//
+// An entry is a lock's key in every other way: it lives on the session
+// lease, is renewed by Renew in the same batch as mutexes (the key's
+// existence, one Txn per 128, and one LeaseKeepAlive: a mixed batch costs
+// what the mutexes alone would), is deleted by the reaper at its deadline
+// (a waiting writer's entry too, TTL after its writer last asked), and goes
+// with the session when its holder dies or is cut off. Every deletion is
+// announced by Subscribe under K's name.
+//
+// Acquire is one Txn whose compares decide the grant, so two grants can
+// never both see a state that allows them:
+//
+//   - ModeRead: if no q/, w/ or p/ key exists, put r/T and read f (the
+//     reader's fence, the last writer's); else read the prefix.
+//   - ModeWrite: if no p/, r/ or w/ key exists, put w/T, delete q/T and put
+//     f (the grant's revision is the fence); else read the prefix and, in
+//     a nested Txn, put q/T unless it, w/T or a p/ key exists. A waiting
+//     writer's entry refuses new readers until it is granted, its writer
+//     gives up (Release of ModeWrite deletes it and answers ErrNotHeld) or
+//     its deadline passes.
+//   - ModePermit: if the key has no entry, put p/T and f; else read the
+//     prefix. "Fewer than Limit permits" is no compare etcd has, so while
+//     the read shows a free permit the next Txn puts p/T and f if no key
+//     under the prefix has a mod revision above the read's (deletions
+//     only free permits), reading the prefix again otherwise: up to
+//     8 Txns, then an error wrapping driver.ErrTryAgain, which the Locker
+//     retries.
+//
+// A failed Txn's read settles the rest: an entry of another Limit (a
+// semaphore asked with another number of permits, or as a read-write
+// lock) is driver.ErrKindMismatch; T's own entry of the mode asked for on
+// the session (an earlier attempt's grant whose answer was lost) is
+// granted again with its fence; otherwise a *HeldError naming the writer,
+// the waiting writer (TTL 0), or the reader or permit with the shortest
+// lock TTL, with its remaining TTL (one LeaseTimeToLive, as for a mutex).
+// A reader or writer costs one Txn, granted or refused (plus the
+// LeaseTimeToLive of a refusal that names a holder's TTL); a permit one Txn
+// on a key without entries and two beside other permits. Fences are
+// revisions, as a mutex's: strictly increasing per key across releases,
+// expiries, forced releases and restarts.
 //
 // # Safety level
 //
@@ -164,7 +221,8 @@
 // validates them), which never holds the byte 0xff, so no lock entry sorts
 // at or after Prefix + "\xff" and no lock's prefix covers a ledger key:
 // Leases reads and Subscribe watches [Prefix, Prefix + "\xff") only, and
-// Acquire, Enqueue and ForceRelease work under Prefix + escaped key + "/".
+// Acquire, Enqueue and ForceRelease work under Prefix + escaped key + "/"
+// (or Prefix + "\xfekinds/" + escaped key + "/").
 // Names are kept as they are, with 0x00 and 0x01 escaped (0x01 0x01, 0x01
 // 0x02) and 0x00 as separator, so that keys sort as names do:
 //

@@ -56,9 +56,9 @@ type Options struct {
 }
 
 // Store keeps tasklock leases in etcd through the caller's client. It
-// implements driver.Store, driver.Queuer, driver.Notifier, driver.Lister,
-// driver.ForceReleaser and ledger.Ledger, and is safe for concurrent use. Create it with New
-// and end it with Close.
+// implements driver.Store, driver.Queuer, driver.Kinder, driver.Notifier,
+// driver.Lister, driver.ForceReleaser and ledger.Ledger, and is safe for
+// concurrent use. Create it with New and end it with Close.
 type Store struct {
 	c      *clientv3.Client
 	prefix string
@@ -223,7 +223,7 @@ func (s *Store) parseKey(k []byte) (key, token string, ok bool) {
 		return "", "", false
 	}
 	ek, et, found := strings.Cut(rest, "/")
-	if !found || ek == "" || et == "" || strings.Contains(et, "/") {
+	if !found || ek == "" || et == "" || strings.Contains(et, "/") || strings.HasPrefix(rest, kindsMark) {
 		return "", "", false
 	}
 	return unescape(ek), unescape(et), true
@@ -278,25 +278,52 @@ func parseValue(v []byte) (token, owner string, ttl time.Duration) {
 // was last kept alive too long ago) a LeaseKeepAlive runs alongside the
 // Txn. A held key costs a LeaseTimeToLive of the holder's lease too, for
 // HeldError.TTL. The first Acquire, and the first after the session lease
-// was lost, grants a new session lease first.
+// was lost, grants a new session lease first. A mode other than ModeMutex
+// is a read-write lock's or a semaphore's (kinds.go).
 func (s *Store) Acquire(ctx context.Context, p driver.AcquireParams) (driver.Grant, error) {
 	if p.TTL > s.ttl {
 		return driver.Grant{}, fmt.Errorf("etcdstore: acquire %q: %w (%v > %v)", p.Key, ErrTTL, p.TTL, s.ttl)
 	}
+	if p.Mode != driver.ModeMutex {
+		return s.acquireKind(ctx, p)
+	}
 	start := time.Now()
 	ek, kp := s.entryKey(p.Key, p.Token), s.keyPrefix(p.Key)
 	val := value(p.Token, p.Owner, p.TTL)
+	resp, ss, err := s.onSession(ctx, start, p.TTL, []string{ek}, func(ss *session) clientv3.Txn {
+		return s.c.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(kp), "=", 0).WithPrefix()).
+			Then(clientv3.OpPut(ek, val, clientv3.WithLease(ss.id))).
+			Else(clientv3.OpGet(kp, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(1)))
+	})
+	switch {
+	case err != nil:
+		return driver.Grant{}, fmt.Errorf("etcdstore: acquire %q: %w", p.Key, err)
+	case !resp.Succeeded:
+		return driver.Grant{}, s.heldError(ctx, resp)
+	}
+	if err := s.keepHeld(ek, ss, start.Add(p.TTL)); err != nil {
+		return driver.Grant{}, err
+	}
+	return driver.Grant{Fence: uint64(resp.Header.Revision)}, nil
+}
+
+// onSession commits the Txn that build makes for the Store's live session
+// (its puts carry the session lease), with a LeaseKeepAlive alongside when
+// the session must be refreshed so that it lives until start+ttl. When etcd
+// says the session lease is gone, the keys put with it went with it: it
+// tries once more on a new session. A Txn whose compares failed is
+// returned as it is, whatever the keepalive said. On a failure after which
+// the Txn may have been applied, the keys in put, which the Txn may have
+// put, are handed to the reaper.
+func (s *Store) onSession(ctx context.Context, start time.Time, ttl time.Duration, put []string, build func(ss *session) clientv3.Txn) (*clientv3.TxnResponse, *session, error) {
 	for attempt := 0; ; attempt++ {
 		ss, err := s.session(ctx)
 		if err != nil {
-			return driver.Grant{}, fmt.Errorf("etcdstore: acquire %q: %w", p.Key, err)
+			return nil, nil, err
 		}
-		ka := ss.refresh(s, start, p.TTL)
-		resp, err := s.c.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(kp), "=", 0).WithPrefix()).
-			Then(clientv3.OpPut(ek, val, clientv3.WithLease(ss.id))).
-			Else(clientv3.OpGet(kp, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(1))).
-			Commit()
+		ka := ss.refresh(s, start, ttl)
+		resp, err := build(ss).Commit()
 		kaErr := ka.wait(ctx)
 		leaseGone := isLeaseGone(err) || isLeaseGone(kaErr)
 		if leaseGone {
@@ -304,36 +331,52 @@ func (s *Store) Acquire(ctx context.Context, p driver.AcquireParams) (driver.Gra
 		}
 		switch {
 		case err == nil && !resp.Succeeded:
-			return driver.Grant{}, s.heldError(ctx, resp)
+			return resp, ss, nil
 		case leaseGone:
 			// The session lease expired: a key put with it went with it.
 			// Try once more on a new session.
 			if attempt == 0 {
 				continue
 			}
-			return driver.Grant{}, fmt.Errorf("etcdstore: acquire %q: session lease lost twice: %w", p.Key, firstErr(err, kaErr))
+			return nil, nil, fmt.Errorf("session lease lost twice: %w", firstErr(err, kaErr))
 		case err != nil:
-			s.abandon(ek, ss) // the put may have been applied
-			return driver.Grant{}, fmt.Errorf("etcdstore: acquire %q: %w", p.Key, err)
+			for _, ek := range put {
+				s.abandon(ek, ss) // the puts may have been applied
+			}
+			return nil, nil, err
 		case kaErr != nil:
-			s.abandon(ek, ss)
-			return driver.Grant{}, fmt.Errorf("etcdstore: acquire %q: keep the session lease alive: %w", p.Key, kaErr)
+			for _, ek := range put {
+				s.abandon(ek, ss)
+			}
+			return nil, nil, fmt.Errorf("keep the session lease alive: %w", kaErr)
 		}
-		s.mu.Lock()
-		if s.closed {
-			s.mu.Unlock()
-			s.abandon(ek, ss)
-			return driver.Grant{}, ErrClosed
-		}
-		e := &entry{key: ek, sess: ss, deadline: start.Add(p.TTL)}
-		if old := s.held[ek]; old != nil {
-			old.gone = true
-		}
-		s.held[ek] = e
-		s.reap.armLocked(e.deadline)
-		s.mu.Unlock()
-		return driver.Grant{Fence: uint64(resp.Header.Revision)}, nil
+		return resp, ss, nil
 	}
+}
+
+// keepHeld records the key ek, which this Store just put (or found put)
+// with ss, as held until deadline, after which the reaper deletes it
+// unless a Renew extends it. After Close it hands the key to the reaper
+// instead and returns ErrClosed.
+func (s *Store) keepHeld(ek string, ss *session, deadline time.Time) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		s.abandonLocked(ek, ss)
+		return ErrClosed
+	}
+	s.holdLocked(ek, ss, deadline)
+	return nil
+}
+
+// holdLocked records ek as held until deadline. Callers hold s.mu.
+func (s *Store) holdLocked(ek string, ss *session, deadline time.Time) {
+	e := &entry{key: ek, sess: ss, deadline: deadline}
+	if old := s.held[ek]; old != nil {
+		old.gone = true
+	}
+	s.held[ek] = e
+	s.reap.armLocked(e.deadline)
 }
 
 // heldError describes the holder found by a failed Acquire.
@@ -371,14 +414,22 @@ func (s *Store) remaining(ctx context.Context, lease clientv3.LeaseID, lockTTL t
 }
 
 // Release implements driver.Store. Without KeepFor it deletes token's entry
-// (one Delete: the key names the token, so it can be nobody else's). With
-// KeepFor it grants a lease of KeepFor rounded up to whole seconds and, in
-// one Txn that checks the entry still exists, moves the entry onto it, so
-// that the key outlives the session's other locks by exactly that lease
-// (two round trips). An entry whose local deadline passed is deleted and
-// reported as ErrNotHeld: it had expired.
+// (one Delete: the key names the token, so it can be nobody else's; for
+// ModeWrite one Txn that deletes the writer's waiting entry too, and
+// reports ErrNotHeld when only that was there). With KeepFor it grants a
+// lease of KeepFor rounded up to whole seconds and, in one Txn that checks
+// the entry still exists, moves the entry onto it, so that the key
+// outlives the session's other locks by exactly that lease (two round
+// trips). An entry whose local deadline passed is deleted and reported as
+// ErrNotHeld: it had expired.
 func (s *Store) Release(ctx context.Context, p driver.ReleaseParams) error {
-	ek := s.entryKey(p.Key, p.Token)
+	if err := s.Kinds(p.Mode); err != nil {
+		return fmt.Errorf("etcdstore: release %q: %w", p.Key, err)
+	}
+	ek, wk := s.holdKey(p.Key, p.Token, p.Mode), ""
+	if p.Mode == driver.ModeWrite {
+		wk = s.waitKey(p.Key, p.Token)
+	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -389,22 +440,45 @@ func (s *Store) Release(ctx context.Context, p driver.ReleaseParams) error {
 	if e != nil {
 		s.dropLocked(e)
 	}
+	var we *entry // the writer's waiting entry
+	if wk != "" {
+		if we = s.held[wk]; we != nil {
+			s.dropLocked(we)
+		}
+	}
 	s.mu.Unlock()
 
 	if p.KeepFor > 0 && !expired {
+		if we != nil {
+			s.abandon(wk, we.sess)
+		}
 		return s.keep(ctx, p, ek, e)
 	}
-	resp, err := s.c.Delete(ctx, ek)
+	deleted, err := s.deleteHold(ctx, ek, wk)
 	if err != nil {
 		if e != nil {
 			s.abandon(ek, e.sess) // the reaper deletes it later
 		}
+		if we != nil {
+			s.abandon(wk, we.sess)
+		}
 		return fmt.Errorf("etcdstore: release %q: %w", p.Key, err)
 	}
-	if resp.Deleted == 0 || expired {
+	if !deleted || expired {
 		return driver.ErrNotHeld
 	}
 	return nil
+}
+
+// deleteHold deletes the held entry ek, and the waiting entry wk with it
+// unless wk is "", in one request, and reports whether ek was there.
+func (s *Store) deleteHold(ctx context.Context, ek, wk string) (bool, error) {
+	if wk == "" {
+		resp, err := s.c.Delete(ctx, ek)
+		return err == nil && resp.Deleted > 0, err
+	}
+	resp, err := s.c.Txn(ctx).Then(clientv3.OpDelete(ek), clientv3.OpDelete(wk)).Commit()
+	return err == nil && resp.Responses[0].GetResponseDeleteRange().GetDeleted() > 0, err
 }
 
 // keep implements Release with KeepFor.
@@ -454,12 +528,17 @@ func (s *Store) dropLocked(e *entry) {
 	}
 }
 
-// abandon hands the key ek, which may exist at etcd without anyone holding
-// it (a call failed after a put might have been applied), to the reaper to
-// delete.
+// abandon hands the key ek, which may exist at etcd without anyone
+// holding it (a call failed after a put might have been applied), to the
+// reaper to delete.
 func (s *Store) abandon(ek string, ss *session) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.abandonLocked(ek, ss)
+}
+
+// abandonLocked is abandon for a caller that holds s.mu.
+func (s *Store) abandonLocked(ek string, ss *session) {
 	if s.closed || ss.dead.Load() {
 		return // the session lease deletes it
 	}

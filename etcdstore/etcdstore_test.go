@@ -157,11 +157,13 @@ func exists(t testing.TB, c *clientv3.Client, key string) (bool, clientv3.LeaseI
 
 // TestConformance runs storetest on one etcd server, a fresh prefix per
 // test. It is not parallel: storetest's leak check would see the
-// goroutines of tests running beside it.
+// goroutines of tests running beside it. The session lasts a minute, not
+// DefaultSessionTTL's 10s: a lock TTL may not exceed it (ErrTTL), and
+// SemaphoreDriverRules renews permits for a minute.
 func TestConformance(t *testing.T) {
 	srv := testserver.StartEtcd(t)
 	c := newClient(t, srv.Endpoints(), nil)
-	storetest.Run(t, func(t *testing.T) driver.Store { return newStore(t, c, nil) })
+	storetest.Run(t, func(t *testing.T) driver.Store { return newStore(t, c, &Options{SessionTTL: time.Minute}) })
 }
 
 func TestNew(t *testing.T) {
@@ -233,6 +235,15 @@ func TestStore(t *testing.T) {
 		{"ForceRelease", testForceRelease},
 		{"Subscribe", testSubscribe},
 		{"CloseRevokes", testCloseRevokes},
+		// Read-write locks and semaphores (kinds_test.go).
+		{"KindsLayout", testKindsLayout},
+		{"KindsRWRules", testKindsRWRules},
+		{"KindsSemaphoreRules", testKindsSemRules},
+		{"KindsRoundTrips", testKindsRoundTrips},
+		{"KindsExpiry", testKindsExpiry},
+		{"KindsNotify", testKindsNotify},
+		{"KindsLeasesAndForceRelease", testKindsLeases},
+		{"KindsRWLockers", testKindsRWLockers},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -568,23 +579,8 @@ func testForceRelease(t *testing.T, c *clientv3.Client) {
 // lock key; grants and KeepFor are not.
 func testSubscribe(t *testing.T, c *clientv3.Client) {
 	s := newStore(t, c, nil)
-	got := make(chan string, 16)
-	stop, err := s.Subscribe(ctxT(t), func(key string) { got <- key })
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stop()
-	expect := func(key string) {
-		t.Helper()
-		select {
-		case k := <-got:
-			if k != key {
-				t.Fatalf("notified %q, want %q", k, key)
-			}
-		case <-time.After(5 * time.Second):
-			t.Fatalf("no notification for %q", key)
-		}
-	}
+	got, stop := subscribeKeys(t, s)
+	expect := got.expect(t)
 	tok := token()
 	mustAcquire(t, s, "a/b", tok, "x", 5*time.Second)
 	if err := s.Release(ctxT(t), driver.ReleaseParams{Key: "a/b", Token: tok}); err != nil {
@@ -604,13 +600,50 @@ func testSubscribe(t *testing.T, c *clientv3.Client) {
 		t.Fatal(err)
 	}
 	expect("kept") // when the KeepFor lease expired, not at the Release
+	got.none(t)
+	stop()
+	stop() // idempotent
+}
+
+// notices are the keys a Subscribe announced, in order.
+type notices chan string
+
+// subscribeKeys subscribes to s's releases until the test ends (or stop).
+func subscribeKeys(t *testing.T, s *Store) (notices, func()) {
+	t.Helper()
+	got := make(notices, 16)
+	stop, err := s.Subscribe(ctxT(t), func(key string) { got <- key })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	return got, stop
+}
+
+// expect returns a function that waits up to 5s for the next key, which
+// must be the one it is given.
+func (n notices) expect(t *testing.T) func(key string) {
+	return func(key string) {
+		t.Helper()
+		select {
+		case k := <-n:
+			if k != key {
+				t.Fatalf("notified %q, want %q", k, key)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("no notification for %q", key)
+		}
+	}
+}
+
+// none fails the test when a key was announced and not yet expected.
+func (n notices) none(t *testing.T) {
+	t.Helper()
 	select {
-	case k := <-got:
+	case k := <-n:
 		t.Fatalf("unexpected notification %q", k)
 	default:
 	}
-	stop()
-	stop() // idempotent
 }
 
 // testCloseRevokes: Close revokes the session when nothing is held, and

@@ -99,26 +99,35 @@ const faultTTL = time.Second
 // accepted write.
 func startHolder(t *testing.T, srv *testserver.Etcd, prefix string, reg register) *faulttest.Holder {
 	t.Helper()
-	return faulttest.StartHolder(t, "TestHolderProcess", "job", faultTTL,
-		"TASKLOCK_ETCD="+srv.Endpoints()[0], "TASKLOCK_PREFIX="+prefix, "TASKLOCK_REGISTER="+reg.prefix)
+	return faulttest.StartHolder(t, "TestHolderProcess", "job", faultTTL, holderEnv(srv, prefix, reg)...)
+}
+
+// holderEnv is what a holder process needs to know: the server, the
+// Store's Prefix and the register's.
+func holderEnv(srv *testserver.Etcd, prefix string, reg register) []string {
+	return []string{"TASKLOCK_ETCD=" + srv.Endpoints()[0], "TASKLOCK_PREFIX=" + prefix, "TASKLOCK_REGISTER=" + reg.prefix}
+}
+
+// holderSetup builds a holder process's Store and register writer from
+// holderEnv's variables (a faulttest.SetupFunc).
+func holderSetup(ttl time.Duration) (driver.Store, faulttest.WriteFunc, error) {
+	c, err := clientv3.New(clientv3.Config{Endpoints: []string{os.Getenv("TASKLOCK_ETCD")}, DialTimeout: 5 * time.Second})
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err := New(c, &Options{Prefix: os.Getenv("TASKLOCK_PREFIX"), SessionTTL: ttl})
+	if err != nil {
+		return nil, nil, err
+	}
+	reg := register{c: c, prefix: os.Getenv("TASKLOCK_REGISTER")}
+	return s, func(ctx context.Context, fence uint64) (bool, error) {
+		return reg.write(ctx, fence, faulttest.HelperOwner)
+	}, nil
 }
 
 // TestHolderProcess is the lock holder that the fault tests run in a
 // helper process (see faulttest.HolderMain); in a normal run it skips.
-func TestHolderProcess(t *testing.T) {
-	faulttest.HolderMain(t, func(ttl time.Duration) (driver.Store, faulttest.WriteFunc, error) {
-		c, err := clientv3.New(clientv3.Config{Endpoints: []string{os.Getenv("TASKLOCK_ETCD")}, DialTimeout: 5 * time.Second})
-		if err != nil {
-			return nil, nil, err
-		}
-		s, err := New(c, &Options{Prefix: os.Getenv("TASKLOCK_PREFIX"), SessionTTL: ttl})
-		if err != nil {
-			return nil, nil, err
-		}
-		reg := register{c: c, prefix: os.Getenv("TASKLOCK_REGISTER")}
-		return s, func(ctx context.Context, fence uint64) (bool, error) { return reg.write(ctx, fence, "helper") }, nil
-	})
-}
+func TestHolderProcess(t *testing.T) { faulttest.HolderMain(t, holderSetup) }
 
 // TestFaults runs the fault tests, in parallel, each on a server of its
 // own.
@@ -153,13 +162,7 @@ func takeover(t *testing.T, stop bool) (*faulttest.Holder, register, *tasklock.L
 	h := startHolder(t, srv, s.prefix, reg)
 	f1 := h.Fence
 	lk := newLocker(t, s, "next")
-	sig, fenceErr := "SIGKILL", t.Errorf
-	if stop {
-		sig, fenceErr = "SIGSTOP", t.Fatalf
-		h.Stop(t)
-	} else {
-		h.Kill(t)
-	}
+	sig, fenceErr := signal(t, h, stop)
 	faulted := time.Now()
 	l, took := faulttest.Obtain(t, lk, "job", &tasklock.ObtainOptions{TTL: faultTTL}, faulted)
 	t.Logf("obtained %v after %s of the holder (SessionTTL %v), fence %d after %d", took.Round(time.Millisecond), sig, faultTTL, l.Fence(), f1)
@@ -173,6 +176,26 @@ func takeover(t *testing.T, stop bool) (*faulttest.Holder, register, *tasklock.L
 		t.Fatalf("the new holder's write: %v %v", ok, err)
 	}
 	return h, reg, l, faulted
+}
+
+// holderProcess is a holder process of either protocol (faulttest.Holder,
+// faulttest.KindHolder), as the fault tests signal it.
+type holderProcess interface {
+	Stop(t testing.TB)
+	Kill(t testing.TB)
+}
+
+// signal SIGSTOPs (stop) or SIGKILLs the holder process h, and returns
+// the signal's name and how to report a fence that did not rise: fatally
+// after a pause, since the resumed holder's writes would not be refused.
+func signal(t *testing.T, h holderProcess, stop bool) (string, func(string, ...any)) {
+	t.Helper()
+	if stop {
+		h.Stop(t)
+		return "SIGSTOP", t.Fatalf
+	}
+	h.Kill(t)
+	return "SIGKILL", t.Errorf
 }
 
 // testHolderKilled: the holder process is SIGKILLed; another obtains

@@ -23,7 +23,8 @@ const (
 // Subscribe implements driver.Notifier with one etcd watch on the Store's
 // lock entries (its prefix, less the ledger's keys) that reports deletions
 // only (WithFilterPut): every release,
-// expiry, reaped deadline and forced release of a lock deletes its key,
+// expiry, reaped deadline and forced release of a lock deletes its key (a
+// read-write lock's or semaphore's entry, a writer's waiting entry too),
 // and onRelease gets the lock key of each. It returns once etcd confirmed
 // the watch. The watch runs on a watcher of its own
 // (clientv3.NewWatcher) and requires a leader, so a member cut off from the
@@ -96,7 +97,7 @@ func (s *Store) watchLoop(ctx context.Context, w clientv3.Watcher, ch clientv3.W
 				if ev.Type != mvccpb.DELETE {
 					continue
 				}
-				if key, _, ok := s.parseKey(ev.Kv.Key); ok {
+				if key, ok := s.lockOf(ev.Kv.Key); ok {
 					onRelease(key)
 				}
 			}
@@ -125,36 +126,68 @@ func (s *Store) watchLoop(ctx context.Context, w clientv3.Watcher, ch clientv3.W
 func (s *Store) locksEnd() string { return s.prefix + ledgerMark }
 
 // Leases implements driver.Lister: the held locks whose key starts with
-// prefix, sorted by key, from one linearizable range read plus one
-// LeaseTimeToLive per holder's lease (one per holding Store, not per
-// lock). TTL is how long the key can live at most if its holder stops:
-// its lease's remaining TTL (etcd rounds it up to seconds), capped by the
-// lock TTL the holder asked for when it obtained the lock.
+// prefix, sorted by key (a read-write lock's or a semaphore's entries
+// after a mutex of the same name, each of its entries a Lease, a writer's
+// waiting entry with Waiting set), from one linearizable Txn of two range
+// reads plus one LeaseTimeToLive per holder's lease (one per holding
+// Store, not per lock). TTL is how long the key can live at most if its
+// holder stops: its lease's remaining TTL (etcd rounds it up to seconds),
+// capped by the lock TTL the holder asked for when it obtained the lock.
 func (s *Store) Leases(ctx context.Context, prefix string) ([]driver.Lease, error) {
-	from := s.prefix + escape(prefix)
-	resp, err := s.c.Get(ctx, from, clientv3.WithRange(min(clientv3.GetPrefixRangeEnd(from), s.locksEnd())))
+	from, kfrom := s.prefix+escape(prefix), s.kindsRoot()+escape(prefix)
+	resp, err := s.c.Txn(ctx).Then(
+		clientv3.OpGet(from, clientv3.WithRange(min(clientv3.GetPrefixRangeEnd(from), s.kindsRoot()))),
+		clientv3.OpGet(kfrom, clientv3.WithRange(clientv3.GetPrefixRangeEnd(kfrom))),
+	).Commit()
 	if err != nil {
 		return nil, fmt.Errorf("etcdstore: list leases: %w", err)
 	}
-	first := map[string]*mvccpb.KeyValue{}
-	for _, kv := range resp.Kvs {
+	// found is one lease as read: its entry, and the lock TTL asked for.
+	type found struct {
+		kv      *mvccpb.KeyValue
+		lease   driver.Lease
+		lockTTL time.Duration
+	}
+	var all []found
+	heads := map[string]int{} // by mutex key: its holder's index in all
+	for _, kv := range resp.Responses[0].GetResponseRange().GetKvs() {
 		key, _, ok := s.parseKey(kv.Key)
 		if !ok || !strings.HasPrefix(key, prefix) {
 			continue
 		}
-		if f := first[key]; f == nil || kv.CreateRevision < f.CreateRevision {
-			first[key] = kv
+		_, owner, lockTTL := parseValue(kv.Value)
+		f := found{kv: kv, lease: driver.Lease{Key: key, Owner: owner, Fence: uint64(kv.CreateRevision)}, lockTTL: lockTTL}
+		if i, ok := heads[key]; !ok {
+			heads[key] = len(all)
+			all = append(all, f)
+		} else if kv.CreateRevision < all[i].kv.CreateRevision {
+			all[i] = f
 		}
 	}
+	kvs := resp.Responses[1].GetResponseRange().GetKvs()
+	fences := map[string]int64{} // by kinds key: the counter's mod revision
+	for _, kv := range kvs {
+		if key, sub, _, ok := s.parseKindKey(kv.Key); ok && sub == subFence {
+			fences[key] = kv.ModRevision
+		}
+	}
+	for _, kv := range kvs {
+		key, sub, _, ok := s.parseKindKey(kv.Key)
+		if !ok || sub == subFence || !strings.HasPrefix(key, prefix) {
+			continue
+		}
+		_, _, lockTTL := parseKindValue(kv.Value)
+		all = append(all, found{kv: kv, lease: kindLease(key, sub, kv, fences[key]), lockTTL: lockTTL})
+	}
+
 	left := map[int64]time.Duration{} // remaining per lease; < 0: gone
-	out := make([]driver.Lease, 0, len(first))
-	for key, kv := range first {
-		_, owner, lockTTL := parseValue(kv.Value)
-		rem, ok := left[kv.Lease]
+	out := make([]driver.Lease, 0, len(all))
+	for _, f := range all {
+		rem, ok := left[f.kv.Lease]
 		if !ok {
 			rem = -1
-			if kv.Lease != 0 {
-				r, err := s.c.TimeToLive(ctx, clientv3.LeaseID(kv.Lease))
+			if f.kv.Lease != 0 {
+				r, err := s.c.TimeToLive(ctx, clientv3.LeaseID(f.kv.Lease))
 				if err != nil {
 					return nil, fmt.Errorf("etcdstore: list leases: %w", err)
 				}
@@ -162,44 +195,65 @@ func (s *Store) Leases(ctx context.Context, prefix string) ([]driver.Lease, erro
 					rem = time.Duration(r.TTL) * time.Second
 				}
 			}
-			left[kv.Lease] = rem
+			left[f.kv.Lease] = rem
 		}
 		if rem < 0 {
 			continue // expired since the read
 		}
-		if lockTTL > 0 && lockTTL < rem {
-			rem = lockTTL
+		if f.lockTTL > 0 && f.lockTTL < rem {
+			rem = f.lockTTL
 		}
-		out = append(out, driver.Lease{Key: key, Owner: owner, Fence: uint64(kv.CreateRevision), TTL: rem})
+		f.lease.TTL = rem
+		out = append(out, f.lease)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	sort.SliceStable(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.Key != b.Key {
+			return a.Key < b.Key
+		}
+		if a.Mode != b.Mode {
+			return a.Mode < b.Mode
+		}
+		return !a.Waiting && b.Waiting
+	})
 	return out, nil
 }
 
-// ForceRelease implements driver.ForceReleaser: it deletes the holder's
-// entry, the oldest under key's prefix (a read, then a Delete that checks
-// the entry was not replaced meanwhile), whoever holds it. The holder
-// learns at its next renewal; the first waiter in the queue, or a watching
-// waiter, is woken. It returns ErrNotHeld when nothing was there.
+// ForceRelease implements driver.ForceReleaser: it deletes the mutex
+// holder's entry, the oldest under key's prefix, whoever holds it, and
+// every entry of the read-write lock or semaphore named key (its holders
+// and waiting writers; the counter stays): a read of the mutex's head, then
+// one Txn that deletes them all, the head only if it was not replaced
+// meanwhile. The holders learn at their next renewal; the first waiter in
+// the mutex's queue, or a watching waiter, is woken. It returns ErrNotHeld
+// when nothing was there.
 func (s *Store) ForceRelease(ctx context.Context, key string) error {
 	resp, err := s.c.Get(ctx, s.keyPrefix(key), clientv3.WithPrefix(), clientv3.WithKeysOnly(),
 		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(1))
 	if err != nil {
 		return fmt.Errorf("etcdstore: force release %q: %w", key, err)
 	}
-	if len(resp.Kvs) == 0 {
-		return driver.ErrNotHeld
+	kp := s.kindPrefix(key)
+	kinds := []clientv3.Op{clientv3.OpDelete(kp+subPermit, clientv3.WithRange(clientv3.GetPrefixRangeEnd(kp)))} // every entry, not the counter
+	txn := s.c.Txn(ctx)
+	if len(resp.Kvs) > 0 {
+		kv := resp.Kvs[0]
+		txn = txn.If(clientv3.Compare(clientv3.CreateRevision(string(kv.Key)), "=", kv.CreateRevision)).
+			Then(append(kinds, clientv3.OpDelete(string(kv.Key)))...).
+			Else(kinds...)
+	} else {
+		txn = txn.Then(kinds...)
 	}
-	kv := resp.Kvs[0]
-	txn, err := s.c.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(string(kv.Key)), "=", kv.CreateRevision)).
-		Then(clientv3.OpDelete(string(kv.Key))).
-		Commit()
+	tr, err := txn.Commit()
 	if err != nil {
 		return fmt.Errorf("etcdstore: force release %q: %w", key, err)
 	}
-	if !txn.Succeeded {
-		return driver.ErrNotHeld // released meanwhile
+	var deleted int64
+	for _, r := range tr.Responses {
+		deleted += r.GetResponseDeleteRange().GetDeleted()
+	}
+	if deleted == 0 {
+		return driver.ErrNotHeld // released meanwhile, or never held
 	}
 	return nil
 }

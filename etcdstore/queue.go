@@ -165,12 +165,7 @@ func (t *ticket) granted() (driver.Grant, error) {
 	if s.closed {
 		return driver.Grant{}, ErrClosed
 	}
-	e := &entry{key: t.ek, sess: t.sess, deadline: time.Now().Add(t.p.TTL)}
-	if old := s.held[t.ek]; old != nil {
-		old.gone = true
-	}
-	s.held[t.ek] = e
-	s.reap.armLocked(e.deadline)
+	s.holdLocked(t.ek, t.sess, time.Now().Add(t.p.TTL))
 	return driver.Grant{Fence: uint64(t.rev)}, nil
 }
 

@@ -50,11 +50,15 @@ func (s *Store) Renew(ctx context.Context, ps []driver.RenewParams) ([]error, er
 		return nil, ErrClosed
 	}
 	for i, p := range ps {
+		if err := s.Kinds(p.Mode); err != nil {
+			res[i] = fmt.Errorf("etcdstore: renew %q: %w", p.Key, err)
+			continue
+		}
 		if p.TTL > s.ttl {
 			res[i] = fmt.Errorf("etcdstore: renew %q: %w (%v > %v)", p.Key, ErrTTL, p.TTL, s.ttl)
 			continue
 		}
-		e := s.held[s.entryKey(p.Key, p.Token)]
+		e := s.held[s.holdKey(p.Key, p.Token, p.Mode)]
 		switch {
 		case e != nil && e.state == stateRenewing:
 			res[i] = fmt.Errorf("etcdstore: renew %q: a renewal of this lease is already under way", p.Key)

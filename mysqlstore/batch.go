@@ -61,7 +61,8 @@ const (
 // In connection mode each item must hold a connection of its own (so
 // MaxBatch is 1, and a Locker does not batch): the items are Acquire calls
 // run concurrently, up to 16 at a time, the items of one key one after the
-// other.
+// other. So are those of a batch with an item of another mode than
+// driver.ModeMutex, which a Locker never sends.
 func (s *Store) AcquireBatch(ctx context.Context, ps []driver.AcquireParams) ([]driver.AcquireResult, error) {
 	res := make([]driver.AcquireResult, len(ps))
 	todo := make([]int, 0, len(ps))
@@ -77,7 +78,7 @@ func (s *Store) AcquireBatch(ctx context.Context, ps []driver.AcquireParams) ([]
 		i := todo[0]
 		res[i].Grant, res[i].Err = s.Acquire(ctx, ps[i])
 		return res, nil
-	case s.mode == ModeConnection:
+	case s.mode == ModeConnection || hasKinds(len(ps), func(i int) driver.Mode { return ps[i].Mode }):
 		return driver.AcquireEach(ctx, ps, s.Acquire), nil
 	}
 	if err := s.leaseAcquireBatch(ctx, ps, todo, res); err != nil {
@@ -199,7 +200,7 @@ func (s *Store) acquireChunk(ctx context.Context, db querierExecer, returning bo
 // of one key one after the other (see AcquireBatch).
 func (s *Store) ReleaseBatch(ctx context.Context, ps []driver.ReleaseParams) ([]error, error) {
 	errs := make([]error, len(ps))
-	if s.mode == ModeConnection {
+	if s.mode == ModeConnection || hasKinds(len(ps), func(i int) driver.Mode { return ps[i].Mode }) {
 		return driver.ReleaseEach(ctx, ps, s.Release), nil
 	}
 	// Distinct pairs; a pair named again finds the lease its first item
@@ -287,6 +288,19 @@ func (s *Store) ReleaseBatch(ctx context.Context, ps []driver.ReleaseParams) ([]
 		}
 	}
 	return errs, nil
+}
+
+// hasKinds reports whether any of n batch items, whose modes mode
+// returns, is of another mode than ModeMutex. The Locker sends those one
+// at a time; a batch that has them anyway is answered item by item, as in
+// connection mode.
+func hasKinds(n int, mode func(i int) driver.Mode) bool {
+	for i := range n {
+		if mode(i) != driver.ModeMutex {
+			return true
+		}
+	}
+	return false
 }
 
 // errNotAllHeld rolls back a release batch's optimistic transaction.

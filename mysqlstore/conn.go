@@ -92,6 +92,14 @@ func waitSeconds(ttl time.Duration) int {
 // a holder that falls silent — paused, partitioned, or no longer renewing
 // because it lost the lock — and frees the lock. Two round trips per grant.
 func (s *Store) connAcquire(ctx context.Context, p driver.AcquireParams) (driver.Grant, error) {
+	return s.connAcquireIf(ctx, p, nil)
+}
+
+// connAcquireIf is connAcquire, asking for the lock only where guard, an
+// SQL condition, holds (always when it is nil): a fair waiter's grant asks
+// only at the head of the queue (see ticket.grant). Where guard does not
+// hold, GET_LOCK is not called, and the answer is a *driver.HeldError.
+func (s *Store) connAcquireIf(ctx context.Context, p driver.AcquireParams, guard []byte) (driver.Grant, error) {
 	op := fmt.Sprintf("acquire %q", p.Key)
 	start, err := s.startSQL(ctx)
 	if err != nil {
@@ -102,7 +110,7 @@ func (s *Store) connAcquire(ctx context.Context, p driver.AcquireParams) (driver
 		return driver.Grant{}, s.wrap(op, err)
 	}
 	sent := time.Now()
-	res, err := conn.ExecContext(ctx, s.connAcquireSQL(p, start))
+	res, err := conn.ExecContext(ctx, s.connAcquireSQL(p, start, guard))
 	var id int64
 	if err == nil {
 		id, err = res.LastInsertId()
@@ -143,7 +151,9 @@ func (s *Store) connAcquire(ctx context.Context, p driver.AcquireParams) (driver
 }
 
 // connAcquireSQL is connAcquire's statement; start is startSQL's
-// expression. The key's row is taken over when connBlocked (which reads
+// expression. With a guard, the statement's WHERE is IF(guard,
+// GET_LOCK(name, 0), 0) = 1: IF evaluates only the branch it takes, so
+// the lock is not asked for unless guard holds. The key's row is taken over when connBlocked (which reads
 // token, acquired_at and expires_at) is not positive, or when it already
 // carries p's token (a grant whose answer was lost). ON DUPLICATE KEY
 // UPDATE assigns left to right, each expression seeing the columns
@@ -151,7 +161,7 @@ func (s *Store) connAcquire(ctx context.Context, p driver.AcquireParams) (driver
 // assigned, and from then on "token is p's token" stands for it. A grant
 // records acquired_at = now and expires_at = now + TTL: the row's TTL,
 // which keeps the key after a server restart (see connBlocked).
-func (s *Store) connAcquireSQL(p driver.AcquireParams, start string) string {
+func (s *Store) connAcquireSQL(p driver.AcquireParams, start string, guard []byte) string {
 	tok := appendHex(nil, p.Token)
 	blocked := connBlocked(start)
 	free := "(token = " + string(tok) + " OR " + blocked + " <= 0)"
@@ -160,9 +170,19 @@ func (s *Store) connAcquireSQL(p driver.AcquireParams, start string) string {
 	b = append(b, "SELECT "...)
 	b = appendAcquireRow(b, p)
 	b = appendExpiry(b, p.TTL)
-	b = append(b, " FROM DUAL WHERE GET_LOCK("...)
+	b = append(b, " FROM DUAL WHERE "...)
+	if guard != nil {
+		b = append(b, "IF("...)
+		b = append(b, guard...)
+		b = append(b, ", "...)
+	}
+	b = append(b, "GET_LOCK("...)
 	b = append(b, s.lockName(appendHex(nil, p.Key))...)
-	b = append(b, ", 0) = 1 ON DUPLICATE KEY UPDATE fence = IF("+free+", LAST_INSERT_ID(fence + 1), fence + 0 * LAST_INSERT_ID("...)
+	b = append(b, ", 0)"...)
+	if guard != nil {
+		b = append(b, ", 0)"...)
+	}
+	b = append(b, " = 1 ON DUPLICATE KEY UPDATE fence = IF("+free+", LAST_INSERT_ID(fence + 1), fence + 0 * LAST_INSERT_ID("...)
 	b = strconv.AppendUint(b, minHoldFlag, 10)
 	b = append(b, " + "+blocked+")), owner = IF("+free+", "...)
 	b = appendText(b, p.Owner)
@@ -497,12 +517,12 @@ func (s *Store) connLeases(ctx context.Context, prefix string) ([]driver.Lease, 
 	b := make([]byte, 0, 1000+4*len(prefix))
 	b = append(b, "SELECT lock_key, owner, fence, "+connBlocked(start)+", IS_USED_LOCK("...)
 	b = append(b, s.lockName([]byte("lock_key"))...)
-	b = append(b, ") IS NOT NULL FROM "...)
+	b = append(b, ") IS NOT NULL, 0, 0, 0 FROM "...)
 	b = append(b, s.qt...)
 	b = append(b, " WHERE TRUE"...)
 	b = appendPrefixFilter(b, prefix)
 	b = append(b, " ORDER BY lock_key"...)
-	return s.queryLeases(ctx, string(b), true)
+	return s.queryLeases(ctx, string(b))
 }
 
 // forget removes hc from the held map if it is still there.

@@ -5,8 +5,10 @@
 //	store, err := mysqlstore.New(db, &mysqlstore.Options{Migrate: true})
 //	locker, err := tasklock.New(store, nil)
 //
-// The Store implements driver.Store, driver.Lister, driver.ForceReleaser
-// and driver.Batcher. It has no notifications: waiters poll with the Locker's jittered backoff
+// The Store implements driver.Store, driver.Lister, driver.ForceReleaser,
+// driver.Batcher, driver.Kinder (read-write locks and semaphores, in lease
+// mode) and driver.FairQueuer (fair waits for a mutex). It
+// has no notifications: waiters poll with the Locker's jittered backoff
 // (5 ms doubling to 250 ms, never later than the holder's lease could end).
 //
 // # Schema and migrations
@@ -19,7 +21,9 @@
 // releases, expiries and server restarts. The migrations are embedded,
 // numbered SQL files applied by Migrate (or New with Options.Migrate, or
 // `tasklock migrate up`) and recorded in Table+"_migrations";
-// MigrationStatus reports them.
+// MigrationStatus reports them. Migration 005_kinds adds the tables of
+// read-write locks and semaphores, <Table>_kinds and <Table>_holds, and of
+// the fair queue, <Table>_queue (see below).
 //
 // # Lease mode
 //
@@ -63,6 +67,64 @@
 // fails, the context ends) before its commit changes nothing, so no item
 // is left half granted or half released. A batch with one item is a single
 // call.
+//
+// # Read-write locks and semaphores
+//
+// In lease mode the Store keeps every driver.Mode, in two tables apart
+// from the mutexes' (a mutex and a read-write lock or semaphore of the
+// same name are different locks):
+//
+//   - <Table>_kinds: a row per key ever used, never deleted, holding the
+//     key's fence counter, so that it outlives the key's entries.
+//   - <Table>_holds: a row per entry, primary key (lock_key, token): its
+//     mode, the semaphore's number of permits (0 for a read-write lock), a
+//     state (a hold; a writer waiting, which refuses new readers; or a hold
+//     released with a MinHold still to run, which counts until it ends but
+//     can be renewed and released no more), owner, fence, acquired_at and
+//     expires_at by the server's clock.
+//
+// Acquire runs one transaction that first locks the key's row in
+// <Table>_kinds with SELECT … FOR UPDATE, joined to the key's entries, so
+// that the acquires of one key take turns and each decides from the entries
+// as the last one left them. It then writes the token's entry, increments
+// the counter for a writer or a permit, deletes expired entries when it
+// saw some, and commits: five round trips for a writer's or a permit's
+// grant, four for a reader's, three for a refusal (four for a writer, which
+// writes its waiting entry). A key's first acquire ever inserts its row
+// first. A deadlock or lock wait timeout is tried again twice, then
+// returned as driver.ErrTryAgain. Renew, Release and Leases do not take
+// the key's row: Renew renews mutexes and entries together, in the one
+// statement per chunk described above (a multi-table UPDATE when a chunk
+// has both); Release deletes the entry in one statement (a writer that
+// held nothing also has its waiting entry deleted, by a second); Leases
+// lists mutexes and entries in one SELECT; ForceRelease ends the mutex's
+// lease and deletes every live entry of the key, in two. Connection mode
+// keeps mutexes only: there a lock is a GET_LOCK, one session per name;
+// Kinds says so with an error wrapping driver.ErrUnsupported.
+//
+// # Fair queue
+//
+// A fair Obtain (tasklock.ObtainOptions.Fair) waits in
+// <Table>_queue: a row per waiter, seq AUTO_INCREMENT giving the order,
+// whose expires_at (by the server's clock) its Ticket's Wait renews at
+// least every TTL/3. The head of a key's queue is its live entry with the
+// lowest seq. Wait takes the key with Acquire's statement made an INSERT …
+// SELECT whose row exists only while the entry is the head: the key's row
+// is taken exactly as Acquire takes it (only when free or expired, with the
+// next fence), and the entry is deleted after, with the key's expired
+// entries. Between tries Wait reads, in one SELECT, whether its entry is
+// still there, the head, and the key's holder, and sleeps 5 ms doubling to
+// 250 ms (jittered), no longer than the holder's lease when it is the
+// head. A waiter that dies leaves the line when its entry's lease ends,
+// within its TTL; Leave deletes the entry at once. An uncontended fair
+// Obtain costs four round trips in lease mode (INSERT, the grant, DELETE,
+// and the Locker's Renew). In connection mode the queue is the same, and
+// the head's grant is connection mode's Acquire asking for the GET_LOCK
+// only while the entry is the head (WHERE IF(<head>, GET_LOCK(name, 0), 0)
+// = 1: IF evaluates only the branch it takes); the holder Wait looks at is
+// the session holding the GET_LOCK, its remaining lease unknown. Plain
+// Acquires do not look at the queue: a caller that does not ask for
+// fairness may take a free key ahead of it.
 //
 // Statements carry keys, tokens and owners as hexadecimal literals, without
 // placeholders, so each is one COM_QUERY round trip whatever the DSN says

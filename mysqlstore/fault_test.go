@@ -284,7 +284,11 @@ func TestServerRestart(t *testing.T) {
 
 			var last uint64
 			if mode == ModeLease {
-				l, err := lk.TryObtain(ctx, faultKey, &tasklock.ObtainOptions{TTL: 3 * time.Second})
+				// The lease must outlast the restart, which takes seconds
+				// on a busy machine (3.8 and 5.9 s seen at a load of 20
+				// on two cores).
+				const ttl = 15 * time.Second
+				l, err := lk.TryObtain(ctx, faultKey, &tasklock.ObtainOptions{TTL: ttl})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -295,7 +299,8 @@ func TestServerRestart(t *testing.T) {
 				for len(ev) > 0 { // events from before and during the restart
 					<-ev
 				}
-				waitEvent(t, ev, tasklock.EventRenewed, 5*time.Second)
+				// Renewed every TTL/3: the next renewal may be that far off.
+				waitEvent(t, ev, tasklock.EventRenewed, ttl/3+5*time.Second)
 				select {
 				case <-l.Done():
 					t.Fatalf("lease lost across a short restart: %v", l.Err())

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/tasklock/tasklock/driver"
@@ -202,18 +203,24 @@ func (s *Store) leaseReleaseSQL(pairs []leasePair, keepFor []time.Duration) stri
 	b := make([]byte, 0, n)
 	b = s.appendReleaseUpdate(b, keys, keepFor)
 	b = append(b, " WHERE "...)
-	b = appendPairFilter(b, pairs)
+	b = appendPairFilter(b, "", pairs)
 	b = append(b, " AND expires_at > UTC_TIMESTAMP(6)"...)
 	return string(b)
 }
 
-// leaseForceRelease ends key's live lease whoever holds it.
+// leaseForceRelease ends key's live mutex lease and deletes the live
+// entries of its read-write lock or semaphore, whoever holds them: two
+// statements.
 func (s *Store) leaseForceRelease(ctx context.Context, key string) error {
 	n, err := s.endLease(ctx, key)
 	if err != nil {
 		return s.wrap(fmt.Sprintf("force release %q", key), err)
 	}
-	if n == 0 {
+	m, err := s.kindForceRelease(ctx, key)
+	if err != nil {
+		return s.wrap(fmt.Sprintf("force release %q", key), err)
+	}
+	if n+m == 0 {
 		return driver.ErrNotHeld
 	}
 	return nil
@@ -246,68 +253,99 @@ func rowsAffected(res sql.Result, err error) (int64, error) {
 	return res.RowsAffected()
 }
 
-// leasePair is one distinct (key, token) of a renewal batch.
+// leasePair is one distinct (key, token) of a batch.
 type leasePair struct{ key, token string }
 
+// renewLease is one distinct lease of a renewal batch: a mutex's (mode
+// driver.ModeMutex), a row of the lock table, or an entry of a read-write
+// lock or semaphore, a row of the holds table.
+type renewLease struct {
+	leasePair
+	mode driver.Mode
+}
+
 // leaseRenew renews a batch with one UPDATE per chunk of up to 5,000 leases
-// (or 4 MiB of SQL):
+// (or 4 MiB of SQL). For mutexes alone:
 //
-//	UPDATE t SET expires_at = now + ttl   -- or CASE lock_key WHEN k THEN now + ttl_k ... END
-//	WHERE lock_key IN (k1, k2, ...) AND (lock_key, token) IN ((k1, t1), ...)
-//	  AND expires_at > now
+//	UPDATE t m SET m.expires_at = now + ttl   -- or CASE m.lock_key WHEN k THEN now + ttl_k ... END
+//	WHERE m.lock_key IN (k1, k2, ...) AND (m.lock_key, m.token) IN ((k1, t1), ...)
+//	  AND m.expires_at > now
 //
 // The key list lets the optimizer read just those primary-key entries; the
-// row comparison checks each token. Every matched row changes (its expiry
-// moves to the statement's now + TTL), so the affected-row count equals the
-// number of leases renewed whether or not the DSN sets clientFoundRows. When
-// it equals the number of leases in the chunk, as it does unless a lease was
-// lost, the chunk took one round trip. Otherwise one SELECT of the same pairs
-// tells which leases are still held: tokens are unique per grant, so a pair
-// that the UPDATE did not match cannot match later.
+// row comparison checks each token. Entries of read-write locks and
+// semaphores are rows of the holds table, matched by (lock_key, token),
+// its primary key, and the mode they were granted in, and only as holds
+// (state 0: not a waiting writer, not released; see appendEntryLive). A chunk with both
+// renews both tables in one multi-table UPDATE driven by a two-row derived
+// table, each row outer-joined to one table's leases:
+//
+//	UPDATE (SELECT 1 AS side UNION ALL SELECT 2) d
+//	LEFT JOIN t m ON d.side = 1 AND <the mutexes' condition above>
+//	LEFT JOIN t_holds h ON d.side = 2 AND (h.lock_key, h.token) IN (...)
+//	  AND h.mode = m AND h.state = 0 AND h.expires_at > now
+//	SET m.expires_at = ..., h.expires_at = ...
+//
+// so that a mixed batch costs the round trips a batch of mutexes does.
+// Every matched row changes (its expiry moves to the statement's now +
+// TTL), so the affected-row count equals the number of leases renewed
+// whether or not the DSN sets clientFoundRows. When it equals the number of
+// leases in the chunk, as it does unless a lease was lost, the chunk took
+// one round trip. Otherwise one SELECT of the same leases (a UNION ALL of
+// the two tables' for a mixed chunk) tells which are still held: tokens
+// are unique per grant, so a lease that the UPDATE did not match cannot
+// match later.
 //
 // A multi-statement UPDATE+SELECT would need the caller to enable
 // multiStatements, and MySQL has no UPDATE ... RETURNING; the count check
 // keeps the usual case at one round trip without either.
 func (s *Store) leaseRenew(ctx context.Context, ps []driver.RenewParams) ([]error, error) {
 	out := make([]error, len(ps))
-	// Distinct pairs, in order, and where each came from.
-	idx := make(map[leasePair][]int, len(ps))
-	pairs := make([]leasePair, 0, len(ps))
+	// Distinct leases, in order, and where each came from; the TTL of
+	// mutexes by key, of entries by token.
+	idx := make(map[renewLease][]int, len(ps))
+	leases := make([]renewLease, 0, len(ps))
+	ttlKey := make(map[string]int64)
+	ttlTok := make(map[string]int64)
 	for i, p := range ps {
-		k := leasePair{p.Key, p.Token}
-		if _, ok := idx[k]; !ok {
-			pairs = append(pairs, k)
+		if p.Mode > driver.ModePermit {
+			out[i] = fmt.Errorf("%w: mysqlstore: renew %q: unknown lock mode %v", driver.ErrUnsupported, p.Key, p.Mode)
+			continue
 		}
-		idx[k] = append(idx[k], i)
-	}
-	ttl := make(map[string]int64, len(ps))
-	for _, p := range ps {
-		ttl[p.Key] = max(ttl[p.Key], micros(p.TTL))
+		l := renewLease{leasePair{p.Key, p.Token}, p.Mode}
+		if _, ok := idx[l]; !ok {
+			leases = append(leases, l)
+		}
+		idx[l] = append(idx[l], i)
+		if p.Mode == driver.ModeMutex {
+			ttlKey[p.Key] = max(ttlKey[p.Key], micros(p.TTL))
+		} else {
+			ttlTok[p.Token] = max(ttlTok[p.Token], micros(p.TTL))
+		}
 	}
 
-	for start := 0; start < len(pairs); {
+	for start := 0; start < len(leases); {
 		end, size := start, 0
-		for end < len(pairs) && end-start < renewMaxLeases && (size < renewMaxBytes || end == start) {
-			size += 4*len(pairs[end].key) + 2*len(pairs[end].token) + 80
+		for end < len(leases) && end-start < renewMaxLeases && (size < renewMaxBytes || end == start) {
+			size += 4*len(leases[end].key) + 4*len(leases[end].token) + 80
 			end++
 		}
-		chunk := pairs[start:end]
+		chunk := leases[start:end]
 		start = end
 
-		n, err := s.execRows(ctx, s.leaseRenewSQL(chunk, ttl))
+		n, err := s.execRows(ctx, s.leaseRenewSQL(chunk, ttlKey, ttlTok))
 		if err != nil {
 			return nil, s.wrap(fmt.Sprintf("renew %d leases", len(ps)), err)
 		}
 		if n == int64(len(chunk)) {
 			continue
 		}
-		held, err := s.leasePairs(ctx, s.db, chunk, leaseLive)
+		held, err := s.renewedLeases(ctx, chunk)
 		if err != nil {
 			return nil, s.wrap(fmt.Sprintf("renew %d leases", len(ps)), err)
 		}
-		for _, k := range chunk {
-			if !held[k] {
-				for _, i := range idx[k] {
+		for _, l := range chunk {
+			if !held[l] {
+				for _, i := range idx[l] {
 					out[i] = driver.ErrNotHeld
 				}
 			}
@@ -316,31 +354,191 @@ func (s *Store) leaseRenew(ctx context.Context, ps []driver.RenewParams) ([]erro
 	return out, nil
 }
 
-func (s *Store) leaseRenewSQL(chunk []leasePair, ttl map[string]int64) string {
-	keys := make([]string, len(chunk))
-	for i, k := range chunk {
-		keys[i] = k.key
+// splitRenew splits a renewal chunk into its mutexes and its entries of
+// read-write locks and semaphores.
+func splitRenew(chunk []renewLease) (mutexes []leasePair, entries []renewLease) {
+	for _, l := range chunk {
+		if l.mode == driver.ModeMutex {
+			mutexes = append(mutexes, l.leasePair)
+		} else {
+			entries = append(entries, l)
+		}
 	}
-	b := make([]byte, 0, 200+len(chunk)*(60+6*len(chunk[0].key)+2*len(chunk[0].token)))
-	b = append(b, "UPDATE "...)
-	b = append(b, s.qt...)
-	b = append(b, " SET expires_at = "...)
-	b = appendExpiresByKey(b, keys, func(b []byte, i int) []byte { return appendExpiryUS(b, ttl[keys[i]]) })
-	b = append(b, " WHERE "...)
-	b = appendPairFilter(b, chunk)
-	b = append(b, " AND expires_at > UTC_TIMESTAMP(6)"...)
+	return mutexes, entries
+}
+
+// leaseRenewSQL is leaseRenew's UPDATE for chunk.
+func (s *Store) leaseRenewSQL(chunk []renewLease, ttlKey, ttlTok map[string]int64) string {
+	mutexes, entries := splitRenew(chunk)
+	b := make([]byte, 0, 400+len(chunk)*(80+6*len(chunk[0].key)+4*len(chunk[0].token)))
+	switch {
+	case len(entries) == 0:
+		b = append(b, "UPDATE "...)
+		b = append(b, s.qt...)
+		b = append(b, " m SET "...)
+		b = appendMutexRenewSet(b, mutexes, ttlKey)
+		b = append(b, " WHERE "...)
+		b = appendMutexLive(b, mutexes)
+	case len(mutexes) == 0:
+		b = append(b, "UPDATE "...)
+		b = append(b, s.qHolds...)
+		b = append(b, " h SET "...)
+		b = appendEntryRenewSet(b, entries, ttlTok)
+		b = append(b, " WHERE "...)
+		b = appendEntryLive(b, entries)
+	default:
+		b = append(b, "UPDATE (SELECT 1 AS side UNION ALL SELECT 2) d LEFT JOIN "...)
+		b = append(b, s.qt...)
+		b = append(b, " m ON d.side = 1 AND "...)
+		b = appendMutexLive(b, mutexes)
+		b = append(b, " LEFT JOIN "...)
+		b = append(b, s.qHolds...)
+		b = append(b, " h ON d.side = 2 AND "...)
+		b = appendEntryLive(b, entries)
+		b = append(b, " SET "...)
+		b = appendMutexRenewSet(b, mutexes, ttlKey)
+		b = append(b, ", "...)
+		b = appendEntryRenewSet(b, entries, ttlTok)
+	}
 	return string(b)
 }
 
+// appendMutexRenewSet appends "m.expires_at = ..." for the renewal of
+// mutexes.
+func appendMutexRenewSet(b []byte, mutexes []leasePair, ttlKey map[string]int64) []byte {
+	keys := make([]string, len(mutexes))
+	for i, k := range mutexes {
+		keys[i] = k.key
+	}
+	b = append(b, "m.expires_at = "...)
+	return appendExpiresBy(b, "m.", "lock_key", keys, func(b []byte, i int) []byte { return appendExpiryUS(b, ttlKey[keys[i]]) })
+}
+
+// appendEntryRenewSet appends "h.expires_at = ..." for the renewal of
+// entries.
+func appendEntryRenewSet(b []byte, entries []renewLease, ttlTok map[string]int64) []byte {
+	toks := make([]string, len(entries))
+	for i, e := range entries {
+		toks[i] = e.token
+	}
+	b = append(b, "h.expires_at = "...)
+	return appendExpiresBy(b, "h.", "token", toks, func(b []byte, i int) []byte { return appendExpiryUS(b, ttlTok[toks[i]]) })
+}
+
+// appendMutexLive appends the condition that a row of the lock table,
+// aliased m, is the live lease of one of mutexes.
+func appendMutexLive(b []byte, mutexes []leasePair) []byte {
+	b = appendPairFilter(b, "m.", mutexes)
+	return append(b, " AND m.expires_at > UTC_TIMESTAMP(6)"...)
+}
+
+// appendEntryLive appends the condition that a row of the holds table,
+// aliased h, is the live hold of one of entries, in the entry's mode:
+//
+//	(h.lock_key, h.token) IN ((k, t), ...) AND h.mode = m
+//	  AND h.state = 0 AND h.expires_at > now
+//
+// The pairs are exactly the primary key, (lock_key, token), which the
+// optimizer serves as a range of point lookups (MySQL uses a row
+// constructor's IN for an index only where its columns are a prefix of the
+// index); entries of more than one mode check theirs with "(h.lock_key,
+// h.token, h.mode) IN (...)" as well.
+func appendEntryLive(b []byte, entries []renewLease) []byte {
+	pairs := make([]leasePair, len(entries))
+	same := true
+	for i, e := range entries {
+		pairs[i] = e.leasePair
+		same = same && e.mode == entries[0].mode
+	}
+	if len(entries) == 1 {
+		b = appendPairFilter(b, "h.", pairs)
+	} else {
+		b = append(b, "(h.lock_key, h.token) IN ("...)
+		b = appendTuples(b, entries, false)
+		b = append(b, ')')
+	}
+	if same {
+		b = append(b, " AND h.mode = "...)
+		b = strconv.AppendUint(b, uint64(entries[0].mode), 10)
+	} else {
+		b = append(b, " AND (h.lock_key, h.token, h.mode) IN ("...)
+		b = appendTuples(b, entries, true)
+		b = append(b, ')')
+	}
+	return append(b, " AND h.state = "+strconv.Itoa(stateHeld)+" AND h.expires_at > UTC_TIMESTAMP(6)"...)
+}
+
+// appendTuples appends "(k, t), ..." for entries, or with mode "(k, t, m),
+// ...".
+func appendTuples(b []byte, entries []renewLease, mode bool) []byte {
+	for i, e := range entries {
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		b = append(b, '(')
+		b = appendHex(b, e.key)
+		b = append(b, ", "...)
+		b = appendHex(b, e.token)
+		if mode {
+			b = append(b, ", "...)
+			b = strconv.AppendUint(b, uint64(e.mode), 10)
+		}
+		b = append(b, ')')
+	}
+	return b
+}
+
+// renewedLeases returns which leases of chunk are live: after a renewal
+// whose count says that some were not.
+func (s *Store) renewedLeases(ctx context.Context, chunk []renewLease) (map[renewLease]bool, error) {
+	mutexes, entries := splitRenew(chunk)
+	b := make([]byte, 0, 400+len(chunk)*(40+6*len(chunk[0].key)+2*len(chunk[0].token)))
+	if len(mutexes) > 0 {
+		b = append(b, "SELECT 0, m.lock_key, m.token FROM "...)
+		b = append(b, s.qt...)
+		b = append(b, " m WHERE "...)
+		b = appendMutexLive(b, mutexes)
+	}
+	if len(entries) > 0 {
+		if len(mutexes) > 0 {
+			b = append(b, " UNION ALL "...)
+		}
+		b = append(b, "SELECT h.mode, h.lock_key, h.token FROM "...)
+		b = append(b, s.qHolds...)
+		b = append(b, " h WHERE "...)
+		b = appendEntryLive(b, entries)
+	}
+	rows, err := s.db.QueryContext(ctx, string(b))
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	found := make(map[renewLease]bool, len(chunk))
+	for rows.Next() {
+		var mode uint8
+		var k, t []byte
+		if err := rows.Scan(&mode, &k, &t); err != nil {
+			return nil, err
+		}
+		found[renewLease{leasePair{string(k), string(t)}, driver.Mode(mode)}] = true
+	}
+	return found, rows.Err()
+}
+
 // appendPairFilter appends "lock_key IN (...) AND (lock_key, token) IN
-// ((...), ...)", or for one pair "lock_key = k AND token = t".
-func appendPairFilter(b []byte, pairs []leasePair) []byte {
+// ((...), ...)", or for one pair "lock_key = k AND token = t", each column
+// prefixed with alias ("" or "m.").
+func appendPairFilter(b []byte, alias string, pairs []leasePair) []byte {
 	if len(pairs) == 1 {
+		b = append(b, alias...)
 		b = append(b, "lock_key = "...)
 		b = appendHex(b, pairs[0].key)
-		b = append(b, " AND token = "...)
+		b = append(b, " AND "...)
+		b = append(b, alias...)
+		b = append(b, "token = "...)
 		return appendHex(b, pairs[0].token)
 	}
+	b = append(b, alias...)
 	b = append(b, "lock_key IN ("...)
 	for i, k := range pairs {
 		if i > 0 {
@@ -348,7 +546,11 @@ func appendPairFilter(b []byte, pairs []leasePair) []byte {
 		}
 		b = appendHex(b, k.key)
 	}
-	b = append(b, ") AND (lock_key, token) IN ("...)
+	b = append(b, ") AND ("...)
+	b = append(b, alias...)
+	b = append(b, "lock_key, "...)
+	b = append(b, alias...)
+	b = append(b, "token) IN ("...)
 	for i, k := range pairs {
 		if i > 0 {
 			b = append(b, ", "...)
@@ -375,7 +577,7 @@ func (s *Store) leasePairs(ctx context.Context, db querier, pairs []leasePair, c
 	b = append(b, "SELECT lock_key, token FROM "...)
 	b = append(b, s.qt...)
 	b = append(b, " WHERE "...)
-	b = appendPairFilter(b, pairs)
+	b = appendPairFilter(b, "", pairs)
 	b = append(b, cond...)
 	rows, err := db.QueryContext(ctx, string(b))
 	if err != nil {
@@ -393,13 +595,19 @@ func (s *Store) leasePairs(ctx context.Context, db querier, pairs []leasePair, c
 	return found, rows.Err()
 }
 
-// leaseLeases lists live leases (MinHold leases after a release included).
+// leaseLeases lists live leases (MinHold leases after a release included):
+// the mutexes' and the entries of read-write locks and semaphores, in one
+// SELECT.
 func (s *Store) leaseLeases(ctx context.Context, prefix string) ([]driver.Lease, error) {
-	b := make([]byte, 0, 260+4*len(prefix))
-	b = append(b, "SELECT lock_key, owner, fence, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) FROM "...)
+	b := make([]byte, 0, 600+8*len(prefix))
+	b = append(b, "SELECT lock_key, owner, fence, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at), FALSE, 0, 0, 0 FROM "...)
 	b = append(b, s.qt...)
 	b = append(b, " WHERE expires_at > UTC_TIMESTAMP(6)"...)
 	b = appendPrefixFilter(b, prefix)
-	b = append(b, " ORDER BY lock_key"...)
-	return s.queryLeases(ctx, string(b), false)
+	b = append(b, " UNION ALL SELECT lock_key, owner, fence, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at), FALSE, mode, lim, state FROM "...)
+	b = append(b, s.qHolds...)
+	b = append(b, " WHERE expires_at > UTC_TIMESTAMP(6)"...)
+	b = appendPrefixFilter(b, prefix)
+	b = append(b, " ORDER BY 1, 6, 3"...)
+	return s.queryLeases(ctx, string(b))
 }

@@ -128,13 +128,17 @@ func validateTable(name string) error {
 
 // Store keeps tasklock leases in a MySQL or MariaDB table through the
 // caller's *sql.DB. It implements driver.Store, driver.Lister,
-// driver.ForceReleaser, driver.Batcher and ledger.Ledger, and is safe for
-// concurrent use. Create it with New.
+// driver.ForceReleaser, driver.Batcher, driver.Kinder, driver.FairQueuer
+// and ledger.Ledger, and is safe for concurrent use. Create it with New.
 type Store struct {
 	db    *sql.DB
 	table string // validated, unquoted
 	qt    string // "`table`"
 	mode  Mode
+	// The tables of read-write locks and semaphores and of the fair queue,
+	// quoted: "`table_kinds`", "`table_holds`", "`table_queue`" (see
+	// migration 005_kinds).
+	qKinds, qHolds, qQueue string
 
 	// dialect is what the server's SQL allows beyond the common subset,
 	// learnt on first use (see returning).
@@ -181,7 +185,8 @@ func New(db *sql.DB, opts *Options) (*Store, error) {
 			return nil, err
 		}
 	}
-	s := &Store{db: db, table: c.table, qt: "`" + c.table + "`", mode: c.mode}
+	s := &Store{db: db, table: c.table, qt: "`" + c.table + "`", mode: c.mode,
+		qKinds: "`" + c.table + "_kinds`", qHolds: "`" + c.table + "_holds`", qQueue: "`" + c.table + "_queue`"}
 	if c.mode == ModeConnection {
 		s.held = make(map[string]*heldConn)
 	}
@@ -200,7 +205,10 @@ func (s *Store) Acquire(ctx context.Context, p driver.AcquireParams) (driver.Gra
 	if err := checkAcquire(p); err != nil {
 		return driver.Grant{}, err
 	}
-	if s.mode == ModeConnection {
+	switch {
+	case p.Mode != driver.ModeMutex:
+		return s.kindAcquire(ctx, p)
+	case s.mode == ModeConnection:
 		return s.connAcquire(ctx, p)
 	}
 	return s.leaseAcquire(ctx, p)
@@ -224,17 +232,22 @@ func (s *Store) Renew(ctx context.Context, ps []driver.RenewParams) ([]error, er
 
 // Release implements driver.Store.
 func (s *Store) Release(ctx context.Context, p driver.ReleaseParams) error {
-	if s.mode == ModeConnection {
+	switch {
+	case p.Mode != driver.ModeMutex:
+		return s.kindRelease(ctx, p)
+	case s.mode == ModeConnection:
 		return s.connRelease(ctx, p)
 	}
 	return s.leaseRelease(ctx, p)
 }
 
 // ForceRelease implements driver.ForceReleaser: it ends the lock on key
-// whoever holds it. The fence counter stays, so the next grant's fence is
-// still higher. It returns driver.ErrNotHeld when the key is not held. In
-// connection mode it kills the holder's connection (KILL CONNECTION, which
-// needs the same user or the CONNECTION ADMIN privilege).
+// whoever holds it: in lease mode the mutex's lease and every entry of the
+// read-write lock or semaphore of that name. The fence counters stay, so
+// the next grant's fence is still higher. It returns driver.ErrNotHeld
+// when nothing of key is held. In connection mode it kills the holder's
+// connection (KILL CONNECTION, which needs the same user or the
+// CONNECTION ADMIN privilege).
 func (s *Store) ForceRelease(ctx context.Context, key string) error {
 	if s.mode == ModeConnection {
 		return s.connForceRelease(ctx, key)
@@ -243,7 +256,9 @@ func (s *Store) ForceRelease(ctx context.Context, key string) error {
 }
 
 // Leases implements driver.Lister: the live locks whose key starts with
-// prefix, sorted by key, in one SELECT. In connection mode it asks the
+// prefix, sorted by key, in one SELECT; in lease mode each holder of a
+// read-write lock or semaphore, and each writer waiting for one, too. In
+// connection mode it asks the
 // server, row by row, whether each key's lock is in use (IS_USED_LOCK), and
 // a lock's TTL is 0 (it lasts as long as its connection); a key kept after
 // a server restart (see "Server restarts" in the package documentation) is
@@ -256,12 +271,13 @@ func (s *Store) Leases(ctx context.Context, prefix string) ([]driver.Lease, erro
 	return s.leaseLeases(ctx, prefix)
 }
 
-// queryLeases runs q, a SELECT of lock_key, owner, fence and the µs left
-// of the row's lease, followed, when inUse is set (connection mode), by
-// whether the key's GET_LOCK is in use. It lists each row whose lock is in
-// use, with TTL 0 (it lasts as long as its session), and each other row
-// whose lease is still running, with the time left.
-func (s *Store) queryLeases(ctx context.Context, q string, inUse bool) ([]driver.Lease, error) {
+// queryLeases runs q, a SELECT of lock_key, owner, fence, the µs left of
+// the row's lease, whether the key's GET_LOCK is in use (connection mode;
+// FALSE in lease mode), and the mode, limit and state of an entry of a
+// read-write lock or semaphore (0, 0, 0 for a mutex). It lists each row
+// whose lock is in use, with TTL 0 (it lasts as long as its session), and
+// each other row whose lease is still running, with the time left.
+func (s *Store) queryLeases(ctx context.Context, q string) ([]driver.Lease, error) {
 	rows, err := s.db.QueryContext(ctx, q)
 	if err != nil {
 		return nil, s.wrap("list leases", err)
@@ -273,17 +289,17 @@ func (s *Store) queryLeases(ctx context.Context, q string, inUse bool) ([]driver
 		var l driver.Lease
 		var us int64
 		var used bool
-		dest := []any{&key, &l.Owner, &l.Fence, &us}
-		if inUse {
-			dest = append(dest, &used)
-		}
-		if err := rows.Scan(dest...); err != nil {
+		var mode uint8
+		var state int
+		if err := rows.Scan(&key, &l.Owner, &l.Fence, &us, &used, &mode, &l.Limit, &state); err != nil {
 			return nil, s.wrap("list leases", err)
 		}
 		if !used && us <= 0 {
 			continue
 		}
 		l.Key = string(key)
+		l.Mode = driver.Mode(mode)
+		l.Waiting = state == stateWaiting
 		if !used {
 			l.TTL = fromMicros(us)
 		}
@@ -361,29 +377,34 @@ func appendExpiryUS(b []byte, us int64) []byte {
 	return append(b, " MICROSECOND"...)
 }
 
-// appendExpiresByKey appends the value a multi-row UPDATE assigns to
-// expires_at: expr(b, i) is the value for the row of keys[i]. When every
-// row's is the same it appends that value alone, otherwise
-// "CASE lock_key WHEN keys[0] THEN expr(0) … ELSE expires_at END".
-func appendExpiresByKey(b []byte, keys []string, expr func(b []byte, i int) []byte) []byte {
+// appendExpiresBy appends the value a multi-row UPDATE assigns to the
+// expires_at of the table aliased alias ("" or "m." and so on): expr(b, i)
+// is the value for the row whose column col is vals[i]. When every row's
+// is the same it appends that value alone, otherwise "CASE alias.col WHEN
+// vals[0] THEN expr(0) … ELSE alias.expires_at END".
+func appendExpiresBy(b []byte, alias, col string, vals []string, expr func(b []byte, i int) []byte) []byte {
 	first := expr(nil, 0)
 	var scratch []byte
 	same := true
-	for i := 1; i < len(keys) && same; i++ {
+	for i := 1; i < len(vals) && same; i++ {
 		scratch = expr(scratch[:0], i)
 		same = string(scratch) == string(first)
 	}
 	if same {
 		return append(b, first...)
 	}
-	b = append(b, "CASE lock_key"...)
-	for i, k := range keys {
+	b = append(b, "CASE "...)
+	b = append(b, alias...)
+	b = append(b, col...)
+	for i, v := range vals {
 		b = append(b, " WHEN "...)
-		b = appendHex(b, k)
+		b = appendHex(b, v)
 		b = append(b, " THEN "...)
 		b = expr(b, i)
 	}
-	return append(b, " ELSE expires_at END"...)
+	b = append(b, " ELSE "...)
+	b = append(b, alias...)
+	return append(b, "expires_at END"...)
 }
 
 // acquireExpired is true of a row whose lease has ended: an acquire, in
@@ -435,7 +456,7 @@ func (s *Store) appendReleaseUpdate(b []byte, keys []string, keepFor []time.Dura
 	b = append(b, "UPDATE "...)
 	b = append(b, s.qt...)
 	b = append(b, " SET token = '', expires_at = "...)
-	return appendExpiresByKey(b, keys, func(b []byte, i int) []byte {
+	return appendExpiresBy(b, "", "lock_key", keys, func(b []byte, i int) []byte {
 		if keepFor[i] > 0 {
 			return appendExpiry(b, keepFor[i])
 		}

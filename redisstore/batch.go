@@ -33,6 +33,12 @@ func (s *Store) AcquireBatch(ctx context.Context, ps []driver.AcquireParams) ([]
 	res := make([]driver.AcquireResult, len(ps))
 	valid := make([]int, 0, len(ps)) // the items acquire.lua gets
 	for i, p := range ps {
+		if p.Mode != driver.ModeMutex {
+			// The Locker sends these alone; another caller gets Acquire's
+			// answer, one round trip each.
+			res[i].Grant, res[i].Err = s.Acquire(ctx, p)
+			continue
+		}
 		if res[i].Err = checkAcquire(p); res[i].Err == nil {
 			valid = append(valid, i)
 		}
@@ -68,11 +74,22 @@ func (s *Store) AcquireBatch(ctx context.Context, ps []driver.AcquireParams) ([]
 // ReleaseBatch implements driver.Batcher: release.lua once per Cluster hash
 // slot (or per 500 items on one node), all in one pipeline.
 func (s *Store) ReleaseBatch(ctx context.Context, ps []driver.ReleaseParams) ([]error, error) {
-	calls := s.groupCalls(releaseScript, len(ps), func(i int) string { return s.lockKey(ps[i].Key) })
+	errs := make([]error, len(ps))
+	mutexes := make([]int, 0, len(ps))
+	for i, p := range ps {
+		if p.Mode != driver.ModeMutex {
+			errs[i] = s.Release(ctx, p) // as in AcquireBatch
+			continue
+		}
+		mutexes = append(mutexes, i)
+	}
+	calls := s.groupCalls(releaseScript, len(mutexes), func(j int) string { return s.lockKey(ps[mutexes[j]].Key) })
 	for _, c := range calls {
 		c.keys = make([]string, 0, len(c.idx))
 		c.args = make([]any, 0, 4*len(c.idx))
-		for _, i := range c.idx {
+		for k, j := range c.idx {
+			i := mutexes[j]
+			c.idx[k] = i
 			c.keys = append(c.keys, s.lockKey(ps[i].Key))
 			c.args = s.appendReleaseArgv(c.args, ps[i])
 		}
@@ -80,7 +97,6 @@ func (s *Store) ReleaseBatch(ctx context.Context, ps []driver.ReleaseParams) ([]
 	if err := s.runCalls(ctx, calls, nil); err != nil {
 		return nil, fmt.Errorf("redisstore: release %d keys: %w", len(ps), err)
 	}
-	errs := make([]error, len(ps))
 	for _, c := range calls {
 		replies, err := callReplies(c)
 		for k, i := range c.idx {

@@ -6,9 +6,11 @@
 //	locker, err := tasklock.New(store, nil)
 //
 // The Store implements driver.Store, driver.Notifier (waiters are woken by
-// pub/sub), driver.Lister (the CLI and the dashboard list leases) and
-// driver.ForceReleaser (the operator's escape hatch), and ledger.Ledger,
-// the tick ledger of package schedule (see Ledger).
+// pub/sub), driver.Lister (the CLI and the dashboard list leases),
+// driver.ForceReleaser (the operator's escape hatch), driver.Kinder
+// (read-write locks and semaphores), driver.FairQueuer (fair locks, on
+// request) and ledger.Ledger, the tick ledger of package schedule (see
+// Ledger).
 //
 // # Keys
 //
@@ -20,6 +22,54 @@
 // are published on channel Prefix+"released" with K as the payload. Keys
 // starting with '}' are rejected with ErrKey (their hash tag would be
 // empty).
+//
+// # Read-write locks and semaphores
+//
+// The read-write lock or semaphore named K (a namespace apart from the
+// mutex K) is kept beside the mutex, in K's hash slot:
+//
+//   - Prefix+"{"+K+"}:kinds": a hash from each holder's token to its mode,
+//     fence and owner, plus the key's number of permits (0: a read-write
+//     lock) and the writer's token. A writer that found readers holding
+//     leaves a waiting claim here, which refuses new readers until it is
+//     granted, given up, or expires.
+//   - Prefix+"{"+K+"}:kinds:held" and ":kinds:wait": sorted sets of the
+//     holds and of the writers' claims, by expiry (unix ms by Redis's
+//     clock, TIME inside the script).
+//   - Prefix+"{"+K+"}:kinds:fence": the fence counter, without expiry.
+//     Writers and permits take the next value; a reader's fence is the
+//     counter as it stands, the last writer's.
+//
+// Every operation is one Lua script, run atomically: it first deletes the
+// entries whose expiry has passed (announcing them on the release
+// channel, as a release is), then acts by driver.Mode's rules, and then
+// sets the three containers to expire (PEXPIREAT) with their last entry,
+// so that a key whose holders all died vanishes by itself; a release
+// deletes them with the last entry. So a dead holder's permit or lock
+// returns at its TTL, however few calls the key gets. Renew carries
+// these holds in the same script calls as the mutexes (one per hash slot),
+// so renewing 10,000 permits costs what renewing 10,000 mutexes does.
+// Leases lists every hold and claim, and ForceRelease deletes them with
+// the mutex (the fence counters stay).
+//
+// # Fair locks
+//
+// With tasklock.ObtainOptions.Fair a mutex's waiters queue at the store
+// (driver.FairQueuer): Prefix+"{"+K+"}:fair", a sorted set of tokens by
+// arrival, and Prefix+"{"+K+"}:fair:exp", the same tokens by expiry. Each
+// entry is a lease of the waiter's TTL, renewed by the waiting Ticket at
+// least every third of it, and every call of the queue's script (fair.lua)
+// first drops the entries whose lease ended: a waiter that dies leaves the
+// queue within its TTL and never blocks the line (the failure of
+// Redisson's fair lock, redisson#3004 and #6150, whose queue entries
+// outlive dead waiters). A waiter is granted, by the same script and
+// exactly as Acquire grants (SET PX, the next fence), only when its entry
+// is the head of the live queue and the key is free. Waiting Tickets share
+// one subscription to the release channel, woken when the key is released
+// or the head leaves; they look again no later than the holder's lease
+// could end. An empty queue and a free key grant at once, in the
+// EnqueueFair call. Plain Obtains do not look at the queue: a caller that
+// does not ask for fairness may take a free key ahead of it.
 //
 // # Round trips
 //
@@ -126,6 +176,13 @@
 //     server's clock forward ends leases early.
 //   - A maxmemory policy that can evict keys without an expiry (allkeys-*)
 //     can evict a fence counter; use noeviction or a volatile-* policy.
+//   - Read-write locks and semaphores share all of the above: a restart
+//     without persistence, or a failover that loses writes, forgets their
+//     holders, so a writer can be granted beside a reader or writer that
+//     still works, and a semaphore can hand out its N permits again while
+//     the old holders work on until their next renewal tells them (at most
+//     a third of the TTL later): more than N at once, for that long. Their
+//     fence counters restart like the mutex's.
 //
 // The defence against all of these is the fencing token: pass each grant's
 // fence to the resource the lock protects and have it reject writes with a
@@ -152,6 +209,8 @@
 // # Errors
 //
 // Besides driver.ErrNotHeld and *driver.HeldError, Acquire may return
-// errors wrapping ErrReplicas and ErrKey. Every error from go-redis is
-// wrapped with %w. The store never logs.
+// errors wrapping ErrReplicas and ErrKey, and for a read-write lock or a
+// semaphore driver.ErrKindMismatch (the key is live as the other kind, or
+// with another number of permits). Every error from go-redis is wrapped
+// with %w. The store never logs.
 package redisstore

@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -18,37 +20,51 @@ const scanCount = 1000
 
 // Leases implements driver.Lister: it SCANs for the lock keys whose user key
 // starts with prefix (on every master of a Cluster), and reads each lease's
-// value and PTTL in one pipeline per page of keys. Leases that expire during
-// the scan are left out. The result is sorted by key. It costs a full
-// keyspace scan of each node, so it is meant for the CLI and the dashboard,
-// not for hot paths.
+// value and PTTL in one pipeline per page of keys; then likewise for the
+// read-write locks and semaphores, listed one Lease per entry (a writer's
+// waiting claim with Waiting set). Leases that expire during the scan are
+// left out. The result is sorted by key. It costs a full keyspace scan of
+// each node, so it is meant for the CLI and the dashboard, not for hot
+// paths.
 func (s *Store) Leases(ctx context.Context, prefix string) ([]driver.Lease, error) {
 	// Lock keys are prefix{key}; fence keys, prefix{key}:fence, end in
-	// "fence" and never match a pattern ending in '}'.
-	match := globEscape(s.prefix) + "{" + globEscape(prefix) + "*}"
+	// "fence" and never match a pattern ending in '}'. The hashes of the
+	// other kinds, prefix{key}:kinds, are the only keys ending in
+	// "}:kinds".
+	stem := globEscape(s.prefix) + "{" + globEscape(prefix) + "*}"
+	scans := []struct {
+		match string
+		read  func(ctx context.Context, c redis.UniversalClient, prefix string, keys []string) ([]driver.Lease, error)
+	}{
+		{stem, s.readLeases},
+		{stem + kindsSuffix, s.readKinds},
+	}
 	var (
 		mu  sync.Mutex
 		out []driver.Lease
 	)
 	scan := func(ctx context.Context, c redis.UniversalClient) error {
-		var cursor uint64
-		for {
-			keys, next, err := c.Scan(ctx, cursor, match, scanCount).Result()
-			if err != nil {
-				return err
+		for _, sc := range scans {
+			var cursor uint64
+			for {
+				keys, next, err := c.Scan(ctx, cursor, sc.match, scanCount).Result()
+				if err != nil {
+					return err
+				}
+				leases, err := sc.read(ctx, c, prefix, keys)
+				if err != nil {
+					return err
+				}
+				mu.Lock()
+				out = append(out, leases...)
+				mu.Unlock()
+				if next == 0 {
+					break
+				}
+				cursor = next
 			}
-			leases, err := s.readLeases(ctx, c, prefix, keys)
-			if err != nil {
-				return err
-			}
-			mu.Lock()
-			out = append(out, leases...)
-			mu.Unlock()
-			if next == 0 {
-				return nil
-			}
-			cursor = next
 		}
+		return nil
 	}
 	var err error
 	if s.cluster != nil {
@@ -61,7 +77,7 @@ func (s *Store) Leases(ctx context.Context, prefix string) ([]driver.Lease, erro
 	if err != nil {
 		return nil, fmt.Errorf("redisstore: list leases: %w", err)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Key < out[j].Key })
 	return out, nil
 }
 
@@ -108,6 +124,73 @@ func (s *Store) readLeases(ctx context.Context, c redis.UniversalClient, prefix 
 			ttl = 0 // -1 no expiry, -2 gone: unknown
 		}
 		leases = append(leases, driver.Lease{Key: r.key, Owner: owner, Fence: fence, TTL: ttl})
+	}
+	return leases, nil
+}
+
+// readKinds reads the entries of the read-write locks and semaphores whose
+// hashes are hs in one pipeline, with Redis's clock (TIME on the same
+// connection) to tell their remaining TTLs.
+func (s *Store) readKinds(ctx context.Context, c redis.UniversalClient, prefix string, hs []string) ([]driver.Lease, error) {
+	type read struct {
+		key        string
+		h          *redis.MapStringStringCmd
+		held, wait *redis.ZSliceCmd
+	}
+	reads := make([]read, 0, len(hs))
+	pipe := c.Pipeline()
+	now := pipe.Time(ctx)
+	for _, h := range hs {
+		key, ok := s.kindsUserKey(h)
+		if !ok || !strings.HasPrefix(key, prefix) {
+			continue
+		}
+		k := s.kindsKeys(key)
+		reads = append(reads, read{key: key, h: pipe.HGetAll(ctx, k.h),
+			held: pipe.ZRangeWithScores(ctx, k.held, 0, -1), wait: pipe.ZRangeWithScores(ctx, k.wait, 0, -1)})
+	}
+	if len(reads) == 0 {
+		return nil, nil
+	}
+	if err := execPipe(ctx, pipe); err != nil {
+		return nil, err
+	}
+	t, err := now.Result()
+	if err != nil {
+		return nil, err
+	}
+	nowMs := t.UnixMilli()
+	var leases []driver.Lease
+	for _, r := range reads {
+		vals, err := r.h.Result()
+		if err != nil {
+			return nil, err
+		}
+		limit, _ := strconv.Atoi(vals[":limit"])
+		for _, z := range []*redis.ZSliceCmd{r.held, r.wait} {
+			entries, err := z.Result()
+			if err != nil {
+				return nil, err
+			}
+			for _, e := range entries {
+				tok, _ := e.Member.(string)
+				left := int64(e.Score) - nowMs
+				v := vals[tok]
+				if left <= 0 || len(v) < 2 || v[1] != ':' {
+					continue // expired, or not an entry
+				}
+				mode, waiting, ok := entryMode(v[0])
+				fence, owner, ok2 := parseValue(v)
+				if !ok || !ok2 {
+					continue
+				}
+				l := driver.Lease{Key: r.key, Owner: owner, Fence: fence, TTL: time.Duration(left) * time.Millisecond, Mode: mode, Waiting: waiting}
+				if mode == driver.ModePermit {
+					l.Limit = limit
+				}
+				leases = append(leases, l)
+			}
+		}
 	}
 	return leases, nil
 }

@@ -48,11 +48,28 @@ var releaseSrc string
 //go:embed forcerelease.lua
 var forceReleaseSrc string
 
+//go:embed kinds.lua
+var kindsLib string
+
+//go:embed kinds_acquire.lua
+var kindsAcquireSrc string
+
+//go:embed kinds_release.lua
+var kindsReleaseSrc string
+
+//go:embed fair.lua
+var fairSrc string
+
+// The scripts that touch read-write locks, semaphores or fair queues start
+// with kinds.lua, the functions they share.
 var (
 	acquireScript      = newLuaScript(acquireSrc)
-	renewScript        = newLuaScript(renewSrc)
+	renewScript        = newLuaScript(kindsLib + renewSrc)
 	releaseScript      = newLuaScript(releaseSrc)
-	forceReleaseScript = newLuaScript(forceReleaseSrc)
+	forceReleaseScript = newLuaScript(kindsLib + forceReleaseSrc)
+	kindsAcquireScript = newLuaScript(kindsLib + kindsAcquireSrc)
+	kindsReleaseScript = newLuaScript(kindsLib + kindsReleaseSrc)
+	fairScript         = newLuaScript(kindsLib + fairSrc)
 )
 
 // luaScript is an embedded script, run with EVALSHA and, when the server
@@ -115,9 +132,9 @@ type Options struct {
 }
 
 // Store keeps leases in Redis. It implements driver.Store, driver.Notifier,
-// driver.Lister, driver.ForceReleaser, driver.Batcher (batch.go) and
-// ledger.Ledger (ledger.go), and is safe for concurrent use. Create it with
-// New.
+// driver.Lister, driver.ForceReleaser, driver.Batcher (batch.go),
+// driver.Kinder (kinds.go), driver.FairQueuer (fair.go) and ledger.Ledger
+// (ledger.go), and is safe for concurrent use. Create it with New.
 type Store struct {
 	client       redis.UniversalClient
 	cluster      *redis.ClusterClient // non-nil when client is a Cluster client
@@ -126,6 +143,7 @@ type Store struct {
 	channelArg   any    // channel, boxed once for release.lua's arguments
 	waitReplicas int
 	waitTimeout  time.Duration
+	wake         wakeHub // wakes fair queues' Tickets (fair.go)
 }
 
 var (
@@ -203,6 +221,7 @@ func New(client redis.UniversalClient, opts *Options) (*Store, error) {
 	}
 	s.channel = s.prefix + "released"
 	s.channelArg = s.channel
+	s.wake.s = s
 	return s, nil
 }
 
@@ -232,46 +251,57 @@ func (s *Store) userKey(lk string) (string, bool) {
 // Acquire implements driver.Store in one round trip: acquire.lua grants the
 // key with SET PX and a fresh fence from the key's INCR counter, or reports
 // the holder. With Options.WaitReplicas, WAIT rides in the same pipeline.
+// A hold of another mode goes to kinds_acquire.lua (see Kinds).
 func (s *Store) Acquire(ctx context.Context, p driver.AcquireParams) (driver.Grant, error) {
-	args, err := s.acquireArgs(p)
+	if p.Mode != driver.ModeMutex {
+		return s.acquireKind(ctx, p)
+	}
+	args, lk, err := s.acquireArgs(p)
 	if err != nil {
 		return driver.Grant{}, err
 	}
-	lk := args[3].(string)
-	var res any
+	return s.acquireWith(ctx, p, acquireScript, lk, args, acquireReply)
+}
+
+// acquireWith makes Acquire's one attempt for p with script, whose EVALSHA
+// arguments are args and whose keys sit in the slot of key, and turns the
+// script's reply into the result with reply. With Options.WaitReplicas,
+// WAIT rides in the same pipeline, and a grant too few replicas
+// acknowledged is undone.
+func (s *Store) acquireWith(ctx context.Context, p driver.AcquireParams, script *luaScript, key string, args []any,
+	reply func(key string, res any) (driver.Grant, error)) (driver.Grant, error) {
 	if s.waitReplicas == 0 {
-		r, err := acquireScript.run(ctx, s.client, args).Result()
+		res, err := script.run(ctx, s.client, args).Result()
 		if err != nil {
 			return driver.Grant{}, fmt.Errorf("redisstore: acquire %q: %w", p.Key, err)
 		}
-		res = r
-	} else {
-		r, acked, err := s.acquireWait(ctx, lk, args)
-		if err != nil {
-			return driver.Grant{}, fmt.Errorf("redisstore: acquire %q: %w", p.Key, err)
-		}
-		res = r
-		if _, granted := res.(int64); granted && acked < s.waitReplicas {
-			err := fmt.Errorf("%w: %d of %d within %s", ErrReplicas, acked, s.waitReplicas, s.waitTimeout)
-			// Undo the grant even if ctx has ended: it is ours to remove.
-			rel := s.Release(context.WithoutCancel(ctx), driver.ReleaseParams{Key: p.Key, Token: p.Token})
-			if rel != nil {
-				return driver.Grant{}, fmt.Errorf("redisstore: acquire %q: %w (undoing the grant failed, it expires after its TTL: %w)", p.Key, err, rel)
-			}
-			return driver.Grant{}, fmt.Errorf("redisstore: acquire %q: %w", p.Key, err)
-		}
+		return reply(p.Key, res)
 	}
-	return acquireReply(p.Key, res)
+	res, acked, err := s.acquireWait(ctx, script, key, args)
+	if err != nil {
+		return driver.Grant{}, fmt.Errorf("redisstore: acquire %q: %w", p.Key, err)
+	}
+	g, err := reply(p.Key, res)
+	if err != nil || acked >= s.waitReplicas {
+		return g, err
+	}
+	err = fmt.Errorf("%w: %d of %d within %s", ErrReplicas, acked, s.waitReplicas, s.waitTimeout)
+	// Undo the grant even if ctx has ended: it is ours to remove.
+	rel := s.Release(context.WithoutCancel(ctx), driver.ReleaseParams{Key: p.Key, Token: p.Token, Mode: p.Mode})
+	if rel != nil {
+		return driver.Grant{}, fmt.Errorf("redisstore: acquire %q: %w (undoing the grant failed, it expires after its TTL: %w)", p.Key, err, rel)
+	}
+	return driver.Grant{}, fmt.Errorf("redisstore: acquire %q: %w", p.Key, err)
 }
 
 // acquireArgs checks p and returns the EVALSHA arguments of acquire.lua
-// for it; args[3] is the lock key.
-func (s *Store) acquireArgs(p driver.AcquireParams) ([]any, error) {
+// for it, and the lock key.
+func (s *Store) acquireArgs(p driver.AcquireParams) (args []any, lk string, err error) {
 	if err := checkAcquire(p); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	lk, fk := s.lockKeys(p.Key)
-	return []any{"evalsha", acquireScript.sha, 2, lk, fk, p.Token, millis(p.TTL), p.Owner}, nil
+	return []any{"evalsha", acquireScript.sha, 2, lk, fk, p.Token, millis(p.TTL), p.Owner}, lk, nil
 }
 
 // checkAcquire rejects what acquire.lua cannot store.
@@ -319,16 +349,16 @@ func acquireReply(key string, res any) (driver.Grant, error) {
 	return driver.Grant{}, fmt.Errorf("redisstore: acquire %q: unexpected reply %v", key, res)
 }
 
-// acquireWait runs acquire.lua and WAIT in one pipeline on the connection
-// of the key's master, and returns the script's reply and the number of
-// replicas that acknowledged.
-func (s *Store) acquireWait(ctx context.Context, lk string, args []any) (any, int, error) {
+// acquireWait runs script with args and WAIT in one pipeline on the
+// connection of the master of key, and returns the script's reply and the
+// number of replicas that acknowledged (0 when WAIT failed).
+func (s *Store) acquireWait(ctx context.Context, script *luaScript, key string, args []any) (any, int, error) {
 	var node redis.UniversalClient = s.client
 	if s.cluster != nil {
 		// The Cluster client would send WAIT (it has no key) to any node;
 		// WAIT counts the acks of writes made on its own connection, so it
 		// must go down the same node client's pipeline as the script.
-		c, err := s.cluster.MasterForKey(ctx, lk)
+		c, err := s.cluster.MasterForKey(ctx, key)
 		if err != nil {
 			return nil, 0, err
 		}
@@ -337,12 +367,12 @@ func (s *Store) acquireWait(ctx context.Context, lk string, args []any) (any, in
 	// A *redis.Client runs a pipeline on a single connection.
 	res, acked, err := s.pipeAcquire(ctx, node, args)
 	if isNoScript(err) {
-		res, acked, err = s.pipeAcquire(ctx, node, acquireScript.evalArgs(args))
+		res, acked, err = s.pipeAcquire(ctx, node, script.evalArgs(args))
 	}
 	return res, acked, err
 }
 
-// pipeAcquire sends acquire.lua and WAIT in one pipeline on node.
+// pipeAcquire sends a script call (args) and WAIT in one pipeline on node.
 func (s *Store) pipeAcquire(ctx context.Context, node redis.UniversalClient, args []any) (any, int, error) {
 	pipe := node.Pipeline()
 	script := pipe.Do(ctx, args...)
@@ -358,12 +388,9 @@ func (s *Store) pipeAcquire(ctx context.Context, node redis.UniversalClient, arg
 	}
 	acked, err := wait.Int64()
 	if err != nil {
-		if _, granted := res.(int64); granted {
-			// Granted but unconfirmed: report no acks, so that the
-			// caller undoes the grant.
-			return res, 0, nil
-		}
-		return nil, 0, err
+		// A grant that cannot be confirmed counts as acknowledged by
+		// none, so that the caller undoes it.
+		return res, 0, nil
 	}
 	return res, int(acked), nil
 }
@@ -416,7 +443,11 @@ func isNoScript(err error) bool {
 // Release implements driver.Store in one round trip (release.lua): when
 // p.Token holds p.Key it deletes the lease and publishes p.Key on
 // Prefix+"released", or with p.KeepFor > 0 only shortens it to KeepFor.
+// A hold of another mode goes to kinds_release.lua (see Kinds).
 func (s *Store) Release(ctx context.Context, p driver.ReleaseParams) error {
+	if p.Mode != driver.ModeMutex {
+		return s.releaseKind(ctx, p)
+	}
 	n, err := releaseScript.run(ctx, s.client, s.releaseArgs(p)).Int64()
 	return releaseReply(p.Key, n, err)
 }
@@ -447,12 +478,14 @@ func releaseReply(key string, n int64, err error) error {
 	return nil
 }
 
-// ForceRelease implements driver.ForceReleaser: it deletes the lease of key
-// whoever holds it and wakes waiters, in one round trip. The fence counter
-// stays, so the next grant's fence is still higher. It returns
-// driver.ErrNotHeld when the key is not held.
+// ForceRelease implements driver.ForceReleaser: it deletes the mutex of key
+// and every entry of its read-write lock or semaphore, whoever holds them,
+// and wakes waiters, in one round trip. The fence counters stay, so the
+// next grant's fence is still higher. It returns driver.ErrNotHeld when
+// nothing of key was held.
 func (s *Store) ForceRelease(ctx context.Context, key string) error {
-	args := []any{"evalsha", forceReleaseScript.sha, 1, s.lockKey(key), s.channelArg, key}
+	k := s.kindsKeys(key)
+	args := []any{"evalsha", forceReleaseScript.sha, 4, s.lockKey(key), k.h, k.held, k.wait, s.channelArg, key}
 	n, err := forceReleaseScript.run(ctx, s.client, args).Int64()
 	if err != nil {
 		return fmt.Errorf("redisstore: force release %q: %w", key, err)
@@ -465,10 +498,10 @@ func (s *Store) ForceRelease(ctx context.Context, key string) error {
 
 // Renew implements driver.Store. It groups the leases by Cluster hash slot
 // (on a *redis.ClusterClient) or in chunks of at most 500 (otherwise), runs
-// renew.lua once per group, and sends all the groups in one pipeline, which
-// the Cluster client splits per node: a renewal cycle costs one round trip
-// per node (a second one only after SCRIPT FLUSH or a restart, to load the
-// script).
+// renew.lua once per group, mutexes and holds of the other modes together,
+// and sends all the groups in one pipeline, which the Cluster client splits
+// per node: a renewal cycle costs one round trip per node (a second one
+// only after SCRIPT FLUSH or a restart, to load the script).
 func (s *Store) Renew(ctx context.Context, ps []driver.RenewParams) ([]error, error) {
 	if len(ps) == 0 {
 		return []error{}, nil
@@ -477,14 +510,35 @@ func (s *Store) Renew(ctx context.Context, ps []driver.RenewParams) ([]error, er
 		if p.TTL <= 0 {
 			return nil, fmt.Errorf("redisstore: renew %q: TTL is %s, must be positive", p.Key, p.TTL)
 		}
+		if _, err := modeArg(p.Mode); err != nil {
+			return nil, fmt.Errorf("redisstore: renew %q: %w", p.Key, err)
+		}
 	}
 	calls := s.groupCalls(renewScript, len(ps), func(i int) string { return s.lockKey(ps[i].Key) })
 	for _, c := range calls {
-		c.keys = make([]string, len(c.idx))
-		c.args = make([]any, 0, 2*len(c.idx))
-		for j, i := range c.idx {
-			c.keys[j] = s.lockKey(ps[i].Key)
+		// The mutexes first, then the other holds: renew.lua's layout.
+		mutexes := make([]int, 0, len(c.idx))
+		var kinds []int
+		for _, i := range c.idx {
+			if ps[i].Mode == driver.ModeMutex {
+				mutexes = append(mutexes, i)
+			} else {
+				kinds = append(kinds, i)
+			}
+		}
+		c.idx = append(mutexes, kinds...)
+		c.keys = make([]string, 0, len(mutexes)+3*len(kinds))
+		c.args = make([]any, 0, 2+2*len(mutexes)+4*len(kinds))
+		c.args = append(c.args, len(mutexes), s.channelArg)
+		for _, i := range mutexes {
+			c.keys = append(c.keys, s.lockKey(ps[i].Key))
 			c.args = append(c.args, ps[i].Token, millis(ps[i].TTL))
+		}
+		for _, i := range kinds {
+			k := s.kindsKeys(ps[i].Key)
+			mode, _ := modeArg(ps[i].Mode)
+			c.keys = append(c.keys, k.h, k.held, k.wait)
+			c.args = append(c.args, ps[i].Token, millis(ps[i].TTL), mode, ps[i].Key)
 		}
 	}
 	if err := s.runCalls(ctx, calls, nil); err != nil {

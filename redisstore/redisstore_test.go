@@ -299,6 +299,7 @@ func runSuite(t *testing.T, d deployment) {
 	t.Run("Leases", func(t *testing.T) { testLeases(t, d) })
 	t.Run("BraceKeys", func(t *testing.T) { testBraceKeys(t, d) })
 	t.Run("ForceRelease", func(t *testing.T) { testForceRelease(t, d) })
+	runKindsSuite(t, d)
 }
 
 func testForceRelease(t *testing.T, d deployment) {
@@ -834,6 +835,14 @@ func testWaitNoReplicas(t *testing.T, d deployment) {
 			t.Fatalf("lease %q left behind after ErrReplicas", key)
 		}
 	}
+	// A semaphore's permit too is given back.
+	_, err := s.Acquire(ctx, driver.AcquireParams{Key: "p", Token: token(), Owner: "me", TTL: time.Minute, Mode: driver.ModePermit, Limit: 1})
+	if !errors.Is(err, ErrReplicas) {
+		t.Fatalf("permit without replicas: %v, want ErrReplicas", err)
+	}
+	if n := c.Exists(ctx, s.kindsKeys("p").h, s.kindsKeys("p").held).Val(); n != 0 {
+		t.Fatal("permit left behind after ErrReplicas")
+	}
 	// A batch makes each item an Acquire of its own, WAIT included.
 	keys := []string{"e", "f", "g", "h"}
 	ps := make([]driver.AcquireParams, len(keys))
@@ -866,6 +875,12 @@ func testWaitReplicas(t *testing.T, d deployment) {
 	_, err := s1.Acquire(ctx, driver.AcquireParams{Key: "k", Token: token(), Owner: "x", TTL: time.Second})
 	if !errors.Is(err, driver.ErrHeld) {
 		t.Fatalf("Acquire of a held key with WaitReplicas: %v, want ErrHeld", err)
+	}
+	// Likewise for a writer's lock.
+	mustKind(t, s1, "rw", token(), "w", driver.ModeWrite, 0, time.Minute)
+	_, err = s1.Acquire(ctx, driver.AcquireParams{Key: "rw", Token: token(), Owner: "x", TTL: time.Second, Mode: driver.ModeRead})
+	if !errors.Is(err, driver.ErrHeld) {
+		t.Fatalf("reader beside a writer with WaitReplicas: %v, want ErrHeld", err)
 	}
 
 	s2 := newStore(t, c, &Options{WaitReplicas: 2, WaitTimeout: 50 * time.Millisecond})

@@ -14,7 +14,9 @@
 // The Store implements driver.Store, driver.Batcher (a Locker's burst of
 // acquires or releases goes to each node as one pipelined call),
 // driver.Notifier (waiters are woken by pub/sub on every node),
-// driver.Lister and driver.ForceReleaser. It tolerates the failure of any
+// driver.Lister and driver.ForceReleaser, and driver.Kinder only to refuse
+// every kind of lock but the mutex (see Read-write locks, semaphores and
+// fair locks). It tolerates the failure of any
 // minority of the nodes: with 3 nodes, locks are obtained, kept and
 // released while one node is down or cut off.
 //
@@ -104,6 +106,28 @@
 //   - Expiries are kept in each node's wall-clock time: a node whose clock
 //     jumps forward ends its copies early, which counts like a restart
 //     without persistence.
+//
+// # Read-write locks, semaphores and fair locks
+//
+// The Store keeps mutexes only, and says so rather than keep the others
+// unsafely: Kinds returns an error wrapping driver.ErrUnsupported for
+// ModeRead, ModeWrite and ModePermit, so tasklock's RWMutex and Semaphore
+// calls fail at once with an error matching tasklock.ErrUnsupported, and
+// the Store does not implement driver.FairQueuer, so ObtainOptions.Fair is
+// refused the same way.
+//
+// Why: RedLock is safe for a mutex because any two majorities share a
+// node, and that node refuses the second owner. A semaphore or a
+// read-write lock has many holders at once, and each node counts only the
+// holders it saw, so sharing a node proves nothing: with 3 nodes and 2
+// permits, A can win nodes {1,2}, B {2,3} and C {1,3}. Every node holds two
+// permits, within its limit; every holder has a majority; three permits
+// are out. A writer's claim (which holds new readers off), a reader's fence
+// (the last writer's) and a fair queue's order are likewise one value the
+// nodes would have to agree on. Keeping a count, a claim or an order
+// consistent across independent nodes takes consensus, which RedLock does
+// not have: use redisstore (one Redis, Sentinel or Cluster) or a store
+// with consensus (etcdstore, zkstore, pgstore) for these kinds.
 //
 // # What it requires of operators
 //

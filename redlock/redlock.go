@@ -64,7 +64,8 @@ type node struct {
 // Store keeps leases on N independent Redis nodes and grants a lock when a
 // majority of them grant it (the RedLock algorithm). It implements
 // driver.Store, driver.Batcher, driver.Notifier, driver.Lister and
-// driver.ForceReleaser, and is safe for concurrent use. Create it with New.
+// driver.ForceReleaser, and driver.Kinder only to refuse every mode but
+// the mutex (kinds.go); it is safe for concurrent use. Create it with New.
 type Store struct {
 	nodes       []*node
 	quorum      int
@@ -361,6 +362,9 @@ func (s *Store) Acquire(ctx context.Context, p driver.AcquireParams) (driver.Gra
 // checkAcquire refuses, before any node is asked, a request that no node
 // could grant.
 func checkAcquire(p driver.AcquireParams) error {
+	if p.Mode != driver.ModeMutex {
+		return kindsError(p.Mode)
+	}
 	if p.Key == "" || p.Key[0] == '}' {
 		return fmt.Errorf("%w: %q: a key must not be empty or start with '}'", redisstore.ErrKey, p.Key)
 	}
@@ -693,6 +697,9 @@ func (s *Store) Renew(ctx context.Context, ps []driver.RenewParams) ([]error, er
 	if len(ps) == 0 {
 		return []error{}, nil
 	}
+	if hasKinds(ps, renewMode) {
+		return withoutKinds(ps, renewMode, func(ps []driver.RenewParams) ([]error, error) { return s.Renew(ctx, ps) })
+	}
 	shortest := ps[0].TTL
 	for _, p := range ps {
 		if p.TTL <= 0 {
@@ -764,6 +771,10 @@ func (s *Store) Release(ctx context.Context, p driver.ReleaseParams) error {
 // returns the outcome of each by the rules Release documents; a node whose
 // call failed fails every lease.
 func (s *Store) release(ctx context.Context, ps []driver.ReleaseParams) []error {
+	if hasKinds(ps, releaseMode) {
+		out, _ := withoutKinds(ps, releaseMode, func(ps []driver.ReleaseParams) ([]error, error) { return s.release(ctx, ps), nil })
+		return out
+	}
 	for _, p := range ps {
 		s.releasing(p.Token)
 	}

@@ -7,10 +7,12 @@
 //
 // The Store implements driver.Store, driver.Queuer (waiting Obtain calls
 // queue in ZooKeeper, first come first served, each woken by a watch on
-// its predecessor), driver.Lister, driver.ForceReleaser and ledger.Ledger
+// its predecessor), driver.Kinder and driver.Notifier (read-write locks
+// and semaphores, see below), driver.Lister, driver.ForceReleaser and ledger.Ledger
 // (the tick ledger of package schedule, see Ledger). All its locks
-// live on the Conn's session. It never closes the Conn and never logs. It
-// needs ZooKeeper 3.5.3 or later (container nodes); TTL nodes
+// live on the Conn's session. It never closes the Conn and never logs:
+// close the Lockers, then the Store (Store.Close stops its timer), then the
+// Conn. It needs ZooKeeper 3.5.3 or later (container nodes); TTL nodes
 // (extendedTypesEnabled=true) are used for MinHold when the server has
 // them.
 //
@@ -70,11 +72,12 @@
 //   - Release: one (two with MinHold on a server with TTL nodes).
 //   - Leases: two, plus two per key (pipelined, 16 keys at a time), plus
 //     one per MinHold node; it writes Root's data to learn the server's
-//     time. ForceRelease: five.
+//     time. ForceRelease: five. Both cost more for read-write locks and
+//     semaphores (see below).
 //
-// The Store keeps about 120 bytes per held lock in memory (the token, the
-// lock node's sequence number, its session, the fence and the lease's
-// deadline) and nothing per queued waiter but its Ticket; it sets no watch
+// The Store keeps about 170 bytes per held lock or kinds entry in memory
+// (the token, the node's number, its session, the fence and the lease's
+// deadline; TestLeaseMemory measures it) and nothing per queued waiter but its Ticket; it sets no watch
 // on held nodes.
 //
 // go-zookeeper's calls take no context. Each call runs on a goroutine of its
@@ -169,16 +172,19 @@
 // client was told has expired; the latter also catches an overstated
 // Options.SessionTimeout.
 //
-// When the connection comes back within the session timeout (another
-// server of the ensemble, or a restarted one: a server restores sessions
-// from its log, each with a fresh timeout), the session and its nodes are
-// still there and renewals go on if the locks' deadlines have not passed. A
-// lock whose deadline passed meanwhile is lost for good: the Store deletes
-// its node as soon as it can, and neither renews nor releases it
-// (ErrNotHeld). Queued waiters keep their place. When the session expired,
-// go-zookeeper opens a new one, every lease of the old one is ErrNotHeld at
-// once, and every Ticket of the old one answers ErrNotHeld (the Locker
-// queues again, at the back).
+// When the connection comes back within the session timeout (another server
+// of the ensemble, or a restarted one: a server restores sessions from its
+// log, each with a fresh timeout), the session and its nodes are still
+// there and renewals go on if the locks' deadlines have not passed. A lock
+// whose deadline passed meanwhile is lost for good: the Store deletes its
+// node as soon as it can, and neither renews nor releases it (ErrNotHeld).
+// It retries that delete (every 2 s at most) for as long as the session may
+// be resumed, however long the outage: a server down for minutes still
+// restores the session, and with it the node, when it comes back
+// (TestFaults/ServerDownPastReaper). Queued waiters keep their place. When
+// the session expired, go-zookeeper opens a new one, every lease of the old
+// one is ErrNotHeld at once, and every Ticket of the old one answers
+// ErrNotHeld (the Locker queues again, at the back).
 //
 // # Server restarts
 //
@@ -210,6 +216,85 @@
 // time by touching the key node, and sleeps until the MinHold node expires
 // or is deleted (a watch).
 //
+// # Read-write locks and semaphores
+//
+// The Store also implements driver.Kinder (ModeRead, ModeWrite,
+// ModePermit) and, for them, driver.Notifier. Their keys live apart from
+// the mutexes', under Root/%kinds (a name no key node can have):
+//
+//	Root/%kinds/<K>                        persistent, one per key ever used
+//	Root/%kinds/<K>/%guard                 persistent: {"fence", "writer"}, and the guard
+//	Root/%kinds/<K>/<token>-read-<n>       ephemeral: a reader
+//	Root/%kinds/<K>/<token>-write-<n>      ephemeral: the writer
+//	Root/%kinds/<K>/<token>-wait-<n>       ephemeral: a waiting writer's claim
+//	Root/%kinds/<K>/<token>-permit.<L>-<n> ephemeral: a permit of a semaphore of L
+//
+// Each entry holds {"owner", "ttl_ms", "fence"}; n numbers the entries a
+// Store creates, so that an entry whose creation's outcome was unknown
+// (handed to the reaper) never has the name of a later one of the same
+// token. A permit's name carries its limit, so that a key's kind (and
+// ErrKindMismatch) is told from the list of its entries alone.
+//
+// Decisions. An Acquire looks at the key — the guard's data and the key's
+// children, pipelined: one round trip — and decides by driver.Mode's
+// rules. Every decision that creates an entry (a grant, a writer's claim)
+// is one multi that sets the guard's data at the version it read (a
+// compare-and-set) and creates the entry; a writer's grant also deletes
+// its claim. Since every creation changes the guard, two decisions made
+// from the same look cannot both succeed: the loser's multi fails as a
+// whole, so a semaphore never holds more than its limit and a reader is
+// never admitted beside a writer (or a writer beside anyone). The loser
+// looks again, four times at most, then returns an error wrapping
+// driver.ErrTryAgain (the Locker retries). Deletions (releases,
+// deadlines, force releases, sessions' ends) leave the guard alone: an
+// entry that goes only frees what a decision counted. The two reads of a
+// look may reach the server in either order: the guard changes only in
+// multis that also create a child, so a guard whose mzxid is above the
+// key node's pzxid changed after the children were read, and the look is
+// taken again. A refusal is no multi: it names an entry the look listed
+// (read alongside; a refused writer's claim is created, in its multi,
+// alongside too). The Acquires of one key through one Store take turns:
+// they would race for the same version of the guard.
+//
+// Fences. The guard's "fence" is the key's counter. A writer's or a
+// permit's grant sets it, in its multi, to one more than the greater of
+// it and the guard's czxid, and carries it; a writer also sets "writer",
+// the fence every reader is granted (0 before any writer). The guard is
+// persistent, so the counter outlives the entries; and since every grant
+// consumes a zxid, the counter never passes the zxid of the last grant,
+// so starting above the guard's czxid keeps fences rising even when
+// Root/%kinds/<K> is deleted by hand (which loses the last writer's fence
+// for readers until the next writer). The guard's version is an int32,
+// and a version check of -1 matches any version: from 2^30 a decision
+// replaces the guard instead (deleting it at the version read and creating
+// it again, in the same multi), so its version starts over. A look that
+// old would have to outlive 2^30 decisions on the key within one request,
+// which the session timeout bounds.
+//
+// Deadlines are kept as a lock node's: the Store that created an entry
+// deletes it at the send time of its grant or last renewal plus its TTL
+// (the reaper), Renew renews entries in the same single request as
+// mutexes, and the session's end deletes them all. A refused writer's
+// claim ends TTL after the Acquire that created or last renewed it: the
+// Locker asks again well within it. Release deletes the entry. With
+// KeepFor the entry stays instead and its deadline moves to KeepFor from
+// now; unlike a mutex's MinHold node it goes with its session.
+// HeldError.TTL and Lease.TTL are the TTL an entry was granted with; a
+// refused permit names one of the holders (the store cannot tell whose
+// permit ends first), a reader refused for a waiting writer names it with
+// TTL 0.
+//
+// Round trips: Acquire, two (the look, then the multi, or the read of the
+// entry named); the first Acquire of a key three more (Root/%kinds, the
+// key node and the guard are created). An Acquire by a token that holds
+// the entry asked for already: the look and a renewal. Release: one.
+// Renew: none more than for mutexes. Leases: one list of Root/%kinds, and
+// per key its children and a read per entry (pipelined). ForceRelease: one
+// list of the key's entries, then per 64 entries a marker read and a multi
+// that deletes them and raises the marker's version once per entry,
+// naming them, so that their holders' Stores learn of it at their next
+// renewal, as for a lock node (see Renew).
+//
 // # Waiting
 //
 // Waiters queue: Obtain, once its first Acquire found the key held, calls
@@ -217,26 +302,27 @@
 // one-time data watch (getData) on the lock node just before its own — its
 // predecessor, never the holder or the key's children — and looks again
 // only when that watch fires. A release wakes exactly one waiter, and a
-// waiter that leaves (Leave deletes its node) wakes only the one behind
-// it, which then watches the node before the one that left: ZooKeeper's
-// lock recipe, with no herd. A queued node has no deadline: it waits as long
-// as its session lives. A Leave whose delete cannot be confirmed hands the
-// node to the Store's timer, which retries it while the session lives (for
-// at most twice the session timeout); the session's end removes it at the
-// latest. A left waiter whose Wait still sleeps keeps its watch at the
-// server until its predecessor goes; it then returns ErrNotHeld without a
-// request. go-zookeeper v1.0.4 has no persistent or recursive watches
-// (AddWatch).
+// waiter that leaves (Leave deletes its node) wakes only the one behind it,
+// which then watches the node before the one that left: ZooKeeper's lock
+// recipe, with no herd. A queued node has no deadline: it waits as long as
+// its session lives. A Leave whose delete cannot be confirmed hands the
+// node to the Store's timer, which retries it while the session may live;
+// the session's end removes it at the latest. A left waiter whose Wait
+// still sleeps keeps its watch at the server until its predecessor goes; it
+// then returns ErrNotHeld without a request. go-zookeeper v1.0.4 has no
+// persistent or recursive watches (AddWatch).
 //
 // # Errors
 //
 // Besides driver.ErrNotHeld and *driver.HeldError, Acquire and Enqueue
 // return errors wrapping ErrTTL for a TTL above Options.SessionTimeout
-// (Renew reports the same per lease). HeldError.TTL and Lease.TTL of a lock
-// node are the TTL it was granted with: its holder's Store ends it at most
-// that long after its last renewal (the store cannot tell when that was);
-// of a MinHold node, what is left of it by the server's clock. go-zookeeper's errors are wrapped with %w and the
-// operation, starting with "zkstore: ".
+// (Renew reports the same per lease), and Acquire, Enqueue, Wait and Renew
+// errors wrapping ErrClosed after Close. HeldError.TTL and Lease.TTL of a
+// lock node are the TTL it was granted with: its holder's Store ends it at
+// most that long after its last renewal (the store cannot tell when that
+// was); of a MinHold node, what is left of it by the server's clock.
+// go-zookeeper's errors are wrapped with %w and the operation, starting
+// with "zkstore: ".
 //
 // # Ledger
 //

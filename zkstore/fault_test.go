@@ -115,19 +115,21 @@ func startHolder(t *testing.T, addr, root, reg, key string) *faulttest.Holder {
 // TestHolderProcess is the lock holder that the fault tests run in a
 // helper process (see faulttest.HolderMain; its TTL is also its session
 // timeout); in a normal run it skips.
-func TestHolderProcess(t *testing.T) {
-	faulttest.HolderMain(t, func(session time.Duration) (driver.Store, faulttest.WriteFunc, error) {
-		c, err := dial(os.Getenv("TASKLOCK_ZK_ADDR"), session, nil)
-		if err != nil {
-			return nil, nil, err
-		}
-		s, err := New(c, &Options{Root: os.Getenv("TASKLOCK_ZK_ROOT"), SessionTimeout: session})
-		if err != nil {
-			return nil, nil, err
-		}
-		reg := os.Getenv("TASKLOCK_ZK_REGISTER")
-		return s, func(_ context.Context, fence uint64) (bool, error) { return writeRegister(c, reg, fence, "helper") }, nil
-	})
+func TestHolderProcess(t *testing.T) { faulttest.HolderMain(t, holderSetup) }
+
+// holderSetup builds a holder process's store and register from its
+// environment.
+func holderSetup(session time.Duration) (driver.Store, faulttest.WriteFunc, error) {
+	c, err := dial(os.Getenv("TASKLOCK_ZK_ADDR"), session, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err := New(c, &Options{Root: os.Getenv("TASKLOCK_ZK_ROOT"), SessionTimeout: session})
+	if err != nil {
+		return nil, nil, err
+	}
+	reg := os.Getenv("TASKLOCK_ZK_REGISTER")
+	return s, func(_ context.Context, fence uint64) (bool, error) { return writeRegister(c, reg, fence, "helper") }, nil
 }
 
 // TestFaults runs the fault tests side by side.
@@ -137,6 +139,123 @@ func TestFaults(t *testing.T) {
 	t.Run("ServerKilled", func(t *testing.T) { t.Parallel(); testServerDown(t, false) })
 	t.Run("ServerStopped", func(t *testing.T) { t.Parallel(); testServerDown(t, true) })
 	t.Run("ServerRestarted", func(t *testing.T) { t.Parallel(); testServerRestarted(t) })
+	t.Run("ServerDownPastReaper", func(t *testing.T) { t.Parallel(); testServerDownPastReaper(t) })
+}
+
+// outage is a ZooKeeper server of a test's own, to take down, with two
+// clients on one root that dial it through d: a (Conn ac, Store as), with
+// the session timeout the test chose, and b, with testSession.
+type outage struct {
+	z      *testserver.ZooKeeper
+	d      *downDialer
+	ac, bc *zk.Conn
+	as     *Store
+	a, b   *tasklock.Locker
+}
+
+func startOutage(t *testing.T, session time.Duration) *outage {
+	t.Helper()
+	o := &outage{z: testserver.StartZooKeeper(t), d: new(downDialer)}
+	o.ac = connectVia(t, o.z.Addr(), session, o.d.dial)
+	o.bc = connectVia(t, o.z.Addr(), testSession, o.d.dial)
+	root := newRoot()
+	o.as = newStore(t, o.ac, session, &Options{Root: root})
+	o.a = newLocker(t, o.as, "a")
+	o.b = newLocker(t, newStore(t, o.bc, testSession, &Options{Root: root}), "b")
+	return o
+}
+
+// testServerDownPastReaper: the ZooKeeper server is killed while a holds a
+// lock, and stays down until long after the lease's deadline plus twice the
+// session timeout (plus the reaper's longest backoff and a second): a
+// reaper that stopped retrying a failed delete after twice the session
+// timeout has given up on the lock node by then. The restarted server
+// restores a's session with a fresh timeout and a's client resumes it, and
+// with it the node of the lock a lost during the outage. a's Store must
+// delete that node within its longest retry interval (and a little) of the
+// reconnection, and b then obtains the key at once, with a higher fence.
+//
+// The clients dial through a downDialer that refuses them from the kill
+// until the restarted server serves requests: a client that connects while
+// the server is still loading its data may be left without an answer or a
+// close (ZooKeeper 3.8.0 fails to close such a connection) for ten times
+// go-zookeeper's receive timeout, long enough for its session to expire. The session timeout leaves the restarted server time
+// to get from restoring the session to serving requests, and the client
+// time to redial; on a machine so loaded that the session expires anyway,
+// the run shows nothing, and it is tried again, at most three times.
+func testServerDownPastReaper(t *testing.T) {
+	const session, ttl, tries = 8 * time.Second, time.Second, 3
+	o := startOutage(t, session)
+	z, d, ac, bc, as, a, b := o.z, o.d, o.ac, o.bc, o.as, o.a, o.b
+
+	// try runs the outage once for key and reports whether a's session was
+	// resumed.
+	try := func(key string) bool {
+		la, err := a.Obtain(ctxT(t), key, &tasklock.ObtainOptions{TTL: ttl})
+		if err != nil {
+			t.Fatal(err)
+		}
+		granted := time.Now() // after the grant was sent: the Store's deadline is before granted+ttl
+		sid := ac.SessionID()
+		z.Kill(t)
+		d.Down()
+		down := time.Now()
+		select {
+		case <-la.Done():
+		case <-time.After(ttl + time.Second):
+			t.Fatalf("a's lock still open %v after the server went down (TTL %v)", time.Since(down), ttl)
+		}
+		// The outage is the fault under test: it lasts past the point
+		// where a reaper bounded by twice the session timeout gives up
+		// (its last attempt starts by then, and fails within a second).
+		time.Sleep(time.Until(granted.Add(ttl + 2*session + reapRetryMax + time.Second)))
+		z.Restart(t)
+		d.Up()
+		back := time.Now()
+		t.Logf("server down %v (lease deadline + 2 × session timeout %v + %v + 1s)",
+			back.Sub(down).Round(time.Millisecond), session, reapRetryMax)
+		waitFor(t, 15*time.Second, "a's client reconnected", func() bool { return ac.State() == zk.StateHasSession })
+		reconnected := time.Now()
+		if got := ac.SessionID(); got != sid {
+			t.Logf("a's client reconnected %v after the restart with session %x, not its own %x: the session expired, and its node with it",
+				reconnected.Sub(back).Round(time.Millisecond), got, sid)
+			return false
+		}
+		limit := reapRetryMax + 5*time.Second
+		waitFor(t, limit, "a's lock node deleted after a's session was resumed", func() bool {
+			kids, _, err := bc.Children(as.keyPath(key))
+			return errors.Is(err, zk.ErrNoNode) || err == nil && len(kids) == 0
+		})
+		deleted := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		lb, err := b.Obtain(ctx, key, &tasklock.ObtainOptions{TTL: 5 * time.Second})
+		if err != nil {
+			t.Fatalf("b's Obtain %v after a's lock node was deleted: %v", time.Since(deleted).Round(time.Millisecond), err)
+		}
+		t.Logf("a resumed session %x %v after the restart; its lock node deleted %v later (limit %v); b obtained %v after that",
+			sid, reconnected.Sub(back).Round(time.Millisecond), deleted.Sub(reconnected).Round(time.Millisecond), limit,
+			time.Since(deleted).Round(time.Millisecond))
+		if lb.Fence() <= la.Fence() {
+			t.Errorf("fence %d after %d", lb.Fence(), la.Fence())
+		}
+		if err := lb.Release(ctxT(t)); err != nil {
+			t.Fatal(err)
+		}
+		return true
+	}
+	for i := 1; !try(fmt.Sprintf("job-%d", i)); i++ {
+		if i == tries {
+			t.Fatalf("a's session expired in all %d outages: the machine is too busy for the restarted server to serve within the session timeout %v", tries, session)
+		}
+	}
+	// A second orphan for the same node (the Locker's Release of the lost
+	// lock hands it over too) goes at its next retry.
+	waitFor(t, reapRetryMax+time.Second, "a's Store done with its nodes", func() bool {
+		as.mu.Lock()
+		defer as.mu.Unlock()
+		return len(as.orphans)+len(as.leases) == 0
+	})
 }
 
 // testServerRestarted: the ZooKeeper server is killed and restarted at once
@@ -144,11 +263,15 @@ func TestFaults(t *testing.T) {
 // from its log (its timeout counting again from the restart), so a's
 // client reconnects and keeps the lock; b must not obtain it while a's
 // Done is open. It repeats three times, and then a releases and b
-// obtains with a higher fence.
+// obtains with a higher fence. (On a machine so busy that a restart takes
+// longer than the TTL, a loses the lock and b must obtain it.) The clients
+// dial through a downDialer that refuses them until the restarted server
+// serves requests (see testServerDownPastReaper).
 func testServerRestarted(t *testing.T) {
 	z := testserver.StartZooKeeper(t)
-	ac := connect(t, z.Addr(), faultSession)
-	bc := connect(t, z.Addr(), faultSession)
+	var d downDialer
+	ac := connectVia(t, z.Addr(), faultSession, d.dial)
+	bc := connectVia(t, z.Addr(), faultSession, d.dial)
 	root := newRoot()
 	a := newLocker(t, newStore(t, ac, faultSession, &Options{Root: root}), "a")
 	b := newLocker(t, newStore(t, bc, faultSession, &Options{Root: root}), "b")
@@ -172,10 +295,14 @@ func testServerRestarted(t *testing.T) {
 	}()
 	for i := range 3 {
 		start := time.Now()
+		z.Kill(t)
+		d.Down()
 		z.Restart(t)
+		d.Up()
 		t.Logf("restart %d took %v", i, time.Since(start).Round(time.Millisecond))
-		// Two session timeouts after the restart: a's session has either
-		// been resumed or has expired by then.
+		// Two session timeouts after the restart a's session has either
+		// been resumed or has expired; a lock a lost meanwhile has its node
+		// deleted by then, or within a's Store's longest retry interval.
 		select {
 		case r := <-bGot:
 			var doneAt time.Time
@@ -193,7 +320,7 @@ func testServerRestarted(t *testing.T) {
 			t.Logf("restart %d: a lost the lock (%v), b obtained %v after a's Done", i, la.Err(), r.at.Sub(doneAt))
 			_ = r.l.Release(ctxT(t))
 			return
-		case <-time.After(2 * faultSession):
+		case <-time.After(2*faultSession + reapRetryMax):
 		}
 		select {
 		case <-la.Done():
@@ -279,15 +406,12 @@ func testHolderPaused(t *testing.T) {
 // longer than the session timeout while one client holds three locks.
 // Every one of them is signalled lost within its TTL; after the server is
 // back another client obtains each key with a higher fence, and the old
-// holder's Store reports its leases gone.
+// holder's Store reports its leases gone. A killed server's clients dial
+// through a downDialer that refuses them until the restarted server serves
+// requests (see testServerDownPastReaper).
 func testServerDown(t *testing.T, stop bool) {
-	z := testserver.StartZooKeeper(t)
-	ac := connect(t, z.Addr(), faultSession)
-	bc := connect(t, z.Addr(), testSession)
-	root := newRoot()
-	as := newStore(t, ac, faultSession, &Options{Root: root})
-	a := newLocker(t, as, "a")
-	b := newLocker(t, newStore(t, bc, testSession, &Options{Root: root}), "b")
+	o := startOutage(t, faultSession)
+	z, d, ac, as, a, b := o.z, o.d, o.ac, o.as, o.a, o.b
 	keys := []string{"job-1", "job-2", "job-3"}
 	locks := make([]*tasklock.Lock, len(keys))
 	for i, k := range keys {
@@ -304,6 +428,7 @@ func testServerDown(t *testing.T, stop bool) {
 		z.Stop(t)
 	} else {
 		z.Kill(t)
+		d.Down()
 	}
 	for i, l := range locks {
 		select {
@@ -324,6 +449,7 @@ func testServerDown(t *testing.T, stop bool) {
 		z.Cont(t)
 	} else {
 		z.Restart(t)
+		d.Up()
 	}
 	t.Logf("server back %v after it went down (%s)", time.Since(down).Round(time.Millisecond), map[bool]string{true: "SIGSTOP/SIGCONT", false: "SIGKILL/restart"}[stop])
 	for i, k := range keys {

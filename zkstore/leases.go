@@ -83,9 +83,12 @@ func (s *Store) serverNow() (int64, error) {
 // is left of it by the server's clock, which Leases reads by writing Root's
 // (empty) data). Expired MinHold nodes are left out, and deleted if they are
 // still the versions read. The lowest lock node may be a waiter that is at
-// the head of the queue and about to be granted. The result is sorted by
-// key. It costs two round trips per key, plus one per MinHold node, so it
-// is meant for the CLI and the dashboard.
+// the head of the queue and about to be granted. Read-write locks and
+// semaphores are listed as one Lease per entry (a waiting writer's claim
+// with Waiting set), with the fence, TTL, mode and limit of each. The
+// result is sorted by key, then mode, then fence. It costs two round trips
+// per key, plus one per MinHold node, plus one per kinds key and one per
+// entry, so it is meant for the CLI and the dashboard.
 func (s *Store) Leases(ctx context.Context, prefix string) ([]driver.Lease, error) {
 	out, err := call(ctx, func() ([]driver.Lease, error) { return s.listLeases(prefix) }, nil)
 	if err != nil {
@@ -95,7 +98,33 @@ func (s *Store) Leases(ctx context.Context, prefix string) ([]driver.Lease, erro
 }
 
 func (s *Store) listLeases(prefix string) ([]driver.Lease, error) {
-	kids, _, err := s.conn.Children(s.root)
+	out, err := s.listLocks(prefix)
+	if err != nil {
+		return nil, err
+	}
+	kinds, err := s.listKinds(prefix)
+	if err != nil {
+		return nil, err
+	}
+	out = append(out, kinds...)
+	sort.SliceStable(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.Key != b.Key {
+			return a.Key < b.Key
+		}
+		if a.Mode != b.Mode {
+			return a.Mode < b.Mode
+		}
+		return a.Fence < b.Fence
+	})
+	return out, nil
+}
+
+// keysUnder lists the keys whose nodes are children of parent (Root, or
+// Root/%kinds) and start with prefix; children that are no key's node
+// (%kinds, %ledger, the marker) are left out.
+func (s *Store) keysUnder(parent, prefix string) ([]string, error) {
+	kids, _, err := s.conn.Children(parent)
 	if errors.Is(err, zk.ErrNoNode) {
 		return nil, nil
 	}
@@ -107,6 +136,15 @@ func (s *Store) listLeases(prefix string) ([]driver.Lease, error) {
 		if key, ok := unescapeName(k); ok && strings.HasPrefix(key, prefix) {
 			keys = append(keys, key)
 		}
+	}
+	return keys, nil
+}
+
+// listLocks lists the mutexes whose key starts with prefix.
+func (s *Store) listLocks(prefix string) ([]driver.Lease, error) {
+	keys, err := s.keysUnder(s.root, prefix)
+	if err != nil {
+		return nil, err
 	}
 	if len(keys) == 0 {
 		return nil, nil
@@ -148,7 +186,6 @@ func (s *Store) listLeases(prefix string) ([]driver.Lease, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
 	return out, nil
 }
 
@@ -160,8 +197,9 @@ func (s *Store) listLeases(prefix string) ([]driver.Lease, error) {
 // latest) without reading its nodes (see Renew); the waiter behind it is
 // woken at once by its watch. Five round trips (the server's time, the
 // children, the lowest node, the marker, the multi), more when the key or
-// the marker changes meanwhile. It returns ErrNotHeld when nothing live was
-// there.
+// the marker changes meanwhile. It also deletes every entry of the key's
+// read-write lock or semaphore (forceKinds). It returns ErrNotHeld when
+// nothing live was there.
 func (s *Store) ForceRelease(ctx context.Context, key string) error {
 	_, err := call(ctx, func() (struct{}, error) { return struct{}{}, s.forceRelease(key) }, nil)
 	if err != nil && !errors.Is(err, driver.ErrNotHeld) {
@@ -171,6 +209,24 @@ func (s *Store) ForceRelease(ctx context.Context, key string) error {
 }
 
 func (s *Store) forceRelease(key string) error {
+	lockErr := s.forceLock(key)
+	if lockErr != nil && !errors.Is(lockErr, driver.ErrNotHeld) {
+		return lockErr
+	}
+	kinds, err := s.forceKinds(key)
+	switch {
+	case err != nil:
+		return err
+	case kinds:
+		s.note.announce(key)
+		return nil
+	}
+	return lockErr
+}
+
+// forceLock force-releases key's mutex: its lowest lock node and its
+// MinHold nodes.
+func (s *Store) forceLock(key string) error {
 	now, err := s.serverNow()
 	if errors.Is(err, zk.ErrNoNode) {
 		return driver.ErrNotHeld // no Root: nothing was ever held
@@ -206,13 +262,7 @@ func (s *Store) forceRelease(key string) error {
 	}
 	for round := 0; st.holder != nil; round++ {
 		path := kp + "/" + st.holder.name
-		data, mst, err := s.conn.Get(s.marker)
-		if errors.Is(err, zk.ErrNoNode) {
-			if err := s.createMarker(); err != nil {
-				return err
-			}
-			data, mst, err = s.conn.Get(s.marker)
-		}
+		data, mst, err := s.readMarker()
 		if err != nil {
 			return err
 		}

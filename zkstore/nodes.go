@@ -15,12 +15,12 @@ import (
 	"github.com/go-zookeeper/zk"
 )
 
-// nodeData is what a lock node or a MinHold node holds, as JSON, so that
-// operators can read it with zkCli.
+// nodeData is what a lock node, a MinHold node or a kinds entry holds, as
+// JSON, so that operators can read it with zkCli.
 type nodeData struct {
 	Owner string `json:"owner"`
-	TTL   int64  `json:"ttl_ms"`          // lock nodes: the lease length; MinHold nodes: KeepFor, from the node's mtime
-	Fence uint64 `json:"fence,omitempty"` // MinHold nodes: the fence of the lock they keep
+	TTL   int64  `json:"ttl_ms"`          // lock nodes and entries: the lease length; MinHold nodes: KeepFor, from the node's mtime
+	Fence uint64 `json:"fence,omitempty"` // MinHold nodes: the fence of the lock they keep; kinds entries: their grant's
 }
 
 func encodeData(owner string, ttl time.Duration, fence uint64) []byte {

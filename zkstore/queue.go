@@ -23,6 +23,9 @@ func (s *Store) Enqueue(ctx context.Context, p driver.AcquireParams) (driver.Tic
 	if p.TTL > s.session {
 		return nil, fmt.Errorf("zkstore: enqueue %q: %w (%v > %v)", p.Key, ErrTTL, p.TTL, s.session)
 	}
+	if p.Mode != driver.ModeMutex {
+		return nil, fmt.Errorf("zkstore: enqueue %q: %w: only a mutex queues, not a %v hold", p.Key, driver.ErrUnsupported, p.Mode)
+	}
 	kp := s.keyPath(p.Key)
 	c, err := call(ctx, func() (created, error) { return s.createNode(kp, p.Token, p.Owner, p.TTL) },
 		func(c created, err error) {
@@ -102,10 +105,12 @@ func (t *ticket) wait(ctx context.Context) (driver.Grant, error) {
 		if len(preds) == 0 && len(keeps) == 0 {
 			c := t.c
 			c.sent = time.Now() // the lease's deadline counts from the grant
+			if err := s.record(t.p.Key, t.p.Owner, t.p.Token, c, t.p.TTL); err != nil {
+				return driver.Grant{}, err // closed: the entry stays until Leave
+			}
 			t.mu.Lock()
 			t.granted = true
 			t.mu.Unlock()
-			s.record(t.p.Key, t.p.Owner, t.p.Token, c, t.p.TTL)
 			return driver.Grant{Fence: t.c.fence}, nil
 		}
 		var ch <-chan zk.Event

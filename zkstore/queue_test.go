@@ -318,11 +318,8 @@ func TestQueueBehindMinHold(t *testing.T) {
 // test inside the package can.
 func TestLeaveUnconfirmed(t *testing.T) {
 	t.Parallel()
-	z := testserver.SharedZooKeeper(t)
 	var cut cutDialer
-	c := connectVia(t, z.Addr(), testSession, cut.dial)
-	s := newStore(t, c, testSession, nil)
-	other := newStore(t, connect(t, z.Addr(), testSession), testSession, &Options{Root: s.Root()})
+	_, s, other := storesVia(t, cut.dial)
 	htok := token()
 	mustAcquire(t, other, "job", htok, "holder", 10*time.Second)
 	tk, err := s.Enqueue(ctxT(t), driver.AcquireParams{Key: "job", Token: token(), Owner: "leaver", TTL: time.Second})

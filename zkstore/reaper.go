@@ -3,6 +3,7 @@ package zkstore
 import (
 	"errors"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -24,7 +25,6 @@ type orphan struct {
 	name     string    // the node's name, or with prefix every child whose name starts with it
 	prefix   bool      // a create whose outcome is unknown: its sequence number is not known
 	session  int64     // the session the node lives on, 0 when unknown
-	added    time.Time // when it was handed to the reaper
 	next     time.Time // when to try (again)
 	attempts int
 }
@@ -43,23 +43,40 @@ type orphan struct {
 //
 // It is one timer (time.AfterFunc) set to the earliest deadline: no
 // goroutine runs between firings. A failed delete is retried with backoff
-// (50 ms doubling to 2 s) while the node's session is the Conn's, and for
-// at most twice the session timeout: a Conn that cannot reach the server
-// that long has lost its session at the server, and with it the node. If
-// the process dies, the session's expiry deletes everything instead.
+// (50 ms doubling to 2 s) for as long as the node could still be there,
+// however long that is: while its session is the Conn's and the client
+// has not been told it expired (a node whose session is unknown, of a
+// create whose outcome is unknown, is retried until it is gone). No bound
+// in time is safe: while the server is down, no session expires, and a
+// restarted server restores every session with a fresh timeout, so a
+// client that reconnects within it revives its session and every node on
+// it, those of locks it lost long ago included; a node the reaper had
+// given up on would then block its key until the Conn is closed. Once the
+// Conn runs another session (or was told its session expired: the id is
+// then 0), the old session's nodes are gone at the server, and the reaper
+// drops them. Store.Close stops the timer for good, after waiting for a
+// firing under way; go-zookeeper tells the Store nothing of a closed Conn.
+// If the process dies, the session's expiry deletes everything instead.
 type reaper struct {
 	s     *Store
-	alarm alarm.Alarm // fires at the earliest deadline
+	alarm alarm.Alarm    // fires at the earliest deadline
+	wg    sync.WaitGroup // fire calls under way
 }
 
 // armLocked makes the reaper run no later than t. Callers hold s.mu.
 func (r *reaper) armLocked(t time.Time) { r.alarm.ArmLocked(t) }
 
+// stopLocked stops the reaper for good. Callers hold s.mu.
+func (r *reaper) stopLocked() { r.alarm.StopLocked() }
+
+// wait waits for a fire under way to finish.
+func (r *reaper) wait() { r.wg.Wait() }
+
 // addOrphan hands a node to the reaper, which tries to delete it at once.
 func (s *Store) addOrphan(parent, name string, prefix bool, session int64) {
 	now := time.Now()
 	s.mu.Lock()
-	s.orphans = append(s.orphans, &orphan{parent: parent, name: name, prefix: prefix, session: session, added: now, next: now})
+	s.orphans = append(s.orphans, &orphan{parent: parent, name: name, prefix: prefix, session: session, next: now})
 	s.reap.armLocked(now)
 	s.mu.Unlock()
 }
@@ -73,6 +90,8 @@ func (r *reaper) fire() {
 		s.mu.Unlock()
 		return
 	}
+	r.wg.Add(1)
+	defer r.wg.Done()
 	now := time.Now()
 	current := s.conn.SessionID()
 	expired := s.conn.State() == zk.StateExpired
@@ -82,7 +101,8 @@ func (r *reaper) fire() {
 			delete(s.leases, tok) // its node went with its session
 		case !now.Before(s.base.Add(l.until)):
 			delete(s.leases, tok)
-			s.orphans = append(s.orphans, &orphan{parent: s.keyPath(l.key), name: lockName(tok, l.seq), session: l.session, added: now, next: now})
+			parent, name := s.nodeOf(tok, l)
+			s.orphans = append(s.orphans, &orphan{parent: parent, name: name, session: l.session, next: now})
 		}
 	}
 	var due []*orphan
@@ -108,7 +128,7 @@ func (r *reaper) fire() {
 	defer s.mu.Unlock()
 	now = time.Now()
 	for i, o := range due {
-		if !failed[i] || now.Sub(o.added) > 2*s.session {
+		if !failed[i] {
 			continue
 		}
 		o.attempts = min(o.attempts+1, 10)

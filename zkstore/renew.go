@@ -82,8 +82,12 @@ func (s *Store) renew(ps []driver.RenewParams) ([]error, error) {
 	current := s.conn.SessionID()
 	ops := make([]renewOp, 0, len(ps))
 	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, ErrClosed
+	}
 	for i, p := range ps {
-		l := s.lookupLocked(p.Key, p.Token)
+		l := s.lookupLocked(p.Key, p.Token, p.Mode)
 		switch {
 		case l == nil:
 			res[i] = driver.ErrNotHeld
@@ -191,7 +195,7 @@ func (s *Store) verify(ops []renewOp, res []error, mzxid int64) ([]renewOp, erro
 	errs := make([]error, len(check))
 	parallel(len(check), func(k int) {
 		op := ops[check[k]]
-		exists[k], _, errs[k] = s.conn.Exists(s.lockPath(op.token, op.l))
+		exists[k], _, errs[k] = s.conn.Exists(s.nodePath(op.token, op.l))
 	})
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
@@ -230,13 +234,7 @@ func (s *Store) verify(ops []renewOp, res []error, mzxid int64) ([]renewOp, erro
 // the force releases since may have deleted. It returns the marker state
 // now adopted.
 func (s *Store) adoptMarker() (markerState, error) {
-	data, st, err := s.conn.Get(s.marker)
-	if errors.Is(err, zk.ErrNoNode) {
-		if err := s.createMarker(); err != nil {
-			return markerState{}, err
-		}
-		data, st, err = s.conn.Get(s.marker)
-	}
+	data, st, err := s.readMarker()
 	if err != nil {
 		return markerState{}, err
 	}
@@ -251,24 +249,53 @@ func (s *Store) adoptMarker() (markerState, error) {
 	if n := int(st.Version - old.version); old.zxid != 0 && old.czxid == st.Czxid && n > 0 && n <= len(named) {
 		// The data names every node deleted since: mark their leases.
 		for _, path := range named[len(named)-n:] {
-			name := path[strings.LastIndexByte(path, '/')+1:]
-			i := strings.LastIndex(name, lockInfix)
-			if i < 0 {
-				continue
-			}
-			tok, ok := unescapeName(name[:i])
-			if l := s.leases[tok]; ok && l != nil && s.lockPath(tok, l) == path {
+			tok, ok := nodeToken(path[strings.LastIndexByte(path, '/')+1:])
+			if l := s.leases[tok]; ok && l != nil && s.nodePath(tok, l) == path {
 				l.check = st.Mzxid
 			}
 		}
 		return s.mark, nil
 	}
 	for _, l := range s.leases {
-		if int64(l.fence) < st.Mzxid {
+		if l.zxid < st.Mzxid {
 			l.check = st.Mzxid
 		}
 	}
 	return s.mark, nil
+}
+
+// nodeToken returns the token whose lock node or kinds entry is named
+// name.
+func nodeToken(name string) (string, bool) {
+	if i := strings.LastIndex(name, lockInfix); i >= 0 {
+		return unescapeName(name[:i])
+	}
+	e, ok := parseEntry(name)
+	return e.token, ok
+}
+
+// readMarker reads the marker, creating it (and Root) when missing.
+func (s *Store) readMarker() ([]byte, *zk.Stat, error) {
+	data, st, err := s.conn.Get(s.marker)
+	if errors.Is(err, zk.ErrNoNode) {
+		if err := s.createMarker(); err != nil {
+			return nil, nil, err
+		}
+		data, st, err = s.conn.Get(s.marker)
+	}
+	return data, st, err
+}
+
+// knowMarker reads the marker when the Store has not yet (see createNode).
+func (s *Store) knowMarker() error {
+	s.mu.Lock()
+	known := s.mark.zxid != 0
+	s.mu.Unlock()
+	if known {
+		return nil
+	}
+	_, err := s.adoptMarker()
+	return err
 }
 
 // createMarker creates the marker node (and Root) if it is missing.
@@ -286,14 +313,14 @@ func (s *Store) createMarker() error {
 	return nil
 }
 
-// markerData is the marker's data after a force release of path: the
-// paths it named, the oldest dropped beyond markerHistory, then path.
-func markerData(old []byte, path string) []byte {
-	named := markerPaths(old)
-	if len(named) >= markerHistory {
-		named = named[len(named)-markerHistory+1:]
+// markerData is the marker's data after a force release of paths: the
+// paths it named, then paths, the oldest dropped beyond markerHistory.
+func markerData(old []byte, paths ...string) []byte {
+	named := append(markerPaths(old), paths...)
+	if len(named) > markerHistory {
+		named = named[len(named)-markerHistory:]
 	}
-	return []byte(strings.Join(append(named, path), "\n"))
+	return []byte(strings.Join(named, "\n"))
 }
 
 // markerPaths returns the paths the marker's data names, oldest first

@@ -26,6 +26,9 @@ const DefaultRoot = "/tasklock"
 // lock's TTL or connect with a longer session timeout.
 var ErrTTL = fmt.Errorf("zkstore: lock TTL longer than Options.SessionTimeout: %w", driver.ErrUnsupported)
 
+// ErrClosed is returned by Acquire, Enqueue, Wait and Renew after Close.
+var ErrClosed = errors.New("zkstore: store closed")
+
 // Options configures a Store. A nil *Options is invalid: SessionTimeout has
 // no default. New never writes into it. Every Store, CLI and dashboard that
 // works on the same locks must use the same Root.
@@ -50,9 +53,10 @@ type Options struct {
 }
 
 // Store keeps tasklock leases in ZooKeeper through the caller's *zk.Conn.
-// It implements driver.Store, driver.Queuer, driver.Lister,
-// driver.ForceReleaser and ledger.Ledger, and is safe for concurrent use. It never closes the
-// Conn and never logs.
+// It implements driver.Store, driver.Queuer, driver.Kinder,
+// driver.Notifier, driver.Lister, driver.ForceReleaser and ledger.Ledger,
+// and is safe for concurrent use. It never closes the Conn and never logs.
+// Close it before the Conn: see Close.
 type Store struct {
 	conn    *zk.Conn
 	root    string
@@ -62,35 +66,47 @@ type Store struct {
 
 	ttlNodes atomic.Int32 // 0 unknown, 1 the server has TTL nodes, -1 it has not
 	base     time.Time    // origin of lease.until, on the monotonic clock
+	entrySeq atomic.Int64 // numbers the kinds entries the Store creates (kinds.go)
+	rotateAt int32        // the guard version from which decisions replace the guard (kinds.go)
+	note     notifier     // subscriptions, and the watches set for them (notify.go)
+	turns    turnstile    // one kinds Acquire per key at a time (kinds.go)
 
 	mu      sync.Mutex
 	leases  map[string]*lease // by token: the locks granted through this Store
 	orphans []*orphan         // nodes to delete, retried by the reaper
 	mark    markerState       // the force-release marker as last adopted (renew.go)
 	reap    reaper            // ends leases at their deadline, deletes orphans (reaper.go)
+	closed  bool              // Close was called: no new leases, the reaper is stopped
 }
 
 var (
 	_ driver.Store         = (*Store)(nil)
 	_ driver.Queuer        = (*Store)(nil)
+	_ driver.Kinder        = (*Store)(nil)
+	_ driver.Notifier      = (*Store)(nil)
 	_ driver.Lister        = (*Store)(nil)
 	_ driver.ForceReleaser = (*Store)(nil)
 	_ ledger.Ledger        = (*Store)(nil)
 )
 
-// lease is a lock granted through this Store, kept small (about 150 bytes
-// with its map entry; the strings are the caller's): its node's path is
-// built again from the key, the token and seq when needed. Guarded by
-// Store.mu.
+// lease is a lock granted through this Store — a mutex's lock node, or an
+// entry of a read-write lock or semaphore (kinds.go) — kept small (about
+// 170 bytes with its map entry; the strings are the caller's): its node's
+// path is built again from the key, the token, the mode and seq when
+// needed (nodeOf). Guarded by Store.mu.
 type lease struct {
 	key     string
 	owner   string
-	fence   uint64        // the lock node's czxid
-	seq     int64         // the lock node's sequence number
+	fence   uint64        // the grant's fence: a mutex's is its node's czxid
+	zxid    int64         // the node's czxid
+	seq     int64         // the number that ends the node's name
 	session int64         // the session the node lives on
 	ttl     time.Duration // the lease length of the last grant or renewal
 	until   time.Duration // end, since Store.base: send time of the last grant or renewal + ttl
 	check   int64         // nonzero: the node must be read before the next renewal (renew.go)
+	mode    driver.Mode   // ModeMutex: a lock node; else a kinds entry
+	waiting bool          // a writer's claim (ModeWrite), not a hold
+	limit   int32         // a permit's semaphore's number of permits
 }
 
 // badOption returns the error for an invalid argument or option: a
@@ -134,7 +150,7 @@ func New(conn *zk.Conn, opts *Options) (*Store, error) {
 	}
 	s := &Store{
 		conn: conn, root: o.Root, marker: o.Root + "/" + markerName, session: o.SessionTimeout, acl: acl,
-		base: time.Now(), leases: make(map[string]*lease),
+		base: time.Now(), leases: make(map[string]*lease), rotateAt: rotateVersion,
 	}
 	s.reap.s = s
 	s.reap.alarm.Fire = s.reap.fire
@@ -143,6 +159,29 @@ func New(conn *zk.Conn, opts *Options) (*Store, error) {
 
 // Root returns the root node the Store keeps its locks under.
 func (s *Store) Root() string { return s.root }
+
+// Close stops the Store's timer for good (the reaper: see reaper.go), after
+// waiting for a deletion under way, which go-zookeeper answers or gives up
+// within about the session timeout. Later Acquire, Enqueue, Wait and Renew
+// calls return ErrClosed; Release, Leave, ForceRelease, Leases and the
+// ledger go on working while the Conn is open. Close deletes nothing and
+// never closes the Conn: the nodes the Store still has (of leases not
+// released, and those whose deletion was still being retried) stay until
+// the Conn's session ends. So close the Lockers on top first (they release
+// their locks), then the Store, then the Conn.
+//
+// A Store whose Conn is closed while it still has nodes to delete retries
+// them every 2 s until Close: go-zookeeper does not tell a closed Conn
+// from one waiting for its server. Close may be called more than once; it
+// always returns nil.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	s.reap.stopLocked()
+	s.mu.Unlock()
+	s.reap.wait()
+	return nil
+}
 
 // keyPath is the node of key: Root + "/" + the escaped key.
 func (s *Store) keyPath(key string) string { return s.root + "/" + escapeName(key) }
@@ -153,9 +192,19 @@ func lockName(token string, seq int64) string {
 	return fmt.Sprintf("%s%s%010d", escapeName(token), lockInfix, seq)
 }
 
-// lockPath is the path of the lock node of l, granted to token.
-func (s *Store) lockPath(token string, l *lease) string {
-	return s.keyPath(l.key) + "/" + lockName(token, l.seq)
+// nodeOf returns the parent and the name of the node of l, granted to
+// token: a lock node, or a kinds entry.
+func (s *Store) nodeOf(token string, l *lease) (parent, name string) {
+	if l.mode == driver.ModeMutex {
+		return s.keyPath(l.key), lockName(token, l.seq)
+	}
+	return s.kindsPath(l.key), entryName(token, l.mode, l.waiting, int(l.limit), l.seq)
+}
+
+// nodePath is the path of the node of l, granted to token.
+func (s *Store) nodePath(token string, l *lease) string {
+	parent, name := s.nodeOf(token, l)
+	return parent + "/" + name
 }
 
 // since returns t as a duration since s.base.
@@ -218,7 +267,8 @@ func call[T any](ctx context.Context, fn func() (T, error), abandon func(T, erro
 }
 
 // Acquire implements driver.Store: one attempt, in two round trips when
-// the key is free.
+// the key is free. This is a mutex's; for a read-write lock or a
+// semaphore (p.Mode), see the package documentation.
 //
 // It creates an ephemeral sequential node Root/<key>/<token>-lock-NNNNNNNNNN
 // holding the owner and the TTL, in a multi that also touches the key node
@@ -238,10 +288,19 @@ func (s *Store) Acquire(ctx context.Context, p driver.AcquireParams) (driver.Gra
 	if p.TTL > s.session {
 		return driver.Grant{}, fmt.Errorf("zkstore: acquire %q: %w (%v > %v)", p.Key, ErrTTL, p.TTL, s.session)
 	}
-	g, err := call(ctx, func() (driver.Grant, error) { return s.acquire(p) },
+	g, err := call(ctx, func() (driver.Grant, error) {
+		if p.Mode != driver.ModeMutex {
+			return s.acquireKind(ctx, p)
+		}
+		return s.acquire(p)
+	},
 		func(_ driver.Grant, err error) {
-			if err == nil {
+			var he *driver.HeldError
+			switch {
+			case err == nil:
 				s.drop(p.Token) // granted after the caller gave up
+			case p.Mode == driver.ModeWrite && errors.As(err, &he):
+				s.drop(p.Token) // the claim of a writer that gave up
 			}
 		})
 	if err != nil {
@@ -282,8 +341,11 @@ type created struct {
 // is unknown the node is handed to the reaper, which deletes it.
 func (s *Store) createNode(kp, token, owner string, ttl time.Duration) (created, error) {
 	s.mu.Lock()
-	known := s.mark.zxid != 0
+	known, closed := s.mark.zxid != 0, s.closed
 	s.mu.Unlock()
+	if closed {
+		return created{}, ErrClosed
+	}
 	if !known {
 		// The Store's first node: read the force-release marker first,
 		// so that only force releases after this grant make Renew check
@@ -353,7 +415,10 @@ func (s *Store) acquire(p driver.AcquireParams) (driver.Grant, error) {
 		}
 		preds, keeps := blockersOf(kids, c.name, c.seq)
 		if len(preds) == 0 && len(keeps) == 0 {
-			s.record(p.Key, p.Owner, p.Token, c, p.TTL)
+			if err := s.record(p.Key, p.Owner, p.Token, c, p.TTL); err != nil {
+				s.removeNode(kp, c.name, c.session)
+				return driver.Grant{}, err
+			}
 			return driver.Grant{Fence: c.fence}, nil
 		}
 		if len(preds) > 0 {
@@ -420,21 +485,34 @@ func (s *Store) readKeeps(kp string, names []string, now int64) (live *node, exp
 
 // record keeps the lease of a lock node just granted to token: its
 // deadline is TTL after the node's creation was sent, when the reaper
-// deletes it unless it is renewed or released first.
-func (s *Store) record(key, owner, token string, c created, ttl time.Duration) {
+// deletes it unless it is renewed or released first. After Close, which
+// stopped the reaper, it keeps nothing and returns ErrClosed: Acquire then
+// deletes the node, and a Ticket's Wait leaves it queued for Leave.
+func (s *Store) record(key, owner, token string, c created, ttl time.Duration) error {
 	l := &lease{
-		key: key, owner: owner, fence: c.fence, seq: c.seq, session: c.session,
+		key: key, owner: owner, fence: c.fence, zxid: int64(c.fence), seq: c.seq, session: c.session,
 		ttl: ttl, until: s.since(c.sent) + ttl,
 	}
+	return s.addLease(token, l)
+}
+
+// addLease keeps l, granted to token, until its deadline, when the reaper
+// deletes its node unless it is renewed or released first; after Close it
+// keeps nothing and returns ErrClosed (see record).
+func (s *Store) addLease(token string, l *lease) error {
 	s.mu.Lock()
-	if s.mark.zxid != 0 && int64(c.fence) < s.mark.zxid {
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	if s.mark.zxid != 0 && l.zxid < s.mark.zxid {
 		// Created before the last force release this Store knows of,
 		// which may have deleted it: read it before trusting a renewal.
 		l.check = s.mark.zxid
 	}
 	s.leases[token] = l
 	s.reap.armLocked(s.base.Add(l.until))
-	s.mu.Unlock()
+	return nil
 }
 
 // ensureKey creates the key node as a container (the server deletes it
@@ -478,22 +556,26 @@ func (s *Store) removeNode(kp, name string, session int64) {
 }
 
 // drop forgets the lease of token and deletes its node: for a grant nobody
-// will use.
+// will use, or the claim of a writer that stopped waiting.
 func (s *Store) drop(token string) {
 	s.mu.Lock()
 	l := s.leases[token]
 	delete(s.leases, token)
 	s.mu.Unlock()
 	if l != nil {
-		s.removeNode(s.keyPath(l.key), lockName(token, l.seq), l.session)
+		parent, name := s.nodeOf(token, l)
+		s.removeNode(parent, name, l.session)
+		if l.mode != driver.ModeMutex {
+			s.note.announce(l.key)
+		}
 	}
 }
 
-// lookupLocked returns the lease of token if it is one of key's, else nil.
-// Callers hold s.mu.
-func (s *Store) lookupLocked(key, token string) *lease {
+// lookupLocked returns the lease of token if it is a hold of key in mode
+// m (not a writer's claim), else nil. Callers hold s.mu.
+func (s *Store) lookupLocked(key, token string, m driver.Mode) *lease {
 	l := s.leases[token]
-	if l == nil || l.key != key {
+	if l == nil || l.key != key || l.mode != m || l.waiting {
 		return nil
 	}
 	return l
@@ -520,9 +602,16 @@ func (s *Store) sessionEnded(l *lease, current int64) bool {
 // Acquire or Leases deletes once expired.
 //
 // A lease whose local deadline has passed, or whose session is gone, is
-// ErrNotHeld (its node is still deleted if it is there).
+// ErrNotHeld (its node is still deleted if it is there). That is a
+// mutex's Release; a read-write lock's or semaphore's (p.Mode) deletes
+// its entry, see the package documentation.
 func (s *Store) Release(ctx context.Context, p driver.ReleaseParams) error {
-	_, err := call(ctx, func() (struct{}, error) { return struct{}{}, s.release(p) }, nil)
+	_, err := call(ctx, func() (struct{}, error) {
+		if p.Mode != driver.ModeMutex {
+			return struct{}{}, s.releaseKind(p)
+		}
+		return struct{}{}, s.release(p)
+	}, nil)
 	if err != nil && !errors.Is(err, driver.ErrNotHeld) {
 		return fmt.Errorf("zkstore: release %q: %w", p.Key, err)
 	}
@@ -533,12 +622,12 @@ func (s *Store) release(p driver.ReleaseParams) error {
 	now := time.Now()
 	current := s.conn.SessionID()
 	s.mu.Lock()
-	l := s.lookupLocked(p.Key, p.Token)
+	l := s.lookupLocked(p.Key, p.Token, driver.ModeMutex)
 	var path, owner string
 	var fence uint64
 	var gone, late bool
 	if l != nil {
-		path, owner, fence = s.lockPath(p.Token, l), l.owner, l.fence
+		path, owner, fence = s.nodePath(p.Token, l), l.owner, l.fence
 		gone, late = s.sessionEnded(l, current), s.since(now) >= l.until
 	}
 	s.mu.Unlock()

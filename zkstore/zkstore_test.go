@@ -76,7 +76,8 @@ var rootSeq atomic.Int64
 func newRoot() string { return fmt.Sprintf("/t%d-%d", os.Getpid(), rootSeq.Add(1)) }
 
 // newStore returns a store on a root of its own (unless opts names one),
-// with SessionTimeout session (unless opts sets one).
+// with SessionTimeout session (unless opts sets one). It is closed at
+// cleanup, before c (which the caller made first).
 func newStore(t testing.TB, c *zk.Conn, session time.Duration, opts *Options) *Store {
 	t.Helper()
 	o := Options{}
@@ -93,7 +94,20 @@ func newStore(t testing.TB, c *zk.Conn, session time.Duration, opts *Options) *S
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
+	t.Cleanup(func() { _ = s.Close() })
 	return s
+}
+
+// storesVia returns a store on the shared server whose Conn (c) dials
+// through dialer, and another on the same root with a direct Conn: both
+// with testSession.
+func storesVia(t testing.TB, dialer zk.Dialer) (c *zk.Conn, s, other *Store) {
+	t.Helper()
+	z := testserver.SharedZooKeeper(t)
+	c = connectVia(t, z.Addr(), testSession, dialer)
+	s = newStore(t, c, testSession, nil)
+	other = newStore(t, connect(t, z.Addr(), testSession), testSession, &Options{Root: s.Root()})
+	return c, s, other
 }
 
 // shared returns a connection to the shared server with testSession.
@@ -160,8 +174,13 @@ func children(t testing.TB, s *Store, key string) []string {
 // test. It is not parallel: storetest's leak check would see the
 // goroutines of tests running beside it.
 func TestConformance(t *testing.T) {
-	_, c := shared(t)
-	storetest.Run(t, func(t *testing.T) driver.Store { return newStore(t, c, testSession, nil) })
+	// The longest session the server allows: the suites renew leases of up
+	// to a minute.
+	z := testserver.SharedZooKeeper(t)
+	c := connect(t, z.Addr(), testserver.ZooKeeperMaxSessionTimeout)
+	storetest.Run(t, func(t *testing.T) driver.Store {
+		return newStore(t, c, testserver.ZooKeeperMaxSessionTimeout, nil)
+	})
 }
 
 func TestNewOptions(t *testing.T) {
@@ -509,12 +528,14 @@ func TestUnrenewedLeaseEnds(t *testing.T) {
 	t.Parallel()
 	_, c := shared(t)
 	s := newStore(t, c, testSession, nil)
-	const ttl = 400 * time.Millisecond
+	// The renewal comes a quarter of the TTL after the grants, leaving
+	// the rest for the grants themselves on a busy machine.
+	const ttl = time.Second
 	a, b := token(), token()
 	start := time.Now()
 	mustAcquire(t, s, "a", a, "me", ttl)
 	mustAcquire(t, s, "b", b, "me", ttl)
-	time.Sleep(ttl / 2)
+	time.Sleep(time.Until(start.Add(ttl / 4)))
 	renewed := time.Now()
 	if res, err := s.Renew(ctxT(t), []driver.RenewParams{{Key: "b", Token: b, TTL: ttl}}); err != nil || res[0] != nil {
 		t.Fatalf("Renew = %v, %v", res, err)
@@ -539,6 +560,109 @@ func TestUnrenewedLeaseEnds(t *testing.T) {
 	if res, err := s.Renew(ctxT(t), []driver.RenewParams{{Key: "b", Token: b, TTL: ttl}}); err != nil || !errors.Is(res[0], driver.ErrNotHeld) {
 		t.Fatalf("Renew after the deadline = %v, %v; want ErrNotHeld", res, err)
 	}
+}
+
+// TestClose: after Close, Acquire, Enqueue and Renew return ErrClosed,
+// Release still deletes its node, and the reaper is stopped: Close returns
+// once a firing under way has ended (here one retrying a delete while the
+// server cannot be reached), and fires no more.
+func TestClose(t *testing.T) {
+	t.Parallel()
+	var d downDialer
+	c, s, other := storesVia(t, d.dial)
+	held := token()
+	mustAcquire(t, s, "held", held, "me", 10*time.Second)
+
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("second Close = %v", err)
+	}
+	ctx := ctxT(t)
+	if _, err := s.Acquire(ctx, driver.AcquireParams{Key: "new", Token: token(), Owner: "me", TTL: time.Second}); !errors.Is(err, ErrClosed) {
+		t.Errorf("Acquire after Close = %v, want ErrClosed", err)
+	}
+	if _, err := s.Enqueue(ctx, driver.AcquireParams{Key: "new", Token: token(), Owner: "me", TTL: time.Second}); !errors.Is(err, ErrClosed) {
+		t.Errorf("Enqueue after Close = %v, want ErrClosed", err)
+	}
+	if _, err := s.Renew(ctx, []driver.RenewParams{{Key: "held", Token: held, TTL: 10 * time.Second}}); !errors.Is(err, ErrClosed) {
+		t.Errorf("Renew after Close = %v, want ErrClosed", err)
+	}
+	if kids := children(t, other, "new"); len(kids) != 0 {
+		t.Errorf("nodes created after Close: %q", kids)
+	}
+	if err := s.Release(ctx, driver.ReleaseParams{Key: "held", Token: held}); err != nil {
+		t.Errorf("Release after Close = %v", err)
+	}
+	if kids := children(t, other, "held"); len(kids) != 0 {
+		t.Errorf("the released node is still there: %q", kids)
+	}
+
+	// A second Store, whose timer retries a delete while the server is
+	// out of reach.
+	s2 := newStore(t, c, testSession, &Options{Root: s.Root()})
+	mustAcquire(t, s2, "lost", token(), "me", 200*time.Millisecond)
+	d.Down()
+	waitFor(t, 10*time.Second, "a failed delete retried", func() bool {
+		s2.mu.Lock()
+		defer s2.mu.Unlock()
+		return len(s2.orphans) == 1 && s2.orphans[0].attempts >= 2
+	})
+	start := time.Now()
+	if err := s2.Close(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("Close took %v with a delete under way or due", time.Since(start).Round(time.Millisecond))
+	s2.mu.Lock()
+	attempts := s2.orphans[0].attempts
+	s2.mu.Unlock()
+	s2.reap.fire() // as the timer would: it must do nothing now
+	s2.mu.Lock()
+	defer s2.mu.Unlock()
+	if len(s2.orphans) != 1 || s2.orphans[0].attempts != attempts {
+		t.Errorf("the reaper ran after Close: %d orphans, %d attempts (had %d)", len(s2.orphans), s2.orphans[0].attempts, attempts)
+	}
+}
+
+// downDialer dials as net.DialTimeout does until Down, which closes the
+// connections made so far and refuses new ones, as a server that went down
+// would, until Up.
+type downDialer struct {
+	mu    sync.Mutex
+	down  bool
+	conns []net.Conn
+}
+
+func (d *downDialer) dial(network, addr string, timeout time.Duration) (net.Conn, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.down {
+		return nil, fmt.Errorf("dial %s: the test took the server down", addr)
+	}
+	c, err := net.DialTimeout(network, addr, timeout)
+	if err == nil {
+		d.conns = append(d.conns, c)
+	}
+	return c, err
+}
+
+// Down closes the connections made so far and refuses new ones.
+func (d *downDialer) Down() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.down = true
+	for _, c := range d.conns {
+		_ = c.Close()
+	}
+	d.conns = nil
+}
+
+// Up lets new connections through again.
+func (d *downDialer) Up() {
+	d.mu.Lock()
+	d.down = false
+	d.mu.Unlock()
 }
 
 // TestRenewMixed: a batch with live, released, unknown and foreign-key

@@ -38,7 +38,7 @@ func TestExecChildEnvHasNoSecrets(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d\nstderr:\n%s", code, errOut)
 	}
-	for _, want := range []string{"KEPT=yes\n", "TASKLOCK_KEY=envk\n", "TASKLOCK_FENCE=", "TASKLOCK_OWNER="} {
+	for _, want := range []string{"KEPT=yes\n", "TASKLOCK_KEY=envk\n", "TASKLOCK_FENCE=", "TASKLOCK_OWNER=", "TASKLOCK_MODE=mutex\n"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("COMMAND's environment lacks %q:\n%s", want, out)
 		}

@@ -2,7 +2,8 @@
 // proxy (systest/internal/proxy) between a Store's client and etcd: a
 // holder whose traffic is blackholed is told of the loss before its
 // session could expire at etcd, and another client obtains the lock only
-// after that; a lock's key that its Store could not delete at the lock's
+// after that (a mutex, a semaphore's permit, a read-write lock's writer);
+// a lock's key that its Store could not delete at the lock's
 // deadline, while cut off, is deleted as soon as the network is back.
 //
 // The tests are here, not beside etcdstore, because the proxy is toxiproxy

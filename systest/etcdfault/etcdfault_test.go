@@ -125,6 +125,8 @@ func TestFaults(t *testing.T) {
 	}{
 		{"NetworkBlackholed", testBlackholed},
 		{"DeleteRetried", testDeleteRetried},
+		{"PermitBlackholed", func(t *testing.T) { testKindBlackholed(t, tasklock.ModePermit) }},
+		{"WriterBlackholed", func(t *testing.T) { testKindBlackholed(t, tasklock.ModeWrite) }},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -140,23 +142,13 @@ func TestFaults(t *testing.T) {
 // could expire at etcd, and another, connected directly, obtains only
 // after that.
 func testBlackholed(t *testing.T) {
-	srv := testserver.StartEtcd(t)
-	proxy := proxy.Start(t, srv.Addr())
-	prefix := freshPrefix()
-	hs := newStore(t, newClient(t, []string{"http://" + proxy.Addr()}), &etcdstore.Options{Prefix: prefix, SessionTTL: faultTTL})
-	ds := newStore(t, newClient(t, srv.Endpoints()), &etcdstore.Options{Prefix: prefix, SessionTTL: faultTTL})
-	holder := newLocker(t, hs, "holder")
-	other := newLocker(t, ds, "other")
-	l1, err := holder.Obtain(ctxT(t), "job", &tasklock.ObtainOptions{TTL: faultTTL})
+	b := newBlackhole(t)
+	l1, err := b.holder.Obtain(ctxT(t), "job", &tasklock.ObtainOptions{TTL: faultTTL})
 	if err != nil {
 		t.Fatal(err)
 	}
-	work := faulttest.StartWork(t, l1)
-	proxy.Blackhole(t)
-	cut := time.Now()
-	t.Cleanup(func() { proxy.Restore(t) }) // before the Lockers close
-
-	tk := work.AwaitTakeover(t, l1, other, "job", &tasklock.ObtainOptions{TTL: faultTTL, Wait: 10 * time.Second},
+	work, cut := b.cut(t, l1)
+	tk := work.AwaitTakeover(t, l1, b.other, "job", &tasklock.ObtainOptions{TTL: faultTTL, Wait: 10 * time.Second},
 		cut, faultTTL+time.Second, "TTL + 1s")
 	// Done closes at the lease's local validity, before one TTL from the
 	// cut; seeing it may take a scheduling delay more on a loaded machine.
@@ -197,5 +189,101 @@ func testDeleteRetried(t *testing.T) {
 		(10*time.Second - time.Since(acquired)).Round(time.Millisecond))
 	if time.Since(acquired) >= 9*time.Second {
 		t.Fatal("the key may have gone with the session, not the reaper")
+	}
+}
+
+// blackhole is a holder's Locker whose Store reaches etcd through a proxy,
+// and another's, on the same Prefix, connected directly.
+type blackhole struct {
+	proxy         *proxy.Proxy
+	direct        *etcdstore.Store // the other's Store
+	holder, other *tasklock.Locker
+}
+
+func newBlackhole(t *testing.T) *blackhole {
+	t.Helper()
+	srv := testserver.StartEtcd(t)
+	b := &blackhole{proxy: proxy.Start(t, srv.Addr())}
+	prefix := freshPrefix()
+	hs := newStore(t, newClient(t, []string{"http://" + b.proxy.Addr()}), &etcdstore.Options{Prefix: prefix, SessionTTL: faultTTL})
+	b.direct = newStore(t, newClient(t, srv.Endpoints()), &etcdstore.Options{Prefix: prefix, SessionTTL: faultTTL})
+	b.holder = newLocker(t, hs, "holder")
+	b.other = newLocker(t, b.direct, "other")
+	return b
+}
+
+// cut starts l's work and then blackholes the holder's traffic, until the
+// test ends; it returns the work and the time of the cut.
+func (b *blackhole) cut(t *testing.T, l *tasklock.Lock) (*faulttest.Work, time.Time) {
+	t.Helper()
+	work := faulttest.StartWork(t, l)
+	b.proxy.Blackhole(t)
+	cut := time.Now()
+	t.Cleanup(func() { b.proxy.Restore(t) }) // before the Lockers close
+	return work, cut
+}
+
+// testKindBlackholed: as testBlackholed, for a semaphore's permit (of
+// two, the other held throughout by a Locker connected directly, so that
+// the permit the other gets is the holder's) and for a read-write lock's
+// writer. The holder's Done closes before one TTL from the cut, and the
+// other obtains after it, with a higher fence that the register then
+// prefers.
+func testKindBlackholed(t *testing.T, mode tasklock.Mode) {
+	b := newBlackhole(t)
+	opts := &tasklock.ObtainOptions{TTL: faultTTL}
+	obtain := func(ctx context.Context, lk *tasklock.Locker) (*tasklock.Lock, error) {
+		if mode == tasklock.ModePermit {
+			return lk.Semaphore("job", 2).Acquire(ctx, opts)
+		}
+		return lk.RWMutex("job").Lock(ctx, opts)
+	}
+	var co *tasklock.Lock
+	if mode == tasklock.ModePermit {
+		var err error
+		if co, err = obtain(ctxT(t), newLocker(t, b.direct, "co")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l1, err := obtain(ctxT(t), b.holder)
+	if err != nil {
+		t.Fatal(err)
+	}
+	work, cut := b.cut(t, l1)
+
+	type result struct {
+		l   *tasklock.Lock
+		err error
+		at  time.Time
+	}
+	got := make(chan result, 1)
+	go func() {
+		l, err := obtain(ctxT(t), b.other)
+		got <- result{l, err, time.Now()}
+	}()
+	select {
+	case <-l1.Done():
+	case <-time.After(faultTTL + time.Second):
+		t.Fatal("the blackholed holder's Done did not close within TTL + 1s")
+	}
+	tk := &faulttest.Takeover{Old: l1, Cut: cut, DoneAt: time.Now(), LastWrite: work.Wait()}
+	r := <-got
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	tk.New, tk.ObtainedAt = r.l, r.at
+	if tk.DoneAt.Sub(cut) > faultTTL+200*time.Millisecond {
+		t.Errorf("the holder's Done closed %v after the cut, later than one TTL", tk.DoneAt.Sub(cut))
+	}
+	if tk.ObtainedAt.Sub(cut) > faultTTL+time.Second+500*time.Millisecond {
+		t.Errorf("the other obtained %v after the cut, want ≤ SessionTTL + 1.5s", tk.ObtainedAt.Sub(cut))
+	}
+	tk.Check(t, work, mode.String()+": ")
+	if co != nil {
+		select {
+		case <-co.Done():
+			t.Errorf("the other permit, held directly, was lost: %v", co.Err())
+		default:
+		}
 	}
 }

@@ -72,7 +72,8 @@ var rootSeq atomic.Int64
 func newRoot() string { return fmt.Sprintf("/t%d-%d", os.Getpid(), rootSeq.Add(1)) }
 
 // newStore returns a store on a root of its own (unless opts names one),
-// with SessionTimeout session (unless opts sets one).
+// with SessionTimeout session (unless opts sets one). It is closed at
+// cleanup, before c (which the caller made first).
 func newStore(t testing.TB, c *zk.Conn, session time.Duration, opts *zkstore.Options) *zkstore.Store {
 	t.Helper()
 	o := zkstore.Options{}
@@ -89,6 +90,7 @@ func newStore(t testing.TB, c *zk.Conn, session time.Duration, opts *zkstore.Opt
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
+	t.Cleanup(func() { _ = s.Close() })
 	return s
 }
 

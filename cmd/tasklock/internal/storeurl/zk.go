@@ -86,7 +86,7 @@ func (c *zkConfig) open(ctx context.Context) (driver.Store, func() error, error)
 		conn.Close()
 		return nil, nil, c.u.badOption("", err)
 	}
-	return store, func() error { conn.Close(); return nil }, nil
+	return store, func() error { err := store.Close(); conn.Close(); return err }, nil
 }
 
 // zkQuiet drops go-zookeeper's log lines (a refused connection, each
