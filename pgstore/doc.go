@@ -209,7 +209,11 @@
 //     with another number of permits, or as another kind, is
 //     driver.ErrKindMismatch and changes nothing). Expiries are decided by
 //     statement_timestamp(), the database's clock when the second
-//     statement starts, after any wait for the lock.
+//     statement starts, after any wait for the lock. The wait is bounded
+//     at the server by lock_timeout (the caller's deadline, at most 5 s;
+//     a longer pile-up is driver.ErrTryAgain), so a caller that has gone
+//     is not granted a hold later; a cancelled wait ends with the cancel
+//     request pgx sends.
 //   - Renew takes no key lock, so that renewing 10,000 permits costs what
 //     renewing 10,000 mutexes does: one statement per call, which for a
 //     batch mixing mutexes and other holds is one statement of two

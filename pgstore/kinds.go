@@ -2,10 +2,13 @@ package pgstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/tasklock/tasklock/driver"
 )
@@ -62,14 +65,36 @@ func (s *Store) underKeyLock(ctx context.Context, key, sql string, args []any, d
 	}
 	defer c.Release()
 	b := &pgx.Batch{}
-	b.Queue(s.sql.lockKind, key, s.o.seed^kindsSalt)
+	b.Queue(s.sql.lockKind, key, s.o.seed^kindsSalt, lockTimeout(ctx))
 	b.Queue(sql, args...)
-	return sendBatch(ctx, c.Conn(), b, func(br pgx.BatchResults) error {
+	err = sendBatch(ctx, c.Conn(), b, func(br pgx.BatchResults) error {
 		if _, err := br.Exec(); err != nil {
 			return err
 		}
 		return br.QueryRow().Scan(dest...)
 	})
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "55P03" && ctx.Err() == nil { // lock_not_available
+		return fmt.Errorf("%w: %w", driver.ErrTryAgain, err)
+	}
+	return err
+}
+
+// maxLockWait bounds the wait for a key's lock when ctx has no deadline:
+// the lock is held for one statement at a time, so a longer wait is a
+// pile-up, which the Locker retries (driver.ErrTryAgain).
+const maxLockWait = 5 * time.Second
+
+// lockTimeout is the server's lock_timeout for a pipeline under ctx, in
+// whole milliseconds: ctx's time left (at least 1 ms), at most maxLockWait.
+// The server then ends a wait for the key's lock itself when ctx's
+// deadline passes, rather than grant it to a caller that has gone.
+func lockTimeout(ctx context.Context) string {
+	d := maxLockWait
+	if dl, ok := ctx.Deadline(); ok {
+		d = min(d, time.Until(dl))
+	}
+	return strconv.FormatInt(max(driver.Units(d, time.Millisecond), 1), 10)
 }
 
 // sendBatch sends b on c in one round trip (a pipeline: one implicit
@@ -234,7 +259,10 @@ const kindsNow = "statement_timestamp()"
 
 // buildKinds adds the statements of read-write locks and semaphores.
 func buildKinds(st *statements, tb tables) {
-	st.lockKind = `SELECT pg_advisory_xact_lock(hashtextextended($1, $2))`
+	// The key's lock, waited for at most lock_timeout $3 ms (for this
+	// transaction only), set first.
+	st.lockKind = `WITH t AS MATERIALIZED (SELECT set_config('lock_timeout', $3, true))
+SELECT pg_advisory_xact_lock(hashtextextended($1, $2)) FROM t`
 
 	// One acquire, under the key's lock. dead deletes the key's expired
 	// entries (but the token's own), locking them in token order and

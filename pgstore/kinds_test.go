@@ -413,7 +413,7 @@ func TestKindsClockAfterLock(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
-	if _, err := tx.Exec(ctx, s.sql.lockKind, "k", s.o.seed^kindsSalt); err != nil {
+	if _, err := tx.Exec(ctx, s.sql.lockKind, "k", s.o.seed^kindsSalt, "0"); err != nil {
 		t.Fatal(err)
 	}
 	const ttl = 10 * time.Second
@@ -450,7 +450,8 @@ func TestKindsClockAfterLock(t *testing.T) {
 
 // TestKindsAcquireCancelled: an acquire blocked on its key's lock ends
 // with its context (the pipeline's socket gets ctx's deadline), leaves no
-// goroutine behind (TestMain's leak check), and the key works after.
+// goroutine behind (TestMain's leak check), and no grant once the lock is
+// free: the key's only permit is free after.
 func TestKindsAcquireCancelled(t *testing.T) {
 	t.Parallel()
 	pool := newPool(t, newDB(t), nil)
@@ -459,7 +460,7 @@ func TestKindsAcquireCancelled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tx.Exec(ctxT(t), s.sql.lockKind, "k", s.o.seed^kindsSalt); err != nil {
+	if _, err := tx.Exec(ctxT(t), s.sql.lockKind, "k", s.o.seed^kindsSalt, "0"); err != nil {
 		t.Fatal(err)
 	}
 	for _, d := range []time.Duration{0, 200 * time.Millisecond} {
@@ -482,6 +483,14 @@ func TestKindsAcquireCancelled(t *testing.T) {
 		if took > 5*time.Second {
 			t.Errorf("blocked acquire took %v to end", took)
 		}
+		// The server ends the wait too (lock_timeout at the deadline, the
+		// cancel request pgx sends at a cancellation): no grant is made
+		// after the caller has gone.
+		waitFor(t, 5*time.Second, "the server ending the wait", func() bool {
+			var n int
+			err := pool.QueryRow(ctxT(t), `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted`).Scan(&n)
+			return err == nil && n == 0
+		})
 	}
 	if err := tx.Rollback(ctxT(t)); err != nil {
 		t.Fatal(err)

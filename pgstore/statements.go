@@ -27,7 +27,7 @@ type statements struct {
 	forceRelease string // $1 key, $2 channel, $3 seed; after lockKind
 
 	// read-write locks and semaphores (kinds.go), in both modes
-	lockKind    string // $1 key, $2 seed: the key's transaction-level lock
+	lockKind    string // $1 key, $2 seed, $3 lock_timeout ms: the key's transaction-level lock
 	acquireKind string // $1 key, $2 token, $3 owner, $4 ttl µs, $5 mode, $6 limit, $7 channel; after lockKind
 	releaseKind string // $1 key, $2 token, $3 mode, $4 keep µs, $5 channel; after lockKind
 	renewKinds  string // $1 keys[], $2 tokens[], $3 ttls[] µs, $4 modes[], none a mutex
