@@ -26,10 +26,11 @@
 // apart; [Lock.Extend] and [Lock.Heartbeat] go with MaxHold and
 // ProgressTimeout; [Event] (Config.OnEvent) is for metrics and logs;
 // [Clock] is for tests; [Locker.RWMutex] and [Locker.Semaphore] are locks
-// of other kinds. Outside this package: the check the protected
-// resource makes is package [github.com/tasklock/tasklock/fence], periodic
-// jobs are package [github.com/tasklock/tasklock/schedule], and the contract
-// a store implements is package [github.com/tasklock/tasklock/driver].
+// of other kinds, and [Locker.Election] elects a leader. Outside this
+// package: the check the protected resource makes is package
+// [github.com/tasklock/tasklock/fence], periodic jobs are package
+// [github.com/tasklock/tasklock/schedule], and the contract a store
+// implements is package [github.com/tasklock/tasklock/driver].
 //
 // # Locks are leases
 //

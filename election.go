@@ -25,6 +25,10 @@ import (
 // leader resigns or dies (at its TTL), and on etcd and ZooKeeper it waits
 // in the store's fair queue, as their own election recipes do.
 //
+// The election's key is a mutex key: a plain Obtain of the same key by
+// anyone takes part in the election (and, granted, leads). Give an
+// election a key of its own.
+//
 // An Election is safe for concurrent use. One process campaigns through
 // one Election per key; campaigning again after losing the leadership is
 // the caller's choice (a loop around Campaign).

@@ -41,8 +41,9 @@ type Config struct {
 	OnEvent func(Event)
 }
 
-// ObtainOptions are the per-call options of Obtain, TryObtain and Do. A nil
-// *ObtainOptions means all defaults; zero fields take their defaults.
+// ObtainOptions are the per-call options of Obtain and TryObtain, and of
+// the calls built on them (Once, WithLock, RWMutex, Semaphore, Election).
+// A nil *ObtainOptions means all defaults; zero fields take their defaults.
 type ObtainOptions struct {
 	// TTL is the lease length at the store. Zero: DefaultTTL. A holder that
 	// dies is replaced no later than TTL after its last renewal.

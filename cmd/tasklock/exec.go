@@ -63,9 +63,11 @@ Flags:
 Durations are Go durations: 300ms, 10s, 1h30m; at most 8760h (365 days).
 
 Without --shared, --exclusive or --permits, NAME is a plain lock (a mutex).
-The plain lock NAME, the read-write lock NAME and the semaphore NAME are
-three different locks: a plain lock does not exclude --shared holders, so
-give writers --exclusive. At most one of the three flags.
+The plain lock NAME is another lock than the read-write lock NAME and the
+semaphore NAME: a plain lock does not exclude --shared holders, so give
+writers --exclusive. The read-write lock NAME and the semaphore NAME share
+the name: while one of them is held, the other (or the semaphore with
+another N) is refused with exit 64. At most one of the three flags.
 
 COMMAND gets TASKLOCK_KEY, TASKLOCK_FENCE, TASKLOCK_OWNER and TASKLOCK_MODE
 (mutex, read, write or permit) in its environment. TASKLOCK_FENCE grows
@@ -114,9 +116,12 @@ exits with COMMAND's status. While tasklock waits for the lock, they end
 the wait (exit 128+N).
 
 Exit status:
-  64   bad usage (the message names the flag), or a --ttl longer than the
+  64   bad usage (the message names the flag), a --ttl longer than the
        session of an etcd or ZooKeeper store (raise its session_ttl or
-       session_timeout)
+       session_timeout), NAME held as another kind of lock (--shared or
+       --exclusive against --permits, or another --permits N), or a kind
+       the store cannot keep (--shared, --exclusive or --permits on redlock
+       or mode=connection)
   69   store unreachable or failing (or, with ?migrate=false, its table
        not migrated)
   70   lock lost or --max-hold reached while COMMAND ran
@@ -165,7 +170,15 @@ func parseExec(args []string, getenv func(string) string) (*execConfig, error) {
 	fs.BoolVar(&c.verbose, "verbose", false, "")
 	fs.BoolVar(&c.shared, "shared", false, "")
 	fs.BoolVar(&c.exclusive, "exclusive", false, "")
-	fs.IntVar(&c.permits, "permits", 0, "")
+	// Base 10 only: flag.IntVar would read --permits 010 as 8 and 0x10 as 16.
+	fs.Func("permits", "", func(s string) error {
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			return fmt.Errorf("not a whole number between 1 and %d", tasklock.MaxPermits)
+		}
+		c.permits = n
+		return nil
+	})
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil, err
@@ -398,9 +411,9 @@ func (e *execRun) obtainFailed(err error) int {
 		if ne != nil && ne.Owner != "" {
 			holder = redact.Printable(ne.Owner)
 		}
-		ttl := "unknown"
+		lease := "" // the holder's lease left, when the store tells
 		if ne != nil && ne.TTL > 0 {
-			ttl = ne.TTL.Round(time.Millisecond).String()
+			lease = " (its lease ends in " + ne.TTL.Round(time.Millisecond).String() + ")"
 		}
 		within := "at once (--wait 0)"
 		if e.c.wait > 0 {
@@ -408,11 +421,15 @@ func (e *execRun) obtainFailed(err error) int {
 		}
 		switch {
 		case e.c.permits > 0:
-			e.failf("all %d permits of semaphore %q are held, the first to end by %s (its lease ends in %s); not obtained %s", e.c.permits, e.c.key, holder, ttl, within)
-		case e.c.shared || e.c.exclusive:
-			e.failf("read-write lock %q is held by %s (its lease ends in %s); not obtained %s", e.c.key, holder, ttl, within)
+			e.failf("all %d permits of semaphore %q are held, the first to end by %s%s; not obtained %s", e.c.permits, e.c.key, holder, lease, within)
+		case e.c.shared:
+			// A reader is refused by a writer that holds the key or
+			// waits for it (driver.Kinder): say which may be the case.
+			e.failf("read-write lock %q has a writer, %s, holding it or waiting for it (waiting writers go first)%s; not obtained %s", e.c.key, holder, lease, within)
+		case e.c.exclusive:
+			e.failf("read-write lock %q is held by %s%s; not obtained %s", e.c.key, holder, lease, within)
 		default:
-			e.failf("lock %q is held by %s (its lease ends in %s); not obtained %s", e.c.key, holder, ttl, within)
+			e.failf("lock %q is held by %s%s; not obtained %s", e.c.key, holder, lease, within)
 		}
 		return exitTempFail
 	case errors.As(err, &oe) || errors.Is(err, redisstore.ErrKey):

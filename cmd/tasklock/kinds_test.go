@@ -83,6 +83,23 @@ func TestExecSharedExclusive(t *testing.T) {
 		t.Errorf("writer beside readers: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 	writer := tl.Start(t, nil, "exec", "--store", url, "--key", "doc", "--exclusive", "--wait", "20s", "--", "sh", "-c", `echo "fence=$TASKLOCK_FENCE mode=$TASKLOCK_MODE"`)
+	// Once the writer waits, a new reader is refused, and told that a
+	// writer holds or waits for the lock, not that its lease ends in
+	// "unknown".
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		_, out, _ := tl.Run(t, nil, "locks", "list", "--store", url)
+		if strings.Contains(out, "write (waiting)") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the writer never waited: locks list\n%s", out)
+		}
+		time.Sleep(20 * time.Millisecond) // polling a condition with a deadline
+	}
+	code, out, errOut = tl.Run(t, nil, "exec", "--store", url, "--key", "doc", "--shared", "--", "echo", "must-not-run")
+	if code != exitTempFail || out != "" || !strings.Contains(errOut, `read-write lock "doc" has a writer`) || strings.Contains(errOut, "unknown") {
+		t.Errorf("reader behind a waiting writer: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
 	if err := os.WriteFile(stop, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -302,6 +302,8 @@ func TestExecBadUsage(t *testing.T) {
 		{store, []string{"--key", "k", "--permits", "0", "--", "true"}, "--permits must be between 1 and 10000, got 0"},
 		{store, []string{"--key", "k", "--permits", "10001", "--", "true"}, "--permits must be between 1 and 10000"},
 		{store, []string{"--key", "k", "--permits", "two", "--", "true"}, "-permits"},
+		{store, []string{"--key", "k", "--permits", "0x10", "--", "true"}, "-permits: not a whole number"},
+		{store, []string{"--key", "k", "--permits", "99999999999999999999", "--", "true"}, "-permits: not a whole number"},
 		{store, []string{"--key", "k", "--shared", "--permits", "2", "--", "true"}, "--shared, --exclusive and --permits exclude each other"},
 		{store, []string{"--key", "k", "--shared", "--exclusive", "--", "true"}, "--shared, --exclusive and --permits exclude each other"},
 		{nil, []string{"--store", "foo://x", "--key", "k", "--", "true"}, `unknown scheme "foo"`},
@@ -632,5 +634,18 @@ func TestExecMinHold(t *testing.T) {
 	code, _, errOut = tl.Run(t, nil, "exec", "--store", url, "--key", "minh", "--", "true")
 	if code != exitTempFail {
 		t.Errorf("second run during --min-hold: exit %d, want %d\nstderr:\n%s", code, exitTempFail, errOut)
+	}
+}
+
+// --permits is read in base 10: 010 is ten permits, as every other holder
+// writing 10 means, not eight (flag.IntVar's octal).
+func TestExecPermitsDecimal(t *testing.T) {
+	t.Parallel()
+	c, err := parseExec([]string{"--store", "mem://", "--key", "k", "--permits", "010", "--", "true"}, func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.permits != 10 {
+		t.Errorf("--permits 010 is %d permits, want 10", c.permits)
 	}
 }

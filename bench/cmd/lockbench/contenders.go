@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/bsm/redislock"
@@ -52,6 +53,23 @@ type instance struct {
 	// counter, for SQL contenders, counts the statements and round trips
 	// of the contender's pool.
 	counter *sqlCounter
+}
+
+// countingPairs makes inst's pairs add 1 to n each time one succeeds, and
+// returns inst.
+func (inst *instance) countingPairs(n *atomic.Int64) *instance {
+	pair := inst.pair
+	inst.pair = func(key string) pairFunc {
+		f := pair(key)
+		return func(ctx context.Context) error {
+			err := f(ctx)
+			if err == nil {
+				n.Add(1)
+			}
+			return err
+		}
+	}
+	return inst
 }
 
 // newClient returns a go-redis client with default options: every contender

@@ -82,6 +82,15 @@ func (a reqs) add(b reqs) reqs {
 	return s
 }
 
+// perPair returns the requests per pair and, by kind, what describe says
+// of them per pair ("none" when no pair was made).
+func (a reqs) perPair(pairs int64) (float64, string) {
+	if pairs <= 0 {
+		return 0, "none"
+	}
+	return float64(a.total) / float64(pairs), a.describe(1 / float64(pairs))
+}
+
 // describe lists the requests by kind, the most frequent first, each
 // scaled by f: "LeaseTimeToLive 3.0, LeaseKeepAlive 3.0"; kinds that
 // scale to less than 0.05 are left out.

@@ -169,10 +169,11 @@ func coordHoldImpls(k coordKind) []coordHoldImpl {
 
 // --- clients -----------------------------------------------------------
 
-// etcdClient returns a clientv3 client of e's server counting into c.
-func etcdClient(e *coordEnv, c *reqCounter) (*clientv3.Client, error) {
+// etcdClient returns a clientv3 client of the etcd server at addr counting
+// into c.
+func etcdClient(addr string, c *reqCounter) (*clientv3.Client, error) {
 	cl, err := clientv3.New(clientv3.Config{
-		Endpoints:   []string{"http://" + e.srvs[0].addr},
+		Endpoints:   []string{"http://" + addr},
 		DialTimeout: 5 * time.Second,
 		Logger:      zap.NewNop(),
 		DialOptions: c.grpcOptions(),
@@ -270,9 +271,10 @@ func (c closers) run() {
 
 // --- etcd --------------------------------------------------------------
 
-// etcdTasklock opens a client, an etcdstore.Store on it and a Locker.
-func etcdTasklock(e *coordEnv, c *reqCounter, prefix string, sessionTTL time.Duration, rc *renewCount) (*tasklock.Locker, func(), error) {
-	cl, err := etcdClient(e, c)
+// etcdTasklock opens a client of the etcd server at addr, an
+// etcdstore.Store on it and a Locker.
+func etcdTasklock(addr string, c *reqCounter, prefix string, sessionTTL time.Duration, rc *renewCount) (*tasklock.Locker, func(), error) {
+	cl, err := etcdClient(addr, c)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -296,7 +298,7 @@ func etcdTasklock(e *coordEnv, c *reqCounter, prefix string, sessionTTL time.Dur
 }
 
 func p1EtcdTasklock(_ context.Context, e *coordEnv, cs counters) (*instance, error) {
-	lk, closeAll, err := etcdTasklock(e, cs[0], fmt.Sprintf("/lockbench/p1/tasklock/%d/", time.Now().UnixNano()), etcdstore.DefaultSessionTTL, nil)
+	lk, closeAll, err := etcdTasklock(e.srvs[0].addr, cs[0], fmt.Sprintf("/lockbench/p1/tasklock/%d/", time.Now().UnixNano()), etcdstore.DefaultSessionTTL, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -307,7 +309,7 @@ func p3EtcdTasklock(_ context.Context, e *coordEnv, key string, n int, cs counte
 	var cl closers
 	fs := make([]obtainFunc, n)
 	for i := range n {
-		lk, closeOne, err := etcdTasklock(e, cs[0], "/lockbench/p3/tasklock/", etcdstore.DefaultSessionTTL, nil)
+		lk, closeOne, err := etcdTasklock(e.srvs[0].addr, cs[0], "/lockbench/p3/tasklock/", etcdstore.DefaultSessionTTL, nil)
 		if err != nil {
 			cl.run()
 			return nil, nil, err
@@ -321,17 +323,31 @@ func p3EtcdTasklock(_ context.Context, e *coordEnv, key string, n int, cs counte
 // etcdSessionTTL is the TTL of the peer's Session in P1 and P3: tasklock's
 // default lease (and etcdstore's default SessionTTL), where the Session's
 // own default is 60 s.
-const etcdSessionTTL = 10
+const etcdSessionTTL = 10 * time.Second
 
-func p1EtcdMutex(ctx context.Context, e *coordEnv, cs counters) (*instance, error) {
-	cl, err := etcdClient(e, cs[0])
+// etcdSession opens a client of the etcd server at addr, counting into c,
+// and a concurrency.Session on it whose lease has the TTL ttl (rounded up
+// to whole seconds); closing it closes both.
+func etcdSession(ctx context.Context, addr string, c *reqCounter, ttl time.Duration) (*concurrency.Session, func(), error) {
+	cl, err := etcdClient(addr, c)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	s, err := concurrency.NewSession(cl, concurrency.WithTTL(etcdSessionTTL), concurrency.WithContext(context.WithoutCancel(ctx)))
+	s, err := concurrency.NewSession(cl, concurrency.WithTTL(int((ttl+time.Second-1)/time.Second)), concurrency.WithContext(context.WithoutCancel(ctx)))
 	if err != nil {
 		_ = cl.Close()
-		return nil, fmt.Errorf("lockbench: etcd session: %w", err)
+		return nil, nil, fmt.Errorf("lockbench: etcd session: %w", err)
+	}
+	return s, func() {
+		_ = s.Close()
+		_ = cl.Close()
+	}, nil
+}
+
+func p1EtcdMutex(ctx context.Context, e *coordEnv, cs counters) (*instance, error) {
+	s, closeAll, err := etcdSession(ctx, e.srvs[0].addr, cs[0], etcdSessionTTL)
+	if err != nil {
+		return nil, err
 	}
 	prefix := fmt.Sprintf("/lockbench/p1/mutex/%d/", time.Now().UnixNano())
 	return &instance{
@@ -347,10 +363,7 @@ func p1EtcdMutex(ctx context.Context, e *coordEnv, cs counters) (*instance, erro
 				return m.Unlock(ctx)
 			}
 		},
-		close: func() {
-			_ = s.Close()
-			_ = cl.Close()
-		},
+		close: closeAll,
 	}, nil
 }
 
@@ -358,18 +371,12 @@ func p3EtcdMutex(ctx context.Context, e *coordEnv, key string, n int, cs counter
 	var cl closers
 	fs := make([]obtainFunc, n)
 	for i := range n {
-		c, err := etcdClient(e, cs[0])
+		s, closeOne, err := etcdSession(ctx, e.srvs[0].addr, cs[0], etcdSessionTTL)
 		if err != nil {
 			cl.run()
 			return nil, nil, err
 		}
-		cl = append(cl, func() { _ = c.Close() })
-		s, err := concurrency.NewSession(c, concurrency.WithTTL(etcdSessionTTL), concurrency.WithContext(context.WithoutCancel(ctx)))
-		if err != nil {
-			cl.run()
-			return nil, nil, fmt.Errorf("lockbench: etcd session: %w", err)
-		}
-		cl = append(cl, func() { _ = s.Close() })
+		cl = append(cl, closeOne)
 		m := concurrency.NewMutex(s, "/lockbench/p3/mutex/"+key)
 		fs[i] = func(ctx context.Context) (func(context.Context) error, error) {
 			if err := m.Lock(ctx); err != nil {
@@ -383,7 +390,7 @@ func p3EtcdMutex(ctx context.Context, e *coordEnv, key string, n int, cs counter
 
 func holdEtcdTasklock(_ context.Context, e *coordEnv, ttl time.Duration, prefix string, cs counters) (*coordHolder, error) {
 	rc := &renewCount{}
-	lk, closeAll, err := etcdTasklock(e, cs[0], "/lockbench/p4/tasklock/"+prefix+"/", ttl, rc)
+	lk, closeAll, err := etcdTasklock(e.srvs[0].addr, cs[0], "/lockbench/p4/tasklock/"+prefix+"/", ttl, rc)
 	if err != nil {
 		return nil, err
 	}
@@ -391,14 +398,9 @@ func holdEtcdTasklock(_ context.Context, e *coordEnv, ttl time.Duration, prefix 
 }
 
 func holdEtcdMutex(ctx context.Context, e *coordEnv, ttl time.Duration, prefix string, cs counters) (*coordHolder, error) {
-	cl, err := etcdClient(e, cs[0])
+	s, closeAll, err := etcdSession(ctx, e.srvs[0].addr, cs[0], ttl)
 	if err != nil {
 		return nil, err
-	}
-	s, err := concurrency.NewSession(cl, concurrency.WithTTL(int(ttl/time.Second)), concurrency.WithContext(context.WithoutCancel(ctx)))
-	if err != nil {
-		_ = cl.Close()
-		return nil, fmt.Errorf("lockbench: etcd session: %w", err)
 	}
 	pfx := "/lockbench/p4/mutex/" + prefix + "/"
 	return &coordHolder{
@@ -418,10 +420,7 @@ func holdEtcdMutex(ctx context.Context, e *coordEnv, ttl time.Duration, prefix s
 				return false
 			}
 		},
-		close: func() {
-			_ = s.Close()
-			_ = cl.Close()
-		},
+		close: closeAll,
 	}, nil
 }
 
@@ -435,6 +434,7 @@ type renewCount struct {
 	mu       sync.Mutex
 	inflight int
 	renewed  int64
+	calls    int64 // Renew calls answered; read it in between's read
 }
 
 // wrap returns st wrapped, or st when rc is nil.
@@ -453,6 +453,7 @@ func (rc *renewCount) Renew(ctx context.Context, ps []driver.RenewParams) ([]err
 	errs, err := rc.Store.Renew(ctx, ps)
 	rc.mu.Lock()
 	rc.inflight--
+	rc.calls++
 	if err == nil {
 		for _, e := range errs {
 			if e == nil {

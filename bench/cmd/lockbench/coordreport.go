@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"io"
-	"runtime/debug"
 	"slices"
 	"strings"
 	"time"
@@ -21,9 +20,7 @@ const (
 )
 
 func (r *coordReport) target(id, target, measured string, ok bool) string {
-	res := passFail(ok)
-	r.summary = append(r.summary, [4]string{id, target, measured, res})
-	return res
+	return r.summary.add(id, target, measured, ok)
 }
 
 // write prints the part's section of the report, with its own targets
@@ -42,10 +39,7 @@ func (r *coordReport) write(w io.Writer) {
 			servers = append(servers, res.env.describe())
 		}
 	}
-	mode := "full run"
-	if r.quick {
-		mode = "**quick run (smoke test; numbers are rough)**"
-	}
+	mode := runMode(r.quick)
 	p("Private servers on loopback, started for the run, each store's stopped once it is done: %s; %s. %s of this part: P1 %v per implementation in slices of %v, P3 %d × %v per implementation, taking turns, after a %v warm-up; P4 %s and %s locks of TTL %v; %v in all.",
 		strings.Join(servers, "; "), coordDeps(), mode, r.params.duration, min(p1Slice, r.params.duration), r.params.p3Rounds,
 		r.params.duration/time.Duration(r.params.p3Rounds), r.params.warmup, thousands(float64(r.params.locks)), thousands(float64(r.params.few)),
@@ -61,16 +55,7 @@ func (r *coordReport) write(w io.Writer) {
 	r.writeP1(p)
 	r.writeP3(p)
 	r.writeP4(p)
-	if len(r.summary) > 0 {
-		p("")
-		p("#### Targets: etcd, ZooKeeper, RedLock")
-		p("")
-		p("| id | target | measured | result |")
-		p("|---|---|---|---|")
-		for _, s := range r.summary {
-			p("| %s | %s | %s | %s |", s[0], s[1], s[2], s[3])
-		}
-	}
+	r.summary.write(p, "#### Targets: etcd, ZooKeeper, RedLock")
 }
 
 func (r *coordReport) writeP1(p func(string, ...any)) {
@@ -106,22 +91,8 @@ func (r *coordReport) writeP1(p func(string, ...any)) {
 			} else {
 				peer = x
 			}
-			name := x.name
-			if x.errs > 0 {
-				name += fmt.Sprintf(" (%d failed pairs: %v)", x.errs, x.err)
-			}
-			cpu := "—"
-			if c, s := x.cpuPerPair(); c > 0 {
-				cpu = fmt.Sprintf("%.1f + %.1f = %.1f", c, s, c+s)
-			}
-			spread := "—"
-			if len(x.slices) > 0 {
-				spread = thousands(slices.Min(x.slices)) + "–" + thousands(slices.Max(x.slices))
-			}
-			perPair, by := 0.0, "none"
-			if n := res.p1Pairs[i]; n > 0 {
-				perPair, by = float64(res.p1Reqs[i].total)/float64(n), res.p1Reqs[i].describe(1/float64(n))
-			}
+			name, spread, cpu := sliceCells(x)
+			perPair, by := res.p1Reqs[i].perPair(res.p1Pairs[i])
 			p("| %s | %s | %s | %s | %.2f | %s | | |", e.title, name, thousands(x.median()), spread, perPair, cpu)
 			notes = append(notes, fmt.Sprintf("- %s, %s: %s. Requests per pair: %s.", e.title, x.name, im.p1Note, by))
 		}
@@ -287,21 +258,24 @@ func (r *coordReport) writeP4(p func(string, ...any)) {
 	}
 }
 
+// sliceCells are the cells of a row of runSlices' results that every table
+// prints alike: the name (with the failed pairs, if any), the range of the
+// slices' pairs/s and the CPU time per pair.
+func sliceCells(x *p1Result) (name, spread, cpu string) {
+	name, spread, cpu = x.name, "—", "—"
+	if x.errs > 0 {
+		name += fmt.Sprintf(" (%d failed pairs: %v)", x.errs, x.err)
+	}
+	if c, s := x.cpuPerPair(); c > 0 {
+		cpu = fmt.Sprintf("%.1f + %.1f = %.1f", c, s, c+s)
+	}
+	if len(x.slices) > 0 {
+		spread = thousands(slices.Min(x.slices)) + "–" + thousands(slices.Max(x.slices))
+	}
+	return name, spread, cpu
+}
+
 // coordDeps names the versions of the peers' libraries built in.
 func coordDeps() string {
-	want := []string{"go.etcd.io/etcd/client/v3", "github.com/go-zookeeper/zk", "github.com/go-redsync/redsync/v4", "github.com/redis/go-redis/v9"}
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "library versions unknown"
-	}
-	var out []string
-	for _, path := range want {
-		for _, d := range bi.Deps {
-			if d.Path == path {
-				out = append(out, strings.TrimPrefix(path, "github.com/")+" "+d.Version)
-				break
-			}
-		}
-	}
-	return strings.Join(out, ", ")
+	return depVersions("go.etcd.io/etcd/client/v3", "github.com/go-zookeeper/zk", "github.com/go-redsync/redsync/v4", "github.com/redis/go-redis/v9")
 }

@@ -208,7 +208,7 @@ type coordReport struct {
 	quick   bool
 	results []*coordResult
 	elapsed time.Duration
-	summary [][4]string
+	summary targets
 }
 
 // runCoord runs what cfg selects of the part, store after store, each
@@ -366,18 +366,7 @@ func (r *coordReport) runP1(ctx context.Context, res *coordResult) {
 			}
 			// Count the pairs of the whole run, warm-ups included, to
 			// divide the requests by.
-			pair := inst.pair
-			inst.pair = func(key string) pairFunc {
-				f := pair(key)
-				return func(ctx context.Context) error {
-					err := f(ctx)
-					if err == nil {
-						pairs[i].Add(1)
-					}
-					return err
-				}
-			}
-			return inst, nil
+			return inst.countingPairs(pairs[i]), nil
 		}
 	}
 	p := r.params

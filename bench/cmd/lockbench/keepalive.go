@@ -28,6 +28,7 @@ type counter struct {
 	single    atomic.Int64
 	pipelines atomic.Int64
 	piped     atomic.Int64 // commands inside pipelines
+	busy      atomic.Int64 // time spent waiting for pipelines' answers, in ns
 }
 
 func (h *counter) DialHook(next redis.DialHook) redis.DialHook {
@@ -45,6 +46,8 @@ func (h *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		h.pipelines.Add(1)
 		h.piped.Add(int64(len(cmds)))
+		t0 := time.Now()
+		defer func() { h.busy.Add(int64(time.Since(t0))) }()
 		return next(ctx, cmds)
 	}
 }

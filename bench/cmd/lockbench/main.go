@@ -20,6 +20,11 @@
 //	    concurrency.Mutex, go-zookeeper's zk.Lock and redsync on three
 //	    nodes: 16 goroutines; 16 goroutines on one key; requests to keep
 //	    10,000 locks alive for one TTL (coord*.go)
+//	sem-redis, sem-etcd, failover-redis, failover-postgres, failover-etcd,
+//	P4-permits  the lock kinds: 64 goroutines on one semaphore of 8
+//	    permits against a hand-written Lua semaphore and etcd's
+//	    concurrency recipe; a SIGKILLed leader's follower elected, against
+//	    concurrency.Election on etcd; 10,000 permits kept alive (kinds*.go)
 //
 // Run it from the bench module: go run ./cmd/lockbench [-quick]. It needs
 // redis-server, postgres and initdb, mariadbd and mariadb-install-db, etcd,
@@ -102,8 +107,8 @@ func parseOnly(only string, cfg *config) error {
 		case "SQLITE":
 			cfg.stores[kindSQLite] = true
 		default:
-			if !addCoordOnly(cfg.only, id) {
-				return fmt.Errorf("lockbench: -only: unknown measurement or store %q (P1, P2, P3, P4, P5, P1-sql, P3-sql, P4-sql, redis, sql, postgres, mysql, sqlite, %s)", id, coordOnlyHelp)
+			if !addCoordOnly(cfg.only, id) && !addKindsOnly(cfg.only, id) {
+				return fmt.Errorf("lockbench: -only: unknown measurement or store %q (P1, P2, P3, P4, P5, P1-sql, P3-sql, P4-sql, redis, sql, postgres, mysql, sqlite, %s, %s)", id, coordOnlyHelp, kindsOnlyHelp)
 			}
 		}
 	}
@@ -129,16 +134,21 @@ func main() {
 		cpuProfile  string
 		memProfile  string
 		heapProfile string
+		leader      string
 	)
 	flag.DurationVar(&duration, "duration", 3*time.Second, "measured time per round of each implementation in P1 (taken in slices of 0.5 s) and P3 (one run, after a 0.5 s warm-up)")
 	flag.IntVar(&cfg.rounds, "rounds", 3, "rounds of P1 and P3; the implementations take turns, in reverse order every other turn")
 	flag.DurationVar(&cfg.sqlDuration, "sqlduration", 3*time.Second, "measured time per implementation and SQL store in P1-sql (taken in slices of 0.5 s) and P3-sql (in two runs)")
 	flag.BoolVar(&cfg.quick, "quick", false, "short smoke run (about a minute): one round, P1 runs of 0.5 s and P3 runs of 0.8 s\n(unless -duration is given), 300 pairs for P2, no warm-up cycle in P4,\n1,000 jobs for 5 s in P5 (instead of 10,000 and 1,000 for 10 s);\nSQL: 0.5 s per implementation (unless -sqlduration is given), 200 locks of TTL 1.5 s in P4-sql")
-	flag.StringVar(&only, "only", "", "comma-separated measurements to run: P1, P2, P3, P4, P5, P1-sql, P3-sql, P4-sql, or the groups redis and sql;\nSQL store names (postgres, mysql, sqlite) restrict the SQL measurements to those stores;\n"+coordOnlyHelp+" (default all)")
+	flag.StringVar(&only, "only", "", "comma-separated measurements to run: P1, P2, P3, P4, P5, P1-sql, P3-sql, P4-sql, or the groups redis and sql;\nSQL store names (postgres, mysql, sqlite) restrict the SQL measurements to those stores;\n"+coordOnlyHelp+";\n"+kindsOnlyHelp+" (default all)")
 	flag.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.StringVar(&memProfile, "memprofile", "", "record every allocation (MemProfileRate=1, which slows the run) and write an allocs profile to this file")
 	flag.StringVar(&heapProfile, "heapprofile", "", "write the live heap to this file in P4, while the locks are held\n(and to this file .postgres, .mysql, .sqlite in P4-sql, while tasklock holds them)")
+	flag.StringVar(&leader, "failover-child", "", "internal: run as the leader process of the failover measurements, with this JSON spec")
 	flag.Parse()
+	if leader != "" {
+		os.Exit(runFailoverChild(leader))
+	}
 
 	cfg.p1Duration, cfg.p3Duration, cfg.warmup = duration, duration, 500*time.Millisecond
 	cfg.p1Goroutines, cfg.p2Pairs, cfg.p3Goroutines, cfg.p4Locks = 64, 5000, 16, 10000
@@ -342,12 +352,15 @@ func run(cfg config, cpuProfile, memProfile, heapProfile string) error {
 	}
 	coord := runCoord(ctx, cfg, cl.add)
 	failed = append(failed, coord.failures()...)
+	lockKinds := runKinds(ctx, cfg, cl.add)
+	failed = append(failed, lockKinds.failures()...)
 	rep.elapsed = time.Since(rep.started)
 	if load1 := loadAvg(); load0 != "" && load1 != "" {
 		rep.load = fmt.Sprintf(" Load average (1 min) %s before, %s after.", load0, load1)
 	}
 	rep.write(os.Stdout)
 	coord.write(os.Stdout)
+	lockKinds.write(os.Stdout)
 
 	if memProfile != "" {
 		f, err := os.Create(memProfile)

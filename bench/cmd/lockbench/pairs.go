@@ -30,6 +30,8 @@ type p1Result struct {
 	// there; cpuOK is false when it could not be read.
 	pairs, client, server float64
 	cpuOK                 bool
+	// Heap allocations of the whole process inside the measured slices.
+	mallocs float64
 
 	// SQL contenders: statements and network round trips inside the
 	// measured slices (counted is false for the Redis contenders).
@@ -53,6 +55,15 @@ func (r *p1Result) cpuPerPair() (client, server float64) {
 		return 0, 0
 	}
 	return r.client / r.pairs * 1e6, r.server / r.pairs * 1e6
+}
+
+// allocsPerPair returns the process's heap allocations per pair inside the
+// slices (the library's background goroutines and the client's included).
+func (r *p1Result) allocsPerPair() float64 {
+	if r.pairs == 0 {
+		return 0
+	}
+	return r.mallocs / r.pairs
 }
 
 // median returns the median pairs/s of r's slices.
@@ -142,6 +153,7 @@ func runSlices(ctx context.Context, label string, names []string, opens []func()
 			r.pairs += m.pairs
 			r.client += m.client.Seconds()
 			r.server += m.server.Seconds()
+			r.mallocs += float64(m.mallocs)
 			r.cpuOK = r.cpuOK && m.cpuOK
 			r.counts = sqlCounts{r.counts.stmts + m.counts.stmts, r.counts.updates + m.counts.updates, r.counts.pings + m.counts.pings, r.counts.trips + m.counts.trips}
 			r.errs += m.errs
@@ -161,6 +173,7 @@ type pairsRun struct {
 	pairs          float64
 	client, server time.Duration // CPU time of lockbench and of redis-server
 	cpuOK          bool
+	mallocs        uint64 // heap allocations of the process
 	errs           int64
 	first          error
 	counts         sqlCounts // SQL contenders: counted inside the window
@@ -203,6 +216,9 @@ func measurePairs(ctx context.Context, inst *instance, serverCPU func() (time.Du
 		return inst.counter.snapshot()
 	}
 	time.Sleep(warmup)
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	m0 := ms.Mallocs
 	cl0, ok0 := selfCPU()
 	sv0, ok1 := serverCPU()
 	n0 := snap()
@@ -212,11 +228,12 @@ func measurePairs(ctx context.Context, inst *instance, serverCPU func() (time.Du
 	n1 := snap()
 	cl1, ok2 := selfCPU()
 	sv1, ok3 := serverCPU()
+	runtime.ReadMemStats(&ms)
 	stop.Store(true)
 	wg.Wait()
 	return pairsRun{
 		rate: float64(c1-c0) / t1.Sub(t0).Seconds(), pairs: float64(c1 - c0),
-		client: cl1 - cl0, server: sv1 - sv0, cpuOK: ok0 && ok1 && ok2 && ok3,
+		client: cl1 - cl0, server: sv1 - sv0, cpuOK: ok0 && ok1 && ok2 && ok3, mallocs: ms.Mallocs - m0,
 		errs: failed.Load(), first: first, counts: n1.sub(n0),
 	}
 }

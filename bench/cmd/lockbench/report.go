@@ -41,8 +41,8 @@ type report struct {
 	p3sql   []*sqlP3Result
 	p4sql   []*sqlP4Result
 
-	summary [][4]string // id, target, measured, result
-	load    string      // the machine's load average before and after, when known
+	summary targets
+	load    string // the machine's load average before and after, when known
 }
 
 // loadAvg returns the 1-minute load average, "" when unknown.
@@ -58,6 +58,14 @@ func loadAvg() string {
 	return f[0]
 }
 
+// runMode says what kind of run the report is of.
+func runMode(quick bool) string {
+	if quick {
+		return "**quick run (smoke test; numbers are rough)**"
+	}
+	return "full run"
+}
+
 func passFail(ok bool) string {
 	if ok {
 		return "PASS"
@@ -66,9 +74,34 @@ func passFail(ok bool) string {
 }
 
 func (r *report) target(id, target, measured string, ok bool) string {
+	return r.summary.add(id, target, measured, ok)
+}
+
+// targets are a part's targets with what was measured, for its summary
+// table: id, target, measured, result.
+type targets [][4]string
+
+// add records a target and returns its result, PASS or FAIL.
+func (t *targets) add(id, target, measured string, ok bool) string {
 	res := passFail(ok)
-	r.summary = append(r.summary, [4]string{id, target, measured, res})
+	*t = append(*t, [4]string{id, target, measured, res})
 	return res
+}
+
+// write prints the summary table under the heading title; nothing when
+// no target was recorded.
+func (t targets) write(p func(string, ...any), title string) {
+	if len(t) == 0 {
+		return
+	}
+	p("")
+	p("%s", title)
+	p("")
+	p("| id | target | measured | result |")
+	p("|---|---|---|---|")
+	for _, s := range t {
+		p("| %s | %s | %s | %s |", s[0], s[1], s[2], s[3])
+	}
 }
 
 func (r *report) write(w io.Writer) {
@@ -84,12 +117,10 @@ func (r *report) write(w io.Writer) {
 			servers = append(servers, e.describe())
 		}
 	}
-	p("%s %s/%s, %d CPUs (GOMAXPROCS %d); %s; %s.",
-		runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.GOMAXPROCS(0), strings.Join(servers, "; "), deps())
-	mode := "full run"
-	if r.cfg.quick {
-		mode = "**quick run (smoke test; numbers are rough)**"
-	}
+	servers = append(servers, deps())
+	p("%s %s/%s, %d CPUs (GOMAXPROCS %d); %s.",
+		runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.GOMAXPROCS(0), strings.Join(servers, "; "))
+	mode := runMode(r.cfg.quick)
 	var parts []string
 	if r.p1 != nil || r.p3 != nil {
 		parts = append(parts, fmt.Sprintf("P1 %v and P3 %d × %v per implementation", time.Duration(r.cfg.rounds)*r.cfg.p1Duration, r.cfg.rounds, r.cfg.p3Duration))
@@ -108,16 +139,7 @@ func (r *report) write(w io.Writer) {
 	r.writeP4(p)
 	r.writeP5(p)
 	r.writeSQL(p)
-	if len(r.summary) > 0 {
-		p("")
-		p("### Targets")
-		p("")
-		p("| id | target | measured | result |")
-		p("|---|---|---|---|")
-		for _, s := range r.summary {
-			p("| %s | %s | %s | %s |", s[0], s[1], s[2], s[3])
-		}
-	}
+	r.summary.write(p, "### Targets")
 }
 
 func (r *report) writeP1(p func(string, ...any)) {
@@ -259,9 +281,13 @@ func (r *report) writeP4(p func(string, ...any)) {
 
 // deps names the versions of the libraries built in.
 func deps() string {
-	want := []string{"github.com/redis/go-redis/v9", "github.com/go-redsync/redsync/v4", "github.com/bsm/redislock",
+	return depVersions("github.com/redis/go-redis/v9", "github.com/go-redsync/redsync/v4", "github.com/bsm/redislock",
 		"github.com/jackc/pgx/v5", "github.com/lib/pq", "cirello.io/pglock", "github.com/go-sql-driver/mysql",
-		"github.com/sanketplus/go-mysql-lock", "modernc.org/sqlite"}
+		"github.com/sanketplus/go-mysql-lock", "modernc.org/sqlite")
+}
+
+// depVersions names the versions of the modules built in, of those asked.
+func depVersions(want ...string) string {
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
 		return "library versions unknown"

@@ -45,6 +45,9 @@ func TestParseOnly(t *testing.T) {
 		{"p5", []string{"P5"}, []string{"P1", "P4", "P1-SQL"}, sqlKinds},
 		{"postgres", sqlIDs, redisIDs, []storeKind{kindPG}},
 		{"p4-sql, MariaDB,sqlite", []string{"P4-SQL"}, []string{"P1-SQL", "P1"}, []storeKind{kindMySQL, kindSQLite}},
+		{"kinds", kindsIDs, []string{"P1", "P4", "P1-ETCD"}, sqlKinds},
+		{"sem,failover-postgres", []string{idSemRedis, idSemEtcd, idFailoverPostgres}, []string{idFailoverRedis, idPermits, "P1-SQL"}, sqlKinds},
+		{"P4-permits", []string{idPermits}, []string{"P4", idSemRedis}, sqlKinds},
 	} {
 		var cfg config
 		if err := parseOnly(c.only, &cfg); err != nil {
