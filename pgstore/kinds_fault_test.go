@@ -207,6 +207,24 @@ func (h hold) obtain(t *testing.T, lk *tasklock.Locker, key string, opts *tasklo
 	return l
 }
 
+// takeOver obtains with lk, on "job", the place of the holder process p
+// (with a hold of ttl) that a fault (what) has just stopped, and checks it
+// came within TTL + 1s with a higher fence.
+func (h hold) takeOver(t *testing.T, lk *tasklock.Locker, p *faulttest.KindHolder, ttl time.Duration, what string) *tasklock.Lock {
+	t.Helper()
+	start := time.Now()
+	l := h.obtain(t, lk, "job", &tasklock.ObtainOptions{TTL: 10 * time.Second})
+	took := time.Since(start)
+	t.Logf("%s: obtained %v after the fault (the holder's TTL %v), fence %d after %d", what, took, ttl, l.Fence(), p.Fence)
+	if took > ttl+time.Second {
+		t.Errorf("takeover took %v, want ≤ TTL + 1s", took)
+	}
+	if l.Fence() <= p.Fence {
+		t.Fatalf("fence %d after %d", l.Fence(), p.Fence)
+	}
+	return l
+}
+
 // eachHold runs fn for a writer's side and a permit of a semaphore of
 // permits, each in a fresh database.
 func eachHold(t *testing.T, mode Mode, permits int, fn func(t *testing.T, env *faultEnv, h hold)) {
@@ -245,16 +263,7 @@ func testKindHolderKilled(t *testing.T, mode Mode) {
 		}
 		runFor(t, p, ttl)
 		p.Kill(t)
-		killed := time.Now()
-		l := h.obtain(t, lk, "job", &tasklock.ObtainOptions{TTL: 5 * time.Second})
-		took := time.Since(killed)
-		t.Logf("%s %s: obtained %v after SIGKILL of the holder (TTL %v), fence %d after %d", mode, h.name, took, ttl, l.Fence(), p.Fence)
-		if took > ttl+time.Second {
-			t.Errorf("takeover took %v, want ≤ TTL + 1s", took)
-		}
-		if l.Fence() <= p.Fence {
-			t.Errorf("fence %d after %d", l.Fence(), p.Fence)
-		}
+		l := h.takeOver(t, lk, p, ttl, fmt.Sprintf("%s %s: SIGKILL", mode, h.name))
 		for range 3 {
 			if !log.Do("next", l, nil) {
 				t.Fatalf("the new hold ended: %v", l.Err())
@@ -284,15 +293,7 @@ func testKindHolderPaused(t *testing.T, mode Mode) {
 		runFor(t, p, ttl)
 		p.Stop(t)
 		stopped := time.Now()
-		l := h.obtain(t, lk, "job", &tasklock.ObtainOptions{TTL: 10 * time.Second})
-		took := time.Since(stopped)
-		t.Logf("%s %s: obtained %v after SIGSTOP of the holder (TTL %v), fence %d after %d", mode, h.name, took, ttl, l.Fence(), p.Fence)
-		if took > ttl+time.Second {
-			t.Errorf("takeover took %v, want ≤ TTL + 1s", took)
-		}
-		if l.Fence() <= p.Fence {
-			t.Fatalf("fence %d after %d", l.Fence(), p.Fence)
-		}
+		l := h.takeOver(t, lk, p, ttl, fmt.Sprintf("%s %s: SIGSTOP", mode, h.name))
 		var log faulttest.Sections
 		log.Do("next", l, func() {
 			if ok, err := writeRegister(ctxT(t), env.pool, l.Fence(), "next"); err != nil || !ok {

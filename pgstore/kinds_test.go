@@ -537,6 +537,19 @@ func TestRenewMixedOneStatement(t *testing.T) {
 	}
 }
 
+// migrateTo migrates table as an older library would have: up to
+// version (the first version migrations).
+func migrateTo(t *testing.T, pool *pgxpool.Pool, table string, version int) {
+	t.Helper()
+	o, err := resolve(pool, &Options{Table: table})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := migrateWith(ctxT(t), pool, o, migrations[:version]); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestKindsMigration: a table migrated by an older library (before
 // 0006_kinds) refuses read-write locks and semaphores with an error that
 // says to migrate, and Migrate adds what they need beside it, the mutexes'
@@ -545,13 +558,7 @@ func TestKindsMigration(t *testing.T) {
 	t.Parallel()
 	pool := newPool(t, newDB(t), nil)
 	ctx := ctxT(t)
-	o, err := resolve(pool, &Options{Table: "old_locks"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := migrateWith(ctx, pool, o, migrations[:5]); err != nil {
-		t.Fatal(err)
-	}
+	migrateTo(t, pool, "old_locks", 5)
 	s, err := New(pool, &Options{Table: "old_locks"})
 	if err != nil {
 		t.Fatal(err)
