@@ -40,9 +40,10 @@ func (s *Store) AcquireBatch(ctx context.Context, ps []driver.AcquireParams) ([]
 	if len(ps) == 0 {
 		return res, nil
 	}
-	if s.conns != nil || len(ps) == 1 || !acquireText(ps) {
-		// A lone item, or an item the database would reject (one bad item
-		// must not fail the others' statement): each alone, as Acquire.
+	if s.conns != nil || len(ps) == 1 || !acquireText(ps) || !allMutexes(len(ps), func(i int) driver.Mode { return ps[i].Mode }) {
+		// A lone item, an item the database would reject (one bad item
+		// must not fail the others' statement), or a hold of another
+		// kind than a mutex: each alone, as Acquire.
 		return driver.AcquireEach(ctx, ps, s.Acquire), nil
 	}
 	rounds := byOccurrence(len(ps), func(i int) string { return ps[i].Key })
@@ -95,7 +96,7 @@ func (s *Store) ReleaseBatch(ctx context.Context, ps []driver.ReleaseParams) ([]
 	if len(ps) == 0 {
 		return res, nil
 	}
-	if s.conns != nil || len(ps) == 1 || !releaseText(ps) {
+	if s.conns != nil || len(ps) == 1 || !releaseText(ps) || !allMutexes(len(ps), func(i int) driver.Mode { return ps[i].Mode }) {
 		return driver.ReleaseEach(ctx, ps, s.Release), nil
 	}
 	rounds := byOccurrence(len(ps), func(i int) string { return ps[i].Key })
@@ -129,9 +130,10 @@ func (s *Store) ReleaseBatch(ctx context.Context, ps []driver.ReleaseParams) ([]
 
 // sendRounds runs sql once per round, with args(round) as its arguments,
 // on one pooled connection and in one round trip, and calls row for every
-// row it returns, once dest holds it. Several rounds go as one pgx.Batch:
-// one implicit transaction, its statements run in turn. Rows are read as
-// they come, but only a nil error means the batch committed.
+// row it returns, once dest holds it. Several rounds go as one pgx.Batch
+// (see sendBatch): one implicit transaction, its statements run in turn.
+// Rows are read as they come, but only a nil error means the batch
+// committed.
 func (s *Store) sendRounds(ctx context.Context, sql string, rounds [][]int, args func([]int) []any, dest []any, row func(round []int) error) error {
 	// On a connection of its own rather than through the Pool: see
 	// Acquire.
@@ -149,17 +151,15 @@ func (s *Store) sendRounds(ctx context.Context, sql string, rounds [][]int, args
 	for _, round := range rounds {
 		b.Queue(sql, args(round)...)
 	}
-	br := c.Conn().SendBatch(ctx, b)
-	for _, round := range rounds {
-		rows, _ := br.Query()
-		if _, err = pgx.ForEachRow(rows, dest, func() error { return row(round) }); err != nil {
-			break
+	return sendBatch(ctx, c.Conn(), b, func(br pgx.BatchResults) error {
+		for _, round := range rounds {
+			rows, _ := br.Query()
+			if _, err := pgx.ForEachRow(rows, dest, func() error { return row(round) }); err != nil {
+				return err
+			}
 		}
-	}
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
-	return err
+		return nil
+	})
 }
 
 // byOccurrence groups the items 0..n-1 into rounds by how many earlier

@@ -198,12 +198,14 @@ func (r *registry) sweep() {
 	}
 }
 
-// acquireConn runs the connection-mode acquire on a parked or pooled
-// connection and, when granted, keeps that connection.
-func (s *Store) acquireConn(ctx context.Context, p driver.AcquireParams) (driver.Grant, error) {
+// acquireConn runs a connection-mode grant statement (sql with args:
+// acquireConn's, or a fair queue's serveConn, whose extra columns go to
+// extra) on a parked or pooled connection and, when granted, keeps that
+// connection.
+func (s *Store) acquireConn(ctx context.Context, p driver.AcquireParams, sql string, args []any, extra ...any) (driver.Grant, error) {
 	s.conns.sweep()
 	if c := s.conns.unpark(); c != nil {
-		g, held, err := s.tryConn(ctx, c, p)
+		g, held, err := tryConn(ctx, c, sql, args, extra)
 		switch {
 		case err == nil && held == nil:
 			s.keep(c, p)
@@ -222,7 +224,7 @@ func (s *Store) acquireConn(ctx context.Context, p driver.AcquireParams) (driver
 	if err != nil {
 		return driver.Grant{}, s.wrap("acquire", p.Key, err)
 	}
-	g, held, err := s.tryConn(ctx, pc.Conn(), p)
+	g, held, err := tryConn(ctx, pc.Conn(), sql, args, extra)
 	switch {
 	case err != nil:
 		// The session may hold the advisory lock (a session lock survives
@@ -237,12 +239,16 @@ func (s *Store) acquireConn(ctx context.Context, p driver.AcquireParams) (driver
 	return g, nil
 }
 
-// tryConn runs the connection-mode acquire statement on c.
-func (s *Store) tryConn(ctx context.Context, c *pgx.Conn, p driver.AcquireParams) (driver.Grant, *driver.HeldError, error) {
+// acquireConnArgs are the arguments of the connection-mode acquire.
+func (s *Store) acquireConnArgs(p driver.AcquireParams) []any {
+	return []any{p.Key, p.Token, p.Owner, micros(p.TTL), s.o.seed, idleTimeout(p.TTL)}
+}
+
+// tryConn runs a connection-mode grant statement on c.
+func tryConn(ctx context.Context, c *pgx.Conn, sql string, args, extra []any) (driver.Grant, *driver.HeldError, error) {
 	var fence, ttl *int64
 	var owner *string
-	err := c.QueryRow(ctx, s.sql.acquireConn, p.Key, p.Token, p.Owner, micros(p.TTL), s.o.seed, idleTimeout(p.TTL)).
-		Scan(&fence, nil, &owner, &ttl)
+	err := c.QueryRow(ctx, sql, args...).Scan(append([]any{&fence, nil, &owner, &ttl}, extra...)...)
 	switch {
 	case err != nil:
 		return driver.Grant{}, nil, err

@@ -7,8 +7,11 @@
 //
 // The Store implements driver.Store, driver.Batcher (a Locker's concurrent
 // obtains and releases go to the database together), driver.Notifier
-// (waiters are woken by LISTEN/NOTIFY), driver.Lister and
-// driver.ForceReleaser. It never closes the pool and never logs.
+// (waiters are woken by LISTEN/NOTIFY), driver.Lister,
+// driver.ForceReleaser, driver.Kinder (read-write locks and semaphores:
+// Locker.RWMutex, Locker.Semaphore) and driver.FairQueuer (first-come,
+// first-served waits: ObtainOptions.Fair). It never closes the pool and
+// never logs.
 //
 // # Safety level
 //
@@ -44,7 +47,9 @@
 // backend in connection mode) and waiters (an acquire found the key held
 // since it was last granted; see Notifications). A key is held while
 // expires_at is after now(). Migrate creates it, and <Table>_migrations, which records the
-// applied migrations (embedded files migrations/NNNN_name.up.sql).
+// applied migrations (embedded files migrations/NNNN_name.up.sql);
+// migration 0006_kinds adds <Table>_kinds, <Table>_kind_keys and
+// <Table>_queue (see Read-write locks and semaphores, and Fair queues).
 // MigrationStatus reports them; both back the CLI's `tasklock migrate up`
 // and `tasklock migrate status`.
 //
@@ -176,6 +181,73 @@
 // after one backend crashed, a middlebox resetting the connection) frees
 // the key at once while the holder learns at its next renewal: up to TTL/3
 // later. The fence is what protects the resource then.
+//
+// # Read-write locks and semaphores
+//
+// Their keys are a namespace apart from the mutexes': a mutex "x" and a
+// semaphore "x" are different locks. Each hold is a row of <Table>_kinds
+// (key, token, owner, mode 1 read, 2 write or 3 permit, permits, waiting,
+// fence, acquired_at, expires_at by the database's clock), a lease of its
+// own: a reader or a permit holder that dies frees only itself, at its
+// TTL. A writer refused because of readers leaves a row with waiting set
+// (its claim, renewed by each attempt it makes) that refuses new readers,
+// so writers are not starved. Each key's fence counter is a row of
+// <Table>_kind_keys that is never deleted, incremented by every writer's
+// and every permit's grant, so fences strictly increase per key as the
+// mutexes' do; a reader's fence is the counter as it stands (the last
+// writer's). In connection mode too these holds are lease rows: only
+// mutexes are bound to connections.
+//
+//   - Acquire and Release are one round trip each: a pipeline of two
+//     statements in one implicit transaction, the first taking the key's
+//     transaction-level advisory lock, pg_advisory_xact_lock(
+//     hashtextextended(key, seed)) (another seed than connection mode's),
+//     the second doing the work with a snapshot taken once the lock is
+//     held. Every acquire and release of a key is thus serialized, and
+//     each sees every change committed before it: the count of live
+//     permits, a writer or a waiting writer, the key's limit (an acquire
+//     with another number of permits, or as another kind, is
+//     driver.ErrKindMismatch and changes nothing). Expiries are decided by
+//     statement_timestamp(), the database's clock when the second
+//     statement starts, after any wait for the lock. The wait is bounded
+//     at the server by lock_timeout (the caller's deadline, at most 5 s;
+//     a longer pile-up is driver.ErrTryAgain), so a caller that has gone
+//     is not granted a hold later; a cancelled wait ends with the cancel
+//     request pgx sends.
+//   - Renew takes no key lock, so that renewing 10,000 permits costs what
+//     renewing 10,000 mutexes does: one statement per call, which for a
+//     batch mixing mutexes and other holds is one statement of two
+//     UPDATEs (in connection mode the mutexes are pinged on their
+//     connections, the other holds are one UPDATE). An acquire deletes the
+//     key's expired entries with rows locked in token order and rechecked
+//     on their latest version, and renewals lock theirs in the same order:
+//     an entry a renewal extends concurrently is either deleted first (the
+//     renewal then finds it gone: ErrNotHeld) or seen extended (and
+//     counted).
+//   - Notifications: every release, every writer's withdrawn claim, and
+//     every acquire that deleted expired entries NOTIFYs the key's name (a
+//     NOTIFY serialises the commits of notifying transactions, a cost the
+//     mutexes avoid with their waiters flag; here every release may let
+//     several waiters in, and the subscribers are told of each).
+//   - Leases lists one Lease per hold or claim; ForceRelease deletes the
+//     mutex's lease and every hold and claim of the name.
+//
+// # Fair queues
+//
+// ObtainOptions.Fair waits in <Table>_queue: one row per waiter (key,
+// token, owner, seq from an identity column for the order, expires_at by
+// the database's clock). EnqueueFair inserts it; each attempt of the
+// Ticket's Wait is one statement that deletes the key's expired entries,
+// renews its own, and only when its entry heads the live queue takes the
+// mutex exactly as Acquire does (the next fence; in connection mode with
+// the advisory lock and the connection kept), deleting the entry in the
+// same statement. Wait makes an attempt at least every TTL/3, so its
+// entry stays alive, and sooner when a release of the key is announced:
+// Tickets share one LISTEN, started while any waits. A waiter that dies or
+// stops waiting leaves the line when its entry expires, at most TTL after
+// its last attempt; Leave deletes the entry at once and NOTIFYs, so that
+// the next one looks again. Plain (unfair) obtains do not look at the
+// queue.
 //
 // # Server restarts
 //

@@ -123,29 +123,37 @@ func newLocker(t *testing.T, s *Store, owner string, cfg *tasklock.Config) *task
 // register until its lock ends, and waits for its first accepted write.
 func startHolder(t *testing.T, env *faultEnv, key string, ttl time.Duration) *faulttest.Holder {
 	t.Helper()
-	return faulttest.StartHolder(t, "TestHolderProcess", key, ttl,
-		"TASKLOCK_PG_URL="+env.url, "TASKLOCK_PG_TABLE="+env.table, "TASKLOCK_PG_MODE="+string(env.mode))
+	return faulttest.StartHolder(t, "TestHolderProcess", key, ttl, env.holderEnv()...)
+}
+
+// holderEnv is what a holder process needs to know of env: see
+// holderSetup.
+func (env *faultEnv) holderEnv() []string {
+	return []string{"TASKLOCK_PG_URL=" + env.url, "TASKLOCK_PG_TABLE=" + env.table, "TASKLOCK_PG_MODE=" + string(env.mode)}
 }
 
 // TestHolderProcess is the lock holder that the fault tests run in a
 // helper process (see faulttest.HolderMain); in a normal run it skips.
-func TestHolderProcess(t *testing.T) {
-	faulttest.HolderMain(t, func(time.Duration) (driver.Store, faulttest.WriteFunc, error) {
-		pool, err := pgxpool.New(context.Background(), os.Getenv("TASKLOCK_PG_URL"))
-		if err != nil {
-			return nil, nil, err
-		}
-		s, err := New(pool, &Options{Table: os.Getenv("TASKLOCK_PG_TABLE"), Mode: Mode(os.Getenv("TASKLOCK_PG_MODE"))})
-		if err != nil {
-			return nil, nil, err
-		}
-		return s, func(ctx context.Context, fence uint64) (bool, error) {
-			return writeRegister(ctx, pool, fence, "helper")
-		}, nil
-	})
+func TestHolderProcess(t *testing.T) { faulttest.HolderMain(t, holderSetup) }
+
+// holderSetup builds a holder process's store and register writer from
+// the environment startHolder and startKindHolder give it.
+func holderSetup(time.Duration) (driver.Store, faulttest.WriteFunc, error) {
+	pool, err := pgxpool.New(context.Background(), os.Getenv("TASKLOCK_PG_URL"))
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err := New(pool, &Options{Table: os.Getenv("TASKLOCK_PG_TABLE"), Mode: Mode(os.Getenv("TASKLOCK_PG_MODE"))})
+	if err != nil {
+		return nil, nil, err
+	}
+	return s, func(ctx context.Context, fence uint64) (bool, error) {
+		return writeRegister(ctx, pool, fence, "helper")
+	}, nil
 }
 
-// TestFaults runs the fault tests in both modes.
+// TestFaults runs the fault tests in both modes (the kinds' in
+// kinds_fault_test.go).
 func TestFaults(t *testing.T) {
 	tests := []struct {
 		name string
@@ -154,6 +162,9 @@ func TestFaults(t *testing.T) {
 		{"HolderKilled", testHolderKilled},
 		{"HolderPaused", testHolderPaused},
 		{"ServerRestarted", testServerRestarted},
+		{"KindHolderKilled", testKindHolderKilled},
+		{"KindHolderPaused", testKindHolderPaused},
+		{"KindsServerRestarted", testKindsServerRestarted},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -238,11 +249,8 @@ func testHolderPaused(t *testing.T, mode Mode) {
 // loses nothing (renewals resume); an outage longer than the TTL ends the
 // lock by its local validity.
 func testServerRestarted(t *testing.T, mode Mode) {
-	srv := testserver.StartPostgresPrivate(t)
-	env := newFaultEnv(t, srv.CreateDB(t), mode)
-	ev := newEventLog()
-	a := newLocker(t, env.store, "a", &tasklock.Config{OnEvent: ev.on})
-	b := newLocker(t, env.store, "b", nil)
+	r := newRestartEnv(t, mode)
+	srv, env, ev, a, b := r.srv, r.env, r.ev, r.a, r.b
 	woken := make(chan string, 10)
 	stop, err := env.store.Subscribe(ctxT(t), func(key string) { woken <- key })
 	if err != nil {
@@ -250,7 +258,7 @@ func testServerRestarted(t *testing.T, mode Mode) {
 	}
 	defer stop()
 
-	ttl := 3 * time.Second // lease mode: long enough to outlast the restart
+	ttl := 10 * time.Second // lease mode: long enough to outlast the restart on a busy machine
 	if mode == ModeConnection {
 		ttl = 1500 * time.Millisecond
 	}
@@ -378,6 +386,27 @@ func testServerRestarted(t *testing.T, mode Mode) {
 			return false
 		}
 	})
+}
+
+// restartEnv is a server of the test's own, to restart, with a table and
+// the register on it, and two Lockers: a, whose events ev counts, and b.
+type restartEnv struct {
+	srv  *testserver.Postgres
+	env  *faultEnv
+	ev   *eventLog
+	a, b *tasklock.Locker
+}
+
+func newRestartEnv(t *testing.T, mode Mode) *restartEnv {
+	t.Helper()
+	srv := testserver.StartPostgresPrivate(t)
+	env := newFaultEnv(t, srv.CreateDB(t), mode)
+	ev := newEventLog()
+	return &restartEnv{
+		srv: srv, env: env, ev: ev,
+		a: newLocker(t, env.store, "a", &tasklock.Config{OnEvent: ev.on}),
+		b: newLocker(t, env.store, "b", nil),
+	}
 }
 
 // eventLog counts a Locker's events.

@@ -277,13 +277,7 @@ func TestLedgerMigrateJobSpecs(t *testing.T) {
 	t.Parallel()
 	pool := newPool(t, newDB(t), nil)
 	ctx := ctxT(t)
-	o, err := resolve(pool, &Options{Table: "old_locks"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := migrateWith(ctx, pool, o, migrations[:3]); err != nil {
-		t.Fatal(err)
-	}
+	migrateTo(t, pool, "old_locks", 3)
 	if _, err := pool.Exec(ctx, `INSERT INTO old_locks_jobs (job, paused, updated_at) VALUES ('p', true, now()), ('resumed', false, now())`); err != nil {
 		t.Fatal(err)
 	}

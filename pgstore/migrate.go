@@ -194,5 +194,6 @@ func statusWith(ctx context.Context, pool *pgxpool.Pool, o resolved, ms []migrat
 	return out, nil
 }
 
-// errNoTable says what to do when the lease table is missing.
-var errNoTable = errors.New("the lease table does not exist: run pgstore.Migrate (tasklock migrate up) or set Options.Migrate")
+// errNoTable says what to do when the lease table, or a table a later
+// migration adds beside it, is missing.
+var errNoTable = errors.New("the lease table (or one a newer migration adds beside it) does not exist: run pgstore.Migrate (tasklock migrate up) or set Options.Migrate")

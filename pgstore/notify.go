@@ -115,7 +115,9 @@ func closeConn(c *pgx.Conn) {
 // Leases implements driver.Lister: the keys starting with prefix whose lease
 // has not expired by the database's clock, sorted by key (byte order). In
 // connection mode a row counts only while its holder's session still holds
-// the key's advisory lock, so a crashed holder is not listed.
+// the key's advisory lock, so a crashed holder is not listed. A read-write
+// lock or semaphore is listed as one Lease per live hold (and writer's
+// claim, Waiting), after the mutex of the same name.
 func (s *Store) Leases(ctx context.Context, prefix string) ([]driver.Lease, error) {
 	rows, err := s.pool.Query(ctx, s.sql.leases, prefix, s.o.seed)
 	if err != nil {
@@ -124,9 +126,12 @@ func (s *Store) Leases(ctx context.Context, prefix string) ([]driver.Lease, erro
 	var out []driver.Lease
 	var l driver.Lease
 	var fence, ttl int64
-	_, err = pgx.ForEachRow(rows, []any{&l.Key, &l.Owner, &fence, &ttl}, func() error {
+	var mode int16
+	var permits int32
+	_, err = pgx.ForEachRow(rows, []any{&l.Key, &l.Owner, &fence, &ttl, &mode, &permits, &l.Waiting}, func() error {
 		l.Fence = uint64(fence)
 		l.TTL = max(time.Duration(ttl)*time.Microsecond, 0)
+		l.Mode, l.Limit = driver.Mode(mode), int(permits)
 		out = append(out, l)
 		return nil
 	})
@@ -136,15 +141,17 @@ func (s *Store) Leases(ctx context.Context, prefix string) ([]driver.Lease, erro
 	return out, nil
 }
 
-// ForceRelease implements driver.ForceReleaser: it ends key's lease whoever
-// holds it (the fence counter stays), and announces the release. In
-// connection mode it also terminates the holder's session
-// (pg_terminate_backend), which needs the same database role as the holder,
-// or membership in pg_signal_backend. The holder learns of it at its next
-// renewal. It returns ErrNotHeld when the key is not held.
+// ForceRelease implements driver.ForceReleaser: it ends key's mutex lease
+// whoever holds it and deletes every hold and claim of the read-write lock
+// or semaphore of that name (the fence counters stay), and announces the
+// release, in one round trip. In connection mode it also terminates the
+// mutex holder's session (pg_terminate_backend), which needs the same
+// database role as the holder, or membership in pg_signal_backend. The
+// holders learn of it at their next renewal. It returns ErrNotHeld when
+// neither is held.
 func (s *Store) ForceRelease(ctx context.Context, key string) error {
 	var n, terminated int64
-	err := s.pool.QueryRow(ctx, s.sql.forceRelease, key, s.o.channel, s.o.seed).Scan(&n, nil, &terminated)
+	err := s.underKeyLock(ctx, key, s.sql.forceRelease, []any{key, s.o.channel, s.o.seed}, &n, nil, &terminated)
 	if err != nil {
 		return s.wrap("force release", key, err)
 	}

@@ -171,14 +171,15 @@ func defaultChannel(schema, table string) string {
 
 // Store keeps tasklock leases in a PostgreSQL table through the caller's
 // pgx pool. It implements driver.Store, driver.Batcher, driver.Notifier,
-// driver.Lister and driver.ForceReleaser, and is safe for concurrent use.
-// Create it with New.
+// driver.Lister, driver.ForceReleaser, driver.Kinder and
+// driver.FairQueuer, and is safe for concurrent use. Create it with New.
 type Store struct {
 	pool    *pgxpool.Pool
 	o       resolved
 	sql     statements
 	channel string // quoted for LISTEN
 	conns   *registry
+	wake    wakeups // wakes the Tickets of fair queues
 }
 
 var (
@@ -209,7 +210,8 @@ func New(pool *pgxpool.Pool, opts *Options) (*Store, error) {
 			return nil, err
 		}
 	}
-	s := &Store{pool: pool, o: o, sql: buildStatements(o.table), channel: pgx.Identifier{o.channel}.Sanitize()}
+	s := &Store{pool: pool, o: o, sql: buildStatements(tablesOf(o)), channel: pgx.Identifier{o.channel}.Sanitize()}
+	s.wake.s = s
 	if o.mode == ModeConnection {
 		s.conns = newRegistry()
 	}
@@ -278,11 +280,15 @@ func (s *Store) wrap(op string, key string, err error) error {
 	return fmt.Errorf("pgstore: %s %q: %w", op, key, err)
 }
 
-// Acquire implements driver.Store in one statement: see the package
-// documentation for what each mode does.
+// Acquire implements driver.Store in one statement (a read-write lock's
+// or a semaphore's: one pipeline of two): see the package documentation
+// for what each mode does.
 func (s *Store) Acquire(ctx context.Context, p driver.AcquireParams) (driver.Grant, error) {
-	if s.conns != nil {
-		return s.acquireConn(ctx, p)
+	switch {
+	case p.Mode != driver.ModeMutex:
+		return s.acquireKind(ctx, p)
+	case s.conns != nil:
+		return s.acquireConn(ctx, p, s.sql.acquireConn, s.acquireConnArgs(p))
 	}
 	// On a connection of its own rather than with Pool.QueryRow: pgxpool
 	// keeps the last rows of each connection (with their arguments) for
@@ -323,57 +329,82 @@ func (r *acquireRow) result() (driver.Grant, error) {
 }
 
 // Renew implements driver.Store. In lease mode the whole batch is one
-// UPDATE over unnest()ed arrays, locking its rows in key order; in
-// connection mode each lease's own connection runs its renewal (a ping that
-// also extends the row), at most maxPings at a time.
+// UPDATE over unnest()ed arrays, locking its rows in key order (a batch
+// that mixes mutexes and other modes: one statement of two UPDATEs); in
+// connection mode each mutex's own connection runs its renewal (a ping
+// that also extends the row), at most maxPings at a time, and the other
+// modes' holds are one UPDATE.
+//
+// The statements run on a connection of their own: pgxpool's Query
+// would keep the rows, and with them the batch's arrays, for reuse (see
+// Acquire). And in the simple protocol, whose query text is dropped once
+// sent: the extended protocol's parameter buffers of a connection keep the
+// last batch it encoded (all its keys and tokens, ~60 kB for 1,000 leases)
+// until that connection's next query, which could be one renewal cycle
+// away on each of the pool's connections. Each statement is still one
+// round trip.
 func (s *Store) Renew(ctx context.Context, ps []driver.RenewParams) ([]error, error) {
 	if len(ps) == 0 {
 		return []error{}, nil
 	}
-	if s.conns != nil {
+	var (
+		res []error
+		err error
+	)
+	mutexes := allMutexes(len(ps), func(i int) driver.Mode { return ps[i].Mode })
+	switch {
+	case mutexes && s.conns != nil:
 		return s.renewConns(ctx, ps)
+	case mutexes:
+		res, err = s.renewWith(ctx, s.sql.renew, ps, false)
+	case s.conns == nil:
+		res, err = s.renewWith(ctx, s.sql.renewMixed, ps, true)
+	default:
+		res, err = s.renewConnsAndKinds(ctx, ps)
 	}
-	keys := make([]string, len(ps))
-	tokens := make([]string, len(ps))
-	ttls := make([]int64, len(ps))
-	for i, p := range ps {
-		keys[i], tokens[i], ttls[i] = p.Key, p.Token, micros(p.TTL)
-	}
-	// On a connection of its own: pgxpool's Query would keep the rows,
-	// and with them the batch's arrays, for reuse (see Acquire). And in
-	// the simple protocol, whose query text is dropped once sent: the
-	// extended protocol's parameter buffers of a connection keep the last
-	// batch it encoded (all its keys and tokens, ~60 kB for 1,000 leases)
-	// until that connection's next query, which could be one renewal
-	// cycle away on each of the pool's connections. The statement is
-	// still one round trip.
-	c, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return nil, s.wrap("renew", "", err)
-	}
-	defer c.Release()
-	rows, err := c.Conn().Query(ctx, s.sql.renew, pgx.QueryExecModeSimpleProtocol, keys, tokens, ttls)
-	if err != nil {
-		return nil, s.wrap("renew", "", err)
-	}
-	renewed := make([]bool, len(ps))
-	var i int64
-	_, err = pgx.ForEachRow(rows, []any{&i}, func() error {
-		if i >= 1 && i <= int64(len(ps)) {
-			renewed[i-1] = true
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, s.wrap("renew", "", err)
-	}
-	res := make([]error, len(ps))
-	for i, ok := range renewed {
-		if !ok {
-			res[i] = driver.ErrNotHeld
-		}
 	}
 	return res, nil
+}
+
+// renewConnsAndKinds is a connection-mode Renew of a batch with holds of
+// other modes than mutexes: one UPDATE for those, and a ping on each
+// mutex's connection.
+func (s *Store) renewConnsAndKinds(ctx context.Context, ps []driver.RenewParams) ([]error, error) {
+	var mutexes, kinds []int
+	for i := range ps {
+		if ps[i].Mode == driver.ModeMutex {
+			mutexes = append(mutexes, i)
+		} else {
+			kinds = append(kinds, i)
+		}
+	}
+	kres, err := s.renewWith(ctx, s.sql.renewKinds, pick(ps, kinds), true)
+	if err != nil {
+		return nil, err
+	}
+	mres, err := s.renewConns(ctx, pick(ps, mutexes))
+	if err != nil {
+		return nil, err
+	}
+	res := make([]error, len(ps))
+	for j, i := range kinds {
+		res[i] = kres[j]
+	}
+	for j, i := range mutexes {
+		res[i] = mres[j]
+	}
+	return res, nil
+}
+
+// pick returns the items at of ps.
+func pick(ps []driver.RenewParams, at []int) []driver.RenewParams {
+	out := make([]driver.RenewParams, len(at))
+	for j, i := range at {
+		out[j] = ps[i]
+	}
+	return out
 }
 
 // Release implements driver.Store: one token-checked UPDATE that ends the
@@ -382,7 +413,10 @@ func (s *Store) Renew(ctx context.Context, ps []driver.RenewParams) ([]error, er
 // the same statement. In connection mode it runs on the lock's connection,
 // also unlocks the advisory lock, and then parks that connection.
 func (s *Store) Release(ctx context.Context, p driver.ReleaseParams) error {
-	if s.conns != nil {
+	switch {
+	case p.Mode != driver.ModeMutex:
+		return s.releaseKind(ctx, p)
+	case s.conns != nil:
 		return s.releaseConn(ctx, p)
 	}
 	tag, err := s.pool.Exec(ctx, s.sql.release, p.Key, p.Token, micros(p.KeepFor), s.o.channel)

@@ -1,6 +1,10 @@
 package pgstore
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
 
 // statements are the SQL a Store runs, built once for its table. Durations
 // are passed as microseconds ($n::bigint) and every instant is the
@@ -20,7 +24,20 @@ type statements struct {
 
 	// both
 	leases       string // $1 prefix, $2 seed
-	forceRelease string // $1 key, $2 channel, $3 seed
+	forceRelease string // $1 key, $2 channel, $3 seed; after lockKind
+
+	// read-write locks and semaphores (kinds.go), in both modes
+	lockKind    string // $1 key, $2 seed, $3 lock_timeout ms: the key's transaction-level lock
+	acquireKind string // $1 key, $2 token, $3 owner, $4 ttl µs, $5 mode, $6 limit, $7 channel; after lockKind
+	releaseKind string // $1 key, $2 token, $3 mode, $4 keep µs, $5 channel; after lockKind
+	renewKinds  string // $1 keys[], $2 tokens[], $3 ttls[] µs, $4 modes[], none a mutex
+	renewMixed  string // $1 keys[], $2 tokens[], $3 ttls[] µs, $4 modes[]
+
+	// fair queues (fair.go)
+	enqueue   string // $1 key, $2 token, $3 owner, $4 ttl µs
+	serve     string // $1 key, $2 token, $3 owner, $4 ttl µs, $5 channel
+	serveConn string // acquireConn's arguments, then $7 channel
+	leave     string // $1 key, $2 token, $3 channel
 }
 
 // remainingMicros is the lease's remaining time at the database, in µs.
@@ -101,8 +118,79 @@ func heldInKeyOrder(table, src string) string {
 ) AS r`, table, src)
 }
 
-func buildStatements(table string) statements {
+// tables are the quoted, schema-qualified names of a Store's tables.
+type tables struct {
+	locks string // the lease table: one row per mutex key
+	kinds string // <Table>_kinds: read-write locks' and semaphores' entries
+	keys  string // <Table>_kind_keys: their keys' fence counters
+	queue string // <Table>_queue: fair queues of mutex waiters
+}
+
+func tablesOf(o resolved) tables {
+	q := func(suffix string) string { return pgx.Identifier{o.schema, o.tableName + suffix}.Sanitize() }
+	return tables{locks: o.table, kinds: q("_kinds"), keys: q("_kind_keys"), queue: q("_queue")}
+}
+
+// renewMutexes is the lease-mode renewal of the mutexes of src (a FROM
+// item r with columns key, token, ttl µs and i, the item's position):
+// one UPDATE, rows locked in key order, returning the i of each lease
+// renewed.
+func renewMutexes(table, src string) string {
+	return fmt.Sprintf(`UPDATE %[1]s AS l
+SET expires_at = %[2]s
+FROM %[3]s
+WHERE l.key = r.key AND l.token = r.token AND l.expires_at > now()
+RETURNING r.i`, table, leaseEnd("r.ttl"), heldInKeyOrder(table, src))
+}
+
+// acquireConnSQL is the connection-mode grant (see buildStatements), alone
+// or, with q, of a fair queue's entry: q's CTEs come first, q's gate
+// decides whether the session tries the advisory lock at all, and q's
+// columns follow the four of the reply.
+func acquireConnSQL(table string, q *queueSQL) string {
+	var pre, post, cols string
+	try := `pg_try_advisory_lock(hashtextextended($1, $5))`
+	if q != nil {
+		pre = q.pre
+		try = `CASE WHEN ` + q.gate + ` THEN ` + try + ` ELSE false END`
+		post = q.post(`EXISTS (SELECT 1 FROM up)`)
+		cols = q.cols
+	}
+	return fmt.Sprintf(`WITH %[3]slk AS MATERIALIZED (
+	SELECT %[4]s AS got
+), up AS (
+	INSERT INTO %[1]s AS l (key, token, owner, fence, acquired_at, expires_at, pid, waiters)
+	SELECT $1, $2, $3, 1, now(), now() + $4::bigint * interval '1 microsecond', pg_backend_pid(), false
+	FROM lk WHERE lk.got
+	ON CONFLICT (key) DO UPDATE SET
+		token = EXCLUDED.token,
+		owner = EXCLUDED.owner,
+		fence = l.fence + 1,
+		acquired_at = EXCLUDED.acquired_at,
+		expires_at = EXCLUDED.expires_at,
+		pid = EXCLUDED.pid,
+		waiters = false
+	WHERE l.expires_at <= now()
+	   OR (l.token IS NOT NULL AND l.pid IS NOT NULL AND l.acquired_at > pg_postmaster_start_time())
+	RETURNING l.fence
+), mark AS (
+	UPDATE %[1]s SET waiters = true
+	WHERE key = $1 AND NOT waiters AND NOT EXISTS (SELECT 1 FROM up)
+), %[5]sfin AS MATERIALIZED (
+	SELECT (SELECT fence FROM up) AS fence, (SELECT got FROM lk) AS got
+)
+SELECT fin.fence,
+	CASE WHEN fin.fence IS NOT NULL THEN set_config('idle_session_timeout', $6, false)
+	     WHEN fin.got THEN pg_advisory_unlock(hashtextextended($1, $5))::text END,
+	cur.owner,
+	%[2]s%[6]s
+FROM fin LEFT JOIN %[1]s cur ON fin.fence IS NULL AND cur.key = $1`,
+		table, fmt.Sprintf(remainingMicros, "cur"), pre, try, post, cols)
+}
+
+func buildStatements(tb tables) statements {
 	var st statements
+	table := tb.locks
 
 	// Lease mode. One upsert, always a row out: it takes the key when its
 	// lease has expired by the database's clock (or when this very token
@@ -136,12 +224,7 @@ FROM r JOIN u ON u.key = r.key`,
 FROM r ORDER BY r.key COLLATE "C"`),
 		acquireReply("u", "r.token"))
 
-	st.renew = fmt.Sprintf(`UPDATE %[1]s AS l
-SET expires_at = %[2]s
-FROM %[3]s
-WHERE l.key = r.key AND l.token = r.token AND l.expires_at > now()
-RETURNING r.i`, table, leaseEnd("r.ttl"),
-		heldInKeyOrder(table, `unnest($1::text[], $2::text[], $3::bigint[]) WITH ORDINALITY AS r(key, token, ttl, i)`))
+	st.renew = renewMutexes(table, `unnest($1::text[], $2::text[], $3::bigint[]) WITH ORDINALITY AS r(key, token, ttl, i)`)
 
 	// The NOTIFY runs only when an acquire found the key held since it
 	// was granted (and not for MinHold, which keeps the key): most
@@ -167,35 +250,7 @@ RETURNING r.i`, table, leaseEnd("r.ttl"),
 	// this statement's pg_try_advisory_lock and its mark is not told of
 	// this waiter, which then polls (its next attempt comes within its
 	// backoff, at most a second).
-	st.acquireConn = fmt.Sprintf(`WITH lk AS MATERIALIZED (
-	SELECT pg_try_advisory_lock(hashtextextended($1, $5)) AS got
-), up AS (
-	INSERT INTO %[1]s AS l (key, token, owner, fence, acquired_at, expires_at, pid, waiters)
-	SELECT $1, $2, $3, 1, now(), now() + $4::bigint * interval '1 microsecond', pg_backend_pid(), false
-	FROM lk WHERE lk.got
-	ON CONFLICT (key) DO UPDATE SET
-		token = EXCLUDED.token,
-		owner = EXCLUDED.owner,
-		fence = l.fence + 1,
-		acquired_at = EXCLUDED.acquired_at,
-		expires_at = EXCLUDED.expires_at,
-		pid = EXCLUDED.pid,
-		waiters = false
-	WHERE l.expires_at <= now()
-	   OR (l.token IS NOT NULL AND l.pid IS NOT NULL AND l.acquired_at > pg_postmaster_start_time())
-	RETURNING l.fence
-), mark AS (
-	UPDATE %[1]s SET waiters = true
-	WHERE key = $1 AND NOT waiters AND NOT EXISTS (SELECT 1 FROM up)
-), fin AS MATERIALIZED (
-	SELECT (SELECT fence FROM up) AS fence, (SELECT got FROM lk) AS got
-)
-SELECT fin.fence,
-	CASE WHEN fin.fence IS NOT NULL THEN set_config('idle_session_timeout', $6, false)
-	     WHEN fin.got THEN pg_advisory_unlock(hashtextextended($1, $5))::text END,
-	cur.owner,
-	%[2]s
-FROM fin LEFT JOIN %[1]s cur ON fin.fence IS NULL AND cur.key = $1`, table, fmt.Sprintf(remainingMicros, "cur"))
+	st.acquireConn = acquireConnSQL(table, nil)
 
 	st.renewConn = fmt.Sprintf(`WITH u AS (
 	UPDATE %[1]s SET expires_at = now() + $3::bigint * interval '1 microsecond'
@@ -220,26 +275,42 @@ FROM r`, table)
 
 	// A connection-mode row counts as held while its session holds the
 	// advisory lock, or until it expires when a restart ended the session.
-	st.leases = fmt.Sprintf(`SELECT l.key, l.owner, l.fence, %[2]s
+	// Read-write locks' and semaphores' entries follow, a row per hold or
+	// claim.
+	st.leases = fmt.Sprintf(`SELECT l.key, l.owner, l.fence, %[3]s, 0::smallint AS mode, 0 AS permits, false AS waiting
 FROM %[1]s l
 WHERE starts_with(l.key, $1) AND l.expires_at > now()
-  AND (l.pid IS NULL OR l.token IS NULL OR l.acquired_at < pg_postmaster_start_time() OR %[3]s)
-ORDER BY l.key`, table, fmt.Sprintf(remainingMicros, "l"), sessionHolds("l.pid", "l.key", "$2::bigint"))
+  AND (l.pid IS NULL OR l.token IS NULL OR l.acquired_at < pg_postmaster_start_time() OR %[4]s)
+UNION ALL
+SELECT k.key, k.owner, k.fence, %[5]s, k.mode, k.permits, k.waiting
+FROM %[2]s k
+WHERE starts_with(k.key, $1) AND k.expires_at > now()
+ORDER BY 1, 5, 7, 3, 2`, table, tb.kinds, fmt.Sprintf(remainingMicros, "l"),
+		sessionHolds("l.pid", "l.key", "$2::bigint"), fmt.Sprintf(remainingMicros, "k"))
 
 	// A forced release also terminates the session holding the key in
 	// connection mode (pid recorded in the row and still holding the
-	// advisory lock, so a reused pid is never hit).
+	// advisory lock, so a reused pid is never hit), and deletes every
+	// entry of the key's read-write lock or semaphore (it runs under the
+	// key's lockKind).
 	st.forceRelease = fmt.Sprintf(`WITH old AS (
 	SELECT key, pid FROM %[1]s WHERE key = $1 AND expires_at > now() FOR UPDATE
 ), r AS (
 	UPDATE %[1]s l SET token = NULL, pid = NULL, expires_at = now()
 	FROM old WHERE l.key = old.key
 	RETURNING old.pid
+), kd AS (
+	DELETE FROM %[3]s k WHERE k.key = $1
+	RETURNING k.expires_at > now() AS live
+), n AS MATERIALIZED (
+	SELECT (SELECT count(*) FROM r) + (SELECT count(*) FROM kd WHERE live) AS n
 )
-SELECT count(*),
-	CASE WHEN count(*) > 0 THEN pg_notify($2, $1) END,
+SELECT n.n,
+	CASE WHEN n.n > 0 THEN pg_notify($2, $1) END,
 	(SELECT count(pg_terminate_backend(r.pid)) FROM r WHERE r.pid IS NOT NULL AND %[2]s)
-FROM r`, table, sessionHolds("r.pid", "$1", "$3::bigint"))
+FROM n`, table, sessionHolds("r.pid", "$1", "$3::bigint"), tb.kinds)
 
+	buildKinds(&st, tb)
+	buildFair(&st, tb)
 	return st
 }

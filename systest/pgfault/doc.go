@@ -1,7 +1,8 @@
-// Package pgfault holds pgstore's network-fault test: a holder whose
+// Package pgfault holds pgstore's network-fault tests: a holder whose
 // traffic to PostgreSQL is blackholed by a proxy (systest/internal/proxy)
 // is told of the loss before its lease could end at the server, and
-// another client obtains the lock only after that, in both modes.
+// another client obtains the lock only after that, in both modes: of a
+// mutex, of a RWMutex's writer and of a Semaphore's permit.
 //
 // The test is here, not beside pgstore, because the proxy is toxiproxy
 // used as a library: an import of it in pgstore's tests would put
