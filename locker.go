@@ -143,7 +143,7 @@ func (lk *Locker) TryObtain(ctx context.Context, key string, opts *ObtainOptions
 
 // tryObtain is TryObtain for a hold of kind k.
 func (lk *Locker) tryObtain(ctx context.Context, key string, opts *ObtainOptions, k kind) (*Lock, error) {
-	o, err := lk.resolveKind(ctx, key, opts, k)
+	o, err := lk.resolveKind(key, opts, k)
 	if err != nil {
 		return nil, err
 	}
@@ -201,7 +201,7 @@ func (lk *Locker) obtained(l *Lock, wait time.Duration) {
 }
 
 // resolveKind validates a call's options for a hold of kind k.
-func (lk *Locker) resolveKind(ctx context.Context, key string, opts *ObtainOptions, k kind) (resolved, error) {
+func (lk *Locker) resolveKind(key string, opts *ObtainOptions, k kind) (resolved, error) {
 	o, err := lk.resolve(key, opts)
 	if err != nil {
 		return o, err
@@ -242,7 +242,7 @@ func (lk *Locker) Obtain(ctx context.Context, key string, opts *ObtainOptions) (
 
 // obtain is Obtain for a hold of kind k.
 func (lk *Locker) obtain(ctx context.Context, key string, opts *ObtainOptions, k kind) (*Lock, error) {
-	o, err := lk.resolveKind(ctx, key, opts, k)
+	o, err := lk.resolveKind(key, opts, k)
 	if err != nil {
 		return nil, err
 	}
