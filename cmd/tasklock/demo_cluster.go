@@ -176,8 +176,15 @@ func (d *clusterDemo) run(stderr io.Writer) int {
 	seconds := int64((d.o.duration + time.Second - 1) / time.Second)
 	d.t1 = d.t0 + seconds - 1
 	d.next = d.t0
-	d.killAt = time.Unix(d.t0, 0).Add(d.o.duration / 2)
 	stopAt := time.Unix(d.t1, 0).Add(500 * time.Millisecond)
+	// The kill is armed halfway, but early enough that its latest moment
+	// (armed + 2s, see maybeKill), the restart a second later and a second
+	// of the restarted node's life all fit before the end: on a loaded
+	// machine runs outlast their tick and the kill comes late.
+	d.killAt = time.Unix(d.t0, 0).Add(d.o.duration / 2)
+	if latest := stopAt.Add(-4500 * time.Millisecond); d.killAt.After(latest) {
+		d.killAt = latest
+	}
 
 	d.printf("\nEach line is one tick (UTC); each column a job: the node that ran the tick and the\n")
 	d.printf("fence of the job's lock (it grows with every grant of that lock).\n\n")
