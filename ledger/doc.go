@@ -34,7 +34,7 @@
 // # What a ledger promises
 //
 //   - A claim is made once. Of all the Claim calls for one key (Job, Tick,
-//     Trigger), across every client of the store, exactly one token gets nil
+//     Trigger, Shard), across every client of the store, exactly one token gets nil
 //     while the claim is retained; every other token gets a *ClaimedError. A
 //     claim is retained at least ClaimParams.Retain after it was made, by the
 //     store's clock; after that the store may forget it (Prune does).

@@ -35,15 +35,15 @@ type Ledger interface {
 	Claim(ctx context.Context, ps []ClaimParams) ([]error, error)
 
 	// RecordRuns stores every record in rs, replacing an existing record
-	// with the same RunKey (Job, Tick, Trigger, Attempt). The store sets
+	// with the same RunKey (Job, Tick, Trigger, Shard, Attempt). The store sets
 	// Recorded from its own clock; the caller's value is ignored. A non-nil
 	// error means any subset may have been stored; repeating the call is
 	// safe.
 	RecordRuns(ctx context.Context, rs []RunRecord) error
 
 	// Runs returns the run records that match q, newest first: ordered by
-	// Tick descending, then Job ascending, Trigger ascending and Attempt
-	// descending. With q.Before set it continues a listing after that key,
+	// Tick descending, then Job, Trigger and Shard ascending and Attempt
+	// descending (RunKey.Compare). With q.Before set it continues a listing after that key,
 	// so that a listing read page by page returns every record once.
 	Runs(ctx context.Context, q RunQuery) ([]RunRecord, error)
 
@@ -99,7 +99,7 @@ func (e *ClaimedError) Error() string {
 func (e *ClaimedError) Unwrap() error { return ErrClaimed }
 
 // ClaimParams names one tick to claim in Ledger.Claim. The key is (Job,
-// Tick, Trigger).
+// Tick, Trigger, Shard).
 type ClaimParams struct {
 	Job string
 	// Tick is the scheduled instant, in UTC and a whole second; for a
@@ -108,6 +108,10 @@ type ClaimParams struct {
 	// Trigger is "" for a scheduled tick and the request's ID for a
 	// trigger-now run.
 	Trigger string
+	// Shard is the shard index of a sharded job's shard-run, from 0 to the
+	// job's shard count - 1; 0 for a job that is not sharded. It is part of
+	// the key: (Job, Tick, Trigger, Shard).
+	Shard int
 	// Node is the claiming node's name, shown to others in ClaimedError.
 	Node string
 	// Token identifies the claimer: random, unique per scheduler instance.
@@ -142,12 +146,13 @@ const (
 // Final reports whether st ends a run: every status but RunRunning.
 func (st RunStatus) Final() bool { return st != RunRunning }
 
-// RunKey identifies one run record: one attempt at one tick (or trigger) of
-// one job.
+// RunKey identifies one run record: one attempt at one shard of one tick
+// (or trigger) of one job.
 type RunKey struct {
 	Job     string
 	Tick    time.Time
 	Trigger string
+	Shard   int
 	Attempt int
 }
 
@@ -156,6 +161,8 @@ type RunRecord struct {
 	Job     string
 	Tick    time.Time // the scheduled instant (UTC); for a trigger, the request's time
 	Trigger string    // the trigger request's ID; "" for a scheduled tick
+	Shard   int       // the shard index, 0 to Shards-1; 0 when the job is not sharded
+	Shards  int       // the job's shard count when it ran; 0 or 1 when not sharded (data, not key)
 	Attempt int       // 1 for the first attempt; 0 when none was made (skipped, missed)
 	Node    string    // the node that claimed the tick
 	Fence   uint64    // the job lock's fence; 0 when no lock was held
@@ -171,7 +178,7 @@ type RunRecord struct {
 
 // Key returns the record's RunKey.
 func (r RunRecord) Key() RunKey {
-	return RunKey{Job: r.Job, Tick: r.Tick, Trigger: r.Trigger, Attempt: r.Attempt}
+	return RunKey{Job: r.Job, Tick: r.Tick, Trigger: r.Trigger, Shard: r.Shard, Attempt: r.Attempt}
 }
 
 // RunQuery selects run records in Ledger.Runs. Zero fields select
@@ -202,10 +209,17 @@ type JobState struct {
 	Since time.Time
 }
 
-// TriggerRequest is a pending request to run a job now, once, on one node.
+// TriggerRequest is a pending request to run a job once, on one node: now
+// (trigger-now), or one past tick of its schedule (backfill, re-run).
 type TriggerRequest struct {
 	ID string    // chosen by the requester: random, unique
 	At time.Time // when the store received it, by its clock
+	// Tick, when set, is the scheduled tick to run (a whole second, UTC),
+	// for a backfill or a re-run; zero for a trigger-now.
+	Tick time.Time
+	// Rerun runs Tick even when it already ran, as a new attempt; without
+	// it a Tick that already ran is not run again.
+	Rerun bool
 }
 
 // JobStateOp is the change SetJobState makes.
@@ -215,7 +229,7 @@ type JobStateOp uint8
 const (
 	JobPause       JobStateOp = iota + 1 // set Paused
 	JobResume                            // clear Paused
-	JobTrigger                           // add a TriggerRequest with ID Trigger, At the store's now
+	JobTrigger                           // add a TriggerRequest with ID Trigger, At the store's now, Tick and Rerun
 	JobTriggerDone                       // remove the TriggerRequest with ID Trigger
 	// JobRegister records that the fleet runs the job with schedule Spec
 	// from Since on: when the stored Spec differs from the params' (or
@@ -235,6 +249,10 @@ type JobStateParams struct {
 	Job     string
 	Op      JobStateOp
 	Trigger string // JobTrigger and JobTriggerDone: the request's ID
+	// JobTrigger: the request's TriggerRequest.Tick (zero, or a whole
+	// second; stored in UTC) and TriggerRequest.Rerun (only with a Tick).
+	Tick  time.Time
+	Rerun bool
 	// JobRegister: the schedule (non-empty, at most 1024 bytes) and the
 	// time from which its ticks are owed (non-zero; stored in UTC with at
 	// least millisecond precision).
@@ -257,6 +275,10 @@ func (p *JobStateParams) Check() error {
 		return fmt.Errorf("register job %q: empty Spec", p.Job)
 	case p.Op == JobRegister && len(p.Spec) > MaxSpecLen:
 		return fmt.Errorf("register job %q: Spec is %d bytes, more than %d", p.Job, len(p.Spec), MaxSpecLen)
+	case p.Op == JobTrigger && p.Rerun && p.Tick.IsZero():
+		return fmt.Errorf("trigger job %q: Rerun without a Tick", p.Job)
+	case p.Op == JobTrigger && !p.Tick.IsZero() && !p.Tick.Equal(p.Tick.Truncate(time.Second)):
+		return fmt.Errorf("trigger job %q: Tick %v is not a whole second", p.Job, p.Tick)
 	case p.Op == JobRegister && p.Since.IsZero():
 		return fmt.Errorf("register job %q: zero Since", p.Job)
 	case p.Op < JobPause || p.Op > JobForget:
@@ -301,12 +323,18 @@ func (p *ClaimParams) Check() error {
 		return fmt.Errorf("claim %q: empty Token", p.Job)
 	case p.Retain <= 0:
 		return fmt.Errorf("claim %q: Retain %v is not positive", p.Job, p.Retain)
+	case p.Shard < 0 || p.Shard >= MaxShards:
+		return fmt.Errorf("claim %q: Shard %d is not in [0, %d)", p.Job, p.Shard, MaxShards)
 	}
 	return nil
 }
 
+// MaxShards bounds a job's shard count: ClaimParams.Shard and
+// RunRecord.Shard are below it.
+const MaxShards = 1024
+
 // Compare orders run keys as Ledger.Runs lists them — Tick descending,
-// then Job and Trigger ascending, then Attempt descending — returning a
+// then Job, Trigger and Shard ascending, then Attempt descending — returning a
 // negative number when k comes before o, zero when they are equal and a
 // positive number otherwise.
 func (k RunKey) Compare(o RunKey) int {
@@ -317,6 +345,9 @@ func (k RunKey) Compare(o RunKey) int {
 		return c
 	}
 	if c := strings.Compare(k.Trigger, o.Trigger); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(k.Shard, o.Shard); c != 0 {
 		return c
 	}
 	return cmp.Compare(o.Attempt, k.Attempt)
@@ -338,4 +369,120 @@ func (q *RunQuery) Matches(r *RunRecord) bool {
 		return false
 	}
 	return true
+}
+
+// Catalog is implemented by ledgers that also keep job definitions made at
+// run time (tasklock jobs create, the HTTP API) and an audit list of who
+// changed what. Like Ledger it is found by type assertion on the store; a
+// store without it cannot keep jobs defined at run time, and the callers
+// say so with an error wrapping ErrUnsupported.
+//
+// A definition is opaque to the store: the caller encodes it (tasklock
+// serve stores a job's configuration as JSON) and bounds its size by
+// MaxJobDef. Every change of a definition appends an audit entry in the
+// same atomic step, so the audit never misses a change that was made and
+// never shows one that was not.
+type Catalog interface {
+	// PutJobDef creates, replaces or (with Delete) deletes the definition
+	// of p.Job and appends p.Audit to the audit list, atomically. With
+	// IfVersion non-zero the change is made only when the stored version
+	// equals it (-1: only when no definition is stored), otherwise
+	// ErrVersion is returned and nothing changes. It returns the stored
+	// definition after the change (for a delete, the one deleted, with
+	// Deleted set); deleting a job that has no definition returns
+	// ErrNoJobDef and appends nothing. Versions start at 1 and rise by 1
+	// with every change of the job's definition, also across a delete and
+	// a new create.
+	PutJobDef(ctx context.Context, p JobDefParams) (JobDef, error)
+
+	// JobDefs returns every stored definition, in no particular order, in
+	// one round trip where the store allows. Every node calls it about
+	// twice a second.
+	JobDefs(ctx context.Context) ([]JobDef, error)
+
+	// AppendAudit appends e to the audit list (for an action that changes
+	// no definition: pause, resume, trigger, backfill, re-run). The store
+	// sets e.At from its own clock.
+	AppendAudit(ctx context.Context, e AuditEntry) error
+
+	// Audit returns the audit entries that match q, newest first (by Seq
+	// descending).
+	Audit(ctx context.Context, q AuditQuery) ([]AuditEntry, error)
+}
+
+// MaxJobDef bounds JobDefParams.Def, in bytes.
+const MaxJobDef = 64 << 10
+
+// ErrVersion is returned by Catalog.PutJobDef when IfVersion does not match
+// the stored version.
+var ErrVersion = errors.New("tasklock: the job's definition changed meanwhile")
+
+// ErrNoJobDef is returned by Catalog.PutJobDef for a delete of a job that
+// has no stored definition.
+var ErrNoJobDef = errors.New("tasklock: no job with that name was defined at run time")
+
+// JobDef is one stored job definition.
+type JobDef struct {
+	Job     string
+	Def     string    // the caller's encoding of the job
+	Version int64     // 1 for the first, rising by one with each change
+	Updated time.Time // when it was last changed, by the store's clock
+	Deleted bool      // only in PutJobDef's result for a delete
+}
+
+// JobDefParams are the inputs of Catalog.PutJobDef.
+type JobDefParams struct {
+	Job       string
+	Def       string // the new definition; ignored with Delete; at most MaxJobDef bytes
+	Delete    bool
+	IfVersion int64      // 0: any; -1: only if none is stored; n: only if the stored version is n
+	Audit     AuditEntry // appended with the change; its Job is set to Job
+}
+
+// Check reports what makes p invalid whatever the store.
+func (p *JobDefParams) Check() error {
+	switch {
+	case p.Job == "":
+		return errors.New("put job definition: empty Job")
+	case !p.Delete && p.Def == "":
+		return fmt.Errorf("put job definition %q: empty Def", p.Job)
+	case len(p.Def) > MaxJobDef:
+		return fmt.Errorf("put job definition %q: Def is %d bytes, more than %d", p.Job, len(p.Def), MaxJobDef)
+	case p.IfVersion < -1:
+		return fmt.Errorf("put job definition %q: IfVersion %d", p.Job, p.IfVersion)
+	}
+	return p.Audit.Check()
+}
+
+// AuditEntry is one line of the audit list: who did what to which job.
+type AuditEntry struct {
+	Seq    int64     // set by the store: rising, unique; the listing order
+	At     time.Time // set by the store, to its clock
+	Who    string    // the actor: an API token's name, "cli:user@host", a session id
+	Job    string    // the job acted on; "" for none
+	Action string    // "create", "update", "delete", "pause", "resume", "trigger", "backfill", "rerun", ...
+	Detail string    // what changed, for people: a diff or the request's parameters
+}
+
+// MaxAuditDetail bounds AuditEntry.Detail, in bytes.
+const MaxAuditDetail = 16 << 10
+
+// Check reports what makes e invalid whatever the store.
+func (e *AuditEntry) Check() error {
+	switch {
+	case e.Who == "":
+		return errors.New("audit entry: empty Who")
+	case e.Action == "":
+		return errors.New("audit entry: empty Action")
+	case len(e.Detail) > MaxAuditDetail:
+		return fmt.Errorf("audit entry: Detail is %d bytes, more than %d", len(e.Detail), MaxAuditDetail)
+	}
+	return nil
+}
+
+// AuditQuery selects audit entries in Catalog.Audit.
+type AuditQuery struct {
+	Job    string // only this job's; "" for all
+	Before int64  // only entries with Seq below it; 0: from the newest
+	Limit  int    // at most this many; 0: no limit
 }

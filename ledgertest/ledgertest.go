@@ -52,6 +52,12 @@ func Run(t *testing.T, newLedger NewLedger) {
 		{"RegisterJobs", testRegisterJobs},
 		{"JobsAndForget", testJobsAndForget},
 		{"RunningRecords", testRunningRecords},
+		{"ShardClaims", testShardClaims},
+		{"ShardRecords", testShardRecords},
+		{"TriggerTicks", testTriggerTicks},
+		{"CatalogVersions", testCatalogVersions},
+		{"CatalogConcurrentUpdates", testCatalogConcurrent},
+		{"CatalogAudit", testCatalogAudit},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newLedger(t)) })

@@ -20,15 +20,21 @@ type ledgerState struct {
 	claims map[claimKey]claimEntry
 	runs   map[string]map[runKey]*ledger.RunRecord // by job
 	states map[string]*ledger.JobState
+	// The catalog (ledger.Catalog): definitions, the last version of every
+	// job ever defined, and the audit list, oldest first.
+	defs     map[string]ledger.JobDef
+	versions map[string]int64
+	audit    []ledger.AuditEntry
 }
 
-// claimKey is (job, tick, trigger) with the tick as Unix seconds and
+// claimKey is (job, tick, trigger, shard) with the tick as Unix seconds and
 // nanoseconds: time.Time itself is not a safe map key.
 type claimKey struct {
 	job     string
 	sec     int64
 	nsec    int32
 	trigger string
+	shard   int
 }
 
 type claimEntry struct {
@@ -41,17 +47,19 @@ type runKey struct {
 	attempt int
 }
 
-func newClaimKey(job string, tick time.Time, trigger string) claimKey {
-	return claimKey{job: job, sec: tick.Unix(), nsec: int32(tick.Nanosecond()), trigger: trigger}
+func newClaimKey(job string, tick time.Time, trigger string, shard int) claimKey {
+	return claimKey{job: job, sec: tick.Unix(), nsec: int32(tick.Nanosecond()), trigger: trigger, shard: shard}
 }
 
 // ledger returns the Store's ledger state, made on first use.
 func (s *Store) ledger() *ledgerState {
 	s.ledgerOnce.Do(func() {
 		s.ledgerSt = &ledgerState{
-			claims: make(map[claimKey]claimEntry),
-			runs:   make(map[string]map[runKey]*ledger.RunRecord),
-			states: make(map[string]*ledger.JobState),
+			claims:   make(map[claimKey]claimEntry),
+			runs:     make(map[string]map[runKey]*ledger.RunRecord),
+			states:   make(map[string]*ledger.JobState),
+			defs:     make(map[string]ledger.JobDef),
+			versions: make(map[string]int64),
 		}
 	})
 	return s.ledgerSt
@@ -79,7 +87,7 @@ func (s *Store) Claim(ctx context.Context, ps []ledger.ClaimParams) ([]error, er
 	defer ls.mu.Unlock()
 	now := s.now()
 	for i, p := range ps {
-		k := newClaimKey(p.Job, p.Tick, p.Trigger)
+		k := newClaimKey(p.Job, p.Tick, p.Trigger, p.Shard)
 		if c, ok := ls.claims[k]; ok && now.Before(c.expires) {
 			if c.token != p.Token {
 				res[i] = &ledger.ClaimedError{Node: c.node, At: c.at}
@@ -107,6 +115,9 @@ func (s *Store) RecordRuns(ctx context.Context, rs []ledger.RunRecord) error {
 		if rs[i].Job == "" || rs[i].Tick.IsZero() {
 			return errors.New("memstore: record run: empty Job or zero Tick")
 		}
+		if rs[i].Shard < 0 || rs[i].Shard >= ledger.MaxShards {
+			return fmt.Errorf("memstore: record run %q: Shard %d is not in [0, %d)", rs[i].Job, rs[i].Shard, ledger.MaxShards)
+		}
 	}
 	ls := s.ledger()
 	ls.mu.Lock()
@@ -119,7 +130,7 @@ func (s *Store) RecordRuns(ctx context.Context, rs []ledger.RunRecord) error {
 			m = make(map[runKey]*ledger.RunRecord)
 			ls.runs[r.Job] = m
 		}
-		m[runKey{newClaimKey(r.Job, r.Tick, r.Trigger), r.Attempt}] = &r
+		m[runKey{newClaimKey(r.Job, r.Tick, r.Trigger, r.Shard), r.Attempt}] = &r
 	}
 	return nil
 }
@@ -179,7 +190,11 @@ func (s *Store) SetJobState(ctx context.Context, p ledger.JobStateParams) (ledge
 		st.Paused = false
 	case ledger.JobTrigger:
 		if !slices.ContainsFunc(st.Triggers, func(t ledger.TriggerRequest) bool { return t.ID == p.Trigger }) {
-			st.Triggers = append(st.Triggers, ledger.TriggerRequest{ID: p.Trigger, At: s.now()})
+			tr := ledger.TriggerRequest{ID: p.Trigger, At: s.now(), Rerun: p.Rerun}
+			if !p.Tick.IsZero() {
+				tr.Tick = p.Tick.Round(0).UTC()
+			}
+			st.Triggers = append(st.Triggers, tr)
 		}
 	case ledger.JobTriggerDone:
 		st.Triggers = slices.DeleteFunc(st.Triggers, func(t ledger.TriggerRequest) bool { return t.ID == p.Trigger })
