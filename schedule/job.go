@@ -73,6 +73,39 @@ type Job struct {
 	// from running again. It needs Config.IsLeader.
 	LeaderOnly bool
 
+	// Fleet-wide limits and placement (limits.go).
+
+	// MaxConcurrent, when above 0, lets up to this many runs of the job be
+	// in progress at once across the fleet: a run holds a permit of the
+	// semaphore Config.KeyPrefix + Name + "/running" (tasklock.Semaphore)
+	// instead of the job's lock, so Overlap is allow, bounded; a tick that
+	// finds every permit held is recorded as skipped. Run.Fence is the
+	// permit's fence, and Lock applies to the permit. Every node must give
+	// the job the same number: a semaphore keeps its size while any permit
+	// is held. At most tasklock.MaxPermits. Zero: Overlap decides.
+	MaxConcurrent int
+	// Pool names one of Config.Pools. A run then also holds a permit of
+	// the pool's semaphore (Config.KeyPrefix + "pool/" + Pool) while it
+	// runs, retries included, so that at most the pool's size of runs of
+	// all its jobs are in progress at once across the fleet. A run that
+	// finds every permit held waits for one, up to PoolWait, holding the
+	// job's lock (or its MaxConcurrent permit) meanwhile; when the wait
+	// ends without a permit the tick is recorded as skipped, with a reason
+	// naming the pool. The wait makes the run late: Run and EventRunStarted
+	// show by how much. "": none.
+	Pool string
+	// PoolWait bounds a run's wait for a permit of its Pool. Zero: until
+	// the job's next tick after the one that waits (for a trigger-now
+	// request, after the request), so a run never waits past its job's
+	// next turn.
+	PoolWait time.Duration
+	// Nodes are the labels a node must carry (Config.Labels), every one,
+	// to run the job: other nodes never claim its ticks or its trigger-now
+	// requests. A job whose labels no running node carries does not run,
+	// and its ticks are not recorded until such a node starts (then they
+	// are missed ticks, handled by Misfire). Empty: any node.
+	Nodes []string
+
 	// Lock are the options of the job's lock, which a run holds while it
 	// lasts (with OverlapSkip; OverlapAllow takes no lock), checked by
 	// tasklock.ObtainOptions.Validate:
@@ -200,7 +233,8 @@ type Run struct {
 	Attempt int       // 1 for the first attempt
 	// Fence is the job lock's fencing token: pass it to the resources the
 	// job writes so they can refuse a run that lost its lock (see
-	// package fence). 0 with OverlapAllow.
+	// package fence). 0 with OverlapAllow; with MaxConcurrent, the fence
+	// of the run's permit.
 	Fence uint64
 	// CatchUp is true when the tick was missed and runs late by the
 	// misfire policy.

@@ -1,6 +1,7 @@
 package schedule
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -85,7 +86,9 @@ func (s *Scheduler) runTick(j *job, w work) {
 	tickCtx, tickCancel := context.WithCancelCause(s.runCtx)
 	defer tickCancel(nil)
 	var lock *tasklock.Lock
+	var lim limits // Job.MaxConcurrent's and Job.Pool's permits (limits.go)
 	defer func() {
+		s.releaseLimits(j, &lim)
 		if lock != nil {
 			s.release(j, lock)
 		}
@@ -115,7 +118,14 @@ func (s *Scheduler) runTick(j *job, w work) {
 			}
 		}
 		if rec.Status == "" {
-			rec = s.attempt(tickCtx, j, w, attempt, lock)
+			var skip string
+			if rec, skip = s.takeLimits(tickCtx, tickCancel, j, w, attempt, &lim); skip != "" {
+				s.skip(j, w, skip)
+				return
+			}
+		}
+		if rec.Status == "" {
+			rec = s.attempt(tickCtx, j, w, attempt, cmp.Or(lock, lim.running))
 		}
 		s.record(rec)
 		s.logRun(&rec)
@@ -187,6 +197,8 @@ func (s *Scheduler) attempt(parent context.Context, j *job, w work, n int, lock 
 		rec.Status, cause = ledger.RunLost, lost
 	case errors.Is(cause, ErrTimeout), errors.Is(cause, tasklock.ErrMaxHold):
 		rec.Status = ledger.RunTimeout
+	case errors.Is(cause, tasklock.ErrLockLost): // a pool's permit (limits.go)
+		rec.Status = ledger.RunLost
 	case cause != nil || err != nil:
 		rec.Status = ledger.RunFailed
 	default:

@@ -93,6 +93,15 @@ type Config struct {
 	// tasklock.Election's leadership). It is called on the Scheduler's
 	// timing goroutine with its state locked, and must return at once.
 	IsLeader func() bool
+
+	// Pools are the fleet's run pools, by name, each with its size: how
+	// many runs of the jobs in it (Job.Pool) may be in progress at once
+	// across the fleet. Every node must give a pool the same size. A name
+	// is 1 to MaxLabelLen bytes of ASCII letters, digits and - _ . : = /.
+	Pools map[string]int
+	// Labels are this node's labels, written as pool names are: a job
+	// with Job.Nodes runs only on the nodes that carry each of them.
+	Labels []string
 }
 
 // Config defaults.
@@ -134,7 +143,9 @@ type Scheduler struct {
 	nodeTTL    time.Duration
 	sweepEvery time.Duration
 	lister     driver.Lister
-	isLeader   func() bool // nil: no job may be LeaderOnly
+	isLeader   func() bool     // nil: no job may be LeaderOnly
+	pools      map[string]int  // Config.Pools (limits.go)
+	labels     map[string]bool // Config.Labels
 
 	// runCtx is the parent of every run's context; cancelRuns ends it when
 	// Shutdown's grace period is over.
@@ -243,6 +254,10 @@ func New(locker *tasklock.Locker, l ledger.Ledger, cfg *Config) (*Scheduler, err
 		return nil, &tasklock.OptionError{Pkg: "schedule", Field: "Config.NodeKeyPrefix",
 			Reason: fmt.Sprintf("%q and the node name make an invalid lock key: %v", c.NodeKeyPrefix, err), Err: err}
 	}
+	pools, labels, err := limitsConfig(&c)
+	if err != nil {
+		return nil, err
+	}
 	var tok [16]byte
 	if _, err := rand.Read(tok[:]); err != nil {
 		return nil, fmt.Errorf("schedule: reading random bytes: %w", err)
@@ -253,8 +268,8 @@ func New(locker *tasklock.Locker, l ledger.Ledger, cfg *Config) (*Scheduler, err
 		poll: c.PollInterval, grace: c.ShutdownGrace, retention: c.ClaimRetention,
 		pruneEvery: c.PruneInterval, keep: max(c.HistoryKeep, 0), maxAge: max(c.HistoryMaxAge, 0), tail: c.OutputTail, redact: c.Redact, onEvent: c.OnEvent,
 		nodePrefix: c.NodeKeyPrefix, nodeTTL: c.NodeLeaseTTL, sweepEvery: c.NodeLeaseTTL / 3, lister: c.NodeLister, nodeTaken: c.NodeLeaseTaken,
-		isLeader: c.IsLeader,
-		wake:     make(chan struct{}, 1), quit: make(chan struct{}), loopDone: make(chan struct{}), idle: make(chan struct{}),
+		isLeader: c.IsLeader, pools: pools, labels: labels,
+		wake: make(chan struct{}, 1), quit: make(chan struct{}), loopDone: make(chan struct{}), idle: make(chan struct{}),
 		jobs: make(map[string]*job), states: make(map[string]ledger.JobState),
 		seen: make(map[triggerKey]bool), deadlines: make(map[*deadline]struct{}),
 	}
@@ -283,6 +298,9 @@ func (s *Scheduler) Node() string { return s.node }
 // is called after Start and the job cannot be registered.
 func (s *Scheduler) Add(j Job) error {
 	jj, err := validateJob(j, s.keyPrefix, s.retention)
+	if err == nil {
+		err = s.checkLimits(jj)
+	}
 	if err != nil {
 		return err
 	}
@@ -378,6 +396,9 @@ func (s *Scheduler) registerAll(ctx context.Context, jobs []*job) error {
 // MisfireWindow from the job's registration on (a tick at the very instant
 // of the registration is owed: it is the job's first). Callers hold s.mu.
 func (s *Scheduler) begin(j *job, now time.Time) {
+	if !s.runsHere(j) {
+		return // Job.Nodes: not this node's to claim
+	}
 	j.after = now.Add(-j.MisfireWindow)
 	if from := j.since.Add(-time.Nanosecond); !j.since.IsZero() && from.After(j.after) {
 		j.after = from
@@ -834,7 +855,7 @@ func (s *Scheduler) pass(now time.Time) {
 	}
 	for name, st := range s.states {
 		j := s.jobs[name]
-		if j == nil || (j.LeaderOnly && !leads) {
+		if j == nil || (j.LeaderOnly && !leads) || !s.runsHere(j) {
 			continue
 		}
 		for _, tr := range st.Triggers {
