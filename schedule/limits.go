@@ -24,10 +24,12 @@ const MaxLabelLen = 63
 // Job.PoolWait (or the job's next tick) passed.
 var errPoolWait = errors.New("schedule: the wait for a pool permit ended")
 
-// checkLabel returns "" when s can be a node label or a pool name: 1 to
-// MaxLabelLen bytes of ASCII letters, digits and - _ . : = /, starting with
-// a letter or digit (so it reads well in a flag, a lock key and a metric).
-func checkLabel(s string) string {
+// CheckLabel returns "" when s can be a node label (Config.Labels,
+// Job.Nodes) or a pool name (Config.Pools, Job.Pool), and otherwise what is
+// wrong: it is 1 to MaxLabelLen bytes of ASCII letters, digits and
+// - _ . : = /, starting with a letter or digit (so it reads well in a
+// flag, a lock key and a metric label).
+func CheckLabel(s string) string {
 	switch {
 	case s == "":
 		return "empty"
@@ -51,7 +53,7 @@ func checkLabel(s string) string {
 func limitsConfig(c *Config) (map[string]int, map[string]bool, error) {
 	pools := make(map[string]int, len(c.Pools))
 	for name, n := range c.Pools {
-		if msg := checkLabel(name); msg != "" {
+		if msg := CheckLabel(name); msg != "" {
 			return nil, nil, badOption("Config.Pools", "pool name %s", msg)
 		}
 		if n < 1 || n > tasklock.MaxPermits {
@@ -64,7 +66,7 @@ func limitsConfig(c *Config) (map[string]int, map[string]bool, error) {
 	}
 	labels := make(map[string]bool, len(c.Labels))
 	for _, l := range c.Labels {
-		if msg := checkLabel(l); msg != "" {
+		if msg := CheckLabel(l); msg != "" {
 			return nil, nil, badOption("Config.Labels", "label %s", msg)
 		}
 		labels[l] = true
@@ -113,7 +115,7 @@ func (s *Scheduler) checkLimits(j *job) error {
 		}
 	}
 	for i, l := range j.Nodes {
-		if msg := checkLabel(l); msg != "" {
+		if msg := CheckLabel(l); msg != "" {
 			return bad("Job.Nodes", "label %s", msg)
 		}
 		if slices.Contains(j.Nodes[:i], l) {

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"os"
 	"os/signal"
@@ -34,7 +35,7 @@ import (
 )
 
 const serveUsage = `Usage: tasklock serve --config FILE [--store URL] [--node NAME] [--grace D]
-                      [--verbose] [--log-format F] [--http ADDR] [--token T] [--public-read]
+                      [--verbose] [--label L]... [--log-format F] [--http ADDR] [--token T] [--public-read]
                       [--insecure]
 
 Runs the jobs of FILE on their schedules. Run it on as many hosts as you
@@ -52,6 +53,8 @@ Flags:
   --grace D       on SIGTERM or SIGINT, how long running jobs may finish
                   before they are stopped (default 30s)
   --verbose       log debug lines too
+  --label L       a label of this node, for jobs with nodes: [...]; repeat
+                  for more; given, they replace the file's labels:
   --log-format F  text (default: key=value lines) or json (one object a
                   line), on stderr
   --http ADDR     serve the dashboard (web UI and JSON API, see the
@@ -78,6 +81,8 @@ The file:
   store: sqlite://./tasklock.db      # default; see "tasklock help" for URLs
   node: web-1                        # this scheduler's name; default host:pid;
                                      # no control characters
+  labels: [gpu, zone=eu]             # this node's labels (--label replaces them)
+  pools: {reports: 2}                # fleet-wide: at most 2 runs of the pool's jobs at once
   jobs:
     - name: nightly-report           # required, unique
       schedule: "0 30 2 * * *"       # cron (seconds optional), @daily, "@every 10s"
@@ -93,6 +98,10 @@ The file:
       min_hold: 5s                   # keep the lock at least this long
       max_hold: 1h                   # stop the run after this long, retries included
       run_on: any                    # any | leader: only the fleet's elected leader runs it
+      max_concurrent: 0              # N > 0: up to N runs at once across the fleet (overlap allow, bounded)
+      pool: reports                  # each run holds a permit of the pool while it runs
+      pool_wait: 10m                 # wait for a permit up to this; default: until the next tick
+      nodes: [zone=eu]               # only nodes with every one of these labels run it
     - name: ping
       schedule: "@every 1m"
       http: {method: POST, url: "https://example.com/hook", headers: {Authorization: "Bearer x"}, body: "{}", timeout: 10s}
@@ -148,6 +157,19 @@ the same file started twice with node: set — are refused: the second exits
 host; the store still runs every tick once. (mem:// is private to one
 process, so there nothing is shared.)
 
+Limits and placement: max_concurrent: N lets up to N runs of the job be in
+progress at once across the fleet (each holds a permit of the semaphore
+schedule/JOB/running); a tick that finds N running is recorded skipped.
+pools: {NAME: SIZE} defines fleet-wide pools and pool: NAME puts a job in
+one: each run holds a permit of schedule/pool/NAME while it runs, retries
+included. A run that finds every permit held waits for one, holding its
+job's lock, up to pool_wait (default: until the job's next tick); then the
+tick is recorded skipped, the reason naming the pool. Give a pool the same
+size on every node. nodes: [a, b] runs a job only on nodes that carry both
+labels (labels: in the file, or --label flags); the others never claim its
+ticks or trigger requests, and if no running node carries them, it does not
+run.
+
 Leader election: every serve campaigns for the lock serve/leader, owned
 by its node name; its holder leads, and the lock's fence is its term (the
 dashboard's nodes page and /api/nodes show both). Jobs with run_on: leader
@@ -189,7 +211,26 @@ type serveConfig struct {
 	grace     time.Duration
 	verbose   bool
 	logFormat string
+	labels    labelFlags // --label, each once; when given they replace the file's labels:
 	http      httpFlags
+}
+
+// labelFlags are serve's --label flags, in order.
+type labelFlags []string
+
+// String implements flag.Value.
+func (l *labelFlags) String() string { return strings.Join(*l, ",") }
+
+// Set implements flag.Value: one label a flag.
+func (l *labelFlags) Set(v string) error {
+	if msg := schedule.CheckLabel(v); msg != "" {
+		return errors.New(msg)
+	}
+	if slices.Contains(*l, v) {
+		return fmt.Errorf("%q is given twice", v)
+	}
+	*l = append(*l, v)
+	return nil
 }
 
 func parseServe(args []string, getenv func(string) string) (*serveConfig, error) {
@@ -200,6 +241,7 @@ func parseServe(args []string, getenv func(string) string) (*serveConfig, error)
 	fs.DurationVar(&c.grace, "grace", schedule.DefaultShutdownGrace, "")
 	fs.BoolVar(&c.verbose, "verbose", false, "")
 	fs.StringVar(&c.logFormat, "log-format", "text", "")
+	fs.Var(&c.labels, "label", "")
 	addHTTPFlags(fs, &c.http)
 	path, err := configFlag(fs, args)
 	if err != nil {
@@ -253,6 +295,9 @@ func (c *serveConfig) apply(f *config.File) {
 	}
 	if c.node != "" {
 		f.Node = c.node
+	}
+	if len(c.labels) > 0 {
+		f.Labels = slices.Clone(c.labels)
 	}
 }
 
@@ -494,6 +539,7 @@ func (s *server) start(f *config.File) (*schedule.Scheduler, error) {
 		Redact:        s.redact,
 		NodeKeyPrefix: nodeKeyPrefix, NodeLeaseTaken: s.nodeTaken, NodeLister: s.lister,
 		IsLeader: s.leads,
+		Pools:    f.Pools, Labels: f.Labels,
 	})
 	if err != nil {
 		return nil, err
@@ -534,7 +580,8 @@ func (s *server) reload() {
 		return
 	}
 	added, removed, changed := diffJobs(s.file.Jobs, f.Jobs)
-	if len(added)+len(removed)+len(changed) == 0 {
+	limits := !maps.Equal(f.Pools, s.file.Pools) || !slices.Equal(f.Labels, s.file.Labels)
+	if len(added)+len(removed)+len(changed) == 0 && !limits {
 		s.log.Info("reload: no change", "jobs", len(f.Jobs))
 		return
 	}
@@ -556,7 +603,7 @@ func (s *server) reload() {
 		delete(s.draining, old)
 		s.mu.Unlock()
 	}()
-	s.log.Info("reloaded", "jobs", len(f.Jobs), "added", added, "removed", removed, "changed", changed)
+	s.log.Info("reloaded", "jobs", len(f.Jobs), "added", added, "removed", removed, "changed", changed, "pools_or_labels_changed", limits)
 }
 
 // brokenJobs returns the jobs in force, each with whether it is broken,

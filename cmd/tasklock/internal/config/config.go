@@ -3,6 +3,8 @@
 //
 //	store: sqlite://./tasklock.db      # the default when omitted
 //	node: web-1                         # default host:pid
+//	labels: [gpu, zone=eu]              # this node's labels, for nodes:
+//	pools: {reports: 2}                 # at most 2 runs of the pool at once
 //	jobs:
 //	  - name: nightly-report
 //	    schedule: "0 30 2 * * *"
@@ -14,8 +16,20 @@
 //	    retries: {max: 3, backoff: 10s}
 //	    min_hold: 5s
 //	    max_hold: 1h
+//	    pool: reports
 //
 // # Keys
+//
+// At the top of the file, besides store, node and jobs:
+//
+//	pools           schedule.Config.Pools: a mapping of pool names to
+//	                sizes, each 1 to 10000; every node of the fleet must
+//	                give a pool the same size
+//	labels          schedule.Config.Labels: this node's labels, a list;
+//	                serve's --label flags replace it
+//
+// Pool names and labels are 1 to 63 bytes of ASCII letters, digits and
+// - _ . : = /, starting with a letter or digit (schedule.CheckLabel).
 //
 // Every key of a job maps to a field of schedule.Job, whose documentation
 // gives its default and meaning:
@@ -40,6 +54,17 @@
 //	max_hold        Lock.MaxHold
 //	run_on          LeaderOnly: "leader" (only the serve fleet's elected
 //	                leader runs it) or "any" (the default)
+//	max_concurrent  MaxConcurrent: up to N runs of the job at once across
+//	                the fleet, on a semaphore; implies overlap allow, so
+//	                overlap: skip with it is an error; a tick that finds N
+//	                runs in progress is skipped
+//	pool            Pool: a name under pools:; each run holds one of the
+//	                pool's permits while it runs, retries included
+//	pool_wait       PoolWait: how long a run waits for a free permit of
+//	                its pool (default: until the job's next tick); then
+//	                the tick is recorded skipped, the reason naming the pool
+//	nodes           Nodes: a list of labels; only nodes carrying every one
+//	                (labels:, --label) claim the job's ticks and triggers
 //
 // and exactly one of the handlers the daemon provides:
 //
@@ -102,6 +127,11 @@ type File struct {
 	StoreGiven bool
 	// Node is the scheduler's node name; "" means host:pid.
 	Node string
+	// Pools are the run pools by name, with their sizes (pools:), for
+	// schedule.Config.Pools; nil when none.
+	Pools map[string]int
+	// Labels are the node's labels (labels:), for schedule.Config.Labels.
+	Labels []string
 	// Jobs are the jobs, in the file's order, with distinct names.
 	Jobs []Job
 }

@@ -89,10 +89,10 @@ func TestParseErrors(t *testing.T) {
 			[]string{`c.yaml:5: job "j": timeout: invalid duration "10x" (want e.g. 300ms, 10s, 1h30m)`}},
 		{"negative", job + "    jitter: -1s\n", []string{`c.yaml:5: job "j": jitter: -1s is negative`}},
 		{"unknown key", job + "    colour: red\n",
-			[]string{`c.yaml:5: job "j": colour: unknown key (want name, schedule, timezone, command, kill_grace, http, timeout, overlap, misfire, retries, jitter, lock_ttl, min_hold, max_hold, run_on)`}},
+			[]string{`c.yaml:5: job "j": colour: unknown key (want name, schedule, timezone, command, kill_grace, http, timeout, overlap, misfire, retries, jitter, lock_ttl, min_hold, max_hold, run_on, max_concurrent, pool, pool_wait, nodes)`}},
 		{"unknown key before the name", "jobs:\n  - colour: red\n    name: j\n    schedule: '@daily'\n    command: [x]\n",
-			[]string{`c.yaml:2: job "j": colour: unknown key (want name, schedule, timezone, command, kill_grace, http, timeout, overlap, misfire, retries, jitter, lock_ttl, min_hold, max_hold, run_on)`}},
-		{"unknown top key", "stor: mem://\n" + job, []string{`c.yaml:1: stor: unknown key (want store, node, jobs)`}},
+			[]string{`c.yaml:2: job "j": colour: unknown key (want name, schedule, timezone, command, kill_grace, http, timeout, overlap, misfire, retries, jitter, lock_ttl, min_hold, max_hold, run_on, max_concurrent, pool, pool_wait, nodes)`}},
+		{"unknown top key", "stor: mem://\n" + job, []string{`c.yaml:1: stor: unknown key (want store, node, pools, labels, jobs)`}},
 		{"schedule", "jobs:\n  - name: j\n    schedule: '61 * * * *'\n    command: [x]\n",
 			[]string{`c.yaml:3: job "j": schedule: invalid minute field "61" in "61 * * * *": 61 above the maximum 59`}},
 		{"zone", job + "    timezone: Mars/Base\n", []string{`c.yaml:5: job "j": timezone: "Mars/Base": unknown time zone Mars/Base`}},
@@ -183,6 +183,15 @@ func marshal(t *testing.T, f *File) []byte {
 		if j.Misfire == schedule.MisfireCatchUp {
 			m["misfire"].(out)["max"] = j.CatchUpMax
 		}
+		if j.MaxConcurrent > 0 {
+			m["max_concurrent"] = j.MaxConcurrent
+		}
+		if j.Pool != "" {
+			m["pool"], m["pool_wait"] = j.Pool, dur(j.PoolWait)
+		}
+		if j.Nodes != nil {
+			m["nodes"] = j.Nodes
+		}
 		if j.HTTP != nil {
 			m["http"] = out{"method": j.HTTP.Method, "url": j.HTTP.URL, "headers": j.HTTP.Headers, "body": j.HTTP.Body, "timeout": dur(j.HTTP.Timeout)}
 		} else {
@@ -196,6 +205,12 @@ func marshal(t *testing.T, f *File) []byte {
 	}
 	if f.Node != "" {
 		doc["node"] = f.Node
+	}
+	if f.Pools != nil {
+		doc["pools"] = f.Pools
+	}
+	if f.Labels != nil {
+		doc["labels"] = f.Labels
 	}
 	b, err := yaml.Marshal(doc)
 	if err != nil {
@@ -212,6 +227,7 @@ var located = regexp.MustCompile(`^c\.yaml(:[1-9][0-9]*)?: `)
 func FuzzLoadConfig(f *testing.F) {
 	f.Add(full)
 	f.Add("jobs: [{name: a, schedule: '@daily', command: [true]}]")
+	f.Add("pools: {r: 2}\nlabels: [gpu, zone=eu]\njobs: [{name: a, schedule: '@daily', command: [true], pool: r, pool_wait: 1m, max_concurrent: 3, nodes: [gpu]}]")
 	f.Add("store: mem://\nnode: n\njobs:\n  - &j {name: a, schedule: '*/5 * * * *', command: [a, b], retries: 3}\n  - *j\n")
 	f.Add("jobs:\n  - {name: x, schedule: 'CRON_TZ=Asia/Tokyo 0 0 * * *', timezone: UTC, http: {url: 'http://h/', headers: {a: b}}}\n")
 	f.Add("jobs:\n  - name: y\n    <<: {schedule: '@hourly'}\n")

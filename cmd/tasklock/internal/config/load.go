@@ -178,7 +178,7 @@ func (p *parser) file_(data []byte) *File {
 		p.errorf(root, "", "empty: want a mapping with at least jobs")
 		return nil
 	}
-	fields := p.mapping(root, "", "store", "node", "jobs")
+	fields := p.mapping(root, "", "store", "node", "pools", "labels", "jobs")
 	if fields == nil {
 		return nil
 	}
@@ -207,6 +207,7 @@ func (p *parser) file_(data []byte) *File {
 			f.Node = s
 		}
 	}
+	p.limits(f, fields)
 	fd, ok := fields["jobs"]
 	if !ok || isNull(fd.val) {
 		at := root
@@ -224,7 +225,7 @@ func (p *parser) file_(data []byte) *File {
 		p.errorf(fd.val, "jobs", "empty: want at least one job")
 		return f
 	}
-	v := newValidator()
+	v := newValidator(f.Pools)
 	defer v.close()
 	names := map[string]int{}
 	for i, n := range fd.val.Content {
@@ -324,7 +325,7 @@ func (p *parser) integer(f field, name string) int {
 }
 
 // jobKeys are the keys of a job.
-var jobKeys = []string{"name", "schedule", "timezone", "command", "kill_grace", "http", "timeout", "overlap", "misfire", "retries", "jitter", "lock_ttl", "min_hold", "max_hold", "run_on"}
+var jobKeys = []string{"name", "schedule", "timezone", "command", "kill_grace", "http", "timeout", "overlap", "misfire", "retries", "jitter", "lock_ttl", "min_hold", "max_hold", "run_on", "max_concurrent", "pool", "pool_wait", "nodes"}
 
 // job reads the i-th job; false when it has mistakes.
 func (p *parser) job(i int, n *yaml.Node, names map[string]int, v *validator) (Job, bool) {
@@ -416,6 +417,7 @@ func (p *parser) job(i int, n *yaml.Node, names map[string]int, v *validator) (J
 			*d = p.duration(f, key)
 		}
 	}
+	p.jobLimits(&j, fields)
 	p.handler(&j, n, fields, lines)
 	reported := func(key string) bool {
 		for _, e := range p.errs[before:] {
@@ -734,15 +736,16 @@ func clip(s string) string {
 type validator struct {
 	store *memstore.Store
 	lk    *tasklock.Locker
+	pools map[string]int // the file's, for pool:
 }
 
-func newValidator() *validator {
+func newValidator(pools map[string]int) *validator {
 	store := memstore.New(nil)
 	lk, err := tasklock.New(store, &tasklock.Config{Owner: "validate"})
 	if err != nil {
 		panic(err) // constant arguments
 	}
-	return &validator{store: store, lk: lk}
+	return &validator{store: store, lk: lk, pools: pools}
 }
 
 func (v *validator) close() { _ = v.lk.Close() }
@@ -757,6 +760,7 @@ var fieldKeys = map[string]string{
 	"Job.MisfireWindow": "misfire.window", "Job.CatchUpMax": "misfire.max", "Job.Timeout": "timeout",
 	"Job.Retries": "retries.max", "Job.RetryBackoff": "retries.backoff", "Job.RetryBackoffMax": "retries.backoff_max",
 	"Job.Jitter": "jitter", "Job.LeaderOnly": "run_on", "Job.Lock.TTL": "lock_ttl", "Job.Lock.MinHold": "min_hold", "Job.Lock.MaxHold": "max_hold", "Job.Lock.Grace": "kill_grace",
+	"Job.MaxConcurrent": "max_concurrent", "Job.Pool": "pool", "Job.PoolWait": "pool_wait", "Job.Nodes": "nodes",
 }
 
 // goNames rewrites the field names in the scheduler's reasons.
@@ -764,7 +768,8 @@ var goNames = strings.NewReplacer(
 	"Config.ClaimRetention", "the claim retention", "MisfireAfter", "misfire.grace",
 	"MisfireWindow", "misfire.window", "RetryBackoffMax", "retries.backoff_max", "RetryBackoff", "retries.backoff",
 	"MaxHold", "max_hold", "MinHold", "min_hold", "Overlap is", "overlap is", "Job.Schedule", "schedule",
-	"half the TTL", "half of lock_ttl",
+	"half the TTL", "half of lock_ttl", "Config.Pools has", "pools: defines", "Config.Pools is empty", "the file defines no pools:",
+	"Job.Pool is not", "pool is not",
 )
 
 // check returns the scheduler's mistakes in j, except those about keys
@@ -772,7 +777,7 @@ var goNames = strings.NewReplacer(
 // clears the field at fault and asks again.
 func (v *validator) check(j schedule.Job, reported func(key string) bool) []jobMistake {
 	// serve elects a leader: run_on: leader is checked as it will run.
-	s, err := schedule.New(v.lk, v.store, &schedule.Config{IsLeader: func() bool { return false }})
+	s, err := schedule.New(v.lk, v.store, &schedule.Config{IsLeader: func() bool { return false }, Pools: v.pools})
 	if err != nil {
 		panic(err) // constant arguments
 	}
@@ -833,4 +838,98 @@ func fieldByPath(v reflect.Value, path string) reflect.Value {
 		}
 	}
 	return v
+}
+
+// limits reads the top-level pools and labels.
+func (p *parser) limits(f *File, fields map[string]field) {
+	if fd, ok := fields["pools"]; ok && !isNull(fd.val) {
+		if fd.val.Kind != yaml.MappingNode {
+			p.errorf(fd.val, "pools", "want a mapping of pool names to sizes, e.g. {reports: 2}, got %s", kind(fd.val))
+		} else {
+			f.Pools = map[string]int{}
+			for i := 0; i+1 < len(fd.val.Content); i += 2 {
+				k, v := resolve(fd.val.Content[i]), resolve(fd.val.Content[i+1])
+				if k.Kind != yaml.ScalarNode || isNull(k) {
+					p.errorf(k, "pools", "want a pool name, got %s", kind(k))
+					continue
+				}
+				name := "pools." + clip(k.Value)
+				if msg := schedule.CheckLabel(k.Value); msg != "" {
+					p.errorf(k, name, "invalid pool name: %s", msg)
+					continue
+				}
+				if _, dup := f.Pools[k.Value]; dup {
+					p.errorf(k, name, "repeated")
+					continue
+				}
+				before := len(p.errs)
+				n := p.integer(field{k, v}, name)
+				switch {
+				case len(p.errs) > before:
+				case isNull(v):
+					p.errorf(v, name, "missing: want the pool's size, how many of its runs may be in progress at once")
+				case n < 1 || n > tasklock.MaxPermits:
+					p.errorf(v, name, "%d is not within [1, %d]", n, tasklock.MaxPermits)
+				}
+				// A bad size is reported here; the jobs of the pool are
+				// checked as if it were 1 (the file is refused anyway).
+				f.Pools[k.Value] = min(max(n, 1), tasklock.MaxPermits)
+			}
+		}
+	}
+	if fd, ok := fields["labels"]; ok {
+		f.Labels = p.labels(fd, "labels")
+	}
+}
+
+// labels reads a list of node labels.
+func (p *parser) labels(f field, name string) []string {
+	if isNull(f.val) {
+		return nil
+	}
+	if f.val.Kind != yaml.SequenceNode {
+		p.errorf(f.val, name, "want a list of labels, e.g. [gpu, zone=eu], got %s", kind(f.val))
+		return nil
+	}
+	var out []string
+	for i, n := range f.val.Content {
+		n = resolve(n)
+		at := fmt.Sprintf("%s[%d]", name, i)
+		switch {
+		case n.Kind != yaml.ScalarNode || isNull(n):
+			p.errorf(n, at, "want a label, got %s", kind(n))
+			continue
+		case slices.Contains(out, n.Value):
+			p.errorf(n, at, "%q is listed twice", clip(n.Value))
+			continue
+		}
+		if msg := schedule.CheckLabel(n.Value); msg != "" {
+			p.errorf(n, at, "%s", msg)
+			continue
+		}
+		out = append(out, n.Value)
+	}
+	return out
+}
+
+// jobLimits reads a job's max_concurrent, pool, pool_wait and nodes.
+func (p *parser) jobLimits(j *Job, fields map[string]field) {
+	if f, ok := fields["max_concurrent"]; ok {
+		j.MaxConcurrent = p.integer(f, "max_concurrent")
+		if o, ok := fields["overlap"]; ok && j.MaxConcurrent > 0 && j.Overlap == schedule.OverlapSkip && !isNull(o.val) {
+			p.errorf(o.val, "overlap", "skip, and max_concurrent is %d: max_concurrent lets up to that many runs overlap (omit overlap, or set it to allow)", j.MaxConcurrent)
+		}
+		if j.MaxConcurrent > 0 {
+			j.Overlap = schedule.OverlapAllow // as the scheduler runs it
+		}
+	}
+	if f, ok := fields["pool"]; ok {
+		j.Pool, _ = p.str(f, "pool")
+	}
+	if f, ok := fields["pool_wait"]; ok {
+		j.PoolWait = p.duration(f, "pool_wait")
+	}
+	if f, ok := fields["nodes"]; ok {
+		j.Nodes = p.labels(f, "nodes")
+	}
 }
