@@ -32,6 +32,24 @@
 //	tasklock_ticks_missed_total{job}          ticks the misfire policy passed over after downtime
 //	tasklock_tick_claims_total{result}        claimed | claimed_elsewhere (another node claimed the tick first)
 //
+// Jobs by tick (each tick, or trigger-now request, counted once, by the node
+// that claimed it; sum by (job) gives the fleet's):
+//
+//	tasklock_job_ticks_due_total{job}         ticks claimed to handle (not while paused)
+//	tasklock_job_ticks_started_total{job}     ticks whose first attempt started
+//	tasklock_job_ticks_succeeded_total{job}   ticks that ended ok (after retries)
+//	tasklock_job_ticks_skipped_total{job}     ticks not run: previous run in progress, no MaxConcurrent or pool permit, shutdown
+//	tasklock_ticks_missed_total{job}          (above) ticks the misfire policy passed over
+//	tasklock_job_late_seconds{job}            histogram of scheduled ticks' first attempt's start − tick
+//	tasklock_job_last_success_timestamp_seconds{job}  gauge: end of the last ok run, Unix seconds (max by (job) for the fleet)
+//
+// A due tick ends as exactly one of started, skipped or missed, so due −
+// started − skipped − missed is the ticks in hand (a run waiting for its
+// jitter or a pool permit). The counters of a job are made at 0 the first
+// time this node claims one of its ticks, so that rules comparing them
+// (deploy/prometheus/tasklock-rules.yml) see every job; the last success
+// gauge appears with the first success.
+//
 // Missed ticks are counted only in tasklock_ticks_missed_total, not as runs.
 // Trigger-now runs and retries are not in the lateness histogram: they are
 // late by design. With many jobs, the job label makes many series (about 20

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/tasklock/tasklock"
+	"github.com/tasklock/tasklock/ledger"
 	"github.com/tasklock/tasklock/schedule"
 )
 
@@ -22,6 +23,9 @@ var (
 	// latenessBuckets centres on P5's target (p99 ≤ 100 ms) and reaches
 	// the default MisfireAfter (5s) and beyond.
 	latenessBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
+	// jobLateBuckets are fewer, as there is a histogram per job, and reach
+	// the minutes a run may wait for a pool's permit.
+	jobLateBuckets = []float64{.01, .05, .1, .5, 1, 5, 10, 30, 60, 300, 1800}
 )
 
 // The values of tasklock_locks_lost_total's cause label.
@@ -74,6 +78,25 @@ type Metrics struct {
 	claims      *prometheus.CounterVec
 	claimed     prometheus.Counter
 	elsewhere   prometheus.Counter
+
+	// Per job, by tick (see the package doc).
+	due         *prometheus.CounterVec
+	started     *prometheus.CounterVec
+	succeeded   *prometheus.CounterVec
+	skipped     *prometheus.CounterVec
+	late        *prometheus.HistogramVec
+	lastSuccess *prometheus.GaugeVec
+	jobsMu      sync.Mutex
+	jobs        map[string]*jobSeries
+}
+
+// jobSeries are one job's per-tick series, made (at 0) the first time the
+// job is seen, so that a rule comparing them finds every one.
+type jobSeries struct {
+	due, started, succeeded, skipped prometheus.Counter
+	late                             prometheus.Observer
+	lastSuccess                      prometheus.Gauge // nil before the first success; guarded by Metrics.jobsMu
+	last                             float64 // lastSuccess's value; guarded by Metrics.jobsMu
 }
 
 // heldKey identifies one grant of a lock.
@@ -143,6 +166,32 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	for _, c := range causes {
 		m.lost.WithLabelValues(c)
 	}
+	m.due = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tasklock_job_ticks_due_total",
+		Help: "Ticks and trigger-now requests of the job this node claimed to handle (not while paused): each is counted by one node of the fleet, so sum by (job) is the fleet's. Each ends as started, skipped or missed.",
+	}, []string{"job"})
+	m.started = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tasklock_job_ticks_started_total",
+		Help: "Ticks and trigger-now requests of the job whose first attempt started on this node.",
+	}, []string{"job"})
+	m.succeeded = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tasklock_job_ticks_succeeded_total",
+		Help: "Ticks and trigger-now requests of the job that ended ok on this node (after retries, if any).",
+	}, []string{"job"})
+	m.skipped = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tasklock_job_ticks_skipped_total",
+		Help: "Ticks of the job this node claimed and did not run: the previous run was in progress, a MaxConcurrent or pool permit was not free, or the node shut down.",
+	}, []string{"job"})
+	m.late = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "tasklock_job_late_seconds",
+		Help:    "How late the job's scheduled ticks started on this node: first attempt's start minus the tick, waits for jitter and pool permits included (trigger-now requests are not counted).",
+		Buckets: jobLateBuckets,
+	}, []string{"job"})
+	m.lastSuccess = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "tasklock_job_last_success_timestamp_seconds",
+		Help: "When the job's last run that ended ok on this node ended, in Unix seconds; max by (job) is the fleet's.",
+	}, []string{"job"})
+	m.jobs = map[string]*jobSeries{}
 	m.claimed = m.claims.WithLabelValues("claimed")
 	m.elsewhere = m.claims.WithLabelValues("claimed_elsewhere")
 	if reg != nil {
@@ -157,6 +206,7 @@ func (m *Metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{
 		m.obtains, m.obtainWait, m.renewals, m.lost, m.held,
 		m.runs, m.runDuration, m.lateness, m.missed, m.claims,
+		m.due, m.started, m.succeeded, m.skipped, m.late, m.lastSuccess,
 	}
 }
 
@@ -226,20 +276,64 @@ func (m *Metrics) ScheduleEvent(e schedule.Event) {
 	switch e.Type {
 	case schedule.EventClaimed:
 		m.claimed.Inc()
+		if !e.Paused {
+			m.job(e.Job).due.Inc()
+		}
 	case schedule.EventClaimedElsewhere:
 		m.elsewhere.Inc()
 	case schedule.EventRunStarted:
-		if e.Attempt == 1 && e.Trigger == "" {
-			m.lateness.Observe(max(e.Late, 0).Seconds())
+		if e.Attempt == 1 {
+			js := m.job(e.Job)
+			js.started.Inc()
+			if e.Trigger == "" {
+				late := max(e.Late, 0).Seconds()
+				m.lateness.Observe(late)
+				js.late.Observe(late)
+			}
 		}
 	case schedule.EventRunEnded:
 		m.runs.WithLabelValues(e.Job, string(e.Status)).Inc()
 		m.runDuration.WithLabelValues(e.Job).Observe(e.Duration.Seconds())
-	case schedule.EventSkipped, schedule.EventRunInterrupted:
+		if e.Status == ledger.RunOK {
+			js := m.job(e.Job)
+			js.succeeded.Inc()
+			end := float64(e.Start.Add(e.Duration).UnixNano()) / 1e9
+			m.jobsMu.Lock()
+			if js.lastSuccess == nil { // no series before the first success
+				js.lastSuccess = m.lastSuccess.WithLabelValues(e.Job)
+			}
+			if end > js.last {
+				js.last = end
+				js.lastSuccess.Set(end)
+			}
+			m.jobsMu.Unlock()
+		}
+	case schedule.EventSkipped:
+		m.runs.WithLabelValues(e.Job, string(e.Status)).Inc()
+		m.job(e.Job).skipped.Inc()
+	case schedule.EventRunInterrupted:
 		m.runs.WithLabelValues(e.Job, string(e.Status)).Inc()
 	case schedule.EventMissed:
 		m.missed.WithLabelValues(e.Job).Inc()
 	}
+}
+
+// job returns the per-tick series of the named job, making them at 0 the
+// first time: tasklock_ticks_missed_total's too.
+func (m *Metrics) job(name string) *jobSeries {
+	m.jobsMu.Lock()
+	defer m.jobsMu.Unlock()
+	js := m.jobs[name]
+	if js == nil {
+		js = &jobSeries{
+			due: m.due.WithLabelValues(name), started: m.started.WithLabelValues(name),
+			succeeded: m.succeeded.WithLabelValues(name), skipped: m.skipped.WithLabelValues(name),
+			late: m.late.WithLabelValues(name),
+		}
+		m.missed.WithLabelValues(name)
+		m.jobs[name] = js
+	}
+	return js
 }
 
 // Handler serves the metrics g gathers in Prometheus' text (or

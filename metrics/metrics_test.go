@@ -183,6 +183,8 @@ tasklock_job_runs_total{job="b",status="interrupted"} 1
 tasklock_job_runs_total{job="b",status="skipped"} 1
 # HELP tasklock_ticks_missed_total Ticks that came while no node ran the job and that the misfire policy passed over, by job.
 # TYPE tasklock_ticks_missed_total counter
+tasklock_ticks_missed_total{job="a"} 0
+tasklock_ticks_missed_total{job="b"} 0
 tasklock_ticks_missed_total{job="c"} 2
 # HELP tasklock_tick_claims_total Ticks and trigger requests this node tried to claim, by result: claimed, or claimed_elsewhere by another node first.
 # TYPE tasklock_tick_claims_total counter
@@ -198,6 +200,76 @@ tasklock_tick_claims_total{result="claimed_elsewhere"} 2
 	}
 	if n, sum := value(t, reg, "tasklock_tick_lateness_seconds_count"), value(t, reg, "tasklock_tick_lateness_seconds_sum"); n != 2 || sum != 0.02 {
 		t.Errorf("tick lateness: count %v sum %v, want 2 (first attempts of scheduled ticks) and 0.02", n, sum)
+	}
+}
+
+// The per-job tick series: due, started, succeeded, skipped (and missed)
+// by tick, lateness by job, and the last success's end.
+func TestJobTickMetrics(t *testing.T) {
+	m, reg := newMetrics(t)
+	tick := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	ev := func(ty schedule.EventType, job string, attempt int, trigger string, late, d time.Duration, st ledger.RunStatus) schedule.Event {
+		return schedule.Event{Type: ty, Job: job, Tick: tick, Trigger: trigger, Attempt: attempt, Late: late,
+			Start: tick.Add(late), Duration: d, Status: st}
+	}
+	for _, e := range []schedule.Event{
+		ev(schedule.EventClaimed, "a", 0, "", 0, 0, ""),
+		ev(schedule.EventRunStarted, "a", 1, "", 2*time.Second, 0, ""), // waited for a pool permit
+		ev(schedule.EventRunEnded, "a", 1, "", 2*time.Second, time.Second, ledger.RunFailed),
+		ev(schedule.EventRunStarted, "a", 2, "", 5*time.Second, 0, ""), // a retry: the tick started before
+		ev(schedule.EventRunEnded, "a", 2, "", 5*time.Second, 3*time.Second, ledger.RunOK),
+		ev(schedule.EventClaimed, "a", 0, "trig", 0, 0, ""),
+		ev(schedule.EventRunStarted, "a", 1, "trig", time.Millisecond, 0, ""), // trigger-now: started, not late
+		ev(schedule.EventRunEnded, "a", 1, "trig", time.Millisecond, time.Second, ledger.RunOK),
+		ev(schedule.EventClaimed, "a", 0, "", 0, 0, ""),
+		ev(schedule.EventSkipped, "a", 0, "", 0, 0, ledger.RunSkipped),
+		{Type: schedule.EventClaimed, Job: "p", Tick: tick, Paused: true}, // paused: not due
+		ev(schedule.EventClaimed, "b", 0, "", 0, 0, ""),
+		ev(schedule.EventClaimed, "b", 0, "", 0, 0, ""),
+		ev(schedule.EventMissed, "b", 0, "", time.Hour, 0, ledger.RunMissed),
+		ev(schedule.EventRunStarted, "b", 1, "", time.Hour, 0, ""),
+		ev(schedule.EventRunEnded, "b", 1, "", time.Hour, time.Second, ledger.RunLost),
+	} {
+		m.ScheduleEvent(e)
+	}
+	want := `
+# HELP tasklock_job_ticks_due_total Ticks and trigger-now requests of the job this node claimed to handle (not while paused): each is counted by one node of the fleet, so sum by (job) is the fleet's. Each ends as started, skipped or missed.
+# TYPE tasklock_job_ticks_due_total counter
+tasklock_job_ticks_due_total{job="a"} 3
+tasklock_job_ticks_due_total{job="b"} 2
+# HELP tasklock_job_ticks_started_total Ticks and trigger-now requests of the job whose first attempt started on this node.
+# TYPE tasklock_job_ticks_started_total counter
+tasklock_job_ticks_started_total{job="a"} 2
+tasklock_job_ticks_started_total{job="b"} 1
+# HELP tasklock_job_ticks_succeeded_total Ticks and trigger-now requests of the job that ended ok on this node (after retries, if any).
+# TYPE tasklock_job_ticks_succeeded_total counter
+tasklock_job_ticks_succeeded_total{job="a"} 2
+tasklock_job_ticks_succeeded_total{job="b"} 0
+# HELP tasklock_job_ticks_skipped_total Ticks of the job this node claimed and did not run: the previous run was in progress, a MaxConcurrent or pool permit was not free, or the node shut down.
+# TYPE tasklock_job_ticks_skipped_total counter
+tasklock_job_ticks_skipped_total{job="a"} 1
+tasklock_job_ticks_skipped_total{job="b"} 0
+# HELP tasklock_ticks_missed_total Ticks that came while no node ran the job and that the misfire policy passed over, by job.
+# TYPE tasklock_ticks_missed_total counter
+tasklock_ticks_missed_total{job="a"} 0
+tasklock_ticks_missed_total{job="b"} 1
+# HELP tasklock_job_last_success_timestamp_seconds When the job's last run that ended ok on this node ended, in Unix seconds; max by (job) is the fleet's.
+# TYPE tasklock_job_last_success_timestamp_seconds gauge
+tasklock_job_last_success_timestamp_seconds{job="a"} ` + fmt.Sprint(tick.Add(8*time.Second).Unix()) + `
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
+		"tasklock_job_ticks_due_total", "tasklock_job_ticks_started_total", "tasklock_job_ticks_succeeded_total",
+		"tasklock_job_ticks_skipped_total", "tasklock_ticks_missed_total", "tasklock_job_last_success_timestamp_seconds"); err != nil {
+		t.Fatal(err)
+	}
+	if n, sum := value(t, reg, `tasklock_job_late_seconds_count{job="a"}`), value(t, reg, `tasklock_job_late_seconds_sum{job="a"}`); n != 1 || sum != 2 {
+		t.Errorf("late of a: count %v sum %v, want 1 (the first attempt of the scheduled tick) and 2", n, sum)
+	}
+	if n := value(t, reg, `tasklock_job_late_seconds_bucket{job="a",le="1"}`); n != 0 {
+		t.Errorf("late of a: %v in le=1, want 0", n)
+	}
+	if n := value(t, reg, `tasklock_job_late_seconds_bucket{job="b",le="1800"}`); n != 0 {
+		t.Errorf("late of b: %v in le=1800, want 0 (an hour late)", n)
 	}
 }
 
