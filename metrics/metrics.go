@@ -96,7 +96,7 @@ type jobSeries struct {
 	due, started, succeeded, skipped prometheus.Counter
 	late                             prometheus.Observer
 	lastSuccess                      prometheus.Gauge // nil before the first success; guarded by Metrics.jobsMu
-	last                             float64 // lastSuccess's value; guarded by Metrics.jobsMu
+	last                             float64          // lastSuccess's value; guarded by Metrics.jobsMu
 }
 
 // heldKey identifies one grant of a lock.
