@@ -49,7 +49,12 @@ group_zookeeper=(
 group_browser=(
 	"chromium:chromium"
 )
-all_groups=(redis mariadb postgres etcd zookeeper browser)
+# promtool (Debian ships it in prometheus) checks and tests the shipped alert
+# rules, deploy/prometheus (TestPrometheusRules); the server is not started.
+group_prometheus=(
+	"promtool:prometheus"
+)
+all_groups=(redis mariadb postgres etcd zookeeper browser prometheus)
 
 have() {
 	command -v "$1" >/dev/null 2>&1 && return 0

@@ -556,6 +556,7 @@ func (s *server) start(f *config.File) (*schedule.Scheduler, error) {
 	if err := sch.Start(ctx); err != nil {
 		return nil, err
 	}
+	s.obs.setJobs(f.Jobs)
 	return sch, nil
 }
 

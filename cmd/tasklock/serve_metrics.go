@@ -3,15 +3,19 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"io"
 	"log/slog"
 	"net/http"
+	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/tasklock/tasklock"
+	"github.com/tasklock/tasklock/cmd/tasklock/internal/config"
 	"github.com/tasklock/tasklock/internal/buildinfo"
 	"github.com/tasklock/tasklock/internal/slogfilter"
 	"github.com/tasklock/tasklock/ledger"
@@ -41,14 +45,56 @@ type observer struct {
 	// broken, when set, returns the jobs in force and whether each is
 	// broken, for tasklock_job_broken.
 	broken func() map[string]bool
+	// graces are the jobs' misfire.grace, for tasklock_job_ticks_late_total
+	// and tasklock_job_grace_seconds (setJobs).
+	graces atomic.Pointer[map[string]time.Duration]
+	// lateTicks is tasklock_job_ticks_late_total.
+	lateTicks *prometheus.CounterVec
 }
 
 func newObserver(log *slog.Logger) *observer {
 	m, _ := metrics.New(nil) // registered below; New(nil) cannot fail
 	reg := prometheus.NewRegistry()
 	o := &observer{reg: reg, m: m, log: log}
-	reg.MustRegister(m, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), brokenCollector{o}, buildInfoGauge(buildinfo.Get()))
+	o.lateTicks = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tasklock_job_ticks_late_total",
+		Help: "Scheduled ticks of the job whose first attempt started on this node later than the job's misfire.grace after the tick (waiting for jitter, a pool permit, or run by the misfire policy).",
+	}, []string{"job"})
+	reg.MustRegister(m, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), brokenCollector{o}, graceCollector{o},
+		buildInfoGauge(buildinfo.Get()), o.lateTicks)
 	return o
+}
+
+// setJobs takes the jobs in force, for the grace of each: their
+// tasklock_job_ticks_late_total series start at 0.
+func (o *observer) setJobs(jobs []config.Job) {
+	g := make(map[string]time.Duration, len(jobs))
+	for _, j := range jobs {
+		g[j.Name] = cmp.Or(j.MisfireAfter, schedule.DefaultMisfireAfter)
+		o.lateTicks.WithLabelValues(j.Name)
+	}
+	o.graces.Store(&g)
+}
+
+// graceDesc describes tasklock_job_grace_seconds.
+var graceDesc = prometheus.NewDesc("tasklock_job_grace_seconds",
+	"The job's misfire.grace: how late a tick may start and still count as on time.", []string{"job"}, nil)
+
+// graceCollector serves tasklock_job_grace_seconds for the jobs in force.
+type graceCollector struct{ o *observer }
+
+// Describe implements prometheus.Collector.
+func (c graceCollector) Describe(ch chan<- *prometheus.Desc) { ch <- graceDesc }
+
+// Collect implements prometheus.Collector.
+func (c graceCollector) Collect(ch chan<- prometheus.Metric) {
+	g := c.o.graces.Load()
+	if g == nil {
+		return
+	}
+	for job, d := range *g {
+		ch <- prometheus.MustNewConstMetric(graceDesc, prometheus.GaugeValue, d.Seconds(), job)
+	}
 }
 
 // brokenDesc describes tasklock_job_broken.
@@ -101,6 +147,13 @@ func (o *observer) lockEvent(e tasklock.Event) { o.m.LockEvent(e) }
 // a broken job at ERROR, the rest at INFO.
 func (o *observer) scheduleEvent(e schedule.Event) {
 	o.m.ScheduleEvent(e)
+	if e.Type == schedule.EventRunStarted && e.Attempt == 1 && e.Trigger == "" {
+		if g := o.graces.Load(); g != nil {
+			if grace, ok := (*g)[e.Job]; ok && e.Late > grace {
+				o.lateTicks.WithLabelValues(e.Job).Inc()
+			}
+		}
+	}
 	var msg string
 	level := slog.LevelInfo
 	switch e.Type {
