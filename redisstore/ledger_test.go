@@ -64,7 +64,7 @@ func testLedgerRunningIndex(t *testing.T, d deployment) {
 	}
 	// A member whose record is gone, as after a prune, and one whose
 	// record ended without the member's removal (a removal that failed).
-	if err := c.SAdd(ctx, s.runningKey(), runningMember("gone", runMember(ledgerTick, 1, "")), runningMember("job-3", runMember(ledgerTick, 1, ""))).Err(); err != nil {
+	if err := c.SAdd(ctx, s.runningKey(), runningMember("gone", runMember(ledgerTick, 0, 1, "")), runningMember("job-3", runMember(ledgerTick, 0, 1, ""))).Err(); err != nil {
 		t.Fatal(err)
 	}
 	cmds := &cmdHook{}
