@@ -153,3 +153,36 @@ func indexOf(ss []string, s string) int {
 	}
 	return -1
 }
+
+// testLedgerPruneKeepsTicks: pruning old trigger requests rewrites the
+// job's state and keeps the others' Tick and Rerun.
+func testLedgerPruneKeepsTicks(t *testing.T, d deployment) {
+	c := d.newClient(t)
+	s := newStore(t, c, nil)
+	ctx := ctxT(t)
+	// A request received in 2020, in the form of the version before
+	// backfills.
+	old := strconv.FormatInt(time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC).UnixMicro(), 10)
+	if err := c.HSet(ctx, s.stateKey(), "bf", "0:"+old+":3:old").Err(); err != nil {
+		t.Fatal(err)
+	}
+	past := ledgerTick.Add(-time.Hour)
+	if _, err := s.SetJobState(ctx, ledger.JobStateParams{Job: "bf", Op: ledger.JobTrigger, Trigger: "re", Tick: past, Rerun: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.SetJobState(ctx, ledger.JobStateParams{Job: "bf", Op: ledger.JobTrigger, Trigger: "fill", Tick: past.Add(time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Prune(ctx, ledger.PruneParams{TriggersOlderThan: time.Hour})
+	if err != nil || res.Triggers != 1 {
+		t.Fatalf("Prune = %+v, %v; want 1 trigger request deleted", res, err)
+	}
+	sts, err := s.JobStates(ctx)
+	if err != nil || len(sts) != 1 || len(sts[0].Triggers) != 2 {
+		t.Fatalf("JobStates after prune = %+v, %v", sts, err)
+	}
+	re, fill := sts[0].Triggers[0], sts[0].Triggers[1]
+	if re.ID != "re" || !re.Tick.Equal(past) || !re.Rerun || fill.ID != "fill" || !fill.Tick.Equal(past.Add(time.Minute)) || fill.Rerun {
+		t.Fatalf("requests after prune: %+v", sts[0].Triggers)
+	}
+}

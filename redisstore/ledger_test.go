@@ -38,6 +38,7 @@ func runLedger(t *testing.T, d deployment) {
 	t.Run("RunningIndex", func(t *testing.T) { testLedgerRunningIndex(t, d) })
 	t.Run("LegacyData", func(t *testing.T) { testLedgerLegacyData(t, d) })
 	t.Run("ShardKeys", func(t *testing.T) { testLedgerShardKeys(t, d) })
+	t.Run("PruneKeepsTicks", func(t *testing.T) { testLedgerPruneKeepsTicks(t, d) })
 	t.Run("CatalogRoundTrips", func(t *testing.T) { testCatalogRoundTrips(t, d) })
 	t.Run("CatalogOddNames", func(t *testing.T) { testCatalogOddNames(t, d) })
 }
