@@ -81,7 +81,7 @@ func TestLedgerQueryPlans(t *testing.T) {
 	} {
 		var plan []string
 		rows, err := db.QueryContext(ctx, `EXPLAIN QUERY PLAN `+s.ledger.runsHead+` WHERE `+q.where+
-			` ORDER BY tick DESC, job, "trigger", attempt DESC LIMIT 10`)
+			` ORDER BY tick DESC, job, "trigger", shard, attempt DESC LIMIT 10`)
 		if err != nil {
 			t.Fatal(err)
 		}
