@@ -3,7 +3,6 @@ package sqlitestore
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -211,8 +210,11 @@ func (s *Store) Audit(ctx context.Context, q ledger.AuditQuery) ([]ledger.AuditE
 	if err := ctx.Err(); err != nil {
 		return nil, wrap(ctx, "audit", q.Job, err)
 	}
-	if q.Limit < 0 || q.Before < 0 {
-		return nil, errors.New("sqlitestore: audit: negative Limit or Before")
+	switch {
+	case q.Limit < 0:
+		return nil, fmt.Errorf("sqlitestore: audit: negative Limit %d", q.Limit)
+	case q.Before < 0:
+		return nil, fmt.Errorf("sqlitestore: audit: negative Before %d", q.Before)
 	}
 	stmt, args := s.auditSQL(q)
 	var out []ledger.AuditEntry
