@@ -91,8 +91,9 @@ type Job struct {
 	// finds every permit held waits for one, up to PoolWait, holding the
 	// job's lock (or its MaxConcurrent permit) meanwhile; when the wait
 	// ends without a permit the tick is recorded as skipped, with a reason
-	// naming the pool. The wait makes the run late: Run and EventRunStarted
-	// show by how much. "": none.
+	// naming the pool; Shutdown ends the wait at once, and the tick is
+	// recorded as skipped too. The wait makes the run late: EventRunStarted
+	// shows by how much. "": none.
 	Pool string
 	// PoolWait bounds a run's wait for a permit of its Pool. Zero: until
 	// the job's next tick after the one that waits (for a trigger-now

@@ -1,6 +1,7 @@
 package schedule
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -188,6 +189,13 @@ func (s *Scheduler) takeLimits(tickCtx context.Context, cancel context.CancelCau
 			s.log.Debug("schedule: waiting for a pool permit", "node", s.node, "job", j.Name, "pool", j.Pool, "until", until)
 			wctx, wcancel := context.WithCancelCause(tickCtx)
 			d := s.addDeadline(until, wcancel, errPoolWait)
+			go func() { // Shutdown ends the wait: the run has not started
+				select {
+				case <-s.stopCh:
+					wcancel(ErrShutdown)
+				case <-wctx.Done():
+				}
+			}()
 			l, err = sem.Acquire(wctx, opts)
 			s.removeDeadline(d)
 			cause = context.Cause(wctx)
@@ -198,8 +206,8 @@ func (s *Scheduler) takeLimits(tickCtx context.Context, cancel context.CancelCau
 		case errors.Is(cause, errPoolWait):
 			return rec, fmt.Sprintf("schedule: pool %q: no permit free within %v: all %d are held by other runs",
 				j.Pool, until.Sub(start).Round(time.Millisecond), size)
-		case tickCtx.Err() != nil:
-			return rec, fmt.Sprintf("schedule: pool %q: waiting for a permit: %v", j.Pool, context.Cause(tickCtx))
+		case errors.Is(cause, ErrShutdown) || tickCtx.Err() != nil:
+			return rec, fmt.Sprintf("schedule: pool %q: waiting for a permit: %v", j.Pool, cmp.Or(context.Cause(tickCtx), cause))
 		default:
 			return failed(fmt.Sprintf("a permit of pool %q", j.Pool), err)
 		}

@@ -364,3 +364,32 @@ func TestLimitsValidate(t *testing.T) {
 		}
 	}
 }
+
+// Shutdown ends a run's wait for a pool permit at once (the handler never
+// started, so the grace period is not for it): the tick is skipped.
+func TestPoolWaitEndsAtShutdown(t *testing.T) {
+	c := newCluster(t)
+	v := newValve()
+	cfg := &Config{Pools: map[string]int{"one": 1}}
+	a := c.node("a", 0, cfg).add(t, Job{Name: "hog", Schedule: "@every 1h", Handler: v.handler, Pool: "one", MisfireWindow: 10 * time.Second}).start(t)
+	b := c.node("b", 0, cfg).add(t, Job{Name: "waiter", Schedule: "@every 1h", Handler: v.handler, Pool: "one", MisfireWindow: 10 * time.Second}).start(t)
+	first := v.wait(t)
+	waiter := b
+	if first.Job == "waiter" {
+		waiter = a
+	}
+	waitFor(t, "a run to wait for the pool", func() bool {
+		waiter.s.mu.Lock()
+		defer waiter.s.mu.Unlock()
+		return len(waiter.s.deadlines) > 0
+	})
+	waiter.shutdown(t) // the fake clock stands still: only the end of the wait lets it return
+	other := map[string]string{"hog": "waiter", "waiter": "hog"}[first.Job]
+	rs := c.waitRecords(other, t0.Add(-time.Second), 1)
+	if rs[0].Status != ledger.RunSkipped || !strings.Contains(rs[0].Error, `pool "one": waiting for a permit: schedule: shut down`) {
+		t.Fatalf("%s's tick: %+v, want skipped by the shutdown", other, rs[0])
+	}
+	v.none(t)
+	v.release(first)
+	c.settle(true)
+}

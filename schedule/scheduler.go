@@ -157,6 +157,7 @@ type Scheduler struct {
 	quit     chan struct{}
 	loopDone chan struct{}
 	idle     chan struct{} // closed once stopping, the loop has seen it, and no run is left
+	stopCh   chan struct{} // closed by Shutdown: ends the waits for pool permits (limits.go)
 
 	// Used by the loop goroutine only.
 	nextPoll, nextPrune, retryAt time.Time
@@ -270,7 +271,7 @@ func New(locker *tasklock.Locker, l ledger.Ledger, cfg *Config) (*Scheduler, err
 		pruneEvery: c.PruneInterval, keep: max(c.HistoryKeep, 0), maxAge: max(c.HistoryMaxAge, 0), tail: c.OutputTail, redact: c.Redact, onEvent: c.OnEvent,
 		nodePrefix: c.NodeKeyPrefix, nodeTTL: c.NodeLeaseTTL, sweepEvery: c.NodeLeaseTTL / 3, lister: c.NodeLister, nodeTaken: c.NodeLeaseTaken,
 		isLeader: c.IsLeader, pools: pools, labels: labels,
-		wake: make(chan struct{}, 1), quit: make(chan struct{}), loopDone: make(chan struct{}), idle: make(chan struct{}),
+		wake: make(chan struct{}, 1), quit: make(chan struct{}), loopDone: make(chan struct{}), idle: make(chan struct{}), stopCh: make(chan struct{}),
 		jobs: make(map[string]*job), states: make(map[string]ledger.JobState),
 		seen: make(map[triggerKey]bool), deadlines: make(map[*deadline]struct{}),
 	}
@@ -528,6 +529,9 @@ func (s *Scheduler) startLoop(sts []ledger.JobState) error {
 // It does not close the Locker. Calling it again waits again.
 func (s *Scheduler) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
+	if !s.stopping {
+		close(s.stopCh)
+	}
 	s.stopping = true
 	loop := s.loopStarted
 	if !loop {
