@@ -5,11 +5,13 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/tasklock/tasklock/cmd/tasklock/internal/config"
 	"github.com/tasklock/tasklock/ledger"
 )
 
@@ -120,5 +122,36 @@ func TestServePoolAcrossNodes(t *testing.T) {
 	t.Logf("peak %d; runs by node %v; history: %d ok (%d after waiting for a permit), %d skipped", peak, perNode, ok, waited, skipped)
 	if ok < 16 {
 		t.Errorf("%d ok records, want at least the 16 runs seen", ok)
+	}
+}
+
+// serve --label: repeatable, each checked, replacing the file's labels.
+func TestServeLabelFlags(t *testing.T) {
+	c, err := parseServe([]string{"--config", "x", "--label", "gpu", "--label", "zone=eu"}, func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &config.File{Labels: []string{"from-file"}}
+	c.apply(f)
+	if want := []string{"gpu", "zone=eu"}; !slices.Equal(f.Labels, want) {
+		t.Errorf("labels %v, want %v", f.Labels, want)
+	}
+	c, err = parseServe([]string{"--config", "x"}, func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	f = &config.File{Labels: []string{"from-file"}}
+	c.apply(f)
+	if !slices.Equal(f.Labels, []string{"from-file"}) {
+		t.Errorf("without --label: labels %v, want the file's", f.Labels)
+	}
+	for _, tc := range []struct{ args []string }{
+		{[]string{"--config", "x", "--label", "a b"}},
+		{[]string{"--config", "x", "--label", ""}},
+		{[]string{"--config", "x", "--label", "a", "--label", "a"}},
+	} {
+		if _, err := parseServe(tc.args, func(string) string { return "" }); err == nil || !strings.Contains(err.Error(), "-label") {
+			t.Errorf("%q: error %v, want one naming --label", tc.args, err)
+		}
 	}
 }
