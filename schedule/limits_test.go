@@ -393,3 +393,48 @@ func TestPoolWaitEndsAtShutdown(t *testing.T) {
 	v.release(first)
 	c.settle(true)
 }
+
+// A run whose MaxConcurrent or pool permit is lost while it runs ends,
+// recorded as lost, like a run that loses the job's lock.
+func TestLostPermitIsRecorded(t *testing.T) {
+	for _, tc := range []struct {
+		name, key string
+		job       Job
+	}{
+		{"max_concurrent", "jobs/victim/running", Job{MaxConcurrent: 2}},
+		{"pool", "jobs/pool/one", Job{Pool: "one"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster(t)
+			causes := make(chan error, 1)
+			started := make(chan Run, 1)
+			job := tc.job
+			job.Name, job.Schedule, job.Lock = "victim", at3am, tasklock.ObtainOptions{TTL: 300 * time.Millisecond}
+			job.Handler = func(ctx context.Context, run Run) error {
+				started <- run
+				<-ctx.Done()
+				causes <- context.Cause(ctx)
+				return nil // claims success: the loss must still show
+			}
+			n := c.node("a", 0, &Config{KeyPrefix: "jobs/", Pools: map[string]int{"one": 1}}).add(t, job).start(t)
+			c.settle(true)
+			if _, err := n.s.Trigger(context.Background(), "victim"); err != nil {
+				t.Fatal(err)
+			}
+			run := recv(t, "the run", started)
+			if run.Fence == 0 {
+				t.Errorf("fence 0: want the MaxConcurrent permit's, or the job lock's")
+			}
+			if err := c.locks.ForceRelease(context.Background(), tc.key); err != nil {
+				t.Fatal(err)
+			}
+			if err := recv(t, "the loss", causes); !errors.Is(err, tasklock.ErrLockLost) {
+				t.Fatalf("cause %v, want ErrLockLost", err)
+			}
+			rs := c.waitRecords("victim", t0.Add(-time.Hour), 1)
+			if rs[0].Status != ledger.RunLost || !strings.Contains(rs[0].Error, "lock lost") {
+				t.Fatalf("record %+v, want lost", rs[0])
+			}
+		})
+	}
+}
