@@ -76,6 +76,9 @@ func (s *Scheduler) runTick(j *job, w work) {
 	if w.trigger != "" {
 		s.triggerDone(j.Name, w.trigger)
 	}
+	if !s.awaitParents(j, w) {
+		return
+	}
 	if (j.Jitter > 0 && !s.sleep(rand.N(j.Jitter), s.runCtx.Done())) || s.runCtx.Err() != nil {
 		s.skip(j, w, ErrShutdown.Error())
 		return
@@ -276,6 +279,7 @@ func (s *Scheduler) record(rs ...ledger.RunRecord) error {
 		select {
 		case err := <-it.done:
 			s.recordFailed(rs, err)
+			s.deps.ended(rs)
 			return err
 		case <-it.lead:
 		}
@@ -312,6 +316,7 @@ func (s *Scheduler) record(rs ...ledger.RunRecord) error {
 	}
 	h.mu.Unlock()
 	s.recordFailed(rs, err)
+	s.deps.ended(rs)
 	return err
 }
 
