@@ -32,6 +32,10 @@ const DefaultWithin = time.Hour
 // Monday).
 const maxLookBack = 1 << 31 * time.Second
 
+// tickStep turns the bounds of a span of ticks (P, T] into the ledger's
+// [From, To): stores keep ticks to the microsecond.
+const tickStep = time.Microsecond
+
 // depPageSize is how many run records one ledger read of a parent's
 // successful runs returns.
 const depPageSize = 500
@@ -267,9 +271,9 @@ func (s *Scheduler) parentsLeft(j *job, ps []string, prev, tick time.Time) []str
 // succeeded: a RunOK record, or one for each of its shards when it is
 // sharded.
 func (s *Scheduler) parentDone(job string, prev, tick time.Time) (bool, error) {
-	q := ledger.RunQuery{Job: job, To: tick.Add(time.Nanosecond), Status: ledger.RunOK, Limit: depPageSize}
+	q := ledger.RunQuery{Job: job, To: tick.Add(tickStep), Status: ledger.RunOK, Limit: depPageSize}
 	if !prev.IsZero() {
-		q.From = prev.Add(time.Nanosecond)
+		q.From = prev.Add(tickStep)
 	}
 	type run struct {
 		tick    time.Time
@@ -322,7 +326,7 @@ func (s *Scheduler) depsReason(j *job, left []string, prev, tick time.Time) stri
 func (s *Scheduler) lastStatus(job string, prev, tick time.Time) string {
 	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
 	defer cancel()
-	rs, err := s.ledger.Runs(ctx, ledger.RunQuery{Job: job, To: tick.Add(time.Nanosecond), Limit: 1})
+	rs, err := s.ledger.Runs(ctx, ledger.RunQuery{Job: job, To: tick.Add(tickStep), Limit: 1})
 	switch {
 	case err != nil:
 		return "last run unknown: " + err.Error()
