@@ -87,7 +87,8 @@ type Job struct {
 	After []string
 	// Within is how long a tick waits for its parents, from when the node
 	// takes it up (the tick itself, when on time); then it is recorded as
-	// skipped, naming each parent not done and its last status. Default:
+	// skipped, naming each parent not done and its last status (and so
+	// when Shutdown's grace period ends while it waits). Default:
 	// DefaultWithin (1h), or MisfireWindow when shorter; at most
 	// MisfireWindow. Only with After.
 	Within time.Duration
