@@ -377,3 +377,36 @@ func TestDepsShardedParent(t *testing.T) {
 		t.Fatal("not done with every shard ok (shard 1 on its second attempt)")
 	}
 }
+
+// A tick still waiting for its parents when Shutdown's grace period ends
+// is recorded as skipped, and Shutdown returns.
+func TestDepsShutdownWhileWaiting(t *testing.T) {
+	c := newCluster(t)
+	rec := newRecorder(c.clock)
+	n := c.node("n1", 0, &Config{ShutdownGrace: time.Second}).add(t,
+		Job{Name: "child", Schedule: "0 * * * * *", After: []string{"elsewhere"}, Handler: rec.ok},
+	).start(t)
+	waitedAgain(t, n, 0)
+	done := make(chan error, 1)
+	go func() { done <- n.s.Shutdown(context.Background()) }()
+	var err error
+	waitFor(t, "Shutdown to return", func() bool {
+		c.clock.Advance(200 * time.Millisecond) // to the end of the grace period, armed when Shutdown began
+		select {
+		case err = <-done:
+			return true
+		default:
+			return false
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := c.history("child")
+	if len(rs) != 1 || rs[0].Status != ledger.RunSkipped || !strings.Contains(rs[0].Error, "shut down while waiting for the job's parents elsewhere") {
+		t.Fatalf("child's history = %+v, want its tick skipped for the shutdown", rs)
+	}
+	if rec.times("child", t0, "") != 0 {
+		t.Fatal("child ran")
+	}
+}
