@@ -210,10 +210,11 @@ func (d *depWaiters) ended(rs []ledger.RunRecord) {
 
 // awaitParents holds a scheduled tick of a job with parents until they are
 // done for it, and reports whether to run it. When Within passes first, or
-// Shutdown's grace period ends, it records the tick as skipped. A
-// trigger-now request runs at once: it asked for a run now.
+// Shutdown's grace period ends, it records the tick as skipped. A trigger
+// request — trigger-now, backfill, re-run — runs at once: someone asked for
+// that run.
 func (s *Scheduler) awaitParents(j *job, w work) bool {
-	if len(j.After) == 0 || w.trigger != "" {
+	if len(j.After) == 0 || w.trigger != "" || w.request != "" {
 		return true
 	}
 	prev := prevTick(j.sched, w.tick)

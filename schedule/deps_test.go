@@ -267,6 +267,26 @@ func TestDepsTriggerDoesNotWait(t *testing.T) {
 	}
 }
 
+// A backfill of a child's past tick runs at once too.
+func TestDepsBackfillDoesNotWait(t *testing.T) {
+	c := newCluster(t)
+	rec := newRecorder(c.clock)
+	c.node("n1", 0, nil).add(t,
+		Job{Name: "child", Schedule: "0 30 * * * *", After: []string{"parent"}, Handler: rec.ok},
+	).start(t)
+	tick := t0.Add(-30 * time.Minute)
+	if _, err := RequestBackfill(context.Background(), c.ledger, "child", tick, tick, BackfillOptions{Now: c.clock.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the backfilled run", func() bool {
+		c.advance(100 * time.Millisecond) // to the next poll of the job states
+		return rec.times("child", tick, "") == 1
+	})
+	if rs := c.waitRecords("child", tick.Add(-time.Second), 1); rs[0].Status != ledger.RunOK {
+		t.Fatalf("child's history = %+v", rs)
+	}
+}
+
 // Add refuses a job that closes a cycle among the known jobs, naming it,
 // and checks After and Within.
 func TestDepsAddRefuses(t *testing.T) {

@@ -139,7 +139,8 @@
 // job's lock, reading the ledger every Config.PollInterval and at once when
 // a parent's run ends on it; after Job.Within it records T as skipped,
 // naming each parent not done and its last status. Add refuses a job that
-// closes a cycle (Cycle). A trigger-now request does not wait.
+// closes a cycle (Cycle). A trigger request (trigger-now, backfill, re-run)
+// does not wait.
 //
 // # Events
 //

@@ -81,7 +81,7 @@ type Job struct {
 	// Schedulers sharing the ledger, work alike. The node that claimed T
 	// waits for that, reading the ledger every Config.PollInterval (and
 	// at once when a parent's run ends on it), before taking the job's
-	// lock. A trigger-now request does not wait. A parent this Scheduler
+	// lock. A trigger request (trigger-now, backfill, re-run) does not wait. A parent this Scheduler
 	// does not know is allowed (another node may run it); Add refuses a
 	// job that closes a cycle among the jobs it knows. Nil: none.
 	After []string
