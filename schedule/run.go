@@ -84,6 +84,12 @@ func (s *Scheduler) runTick(j *job, w work) {
 	// end of Shutdown's grace period.
 	tickCtx, tickCancel := context.WithCancelCause(s.runCtx)
 	defer tickCancel(nil)
+	ended, ok := s.startRun(j, tickCancel)
+	if !ok {
+		s.skip(j, w, ErrRemoved.Error())
+		return
+	}
+	defer ended()
 	var lock *tasklock.Lock
 	defer func() {
 		if lock != nil {
@@ -121,7 +127,7 @@ func (s *Scheduler) runTick(j *job, w work) {
 		s.logRun(&rec)
 		s.emit(runEvent(EventRunEnded, &rec, w.catchUp))
 		retry := rec.Status == ledger.RunFailed || rec.Status == ledger.RunTimeout
-		if !retry || attempt > j.Retries || tickCtx.Err() != nil {
+		if !retry || attempt > j.Retries || tickCtx.Err() != nil || s.removed(j) {
 			return
 		}
 		backoff := min(j.RetryBackoff<<min(attempt-1, 30), j.RetryBackoffMax)

@@ -941,7 +941,7 @@ func (s *Scheduler) claimFailed(b *batch, now time.Time, err error) {
 	defer s.flushBroken()
 	defer s.mu.Unlock()
 	for _, u := range b.undo {
-		if !u.j.after.Equal(now) {
+		if !u.j.after.Equal(now) || u.j.rm.removed {
 			continue
 		}
 		u.j.after = u.after
