@@ -168,17 +168,26 @@ func (hs *httpServer) stop() {
 func (s *server) dashboardJobs() []schedule.Job {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.jobsOf != s.file {
-		s.jobsOf = s.file
-		s.jobs = jobsOf(s.file)
+	if s.jobsOf != s.file || s.jobsGen != s.rtGen {
+		s.jobsOf, s.jobsGen = s.file, s.rtGen
+		s.jobs = jobsOf(s.file.Jobs, s.rtJobs)
 	}
 	return s.jobs
 }
 
-func jobsOf(f *config.File) []schedule.Job {
-	out := make([]schedule.Job, len(f.Jobs))
-	for i, j := range f.Jobs {
-		out[i] = schedule.Job{Name: j.Name, Schedule: j.Schedule, TimeZone: j.TimeZone}
+// jobsOf lists the configuration file's jobs, then the jobs defined at
+// run time that the file does not name.
+func jobsOf(file, runtime []config.Job) []schedule.Job {
+	out := make([]schedule.Job, 0, len(file)+len(runtime))
+	seen := make(map[string]bool, len(file))
+	for _, j := range file {
+		seen[j.Name] = true
+		out = append(out, schedule.Job{Name: j.Name, Schedule: j.Schedule, TimeZone: j.TimeZone})
+	}
+	for _, j := range runtime {
+		if !seen[j.Name] {
+			out = append(out, schedule.Job{Name: j.Name, Schedule: j.Schedule, TimeZone: j.TimeZone})
+		}
 	}
 	return out
 }
