@@ -108,6 +108,7 @@ func (s *server) startHTTP(store driver.Store) (*httpServer, int) {
 		Store: store, StoreURL: s.file.Store, Jobs: s.dashboardJobs,
 		Node: s.node, Version: version(), Token: h.token, PublicRead: h.public, Logger: s.log,
 		LeaderKey: leaderKey,
+		DefineJob: defineJob, FileJob: s.fileJob,
 	})
 	if err != nil {
 		s.failf("dashboard: %v", err)
@@ -147,6 +148,15 @@ func (s *server) startHTTP(store driver.Store) (*httpServer, int) {
 	}
 	s.log.Info("dashboard", "url", "http://"+ln.Addr().String()+"/", "access", mode)
 	return hs, exitOK
+}
+
+// defineJob checks a job posted to the dashboard's job API.
+func defineJob(body []byte, name string) (string, string, error) {
+	j, def, err := config.Define("request body", body, name)
+	if err != nil {
+		return "", "", errors.New(strings.Join(config.AsErrors(err), "\n"))
+	}
+	return j.Name, def, nil
 }
 
 // stop ends the event streams and shuts the server down.
