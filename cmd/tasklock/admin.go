@@ -130,7 +130,7 @@ func adminRun(cmd, usage string, args []string, stdout, stderr io.Writer, subs m
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), a.timeout)
 	defer cancel()
-	store, closeFn, err := storeurl.Open(ctx, a.store)
+	store, closeFn, err := openStore(ctx, a.store)
 	if err != nil {
 		fmt.Fprintf(stderr, "tasklock %s %s: %v\n", cmd, a.sub, err)
 		return openExit(err)
@@ -152,6 +152,10 @@ func adminRun(cmd, usage string, args []string, stdout, stderr io.Writer, subs m
 		return exitUnavailable
 	}
 }
+
+// openStore opens the store of the locks and jobs commands; the tests of
+// commands on an in-process store replace it.
+var openStore = storeurl.Open
 
 // openExit is the exit status when a store cannot be opened: 64 for a bad
 // URL, 69 for a store that cannot be reached.

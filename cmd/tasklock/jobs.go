@@ -58,12 +58,13 @@ the pause and trigger-now state every node of "tasklock serve" obeys
            one job in YAML or JSON, with the keys of a job of the file
            (see "tasklock help serve"; - reads stdin), checked as the file
            is; or flags: --schedule, --command (split at blanks; use -f
-           for arguments with blanks), --http-url, --timezone, --timeout,
-           --overlap, --misfire, --retries, --jitter, --lock-ttl,
-           --kill-grace, --max-hold, --min-hold, --run-on; flags after -f
-           replace its keys. JOB names the job when the snippet does not
+           for arguments with blanks), --http-url, --timezone,
+           --run-timeout (the key timeout:), --overlap, --misfire,
+           --retries, --jitter, --lock-ttl, --kill-grace, --max-hold,
+           --min-hold, --run-on; flags after -f replace its keys. JOB
+           names the job when the snippet does not
   update   change a job defined at run time: -f replaces its definition,
-           flags change the keys they name (--timeout '' unsets one). A
+           flags change the keys they name (an empty value unsets one). A
            run in progress finishes; the new definition takes the next tick
   delete   delete a job defined at run time: its run in progress finishes,
            or with --cancel is cancelled (a command gets SIGTERM, then

@@ -38,7 +38,7 @@ type defineFlags struct {
 // flag name; the others need -f.
 var defineKeys = []struct{ flag, key string }{
 	{"schedule", "schedule"}, {"timezone", "timezone"}, {"command", "command"}, {"http-url", "http"},
-	{"timeout", "timeout"}, {"overlap", "overlap"}, {"misfire", "misfire"}, {"retries", "retries"},
+	{"run-timeout", "timeout"}, {"overlap", "overlap"}, {"misfire", "misfire"}, {"retries", "retries"},
 	{"jitter", "jitter"}, {"lock-ttl", "lock_ttl"}, {"kill-grace", "kill_grace"}, {"max-hold", "max_hold"},
 	{"min-hold", "min_hold"}, {"run-on", "run_on"},
 }
