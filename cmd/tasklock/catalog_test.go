@@ -438,6 +438,16 @@ func TestRuntimeJobsAPI(t *testing.T) {
 	if es := c.audit(t, "listed"); len(es) != 2 || es[0].Action != "pause" || es[0].Who != "api:token" {
 		t.Errorf("audit after pause: %+v", es)
 	}
+	// A reload that changes the file keeps the jobs defined at run time:
+	// the new Scheduler gets them at once.
+	writeConfig(t, dir, clockConfig("mem://")+indent(jobSnippet("clock2", "@hourly", "x", 0)))
+	p.Signal(syscall.SIGHUP)
+	p.WaitStderr(`"msg":"reloaded"`, 20*time.Second)
+	applied := `"msg":"job defined at run time applied","job":"listed","version":1`
+	p.WaitUntil(10*time.Second, func() bool { return strings.Count(p.Stderr(), applied) == 2 }, "listed applied to the reloaded Scheduler")
+	if code, body := c.do(t, "GET", "/api/jobs?name=listed", ""); code != http.StatusOK || !strings.Contains(body, `"configured":true`) {
+		t.Errorf("after the reload, GET /api/jobs?name=listed: %d %s", code, body)
+	}
 	p.Signal(syscall.SIGTERM)
 	if code := p.Wait(30 * time.Second); code != 0 {
 		t.Fatalf("exit %d\n%s", code, p.Stderr())
