@@ -29,7 +29,6 @@ type defineFlags struct {
 	file    string
 	config  string // --config: refuse the jobs this serve configuration names
 	cancel  bool   // delete --cancel
-	job     string // audit --job
 	keys    map[string]*string
 	keysSet map[string]bool
 }
