@@ -141,6 +141,15 @@ and changed to match it (runs in progress finish as they were started);
 when it is not, the mistakes are logged and the old jobs keep running. The
 store and the node cannot change without a restart.
 
+Jobs defined at run time: "tasklock jobs create|update|delete" and the
+dashboard's POST /api/jobs, PUT and DELETE /api/jobs/NAME keep jobs with
+the same keys in the store (when it keeps a job catalog). Every serve reads
+them every 500ms and runs them beside the file's jobs: a changed job is
+replaced (a run in progress finishes), a deleted one removed (its run
+finishes, or is stopped when the delete said --cancel). The file is
+authoritative: a job defined at run time with the name of a job of FILE is
+ignored, with a warning. They survive reloads and restarts.
+
 Node names: each serve takes a lock named serve/node/NODE in the store for
 as long as it runs, so two serves with the same node name on one store —
 the same file started twice with node: set — are refused: the second exits
