@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // ErrRemoved is the cause of a run's context when its job was removed
@@ -35,8 +36,11 @@ type jobRemoval struct {
 // further retries; it finishes its attempt or, with opts.Cancel, is
 // cancelled. Remove does not wait for the runs; Shutdown does. The job's
 // state and history in the ledger stay. A job of the same name may be
-// added at once (tasklock serve replaces a changed job so): its runs take
-// the same lock, so with Overlap skip they do not overlap the old job's.
+// added at once (tasklock serve replaces a changed job so): it goes on
+// from the last tick the removed one handled, and its runs take the same
+// lock, so with Overlap skip they do not overlap the old job's. Added
+// more than a PollInterval later, it starts at its next tick, as a new
+// job does: the ticks while it was removed are not owed.
 // It returns an error wrapping ErrUnknownJob when no job of that name was
 // added.
 func (s *Scheduler) Remove(name string, opts RemoveOptions) error {
@@ -47,6 +51,10 @@ func (s *Scheduler) Remove(name string, opts RemoveOptions) error {
 		return fmt.Errorf("%w %q", ErrUnknownJob, name)
 	}
 	delete(s.jobs, name)
+	if s.handled == nil {
+		s.handled = make(map[string]removal)
+	}
+	s.handled[name] = removal{after: j.after, at: s.clock.Now()}
 	if j.idx >= 0 {
 		heap.Remove(&s.heap, j.idx)
 	}
@@ -85,6 +93,33 @@ func (s *Scheduler) startRun(j *job, cancel context.CancelCauseFunc) (func(), bo
 		delete(j.rm.runs, c)
 		s.mu.Unlock()
 	}, true
+}
+
+// removal is when a job was removed and up to which instant it had
+// handled its ticks.
+type removal struct{ after, at time.Time }
+
+// skipHandled sets where a job added again after Remove starts. Within a
+// poll interval of the removal — tasklock serve replacing a changed job —
+// it goes on from the last tick the removed job handled, so that no tick
+// is lost to the change and none it handled is handled again (it claimed
+// them with this Scheduler's token, so the ledger would let it claim
+// them again). Later — the job was deleted, then created again — it
+// starts at its next tick, as a new job does: the ticks while it did not
+// exist are not owed. Callers hold s.mu.
+func (s *Scheduler) skipHandled(j *job, now time.Time) {
+	r, ok := s.handled[j.Name]
+	if !ok {
+		return
+	}
+	delete(s.handled, j.Name)
+	from := r.after
+	if now.Sub(r.at) > s.poll {
+		from = now.Add(-time.Nanosecond)
+	}
+	if from.After(j.after) {
+		j.after = from
+	}
 }
 
 // removed reports whether j was removed.

@@ -68,13 +68,28 @@ func TestRemoveFinishesRunningRun(t *testing.T) {
 	if err := n.s.Remove("rm", RemoveOptions{}); !errors.Is(err, ErrUnknownJob) {
 		t.Fatalf("second Remove: %v, want ErrUnknownJob", err)
 	}
-	// Added again, it runs again.
+	// Added again, it starts at its next tick: not the ticks it handled
+	// before its removal (claimed with this Scheduler's token, a second
+	// claim of them would succeed), nor those while it was removed.
 	ran := make(chan Run, 16)
 	job.Handler = func(_ context.Context, r Run) error { ran <- r; return nil }
 	n.add(t, job)
 	c.advance(10 * time.Second)
 	recv(t, "a run of the job added again", ran)
 	c.settle(true)
+	for _, r := range c.historyAfter("rm", t0.Add(-time.Second)) {
+		if r.Tick.Equal(t0) && (r.Attempt != 1 || r.Status != ledger.RunFailed) {
+			t.Errorf("tick t0, handled before the removal, handled again: %+v", r)
+		}
+		if r.Status == ledger.RunMissed {
+			t.Errorf("a tick while the job was removed is owed: %+v", r)
+		}
+	}
+	for len(ran) > 0 {
+		if r := <-ran; !r.Tick.After(t0) {
+			t.Errorf("the job added again ran tick %v, handled before its removal", r.Tick)
+		}
+	}
 }
 
 // Remove with Cancel ends the running run with ErrRemoved, recorded failed;
