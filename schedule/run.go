@@ -29,6 +29,12 @@ func (s *Scheduler) execute(j *job, items []work) {
 	for _, w := range items {
 		if w.missed {
 			reason := fmt.Sprintf("schedule: tick missed: handled %v late, misfire policy %s", w.late.Round(time.Millisecond), j.Misfire)
+			if w.gap.n > 0 {
+				if !s.refineGap(j, &w.gap) {
+					continue
+				}
+				reason = w.gap.reason(j)
+			}
 			missed = append(missed, s.notRun(j, w, ledger.RunMissed, reason))
 			late = append(late, w.late)
 		}
@@ -73,8 +79,21 @@ func (s *Scheduler) skip(j *job, w work, reason string) {
 // makes up to 1+Retries attempts with backoff while holding it, records
 // each, and releases the lock.
 func (s *Scheduler) runTick(j *job, w work) {
-	if w.trigger != "" {
-		s.triggerDone(j.Name, w.trigger)
+	base := 0 // attempts are numbered after base
+	switch {
+	case w.elsewhere:
+		s.triggerDone(j.Name, w.request)
+		return
+	case w.past:
+		var ok bool
+		if base, ok = s.startPast(j, w); !ok {
+			return
+		}
+	case w.request != "":
+		s.triggerDone(j.Name, w.request)
+	}
+	if !s.awaitParents(j, w) {
+		return
 	}
 	if (j.Jitter > 0 && !s.sleep(rand.N(j.Jitter), s.runCtx.Done())) || s.runCtx.Err() != nil {
 		s.skip(j, w, ErrShutdown.Error())
@@ -100,10 +119,15 @@ func (s *Scheduler) runTick(j *job, w work) {
 		d := s.addDeadline(s.clock.Now().Add(j.Lock.MaxHold), tickCancel, tasklock.ErrMaxHold)
 		defer s.removeDeadline(d)
 	}
-	for attempt := 1; ; attempt++ {
+	for try := 1; ; try++ {
+		attempt := base + try
 		var rec ledger.RunRecord
-		if j.Overlap == OverlapSkip && lock == nil {
-			l, err := s.obtain(j)
+		if j.Overlap == OverlapSkip && !w.allow && lock == nil {
+			obtain := s.obtain
+			if w.past {
+				obtain = s.obtainPast
+			}
+			l, err := obtain(j)
 			switch {
 			case errors.Is(err, tasklock.ErrNotObtained):
 				s.skip(j, w, "schedule: the previous run is still in progress: "+err.Error())
@@ -127,10 +151,10 @@ func (s *Scheduler) runTick(j *job, w work) {
 		s.logRun(&rec)
 		s.emit(runEvent(EventRunEnded, &rec, w.catchUp))
 		retry := rec.Status == ledger.RunFailed || rec.Status == ledger.RunTimeout
-		if !retry || attempt > j.Retries || tickCtx.Err() != nil || s.removed(j) {
+		if !retry || try > j.Retries || tickCtx.Err() != nil || s.removed(j) {
 			return
 		}
-		backoff := min(j.RetryBackoff<<min(attempt-1, 30), j.RetryBackoffMax)
+		backoff := min(j.RetryBackoff<<min(try-1, 30), j.RetryBackoffMax)
 		if !s.sleep(backoff, tickCtx.Done()) {
 			return
 		}
@@ -282,6 +306,7 @@ func (s *Scheduler) record(rs ...ledger.RunRecord) error {
 		select {
 		case err := <-it.done:
 			s.recordFailed(rs, err)
+			s.deps.ended(rs)
 			return err
 		case <-it.lead:
 		}
@@ -318,6 +343,7 @@ func (s *Scheduler) record(rs ...ledger.RunRecord) error {
 	}
 	h.mu.Unlock()
 	s.recordFailed(rs, err)
+	s.deps.ended(rs)
 	return err
 }
 

@@ -25,6 +25,9 @@ const jobsUsage = `Usage:
   tasklock jobs pause   --store URL JOB [--force] [--json]
   tasklock jobs resume  --store URL JOB [--force] [--json]
   tasklock jobs forget  --store URL JOB [--force] [--json]
+  tasklock jobs backfill --store URL JOB --from T1 --to T2 [--overlap skip|allow]
+                        [--max N] [--rerun] [--json]
+  tasklock jobs rerun   --store URL JOB TICK [--overlap skip|allow] [--json]
   tasklock jobs create  --store URL [JOB] (-f FILE | --schedule S --command C ...) [--config FILE] [--force] [--json]
   tasklock jobs update  --store URL [JOB] (-f FILE | --schedule S ...) [--config FILE] [--force] [--json]
   tasklock jobs delete  --store URL JOB [--cancel] [--json]
@@ -52,6 +55,17 @@ the pause and trigger-now state every node of "tasklock serve" obeys
            triggers — once it was removed from the configuration (its
            history stays until pruned). A node that still has JOB
            registers it again when it starts or reloads
+  backfill run the ticks of JOB's schedule from T1 to T2 (both included;
+           RFC 3339 times such as 2026-11-27T02:00:00Z, UTC when no
+           offset is given), each once across the fleet: a tick that
+           already has an attempt in the history (it ran, failed, timed
+           out...) is not run again unless --rerun; missed and skipped
+           ticks have none. --overlap skip (the default) runs them one at
+           a time and never beside another run of JOB; allow runs them at
+           once on whichever nodes take them. A range of more than --max
+           ticks (default 1000) is refused, not cut. Nodes take the
+           requests within a second; jobs history shows the runs
+  rerun    run JOB's TICK once more, as its next attempt number
 
   create   define a job at run time: every node of serve runs it within a
            second, as if it were in its configuration file. -f FILE is
@@ -99,7 +113,7 @@ refused (a job defined already, or not at run time, or of the file); 64 bad usag
 unreachable or failing, or the store keeps no ledger.
 `
 
-var jobsSubs = map[string]int{"list": 0, "history": 0, "trigger": 1, "pause": 1, "resume": 1, "forget": 1,
+var jobsSubs = map[string]int{"list": 0, "history": 0, "trigger": 1, "pause": 1, "resume": 1, "forget": 1, "backfill": 1, "rerun": 2,
 	"create": -1, "update": -1, "delete": 1, "audit": 0}
 
 // The JSON shapes of jobs, shared with the dashboard's API.
@@ -118,10 +132,12 @@ func runJobs(args []string, stdout, stderr io.Writer) int {
 		since       time.Duration
 		limit       int
 		force       bool
+		past        backfillFlags
 		def         defineFlags
 	)
 	extra := func(fs *flag.FlagSet) {
-		def.register(fs)
+		past.register(fs)
+		def.register(fs) // after: it shares --overlap with backfill
 		fs.BoolVar(&force, "force", false, "")
 		fs.StringVar(&job, "job", "", "")
 		fs.StringVar(&status, "status", "", "")
@@ -158,6 +174,10 @@ func runJobs(args []string, stdout, stderr io.Writer) int {
 				q.From = time.Now().Add(-since)
 			}
 			return jobsHistory(ctx, l, q, a.json, stdout)
+		case "backfill":
+			return jobsBackfill(ctx, l, a.positional[0], &past, a.json, stdout)
+		case "rerun":
+			return jobsRerun(ctx, l, a.positional[0], a.positional[1], &past, a.json, stdout)
 		}
 		p := ledger.JobStateParams{Job: a.positional[0]}
 		switch a.sub {

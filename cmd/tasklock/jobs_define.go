@@ -50,8 +50,30 @@ func (d *defineFlags) register(fs *flag.FlagSet) {
 	for _, k := range defineKeys {
 		v := new(string)
 		d.keys[k.flag] = v
+		if f := fs.Lookup(k.flag); f != nil {
+			// Another subcommand's flag of the same name and meaning
+			// (backfill's --overlap): noted when given.
+			f.Value = &sharedFlag{Value: f.Value, set: func(s string) { *v, d.keysSet[k.flag] = s, true }}
+			continue
+		}
 		fs.Func(k.flag, "", func(s string) error { *v, d.keysSet[k.flag] = s, true; return nil })
 	}
+}
+
+// sharedFlag is a flag another subcommand registered, also read by create
+// and update when given.
+type sharedFlag struct {
+	flag.Value
+	set func(string)
+}
+
+// Set implements flag.Value.
+func (f *sharedFlag) Set(s string) error {
+	if err := f.Value.Set(s); err != nil {
+		return err
+	}
+	f.set(s)
+	return nil
 }
 
 // snippet builds the job's definition from -f (a YAML or JSON mapping,

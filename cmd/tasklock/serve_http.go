@@ -192,11 +192,11 @@ func jobsOf(file, runtime []config.Job) []schedule.Job {
 	seen := make(map[string]bool, len(file))
 	for _, j := range file {
 		seen[j.Name] = true
-		out = append(out, schedule.Job{Name: j.Name, Schedule: j.Schedule, TimeZone: j.TimeZone})
+		out = append(out, schedule.Job{Name: j.Name, Schedule: j.Schedule, TimeZone: j.TimeZone, After: j.After})
 	}
 	for _, j := range runtime {
 		if !seen[j.Name] {
-			out = append(out, schedule.Job{Name: j.Name, Schedule: j.Schedule, TimeZone: j.TimeZone})
+			out = append(out, schedule.Job{Name: j.Name, Schedule: j.Schedule, TimeZone: j.TimeZone, After: j.After})
 		}
 	}
 	return out

@@ -4,6 +4,7 @@
 package apijson
 
 import (
+	"slices"
 	"strconv"
 	"time"
 
@@ -27,6 +28,26 @@ type Job struct {
 	Spec    string     `json:"spec,omitempty"`
 	Since   *time.Time `json:"since,omitempty"`
 	LastRun *Run       `json:"last_run"`
+	// After are the job's parents (schedule.Job.After) and Children the
+	// configured jobs whose After names it, sorted: the edges of the
+	// dependency graph around the job; omitted when there are none.
+	After    []string `json:"after,omitempty"`
+	Children []string `json:"children,omitempty"`
+}
+
+// Children returns, for each job named in the After of a job of jobs, the
+// jobs whose After names it, sorted by name.
+func Children(jobs []schedule.Job) map[string][]string {
+	out := map[string][]string{}
+	for _, j := range jobs {
+		for _, p := range j.After {
+			out[p] = append(out[p], j.Name)
+		}
+	}
+	for _, cs := range out {
+		slices.Sort(cs)
+	}
+	return out
 }
 
 // The job states.
@@ -67,6 +88,10 @@ func SpecBroken(spec string, now time.Time) string {
 type Trigger struct {
 	ID string    `json:"id"`
 	At time.Time `json:"at"`
+	// Tick is the past tick a backfill or re-run asks for; unset for a
+	// trigger-now. Rerun: run it even if it ran.
+	Tick  *time.Time `json:"tick,omitempty"`
+	Rerun bool       `json:"rerun,omitempty"`
 }
 
 // Run is one run record.
@@ -142,7 +167,12 @@ func FromState(st ledger.JobState) Job {
 		j.Since = &since
 	}
 	for _, t := range st.Triggers {
-		j.Triggers = append(j.Triggers, Trigger{ID: t.ID, At: t.At.UTC()})
+		tr := Trigger{ID: t.ID, At: t.At.UTC(), Rerun: t.Rerun}
+		if !t.Tick.IsZero() {
+			tick := t.Tick.UTC()
+			tr.Tick = &tick
+		}
+		j.Triggers = append(j.Triggers, tr)
 	}
 	return j
 }
