@@ -63,7 +63,7 @@ func TestJobsDefineCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	code, out, errOut := runJobsOn(t, store, "jobs", "create", "beat", "--schedule", "@every 5s", "--command", "/bin/echo hi", "--retries", "2")
+	code, out, errOut := runJobsOn(t, store, "jobs", "create", "beat", "--schedule", "@every 5s", "--command", "/bin/echo hi", "--retries", "2", "--overlap", "allow")
 	if code != exitOK || !strings.Contains(out, `created "beat" (version 1)`) {
 		t.Fatalf("create from flags = %d\n%s%s", code, out, errOut)
 	}
@@ -72,7 +72,7 @@ func TestJobsDefineCommands(t *testing.T) {
 		t.Fatalf("defs %+v", defs)
 	}
 	j, err := config.ParseJob("stored", []byte(defs[0].Def))
-	if err != nil || j.Schedule != "@every 5s" || strings.Join(j.Command, " ") != "/bin/echo hi" || j.Retries != 2 {
+	if err != nil || j.Schedule != "@every 5s" || strings.Join(j.Command, " ") != "/bin/echo hi" || j.Retries != 2 || j.Overlap != schedule.OverlapAllow {
 		t.Fatalf("stored %s: %+v %v", defs[0].Def, j, err)
 	}
 	if code, _, errOut = runJobsOn(t, store, "jobs", "create", "beat", "--schedule", "@every 5s", "--command", "true"); code != exitMissing || !strings.Contains(errOut, "defined already") {
