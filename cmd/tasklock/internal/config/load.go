@@ -744,7 +744,7 @@ func clip(s string) string {
 type validator struct {
 	store *memstore.Store
 	lk    *tasklock.Locker
-	pools map[string]int // the file's, for pool:
+	pools map[string]int // the file's, for pool:; nil for a job defined at run time (any pool)
 }
 
 func newValidator(pools map[string]int) *validator {
@@ -785,7 +785,13 @@ var goNames = strings.NewReplacer(
 // clears the field at fault and asks again.
 func (v *validator) check(j schedule.Job, reported func(key string) bool) []jobMistake {
 	// serve elects a leader: run_on: leader is checked as it will run.
-	s, err := schedule.New(v.lk, v.store, &schedule.Config{IsLeader: func() bool { return false }, Pools: v.pools})
+	pools := v.pools
+	if pools == nil && j.Pool != "" {
+		// A job defined at run time names a pool of the nodes' files,
+		// which the node that applies it checks.
+		pools = map[string]int{j.Pool: 1}
+	}
+	s, err := schedule.New(v.lk, v.store, &schedule.Config{IsLeader: func() bool { return false }, Pools: pools})
 	if err != nil {
 		panic(err) // constant arguments
 	}

@@ -45,7 +45,7 @@ func (p *parser) snippet(data []byte) (Job, bool) {
 	if n == nil {
 		return Job{}, false
 	}
-	v := newValidator()
+	v := newValidator(nil)
 	defer v.close()
 	return p.job(0, n, map[string]int{}, v)
 }
@@ -128,7 +128,7 @@ func Define(source string, data []byte, name string) (Job, string, error) {
 	if n.Kind == yaml.MappingNode {
 		// Checked first so that anchors and merge keys are refused
 		// before the decoding below could expand them.
-		v := newValidator()
+		v := newValidator(nil)
 		j, ok := p.job(0, n, map[string]int{}, v)
 		v.close()
 		if !ok || len(p.errs) > 0 {
@@ -155,7 +155,7 @@ func Define(source string, data []byte, name string) (Job, string, error) {
 		}
 		return j, string(def), nil
 	}
-	v := newValidator()
+	v := newValidator(nil)
 	defer v.close()
 	p.job(0, n, map[string]int{}, v) // reports "want a mapping"
 	return Job{}, "", p.errs
