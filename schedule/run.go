@@ -24,6 +24,10 @@ const maxErrorLen = 4096
 // after another.
 func (s *Scheduler) execute(j *job, items []work) {
 	defer s.runDone()
+	if j.Shards > 1 {
+		s.executeShards(j, items)
+		return
+	}
 	var missed []ledger.RunRecord
 	var late []time.Duration
 	for _, w := range items {
@@ -49,7 +53,7 @@ func (s *Scheduler) execute(j *job, items []work) {
 // notRun is the record of a tick that was not attempted.
 func (s *Scheduler) notRun(j *job, w work, status ledger.RunStatus, reason string) ledger.RunRecord {
 	return ledger.RunRecord{
-		Job: j.Name, Tick: w.tick.UTC(), Trigger: w.trigger, Node: s.node,
+		Job: j.Name, Tick: w.tick.UTC(), Trigger: w.trigger, Shard: w.shard, Shards: w.shards, Node: s.node,
 		End: s.clock.Now(), Status: status, Error: truncate(s.redacted(reason), maxErrorLen),
 	}
 }
@@ -94,10 +98,10 @@ func (s *Scheduler) runTick(j *job, w work) {
 		d := s.addDeadline(s.clock.Now().Add(j.Lock.MaxHold), tickCancel, tasklock.ErrMaxHold)
 		defer s.removeDeadline(d)
 	}
-	for attempt := 1; ; attempt++ {
+	for attempt := w.attempts + 1; ; attempt++ {
 		var rec ledger.RunRecord
 		if j.Overlap == OverlapSkip && lock == nil {
-			l, err := s.obtain(j)
+			l, err := s.obtain(j, w)
 			switch {
 			case errors.Is(err, tasklock.ErrNotObtained):
 				s.skip(j, w, "schedule: the previous run is still in progress: "+err.Error())
@@ -121,7 +125,7 @@ func (s *Scheduler) runTick(j *job, w work) {
 		s.logRun(&rec)
 		s.emit(runEvent(EventRunEnded, &rec, w.catchUp))
 		retry := rec.Status == ledger.RunFailed || rec.Status == ledger.RunTimeout
-		if !retry || attempt > j.Retries || tickCtx.Err() != nil {
+		if !retry || attempt-w.attempts > j.Retries || tickCtx.Err() != nil {
 			return
 		}
 		backoff := min(j.RetryBackoff<<min(attempt-1, 30), j.RetryBackoffMax)
@@ -152,21 +156,21 @@ func (s *Scheduler) attempt(parent context.Context, j *job, w work, n int, lock 
 	}
 	run := Run{
 		Job: j.Name, Tick: w.tick.UTC(), Trigger: w.trigger, Node: s.node,
-		Attempt: n, Fence: fence, CatchUp: w.catchUp, Output: out,
+		Attempt: n, Fence: fence, CatchUp: w.catchUp, Output: out, Shard: w.shard, Shards: w.shards,
 	}
 	s.emit(Event{
-		Type: EventRunStarted, Job: j.Name, Tick: run.Tick, Trigger: w.trigger, CatchUp: w.catchUp,
+		Type: EventRunStarted, Job: j.Name, Tick: run.Tick, Trigger: w.trigger, Shard: w.shard, CatchUp: w.catchUp,
 		Attempt: n, Fence: fence, Start: start, Late: start.Sub(run.Tick),
 	})
 	// The running record, before the handler starts: if this node dies
 	// now, another one finds it and settles it as interrupted (sweep.go).
 	_ = s.record(ledger.RunRecord{
-		Job: j.Name, Tick: run.Tick, Trigger: w.trigger, Attempt: n, Node: s.node, Fence: fence,
+		Job: j.Name, Tick: run.Tick, Trigger: w.trigger, Shard: w.shard, Shards: w.shards, Attempt: n, Node: s.node, Fence: fence,
 		Start: start, Status: ledger.RunRunning,
 	})
 	err := s.call(ctx, j, run)
 	rec := ledger.RunRecord{
-		Job: j.Name, Tick: run.Tick, Trigger: w.trigger, Attempt: n, Node: s.node, Fence: fence,
+		Job: j.Name, Tick: run.Tick, Trigger: w.trigger, Shard: w.shard, Shards: w.shards, Attempt: n, Node: s.node, Fence: fence,
 		Start: start, End: s.clock.Now(),
 	}
 	if tl != nil {
@@ -232,8 +236,12 @@ func (s *Scheduler) logRun(r *ledger.RunRecord) {
 		"trigger", r.Trigger, "attempt", r.Attempt, "status", r.Status, "duration", r.End.Sub(r.Start), "err", r.Error)
 }
 
-// obtain takes the job's lock, once.
-func (s *Scheduler) obtain(j *job) (*tasklock.Lock, error) {
+// obtain takes the job's lock (a shard-run: its shard's), once; a retake
+// waits for the stopped node's shard lock to expire (shard.go).
+func (s *Scheduler) obtain(j *job, w work) (*tasklock.Lock, error) {
+	if w.shards > 1 {
+		return s.obtainShard(j, w)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
 	defer cancel()
 	return s.lk.TryObtain(ctx, j.key, j.lockOptions(s.node))
