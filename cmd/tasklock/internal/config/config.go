@@ -40,6 +40,10 @@
 //	max_hold        Lock.MaxHold
 //	run_on          LeaderOnly: "leader" (only the serve fleet's elected
 //	                leader runs it) or "any" (the default)
+//	shards          Shards: split each tick into N shard-runs spread over
+//	                the live nodes (at most 1024; not with run_on: leader);
+//	                a command gets TASKLOCK_SHARD (0 to N-1) and
+//	                TASKLOCK_SHARDS, an http job X-Tasklock-Shard(s)
 //
 // and exactly one of the handlers the daemon provides:
 //

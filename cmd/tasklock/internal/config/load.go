@@ -324,7 +324,7 @@ func (p *parser) integer(f field, name string) int {
 }
 
 // jobKeys are the keys of a job.
-var jobKeys = []string{"name", "schedule", "timezone", "command", "kill_grace", "http", "timeout", "overlap", "misfire", "retries", "jitter", "lock_ttl", "min_hold", "max_hold", "run_on"}
+var jobKeys = []string{"name", "schedule", "timezone", "command", "kill_grace", "http", "timeout", "overlap", "misfire", "retries", "jitter", "lock_ttl", "min_hold", "max_hold", "run_on", "shards"}
 
 // job reads the i-th job; false when it has mistakes.
 func (p *parser) job(i int, n *yaml.Node, names map[string]int, v *validator) (Job, bool) {
@@ -410,6 +410,9 @@ func (p *parser) job(i int, n *yaml.Node, names map[string]int, v *validator) (J
 	}
 	if f, ok := fields["retries"]; ok {
 		p.retries(&j, f, lines)
+	}
+	if f, ok := fields["shards"]; ok {
+		j.Shards = p.integer(f, "shards")
 	}
 	for key, d := range map[string]*time.Duration{"jitter": &j.Jitter, "lock_ttl": &j.Lock.TTL, "min_hold": &j.Lock.MinHold, "max_hold": &j.Lock.MaxHold} {
 		if f, ok := fields[key]; ok {
@@ -757,6 +760,7 @@ var fieldKeys = map[string]string{
 	"Job.MisfireWindow": "misfire.window", "Job.CatchUpMax": "misfire.max", "Job.Timeout": "timeout",
 	"Job.Retries": "retries.max", "Job.RetryBackoff": "retries.backoff", "Job.RetryBackoffMax": "retries.backoff_max",
 	"Job.Jitter": "jitter", "Job.LeaderOnly": "run_on", "Job.Lock.TTL": "lock_ttl", "Job.Lock.MinHold": "min_hold", "Job.Lock.MaxHold": "max_hold", "Job.Lock.Grace": "kill_grace",
+	"Job.Shards": "shards",
 }
 
 // goNames rewrites the field names in the scheduler's reasons.
@@ -764,7 +768,7 @@ var goNames = strings.NewReplacer(
 	"Config.ClaimRetention", "the claim retention", "MisfireAfter", "misfire.grace",
 	"MisfireWindow", "misfire.window", "RetryBackoffMax", "retries.backoff_max", "RetryBackoff", "retries.backoff",
 	"MaxHold", "max_hold", "MinHold", "min_hold", "Overlap is", "overlap is", "Job.Schedule", "schedule",
-	"half the TTL", "half of lock_ttl",
+	"half the TTL", "half of lock_ttl", "set with LeaderOnly", "set with run_on: leader",
 )
 
 // check returns the scheduler's mistakes in j, except those about keys
