@@ -9,8 +9,9 @@
 // pub/sub), driver.Lister (the CLI and the dashboard list leases),
 // driver.ForceReleaser (the operator's escape hatch), driver.Kinder
 // (read-write locks and semaphores), driver.FairQueuer (fair locks, on
-// request) and ledger.Ledger, the tick ledger of package schedule (see
-// Ledger).
+// request), ledger.Ledger, the tick ledger of package schedule, and
+// ledger.Catalog, the job definitions made at run time and their audit
+// list (see Ledger).
 //
 // # Keys
 //
@@ -91,19 +92,29 @@
 // lists them. A job J's keys share the hash tag "job:"+J, which is never
 // empty whatever J is, so one script may touch all of them on a Cluster:
 //
-//   - Prefix+"ledger:{job:J}:claim:"+tick+":"+trigger: one string per
-//     claim, with a PX expiry of the claim's Retain, holding the claiming
-//     token, the node and the claim time. Redis expires claims by itself;
-//     Prune has none to delete and reports zero claims.
+//   - Prefix+"ledger:{job:J}:claim:"+tick+":"+trigger for shard 0 (every
+//     claim of a job that is not sharded) and
+//     Prefix+"ledger:{job:J}:claim:"+tick+"/"+shard+":"+trigger for the
+//     other shards: one string per claim, with a PX expiry of the claim's
+//     Retain, holding the claiming token, the node and the claim time.
+//     Redis expires claims by itself; Prune has none to delete and reports
+//     zero claims.
 //   - Prefix+"ledger:{job:J}:runs": a sorted set of J's runs, member
-//     tick+":"+attempt+":"+trigger, scored by the tick.
+//     tick+":"+attempt+":"+trigger for shard 0 and
+//     tick+"/"+shard+":"+attempt+":"+trigger for the others, scored by the
+//     tick. The tick's digits end at ':' or '/', so no trigger can make
+//     two keys the same. Shard 0 is written exactly as claims and records
+//     were before shards existed, so those read back as shard 0 and
+//     nothing migrates. RunRecord.Shards is a field of the record, written
+//     only when it is not 0.
 //   - Prefix+"ledger:{job:J}:recs": a hash from run member to the record.
 //   - Prefix+"ledger:{job:J}:recorded": the run members scored by the time
 //     they were recorded, for pruning by age.
 //   - Prefix+"ledger:jobs": the set of every job that recorded a run (a
 //     name stays after its runs are pruned: it costs a few bytes).
 //   - Prefix+"ledger:state": a hash from job to its state (paused, pending
-//     trigger requests), holding only jobs not in the default state.
+//     trigger requests with their Tick and Rerun), holding only jobs not in
+//     the default state.
 //   - Prefix+"ledger:running": a set of the running records (job, NUL,
 //     run member), so that the schedulers' sweep for running records of
 //     dead nodes reads those, not every job's history. RecordRuns adds a
@@ -113,10 +124,32 @@
 //     (unix µs):spec", apart from the state hash so that JobStates does not
 //     grow with the number of registered jobs.
 //
-// Ticks and times are unix microseconds; names, triggers, tokens and
-// output are kept byte for byte. Every time that decides something — claim
-// time and expiry, a record's time, a trigger request's time, the ages
-// Prune compares — is Redis's clock (TIME and PX inside the scripts).
+// The catalog (ledger.Catalog) keeps its keys under the hash tag "catalog",
+// which no job's key has, so that every catalog call stays in one Cluster
+// slot (and on one node):
+//
+//   - Prefix+"ledger:{catalog}:defs": a hash from job to its definition,
+//     "version:updated (unix µs):def"; JobDefs reads it whole.
+//   - Prefix+"ledger:{catalog}:versions": a hash from job to the last
+//     version it was given, kept after a delete, so that a new create
+//     continues from it.
+//   - Prefix+"ledger:{catalog}:seq": the audit sequence counter (INCR).
+//   - Prefix+"ledger:{catalog}:audit": a hash from seq to the audit entry.
+//   - Prefix+"ledger:{catalog}:audit:all" and
+//     Prefix+"ledger:{catalog}:audit:job:"+J: sorted sets of the seqs of
+//     every entry and of J's, each scored by the seq, which Audit reads
+//     from Before down.
+//
+// PutJobDef checks IfVersion, changes the definition and appends the audit
+// entry in one script, so the audit list holds every change made and no
+// other. The audit list is not pruned.
+//
+// Ticks and times are unix microseconds; names, triggers, tokens,
+// output, definitions and audit entries are kept byte for byte. Every time
+// that decides something — claim time and expiry, a record's time, a
+// trigger request's time, the ages Prune compares, a definition's Updated
+// and an audit entry's At — is Redis's clock (TIME and PX inside the
+// scripts).
 // Round trips, each an embedded Lua script unless said otherwise:
 //
 //   - Claim: one script call per Cluster hash slot (per 500 claims on one
@@ -127,6 +160,8 @@
 //     one pipeline of a call per job. The script filters at the server and
 //     stops after Limit records.
 //   - SetJobState: one script call; JobStates: one HGETALL.
+//   - PutJobDef, AppendAudit and Audit: one script call; JobDefs: one
+//     HGETALL.
 //   - Prune: one pipeline for the jobs set and the trigger requests, and
 //     one of a script call per job for the run records.
 //

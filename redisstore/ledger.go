@@ -55,10 +55,23 @@ func (s *Store) jobBase(job string) string {
 	return s.prefix + "ledger:{job:" + job + "}"
 }
 
-// claimKey returns the key of the claim of (job, tick, trigger), tick in
-// unix microseconds.
-func (s *Store) claimKey(job string, tick int64, trigger string) string {
-	return s.jobBase(job) + ":claim:" + strconv.FormatInt(tick, 10) + ":" + trigger
+// claimKey returns the key of the claim of (job, tick, trigger, shard),
+// tick in unix microseconds: ...:claim:tick:trigger for shard 0 (the key of
+// every claim made before shards existed) and ...:claim:tick/shard:trigger
+// for the others. The tick is digits, so what follows them tells the two
+// forms apart whatever the trigger holds.
+func (s *Store) claimKey(job string, tick int64, trigger string, shard int) string {
+	return s.jobBase(job) + ":claim:" + tickShard(tick, shard) + ":" + trigger
+}
+
+// tickShard returns tick in unix microseconds, followed by "/"+shard when
+// shard is not 0: the start of a claim's key and of a run member.
+func tickShard(tick int64, shard int) string {
+	t := strconv.FormatInt(tick, 10)
+	if shard == 0 {
+		return t
+	}
+	return t + "/" + strconv.Itoa(shard)
 }
 
 // runKeys returns job's runs index, records hash and record-time index.
@@ -115,7 +128,7 @@ func (s *Store) Claim(ctx context.Context, ps []ledger.ClaimParams) ([]error, er
 		if err := p.Check(); err != nil {
 			return nil, fmt.Errorf("redisstore: %w", err)
 		}
-		keys[i] = s.claimKey(p.Job, micros(p.Tick), p.Trigger)
+		keys[i] = s.claimKey(p.Job, micros(p.Tick), p.Trigger, p.Shard)
 	}
 	calls := s.groupCalls(claimScript, len(ps), func(i int) string { return keys[i] })
 	for _, c := range calls {
@@ -176,12 +189,16 @@ func parseClaim(v string) *ledger.ClaimedError {
 // hash, its value at:body, where at is when Redis recorded it and body
 // holds the fields not in the member, each as len:bytes (appendField):
 // status first (ledger_runs.lua reads it), then node, error, output, fence,
-// start and end (times in unix microseconds, "" when zero).
+// start and end (times in unix microseconds, "" when zero), and Shards
+// when it is not 0. Records written before shards existed have seven
+// fields and read back with Shards 0.
 
 // runMember returns the member of a run in its job's keys:
-// tick:attempt:trigger, tick in unix microseconds.
-func runMember(tick time.Time, attempt int, trigger string) string {
-	return strconv.FormatInt(micros(tick), 10) + ":" + strconv.Itoa(attempt) + ":" + trigger
+// tick:attempt:trigger for shard 0 (as every record written before shards
+// existed) and tick/shard:attempt:trigger for the others, tick in unix
+// microseconds.
+func runMember(tick time.Time, shard, attempt int, trigger string) string {
+	return tickShard(micros(tick), shard) + ":" + strconv.Itoa(attempt) + ":" + trigger
 }
 
 func appendField(b []byte, f string) []byte {
@@ -207,6 +224,9 @@ func encodeRun(r *ledger.RunRecord) string {
 	b = appendField(b, strconv.FormatUint(r.Fence, 10))
 	b = appendField(b, timeField(r.Start))
 	b = appendField(b, timeField(r.End))
+	if r.Shards != 0 {
+		b = appendField(b, strconv.Itoa(r.Shards))
+	}
 	return string(b)
 }
 
@@ -220,22 +240,40 @@ func decodeRun(job, member, v string) (ledger.RunRecord, error) {
 	if len(parts) != 3 {
 		return r, errRecord
 	}
-	tick, err1 := strconv.ParseInt(parts[0], 10, 64)
+	ts, sh, sharded := strings.Cut(parts[0], "/")
+	tick, err1 := strconv.ParseInt(ts, 10, 64)
 	attempt, err2 := strconv.Atoi(parts[1])
 	at, body, ok := strings.Cut(v, ":")
 	recorded, err3 := strconv.ParseInt(at, 10, 64)
 	if err1 != nil || err2 != nil || err3 != nil || !ok {
 		return r, errRecord
 	}
+	if sharded {
+		n, err := strconv.Atoi(sh)
+		if err != nil || n <= 0 {
+			return r, errRecord
+		}
+		r.Shard = n
+	}
 	r.Tick, r.Attempt, r.Trigger, r.Recorded = fromMicros(tick), attempt, parts[2], fromMicros(recorded)
-	var f [7]string
+	var f [8]string
 	for i := range f {
+		if i == 7 && body == "" {
+			break // written without Shards
+		}
 		n, rest, ok := strings.Cut(body, ":")
 		l, err := strconv.Atoi(n)
 		if !ok || err != nil || l < 0 || l > len(rest) {
 			return r, errRecord
 		}
 		f[i], body = rest[:l], rest[l:]
+	}
+	if f[7] != "" {
+		n, err := strconv.Atoi(f[7])
+		if err != nil || n < 0 {
+			return r, errRecord
+		}
+		r.Shards = n
 	}
 	r.Status, r.Node, r.Error, r.Output = ledger.RunStatus(f[0]), f[1], f[2], f[3]
 	fence, err := strconv.ParseUint(f[4], 10, 64)
@@ -273,6 +311,9 @@ func (s *Store) RecordRuns(ctx context.Context, rs []ledger.RunRecord) error {
 		if rs[i].Job == "" || rs[i].Tick.IsZero() {
 			return errors.New("redisstore: record runs: empty Job or zero Tick")
 		}
+		if rs[i].Shard < 0 || rs[i].Shard >= ledger.MaxShards {
+			return fmt.Errorf("redisstore: record run %q: Shard %d is not in [0, %d)", rs[i].Job, rs[i].Shard, ledger.MaxShards)
+		}
 		if !seen[rs[i].Job] {
 			seen[rs[i].Job] = true
 			jobs = append(jobs, rs[i].Job)
@@ -286,12 +327,12 @@ func (s *Store) RecordRuns(ctx context.Context, rs []ledger.RunRecord) error {
 			r := &rs[i]
 			runs, recs, recorded := s.runKeys(r.Job)
 			c.keys = append(c.keys, runs, recs, recorded)
-			c.args = append(c.args, runMember(r.Tick, r.Attempt, r.Trigger), encodeRun(r))
+			c.args = append(c.args, runMember(r.Tick, r.Shard, r.Attempt, r.Trigger), encodeRun(r))
 		}
 	}
 	var running, ended []any
 	for i := range rs {
-		m := runningMember(rs[i].Job, runMember(rs[i].Tick, rs[i].Attempt, rs[i].Trigger))
+		m := runningMember(rs[i].Job, runMember(rs[i].Tick, rs[i].Shard, rs[i].Attempt, rs[i].Trigger))
 		if rs[i].Status == ledger.RunRunning {
 			running = append(running, m)
 		} else {
@@ -521,7 +562,7 @@ func (s *Store) SetJobState(ctx context.Context, p ledger.JobStateParams) (ledge
 		spec = func() (string, error) { return call.cmd.Text() }
 	} else {
 		call = &scriptCall{script: stateScript, keys: []string{s.stateKey()},
-			args: []any{stateOps[p.Op], p.Job, p.Trigger}}
+			args: []any{stateOps[p.Op], p.Job, p.Trigger, triggerTick(&p)}}
 		state = func() (string, error) { return call.cmd.Text() }
 		spec = func() (string, error) { return fieldOrDefault(other, "") }
 	}
@@ -590,6 +631,20 @@ func decodeSpec(st *ledger.JobState, v string) error {
 	return nil
 }
 
+// triggerTick returns the tick part of p's trigger request as
+// ledger_state.lua keeps it: "" for a trigger-now, otherwise "@" and the
+// tick in unix microseconds, and "r" for a re-run.
+func triggerTick(p *ledger.JobStateParams) string {
+	if p.Op != ledger.JobTrigger || p.Tick.IsZero() {
+		return ""
+	}
+	t := "@" + strconv.FormatInt(micros(p.Tick), 10)
+	if p.Rerun {
+		t += "r"
+	}
+	return t
+}
+
 // decodeState reads a job's state as ledger_state.lua keeps it.
 func decodeState(job, v string) (ledger.JobState, error) {
 	st := ledger.JobState{Job: job}
@@ -602,12 +657,22 @@ func decodeState(job, v string) (ledger.JobState, error) {
 		var ok1, ok2 bool
 		at, rest, ok1 = strings.Cut(strings.TrimPrefix(rest, ":"), ":")
 		n, rest, ok2 = strings.Cut(rest, ":")
+		at, tick, past := strings.Cut(at, "@")
 		us, err1 := strconv.ParseInt(at, 10, 64)
 		l, err2 := strconv.Atoi(n)
 		if !ok1 || !ok2 || err1 != nil || err2 != nil || l < 0 || l > len(rest) {
 			return st, fmt.Errorf("malformed job state %q", v)
 		}
-		st.Triggers = append(st.Triggers, ledger.TriggerRequest{ID: rest[:l], At: fromMicros(us)})
+		tr := ledger.TriggerRequest{ID: rest[:l], At: fromMicros(us)}
+		if past {
+			tick, tr.Rerun = strings.CutSuffix(tick, "r")
+			tu, err := strconv.ParseInt(tick, 10, 64)
+			if err != nil {
+				return st, fmt.Errorf("malformed job state %q", v)
+			}
+			tr.Tick = fromMicros(tu)
+		}
+		st.Triggers = append(st.Triggers, tr)
 		rest = rest[l:]
 	}
 	return st, nil

@@ -7,7 +7,7 @@
 -- ARGV[1] delete records recorded more than this many microseconds before
 --         Redis's now (TIME); 0: none by age
 -- ARGV[2] then keep only the newest this many records in listing order
---         (tick descending, trigger ascending, attempt descending); 0: all
+--         (tick descending, trigger and shard ascending, attempt descending); 0: all
 --
 -- Returns the number of records deleted.
 local deleted = 0
@@ -40,14 +40,26 @@ local function bytesLess(x, y)
   return #x < #y
 end
 
--- listed reports whether run member a is listed before b, both of one tick.
+-- parse returns a run member's shard, attempt and trigger: the member is
+-- tick .. ':' .. attempt .. ':' .. trigger for shard 0 and tick .. '/' ..
+-- shard .. ':' .. attempt .. ':' .. trigger for the others.
+local function parse(m)
+  local s, a, t = string.match(m, '^%-?%d+/?(%d*):(%-?%d+):(.*)$')
+  return tonumber(s) or 0, tonumber(a), t
+end
+
+-- listed reports whether run member a is listed before b, both of one
+-- tick: trigger ascending, then shard ascending, then attempt descending.
 local function listed(a, b)
-  local aa, at = string.match(a, '^%-?%d+:(%-?%d+):(.*)$')
-  local ba, bt = string.match(b, '^%-?%d+:(%-?%d+):(.*)$')
+  local as, aa, at = parse(a)
+  local bs, ba, bt = parse(b)
   if at ~= bt then
     return bytesLess(at, bt)
   end
-  return tonumber(aa) > tonumber(ba)
+  if as ~= bs then
+    return as < bs
+  end
+  return aa > ba
 end
 
 local keep = tonumber(ARGV[2])

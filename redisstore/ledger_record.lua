@@ -6,7 +6,9 @@
 -- KEYS[3*i-1]    its records: a hash from run member to record
 -- KEYS[3*i]      its record times: a sorted set of run members scored by
 --                when they were recorded
--- ARGV[2*i-1]    run member i: tick .. ':' .. attempt .. ':' .. trigger
+-- ARGV[2*i-1]    run member i: tick .. ':' .. attempt .. ':' .. trigger, or
+--                for a shard other than 0 tick .. '/' .. shard .. ':' ..
+--                attempt .. ':' .. trigger
 -- ARGV[2*i]      record i without its time (see ledger.go)
 --
 -- Ticks and times are unix microseconds; the record time is Redis's clock
@@ -17,7 +19,7 @@ local at = string.format('%d', now[1] * 1000000 + now[2])
 local n = #ARGV / 2
 for i = 1, n do
   local m = ARGV[2 * i - 1]
-  redis.call('ZADD', KEYS[3 * i - 2], string.match(m, '^(%-?%d+):'), m)
+  redis.call('ZADD', KEYS[3 * i - 2], string.match(m, '^(%-?%d+)[:/]'), m)
   redis.call('HSET', KEYS[3 * i - 1], m, at .. ':' .. ARGV[2 * i])
   redis.call('ZADD', KEYS[3 * i], at, m)
 end

@@ -25,7 +25,7 @@ while true do
   end
   local vs = redis.call('HMGET', KEYS[2], unpack(ms))
   for i, m in ipairs(ms) do
-    local tick = tonumber(string.match(m, '^(%-?%d+):'))
+    local tick = tonumber(string.match(m, '^(%-?%d+)[:/]'))
     if limit > 0 and counted >= limit and tick ~= last then
       return out
     end

@@ -7,11 +7,16 @@
 -- ARGV[2] the job ('prune': the age in microseconds past which trigger
 --         requests are deleted)
 -- ARGV[3] the trigger request's ID ('trigger' and 'done')
+-- ARGV[4] 'trigger': the request's past tick, '' for a trigger-now (see
+--         below)
 --
 -- A state is '1' (paused) or '0', followed by each pending trigger request,
--- oldest first, as ':' .. at .. ':' .. #id .. ':' .. id, where at is when
--- Redis received it, in unix microseconds by its clock (TIME). A job in the
--- default state (not paused, nothing pending) has no field.
+-- oldest first, as ':' .. at .. tick .. ':' .. #id .. ':' .. id, where at
+-- is when Redis received it, in unix microseconds by its clock (TIME), and
+-- tick is '' for a trigger-now (the only form before backfills existed)
+-- or, for a backfill or re-run, '@' .. the tick in unix microseconds,
+-- followed by 'r' for a re-run. The script keeps tick as it is. A job in
+-- the default state (not paused, nothing pending) has no field.
 --
 -- Returns the job's state after the change ('prune': the number of trigger
 -- requests deleted).
@@ -21,11 +26,12 @@ local function now()
 end
 
 local function decode(v)
-  local st = {paused = string.sub(v, 1, 1) == '1', ats = {}, ids = {}}
+  local st = {paused = string.sub(v, 1, 1) == '1', ats = {}, ticks = {}, ids = {}}
   local pos = 2
   while pos <= #v do
-    local at, n, p = string.match(v, '^:(%-?%d+):(%d+):()', pos)
+    local at, tick, n, p = string.match(v, '^:(%-?%d+)([^:]*):(%d+):()', pos)
     st.ats[#st.ats + 1] = at
+    st.ticks[#st.ticks + 1] = tick
     st.ids[#st.ids + 1] = string.sub(v, p, p + tonumber(n) - 1)
     pos = p + tonumber(n)
   end
@@ -35,7 +41,7 @@ end
 local function encode(st)
   local parts = {st.paused and '1' or '0'}
   for i, id in ipairs(st.ids) do
-    parts[#parts + 1] = ':' .. st.ats[i] .. ':' .. #id .. ':' .. id
+    parts[#parts + 1] = ':' .. st.ats[i] .. st.ticks[i] .. ':' .. #id .. ':' .. id
   end
   return table.concat(parts)
 end
@@ -53,15 +59,16 @@ end
 -- without returns st without the trigger requests keep rejects, and how
 -- many it dropped.
 local function without(st, drop)
-  local ats, ids = {}, {}
+  local ats, ticks, ids = {}, {}, {}
   for i, id in ipairs(st.ids) do
     if not drop(st.ats[i], id) then
       ats[#ats + 1] = st.ats[i]
+      ticks[#ticks + 1] = st.ticks[i]
       ids[#ids + 1] = id
     end
   end
   local n = #st.ids - #ids
-  st.ats, st.ids = ats, ids
+  st.ats, st.ticks, st.ids = ats, ticks, ids
   return n
 end
 
@@ -96,6 +103,7 @@ elseif op == 'trigger' then
   end
   if not pending then
     st.ats[#st.ats + 1] = string.format('%d', now())
+    st.ticks[#st.ticks + 1] = ARGV[4] or ''
     st.ids[#st.ids + 1] = id
   end
 elseif op == 'done' then

@@ -36,6 +36,11 @@ func runLedger(t *testing.T, d deployment) {
 	t.Run("NoScript", func(t *testing.T) { testLedgerNoScript(t, d) })
 	t.Run("KeepPerJobWithinTick", func(t *testing.T) { testLedgerKeepWithinTick(t, d) })
 	t.Run("RunningIndex", func(t *testing.T) { testLedgerRunningIndex(t, d) })
+	t.Run("LegacyData", func(t *testing.T) { testLedgerLegacyData(t, d) })
+	t.Run("ShardKeys", func(t *testing.T) { testLedgerShardKeys(t, d) })
+	t.Run("PruneKeepsTicks", func(t *testing.T) { testLedgerPruneKeepsTicks(t, d) })
+	t.Run("CatalogRoundTrips", func(t *testing.T) { testCatalogRoundTrips(t, d) })
+	t.Run("CatalogOddNames", func(t *testing.T) { testCatalogOddNames(t, d) })
 }
 
 // testLedgerRunningIndex: the sweep's query of every job's running records
@@ -64,7 +69,7 @@ func testLedgerRunningIndex(t *testing.T, d deployment) {
 	}
 	// A member whose record is gone, as after a prune, and one whose
 	// record ended without the member's removal (a removal that failed).
-	if err := c.SAdd(ctx, s.runningKey(), runningMember("gone", runMember(ledgerTick, 1, "")), runningMember("job-3", runMember(ledgerTick, 1, ""))).Err(); err != nil {
+	if err := c.SAdd(ctx, s.runningKey(), runningMember("gone", runMember(ledgerTick, 0, 1, "")), runningMember("job-3", runMember(ledgerTick, 0, 1, ""))).Err(); err != nil {
 		t.Fatal(err)
 	}
 	cmds := &cmdHook{}
@@ -363,15 +368,17 @@ func testLedgerNoScript(t *testing.T, d deployment) {
 }
 
 // testLedgerKeepWithinTick: KeepPerJob cuts inside one tick in the listing
-// order (trigger ascending, then attempt descending), comparing triggers by
-// bytes whatever the server's locale.
+// order (trigger ascending, then shard ascending as numbers, then attempt
+// descending), comparing triggers by bytes whatever the server's locale.
 func testLedgerKeepWithinTick(t *testing.T, d deployment) {
 	s := newStore(t, d.newClient(t), nil)
 	ctx := ctxT(t)
 	var rs []ledger.RunRecord
 	for _, trig := range []string{"", "B", "a", "ab", "\xff"} {
-		for attempt := 1; attempt <= 11; attempt += 5 {
-			rs = append(rs, ledger.RunRecord{Job: "k", Tick: ledgerTick, Trigger: trig, Attempt: attempt, Status: ledger.RunOK})
+		for _, shard := range []int{0, 10, 2} {
+			for attempt := 1; attempt <= 11; attempt += 5 {
+				rs = append(rs, ledger.RunRecord{Job: "k", Tick: ledgerTick, Trigger: trig, Shard: shard, Attempt: attempt, Status: ledger.RunOK})
+			}
 		}
 	}
 	rs = append(rs, ledger.RunRecord{Job: "k", Tick: ledgerTick.Add(-time.Second), Attempt: 1, Status: ledger.RunOK})
@@ -382,17 +389,19 @@ func testLedgerKeepWithinTick(t *testing.T, d deployment) {
 	if err != nil || len(all) != len(rs) {
 		t.Fatalf("Runs = %d records, %v", len(all), err)
 	}
-	const keep = 7
-	res, err := s.Prune(ctx, ledger.PruneParams{KeepPerJob: keep})
-	if err != nil || res.Runs != len(rs)-keep {
-		t.Fatalf("Prune = %+v, %v; want %d runs deleted", res, err, len(rs)-keep)
-	}
-	kept, err := s.Runs(ctx, ledger.RunQuery{Job: "k"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if fmt.Sprint(runKeys(kept)) != fmt.Sprint(runKeys(all[:keep])) {
-		t.Fatalf("kept\n %v\nwant\n %v", runKeys(kept), runKeys(all[:keep]))
+	for _, keep := range []int{40, 25, 7} {
+		res, err := s.Prune(ctx, ledger.PruneParams{KeepPerJob: keep})
+		if err != nil || res.Runs != len(all)-keep {
+			t.Fatalf("Prune to %d = %+v, %v; want %d runs deleted", keep, res, err, len(all)-keep)
+		}
+		kept, err := s.Runs(ctx, ledger.RunQuery{Job: "k"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fmt.Sprint(runKeys(kept)) != fmt.Sprint(runKeys(all[:keep])) {
+			t.Fatalf("kept\n %v\nwant\n %v", runKeys(kept), runKeys(all[:keep]))
+		}
+		all = kept
 	}
 }
 
