@@ -159,7 +159,7 @@ func (s *Scheduler) attempt(parent context.Context, j *job, w work, n int, lock 
 		Attempt: n, Fence: fence, CatchUp: w.catchUp, Output: out, Shard: w.shard, Shards: w.shards,
 	}
 	s.emit(Event{
-		Type: EventRunStarted, Job: j.Name, Tick: run.Tick, Trigger: w.trigger, Shard: w.shard, CatchUp: w.catchUp,
+		Type: EventRunStarted, Job: j.Name, Tick: run.Tick, Trigger: w.trigger, Shard: w.shard, Shards: w.shards, CatchUp: w.catchUp,
 		Attempt: n, Fence: fence, Start: start, Late: start.Sub(run.Tick),
 	})
 	// The running record, before the handler starts: if this node dies

@@ -308,7 +308,8 @@ func (s *Scheduler) pollShards(now time.Time) {
 	var alive func(context.Context, string) bool
 	aliveRead := false
 	for _, e := range due {
-		rs, err := s.ledger.Runs(ctx, ledger.RunQuery{Job: e.j.Name, From: e.w.tick, To: e.w.tick.Add(time.Nanosecond)})
+		// A whole second: stores may keep ticks to the second.
+		rs, err := s.ledger.Runs(ctx, ledger.RunQuery{Job: e.j.Name, From: e.w.tick, To: e.w.tick.Add(time.Second)})
 		if err != nil {
 			s.log.Error("schedule: reading a sharded tick's history", "node", s.node, "job", e.j.Name, "tick", e.w.tick, "err", err)
 			s.mu.Lock()
@@ -316,7 +317,7 @@ func (s *Scheduler) pollShards(now time.Time) {
 			s.mu.Unlock()
 			continue
 		}
-		latest := latestShards(rs, e.w.trigger)
+		latest := latestShards(rs, e.w.tick, e.w.trigger)
 		open := make([]int, 0, e.w.shards)
 		for k := range e.w.shards {
 			if r, ok := latest[k]; !ok || !r.Status.Final() || r.Status == ledger.RunInterrupted {
@@ -336,12 +337,12 @@ func (s *Scheduler) pollShards(now time.Time) {
 	}
 }
 
-// latestShards is the latest attempt's record of each shard of a tick's
-// records with trigger.
-func latestShards(rs []ledger.RunRecord, trigger string) map[int]ledger.RunRecord {
+// latestShards is the latest attempt's record of each shard among the
+// records of tick and trigger in rs.
+func latestShards(rs []ledger.RunRecord, tick time.Time, trigger string) map[int]ledger.RunRecord {
 	latest := make(map[int]ledger.RunRecord)
 	for _, r := range rs {
-		if r.Trigger != trigger {
+		if r.Trigger != trigger || !r.Tick.Equal(tick) {
 			continue
 		}
 		if l, ok := latest[r.Shard]; !ok || r.Attempt > l.Attempt {
@@ -444,7 +445,7 @@ func (s *Scheduler) runShard(e *shardTick, k, attempts int, retake bool) {
 	if retake {
 		s.log.Info("schedule: took over a shard of a stopped node", "node", s.node, "job", e.j.Name, "tick", w.tick, "shard", k)
 	}
-	s.emit(Event{Type: EventClaimed, Job: e.j.Name, Tick: w.tick.UTC(), Trigger: w.trigger, Shard: k, CatchUp: w.catchUp, Late: s.clock.Now().Sub(w.tick)})
+	s.emit(Event{Type: EventClaimed, Job: e.j.Name, Tick: w.tick.UTC(), Trigger: w.trigger, Shard: k, Shards: w.shards, CatchUp: w.catchUp, Late: s.clock.Now().Sub(w.tick)})
 	go s.execute(e.j, []work{w})
 }
 

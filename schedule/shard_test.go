@@ -276,7 +276,7 @@ func TestShardsTakeover(t *testing.T) {
 	rs := c.tickRecords("take", t0.Add(time.Hour), 8, 50*time.Millisecond)
 	c.settle(false)
 	log.checkOnce(t, 8)
-	latest := latestShards(rs, "")
+	latest := latestShards(rs, t0.Add(time.Hour), "")
 	for _, k := range onA {
 		r := latest[k]
 		if r.Attempt != 2 || r.Node == "a" || r.Status != ledger.RunOK {

@@ -137,13 +137,23 @@ func TestServeShardsNodeKilled(t *testing.T) {
 			// History settles: each shard's latest attempt ok, and the
 			// killed node's attempts interrupted.
 			var latest map[int]runRecordJSON
+			var rows []runRecordJSON
+			t.Cleanup(func() {
+				if t.Failed() {
+					for _, r := range rows {
+						t.Logf("record: shard %d attempt %d node %s status %s tick status %s error %s", r.Shard, r.Attempt, r.Node, r.Status, r.TickStatus, r.Error)
+					}
+				}
+			})
 			clitest.WaitFor(t, 30*time.Second, func() bool {
 				latest = map[int]runRecordJSON{}
 				interrupted := 0
+				rows = rows[:0]
 				for _, r := range historyJSON(t, url, "sharded") {
 					if !r.Tick.Equal(tick) {
 						continue
 					}
+					rows = append(rows, r)
 					if l, ok := latest[r.Shard]; !ok || r.Attempt > l.Attempt {
 						latest[r.Shard] = r
 					}
