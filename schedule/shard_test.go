@@ -344,3 +344,43 @@ func TestTickStatus(t *testing.T) {
 		}
 	}
 }
+
+// TestShardsTrigger: a trigger-now request of a sharded job runs every
+// shard once, under the request's ID.
+func TestShardsTrigger(t *testing.T) {
+	c := newCluster(t)
+	c.clock.Advance(time.Minute)
+	log := newShardLog()
+	job := Job{Name: "trig", Schedule: "@every 24h", Shards: 5, Handler: func(ctx context.Context, run Run) error {
+		if run.Trigger == "" {
+			return errors.New("a scheduled tick ran")
+		}
+		log.start(run)
+		log.done(run)
+		return nil
+	}}
+	cfg := &Config{NodeLister: c.locks, PollInterval: 100 * time.Millisecond}
+	a := c.node("a", 0, cfg).add(t, job).start(t)
+	c.node("b", 0, cfg).add(t, job).start(t)
+	c.settle(true)
+	id, err := a.s.Trigger(context.Background(), "trig")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rs []ledger.RunRecord
+	waitFor(t, "5 shard-runs of the trigger to end ok", func() bool {
+		c.advance(100 * time.Millisecond)
+		rs, err = c.ledger.Runs(context.Background(), ledger.RunQuery{Job: "trig"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(rs) == 5 && TickStatus(rs) == ledger.RunOK
+	})
+	c.settle(true)
+	log.checkOnce(t, 5)
+	for _, r := range rs {
+		if r.Trigger != id || r.Shards != 5 {
+			t.Errorf("record %+v, want trigger %s of 5 shards", r, id)
+		}
+	}
+}
