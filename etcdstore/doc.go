@@ -11,7 +11,8 @@
 // The Store implements driver.Store, driver.Queuer (waiters queue at etcd,
 // first come first served), driver.Kinder (read-write locks and semaphores,
 // see below), driver.Notifier, driver.Lister, driver.ForceReleaser and
-// ledger.Ledger (the scheduler's tick ledger, see Ledger below). It never
+// ledger.Ledger and ledger.Catalog (the scheduler's tick ledger and its
+// job definitions made at run time, see Ledger below). It never
 // closes the client and never logs.
 //
 // # One lease for all locks
@@ -226,10 +227,15 @@
 // Names are kept as they are, with 0x00 and 0x01 escaped (0x01 0x01, 0x01
 // 0x02) and 0x00 as separator, so that keys sort as names do:
 //
-//   - c/<job>\x00<tick><trigger>: a claim, holding "token\nnode";
-//   - r/<job>\x00<tick, reversed><trigger>\x00<attempt, reversed>: a run
-//     record (JSON), one key per record, in the order Runs lists one job's
-//     records;
+//   - c/<job>\x00<tick><trigger>[\x00<shard>]: a claim, holding
+//     "token\nnode"; shard 0 (every claim of a job that is not sharded)
+//     has no suffix, other shards their number in decimal;
+//   - r/<job>\x00<tick, reversed><trigger>\x00[~<shard>]<attempt,
+//     reversed>: a run record (JSON, with Shards), one key per record, in
+//     the order Runs lists one job's records (ledger.RunKey.Compare):
+//     shard 0 has no mark, other shards "~" and 4 hex digits, which sort
+//     after shard 0's attempt digits. Claims and records written before
+//     shards existed are thus shard 0's, as they are;
 //   - u/<same as the record's r/ key>: a running marker, empty, while
 //     that record is running (ledger.RunRunning), so that the schedulers'
 //     sweep for running records of dead nodes reads those, not every
@@ -239,10 +245,28 @@
 //     as read). Running records came with the markers: none exists
 //     without one;
 //   - j/<job>\x00p while the job is paused, j/<job>\x00t<ID> for each
-//     pending trigger request, holding its At (RFC 3339);
+//     pending trigger request, holding its At (RFC 3339), and for a
+//     backfill or a re-run a space and its Tick (RFC 3339), and for a
+//     re-run " rerun";
 //   - s/<job>: the job's registration (its spec and since, nanoseconds),
 //     apart from j/ so that JobStates does not read it;
-//   - m/<revision>: an age mark (below).
+//   - m/<revision>: an age mark (below);
+//   - d/<job>: a job definition of the Catalog (JSON: the definition, its
+//     version, when it was updated), and v/<job> the job's last version,
+//     which stays when the definition is deleted, so that versions keep
+//     rising across a delete and a new create;
+//   - a/<seq>: an audit entry (JSON), Seq as 16 hex digits, so that a
+//     range read in reverse key order lists the newest first; b/<job>\x00<seq>
+//     a copy of each entry that names a job, so that one job's entries are
+//     a range too; n/audit the last Seq given.
+//
+// Catalog changes are guarded Txns: PutJobDef reads the definition, the
+// version and the audit sequence in one Txn, and writes the definition (or
+// deletes it), the version, the entry, its copy and the new Seq in a Txn
+// guarded by those three keys' mod revisions (a Txn that loses the race
+// reads them again and decides again, so IfVersion holds and Seqs are
+// unique and gapless); AppendAudit does the same with the sequence alone.
+// Updated and AuditEntry.At are the writing Store's wall clock.
 //
 // Round trips: Claim, one Txn per 126 claims (etcd's default
 // --max-txn-ops less two), plus a LeaseGrant when its retention bucket
@@ -254,7 +278,9 @@
 // deletes per 127 stale markers); Runs of every job otherwise, one range
 // read of every record, sorted by the Store;
 // SetJobState, one Txn, plus a LeaseGrant and a Put after a new trigger
-// request; JobStates, one range read; Prune, see Store.Prune.
+// request; JobStates, one range read; Prune, see Store.Prune; PutJobDef and
+// AppendAudit, two Txns (more when other writers came between); JobDefs
+// and Audit, one range read.
 //
 // A claim is a nested Txn per key in one Txn: put the key if it does not
 // exist, else put it again if it holds this token and node (a repeated

@@ -133,9 +133,16 @@ func putHex(b []byte, v uint64) {
 	}
 }
 
-// claimKey is the key of the claim (job, tick, trigger).
-func (s *Store) claimKey(job string, tick time.Time, trigger string) string {
-	return s.ledgerKey(claimsDir) + enc(job) + "\x00" + tickText(tick) + enc(trigger)
+// claimKey is the key of the claim (job, tick, trigger, shard). Shard 0
+// has no suffix, so that claims made before shards existed are shard 0's;
+// another shard adds "\x00" and its number in decimal, which no shard 0
+// key holds (enc leaves no 0x00 in the trigger).
+func (s *Store) claimKey(job string, tick time.Time, trigger string, shard int) string {
+	k := s.ledgerKey(claimsDir) + enc(job) + "\x00" + tickText(tick) + enc(trigger)
+	if shard != 0 {
+		k += "\x00" + strconv.Itoa(shard)
+	}
+	return k
 }
 
 // runJobPrefix is the prefix of job's run records.
@@ -144,10 +151,19 @@ func (s *Store) runJobPrefix(job string) string {
 }
 
 // runKey is the key of a run record: within its job, keys sort as Runs
-// lists records (tick descending, trigger ascending, attempt descending).
+// lists records (tick descending, then trigger and shard ascending, then
+// attempt descending). The attempt, reversed, is 8 hex digits starting
+// with '7' to 'f' (Attempt is at most 2^31). Shard 0 has no mark of its
+// own, so that records written before shards existed are shard 0's keys;
+// another shard is "~" and the shard in 4 hex digits before the attempt:
+// '~' sorts after every hex digit, so shard 0's records come first, and
+// fixed-width digits keep the others in order.
 func (s *Store) runKey(k ledger.RunKey) string {
-	return s.runJobPrefix(k.Job) + invTickText(k.Tick) + enc(k.Trigger) + "\x00" +
-		strconv.FormatUint(uint64(^uint32(k.Attempt)), 16)
+	key := s.runJobPrefix(k.Job) + invTickText(k.Tick) + enc(k.Trigger) + "\x00"
+	if k.Shard != 0 {
+		key += fmt.Sprintf("~%04x", k.Shard)
+	}
+	return key + strconv.FormatUint(uint64(^uint32(k.Attempt)), 16)
 }
 
 // markerKey is the running marker of the record at key runKey. RecordRuns
@@ -170,6 +186,42 @@ func (s *Store) jobPrefix(job string) string {
 // reads whole, so that registered jobs do not make that read grow.
 func (s *Store) specKey(job string) string {
 	return s.ledgerKey(specsDir) + enc(job)
+}
+
+// triggerValue is the value of a trigger request's key: its At (RFC 3339,
+// UTC), then for a backfill or a re-run a space and the Tick to run (RFC
+// 3339, UTC), then for a re-run " rerun". A trigger-now's value is its At
+// alone, as before TriggerRequest had a Tick.
+func triggerValue(at, tick time.Time, rerun bool) string {
+	v := at.UTC().Round(0).Format(time.RFC3339Nano)
+	if !tick.IsZero() {
+		v += " " + tick.UTC().Format(time.RFC3339Nano)
+		if rerun {
+			v += " rerun"
+		}
+	}
+	return v
+}
+
+// parseTrigger reads a triggerValue (without the ID).
+func parseTrigger(v string) (ledger.TriggerRequest, error) {
+	var tr ledger.TriggerRequest
+	f := strings.Split(v, " ")
+	if len(f) > 3 || (len(f) == 3 && f[2] != "rerun") {
+		return tr, fmt.Errorf("bad value %q", v)
+	}
+	var err error
+	if tr.At, err = time.Parse(time.RFC3339Nano, f[0]); err != nil {
+		return tr, err
+	}
+	if len(f) > 1 {
+		if tr.Tick, err = time.Parse(time.RFC3339Nano, f[1]); err != nil {
+			return tr, err
+		}
+		tr.Tick = tr.Tick.UTC()
+		tr.Rerun = len(f) == 3
+	}
+	return tr, nil
 }
 
 // parseTickText reads a tickText.
@@ -238,7 +290,7 @@ func (s *Store) Claim(ctx context.Context, ps []ledger.ClaimParams) ([]error, er
 	seen := make(map[string]int, len(ps))
 	todo := make([]int, 0, len(ps))
 	for i, p := range ps {
-		keys[i] = s.claimKey(p.Job, p.Tick, p.Trigger)
+		keys[i] = s.claimKey(p.Job, p.Tick, p.Trigger, p.Shard)
 		if j, ok := seen[keys[i]]; ok {
 			first[i] = j
 			continue
@@ -455,6 +507,8 @@ type runValue struct {
 	Job      string           `json:"j"`
 	Tick     time.Time        `json:"t"`
 	Trigger  string           `json:"g,omitempty"`
+	Shard    int              `json:"sh,omitempty"` // absent in records written before shards: 0
+	Shards   int              `json:"ss,omitempty"`
 	Attempt  int              `json:"a"`
 	Node     string           `json:"n,omitempty"`
 	Fence    uint64           `json:"f,omitempty"`
@@ -496,12 +550,14 @@ func (s *Store) RecordRuns(ctx context.Context, rs []ledger.RunRecord) error {
 			return errors.New("etcdstore: record run: empty Job or zero Tick")
 		case r.Attempt < 0 || int64(r.Attempt) > 1<<31:
 			return fmt.Errorf("etcdstore: record run %q: Attempt %d out of range", r.Job, r.Attempt)
+		case r.Shard < 0 || r.Shard >= ledger.MaxShards:
+			return fmt.Errorf("etcdstore: record run %q: Shard %d is not in [0, %d)", r.Job, r.Shard, ledger.MaxShards)
 		}
 		if err := checkName("Job", r.Job); err != nil {
 			return err
 		}
 		v, err := json.Marshal(runValue{
-			Job: r.Job, Tick: r.Tick.UTC(), Trigger: r.Trigger, Attempt: r.Attempt, Node: r.Node, Fence: r.Fence,
+			Job: r.Job, Tick: r.Tick.UTC(), Trigger: r.Trigger, Shard: r.Shard, Shards: r.Shards, Attempt: r.Attempt, Node: r.Node, Fence: r.Fence,
 			Start: r.Start.Round(0), End: r.End.Round(0), Status: r.Status, Error: r.Error, Output: r.Output, Recorded: now,
 		})
 		if err != nil {
@@ -763,7 +819,7 @@ func parseRun(kv *mvccpb.KeyValue) (ledger.RunRecord, error) {
 		return ledger.RunRecord{}, fmt.Errorf("etcdstore: runs: bad record at %q: %w", kv.Key, err)
 	}
 	return ledger.RunRecord{
-		Job: v.Job, Tick: v.Tick, Trigger: v.Trigger, Attempt: v.Attempt, Node: v.Node, Fence: v.Fence,
+		Job: v.Job, Tick: v.Tick, Trigger: v.Trigger, Shard: v.Shard, Shards: v.Shards, Attempt: v.Attempt, Node: v.Node, Fence: v.Fence,
 		Start: v.Start, End: v.End, Status: v.Status, Error: v.Error, Output: v.Output, Recorded: v.Recorded,
 	}, nil
 }
@@ -809,9 +865,8 @@ func (s *Store) SetJobState(ctx context.Context, p ledger.JobStateParams) (ledge
 		resp, err = s.c.Txn(ctx).Then(then(clientv3.OpDelete(jp + "p"))...).Commit()
 	case ledger.JobTrigger:
 		tk := jp + "t" + p.Trigger
-		at := time.Now().UTC().Round(0)
 		resp, err = s.c.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(tk), "=", 0)).
-			Then(then(clientv3.OpPut(tk, at.Format(time.RFC3339Nano)))...).
+			Then(then(clientv3.OpPut(tk, triggerValue(time.Now(), p.Tick, p.Rerun)))...).
 			Else(reads...).Commit()
 	case ledger.JobTriggerDone:
 		resp, err = s.c.Txn(ctx).Then(then(clientv3.OpDelete(jp + "t" + p.Trigger))...).Commit()
@@ -958,11 +1013,12 @@ func (s *Store) jobStates(kvs []*mvccpb.KeyValue) ([]ledger.JobState, error) {
 		case 'p':
 			st.Paused = true
 		case 't':
-			at, err := time.Parse(time.RFC3339Nano, string(kv.Value))
+			tr, err := parseTrigger(string(kv.Value))
 			if err != nil {
 				return nil, fmt.Errorf("etcdstore: job states: bad trigger request at %q: %w", kv.Key, err)
 			}
-			st.Triggers = append(st.Triggers, ledger.TriggerRequest{ID: what[1:], At: at})
+			tr.ID = what[1:]
+			st.Triggers = append(st.Triggers, tr)
 			revs = append(revs, kv.CreateRevision)
 		}
 	}

@@ -160,7 +160,7 @@ func TestLedgerClaimRoundTrips(t *testing.T) {
 		t.Fatalf("second Claim: requests %v, want one Txn", n)
 	}
 	// The lease lives at least Retain.
-	kv, err := c.Get(ctx, s.claimKey("j", ledgerTick, ""))
+	kv, err := c.Get(ctx, s.claimKey("j", ledgerTick, "", 0))
 	if err != nil || len(kv.Kvs) != 1 || kv.Kvs[0].Lease == 0 {
 		t.Fatalf("claim key: %v, %v", kv, err)
 	}

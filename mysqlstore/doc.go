@@ -273,13 +273,25 @@
 // schedule, in four tables named after the lock table that Migrate creates
 // (migration 002_ledger): <Table>_claims, <Table>_runs, <Table>_jobs and
 // <Table>_triggers, and <Table>_specs (migration 003_job_specs: each
-// registered job's spec and since, apart from the state JobStates reads). Job and trigger names and tokens are bytes compared
-// byte for byte (VARBINARY): jobs at most 512 bytes, trigger IDs and tokens
-// at most 128; node names at most MaxOwnerLength characters of UTF-8;
-// times within the years 1000 to 9999 (DATETIME(6), UTC, to the
-// microsecond). Other requests fail with driver.ErrUnsupported. Every time
-// the ledger decides by (claim expiry, Recorded, a trigger's At, record and
-// trigger ages in Prune) is the server's UTC_TIMESTAMP(6). Round trips:
+// registered job's spec and since, apart from the state JobStates reads).
+// Migration 006_shards_catalog puts the shard in the keys — (job, tick,
+// trigger_id, shard) for <Table>_claims, (job, rev_tick, trigger_id, shard,
+// rev_attempt) for <Table>_runs and its by_tick and by_status keys, the
+// runs keeping the job's shard count as data in shards — adds the past
+// tick and rerun flag of a backfill or re-run to <Table>_triggers, and
+// creates the tables of ledger.Catalog, <Table>_defs and <Table>_audit.
+// Rows written before 006 become shard 0's, and their trigger requests
+// trigger-now ones. Each of its ALTER TABLEs is applied whole or not at
+// all, so a run cut short is run again from the start.
+//
+// Job and trigger names and tokens are bytes compared byte for byte
+// (VARBINARY): jobs at most 512 bytes, trigger IDs and tokens at most 128;
+// node names at most MaxOwnerLength characters of UTF-8; times within the
+// years 1000 to 9999 (DATETIME(6), UTC, to the microsecond). Other requests
+// fail with driver.ErrUnsupported. Every time the ledger decides by (claim
+// expiry, Recorded, a trigger's At, record and trigger ages in Prune, a
+// definition's Updated, an audit entry's At) is the server's
+// UTC_TIMESTAMP(6). Round trips:
 //
 //   - Claim: a multi-row INSERT ... ON DUPLICATE KEY UPDATE per 1,000 keys,
 //     sorted by key so that concurrent batches lock rows in one order. It
@@ -291,13 +303,29 @@
 //     Error and Output are utf8mb4 text: invalid UTF-8 becomes U+FFFD.
 //   - Runs: one SELECT. The runs table keeps rev_tick (minus the tick in
 //     microseconds) and rev_attempt (minus the attempt) so that its primary
-//     key (per job) and its by_tick index (across jobs) are ascending in
+//     key (per job), its by_tick index (across jobs) and its by_status
+//     index (one status: the sweep's running records) are ascending in
 //     listing order on every server, MariaDB before 10.8 included, which
 //     ignores DESC in indexes. A continued listing (RunQuery.Before) is a
-//     UNION ALL of four limited index ranges, so that the thousandth page of
+//     UNION ALL of five limited index ranges, so that the thousandth page of
 //     a million records costs what the first does.
 //   - SetJobState: the change, then a SELECT of the job's state (two).
 //     JobStates: one SELECT of every paused job and pending trigger.
 //   - Prune: a DELETE per table (by time in batches of 10,000 rows), and for
 //     KeepPerJob one multi-table DELETE joined with a ROW_NUMBER() ranking.
+//
+// It implements ledger.Catalog too. <Table>_defs holds one row per job
+// ever defined at run time, its definition kept byte for byte: a delete
+// marks the row deleted and keeps its version, so a later create goes on
+// counting from it. <Table>_audit numbers its entries with an
+// AUTO_INCREMENT (Seq), every field kept byte for byte (Who at most 512
+// bytes, Action at most 128).
+//
+//   - PutJobDef: one transaction of six round trips — BEGIN, an upsert that
+//     makes sure the job's row exists (a placeholder for a job never
+//     defined) and locks it, a SELECT of it and of the server's clock, the
+//     UPDATE, the audit INSERT, COMMIT — or four when the change is refused
+//     (ErrVersion, ErrNoJobDef), rolled back. Concurrent changes of a job
+//     queue on its row lock; a deadlock is tried again twice.
+//   - JobDefs, AppendAudit, Audit: one statement each.
 package mysqlstore

@@ -106,10 +106,11 @@ func parseNullTime(s sql.NullString) (time.Time, error) {
 // microsecond.
 type claimKey struct {
 	job, tick, trigger string
+	shard              int
 }
 
-func newClaimKey(job string, tick time.Time, trigger string) claimKey {
-	return claimKey{job, tick.UTC().Format(dtLayout), trigger}
+func newClaimKey(p *ledger.ClaimParams) claimKey {
+	return claimKey{p.Job, p.Tick.UTC().Format(dtLayout), p.Trigger, p.Shard}
 }
 
 // checkClaim validates one claim.
@@ -153,15 +154,15 @@ func (s *Store) Claim(ctx context.Context, ps []ledger.ClaimParams) ([]error, er
 	// Distinct keys, sorted; each remembers the claims that named it.
 	first := make(map[claimKey]int, len(ps))
 	var keys []int // indexes into ps of each key's first claim
-	for i, p := range ps {
-		k := newClaimKey(p.Job, p.Tick, p.Trigger)
+	for i := range ps {
+		k := newClaimKey(&ps[i])
 		if _, ok := first[k]; !ok {
 			first[k] = i
 			keys = append(keys, i)
 		}
 	}
 	slices.SortFunc(keys, func(a, b int) int {
-		return compareClaimKeys(newClaimKey(ps[a].Job, ps[a].Tick, ps[a].Trigger), newClaimKey(ps[b].Job, ps[b].Tick, ps[b].Trigger))
+		return compareClaimKeys(newClaimKey(&ps[a]), newClaimKey(&ps[b]))
 	})
 	res := make([]error, len(ps))
 	for start := 0; start < len(keys); {
@@ -179,7 +180,7 @@ func (s *Store) Claim(ctx context.Context, ps []ledger.ClaimParams) ([]error, er
 	// A key named again in the batch shares its first claim's result, or
 	// lost to it when its token differs.
 	for i, p := range ps {
-		j := first[newClaimKey(p.Job, p.Tick, p.Trigger)]
+		j := first[newClaimKey(&p)]
 		switch {
 		case j == i:
 		case ps[j].Token == p.Token:
@@ -194,7 +195,8 @@ func (s *Store) Claim(ctx context.Context, ps []ledger.ClaimParams) ([]error, er
 }
 
 func compareClaimKeys(a, b claimKey) int {
-	return cmp.Or(strings.Compare(a.job, b.job), strings.Compare(a.tick, b.tick), strings.Compare(a.trigger, b.trigger))
+	return cmp.Or(strings.Compare(a.job, b.job), strings.Compare(a.tick, b.tick), strings.Compare(a.trigger, b.trigger),
+		cmp.Compare(a.shard, b.shard))
 }
 
 // claimChunk claims ps[i] for i in idx (distinct keys) and sets res[i].
@@ -203,7 +205,7 @@ func (s *Store) claimChunk(ctx context.Context, ps []ledger.ClaimParams, idx []i
 	b := make([]byte, 0, 600+len(idx)*300)
 	b = append(b, "INSERT INTO "...)
 	b = append(b, s.ledgerTable("_claims")...)
-	b = append(b, " (job, tick, trigger_id, token, node, claimed_at, expires_at) VALUES "...)
+	b = append(b, " (job, tick, trigger_id, shard, token, node, claimed_at, expires_at) VALUES "...)
 	var err error
 	for n, i := range idx {
 		p := &ps[i]
@@ -240,9 +242,9 @@ func (s *Store) claimChunk(ctx context.Context, ps []ledger.ClaimParams, idx []i
 		return nil
 	}
 
-	b = append(b[:0], "SELECT job, DATE_FORMAT(tick, "+dtFormat+"), trigger_id, token, node, DATE_FORMAT(claimed_at, "+dtFormat+") FROM "...)
+	b = append(b[:0], "SELECT job, DATE_FORMAT(tick, "+dtFormat+"), trigger_id, shard, token, node, DATE_FORMAT(claimed_at, "+dtFormat+") FROM "...)
 	b = append(b, s.ledgerTable("_claims")...)
-	b = append(b, " WHERE (job, tick, trigger_id) IN ("...)
+	b = append(b, " WHERE (job, tick, trigger_id, shard) IN ("...)
 	for n, i := range idx {
 		p := &ps[i]
 		if n > 0 {
@@ -266,7 +268,7 @@ func (s *Store) claimChunk(ctx context.Context, ps []ledger.ClaimParams, idx []i
 		var k claimKey
 		var h holder
 		var at string
-		if err := rows.Scan(&k.job, &k.tick, &k.trigger, &h.token, &h.node, &at); err != nil {
+		if err := rows.Scan(&k.job, &k.tick, &k.trigger, &k.shard, &h.token, &h.node, &at); err != nil {
 			return s.wrapLedger("claim", err)
 		}
 		if h.at, err = parseTime(at); err != nil {
@@ -279,7 +281,7 @@ func (s *Store) claimChunk(ctx context.Context, ps []ledger.ClaimParams, idx []i
 	}
 	for _, i := range idx {
 		p := &ps[i]
-		h, ok := held[newClaimKey(p.Job, p.Tick, p.Trigger)]
+		h, ok := held[newClaimKey(p)]
 		switch {
 		case !ok: // held by another token at the INSERT, pruned since
 			res[i] = &ledger.ClaimedError{}
@@ -290,15 +292,17 @@ func (s *Store) claimChunk(ctx context.Context, ps []ledger.ClaimParams, idx []i
 	return nil
 }
 
-// appendClaimKey appends "(job, tick, trigger_id" of p: the start of a
-// row of the claims table.
+// appendClaimKey appends "(job, tick, trigger_id, shard" of p: the start
+// of a row of the claims table.
 func appendClaimKey(b []byte, p *ledger.ClaimParams) ([]byte, error) {
 	b = append(b, '(')
 	b = appendHex(b, p.Job)
 	b = append(b, ", "...)
 	b, err := appendTime(b, "claim", "Tick", p.Tick)
 	b = append(b, ", "...)
-	return appendHex(b, p.Trigger), err
+	b = appendHex(b, p.Trigger)
+	b = append(b, ", "...)
+	return strconv.AppendInt(b, int64(p.Shard), 10), err
 }
 
 // checkRun validates one run record.
@@ -309,6 +313,10 @@ func checkRun(r *ledger.RunRecord) error {
 		return errors.New("mysqlstore: record runs: empty Job or zero Tick")
 	case r.Attempt < 0 || int64(r.Attempt) > 1<<31-1:
 		return unsupported(op, "Attempt %d is out of range", r.Attempt)
+	case r.Shard < 0 || r.Shard >= ledger.MaxShards:
+		return fmt.Errorf("mysqlstore: record runs %q: Shard %d is not in [0, %d)", r.Job, r.Shard, ledger.MaxShards)
+	case r.Shards < 0 || r.Shards > ledger.MaxShards:
+		return fmt.Errorf("mysqlstore: record runs %q: Shards %d is not in [0, %d]", r.Job, r.Shards, ledger.MaxShards)
 	case len(r.Status) > maxStatus:
 		return unsupported(op, "Status %q is longer than %d bytes", r.Status, maxStatus)
 	case len(r.Error) > maxText || len(r.Output) > maxText:
@@ -329,10 +337,10 @@ func checkRun(r *ledger.RunRecord) error {
 }
 
 // runOrder orders records as their keys are stored: job, rev_tick (tick
-// descending), trigger_id, rev_attempt (attempt descending).
+// descending), trigger_id, shard, rev_attempt (attempt descending).
 func runOrder(a, b *ledger.RunRecord) int {
 	return cmp.Or(strings.Compare(a.Job, b.Job), -cmp.Compare(a.Tick.UnixMicro(), b.Tick.UnixMicro()),
-		strings.Compare(a.Trigger, b.Trigger), -cmp.Compare(a.Attempt, b.Attempt))
+		strings.Compare(a.Trigger, b.Trigger), cmp.Compare(a.Shard, b.Shard), -cmp.Compare(a.Attempt, b.Attempt))
 }
 
 // RecordRuns implements ledger.Ledger: one multi-row INSERT ... ON
@@ -379,7 +387,7 @@ func (s *Store) recordSQL(rs []*ledger.RunRecord) (string, error) {
 	b := make([]byte, 0, 800+len(rs)*400)
 	b = append(b, "INSERT INTO "...)
 	b = append(b, s.ledgerTable("_runs")...)
-	b = append(b, " (job, rev_tick, trigger_id, rev_attempt, tick, attempt, node, fence,"+
+	b = append(b, " (job, rev_tick, trigger_id, shard, rev_attempt, tick, attempt, shards, node, fence,"+
 		" started_at, ended_at, status, error, output, recorded_at) VALUES "...)
 	var err error
 	for n, r := range rs {
@@ -393,6 +401,8 @@ func (s *Store) recordSQL(rs []*ledger.RunRecord) (string, error) {
 		b = append(b, ", "...)
 		b = appendHex(b, r.Trigger)
 		b = append(b, ", "...)
+		b = strconv.AppendInt(b, int64(r.Shard), 10)
+		b = append(b, ", "...)
 		b = strconv.AppendInt(b, -int64(r.Attempt), 10)
 		b = append(b, ", "...)
 		if b, err = appendTime(b, op, "Tick", r.Tick); err != nil {
@@ -400,6 +410,8 @@ func (s *Store) recordSQL(rs []*ledger.RunRecord) (string, error) {
 		}
 		b = append(b, ", "...)
 		b = strconv.AppendInt(b, int64(r.Attempt), 10)
+		b = append(b, ", "...)
+		b = strconv.AppendInt(b, int64(r.Shards), 10)
 		b = append(b, ", "...)
 		b = appendText(b, r.Node)
 		b = append(b, ", "...)
@@ -423,7 +435,7 @@ func (s *Store) recordSQL(rs []*ledger.RunRecord) (string, error) {
 		b = appendText(b, strings.ToValidUTF8(r.Output, "\uFFFD"))
 		b = append(b, ", UTC_TIMESTAMP(6))"...)
 	}
-	b = append(b, " ON DUPLICATE KEY UPDATE tick = VALUES(tick), attempt = VALUES(attempt), node = VALUES(node),"+
+	b = append(b, " ON DUPLICATE KEY UPDATE tick = VALUES(tick), attempt = VALUES(attempt), shards = VALUES(shards), node = VALUES(node),"+
 		" fence = VALUES(fence), started_at = VALUES(started_at), ended_at = VALUES(ended_at),"+
 		" status = VALUES(status), error = VALUES(error), output = VALUES(output), recorded_at = VALUES(recorded_at)"...)
 	return string(b), nil
@@ -431,15 +443,15 @@ func (s *Store) recordSQL(rs []*ledger.RunRecord) (string, error) {
 
 // runColumns are the columns Runs reads, rev_tick and rev_attempt last
 // (the UNION ALL of a continued listing sorts by them).
-const runColumns = "job, DATE_FORMAT(tick, " + dtFormat + "), trigger_id, attempt, node, fence," +
+const runColumns = "job, DATE_FORMAT(tick, " + dtFormat + "), trigger_id, shard, attempt, shards, node, fence," +
 	" DATE_FORMAT(started_at, " + dtFormat + "), DATE_FORMAT(ended_at, " + dtFormat + "), status, error, output," +
 	" DATE_FORMAT(recorded_at, " + dtFormat + "), rev_tick, rev_attempt"
 
-// Runs implements ledger.Ledger in one SELECT. Both indexes of the runs
+// Runs implements ledger.Ledger in one SELECT. The indexes of the runs
 // table are in the listing order, ascending on (rev_tick, job, trigger_id,
-// rev_attempt); with q.Before the statement is a UNION ALL of four index
-// ranges (the rest of Before's attempts, triggers and jobs at its tick, and
-// older ticks), each limited, so that a page deep in a million records costs
+// shard, rev_attempt); with q.Before the statement is a UNION ALL of five
+// index ranges (the rest of Before's attempts, shards, triggers and jobs at
+// its tick, and older ticks), each limited, so that a page deep in a million records costs
 // what the first page does.
 func (s *Store) Runs(ctx context.Context, q ledger.RunQuery) ([]ledger.RunRecord, error) {
 	if err := ctx.Err(); err != nil {
@@ -462,7 +474,7 @@ func (s *Store) Runs(ctx context.Context, q ledger.RunQuery) ([]ledger.RunRecord
 			status          string
 			revTick, revAtt int64
 		)
-		if err := rows.Scan(&r.Job, &tick, &r.Trigger, &r.Attempt, &r.Node, &r.Fence, &start, &end, &status,
+		if err := rows.Scan(&r.Job, &tick, &r.Trigger, &r.Shard, &r.Attempt, &r.Shards, &r.Node, &r.Fence, &start, &end, &status,
 			&r.Error, &r.Output, &recorded, &revTick, &revAtt); err != nil {
 			return nil, s.wrapLedger("runs", err)
 		}
@@ -501,7 +513,7 @@ func (s *Store) runsSQL(q ledger.RunQuery) string {
 		// In the column's character set, so that by_status serves it.
 		where = append(where, "status = _ascii "+string(appendHex(nil, string(q.Status))))
 	}
-	const order = " ORDER BY rev_tick, job, trigger_id, rev_attempt"
+	const order = " ORDER BY rev_tick, job, trigger_id, shard, rev_attempt"
 	limit := ""
 	if q.Limit > 0 {
 		limit = " LIMIT " + strconv.Itoa(q.Limit)
@@ -532,8 +544,10 @@ func (s *Store) runsSQL(q ledger.RunQuery) string {
 		kt := "rev_tick = " + strconv.FormatInt(-k.Tick.UnixMicro(), 10)
 		kj := string(appendHex(nil, k.Job))
 		ktr := string(appendHex(nil, k.Trigger))
+		ks := strconv.Itoa(k.Shard)
 		branches := [][]string{
-			{kt, "job = " + kj, "trigger_id = " + ktr, "rev_attempt > " + strconv.Itoa(-k.Attempt)},
+			{kt, "job = " + kj, "trigger_id = " + ktr, "shard = " + ks, "rev_attempt > " + strconv.Itoa(-k.Attempt)},
+			{kt, "job = " + kj, "trigger_id = " + ktr, "shard > " + ks},
 			{kt, "job = " + kj, "trigger_id > " + ktr},
 			{kt, "job > " + kj},
 			{"rev_tick > " + strconv.FormatInt(-k.Tick.UnixMicro(), 10)},
@@ -582,11 +596,22 @@ func (s *Store) SetJobState(ctx context.Context, p ledger.JobStateParams) (ledge
 		if p.Op == ledger.JobTrigger {
 			b = append(b, "INSERT INTO "...)
 			b = append(b, s.ledgerTable("_triggers")...)
-			b = append(b, " (job, trigger_id, requested_at) VALUES ("...)
+			b = append(b, " (job, trigger_id, requested_at, tick, rerun) VALUES ("...)
 			b = appendHex(b, p.Job)
 			b = append(b, ", "...)
 			b = appendHex(b, p.Trigger)
-			b = append(b, ", UTC_TIMESTAMP(6)) ON DUPLICATE KEY UPDATE requested_at = requested_at"...)
+			b = append(b, ", UTC_TIMESTAMP(6), "...)
+			if p.Tick.IsZero() {
+				b = append(b, "NULL, 0"...)
+			} else {
+				var err error
+				if b, err = appendTime(b, "trigger job", "Tick", p.Tick); err != nil {
+					return ledger.JobState{}, err
+				}
+				b = append(b, ", "...)
+				b = strconv.AppendBool(b, p.Rerun)
+			}
+			b = append(b, ") ON DUPLICATE KEY UPDATE requested_at = requested_at"...)
 		} else {
 			b = append(b, "DELETE FROM "...)
 			b = append(b, s.ledgerTable("_triggers")...)
@@ -680,12 +705,12 @@ func (s *Store) jobStates(ctx context.Context, job string, registered bool) ([]l
 		j := string(appendHex(nil, job))
 		jobCond, trigCond = " WHERE job = "+j, " WHERE job = "+j
 	}
-	q := "SELECT job, paused, NULL, NULL, 0, NULL, NULL FROM " + s.ledgerTable("_jobs") + jobCond
+	q := "SELECT job, paused, NULL, NULL, 0, NULL, NULL, NULL, 0 FROM " + s.ledgerTable("_jobs") + jobCond
 	if registered || job != "" {
-		q += " UNION ALL SELECT job, 0, NULL, NULL, 0, spec, DATE_FORMAT(since, " + dtFormat + ") FROM " + s.ledgerTable("_specs") + trigCond
+		q += " UNION ALL SELECT job, 0, NULL, NULL, 0, spec, DATE_FORMAT(since, " + dtFormat + "), NULL, 0 FROM " + s.ledgerTable("_specs") + trigCond
 	}
-	q += " UNION ALL SELECT job, 0, trigger_id, DATE_FORMAT(requested_at, " + dtFormat + "), seq, NULL, NULL FROM " + s.ledgerTable("_triggers") + trigCond +
-		" ORDER BY 1, 4, 5"
+	q += " UNION ALL SELECT job, 0, trigger_id, DATE_FORMAT(requested_at, " + dtFormat + "), seq, NULL, NULL, DATE_FORMAT(tick, " + dtFormat + "), rerun FROM " +
+		s.ledgerTable("_triggers") + trigCond + " ORDER BY 1, 4, 5"
 	rows, err := s.db.QueryContext(ctx, q)
 	if err != nil {
 		return nil, err
@@ -699,8 +724,10 @@ func (s *Store) jobStates(ctx context.Context, job string, registered bool) ([]l
 			id, at      sql.NullString
 			seq         uint64
 			spec, since sql.NullString
+			tick        sql.NullString
+			rerun       bool
 		)
-		if err := rows.Scan(&name, &paused, &id, &at, &seq, &spec, &since); err != nil {
+		if err := rows.Scan(&name, &paused, &id, &at, &seq, &spec, &since, &tick, &rerun); err != nil {
 			return nil, err
 		}
 		if len(out) == 0 || !bytes.Equal([]byte(out[len(out)-1].Job), name) {
@@ -720,7 +747,11 @@ func (s *Store) jobStates(ctx context.Context, job string, registered bool) ([]l
 			if err != nil {
 				return nil, err
 			}
-			st.Triggers = append(st.Triggers, ledger.TriggerRequest{ID: id.String, At: t})
+			tr := ledger.TriggerRequest{ID: id.String, At: t, Rerun: rerun}
+			if tr.Tick, err = parseNullTime(tick); err != nil {
+				return nil, err
+			}
+			st.Triggers = append(st.Triggers, tr)
 		}
 	}
 	return out, rows.Err()
@@ -765,10 +796,11 @@ func (s *Store) Prune(ctx context.Context, p ledger.PruneParams) (ledger.PruneRe
 	}
 	if p.KeepPerJob > 0 {
 		runs := s.ledgerTable("_runs")
-		n, err := s.execRows(ctx, "DELETE r FROM "+runs+" r JOIN (SELECT job, rev_tick, trigger_id, rev_attempt FROM ("+
-			"SELECT job, rev_tick, trigger_id, rev_attempt, ROW_NUMBER() OVER (PARTITION BY job ORDER BY rev_tick, trigger_id, rev_attempt) AS rn FROM "+runs+
+		n, err := s.execRows(ctx, "DELETE r FROM "+runs+" r JOIN (SELECT job, rev_tick, trigger_id, shard, rev_attempt FROM ("+
+			"SELECT job, rev_tick, trigger_id, shard, rev_attempt,"+
+			" ROW_NUMBER() OVER (PARTITION BY job ORDER BY rev_tick, trigger_id, shard, rev_attempt) AS rn FROM "+runs+
 			") ranked WHERE rn > "+strconv.Itoa(p.KeepPerJob)+") d"+
-			" ON r.job = d.job AND r.rev_tick = d.rev_tick AND r.trigger_id = d.trigger_id AND r.rev_attempt = d.rev_attempt")
+			" ON r.job = d.job AND r.rev_tick = d.rev_tick AND r.trigger_id = d.trigger_id AND r.shard = d.shard AND r.rev_attempt = d.rev_attempt")
 		if err != nil {
 			return res, s.wrapLedger("prune", err)
 		}

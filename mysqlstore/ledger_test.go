@@ -3,6 +3,7 @@ package mysqlstore
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -102,6 +103,21 @@ func TestLedgerRoundTrips(t *testing.T) {
 	rt("SetJobState register", 2, err)
 	_, err = s.Jobs(ctx)
 	rt("Jobs", 1, err)
+	_, err = s.JobDefs(ctx)
+	rt("JobDefs", 1, err)
+	rt("AppendAudit", 1, s.AppendAudit(ctx, ledger.AuditEntry{Who: "w", Job: "d", Action: "pause"}))
+	_, err = s.PutJobDef(ctx, ledger.JobDefParams{Job: "d", Def: "{}", IfVersion: -1, Audit: ledger.AuditEntry{Who: "w", Action: "create"}})
+	rt("PutJobDef", 6, err) // begin, lock the row, read it, update, audit, commit
+	_, err = s.PutJobDef(ctx, ledger.JobDefParams{Job: "d", Def: "{}", IfVersion: 9, Audit: ledger.AuditEntry{Who: "w", Action: "update"}})
+	if !errors.Is(err, ledger.ErrVersion) {
+		t.Fatalf("PutJobDef at a wrong version: %v", err)
+	}
+	rt("PutJobDef refused", 4, nil) // begin, lock the row, read it, roll back
+	es, err := s.Audit(ctx, ledger.AuditQuery{Job: "d", Before: 1 << 40, Limit: 10})
+	rt("Audit", 1, err)
+	if len(es) != 2 || es[0].Action != "create" || es[1].Action != "pause" {
+		t.Fatalf("audit entries of d: %+v", es)
+	}
 	if _, err := s.Prune(ctx, ledger.PruneParams{KeepPerJob: 5}); err != nil {
 		t.Fatal(err)
 	}
@@ -233,7 +249,7 @@ func TestLedgerTables(t *testing.T) {
 	db := openDB(t, testserver.SharedMariaDB(t).CreateDB(t))
 	ctx := ctxT(t)
 	s := mustNew(t, db, &Options{Table: "My_Locks", Migrate: true})
-	for _, name := range []string{"My_Locks_claims", "My_Locks_runs", "My_Locks_jobs", "My_Locks_triggers", "My_Locks_specs"} {
+	for _, name := range []string{"My_Locks_claims", "My_Locks_runs", "My_Locks_jobs", "My_Locks_triggers", "My_Locks_specs", "My_Locks_defs", "My_Locks_audit"} {
 		var n int
 		if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM `"+name+"`").Scan(&n); err != nil {
 			t.Errorf("table %s: %v", name, err)
@@ -313,5 +329,114 @@ func TestLedgerMigrateJobSpecs(t *testing.T) {
 	_, err = s.SetJobState(ctx, ledger.JobStateParams{Job: "x", Op: ledger.JobRegister, Spec: "@daily", Since: time.Date(999, 1, 1, 0, 0, 0, 0, time.UTC)})
 	if !errors.Is(err, ledger.ErrUnsupported) {
 		t.Fatalf("register with Since in the year 999: %v, want ErrUnsupported", err)
+	}
+}
+
+// TestLedgerMigrateShards: migration 006 turns the claims, run records and
+// trigger requests of a ledger made by 005 into shard 0's and trigger-now
+// requests, keeps every claim held, can run again, and the migrated ledger
+// keeps other shards of the same ticks apart and lists them in order.
+func TestLedgerMigrateShards(t *testing.T) {
+	t.Parallel()
+	db := openDB(t, testserver.SharedMariaDB(t).CreateDB(t))
+	ctx := ctxT(t)
+	ms, err := loadMigrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ms[5].name != "shards_catalog" {
+		t.Fatalf("migration 6 is %q", ms[5].name)
+	}
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if err := migrateLocked(ctx, conn, "old_locks", ms[:5]); err != nil {
+		t.Fatal(err)
+	}
+	us := func(t time.Time) string { return strconv.FormatInt(-t.UnixMicro(), 10) }
+	t1, t2 := tick0, tick0.Add(-time.Minute)
+	for _, q := range []string{
+		"INSERT INTO old_locks_claims (job, tick, trigger_id, token, node, claimed_at, expires_at) VALUES" +
+			" ('j', '2030-01-01 00:00:00', '', 'old-token', 'old-node', UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL 1 HOUR)",
+		"INSERT INTO old_locks_runs (job, rev_tick, trigger_id, rev_attempt, tick, attempt, node, fence, started_at, ended_at, status, error, output, recorded_at) VALUES" +
+			" ('j', " + us(t1) + ", '', -1, '2030-01-01 00:00:00', 1, 'old-node', 7, '2030-01-01 00:00:01', NULL, 'running', '', '', UTC_TIMESTAMP(6))," +
+			" ('j', " + us(t2) + ", '', -1, '2029-12-31 23:59:00', 1, 'old-node', 6, '2029-12-31 23:59:01', '2029-12-31 23:59:02', 'ok', '', 'out', UTC_TIMESTAMP(6))," +
+			" ('j', " + us(t2) + ", '', -2, '2029-12-31 23:59:00', 2, 'old-node', 6, NULL, NULL, 'failed', 'e', '', UTC_TIMESTAMP(6))",
+		"INSERT INTO old_locks_triggers (job, trigger_id, requested_at) VALUES ('j', 'r1', UTC_TIMESTAMP(6))",
+	} {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := mustNew(t, db, &Options{Table: "old_locks", Migrate: true}) // migrates 006
+	// MySQL cannot roll DDL back: a migration interrupted before it was
+	// recorded runs again, and Migrate takes what it made already as made.
+	for _, stmt := range ms[5].stmts {
+		if _, err := conn.ExecContext(ctx, expandTable(stmt, "old_locks")); err != nil && !duplicateKey(err) {
+			t.Fatalf("006 again: %v", err)
+		}
+	}
+	keys := func(rs []ledger.RunRecord) string {
+		var b strings.Builder
+		for _, r := range rs {
+			fmt.Fprintf(&b, "%s/%s/s%d/%d/%s/n%d ", r.Job, r.Tick.Format("15:04"), r.Shard, r.Attempt, r.Status, r.Shards)
+		}
+		return b.String()
+	}
+	got, err := s.Runs(ctx, ledger.RunQuery{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k := keys(got); k != "j/00:00/s0/1/running/n0 j/23:59/s0/2/failed/n0 j/23:59/s0/1/ok/n0 " {
+		t.Fatalf("migrated records: %s", k)
+	}
+	if got[2].Fence != 6 || got[2].Output != "out" || !got[2].End.Equal(time.Date(2029, 12, 31, 23, 59, 2, 0, time.UTC)) {
+		t.Fatalf("migrated record %+v", got[2])
+	}
+	// The old claim is shard 0's, still held; shard 1 of the tick is free.
+	res, err := s.Claim(ctx, []ledger.ClaimParams{
+		{Job: "j", Tick: tick0, Node: "new", Token: "new-token", Retain: time.Hour},
+		{Job: "j", Tick: tick0, Shard: 1, Node: "new", Token: "new-token", Retain: time.Hour},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ce *ledger.ClaimedError
+	if !errors.As(res[0], &ce) || ce.Node != "old-node" || res[1] != nil {
+		t.Fatalf("claims after migrating: %v, %v; want shard 0 held by old-node and shard 1 won", res[0], res[1])
+	}
+	// The old running record is shard 0's: a record of shard 1 is another.
+	if err := s.RecordRuns(ctx, []ledger.RunRecord{
+		{Job: "j", Tick: tick0, Shard: 1, Shards: 2, Attempt: 1, Status: ledger.RunRunning},
+		{Job: "j", Tick: tick0, Shard: 0, Shards: 2, Attempt: 1, Status: ledger.RunOK},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	running, err := s.Runs(ctx, ledger.RunQuery{Status: ledger.RunRunning})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k := keys(running); k != "j/00:00/s1/1/running/n2 " {
+		t.Fatalf("running records: %s", k)
+	}
+	all, err := s.Runs(ctx, ledger.RunQuery{Job: "j", Limit: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k := keys(all); k != "j/00:00/s0/1/ok/n2 j/00:00/s1/1/running/n2 " {
+		t.Fatalf("records after recording shards: %s", k)
+	}
+	st, err := s.Jobs(ctx)
+	if err != nil || len(st) != 1 || len(st[0].Triggers) != 1 {
+		t.Fatalf("Jobs = %+v, %v", st, err)
+	}
+	if tr := st[0].Triggers[0]; tr.ID != "r1" || !tr.Tick.IsZero() || tr.Rerun {
+		t.Fatalf("migrated trigger %+v, want a trigger-now", tr)
+	}
+	d, err := s.PutJobDef(ctx, ledger.JobDefParams{Job: "j", Def: "{}", Audit: ledger.AuditEntry{Who: "w", Action: "create"}})
+	if err != nil || d.Version != 1 {
+		t.Fatalf("PutJobDef after migrating: %+v, %v", d, err)
 	}
 }

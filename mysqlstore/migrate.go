@@ -163,13 +163,14 @@ func migrateLocked(ctx context.Context, conn *sql.Conn, table string, ms []migra
 	return nil
 }
 
-// duplicateKey reports whether err is MySQL's "Duplicate key name" (1061):
-// an ADD KEY that a migration cut short before it was recorded made
-// already. DDL commits on its own, so migrations that add keys are run
-// again that far.
+// duplicateKey reports whether err is MySQL's "Duplicate key name" (1061)
+// or "Duplicate column name" (1060): an ADD KEY, or an ALTER TABLE that
+// adds a column (with whatever else the same statement changes, applied
+// with it), that a migration cut short before it was recorded made
+// already. DDL commits on its own, so migrations are run again that far.
 func duplicateKey(err error) bool {
 	var me *mysql.MySQLError
-	return errors.As(err, &me) && me.Number == 1061
+	return errors.As(err, &me) && (me.Number == 1061 || me.Number == 1060)
 }
 
 // tableRef matches {{table}}, the lock table, and {{table_suffix}}, a table

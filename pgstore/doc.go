@@ -308,11 +308,19 @@
 // Migrate creates (migration 0003_ledger): <Table>_claims, <Table>_runs,
 // <Table>_jobs and <Table>_triggers; migration 0004_job_specs adds the
 // registered spec and since to <Table>_jobs, with a partial index on the
-// paused rows for JobStates. Names compare byte for byte (COLLATE
-// "C"), as Go compares strings. Job and trigger names, node names and
-// tokens are UTF-8 without NUL, at most 1024 bytes each; others fail with
-// driver.ErrUnsupported. Every time the ledger decides by (claim expiry,
-// Recorded, a trigger's At, record and trigger ages in Prune) is the
+// paused rows for JobStates. Migration 0007_shards_catalog puts the shard
+// in the keys — (job, tick, trigger_id, shard) for <Table>_claims, (job,
+// tick, trigger_id, shard, attempt) for <Table>_runs, which also keeps the
+// job's shard count as data — adds the past tick and rerun flag of a
+// backfill or re-run to <Table>_triggers, and creates the tables of
+// ledger.Catalog, <Table>_defs and <Table>_audit. Rows written before 0007
+// become shard 0's, and their trigger requests trigger-now ones.
+//
+// Names compare byte for byte (COLLATE "C"), as Go compares strings. Job
+// and trigger names, node names and tokens are UTF-8 without NUL, at most
+// 1024 bytes each; others fail with driver.ErrUnsupported. Every time the
+// ledger decides by (claim expiry, Recorded, a trigger's At, record and
+// trigger ages in Prune, a definition's Updated, an audit entry's At) is the
 // database's now(). Each call is one statement, on any pooled connection:
 //
 //   - Claim is an INSERT ... ON CONFLICT DO UPDATE over unnest()ed arrays,
@@ -322,15 +330,24 @@
 //     held by another token, named (node, claim time) from the statement's
 //     snapshot; a claim committed while the statement ran is reported with
 //     its node unknown.
-//   - RecordRuns is one upsert on (job, tick, trigger_id, attempt). Error
-//     and Output are stored as text: invalid UTF-8 and NUL become U+FFFD.
-//   - Runs reads one of two indexes kept in listing order (one per job,
-//     one across jobs). A continued listing (RunQuery.Before) is a UNION ALL
-//     of four limited index ranges, so that the thousandth page of a
-//     million records costs what the first does.
+//   - RecordRuns is one upsert on (job, tick, trigger_id, shard, attempt).
+//     Error and Output are stored as text: invalid UTF-8 and NUL become
+//     U+FFFD.
+//   - Runs reads one of three indexes kept in listing order (one per job,
+//     one across jobs, and a partial one of the running records for the
+//     sweep of dead nodes' runs). A continued listing (RunQuery.Before) is
+//     a UNION ALL of five limited index ranges, so that the thousandth page
+//     of a million records costs what the first does.
 //   - SetJobState makes its change and returns the job's state; JobStates
 //     reads every paused job and pending trigger.
 //   - Prune deletes expired claims, records by age and then beyond each
 //     job's newest KeepPerJob (ranked along the job index), and old trigger
 //     requests, each DELETE counted, in one statement.
+//
+// It implements ledger.Catalog too. <Table>_defs holds one row per job
+// ever defined at run time: a delete marks the row deleted and keeps its
+// version, so a later create goes on counting from it. Each change is one
+// statement whose data-modifying WITH inserts the audit row only when the
+// change was made (a delete guarded by IfVersion -1 only reads). Audit
+// entries are numbered by an identity column (Seq) and read along it.
 package pgstore

@@ -31,17 +31,21 @@ const (
 // the ledger records of its own is the database's now().
 type ledgerSQL struct {
 	claims, runs, jobs, triggers string // quoted, schema-qualified tables
+	defs, audit                  string // the catalog's (see catalog.go)
 
-	claim      string // $1 jobs[], $2 ticks[], $3 triggers[], $4 nodes[], $5 tokens[], $6 retains[] µs
-	record     string // $1..$11 one array per column
+	claim      string // $1 jobs[], $2 ticks[], $3 triggers[], $4 shards[], $5 nodes[], $6 tokens[], $7 retains[] µs
+	record     string // $1..$13 one array per column
 	setPaused  string // $1 job, $2 paused
-	trigger    string // $1 job, $2 trigger id
+	trigger    string // $1 job, $2 trigger id, $3 tick (NULL for none), $4 rerun
 	done       string // $1 job, $2 trigger id
 	register   string // $1 job, $2 spec, $3 since
 	forget     string // $1 job
 	jobStates  string
 	allJobs    string
 	runColumns string
+
+	// The catalog's statements (catalog.go).
+	putDef, updateDef, deleteDef, appendAudit, jobDefs string
 }
 
 // ledgerCache holds a *ledgerSQL per lease table (its quoted name).
@@ -58,7 +62,9 @@ func (s *Store) ledger() *ledgerSQL {
 
 func buildLedgerSQL(schema, table string) *ledgerSQL {
 	name := func(suffix string) string { return pgx.Identifier{schema, table + suffix}.Sanitize() }
-	l := &ledgerSQL{claims: name("_claims"), runs: name("_runs"), jobs: name("_jobs"), triggers: name("_triggers")}
+	l := &ledgerSQL{claims: name("_claims"), runs: name("_runs"), jobs: name("_jobs"), triggers: name("_triggers"),
+		defs: name("_defs"), audit: name("_audit")}
+	buildCatalogSQL(l)
 
 	// The batch is sorted by key, and each key taken once, so that
 	// concurrent batches lock rows in one order and never deadlock. The
@@ -69,50 +75,53 @@ func buildLedgerSQL(schema, table string) *ledgerSQL {
 	// token. Who that is comes from the statement's snapshot, when the
 	// snapshot has that claim (a claim committed meanwhile is not in it).
 	l.claim = fmt.Sprintf(`WITH i AS (
-	SELECT * FROM unnest($1::text[], $2::timestamptz[], $3::text[], $4::text[], $5::text[], $6::bigint[])
-		WITH ORDINALITY AS i(job, tick, trigger_id, node, token, retain, n)
+	SELECT * FROM unnest($1::text[], $2::timestamptz[], $3::text[], $4::integer[], $5::text[], $6::text[], $7::bigint[])
+		WITH ORDINALITY AS i(job, tick, trigger_id, shard, node, token, retain, n)
 ), up AS (
-	INSERT INTO %[1]s AS c (job, tick, trigger_id, token, node, claimed_at, expires_at)
-	SELECT DISTINCT ON (job, tick, trigger_id)
-		job, tick, trigger_id, token, node, now(), now() + retain * interval '1 microsecond'
-	FROM i ORDER BY job, tick, trigger_id, n
-	ON CONFLICT (job, tick, trigger_id) DO UPDATE SET
+	INSERT INTO %[1]s AS c (job, tick, trigger_id, shard, token, node, claimed_at, expires_at)
+	SELECT DISTINCT ON (job, tick, trigger_id, shard)
+		job, tick, trigger_id, shard, token, node, now(), now() + retain * interval '1 microsecond'
+	FROM i ORDER BY job, tick, trigger_id, shard, n
+	ON CONFLICT (job, tick, trigger_id, shard) DO UPDATE SET
 		token = CASE WHEN c.expires_at <= now() THEN EXCLUDED.token ELSE c.token END,
 		node = CASE WHEN c.expires_at <= now() THEN EXCLUDED.node ELSE c.node END,
 		claimed_at = CASE WHEN c.expires_at <= now() THEN EXCLUDED.claimed_at ELSE c.claimed_at END,
 		expires_at = CASE WHEN c.expires_at <= now() THEN EXCLUDED.expires_at ELSE c.expires_at END
 	WHERE c.expires_at <= now() OR c.token = EXCLUDED.token
-	RETURNING c.job, c.tick, c.trigger_id, c.token, c.node, c.claimed_at
+	RETURNING c.job, c.tick, c.trigger_id, c.shard, c.token, c.node, c.claimed_at
 )
 SELECT i.n, u.token, u.node, u.claimed_at, s.node, s.claimed_at
 FROM i
-LEFT JOIN up u ON u.job = i.job AND u.tick = i.tick AND u.trigger_id = i.trigger_id
+LEFT JOIN up u ON u.job = i.job AND u.tick = i.tick AND u.trigger_id = i.trigger_id AND u.shard = i.shard
 LEFT JOIN %[1]s s ON u.job IS NULL
-	AND s.job = i.job AND s.tick = i.tick AND s.trigger_id = i.trigger_id
+	AND s.job = i.job AND s.tick = i.tick AND s.trigger_id = i.trigger_id AND s.shard = i.shard
 	AND s.expires_at > now() AND s.token <> i.token`, l.claims)
 
 	// The last record of a key in the batch wins, as if each were written
 	// in turn; rows are written in key order (see claim).
 	l.record = fmt.Sprintf(`INSERT INTO %[1]s AS r
-	(job, tick, trigger_id, attempt, node, fence, started_at, ended_at, status, error, output, recorded_at)
-SELECT DISTINCT ON (job, tick, trigger_id, attempt)
-	job, tick, trigger_id, attempt, node, fence, started_at, ended_at, status, error, output, now()
-FROM unnest($1::text[], $2::timestamptz[], $3::text[], $4::integer[], $5::text[], $6::bigint[],
-	$7::timestamptz[], $8::timestamptz[], $9::text[], $10::text[], $11::text[])
-	WITH ORDINALITY AS i(job, tick, trigger_id, attempt, node, fence, started_at, ended_at, status, error, output, n)
-ORDER BY job, tick, trigger_id, attempt, n DESC
-ON CONFLICT (job, tick, trigger_id, attempt) DO UPDATE SET
-	node = EXCLUDED.node, fence = EXCLUDED.fence,
+	(job, tick, trigger_id, shard, attempt, shards, node, fence, started_at, ended_at, status, error, output, recorded_at)
+SELECT DISTINCT ON (job, tick, trigger_id, shard, attempt)
+	job, tick, trigger_id, shard, attempt, shards, node, fence, started_at, ended_at, status, error, output, now()
+FROM unnest($1::text[], $2::timestamptz[], $3::text[], $4::integer[], $5::integer[], $6::integer[], $7::text[], $8::bigint[],
+	$9::timestamptz[], $10::timestamptz[], $11::text[], $12::text[], $13::text[])
+	WITH ORDINALITY AS i(job, tick, trigger_id, shard, attempt, shards, node, fence, started_at, ended_at, status, error, output, n)
+ORDER BY job, tick, trigger_id, shard, attempt, n DESC
+ON CONFLICT (job, tick, trigger_id, shard, attempt) DO UPDATE SET
+	shards = EXCLUDED.shards, node = EXCLUDED.node, fence = EXCLUDED.fence,
 	started_at = EXCLUDED.started_at, ended_at = EXCLUDED.ended_at,
 	status = EXCLUDED.status, error = EXCLUDED.error, output = EXCLUDED.output,
 	recorded_at = EXCLUDED.recorded_at`, l.runs)
 
-	// SetJobState: each returns paused, spec, since, trigger ids and times. A data
+	// SetJobState: each returns paused, spec, since, and the pending
+	// triggers' ids, times, ticks and rerun flags. A data
 	// modifying WITH is not visible to the rest of its statement, so the
 	// state after the change is computed from the snapshot and the change.
 	pending := func(from, extra string) string {
 		return fmt.Sprintf(`array(SELECT trigger_id FROM %[1]s WHERE job = $1%[2]s ORDER BY requested_at, seq),
-	array(SELECT requested_at FROM %[1]s WHERE job = $1%[2]s ORDER BY requested_at, seq)`, from, extra)
+	array(SELECT requested_at FROM %[1]s WHERE job = $1%[2]s ORDER BY requested_at, seq),
+	array(SELECT tick FROM %[1]s WHERE job = $1%[2]s ORDER BY requested_at, seq),
+	array(SELECT rerun FROM %[1]s WHERE job = $1%[2]s ORDER BY requested_at, seq)`, from, extra)
 	}
 	isPaused := fmt.Sprintf(`coalesce((SELECT paused FROM %s WHERE job = $1), false)`, l.jobs)
 	spec := fmt.Sprintf(`(SELECT spec FROM %[1]s WHERE job = $1), (SELECT since FROM %[1]s WHERE job = $1)`, l.jobs)
@@ -123,13 +132,13 @@ ON CONFLICT (job, tick, trigger_id, attempt) DO UPDATE SET
 )
 SELECT $2::boolean, %[3]s, %[2]s`, l.jobs, pending(l.triggers, ""), spec)
 	l.trigger = fmt.Sprintf(`WITH ins AS (
-	INSERT INTO %[1]s (job, trigger_id, requested_at) VALUES ($1, $2, now())
+	INSERT INTO %[1]s (job, trigger_id, requested_at, tick, rerun) VALUES ($1, $2, now(), $3, $4)
 	ON CONFLICT (job, trigger_id) DO NOTHING
-	RETURNING job, trigger_id, requested_at, seq
+	RETURNING job, trigger_id, requested_at, seq, tick, rerun
 ), t AS (
-	SELECT job, trigger_id, requested_at, seq FROM %[1]s WHERE job = $1
+	SELECT job, trigger_id, requested_at, seq, tick, rerun FROM %[1]s WHERE job = $1
 	UNION ALL
-	SELECT job, trigger_id, requested_at, seq FROM ins
+	SELECT job, trigger_id, requested_at, seq, tick, rerun FROM ins
 )
 SELECT %[2]s, %[4]s, %[3]s`, l.triggers, isPaused, pending("t", ""), spec)
 	l.done = fmt.Sprintf(`WITH d AS (
@@ -153,26 +162,29 @@ SELECT paused, spec, since, %[2]s FROM j`, l.jobs, pending(l.triggers, ""))
 ), t AS (
 	DELETE FROM %[2]s WHERE job = $1
 )
-SELECT false, NULL::text, NULL::timestamptz, NULL::text[], NULL::timestamptz[]`, l.jobs, l.triggers)
+SELECT false, NULL::text, NULL::timestamptz, NULL::text[], NULL::timestamptz[], NULL::timestamptz[], NULL::boolean[]`, l.jobs, l.triggers)
 
 	// JobStates reads the paused rows through the partial index of
 	// migration 0004; Jobs reads the registered ones too.
 	states := func(jobsWhere string) string {
 		return fmt.Sprintf(`SELECT job, bool_or(paused), max(spec), max(since),
 	array_agg(trigger_id ORDER BY requested_at, seq) FILTER (WHERE trigger_id IS NOT NULL),
-	array_agg(requested_at ORDER BY requested_at, seq) FILTER (WHERE trigger_id IS NOT NULL)
+	array_agg(requested_at ORDER BY requested_at, seq) FILTER (WHERE trigger_id IS NOT NULL),
+	array_agg(tick ORDER BY requested_at, seq) FILTER (WHERE trigger_id IS NOT NULL),
+	array_agg(rerun ORDER BY requested_at, seq) FILTER (WHERE trigger_id IS NOT NULL)
 FROM (
-	SELECT job, paused, spec, since, NULL::text AS trigger_id, NULL::timestamptz AS requested_at, NULL::bigint AS seq
+	SELECT job, paused, spec, since, NULL::text AS trigger_id, NULL::timestamptz AS requested_at, NULL::bigint AS seq,
+		NULL::timestamptz AS tick, NULL::boolean AS rerun
 	FROM %[1]s WHERE %[3]s
 	UNION ALL
-	SELECT job, false, NULL, NULL, trigger_id, requested_at, seq FROM %[2]s
+	SELECT job, false, NULL, NULL, trigger_id, requested_at, seq, tick, rerun FROM %[2]s
 ) s
 GROUP BY job`, l.jobs, l.triggers, jobsWhere)
 	}
 	l.jobStates = states("paused")
 	l.allJobs = states("paused OR spec IS NOT NULL")
 
-	l.runColumns = "job, tick, trigger_id, attempt, node, fence, started_at, ended_at, status, error, output, recorded_at"
+	l.runColumns = "job, tick, trigger_id, shard, attempt, shards, node, fence, started_at, ended_at, status, error, output, recorded_at"
 	return l
 }
 
@@ -233,17 +245,17 @@ func (s *Store) Claim(ctx context.Context, ps []ledger.ClaimParams) ([]error, er
 		return nil, nil
 	}
 	n := len(ps)
-	jobs, ticks, triggers := make([]string, n), make([]time.Time, n), make([]string, n)
+	jobs, ticks, triggers, shards := make([]string, n), make([]time.Time, n), make([]string, n), make([]int32, n)
 	nodes, tokens, retains := make([]string, n), make([]string, n), make([]int64, n)
 	for i := range ps {
 		p := &ps[i]
 		if err := checkClaim(p); err != nil {
 			return nil, err
 		}
-		jobs[i], ticks[i], triggers[i] = p.Job, p.Tick, p.Trigger
+		jobs[i], ticks[i], triggers[i], shards[i] = p.Job, p.Tick, p.Trigger, int32(p.Shard)
 		nodes[i], tokens[i], retains[i] = p.Node, p.Token, micros(p.Retain)
 	}
-	rows, err := s.pool.Query(ctx, s.ledger().claim, jobs, ticks, triggers, nodes, tokens, retains)
+	rows, err := s.pool.Query(ctx, s.ledger().claim, jobs, ticks, triggers, shards, nodes, tokens, retains)
 	if err != nil {
 		return nil, s.wrapLedger("claim", err)
 	}
@@ -296,6 +308,10 @@ func checkRun(r *ledger.RunRecord) error {
 		return errors.New("pgstore: record runs: empty Job or zero Tick")
 	case r.Attempt < 0 || int64(r.Attempt) > 1<<31-1:
 		return fmt.Errorf("pgstore: record runs %q: Attempt %d out of range: %w", r.Job, r.Attempt, ledger.ErrUnsupported)
+	case r.Shard < 0 || r.Shard >= ledger.MaxShards:
+		return fmt.Errorf("pgstore: record runs %q: Shard %d is not in [0, %d)", r.Job, r.Shard, ledger.MaxShards)
+	case r.Shards < 0 || r.Shards > ledger.MaxShards:
+		return fmt.Errorf("pgstore: record runs %q: Shards %d is not in [0, %d]", r.Job, r.Shards, ledger.MaxShards)
 	}
 	for _, f := range []struct {
 		name, s string
@@ -320,6 +336,7 @@ func (s *Store) RecordRuns(ctx context.Context, rs []ledger.RunRecord) error {
 	}
 	n := len(rs)
 	jobs, ticks, triggers, attempts := make([]string, n), make([]time.Time, n), make([]string, n), make([]int32, n)
+	shards, counts := make([]int32, n), make([]int32, n)
 	nodes, fences := make([]string, n), make([]int64, n)
 	starts, ends := make([]pgtype.Timestamptz, n), make([]pgtype.Timestamptz, n)
 	statuses, errs, outputs := make([]string, n), make([]string, n), make([]string, n)
@@ -329,11 +346,12 @@ func (s *Store) RecordRuns(ctx context.Context, rs []ledger.RunRecord) error {
 			return err
 		}
 		jobs[i], ticks[i], triggers[i], attempts[i] = r.Job, r.Tick, r.Trigger, int32(r.Attempt)
+		shards[i], counts[i] = int32(r.Shard), int32(r.Shards)
 		nodes[i], fences[i] = r.Node, int64(r.Fence) // bit for bit: read back as uint64
 		starts[i], ends[i] = timestamptz(r.Start), timestamptz(r.End)
 		statuses[i], errs[i], outputs[i] = string(r.Status), cleanText(r.Error), cleanText(r.Output)
 	}
-	_, err := s.pool.Exec(ctx, s.ledger().record, jobs, ticks, triggers, attempts, nodes, fences, starts, ends, statuses, errs, outputs)
+	_, err := s.pool.Exec(ctx, s.ledger().record, jobs, ticks, triggers, shards, attempts, counts, nodes, fences, starts, ends, statuses, errs, outputs)
 	if err != nil {
 		return s.wrapLedger("record runs", err)
 	}
@@ -342,8 +360,8 @@ func (s *Store) RecordRuns(ctx context.Context, rs []ledger.RunRecord) error {
 
 // Runs implements ledger.Ledger in one SELECT. Both indexes of the runs
 // table are in the listing order; with q.Before the statement is a UNION
-// ALL of four index ranges (the rest of Before's attempts, triggers, jobs
-// at its tick, and older ticks), each limited, so that a page deep in a
+// ALL of five index ranges (the rest of Before's attempts, shards,
+// triggers, jobs at its tick, and older ticks), each limited, so that a page deep in a
 // million records costs what the first page does.
 func (s *Store) Runs(ctx context.Context, q ledger.RunQuery) ([]ledger.RunRecord, error) {
 	if err := ctx.Err(); err != nil {
@@ -377,7 +395,7 @@ func (s *Store) Runs(ctx context.Context, q ledger.RunQuery) ([]ledger.RunRecord
 	default:
 		where = append(where, "status = "+arg(string(q.Status)))
 	}
-	const order = " ORDER BY tick DESC, job, trigger_id, attempt DESC"
+	const order = " ORDER BY tick DESC, job, trigger_id, shard, attempt DESC"
 	limit := ""
 	if q.Limit > 0 {
 		limit = " LIMIT " + arg(q.Limit)
@@ -394,9 +412,10 @@ func (s *Store) Runs(ctx context.Context, q ledger.RunQuery) ([]ledger.RunRecord
 	if b := q.Before; b == nil {
 		sql = selectWhere() + order + limit
 	} else {
-		kt, kj, ktr, ka := arg(b.Tick), arg(b.Job), arg(b.Trigger), arg(b.Attempt)
+		kt, kj, ktr, ks, ka := arg(b.Tick), arg(b.Job), arg(b.Trigger), arg(int32(b.Shard)), arg(int32(b.Attempt))
 		branches := [][]string{
-			{"tick = " + kt, "job = " + kj, "trigger_id = " + ktr, "attempt < " + ka},
+			{"tick = " + kt, "job = " + kj, "trigger_id = " + ktr, "shard = " + ks, "attempt < " + ka},
+			{"tick = " + kt, "job = " + kj, "trigger_id = " + ktr, "shard > " + ks},
 			{"tick = " + kt, "job = " + kj, "trigger_id > " + ktr},
 			{"tick = " + kt, "job > " + kj},
 			{"tick < " + kt},
@@ -414,15 +433,18 @@ func (s *Store) Runs(ctx context.Context, q ledger.RunQuery) ([]ledger.RunRecord
 	var (
 		out        []ledger.RunRecord
 		r          ledger.RunRecord
+		shard      int32
 		attempt    int32
+		shards     int32
 		fence      int64
 		start, end *time.Time
 		status     string
 	)
-	_, err = pgx.ForEachRow(rows, []any{&r.Job, &r.Tick, &r.Trigger, &attempt, &r.Node, &fence, &start, &end, &status, &r.Error, &r.Output, &r.Recorded}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&r.Job, &r.Tick, &r.Trigger, &shard, &attempt, &shards, &r.Node, &fence, &start, &end, &status, &r.Error, &r.Output, &r.Recorded}, func() error {
 		rec := r
 		rec.Tick, rec.Recorded = r.Tick.UTC(), r.Recorded.UTC()
-		rec.Attempt, rec.Fence, rec.Status = int(attempt), uint64(fence), ledger.RunStatus(status)
+		rec.Shard, rec.Attempt, rec.Shards = int(shard), int(attempt), int(shards)
+		rec.Fence, rec.Status = uint64(fence), ledger.RunStatus(status)
 		rec.Start, rec.End = time.Time{}, time.Time{}
 		if start != nil {
 			rec.Start = start.UTC()
@@ -462,9 +484,9 @@ func (s *Store) SetJobState(ctx context.Context, p ledger.JobStateParams) (ledge
 		if err := checkName("set job state", "Trigger", p.Trigger, maxLedgerName); err != nil {
 			return ledger.JobState{}, err
 		}
-		sql, args = l.trigger, []any{p.Job, p.Trigger}
+		sql, args = l.trigger, []any{p.Job, p.Trigger, timestamptz(p.Tick), p.Rerun && !p.Tick.IsZero()}
 		if p.Op == ledger.JobTriggerDone {
-			sql = l.done
+			sql, args = l.done, args[:2]
 		}
 	case ledger.JobRegister:
 		if err := checkName("register job", "Spec", p.Spec, ledger.MaxSpecLen); err != nil {
@@ -478,13 +500,12 @@ func (s *Store) SetJobState(ctx context.Context, p ledger.JobStateParams) (ledge
 		st    = ledger.JobState{Job: p.Job}
 		spec  *string
 		since *time.Time
-		ids   []string
-		ats   []time.Time
+		tr    triggerArrays
 	)
-	if err := s.pool.QueryRow(ctx, sql, args...).Scan(&st.Paused, &spec, &since, &ids, &ats); err != nil {
+	if err := s.pool.QueryRow(ctx, sql, args...).Scan(&st.Paused, &spec, &since, &tr.ids, &tr.ats, &tr.ticks, &tr.reruns); err != nil {
 		return ledger.JobState{}, s.wrapLedger(fmt.Sprintf("set job state %q", p.Job), err)
 	}
-	st.Triggers = triggerRequests(ids, ats)
+	st.Triggers = tr.requests()
 	setSpec(&st, spec, since)
 	return st, nil
 }
@@ -496,14 +517,27 @@ func setSpec(st *ledger.JobState, spec *string, since *time.Time) {
 	}
 }
 
-// triggerRequests pairs ids and times; nil when there are none.
-func triggerRequests(ids []string, ats []time.Time) []ledger.TriggerRequest {
-	if len(ids) == 0 || len(ids) != len(ats) {
+// triggerArrays are a job's pending trigger requests as the statements
+// return them: one array per column, in the same order.
+type triggerArrays struct {
+	ids    []string
+	ats    []time.Time
+	ticks  []pgtype.Timestamptz
+	reruns []bool
+}
+
+// requests pairs the arrays up; nil when there are none.
+func (a *triggerArrays) requests() []ledger.TriggerRequest {
+	n := len(a.ids)
+	if n == 0 || len(a.ats) != n || len(a.ticks) != n || len(a.reruns) != n {
 		return nil
 	}
-	out := make([]ledger.TriggerRequest, len(ids))
-	for i := range ids {
-		out[i] = ledger.TriggerRequest{ID: ids[i], At: ats[i].UTC()}
+	out := make([]ledger.TriggerRequest, n)
+	for i := range a.ids {
+		out[i] = ledger.TriggerRequest{ID: a.ids[i], At: a.ats[i].UTC(), Rerun: a.reruns[i]}
+		if a.ticks[i].Valid {
+			out[i].Tick = a.ticks[i].Time.UTC()
+		}
 	}
 	return out
 }
@@ -521,7 +555,7 @@ func (s *Store) Jobs(ctx context.Context) ([]ledger.JobState, error) {
 }
 
 // readStates runs a statement that returns one row per job: job, paused,
-// spec, since, trigger ids and times.
+// spec, since, and the trigger requests' ids, times, ticks and rerun flags.
 func (s *Store) readStates(ctx context.Context, op, sql string) ([]ledger.JobState, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -536,11 +570,10 @@ func (s *Store) readStates(ctx context.Context, op, sql string) ([]ledger.JobSta
 		paused bool
 		spec   *string
 		since  *time.Time
-		ids    []string
-		ats    []time.Time
+		tr     triggerArrays
 	)
-	_, err = pgx.ForEachRow(rows, []any{&job, &paused, &spec, &since, &ids, &ats}, func() error {
-		st := ledger.JobState{Job: job, Paused: paused, Triggers: triggerRequests(ids, ats)}
+	_, err = pgx.ForEachRow(rows, []any{&job, &paused, &spec, &since, &tr.ids, &tr.ats, &tr.ticks, &tr.reruns}, func() error {
+		st := ledger.JobState{Job: job, Paused: paused, Triggers: tr.requests()}
 		setSpec(&st, spec, since)
 		out = append(out, st)
 		return nil
@@ -579,10 +612,10 @@ func (s *Store) Prune(ctx context.Context, p ledger.PruneParams) (ledger.PruneRe
 			fresh = " WHERE recorded_at >= " + cutoff
 		}
 		if p.KeepPerJob > 0 {
-			conds = append(conds, fmt.Sprintf(`(job, tick, trigger_id, attempt) IN (
-		SELECT job, tick, trigger_id, attempt FROM (
-			SELECT job, tick, trigger_id, attempt,
-				row_number() OVER (PARTITION BY job ORDER BY tick DESC, trigger_id, attempt DESC) AS rn
+			conds = append(conds, fmt.Sprintf(`(job, tick, trigger_id, shard, attempt) IN (
+		SELECT job, tick, trigger_id, shard, attempt FROM (
+			SELECT job, tick, trigger_id, shard, attempt,
+				row_number() OVER (PARTITION BY job ORDER BY tick DESC, trigger_id, shard, attempt DESC) AS rn
 			FROM %s%s
 		) ranked WHERE rn > %s)`, l.runs, fresh, arg(int64(p.KeepPerJob))))
 		}

@@ -125,6 +125,25 @@ func TestLedgerRoundTrips(t *testing.T) {
 	one("SetJobState forget", err)
 	_, err = s.Prune(ctx, ledger.PruneParams{RunsOlderThan: time.Hour, KeepPerJob: 5, TriggersOlderThan: time.Hour})
 	one("Prune", err)
+	for _, p := range []ledger.JobDefParams{
+		{Job: "d", Def: "{}", IfVersion: -1}, {Job: "d", Def: "{}", IfVersion: 1}, {Job: "d", Def: "{}"},
+		{Job: "d", Delete: true, IfVersion: 3}, {Job: "d", Delete: true},
+	} {
+		p.Audit = ledger.AuditEntry{Who: "w", Action: "a"}
+		_, err = s.PutJobDef(ctx, p)
+		if errors.Is(err, ledger.ErrNoJobDef) {
+			err = nil
+		}
+		one(fmt.Sprintf("PutJobDef %+v", p), err)
+	}
+	_, err = s.JobDefs(ctx)
+	one("JobDefs", err)
+	one("AppendAudit", s.AppendAudit(ctx, ledger.AuditEntry{Who: "w", Action: "a"}))
+	es, err := s.Audit(ctx, ledger.AuditQuery{Job: "d", Before: 1 << 40, Limit: 10})
+	one("Audit", err)
+	if len(es) != 4 {
+		t.Fatalf("%d audit entries of d, want 4: %+v", len(es), es)
+	}
 	if got, _ := s.Runs(ctx, ledger.RunQuery{}); len(got) != 50*5 {
 		t.Fatalf("%d records after keeping 5 per job, want %d", len(got), 50*5)
 	}
@@ -246,7 +265,7 @@ func TestLedgerTables(t *testing.T) {
 	pool := newPool(t, newDB(t), nil)
 	ctx := ctxT(t)
 	s := newStore(t, pool, &Options{Schema: "sched", Table: "my_locks"})
-	for _, name := range []string{"my_locks_claims", "my_locks_runs", "my_locks_jobs", "my_locks_triggers"} {
+	for _, name := range []string{"my_locks_claims", "my_locks_runs", "my_locks_jobs", "my_locks_triggers", "my_locks_defs", "my_locks_audit"} {
 		var ok bool
 		if err := pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", "sched."+name).Scan(&ok); err != nil || !ok {
 			t.Errorf("table sched.%s: %v, %v", name, ok, err)
@@ -343,5 +362,91 @@ func TestLedgerRegisterRace(t *testing.T) {
 				t.Fatalf("round %d: node %d read %+v, node 0 %+v", round, i, got[i], got[0])
 			}
 		}
+	}
+}
+
+// TestLedgerMigrateShards: migration 0007 turns the claims, run records and
+// trigger requests of a ledger made by 0006 into shard 0's and trigger-now
+// requests, keeps every claim held, and the migrated ledger keeps other
+// shards of the same ticks apart and lists them in order.
+func TestLedgerMigrateShards(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t, newDB(t), nil)
+	ctx := ctxT(t)
+	migrateTo(t, pool, "old_locks", 6)
+	for _, sql := range []string{
+		`INSERT INTO old_locks_claims (job, tick, trigger_id, token, node, claimed_at, expires_at)
+			VALUES ('j', '2030-01-01T00:00:00Z', '', 'old-token', 'old-node', now(), now() + interval '1 hour')`,
+		`INSERT INTO old_locks_runs (job, tick, trigger_id, attempt, node, fence, started_at, ended_at, status, error, output, recorded_at) VALUES
+			('j', '2030-01-01T00:00:00Z', '', 1, 'old-node', 7, '2030-01-01T00:00:01Z', NULL, 'running', '', '', now()),
+			('j', '2029-12-31T23:59:00Z', '', 1, 'old-node', 6, '2029-12-31T23:59:01Z', '2029-12-31T23:59:02Z', 'ok', '', 'out', now()),
+			('j', '2029-12-31T23:59:00Z', '', 2, 'old-node', 6, NULL, NULL, 'failed', 'e', '', now())`,
+		`INSERT INTO old_locks_triggers (job, trigger_id, requested_at) VALUES ('j', 'r1', now())`,
+	} {
+		if _, err := pool.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := newStore(t, pool, &Options{Table: "old_locks"}) // migrates 0007
+	keys := func(rs []ledger.RunRecord) string {
+		var b strings.Builder
+		for _, r := range rs {
+			fmt.Fprintf(&b, "%s/%s/s%d/%d/%s/n%d ", r.Job, r.Tick.Format("15:04"), r.Shard, r.Attempt, r.Status, r.Shards)
+		}
+		return b.String()
+	}
+	got, err := s.Runs(ctx, ledger.RunQuery{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k := keys(got); k != "j/00:00/s0/1/running/n0 j/23:59/s0/2/failed/n0 j/23:59/s0/1/ok/n0 " {
+		t.Fatalf("migrated records: %s", k)
+	}
+	if got[2].Fence != 6 || got[2].Output != "out" || !got[2].End.Equal(time.Date(2029, 12, 31, 23, 59, 2, 0, time.UTC)) {
+		t.Fatalf("migrated record %+v", got[2])
+	}
+	// The old claim is shard 0's, still held; shard 1 of the tick is free.
+	res, err := s.Claim(ctx, []ledger.ClaimParams{
+		{Job: "j", Tick: tick0, Node: "new", Token: "new-token", Retain: time.Hour},
+		{Job: "j", Tick: tick0, Shard: 1, Node: "new", Token: "new-token", Retain: time.Hour},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ce *ledger.ClaimedError
+	if !errors.As(res[0], &ce) || ce.Node != "old-node" || res[1] != nil {
+		t.Fatalf("claims after migrating: %v, %v; want shard 0 held by old-node and shard 1 won", res[0], res[1])
+	}
+	// The old running record is shard 0's: a record of shard 1 is another.
+	if err := s.RecordRuns(ctx, []ledger.RunRecord{
+		{Job: "j", Tick: tick0, Shard: 1, Shards: 2, Attempt: 1, Status: ledger.RunRunning},
+		{Job: "j", Tick: tick0, Shard: 0, Shards: 2, Attempt: 1, Status: ledger.RunOK},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	running, err := s.Runs(ctx, ledger.RunQuery{Status: ledger.RunRunning})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k := keys(running); k != "j/00:00/s1/1/running/n2 " {
+		t.Fatalf("running records: %s", k)
+	}
+	all, err := s.Runs(ctx, ledger.RunQuery{Job: "j", Limit: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k := keys(all); k != "j/00:00/s0/1/ok/n2 j/00:00/s1/1/running/n2 " {
+		t.Fatalf("records after recording shards: %s", k)
+	}
+	st, err := s.Jobs(ctx)
+	if err != nil || len(st) != 1 || len(st[0].Triggers) != 1 {
+		t.Fatalf("Jobs = %+v, %v", st, err)
+	}
+	if tr := st[0].Triggers[0]; tr.ID != "r1" || !tr.Tick.IsZero() || tr.Rerun {
+		t.Fatalf("migrated trigger %+v, want a trigger-now", tr)
+	}
+	d, err := s.PutJobDef(ctx, ledger.JobDefParams{Job: "j", Def: "{}", Audit: ledger.AuditEntry{Who: "w", Action: "create"}})
+	if err != nil || d.Version != 1 {
+		t.Fatalf("PutJobDef after migrating: %+v, %v", d, err)
 	}
 }

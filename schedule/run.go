@@ -33,6 +33,12 @@ func (s *Scheduler) execute(j *job, items []work) {
 	for _, w := range items {
 		if w.missed {
 			reason := fmt.Sprintf("schedule: tick missed: handled %v late, misfire policy %s", w.late.Round(time.Millisecond), j.Misfire)
+			if w.gap.n > 0 {
+				if !s.refineGap(j, &w.gap) {
+					continue
+				}
+				reason = w.gap.reason(j)
+			}
 			missed = append(missed, s.notRun(j, w, ledger.RunMissed, reason))
 			late = append(late, w.late)
 		}
@@ -77,9 +83,20 @@ func (s *Scheduler) skip(j *job, w work, reason string) {
 // makes up to 1+Retries attempts with backoff while holding it, records
 // each, and releases the lock.
 func (s *Scheduler) runTick(j *job, w work) {
-	if w.trigger != "" {
-		s.triggerDone(j.Name, w.trigger)
+	base := 0 // attempts are numbered after base
+	switch {
+	case w.elsewhere:
+		s.triggerDone(j.Name, w.request)
+		return
+	case w.past:
+		var ok bool
+		if base, ok = s.startPast(j, w); !ok {
+			return
+		}
+	case w.request != "":
+		s.triggerDone(j.Name, w.request)
 	}
+	base = max(base, w.attempts) // a retaken shard's go on after the stopped node's
 	if (j.Jitter > 0 && !s.sleep(rand.N(j.Jitter), s.runCtx.Done())) || s.runCtx.Err() != nil {
 		s.skip(j, w, ErrShutdown.Error())
 		return
@@ -98,10 +115,20 @@ func (s *Scheduler) runTick(j *job, w work) {
 		d := s.addDeadline(s.clock.Now().Add(j.Lock.MaxHold), tickCancel, tasklock.ErrMaxHold)
 		defer s.removeDeadline(d)
 	}
-	for attempt := w.attempts + 1; ; attempt++ {
+	for try := 1; ; try++ {
+		attempt := base + try
 		var rec ledger.RunRecord
-		if j.Overlap == OverlapSkip && lock == nil {
-			l, err := s.obtain(j, w)
+		if j.Overlap == OverlapSkip && !w.allow && lock == nil {
+			var l *tasklock.Lock
+			var err error
+			switch {
+			case w.shards > 1:
+				l, err = s.obtainShard(j, w)
+			case w.past:
+				l, err = s.obtainPast(j)
+			default:
+				l, err = s.obtain(j)
+			}
 			switch {
 			case errors.Is(err, tasklock.ErrNotObtained):
 				s.skip(j, w, "schedule: the previous run is still in progress: "+err.Error())
@@ -125,10 +152,10 @@ func (s *Scheduler) runTick(j *job, w work) {
 		s.logRun(&rec)
 		s.emit(runEvent(EventRunEnded, &rec, w.catchUp))
 		retry := rec.Status == ledger.RunFailed || rec.Status == ledger.RunTimeout
-		if !retry || attempt-w.attempts > j.Retries || tickCtx.Err() != nil {
+		if !retry || try > j.Retries || tickCtx.Err() != nil {
 			return
 		}
-		backoff := min(j.RetryBackoff<<min(attempt-1, 30), j.RetryBackoffMax)
+		backoff := min(j.RetryBackoff<<min(try-1, 30), j.RetryBackoffMax)
 		if !s.sleep(backoff, tickCtx.Done()) {
 			return
 		}
@@ -236,12 +263,8 @@ func (s *Scheduler) logRun(r *ledger.RunRecord) {
 		"trigger", r.Trigger, "attempt", r.Attempt, "status", r.Status, "duration", r.End.Sub(r.Start), "err", r.Error)
 }
 
-// obtain takes the job's lock (a shard-run: its shard's), once; a retake
-// waits for the stopped node's shard lock to expire (shard.go).
-func (s *Scheduler) obtain(j *job, w work) (*tasklock.Lock, error) {
-	if w.shards > 1 {
-		return s.obtainShard(j, w)
-	}
+// obtain takes the job's lock, once.
+func (s *Scheduler) obtain(j *job) (*tasklock.Lock, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
 	defer cancel()
 	return s.lk.TryObtain(ctx, j.key, j.lockOptions(s.node))

@@ -1,6 +1,7 @@
 package schedule
 
 import (
+	"cmp"
 	"container/heap"
 	"context"
 	"crypto/rand"
@@ -780,11 +781,20 @@ func (s *Scheduler) prune() {
 // work is one claimed tick (or trigger) for a run goroutine.
 type work struct {
 	tick    time.Time
-	trigger string
-	late    time.Duration // how late the tick was handled
-	missed  bool          // record as missed, do not run
-	catchUp bool          // a missed tick run by the misfire policy
-	paused  bool          // claimed while paused: nothing to do
+	trigger string // the run record's Trigger
+	// request is the trigger request this work answers, removed from the
+	// ledger once claimed; claim, when set, is the Trigger of the claim's
+	// key where it is not the record's (backfill.go).
+	request, claim string
+	past           bool          // a backfill or re-run of a past tick (backfill.go)
+	rerun          bool          // run it even when it already ran
+	allow          bool          // without the job's lock
+	elsewhere      bool          // claimed by another node: only remove the request
+	gap            gap           // with missed: the ticks before the backlog this record stands for
+	late           time.Duration // how late the tick was handled
+	missed         bool          // record as missed, do not run
+	catchUp        bool          // a missed tick run by the misfire policy
+	paused         bool          // claimed while paused: nothing to do
 
 	// A shard-run of a sharded job (shard.go).
 	shard    int  // the shard index
@@ -817,7 +827,7 @@ func (b *batch) add(s *Scheduler, j *job, w work) {
 
 func (b *batch) addClaim(s *Scheduler, j *job, w work) {
 	b.claims = append(b.claims, ledger.ClaimParams{
-		Job: j.Name, Tick: w.tick, Trigger: w.trigger, Shard: w.shard, Node: s.node, Token: s.token, Retain: s.retention,
+		Job: j.Name, Tick: w.tick, Trigger: cmp.Or(w.claim, w.trigger), Shard: w.shard, Node: s.node, Token: s.token, Retain: s.retention,
 	})
 	b.owners = append(b.owners, j)
 	b.works = append(b.works, w)
@@ -843,12 +853,16 @@ func (s *Scheduler) pass(now time.Time) {
 			continue
 		}
 		ticks := backlog(j.sched, j.after, now, MaxBacklog)
+		gap := olderTicks(j.sched, j.after, ticks)
 		b.undo = append(b.undo, undo{j, j.after})
 		j.after = now
 		if s.setNext(j, now) {
 			heap.Push(&s.heap, j)
 		}
 		s.addTicks(&b, j, ticks, now)
+		if gap.n > 0 && !s.states[j.Name].Paused {
+			b.add(s, j, work{tick: gap.last, missed: true, gap: gap, late: now.Sub(gap.last)})
+		}
 	}
 	for name, st := range s.states {
 		j := s.jobs[name]
@@ -862,7 +876,7 @@ func (s *Scheduler) pass(now time.Time) {
 			}
 			s.seen[k] = true
 			b.seen = append(b.seen, k)
-			b.add(s, j, work{tick: tr.At, trigger: tr.ID})
+			b.add(s, j, requestWork(tr))
 		}
 	}
 	s.mu.Unlock()
@@ -902,6 +916,16 @@ func (s *Scheduler) pass(now time.Time) {
 			claimed[j] = append(claimed[j], w)
 		case errors.Is(r, ledger.ErrClaimed):
 			s.emit(Event{Type: EventClaimedElsewhere, Job: j.Name, Tick: w.tick.UTC(), Trigger: w.trigger, Paused: w.paused})
+			if w.past {
+				// A backfill that ran before, or a request another node
+				// took: the request is done either way, and the node that
+				// ran the tick may never have seen it.
+				w.elsewhere = true
+				if _, ok := claimed[j]; !ok {
+					order = append(order, j)
+				}
+				claimed[j] = append(claimed[j], w)
+			}
 		default:
 			s.log.Error("schedule: claiming a tick", "node", s.node, "job", j.Name, "tick", w.tick, "err", r)
 		}

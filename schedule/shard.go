@@ -1,6 +1,7 @@
 package schedule
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -232,7 +233,11 @@ func (s *Scheduler) executeShards(j *job, items []work) {
 	var late []time.Duration
 	var runs []work
 	for _, w := range items {
-		if !w.missed {
+		switch {
+		case w.elsewhere: // only removes its request; never counted busy
+			s.runTick(j, w)
+			continue
+		case !w.missed:
 			runs = append(runs, w)
 			continue
 		}
@@ -391,12 +396,10 @@ func (s *Scheduler) lookAtShards(ctx context.Context, e *shardTick, open []int, 
 // past stopped nodes, and runs it when the claim is this node's. It
 // reports whether it did.
 func (s *Scheduler) takeShard(ctx context.Context, e *shardTick, k, attempts int, isAlive func(string) bool) bool {
+	orig := cmp.Or(e.w.claim, e.w.trigger) // the Trigger of the tick's claim key
 	s.mu.Lock()
-	trig := e.chain[k]
+	trig := cmp.Or(e.chain[k], orig)
 	s.mu.Unlock()
-	if trig == "" {
-		trig = e.w.trigger
-	}
 	tried := make(map[string]bool)
 	for range maxRetakeChain {
 		res, err := s.ledger.Claim(ctx, []ledger.ClaimParams{{
@@ -412,7 +415,7 @@ func (s *Scheduler) takeShard(ctx context.Context, e *shardTick, k, attempts int
 		var ce *ledger.ClaimedError
 		switch {
 		case res[0] == nil:
-			s.runShard(e, k, attempts, trig != e.w.trigger)
+			s.runShard(e, k, attempts, trig != orig)
 			return true
 		case !errors.As(res[0], &ce):
 			s.log.Error("schedule: claiming a shard", "node", s.node, "job", e.j.Name, "tick", e.w.tick, "shard", k, "err", res[0])
@@ -427,7 +430,7 @@ func (s *Scheduler) takeShard(ctx context.Context, e *shardTick, k, attempts int
 		// Held by a stopped node, or by an earlier process of this one:
 		// take it over.
 		tried[ce.Node] = true
-		trig = e.w.trigger + "~" + ce.Node
+		trig = orig + "~" + ce.Node
 	}
 	return false
 }

@@ -293,23 +293,39 @@
 // # Ledger
 //
 // The Store also implements ledger.Ledger, the tick ledger of package
-// schedule, in four tables that migration 0002_create_ledger creates beside
-// the lock table and names after it (for the default table):
+// schedule, and ledger.Catalog, the job definitions made at run time with
+// their audit list, in tables that migrations 0002_create_ledger,
+// 0003_job_specs, 0004_running_index and 0006_shards_catalog create beside
+// the lock table and name after it (for the default table):
 //
-//   - tasklock_locks_claims: one row per claimed (job, tick, trigger), the
-//     primary key, with the claiming token and node, claimed_at and
-//     expires_at (indexed, for Prune).
-//   - tasklock_locks_runs: one row per run record. A unique index on (job,
-//     tick DESC, trigger, attempt DESC) is the record's key and a job's
-//     history in listing order; an index on (tick DESC, job, trigger,
-//     attempt DESC) is every job's history in listing order; an index on
-//     recorded_at serves pruning by age.
+//   - tasklock_locks_claims: one row per claimed (job, tick, trigger,
+//     shard), the primary key, with the claiming token and node, claimed_at
+//     and expires_at (indexed, for Prune). Migration 0006 rebuilt the table
+//     to add shard to its key (SQLite cannot alter a primary key); the
+//     claims made before it are shard 0's.
+//   - tasklock_locks_runs: one row per run record, with shard (part of the
+//     key; 0 for the records written before migration 0006) and shards
+//     (the job's shard count when it ran, data). A unique index on (job,
+//     tick DESC, trigger, shard, attempt DESC) is the record's key and a
+//     job's history in listing order; an index on (tick DESC, job, trigger,
+//     shard, attempt DESC) is every job's history in listing order, and a
+//     partial one of the same columns holds only the running records, for
+//     the sweep every scheduler makes; an index on recorded_at serves
+//     pruning by age.
 //   - tasklock_locks_jobs: one row per job ever paused or registered, with
 //     paused 0 or 1 and, from migration 0003_job_specs, the registered spec
 //     and since (unix microseconds); a partial index on the paused rows
 //     keeps JobStates from reading the registered ones.
-//   - tasklock_locks_triggers: the pending trigger-now requests, in the
-//     order they came (seq).
+//   - tasklock_locks_triggers: the pending trigger requests, in the order
+//     they came (seq), with the past tick a backfill or a re-run asks for
+//     (NULL for a trigger-now) and rerun 0 or 1.
+//   - tasklock_locks_jobdefs: one row per job ever defined at run time:
+//     its definition (NULL once deleted), version and updated_at. A delete
+//     keeps the row, so that the job's version keeps rising when it is
+//     created again.
+//   - tasklock_locks_audit: the audit list, seq INTEGER PRIMARY KEY
+//     AUTOINCREMENT (rising, never reused), at, who, job (empty for none),
+//     action and detail, with an index on (job, seq) for one job's entries.
 //
 // Ticks and times are integer unix microseconds, and every time that
 // decides something — claim time and expiry, a record's time, a trigger
@@ -331,4 +347,13 @@
 //   - Prune: one DELETE each for the expired claims, runs by age, runs by
 //     count and old trigger requests, each its own transaction, so that the
 //     write lock is never held for all of them at once.
+//   - PutJobDef: one transaction of one INSERT … ON CONFLICT DO UPDATE …
+//     RETURNING, whose WHERE makes the change only at IfVersion, and one
+//     INSERT of the audit entry, so that the change and its entry commit
+//     together or not at all; a delete is a DELETE … RETURNING and an
+//     INSERT of the row without its definition, then the entry. A change
+//     refused by IfVersion is one statement, rolled back.
+//   - JobDefs, AppendAudit and Audit: one statement each. Audit reads the
+//     list backwards, through the job index when it asks for one job, and
+//     stops at Limit.
 package sqlitestore

@@ -16,14 +16,14 @@ import (
 
 var _ ledger.Ledger = (*Store)(nil)
 
-// recordChunk is the most run records one INSERT carries: 11 parameters
+// recordChunk is the most run records one INSERT carries: 13 parameters
 // each, well below SQLite's limit of 32766.
 const recordChunk = 500
 
 // ledgerSQL are the ledger's statements for one lock table's ledger
-// tables (migrations 0002 and 0003).
+// tables (migrations 0002, 0003 and 0006).
 type ledgerSQL struct {
-	claims, runs, jobs, triggers string // quoted table names
+	claims, runs, jobs, triggers, defs, audit string // quoted table names
 
 	claim, recordHead, recordTail, runsHead string
 	pause, resume, trigger, triggerDone     string
@@ -31,38 +31,42 @@ type ledgerSQL struct {
 	state, states, all                      string
 	pruneClaims, pruneAge, pruneKeep        string
 	pruneTriggers                           string
+	// The catalog (catalog.go).
+	putDef, deleteDef, tombstone, defExists, allDefs, appendAudit, auditHead string
 }
 
 func newLedgerSQL(c config) *ledgerSQL {
 	q := func(suffix string) string { return `"` + c.table + suffix + `"` }
-	l := &ledgerSQL{claims: q("_claims"), runs: q("_runs"), jobs: q("_jobs"), triggers: q("_triggers")}
+	l := &ledgerSQL{claims: q("_claims"), runs: q("_runs"), jobs: q("_jobs"), triggers: q("_triggers"),
+		defs: q("_jobdefs"), audit: q("_audit")}
 	// One statement claims the whole batch, ?1 a JSON array of
-	// {"j": job, "t": tick µs, "g": trigger, "k": token, "n": node,
-	// "r": retain µs}. A live claim is written back unchanged, so that
+	// {"j": job, "t": tick µs, "g": trigger, "s": shard, "k": token,
+	// "n": node, "r": retain µs}. A live claim is written back unchanged, so that
 	// RETURNING reports the holder of every key, new or not.
 	live := `c.expires_at > excluded.claimed_at`
-	l.claim = `INSERT INTO ` + l.claims + ` AS c (job, tick, "trigger", token, node, claimed_at, expires_at)
-SELECT r.value ->> '$.j', r.value ->> '$.t', r.value ->> '$.g', r.value ->> '$.k', r.value ->> '$.n',
+	l.claim = `INSERT INTO ` + l.claims + ` AS c (job, tick, "trigger", shard, token, node, claimed_at, expires_at)
+SELECT r.value ->> '$.j', r.value ->> '$.t', r.value ->> '$.g', r.value ->> '$.s', r.value ->> '$.k', r.value ->> '$.n',
   ` + nowUS + `, ` + nowUS + ` + (r.value ->> '$.r')
 FROM json_each(?1) AS r WHERE true
-ON CONFLICT (job, tick, "trigger") DO UPDATE SET
+ON CONFLICT (job, tick, "trigger", shard) DO UPDATE SET
   token = iif(` + live + `, c.token, excluded.token),
   node = iif(` + live + `, c.node, excluded.node),
   claimed_at = iif(` + live + `, c.claimed_at, excluded.claimed_at),
   expires_at = iif(` + live + `, c.expires_at, excluded.expires_at)
-RETURNING job, tick, "trigger", token, node, claimed_at`
-	l.recordHead = `INSERT INTO ` + l.runs + ` (job, tick, "trigger", attempt, node, fence, started_at, ended_at, status, error, output, recorded_at)
+RETURNING job, tick, "trigger", shard, token, node, claimed_at`
+	l.recordHead = `INSERT INTO ` + l.runs + ` (job, tick, "trigger", shard, attempt, shards, node, fence, started_at, ended_at, status, error, output, recorded_at)
 VALUES `
 	l.recordTail = `
-ON CONFLICT (job, tick, "trigger", attempt) DO UPDATE SET
-  node = excluded.node, fence = excluded.fence, started_at = excluded.started_at, ended_at = excluded.ended_at,
+ON CONFLICT (job, tick, "trigger", shard, attempt) DO UPDATE SET
+  shards = excluded.shards, node = excluded.node, fence = excluded.fence, started_at = excluded.started_at, ended_at = excluded.ended_at,
   status = excluded.status, error = excluded.error, output = excluded.output, recorded_at = excluded.recorded_at`
-	l.runsHead = `SELECT job, tick, "trigger", attempt, node, fence, started_at, ended_at, status, error, output, recorded_at
+	l.runsHead = `SELECT job, tick, "trigger", shard, attempt, shards, node, fence, started_at, ended_at, status, error, output, recorded_at
 FROM ` + l.runs
 	l.pause = `INSERT INTO ` + l.jobs + ` (job, paused, changed_at) VALUES (?1, 1, ` + nowUS + `)
 ON CONFLICT (job) DO UPDATE SET paused = 1, changed_at = excluded.changed_at WHERE paused = 0`
 	l.resume = `UPDATE ` + l.jobs + ` SET paused = 0, changed_at = ` + nowUS + ` WHERE job = ?1 AND paused = 1`
-	l.trigger = `INSERT INTO ` + l.triggers + ` (job, id, requested_at) VALUES (?1, ?2, ` + nowUS + `)
+	// ?3 the tick in µs (NULL for a trigger-now), ?4 rerun.
+	l.trigger = `INSERT INTO ` + l.triggers + ` (job, id, requested_at, tick, rerun) VALUES (?1, ?2, ` + nowUS + `, ?3, ?4)
 ON CONFLICT (job, id) DO NOTHING`
 	l.triggerDone = `DELETE FROM ` + l.triggers + ` WHERE job = ?1 AND id = ?2`
 	l.register = `INSERT INTO ` + l.jobs + ` (job, paused, changed_at, spec, since) VALUES (?1, 0, ` + nowUS + `, ?2, ?3)
@@ -71,13 +75,14 @@ WHERE spec IS NOT excluded.spec`
 	l.forgetJob = `DELETE FROM ` + l.jobs + ` WHERE job = ?1`
 	l.forgetTriggers = `DELETE FROM ` + l.triggers + ` WHERE job = ?1`
 	// The states: one row per paused or registered job (id NULL), one per
-	// pending trigger request, in the order they came. JobStates reads
+	// pending trigger request (with its tick and rerun), in the order they
+	// came. JobStates reads
 	// only the paused rows (through the partial index of migration 0003),
 	// so that it does not grow with the registered jobs.
 	states := func(jobsWhere, triggersWhere string) string {
-		return `SELECT job, paused, NULL, NULL, 0, spec, since FROM ` + l.jobs + ` WHERE ` + jobsWhere + `
+		return `SELECT job, paused, NULL, NULL, 0, spec, since, NULL, 0 FROM ` + l.jobs + ` WHERE ` + jobsWhere + `
 UNION ALL
-SELECT job, 0, id, requested_at, seq, NULL, NULL FROM ` + l.triggers + triggersWhere + `
+SELECT job, 0, id, requested_at, seq, NULL, NULL, tick, rerun FROM ` + l.triggers + triggersWhere + `
 ORDER BY 5`
 	}
 	l.state = states(`job = ?1 AND (paused = 1 OR spec IS NOT NULL)`, ` WHERE job = ?1`)
@@ -87,9 +92,10 @@ ORDER BY 5`
 	l.pruneAge = `DELETE FROM ` + l.runs + ` WHERE recorded_at < ` + nowUS + ` - ?1`
 	l.pruneKeep = `DELETE FROM ` + l.runs + ` WHERE rowid IN (
   SELECT rowid FROM (
-    SELECT rowid, row_number() OVER (PARTITION BY job ORDER BY tick DESC, "trigger", attempt DESC) AS n FROM ` + l.runs + `
+    SELECT rowid, row_number() OVER (PARTITION BY job ORDER BY tick DESC, "trigger", shard, attempt DESC) AS n FROM ` + l.runs + `
   ) WHERE n > ?1)`
 	l.pruneTriggers = `DELETE FROM ` + l.triggers + ` WHERE requested_at < ` + nowUS + ` - ?1`
+	l.catalogSQL()
 	return l
 }
 
@@ -104,6 +110,7 @@ type claimEntry struct {
 	J string `json:"j"`
 	T int64  `json:"t"`
 	G string `json:"g"`
+	S int    `json:"s"`
 	K string `json:"k"`
 	N string `json:"n"`
 	R int64  `json:"r"`
@@ -114,6 +121,7 @@ type claimKey struct {
 	job     string
 	tick    int64
 	trigger string
+	shard   int
 }
 
 // claimHolder is who holds a claim, as the claim statement returns it.
@@ -149,7 +157,7 @@ func (s *Store) Claim(ctx context.Context, ps []ledger.ClaimParams) ([]error, er
 			return nil, fmt.Errorf("sqlitestore: claim %q: %w: job, trigger, token and node must be valid UTF-8 without NUL bytes",
 				p.Job, ledger.ErrUnsupported)
 		}
-		entries[i] = claimEntry{J: p.Job, T: usec(p.Tick), G: p.Trigger, K: p.Token, N: p.Node, R: micros(p.Retain)}
+		entries[i] = claimEntry{J: p.Job, T: usec(p.Tick), G: p.Trigger, S: p.Shard, K: p.Token, N: p.Node, R: micros(p.Retain)}
 	}
 	arg, err := json.Marshal(entries)
 	if err != nil {
@@ -159,7 +167,7 @@ func (s *Store) Claim(ctx context.Context, ps []ledger.ClaimParams) ([]error, er
 	err = s.queryText(ctx, s.ledger.claim, []any{string(arg)}, func(rows *sql.Rows) error {
 		var k claimKey
 		var h claimHolder
-		if err := rows.Scan(&k.job, &k.tick, &k.trigger, &h.token, &h.node, &h.at); err != nil {
+		if err := rows.Scan(&k.job, &k.tick, &k.trigger, &k.shard, &h.token, &h.node, &h.at); err != nil {
 			return err
 		}
 		holders[k] = h
@@ -170,7 +178,7 @@ func (s *Store) Claim(ctx context.Context, ps []ledger.ClaimParams) ([]error, er
 	}
 	out := make([]error, len(ps))
 	for i, e := range entries {
-		h, ok := holders[claimKey{e.J, e.T, e.G}]
+		h, ok := holders[claimKey{e.J, e.T, e.G, e.S}]
 		switch {
 		case !ok:
 			return nil, fmt.Errorf("sqlitestore: claim %q: no result for tick %v", e.J, ps[i].Tick)
@@ -210,18 +218,18 @@ func (s *Store) runsSQL(q ledger.RunQuery) (string, []any) {
 		where = append(where, "status = "+arg(string(q.Status)))
 	}
 	if b := q.Before; b != nil {
-		// After b in the listing order: tick descending, job and trigger
-		// ascending, attempt descending.
-		t, j, g, a := arg(usec(b.Tick)), arg(b.Job), arg(b.Trigger), arg(b.Attempt)
+		// After b in the listing order: tick descending, job, trigger and
+		// shard ascending, attempt descending.
+		t, j, g, k, a := arg(usec(b.Tick)), arg(b.Job), arg(b.Trigger), arg(b.Shard), arg(b.Attempt)
 		where = append(where, `(tick < `+t+` OR tick = `+t+` AND (job > `+j+` OR job = `+j+
-			` AND ("trigger" > `+g+` OR "trigger" = `+g+` AND attempt < `+a+`)))`)
+			` AND ("trigger" > `+g+` OR "trigger" = `+g+` AND (shard > `+k+` OR shard = `+k+` AND attempt < `+a+`))))`)
 	}
 	stmt := s.ledger.runsHead
 	if len(where) > 0 {
 		stmt += "\nWHERE " + strings.Join(where, " AND ")
 	}
 	stmt += `
-ORDER BY tick DESC, job, "trigger", attempt DESC`
+ORDER BY tick DESC, job, "trigger", shard, attempt DESC`
 	if q.Limit > 0 {
 		stmt += "\nLIMIT " + arg(q.Limit)
 	}
@@ -256,7 +264,7 @@ func nullTime(t time.Time) any {
 }
 
 // RecordRuns implements ledger.Ledger with one INSERT … ON CONFLICT DO
-// UPDATE statement per 500 records; recorded_at is SQLite's now. Strings
+// UPDATE statement per 500 records; Shard must be in [0, ledger.MaxShards); recorded_at is SQLite's now. Strings
 // are bound as parameters, so any bytes are kept.
 func (s *Store) RecordRuns(ctx context.Context, rs []ledger.RunRecord) error {
 	if err := ctx.Err(); err != nil {
@@ -266,18 +274,21 @@ func (s *Store) RecordRuns(ctx context.Context, rs []ledger.RunRecord) error {
 		if rs[i].Job == "" || rs[i].Tick.IsZero() {
 			return errors.New("sqlitestore: record runs: empty Job or zero Tick")
 		}
+		if rs[i].Shard < 0 || rs[i].Shard >= ledger.MaxShards {
+			return fmt.Errorf("sqlitestore: record runs %q: Shard %d is not in [0, %d)", rs[i].Job, rs[i].Shard, ledger.MaxShards)
+		}
 	}
 	for start := 0; start < len(rs); start += recordChunk {
 		chunk := rs[start:min(start+recordChunk, len(rs))]
 		var b strings.Builder
 		b.WriteString(s.ledger.recordHead)
-		args := make([]any, 0, 11*len(chunk))
+		args := make([]any, 0, 13*len(chunk))
 		for i, r := range chunk {
 			if i > 0 {
 				b.WriteString(",\n")
 			}
-			b.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, " + nowUS + ")")
-			args = append(args, r.Job, usec(r.Tick), r.Trigger, r.Attempt, r.Node, int64(r.Fence),
+			b.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, " + nowUS + ")")
+			args = append(args, r.Job, usec(r.Tick), r.Trigger, r.Shard, r.Attempt, r.Shards, r.Node, int64(r.Fence),
 				nullTime(r.Start), nullTime(r.End), string(r.Status), r.Error, r.Output)
 		}
 		b.WriteString(s.ledger.recordTail)
@@ -310,7 +321,7 @@ func (s *Store) Runs(ctx context.Context, q ledger.RunQuery) ([]ledger.RunRecord
 			started, ended        sql.NullInt64
 			status                string
 		)
-		if err := rows.Scan(&r.Job, &tick, &r.Trigger, &r.Attempt, &r.Node, &fence, &started, &ended,
+		if err := rows.Scan(&r.Job, &tick, &r.Trigger, &r.Shard, &r.Attempt, &r.Shards, &r.Node, &fence, &started, &ended,
 			&status, &r.Error, &r.Output, &recorded); err != nil {
 			return err
 		}
@@ -352,7 +363,7 @@ func (s *Store) SetJobState(ctx context.Context, p ledger.JobStateParams) (st le
 		changes = []string{s.ledger.resume}
 	case ledger.JobTrigger:
 		changes = []string{s.ledger.trigger}
-		args = append(args, p.Trigger)
+		args = append(args, p.Trigger, nullTime(p.Tick), p.Rerun)
 	case ledger.JobTriggerDone:
 		changes = []string{s.ledger.triggerDone}
 		args = append(args, p.Trigger)
@@ -437,8 +448,10 @@ func readStates(ctx context.Context, q queryer, stmt string, args ...any) ([]led
 			seq    int64
 			spec   sql.NullString
 			since  sql.NullInt64
+			tick   sql.NullInt64
+			rerun  bool
 		)
-		if err := rows.Scan(&job, &paused, &id, &at, &seq, &spec, &since); err != nil {
+		if err := rows.Scan(&job, &paused, &id, &at, &seq, &spec, &since, &tick, &rerun); err != nil {
 			return nil, err
 		}
 		i, ok := index[job]
@@ -453,7 +466,11 @@ func readStates(ctx context.Context, q queryer, stmt string, args ...any) ([]led
 			st.Spec, st.Since = spec.String, fromUsec(since.Int64)
 		}
 		if id.Valid {
-			st.Triggers = append(st.Triggers, ledger.TriggerRequest{ID: id.String, At: fromUsec(at.Int64)})
+			tr := ledger.TriggerRequest{ID: id.String, At: fromUsec(at.Int64), Rerun: rerun}
+			if tick.Valid {
+				tr.Tick = fromUsec(tick.Int64)
+			}
+			st.Triggers = append(st.Triggers, tr)
 		}
 	}
 	if err := rows.Err(); err != nil {

@@ -81,7 +81,7 @@ func TestLedgerQueryPlans(t *testing.T) {
 	} {
 		var plan []string
 		rows, err := db.QueryContext(ctx, `EXPLAIN QUERY PLAN `+s.ledger.runsHead+` WHERE `+q.where+
-			` ORDER BY tick DESC, job, "trigger", attempt DESC LIMIT 10`)
+			` ORDER BY tick DESC, job, "trigger", shard, attempt DESC LIMIT 10`)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -244,4 +244,104 @@ func queryPlan(t *testing.T, db *sql.DB, stmt string, args ...any) string {
 		t.Fatal(err)
 	}
 	return strings.Join(plan, "; ")
+}
+
+// TestLedgerMigrateShards: migration 0006 keeps the claims, run records
+// and trigger requests of a ledger made by 0005, as shard 0 and requests
+// without a tick, and the migrated tables take the new keys.
+func TestLedgerMigrateShards(t *testing.T) {
+	db := openT(t, dbPath(t), nil)
+	ctx := ctxT(t)
+	c, err := resolve(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Apply 0001 to 0005 only, as the previous build did.
+	all := migrations
+	migrations = all[:5]
+	err = migrate(ctx, db, c)
+	migrations = all
+	if err != nil {
+		t.Fatal(err)
+	}
+	tick := usec(ledgerTick)
+	for _, q := range []string{
+		// A live claim and an expired one.
+		fmt.Sprintf(`INSERT INTO tasklock_locks_claims (job, tick, "trigger", token, node, claimed_at, expires_at)
+VALUES ('j', %d, '', 'old-token', 'old-node', 1, %d), ('j', %d, '', 'gone', 'gone-node', 1, 2)`, tick, int64(1)<<62, tick+1e6),
+		fmt.Sprintf(`INSERT INTO tasklock_locks_runs (job, tick, "trigger", attempt, node, fence, started_at, ended_at, status, error, output, recorded_at)
+VALUES ('j', %d, '', 1, 'old-node', 7, NULL, NULL, 'ok', '', 'out', 5),
+       ('j', %d, '', 1, 'old-node', 8, NULL, NULL, 'running', '', '', 5),
+       ('j', %d, 'tr', 2, 'old-node', 9, NULL, NULL, 'failed', 'boom', '', 5)`, tick, tick+1e6, tick),
+		`INSERT INTO tasklock_locks_triggers (job, id, requested_at) VALUES ('j', 'r1', 1000)`,
+	} {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := newStoreT(t, db) // migrates 0006
+
+	keys := func(rs []ledger.RunRecord) string {
+		out := make([]string, len(rs))
+		for i, r := range rs {
+			out[i] = fmt.Sprintf("%d/%s/s%d/%d/%d:%s", r.Tick.Sub(ledgerTick)/time.Second, r.Trigger, r.Shard, r.Shards, r.Attempt, r.Status)
+		}
+		return strings.Join(out, " ")
+	}
+	rs, err := s.Runs(ctx, ledger.RunQuery{Job: "j"})
+	if want := "1//s0/0/1:running 0//s0/0/1:ok 0/tr/s0/0/2:failed"; err != nil || keys(rs) != want {
+		t.Fatalf("Runs after migrating = %s, %v; want %s", keys(rs), err, want)
+	}
+	if rs[1].Fence != 7 || rs[1].Output != "out" || rs[2].Error != "boom" {
+		t.Fatalf("migrated records lost data: %+v", rs)
+	}
+	if rs, err := s.Runs(ctx, ledger.RunQuery{Status: ledger.RunRunning}); err != nil || keys(rs) != "1//s0/0/1:running" {
+		t.Fatalf("running records after migrating = %s, %v", keys(rs), err)
+	}
+	// The old record's key is shard 0's: recording it again replaces it;
+	// shard 1 of the same tick is a record of its own.
+	again := ledger.RunRecord{Job: "j", Tick: ledgerTick, Attempt: 1, Shards: 2, Status: ledger.RunLost}
+	other := again
+	other.Shard = 1
+	if err := s.RecordRuns(ctx, []ledger.RunRecord{again, other}); err != nil {
+		t.Fatal(err)
+	}
+	rs, err = s.Runs(ctx, ledger.RunQuery{Job: "j"})
+	if want := "1//s0/0/1:running 0//s0/2/1:lost 0//s1/2/1:lost 0/tr/s0/0/2:failed"; err != nil || keys(rs) != want {
+		t.Fatalf("Runs after recording shards 0 and 1 = %s, %v; want %s", keys(rs), err, want)
+	}
+
+	// The live claim is shard 0's; shard 1 of that tick is free.
+	p := ledger.ClaimParams{Job: "j", Tick: ledgerTick, Node: "new-node", Token: "new-token", Retain: time.Hour}
+	p1 := p
+	p1.Shard = 1
+	res, err := s.Claim(ctx, []ledger.ClaimParams{p, p1})
+	var ce *ledger.ClaimedError
+	if err != nil || !errors.As(res[0], &ce) || ce.Node != "old-node" || res[1] != nil {
+		t.Fatalf("claims of shards 0 and 1 after migrating = %v, %v; want shard 0 held by old-node, shard 1 made", res, err)
+	}
+	// The expired claim is still found by expiry.
+	if pr, err := s.Prune(ctx, ledger.PruneParams{}); err != nil || pr.Claims != 1 {
+		t.Fatalf("Prune after migrating = %+v, %v; want the expired claim", pr, err)
+	}
+
+	sts, err := s.Jobs(ctx)
+	if err != nil || len(sts) != 1 || len(sts[0].Triggers) != 1 {
+		t.Fatalf("Jobs after migrating = %+v, %v; want j's trigger", sts, err)
+	}
+	if tr := sts[0].Triggers[0]; tr.ID != "r1" || !tr.At.Equal(fromUsec(1000)) || !tr.Tick.IsZero() || tr.Rerun {
+		t.Fatalf("migrated trigger = %+v, want r1 as a trigger-now", tr)
+	}
+
+	// The rebuilt claims table took the old name and left nothing behind.
+	var names []string
+	err = s.queryText(ctx, `SELECT name FROM sqlite_master WHERE name LIKE 'tasklock_locks_claims%' ORDER BY name`, nil,
+		func(rows *sql.Rows) error {
+			var n string
+			names = append(names, n)
+			return rows.Scan(&names[len(names)-1])
+		})
+	if got := strings.Join(names, " "); err != nil || got != "tasklock_locks_claims tasklock_locks_claims_expires_idx" {
+		t.Fatalf("claims objects = %q, %v", got, err)
+	}
 }

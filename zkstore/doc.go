@@ -8,8 +8,9 @@
 // The Store implements driver.Store, driver.Queuer (waiting Obtain calls
 // queue in ZooKeeper, first come first served, each woken by a watch on
 // its predecessor), driver.Kinder and driver.Notifier (read-write locks
-// and semaphores, see below), driver.Lister, driver.ForceReleaser and ledger.Ledger
-// (the tick ledger of package schedule, see Ledger). All its locks
+// and semaphores, see below), driver.Lister, driver.ForceReleaser,
+// ledger.Ledger and ledger.Catalog (the tick ledger of package schedule
+// and its job definitions made at run time, see Ledger). All its locks
 // live on the Conn's session. It never closes the Conn and never logs:
 // close the Lockers, then the Store (Store.Close stops its timer), then the
 // Conn. It needs ZooKeeper 3.5.3 or later (container nodes); TTL nodes
@@ -326,7 +327,8 @@
 //
 // # Ledger
 //
-// The Store is a ledger.Ledger. Its nodes are under Root/%ledger, a name
+// The Store is a ledger.Ledger and a ledger.Catalog. Its nodes are under
+// Root/%ledger, a name
 // no key node can have (escapeName writes every '%' of a key as %25) and
 // that Leases skips; Acquire, Enqueue, ForceRelease and Renew never touch
 // it. Job and trigger names, and tokens, are escaped as keys are (at most
@@ -334,17 +336,21 @@
 // (Unix seconds + 2^63, nanoseconds), so they keep nanoseconds and compare
 // as instants whatever their location:
 //
-//   - claims/<job>/<tick>[-<trigger>]: one persistent node per claim,
+//   - claims/<job>/<tick>[-<trigger>][%%<shard>]: one persistent node per
+//     claim (the shard in decimal, none for shard 0),
 //     holding JSON {"token", "node", "retain_ms"}; its ctime is the claim's
 //     time (ClaimedError.At). The job's node claims/<job> is persistent and
 //     its data version is a guard: every delete of a claim raises it in the
 //     same multi.
-//   - runs/<job>/<tick, inverted>-<trigger>-<attempt, inverted>: one
-//     persistent node per run record, holding JSON (node, fence, start,
-//     end, status, error, output), under a container node per job that the
-//     server removes once its last record is pruned. Names sort about as
-//     Runs lists records; Runs sorts by the keys it parses from them.
-//     Recorded is the node's mtime.
+//   - runs/<job>/<tick, inverted>-<trigger>-<attempt, inverted>[%%<shard>]:
+//     one persistent node per run record, holding JSON (shards, node,
+//     fence, start, end, status, error, output), under a container node per
+//     job that the server removes once its last record is pruned. Names
+//     sort about as Runs lists records; Runs sorts by the keys it parses
+//     from them (ledger.RunKey.Compare). Recorded is the node's mtime.
+//     Shard 0 (every run of a job that is not sharded) has no suffix, so
+//     claims and records made before shards existed are shard 0's as they
+//     are; "%%" is in no escaped name, so the suffix is never ambiguous.
 //   - running/<job>%%<record's name under runs/<job>>: an empty persistent
 //     node (a marker) per running record (ledger.RunRunning), so that the
 //     schedulers' sweep for running records of dead nodes reads those
@@ -356,10 +362,21 @@
 //     JobForget leave them, and the next sweep deletes those of deleted
 //     records.
 //   - jobs: one node holding every job not in the default state, as JSON
-//     {<job>: {"paused", "triggers": [{"id", "at_ms"}]}}, written
+//     {<job>: {"paused", "triggers": [{"id", "at_ms", "tick", "rerun"}]}}
+//     (tick, RFC 3339, and rerun only for a backfill or a re-run), written
 //     version-checked.
 //   - specs/<job>: one node per registered job, holding its spec and since
 //     (nanoseconds), written version-checked; JobStates never reads them.
+//   - defs/<job>: one node per job definition of the Catalog, holding JSON
+//     {"def", "version"}; Updated is its mtime. versions/<job>: the job's
+//     last version, which stays when the definition is deleted, so that
+//     versions keep rising across a delete and a new create.
+//   - audit/a-<job>%%<seq>: one persistent sequential node per audit
+//     entry, holding JSON {"who", "job", "action", "detail"}; Seq is the
+//     number ZooKeeper appended (rising and unique, not gapless), At the
+//     node's ctime. <job> is the escaped job ("" for none), or "#" and a
+//     hash when that is longer than 64 bytes; Audit selects a job's
+//     entries by name and checks the job in their data.
 //
 // Every time the ledger decides by is the ZooKeeper leader's clock, which
 // stamps every write: a claim's time is its node's ctime, a record's age
@@ -398,6 +415,15 @@
 //     found stale (two when its job has no records left) that deletes it
 //     unless its record changed since the read: checking the record's
 //     version, or creating and deleting the missing record in the multi.
+//   - PutJobDef: a read of the definition and of the version node, then
+//     one multi that creates, sets or deletes the definition
+//     (version-checked), sets the version node (version-checked) and
+//     creates the audit entry, so that the entry is appended exactly when
+//     the change is made; a multi that loses a race reads and decides
+//     again. AppendAudit: one create. JobDefs: a list of defs, then a read
+//     per definition. Audit: a list of audit (every entry's name: with
+//     jute.maxbuffer at 1 MiB that is tens of thousands of entries, and
+//     nothing prunes them), then a read per entry returned.
 //   - SetJobState: a read and a version-checked write of the jobs node
 //     (plus the time write for JobTrigger, alongside the read; no write
 //     when nothing changes). JobStates: one read.

@@ -72,21 +72,43 @@ func invTickHex(t time.Time) string {
 	return fmt.Sprintf("%016x%08x", ^(uint64(t.Unix()) ^ 1<<63), ^uint32(t.Nanosecond()))
 }
 
-// claimPath is the node of the claim (job, tick, trigger).
-func (s *Store) claimPath(job string, tick time.Time, trigger string) string {
+// shardMark separates a shard number from the rest of a claim's or a
+// record's name: "%%" is in no escaped name (each '%' escapeName writes
+// is followed by two hex digits).
+const shardMark = "%%"
+
+// shardSuffix is the end of a claim's or a record's name for shard: none
+// for shard 0, so that claims and records made before shards existed are
+// shard 0's; "%%" and the shard in decimal for the others.
+func shardSuffix(shard int) string {
+	if shard == 0 {
+		return ""
+	}
+	return shardMark + strconv.Itoa(shard)
+}
+
+// claimPath is the node of the claim (job, tick, trigger, shard).
+func (s *Store) claimPath(job string, tick time.Time, trigger string, shard int) string {
 	name := tickHex(tick)
 	if trigger != "" {
 		name += "-" + escapeName(trigger)
 	}
-	return s.claimsDir() + "/" + escapeName(job) + "/" + name
+	return s.claimsDir() + "/" + escapeName(job) + "/" + name + shardSuffix(shard)
 }
 
 // runName is the name of a run record's node under its job's node:
-// <tick, inverted>-<trigger>-<attempt, inverted>, so that names sort about
-// as Runs lists records (exactly when the trigger has no character below
-// '-' and none escaped).
+// <tick, inverted>-<trigger>-<attempt, inverted>[%%<shard>], so that names
+// sort about as Runs lists records (exactly when the trigger has no
+// character below '-' and none escaped, and the job is not sharded); Runs
+// sorts by the keys it parses from them.
 func runName(k ledger.RunKey) string {
-	return fmt.Sprintf("%s-%s-%08x", invTickHex(k.Tick), escapeName(k.Trigger), ^uint32(k.Attempt))
+	return fmt.Sprintf("%s-%s-%08x", invTickHex(k.Tick), escapeName(k.Trigger), ^uint32(k.Attempt)) + shardSuffix(k.Shard)
+}
+
+// keyRecord is a record with k's key and nothing else, for
+// RunQuery.Matches on what a node's name tells.
+func keyRecord(k ledger.RunKey) *ledger.RunRecord {
+	return &ledger.RunRecord{Job: k.Job, Tick: k.Tick, Trigger: k.Trigger, Shard: k.Shard, Attempt: k.Attempt}
 }
 
 // runningName is the name of the marker of job's running record k under
@@ -113,6 +135,14 @@ func parseMarker(name string) (ledger.RunKey, string, bool) {
 
 // parseRunName reverses runName for a record of job.
 func parseRunName(job, name string) (ledger.RunKey, bool) {
+	shard := 0
+	if base, sh, ok := strings.Cut(name, shardMark); ok {
+		n, err := strconv.Atoi(sh)
+		if err != nil || n <= 0 || n >= ledger.MaxShards || sh != strconv.Itoa(n) {
+			return ledger.RunKey{}, false
+		}
+		name, shard = base, n
+	}
 	n := len(name)
 	if n < 24+1+1+8 || name[24] != '-' || name[n-9] != '-' {
 		return ledger.RunKey{}, false
@@ -128,7 +158,7 @@ func parseRunName(job, name string) (ledger.RunKey, bool) {
 		return ledger.RunKey{}, false
 	}
 	tick := time.Unix(int64(^sec^1<<63), int64(^uint32(nsec))).UTC()
-	return ledger.RunKey{Job: job, Tick: tick, Trigger: trigger, Attempt: int(^uint32(att))}, true
+	return ledger.RunKey{Job: job, Tick: tick, Trigger: trigger, Shard: shard, Attempt: int(^uint32(att))}, true
 }
 
 // checkLedgerName refuses names whose escaped form is too long to keep.
@@ -286,7 +316,7 @@ func (s *Store) claim(ps []ledger.ClaimParams) ([]error, error) {
 
 // claimOne makes one claim: its result, or an error when it is unknown.
 func (s *Store) claimOne(p *ledger.ClaimParams, clock *serverClock) (error, error) {
-	path := s.claimPath(p.Job, p.Tick, p.Trigger)
+	path := s.claimPath(p.Job, p.Tick, p.Trigger, p.Shard)
 	token := escapeName(p.Token)
 	retain := driver.Units(p.Retain, time.Millisecond)
 	data, err := json.Marshal(claimData{Token: token, Node: p.Node, Retain: retain})
@@ -387,6 +417,7 @@ func (s *Store) readGuard(dir string) (int32, bool, error) {
 // runData is what a run record's node holds, as JSON; the key is in its
 // name and its job node's.
 type runData struct {
+	Shards int              `json:"shards,omitempty"`
 	Node   string           `json:"node,omitempty"`
 	Fence  uint64           `json:"fence,omitempty"`
 	Start  time.Time        `json:"start"`
@@ -419,6 +450,8 @@ func (s *Store) RecordRuns(ctx context.Context, rs []ledger.RunRecord) error {
 			return errors.New("zkstore: record run: empty Job or zero Tick")
 		case r.Attempt < 0 || int64(r.Attempt) > 1<<31-1:
 			return fmt.Errorf("zkstore: record run %q: Attempt %d out of range: %w", r.Job, r.Attempt, ledger.ErrUnsupported)
+		case r.Shard < 0 || r.Shard >= ledger.MaxShards:
+			return fmt.Errorf("zkstore: record run %q: Shard %d is not in [0, %d)", r.Job, r.Shard, ledger.MaxShards)
 		}
 		if err := checkLedgerName("Job", r.Job); err != nil {
 			return err
@@ -427,7 +460,7 @@ func (s *Store) RecordRuns(ctx context.Context, rs []ledger.RunRecord) error {
 			return err
 		}
 		b, err := json.Marshal(runData{
-			Node: r.Node, Fence: r.Fence, Start: r.Start.Round(0), End: r.End.Round(0),
+			Shards: r.Shards, Node: r.Node, Fence: r.Fence, Start: r.Start.Round(0), End: r.End.Round(0),
 			Status: r.Status, Error: r.Error, Output: r.Output,
 		})
 		if err != nil {
@@ -621,7 +654,7 @@ func decodeRecord(n runNode, rn rawNode) (ledger.RunRecord, error) {
 	}
 	k := n.key
 	return ledger.RunRecord{
-		Job: k.Job, Tick: k.Tick, Trigger: k.Trigger, Attempt: k.Attempt, Node: d.Node, Fence: d.Fence,
+		Job: k.Job, Tick: k.Tick, Trigger: k.Trigger, Shard: k.Shard, Shards: d.Shards, Attempt: k.Attempt, Node: d.Node, Fence: d.Fence,
 		Start: d.Start, End: d.End, Status: d.Status, Error: d.Error, Output: d.Output,
 		Recorded: time.UnixMilli(rn.stat.Mtime).UTC(),
 	}, nil
@@ -637,9 +670,7 @@ func (s *Store) runs(q ledger.RunQuery) ([]ledger.RunRecord, error) {
 	}
 	byKey := q
 	byKey.Status = ""
-	lists, err := s.listRuns(jobs, func(k ledger.RunKey) bool {
-		return byKey.Matches(&ledger.RunRecord{Job: k.Job, Tick: k.Tick, Trigger: k.Trigger, Attempt: k.Attempt})
-	})
+	lists, err := s.listRuns(jobs, func(k ledger.RunKey) bool { return byKey.Matches(keyRecord(k)) })
 	if err != nil {
 		return nil, err
 	}
@@ -700,7 +731,7 @@ func (s *Store) runningRuns(q ledger.RunQuery) ([]ledger.RunRecord, error) {
 	var markers []string
 	for _, name := range names {
 		k, ej, ok := parseMarker(name)
-		if !ok || !byKey.Matches(&ledger.RunRecord{Job: k.Job, Tick: k.Tick, Trigger: k.Trigger, Attempt: k.Attempt}) {
+		if !ok || !byKey.Matches(keyRecord(k)) {
 			continue
 		}
 		cands = append(cands, runNode{key: k, path: s.runsDir() + "/" + ej + "/" + runName(k)})
@@ -778,13 +809,21 @@ type jobData struct {
 type triggerData struct {
 	ID string `json:"id"` // escaped with escapeName
 	At int64  `json:"at_ms"`
+	// Tick is the backfill's or re-run's tick, RFC 3339 in UTC; "" for a
+	// trigger-now.
+	Tick  string `json:"tick,omitempty"`
+	Rerun bool   `json:"rerun,omitempty"`
 }
 
 func (j *jobData) state(job string) ledger.JobState {
 	st := ledger.JobState{Job: job, Paused: j.Paused}
 	for _, t := range j.Triggers {
 		id, _ := unescapeName(t.ID)
-		st.Triggers = append(st.Triggers, ledger.TriggerRequest{ID: id, At: time.UnixMilli(t.At).UTC()})
+		tr := ledger.TriggerRequest{ID: id, At: time.UnixMilli(t.At).UTC(), Rerun: t.Rerun}
+		if tick, err := time.Parse(time.RFC3339Nano, t.Tick); err == nil {
+			tr.Tick = tick.UTC()
+		}
+		st.Triggers = append(st.Triggers, tr)
 	}
 	return st
 }
@@ -925,7 +964,11 @@ func (s *Store) setJobState(p ledger.JobStateParams) (ledger.JobState, error) {
 				case p.Op == ledger.JobResume && j.Paused:
 					j.Paused = false
 				case p.Op == ledger.JobTrigger && has < 0:
-					j.Triggers = append(j.Triggers, triggerData{ID: id, At: now})
+					td := triggerData{ID: id, At: now}
+					if !p.Tick.IsZero() {
+						td.Tick, td.Rerun = p.Tick.UTC().Format(time.RFC3339Nano), p.Rerun
+					}
+					j.Triggers = append(j.Triggers, td)
 				case p.Op == ledger.JobTriggerDone && has >= 0:
 					j.Triggers = slices.Delete(j.Triggers, has, has+1)
 				default:

@@ -84,7 +84,7 @@ func TestLedgerClaimTimes(t *testing.T) {
 	if res, err := s.Claim(ctx, []ledger.ClaimParams{p}); err != nil || res[0] != nil {
 		t.Fatal(res, err)
 	}
-	_, st, err := c.Get(s.claimPath("j", tick, ""))
+	_, st, err := c.Get(s.claimPath("j", tick, "", 0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +99,7 @@ func TestLedgerClaimTimes(t *testing.T) {
 		res, err := s.Claim(ctx, []ledger.ClaimParams{q})
 		return err == nil && res[0] == nil
 	})
-	_, st2, err := c.Get(s.claimPath("j", tick, ""))
+	_, st2, err := c.Get(s.claimPath("j", tick, "", 0))
 	if err != nil || st2.Ctime < st.Ctime+200 {
 		t.Fatalf("taken over claim's ctime %d, first %d (%v)", st2.Ctime, st.Ctime, err)
 	}

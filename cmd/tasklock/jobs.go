@@ -24,6 +24,9 @@ const jobsUsage = `Usage:
   tasklock jobs pause   --store URL JOB [--force] [--json]
   tasklock jobs resume  --store URL JOB [--force] [--json]
   tasklock jobs forget  --store URL JOB [--force] [--json]
+  tasklock jobs backfill --store URL JOB --from T1 --to T2 [--overlap skip|allow]
+                        [--max N] [--rerun] [--json]
+  tasklock jobs rerun   --store URL JOB TICK [--overlap skip|allow] [--json]
 
 Reads and changes the scheduler's ledger in a store: what ran where, and
 the pause and trigger-now state every node of "tasklock serve" obeys
@@ -50,6 +53,17 @@ the pause and trigger-now state every node of "tasklock serve" obeys
            triggers — once it was removed from the configuration (its
            history stays until pruned). A node that still has JOB
            registers it again when it starts or reloads
+  backfill run the ticks of JOB's schedule from T1 to T2 (both included;
+           RFC 3339 times such as 2026-11-27T02:00:00Z, UTC when no
+           offset is given), each once across the fleet: a tick that
+           already has an attempt in the history (it ran, failed, timed
+           out...) is not run again unless --rerun; missed and skipped
+           ticks have none. --overlap skip (the default) runs them one at
+           a time and never beside another run of JOB; allow runs them at
+           once on whichever nodes take them. A range of more than --max
+           ticks (default 1000) is refused, not cut. Nodes take the
+           requests within a second; jobs history shows the runs
+  rerun    run JOB's TICK once more, as its next attempt number
 
 trigger, pause and resume refuse a JOB no node of serve has registered
 (exit 1, no job named "JOB"), and forget one the store knows nothing of;
@@ -67,7 +81,7 @@ Exit status: 0 done; 1 no job of that name; 64 bad usage or URL; 69 store
 unreachable or failing, or the store keeps no ledger.
 `
 
-var jobsSubs = map[string]int{"list": 0, "history": 0, "trigger": 1, "pause": 1, "resume": 1, "forget": 1}
+var jobsSubs = map[string]int{"list": 0, "history": 0, "trigger": 1, "pause": 1, "resume": 1, "forget": 1, "backfill": 1, "rerun": 2}
 
 // The JSON shapes of jobs, shared with the dashboard's API.
 type (
@@ -85,8 +99,10 @@ func runJobs(args []string, stdout, stderr io.Writer) int {
 		since       time.Duration
 		limit       int
 		force       bool
+		past        backfillFlags
 	)
 	extra := func(fs *flag.FlagSet) {
+		past.register(fs)
 		fs.BoolVar(&force, "force", false, "")
 		fs.StringVar(&job, "job", "", "")
 		fs.StringVar(&status, "status", "", "")
@@ -119,6 +135,10 @@ func runJobs(args []string, stdout, stderr io.Writer) int {
 				q.From = time.Now().Add(-since)
 			}
 			return jobsHistory(ctx, l, q, a.json, stdout)
+		case "backfill":
+			return jobsBackfill(ctx, l, a.positional[0], &past, a.json, stdout)
+		case "rerun":
+			return jobsRerun(ctx, l, a.positional[0], a.positional[1], &past, a.json, stdout)
 		}
 		p := ledger.JobStateParams{Job: a.positional[0]}
 		switch a.sub {

@@ -67,6 +67,10 @@ func SpecBroken(spec string, now time.Time) string {
 type Trigger struct {
 	ID string    `json:"id"`
 	At time.Time `json:"at"`
+	// Tick is the past tick a backfill or re-run asks for; unset for a
+	// trigger-now. Rerun: run it even if it ran.
+	Tick  *time.Time `json:"tick,omitempty"`
+	Rerun bool       `json:"rerun,omitempty"`
 }
 
 // Run is one run record.
@@ -174,7 +178,12 @@ func FromState(st ledger.JobState) Job {
 		j.Since = &since
 	}
 	for _, t := range st.Triggers {
-		j.Triggers = append(j.Triggers, Trigger{ID: t.ID, At: t.At.UTC()})
+		tr := Trigger{ID: t.ID, At: t.At.UTC(), Rerun: t.Rerun}
+		if !t.Tick.IsZero() {
+			tick := t.Tick.UTC()
+			tr.Tick = &tick
+		}
+		j.Triggers = append(j.Triggers, tr)
 	}
 	return j
 }

@@ -1,0 +1,143 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/tasklock/tasklock/internal/redact"
+	"github.com/tasklock/tasklock/ledger"
+	"github.com/tasklock/tasklock/schedule"
+)
+
+// backfillFlags are the flags of jobs backfill and jobs rerun.
+type backfillFlags struct {
+	from, to, overlap string
+	max               int
+	rerun             bool
+}
+
+func (f *backfillFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.from, "from", "", "")
+	fs.StringVar(&f.to, "to", "", "")
+	fs.StringVar(&f.overlap, "overlap", "skip", "")
+	fs.IntVar(&f.max, "max", schedule.DefaultBackfillMax, "")
+	fs.BoolVar(&f.rerun, "rerun", false, "")
+}
+
+// options checks the flags both commands share.
+func (f *backfillFlags) options() (schedule.BackfillOptions, error) {
+	o := schedule.BackfillOptions{Rerun: f.rerun, Max: f.max}
+	if err := o.Overlap.UnmarshalText([]byte(f.overlap)); err != nil {
+		return o, usagef("--overlap %s: want skip or allow", redact.Quote(f.overlap))
+	}
+	if f.max <= 0 {
+		return o, usagef("--max must be positive, got %d", f.max)
+	}
+	return o, nil
+}
+
+// parseTick reads a time given to flag: RFC 3339 ("2026-11-27T02:00:00Z",
+// any offset), or in UTC "2026-11-27T02:00", "2026-11-27 02:00:00" or a
+// date alone.
+func parseTick(flag, s string) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, usagef("%s is required: a time such as 2026-11-27T02:00:00Z", flag)
+	}
+	for _, layout := range []string{time.RFC3339Nano, "2006-01-02T15:04:05", "2006-01-02 15:04:05", "2006-01-02T15:04", "2006-01-02 15:04", "2006-01-02"} {
+		if t, err := time.ParseInLocation(layout, s, time.UTC); err == nil {
+			return t.UTC(), nil
+		}
+	}
+	return time.Time{}, usagef("%s %s: want a time such as 2026-11-27T02:00:00Z (RFC 3339; without an offset it is UTC)", flag, redact.Quote(s))
+}
+
+// jobsBackfill asks the fleet to run JOB's ticks in [--from, --to].
+func jobsBackfill(ctx context.Context, l ledger.Ledger, job string, f *backfillFlags, asJSON bool, w io.Writer) error {
+	o, err := f.options()
+	if err != nil {
+		return err
+	}
+	from, err := parseTick("--from", f.from)
+	if err != nil {
+		return err
+	}
+	to, err := parseTick("--to", f.to)
+	if err != nil {
+		return err
+	}
+	if to.Before(from) {
+		return usagef("--to %s is before --from %s", to.Format(time.RFC3339), from.Format(time.RFC3339))
+	}
+	ticks, err := schedule.RequestBackfill(ctx, l, job, from, to, o)
+	if err != nil {
+		return pastError(err)
+	}
+	if asJSON {
+		return writeJSON(w, struct {
+			Job   string      `json:"job"`
+			Ticks []time.Time `json:"ticks"`
+			Rerun bool        `json:"rerun"`
+		}{job, ticks, o.Rerun})
+	}
+	what := "ticks that have not run yet run"
+	if o.Rerun {
+		what = "every tick runs, those that ran before as a new attempt"
+	}
+	fmt.Fprintf(w, "requested %d ticks of %s, %s to %s: %s, each once across the fleet (overlap %s)\n",
+		len(ticks), redact.Quote(job), ticks[0].Format(time.RFC3339), ticks[len(ticks)-1].Format(time.RFC3339), what, o.Overlap)
+	fmt.Fprintf(w, "follow them with: tasklock jobs history --job %s\n", shellQuote(job))
+	return nil
+}
+
+// jobsRerun asks the fleet to run JOB's TICK again.
+func jobsRerun(ctx context.Context, l ledger.Ledger, job, tick string, f *backfillFlags, asJSON bool, w io.Writer) error {
+	o, err := f.options()
+	if err != nil {
+		return err
+	}
+	t, err := parseTick("TICK", tick)
+	if err != nil {
+		return err
+	}
+	id, err := schedule.RequestRerun(ctx, l, job, t, o)
+	if err != nil {
+		return pastError(err)
+	}
+	if asJSON {
+		return writeJSON(w, struct {
+			Job     string    `json:"job"`
+			Tick    time.Time `json:"tick"`
+			Request string    `json:"request"`
+		}{job, t, id})
+	}
+	fmt.Fprintf(w, "requested a re-run of %s's tick %s, as its next attempt (request %s)\n", redact.Quote(job), t.Format(time.RFC3339), id)
+	return nil
+}
+
+// pastError turns the schedule package's refusals into what the command
+// reports: a job nobody registered is exit 1, a bad range a usage error.
+func pastError(err error) error {
+	msg := strings.TrimPrefix(err.Error(), "schedule: ")
+	switch {
+	case errors.Is(err, schedule.ErrNotRegistered):
+		return noJobError(msg)
+	case errors.Is(err, schedule.ErrBadRequest):
+		return usagef("%s", msg)
+	}
+	return err
+}
+
+// shellQuote quotes s for a shell when it needs it.
+func shellQuote(s string) string {
+	if s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./:@", r))
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}

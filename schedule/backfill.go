@@ -1,0 +1,343 @@
+package schedule
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/tasklock/tasklock"
+	"github.com/tasklock/tasklock/ledger"
+)
+
+// Backfill and re-run requests are trigger requests (ledger.TriggerRequest)
+// that name a past tick. Their IDs say how the tick runs, so that every
+// node reads the same: "bf-s-" and "bf-a-" begin a backfill's (overlap
+// skip and allow), "rr-s-" and "rr-a-" a re-run's. A node handling one
+// claims:
+//
+//   - for a backfill, the key (job, tick, "backfill"): every backfill of
+//     that tick contends on it, so it runs once however many were asked
+//     for; and the run is recorded only when the ledger holds no attempt
+//     at the tick yet (a tick that was missed or skipped has none);
+//   - for a re-run, the key (job, tick, request ID): each request runs
+//     once, as the next attempt after the last one recorded.
+//
+// Either way the run is recorded under the tick's own key (Trigger ""),
+// so the tick's history shows every attempt in order.
+const (
+	backfillClaim = "backfill"
+	backfillSkip  = "bf-s-"
+	backfillAllow = "bf-a-"
+	rerunSkip     = "rr-s-"
+	rerunAllow    = "rr-a-"
+)
+
+// DefaultBackfillMax is BackfillOptions.Max when not set.
+const DefaultBackfillMax = 1000
+
+// BackfillOptions configure RequestBackfill and RequestRerun.
+type BackfillOptions struct {
+	// Overlap says how the requested ticks run. OverlapSkip (the default):
+	// one at a time and never beside another run of the job — each waits
+	// for the job's lock, where a scheduled tick would be skipped.
+	// OverlapAllow: without the job's lock, at once on the nodes that
+	// claim them.
+	Overlap Overlap
+	// Rerun runs ticks that already ran again, each as a new attempt.
+	// Without it a tick that already has an attempt in the ledger is left
+	// alone.
+	Rerun bool
+	// Max is how many ticks one request may name at most; a range with
+	// more is refused, with the count, rather than cut. Default:
+	// DefaultBackfillMax.
+	Max int
+	// Now is the present, past which no tick may be asked for. Zero:
+	// time.Now().
+	Now time.Time
+}
+
+// RequestBackfill asks the fleet to run the ticks of job's schedule in
+// [from, to], oldest first, each on one node: it adds one request per tick
+// to the ledger and returns the ticks. The schedule is the one the fleet
+// registered (ledger.JobState.Spec), so the job must have been run by a
+// node. Ticks after now are refused: they are the scheduler's to run. Nodes
+// take the requests within a poll interval; with o.Rerun unset a tick that
+// already has an attempt is not run again (jobs history shows which ran).
+func RequestBackfill(ctx context.Context, l ledger.Ledger, job string, from, to time.Time, o BackfillOptions) ([]time.Time, error) {
+	if o.Max == 0 {
+		o.Max = DefaultBackfillMax
+	}
+	switch {
+	case o.Max < 0:
+		return nil, badRequest("backfill %q: Max %d is negative", job, o.Max)
+	case from.IsZero() || to.IsZero():
+		return nil, badRequest("backfill %q: the range needs both ends", job)
+	case to.Before(from):
+		return nil, badRequest("backfill %q: the range ends (%s) before it starts (%s)", job, to.UTC().Format(time.RFC3339), from.UTC().Format(time.RFC3339))
+	case to.After(cmp.Or(o.Now, time.Now())):
+		return nil, badRequest("backfill %q: the range ends in the future (%s): those ticks are the scheduler's to run", job, to.UTC().Format(time.RFC3339))
+	}
+	sched, err := registered(ctx, l, job)
+	if err != nil {
+		return nil, err
+	}
+	var ticks []time.Time
+	for t := sched.Next(from.Add(-time.Nanosecond)); !t.IsZero() && !t.After(to); t = sched.Next(t) {
+		if len(ticks) == o.Max {
+			n := len(ticks) + countTicks(sched, t.Add(-time.Nanosecond), to)
+			return nil, badRequest("backfill %q: the range holds %d ticks, more than the most one request takes (%d): ask for a shorter range or a larger max", job, n, o.Max)
+		}
+		ticks = append(ticks, t.UTC())
+	}
+	if len(ticks) == 0 {
+		return nil, badRequest("backfill %q: its schedule has no tick from %s to %s", job, from.UTC().Format(time.RFC3339), to.UTC().Format(time.RFC3339))
+	}
+	prefix := backfillSkip
+	if o.Overlap == OverlapAllow {
+		prefix = backfillAllow
+	}
+	if o.Rerun {
+		prefix = rerunSkip
+		if o.Overlap == OverlapAllow {
+			prefix = rerunAllow
+		}
+	}
+	for _, t := range ticks {
+		if err := request(ctx, l, job, prefix, t, o.Rerun); err != nil {
+			return nil, err
+		}
+	}
+	return ticks, nil
+}
+
+// RequestRerun asks the fleet to run tick of job again, once, as the next
+// attempt after the last one the ledger holds (1 when it holds none). The
+// tick must be one of the job's registered schedule. It returns the
+// request's ID.
+func RequestRerun(ctx context.Context, l ledger.Ledger, job string, tick time.Time, o BackfillOptions) (string, error) {
+	sched, err := registered(ctx, l, job)
+	if err != nil {
+		return "", err
+	}
+	tick = tick.UTC()
+	if !sched.Next(tick.Add(-time.Nanosecond)).Equal(tick) {
+		return "", badRequest("re-run %q: %s is not a tick of its schedule (the next one is %s)", job, tick.Format(time.RFC3339), sched.Next(tick).UTC().Format(time.RFC3339))
+	}
+	if tick.After(cmp.Or(o.Now, time.Now())) {
+		return "", badRequest("re-run %q: the tick %s is in the future", job, tick.Format(time.RFC3339))
+	}
+	prefix := rerunSkip
+	if o.Overlap == OverlapAllow {
+		prefix = rerunAllow
+	}
+	id, err := newRequestID(prefix)
+	if err != nil {
+		return "", err
+	}
+	_, err = l.SetJobState(ctx, ledger.JobStateParams{Job: job, Op: ledger.JobTrigger, Trigger: id, Tick: tick, Rerun: true})
+	if err != nil {
+		return "", fmt.Errorf("schedule: re-run %q: %w", job, err)
+	}
+	return id, nil
+}
+
+func request(ctx context.Context, l ledger.Ledger, job, prefix string, t time.Time, rerun bool) error {
+	id, err := newRequestID(prefix)
+	if err != nil {
+		return err
+	}
+	if _, err := l.SetJobState(ctx, ledger.JobStateParams{Job: job, Op: ledger.JobTrigger, Trigger: id, Tick: t, Rerun: rerun}); err != nil {
+		return fmt.Errorf("schedule: backfill %q: requesting tick %s: %w", job, t.Format(time.RFC3339), err)
+	}
+	return nil
+}
+
+func newRequestID(prefix string) (string, error) {
+	var b [12]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("schedule: reading random bytes: %w", err)
+	}
+	return prefix + hex.EncodeToString(b[:]), nil
+}
+
+// ErrBadRequest is matched (errors.Is) by the errors of RequestBackfill and
+// RequestRerun about the request itself: a range that ends before it
+// starts or in the future, one with too many ticks or none, a time that is
+// not a tick of the job's schedule.
+var ErrBadRequest = errors.New("schedule: bad backfill or re-run request")
+
+type requestError struct{ msg string }
+
+func (e *requestError) Error() string        { return "schedule: " + e.msg }
+func (e *requestError) Is(target error) bool { return target == ErrBadRequest }
+
+func badRequest(format string, args ...any) error {
+	return &requestError{fmt.Sprintf(format, args...)}
+}
+
+// ErrNotRegistered is returned by RequestBackfill and RequestRerun for a
+// job no node registered, whose schedule is therefore unknown.
+var ErrNotRegistered = errors.New("schedule: no node has registered the job")
+
+// registered returns the schedule the fleet registered job with.
+func registered(ctx context.Context, l ledger.Ledger, job string) (Schedule, error) {
+	sts, err := l.Jobs(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("schedule: reading the job states: %w", err)
+	}
+	for _, st := range sts {
+		if st.Job != job {
+			continue
+		}
+		if st.Spec == "" {
+			break
+		}
+		sched, err := Parse(st.Spec, time.UTC)
+		if err != nil {
+			return nil, fmt.Errorf("schedule: job %q: its registered schedule %q: %w", job, st.Spec, err)
+		}
+		return sched, nil
+	}
+	return nil, &notRegisteredError{job}
+}
+
+type notRegisteredError struct{ job string }
+
+func (e *notRegisteredError) Error() string {
+	return fmt.Sprintf("schedule: no node has registered the job %q, so its schedule is not known (a node registers a job when it starts running it)", e.job)
+}
+
+func (e *notRegisteredError) Is(target error) bool { return target == ErrNotRegistered }
+
+// countTicks counts the ticks of sched in (after, to].
+func countTicks(sched Schedule, after, to time.Time) int {
+	n := 0
+	for t := sched.Next(after); !t.IsZero() && !t.After(to); t = sched.Next(t) {
+		n++
+	}
+	return n
+}
+
+// requestWork is the work a trigger request asks for.
+func requestWork(tr ledger.TriggerRequest) work {
+	if tr.Tick.IsZero() {
+		return work{tick: tr.At, trigger: tr.ID, request: tr.ID}
+	}
+	w := work{tick: tr.Tick.UTC(), request: tr.ID, past: true}
+	w.allow = strings.HasPrefix(tr.ID, backfillAllow) || strings.HasPrefix(tr.ID, rerunAllow)
+	if tr.Rerun {
+		w.claim, w.rerun = tr.ID, true
+	} else {
+		w.claim = backfillClaim
+	}
+	return w
+}
+
+// lastAttempt returns the highest attempt the ledger holds at j's tick
+// (its scheduled key, Trigger ""), 0 when none.
+func (s *Scheduler) lastAttempt(j *job, tick time.Time) (int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+	defer cancel()
+	rs, err := s.ledger.Runs(ctx, ledger.RunQuery{Job: j.Name, From: tick, To: tick.Add(time.Second)})
+	if err != nil {
+		return 0, err
+	}
+	last := 0
+	for _, r := range rs {
+		if r.Trigger == "" && r.Tick.Equal(tick) {
+			last = max(last, r.Attempt)
+		}
+	}
+	return last, nil
+}
+
+// startPast prepares a backfill or re-run of a past tick: it removes the
+// request and returns the attempt number to start after, or ok false when
+// there is nothing to run (a backfill of a tick that already ran, or a
+// ledger that cannot be read, which leaves the request for another pass).
+func (s *Scheduler) startPast(j *job, w work) (base int, ok bool) {
+	last, err := s.lastAttempt(j, w.tick)
+	if err != nil {
+		s.log.Error("schedule: reading the attempts of a past tick", "node", s.node, "job", j.Name, "tick", w.tick, "err", err)
+		return 0, false
+	}
+	s.triggerDone(j.Name, w.request)
+	if !w.rerun && last > 0 {
+		s.log.Info("schedule: backfill: the tick already ran", "node", s.node, "job", j.Name, "tick", w.tick, "attempts", last)
+		return 0, false
+	}
+	return last, true
+}
+
+// obtainPast takes the job's lock for a past tick run with overlap skip:
+// it waits for a run in progress to end, up to the end of the Scheduler's
+// run context.
+func (s *Scheduler) obtainPast(j *job) (*tasklock.Lock, error) {
+	return s.lk.Obtain(s.runCtx, j.key, j.lockOptions(s.node))
+}
+
+// maxGapWalk bounds how many ticks olderTicks counts.
+const maxGapWalk = 1 << 20
+
+// gap is the ticks of a job that came before the newest MaxBacklog of a
+// long outage: too many to handle one by one, they are recorded as missed
+// in one record, at the newest of them, so that however long the outage
+// the history says how many ticks did not run and the job goes on (no
+// cliff, unlike a CronJob after 100 missed starts).
+type gap struct {
+	n           int       // how many; maxGapWalk means at least that many
+	first, last time.Time // the oldest and the newest of them
+}
+
+// olderTicks returns the ticks of sched in (after, ticks[0]) when backlog
+// returned a full backlog, which it cuts to the newest MaxBacklog.
+func olderTicks(sched Schedule, after time.Time, ticks []time.Time) gap {
+	if len(ticks) < MaxBacklog {
+		return gap{}
+	}
+	var g gap
+	for t := sched.Next(after); !t.IsZero() && t.Before(ticks[0]) && g.n < maxGapWalk; t = sched.Next(t) {
+		if g.n == 0 {
+			g.first = t
+		}
+		g.last = t
+		g.n++
+	}
+	return g
+}
+
+// refineGap leaves out of g the ticks up to the newest one the ledger has a
+// record of (a node that starts does not know what ran before it), and
+// reports whether any are left to record. A ledger that cannot be read
+// leaves g as it is.
+func (s *Scheduler) refineGap(j *job, g *gap) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+	defer cancel()
+	rs, err := s.ledger.Runs(ctx, ledger.RunQuery{Job: j.Name, From: g.first, To: g.last, Limit: 1})
+	if err != nil || len(rs) == 0 {
+		return true
+	}
+	n, first := 0, time.Time{}
+	for t := j.sched.Next(rs[0].Tick); !t.IsZero() && !t.After(g.last) && n < maxGapWalk; t = j.sched.Next(t) {
+		if n == 0 {
+			first = t
+		}
+		n++
+	}
+	g.n, g.first = n, first
+	return n > 0
+}
+
+func (g gap) reason(j *job) string {
+	count := fmt.Sprint(g.n)
+	if g.n >= maxGapWalk {
+		count = "at least " + count
+	}
+	return fmt.Sprintf("schedule: %s ticks missed from %s to %s, while no node ran the job: more than the %d newest, which are handled one by one (misfire policy %s)",
+		count, g.first.UTC().Format(time.RFC3339), g.last.UTC().Format(time.RFC3339), MaxBacklog, j.Misfire)
+}
