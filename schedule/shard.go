@@ -105,8 +105,8 @@ func keyOf(j *job, w work) tickKey {
 func (s *Scheduler) rankShards(now time.Time) {
 	s.mu.Lock()
 	need := false
-	for _, j := range s.heap {
-		if j.Shards > 1 && !j.next.After(now) {
+	for i := 0; len(s.heap) > 0 && !s.heap[0].next.After(now) && i < len(s.heap); i++ {
+		if j := s.heap[i]; j.Shards > 1 && !j.next.After(now) {
 			need = true
 			break
 		}

@@ -228,7 +228,7 @@ func TestShardsTakeover(t *testing.T) {
 	hang := make(chan struct{})
 	t.Cleanup(func() { close(hang) })
 	job := func(node string) Job {
-		return Job{Name: "take", Schedule: "@every 1h", Shards: 8, Lock: tasklock.ObtainOptions{TTL: 400 * time.Millisecond},
+		return Job{Name: "take", Schedule: "@every 1h", Shards: 8, Lock: tasklock.ObtainOptions{TTL: time.Second},
 			Handler: func(ctx context.Context, run Run) error {
 				log.start(run)
 				if node == "a" {
@@ -239,7 +239,7 @@ func TestShardsTakeover(t *testing.T) {
 				return nil
 			}}
 	}
-	cfg := Config{NodeLister: c.locks, PollInterval: 100 * time.Millisecond, NodeLeaseTTL: 300 * time.Millisecond}
+	cfg := Config{NodeLister: c.locks, PollInterval: 100 * time.Millisecond, NodeLeaseTTL: time.Second}
 	// Node a's Locker goes through a store that can be killed.
 	ka := &killable{Store: c.locks}
 	lk, err := tasklock.New(ka, &tasklock.Config{Owner: "a", Logger: discardLogger()})

@@ -70,7 +70,7 @@ func TestServeShardsNodeKilled(t *testing.T) {
   - name: sharded
     schedule: "%s"
     shards: 8
-    lock_ttl: 2s
+    lock_ttl: 8s
     kill_grace: 500ms
     command: ["sh", "-c", %q, %q]
 `, spec, script, out)
