@@ -97,6 +97,9 @@ func (s *Scheduler) runTick(j *job, w work) {
 		s.triggerDone(j.Name, w.request)
 	}
 	base = max(base, w.attempts) // a retaken shard's go on after the stopped node's
+	if !s.awaitParents(j, w) {
+		return
+	}
 	if (j.Jitter > 0 && !s.sleep(rand.N(j.Jitter), s.runCtx.Done())) || s.runCtx.Err() != nil {
 		s.skip(j, w, ErrShutdown.Error())
 		return
@@ -307,6 +310,7 @@ func (s *Scheduler) record(rs ...ledger.RunRecord) error {
 		select {
 		case err := <-it.done:
 			s.recordFailed(rs, err)
+			s.deps.ended(rs)
 			return err
 		case <-it.lead:
 		}
@@ -343,6 +347,7 @@ func (s *Scheduler) record(rs ...ledger.RunRecord) error {
 	}
 	h.mu.Unlock()
 	s.recordFailed(rs, err)
+	s.deps.ended(rs)
 	return err
 }
 

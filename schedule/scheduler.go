@@ -174,6 +174,8 @@ type Scheduler struct {
 
 	hist history // history records waiting to be written together (run.go)
 
+	deps depWaiters // ticks waiting for their parents (deps.go)
+
 	shards shardState // sharded jobs' ticks (shard.go); guarded by mu
 }
 
@@ -299,7 +301,7 @@ func (s *Scheduler) Add(j Job) error {
 		if j.LeaderOnly && s.isLeader == nil {
 			return badJob(j.Name, "Job.LeaderOnly", "needs Config.IsLeader, which says when this node leads", nil)
 		}
-		return nil
+		return s.cycleOf(&jj.Job)
 	}
 	s.mu.Lock()
 	err = check()
