@@ -325,7 +325,9 @@ func (s *Scheduler) pollShards(now time.Time) {
 		latest := latestShards(rs, e.w.tick, e.w.trigger)
 		open := make([]int, 0, e.w.shards)
 		for k := range e.w.shards {
-			if r, ok := latest[k]; !ok || !r.Status.Final() || r.Status == ledger.RunInterrupted {
+			// A backfill's shard is done once attempted: the tick's
+			// missed or skipped record (attempt 0) is what it makes up for.
+			if r, ok := latest[k]; !ok || !r.Status.Final() || r.Status == ledger.RunInterrupted || (e.w.past && r.Attempt == 0) {
 				open = append(open, k)
 			}
 		}

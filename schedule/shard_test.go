@@ -384,3 +384,63 @@ func TestShardsTrigger(t *testing.T) {
 		}
 	}
 }
+
+// TestShardsBackfill: a backfill of a sharded job's missed tick runs every
+// shard once, each shard's attempts counted on its own.
+func TestShardsBackfill(t *testing.T) {
+	c := newCluster(t)
+	c.clock.Advance(30 * time.Second)
+	log := newShardLog()
+	job := Job{Name: "bf", Schedule: "@every 1m", Shards: 4, Misfire: MisfireSkip, MisfireWindow: 30 * time.Minute,
+		Handler: func(ctx context.Context, run Run) error {
+			if run.Tick.Equal(t0.Add(2 * time.Minute)) {
+				log.start(run)
+				log.done(run)
+			}
+			return nil
+		}}
+	cfg := &Config{NodeLister: c.locks, PollInterval: 100 * time.Millisecond}
+	a := c.node("a", 0, cfg).add(t, job).start(t)
+	c.settle(true)
+	a.shutdown(t)
+	c.advance(3 * time.Minute) // ticks t0+1m .. t0+3m missed
+	c.node("b", 0, cfg).add(t, job).start(t)
+	c.node("c", 0, cfg).add(t, job).start(t)
+	missed := t0.Add(2 * time.Minute)
+	c.tickRecordsWith(t, "bf", missed, func(rs []ledger.RunRecord) bool { return TickStatus(rs) == ledger.RunMissed })
+	if _, err := RequestBackfill(context.Background(), c.ledger, "bf", missed, missed, BackfillOptions{Now: c.clock.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	rs := c.tickRecordsWith(t, "bf", missed, func(rs []ledger.RunRecord) bool { return TickStatus(rs) == ledger.RunOK })
+	c.settle(true)
+	log.checkOnce(t, 4)
+	for k, r := range latestShards(rs, missed, "") {
+		if r.Attempt != 1 || r.Status != ledger.RunOK {
+			t.Errorf("shard %d: latest attempt %d %s, want 1 ok", k, r.Attempt, r.Status)
+		}
+	}
+}
+
+// tickRecordsWith advances the clock a poll at a time until the tick's
+// records satisfy ok, and returns them.
+func (c *cluster) tickRecordsWith(t *testing.T, job string, tick time.Time, ok func([]ledger.RunRecord) bool) []ledger.RunRecord {
+	t.Helper()
+	var rs []ledger.RunRecord
+	defer func() {
+		if t.Failed() {
+			for _, r := range rs {
+				t.Logf("record %+v", r)
+			}
+		}
+	}()
+	waitFor(t, "the tick's records", func() bool {
+		c.advance(100 * time.Millisecond)
+		var err error
+		rs, err = c.ledger.Runs(context.Background(), ledger.RunQuery{Job: job, From: tick, To: tick.Add(time.Second)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok(rs)
+	})
+	return rs
+}
