@@ -86,13 +86,6 @@ func TestKindFaults(t *testing.T) {
 	}
 }
 
-// steadyTTL is the session TTL and the lock TTL of the test's own
-// holders beside a holder process of faultTTL: long enough that no busy
-// machine delays their keepalives past it, so that their holds last the
-// test whatever the load, and a hold of theirs that ends is the fault's
-// doing. Only the holder process's hold has to end fast.
-const steadyTTL = 10 * time.Second
-
 // takeoverResult is what kindTakeover leaves for the test to check.
 type takeoverResult struct {
 	c   *clientv3.Client
