@@ -145,12 +145,6 @@ func TestFaultKindsHolderKilled(t *testing.T) {
 	}
 }
 
-// steadyTTL is the TTL of the hold that takes a paused holder's place:
-// long enough that no busy machine delays its renewals past it, so that
-// it lasts the test whatever the load and its end would be the fault's
-// doing. Only the holder process's hold has to end fast.
-const steadyTTL = 10 * time.Second
-
 // (b) The holder process of a read side, a write side or a semaphore's
 // only permit is SIGSTOPped for 2×TTL: a writer or a permit takes its
 // place; when the holder resumes its Done is already closed, it writes
