@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -274,6 +275,7 @@ func (h *handler) jobs(w http.ResponseWriter, r *http.Request) {
 		holders[name] = append(holders[name], l)
 	}
 	now := h.clock.Now()
+	children := apijson.Children(slices.Collect(maps.Values(conf)))
 	out := make([]jobView, 0, len(names))
 	h.lastMu.Lock()
 	for _, n := range names {
@@ -284,8 +286,10 @@ func (h *handler) jobs(w http.ResponseWriter, r *http.Request) {
 		if lr, ok := h.lastRun[n]; ok {
 			v.LastRun = apijson.FromRun(lr)
 		}
+		v.Children = children[n]
 		if j, ok := conf[n]; ok {
 			v.Configured, v.Schedule, v.TimeZone = true, j.Schedule, j.TimeZone
+			v.After = j.After
 			ticks, err := h.next(j, now)
 			if err != nil {
 				v.ScheduleEr = err.Error()

@@ -27,7 +27,9 @@
 //	                      {"jobs": [{"job", "state" (ok, paused, broken), "broken" (why),
 //	                      "paused", "pending_triggers": [{"id", "at"}], "spec", "since", "last_run",
 //	                      "configured", "schedule", "timezone", "next_ticks": [3 times],
-//	                      "running": [{"node", "fence", "expires_in_ms", "held_for_ms"}]}],
+//	                      "running": [{"node", "fence", "expires_in_ms", "held_for_ms"}],
+//	                      "after": [parents], "children": [jobs whose after names it]
+//	                      (both omitted when empty)}],
 //	                      "total", "next"}
 //	GET  /api/runs        ?job= &status=ok|failed|timeout|lost|interrupted|skipped|missed|running
 //	                      &from=TIME &to=TIME

@@ -128,6 +128,20 @@
 // them within a second. A trigger runs once across the cluster: the request
 // is claimed like a tick.
 //
+// # Dependencies
+//
+// Job.After makes a job wait for others, its parents, tick by tick: the
+// child's tick T, its schedule's previous tick being P, runs once every
+// parent has a successful run (every shard ok, for a sharded parent) for a
+// tick in (P, T]. The rule is read from the ledger in ticks, so every node
+// decides alike whatever its clock, and parents may be on other schedules
+// and run by other nodes. The node that claimed T waits before taking the
+// job's lock, reading the ledger every Config.PollInterval and at once when
+// a parent's run ends on it; after Job.Within it records T as skipped,
+// naming each parent not done and its last status. Add refuses a job that
+// closes a cycle (Cycle). A trigger request (trigger-now, backfill, re-run)
+// does not wait.
+//
 // # Events
 //
 // Config.OnEvent receives a typed Event for every tick this node claims or

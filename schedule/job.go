@@ -73,6 +73,26 @@ type Job struct {
 	// from running again. It needs Config.IsLeader.
 	LeaderOnly bool
 
+	// After names the job's parents: jobs each of whose ticks this job's
+	// tick waits for. Tick T (the schedule's tick before it being P) runs
+	// once every parent has a successful run (every shard ok, for a
+	// sharded parent) for a tick of its own in (P, T] — scheduled or
+	// triggered — so parents on other schedules, and on other nodes or
+	// Schedulers sharing the ledger, work alike. The node that claimed T
+	// waits for that, reading the ledger every Config.PollInterval (and
+	// at once when a parent's run ends on it), before taking the job's
+	// lock. A trigger request (trigger-now, backfill, re-run) does not wait. A parent this Scheduler
+	// does not know is allowed (another node may run it); Add refuses a
+	// job that closes a cycle among the jobs it knows. Nil: none.
+	After []string
+	// Within is how long a tick waits for its parents, from when the node
+	// takes it up (the tick itself, when on time); then it is recorded as
+	// skipped, naming each parent not done and its last status (and so
+	// when Shutdown's grace period ends while it waits). Default:
+	// DefaultWithin (1h), or MisfireWindow when shorter; at most
+	// MisfireWindow. Only with After.
+	Within time.Duration
+
 	// Lock are the options of the job's lock, which a run holds while it
 	// lasts (with OverlapSkip; OverlapAllow takes no lock), checked by
 	// tasklock.ObtainOptions.Validate:
@@ -306,6 +326,9 @@ func validateJob(j Job, keyPrefix string, retention time.Duration) (*job, error)
 		return nil, bad("Job.RetryBackoffMax", "%v is less than RetryBackoff %v", j.RetryBackoffMax, j.RetryBackoff)
 	case j.Jitter < 0:
 		return nil, bad("Job.Jitter", "%v is negative", j.Jitter)
+	}
+	if err := validateDeps(&j); err != nil {
+		return nil, err
 	}
 	if err := validateLock(j.Name, j.Lock); err != nil {
 		return nil, err

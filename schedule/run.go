@@ -92,6 +92,9 @@ func (s *Scheduler) runTick(j *job, w work) {
 	case w.request != "":
 		s.triggerDone(j.Name, w.request)
 	}
+	if !s.awaitParents(j, w) {
+		return
+	}
 	if (j.Jitter > 0 && !s.sleep(rand.N(j.Jitter), s.runCtx.Done())) || s.runCtx.Err() != nil {
 		s.skip(j, w, ErrShutdown.Error())
 		return
@@ -297,6 +300,7 @@ func (s *Scheduler) record(rs ...ledger.RunRecord) error {
 		select {
 		case err := <-it.done:
 			s.recordFailed(rs, err)
+			s.deps.ended(rs)
 			return err
 		case <-it.lead:
 		}
@@ -333,6 +337,7 @@ func (s *Scheduler) record(rs ...ledger.RunRecord) error {
 	}
 	h.mu.Unlock()
 	s.recordFailed(rs, err)
+	s.deps.ended(rs)
 	return err
 }
 

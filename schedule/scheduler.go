@@ -173,6 +173,8 @@ type Scheduler struct {
 	brokenEvs   []Event   // EventBroken events to emit once s.mu is released (flushBroken)
 
 	hist history // history records waiting to be written together (run.go)
+
+	deps depWaiters // ticks waiting for their parents (deps.go)
 }
 
 type triggerKey struct{ job, id string }
@@ -297,7 +299,7 @@ func (s *Scheduler) Add(j Job) error {
 		if j.LeaderOnly && s.isLeader == nil {
 			return badJob(j.Name, "Job.LeaderOnly", "needs Config.IsLeader, which says when this node leads", nil)
 		}
-		return nil
+		return s.cycleOf(&jj.Job)
 	}
 	s.mu.Lock()
 	err = check()

@@ -35,6 +35,7 @@ const (
 	clusterPoll      = 25 * time.Millisecond   // how often the file of runs is read
 	clusterLedgerGap = 250 * time.Millisecond  // how often the ledger is read
 	clusterCell      = 19                      // width of a job's column
+	clusterWithin    = 2 * time.Second         // how long the dependent job's tick waits for its parent
 )
 
 // demoNode is one serve process of the cluster demo.
@@ -158,7 +159,12 @@ func (d *clusterDemo) run(stderr io.Writer) int {
 	d.printf("A cluster of %d tasklock serve processes on one SQLite store (in %s),\n", d.o.nodes, d.dir)
 	d.printf("running %d jobs every second (%s) for %v. Each run is this program, which\n", len(d.jobs), strings.Join(d.jobs, ", "), d.o.duration)
 	d.printf("records its tick, fence and node in a file, then works for %v. Halfway through,\n", clusterWork)
-	d.printf("the node that has just started a run is killed with SIGKILL, and later restarted.\n\n")
+	d.printf("the node that has just started a run is killed with SIGKILL, and later restarted.\n")
+	if last := d.jobs[len(d.jobs)-1]; d.parent(last) != "" {
+		d.printf("%s depends on %s (after: [%s]): each tick of %s runs once %s's run of it\n", last, d.parent(last), d.parent(last), last, d.parent(last))
+		d.printf("ended ok, on whichever node claimed it; if that does not happen within %v, it is skipped.\n", clusterWithin)
+	}
+	d.printf("\n")
 
 	for i := range d.o.nodes {
 		if _, err := d.startNode(fmt.Sprintf("node-%d", i+1)); err != nil {
@@ -270,8 +276,20 @@ func (d *clusterDemo) config(node string) []byte {
 		// A tick handled more than a second late is missed and not run;
 		// a node looks back 10s when it starts.
 		b.WriteString("    misfire: {policy: skip, grace: 1s, window: 10s}\n")
+		if p := d.parent(j); p != "" {
+			fmt.Fprintf(&b, "    after: [%s]\n    within: %v\n", q(p), clusterWithin)
+		}
 	}
 	return []byte(b.String())
+}
+
+// parent is the job that job waits for (after:): the last job of three or
+// more waits for the first; "" for the others.
+func (d *clusterDemo) parent(job string) string {
+	if len(d.jobs) >= 3 && job == d.jobs[len(d.jobs)-1] {
+		return d.jobs[0]
+	}
+	return ""
 }
 
 // waitReady waits until every node has logged that it serves.
@@ -517,8 +535,10 @@ func (d *clusterDemo) printRows(now time.Time, final bool) {
 			complete := true
 			for _, j := range d.jobs {
 				k := tickKey{j, d.next}
-				_, rec := d.recs[k]
-				complete = complete && (len(d.execs[k]) > 0 || rec)
+				// A running record alone is news to wait for: the run's
+				// line (a dependent job's starts after its parent's).
+				r, rec := d.recs[k]
+				complete = complete && (len(d.execs[k]) > 0 || rec && r.Status != ledger.RunRunning)
 			}
 			if !complete && now.Before(at.Add(clusterSettle)) {
 				return
@@ -563,6 +583,7 @@ type tally struct {
 	duplicates  int // runs beyond a tick's first
 	missed      int
 	skipped     int
+	depSkipped  int // skipped, among them, because the parent's run of the tick did not end ok
 	lost        int // claimed by the killed node, never started
 	interrupted int // runs the kill cut short, among runs
 	failed      int // runs that ended other than ok, among runs
@@ -607,6 +628,9 @@ func (d *clusterDemo) summary() int {
 				}
 			case hasRec && r.Status == ledger.RunSkipped:
 				t.skipped++
+				if strings.Contains(r.Error, "parents not done") {
+					t.depSkipped++
+				}
 				why := r.Error
 				if i := strings.LastIndex(why, "not obtained: "); i >= 0 && strings.Contains(why, "still in progress") {
 					why = "the job's lock was still held: " + why[i+len("not obtained: "):]
@@ -670,7 +694,11 @@ func (d *clusterDemo) summary() int {
 		d.printf(" + %d unexplained", t.other)
 	}
 	d.printf("\n")
-	if t.skipped > 0 {
+	if t.depSkipped > 0 {
+		d.printf("skipped (parents not done): the parent's run of the tick did not end ok within %v (around\n", clusterWithin)
+		d.printf("  the kill it was cut short or skipped): a dependent job runs only after its parent succeeded.\n")
+	}
+	if t.skipped > t.depSkipped {
 		d.printf("skipped: the job's lock was still held by a run on the killed node until its lease ran out\n")
 		d.printf("  (lock_ttl %v): with overlap: skip no run of a job starts while another may still be going.\n", clusterLockTTL)
 	}

@@ -96,6 +96,14 @@ The file:
     - name: ping
       schedule: "@every 1m"
       http: {method: POST, url: "https://example.com/hook", headers: {Authorization: "Bearer x"}, body: "{}", timeout: 10s}
+    - name: publish
+      schedule: "0 45 2 * * *"
+      timezone: Europe/Berlin
+      after: [nightly-report]        # run each tick once these jobs have an ok run of a tick
+                                     # since this job's previous one; no cycles
+      within: 30m                    # else record the tick skipped after this long;
+                                     # default 1h, at most misfire.window
+      command: ["/usr/local/bin/publish"]
 
 Command jobs run without a shell, in their own process group, with stdin
 from /dev/null and TASKLOCK_JOB, TASKLOCK_TICK (the scheduled instant, RFC

@@ -178,7 +178,7 @@ func (s *server) dashboardJobs() []schedule.Job {
 func jobsOf(f *config.File) []schedule.Job {
 	out := make([]schedule.Job, len(f.Jobs))
 	for i, j := range f.Jobs {
-		out[i] = schedule.Job{Name: j.Name, Schedule: j.Schedule, TimeZone: j.TimeZone}
+		out[i] = schedule.Job{Name: j.Name, Schedule: j.Schedule, TimeZone: j.TimeZone, After: j.After}
 	}
 	return out
 }

@@ -4,6 +4,7 @@
 package apijson
 
 import (
+	"slices"
 	"strconv"
 	"time"
 
@@ -27,6 +28,26 @@ type Job struct {
 	Spec    string     `json:"spec,omitempty"`
 	Since   *time.Time `json:"since,omitempty"`
 	LastRun *Run       `json:"last_run"`
+	// After are the job's parents (schedule.Job.After) and Children the
+	// configured jobs whose After names it, sorted: the edges of the
+	// dependency graph around the job; omitted when there are none.
+	After    []string `json:"after,omitempty"`
+	Children []string `json:"children,omitempty"`
+}
+
+// Children returns, for each job named in the After of a job of jobs, the
+// jobs whose After names it, sorted by name.
+func Children(jobs []schedule.Job) map[string][]string {
+	out := map[string][]string{}
+	for _, j := range jobs {
+		for _, p := range j.After {
+			out[p] = append(out[p], j.Name)
+		}
+	}
+	for _, cs := range out {
+		slices.Sort(cs)
+	}
+	return out
 }
 
 // The job states.

@@ -5,7 +5,8 @@
 // button.action-trigger / .action-pause / .action-resume, #runs-table
 // tr.run-row[data-status], #locks-table tr.lock-row button.action-release,
 // #nodes-table tr.node-row[data-leader] span.leader-badge, #nodes-leader,
-// #confirm-ok / #confirm-cancel.
+// #confirm-ok / #confirm-cancel, #job-deps (#dag-parents, #dag-children:
+// li.dag-node[data-job][data-status]).
 "use strict";
 
 const state = { info: null, csrf: "", route: "", jobsAfter: [""], runsNext: "", refreshing: false };
@@ -203,12 +204,45 @@ async function jobPage(main, name) {
         ? actionButton("action-resume", "Resume", "Resume " + j.job + " on every node?", "api/jobs/" + encodeURIComponent(j.job) + "/resume")
         : actionButton("action-pause", "Pause", "Pause " + j.job + " on every node? Running runs finish.", "api/jobs/" + encodeURIComponent(j.job) + "/pause")));
   }
+  if (j) head.push(await depsView(j));
   main.replaceChildren(...head,
     el("div", { class: "toolbar" }, statusSel),
     el("table", { id: "runs-table" },
       el("thead", {}, el("tr", {}, ["Tick", "Status", "Attempt", "Node", "Fence", "Duration", "Error / output"].map((h) => el("th", {}, h)))),
       tbody),
     el("div", { class: "pager" }, more));
+}
+
+// depsView is the job's place in the dependency graph: the jobs it waits
+// for (after), itself, and the jobs that wait for it (children), each with
+// its last run's status and a link to its page; null without any.
+async function depsView(j) {
+  const after = j.after || [], children = j.children || [];
+  if (!after.length && !children.length) return null;
+  const names = [...new Set([...after, ...children])];
+  const views = await Promise.all(names.map((n) =>
+    api("api/jobs?" + new URLSearchParams({ name: n })).then((d) => d.jobs[0] || null, () => null)));
+  const byName = {};
+  names.forEach((n, i) => { byName[n] = views[i]; });
+  const node = (n, role) => {
+    const v = byName[n];
+    const lr = v && v.last_run;
+    return el("li", { class: "dag-node dag-" + role, "data-job": n, "data-status": lr ? lr.status : "none" },
+      el("a", { href: "#/job/" + encodeURIComponent(n) }, n), " ",
+      lr ? [statusBadge(lr.status), el("span", { class: "muted" }, " " + fmtTime(lr.tick))]
+        : el("span", { class: "muted" }, v ? "no run yet" : "not known here"));
+  };
+  const col = (title, id, items, role) => el("div", { class: "dag-col" }, el("h2", {}, title),
+    el("ul", { id: id }, items.length ? items.map((n) => node(n, role)) : el("li", { class: "muted" }, "none")));
+  const lr = j.last_run;
+  return el("div", { id: "job-deps", class: "dag" },
+    col("Waits for", "dag-parents", after, "parent"),
+    el("div", { class: "dag-arrow" }, "→"),
+    el("div", { class: "dag-col" }, el("h2", {}, "This job"),
+      el("ul", {}, el("li", { class: "dag-node dag-self", "data-job": j.job, "data-status": lr ? lr.status : "none" },
+        el("strong", {}, j.job), " ", lr ? statusBadge(lr.status) : el("span", { class: "muted" }, "no run yet")))),
+    el("div", { class: "dag-arrow" }, "→"),
+    col("Then", "dag-children", children, "child"));
 }
 
 // lockKind is a lock row's kind as people read it (apijson.Lock.KindText).

@@ -40,6 +40,14 @@
 //	max_hold        Lock.MaxHold
 //	run_on          LeaderOnly: "leader" (only the serve fleet's elected
 //	                leader runs it) or "any" (the default)
+//	after           After: a list of the jobs this one waits for, tick by
+//	                tick ("after: [extract, load]"; one name alone is a
+//	                list of one). Each must be a job of the file, and no
+//	                job may wait for itself through others:
+//	                  config.yaml:9: job "a": after: cycle a -> b -> a: ...
+//	within          Within: how long a tick waits for its parents before
+//	                it is recorded as skipped (default 1h, at most
+//	                misfire.window); only with after
 //
 // and exactly one of the handlers the daemon provides:
 //

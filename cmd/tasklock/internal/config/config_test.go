@@ -35,6 +35,8 @@ jobs:
     schedule: "@every 1m"
     misfire: skip
     retries: 2
+    after: [nightly-report]
+    within: 10m
     http:
       method: POST
       url: https://example.com/hook
@@ -60,7 +62,8 @@ func TestParseFull(t *testing.T) {
 			Command: []string{"/usr/local/bin/report", "--all"}, KillGrace: 5 * time.Second, Line: 4,
 		},
 		{
-			Job: schedule.Job{Name: "ping", Schedule: "@every 1m", Misfire: schedule.MisfireSkip, Retries: 2},
+			Job: schedule.Job{Name: "ping", Schedule: "@every 1m", Misfire: schedule.MisfireSkip, Retries: 2,
+				After: []string{"nightly-report"}, Within: 10 * time.Minute},
 			HTTP: &HTTP{Method: "POST", URL: "https://example.com/hook", Body: `{"a": 1}`, Timeout: DefaultHTTPTimeout,
 				Headers: map[string]string{"Content-Type": "application/json", "Authorization": "Bearer x"}},
 			Line: 18,
@@ -89,9 +92,9 @@ func TestParseErrors(t *testing.T) {
 			[]string{`c.yaml:5: job "j": timeout: invalid duration "10x" (want e.g. 300ms, 10s, 1h30m)`}},
 		{"negative", job + "    jitter: -1s\n", []string{`c.yaml:5: job "j": jitter: -1s is negative`}},
 		{"unknown key", job + "    colour: red\n",
-			[]string{`c.yaml:5: job "j": colour: unknown key (want name, schedule, timezone, command, kill_grace, http, timeout, overlap, misfire, retries, jitter, lock_ttl, min_hold, max_hold, run_on)`}},
+			[]string{`c.yaml:5: job "j": colour: unknown key (want name, schedule, timezone, command, kill_grace, http, timeout, overlap, misfire, retries, jitter, lock_ttl, min_hold, max_hold, run_on, after, within)`}},
 		{"unknown key before the name", "jobs:\n  - colour: red\n    name: j\n    schedule: '@daily'\n    command: [x]\n",
-			[]string{`c.yaml:2: job "j": colour: unknown key (want name, schedule, timezone, command, kill_grace, http, timeout, overlap, misfire, retries, jitter, lock_ttl, min_hold, max_hold, run_on)`}},
+			[]string{`c.yaml:2: job "j": colour: unknown key (want name, schedule, timezone, command, kill_grace, http, timeout, overlap, misfire, retries, jitter, lock_ttl, min_hold, max_hold, run_on, after, within)`}},
 		{"unknown top key", "stor: mem://\n" + job, []string{`c.yaml:1: stor: unknown key (want store, node, jobs)`}},
 		{"schedule", "jobs:\n  - name: j\n    schedule: '61 * * * *'\n    command: [x]\n",
 			[]string{`c.yaml:3: job "j": schedule: invalid minute field "61" in "61 * * * *": 61 above the maximum 59`}},
@@ -143,6 +146,19 @@ func TestParseErrors(t *testing.T) {
 		{"lock_ttl bound", job + "    lock_ttl: 2562047h\n", []string{`c.yaml:5: job "j": lock_ttl: 2562047h0m0s is above the maximum 8760h0m0s (365 days)`}},
 		{"node with a newline", "node: \"web-1\\nforged\"\n" + job, []string{`c.yaml:1: node: contains control character \n (U+000A)`}},
 		{"node with C1 control", "node: \"web\\u009b1\"\n" + job, []string{`c.yaml:1: node: contains control character \u009b (U+009B)`}},
+		// Dependencies: parents are jobs of the file, without cycles.
+		{"unknown parent", job + "    after: [j2, nope]\n  - name: j2\n    schedule: '@daily'\n    command: [y]\n",
+			[]string{`c.yaml:5: job "j": after: unknown job "nope": no job of this name in the file`}},
+		{"cycle", "jobs:\n  - {name: a, schedule: '@daily', command: [x], after: [c]}\n  - {name: b, schedule: '@daily', command: [x], after: a}\n" +
+			"  - {name: c, schedule: '@daily', command: [x], after: [d, b]}\n  - {name: d, schedule: '@daily', command: [x]}\n",
+			[]string{`c.yaml:2: job "a": after: cycle a -> c -> b -> a: a job cannot wait for itself`}},
+		{"self", job + "    after: [j]\n", []string{`c.yaml:5: job "j": after: cycle j -> j: a job cannot wait for itself`}},
+		{"parent twice", job + "    after:\n      - j2\n      - j2\n  - name: j2\n    schedule: '@daily'\n    command: [y]\n",
+			[]string{`c.yaml:7: job "j": after: "j2" is named twice (first on line 6)`}},
+		{"after not a list", job + "    after: {a: b}\n", []string{`c.yaml:5: job "j": after: want a list of job names, got a mapping`}},
+		{"within without after", job + "    within: 1m\n", []string{`c.yaml:5: job "j": within: set, and after names no parent to wait for`}},
+		{"within above the window", job + "    after: [j2]\n    within: 2h\n  - name: j2\n    schedule: '@daily'\n    command: [y]\n",
+			[]string{`c.yaml:6: job "j": within: 2h0m0s is more than misfire.window 1h0m0s: a tick would still wait after every node stopped looking at it`}},
 		{"two documents", job + "---\njobs: []\n", []string{`c.yaml:5: a second YAML document: the file must hold one`}},
 		{"every mistake", "jobs:\n  - name: a\n    schedule: '@every 1s'\n    command: [x]\n    timeout: 1x\n    jitter: 2y\n  - name: b\n    schedule: nope\n",
 			[]string{
@@ -179,6 +195,7 @@ func marshal(t *testing.T, f *File) []byte {
 			"min_hold": dur(j.Lock.MinHold), "max_hold": dur(j.Lock.MaxHold), "run_on": runOn(j.LeaderOnly),
 			"misfire": out{"policy": j.Misfire.String(), "grace": dur(j.MisfireAfter), "window": dur(j.MisfireWindow)},
 			"retries": out{"max": j.Retries, "backoff": dur(j.RetryBackoff), "backoff_max": dur(j.RetryBackoffMax)},
+			"after":   j.After, "within": dur(j.Within),
 		}
 		if j.Misfire == schedule.MisfireCatchUp {
 			m["misfire"].(out)["max"] = j.CatchUpMax

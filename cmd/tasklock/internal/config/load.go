@@ -63,6 +63,7 @@ type parser struct {
 	file     string
 	jobLabel string // the job being read, for messages
 	errs     Errors
+	deps     []jobDeps // the after: of each named job, for checkDeps
 }
 
 func (p *parser) errorf(n *yaml.Node, field, format string, args ...any) {
@@ -232,6 +233,7 @@ func (p *parser) file_(data []byte) *File {
 			f.Jobs = append(f.Jobs, j)
 		}
 	}
+	p.checkDeps(names)
 	return f
 }
 
@@ -324,7 +326,7 @@ func (p *parser) integer(f field, name string) int {
 }
 
 // jobKeys are the keys of a job.
-var jobKeys = []string{"name", "schedule", "timezone", "command", "kill_grace", "http", "timeout", "overlap", "misfire", "retries", "jitter", "lock_ttl", "min_hold", "max_hold", "run_on"}
+var jobKeys = []string{"name", "schedule", "timezone", "command", "kill_grace", "http", "timeout", "overlap", "misfire", "retries", "jitter", "lock_ttl", "min_hold", "max_hold", "run_on", "after", "within"}
 
 // job reads the i-th job; false when it has mistakes.
 func (p *parser) job(i int, n *yaml.Node, names map[string]int, v *validator) (Job, bool) {
@@ -407,6 +409,12 @@ func (p *parser) job(i int, n *yaml.Node, names map[string]int, v *validator) (J
 				p.errorf(f.val, "run_on", "%q is not one of any (every node may run it, the default) or leader (only the fleet's elected leader runs it)", s)
 			}
 		}
+	}
+	if f, ok := fields["after"]; ok {
+		p.after(&j, f)
+	}
+	if f, ok := fields["within"]; ok {
+		j.Within = p.duration(f, "within")
 	}
 	if f, ok := fields["retries"]; ok {
 		p.retries(&j, f, lines)
@@ -756,7 +764,7 @@ var fieldKeys = map[string]string{
 	"Job.Overlap": "overlap", "Job.Misfire": "misfire.policy", "Job.MisfireAfter": "misfire.grace",
 	"Job.MisfireWindow": "misfire.window", "Job.CatchUpMax": "misfire.max", "Job.Timeout": "timeout",
 	"Job.Retries": "retries.max", "Job.RetryBackoff": "retries.backoff", "Job.RetryBackoffMax": "retries.backoff_max",
-	"Job.Jitter": "jitter", "Job.LeaderOnly": "run_on", "Job.Lock.TTL": "lock_ttl", "Job.Lock.MinHold": "min_hold", "Job.Lock.MaxHold": "max_hold", "Job.Lock.Grace": "kill_grace",
+	"Job.Jitter": "jitter", "Job.LeaderOnly": "run_on", "Job.After": "after", "Job.Within": "within", "Job.Lock.TTL": "lock_ttl", "Job.Lock.MinHold": "min_hold", "Job.Lock.MaxHold": "max_hold", "Job.Lock.Grace": "kill_grace",
 }
 
 // goNames rewrites the field names in the scheduler's reasons.
@@ -764,7 +772,7 @@ var goNames = strings.NewReplacer(
 	"Config.ClaimRetention", "the claim retention", "MisfireAfter", "misfire.grace",
 	"MisfireWindow", "misfire.window", "RetryBackoffMax", "retries.backoff_max", "RetryBackoff", "retries.backoff",
 	"MaxHold", "max_hold", "MinHold", "min_hold", "Overlap is", "overlap is", "Job.Schedule", "schedule",
-	"half the TTL", "half of lock_ttl",
+	"half the TTL", "half of lock_ttl", "Job.After", "after",
 )
 
 // check returns the scheduler's mistakes in j, except those about keys
@@ -777,6 +785,13 @@ func (v *validator) check(j schedule.Job, reported func(key string) bool) []jobM
 		panic(err) // constant arguments
 	}
 	j.Name = "job" // checked by the parser, by the same rules
+	// The parents are checked by the parser too, against the file's
+	// jobs (checkDeps); the scheduler checks Within against them.
+	parents := make([]string, len(j.After))
+	for i := range parents {
+		parents[i] = fmt.Sprintf("parent-%d", i)
+	}
+	j.After = parents
 	j.Handler = func(context.Context, schedule.Run) error { return nil }
 	var out []jobMistake
 	// One mistake a field at most, Job.Lock's counted one by one.
@@ -833,4 +848,85 @@ func fieldByPath(v reflect.Value, path string) reflect.Value {
 		}
 	}
 	return v
+}
+
+// jobDeps is the after: of one job, with where its names are.
+type jobDeps struct {
+	job   string
+	line  int      // of the after: value
+	after []string // as written, the bad names left out
+	lines []int    // of each name in after
+}
+
+// after reads "after: [a, b]" (or "after: a"): the names of the job's
+// parents, each once. checkDeps checks them against the file's jobs.
+func (p *parser) after(j *Job, f field) {
+	if isNull(f.val) {
+		return
+	}
+	items := []*yaml.Node{f.val}
+	switch f.val.Kind {
+	case yaml.SequenceNode:
+		items = f.val.Content
+	case yaml.ScalarNode:
+	default:
+		p.errorf(f.val, "after", "want a list of job names, got %s", kind(f.val))
+		return
+	}
+	d := jobDeps{job: j.Name, line: f.val.Line}
+	seen := map[string]int{}
+	for _, n := range items {
+		n = resolve(n)
+		switch {
+		case n.Kind != yaml.ScalarNode || isNull(n):
+			p.errorf(n, "after", "want a job's name, got %s", kind(n))
+			continue
+		case n.Value == "":
+			p.errorf(n, "after", "empty: want a job's name")
+			continue
+		}
+		if msg := checkName(n.Value, schedule.MaxJobName); msg != "" {
+			p.errorf(n, "after", "%s", msg)
+			continue
+		}
+		if prev, dup := seen[n.Value]; dup {
+			p.errorf(n, "after", "%q is named twice (first on line %d)", n.Value, prev)
+			continue
+		}
+		seen[n.Value] = n.Line
+		d.after = append(d.after, n.Value)
+		d.lines = append(d.lines, n.Line)
+	}
+	j.After = d.after
+	if j.Name != "" && p.jobLabel == j.Name {
+		p.deps = append(p.deps, d)
+	}
+}
+
+// checkDeps checks the parents of every job: each is a job of the file
+// (names), and no job depends on itself through others. A cycle is
+// reported once, at the after: of its first job in the file.
+func (p *parser) checkDeps(names map[string]int) {
+	graph := make(map[string][]string, len(p.deps))
+	for _, d := range p.deps {
+		graph[d.job] = d.after
+		for i, parent := range d.after {
+			if _, ok := names[parent]; !ok {
+				p.errs = append(p.errs, &Error{File: p.file, Line: d.lines[i], Job: d.job, Field: "after",
+					Msg: fmt.Sprintf("unknown job %q: no job of this name in the file", clip(parent))})
+			}
+		}
+	}
+	inCycle := map[string]bool{}
+	for _, d := range p.deps {
+		c := schedule.Cycle(d.job, d.after, func(name string) []string { return graph[name] })
+		if c == nil || slices.ContainsFunc(c, func(n string) bool { return inCycle[n] }) {
+			continue
+		}
+		for _, n := range c {
+			inCycle[n] = true
+		}
+		p.errs = append(p.errs, &Error{File: p.file, Line: d.line, Job: d.job, Field: "after",
+			Msg: "cycle " + schedule.CycleText(c) + ": a job cannot wait for itself"})
+	}
 }

@@ -1,0 +1,104 @@
+//go:build unix
+
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tasklock/tasklock/internal/clitest"
+)
+
+// Dependencies end to end, on SQLite: each tick of load runs after
+// extract's run of the same tick ended ok (the oracle: the order of the
+// lines the commands append to one file), and report, whose parent always
+// fails, is recorded as skipped after within, naming the parent, and never
+// runs.
+func TestServeJobAfter(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	url := "sqlite://" + filepath.Join(dir, "deps.db")
+	order := filepath.Join(dir, "order")
+	cfg := writeConfig(t, dir, "store: "+url+"\nnode: n1\n"+`jobs:
+  - name: extract
+    schedule: "@every 2s"
+    command: ["sh", "-c", "sleep 0.3; echo \"extract $TASKLOCK_TICK\" >> \"$ORDER\""]
+  - name: load
+    schedule: "@every 2s"
+    after: [extract]
+    command: ["sh", "-c", "echo \"load $TASKLOCK_TICK\" >> \"$ORDER\""]
+  - name: broken
+    schedule: "@every 2s"
+    command: ["false"]
+  - name: report
+    schedule: "@every 2s"
+    after: [broken]
+    within: 3s
+    command: ["sh", "-c", "echo \"report $TASKLOCK_TICK\" >> \"$ORDER\""]
+`)
+	p := tl.Start(t, []string{"ORDER=" + order}, "serve", "--config", cfg, "--log-format", "json", "--http", "", "--grace", "5s")
+	var lines []string
+	loads := 0
+	clitest.WaitFor(t, 40*time.Second, func() bool {
+		b, _ := os.ReadFile(order)
+		lines = strings.Split(strings.TrimSpace(string(b)), "\n")
+		loads = 0
+		for _, l := range lines {
+			if strings.HasPrefix(l, "load ") {
+				loads++
+			}
+		}
+		return loads >= 3
+	}, "three runs of load")
+	seen := map[string]bool{}
+	for _, l := range lines {
+		job, tick, _ := strings.Cut(l, " ")
+		switch job {
+		case "extract":
+			seen[tick] = true
+		case "load":
+			if !seen[tick] {
+				t.Errorf("load ran tick %s before extract's run of it ended:\n%s", tick, strings.Join(lines, "\n"))
+			}
+		case "report":
+			t.Errorf("report ran tick %s; its parent always fails", tick)
+		}
+	}
+	for _, r := range historyJSON(t, url, "load") {
+		if r.Status != "ok" && r.Status != "running" {
+			t.Errorf("load's run %+v, want ok", r)
+		}
+	}
+	// Within is long enough for the parent's run of the tick to have
+	// ended, failed, on a busy machine too.
+	var skipped []runRecordJSON
+	clitest.WaitFor(t, 20*time.Second, func() bool {
+		skipped = skipped[:0]
+		failed := false
+		for _, r := range historyJSON(t, url, "report") {
+			if r.Status == "skipped" {
+				skipped = append(skipped, r)
+				failed = failed || strings.Contains(r.Error, "broken (last run failed, tick ")
+			}
+		}
+		return failed
+	}, "a tick of report skipped naming its parent's failed run")
+	for _, r := range skipped {
+		if !strings.Contains(r.Error, "parents not done within 3s: broken (last run ") {
+			t.Errorf("report skipped with %q, want the parent named with its last status", r.Error)
+		}
+	}
+	for _, r := range historyJSON(t, url, "report") {
+		if r.Status != "skipped" && r.Status != "running" {
+			t.Errorf("report's record %+v, want only skipped ones", r)
+		}
+	}
+	p.Signal(syscall.SIGTERM)
+	if code := p.Wait(30 * time.Second); code != 0 {
+		t.Fatalf("exit %d\n%s", code, p.Stderr())
+	}
+}

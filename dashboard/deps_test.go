@@ -1,0 +1,68 @@
+package dashboard_test
+
+import (
+	"context"
+	"reflect"
+	"testing"
+
+	"github.com/tasklock/tasklock/dashboard"
+	"github.com/tasklock/tasklock/ledger"
+	"github.com/tasklock/tasklock/memstore"
+	"github.com/tasklock/tasklock/schedule"
+)
+
+// /api/jobs carries each job's parents (after) and the configured jobs
+// that wait for it (children), also for a parent that is not configured
+// but known to the ledger.
+func TestDashboardJobsAfterAndChildren(t *testing.T) {
+	st := memstore.New(nil)
+	jobs := []schedule.Job{
+		{Name: "extract", Schedule: "@hourly"},
+		{Name: "load", Schedule: "@hourly", After: []string{"extract"}},
+		{Name: "report", Schedule: "@hourly", After: []string{"load", "extract"}},
+		{Name: "orphan", Schedule: "@hourly", After: []string{"elsewhere"}},
+	}
+	if _, err := st.SetJobState(context.Background(), ledger.JobStateParams{Job: "elsewhere", Op: ledger.JobPause}); err != nil {
+		t.Fatal(err)
+	}
+	srv := server(t, st, "", func(o *dashboard.Options) { o.Jobs = func() []schedule.Job { return jobs } })
+	code, body, _ := call(t, nil, "GET", srv.URL+"/api/jobs", nil, "")
+	if code != 200 {
+		t.Fatalf("GET /api/jobs = %d %s", code, body)
+	}
+	var got struct {
+		Jobs []struct {
+			Job      string    `json:"job"`
+			After    *[]string `json:"after"`
+			Children *[]string `json:"children"`
+		} `json:"jobs"`
+	}
+	decode(t, body, &got)
+	type edges struct{ after, children []string }
+	want := map[string]edges{
+		"elsewhere": {nil, []string{"orphan"}},
+		"extract":   {nil, []string{"load", "report"}},
+		"load":      {[]string{"extract"}, []string{"report"}},
+		"orphan":    {[]string{"elsewhere"}, nil},
+		"report":    {[]string{"load", "extract"}, nil},
+	}
+	if len(got.Jobs) != len(want) {
+		t.Fatalf("jobs = %s", body)
+	}
+	for _, j := range got.Jobs {
+		w := want[j.Job]
+		var after, children []string
+		if j.After != nil {
+			after = *j.After
+		}
+		if j.Children != nil {
+			children = *j.Children
+		}
+		if !reflect.DeepEqual(after, w.after) || !reflect.DeepEqual(children, w.children) {
+			t.Errorf("%s: after %v children %v, want %v and %v", j.Job, after, children, w.after, w.children)
+		}
+		if (j.After != nil && len(*j.After) == 0) || (j.Children != nil && len(*j.Children) == 0) {
+			t.Errorf("%s: an empty list is sent, want it omitted: %s", j.Job, body)
+		}
+	}
+}
