@@ -238,10 +238,11 @@ loop:
 		d.maybeRestart(now, stopAt)
 		d.printRows(now, false)
 		if !now.Before(stopAt) {
-			if !d.pendingRetake(now) {
+			pending, unstarted := d.pendingRetake(now)
+			if !pending {
 				break
 			}
-			if !d.waiting && d.next > d.t1 {
+			if !d.waiting && d.next > d.t1 && unstarted {
 				d.waiting = true
 				d.event("waiting, up to %v after the kill, for the shard-run %s left unfinished to be retaken", clusterRetakeIn, d.victim.name)
 			}
@@ -912,20 +913,23 @@ func (d *clusterDemo) shardSuffix(k tickKey) string {
 
 // pendingRetake reports whether a shard-run the killed node started has no
 // outcome recorded by another node yet, while one may still come: the demo
-// then waits past its end, until clusterRetakeIn after the kill.
-func (d *clusterDemo) pendingRetake(now time.Time) bool {
+// then waits past its end, until clusterRetakeIn after the kill; and
+// whether one of them is not even retaken yet (no other node's run of it
+// is in the file).
+func (d *clusterDemo) pendingRetake(now time.Time) (pending, unstarted bool) {
 	if d.victim == nil || !now.Before(d.killedAt.Add(clusterRetakeIn)) {
-		return false
+		return false, false
 	}
 	for k, es := range d.execs {
 		if d.shardsOf(k.job) < 2 || k.tick < d.t0 || k.tick > d.t1 || es[0].node != d.victim.name || d.okOn[k][d.victim.name] {
 			continue
 		}
 		if r, ok := d.recs[k]; !ok || r.Node == d.victim.name || r.Status == ledger.RunRunning {
-			return true
+			pending = true
+			unstarted = unstarted || len(es) == 1
 		}
 	}
-	return false
+	return pending, unstarted
 }
 
 // claimant asks the ledger who claimed k, by claiming it: a claim that
