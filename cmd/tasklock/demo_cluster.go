@@ -794,7 +794,7 @@ func (d *clusterDemo) summary() int {
 		return exitSoftware
 	case d.interrupted:
 		return 128 + int(syscall.SIGINT)
-	case t.runs == 0:
+	case t.runs+st.runs == 0:
 		d.printf("FAIL: nothing ran\n")
 		return exitSoftware
 	case len(d.failed) > 0:
