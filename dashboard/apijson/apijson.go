@@ -192,7 +192,9 @@ func FromRunsOf(ctx context.Context, l ledger.Ledger, rs []ledger.RunRecord) ([]
 		}
 		reads++
 		tick := g[0].Tick
-		all, err := l.Runs(ctx, ledger.RunQuery{Job: k.job, From: tick, To: tick.Add(time.Nanosecond)})
+		// To is a second on: a store may keep ticks to the millisecond or the
+		// second, and ticks are whole seconds; the loop keeps this one.
+		all, err := l.Runs(ctx, ledger.RunQuery{Job: k.job, From: tick, To: tick.Add(time.Second)})
 		if err != nil {
 			return nil, err
 		}
