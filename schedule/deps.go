@@ -23,9 +23,10 @@ import (
 // passed it records T as skipped, naming each parent still not done and
 // its last status.
 
-// DefaultWithin is Job.Within when it is zero: an hour, or the job's
-// MisfireWindow when that is shorter.
-const DefaultWithin = time.Hour
+// A tick waits for its parents Within when it is set; when it is not,
+// until the job's next tick (and at most MisfireWindow): then the next
+// tick waits in its place, so that a parent that keeps failing leaves one
+// waiting tick per job, not one per tick of the hour.
 
 // maxLookBack bounds how far before a tick prevTick looks for the one
 // before it (a cron schedule may tick years apart: February 29th on a
@@ -40,7 +41,7 @@ const tickStep = time.Microsecond
 // successful runs returns.
 const depPageSize = 500
 
-// validateDeps checks Job.After and Job.Within and sets Within's default.
+// validateDeps checks Job.After and Job.Within.
 // A parent that is this job is a cycle, which Add reports.
 func validateDeps(j *Job) error {
 	bad := func(field, format string, args ...any) error {
@@ -70,8 +71,6 @@ func validateDeps(j *Job) error {
 		return bad("Job.Within", "set, and Job.After names no parent to wait for")
 	case j.Within > j.MisfireWindow:
 		return bad("Job.Within", "%v is more than MisfireWindow %v: a tick would still wait after every node stopped looking at it", j.Within, j.MisfireWindow)
-	case j.Within == 0 && len(j.After) > 0:
-		j.Within = min(DefaultWithin, j.MisfireWindow)
 	}
 	return nil
 }
@@ -208,6 +207,19 @@ func (d *depWaiters) ended(rs []ledger.RunRecord) {
 	}
 }
 
+// waitDeadline is when tick stops waiting for its parents, taken up at now,
+// and how the skip reason says it: Within after now, or the job's next
+// tick but at most MisfireWindow after now.
+func waitDeadline(j *job, tick, now time.Time) (time.Time, string) {
+	if j.Within > 0 {
+		return now.Add(j.Within), fmt.Sprintf("within %v", j.Within)
+	}
+	if next := j.sched.Next(tick); !next.IsZero() && next.Before(now.Add(j.MisfireWindow)) {
+		return next, "by the job's next tick (" + next.UTC().Format(time.RFC3339) + ")"
+	}
+	return now.Add(j.MisfireWindow), fmt.Sprintf("within %v (misfire window)", j.MisfireWindow)
+}
+
 // awaitParents holds a scheduled tick of a job with parents until they are
 // done for it, and reports whether to run it. When Within passes first, or
 // Shutdown's grace period ends, it records the tick as skipped. A trigger
@@ -220,7 +232,7 @@ func (s *Scheduler) awaitParents(j *job, w work) bool {
 	prev := prevTick(j.sched, w.tick)
 	waiter := s.deps.add(j.After)
 	defer s.deps.remove(waiter)
-	deadline := s.clock.Now().Add(j.Within)
+	deadline, limit := waitDeadline(j, w.tick, s.clock.Now())
 	left := j.After
 	logged := false
 	for {
@@ -230,7 +242,7 @@ func (s *Scheduler) awaitParents(j *job, w work) bool {
 		}
 		now := s.clock.Now()
 		if !now.Before(deadline) {
-			s.skip(j, w, s.depsReason(j, left, prev, w.tick))
+			s.skip(j, w, s.depsReason(j, left, prev, w.tick, limit))
 			return false
 		}
 		if !logged {
@@ -314,12 +326,12 @@ func (s *Scheduler) parentDone(job string, prev, tick time.Time) (bool, error) {
 
 // depsReason is the error of a tick skipped because parents were not done:
 // each of them with its last status.
-func (s *Scheduler) depsReason(j *job, left []string, prev, tick time.Time) string {
+func (s *Scheduler) depsReason(j *job, left []string, prev, tick time.Time, limit string) string {
 	parts := make([]string, len(left))
 	for i, p := range left {
 		parts[i] = p + " (" + s.lastStatus(p, prev, tick) + ")"
 	}
-	return fmt.Sprintf("schedule: parents not done within %v: %s", j.Within, strings.Join(parts, ", "))
+	return fmt.Sprintf("schedule: parents not done %s: %s", limit, strings.Join(parts, ", "))
 }
 
 // lastStatus describes job's newest run for a tick up to tick, saying so

@@ -321,12 +321,13 @@ func TestDepsAddRefuses(t *testing.T) {
 	// Unknown parents (another node's jobs) and a parent added later are
 	// fine; a cycle through an unknown job is the fleet's to avoid.
 	n.add(t, Job{Name: "c", Schedule: "@hourly", After: []string{"y"}, Handler: noop})
-	if j := n.s.jobs["c"]; j.Within != DefaultWithin {
-		t.Errorf("Within = %v, want the default %v", j.Within, DefaultWithin)
+	now := t0.Add(5 * time.Minute)
+	if d, how := waitDeadline(n.s.jobs["c"], t0, now); !d.Equal(t0.Add(time.Hour)) || !strings.Contains(how, "next tick") {
+		t.Errorf("default wait until %v (%s), want the next tick %v", d, how, t0.Add(time.Hour))
 	}
 	n.add(t, Job{Name: "d", Schedule: "@hourly", After: []string{"y"}, MisfireWindow: 10 * time.Minute, Handler: noop})
-	if j := n.s.jobs["d"]; j.Within != 10*time.Minute {
-		t.Errorf("Within = %v, want MisfireWindow 10m when shorter than the default", j.Within)
+	if d, _ := waitDeadline(n.s.jobs["d"], t0, now); !d.Equal(now.Add(10 * time.Minute)) {
+		t.Errorf("default wait until %v, want MisfireWindow 10m after it was taken up, sooner than the next tick", d)
 	}
 }
 
@@ -428,5 +429,43 @@ func TestDepsShutdownWhileWaiting(t *testing.T) {
 	}
 	if rec.times("child", t0, "") != 0 {
 		t.Fatal("child ran")
+	}
+}
+
+// Without Within a tick waits for its parents until the job's next tick,
+// which takes over the wait: a parent that keeps failing leaves one waiting
+// tick per job, not one per tick of the hour.
+func TestDepsDefaultWaitEndsAtNextTick(t *testing.T) {
+	c := newCluster(t)
+	rec := newRecorder(c.clock)
+	fail := func(context.Context, Run) error { return errors.New("boom") }
+	n := c.node("n1", 0, nil).add(t,
+		Job{Name: "parent", Schedule: "@every 1s", Handler: fail},
+		Job{Name: "child", Schedule: "@every 1s", After: []string{"parent"}, Handler: rec.ok},
+	).start(t)
+	c.settle(false)
+	waiting := func() int {
+		n.s.deps.mu.Lock()
+		defer n.s.deps.mu.Unlock()
+		return len(n.s.deps.by["parent"])
+	}
+	most := 0
+	for range 8 {
+		c.advance(time.Second)
+		c.settle(false)
+		waitFor(t, "the older tick to give up its wait", func() bool { return waiting() <= 1 })
+		most = max(most, waiting())
+	}
+	rs := c.waitRecords("child", t0, 6)
+	for _, r := range rs[:6] {
+		if r.Status != ledger.RunSkipped || !strings.Contains(r.Error, "parents not done by the job's next tick ("+r.Tick.Add(time.Second).Format(time.RFC3339)+")") {
+			t.Errorf("child's tick %v: %s %q, want skipped at its next tick", r.Tick, r.Status, r.Error)
+		}
+	}
+	if most != 1 {
+		t.Errorf("%d ticks waited at once, want 1", most)
+	}
+	if calls := rec.snapshot(); len(calls) != 0 {
+		t.Errorf("the child ran %d times with a failing parent", len(calls))
 	}
 }

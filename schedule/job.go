@@ -121,9 +121,10 @@ type Job struct {
 	// Within is how long a tick waits for its parents, from when the node
 	// takes it up (the tick itself, when on time); then it is recorded as
 	// skipped, naming each parent not done and its last status (and so
-	// when Shutdown's grace period ends while it waits). Default:
-	// DefaultWithin (1h), or MisfireWindow when shorter; at most
-	// MisfireWindow. Only with After.
+	// when Shutdown's grace period ends while it waits). Default: until
+	// the job's next tick, where the next tick takes over the wait (at
+	// most MisfireWindow), so a failing parent leaves one waiting tick per
+	// job; at most MisfireWindow. Only with After.
 	Within time.Duration
 
 	// Lock are the options of the job's lock, which a run holds while it

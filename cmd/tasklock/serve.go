@@ -111,7 +111,7 @@ The file:
       after: [nightly-report]        # run each tick once these jobs have an ok run of a tick
                                      # since this job's previous one; no cycles
       within: 30m                    # else record the tick skipped after this long;
-                                     # default 1h, at most misfire.window
+                                     # default: until the next tick
       command: ["/usr/local/bin/publish"]
 
 Command jobs run without a shell, in their own process group, with stdin

@@ -60,8 +60,8 @@
 //	                job may wait for itself through others:
 //	                  config.yaml:9: job "a": after: cycle a -> b -> a: ...
 //	within          Within: how long a tick waits for its parents before
-//	                it is recorded as skipped (default 1h, at most
-//	                misfire.window); only with after
+//	                it is recorded as skipped (default: until the job's
+//	                next tick; at most misfire.window); only with after
 //	max_concurrent  MaxConcurrent: up to N runs of the job at once across
 //	                the fleet, on a semaphore; implies overlap allow, so
 //	                overlap: skip with it is an error; a tick that finds N
