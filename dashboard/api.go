@@ -492,7 +492,12 @@ func (h *handler) runs(w http.ResponseWriter, r *http.Request) {
 		rs = rs[:limit]
 		next = encodeCursor(rs[limit-1].Key())
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"runs": apijson.FromRuns(rs), "next": next})
+	runs, err := apijson.FromRunsOf(ctx, h.ledger, rs)
+	if err != nil {
+		h.storeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"runs": runs, "next": next})
 }
 
 // lockView is one lock of /api/locks.

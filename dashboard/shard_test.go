@@ -97,3 +97,65 @@ func TestDashboardShardedRuns(t *testing.T) {
 		t.Errorf("jobs: %d %s, want a's last run with tick_status running", code, body)
 	}
 }
+
+// TestDashboardShardedTickStatusCut: a page that holds only some of a
+// tick's records, cut by its limit or by a status filter, still shows the
+// tick's overall status from all of them, not running.
+// On SQLite too, which keeps ticks to the millisecond.
+func TestDashboardShardedTickStatusCut(t *testing.T) {
+	eachStore(t, testShardedTickStatusCut)
+}
+
+func testShardedTickStatusCut(t *testing.T, st ledgerStore) {
+	tick1 := time.Date(2025, 3, 1, 0, 0, 0, 0, time.UTC)
+	tick2 := tick1.Add(10 * time.Second)
+	var rs []ledger.RunRecord
+	for k := range 4 {
+		rs = append(rs, ledger.RunRecord{Job: "a", Tick: tick1, Shard: k, Shards: 4, Attempt: 1, Node: "n1", Start: tick1, End: tick1.Add(time.Second), Status: ledger.RunOK})
+		st2 := ledger.RunOK
+		if k == 3 {
+			st2 = ledger.RunFailed
+		}
+		rs = append(rs, ledger.RunRecord{Job: "a", Tick: tick2, Shard: k, Shards: 4, Attempt: 1, Node: "n2", Start: tick2, End: tick2.Add(time.Second), Status: st2})
+	}
+	if err := st.RecordRuns(context.Background(), rs); err != nil {
+		t.Fatal(err)
+	}
+	srv := server(t, st, "", nil)
+	want := map[int64]string{tick1.Unix(): "ok", tick2.Unix(): "failed"}
+	for _, q := range []string{"limit=1", "limit=2", "limit=3", "limit=5", "limit=7", "status=ok", "status=failed"} {
+		seen := 0
+		next := ""
+		for pages := 0; pages < 10; pages++ {
+			u := srv.URL + "/api/runs?job=a&" + q
+			if next != "" {
+				u += "&before=" + next
+			}
+			code, body, _ := call(t, nil, "GET", u, nil, "")
+			if code != 200 {
+				t.Fatalf("%s: %d %s", u, code, body)
+			}
+			var page struct {
+				Runs []struct {
+					Tick       time.Time
+					Shard      int
+					TickStatus string `json:"tick_status"`
+				}
+				Next string
+			}
+			decode(t, body, &page)
+			for _, r := range page.Runs {
+				seen++
+				if r.TickStatus != want[r.Tick.Unix()] {
+					t.Errorf("%s: tick %s shard %d: tick_status %q, want %q", q, r.Tick.Format(time.RFC3339), r.Shard, r.TickStatus, want[r.Tick.Unix()])
+				}
+			}
+			if next = page.Next; next == "" {
+				break
+			}
+		}
+		if seen == 0 {
+			t.Errorf("%s: no records listed", q)
+		}
+	}
+}

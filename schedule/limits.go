@@ -165,7 +165,7 @@ func (s *Scheduler) takeLimits(tickCtx context.Context, cancel context.CancelCau
 		c()
 		switch {
 		case errors.Is(err, tasklock.ErrNotObtained):
-			return rec, fmt.Sprintf("schedule: %d runs of the job are in progress already (MaxConcurrent %d): %v", j.MaxConcurrent, j.MaxConcurrent, err)
+			return rec, fmt.Sprintf("schedule: %d runs of the job are in progress already: %v", j.MaxConcurrent, err)
 		case err != nil:
 			return failed("a MaxConcurrent permit", err)
 		}

@@ -111,8 +111,8 @@ func TestMaxConcurrent(t *testing.T) {
 	}
 	rs := c.waitRecords("slow", t0.Add(10*time.Second), 4)
 	for _, r := range rs {
-		if r.Status != ledger.RunSkipped || !strings.Contains(r.Error, "MaxConcurrent 2") {
-			t.Fatalf("tick while two ran: %+v, want skipped naming MaxConcurrent", r)
+		if r.Status != ledger.RunSkipped || !strings.Contains(r.Error, "2 runs of the job are in progress already") {
+			t.Fatalf("tick while two ran: %+v, want skipped saying two are in progress", r)
 		}
 	}
 	v.none(t)

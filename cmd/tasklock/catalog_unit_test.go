@@ -169,13 +169,18 @@ func TestReconcileFileJobsWin(t *testing.T) {
 	put("filejob", `{"name":"filejob","schedule":"@every 1s","command":["false"]}`)
 	put("rt", `{"name":"rt","schedule":"@hourly","command":["true"]}`)
 	put("broken", `{"name":"broken","schedule":"@hourly","command":["true"],"timeout":"10x"}`)
+	put("nopool", `{"name":"nopool","schedule":"@hourly","command":["true"],"pool":"reports"}`)
 	s.reconcile()
 	s.reconcile()
+	// The scheduler's mistake is told with the file's keys, not Go's.
+	if want := `job \"nopool\": pool: unknown pool \"reports\" (the file defines no pools:)`; !strings.Contains(logs.String(), want) || strings.Contains(logs.String(), "Job.Pool") {
+		t.Errorf("the error about the job naming an unknown pool does not say %s:\n%s", want, logs.String())
+	}
 	if n := strings.Count(logs.String(), "the configuration file defines a job of this name"); n != 1 {
 		t.Errorf("%d warnings about filejob, want 1:\n%s", n, logs.String())
 	}
-	if n := strings.Count(logs.String(), `cannot apply a job defined at run time`); n != 1 || !strings.Contains(logs.String(), `timeout: invalid duration \"10x\"`) {
-		t.Errorf("%d errors about the broken job, want 1 naming timeout:\n%s", n, logs.String())
+	if n := strings.Count(logs.String(), `cannot apply a job defined at run time`); n != 2 || !strings.Contains(logs.String(), `timeout: invalid duration \"10x\"`) {
+		t.Errorf("%d errors about the broken jobs, want 2, one naming timeout:\n%s", n, logs.String())
 	}
 	names := func() []string {
 		var out []string

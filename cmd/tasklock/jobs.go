@@ -312,8 +312,12 @@ func jobsHistory(ctx context.Context, l ledger.Ledger, q ledger.RunQuery, asJSON
 	if err != nil {
 		return err
 	}
+	conv, err := apijson.FromRunsOf(ctx, l, runs)
+	if err != nil {
+		return err
+	}
 	if asJSON {
-		return writeJSON(w, map[string]any{"runs": apijson.FromRuns(runs)})
+		return writeJSON(w, map[string]any{"runs": conv})
 	}
 	if len(runs) == 0 {
 		fmt.Fprintln(w, "no runs recorded")
@@ -321,7 +325,7 @@ func jobsHistory(ctx context.Context, l ledger.Ledger, q ledger.RunQuery, asJSON
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "TICK\tJOB\tSHARD\tATTEMPT\tNODE\tFENCE\tSTATUS\tTICK STATUS\tDURATION\tERROR")
-	for _, r := range apijson.FromRuns(runs) {
+	for _, r := range conv {
 		tick := r.Tick.UTC().Format(time.RFC3339)
 		if r.Trigger != "" {
 			tick += " (trigger)"

@@ -193,25 +193,25 @@ func jobsDefine(ctx context.Context, a *adminArgs, l ledger.Ledger, d *defineFla
 	c := jobdefs.Change{Op: jobdefs.Op(a.sub), Job: name, Cancel: d.cancel, Who: cliActor()}
 	if a.sub == "delete" {
 		if name == "" {
-			return usagef("delete: missing argument: the job's name")
+			return usagef("missing argument: the job's name")
 		}
 		if d.file != "" || len(d.keysSet) > 0 {
-			return usagef("delete takes no -f or job keys")
+			return usagef("delete takes no -f and no job keys (--schedule, --command, ...)")
 		}
 	} else {
 		if d.cancel {
 			return usagef("--cancel is for delete")
 		}
 		if d.file == "" && len(d.keysSet) == 0 {
-			return usagef("%s: give the job as -f FILE (YAML or JSON; - for stdin) or flags (--schedule, --command, ...)", a.sub)
+			return usagef("give the job as -f FILE (YAML or JSON; - for stdin) or flags (--schedule, --command, ...)")
 		}
 		if a.sub == "create" && d.file == "" && name == "" {
-			return usagef("create: missing argument: the job's name (or a -f snippet with name:)")
+			return usagef("missing argument: the job's name (or a -f snippet with name:)")
 		}
 		base := ""
 		if a.sub == "update" && d.file == "" {
 			if name == "" {
-				return usagef("update: missing argument: the job's name")
+				return usagef("missing argument: the job's name")
 			}
 			defs, err := cat.JobDefs(ctx)
 			if err != nil {

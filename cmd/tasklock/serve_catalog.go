@@ -136,7 +136,7 @@ func (s *server) reconcile() {
 		if err == nil {
 			sj := j.Job
 			sj.Handler = s.handler(j)
-			err = cur.Add(sj)
+			err = config.SchedulerError(cur.Add(sj))
 		}
 		if err != nil {
 			rt.ignored[name] = d.Version

@@ -4,6 +4,7 @@
 package apijson
 
 import (
+	"context"
 	"slices"
 	"strconv"
 	"time"
@@ -163,13 +164,61 @@ func FromRun(r ledger.RunRecord) *Run {
 }
 
 // FromRuns converts run records as FromRun does, and sets the TickStatus
-// of a sharded job's records from the records of the same tick among rs
-// (a listing page may hold only some of a tick's records).
+// of a sharded job's records from the records of the same tick among rs.
+// A listing page may hold only some of a tick's records (cut by its limit
+// or a status filter): FromRunsOf reads the rest.
 func FromRuns(rs []ledger.RunRecord) []*Run {
-	type tickKey struct {
-		job, trigger string
-		tick         int64
+	return fromRuns(rs, tickGroups(rs))
+}
+
+// maxTickReads bounds the ticks FromRunsOf reads again for one listing.
+const maxTickReads = 50
+
+// FromRunsOf is FromRuns for a listing page read from l: the TickStatus of
+// a sharded tick whose records in rs do not cover every shard is taken
+// from all its records in l, so that a tick cut by the page's limit or by
+// a status filter shows its true status, not running. Only an error of l
+// is returned.
+func FromRunsOf(ctx context.Context, l ledger.Ledger, rs []ledger.RunRecord) ([]*Run, error) {
+	groups := tickGroups(rs)
+	reads := 0
+	for k, g := range groups {
+		seen := make(map[int]bool)
+		for _, r := range g {
+			seen[r.Shard] = true
+		}
+		if len(seen) >= g[0].Shards || reads >= maxTickReads {
+			continue
+		}
+		reads++
+		tick := g[0].Tick
+		// To is a second on: a store may keep ticks to the millisecond or the
+		// second, and ticks are whole seconds; the loop keeps this one.
+		all, err := l.Runs(ctx, ledger.RunQuery{Job: k.job, From: tick, To: tick.Add(time.Second)})
+		if err != nil {
+			return nil, err
+		}
+		full := g[:0:0]
+		for _, r := range all {
+			if r.Trigger == k.trigger && r.Tick.Equal(tick) {
+				full = append(full, r)
+			}
+		}
+		if len(full) >= len(g) {
+			groups[k] = full
+		}
 	}
+	return fromRuns(rs, groups), nil
+}
+
+// tickKey names one tick (or trigger-now request) of a job.
+type tickKey struct {
+	job, trigger string
+	tick         int64
+}
+
+// tickGroups groups the records of sharded jobs in rs by tick.
+func tickGroups(rs []ledger.RunRecord) map[tickKey][]ledger.RunRecord {
 	groups := make(map[tickKey][]ledger.RunRecord)
 	for _, r := range rs {
 		if r.Shards > 1 {
@@ -177,6 +226,12 @@ func FromRuns(rs []ledger.RunRecord) []*Run {
 			groups[k] = append(groups[k], r)
 		}
 	}
+	return groups
+}
+
+// fromRuns converts rs, with the TickStatus of each sharded tick from its
+// records in groups.
+func fromRuns(rs []ledger.RunRecord, groups map[tickKey][]ledger.RunRecord) []*Run {
 	out := make([]*Run, len(rs))
 	for i, r := range rs {
 		out[i] = FromRun(r)

@@ -1043,3 +1043,23 @@ func (p *parser) checkDeps(names map[string]int) {
 			Msg: "cycle " + schedule.CycleText(c) + ": a job cannot wait for itself"})
 	}
 }
+
+// SchedulerError rewrites an error of schedule.Scheduler.Add in the words
+// of the configuration: the key at fault and its reason (`job "x": pool:
+// unknown pool "p" (pools: defines a, b)`) rather than the Go field
+// (Job.Pool, Config.Pools). Other errors are returned as they are.
+func SchedulerError(err error) error {
+	var oe *tasklock.OptionError
+	if !errors.As(err, &oe) || !strings.HasPrefix(oe.Field, "Job.") {
+		return err
+	}
+	key := fieldKeys[oe.Field]
+	if key == "" {
+		key = oe.Field
+	}
+	msg := key + ": " + goNames.Replace(reason(oe))
+	if oe.Job != "" {
+		msg = fmt.Sprintf("job %q: %s", oe.Job, msg)
+	}
+	return errors.New(msg)
+}
