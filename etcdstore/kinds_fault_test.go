@@ -291,26 +291,34 @@ func testKindServerRestarted(t *testing.T, kc kindCase) {
 		at  time.Time
 	}
 	var (
-		waiters   []<-chan result
-		releasing atomic.Bool // set before the holders release
+		waiters   int
+		results   = make(chan result, 2) // the waiters' (two at most)
+		releasing atomic.Bool            // set before the holders release
 		early     atomic.Int64
 	)
 	wait := func(name string, obtain func(ctx context.Context, lk *tasklock.Locker) (*tasklock.Lock, error)) {
 		lk := locker(name, nil)
-		ch := make(chan result, 1)
 		go func() {
 			l, err := obtain(ctxT(t), lk)
 			if err == nil && !releasing.Load() {
 				early.Add(1)
 			}
-			ch <- result{l, err, time.Now()}
+			results <- result{l, err, time.Now()}
 		}()
-		waiters = append(waiters, ch)
+		waiters++
 	}
 	wait("waiter", func(ctx context.Context, lk *tasklock.Locker) (*tasklock.Lock, error) {
 		return kc.obtain(ctx, lk, "job", opts)
 	})
 	if kc.mode == driver.ModeWrite {
+		// The writer's claim (its waiting entry, on its session lease) is
+		// at etcd before the reader waits and etcd restarts, so that the
+		// reader waits behind a claim that has to outlive the restart.
+		probe := newClient(t, srv.Endpoints(), nil)
+		waitFor(t, 10*time.Second, "the waiting writer's entry at etcd", func() bool {
+			resp, err := probe.Get(ctxT(t), prefix+kindsMark+escape("job")+"/"+subWaiting, clientv3.WithPrefix(), clientv3.WithCountOnly())
+			return err == nil && resp.Count > 0
+		})
 		wait("reader", func(ctx context.Context, lk *tasklock.Locker) (*tasklock.Lock, error) {
 			return lk.RWMutex("job").RLock(ctx, opts)
 		})
@@ -342,12 +350,19 @@ func testKindServerRestarted(t *testing.T, kc kindCase) {
 			t.Fatalf("Release after the restart: %v", err)
 		}
 	}
-	// The waiters in turn (a waiting writer goes before a reader).
-	for _, w := range waiters {
+	// The waiters, in the order they are granted. A waiting writer goes
+	// before a reader only while its claim is at etcd, which lasts TTL
+	// after the writer last asked; on a busy machine an ask held up by the
+	// restart can come later, the Store deletes the claim, and the reader
+	// rightly goes first. The test took them in a fixed order (writer, then
+	// reader) and released each only after the one before was granted: with
+	// the reader first it waited for the writer forever.
+	deadline := time.After(10 * time.Second)
+	for range waiters {
 		var r result
 		select {
-		case r = <-w:
-		case <-time.After(10 * time.Second):
+		case r = <-results:
+		case <-deadline:
 			t.Fatal("a waiter was not granted within 10s of the release")
 		}
 		if r.err != nil {

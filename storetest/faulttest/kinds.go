@@ -355,6 +355,7 @@ type KindHolder struct {
 	stops    []int64
 	conts    []int64
 	killed   int64
+	lost     string // the holder's "LOST <cause>" line, "" before it
 	drained  chan struct{}
 }
 
@@ -379,6 +380,12 @@ func (h *KindHolder) collect() {
 	defer close(h.drained)
 	for line := range h.Lines() {
 		f := strings.Fields(line)
+		if len(f) > 0 && f[0] == "LOST" {
+			h.mu.Lock()
+			h.lost = line
+			h.mu.Unlock()
+			continue
+		}
 		if len(f) < 3 || (f[0] != "ENTER" && f[0] != "LEAVE") {
 			continue
 		}
@@ -458,6 +465,14 @@ func (h *KindHolder) Sections() []Section {
 		}
 	}
 	return secs
+}
+
+// Lost returns the holder's "LOST <cause>" line once it has printed it
+// (its hold ended and it exits), and "" before.
+func (h *KindHolder) Lost() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.lost
 }
 
 // Writes returns how many of the holder's sections the register accepted
