@@ -41,6 +41,18 @@ func TestServeJobAfter(t *testing.T) {
     command: ["sh", "-c", "echo \"report $TASKLOCK_TICK\" >> \"$ORDER\""]
 `)
 	p := tl.Start(t, []string{"ORDER=" + order}, "serve", "--config", cfg, "--log-format", "json", "--http", "", "--grace", "5s")
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		b, _ := os.ReadFile(order)
+		t.Logf("the lines the jobs appended:\n%s", b)
+		for _, job := range []string{"extract", "load", "broken", "report"} {
+			for _, r := range historyJSON(t, url, job) {
+				t.Logf("%s: tick %v %s node %s start %v end %v recorded %v %s", job, r.Tick, r.Status, r.Node, r.Start, r.End, r.Recorded, r.Error)
+			}
+		}
+	})
 	var lines []string
 	loads := 0
 	clitest.WaitFor(t, 40*time.Second, func() bool {
