@@ -55,7 +55,7 @@ func TestServeJobAfter(t *testing.T) {
 	})
 	var lines []string
 	loads := 0
-	clitest.WaitFor(t, 40*time.Second, func() bool {
+	clitest.WaitFor(t, 90*time.Second, func() bool {
 		b, _ := os.ReadFile(order)
 		lines = strings.Split(strings.TrimSpace(string(b)), "\n")
 		loads = 0
@@ -88,7 +88,7 @@ func TestServeJobAfter(t *testing.T) {
 	// Within is long enough for the parent's run of the tick to have
 	// ended, failed, on a busy machine too.
 	var skipped []runRecordJSON
-	clitest.WaitFor(t, 20*time.Second, func() bool {
+	clitest.WaitFor(t, 60*time.Second, func() bool {
 		skipped = skipped[:0]
 		failed := false
 		for _, r := range historyJSON(t, url, "report") {
