@@ -34,8 +34,9 @@
 //	GET  /api/runs        ?job= &status=ok|failed|timeout|lost|interrupted|skipped|missed|running
 //	                      &from=TIME &to=TIME
 //	                      &limit=N (default 50) &before=CURSOR
-//	                      {"runs": [{"job", "tick", "trigger", "attempt", "node", "fence", "start",
-//	                      "end", "status", "error", "output", "recorded"}], "next": CURSOR}
+//	                      {"runs": [{"job", "tick", "trigger", "shard", "shards", "tick_status",
+//	                      "attempt", "node", "fence", "start", "end", "status", "error", "output",
+//	                      "recorded"}], "next": CURSOR}
 //	GET  /api/locks       ?prefix= &after=KEY &limit=N
 //	                      {"locks": [{"key", "owner", "fence", "expires_in_ms", "held_for_ms"}], "total", "next"}
 //	GET  /api/nodes       {"nodes": [{"node", "alive", "last_seen", "version", "fence", "expires_in_ms", "leader", "leader_term"}],
@@ -44,9 +45,26 @@
 //	POST /api/jobs/{name}/trigger   {"job": state after, "trigger": ID}
 //	POST /api/jobs/{name}/pause     {"job": state after}
 //	POST /api/jobs/{name}/resume    {"job": state after}
+//	POST /api/jobs        body: one job, YAML or JSON, with the keys of a job of serve's
+//	                      configuration file (Options.DefineJob checks it); 201
+//	                      {"job", "op", "version", "changed", "detail"}; 409 when it is
+//	                      defined already or is a job of the configuration file
+//	PUT  /api/jobs/{name} the same body (name: may be left out): replaces the job's
+//	                      definition; 404 when it was not defined at run time
+//	DELETE /api/jobs/{name}?cancel=1   deletes it: its runs in progress finish, or
+//	                      with cancel=1 are cancelled
+//	GET  /api/audit       ?job= &limit=N (default 50) &before=SEQ
+//	                      {"audit": [{"seq", "at", "who", "job", "action", "detail"}], "next": SEQ}
 //	POST /api/locks/{key}/release   {"released": KEY}; 404 when not held (escape a / in KEY as %2F)
 //	POST /login           form field token=...: starts a session, sets its cookie; {"csrf": ...}
 //	POST /logout          ends the session (server-side) and clears the cookie
+//
+// POST, PUT and DELETE /api/jobs change the jobs defined at run time (kept
+// in the store's ledger.Catalog; 501 when it keeps none or
+// Options.DefineJob is unset), and trigger, pause and resume append to
+// the same audit: every one of these calls needs the token, as the other
+// POSTs do, and its audit entry says who: "api:token" for the bearer
+// token, "api:session:" and a hash of the session id for a login.
 //
 // The job, run and lock objects have the shapes of `tasklock jobs --json`
 // and `tasklock locks --json`, with the fields above added.
@@ -57,7 +75,11 @@
 // bound, null when unknown. "last_run" is the job's newest record: from the
 // newest Options.RecentRuns records (one query, at most once a second), or
 // for the jobs of the page not among them one indexed query each (16 at a
-// time); null when the job has none. A job is "broken" when its schedule
+// time); null when the job has none. A sharded job's records ("shards" > 1)
+// are one per shard-run ("shard" 0 to shards-1), and carry "tick_status",
+// the tick's overall status (schedule.TickStatus: ok when every shard is
+// ok, running while any runs, else the worst) from the records of that
+// tick on the same page (for "last_run", among the recent runs). A job is "broken" when its schedule
 // (the configured one, or else the one the fleet registered, "spec") gives
 // no next tick; its nodes do not run it. The jobs are the configured ones
 // and those the ledger knows (Ledger.Jobs: registered, paused or

@@ -183,10 +183,16 @@ type Scheduler struct {
 	idleClosed  bool
 	stepped     time.Time // the clock reading of the loop's last step
 	brokenEvs   []Event   // EventBroken events to emit once s.mu is released (flushBroken)
+	// handled is, for each job removed (Remove), when and up to which
+	// instant it had handled its ticks: a job of that name added again
+	// starts from there (skipHandled).
+	handled map[string]removal
 
 	hist history // history records waiting to be written together (run.go)
 
 	deps depWaiters // ticks waiting for their parents (deps.go)
+
+	shards shardState // sharded jobs' ticks (shard.go); guarded by mu
 }
 
 type triggerKey struct{ job, id string }
@@ -407,6 +413,7 @@ func (s *Scheduler) begin(j *job, now time.Time) {
 	if from := j.since.Add(-time.Nanosecond); !j.since.IsZero() && from.After(j.after) {
 		j.after = from
 	}
+	s.skipHandled(j, now)
 	if s.setNext(j, j.after) {
 		heap.Push(&s.heap, j)
 	}
@@ -736,6 +743,7 @@ func (s *Scheduler) step() time.Duration {
 			s.sweep(now)
 			s.nextSweep = now.Add(s.sweepEvery)
 		}
+		s.pollShards(now)
 		if !now.Before(s.retryAt) {
 			s.pass(now)
 		}
@@ -819,6 +827,12 @@ type work struct {
 	missed         bool          // record as missed, do not run
 	catchUp        bool          // a missed tick run by the misfire policy
 	paused         bool          // claimed while paused: nothing to do
+
+	// A shard-run of a sharded job (shard.go).
+	shard    int  // the shard index
+	shards   int  // the job's shard count; 0 when not sharded
+	attempts int  // attempts recorded before this run: a retake goes on from them
+	retake   bool // taken over from a stopped node: wait for its shard lock to expire
 }
 
 // batch is what one pass claims.
@@ -836,8 +850,16 @@ type undo struct {
 }
 
 func (b *batch) add(s *Scheduler, j *job, w work) {
+	if j.Shards > 1 {
+		s.addShards(b, j, w)
+		return
+	}
+	b.addClaim(s, j, w)
+}
+
+func (b *batch) addClaim(s *Scheduler, j *job, w work) {
 	b.claims = append(b.claims, ledger.ClaimParams{
-		Job: j.Name, Tick: w.tick, Trigger: cmp.Or(w.claim, w.trigger), Node: s.node, Token: s.token, Retain: s.retention,
+		Job: j.Name, Tick: w.tick, Trigger: cmp.Or(w.claim, w.trigger), Shard: w.shard, Node: s.node, Token: s.token, Retain: s.retention,
 	})
 	b.owners = append(b.owners, j)
 	b.works = append(b.works, w)
@@ -846,6 +868,7 @@ func (b *batch) add(s *Scheduler, j *job, w work) {
 // pass claims the ticks that are due and the trigger requests not yet seen,
 // in one ledger call, and starts a run goroutine per job with claimed work.
 func (s *Scheduler) pass(now time.Time) {
+	s.rankShards(now)
 	var b batch
 	s.mu.Lock()
 	leads := s.isLeader != nil && s.isLeader()
@@ -910,6 +933,9 @@ func (s *Scheduler) pass(now time.Time) {
 	claimed := make(map[*job][]work)
 	for i, r := range res {
 		j, w := b.owners[i], b.works[i]
+		if w.shards > 1 {
+			s.shardClaimed(j, w, r)
+		}
 		switch {
 		case r == nil:
 			s.emit(Event{Type: EventClaimed, Job: j.Name, Tick: w.tick.UTC(), Trigger: w.trigger, Paused: w.paused, CatchUp: w.catchUp, Late: now.Sub(w.tick)})
@@ -992,7 +1018,7 @@ func (s *Scheduler) claimFailed(b *batch, now time.Time, err error) {
 	defer s.flushBroken()
 	defer s.mu.Unlock()
 	for _, u := range b.undo {
-		if !u.j.after.Equal(now) {
+		if !u.j.after.Equal(now) || u.j.rm.removed {
 			continue
 		}
 		u.j.after = u.after

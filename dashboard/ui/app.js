@@ -5,6 +5,7 @@
 // button.action-trigger / .action-pause / .action-resume, #runs-table
 // tr.run-row[data-status], #locks-table tr.lock-row button.action-release,
 // #nodes-table tr.node-row[data-leader] span.leader-badge, #nodes-leader,
+// #job-audit #audit-table tr.audit-row[data-action] td.audit-who,
 // #confirm-ok / #confirm-cancel, #job-deps (#dag-parents, #dag-children:
 // li.dag-node[data-job][data-status]).
 "use strict";
@@ -135,7 +136,7 @@ async function jobsPage(main) {
       el("td", { class: "job-name" }, el("a", { href: "#/job/" + encodeURIComponent(j.job) }, j.job)),
       el("td", {}, j.schedule || "—", j.timezone ? el("span", { class: "muted" }, " " + j.timezone) : null),
       el("td", { class: "job-next" }, j.next_ticks.length ? fmtTime(j.next_ticks[0]) : "—"),
-      el("td", { class: "job-last" }, lr ? [statusBadge(lr.status), " ", fmtTime(lr.tick), el("span", { class: "muted" }, " " + lr.node)] : "—"),
+      el("td", { class: "job-last" }, lr ? [statusBadge(lr.tick_status || lr.status), " ", fmtTime(lr.tick), el("span", { class: "muted" }, " " + (lr.shards > 1 ? lr.shards + " shards" : lr.node))] : "—"),
       el("td", { class: "job-running" }, run),
       jobState(j, "td"),
       el("td", { class: "job-triggers num" }, j.pending_triggers.length),
@@ -161,9 +162,12 @@ function runRow(r) {
   const detail = [];
   if (r.error) detail.push(el("div", { class: "run-error" }, r.error));
   if (r.output) detail.push(el("pre", { class: "run-output" }, r.output));
-  return el("tr", { class: "run-row", "data-status": r.status, "data-job": r.job },
+  const sharded = r.shards > 1;
+  return el("tr", { class: "run-row", "data-status": r.status, "data-job": r.job, "data-shard": sharded ? String(r.shard) : "" },
     el("td", {}, fmtTime(r.tick), r.trigger ? el("span", { class: "muted" }, " (trigger)") : null),
+    el("td", { class: "run-shard num" }, sharded ? r.shard + "/" + r.shards : "—"),
     el("td", { class: "run-status" }, statusBadge(r.status)),
+    el("td", { class: "run-tick-status" }, sharded && r.tick_status ? statusBadge(r.tick_status) : "—"),
     el("td", { class: "num" }, r.attempt),
     el("td", {}, r.node),
     el("td", { class: "num" }, r.fence),
@@ -208,9 +212,34 @@ async function jobPage(main, name) {
   main.replaceChildren(...head,
     el("div", { class: "toolbar" }, statusSel),
     el("table", { id: "runs-table" },
-      el("thead", {}, el("tr", {}, ["Tick", "Status", "Attempt", "Node", "Fence", "Duration", "Error / output"].map((h) => el("th", {}, h)))),
+      el("thead", {}, el("tr", {}, ["Tick", "Shard", "Status", "Tick status", "Attempt", "Node", "Fence", "Duration", "Error / output"].map((h) => el("th", {}, h)))),
       tbody),
-    el("div", { class: "pager" }, more));
+    el("div", { class: "pager" }, more),
+    await auditSection(name));
+}
+
+// auditSection lists the job's audit entries (GET api/audit?job=), newest
+// first: who created, changed, deleted, paused, resumed or triggered it,
+// and when. Nothing when the store keeps no audit.
+async function auditSection(name) {
+  let data;
+  try {
+    data = await api("api/audit?" + new URLSearchParams({ job: name, limit: "50" }));
+  } catch (e) {
+    return null;
+  }
+  const rows = data.audit.map((a) => el("tr", { class: "audit-row", "data-action": a.action },
+    el("td", {}, fmtTime(a.at)),
+    el("td", { class: "audit-who" }, a.who),
+    el("td", { class: "audit-action" }, a.action),
+    el("td", {}, a.detail ? el("pre", { class: "audit-detail" }, a.detail) : "—")));
+  return el("section", { id: "job-audit" },
+    el("h2", {}, "Audit"),
+    rows.length
+      ? el("table", { id: "audit-table" },
+        el("thead", {}, el("tr", {}, ["When", "Who", "Action", "What changed"].map((h) => el("th", {}, h)))),
+        el("tbody", {}, rows))
+      : el("p", { class: "muted" }, "No changes recorded for this job."));
 }
 
 // depsView is the job's place in the dependency graph: the jobs it waits

@@ -226,7 +226,11 @@ func (p *parser) file_(data []byte) *File {
 		p.errorf(fd.val, "jobs", "empty: want at least one job")
 		return f
 	}
-	v := newValidator(f.Pools)
+	pools := f.Pools
+	if pools == nil {
+		pools = map[string]int{} // non-nil: pool: is checked against the file
+	}
+	v := newValidator(pools)
 	defer v.close()
 	names := map[string]int{}
 	for i, n := range fd.val.Content {
@@ -327,7 +331,7 @@ func (p *parser) integer(f field, name string) int {
 }
 
 // jobKeys are the keys of a job.
-var jobKeys = []string{"name", "schedule", "timezone", "command", "kill_grace", "http", "timeout", "overlap", "misfire", "retries", "jitter", "lock_ttl", "min_hold", "max_hold", "run_on", "after", "within", "max_concurrent", "pool", "pool_wait", "nodes"}
+var jobKeys = []string{"name", "schedule", "timezone", "command", "kill_grace", "http", "timeout", "overlap", "misfire", "retries", "jitter", "lock_ttl", "min_hold", "max_hold", "run_on", "after", "within", "max_concurrent", "pool", "pool_wait", "nodes", "shards"}
 
 // job reads the i-th job; false when it has mistakes.
 func (p *parser) job(i int, n *yaml.Node, names map[string]int, v *validator) (Job, bool) {
@@ -419,6 +423,9 @@ func (p *parser) job(i int, n *yaml.Node, names map[string]int, v *validator) (J
 	}
 	if f, ok := fields["retries"]; ok {
 		p.retries(&j, f, lines)
+	}
+	if f, ok := fields["shards"]; ok {
+		j.Shards = p.integer(f, "shards")
 	}
 	for key, d := range map[string]*time.Duration{"jitter": &j.Jitter, "lock_ttl": &j.Lock.TTL, "min_hold": &j.Lock.MinHold, "max_hold": &j.Lock.MaxHold} {
 		if f, ok := fields[key]; ok {
@@ -744,7 +751,7 @@ func clip(s string) string {
 type validator struct {
 	store *memstore.Store
 	lk    *tasklock.Locker
-	pools map[string]int // the file's, for pool:
+	pools map[string]int // the file's, for pool:; nil for a job defined at run time (any pool)
 }
 
 func newValidator(pools map[string]int) *validator {
@@ -769,6 +776,7 @@ var fieldKeys = map[string]string{
 	"Job.Retries": "retries.max", "Job.RetryBackoff": "retries.backoff", "Job.RetryBackoffMax": "retries.backoff_max",
 	"Job.Jitter": "jitter", "Job.LeaderOnly": "run_on", "Job.After": "after", "Job.Within": "within", "Job.Lock.TTL": "lock_ttl", "Job.Lock.MinHold": "min_hold", "Job.Lock.MaxHold": "max_hold", "Job.Lock.Grace": "kill_grace",
 	"Job.MaxConcurrent": "max_concurrent", "Job.Pool": "pool", "Job.PoolWait": "pool_wait", "Job.Nodes": "nodes",
+	"Job.Shards": "shards",
 }
 
 // goNames rewrites the field names in the scheduler's reasons.
@@ -776,7 +784,7 @@ var goNames = strings.NewReplacer(
 	"Config.ClaimRetention", "the claim retention", "MisfireAfter", "misfire.grace",
 	"MisfireWindow", "misfire.window", "RetryBackoffMax", "retries.backoff_max", "RetryBackoff", "retries.backoff",
 	"MaxHold", "max_hold", "MinHold", "min_hold", "Overlap is", "overlap is", "Job.Schedule", "schedule",
-	"half the TTL", "half of lock_ttl", "Job.After", "after",
+	"half the TTL", "half of lock_ttl", "Job.After", "after", "set with LeaderOnly", "set with run_on: leader",
 	"Config.Pools has", "pools: defines", "Config.Pools is empty", "the file defines no pools:", "Job.Pool is not", "pool is not",
 )
 
@@ -785,7 +793,13 @@ var goNames = strings.NewReplacer(
 // clears the field at fault and asks again.
 func (v *validator) check(j schedule.Job, reported func(key string) bool) []jobMistake {
 	// serve elects a leader: run_on: leader is checked as it will run.
-	s, err := schedule.New(v.lk, v.store, &schedule.Config{IsLeader: func() bool { return false }, Pools: v.pools})
+	pools := v.pools
+	if pools == nil && j.Pool != "" {
+		// A job defined at run time names a pool of the nodes' files,
+		// which the node that applies it checks.
+		pools = map[string]int{j.Pool: 1}
+	}
+	s, err := schedule.New(v.lk, v.store, &schedule.Config{IsLeader: func() bool { return false }, Pools: pools})
 	if err != nil {
 		panic(err) // constant arguments
 	}
