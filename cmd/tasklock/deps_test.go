@@ -81,7 +81,10 @@ func TestServeJobAfter(t *testing.T) {
 		}
 	}
 	for _, r := range historyJSON(t, url, "load") {
-		if r.Status != "ok" && r.Status != "running" {
+		// A run that outlasts the 2s between ticks, on a busy machine,
+		// makes load skip its next tick: overlap: skip, not a dependency.
+		overlap := r.Status == "skipped" && strings.Contains(r.Error, "the previous run is still in progress")
+		if r.Status != "ok" && r.Status != "running" && !overlap {
 			t.Errorf("load's run %+v, want ok", r)
 		}
 	}
