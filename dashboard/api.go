@@ -307,7 +307,30 @@ func (h *handler) jobs(w http.ResponseWriter, r *http.Request) {
 		out = append(out, v)
 	}
 	h.lastMu.Unlock()
+	for i := range out {
+		if lr := out[i].LastRun; lr != nil && lr.Shards > 1 {
+			lr.TickStatus = h.tickStatus(lr)
+		}
+	}
 	writeJSON(w, http.StatusOK, map[string]any{"jobs": out, "total": total, "next": next})
+}
+
+// tickStatus is the overall status of a sharded job's last tick
+// (schedule.TickStatus), from the recent runs: their records of that tick,
+// or the last run alone when they have none.
+func (h *handler) tickStatus(lr *apijson.Run) string {
+	h.recentMu.Lock()
+	var rs []ledger.RunRecord
+	for _, r := range h.recent {
+		if r.Job == lr.Job && r.Tick.Equal(lr.Tick) && r.Trigger == lr.Trigger {
+			rs = append(rs, r)
+		}
+	}
+	h.recentMu.Unlock()
+	if len(rs) == 0 {
+		rs = []ledger.RunRecord{{Shard: lr.Shard, Shards: lr.Shards, Attempt: lr.Attempt, Status: ledger.RunStatus(lr.Status)}}
+	}
+	return string(schedule.TickStatus(rs))
 }
 
 // next returns j's next ticks after now, parsing its spec once.
@@ -389,11 +412,12 @@ type cursor struct {
 	Job     string `json:"j"`
 	Tick    int64  `json:"t"` // unix nanoseconds
 	Trigger string `json:"g,omitempty"`
+	Shard   int    `json:"s,omitempty"`
 	Attempt int    `json:"a"`
 }
 
 func encodeCursor(k ledger.RunKey) string {
-	b, _ := json.Marshal(cursor{Job: k.Job, Tick: k.Tick.UnixNano(), Trigger: k.Trigger, Attempt: k.Attempt})
+	b, _ := json.Marshal(cursor{Job: k.Job, Tick: k.Tick.UnixNano(), Trigger: k.Trigger, Shard: k.Shard, Attempt: k.Attempt})
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
@@ -403,10 +427,10 @@ func decodeCursor(s string) (*ledger.RunKey, error) {
 	if err == nil {
 		err = json.Unmarshal(b, &c)
 	}
-	if err != nil || c.Job == "" {
+	if err != nil || c.Job == "" || c.Shard < 0 || c.Shard >= ledger.MaxShards {
 		return nil, errors.New("before: not a cursor from a previous page's next")
 	}
-	return &ledger.RunKey{Job: c.Job, Tick: time.Unix(0, c.Tick).UTC(), Trigger: c.Trigger, Attempt: c.Attempt}, nil
+	return &ledger.RunKey{Job: c.Job, Tick: time.Unix(0, c.Tick).UTC(), Trigger: c.Trigger, Shard: c.Shard, Attempt: c.Attempt}, nil
 }
 
 // parseTime reads an RFC 3339 time parameter.
@@ -468,11 +492,7 @@ func (h *handler) runs(w http.ResponseWriter, r *http.Request) {
 		rs = rs[:limit]
 		next = encodeCursor(rs[limit-1].Key())
 	}
-	out := make([]*apijson.Run, len(rs))
-	for i, rr := range rs {
-		out[i] = apijson.FromRun(rr)
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"runs": out, "next": next})
+	writeJSON(w, http.StatusOK, map[string]any{"runs": apijson.FromRuns(rs), "next": next})
 }
 
 // lockView is one lock of /api/locks.

@@ -34,8 +34,9 @@
 //	GET  /api/runs        ?job= &status=ok|failed|timeout|lost|interrupted|skipped|missed|running
 //	                      &from=TIME &to=TIME
 //	                      &limit=N (default 50) &before=CURSOR
-//	                      {"runs": [{"job", "tick", "trigger", "attempt", "node", "fence", "start",
-//	                      "end", "status", "error", "output", "recorded"}], "next": CURSOR}
+//	                      {"runs": [{"job", "tick", "trigger", "shard", "shards", "tick_status",
+//	                      "attempt", "node", "fence", "start", "end", "status", "error", "output",
+//	                      "recorded"}], "next": CURSOR}
 //	GET  /api/locks       ?prefix= &after=KEY &limit=N
 //	                      {"locks": [{"key", "owner", "fence", "expires_in_ms", "held_for_ms"}], "total", "next"}
 //	GET  /api/nodes       {"nodes": [{"node", "alive", "last_seen", "version", "fence", "expires_in_ms", "leader", "leader_term"}],
@@ -57,7 +58,11 @@
 // bound, null when unknown. "last_run" is the job's newest record: from the
 // newest Options.RecentRuns records (one query, at most once a second), or
 // for the jobs of the page not among them one indexed query each (16 at a
-// time); null when the job has none. A job is "broken" when its schedule
+// time); null when the job has none. A sharded job's records ("shards" > 1)
+// are one per shard-run ("shard" 0 to shards-1), and carry "tick_status",
+// the tick's overall status (schedule.TickStatus: ok when every shard is
+// ok, running while any runs, else the worst) from the records of that
+// tick on the same page (for "last_run", among the recent runs). A job is "broken" when its schedule
 // (the configured one, or else the one the fleet registered, "spec") gives
 // no next tick; its nodes do not run it. The jobs are the configured ones
 // and those the ledger knows (Ledger.Jobs: registered, paused or

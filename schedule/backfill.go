@@ -240,7 +240,7 @@ func requestWork(tr ledger.TriggerRequest) work {
 
 // lastAttempt returns the highest attempt the ledger holds at j's tick
 // (its scheduled key, Trigger ""), 0 when none.
-func (s *Scheduler) lastAttempt(j *job, tick time.Time) (int, error) {
+func (s *Scheduler) lastAttempt(j *job, tick time.Time, shard int) (int, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
 	defer cancel()
 	rs, err := s.ledger.Runs(ctx, ledger.RunQuery{Job: j.Name, From: tick, To: tick.Add(time.Second)})
@@ -249,7 +249,7 @@ func (s *Scheduler) lastAttempt(j *job, tick time.Time) (int, error) {
 	}
 	last := 0
 	for _, r := range rs {
-		if r.Trigger == "" && r.Tick.Equal(tick) {
+		if r.Trigger == "" && r.Tick.Equal(tick) && r.Shard == shard {
 			last = max(last, r.Attempt)
 		}
 	}
@@ -261,7 +261,7 @@ func (s *Scheduler) lastAttempt(j *job, tick time.Time) (int, error) {
 // there is nothing to run (a backfill of a tick that already ran, or a
 // ledger that cannot be read, which leaves the request for another pass).
 func (s *Scheduler) startPast(j *job, w work) (base int, ok bool) {
-	last, err := s.lastAttempt(j, w.tick)
+	last, err := s.lastAttempt(j, w.tick, w.shard)
 	if err != nil {
 		s.log.Error("schedule: reading the attempts of a past tick", "node", s.node, "job", j.Name, "tick", w.tick, "err", err)
 		return 0, false

@@ -121,6 +121,24 @@
 // should the slow node record its outcome just as another node settles the
 // run, the later write wins.
 //
+// # Sharded jobs
+//
+// Job.Shards = N > 1 splits each tick into N shard-runs (Run.Shard 0 to
+// N-1, Run.Shards N), each claimed with the key (job, tick, trigger, shard)
+// once across the cluster and holding its own lock, the job's key +
+// "/shard/" + the index. At the tick a node claims the shards k with
+// k mod L = r, r being its rank among the L live nodes (the node leases,
+// listed with Config.NodeLister) and runs them at once; a poll later a node
+// with no shard-run of the job under way claims a shard no one claimed,
+// one at a time. A shard whose claiming node stopped (its node lease ended)
+// before recording an outcome is taken over by a free node, on a retake
+// claim (trigger + "~" + the stopped node, so all takers contend on one key
+// and a chain goes on if the taker stops too), after the stopped node's
+// shard lock expires: about Job.Lock.TTL and a poll. The retaken run is
+// recorded under the tick's key as the next attempt; the stopped node's
+// attempt is settled interrupted. History keeps one record per shard-run
+// (ledger.RunRecord.Shard, Shards); TickStatus is a tick's overall status.
+//
 // # Pause, resume and trigger
 //
 // Pause, Resume and Trigger are stored in the ledger, and every node reads

@@ -62,6 +62,9 @@ type Event struct {
 	Status   ledger.RunStatus // EventRunEnded, EventSkipped, EventMissed: the status recorded in history
 	Error    string           // EventRunEnded, EventSkipped, EventMissed: the error text recorded in history
 	RanOn    string           // EventRunInterrupted: the node the attempt ran on
+	// Shard and Shards: the shard-run's index and the job's shard count
+	// for a job with Job.Shards; 0 and 0 otherwise.
+	Shard, Shards int
 }
 
 // emit passes e to Config.OnEvent.
@@ -75,14 +78,14 @@ func (s *Scheduler) emit(e Event) {
 // recordEvent is the event of a history record that was not attempted
 // (EventSkipped, EventMissed).
 func recordEvent(t EventType, r *ledger.RunRecord, late time.Duration) Event {
-	return Event{Type: t, Job: r.Job, Tick: r.Tick, Trigger: r.Trigger, Late: late, Status: r.Status, Error: r.Error}
+	return Event{Type: t, Job: r.Job, Tick: r.Tick, Trigger: r.Trigger, Shard: r.Shard, Shards: r.Shards, Late: late, Status: r.Status, Error: r.Error}
 }
 
 // runEvent is the event of an attempt's history record (EventRunStarted
 // before the handler is called, EventRunEnded once recorded).
 func runEvent(t EventType, r *ledger.RunRecord, catchUp bool) Event {
 	e := Event{
-		Type: t, Job: r.Job, Tick: r.Tick, Trigger: r.Trigger, CatchUp: catchUp,
+		Type: t, Job: r.Job, Tick: r.Tick, Trigger: r.Trigger, Shard: r.Shard, Shards: r.Shards, CatchUp: catchUp,
 		Attempt: r.Attempt, Fence: r.Fence, Start: r.Start, Late: r.Start.Sub(r.Tick),
 	}
 	if t == EventRunEnded {

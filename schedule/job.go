@@ -151,6 +151,20 @@ type Job struct {
 	// ProgressTimeout are unset (the lock is renewed while the run lasts,
 	// and a handler has no Heartbeat to call).
 	Lock tasklock.ObtainOptions
+
+	// Shards splits each tick into this many shard-runs, 0 to Shards-1,
+	// each claimed and run once across the fleet (Run.Shard, Run.Shards)
+	// and holding its own lock, the job's key + "/shard/" + the index, so
+	// that with OverlapSkip only a shard's own previous run makes it skip.
+	// At each tick a node claims the shards k with k mod L = r, where r is
+	// its rank among the L live nodes (the names of the node leases,
+	// sorted; it needs Config.NodeLister, else a node counts itself alone
+	// and claims every shard); a poll later, a node with no shard-run of
+	// the job under way claims the shards still unclaimed, one at a time,
+	// and takes over, one at a time, the shards whose claiming node
+	// stopped (its node lease ended) before recording an outcome. 0 or 1:
+	// not sharded. At most ledger.MaxShards. Not with LeaderOnly.
+	Shards int
 }
 
 // MaxJobName is the longest job name, in bytes.
@@ -262,6 +276,12 @@ type Run struct {
 	// Output collects what the handler wants in history: its tail (the
 	// last Config.OutputTail bytes) is recorded with the run.
 	Output io.Writer
+
+	// Shard is this shard-run's index, 0 to Shards-1, for a job with
+	// Job.Shards; 0 otherwise.
+	Shard int
+	// Shards is the job's shard count; 0 when it is not sharded.
+	Shards int
 }
 
 // job is a validated Job with its parsed schedule and this node's progress
@@ -365,6 +385,9 @@ func validateJob(j Job, keyPrefix string, retention time.Duration) (*job, error)
 		return nil, err
 	}
 	if err := validateLock(j.Name, j.Lock); err != nil {
+		return nil, err
+	}
+	if err := validateShards(j, keyPrefix); err != nil {
 		return nil, err
 	}
 	if j.Lock.MinHold > 0 && j.Overlap == OverlapAllow {

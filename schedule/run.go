@@ -25,6 +25,10 @@ const maxErrorLen = 4096
 // after another.
 func (s *Scheduler) execute(j *job, items []work) {
 	defer s.runDone()
+	if j.Shards > 1 {
+		s.executeShards(j, items)
+		return
+	}
 	var missed []ledger.RunRecord
 	var late []time.Duration
 	for _, w := range items {
@@ -56,7 +60,7 @@ func (s *Scheduler) execute(j *job, items []work) {
 // notRun is the record of a tick that was not attempted.
 func (s *Scheduler) notRun(j *job, w work, status ledger.RunStatus, reason string) ledger.RunRecord {
 	return ledger.RunRecord{
-		Job: j.Name, Tick: w.tick.UTC(), Trigger: w.trigger, Node: s.node,
+		Job: j.Name, Tick: w.tick.UTC(), Trigger: w.trigger, Shard: w.shard, Shards: w.shards, Node: s.node,
 		End: s.clock.Now(), Status: status, Error: truncate(s.redacted(reason), maxErrorLen),
 	}
 }
@@ -93,6 +97,7 @@ func (s *Scheduler) runTick(j *job, w work) {
 	case w.request != "":
 		s.triggerDone(j.Name, w.request)
 	}
+	base = max(base, w.attempts) // a retaken shard's go on after the stopped node's
 	if !s.awaitParents(j, w) {
 		return
 	}
@@ -120,11 +125,16 @@ func (s *Scheduler) runTick(j *job, w work) {
 		attempt := base + try
 		var rec ledger.RunRecord
 		if j.Overlap == OverlapSkip && !w.allow && lock == nil {
-			obtain := s.obtain
-			if w.past {
-				obtain = s.obtainPast
+			var l *tasklock.Lock
+			var err error
+			switch {
+			case w.shards > 1:
+				l, err = s.obtainShard(j, w)
+			case w.past:
+				l, err = s.obtainPast(j)
+			default:
+				l, err = s.obtain(j)
 			}
-			l, err := obtain(j)
 			switch {
 			case errors.Is(err, tasklock.ErrNotObtained):
 				s.skip(j, w, "schedule: the previous run is still in progress: "+err.Error())
@@ -186,21 +196,21 @@ func (s *Scheduler) attempt(parent context.Context, j *job, w work, n int, lock 
 	}
 	run := Run{
 		Job: j.Name, Tick: w.tick.UTC(), Trigger: w.trigger, Node: s.node,
-		Attempt: n, Fence: fence, CatchUp: w.catchUp, Output: out,
+		Attempt: n, Fence: fence, CatchUp: w.catchUp, Output: out, Shard: w.shard, Shards: w.shards,
 	}
 	s.emit(Event{
-		Type: EventRunStarted, Job: j.Name, Tick: run.Tick, Trigger: w.trigger, CatchUp: w.catchUp,
+		Type: EventRunStarted, Job: j.Name, Tick: run.Tick, Trigger: w.trigger, Shard: w.shard, Shards: w.shards, CatchUp: w.catchUp,
 		Attempt: n, Fence: fence, Start: start, Late: start.Sub(run.Tick),
 	})
 	// The running record, before the handler starts: if this node dies
 	// now, another one finds it and settles it as interrupted (sweep.go).
 	_ = s.record(ledger.RunRecord{
-		Job: j.Name, Tick: run.Tick, Trigger: w.trigger, Attempt: n, Node: s.node, Fence: fence,
+		Job: j.Name, Tick: run.Tick, Trigger: w.trigger, Shard: w.shard, Shards: w.shards, Attempt: n, Node: s.node, Fence: fence,
 		Start: start, Status: ledger.RunRunning,
 	})
 	err := s.call(ctx, j, run)
 	rec := ledger.RunRecord{
-		Job: j.Name, Tick: run.Tick, Trigger: w.trigger, Attempt: n, Node: s.node, Fence: fence,
+		Job: j.Name, Tick: run.Tick, Trigger: w.trigger, Shard: w.shard, Shards: w.shards, Attempt: n, Node: s.node, Fence: fence,
 		Start: start, End: s.clock.Now(),
 	}
 	if tl != nil {

@@ -187,6 +187,8 @@ type Scheduler struct {
 	hist history // history records waiting to be written together (run.go)
 
 	deps depWaiters // ticks waiting for their parents (deps.go)
+
+	shards shardState // sharded jobs' ticks (shard.go); guarded by mu
 }
 
 type triggerKey struct{ job, id string }
@@ -736,6 +738,7 @@ func (s *Scheduler) step() time.Duration {
 			s.sweep(now)
 			s.nextSweep = now.Add(s.sweepEvery)
 		}
+		s.pollShards(now)
 		if !now.Before(s.retryAt) {
 			s.pass(now)
 		}
@@ -819,6 +822,12 @@ type work struct {
 	missed         bool          // record as missed, do not run
 	catchUp        bool          // a missed tick run by the misfire policy
 	paused         bool          // claimed while paused: nothing to do
+
+	// A shard-run of a sharded job (shard.go).
+	shard    int  // the shard index
+	shards   int  // the job's shard count; 0 when not sharded
+	attempts int  // attempts recorded before this run: a retake goes on from them
+	retake   bool // taken over from a stopped node: wait for its shard lock to expire
 }
 
 // batch is what one pass claims.
@@ -836,8 +845,16 @@ type undo struct {
 }
 
 func (b *batch) add(s *Scheduler, j *job, w work) {
+	if j.Shards > 1 {
+		s.addShards(b, j, w)
+		return
+	}
+	b.addClaim(s, j, w)
+}
+
+func (b *batch) addClaim(s *Scheduler, j *job, w work) {
 	b.claims = append(b.claims, ledger.ClaimParams{
-		Job: j.Name, Tick: w.tick, Trigger: cmp.Or(w.claim, w.trigger), Node: s.node, Token: s.token, Retain: s.retention,
+		Job: j.Name, Tick: w.tick, Trigger: cmp.Or(w.claim, w.trigger), Shard: w.shard, Node: s.node, Token: s.token, Retain: s.retention,
 	})
 	b.owners = append(b.owners, j)
 	b.works = append(b.works, w)
@@ -846,6 +863,7 @@ func (b *batch) add(s *Scheduler, j *job, w work) {
 // pass claims the ticks that are due and the trigger requests not yet seen,
 // in one ledger call, and starts a run goroutine per job with claimed work.
 func (s *Scheduler) pass(now time.Time) {
+	s.rankShards(now)
 	var b batch
 	s.mu.Lock()
 	leads := s.isLeader != nil && s.isLeader()
@@ -910,6 +928,9 @@ func (s *Scheduler) pass(now time.Time) {
 	claimed := make(map[*job][]work)
 	for i, r := range res {
 		j, w := b.owners[i], b.works[i]
+		if w.shards > 1 {
+			s.shardClaimed(j, w, r)
+		}
 		switch {
 		case r == nil:
 			s.emit(Event{Type: EventClaimed, Job: j.Name, Tick: w.tick.UTC(), Trigger: w.trigger, Paused: w.paused, CatchUp: w.catchUp, Late: now.Sub(w.tick)})

@@ -36,9 +36,12 @@ the pause and trigger-now state every node of "tasklock serve" obeys
            one with history or a stored state): its state (ok, paused, or
            broken: its schedule gives no next tick), pending trigger
            requests, and its latest run (tick, status, node, fence)
-  history  run records, newest first: tick, job, attempt, node, fence,
-           status, duration, error. --job and --status (ok, failed,
-           timeout, lost, interrupted, skipped, missed, running) filter;
+  history  run records, newest first: tick, job, shard (k/N for a job with
+           shards:, one row per shard), attempt, node, fence, status, the
+           tick's overall status (sharded jobs: ok when every shard is ok,
+           running while any runs, else the worst), duration, error.
+           --job and --status (ok, failed, timeout, lost, interrupted,
+           skipped, missed, running) filter;
            --since D shows ticks of the last D (e.g. 24h); --limit N caps
            the rows (default 50). A run whose node was killed shows as
            running until another node notices (within the node's lease,
@@ -265,32 +268,32 @@ func jobsHistory(ctx context.Context, l ledger.Ledger, q ledger.RunQuery, asJSON
 		return err
 	}
 	if asJSON {
-		out := make([]*runRecordJSON, len(runs))
-		for i, r := range runs {
-			out[i] = toRunJSON(r)
-		}
-		return writeJSON(w, map[string]any{"runs": out})
+		return writeJSON(w, map[string]any{"runs": apijson.FromRuns(runs)})
 	}
 	if len(runs) == 0 {
 		fmt.Fprintln(w, "no runs recorded")
 		return nil
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "TICK\tJOB\tATTEMPT\tNODE\tFENCE\tSTATUS\tDURATION\tERROR")
-	for _, r := range runs {
+	fmt.Fprintln(tw, "TICK\tJOB\tSHARD\tATTEMPT\tNODE\tFENCE\tSTATUS\tTICK STATUS\tDURATION\tERROR")
+	for _, r := range apijson.FromRuns(runs) {
 		tick := r.Tick.UTC().Format(time.RFC3339)
 		if r.Trigger != "" {
 			tick += " (trigger)"
 		}
 		dur := "-"
-		if !r.Start.IsZero() && !r.End.IsZero() {
-			dur = r.End.Sub(r.Start).Round(time.Millisecond).String()
+		if r.Start != nil && r.End != nil {
+			dur = r.End.Sub(*r.Start).Round(time.Millisecond).String()
+		}
+		shard, tickStatus := "-", "-"
+		if r.Shards > 1 {
+			shard, tickStatus = fmt.Sprintf("%d/%d", r.Shard, r.Shards), r.TickStatus
 		}
 		msg := strings.ReplaceAll(r.Error, "\n", " ")
 		if len(msg) > 60 {
 			msg = strings.ToValidUTF8(msg[:57], "") + "..."
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\t%s\t%s\n", tick, redact.Printable(r.Job), r.Attempt, redact.Printable(r.Node), r.Fence, r.Status, dur, redact.Printable(msg))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%s\t%s\t%s\t%s\n", tick, redact.Printable(r.Job), shard, r.Attempt, redact.Printable(r.Node), r.Fence, r.Status, tickStatus, dur, redact.Printable(msg))
 	}
 	return tw.Flush()
 }

@@ -116,8 +116,9 @@ The file:
 
 Command jobs run without a shell, in their own process group, with stdin
 from /dev/null and TASKLOCK_JOB, TASKLOCK_TICK (the scheduled instant, RFC
-3339 UTC), TASKLOCK_FENCE, TASKLOCK_NODE and TASKLOCK_ATTEMPT in their
-environment, and no other TASKLOCK_* variable of serve's: TASKLOCK_TOKEN,
+3339 UTC), TASKLOCK_FENCE, TASKLOCK_NODE, TASKLOCK_ATTEMPT, TASKLOCK_SHARD
+and TASKLOCK_SHARDS (the shard-run's index, 0 to shards-1, and the job's
+shards:, 0 and 1 when it has none) in their environment, and no other TASKLOCK_* variable of serve's: TASKLOCK_TOKEN,
 TASKLOCK_STORE and the rest are removed. A job that needs the store URL
 gets it under another name in serve's environment (JOB_STORE=... tasklock
 serve ...), or from its own configuration. Their output goes to stdout,
@@ -136,7 +137,8 @@ it, and its limits); elsewhere, its process group. A non-zero exit status
 fails the attempt.
 
 HTTP jobs send the request with X-Tasklock-Job, X-Tasklock-Tick,
-X-Tasklock-Fence, X-Tasklock-Node and X-Tasklock-Attempt headers; a status
+X-Tasklock-Fence, X-Tasklock-Node, X-Tasklock-Attempt, X-Tasklock-Shard and
+X-Tasklock-Shards headers; a status
 other than 2xx fails the attempt. http.timeout defaults to 1m.
 
 Logs and metrics: every run's start and end is logged, with job, tick,
@@ -714,11 +716,12 @@ func (s *server) handler(j config.Job) func(context.Context, schedule.Run) error
 }
 
 // jobEnvNames are the variables runCommand sets.
-var jobEnvNames = []string{"TASKLOCK_JOB", "TASKLOCK_TICK", "TASKLOCK_FENCE", "TASKLOCK_NODE", "TASKLOCK_ATTEMPT"}
+var jobEnvNames = []string{"TASKLOCK_JOB", "TASKLOCK_TICK", "TASKLOCK_FENCE", "TASKLOCK_NODE", "TASKLOCK_ATTEMPT", "TASKLOCK_SHARD", "TASKLOCK_SHARDS"}
 
 // jobVars are the values of the run's variables, in jobEnvNames' order.
 func jobVars(r schedule.Run) []string {
-	return []string{r.Job, r.Tick.UTC().Format(time.RFC3339), strconv.FormatUint(r.Fence, 10), r.Node, strconv.Itoa(r.Attempt)}
+	return []string{r.Job, r.Tick.UTC().Format(time.RFC3339), strconv.FormatUint(r.Fence, 10), r.Node, strconv.Itoa(r.Attempt),
+		strconv.Itoa(r.Shard), strconv.Itoa(max(r.Shards, 1))}
 }
 
 // runCommand runs a command job's attempt: see serveUsage.

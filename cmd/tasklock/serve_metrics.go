@@ -176,10 +176,13 @@ func (o *observer) scheduleEvent(e schedule.Event) {
 	if !o.log.Enabled(context.Background(), level) {
 		return
 	}
-	attrs := make([]slog.Attr, 0, 11)
+	attrs := make([]slog.Attr, 0, 12)
 	attrs = append(attrs, slog.String("job", e.Job), slog.Time("tick", e.Tick))
 	if e.Trigger != "" {
 		attrs = append(attrs, slog.String("trigger", e.Trigger))
+	}
+	if e.Shards > 1 {
+		attrs = append(attrs, slog.Int("shard", e.Shard))
 	}
 	attrs = append(attrs, slog.String("node", e.Node))
 	switch e.Type {

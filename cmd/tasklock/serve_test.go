@@ -106,7 +106,8 @@ func TestServeCommandJob(t *testing.T) {
 		k, v, _ := strings.Cut(l, "=")
 		env[k] = v
 	}
-	if env["TASKLOCK_JOB"] != "env-job" || env["TASKLOCK_NODE"] != "test-node" || env["TASKLOCK_ATTEMPT"] != "1" {
+	if env["TASKLOCK_JOB"] != "env-job" || env["TASKLOCK_NODE"] != "test-node" || env["TASKLOCK_ATTEMPT"] != "1" ||
+		env["TASKLOCK_SHARD"] != "0" || env["TASKLOCK_SHARDS"] != "1" {
 		t.Errorf("environment %v", env)
 	}
 	if f, err := strconv.ParseUint(env["TASKLOCK_FENCE"], 10, 64); err != nil || f == 0 {
@@ -278,7 +279,8 @@ func TestServeHTTPJob(t *testing.T) {
 		t.Errorf("request %+v", h)
 	}
 	if h.header.Get("X-Tasklock-Job") != "hook" || h.header.Get("X-Tasklock-Node") != "test-node" ||
-		h.header.Get("X-Tasklock-Attempt") != "1" || h.header.Get("X-Tasklock-Fence") == "" || !strings.HasSuffix(h.header.Get("X-Tasklock-Tick"), "Z") {
+		h.header.Get("X-Tasklock-Attempt") != "1" || h.header.Get("X-Tasklock-Fence") == "" || !strings.HasSuffix(h.header.Get("X-Tasklock-Tick"), "Z") ||
+		h.header.Get("X-Tasklock-Shard") != "0" || h.header.Get("X-Tasklock-Shards") != "1" {
 		t.Errorf("headers %v", h.header)
 	}
 	p.WaitStderr(`status=failed.*418 I'm a teapot`, 10*time.Second)

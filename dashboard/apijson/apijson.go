@@ -96,18 +96,25 @@ type Trigger struct {
 
 // Run is one run record.
 type Run struct {
-	Job      string     `json:"job"`
-	Tick     time.Time  `json:"tick"`
-	Trigger  string     `json:"trigger,omitempty"`
-	Attempt  int        `json:"attempt"`
-	Node     string     `json:"node"`
-	Fence    uint64     `json:"fence"`
-	Start    *time.Time `json:"start"`
-	End      *time.Time `json:"end"`
-	Status   string     `json:"status"`
-	Error    string     `json:"error,omitempty"`
-	Output   string     `json:"output,omitempty"`
-	Recorded time.Time  `json:"recorded"`
+	Job     string    `json:"job"`
+	Tick    time.Time `json:"tick"`
+	Trigger string    `json:"trigger,omitempty"`
+	// Shard and Shards: the shard-run's index and the job's shard count
+	// for a sharded job (Shards > 1); 0 and 0 otherwise. TickStatus, set
+	// by FromRuns for a sharded job's records, is the overall status of
+	// the tick (schedule.TickStatus) from the records listed with it.
+	Shard      int        `json:"shard"`
+	Shards     int        `json:"shards,omitempty"`
+	TickStatus string     `json:"tick_status,omitempty"`
+	Attempt    int        `json:"attempt"`
+	Node       string     `json:"node"`
+	Fence      uint64     `json:"fence"`
+	Start      *time.Time `json:"start"`
+	End        *time.Time `json:"end"`
+	Status     string     `json:"status"`
+	Error      string     `json:"error,omitempty"`
+	Output     string     `json:"output,omitempty"`
+	Recorded   time.Time  `json:"recorded"`
 }
 
 // Lock is one held lock.
@@ -141,7 +148,7 @@ func (l Lock) KindText() string {
 // FromRun converts a run record, with its times in UTC.
 func FromRun(r ledger.RunRecord) *Run {
 	j := &Run{
-		Job: r.Job, Tick: r.Tick.UTC(), Trigger: r.Trigger, Attempt: r.Attempt, Node: r.Node, Fence: r.Fence,
+		Job: r.Job, Tick: r.Tick.UTC(), Trigger: r.Trigger, Shard: r.Shard, Shards: r.Shards, Attempt: r.Attempt, Node: r.Node, Fence: r.Fence,
 		Status: string(r.Status), Error: r.Error, Output: r.Output, Recorded: r.Recorded.UTC(),
 	}
 	if !r.Start.IsZero() {
@@ -153,6 +160,31 @@ func FromRun(r ledger.RunRecord) *Run {
 		j.End = &e
 	}
 	return j
+}
+
+// FromRuns converts run records as FromRun does, and sets the TickStatus
+// of a sharded job's records from the records of the same tick among rs
+// (a listing page may hold only some of a tick's records).
+func FromRuns(rs []ledger.RunRecord) []*Run {
+	type tickKey struct {
+		job, trigger string
+		tick         int64
+	}
+	groups := make(map[tickKey][]ledger.RunRecord)
+	for _, r := range rs {
+		if r.Shards > 1 {
+			k := tickKey{r.Job, r.Trigger, r.Tick.UnixNano()}
+			groups[k] = append(groups[k], r)
+		}
+	}
+	out := make([]*Run, len(rs))
+	for i, r := range rs {
+		out[i] = FromRun(r)
+		if r.Shards > 1 {
+			out[i].TickStatus = string(schedule.TickStatus(groups[tickKey{r.Job, r.Trigger, r.Tick.UnixNano()}]))
+		}
+	}
+	return out
 }
 
 // FromState converts a job's stored state, State "paused" or "ok"; LastRun

@@ -135,7 +135,7 @@ async function jobsPage(main) {
       el("td", { class: "job-name" }, el("a", { href: "#/job/" + encodeURIComponent(j.job) }, j.job)),
       el("td", {}, j.schedule || "—", j.timezone ? el("span", { class: "muted" }, " " + j.timezone) : null),
       el("td", { class: "job-next" }, j.next_ticks.length ? fmtTime(j.next_ticks[0]) : "—"),
-      el("td", { class: "job-last" }, lr ? [statusBadge(lr.status), " ", fmtTime(lr.tick), el("span", { class: "muted" }, " " + lr.node)] : "—"),
+      el("td", { class: "job-last" }, lr ? [statusBadge(lr.tick_status || lr.status), " ", fmtTime(lr.tick), el("span", { class: "muted" }, " " + (lr.shards > 1 ? lr.shards + " shards" : lr.node))] : "—"),
       el("td", { class: "job-running" }, run),
       jobState(j, "td"),
       el("td", { class: "job-triggers num" }, j.pending_triggers.length),
@@ -161,9 +161,12 @@ function runRow(r) {
   const detail = [];
   if (r.error) detail.push(el("div", { class: "run-error" }, r.error));
   if (r.output) detail.push(el("pre", { class: "run-output" }, r.output));
-  return el("tr", { class: "run-row", "data-status": r.status, "data-job": r.job },
+  const sharded = r.shards > 1;
+  return el("tr", { class: "run-row", "data-status": r.status, "data-job": r.job, "data-shard": sharded ? String(r.shard) : "" },
     el("td", {}, fmtTime(r.tick), r.trigger ? el("span", { class: "muted" }, " (trigger)") : null),
+    el("td", { class: "run-shard num" }, sharded ? r.shard + "/" + r.shards : "—"),
     el("td", { class: "run-status" }, statusBadge(r.status)),
+    el("td", { class: "run-tick-status" }, sharded && r.tick_status ? statusBadge(r.tick_status) : "—"),
     el("td", { class: "num" }, r.attempt),
     el("td", {}, r.node),
     el("td", { class: "num" }, r.fence),
@@ -208,7 +211,7 @@ async function jobPage(main, name) {
   main.replaceChildren(...head,
     el("div", { class: "toolbar" }, statusSel),
     el("table", { id: "runs-table" },
-      el("thead", {}, el("tr", {}, ["Tick", "Status", "Attempt", "Node", "Fence", "Duration", "Error / output"].map((h) => el("th", {}, h)))),
+      el("thead", {}, el("tr", {}, ["Tick", "Shard", "Status", "Tick status", "Attempt", "Node", "Fence", "Duration", "Error / output"].map((h) => el("th", {}, h)))),
       tbody),
     el("div", { class: "pager" }, more));
 }

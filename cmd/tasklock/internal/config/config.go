@@ -73,6 +73,10 @@
 //	                the tick is recorded skipped, the reason naming the pool
 //	nodes           Nodes: a list of labels; only nodes carrying every one
 //	                (labels:, --label) claim the job's ticks and triggers
+//	shards          Shards: split each tick into N shard-runs spread over
+//	                the live nodes (at most 1024; not with run_on: leader);
+//	                a command gets TASKLOCK_SHARD (0 to N-1) and
+//	                TASKLOCK_SHARDS, an http job X-Tasklock-Shard(s)
 //
 // and exactly one of the handlers the daemon provides:
 //

@@ -37,6 +37,7 @@ jobs:
     retries: 2
     after: [nightly-report]
     within: 10m
+    shards: 4
     http:
       method: POST
       url: https://example.com/hook
@@ -63,7 +64,7 @@ func TestParseFull(t *testing.T) {
 		},
 		{
 			Job: schedule.Job{Name: "ping", Schedule: "@every 1m", Misfire: schedule.MisfireSkip, Retries: 2,
-				After: []string{"nightly-report"}, Within: 10 * time.Minute},
+				After: []string{"nightly-report"}, Within: 10 * time.Minute, Shards: 4},
 			HTTP: &HTTP{Method: "POST", URL: "https://example.com/hook", Body: `{"a": 1}`, Timeout: DefaultHTTPTimeout,
 				Headers: map[string]string{"Content-Type": "application/json", "Authorization": "Bearer x"}},
 			Line: 18,
@@ -92,9 +93,9 @@ func TestParseErrors(t *testing.T) {
 			[]string{`c.yaml:5: job "j": timeout: invalid duration "10x" (want e.g. 300ms, 10s, 1h30m)`}},
 		{"negative", job + "    jitter: -1s\n", []string{`c.yaml:5: job "j": jitter: -1s is negative`}},
 		{"unknown key", job + "    colour: red\n",
-			[]string{`c.yaml:5: job "j": colour: unknown key (want name, schedule, timezone, command, kill_grace, http, timeout, overlap, misfire, retries, jitter, lock_ttl, min_hold, max_hold, run_on, after, within, max_concurrent, pool, pool_wait, nodes)`}},
+			[]string{`c.yaml:5: job "j": colour: unknown key (want name, schedule, timezone, command, kill_grace, http, timeout, overlap, misfire, retries, jitter, lock_ttl, min_hold, max_hold, run_on, after, within, max_concurrent, pool, pool_wait, nodes, shards)`}},
 		{"unknown key before the name", "jobs:\n  - colour: red\n    name: j\n    schedule: '@daily'\n    command: [x]\n",
-			[]string{`c.yaml:2: job "j": colour: unknown key (want name, schedule, timezone, command, kill_grace, http, timeout, overlap, misfire, retries, jitter, lock_ttl, min_hold, max_hold, run_on, after, within, max_concurrent, pool, pool_wait, nodes)`}},
+			[]string{`c.yaml:2: job "j": colour: unknown key (want name, schedule, timezone, command, kill_grace, http, timeout, overlap, misfire, retries, jitter, lock_ttl, min_hold, max_hold, run_on, after, within, max_concurrent, pool, pool_wait, nodes, shards)`}},
 		{"unknown top key", "stor: mem://\n" + job, []string{`c.yaml:1: stor: unknown key (want store, node, pools, labels, jobs)`}},
 		{"schedule", "jobs:\n  - name: j\n    schedule: '61 * * * *'\n    command: [x]\n",
 			[]string{`c.yaml:3: job "j": schedule: invalid minute field "61" in "61 * * * *": 61 above the maximum 59`}},
@@ -108,6 +109,8 @@ func TestParseErrors(t *testing.T) {
 			[]string{`c.yaml:7: job "j": misfire.window: 30s is less than misfire.grace 1m0s`}},
 		{"retries", job + "    retries: {max: many}\n", []string{`c.yaml:5: job "j": retries.max: want a whole number, got "many"`}},
 		{"run_on", job + "    run_on: primary\n", []string{`c.yaml:5: job "j": run_on: "primary" is not one of any (every node may run it, the default) or leader (only the fleet's elected leader runs it)`}},
+		{"shards bound", job + "    shards: 2000\n", []string{`c.yaml:5: job "j": shards: 2000 is not within [0, 1024]`}},
+		{"shards leader", job + "    shards: 3\n    run_on: leader\n", []string{`c.yaml:5: job "j": shards: set with run_on: leader: a leader-only job runs on one node, shards spread over many`}},
 		{"retries bound", job + "    retries: 1000\n", []string{`c.yaml:5: job "j": retries.max: 1000 is not within [0, 100]`}},
 		{"holds", job + "    min_hold: 2h\n    max_hold: 1h\n", []string{`c.yaml:5: job "j": min_hold: 2h0m0s is greater than max_hold 1h0m0s`}},
 		{"kill grace", job + "    kill_grace: 5s\n",
@@ -192,7 +195,7 @@ func marshal(t *testing.T, f *File) []byte {
 		m := out{
 			"name": j.Name, "schedule": j.Schedule, "timezone": j.TimeZone, "timeout": dur(j.Timeout),
 			"overlap": j.Overlap.String(), "jitter": dur(j.Jitter), "lock_ttl": dur(j.Lock.TTL),
-			"min_hold": dur(j.Lock.MinHold), "max_hold": dur(j.Lock.MaxHold), "run_on": runOn(j.LeaderOnly),
+			"min_hold": dur(j.Lock.MinHold), "max_hold": dur(j.Lock.MaxHold), "run_on": runOn(j.LeaderOnly), "shards": j.Shards,
 			"misfire": out{"policy": j.Misfire.String(), "grace": dur(j.MisfireAfter), "window": dur(j.MisfireWindow)},
 			"retries": out{"max": j.Retries, "backoff": dur(j.RetryBackoff), "backoff_max": dur(j.RetryBackoffMax)},
 			"after":   j.After, "within": dur(j.Within),

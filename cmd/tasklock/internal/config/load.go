@@ -327,7 +327,7 @@ func (p *parser) integer(f field, name string) int {
 }
 
 // jobKeys are the keys of a job.
-var jobKeys = []string{"name", "schedule", "timezone", "command", "kill_grace", "http", "timeout", "overlap", "misfire", "retries", "jitter", "lock_ttl", "min_hold", "max_hold", "run_on", "after", "within", "max_concurrent", "pool", "pool_wait", "nodes"}
+var jobKeys = []string{"name", "schedule", "timezone", "command", "kill_grace", "http", "timeout", "overlap", "misfire", "retries", "jitter", "lock_ttl", "min_hold", "max_hold", "run_on", "after", "within", "max_concurrent", "pool", "pool_wait", "nodes", "shards"}
 
 // job reads the i-th job; false when it has mistakes.
 func (p *parser) job(i int, n *yaml.Node, names map[string]int, v *validator) (Job, bool) {
@@ -419,6 +419,9 @@ func (p *parser) job(i int, n *yaml.Node, names map[string]int, v *validator) (J
 	}
 	if f, ok := fields["retries"]; ok {
 		p.retries(&j, f, lines)
+	}
+	if f, ok := fields["shards"]; ok {
+		j.Shards = p.integer(f, "shards")
 	}
 	for key, d := range map[string]*time.Duration{"jitter": &j.Jitter, "lock_ttl": &j.Lock.TTL, "min_hold": &j.Lock.MinHold, "max_hold": &j.Lock.MaxHold} {
 		if f, ok := fields[key]; ok {
@@ -769,6 +772,7 @@ var fieldKeys = map[string]string{
 	"Job.Retries": "retries.max", "Job.RetryBackoff": "retries.backoff", "Job.RetryBackoffMax": "retries.backoff_max",
 	"Job.Jitter": "jitter", "Job.LeaderOnly": "run_on", "Job.After": "after", "Job.Within": "within", "Job.Lock.TTL": "lock_ttl", "Job.Lock.MinHold": "min_hold", "Job.Lock.MaxHold": "max_hold", "Job.Lock.Grace": "kill_grace",
 	"Job.MaxConcurrent": "max_concurrent", "Job.Pool": "pool", "Job.PoolWait": "pool_wait", "Job.Nodes": "nodes",
+	"Job.Shards": "shards",
 }
 
 // goNames rewrites the field names in the scheduler's reasons.
@@ -777,7 +781,7 @@ var goNames = strings.NewReplacer(
 	"MisfireWindow", "misfire.window", "RetryBackoffMax", "retries.backoff_max", "RetryBackoff", "retries.backoff",
 	"MaxHold", "max_hold", "MinHold", "min_hold", "Overlap is", "overlap is", "Job.Schedule", "schedule",
 	"half the TTL", "half of lock_ttl", "Job.After", "after",
-	"Config.Pools has", "pools: defines", "Config.Pools is empty", "the file defines no pools:", "Job.Pool is not", "pool is not",
+	"Config.Pools has", "pools: defines", "Config.Pools is empty", "the file defines no pools:", "Job.Pool is not", "pool is not", "set with LeaderOnly", "set with run_on: leader",
 )
 
 // check returns the scheduler's mistakes in j, except those about keys

@@ -1,0 +1,510 @@
+package schedule
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tasklock/tasklock"
+	"github.com/tasklock/tasklock/ledger"
+)
+
+// A sharded job (Job.Shards = N > 1) turns each tick into N shard-runs,
+// each claimed with the key (job, tick, trigger, shard) once across the
+// fleet:
+//
+//   - Spread: at the tick, a node ranks itself among the live nodes (the
+//     sorted names of the node leases, itself included): rank r of L. It
+//     claims the shards k with k mod L = r, at most ceil(N/L), and runs
+//     them at once, each holding its shard lock (job key + "/shard/" + k).
+//   - The rest: every node watches the tick's shards (shardTick). From one
+//     poll interval after the tick, a node with no shard-run of the job
+//     under way claims a shard that no one has claimed, one at a time, so
+//     that shards a node missed (it was not in the others' list of live
+//     nodes, or could not list them) are taken by whoever is free.
+//   - Retake: a shard with no outcome (its latest attempt has no record,
+//     or a running or interrupted one) whose claim is held by a node that
+//     no longer holds its node lease is taken over by a free node with a
+//     retake claim: the same job, tick and shard, Trigger = the tick's
+//     trigger + "~" + the stopped node. Every taker of one stopped node's
+//     shard contends on that one key; if the taker stops too, the next
+//     one claims with its name. The retaken run waits for the stopped
+//     node's shard lock to expire and is recorded under the tick's own
+//     key with the next attempt number; the stopped node's running record
+//     is settled interrupted by the sweep (sweep.go).
+
+// shardState is a Scheduler's view of its sharded jobs' ticks. Guarded by
+// Scheduler.mu, but for rank and of, which only the loop uses.
+type shardState struct {
+	rank, of int                    // this node's rank among the of live nodes; of = 0: not known, claim none at the tick
+	busy     map[string]int         // job name -> shard-runs claimed here and not yet ended
+	watch    map[tickKey]*shardTick // the ticks whose shards are not all done
+}
+
+type tickKey struct {
+	job     string
+	tick    int64 // UnixNano
+	trigger string
+}
+
+// shardTick is one tick of a sharded job that this node watches until
+// every shard has an outcome.
+type shardTick struct {
+	j     *job
+	w     work      // the tick's work, shard unset
+	ready time.Time // from when free nodes claim the rest
+	next  time.Time // when to look again
+	until time.Time // forgotten after
+	// Per shard.
+	mine   map[int]bool   // claimed by this node
+	holder map[int]string // the live node that holds the shard's current claim key
+	chain  map[int]string // the Trigger of that key: the tick's or a retake's
+}
+
+// maxRetakeChain bounds the retake claims one look makes for one shard.
+const maxRetakeChain = 8
+
+// shardKey is the lock key of one shard of a job with lock key key.
+func shardKey(key string, shard int) string {
+	return key + "/shard/" + strconv.Itoa(shard)
+}
+
+// validateShards checks Job.Shards.
+func validateShards(j Job, keyPrefix string) error {
+	switch {
+	case j.Shards < 0 || j.Shards > ledger.MaxShards:
+		return badJob(j.Name, "Job.Shards", fmt.Sprintf("%d is not within [0, %d]", j.Shards, ledger.MaxShards), nil)
+	case j.Shards > 1 && j.LeaderOnly:
+		return badJob(j.Name, "Job.Shards", "set with LeaderOnly: a leader-only job runs on one node, shards spread over many", nil)
+	case j.Shards <= 1:
+		return nil
+	}
+	if err := tasklock.ValidateKey(shardKey(keyPrefix+j.Name, j.Shards-1)); err != nil {
+		reason := err.Error()
+		var oe *tasklock.OptionError
+		if errors.As(err, &oe) {
+			reason = oe.Reason
+		}
+		return badJob(j.Name, "Job.Name", "makes an invalid shard lock key: "+reason, err)
+	}
+	return nil
+}
+
+func keyOf(j *job, w work) tickKey {
+	return tickKey{job: j.Name, tick: w.tick.UnixNano(), trigger: w.trigger}
+}
+
+// rankShards sets this node's rank among the live nodes before a pass
+// that claims shards. Loop only.
+func (s *Scheduler) rankShards(now time.Time) {
+	s.mu.Lock()
+	need := false
+	for i := 0; len(s.heap) > 0 && !s.heap[0].next.After(now) && i < len(s.heap); i++ {
+		if j := s.heap[i]; j.Shards > 1 && !j.next.After(now) {
+			need = true
+			break
+		}
+	}
+	for name, st := range s.states {
+		if j := s.jobs[name]; !need && j != nil && j.Shards > 1 {
+			for _, tr := range st.Triggers {
+				if !s.seen[triggerKey{name, tr.ID}] {
+					need = true
+				}
+			}
+		}
+	}
+	s.mu.Unlock()
+	if !need {
+		return
+	}
+	rank, of := 0, 1
+	if s.lister != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+		ls, err := s.lister.Leases(ctx, s.nodePrefix)
+		cancel()
+		if err != nil {
+			// Claim none now: free nodes take them a poll later.
+			s.log.Error("schedule: listing the node leases to spread shards", "node", s.node, "err", err)
+			rank, of = 0, 0
+		} else {
+			names := []string{s.node}
+			for _, l := range ls {
+				names = append(names, strings.TrimPrefix(l.Key, s.nodePrefix))
+			}
+			slices.Sort(names)
+			names = slices.Compact(names)
+			rank, of = slices.Index(names, s.node), len(names)
+		}
+	}
+	s.shards.rank, s.shards.of = rank, of
+}
+
+// addShards adds this node's shards of a sharded job's tick to the pass
+// and watches the tick. A paused job's ticks are claimed whole: nothing
+// runs. Callers hold s.mu.
+func (s *Scheduler) addShards(b *batch, j *job, w work) {
+	w.shards = j.Shards
+	if w.paused {
+		for k := range j.Shards {
+			w.shard = k
+			b.addClaim(s, j, w)
+		}
+		return
+	}
+	if s.shards.of > 0 {
+		for k := s.shards.rank; k < j.Shards; k += s.shards.of {
+			w.shard = k
+			b.addClaim(s, j, w)
+		}
+	}
+	key := keyOf(j, w)
+	if s.shards.watch == nil {
+		s.shards.watch = make(map[tickKey]*shardTick)
+	}
+	if s.shards.watch[key] != nil {
+		return
+	}
+	now := s.clock.Now()
+	w.shard = 0
+	s.shards.watch[key] = &shardTick{
+		j: j, w: w, ready: now.Add(s.poll), next: now.Add(s.poll), until: now.Add(s.retention / 2),
+		mine: make(map[int]bool), holder: make(map[int]string), chain: make(map[int]string),
+	}
+}
+
+// shardClaimed notes the result of a pass's claim of a shard.
+func (s *Scheduler) shardClaimed(j *job, w work, r error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.shards.watch[keyOf(j, w)]
+	var ce *ledger.ClaimedError
+	switch {
+	case r == nil && !w.paused:
+		s.busyShards(j.Name, 1)
+		if e != nil {
+			e.mine[w.shard] = true
+		}
+	case e != nil && errors.As(r, &ce):
+		e.holder[w.shard] = ce.Node
+	}
+}
+
+// busyShards counts n more (or fewer) shard-runs of job under way here.
+// Callers hold s.mu.
+func (s *Scheduler) busyShards(job string, n int) {
+	if s.shards.busy == nil {
+		s.shards.busy = make(map[string]int)
+	}
+	s.shards.busy[job] += n
+	if s.shards.busy[job] <= 0 {
+		delete(s.shards.busy, job)
+	}
+}
+
+// shardsEnded notes that n shard-runs of j ended here: the node may be
+// free to take more of the job's shards, so its ticks are looked at again.
+func (s *Scheduler) shardsEnded(j *job, n int) {
+	s.mu.Lock()
+	s.busyShards(j.Name, -n)
+	if s.shards.busy[j.Name] == 0 {
+		now := s.clock.Now()
+		for _, e := range s.shards.watch {
+			if e.j.Name == j.Name {
+				e.next = later(e.ready, now)
+			}
+		}
+	}
+	s.mu.Unlock()
+	s.poke()
+}
+
+// executeShards handles a sharded job's claimed shard-runs: missed ones
+// are recorded in one call, the others run tick after tick, the shards of
+// one tick at once.
+func (s *Scheduler) executeShards(j *job, items []work) {
+	var missed []ledger.RunRecord
+	var late []time.Duration
+	var runs []work
+	for _, w := range items {
+		switch {
+		case w.elsewhere: // only removes its request; never counted busy
+			s.runTick(j, w)
+			continue
+		case !w.missed:
+			runs = append(runs, w)
+			continue
+		}
+		reason := fmt.Sprintf("schedule: tick missed: handled %v late, misfire policy %s", w.late.Round(time.Millisecond), j.Misfire)
+		missed = append(missed, s.notRun(j, w, ledger.RunMissed, reason))
+		late = append(late, w.late)
+	}
+	if len(missed) > 0 {
+		s.record(missed...)
+		for i := range missed {
+			s.emit(recordEvent(EventMissed, &missed[i], late[i]))
+		}
+		s.shardsEnded(j, len(missed))
+	}
+	for i := 0; i < len(runs); {
+		n := i + 1
+		for n < len(runs) && runs[n].tick.Equal(runs[i].tick) && runs[n].trigger == runs[i].trigger {
+			n++
+		}
+		var wg sync.WaitGroup
+		for _, w := range runs[i:n] {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				s.runTick(j, w)
+				s.shardsEnded(j, 1)
+			}()
+		}
+		wg.Wait()
+		i = n
+	}
+}
+
+// obtainShard takes a shard-run's lock, once; a retake waits up to the
+// lock's TTL and a poll for the stopped node's lock to expire.
+func (s *Scheduler) obtainShard(j *job, w work) (*tasklock.Lock, error) {
+	key := shardKey(j.key, w.shard)
+	o := j.lockOptions(s.node)
+	timeout := storeTimeout
+	if w.retake {
+		o.Wait = j.Lock.TTL + s.poll
+		timeout += o.Wait
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if w.retake {
+		return s.lk.Obtain(ctx, key, o)
+	}
+	return s.lk.TryObtain(ctx, key, o)
+}
+
+// pollShards looks at the watched ticks that are due: it forgets those
+// whose shards all have an outcome, and when this node is free claims one
+// unclaimed shard or takes over one of a stopped node. Loop only.
+func (s *Scheduler) pollShards(now time.Time) {
+	s.mu.Lock()
+	var due []*shardTick
+	for k, e := range s.shards.watch {
+		switch {
+		case now.After(e.until):
+			delete(s.shards.watch, k)
+		case !now.Before(e.next):
+			due = append(due, e)
+		}
+	}
+	s.mu.Unlock()
+	if len(due) == 0 {
+		return
+	}
+	slices.SortFunc(due, func(a, b *shardTick) int { return a.w.tick.Compare(b.w.tick) })
+	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+	defer cancel()
+	var alive func(context.Context, string) bool
+	aliveRead := false
+	for _, e := range due {
+		// A whole second: stores may keep ticks to the second.
+		rs, err := s.ledger.Runs(ctx, ledger.RunQuery{Job: e.j.Name, From: e.w.tick, To: e.w.tick.Add(time.Second)})
+		if err != nil {
+			s.log.Error("schedule: reading a sharded tick's history", "node", s.node, "job", e.j.Name, "tick", e.w.tick, "err", err)
+			s.mu.Lock()
+			e.next = now.Add(s.poll)
+			s.mu.Unlock()
+			continue
+		}
+		latest := latestShards(rs, e.w.tick, e.w.trigger)
+		open := make([]int, 0, e.w.shards)
+		for k := range e.w.shards {
+			// A backfill's shard is done once attempted: the tick's
+			// missed or skipped record (attempt 0) is what it makes up for.
+			if r, ok := latest[k]; !ok || !r.Status.Final() || r.Status == ledger.RunInterrupted || (e.w.past && r.Attempt == 0) {
+				open = append(open, k)
+			}
+		}
+		if len(open) == 0 {
+			s.mu.Lock()
+			delete(s.shards.watch, keyOf(e.j, e.w))
+			s.mu.Unlock()
+			continue
+		}
+		if !aliveRead {
+			alive, aliveRead = s.aliveNodes(ctx), true
+		}
+		s.lookAtShards(ctx, e, open, latest, alive, now)
+	}
+}
+
+// latestShards is the latest attempt's record of each shard among the
+// records of tick and trigger in rs.
+func latestShards(rs []ledger.RunRecord, tick time.Time, trigger string) map[int]ledger.RunRecord {
+	latest := make(map[int]ledger.RunRecord)
+	for _, r := range rs {
+		if r.Trigger != trigger || !r.Tick.Equal(tick) {
+			continue
+		}
+		if l, ok := latest[r.Shard]; !ok || r.Attempt > l.Attempt {
+			latest[r.Shard] = r
+		}
+	}
+	return latest
+}
+
+// lookAtShards claims, when this node is free, the first of the open
+// shards that no live node holds, and sets when to look at the tick
+// again.
+func (s *Scheduler) lookAtShards(ctx context.Context, e *shardTick, open []int, latest map[int]ledger.RunRecord, alive func(context.Context, string) bool, now time.Time) {
+	isAlive := func(node string) bool {
+		return node != s.node && (alive == nil || alive(ctx, node))
+	}
+	s.mu.Lock()
+	free := s.shards.busy[e.j.Name] == 0 && !now.Before(e.ready)
+	s.mu.Unlock()
+	waiting := false // a shard no live node holds waits for this node to be free
+	for _, k := range open {
+		s.mu.Lock()
+		mine, holder := e.mine[k], e.holder[k]
+		s.mu.Unlock()
+		if mine || (holder != "" && isAlive(holder)) {
+			continue
+		}
+		if !free {
+			waiting = true
+			continue
+		}
+		if s.takeShard(ctx, e, k, latest[k].Attempt, isAlive) {
+			free = false
+		}
+	}
+	s.mu.Lock()
+	if waiting || free {
+		e.next = now.Add(s.poll)
+	} else {
+		e.next = now.Add(s.sweepEvery) // every open shard is held by a live node (or this one)
+	}
+	s.mu.Unlock()
+}
+
+// takeShard claims shard k of a watched tick, following the retake chain
+// past stopped nodes, and runs it when the claim is this node's. It
+// reports whether it did.
+func (s *Scheduler) takeShard(ctx context.Context, e *shardTick, k, attempts int, isAlive func(string) bool) bool {
+	orig := cmp.Or(e.w.claim, e.w.trigger) // the Trigger of the tick's claim key
+	s.mu.Lock()
+	trig := cmp.Or(e.chain[k], orig)
+	s.mu.Unlock()
+	tried := make(map[string]bool)
+	for range maxRetakeChain {
+		res, err := s.ledger.Claim(ctx, []ledger.ClaimParams{{
+			Job: e.j.Name, Tick: e.w.tick, Trigger: trig, Shard: k, Node: s.node, Token: s.token, Retain: s.retention,
+		}})
+		if err == nil && len(res) != 1 {
+			err = fmt.Errorf("the ledger returned %d results for 1 claim", len(res))
+		}
+		if err != nil {
+			s.log.Error("schedule: claiming a shard", "node", s.node, "job", e.j.Name, "tick", e.w.tick, "shard", k, "err", err)
+			return false
+		}
+		var ce *ledger.ClaimedError
+		switch {
+		case res[0] == nil:
+			s.runShard(e, k, attempts, trig != orig)
+			return true
+		case !errors.As(res[0], &ce):
+			s.log.Error("schedule: claiming a shard", "node", s.node, "job", e.j.Name, "tick", e.w.tick, "shard", k, "err", res[0])
+			return false
+		case ce.Node == "" || isAlive(ce.Node) || tried[ce.Node]:
+			// Held by a live node (or one this look cannot tell about).
+			s.mu.Lock()
+			e.holder[k], e.chain[k] = ce.Node, trig
+			s.mu.Unlock()
+			return false
+		}
+		// Held by a stopped node, or by an earlier process of this one:
+		// take it over.
+		tried[ce.Node] = true
+		trig = orig + "~" + ce.Node
+	}
+	return false
+}
+
+// runShard starts a run of shard k of a watched tick that this node just
+// claimed.
+func (s *Scheduler) runShard(e *shardTick, k, attempts int, retake bool) {
+	w := e.w
+	w.shard, w.attempts, w.retake = k, attempts, retake
+	s.mu.Lock()
+	e.mine[k] = true
+	s.busyShards(e.j.Name, 1)
+	s.active++
+	s.mu.Unlock()
+	if retake {
+		s.log.Info("schedule: took over a shard of a stopped node", "node", s.node, "job", e.j.Name, "tick", w.tick, "shard", k)
+	}
+	s.emit(Event{Type: EventClaimed, Job: e.j.Name, Tick: w.tick.UTC(), Trigger: w.trigger, Shard: k, Shards: w.shards, CatchUp: w.catchUp, Late: s.clock.Now().Sub(w.tick)})
+	go s.execute(e.j, []work{w})
+}
+
+// TickStatus is the overall status of one tick (or trigger-now request)
+// of a job from its history records: every record of one Job, Tick and
+// Trigger, any shards and attempts, as Ledger.Runs returns them. The
+// latest attempt of each shard counts: RunRunning while any shard runs, or
+// while fewer shards have a record than the job's shard count (Shards)
+// says; RunOK when every shard is ok; otherwise the worst of the shards'
+// statuses, from the worst: failed, timeout, lost, interrupted, missed,
+// skipped. For a job that is not sharded it is its latest attempt's
+// status. It returns "" for no records.
+func TickStatus(rs []ledger.RunRecord) ledger.RunStatus {
+	if len(rs) == 0 {
+		return ""
+	}
+	latest := make(map[int]ledger.RunRecord)
+	shards := 1
+	for _, r := range rs {
+		shards = max(shards, r.Shards)
+		if l, ok := latest[r.Shard]; !ok || r.Attempt > l.Attempt {
+			latest[r.Shard] = r
+		}
+	}
+	worst := ledger.RunOK
+	for _, r := range latest {
+		if r.Status == ledger.RunRunning {
+			return ledger.RunRunning
+		}
+		if severity(r.Status) > severity(worst) {
+			worst = r.Status
+		}
+	}
+	if len(latest) < shards {
+		return ledger.RunRunning
+	}
+	return worst
+}
+
+// severity orders the final statuses for TickStatus, worst highest.
+func severity(st ledger.RunStatus) int {
+	switch st {
+	case ledger.RunOK:
+		return 0
+	case ledger.RunSkipped:
+		return 1
+	case ledger.RunMissed:
+		return 2
+	case ledger.RunInterrupted:
+		return 3
+	case ledger.RunLost:
+		return 4
+	case ledger.RunTimeout:
+		return 5
+	}
+	return 6 // failed, or unknown
+}

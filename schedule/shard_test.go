@@ -1,0 +1,446 @@
+package schedule
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tasklock/tasklock"
+	"github.com/tasklock/tasklock/driver"
+	"github.com/tasklock/tasklock/ledger"
+)
+
+// shardLog notes shard-runs per node: which started, which completed.
+type shardLog struct {
+	mu        sync.Mutex
+	started   map[string][]int // node -> shards started there
+	completed map[int]int      // shard -> completions
+	shards    []int            // Run.Shards seen
+}
+
+func newShardLog() *shardLog {
+	return &shardLog{started: map[string][]int{}, completed: map[int]int{}}
+}
+
+func (l *shardLog) start(run Run) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.started[run.Node] = append(l.started[run.Node], run.Shard)
+	l.shards = append(l.shards, run.Shards)
+}
+
+func (l *shardLog) done(run Run) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.completed[run.Shard]++
+}
+
+func (l *shardLog) count() (started, completed int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, ks := range l.started {
+		started += len(ks)
+	}
+	for _, n := range l.completed {
+		completed += n
+	}
+	return started, completed
+}
+
+// checkOnce fails unless each of n shards completed exactly once.
+func (l *shardLog) checkOnce(t *testing.T, n int) {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for k := range n {
+		if l.completed[k] != 1 {
+			t.Errorf("shard %d completed %d times, want 1 (all: %v)", k, l.completed[k], l.completed)
+		}
+	}
+	if len(l.completed) != n {
+		t.Errorf("completions %v, want shards 0..%d", l.completed, n-1)
+	}
+	for _, s := range l.shards {
+		if s != n {
+			t.Errorf("Run.Shards %d, want %d", s, n)
+		}
+	}
+}
+
+// tickRecords waits until the tick has a final ok outcome for each of n
+// shards, and returns the tick's records.
+func (c *cluster) tickRecords(job string, tick time.Time, n int, advance time.Duration) []ledger.RunRecord {
+	c.t.Helper()
+	var rs []ledger.RunRecord
+	waitFor(c.t, fmt.Sprintf("%d shards of %s to end ok", n, job), func() bool {
+		if advance > 0 {
+			c.advance(advance)
+		}
+		var err error
+		rs, err = c.ledger.Runs(context.Background(), ledger.RunQuery{Job: job, From: tick, To: tick.Add(time.Second)})
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		return TickStatus(rs) == ledger.RunOK
+	})
+	return rs
+}
+
+func TestShardsSpread(t *testing.T) {
+	c := newCluster(t)
+	c.clock.Advance(time.Minute) // past the tick at t0: the jobs' first tick is t0+1h
+	log := newShardLog()
+	release := make(chan struct{})
+	job := Job{Name: "spread", Schedule: "@every 1h", Shards: 8, Handler: func(ctx context.Context, run Run) error {
+		log.start(run)
+		<-release
+		log.done(run)
+		return nil
+	}}
+	var claims sync.Map // node -> *atomic.Int32
+	for _, name := range []string{"a", "b", "c"} {
+		n := new(atomic.Int32)
+		claims.Store(name, n)
+		onEvent := func(e Event) {
+			if e.Type == EventClaimed {
+				n.Add(1)
+			}
+		}
+		c.node(name, 0, &Config{NodeLister: c.locks, OnEvent: onEvent}).add(t, job).start(t)
+	}
+	c.settle(true)
+	c.advance(59 * time.Minute)
+	waitFor(t, "8 shard-runs to start", func() bool { s, _ := log.count(); return s == 8 })
+	c.settle(false)
+	log.mu.Lock()
+	var all []int
+	for node, ks := range log.started {
+		if len(ks) > 3 {
+			t.Errorf("node %s started shards %v at the tick, want at most 3 (ceil(8/3))", node, ks)
+		}
+		all = append(all, ks...)
+	}
+	log.mu.Unlock()
+	slices.Sort(all)
+	if want := []int{0, 1, 2, 3, 4, 5, 6, 7}; !slices.Equal(all, want) {
+		t.Errorf("shards started %v, want %v", all, want)
+	}
+	claims.Range(func(k, v any) bool {
+		if n := v.(*atomic.Int32).Load(); n > 3 {
+			t.Errorf("node %s claimed %d shards, want at most 3", k, n)
+		}
+		return true
+	})
+	close(release)
+	c.settle(true)
+	rs := c.tickRecords("spread", t0.Add(time.Hour), 8, 0)
+	log.checkOnce(t, 8)
+	if len(rs) != 8 {
+		t.Fatalf("records %v, want one per shard", rs)
+	}
+	for i, r := range rs {
+		if r.Shard != i || r.Shards != 8 || r.Attempt != 1 || r.Status != ledger.RunOK {
+			t.Errorf("record %d: shard %d/%d attempt %d status %s, want shard %d/8 attempt 1 ok", i, r.Shard, r.Shards, r.Attempt, r.Status, i)
+		}
+	}
+	// Every node stops watching the tick once all its shards are done.
+	c.step(time.Second)
+	for _, n := range c.nodes {
+		n.s.mu.Lock()
+		w, b := len(n.s.shards.watch), len(n.s.shards.busy)
+		n.s.mu.Unlock()
+		if w != 0 || b != 0 {
+			t.Errorf("node %s still watches %d ticks, %d jobs busy", n.name, w, b)
+		}
+	}
+}
+
+// TestShardsRest: a node the others count as live has not the job, so its
+// shards are not claimed at the tick; a poll later the free nodes take
+// them, one at a time each.
+func TestShardsRest(t *testing.T) {
+	c := newCluster(t)
+	c.clock.Advance(time.Minute) // past the tick at t0: the jobs' first tick is t0+1h
+	log := newShardLog()
+	job := Job{Name: "rest", Schedule: "@every 1h", Shards: 8, Handler: func(ctx context.Context, run Run) error {
+		log.start(run)
+		log.done(run)
+		return nil
+	}}
+	cfg := &Config{NodeLister: c.locks, PollInterval: 100 * time.Millisecond}
+	c.node("a", 0, cfg).add(t, job).start(t)
+	c.node("b", 0, cfg).add(t, job).start(t)
+	c.node("c", 0, cfg).start(t) // alive, without the job
+	c.settle(true)
+	c.advance(59 * time.Minute)
+	c.settle(true)
+	if s, _ := log.count(); s != 6 {
+		t.Fatalf("%d shard-runs at the tick, want 6 (shards 2 and 5 are c's)", s)
+	}
+	c.tickRecords("rest", t0.Add(time.Hour), 8, 100*time.Millisecond)
+	c.settle(true)
+	log.checkOnce(t, 8)
+}
+
+// killable is a lock store that fails every call once killed, as a node
+// that stopped without releasing anything: its leases expire.
+type killable struct {
+	driver.Store
+	dead atomic.Bool
+}
+
+var errKilled = errors.New("killed")
+
+func (k *killable) Acquire(ctx context.Context, p driver.AcquireParams) (driver.Grant, error) {
+	if k.dead.Load() {
+		return driver.Grant{}, errKilled
+	}
+	return k.Store.Acquire(ctx, p)
+}
+
+func (k *killable) Renew(ctx context.Context, ps []driver.RenewParams) ([]error, error) {
+	if k.dead.Load() {
+		return nil, errKilled
+	}
+	return k.Store.Renew(ctx, ps)
+}
+
+func (k *killable) Release(ctx context.Context, p driver.ReleaseParams) error {
+	if k.dead.Load() {
+		return errKilled
+	}
+	return k.Store.Release(ctx, p)
+}
+
+// TestShardsTakeover: a node stops mid-tick without releasing its node
+// lease or its shard locks; once they expire the other nodes take its
+// shards over, and no shard completes twice.
+func TestShardsTakeover(t *testing.T) {
+	c := newCluster(t)
+	c.clock.Advance(time.Minute) // past the tick at t0: the jobs' first tick is t0+1h
+	log := newShardLog()
+	hang := make(chan struct{})
+	t.Cleanup(func() { close(hang) })
+	job := func(node string) Job {
+		return Job{Name: "take", Schedule: "@every 1h", Shards: 8, Lock: tasklock.ObtainOptions{TTL: time.Second},
+			Handler: func(ctx context.Context, run Run) error {
+				log.start(run)
+				if node == "a" {
+					<-hang // a stopped process: it never completes
+					return nil
+				}
+				log.done(run)
+				return nil
+			}}
+	}
+	cfg := Config{NodeLister: c.locks, PollInterval: 100 * time.Millisecond, NodeLeaseTTL: time.Second}
+	// Node a's Locker goes through a store that can be killed.
+	ka := &killable{Store: c.locks}
+	lk, err := tasklock.New(ka, &tasklock.Config{Owner: "a", Logger: discardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfgA := cfg
+	cfgA.Node, cfgA.Clock, cfgA.Logger = "a", &skewClock{c.clock, 0}, discardLogger()
+	sa, err := New(lk, c.ledger, &cfgA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.nodes = append(c.nodes, &node{name: "a", clock: cfgA.Clock.(*skewClock), lk: lk, s: sa})
+	if err := sa.Add(job("a")); err != nil {
+		t.Fatal(err)
+	}
+	if err := sa.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	c.node("b", 0, &cfg).add(t, job("b")).start(t)
+	c.node("c", 0, &cfg).add(t, job("c")).start(t)
+	c.settle(true)
+	c.advance(59 * time.Minute)
+	waitFor(t, "8 shard-runs to start", func() bool { s, _ := log.count(); return s == 8 })
+	log.mu.Lock()
+	onA := slices.Clone(log.started["a"])
+	log.mu.Unlock()
+	slices.Sort(onA)
+	if !slices.Equal(onA, []int{0, 3, 6}) {
+		t.Fatalf("node a runs shards %v, want [0 3 6] (rank 0 of 3)", onA)
+	}
+	ka.dead.Store(true)
+
+	rs := c.tickRecords("take", t0.Add(time.Hour), 8, 50*time.Millisecond)
+	c.settle(false)
+	log.checkOnce(t, 8)
+	latest := latestShards(rs, t0.Add(time.Hour), "")
+	for _, k := range onA {
+		r := latest[k]
+		if r.Attempt != 2 || r.Node == "a" || r.Status != ledger.RunOK {
+			t.Errorf("shard %d: latest record attempt %d on %s %s, want attempt 2 ok on b or c", k, r.Attempt, r.Node, r.Status)
+		}
+	}
+	for _, r := range rs {
+		if r.Node == "a" && r.Attempt == 1 && r.Status != ledger.RunInterrupted && r.Status != ledger.RunRunning {
+			t.Errorf("a's record %+v, want running or interrupted", r)
+		}
+	}
+	// The retake claims are on the chain's key.
+	res, err := c.ledger.Claim(context.Background(), []ledger.ClaimParams{{Job: "take", Tick: t0.Add(time.Hour), Trigger: "~a", Shard: 0, Node: "x", Token: "x", Retain: time.Hour}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ce *ledger.ClaimedError
+	if !errors.As(res[0], &ce) || (ce.Node != "b" && ce.Node != "c") {
+		t.Errorf("retake claim of shard 0: %v, want held by b or c", res[0])
+	}
+}
+
+func TestShardsValidate(t *testing.T) {
+	c := newCluster(t)
+	n := c.node("a", 0, nil)
+	ok := func(context.Context, Run) error { return nil }
+	for _, tc := range []struct {
+		job  Job
+		want string
+	}{
+		{Job{Name: "neg", Schedule: "@every 1m", Handler: ok, Shards: -1}, "Job.Shards"},
+		{Job{Name: "big", Schedule: "@every 1m", Handler: ok, Shards: ledger.MaxShards + 1}, "Job.Shards"},
+		{Job{Name: "lead", Schedule: "@every 1m", Handler: ok, Shards: 2, LeaderOnly: true}, "LeaderOnly"},
+	} {
+		err := n.s.Add(tc.job)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Add(%s): %v, want an error naming %s", tc.job.Name, err, tc.want)
+		}
+	}
+	if err := n.s.Add(Job{Name: "max", Schedule: "@every 1m", Handler: ok, Shards: ledger.MaxShards}); err != nil {
+		t.Errorf("Add with Shards = MaxShards: %v", err)
+	}
+}
+
+func TestTickStatus(t *testing.T) {
+	rec := func(shard, attempt int, st ledger.RunStatus) ledger.RunRecord {
+		return ledger.RunRecord{Job: "j", Shard: shard, Shards: 3, Attempt: attempt, Status: st}
+	}
+	for _, tc := range []struct {
+		name string
+		rs   []ledger.RunRecord
+		want ledger.RunStatus
+	}{
+		{"none", nil, ""},
+		{"unsharded", []ledger.RunRecord{{Attempt: 2, Status: ledger.RunOK}, {Attempt: 1, Status: ledger.RunFailed}}, ledger.RunOK},
+		{"all ok", []ledger.RunRecord{rec(0, 1, ledger.RunOK), rec(1, 1, ledger.RunOK), rec(2, 1, ledger.RunOK)}, ledger.RunOK},
+		{"one missing", []ledger.RunRecord{rec(0, 1, ledger.RunOK), rec(2, 1, ledger.RunOK)}, ledger.RunRunning},
+		{"one running", []ledger.RunRecord{rec(0, 1, ledger.RunFailed), rec(1, 1, ledger.RunRunning), rec(2, 1, ledger.RunOK)}, ledger.RunRunning},
+		{"worst", []ledger.RunRecord{rec(0, 1, ledger.RunSkipped), rec(1, 1, ledger.RunTimeout), rec(2, 1, ledger.RunInterrupted)}, ledger.RunTimeout},
+		{"retaken", []ledger.RunRecord{rec(0, 2, ledger.RunOK), rec(0, 1, ledger.RunInterrupted), rec(1, 1, ledger.RunOK), rec(2, 1, ledger.RunOK)}, ledger.RunOK},
+		{"failed", []ledger.RunRecord{rec(0, 1, ledger.RunOK), rec(1, 1, ledger.RunFailed), rec(2, 1, ledger.RunMissed)}, ledger.RunFailed},
+	} {
+		if got := TickStatus(tc.rs); got != tc.want {
+			t.Errorf("%s: TickStatus = %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestShardsTrigger: a trigger-now request of a sharded job runs every
+// shard once, under the request's ID.
+func TestShardsTrigger(t *testing.T) {
+	c := newCluster(t)
+	c.clock.Advance(time.Minute)
+	log := newShardLog()
+	job := Job{Name: "trig", Schedule: "@every 24h", Shards: 5, Handler: func(ctx context.Context, run Run) error {
+		if run.Trigger == "" {
+			return errors.New("a scheduled tick ran")
+		}
+		log.start(run)
+		log.done(run)
+		return nil
+	}}
+	cfg := &Config{NodeLister: c.locks, PollInterval: 100 * time.Millisecond}
+	a := c.node("a", 0, cfg).add(t, job).start(t)
+	c.node("b", 0, cfg).add(t, job).start(t)
+	c.settle(true)
+	id, err := a.s.Trigger(context.Background(), "trig")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rs []ledger.RunRecord
+	waitFor(t, "5 shard-runs of the trigger to end ok", func() bool {
+		c.advance(100 * time.Millisecond)
+		rs, err = c.ledger.Runs(context.Background(), ledger.RunQuery{Job: "trig"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(rs) == 5 && TickStatus(rs) == ledger.RunOK
+	})
+	c.settle(true)
+	log.checkOnce(t, 5)
+	for _, r := range rs {
+		if r.Trigger != id || r.Shards != 5 {
+			t.Errorf("record %+v, want trigger %s of 5 shards", r, id)
+		}
+	}
+}
+
+// TestShardsBackfill: a backfill of a sharded job's missed tick runs every
+// shard once, each shard's attempts counted on its own.
+func TestShardsBackfill(t *testing.T) {
+	c := newCluster(t)
+	c.clock.Advance(30 * time.Second)
+	log := newShardLog()
+	job := Job{Name: "bf", Schedule: "@every 1m", Shards: 4, Misfire: MisfireSkip, MisfireWindow: 30 * time.Minute,
+		Handler: func(ctx context.Context, run Run) error {
+			if run.Tick.Equal(t0.Add(2 * time.Minute)) {
+				log.start(run)
+				log.done(run)
+			}
+			return nil
+		}}
+	cfg := &Config{NodeLister: c.locks, PollInterval: 100 * time.Millisecond}
+	a := c.node("a", 0, cfg).add(t, job).start(t)
+	c.settle(true)
+	a.shutdown(t)
+	c.advance(3 * time.Minute) // ticks t0+1m .. t0+3m missed
+	c.node("b", 0, cfg).add(t, job).start(t)
+	c.node("c", 0, cfg).add(t, job).start(t)
+	missed := t0.Add(2 * time.Minute)
+	c.tickRecordsWith(t, "bf", missed, func(rs []ledger.RunRecord) bool { return TickStatus(rs) == ledger.RunMissed })
+	if _, err := RequestBackfill(context.Background(), c.ledger, "bf", missed, missed, BackfillOptions{Now: c.clock.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	rs := c.tickRecordsWith(t, "bf", missed, func(rs []ledger.RunRecord) bool { return TickStatus(rs) == ledger.RunOK })
+	c.settle(true)
+	log.checkOnce(t, 4)
+	for k, r := range latestShards(rs, missed, "") {
+		if r.Attempt != 1 || r.Status != ledger.RunOK {
+			t.Errorf("shard %d: latest attempt %d %s, want 1 ok", k, r.Attempt, r.Status)
+		}
+	}
+}
+
+// tickRecordsWith advances the clock a poll at a time until the tick's
+// records satisfy ok, and returns them.
+func (c *cluster) tickRecordsWith(t *testing.T, job string, tick time.Time, ok func([]ledger.RunRecord) bool) []ledger.RunRecord {
+	t.Helper()
+	var rs []ledger.RunRecord
+	defer func() {
+		if t.Failed() {
+			for _, r := range rs {
+				t.Logf("record %+v", r)
+			}
+		}
+	}()
+	waitFor(t, "the tick's records", func() bool {
+		c.advance(100 * time.Millisecond)
+		var err error
+		rs, err = c.ledger.Runs(context.Background(), ledger.RunQuery{Job: job, From: tick, To: tick.Add(time.Second)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok(rs)
+	})
+	return rs
+}
