@@ -520,8 +520,18 @@ func measureSched(ctx context.Context, srv *server, p schedParams, spec schedSpe
 	}
 
 	// The window: the ticks w0, w0+1s, …; counted over the same wall time.
-	w0 := start.Add(p.warmup).Truncate(time.Second).Add(time.Second)
+	// It begins p.warmup after the start, and at least 2 s after the nodes
+	// have started: on a loaded machine, New, Add and Start of 10,000 jobs
+	// can take longer than the warm-up.
+	w0 := start.Add(p.warmup)
+	if ready := time.Now().Add(2 * time.Second); ready.After(w0) {
+		w0 = ready
+	}
+	w0 = w0.Truncate(time.Second).Add(time.Second)
 	r.ticks = int(p.window / time.Second)
+	if int(w0.Unix()-o.base)+r.ticks > o.ticks {
+		return fmt.Errorf("the nodes took %v to start, too long for the oracle's %d ticks", r.startup, o.ticks)
+	}
 	w1 := w0.Add(time.Duration(r.ticks) * time.Second)
 	sampleUntil(w0)
 	r.warmupGoroutines, maxG = maxG, 0
