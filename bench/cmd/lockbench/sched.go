@@ -333,11 +333,13 @@ func runP5(ctx context.Context, cfg config, add func(func())) []*schedResult {
 		}
 		r.server = srv.version
 		progress("P5: redis-server %s on %s, %d jobs @every 1s on %d nodes", srv.version, srv.addr, n, schedNodes)
-		r.err = measureSched(ctx, srv, p, plainSpec(n), r)
+		if err := measureSched(ctx, srv, p, plainSpec(n), r); err != nil {
+			r.err = fmt.Errorf("P5 (%d jobs): %w", n, err)
+		}
 		srv.stop()
 		r.loadAfter = loadAvg()
 		if r.err != nil {
-			progress("P5 (%d jobs): %v", n, r.err)
+			progress("%v", r.err)
 		}
 	}
 	return out

@@ -104,11 +104,13 @@ func runP5Variants(ctx context.Context, cfg config, add func(func())) []*schedRe
 		}
 		r.server = srv.version
 		progress("%s: redis-server %s on %s, %d jobs @every 1s on %d nodes", name, srv.version, srv.addr, spec.jobs, schedNodes)
-		r.err = measureSched(ctx, srv, p, spec, r)
+		if err := measureSched(ctx, srv, p, spec, r); err != nil {
+			r.err = fmt.Errorf("%s (%d jobs): %w", name, spec.jobs, err)
+		}
 		srv.stop()
 		r.loadAfter = loadAvg()
 		if r.err != nil {
-			progress("%s (%d jobs): %v", name, spec.jobs, r.err)
+			progress("%v", r.err)
 		}
 	}
 	return out
