@@ -704,6 +704,11 @@ func (h *handler) setState(op ledger.JobStateOp) http.HandlerFunc {
 			return
 		}
 		h.sum.invalidate()
+		detail := ""
+		if p.Trigger != "" {
+			detail = "trigger " + p.Trigger
+		}
+		h.audit(ctx, r, name, opAction[op], detail)
 		out := map[string]any{"job": apijson.FromState(st)}
 		if p.Trigger != "" {
 			out["trigger"] = p.Trigger
@@ -711,6 +716,9 @@ func (h *handler) setState(op ledger.JobStateOp) http.HandlerFunc {
 		writeJSON(w, http.StatusOK, out)
 	}
 }
+
+// opAction names the audit action of each state change.
+var opAction = map[ledger.JobStateOp]string{ledger.JobPause: "pause", ledger.JobResume: "resume", ledger.JobTrigger: "trigger"}
 
 // release is POST /api/locks/{key}/release: deletes the lease whoever holds
 // it; 404 when it is not held.

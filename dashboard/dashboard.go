@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tasklock/tasklock"
+	"github.com/tasklock/tasklock/dashboard/jobdefs"
 	"github.com/tasklock/tasklock/driver"
 	"github.com/tasklock/tasklock/internal/redact"
 	"github.com/tasklock/tasklock/ledger"
@@ -73,6 +74,18 @@ type Options struct {
 	// EventInterval is how often /api/events pushes a summary. Default:
 	// 1s.
 	EventInterval time.Duration
+	// DefineJob, when set, turns on the job API: POST /api/jobs, PUT and
+	// DELETE /api/jobs/{name} change the jobs defined at run time, kept in
+	// the store's ledger.Catalog, each with an audit entry. It checks a
+	// definition — the request's body, one job in YAML or JSON; name is
+	// the path's, "" for POST — and returns the job's name and the form to
+	// store. Its error is answered 400 with the error's text, which should
+	// name each mistake. Nil: those calls are answered 501.
+	DefineJob func(body []byte, name string) (job, def string, err error)
+	// FileJob, with DefineJob, reports whether name is a job of the
+	// configuration file, which is authoritative for its jobs: POST and
+	// PUT refuse to define it (409).
+	FileJob func(name string) bool
 }
 
 // DefaultNodeKeyPrefix is the prefix of the locks `tasklock serve` holds
@@ -202,7 +215,13 @@ func New(opts Options) (http.Handler, error) {
 	h.mux = m
 	h.route(m, http.MethodGet, "/healthz", healthz)
 	h.route(m, http.MethodGet, "/api/info", h.reading(h.info))
-	h.route(m, http.MethodGet, "/api/jobs", h.reading(h.jobs))
+	h.methods(m, "/api/jobs", map[string]http.HandlerFunc{
+		http.MethodGet: h.reading(h.jobs), http.MethodPost: h.mutating(h.defineJob(jobdefs.Create)),
+	})
+	h.methods(m, "/api/jobs/{name}", map[string]http.HandlerFunc{
+		http.MethodPut: h.mutating(h.defineJob(jobdefs.Update)), http.MethodDelete: h.mutating(h.deleteJob),
+	})
+	h.route(m, http.MethodGet, "/api/audit", h.reading(h.auditList))
 	h.route(m, http.MethodGet, "/api/runs", h.reading(h.runs))
 	h.route(m, http.MethodGet, "/api/locks", h.reading(h.locks))
 	h.route(m, http.MethodGet, "/api/nodes", h.reading(h.nodes))

@@ -45,9 +45,26 @@
 //	POST /api/jobs/{name}/trigger   {"job": state after, "trigger": ID}
 //	POST /api/jobs/{name}/pause     {"job": state after}
 //	POST /api/jobs/{name}/resume    {"job": state after}
+//	POST /api/jobs        body: one job, YAML or JSON, with the keys of a job of serve's
+//	                      configuration file (Options.DefineJob checks it); 201
+//	                      {"job", "op", "version", "changed", "detail"}; 409 when it is
+//	                      defined already or is a job of the configuration file
+//	PUT  /api/jobs/{name} the same body (name: may be left out): replaces the job's
+//	                      definition; 404 when it was not defined at run time
+//	DELETE /api/jobs/{name}?cancel=1   deletes it: its runs in progress finish, or
+//	                      with cancel=1 are cancelled
+//	GET  /api/audit       ?job= &limit=N (default 50) &before=SEQ
+//	                      {"audit": [{"seq", "at", "who", "job", "action", "detail"}], "next": SEQ}
 //	POST /api/locks/{key}/release   {"released": KEY}; 404 when not held (escape a / in KEY as %2F)
 //	POST /login           form field token=...: starts a session, sets its cookie; {"csrf": ...}
 //	POST /logout          ends the session (server-side) and clears the cookie
+//
+// POST, PUT and DELETE /api/jobs change the jobs defined at run time (kept
+// in the store's ledger.Catalog; 501 when it keeps none or
+// Options.DefineJob is unset), and trigger, pause and resume append to
+// the same audit: every one of these calls needs the token, as the other
+// POSTs do, and its audit entry says who: "api:token" for the bearer
+// token, "api:session:" and a hash of the session id for a login.
 //
 // The job, run and lock objects have the shapes of `tasklock jobs --json`
 // and `tasklock locks --json`, with the fields above added.

@@ -94,6 +94,13 @@ func newLocker(t *testing.T, s *Store, owner string) *tasklock.Locker {
 // etcd's smallest lease with the test server's raft timings.
 const faultTTL = time.Second
 
+// steadyTTL is the session TTL and the lock TTL of the test's own
+// holders beside a holder process of faultTTL: long enough that no busy
+// machine delays their keepalives past it, so that their holds last the
+// test whatever the load, and a hold of theirs that ends is the fault's
+// doing. Only the holder process's hold has to end fast.
+const steadyTTL = 10 * time.Second
+
 // startHolder starts a helper process that obtains key with faultTTL and
 // writes to the register until its lock ends, and waits for its first
 // accepted write.
@@ -150,22 +157,24 @@ func TestFaults(t *testing.T) {
 }
 
 // takeover starts a holder process, SIGKILLs it (stop false) or SIGSTOPs
-// it (stop true), has "next" obtain the key, checks that it did within
-// SessionTTL + 1s with a higher fence, and makes the new holder's write.
-// It returns the holder, the register, the new lock and the fault's time.
-func takeover(t *testing.T, stop bool) (*faulttest.Holder, register, *tasklock.Lock, time.Time) {
+// it (stop true), has "next" obtain the key (with steadyTTL, on a Store
+// of its own on the holder's prefix), checks that it did within the
+// holder's SessionTTL + 1s with a higher fence, and makes the new
+// holder's write. It returns the holder, the register, the new lock and
+// its Store, and the fault's time.
+func takeover(t *testing.T, stop bool) (*faulttest.Holder, register, *tasklock.Lock, *Store, time.Time) {
 	t.Helper()
 	srv := testserver.StartEtcd(t)
 	c := newClient(t, srv.Endpoints(), nil)
 	reg := newRegister(t, c)
-	s := newStore(t, c, &Options{SessionTTL: faultTTL})
+	s := newStore(t, c, &Options{SessionTTL: steadyTTL})
 	h := startHolder(t, srv, s.prefix, reg)
 	f1 := h.Fence
 	lk := newLocker(t, s, "next")
 	sig, fenceErr := signal(t, h, stop)
 	faulted := time.Now()
-	l, took := faulttest.Obtain(t, lk, "job", &tasklock.ObtainOptions{TTL: faultTTL}, faulted)
-	t.Logf("obtained %v after %s of the holder (SessionTTL %v), fence %d after %d", took.Round(time.Millisecond), sig, faultTTL, l.Fence(), f1)
+	l, took := faulttest.Obtain(t, lk, "job", &tasklock.ObtainOptions{TTL: steadyTTL}, faulted)
+	t.Logf("obtained %v after %s of the holder (its SessionTTL %v), fence %d after %d", took.Round(time.Millisecond), sig, faultTTL, l.Fence(), f1)
 	if took > faultTTL+time.Second {
 		t.Errorf("takeover took %v, want ≤ SessionTTL + 1s", took)
 	}
@@ -175,7 +184,7 @@ func takeover(t *testing.T, stop bool) (*faulttest.Holder, register, *tasklock.L
 	if ok, err := reg.write(ctxT(t), l.Fence(), "next"); err != nil || !ok {
 		t.Fatalf("the new holder's write: %v %v", ok, err)
 	}
-	return h, reg, l, faulted
+	return h, reg, l, s, faulted
 }
 
 // holderProcess is a holder process of either protocol (faulttest.Holder,
@@ -201,7 +210,7 @@ func signal(t *testing.T, h holderProcess, stop bool) (string, func(string, ...a
 // testHolderKilled: the holder process is SIGKILLed; another obtains
 // within SessionTTL + 1 s, with a higher fence.
 func testHolderKilled(t *testing.T) {
-	_, reg, l, _ := takeover(t, false)
+	_, reg, l, _, _ := takeover(t, false)
 	t.Logf("writes accepted: %v", reg.check(t, l.Fence()))
 	if err := l.Release(ctxT(t)); err != nil {
 		t.Fatal(err)
@@ -211,17 +220,61 @@ func testHolderKilled(t *testing.T) {
 // testHolderPaused: the holder process is SIGSTOPped past its TTL. Another
 // obtains once etcd expired its session; when the holder resumes its Done
 // is closed before it writes again, and none of its writes is accepted
-// after the new holder's.
+// after the new holder's. Once the resumed holder has exited, whatever it
+// did is at etcd: the key must have the new holder's entry alone, as its
+// grant put it, its renewal must succeed, and a write with its fence must
+// still be accepted.
 func testHolderPaused(t *testing.T) {
-	h, reg, l, stopped := takeover(t, true)
+	h, reg, l, s, stopped := takeover(t, true)
 	time.Sleep(time.Until(stopped.Add(2 * faultTTL))) // the pause itself, not synchronisation
 
-	h.CheckResumed(t, "")
+	h.CheckResumed(t, "") // and waits for it to exit
 	t.Logf("writes accepted: %v", reg.check(t, l.Fence()))
+	checkMutexHold(t, reg.c, s, "job", l)
+	if err := l.Extend(ctxT(t), steadyTTL); err != nil {
+		t.Fatalf("the new holder's renewal after the holder resumed: %v", err)
+	}
 	select {
 	case <-l.Done():
 		t.Fatalf("the new holder's lock ended: %v", l.Err())
 	default:
+	}
+	if ok, err := reg.write(ctxT(t), l.Fence(), "next"); err != nil || !ok {
+		t.Fatalf("the new holder's write after the holder resumed: accepted %v, %v", ok, err)
+	}
+	if err := l.Release(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// checkMutexHold reads key's entries at etcd and fails unless l's is the
+// only one: of its owner, created at its fence (the grant's own put), on
+// s's session lease.
+func checkMutexHold(t *testing.T, c *clientv3.Client, s *Store, key string, l *tasklock.Lock) {
+	t.Helper()
+	resp, err := c.Get(ctxT(t), s.keyPrefix(key), clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Lock()
+	lease := s.sess.id
+	s.mu.Unlock()
+	if len(resp.Kvs) != 1 {
+		var keys []string
+		for _, kv := range resp.Kvs {
+			keys = append(keys, string(kv.Key))
+		}
+		t.Fatalf("%q has %d entries at etcd, want the new holder's alone: %q", key, len(resp.Kvs), keys)
+	}
+	kv := resp.Kvs[0]
+	if _, owner, _ := parseValue(kv.Value); owner != l.Owner() {
+		t.Errorf("%q is held by %q at etcd, want %q", key, owner, l.Owner())
+	}
+	if kv.CreateRevision != int64(l.Fence()) {
+		t.Errorf("the entry %q created at revision %d, the new holder's fence %d: put again", kv.Key, kv.CreateRevision, l.Fence())
+	}
+	if clientv3.LeaseID(kv.Lease) != lease {
+		t.Errorf("the entry %q on lease %x, not the Store's session %x", kv.Key, kv.Lease, lease)
 	}
 }
 

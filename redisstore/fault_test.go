@@ -9,7 +9,9 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -48,6 +50,12 @@ func startHolder(t *testing.T, lockAddr, regAddr, prefix string, ttl time.Durati
 	return h, h.Fence
 }
 
+// steadyTTL is the TTL of a hold that takes a paused holder's place:
+// long enough that no busy machine delays its renewals past it, so that
+// it lasts the test whatever the load and its end would be the fault's
+// doing. Only the holder process's hold has to end fast.
+const steadyTTL = 10 * time.Second
+
 func newFaultLocker(t *testing.T, addr, prefix, owner string) *tasklock.Locker {
 	t.Helper()
 	s := newStore(t, closeAtCleanup(t, redis.NewClient(&redis.Options{Addr: addr})), &Options{Prefix: prefix})
@@ -82,9 +90,11 @@ func TestFaultHolderKilled(t *testing.T) {
 	}
 }
 
-// (b) The holder process is SIGSTOPped for 2×TTL: another obtains; when the
-// first resumes its Done is already closed and none of its writes is
-// accepted after the new holder's.
+// (b) The holder process is SIGSTOPped for 2×TTL: another obtains (for
+// steadyTTL); when the first resumes its Done is already closed and none
+// of its writes is accepted after the new holder's. Once it has exited,
+// the lock key holds the new holder's grant, which renews, and a write
+// with its fence is still accepted.
 func TestFaultHolderPaused(t *testing.T) {
 	t.Parallel()
 	srv, regSrv := testserver.StartRedis(t), testserver.StartRedis(t)
@@ -96,7 +106,7 @@ func TestFaultHolderPaused(t *testing.T) {
 
 	holder.Stop(t)
 	stopped := time.Now()
-	l, err := b.Obtain(ctxT(t), "job", &tasklock.ObtainOptions{TTL: ttl})
+	l, err := b.Obtain(ctxT(t), "job", &tasklock.ObtainOptions{TTL: steadyTTL})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,13 +122,31 @@ func TestFaultHolderPaused(t *testing.T) {
 		t.Fatalf("on resume the holder saw %q: it could have acted on a lost lock", line)
 	}
 	holder.WaitLine(t, "lost ", 5*time.Second)
+	if code := holder.Wait(t, 10*time.Second); code != 0 {
+		t.Errorf("holder exit code %d", code)
+	}
 	if stale := testserver.AcceptedAfter(reg.Accepted(t), "b", "holder"); len(stale) > 0 {
 		t.Fatalf("register accepted the paused holder's writes after the new holder's: %v", stale)
+	}
+	c := closeAtCleanup(t, redis.NewClient(&redis.Options{Addr: srv.Addr()}))
+	lk, fk := prefix+"{job}", prefix+"{job}:fence"
+	v, err := c.Get(ctxT(t), lk).Result()
+	if _, rest, _ := strings.Cut(v, ":"); err != nil || rest != fmt.Sprintf("%d:b", l.Fence()) {
+		t.Fatalf("the lock key holds %q (%v), want the new holder's grant, fence %d, owner b", v, err, l.Fence())
+	}
+	if f, err := c.Get(ctxT(t), fk).Uint64(); err != nil || f != l.Fence() {
+		t.Errorf("the fence counter is %d (%v), the new holder's fence %d: a grant came after it", f, err, l.Fence())
+	}
+	if err := l.Extend(ctxT(t), steadyTTL); err != nil {
+		t.Fatalf("the new holder's renewal after the holder resumed: %v", err)
 	}
 	select {
 	case <-l.Done():
 		t.Fatalf("the new holder lost its lock: %v", l.Err())
 	default:
+	}
+	if ok, err := reg.Write(ctxT(t), l.Fence(), "b"); !ok || err != nil {
+		t.Fatalf("the new holder's write after the holder resumed: accepted %v, %v", ok, err)
 	}
 }
 

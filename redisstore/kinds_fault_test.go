@@ -148,7 +148,9 @@ func TestFaultKindsHolderKilled(t *testing.T) {
 // (b) The holder process of a read side, a write side or a semaphore's
 // only permit is SIGSTOPped for 2×TTL: a writer or a permit takes its
 // place; when the holder resumes its Done is already closed, it writes
-// nothing, and no sections overlap.
+// nothing, and no sections overlap. Once the resumed holder has exited,
+// the new hold is at the server as it was granted and alone
+// (checkKindHold), renews, and a write with its fence is still accepted.
 func TestFaultKindsHolderPaused(t *testing.T) {
 	t.Parallel()
 	for _, k := range []kindCase{{tasklock.ModeRead, 0}, {tasklock.ModeWrite, 0}, {tasklock.ModePermit, 1}} {
@@ -160,7 +162,7 @@ func TestFaultKindsHolderPaused(t *testing.T) {
 
 			r.holder.Stop(t)
 			stopped := time.Now()
-			l, err := k.obtain(ctxT(t), b, "job", &tasklock.ObtainOptions{TTL: ttl})
+			l, err := k.obtain(ctxT(t), b, "job", &tasklock.ObtainOptions{TTL: steadyTTL})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -169,14 +171,60 @@ func TestFaultKindsHolderPaused(t *testing.T) {
 			}
 			stop := r.work(t, k, "b", l)
 			time.Sleep(time.Until(stopped.Add(2 * ttl))) // the pause itself, not synchronisation
-			r.holder.CheckResumed(t, "")
+			r.holder.CheckResumed(t, "")                 // and waits for it to exit
 			stop()
 			faulttest.CheckSections(t, k.permits, r.holder.Sections(), r.log.List())
 			if stale := testserver.AcceptedAfter(r.reg.Accepted(t), "b", faulttest.HelperOwner); len(stale) > 0 {
 				t.Fatalf("register accepted the paused holder's writes after the new holder's: %v", stale)
 			}
+			checkKindHold(t, r.srv.Addr(), r.prefix, "job", l)
+			if err := l.Extend(ctxT(t), steadyTTL); err != nil {
+				t.Fatalf("the new holder's renewal after the holder resumed: %v", err)
+			}
 			assertHeld(t, l)
+			if ok, err := r.reg.Write(ctxT(t), l.Fence(), "b"); err != nil || !ok {
+				t.Fatalf("the new holder's write after the holder resumed: accepted %v, %v", ok, err)
+			}
 		})
+	}
+}
+
+// checkKindHold reads key's read-write lock or semaphore at the server
+// (kinds.lua's keys under prefix) and fails unless l's hold is its only
+// live one: the held set has one member, not expired, whose entry is of
+// l's mode, fence and owner, and no grant came after it (the fence
+// counter is l's fence).
+func checkKindHold(t *testing.T, addr, prefix, key string, l *tasklock.Lock) {
+	t.Helper()
+	c := closeAtCleanup(t, redis.NewClient(&redis.Options{Addr: addr}))
+	lk := prefix + "{" + key + "}"
+	ctx := ctxT(t)
+	held, err := c.ZRangeWithScores(ctx, lk+kindsHeldSuffix, 0, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var who []string
+	for _, z := range held {
+		tok := z.Member.(string)
+		v, err := c.HGet(ctx, lk+kindsSuffix, tok).Result()
+		if err != nil {
+			t.Fatalf("the held %q's entry: %v", tok, err)
+		}
+		who = append(who, v)
+	}
+	want := fmt.Sprintf("%c:%d:%s", l.Mode().String()[0], l.Fence(), l.Owner())
+	if len(who) != 1 || who[0] != want {
+		t.Fatalf("the holds of %q at the server: %q, want the new holder's alone: %q", key, who, want)
+	}
+	srvNow, err := c.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if exp := int64(held[0].Score); exp <= srvNow.UnixMilli() {
+		t.Errorf("the new hold expires at %d ms, the server's time is %d ms", exp, srvNow.UnixMilli())
+	}
+	if f, err := c.Get(ctx, lk+kindsFenceSuffix).Uint64(); err != nil || f != l.Fence() {
+		t.Errorf("the fence counter is %d (%v), the new holder's fence %d: a grant came after it", f, err, l.Fence())
 	}
 }
 

@@ -297,6 +297,8 @@ type job struct {
 	after  time.Time // every tick up to and including after was handled here
 	next   time.Time // sched.Next(after): the heap's key
 	idx    int       // index in the heap, -1 when not in it
+
+	rm jobRemoval // Scheduler.Remove (remove.go); guarded by Scheduler.mu
 }
 
 func validateJob(j Job, keyPrefix string, retention time.Duration) (*job, error) {

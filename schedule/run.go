@@ -109,6 +109,12 @@ func (s *Scheduler) runTick(j *job, w work) {
 	// end of Shutdown's grace period.
 	tickCtx, tickCancel := context.WithCancelCause(s.runCtx)
 	defer tickCancel(nil)
+	ended, ok := s.startRun(j, tickCancel)
+	if !ok {
+		s.skip(j, w, ErrRemoved.Error())
+		return
+	}
+	defer ended()
 	var lock *tasklock.Lock
 	var lim limits // Job.MaxConcurrent's and Job.Pool's permits (limits.go)
 	defer func() {
@@ -165,7 +171,7 @@ func (s *Scheduler) runTick(j *job, w work) {
 		s.logRun(&rec)
 		s.emit(runEvent(EventRunEnded, &rec, w.catchUp))
 		retry := rec.Status == ledger.RunFailed || rec.Status == ledger.RunTimeout
-		if !retry || try > j.Retries || tickCtx.Err() != nil {
+		if !retry || try > j.Retries || tickCtx.Err() != nil || s.removed(j) {
 			return
 		}
 		backoff := min(j.RetryBackoff<<min(try-1, 30), j.RetryBackoffMax)

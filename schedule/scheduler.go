@@ -183,6 +183,10 @@ type Scheduler struct {
 	idleClosed  bool
 	stepped     time.Time // the clock reading of the loop's last step
 	brokenEvs   []Event   // EventBroken events to emit once s.mu is released (flushBroken)
+	// handled is, for each job removed (Remove), when and up to which
+	// instant it had handled its ticks: a job of that name added again
+	// starts from there (skipHandled).
+	handled map[string]removal
 
 	hist history // history records waiting to be written together (run.go)
 
@@ -409,6 +413,7 @@ func (s *Scheduler) begin(j *job, now time.Time) {
 	if from := j.since.Add(-time.Nanosecond); !j.since.IsZero() && from.After(j.after) {
 		j.after = from
 	}
+	s.skipHandled(j, now)
 	if s.setNext(j, j.after) {
 		heap.Push(&s.heap, j)
 	}
@@ -1013,7 +1018,7 @@ func (s *Scheduler) claimFailed(b *batch, now time.Time, err error) {
 	defer s.flushBroken()
 	defer s.mu.Unlock()
 	for _, u := range b.undo {
-		if !u.j.after.Equal(now) {
+		if !u.j.after.Equal(now) || u.j.rm.removed {
 			continue
 		}
 		u.j.after = u.after

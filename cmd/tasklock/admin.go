@@ -49,6 +49,9 @@ func parseAdmin(cmd string, args []string, getenv func(string) string, subs map[
 	}
 	a.sub, a.positional = positional[0], positional[1:]
 	want, ok := subs[a.sub]
+	if want < 0 && len(a.positional) <= -want {
+		want = len(a.positional) // -n: up to n arguments
+	}
 	switch {
 	case !ok:
 		return nil, usagef("unknown subcommand %s: want %s", redact.Quote(a.sub), subNames(subs))
@@ -93,7 +96,7 @@ func parseInterleaved(fs *flag.FlagSet, args []string) (positional []string, set
 
 func subNames(subs map[string]int) string {
 	names := make([]string, 0, len(subs))
-	for _, n := range []string{"list", "show", "release", "history", "trigger", "pause", "resume"} {
+	for _, n := range []string{"list", "show", "release", "history", "trigger", "pause", "resume", "forget", "create", "update", "delete", "audit"} {
 		if _, ok := subs[n]; ok {
 			names = append(names, n)
 		}
@@ -127,7 +130,7 @@ func adminRun(cmd, usage string, args []string, stdout, stderr io.Writer, subs m
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), a.timeout)
 	defer cancel()
-	store, closeFn, err := storeurl.Open(ctx, a.store)
+	store, closeFn, err := openStore(ctx, a.store)
 	if err != nil {
 		fmt.Fprintf(stderr, "tasklock %s %s: %v\n", cmd, a.sub, err)
 		return openExit(err)
@@ -149,6 +152,10 @@ func adminRun(cmd, usage string, args []string, stdout, stderr io.Writer, subs m
 		return exitUnavailable
 	}
 }
+
+// openStore opens the store of the locks and jobs commands; the tests of
+// commands on an in-process store replace it.
+var openStore = storeurl.Open
 
 // openExit is the exit status when a store cannot be opened: 64 for a bad
 // URL, 69 for a store that cannot be reached.

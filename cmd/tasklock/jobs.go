@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -27,6 +28,10 @@ const jobsUsage = `Usage:
   tasklock jobs backfill --store URL JOB --from T1 --to T2 [--overlap skip|allow]
                         [--max N] [--rerun] [--json]
   tasklock jobs rerun   --store URL JOB TICK [--overlap skip|allow] [--json]
+  tasklock jobs create  --store URL [JOB] (-f FILE | --schedule S --command C ...) [--config FILE] [--force] [--json]
+  tasklock jobs update  --store URL [JOB] (-f FILE | --schedule S ...) [--config FILE] [--force] [--json]
+  tasklock jobs delete  --store URL JOB [--cancel] [--json]
+  tasklock jobs audit   --store URL [--job NAME] [--limit N] [--json]
 
 Reads and changes the scheduler's ledger in a store: what ran where, and
 the pause and trigger-now state every node of "tasklock serve" obeys
@@ -65,6 +70,32 @@ the pause and trigger-now state every node of "tasklock serve" obeys
            requests within a second; jobs history shows the runs
   rerun    run JOB's TICK once more, as its next attempt number
 
+  create   define a job at run time: every node of serve runs it within a
+           second, as if it were in its configuration file. -f FILE is
+           one job in YAML or JSON, with the keys of a job of the file
+           (see "tasklock help serve"; - reads stdin), checked as the file
+           is; or flags: --schedule, --command (split at blanks; use -f
+           for arguments with blanks), --http-url, --timezone,
+           --run-timeout (the key timeout:), --overlap, --misfire,
+           --retries, --jitter, --lock-ttl, --kill-grace, --max-hold,
+           --min-hold, --run-on; flags after -f replace its keys. JOB
+           names the job when the snippet does not
+  update   change a job defined at run time: -f replaces its definition,
+           flags change the keys they name (an empty value unsets one). A
+           run in progress finishes; the new definition takes the next tick
+  delete   delete a job defined at run time: its run in progress finishes,
+           or with --cancel is cancelled (a command gets SIGTERM, then
+           SIGKILL after its kill_grace)
+  audit    who changed what, newest first: every create, update, delete,
+           pause, resume, trigger and forget made with these commands or
+           the dashboard's API. --job filters; --limit (default 50)
+
+The configuration file is authoritative for the jobs it names: create and
+update refuse a job of the file (with --config FILE, the jobs of FILE;
+without, a job a node of serve registered that was never created at run
+time; --force goes on) and the nodes ignore a definition of such a name,
+with a warning. Changes are recorded in the audit as cli:USER@HOST.
+
 trigger, pause and resume refuse a JOB no node of serve has registered
 (exit 1, no job named "JOB"), and forget one the store knows nothing of;
 --force does it anyway.
@@ -75,13 +106,18 @@ Flags (anywhere):
                  trigger/pause/resume the job's state after the change
   --timeout D    how long to wait for the store (default 30s)
   --force        trigger, pause, resume or forget a job the store does
-                 not know
+                 not know; create or update a job of a configuration file
+  --config FILE  create, update: refuse the jobs of this serve
+                 configuration file
+  --cancel       delete: cancel the job's runs in progress
 
-Exit status: 0 done; 1 no job of that name; 64 bad usage or URL; 69 store
+Exit status: 0 done; 1 no job of that name, or a create, update or delete
+refused (a job defined already, or not at run time, or of the file); 64 bad usage or URL; 69 store
 unreachable or failing, or the store keeps no ledger.
 `
 
-var jobsSubs = map[string]int{"list": 0, "history": 0, "trigger": 1, "pause": 1, "resume": 1, "forget": 1, "backfill": 1, "rerun": 2}
+var jobsSubs = map[string]int{"list": 0, "history": 0, "trigger": 1, "pause": 1, "resume": 1, "forget": 1, "backfill": 1, "rerun": 2,
+	"create": -1, "update": -1, "delete": 1, "audit": 0}
 
 // The JSON shapes of jobs, shared with the dashboard's API.
 type (
@@ -100,9 +136,11 @@ func runJobs(args []string, stdout, stderr io.Writer) int {
 		limit       int
 		force       bool
 		past        backfillFlags
+		def         defineFlags
 	)
 	extra := func(fs *flag.FlagSet) {
 		past.register(fs)
+		def.register(fs) // after: it shares --overlap with backfill
 		fs.BoolVar(&force, "force", false, "")
 		fs.StringVar(&job, "job", "", "")
 		fs.StringVar(&status, "status", "", "")
@@ -117,6 +155,10 @@ func runJobs(args []string, stdout, stderr io.Writer) int {
 		switch a.sub {
 		case "list":
 			return jobsList(ctx, l, a.json, stdout)
+		case "create", "update", "delete":
+			return jobsDefine(ctx, a, l, &def, force, os.Stdin, stdout)
+		case "audit":
+			return jobsAudit(ctx, a, l, job, limit, stdout)
 		case "history":
 			switch {
 			case limit <= 0:
@@ -158,6 +200,9 @@ func runJobs(args []string, stdout, stderr io.Writer) int {
 		}
 		st, err := l.SetJobState(ctx, p)
 		if err != nil {
+			return err
+		}
+		if err := auditState(ctx, l, p, a.sub); err != nil {
 			return err
 		}
 		if a.json {

@@ -160,6 +160,15 @@ and changed to match it (runs in progress finish as they were started);
 when it is not, the mistakes are logged and the old jobs keep running. The
 store and the node cannot change without a restart.
 
+Jobs defined at run time: "tasklock jobs create|update|delete" and the
+dashboard's POST /api/jobs, PUT and DELETE /api/jobs/NAME keep jobs with
+the same keys in the store (when it keeps a job catalog). Every serve reads
+them every 500ms and runs them beside the file's jobs: a changed job is
+replaced (a run in progress finishes), a deleted one removed (its run
+finishes, or is stopped when the delete said --cancel). The file is
+authoritative: a job defined at run time with the name of a job of FILE is
+ignored, with a warning. They survive reloads and restarts.
+
 Node names: each serve takes a lock named serve/node/NODE in the store for
 as long as it runs, so two serves with the same node name on one store —
 the same file started twice with node: set — are refused: the second exits
@@ -338,6 +347,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	s := &server{
 		c: c, file: f, log: log, stdout: stdout, stderr: stderr,
 		draining: map[*schedule.Scheduler]bool{},
+		runtime:  runtimeJobs{applied: map[string]runtimeJob{}, ignored: map[string]int64{}},
 		client:   &http.Client{},
 		httpMux:  http.NewServeMux(),
 		obs:      newObserver(log),
@@ -381,6 +391,15 @@ type server struct {
 	jobsOf   *config.File // the file jobs was made from (serve_http.go)
 	jobs     []schedule.Job
 
+	// The jobs defined at run time (serve_catalog.go): catalog is nil
+	// when the store keeps none; rtJobs are those applied, by name,
+	// rtGen counting their changes (guarded by mu).
+	catalog ledger.Catalog
+	runtime runtimeJobs
+	rtJobs  []config.Job
+	rtGen   int
+	jobsGen int // the rtGen jobs was made at
+
 	httpMux *http.ServeMux // the --http server's routes: the dashboard at /
 }
 
@@ -416,6 +435,7 @@ func (s *server) run() int {
 	}
 	s.ledger = l
 	s.lister, _ = store.(driver.Lister)
+	s.catalog, _ = store.(ledger.Catalog)
 	lk, err := tasklock.New(store, &tasklock.Config{Owner: s.file.Node, Logger: s.log, OnEvent: s.obs.lockEvent})
 	if err != nil {
 		s.failf("%v", err)
@@ -459,6 +479,8 @@ func (s *server) run() int {
 	s.mu.Lock()
 	s.cur = cur
 	s.mu.Unlock()
+	stopCatalog := s.startCatalog()
+	defer stopCatalog() // a shutdown stops it first; stopping twice is fine
 	s.log.Info("serving", "jobs", len(s.file.Jobs), "node", s.node, "store", redact.URL(s.file.Store), "store_from", s.c.storeFrom, "config", s.c.config)
 
 	var retry <-chan time.Time
@@ -469,6 +491,7 @@ func (s *server) run() int {
 				s.reload()
 				continue
 			}
+			stopCatalog()
 			s.shutdown(sig, sigs)
 			return exitOK
 		case <-guard.Done():
@@ -601,11 +624,17 @@ func (s *server) reload() {
 		s.log.Error("reload: starting the new jobs failed; the old jobs keep running", "err", err)
 		return
 	}
+	s.runtime.mu.Lock()
 	old := s.cur
 	s.mu.Lock()
 	s.cur, s.file = sch, f
 	s.draining[old] = true
 	s.mu.Unlock()
+	s.runtime.forgetApplied()
+	s.runtime.mu.Unlock()
+	if s.catalog != nil {
+		s.reconcile() // the jobs defined at run time, on the new Scheduler
+	}
 	s.drains.Add(1)
 	go func() {
 		defer s.drains.Done()
@@ -621,14 +650,17 @@ func (s *server) reload() {
 // for the tasklock_job_broken gauge.
 func (s *server) brokenJobs() map[string]bool {
 	s.mu.Lock()
-	cur, f := s.cur, s.file
+	cur, f, rt := s.cur, s.file, s.rtJobs
 	s.mu.Unlock()
-	out := make(map[string]bool, len(f.Jobs))
+	out := make(map[string]bool, len(f.Jobs)+len(rt))
 	if cur == nil {
 		return out
 	}
 	broken := cur.Broken()
 	for _, j := range f.Jobs {
+		_, out[j.Name] = broken[j.Name]
+	}
+	for _, j := range rt {
 		_, out[j.Name] = broken[j.Name]
 	}
 	return out

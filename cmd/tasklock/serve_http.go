@@ -108,6 +108,7 @@ func (s *server) startHTTP(store driver.Store) (*httpServer, int) {
 		Store: store, StoreURL: s.file.Store, Jobs: s.dashboardJobs,
 		Node: s.node, Version: version(), Token: h.token, PublicRead: h.public, Logger: s.log,
 		LeaderKey: leaderKey,
+		DefineJob: defineJob, FileJob: s.fileJob,
 	})
 	if err != nil {
 		s.failf("dashboard: %v", err)
@@ -149,6 +150,15 @@ func (s *server) startHTTP(store driver.Store) (*httpServer, int) {
 	return hs, exitOK
 }
 
+// defineJob checks a job posted to the dashboard's job API.
+func defineJob(body []byte, name string) (string, string, error) {
+	j, def, err := config.Define("request body", body, name)
+	if err != nil {
+		return "", "", errors.New(strings.Join(config.AsErrors(err), "\n"))
+	}
+	return j.Name, def, nil
+}
+
 // stop ends the event streams and shuts the server down.
 func (hs *httpServer) stop() {
 	if hs == nil {
@@ -168,17 +178,26 @@ func (hs *httpServer) stop() {
 func (s *server) dashboardJobs() []schedule.Job {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.jobsOf != s.file {
-		s.jobsOf = s.file
-		s.jobs = jobsOf(s.file)
+	if s.jobsOf != s.file || s.jobsGen != s.rtGen {
+		s.jobsOf, s.jobsGen = s.file, s.rtGen
+		s.jobs = jobsOf(s.file.Jobs, s.rtJobs)
 	}
 	return s.jobs
 }
 
-func jobsOf(f *config.File) []schedule.Job {
-	out := make([]schedule.Job, len(f.Jobs))
-	for i, j := range f.Jobs {
-		out[i] = schedule.Job{Name: j.Name, Schedule: j.Schedule, TimeZone: j.TimeZone, After: j.After}
+// jobsOf lists the configuration file's jobs, then the jobs defined at
+// run time that the file does not name.
+func jobsOf(file, runtime []config.Job) []schedule.Job {
+	out := make([]schedule.Job, 0, len(file)+len(runtime))
+	seen := make(map[string]bool, len(file))
+	for _, j := range file {
+		seen[j.Name] = true
+		out = append(out, schedule.Job{Name: j.Name, Schedule: j.Schedule, TimeZone: j.TimeZone, After: j.After})
+	}
+	for _, j := range runtime {
+		if !seen[j.Name] {
+			out = append(out, schedule.Job{Name: j.Name, Schedule: j.Schedule, TimeZone: j.TimeZone, After: j.After})
+		}
 	}
 	return out
 }

@@ -15,7 +15,7 @@ import (
 	"github.com/tasklock/tasklock/ledger"
 )
 
-// A pool of 2 shared by four jobs on two serves over SQLite: the jobs want
+// A pool of 2 shared by four jobs on two serves over SQLite, then Redis: the jobs want
 // more than two runs at once (each runs 0.8s every second), and the pool
 // never lets more than two overlap across the fleet. The --label flags pin
 // two jobs to each serve (nodes:), so the pool is shared across processes.
@@ -26,8 +26,20 @@ import (
 // under-counts it.
 func TestServePoolAcrossNodes(t *testing.T) {
 	t.Parallel()
+	for _, store := range []string{"sqlite", "redis"} {
+		t.Run(store, func(t *testing.T) {
+			t.Parallel()
+			testServePoolAcrossNodes(t, store)
+		})
+	}
+}
+
+func testServePoolAcrossNodes(t *testing.T, store string) {
 	dir := t.TempDir()
 	url := "sqlite://" + filepath.Join(dir, "fleet.db")
+	if store == "redis" {
+		url, _ = redisFor(t)
+	}
 	out := filepath.Join(dir, "runs.out")
 	var jobs strings.Builder
 	jobs.WriteString("store: " + url + "\npools: {reports: 2}\njobs:\n")

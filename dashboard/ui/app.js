@@ -5,6 +5,7 @@
 // button.action-trigger / .action-pause / .action-resume, #runs-table
 // tr.run-row[data-status], #locks-table tr.lock-row button.action-release,
 // #nodes-table tr.node-row[data-leader] span.leader-badge, #nodes-leader,
+// #job-audit #audit-table tr.audit-row[data-action] td.audit-who,
 // #confirm-ok / #confirm-cancel, #job-deps (#dag-parents, #dag-children:
 // li.dag-node[data-job][data-status]).
 "use strict";
@@ -213,7 +214,32 @@ async function jobPage(main, name) {
     el("table", { id: "runs-table" },
       el("thead", {}, el("tr", {}, ["Tick", "Shard", "Status", "Tick status", "Attempt", "Node", "Fence", "Duration", "Error / output"].map((h) => el("th", {}, h)))),
       tbody),
-    el("div", { class: "pager" }, more));
+    el("div", { class: "pager" }, more),
+    await auditSection(name));
+}
+
+// auditSection lists the job's audit entries (GET api/audit?job=), newest
+// first: who created, changed, deleted, paused, resumed or triggered it,
+// and when. Nothing when the store keeps no audit.
+async function auditSection(name) {
+  let data;
+  try {
+    data = await api("api/audit?" + new URLSearchParams({ job: name, limit: "50" }));
+  } catch (e) {
+    return null;
+  }
+  const rows = data.audit.map((a) => el("tr", { class: "audit-row", "data-action": a.action },
+    el("td", {}, fmtTime(a.at)),
+    el("td", { class: "audit-who" }, a.who),
+    el("td", { class: "audit-action" }, a.action),
+    el("td", {}, a.detail ? el("pre", { class: "audit-detail" }, a.detail) : "—")));
+  return el("section", { id: "job-audit" },
+    el("h2", {}, "Audit"),
+    rows.length
+      ? el("table", { id: "audit-table" },
+        el("thead", {}, el("tr", {}, ["When", "Who", "Action", "What changed"].map((h) => el("th", {}, h)))),
+        el("tbody", {}, rows))
+      : el("p", { class: "muted" }, "No changes recorded for this job."));
 }
 
 // depsView is the job's place in the dependency graph: the jobs it waits

@@ -336,7 +336,11 @@ func runKindHolder(setup SetupFunc) int {
 
 // KindHolder is the parent's handle on a kinds holder process. Its Kill,
 // Stop and Cont note when they signalled, so that its sections end at a
-// kill and are marked Interrupted across a pause.
+// kill and are marked Interrupted across a pause: Stop notes the time once
+// the process is stopped and Cont before it sends SIGCONT, so that a
+// section open across the pause is Interrupted however late the parent
+// runs (a section cannot begin while the process is stopped, nor end
+// before it is resumed).
 type KindHolder struct {
 	*testserver.Process
 	// Mode and Fence are the hold's.
@@ -408,22 +412,26 @@ func (h *KindHolder) Kill(t testing.TB) {
 	h.Process.Kill(t)
 }
 
-// Stop SIGSTOPs the holder, noting when.
+// Stop SIGSTOPs the holder, noting when it was stopped: after it was
+// (testserver's Stop waits for that), since a section it entered between
+// a time noted before the signal and the signal would not be seen as
+// paused.
 func (h *KindHolder) Stop(t testing.TB) {
 	t.Helper()
+	h.Process.Stop(t)
 	h.mu.Lock()
 	h.stops = append(h.stops, time.Now().UnixNano())
 	h.mu.Unlock()
-	h.Process.Stop(t)
 }
 
-// Cont SIGCONTs the holder, noting when.
+// Cont SIGCONTs the holder, noting when before the signal: the holder may
+// leave its section before testserver's Cont sees it running and returns.
 func (h *KindHolder) Cont(t testing.TB) {
 	t.Helper()
-	h.Process.Cont(t)
 	h.mu.Lock()
 	h.conts = append(h.conts, time.Now().UnixNano())
 	h.mu.Unlock()
+	h.Process.Cont(t)
 }
 
 // Sections returns the holder's critical sections so far. A section it

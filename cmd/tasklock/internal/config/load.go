@@ -226,7 +226,11 @@ func (p *parser) file_(data []byte) *File {
 		p.errorf(fd.val, "jobs", "empty: want at least one job")
 		return f
 	}
-	v := newValidator(f.Pools)
+	pools := f.Pools
+	if pools == nil {
+		pools = map[string]int{} // non-nil: pool: is checked against the file
+	}
+	v := newValidator(pools)
 	defer v.close()
 	names := map[string]int{}
 	for i, n := range fd.val.Content {
@@ -747,7 +751,7 @@ func clip(s string) string {
 type validator struct {
 	store *memstore.Store
 	lk    *tasklock.Locker
-	pools map[string]int // the file's, for pool:
+	pools map[string]int // the file's, for pool:; nil for a job defined at run time (any pool)
 }
 
 func newValidator(pools map[string]int) *validator {
@@ -780,8 +784,8 @@ var goNames = strings.NewReplacer(
 	"Config.ClaimRetention", "the claim retention", "MisfireAfter", "misfire.grace",
 	"MisfireWindow", "misfire.window", "RetryBackoffMax", "retries.backoff_max", "RetryBackoff", "retries.backoff",
 	"MaxHold", "max_hold", "MinHold", "min_hold", "Overlap is", "overlap is", "Job.Schedule", "schedule",
-	"half the TTL", "half of lock_ttl", "Job.After", "after",
-	"Config.Pools has", "pools: defines", "Config.Pools is empty", "the file defines no pools:", "Job.Pool is not", "pool is not", "set with LeaderOnly", "set with run_on: leader",
+	"half the TTL", "half of lock_ttl", "Job.After", "after", "set with LeaderOnly", "set with run_on: leader",
+	"Config.Pools has", "pools: defines", "Config.Pools is empty", "the file defines no pools:", "Job.Pool is not", "pool is not",
 )
 
 // check returns the scheduler's mistakes in j, except those about keys
@@ -789,7 +793,13 @@ var goNames = strings.NewReplacer(
 // clears the field at fault and asks again.
 func (v *validator) check(j schedule.Job, reported func(key string) bool) []jobMistake {
 	// serve elects a leader: run_on: leader is checked as it will run.
-	s, err := schedule.New(v.lk, v.store, &schedule.Config{IsLeader: func() bool { return false }, Pools: v.pools})
+	pools := v.pools
+	if pools == nil && j.Pool != "" {
+		// A job defined at run time names a pool of the nodes' files,
+		// which the node that applies it checks.
+		pools = map[string]int{j.Pool: 1}
+	}
+	s, err := schedule.New(v.lk, v.store, &schedule.Config{IsLeader: func() bool { return false }, Pools: pools})
 	if err != nil {
 		panic(err) // constant arguments
 	}

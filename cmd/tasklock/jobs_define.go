@@ -1,0 +1,354 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/user"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/tasklock/tasklock/cmd/tasklock/internal/config"
+	"github.com/tasklock/tasklock/dashboard/apijson"
+	"github.com/tasklock/tasklock/dashboard/jobdefs"
+	"github.com/tasklock/tasklock/internal/redact"
+	"github.com/tasklock/tasklock/ledger"
+)
+
+// defineFlags are the flags of jobs create and update: a snippet file and
+// the keys a flag may set, each mapped to its configuration key.
+type defineFlags struct {
+	file    string
+	config  string // --config: refuse the jobs this serve configuration names
+	cancel  bool   // delete --cancel
+	keys    map[string]*string
+	keysSet map[string]bool
+}
+
+// defineKeys are the job keys jobs create and update take as flags, by
+// flag name; the others need -f.
+var defineKeys = []struct{ flag, key string }{
+	{"schedule", "schedule"}, {"timezone", "timezone"}, {"command", "command"}, {"http-url", "http"},
+	{"run-timeout", "timeout"}, {"overlap", "overlap"}, {"misfire", "misfire"}, {"retries", "retries"},
+	{"jitter", "jitter"}, {"lock-ttl", "lock_ttl"}, {"kill-grace", "kill_grace"}, {"max-hold", "max_hold"},
+	{"min-hold", "min_hold"}, {"run-on", "run_on"},
+}
+
+func (d *defineFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&d.file, "f", "", "")
+	fs.StringVar(&d.config, "config", "", "")
+	fs.BoolVar(&d.cancel, "cancel", false, "")
+	d.keys, d.keysSet = map[string]*string{}, map[string]bool{}
+	for _, k := range defineKeys {
+		v := new(string)
+		d.keys[k.flag] = v
+		if f := fs.Lookup(k.flag); f != nil {
+			// Another subcommand's flag of the same name and meaning
+			// (backfill's --overlap): noted when given.
+			f.Value = &sharedFlag{Value: f.Value, set: func(s string) { *v, d.keysSet[k.flag] = s, true }}
+			continue
+		}
+		fs.Func(k.flag, "", func(s string) error { *v, d.keysSet[k.flag] = s, true; return nil })
+	}
+}
+
+// sharedFlag is a flag another subcommand registered, also read by create
+// and update when given.
+type sharedFlag struct {
+	flag.Value
+	set func(string)
+}
+
+// Set implements flag.Value.
+func (f *sharedFlag) Set(s string) error {
+	if err := f.Value.Set(s); err != nil {
+		return err
+	}
+	f.set(s)
+	return nil
+}
+
+// snippet builds the job's definition from -f (a YAML or JSON mapping,
+// "-" for stdin) and the key flags, which replace the keys they name;
+// base, when set, is the stored definition that update changes.
+func (d *defineFlags) snippet(base string, stdin io.Reader) ([]byte, string, error) {
+	m := map[string]any{}
+	source := "flags"
+	switch {
+	case d.file != "":
+		var data []byte
+		var err error
+		if d.file == "-" {
+			data, err = io.ReadAll(io.LimitReader(stdin, config.MaxSnippet+1))
+			source = "stdin"
+		} else {
+			data, err = os.ReadFile(d.file)
+			source = d.file
+		}
+		if err != nil {
+			return nil, "", usagef("-f: %v", err)
+		}
+		if len(d.keysSet) == 0 {
+			return data, source, nil
+		}
+		// Checked alone first, so that its own mistakes name its lines.
+		if _, _, err := config.Define(source, data, ""); err != nil {
+			return nil, "", snippetError{err}
+		}
+		if err := yaml.Unmarshal(data, &m); err != nil {
+			return nil, "", usagef("-f %s: %v", source, err)
+		}
+	case base != "":
+		if err := json.Unmarshal([]byte(base), &m); err != nil {
+			return nil, "", fmt.Errorf("the stored definition: %w", err)
+		}
+	}
+	for _, k := range defineKeys {
+		if !d.keysSet[k.flag] {
+			continue
+		}
+		v := *d.keys[k.flag]
+		source = "flags"
+		switch k.key {
+		case "command":
+			m[k.key] = strings.Fields(v)
+		case "http":
+			m[k.key] = map[string]any{"url": v}
+		case "retries":
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				return nil, "", usagef("--retries: want a whole number, got %s", redact.Quote(v))
+			}
+			m[k.key] = n
+		default:
+			m[k.key] = v
+		}
+		if v == "" {
+			delete(m, k.key)
+		}
+	}
+	data, err := json.Marshal(m)
+	return data, source, err
+}
+
+// snippetError is a definition with mistakes: exit 64, every mistake
+// printed.
+type snippetError struct{ err error }
+
+func (e snippetError) Error() string {
+	return "invalid job definition:\n  " + strings.Join(config.AsErrors(e.err), "\n  ")
+}
+
+// As makes it a *usageError for the exit status.
+func (e snippetError) As(target any) bool {
+	if u, ok := target.(**usageError); ok {
+		*u = &usageError{msg: e.Error()}
+		return true
+	}
+	return false
+}
+
+// refusedError is a change the catalog or the configuration refuses:
+// exit 1.
+type refusedError string
+
+func (e refusedError) Error() string        { return string(e) }
+func (e refusedError) Is(target error) bool { return target == errNotFound }
+
+// cliActor is the audit's Who for a change made by this command:
+// "cli:user@host".
+func cliActor() string {
+	name := os.Getenv("USER")
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		name = u.Username
+	}
+	if name == "" {
+		name = "unknown"
+	}
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "localhost"
+	}
+	return "cli:" + name + "@" + host
+}
+
+// jobsDefine is jobs create, update and delete.
+func jobsDefine(ctx context.Context, a *adminArgs, l ledger.Ledger, d *defineFlags, force bool, stdin io.Reader, stdout io.Writer) error {
+	cat, ok := l.(ledger.Catalog)
+	if !ok {
+		return fmt.Errorf("%s keeps no catalog of jobs defined at run time", redact.URL(a.store))
+	}
+	name := ""
+	if len(a.positional) > 0 {
+		name = a.positional[0]
+	}
+	c := jobdefs.Change{Op: jobdefs.Op(a.sub), Job: name, Cancel: d.cancel, Who: cliActor()}
+	if a.sub == "delete" {
+		if name == "" {
+			return usagef("delete: missing argument: the job's name")
+		}
+		if d.file != "" || len(d.keysSet) > 0 {
+			return usagef("delete takes no -f or job keys")
+		}
+	} else {
+		if d.cancel {
+			return usagef("--cancel is for delete")
+		}
+		if d.file == "" && len(d.keysSet) == 0 {
+			return usagef("%s: give the job as -f FILE (YAML or JSON; - for stdin) or flags (--schedule, --command, ...)", a.sub)
+		}
+		if a.sub == "create" && d.file == "" && name == "" {
+			return usagef("create: missing argument: the job's name (or a -f snippet with name:)")
+		}
+		base := ""
+		if a.sub == "update" && d.file == "" {
+			if name == "" {
+				return usagef("update: missing argument: the job's name")
+			}
+			defs, err := cat.JobDefs(ctx)
+			if err != nil {
+				return err
+			}
+			for _, def := range defs {
+				if def.Job == name {
+					base = def.Def
+				}
+			}
+			if base == "" {
+				return refusedError(fmt.Sprintf("no job named %q was defined at run time: use create", name))
+			}
+		}
+		data, source, err := d.snippet(base, stdin)
+		if err != nil {
+			return err
+		}
+		j, def, err := config.Define(source, data, name)
+		if err != nil {
+			return snippetError{err}
+		}
+		c.Job, c.Def = j.Name, def
+	}
+	if c.Op != jobdefs.Delete && !force {
+		if err := checkNotFileJob(ctx, cat, l, c.Job, d.config); err != nil {
+			return err
+		}
+	}
+	res, err := jobdefs.Apply(ctx, cat, c)
+	switch {
+	case errors.Is(err, jobdefs.ErrExists):
+		return refusedError(fmt.Sprintf("job %q is defined already: use update", c.Job))
+	case errors.Is(err, jobdefs.ErrNotDefined):
+		return refusedError(fmt.Sprintf("no job named %q was defined at run time (a job of the configuration file is changed there)", c.Job))
+	case errors.Is(err, jobdefs.ErrChanged):
+		return refusedError(fmt.Sprintf("job %q was changed by someone else meanwhile: look at it again and retry", c.Job))
+	case err != nil:
+		return err
+	}
+	if a.json {
+		return writeJSON(stdout, map[string]any{"job": c.Job, "op": c.Op, "version": res.Def.Version, "changed": res.Changed, "detail": res.Detail})
+	}
+	switch {
+	case !res.Changed:
+		fmt.Fprintf(stdout, "%s is unchanged (version %d)\n", redact.Quote(c.Job), res.Def.Version)
+	case c.Op == jobdefs.Delete:
+		fmt.Fprintf(stdout, "deleted %s (version %d); its %s\n", redact.Quote(c.Job), res.Def.Version, apijson.DeleteDetail(c.Cancel))
+	default:
+		fmt.Fprintf(stdout, "%sd %s (version %d); every serve node applies it within a second\n", c.Op, redact.Quote(c.Job), res.Def.Version)
+	}
+	return nil
+}
+
+// checkNotFileJob refuses a job a configuration file of tasklock serve
+// names: the file is authoritative for its jobs. With --config it reads
+// that file; otherwise it refuses a job a node of serve registered that
+// was never defined at run time (created, by the audit).
+func checkNotFileJob(ctx context.Context, cat ledger.Catalog, l ledger.Ledger, job, configPath string) error {
+	if configPath != "" {
+		f, err := config.Load(configPath)
+		if err != nil {
+			return usagef("--config %s: %v", configPath, err)
+		}
+		for _, j := range f.Jobs {
+			if j.Name == job {
+				return refusedError(fmt.Sprintf("job %q is in the configuration file %s, which is authoritative for its jobs: change it there", job, configPath))
+			}
+		}
+		return nil
+	}
+	sts, err := l.Jobs(ctx)
+	if err != nil {
+		return err
+	}
+	registered := false
+	for _, st := range sts {
+		registered = registered || (st.Job == job && st.Spec != "")
+	}
+	if !registered {
+		return nil
+	}
+	es, err := cat.Audit(ctx, ledger.AuditQuery{Job: job})
+	if err != nil {
+		return err
+	}
+	for _, e := range es {
+		if e.Action == string(jobdefs.Create) {
+			return nil
+		}
+	}
+	return refusedError(fmt.Sprintf("job %q runs from the configuration file of tasklock serve, which is authoritative for its jobs: change it there (--config FILE checks against a file instead; --force goes on)", job))
+}
+
+// jobsAudit is jobs audit: the audit entries, newest first.
+func jobsAudit(ctx context.Context, a *adminArgs, l ledger.Ledger, job string, limit int, w io.Writer) error {
+	cat, ok := l.(ledger.Catalog)
+	if !ok {
+		return fmt.Errorf("%s keeps no audit", redact.URL(a.store))
+	}
+	if limit <= 0 {
+		return usagef("--limit must be positive, got %d", limit)
+	}
+	es, err := cat.Audit(ctx, ledger.AuditQuery{Job: job, Limit: limit})
+	if err != nil {
+		return err
+	}
+	if a.json {
+		out := make([]apijson.Audit, len(es))
+		for i, e := range es {
+			out[i] = apijson.FromAudit(e)
+		}
+		return writeJSON(w, map[string]any{"audit": out})
+	}
+	if len(es) == 0 {
+		fmt.Fprintln(w, "no audit entries")
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SEQ\tAT\tWHO\tJOB\tACTION\tDETAIL")
+	for _, e := range es {
+		detail := strings.ReplaceAll(e.Detail, "\n", "; ")
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", e.Seq, e.At.UTC().Format(time.RFC3339), redact.Printable(e.Who),
+			redact.Printable(e.Job), redact.Printable(e.Action), redact.Printable(detail))
+	}
+	return tw.Flush()
+}
+
+// auditState appends the audit entry of a pause, resume, trigger or
+// forget made by this command.
+func auditState(ctx context.Context, l ledger.Ledger, p ledger.JobStateParams, op string) error {
+	detail := ""
+	if p.Trigger != "" {
+		detail = "trigger " + p.Trigger
+	}
+	if err := jobdefs.Record(ctx, l, ledger.AuditEntry{Who: cliActor(), Job: p.Job, Action: op, Detail: detail}); err != nil {
+		return fmt.Errorf("%s done, but writing its audit entry failed: %w", op, err)
+	}
+	return nil
+}

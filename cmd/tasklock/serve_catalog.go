@@ -1,0 +1,207 @@
+//go:build unix
+
+package main
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/tasklock/tasklock/cmd/tasklock/internal/config"
+	"github.com/tasklock/tasklock/dashboard/apijson"
+	"github.com/tasklock/tasklock/ledger"
+	"github.com/tasklock/tasklock/schedule"
+)
+
+// catalogPoll is how often every serve node reads the jobs defined at run
+// time (tasklock jobs create, POST /api/jobs), so that each applies a
+// change within a second.
+const catalogPoll = schedule.DefaultPollInterval
+
+// runtimeJob is a job defined at run time as this node applied it.
+type runtimeJob struct {
+	version int64
+	job     config.Job
+}
+
+// runtimeJobs is this node's view of the jobs defined at run time: those
+// applied to the Scheduler in force, and the definitions it ignores
+// (already warned about), by name and version.
+type runtimeJobs struct {
+	mu      sync.Mutex // held by reconcile and by reload while it swaps Schedulers
+	applied map[string]runtimeJob
+	ignored map[string]int64
+}
+
+// startCatalog reads the jobs defined at run time once, then every
+// catalogPoll until the returned function is called, which waits for the
+// poller to stop (calling it again does nothing).
+func (s *server) startCatalog() (stop func()) {
+	if s.catalog == nil {
+		return func() {}
+	}
+	s.reconcile()
+	done, quit := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(catalogPoll)
+		defer t.Stop()
+		for {
+			select {
+			case <-quit:
+				return
+			case <-t.C:
+				s.reconcile()
+			}
+		}
+	}()
+	return sync.OnceFunc(func() { close(quit); <-done })
+}
+
+// reconcile makes the Scheduler in force run the jobs defined at run time:
+// it adds the new ones, replaces those with a new version (the old run in
+// progress finishes) and removes the deleted ones (their runs finish, or
+// are cancelled when the delete said so). A definition of a job the
+// configuration file names is ignored, with one warning per version: the
+// file is authoritative.
+func (s *server) reconcile() {
+	ctx, cancel := context.WithTimeout(context.Background(), openTimeout)
+	defer cancel()
+	defs, err := s.catalog.JobDefs(ctx)
+	if err != nil {
+		s.log.Error("reading the jobs defined at run time; will retry", "err", err)
+		return
+	}
+	rt := &s.runtime
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	s.mu.Lock()
+	cur, f := s.cur, s.file
+	s.mu.Unlock()
+	if cur == nil {
+		return
+	}
+	inFile := make(map[string]bool, len(f.Jobs))
+	for _, j := range f.Jobs {
+		inFile[j.Name] = true
+	}
+	want := make(map[string]ledger.JobDef, len(defs))
+	for _, d := range defs {
+		if inFile[d.Job] {
+			if rt.ignored[d.Job] != d.Version {
+				rt.ignored[d.Job] = d.Version
+				s.log.Warn("ignoring a job defined at run time: the configuration file defines a job of this name, and the file is authoritative",
+					"job", d.Job, "version", d.Version, "config", s.c.config)
+			}
+			continue
+		}
+		want[d.Job] = d
+	}
+	changed := false
+	for name, a := range rt.applied {
+		d, ok := want[name]
+		if ok && d.Version == a.version {
+			continue
+		}
+		opts := schedule.RemoveOptions{}
+		action := "replaced"
+		if !ok {
+			action = "deleted"
+			opts.Cancel = s.deleteCancels(ctx, name)
+		}
+		if err := cur.Remove(name, opts); err != nil {
+			s.log.Error("removing a job defined at run time", "job", name, "err", err)
+		}
+		delete(rt.applied, name)
+		changed = true
+		if !ok {
+			s.log.Info("job defined at run time deleted", "job", name, "version", a.version, "cancel_running", opts.Cancel)
+		} else {
+			s.log.Debug("job defined at run time "+action, "job", name, "version", a.version)
+		}
+	}
+	for name, d := range want {
+		if _, ok := rt.applied[name]; ok {
+			continue
+		}
+		if rt.ignored[name] == d.Version {
+			continue // invalid, warned already
+		}
+		j, err := config.ParseJob(fmt.Sprintf("job %s defined at run time (version %d)", name, d.Version), []byte(d.Def))
+		if err == nil && j.Name != name {
+			err = fmt.Errorf("its definition names job %q", j.Name)
+		}
+		if err == nil {
+			sj := j.Job
+			sj.Handler = s.handler(j)
+			err = cur.Add(sj)
+		}
+		if err != nil {
+			rt.ignored[name] = d.Version
+			s.log.Error("cannot apply a job defined at run time; fix it with tasklock jobs update", "job", name, "version", d.Version, "err", err)
+			continue
+		}
+		delete(rt.ignored, name)
+		rt.applied[name] = runtimeJob{version: d.Version, job: j}
+		changed = true
+		s.log.Info("job defined at run time applied", "job", name, "version", d.Version, "schedule", j.Schedule)
+	}
+	for name := range rt.ignored {
+		if _, ok := want[name]; !ok && !inFile[name] {
+			delete(rt.ignored, name)
+		}
+	}
+	if changed {
+		jobs := make([]config.Job, 0, len(rt.applied))
+		for _, a := range rt.applied {
+			jobs = append(jobs, a.job)
+		}
+		slices.SortFunc(jobs, func(a, b config.Job) int {
+			switch {
+			case a.Name < b.Name:
+				return -1
+			case a.Name > b.Name:
+				return 1
+			}
+			return 0
+		})
+		s.mu.Lock()
+		s.rtJobs = jobs
+		s.rtGen++
+		s.mu.Unlock()
+	}
+}
+
+// deleteCancels reports whether the newest audit entry of the deleted
+// job asks for its runs in progress to be cancelled.
+func (s *server) deleteCancels(ctx context.Context, job string) bool {
+	es, err := s.catalog.Audit(ctx, ledger.AuditQuery{Job: job, Limit: 1})
+	if err != nil {
+		s.log.Warn("reading the audit of a deleted job; its runs in progress finish", "job", job, "err", err)
+		return false
+	}
+	return len(es) == 1 && apijson.DeleteCancels(es[0])
+}
+
+// forgetApplied is called by reload with the runtime jobs' lock held,
+// after it put a new Scheduler in force: the jobs defined at run time are
+// applied to it afresh by the next reconcile.
+func (rt *runtimeJobs) forgetApplied() {
+	clear(rt.applied)
+	clear(rt.ignored)
+}
+
+// fileJob reports whether the configuration file in force defines name,
+// for the dashboard's job API.
+func (s *server) fileJob(name string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, j := range s.file.Jobs {
+		if j.Name == name {
+			return true
+		}
+	}
+	return false
+}
