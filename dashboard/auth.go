@@ -369,6 +369,7 @@ var loginTemplate = template.Must(template.New("login").Parse(`<!doctype html>
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>tasklock: log in</title>
 <link rel="stylesheet" href="style.css">
+<link rel="icon" href="data:,">
 </head>
 <body>
 <header><span class="brand">tasklock</span></header>

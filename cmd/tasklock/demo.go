@@ -24,21 +24,29 @@ const demoUsage = `Usage: tasklock demo [--duration D] [--nodes N] [--jobs N] [-
 Runs a small cluster on this machine with nothing to install: N (default
 3) "tasklock serve" processes (this program, started again) share a
 SQLite store in a temporary directory and run J (default 3, at most 6)
-jobs that are due every second, for D (default 20s). Each job is a
-command (this program again) that appends its tick, the fence of the
-job's lock and its node to a file in that directory: a record of what
-really ran, kept apart from the store's ledger.
+jobs that are due every second, for D (default 20s), and one more,
+"sharded", with shards: 3: each of its ticks is 3 shard-runs spread over
+the live nodes. With 3 jobs or more the last waits for the first (after:,
+within: 2s). Each job is a command (this program again) that appends its
+tick, its shard, the fence of the job's (or the shard's) lock and its
+node to a file in that directory: a record of what really ran, kept
+apart from the store's ledger.
 
 Halfway through, the node that has just started a run is killed with
 SIGKILL, as a crash would kill it, and a second later it is started
 again under a new name (its old name stays taken in the store until the
-dead process's lease on it expires). At the end every node gets SIGTERM
-and the directory is removed; --keep keeps it (the store, the file of
-runs, each node's configuration and log).
+dead process's lease on it expires). A shard-run the killed node left
+unfinished is retaken by another node once that lease has ended, about
+10s after the kill: the demo waits past D for it, up to 14s after the
+kill. At the end every node gets SIGTERM and the directory is removed;
+--keep keeps it (the store, the file of runs, each node's configuration
+and log).
 
 One line per tick shows, for each job, the node that ran it and the fence
-of the job's lock. The summary counts the ticks from the first whole
-second at which every node was up to the end:
+of the job's lock; for "sharded", how many of its shards ran and the node
+that ran each ("3/3 n1 n2 n3"; "(k)": cut short by the kill). The summary
+counts the ticks from the first whole second at which every node was up
+to the end:
 
   ticks due    jobs x seconds
   runs         ticks whose command ran (the file has a line for them)
@@ -53,6 +61,11 @@ second at which every node was up to the end:
                costs a tick, never a second run
   interrupted  runs the kill cut short (they ran, their end was never
                recorded); counted in runs too
+
+and, on a line of its own, the sharded job's shard-runs the same way
+(3 a tick), with "retaken": shard-runs the kill cut short that another
+node ran again to the end, counted once in ran; a duplicate there is a
+shard-run that ran to the end twice.
 
 Ctrl-C stops the nodes, prints the summary so far and exits 130; the
 nodes never outlive the demo (on Linux not even when it is killed).

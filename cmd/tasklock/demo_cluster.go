@@ -4,6 +4,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -36,7 +37,18 @@ const (
 	clusterLedgerGap = 250 * time.Millisecond  // how often the ledger is read
 	clusterCell      = 19                      // width of a job's column
 	clusterWithin    = 2 * time.Second         // how long the dependent job's tick waits for its parent
+	clusterShards    = 3                       // the sharded job's shards
+	// clusterRetakeIn is how long after the kill the demo waits, past its
+	// end, for the killed node's unfinished shard-runs to be retaken: its
+	// node lease (tasklock.DefaultTTL, renewed every third of it) ends, then
+	// its shard lock (lock_ttl) has long expired, and a free node retakes
+	// the shard at its next poll.
+	clusterRetakeIn = tasklock.DefaultTTL + clusterLockTTL + 2*time.Second
 )
+
+// demoShardedJob names the cluster demo's sharded job, run beside the
+// --jobs jobs with shards: clusterShards.
+const demoShardedJob = "sharded"
 
 // demoNode is one serve process of the cluster demo.
 type demoNode struct {
@@ -49,10 +61,12 @@ type demoNode struct {
 	exited  bool // seen gone (ch.done closed)
 }
 
-// tickKey names one tick of one job.
+// tickKey names one tick of one job, or one shard-run of a tick of the
+// sharded job (shard is 0 for the others).
 type tickKey struct {
-	job  string
-	tick int64 // Unix seconds
+	job   string
+	tick  int64 // Unix seconds
+	shard int
 }
 
 // demoExec is one line of the file of runs: a command that ran.
@@ -81,6 +95,7 @@ type clusterDemo struct {
 	nodes   []*demoNode
 	execs   map[tickKey][]demoExec
 	recs    map[tickKey]ledger.RunRecord // the latest attempt of each tick
+	okOn    map[tickKey]map[string]bool  // the nodes that recorded a run of the tick ok
 	runsOff int64
 	partial []byte
 
@@ -90,6 +105,7 @@ type clusterDemo struct {
 	restarted   *demoNode
 	failed      []string // what went wrong with the demo itself
 	interrupted bool
+	waiting     bool // past the end, for a retake (pendingRetake)
 	lastLedger  time.Time
 }
 
@@ -112,9 +128,10 @@ func runClusterDemo(o clusterOptions, stdout, stderr io.Writer) int {
 		out: stdout, o: o, exe: exe, dir: dir, sigs: sigs,
 		runsPath: filepath.Join(dir, "runs.log"),
 		storeURL: "sqlite://" + (&url.URL{Path: filepath.Join(dir, "demo.db")}).EscapedPath(),
-		jobs:     demoJobNames[:o.jobs],
+		jobs:     append(demoJobNames[:o.jobs:o.jobs], demoShardedJob),
 		execs:    map[tickKey][]demoExec{},
 		recs:     map[tickKey]ledger.RunRecord{},
+		okOn:     map[tickKey]map[string]bool{},
 	}
 	code := d.run(stderr)
 	if o.keep {
@@ -158,9 +175,12 @@ func (d *clusterDemo) run(stderr io.Writer) int {
 
 	d.printf("A cluster of %d tasklock serve processes on one SQLite store (in %s),\n", d.o.nodes, d.dir)
 	d.printf("running %d jobs every second (%s) for %v. Each run is this program, which\n", len(d.jobs), strings.Join(d.jobs, ", "), d.o.duration)
-	d.printf("records its tick, fence and node in a file, then works for %v. Halfway through,\n", clusterWork)
+	d.printf("records its tick, shard, fence and node in a file, then works for %v. Halfway through,\n", clusterWork)
 	d.printf("the node that has just started a run is killed with SIGKILL, and later restarted.\n")
-	if last := d.jobs[len(d.jobs)-1]; d.parent(last) != "" {
+	d.printf("%s has shards: %d: each tick is %d shard-runs, spread over the live nodes, each claimed\n", demoShardedJob, clusterShards, clusterShards)
+	d.printf("once and holding its own lock; a shard no node claimed at the tick is taken by a free node\n")
+	d.printf("a poll later, and one the killed node left unfinished is retaken once its node lease ends.\n")
+	if last := d.jobs[d.o.jobs-1]; d.parent(last) != "" {
 		d.printf("%s depends on %s (after: [%s]): each tick of %s runs once %s's run of it\n", last, d.parent(last), d.parent(last), last, d.parent(last))
 		d.printf("ended ok, on whichever node claimed it; if that does not happen within %v, it is skipped.\n", clusterWithin)
 	}
@@ -193,7 +213,8 @@ func (d *clusterDemo) run(stderr io.Writer) int {
 	}
 
 	d.printf("\nEach line is one tick (UTC); each column a job: the node that ran the tick and the\n")
-	d.printf("fence of the job's lock (it grows with every grant of that lock).\n\n")
+	d.printf("fence of the job's lock (it grows with every grant of that lock); for %s, how many\n", demoShardedJob)
+	d.printf("of its shards ran and the node that ran each (n1 is node-1), \"-\" for a shard that did not.\n\n")
 	d.printf("%7s  %-8s", "", "tick")
 	for _, j := range d.jobs {
 		d.printf("  %-*s", clusterCell, j)
@@ -217,7 +238,14 @@ loop:
 		d.maybeRestart(now, stopAt)
 		d.printRows(now, false)
 		if !now.Before(stopAt) {
-			break
+			pending, unstarted := d.pendingRetake(now)
+			if !pending {
+				break
+			}
+			if !d.waiting && d.next > d.t1 && unstarted {
+				d.waiting = true
+				d.event("waiting, up to %v after the kill, for the shard-run %s left unfinished to be retaken", clusterRetakeIn, d.victim.name)
+			}
 		}
 	}
 	if d.interrupted {
@@ -279,17 +307,29 @@ func (d *clusterDemo) config(node string) []byte {
 		if p := d.parent(j); p != "" {
 			fmt.Fprintf(&b, "    after: [%s]\n    within: %v\n", q(p), clusterWithin)
 		}
+		if n := d.shardsOf(j); n > 1 {
+			fmt.Fprintf(&b, "    shards: %d\n", n)
+		}
 	}
 	return []byte(b.String())
 }
 
-// parent is the job that job waits for (after:): the last job of three or
-// more waits for the first; "" for the others.
+// parent is the job that job waits for (after:): the last of three or more
+// --jobs jobs waits for the first; "" for the others.
 func (d *clusterDemo) parent(job string) string {
-	if len(d.jobs) >= 3 && job == d.jobs[len(d.jobs)-1] {
-		return d.jobs[0]
+	if plain := d.jobs[:d.o.jobs]; len(plain) >= 3 && job == plain[len(plain)-1] {
+		return plain[0]
 	}
 	return ""
+}
+
+// shardsOf is job's shard count: clusterShards for the sharded job, 1 for
+// the others.
+func (d *clusterDemo) shardsOf(job string) int {
+	if job == demoShardedJob {
+		return clusterShards
+	}
+	return 1
 }
 
 // waitReady waits until every node has logged that it serves.
@@ -339,7 +379,7 @@ func (d *clusterDemo) poll(now time.Time, all bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	q := ledger.RunQuery{From: time.Unix(d.t0, 0).UTC()}
-	if !all {
+	if !all && !d.waiting {
 		q.From = time.Unix(d.next, 0).UTC()
 	}
 	recs, err := d.ledger.Runs(ctx, q)
@@ -353,9 +393,15 @@ func (d *clusterDemo) poll(now time.Time, all bool) {
 		if r.Trigger != "" {
 			continue
 		}
-		k := tickKey{r.Job, r.Tick.Unix()}
+		k := tickKey{r.Job, r.Tick.Unix(), r.Shard}
 		if old, ok := d.recs[k]; !ok || r.Attempt >= old.Attempt {
 			d.recs[k] = r
+		}
+		if r.Status == ledger.RunOK {
+			if d.okOn[k] == nil {
+				d.okOn[k] = map[string]bool{}
+			}
+			d.okOn[k][r.Node] = true
 		}
 	}
 }
@@ -384,29 +430,47 @@ func (d *clusterDemo) readRuns() {
 	}
 }
 
-// addExec takes one line of the file of runs: job, tick, fence, node, pid.
+// addExec takes one line of the file of runs: job, tick, shard, fence,
+// node, pid.
 func (d *clusterDemo) addExec(line string) {
 	f := strings.Split(line, "\t")
-	if len(f) != 5 {
+	if len(f) != 6 {
 		return
 	}
 	tick, err1 := strconv.ParseInt(f[1], 10, 64)
-	fence, err2 := strconv.ParseUint(f[2], 10, 64)
-	pid, err3 := strconv.Atoi(f[4])
-	if err1 != nil || err2 != nil || err3 != nil {
+	shard, err2 := strconv.Atoi(f[2])
+	fence, err3 := strconv.ParseUint(f[3], 10, 64)
+	pid, err4 := strconv.Atoi(f[5])
+	if err1 != nil || err2 != nil || err3 != nil || err4 != nil {
 		return
 	}
-	k := tickKey{f[0], tick}
-	e := demoExec{node: f[3], fence: fence, pid: pid}
-	d.execs[k] = append(d.execs[k], e)
+	k := tickKey{f[0], tick, shard}
+	e := demoExec{node: f[4], fence: fence, pid: pid}
+	prev := d.execs[k]
+	d.execs[k] = append(prev, e)
 	if n := len(d.execs[k]); n > 1 && tick >= d.t0 {
-		d.event("DUPLICATE: %s's tick %s ran again, on %s with fence %d (run %d of it)", k.job, clock(tick), e.node, e.fence, n)
+		switch {
+		case d.shardsOf(k.job) > 1 && n == 2 && d.victim != nil && prev[0].node == d.victim.name && e.node != d.victim.name:
+			d.event("%s retaken: started on %s, cut short by the kill; now run by %s", d.name(k), prev[0].node, e.node)
+		default:
+			d.event("DUPLICATE: %s ran again, on %s with fence %d (run %d of it)", d.name(k), e.node, e.fence, n)
+		}
 	}
 	if d.victim == nil && !d.killAt.IsZero() && !time.Now().Before(d.killAt) && tick >= d.t0 {
 		if n := d.node(e.node); n != nil && !n.killed && !n.exited {
 			d.kill(n, k, e)
 		}
 	}
+}
+
+// name names k in a sentence: "alpha's tick 12:00:03", "sharded's tick
+// 12:00:03 shard 2/3".
+func (d *clusterDemo) name(k tickKey) string {
+	s := fmt.Sprintf("%s's tick %s", k.job, clock(k.tick))
+	if n := d.shardsOf(k.job); n > 1 {
+		s += fmt.Sprintf(" shard %d/%d", k.shard+1, n)
+	}
+	return s
 }
 
 func (d *clusterDemo) node(name string) *demoNode {
@@ -425,7 +489,7 @@ func (d *clusterDemo) kill(n *demoNode, k tickKey, e demoExec) {
 	d.victim, d.killedAt = n, time.Now()
 	what := "while idle"
 	if e.node == n.name {
-		what = fmt.Sprintf("while running %s's tick %s (fence %d)", k.job, clock(k.tick), e.fence)
+		what = fmt.Sprintf("while running %s (fence %d)", d.name(k), e.fence)
 	}
 	d.event("%s (pid %d) killed with SIGKILL %s: no release, no record;", n.name, n.ch.pid, what)
 	d.printf("%7s     its leases run out on their own (the job's lock after lock_ttl %v)\n", "", clusterLockTTL)
@@ -534,11 +598,13 @@ func (d *clusterDemo) printRows(now time.Time, final bool) {
 			}
 			complete := true
 			for _, j := range d.jobs {
-				k := tickKey{j, d.next}
-				// A running record alone is news to wait for: the run's
-				// line (a dependent job's starts after its parent's).
-				r, rec := d.recs[k]
-				complete = complete && (len(d.execs[k]) > 0 || rec && r.Status != ledger.RunRunning)
+				for shard := range d.shardsOf(j) {
+					k := tickKey{j, d.next, shard}
+					// A running record alone is news to wait for: the run's
+					// line (a dependent job's starts after its parent's).
+					r, rec := d.recs[k]
+					complete = complete && (len(d.execs[k]) > 0 || rec && r.Status != ledger.RunRunning)
+				}
 			}
 			if !complete && now.Before(at.Add(clusterSettle)) {
 				return
@@ -546,7 +612,7 @@ func (d *clusterDemo) printRows(now time.Time, final bool) {
 		}
 		d.printf("%6ds  %-8s", d.next-d.t0+1, clock(d.next))
 		for _, j := range d.jobs {
-			d.printf("  %-*s", clusterCell, d.cell(tickKey{j, d.next}))
+			d.printf("  %-*s", clusterCell, d.cell(tickKey{job: j, tick: d.next}))
 		}
 		d.printf("\n")
 	}
@@ -554,6 +620,9 @@ func (d *clusterDemo) printRows(now time.Time, final bool) {
 
 // cell is what a tick's line shows for one job.
 func (d *clusterDemo) cell(k tickKey) string {
+	if n := d.shardsOf(k.job); n > 1 {
+		return d.shardCell(k, n)
+	}
 	es := d.execs[k]
 	if len(es) > 0 {
 		s := fmt.Sprintf("%s f=%d", es[0].node, es[0].fence)
@@ -571,21 +640,58 @@ func (d *clusterDemo) cell(k tickKey) string {
 	return "-"
 }
 
+// shardCell is what a tick's line shows for the sharded job: how many of
+// its n shards ran, then for each the short name of the node that ran it
+// ("n1" for node-1) with "(k)" when the kill cut it short and "x2!" when it
+// ran twice, or "-" when it did not run (yet).
+func (d *clusterDemo) shardCell(k tickKey, n int) string {
+	ran, parts := 0, make([]string, n)
+	for shard := range n {
+		sk := tickKey{k.job, k.tick, shard}
+		es := d.execs[sk]
+		if len(es) == 0 {
+			parts[shard] = "-"
+			continue
+		}
+		ran++
+		p := shortNode(es[0].node)
+		if d.victim != nil && es[0].node == d.victim.name && !d.okOn[sk][es[0].node] {
+			p += "(k)"
+		}
+		for _, e := range es[1:] {
+			p += "," + shortNode(e.node)
+		}
+		parts[shard] = p
+	}
+	return fmt.Sprintf("%d/%d %s", ran, n, strings.Join(parts, " "))
+}
+
+// shortNode shortens "node-1b" to "n1b".
+func shortNode(name string) string {
+	if rest, ok := strings.CutPrefix(name, "node-"); ok {
+		return "n" + rest
+	}
+	return name
+}
+
 func (d *clusterDemo) hasRec(k tickKey) bool {
 	_, ok := d.recs[k]
 	return ok
 }
 
-// tally is the summary's count.
+// tally is the summary's count, of the ticks of the --jobs jobs or of the
+// sharded job's shard-runs.
 type tally struct {
 	due         int
 	runs        int // ticks whose command ran
-	duplicates  int // runs beyond a tick's first
+	duplicates  int // runs beyond a tick's first (for a shard-run: runs that were not cut short by the kill, beyond the first)
 	missed      int
 	skipped     int
 	depSkipped  int // skipped, among them, because the parent's run of the tick did not end ok
 	lost        int // claimed by the killed node, never started
 	interrupted int // runs the kill cut short, among runs
+	retaken     int // shard-runs the kill cut short that another node ran again, among interrupted
+	pending     int // shard-runs the kill cut short or left unstarted, not retaken before the end
 	failed      int // runs that ended other than ok, among runs
 	notRun      int // ticks not run for another reason (taking the job's lock failed)
 	other       int // ticks the demo cannot account for
@@ -595,76 +701,23 @@ type tally struct {
 // summary accounts for every tick counted, prints the summary and returns
 // the exit status.
 func (d *clusterDemo) summary() int {
-	var t tally
-	note := func(k tickKey, format string, args ...any) {
-		t.notes = append(t.notes, fmt.Sprintf("%s %s: %s", k.job, clock(k.tick), fmt.Sprintf(format, args...)))
-	}
+	var t, st tally // st: the sharded job's shard-runs
 	for tick := d.t0; tick <= d.t1; tick++ {
 		for _, j := range d.jobs {
-			k := tickKey{j, tick}
-			t.due++
-			es, r := d.execs[k], d.recs[k]
-			_, hasRec := d.recs[k]
-			switch {
-			case len(es) > 0:
-				t.runs++
-				t.duplicates += len(es) - 1
-				switch {
-				case !hasRec && d.victim != nil && es[0].node == d.victim.name:
-					t.interrupted++
-					note(k, "started on %s, which was killed during the run: it ran, its end was never recorded", es[0].node)
-				case !hasRec:
-					t.other++
-					note(k, "ran on %s, but no record of it is in the ledger", es[0].node)
-				case r.Status == ledger.RunInterrupted:
-					t.interrupted++
-					note(k, "started on %s, which was killed during the run: another node recorded it interrupted", r.Node)
-				case r.Status == ledger.RunRunning && d.victim != nil && r.Node == d.victim.name:
-					t.interrupted++
-					note(k, "started on %s, which was killed during the run: still \"running\" in the ledger until its node lease ends, then another node records it interrupted", r.Node)
-				case r.Status != ledger.RunOK:
-					t.failed++
-					note(k, "ran on %s and ended %s: %s", r.Node, r.Status, r.Error)
-				}
-			case hasRec && r.Status == ledger.RunSkipped:
-				t.skipped++
-				if strings.Contains(r.Error, "parents not done") {
-					t.depSkipped++
-				}
-				why := r.Error
-				if i := strings.LastIndex(why, "not obtained: "); i >= 0 && strings.Contains(why, "still in progress") {
-					why = "the job's lock was still held: " + why[i+len("not obtained: "):]
-				}
-				note(k, "skipped by %s, %s", r.Node, why)
-			case hasRec && r.Status == ledger.RunMissed:
-				t.missed++
-				note(k, "missed (%s): %s", r.Node, r.Error)
-			case hasRec:
-				t.notRun++
-				note(k, "not run by %s: %s %s", r.Node, r.Status, r.Error)
-			default:
-				by, err := d.claimant(k)
-				switch {
-				case err != nil:
-					t.other++
-					note(k, "no run, no record, and asking the ledger who claimed it failed: %v", err)
-				case by == "":
-					t.missed++
-					note(k, "missed: no node claimed it")
-				case d.victim != nil && by == d.victim.name:
-					t.lost++
-					note(k, "lost: claimed by %s, which was killed before it started the run", by)
-				default:
-					t.other++
-					note(k, "claimed by %s, which has no record of it", by)
+			for shard := range d.shardsOf(j) {
+				k := tickKey{j, tick, shard}
+				if d.shardsOf(j) > 1 {
+					d.account(&st, k)
+				} else {
+					d.account(&t, k)
 				}
 			}
 		}
 	}
 
-	if len(t.notes) > 0 {
+	if len(t.notes)+len(st.notes) > 0 {
 		d.printf("\nticks that did not simply run:\n")
-		for _, n := range t.notes {
+		for _, n := range append(t.notes, st.notes...) {
 			d.printf("  %s\n", n)
 		}
 	}
@@ -694,32 +747,189 @@ func (d *clusterDemo) summary() int {
 		d.printf(" + %d unexplained", t.other)
 	}
 	d.printf("\n")
+	d.printf("%s: %d shard-runs due, %d ran, %d duplicates, %d missed, %d skipped, %d lost, %d interrupted, %d retaken, %d failed",
+		demoShardedJob, st.due, st.runs, st.duplicates, st.missed, st.skipped, st.lost, st.interrupted, st.retaken, st.failed)
+	if st.other > 0 {
+		d.printf(", %d unexplained", st.other)
+	}
+	d.printf("\n         (%d ticks x %d shards) = %d ran + %d skipped + %d lost + %d missed", d.t1-d.t0+1, clusterShards, st.runs, st.skipped, st.lost, st.missed)
+	if st.notRun > 0 {
+		d.printf(" + %d not run (failed)", st.notRun)
+	}
+	if st.other > 0 {
+		d.printf(" + %d unexplained", st.other)
+	}
+	d.printf("\n")
 	if t.depSkipped > 0 {
 		d.printf("skipped (parents not done): the parent's run of the tick did not end ok within %v (around\n", clusterWithin)
 		d.printf("  the kill it was cut short or skipped): a dependent job runs only after its parent succeeded.\n")
 	}
-	if t.skipped > t.depSkipped {
-		d.printf("skipped: the job's lock was still held by a run on the killed node until its lease ran out\n")
-		d.printf("  (lock_ttl %v): with overlap: skip no run of a job starts while another may still be going.\n", clusterLockTTL)
+	if t.skipped+st.skipped > t.depSkipped {
+		d.printf("skipped: the job's (or the shard's) lock was still held by an earlier run: after the kill,\n")
+		d.printf("  by the killed node's run until its lease ran out (lock_ttl %v). With overlap: skip no run\n", clusterLockTTL)
+		d.printf("  of a job (or of one shard of it) starts while another may still be going.\n")
 	}
 	if t.lost > 0 {
 		d.printf("lost: the killed node had claimed the tick and died before starting it; the ledger keeps\n")
 		d.printf("  the claim, so no other node runs it. A crash can cost a tick, never a second run of one.\n")
 	}
+	if d.victim != nil {
+		switch {
+		case st.retaken > 0 && st.pending == 0:
+			d.printf("retaken: the shard-runs %s left unfinished were run again, to the end, by other nodes once\n", d.victim.name)
+			d.printf("  its node lease (%v) had ended; no shard-run ended ok twice.\n", tasklock.DefaultTTL)
+		case st.pending > 0:
+			d.printf("not retaken: %d shard-runs %s left unfinished (counted interrupted or lost) were not retaken\n", st.pending, d.victim.name)
+			d.printf("  before the demo stopped its nodes (%v after the kill): a free node retakes such a shard-run\n", time.Since(d.killedAt).Round(100*time.Millisecond))
+			d.printf("  once the killed node's node lease (%v, renewed every third of it) has ended.\n", tasklock.DefaultTTL)
+			if st.retaken > 0 {
+				d.printf("  %d others were retaken in time.\n", st.retaken)
+			}
+		}
+		d.printf("%s's shards of the ticks after the kill were run by the live nodes (%s is gone from the table).\n", demoShardedJob, shortNode(d.victim.name))
+	}
 	switch {
-	case t.duplicates > 0:
-		d.printf("FAIL: %d ticks ran more than once\n", t.duplicates)
+	case t.duplicates > 0 || st.duplicates > 0:
+		d.printf("FAIL: %d ticks ran more than once, %d shard-runs ran to the end more than once\n", t.duplicates, st.duplicates)
 		return exitSoftware
 	case d.interrupted:
 		return 128 + int(syscall.SIGINT)
-	case t.runs == 0:
+	case t.runs+st.runs == 0:
 		d.printf("FAIL: nothing ran\n")
 		return exitSoftware
 	case len(d.failed) > 0:
 		return exitSoftware
 	}
-	d.printf("OK: no tick ran twice\n")
+	d.printf("OK: no tick ran twice, no shard-run ran to the end twice\n")
 	return exitOK
+}
+
+// account counts the tick (or the shard-run) k in t.
+func (d *clusterDemo) account(t *tally, k tickKey) {
+	note := func(format string, args ...any) {
+		t.notes = append(t.notes, fmt.Sprintf("%s %s%s: %s", k.job, clock(k.tick), d.shardSuffix(k), fmt.Sprintf(format, args...)))
+	}
+	sharded := d.shardsOf(k.job) > 1
+	t.due++
+	es, r := d.execs[k], d.recs[k]
+	_, hasRec := d.recs[k]
+	killed := d.victim != nil && len(es) > 0 && es[0].node == d.victim.name && !d.okOn[k][d.victim.name]
+	switch {
+	case sharded && killed && len(es) > 1:
+		// The killed node's run was cut short and another node retook
+		// the shard: one run to the end, unless more were.
+		t.runs++
+		t.interrupted++
+		t.retaken++
+		cut := 0
+		for _, e := range es {
+			if e.node == d.victim.name {
+				cut++
+			}
+		}
+		t.duplicates += max(len(es)-cut-1, 0) + max(cut-1, 0)
+		status := "no record yet"
+		if hasRec {
+			status = fmt.Sprintf("attempt %d, %s", r.Attempt, r.Status)
+		}
+		note("started on %s, which was killed during the run; retaken by %s (%s)", es[0].node, es[len(es)-1].node, status)
+		if hasRec && r.Status != ledger.RunOK && r.Status != ledger.RunRunning {
+			t.failed++
+		}
+	case len(es) > 0:
+		t.runs++
+		t.duplicates += len(es) - 1
+		retake := ""
+		if sharded {
+			retake = "; not retaken before the end"
+		}
+		switch {
+		case !hasRec && d.victim != nil && es[0].node == d.victim.name:
+			t.interrupted++
+			t.pending += btoi(sharded)
+			note("started on %s, which was killed during the run: it ran, its end was never recorded%s", es[0].node, retake)
+		case !hasRec:
+			t.other++
+			note("ran on %s, but no record of it is in the ledger", es[0].node)
+		case r.Status == ledger.RunInterrupted:
+			t.interrupted++
+			t.pending += btoi(sharded)
+			note("started on %s, which was killed during the run: another node recorded it interrupted%s", r.Node, retake)
+		case r.Status == ledger.RunRunning && d.victim != nil && r.Node == d.victim.name:
+			t.interrupted++
+			t.pending += btoi(sharded)
+			note("started on %s, which was killed during the run: still \"running\" in the ledger until its node lease ends, then another node records it interrupted%s", r.Node, retake)
+		case r.Status != ledger.RunOK:
+			t.failed++
+			note("ran on %s and ended %s: %s", r.Node, r.Status, r.Error)
+		}
+	case hasRec && r.Status == ledger.RunSkipped:
+		t.skipped++
+		if strings.Contains(r.Error, "parents not done") {
+			t.depSkipped++
+		}
+		why := r.Error
+		if i := strings.LastIndex(why, "not obtained: "); i >= 0 && strings.Contains(why, "still in progress") {
+			why = "the lock was still held: " + why[i+len("not obtained: "):]
+		}
+		note("skipped by %s, %s", r.Node, why)
+	case hasRec && r.Status == ledger.RunMissed:
+		t.missed++
+		note("missed (%s): %s", r.Node, r.Error)
+	case hasRec:
+		t.notRun++
+		note("not run by %s: %s %s", r.Node, r.Status, r.Error)
+	default:
+		by, err := d.claimant(k)
+		switch {
+		case err != nil:
+			t.other++
+			note("no run, no record, and asking the ledger who claimed it failed: %v", err)
+		case by == "":
+			t.missed++
+			note("missed: no node claimed it")
+		case d.victim != nil && by == d.victim.name && sharded:
+			t.lost++
+			t.pending++
+			note("claimed by %s, which was killed before it started the run; not retaken before the end", by)
+		case d.victim != nil && by == d.victim.name:
+			t.lost++
+			note("lost: claimed by %s, which was killed before it started the run", by)
+		default:
+			t.other++
+			note("claimed by %s, which has no record of it", by)
+		}
+	}
+}
+
+// shardSuffix is " shard i/n" for a shard-run of the sharded job, "" for
+// the others.
+func (d *clusterDemo) shardSuffix(k tickKey) string {
+	if n := d.shardsOf(k.job); n > 1 {
+		return fmt.Sprintf(" shard %d/%d", k.shard+1, n)
+	}
+	return ""
+}
+
+// pendingRetake reports whether a shard-run the killed node started has no
+// outcome recorded by another node yet, while one may still come: the demo
+// then waits past its end, until clusterRetakeIn after the kill; and
+// whether one of them is not even retaken yet (no other node's run of it
+// is in the file).
+func (d *clusterDemo) pendingRetake(now time.Time) (pending, unstarted bool) {
+	if d.victim == nil || !now.Before(d.killedAt.Add(clusterRetakeIn)) {
+		return false, false
+	}
+	for k, es := range d.execs {
+		if d.shardsOf(k.job) < 2 || k.tick < d.t0 || k.tick > d.t1 || es[0].node != d.victim.name || d.okOn[k][d.victim.name] {
+			continue
+		}
+		if r, ok := d.recs[k]; !ok || r.Node == d.victim.name || r.Status == ledger.RunRunning {
+			pending = true
+			unstarted = unstarted || len(es) == 1
+		}
+	}
+	return pending, unstarted
 }
 
 // claimant asks the ledger who claimed k, by claiming it: a claim that
@@ -728,7 +938,7 @@ func (d *clusterDemo) claimant(k tickKey) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	res, err := d.ledger.Claim(ctx, []ledger.ClaimParams{{
-		Job: k.job, Tick: time.Unix(k.tick, 0).UTC(), Node: "demo-audit", Token: "demo-audit", Retain: time.Hour,
+		Job: k.job, Tick: time.Unix(k.tick, 0).UTC(), Shard: k.shard, Node: "demo-audit", Token: "demo-audit", Retain: time.Hour,
 	}})
 	if err == nil && len(res) != 1 {
 		err = fmt.Errorf("%d results for 1 claim", len(res))
@@ -764,8 +974,8 @@ func tailOf(path string) string {
 }
 
 // runDemoJob is the demo's job command, "tasklock demo __job RUNS WORK": it
-// appends "job tick fence node pid" to the file RUNS in one write, prints
-// what it runs, and works for WORK.
+// appends "job tick shard fence node pid" to the file RUNS in one write,
+// prints what it runs, and works for WORK.
 func runDemoJob(args []string, stdout, stderr io.Writer) int {
 	if len(args) != 2 {
 		fmt.Fprintln(stderr, "tasklock demo __job: want RUNS-FILE WORK-DURATION")
@@ -777,7 +987,11 @@ func runDemoJob(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "tasklock demo __job: run by tasklock serve only (TASKLOCK_JOB, TASKLOCK_TICK)")
 		return exitUsage
 	}
-	line := fmt.Sprintf("%s\t%d\t%s\t%s\t%d\n", os.Getenv("TASKLOCK_JOB"), tick.Unix(),
+	shard := os.Getenv("TASKLOCK_SHARD")
+	if shard == "" {
+		shard = "0"
+	}
+	line := fmt.Sprintf("%s\t%d\t%s\t%s\t%s\t%d\n", os.Getenv("TASKLOCK_JOB"), tick.Unix(), shard,
 		os.Getenv("TASKLOCK_FENCE"), os.Getenv("TASKLOCK_NODE"), os.Getpid())
 	f, err := os.OpenFile(args[0], os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 	if err == nil {
@@ -790,7 +1004,8 @@ func runDemoJob(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "tasklock demo __job: %v\n", err)
 		return 1
 	}
-	fmt.Fprintf(stdout, "tick %s, fence %s, attempt %s\n", tick.Format(time.TimeOnly), os.Getenv("TASKLOCK_FENCE"), os.Getenv("TASKLOCK_ATTEMPT"))
+	fmt.Fprintf(stdout, "tick %s, shard %s of %s, fence %s, attempt %s\n", tick.Format(time.TimeOnly), shard,
+		cmp.Or(os.Getenv("TASKLOCK_SHARDS"), "1"), os.Getenv("TASKLOCK_FENCE"), os.Getenv("TASKLOCK_ATTEMPT"))
 	time.Sleep(work) // the work itself
 	return exitOK
 }

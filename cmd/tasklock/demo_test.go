@@ -17,6 +17,7 @@ import (
 
 var (
 	demoSummaryRE = regexp.MustCompile(`summary: (\d+) ticks due, (\d+) runs, (\d+) duplicates, (\d+) missed, (\d+) skipped, (\d+) lost, (\d+) interrupted, (\d+) failed`)
+	demoShardRE   = regexp.MustCompile(`sharded: (\d+) shard-runs due, (\d+) ran, (\d+) duplicates, (\d+) missed, (\d+) skipped, (\d+) lost, (\d+) interrupted, (\d+) retaken, (\d+) failed`)
 	demoNodeRE    = regexp.MustCompile(`\*\* (node-\d+b?) started, pid (\d+)`)
 )
 
@@ -95,7 +96,24 @@ func TestDemo(t *testing.T) {
 	if rows := regexp.MustCompile(`(?m)^ +\d+s  \d\d:\d\d:\d\d  `).FindAllString(out, -1); len(rows) != 8 {
 		t.Errorf("%d tick lines, want 8:\n%s", len(rows), out)
 	}
-	t.Logf("%s", m[0])
+	// The sharded job: 3 shard-runs a tick, each run once; the table shows
+	// which node ran each shard.
+	sm := demoShardRE.FindStringSubmatch(out)
+	if sm == nil {
+		t.Fatalf("no summary of the sharded job's shard-runs:\n%s", out)
+	}
+	sn := make([]int, len(sm))
+	for i := 1; i < len(sm); i++ {
+		sn[i], _ = strconv.Atoi(sm[i])
+	}
+	sdue, sran, sdups, smissed, sskipped, slost := sn[1], sn[2], sn[3], sn[4], sn[5], sn[6]
+	if sdue != 24 || sran == 0 || sdups != 0 || sran+smissed+sskipped+slost > sdue {
+		t.Errorf("%q: want 24 shard-runs due (3 shards x 8s), some ran, 0 duplicates, ran+missed+skipped+lost <= due\n%s", sm[0], out)
+	}
+	if !regexp.MustCompile(`  [0-3]/3 (n\d+b?(\(k\))?|-) (n\d+b?(\(k\))?|-) (n\d+b?(\(k\))?|-) `).MatchString(out) {
+		t.Errorf("no tick line shows the sharded job's shards and their nodes:\n%s", out)
+	}
+	t.Logf("%s; %s", m[0], sm[0])
 }
 
 // TestDemoInterrupt checks that Ctrl-C stops the nodes and still prints a

@@ -10,7 +10,7 @@
 // li.dag-node[data-job][data-status]).
 "use strict";
 
-const state = { info: null, csrf: "", route: "", jobsAfter: [""], runsNext: "", refreshing: false };
+const state = { info: null, csrf: "", route: "", jobsAfter: [""], runsNext: "", refreshing: false, renders: 0 };
 
 function el(tag, attrs, ...children) {
   const e = document.createElement(tag);
@@ -121,7 +121,7 @@ function actionButton(cls, label, text, path) {
 
 // Pages.
 
-async function jobsPage(main) {
+async function jobsPage() {
   const filter = el("input", { id: "job-filter", type: "search", placeholder: "filter jobs", value: state.jobFilter || "",
     onchange: (e) => { state.jobFilter = e.target.value; state.jobsAfter = [""]; render(); } });
   const after = state.jobsAfter[state.jobsAfter.length - 1];
@@ -146,7 +146,7 @@ async function jobsPage(main) {
           ? actionButton("action-resume", "Resume", "Resume " + j.job + " on every node?", "api/jobs/" + encodeURIComponent(j.job) + "/resume")
           : actionButton("action-pause", "Pause", "Pause " + j.job + " on every node? Running runs finish.", "api/jobs/" + encodeURIComponent(j.job) + "/pause")));
   });
-  main.replaceChildren(
+  return [
     el("h1", {}, "Jobs ", el("span", { class: "muted", id: "jobs-total" }, "(" + data.total + ")")),
     el("div", { class: "toolbar" }, filter),
     el("table", { id: "jobs-table" },
@@ -154,7 +154,7 @@ async function jobsPage(main) {
       el("tbody", {}, rows)),
     el("div", { class: "pager" },
       el("button", { id: "jobs-prev", type: "button", disabled: state.jobsAfter.length < 2, onclick: () => { state.jobsAfter.pop(); render(); } }, "Previous"),
-      el("button", { id: "jobs-next", type: "button", disabled: !data.next, onclick: () => { state.jobsAfter.push(data.next); render(); } }, "Next")));
+      el("button", { id: "jobs-next", type: "button", disabled: !data.next, onclick: () => { state.jobsAfter.push(data.next); render(); } }, "Next"))];
 }
 
 function runRow(r) {
@@ -175,7 +175,7 @@ function runRow(r) {
     el("td", {}, detail.length ? detail : "—"));
 }
 
-async function jobPage(main, name) {
+async function jobPage(name) {
   const st = state.runStatus || "";
   const jq = await api("api/jobs?" + new URLSearchParams({ name: name }));
   const j = jq.jobs[0];
@@ -209,13 +209,13 @@ async function jobPage(main, name) {
         : actionButton("action-pause", "Pause", "Pause " + j.job + " on every node? Running runs finish.", "api/jobs/" + encodeURIComponent(j.job) + "/pause")));
   }
   if (j) head.push(await depsView(j));
-  main.replaceChildren(...head,
+  return [...head,
     el("div", { class: "toolbar" }, statusSel),
     el("table", { id: "runs-table" },
       el("thead", {}, el("tr", {}, ["Tick", "Shard", "Status", "Tick status", "Attempt", "Node", "Fence", "Duration", "Error / output"].map((h) => el("th", {}, h)))),
       tbody),
     el("div", { class: "pager" }, more),
-    await auditSection(name));
+    await auditSection(name)];
 }
 
 // auditSection lists the job's audit entries (GET api/audit?job=), newest
@@ -256,20 +256,22 @@ async function depsView(j) {
   const node = (n, role) => {
     const v = byName[n];
     const lr = v && v.last_run;
-    return el("li", { class: "dag-node dag-" + role, "data-job": n, "data-status": lr ? lr.status : "none" },
+    const st = lr && (lr.tick_status || lr.status);
+    return el("li", { class: "dag-node dag-" + role, "data-job": n, "data-status": lr ? st : "none" },
       el("a", { href: "#/job/" + encodeURIComponent(n) }, n), " ",
-      lr ? [statusBadge(lr.status), el("span", { class: "muted" }, " " + fmtTime(lr.tick))]
+      lr ? [statusBadge(st), el("span", { class: "muted" }, " " + fmtTime(lr.tick))]
         : el("span", { class: "muted" }, v ? "no run yet" : "not known here"));
   };
   const col = (title, id, items, role) => el("div", { class: "dag-col" }, el("h2", {}, title),
     el("ul", { id: id }, items.length ? items.map((n) => node(n, role)) : el("li", { class: "muted" }, "none")));
   const lr = j.last_run;
+  const st = lr && (lr.tick_status || lr.status);
   return el("div", { id: "job-deps", class: "dag" },
     col("Waits for", "dag-parents", after, "parent"),
     el("div", { class: "dag-arrow" }, "→"),
     el("div", { class: "dag-col" }, el("h2", {}, "This job"),
-      el("ul", {}, el("li", { class: "dag-node dag-self", "data-job": j.job, "data-status": lr ? lr.status : "none" },
-        el("strong", {}, j.job), " ", lr ? statusBadge(lr.status) : el("span", { class: "muted" }, "no run yet")))),
+      el("ul", {}, el("li", { class: "dag-node dag-self", "data-job": j.job, "data-status": lr ? st : "none" },
+        el("strong", {}, j.job), " ", lr ? statusBadge(st) : el("span", { class: "muted" }, "no run yet")))),
     el("div", { class: "dag-arrow" }, "→"),
     col("Then", "dag-children", children, "child"));
 }
@@ -281,7 +283,7 @@ function lockKind(l) {
   return l.kind || "mutex";
 }
 
-async function locksPage(main) {
+async function locksPage() {
   const after = state.locksAfter || "";
   const q = new URLSearchParams({ limit: "100" });
   if (after) q.set("after", after);
@@ -295,17 +297,17 @@ async function locksPage(main) {
     el("td", { class: "num" }, l.held_for_ms === null ? "—" : "≥ " + fmtMS(l.held_for_ms)),
     el("td", {}, actionButton("action-release", "Release", "Release " + l.key + " by force? Its holder loses it at its next renewal.",
       "api/locks/" + encodeURIComponent(l.key) + "/release"))));
-  main.replaceChildren(
+  return [
     el("h1", {}, "Locks ", el("span", { class: "muted" }, "(" + data.total + ")")),
     el("table", { id: "locks-table" },
       el("thead", {}, el("tr", {}, ["Key", "Kind", "Holder", "Fence", "Expires in", "Held for", ""].map((h) => el("th", {}, h)))),
       el("tbody", {}, rows)),
     el("div", { class: "pager" },
       el("button", { id: "locks-first", type: "button", disabled: !after, onclick: () => { state.locksAfter = ""; render(); } }, "First"),
-      el("button", { id: "locks-next", type: "button", disabled: !data.next, onclick: () => { state.locksAfter = data.next; render(); } }, "Next")));
+      el("button", { id: "locks-next", type: "button", disabled: !data.next, onclick: () => { state.locksAfter = data.next; render(); } }, "Next"))];
 }
 
-async function nodesPage(main) {
+async function nodesPage() {
   const data = await api("api/nodes");
   const rows = data.nodes.map((n) => el("tr", { class: "node-row", "data-node": n.node, "data-alive": String(n.alive), "data-leader": String(!!n.leader) },
     el("td", {}, n.node),
@@ -315,14 +317,14 @@ async function nodesPage(main) {
     el("td", {}, n.version || "—"),
     el("td", { class: "num" }, n.alive ? n.fence : "—")));
   const l = data.leader;
-  main.replaceChildren(
+  return [
     el("h1", {}, "Nodes"),
     el("p", { id: "nodes-leader", class: "muted" }, l
       ? ["Leader: ", el("strong", {}, l.node), " (term " + l.term + ", lease ends in " + fmtMS(l.expires_in_ms) + "): it runs the jobs with run_on: leader."]
       : "No leader elected now: jobs with run_on: leader wait for one."),
     el("table", { id: "nodes-table" },
       el("thead", {}, el("tr", {}, ["Node", "State", "Role", "Last seen", "Version", "Fence"].map((h) => el("th", {}, h)))),
-      el("tbody", {}, rows)));
+      el("tbody", {}, rows))];
 }
 
 // Routing and live updates.
@@ -334,20 +336,29 @@ function routeSection() {
   return "jobs";
 }
 
+// render shows the page of the route. Renders overlap (a click, a live
+// update, a hash change while the API answers): only the latest started
+// may replace the page, else a slow render of the page just left would
+// overwrite the new one.
 async function render() {
   const main = document.getElementById("main");
+  const gen = ++state.renders;
   const r = location.hash.replace(/^#\/?/, "") || "jobs";
   for (const id of ["jobs", "locks", "nodes"]) {
     document.getElementById("nav-" + id).classList.toggle("active", r === id || (id === "jobs" && r.startsWith("job/")));
   }
   try {
-    if (r.startsWith("job/")) await jobPage(main, decodeURIComponent(r.slice(4)));
-    else if (r === "locks") await locksPage(main);
-    else if (r === "nodes") await nodesPage(main);
-    else await jobsPage(main);
+    let page;
+    if (r.startsWith("job/")) page = await jobPage(decodeURIComponent(r.slice(4)));
+    else if (r === "locks") page = await locksPage();
+    else if (r === "nodes") page = await nodesPage();
+    else page = await jobsPage();
+    if (gen !== state.renders) return;
+    // A page leaves out the parts it has nothing for as null.
+    main.replaceChildren(...page.filter((c) => c !== null && c !== undefined));
     main.dataset.loaded = String(Date.now());
   } catch (e) {
-    message(e.message, true);
+    if (gen === state.renders) message(e.message, true);
   }
 }
 

@@ -29,7 +29,8 @@ const screenshotDir = "../../docs/screenshots"
 // with headless Chromium: it logs in with the token, triggers a job and
 // sees its run appear in the history, pauses a job and sees its state
 // change on the page and in the store, saves screenshots of the main
-// pages, and logs out back to the login page.
+// pages, sees no error in the console, and logs out back to the login
+// page.
 func TestDashboardInBrowser(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts Chromium")
@@ -73,6 +74,7 @@ jobs:
 	defer cancel()
 	ctx, cancelT := context.WithTimeout(ctx, 90*time.Second)
 	defer cancelT()
+	errs := consoleErrors(ctx)
 
 	shot := func(name string) chromedp.Action {
 		return chromedp.ActionFunc(func(ctx context.Context) error {
@@ -168,6 +170,12 @@ jobs:
 	}
 	if !regexp.MustCompile(`^Leader: web-1 \(term [1-9][0-9]*, lease ends in [0-9.]+ s\)`).MatchString(leaderLine) || !regexp.MustCompile(`term [1-9]`).MatchString(badge) {
 		t.Errorf("the nodes page says %q, its leader badge %q; want web-1 named leader with its term", leaderLine, badge)
+	}
+	// The login page answers 401 by design, and Chromium logs that; the
+	// pages after it log no error.
+	login := "log: Failed to load resource: the server responded with a status of 401 (Unauthorized) " + url + "#/jobs"
+	if e := slices.DeleteFunc(errs(), func(s string) bool { return s == login }); len(e) > 0 {
+		t.Errorf("the pages logged errors to the console:\n%s", strings.Join(e, "\n"))
 	}
 	// Logging out ends the session: the page becomes the login page and
 	// the API answers 401.
