@@ -14,6 +14,9 @@
 //	P5  the scheduler: 10,000 jobs @every 1s on 3 nodes sharing one
 //	    redisstore ledger: tick lateness, duplicate and missed ticks, store
 //	    round trips per run (sched*.go)
+//	P5-features, P5-shard  the same with the scheduler's features on:
+//	    10,000 jobs, some dependent, in pools, with MaxConcurrent or
+//	    sharded; 100 jobs of 32 shards (schedfeatures*.go)
 //	P1-sql, P3-sql, P4-sql  the same per SQL store: 16 goroutines; 16
 //	    goroutines on one key; 1,000 locks kept alive
 //	P1-etcd, P3-etcd, P4-etcd (and -zk, -redlock)  tasklock against etcd's
@@ -89,13 +92,16 @@ func parseOnly(only string, cfg *config) error {
 	for _, id := range strings.Split(only, ",") {
 		switch id = strings.ToUpper(strings.TrimSpace(id)); id {
 		case "":
-		case "P1", "P2", "P3", "P4", "P5", "P1-SQL", "P3-SQL", "P4-SQL":
+		case "P1", "P2", "P3", "P4", "P5", "P5-FEATURES", "P5-SHARD", "P1-SQL", "P3-SQL", "P4-SQL":
 			cfg.only[id] = true
 		case "REDIS":
 			for _, x := range redisIDs {
 				cfg.only[x] = true
 			}
 			cfg.only["P5"] = true
+			for _, x := range p5Variants {
+				cfg.only[x] = true
+			}
 		case "SQL":
 			for _, x := range sqlIDs {
 				cfg.only[x] = true
@@ -108,7 +114,7 @@ func parseOnly(only string, cfg *config) error {
 			cfg.stores[kindSQLite] = true
 		default:
 			if !addCoordOnly(cfg.only, id) && !addKindsOnly(cfg.only, id) {
-				return fmt.Errorf("lockbench: -only: unknown measurement or store %q (P1, P2, P3, P4, P5, P1-sql, P3-sql, P4-sql, redis, sql, postgres, mysql, sqlite, %s, %s)", id, coordOnlyHelp, kindsOnlyHelp)
+				return fmt.Errorf("lockbench: -only: unknown measurement or store %q (P1, P2, P3, P4, P5, P5-features, P5-shard, P1-sql, P3-sql, P4-sql, redis, sql, postgres, mysql, sqlite, %s, %s)", id, coordOnlyHelp, kindsOnlyHelp)
 			}
 		}
 	}
@@ -139,8 +145,8 @@ func main() {
 	flag.DurationVar(&duration, "duration", 3*time.Second, "measured time per round of each implementation in P1 (taken in slices of 0.5 s) and P3 (one run, after a 0.5 s warm-up)")
 	flag.IntVar(&cfg.rounds, "rounds", 3, "rounds of P1 and P3; the implementations take turns, in reverse order every other turn")
 	flag.DurationVar(&cfg.sqlDuration, "sqlduration", 3*time.Second, "measured time per implementation and SQL store in P1-sql (taken in slices of 0.5 s) and P3-sql (in two runs)")
-	flag.BoolVar(&cfg.quick, "quick", false, "short smoke run (about a minute): one round, P1 runs of 0.5 s and P3 runs of 0.8 s\n(unless -duration is given), 300 pairs for P2, no warm-up cycle in P4,\n1,000 jobs for 5 s in P5 (instead of 10,000 and 1,000 for 10 s);\nSQL: 0.5 s per implementation (unless -sqlduration is given), 200 locks of TTL 1.5 s in P4-sql")
-	flag.StringVar(&only, "only", "", "comma-separated measurements to run: P1, P2, P3, P4, P5, P1-sql, P3-sql, P4-sql, or the groups redis and sql;\nSQL store names (postgres, mysql, sqlite) restrict the SQL measurements to those stores;\n"+coordOnlyHelp+";\n"+kindsOnlyHelp+" (default all)")
+	flag.BoolVar(&cfg.quick, "quick", false, "short smoke run (about a minute): one round, P1 runs of 0.5 s and P3 runs of 0.8 s\n(unless -duration is given), 300 pairs for P2, no warm-up cycle in P4,\n1,000 jobs for 5 s in P5 (instead of 10,000 and 1,000 for 10 s),\n1,000 jobs in P5-features (instead of 10,000), 20 jobs of 32 shards in P5-shard (instead of 100);\nSQL: 0.5 s per implementation (unless -sqlduration is given), 200 locks of TTL 1.5 s in P4-sql")
+	flag.StringVar(&only, "only", "", "comma-separated measurements to run: P1, P2, P3, P4, P5, P5-features, P5-shard, P1-sql, P3-sql, P4-sql, or the groups redis and sql;\nSQL store names (postgres, mysql, sqlite) restrict the SQL measurements to those stores;\n"+coordOnlyHelp+";\n"+kindsOnlyHelp+" (default all)")
 	flag.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.StringVar(&memProfile, "memprofile", "", "record every allocation (MemProfileRate=1, which slows the run) and write an allocs profile to this file")
 	flag.StringVar(&heapProfile, "heapprofile", "", "write the live heap to this file in P4, while the locks are held\n(and to this file .postgres, .mysql, .sqlite in P4-sql, while tasklock holds them)")
@@ -317,9 +323,13 @@ func run(cfg config, cpuProfile, memProfile, heapProfile string) error {
 			rep.server = cmp.Or(rep.server, r.server)
 		}
 	}
+	rep.p5x = runP5Variants(ctx, cfg, cl.add)
+	for _, r := range rep.p5x {
+		rep.server = cmp.Or(rep.server, r.server)
+	}
 	// Each SQL store in turn, its server stopped once done with, so that
 	// an idle server does not share the CPUs with the next one's run.
-	failed := p5Failures(rep.p5)
+	failed := append(p5Failures(rep.p5), p5Failures(rep.p5x)...)
 	for _, e := range envs {
 		if e.err != nil {
 			failed = append(failed, e.title+": "+e.err.Error())

@@ -30,11 +30,12 @@ type report struct {
 	started time.Time
 	elapsed time.Duration
 
-	p1 []*p1Result
-	p2 []p2Result
-	p3 []*p3Result
-	p4 *p4Result
-	p5 []*schedResult
+	p1  []*p1Result
+	p2  []p2Result
+	p3  []*p3Result
+	p4  *p4Result
+	p5  []*schedResult
+	p5x []*schedResult // P5-features, P5-shard
 
 	sqlEnvs []*sqlEnv
 	p1sql   []*sqlP1Result
@@ -138,6 +139,7 @@ func (r *report) write(w io.Writer) {
 	r.writeP3(p)
 	r.writeP4(p)
 	r.writeP5(p)
+	r.writeP5Variants(p)
 	r.writeSQL(p)
 	r.summary.write(p, "### Targets")
 }

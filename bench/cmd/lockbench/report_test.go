@@ -38,11 +38,13 @@ func TestParseOnly(t *testing.T) {
 		skips  []string
 		stores []storeKind
 	}{
-		{"", []string{"P1", "P4", "P1-SQL", "P4-SQL"}, nil, sqlKinds},
+		{"", []string{"P1", "P4", "P5-FEATURES", "P5-SHARD", "P1-SQL", "P4-SQL"}, nil, sqlKinds},
 		{"P1,P2", []string{"P1", "P2"}, []string{"P3", "P1-SQL"}, sqlKinds},
 		{"sql", sqlIDs, redisIDs, sqlKinds},
-		{"redis", append([]string{"P5"}, redisIDs...), sqlIDs, sqlKinds},
-		{"p5", []string{"P5"}, []string{"P1", "P4", "P1-SQL"}, sqlKinds},
+		{"redis", append([]string{"P5", "P5-FEATURES", "P5-SHARD"}, redisIDs...), sqlIDs, sqlKinds},
+		{"p5", []string{"P5"}, []string{"P1", "P4", "P1-SQL", "P5-FEATURES", "P5-SHARD"}, sqlKinds},
+		{"P5-features", []string{"P5-FEATURES"}, []string{"P5", "P5-SHARD", "P1"}, sqlKinds},
+		{"p5-shard,P5", []string{"P5-SHARD", "P5"}, []string{"P5-FEATURES", "P4"}, sqlKinds},
 		{"postgres", sqlIDs, redisIDs, []storeKind{kindPG}},
 		{"p4-sql, MariaDB,sqlite", []string{"P4-SQL"}, []string{"P1-SQL", "P1"}, []storeKind{kindMySQL, kindSQLite}},
 		{"kinds", kindsIDs, []string{"P1", "P4", "P1-ETCD"}, sqlKinds},

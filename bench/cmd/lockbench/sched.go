@@ -192,7 +192,8 @@ func (h warnCounter) Handle(_ context.Context, r slog.Record) error {
 func (h warnCounter) WithAttrs([]slog.Attr) slog.Handler { return h }
 func (h warnCounter) WithGroup(string) slog.Handler      { return h }
 
-// schedSlot is what the oracle knows of one (job, tick).
+// schedSlot is what the oracle knows of one (job, tick), or of one
+// (job, tick, shard) for a sharded job.
 type schedSlot struct {
 	runs  atomic.Int32
 	node  atomic.Int32 // 1-based node of the first run
@@ -201,11 +202,13 @@ type schedSlot struct {
 }
 
 // schedOracle records every handler call: the ticks from base on, one slot
-// per (job, tick).
+// per (job, tick, shard).
 type schedOracle struct {
 	base    int64 // unix second of tick 0
 	ticks   int
-	slots   []schedSlot // job*ticks + tick
+	shards  []int       // per job: its shard-runs per tick, 1 when not sharded
+	first   []int       // per job: the index of its first slot
+	slots   []schedSlot // first[job] + tick*shards[job] + shard
 	started atomic.Int64
 	dups    atomic.Int64 // runs of a (job, tick) that had run already
 	outside atomic.Int64 // runs of ticks outside the slots, or of triggers
@@ -223,7 +226,11 @@ func (o *schedOracle) record(job, node int, run schedule.Run) {
 		o.outside.Add(1)
 		return
 	}
-	sl := &o.slots[job*o.ticks+int(off)]
+	if run.Shard < 0 || run.Shard >= o.shards[job] {
+		o.outside.Add(1)
+		return
+	}
+	sl := o.slot(job, int(off), run.Shard)
 	if sl.runs.Add(1) > 1 {
 		o.dups.Add(1)
 		return
@@ -233,21 +240,47 @@ func (o *schedOracle) record(job, node int, run schedule.Run) {
 	sl.fence.Store(run.Fence)
 }
 
+// newSchedOracle makes the slots of ticks ticks of jobs with these shard
+// counts (0 or 1: not sharded).
+func newSchedOracle(base int64, ticks int, shards []int) *schedOracle {
+	o := &schedOracle{base: base, ticks: ticks, shards: make([]int, len(shards)), first: make([]int, len(shards))}
+	n := 0
+	for j, sh := range shards {
+		o.shards[j] = max(sh, 1)
+		o.first[j] = n
+		n += ticks * o.shards[j]
+	}
+	o.slots = make([]schedSlot, n)
+	return o
+}
+
+func (o *schedOracle) slot(job, tick, shard int) *schedSlot {
+	return &o.slots[o.first[job]+tick*o.shards[job]+shard]
+}
+
 // schedResult is one P5 measurement.
 type schedResult struct {
+	id               string // P5, P5-features, P5-shard
 	jobs             int
+	units            int            // shard-runs per tick, all jobs (jobs, when none is sharded)
+	cats             []string       // the kinds of job, in order (P5-features)
+	catJobs          map[string]int // jobs per kind
+	catLate          map[string][]time.Duration
+	catMissed        map[string]int
+	loadBefore       string        // the 1-minute load average before the measurement
+	loadAfter        string        // and after
 	server           string        // redis-server's version
 	startup          time.Duration // New, Add and Start of the three nodes
 	window           time.Duration // wall time counted (round trips, runs, CPU)
 	ticks            int           // ticks per job in the window
 	late             []time.Duration
 	runs             int64 // handler calls started in the wall window
-	ran              int   // window (job, tick) pairs that ran
-	missed           int   // window (job, tick) pairs that never ran
+	ran              int   // window (job, tick, shard) slots that ran
+	missed           int   // window (job, tick, shard) slots that never ran
 	dups             int64 // duplicate runs, whole measurement
 	outside          int64
 	catchUp          int64
-	fenceOrder       int // window ticks whose fence is not above the job's previous tick's
+	fenceOrder       int // window slots whose fence is not above the (job, shard)'s previous tick's
 	perNode          [schedNodes]int
 	c                schedCounts // in the wall window
 	clientCPU        time.Duration
@@ -290,7 +323,7 @@ func runP5(ctx context.Context, cfg config, add func(func())) []*schedResult {
 	p := newSchedParams(cfg)
 	var out []*schedResult
 	for _, n := range p.jobs {
-		r := &schedResult{jobs: n}
+		r := &schedResult{id: "P5", jobs: n, loadBefore: loadAvg()}
 		out = append(out, r)
 		srv, err := startServer(ctx, func(s *server) { add(s.stop) })
 		if err != nil {
@@ -300,10 +333,13 @@ func runP5(ctx context.Context, cfg config, add func(func())) []*schedResult {
 		}
 		r.server = srv.version
 		progress("P5: redis-server %s on %s, %d jobs @every 1s on %d nodes", srv.version, srv.addr, n, schedNodes)
-		r.err = measureSched(ctx, srv, p, r)
+		if err := measureSched(ctx, srv, p, plainSpec(n), r); err != nil {
+			r.err = fmt.Errorf("P5 (%d jobs): %w", n, err)
+		}
 		srv.stop()
+		r.loadAfter = loadAvg()
 		if r.err != nil {
-			progress("P5 (%d jobs): %v", n, r.err)
+			progress("%v", r.err)
 		}
 	}
 	return out
@@ -318,7 +354,21 @@ type schedNode struct {
 	s  *schedule.Scheduler
 }
 
-func measureSched(ctx context.Context, srv *server, p schedParams, r *schedResult) error {
+// schedSpec is what a P5 variant runs: its jobs (job i's fields but Name
+// and Handler, and its kind) and the Schedulers' extra configuration.
+type schedSpec struct {
+	jobs   int
+	job    func(i int, names []string) (schedule.Job, string)
+	pools  map[string]int
+	lister bool // Config.NodeLister: the nodes rank themselves to spread shards
+}
+
+// plainSpec is P5's: n plain jobs.
+func plainSpec(n int) schedSpec {
+	return schedSpec{jobs: n, job: func(int, []string) (schedule.Job, string) { return schedule.Job{}, "plain" }}
+}
+
+func measureSched(ctx context.Context, srv *server, p schedParams, spec schedSpec, r *schedResult) error {
 	n := r.jobs
 	var (
 		ev        schedEvents
@@ -368,13 +418,26 @@ func measureSched(ctx context.Context, srv *server, p schedParams, r *schedResul
 	// The caller's part exists before the baseline: names, handlers, the
 	// oracle, the clients' connections.
 	start := time.Now()
-	o := &schedOracle{base: start.Unix() - 10, ticks: int((p.warmup+p.window+p.drain)/time.Second) + 40}
-	o.slots = make([]schedSlot, n*o.ticks)
 	names := make([]string, n)
-	handlers := make([][]func(context.Context, schedule.Run) error, schedNodes)
 	for i := range names {
 		names[i] = fmt.Sprintf("p5-%05d", i)
 	}
+	jobs := make([]schedule.Job, n)
+	kinds := make([]string, n)
+	shards := make([]int, n)
+	r.catJobs, r.catLate, r.catMissed = map[string]int{}, map[string][]time.Duration{}, map[string]int{}
+	for i := range jobs {
+		jobs[i], kinds[i] = spec.job(i, names)
+		jobs[i].Name = names[i]
+		shards[i] = jobs[i].Shards
+		if r.catJobs[kinds[i]] == 0 {
+			r.cats = append(r.cats, kinds[i])
+		}
+		r.catJobs[kinds[i]]++
+		r.units += max(shards[i], 1)
+	}
+	o := newSchedOracle(start.Unix()-10, int((p.warmup+p.window+p.drain)/time.Second)+40, shards)
+	handlers := make([][]func(context.Context, schedule.Run) error, schedNodes)
 	for nd := range handlers {
 		handlers[nd] = make([]func(context.Context, schedule.Run) error, n)
 		for j := range n {
@@ -402,7 +465,11 @@ func measureSched(ctx context.Context, srv *server, p schedParams, r *schedResul
 
 	t0 := time.Now()
 	for i, nd := range nodes {
-		s, err := schedule.New(nd.lk, nd.st, &schedule.Config{Node: fmt.Sprintf("node-%d", i+1), Logger: logger})
+		sc := &schedule.Config{Node: fmt.Sprintf("node-%d", i+1), Logger: logger, Pools: spec.pools}
+		if spec.lister {
+			sc.NodeLister = nd.st
+		}
+		s, err := schedule.New(nd.lk, nd.st, sc)
 		if err != nil {
 			return err
 		}
@@ -411,7 +478,9 @@ func measureSched(ctx context.Context, srv *server, p schedParams, r *schedResul
 			// MisfireWindow = MisfireAfter (5 s, the least allowed):
 			// a node starting on an empty ledger looks back 5 ticks, not
 			// the default hour's 100 (MaxBacklog).
-			err := s.Add(schedule.Job{Name: names[j], Schedule: "@every 1s", Handler: handlers[i][j], MisfireWindow: schedule.DefaultMisfireAfter})
+			jb := jobs[j]
+			jb.Schedule, jb.Handler, jb.MisfireWindow = "@every 1s", handlers[i][j], schedule.DefaultMisfireAfter
+			err := s.Add(jb)
 			if err != nil {
 				return err
 			}
@@ -453,8 +522,18 @@ func measureSched(ctx context.Context, srv *server, p schedParams, r *schedResul
 	}
 
 	// The window: the ticks w0, w0+1s, …; counted over the same wall time.
-	w0 := start.Add(p.warmup).Truncate(time.Second).Add(time.Second)
+	// It begins p.warmup after the start, and at least 2 s after the nodes
+	// have started: on a loaded machine, New, Add and Start of 10,000 jobs
+	// can take longer than the warm-up.
+	w0 := start.Add(p.warmup)
+	if ready := time.Now().Add(2 * time.Second); ready.After(w0) {
+		w0 = ready
+	}
+	w0 = w0.Truncate(time.Second).Add(time.Second)
 	r.ticks = int(p.window / time.Second)
+	if int(w0.Unix()-o.base)+r.ticks > o.ticks {
+		return fmt.Errorf("the nodes took %v to start, too long for the oracle's %d ticks", r.startup, o.ticks)
+	}
 	w1 := w0.Add(time.Duration(r.ticks) * time.Second)
 	sampleUntil(w0)
 	r.warmupGoroutines, maxG = maxG, 0
@@ -470,15 +549,17 @@ func measureSched(ctx context.Context, srv *server, p schedParams, r *schedResul
 	r.c = c1.minus(c0)
 	r.runs = r.c.started
 	r.clientCPU, r.serverCPU, r.cpuKnown = cpu1-cpu0, srv1-srv0, ok0 && ok1 && ok2 && ok3
-	progress("P5 (%d jobs): %d runs, %d round trips in %v", n, r.runs, r.c.roundTrips(), r.window)
+	progress("%s (%d jobs): %d runs, %d round trips in %v", r.id, n, r.runs, r.c.roundTrips(), r.window)
 
 	// Let the window's last ticks run, up to p.drain.
 	first, last := int(w0.Unix()-o.base), int(w0.Unix()-o.base)+r.ticks
 	allRan := func() bool {
 		for j := range n {
 			for t := first; t < last; t++ {
-				if o.slots[j*o.ticks+t].runs.Load() == 0 {
-					return false
+				for sh := range o.shards[j] {
+					if o.slot(j, t, sh).runs.Load() == 0 {
+						return false
+					}
 				}
 			}
 		}
@@ -501,25 +582,30 @@ func measureSched(ctx context.Context, srv *server, p schedParams, r *schedResul
 
 	// The oracle's verdict on the window's ticks, taken before Shutdown,
 	// which may take long when the nodes are behind.
-	r.late = make([]time.Duration, 0, n*r.ticks)
+	r.late = make([]time.Duration, 0, r.units*r.ticks)
 	for j := range n {
-		var prev uint64
-		for t := first; t < last; t++ {
-			sl := &o.slots[j*o.ticks+t]
-			if sl.runs.Load() == 0 {
-				r.missed++
-				continue
+		for sh := range o.shards[j] {
+			var prev uint64
+			for t := first; t < last; t++ {
+				sl := o.slot(j, t, sh)
+				if sl.runs.Load() == 0 {
+					r.missed++
+					r.catMissed[kinds[j]]++
+					continue
+				}
+				r.ran++
+				late := time.Duration(sl.late.Load())
+				r.late = append(r.late, late)
+				r.catLate[kinds[j]] = append(r.catLate[kinds[j]], late)
+				if nd := sl.node.Load(); nd >= 1 && int(nd) <= schedNodes {
+					r.perNode[nd-1]++
+				}
+				f := sl.fence.Load()
+				if f <= prev {
+					r.fenceOrder++
+				}
+				prev = f
 			}
-			r.ran++
-			r.late = append(r.late, time.Duration(sl.late.Load()))
-			if nd := sl.node.Load(); nd >= 1 && int(nd) <= schedNodes {
-				r.perNode[nd-1]++
-			}
-			f := sl.fence.Load()
-			if f <= prev {
-				r.fenceOrder++
-			}
-			prev = f
 		}
 	}
 	r.dups, r.outside, r.catchUp = o.dups.Load(), o.outside.Load(), o.catchUp.Load()
@@ -567,7 +653,7 @@ func measureSched(ctx context.Context, srv *server, p schedParams, r *schedResul
 			r.statuses[string(rec.Status)]++
 		}
 	}
-	progress("P5 (%d jobs): lateness p99 %v, %d missed, %d duplicates, %.2f round trips per run",
-		n, percentile(r.late, 0.99), r.missed, r.dups, r.rtPerRun())
+	progress("%s (%d jobs): lateness p99 %v, %d missed, %d duplicates, %.2f round trips per run",
+		r.id, n, percentile(r.late, 0.99), r.missed, r.dups, r.rtPerRun())
 	return nil
 }
