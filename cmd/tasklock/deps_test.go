@@ -13,15 +13,27 @@ import (
 	"github.com/tasklock/tasklock/internal/clitest"
 )
 
-// Dependencies end to end, on SQLite: each tick of load runs after
+// Dependencies end to end, on SQLite and Redis: each tick of load runs after
 // extract's run of the same tick ended ok (the oracle: the order of the
 // lines the commands append to one file), and report, whose parent always
 // fails, is recorded as skipped after within, naming the parent, and never
 // runs.
 func TestServeJobAfter(t *testing.T) {
 	t.Parallel()
+	for _, store := range []string{"sqlite", "redis"} {
+		t.Run(store, func(t *testing.T) {
+			t.Parallel()
+			testServeJobAfter(t, store)
+		})
+	}
+}
+
+func testServeJobAfter(t *testing.T, store string) {
 	dir := t.TempDir()
 	url := "sqlite://" + filepath.Join(dir, "deps.db")
+	if store == "redis" {
+		url, _ = redisFor(t)
+	}
 	order := filepath.Join(dir, "order")
 	cfg := writeConfig(t, dir, "store: "+url+"\nnode: n1\n"+`jobs:
   - name: extract
