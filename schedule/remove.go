@@ -51,6 +51,9 @@ func (s *Scheduler) Remove(name string, opts RemoveOptions) error {
 		return fmt.Errorf("%w %q", ErrUnknownJob, name)
 	}
 	delete(s.jobs, name)
+	if j.Shards > 1 {
+		s.shards.jobs--
+	}
 	if s.handled == nil {
 		s.handled = make(map[string]removal)
 	}

@@ -347,6 +347,9 @@ func (s *Scheduler) Add(j Job) error {
 		return err
 	}
 	s.jobs[j.Name] = jj
+	if jj.Shards > 1 {
+		s.shards.jobs++
+	}
 	if s.loopStarted {
 		s.begin(jj, s.clock.Now())
 	}

@@ -45,6 +45,7 @@ type shardState struct {
 	rank, of int                    // this node's rank among the of live nodes; of = 0: not known, claim none at the tick
 	busy     map[string]int         // job name -> shard-runs claimed here and not yet ended
 	watch    map[tickKey]*shardTick // the ticks whose shards are not all done
+	jobs     int                    // how many of the Scheduler's jobs are sharded: none, and a pass looks no further
 }
 
 type tickKey struct {
@@ -104,6 +105,10 @@ func keyOf(j *job, w work) tickKey {
 // that claims shards. Loop only.
 func (s *Scheduler) rankShards(now time.Time) {
 	s.mu.Lock()
+	if s.shards.jobs == 0 {
+		s.mu.Unlock()
+		return // no sharded job: nothing to spread, and no scan of every job per pass
+	}
 	need := false
 	for i := 0; len(s.heap) > 0 && !s.heap[0].next.After(now) && i < len(s.heap); i++ {
 		if j := s.heap[i]; j.Shards > 1 && !j.next.After(now) {
