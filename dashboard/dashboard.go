@@ -116,6 +116,13 @@ func parseNodeOwner(owner string) (node, version string) {
 //go:embed ui
 var uiFiles embed.FS
 
+// openAPI is the OpenAPI 3.1 document of the JSON API, served at GET
+// /api/openapi.json; a test checks that it names every route and that
+// the answers match it.
+//
+//go:embed openapi.json
+var openAPI []byte
+
 // handler is the dashboard.
 type handler struct {
 	opts      Options
@@ -130,6 +137,7 @@ type handler struct {
 	auth      authState // sessions and failure allowances (auth.go)
 	mux       *http.ServeMux
 	assets    http.Handler
+	routes    []route // what route and methods registered, for the OpenAPI test
 
 	schedMu sync.Mutex
 	scheds  map[string]schedule.Schedule // parsed specs, by spec and zone
@@ -151,6 +159,9 @@ type handler struct {
 	nodeMu   sync.Mutex
 	nodeSeen map[string]time.Time // each node's last lease renewal seen
 }
+
+// route is one method and pattern the handler serves.
+type route struct{ method, pattern string }
 
 type leaseID struct {
 	key   string
@@ -215,6 +226,7 @@ func New(opts Options) (http.Handler, error) {
 	h.mux = m
 	h.route(m, http.MethodGet, "/healthz", healthz)
 	h.route(m, http.MethodGet, "/api/info", h.reading(h.info))
+	h.route(m, http.MethodGet, "/api/openapi.json", serveOpenAPI)
 	h.methods(m, "/api/jobs", map[string]http.HandlerFunc{
 		http.MethodGet: h.reading(h.jobs), http.MethodPost: h.mutating(h.defineJob(jobdefs.Create)),
 	})
@@ -242,6 +254,7 @@ func New(opts Options) (http.Handler, error) {
 // route registers h for one method on pattern, answering other methods
 // with a JSON 405.
 func (h *handler) route(m *http.ServeMux, method, pattern string, f http.HandlerFunc) {
+	h.routes = append(h.routes, route{method, pattern})
 	m.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != method && !(method == http.MethodGet && r.Method == http.MethodHead) {
 			w.Header().Set("Allow", method)
@@ -274,6 +287,14 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func healthz(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	_, _ = w.Write([]byte("ok\n"))
+}
+
+// serveOpenAPI is GET /api/openapi.json: the API's OpenAPI document, with
+// no credentials, like /healthz: it is the same for every dashboard of
+// this version and holds no data.
+func serveOpenAPI(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	_, _ = w.Write(openAPI)
 }
 
 // ui serves the embedded pages; when reading needs the token, an anonymous

@@ -19,6 +19,8 @@
 // before=) until it is "".
 //
 //	GET  /healthz         "ok": liveness, no credentials, no data, no store call
+//	GET  /api/openapi.json this API as an OpenAPI 3.1 document; no credentials (it is
+//	                      the same for every dashboard of a version and holds no data)
 //	GET  /api/info        {"node", "version", "store" (password redacted), "read_only" (no token),
 //	                      "public_read", "logged_in", "csrf" (with a session cookie),
 //	                      "can": {"ledger", "list", "release"},
@@ -58,6 +60,10 @@
 //	POST /api/locks/{key}/release   {"released": KEY}; 404 when not held (escape a / in KEY as %2F)
 //	POST /login           form field token=...: starts a session, sets its cookie; {"csrf": ...}
 //	POST /logout          ends the session (server-side) and clears the cookie
+//
+// The OpenAPI document (openapi.json in this package, embedded) is the
+// contract: every path and method the handler routes is in it (a test
+// fails otherwise), and the systest module checks real answers against it.
 //
 // POST, PUT and DELETE /api/jobs change the jobs defined at run time (kept
 // in the store's ledger.Catalog; 501 when it keeps none or
@@ -123,10 +129,10 @@
 // reaches it reads everything, and every POST answers 403 (the pages say
 // it was started without --token).
 //
-// With a token, every endpoint but /healthz needs credentials, reading as
-// well as acting, since run output and errors can hold secrets: either the
-// header "Authorization: Bearer TOKEN" (scripts; the scheme name is
-// case-insensitive), or the session cookie of a login. An anonymous API
+// With a token, every endpoint but /healthz and /api/openapi.json needs
+// credentials, reading as well as acting, since run output and errors can
+// hold secrets: either the header "Authorization: Bearer TOKEN" (scripts;
+// the scheme name is case-insensitive), or the session cookie of a login. An anonymous API
 // call gets 401 with WWW-Authenticate; an anonymous browser gets a login
 // page (401) in place of the dashboard. A POST with the session cookie
 // must also carry the session's CSRF token, in the X-CSRF-Token header or

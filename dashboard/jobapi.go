@@ -175,6 +175,7 @@ func (h *handler) methods(m *http.ServeMux, pattern string, fs map[string]http.H
 				allow += ", "
 			}
 			allow += meth
+			h.routes = append(h.routes, route{meth, pattern})
 		}
 	}
 	m.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
