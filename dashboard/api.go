@@ -745,5 +745,5 @@ func (h *handler) release(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.sum.invalidate()
-	writeJSON(w, http.StatusOK, map[string]string{"released": key})
+	writeJSON(w, http.StatusOK, apijson.Released{Released: key})
 }

@@ -122,7 +122,7 @@ func (h *handler) applyJob(w http.ResponseWriter, r *http.Request, cat ledger.Ca
 	if c.Op == jobdefs.Create {
 		code = http.StatusCreated
 	}
-	writeJSON(w, code, map[string]any{"job": c.Job, "op": c.Op, "version": res.Def.Version, "changed": res.Changed, "detail": res.Detail})
+	writeJSON(w, code, res.Answer(c))
 }
 
 // auditList is GET /api/audit?job=&limit=&before=: audit entries newest

@@ -253,7 +253,7 @@ func jobsDefine(ctx context.Context, a *adminArgs, l ledger.Ledger, d *defineFla
 		return err
 	}
 	if a.json {
-		return writeJSON(stdout, map[string]any{"job": c.Job, "op": c.Op, "version": res.Def.Version, "changed": res.Changed, "detail": res.Detail})
+		return writeJSON(stdout, res.Answer(c))
 	}
 	switch {
 	case !res.Changed:

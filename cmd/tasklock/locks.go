@@ -77,7 +77,7 @@ func runLocks(args []string, stdout, stderr io.Writer) int {
 				return err
 			}
 			if a.json {
-				return writeJSON(stdout, map[string]string{"released": key})
+				return writeJSON(stdout, apijson.Released{Released: key})
 			}
 			fmt.Fprintf(stdout, "released %s\n", redact.Quote(key))
 			return nil

@@ -53,6 +53,11 @@ type Result struct {
 	Detail  string // the audit entry's Detail
 }
 
+// Answer is what c did, in the JSON shape the API and the CLI share.
+func (r Result) Answer(c Change) apijson.JobChange {
+	return apijson.JobChange{Job: c.Job, Op: string(c.Op), Version: r.Def.Version, Changed: r.Changed, Detail: r.Detail}
+}
+
 // Apply makes the change, with its audit entry, in one PutJobDef that
 // checks the version it read: two changes of one job at once cannot both
 // succeed on the same version.
