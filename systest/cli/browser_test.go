@@ -68,9 +68,7 @@ jobs:
 		chromedp.ExecPath(chromium), chromedp.Flag("headless", true), chromedp.NoSandbox, chromedp.DisableGPU,
 		chromedp.WindowSize(1280, 800))...)
 	defer cancelAlloc()
-	// chromedp's protocol types lag behind Debian's Chromium: it logs the
-	// events it cannot decode, which are none this test waits for.
-	ctx, cancel := chromedp.NewContext(allocCtx, chromedp.WithErrorf(func(string, ...any) {}))
+	ctx, cancel := chromedp.NewContext(allocCtx, chromedpErrors(t))
 	defer cancel()
 	ctx, cancelT := context.WithTimeout(ctx, 90*time.Second)
 	defer cancelT()
@@ -210,7 +208,7 @@ func TestDashboardInBrowserReadOnly(t *testing.T) {
 	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(chromium), chromedp.Flag("headless", true), chromedp.NoSandbox, chromedp.DisableGPU)...)
 	defer cancelAlloc()
-	ctx, cancel := chromedp.NewContext(allocCtx, chromedp.WithErrorf(func(string, ...any) {}))
+	ctx, cancel := chromedp.NewContext(allocCtx, chromedpErrors(t))
 	defer cancel()
 	ctx, cancelT := context.WithTimeout(ctx, 60*time.Second)
 	defer cancelT()

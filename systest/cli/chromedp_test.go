@@ -1,0 +1,36 @@
+//go:build unix
+
+package cli
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/chromedp/cdproto/dom"
+	"github.com/chromedp/chromedp"
+)
+
+// chromedpErrors is the error logger of the browser tests' chromedp
+// contexts: it logs what chromedp reports (an event it cannot decode, a
+// node event it does not handle) through t.Logf, except the one message
+// that is only noise against the Chromium these tests run:
+//
+//   - "unhandled node event *dom.EventTopLayerElementsUpdated": cdproto
+//     decodes the event, but chromedp v0.14 has no case for it in its DOM
+//     tracking, which needs none (chromedp v0.23 handles it, with an API
+//     that no longer has ListenTarget).
+//
+// The "unknown IPAddressSpace value: Loopback" errors that cdproto
+// v0.0.0-20250319 printed for every request (Chromium renamed Local to
+// Loopback) are gone with cdproto v0.0.0-20250724, which systest/go.mod
+// pins with chromedp v0.14.2.
+func chromedpErrors(t *testing.T) chromedp.ContextOption {
+	ignored := fmt.Sprintf("unhandled node event %T", &dom.EventTopLayerElementsUpdated{})
+	return chromedp.WithErrorf(func(format string, args ...any) {
+		msg := fmt.Sprintf(format, args...)
+		if msg == ignored {
+			return
+		}
+		t.Logf("chromedp: %s", msg)
+	})
+}
