@@ -22,12 +22,14 @@ import (
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers"
 	"github.com/getkin/kin-openapi/routers/gorillamux"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/tasklock/tasklock/dashboard"
 	"github.com/tasklock/tasklock/driver"
 	"github.com/tasklock/tasklock/internal/testserver"
 	"github.com/tasklock/tasklock/ledger"
 	"github.com/tasklock/tasklock/memstore"
+	"github.com/tasklock/tasklock/redisstore"
 	"github.com/tasklock/tasklock/schedule"
 	"github.com/tasklock/tasklock/sqlitestore"
 )
@@ -118,6 +120,18 @@ func newSQLite(t *testing.T) ledgerStore {
 	}
 	t.Cleanup(func() { db.Close() })
 	st, err := sqlitestore.New(db, &sqlitestore.Options{Migrate: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+func newRedis(t *testing.T) ledgerStore {
+	t.Helper()
+	srv := testserver.StartRedis(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { c.Close() })
+	st, err := redisstore.New(c, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -452,8 +466,8 @@ func (c *checker) login() map[string]string {
 	return map[string]string{"Cookie": "tasklock_session=" + cookie, "X-CSRF-Token": out.CSRF}
 }
 
-// TestOpenAPIAnswersMatch checks real answers of dashboards over memstore
-// and over SQLite against the document: every operation's success, the
+// TestOpenAPIAnswersMatch checks real answers of dashboards over
+// memstore, SQLite and Redis against the document: every operation's success, the
 // errors, and the writes, through a bearer token and through a session.
 func TestOpenAPIAnswersMatch(t *testing.T) {
 	for _, tc := range []struct {
@@ -462,6 +476,7 @@ func TestOpenAPIAnswersMatch(t *testing.T) {
 	}{
 		{"memstore", func(*testing.T) ledgerStore { return memstore.New(nil) }},
 		{"sqlitestore", newSQLite},
+		{"redisstore", newRedis},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			covered := map[string]bool{}
