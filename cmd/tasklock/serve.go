@@ -62,10 +62,11 @@ Flags:
                   use, serve goes on without it); --http '' disables it
   --token T       the secret the dashboard asks for (bearer header or
                   login): every page and API call needs it, except
-                  /healthz and /metrics; default $TASKLOCK_TOKEN; without
-                  one the dashboard is read-only and open to anyone who
-                  reaches it. It travels in clear over plain HTTP: off
-                  loopback, put serve behind a TLS proxy
+                  /healthz, /api/openapi.json and /metrics; default
+                  $TASKLOCK_TOKEN; without one the dashboard is
+                  read-only and open to anyone who reaches it. It
+                  travels in clear over plain HTTP: off loopback, put
+                  serve behind a TLS proxy
   --public-read   with --token: anyone may read the pages and the GET API;
                   trigger, pause, resume and release still need the token
   --insecure      allow a non-loopback --http without a token

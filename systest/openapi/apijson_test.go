@@ -2,6 +2,7 @@ package openapi_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -230,6 +231,46 @@ func TestOpenAPICLIOutputs(t *testing.T) {
 	validateJSON(t, doc, "JobChange", run("jobs", "create", "--store", store, "dyn", "--schedule", "@hourly", "--command", "true"))
 	validateJSON(t, doc, "JobChange", run("jobs", "delete", "--store", store, "dyn"))
 	each(run("jobs", "audit", "--store", store), "audit", "Audit", 2)
+
+	// The JobDefinition schema takes what serve's check of a job takes
+	// (jobs create -f runs the same check as POST /api/jobs), and refuses
+	// what it refuses.
+	dir := t.TempDir()
+	for i, def := range []struct {
+		json string
+		ok   bool
+	}{
+		{`{"name":"full","schedule":"0 30 2 * * *","timezone":"Europe/Berlin","command":["/bin/true","--all"],"kill_grace":"2s",
+			"timeout":"10m","overlap":"skip","misfire":{"policy":"catch_up","grace":"30s","window":"1h","max":3},
+			"retries":{"max":3,"backoff":"10s","backoff_max":"1m"},"jitter":"0s","lock_ttl":"10s","min_hold":"5s","max_hold":"1h",
+			"nodes":["zone=eu"],"shards":4}`, true},
+		{`{"name":"lead","schedule":"@hourly","command":["true"],"run_on":"leader","overlap":"allow","max_concurrent":2}`, true},
+		{`{"name":"hook","schedule":"@every 1m","http":{"method":"POST","url":"https://example.com/hook","headers":{"X-A":"b"},"body":"{}","timeout":"10s"},
+			"misfire":"skip","retries":2,"after":["full"],"within":"30m"}`, true},
+		{`{"name":"bad1","schedule":"@hourly","command":["true"],"overlap":"sometimes"}`, false},
+		{`{"name":"bad2","schedule":"@hourly","command":["true"],"timeout":"10"}`, false},
+		{`{"name":"bad3","schedule":"@hourly","command":["true"],"colour":"red"}`, false},
+		{`{"name":"bad4","schedule":"@hourly","command":"true"}`, false},
+	} {
+		file := filepath.Join(dir, fmt.Sprintf("job%d.json", i))
+		if err := os.WriteFile(file, []byte(def.json), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		code, _, errOut := tl.Run(t, nil, "jobs", "create", "--store", store, "-f", file)
+		var v any
+		if err := json.Unmarshal([]byte(def.json), &v); err != nil {
+			t.Fatal(err)
+		}
+		verr := doc.Components.Schemas["JobDefinition"].Value.VisitJSON(v, openapi3.EnableJSONSchema2020())
+		switch {
+		case (code == 0) != def.ok:
+			t.Errorf("tasklock jobs create -f %s: exit %d (%s), want ok %v", def.json, code, errOut, def.ok)
+		case def.ok && verr != nil:
+			t.Errorf("serve takes %s, but the JobDefinition schema refuses it: %v", def.json, verr)
+		case !def.ok && verr == nil:
+			t.Errorf("serve refuses %s (%s), but the JobDefinition schema takes it", def.json, strings.TrimSpace(errOut))
+		}
+	}
 	validateJSON(t, doc, "Released", run("locks", "release", "--store", store, "plain", "--force"))
 	validateJSON(t, doc, "Build", run("version"))
 }
