@@ -72,8 +72,10 @@
 // POSTs do, and its audit entry says who: "api:token" for the bearer
 // token, "api:session:" and a hash of the session id for a login.
 //
-// The job, run and lock objects have the shapes of `tasklock jobs --json`
-// and `tasklock locks --json`, with the fields above added.
+// The job, run, lock and audit objects, the answers of POST, PUT and
+// DELETE /api/jobs and of a release have the shapes (package apijson) of
+// `tasklock jobs --json` and `tasklock locks --json`, with the fields
+// above added to a listed job and lock; openapi.json names them.
 //
 // A job is "running" while its lock (KeyPrefix + name) is held: "running"
 // names the holder (its owner name is the node) and the fence. "held_for_ms"

@@ -519,7 +519,7 @@ func TestOpenAPIAnswersMatch(t *testing.T) {
 						}
 					}
 					if !ok {
-						t.Errorf("%s %s: no 2xx answer was checked against the document", method, path)
+						t.Errorf("%s %s: no 2xx answer was checked against the document: add a call to checkAnswers (systest/openapi/api_test.go)", method, path)
 					}
 				}
 			}
