@@ -27,6 +27,10 @@
 //	                give a pool the same size
 //	labels          schedule.Config.Labels: this node's labels, a list;
 //	                serve's --label flags replace it
+//	output_max      schedule.Config.OutputMax: how much of each run's
+//	                output the history keeps, a size (65536, 64KiB; at
+//	                most 512KiB; default 64KiB; 0 keeps none); serve's
+//	                --output-max replaces it
 //
 // Pool names and labels are 1 to 63 bytes of ASCII letters, digits and
 // - _ . : = /, starting with a letter or digit (schedule.CheckLabel).
