@@ -10,7 +10,6 @@ import (
 	"math/rand/v2"
 	"runtime/debug"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/tasklock/tasklock"
