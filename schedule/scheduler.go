@@ -66,7 +66,7 @@ type Config struct {
 	//
 	// Deprecated: use OutputMax.
 	OutputTail int
-	// Redact, when set, rewrites the output tail and the error text of
+	// Redact, when set, rewrites the output and the error text of
 	// every run record before it is written to the ledger, for example to
 	// hide passwords and tokens a handler printed: the history can be read
 	// by anyone who may read the ledger. It is called on the run's
