@@ -492,7 +492,7 @@ func TestOpenAPIAnswersMatch(t *testing.T) {
 			// A store that only locks: 501 where a ledger, a catalog or a
 			// listing is needed; /api/nodes has nothing to show.
 			bare := newChecker(t, serve(t, lockStore{st}, "", nil), covered)
-			for _, p := range []string{"/api/jobs", "/api/runs", "/api/locks", "/api/audit"} {
+			for _, p := range []string{"/api/jobs", "/api/runs", "/api/run?id=x", "/api/locks", "/api/audit"} {
 				bare.do(call{method: "GET", path: p, want: 501})
 			}
 			bare.do(call{method: "GET", path: "/api/nodes", want: 200})
@@ -559,15 +559,34 @@ func checkAnswers(t *testing.T, c *checker) {
 	}
 	json.Unmarshal(c.do(call{method: "GET", path: "/api/jobs?limit=2&q=E", hdr: bearer, want: 200}), &jobs)
 	c.do(call{method: "GET", path: "/api/jobs?limit=1000&after=" + url.QueryEscape(jobs.Next), hdr: bearer, want: 200})
-	c.do(call{method: "GET", path: "/api/jobs?name=s", hdr: bearer, want: 200})
+	c.do(call{method: "GET", path: "/api/jobs?name=s&ticks=20", hdr: bearer, want: 200})
+	c.do(call{method: "GET", path: "/api/jobs?name=b", hdr: bearer, want: 200})
+	c.do(call{method: "GET", path: "/api/jobs?ticks=21", hdr: bearer, want: 400, refused: true})
 	c.do(call{method: "GET", path: "/api/jobs?limit=0", hdr: bearer, want: 400, refused: true})
 	c.do(call{method: "GET", path: "/api/jobs?limit=1001", hdr: bearer, want: 400, refused: true})
 
-	var runs struct{ Runs []any }
+	var runs struct {
+		Runs []struct {
+			ID, Job, Tick  string
+			Shard, Attempt int
+		}
+	}
 	json.Unmarshal(c.do(call{method: "GET", path: "/api/runs", hdr: bearer, want: 200}), &runs)
 	if len(runs.Runs) != 6 {
 		t.Errorf("runs: %d, want 6", len(runs.Runs))
 	}
+	for _, r := range runs.Runs {
+		c.do(call{method: "GET", path: "/api/run?id=" + url.QueryEscape(r.ID), hdr: bearer, want: 200})
+	}
+	tick := url.QueryEscape(runs.Runs[0].Tick)
+	for _, r := range runs.Runs {
+		if r.Job == "s" && r.Shard == 1 {
+			c.do(call{method: "GET", path: fmt.Sprintf("/api/run?job=s&shard=1&attempt=%d&tick=%s", r.Attempt, url.QueryEscape(r.Tick)), hdr: bearer, want: 200})
+		}
+	}
+	c.do(call{method: "GET", path: "/api/run?job=a&attempt=9&tick=" + tick, hdr: bearer, want: 404})
+	c.do(call{method: "GET", path: "/api/run?job=a&tick=yesterday", hdr: bearer, want: 400, refused: true})
+	c.do(call{method: "GET", path: "/api/run?id=nope", hdr: bearer, want: 400})
 	var page struct{ Next string }
 	json.Unmarshal(c.do(call{method: "GET", path: "/api/runs?limit=2", hdr: bearer, want: 200}), &page)
 	if page.Next == "" {
