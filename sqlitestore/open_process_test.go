@@ -45,3 +45,49 @@ func TestConcurrentOpenOfANewFile(t *testing.T) {
 		}
 	}
 }
+
+// TestConcurrentMigrateInProcess opens one new database file from several
+// goroutines at once, each with its own pool (as the Stores of one process
+// or the storeurl of `tasklock serve` and `tasklock jobs` do), and each
+// migrates it: every New succeeds and each migration is recorded once.
+func TestConcurrentMigrateInProcess(t *testing.T) {
+	const rounds, openers = 20, 6
+	dir := t.TempDir()
+	for r := range rounds {
+		path := filepath.Join(dir, fmt.Sprintf("round%d.db", r))
+		start := make(chan struct{})
+		errs := make(chan error, openers)
+		for range openers {
+			go func() {
+				<-start
+				db, err := Open(path, nil)
+				if err != nil {
+					errs <- err
+					return
+				}
+				defer db.Close()
+				_, err = New(db, &Options{Migrate: true})
+				errs <- err
+			}()
+		}
+		close(start)
+		for range openers {
+			if err := <-errs; err != nil {
+				t.Fatalf("round %d: %v", r, err)
+			}
+		}
+		db, err := Open(path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n, distinct int
+		err = db.QueryRow(`SELECT count(*), count(DISTINCT version) FROM tasklock_locks_migrations`).Scan(&n, &distinct)
+		db.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n != len(migrations) || distinct != len(migrations) {
+			t.Fatalf("round %d: %d migrations recorded (%d distinct), want each of %d once", r, n, distinct, len(migrations))
+		}
+	}
+}
