@@ -4,7 +4,9 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -13,6 +15,7 @@ import (
 	"github.com/tasklock/tasklock"
 	"github.com/tasklock/tasklock/cmd/tasklock/internal/storeurl"
 	"github.com/tasklock/tasklock/driver"
+	"github.com/tasklock/tasklock/internal/clitest"
 	"github.com/tasklock/tasklock/internal/testserver"
 )
 
@@ -142,5 +145,48 @@ func TestServeNodeLeaseLapsesWhileStoreStopped(t *testing.T) {
 	p.Signal(syscall.SIGTERM)
 	if code := p.Wait(30 * time.Second); code != 0 {
 		t.Errorf("exit %d\n%s", code, p.Stderr())
+	}
+}
+
+// TestServeFleetStartsTogetherOnANewSQLiteFile: serve nodes started at
+// the same moment on one new SQLite file (a documented way to run a small
+// fleet) all start: they create the file, switch it to WAL and migrate it
+// together, and the schema is migrated once.
+func TestServeFleetStartsTogetherOnANewSQLiteFile(t *testing.T) {
+	t.Parallel()
+	const rounds, nodes = 4, 4
+	for r := range rounds {
+		dir := t.TempDir()
+		url := "sqlite://" + filepath.Join(dir, "fleet.db")
+		cfg := writeConfig(t, dir, "store: "+url+"\njobs:\n"+`  - name: beat
+    schedule: "@every 1s"
+    command: ["true"]
+`)
+		var ps []*clitest.Proc
+		for i := range nodes {
+			ps = append(ps, tl.Start(t, nil, "serve", "--config", cfg, "--http", "", "--log-format", "json", "--node", fmt.Sprintf("n%d", i)))
+		}
+		for i, p := range ps {
+			p.WaitUntil(60*time.Second, func() bool {
+				select {
+				case <-p.Done():
+					t.Fatalf("round %d: node n%d exited %d before serving:\n%s", r, i, p.State().ExitCode(), p.Stderr())
+				default:
+				}
+				return strings.Contains(p.Stderr(), `"msg":"serving"`)
+			}, "serving")
+		}
+		for _, p := range ps {
+			p.Signal(syscall.SIGTERM)
+		}
+		for i, p := range ps {
+			if code := p.Wait(30 * time.Second); code != 0 {
+				t.Errorf("round %d: node n%d exit %d\n%s", r, i, code, p.Stderr())
+			}
+		}
+		code, out, errOut := tl.Run(t, nil, "migrate", "status", "--store", url)
+		if code != exitOK || strings.Contains(out, " no ") || !strings.Contains(out, "shards_catalog") {
+			t.Errorf("round %d: migrate status: exit %d\n%s%s", r, code, out, errOut)
+		}
 	}
 }
