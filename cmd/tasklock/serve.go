@@ -517,17 +517,83 @@ func (s *server) run() int {
 			retry = time.After(0)
 		case <-retry:
 			retry = nil
-			ctx, cancel := context.WithTimeout(context.Background(), openTimeout)
-			g, err := s.lk.TryObtain(ctx, nodeKeyPrefix+s.node, s.nodeLockOptions())
-			cancel()
-			if err != nil {
-				s.log.Error("cannot take the node-name lock again; another serve may use this node name", "node", s.node, "err", err)
-				retry = time.After(5 * time.Second)
+			g, again := s.retakeNode(guard)
+			if g == nil {
+				retry = time.After(again)
 				continue
 			}
 			guard = g
 		}
 	}
+}
+
+// retakeRetry is how long serve waits before trying again to take back
+// its node-name lock when it could not.
+const retakeRetry = 5 * time.Second
+
+// retakeNode tries to take the node-name lock again after lost, the
+// previous hold, ended, and logs what happened in words that tell the
+// cases apart: the store did not answer (the usual reason the lease
+// lapsed), the store still holds this node's own lost lease (its
+// renewals did not reach the store in time, and the store's copy has not
+// expired yet), or another process holds it under this node name (two
+// serves given one name). It returns the new hold, or nil and when to try
+// again.
+func (s *server) retakeNode(lost *tasklock.Lock) (*tasklock.Lock, time.Duration) {
+	key := nodeKeyPrefix + s.node
+	ctx, cancel := context.WithTimeout(context.Background(), openTimeout)
+	defer cancel()
+	g, err := s.lk.TryObtain(ctx, key, s.nodeLockOptions())
+	var ne *tasklock.NotObtainedError
+	switch {
+	case err == nil:
+		s.log.Info("took the node-name lock again", "node", s.node, "key", key, "fence", g.Fence())
+		return g, 0
+	case !errors.As(err, &ne) && !errors.Is(err, tasklock.ErrNotObtained):
+		s.log.Warn("cannot take the node-name lock again: the store did not answer; trying again", "node", s.node, "key", key, "in", retakeRetry, "err", err)
+		return nil, retakeRetry
+	}
+	holder, listed := s.nodeLease(ctx, key)
+	switch {
+	case listed && holder != nil && lost != nil && holder.Fence == lost.Fence():
+		// The store still has the hold this process lost: it expires
+		// there within its TTL, and nobody else can take it meanwhile.
+		again := retakeRetry
+		if holder.TTL > 0 && holder.TTL < again {
+			again = holder.TTL + 10*time.Millisecond
+		}
+		s.log.Warn("the node-name lock is still this node's own lease, which lapsed here while its renewals did not reach the store; taking it again once the store expires it",
+			"node", s.node, "key", key, "fence", holder.Fence, "expires_in", holder.TTL, "in", again)
+		return nil, again
+	case listed && holder == nil:
+		// Released or expired between the try and the listing.
+		return nil, time.Second
+	case listed:
+		s.log.Error("cannot take the node-name lock again: another process holds it; another serve may use this node name",
+			"node", s.node, "key", key, "holder", redact.Printable(holder.Owner), "holder_fence", holder.Fence, "err", err)
+	default:
+		s.log.Error("cannot take the node-name lock again: it is held, by this node's own lapsed lease until the store expires it, or by another serve using this node name",
+			"node", s.node, "key", key, "err", err)
+	}
+	return nil, retakeRetry
+}
+
+// nodeLease returns the store's lease of the node-name lock key (nil when
+// there is none) and whether the store could list it.
+func (s *server) nodeLease(ctx context.Context, key string) (*driver.Lease, bool) {
+	if s.lister == nil {
+		return nil, false
+	}
+	ls, err := s.lister.Leases(ctx, key)
+	if err != nil {
+		return nil, false
+	}
+	for i := range ls {
+		if ls[i].Key == key && !ls[i].Waiting {
+			return &ls[i], true
+		}
+	}
+	return nil, true
 }
 
 // campaign keeps this node a candidate in the fleet's election until ctx
