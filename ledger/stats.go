@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -225,4 +226,39 @@ func (r *RunRecord) Lateness() (d time.Duration, ok bool) {
 		return 0, false
 	}
 	return r.Start.Sub(r.Tick), true
+}
+
+// LatenessSQL returns a SQL CASE expression that gives the lateness
+// histogram bucket (LatenessBounds) of the lateness us, a SQL expression in
+// microseconds: the one home of the bounds for the SQL stores' GROUP BY.
+func LatenessSQL(us string) string {
+	var b strings.Builder
+	b.WriteString("CASE")
+	for i, d := range LatenessBounds {
+		fmt.Fprintf(&b, " WHEN %s <= %d THEN %d", us, d.Microseconds(), i)
+	}
+	fmt.Fprintf(&b, " ELSE %d END", len(LatenessBounds))
+	return b.String()
+}
+
+// KeyedStatus is one record's key and status, as stores read them for
+// RecentStatuses.
+type KeyedStatus struct {
+	Key    RunKey
+	Status RunStatus
+}
+
+// GroupRecent appends the statuses of rs to out by job, each job's in the
+// order Runs lists them, for stores that read several jobs' newest records
+// in one unordered answer.
+func GroupRecent(out map[string][]RunStatus, rs []KeyedStatus) {
+	slices.SortFunc(rs, func(a, b KeyedStatus) int {
+		if c := strings.Compare(a.Key.Job, b.Key.Job); c != 0 {
+			return c
+		}
+		return a.Key.Compare(b.Key)
+	})
+	for _, r := range rs {
+		out[r.Key.Job] = append(out[r.Key.Job], r.Status)
+	}
 }
