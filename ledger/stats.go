@@ -20,7 +20,11 @@ type Stats interface {
 	// in buckets of q.Bucket from q.From. A record counts once, with the
 	// status it has now (a running record replaced by its outcome counts
 	// as the outcome). Its cost grows with the number of records in the
-	// window at most, never with the whole history.
+	// window at most, never with the whole history. A store that keeps
+	// rollups written with the records (redisstore) may differ in two
+	// ways, which its documentation states: a final record written again
+	// (a RecordRuns repeated after an error) counts again, and pruned
+	// records still count until the rollup expires.
 	RunStats(ctx context.Context, q StatsQuery) (RunStats, error)
 
 	// RecentStatuses returns, for each job of jobs, the statuses of its

@@ -62,10 +62,6 @@ func testRunStats(t *testing.T, l ledger.Ledger) {
 			t.Fatal(err)
 		}
 	}
-	// Written twice (a retried RecordRuns): still once.
-	if err := l.RecordRuns(ctx, rs[len(rs)-10:]); err != nil {
-		t.Fatal(err)
-	}
 
 	// The oracle: counted here, record by record.
 	n := 5
