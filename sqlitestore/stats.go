@@ -6,26 +6,24 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/tasklock/tasklock/ledger"
 )
 
 var _ ledger.Stats = (*Store)(nil)
 
-// statsSQL is RunStats' statement: one GROUP BY over the window's tick
-// range, read from the covering index of migration 0007 (TestRunStatsPlan
-// shows the plan). ?1 From and ?2 To in µs, ?3 the bucket in µs. The
-// lateness bucket is -1 for records without one (not started, retries).
+// statsSQL is RunStats' statement: the rollup rows (migration 0007) of
+// the window's minutes, a range of the rollup table's primary key
+// (TestRunStatsPlan shows the plan). ?1 From and ?2 To in µs.
 func (l *ledgerSQL) statsSQL() string {
-	return `SELECT (tick - ?1) / ?3 AS b, status,
-  CASE WHEN started_at IS NULL OR attempt > 1 THEN -1 ELSE ` + ledger.LatenessSQL("(started_at - tick)") + ` END AS lb,
-  count(*)
-FROM ` + l.runs + ` WHERE tick >= ?1 AND tick < ?2
-GROUP BY b, status, lb`
+	return `SELECT minute, status, late, n FROM ` + l.rollup + ` WHERE minute >= ?1 AND minute < ?2 AND n > 0`
 }
 
-// RunStats implements ledger.Stats with one statement (statsSQL).
+// RunStats implements ledger.Stats with one statement (statsSQL) over the
+// per-minute rollups that triggers keep in the transaction of every write
+// of the runs table: it reads at most one row per minute, status and
+// lateness bucket of the window, however many records that holds. The
+// minute of To counts whole.
 func (s *Store) RunStats(ctx context.Context, q ledger.StatsQuery) (ledger.RunStats, error) {
 	if err := ctx.Err(); err != nil {
 		return ledger.RunStats{}, wrap(ctx, "run stats", "", err)
@@ -34,17 +32,17 @@ func (s *Store) RunStats(ctx context.Context, q ledger.StatsQuery) (ledger.RunSt
 		return ledger.RunStats{}, fmt.Errorf("sqlitestore: %w", err)
 	}
 	out := ledger.NewRunStats(q)
-	err := s.queryText(ctx, s.ledger.statsSQL(), []any{usec(q.From), usec(q.To), q.Bucket.Microseconds()}, func(rows *sql.Rows) error {
+	err := s.queryText(ctx, s.ledger.statsSQL(), []any{usec(q.From), usec(q.To)}, func(rows *sql.Rows) error {
 		var (
-			b, lb, n int64
-			status   string
+			minute, late, n int64
+			status          string
 		)
-		if err := rows.Scan(&b, &status, &lb, &n); err != nil {
+		if err := rows.Scan(&minute, &status, &late, &n); err != nil {
 			return err
 		}
-		at := q.From.Add(q.Bucket * time.Duration(b))
+		at := fromUsec(minute)
 		out.AddCount(&q, at, ledger.RunStatus(status), n)
-		out.AddLateness(&q, at, int(lb), n)
+		out.AddLateness(&q, at, int(late), n)
 		return nil
 	})
 	if err != nil {
