@@ -136,12 +136,16 @@ function lineChart(series, opts) {
   const ymax = Math.max(0, ...all.map((p) => p[1] || 0));
   const f = frame("line-chart", opts, t0, t1, ymax, fmt);
   series.forEach((s, i) => {
-    let d = "", pen = "M";
+    // A point without neighbours gets a short stroke, so that it shows.
+    let d = "", pen = "M", run = 0;
+    const lone = () => { if (run === 1) d += "h2"; run = 0; };
     for (const [t, v] of s.points) {
-      if (v === null || v === undefined) { pen = "M"; continue; }
+      if (v === null || v === undefined) { lone(); pen = "M"; continue; }
       d += `${pen}${f.x(new Date(t).getTime()).toFixed(1)},${f.y(v).toFixed(1)}`;
       pen = "L";
+      run++;
     }
+    lone();
     f.svg.append(svgEl("path", { class: "series series-" + i, "data-name": s.name, d: d, fill: "none" }));
   });
   const legend = svgEl("g", { class: "legend" });

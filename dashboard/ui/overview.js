@@ -44,7 +44,7 @@ function card(figure, label, value, detail, id) {
 function byStatus(runs) {
   const keys = overviewStatuses.filter((k) => runs[k]);
   if (!keys.length) return "no runs";
-  return keys.map((k) => [el("span", { class: "status status-" + k, "data-status": k }, k + " " + runs[k]), " "]);
+  return keys.flatMap((k) => [el("span", { class: "status status-" + k, "data-status": k }, k + " " + runs[k]), " "]);
 }
 
 async function overviewPage() {
