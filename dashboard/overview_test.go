@@ -270,3 +270,34 @@ func TestDashboardOverviewParams(t *testing.T) {
 		}
 	}
 }
+
+// withoutStats hides a store's ledger.Stats, as etcdstore and zkstore lack
+// it.
+type withoutStats struct{ ledgerStore }
+
+// TestDashboardOverviewSampled: a store without ledger.Stats is answered
+// from its newest 10,000 records of the window: complete (not sampled)
+// while the window holds fewer, and marked sampled with a note when it
+// holds more.
+func TestDashboardOverviewSampled(t *testing.T) {
+	st := memstore.New(nil)
+	now := time.Now().UTC()
+	srv := server(t, withoutStats{st}, "", nil)
+	get := func() overviewJSON {
+		_, body, _ := call(t, nil, "GET", srv.URL+"/api/overview?window=1h", nil, "")
+		var o overviewJSON
+		decode(t, body, &o)
+		if o.Sampled != strings.Contains(body, `"sample_note":"this store keeps no run aggregates`) {
+			t.Errorf("sampled %v and the note disagree: %s", o.Sampled, body[:min(len(body), 300)])
+		}
+		return o
+	}
+	record(t, st, 10, 9000, now.Add(-30*time.Minute))
+	if o := get(); o.Sampled || o.LastHour.Total != 9000 {
+		t.Errorf("9,000 records: sampled %v, total %d", o.Sampled, o.LastHour.Total)
+	}
+	record(t, st, 10, 2000, now.Add(-10*time.Minute))
+	if o := get(); !o.Sampled || o.LastHour.Total != 10000 {
+		t.Errorf("11,000 records: sampled %v, total %d; want sampled, 10,000", o.Sampled, o.LastHour.Total)
+	}
+}
