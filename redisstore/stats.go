@@ -39,61 +39,65 @@ func (s *Store) rollupKey(hour int64) string {
 	return s.prefix + "ledger:{stats}:" + strconv.FormatInt(hour, 10)
 }
 
-// rollupField is a rollup hash's field of tick t: its minute in the hour,
-// then suffix.
-type rollupField struct {
-	hour  int64
-	field string
+// rollupIncr is one increment of a rollup batch: the minute (unix
+// seconds) of a tick and a status, or with late >= 0 a lateness bucket.
+type rollupIncr struct {
+	minute int64
+	status ledger.RunStatus
+	late   int
+	n      int64
 }
 
 // rollupCall returns the ledger_stats.lua call that adds the final records
 // of rs to the rollups — the batch added up first, so it is a few
 // increments for a batch of one minute — or nil when rs holds none.
 // A running record is not counted: its outcome is, when it is recorded.
+// The increments are found by a scan of those made so far (a batch has
+// few), so a record costs no allocation.
 func (s *Store) rollupCall(rs []ledger.RunRecord) *scriptCall {
-	var (
-		incr  map[rollupField]int64
-		order []rollupField
-	)
-	add := func(t time.Time, suffix string) {
-		sec := t.Unix()
-		hour := sec - sec%3600
-		if sec < 0 && sec%3600 != 0 {
-			hour -= 3600
+	var incr []rollupIncr
+	add := func(minute int64, st ledger.RunStatus, late int) {
+		for k := range incr {
+			if c := &incr[k]; c.minute == minute && c.late == late && c.status == st {
+				c.n++
+				return
+			}
 		}
-		f := rollupField{hour, strconv.FormatInt((sec-hour)/60, 10) + suffix}
-		if incr == nil {
-			incr = make(map[rollupField]int64, 4)
-		}
-		if _, ok := incr[f]; !ok {
-			order = append(order, f)
-		}
-		incr[f]++
+		incr = append(incr, rollupIncr{minute, st, late, 1})
 	}
 	for i := range rs {
 		r := &rs[i]
 		if !r.Status.Final() {
 			continue
 		}
-		add(r.Tick, ":"+string(r.Status))
+		sec := r.Tick.Unix()
+		minute := sec - ((sec%60)+60)%60
+		add(minute, r.Status, -1)
 		if late, ok := r.Lateness(); ok {
-			add(r.Tick, ":L"+strconv.Itoa(ledger.LatenessBucket(late)))
+			add(minute, "", ledger.LatenessBucket(late))
 		}
 	}
-	if len(order) == 0 {
+	if len(incr) == 0 {
 		return nil
 	}
-	c := &scriptCall{script: rollupScript, args: make([]any, 0, 1+3*len(order))}
+	c := &scriptCall{script: rollupScript, args: make([]any, 0, 1+3*len(incr))}
 	c.args = append(c.args, int64(RollupRetention/time.Second))
 	keyIdx := make(map[int64]int, 1)
-	for _, f := range order {
-		k, ok := keyIdx[f.hour]
+	for _, in := range incr {
+		hour := in.minute - ((in.minute%3600)+3600)%3600
+		k, ok := keyIdx[hour]
 		if !ok {
-			c.keys = append(c.keys, s.rollupKey(f.hour))
+			c.keys = append(c.keys, s.rollupKey(hour))
 			k = len(c.keys)
-			keyIdx[f.hour] = k
+			keyIdx[hour] = k
 		}
-		c.args = append(c.args, k, f.field, incr[f])
+		field := strconv.FormatInt((in.minute-hour)/60, 10) + ":"
+		if in.late >= 0 {
+			field += "L" + strconv.Itoa(in.late)
+		} else {
+			field += string(in.status)
+		}
+		c.args = append(c.args, k, field, in.n)
 	}
 	return c
 }

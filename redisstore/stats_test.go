@@ -89,3 +89,24 @@ func TestRollupCost(t *testing.T) {
 		t.Errorf("counts %v, want ok %d failed %d", got, 21*490, 21*10)
 	}
 }
+
+// BenchmarkRollupCall: the Go side of the rollups, adding up a batch of
+// 500 records of one second into the script's increments (no server).
+func BenchmarkRollupCall(b *testing.B) {
+	s := &Store{prefix: "bench:"}
+	tick := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
+	rs := make([]ledger.RunRecord, 500)
+	for i := range rs {
+		st := ledger.RunOK
+		if i%50 == 0 {
+			st = ledger.RunFailed
+		}
+		rs[i] = ledger.RunRecord{Job: fmt.Sprintf("job%03d", i), Tick: tick, Attempt: 1, Status: st, Start: tick.Add(time.Duration(i%40) * time.Millisecond)}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if s.rollupCall(rs) == nil {
+			b.Fatal("no call")
+		}
+	}
+}
