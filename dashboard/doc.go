@@ -109,9 +109,12 @@
 // with fixed bounds (ledger.LatenessBounds: 1 ms to 5 min), interpolated
 // within a bound; past 5 min they say 5 min. "lock_losses" counts the runs
 // that ended lost (their job's lock was lost while they ran). The figures
-// are aggregated in the store (ledger.Stats: a GROUP BY over an index of
-// the window in SQL stores, per-minute rollups in Redis, the records in
-// memory in memstore), never by reading the history; a store without
+// are aggregated in the store (ledger.Stats: per-minute rollups kept by
+// triggers in SQLite and written with each batch of records in Redis, a
+// GROUP BY over a covering index of the window in PostgreSQL and MySQL,
+// the records in memory in memstore), never by reading the history record
+// by record; the minute that holds the window's end counts whole where
+// rollups serve it. A store without
 // ledger.Stats (etcd, ZooKeeper) answers from at most its 10,000 newest
 // records of the window, and says so with "sampled": true and
 // "sample_note". "missed" lists the jobs (at most 50) whose newest record
