@@ -210,7 +210,7 @@ func (h *handler) overview(w http.ResponseWriter, r *http.Request) {
 	for name, j := range conf {
 		jobs["total"]++
 		st := byState[name]
-		switch ticks, err := h.next(j, now); {
+		switch ticks, err := h.next(j, now, 1); {
 		case err != nil || len(ticks) == 0:
 			jobs["broken"]++
 			continue

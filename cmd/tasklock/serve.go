@@ -4,6 +4,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -36,7 +37,7 @@ import (
 
 const serveUsage = `Usage: tasklock serve --config FILE [--store URL] [--node NAME] [--grace D]
                       [--verbose] [--label L]... [--log-format F] [--http ADDR] [--token T] [--public-read]
-                      [--insecure]
+                      [--insecure] [--output-max N]
 
 Runs the jobs of FILE on their schedules. Run it on as many hosts as you
 like with the same file and store: every tick of every job runs once, on
@@ -69,6 +70,11 @@ Flags:
   --public-read   with --token: anyone may read the pages and the GET API;
                   trigger, pause, resume and release still need the token
   --insecure      allow a non-loopback --http without a token
+  --output-max N  how much of each run's output the history keeps, in
+                  bytes (65536, 64KiB; at most 512KiB; 0 keeps none):
+                  past it, its first and last halves with a line
+                  "… N bytes cut …" between; given, it replaces the
+                  file's output_max: (default 64KiB)
 Durations are Go durations (300ms, 10s, 1h30m), at most 8760h (365 days).
 
 The store and the node name are each taken from the first of: the flag,
@@ -83,6 +89,7 @@ The file:
                                      # no control characters
   labels: [gpu, zone=eu]             # this node's labels (--label replaces them)
   pools: {reports: 2}                # fleet-wide: at most 2 runs of the pool's jobs at once
+  output_max: 64KiB                  # each run's output kept in history (head and tail past it)
   jobs:
     - name: nightly-report           # required, unique
       schedule: "0 30 2 * * *"       # cron (seconds optional), @daily, "@every 10s"
@@ -231,6 +238,7 @@ type serveConfig struct {
 	verbose   bool
 	logFormat string
 	labels    labelFlags // --label, each once; when given they replace the file's labels:
+	outputMax int        // --output-max; -1 when not given (the file's output_max:)
 	http      httpFlags
 }
 
@@ -261,6 +269,12 @@ func parseServe(args []string, getenv func(string) string) (*serveConfig, error)
 	fs.BoolVar(&c.verbose, "verbose", false, "")
 	fs.StringVar(&c.logFormat, "log-format", "text", "")
 	fs.Var(&c.labels, "label", "")
+	c.outputMax = -1
+	fs.Func("output-max", "", func(v string) error {
+		n, err := config.ParseSize(v)
+		c.outputMax = n
+		return err
+	})
 	addHTTPFlags(fs, &c.http)
 	path, err := configFlag(fs, args)
 	if err != nil {
@@ -317,6 +331,9 @@ func (c *serveConfig) apply(f *config.File) {
 	}
 	if len(c.labels) > 0 {
 		f.Labels = slices.Clone(c.labels)
+	}
+	if c.outputMax >= 0 {
+		f.OutputMax = c.outputMax
 	}
 }
 
@@ -573,6 +590,7 @@ func (s *server) start(f *config.File) (*schedule.Scheduler, error) {
 		NodeKeyPrefix: nodeKeyPrefix, NodeLeaseTaken: s.nodeTaken, NodeLister: s.lister,
 		IsLeader: s.leads,
 		Pools:    f.Pools, Labels: f.Labels,
+		OutputMax: cmp.Or(f.OutputMax, -1), // 0 keeps no output
 	})
 	if err != nil {
 		return nil, err
@@ -614,7 +632,7 @@ func (s *server) reload() {
 		return
 	}
 	added, removed, changed := diffJobs(s.file.Jobs, f.Jobs)
-	limits := !maps.Equal(f.Pools, s.file.Pools) || !slices.Equal(f.Labels, s.file.Labels)
+	limits := !maps.Equal(f.Pools, s.file.Pools) || !slices.Equal(f.Labels, s.file.Labels) || f.OutputMax != s.file.OutputMax
 	if len(added)+len(removed)+len(changed) == 0 && !limits {
 		s.log.Info("reload: no change", "jobs", len(f.Jobs))
 		return

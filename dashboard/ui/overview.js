@@ -1,6 +1,6 @@
 // tasklock dashboard: the overview page (#/ and #/overview), the landing
 // page, from GET api/overview (see the package documentation of
-// dashboard). It uses el, api, fmtTime and fmtMS of app.js and the charts
+// dashboard). It uses el, api, timeEl and fmtMS of app.js and the charts
 // of chart.js. Stable ids and classes for browser tests: #overview,
 // #overview-cards .card[data-figure] .figure, #overview-p50,
 // #overview-p99, #overview-failure-rate, #overview-sampled,
@@ -77,10 +77,10 @@ async function overviewPage() {
       : el("p", { class: "muted" }, "No started runs in the last 24 h."));
   const missed = el("ul", { id: "overview-missed" },
     d.missed.length ? d.missed.map((m) => el("li", { class: "missed-job", "data-job": m.job },
-      el("a", { href: "#/job/" + encodeURIComponent(m.job) }, m.job), el("span", { class: "muted" }, " missed " + fmtTime(m.tick))))
+      el("a", { href: "#/job/" + encodeURIComponent(m.job) }, m.job), el("span", { class: "muted" }, " missed ", timeEl(m.tick))))
       : el("li", { class: "muted" }, "None in the last hour."));
   return [
-    el("h1", { id: "overview" }, "Overview ", el("span", { class: "muted" }, "last 24 h, as of " + fmtTime(d.at))),
+    el("h1", { id: "overview" }, "Overview ", el("span", { class: "muted" }, "last 24 h, as of ", timeEl(d.at))),
     d.sampled ? el("p", { id: "overview-sampled", class: "message" }, "Sampled: " + d.sample_note) : null,
     cards,
     el("h2", {}, "Runs per minute"), runsChart,
