@@ -78,6 +78,9 @@ type jobView struct {
 	// Definition is the configured job's definition, sent only when the
 	// request names one job (name=).
 	Definition *definition `json:"definition,omitempty"`
+	// Recent are the statuses of the job's newest runs, newest first, with
+	// recent=N (ledger.Stats.RecentStatuses); left out without it.
+	Recent []ledger.RunStatus `json:"recent,omitempty"`
 }
 
 // configured returns the configured jobs by name.
@@ -208,6 +211,11 @@ func (h *handler) jobs(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
+	nRecent, err := recentParam(r)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), callTimeout)
 	defer cancel()
 	conf := h.configured()
@@ -272,7 +280,17 @@ func (h *handler) jobs(w http.ResponseWriter, r *http.Request) {
 		next = names[limit-1]
 	}
 
-	if err := h.pageLastRuns(ctx, names); err != nil {
+	var (
+		recent        map[string][]ledger.RunStatus
+		errLast, errN error
+		wgPage        sync.WaitGroup
+	)
+	wgPage.Go(func() { errLast = h.pageLastRuns(ctx, names) })
+	if st, ok := h.ledger.(ledger.Stats); ok && nRecent > 0 {
+		wgPage.Go(func() { recent, errN = st.RecentStatuses(ctx, names, nRecent) })
+	}
+	wgPage.Wait()
+	if err := errors.Join(errLast, errN); err != nil {
 		h.storeError(w, r, err)
 		return
 	}
@@ -294,6 +312,7 @@ func (h *handler) jobs(w http.ResponseWriter, r *http.Request) {
 			v.LastRun = apijson.FromRun(lr)
 		}
 		v.Children = children[n]
+		v.Recent = recent[n]
 		if j, ok := conf[n]; ok {
 			v.Configured, v.Schedule, v.TimeZone = true, j.Schedule, j.TimeZone
 			v.After = j.After

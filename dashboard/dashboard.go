@@ -242,6 +242,7 @@ func New(opts Options) (http.Handler, error) {
 	h.route(m, http.MethodGet, "/api/audit", h.reading(h.auditList))
 	h.route(m, http.MethodGet, "/api/runs", h.reading(h.runs))
 	h.route(m, http.MethodGet, "/api/run", h.reading(h.run))
+	h.route(m, http.MethodGet, "/api/overview", h.reading(h.overview))
 	h.route(m, http.MethodGet, "/api/locks", h.reading(h.locks))
 	h.route(m, http.MethodGet, "/api/nodes", h.reading(h.nodes))
 	h.route(m, http.MethodGet, "/api/events", h.reading(h.events))

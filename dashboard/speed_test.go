@@ -57,7 +57,9 @@ func speedServer(t testing.TB, rows int) (*httptest.Server, time.Duration) {
 // speedPages are the requests timed: every page's API calls, first and
 // deep pages, and each filter.
 var speedPages = []string{
-	"/", "/app.js",
+	"/", "/app.js", "/chart.js", "/overview.js",
+	"/api/overview", "/api/overview?window=168h&bucket=15m", "/api/overview?window=1h&bucket=1m",
+	"/api/jobs?limit=100&recent=50", "/api/jobs?limit=100&recent=50&after=job05000",
 	"/api/jobs", "/api/jobs?after=job05000", "/api/jobs?limit=1000&after=job09000", "/api/jobs?name=job09999", "/api/jobs?name=job09999&ticks=5", "/api/jobs?q=job0999",
 	"/api/runs", "/api/runs?job=job04242", "/api/runs?status=failed", "/api/runs?job=job00007&status=skipped",
 	"/api/locks", "/api/locks?after=schedule/job05000", "/api/nodes", "/api/events (first event)",

@@ -60,6 +60,7 @@ func Run(t *testing.T, newLedger NewLedger) {
 		{"CatalogVersions", testCatalogVersions},
 		{"CatalogConcurrentUpdates", testCatalogConcurrent},
 		{"CatalogAudit", testCatalogAudit},
+		{"RunStats", testRunStats},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newLedger(t)) })

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tasklock/tasklock/internal/sqlmigrate"
+	"github.com/tasklock/tasklock/ledger"
 )
 
 //go:embed migrations/*.up.sql
@@ -34,6 +35,19 @@ type migrationData struct {
 // Ident returns the quoted name made of the lock table's name and suffix,
 // for indexes and the like: {{.Ident "_expires_idx"}}.
 func (d migrationData) Ident(suffix string) string { return `"` + d.table + suffix + `"` }
+
+// Minute returns the SQL of the minute of tick, unix µs, floored: the key
+// of the run rollups (migration 0007).
+func (migrationData) Minute(tick string) string {
+	return "(" + tick + " - ((" + tick + " % 60000000) + 60000000) % 60000000)"
+}
+
+// Late returns the SQL of the lateness bucket (ledger.LatenessBounds) of a
+// record with columns started_at, tick and attempt; -1 when it has none.
+func (migrationData) Late(startedAt, tick, attempt string) string {
+	return "(CASE WHEN " + startedAt + " IS NULL OR " + attempt + " > 1 THEN -1 ELSE " +
+		ledger.LatenessSQL("("+startedAt+" - "+tick+")") + " END)"
+}
 
 // id returns m's version and name, for sqlmigrate.
 func (m migration) id() (int, string) { return m.version, m.name }

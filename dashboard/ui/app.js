@@ -7,7 +7,8 @@
 // #nodes-table tr.node-row[data-leader] span.leader-badge, #nodes-leader,
 // #job-audit #audit-table tr.audit-row[data-action] td.audit-who,
 // #confirm-ok / #confirm-cancel, #job-deps (#dag-parents, #dag-children:
-// li.dag-node[data-job][data-status]).
+// li.dag-node[data-job][data-status]), #nav-overview, #jobs-table
+// td.job-spark svg.sparkline (overview.js has the overview page's).
 "use strict";
 
 const state = { info: null, csrf: "", route: "", jobsAfter: [""], runsNext: "", refreshing: false, renders: 0 };
@@ -209,7 +210,7 @@ async function jobsPage() {
   const filter = el("input", { id: "job-filter", type: "search", placeholder: "filter jobs", value: state.jobFilter || "",
     onchange: (e) => { state.jobFilter = e.target.value; state.jobsAfter = [""]; render(); } });
   const after = state.jobsAfter[state.jobsAfter.length - 1];
-  const q = new URLSearchParams({ limit: "100" });
+  const q = new URLSearchParams({ limit: "100", recent: "50" });
   if (after) q.set("after", after);
   if (state.jobFilter) q.set("q", state.jobFilter);
   const data = await api("api/jobs?" + q);
@@ -221,6 +222,7 @@ async function jobsPage() {
       el("td", {}, j.schedule || "—", j.timezone ? el("span", { class: "muted" }, " " + j.timezone) : null),
       el("td", { class: "job-next" }, j.next_ticks.length ? timeEl(j.next_ticks[0]) : "—"),
       el("td", { class: "job-last" }, lr ? [statusBadge(lr.tick_status || lr.status), " ", timeEl(lr.tick), el("span", { class: "muted" }, " " + (lr.shards > 1 ? lr.shards + " shards" : lr.node))] : "—"),
+      el("td", { class: "job-spark" }, j.recent ? sparkline(j.recent.slice().reverse()) : "—"),
       el("td", { class: "job-running" }, run),
       jobState(j, "td"),
       el("td", { class: "job-triggers num" }, j.pending_triggers.length),
@@ -234,7 +236,7 @@ async function jobsPage() {
     el("h1", {}, "Jobs ", el("span", { class: "muted", id: "jobs-total" }, "(" + data.total + ")")),
     el("div", { class: "toolbar" }, filter),
     el("table", { id: "jobs-table" },
-      el("thead", {}, el("tr", {}, ["Job", "Schedule", "Next tick", "Last run", "Running on", "State", "Triggers", ""].map((h) => el("th", {}, h)))),
+      el("thead", {}, el("tr", {}, ["Job", "Schedule", "Next tick", "Last run", "Last 50 runs", "Running on", "State", "Triggers", ""].map((h) => el("th", {}, h)))),
       el("tbody", {}, rows)),
     el("div", { class: "pager" },
       el("button", { id: "jobs-prev", type: "button", disabled: state.jobsAfter.length < 2, onclick: () => { state.jobsAfter.pop(); render(); } }, "Previous"),
@@ -487,6 +489,7 @@ function routeSection() {
   const r = location.hash.replace(/^#\/?/, "");
   if (r.startsWith("job/") || r.startsWith("run/")) return "runs";
   if (r === "locks" || r === "nodes") return r;
+  if (r === "" || r === "overview") return "overview";
   return "jobs";
 }
 
@@ -497,8 +500,8 @@ function routeSection() {
 async function render() {
   const main = document.getElementById("main");
   const gen = ++state.renders;
-  const r = location.hash.replace(/^#\/?/, "") || "jobs";
-  for (const id of ["jobs", "locks", "nodes"]) {
+  const r = location.hash.replace(/^#\/?/, "") || "overview";
+  for (const id of ["overview", "jobs", "locks", "nodes"]) {
     document.getElementById("nav-" + id).classList.toggle("active", r === id || (id === "jobs" && (r.startsWith("job/") || r.startsWith("run/"))));
   }
   try {
@@ -507,6 +510,7 @@ async function render() {
     else if (r.startsWith("run/")) page = await runPage(decodeURIComponent(r.slice(4)));
     else if (r === "locks") page = await locksPage();
     else if (r === "nodes") page = await nodesPage();
+    else if (r === "overview") page = await overviewPage();
     else page = await jobsPage();
     if (gen !== state.renders) return;
     // A page leaves out the parts it has nothing for as null.
@@ -537,7 +541,8 @@ function listen() {
     live.classList.toggle("on", !s.error);
     live.title = s.error ? s.error : "live: " + s.locks + " locks, " + s.running + " running, " + s.nodes_alive + " nodes";
     const sec = routeSection();
-    if (s.changed.includes(sec) || (sec === "runs" && s.changed.includes("jobs"))) {
+    const due = sec === "overview" ? s.changed.length > 0 && overviewDue() : s.changed.includes(sec) || (sec === "runs" && s.changed.includes("jobs"));
+    if (due) {
       if (state.refreshing) return;
       state.refreshing = true;
       render().finally(() => { state.refreshing = false; });
