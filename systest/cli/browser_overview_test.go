@@ -47,7 +47,7 @@ jobs:
 		chromedp.ExecPath(chromium), chromedp.Flag("headless", true), chromedp.NoSandbox, chromedp.DisableGPU,
 		chromedp.WindowSize(1280, 900))...)
 	defer cancelAlloc()
-	ctx, cancel := chromedp.NewContext(allocCtx, chromedp.WithErrorf(func(string, ...any) {}))
+	ctx, cancel := chromedp.NewContext(allocCtx, chromedpErrors(t))
 	defer cancel()
 	ctx, cancelT := context.WithTimeout(ctx, 90*time.Second)
 	defer cancelT()

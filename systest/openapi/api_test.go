@@ -492,7 +492,7 @@ func TestOpenAPIAnswersMatch(t *testing.T) {
 			// A store that only locks: 501 where a ledger, a catalog or a
 			// listing is needed; /api/nodes has nothing to show.
 			bare := newChecker(t, serve(t, lockStore{st}, "", nil), covered)
-			for _, p := range []string{"/api/jobs", "/api/runs", "/api/run?id=x", "/api/locks", "/api/audit"} {
+			for _, p := range []string{"/api/jobs", "/api/runs", "/api/run?id=x", "/api/locks", "/api/audit", "/api/overview"} {
 				bare.do(call{method: "GET", path: p, want: 501})
 			}
 			bare.do(call{method: "GET", path: "/api/nodes", want: 200})
@@ -561,6 +561,11 @@ func checkAnswers(t *testing.T, c *checker) {
 	c.do(call{method: "GET", path: "/api/jobs?limit=1000&after=" + url.QueryEscape(jobs.Next), hdr: bearer, want: 200})
 	c.do(call{method: "GET", path: "/api/jobs?name=s&ticks=20", hdr: bearer, want: 200})
 	c.do(call{method: "GET", path: "/api/jobs?name=b", hdr: bearer, want: 200})
+	c.do(call{method: "GET", path: "/api/jobs?recent=5", hdr: bearer, want: 200})
+	c.do(call{method: "GET", path: "/api/jobs?recent=101", hdr: bearer, want: 400, refused: true})
+	c.do(call{method: "GET", path: "/api/overview", hdr: bearer, want: 200})
+	c.do(call{method: "GET", path: "/api/overview?window=2h&bucket=5m", hdr: bearer, want: 200})
+	c.do(call{method: "GET", path: "/api/overview?window=soon", hdr: bearer, want: 400, refused: true})
 	c.do(call{method: "GET", path: "/api/jobs?ticks=21", hdr: bearer, want: 400, refused: true})
 	c.do(call{method: "GET", path: "/api/jobs?limit=0", hdr: bearer, want: 400, refused: true})
 	c.do(call{method: "GET", path: "/api/jobs?limit=1001", hdr: bearer, want: 400, refused: true})
