@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tasklock/tasklock/internal/clitest"
 )
 
 // testToken is the dashboard token the image's serve gets; 0.0.0.0 needs
@@ -34,18 +36,6 @@ func freePort(t *testing.T) string {
 	defer ln.Close()
 	_, port, _ := net.SplitHostPort(ln.Addr().String())
 	return port
-}
-
-// waitFor polls cond until it holds or timeout passes.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(100 * time.Millisecond) // polling interval, not synchronisation
-	}
 }
 
 // procUID is the real uid of process pid, from /proc.
@@ -142,7 +132,7 @@ func TestImageByHand(t *testing.T) {
 		out, err := exec.Command(tasklockBin, append(rooted(im.healthcheck[1:]), extra...)...).CombinedOutput()
 		return string(out), err
 	}
-	waitFor(t, 30*time.Second, "the HEALTHCHECK command to pass", func() bool {
+	clitest.WaitFor(t, 30*time.Second, func() bool {
 		select {
 		case <-exited:
 			t.Fatalf("serve exited (%v) before it was healthy:\n%s", waitErr, log.String())
@@ -150,7 +140,7 @@ func TestImageByHand(t *testing.T) {
 		}
 		_, err := probe()
 		return err == nil
-	})
+	}, "the HEALTHCHECK command to pass")
 	if out, err := probe("--ready"); err != nil || !strings.Contains(out, `"ready":true`) {
 		t.Errorf("health --ready: %v\n%s", err, out)
 	}
@@ -292,12 +282,12 @@ func TestImageWithPodman(t *testing.T) {
 		out, _ := exec.Command(podman, "logs", name).CombinedOutput()
 		return string(out)
 	}
-	waitFor(t, 60*time.Second, "podman healthcheck run to pass", func() bool {
+	clitest.WaitFor(t, 60*time.Second, func() bool {
 		if st := strings.TrimSpace(run(t, podman, "inspect", "--format", "{{.State.Status}}", name)); st != "running" {
 			t.Fatalf("the container is %s:\n%s", st, logs())
 		}
 		return exec.Command(podman, "healthcheck", "run", name).Run() == nil
-	})
+	}, "podman healthcheck run to pass")
 	if out := run(t, podman, "exec", name, im.entrypoint[0], "health", "--ready", "--http", flagValue(im.healthcheck, "--http")); !strings.Contains(out, `"ready":true`) {
 		t.Errorf("health --ready in the container: %s", out)
 	}
