@@ -75,6 +75,9 @@ type jobView struct {
 	NextTicks  []time.Time `json:"next_ticks"`
 	Running    []running   `json:"running"`
 	ScheduleEr string      `json:"schedule_error,omitempty"`
+	// Definition is the configured job's definition, sent only when the
+	// request names one job (name=).
+	Definition *definition `json:"definition,omitempty"`
 }
 
 // configured returns the configured jobs by name.
@@ -196,7 +199,11 @@ func (h *handler) jobs(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := r.URL.Query()
+	var nTicks int
 	limit, err := pageLimit(r, defaultPage)
+	if err == nil {
+		nTicks, err = ticksParam(r)
+	}
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
@@ -290,7 +297,10 @@ func (h *handler) jobs(w http.ResponseWriter, r *http.Request) {
 		if j, ok := conf[n]; ok {
 			v.Configured, v.Schedule, v.TimeZone = true, j.Schedule, j.TimeZone
 			v.After = j.After
-			ticks, err := h.next(j, now)
+			if q.Get("name") != "" {
+				v.Definition = h.defOf(j)
+			}
+			ticks, err := h.next(j, now, nTicks)
 			if err != nil {
 				v.ScheduleEr = err.Error()
 				v.SetBroken("its schedule cannot be read: " + err.Error())
@@ -333,8 +343,8 @@ func (h *handler) tickStatus(lr *apijson.Run) string {
 	return string(schedule.TickStatus(rs))
 }
 
-// next returns j's next ticks after now, parsing its spec once.
-func (h *handler) next(j schedule.Job, now time.Time) ([]time.Time, error) {
+// next returns j's next n ticks after now, parsing its spec once.
+func (h *handler) next(j schedule.Job, now time.Time, n int) ([]time.Time, error) {
 	key := j.Schedule + "\x00" + j.TimeZone
 	h.schedMu.Lock()
 	s, ok := h.scheds[key]
@@ -360,9 +370,9 @@ func (h *handler) next(j schedule.Job, now time.Time) ([]time.Time, error) {
 		h.scheds[key] = s
 		h.schedMu.Unlock()
 	}
-	out := make([]time.Time, 0, nextTicks)
+	out := make([]time.Time, 0, n)
 	t := now
-	for range nextTicks {
+	for range n {
 		if t = s.Next(t); t.IsZero() {
 			break
 		}
@@ -497,6 +507,8 @@ func (h *handler) runs(w http.ResponseWriter, r *http.Request) {
 		h.storeError(w, r, err)
 		return
 	}
+	setIDs(runs)
+	truncateOutputs(runs)
 	writeJSON(w, http.StatusOK, map[string]any{"runs": runs, "next": next})
 }
 

@@ -28,9 +28,11 @@
 //	                      "can": {"ledger", "list", "release"},
 //	                      "build": {"version", "revision", "time", "modified", "go_version"}}
 //	GET  /api/jobs        ?q=SUBSTRING &name=EXACT &after=NAME &limit=N (default 100, max 1000)
+//	                      &ticks=N (next ticks per job, default 3, max 20)
 //	                      {"jobs": [{"job", "state" (ok, paused, broken), "broken" (why),
 //	                      "paused", "pending_triggers": [{"id", "at"}], "spec", "since", "last_run",
-//	                      "configured", "schedule", "timezone", "next_ticks": [3 times],
+//	                      "configured", "schedule", "timezone", "next_ticks": [N times],
+//	                      "definition" (with name=, for a configured job; see below),
 //	                      "running": [{"node", "fence", "expires_in_ms", "held_for_ms"}],
 //	                      "after": [parents], "children": [jobs whose after names it]
 //	                      (both omitted when empty)}],
@@ -38,9 +40,18 @@
 //	GET  /api/runs        ?job= &status=ok|failed|timeout|lost|interrupted|skipped|missed|running
 //	                      &from=TIME &to=TIME
 //	                      &limit=N (default 50) &before=CURSOR
-//	                      {"runs": [{"job", "tick", "trigger", "shard", "shards", "tick_status",
+//	                      {"runs": [{"id", "job", "tick", "trigger", "shard", "shards", "tick_status",
 //	                      "attempt", "node", "fence", "start", "end", "status", "error", "output",
-//	                      "recorded"}], "next": CURSOR}
+//	                      "output_truncated", "recorded"}], "next": CURSOR}
+//	                      (an output longer than ListOutputMax is sent as its end, with
+//	                      "output_truncated": true; /api/run sends all of it)
+//	GET  /api/run         ?id=ID (a run's "id") or ?job= &tick=TIME &trigger= &shard=N &attempt=N
+//	                      {"run": one run as above with its whole stored output,
+//	                      "attempts": [the other attempts of its tick and shard],
+//	                      "lateness_ms" (start − tick), "duration_ms" (null while running),
+//	                      "lock": {"key", "fence", "held": lock or null,
+//	                      "events": [{"at", "event" (taken, released, lost, expired, held),
+//	                      "node", "fence", "note"}]}}; 404 when not stored (pruned)
 //	GET  /api/locks       ?prefix= &after=KEY &limit=N
 //	                      {"locks": [{"key", "owner", "fence", "expires_in_ms", "held_for_ms"}], "total", "next"}
 //	GET  /api/nodes       {"nodes": [{"node", "alive", "last_seen", "version", "fence", "expires_in_ms", "leader", "leader_term"}],
@@ -72,6 +83,26 @@
 //
 // The job, run and lock objects have the shapes of `tasklock jobs --json`
 // and `tasklock locks --json`, with the fields above added.
+//
+// A job's "definition" (sent when the request names it, name=) is its
+// configured schedule.Job as the configuration file says it, times in
+// milliseconds, 0 for the default: {"schedule", "timezone", "timeout_ms",
+// "retries", "retry_backoff_ms", "retry_backoff_max_ms", "overlap",
+// "misfire", "misfire_after_ms", "misfire_window_ms", "catch_up_max",
+// "jitter_ms", "shards", "max_concurrent", "pool", "pool_wait_ms",
+// "nodes", "run_on" (any, leader), "after", "within_ms", "lock_ttl_ms",
+// "min_hold_ms", "max_hold_ms", "handler": [{"key", "value"}]}, where
+// "handler" is what Options.Handler says the job runs (serve: its command,
+// or its HTTP method, URL and headers), secrets hidden.
+//
+// A run's lock in /api/run is the key the run held — KeyPrefix + job, +
+// "/shard/N" for a shard-run, + "/running" for a job with MaxConcurrent
+// (a semaphore) — with the run's fence, the lease on that key now (any
+// holder: a later run's, or none), and the events its record shows: taken
+// at the start with the fence, then released, lost (the error says how) or
+// expired (the node stopped and its lease ran out: interrupted), or held
+// while it runs. The store keeps no log of a lock's events; these are
+// derived from the run record.
 //
 // A job is "running" while its lock (KeyPrefix + name) is held: "running"
 // names the holder (its owner name is the node) and the fence. "held_for_ms"
