@@ -2,9 +2,10 @@
 # check-deps.sh — a user pays only for what they import.
 #
 # 1. The library's go.mod requires no test tooling: the fault proxy
-#    (toxiproxy), browser tests (chromedp), the OpenAPI validator
-#    (kin-openapi) and what they pull in live in the systest module, the
-#    cron oracle (robfig/cron) in crosscheck.
+#    (toxiproxy), browser tests (chromedp), the Kubernetes API types of the
+#    manifests test (k8s.io), the OpenAPI validator (kin-openapi) and what
+#    they pull in live in the systest module, the cron oracle
+#    (robfig/cron) in crosscheck.
 # 2. A fresh Redis-only program (tasklock + redisstore, go mod tidy) has
 #    none of them in its go.sum: go mod tidy also loads the tests of the
 #    packages a program imports, so their imports count too.
@@ -21,7 +22,7 @@ GO=${GO:-go}
 fail=0
 log() { printf 'check-deps: %s\n' "$*" >&2; }
 
-testonly='github.com/Shopify/toxiproxy|github.com/getkin/kin-openapi|github.com/chromedp/|github.com/rs/zerolog|github.com/gorilla/mux|go.uber.org/goleak|github.com/robfig/cron'
+testonly='k8s.io/|sigs.k8s.io/|github.com/Shopify/toxiproxy|github.com/getkin/kin-openapi|github.com/chromedp/|github.com/rs/zerolog|github.com/gorilla/mux|go.uber.org/goleak|github.com/robfig/cron'
 
 if grep -nE "^\s*($testonly)" go.mod; then
 	log "the library's go.mod requires test tooling (above): move the test that needs it to systest/"
