@@ -98,7 +98,7 @@ func (s *Scheduler) runTick(j *job, w work) {
 		s.triggerDone(j.Name, w.request)
 	}
 	base = max(base, w.attempts) // a retaken shard's go on after the stopped node's
-	var last ledger.RunRecord // the last attempt recorded, for EventTickEnded
+	var last ledger.RunRecord    // the last attempt recorded, for EventTickEnded
 	defer s.tickEnded(&last, w.catchUp)
 	if !s.awaitParents(j, w) {
 		return
