@@ -144,6 +144,9 @@ type File struct {
 	Pools map[string]int
 	// Labels are the node's labels (labels:), for schedule.Config.Labels.
 	Labels []string
+	// Notify is the file's notify:, the notifications of every job that
+	// does not turn them off; nil when not given (see Merge).
+	Notify *Notify
 	// Jobs are the jobs, in the file's order, with distinct names.
 	Jobs []Job
 }
@@ -161,6 +164,9 @@ type Job struct {
 	KillGrace time.Duration
 	// HTTP is the request of an HTTP job; nil for a command job.
 	HTTP *HTTP
+	// Notify is the job's own notify:, nil when not given; Merge it with
+	// File.Notify for the job's notifications.
+	Notify *Notify
 	// Line is the line of the file where the job starts.
 	Line int
 }

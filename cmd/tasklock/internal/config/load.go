@@ -62,6 +62,7 @@ func Parse(name string, data []byte) (*File, error) {
 type parser struct {
 	file     string
 	jobLabel string // the job being read, for messages
+	runTime  bool   // a job defined at run time (ParseJob, Define), not a file
 	errs     Errors
 	deps     []jobDeps // the after: of each named job, for checkDeps
 }
@@ -179,7 +180,7 @@ func (p *parser) file_(data []byte) *File {
 		p.errorf(root, "", "empty: want a mapping with at least jobs")
 		return nil
 	}
-	fields := p.mapping(root, "", "store", "node", "pools", "labels", "jobs")
+	fields := p.mapping(root, "", "store", "node", "pools", "labels", "notify", "jobs")
 	if fields == nil {
 		return nil
 	}
@@ -209,6 +210,9 @@ func (p *parser) file_(data []byte) *File {
 		}
 	}
 	p.limits(f, fields)
+	if fd, ok := fields["notify"]; ok {
+		f.Notify = p.notify(fd)
+	}
 	fd, ok := fields["jobs"]
 	if !ok || isNull(fd.val) {
 		at := root
@@ -239,6 +243,12 @@ func (p *parser) file_(data []byte) *File {
 		}
 	}
 	p.checkDeps(names)
+	for _, j := range f.Jobs {
+		if n := j.Notify; n != nil && !n.Off && n.Webhook == nil && n.Command == nil && !f.Notify.Targets() {
+			p.errs = append(p.errs, &Error{File: p.file, Line: n.Line, Job: j.Name, Field: "notify",
+				Msg: "no webhook or command to send to, here or in the file's notify:"})
+		}
+	}
 	return f
 }
 
@@ -331,7 +341,7 @@ func (p *parser) integer(f field, name string) int {
 }
 
 // jobKeys are the keys of a job.
-var jobKeys = []string{"name", "schedule", "timezone", "command", "kill_grace", "http", "timeout", "overlap", "misfire", "retries", "jitter", "lock_ttl", "min_hold", "max_hold", "run_on", "after", "within", "max_concurrent", "pool", "pool_wait", "nodes", "shards"}
+var jobKeys = []string{"name", "schedule", "timezone", "command", "kill_grace", "http", "timeout", "overlap", "misfire", "retries", "jitter", "lock_ttl", "min_hold", "max_hold", "run_on", "after", "within", "max_concurrent", "pool", "pool_wait", "nodes", "shards", "notify"}
 
 // job reads the i-th job; false when it has mistakes.
 func (p *parser) job(i int, n *yaml.Node, names map[string]int, v *validator) (Job, bool) {
@@ -433,6 +443,9 @@ func (p *parser) job(i int, n *yaml.Node, names map[string]int, v *validator) (J
 		}
 	}
 	p.jobLimits(&j, fields)
+	if f, ok := fields["notify"]; ok {
+		j.Notify = p.notify(f)
+	}
 	p.handler(&j, n, fields, lines)
 	reported := func(key string) bool {
 		for _, e := range p.errs[before:] {
