@@ -352,7 +352,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		httpMux:  http.NewServeMux(),
 		obs:      newObserver(log),
 		// The secrets serve holds: no job output shows them.
-		redact: newRedactor(append(storeSecrets(f.Store), c.http.token)...),
+		redact: newRedactor(append(append(storeSecrets(f.Store), c.http.token), f.Secrets()...)...),
 	}
 	s.httpMux.Handle("/metrics", s.obs.metricsHandler())
 	s.obs.broken = s.brokenJobs
@@ -401,6 +401,14 @@ type server struct {
 	jobsGen int // the rtGen jobs was made at
 
 	httpMux *http.ServeMux // the --http server's routes: the dashboard at /
+
+	// notify decides and sends the jobs' notifications (notify.go), from
+	// notifyCfg: each job's, made from notifyOf and notifyGen (guarded by
+	// mu).
+	notify    *notifier
+	notifyCfg map[string]*config.Notify
+	notifyOf  *config.File
+	notifyGen int
 }
 
 func (s *server) failf(format string, args ...any) {
@@ -443,6 +451,8 @@ func (s *server) run() int {
 	}
 	defer lk.Close()
 	s.lk, s.node = lk, lk.Owner()
+	s.notify = s.startNotifier()
+	defer s.notify.stopNotifier(notifyStopWait) // after the Schedulers' shutdown
 
 	guard, code := s.takeNode()
 	if guard == nil {
@@ -568,7 +578,7 @@ func (s *server) takeNode() (*tasklock.Lock, int) {
 // start builds a Scheduler with f's jobs and starts it.
 func (s *server) start(f *config.File) (*schedule.Scheduler, error) {
 	sch, err := schedule.New(s.lk, s.ledger, &schedule.Config{
-		Node: s.node, Logger: schedulerLogger(s.log), ShutdownGrace: noGrace, OnEvent: s.obs.scheduleEvent,
+		Node: s.node, Logger: schedulerLogger(s.log), ShutdownGrace: noGrace, OnEvent: s.scheduleEvent,
 		Redact:        s.redact,
 		NodeKeyPrefix: nodeKeyPrefix, NodeLeaseTaken: s.nodeTaken, NodeLister: s.lister,
 		IsLeader: s.leads,
