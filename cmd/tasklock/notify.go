@@ -229,6 +229,7 @@ func (n *notifier) handle(e schedule.Event) {
 	if !ok {
 		return
 	}
+	n.log.Debug("notify: outcome", "job", e.Job, "tick", cur.Tick, "status", cur.Status, "previous", prev != nil)
 	event := eventOf(cur.Status)
 	switch {
 	case cur.Status == ledger.RunOK && prev != nil && cfg.Wants(eventOf(prev.Status)):
@@ -283,7 +284,9 @@ func lastBytes(s string, max int) string {
 // ledger; ok is false when e's record is not the tick's final outcome
 // (any more), or the ledger cannot be read.
 func (n *notifier) outcomes(e schedule.Event) (cur, prev *ledger.RunRecord, ok bool) {
-	q := ledger.RunQuery{Job: e.Job, To: e.Tick.Add(time.Nanosecond), Limit: notifyScan}
+	// To is a second on, not a nanosecond: stores may keep ticks at a
+	// coarser precision. The later ticks it lets in are passed over.
+	q := ledger.RunQuery{Job: e.Job, To: e.Tick.Add(time.Second), Limit: notifyScan}
 	type group struct {
 		tick    time.Time
 		trigger string
@@ -299,7 +302,7 @@ func (n *notifier) outcomes(e schedule.Event) (cur, prev *ledger.RunRecord, ok b
 		}
 		for i := range rs {
 			r := &rs[i]
-			if r.Shard != e.Shard {
+			if r.Shard != e.Shard || r.Tick.After(e.Tick) {
 				continue
 			}
 			first := last == nil || !last.tick.Equal(r.Tick) || last.trigger != r.Trigger
@@ -312,14 +315,17 @@ func (n *notifier) outcomes(e schedule.Event) (cur, prev *ledger.RunRecord, ok b
 					continue
 				}
 				if r.Attempt != e.Attempt || r.Status != e.Status {
-					return nil, nil, false // settled otherwise since, or retried
+					n.log.Debug("notify: the outcome was settled otherwise since, or retried", "job", e.Job, "tick", e.Tick,
+						"attempt", e.Attempt, "status", e.Status, "ledger_attempt", r.Attempt, "ledger_status", r.Status)
+					return nil, nil, false
 				}
 				rc := *r
 				cur = &rc
 				continue
 			}
 			if cur == nil {
-				return nil, nil, false // e's record is not in the ledger
+				n.log.Debug("notify: the outcome is not in the ledger", "job", e.Job, "tick", e.Tick, "attempt", e.Attempt)
+				return nil, nil, false
 			}
 			if counts(r.Status) {
 				rc := *r

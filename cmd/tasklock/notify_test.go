@@ -19,6 +19,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -392,33 +393,57 @@ func TestNotifyTransitions(t *testing.T) {
 	}
 }
 
-// The command hook gets the notification as JSON on stdin and TASKLOCK_*
-// variables, but none of serve's own TASKLOCK_* variables.
-func TestNotifyCommand(t *testing.T) {
+// End to end through tasklock serve: a failing job's notification reaches
+// the command hook as JSON on stdin, with TASKLOCK_* variables but none of
+// serve's own (TASKLOCK_TOKEN); one, however many ticks fail; and the
+// delivery is in the audit list.
+func TestServeNotifyCommand(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	out := filepath.Join(dir, "stdin.json")
-	t.Setenv("NOTIFY_OUT", out)
-	t.Setenv("TASKLOCK_TOKEN", "dashboard-token")
-	st := memstore.New(nil)
-	cfg := config.Merge(&config.Notify{Command: []string{"sh", "-c", `cat > "$NOTIFY_OUT.tmp"; env > "$NOTIFY_OUT.env"; mv "$NOTIFY_OUT.tmp" "$NOTIFY_OUT"`}}, nil)
-	n := newNotifier(&notifier{ledger: st, catalog: st, node: "n2", log: quietLog(), config: func(string) *config.Notify { return cfg }})
-	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
-	rs := recordRuns(t, st, "j", t0, ledger.RunOK, ledger.RunTimeout)
-	n.event(endedEvent(rs[1]))
-	n.stopNotifier(time.Minute)
+	url := "sqlite://" + filepath.Join(dir, "n.db")
+	cfg := writeConfig(t, dir, "store: "+url+"\nnode: n1\n"+`notify:
+  command: ["sh", "-c", "cat > \"$NOTIFY_OUT.tmp\"; env > \"$NOTIFY_OUT.env.$TASKLOCK_ATTEMPT\"; echo x >> \"$NOTIFY_OUT.count\"; mv \"$NOTIFY_OUT.tmp\" \"$NOTIFY_OUT\""]
+jobs:
+  - name: broken
+    schedule: "@every 1s"
+    command: ["sh", "-c", "echo going down; exit 3"]
+`)
+	p := tl.Start(t, []string{"NOTIFY_OUT=" + out, "TASKLOCK_TOKEN=dashboard-token"}, "serve", "--config", cfg, "--http", "", "--grace", "5s")
+	clitest.WaitFor(t, 60*time.Second, func() bool {
+		if _, err := os.Stat(out); err != nil {
+			return false
+		}
+		failed := 0
+		for _, r := range historyJSON(t, url, "broken") {
+			if r.Status == "failed" {
+				failed++
+			}
+		}
+		return failed >= 3
+	}, "the notification and three failed ticks")
+	p.Signal(syscall.SIGTERM)
+	if code := p.Wait(30 * time.Second); code != 0 {
+		t.Fatalf("serve exited %d:\n%s", code, p.Stderr())
+	}
 	b, err := os.ReadFile(out)
 	if err != nil {
-		t.Fatalf("the command did not write its stdin: %v (log %+v)", err, deliveries(t, st, "j"))
+		t.Fatal(err)
 	}
 	var msg notification
 	if err := json.Unmarshal(b, &msg); err != nil {
 		t.Fatalf("stdin %s: %v", b, err)
 	}
-	if msg.Event != "timeout" || msg.Job != "j" || !msg.Tick.Equal(rs[1].Tick) || msg.Status != "timeout" || msg.PreviousStatus != "ok" || msg.NotifiedBy != "n2" {
+	if msg.Event != "failure" || msg.Job != "broken" || msg.Status != "failed" || msg.Error != "command exited with status 3" ||
+		msg.Output != "going down\n" || msg.Node != "n1" || msg.NotifiedBy != "n1" || msg.ID == "" {
 		t.Errorf("stdin %+v", msg)
 	}
-	env, _ := os.ReadFile(out + ".env")
-	for _, want := range []string{"TASKLOCK_EVENT=timeout", "TASKLOCK_JOB=j", "TASKLOCK_STATUS=timeout", "TASKLOCK_DELIVERY=" + msg.ID, "TASKLOCK_ATTEMPT=1"} {
+	if n, _ := os.ReadFile(out + ".count"); string(n) != "x\n" {
+		t.Errorf("the command ran %d times, want once", strings.Count(string(n), "x"))
+	}
+	env, _ := os.ReadFile(out + ".env.1")
+	for _, want := range []string{"TASKLOCK_EVENT=failure", "TASKLOCK_JOB=broken", "TASKLOCK_STATUS=failed", "TASKLOCK_NODE=n1",
+		"TASKLOCK_TICK=" + msg.Tick.Format(time.RFC3339), "TASKLOCK_DELIVERY=" + msg.ID, "TASKLOCK_ATTEMPT=1"} {
 		if !strings.Contains(string(env), want+"\n") {
 			t.Errorf("environment lacks %s:\n%s", want, env)
 		}
@@ -426,7 +451,12 @@ func TestNotifyCommand(t *testing.T) {
 	if strings.Contains(string(env), "dashboard-token") {
 		t.Errorf("serve's TASKLOCK_TOKEN reached the command:\n%s", env)
 	}
-	if log := deliveries(t, st, "j"); len(log) != 1 || log[0].Result != "delivered" || log[0].Target != "command sh" {
+	st, closeStore, err := storeurl.Open(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeStore()
+	if log := deliveries(t, st.(ledger.Catalog), "broken"); len(log) != 1 || log[0].Result != "delivered" || log[0].Target != "command sh" || log[0].Node != "n1" {
 		t.Errorf("delivery log %+v", log)
 	}
 }
