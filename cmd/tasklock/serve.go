@@ -83,6 +83,11 @@ The file:
                                      # no control characters
   labels: [gpu, zone=eu]             # this node's labels (--label replaces them)
   pools: {reports: 2}                # fleet-wide: at most 2 runs of the pool's jobs at once
+  notify:                            # on a change of a job's outcome (see below)
+    on: [failure, timeout, lost, missed, interrupted, recovery]   # default: all
+    webhook: {url: "https://hooks.example.com/x", secret_env: TASKLOCK_NOTIFY_SECRET, timeout: 10s}
+    command: ["/usr/local/bin/page"]  # the notification as JSON on stdin
+    attempts: 5                      # per target; backoff: 1s (doubling), max_time: 5m
   jobs:
     - name: nightly-report           # required, unique
       schedule: "0 30 2 * * *"       # cron (seconds optional), @daily, "@every 10s"
@@ -102,6 +107,7 @@ The file:
       pool: reports                  # each run holds a permit of the pool while it runs
       pool_wait: 10m                 # wait for a permit up to this; default: until the next tick
       nodes: [zone=eu]               # only nodes with every one of these labels run it
+      notify: {on: [failure, recovery]}   # replaces the keys it gives; notify: off for none
     - name: ping
       schedule: "@every 1m"
       http: {method: POST, url: "https://example.com/hook", headers: {Authorization: "Bearer x"}, body: "{}", timeout: 10s}
@@ -140,6 +146,18 @@ HTTP jobs send the request with X-Tasklock-Job, X-Tasklock-Tick,
 X-Tasklock-Fence, X-Tasklock-Node, X-Tasklock-Attempt, X-Tasklock-Shard and
 X-Tasklock-Shards headers; a status
 other than 2xx fails the attempt. http.timeout defaults to 1m.
+
+Notifications: whichever serve records a tick's final outcome (after its
+retries) compares it with the job's previous outcome in the ledger and
+notifies only a change: failure, timeout, lost, missed or interrupted, and
+recovery (ok after one of those). It claims each notification in the
+ledger, so one serve sends it, to the webhook (a POST of JSON signed with
+X-Tasklock-Signature: sha256=HMAC-SHA256(secret, TIMESTAMP.BODY) and
+X-Tasklock-Timestamp; transport errors, 408, 429 and 5xx are retried with
+backoff) and the command (run as a job's command, the JSON on stdin,
+TASKLOCK_EVENT, _JOB, _TICK, _STATUS, _NODE, _DELIVERY, _ATTEMPT set). Every
+attempt goes to the store's audit list, which the dashboard's job page and
+GET /api/notifications show. secret_env must name a variable that is set.
 
 Logs and metrics: every run's start and end is logged, with job, tick,
 node, fence, attempt, status and duration, and so is every tick skipped or

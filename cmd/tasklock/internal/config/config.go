@@ -27,6 +27,15 @@
 //	                give a pool the same size
 //	labels          schedule.Config.Labels: this node's labels, a list;
 //	                serve's --label flags replace it
+//	notify          the notifications of every job (Notify): a mapping of
+//	  on            the events: failure, timeout, lost, missed,
+//	                interrupted, recovery (default: all)
+//	  webhook       url, secret or secret_env (the variable holding the
+//	                signing secret; required, and it must be set), timeout
+//	  command       a list: run with the notification as JSON on stdin
+//	  command_timeout, attempts, backoff, max_time: delivery bounds
+//	                A job's own notify: replaces the keys it gives (Merge);
+//	                "notify: off" turns them off for the job.
 //
 // Pool names and labels are 1 to 63 bytes of ASCII letters, digits and
 // - _ . : = /, starting with a letter or digit (schedule.CheckLabel).
