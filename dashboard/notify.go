@@ -29,43 +29,23 @@ func (h *handler) notifications(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	q := ledger.AuditQuery{Job: r.URL.Query().Get("job"), Limit: max(limit, 100)}
+	var before int64
 	if b := r.URL.Query().Get("before"); b != "" {
-		if q.Before, err = strconv.ParseInt(b, 10, 64); err != nil || q.Before <= 0 {
+		if before, err = strconv.ParseInt(b, 10, 64); err != nil || before <= 0 {
 			writeError(w, http.StatusBadRequest, "before: want the next of a previous page")
 			return
 		}
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), callTimeout)
 	defer cancel()
-	out := []apijson.Delivery{}
-	next := ""
-scan:
-	for page := 1; ; page++ {
-		es, err := cat.Audit(ctx, q)
-		if err != nil {
-			h.storeError(w, r, err)
-			return
-		}
-		for _, e := range es {
-			d, ok := apijson.FromDelivery(e)
-			if !ok {
-				continue
-			}
-			if len(out) == limit {
-				next = strconv.FormatInt(out[limit-1].Seq, 10)
-				break scan
-			}
-			out = append(out, d)
-		}
-		if len(es) < q.Limit {
-			break // the end of the list
-		}
-		q.Before = es[len(es)-1].Seq
-		if page == notifyScanPages {
-			next = strconv.FormatInt(q.Before, 10) // go on from here
-			break
-		}
+	out, next, err := apijson.ReadDeliveries(ctx, cat, r.URL.Query().Get("job"), before, limit, notifyScanPages)
+	if err != nil {
+		h.storeError(w, r, err)
+		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"notifications": out, "next": next})
+	nextText := ""
+	if next > 0 {
+		nextText = strconv.FormatInt(next, 10)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"notifications": out, "next": nextText})
 }

@@ -459,6 +459,11 @@ jobs:
 	if log := deliveries(t, st.(ledger.Catalog), "broken"); len(log) != 1 || log[0].Result != "delivered" || log[0].Target != "command sh" || log[0].Node != "n1" {
 		t.Errorf("delivery log %+v", log)
 	}
+	// The same log from the CLI.
+	code, stdout, stderr := tl.Run(t, nil, "jobs", "notifications", "--store", url, "--job", "broken")
+	if code != 0 || !strings.Contains(stdout, "failure") || !strings.Contains(stdout, "delivered") || !strings.Contains(stdout, "command sh") {
+		t.Errorf("jobs notifications: exit %d\n%s%s", code, stdout, stderr)
+	}
 }
 
 // A webhook that cannot be reached is retried, and its errors hide the

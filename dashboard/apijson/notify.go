@@ -1,6 +1,7 @@
 package apijson
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
 	"time"
@@ -65,3 +66,36 @@ func FromDelivery(e ledger.AuditEntry) (Delivery, bool) {
 // NotifyWhoPrefix starts the Who of a delivery's audit entry, before the
 // sending node's name.
 const NotifyWhoPrefix = "serve:"
+
+// ReadDeliveries reads the delivery log of job ("" for every job) from
+// the audit list, newest first: at most limit deliveries older than
+// before (a Seq; 0 for the newest), looking through at most pages reads
+// of the audit list (other entries are passed over). next is the Seq to
+// pass as before to go on, 0 at the end.
+func ReadDeliveries(ctx context.Context, cat ledger.Catalog, job string, before int64, limit, pages int) (out []Delivery, next int64, err error) {
+	q := ledger.AuditQuery{Job: job, Before: before, Limit: max(limit, 100)}
+	out = []Delivery{}
+	for page := 1; ; page++ {
+		es, err := cat.Audit(ctx, q)
+		if err != nil {
+			return nil, 0, err
+		}
+		for _, e := range es {
+			d, ok := FromDelivery(e)
+			if !ok {
+				continue
+			}
+			if len(out) == limit {
+				return out, out[limit-1].Seq, nil
+			}
+			out = append(out, d)
+		}
+		if len(es) < q.Limit {
+			return out, 0, nil // the end of the list
+		}
+		q.Before = es[len(es)-1].Seq
+		if page >= pages {
+			return out, q.Before, nil // go on from here
+		}
+	}
+}
