@@ -565,27 +565,8 @@ func (p *parser) handler(j *Job, n *yaml.Node, fields map[string]field, lines ma
 		p.http(j, hf)
 		return
 	}
-	if cmd.val.Kind != yaml.SequenceNode {
-		p.errorf(cmd.val, "command", "want a list: the program and its arguments, e.g. [\"/usr/local/bin/report\", \"--all\"], got %s", kind(cmd.val))
+	if j.Command = p.argv(cmd.val, "command"); j.Command == nil {
 		return
-	}
-	if len(cmd.val.Content) == 0 {
-		p.errorf(cmd.val, "command", "empty: want the program and its arguments")
-		return
-	}
-	j.Command = make([]string, 0, len(cmd.val.Content))
-	for i, a := range cmd.val.Content {
-		a = resolve(a)
-		name := fmt.Sprintf("command[%d]", i)
-		switch {
-		case a.Kind != yaml.ScalarNode || isNull(a):
-			p.errorf(a, name, "want a string, got %s", kind(a))
-		case strings.IndexByte(a.Value, 0) >= 0:
-			p.errorf(a, name, "contains a NUL byte")
-		case i == 0 && a.Value == "":
-			p.errorf(a, name, "empty: want the program")
-		}
-		j.Command = append(j.Command, a.Value)
 	}
 	if hasKG {
 		j.KillGrace = p.duration(kg, "kill_grace")
@@ -610,6 +591,20 @@ func (p *parser) handler(j *Job, n *yaml.Node, fields map[string]field, lines ma
 	// SIGTERM comes kill_grace before the lock could go to another node,
 	// so that SIGKILL lands before it can.
 	j.Lock.Grace = j.KillGrace
+}
+
+// httpURL checks an absolute http:// or https:// URL, the value of n;
+// messages show it through redact.URL.
+func (p *parser) httpURL(n *yaml.Node, field, raw string) {
+	u, err := url.Parse(raw)
+	switch {
+	case err != nil:
+		p.errorf(n, field, "invalid URL %q", clip(redact.URL(raw)))
+	case u.Scheme != "http" && u.Scheme != "https":
+		p.errorf(n, field, "%q: want an http:// or https:// URL", clip(redact.URL(raw)))
+	case u.Host == "":
+		p.errorf(n, field, "%q has no host", clip(redact.URL(raw)))
+	}
 }
 
 // headerName is the syntax of an HTTP header name (a token, RFC 9110).
@@ -641,15 +636,7 @@ func (p *parser) http(j *Job, f field) {
 	case h.URL == "":
 		p.errorf(f.val, "http.url", "missing")
 	default:
-		u, err := url.Parse(h.URL)
-		switch {
-		case err != nil:
-			p.errorf(fd.val, "http.url", "invalid URL %q", clip(redact.URL(h.URL)))
-		case u.Scheme != "http" && u.Scheme != "https":
-			p.errorf(fd.val, "http.url", "%q: want an http:// or https:// URL", clip(redact.URL(h.URL)))
-		case u.Host == "":
-			p.errorf(fd.val, "http.url", "%q has no host", clip(redact.URL(h.URL)))
-		}
+		p.httpURL(fd.val, "http.url", h.URL)
 	}
 	if fd, ok := fields["headers"]; ok && !isNull(fd.val) {
 		p.headers(h, fd.val)

@@ -2,15 +2,12 @@ package config
 
 import (
 	"fmt"
-	"net/url"
 	"os"
 	"slices"
 	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
-
-	"github.com/tasklock/tasklock/internal/redact"
 )
 
 // The notification events, as notify.on names them: one for each outcome
@@ -269,15 +266,7 @@ func (p *parser) webhook(f field) *Webhook {
 		}
 		p.errorf(at, "notify.webhook.url", "missing: want the http:// or https:// URL to POST the notifications to")
 	default:
-		u, err := url.Parse(w.URL)
-		switch {
-		case err != nil:
-			p.errorf(fd.val, "notify.webhook.url", "invalid URL %q", clip(redact.URL(w.URL)))
-		case u.Scheme != "http" && u.Scheme != "https":
-			p.errorf(fd.val, "notify.webhook.url", "%q: want an http:// or https:// URL", clip(redact.URL(w.URL)))
-		case u.Host == "":
-			p.errorf(fd.val, "notify.webhook.url", "%q has no host", clip(redact.URL(w.URL)))
-		}
+		p.httpURL(fd.val, "notify.webhook.url", w.URL)
 	}
 	sec, hasSec := fields["secret"]
 	env, hasEnv := fields["secret_env"]
@@ -331,7 +320,7 @@ func envName(s string) bool {
 // argv reads a list of strings: a program and its arguments.
 func (p *parser) argv(n *yaml.Node, name string) []string {
 	if n.Kind != yaml.SequenceNode {
-		p.errorf(n, name, "want a list: the program and its arguments, got %s", kind(n))
+		p.errorf(n, name, "want a list: the program and its arguments, e.g. [\"/usr/local/bin/report\", \"--all\"], got %s", kind(n))
 		return nil
 	}
 	if len(n.Content) == 0 {

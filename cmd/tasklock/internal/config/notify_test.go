@@ -87,7 +87,7 @@ func TestParseNotifyErrors(t *testing.T) {
 		{"job's bad event", "notify: {command: [x]}\n" + job + "    notify: {on: timeouts}\n",
 			[]string{`c.yaml:6: job "j": notify.on[0]: unknown event "timeouts" (want failure, timeout, lost, missed, interrupted, recovery)`}},
 		{"bad command", "notify: {command: page}\n" + job,
-			[]string{`c.yaml:1: notify.command: want a list: the program and its arguments, got "page"`}},
+			[]string{`c.yaml:1: notify.command: want a list: the program and its arguments, e.g. ["/usr/local/bin/report", "--all"], got "page"`}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := Parse("c.yaml", []byte(tt.in))
