@@ -67,12 +67,19 @@ import (
 // are dropped, with a warning.
 const notifyQueue = 4096
 
-// notifyScan is how many run records one read of a job's history takes,
-// and notifyPages how many reads at most look for the previous outcome.
+// notifyFirst is how many run records the first read of a job's history
+// takes (the tick's own and, most often, the one before it), notifyScan
+// how many each further read takes, and notifyPages how many reads at most
+// look for the previous outcome.
 const (
+	notifyFirst = 8
 	notifyScan  = 100
 	notifyPages = 5
 )
+
+// notifyDeciders is how many outcomes one node decides at once: each costs
+// a read of the ledger, and a claim when it is a change.
+const notifyDeciders = 4
 
 // maxNotifyOutput bounds the run's output tail a notification carries.
 const maxNotifyOutput = 4 << 10
@@ -98,10 +105,12 @@ type notifier struct {
 	// sent is tasklock_notifications_total{job, event, result}; nil: none.
 	sent *prometheus.CounterVec
 
+	qmu    sync.RWMutex // guards closing queue against event's sends
+	closed bool
 	queue  chan schedule.Event
 	ctx    context.Context // ends when deliveries must stop
 	cancel context.CancelFunc
-	done   chan struct{} // closed when the decider goroutine ends
+	done   chan struct{} // closed when the decider goroutines end
 	wg     sync.WaitGroup
 	stop   sync.Once
 }
@@ -126,7 +135,12 @@ func newNotifier(n *notifier) *notifier {
 	n.queue = make(chan schedule.Event, notifyQueue)
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.done = make(chan struct{})
-	go n.decide()
+	var deciders sync.WaitGroup
+	for range notifyDeciders {
+		deciders.Add(1)
+		go func() { defer deciders.Done(); n.decide() }()
+	}
+	go func() { deciders.Wait(); close(n.done) }()
 	return n
 }
 
@@ -138,10 +152,18 @@ func (n *notifier) event(e schedule.Event) {
 	default:
 		return
 	}
-	if n.config(e.Job) == nil {
+	cfg := n.config(e.Job)
+	if cfg == nil {
 		return
 	}
-	defer func() { _ = recover() }() // the queue is closed: serve stops
+	if ev := eventOf(e.Status); ev != "" && !cfg.Wants(ev) || e.Status == ledger.RunOK && !cfg.Wants(config.EventRecovery) {
+		return // cannot be notified: spare the ledger a read
+	}
+	n.qmu.RLock()
+	defer n.qmu.RUnlock()
+	if n.closed {
+		return
+	}
 	select {
 	case n.queue <- e:
 	default:
@@ -153,7 +175,10 @@ func (n *notifier) event(e schedule.Event) {
 // to wait for the deliveries under way; then it stops them.
 func (n *notifier) stopNotifier(wait time.Duration) {
 	n.stop.Do(func() {
+		n.qmu.Lock()
+		n.closed = true
 		close(n.queue)
+		n.qmu.Unlock()
 		t := time.NewTimer(wait)
 		defer t.Stop()
 		all := make(chan struct{})
@@ -170,7 +195,6 @@ func (n *notifier) stopNotifier(wait time.Duration) {
 }
 
 func (n *notifier) decide() {
-	defer close(n.done)
 	for e := range n.queue {
 		n.handle(e)
 	}
@@ -286,7 +310,7 @@ func lastBytes(s string, max int) string {
 func (n *notifier) outcomes(e schedule.Event) (cur, prev *ledger.RunRecord, ok bool) {
 	// To is a second on, not a nanosecond: stores may keep ticks at a
 	// coarser precision. The later ticks it lets in are passed over.
-	q := ledger.RunQuery{Job: e.Job, To: e.Tick.Add(time.Second), Limit: notifyScan}
+	q := ledger.RunQuery{Job: e.Job, To: e.Tick.Add(time.Second), Limit: notifyFirst}
 	type group struct {
 		tick    time.Time
 		trigger string
@@ -332,11 +356,11 @@ func (n *notifier) outcomes(e schedule.Event) (cur, prev *ledger.RunRecord, ok b
 				return cur, &rc, true
 			}
 		}
-		if len(rs) < notifyScan {
+		if len(rs) < q.Limit {
 			break
 		}
 		k := rs[len(rs)-1].Key()
-		q.Before = &k
+		q.Before, q.Limit = &k, notifyScan
 	}
 	return cur, nil, cur != nil
 }
