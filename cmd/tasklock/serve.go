@@ -644,6 +644,14 @@ func (s *server) reload() {
 	added, removed, changed := diffJobs(s.file.Jobs, f.Jobs)
 	limits := !maps.Equal(f.Pools, s.file.Pools) || !slices.Equal(f.Labels, s.file.Labels)
 	if len(added)+len(removed)+len(changed) == 0 && !limits {
+		if !reflect.DeepEqual(f.Notify, s.file.Notify) {
+			// The jobs run on as they are; their notifications change.
+			s.mu.Lock()
+			s.file = f
+			s.mu.Unlock()
+			s.log.Info("reloaded: notify: changed", "jobs", len(f.Jobs))
+			return
+		}
 		s.log.Info("reload: no change", "jobs", len(f.Jobs))
 		return
 	}

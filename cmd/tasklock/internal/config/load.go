@@ -63,8 +63,11 @@ type parser struct {
 	file     string
 	jobLabel string // the job being read, for messages
 	runTime  bool   // a job defined at run time (ParseJob, Define), not a file
-	errs     Errors
-	deps     []jobDeps // the after: of each named job, for checkDeps
+	// notifyLines are where each job's notify: is, for checking them
+	// against the file's once every job is read.
+	notifyLines map[string]int
+	errs        Errors
+	deps        []jobDeps // the after: of each named job, for checkDeps
 }
 
 func (p *parser) errorf(n *yaml.Node, field, format string, args ...any) {
@@ -245,7 +248,7 @@ func (p *parser) file_(data []byte) *File {
 	p.checkDeps(names)
 	for _, j := range f.Jobs {
 		if n := j.Notify; n != nil && !n.Off && n.Webhook == nil && n.Command == nil && !f.Notify.Targets() {
-			p.errs = append(p.errs, &Error{File: p.file, Line: n.Line, Job: j.Name, Field: "notify",
+			p.errs = append(p.errs, &Error{File: p.file, Line: p.notifyLines[j.Name], Job: j.Name, Field: "notify",
 				Msg: "no webhook or command to send to, here or in the file's notify:"})
 		}
 	}

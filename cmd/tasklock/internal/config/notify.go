@@ -61,8 +61,6 @@ type Notify struct {
 	Attempts int
 	Backoff  time.Duration
 	MaxTime  time.Duration
-	// Line is the line of the notify: key, for messages.
-	Line int
 }
 
 // Webhook is notify.webhook.
@@ -166,7 +164,13 @@ func (p *parser) notify(f field) *Notify {
 	if isNull(f.val) {
 		return nil
 	}
-	n := &Notify{Line: f.key.Line}
+	n := &Notify{}
+	if p.jobLabel != "" {
+		if p.notifyLines == nil {
+			p.notifyLines = map[string]int{}
+		}
+		p.notifyLines[p.jobLabel] = f.key.Line
+	}
 	if f.val.Kind == yaml.ScalarNode {
 		switch f.val.Value {
 		case "off", "false", "none":
