@@ -394,22 +394,25 @@ func TestNotifyTransitions(t *testing.T) {
 }
 
 // End to end through tasklock serve: a failing job's notification reaches
-// the command hook as JSON on stdin, with TASKLOCK_* variables but none of
-// serve's own (TASKLOCK_TOKEN); one, however many ticks fail; and the
-// delivery is in the audit list.
-func TestServeNotifyCommand(t *testing.T) {
+// the signed webhook (its secret from secret_env) and the command hook, as
+// JSON on stdin with TASKLOCK_* variables but none of serve's own
+// (TASKLOCK_TOKEN); once, however many ticks fail; and both deliveries are
+// in the audit list, which jobs notifications shows.
+func TestServeNotify(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	out := filepath.Join(dir, "stdin.json")
 	url := "sqlite://" + filepath.Join(dir, "n.db")
+	rcv := newReceiver(t, always(http.StatusNoContent))
 	cfg := writeConfig(t, dir, "store: "+url+"\nnode: n1\n"+`notify:
+  webhook: {url: "`+rcv.srv.URL+`/hook", secret_env: HOOK_SECRET}
   command: ["sh", "-c", "cat > \"$NOTIFY_OUT.tmp\"; env > \"$NOTIFY_OUT.env.$TASKLOCK_ATTEMPT\"; echo x >> \"$NOTIFY_OUT.count\"; mv \"$NOTIFY_OUT.tmp\" \"$NOTIFY_OUT\""]
 jobs:
   - name: broken
     schedule: "@every 1s"
     command: ["sh", "-c", "echo going down; exit 3"]
 `)
-	p := tl.Start(t, []string{"NOTIFY_OUT=" + out, "TASKLOCK_TOKEN=dashboard-token"}, "serve", "--config", cfg, "--http", "", "--grace", "5s")
+	p := tl.Start(t, []string{"NOTIFY_OUT=" + out, "TASKLOCK_TOKEN=dashboard-token", "HOOK_SECRET=" + testSecret}, "serve", "--config", cfg, "--http", "", "--grace", "5s")
 	clitest.WaitFor(t, 60*time.Second, func() bool {
 		if _, err := os.Stat(out); err != nil {
 			return false
@@ -438,6 +441,12 @@ jobs:
 		msg.Output != "going down\n" || msg.Node != "n1" || msg.NotifiedBy != "n1" || msg.ID == "" {
 		t.Errorf("stdin %+v", msg)
 	}
+	if got := rcv.received(); len(got) != 1 || got[0].body.ID != msg.ID || got[0].body.Event != "failure" {
+		t.Errorf("the webhook got %+v, want the failure once (signed: the receiver checks)", got)
+	}
+	if strings.Contains(p.Stderr(), testSecret) || strings.Contains(p.Stdout(), testSecret) {
+		t.Error("serve printed the webhook's secret")
+	}
 	if n, _ := os.ReadFile(out + ".count"); string(n) != "x\n" {
 		t.Errorf("the command ran %d times, want once", strings.Count(string(n), "x"))
 	}
@@ -456,12 +465,12 @@ jobs:
 		t.Fatal(err)
 	}
 	defer closeStore()
-	if log := deliveries(t, st.(ledger.Catalog), "broken"); len(log) != 1 || log[0].Result != "delivered" || log[0].Target != "command sh" || log[0].Node != "n1" {
+	if log := deliveries(t, st.(ledger.Catalog), "broken"); len(log) != 2 || log[0].Result != "delivered" || log[1].Result != "delivered" || log[0].Node != "n1" {
 		t.Errorf("delivery log %+v", log)
 	}
 	// The same log from the CLI.
 	code, stdout, stderr := tl.Run(t, nil, "jobs", "notifications", "--store", url, "--job", "broken")
-	if code != 0 || !strings.Contains(stdout, "failure") || !strings.Contains(stdout, "delivered") || !strings.Contains(stdout, "command sh") {
+	if code != 0 || !strings.Contains(stdout, "failure") || !strings.Contains(stdout, "delivered") || !strings.Contains(stdout, "command sh") || !strings.Contains(stdout, "webhook http://127.0.0.1:") {
 		t.Errorf("jobs notifications: exit %d\n%s%s", code, stdout, stderr)
 	}
 }
