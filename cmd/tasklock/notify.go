@@ -26,6 +26,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tasklock/tasklock/cmd/tasklock/internal/config"
+	"github.com/tasklock/tasklock/dashboard"
 	"github.com/tasklock/tasklock/dashboard/apijson"
 	"github.com/tasklock/tasklock/internal/redact"
 	"github.com/tasklock/tasklock/ledger"
@@ -646,4 +647,21 @@ func (s *server) notifyFor(job string) *config.Notify {
 		s.notifyCfg = m
 	}
 	return s.notifyCfg[job]
+}
+
+// notifyFields describe a job's notifications on its dashboard page: the
+// events and the targets, the webhook's URL through redact.URL and never
+// its secret; nothing when the job has none.
+func notifyFields(n *config.Notify) []dashboard.DefField {
+	if n == nil {
+		return nil
+	}
+	out := []dashboard.DefField{{Key: "notify on", Value: strings.Join(n.On, ", ")}}
+	if n.Webhook != nil {
+		out = append(out, dashboard.DefField{Key: "notify webhook", Value: redact.URL(n.Webhook.URL) + " (signed)"})
+	}
+	if n.Command != nil {
+		out = append(out, dashboard.DefField{Key: "notify command", Value: redact.Text(strings.Join(n.Command, " "))})
+	}
+	return out
 }

@@ -468,6 +468,11 @@ jobs:
 	if log := deliveries(t, st.(ledger.Catalog), "broken"); len(log) != 2 || log[0].Result != "delivered" || log[1].Result != "delivered" || log[0].Node != "n1" {
 		t.Errorf("delivery log %+v", log)
 	}
+	// The job page's definition names the targets, never the secret.
+	def := notifyFields(config.Merge(&config.Notify{Webhook: &config.Webhook{URL: "https://u:pw@h/x?token=t", Secret: testSecret}}, nil))
+	if len(def) != 2 || def[0].Value != strings.Join(config.NotifyEvents, ", ") || strings.Contains(def[1].Value, "pw") || strings.Contains(def[1].Value, testSecret) {
+		t.Errorf("definition %+v", def)
+	}
 	// The same log from the CLI.
 	code, stdout, stderr := tl.Run(t, nil, "jobs", "notifications", "--store", url, "--job", "broken")
 	if code != 0 || !strings.Contains(stdout, "failure") || !strings.Contains(stdout, "delivered") || !strings.Contains(stdout, "command sh") || !strings.Contains(stdout, "webhook http://127.0.0.1:") {
