@@ -44,9 +44,9 @@ type Options struct {
 	// Node and Version name the process serving the dashboard.
 	Node    string
 	Version string
-	// Token, when set, is the secret that every call but /healthz must
-	// present, as a bearer token or through a login session (see the
-	// package documentation). Empty: the dashboard is read-only, and
+	// Token, when set, is the secret that every call but /healthz and
+	// /readyz must present, as a bearer token or through a login session
+	// (see the package documentation). Empty: the dashboard is read-only, and
 	// anyone who reaches it reads it.
 	Token string
 	// PublicRead, with a Token, lets anonymous callers read (the pages and
@@ -92,7 +92,15 @@ type Options struct {
 	// configuration file, which is authoritative for its jobs: POST and
 	// PUT refuse to define it (409).
 	FileJob func(name string) bool
+	// ReadyTimeout bounds the store call of GET /readyz: a store that has
+	// not answered within it is not ready. Default: DefaultReadyTimeout.
+	ReadyTimeout time.Duration
 }
+
+// DefaultReadyTimeout is Options.ReadyTimeout's default. A probe that
+// calls /readyz should allow it a second more (Kubernetes' timeoutSeconds
+// defaults to 1).
+const DefaultReadyTimeout = 2 * time.Second
 
 // DefaultNodeKeyPrefix is the prefix of the locks `tasklock serve` holds
 // while it runs: serve/node/NODE.
@@ -156,6 +164,8 @@ type handler struct {
 
 	nodeMu   sync.Mutex
 	nodeSeen map[string]time.Time // each node's last lease renewal seen
+
+	ready readyState // /readyz's last answer (ready.go)
 }
 
 type leaseID struct {
@@ -174,6 +184,9 @@ func New(opts Options) (http.Handler, error) {
 	}
 	if opts.EventInterval < 0 {
 		return nil, errors.New("dashboard: Options.EventInterval is negative")
+	}
+	if opts.ReadyTimeout < 0 {
+		return nil, errors.New("dashboard: Options.ReadyTimeout is negative")
 	}
 	h := &handler{
 		opts: opts, store: opts.Store, clock: opts.Clock, log: opts.Logger,
@@ -205,6 +218,9 @@ func New(opts Options) (http.Handler, error) {
 	if h.opts.EventInterval == 0 {
 		h.opts.EventInterval = time.Second
 	}
+	if h.opts.ReadyTimeout == 0 {
+		h.opts.ReadyTimeout = DefaultReadyTimeout
+	}
 	h.ledger, _ = opts.Store.(ledger.Ledger)
 	h.lister, _ = opts.Store.(driver.Lister)
 	h.releaser, _ = opts.Store.(driver.ForceReleaser)
@@ -220,6 +236,7 @@ func New(opts Options) (http.Handler, error) {
 	m := http.NewServeMux()
 	h.mux = m
 	h.route(m, http.MethodGet, "/healthz", healthz)
+	h.route(m, http.MethodGet, "/readyz", h.readyz)
 	h.route(m, http.MethodGet, "/api/info", h.reading(h.info))
 	h.methods(m, "/api/jobs", map[string]http.HandlerFunc{
 		http.MethodGet: h.reading(h.jobs), http.MethodPost: h.mutating(h.defineJob(jobdefs.Create)),

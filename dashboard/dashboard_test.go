@@ -3,6 +3,7 @@ package dashboard_test
 import (
 	"bufio"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -46,6 +47,14 @@ func eachStore(t *testing.T, f func(t *testing.T, st ledgerStore)) {
 
 func newSQLite(t testing.TB) *sqlitestore.Store {
 	t.Helper()
+	st, _ := newSQLiteDB(t)
+	return st
+}
+
+// newSQLiteDB is newSQLite with its database, for a test that changes the
+// schema behind the store's back.
+func newSQLiteDB(t testing.TB) (*sqlitestore.Store, *sql.DB) {
+	t.Helper()
 	db, err := sqlitestore.Open(filepath.Join(t.TempDir(), "tl.db"), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -55,7 +64,7 @@ func newSQLite(t testing.TB) *sqlitestore.Store {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return st
+	return st, db
 }
 
 // server starts the dashboard over st with jobs a, b and c/d.

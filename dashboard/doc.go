@@ -19,6 +19,10 @@
 // before=) until it is "".
 //
 //	GET  /healthz         "ok": liveness, no credentials, no data, no store call
+//	GET  /readyz          readiness, no credentials: 200 {"ready": true, "check"} when the
+//	                      store answered one cheap call within Options.ReadyTimeout
+//	                      (default 2s), else 503 {"ready": false, "check", "reason"}
+//	                      (see Readiness below)
 //	GET  /api/info        {"node", "version", "store" (password redacted), "read_only" (no token),
 //	                      "public_read", "logged_in", "csrf" (with a session cookie),
 //	                      "can": {"ledger", "list", "release"},
@@ -191,13 +195,32 @@
 // of the stream; the pages fetch again what they show when it is named. The
 // store is read once per interval however many streams are open.
 //
+// # Readiness
+//
+// /healthz says the process serves HTTP; /readyz says it can do its work.
+// It makes one store call, "check" naming which: "ledger"
+// (Ledger.JobStates, the call each scheduler makes twice a second; on a
+// SQL store it reads the ledger's tables, so it fails when the schema
+// lacks them — `tasklock serve` migrates it when it starts, unless the URL
+// says migrate=false and it fails to start), "locks" (Lister.Leases of the
+// node locks, for a store without a ledger) or "none" (a store with
+// neither: always ready). A store that fails the call, or does not answer
+// within Options.ReadyTimeout, makes it 503 with a "reason" that says which
+// of the two, and never the store's error, which can name its hosts and
+// users: that is logged at warn level, once per outage, and the recovery
+// at info. An answer is reused for a second, so however many callers
+// probe, the store gets at most one call a second. Point a load balancer's
+// or Kubernetes' readiness probe at /readyz and the liveness probe at
+// /healthz: a store outage takes every node out of rotation but restarts
+// none of them.
+//
 // # Access control
 //
 // Without Options.Token the dashboard is read-only and open: anyone who
 // reaches it reads everything, and every POST answers 403 (the pages say
 // it was started without --token).
 //
-// With a token, every endpoint but /healthz needs credentials, reading as
+// With a token, every endpoint but /healthz and /readyz needs credentials, reading as
 // well as acting, since run output and errors can hold secrets: either the
 // header "Authorization: Bearer TOKEN" (scripts; the scheme name is
 // case-insensitive), or the session cookie of a login. An anonymous API

@@ -2,7 +2,8 @@
 # check-deps.sh — a user pays only for what they import.
 #
 # 1. The library's go.mod requires no test tooling: the fault proxy
-#    (toxiproxy), browser tests (chromedp) and what they pull in live in the
+#    (toxiproxy), browser tests (chromedp), the Kubernetes API types of the
+#    manifests test (k8s.io) and what they pull in live in the
 #    systest module, the cron oracle (robfig/cron) in crosscheck.
 # 2. A fresh Redis-only program (tasklock + redisstore, go mod tidy) has
 #    none of them in its go.sum: go mod tidy also loads the tests of the
@@ -20,7 +21,7 @@ GO=${GO:-go}
 fail=0
 log() { printf 'check-deps: %s\n' "$*" >&2; }
 
-testonly='github.com/Shopify/toxiproxy|github.com/chromedp/|github.com/rs/zerolog|github.com/gorilla/mux|go.uber.org/goleak|github.com/robfig/cron'
+testonly='k8s.io/|sigs.k8s.io/|github.com/Shopify/toxiproxy|github.com/chromedp/|github.com/rs/zerolog|github.com/gorilla/mux|go.uber.org/goleak|github.com/robfig/cron'
 
 if grep -nE "^\s*($testonly)" go.mod; then
 	log "the library's go.mod requires test tooling (above): move the test that needs it to systest/"

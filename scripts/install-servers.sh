@@ -54,7 +54,15 @@ group_browser=(
 group_prometheus=(
 	"promtool:prometheus"
 )
-all_groups=(redis mariadb postgres etcd zookeeper browser prometheus)
+# The deployment files (systest/deploy): systemd-analyze verifies the unit,
+# podman builds and runs the image's last stage (runc: crun cannot run
+# under the hybrid cgroup layout some machines have).
+group_deploy=(
+	"systemd-analyze:systemd"
+	"podman:podman"
+	"runc:runc"
+)
+all_groups=(redis mariadb postgres etcd zookeeper browser prometheus deploy)
 
 have() {
 	command -v "$1" >/dev/null 2>&1 && return 0

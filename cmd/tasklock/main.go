@@ -45,6 +45,7 @@ Usage:
   tasklock jobs list|history|trigger|pause|resume|create|update|delete|audit --store URL [--json]
   tasklock locks list|show|release --store URL [--json]
   tasklock demo [--duration D] [--nodes N] [--jobs N] [--keep] | --lock
+  tasklock health [--http ADDR] [--ready] [--timeout D]
   tasklock version [--json]      (also tasklock --version)
   tasklock help [COMMAND]
 
@@ -63,6 +64,8 @@ Commands:
            run jobs every second, each tick once, while a node is killed
            and restarted (nothing to install); --lock: workers taking turns
            on one lock in this process
+  health   ask a running serve's dashboard /healthz, or /readyz with
+           --ready: for container health checks; see "tasklock help health"
   version  print the module version, the VCS revision and time this
            binary was built from, and the Go version
   help     show this text, or a command's
@@ -148,6 +151,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return runServe(rest, stdout, stderr)
 	case "validate":
 		return runValidate(rest, stdout, stderr)
+	case "health":
+		return runHealth(rest, stdout, stderr)
 	case superviseCmd:
 		return runSupervise(rest, stderr)
 	case "version", "-version", "--version":
@@ -172,6 +177,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			fmt.Fprint(stdout, serveUsage)
 		case "validate":
 			fmt.Fprint(stdout, validateUsage)
+		case "health":
+			fmt.Fprint(stdout, healthUsage)
 		case "version":
 			fmt.Fprint(stdout, versionUsage)
 		case "help":
@@ -182,7 +189,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		}
 		return exitOK
 	default:
-		fmt.Fprintf(stderr, "tasklock: unknown command %s; commands: exec, migrate, serve, validate, jobs, locks, demo, version, help\n", redact.Quote(cmd))
+		fmt.Fprintf(stderr, "tasklock: unknown command %s; commands: exec, migrate, serve, validate, jobs, locks, demo, health, version, help\n", redact.Quote(cmd))
 		return exitUsage
 	}
 }

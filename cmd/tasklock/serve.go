@@ -63,7 +63,7 @@ Flags:
                   use, serve goes on without it); --http '' disables it
   --token T       the secret the dashboard asks for (bearer header or
                   login): every page and API call needs it, except
-                  /healthz and /metrics; default $TASKLOCK_TOKEN; without
+                  /healthz, /readyz and /metrics; default $TASKLOCK_TOKEN; without
                   one the dashboard is read-only and open to anyone who
                   reaches it. It travels in clear over plain HTTP: off
                   loopback, put serve behind a TLS proxy
@@ -174,7 +174,9 @@ that gives no next tick) at error. With --http, GET /metrics serves Prometheus
 metrics (tasklock_job_runs_total, tasklock_tick_lateness_seconds, ...;
 see the README), without the token, so that a scraper needs none: they
 carry job names and counts, no output. GET /healthz answers "ok" to
-anyone (a liveness probe). Sessions of the dashboard's login live in
+anyone (a liveness probe), and GET /readyz 200 while the store answers a
+ledger call within 2s, else 503 with the reason (a readiness probe;
+"tasklock health [--ready]" asks either from the command line). Sessions of the dashboard's login live in
 memory: a restart logs everyone out. Failed logins and bearer tokens are
 limited per client address (10, then one per 6 s; more is answered 429).
 
