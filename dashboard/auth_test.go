@@ -157,7 +157,7 @@ func getOnce(t *testing.T, u string, hdr map[string]string) (int, string, *http.
 }
 
 // readPaths are the endpoints that show data.
-var readPaths = []string{"/api/info", "/api/jobs", "/api/runs", "/api/locks", "/api/nodes", "/api/events"}
+var readPaths = []string{"/api/info", "/api/jobs", "/api/runs", "/api/locks", "/api/nodes", "/api/events", "/api/notifications"}
 
 // TestDashboardReadNeedsToken: with a token, anonymous callers get 401
 // from the API and the login page for the UI; the token, as a bearer or a

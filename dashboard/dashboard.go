@@ -257,6 +257,7 @@ func New(opts Options) (http.Handler, error) {
 		http.MethodPut: h.mutating(h.defineJob(jobdefs.Update)), http.MethodDelete: h.mutating(h.deleteJob),
 	})
 	h.route(m, http.MethodGet, "/api/audit", h.reading(h.auditList))
+	h.route(m, http.MethodGet, "/api/notifications", h.reading(h.notifications))
 	h.route(m, http.MethodGet, "/api/runs", h.reading(h.runs))
 	h.route(m, http.MethodGet, "/api/run", h.reading(h.run))
 	h.route(m, http.MethodGet, "/api/overview", h.reading(h.overview))

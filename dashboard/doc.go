@@ -83,6 +83,12 @@
 //	                      with cancel=1 are cancelled
 //	GET  /api/audit       ?job= &limit=N (default 50) &before=SEQ
 //	                      {"audit": [{"seq", "at", "who", "job", "action", "detail"}], "next": SEQ}
+//	GET  /api/notifications  ?job= &limit=N (default 50) &before=SEQ
+//	                      the delivery log of tasklock serve's notifications (audit entries
+//	                      with action "notify"), one per attempt to one target, newest first:
+//	                      {"notifications": [{"seq", "at", "node", "job", "id", "event", "tick",
+//	                      "trigger", "shard", "status", "target", "attempt", "code", "error",
+//	                      "result" (delivered, retrying, failed), "next_retry"}], "next": SEQ}
 //	POST /api/locks/{key}/release   {"released": KEY}; 404 when not held (escape a / in KEY as %2F)
 //	POST /login           form field token=...: starts a session, sets its cookie; {"csrf": ...}
 //	POST /logout          ends the session (server-side) and clears the cookie

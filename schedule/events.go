@@ -30,9 +30,16 @@ const (
 	// Attempt, Fence, Start, Duration (to when it was noticed), Status,
 	// Error.
 	EventRunInterrupted
+	// EventTickEnded: this node made its last attempt at a claimed tick
+	// (or shard-run, or trigger request) and recorded it: no retry
+	// follows here. Its fields are those of EventRunEnded for that last
+	// attempt, whose Status is the tick's outcome on this node. It
+	// follows the attempt's EventRunEnded, once per tick that made at
+	// least one attempt (see outcome.go).
+	EventTickEnded
 )
 
-var eventNames = [...]string{"", "claimed", "claimed_elsewhere", "missed", "skipped", "run_started", "run_ended", "broken", "run_interrupted"}
+var eventNames = [...]string{"", "claimed", "claimed_elsewhere", "missed", "skipped", "run_started", "run_ended", "broken", "run_interrupted", "tick_ended"}
 
 // String returns the event's name in snake case, as used in metrics labels.
 func (t EventType) String() string {
@@ -88,7 +95,7 @@ func runEvent(t EventType, r *ledger.RunRecord, catchUp bool) Event {
 		Type: t, Job: r.Job, Tick: r.Tick, Trigger: r.Trigger, Shard: r.Shard, Shards: r.Shards, CatchUp: catchUp,
 		Attempt: r.Attempt, Fence: r.Fence, Start: r.Start, Late: r.Start.Sub(r.Tick),
 	}
-	if t == EventRunEnded {
+	if t == EventRunEnded || t == EventTickEnded {
 		e.Duration, e.Status, e.Error = r.End.Sub(r.Start), r.Status, r.Error
 	}
 	return e

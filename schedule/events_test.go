@@ -80,8 +80,11 @@ func TestEventsOfTicks(t *testing.T) {
 	}
 	for _, tick := range []time.Time{t0, t0.Add(10 * time.Second)} {
 		node, evs := claimer("ok", tick)
-		if got := types(evs); got != "claimed run_started run_ended" {
+		if got := types(evs); got != "claimed run_started run_ended tick_ended" {
 			t.Fatalf("ok@%v on %s: events %s", tick, node, got)
+		}
+		if te := evs[3]; te.Status != ledger.RunOK || te.Attempt != 1 || te.Fence != evs[2].Fence {
+			t.Errorf("tick ended %+v after %+v", te, evs[2])
 		}
 		start, end := evs[1], evs[2]
 		if start.Attempt != 1 || start.Fence == 0 || start.Late != start.Start.Sub(tick) || start.Start.IsZero() {
@@ -92,7 +95,7 @@ func TestEventsOfTicks(t *testing.T) {
 		}
 	}
 
-	if _, evs := claimer("spaced", t0); types(evs) != "claimed run_started run_ended" {
+	if _, evs := claimer("spaced", t0); types(evs) != "claimed run_started run_ended tick_ended" {
 		t.Fatalf("spaced@t0: events %s", types(evs))
 	}
 	_, evs := claimer("spaced", t0.Add(10*time.Second))
@@ -101,7 +104,8 @@ func TestEventsOfTicks(t *testing.T) {
 	}
 
 	_, evs = claimer("failing", t0)
-	if types(evs) != "claimed run_started run_ended" || evs[2].Status != ledger.RunFailed || evs[2].Error != "boom" {
+	if types(evs) != "claimed run_started run_ended tick_ended" || evs[2].Status != ledger.RunFailed || evs[2].Error != "boom" ||
+		evs[3].Status != ledger.RunFailed || evs[3].Error != "boom" {
 		t.Fatalf("failing@t0: events %+v", evs)
 	}
 
@@ -147,14 +151,14 @@ func TestEventsOfMissedTicks(t *testing.T) {
 		}
 	}
 	want := "1: claimed missed|2: claimed missed|3: claimed missed|4: claimed missed|5: claimed missed|" +
-		"6: claimed missed|7: claimed missed|8: claimed missed|9: claimed missed|10: claimed run_started run_ended"
+		"6: claimed missed|7: claimed missed|8: claimed missed|9: claimed missed|10: claimed run_started run_ended tick_ended"
 	if strings.Join(got, "|") != want {
 		t.Fatalf("events\n%s\nwant\n%s", strings.Join(got, "\n"), strings.ReplaceAll(want, "|", "\n"))
 	}
 }
 
 func TestEventTypeString(t *testing.T) {
-	for ty, want := range map[EventType]string{EventClaimed: "claimed", EventRunEnded: "run_ended", 0: "", 99: "unknown"} {
+	for ty, want := range map[EventType]string{EventClaimed: "claimed", EventRunEnded: "run_ended", EventTickEnded: "tick_ended", 0: "", 99: "unknown"} {
 		if got := ty.String(); got != want {
 			t.Errorf("EventType(%d).String() = %q, want %q", ty, got, want)
 		}

@@ -97,6 +97,8 @@ func (s *Scheduler) runTick(j *job, w work) {
 		s.triggerDone(j.Name, w.request)
 	}
 	base = max(base, w.attempts) // a retaken shard's go on after the stopped node's
+	var last ledger.RunRecord    // the last attempt recorded, for EventTickEnded
+	defer s.tickEnded(&last, w.catchUp)
 	if !s.awaitParents(j, w) {
 		return
 	}
@@ -169,6 +171,7 @@ func (s *Scheduler) runTick(j *job, w work) {
 		s.record(rec)
 		s.logRun(&rec)
 		s.emit(runEvent(EventRunEnded, &rec, w.catchUp))
+		last = rec
 		retry := rec.Status == ledger.RunFailed || rec.Status == ledger.RunTimeout
 		if !retry || try > j.Retries || tickCtx.Err() != nil || s.removed(j) {
 			return

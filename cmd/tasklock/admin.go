@@ -96,7 +96,7 @@ func parseInterleaved(fs *flag.FlagSet, args []string) (positional []string, set
 
 func subNames(subs map[string]int) string {
 	names := make([]string, 0, len(subs))
-	for _, n := range []string{"list", "show", "release", "history", "trigger", "pause", "resume", "forget", "create", "update", "delete", "audit"} {
+	for _, n := range []string{"list", "show", "release", "history", "trigger", "pause", "resume", "forget", "create", "update", "delete", "audit", "notifications"} {
 		if _, ok := subs[n]; ok {
 			names = append(names, n)
 		}

@@ -32,6 +32,7 @@ const jobsUsage = `Usage:
   tasklock jobs update  --store URL [JOB] (-f FILE | --schedule S ...) [--config FILE] [--force] [--json]
   tasklock jobs delete  --store URL JOB [--cancel] [--json]
   tasklock jobs audit   --store URL [--job NAME] [--limit N] [--json]
+  tasklock jobs notifications --store URL [--job NAME] [--limit N] [--json]
 
 Reads and changes the scheduler's ledger in a store: what ran where, and
 the pause and trigger-now state every node of "tasklock serve" obeys
@@ -89,6 +90,9 @@ the pause and trigger-now state every node of "tasklock serve" obeys
   audit    who changed what, newest first: every create, update, delete,
            pause, resume, trigger and forget made with these commands or
            the dashboard's API. --job filters; --limit (default 50)
+  notifications  the delivery log of serve's notifications (notify:),
+           newest first: every attempt to deliver one to a webhook or
+           command, with its result. --job filters; --limit (default 50)
 
 The configuration file is authoritative for the jobs it names: create and
 update refuse a job of the file (with --config FILE, the jobs of FILE;
@@ -117,7 +121,7 @@ unreachable or failing, or the store keeps no ledger.
 `
 
 var jobsSubs = map[string]int{"list": 0, "history": 0, "trigger": 1, "pause": 1, "resume": 1, "forget": 1, "backfill": 1, "rerun": 2,
-	"create": -1, "update": -1, "delete": 1, "audit": 0}
+	"create": -1, "update": -1, "delete": 1, "audit": 0, "notifications": 0}
 
 // The JSON shapes of jobs, shared with the dashboard's API.
 type (
@@ -159,6 +163,8 @@ func runJobs(args []string, stdout, stderr io.Writer) int {
 			return jobsDefine(ctx, a, l, &def, force, os.Stdin, stdout)
 		case "audit":
 			return jobsAudit(ctx, a, l, job, limit, stdout)
+		case "notifications":
+			return jobsNotifications(ctx, a, l, job, limit, stdout)
 		case "history":
 			switch {
 			case limit <= 0:

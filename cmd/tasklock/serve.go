@@ -90,6 +90,11 @@ The file:
                                      # no control characters
   labels: [gpu, zone=eu]             # this node's labels (--label replaces them)
   pools: {reports: 2}                # fleet-wide: at most 2 runs of the pool's jobs at once
+  notify:                            # on a change of a job's outcome (see below)
+    on: [failure, timeout, lost, missed, interrupted, recovery]   # default: all
+    webhook: {url: "https://hooks.example.com/x", secret_env: TASKLOCK_NOTIFY_SECRET, timeout: 10s}
+    command: ["/usr/local/bin/page"]  # the notification as JSON on stdin
+    attempts: 5                      # per target; backoff: 1s (doubling), max_time: 5m
   output_max: 64KiB                  # each run's output kept in history (head and tail past it)
   jobs:
     - name: nightly-report           # required, unique
@@ -110,6 +115,7 @@ The file:
       pool: reports                  # each run holds a permit of the pool while it runs
       pool_wait: 10m                 # wait for a permit up to this; default: until the next tick
       nodes: [zone=eu]               # only nodes with every one of these labels run it
+      notify: {on: [failure, recovery]}   # replaces the keys it gives; notify: off for none
     - name: ping
       schedule: "@every 1m"
       http: {method: POST, url: "https://example.com/hook", headers: {Authorization: "Bearer x"}, body: "{}", timeout: 10s}
@@ -148,6 +154,18 @@ HTTP jobs send the request with X-Tasklock-Job, X-Tasklock-Tick,
 X-Tasklock-Fence, X-Tasklock-Node, X-Tasklock-Attempt, X-Tasklock-Shard and
 X-Tasklock-Shards headers; a status
 other than 2xx fails the attempt. http.timeout defaults to 1m.
+
+Notifications: whichever serve records a tick's final outcome (after its
+retries) compares it with the job's previous outcome in the ledger and
+notifies only a change: failure, timeout, lost, missed or interrupted, and
+recovery (ok after one of those). It claims each notification in the
+ledger, so one serve sends it, to the webhook (a POST of JSON signed with
+X-Tasklock-Signature: sha256=HMAC-SHA256(secret, TIMESTAMP.BODY) and
+X-Tasklock-Timestamp; transport errors, 408, 429 and 5xx are retried with
+backoff) and the command (run as a job's command, the JSON on stdin,
+TASKLOCK_EVENT, _JOB, _TICK, _STATUS, _NODE, _DELIVERY, _ATTEMPT set). Every
+attempt goes to the store's audit list, which the dashboard's job page and
+GET /api/notifications show. secret_env must name a variable that is set.
 
 Logs and metrics: every run's start and end is logged, with job, tick,
 node, fence, attempt, status and duration, and so is every tick skipped or
@@ -372,7 +390,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		httpMux:  http.NewServeMux(),
 		obs:      newObserver(log),
 		// The secrets serve holds: no job output shows them.
-		redact: newRedactor(append(storeSecrets(f.Store), c.http.token)...),
+		redact: newRedactor(append(append(storeSecrets(f.Store), c.http.token), f.Secrets()...)...),
 	}
 	s.httpMux.Handle("/metrics", s.obs.metricsHandler())
 	s.obs.broken = s.brokenJobs
@@ -421,6 +439,14 @@ type server struct {
 	jobsGen int // the rtGen jobs was made at
 
 	httpMux *http.ServeMux // the --http server's routes: the dashboard at /
+
+	// notify decides and sends the jobs' notifications (notify.go), from
+	// notifyCfg: each job's, made from notifyOf and notifyGen (guarded by
+	// mu).
+	notify    *notifier
+	notifyCfg map[string]*config.Notify
+	notifyOf  *config.File
+	notifyGen int
 }
 
 func (s *server) failf(format string, args ...any) {
@@ -463,6 +489,8 @@ func (s *server) run() int {
 	}
 	defer lk.Close()
 	s.lk, s.node = lk, lk.Owner()
+	s.notify = s.startNotifier()
+	defer s.notify.stopNotifier(notifyStopWait) // after the Schedulers' shutdown
 
 	guard, code := s.takeNode()
 	if guard == nil {
@@ -654,7 +682,7 @@ func (s *server) takeNode() (*tasklock.Lock, int) {
 // start builds a Scheduler with f's jobs and starts it.
 func (s *server) start(f *config.File) (*schedule.Scheduler, error) {
 	sch, err := schedule.New(s.lk, s.ledger, &schedule.Config{
-		Node: s.node, Logger: schedulerLogger(s.log), ShutdownGrace: noGrace, OnEvent: s.obs.scheduleEvent,
+		Node: s.node, Logger: schedulerLogger(s.log), ShutdownGrace: noGrace, OnEvent: s.scheduleEvent,
 		Redact:        s.redact,
 		NodeKeyPrefix: nodeKeyPrefix, NodeLeaseTaken: s.nodeTaken, NodeLister: s.lister,
 		IsLeader: s.leads,
@@ -703,6 +731,14 @@ func (s *server) reload() {
 	added, removed, changed := diffJobs(s.file.Jobs, f.Jobs)
 	limits := !maps.Equal(f.Pools, s.file.Pools) || !slices.Equal(f.Labels, s.file.Labels) || f.OutputMax != s.file.OutputMax
 	if len(added)+len(removed)+len(changed) == 0 && !limits {
+		if !reflect.DeepEqual(f.Notify, s.file.Notify) {
+			// The jobs run on as they are; their notifications change.
+			s.mu.Lock()
+			s.file = f
+			s.mu.Unlock()
+			s.log.Info("reloaded: notify: changed", "jobs", len(f.Jobs))
+			return
+		}
 		s.log.Info("reload: no change", "jobs", len(f.Jobs))
 		return
 	}

@@ -215,7 +215,7 @@ func (s *server) describeJob(name string) []dashboard.DefField {
 	for _, js := range [][]config.Job{file.Jobs, rt} {
 		for _, j := range js {
 			if j.Name == name {
-				return jobHandlerFields(j, s.redact)
+				return append(jobHandlerFields(j, s.redact), notifyFields(s.notifyFor(name))...)
 			}
 		}
 	}

@@ -50,6 +50,8 @@ type observer struct {
 	graces atomic.Pointer[map[string]time.Duration]
 	// lateTicks is tasklock_job_ticks_late_total.
 	lateTicks *prometheus.CounterVec
+	// notifications is tasklock_notifications_total (notify.go).
+	notifications *prometheus.CounterVec
 }
 
 func newObserver(log *slog.Logger) *observer {
@@ -60,6 +62,11 @@ func newObserver(log *slog.Logger) *observer {
 		Name: "tasklock_job_ticks_late_total",
 		Help: "Scheduled ticks of the job whose first attempt started on this node later than the job's misfire.grace after the tick (waiting for jitter, a pool permit, or run by the misfire policy).",
 	}, []string{"job"})
+	o.notifications = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tasklock_notifications_total",
+		Help: "Notifications this node sent, by job, event (failure, timeout, lost, missed, interrupted, recovery) and result (delivered, failed), one per notification and target.",
+	}, []string{"job", "event", "result"})
+	reg.MustRegister(o.notifications)
 	reg.MustRegister(m, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), brokenCollector{o}, graceCollector{o},
 		buildInfoGauge(buildinfo.Get()), o.lateTicks)
 	return o

@@ -306,7 +306,8 @@ async function jobPage(name) {
       el("thead", {}, el("tr", {}, ["Tick", "Shard", "Status", "Tick status", "Attempt", "Node", "Fence", "Duration", "Error / output"].map((h) => el("th", {}, h)))),
       tbody),
     el("div", { class: "pager" }, more),
-    await auditSection(name)];
+    await auditSection(name),
+    typeof notifySection === "function" ? await notifySection(name) : null];
 }
 
 // orDefault shows a setting: its value, or "default" when 0 or empty.

@@ -31,6 +31,15 @@
 //	                output the history keeps, a size (65536, 64KiB; at
 //	                most 512KiB; default 64KiB; 0 keeps none); serve's
 //	                --output-max replaces it
+//	notify          the notifications of every job (Notify): a mapping of
+//	  on            the events: failure, timeout, lost, missed,
+//	                interrupted, recovery (default: all)
+//	  webhook       url, secret or secret_env (the variable holding the
+//	                signing secret; required, and it must be set), timeout
+//	  command       a list: run with the notification as JSON on stdin
+//	  command_timeout, attempts, backoff, max_time: delivery bounds
+//	                A job's own notify: replaces the keys it gives (Merge);
+//	                "notify: off" turns them off for the job.
 //
 // Pool names and labels are 1 to 63 bytes of ASCII letters, digits and
 // - _ . : = /, starting with a letter or digit (schedule.CheckLabel).
@@ -188,6 +197,9 @@ type File struct {
 	// (output_max:, for schedule.Config.OutputMax): its head and tail past
 	// that. DefaultOutputMax when the file does not say; 0 keeps none.
 	OutputMax int
+	// Notify is the file's notify:, the notifications of every job that
+	// does not turn them off; nil when not given (see Merge).
+	Notify *Notify
 	// Jobs are the jobs, in the file's order, with distinct names.
 	Jobs []Job
 }
@@ -205,6 +217,9 @@ type Job struct {
 	KillGrace time.Duration
 	// HTTP is the request of an HTTP job; nil for a command job.
 	HTTP *HTTP
+	// Notify is the job's own notify:, nil when not given; Merge it with
+	// File.Notify for the job's notifications.
+	Notify *Notify
 	// Line is the line of the file where the job starts.
 	Line int
 }

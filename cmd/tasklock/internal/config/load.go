@@ -62,8 +62,12 @@ func Parse(name string, data []byte) (*File, error) {
 type parser struct {
 	file     string
 	jobLabel string // the job being read, for messages
-	errs     Errors
-	deps     []jobDeps // the after: of each named job, for checkDeps
+	runTime  bool   // a job defined at run time (ParseJob, Define), not a file
+	// notifyLines are where each job's notify: is, for checking them
+	// against the file's once every job is read.
+	notifyLines map[string]int
+	errs        Errors
+	deps        []jobDeps // the after: of each named job, for checkDeps
 }
 
 func (p *parser) errorf(n *yaml.Node, field, format string, args ...any) {
@@ -179,7 +183,7 @@ func (p *parser) file_(data []byte) *File {
 		p.errorf(root, "", "empty: want a mapping with at least jobs")
 		return nil
 	}
-	fields := p.mapping(root, "", "store", "node", "pools", "labels", "output_max", "jobs")
+	fields := p.mapping(root, "", "store", "node", "pools", "labels", "output_max", "notify", "jobs")
 	if fields == nil {
 		return nil
 	}
@@ -218,6 +222,9 @@ func (p *parser) file_(data []byte) *File {
 		}
 	}
 	p.limits(f, fields)
+	if fd, ok := fields["notify"]; ok {
+		f.Notify = p.notify(fd)
+	}
 	fd, ok := fields["jobs"]
 	if !ok || isNull(fd.val) {
 		at := root
@@ -248,6 +255,12 @@ func (p *parser) file_(data []byte) *File {
 		}
 	}
 	p.checkDeps(names)
+	for _, j := range f.Jobs {
+		if n := j.Notify; n != nil && !n.Off && n.Webhook == nil && n.Command == nil && !f.Notify.Targets() {
+			p.errs = append(p.errs, &Error{File: p.file, Line: p.notifyLines[j.Name], Job: j.Name, Field: "notify",
+				Msg: "no webhook or command to send to, here or in the file's notify:"})
+		}
+	}
 	return f
 }
 
@@ -340,7 +353,7 @@ func (p *parser) integer(f field, name string) int {
 }
 
 // jobKeys are the keys of a job.
-var jobKeys = []string{"name", "schedule", "timezone", "command", "kill_grace", "http", "timeout", "overlap", "misfire", "retries", "jitter", "lock_ttl", "min_hold", "max_hold", "run_on", "after", "within", "max_concurrent", "pool", "pool_wait", "nodes", "shards"}
+var jobKeys = []string{"name", "schedule", "timezone", "command", "kill_grace", "http", "timeout", "overlap", "misfire", "retries", "jitter", "lock_ttl", "min_hold", "max_hold", "run_on", "after", "within", "max_concurrent", "pool", "pool_wait", "nodes", "shards", "notify"}
 
 // job reads the i-th job; false when it has mistakes.
 func (p *parser) job(i int, n *yaml.Node, names map[string]int, v *validator) (Job, bool) {
@@ -442,6 +455,9 @@ func (p *parser) job(i int, n *yaml.Node, names map[string]int, v *validator) (J
 		}
 	}
 	p.jobLimits(&j, fields)
+	if f, ok := fields["notify"]; ok {
+		j.Notify = p.notify(f)
+	}
 	p.handler(&j, n, fields, lines)
 	reported := func(key string) bool {
 		for _, e := range p.errs[before:] {
@@ -561,27 +577,8 @@ func (p *parser) handler(j *Job, n *yaml.Node, fields map[string]field, lines ma
 		p.http(j, hf)
 		return
 	}
-	if cmd.val.Kind != yaml.SequenceNode {
-		p.errorf(cmd.val, "command", "want a list: the program and its arguments, e.g. [\"/usr/local/bin/report\", \"--all\"], got %s", kind(cmd.val))
+	if j.Command = p.argv(cmd.val, "command"); j.Command == nil {
 		return
-	}
-	if len(cmd.val.Content) == 0 {
-		p.errorf(cmd.val, "command", "empty: want the program and its arguments")
-		return
-	}
-	j.Command = make([]string, 0, len(cmd.val.Content))
-	for i, a := range cmd.val.Content {
-		a = resolve(a)
-		name := fmt.Sprintf("command[%d]", i)
-		switch {
-		case a.Kind != yaml.ScalarNode || isNull(a):
-			p.errorf(a, name, "want a string, got %s", kind(a))
-		case strings.IndexByte(a.Value, 0) >= 0:
-			p.errorf(a, name, "contains a NUL byte")
-		case i == 0 && a.Value == "":
-			p.errorf(a, name, "empty: want the program")
-		}
-		j.Command = append(j.Command, a.Value)
 	}
 	if hasKG {
 		j.KillGrace = p.duration(kg, "kill_grace")
@@ -606,6 +603,20 @@ func (p *parser) handler(j *Job, n *yaml.Node, fields map[string]field, lines ma
 	// SIGTERM comes kill_grace before the lock could go to another node,
 	// so that SIGKILL lands before it can.
 	j.Lock.Grace = j.KillGrace
+}
+
+// httpURL checks an absolute http:// or https:// URL, the value of n;
+// messages show it through redact.URL.
+func (p *parser) httpURL(n *yaml.Node, field, raw string) {
+	u, err := url.Parse(raw)
+	switch {
+	case err != nil:
+		p.errorf(n, field, "invalid URL %q", clip(redact.URL(raw)))
+	case u.Scheme != "http" && u.Scheme != "https":
+		p.errorf(n, field, "%q: want an http:// or https:// URL", clip(redact.URL(raw)))
+	case u.Host == "":
+		p.errorf(n, field, "%q has no host", clip(redact.URL(raw)))
+	}
 }
 
 // headerName is the syntax of an HTTP header name (a token, RFC 9110).
@@ -637,15 +648,7 @@ func (p *parser) http(j *Job, f field) {
 	case h.URL == "":
 		p.errorf(f.val, "http.url", "missing")
 	default:
-		u, err := url.Parse(h.URL)
-		switch {
-		case err != nil:
-			p.errorf(fd.val, "http.url", "invalid URL %q", clip(redact.URL(h.URL)))
-		case u.Scheme != "http" && u.Scheme != "https":
-			p.errorf(fd.val, "http.url", "%q: want an http:// or https:// URL", clip(redact.URL(h.URL)))
-		case u.Host == "":
-			p.errorf(fd.val, "http.url", "%q has no host", clip(redact.URL(h.URL)))
-		}
+		p.httpURL(fd.val, "http.url", h.URL)
 	}
 	if fd, ok := fields["headers"]; ok && !isNull(fd.val) {
 		p.headers(h, fd.val)

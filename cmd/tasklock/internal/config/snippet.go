@@ -22,7 +22,7 @@ const MaxSnippet = ledger.MaxJobDef
 // dashboard's POST /api/jobs and every serve node read a job defined at
 // run time.
 func ParseJob(source string, data []byte) (Job, error) {
-	p := &parser{file: source}
+	p := &parser{file: source, runTime: true}
 	j, ok := p.snippet(data)
 	if !ok || len(p.errs) > 0 {
 		for _, e := range p.errs {
@@ -96,7 +96,7 @@ func (p *parser) document(data []byte, empty string) *yaml.Node {
 // snippet without name: gets it, and one naming another job is refused.
 // Every mistake is in the Errors returned, naming source.
 func Define(source string, data []byte, name string) (Job, string, error) {
-	p := &parser{file: source}
+	p := &parser{file: source, runTime: true}
 	if len(data) > MaxSnippet {
 		p.errorf(nil, "", "larger than %d bytes", MaxSnippet)
 		return Job{}, "", p.errs
