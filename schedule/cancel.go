@@ -36,7 +36,7 @@ func RequestCancel(ctx context.Context, l ledger.Ledger, r ledger.RunKey) (strin
 	if r.Job == "" || r.Tick.IsZero() {
 		return "", ledger.RunRecord{}, badRequest("cancel: the run needs a job and a tick")
 	}
-	last, err := newestAttempt(ctx, l, r)
+	last, err := NewestAttempt(ctx, l, r)
 	if err != nil {
 		return "", last, err
 	}
@@ -60,9 +60,10 @@ func RequestCancel(ctx context.Context, l ledger.Ledger, r ledger.RunKey) (strin
 // cancelPrefix starts the IDs of cancel requests.
 const cancelPrefix = "cancel-"
 
-// newestAttempt returns the record of the newest attempt of the run r
-// names (its Attempt ignored), or an error wrapping ErrNoRun.
-func newestAttempt(ctx context.Context, l ledger.Ledger, r ledger.RunKey) (ledger.RunRecord, error) {
+// NewestAttempt returns the record of the newest attempt of the run r
+// names (r.Attempt is ignored), or an error wrapping ErrNoRun when the
+// ledger holds none.
+func NewestAttempt(ctx context.Context, l ledger.Ledger, r ledger.RunKey) (ledger.RunRecord, error) {
 	rs, err := l.Runs(ctx, ledger.RunQuery{Job: r.Job, From: r.Tick, To: r.Tick.Add(time.Nanosecond)})
 	if err != nil {
 		return ledger.RunRecord{}, fmt.Errorf("schedule: reading the run's records: %w", err)

@@ -167,10 +167,10 @@ func runJobs(args []string, stdout, stderr io.Writer) int {
 				return usagef("--since must be positive, got %v", since)
 			}
 			switch ledger.RunStatus(status) {
-			case "", ledger.RunOK, ledger.RunFailed, ledger.RunTimeout, ledger.RunLost, ledger.RunInterrupted,
+			case "", ledger.RunOK, ledger.RunFailed, ledger.RunTimeout, ledger.RunLost, ledger.RunCancelled, ledger.RunInterrupted,
 				ledger.RunSkipped, ledger.RunMissed, ledger.RunRunning:
 			default:
-				return usagef("--status %s: want ok, failed, timeout, lost, interrupted, skipped, missed or running", redact.Quote(status))
+				return usagef("--status %s: want ok, failed, timeout, lost, cancelled, interrupted, skipped, missed or running", redact.Quote(status))
 			}
 			q := ledger.RunQuery{Job: job, Status: ledger.RunStatus(status), Limit: limit}
 			if since > 0 {
