@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -16,9 +15,6 @@ import (
 	"github.com/tasklock/tasklock/ledger"
 	"github.com/tasklock/tasklock/schedule"
 )
-
-// MaxNote bounds the note of POST /api/jobs/{name}/trigger, in bytes.
-const MaxNote = 1000
 
 // runRef is the body of POST /api/runs/cancel and /api/runs/retry: the run,
 // named by its key as /api/runs lists it (attempt is ignored: the run's
@@ -54,18 +50,6 @@ func readRunRef(w http.ResponseWriter, r *http.Request) (ledger.RunKey, bool) {
 	return ledger.RunKey{}, false
 }
 
-// describeRun is a run's key for people, in audit details.
-func describeRun(k ledger.RunKey, attempt int) string {
-	s := "tick " + k.Tick.UTC().Format(time.RFC3339Nano)
-	if k.Trigger != "" {
-		s += " trigger " + k.Trigger
-	}
-	if k.Shard != 0 {
-		s += " shard " + strconv.Itoa(k.Shard)
-	}
-	return s + " attempt " + strconv.Itoa(attempt)
-}
-
 // cancelRun is POST /api/runs/cancel: asks the node running the run to
 // stop it (schedule.RequestCancel). 202 with the request's ID and the
 // running attempt; 404 when the ledger holds no such run, 409 when it has
@@ -94,7 +78,7 @@ func (h *handler) cancelRun(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.sum.invalidate()
-	h.audit(ctx, r, k.Job, "cancel", describeRun(k, last.Attempt)+" on node "+last.Node+" (request "+id+")")
+	h.audit(ctx, r, k.Job, "cancel", apijson.RunDetail(k, last.Attempt)+" on node "+last.Node+" (request "+id+")")
 	writeJSON(w, http.StatusAccepted, map[string]any{"cancel": id, "run": apijson.FromRun(last)})
 }
 
@@ -148,7 +132,7 @@ func (h *handler) retryRun(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		out["rerun"], out["tick"] = id, k.Tick
-		detail = describeRun(k, last.Attempt) + " " + string(last.Status) + ": re-run as its next attempt (request " + id + ")"
+		detail = apijson.RunDetail(k, last.Attempt) + " " + string(last.Status) + ": re-run as its next attempt (request " + id + ")"
 	} else {
 		id := newTriggerID()
 		if _, err := h.ledger.SetJobState(ctx, ledger.JobStateParams{Job: k.Job, Op: ledger.JobTrigger, Trigger: id}); err != nil {
@@ -156,7 +140,7 @@ func (h *handler) retryRun(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		out["trigger"] = id
-		detail = describeRun(k, last.Attempt) + " " + string(last.Status) + ": triggered again (trigger " + id + ")"
+		detail = apijson.RunDetail(k, last.Attempt) + " " + string(last.Status) + ": triggered again (trigger " + id + ")"
 	}
 	h.sum.invalidate()
 	h.audit(ctx, r, k.Job, "retry", detail)
@@ -165,7 +149,7 @@ func (h *handler) retryRun(w http.ResponseWriter, r *http.Request) {
 
 // readNote reads the optional body {"note": "..."} of a trigger: "" for an
 // empty body. It answers 400 and reports false for anything else, or a
-// note longer than MaxNote bytes or not UTF-8.
+// note longer than apijson.MaxNote bytes or not UTF-8.
 func readNote(w http.ResponseWriter, r *http.Request) (string, bool) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 16<<10))
 	if err != nil {
@@ -186,20 +170,12 @@ func readNote(w http.ResponseWriter, r *http.Request) (string, bool) {
 	}
 	note := strings.TrimSpace(in.Note)
 	switch {
-	case len(note) > MaxNote:
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("note: %d bytes, more than %d", len(note), MaxNote))
+	case len(note) > apijson.MaxNote:
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("note: %d bytes, more than %d", len(note), apijson.MaxNote))
 		return "", false
 	case !utf8.ValidString(note):
 		writeError(w, http.StatusBadRequest, "note: not UTF-8")
 		return "", false
 	}
 	return note, true
-}
-
-// triggerDetail is the audit detail of a trigger: its ID and the note.
-func triggerDetail(id, note string) string {
-	if note == "" {
-		return "trigger " + id
-	}
-	return "trigger " + id + ", note: " + note
 }

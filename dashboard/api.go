@@ -716,7 +716,7 @@ func (h *handler) setState(op ledger.JobStateOp) http.HandlerFunc {
 		h.sum.invalidate()
 		detail := ""
 		if p.Trigger != "" {
-			detail = triggerDetail(p.Trigger, note)
+			detail = apijson.TriggerDetail(p.Trigger, note)
 		}
 		h.audit(ctx, r, name, opAction[op], detail)
 		out := map[string]any{"job": apijson.FromState(st)}

@@ -64,7 +64,9 @@ const cancelPrefix = "cancel-"
 // names (r.Attempt is ignored), or an error wrapping ErrNoRun when the
 // ledger holds none.
 func NewestAttempt(ctx context.Context, l ledger.Ledger, r ledger.RunKey) (ledger.RunRecord, error) {
-	rs, err := l.Runs(ctx, ledger.RunQuery{Job: r.Job, From: r.Tick, To: r.Tick.Add(time.Nanosecond)})
+	// A whole second: stores may keep ticks to the second or the
+	// microsecond; the records are matched exactly below.
+	rs, err := l.Runs(ctx, ledger.RunQuery{Job: r.Job, From: r.Tick, To: r.Tick.Add(time.Second)})
 	if err != nil {
 		return ledger.RunRecord{}, fmt.Errorf("schedule: reading the run's records: %w", err)
 	}
