@@ -452,6 +452,21 @@ func (q *RunQuery) Matches(r *RunRecord) bool {
 	return true
 }
 
+// Registrar is implemented by ledgers that register many jobs in one call.
+// Like Catalog it is optional and found by type assertion: a Scheduler
+// starting with thousands of jobs registers them in a few round trips
+// instead of one each.
+type Registrar interface {
+	// RegisterJobs applies JobRegister for every params in ps (their Op is
+	// not read) in as few round trips as the store allows, each
+	// registration atomic on its own, and returns each job's registration
+	// after it, in order: Job, Spec and Since as SetJobState returns them
+	// (Paused and Triggers are left unset). An invalid params fails the
+	// call before anything is registered; any other error means any subset
+	// may have been registered, and repeating the call is safe.
+	RegisterJobs(ctx context.Context, ps []JobStateParams) ([]JobState, error)
+}
+
 // Catalog is implemented by ledgers that also keep job definitions made at
 // run time (tasklock jobs create, the HTTP API) and an audit list of who
 // changed what. Like Ledger it is found by type assertion on the store; a

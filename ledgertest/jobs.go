@@ -1,6 +1,7 @@
 package ledgertest
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -138,5 +139,58 @@ func testRunningRecords(t *testing.T, l ledger.Ledger) {
 	sameKeys(t, "all of x", mustRuns(t, l, ledger.RunQuery{Job: "x"}), "x/2//1", "x/1//1")
 	if !ledger.RunOK.Final() || !ledger.RunInterrupted.Final() || ledger.RunRunning.Final() {
 		t.Fatal("RunStatus.Final is wrong")
+	}
+}
+
+// testRegisterBatch: a ledger.Registrar registers like SetJobState, job by
+// job — a first Since set, the same spec read back, a changed spec moved —
+// and refuses a batch with an invalid item before it registers any. Skipped
+// for a ledger without the capability.
+func testRegisterBatch(t *testing.T, l ledger.Ledger) {
+	r, ok := l.(ledger.Registrar)
+	if !ok {
+		t.Skipf("%T does not implement ledger.Registrar (optional)", l)
+	}
+	since := tick0.Add(7 * time.Millisecond)
+	register(t, l, "same", "@every 1m", since)
+	register(t, l, "changed", "@every 1m", since)
+	mustSet(t, l, "changed", ledger.JobPause, "")
+	later := since.Add(time.Hour)
+	ps := []ledger.JobStateParams{
+		{Job: "same", Spec: "@every 1m", Since: later},
+		{Job: "changed", Spec: "@every 2m", Since: later},
+	}
+	for i := range 600 { // more than one script chunk of the Redis store
+		ps = append(ps, ledger.JobStateParams{Job: fmt.Sprintf("new-%03d", i), Spec: "@hourly", Since: later})
+	}
+	sts, err := r.RegisterJobs(ctxT(t, 20*time.Second), ps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sts) != len(ps) {
+		t.Fatalf("%d registrations for %d jobs", len(sts), len(ps))
+	}
+	for i, st := range sts {
+		want := later
+		if ps[i].Job == "same" {
+			want = since
+		}
+		if st.Job != ps[i].Job || st.Spec != ps[i].Spec || !st.Since.Equal(want) {
+			t.Fatalf("registration %d: %+v, want Job %q Spec %q Since %v", i, st, ps[i].Job, ps[i].Spec, want)
+		}
+	}
+	// What Jobs reads agrees, and the pause stayed.
+	if got, _ := jobOf(t, l, "changed"); got.Spec != "@every 2m" || !got.Since.Equal(later) || !got.Paused {
+		t.Fatalf("Jobs after the batch: %+v", got)
+	}
+	if got, ok := jobOf(t, l, "new-599"); !ok || got.Spec != "@hourly" {
+		t.Fatalf("Jobs shows %+v (listed %v) for the batch's last job", got, ok)
+	}
+	bad := []ledger.JobStateParams{{Job: "fine", Spec: "@hourly", Since: since}, {Job: "bad", Spec: "", Since: since}}
+	if _, err := r.RegisterJobs(ctxT(t, 10*time.Second), bad); err == nil {
+		t.Fatal("RegisterJobs with an empty Spec succeeded")
+	}
+	if _, ok := jobOf(t, l, "fine"); ok {
+		t.Fatal("a refused batch registered its valid item")
 	}
 }

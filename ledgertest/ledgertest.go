@@ -50,6 +50,7 @@ func Run(t *testing.T, newLedger NewLedger) {
 		{"Triggers", testTriggers},
 		{"CancelledContext", testLedgerCancelled},
 		{"RegisterJobs", testRegisterJobs},
+		{"RegisterJobsBatch", testRegisterBatch},
 		{"JobsAndForget", testJobsAndForget},
 		{"RunningRecords", testRunningRecords},
 		{"ShardClaims", testShardClaims},

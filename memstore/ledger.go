@@ -300,3 +300,26 @@ func (s *Store) Prune(ctx context.Context, p ledger.PruneParams) (ledger.PruneRe
 	}
 	return res, nil
 }
+
+var _ ledger.Registrar = (*Store)(nil)
+
+// RegisterJobs implements ledger.Registrar.
+func (s *Store) RegisterJobs(ctx context.Context, ps []ledger.JobStateParams) ([]ledger.JobState, error) {
+	for i := range ps {
+		p := ps[i]
+		p.Op = ledger.JobRegister
+		if err := p.Check(); err != nil {
+			return nil, fmt.Errorf("memstore: %w", err)
+		}
+	}
+	out := make([]ledger.JobState, len(ps))
+	for i, p := range ps {
+		p.Op = ledger.JobRegister
+		st, err := s.SetJobState(ctx, p)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = ledger.JobState{Job: st.Job, Spec: st.Spec, Since: st.Since}
+	}
+	return out, nil
+}

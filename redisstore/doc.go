@@ -11,7 +11,8 @@
 // (read-write locks and semaphores), driver.FairQueuer (fair locks, on
 // request), ledger.Ledger, the tick ledger of package schedule, and
 // ledger.Catalog, the job definitions made at run time and their audit
-// list (see Ledger).
+// list (see Ledger), and ledger.Registrar, which registers a Scheduler's
+// jobs 500 to a round trip when it starts.
 //
 // # Keys
 //

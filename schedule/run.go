@@ -210,7 +210,10 @@ func (s *Scheduler) attempt(parent context.Context, j *job, w work, n int, lock 
 	})
 	// The running record, before the handler starts: if this node dies
 	// now, another one finds it and settles it as interrupted (sweep.go).
-	_ = s.record(ledger.RunRecord{
+	// When other records are being written it is queued without waiting,
+	// and a run that ends before the queue's next write replaces it with
+	// its outcome (history.go).
+	s.recordStart(ledger.RunRecord{
 		Job: j.Name, Tick: run.Tick, Trigger: w.trigger, Shard: w.shard, Shards: w.shards, Attempt: n, Node: s.node, Fence: fence,
 		Start: start, Status: ledger.RunRunning,
 	})
@@ -298,82 +301,6 @@ func (s *Scheduler) release(j *job, l *tasklock.Lock) {
 	defer cancel()
 	if err := l.Release(ctx); err != nil && !errors.Is(err, tasklock.ErrNotHeld) {
 		s.log.Error("schedule: releasing the job's lock", "node", s.node, "job", j.Name, "err", err)
-	}
-}
-
-// history lets the runs of a node share their history writes: while one
-// RecordRuns call is under way, the records of the runs that end meanwhile
-// wait, and the next call writes them all (group commit). A burst of runs
-// that end together then costs one round trip, not one each.
-type history struct {
-	mu      sync.Mutex
-	pending []*histItem
-	busy    bool // a writer is under way
-}
-
-type histItem struct {
-	rs   []ledger.RunRecord
-	done chan error    // capacity 1: written by another goroutine's call
-	lead chan struct{} // capacity 1: this goroutine writes the next batch
-}
-
-// record writes history records, with those of other runs ending at the
-// same time, and returns once they are written (or writing failed twice,
-// which it logs and returns).
-func (s *Scheduler) record(rs ...ledger.RunRecord) error {
-	it := &histItem{rs: rs, done: make(chan error, 1), lead: make(chan struct{}, 1)}
-	h := &s.hist
-	h.mu.Lock()
-	h.pending = append(h.pending, it)
-	if h.busy {
-		h.mu.Unlock()
-		select {
-		case err := <-it.done:
-			s.recordFailed(rs, err)
-			s.deps.ended(rs)
-			return err
-		case <-it.lead:
-		}
-		h.mu.Lock()
-	}
-	h.busy = true
-	batch := h.pending
-	h.pending = nil
-	h.mu.Unlock()
-
-	var all []ledger.RunRecord
-	for _, b := range batch {
-		all = append(all, b.rs...)
-	}
-	var err error
-	for range 2 {
-		ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
-		err = s.ledger.RecordRuns(ctx, all)
-		cancel()
-		if err == nil {
-			break
-		}
-	}
-	for _, b := range batch {
-		if b != it {
-			b.done <- err
-		}
-	}
-	h.mu.Lock()
-	if len(h.pending) > 0 {
-		h.pending[0].lead <- struct{}{} // the next batch is its writer's
-	} else {
-		h.busy = false
-	}
-	h.mu.Unlock()
-	s.recordFailed(rs, err)
-	s.deps.ended(rs)
-	return err
-}
-
-func (s *Scheduler) recordFailed(rs []ledger.RunRecord, err error) {
-	if err != nil {
-		s.log.Error("schedule: recording history", "node", s.node, "job", rs[0].Job, "records", len(rs), "err", err)
 	}
 }
 

@@ -188,7 +188,10 @@ type Scheduler struct {
 	// starts from there (skipHandled).
 	handled map[string]removal
 
-	hist history // history records waiting to be written together (run.go)
+	hist history // history records waiting to be written together (history.go)
+	// passBuf keeps the last pass's batch, whose arrays the next pass
+	// reuses; only the loop goroutine touches it.
+	passBuf batch
 
 	deps depWaiters // ticks waiting for their parents (deps.go)
 
@@ -388,8 +391,12 @@ func (s *Scheduler) register(ctx context.Context, j *job) error {
 	return nil
 }
 
-// registerAll registers jobs, several at a time.
+// registerAll registers jobs: in batches when the ledger can
+// (ledger.Registrar), otherwise several at a time.
 func (s *Scheduler) registerAll(ctx context.Context, jobs []*job) error {
+	if r, ok := s.ledger.(ledger.Registrar); ok {
+		return s.registerBatch(ctx, r, jobs)
+	}
 	sem := make(chan struct{}, 16)
 	errs := make([]error, len(jobs))
 	var wg sync.WaitGroup
@@ -403,6 +410,33 @@ func (s *Scheduler) registerAll(ctx context.Context, jobs []*job) error {
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// registerBatch registers jobs with r, registerChunk to a call.
+func (s *Scheduler) registerBatch(ctx context.Context, r ledger.Registrar, jobs []*job) error {
+	const registerChunk = 5000
+	for len(jobs) > 0 {
+		chunk := jobs[:min(registerChunk, len(jobs))]
+		jobs = jobs[len(chunk):]
+		ps := make([]ledger.JobStateParams, len(chunk))
+		now := s.clock.Now()
+		for i, j := range chunk {
+			ps[i] = ledger.JobStateParams{Job: j.Name, Op: ledger.JobRegister, Spec: specOf(j), Since: now}
+		}
+		sts, err := r.RegisterJobs(ctx, ps)
+		if err == nil && len(sts) != len(ps) {
+			err = fmt.Errorf("the ledger returned %d registrations for %d jobs", len(sts), len(ps))
+		}
+		if err != nil {
+			return fmt.Errorf("schedule: registering %d jobs: %w", len(ps), err)
+		}
+		s.mu.Lock()
+		for i, j := range chunk {
+			j.since = sts[i].Since
+		}
+		s.mu.Unlock()
+	}
+	return nil
 }
 
 // begin schedules j's first pass: it covers the ticks of the last
@@ -849,6 +883,13 @@ type batch struct {
 	seen   []triggerKey
 }
 
+// reset empties b for the next pass, keeping its arrays: a pass of
+// 10,000 jobs would otherwise grow five slices from nothing every second.
+func (b batch) reset() batch {
+	clear(b.owners) // let removed jobs go
+	return batch{claims: b.claims[:0], owners: b.owners[:0], works: b.works[:0], undo: b.undo[:0], seen: b.seen[:0]}
+}
+
 type undo struct {
 	j     *job
 	after time.Time
@@ -874,7 +915,8 @@ func (b *batch) addClaim(s *Scheduler, j *job, w work) {
 // in one ledger call, and starts a run goroutine per job with claimed work.
 func (s *Scheduler) pass(now time.Time) {
 	s.rankShards(now)
-	var b batch
+	b := s.passBuf.reset()
+	defer func() { s.passBuf = b }()
 	s.mu.Lock()
 	leads := s.isLeader != nil && s.isLeader()
 	for len(s.heap) > 0 && !s.heap[0].next.After(now) {

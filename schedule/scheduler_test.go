@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"runtime"
 	"slices"
 	"strings"
@@ -1160,5 +1161,77 @@ func TestRedactOutputAndError(t *testing.T) {
 	}
 	if calls.Load() != 2 {
 		t.Errorf("Redact called %d times, want 2 (output and error)", calls.Load())
+	}
+}
+
+// A running record queued behind a write under way is replaced by its
+// run's outcome when that comes before the next write: the ledger gets one
+// record, never "running" after the outcome. One queued alone (its run
+// still going) is written by the writer that finds it, though no goroutine
+// waits for it.
+func TestHistoryRunningRecordReplaced(t *testing.T) {
+	store := memstore.New(nil)
+	g := &gatedLedger{Ledger: store, gate: make(chan struct{}), entered: make(chan struct{})}
+	lk, err := tasklock.New(store, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk.Close()
+	s, err := New(lk, g, &Config{Node: "n"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tick := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	rec := func(job string, st ledger.RunStatus) ledger.RunRecord {
+		return ledger.RunRecord{Job: job, Tick: tick, Attempt: 1, Node: "n", Status: st, Start: tick, End: tick}
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { s.record(rec("first", ledger.RunOK)) })
+	<-g.entered
+	s.recordStart(rec("short", ledger.RunRunning)) // returns at once: a write is under way
+	s.recordStart(rec("long", ledger.RunRunning))
+	wg.Go(func() { s.record(rec("short", ledger.RunOK)) })
+	waitFor(t, "the outcome queued", func() bool {
+		s.hist.mu.Lock()
+		defer s.hist.mu.Unlock()
+		return len(s.hist.pending) == 3
+	})
+	close(g.gate)
+	wg.Wait()
+	g.mu.Lock()
+	calls := slices.Clone(g.calls)
+	g.mu.Unlock()
+	if len(calls) != 2 || calls[0] != 1 || calls[1] != 2 {
+		t.Fatalf("RecordRuns calls carried %v records, want [1 2]: the short run's running record written", calls)
+	}
+	got := map[string]ledger.RunStatus{}
+	runs, err := store.Runs(context.Background(), ledger.RunQuery{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range runs {
+		got[r.Job] = r.Status
+	}
+	want := map[string]ledger.RunStatus{"first": ledger.RunOK, "short": ledger.RunOK, "long": ledger.RunRunning}
+	if !maps.Equal(got, want) {
+		t.Fatalf("stored %v, want %v", got, want)
+	}
+
+	// Only a queued running record left behind a write: the writer writes
+	// it before it returns.
+	g2 := &gatedLedger{Ledger: store, gate: make(chan struct{}), entered: make(chan struct{})}
+	s.ledger = g2
+	wg.Go(func() { s.record(rec("first2", ledger.RunOK)) })
+	<-g2.entered
+	s.recordStart(rec("alone", ledger.RunRunning))
+	close(g2.gate)
+	wg.Wait()
+	if rs, _ := store.Runs(context.Background(), ledger.RunQuery{Job: "alone"}); len(rs) != 1 || rs[0].Status != ledger.RunRunning {
+		t.Fatalf("the queued running record: %+v", rs)
+	}
+	s.hist.mu.Lock()
+	defer s.hist.mu.Unlock()
+	if s.hist.busy || len(s.hist.pending) != 0 {
+		t.Fatalf("history busy %v with %d pending after every write", s.hist.busy, len(s.hist.pending))
 	}
 }

@@ -1,0 +1,160 @@
+package schedule
+
+import (
+	"context"
+	"sync"
+
+	"github.com/tasklock/tasklock/ledger"
+)
+
+// history lets the runs of a node share their history writes: while one
+// RecordRuns call is under way, the records of the runs that end meanwhile
+// wait, and the next call writes them all (group commit). A burst of runs
+// that end together then costs one round trip, not one each.
+//
+// A run's "running" record is queued without waiting while a write is under
+// way (recordStart), and a record with the same RunKey queued before the
+// next write replaces it: a run that ends within one write of its start
+// costs the ledger one record, not two. Either record is written before
+// any later one with its key, so the ledger never goes back from an
+// outcome to "running".
+type history struct {
+	mu      sync.Mutex
+	pending []*histItem
+	busy    bool // a writer is under way
+	// queued finds the running records in pending that a later record
+	// with the same key replaces.
+	queued map[ledger.RunKey]*histItem
+}
+
+type histItem struct {
+	rs   []ledger.RunRecord
+	wait bool          // a goroutine waits on done or lead; false: queued by recordStart
+	gone bool          // replaced by a later record with the same key before it was written
+	done chan error    // capacity 1: written by another goroutine's call
+	lead chan struct{} // capacity 1: this goroutine writes the next batch
+}
+
+// record writes history records, with those of other runs ending at the
+// same time, and returns once they are written (or writing failed twice,
+// which it logs and returns).
+func (s *Scheduler) record(rs ...ledger.RunRecord) error {
+	return s.enqueue(&histItem{rs: rs, wait: true, done: make(chan error, 1), lead: make(chan struct{}, 1)})
+}
+
+// recordStart writes a run's running record r: at once when no write is
+// under way, like record, and otherwise by queueing it for the next write
+// without waiting for it.
+func (s *Scheduler) recordStart(r ledger.RunRecord) {
+	h := &s.hist
+	h.mu.Lock()
+	if !h.busy {
+		h.mu.Unlock()
+		s.record(r)
+		return
+	}
+	it := &histItem{rs: []ledger.RunRecord{r}}
+	h.pending = append(h.pending, it)
+	if h.queued == nil {
+		h.queued = make(map[ledger.RunKey]*histItem)
+	}
+	h.queued[r.Key()] = it
+	h.mu.Unlock()
+}
+
+func (s *Scheduler) enqueue(it *histItem) error {
+	h := &s.hist
+	h.mu.Lock()
+	for i := range it.rs {
+		k := it.rs[i].Key()
+		if q := h.queued[k]; q != nil {
+			q.gone = true
+			delete(h.queued, k)
+		}
+	}
+	h.pending = append(h.pending, it)
+	if h.busy {
+		h.mu.Unlock()
+		select {
+		case err := <-it.done:
+			s.recordFailed(it.rs, err)
+			s.deps.ended(it.rs)
+			return err
+		case <-it.lead:
+		}
+		h.mu.Lock()
+	}
+	h.busy = true
+	var err error
+	for first := true; ; first = false {
+		batch := h.pending
+		h.pending = nil
+		clear(h.queued)
+		h.mu.Unlock()
+		if e := s.writeBatch(batch, it); first {
+			err = e
+		}
+		h.mu.Lock()
+		// The next batch is written by a goroutine that waits for it;
+		// when only queued running records are left, by this one.
+		var next *histItem
+		for _, p := range h.pending {
+			if p.wait {
+				next = p
+				break
+			}
+		}
+		if next != nil {
+			next.lead <- struct{}{}
+			break
+		}
+		if len(h.pending) == 0 {
+			h.busy = false
+			break
+		}
+	}
+	h.mu.Unlock()
+	s.recordFailed(it.rs, err)
+	s.deps.ended(it.rs)
+	return err
+}
+
+// writeBatch writes the records of batch in one RecordRuns call (tried
+// twice) and tells every waiting item but self how it went; it returns
+// self's result.
+func (s *Scheduler) writeBatch(batch []*histItem, self *histItem) error {
+	var all []ledger.RunRecord
+	for _, b := range batch {
+		if !b.gone {
+			all = append(all, b.rs...)
+		}
+	}
+	var err error
+	for range 2 {
+		if len(all) == 0 {
+			break
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+		err = s.ledger.RecordRuns(ctx, all)
+		cancel()
+		if err == nil {
+			break
+		}
+	}
+	for _, b := range batch {
+		switch {
+		case b == self:
+		case b.wait:
+			b.done <- err
+		case !b.gone:
+			s.recordFailed(b.rs, err)
+		}
+	}
+	return err
+}
+
+func (s *Scheduler) recordFailed(rs []ledger.RunRecord, err error) {
+	if err != nil {
+		s.log.Error("schedule: recording history", "node", s.node, "job", rs[0].Job, "records", len(rs), "err", err)
+	}
+}
