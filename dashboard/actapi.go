@@ -28,8 +28,12 @@ type runRef struct {
 }
 
 // readRunRef reads a runRef body, answering 400 naming the field when it
-// is not one.
-func readRunRef(w http.ResponseWriter, r *http.Request) (ledger.RunKey, bool) {
+// is not one (501 when the store keeps no ledger).
+func (h *handler) readRunRef(w http.ResponseWriter, r *http.Request) (ledger.RunKey, bool) {
+	if h.ledger == nil {
+		writeError(w, http.StatusNotImplemented, "this store keeps no schedule ledger")
+		return ledger.RunKey{}, false
+	}
 	var ref runRef
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 16<<10))
 	dec.DisallowUnknownFields()
@@ -55,11 +59,7 @@ func readRunRef(w http.ResponseWriter, r *http.Request) (ledger.RunKey, bool) {
 // running attempt; 404 when the ledger holds no such run, 409 when it has
 // ended.
 func (h *handler) cancelRun(w http.ResponseWriter, r *http.Request) {
-	if h.ledger == nil {
-		writeError(w, http.StatusNotImplemented, "this store keeps no schedule ledger")
-		return
-	}
-	k, ok := readRunRef(w, r)
+	k, ok := h.readRunRef(w, r)
 	if !ok {
 		return
 	}
@@ -94,11 +94,7 @@ var retryable = map[ledger.RunStatus]bool{
 // run. 202 with the request's ID; 404 for an unknown run, 409 for one
 // that is running or did not fail.
 func (h *handler) retryRun(w http.ResponseWriter, r *http.Request) {
-	if h.ledger == nil {
-		writeError(w, http.StatusNotImplemented, "this store keeps no schedule ledger")
-		return
-	}
-	k, ok := readRunRef(w, r)
+	k, ok := h.readRunRef(w, r)
 	if !ok {
 		return
 	}
