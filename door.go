@@ -30,6 +30,9 @@ type door struct {
 	// for other stores, and for a Batcher that cannot batch.
 	acquires *groupCommit[driver.AcquireParams, driver.AcquireResult]
 	releases *groupCommit[driver.ReleaseParams, error]
+	// batchKinds: the batches also carry read-write locks and semaphores
+	// (driver.KindBatcher); otherwise those calls go alone.
+	batchKinds bool
 
 	subMu      sync.Mutex
 	subStop    func()      // ends the subscription; nil while none runs
@@ -52,6 +55,9 @@ func newDoor(store driver.Store, clock Clock, log *slog.Logger) *door {
 	n := min(b.MaxBatch(), maxBatch)
 	if n <= 1 {
 		return dr
+	}
+	if kb, ok := store.(driver.KindBatcher); ok {
+		dr.batchKinds = kb.BatchesKinds()
 	}
 	dr.acquires = &groupCommit[driver.AcquireParams, driver.AcquireResult]{
 		one: func(ctx context.Context, p driver.AcquireParams) driver.AcquireResult {
@@ -78,9 +84,9 @@ func newDoor(store driver.Store, clock Clock, log *slog.Logger) *door {
 }
 
 // acquire is the store's Acquire, group-committed when the store batches
-// and p asks for a mutex.
+// p's kind of hold.
 func (dr *door) acquire(ctx context.Context, p driver.AcquireParams) (driver.Grant, error) {
-	if dr.acquires == nil || p.Mode != driver.ModeMutex {
+	if dr.acquires == nil || (p.Mode != driver.ModeMutex && !dr.batchKinds) {
 		return dr.store.Acquire(ctx, p)
 	}
 	r := dr.acquires.do(ctx, p)
@@ -88,9 +94,9 @@ func (dr *door) acquire(ctx context.Context, p driver.AcquireParams) (driver.Gra
 }
 
 // release is the store's Release, group-committed when the store batches
-// and p names a mutex.
+// p's kind of hold.
 func (dr *door) release(ctx context.Context, p driver.ReleaseParams) error {
-	if dr.releases == nil || p.Mode != driver.ModeMutex {
+	if dr.releases == nil || (p.Mode != driver.ModeMutex && !dr.batchKinds) {
 		return dr.store.Release(ctx, p)
 	}
 	return dr.releases.do(ctx, p)

@@ -164,6 +164,19 @@ type Batcher interface {
 	ReleaseBatch(ctx context.Context, ps []ReleaseParams) ([]error, error)
 }
 
+// KindBatcher is implemented by a Batcher whose AcquireBatch and
+// ReleaseBatch carry holds of every Mode (read, write, permit), not only
+// mutexes, in the same round trip. The Locker then group-commits the
+// acquires and releases of read-write locks and semaphores as it does a
+// mutex's; with a Batcher alone it sends those calls one by one, since a
+// batch would wait for them in turn.
+type KindBatcher interface {
+	Batcher
+	// BatchesKinds reports whether the batches carry every Mode in the
+	// store's present configuration.
+	BatchesKinds() bool
+}
+
 // AcquireResult is the outcome of one item of Batcher.AcquireBatch: a
 // Grant, or the error Acquire would have returned.
 type AcquireResult struct {

@@ -467,6 +467,20 @@ type Registrar interface {
 	RegisterJobs(ctx context.Context, ps []JobStateParams) ([]JobState, error)
 }
 
+// CheckRegister reports what makes a batch of Registrar.RegisterJobs
+// invalid whatever the store: the first params that JobStateParams.Check
+// refuses as a JobRegister. Stores prefix the error with their name.
+func CheckRegister(ps []JobStateParams) error {
+	for i := range ps {
+		p := ps[i]
+		p.Op = JobRegister
+		if err := p.Check(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Catalog is implemented by ledgers that also keep job definitions made at
 // run time (tasklock jobs create, the HTTP API) and an audit list of who
 // changed what. Like Ledger it is found by type assertion on the store; a

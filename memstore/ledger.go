@@ -305,12 +305,8 @@ var _ ledger.Registrar = (*Store)(nil)
 
 // RegisterJobs implements ledger.Registrar.
 func (s *Store) RegisterJobs(ctx context.Context, ps []ledger.JobStateParams) ([]ledger.JobState, error) {
-	for i := range ps {
-		p := ps[i]
-		p.Op = ledger.JobRegister
-		if err := p.Check(); err != nil {
-			return nil, fmt.Errorf("memstore: %w", err)
-		}
+	if err := ledger.CheckRegister(ps); err != nil {
+		return nil, fmt.Errorf("memstore: %w", err)
 	}
 	out := make([]ledger.JobState, len(ps))
 	for i, p := range ps {

@@ -8,7 +8,11 @@ import (
 	"github.com/tasklock/tasklock/driver"
 )
 
-var _ driver.Batcher = (*Store)(nil)
+var _ driver.KindBatcher = (*Store)(nil)
+
+// BatchesKinds implements driver.KindBatcher: a batch carries read-write
+// locks and semaphores as one script call each, in the batch's pipeline.
+func (s *Store) BatchesKinds() bool { return s.waitReplicas == 0 }
 
 // MaxBatch implements driver.Batcher. With Options.WaitReplicas it is 1:
 // WAIT confirms the writes of one connection, so each acquire goes alone.
@@ -32,11 +36,17 @@ func (s *Store) AcquireBatch(ctx context.Context, ps []driver.AcquireParams) ([]
 	}
 	res := make([]driver.AcquireResult, len(ps))
 	valid := make([]int, 0, len(ps)) // the items acquire.lua gets
+	var kinds []*scriptCall          // one call of kinds_acquire.lua per other item
 	for i, p := range ps {
 		if p.Mode != driver.ModeMutex {
-			// The Locker sends these alone; another caller gets Acquire's
-			// answer, one round trip each.
-			res[i].Grant, res[i].Err = s.Acquire(ctx, p)
+			mode, err := checkKind(p)
+			if err != nil {
+				res[i].Err = err
+				continue
+			}
+			c := s.kindsAcquireCall(p, mode)
+			c.idx = []int{i}
+			kinds = append(kinds, c)
 			continue
 		}
 		if res[i].Err = checkAcquire(p); res[i].Err == nil {
@@ -55,8 +65,17 @@ func (s *Store) AcquireBatch(ctx context.Context, ps []driver.AcquireParams) ([]
 			c.args = append(c.args, ps[i].Token, millis(ps[i].TTL), ps[i].Owner)
 		}
 	}
-	if err := s.runCalls(ctx, calls, nil); err != nil {
+	if err := s.runCalls(ctx, append(calls, kinds...), nil); err != nil {
 		return nil, fmt.Errorf("redisstore: acquire %d keys: %w", len(ps), err)
+	}
+	for _, c := range kinds {
+		i := c.idx[0]
+		r, err := c.cmd.Result()
+		if err != nil {
+			res[i].Err = fmt.Errorf("redisstore: acquire %q: %w", ps[i].Key, err)
+			continue
+		}
+		res[i].Grant, res[i].Err = kindsReply(ps[i].Key, ps[i].Limit, r)
 	}
 	for _, c := range calls {
 		replies, err := callReplies(c)
@@ -76,9 +95,16 @@ func (s *Store) AcquireBatch(ctx context.Context, ps []driver.AcquireParams) ([]
 func (s *Store) ReleaseBatch(ctx context.Context, ps []driver.ReleaseParams) ([]error, error) {
 	errs := make([]error, len(ps))
 	mutexes := make([]int, 0, len(ps))
+	var kinds []*scriptCall // as in AcquireBatch
 	for i, p := range ps {
 		if p.Mode != driver.ModeMutex {
-			errs[i] = s.Release(ctx, p) // as in AcquireBatch
+			c, err := s.kindsReleaseCall(p)
+			if err != nil {
+				errs[i] = err
+				continue
+			}
+			c.idx = []int{i}
+			kinds = append(kinds, c)
 			continue
 		}
 		mutexes = append(mutexes, i)
@@ -94,8 +120,12 @@ func (s *Store) ReleaseBatch(ctx context.Context, ps []driver.ReleaseParams) ([]
 			c.args = s.appendReleaseArgv(c.args, ps[i])
 		}
 	}
-	if err := s.runCalls(ctx, calls, nil); err != nil {
+	if err := s.runCalls(ctx, append(calls, kinds...), nil); err != nil {
 		return nil, fmt.Errorf("redisstore: release %d keys: %w", len(ps), err)
+	}
+	for _, c := range kinds {
+		n, err := c.cmd.Int64()
+		errs[c.idx[0]] = releaseReply(ps[c.idx[0]].Key, n, err)
 	}
 	for _, c := range calls {
 		replies, err := callReplies(c)

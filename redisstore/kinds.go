@@ -117,12 +117,33 @@ func (s *Store) acquireKind(ctx context.Context, p driver.AcquireParams) (driver
 	if err != nil {
 		return driver.Grant{}, err
 	}
-	k := s.kindsKeys(p.Key)
-	args := []any{"evalsha", kindsAcquireScript.sha, 4, k.h, k.held, k.wait, k.fence,
-		p.Token, millis(p.TTL), p.Owner, mode, p.Limit, s.channelArg, p.Key}
-	return s.acquireWith(ctx, p, kindsAcquireScript, k.h, args, func(key string, res any) (driver.Grant, error) {
+	c := s.kindsAcquireCall(p, mode)
+	return s.acquireWith(ctx, p, kindsAcquireScript, c.keys[0], c.evalshaArgs(), func(key string, res any) (driver.Grant, error) {
 		return kindsReply(key, p.Limit, res)
 	})
+}
+
+// kindsAcquireCall is the call of kinds_acquire.lua for p, whose mode
+// argument is mode (checkKind's).
+func (s *Store) kindsAcquireCall(p driver.AcquireParams, mode string) *scriptCall {
+	k := s.kindsKeys(p.Key)
+	return &scriptCall{script: kindsAcquireScript, keys: []string{k.h, k.held, k.wait, k.fence},
+		args: []any{p.Token, millis(p.TTL), p.Owner, mode, p.Limit, s.channelArg, p.Key}}
+}
+
+// kindsReleaseCall is the call of kinds_release.lua for p.
+func (s *Store) kindsReleaseCall(p driver.ReleaseParams) (*scriptCall, error) {
+	mode, err := modeArg(p.Mode)
+	if err != nil {
+		return nil, fmt.Errorf("redisstore: release %q: %w", p.Key, err)
+	}
+	var keep int64
+	if p.KeepFor > 0 {
+		keep = millis(p.KeepFor)
+	}
+	k := s.kindsKeys(p.Key)
+	return &scriptCall{script: kindsReleaseScript, keys: []string{k.h, k.held, k.wait},
+		args: []any{p.Token, keep, mode, s.channelArg, p.Key}}, nil
 }
 
 // kindsReply turns kinds_acquire.lua's reply for key, asked with limit,
@@ -164,16 +185,10 @@ func kindName(limit int) string {
 // releaseKind is Release for a hold of a read-write lock or a semaphore:
 // one call of kinds_release.lua.
 func (s *Store) releaseKind(ctx context.Context, p driver.ReleaseParams) error {
-	mode, err := modeArg(p.Mode)
+	c, err := s.kindsReleaseCall(p)
 	if err != nil {
-		return fmt.Errorf("redisstore: release %q: %w", p.Key, err)
+		return err
 	}
-	var keep int64
-	if p.KeepFor > 0 {
-		keep = millis(p.KeepFor)
-	}
-	k := s.kindsKeys(p.Key)
-	args := []any{"evalsha", kindsReleaseScript.sha, 3, k.h, k.held, k.wait, p.Token, keep, mode, s.channelArg, p.Key}
-	n, err := kindsReleaseScript.run(ctx, s.client, args).Int64()
+	n, err := kindsReleaseScript.run(ctx, s.client, c.evalshaArgs()).Int64()
 	return releaseReply(p.Key, n, err)
 }

@@ -20,6 +20,7 @@ func runKindsSuite(t *testing.T, d deployment) {
 	t.Run("KindsRepeatAndExpiry", func(t *testing.T) { testKindsRepeatAndExpiry(t, d) })
 	t.Run("KindsContainersExpire", func(t *testing.T) { testKindsContainers(t, d) })
 	t.Run("KindsRenewMixed", func(t *testing.T) { testKindsRenewMixed(t, d) })
+	t.Run("KindsBatch", func(t *testing.T) { testKindsBatch(t, d) })
 	t.Run("KindsLeasesAndForceRelease", func(t *testing.T) { testKindsLeases(t, d) })
 	t.Run("FairStore", func(t *testing.T) { testFairStore(t, d) })
 }
@@ -391,5 +392,91 @@ func testKindsLeases(t *testing.T, d deployment) {
 	}
 	if ls, _ := s.Leases(ctx, ""); len(ls) != 1 {
 		t.Fatalf("after ForceRelease: %+v", ls)
+	}
+}
+
+// testKindsBatch: AcquireBatch and ReleaseBatch carry read, write and permit
+// items with the mutexes, in one pipeline, each answered as Acquire and
+// Release would: a semaphore's permits up to its limit and a refusal after
+// them, a writer refused while a reader holds, a limit that disagrees with
+// the stored one, a bad limit refused without a call.
+func testKindsBatch(t *testing.T, d deployment) {
+	c := d.newClient(t)
+	s := newStore(t, c, nil)
+	ctx := ctxT(t)
+	if !s.BatchesKinds() {
+		t.Fatal("BatchesKinds is false without WaitReplicas")
+	}
+	ttl := time.Minute
+	reader := token()
+	mustKind(t, s, "rw", reader, "r", driver.ModeRead, 0, ttl)
+	toks := []string{token(), token(), token(), token(), token(), token()}
+	ps := []driver.AcquireParams{
+		{Key: "m", Token: toks[0], TTL: ttl, Owner: "o"},
+		{Key: "sem", Token: toks[1], TTL: ttl, Owner: "o", Mode: driver.ModePermit, Limit: 2},
+		{Key: "sem", Token: toks[2], TTL: ttl, Owner: "o", Mode: driver.ModePermit, Limit: 2},
+		{Key: "sem", Token: toks[3], TTL: ttl, Owner: "o", Mode: driver.ModePermit, Limit: 2}, // the limit is reached
+		{Key: "rw", Token: toks[4], TTL: ttl, Owner: "w", Mode: driver.ModeWrite},             // a reader holds
+		{Key: "sem", Token: toks[5], TTL: ttl, Owner: "o", Mode: driver.ModePermit, Limit: 3}, // another limit
+		{Key: "bad", Token: token(), TTL: ttl, Owner: "o", Mode: driver.ModePermit},           // no limit: refused before any call
+	}
+	// Load both scripts of each kind on the nodes of these keys' slots.
+	warm := token()
+	if _, err := s.AcquireBatch(ctx, []driver.AcquireParams{ps[0], {Key: "sem", Token: warm, TTL: ttl, Owner: "o", Mode: driver.ModePermit, Limit: 2}, ps[4]}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ReleaseBatch(ctx, []driver.ReleaseParams{{Key: "m", Token: toks[0]}, {Key: "sem", Token: warm, Mode: driver.ModePermit}, {Key: "rw", Token: toks[4], Mode: driver.ModeWrite}}); err != nil {
+		t.Fatal(err)
+	}
+	hook := &countHook{}
+	c.AddHook(hook)
+	res, err := s.AcquireBatch(ctx, ps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if res[i].Err != nil {
+			t.Errorf("item %d (%s): %v", i, ps[i].Key, res[i].Err)
+		}
+	}
+	var held *driver.HeldError
+	if !errors.As(res[3].Err, &held) {
+		t.Errorf("a third permit of 2: %v, want a HeldError", res[3].Err)
+	}
+	heldBy(t, res[4].Err, "r", true)
+	if !errors.Is(res[5].Err, driver.ErrKindMismatch) {
+		t.Errorf("a permit with another limit: %v, want ErrKindMismatch", res[5].Err)
+	}
+	if res[6].Err == nil {
+		t.Error("a permit without a limit was granted")
+	}
+	if _, _, pipelines, _ := hook.snapshot(); pipelines != 1 {
+		t.Errorf("AcquireBatch sent %d pipelines, want 1", pipelines)
+	}
+
+	hook.reset()
+	rel := []driver.ReleaseParams{
+		{Key: "m", Token: toks[0]},
+		{Key: "sem", Token: toks[1], Mode: driver.ModePermit},
+		{Key: "sem", Token: toks[3], Mode: driver.ModePermit}, // never granted
+		{Key: "rw", Token: reader, Mode: driver.ModeRead},
+	}
+	errs, err := s.ReleaseBatch(ctx, rel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []error{nil, nil, driver.ErrNotHeld, nil}
+	for i := range want {
+		if !errors.Is(errs[i], want[i]) || (want[i] == nil) != (errs[i] == nil) {
+			t.Errorf("release %d (%s): %v, want %v", i, rel[i].Key, errs[i], want[i])
+		}
+	}
+	if _, _, pipelines, _ := hook.snapshot(); pipelines != 1 {
+		t.Errorf("ReleaseBatch sent %d pipelines, want 1", pipelines)
+	}
+	// The released permit is free again: one more fits, then none.
+	mustKind(t, s, "sem", token(), "o", driver.ModePermit, 2, ttl)
+	if _, err := acquireKind(s, "sem", token(), "o", driver.ModePermit, 2, ttl); !errors.As(err, &held) {
+		t.Errorf("a permit beyond the limit after the batch release: %v", err)
 	}
 }

@@ -12,12 +12,8 @@ var _ ledger.Registrar = (*Store)(nil)
 // RegisterJobs implements ledger.Registrar: ledger_register.lua once per
 // job, scriptChunk jobs to a pipeline (one round trip each).
 func (s *Store) RegisterJobs(ctx context.Context, ps []ledger.JobStateParams) ([]ledger.JobState, error) {
-	for i := range ps {
-		p := ps[i]
-		p.Op = ledger.JobRegister
-		if err := p.Check(); err != nil {
-			return nil, fmt.Errorf("redisstore: %w", err)
-		}
+	if err := ledger.CheckRegister(ps); err != nil {
+		return nil, fmt.Errorf("redisstore: %w", err)
 	}
 	out := make([]ledger.JobState, len(ps))
 	for from := 0; from < len(ps); from += scriptChunk {

@@ -18,6 +18,17 @@ type scriptCall struct {
 // runCalls sends every call, and whatever extra adds, in one pipeline (the
 // Cluster client splits it per node), and sends the calls the server did
 // not know the script of (NOSCRIPT) once more with EVAL in a second one.
+// evalshaArgs returns the arguments of an EVALSHA of c, as luaScript.run
+// takes them.
+func (c *scriptCall) evalshaArgs() []any {
+	args := make([]any, 0, 3+len(c.keys)+len(c.args))
+	args = append(args, "evalsha", c.script.sha, len(c.keys))
+	for _, k := range c.keys {
+		args = append(args, k)
+	}
+	return append(args, c.args...)
+}
+
 // Per-call errors are left in each call's cmd.
 func (s *Store) runCalls(ctx context.Context, calls []*scriptCall, extra func(redis.Pipeliner)) error {
 	pending := calls

@@ -149,9 +149,14 @@ func prevTick(sched Schedule, t time.Time) time.Time {
 // depWaiters wakes the ticks that wait for their parents when a run of a
 // parent ends on this node.
 type depWaiters struct {
-	mu    sync.Mutex
-	by    map[string]map[*depWaiter]struct{} // by parent
-	waits atomic.Int64                       // times a tick went to sleep waiting, for tests
+	mu sync.Mutex
+	by map[string]map[*depWaiter]struct{} // by parent
+	// okTick is, per job, the newest tick of a run that this node saw end
+	// ok — written here or read from the ledger — of a job that is not
+	// sharded: a child whose window holds it needs no ledger read.
+	okTick map[string]time.Time
+	waits  atomic.Int64 // times a tick went to sleep waiting, for tests
+	reads  atomic.Int64 // ledger reads of a parent's runs, for tests
 }
 
 type depWaiter struct {
@@ -187,10 +192,16 @@ func (d *depWaiters) remove(w *depWaiter) {
 }
 
 // ended wakes the waiters for the jobs of the final records in rs, once
-// they are written.
-func (d *depWaiters) ended(rs []ledger.RunRecord) {
+// written (err is the write's result), and notes their ok runs when the
+// write succeeded.
+func (d *depWaiters) ended(rs []ledger.RunRecord, err error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	for i := range rs {
+		if err == nil {
+			d.sawOK(&rs[i])
+		}
+	}
 	if len(d.by) == 0 {
 		return
 	}
@@ -205,6 +216,30 @@ func (d *depWaiters) ended(rs []ledger.RunRecord) {
 			}
 		}
 	}
+}
+
+// sawOK notes r in okTick when it is an ok run of a job that is not
+// sharded, newer than the one noted. Callers hold d.mu.
+func (d *depWaiters) sawOK(r *ledger.RunRecord) {
+	if r.Status != ledger.RunOK || r.Shards > 1 {
+		return
+	}
+	if t, ok := d.okTick[r.Job]; ok && !r.Tick.After(t) {
+		return
+	}
+	if d.okTick == nil {
+		d.okTick = make(map[string]time.Time)
+	}
+	d.okTick[r.Job] = r.Tick
+}
+
+// knownDone reports whether this node saw job end ok for a tick in
+// (prev, tick].
+func (d *depWaiters) knownDone(job string, prev, tick time.Time) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	t, ok := d.okTick[job]
+	return ok && t.After(prev) && !t.After(tick)
 }
 
 // waitDeadline is when tick stops waiting for its parents, taken up at now,
@@ -284,6 +319,10 @@ func (s *Scheduler) parentsLeft(j *job, ps []string, prev, tick time.Time) []str
 // succeeded: a RunOK record, or one for each of its shards when it is
 // sharded.
 func (s *Scheduler) parentDone(job string, prev, tick time.Time) (bool, error) {
+	if s.deps.knownDone(job, prev, tick) {
+		return true, nil
+	}
+	s.deps.reads.Add(1)
 	q := ledger.RunQuery{Job: job, To: tick.Add(tickStep), Status: ledger.RunOK, Limit: depPageSize}
 	if !prev.IsZero() {
 		q.From = prev.Add(tickStep)
@@ -305,6 +344,9 @@ func (s *Scheduler) parentDone(job string, prev, tick time.Time) (bool, error) {
 				continue
 			}
 			if r.Shards <= 1 {
+				s.deps.mu.Lock()
+				s.deps.sawOK(&r)
+				s.deps.mu.Unlock()
 				return true, nil
 			}
 			k := run{r.Tick.UTC(), r.Trigger}

@@ -85,8 +85,12 @@ func TestDepsParentOKChildRunsSameTick(t *testing.T) {
 	if got := rec.times("child", tick, ""); got != 0 {
 		t.Fatalf("child ran %d times while its parent was running", got)
 	}
+	reads := n.s.deps.reads.Load()
 	parent.release <- nil
 	rs := c.waitRecords("child", before, 1)
+	if got := n.s.deps.reads.Load(); got != reads {
+		t.Errorf("the child read its parent's runs %d more times after the parent's ok run ended on its node", got-reads)
+	}
 	if len(rs) != 1 || rs[0].Status != ledger.RunOK || !rs[0].Tick.Equal(tick) {
 		t.Fatalf("child's history = %+v, want one ok run of tick %v", rs, tick)
 	}

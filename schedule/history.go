@@ -78,7 +78,7 @@ func (s *Scheduler) enqueue(it *histItem) error {
 		select {
 		case err := <-it.done:
 			s.recordFailed(it.rs, err)
-			s.deps.ended(it.rs)
+			s.deps.ended(it.rs, err)
 			return err
 		case <-it.lead:
 		}
@@ -115,7 +115,7 @@ func (s *Scheduler) enqueue(it *histItem) error {
 	}
 	h.mu.Unlock()
 	s.recordFailed(it.rs, err)
-	s.deps.ended(it.rs)
+	s.deps.ended(it.rs, err)
 	return err
 }
 

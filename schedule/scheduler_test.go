@@ -1089,21 +1089,29 @@ func (g *gatedLedger) RecordRuns(ctx context.Context, rs []ledger.RunRecord) err
 	return g.Ledger.RecordRuns(ctx, rs)
 }
 
-// TestHistoryWritesShareARoundTrip records from 20 goroutines while the
-// first write is under way: the other 19 records go out in one more call,
-// and every record is stored.
-func TestHistoryWritesShareARoundTrip(t *testing.T) {
+// newGatedScheduler returns a Scheduler on a memstore whose ledger is
+// gated (gatedLedger); it is not started.
+func newGatedScheduler(t *testing.T) (*memstore.Store, *gatedLedger, *Scheduler) {
+	t.Helper()
 	store := memstore.New(nil)
 	g := &gatedLedger{Ledger: store, gate: make(chan struct{}), entered: make(chan struct{})}
 	lk, err := tasklock.New(store, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer lk.Close()
+	t.Cleanup(func() { lk.Close() })
 	s, err := New(lk, g, &Config{Node: "n"})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return store, g, s
+}
+
+// TestHistoryWritesShareARoundTrip records from 20 goroutines while the
+// first write is under way: the other 19 records go out in one more call,
+// and every record is stored.
+func TestHistoryWritesShareARoundTrip(t *testing.T) {
+	store, g, s := newGatedScheduler(t)
 	tick := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	rec := func(i int) ledger.RunRecord {
 		return ledger.RunRecord{Job: fmt.Sprint("job", i), Tick: tick, Attempt: 1, Node: "n", Status: ledger.RunOK, Start: tick, End: tick}
@@ -1170,17 +1178,7 @@ func TestRedactOutputAndError(t *testing.T) {
 // still going) is written by the writer that finds it, though no goroutine
 // waits for it.
 func TestHistoryRunningRecordReplaced(t *testing.T) {
-	store := memstore.New(nil)
-	g := &gatedLedger{Ledger: store, gate: make(chan struct{}), entered: make(chan struct{})}
-	lk, err := tasklock.New(store, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lk.Close()
-	s, err := New(lk, g, &Config{Node: "n"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	store, g, s := newGatedScheduler(t)
 	tick := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	rec := func(job string, st ledger.RunStatus) ledger.RunRecord {
 		return ledger.RunRecord{Job: job, Tick: tick, Attempt: 1, Node: "n", Status: st, Start: tick, End: tick}
