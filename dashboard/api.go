@@ -75,6 +75,12 @@ type jobView struct {
 	NextTicks  []time.Time `json:"next_ticks"`
 	Running    []running   `json:"running"`
 	ScheduleEr string      `json:"schedule_error,omitempty"`
+	// Definition is the configured job's definition, sent only when the
+	// request names one job (name=).
+	Definition *definition `json:"definition,omitempty"`
+	// Recent are the statuses of the job's newest runs, newest first, with
+	// recent=N (ledger.Stats.RecentStatuses); left out without it.
+	Recent []ledger.RunStatus `json:"recent,omitempty"`
 }
 
 // configured returns the configured jobs by name.
@@ -196,7 +202,16 @@ func (h *handler) jobs(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := r.URL.Query()
+	var nTicks int
 	limit, err := pageLimit(r, defaultPage)
+	if err == nil {
+		nTicks, err = ticksParam(r)
+	}
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	nRecent, err := recentParam(r)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
@@ -265,7 +280,17 @@ func (h *handler) jobs(w http.ResponseWriter, r *http.Request) {
 		next = names[limit-1]
 	}
 
-	if err := h.pageLastRuns(ctx, names); err != nil {
+	var (
+		recent        map[string][]ledger.RunStatus
+		errLast, errN error
+		wgPage        sync.WaitGroup
+	)
+	wgPage.Go(func() { errLast = h.pageLastRuns(ctx, names) })
+	if st, ok := h.ledger.(ledger.Stats); ok && nRecent > 0 {
+		wgPage.Go(func() { recent, errN = st.RecentStatuses(ctx, names, nRecent) })
+	}
+	wgPage.Wait()
+	if err := errors.Join(errLast, errN); err != nil {
 		h.storeError(w, r, err)
 		return
 	}
@@ -287,10 +312,14 @@ func (h *handler) jobs(w http.ResponseWriter, r *http.Request) {
 			v.LastRun = apijson.FromRun(lr)
 		}
 		v.Children = children[n]
+		v.Recent = recent[n]
 		if j, ok := conf[n]; ok {
 			v.Configured, v.Schedule, v.TimeZone = true, j.Schedule, j.TimeZone
 			v.After = j.After
-			ticks, err := h.next(j, now)
+			if q.Get("name") != "" {
+				v.Definition = h.defOf(j)
+			}
+			ticks, err := h.next(j, now, nTicks)
 			if err != nil {
 				v.ScheduleEr = err.Error()
 				v.SetBroken("its schedule cannot be read: " + err.Error())
@@ -333,8 +362,8 @@ func (h *handler) tickStatus(lr *apijson.Run) string {
 	return string(schedule.TickStatus(rs))
 }
 
-// next returns j's next ticks after now, parsing its spec once.
-func (h *handler) next(j schedule.Job, now time.Time) ([]time.Time, error) {
+// next returns j's next n ticks after now, parsing its spec once.
+func (h *handler) next(j schedule.Job, now time.Time, n int) ([]time.Time, error) {
 	key := j.Schedule + "\x00" + j.TimeZone
 	h.schedMu.Lock()
 	s, ok := h.scheds[key]
@@ -360,9 +389,9 @@ func (h *handler) next(j schedule.Job, now time.Time) ([]time.Time, error) {
 		h.scheds[key] = s
 		h.schedMu.Unlock()
 	}
-	out := make([]time.Time, 0, nextTicks)
+	out := make([]time.Time, 0, n)
 	t := now
-	for range nextTicks {
+	for range n {
 		if t = s.Next(t); t.IsZero() {
 			break
 		}
@@ -497,6 +526,8 @@ func (h *handler) runs(w http.ResponseWriter, r *http.Request) {
 		h.storeError(w, r, err)
 		return
 	}
+	setIDs(runs)
+	truncateOutputs(runs)
 	writeJSON(w, http.StatusOK, map[string]any{"runs": runs, "next": next})
 }
 

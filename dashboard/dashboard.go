@@ -30,11 +30,17 @@ type Options struct {
 	// StoreURL, when set, is shown on the pages, always through
 	// redact.URL: passwords never appear.
 	StoreURL string
-	// Jobs returns the configured jobs (only Name, Schedule and TimeZone
-	// are read); it is called once per request and must be safe for
-	// concurrent use. Nil: the jobs are those the ledger knows of (stored
-	// state or a recent run), without schedules.
+	// Jobs returns the configured jobs (every field but Handler is read:
+	// a job's page shows its definition); it is called once per request
+	// and must be safe for concurrent use. Nil: the jobs are those the
+	// ledger knows of (stored state or a recent run), without schedules.
 	Jobs func() []schedule.Job
+	// Handler, when set, says what the named configured job runs, for its
+	// page: keys and values such as {"command", "/usr/bin/report --all"}
+	// or {"url", "POST https://…"}, with every secret already hidden (the
+	// values go through redact.Text as well). It is called for one job
+	// per request, and must be safe for concurrent use.
+	Handler func(job string) []DefField
 	// Node and Version name the process serving the dashboard.
 	Node    string
 	Version string
@@ -223,6 +229,8 @@ func New(opts Options) (http.Handler, error) {
 	})
 	h.route(m, http.MethodGet, "/api/audit", h.reading(h.auditList))
 	h.route(m, http.MethodGet, "/api/runs", h.reading(h.runs))
+	h.route(m, http.MethodGet, "/api/run", h.reading(h.run))
+	h.route(m, http.MethodGet, "/api/overview", h.reading(h.overview))
 	h.route(m, http.MethodGet, "/api/locks", h.reading(h.locks))
 	h.route(m, http.MethodGet, "/api/nodes", h.reading(h.nodes))
 	h.route(m, http.MethodGet, "/api/events", h.reading(h.events))

@@ -23,20 +23,42 @@
 //	                      "public_read", "logged_in", "csrf" (with a session cookie),
 //	                      "can": {"ledger", "list", "release"},
 //	                      "build": {"version", "revision", "time", "modified", "go_version"}}
+//	GET  /api/overview    ?window=DURATION (1h to 168h, default 24h) &bucket=DURATION (whole
+//	                      minutes, default 1m; at most 1440 buckets in the window)
+//	                      {"at", "from", "to", "window_ms", "bucket_ms", "sampled", "sample_note" (when sampled),
+//	                      "jobs": {"total", "active", "paused", "broken"},
+//	                      "nodes": {"alive"} or null, "locks": {"held", "waiting"} or null,
+//	                      "last_hour", "last_day", "window": {"runs": {status: count}, "total",
+//	                      "failure_rate" (or null), "p50_ms", "p99_ms" (or null), "lock_losses"},
+//	                      "missed": [{"job", "tick"}],
+//	                      "buckets": [{"at", "counts": {status: count}, "p50_ms", "p99_ms"}]}
 //	GET  /api/jobs        ?q=SUBSTRING &name=EXACT &after=NAME &limit=N (default 100, max 1000)
+//	                      &ticks=N (next ticks per job, default 3, max 20)
+//	                      &recent=N (1 to 100: adds "recent")
 //	                      {"jobs": [{"job", "state" (ok, paused, broken), "broken" (why),
 //	                      "paused", "pending_triggers": [{"id", "at"}], "spec", "since", "last_run",
-//	                      "configured", "schedule", "timezone", "next_ticks": [3 times],
+//	                      "configured", "schedule", "timezone", "next_ticks": [N times],
+//	                      "definition" (with name=, for a configured job; see below),
 //	                      "running": [{"node", "fence", "expires_in_ms", "held_for_ms"}],
 //	                      "after": [parents], "children": [jobs whose after names it]
-//	                      (both omitted when empty)}],
+//	                      (both omitted when empty), "recent": [the statuses of its newest N
+//	                      runs, newest first] (with recent=N; omitted when none)}],
 //	                      "total", "next"}
 //	GET  /api/runs        ?job= &status=ok|failed|timeout|lost|cancelled|interrupted|skipped|missed|running
 //	                      &from=TIME &to=TIME
 //	                      &limit=N (default 50) &before=CURSOR
-//	                      {"runs": [{"job", "tick", "trigger", "shard", "shards", "tick_status",
+//	                      {"runs": [{"id", "job", "tick", "trigger", "shard", "shards", "tick_status",
 //	                      "attempt", "node", "fence", "start", "end", "status", "error", "output",
-//	                      "recorded"}], "next": CURSOR}
+//	                      "output_truncated", "recorded"}], "next": CURSOR}
+//	                      (an output longer than ListOutputMax is sent as its end, with
+//	                      "output_truncated": true; /api/run sends all of it)
+//	GET  /api/run         ?id=ID (a run's "id") or ?job= &tick=TIME &trigger= &shard=N &attempt=N
+//	                      {"run": one run as above with its whole stored output,
+//	                      "attempts": [the other attempts of its tick and shard],
+//	                      "lateness_ms" (start − tick), "duration_ms" (null while running),
+//	                      "lock": {"key", "fence", "held": lock or null,
+//	                      "events": [{"at", "event" (taken, released, lost, expired, held),
+//	                      "node", "fence", "note"}]}}; 404 when not stored (pruned)
 //	GET  /api/locks       ?prefix= &after=KEY &limit=N
 //	                      {"locks": [{"key", "owner", "fence", "expires_in_ms", "held_for_ms"}], "total", "next"}
 //	GET  /api/nodes       {"nodes": [{"node", "alive", "last_seen", "version", "fence", "expires_in_ms", "leader", "leader_term"}],
@@ -81,6 +103,26 @@
 // The job, run and lock objects have the shapes of `tasklock jobs --json`
 // and `tasklock locks --json`, with the fields above added.
 //
+// A job's "definition" (sent when the request names it, name=) is its
+// configured schedule.Job as the configuration file says it, times in
+// milliseconds, 0 for the default: {"schedule", "timezone", "timeout_ms",
+// "retries", "retry_backoff_ms", "retry_backoff_max_ms", "overlap",
+// "misfire", "misfire_after_ms", "misfire_window_ms", "catch_up_max",
+// "jitter_ms", "shards", "max_concurrent", "pool", "pool_wait_ms",
+// "nodes", "run_on" (any, leader), "after", "within_ms", "lock_ttl_ms",
+// "min_hold_ms", "max_hold_ms", "handler": [{"key", "value"}]}, where
+// "handler" is what Options.Handler says the job runs (serve: its command,
+// or its HTTP method, URL and headers), secrets hidden.
+//
+// A run's lock in /api/run is the key the run held — KeyPrefix + job, +
+// "/shard/N" for a shard-run, + "/running" for a job with MaxConcurrent
+// (a semaphore) — with the run's fence, the lease on that key now (any
+// holder: a later run's, or none), and the events its record shows: taken
+// at the start with the fence, then released, lost (the error says how) or
+// expired (the node stopped and its lease ran out: interrupted), or held
+// while it runs. The store keeps no log of a lock's events; these are
+// derived from the run record.
+//
 // A job is "running" while its lock (KeyPrefix + name) is held: "running"
 // names the holder (its owner name is the node) and the fence. "held_for_ms"
 // counts from when this dashboard first listed that lease, so it is a lower
@@ -99,6 +141,32 @@
 // Runs call, plus at most one small Runs call
 // per job on the page, whatever the number of jobs and the length of the
 // history.
+//
+// /api/overview is the landing page's data: the run records whose tick
+// is in the window, counted by status per bucket (the stacked bars) and
+// summed over the last hour and the last day (whole buckets: a period
+// starts at its start truncated to the bucket), with the failure rate
+// (failed, timeout, lost and interrupted over those and ok) and the
+// lateness of the first attempts (start − tick) as p50 and p99 per bucket
+// and per period. The lateness quantiles are estimates from a histogram
+// with fixed bounds (ledger.LatenessBounds: 1 ms to 5 min), interpolated
+// within a bound; past 5 min they say 5 min. "lock_losses" counts the runs
+// that ended lost (their job's lock was lost while they ran). The figures
+// are aggregated in the store (ledger.Stats: per-minute rollups kept by
+// triggers in SQLite and written with each batch of records in Redis, a
+// GROUP BY over a covering index of the window in PostgreSQL and MySQL,
+// the records in memory in memstore), never by reading the history record
+// by record; the minute that holds the window's end counts whole where
+// rollups serve it. A store without
+// ledger.Stats (etcd, ZooKeeper) answers from at most its 10,000 newest
+// records of the window, and says so with "sampled": true and
+// "sample_note". "missed" lists the jobs (at most 50) whose newest record
+// is a missed tick from the last hour; it reads the store only when the
+// last hour counted a missed tick. "jobs" counts the configured jobs and
+// those the ledger knows; "nodes" the live node locks; "locks" every
+// lease, held or waited for ("null" when the store cannot list them).
+// With recent=N, /api/jobs reads the jobs of the page's newest statuses
+// in one ledger.Stats.RecentStatuses call (omitted without ledger.Stats).
 //
 // A node is live while it holds its node lock, NodeKeyPrefix + name
 // (`tasklock serve` takes serve/node/NODE for as long as it runs). Its owner

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -56,8 +57,10 @@ func speedServer(t testing.TB, rows int) (*httptest.Server, time.Duration) {
 // speedPages are the requests timed: every page's API calls, first and
 // deep pages, and each filter.
 var speedPages = []string{
-	"/", "/app.js",
-	"/api/jobs", "/api/jobs?after=job05000", "/api/jobs?limit=1000&after=job09000", "/api/jobs?name=job09999", "/api/jobs?q=job0999",
+	"/", "/app.js", "/chart.js", "/overview.js",
+	"/api/overview", "/api/overview?window=168h&bucket=15m", "/api/overview?window=1h&bucket=1m",
+	"/api/jobs?limit=100&recent=50", "/api/jobs?limit=100&recent=50&after=job05000",
+	"/api/jobs", "/api/jobs?after=job05000", "/api/jobs?limit=1000&after=job09000", "/api/jobs?name=job09999", "/api/jobs?name=job09999&ticks=5", "/api/jobs?q=job0999",
 	"/api/runs", "/api/runs?job=job04242", "/api/runs?status=failed", "/api/runs?job=job00007&status=skipped",
 	"/api/locks", "/api/locks?after=schedule/job05000", "/api/nodes", "/api/events (first event)",
 }
@@ -97,7 +100,7 @@ func get(t testing.TB, base, page string) time.Duration {
 func BenchmarkPageSpeed(b *testing.B) {
 	srv, took := speedServer(b, 1_000_000)
 	b.Logf("recorded 1,000,000 runs in %v", took.Round(time.Millisecond))
-	pages := append(speedPages, "/api/runs?before="+nextCursor(b, srv.URL))
+	pages := append(speedPages, "/api/runs?before="+nextCursor(b, srv.URL), "/api/run?id="+url.QueryEscape(firstRunID(b, srv.URL)))
 	for _, p := range pages {
 		b.Run(strings.NewReplacer("/", "_", "?", "_", " ", "_").Replace(p), func(b *testing.B) {
 			time.Sleep(1100 * time.Millisecond)
@@ -122,4 +125,18 @@ func nextCursor(t testing.TB, base string) string {
 		t.Fatal(err)
 	}
 	return page.Next
+}
+
+// firstRunID is the id of the newest run, to time its run page.
+func firstRunID(t testing.TB, base string) string {
+	resp, err := http.Get(base + "/api/runs?limit=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var page struct{ Runs []struct{ ID string } }
+	if err := json.NewDecoder(resp.Body).Decode(&page); err != nil || len(page.Runs) == 0 {
+		t.Fatalf("no run to time: %v", err)
+	}
+	return page.Runs[0].ID
 }

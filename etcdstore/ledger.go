@@ -581,6 +581,17 @@ func (s *Store) RecordRuns(ctx context.Context, rs []ledger.RunRecord) error {
 	}
 	for lo := 0; lo < len(order); {
 		n := min(len(order)-lo, max(int(s.txnOps.Load())/2, 1))
+		// etcd refuses a request over --max-request-bytes (1.5 MiB by
+		// default): a batch holds at most maxTxnBytes of records, and at
+		// least one.
+		size := 0
+		for i, k := range order[lo : lo+n] {
+			size += 2*len(k) + len(puts[k].val) + 64
+			if i > 0 && size > maxTxnBytes {
+				n = i
+				break
+			}
+		}
 		ops := make([]clientv3.Op, 0, 2*n)
 		for _, k := range order[lo : lo+n] {
 			ops = append(ops, clientv3.OpPut(k, puts[k].val))
@@ -602,6 +613,11 @@ func (s *Store) RecordRuns(ctx context.Context, rs []ledger.RunRecord) error {
 	s.mark(ctx, markEvery)
 	return nil
 }
+
+// maxTxnBytes bounds the keys and values of one RecordRuns transaction:
+// under etcd's default --max-request-bytes (1.5 MiB), with room for the
+// request's own overhead.
+const maxTxnBytes = 1 << 20
 
 // mark grants an age mark, unless this Store granted one less than every
 // ago or is granting one: a lease of markTTL, and a key under

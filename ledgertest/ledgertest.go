@@ -42,6 +42,7 @@ func Run(t *testing.T, newLedger NewLedger) {
 		{"ClaimSameTokenAgain", testClaimSameToken},
 		{"ClaimRetention", testClaimRetention},
 		{"RecordRunsUpserts", testRecordUpsert},
+		{"RecordRunsLargeOutput", testLargeOutput},
 		{"RunsQueries", testRunsQueries},
 		{"RunsPagination", testRunsPagination},
 		{"PruneByCount", testPruneByCount},
@@ -60,6 +61,7 @@ func Run(t *testing.T, newLedger NewLedger) {
 		{"CatalogVersions", testCatalogVersions},
 		{"CatalogConcurrentUpdates", testCatalogConcurrent},
 		{"CatalogAudit", testCatalogAudit},
+		{"RunStats", testRunStats},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newLedger(t)) })
@@ -341,6 +343,66 @@ func testRecordUpsert(t *testing.T, l ledger.Ledger) {
 	tr.Trigger = "trig"
 	mustRecord(t, l, tr)
 	sameKeys(t, "with trigger", mustRuns(t, l, ledger.RunQuery{Job: "up"}), "up/0//2", "up/0//1", "up/0/trig/1")
+}
+
+// LargeOutput is the output size a store must keep per run record: the
+// default of `tasklock serve`'s output_max (64 KiB), with room for the cut
+// marker schedule puts between the head and the tail.
+const LargeOutput = 64<<10 + 64
+
+// largeOutput is n bytes of varied text, lines of multi-byte runes among
+// them, that ends with a line naming i.
+func largeOutput(i, n int) string {
+	b := make([]byte, 0, n)
+	for l := 0; len(b) < n; l++ {
+		b = fmt.Appendf(b, "record %d line %d: ünïcödé ✓ %x\n", i, l, l*7919)
+	}
+	end := fmt.Sprintf("\nend of record %d\n", i)
+	b = b[:n-len(end)]
+	for len(b) > 0 && b[len(b)-1]&0xC0 == 0x80 { // no rune cut at the end
+		b = b[:len(b)-1]
+	}
+	for len(b)+len(end) < n {
+		b = append(b, '.')
+	}
+	return string(b) + end
+}
+
+// testLargeOutput records, in one call, more 64 KiB outputs than fit in
+// one request of some stores (etcd refuses requests over 1.5 MiB,
+// ZooKeeper over 1 MiB) and reads every one back intact.
+func testLargeOutput(t *testing.T, l ledger.Ledger) {
+	const n = 24 // 24 × 64 KiB: 1.5 MiB and more
+	rs := make([]ledger.RunRecord, n)
+	for i := range rs {
+		rs[i] = run("big", i, 1, ledger.RunFailed)
+		rs[i].Output = largeOutput(i, LargeOutput)
+	}
+	mustRecord(t, l, rs...)
+	got := mustRuns(t, l, ledger.RunQuery{Job: "big"})
+	if len(got) != n {
+		t.Fatalf("read %d records back, want %d", len(got), n)
+	}
+	for _, g := range got {
+		i := int(g.Tick.Sub(tick0) / time.Second)
+		if want := largeOutput(i, LargeOutput); g.Output != want {
+			t.Fatalf("record %d: output of %d bytes read back, want the %d recorded (first difference at byte %d)", i, len(g.Output), len(want), firstDiff(g.Output, want))
+		}
+	}
+	// One record alone, read by itself.
+	one := mustRuns(t, l, ledger.RunQuery{Job: "big", From: tickN(5), To: tickN(6)})
+	if len(one) != 1 || one[0].Output != largeOutput(5, LargeOutput) {
+		t.Fatalf("record 5 alone: %d records, output intact %v", len(one), len(one) == 1 && one[0].Output == largeOutput(5, LargeOutput))
+	}
+}
+
+func firstDiff(a, b string) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return min(len(a), len(b))
 }
 
 // seedRuns records, for jobs a and b, ticks 0..9: attempt 1 of every tick,

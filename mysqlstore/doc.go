@@ -282,7 +282,11 @@
 // creates the tables of ledger.Catalog, <Table>_defs and <Table>_audit.
 // Rows written before 006 become shard 0's, and their trigger requests
 // trigger-now ones. Each of its ALTER TABLEs is applied whole or not at
-// all, so a run cut short is run again from the start.
+// all, so a run cut short is run again from the start. Migration
+// 007_runs_stats adds the key by_stats (rev_tick, status, attempt, tick,
+// started_at) to <Table>_runs for ledger.Stats: RunStats is one GROUP BY
+// over a range of that key alone, so it costs what the window holds, not
+// the history.
 //
 // Job and trigger names and tokens are bytes compared byte for byte
 // (VARBINARY): jobs at most 512 bytes, trigger IDs and tokens at most 128;

@@ -315,6 +315,10 @@
 // backfill or re-run to <Table>_triggers, and creates the tables of
 // ledger.Catalog, <Table>_defs and <Table>_audit. Rows written before 0007
 // become shard 0's, and their trigger requests trigger-now ones.
+// Migration 0008_runs_stats_index adds an index on (tick, status, attempt,
+// started_at) of <Table>_runs for ledger.Stats: RunStats is one GROUP BY
+// over an index-only scan of the window, so it costs what the window
+// holds, not the history.
 //
 // Names compare byte for byte (COLLATE "C"), as Go compares strings. Job
 // and trigger names, node names and tokens are UTF-8 without NUL, at most

@@ -11,8 +11,9 @@
 // (read-write locks and semaphores), driver.FairQueuer (fair locks, on
 // request), ledger.Ledger, the tick ledger of package schedule, and
 // ledger.Catalog, the job definitions made at run time and their audit
-// list (see Ledger), and ledger.Registrar, which registers a Scheduler's
-// jobs 500 to a round trip when it starts.
+// list (see Ledger), ledger.Registrar, which registers a Scheduler's
+// jobs 500 to a round trip when it starts, and ledger.Stats, the
+// dashboard's aggregates from per-minute rollups.
 //
 // # Keys
 //
@@ -124,6 +125,12 @@
 //   - Prefix+"ledger:specs": a hash from job to its registration, "since
 //     (unix µs):spec", apart from the state hash so that JobStates does not
 //     grow with the number of registered jobs.
+//   - Prefix+"ledger:{stats}:"+hour (unix seconds): the run rollups of
+//     that UTC hour for ledger.Stats, a hash from minute+":"+status and
+//     minute+":L"+lateness bucket to a count, updated by one script per
+//     RecordRuns batch and expiring RollupRetention after the last write.
+//     A final record counts when it is written: one written again counts
+//     again, and Prune does not uncount.
 //
 // The catalog (ledger.Catalog) keeps its keys under the hash tag "catalog",
 // which no job's key has, so that every catalog call stays in one Cluster

@@ -234,29 +234,41 @@ func encodeRun(r *ledger.RunRecord) string {
 // errRecord is returned for a stored record this version cannot read.
 var errRecord = errors.New("malformed run record")
 
-// decodeRun reads the record of job stored as member with value v.
-func decodeRun(job, member, v string) (ledger.RunRecord, error) {
-	r := ledger.RunRecord{Job: job}
+// parseRunMember reads the key of job's record stored as member
+// (runMember).
+func parseRunMember(job, member string) (ledger.RunKey, error) {
+	k := ledger.RunKey{Job: job}
 	parts := strings.SplitN(member, ":", 3)
 	if len(parts) != 3 {
-		return r, errRecord
+		return k, errRecord
 	}
 	ts, sh, sharded := strings.Cut(parts[0], "/")
 	tick, err1 := strconv.ParseInt(ts, 10, 64)
 	attempt, err2 := strconv.Atoi(parts[1])
-	at, body, ok := strings.Cut(v, ":")
-	recorded, err3 := strconv.ParseInt(at, 10, 64)
-	if err1 != nil || err2 != nil || err3 != nil || !ok {
-		return r, errRecord
+	if err1 != nil || err2 != nil {
+		return k, errRecord
 	}
 	if sharded {
 		n, err := strconv.Atoi(sh)
 		if err != nil || n <= 0 {
-			return r, errRecord
+			return k, errRecord
 		}
-		r.Shard = n
+		k.Shard = n
 	}
-	r.Tick, r.Attempt, r.Trigger, r.Recorded = fromMicros(tick), attempt, parts[2], fromMicros(recorded)
+	k.Tick, k.Attempt, k.Trigger = fromMicros(tick), attempt, parts[2]
+	return k, nil
+}
+
+// decodeRun reads the record of job stored as member with value v.
+func decodeRun(job, member, v string) (ledger.RunRecord, error) {
+	r := ledger.RunRecord{Job: job}
+	k, err := parseRunMember(job, member)
+	at, body, ok := strings.Cut(v, ":")
+	recorded, err3 := strconv.ParseInt(at, 10, 64)
+	if err != nil || err3 != nil || !ok {
+		return r, errRecord
+	}
+	r.Tick, r.Shard, r.Attempt, r.Trigger, r.Recorded = k.Tick, k.Shard, k.Attempt, k.Trigger, fromMicros(recorded)
 	var f [8]string
 	for i := range f {
 		if i == 7 && body == "" {
@@ -330,6 +342,9 @@ func (s *Store) RecordRuns(ctx context.Context, rs []ledger.RunRecord) error {
 			c.keys = append(c.keys, runs, recs, recorded)
 			c.args = append(c.args, runMember(r.Tick, r.Shard, r.Attempt, r.Trigger), encodeRun(r))
 		}
+	}
+	if c := s.rollupCall(rs); c != nil {
+		calls = append(calls, c) // the per-minute rollups of stats.go
 	}
 	var running, ended []any
 	for i := range rs {

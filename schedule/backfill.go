@@ -90,7 +90,7 @@ func RequestBackfill(ctx context.Context, l ledger.Ledger, job string, from, to 
 	for t := sched.Next(from.Add(-time.Nanosecond)); !t.IsZero() && !t.After(to); t = sched.Next(t) {
 		if len(ticks) == o.Max {
 			n := len(ticks) + countTicks(sched, t.Add(-time.Nanosecond), to)
-			return nil, badRequest("backfill %q: the range holds %d ticks, more than the most one request takes (%d): ask for a shorter range or a larger max", job, n, o.Max)
+			return nil, &TooManyTicksError{Job: job, Ticks: n, Max: o.Max}
 		}
 		ticks = append(ticks, t.UTC())
 	}
@@ -179,6 +179,25 @@ func (e *requestError) Is(target error) bool { return target == ErrBadRequest }
 func badRequest(format string, args ...any) error {
 	return &requestError{fmt.Sprintf(format, args...)}
 }
+
+// TooManyTicksError is RequestBackfill's refusal of a range holding more
+// ticks than BackfillOptions.Max. It matches ErrBadRequest (errors.Is); a
+// caller that takes Max from its user (`tasklock jobs backfill --max`)
+// names its own setting with Ticks and Max.
+type TooManyTicksError struct {
+	Job   string
+	Ticks int // the ticks in the range
+	Max   int // BackfillOptions.Max
+}
+
+// Error implements error.
+func (e *TooManyTicksError) Error() string {
+	return fmt.Sprintf("schedule: backfill %q: the range holds %d ticks, more than the most one request takes (BackfillOptions.Max %d): ask for a shorter range or a larger Max",
+		e.Job, e.Ticks, e.Max)
+}
+
+// Is reports whether target is ErrBadRequest.
+func (e *TooManyTicksError) Is(target error) bool { return target == ErrBadRequest }
 
 // ErrNotRegistered is returned by RequestBackfill and RequestRerun for a
 // job no node registered, whose schedule is therefore unknown.

@@ -142,7 +142,7 @@ func TestBackfillRefusesBadRanges(t *testing.T) {
 	}{
 		{"reversed", "m", now.Add(-time.Minute), now.Add(-time.Hour), opts, "ends"},
 		{"future", "m", now.Add(-time.Minute), now.Add(time.Minute), opts, "future"},
-		{"too many", "m", now.Add(-time.Hour), now, BackfillOptions{Now: now, Max: 10}, "61 ticks, more than the most one request takes (10)"},
+		{"too many", "m", now.Add(-time.Hour), now, BackfillOptions{Now: now, Max: 10}, "61 ticks, more than the most one request takes (BackfillOptions.Max 10)"},
 		{"unregistered", "nope", now.Add(-time.Hour), now, opts, "no node has registered"},
 		{"no tick", "m", now.Add(-30 * time.Second), now.Add(-20 * time.Second), opts, "no tick"},
 	} {
@@ -150,6 +150,11 @@ func TestBackfillRefusesBadRanges(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want an error containing %q", tc.name, err, tc.want)
 		}
+	}
+	_, err := RequestBackfill(ctx, c.ledger, "m", now.Add(-time.Hour), now, BackfillOptions{Now: now, Max: 10})
+	var tooMany *TooManyTicksError
+	if !errors.As(err, &tooMany) || *tooMany != (TooManyTicksError{Job: "m", Ticks: 61, Max: 10}) || !errors.Is(err, ErrBadRequest) {
+		t.Errorf("too many: %#v, want a *TooManyTicksError{m, 61, 10} matching ErrBadRequest", err)
 	}
 	if _, err := RequestBackfill(ctx, c.ledger, "nope", now.Add(-time.Hour), now, opts); !errors.Is(err, ErrNotRegistered) {
 		t.Errorf("unregistered: %v, want ErrNotRegistered", err)

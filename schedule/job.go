@@ -274,8 +274,9 @@ type Run struct {
 	// CatchUp is true when the tick was missed and runs late by the
 	// misfire policy.
 	CatchUp bool
-	// Output collects what the handler wants in history: its tail (the
-	// last Config.OutputTail bytes) is recorded with the run.
+	// Output collects what the handler wants in history: up to
+	// Config.OutputMax bytes of it (its head and tail past that) are
+	// recorded with the run.
 	Output io.Writer
 
 	// Shard is this shard-run's index, 0 to Shards-1, for a job with

@@ -10,7 +10,6 @@ import (
 	"math/rand/v2"
 	"runtime/debug"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/tasklock/tasklock"
@@ -195,9 +194,9 @@ func (s *Scheduler) attempt(parent context.Context, j *job, w work, n int, lock 
 		fence = lock.Fence()
 	}
 	var out io.Writer = io.Discard
-	var tl *tail
+	var tl *output
 	if s.tail > 0 {
-		tl = &tail{max: s.tail}
+		tl = newOutput(s.tail)
 		out = tl
 	}
 	run := Run{
@@ -325,37 +324,6 @@ func (s *Scheduler) sleep(d time.Duration, done <-chan struct{}) bool {
 	case <-done:
 		return false
 	}
-}
-
-// tail keeps the last max bytes written to it.
-type tail struct {
-	mu  sync.Mutex
-	max int
-	buf []byte
-}
-
-// Write implements io.Writer; it never fails.
-func (t *tail) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if len(p) >= t.max {
-		t.buf = append(t.buf[:0], p[len(p)-t.max:]...)
-		return len(p), nil
-	}
-	t.buf = append(t.buf, p...)
-	if len(t.buf) > 2*t.max {
-		t.buf = append(t.buf[:0], t.buf[len(t.buf)-t.max:]...)
-	}
-	return len(p), nil
-}
-
-// String returns the tail as valid UTF-8 (a rune cut at the start is
-// dropped).
-func (t *tail) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	b := t.buf[max(len(t.buf)-t.max, 0):]
-	return strings.ToValidUTF8(string(b), "")
 }
 
 // slogLevel is the level a run's end is logged at: failures are the

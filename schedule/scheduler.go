@@ -54,10 +54,19 @@ type Config struct {
 	HistoryMaxAge time.Duration
 	// PruneInterval is how often this node prunes the ledger. Default: 1h.
 	PruneInterval time.Duration
-	// OutputTail is how many bytes of Run.Output are recorded, the last
-	// ones. Default: 4096; negative: none.
+	// OutputMax is how many bytes of Run.Output are recorded: all of it
+	// up to OutputMax; past that the first half and the last half, with a
+	// line "… N bytes cut …" (CutMarker) between them. Default:
+	// DefaultOutputMax; negative: none. Every store's ledger keeps 64 KiB
+	// per record (ledgertest checks it); `tasklock serve` records 64 KiB
+	// unless told otherwise (output_max).
+	OutputMax int
+	// OutputTail is what OutputMax was called before it kept the head as
+	// well: it is used when OutputMax is 0.
+	//
+	// Deprecated: use OutputMax.
 	OutputTail int
-	// Redact, when set, rewrites the output tail and the error text of
+	// Redact, when set, rewrites the output and the error text of
 	// every run record before it is written to the ledger, for example to
 	// hide passwords and tokens a handler printed: the history can be read
 	// by anyone who may read the ledger. It is called on the run's
@@ -114,7 +123,11 @@ const (
 	DefaultHistoryKeep    = 1000
 	DefaultHistoryMaxAge  = 30 * 24 * time.Hour
 	DefaultPruneInterval  = time.Hour
-	DefaultOutputTail     = 4096
+	DefaultOutputMax      = 4096
+	// DefaultOutputTail is DefaultOutputMax's former name.
+	//
+	// Deprecated: use DefaultOutputMax.
+	DefaultOutputTail = DefaultOutputMax
 )
 
 // storeTimeout bounds each ledger and lock call the scheduler makes.
@@ -242,8 +255,8 @@ func New(locker *tasklock.Locker, l ledger.Ledger, cfg *Config) (*Scheduler, err
 	if c.HistoryKeep == 0 {
 		c.HistoryKeep = DefaultHistoryKeep
 	}
-	if c.OutputTail == 0 {
-		c.OutputTail = DefaultOutputTail
+	if c.OutputMax == 0 {
+		c.OutputMax = cmp.Or(c.OutputTail, DefaultOutputMax)
 	}
 	if c.NodeKeyPrefix == "" {
 		c.NodeKeyPrefix = c.KeyPrefix + "node/"
@@ -279,7 +292,7 @@ func New(locker *tasklock.Locker, l ledger.Ledger, cfg *Config) (*Scheduler, err
 		lk: locker, ledger: l, clock: c.Clock, log: c.Logger,
 		node: c.Node, token: hex.EncodeToString(tok[:]), keyPrefix: c.KeyPrefix,
 		poll: c.PollInterval, grace: c.ShutdownGrace, retention: c.ClaimRetention,
-		pruneEvery: c.PruneInterval, keep: max(c.HistoryKeep, 0), maxAge: max(c.HistoryMaxAge, 0), tail: c.OutputTail, redact: c.Redact, onEvent: c.OnEvent,
+		pruneEvery: c.PruneInterval, keep: max(c.HistoryKeep, 0), maxAge: max(c.HistoryMaxAge, 0), tail: c.OutputMax, redact: c.Redact, onEvent: c.OnEvent,
 		nodePrefix: c.NodeKeyPrefix, nodeTTL: c.NodeLeaseTTL, sweepEvery: c.NodeLeaseTTL / 3, lister: c.NodeLister, nodeTaken: c.NodeLeaseTaken,
 		isLeader: c.IsLeader, pools: pools, labels: labels,
 		wake: make(chan struct{}, 1), quit: make(chan struct{}), loopDone: make(chan struct{}), idle: make(chan struct{}), stopCh: make(chan struct{}),

@@ -761,7 +761,7 @@ func TestHistoryRecorded(t *testing.T) {
 		return nil
 	}}
 	other := Job{Name: "other", Schedule: "@every 1m", Handler: noop, MisfireWindow: 10 * time.Second}
-	c.node("a", 0, &Config{OutputTail: 64}).add(t, job, other).start(t)
+	c.node("a", 0, &Config{OutputMax: 64}).add(t, job, other).start(t)
 	c.settle(true)
 	for range 4 {
 		c.step(time.Minute)
@@ -780,8 +780,9 @@ func TestHistoryRecorded(t *testing.T) {
 			!r.Start.Equal(tick) || !r.End.Equal(tick) || r.Recorded.IsZero() {
 			t.Errorf("record %d: %+v", i, r)
 		}
-		if len(r.Output) != 64 || !strings.HasSuffix(r.Output, fmt.Sprintf("line 19 of tick %s\n", tick.Format("15:04"))) {
-			t.Errorf("record %d output tail %q", i, r.Output)
+		if head, tail, ok := strings.Cut(r.Output, "\n"+CutMarker(10*21+10*22-64)+"\n"); !ok ||
+			head != "line 0 of tick "+tick.Format("15:04")+"\nline 1 of t" || !strings.HasSuffix(tail, fmt.Sprintf("line 19 of tick %s\n", tick.Format("15:04"))) || len(tail) != 32 {
+			t.Errorf("record %d output %q, want its first 32 bytes, a cut marker and its last 32", i, r.Output)
 		}
 		if (wantStatus == ledger.RunFailed) != (r.Error == "disk full") {
 			t.Errorf("record %d error %q", i, r.Error)
@@ -1039,33 +1040,6 @@ func (f *flakyLedger) Claim(ctx context.Context, ps []ledger.ClaimParams) ([]err
 }
 
 func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
-
-func TestOutputTail(t *testing.T) {
-	tl := &tail{max: 8}
-	fmt.Fprint(tl, "hello ")
-	fmt.Fprint(tl, "wörld!")
-	if got := tl.String(); got != " wörld!" { // the last 8 bytes
-		t.Fatalf("tail %q", got)
-	}
-	fmt.Fprint(tl, strings.Repeat("x", 100)+"€end")
-	if got := tl.String(); got != "xx€end" {
-		t.Fatalf("tail %q, want the last 8 bytes", got)
-	}
-	var wg sync.WaitGroup
-	for range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for range 100 {
-				fmt.Fprint(tl, "abc")
-			}
-		}()
-	}
-	wg.Wait()
-	if len(tl.String()) != 8 {
-		t.Fatalf("tail %q", tl.String())
-	}
-}
 
 // gatedLedger holds its first RecordRuns call until gate closes, and
 // counts the calls and the records they carried.

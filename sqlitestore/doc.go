@@ -312,6 +312,12 @@
 //     partial one of the same columns holds only the running records, for
 //     the sweep every scheduler makes; an index on recorded_at serves
 //     pruning by age.
+//   - tasklock_locks_runs_rollup (migration 0007_runs_rollup): for
+//     ledger.Stats, the number of run records per minute of tick, status
+//     and lateness bucket, kept exact by triggers on the runs table (an
+//     insert adds one, an update moves one, a delete takes one away) in
+//     the transaction that writes the records, so that RunStats reads one
+//     row per minute, status and bucket of its window, not the records.
 //   - tasklock_locks_jobs: one row per job ever paused or registered, with
 //     paused 0 or 1 and, from migration 0003_job_specs, the registered spec
 //     and since (unix microseconds); a partial index on the paused rows

@@ -24,6 +24,7 @@ const recordChunk = 500
 // tables (migrations 0002, 0003 and 0006).
 type ledgerSQL struct {
 	claims, runs, jobs, triggers, defs, audit string // quoted table names
+	rollup                                    string // the run rollups of migration 0007 (stats.go)
 
 	claim, recordHead, recordTail, runsHead string
 	pause, resume, trigger, triggerDone     string
@@ -38,7 +39,7 @@ type ledgerSQL struct {
 func newLedgerSQL(c config) *ledgerSQL {
 	q := func(suffix string) string { return `"` + c.table + suffix + `"` }
 	l := &ledgerSQL{claims: q("_claims"), runs: q("_runs"), jobs: q("_jobs"), triggers: q("_triggers"),
-		defs: q("_jobdefs"), audit: q("_audit")}
+		defs: q("_jobdefs"), audit: q("_audit"), rollup: q("_runs_rollup")}
 	// One statement claims the whole batch, ?1 a JSON array of
 	// {"j": job, "t": tick µs, "g": trigger, "s": shard, "k": token,
 	// "n": node, "r": retain µs}. A live claim is written back unchanged, so that

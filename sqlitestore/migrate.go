@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tasklock/tasklock/internal/sqlmigrate"
+	"github.com/tasklock/tasklock/ledger"
 )
 
 //go:embed migrations/*.up.sql
@@ -34,6 +35,19 @@ type migrationData struct {
 // Ident returns the quoted name made of the lock table's name and suffix,
 // for indexes and the like: {{.Ident "_expires_idx"}}.
 func (d migrationData) Ident(suffix string) string { return `"` + d.table + suffix + `"` }
+
+// Minute returns the SQL of the minute of tick, unix µs, floored: the key
+// of the run rollups (migration 0007).
+func (migrationData) Minute(tick string) string {
+	return "(" + tick + " - ((" + tick + " % 60000000) + 60000000) % 60000000)"
+}
+
+// Late returns the SQL of the lateness bucket (ledger.LatenessBounds) of a
+// record with columns started_at, tick and attempt; -1 when it has none.
+func (migrationData) Late(startedAt, tick, attempt string) string {
+	return "(CASE WHEN " + startedAt + " IS NULL OR " + attempt + " > 1 THEN -1 ELSE " +
+		ledger.LatenessSQL("("+startedAt+" - "+tick+")") + " END)"
+}
 
 // id returns m's version and name, for sqlmigrate.
 func (m migration) id() (int, string) { return m.version, m.name }
@@ -74,7 +88,10 @@ type MigrationState struct {
 // does not queue for the lock. Otherwise all of it runs in one BEGIN
 // IMMEDIATE transaction on one connection, which reads the versions again,
 // so processes that migrate the same file at once apply each migration
-// exactly once, and a failed migration leaves nothing behind. Migrate is
+// exactly once, and a failed migration leaves nothing behind. When BEGIN
+// IMMEDIATE waits out busy_timeout (other connections kept the write lock
+// all that time) it tries again until ctx ends, and then fails with an
+// error wrapping ErrBusy and ctx's error. Migrate is
 // what `tasklock migrate up` runs; applying it when nothing is pending
 // changes nothing. ctx is honoured between statements, never during one
 // (see "Waiting for the write lock" in the package documentation).
@@ -109,8 +126,8 @@ func migrate(ctx context.Context, db *sql.DB, c config) (err error) {
 	defer conn.Close()
 	// BEGIN IMMEDIATE whatever the DSN's _txlock says: the version check
 	// and the writes must not be split by another migrating process.
-	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
-		return wrap(octx, "migrate", c.table, err)
+	if err := beginMigration(octx, conn, c); err != nil {
+		return err
 	}
 	defer func() {
 		if err == nil {
@@ -157,6 +174,39 @@ func migrate(ctx context.Context, db *sql.DB, c config) (err error) {
 	}
 	return nil
 }
+
+// beginMigration starts the migration's write transaction on conn. BEGIN
+// IMMEDIATE waits for the write lock up to busy_timeout; when it still
+// answers busy, the lock went to other writers all that time (SQLite's
+// busy handler polls, so a waiter has no place in a queue: processes
+// starting together on one file, each migrating and then writing, can
+// keep it from one waiter for a whole busy_timeout on a loaded machine).
+// It tries again until ctx ends, and then fails naming the cause.
+func beginMigration(ctx context.Context, conn *sql.Conn, c config) error {
+	start := time.Now()
+	for tries := 1; ; tries++ {
+		_, err := conn.ExecContext(stmtCtx(ctx), "BEGIN IMMEDIATE")
+		if err == nil {
+			return nil
+		}
+		if !isBusy(err) {
+			return wrap(ctx, "migrate", c.table, err)
+		}
+		t := time.NewTimer(migrateRetryDelay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("sqlitestore: migrate %q: other connections kept SQLite's write lock for %v (%d tries of busy_timeout each) until %w; "+
+				"a process holding a write transaction open, or many writing without pause, keeps a migration out: %w: %w",
+				c.table, time.Since(start).Round(time.Millisecond), tries, ctx.Err(), ErrBusy, err)
+		case <-t.C:
+		}
+	}
+}
+
+// migrateRetryDelay is the pause between a migration's tries to take the
+// write lock.
+const migrateRetryDelay = 10 * time.Millisecond
 
 // pending reports whether any of states is not applied.
 func pending(states []MigrationState) bool {

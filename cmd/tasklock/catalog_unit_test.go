@@ -82,8 +82,8 @@ func TestJobsDefineCommands(t *testing.T) {
 		t.Errorf("create of the file's job = %d %s, want 1 naming the configuration file", code, errOut)
 	}
 	if code, _, errOut = runJobsOn(t, store, "jobs", "create", "bad", "--schedule", "@every 5s", "--command", "true", "--run-timeout", "10x"); code != exitUsage ||
-		!strings.Contains(errOut, `flags:1: job "bad": timeout: invalid duration "10x"`) {
-		t.Errorf("create with a bad flag = %d %s, want 64 naming timeout", code, errOut)
+		!strings.Contains(errOut, `--run-timeout: invalid duration "10x"`) {
+		t.Errorf("create with a bad flag = %d %s, want 64 naming --run-timeout", code, errOut)
 	}
 	if code, _, errOut = runJobsOn(t, store, "jobs", "create", "bad"); code != exitUsage || !strings.Contains(errOut, "-f FILE") {
 		t.Errorf("create with nothing = %d %s, want 64", code, errOut)

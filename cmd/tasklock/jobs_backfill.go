@@ -74,6 +74,11 @@ func jobsBackfill(ctx context.Context, l ledger.Ledger, job string, f *backfillF
 		return usagef("--to %s is before --from %s", to.Format(time.RFC3339), from.Format(time.RFC3339))
 	}
 	ticks, err := schedule.RequestBackfill(ctx, l, job, from, to, o)
+	var tooMany *schedule.TooManyTicksError
+	if errors.As(err, &tooMany) {
+		return usagef("backfill %s: --from %s to --to %s holds %d ticks, more than --max %d: ask for a shorter range or a larger --max",
+			redact.Quote(job), from.Format(time.RFC3339), to.Format(time.RFC3339), tooMany.Ticks, tooMany.Max)
+	}
 	if err != nil {
 		return pastError(err)
 	}

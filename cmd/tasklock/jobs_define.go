@@ -24,7 +24,8 @@ import (
 )
 
 // defineFlags are the flags of jobs create and update: a snippet file and
-// the keys a flag may set, each mapped to its configuration key.
+// the keys a flag may set, each mapped to its configuration key (dotted
+// for a nested key: http.url).
 type defineFlags struct {
 	file    string
 	config  string // --config: refuse the jobs this serve configuration names
@@ -36,7 +37,7 @@ type defineFlags struct {
 // defineKeys are the job keys jobs create and update take as flags, by
 // flag name; the others need -f.
 var defineKeys = []struct{ flag, key string }{
-	{"schedule", "schedule"}, {"timezone", "timezone"}, {"command", "command"}, {"http-url", "http"},
+	{"schedule", "schedule"}, {"timezone", "timezone"}, {"command", "command"}, {"http-url", "http.url"},
 	{"run-timeout", "timeout"}, {"overlap", "overlap"}, {"misfire", "misfire"}, {"retries", "retries"},
 	{"jitter", "jitter"}, {"lock-ttl", "lock_ttl"}, {"kill-grace", "kill_grace"}, {"max-hold", "max_hold"},
 	{"min-hold", "min_hold"}, {"run-on", "run_on"},
@@ -101,7 +102,7 @@ func (d *defineFlags) snippet(base string, stdin io.Reader) ([]byte, string, err
 		}
 		// Checked alone first, so that its own mistakes name its lines.
 		if _, _, err := config.Define(source, data, ""); err != nil {
-			return nil, "", snippetError{err}
+			return nil, "", snippetError{err: err}
 		}
 		if err := yaml.Unmarshal(data, &m); err != nil {
 			return nil, "", usagef("-f %s: %v", source, err)
@@ -120,8 +121,8 @@ func (d *defineFlags) snippet(base string, stdin io.Reader) ([]byte, string, err
 		switch k.key {
 		case "command":
 			m[k.key] = strings.Fields(v)
-		case "http":
-			m[k.key] = map[string]any{"url": v}
+		case "http.url":
+			m["http"] = map[string]any{"url": v}
 		case "retries":
 			n, err := strconv.Atoi(v)
 			if err != nil {
@@ -132,7 +133,8 @@ func (d *defineFlags) snippet(base string, stdin io.Reader) ([]byte, string, err
 			m[k.key] = v
 		}
 		if v == "" {
-			delete(m, k.key)
+			top, _, _ := strings.Cut(k.key, ".")
+			delete(m, top)
 		}
 	}
 	data, err := json.Marshal(m)
@@ -140,11 +142,49 @@ func (d *defineFlags) snippet(base string, stdin io.Reader) ([]byte, string, err
 }
 
 // snippetError is a definition with mistakes: exit 64, every mistake
-// printed.
-type snippetError struct{ err error }
+// printed. flagOf, when set, names the flag that gave a key its value, so
+// that a mistake in it is reported under the flag the user typed
+// (--run-timeout), not the configuration key it sets (timeout).
+type snippetError struct {
+	err    error
+	flagOf func(field string) string
+}
 
 func (e snippetError) Error() string {
-	return "invalid job definition:\n  " + strings.Join(config.AsErrors(e.err), "\n  ")
+	var es config.Errors
+	if e.flagOf == nil || !errors.As(e.err, &es) {
+		return "invalid job definition:\n  " + strings.Join(config.AsErrors(e.err), "\n  ")
+	}
+	lines := make([]string, len(es))
+	for i, ce := range es {
+		lines[i] = ce.Error()
+		if f := e.flagOf(ce.Field); f != "" {
+			lines[i] = f + ": " + ce.Msg
+		}
+	}
+	return "invalid job definition:\n  " + strings.Join(lines, "\n  ")
+}
+
+// flagOf returns "--flag" when field (a configuration key, dotted for a
+// nested one: "http.url") got its value from a flag given to this command,
+// and "" otherwise. A nested field under a flag's key other than the one
+// the flag sets is named after the flag: "--misfire (grace)".
+func (d *defineFlags) flagOf(field string) string {
+	top, sub, _ := strings.Cut(field, ".")
+	for _, k := range defineKeys {
+		if !d.keysSet[k.flag] {
+			continue
+		}
+		key, keySub, _ := strings.Cut(k.key, ".")
+		if key != top {
+			continue
+		}
+		if sub == "" || sub == keySub {
+			return "--" + k.flag
+		}
+		return "--" + k.flag + " (" + sub + ")"
+	}
+	return ""
 }
 
 // As makes it a *usageError for the exit status.
@@ -232,7 +272,7 @@ func jobsDefine(ctx context.Context, a *adminArgs, l ledger.Ledger, d *defineFla
 		}
 		j, def, err := config.Define(source, data, name)
 		if err != nil {
-			return snippetError{err}
+			return snippetError{err: err, flagOf: d.flagOf}
 		}
 		c.Job, c.Def = j.Name, def
 	}

@@ -4,6 +4,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -36,7 +37,7 @@ import (
 
 const serveUsage = `Usage: tasklock serve --config FILE [--store URL] [--node NAME] [--grace D]
                       [--verbose] [--label L]... [--log-format F] [--http ADDR] [--token T] [--public-read]
-                      [--insecure]
+                      [--insecure] [--output-max N]
 
 Runs the jobs of FILE on their schedules. Run it on as many hosts as you
 like with the same file and store: every tick of every job runs once, on
@@ -69,6 +70,11 @@ Flags:
   --public-read   with --token: anyone may read the pages and the GET API;
                   trigger, pause, resume and release still need the token
   --insecure      allow a non-loopback --http without a token
+  --output-max N  how much of each run's output the history keeps, in
+                  bytes (65536, 64KiB; at most 512KiB; 0 keeps none):
+                  past it, its first and last halves with a line
+                  "… N bytes cut …" between; given, it replaces the
+                  file's output_max: (default 64KiB)
 Durations are Go durations (300ms, 10s, 1h30m), at most 8760h (365 days).
 
 The store and the node name are each taken from the first of: the flag,
@@ -83,6 +89,7 @@ The file:
                                      # no control characters
   labels: [gpu, zone=eu]             # this node's labels (--label replaces them)
   pools: {reports: 2}                # fleet-wide: at most 2 runs of the pool's jobs at once
+  output_max: 64KiB                  # each run's output kept in history (head and tail past it)
   jobs:
     - name: nightly-report           # required, unique
       schedule: "0 30 2 * * *"       # cron (seconds optional), @daily, "@every 10s"
@@ -231,6 +238,7 @@ type serveConfig struct {
 	verbose   bool
 	logFormat string
 	labels    labelFlags // --label, each once; when given they replace the file's labels:
+	outputMax int        // --output-max; -1 when not given (the file's output_max:)
 	http      httpFlags
 }
 
@@ -261,6 +269,12 @@ func parseServe(args []string, getenv func(string) string) (*serveConfig, error)
 	fs.BoolVar(&c.verbose, "verbose", false, "")
 	fs.StringVar(&c.logFormat, "log-format", "text", "")
 	fs.Var(&c.labels, "label", "")
+	c.outputMax = -1
+	fs.Func("output-max", "", func(v string) error {
+		n, err := config.ParseSize(v)
+		c.outputMax = n
+		return err
+	})
 	addHTTPFlags(fs, &c.http)
 	path, err := configFlag(fs, args)
 	if err != nil {
@@ -317,6 +331,9 @@ func (c *serveConfig) apply(f *config.File) {
 	}
 	if len(c.labels) > 0 {
 		f.Labels = slices.Clone(c.labels)
+	}
+	if c.outputMax >= 0 {
+		f.OutputMax = c.outputMax
 	}
 }
 
@@ -499,17 +516,83 @@ func (s *server) run() int {
 			retry = time.After(0)
 		case <-retry:
 			retry = nil
-			ctx, cancel := context.WithTimeout(context.Background(), openTimeout)
-			g, err := s.lk.TryObtain(ctx, nodeKeyPrefix+s.node, s.nodeLockOptions())
-			cancel()
-			if err != nil {
-				s.log.Error("cannot take the node-name lock again; another serve may use this node name", "node", s.node, "err", err)
-				retry = time.After(5 * time.Second)
+			g, again := s.retakeNode(guard)
+			if g == nil {
+				retry = time.After(again)
 				continue
 			}
 			guard = g
 		}
 	}
+}
+
+// retakeRetry is how long serve waits before trying again to take back
+// its node-name lock when it could not.
+const retakeRetry = 5 * time.Second
+
+// retakeNode tries to take the node-name lock again after lost, the
+// previous hold, ended, and logs what happened in words that tell the
+// cases apart: the store did not answer (the usual reason the lease
+// lapsed), the store still holds this node's own lost lease (its
+// renewals did not reach the store in time, and the store's copy has not
+// expired yet), or another process holds it under this node name (two
+// serves given one name). It returns the new hold, or nil and when to try
+// again.
+func (s *server) retakeNode(lost *tasklock.Lock) (*tasklock.Lock, time.Duration) {
+	key := nodeKeyPrefix + s.node
+	ctx, cancel := context.WithTimeout(context.Background(), openTimeout)
+	defer cancel()
+	g, err := s.lk.TryObtain(ctx, key, s.nodeLockOptions())
+	var ne *tasklock.NotObtainedError
+	switch {
+	case err == nil:
+		s.log.Info("took the node-name lock again", "node", s.node, "key", key, "fence", g.Fence())
+		return g, 0
+	case !errors.As(err, &ne) && !errors.Is(err, tasklock.ErrNotObtained):
+		s.log.Warn("cannot take the node-name lock again: the store did not answer; trying again", "node", s.node, "key", key, "in", retakeRetry, "err", err)
+		return nil, retakeRetry
+	}
+	holder, listed := s.nodeLease(ctx, key)
+	switch {
+	case listed && holder != nil && lost != nil && holder.Fence == lost.Fence():
+		// The store still has the hold this process lost: it expires
+		// there within its TTL, and nobody else can take it meanwhile.
+		again := retakeRetry
+		if holder.TTL > 0 && holder.TTL < again {
+			again = holder.TTL + 10*time.Millisecond
+		}
+		s.log.Warn("the node-name lock is still this node's own lease, which lapsed here while its renewals did not reach the store; taking it again once the store expires it",
+			"node", s.node, "key", key, "fence", holder.Fence, "expires_in", holder.TTL, "in", again)
+		return nil, again
+	case listed && holder == nil:
+		// Released or expired between the try and the listing.
+		return nil, time.Second
+	case listed:
+		s.log.Error("cannot take the node-name lock again: another process holds it; another serve may use this node name",
+			"node", s.node, "key", key, "holder", redact.Printable(holder.Owner), "holder_fence", holder.Fence, "err", err)
+	default:
+		s.log.Error("cannot take the node-name lock again: it is held, by this node's own lapsed lease until the store expires it, or by another serve using this node name",
+			"node", s.node, "key", key, "err", err)
+	}
+	return nil, retakeRetry
+}
+
+// nodeLease returns the store's lease of the node-name lock key (nil when
+// there is none) and whether the store could list it.
+func (s *server) nodeLease(ctx context.Context, key string) (*driver.Lease, bool) {
+	if s.lister == nil {
+		return nil, false
+	}
+	ls, err := s.lister.Leases(ctx, key)
+	if err != nil {
+		return nil, false
+	}
+	for i := range ls {
+		if ls[i].Key == key && !ls[i].Waiting {
+			return &ls[i], true
+		}
+	}
+	return nil, true
 }
 
 // campaign keeps this node a candidate in the fleet's election until ctx
@@ -573,6 +656,7 @@ func (s *server) start(f *config.File) (*schedule.Scheduler, error) {
 		NodeKeyPrefix: nodeKeyPrefix, NodeLeaseTaken: s.nodeTaken, NodeLister: s.lister,
 		IsLeader: s.leads,
 		Pools:    f.Pools, Labels: f.Labels,
+		OutputMax: cmp.Or(f.OutputMax, -1), // 0 keeps no output
 	})
 	if err != nil {
 		return nil, err
@@ -614,7 +698,7 @@ func (s *server) reload() {
 		return
 	}
 	added, removed, changed := diffJobs(s.file.Jobs, f.Jobs)
-	limits := !maps.Equal(f.Pools, s.file.Pools) || !slices.Equal(f.Labels, s.file.Labels)
+	limits := !maps.Equal(f.Pools, s.file.Pools) || !slices.Equal(f.Labels, s.file.Labels) || f.OutputMax != s.file.OutputMax
 	if len(added)+len(removed)+len(changed) == 0 && !limits {
 		s.log.Info("reload: no change", "jobs", len(f.Jobs))
 		return

@@ -3,12 +3,16 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
+	"maps"
 	"net"
 	"net/http"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -108,7 +112,7 @@ func (s *server) startHTTP(store driver.Store) (*httpServer, int) {
 		Store: store, StoreURL: s.file.Store, Jobs: s.dashboardJobs,
 		Node: s.node, Version: version(), Token: h.token, PublicRead: h.public, Logger: s.log,
 		LeaderKey: leaderKey,
-		DefineJob: defineJob, FileJob: s.fileJob,
+		DefineJob: defineJob, FileJob: s.fileJob, Handler: s.describeJob,
 	})
 	if err != nil {
 		s.failf("dashboard: %v", err)
@@ -192,12 +196,64 @@ func jobsOf(file, runtime []config.Job) []schedule.Job {
 	seen := make(map[string]bool, len(file))
 	for _, j := range file {
 		seen[j.Name] = true
-		out = append(out, schedule.Job{Name: j.Name, Schedule: j.Schedule, TimeZone: j.TimeZone, After: j.After})
+		out = append(out, j.Job)
 	}
 	for _, j := range runtime {
 		if !seen[j.Name] {
-			out = append(out, schedule.Job{Name: j.Name, Schedule: j.Schedule, TimeZone: j.TimeZone, After: j.After})
+			out = append(out, j.Job)
 		}
 	}
 	return out
+}
+
+// describeJob says what the named job in force runs, for its dashboard
+// page, secrets hidden: its command (or HTTP request) and kill grace.
+func (s *server) describeJob(name string) []dashboard.DefField {
+	s.mu.Lock()
+	file, rt := s.file, s.rtJobs
+	s.mu.Unlock()
+	for _, js := range [][]config.Job{file.Jobs, rt} {
+		for _, j := range js {
+			if j.Name == name {
+				return jobHandlerFields(j, s.redact)
+			}
+		}
+	}
+	return nil
+}
+
+// jobHandlerFields describes j's handler, each value through hide (serve's
+// redactor: the token and the store's secrets, then redact.Text): a
+// header whose name looks secret (Authorization, X-Api-Key) shows as
+// redact.Mask, a body as its size.
+func jobHandlerFields(j config.Job, hide func(string) string) []dashboard.DefField {
+	if hide == nil {
+		hide = func(s string) string { return redact.Text(s) }
+	}
+	if j.HTTP != nil {
+		h := j.HTTP
+		out := []dashboard.DefField{{Key: "http", Value: hide(cmp.Or(h.Method, http.MethodGet) + " " + redact.URL(h.URL))}}
+		for _, k := range slices.Sorted(maps.Keys(h.Headers)) {
+			v := h.Headers[k]
+			if redact.SecretName(k) || strings.EqualFold(k, "Authorization") {
+				v = redact.Mask
+			}
+			out = append(out, dashboard.DefField{Key: "header " + k, Value: hide(v)})
+		}
+		if h.Body != "" {
+			out = append(out, dashboard.DefField{Key: "body", Value: strconv.Itoa(len(h.Body)) + " bytes"})
+		}
+		return append(out, dashboard.DefField{Key: "http timeout", Value: cmp.Or(h.Timeout, config.DefaultHTTPTimeout).String()})
+	}
+	args := make([]string, len(j.Command))
+	for i, a := range j.Command {
+		if a == "" || strings.ContainsAny(a, " \t\n\"'\\$") {
+			a = strconv.Quote(a)
+		}
+		args[i] = a
+	}
+	return []dashboard.DefField{
+		{Key: "command", Value: hide(strings.Join(args, " "))},
+		{Key: "kill_grace", Value: cmp.Or(j.KillGrace, config.DefaultKillGrace).String()},
+	}
 }

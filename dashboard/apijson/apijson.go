@@ -116,6 +116,11 @@ type Run struct {
 	Error      string     `json:"error,omitempty"`
 	Output     string     `json:"output,omitempty"`
 	Recorded   time.Time  `json:"recorded"`
+	// ID, set by the dashboard, names the record for GET /api/run?id=.
+	ID string `json:"id,omitempty"`
+	// OutputTruncated, set by the dashboard's run lists, says that Output
+	// is the end of the stored output only (GET /api/run has all of it).
+	OutputTruncated bool `json:"output_truncated,omitempty"`
 }
 
 // Lock is one held lock.

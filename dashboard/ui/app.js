@@ -7,7 +7,8 @@
 // #nodes-table tr.node-row[data-leader] span.leader-badge, #nodes-leader,
 // #job-audit #audit-table tr.audit-row[data-action] td.audit-who,
 // #confirm-ok / #confirm-cancel, #job-deps (#dag-parents, #dag-children:
-// li.dag-node[data-job][data-status]).
+// li.dag-node[data-job][data-status]), #nav-overview, #jobs-table
+// td.job-spark svg.sparkline (overview.js has the overview page's).
 "use strict";
 
 const state = { info: null, csrf: "", route: "", jobsAfter: [""], runsNext: "", refreshing: false, renders: 0 };
@@ -52,19 +53,103 @@ function message(text, isError) {
   m.classList.toggle("error", !!isError);
 }
 
-function fmtTime(t) {
-  if (!t) return "—";
-  const d = new Date(t);
-  return d.toISOString().replace("T", " ").replace(/\.\d+Z$/, "Z");
+// Times people read. Every time on the pages goes through these: fmtTime
+// (an absolute time, as text, in the zone the header's switch chose: the
+// viewer's or UTC, remembered in localStorage), timeEl (a <time> showing
+// the time relative to now, "in 3 s", "2 min ago", kept up to date every
+// second, with fmtTime's text as its title) and fmtMS (a duration:
+// "340 ms", "4.2 s", "1 min 12 s", "2 h 5 min", "3 d 4 h"). Switching the
+// zone renders the page again, so every time on it follows, charts too.
+
+const zone = { utc: localStorage.getItem("tasklock.zone") === "utc" };
+
+function pad2(n) { return String(n).padStart(2, "0"); }
+
+// zoneName is the viewer's zone's short name at d ("CET", "GMT+1").
+function zoneName(d) {
+  try {
+    const p = new Intl.DateTimeFormat(undefined, { timeZoneName: "short" }).formatToParts(d).find((x) => x.type === "timeZoneName");
+    if (p) return p.value;
+  } catch (e) { /* fall through */ }
+  const off = -d.getTimezoneOffset();
+  return "UTC" + (off < 0 ? "-" : "+") + pad2(Math.floor(Math.abs(off) / 60)) + ":" + pad2(Math.abs(off) % 60);
 }
 
+// fmtTime is t as "2026-03-04 05:06:07 UTC", or in the viewer's zone
+// "2026-03-04 06:06:07 CET"; utc, when given, overrides the switch.
+function fmtTime(t, utc) {
+  if (!t) return "—";
+  const d = new Date(t);
+  if (isNaN(d)) return "—";
+  if (utc === undefined ? zone.utc : utc) return d.toISOString().replace("T", " ").replace(/\.\d+Z$/, " UTC");
+  return d.getFullYear() + "-" + pad2(d.getMonth() + 1) + "-" + pad2(d.getDate()) + " " +
+    pad2(d.getHours()) + ":" + pad2(d.getMinutes()) + ":" + pad2(d.getSeconds()) + " " + zoneName(d);
+}
+
+// fmtRel is t relative to now: "now", "in 3 s", "2 min ago", "in 1 h 5 min".
+function fmtRel(t, now) {
+  const ms = new Date(t).getTime() - (now === undefined ? Date.now() : now);
+  const a = Math.abs(ms);
+  if (a < 1000) return "now";
+  const s = Math.floor(a / 1000);
+  let txt;
+  if (s < 60) txt = s + " s";
+  else if (s < 3600) txt = Math.floor(s / 60) + " min";
+  else if (s < 86400) txt = Math.floor(s / 3600) + " h" + (s % 3600 >= 60 ? " " + Math.floor((s % 3600) / 60) + " min" : "");
+  else txt = Math.floor(s / 86400) + " d" + (s % 86400 >= 3600 ? " " + Math.floor((s % 86400) / 3600) + " h" : "");
+  return ms > 0 ? "in " + txt : txt + " ago";
+}
+
+// timeEl is a <time class="t"> showing t relative to now (updated every
+// second), its absolute time (fmtTime) on hover; "—" without a time.
+function timeEl(t) {
+  if (!t || isNaN(new Date(t))) return "—";
+  const iso = new Date(t).toISOString();
+  return el("time", { class: "t", dateTime: iso, title: fmtTime(iso) }, fmtRel(iso));
+}
+
+// refreshTimes brings every timeEl on the page up to date.
+function refreshTimes() {
+  const now = Date.now();
+  for (const e of document.querySelectorAll("time.t")) {
+    const txt = fmtRel(e.dateTime, now);
+    if (e.textContent !== txt) e.textContent = txt;
+  }
+}
+
+// setZone switches the page's absolute times to UTC (utc true) or the
+// viewer's zone, remembers the choice, and renders the page again.
+function setZone(utc) {
+  zone.utc = !!utc;
+  try { localStorage.setItem("tasklock.zone", zone.utc ? "utc" : "local"); } catch (e) { /* private mode */ }
+  showZone();
+  document.dispatchEvent(new CustomEvent("tasklock:zone", { detail: { utc: zone.utc } }));
+  for (const e of document.querySelectorAll("time.t")) e.title = fmtTime(e.dateTime);
+  render();
+}
+
+// showZone labels the header's switch with the zone in force.
+function showZone() {
+  const b = document.getElementById("zone-switch");
+  if (!b) return;
+  b.textContent = zone.utc ? "UTC" : zoneName(new Date());
+  b.dataset.zone = zone.utc ? "utc" : "local";
+  b.title = zone.utc ? "times in UTC: switch to your zone (" + zoneName(new Date()) + ")" : "times in your zone: switch to UTC";
+}
+
+// fmtMS is a duration in milliseconds as people read it.
 function fmtMS(ms) {
-  if (ms === null || ms === undefined) return "—";
-  if (ms < 1000) return ms + " ms";
-  const s = ms / 1000;
-  if (s < 120) return s.toFixed(1) + " s";
-  if (s < 7200) return (s / 60).toFixed(1) + " min";
-  return (s / 3600).toFixed(1) + " h";
+  if (ms === null || ms === undefined || isNaN(ms)) return "—";
+  const neg = ms < 0 ? "-" : "";
+  ms = Math.abs(Math.round(ms));
+  if (ms < 1000) return neg + ms + " ms";
+  if (ms < 10000) return neg + (ms / 1000).toFixed(1).replace(/\.0$/, "") + " s";
+  const s = Math.round(ms / 1000);
+  const two = (a, ua, b, ub) => neg + a + " " + ua + (b ? " " + b + " " + ub : "");
+  if (s < 60) return neg + s + " s";
+  if (s < 3600) return two(Math.floor(s / 60), "min", s % 60, "s");
+  if (s < 86400) return two(Math.floor(s / 3600), "h", Math.floor((s % 3600) / 60), "min");
+  return two(Math.floor(s / 86400), "d", Math.floor((s % 86400) / 3600), "h");
 }
 
 // jobState is a job's state cell: broken (its schedule gives no next tick),
@@ -128,7 +213,7 @@ async function jobsPage() {
   const filter = el("input", { id: "job-filter", type: "search", placeholder: "filter jobs", value: state.jobFilter || "",
     onchange: (e) => { state.jobFilter = e.target.value; state.jobsAfter = [""]; render(); } });
   const after = state.jobsAfter[state.jobsAfter.length - 1];
-  const q = new URLSearchParams({ limit: "100" });
+  const q = new URLSearchParams({ limit: "100", recent: "50" });
   if (after) q.set("after", after);
   if (state.jobFilter) q.set("q", state.jobFilter);
   const data = await api("api/jobs?" + q);
@@ -138,8 +223,9 @@ async function jobsPage() {
     return el("tr", { class: "job-row", "data-job": j.job, "data-paused": String(j.paused) },
       el("td", { class: "job-name" }, el("a", { href: "#/job/" + encodeURIComponent(j.job) }, j.job)),
       el("td", {}, j.schedule || "—", j.timezone ? el("span", { class: "muted" }, " " + j.timezone) : null),
-      el("td", { class: "job-next" }, j.next_ticks.length ? fmtTime(j.next_ticks[0]) : "—"),
-      el("td", { class: "job-last" }, lr ? [statusBadge(lr.tick_status || lr.status), " ", fmtTime(lr.tick), el("span", { class: "muted" }, " " + (lr.shards > 1 ? lr.shards + " shards" : lr.node))] : "—"),
+      el("td", { class: "job-next" }, j.next_ticks.length ? timeEl(j.next_ticks[0]) : "—"),
+      el("td", { class: "job-last" }, lr ? [statusBadge(lr.tick_status || lr.status), " ", timeEl(lr.tick), el("span", { class: "muted" }, " " + (lr.shards > 1 ? lr.shards + " shards" : lr.node))] : "—"),
+      el("td", { class: "job-spark" }, j.recent ? sparkline(j.recent.slice().reverse()) : "—"),
       el("td", { class: "job-running" }, run),
       jobState(j, "td"),
       el("td", { class: "job-triggers num" }, j.pending_triggers.length),
@@ -153,7 +239,7 @@ async function jobsPage() {
     el("h1", {}, "Jobs ", el("span", { class: "muted", id: "jobs-total" }, "(" + data.total + ")")),
     el("div", { class: "toolbar" }, filter),
     el("table", { id: "jobs-table" },
-      el("thead", {}, el("tr", {}, ["Job", "Schedule", "Next tick", "Last run", "Running on", "State", "Triggers", ""].map((h) => el("th", {}, h)))),
+      el("thead", {}, el("tr", {}, ["Job", "Schedule", "Next tick", "Last run", "Last 50 runs", "Running on", "State", "Triggers", ""].map((h) => el("th", {}, h)))),
       el("tbody", {}, rows)),
     el("div", { class: "pager" },
       el("button", { id: "jobs-prev", type: "button", disabled: state.jobsAfter.length < 2, onclick: () => { state.jobsAfter.pop(); render(); } }, "Previous"),
@@ -164,10 +250,12 @@ function runRow(r) {
   const dur = r.start && r.end ? fmtMS(new Date(r.end) - new Date(r.start)) : "—";
   const detail = [];
   if (r.error) detail.push(el("div", { class: "run-error" }, r.error));
-  if (r.output) detail.push(el("pre", { class: "run-output" }, r.output));
+  if (r.output) detail.push(el("pre", { class: "run-output" }, (r.output_truncated ? "…" : "") + r.output));
+  if (r.output_truncated && r.id) detail.push(el("a", { class: "run-more", href: "#/run/" + encodeURIComponent(r.id) }, "all of its output"));
   const sharded = r.shards > 1;
   return el("tr", { class: "run-row", "data-status": r.status, "data-job": r.job, "data-shard": sharded ? String(r.shard) : "" },
-    el("td", {}, fmtTime(r.tick), r.trigger ? el("span", { class: "muted" }, " (trigger)") : null),
+    el("td", { class: "run-tick" }, r.id ? el("a", { class: "run-link", href: "#/run/" + encodeURIComponent(r.id), title: "this run's page: all its output, its attempts, its lock" }, timeEl(r.tick)) : timeEl(r.tick),
+      r.trigger ? el("span", { class: "muted" }, " (trigger)") : null),
     el("td", { class: "run-shard num" }, sharded ? r.shard + "/" + r.shards : "—"),
     el("td", { class: "run-status" }, statusBadge(r.status)),
     el("td", { class: "run-tick-status" }, sharded && r.tick_status ? statusBadge(r.tick_status) : "—"),
@@ -181,7 +269,7 @@ function runRow(r) {
 
 async function jobPage(name) {
   const st = state.runStatus || "";
-  const jq = await api("api/jobs?" + new URLSearchParams({ name: name }));
+  const jq = await api("api/jobs?" + new URLSearchParams({ name: name, ticks: "5" }));
   const j = jq.jobs[0];
   const q = new URLSearchParams({ job: name, limit: "50" });
   if (st) q.set("status", st);
@@ -203,23 +291,91 @@ async function jobPage(name) {
     head.push(el("div", { class: "toolbar", id: "job-summary", "data-job": j.job, "data-paused": String(j.paused) },
       jobState(j, "span"),
       j.broken ? el("span", { class: "state-broken" }, j.broken) : null,
-      el("span", {}, "schedule: " + (j.schedule || "—") + (j.timezone ? " " + j.timezone : "")),
-      el("span", {}, "next: " + (j.next_ticks.map(fmtTime).join(", ") || "—")),
+      el("span", {}, "schedule: " + (j.schedule || j.spec || "—") + (j.timezone ? " " + j.timezone : "")),
+      el("span", { class: "job-next" }, "next: ", j.next_ticks.length ? timeEl(j.next_ticks[0]) : "—"),
       el("span", { class: "job-running" }, "running: " + (j.running.map((r) => r.node + " (fence " + r.fence + ")").join(", ") || "no")),
       el("span", { class: "job-triggers" }, "pending triggers: " + j.pending_triggers.length),
       actionButton("action-trigger", "Trigger", "Run " + j.job + " now, once, on one node?", "api/jobs/" + encodeURIComponent(j.job) + "/trigger"),
       j.paused
         ? actionButton("action-resume", "Resume", "Resume " + j.job + " on every node?", "api/jobs/" + encodeURIComponent(j.job) + "/resume")
         : actionButton("action-pause", "Pause", "Pause " + j.job + " on every node? Running runs finish.", "api/jobs/" + encodeURIComponent(j.job) + "/pause")));
+    head.push(jobDefinition(j));
+    head.push(await depsView(j));
   }
-  if (j) head.push(await depsView(j));
+  head.push(jobCharts(data.runs));
   return [...head,
+    el("h2", {}, "History"),
     el("div", { class: "toolbar" }, statusSel),
     el("table", { id: "runs-table" },
       el("thead", {}, el("tr", {}, ["Tick", "Shard", "Status", "Tick status", "Attempt", "Node", "Fence", "Duration", "Error / output", ""].map((h) => el("th", {}, h)))),
       tbody),
     el("div", { class: "pager" }, more),
     await auditSection(name)];
+}
+
+// orDefault shows a setting: its value, or "default" when 0 or empty.
+function orDefault(v, show) {
+  return v ? (show ? show(v) : String(v)) : el("span", { class: "muted" }, "default");
+}
+
+// jobDefinition is the job's definition (#job-def, rows tr.def-row[data-key])
+// and its next ticks (#job-next-ticks, rows tr.next-tick: relative, in the
+// viewer's zone, in UTC).
+function jobDefinition(j) {
+  const d = j.definition;
+  const rows = [];
+  const row = (key, ...value) => rows.push(el("tr", { class: "def-row", "data-key": key }, el("th", {}, key), el("td", {}, ...value)));
+  row("schedule", el("code", {}, j.schedule || j.spec || "—"), " ", el("span", { class: "muted" }, j.timezone || "UTC"));
+  if (!d) {
+    row("defined", el("span", { class: "muted" }, j.configured ? "—" : "not in this node's configuration: only its registered schedule is known here"));
+  } else {
+    for (const f of d.handler) row(f.key, el("code", { class: "def-handler" }, f.value));
+    row("timeout", d.timeout_ms ? fmtMS(d.timeout_ms) : el("span", { class: "muted" }, "none"));
+    row("retries", String(d.retries), d.retries ? el("span", { class: "muted" }, " (backoff " + fmtMS(d.retry_backoff_ms || 1000) + " up to " + fmtMS(d.retry_backoff_max_ms || 60000) + ")") : null);
+    row("overlap", d.max_concurrent ? "allow, at most " + d.max_concurrent + " at once" : d.overlap);
+    row("misfire", d.misfire, el("span", { class: "muted" }, " (grace " + fmtMS(d.misfire_after_ms || 5000) + ", window " + fmtMS(d.misfire_window_ms || 3600000) +
+      (d.misfire === "catch_up" ? ", at most " + (d.catch_up_max || 10) + " ticks" : "") + ")"));
+    row("shards", d.shards > 1 ? String(d.shards) : el("span", { class: "muted" }, "not sharded"));
+    row("pool", d.pool ? [d.pool, el("span", { class: "muted" }, d.pool_wait_ms ? " (waits up to " + fmtMS(d.pool_wait_ms) + ")" : " (waits until the next tick)")] : el("span", { class: "muted" }, "none"));
+    row("nodes", d.nodes.length ? d.nodes.map((l) => el("span", { class: "badge label" }, l)) : el("span", { class: "muted" }, "any node"));
+    row("run_on", d.run_on);
+    if (d.after.length) row("after", d.after.join(", "), el("span", { class: "muted" }, d.within_ms ? " (waits up to " + fmtMS(d.within_ms) + ")" : " (waits until the next tick)"));
+    if (d.jitter_ms) row("jitter", fmtMS(d.jitter_ms));
+    row("lock", "ttl ", orDefault(d.lock_ttl_ms, fmtMS), ", min hold ", orDefault(d.min_hold_ms, fmtMS), ", max hold ", orDefault(d.max_hold_ms, fmtMS));
+  }
+  const ticks = j.next_ticks.map((t) => el("tr", { class: "next-tick", "data-tick": t },
+    el("td", { class: "next-rel" }, timeEl(t)),
+    el("td", { class: "next-local" }, fmtTime(t, false)),
+    el("td", { class: "next-utc" }, fmtTime(t, true))));
+  return el("section", { id: "job-def", class: "job-def" },
+    el("div", {}, el("h2", {}, "Definition"), el("table", { class: "def" }, el("tbody", {}, rows))),
+    el("div", {}, el("h2", {}, "Next ticks"),
+      ticks.length
+        ? el("table", { id: "job-next-ticks" },
+          el("thead", {}, el("tr", {}, el("th", {}, "In"), el("th", {}, "Your zone (" + zoneName(new Date()) + ")"), el("th", {}, "UTC"))),
+          el("tbody", {}, ticks))
+        : el("p", { class: "muted" }, "none")));
+}
+
+// jobCharts draws the duration and lateness (start − tick) of the runs
+// listed (#job-charts), with chart.js's lineChart when it is loaded.
+function jobCharts(runs) {
+  const done = runs.filter((r) => r.start).slice().reverse();
+  const sec = el("section", { id: "job-charts" }, el("h2", {}, "Recent runs"));
+  if (done.length < 2) {
+    sec.append(el("p", { class: "muted" }, "Charts show once the job has two runs or more."));
+    return sec;
+  }
+  if (typeof lineChart !== "function") {
+    sec.append(el("p", { class: "muted chart-placeholder" }, "Duration and lateness charts need chart.js."));
+    return sec;
+  }
+  const dur = done.map((r) => [r.tick, r.end ? new Date(r.end) - new Date(r.start) : null]);
+  const late = done.map((r) => [r.tick, new Date(r.start) - new Date(r.tick)]);
+  sec.append(
+    el("div", { class: "chart-box", id: "job-duration-chart" }, lineChart([{ name: "duration", points: dur }], { label: "duration of the last runs", fmt: fmtMS, height: 150 })),
+    el("div", { class: "chart-box", id: "job-lateness-chart" }, lineChart([{ name: "lateness", points: late }], { label: "lateness: start − tick", fmt: fmtMS, height: 150 })));
+  return sec;
 }
 
 // auditSection lists the job's audit entries (GET api/audit?job=), newest
@@ -233,7 +389,7 @@ async function auditSection(name) {
     return null;
   }
   const rows = data.audit.map((a) => el("tr", { class: "audit-row", "data-action": a.action },
-    el("td", {}, fmtTime(a.at)),
+    el("td", {}, timeEl(a.at)),
     el("td", { class: "audit-who" }, a.who),
     el("td", { class: "audit-action" }, a.action),
     el("td", {}, a.detail ? el("pre", { class: "audit-detail" }, a.detail) : "—")));
@@ -263,7 +419,7 @@ async function depsView(j) {
     const st = lr && (lr.tick_status || lr.status);
     return el("li", { class: "dag-node dag-" + role, "data-job": n, "data-status": lr ? st : "none" },
       el("a", { href: "#/job/" + encodeURIComponent(n) }, n), " ",
-      lr ? [statusBadge(st), el("span", { class: "muted" }, " " + fmtTime(lr.tick))]
+      lr ? [statusBadge(st), " ", el("span", { class: "muted" }, timeEl(lr.tick))]
         : el("span", { class: "muted" }, v ? "no run yet" : "not known here"));
   };
   const col = (title, id, items, role) => el("div", { class: "dag-col" }, el("h2", {}, title),
@@ -317,7 +473,7 @@ async function nodesPage() {
     el("td", {}, n.node),
     el("td", { class: n.alive ? "state-active" : "muted" }, n.alive ? "alive" : "gone"),
     el("td", { class: "node-leader" }, n.leader ? el("span", { class: "badge leader-badge", title: "elected leader, term " + n.leader_term }, "leader") : ""),
-    el("td", {}, fmtTime(n.last_seen)),
+    el("td", {}, timeEl(n.last_seen)),
     el("td", {}, n.version || "—"),
     el("td", { class: "num" }, n.alive ? n.fence : "—")));
   const l = data.leader;
@@ -335,8 +491,9 @@ async function nodesPage() {
 
 function routeSection() {
   const r = location.hash.replace(/^#\/?/, "");
-  if (r.startsWith("job/")) return "runs";
+  if (r.startsWith("job/") || r.startsWith("run/")) return "runs";
   if (r === "locks" || r === "nodes") return r;
+  if (r === "" || r === "overview") return "overview";
   return "jobs";
 }
 
@@ -347,15 +504,17 @@ function routeSection() {
 async function render() {
   const main = document.getElementById("main");
   const gen = ++state.renders;
-  const r = location.hash.replace(/^#\/?/, "") || "jobs";
-  for (const id of ["jobs", "locks", "nodes"]) {
-    document.getElementById("nav-" + id).classList.toggle("active", r === id || (id === "jobs" && r.startsWith("job/")));
+  const r = location.hash.replace(/^#\/?/, "") || "overview";
+  for (const id of ["overview", "jobs", "locks", "nodes"]) {
+    document.getElementById("nav-" + id).classList.toggle("active", r === id || (id === "jobs" && (r.startsWith("job/") || r.startsWith("run/"))));
   }
   try {
     let page;
     if (r.startsWith("job/")) page = await jobPage(decodeURIComponent(r.slice(4)));
+    else if (r.startsWith("run/")) page = await runPage(decodeURIComponent(r.slice(4)));
     else if (r === "locks") page = await locksPage();
     else if (r === "nodes") page = await nodesPage();
+    else if (r === "overview") page = await overviewPage();
     else page = await jobsPage();
     if (gen !== state.renders) return;
     // A page leaves out the parts it has nothing for as null.
@@ -386,7 +545,8 @@ function listen() {
     live.classList.toggle("on", !s.error);
     live.title = s.error ? s.error : "live: " + s.locks + " locks, " + s.running + " running, " + s.nodes_alive + " nodes";
     const sec = routeSection();
-    if (s.changed.includes(sec) || (sec === "runs" && s.changed.includes("jobs"))) {
+    const due = sec === "overview" ? s.changed.length > 0 && overviewDue() : s.changed.includes(sec) || (sec === "runs" && s.changed.includes("jobs"));
+    if (due) {
       if (state.refreshing) return;
       state.refreshing = true;
       render().finally(() => { state.refreshing = false; });
@@ -418,6 +578,9 @@ document.addEventListener("DOMContentLoaded", async () => {
     await loadInfo();
     await render();
   });
+  showZone();
+  document.getElementById("zone-switch").addEventListener("click", () => setZone(!zone.utc));
+  setInterval(refreshTimes, 1000);
   window.addEventListener("hashchange", () => { state.jobsAfter = [""]; state.locksAfter = ""; render(); });
   try { await loadInfo(); } catch (err) { message(err.message, true); }
   await render();

@@ -307,22 +307,25 @@ jobs:
 	before := time.Now().UTC().Add(-time.Minute)
 	apiPost("api/jobs/load/pause")
 	type auditRow struct {
-		When, Who, Action string
+		When, Rel, Who, Action string
 	}
 	var audit []auditRow
 	run("audit of load",
 		chromedp.Navigate(url+"#/job/load"),
 		waitFor(onPage("load")+` && !!document.querySelector('#job-audit #audit-table tr.audit-row[data-action="pause"]')`),
 		eval(`[...document.querySelectorAll("#job-audit #audit-table tr.audit-row")].map((tr) => ({
-			When: tr.cells[0].textContent, Who: tr.querySelector("td.audit-who").textContent, Action: tr.querySelector("td.audit-action").textContent,
+			When: tr.cells[0].querySelector("time.t").dateTime, Rel: tr.cells[0].textContent, Who: tr.querySelector("td.audit-who").textContent, Action: tr.querySelector("td.audit-action").textContent,
 		}))`, &audit),
 	)
 	if len(audit) != 2 || audit[0].Action != "pause" || audit[0].Who != "api:token" || audit[1].Action != "trigger" {
 		t.Fatalf("load's audit section: %v, want the pause by api:token above the trigger", audit)
 	}
-	when, err := time.Parse("2006-01-02 15:04:05Z", audit[0].When)
+	when, err := time.Parse(time.RFC3339Nano, audit[0].When)
 	if err != nil || when.Before(before) || when.After(time.Now().UTC().Add(time.Minute)) {
 		t.Errorf("the pause's time on the page is %q (%v), want about now", audit[0].When, err)
+	}
+	if !regexp.MustCompile(`^(now|[0-9]+ s ago|1 min ago)$`).MatchString(audit[0].Rel) {
+		t.Errorf("the pause's time reads %q, want how long ago", audit[0].Rel)
 	}
 	var auditHead []string
 	run("audit headers", eval(`[...document.querySelectorAll("#job-audit h2, #audit-table th")].map((e) => e.textContent)`, &auditHead))

@@ -27,6 +27,10 @@
 //	                give a pool the same size
 //	labels          schedule.Config.Labels: this node's labels, a list;
 //	                serve's --label flags replace it
+//	output_max      schedule.Config.OutputMax: how much of each run's
+//	                output the history keeps, a size (65536, 64KiB; at
+//	                most 512KiB; default 64KiB; 0 keeps none); serve's
+//	                --output-max replaces it
 //
 // Pool names and labels are 1 to 63 bytes of ASCII letters, digits and
 // - _ . : = /, starting with a letter or digit (schedule.CheckLabel).
@@ -105,6 +109,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -125,6 +130,41 @@ const DefaultHTTPTimeout = time.Minute
 // tasklock.MaxTTL, the longest lease a lock may have.
 const MaxDuration = tasklock.MaxTTL
 
+// DefaultOutputMax is File.OutputMax when output_max: is not set: 64 KiB,
+// which every store keeps per run record.
+const DefaultOutputMax = 64 << 10
+
+// MaxOutputMax bounds output_max: 512 KiB, which every store's record
+// holds with room to spare (ZooKeeper's nodes hold about 1 MB).
+const MaxOutputMax = 512 << 10
+
+// ParseSize reads a byte size: a whole number of bytes, or one followed by
+// KiB or MiB (1024-based; k, K, KB and M, MB mean the same), e.g. 65536,
+// 64KiB, 1MiB. It is used for output_max: and serve's --output-max.
+func ParseSize(s string) (int, error) {
+	t := strings.TrimSpace(s)
+	mult := 1
+	for _, u := range []struct {
+		suffix string
+		mult   int
+	}{{"KiB", 1 << 10}, {"KB", 1 << 10}, {"k", 1 << 10}, {"K", 1 << 10}, {"MiB", 1 << 20}, {"MB", 1 << 20}, {"M", 1 << 20}, {"B", 1}} {
+		if v, ok := strings.CutSuffix(t, u.suffix); ok {
+			t, mult = strings.TrimSpace(v), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(strings.ReplaceAll(t, "_", ""), 10, 32)
+	switch {
+	case err != nil || t == "":
+		return 0, fmt.Errorf("want a size in bytes such as 65536, 64KiB or 1MiB, got %q", s)
+	case n < 0:
+		return 0, fmt.Errorf("%q is negative", s)
+	case n*int64(mult) > MaxOutputMax:
+		return 0, fmt.Errorf("%q is more than %d bytes (512KiB)", s, MaxOutputMax)
+	}
+	return int(n) * mult, nil
+}
+
 // MaxFileSize is the largest configuration file Load reads, in bytes.
 const MaxFileSize = 4 << 20
 
@@ -144,6 +184,10 @@ type File struct {
 	Pools map[string]int
 	// Labels are the node's labels (labels:), for schedule.Config.Labels.
 	Labels []string
+	// OutputMax is how many bytes of each run's output the history keeps
+	// (output_max:, for schedule.Config.OutputMax): its head and tail past
+	// that. DefaultOutputMax when the file does not say; 0 keeps none.
+	OutputMax int
 	// Jobs are the jobs, in the file's order, with distinct names.
 	Jobs []Job
 }

@@ -50,7 +50,7 @@ func TestParseFull(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := &File{Store: "sqlite://./tasklock.db", StoreGiven: true, Node: "web-1", Jobs: []Job{
+	want := &File{Store: "sqlite://./tasklock.db", StoreGiven: true, Node: "web-1", OutputMax: DefaultOutputMax, Jobs: []Job{
 		{
 			Job: schedule.Job{
 				Name: "nightly-report", Schedule: "0 30 2 * * *", TimeZone: "Europe/Berlin",
@@ -96,7 +96,7 @@ func TestParseErrors(t *testing.T) {
 			[]string{`c.yaml:5: job "j": colour: unknown key (want name, schedule, timezone, command, kill_grace, http, timeout, overlap, misfire, retries, jitter, lock_ttl, min_hold, max_hold, run_on, after, within, max_concurrent, pool, pool_wait, nodes, shards)`}},
 		{"unknown key before the name", "jobs:\n  - colour: red\n    name: j\n    schedule: '@daily'\n    command: [x]\n",
 			[]string{`c.yaml:2: job "j": colour: unknown key (want name, schedule, timezone, command, kill_grace, http, timeout, overlap, misfire, retries, jitter, lock_ttl, min_hold, max_hold, run_on, after, within, max_concurrent, pool, pool_wait, nodes, shards)`}},
-		{"unknown top key", "stor: mem://\n" + job, []string{`c.yaml:1: stor: unknown key (want store, node, pools, labels, jobs)`}},
+		{"unknown top key", "stor: mem://\n" + job, []string{`c.yaml:1: stor: unknown key (want store, node, pools, labels, output_max, jobs)`}},
 		{"schedule", "jobs:\n  - name: j\n    schedule: '61 * * * *'\n    command: [x]\n",
 			[]string{`c.yaml:3: job "j": schedule: invalid minute field "61" in "61 * * * *": 61 above the maximum 59`}},
 		{"zone", job + "    timezone: Mars/Base\n", []string{`c.yaml:5: job "j": timezone: "Mars/Base": unknown time zone Mars/Base`}},

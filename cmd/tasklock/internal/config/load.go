@@ -179,11 +179,20 @@ func (p *parser) file_(data []byte) *File {
 		p.errorf(root, "", "empty: want a mapping with at least jobs")
 		return nil
 	}
-	fields := p.mapping(root, "", "store", "node", "pools", "labels", "jobs")
+	fields := p.mapping(root, "", "store", "node", "pools", "labels", "output_max", "jobs")
 	if fields == nil {
 		return nil
 	}
-	f := &File{Store: DefaultStore}
+	f := &File{Store: DefaultStore, OutputMax: DefaultOutputMax}
+	if fd, ok := fields["output_max"]; ok && !isNull(fd.val) {
+		if fd.val.Kind != yaml.ScalarNode {
+			p.errorf(fd.val, "output_max", "want a size such as 64KiB, got %s", kind(fd.val))
+		} else if n, err := ParseSize(fd.val.Value); err != nil {
+			p.errorf(fd.val, "output_max", "%s", err)
+		} else {
+			f.OutputMax = n
+		}
+	}
 	if fd, ok := fields["store"]; ok {
 		if s, ok := p.str(fd, "store"); ok {
 			switch {
