@@ -441,8 +441,8 @@ func TestLedgerMigrateShards(t *testing.T) {
 	}
 }
 
-// TestLedgerMigrateCancel: migration 007 keeps the trigger requests of a
-// ledger made by 006 as requests to run, and the table then keeps cancel
+// TestLedgerMigrateCancel: migration 008 keeps the trigger requests of a
+// ledger made by 007 as requests to run, and the table then keeps cancel
 // requests beside them.
 func TestLedgerMigrateCancel(t *testing.T) {
 	t.Parallel()
@@ -452,22 +452,22 @@ func TestLedgerMigrateCancel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ms[6].name != "cancel_requests" {
-		t.Fatalf("migration 7 is %q", ms[6].name)
+	if ms[7].name != "cancel_requests" {
+		t.Fatalf("migration 8 is %q", ms[7].name)
 	}
 	conn, err := db.Conn(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	if err := migrateLocked(ctx, conn, "old_locks", ms[:6]); err != nil {
+	if err := migrateLocked(ctx, conn, "old_locks", ms[:7]); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := db.ExecContext(ctx, "INSERT INTO old_locks_triggers (job, trigger_id, requested_at, tick, rerun) VALUES"+
 		" ('j', 'now', UTC_TIMESTAMP(6) - INTERVAL 1 SECOND, NULL, 0), ('j', 'past', UTC_TIMESTAMP(6), '2030-01-01 00:00:00', 1)"); err != nil {
 		t.Fatal(err)
 	}
-	s := mustNew(t, db, &Options{Table: "old_locks", Migrate: true}) // migrates 007
+	s := mustNew(t, db, &Options{Table: "old_locks", Migrate: true}) // migrates 008
 	if _, err := s.SetJobState(ctx, ledger.JobStateParams{Job: "j", Op: ledger.JobCancel, Trigger: "c", Tick: tick0, Shard: 2}); err != nil {
 		t.Fatal(err)
 	}

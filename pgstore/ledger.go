@@ -531,7 +531,7 @@ type triggerArrays struct {
 	ticks  []pgtype.Timestamptz
 	reruns []bool
 	// cancels: the cancel target (ledger.TriggerRequest.CancelField), ""
-	// for a request to run (migration 0008).
+	// for a request to run (migration 0009).
 	cancels []string
 }
 

@@ -451,19 +451,19 @@ func TestLedgerMigrateShards(t *testing.T) {
 	}
 }
 
-// TestLedgerMigrateCancel: migration 0008 keeps the trigger requests of a
-// ledger made by 0007 as requests to run, and the table then keeps cancel
+// TestLedgerMigrateCancel: migration 0009 keeps the trigger requests of a
+// ledger made by 0008 as requests to run, and the table then keeps cancel
 // requests beside them.
 func TestLedgerMigrateCancel(t *testing.T) {
 	t.Parallel()
 	pool := newPool(t, newDB(t), nil)
 	ctx := ctxT(t)
-	migrateTo(t, pool, "old_locks", 7)
+	migrateTo(t, pool, "old_locks", 8)
 	if _, err := pool.Exec(ctx, `INSERT INTO old_locks_triggers (job, trigger_id, requested_at, tick, rerun)
 		VALUES ('j', 'now', now() - interval '1 second', NULL, false), ('j', 'past', now(), '2030-01-01T00:00:00Z', true)`); err != nil {
 		t.Fatal(err)
 	}
-	s := newStore(t, pool, &Options{Table: "old_locks"}) // migrates 0008
+	s := newStore(t, pool, &Options{Table: "old_locks"}) // migrates 0009
 	if _, err := s.SetJobState(ctx, ledger.JobStateParams{Job: "j", Op: ledger.JobCancel, Trigger: "c", Tick: tick0, Shard: 2}); err != nil {
 		t.Fatal(err)
 	}

@@ -346,8 +346,8 @@ VALUES ('j', %d, '', 1, 'old-node', 7, NULL, NULL, 'ok', '', 'out', 5),
 	}
 }
 
-// TestLedgerMigrateCancel: migration 0007 keeps the trigger requests of a
-// ledger made by 0006 as requests to run, and the table then keeps cancel
+// TestLedgerMigrateCancel: migration 0008 keeps the trigger requests of a
+// ledger made by 0007 as requests to run, and the table then keeps cancel
 // requests beside them.
 func TestLedgerMigrateCancel(t *testing.T) {
 	db := openT(t, dbPath(t), nil)
@@ -357,7 +357,7 @@ func TestLedgerMigrateCancel(t *testing.T) {
 		t.Fatal(err)
 	}
 	all := migrations
-	migrations = all[:6]
+	migrations = all[:7]
 	err = migrate(ctx, db, c)
 	migrations = all
 	if err != nil {
@@ -367,7 +367,7 @@ func TestLedgerMigrateCancel(t *testing.T) {
 	if _, err := db.ExecContext(ctx, q); err != nil {
 		t.Fatal(err)
 	}
-	s := newStoreT(t, db) // migrates 0007
+	s := newStoreT(t, db) // migrates 0008
 	if _, err := s.SetJobState(ctx, ledger.JobStateParams{Job: "j", Op: ledger.JobCancel, Trigger: "c", Tick: ledgerTick, Shard: 2}); err != nil {
 		t.Fatal(err)
 	}
