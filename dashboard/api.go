@@ -493,10 +493,10 @@ func (h *handler) runs(w http.ResponseWriter, r *http.Request) {
 	}
 	q := ledger.RunQuery{Job: qs.Get("job"), Status: ledger.RunStatus(qs.Get("status")), Limit: limit + 1}
 	switch q.Status {
-	case "", ledger.RunOK, ledger.RunFailed, ledger.RunTimeout, ledger.RunLost, ledger.RunInterrupted,
+	case "", ledger.RunOK, ledger.RunFailed, ledger.RunTimeout, ledger.RunLost, ledger.RunInterrupted, ledger.RunCancelled,
 		ledger.RunSkipped, ledger.RunMissed, ledger.RunRunning:
 	default:
-		writeError(w, http.StatusBadRequest, "status: want ok, failed, timeout, lost, interrupted, skipped, missed or running")
+		writeError(w, http.StatusBadRequest, "status: want ok, failed, timeout, lost, cancelled, interrupted, skipped, missed or running")
 		return
 	}
 	if q.From, err = parseTime(qs, "from"); err == nil {
@@ -729,8 +729,13 @@ func (h *handler) setState(op ledger.JobStateOp) http.HandlerFunc {
 			return
 		}
 		p := ledger.JobStateParams{Job: name, Op: op}
+		note := ""
 		if op == ledger.JobTrigger {
-			p.Trigger = rand.Text()
+			p.Trigger = newTriggerID()
+			var ok bool
+			if note, ok = readNote(w, r); !ok { // actapi.go
+				return
+			}
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), callTimeout)
 		defer cancel()
@@ -742,16 +747,22 @@ func (h *handler) setState(op ledger.JobStateOp) http.HandlerFunc {
 		h.sum.invalidate()
 		detail := ""
 		if p.Trigger != "" {
-			detail = "trigger " + p.Trigger
+			detail = apijson.TriggerDetail(p.Trigger, note)
 		}
 		h.audit(ctx, r, name, opAction[op], detail)
 		out := map[string]any{"job": apijson.FromState(st)}
 		if p.Trigger != "" {
 			out["trigger"] = p.Trigger
 		}
+		if note != "" {
+			out["note"] = note
+		}
 		writeJSON(w, http.StatusOK, out)
 	}
 }
+
+// newTriggerID is a new trigger request's ID: random, unique.
+func newTriggerID() string { return rand.Text() }
 
 // opAction names the audit action of each state change.
 var opAction = map[ledger.JobStateOp]string{ledger.JobPause: "pause", ledger.JobResume: "resume", ledger.JobTrigger: "trigger"}

@@ -268,6 +268,8 @@ func New(opts Options) (http.Handler, error) {
 	h.route(m, http.MethodPost, "/api/jobs/{name}/pause", h.mutating(h.setState(ledger.JobPause)))
 	h.route(m, http.MethodPost, "/api/jobs/{name}/resume", h.mutating(h.setState(ledger.JobResume)))
 	h.route(m, http.MethodPost, "/api/locks/{key}/release", h.mutating(h.release))
+	h.route(m, http.MethodPost, "/api/runs/cancel", h.mutating(h.cancelRun)) // actapi.go
+	h.route(m, http.MethodPost, "/api/runs/retry", h.mutating(h.retryRun))
 	h.route(m, http.MethodPost, "/login", h.login)
 	h.route(m, http.MethodPost, "/logout", h.mutating(h.logout))
 	m.HandleFunc("/api/", h.reading(func(w http.ResponseWriter, r *http.Request) {

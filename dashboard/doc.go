@@ -50,7 +50,7 @@
 //	                      (both omitted when empty), "recent": [the statuses of its newest N
 //	                      runs, newest first] (with recent=N; omitted when none)}],
 //	                      "total", "next"}
-//	GET  /api/runs        ?job= &status=ok|failed|timeout|lost|interrupted|skipped|missed|running
+//	GET  /api/runs        ?job= &status=ok|failed|timeout|lost|cancelled|interrupted|skipped|missed|running
 //	                      &from=TIME &to=TIME
 //	                      &limit=N (default 50) &before=CURSOR
 //	                      {"runs": [{"id", "job", "tick", "trigger", "shard", "shards", "tick_status",
@@ -70,7 +70,19 @@
 //	GET  /api/nodes       {"nodes": [{"node", "alive", "last_seen", "version", "fence", "expires_in_ms", "leader", "leader_term"}],
 //	                       "leader": {"node", "term", "expires_in_ms"} or null}
 //	GET  /api/events      text/event-stream: an event "summary" every second (see below)
-//	POST /api/jobs/{name}/trigger   {"job": state after, "trigger": ID}
+//	POST /api/jobs/{name}/trigger   body: none, or {"note": TEXT} (at most 1000 bytes, 400
+//	                      beyond), kept in the audit entry; {"job": state after, "trigger": ID, "note"}
+//	POST /api/runs/cancel body {"job", "tick", "trigger", "shard"}: a run as /api/runs lists
+//	                      it (its attempt is ignored); asks the node running it to stop it
+//	                      within a poll interval (it ends "cancelled", a command's process
+//	                      tree stopped as on timeout, no retry); 202 {"cancel": request ID,
+//	                      "run": its running attempt}; 404 no such run; 409 {"error", "run"}
+//	                      when its newest attempt has ended
+//	POST /api/runs/retry  the same body: runs a failed, timeout, lost, interrupted or
+//	                      cancelled run again — a scheduled tick as its next attempt (a re-run,
+//	                      as jobs rerun; for a sharded job every shard of the tick), a
+//	                      triggered run as a new trigger; 202 {"job", "rerun": ID, "tick"} or
+//	                      {"job", "trigger": ID}; 404 no such run; 409 running or not failed
 //	POST /api/jobs/{name}/pause     {"job": state after}
 //	POST /api/jobs/{name}/resume    {"job": state after}
 //	POST /api/jobs        body: one job, YAML or JSON, with the keys of a job of serve's

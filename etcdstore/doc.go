@@ -247,7 +247,8 @@
 //   - j/<job>\x00p while the job is paused, j/<job>\x00t<ID> for each
 //     pending trigger request, holding its At (RFC 3339), and for a
 //     backfill or a re-run a space and its Tick (RFC 3339), and for a
-//     re-run " rerun";
+//     re-run " rerun"; a cancel request (ledger.JobCancel) ends with
+//     " cancel " and its TriggerRequest.CancelField;
 //   - s/<job>: the job's registration (its spec and since, nanoseconds),
 //     apart from j/ so that JobStates does not read it;
 //   - m/<revision>: an age mark (below);

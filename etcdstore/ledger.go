@@ -190,15 +190,19 @@ func (s *Store) specKey(job string) string {
 
 // triggerValue is the value of a trigger request's key: its At (RFC 3339,
 // UTC), then for a backfill or a re-run a space and the Tick to run (RFC
-// 3339, UTC), then for a re-run " rerun". A trigger-now's value is its At
-// alone, as before TriggerRequest had a Tick.
-func triggerValue(at, tick time.Time, rerun bool) string {
+// 3339, UTC), then for a re-run " rerun"; for a cancel request, " cancel "
+// and its CancelField last (it may hold spaces). A trigger-now's value is
+// its At alone, as before TriggerRequest had a Tick.
+func triggerValue(at time.Time, tr ledger.TriggerRequest) string {
 	v := at.UTC().Round(0).Format(time.RFC3339Nano)
-	if !tick.IsZero() {
-		v += " " + tick.UTC().Format(time.RFC3339Nano)
-		if rerun {
+	if !tr.Tick.IsZero() {
+		v += " " + tr.Tick.UTC().Format(time.RFC3339Nano)
+		if tr.Rerun {
 			v += " rerun"
 		}
+	}
+	if tr.Cancel {
+		v += " cancel " + tr.CancelField()
 	}
 	return v
 }
@@ -206,6 +210,12 @@ func triggerValue(at, tick time.Time, rerun bool) string {
 // parseTrigger reads a triggerValue (without the ID).
 func parseTrigger(v string) (ledger.TriggerRequest, error) {
 	var tr ledger.TriggerRequest
+	v, cancel, isCancel := strings.Cut(v, " cancel ")
+	if isCancel {
+		if err := tr.SetCancelField(cancel); err != nil {
+			return tr, err
+		}
+	}
 	f := strings.Split(v, " ")
 	if len(f) > 3 || (len(f) == 3 && f[2] != "rerun") {
 		return tr, fmt.Errorf("bad value %q", v)
@@ -879,10 +889,10 @@ func (s *Store) SetJobState(ctx context.Context, p ledger.JobStateParams) (ledge
 		resp, err = s.c.Txn(ctx).Then(then(clientv3.OpPut(jp+"p", ""))...).Commit()
 	case ledger.JobResume:
 		resp, err = s.c.Txn(ctx).Then(then(clientv3.OpDelete(jp + "p"))...).Commit()
-	case ledger.JobTrigger:
+	case ledger.JobTrigger, ledger.JobCancel:
 		tk := jp + "t" + p.Trigger
 		resp, err = s.c.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(tk), "=", 0)).
-			Then(then(clientv3.OpPut(tk, triggerValue(time.Now(), p.Tick, p.Rerun)))...).
+			Then(then(clientv3.OpPut(tk, triggerValue(time.Now(), p.Request())))...).
 			Else(reads...).Commit()
 	case ledger.JobTriggerDone:
 		resp, err = s.c.Txn(ctx).Then(then(clientv3.OpDelete(jp + "t" + p.Trigger))...).Commit()
@@ -899,7 +909,7 @@ func (s *Store) SetJobState(ctx context.Context, p ledger.JobStateParams) (ledge
 	if err != nil {
 		return ledger.JobState{}, err
 	}
-	if p.Op == ledger.JobTrigger && resp.Succeeded {
+	if (p.Op == ledger.JobTrigger || p.Op == ledger.JobCancel) && resp.Succeeded {
 		s.mark(ctx, 0)
 	}
 	st := ledger.JobState{Job: p.Job}

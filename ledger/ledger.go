@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -141,7 +142,14 @@ const (
 	// record whose node stopped (its node lease ended) before it recorded
 	// the outcome: the attempt may or may not have finished its work.
 	RunInterrupted RunStatus = "interrupted"
+	// RunCancelled: someone asked for the run to stop (a JobCancel
+	// request) and its node stopped it; no further attempt is made.
+	RunCancelled RunStatus = "cancelled"
 )
+
+// RunStatuses lists every run status, final ones first in the order people
+// read them, RunRunning last.
+var RunStatuses = []RunStatus{RunOK, RunFailed, RunTimeout, RunLost, RunCancelled, RunInterrupted, RunSkipped, RunMissed, RunRunning}
 
 // Final reports whether st ends a run: every status but RunRunning.
 func (st RunStatus) Final() bool { return st != RunRunning }
@@ -210,16 +218,72 @@ type JobState struct {
 }
 
 // TriggerRequest is a pending request to run a job once, on one node: now
-// (trigger-now), or one past tick of its schedule (backfill, re-run).
+// (trigger-now), or one past tick of its schedule (backfill, re-run); or,
+// with Cancel, to stop one of its runs in progress.
 type TriggerRequest struct {
 	ID string    // chosen by the requester: random, unique
 	At time.Time // when the store received it, by its clock
 	// Tick, when set, is the scheduled tick to run (a whole second, UTC),
-	// for a backfill or a re-run; zero for a trigger-now.
+	// for a backfill or a re-run; zero for a trigger-now. For a cancel, the
+	// tick of the run to stop when RunTrigger is "".
 	Tick time.Time
 	// Rerun runs Tick even when it already ran, as a new attempt; without
 	// it a Tick that already ran is not run again.
 	Rerun bool
+	// Cancel makes the request a cancel request (JobCancel): it runs
+	// nothing; the node running the job's run named by Tick, RunTrigger and
+	// Shard stops it (its record ends RunCancelled, no further attempt is
+	// made) and removes the request with JobTriggerDone. A request no node
+	// takes — the run ended meanwhile — waits to be pruned
+	// (PruneParams.TriggersOlderThan). The run is named by its RunTrigger
+	// (RunRecord.Trigger, an ID unique to one run) when it was triggered,
+	// otherwise by its Tick (RunRecord.Tick, a whole second); and by its
+	// Shard in both cases. Every attempt of that run is meant.
+	Cancel     bool
+	RunTrigger string // Cancel: the run's RunRecord.Trigger; "" for a scheduled tick's run
+	Shard      int    // Cancel: the run's RunRecord.Shard
+}
+
+// CancelField returns tr's cancel target (RunTrigger and Shard) as one
+// string, for stores that keep it in one field: "" when tr is not a cancel
+// request, otherwise the shard in decimal, "/" and RunTrigger.
+// TriggerRequest.SetCancelField reads it back.
+func (tr *TriggerRequest) CancelField() string {
+	if !tr.Cancel {
+		return ""
+	}
+	return strconv.Itoa(tr.Shard) + "/" + tr.RunTrigger
+}
+
+// SetCancelField sets Cancel, RunTrigger and Shard from a CancelField; ""
+// leaves them unset.
+func (tr *TriggerRequest) SetCancelField(f string) error {
+	if f == "" {
+		return nil
+	}
+	n, trigger, ok := strings.Cut(f, "/")
+	shard, err := strconv.Atoi(n)
+	if !ok || err != nil || shard < 0 || shard >= MaxShards {
+		return fmt.Errorf("malformed cancel target %q", f)
+	}
+	tr.Cancel, tr.RunTrigger, tr.Shard = true, trigger, shard
+	return nil
+}
+
+// Request returns the trigger request p's JobTrigger or JobCancel adds,
+// without its At: the store sets At to its clock.
+func (p *JobStateParams) Request() TriggerRequest {
+	tr := TriggerRequest{ID: p.Trigger}
+	if !p.Tick.IsZero() {
+		tr.Tick = p.Tick.Round(0).UTC()
+	}
+	switch p.Op {
+	case JobTrigger:
+		tr.Rerun = p.Rerun && !p.Tick.IsZero()
+	case JobCancel:
+		tr.Cancel, tr.RunTrigger, tr.Shard = true, p.RunTrigger, p.Shard
+	}
+	return tr
 }
 
 // JobStateOp is the change SetJobState makes.
@@ -242,17 +306,28 @@ const (
 	// registration, pause and pending triggers. Its run records stay until
 	// pruned. The returned state is the default one.
 	JobForget
+	// JobCancel adds a cancel request (TriggerRequest.Cancel) with ID
+	// Trigger, At the store's now, and the run's Tick, RunTrigger and
+	// Shard; like JobTrigger it changes nothing when a request with that ID
+	// is pending, and the node that takes it removes it with
+	// JobTriggerDone. Stores keep it among Triggers, in the order received.
+	JobCancel
 )
 
 // JobStateParams are the inputs of Ledger.SetJobState.
 type JobStateParams struct {
 	Job     string
 	Op      JobStateOp
-	Trigger string // JobTrigger and JobTriggerDone: the request's ID
+	Trigger string // JobTrigger, JobCancel and JobTriggerDone: the request's ID
 	// JobTrigger: the request's TriggerRequest.Tick (zero, or a whole
 	// second; stored in UTC) and TriggerRequest.Rerun (only with a Tick).
+	// JobCancel: the run's Tick (a whole second; zero with RunTrigger).
 	Tick  time.Time
 	Rerun bool
+	// JobCancel: the run's RunRecord.Trigger ("" for a scheduled tick's
+	// run, then Tick names it) and RunRecord.Shard.
+	RunTrigger string
+	Shard      int
 	// JobRegister: the schedule (non-empty, at most 1024 bytes) and the
 	// time from which its ticks are owed (non-zero; stored in UTC with at
 	// least millisecond precision).
@@ -269,7 +344,7 @@ func (p *JobStateParams) Check() error {
 	switch {
 	case p.Job == "":
 		return errors.New("set job state: empty Job")
-	case (p.Op == JobTrigger || p.Op == JobTriggerDone) && p.Trigger == "":
+	case (p.Op == JobTrigger || p.Op == JobTriggerDone || p.Op == JobCancel) && p.Trigger == "":
 		return fmt.Errorf("set job state %q: empty Trigger", p.Job)
 	case p.Op == JobRegister && p.Spec == "":
 		return fmt.Errorf("register job %q: empty Spec", p.Job)
@@ -281,7 +356,13 @@ func (p *JobStateParams) Check() error {
 		return fmt.Errorf("trigger job %q: Tick %v is not a whole second", p.Job, p.Tick)
 	case p.Op == JobRegister && p.Since.IsZero():
 		return fmt.Errorf("register job %q: zero Since", p.Job)
-	case p.Op < JobPause || p.Op > JobForget:
+	case p.Op == JobCancel && (p.Tick.IsZero() == (p.RunTrigger == "")):
+		return fmt.Errorf("cancel a run of job %q: name the run by its Tick or by its RunTrigger, not both, not neither", p.Job)
+	case p.Op == JobCancel && !p.Tick.Equal(p.Tick.Truncate(time.Second)):
+		return fmt.Errorf("cancel a run of job %q: Tick %v is not a whole second", p.Job, p.Tick)
+	case p.Op == JobCancel && (p.Shard < 0 || p.Shard >= MaxShards):
+		return fmt.Errorf("cancel a run of job %q: Shard %d is not in [0, %d)", p.Job, p.Shard, MaxShards)
+	case p.Op < JobPause || p.Op > JobCancel:
 		return fmt.Errorf("set job state %q: unknown op %d", p.Job, p.Op)
 	}
 	return nil

@@ -57,6 +57,7 @@ func Run(t *testing.T, newLedger NewLedger) {
 		{"ShardClaims", testShardClaims},
 		{"ShardRecords", testShardRecords},
 		{"TriggerTicks", testTriggerTicks},
+		{"CancelRequests", testCancelRequests},
 		{"CatalogVersions", testCatalogVersions},
 		{"CatalogConcurrentUpdates", testCatalogConcurrent},
 		{"CatalogAudit", testCatalogAudit},

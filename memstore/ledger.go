@@ -188,12 +188,10 @@ func (s *Store) SetJobState(ctx context.Context, p ledger.JobStateParams) (ledge
 		st.Paused = true
 	case ledger.JobResume:
 		st.Paused = false
-	case ledger.JobTrigger:
+	case ledger.JobTrigger, ledger.JobCancel:
 		if !slices.ContainsFunc(st.Triggers, func(t ledger.TriggerRequest) bool { return t.ID == p.Trigger }) {
-			tr := ledger.TriggerRequest{ID: p.Trigger, At: s.now(), Rerun: p.Rerun}
-			if !p.Tick.IsZero() {
-				tr.Tick = p.Tick.Round(0).UTC()
-			}
+			tr := p.Request()
+			tr.At = s.now()
 			st.Triggers = append(st.Triggers, tr)
 		}
 	case ledger.JobTriggerDone:

@@ -135,7 +135,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		heldLocks: map[heldKey]int{},
 		runs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tasklock_job_runs_total",
-			Help: "Job run attempts that ended, and ticks skipped, by job and status (ok, failed, timeout, lost, skipped; interrupted, counted by the node that found a dead node's run).",
+			Help: "Job run attempts that ended, and ticks skipped, by job and status (ok, failed, timeout, lost, cancelled, skipped; interrupted, counted by the node that found a dead node's run).",
 		}, []string{"job", "status"}),
 		runDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "tasklock_job_run_duration_seconds",

@@ -589,28 +589,34 @@ func (s *Store) SetJobState(ctx context.Context, p ledger.JobStateParams) (ledge
 		b = appendHex(b, p.Job)
 		b = append(b, ", "+paused+", UTC_TIMESTAMP(6)) ON DUPLICATE KEY UPDATE"+
 			" updated_at = IF(paused = VALUES(paused), updated_at, VALUES(updated_at)), paused = VALUES(paused)"...)
-	case ledger.JobTrigger, ledger.JobTriggerDone:
+	case ledger.JobTrigger, ledger.JobTriggerDone, ledger.JobCancel:
 		if err := checkBytes(op, "Trigger", p.Trigger, maxTrigger); err != nil {
 			return ledger.JobState{}, err
 		}
-		if p.Op == ledger.JobTrigger {
+		if err := checkBytes(op, "RunTrigger", p.RunTrigger, maxTrigger); err != nil {
+			return ledger.JobState{}, err
+		}
+		if p.Op != ledger.JobTriggerDone {
+			tr := p.Request()
 			b = append(b, "INSERT INTO "...)
 			b = append(b, s.ledgerTable("_triggers")...)
-			b = append(b, " (job, trigger_id, requested_at, tick, rerun) VALUES ("...)
+			b = append(b, " (job, trigger_id, requested_at, tick, rerun, cancel) VALUES ("...)
 			b = appendHex(b, p.Job)
 			b = append(b, ", "...)
 			b = appendHex(b, p.Trigger)
 			b = append(b, ", UTC_TIMESTAMP(6), "...)
-			if p.Tick.IsZero() {
+			if tr.Tick.IsZero() {
 				b = append(b, "NULL, 0"...)
 			} else {
 				var err error
-				if b, err = appendTime(b, "trigger job", "Tick", p.Tick); err != nil {
+				if b, err = appendTime(b, "trigger job", "Tick", tr.Tick); err != nil {
 					return ledger.JobState{}, err
 				}
 				b = append(b, ", "...)
-				b = strconv.AppendBool(b, p.Rerun)
+				b = strconv.AppendBool(b, tr.Rerun)
 			}
+			b = append(b, ", "...)
+			b = appendHex(b, tr.CancelField())
 			b = append(b, ") ON DUPLICATE KEY UPDATE requested_at = requested_at"...)
 		} else {
 			b = append(b, "DELETE FROM "...)
@@ -705,11 +711,11 @@ func (s *Store) jobStates(ctx context.Context, job string, registered bool) ([]l
 		j := string(appendHex(nil, job))
 		jobCond, trigCond = " WHERE job = "+j, " WHERE job = "+j
 	}
-	q := "SELECT job, paused, NULL, NULL, 0, NULL, NULL, NULL, 0 FROM " + s.ledgerTable("_jobs") + jobCond
+	q := "SELECT job, paused, NULL, NULL, 0, NULL, NULL, NULL, 0, NULL FROM " + s.ledgerTable("_jobs") + jobCond
 	if registered || job != "" {
-		q += " UNION ALL SELECT job, 0, NULL, NULL, 0, spec, DATE_FORMAT(since, " + dtFormat + "), NULL, 0 FROM " + s.ledgerTable("_specs") + trigCond
+		q += " UNION ALL SELECT job, 0, NULL, NULL, 0, spec, DATE_FORMAT(since, " + dtFormat + "), NULL, 0, NULL FROM " + s.ledgerTable("_specs") + trigCond
 	}
-	q += " UNION ALL SELECT job, 0, trigger_id, DATE_FORMAT(requested_at, " + dtFormat + "), seq, NULL, NULL, DATE_FORMAT(tick, " + dtFormat + "), rerun FROM " +
+	q += " UNION ALL SELECT job, 0, trigger_id, DATE_FORMAT(requested_at, " + dtFormat + "), seq, NULL, NULL, DATE_FORMAT(tick, " + dtFormat + "), rerun, cancel FROM " +
 		s.ledgerTable("_triggers") + trigCond + " ORDER BY 1, 4, 5"
 	rows, err := s.db.QueryContext(ctx, q)
 	if err != nil {
@@ -726,8 +732,9 @@ func (s *Store) jobStates(ctx context.Context, job string, registered bool) ([]l
 			spec, since sql.NullString
 			tick        sql.NullString
 			rerun       bool
+			cancel      sql.NullString
 		)
-		if err := rows.Scan(&name, &paused, &id, &at, &seq, &spec, &since, &tick, &rerun); err != nil {
+		if err := rows.Scan(&name, &paused, &id, &at, &seq, &spec, &since, &tick, &rerun, &cancel); err != nil {
 			return nil, err
 		}
 		if len(out) == 0 || !bytes.Equal([]byte(out[len(out)-1].Job), name) {
@@ -749,6 +756,9 @@ func (s *Store) jobStates(ctx context.Context, job string, registered bool) ([]l
 			}
 			tr := ledger.TriggerRequest{ID: id.String, At: t, Rerun: rerun}
 			if tr.Tick, err = parseNullTime(tick); err != nil {
+				return nil, err
+			}
+			if err := tr.SetCancelField(cancel.String); err != nil {
 				return nil, err
 			}
 			st.Triggers = append(st.Triggers, tr)

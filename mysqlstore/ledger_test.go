@@ -440,3 +440,46 @@ func TestLedgerMigrateShards(t *testing.T) {
 		t.Fatalf("PutJobDef after migrating: %+v, %v", d, err)
 	}
 }
+
+// TestLedgerMigrateCancel: migration 008 keeps the trigger requests of a
+// ledger made by 007 as requests to run, and the table then keeps cancel
+// requests beside them.
+func TestLedgerMigrateCancel(t *testing.T) {
+	t.Parallel()
+	db := openDB(t, testserver.SharedMariaDB(t).CreateDB(t))
+	ctx := ctxT(t)
+	ms, err := loadMigrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ms[7].name != "cancel_requests" {
+		t.Fatalf("migration 8 is %q", ms[7].name)
+	}
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if err := migrateLocked(ctx, conn, "old_locks", ms[:7]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, "INSERT INTO old_locks_triggers (job, trigger_id, requested_at, tick, rerun) VALUES"+
+		" ('j', 'now', UTC_TIMESTAMP(6) - INTERVAL 1 SECOND, NULL, 0), ('j', 'past', UTC_TIMESTAMP(6), '2030-01-01 00:00:00', 1)"); err != nil {
+		t.Fatal(err)
+	}
+	s := mustNew(t, db, &Options{Table: "old_locks", Migrate: true}) // migrates 008
+	if _, err := s.SetJobState(ctx, ledger.JobStateParams{Job: "j", Op: ledger.JobCancel, Trigger: "c", Tick: tick0, Shard: 2}); err != nil {
+		t.Fatal(err)
+	}
+	sts, err := s.JobStates(ctx)
+	if err != nil || len(sts) != 1 || len(sts[0].Triggers) != 3 {
+		t.Fatalf("JobStates after migrating = %+v, %v; want j's 3 requests", sts, err)
+	}
+	trs := sts[0].Triggers
+	if trs[0].ID != "now" || trs[0].Cancel || trs[1].ID != "past" || trs[1].Cancel || !trs[1].Rerun || !trs[1].Tick.Equal(tick0) {
+		t.Fatalf("migrated requests = %+v, want now and past as they were, not cancels", trs[:2])
+	}
+	if tr := trs[2]; tr.ID != "c" || !tr.Cancel || tr.Shard != 2 || !tr.Tick.Equal(tick0) {
+		t.Fatalf("cancel request = %+v", tr)
+	}
+}

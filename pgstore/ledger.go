@@ -36,7 +36,7 @@ type ledgerSQL struct {
 	claim      string // $1 jobs[], $2 ticks[], $3 triggers[], $4 shards[], $5 nodes[], $6 tokens[], $7 retains[] µs
 	record     string // $1..$13 one array per column
 	setPaused  string // $1 job, $2 paused
-	trigger    string // $1 job, $2 trigger id, $3 tick (NULL for none), $4 rerun
+	trigger    string // $1 job, $2 trigger id, $3 tick (NULL for none), $4 rerun, $5 cancel target ('' for none)
 	done       string // $1 job, $2 trigger id
 	register   string // $1 job, $2 spec, $3 since
 	forget     string // $1 job
@@ -121,7 +121,8 @@ ON CONFLICT (job, tick, trigger_id, shard, attempt) DO UPDATE SET
 		return fmt.Sprintf(`array(SELECT trigger_id FROM %[1]s WHERE job = $1%[2]s ORDER BY requested_at, seq),
 	array(SELECT requested_at FROM %[1]s WHERE job = $1%[2]s ORDER BY requested_at, seq),
 	array(SELECT tick FROM %[1]s WHERE job = $1%[2]s ORDER BY requested_at, seq),
-	array(SELECT rerun FROM %[1]s WHERE job = $1%[2]s ORDER BY requested_at, seq)`, from, extra)
+	array(SELECT rerun FROM %[1]s WHERE job = $1%[2]s ORDER BY requested_at, seq),
+	array(SELECT cancel FROM %[1]s WHERE job = $1%[2]s ORDER BY requested_at, seq)`, from, extra)
 	}
 	isPaused := fmt.Sprintf(`coalesce((SELECT paused FROM %s WHERE job = $1), false)`, l.jobs)
 	spec := fmt.Sprintf(`(SELECT spec FROM %[1]s WHERE job = $1), (SELECT since FROM %[1]s WHERE job = $1)`, l.jobs)
@@ -132,13 +133,13 @@ ON CONFLICT (job, tick, trigger_id, shard, attempt) DO UPDATE SET
 )
 SELECT $2::boolean, %[3]s, %[2]s`, l.jobs, pending(l.triggers, ""), spec)
 	l.trigger = fmt.Sprintf(`WITH ins AS (
-	INSERT INTO %[1]s (job, trigger_id, requested_at, tick, rerun) VALUES ($1, $2, now(), $3, $4)
+	INSERT INTO %[1]s (job, trigger_id, requested_at, tick, rerun, cancel) VALUES ($1, $2, now(), $3, $4, $5)
 	ON CONFLICT (job, trigger_id) DO NOTHING
-	RETURNING job, trigger_id, requested_at, seq, tick, rerun
+	RETURNING job, trigger_id, requested_at, seq, tick, rerun, cancel
 ), t AS (
-	SELECT job, trigger_id, requested_at, seq, tick, rerun FROM %[1]s WHERE job = $1
+	SELECT job, trigger_id, requested_at, seq, tick, rerun, cancel FROM %[1]s WHERE job = $1
 	UNION ALL
-	SELECT job, trigger_id, requested_at, seq, tick, rerun FROM ins
+	SELECT job, trigger_id, requested_at, seq, tick, rerun, cancel FROM ins
 )
 SELECT %[2]s, %[4]s, %[3]s`, l.triggers, isPaused, pending("t", ""), spec)
 	l.done = fmt.Sprintf(`WITH d AS (
@@ -162,7 +163,7 @@ SELECT paused, spec, since, %[2]s FROM j`, l.jobs, pending(l.triggers, ""))
 ), t AS (
 	DELETE FROM %[2]s WHERE job = $1
 )
-SELECT false, NULL::text, NULL::timestamptz, NULL::text[], NULL::timestamptz[], NULL::timestamptz[], NULL::boolean[]`, l.jobs, l.triggers)
+SELECT false, NULL::text, NULL::timestamptz, NULL::text[], NULL::timestamptz[], NULL::timestamptz[], NULL::boolean[], NULL::text[]`, l.jobs, l.triggers)
 
 	// JobStates reads the paused rows through the partial index of
 	// migration 0004; Jobs reads the registered ones too.
@@ -171,13 +172,14 @@ SELECT false, NULL::text, NULL::timestamptz, NULL::text[], NULL::timestamptz[], 
 	array_agg(trigger_id ORDER BY requested_at, seq) FILTER (WHERE trigger_id IS NOT NULL),
 	array_agg(requested_at ORDER BY requested_at, seq) FILTER (WHERE trigger_id IS NOT NULL),
 	array_agg(tick ORDER BY requested_at, seq) FILTER (WHERE trigger_id IS NOT NULL),
-	array_agg(rerun ORDER BY requested_at, seq) FILTER (WHERE trigger_id IS NOT NULL)
+	array_agg(rerun ORDER BY requested_at, seq) FILTER (WHERE trigger_id IS NOT NULL),
+	array_agg(cancel ORDER BY requested_at, seq) FILTER (WHERE trigger_id IS NOT NULL)
 FROM (
 	SELECT job, paused, spec, since, NULL::text AS trigger_id, NULL::timestamptz AS requested_at, NULL::bigint AS seq,
-		NULL::timestamptz AS tick, NULL::boolean AS rerun
+		NULL::timestamptz AS tick, NULL::boolean AS rerun, NULL::text AS cancel
 	FROM %[1]s WHERE %[3]s
 	UNION ALL
-	SELECT job, false, NULL, NULL, trigger_id, requested_at, seq, tick, rerun FROM %[2]s
+	SELECT job, false, NULL, NULL, trigger_id, requested_at, seq, tick, rerun, cancel FROM %[2]s
 ) s
 GROUP BY job`, l.jobs, l.triggers, jobsWhere)
 	}
@@ -480,11 +482,15 @@ func (s *Store) SetJobState(ctx context.Context, p ledger.JobStateParams) (ledge
 	switch p.Op {
 	case ledger.JobPause, ledger.JobResume:
 		sql, args = l.setPaused, []any{p.Job, p.Op == ledger.JobPause}
-	case ledger.JobTrigger, ledger.JobTriggerDone:
+	case ledger.JobTrigger, ledger.JobTriggerDone, ledger.JobCancel:
 		if err := checkName("set job state", "Trigger", p.Trigger, maxLedgerName); err != nil {
 			return ledger.JobState{}, err
 		}
-		sql, args = l.trigger, []any{p.Job, p.Trigger, timestamptz(p.Tick), p.Rerun && !p.Tick.IsZero()}
+		if err := checkName("set job state", "RunTrigger", p.RunTrigger, maxLedgerName); err != nil {
+			return ledger.JobState{}, err
+		}
+		tr := p.Request()
+		sql, args = l.trigger, []any{p.Job, p.Trigger, timestamptz(tr.Tick), tr.Rerun, tr.CancelField()}
 		if p.Op == ledger.JobTriggerDone {
 			sql, args = l.done, args[:2]
 		}
@@ -502,7 +508,7 @@ func (s *Store) SetJobState(ctx context.Context, p ledger.JobStateParams) (ledge
 		since *time.Time
 		tr    triggerArrays
 	)
-	if err := s.pool.QueryRow(ctx, sql, args...).Scan(&st.Paused, &spec, &since, &tr.ids, &tr.ats, &tr.ticks, &tr.reruns); err != nil {
+	if err := s.pool.QueryRow(ctx, sql, args...).Scan(&st.Paused, &spec, &since, &tr.ids, &tr.ats, &tr.ticks, &tr.reruns, &tr.cancels); err != nil {
 		return ledger.JobState{}, s.wrapLedger(fmt.Sprintf("set job state %q", p.Job), err)
 	}
 	st.Triggers = tr.requests()
@@ -524,20 +530,27 @@ type triggerArrays struct {
 	ats    []time.Time
 	ticks  []pgtype.Timestamptz
 	reruns []bool
+	// cancels: the cancel target (ledger.TriggerRequest.CancelField), ""
+	// for a request to run (migration 0009).
+	cancels []string
 }
 
 // requests pairs the arrays up; nil when there are none.
 func (a *triggerArrays) requests() []ledger.TriggerRequest {
 	n := len(a.ids)
-	if n == 0 || len(a.ats) != n || len(a.ticks) != n || len(a.reruns) != n {
+	if n == 0 || len(a.ats) != n || len(a.ticks) != n || len(a.reruns) != n || len(a.cancels) != n {
 		return nil
 	}
-	out := make([]ledger.TriggerRequest, n)
+	out := make([]ledger.TriggerRequest, 0, n)
 	for i := range a.ids {
-		out[i] = ledger.TriggerRequest{ID: a.ids[i], At: a.ats[i].UTC(), Rerun: a.reruns[i]}
+		tr := ledger.TriggerRequest{ID: a.ids[i], At: a.ats[i].UTC(), Rerun: a.reruns[i]}
 		if a.ticks[i].Valid {
-			out[i].Tick = a.ticks[i].Time.UTC()
+			tr.Tick = a.ticks[i].Time.UTC()
 		}
+		if tr.SetCancelField(a.cancels[i]) != nil {
+			continue // not written by this package: neither a run nor a cancel to act on
+		}
+		out = append(out, tr)
 	}
 	return out
 }
@@ -572,7 +585,7 @@ func (s *Store) readStates(ctx context.Context, op, sql string) ([]ledger.JobSta
 		since  *time.Time
 		tr     triggerArrays
 	)
-	_, err = pgx.ForEachRow(rows, []any{&job, &paused, &spec, &since, &tr.ids, &tr.ats, &tr.ticks, &tr.reruns}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&job, &paused, &spec, &since, &tr.ids, &tr.ats, &tr.ticks, &tr.reruns, &tr.cancels}, func() error {
 		st := ledger.JobState{Job: job, Paused: paused, Triggers: tr.requests()}
 		setSpec(&st, spec, since)
 		out = append(out, st)

@@ -450,3 +450,32 @@ func TestLedgerMigrateShards(t *testing.T) {
 		t.Fatalf("PutJobDef after migrating: %+v, %v", d, err)
 	}
 }
+
+// TestLedgerMigrateCancel: migration 0009 keeps the trigger requests of a
+// ledger made by 0008 as requests to run, and the table then keeps cancel
+// requests beside them.
+func TestLedgerMigrateCancel(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t, newDB(t), nil)
+	ctx := ctxT(t)
+	migrateTo(t, pool, "old_locks", 8)
+	if _, err := pool.Exec(ctx, `INSERT INTO old_locks_triggers (job, trigger_id, requested_at, tick, rerun)
+		VALUES ('j', 'now', now() - interval '1 second', NULL, false), ('j', 'past', now(), '2030-01-01T00:00:00Z', true)`); err != nil {
+		t.Fatal(err)
+	}
+	s := newStore(t, pool, &Options{Table: "old_locks"}) // migrates 0009
+	if _, err := s.SetJobState(ctx, ledger.JobStateParams{Job: "j", Op: ledger.JobCancel, Trigger: "c", Tick: tick0, Shard: 2}); err != nil {
+		t.Fatal(err)
+	}
+	sts, err := s.JobStates(ctx)
+	if err != nil || len(sts) != 1 || len(sts[0].Triggers) != 3 {
+		t.Fatalf("JobStates after migrating = %+v, %v; want j's 3 requests", sts, err)
+	}
+	trs := sts[0].Triggers
+	if trs[0].ID != "now" || trs[0].Cancel || trs[1].ID != "past" || trs[1].Cancel || !trs[1].Rerun || !trs[1].Tick.Equal(tick0) {
+		t.Fatalf("migrated requests = %+v, want now and past as they were, not cancels", trs[:2])
+	}
+	if tr := trs[2]; tr.ID != "c" || !tr.Cancel || tr.Shard != 2 || !tr.Tick.Equal(tick0) {
+		t.Fatalf("cancel request = %+v", tr)
+	}
+}

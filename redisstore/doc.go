@@ -115,7 +115,7 @@
 //   - Prefix+"ledger:jobs": the set of every job that recorded a run (a
 //     name stays after its runs are pruned: it costs a few bytes).
 //   - Prefix+"ledger:state": a hash from job to its state (paused, pending
-//     trigger requests with their Tick and Rerun), holding only jobs not in
+//     trigger and cancel requests with their Tick, Rerun and cancel target), holding only jobs not in
 //     the default state.
 //   - Prefix+"ledger:running": a set of the running records (job, NUL,
 //     run member), so that the schedulers' sweep for running records of

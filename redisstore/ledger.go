@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	_ "embed"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"maps"
@@ -532,6 +533,7 @@ var stateOps = map[ledger.JobStateOp]string{
 	ledger.JobPause:       "pause",
 	ledger.JobResume:      "resume",
 	ledger.JobTrigger:     "trigger",
+	ledger.JobCancel:      "trigger",
 	ledger.JobTriggerDone: "done",
 }
 
@@ -648,16 +650,51 @@ func decodeSpec(st *ledger.JobState, v string) error {
 
 // triggerTick returns the tick part of p's trigger request as
 // ledger_state.lua keeps it: "" for a trigger-now, otherwise "@" and the
-// tick in unix microseconds, and "r" for a re-run.
+// tick in unix microseconds, and "r" for a re-run; for a cancel request,
+// "c", the shard, "." and the run's trigger ID in hex after the tick (if
+// any), so that the part holds no ':'.
 func triggerTick(p *ledger.JobStateParams) string {
-	if p.Op != ledger.JobTrigger || p.Tick.IsZero() {
+	if p.Op != ledger.JobTrigger && p.Op != ledger.JobCancel {
 		return ""
 	}
-	t := "@" + strconv.FormatInt(micros(p.Tick), 10)
-	if p.Rerun {
+	tr := p.Request()
+	t := ""
+	if !tr.Tick.IsZero() {
+		t = "@" + strconv.FormatInt(micros(tr.Tick), 10)
+	}
+	if tr.Rerun {
 		t += "r"
 	}
+	if tr.Cancel {
+		t += "c" + strconv.Itoa(tr.Shard) + "." + hex.EncodeToString([]byte(tr.RunTrigger))
+	}
 	return t
+}
+
+// decodeTick sets tr's Tick, Rerun and cancel fields from a tick part as
+// triggerTick makes it.
+func decodeTick(tr *ledger.TriggerRequest, part string) bool {
+	part, cancel, isCancel := strings.Cut(part, "c")
+	if isCancel {
+		n, h, ok := strings.Cut(cancel, ".")
+		shard, err1 := strconv.Atoi(n)
+		run, err2 := hex.DecodeString(h)
+		if !ok || err1 != nil || err2 != nil || shard < 0 {
+			return false
+		}
+		tr.Cancel, tr.Shard, tr.RunTrigger = true, shard, string(run)
+	}
+	if part == "" {
+		return true
+	}
+	tick, ok := strings.CutPrefix(part, "@")
+	tick, tr.Rerun = strings.CutSuffix(tick, "r")
+	tu, err := strconv.ParseInt(tick, 10, 64)
+	if !ok || err != nil {
+		return false
+	}
+	tr.Tick = fromMicros(tu)
+	return true
 }
 
 // decodeState reads a job's state as ledger_state.lua keeps it.
@@ -672,20 +709,19 @@ func decodeState(job, v string) (ledger.JobState, error) {
 		var ok1, ok2 bool
 		at, rest, ok1 = strings.Cut(strings.TrimPrefix(rest, ":"), ":")
 		n, rest, ok2 = strings.Cut(rest, ":")
-		at, tick, past := strings.Cut(at, "@")
+		digits := strings.IndexFunc(at, func(r rune) bool { return r != '-' && (r < '0' || r > '9') })
+		if digits < 0 {
+			digits = len(at)
+		}
+		at, tick := at[:digits], at[digits:]
 		us, err1 := strconv.ParseInt(at, 10, 64)
 		l, err2 := strconv.Atoi(n)
 		if !ok1 || !ok2 || err1 != nil || err2 != nil || l < 0 || l > len(rest) {
 			return st, fmt.Errorf("malformed job state %q", v)
 		}
 		tr := ledger.TriggerRequest{ID: rest[:l], At: fromMicros(us)}
-		if past {
-			tick, tr.Rerun = strings.CutSuffix(tick, "r")
-			tu, err := strconv.ParseInt(tick, 10, 64)
-			if err != nil {
-				return st, fmt.Errorf("malformed job state %q", v)
-			}
-			tr.Tick = fromMicros(tu)
+		if !decodeTick(&tr, tick) {
+			return st, fmt.Errorf("malformed job state %q", v)
 		}
 		st.Triggers = append(st.Triggers, tr)
 		rest = rest[l:]

@@ -15,8 +15,10 @@
 -- is when Redis received it, in unix microseconds by its clock (TIME), and
 -- tick is '' for a trigger-now (the only form before backfills existed)
 -- or, for a backfill or re-run, '@' .. the tick in unix microseconds,
--- followed by 'r' for a re-run. The script keeps tick as it is. A job in
--- the default state (not paused, nothing pending) has no field.
+-- followed by 'r' for a re-run; a cancel request (ledger.JobCancel) adds
+-- 'c' .. shard .. '.' .. the run's trigger ID in hex (ledger.go
+-- triggerTick). The script keeps tick as it is. A job in the default state
+-- (not paused, nothing pending) has no field.
 --
 -- Returns the job's state after the change ('prune': the number of trigger
 -- requests deleted).

@@ -98,7 +98,7 @@
 //
 // Every attempt, skipped tick and missed tick is recorded in the ledger —
 // job, tick, node, fence, attempt, start, end, status (ok, failed, timeout,
-// lost, interrupted, skipped, missed), error, and the tail of Run.Output —
+// lost, cancelled, interrupted, skipped, missed), error, and the tail of Run.Output —
 // and kept for Config.HistoryKeep records per job and Config.HistoryMaxAge.
 // Runs queries it by job, time range and status. Config.Redact, when set,
 // rewrites the error and the output tail before they are recorded, so that
@@ -120,6 +120,14 @@
 // lock, or during Job.Jitter) leaves the claimed tick without a record; and
 // should the slow node record its outcome just as another node settles the
 // run, the later write wins.
+//
+// RequestCancel asks, through the ledger (a ledger.JobCancel request), for a
+// run in progress to stop, whichever node runs it: that node takes the
+// request at its next poll of the job states, cancels the run's context
+// with ErrCancelled (a handler stops as on Job.Timeout), records the
+// attempt cancelled, makes no further attempt, and removes the request. A
+// request for a run that ended meanwhile is pruned with the trigger
+// requests. RequestRerun runs a failed tick again.
 //
 // # Sharded jobs
 //

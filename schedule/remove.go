@@ -28,6 +28,7 @@ type RemoveOptions struct {
 type jobRemoval struct {
 	removed bool
 	runs    map[*context.CancelCauseFunc]struct{}
+	byRun   map[runRef]*running // the same runs by name, for cancel requests (cancel.go)
 }
 
 // Remove removes the job named name from this Scheduler: it claims no more
@@ -76,11 +77,12 @@ func (s *Scheduler) Remove(name string, opts RemoveOptions) error {
 	return nil
 }
 
-// startRun notes a run of j in progress, cancelled by cancel if j is
-// removed with RemoveOptions.Cancel. It returns false, noting nothing,
-// when j was removed already; otherwise the caller calls the function it
-// returns when the run ends.
-func (s *Scheduler) startRun(j *job, cancel context.CancelCauseFunc) (func(), bool) {
+// startRun notes a run of j in progress (the work w), cancelled by cancel
+// if j is removed with RemoveOptions.Cancel or a cancel request names it.
+// It returns false, noting nothing, when j was removed already; otherwise
+// the caller calls the function it returns when the run ends, which
+// removes the cancel request that stopped it, if one did.
+func (s *Scheduler) startRun(j *job, w work, cancel context.CancelCauseFunc) (func(), bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if j.rm.removed {
@@ -88,13 +90,23 @@ func (s *Scheduler) startRun(j *job, cancel context.CancelCauseFunc) (func(), bo
 	}
 	if j.rm.runs == nil {
 		j.rm.runs = make(map[*context.CancelCauseFunc]struct{})
+		j.rm.byRun = make(map[runRef]*running)
 	}
 	c := &cancel
 	j.rm.runs[c] = struct{}{}
+	ref, r := refOf(w), &running{cancel: cancel}
+	j.rm.byRun[ref] = r
 	return func() {
 		s.mu.Lock()
 		delete(j.rm.runs, c)
+		if j.rm.byRun[ref] == r {
+			delete(j.rm.byRun, ref)
+		}
+		request := r.request
 		s.mu.Unlock()
+		if request != "" {
+			s.triggerDone(j.Name, request)
+		}
 	}, true
 }
 

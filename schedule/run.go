@@ -110,7 +110,7 @@ func (s *Scheduler) runTick(j *job, w work) {
 	// end of Shutdown's grace period.
 	tickCtx, tickCancel := context.WithCancelCause(s.runCtx)
 	defer tickCancel(nil)
-	ended, ok := s.startRun(j, tickCancel)
+	ended, ok := s.startRun(j, w, tickCancel)
 	if !ok {
 		s.skip(j, w, ErrRemoved.Error())
 		return
@@ -244,6 +244,8 @@ func (s *Scheduler) attempt(parent context.Context, j *job, w work, n int, lock 
 		rec.Status = ledger.RunTimeout
 	case errors.Is(cause, tasklock.ErrLockLost): // a pool's permit (limits.go)
 		rec.Status = ledger.RunLost
+	case errors.Is(cause, ErrCancelled): // a cancel request (cancel.go)
+		rec.Status = ledger.RunCancelled
 	case cause != nil || err != nil:
 		rec.Status = ledger.RunFailed
 	default:

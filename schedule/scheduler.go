@@ -703,6 +703,7 @@ func (s *Scheduler) setState(ctx context.Context, name string, op ledger.JobStat
 		return st, fmt.Errorf("schedule: %s %q: %w", opNames[op], name, err)
 	}
 	s.mu.Lock()
+	s.takeCancels(&st, nil)
 	if st.Paused || len(st.Triggers) > 0 {
 		s.states[name] = st
 	} else {
@@ -719,6 +720,7 @@ func (s *Scheduler) setStates(sts []ledger.JobState) {
 	m := make(map[string]ledger.JobState, len(sts))
 	pending := make(map[triggerKey]bool)
 	for _, st := range sts {
+		s.takeCancels(&st, pending)
 		m[st.Job] = st
 		for _, tr := range st.Triggers {
 			pending[triggerKey{st.Job, tr.ID}] = true

@@ -324,7 +324,9 @@
 //     keeps JobStates from reading the registered ones.
 //   - tasklock_locks_triggers: the pending trigger requests, in the order
 //     they came (seq), with the past tick a backfill or a re-run asks for
-//     (NULL for a trigger-now) and rerun 0 or 1.
+//     (NULL for a trigger-now) and rerun 0 or 1; from migration
+//     0008_cancel_requests, cancel: NULL for a request to run, the run to
+//     stop for a cancel request (ledger.TriggerRequest.CancelField).
 //   - tasklock_locks_jobdefs: one row per job ever defined at run time:
 //     its definition (NULL once deleted), version and updated_at. A delete
 //     keeps the row, so that the job's version keeps rising when it is

@@ -66,8 +66,9 @@ FROM ` + l.runs
 	l.pause = `INSERT INTO ` + l.jobs + ` (job, paused, changed_at) VALUES (?1, 1, ` + nowUS + `)
 ON CONFLICT (job) DO UPDATE SET paused = 1, changed_at = excluded.changed_at WHERE paused = 0`
 	l.resume = `UPDATE ` + l.jobs + ` SET paused = 0, changed_at = ` + nowUS + ` WHERE job = ?1 AND paused = 1`
-	// ?3 the tick in µs (NULL for a trigger-now), ?4 rerun.
-	l.trigger = `INSERT INTO ` + l.triggers + ` (job, id, requested_at, tick, rerun) VALUES (?1, ?2, ` + nowUS + `, ?3, ?4)
+	// ?3 the tick in µs (NULL for a trigger-now), ?4 rerun, ?5 the
+	// cancel target (NULL for a request to run).
+	l.trigger = `INSERT INTO ` + l.triggers + ` (job, id, requested_at, tick, rerun, cancel) VALUES (?1, ?2, ` + nowUS + `, ?3, ?4, ?5)
 ON CONFLICT (job, id) DO NOTHING`
 	l.triggerDone = `DELETE FROM ` + l.triggers + ` WHERE job = ?1 AND id = ?2`
 	l.register = `INSERT INTO ` + l.jobs + ` (job, paused, changed_at, spec, since) VALUES (?1, 0, ` + nowUS + `, ?2, ?3)
@@ -81,9 +82,9 @@ WHERE spec IS NOT excluded.spec`
 	// only the paused rows (through the partial index of migration 0003),
 	// so that it does not grow with the registered jobs.
 	states := func(jobsWhere, triggersWhere string) string {
-		return `SELECT job, paused, NULL, NULL, 0, spec, since, NULL, 0 FROM ` + l.jobs + ` WHERE ` + jobsWhere + `
+		return `SELECT job, paused, NULL, NULL, 0, spec, since, NULL, 0, NULL FROM ` + l.jobs + ` WHERE ` + jobsWhere + `
 UNION ALL
-SELECT job, 0, id, requested_at, seq, NULL, NULL, tick, rerun FROM ` + l.triggers + triggersWhere + `
+SELECT job, 0, id, requested_at, seq, NULL, NULL, tick, rerun, cancel FROM ` + l.triggers + triggersWhere + `
 ORDER BY 5`
 	}
 	l.state = states(`job = ?1 AND (paused = 1 OR spec IS NOT NULL)`, ` WHERE job = ?1`)
@@ -362,9 +363,10 @@ func (s *Store) SetJobState(ctx context.Context, p ledger.JobStateParams) (st le
 		changes = []string{s.ledger.pause}
 	case ledger.JobResume:
 		changes = []string{s.ledger.resume}
-	case ledger.JobTrigger:
+	case ledger.JobTrigger, ledger.JobCancel:
+		tr := p.Request()
 		changes = []string{s.ledger.trigger}
-		args = append(args, p.Trigger, nullTime(p.Tick), p.Rerun)
+		args = append(args, p.Trigger, nullTime(tr.Tick), tr.Rerun, sql.NullString{String: tr.CancelField(), Valid: tr.Cancel})
 	case ledger.JobTriggerDone:
 		changes = []string{s.ledger.triggerDone}
 		args = append(args, p.Trigger)
@@ -451,8 +453,9 @@ func readStates(ctx context.Context, q queryer, stmt string, args ...any) ([]led
 			since  sql.NullInt64
 			tick   sql.NullInt64
 			rerun  bool
+			cancel sql.NullString
 		)
-		if err := rows.Scan(&job, &paused, &id, &at, &seq, &spec, &since, &tick, &rerun); err != nil {
+		if err := rows.Scan(&job, &paused, &id, &at, &seq, &spec, &since, &tick, &rerun, &cancel); err != nil {
 			return nil, err
 		}
 		i, ok := index[job]
@@ -470,6 +473,9 @@ func readStates(ctx context.Context, q queryer, stmt string, args ...any) ([]led
 			tr := ledger.TriggerRequest{ID: id.String, At: fromUsec(at.Int64), Rerun: rerun}
 			if tick.Valid {
 				tr.Tick = fromUsec(tick.Int64)
+			}
+			if err := tr.SetCancelField(cancel.String); err != nil {
+				return nil, err
 			}
 			st.Triggers = append(st.Triggers, tr)
 		}

@@ -345,3 +345,41 @@ VALUES ('j', %d, '', 1, 'old-node', 7, NULL, NULL, 'ok', '', 'out', 5),
 		t.Fatalf("claims objects = %q, %v", got, err)
 	}
 }
+
+// TestLedgerMigrateCancel: migration 0008 keeps the trigger requests of a
+// ledger made by 0007 as requests to run, and the table then keeps cancel
+// requests beside them.
+func TestLedgerMigrateCancel(t *testing.T) {
+	db := openT(t, dbPath(t), nil)
+	ctx := ctxT(t)
+	c, err := resolve(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := migrations
+	migrations = all[:7]
+	err = migrate(ctx, db, c)
+	migrations = all
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := fmt.Sprintf(`INSERT INTO tasklock_locks_triggers (job, id, requested_at, tick, rerun) VALUES ('j', 'now', 1000, NULL, 0), ('j', 'past', 2000, %d, 1)`, usec(ledgerTick))
+	if _, err := db.ExecContext(ctx, q); err != nil {
+		t.Fatal(err)
+	}
+	s := newStoreT(t, db) // migrates 0008
+	if _, err := s.SetJobState(ctx, ledger.JobStateParams{Job: "j", Op: ledger.JobCancel, Trigger: "c", Tick: ledgerTick, Shard: 2}); err != nil {
+		t.Fatal(err)
+	}
+	sts, err := s.JobStates(ctx)
+	if err != nil || len(sts) != 1 || len(sts[0].Triggers) != 3 {
+		t.Fatalf("JobStates after migrating = %+v, %v; want j's 3 requests", sts, err)
+	}
+	trs := sts[0].Triggers
+	if trs[0].ID != "now" || trs[0].Cancel || trs[1].ID != "past" || trs[1].Cancel || !trs[1].Rerun || !trs[1].Tick.Equal(ledgerTick) {
+		t.Fatalf("migrated requests = %+v, want now and past as they were, not cancels", trs[:2])
+	}
+	if tr := trs[2]; tr.ID != "c" || !tr.Cancel || tr.Shard != 2 || !tr.Tick.Equal(ledgerTick) {
+		t.Fatalf("cancel request = %+v", tr)
+	}
+}

@@ -362,8 +362,9 @@
 //     JobForget leave them, and the next sweep deletes those of deleted
 //     records.
 //   - jobs: one node holding every job not in the default state, as JSON
-//     {<job>: {"paused", "triggers": [{"id", "at_ms", "tick", "rerun"}]}}
-//     (tick, RFC 3339, and rerun only for a backfill or a re-run), written
+//     {<job>: {"paused", "triggers": [{"id", "at_ms", "tick", "rerun", "cancel"}]}}
+//     (tick, RFC 3339, and rerun only for a backfill or a re-run; cancel,
+//     TriggerRequest.CancelField, only for a cancel request), written
 //     version-checked.
 //   - specs/<job>: one node per registered job, holding its spec and since
 //     (nanoseconds), written version-checked; JobStates never reads them.

@@ -813,6 +813,9 @@ type triggerData struct {
 	// trigger-now.
 	Tick  string `json:"tick,omitempty"`
 	Rerun bool   `json:"rerun,omitempty"`
+	// Cancel is a cancel request's target (ledger.TriggerRequest's
+	// CancelField); "" for a request to run.
+	Cancel string `json:"cancel,omitempty"`
 }
 
 func (j *jobData) state(job string) ledger.JobState {
@@ -822,6 +825,9 @@ func (j *jobData) state(job string) ledger.JobState {
 		tr := ledger.TriggerRequest{ID: id, At: time.UnixMilli(t.At).UTC(), Rerun: t.Rerun}
 		if tick, err := time.Parse(time.RFC3339Nano, t.Tick); err == nil {
 			tr.Tick = tick.UTC()
+		}
+		if tr.SetCancelField(t.Cancel) != nil {
+			continue // not written by this package: neither a run nor a cancel to act on
 		}
 		st.Triggers = append(st.Triggers, tr)
 	}
@@ -908,6 +914,9 @@ func (s *Store) SetJobState(ctx context.Context, p ledger.JobStateParams) (ledge
 	if err := checkLedgerName("Trigger", p.Trigger); err != nil {
 		return ledger.JobState{}, err
 	}
+	if err := checkLedgerName("RunTrigger", p.RunTrigger); err != nil {
+		return ledger.JobState{}, err
+	}
 	st, err := call(ctx, func() (ledger.JobState, error) { return s.setJobState(p) }, nil)
 	if err != nil {
 		return ledger.JobState{}, fmt.Errorf("zkstore: set job state %q: %w", p.Job, err)
@@ -952,7 +961,7 @@ func (s *Store) setJobState(p ledger.JobStateParams) (ledger.JobState, error) {
 				spec, err2 = s.readSpec(job)
 				return
 			}
-			m, err = s.updateStates(p.Op == ledger.JobTrigger, func(m statesData, now int64) bool {
+			m, err = s.updateStates(p.Op == ledger.JobTrigger || p.Op == ledger.JobCancel, func(m statesData, now int64) bool {
 				j := m[job]
 				if j == nil {
 					j = &jobData{}
@@ -963,10 +972,11 @@ func (s *Store) setJobState(p ledger.JobStateParams) (ledger.JobState, error) {
 					j.Paused = true
 				case p.Op == ledger.JobResume && j.Paused:
 					j.Paused = false
-				case p.Op == ledger.JobTrigger && has < 0:
-					td := triggerData{ID: id, At: now}
-					if !p.Tick.IsZero() {
-						td.Tick, td.Rerun = p.Tick.UTC().Format(time.RFC3339Nano), p.Rerun
+				case (p.Op == ledger.JobTrigger || p.Op == ledger.JobCancel) && has < 0:
+					tr := p.Request()
+					td := triggerData{ID: id, At: now, Rerun: tr.Rerun, Cancel: tr.CancelField()}
+					if !tr.Tick.IsZero() {
+						td.Tick = tr.Tick.Format(time.RFC3339Nano)
 					}
 					j.Triggers = append(j.Triggers, td)
 				case p.Op == ledger.JobTriggerDone && has >= 0:

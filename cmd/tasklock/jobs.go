@@ -21,7 +21,8 @@ import (
 const jobsUsage = `Usage:
   tasklock jobs list    --store URL [--json]
   tasklock jobs history --store URL [--job NAME] [--status S] [--since D] [--limit N] [--json]
-  tasklock jobs trigger --store URL JOB [--force] [--json]
+  tasklock jobs trigger --store URL JOB [--note TEXT] [--force] [--json]
+  tasklock jobs cancel  --store URL JOB TICK [--shard N] [--trigger ID] [--json]
   tasklock jobs pause   --store URL JOB [--force] [--json]
   tasklock jobs resume  --store URL JOB [--force] [--json]
   tasklock jobs forget  --store URL JOB [--force] [--json]
@@ -46,13 +47,20 @@ the pause and trigger-now state every node of "tasklock serve" obeys
            shards:, one row per shard), attempt, node, fence, status, the
            tick's overall status (sharded jobs: ok when every shard is ok,
            running while any runs, else the worst), duration, error.
-           --job and --status (ok, failed, timeout, lost, interrupted,
+           --job and --status (ok, failed, timeout, lost, cancelled, interrupted,
            skipped, missed, running) filter;
            --since D shows ticks of the last D (e.g. 24h); --limit N caps
            the rows (default 50). A run whose node was killed shows as
            running until another node notices (within the node's lease,
            10s), then as interrupted
-  trigger  ask for one run of JOB now, on one node; prints the request ID
+  trigger  ask for one run of JOB now, on one node; prints the request ID.
+           --note TEXT (at most 1000 bytes) is kept in the audit entry
+  cancel   stop JOB's run of TICK in progress (the tick as history shows
+           it; --shard N for a shard of a sharded job, --trigger ID for a
+           triggered run): the node running it cancels it within a second,
+           a command's process tree is stopped as on timeout, the attempt
+           is recorded cancelled and not retried. A run that has ended, or
+           that history does not hold, is refused (exit 1)
   pause    stop every node from starting new runs of JOB (running ones end)
   resume   undo pause
   forget   delete the stored state of JOB — registration, pause, pending
@@ -120,7 +128,7 @@ refused (a job defined already, or not at run time, or of the file); 64 bad usag
 unreachable or failing, or the store keeps no ledger.
 `
 
-var jobsSubs = map[string]int{"list": 0, "history": 0, "trigger": 1, "pause": 1, "resume": 1, "forget": 1, "backfill": 1, "rerun": 2,
+var jobsSubs = map[string]int{"list": 0, "history": 0, "trigger": 1, "pause": 1, "resume": 1, "forget": 1, "backfill": 1, "rerun": 2, "cancel": 2,
 	"create": -1, "update": -1, "delete": 1, "audit": 0, "notifications": 0}
 
 // The JSON shapes of jobs, shared with the dashboard's API.
@@ -141,6 +149,7 @@ func runJobs(args []string, stdout, stderr io.Writer) int {
 		force       bool
 		past        backfillFlags
 		def         defineFlags
+		act         actFlags
 	)
 	extra := func(fs *flag.FlagSet) {
 		past.register(fs)
@@ -150,6 +159,9 @@ func runJobs(args []string, stdout, stderr io.Writer) int {
 		fs.StringVar(&status, "status", "", "")
 		fs.DurationVar(&since, "since", 0, "")
 		fs.IntVar(&limit, "limit", 50, "")
+		fs.IntVar(&act.shard, "shard", 0, "")
+		fs.StringVar(&act.trigger, "trigger", "", "")
+		fs.StringVar(&act.note, "note", "", "")
 	}
 	return adminRun("jobs", jobsUsage, args, stdout, stderr, jobsSubs, extra, func(ctx context.Context, a *adminArgs, store driver.Store) error {
 		l, ok := store.(ledger.Ledger)
@@ -173,10 +185,10 @@ func runJobs(args []string, stdout, stderr io.Writer) int {
 				return usagef("--since must be positive, got %v", since)
 			}
 			switch ledger.RunStatus(status) {
-			case "", ledger.RunOK, ledger.RunFailed, ledger.RunTimeout, ledger.RunLost, ledger.RunInterrupted,
+			case "", ledger.RunOK, ledger.RunFailed, ledger.RunTimeout, ledger.RunLost, ledger.RunCancelled, ledger.RunInterrupted,
 				ledger.RunSkipped, ledger.RunMissed, ledger.RunRunning:
 			default:
-				return usagef("--status %s: want ok, failed, timeout, lost, interrupted, skipped, missed or running", redact.Quote(status))
+				return usagef("--status %s: want ok, failed, timeout, lost, cancelled, interrupted, skipped, missed or running", redact.Quote(status))
 			}
 			q := ledger.RunQuery{Job: job, Status: ledger.RunStatus(status), Limit: limit}
 			if since > 0 {
@@ -187,6 +199,8 @@ func runJobs(args []string, stdout, stderr io.Writer) int {
 			return jobsBackfill(ctx, l, a.positional[0], &past, a.json, stdout)
 		case "rerun":
 			return jobsRerun(ctx, l, a.positional[0], a.positional[1], &past, a.json, stdout)
+		case "cancel":
+			return jobsCancel(ctx, l, a.positional[0], a.positional[1], &act, a.json, stdout)
 		}
 		p := ledger.JobStateParams{Job: a.positional[0]}
 		switch a.sub {
@@ -196,6 +210,9 @@ func runJobs(args []string, stdout, stderr io.Writer) int {
 			p.Op = ledger.JobResume
 		case "trigger":
 			p.Op, p.Trigger = ledger.JobTrigger, rand.Text()
+			if err := act.checkNote(); err != nil {
+				return err
+			}
 		case "forget":
 			p.Op = ledger.JobForget
 		}
@@ -208,7 +225,7 @@ func runJobs(args []string, stdout, stderr io.Writer) int {
 		if err != nil {
 			return err
 		}
-		if err := auditState(ctx, l, p, a.sub); err != nil {
+		if err := auditState(ctx, l, p, a.sub, act.note); err != nil {
 			return err
 		}
 		if a.json {

@@ -382,10 +382,10 @@ func jobsAudit(ctx context.Context, a *adminArgs, l ledger.Ledger, job string, l
 
 // auditState appends the audit entry of a pause, resume, trigger or
 // forget made by this command.
-func auditState(ctx context.Context, l ledger.Ledger, p ledger.JobStateParams, op string) error {
+func auditState(ctx context.Context, l ledger.Ledger, p ledger.JobStateParams, op, note string) error {
 	detail := ""
 	if p.Trigger != "" {
-		detail = "trigger " + p.Trigger
+		detail = apijson.TriggerDetail(p.Trigger, note)
 	}
 	if err := jobdefs.Record(ctx, l, ledger.AuditEntry{Who: cliActor(), Job: p.Job, Action: op, Detail: detail}); err != nil {
 		return fmt.Errorf("%s done, but writing its audit entry failed: %w", op, err)

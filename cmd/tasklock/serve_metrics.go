@@ -215,7 +215,7 @@ func (o *observer) scheduleEvent(e schedule.Event) {
 // runLevel is the level of a run's end: WARN when it did not succeed.
 func runLevel(st ledger.RunStatus) slog.Level {
 	switch st {
-	case ledger.RunFailed, ledger.RunTimeout, ledger.RunLost, ledger.RunInterrupted:
+	case ledger.RunFailed, ledger.RunTimeout, ledger.RunLost, ledger.RunInterrupted, ledger.RunCancelled:
 		return slog.LevelWarn
 	}
 	return slog.LevelInfo

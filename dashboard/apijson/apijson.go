@@ -259,6 +259,9 @@ func FromState(st ledger.JobState) Job {
 		j.Since = &since
 	}
 	for _, t := range st.Triggers {
+		if t.Cancel {
+			continue // a cancel request runs nothing (RunCancelled); it waits a poll at most
+		}
 		tr := Trigger{ID: t.ID, At: t.At.UTC(), Rerun: t.Rerun}
 		if !t.Tick.IsZero() {
 			tick := t.Tick.UTC()

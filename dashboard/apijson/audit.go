@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -100,4 +101,30 @@ func ClipDetail(s string) string {
 		return s
 	}
 	return strings.ToValidUTF8(s[:ledger.MaxAuditDetail-3], "") + "..."
+}
+
+// MaxNote bounds the note of a trigger (POST /api/jobs/{name}/trigger,
+// tasklock jobs trigger --note), in bytes.
+const MaxNote = 1000
+
+// TriggerDetail is the Detail of a trigger's audit entry: its request ID
+// and the note given with it, if any.
+func TriggerDetail(id, note string) string {
+	if note == "" {
+		return "trigger " + id
+	}
+	return "trigger " + id + ", note: " + note
+}
+
+// RunDetail names a run in the Detail of a cancel's or retry's audit
+// entry: its tick, trigger and shard (when set), and attempt.
+func RunDetail(k ledger.RunKey, attempt int) string {
+	s := "tick " + k.Tick.UTC().Format(time.RFC3339Nano)
+	if k.Trigger != "" {
+		s += " trigger " + k.Trigger
+	}
+	if k.Shard != 0 {
+		s += " shard " + strconv.Itoa(k.Shard)
+	}
+	return s + " attempt " + strconv.Itoa(attempt)
 }

@@ -189,9 +189,12 @@ function confirmAction(text) {
 }
 
 async function act(text, path) {
-  if (!(await confirmAction(text))) return;
+  let body = null;
+  if (path.endsWith("/trigger") && typeof askTriggerNote === "function") { // act.js: a note
+    if ((body = await askTriggerNote(text)) === null) return;
+  } else if (!(await confirmAction(text))) return;
   try {
-    await post(path);
+    await (body ? postJSON(path, body) : post(path));
     message("");
     await render();
   } catch (e) {
@@ -260,7 +263,8 @@ function runRow(r) {
     el("td", {}, r.node),
     el("td", { class: "num" }, r.fence),
     el("td", { class: "num" }, dur),
-    el("td", {}, detail.length ? detail : "—"));
+    el("td", {}, detail.length ? detail : "—"),
+    el("td", { class: "run-actions" }, typeof runActions === "function" ? runActions(r) : null));
 }
 
 async function jobPage(name) {
@@ -281,7 +285,7 @@ async function jobPage(name) {
     more.disabled = !d2.next;
   } }, "Older");
   const statusSel = el("select", { id: "run-status", onchange: (e) => { state.runStatus = e.target.value; render(); } },
-    ["", "ok", "failed", "timeout", "lost", "interrupted", "skipped", "missed", "running"].map((s) => el("option", { value: s, selected: s === st }, s || "any status")));
+    ["", "ok", "failed", "timeout", "lost", "cancelled", "interrupted", "skipped", "missed", "running"].map((s) => el("option", { value: s, selected: s === st }, s || "any status")));
   const head = [el("h1", {}, el("a", { href: "#/jobs" }, "Jobs"), " / ", el("span", { id: "job-title" }, name))];
   if (j) {
     head.push(el("div", { class: "toolbar", id: "job-summary", "data-job": j.job, "data-paused": String(j.paused) },
@@ -303,7 +307,7 @@ async function jobPage(name) {
     el("h2", {}, "History"),
     el("div", { class: "toolbar" }, statusSel),
     el("table", { id: "runs-table" },
-      el("thead", {}, el("tr", {}, ["Tick", "Shard", "Status", "Tick status", "Attempt", "Node", "Fence", "Duration", "Error / output"].map((h) => el("th", {}, h)))),
+      el("thead", {}, el("tr", {}, ["Tick", "Shard", "Status", "Tick status", "Attempt", "Node", "Fence", "Duration", "Error / output", ""].map((h) => el("th", {}, h)))),
       tbody),
     el("div", { class: "pager" }, more),
     await auditSection(name),

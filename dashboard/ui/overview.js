@@ -10,7 +10,7 @@
 "use strict";
 
 // overviewStatuses are the statuses in the order the bars stack them.
-const overviewStatuses = ["ok", "failed", "timeout", "lost", "interrupted", "skipped", "missed", "running"];
+const overviewStatuses = ["ok", "failed", "timeout", "lost", "cancelled", "interrupted", "skipped", "missed", "running"];
 
 // overviewRendered is when the overview last rendered: app.js's live
 // updates refresh it at most every overviewEvery ms.
