@@ -25,6 +25,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tasklock/tasklock/dashboard"
+	"github.com/tasklock/tasklock/dashboard/apijson"
 	"github.com/tasklock/tasklock/driver"
 	"github.com/tasklock/tasklock/internal/testserver"
 	"github.com/tasklock/tasklock/ledger"
@@ -193,7 +194,8 @@ func fill(t *testing.T, st ledgerStore) {
 		}
 	}
 	now := time.Now().UTC().Truncate(time.Second)
-	tick := now.Add(-time.Hour)
+	// On a tick of a's schedule (@every 10s), so that its runs can be re-run.
+	tick := now.Add(-time.Hour).Truncate(10 * time.Second)
 	err := st.RecordRuns(ctx, []ledger.RunRecord{
 		{Job: "a", Tick: tick, Attempt: 1, Node: "n1", Fence: 7, Start: tick, End: tick.Add(time.Second), Status: ledger.RunOK, Output: "hello\n"},
 		{Job: "a", Tick: tick.Add(10 * time.Second), Attempt: 2, Node: "n2", Fence: 8, Start: tick.Add(10 * time.Second), End: tick.Add(12 * time.Second), Status: ledger.RunFailed, Error: "exit status 1", Output: "boom\n"},
@@ -201,9 +203,22 @@ func fill(t *testing.T, st ledgerStore) {
 		{Job: "s", Tick: tick, Shard: 0, Shards: 2, Attempt: 1, Node: "n1", Fence: 9, Start: tick, End: tick.Add(time.Second), Status: ledger.RunOK},
 		{Job: "s", Tick: tick, Shard: 1, Shards: 2, Attempt: 1, Node: "n2", Fence: 10, Start: tick, Status: ledger.RunRunning},
 		{Job: "gone", Tick: tick, Attempt: 1, Node: "n3", Fence: 3, Start: tick, End: tick.Add(time.Second), Status: ledger.RunInterrupted, Error: "node n3 stopped"},
+		{Job: "a", Tick: tick.Add(20 * time.Second), Trigger: "trig0", Attempt: 1, Node: "n1", Fence: 11, Start: tick.Add(20 * time.Second), End: tick.Add(80 * time.Second), Status: ledger.RunTimeout, Error: "timed out after 1m"},
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	// A notification of a's failure, delivered on the second attempt, as
+	// serve logs it.
+	next := tick.Add(15 * time.Second)
+	for _, d := range []apijson.Delivery{
+		{ID: "n-1", Event: "failure", Tick: tick.Add(10 * time.Second), Status: "failed", Target: "webhook https://hooks.example/x", Attempt: 1, Error: "connection refused", Result: "retrying", NextRetry: &next},
+		{ID: "n-1", Event: "failure", Tick: tick.Add(10 * time.Second), Status: "failed", Target: "webhook https://hooks.example/x", Attempt: 2, Code: 200, Result: "delivered"},
+	} {
+		e := ledger.AuditEntry{Who: apijson.NotifyWhoPrefix + "n1", Job: "a", Action: apijson.NotifyAction, Detail: apijson.DeliveryDetail(d)}
+		if err := st.AppendAudit(ctx, e); err != nil {
+			t.Fatal(err)
+		}
 	}
 	for _, p := range []ledger.JobStateParams{
 		{Job: "b", Op: ledger.JobPause},
@@ -577,13 +592,13 @@ func checkAnswers(t *testing.T, c *checker) {
 
 	var runs struct {
 		Runs []struct {
-			ID, Job, Tick  string
-			Shard, Attempt int
+			ID, Job, Tick, Trigger, Status string
+			Shard, Attempt                 int
 		}
 	}
 	json.Unmarshal(c.do(call{method: "GET", path: "/api/runs", hdr: bearer, want: 200}), &runs)
-	if len(runs.Runs) != 6 {
-		t.Errorf("runs: %d, want 6", len(runs.Runs))
+	if len(runs.Runs) != 7 {
+		t.Errorf("runs: %d, want 7", len(runs.Runs))
 	}
 	for _, r := range runs.Runs {
 		c.do(call{method: "GET", path: "/api/run?id=" + url.QueryEscape(r.ID), hdr: bearer, want: 200})
@@ -659,6 +674,49 @@ func checkAnswers(t *testing.T, c *checker) {
 	}
 	c.do(call{method: "GET", path: "/api/audit?job=a&before=" + audit.Next, hdr: bearer, want: 200})
 	c.do(call{method: "GET", path: "/api/audit?before=0", hdr: bearer, want: 400, refused: true})
+
+	// The delivery log of the notifications, one page after another.
+	var notes struct {
+		Notifications []struct{ Result string }
+		Next          string
+	}
+	json.Unmarshal(c.do(call{method: "GET", path: "/api/notifications?job=a&limit=1", hdr: bearer, want: 200}), &notes)
+	if len(notes.Notifications) != 1 || notes.Notifications[0].Result != "delivered" || notes.Next == "" {
+		t.Errorf("notifications: %+v, want the delivery first and a next page", notes)
+	}
+	c.do(call{method: "GET", path: "/api/notifications?before=" + notes.Next, hdr: bearer, want: 200})
+	c.do(call{method: "GET", path: "/api/notifications?limit=0", hdr: bearer, want: 400, refused: true})
+
+	// Cancel and retry name a run as /api/runs lists it.
+	runRef := func(job, tick, trigger string, shard int) string {
+		b, _ := json.Marshal(map[string]any{"job": job, "tick": tick, "trigger": trigger, "shard": shard})
+		return string(b)
+	}
+	var running, failed, timedOut, ok string
+	for _, r := range runs.Runs {
+		switch {
+		case r.Job == "s" && r.Shard == 1:
+			running = runRef(r.Job, r.Tick, "", 1)
+		case r.Job == "a" && r.Status == "failed":
+			failed = runRef(r.Job, r.Tick, "", 0)
+		case r.Job == "a" && r.Status == "timeout":
+			timedOut = runRef(r.Job, r.Tick, r.Trigger, 0)
+		case r.Job == "a" && r.Status == "ok":
+			ok = runRef(r.Job, r.Tick, "", 0)
+		}
+	}
+	c.do(call{method: "POST", path: "/api/runs/cancel", hdr: bearer, body: running, want: 202})
+	c.do(call{method: "POST", path: "/api/runs/cancel", hdr: bearer, body: ok, want: 409})
+	c.do(call{method: "POST", path: "/api/runs/cancel", hdr: bearer, body: runRef("nope", runs.Runs[0].Tick, "", 0), want: 404})
+	c.do(call{method: "POST", path: "/api/runs/cancel", hdr: bearer, body: `{"job":"a"}`, want: 400, refused: true})
+	c.do(call{method: "POST", path: "/api/runs/cancel", body: running, want: 401, refused: true})
+	c.do(call{method: "POST", path: "/api/runs/retry", hdr: bearer, body: failed, want: 202})
+	c.do(call{method: "POST", path: "/api/runs/retry", hdr: bearer, body: timedOut, want: 202})
+	c.do(call{method: "POST", path: "/api/runs/retry", hdr: bearer, body: ok, want: 409})
+	c.do(call{method: "POST", path: "/api/runs/retry", hdr: bearer, body: `{"job":"a","tick":"soon"}`, want: 400, refused: true})
+	// A trigger with a note.
+	c.do(call{method: "POST", path: "/api/jobs/a/trigger", hdr: bearer, body: `{"note":"from the OpenAPI test"}`, want: 200})
+	c.do(call{method: "POST", path: "/api/jobs/a/trigger", hdr: bearer, body: `{"note":"` + strings.Repeat("x", 1001) + `"}`, want: 400, refused: true})
 
 	// Acting through a session: with its CSRF token, and without (403).
 	sess := c.login()
