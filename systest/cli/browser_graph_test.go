@@ -166,12 +166,16 @@ jobs:
 		return chromedp.Poll(js, &ok, chromedp.WithPollingTimeout(30*time.Second))
 	}
 
+	// The login lands on the overview (the landing page); the jobs are a
+	// click away.
 	run("log in",
-		chromedp.Navigate(url+"#/jobs"),
-		chromedp.WaitVisible(`#login-token`, chromedp.ByQuery),
+		chromedp.Navigate(url),
+		chromedp.WaitVisible(`#login-page #login-token`, chromedp.ByQuery),
 		chromedp.SendKeys(`#login-token`, token, chromedp.ByQuery),
 		chromedp.Click(`#login-button`, chromedp.ByQuery),
 		chromedp.WaitVisible(`#logout-button`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#overview-cards`, chromedp.ByQuery),
+		chromedp.Click(`#nav-jobs`, chromedp.ByQuery),
 		chromedp.WaitVisible(`#jobs-table tr.job-row[data-job="sharded-sync"]`, chromedp.ByQuery),
 	)
 
@@ -345,7 +349,7 @@ jobs:
 		t.Errorf("an unknown job's audit section says %q", empty)
 	}
 	// The login page answers 401 by design, and Chromium logs that.
-	login := "log: Failed to load resource: the server responded with a status of 401 (Unauthorized) " + url + "#/jobs"
+	login := "log: Failed to load resource: the server responded with a status of 401 (Unauthorized) " + url
 	if e := slices.DeleteFunc(errs(), func(s string) bool { return s == login }); len(e) > 0 {
 		t.Errorf("the pages logged errors to the console:\n%s", strings.Join(e, "\n"))
 	}

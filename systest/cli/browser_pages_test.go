@@ -4,6 +4,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -28,7 +29,10 @@ import (
 // ("12 s ago"), keep counting, and have the absolute time as their title;
 // the header's zone switch turns every absolute time on the page into UTC
 // and back, and is remembered across a reload. With TASKLOCK_SCREENSHOTS=1
-// it saves job.png and run.png for the README.
+// The job page draws the duration and lateness of its runs as two line
+// charts, and a job's page lists the delivery of its notification. With
+// TASKLOCK_SCREENSHOTS=1 it saves job.png, run.png and notifications.png
+// for the README.
 func TestDashboardInBrowserJobAndRunPages(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts Chromium")
@@ -54,6 +58,10 @@ jobs:
   - name: big-output
     schedule: "@daily"
     command: ["sh", "-c", "echo FIRST-LINE; yes 'a middle line of the output' | head -c 1048576; echo; echo LAST-LINE"]
+  - name: flaky
+    schedule: "@yearly"
+    command: ["false"]
+    notify: {command: ["sh", "-c", "cat >/dev/null"]}
   - name: webhook
     schedule: "@yearly"
     http:
@@ -69,7 +77,7 @@ jobs:
 	url := regexp.MustCompile(`"url":"([^"]+)"`).FindStringSubmatch(p.Stderr())[1]
 	// Runs to show: the 1 MiB one, and two of nightly-report for its
 	// history and charts.
-	for _, job := range []string{"big-output", "nightly-report", "nightly-report"} {
+	for _, job := range []string{"big-output", "nightly-report", "nightly-report", "flaky"} {
 		req, err := http.NewRequest(http.MethodPost, url+"api/jobs/"+job+"/trigger", nil)
 		if err != nil {
 			t.Fatal(err)
@@ -238,6 +246,14 @@ jobs:
 	var ticks []tickRow
 	var defKeys []string
 	var pageText string
+	// charts: the job page's two line charts (chart.js's lineChart) of the
+	// runs listed, each a path through both runs and y-axis labels that
+	// are durations (fmtMS).
+	type chartView struct {
+		Paths, Points int
+		Name, YLabels string
+	}
+	var charts map[string]chartView
 	run("the job page",
 		chromedp.Click(`#zone-switch`, chromedp.ByQuery),
 		waitFor(`document.getElementById("zone-switch").dataset.zone === "local"`),
@@ -247,8 +263,23 @@ jobs:
 		eval(`[...document.querySelectorAll("#job-next-ticks tr.next-tick")].map((tr) => ({Tick: tr.dataset.tick,
 			Rel: tr.querySelector(".next-rel").textContent, Local: tr.querySelector(".next-local").textContent, UTC: tr.querySelector(".next-utc").textContent}))`, &ticks),
 		eval(`[...document.querySelectorAll("#job-def tr.def-row")].map((tr) => tr.dataset.key + "=" + tr.cells[1].textContent)`, &defKeys),
+		eval(`Object.fromEntries(["job-duration-chart", "job-lateness-chart"].map((id) => {
+			const paths = document.querySelectorAll("#" + id + " svg.chart.line-chart path.series");
+			const d = paths.length ? paths[0].getAttribute("d") : "";
+			return [id, {Paths: paths.length, Points: (d.match(/[ML]/g) || []).length, Name: paths.length ? paths[0].dataset.name : "",
+				YLabels: [...document.querySelectorAll("#" + id + " svg.chart g.y-axis text")].map((e) => e.textContent).join("|")}];
+		}))`, &charts),
 		shot("job.png"),
 	)
+	for id, name := range map[string]string{"job-duration-chart": "duration", "job-lateness-chart": "lateness"} {
+		c := charts[id]
+		if c.Paths != 1 || c.Name != name || c.Points != 2 {
+			t.Errorf("#%s has %d series (%q) through %d points, want one %q line through the 2 runs", id, c.Paths, c.Name, c.Points, name)
+		}
+		if !regexp.MustCompile(`^0 ms(\|[0-9.]+ (ms|s|min))+$`).MatchString(c.YLabels) {
+			t.Errorf("#%s's y-axis reads %q, want durations from 0 ms", id, c.YLabels)
+		}
+	}
 	berlin, _ := time.LoadLocation("Europe/Berlin")
 	prev := time.Now()
 	for i, r := range ticks {
@@ -266,6 +297,45 @@ jobs:
 		if !strings.Contains(def, w) {
 			t.Errorf("the definition lacks %q:\n%s", w, def)
 		}
+	}
+	// flaky's failure is notified (its first outcome), through the
+	// command: the job page lists the delivery. It is logged after the
+	// run ends, so wait for it through the API before opening the page.
+	deadline := time.Now().Add(45 * time.Second)
+	for {
+		res, err := http.Get(url + "api/notifications?job=flaky")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var log struct{ Notifications []struct{ Result string } }
+		err = json.NewDecoder(res.Body).Decode(&log)
+		res.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(log.Notifications) > 0 && log.Notifications[0].Result == "delivered" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no delivered notification of flaky's failure within 45 s: %+v\nserve stderr:\n%s", log, p.Stderr())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	var delivery []string
+	run("the notifications on the job page",
+		chromedp.Navigate(url+"#/job/flaky"),
+		waitFor(`!!document.querySelector('#notifications-table tr.notify-row[data-event="failure"][data-result="delivered"]')`),
+		eval(`[...document.querySelectorAll("#notifications-table tr.notify-row")].map((tr) => tr.dataset.event + " " + tr.dataset.result + " " + tr.querySelector("td.notify-target").textContent)`, &delivery),
+		chromedp.ActionFunc(func(ctx context.Context) error {
+			var buf []byte
+			if err := chromedp.Screenshot(`#job-notifications`, &buf, chromedp.ByQuery).Do(ctx); err != nil {
+				return err
+			}
+			return os.WriteFile(filepath.Join(shots, "notifications.png"), buf, 0o644)
+		}),
+	)
+	if len(delivery) != 1 || !strings.HasPrefix(delivery[0], "failure delivered command ") {
+		t.Errorf("flaky's notifications on its page: %q, want one failure delivered by the command", delivery)
 	}
 	run("the http job's page",
 		chromedp.Navigate(url+"#/job/webhook"),

@@ -103,17 +103,32 @@ jobs:
 		}
 	}
 
+	// A user opens the dashboard's root, gets the login page, logs in and
+	// lands on the overview, the landing page (the login's redirect goes
+	// to the root: a #/... the user had asked for is not kept).
+	var landing string
 	run("log in",
-		chromedp.Navigate(url+"#/jobs"),
-		chromedp.WaitVisible(`#login-token`, chromedp.ByQuery),
+		chromedp.Navigate(url),
+		chromedp.WaitVisible(`#login-page #login-token`, chromedp.ByQuery),
 		chromedp.SendKeys(`#login-token`, token, chromedp.ByQuery),
 		chromedp.Click(`#login-button`, chromedp.ByQuery),
 		chromedp.WaitVisible(`#logout-button`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#overview-cards .card[data-figure="jobs"] .figure`, chromedp.ByQuery),
+		chromedp.AttributeValue(`#nav-overview`, "class", &landing, nil, chromedp.ByQuery),
+	)
+	if !strings.Contains(landing, "active") {
+		t.Errorf("after logging in at the root the Overview nav link's class is %q, want active (the overview is the landing page)", landing)
+	}
+	run("jobs page",
+		chromedp.Click(`#nav-jobs`, chromedp.ByQuery),
 		chromedp.WaitVisible(report, chromedp.ByQuery),
 	)
+	// Trigger asks for an optional note (act.js's dialog) instead of a
+	// plain confirmation.
 	run("trigger nightly-report",
 		click(report+` button.action-trigger`),
-		confirm,
+		chromedp.WaitVisible(`#note-dialog`, chromedp.ByQuery),
+		chromedp.Click(`#note-ok`, chromedp.ByQuery),
 		chromedp.Navigate(url+"#/job/nightly-report"),
 		// The run is recorded by serve and shown by the live update.
 		chromedp.WaitVisible(`#runs-table tr.run-row[data-status="ok"]`, chromedp.ByQuery),
@@ -171,7 +186,7 @@ jobs:
 	}
 	// The login page answers 401 by design, and Chromium logs that; the
 	// pages after it log no error.
-	login := "log: Failed to load resource: the server responded with a status of 401 (Unauthorized) " + url + "#/jobs"
+	login := "log: Failed to load resource: the server responded with a status of 401 (Unauthorized) " + url
 	if e := slices.DeleteFunc(errs(), func(s string) bool { return s == login }); len(e) > 0 {
 		t.Errorf("the pages logged errors to the console:\n%s", strings.Join(e, "\n"))
 	}
