@@ -422,15 +422,36 @@ func (t stillTimer) C() <-chan time.Time { return t.c }
 func (stillTimer) Reset(time.Duration)   {}
 func (stillTimer) Stop() bool            { return true }
 
+// stuckRenewals is a store whose renewals never answer before their
+// context ends or unstick is closed.
+type stuckRenewals struct {
+	*memstore.Store
+	unstick chan struct{}
+}
+
+func (s *stuckRenewals) Renew(ctx context.Context, ps []driver.RenewParams) ([]error, error) {
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-s.unstick:
+		return nil, errors.New("unstuck")
+	}
+}
+
 // After a pause longer than the lease, Done is closed at the first look,
-// before the engine goroutine has had a chance to run.
+// before the engine goroutine has had a chance to run. The store's renewals
+// never answer: the engine, woken by the obtain, may run late on a busy
+// machine, after the first advance below, and would otherwise renew the
+// lease from the paused clock's later time.
 func TestDoneChecksValidityItself(t *testing.T) {
 	clk := &pausedClock{now: time.Unix(1_700_000_000, 0)}
-	lk, err := New(memstore.New(clk), &Config{Clock: clk})
+	store := &stuckRenewals{Store: memstore.New(clk), unstick: make(chan struct{})}
+	lk, err := New(store, &Config{Clock: clk})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer lk.Close()
+	defer close(store.unstick)
 	ttl := time.Second
 	l, err := lk.TryObtain(context.Background(), "k", &ObtainOptions{TTL: ttl})
 	if err != nil {
