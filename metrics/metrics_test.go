@@ -175,7 +175,7 @@ func TestScheduleEvents(t *testing.T) {
 		m.ScheduleEvent(e)
 	}
 	want := `
-# HELP tasklock_job_runs_total Job run attempts that ended, and ticks skipped, by job and status (ok, failed, timeout, lost, skipped; interrupted, counted by the node that found a dead node's run).
+# HELP tasklock_job_runs_total Job run attempts that ended, and ticks skipped, by job and status (ok, failed, timeout, lost, cancelled, skipped; interrupted, counted by the node that found a dead node's run).
 # TYPE tasklock_job_runs_total counter
 tasklock_job_runs_total{job="a",status="failed"} 1
 tasklock_job_runs_total{job="a",status="ok"} 2
