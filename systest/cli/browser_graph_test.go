@@ -112,8 +112,7 @@ jobs:
 	}
 	const token = "browser-test-token"
 	p := tl.Start(t, nil, "serve", "--config", cfg, "--http", "127.0.0.1:0", "--token", token, "--log-format", "json")
-	p.WaitStderr(`"msg":"dashboard"`, 30*time.Second)
-	url := regexp.MustCompile(`"url":"([^"]+)"`).FindStringSubmatch(p.Stderr())[1]
+	url := dashboardURL(t, p)
 
 	// apiPost calls the JSON API as a script would: with the token, no
 	// browser session.
@@ -137,14 +136,7 @@ jobs:
 		apiPost("api/jobs/" + j + "/trigger")
 	}
 
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromium), chromedp.Flag("headless", true), chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.WindowSize(1280, 800))...)
-	defer cancelAlloc()
-	ctx, cancel := chromedp.NewContext(allocCtx, chromedpErrors(t))
-	defer cancel()
-	ctx, cancelT := context.WithTimeout(ctx, 90*time.Second)
-	defer cancelT()
+	ctx := newBrowser(t, chromium, 90*time.Second, chromedp.WindowSize(1280, 800))
 	errs := consoleErrors(ctx)
 	run := func(what string, actions ...chromedp.Action) {
 		t.Helper()

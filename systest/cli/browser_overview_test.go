@@ -3,7 +3,6 @@
 package cli
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -41,16 +40,8 @@ jobs:
 		t.Fatal(err)
 	}
 	p := tl.Start(t, nil, "serve", "--config", cfg, "--http", "127.0.0.1:0", "--log-format", "json")
-	p.WaitStderr(`"msg":"dashboard"`, 30*time.Second)
-	url := regexp.MustCompile(`"url":"([^"]+)"`).FindStringSubmatch(p.Stderr())[1]
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromium), chromedp.Flag("headless", true), chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.WindowSize(1280, 900))...)
-	defer cancelAlloc()
-	ctx, cancel := chromedp.NewContext(allocCtx, chromedpErrors(t))
-	defer cancel()
-	ctx, cancelT := context.WithTimeout(ctx, 90*time.Second)
-	defer cancelT()
+	url := dashboardURL(t, p)
+	ctx := newBrowser(t, chromium, 90*time.Second, chromedp.WindowSize(1280, 900))
 	errs := consoleErrors(ctx)
 	run := func(what string, actions ...chromedp.Action) {
 		t.Helper()

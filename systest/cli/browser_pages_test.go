@@ -73,8 +73,7 @@ jobs:
 	}
 	const token = "browser-test-token"
 	p := tl.Start(t, nil, "serve", "--config", cfg, "--http", "127.0.0.1:0", "--token", token, "--public-read", "--log-format", "json")
-	p.WaitStderr(`"msg":"dashboard"`, 30*time.Second)
-	url := regexp.MustCompile(`"url":"([^"]+)"`).FindStringSubmatch(p.Stderr())[1]
+	url := dashboardURL(t, p)
 	// Runs to show: the 1 MiB one, and two of nightly-report for its
 	// history and charts.
 	for _, job := range []string{"big-output", "nightly-report", "nightly-report", "flaky"} {
@@ -97,14 +96,7 @@ jobs:
 	if os.Getenv("TASKLOCK_SCREENSHOTS") == "1" {
 		shots = screenshotDir
 	}
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromium), chromedp.Flag("headless", true), chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.WindowSize(1280, 900), chromedp.Env("TZ=America/New_York", "LANG=en_US.UTF-8"))...)
-	defer cancelAlloc()
-	ctx, cancel := chromedp.NewContext(allocCtx, chromedpErrors(t))
-	defer cancel()
-	ctx, cancelT := context.WithTimeout(ctx, 90*time.Second)
-	defer cancelT()
+	ctx := newBrowser(t, chromium, 90*time.Second, chromedp.WindowSize(1280, 900), chromedp.Env("TZ=America/New_York", "LANG=en_US.UTF-8"))
 	errs := consoleErrors(ctx)
 	run := func(what string, actions ...chromedp.Action) {
 		t.Helper()

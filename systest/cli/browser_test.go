@@ -54,8 +54,7 @@ jobs:
 	}
 	const token = "browser-test-token"
 	p := tl.Start(t, nil, "serve", "--config", cfg, "--http", "127.0.0.1:0", "--token", token, "--log-format", "json")
-	p.WaitStderr(`"msg":"dashboard"`, 30*time.Second)
-	url := regexp.MustCompile(`"url":"([^"]+)"`).FindStringSubmatch(p.Stderr())[1]
+	url := dashboardURL(t, p)
 
 	shots := t.TempDir()
 	if os.Getenv("TASKLOCK_SCREENSHOTS") == "1" {
@@ -64,14 +63,7 @@ jobs:
 			t.Fatal(err)
 		}
 	}
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromium), chromedp.Flag("headless", true), chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.WindowSize(1280, 800))...)
-	defer cancelAlloc()
-	ctx, cancel := chromedp.NewContext(allocCtx, chromedpErrors(t))
-	defer cancel()
-	ctx, cancelT := context.WithTimeout(ctx, 90*time.Second)
-	defer cancelT()
+	ctx := newBrowser(t, chromium, 90*time.Second, chromedp.WindowSize(1280, 800))
 	errs := consoleErrors(ctx)
 
 	shot := func(name string) chromedp.Action {
@@ -218,15 +210,8 @@ func TestDashboardInBrowserReadOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := tl.Start(t, nil, "serve", "--config", cfg, "--http", "127.0.0.1:0", "--log-format", "json")
-	p.WaitStderr(`"msg":"dashboard"`, 30*time.Second)
-	url := regexp.MustCompile(`"url":"([^"]+)"`).FindStringSubmatch(p.Stderr())[1]
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromium), chromedp.Flag("headless", true), chromedp.NoSandbox, chromedp.DisableGPU)...)
-	defer cancelAlloc()
-	ctx, cancel := chromedp.NewContext(allocCtx, chromedpErrors(t))
-	defer cancel()
-	ctx, cancelT := context.WithTimeout(ctx, 60*time.Second)
-	defer cancelT()
+	url := dashboardURL(t, p)
+	ctx := newBrowser(t, chromium, 60*time.Second)
 	var badge, title string
 	var ok, loginHidden bool
 	button := `#jobs-table tr.job-row[data-job="hourly"] button.action-trigger`

@@ -3,11 +3,16 @@
 package cli
 
 import (
+	"context"
 	"fmt"
+	"regexp"
 	"testing"
+	"time"
 
 	"github.com/chromedp/cdproto/dom"
 	"github.com/chromedp/chromedp"
+
+	"github.com/tasklock/tasklock/internal/clitest"
 )
 
 // chromedpErrors is the error logger of the browser tests' chromedp
@@ -33,4 +38,26 @@ func chromedpErrors(t *testing.T) chromedp.ContextOption {
 		}
 		t.Logf("chromedp: %s", msg)
 	})
+}
+
+// dashboardURL waits for serve p to log its dashboard and returns its URL.
+func dashboardURL(t *testing.T, p *clitest.Proc) string {
+	t.Helper()
+	p.WaitStderr(`"msg":"dashboard"`, 30*time.Second)
+	return regexp.MustCompile(`"url":"([^"]+)"`).FindStringSubmatch(p.Stderr())[1]
+}
+
+// newBrowser starts headless Chromium (the binary at chromium, with opts
+// such as a window size) and returns a context that drives it for at most
+// timeout; chromedp's errors are logged (chromedpErrors). Chromium stops
+// when the test ends.
+func newBrowser(t *testing.T, chromium string, timeout time.Duration, opts ...chromedp.ExecAllocatorOption) context.Context {
+	t.Helper()
+	all := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromium), chromedp.Flag("headless", true), chromedp.NoSandbox, chromedp.DisableGPU)
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(all, opts...)...)
+	ctx, cancel := chromedp.NewContext(allocCtx, chromedpErrors(t))
+	ctx, cancelT := context.WithTimeout(ctx, timeout)
+	t.Cleanup(func() { cancelT(); cancel(); cancelAlloc() })
+	return ctx
 }
