@@ -983,19 +983,28 @@ type jobDeps struct {
 	lines []int    // of each name in after
 }
 
+// oneOrList returns the items of f's value: those of a list, or the value
+// alone when it is a scalar. Anything else is reported under key, as not
+// what want names, and ok is false.
+func (p *parser) oneOrList(f field, key, want string) (items []*yaml.Node, ok bool) {
+	switch f.val.Kind {
+	case yaml.SequenceNode:
+		return f.val.Content, true
+	case yaml.ScalarNode:
+		return []*yaml.Node{f.val}, true
+	}
+	p.errorf(f.val, key, "want %s, got %s", want, kind(f.val))
+	return nil, false
+}
+
 // after reads "after: [a, b]" (or "after: a"): the names of the job's
 // parents, each once. checkDeps checks them against the file's jobs.
 func (p *parser) after(j *Job, f field) {
 	if isNull(f.val) {
 		return
 	}
-	items := []*yaml.Node{f.val}
-	switch f.val.Kind {
-	case yaml.SequenceNode:
-		items = f.val.Content
-	case yaml.ScalarNode:
-	default:
-		p.errorf(f.val, "after", "want a list of job names, got %s", kind(f.val))
+	items, ok := p.oneOrList(f, "after", "a list of job names")
+	if !ok {
 		return
 	}
 	d := jobDeps{job: j.Name, line: f.val.Line}

@@ -218,13 +218,8 @@ func (p *parser) notify(f field) *Notify {
 
 // notifyEvents reads notify.on: a list of events, or one alone.
 func (p *parser) notifyEvents(f field) []string {
-	items := []*yaml.Node{f.val}
-	switch f.val.Kind {
-	case yaml.SequenceNode:
-		items = f.val.Content
-	case yaml.ScalarNode:
-	default:
-		p.errorf(f.val, "notify.on", "want a list of events (%s), got %s", strings.Join(NotifyEvents, ", "), kind(f.val))
+	items, ok := p.oneOrList(f, "notify.on", "a list of events ("+strings.Join(NotifyEvents, ", ")+")")
+	if !ok {
 		return nil
 	}
 	want := map[string]bool{}
