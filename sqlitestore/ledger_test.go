@@ -1,6 +1,7 @@
 package sqlitestore
 
 import (
+	"context"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -156,23 +157,30 @@ func TestLedgerRecordChunks(t *testing.T) {
 	}
 }
 
-// TestLedgerMigrateJobSpecs: migration 0003 keeps the pauses and trigger
-// requests of a ledger made by 0002, and the migrated ledger registers.
-func TestLedgerMigrateJobSpecs(t *testing.T) {
-	db := openT(t, dbPath(t), nil)
-	ctx := ctxT(t)
+// migrateTo applies the first n migrations to db, as a build that had
+// only those did.
+func migrateTo(t *testing.T, ctx context.Context, db *sql.DB, n int) {
+	t.Helper()
 	c, err := resolve(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Apply 0001 and 0002 only, as an older build did.
 	all := migrations
-	migrations = all[:2]
+	migrations = all[:n]
 	err = migrate(ctx, db, c)
 	migrations = all
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestLedgerMigrateJobSpecs: migration 0003 keeps the pauses and trigger
+// requests of a ledger made by 0002, and the migrated ledger registers.
+func TestLedgerMigrateJobSpecs(t *testing.T) {
+	db := openT(t, dbPath(t), nil)
+	ctx := ctxT(t)
+	// Apply 0001 and 0002 only, as an older build did.
+	migrateTo(t, ctx, db, 2)
 	if _, err := db.ExecContext(ctx, `INSERT INTO tasklock_locks_jobs (job, paused, changed_at) VALUES ('p', 1, 1), ('resumed', 0, 1)`); err != nil {
 		t.Fatal(err)
 	}
@@ -252,18 +260,8 @@ func queryPlan(t *testing.T, db *sql.DB, stmt string, args ...any) string {
 func TestLedgerMigrateShards(t *testing.T) {
 	db := openT(t, dbPath(t), nil)
 	ctx := ctxT(t)
-	c, err := resolve(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	// Apply 0001 to 0005 only, as the previous build did.
-	all := migrations
-	migrations = all[:5]
-	err = migrate(ctx, db, c)
-	migrations = all
-	if err != nil {
-		t.Fatal(err)
-	}
+	migrateTo(t, ctx, db, 5)
 	tick := usec(ledgerTick)
 	for _, q := range []string{
 		// A live claim and an expired one.
@@ -352,17 +350,7 @@ VALUES ('j', %d, '', 1, 'old-node', 7, NULL, NULL, 'ok', '', 'out', 5),
 func TestLedgerMigrateCancel(t *testing.T) {
 	db := openT(t, dbPath(t), nil)
 	ctx := ctxT(t)
-	c, err := resolve(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	all := migrations
-	migrations = all[:7]
-	err = migrate(ctx, db, c)
-	migrations = all
-	if err != nil {
-		t.Fatal(err)
-	}
+	migrateTo(t, ctx, db, 7)
 	q := fmt.Sprintf(`INSERT INTO tasklock_locks_triggers (job, id, requested_at, tick, rerun) VALUES ('j', 'now', 1000, NULL, 0), ('j', 'past', 2000, %d, 1)`, usec(ledgerTick))
 	if _, err := db.ExecContext(ctx, q); err != nil {
 		t.Fatal(err)

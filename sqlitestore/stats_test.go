@@ -55,17 +55,7 @@ func TestRunStatsPlan(t *testing.T) {
 func TestRunStatsRollups(t *testing.T) {
 	db := openT(t, dbPath(t), nil)
 	ctx := context.Background()
-	c, err := resolve(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	all := migrations
-	migrations = all[:6]
-	err = migrate(ctx, db, c)
-	migrations = all
-	if err != nil {
-		t.Fatal(err)
-	}
+	migrateTo(t, ctx, db, 6)
 	from := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	for i := range 300 {
 		tick := from.Add(time.Duration(i) * 13 * time.Second)
