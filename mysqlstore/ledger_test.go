@@ -1,6 +1,8 @@
 package mysqlstore
 
 import (
+	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"strconv"
@@ -268,6 +270,29 @@ func TestLedgerTables(t *testing.T) {
 	}
 }
 
+// migrateOld applies the first n migrations to db's table "old_locks", as
+// a build that had only those did; next, when not "", is the name the
+// migration after them must have. It returns every migration.
+func migrateOld(t *testing.T, ctx context.Context, db *sql.DB, n int, next string) []migration {
+	t.Helper()
+	ms, err := loadMigrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next != "" && ms[n].name != next {
+		t.Fatalf("migration %d is %q, want %q", n+1, ms[n].name, next)
+	}
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if err := migrateLocked(ctx, conn, "old_locks", ms[:n]); err != nil {
+		t.Fatal(err)
+	}
+	return ms
+}
+
 // TestLedgerMigrateJobSpecs: migration 003 keeps the pauses and trigger
 // requests of a ledger made by 002, can run again, and the migrated ledger
 // registers; specs compare byte for byte.
@@ -275,18 +300,7 @@ func TestLedgerMigrateJobSpecs(t *testing.T) {
 	t.Parallel()
 	db := openDB(t, testserver.SharedMariaDB(t).CreateDB(t))
 	ctx := ctxT(t)
-	ms, err := loadMigrations()
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := db.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if err := migrateLocked(ctx, conn, "old_locks", ms[:2]); err != nil {
-		t.Fatal(err)
-	}
+	ms := migrateOld(t, ctx, db, 2, "")
 	if _, err := db.ExecContext(ctx, "INSERT INTO old_locks_jobs (job, paused, updated_at) VALUES ('p', 1, UTC_TIMESTAMP(6)), ('resumed', 0, UTC_TIMESTAMP(6))"); err != nil {
 		t.Fatal(err)
 	}
@@ -297,7 +311,7 @@ func TestLedgerMigrateJobSpecs(t *testing.T) {
 	// MySQL cannot roll DDL back: a migration interrupted before it was
 	// recorded runs again.
 	for _, stmt := range ms[2].stmts {
-		if _, err := conn.ExecContext(ctx, expandTable(stmt, "old_locks")); err != nil {
+		if _, err := db.ExecContext(ctx, expandTable(stmt, "old_locks")); err != nil {
 			t.Fatalf("003 again: %v", err)
 		}
 	}
@@ -340,21 +354,7 @@ func TestLedgerMigrateShards(t *testing.T) {
 	t.Parallel()
 	db := openDB(t, testserver.SharedMariaDB(t).CreateDB(t))
 	ctx := ctxT(t)
-	ms, err := loadMigrations()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ms[5].name != "shards_catalog" {
-		t.Fatalf("migration 6 is %q", ms[5].name)
-	}
-	conn, err := db.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if err := migrateLocked(ctx, conn, "old_locks", ms[:5]); err != nil {
-		t.Fatal(err)
-	}
+	ms := migrateOld(t, ctx, db, 5, "shards_catalog")
 	us := func(t time.Time) string { return strconv.FormatInt(-t.UnixMicro(), 10) }
 	t1, t2 := tick0, tick0.Add(-time.Minute)
 	for _, q := range []string{
@@ -374,7 +374,7 @@ func TestLedgerMigrateShards(t *testing.T) {
 	// MySQL cannot roll DDL back: a migration interrupted before it was
 	// recorded runs again, and Migrate takes what it made already as made.
 	for _, stmt := range ms[5].stmts {
-		if _, err := conn.ExecContext(ctx, expandTable(stmt, "old_locks")); err != nil && !duplicateKey(err) {
+		if _, err := db.ExecContext(ctx, expandTable(stmt, "old_locks")); err != nil && !duplicateKey(err) {
 			t.Fatalf("006 again: %v", err)
 		}
 	}
@@ -448,21 +448,7 @@ func TestLedgerMigrateCancel(t *testing.T) {
 	t.Parallel()
 	db := openDB(t, testserver.SharedMariaDB(t).CreateDB(t))
 	ctx := ctxT(t)
-	ms, err := loadMigrations()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ms[7].name != "cancel_requests" {
-		t.Fatalf("migration 8 is %q", ms[7].name)
-	}
-	conn, err := db.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if err := migrateLocked(ctx, conn, "old_locks", ms[:7]); err != nil {
-		t.Fatal(err)
-	}
+	migrateOld(t, ctx, db, 7, "cancel_requests")
 	if _, err := db.ExecContext(ctx, "INSERT INTO old_locks_triggers (job, trigger_id, requested_at, tick, rerun) VALUES"+
 		" ('j', 'now', UTC_TIMESTAMP(6) - INTERVAL 1 SECOND, NULL, 0), ('j', 'past', UTC_TIMESTAMP(6), '2030-01-01 00:00:00', 1)"); err != nil {
 		t.Fatal(err)
