@@ -194,3 +194,28 @@ func testRegisterBatch(t *testing.T, l ledger.Ledger) {
 		t.Fatal("a refused batch registered its valid item")
 	}
 }
+
+// CheckMigratedCancels checks a ledger that a store's migration brought
+// from a schema without cancel requests, after the test stored job "j"'s
+// trigger-now request "now" and its re-run of tick, "past", the old way:
+// both are still requests to run, unchanged, and a cancel request of
+// tick's shard 2 is kept beside them. Each SQL store's migration test
+// calls it.
+func CheckMigratedCancels(t *testing.T, l ledger.Ledger, tick time.Time) {
+	t.Helper()
+	ctx := ctxT(t, 10*time.Second)
+	if _, err := l.SetJobState(ctx, ledger.JobStateParams{Job: "j", Op: ledger.JobCancel, Trigger: "c", Tick: tick, Shard: 2}); err != nil {
+		t.Fatal(err)
+	}
+	sts, err := l.JobStates(ctx)
+	if err != nil || len(sts) != 1 || len(sts[0].Triggers) != 3 {
+		t.Fatalf("JobStates after migrating = %+v, %v; want j's 3 requests", sts, err)
+	}
+	trs := sts[0].Triggers
+	if trs[0].ID != "now" || trs[0].Cancel || trs[1].ID != "past" || trs[1].Cancel || !trs[1].Rerun || !trs[1].Tick.Equal(tick) {
+		t.Fatalf("migrated requests = %+v, want now and past as they were, not cancels", trs[:2])
+	}
+	if tr := trs[2]; tr.ID != "c" || !tr.Cancel || tr.Shard != 2 || !tr.Tick.Equal(tick) {
+		t.Fatalf("cancel request = %+v", tr)
+	}
+}

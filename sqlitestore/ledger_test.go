@@ -356,18 +356,5 @@ func TestLedgerMigrateCancel(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := newStoreT(t, db) // migrates 0008
-	if _, err := s.SetJobState(ctx, ledger.JobStateParams{Job: "j", Op: ledger.JobCancel, Trigger: "c", Tick: ledgerTick, Shard: 2}); err != nil {
-		t.Fatal(err)
-	}
-	sts, err := s.JobStates(ctx)
-	if err != nil || len(sts) != 1 || len(sts[0].Triggers) != 3 {
-		t.Fatalf("JobStates after migrating = %+v, %v; want j's 3 requests", sts, err)
-	}
-	trs := sts[0].Triggers
-	if trs[0].ID != "now" || trs[0].Cancel || trs[1].ID != "past" || trs[1].Cancel || !trs[1].Rerun || !trs[1].Tick.Equal(ledgerTick) {
-		t.Fatalf("migrated requests = %+v, want now and past as they were, not cancels", trs[:2])
-	}
-	if tr := trs[2]; tr.ID != "c" || !tr.Cancel || tr.Shard != 2 || !tr.Tick.Equal(ledgerTick) {
-		t.Fatalf("cancel request = %+v", tr)
-	}
+	ledgertest.CheckMigratedCancels(t, s, ledgerTick)
 }
