@@ -141,9 +141,10 @@ const recentTTL = time.Second
 const defaultRecentRuns = 1000
 
 // pageLastRuns reads, for the jobs of a page whose last run the recent
-// runs did not show, each job's newest record (one indexed query per job,
-// 16 at a time): a page costs at most its size in small queries, however
-// long the history is.
+// runs did not show, each job's newest record: with ledger.Latest in one
+// call per ledger.MaxRecent jobs, otherwise one indexed query per job, 16
+// at a time. A page costs at most its size in small reads, however long
+// the history is.
 func (h *handler) pageLastRuns(ctx context.Context, names []string) error {
 	var missing []string
 	h.lastMu.Lock()
@@ -160,6 +161,9 @@ func (h *handler) pageLastRuns(ctx context.Context, names []string) error {
 	h.lastMu.Unlock()
 	if len(missing) == 0 {
 		return nil
+	}
+	if lt, ok := h.ledger.(ledger.Latest); ok {
+		return h.latestRuns(ctx, lt, missing, now)
 	}
 	sem := make(chan struct{}, 16)
 	errs := make([]error, len(missing))
@@ -188,6 +192,29 @@ func (h *handler) pageLastRuns(ctx context.Context, names []string) error {
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// latestRuns is pageLastRuns through ledger.Latest.
+func (h *handler) latestRuns(ctx context.Context, lt ledger.Latest, missing []string, now time.Time) error {
+	for chunk := range slices.Chunk(missing, ledger.MaxRecent) {
+		rs, err := lt.LatestRuns(ctx, chunk)
+		if err != nil {
+			return err
+		}
+		h.lastMu.Lock()
+		for _, r := range rs {
+			if old, ok := h.lastRun[r.Job]; !ok || r.Key().Compare(old.Key()) < 0 {
+				h.lastRun[r.Job] = r
+			}
+		}
+		for _, n := range chunk {
+			if _, ok := h.lastRun[n]; !ok {
+				h.noRuns[n] = now
+			}
+		}
+		h.lastMu.Unlock()
+	}
+	return nil
 }
 
 // maxJobsRemembered bounds the last-run memory (it is cleared past 4× it).

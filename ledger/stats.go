@@ -34,6 +34,18 @@ type Stats interface {
 	RecentStatuses(ctx context.Context, jobs []string, n int) (map[string][]RunStatus, error)
 }
 
+// Latest is implemented by ledgers that read the newest run record of many
+// jobs in one round trip, for the dashboard's jobs table: without it a
+// caller reads them with one Runs call per job. Like Stats it is found by
+// type assertion on the store.
+type Latest interface {
+	// LatestRuns returns the newest run record of each job of jobs (the
+	// first that Runs would list for the job), without its Output, in one
+	// round trip per MaxRecent jobs where the store allows. A job without
+	// records has none; the order of the result is unspecified.
+	LatestRuns(ctx context.Context, jobs []string) ([]RunRecord, error)
+}
+
 // StatsQuery selects what Stats.RunStats aggregates.
 type StatsQuery struct {
 	// Ticks in [From, To); From a whole minute (so that stores can keep
@@ -80,6 +92,14 @@ func CheckRecent(jobs []string, n int) error {
 		return fmt.Errorf("recent statuses: n %d is not in [1, %d]", n, MaxRecent)
 	case len(jobs) > MaxRecent:
 		return fmt.Errorf("recent statuses: %d jobs, more than %d", len(jobs), MaxRecent)
+	}
+	return nil
+}
+
+// CheckLatest reports what makes LatestRuns' arguments invalid.
+func CheckLatest(jobs []string) error {
+	if len(jobs) > MaxRecent {
+		return fmt.Errorf("latest runs: %d jobs, more than %d", len(jobs), MaxRecent)
 	}
 	return nil
 }

@@ -62,6 +62,7 @@ func Run(t *testing.T, newLedger NewLedger) {
 		{"CatalogConcurrentUpdates", testCatalogConcurrent},
 		{"CatalogAudit", testCatalogAudit},
 		{"RunStats", testRunStats},
+		{"LatestRuns", testLatestRuns},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newLedger(t)) })

@@ -140,3 +140,70 @@ func testRunStats(t *testing.T, l ledger.Ledger) {
 		t.Error("RecentStatuses with n 0: no error")
 	}
 }
+
+// testLatestRuns: LatestRuns gives each job's first record in Runs' order,
+// without its output, across more jobs than one statement names.
+func testLatestRuns(t *testing.T, l ledger.Ledger) {
+	lt, ok := l.(ledger.Latest)
+	if !ok {
+		t.Skipf("%T does not implement ledger.Latest: the dashboard reads each job's last run alone", l)
+	}
+	ctx := ctxT(t, 30*time.Second)
+	var (
+		rs   []ledger.RunRecord
+		jobs []string
+	)
+	for j := range 250 {
+		job := fmt.Sprintf("latest-%03d", j)
+		jobs = append(jobs, job)
+		for i := range j%4 + 1 {
+			r := ledger.RunRecord{Job: job, Tick: tick0.Add(time.Duration(i) * time.Second), Attempt: 1, Node: "n1",
+				Status: ledger.RunOK, Output: "out", Start: tick0.Add(time.Duration(i) * time.Second), End: tick0.Add(time.Duration(i)*time.Second + time.Millisecond)}
+			rs = append(rs, r)
+			if j%5 == 0 {
+				r.Attempt, r.Status, r.Error = 2, ledger.RunFailed, "exit status 1"
+				rs = append(rs, r)
+			}
+			if j%7 == 0 {
+				r.Shard, r.Shards = 1, 2
+				rs = append(rs, r)
+			}
+		}
+	}
+	for chunk := range slices.Chunk(rs, 100) {
+		if err := l.RecordRuns(ctx, chunk); err != nil {
+			t.Fatal(err)
+		}
+	}
+	asked := append(slices.Clone(jobs), "latest-none")
+	got, err := lt.LatestRuns(ctx, asked)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byJob := map[string]ledger.RunRecord{}
+	for _, r := range got {
+		if _, dup := byJob[r.Job]; dup {
+			t.Errorf("LatestRuns gave %s twice", r.Job)
+		}
+		byJob[r.Job] = r
+	}
+	if _, ok := byJob["latest-none"]; ok || len(byJob) != len(jobs) {
+		t.Errorf("LatestRuns gave %d jobs (latest-none among them: %v), want %d", len(byJob), ok, len(jobs))
+	}
+	for _, job := range jobs {
+		runs, err := l.Runs(ctx, ledger.RunQuery{Job: job, Limit: 1})
+		if err != nil || len(runs) != 1 {
+			t.Fatalf("Runs %s: %v, %v", job, runs, err)
+		}
+		want := runs[0]
+		want.Output = ""
+		g := byJob[job]
+		if g.Key() != want.Key() || g.Status != want.Status || g.Error != want.Error || g.Node != want.Node || g.Shards != want.Shards ||
+			!g.Start.Equal(want.Start) || !g.End.Equal(want.End) || g.Output != "" {
+			t.Errorf("LatestRuns %s = %+v, want %+v", job, g, want)
+		}
+	}
+	if _, err := lt.LatestRuns(ctx, make([]string, ledger.MaxRecent+1)); err == nil {
+		t.Errorf("LatestRuns of %d jobs: no error", ledger.MaxRecent+1)
+	}
+}

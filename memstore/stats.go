@@ -59,3 +59,31 @@ func (s *Store) RecentStatuses(ctx context.Context, jobs []string, n int) (map[s
 	}
 	return out, nil
 }
+
+// LatestRuns implements ledger.Latest.
+func (s *Store) LatestRuns(ctx context.Context, jobs []string) ([]ledger.RunRecord, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := ledger.CheckLatest(jobs); err != nil {
+		return nil, fmt.Errorf("memstore: %w", err)
+	}
+	ls := s.ledger()
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	var out []ledger.RunRecord
+	for _, job := range jobs {
+		var newest *ledger.RunRecord
+		for _, r := range ls.runs[job] {
+			if newest == nil || r.Key().Compare(newest.Key()) < 0 {
+				newest = r
+			}
+		}
+		if newest != nil {
+			r := *newest
+			r.Output = ""
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}

@@ -443,9 +443,16 @@ func (s *Store) recordSQL(rs []*ledger.RunRecord) (string, error) {
 
 // runColumns are the columns Runs reads, rev_tick and rev_attempt last
 // (the UNION ALL of a continued listing sorts by them).
-const runColumns = "job, DATE_FORMAT(tick, " + dtFormat + "), trigger_id, shard, attempt, shards, node, fence," +
-	" DATE_FORMAT(started_at, " + dtFormat + "), DATE_FORMAT(ended_at, " + dtFormat + "), status, error, output," +
-	" DATE_FORMAT(recorded_at, " + dtFormat + "), rev_tick, rev_attempt"
+const runColumns = runColumnsHead + "output" + runColumnsTail
+
+// latestColumns are runColumns with an empty output, for LatestRuns.
+const latestColumns = runColumnsHead + "''" + runColumnsTail
+
+const (
+	runColumnsHead = "job, DATE_FORMAT(tick, " + dtFormat + "), trigger_id, shard, attempt, shards, node, fence," +
+		" DATE_FORMAT(started_at, " + dtFormat + "), DATE_FORMAT(ended_at, " + dtFormat + "), status, error, "
+	runColumnsTail = ", DATE_FORMAT(recorded_at, " + dtFormat + "), rev_tick, rev_attempt"
+)
 
 // Runs implements ledger.Ledger in one SELECT. The indexes of the runs
 // table are in the listing order, ascending on (rev_tick, job, trigger_id,
@@ -464,8 +471,17 @@ func (s *Store) Runs(ctx context.Context, q ledger.RunQuery) ([]ledger.RunRecord
 	if err != nil {
 		return nil, s.wrapLedger("runs", err)
 	}
+	out, err := scanRuns(rows, nil)
+	if err != nil {
+		return nil, s.wrapLedger("runs", err)
+	}
+	return out, nil
+}
+
+// scanRuns appends the rows of runColumns to out, to the end, and closes
+// rows.
+func scanRuns(rows *sql.Rows, out []ledger.RunRecord) ([]ledger.RunRecord, error) {
 	defer rows.Close()
-	var out []ledger.RunRecord
 	for rows.Next() {
 		var (
 			r               ledger.RunRecord
@@ -476,7 +492,7 @@ func (s *Store) Runs(ctx context.Context, q ledger.RunQuery) ([]ledger.RunRecord
 		)
 		if err := rows.Scan(&r.Job, &tick, &r.Trigger, &r.Shard, &r.Attempt, &r.Shards, &r.Node, &r.Fence, &start, &end, &status,
 			&r.Error, &r.Output, &recorded, &revTick, &revAtt); err != nil {
-			return nil, s.wrapLedger("runs", err)
+			return nil, err
 		}
 		r.Status = ledger.RunStatus(status)
 		var errs [4]error
@@ -485,14 +501,11 @@ func (s *Store) Runs(ctx context.Context, q ledger.RunQuery) ([]ledger.RunRecord
 		r.Start, errs[2] = parseNullTime(start)
 		r.End, errs[3] = parseNullTime(end)
 		if err := errors.Join(errs[:]...); err != nil {
-			return nil, s.wrapLedger("runs", err)
+			return nil, err
 		}
 		out = append(out, r)
 	}
-	if err := rows.Err(); err != nil {
-		return nil, s.wrapLedger("runs", err)
-	}
-	return out, nil
+	return out, rows.Err()
 }
 
 // runsSQL builds the statement of Runs(q).

@@ -66,16 +66,45 @@ const recentChunk = 200
 // LIMITed read of the primary key (a job's history in listing order) per
 // job.
 func (s *Store) recentSQL(jobs []string, n int) string {
+	return s.perJob("job, rev_tick, trigger_id, shard, rev_attempt, status", jobs, n)
+}
+
+// perJob is a statement reading columns from the newest n run records of
+// each job of jobs: a UNION ALL of one LIMITed read of the primary key (a
+// job's history in listing order) per job.
+func (s *Store) perJob(columns string, jobs []string, n int) string {
 	var b strings.Builder
 	for i, job := range jobs {
 		if i > 0 {
 			b.WriteString("\nUNION ALL ")
 		}
-		b.WriteString("(SELECT job, rev_tick, trigger_id, shard, rev_attempt, status FROM " + s.ledgerTable("_runs") +
+		b.WriteString("(SELECT " + columns + " FROM " + s.ledgerTable("_runs") +
 			" FORCE INDEX (PRIMARY) WHERE job = " + string(appendHex(nil, job)) +
 			" ORDER BY rev_tick, trigger_id, shard, rev_attempt LIMIT " + strconv.Itoa(n) + ")")
 	}
 	return b.String()
+}
+
+// LatestRuns implements ledger.Latest with one statement per 200 jobs
+// (perJob): one row of the primary key per job.
+func (s *Store) LatestRuns(ctx context.Context, jobs []string) ([]ledger.RunRecord, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := ledger.CheckLatest(jobs); err != nil {
+		return nil, fmt.Errorf("mysqlstore: %w", err)
+	}
+	var out []ledger.RunRecord
+	for chunk := range slices.Chunk(jobs, recentChunk) {
+		rows, err := s.db.QueryContext(ctx, s.perJob(latestColumns, chunk, 1))
+		if err == nil {
+			out, err = scanRuns(rows, out)
+		}
+		if err != nil {
+			return nil, s.wrapLedger("latest runs", err)
+		}
+	}
+	return out, nil
 }
 
 // RecentStatuses implements ledger.Stats with one statement per 200 jobs

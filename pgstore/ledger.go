@@ -432,6 +432,15 @@ func (s *Store) Runs(ctx context.Context, q ledger.RunQuery) ([]ledger.RunRecord
 	if err != nil {
 		return nil, s.wrapLedger("runs", err)
 	}
+	out, err := scanRuns(rows)
+	if err != nil {
+		return nil, s.wrapLedger("runs", err)
+	}
+	return out, nil
+}
+
+// scanRuns reads rows of runColumns to the end.
+func scanRuns(rows pgx.Rows) ([]ledger.RunRecord, error) {
 	var (
 		out        []ledger.RunRecord
 		r          ledger.RunRecord
@@ -442,7 +451,7 @@ func (s *Store) Runs(ctx context.Context, q ledger.RunQuery) ([]ledger.RunRecord
 		start, end *time.Time
 		status     string
 	)
-	_, err = pgx.ForEachRow(rows, []any{&r.Job, &r.Tick, &r.Trigger, &shard, &attempt, &shards, &r.Node, &fence, &start, &end, &status, &r.Error, &r.Output, &r.Recorded}, func() error {
+	_, err := pgx.ForEachRow(rows, []any{&r.Job, &r.Tick, &r.Trigger, &shard, &attempt, &shards, &r.Node, &fence, &start, &end, &status, &r.Error, &r.Output, &r.Recorded}, func() error {
 		rec := r
 		rec.Tick, rec.Recorded = r.Tick.UTC(), r.Recorded.UTC()
 		rec.Shard, rec.Attempt, rec.Shards = int(shard), int(attempt), int(shards)
@@ -457,10 +466,7 @@ func (s *Store) Runs(ctx context.Context, q ledger.RunQuery) ([]ledger.RunRecord
 		out = append(out, rec)
 		return nil
 	})
-	if err != nil {
-		return nil, s.wrapLedger("runs", err)
-	}
-	return out, nil
+	return out, err
 }
 
 // SetJobState implements ledger.Ledger in one statement that makes the

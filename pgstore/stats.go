@@ -33,6 +33,36 @@ CROSS JOIN LATERAL (SELECT tick, trigger_id, shard, attempt, status FROM ` + run
   WHERE x.job = j.job COLLATE "C" ORDER BY tick DESC, trigger_id, shard, attempt DESC LIMIT $2) AS r`
 }
 
+// latestSQL is LatestRuns' statement: for each job of $1, its newest
+// record without its output, through the job index.
+func latestSQL(runs string) string {
+	return `SELECT r.* FROM unnest($1::text[]) AS j(job)
+CROSS JOIN LATERAL (SELECT job, tick, trigger_id, shard, attempt, shards, node, fence, started_at, ended_at, status, error, ''::text AS output, recorded_at
+  FROM ` + runs + ` AS x WHERE x.job = j.job COLLATE "C" ORDER BY tick DESC, trigger_id, shard, attempt DESC LIMIT 1) AS r`
+}
+
+// LatestRuns implements ledger.Latest with one statement (latestSQL).
+func (s *Store) LatestRuns(ctx context.Context, jobs []string) ([]ledger.RunRecord, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := ledger.CheckLatest(jobs); err != nil {
+		return nil, fmt.Errorf("pgstore: %w", err)
+	}
+	if len(jobs) == 0 {
+		return nil, nil
+	}
+	rows, err := s.pool.Query(ctx, latestSQL(s.ledger().runs), jobs)
+	if err != nil {
+		return nil, s.wrapLedger("latest runs", err)
+	}
+	out, err := scanRuns(rows)
+	if err != nil {
+		return nil, s.wrapLedger("latest runs", err)
+	}
+	return out, nil
+}
+
 // RunStats implements ledger.Stats with one statement (statsSQL).
 func (s *Store) RunStats(ctx context.Context, q ledger.StatsQuery) (ledger.RunStats, error) {
 	if err := ctx.Err(); err != nil {

@@ -407,6 +407,20 @@ func (s *Store) Runs(ctx context.Context, q ledger.RunQuery) ([]ledger.RunRecord
 			return nil, ledgerErr("runs", err)
 		}
 	}
+	out, err := s.jobsRuns(ctx, jobs, q)
+	if err != nil {
+		return nil, ledgerErr("runs", err)
+	}
+	slices.SortFunc(out, func(a, b ledger.RunRecord) int { return a.Key().Compare(b.Key()) })
+	if q.Limit > 0 && len(out) > q.Limit {
+		out = out[:q.Limit]
+	}
+	return out, nil
+}
+
+// jobsRuns reads the records that q selects of each job of jobs, in one
+// pipeline of runsScript calls, each job's in Runs' order.
+func (s *Store) jobsRuns(ctx context.Context, jobs []string, q ledger.RunQuery) ([]ledger.RunRecord, error) {
 	if len(jobs) == 0 {
 		return nil, nil
 	}
@@ -417,27 +431,23 @@ func (s *Store) Runs(ctx context.Context, q ledger.RunQuery) ([]ledger.RunRecord
 		calls[i] = &scriptCall{script: runsScript, keys: []string{runs, recs}, args: args}
 	}
 	if err := s.runCalls(ctx, calls, nil); err != nil {
-		return nil, ledgerErr("runs", err)
+		return nil, err
 	}
 	var out []ledger.RunRecord
 	for i, c := range calls {
 		res, err := c.cmd.StringSlice()
 		if err != nil {
-			return nil, ledgerErr("runs", err)
+			return nil, err
 		}
 		for j := 0; j+1 < len(res); j += 2 {
 			r, err := decodeRun(jobs[i], res[j], res[j+1])
 			if err != nil {
-				return nil, ledgerErr("runs", fmt.Errorf("job %q, run %q: %w", jobs[i], res[j], err))
+				return nil, fmt.Errorf("job %q, run %q: %w", jobs[i], res[j], err)
 			}
 			if q.Before == nil || r.Key().Compare(*q.Before) > 0 {
 				out = append(out, r)
 			}
 		}
-	}
-	slices.SortFunc(out, func(a, b ledger.RunRecord) int { return a.Key().Compare(b.Key()) })
-	if q.Limit > 0 && len(out) > q.Limit {
-		out = out[:q.Limit]
 	}
 	return out, nil
 }

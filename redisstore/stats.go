@@ -198,3 +198,33 @@ func (s *Store) RecentStatuses(ctx context.Context, jobs []string, n int) (map[s
 	}
 	return out, nil
 }
+
+// LatestRuns implements ledger.Latest with one pipeline of the runs script,
+// one call a job (on a Cluster, a pipeline per node).
+func (s *Store) LatestRuns(ctx context.Context, jobs []string) ([]ledger.RunRecord, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, ledgerErr("latest runs", err)
+	}
+	if err := ledger.CheckLatest(jobs); err != nil {
+		return nil, fmt.Errorf("redisstore: %w", err)
+	}
+	rs, err := s.jobsRuns(ctx, jobs, ledger.RunQuery{Limit: 1})
+	if err != nil {
+		return nil, ledgerErr("latest runs", err)
+	}
+	// The script's limit counts ticks: a tick's records come whole.
+	var out []ledger.RunRecord
+	for i, r := range rs {
+		switch {
+		case i > 0 && r.Job == out[len(out)-1].Job:
+			if r.Key().Compare(out[len(out)-1].Key()) < 0 {
+				r.Output = ""
+				out[len(out)-1] = r
+			}
+		default:
+			r.Output = ""
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}

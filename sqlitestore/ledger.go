@@ -61,7 +61,7 @@ VALUES `
 ON CONFLICT (job, tick, "trigger", shard, attempt) DO UPDATE SET
   shards = excluded.shards, node = excluded.node, fence = excluded.fence, started_at = excluded.started_at, ended_at = excluded.ended_at,
   status = excluded.status, error = excluded.error, output = excluded.output, recorded_at = excluded.recorded_at`
-	l.runsHead = `SELECT job, tick, "trigger", shard, attempt, shards, node, fence, started_at, ended_at, status, error, output, recorded_at
+	l.runsHead = `SELECT ` + runColumns("output") + `
 FROM ` + l.runs
 	l.pause = `INSERT INTO ` + l.jobs + ` (job, paused, changed_at) VALUES (?1, 1, ` + nowUS + `)
 ON CONFLICT (job) DO UPDATE SET paused = 1, changed_at = excluded.changed_at WHERE paused = 0`
@@ -317,30 +317,42 @@ func (s *Store) Runs(ctx context.Context, q ledger.RunQuery) ([]ledger.RunRecord
 	stmt, args := s.runsSQL(q)
 	var out []ledger.RunRecord
 	err := s.queryText(ctx, stmt, args, func(rows *sql.Rows) error {
-		var (
-			r                     ledger.RunRecord
-			tick, fence, recorded int64
-			started, ended        sql.NullInt64
-			status                string
-		)
-		if err := rows.Scan(&r.Job, &tick, &r.Trigger, &r.Shard, &r.Attempt, &r.Shards, &r.Node, &fence, &started, &ended,
-			&status, &r.Error, &r.Output, &recorded); err != nil {
-			return err
-		}
-		r.Tick, r.Fence, r.Status, r.Recorded = fromUsec(tick), uint64(fence), ledger.RunStatus(status), fromUsec(recorded)
-		if started.Valid {
-			r.Start = fromUsec(started.Int64)
-		}
-		if ended.Valid {
-			r.End = fromUsec(ended.Int64)
-		}
+		r, err := scanRun(rows)
 		out = append(out, r)
-		return nil
+		return err
 	})
 	if err != nil {
 		return nil, wrap(ctx, "runs", q.Job, err)
 	}
 	return out, nil
+}
+
+// runColumns lists a run record's columns in scanRun's order, with output
+// the expression read for the output.
+func runColumns(output string) string {
+	return `job, tick, "trigger", shard, attempt, shards, node, fence, started_at, ended_at, status, error, ` + output + `, recorded_at`
+}
+
+// scanRun reads a row of runColumns.
+func scanRun(rows *sql.Rows) (ledger.RunRecord, error) {
+	var (
+		r                     ledger.RunRecord
+		tick, fence, recorded int64
+		started, ended        sql.NullInt64
+		status                string
+	)
+	if err := rows.Scan(&r.Job, &tick, &r.Trigger, &r.Shard, &r.Attempt, &r.Shards, &r.Node, &fence, &started, &ended,
+		&status, &r.Error, &r.Output, &recorded); err != nil {
+		return r, err
+	}
+	r.Tick, r.Fence, r.Status, r.Recorded = fromUsec(tick), uint64(fence), ledger.RunStatus(status), fromUsec(recorded)
+	if started.Valid {
+		r.Start = fromUsec(started.Int64)
+	}
+	if ended.Valid {
+		r.End = fromUsec(ended.Int64)
+	}
+	return r, nil
 }
 
 // SetJobState implements ledger.Ledger with one transaction: the change

@@ -67,20 +67,9 @@ func (s *Store) RecentStatuses(ctx context.Context, jobs []string, n int) (map[s
 	}
 	out := make(map[string][]ledger.RunStatus)
 	for chunk := range slices.Chunk(jobs, recentChunk) {
-		var (
-			b    strings.Builder
-			args = []any{n}
-		)
-		for i, job := range chunk {
-			if i > 0 {
-				b.WriteString("\nUNION ALL ")
-			}
-			args = append(args, job)
-			fmt.Fprintf(&b, `SELECT * FROM (SELECT job, tick, "trigger", shard, attempt, status FROM %s WHERE job = ?%d ORDER BY tick DESC, "trigger", shard, attempt DESC LIMIT ?1)`,
-				s.ledger.runs, len(args))
-		}
+		stmt, args := s.perJob(`job, tick, "trigger", shard, attempt, status`, chunk, n)
 		var recs []ledger.KeyedStatus
-		err := s.queryText(ctx, b.String(), args, func(rows *sql.Rows) error {
+		err := s.queryText(ctx, stmt, args, func(rows *sql.Rows) error {
 			var (
 				r    ledger.KeyedStatus
 				tick int64
@@ -96,6 +85,48 @@ func (s *Store) RecentStatuses(ctx context.Context, jobs []string, n int) (map[s
 			return nil, wrap(ctx, "recent statuses", "", err)
 		}
 		ledger.GroupRecent(out, recs)
+	}
+	return out, nil
+}
+
+// perJob is a statement reading columns from the newest n run records of
+// each job of jobs: a UNION ALL of one indexed, LIMITed read per job.
+func (s *Store) perJob(columns string, jobs []string, n int) (string, []any) {
+	var (
+		b    strings.Builder
+		args = []any{n}
+	)
+	for i, job := range jobs {
+		if i > 0 {
+			b.WriteString("\nUNION ALL ")
+		}
+		args = append(args, job)
+		fmt.Fprintf(&b, `SELECT * FROM (SELECT %s FROM %s WHERE job = ?%d ORDER BY tick DESC, "trigger", shard, attempt DESC LIMIT ?1)`,
+			columns, s.ledger.runs, len(args))
+	}
+	return b.String(), args
+}
+
+// LatestRuns implements ledger.Latest with one statement per 200 jobs
+// (perJob): one indexed row per job, whatever the length of the history.
+func (s *Store) LatestRuns(ctx context.Context, jobs []string) ([]ledger.RunRecord, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, wrap(ctx, "latest runs", "", err)
+	}
+	if err := ledger.CheckLatest(jobs); err != nil {
+		return nil, fmt.Errorf("sqlitestore: %w", err)
+	}
+	var out []ledger.RunRecord
+	for chunk := range slices.Chunk(jobs, recentChunk) {
+		stmt, args := s.perJob(runColumns("''"), chunk, 1)
+		err := s.queryText(ctx, stmt, args, func(rows *sql.Rows) error {
+			r, err := scanRun(rows)
+			out = append(out, r)
+			return err
+		})
+		if err != nil {
+			return nil, wrap(ctx, "latest runs", "", err)
+		}
 	}
 	return out, nil
 }
