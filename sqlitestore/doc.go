@@ -346,7 +346,7 @@
 //     the same statement. The JSON carries job, trigger, token and node, so
 //     these must be valid UTF-8 without NUL bytes (ErrUnsupported
 //     otherwise).
-//   - RecordRuns: one INSERT … ON CONFLICT DO UPDATE per 500 records, every
+//   - RecordRuns: one INSERT … ON CONFLICT DO UPDATE per 100 records, every
 //     value a bound parameter (any bytes are kept).
 //   - Runs: one SELECT, which reads an index in the listing order and stops
 //     at Limit.
