@@ -137,6 +137,14 @@
 //     its own monotonic clock while the call is pending), but a BusyTimeout
 //     longer than a third of the TTL means one such wait uses up a lease's
 //     renewal retries. The tick ledger's statements run the same way.
+//     This was the SQLITE_BUSY that New with Options.Migrate met in one
+//     lockbench run in 5 to 12, right after P3-sql, whose waiters end by
+//     their contexts' deadlines: a statement left stepped by one of them
+//     kept the write lock, which a migration's BEGIN IMMEDIATE, however
+//     often retried, never gets. Not handing the driver a context that can
+//     end is the fix; retrying is none.
+//     The package's conformance tests check that no statement, query or
+//     transaction of a Store reaches the driver with one.
 //   - A process stopped while it is inside one of its statements (SIGSTOP, a
 //     debugger breakpoint, a frozen VM) keeps the write lock: until it
 //     resumes or dies, every other call on the file waits and then fails with

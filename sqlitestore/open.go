@@ -77,7 +77,8 @@ func Open(path string, opts *Options) (*sql.DB, error) {
 
 // journalMode opens a connection, which runs the pragmas, and reads the
 // journal mode back, which catches a database that silently stayed in
-// another mode. It retries while SQLite answers busy, until ctx ends:
+// another mode. ctx is honoured between tries, not during one (stmtCtx).
+// It retries while SQLite answers busy, until ctx ends:
 // processes that open a new database file at the same moment all switch
 // it to WAL, which takes the exclusive lock, and SQLite answers the one
 // that would deadlock with SQLITE_BUSY at once instead of calling its
@@ -86,7 +87,7 @@ func journalMode(ctx context.Context, db *sql.DB) (string, error) {
 	delay := time.Millisecond
 	for {
 		var mode string
-		err := db.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode)
+		err := db.QueryRowContext(stmtCtx(ctx), "PRAGMA journal_mode").Scan(&mode)
 		if err == nil || !isBusy(err) {
 			return mode, err
 		}

@@ -92,10 +92,12 @@ func readRow(t testing.TB, db *sql.DB, table, key string) rowState {
 	return r
 }
 
-// TestConformance runs the shared suite, a fresh database file per test.
+// TestConformance runs the shared suite, a fresh database file per test,
+// on pools that fail it when a statement could be interrupted
+// (openWatched).
 func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) driver.Store {
-		return newStoreT(t, openT(t, dbPath(t), nil))
+		return newStoreT(t, openWatched(t))
 	})
 }
 

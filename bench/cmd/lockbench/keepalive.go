@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -64,7 +65,7 @@ type p4Result struct {
 	obtainTime     time.Duration
 	window         time.Duration
 	renewed        int64 // lease renewals (EventRenewed) inside the window
-	lost           int64 // EventLost during the whole hold: must be 0
+	lost           int64 // EventLost during the whole hold (or releases that found the lease gone, if more): must be 0
 	roundTrips     int64 // inside the window
 	pipelines      int64
 	single         int64
@@ -73,6 +74,13 @@ type p4Result struct {
 	goroutineDelta int     // the largest NumGoroutine rise while holding, over the baseline
 	heapPerLock    float64 // median of the samples
 	heapSamples    []float64
+
+	ttl time.Duration // of every lock
+	// CPU time inside the window of lockbench's process (the renewals,
+	// almost all of it) and of redis-server; cpuOK is false when it could
+	// not be read.
+	client, server time.Duration
+	cpuOK          bool
 }
 
 // perCycle returns the round trips per renewal cycle, a cycle being one
@@ -84,14 +92,16 @@ func (r *p4Result) perCycle() float64 {
 	return float64(r.roundTrips) / r.cycles
 }
 
-// runP4 obtains n locks (TTL 3s, renewal on) through one Locker whose client
+// runP4 obtains n locks (lease ttl, renewal on) through one Locker whose client
 // counts its commands, lets one renewal cycle pass (unless quick), and then
-// counts, over two cycles' time, the round trips the renewals take, the
-// goroutines and the heap the held locks cost. With heapProfile set it
-// writes the live heap to that file while the locks are held.
-func runP4(ctx context.Context, addr string, n int, quick bool, heapProfile string) (*p4Result, error) {
+// counts, over two cycles' time, the round trips the renewals take, the CPU
+// time lockbench and srv use, the goroutines and the heap the held locks
+// cost. With heapProfile set it writes the live heap to that file while
+// the locks are held. A release that finds a lock lost counts it in lost
+// (the larger of those and the EventLost events).
+func runP4(ctx context.Context, srv *server, n int, ttl time.Duration, quick bool, heapProfile string) (*p4Result, error) {
 	h := &counter{}
-	c := newClient(addr)
+	c := newClient(srv.addr)
 	defer c.Close()
 	c.AddHook(h)
 	var renewed, lost atomic.Int64
@@ -136,7 +146,7 @@ func runP4(ctx context.Context, addr string, n int, quick bool, heapProfile stri
 	heap0 := heapAfterGC()
 	g0 := runtime.NumGoroutine()
 
-	opts := &tasklock.ObtainOptions{TTL: p4TTL}
+	opts := &tasklock.ObtainOptions{TTL: ttl}
 	var (
 		failed  atomic.Int64
 		errOnce sync.Once
@@ -159,13 +169,13 @@ func runP4(ctx context.Context, addr string, n int, quick bool, heapProfile stri
 		}()
 	}
 	wg.Wait()
-	res := &p4Result{locks: n, obtainTime: time.Since(t0)}
+	res := &p4Result{locks: n, ttl: ttl, obtainTime: time.Since(t0)}
 	if first != nil {
 		return nil, fmt.Errorf("P4: %d of %d obtains failed: %w", failed.Load(), n, first)
 	}
 	progress("P4 obtained %d locks in %v", n, res.obtainTime.Round(time.Millisecond))
 
-	cycle := p4TTL / 3
+	cycle := ttl / 3
 	maxG := 0
 	sampleGoroutines := func(d time.Duration) {
 		for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
@@ -175,10 +185,15 @@ func runP4(ctx context.Context, addr string, n int, quick bool, heapProfile stri
 	if !quick {
 		sampleGoroutines(cycle)
 	}
+	cl0, ok0 := selfCPU()
+	sv0, ok1 := srv.cpu()
 	c0, r0, w0 := h.snapshot(), renewed.Load(), time.Now()
 	sampleGoroutines(2 * cycle)
 	c1, r1 := h.snapshot(), renewed.Load()
 	res.window = time.Since(w0)
+	cl1, ok2 := selfCPU()
+	sv1, ok3 := srv.cpu()
+	res.client, res.server, res.cpuOK = cl1-cl0, sv1-sv0, ok0 && ok1 && ok2 && ok3
 	res.renewed = r1 - r0
 	res.single, res.pipelines, res.piped = c1.single-c0.single, c1.pipelines-c0.pipelines, c1.piped-c0.piped
 	res.roundTrips = res.single + res.pipelines
@@ -203,7 +218,6 @@ func runP4(ctx context.Context, addr string, n int, quick bool, heapProfile stri
 	slices.Sort(s)
 	res.heapPerLock = s[len(s)/2]
 	res.goroutineDelta = maxG
-	res.lost = lost.Load()
 	if heapProfile != "" {
 		if err := writeHeapProfile(heapProfile); err != nil {
 			return nil, err
@@ -211,13 +225,20 @@ func runP4(ctx context.Context, addr string, n int, quick bool, heapProfile stri
 	}
 
 	// Release every lock before closing the Locker, as a program would:
-	// Close would end them as lost (ErrClosed) and log each one.
+	// Close would end them as lost (ErrClosed) and log each one. A release
+	// that finds the lease gone found it lost (before, or without, the
+	// Locker's EventLost).
+	var gone atomic.Int64
 	for w := range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := w; i < n; i += workers {
-				if err := locks[i].Release(ctx); err != nil {
+				err := locks[i].Release(ctx)
+				switch {
+				case errors.Is(err, tasklock.ErrNotHeld):
+					gone.Add(1)
+				case err != nil:
 					failed.Add(1)
 					errOnce.Do(func() { first = err })
 				}
@@ -228,6 +249,7 @@ func runP4(ctx context.Context, addr string, n int, quick bool, heapProfile stri
 	if first != nil {
 		return nil, fmt.Errorf("P4: %d of %d releases failed: %w", failed.Load(), n, first)
 	}
+	res.lost = max(lost.Load(), gone.Load())
 	closed = true
 	if err := lk.Close(); err != nil {
 		return nil, fmt.Errorf("P4: close: %w", err)

@@ -28,6 +28,8 @@
 //	    permits against a hand-written Lua semaphore and etcd's
 //	    concurrency recipe; a SIGKILLed leader's follower elected, against
 //	    concurrency.Election on etcd; 10,000 permits kept alive (kinds*.go)
+//	curves  P1 at 1, 4, 16, 64 and 256 goroutines, P4 at 1,000, 10,000
+//	    and 100,000 locks, as tables and drawn into curves.svg (curves*.go)
 //
 // Run it from the bench module: go run ./cmd/lockbench [-quick]. It needs
 // redis-server, postgres and initdb, mariadbd and mariadb-install-db, etcd,
@@ -113,8 +115,8 @@ func parseOnly(only string, cfg *config) error {
 		case "SQLITE":
 			cfg.stores[kindSQLite] = true
 		default:
-			if !addCoordOnly(cfg.only, id) && !addKindsOnly(cfg.only, id) {
-				return fmt.Errorf("lockbench: -only: unknown measurement or store %q (P1, P2, P3, P4, P5, P5-features, P5-shard, P1-sql, P3-sql, P4-sql, redis, sql, postgres, mysql, sqlite, %s, %s)", id, coordOnlyHelp, kindsOnlyHelp)
+			if !addCoordOnly(cfg.only, id) && !addKindsOnly(cfg.only, id) && !addCurvesOnly(cfg.only, id) {
+				return fmt.Errorf("lockbench: -only: unknown measurement or store %q (P1, P2, P3, P4, P5, P5-features, P5-shard, P1-sql, P3-sql, P4-sql, redis, sql, postgres, mysql, sqlite, %s, %s, curves)", id, coordOnlyHelp, kindsOnlyHelp)
 			}
 		}
 	}
@@ -146,7 +148,7 @@ func main() {
 	flag.IntVar(&cfg.rounds, "rounds", 3, "rounds of P1 and P3; the implementations take turns, in reverse order every other turn")
 	flag.DurationVar(&cfg.sqlDuration, "sqlduration", 3*time.Second, "measured time per implementation and SQL store in P1-sql (taken in slices of 0.5 s) and P3-sql (in two runs)")
 	flag.BoolVar(&cfg.quick, "quick", false, "short smoke run (about a minute): one round, P1 runs of 0.5 s and P3 runs of 0.8 s\n(unless -duration is given), 300 pairs for P2, no warm-up cycle in P4,\n1,000 jobs for 5 s in P5 (instead of 10,000 and 1,000 for 10 s),\n1,000 jobs in P5-features (instead of 10,000), 20 jobs of 32 shards in P5-shard (instead of 100);\nSQL: 0.5 s per implementation (unless -sqlduration is given), 200 locks of TTL 1.5 s in P4-sql")
-	flag.StringVar(&only, "only", "", "comma-separated measurements to run: P1, P2, P3, P4, P5, P5-features, P5-shard, P1-sql, P3-sql, P4-sql, or the groups redis and sql;\nSQL store names (postgres, mysql, sqlite) restrict the SQL measurements to those stores;\n"+coordOnlyHelp+";\n"+kindsOnlyHelp+" (default all)")
+	flag.StringVar(&only, "only", "", "comma-separated measurements to run: P1, P2, P3, P4, P5, P5-features, P5-shard, P1-sql, P3-sql, P4-sql, or the groups redis and sql;\nSQL store names (postgres, mysql, sqlite) restrict the SQL measurements to those stores;\n"+coordOnlyHelp+";\n"+kindsOnlyHelp+";\ncurves: the scaling curves of P1 and P4, drawn into curves.svg (default all)")
 	flag.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.StringVar(&memProfile, "memprofile", "", "record every allocation (MemProfileRate=1, which slows the run) and write an allocs profile to this file")
 	flag.StringVar(&heapProfile, "heapprofile", "", "write the live heap to this file in P4, while the locks are held\n(and to this file .postgres, .mysql, .sqlite in P4-sql, while tasklock holds them)")
@@ -310,7 +312,7 @@ func run(cfg config, cpuProfile, memProfile, heapProfile string) error {
 		}
 	}
 	if cfg.runs("P4") {
-		if rep.p4, err = runP4(ctx, srv.addr, cfg.p4Locks, cfg.quick, heapProfile); err != nil {
+		if rep.p4, err = runP4(ctx, srv, cfg.p4Locks, p4TTL, cfg.quick, heapProfile); err != nil {
 			return err
 		}
 	}
@@ -364,6 +366,8 @@ func run(cfg config, cpuProfile, memProfile, heapProfile string) error {
 	failed = append(failed, coord.failures()...)
 	lockKinds := runKinds(ctx, cfg, cl.add)
 	failed = append(failed, lockKinds.failures()...)
+	curves := runCurves(ctx, cfg, cl.add)
+	failed = append(failed, curves.failures()...)
 	rep.elapsed = time.Since(rep.started)
 	if load1 := loadAvg(); load0 != "" && load1 != "" {
 		rep.load = fmt.Sprintf(" Load average (1 min) %s before, %s after.", load0, load1)
@@ -371,6 +375,7 @@ func run(cfg config, cpuProfile, memProfile, heapProfile string) error {
 	rep.write(os.Stdout)
 	coord.write(os.Stdout)
 	lockKinds.write(os.Stdout)
+	curves.write(os.Stdout)
 
 	if memProfile != "" {
 		f, err := os.Create(memProfile)

@@ -38,7 +38,7 @@ func TestParseOnly(t *testing.T) {
 		skips  []string
 		stores []storeKind
 	}{
-		{"", []string{"P1", "P4", "P5-FEATURES", "P5-SHARD", "P1-SQL", "P4-SQL"}, nil, sqlKinds},
+		{"", []string{"P1", "P4", "P5-FEATURES", "P5-SHARD", "P1-SQL", "P4-SQL", "CURVES"}, nil, sqlKinds},
 		{"P1,P2", []string{"P1", "P2"}, []string{"P3", "P1-SQL"}, sqlKinds},
 		{"sql", sqlIDs, redisIDs, sqlKinds},
 		{"redis", append([]string{"P5", "P5-FEATURES", "P5-SHARD"}, redisIDs...), sqlIDs, sqlKinds},
@@ -50,6 +50,8 @@ func TestParseOnly(t *testing.T) {
 		{"kinds", kindsIDs, []string{"P1", "P4", "P1-ETCD"}, sqlKinds},
 		{"sem,failover-postgres", []string{idSemRedis, idSemEtcd, idFailoverPostgres}, []string{idFailoverRedis, idPermits, "P1-SQL"}, sqlKinds},
 		{"P4-permits", []string{idPermits}, []string{"P4", idSemRedis}, sqlKinds},
+		{"curves", []string{"CURVES"}, []string{"P1", "P4", "P1-SQL"}, sqlKinds},
+		{"p1,Curves", []string{"P1", "CURVES"}, []string{"P4"}, sqlKinds},
 	} {
 		var cfg config
 		if err := parseOnly(c.only, &cfg); err != nil {
