@@ -33,9 +33,12 @@
 // clients' clocks may be wrong by any amount. Round trips:
 //
 //   - Acquire: one INSERT ... ON DUPLICATE KEY UPDATE that grants the key
-//     when its lease has expired and returns the new fence through
-//     LAST_INSERT_ID(expr). When the key is held, a second statement reads
-//     the holder's owner and remaining TTL for the *driver.HeldError.
+//     when its lease has expired. On MariaDB it ends in RETURNING, whose
+//     row answers both ways: the grant's fence, or the holder's owner and
+//     remaining TTL for the *driver.HeldError — one statement per attempt,
+//     granted or not. On MySQL, which has no RETURNING, it returns the new
+//     fence through LAST_INSERT_ID(expr), and when the key is held a
+//     second statement reads the holder.
 //   - Renew: one UPDATE for the whole batch (up to 5,000 leases or 4 MiB of
 //     SQL per statement). When the affected-row count shows that a lease was
 //     lost, one SELECT tells which.
@@ -54,13 +57,18 @@
 //     SELECT, COMMIT). The first batch asks the server's VERSION() to tell
 //     which. A batch over 1,000 rows or 4 MiB of SQL takes one statement
 //     per 1,000 rows, in one transaction.
-//   - ReleaseBatch: one UPDATE of the items' (key, token) pairs in a
+//   - ReleaseBatch: on MariaDB one statement whatever the number of items
+//     (up to 1,000) and whether every lease was live: an INSERT … ON
+//     DUPLICATE KEY UPDATE … RETURNING whose update releases the rows
+//     that the items' tokens hold live and whose RETURNING tells which
+//     (each row sets LAST_INSERT_ID to 1 when released, 0 otherwise).
+//     On MySQL, one UPDATE of the items' (key, token) pairs in a
 //     transaction, committed when the count of rows it changed says every
 //     lease was live: three round trips (START TRANSACTION, UPDATE,
-//     COMMIT) whatever the number of items. Otherwise, since the count does
-//     not say which lease was not live, the transaction is rolled back and
-//     a second one finds the live leases with a SELECT … FOR UPDATE and
-//     releases those: four round trips more.
+//     COMMIT). Otherwise, since the count does not say which lease was not
+//     live, the transaction is rolled back and a second one finds the live
+//     leases with a SELECT … FOR UPDATE and releases those: four round
+//     trips more.
 //
 // Each batch item gets the answer its single call would, in order: a key
 // named twice goes to its first item. A batch call that fails (a statement
