@@ -326,25 +326,10 @@ func (s *Store) releaseReturning(ctx context.Context, pairs []leasePair, keepFor
 	for _, p := range pairs {
 		n += 120 + 2*len(p.key) + 2*len(p.token)
 	}
-	b := make([]byte, 0, n)
-	b = s.appendAcquireInsert(b)
-	b = append(b, "VALUES "...)
-	for i, p := range pairs {
-		if i > 0 {
-			b = append(b, ", "...)
-		}
-		b = append(b, '(')
-		b = appendHex(b, p.key)
-		b = append(b, ", "...)
-		b = appendHex(b, p.token)
-		b = append(b, ", '', LAST_INSERT_ID(0), "...)
-		if keepFor[i] > 0 {
-			b = appendExpiry(b, keepFor[i])
-		} else {
-			b = append(b, "UTC_TIMESTAMP(6)"...)
-		}
-		b = append(b, ", UTC_TIMESTAMP(6))"...)
-	}
+	b := s.appendInsertValues(make([]byte, 0, n), len(pairs), func(b []byte, i int) []byte {
+		b = append(appendPair(b, pairs[i]), ", '', LAST_INSERT_ID(0), "...)
+		return append(appendReleaseExpiry(b, keepFor[i]), ", UTC_TIMESTAMP(6)"...)
+	})
 	b = append(b, " ON DUPLICATE KEY UPDATE expires_at = IF(token = VALUES(token) AND expires_at > UTC_TIMESTAMP(6), "+
 		"IF(LAST_INSERT_ID(1), VALUES(acquired_at), expires_at), IF(LAST_INSERT_ID(0), expires_at, expires_at)), "+
 		"token = IF(LAST_INSERT_ID() = 1, '', token) RETURNING lock_key, LAST_INSERT_ID() = 1"...)

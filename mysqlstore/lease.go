@@ -83,18 +83,9 @@ func (s *Store) leaseAcquireSQL(rows []driver.AcquireParams, returning bool) str
 	for _, p := range rows {
 		n += 120 + 2*len(p.Key) + 2*len(p.Token) + 2*len(p.Owner)
 	}
-	b := make([]byte, 0, n)
-	b = s.appendAcquireInsert(b)
-	b = append(b, "VALUES "...)
-	for i, p := range rows {
-		if i > 0 {
-			b = append(b, ", "...)
-		}
-		b = append(b, '(')
-		b = appendAcquireRow(b, p)
-		b = appendExpiry(b, p.TTL)
-		b = append(b, ')')
-	}
+	b := s.appendInsertValues(make([]byte, 0, n), len(rows), func(b []byte, i int) []byte {
+		return appendExpiry(appendAcquireRow(b, rows[i]), rows[i].TTL)
+	})
 	b = append(b, " ON DUPLICATE KEY UPDATE fence = IF("+acquireExpired+", LAST_INSERT_ID(fence + 1), IF(token = VALUES(token), LAST_INSERT_ID(fence), fence + 0 * LAST_INSERT_ID(0)))"...)
 	b = appendAcquireTakeover(b, []byte("VALUES(token)"), []byte("VALUES(owner)"), []byte("VALUES(expires_at)"))
 	if returning {
@@ -571,12 +562,17 @@ func appendPairFilter(b []byte, alias string, pairs []leasePair) []byte {
 			b = append(b, ", "...)
 		}
 		b = append(b, '(')
-		b = appendHex(b, k.key)
-		b = append(b, ", "...)
-		b = appendHex(b, k.token)
+		b = appendPair(b, k)
 		b = append(b, ')')
 	}
 	return append(b, ')')
+}
+
+// appendPair appends "X'key', X'token'".
+func appendPair(b []byte, p leasePair) []byte {
+	b = appendHex(b, p.key)
+	b = append(b, ", "...)
+	return appendHex(b, p.token)
 }
 
 // Conditions for leasePairs.
