@@ -33,12 +33,12 @@
 // clients' clocks may be wrong by any amount. Round trips:
 //
 //   - Acquire: one INSERT ... ON DUPLICATE KEY UPDATE that grants the key
-//     when its lease has expired. On MariaDB it ends in RETURNING, whose
-//     row answers both ways: the grant's fence, or the holder's owner and
-//     remaining TTL for the *driver.HeldError — one statement per attempt,
-//     granted or not. On MySQL, which has no RETURNING, it returns the new
-//     fence through LAST_INSERT_ID(expr), and when the key is held a
-//     second statement reads the holder.
+//     when its lease has expired and returns the new fence through
+//     LAST_INSERT_ID(expr). When the key is held, a second statement reads
+//     the holder's owner and remaining TTL for the *driver.HeldError. On
+//     MariaDB, once an Acquire has found its key held, the next one ends
+//     in RETURNING instead, whose row answers both ways: a waiter's every
+//     poll is one statement.
 //   - Renew: one UPDATE for the whole batch (up to 5,000 leases or 4 MiB of
 //     SQL per statement). When the affected-row count shows that a lease was
 //     lost, one SELECT tells which.

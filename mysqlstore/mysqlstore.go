@@ -143,6 +143,10 @@ type Store struct {
 	// dialect is what the server's SQL allows beyond the common subset,
 	// learnt on first use (see returning).
 	dialect atomic.Int32
+	// lastHeld is whether the Store's last lease-mode Acquire found its
+	// key held: the next then asks with RETURNING on MariaDB (see
+	// leaseAcquire).
+	lastHeld atomic.Bool
 	// start is the SQL expression of the server's start time, checked on
 	// first use in connection mode (see startSQL).
 	start atomic.Pointer[string]
