@@ -183,17 +183,20 @@ func (s *Store) acquireChunk(ctx context.Context, db querierExecer, returning bo
 // Release would give it alone, in order, each honouring its KeepFor
 // (MinHold). A batch with one item to release is that item's Release.
 //
-// In lease mode one transaction releases the batch with one UPDATE of its
-// (key, token) pairs (see leaseReleaseSQL). When the count of rows it
-// changed says every lease was live, the transaction commits: three round
-// trips (START TRANSACTION, UPDATE, COMMIT), whatever the number of items.
-// The count does not say which lease was not, and MySQL has no UPDATE …
-// RETURNING; so otherwise the transaction is rolled back, and another one
-// finds the live leases with a SELECT … FOR UPDATE, which locks their rows,
-// releases those with one UPDATE, and commits; should a lease end between
-// the two statements, one more SELECT of the locked rows tells which. So
-// does a batch that names one key with different tokens. A call that fails
-// before COMMIT releases nothing.
+// In lease mode on MariaDB one statement releases a batch of distinct
+// keys (up to 1,000) and tells which leases it released (see
+// releaseReturning). Otherwise one transaction releases the batch with one
+// UPDATE of its (key, token) pairs (see leaseReleaseSQL). When the count
+// of rows it changed says every lease was live, the transaction commits:
+// three round trips (START TRANSACTION, UPDATE, COMMIT), whatever the
+// number of items. The count does not say which lease was not, and MySQL
+// has no RETURNING; so otherwise the transaction is rolled back, and
+// another one finds the live leases with a SELECT … FOR UPDATE, which
+// locks their rows, releases those with one UPDATE, and commits; should a
+// lease end between the two statements, one more SELECT of the locked
+// rows tells which. So does a batch that names one key with different
+// tokens. A call that fails before its statement, or its COMMIT, releases
+// nothing.
 //
 // In connection mode each lock is released on its own connection: the
 // items are Release calls run concurrently, up to 16 at a time, the items
@@ -236,8 +239,12 @@ func (s *Store) ReleaseBatch(ctx context.Context, ps []driver.ReleaseParams) ([]
 		keep[k] = ps[i].KeepFor
 	}
 	var released map[leasePair]bool
-	err := errNotAllHeld
-	if distinctKeys {
+	returning, err := s.returning(ctx)
+	switch {
+	case err != nil:
+	case returning && distinctKeys && len(pairs) <= batchMaxRows:
+		released, err = s.releaseReturning(ctx, pairs, keep)
+	case distinctKeys:
 		err = s.inTx(ctx, func(tx *sql.Tx) error {
 			n, err := rowsAffected(tx.ExecContext(ctx, s.leaseReleaseSQL(pairs, keep)))
 			if err == nil && n != int64(len(pairs)) {
@@ -248,6 +255,8 @@ func (s *Store) ReleaseBatch(ctx context.Context, ps []driver.ReleaseParams) ([]
 		if err == nil {
 			return errs, nil
 		}
+	default:
+		err = errNotAllHeld
 	}
 	if errors.Is(err, errNotAllHeld) {
 		err = s.inTx(ctx, func(tx *sql.Tx) error {
@@ -288,6 +297,71 @@ func (s *Store) ReleaseBatch(ctx context.Context, ps []driver.ReleaseParams) ([]
 		}
 	}
 	return errs, nil
+}
+
+// releaseReturning releases pairs (keys distinct), pairs[i] ending
+// keepFor[i] from now, in one statement on MariaDB, and returns the pairs
+// it released:
+//
+//	INSERT INTO t (lock_key, token, owner, fence, acquired_at, expires_at)
+//	VALUES (key, token, '', LAST_INSERT_ID(0), now [+ keep], now), ...
+//	ON DUPLICATE KEY UPDATE
+//	  expires_at = IF(token = VALUES(token) AND expires_at > now,
+//	                  IF(LAST_INSERT_ID(1), VALUES(acquired_at), expires_at),
+//	                  IF(LAST_INSERT_ID(0), expires_at, expires_at)),
+//	  token = IF(LAST_INSERT_ID() = 1, '', token)
+//	RETURNING lock_key, LAST_INSERT_ID() = 1
+//
+// MariaDB has no UPDATE … RETURNING, and the count of changed rows does
+// not say which lease of a batch was not live; this upsert's RETURNING
+// does. Every row sets LAST_INSERT_ID, 1 when the statement releases its
+// lease and 0 otherwise, and RETURNING, evaluated for each row as soon as
+// it is written, reads it back. The inserted row carries the release's
+// new expiry in acquired_at, as VALUES(acquired_at): a key that has no
+// row yet (a release of a key never granted) gets one whose lease is
+// over, as rows of keys no longer held are. One round trip, whatever the
+// number of items and whether every lease was live, atomic on its own.
+func (s *Store) releaseReturning(ctx context.Context, pairs []leasePair, keepFor []time.Duration) (map[leasePair]bool, error) {
+	n := 600
+	for _, p := range pairs {
+		n += 120 + 2*len(p.key) + 2*len(p.token)
+	}
+	b := s.appendInsertValues(make([]byte, 0, n), len(pairs), func(b []byte, i int) []byte {
+		b = append(appendPair(b, pairs[i]), ", '', LAST_INSERT_ID(0), "...)
+		return append(appendReleaseExpiry(b, keepFor[i]), ", UTC_TIMESTAMP(6)"...)
+	})
+	b = append(b, " ON DUPLICATE KEY UPDATE expires_at = IF(token = VALUES(token) AND expires_at > UTC_TIMESTAMP(6), "+
+		"IF(LAST_INSERT_ID(1), VALUES(acquired_at), expires_at), IF(LAST_INSERT_ID(0), expires_at, expires_at)), "+
+		"token = IF(LAST_INSERT_ID() = 1, '', token) RETURNING lock_key, LAST_INSERT_ID() = 1"...)
+	rows, err := s.db.QueryContext(ctx, string(b))
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	released := make(map[leasePair]bool, len(pairs))
+	i := 0
+	for ; rows.Next(); i++ {
+		var (
+			key  string
+			mine bool
+		)
+		if err := rows.Scan(&key, &mine); err != nil {
+			return nil, err
+		}
+		if i >= len(pairs) || key != pairs[i].key {
+			return nil, fmt.Errorf("RETURNING gave row %q out of order", key)
+		}
+		if mine {
+			released[pairs[i]] = true
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if i != len(pairs) {
+		return nil, fmt.Errorf("RETURNING gave %d rows for %d", i, len(pairs))
+	}
+	return released, nil
 }
 
 // hasKinds reports whether any of n batch items, whose modes mode

@@ -39,6 +39,20 @@ func newBatchStore(t *testing.T, mode Mode, mysqlDialect bool) (*Store, *counter
 	return s, c
 }
 
+// eachLeaseDialect runs fn in a parallel subtest on a lease-mode Store of
+// each dialect, MariaDB's and MySQL's (no RETURNING), each on a fresh
+// database over a pool whose statements c counts.
+func eachLeaseDialect(t *testing.T, fn func(t *testing.T, mysql bool, s *Store, c *counter)) {
+	t.Helper()
+	for _, v := range batchVariants[:2] {
+		t.Run(v.name, func(t *testing.T) {
+			t.Parallel()
+			s, c := newBatchStore(t, v.mode, v.mysql)
+			fn(t, v.mysql, s, c)
+		})
+	}
+}
+
 // TestBatchDuplicateKey names one key three times in a batch: the first
 // item gets it with the next fence and the others find it held by the
 // first; in a release batch only the first release of a token counts.
@@ -134,87 +148,88 @@ func failOn(c *counter, prefix string, n int32, cancel context.CancelFunc) {
 // batch leaves every lease held.
 func TestBatchFailsPartWay(t *testing.T) {
 	t.Parallel()
-	for _, v := range batchVariants[:2] {
-		t.Run(v.name, func(t *testing.T) {
-			t.Parallel()
-			s, c := newBatchStore(t, v.mode, v.mysql)
-			// Where the batch fails: on MySQL at the SELECT after the
-			// upsert; on MariaDB, where a batch of up to 1,000 rows is one
-			// statement, at the second statement of a bigger one.
-			n, prefix, nth := 5, "SELECT "+leaseCols, int32(1)
-			if !v.mysql {
-				n, prefix, nth = batchMaxRows+1, "INSERT INTO", 2
+	eachLeaseDialect(t, func(t *testing.T, mysql bool, s *Store, c *counter) {
+		// Where the batch fails: on MySQL at the SELECT after the
+		// upsert; on MariaDB, where a batch of up to 1,000 rows is one
+		// statement, at the second statement of a bigger one.
+		n, prefix, nth := 5, "SELECT "+leaseCols, int32(1)
+		if !mysql {
+			n, prefix, nth = batchMaxRows+1, "INSERT INTO", 2
+		}
+		for round, how := range []string{"failed statement", "cancelled context"} {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			ps := make([]driver.AcquireParams, n)
+			for i := range ps {
+				ps[i] = driver.AcquireParams{Key: fmt.Sprintf("pw%d/%04d", round, i), Token: token(), Owner: "batch", TTL: time.Minute}
 			}
-			for round, how := range []string{"failed statement", "cancelled context"} {
-				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-				ps := make([]driver.AcquireParams, n)
-				for i := range ps {
-					ps[i] = driver.AcquireParams{Key: fmt.Sprintf("pw%d/%04d", round, i), Token: token(), Owner: "batch", TTL: time.Minute}
-				}
-				var cancelAt context.CancelFunc
-				if how == "cancelled context" {
-					cancelAt = cancel
-				}
-				failOn(c, prefix, nth, cancelAt)
-				rs, err := s.AcquireBatch(ctx, ps)
-				c.setHook(nil)
-				cancel()
-				if err == nil {
-					t.Fatalf("%s: AcquireBatch = %d results, want an error", how, len(rs))
-				}
-				t.Logf("%s: %.200s", how, err)
-				if ls, err := s.Leases(ctxT(t), fmt.Sprintf("pw%d/", round)); err != nil || len(ls) != 0 {
-					t.Errorf("%s: %d leases left by the failed batch (%v), want 0", how, len(ls), err)
-				}
-				for _, i := range []int{0, n - 1} {
-					if f := mustAcquire(t, s, ps[i].Key, token(), "later", time.Minute); f != 1 {
-						t.Errorf("%s: Acquire(%s) after the failed batch: fence %d, want 1 (nothing of the batch stayed)", how, ps[i].Key, f)
-					}
+			var cancelAt context.CancelFunc
+			if how == "cancelled context" {
+				cancelAt = cancel
+			}
+			failOn(c, prefix, nth, cancelAt)
+			rs, err := s.AcquireBatch(ctx, ps)
+			c.setHook(nil)
+			cancel()
+			if err == nil {
+				t.Fatalf("%s: AcquireBatch = %d results, want an error", how, len(rs))
+			}
+			t.Logf("%s: %.200s", how, err)
+			if ls, err := s.Leases(ctxT(t), fmt.Sprintf("pw%d/", round)); err != nil || len(ls) != 0 {
+				t.Errorf("%s: %d leases left by the failed batch (%v), want 0", how, len(ls), err)
+			}
+			for _, i := range []int{0, n - 1} {
+				if f := mustAcquire(t, s, ps[i].Key, token(), "later", time.Minute); f != 1 {
+					t.Errorf("%s: Acquire(%s) after the failed batch: fence %d, want 1 (nothing of the batch stayed)", how, ps[i].Key, f)
 				}
 			}
+		}
 
-			// A release batch that fails part-way releases nothing: here
-			// in the transaction that finds which leases are held, after
-			// an optimistic one was rolled back (the whole optimistic
-			// transaction is one UPDATE).
-			for _, how := range []string{"failed statement", "cancelled context"} {
-				ps := make([]driver.ReleaseParams, 4)
-				rps := make([]driver.RenewParams, len(ps))
-				for i := range ps {
-					key, tok := fmt.Sprintf("rel/%d", i), token()
-					mustAcquire(t, s, key, tok, "me", time.Minute)
-					ps[i] = driver.ReleaseParams{Key: key, Token: tok}
-					rps[i] = driver.RenewParams{Key: key, Token: tok, TTL: time.Minute}
-				}
-				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-				var cancelAt context.CancelFunc
-				if how == "cancelled context" {
-					cancelAt = cancel
-				}
-				// The second UPDATE is the exact path's, after the
-				// optimistic one found a lease not held.
+		// A release batch that fails part-way releases nothing: on
+		// MySQL in the transaction that finds which leases are held,
+		// after an optimistic one was rolled back (the whole
+		// optimistic transaction is one UPDATE); on MariaDB, where the
+		// batch is one statement whatever its leases, at that one.
+		for _, how := range []string{"failed statement", "cancelled context"} {
+			ps := make([]driver.ReleaseParams, 4)
+			rps := make([]driver.RenewParams, len(ps))
+			for i := range ps {
+				key, tok := fmt.Sprintf("rel/%d", i), token()
+				mustAcquire(t, s, key, tok, "me", time.Minute)
+				ps[i] = driver.ReleaseParams{Key: key, Token: tok}
+				rps[i] = driver.RenewParams{Key: key, Token: tok, TTL: time.Minute}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			var cancelAt context.CancelFunc
+			if how == "cancelled context" {
+				cancelAt = cancel
+			}
+			// On MySQL the second UPDATE is the exact path's, after
+			// the optimistic one found a lease not held.
+			if mysql {
 				failOn(c, "UPDATE", 2, cancelAt)
-				errs, err := s.ReleaseBatch(ctx, append(ps, driver.ReleaseParams{Key: "rel/none", Token: token()}))
-				c.setHook(nil)
-				cancel()
-				if err == nil {
-					t.Fatalf("%s: ReleaseBatch = %v, want an error", how, errs)
-				}
-				res, err := s.Renew(ctxT(t), rps)
+			} else {
+				failOn(c, "INSERT INTO", 1, cancelAt)
+			}
+			errs, err := s.ReleaseBatch(ctx, append(ps, driver.ReleaseParams{Key: "rel/none", Token: token()}))
+			c.setHook(nil)
+			cancel()
+			if err == nil {
+				t.Fatalf("%s: ReleaseBatch = %v, want an error", how, errs)
+			}
+			res, err := s.Renew(ctxT(t), rps)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, err := range res {
 				if err != nil {
-					t.Fatal(err)
-				}
-				for i, err := range res {
-					if err != nil {
-						t.Errorf("%s: lease %s after the failed release batch: %v, want still held", how, ps[i].Key, err)
-					}
-				}
-				if errs, err := s.ReleaseBatch(ctxT(t), ps); err != nil || errs[0] != nil || errs[3] != nil {
-					t.Fatalf("%s: ReleaseBatch again: %v, %v", how, errs, err)
+					t.Errorf("%s: lease %s after the failed release batch: %v, want still held", how, ps[i].Key, err)
 				}
 			}
-		})
-	}
+			if errs, err := s.ReleaseBatch(ctxT(t), ps); err != nil || errs[0] != nil || errs[3] != nil {
+				t.Fatalf("%s: ReleaseBatch again: %v, %v", how, errs, err)
+			}
+		}
+	})
 }
 
 // TestBatchConnectionFails fails connection-mode batch items part-way:
@@ -271,4 +286,61 @@ func TestBatchConnectionFails(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestReleaseBatchEachItem releases, in one batch, a live lease, one with
+// a MinHold to run, one held by another token, one force-released before
+// (its token no longer holds it, though nobody else does) and a key never
+// granted: on MariaDB in one statement, on MySQL in transactions. Each
+// item gets the answer Release alone would give, and the store is left
+// as those Releases would leave it.
+func TestReleaseBatchEachItem(t *testing.T) {
+	t.Parallel()
+	eachLeaseDialect(t, func(t *testing.T, mysql bool, s *Store, c *counter) {
+		ctx := ctxT(t)
+		live, kept, forced := token(), token(), token()
+		liveFence := mustAcquire(t, s, "each/live", live, "me", time.Minute)
+		mustAcquire(t, s, "each/kept", kept, "me", time.Minute)
+		mustAcquire(t, s, "each/other", token(), "other", time.Minute)
+		mustAcquire(t, s, "each/forced", forced, "me", time.Minute)
+		if err := s.ForceRelease(ctx, "each/forced"); err != nil {
+			t.Fatal(err)
+		}
+		c.reset()
+		errs, err := s.ReleaseBatch(ctx, []driver.ReleaseParams{
+			{Key: "each/live", Token: live},
+			{Key: "each/kept", Token: kept, KeepFor: 30 * time.Second},
+			{Key: "each/other", Token: token()},
+			{Key: "each/forced", Token: forced},
+			{Key: "each/never", Token: token()},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		stmts, _ := c.count()
+		t.Logf("%d statements", stmts)
+		for i, want := range []error{nil, nil, driver.ErrNotHeld, driver.ErrNotHeld, driver.ErrNotHeld} {
+			if errs[i] != want {
+				t.Errorf("item %d: %v, want %v", i, errs[i], want)
+			}
+		}
+		ls, err := s.Leases(ctx, "each/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]driver.Lease{}
+		for _, l := range ls {
+			got[l.Key] = l
+		}
+		if len(got) != 2 || got["each/other"].Owner != "other" || got["each/kept"].Owner != "me" ||
+			got["each/kept"].TTL <= 0 || got["each/kept"].TTL > 30*time.Second {
+			t.Errorf("leases after the batch: %+v, want each/other's and each/kept's MinHold (≤ 30s)", ls)
+		}
+		if f := mustAcquire(t, s, "each/live", token(), "later", time.Minute); f != liveFence+1 {
+			t.Errorf("each/live after its release: fence %d, want %d", f, liveFence+1)
+		}
+		for _, key := range []string{"each/forced", "each/never"} {
+			mustAcquire(t, s, key, token(), "later", time.Minute)
+		}
+	})
 }

@@ -143,6 +143,10 @@ type Store struct {
 	// dialect is what the server's SQL allows beyond the common subset,
 	// learnt on first use (see returning).
 	dialect atomic.Int32
+	// lastHeld is whether the Store's last lease-mode Acquire found its
+	// key held: the next then asks with RETURNING on MariaDB (see
+	// leaseAcquire).
+	lastHeld atomic.Bool
 	// start is the SQL expression of the server's start time, checked on
 	// first use in connection mode (see startSQL).
 	start atomic.Pointer[string]
@@ -420,6 +424,21 @@ func (s *Store) appendAcquireInsert(b []byte) []byte {
 	return append(b, " (lock_key, token, owner, fence, acquired_at, expires_at) "...)
 }
 
+// appendInsertValues appends appendAcquireInsert's text and "VALUES
+// (row 0), (row 1), …" for n rows, row(b, i) appending the values of row
+// i.
+func (s *Store) appendInsertValues(b []byte, n int, row func(b []byte, i int) []byte) []byte {
+	b = s.appendAcquireInsert(b)
+	b = append(b, "VALUES "...)
+	for i := range n {
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		b = append(row(append(b, '('), i), ')')
+	}
+	return b
+}
+
 // appendAcquireRow appends p's row of an acquire statement up to its
 // expires_at: "key, token, owner, LAST_INSERT_ID(1), UTC_TIMESTAMP(6), ".
 func appendAcquireRow(b []byte, p driver.AcquireParams) []byte {
@@ -456,12 +475,16 @@ func (s *Store) appendReleaseUpdate(b []byte, keys []string, keepFor []time.Dura
 	b = append(b, "UPDATE "...)
 	b = append(b, s.qt...)
 	b = append(b, " SET token = '', expires_at = "...)
-	return appendExpiresBy(b, "", "lock_key", keys, func(b []byte, i int) []byte {
-		if keepFor[i] > 0 {
-			return appendExpiry(b, keepFor[i])
-		}
-		return append(b, "UTC_TIMESTAMP(6)"...)
-	})
+	return appendExpiresBy(b, "", "lock_key", keys, func(b []byte, i int) []byte { return appendReleaseExpiry(b, keepFor[i]) })
+}
+
+// appendReleaseExpiry appends the expires_at a release leaves: now, or
+// now + keep for a MinHold still to run.
+func appendReleaseExpiry(b []byte, keep time.Duration) []byte {
+	if keep > 0 {
+		return appendExpiry(b, keep)
+	}
+	return append(b, "UTC_TIMESTAMP(6)"...)
 }
 
 // micros converts d to whole microseconds, rounding up so that the database

@@ -17,8 +17,9 @@
 //	P5-features, P5-shard  the same with the scheduler's features on:
 //	    10,000 jobs, some dependent, in pools, with MaxConcurrent or
 //	    sharded; 100 jobs of 32 shards (schedfeatures*.go)
-//	P1-sql, P3-sql, P4-sql  the same per SQL store: 16 goroutines; 16
-//	    goroutines on one key; 1,000 locks kept alive
+//	P1-sql, P3-sql, P4-sql  the same per SQL store: 16 goroutines and 1;
+//	    16 goroutines on one key, and 8 contenders with clients of their
+//	    own on one key (the handoff rows); 1,000 locks kept alive
 //	P1-etcd, P3-etcd, P4-etcd (and -zk, -redlock)  tasklock against etcd's
 //	    concurrency.Mutex, go-zookeeper's zk.Lock and redsync on three
 //	    nodes: 16 goroutines; 16 goroutines on one key; requests to keep
@@ -338,17 +339,23 @@ func run(cfg config, cpuProfile, memProfile, heapProfile string) error {
 			continue
 		}
 		if cfg.runs("P1-SQL") {
-			r := runP1SQL(ctx, e, cfg)
-			rep.p1sql = append(rep.p1sql, r)
-			if r.err != nil {
-				failed = append(failed, r.err.Error())
+			for _, n := range []int{cfg.sqlGoroutines, 1} {
+				r := runP1SQL(ctx, e, cfg, n)
+				rep.p1sql = append(rep.p1sql, r)
+				if r.err != nil {
+					failed = append(failed, r.err.Error())
+				}
 			}
 		}
 		if cfg.runs("P3-SQL") {
-			r := runP3SQL(ctx, e, cfg)
+			r := runP3SQL(ctx, e, cfg, cfg.sqlGoroutines, false)
 			rep.p3sql = append(rep.p3sql, r)
-			if r.err != nil {
-				failed = append(failed, r.err.Error())
+			h := runP3SQL(ctx, e, cfg, sqlHandoffContenders, true)
+			rep.handoffSQL = append(rep.handoffSQL, h)
+			for _, x := range []*sqlP3Result{r, h} {
+				if x.err != nil {
+					failed = append(failed, x.err.Error())
+				}
 			}
 		}
 		if cfg.runs("P4-SQL") {

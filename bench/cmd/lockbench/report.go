@@ -40,7 +40,10 @@ type report struct {
 	sqlEnvs []*sqlEnv
 	p1sql   []*sqlP1Result
 	p3sql   []*sqlP3Result
-	p4sql   []*sqlP4Result
+	// handoffSQL is P3-sql's handoff rows: sqlHandoffContenders
+	// contenders with clients of their own on one key.
+	handoffSQL []*sqlP3Result
+	p4sql      []*sqlP4Result
 
 	summary targets
 	load    string // the machine's load average before and after, when known

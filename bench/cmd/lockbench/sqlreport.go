@@ -13,6 +13,16 @@ const (
 	p1SQLVsFloor  = 0.9 // tasklock pairs/s ÷ the raw upsert floor's, at least
 	p1SQLVsPglock = 1.5 // tasklock ÷ pglock: "well ahead" (pglock was 0.48× the floor when the target was set)
 	p3SQLMaxP50   = 5 * time.Millisecond
+	// MariaDB: tasklock against go-mysql-lock, pairs/s (P1-sql, 16
+	// goroutines) and handoff acquisitions/s (issue 16, item 3).
+	sqlVsGoMySQLLock = 1.0
+)
+
+// sqlHandoffContenders is the handoff rows' number of contenders, each
+// with clients of its own on one key.
+const sqlHandoffContenders = 8
+
+const (
 	// One round trip per renewal batch: with every lease due together, one
 	// per renewal cycle. Pass when it is 1.0 to one decimal.
 	p4SQLMaxPerCycle = 1.05
@@ -55,7 +65,7 @@ func (r *report) writeP1SQL(p func(string, ...any)) {
 	for _, s := range r.p1sql {
 		e := s.env
 		p("")
-		p("#### P1-sql — %s: %d goroutines, distinct keys, Obtain+Release pairs/s", e.title, r.cfg.sqlGoroutines)
+		p("#### P1-sql — %s: %s, distinct keys, Obtain+Release pairs/s", e.title, plural(s.goroutines, "goroutine"))
 		if s.err != nil {
 			p("")
 			p("**not run**: %v", s.err)
@@ -76,7 +86,7 @@ func (r *report) writeP1SQL(p func(string, ...any)) {
 			if c.role == roleTasklock {
 				tl = res
 				target = fmt.Sprintf("≥ %.2f× floor", p1SQLVsFloor)
-				result = r.target("P1-sql", e.title+": tasklock "+target, fmt.Sprintf("%.2f× floor", vs), vs >= p1SQLVsFloor)
+				result = r.target("P1-sql", fmt.Sprintf("%s, %s: tasklock %s", e.title, plural(s.goroutines, "goroutine"), target), fmt.Sprintf("%.2f× floor", vs), vs >= p1SQLVsFloor)
 			}
 			name := res.name
 			if res.errs > 0 {
@@ -108,9 +118,14 @@ func (r *report) writeP1SQL(p func(string, ...any)) {
 			}
 			vs := pairedRatio(tl, res)
 			target, result := "", ""
-			if c.name == pglockName {
+			switch {
+			case s.goroutines == 1:
+			case c.name == pglockName:
 				target = fmt.Sprintf("≥ %.2f× pglock", p1SQLVsPglock)
 				result = r.target("P1-sql", e.title+": tasklock "+target, fmt.Sprintf("%.2f× pglock", vs), vs >= p1SQLVsPglock)
+			case c.name == goMySQLLockName:
+				target = fmt.Sprintf("≥ %.2f× go-mysql-lock", sqlVsGoMySQLLock)
+				result = r.target("P1-sql", e.title+": tasklock "+target, fmt.Sprintf("%.2f× go-mysql-lock", vs), vs >= sqlVsGoMySQLLock)
 			}
 			p("| tasklock ÷ %s | | | %.2f× | | | | %s | %s |", c.name, vs, target, result)
 		}
@@ -122,18 +137,30 @@ func (r *report) writeP1SQL(p func(string, ...any)) {
 }
 
 func (r *report) writeP3SQL(p func(string, ...any)) {
-	if len(r.p3sql) == 0 {
-		return
+	if len(r.p3sql) > 0 {
+		p("")
+		p("#### P3-sql — %d goroutines on one key, blocking obtain → release (samples pooled over %d runs)", r.cfg.sqlGoroutines, r.cfg.sqlP3Rounds)
+		p("")
+		p("As P3: handoff from just before Release to the return of the next holder's blocking obtain; \"to another\" only where the next holder is another goroutine; statements per acquisition count the release and every attempt that found the key held (LISTEN connections' waits not counted). Target on PostgreSQL: tasklock's handoff p50 ≤ %v (waiters woken by LISTEN/NOTIFY).", p3SQLMaxP50)
+		r.writeP3SQLTable(p, r.p3sql)
 	}
-	p("")
-	p("#### P3-sql — %d goroutines on one key, blocking obtain → release (samples pooled over %d runs)", r.cfg.sqlGoroutines, r.cfg.sqlP3Rounds)
-	p("")
-	p("As P3: handoff from just before Release to the return of the next holder's blocking obtain; \"to another\" only where the next holder is another goroutine; statements per acquisition count the release and every attempt that found the key held (LISTEN connections' waits not counted). Target on PostgreSQL: tasklock's handoff p50 ≤ %v (waiters woken by LISTEN/NOTIFY).", p3SQLMaxP50)
+	if len(r.handoffSQL) > 0 {
+		p("")
+		p("#### P3-sql handoff — %d contenders with clients of their own on one key, blocking obtain → release (samples pooled over %d runs)", sqlHandoffContenders, r.cfg.sqlP3Rounds)
+		p("")
+		p("As above, each contender with its own Locker and pool (tasklock), Client (pglock) or pool (go-mysql-lock), as %d processes would. \"To another: share\" is the share of acquisitions that go to a waiter (the rest: the goroutine that released takes the key back). Target on MariaDB: tasklock's acquisitions/s ≥ %.2f× go-mysql-lock's.", sqlHandoffContenders, sqlVsGoMySQLLock)
+		r.writeP3SQLTable(p, r.handoffSQL)
+	}
+}
+
+// writeP3SQLTable writes the table of P3-sql results rs, one block of rows
+// per store, with their targets.
+func (r *report) writeP3SQLTable(p func(string, ...any), rs []*sqlP3Result) {
 	p("")
 	p("| store | implementation | acquisitions/s | handoff p50 | handoff p99 | to another: share | p50 | p99 | wait p50 | wait p99 | per goroutine | statements | gave up | target | result |")
 	p("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|---|")
 	var notes []string
-	for _, s := range r.p3sql {
+	for _, s := range rs {
 		e := s.env
 		if s.err != nil {
 			p("| %s | **not run**: %v | | | | | | | | | | | | | |", e.title, s.err)
@@ -147,7 +174,7 @@ func (r *report) writeP3SQL(p func(string, ...any)) {
 				share = float64(len(res.toOther)) / float64(len(res.handoffs))
 			}
 			target, result := "", ""
-			if c.role == roleTasklock && e.kind == kindPG {
+			if c.role == roleTasklock && e.kind == kindPG && !s.own {
 				target = fmt.Sprintf("p50 ≤ %v", p3SQLMaxP50)
 				result = r.target("P3-sql", e.title+": tasklock handoff "+target, dur(p50), len(res.handoffs) > 0 && p50 <= p3SQLMaxP50)
 			}
@@ -165,6 +192,7 @@ func (r *report) writeP3SQL(p func(string, ...any)) {
 				res.callsPerAcq(), res.giveUps, target, result)
 			notes = append(notes, fmt.Sprintf("- %s, %s: %s.", e.title, res.name, c.note))
 		}
+		r.writeP3SQLRatios(p, s)
 	}
 	p("")
 	for _, n := range notes {
@@ -258,4 +286,31 @@ func plural(n int, word string) string {
 		return "1 " + word
 	}
 	return strconv.Itoa(n) + " " + word + "s"
+}
+
+// writeP3SQLRatios writes the rows of s's tasklock rates over its peer's,
+// with the target against go-mysql-lock in the handoff rows.
+func (r *report) writeP3SQLRatios(p func(string, ...any), s *sqlP3Result) {
+	var tl *p3Result
+	for i, c := range s.conts {
+		if c.role == roleTasklock {
+			tl = s.res[i]
+		}
+	}
+	if tl == nil {
+		return
+	}
+	for i, c := range s.conts {
+		peer := s.res[i]
+		if c.role != rolePeer || peer.rate() <= 0 {
+			continue
+		}
+		vs := tl.rate() / peer.rate()
+		target, result := "", ""
+		if s.own && c.name == goMySQLLockName {
+			target = fmt.Sprintf("≥ %.2f× go-mysql-lock", sqlVsGoMySQLLock)
+			result = r.target("P3-sql", fmt.Sprintf("%s: tasklock handoff, %d contenders, acquisitions/s %s", s.env.title, s.n, target), fmt.Sprintf("%.2f× go-mysql-lock", vs), vs >= sqlVsGoMySQLLock)
+		}
+		p("| %s | tasklock ÷ %s | %.2f× | | | | | | | | | | | %s | %s |", s.env.title, c.name, vs, target, result)
+	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"runtime"
 	"sync"
@@ -55,20 +56,20 @@ func sqlContenders(k storeKind) []sqlContender {
 	}
 }
 
-// sqlP1Result is P1-sql on one store.
+// sqlP1Result is P1-sql on one store with one number of goroutines.
 type sqlP1Result struct {
-	env   *sqlEnv
-	res   []*p1Result
-	conts []sqlContender
-	err   error
+	env        *sqlEnv
+	goroutines int
+	res        []*p1Result
+	conts      []sqlContender
+	err        error
 }
 
-// runP1SQL measures Obtain+Release pairs/s with cfg.sqlGoroutines goroutines
-// on distinct keys for every contender of e's store, taking turns in
-// slices as P1 does.
-func runP1SQL(ctx context.Context, e *sqlEnv, cfg config) *sqlP1Result {
+// runP1SQL measures Obtain+Release pairs/s with n goroutines on distinct
+// keys for every contender of e's store, taking turns in slices as P1 does.
+func runP1SQL(ctx context.Context, e *sqlEnv, cfg config, n int) *sqlP1Result {
 	conts := sqlContenders(e.kind)
-	out := &sqlP1Result{env: e, conts: conts}
+	out := &sqlP1Result{env: e, goroutines: n, conts: conts}
 	names := make([]string, len(conts))
 	opens := make([]func() (*instance, error), len(conts))
 	for i, c := range conts {
@@ -77,44 +78,54 @@ func runP1SQL(ctx context.Context, e *sqlEnv, cfg config) *sqlP1Result {
 	}
 	slice := min(p1Slice, cfg.sqlDuration)
 	cycles := int((cfg.sqlDuration + slice - 1) / slice)
-	out.res, out.err = runSlices(ctx, "P1-sql "+string(e.kind), names, opens, e.cpu,
-		fmt.Sprintf("lockbench:p1sql:%d:", time.Now().UnixNano()), cfg.sqlGoroutines, cfg.warmup, slice, cycles)
+	out.res, out.err = runSlices(ctx, fmt.Sprintf("P1-sql %s %s", e.kind, plural(n, "goroutine")), names, opens, e.cpu,
+		fmt.Sprintf("lockbench:p1sql:%d:", time.Now().UnixNano()), n, cfg.warmup, slice, cycles)
 	return out
 }
 
 // --- P3-sql ------------------------------------------------------------
 
 // sqlWaitContender is one P3-sql implementation: open returns n
-// obtainFuncs on key, all counted by c.
+// obtainFuncs on key, all counted by c; with own set, each with clients
+// of its own (a pool, a Client, a Locker), as n processes would.
 type sqlWaitContender struct {
 	name, role, note string
-	open             func(ctx context.Context, e *sqlEnv, key string, n int, c *sqlCounter) ([]obtainFunc, func(), error)
+	open             func(ctx context.Context, e *sqlEnv, key string, n int, own bool, c *sqlCounter) ([]obtainFunc, func(), error)
 }
 
 // p3LockerPool is the pool of each of P3-sql's 16 Lockers, as 16 processes
 // would each have: pgxpool's default size on this 2-core machine.
 const p3LockerPool = 4
 
-func sqlWaitContenders(k storeKind) []sqlWaitContender {
-	tl := sqlWaitContender{"tasklock, 16 Lockers", roleTasklock, "", openTasklockSQLWait("lease")}
+// sqlWaitContenders are the P3-sql implementations of store k with n
+// goroutines; with own set, the peers too give each goroutine clients of
+// its own.
+func sqlWaitContenders(k storeKind, n int, own bool) []sqlWaitContender {
+	lockers := fmt.Sprintf("%d Lockers", n)
+	tl := sqlWaitContender{"tasklock, " + lockers, roleTasklock, "", openTasklockSQLWait("lease")}
+	shared := fmt.Sprintf("; %d goroutines on one ", n)
+	if own {
+		shared = "; one per goroutine, its "
+	}
 	switch k {
 	case kindPG:
-		tl.note = "Locker.Obtain; one Locker and pool per goroutine, as 16 processes would: waiters woken by LISTEN/NOTIFY"
+		tl.note = fmt.Sprintf("Locker.Obtain; one Locker and pool per goroutine, as %d processes would: waiters woken by LISTEN/NOTIFY", n)
 		return []sqlWaitContender{tl,
-			{"tasklock, connection mode, 16 Lockers", roleExtra, "the same in connection mode (LISTEN/NOTIFY too)", openTasklockSQLWait("connection")},
-			{pglockName, rolePeer, "AcquireContext, which retries once per lease duration (10 s); 16 goroutines on one Client", openPglockWait}}
+			{"tasklock, connection mode, " + lockers, roleExtra, "the same in connection mode (LISTEN/NOTIFY too)", openTasklockSQLWait("connection")},
+			{pglockName, rolePeer, "AcquireContext, which retries once per lease duration (10 s)" + shared + "Client", openPglockWait}}
 	case kindMySQL:
-		tl.note = "Locker.Obtain; one Locker and pool per goroutine: no notifications on MySQL, waiters poll (jittered backoff 5 ms → 250 ms)"
+		tl.note = fmt.Sprintf("Locker.Obtain; one Locker and pool per goroutine, as %d processes would: no notifications on MySQL, waiters poll (jittered backoff 5 ms → 250 ms)", n)
 		return []sqlWaitContender{tl,
-			{goMySQLLockName, rolePeer, fmt.Sprintf("ObtainTimeoutContext(ctx, key, %d): GET_LOCK(key, %d), the server queues the waiters and wakes one on RELEASE_LOCK. (Its Obtain and ObtainContext ask GET_LOCK(key, -1), which MariaDB answers with NULL: they fail at once with ErrMySQLInternalError, and leave the connection checked out)", goMySQLLockWait, goMySQLLockWait), openGoMySQLLockWait}}
+			{"tasklock, connection mode, " + lockers, roleExtra, "the same in connection mode", openTasklockSQLWait("connection")},
+			{goMySQLLockName, rolePeer, fmt.Sprintf("ObtainTimeoutContext(ctx, key, %d): GET_LOCK(key, %d), the server queues the waiters and wakes one on RELEASE_LOCK"+shared+"pool. (Its Obtain and ObtainContext ask GET_LOCK(key, -1), which MariaDB answers with NULL: they fail at once with ErrMySQLInternalError, and leave the connection checked out)", goMySQLLockWait, goMySQLLockWait), openGoMySQLLockWait}}
 	default:
 		tl.note = "Locker.Obtain; one Locker and pool per goroutine: waiters poll (jittered backoff 5 ms → 250 ms)"
 		return []sqlWaitContender{tl}
 	}
 }
 
-func openTasklockSQLWait(mode string) func(ctx context.Context, e *sqlEnv, key string, n int, c *sqlCounter) ([]obtainFunc, func(), error) {
-	return func(ctx context.Context, e *sqlEnv, key string, n int, c *sqlCounter) ([]obtainFunc, func(), error) {
+func openTasklockSQLWait(mode string) func(ctx context.Context, e *sqlEnv, key string, n int, own bool, c *sqlCounter) ([]obtainFunc, func(), error) {
+	return func(ctx context.Context, e *sqlEnv, key string, n int, _ bool, c *sqlCounter) ([]obtainFunc, func(), error) {
 		var ts []*tasklockSQL
 		closeAll := func() {
 			for _, t := range ts {
@@ -141,13 +152,33 @@ func openTasklockSQLWait(mode string) func(ctx context.Context, e *sqlEnv, key s
 	}
 }
 
-func openPglockWait(ctx context.Context, e *sqlEnv, key string, n int, c *sqlCounter) ([]obtainFunc, func(), error) {
-	cl, db, err := openPglockClient(ctx, e, c, sqlPoolSize, benchTTL)
-	if err != nil {
-		return nil, nil, err
+func openPglockWait(ctx context.Context, e *sqlEnv, key string, n int, own bool, c *sqlCounter) ([]obtainFunc, func(), error) {
+	var dbs []*sql.DB
+	closeAll := func() {
+		for _, db := range dbs {
+			_ = db.Close()
+		}
 	}
 	fs := make([]obtainFunc, n)
+	var cl *pglock.Client
 	for i := range n {
+		if i == 0 || own {
+			pool := sqlPoolSize
+			if own {
+				pool = p3LockerPool
+			}
+			var (
+				db  *sql.DB
+				err error
+			)
+			cl, db, err = openPglockClient(ctx, e, c, pool, benchTTL)
+			if err != nil {
+				closeAll()
+				return nil, nil, err
+			}
+			dbs = append(dbs, db)
+		}
+		cl := cl
 		fs[i] = func(ctx context.Context) (func(context.Context) error, error) {
 			l, err := cl.AcquireContext(ctx, key)
 			if err != nil {
@@ -156,7 +187,7 @@ func openPglockWait(ctx context.Context, e *sqlEnv, key string, n int, c *sqlCou
 			return func(ctx context.Context) error { return cl.ReleaseContext(ctx, l) }, nil
 		}
 	}
-	return fs, func() { _ = db.Close() }, nil
+	return fs, closeAll, nil
 }
 
 // goMySQLLockWait is the GET_LOCK timeout, in seconds, of go-mysql-lock's
@@ -164,20 +195,35 @@ func openPglockWait(ctx context.Context, e *sqlEnv, key string, n int, c *sqlCou
 // server until the lock is theirs.
 const goMySQLLockWait = 3600
 
-func openGoMySQLLockWait(ctx context.Context, e *sqlEnv, key string, n int, c *sqlCounter) ([]obtainFunc, func(), error) {
+func openGoMySQLLockWait(ctx context.Context, e *sqlEnv, key string, n int, own bool, c *sqlCounter) ([]obtainFunc, func(), error) {
 	// Every waiter blocks in GET_LOCK on a connection of its own. Bounded:
 	// go-mysql-lock does not give a connection back when GET_LOCK fails.
-	db, err := mysqlDB(e, c, n+1)
-	if err != nil {
-		return nil, nil, err
+	var dbs []*sql.DB
+	closeAll := func() {
+		for _, db := range dbs {
+			_ = db.Close()
+		}
 	}
-	if err := warmSQL(ctx, db, n+1); err != nil {
-		_ = db.Close()
-		return nil, nil, err
-	}
-	lk := gomysqllock.NewMysqlLocker(db)
 	fs := make([]obtainFunc, n)
+	var lk *gomysqllock.MysqlLocker
 	for i := range n {
+		if i == 0 || own {
+			conns := n + 1
+			if own {
+				conns = 2
+			}
+			db, err := mysqlDB(e, c, conns)
+			if err == nil {
+				dbs = append(dbs, db)
+				err = warmSQL(ctx, db, conns)
+			}
+			if err != nil {
+				closeAll()
+				return nil, nil, err
+			}
+			lk = gomysqllock.NewMysqlLocker(db)
+		}
+		lk := lk
 		fs[i] = func(ctx context.Context) (func(context.Context) error, error) {
 			l, err := lk.ObtainTimeoutContext(ctx, key, goMySQLLockWait)
 			if err != nil {
@@ -186,22 +232,27 @@ func openGoMySQLLockWait(ctx context.Context, e *sqlEnv, key string, n int, c *s
 			return func(context.Context) error { return l.Release() }, nil
 		}
 	}
-	return fs, func() { _ = db.Close() }, nil
+	return fs, closeAll, nil
 }
 
-// sqlP3Result is P3-sql on one store.
+// sqlP3Result is P3-sql on one store with n goroutines (own: each with
+// clients of its own).
 type sqlP3Result struct {
 	env   *sqlEnv
+	n     int
+	own   bool
 	res   []*p3Result
 	conts []sqlWaitContender
 	err   error
 }
 
-// runP3SQL runs every wait contender of e's store for cfg.sqlP3Rounds rounds
-// (odd rounds in reverse order) and pools each one's samples, as P3 does.
-func runP3SQL(ctx context.Context, e *sqlEnv, cfg config) *sqlP3Result {
-	conts := sqlWaitContenders(e.kind)
-	out := &sqlP3Result{env: e, conts: conts, res: make([]*p3Result, len(conts))}
+// runP3SQL runs every wait contender of e's store with n goroutines for
+// cfg.sqlP3Rounds rounds (odd rounds in reverse order) and pools each one's
+// samples, as P3 does. With own set every goroutine has clients of its own
+// (the handoff rows).
+func runP3SQL(ctx context.Context, e *sqlEnv, cfg config, n int, own bool) *sqlP3Result {
+	conts := sqlWaitContenders(e.kind, n, own)
+	out := &sqlP3Result{env: e, n: n, own: own, conts: conts, res: make([]*p3Result, len(conts))}
 	for i, c := range conts {
 		out.res[i] = &p3Result{name: c.name, note: c.note}
 	}
@@ -213,9 +264,9 @@ func runP3SQL(ctx context.Context, e *sqlEnv, cfg config) *sqlP3Result {
 				i = len(conts) - 1 - j
 			}
 			c := conts[i]
-			key := fmt.Sprintf("lockbench:p3sql:%d:%d:%d", i, round, time.Now().UnixNano())
+			key := fmt.Sprintf("lockbench:p3sql:%d:%d:%d:%d", n, i, round, time.Now().UnixNano())
 			h := &sqlCounter{}
-			fs, closeAll, err := c.open(ctx, e, key, cfg.sqlGoroutines, h)
+			fs, closeAll, err := c.open(ctx, e, key, n, own, h)
 			if err != nil {
 				out.err = fmt.Errorf("P3-sql %s %s: %w", e.kind, c.name, err)
 				return out
@@ -232,7 +283,7 @@ func runP3SQL(ctx context.Context, e *sqlEnv, cfg config) *sqlP3Result {
 				out.err = fmt.Errorf("P3-sql %s %s: %d times two goroutines held the lock at once", e.kind, c.name, overlap)
 				return out
 			}
-			progress("P3-sql %s round %d %-38s %6d handoffs, p50 %v", e.kind, round+1, c.name, len(r.handoffs)-before, percentile(r.handoffs[before:], 0.50))
+			progress("P3-sql %s %d round %d %-38s %6d handoffs, p50 %v", e.kind, n, round+1, c.name, len(r.handoffs)-before, percentile(r.handoffs[before:], 0.50))
 		}
 	}
 	return out
