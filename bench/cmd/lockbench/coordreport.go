@@ -110,6 +110,9 @@ func (r *coordReport) writeP1(p func(string, ...any)) {
 	for _, n := range notes {
 		p("%s", n)
 	}
+	for _, res := range rows {
+		r.writeP1RedlockFloor(p, res)
+	}
 }
 
 func (r *coordReport) writeP3(p func(string, ...any)) {

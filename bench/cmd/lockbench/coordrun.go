@@ -190,6 +190,7 @@ type coordResult struct {
 	p1Pairs []int64 // pairs of the whole run
 	p1Err   error
 	p1Run   bool
+	p1Floor []*redlockFloorResult // RedLock: against its raw floor
 
 	p3      []*p3Result
 	p3Impls []coordImpl
@@ -249,6 +250,9 @@ func runCoord(ctx context.Context, cfg config, add func(func())) *coordReport {
 		if cfg.runs(coordID("P1", e.kind)) {
 			res.p1Run = true
 			r.runP1(ctx, res)
+			if e.kind == kindRedLock && res.p1Err == nil {
+				r.runP1RedlockFloor(ctx, res)
+			}
 		}
 		if cfg.runs(coordID("P3", e.kind)) {
 			res.p3Run = true
