@@ -113,12 +113,16 @@ type releaseItem struct {
 // releaseChunk is how many items one script call carries, as redisstore's.
 const releaseChunk = 500
 
-// release ends every lease in items on node n with release.lua: one script
-// call per 500 items, all in one round trip. It returns one result per
-// item, nil or driver.ErrNotHeld or that item's own failure; an error when
-// the call failed as a whole.
+// releaseOn ends every lease in items on node n with release.lua (see
+// releaseCalls and node.release).
 func (s *Store) releaseOn(ctx context.Context, n *node, items []releaseItem) ([]error, error) {
-	var calls []scriptCall
+	return n.release(ctx, s.releaseCalls(items), len(items))
+}
+
+// releaseCalls returns release.lua's calls for items, one per 500; every
+// node can be sent the same calls.
+func (s *Store) releaseCalls(items []releaseItem) []scriptCall {
+	calls := make([]scriptCall, 0, (len(items)+releaseChunk-1)/releaseChunk)
 	for lo := 0; lo < len(items); lo += releaseChunk {
 		part := items[lo:min(lo+releaseChunk, len(items))]
 		c := scriptCall{keys: make([]string, 0, 2*len(part)), args: make([]any, 0, 1+4*len(part))}
@@ -134,13 +138,20 @@ func (s *Store) releaseOn(ctx context.Context, n *node, items []releaseItem) ([]
 		}
 		calls = append(calls, c)
 	}
+	return calls
+}
+
+// release runs calls, release.lua's for items leases, on the node in one
+// round trip. It returns one result per lease, nil or driver.ErrNotHeld or
+// that lease's own failure; an error when the call failed as a whole.
+func (n *node) release(ctx context.Context, calls []scriptCall, items int) ([]error, error) {
 	cmds, err := n.runScript(ctx, releaseScript, calls)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]error, 0, len(items))
+	out := make([]error, 0, items)
 	for k, cmd := range cmds {
-		want := min(releaseChunk, len(items)-k*releaseChunk)
+		want := min(releaseChunk, items-k*releaseChunk)
 		rs, err := cmd.Int64Slice()
 		if err == nil && len(rs) != want {
 			err = fmt.Errorf("%d results for %d releases", len(rs), want)

@@ -247,7 +247,7 @@ func TestGiveBackWakesNobody(t *testing.T) {
 	if err := s.Release(ctxT(t), driver.ReleaseParams{Key: "k", Token: tok}); err != nil {
 		t.Fatal(err)
 	}
-	sub := s.nodes[0].client.Subscribe(ctxT(t), s.channel)
+	sub := s.nodes[0].client.Subscribe(ctxT(t), s.prefix+"released")
 	defer sub.Close()
 	if _, err := sub.Receive(ctxT(t)); err != nil { // the confirmation
 		t.Fatal(err)
@@ -270,7 +270,7 @@ func TestGiveBackWakesNobody(t *testing.T) {
 		t.Fatalf("after 5 split votes node 0's counter is %d (was %d), lease left: %v", c, before, onNode(t, s, 0, "k"))
 	}
 	// Nothing was published before this.
-	if err := s.nodes[0].client.Publish(ctxT(t), s.channel, "mark").Err(); err != nil {
+	if err := s.nodes[0].client.Publish(ctxT(t), s.prefix+"released", "mark").Err(); err != nil {
 		t.Fatal(err)
 	}
 	if m, err := sub.ReceiveMessage(ctxT(t)); err != nil || m.Payload != "mark" {
@@ -288,7 +288,7 @@ func TestGiveBackWakesNobody(t *testing.T) {
 
 	// Too late: a majority granted, and the give-back wakes waiters.
 	s2 := newStore(t, addrsOf(startNodes(t, 3)), patient)
-	sub2 := s2.nodes[0].client.Subscribe(ctxT(t), s2.channel)
+	sub2 := s2.nodes[0].client.Subscribe(ctxT(t), s2.prefix+"released")
 	defer sub2.Close()
 	if _, err := sub2.Receive(ctxT(t)); err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -75,7 +76,7 @@ type Store struct {
 	nodes       []*node
 	quorum      int
 	prefix      string
-	channel     string // redisstore's release channel, Prefix+"released"
+	channel     any // redisstore's release channel, Prefix+"released", boxed once for release.lua
 	nodeTimeout time.Duration
 	now         func() time.Time    // time.Now; tests move it
 	pause       func(time.Duration) // time.Sleep; tests act in it (see acquire)
@@ -227,14 +228,10 @@ func fanOut[T any](ctx, calls context.Context, w wait, nodes []*node,
 		returned bool                           // guarded by mu
 		ch       = make(chan reply, len(nodes)) // sent to only under mu, before returned
 	)
+	cctx, finished := callContext(calls, w.callTimeout, len(nodes))
 	for i, n := range nodes {
 		go func() {
-			cctx := calls
-			if w.callTimeout > 0 {
-				var cancel context.CancelFunc
-				cctx, cancel = context.WithTimeout(calls, w.callTimeout)
-				defer cancel()
-			}
+			defer finished()
 			v, err := do(cctx, n)
 			mu.Lock()
 			if !returned {
@@ -258,15 +255,16 @@ func fanOut[T any](ctx, calls context.Context, w wait, nodes []*node,
 			sure++
 		}
 	}
-	straggle := time.NewTimer(w.nodeTimeout)
-	defer straggle.Stop()
-	var limit <-chan time.Time
-	if w.limit > 0 {
-		t := time.NewTimer(w.limit)
-		defer t.Stop()
-		limit = t.C
+	// One timer: the node timeout, then (when w.limit is set) the rest of
+	// the limit; the limit alone when it comes first.
+	limitFirst := w.limit > 0 && w.limit <= w.nodeTimeout
+	first := w.nodeTimeout
+	if limitFirst {
+		first = w.limit
 	}
-	var why func() error // why the nodes still without an answer have none
+	timer := time.NewTimer(first)
+	defer timer.Stop()
+	var why error // why the nodes still without an answer have none, after the wait
 	straggled := false
 wait:
 	for answered < len(nodes) {
@@ -276,19 +274,23 @@ wait:
 			if !straggled || sure < w.quorum {
 				continue
 			}
-		case <-straggle.C:
+		case <-timer.C:
+			if straggled || limitFirst {
+				why = fmt.Errorf("no answer within %v: %w", w.limit, context.DeadlineExceeded)
+				break wait
+			}
 			straggled = true
+			if w.limit > 0 {
+				timer.Reset(max(w.limit-w.nodeTimeout, 0))
+			}
 			if sure < w.quorum {
 				continue
 			}
-		case <-limit:
-			why = func() error { return fmt.Errorf("no answer within %v: %w", w.limit, context.DeadlineExceeded) }
-			break wait
 		case <-ctx.Done():
-			why = func() error { return fmt.Errorf("no answer: %w", ctx.Err()) }
+			why = fmt.Errorf("no answer: %w", ctx.Err())
 			break wait
 		}
-		why = func() error { return fmt.Errorf("no answer within %v: %w", w.nodeTimeout, context.DeadlineExceeded) }
+		why = fmt.Errorf("no answer within %v: %w", w.nodeTimeout, context.DeadlineExceeded)
 		break
 	}
 	mu.Lock()
@@ -298,7 +300,7 @@ wait:
 		record(<-ch)
 	}
 	if answered < len(nodes) {
-		err := why()
+		err := why
 		for i := range out {
 			if !out[i].answered {
 				out[i].err = err
@@ -306,6 +308,24 @@ wait:
 		}
 	}
 	return out
+}
+
+// callContext returns the context of n calls that start together from
+// calls, bounded by timeout when it is positive (one deadline bounds them
+// all), and the function each call runs when it has finished: the last one
+// releases the context.
+func callContext(calls context.Context, timeout time.Duration, n int) (context.Context, func()) {
+	if timeout <= 0 {
+		return calls, func() {}
+	}
+	ctx, cancel := context.WithTimeout(calls, timeout)
+	running := new(atomic.Int32)
+	running.Store(int32(n))
+	return ctx, func() {
+		if running.Add(-1) == 0 {
+			cancel()
+		}
+	}
 }
 
 // succeeded is the definite answer of calls whose only definite answer is
@@ -859,8 +879,9 @@ func (s *Store) release(ctx context.Context, ps []driver.ReleaseParams) []error 
 		s.releasing(p.Token)
 		items[j] = releaseItem{p: p, flags: publishRelease}
 	}
+	calls := s.releaseCalls(items)
 	rs := fanOut(ctx, context.WithoutCancel(ctx), s.releaseWait(), s.nodes, func(ctx context.Context, n *node) ([]error, error) {
-		return s.releaseOn(ctx, n, items)
+		return n.release(ctx, calls, len(items))
 	}, succeeded, nil)
 	out := make([]error, len(ps))
 	errs := make([]error, len(s.nodes))
