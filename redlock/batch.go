@@ -2,9 +2,9 @@ package redlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -94,37 +94,106 @@ func (n *node) acquire(ctx context.Context, ps []driver.AcquireParams) ([]driver
 	return rs, err
 }
 
-// release releases every lease in ps on the node: a lone lease through
-// redisstore's Release, several through its ReleaseBatch (one round trip
-// either way). It returns one result per lease, nil or driver.ErrNotHeld or
-// that lease's own failure; an error when the call failed as a whole.
-func (n *node) release(ctx context.Context, ps []driver.ReleaseParams) ([]error, error) {
-	if len(ps) == 1 {
-		err := n.store.Release(ctx, ps[0])
-		if err != nil && !errors.Is(err, driver.ErrNotHeld) {
-			return nil, err
-		}
-		return []error{err}, nil
-	}
-	errs, err := n.store.ReleaseBatch(ctx, ps)
-	if err == nil && len(errs) != len(ps) {
-		err = fmt.Errorf("%d results for %d releases", len(errs), len(ps))
-	}
-	return errs, err
+// Flags of a release item (release.lua).
+const (
+	// publishRelease wakes waiters when the lease is deleted: a lock (or
+	// a grant others may have seen as one) ended.
+	publishRelease = 1
+	// rollBackFence takes back the grant's INCR of the fence counter: the
+	// grant never became a lock.
+	rollBackFence = 2
+)
+
+// releaseItem is one lease to end on a node, and how.
+type releaseItem struct {
+	p     driver.ReleaseParams
+	flags int
 }
 
-// raise runs raise.lua on the node for every fence counter in counters
-// with the fence of the same index in fences, in one round trip: one
-// script call for a lone counter, a pipeline for several (EVALSHA, and
-// EVAL again for the calls the node did not have the script for; raising
-// is idempotent). It returns one error per counter, and the first of them.
-func (n *node) raise(ctx context.Context, counters, fences []string) ([]error, error) {
-	if len(counters) == 1 {
-		err := raiseScript.Run(ctx, n.client, counters, fences[0]).Err()
-		return []error{err}, err
+// releaseChunk is how many items one script call carries, as redisstore's.
+const releaseChunk = 500
+
+// releaseOn ends every lease in items on node n with release.lua (see
+// releaseCalls and node.release).
+func (s *Store) releaseOn(ctx context.Context, n *node, items []releaseItem) ([]error, error) {
+	return n.release(ctx, s.releaseCalls(items), len(items))
+}
+
+// releaseCalls returns release.lua's calls for items, one per 500; every
+// node can be sent the same calls.
+func (s *Store) releaseCalls(items []releaseItem) []scriptCall {
+	calls := make([]scriptCall, 0, (len(items)+releaseChunk-1)/releaseChunk)
+	for lo := 0; lo < len(items); lo += releaseChunk {
+		part := items[lo:min(lo+releaseChunk, len(items))]
+		c := scriptCall{keys: make([]string, 0, 2*len(part)), args: make([]any, 0, 1+4*len(part))}
+		c.args = append(c.args, s.channel)
+		for _, it := range part {
+			fk := s.prefix + "{" + it.p.Key + "}:fence"
+			var keep int64
+			if it.p.KeepFor > 0 {
+				keep = driver.Units(it.p.KeepFor, time.Millisecond)
+			}
+			c.keys = append(c.keys, fk[:len(fk)-len(":fence")], fk)
+			c.args = append(c.args, it.p.Token, keep, it.flags, it.p.Key)
+		}
+		calls = append(calls, c)
 	}
-	cmds := make([]*redis.Cmd, len(counters))
-	pending := make([]int, len(counters))
+	return calls
+}
+
+// release runs calls, release.lua's for items leases, on the node in one
+// round trip. It returns one result per lease, nil or driver.ErrNotHeld or
+// that lease's own failure; an error when the call failed as a whole.
+func (n *node) release(ctx context.Context, calls []scriptCall, items int) ([]error, error) {
+	cmds, err := n.runScript(ctx, releaseScript, calls)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]error, 0, items)
+	for k, cmd := range cmds {
+		want := min(releaseChunk, items-k*releaseChunk)
+		rs, err := cmd.Int64Slice()
+		if err == nil && len(rs) != want {
+			err = fmt.Errorf("%d results for %d releases", len(rs), want)
+		}
+		if err != nil {
+			if len(cmds) == 1 {
+				return nil, err
+			}
+			for range want {
+				out = append(out, err)
+			}
+			continue
+		}
+		for _, r := range rs {
+			if r == 1 {
+				out = append(out, nil)
+			} else {
+				out = append(out, driver.ErrNotHeld)
+			}
+		}
+	}
+	return out, nil
+}
+
+// scriptCall is the keys and arguments of one script call.
+type scriptCall struct {
+	keys []string
+	args []any
+}
+
+// runScript runs script once per call in calls on the node, in one round
+// trip: one call alone, several in a pipeline (EVALSHA, and EVAL again for
+// the calls the node did not have the script for). It returns the
+// commands, each with its own reply or error, or an error when the round
+// trip failed without a reply to any of them.
+func (n *node) runScript(ctx context.Context, script *redis.Script, calls []scriptCall) ([]*redis.Cmd, error) {
+	if len(calls) == 1 {
+		cmd := script.Run(ctx, n.client, calls[0].keys, calls[0].args...)
+		return []*redis.Cmd{cmd}, nil
+	}
+	cmds := make([]*redis.Cmd, len(calls))
+	pending := make([]int, len(calls))
 	for k := range pending {
 		pending[k] = k
 	}
@@ -132,18 +201,13 @@ func (n *node) raise(ctx context.Context, counters, fences []string) ([]error, e
 		pipe := n.client.Pipeline()
 		for _, k := range pending {
 			if eval {
-				cmds[k] = raiseScript.Eval(ctx, pipe, counters[k:k+1], fences[k])
+				cmds[k] = script.Eval(ctx, pipe, calls[k].keys, calls[k].args...)
 			} else {
-				cmds[k] = raiseScript.EvalSha(ctx, pipe, counters[k:k+1], fences[k])
+				cmds[k] = script.EvalSha(ctx, pipe, calls[k].keys, calls[k].args...)
 			}
 		}
 		if _, err := pipe.Exec(ctx); err != nil && !anyErr(cmds, pending) {
-			// The pipeline failed without a reply to any command.
-			errs := make([]error, len(counters))
-			for k := range errs {
-				errs[k] = err
-			}
-			return errs, err
+			return nil, err // no reply to any command
 		}
 		var retry []int
 		for _, k := range pending {
@@ -156,7 +220,26 @@ func (n *node) raise(ctx context.Context, counters, fences []string) ([]error, e
 		}
 		pending = retry
 	}
+	return cmds, nil
+}
+
+// raise runs raise.lua on the node for every fence counter in counters
+// with the fence of the same index in fences, in one round trip (see
+// runScript; raising is idempotent). It returns one error per counter, and
+// the first of them.
+func (n *node) raise(ctx context.Context, counters, fences []string) ([]error, error) {
+	calls := make([]scriptCall, len(counters))
+	for k := range calls {
+		calls[k] = scriptCall{keys: counters[k : k+1], args: []any{fences[k]}}
+	}
 	errs := make([]error, len(counters))
+	cmds, err := n.runScript(ctx, raiseScript, calls)
+	if err != nil {
+		for k := range errs {
+			errs[k] = err
+		}
+		return errs, err
+	}
 	var first error
 	for k, c := range cmds {
 		if errs[k] = c.Err(); first == nil {

@@ -36,8 +36,10 @@
 //     Locker counts the holder's local validity from the moment it sent the
 //     request in any case, so the holder never trusts the lease longer than
 //     the slowest granting node allows. When the quorum fails, Acquire
-//     releases what it got on every node (token-checked) before returning,
-//     and a grant that arrives after the decision when it arrives. It
+//     gives back what it got on every node (token-checked, taking back the
+//     fence: see Fences) before returning, and a grant that arrives after
+//     the decision when it arrives. A give-back wakes nobody unless a
+//     majority had granted (see Contention). It
 //     returns a *driver.HeldError when the key is held (enough nodes
 //     answered for a majority, and some are held by another owner), an
 //     error wrapping ErrSplitVote when contenders split the vote so that no
@@ -54,8 +56,9 @@
 //   - Release deletes the lease on every node (token-checked). It succeeds
 //     when any node held it, unless a majority did not: then the lease was
 //     no longer held as a lock, and it returns driver.ErrNotHeld. Each node
-//     that deletes the lease publishes the release, so waiters wake through
-//     any node that held it.
+//     that deletes the lease publishes the deletion with the lease's
+//     token, and a Subscribe wakes waiters once per lock, when a majority
+//     of the nodes have published it (the key is then free on a majority).
 //   - AcquireBatch and ReleaseBatch (driver.Batcher) send each node all
 //     the requests of a batch in one redisstore AcquireBatch or
 //     ReleaseBatch call, and decide every request by the rules above: the
@@ -82,6 +85,20 @@
 // Any later majority shares a node with it, whose INCR gives more than f:
 // while every node remembers its counters, fences strictly increase.
 //
+// How far fences rise: a failed vote's grants are given back, and each
+// give-back takes its INCR back (the counter goes down by one when it is
+// still that grant's fence, so nothing was counted from it since; a
+// released lock's counters are never taken back). So without faults every
+// grant's fence is exactly one more than the grant before it: after a
+// grant with fence f its majority's counters are f and every other counter
+// is at most f, so the next grant's INCRs give f+1 on the node it shares
+// with that majority and at most f+1 elsewhere. Each grant that did not
+// become a lock and whose INCR could not be taken back adds at most one to
+// the next grant's step: a give-back that did not reach its node, a
+// minority grant that expired there first, a majority refused after its
+// counters were raised (ErrTooSlow). Contenders that split votes therefore
+// do not push fences up, however long they contend.
+//
 // That is weaker than the fences of pgstore or etcdstore, which come from one
 // durable, linearizable sequence or revision that every grant passes
 // through. Here the counters are N separate in-memory values, and the
@@ -106,6 +123,27 @@
 //   - Expiries are kept in each node's wall-clock time: a node whose clock
 //     jumps forward ends its copies early, which counts like a restart
 //     without persistence.
+//
+// # Contention
+//
+// Contenders on one key cost each node a few script calls per handoff, as
+// one Redis would: a release wakes the waiters once (not once per node),
+// when a majority of the nodes have published it, and each waiter makes
+// one attempt. When their attempts split the vote, the contender that got
+// the first node keeps its grants and asks again after about one round
+// trip (at most twice); the others give back what they got, without
+// waking anybody, and try again after a short jittered pause (the
+// Locker's, for driver.ErrTryAgain), by when the keeper holds the lock and
+// they wait for its release. So a split costs one more round, not a storm
+// of retries. With five processes on one key each node carries about 1.3
+// times the script calls one Redis does for the same work
+// (contention_test.go); bench/README.md has P3-redlock's numbers.
+//
+// A release's message is '}' + token + ':' + key on redisstore's channel
+// (Prefix+"released"). A Store of an older version subscribed to the same
+// nodes does not recognise it, and its waiters find released keys by
+// polling until it is upgraded; ForceRelease still publishes the plain
+// key.
 //
 // # Read-write locks, semaphores and fair locks
 //

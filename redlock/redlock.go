@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -32,6 +33,11 @@ const minNodeTimeout = 2 * time.Millisecond
 var raiseSrc string
 
 var raiseScript = redis.NewScript(raiseSrc)
+
+//go:embed release.lua
+var releaseSrc string
+
+var releaseScript = redis.NewScript(releaseSrc)
 
 // Options configures a Store. A nil *Options means all defaults; zero fields
 // take their defaults. New never writes into it.
@@ -70,8 +76,10 @@ type Store struct {
 	nodes       []*node
 	quorum      int
 	prefix      string
+	channel     any // redisstore's release channel, Prefix+"released", boxed once for release.lua
 	nodeTimeout time.Duration
-	now         func() time.Time // time.Now; tests move it
+	now         func() time.Time    // time.Now; tests move it
+	pause       func(time.Duration) // time.Sleep; tests act in it (see acquire)
 
 	lateMu sync.Mutex
 	late   map[string]*lateState // by token: grants with answers to come
@@ -103,7 +111,7 @@ func New(clients []redis.UniversalClient, opts *Options) (*Store, error) {
 	if n < 3 || n%2 == 0 {
 		return nil, badOption("clients", "", "%d given, need an odd number of at least 3", n)
 	}
-	s := &Store{quorum: n/2 + 1, prefix: DefaultPrefix, now: time.Now, late: make(map[string]*lateState)}
+	s := &Store{quorum: n/2 + 1, prefix: DefaultPrefix, now: time.Now, pause: time.Sleep, late: make(map[string]*lateState)}
 	if opts != nil {
 		if opts.Prefix != "" {
 			if strings.ContainsAny(opts.Prefix, "{}") {
@@ -116,6 +124,7 @@ func New(clients []redis.UniversalClient, opts *Options) (*Store, error) {
 		}
 		s.nodeTimeout = opts.NodeTimeout
 	}
+	s.channel = s.prefix + "released"
 	seen := make(map[string]int, n)
 	for i, uc := range clients {
 		c, ok := uc.(*redis.Client)
@@ -219,14 +228,10 @@ func fanOut[T any](ctx, calls context.Context, w wait, nodes []*node,
 		returned bool                           // guarded by mu
 		ch       = make(chan reply, len(nodes)) // sent to only under mu, before returned
 	)
+	cctx, finished := callContext(calls, w.callTimeout, len(nodes))
 	for i, n := range nodes {
 		go func() {
-			cctx := calls
-			if w.callTimeout > 0 {
-				var cancel context.CancelFunc
-				cctx, cancel = context.WithTimeout(calls, w.callTimeout)
-				defer cancel()
-			}
+			defer finished()
 			v, err := do(cctx, n)
 			mu.Lock()
 			if !returned {
@@ -250,15 +255,16 @@ func fanOut[T any](ctx, calls context.Context, w wait, nodes []*node,
 			sure++
 		}
 	}
-	straggle := time.NewTimer(w.nodeTimeout)
-	defer straggle.Stop()
-	var limit <-chan time.Time
-	if w.limit > 0 {
-		t := time.NewTimer(w.limit)
-		defer t.Stop()
-		limit = t.C
+	// One timer: the node timeout, then (when w.limit is set) the rest of
+	// the limit; the limit alone when it comes first.
+	limitFirst := w.limit > 0 && w.limit <= w.nodeTimeout
+	first := w.nodeTimeout
+	if limitFirst {
+		first = w.limit
 	}
-	var why func() error // why the nodes still without an answer have none
+	timer := time.NewTimer(first)
+	defer timer.Stop()
+	var why error // why the nodes still without an answer have none, after the wait
 	straggled := false
 wait:
 	for answered < len(nodes) {
@@ -268,19 +274,23 @@ wait:
 			if !straggled || sure < w.quorum {
 				continue
 			}
-		case <-straggle.C:
+		case <-timer.C:
+			if straggled || limitFirst {
+				why = fmt.Errorf("no answer within %v: %w", w.limit, context.DeadlineExceeded)
+				break wait
+			}
 			straggled = true
+			if w.limit > 0 {
+				timer.Reset(max(w.limit-w.nodeTimeout, 0))
+			}
 			if sure < w.quorum {
 				continue
 			}
-		case <-limit:
-			why = func() error { return fmt.Errorf("no answer within %v: %w", w.limit, context.DeadlineExceeded) }
-			break wait
 		case <-ctx.Done():
-			why = func() error { return fmt.Errorf("no answer: %w", ctx.Err()) }
+			why = fmt.Errorf("no answer: %w", ctx.Err())
 			break wait
 		}
-		why = func() error { return fmt.Errorf("no answer within %v: %w", w.nodeTimeout, context.DeadlineExceeded) }
+		why = fmt.Errorf("no answer within %v: %w", w.nodeTimeout, context.DeadlineExceeded)
 		break
 	}
 	mu.Lock()
@@ -290,7 +300,7 @@ wait:
 		record(<-ch)
 	}
 	if answered < len(nodes) {
-		err := why()
+		err := why
 		for i := range out {
 			if !out[i].answered {
 				out[i].err = err
@@ -298,6 +308,24 @@ wait:
 		}
 	}
 	return out
+}
+
+// callContext returns the context of n calls that start together from
+// calls, bounded by timeout when it is positive (one deadline bounds them
+// all), and the function each call runs when it has finished: the last one
+// releases the context.
+func callContext(calls context.Context, timeout time.Duration, n int) (context.Context, func()) {
+	if timeout <= 0 {
+		return calls, func() {}
+	}
+	ctx, cancel := context.WithTimeout(calls, timeout)
+	running := new(atomic.Int32)
+	running.Store(int32(n))
+	return ctx, func() {
+		if running.Add(-1) == 0 {
+			cancel()
+		}
+	}
 }
 
 // succeeded is the definite answer of calls whose only definite answer is
@@ -335,9 +363,11 @@ func (s *Store) quorumError(op, key, detail string, failed []*NodeError) *Quorum
 // are raised to it before Acquire returns (see the package documentation,
 // "Fences").
 //
-// When the quorum fails, every grant is released again (token-checked)
-// before Acquire returns, and a grant that arrives later is released when it
-// arrives. The error is then:
+// When the quorum fails, every grant is given back (token-checked, taking
+// its fence back, and waking waiters only when a majority had granted it)
+// before Acquire returns, and a grant that arrives later is given back when
+// it arrives; a split vote's keeper asks again first (see acquire). The
+// error is then:
 //   - a *driver.HeldError when a majority of the nodes answered and some are
 //     held by another owner: the owner most nodes named, with the shortest of
 //     its remaining TTLs;
@@ -381,14 +411,43 @@ type votes struct {
 	failed []*NodeError        // the other nodes, and why
 }
 
+// keeperRounds is how many times a lone request that split the vote asks
+// again while it keeps its grants (see keeps).
+const keeperRounds = 2
+
+// maxKeeperPause bounds the keeper's pause before it asks again.
+const maxKeeperPause = 5 * time.Millisecond
+
 // acquire is Acquire and AcquireBatch: it makes one attempt for every
 // request in ps (each passed by checkAcquire) on every node at once, each
 // node's share in one call (see node.acquire), and sets out[j] to the
 // outcome of ps[j] by the rules Acquire documents. The calls wait as
 // Acquire's do for the shortest TTL in ps, and elapsed is measured for
 // them all; a node whose call failed fails every request.
+//
+// A lone request that split the vote and is its keeper (see keeps) keeps
+// its grants, waits as long as the attempt took (the others' give-backs
+// are under way by then) and asks again with the same token, up to
+// keeperRounds times: the nodes it has answer with the same grant, the
+// ones the others gave back grant it, and the split is settled in one more
+// round trip instead of every contender backing off and trying again.
+// Elapsed, and so the lease's validity, counts from the first attempt.
 func (s *Store) acquire(ctx context.Context, ps []driver.AcquireParams, out []driver.AcquireResult) {
 	start := s.now()
+	for round := 1; ; round++ {
+		t0 := s.now()
+		if !s.attempt(ctx, ps, out, start, round <= keeperRounds) {
+			return
+		}
+		s.pause(min(s.now().Sub(t0), maxKeeperPause))
+	}
+}
+
+// attempt is one round of acquire, whose lease validity counts from start.
+// When keep allows and the lone request of ps is a split vote's keeper, it
+// gives back nothing and returns true: acquire asks again. Otherwise out
+// holds the outcome, and it returns false.
+func (s *Store) attempt(ctx context.Context, ps []driver.AcquireParams, out []driver.AcquireResult, start time.Time, keep bool) bool {
 	shortest := ps[0].TTL
 	for _, p := range ps[1:] {
 		shortest = min(shortest, p.TTL)
@@ -405,15 +464,22 @@ func (s *Store) acquire(ctx context.Context, ps []driver.AcquireParams, out []dr
 	defer close(decided)
 	late := func(i int, rs []driver.AcquireResult, err error) {
 		<-decided
-		var undo []driver.ReleaseParams
+		// Nobody waits for these copies: a lock's release has woken the
+		// waiters already, or there was no lock. A grant that never
+		// became a lock takes its fence back.
+		var undo []releaseItem
 		for j, p := range ps {
 			if (err != nil || !isHeld(rs[j].Err)) && (!granted[j] || s.releasedMeanwhile(p.Token)) {
-				undo = append(undo, driver.ReleaseParams{Key: p.Key, Token: p.Token})
+				it := releaseItem{p: driver.ReleaseParams{Key: p.Key, Token: p.Token}}
+				if !granted[j] {
+					it.flags = rollBackFence
+				}
+				undo = append(undo, it)
 			}
 		}
 		if len(undo) > 0 {
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), patience)
-			_, _ = s.nodes[i].release(ctx, undo)
+			_, _ = s.releaseOn(ctx, s.nodes[i], undo)
 			cancel()
 		}
 		for j, p := range ps {
@@ -455,6 +521,7 @@ func (s *Store) acquire(ctx context.Context, ps []driver.AcquireParams, out []dr
 	var failed []int // the requests not granted
 	anyGranted := false
 	for j, p := range ps {
+		out[j] = driver.AcquireResult{} // an earlier round's outcome goes
 		v := &vs[j]
 		var rf []*NodeError
 		if raiseFailed != nil {
@@ -495,7 +562,29 @@ func (s *Store) acquire(ctx context.Context, ps []driver.AcquireParams, out []dr
 	} else {
 		cancelCalls()
 	}
-	s.undo(ctx, ps, failed, rs, shortest)
+	if keep && s.keeps(ps, out, rs, vs) {
+		return true
+	}
+	s.undo(ctx, ps, failed, rs, vs, shortest)
+	return false
+}
+
+// keeps reports whether the lone request of ps, whose vote split, keeps its
+// grants and asks again: every node answered, and the first of them (in
+// node order) granted it. Every contender in the split sees the same first
+// node (it answered them all) held by one of them, so one contender keeps
+// and the others give back and back off; should two see it differently,
+// both ask again, and give back after keeperRounds.
+func (s *Store) keeps(ps []driver.AcquireParams, out []driver.AcquireResult, rs []result[[]driver.AcquireResult], vs []votes) bool {
+	if len(ps) != 1 || len(vs[0].failed) > 0 || len(vs[0].grants) == 0 || !errors.Is(out[0].Err, ErrSplitVote) {
+		return false
+	}
+	for _, r := range rs {
+		if !r.answered || r.err != nil {
+			return false
+		}
+	}
+	return vs[0].grants[0] == 0
 }
 
 // lateState tracks the nodes that had not answered when a lock was granted.
@@ -643,31 +732,41 @@ func (s *Store) raise(ctx context.Context, ps []driver.AcquireParams, start time
 	return fences, failed
 }
 
-// undo releases the requests of ps listed in failed (acquisitions that
+// undo gives back the requests of ps listed in failed (acquisitions that
 // failed), token-checked, on every node that answered for them other than
 // "held", even if ctx has ended: the grants are ours to remove, and a grant
-// left behind would block its node until its TTL. It makes one call per
-// node (see node.release), all at once; these nodes have just answered, so
-// it waits for all of them, at most 1 s. Nodes that have not answered are
-// released when they do (see acquire).
-func (s *Store) undo(ctx context.Context, ps []driver.AcquireParams, failed []int, rs []result[[]driver.AcquireResult], ttl time.Duration) {
+// left behind would block its node until its TTL. Each node takes back the
+// grant's fence (the counter goes down again unless it moved since), so
+// failed votes do not push fences up. A give-back wakes nobody unless a
+// majority had granted the request (too late, or its fences could not be
+// raised): others may have seen that as a holder, and wait for its
+// release. Other give-backs are of grants on a minority, which no waiter
+// waits for; waking the waiters for them would only have them all try
+// again at once. It makes one call per node (see releaseOn), all at once;
+// these nodes have just answered, so it waits for all of them, at most 1 s.
+// Nodes that have not answered are released when they do (see acquire).
+func (s *Store) undo(ctx context.Context, ps []driver.AcquireParams, failed []int, rs []result[[]driver.AcquireResult], vs []votes, ttl time.Duration) {
 	if len(failed) == 0 {
 		return
 	}
 	var (
 		nodes  []*node
-		byNode = make(map[*node][]driver.ReleaseParams)
+		byNode = make(map[*node][]releaseItem)
 	)
 	for i, r := range rs {
 		if !r.answered {
 			continue
 		}
-		var rps []driver.ReleaseParams
+		var rps []releaseItem
 		for _, j := range failed {
 			if r.err == nil && isHeld(r.val[j].Err) {
 				continue
 			}
-			rps = append(rps, driver.ReleaseParams{Key: ps[j].Key, Token: ps[j].Token})
+			it := releaseItem{p: driver.ReleaseParams{Key: ps[j].Key, Token: ps[j].Token}, flags: rollBackFence}
+			if len(vs[j].grants) >= s.quorum {
+				it.flags |= publishRelease
+			}
+			rps = append(rps, it)
 		}
 		if len(rps) > 0 {
 			nodes = append(nodes, s.nodes[i])
@@ -680,7 +779,7 @@ func (s *Store) undo(ctx context.Context, ps []driver.AcquireParams, failed []in
 	detached := context.WithoutCancel(ctx)
 	fanOut(detached, detached, wait{nodeTimeout: s.timeout(ttl), limit: patience, quorum: len(nodes), callTimeout: patience}, nodes,
 		func(ctx context.Context, n *node) ([]error, error) {
-			return n.release(ctx, byNode[n])
+			return s.releaseOn(ctx, n, byNode[n])
 		}, succeeded, nil)
 }
 
@@ -775,11 +874,14 @@ func (s *Store) release(ctx context.Context, ps []driver.ReleaseParams) []error 
 		out, _ := withoutKinds(ps, releaseMode, func(ps []driver.ReleaseParams) ([]error, error) { return s.release(ctx, ps), nil })
 		return out
 	}
-	for _, p := range ps {
+	items := make([]releaseItem, len(ps))
+	for j, p := range ps {
 		s.releasing(p.Token)
+		items[j] = releaseItem{p: p, flags: publishRelease}
 	}
+	calls := s.releaseCalls(items)
 	rs := fanOut(ctx, context.WithoutCancel(ctx), s.releaseWait(), s.nodes, func(ctx context.Context, n *node) ([]error, error) {
-		return n.release(ctx, ps)
+		return n.release(ctx, calls, len(items))
 	}, succeeded, nil)
 	out := make([]error, len(ps))
 	errs := make([]error, len(s.nodes))

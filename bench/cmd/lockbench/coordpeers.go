@@ -19,6 +19,7 @@ import (
 	"github.com/tasklock/tasklock"
 	"github.com/tasklock/tasklock/driver"
 	"github.com/tasklock/tasklock/etcdstore"
+	"github.com/tasklock/tasklock/redisstore"
 	"github.com/tasklock/tasklock/redlock"
 	"github.com/tasklock/tasklock/zkstore"
 )
@@ -70,7 +71,8 @@ type coordImpl struct {
 	name, role string
 	p1Note     string
 	p3Note     string
-	// p1 prepares it for P1, its clients counting into cs.
+	// p1 prepares it for P1, its clients counting into cs; nil for a
+	// reference that runs in P3 only.
 	p1 func(ctx context.Context, e *coordEnv, cs counters) (*instance, error)
 	// p3 returns n obtainFuncs on key, as n processes would have them.
 	p3 func(ctx context.Context, e *coordEnv, key string, n int, cs counters) ([]obtainFunc, func(), error)
@@ -101,6 +103,9 @@ type coordHoldImpl struct {
 const (
 	coordTasklock = "tasklock"
 	coordPeer     = "peer"
+	// coordOneRedis is tasklock on one of RedLock's servers alone: what
+	// P3-redlock's requests per acquisition are compared with.
+	coordOneRedis = "one Redis"
 )
 
 // Peer names (their versions are in the report's header).
@@ -108,6 +113,7 @@ const (
 	etcdMutexName = "etcd concurrency.Mutex"
 	zkLockName    = "go-zookeeper zk.Lock"
 	redsyncName   = "redsync v4 (3 pools)"
+	oneRedisName  = "tasklock, one Redis (redisstore)"
 )
 
 func coordImpls(k coordKind) []coordImpl {
@@ -144,6 +150,9 @@ func coordImpls(k coordKind) []coordImpl {
 				"redsync.New(3 goredis pools); per goroutine one Mutex made with WithTries(1) and reused, LockContext + UnlockContext",
 				"Mutex.LockContext with the defaults (32 tries, 50–250 ms random delay), tried again when it gives up; three clients per goroutine",
 				p1Redsync, p3Redsync},
+			{oneRedisName, coordOneRedis, "",
+				"Locker.Obtain over redisstore.New on the first of the three servers alone; one client, Store and Locker per goroutine: the same work on one Redis, the reference of P3-redlock's target",
+				nil, p3OneRedis},
 		}
 	}
 }
@@ -675,6 +684,32 @@ func p3RedlockTasklock(_ context.Context, e *coordEnv, key string, n int, cs cou
 		}
 		cl = append(cl, closeOne)
 		fs[i] = tasklockWait(lk, key)
+	}
+	return fs, cl.run, nil
+}
+
+// p3OneRedis is P3's tasklock on the first server alone, through
+// redisstore: one client (counting into cs[0]), Store and Locker per
+// goroutine.
+func p3OneRedis(_ context.Context, e *coordEnv, key string, n int, cs counters) ([]obtainFunc, func(), error) {
+	var cl closers
+	fs := make([]obtainFunc, n)
+	for i := range n {
+		c := redis.NewClient(&redis.Options{Addr: e.srvs[0].addr, ContextTimeoutEnabled: true})
+		c.AddHook(redisHook{cs[0]})
+		cl = append(cl, func() { _ = c.Close() })
+		st, err := redisstore.New(c, nil)
+		if err == nil {
+			var lk *tasklock.Locker
+			if lk, err = tasklock.New(st, nil); err == nil {
+				cl = append(cl, func() { _ = lk.Close() })
+				fs[i] = tasklockWait(lk, key)
+			}
+		}
+		if err != nil {
+			cl.run()
+			return nil, nil, err
+		}
 	}
 	return fs, cl.run, nil
 }

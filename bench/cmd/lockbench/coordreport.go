@@ -12,6 +12,9 @@ import (
 const (
 	// P1-<store>: tasklock's pairs/s ÷ the peer's, at least.
 	coordP1VsPeer = 1.0
+	// P3-redlock: requests per acquisition on RedLock's busiest node ÷
+	// those of tasklock on one Redis doing the same, at most.
+	coordP3RedlockVsOne = 3.0
 	// P4-etcd, P4-zk: renewal cost independent of the number of locks
 	// held. Requests per renewal cycle with the many locks may exceed
 	// those with the few by at most this much (less than one request: a
@@ -107,6 +110,9 @@ func (r *coordReport) writeP1(p func(string, ...any)) {
 	for _, n := range notes {
 		p("%s", n)
 	}
+	for _, res := range rows {
+		r.writeP1RedlockFloor(p, res)
+	}
 }
 
 func (r *coordReport) writeP3(p func(string, ...any)) {
@@ -122,16 +128,20 @@ func (r *coordReport) writeP3(p func(string, ...any)) {
 	p("")
 	p("#### P3-etcd, P3-zk, P3-redlock: %d goroutines on one key, blocking obtain → release (samples pooled over %d runs)", r.params.goroutines, r.params.p3Rounds)
 	p("")
-	p("As P3: handoff from just before Release to the return of the next holder's blocking obtain; \"to another\" only where the next holder is another goroutine; wait: time inside a blocking obtain that returned the lock; per goroutine: the fewest and most acquisitions of one goroutine. Requests per acquisition: everything the clients sent during the runs (the release, every attempt, the watches or subscriptions, keepalives and pings) ÷ acquisitions. No target: the numbers are for comparison.")
+	p("As P3: handoff from just before Release to the return of the next holder's blocking obtain; \"to another\" only where the next holder is another goroutine; wait: time inside a blocking obtain that returned the lock; per goroutine: the fewest and most acquisitions of one goroutine. Requests per acquisition: everything the clients sent during the runs (the release, every attempt, the watches or subscriptions, keepalives and pings) ÷ acquisitions. No target but P3-redlock's (below): on a contended key RedLock must cost each node at most %.0f× the requests per acquisition of tasklock on one Redis doing the same work (issue 16: no storm of split votes and wake-ups).", coordP3RedlockVsOne)
 	p("")
 	p("| store | implementation | acquisitions/s | handoff p50 | handoff p99 | to another: share | p50 | p99 | wait p50 | wait p99 | per goroutine | requests/acquisition | gave up |")
 	p("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
 	var notes []string
+	var redlockTarget func()
 	for _, res := range rows {
 		e := res.env
 		if res.p3Err != nil {
 			p("| %s | **not run**: %v | | | | | | | | | | | |", e.title, res.p3Err)
 			continue
+		}
+		if e.kind == kindRedLock {
+			redlockTarget = func() { r.writeP3RedLockTarget(p, res) }
 		}
 		for i, x := range res.p3 {
 			share := 0.0
@@ -162,6 +172,47 @@ func (r *coordReport) writeP3(p func(string, ...any)) {
 	for _, n := range notes {
 		p("%s", n)
 	}
+	if redlockTarget != nil {
+		redlockTarget()
+	}
+}
+
+// writeP3RedLockTarget prints P3-redlock's target: the requests per
+// acquisition of tasklock's busiest RedLock node against those of tasklock
+// on one Redis, in the same run.
+func (r *coordReport) writeP3RedLockTarget(p func(string, ...any), res *coordResult) {
+	perAcq := func(role string) ([]float64, bool) {
+		for i, im := range res.p3Impls {
+			if im.role == role && res.p3[i].allAcq > 0 {
+				out := make([]float64, len(res.p3Nodes[i]))
+				for k, n := range res.p3Nodes[i] {
+					out[k] = float64(n.total) / float64(res.p3[i].allAcq)
+				}
+				return out, true
+			}
+		}
+		return nil, false
+	}
+	nodes, ok1 := perAcq(coordTasklock)
+	one, ok2 := perAcq(coordOneRedis)
+	if !ok1 || !ok2 {
+		return
+	}
+	busiest, ref := slices.Max(nodes), one[0]
+	vs := busiest / ref
+	cells := make([]string, len(nodes))
+	for k, n := range nodes {
+		cells[k] = fmt.Sprintf("%.1f", n)
+	}
+	target := fmt.Sprintf("≤ %.0f× one Redis", coordP3RedlockVsOne)
+	p("")
+	p("P3-redlock, contended handoff: requests per acquisition on each RedLock node (tasklock, %d Lockers on one key) against tasklock on one Redis doing the same work, same run.", r.params.goroutines)
+	p("")
+	p("| per node (RedLock) | one Redis | busiest ÷ one Redis | target | result |")
+	p("|--:|--:|--:|---|---|")
+	p("| %s | %.1f | %.2f× | %s | %s |", strings.Join(cells, " / "), ref, vs, target,
+		r.target("P3-redlock", fmt.Sprintf("tasklock on a contended key: requests per acquisition on every RedLock node %s (%d Lockers)", target, r.params.goroutines),
+			fmt.Sprintf("%.2f× (%.1f vs %.1f)", vs, busiest, ref), vs <= coordP3RedlockVsOne))
 }
 
 func (r *coordReport) writeP4(p func(string, ...any)) {

@@ -190,10 +190,12 @@ type coordResult struct {
 	p1Pairs []int64 // pairs of the whole run
 	p1Err   error
 	p1Run   bool
+	p1Floor []*redlockFloorResult // RedLock: against its raw floor
 
 	p3      []*p3Result
 	p3Impls []coordImpl
-	p3Reqs  []reqs // requests of the runs, warm-ups included
+	p3Reqs  []reqs   // requests of the runs, warm-ups included
+	p3Nodes [][]reqs // the same, per server
 	p3Err   error
 	p3Run   bool
 
@@ -248,6 +250,9 @@ func runCoord(ctx context.Context, cfg config, add func(func())) *coordReport {
 		if cfg.runs(coordID("P1", e.kind)) {
 			res.p1Run = true
 			r.runP1(ctx, res)
+			if e.kind == kindRedLock && res.p1Err == nil {
+				r.runP1RedlockFloor(ctx, res)
+			}
 		}
 		if cfg.runs(coordID("P3", e.kind)) {
 			res.p3Run = true
@@ -349,7 +354,12 @@ func (r *coordReport) failures() []string {
 // store, taking turns in slices as P1 does, and the requests per pair.
 func (r *coordReport) runP1(ctx context.Context, res *coordResult) {
 	e := res.env
-	impls := coordImpls(e.kind)
+	var impls []coordImpl
+	for _, im := range coordImpls(e.kind) {
+		if im.p1 != nil {
+			impls = append(impls, im)
+		}
+	}
 	res.p1Impls = impls
 	names := make([]string, len(impls))
 	opens := make([]func() (*instance, error), len(impls))
@@ -397,7 +407,9 @@ func (r *coordReport) runP3(ctx context.Context, res *coordResult) {
 	p := r.params
 	res.p3 = make([]*p3Result, len(impls))
 	res.p3Reqs = make([]reqs, len(impls))
+	res.p3Nodes = make([][]reqs, len(impls))
 	for i, im := range impls {
+		res.p3Nodes[i] = make([]reqs, len(e.srvs))
 		res.p3[i] = &p3Result{name: im.name, note: im.p3Note}
 	}
 	d := p.duration / time.Duration(p.p3Rounds)
@@ -420,11 +432,15 @@ func (r *coordReport) runP3(ctx context.Context, res *coordResult) {
 				x.perG = make([]int, len(fs))
 			}
 			before := len(x.handoffs)
-			c0 := sumReqs(cs.snapshot())
+			c0 := cs.snapshot()
 			overlap := measureHandoffs(ctx, fs, x, p.warmup, d)
-			used := sumReqs(cs.snapshot()).sub(c0)
+			perNode := subReqs(cs.snapshot(), c0)
+			used := sumReqs(perNode)
 			x.calls += used.total
 			res.p3Reqs[i] = res.p3Reqs[i].add(used)
+			for k, u := range perNode {
+				res.p3Nodes[i][k] = res.p3Nodes[i][k].add(u)
+			}
 			closeAll()
 			if overlap > 0 {
 				res.p3Err = fmt.Errorf("P3-%s %s: %d times two goroutines held the lock at once", e.kind, im.name, overlap)
