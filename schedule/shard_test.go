@@ -542,3 +542,94 @@ func TestShardsRerun(t *testing.T) {
 		}
 	}
 }
+
+// TestShardsRerunTakeover: a node stops in the middle of a re-run of a
+// sharded tick; the others take its shards over, as at a scheduled tick,
+// and every shard completes the re-run exactly once, a taken-over one as
+// the attempt after the stopped node's.
+func TestShardsRerunTakeover(t *testing.T) {
+	const shards = 6
+	c := newCluster(t)
+	c.clock.Advance(time.Minute) // past the tick at t0: the job's first tick is t0+1h
+	tick := t0.Add(time.Hour)
+	log := newShardLog()
+	hang := make(chan struct{})
+	t.Cleanup(func() { close(hang) })
+	job := func(node string) Job {
+		return Job{Name: "rrt", Schedule: "@every 1h", Shards: shards, Lock: tasklock.ObtainOptions{TTL: time.Second},
+			Handler: func(ctx context.Context, run Run) error {
+				if run.Attempt == 1 {
+					return nil
+				}
+				log.start(run)
+				if node == "a" {
+					<-hang // a stopped process: it never completes
+					return nil
+				}
+				log.done(run)
+				return nil
+			}}
+	}
+	cfg := Config{NodeLister: c.locks, PollInterval: 100 * time.Millisecond, NodeLeaseTTL: time.Second}
+	ka := &killable{Store: c.locks}
+	lk, err := tasklock.New(ka, &tasklock.Config{Owner: "a", Logger: discardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfgA := cfg
+	cfgA.Node, cfgA.Clock, cfgA.Logger = "a", &skewClock{c.clock, 0}, discardLogger()
+	sa, err := New(lk, c.ledger, &cfgA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.nodes = append(c.nodes, &node{name: "a", clock: cfgA.Clock.(*skewClock), lk: lk, s: sa})
+	if err := sa.Add(job("a")); err != nil {
+		t.Fatal(err)
+	}
+	if err := sa.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	c.node("b", 0, &cfg).add(t, job("b")).start(t)
+	c.node("c", 0, &cfg).add(t, job("c")).start(t)
+	c.settle(true)
+	c.advance(59 * time.Minute)
+	c.tickRecords("rrt", tick, shards, 100*time.Millisecond)
+	c.settle(true)
+
+	if _, err := RequestRerun(context.Background(), c.ledger, "rrt", tick, BackfillOptions{Now: c.clock.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	for range 4 { // every node sees the request and claims its shards (a's never end)
+		c.advance(50 * time.Millisecond)
+		c.settle(false)
+	}
+	waitFor(t, "the re-run's 6 shard-runs to start", func() bool { s, _ := log.count(); return s == shards })
+	log.mu.Lock()
+	onA := slices.Sorted(slices.Values(log.started["a"]))
+	log.mu.Unlock()
+	if !slices.Equal(onA, []int{0, 3}) {
+		t.Fatalf("node a re-runs shards %v, want [0 3] (rank 0 of 3)", onA)
+	}
+	ka.dead.Store(true)
+
+	rs := c.tickRecordsWith(t, "rrt", tick, func(rs []ledger.RunRecord) bool {
+		latest := latestShards(rs, tick, "")
+		for k := range shards {
+			if r := latest[k]; r.Attempt < 2 || r.Status != ledger.RunOK {
+				return false
+			}
+		}
+		return true
+	})
+	c.settle(false)
+	log.checkOnce(t, shards)
+	for k, r := range latestShards(rs, tick, "") {
+		want := 2
+		if slices.Contains(onA, k) {
+			want = 3
+		}
+		if r.Attempt != want || (want == 3 && r.Node == "a") {
+			t.Errorf("shard %d: latest record attempt %d on %s, want attempt %d on b or c", k, r.Attempt, r.Node, want)
+		}
+	}
+}
