@@ -218,29 +218,32 @@ func (k *killable) Release(ctx context.Context, p driver.ReleaseParams) error {
 	return k.Store.Release(ctx, p)
 }
 
-// TestShardsTakeover: a node stops mid-tick without releasing its node
-// lease or its shard locks; once they expire the other nodes take its
-// shards over, and no shard completes twice.
-func TestShardsTakeover(t *testing.T) {
-	c := newCluster(t)
-	c.clock.Advance(time.Minute) // past the tick at t0: the jobs' first tick is t0+1h
-	log := newShardLog()
+// killableNodes starts nodes a, b and c running j with a lock TTL of a
+// second, a's Locker through a store that can be killed, which it returns.
+// j's handler notes the runs that logged selects in log, and on a never
+// returns from them: a stopped process.
+func (c *cluster) killableNodes(t *testing.T, j Job, log *shardLog, logged func(Run) bool) *killable {
+	t.Helper()
 	hang := make(chan struct{})
 	t.Cleanup(func() { close(hang) })
 	job := func(node string) Job {
-		return Job{Name: "take", Schedule: "@every 1h", Shards: 8, Lock: tasklock.ObtainOptions{TTL: time.Second},
-			Handler: func(ctx context.Context, run Run) error {
-				log.start(run)
-				if node == "a" {
-					<-hang // a stopped process: it never completes
-					return nil
-				}
-				log.done(run)
+		j := j
+		j.Lock.TTL = time.Second
+		j.Handler = func(ctx context.Context, run Run) error {
+			if !logged(run) {
 				return nil
-			}}
+			}
+			log.start(run)
+			if node == "a" {
+				<-hang
+				return nil
+			}
+			log.done(run)
+			return nil
+		}
+		return j
 	}
 	cfg := Config{NodeLister: c.locks, PollInterval: 100 * time.Millisecond, NodeLeaseTTL: time.Second}
-	// Node a's Locker goes through a store that can be killed.
 	ka := &killable{Store: c.locks}
 	lk, err := tasklock.New(ka, &tasklock.Config{Owner: "a", Logger: discardLogger()})
 	if err != nil {
@@ -262,6 +265,17 @@ func TestShardsTakeover(t *testing.T) {
 	c.node("b", 0, &cfg).add(t, job("b")).start(t)
 	c.node("c", 0, &cfg).add(t, job("c")).start(t)
 	c.settle(true)
+	return ka
+}
+
+// TestShardsTakeover: a node stops mid-tick without releasing its node
+// lease or its shard locks; once they expire the other nodes take its
+// shards over, and no shard completes twice.
+func TestShardsTakeover(t *testing.T) {
+	c := newCluster(t)
+	c.clock.Advance(time.Minute) // past the tick at t0: the jobs' first tick is t0+1h
+	log := newShardLog()
+	ka := c.killableNodes(t, Job{Name: "take", Schedule: "@every 1h", Shards: 8}, log, func(Run) bool { return true })
 	c.advance(59 * time.Minute)
 	waitFor(t, "8 shard-runs to start", func() bool { s, _ := log.count(); return s == 8 })
 	log.mu.Lock()
@@ -553,45 +567,7 @@ func TestShardsRerunTakeover(t *testing.T) {
 	c.clock.Advance(time.Minute) // past the tick at t0: the job's first tick is t0+1h
 	tick := t0.Add(time.Hour)
 	log := newShardLog()
-	hang := make(chan struct{})
-	t.Cleanup(func() { close(hang) })
-	job := func(node string) Job {
-		return Job{Name: "rrt", Schedule: "@every 1h", Shards: shards, Lock: tasklock.ObtainOptions{TTL: time.Second},
-			Handler: func(ctx context.Context, run Run) error {
-				if run.Attempt == 1 {
-					return nil
-				}
-				log.start(run)
-				if node == "a" {
-					<-hang // a stopped process: it never completes
-					return nil
-				}
-				log.done(run)
-				return nil
-			}}
-	}
-	cfg := Config{NodeLister: c.locks, PollInterval: 100 * time.Millisecond, NodeLeaseTTL: time.Second}
-	ka := &killable{Store: c.locks}
-	lk, err := tasklock.New(ka, &tasklock.Config{Owner: "a", Logger: discardLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfgA := cfg
-	cfgA.Node, cfgA.Clock, cfgA.Logger = "a", &skewClock{c.clock, 0}, discardLogger()
-	sa, err := New(lk, c.ledger, &cfgA)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.nodes = append(c.nodes, &node{name: "a", clock: cfgA.Clock.(*skewClock), lk: lk, s: sa})
-	if err := sa.Add(job("a")); err != nil {
-		t.Fatal(err)
-	}
-	if err := sa.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	c.node("b", 0, &cfg).add(t, job("b")).start(t)
-	c.node("c", 0, &cfg).add(t, job("c")).start(t)
-	c.settle(true)
+	ka := c.killableNodes(t, Job{Name: "rrt", Schedule: "@every 1h", Shards: shards}, log, func(run Run) bool { return run.Attempt > 1 })
 	c.advance(59 * time.Minute)
 	c.tickRecords("rrt", tick, shards, 100*time.Millisecond)
 	c.settle(true)
