@@ -337,18 +337,18 @@ func (s *Store) RecordRuns(ctx context.Context, rs []ledger.RunRecord) error {
 	calls := s.groupCalls(recordScript, len(rs), func(i int) string { return s.jobBase(rs[i].Job) })
 	for _, c := range calls {
 		c.keys = make([]string, 0, 3*len(c.idx)+1)
-		c.args = make([]any, 0, 1+5*len(c.idx))
+		c.args = make([]any, 0, 1+3*len(c.idx))
 		c.args = append(c.args, int64(RollupRetention/time.Second))
 		h := rollupHours{base: 3 * len(c.idx)}
 		for _, i := range c.idx {
 			r := &rs[i]
 			runs, recs, recorded := s.runKeys(r.Job)
 			c.keys = append(c.keys, runs, recs, recorded)
-			k, minute, late := h.add(s, r)
-			if s.cluster != nil {
-				k = 0 // the rollups are in another slot: the script returns the changes
+			x := int64(0) // on a Cluster the rollups are in another slot: the script returns the changes
+			if s.cluster == nil {
+				x = h.add(s, r)
 			}
-			c.args = append(c.args, runMember(r.Tick, r.Shard, r.Attempt, r.Trigger), encodeRun(r), k, minute, late)
+			c.args = append(c.args, runMember(r.Tick, r.Shard, r.Attempt, r.Trigger), encodeRun(r), x)
 		}
 		if s.cluster == nil {
 			c.keys = append(c.keys, h.keys...)

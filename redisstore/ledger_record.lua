@@ -8,16 +8,15 @@
 --                when they were recorded
 -- KEYS[3*n+j]    rollup hashes (stats.go), when this call keeps them
 -- ARGV[1]        seconds to keep a rollup hash after its last write
--- ARGV[5*i-3]    run member i: tick .. ':' .. attempt .. ':' .. trigger, or
+-- ARGV[3*i-1]    run member i: tick .. ':' .. attempt .. ':' .. trigger, or
 --                for a shard other than 0 tick .. '/' .. shard .. ':' ..
 --                attempt .. ':' .. trigger
--- ARGV[5*i-2]    record i without its time (see ledger.go): its first
+-- ARGV[3*i]      record i without its time (see ledger.go): its first
 --                field is its status, length .. ':' .. status
--- ARGV[5*i-1]    the index in KEYS of its hour's rollup hash, or 0 when the
---                hashes are in another hash slot (a Cluster): then the
---                call returns what ledger_stats.lua is to apply
--- ARGV[5*i]      its minute within the hour
--- ARGV[5*i+1]    its lateness bucket (-1: none)
+-- ARGV[3*i+1]    where it counts in the rollups (ledger_rollup.lua's x), or
+--                0 when the rollup hashes are in another hash slot (a
+--                Cluster): then the call returns what ledger_stats.lua is
+--                to apply
 --
 -- Ticks and times are unix microseconds; the record time is Redis's clock
 -- (TIME), put before the record as at .. ':'. All keys of one call are in
@@ -34,18 +33,18 @@ end
 
 local now = redis.call('TIME')
 local at = string.format('%d', now[1] * 1000000 + now[2])
-local n = (#ARGV - 1) / 5
+local n = (#ARGV - 1) / 3
 local d, out = {}, {}
 for i = 1, n do
-  local m, body, k = ARGV[5 * i - 3], ARGV[5 * i - 2], tonumber(ARGV[5 * i - 1])
+  local m, body, x = ARGV[3 * i - 1], ARGV[3 * i], tonumber(ARGV[3 * i + 1])
   local prev = redis.call('HGET', KEYS[3 * i - 1], m)
   local was = ''
   if prev then
     was = status(prev, string.match(prev, '^%d+:()'))
   end
   local st = status(body, 1)
-  if k > 0 then
-    rollup(d, k, ARGV[5 * i], tonumber(ARGV[5 * i + 1]), was, st)
+  if x > 0 then
+    rollup(d, x, was, st)
   elseif was ~= st then
     out[#out + 1] = i
     out[#out + 1] = was

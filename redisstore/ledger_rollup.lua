@@ -12,41 +12,56 @@ local function final(st)
   return st ~= '' and st ~= 'running'
 end
 
-local function add(d, k, field, n)
+-- add adds n to d[k][minute][what], what a status or a lateness bucket
+-- (a number); flush makes the fields' names, once per batch.
+local function add(d, k, minute, what, n)
   local h = d[k]
   if not h then
     h = {}
     d[k] = h
   end
-  h[field] = (h[field] or 0) + n
+  local m = h[minute]
+  if not m then
+    m = {}
+    h[minute] = m
+  end
+  m[what] = (m[what] or 0) + n
 end
 
--- rollup adds to d the change of one record's write: k is the index in
--- KEYS of its hour's hash, minute its minute within the hour, late its
--- lateness bucket (-1: none), was the status it had ('' for no record)
--- and now the status written.
-local function rollup(d, k, minute, late, was, now)
+-- rollup adds to d the change of one record's write: was is the status
+-- it had ('' for no record), now the status written, and x packs where it
+-- counts (rollupHours.add): the index in KEYS of its hour's hash * 4096 +
+-- its minute within the hour * 64 + its lateness bucket + 1 (0: none).
+local function rollup(d, x, was, now)
   if was == now then
     return
   end
-  local prefix = minute .. ':'
-  if final(was) then
-    add(d, k, prefix .. was, -1)
+  local k, minute, late = math.floor(x / 4096), math.floor(x / 64) % 64, x % 64 - 1
+  local fw, fn = final(was), final(now)
+  if fw then
+    add(d, k, minute, was, -1)
   end
-  if final(now) then
-    add(d, k, prefix .. now, 1)
+  if fn then
+    add(d, k, minute, now, 1)
   end
-  if late >= 0 and final(was) ~= final(now) then
-    add(d, k, prefix .. 'L' .. late, final(now) and 1 or -1)
+  if late >= 0 and fw ~= fn then
+    add(d, k, minute, late, fn and 1 or -1)
   end
 end
 
--- flush writes d and keeps each hash it touched ttl seconds.
+-- flush writes d, fields minute .. ':' .. status and minute .. ':L' ..
+-- bucket, and keeps each hash it touched ttl seconds.
 local function flush(d, ttl)
   for k, h in pairs(d) do
-    for field, n in pairs(h) do
-      if n ~= 0 then
-        redis.call('HINCRBY', KEYS[k], field, n)
+    for minute, m in pairs(h) do
+      for what, n in pairs(m) do
+        if n ~= 0 then
+          local field = minute .. ':' .. what
+          if type(what) == 'number' then
+            field = minute .. ':L' .. what
+          end
+          redis.call('HINCRBY', KEYS[k], field, n)
+        end
       end
     end
     redis.call('EXPIRE', KEYS[k], ttl)

@@ -50,10 +50,10 @@ type rollupHours struct {
 	idx  map[int64]int // hour -> index in KEYS
 }
 
-// add returns r's rollup arguments: the index in KEYS of its hour's hash,
-// its minute within the hour and its lateness bucket (-1: none), as
-// ledger_rollup.lua takes them.
-func (h *rollupHours) add(s *Store, r *ledger.RunRecord) (k int, minute int64, late int) {
+// add returns where r counts in the rollups, packed as ledger_rollup.lua
+// takes it: the index in KEYS of its hour's hash * 4096 + its minute
+// within the hour * 64 + its lateness bucket + 1 (0 for none).
+func (h *rollupHours) add(s *Store, r *ledger.RunRecord) int64 {
 	sec := r.Tick.Unix()
 	hour := sec - ((sec%3600)+3600)%3600
 	k, ok := h.idx[hour]
@@ -65,11 +65,11 @@ func (h *rollupHours) add(s *Store, r *ledger.RunRecord) (k int, minute int64, l
 		k = h.base + len(h.keys)
 		h.idx[hour] = k
 	}
-	late = -1
+	late := 0
 	if d, ok := r.Lateness(); ok {
-		late = ledger.LatenessBucket(d)
+		late = ledger.LatenessBucket(d) + 1
 	}
-	return k, (sec - hour) / 60, late
+	return int64(k)*4096 + (sec-hour)/60*64 + int64(late)
 }
 
 // rollupChange is a record whose write changed its status, as
@@ -83,11 +83,10 @@ type rollupChange struct {
 // the rollups.
 func (s *Store) rollupCall(changes []rollupChange) *scriptCall {
 	var h rollupHours
-	c := &scriptCall{script: rollupScript, args: make([]any, 0, 1+5*len(changes))}
+	c := &scriptCall{script: rollupScript, args: make([]any, 0, 1+3*len(changes))}
 	c.args = append(c.args, int64(RollupRetention/time.Second))
 	for _, ch := range changes {
-		k, minute, late := h.add(s, ch.r)
-		c.args = append(c.args, k, minute, late, ch.was, string(ch.r.Status))
+		c.args = append(c.args, h.add(s, ch.r), ch.was, string(ch.r.Status))
 	}
 	c.keys = h.keys
 	return c
