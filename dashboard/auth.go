@@ -155,7 +155,7 @@ func (h *handler) tooMany(w http.ResponseWriter, wait time.Duration, page bool) 
 	w.Header().Set("Retry-After", secs)
 	msg := "too many failed logins or bearer tokens from this address: try again in " + secs + " s"
 	if page {
-		h.loginPage(w, http.StatusTooManyRequests, msg)
+		h.loginPage(w, http.StatusTooManyRequests, msg, "")
 		return
 	}
 	writeError(w, http.StatusTooManyRequests, msg)
@@ -312,7 +312,9 @@ func wantsJSON(r *http.Request) bool {
 // session: the cookie is HttpOnly, SameSite=Strict, Secure over TLS,
 // scoped to the dashboard's path. It answers JSON {"csrf": ...}, or
 // redirects to the pages when the caller does not accept JSON (a plain
-// form post). Failures count against the client's allowance.
+// form post): to the page the browser was going to when the form carries
+// it in "next" (a hash route, "#/job/x", which the browser never sends).
+// Failures count against the client's allowance.
 func (h *handler) login(w http.ResponseWriter, r *http.Request) {
 	if h.opts.Token == "" {
 		writeError(w, http.StatusForbidden, "read-only: this dashboard was started without a token (--token)")
@@ -328,7 +330,7 @@ func (h *handler) login(w http.ResponseWriter, r *http.Request) {
 	if !h.tokenOK(r.PostFormValue("token")) {
 		h.failed(client)
 		if page {
-			h.loginPage(w, http.StatusUnauthorized, "wrong token")
+			h.loginPage(w, http.StatusUnauthorized, "wrong token", nextRoute(r))
 			return
 		}
 		writeError(w, http.StatusUnauthorized, "wrong token")
@@ -340,7 +342,9 @@ func (h *handler) login(w http.ResponseWriter, r *http.Request) {
 		MaxAge: int(sessionTTL / time.Second), HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode,
 	})
 	if page {
-		http.Redirect(w, r, mountPrefix(r)+"/", http.StatusSeeOther)
+		// Not http.Redirect: it would clean the route as a path.
+		w.Header().Set("Location", mountPrefix(r)+"/"+nextRoute(r))
+		w.WriteHeader(http.StatusSeeOther)
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"csrf": s.csrf})
@@ -359,9 +363,27 @@ func (h *handler) logout(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]bool{"logged_out": true})
 }
 
+// nextRoute is the login form's "next": the pages' hash route the browser
+// was going to, "" when there is none or it is not one ("#/" and at most
+// 1024 printable ASCII bytes).
+func nextRoute(r *http.Request) string {
+	next := r.PostFormValue("next")
+	if !strings.HasPrefix(next, "#/") || len(next) > 1024 {
+		return ""
+	}
+	for i := range len(next) {
+		if next[i] <= ' ' || next[i] >= 0x7f {
+			return ""
+		}
+	}
+	return next
+}
+
 // loginTemplate is the page an anonymous browser gets instead of the
 // dashboard when reading needs the token. It posts the form to login,
-// which comes back to the pages with a session.
+// which comes back to the pages with a session; login.js puts the hash
+// route the browser asked for in the form's "next", so that the login
+// lands there.
 var loginTemplate = template.Must(template.New("login").Parse(`<!doctype html>
 <html lang="en">
 <head>
@@ -373,22 +395,25 @@ var loginTemplate = template.Must(template.New("login").Parse(`<!doctype html>
 </head>
 <body>
 <header><span class="brand">tasklock</span></header>
-{{if .}}<div id="message" class="message error">{{.}}</div>
+{{if .Msg}}<div id="message" class="message error">{{.Msg}}</div>
 {{end}}<main id="login-page">
 <h1>Log in</h1>
 <p>This dashboard was started with a token (--token): enter it to see the jobs, runs, locks and nodes and to act on them. Scripts send it as <code>Authorization: Bearer TOKEN</code>.</p>
 <form id="login-form" method="post" action="login">
 <input id="login-token" name="token" type="password" placeholder="token" autocomplete="current-password" autofocus required>
+<input id="login-next" name="next" type="hidden" value="{{.Next}}">
 <button id="login-button" type="submit">Log in</button>
 </form>
 </main>
+<script src="login.js"></script>
 </body>
 </html>
 `))
 
-// loginPage answers the login page with code and an optional message.
-func (h *handler) loginPage(w http.ResponseWriter, code int, msg string) {
+// loginPage answers the login page with code, an optional message and
+// the hash route to land on after the login (nextRoute), if known.
+func (h *handler) loginPage(w http.ResponseWriter, code int, msg, next string) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.WriteHeader(code)
-	_ = loginTemplate.Execute(w, msg)
+	_ = loginTemplate.Execute(w, struct{ Msg, Next string }{msg, next})
 }

@@ -186,8 +186,10 @@ func TestDashboardReadNeedsToken(t *testing.T) {
 		if code, _, _ := call(t, nil, "GET", srv.URL+"/app.js", nil, ""); code != http.StatusUnauthorized {
 			t.Errorf("anonymous GET /app.js: %d, want 401", code)
 		}
-		if code, _, _ := call(t, nil, "GET", srv.URL+"/style.css", nil, ""); code != 200 {
-			t.Errorf("anonymous GET /style.css (the login page's): %d", code)
+		for _, p := range []string{"/style.css", "/login.js"} {
+			if code, _, _ := call(t, nil, "GET", srv.URL+p, nil, ""); code != 200 {
+				t.Errorf("anonymous GET %s (the login page's): %d", p, code)
+			}
 		}
 		if code, body, _ := call(t, nil, "GET", srv.URL+"/healthz", nil, ""); code != 200 || body != "ok\n" {
 			t.Errorf("anonymous GET /healthz: %d %q", code, body)

@@ -326,7 +326,8 @@ func serveOpenAPI(w http.ResponseWriter, r *http.Request) {
 }
 
 // ui serves the embedded pages; when reading needs the token, an anonymous
-// browser gets the login page (401) instead, and only the style sheet.
+// browser gets the login page (401) instead, and only the style sheet and
+// the login page's script.
 func (h *handler) ui(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		writeError(w, http.StatusMethodNotAllowed, r.Method+" not allowed")
@@ -339,9 +340,9 @@ func (h *handler) ui(w http.ResponseWriter, r *http.Request) {
 		}
 		if c == anonymous {
 			switch r.URL.Path {
-			case "/style.css":
+			case "/style.css", "/login.js":
 			case "/", "/index.html":
-				h.loginPage(w, http.StatusUnauthorized, "")
+				h.loginPage(w, http.StatusUnauthorized, "", "")
 				return
 			default:
 				unauthorized(w)

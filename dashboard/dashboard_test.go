@@ -516,10 +516,18 @@ func TestDashboardMountedUnderPrefix(t *testing.T) {
 	if code, body, _ := call(t, c, "GET", srv.URL+"/ops/", nil, ""); code != http.StatusUnauthorized || !strings.Contains(body, `action="login"`) {
 		t.Errorf("GET /ops/ before login: %d %.200s", code, body)
 	}
-	// A plain form post logs in and goes back to the pages.
-	code, _, resp := call(t, c, "POST", srv.URL+"/ops/login", nil, "token=tok")
-	if code != http.StatusSeeOther || resp.Header.Get("Location") != "/ops/" || !strings.Contains(resp.Header.Get("Set-Cookie"), "Path=/ops/") {
-		t.Errorf("login: %d to %q, cookie %q", code, resp.Header.Get("Location"), resp.Header.Get("Set-Cookie"))
+	// A plain form post logs in and goes back to the pages, to the hash
+	// route the page was asked for (login.js puts it in "next"); a wrong
+	// token keeps it in the page; a "next" that is not a route is ignored.
+	code, body, _ := call(t, c, "POST", srv.URL+"/ops/login", nil, "token=wrong&next=%23%2Fjob%2Fx")
+	if code != http.StatusUnauthorized || !strings.Contains(body, `name="next" type="hidden" value="#/job/x"`) {
+		t.Errorf("login with a wrong token: %d %.600s, want the page with next #/job/x", code, body)
+	}
+	for next, want := range map[string]string{"": "/ops/", "%23%2Fjob%2Fx": "/ops/#/job/x", "%2F%2Fevil.example": "/ops/", "%23%2Fa%0d%0aX: y": "/ops/"} {
+		code, _, resp := call(t, c, "POST", srv.URL+"/ops/login", nil, "token=tok&next="+next)
+		if code != http.StatusSeeOther || resp.Header.Get("Location") != want || !strings.Contains(resp.Header.Get("Set-Cookie"), "Path=/ops/") {
+			t.Errorf("login with next %q: %d to %q, cookie %q; want %d to %q", next, code, resp.Header.Get("Location"), resp.Header.Get("Set-Cookie"), http.StatusSeeOther, want)
+		}
 	}
 	if code, body, _ := call(t, c, "GET", srv.URL+"/ops/", nil, ""); code != 200 || !strings.Contains(body, `src="app.js"`) {
 		t.Errorf("GET /ops/ after login: %d %.200s", code, body)

@@ -169,7 +169,9 @@
 // and per period. The lateness quantiles are estimates from a histogram
 // with fixed bounds (ledger.LatenessBounds: 1 ms to 5 min), interpolated
 // within a bound; past 5 min they say 5 min. "lock_losses" counts the runs
-// that ended lost (their job's lock was lost while they ran). The figures
+// that ended lost (their job's lock, or a pool's or max_concurrent's
+// permit, was lost while they ran), which the page shows as such: the
+// store knows of no other lock losses. The figures
 // are aggregated in the store (ledger.Stats: per-minute rollups kept by
 // triggers in SQLite and written with each batch of records in Redis, a
 // GROUP BY over a covering index of the window in PostgreSQL and MySQL,

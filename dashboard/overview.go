@@ -62,7 +62,7 @@ type periodStats struct {
 	FailureRate *float64         `json:"failure_rate"` // failed, timeout, lost and interrupted over the runs that ended so; null when none did
 	P50MS       *float64         `json:"p50_ms"`
 	P99MS       *float64         `json:"p99_ms"`
-	LockLosses  int64            `json:"lock_losses"` // runs that ended lost: the job's lock was lost while it ran
+	LockLosses  int64            `json:"lock_losses"` // runs that ended lost: the job's lock, or a pool's or max_concurrent's permit, was lost while it ran
 	lateness    ledger.Lateness
 }
 

@@ -19,12 +19,12 @@ type Stats interface {
 	// RunStats aggregates the run records whose Tick is in [q.From, q.To),
 	// in buckets of q.Bucket from q.From. A record counts once, with the
 	// status it has now (a running record replaced by its outcome counts
-	// as the outcome). Its cost grows with the number of records in the
-	// window at most, never with the whole history. A store that keeps
-	// rollups written with the records (redisstore) may differ in two
-	// ways, which its documentation states: a final record written again
-	// (a RecordRuns repeated after an error) counts again, and pruned
-	// records still count until the rollup expires.
+	// as the outcome; one written again, as by a RecordRuns repeated
+	// after an error, still once). Its cost grows with the number of
+	// records in the window at most, never with the whole history. A store
+	// that keeps rollups written with the records (redisstore) may differ
+	// in what its documentation states: pruned records still count until
+	// the rollup expires.
 	RunStats(ctx context.Context, q StatsQuery) (RunStats, error)
 
 	// RecentStatuses returns, for each job of jobs, the statuses of its

@@ -127,10 +127,15 @@
 //     grow with the number of registered jobs.
 //   - Prefix+"ledger:{stats}:"+hour (unix seconds): the run rollups of
 //     that UTC hour for ledger.Stats, a hash from minute+":"+status and
-//     minute+":L"+lateness bucket to a count, updated by one script per
-//     RecordRuns batch and expiring RollupRetention after the last write.
-//     A final record counts when it is written: one written again counts
-//     again, and Prune does not uncount.
+//     minute+":L"+lateness bucket to a count, updated with the records and
+//     expiring RollupRetention after the last write.
+//     A record counts once, with the status it has now: the record script
+//     reads the status it replaces and changes the counts only when the
+//     status changes (ledger_rollup.lua), so a repeated RecordRuns counts
+//     nothing twice. On a Cluster the rollups are in another hash slot:
+//     the record script returns the changes and ledger_stats.lua applies
+//     them in a second round trip, so records stored by a RecordRuns that
+//     failed before it may go uncounted. Prune does not uncount.
 //
 // The catalog (ledger.Catalog) keeps its keys under the hash tag "catalog",
 // which no job's key has, so that every catalog call stays in one Cluster

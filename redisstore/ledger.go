@@ -39,7 +39,7 @@ var ledgerRegisterSrc string
 
 var (
 	claimScript    = newLuaScript(ledgerClaimSrc)
-	recordScript   = newLuaScript(ledgerRecordSrc)
+	recordScript   = newLuaScript(ledgerRollupSrc + ledgerRecordSrc)
 	runsScript     = newLuaScript(ledgerRunsSrc)
 	pruneScript    = newLuaScript(ledgerPruneSrc)
 	stateScript    = newLuaScript(ledgerStateSrc)
@@ -310,7 +310,9 @@ func decodeRun(job, member, v string) (ledger.RunRecord, error) {
 // RecordRuns implements ledger.Ledger. It runs ledger_record.lua once per
 // Cluster hash slot (or per 500 records on one node) and adds the jobs to
 // the jobs set, all in one pipeline: one round trip per node. Recorded is
-// Redis's TIME.
+// Redis's TIME. The script keeps the per-minute rollups of RunStats too,
+// but on a Cluster, where they are in another hash slot: there it returns
+// the changes, which ledger_stats.lua applies in a second round trip.
 func (s *Store) RecordRuns(ctx context.Context, rs []ledger.RunRecord) error {
 	if err := ctx.Err(); err != nil {
 		return ledgerErr("record runs", err)
@@ -334,17 +336,23 @@ func (s *Store) RecordRuns(ctx context.Context, rs []ledger.RunRecord) error {
 	}
 	calls := s.groupCalls(recordScript, len(rs), func(i int) string { return s.jobBase(rs[i].Job) })
 	for _, c := range calls {
-		c.keys = make([]string, 0, 3*len(c.idx))
-		c.args = make([]any, 0, 2*len(c.idx))
+		c.keys = make([]string, 0, 3*len(c.idx)+1)
+		c.args = make([]any, 0, 1+3*len(c.idx))
+		c.args = append(c.args, int64(RollupRetention/time.Second))
+		h := rollupHours{base: 3 * len(c.idx)}
 		for _, i := range c.idx {
 			r := &rs[i]
 			runs, recs, recorded := s.runKeys(r.Job)
 			c.keys = append(c.keys, runs, recs, recorded)
-			c.args = append(c.args, runMember(r.Tick, r.Shard, r.Attempt, r.Trigger), encodeRun(r))
+			x := int64(0) // on a Cluster the rollups are in another slot: the script returns the changes
+			if s.cluster == nil {
+				x = h.add(s, r)
+			}
+			c.args = append(c.args, runMember(r.Tick, r.Shard, r.Attempt, r.Trigger), encodeRun(r), x)
 		}
-	}
-	if c := s.rollupCall(rs); c != nil {
-		calls = append(calls, c) // the per-minute rollups of stats.go
+		if s.cluster == nil {
+			c.keys = append(c.keys, h.keys...)
+		}
 	}
 	var running, ended []any
 	for i := range rs {
@@ -373,6 +381,9 @@ func (s *Store) RecordRuns(ctx context.Context, rs []ledger.RunRecord) error {
 			err = c.cmd.Err()
 		}
 	}
+	if err == nil && s.cluster != nil {
+		err = s.recordRollups(ctx, rs, calls)
+	}
 	if err == nil && len(ended) > 0 {
 		// After the records, once they all succeeded: a member goes only
 		// once its record is final.
@@ -382,6 +393,34 @@ func (s *Store) RecordRuns(ctx context.Context, rs []ledger.RunRecord) error {
 		return ledgerErr(op, err)
 	}
 	return nil
+}
+
+// recordRollups applies to the rollups, on a Cluster, the changes the
+// record calls returned: one ledger_stats.lua call for them all.
+func (s *Store) recordRollups(ctx context.Context, rs []ledger.RunRecord, calls []*scriptCall) error {
+	var changes []rollupChange
+	for _, c := range calls {
+		res, err := c.cmd.Slice()
+		if err != nil {
+			return err
+		}
+		for j := 0; j+1 < len(res); j += 2 {
+			i, ok1 := res[j].(int64)
+			was, ok2 := res[j+1].(string)
+			if !ok1 || !ok2 || i < 1 || int(i) > len(c.idx) {
+				return fmt.Errorf("the record script returned %v", res)
+			}
+			changes = append(changes, rollupChange{&rs[c.idx[i-1]], was})
+		}
+	}
+	if len(changes) == 0 {
+		return nil
+	}
+	rc := s.rollupCall(changes)
+	if err := s.runCalls(ctx, []*scriptCall{rc}, nil); err != nil {
+		return err
+	}
+	return rc.cmd.Err()
 }
 
 // Runs implements ledger.Ledger. With q.Job it runs ledger_runs.lua on the

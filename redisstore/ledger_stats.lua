@@ -1,19 +1,17 @@
--- ledger_stats.lua: add a batch of run records to the per-minute rollups
--- (stats.go), one call per RecordRuns batch.
+-- ledger_stats.lua: on a Cluster, apply to the per-minute rollups the
+-- changes of a RecordRuns batch, which ledger_record.lua returned (its
+-- keys are in other hash slots). After ledger_rollup.lua.
 --
 -- KEYS[k]      one hour's rollup hash; every key has the hash tag {stats}
 -- ARGV[1]      seconds to keep a rollup hash after its last write
--- ARGV[3*i-1]  the index in KEYS of increment i's hash
--- ARGV[3*i]    its field: minute .. ':' .. status, or minute .. ':L' ..
---              lateness bucket
--- ARGV[3*i+1]  the increment
+-- ARGV[3*i-1]  change i: where its record counts (rollup's x),
+-- ARGV[3*i]    the status it had ('' for none),
+-- ARGV[3*i+1]  and the status written.
 --
--- The caller adds up the batch first, so a batch of records of one minute
--- is a few increments whatever its size. Returns the number of increments.
+-- Returns the number of changes.
+local d = {}
 for i = 2, #ARGV, 3 do
-  redis.call('HINCRBY', KEYS[tonumber(ARGV[i])], ARGV[i + 1], ARGV[i + 2])
+  rollup(d, tonumber(ARGV[i]), ARGV[i + 1], ARGV[i + 2])
 end
-for k = 1, #KEYS do
-  redis.call('EXPIRE', KEYS[k], ARGV[1])
-end
+flush(d, ARGV[1])
 return (#ARGV - 1) / 3

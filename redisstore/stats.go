@@ -18,11 +18,14 @@ var _ ledger.Stats = (*Store)(nil)
 //go:embed ledger_stats.lua
 var ledgerStatsSrc string
 
+//go:embed ledger_rollup.lua
+var ledgerRollupSrc string
+
 //go:embed ledger_recent.lua
 var ledgerRecentSrc string
 
 var (
-	rollupScript = newLuaScript(ledgerStatsSrc)
+	rollupScript = newLuaScript(ledgerRollupSrc + ledgerStatsSrc)
 	recentScript = newLuaScript(ledgerRecentSrc)
 )
 
@@ -39,77 +42,66 @@ func (s *Store) rollupKey(hour int64) string {
 	return s.prefix + "ledger:{stats}:" + strconv.FormatInt(hour, 10)
 }
 
-// rollupIncr is one increment of a rollup batch: the minute (unix
-// seconds) of a tick and a status, or with late >= 0 a lateness bucket.
-type rollupIncr struct {
-	minute int64
-	status ledger.RunStatus
-	late   int
-	n      int64
+// rollupHours collects the rollup hashes of one script call: their keys,
+// which go after the call's other keys (the first at KEYS[base+1]).
+type rollupHours struct {
+	base int
+	keys []string
+	idx  map[int64]int // hour -> index in KEYS
 }
 
-// rollupCall returns the ledger_stats.lua call that adds the final records
-// of rs to the rollups — the batch added up first, so it is a few
-// increments for a batch of one minute — or nil when rs holds none.
-// A running record is not counted: its outcome is, when it is recorded.
-// The increments are found by a scan of those made so far (a batch has
-// few), so a record costs no allocation.
-func (s *Store) rollupCall(rs []ledger.RunRecord) *scriptCall {
-	var incr []rollupIncr
-	add := func(minute int64, st ledger.RunStatus, late int) {
-		for k := range incr {
-			if c := &incr[k]; c.minute == minute && c.late == late && c.status == st {
-				c.n++
-				return
-			}
+// add returns where r counts in the rollups, packed as ledger_rollup.lua
+// takes it: the index in KEYS of its hour's hash * 4096 + its minute
+// within the hour * 64 + its lateness bucket + 1 (0 for none).
+func (h *rollupHours) add(s *Store, r *ledger.RunRecord) int64 {
+	sec := r.Tick.Unix()
+	hour := sec - ((sec%3600)+3600)%3600
+	k, ok := h.idx[hour]
+	if !ok {
+		if h.idx == nil {
+			h.idx = make(map[int64]int, 1)
 		}
-		incr = append(incr, rollupIncr{minute, st, late, 1})
+		h.keys = append(h.keys, s.rollupKey(hour))
+		k = h.base + len(h.keys)
+		h.idx[hour] = k
 	}
-	for i := range rs {
-		r := &rs[i]
-		if !r.Status.Final() {
-			continue
-		}
-		sec := r.Tick.Unix()
-		minute := sec - ((sec%60)+60)%60
-		add(minute, r.Status, -1)
-		if late, ok := r.Lateness(); ok {
-			add(minute, "", ledger.LatenessBucket(late))
-		}
+	late := 0
+	if d, ok := r.Lateness(); ok {
+		late = ledger.LatenessBucket(d) + 1
 	}
-	if len(incr) == 0 {
-		return nil
-	}
-	c := &scriptCall{script: rollupScript, args: make([]any, 0, 1+3*len(incr))}
+	return int64(k)*4096 + (sec-hour)/60*64 + int64(late)
+}
+
+// rollupChange is a record whose write changed its status, as
+// ledger_record.lua returns it on a Cluster.
+type rollupChange struct {
+	r   *ledger.RunRecord
+	was string // the status it had, "" for no record
+}
+
+// rollupCall returns the ledger_stats.lua call that applies changes to
+// the rollups.
+func (s *Store) rollupCall(changes []rollupChange) *scriptCall {
+	var h rollupHours
+	c := &scriptCall{script: rollupScript, args: make([]any, 0, 1+3*len(changes))}
 	c.args = append(c.args, int64(RollupRetention/time.Second))
-	keyIdx := make(map[int64]int, 1)
-	for _, in := range incr {
-		hour := in.minute - ((in.minute%3600)+3600)%3600
-		k, ok := keyIdx[hour]
-		if !ok {
-			c.keys = append(c.keys, s.rollupKey(hour))
-			k = len(c.keys)
-			keyIdx[hour] = k
-		}
-		field := strconv.FormatInt((in.minute-hour)/60, 10) + ":"
-		if in.late >= 0 {
-			field += "L" + strconv.Itoa(in.late)
-		} else {
-			field += string(in.status)
-		}
-		c.args = append(c.args, k, field, in.n)
+	for _, ch := range changes {
+		c.args = append(c.args, h.add(s, ch.r), ch.was, string(ch.r.Status))
 	}
+	c.keys = h.keys
 	return c
 }
 
 // RunStats implements ledger.Stats from the per-minute rollups that
-// RecordRuns keeps beside the records (one ledger_stats.lua call per
-// batch): one HGETALL per hour of the window, in one pipeline, whatever
-// the number of records. The rollups count what was recorded: a final
-// record counts when it is written, so a record written again with a
-// final status (a RecordRuns repeated after an error) counts again, and
-// pruning records does not uncount them; rollups expire
-// RollupRetention after their hour's last write.
+// RecordRuns keeps beside the records (ledger_rollup.lua): one HGETALL per
+// hour of the window, in one pipeline, whatever the number of records. A
+// record counts once, with the status it has now, however many times it
+// is written. Pruning records does not uncount them; rollups expire
+// RollupRetention after their hour's last write. On a Cluster the rollups
+// are written in a second round trip after the records: a RecordRuns whose
+// records were stored but which failed before that (its reply lost, the
+// process ended) leaves them uncounted, and repeating it does not count
+// them.
 func (s *Store) RunStats(ctx context.Context, q ledger.StatsQuery) (ledger.RunStats, error) {
 	if err := ctx.Err(); err != nil {
 		return ledger.RunStats{}, ledgerErr("run stats", err)

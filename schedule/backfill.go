@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -29,6 +30,14 @@ import (
 //
 // Either way the run is recorded under the tick's own key (Trigger ""),
 // so the tick's history shows every attempt in order.
+//
+// A re-run's ID also carries the tick's highest attempt when it was asked
+// for, the base: "rr-s-2-" then random hex re-runs a tick that had two
+// attempts. Its runs are numbered after the base, and for a sharded job
+// the nodes watching the tick (shard.go) count a shard as re-run once it
+// has an attempt after the base: every shard runs once more, not only the
+// shards of the node that took the request first. An ID without a base
+// (from an older build) counts as base 0.
 const (
 	backfillClaim = "backfill"
 	backfillSkip  = "bf-s-"
@@ -107,8 +116,18 @@ func RequestBackfill(ctx context.Context, l ledger.Ledger, job string, from, to 
 			prefix = rerunAllow
 		}
 	}
+	var bases map[int64]int
+	if o.Rerun {
+		if bases, err = lastAttempts(ctx, l, job, ticks[0], ticks[len(ticks)-1]); err != nil {
+			return nil, fmt.Errorf("schedule: backfill %q: %w", job, err)
+		}
+	}
 	for _, t := range ticks {
-		if err := request(ctx, l, job, prefix, t, o.Rerun); err != nil {
+		p := prefix
+		if o.Rerun {
+			p = withBase(prefix, bases[t.Unix()])
+		}
+		if err := request(ctx, l, job, p, t, o.Rerun); err != nil {
 			return nil, err
 		}
 	}
@@ -116,8 +135,9 @@ func RequestBackfill(ctx context.Context, l ledger.Ledger, job string, from, to 
 }
 
 // RequestRerun asks the fleet to run tick of job again, once, as the next
-// attempt after the last one the ledger holds (1 when it holds none). The
-// tick must be one of the job's registered schedule. It returns the
+// attempt after the last one the ledger holds (1 when it holds none); for a
+// sharded job, every shard of the tick, each once, spread over the nodes.
+// The tick must be one of the job's registered schedule. It returns the
 // request's ID.
 func RequestRerun(ctx context.Context, l ledger.Ledger, job string, tick time.Time, o BackfillOptions) (string, error) {
 	sched, err := registered(ctx, l, job)
@@ -135,7 +155,11 @@ func RequestRerun(ctx context.Context, l ledger.Ledger, job string, tick time.Ti
 	if o.Overlap == OverlapAllow {
 		prefix = rerunAllow
 	}
-	id, err := newRequestID(prefix)
+	bases, err := lastAttempts(ctx, l, job, tick, tick)
+	if err != nil {
+		return "", fmt.Errorf("schedule: re-run %q: %w", job, err)
+	}
+	id, err := newRequestID(withBase(prefix, bases[tick.Unix()]))
 	if err != nil {
 		return "", err
 	}
@@ -163,6 +187,43 @@ func newRequestID(prefix string) (string, error) {
 		return "", fmt.Errorf("schedule: reading random bytes: %w", err)
 	}
 	return prefix + hex.EncodeToString(b[:]), nil
+}
+
+// withBase is a re-run's ID prefix with its base.
+func withBase(prefix string, base int) string {
+	return prefix + strconv.Itoa(base) + "-"
+}
+
+// rerunBase returns the base a re-run request's ID carries, 0 when it
+// carries none.
+func rerunBase(id string) int {
+	rest, ok := strings.CutPrefix(id, rerunSkip)
+	if !ok {
+		rest, _ = strings.CutPrefix(id, rerunAllow)
+	}
+	n, _, ok := strings.Cut(rest, "-")
+	base, err := strconv.Atoi(n)
+	if !ok || err != nil || base < 0 {
+		return 0
+	}
+	return base
+}
+
+// lastAttempts returns the highest attempt the ledger holds at each of
+// job's ticks from first to last (their scheduled keys, Trigger "", any
+// shard), by the tick's Unix second; a tick with none is left out.
+func lastAttempts(ctx context.Context, l ledger.Ledger, job string, first, last time.Time) (map[int64]int, error) {
+	rs, err := l.Runs(ctx, ledger.RunQuery{Job: job, From: first, To: last.Add(time.Second)})
+	if err != nil {
+		return nil, fmt.Errorf("reading the ticks' attempts: %w", err)
+	}
+	bases := make(map[int64]int)
+	for _, r := range rs {
+		if r.Trigger == "" {
+			bases[r.Tick.Unix()] = max(bases[r.Tick.Unix()], r.Attempt)
+		}
+	}
+	return bases, nil
 }
 
 // ErrBadRequest is matched (errors.Is) by the errors of RequestBackfill and
@@ -250,7 +311,7 @@ func requestWork(tr ledger.TriggerRequest) work {
 	w := work{tick: tr.Tick.UTC(), request: tr.ID, past: true}
 	w.allow = strings.HasPrefix(tr.ID, backfillAllow) || strings.HasPrefix(tr.ID, rerunAllow)
 	if tr.Rerun {
-		w.claim, w.rerun = tr.ID, true
+		w.claim, w.rerun, w.attempts = tr.ID, true, rerunBase(tr.ID)
 	} else {
 		w.claim = backfillClaim
 	}
@@ -276,16 +337,17 @@ func (s *Scheduler) lastAttempt(j *job, tick time.Time, shard int) (int, error) 
 }
 
 // startPast prepares a backfill or re-run of a past tick: it removes the
-// request and returns the attempt number to start after, or ok false when
-// there is nothing to run (a backfill of a tick that already ran, or a
-// ledger that cannot be read, which leaves the request for another pass).
+// request (requestTaken) and returns the attempt number to start after, or
+// ok false when there is nothing to run (a backfill of a tick that already
+// ran, or a ledger that cannot be read, which leaves the request for
+// another pass).
 func (s *Scheduler) startPast(j *job, w work) (base int, ok bool) {
 	last, err := s.lastAttempt(j, w.tick, w.shard)
 	if err != nil {
 		s.log.Error("schedule: reading the attempts of a past tick", "node", s.node, "job", j.Name, "tick", w.tick, "err", err)
 		return 0, false
 	}
-	s.triggerDone(j.Name, w.request)
+	s.requestTaken(j, w)
 	if !w.rerun && last > 0 {
 		s.log.Info("schedule: backfill: the tick already ran", "node", s.node, "job", j.Name, "tick", w.tick, "attempts", last)
 		return 0, false

@@ -86,17 +86,17 @@ func (s *Scheduler) runTick(j *job, w work) {
 	base := 0 // attempts are numbered after base
 	switch {
 	case w.elsewhere:
-		s.triggerDone(j.Name, w.request)
+		s.requestTaken(j, w)
 		return
 	case w.past:
 		var ok bool
 		if base, ok = s.startPast(j, w); !ok {
 			return
 		}
-	case w.request != "":
-		s.triggerDone(j.Name, w.request)
+	default:
+		s.requestTaken(j, w)
 	}
-	base = max(base, w.attempts) // a retaken shard's go on after the stopped node's
+	base = max(base, w.attempts) // a retaken shard's go on after the stopped node's, a re-run's after its base
 	var last ledger.RunRecord    // the last attempt recorded, for EventTickEnded
 	defer s.tickEnded(&last, w.catchUp)
 	if !s.awaitParents(j, w) {

@@ -38,6 +38,12 @@ import (
 //     node's shard lock to expire and is recorded under the tick's own
 //     key with the next attempt number; the stopped node's running record
 //     is settled interrupted by the sweep (sweep.go).
+//   - Requests: a trigger-now, backfill or re-run request of a sharded job
+//     stays in the ledger until a node watching its tick sees every shard
+//     done and removes it, so that every node sees it and claims its
+//     shards as at a scheduled tick. A re-run's shard is done once it has
+//     an attempt after the request's base (backfill.go); the watch is
+//     keyed by the claim's Trigger, so a re-run's is not the tick's own.
 
 // shardState is a Scheduler's view of its sharded jobs' ticks. Guarded by
 // Scheduler.mu, but for rank and of, which only the loop uses.
@@ -57,11 +63,12 @@ type tickKey struct {
 // shardTick is one tick of a sharded job that this node watches until
 // every shard has an outcome.
 type shardTick struct {
-	j     *job
-	w     work      // the tick's work, shard unset
-	ready time.Time // from when free nodes claim the rest
-	next  time.Time // when to look again
-	until time.Time // forgotten after
+	j        *job
+	w        work      // the tick's work, shard unset
+	requests []string  // the trigger requests it answers, removed once every shard is done
+	ready    time.Time // from when free nodes claim the rest
+	next     time.Time // when to look again
+	until    time.Time // forgotten after
 	// Per shard.
 	mine   map[int]bool   // claimed by this node
 	holder map[int]string // the live node that holds the shard's current claim key
@@ -97,8 +104,10 @@ func validateShards(j Job, keyPrefix string) error {
 	return nil
 }
 
+// keyOf is the watch's key of a sharded tick: by its claim's Trigger, so
+// that a backfill or re-run of a tick is watched apart from the tick.
 func keyOf(j *job, w work) tickKey {
-	return tickKey{job: j.Name, tick: w.tick.UnixNano(), trigger: w.trigger}
+	return tickKey{job: j.Name, tick: w.tick.UnixNano(), trigger: cmp.Or(w.claim, w.trigger)}
 }
 
 // rankShards sets this node's rank among the live nodes before a pass
@@ -173,14 +182,36 @@ func (s *Scheduler) addShards(b *batch, j *job, w work) {
 	if s.shards.watch == nil {
 		s.shards.watch = make(map[tickKey]*shardTick)
 	}
-	if s.shards.watch[key] != nil {
+	if e := s.shards.watch[key]; e != nil {
+		if w.request != "" && !slices.Contains(e.requests, w.request) {
+			e.requests = append(e.requests, w.request) // another backfill of the tick
+		}
 		return
 	}
 	now := s.clock.Now()
+	ready := now.Add(s.poll)
+	if w.request != "" {
+		// The nodes see a request up to a poll apart (pollStates): the
+		// last to see it still claims its shards before the rest go.
+		ready = ready.Add(s.poll)
+	}
 	w.shard = 0
-	s.shards.watch[key] = &shardTick{
-		j: j, w: w, ready: now.Add(s.poll), next: now.Add(s.poll), until: now.Add(s.retention / 2),
+	e := &shardTick{
+		j: j, w: w, ready: ready, next: ready, until: now.Add(s.retention / 2),
 		mine: make(map[int]bool), holder: make(map[int]string), chain: make(map[int]string),
+	}
+	if w.request != "" {
+		e.requests = []string{w.request}
+	}
+	s.shards.watch[key] = e
+}
+
+// requestTaken removes the trigger request that claimed work answers,
+// unless it is a sharded tick's: that one is removed once every shard is
+// done (pollShards), so that every node claims its shards meanwhile.
+func (s *Scheduler) requestTaken(j *job, w work) {
+	if w.request != "" && w.shards <= 1 {
+		s.triggerDone(j.Name, w.request)
 	}
 }
 
@@ -239,8 +270,7 @@ func (s *Scheduler) executeShards(j *job, items []work) {
 	var runs []work
 	for _, w := range items {
 		switch {
-		case w.elsewhere: // only removes its request; never counted busy
-			s.runTick(j, w)
+		case w.elsewhere: // another node's shard of a backfill or re-run; never counted busy
 			continue
 		case !w.missed:
 			runs = append(runs, w)
@@ -281,6 +311,12 @@ func (s *Scheduler) executeShards(j *job, items []work) {
 func (s *Scheduler) obtainShard(j *job, w work) (*tasklock.Lock, error) {
 	key := shardKey(j.key, w.shard)
 	o := j.lockOptions(s.node)
+	if w.past {
+		// A backfill or re-run waits for the shard's run in progress, as
+		// obtainPast waits for the job's lock; a retake of one waits
+		// for the stopped node's lock to expire the same way.
+		return s.lk.Obtain(s.runCtx, key, o)
+	}
 	timeout := storeTimeout
 	if w.retake {
 		o.Wait = j.Lock.TTL + s.poll
@@ -331,15 +367,20 @@ func (s *Scheduler) pollShards(now time.Time) {
 		open := make([]int, 0, e.w.shards)
 		for k := range e.w.shards {
 			// A backfill's shard is done once attempted: the tick's
-			// missed or skipped record (attempt 0) is what it makes up for.
-			if r, ok := latest[k]; !ok || !r.Status.Final() || r.Status == ledger.RunInterrupted || (e.w.past && r.Attempt == 0) {
+			// missed or skipped record (attempt 0) is what it makes up
+			// for; a re-run's once attempted after its base (attempts).
+			if r, ok := latest[k]; !ok || !r.Status.Final() || r.Status == ledger.RunInterrupted || (e.w.past && r.Attempt <= e.w.attempts) {
 				open = append(open, k)
 			}
 		}
 		if len(open) == 0 {
 			s.mu.Lock()
 			delete(s.shards.watch, keyOf(e.j, e.w))
+			requests := e.requests
 			s.mu.Unlock()
+			for _, id := range requests {
+				s.triggerDone(e.j.Name, id)
+			}
 			continue
 		}
 		if !aliveRead {
@@ -386,7 +427,7 @@ func (s *Scheduler) lookAtShards(ctx context.Context, e *shardTick, open []int, 
 			waiting = true
 			continue
 		}
-		if s.takeShard(ctx, e, k, latest[k].Attempt, isAlive) {
+		if s.takeShard(ctx, e, k, max(latest[k].Attempt, e.w.attempts), isAlive) {
 			free = false
 		}
 	}

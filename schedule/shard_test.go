@@ -218,29 +218,32 @@ func (k *killable) Release(ctx context.Context, p driver.ReleaseParams) error {
 	return k.Store.Release(ctx, p)
 }
 
-// TestShardsTakeover: a node stops mid-tick without releasing its node
-// lease or its shard locks; once they expire the other nodes take its
-// shards over, and no shard completes twice.
-func TestShardsTakeover(t *testing.T) {
-	c := newCluster(t)
-	c.clock.Advance(time.Minute) // past the tick at t0: the jobs' first tick is t0+1h
-	log := newShardLog()
+// killableNodes starts nodes a, b and c running j with a lock TTL of a
+// second, a's Locker through a store that can be killed, which it returns.
+// j's handler notes the runs that logged selects in log, and on a never
+// returns from them: a stopped process.
+func (c *cluster) killableNodes(t *testing.T, j Job, log *shardLog, logged func(Run) bool) *killable {
+	t.Helper()
 	hang := make(chan struct{})
 	t.Cleanup(func() { close(hang) })
 	job := func(node string) Job {
-		return Job{Name: "take", Schedule: "@every 1h", Shards: 8, Lock: tasklock.ObtainOptions{TTL: time.Second},
-			Handler: func(ctx context.Context, run Run) error {
-				log.start(run)
-				if node == "a" {
-					<-hang // a stopped process: it never completes
-					return nil
-				}
-				log.done(run)
+		j := j
+		j.Lock.TTL = time.Second
+		j.Handler = func(ctx context.Context, run Run) error {
+			if !logged(run) {
 				return nil
-			}}
+			}
+			log.start(run)
+			if node == "a" {
+				<-hang
+				return nil
+			}
+			log.done(run)
+			return nil
+		}
+		return j
 	}
 	cfg := Config{NodeLister: c.locks, PollInterval: 100 * time.Millisecond, NodeLeaseTTL: time.Second}
-	// Node a's Locker goes through a store that can be killed.
 	ka := &killable{Store: c.locks}
 	lk, err := tasklock.New(ka, &tasklock.Config{Owner: "a", Logger: discardLogger()})
 	if err != nil {
@@ -262,6 +265,17 @@ func TestShardsTakeover(t *testing.T) {
 	c.node("b", 0, &cfg).add(t, job("b")).start(t)
 	c.node("c", 0, &cfg).add(t, job("c")).start(t)
 	c.settle(true)
+	return ka
+}
+
+// TestShardsTakeover: a node stops mid-tick without releasing its node
+// lease or its shard locks; once they expire the other nodes take its
+// shards over, and no shard completes twice.
+func TestShardsTakeover(t *testing.T) {
+	c := newCluster(t)
+	c.clock.Advance(time.Minute) // past the tick at t0: the jobs' first tick is t0+1h
+	log := newShardLog()
+	ka := c.killableNodes(t, Job{Name: "take", Schedule: "@every 1h", Shards: 8}, log, func(Run) bool { return true })
 	c.advance(59 * time.Minute)
 	waitFor(t, "8 shard-runs to start", func() bool { s, _ := log.count(); return s == 8 })
 	log.mu.Lock()
@@ -443,4 +457,155 @@ func (c *cluster) tickRecordsWith(t *testing.T, job string, tick time.Time, ok f
 		return ok(rs)
 	})
 	return rs
+}
+
+// TestShardsRerun: a re-run of a sharded tick, asked for once with
+// RequestRerun and once through RequestBackfill's Rerun, runs every shard
+// of the tick exactly once more, as its next attempt, spread over the
+// nodes as the tick itself was; the request is removed once every shard
+// is done.
+func TestShardsRerun(t *testing.T) {
+	const shards = 6
+	c := newCluster(t)
+	c.clock.Advance(time.Minute) // past the tick at t0: the job's first tick is t0+1h
+	tick := t0.Add(time.Hour)
+	var mu sync.Mutex
+	runs := map[int][]string{} // attempt -> "node/shard" of each handler call at the tick
+	job := Job{Name: "rr", Schedule: "@every 1h", Shards: shards, Handler: func(ctx context.Context, run Run) error {
+		if run.Tick.Equal(tick) {
+			mu.Lock()
+			runs[run.Attempt] = append(runs[run.Attempt], fmt.Sprintf("%s/%d", run.Node, run.Shard))
+			mu.Unlock()
+		}
+		return nil
+	}}
+	cfg := &Config{NodeLister: c.locks, PollInterval: 100 * time.Millisecond}
+	for _, name := range []string{"a", "b", "c"} {
+		c.node(name, 0, cfg).add(t, job).start(t)
+	}
+	c.settle(true)
+	c.advance(59 * time.Minute)
+	c.tickRecords("rr", tick, shards, 100*time.Millisecond)
+	c.settle(true)
+
+	ctx := context.Background()
+	rerun := func() error {
+		_, err := RequestRerun(ctx, c.ledger, "rr", tick, BackfillOptions{Now: c.clock.Now()})
+		return err
+	}
+	for i, step := range []struct {
+		what    string
+		request func() error
+		want    []string // sorted "node/shard" of the re-run's runs; "?" for any node but d
+	}{
+		// Ranks: a 0, b 1, c 2 of 3 live nodes, shard k on rank k mod 3.
+		{"RequestRerun", rerun, []string{"a/0", "a/3", "b/1", "b/4", "c/2", "c/5"}},
+		{"RequestBackfill with Rerun", func() error {
+			_, err := RequestBackfill(ctx, c.ledger, "rr", tick, tick, BackfillOptions{Now: c.clock.Now(), Rerun: true})
+			return err
+		}, []string{"a/0", "a/3", "b/1", "b/4", "c/2", "c/5"}},
+		// Node d, live without the job, has rank 3 of 4: its shard 3 is
+		// taken by a free node once the others are done.
+		{"RequestRerun with a node that has not the job", func() error {
+			c.node("d", 0, cfg).start(t)
+			c.settle(true)
+			return rerun()
+		}, []string{"?/3", "a/0", "a/4", "b/1", "b/5", "c/2"}},
+	} {
+		attempt := i + 2
+		if err := step.request(); err != nil {
+			t.Fatal(err)
+		}
+		for range 4 { // every node sees the request and claims its shards
+			c.step(50 * time.Millisecond)
+		}
+		c.tickRecordsWith(t, "rr", tick, func(rs []ledger.RunRecord) bool {
+			latest := latestShards(rs, tick, "")
+			for k := range shards {
+				if r := latest[k]; r.Attempt != attempt || r.Status != ledger.RunOK {
+					return false
+				}
+			}
+			return len(jobState(t, c, "rr").Triggers) == 0
+		})
+		c.settle(true)
+		mu.Lock()
+		got := slices.Clone(runs[attempt])
+		mu.Unlock()
+		for i, run := range got {
+			if run != "d/3" && strings.HasSuffix(run, "/3") && slices.Contains(step.want, "?/3") {
+				got[i] = "?/3"
+			}
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, step.want) {
+			t.Errorf("%s: attempt %d ran %v, want each shard once: %v", step.what, attempt, runs[attempt], step.want)
+		}
+	}
+	if len(runs) != 4 {
+		t.Errorf("attempts run: %v, want 1 to 4", runs)
+	}
+	// Every node stops watching the tick.
+	c.step(time.Second)
+	for _, n := range c.nodes {
+		n.s.mu.Lock()
+		w := len(n.s.shards.watch)
+		n.s.mu.Unlock()
+		if w != 0 {
+			t.Errorf("node %s still watches %d ticks", n.name, w)
+		}
+	}
+}
+
+// TestShardsRerunTakeover: a node stops in the middle of a re-run of a
+// sharded tick; the others take its shards over, as at a scheduled tick,
+// and every shard completes the re-run exactly once, a taken-over one as
+// the attempt after the stopped node's.
+func TestShardsRerunTakeover(t *testing.T) {
+	const shards = 6
+	c := newCluster(t)
+	c.clock.Advance(time.Minute) // past the tick at t0: the job's first tick is t0+1h
+	tick := t0.Add(time.Hour)
+	log := newShardLog()
+	ka := c.killableNodes(t, Job{Name: "rrt", Schedule: "@every 1h", Shards: shards}, log, func(run Run) bool { return run.Attempt > 1 })
+	c.advance(59 * time.Minute)
+	c.tickRecords("rrt", tick, shards, 100*time.Millisecond)
+	c.settle(true)
+
+	if _, err := RequestRerun(context.Background(), c.ledger, "rrt", tick, BackfillOptions{Now: c.clock.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	for range 4 { // every node sees the request and claims its shards (a's never end)
+		c.advance(50 * time.Millisecond)
+		c.settle(false)
+	}
+	waitFor(t, "the re-run's 6 shard-runs to start", func() bool { s, _ := log.count(); return s == shards })
+	log.mu.Lock()
+	onA := slices.Sorted(slices.Values(log.started["a"]))
+	log.mu.Unlock()
+	if !slices.Equal(onA, []int{0, 3}) {
+		t.Fatalf("node a re-runs shards %v, want [0 3] (rank 0 of 3)", onA)
+	}
+	ka.dead.Store(true)
+
+	rs := c.tickRecordsWith(t, "rrt", tick, func(rs []ledger.RunRecord) bool {
+		latest := latestShards(rs, tick, "")
+		for k := range shards {
+			if r := latest[k]; r.Attempt < 2 || r.Status != ledger.RunOK {
+				return false
+			}
+		}
+		return true
+	})
+	c.settle(false)
+	log.checkOnce(t, shards)
+	for k, r := range latestShards(rs, tick, "") {
+		want := 2
+		if slices.Contains(onA, k) {
+			want = 3
+		}
+		if r.Attempt != want || (want == 3 && r.Node == "a") {
+			t.Errorf("shard %d: latest record attempt %d on %s, want attempt %d on b or c", k, r.Attempt, r.Node, want)
+		}
+	}
 }

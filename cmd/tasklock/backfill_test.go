@@ -142,3 +142,61 @@ func waitNoRequests(t *testing.T, url, job string) {
 		return true
 	}, "no pending request")
 }
+
+// TestJobsRerunSharded: three serve nodes, a job with shards: 6 whose
+// only past tick is re-run twice with jobs rerun; each time every shard
+// runs once more, as the next attempt, and the request is then removed.
+// The oracle is the file the job's command appends its tick, shard,
+// attempt and node to.
+func TestJobsRerunSharded(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs three serve processes")
+	}
+	t.Parallel()
+	dir := t.TempDir()
+	url := "sqlite://" + filepath.Join(dir, "rr.db")
+	logFile := filepath.Join(dir, "runs.log")
+	jobs := `jobs:
+  - name: rr
+    schedule: "0 0 1 1 *"
+    shards: 6
+    command: ["sh", "-c", "echo \"$TASKLOCK_TICK $TASKLOCK_SHARD $TASKLOCK_ATTEMPT $TASKLOCK_NODE\" >> \"$RUNS\""]
+`
+	env := []string{"RUNS=" + logFile}
+	for _, node := range []string{"rr-1", "rr-2", "rr-3"} {
+		cfg := filepath.Join(dir, node+".yaml")
+		if err := os.WriteFile(cfg, []byte("store: "+url+"\nnode: "+node+"\n"+jobs), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		tl.Start(t, env, "serve", "--config", cfg, "--http", "", "--log-format", "json").WaitStderr(`"msg":"serving"`, 30*time.Second)
+	}
+	tick := time.Date(time.Now().UTC().Year(), 1, 1, 0, 0, 0, 0, time.UTC).Format(time.RFC3339)
+	runs := func(attempt string) map[string][]string { // shard -> nodes that ran it at attempt
+		b, _ := os.ReadFile(logFile)
+		m := map[string][]string{}
+		for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			if f := strings.Fields(line); len(f) == 4 && f[0] == tick && f[2] == attempt {
+				m[f[1]] = append(m[f[1]], f[3])
+			}
+		}
+		return m
+	}
+	for _, attempt := range []string{"1", "2"} {
+		code, out, errOut := tl.Run(t, nil, "jobs", "rerun", "--store", url, "rr", tick)
+		if code != exitOK || !strings.Contains(out, "requested a re-run") {
+			t.Fatalf("jobs rerun = %d\n%s%s", code, out, errOut)
+		}
+		clitest.WaitFor(t, 30*time.Second, func() bool { return len(runs(attempt)) == 6 }, "every shard to run attempt "+attempt)
+		waitNoRequests(t, url, "rr")
+		m := runs(attempt)
+		for k := range 6 {
+			if nodes := m[fmt.Sprint(k)]; len(nodes) != 1 {
+				t.Errorf("attempt %s: shard %d ran on %v, want once", attempt, k, nodes)
+			}
+		}
+		t.Logf("attempt %s ran shards on %v", attempt, m)
+	}
+	if m := runs("3"); len(m) > 0 {
+		t.Errorf("attempt 3 ran: %v", m)
+	}
+}

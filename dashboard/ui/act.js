@@ -1,7 +1,7 @@
 // tasklock dashboard, "act": cancel a running run, retry a failed one, and
 // trigger a job with a note (POST api/runs/cancel, api/runs/retry,
 // api/jobs/{name}/trigger with {"note"}). app.js calls runActions from
-// runRow and askTriggerNote from act. Stable ids and classes for browser
+// runRow, run.js from the run page, and askTriggerNote from act. Stable ids and classes for browser
 // tests: td.run-actions button.action-cancel / button.action-retry (on
 // tr.run-row), #note-dialog with #note-text (textarea), #note-ok and
 // #note-cancel.

@@ -62,7 +62,8 @@ async function overviewPage() {
     card("p50", "Tick lateness p50, last hour", fmtLate(h.p50_ms), "last day " + fmtLate(day.p50_ms), "overview-p50"),
     card("p99", "Tick lateness p99, last hour", fmtLate(h.p99_ms), "last day " + fmtLate(day.p99_ms), "overview-p99"),
     card("locks", "Locks held", d.locks ? d.locks.held : "—", d.locks ? d.locks.waiting + " waiting" : null),
-    card("lock-losses", "Lock losses, last hour", h.lock_losses, "last day " + day.lock_losses + " (runs that ended lost)"));
+    card("lock-losses", "Runs that lost their lock, last hour", h.lock_losses,
+      "last day " + day.lock_losses + " · ended lost: the job's lock or a limit's permit was lost while they ran"));
   const from = d.from, to = d.to;
   const bars = d.buckets.filter((b) => Object.keys(b.counts).length);
   const runsChart = el("div", { id: "overview-runs-chart", class: "chart-box" },

@@ -10,7 +10,8 @@
 // [data-attempt], #run-summary tr[data-key], #run-output (pre),
 // #run-output-size, #run-output-cut (present when bytes were cut),
 // #run-attempts tr.attempt-row[data-attempt][data-status] a.run-link,
-// #run-lock[data-key][data-fence] tr.lock-event[data-event].
+// #run-lock[data-key][data-fence] tr.lock-event[data-event],
+// #run-actions button.action-cancel / button.action-retry (act.js).
 "use strict";
 
 async function runPage(id) {
@@ -74,7 +75,8 @@ async function runPage(id) {
   return [
     el("h1", {}, el("a", { href: "#/jobs" }, "Jobs"), " / ", jobLink, " / ", el("span", { id: "run-title" }, "run " + fmtTime(r.tick) + (r.shards > 1 ? " shard " + r.shard : "") + " attempt " + r.attempt)),
     el("div", { id: "run-page", "data-status": r.status, "data-attempt": String(r.attempt), "data-job": r.job },
-      el("table", { id: "run-summary", class: "def" }, el("tbody", {}, rows))),
+      el("table", { id: "run-summary", class: "def" }, el("tbody", {}, rows)),
+      el("p", { id: "run-actions", class: "run-actions" }, runActions(r))),
     el("section", { id: "run-attempts-section" },
       el("h2", {}, "Attempts of this tick" + (r.shards > 1 ? " and shard" : "")),
       el("table", { id: "run-attempts" },

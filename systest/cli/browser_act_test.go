@@ -18,10 +18,12 @@ import (
 )
 
 // TestDashboardInBrowserAct drives the job page's actions in headless
-// Chromium: Trigger asks for a note and runs the job; Cancel on the
+// Chromium: the login, asked for from the job page's address, lands on
+// the job page; Trigger asks for a note and runs the job; Cancel on the
 // running row stops the run, which shows cancelled; Retry on it runs the
-// job again; the audit lists the trigger with its note, the cancel and
-// the retry, by the browser's session. No page may log an error.
+// job again, and Cancel on that run's page stops it; the audit lists the
+// trigger with its note, the cancels and the retry, by the browser's
+// session. No page may log an error.
 func TestDashboardInBrowserAct(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts Chromium")
@@ -66,14 +68,13 @@ jobs:
 	}
 	const runRow = `#runs-table tr.run-row`
 
-	run("log in",
-		chromedp.Navigate(url+"#/jobs"),
-		chromedp.WaitVisible(`#login-token`, chromedp.ByQuery),
+	run("log in, landing where the browser was going",
+		chromedp.Navigate(url+"#/job/long"),
+		chromedp.WaitVisible(`#login-page #login-token`, chromedp.ByQuery),
 		chromedp.SendKeys(`#login-token`, token, chromedp.ByQuery),
 		chromedp.Click(`#login-button`, chromedp.ByQuery),
 		chromedp.WaitVisible(`#logout-button`, chromedp.ByQuery),
-		chromedp.Navigate(url+"#/job/long"),
-		waitFor(`(document.getElementById("job-title") || {}).textContent === "long" && !!document.querySelector("#job-summary button.action-trigger")`),
+		waitFor(`location.hash === "#/job/long" && (document.getElementById("job-title") || {}).textContent === "long" && !!document.querySelector("#job-summary button.action-trigger")`),
 	)
 	run("trigger with a note",
 		click(`#job-summary button.action-trigger`),
@@ -94,10 +95,14 @@ jobs:
 		chromedp.Click(`#confirm-ok`, chromedp.ByQuery),
 		waitFor(`document.querySelectorAll('`+runRow+`').length === 2 && !!document.querySelector('`+runRow+`[data-status="running"]')`),
 	)
-	run("cancel the retried run",
-		click(runRow+`[data-status="running"] button.action-cancel`),
+	run("cancel the retried run on its page",
+		click(runRow+`[data-status="running"] a.run-link`),
+		waitFor(`document.querySelector('#run-page[data-status="running"] #run-actions button.action-cancel') !== null`),
+		click(`#run-actions button.action-cancel`),
 		chromedp.WaitVisible(`#confirm-ok`, chromedp.ByQuery),
 		chromedp.Click(`#confirm-ok`, chromedp.ByQuery),
+		waitFor(`document.querySelector('#run-page[data-status="cancelled"] #run-actions button.action-retry') !== null`),
+		chromedp.Navigate(url+"#/job/long"),
 		waitFor(`document.querySelectorAll('`+runRow+`[data-status="cancelled"]').length === 2`),
 	)
 	type auditRow struct{ Action, Who, Detail string }
@@ -122,7 +127,7 @@ jobs:
 		t.Errorf("the trigger's audit row %+v, want its note", audit[3])
 	}
 	// The login page answers 401 by design, and Chromium logs that.
-	login := "log: Failed to load resource: the server responded with a status of 401 (Unauthorized) " + url + "#/jobs"
+	login := "log: Failed to load resource: the server responded with a status of 401 (Unauthorized) " + url + "#/job/long"
 	if e := slices.DeleteFunc(errs(), func(s string) bool { return s == login }); len(e) > 0 {
 		t.Errorf("the pages logged errors to the console:\n%s", strings.Join(e, "\n"))
 	}

@@ -96,8 +96,8 @@ jobs:
 	}
 
 	// A user opens the dashboard's root, gets the login page, logs in and
-	// lands on the overview, the landing page (the login's redirect goes
-	// to the root: a #/... the user had asked for is not kept).
+	// lands on the overview, the landing page (a #/... the user had asked
+	// for is kept: TestDashboardInBrowserAct).
 	var landing string
 	run("log in",
 		chromedp.Navigate(url),
