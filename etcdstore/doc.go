@@ -39,7 +39,12 @@
 //   - A lock's own TTL may not exceed SessionTTL (Acquire and Renew return
 //     an error wrapping ErrTTL): a holder cut off from etcd trusts its lock
 //     for its TTL, so the lease that keeps its key must live at least as
-//     long. The default TTL of tasklock (10 s) and DefaultSessionTTL match.
+//     long. DefaultSessionTTL (11 s) is tasklock's default TTL (10 s) plus
+//     a second of slack: a keepalive covers the grants and renewals that
+//     come within that second after it, so under a steady stream of grants
+//     the Store sends a keepalive ahead of need about twice a second and no
+//     grant waits for one. With a SessionTTL equal to the lock TTL every
+//     grant needs a keepalive sent after it began, and waits for it.
 //   - A lock that is not renewed (NoRenew, MaxHold, ProgressTimeout, a
 //     failed renewal) must end after its own TTL although the session lives
 //     on. etcd cannot expire one key of a lease early, so the Store that

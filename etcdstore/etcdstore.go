@@ -19,8 +19,14 @@ import (
 
 // Defaults of Options.
 const (
-	DefaultPrefix     = "/tasklock/"
-	DefaultSessionTTL = 10 * time.Second
+	DefaultPrefix = "/tasklock/"
+	// DefaultSessionTTL is tasklock's default lock TTL (10 s) plus one
+	// second of slack: a keepalive sent for an earlier grant or renewal
+	// covers a new one for that long, so a steady stream of grants sends
+	// about two keepalives a second, ahead of need, and none of them waits
+	// for one (with a SessionTTL equal to the lock TTL each waits for a
+	// keepalive sent after it began).
+	DefaultSessionTTL = 11 * time.Second
 )
 
 // maxPrefix bounds Options.Prefix (etcd keys may be long, but a prefix this

@@ -158,7 +158,7 @@ func exists(t testing.TB, c *clientv3.Client, key string) (bool, clientv3.LeaseI
 // TestConformance runs storetest on one etcd server, a fresh prefix per
 // test. It is not parallel: storetest's leak check would see the
 // goroutines of tests running beside it. The session lasts a minute, not
-// DefaultSessionTTL's 10s: a lock TTL may not exceed it (ErrTTL), and
+// DefaultSessionTTL's 11s: a lock TTL may not exceed it (ErrTTL), and
 // SemaphoreDriverRules renews permits for a minute.
 func TestConformance(t *testing.T) {
 	srv := testserver.StartEtcd(t)
@@ -231,6 +231,7 @@ func TestStore(t *testing.T) {
 		{"SessionLost", testSessionLost},
 		{"RenewMixed", testRenewMixed},
 		{"KeepaliveOnDemand", testKeepaliveOnDemand},
+		{"KeepaliveAhead", testKeepaliveAhead},
 		{"Leases", testLeases},
 		{"ForceRelease", testForceRelease},
 		{"Subscribe", testSubscribe},
@@ -517,7 +518,7 @@ func testRenewMixed(t *testing.T, c *clientv3.Client) {
 func testKeepaliveOnDemand(t *testing.T, c *clientv3.Client) {
 	var cnt counter
 	srvC := newClient(t, c.Endpoints(), &cnt)
-	s := newStore(t, srvC, nil) // 10 s session
+	s := newStore(t, srvC, &Options{SessionTTL: 10 * time.Second})
 	tok := token()
 	mustAcquire(t, s, "k", tok, "a", time.Second)
 	cnt.take()
@@ -534,6 +535,43 @@ func testKeepaliveOnDemand(t *testing.T, c *clientv3.Client) {
 	}
 	if n := renew(10 * time.Second); n["LeaseKeepAlive"] != 1 || total(n) != 2 {
 		t.Errorf("renewal for the whole session TTL sent %v, want a Txn and a LeaseKeepAlive", n)
+	}
+}
+
+// testKeepaliveAhead: on the default session (the default lock TTL plus a
+// second), grants of the default TTL in a row for 1.5 s send a keepalive
+// ahead of need about every half second, not one per grant, and the
+// session lease lives at etcd for at least a lock TTL after the last.
+func testKeepaliveAhead(t *testing.T, c *clientv3.Client) {
+	var cnt counter
+	s := newStore(t, newClient(t, c.Endpoints(), &cnt), nil)
+	const ttl = 10 * time.Second
+	mustAcquire(t, s, "first", token(), "a", ttl)
+	granted := time.Now()
+	cnt.take()
+	grants, kas := 0, 0
+	for time.Since(granted) < 1500*time.Millisecond {
+		mustAcquire(t, s, fmt.Sprintf("k%d", grants), token(), "a", ttl)
+		grants++
+		kas += cnt.take()["LeaseKeepAlive"]
+	}
+	s.bg.Wait() // the last keepalive, if under way
+	kas += cnt.take()["LeaseKeepAlive"]
+	t.Logf("%d grants, %d keepalives", grants, kas)
+	if kas < 1 || kas > 6 || kas*4 > grants {
+		t.Errorf("%d grants in 1.5 s sent %d keepalives, want 1 to 6 and at most one per 4 grants", grants, kas)
+	}
+	s.mu.Lock()
+	id := s.sess.id
+	s.mu.Unlock()
+	sent := time.Now()
+	r, err := c.TimeToLive(ctxT(t), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// etcd rounds down to whole seconds; the last grant began before sent.
+	if left := time.Duration(r.TTL+1) * time.Second; left < ttl-time.Since(sent) {
+		t.Errorf("session lease has %ds left, want at least the lock TTL %v", r.TTL, ttl)
 	}
 }
 
