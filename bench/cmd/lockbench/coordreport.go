@@ -135,15 +135,21 @@ func allocsNote(x *p1Result) string {
 	return fmt.Sprintf(" Allocations per pair: %.0f.", x.mallocs/x.pairs)
 }
 
+// resultsWith returns the stores' results for which has is true.
+func (r *coordReport) resultsWith(has func(*coordResult) bool) []*coordResult {
+	var out []*coordResult
+	for _, res := range r.results {
+		if has(res) {
+			out = append(out, res)
+		}
+	}
+	return out
+}
+
 // writeP1One prints etcd's and ZooKeeper's P1 with one goroutine, with
 // the targets against the peer and the raw floor.
 func (r *coordReport) writeP1One(p func(string, ...any)) {
-	var rows []*coordResult
-	for _, res := range r.results {
-		if res.p1One != nil || res.p1OneErr != nil {
-			rows = append(rows, res)
-		}
-	}
+	rows := r.resultsWith(func(res *coordResult) bool { return res.p1One != nil || res.p1OneErr != nil })
 	if len(rows) == 0 {
 		return
 	}
@@ -193,12 +199,7 @@ func (r *coordReport) writeP1One(p func(string, ...any)) {
 // contenders with clients of their own on one key, with the target
 // against the peer's acquisitions/s.
 func (r *coordReport) writeHandoff(p func(string, ...any)) {
-	var rows []*coordResult
-	for _, res := range r.results {
-		if res.h != nil || res.hErr != nil {
-			rows = append(rows, res)
-		}
-	}
+	rows := r.resultsWith(func(res *coordResult) bool { return res.h != nil || res.hErr != nil })
 	if len(rows) == 0 {
 		return
 	}
