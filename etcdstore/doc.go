@@ -61,10 +61,19 @@
 //
 // # Keys
 //
-// A lock on key K held with token T is the etcd key Prefix + K + "/" + T
+// A lock on key K held with token T is an etcd key under Prefix + K + "/"
 // ("%" and "/" in K and T escaped as %25 and %2F), holding T, the TTL asked
 // for at the grant (ms) and the owner name, one per line, on the session
-// lease. The holder of K is the entry with the lowest create revision under
+// lease. A waiter's entry (Enqueue) is named by its token: Prefix + K + "/"
+// + T. An Acquire's is named by the Store: Prefix + K + "/%" and 32 hex
+// digits drawn when the Store was made (no escaped token starts with a
+// lone "%"), unless the Store has that key already (then by the token), so
+// that a key granted again and again reuses one etcd key: etcd keeps every
+// deleted key in its index until the cluster is compacted, and the compare
+// over the key's prefix that every Acquire makes visits them all. Every
+// Acquire's name is unique to its Store and every delete of it comes from
+// that Store, which names it only while it holds it (or deletes it). The
+// holder of K is the entry with the lowest create revision under
 // Prefix + K + "/"; the entries after it are the waiters, in the order
 // they queued. Keys of another Store with a nested Prefix would be taken
 // for entries: do not nest prefixes.
