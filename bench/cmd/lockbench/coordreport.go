@@ -146,6 +146,26 @@ func (r *coordReport) resultsWith(has func(*coordResult) bool) []*coordResult {
 	return out
 }
 
+// tableHead prints a table's heading, its description and its header row;
+// a column name ending in ":" is right-aligned (the colon is not printed).
+func tableHead(p func(string, ...any), title, desc string, cols ...string) {
+	p("")
+	p("%s", title)
+	p("")
+	p("%s", desc)
+	p("")
+	names, align := make([]string, len(cols)), make([]string, len(cols))
+	for i, c := range cols {
+		name, right := strings.CutSuffix(c, ":")
+		names[i], align[i] = name, "---"
+		if right {
+			align[i] = "--:"
+		}
+	}
+	p("| %s |", strings.Join(names, " | "))
+	p("|%s|", strings.Join(align, "|"))
+}
+
 // writeP1One prints etcd's and ZooKeeper's P1 with one goroutine, with
 // the targets against the peer and the raw floor.
 func (r *coordReport) writeP1One(p func(string, ...any)) {
@@ -153,13 +173,9 @@ func (r *coordReport) writeP1One(p func(string, ...any)) {
 	if len(rows) == 0 {
 		return
 	}
-	p("")
-	p("#### P1-etcd, P1-zk with one goroutine: Obtain+Release pairs/s")
-	p("")
-	p("As above with one goroutine (most cron jobs are exactly this case). Allocations per pair: of the whole process inside the slices. Targets: tasklock ≥ %.2f× the peer and ≥ %.2f× the raw floor.", coordP1VsPeer, coordVsFloor)
-	p("")
-	p("| store | implementation | pairs/s | slices min–max | allocations/pair | CPU µs/pair client + server | target | result |")
-	p("|---|---|--:|--:|--:|--:|---|---|")
+	tableHead(p, "#### P1-etcd, P1-zk with one goroutine: Obtain+Release pairs/s",
+		fmt.Sprintf("As above with one goroutine (most cron jobs are exactly this case). Allocations per pair: of the whole process inside the slices. Targets: tasklock ≥ %.2f× the peer and ≥ %.2f× the raw floor.", coordP1VsPeer, coordVsFloor),
+		"store", "implementation", "pairs/s:", "slices min–max:", "allocations/pair:", "CPU µs/pair client + server:", "target", "result")
 	for _, res := range rows {
 		e := res.env
 		if res.p1OneErr != nil {
@@ -203,13 +219,9 @@ func (r *coordReport) writeHandoff(p func(string, ...any)) {
 	if len(rows) == 0 {
 		return
 	}
-	p("")
-	p("#### Handoff, etcd and ZooKeeper: %d contenders with clients of their own on one key", handoffContenders)
-	p("")
-	p("As P3 with %d contenders (each with its own client, Store and Locker, or client and Session, or Conn), blocking obtain → release in a loop. Target: tasklock's acquisitions/s ≥ %.2f× the peer's (the pooled samples of the rounds).", handoffContenders, coordHandoffPeer)
-	p("")
-	p("| store | implementation | acquisitions/s | handoff p50 | handoff p99 | to another: share | requests/acquisition | gave up | target | result |")
-	p("|---|---|--:|--:|--:|--:|--:|--:|---|---|")
+	tableHead(p, fmt.Sprintf("#### Handoff, etcd and ZooKeeper: %d contenders with clients of their own on one key", handoffContenders),
+		fmt.Sprintf("As P3 with %d contenders (each with its own client, Store and Locker, or client and Session, or Conn), blocking obtain → release in a loop. Target: tasklock's acquisitions/s ≥ %.2f× the peer's (the pooled samples of the rounds).", handoffContenders, coordHandoffPeer),
+		"store", "implementation", "acquisitions/s:", "handoff p50:", "handoff p99:", "to another: share:", "requests/acquisition:", "gave up:", "target", "result")
 	var notes []string
 	for _, res := range rows {
 		e := res.env
@@ -224,14 +236,7 @@ func (r *coordReport) writeHandoff(p func(string, ...any)) {
 			} else {
 				peer = x
 			}
-			share := 0.0
-			if len(x.handoffs) > 0 {
-				share = float64(len(x.toOther)) / float64(len(x.handoffs))
-			}
-			name := x.name
-			if x.errs > 0 {
-				name += fmt.Sprintf(" (%d errors: %v)", x.errs, x.err)
-			}
+			name, share := handoffCells(x)
 			p("| %s | %s | %s | %s | %s | %.1f%% | %.1f | %d | | |", e.title, name, thousands(x.rate()),
 				dur(percentile(x.handoffs, 0.50)), dur(percentile(x.handoffs, 0.99)), 100*share, x.callsPerAcq(), x.giveUps)
 			if x.allAcq > 0 {
@@ -276,14 +281,7 @@ func (r *coordReport) writeP3(p func(string, ...any)) {
 			continue
 		}
 		for i, x := range res.p3 {
-			share := 0.0
-			if len(x.handoffs) > 0 {
-				share = float64(len(x.toOther)) / float64(len(x.handoffs))
-			}
-			name := x.name
-			if x.errs > 0 {
-				name += fmt.Sprintf(" (%d errors: %v)", x.errs, x.err)
-			}
+			name, share := handoffCells(x)
 			lo, hi := 0, 0
 			if len(x.perG) > 0 {
 				lo, hi = slices.Min(x.perG), slices.Max(x.perG)
@@ -398,6 +396,20 @@ func (r *coordReport) writeP4(p func(string, ...any)) {
 	for _, n := range notes {
 		p("%s", n)
 	}
+}
+
+// handoffCells are the cells of a row of handoff results that every table
+// prints alike: the name (with the errors, if any) and the share of
+// handoffs to another goroutine.
+func handoffCells(x *p3Result) (name string, share float64) {
+	name = x.name
+	if x.errs > 0 {
+		name += fmt.Sprintf(" (%d errors: %v)", x.errs, x.err)
+	}
+	if len(x.handoffs) > 0 {
+		share = float64(len(x.toOther)) / float64(len(x.handoffs))
+	}
+	return name, share
 }
 
 // sliceCells are the cells of a row of runSlices' results that every table
