@@ -39,7 +39,12 @@
 //   - A lock's own TTL may not exceed SessionTTL (Acquire and Renew return
 //     an error wrapping ErrTTL): a holder cut off from etcd trusts its lock
 //     for its TTL, so the lease that keeps its key must live at least as
-//     long. The default TTL of tasklock (10 s) and DefaultSessionTTL match.
+//     long. DefaultSessionTTL (11 s) is tasklock's default TTL (10 s) plus
+//     a second of slack: a keepalive covers the grants and renewals that
+//     come within that second after it, so under a steady stream of grants
+//     the Store sends a keepalive ahead of need about twice a second and no
+//     grant waits for one. With a SessionTTL equal to the lock TTL every
+//     grant needs a keepalive sent after it began, and waits for it.
 //   - A lock that is not renewed (NoRenew, MaxHold, ProgressTimeout, a
 //     failed renewal) must end after its own TTL although the session lives
 //     on. etcd cannot expire one key of a lease early, so the Store that
@@ -56,10 +61,19 @@
 //
 // # Keys
 //
-// A lock on key K held with token T is the etcd key Prefix + K + "/" + T
+// A lock on key K held with token T is an etcd key under Prefix + K + "/"
 // ("%" and "/" in K and T escaped as %25 and %2F), holding T, the TTL asked
 // for at the grant (ms) and the owner name, one per line, on the session
-// lease. The holder of K is the entry with the lowest create revision under
+// lease. A waiter's entry (Enqueue) is named by its token: Prefix + K + "/"
+// + T. An Acquire's is named by the Store: Prefix + K + "/%" and 32 hex
+// digits drawn when the Store was made (no escaped token starts with a
+// lone "%"), unless the Store has that key already (then by the token), so
+// that a key granted again and again reuses one etcd key: etcd keeps every
+// deleted key in its index until the cluster is compacted, and the compare
+// over the key's prefix that every Acquire makes visits them all. Every
+// Acquire's name is unique to its Store and every delete of it comes from
+// that Store, which names it only while it holds it (or deletes it). The
+// holder of K is the entry with the lowest create revision under
 // Prefix + K + "/"; the entries after it are the waiters, in the order
 // they queued. Keys of another Store with a nested Prefix would be taken
 // for entries: do not nest prefixes.

@@ -158,7 +158,7 @@ func exists(t testing.TB, c *clientv3.Client, key string) (bool, clientv3.LeaseI
 // TestConformance runs storetest on one etcd server, a fresh prefix per
 // test. It is not parallel: storetest's leak check would see the
 // goroutines of tests running beside it. The session lasts a minute, not
-// DefaultSessionTTL's 10s: a lock TTL may not exceed it (ErrTTL), and
+// DefaultSessionTTL's 11s: a lock TTL may not exceed it (ErrTTL), and
 // SemaphoreDriverRules renews permits for a minute.
 func TestConformance(t *testing.T) {
 	srv := testserver.StartEtcd(t)
@@ -231,6 +231,7 @@ func TestStore(t *testing.T) {
 		{"SessionLost", testSessionLost},
 		{"RenewMixed", testRenewMixed},
 		{"KeepaliveOnDemand", testKeepaliveOnDemand},
+		{"KeepaliveAhead", testKeepaliveAhead},
 		{"Leases", testLeases},
 		{"ForceRelease", testForceRelease},
 		{"Subscribe", testSubscribe},
@@ -253,14 +254,27 @@ func TestStore(t *testing.T) {
 	}
 }
 
-// testLayout: one key per lock, named by its token, on the session lease,
+// heldKey is the etcd key of token's mutex entry for key that s holds, or
+// the one named by the token when it holds none.
+func heldKey(s *Store, key, tok string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ek, _ := s.mutexKeyLocked(key, tok)
+	return ek
+}
+
+// testLayout: one key per lock, named by the Store (an Acquire's, when the
+// Store has no such key yet) or by its token, on the session lease,
 // holding token, TTL and owner; keys with "/" and "%" are escaped.
 func testLayout(t *testing.T, c *clientv3.Client) {
 	s := newStore(t, c, nil)
 	for _, key := range []string{"plain", "a/b", "a", "100%/x%2F"} {
 		tok := token()
 		f := mustAcquire(t, s, key, tok, "host:1", 3*time.Second)
-		ek := s.prefix + strings.NewReplacer("%", "%25", "/", "%2F").Replace(key) + "/" + tok
+		ek := s.prefix + strings.NewReplacer("%", "%25", "/", "%2F").Replace(key) + "/" + s.name
+		if len(s.name) != 33 || s.name[0] != '%' || heldKey(s, key, tok) != ek {
+			t.Errorf("key %q: held as %q, want %q (the Store's name)", key, heldKey(s, key, tok), ek)
+		}
 		resp, err := c.Get(ctxT(t), ek)
 		if err != nil || len(resp.Kvs) != 1 {
 			t.Fatalf("key %q: etcd key %q: %v %v", key, ek, resp, err)
@@ -273,9 +287,25 @@ func testLayout(t *testing.T, c *clientv3.Client) {
 			t.Errorf("create revision %d (fence %d), lease %x (session %x)", kv.CreateRevision, f, kv.Lease, s.sess.id)
 		}
 		k, tk, ok := s.parseKey(kv.Key)
-		if !ok || k != key || tk != tok {
+		if !ok || k != key || tk != s.name {
 			t.Errorf("parseKey(%q) = %q, %q, %v", kv.Key, k, tk, ok)
 		}
+	}
+	// Released and granted again, the key keeps its etcd key; while the
+	// Store holds it, another token's Acquire through it is refused.
+	tok := token()
+	mustAcquire(t, s, "other", tok, "host:1", 3*time.Second)
+	first := heldKey(s, "other", tok)
+	if _, err := s.Acquire(ctxT(t), driver.AcquireParams{Key: "other", Token: token(), Owner: "host:2", TTL: 3 * time.Second}); !errors.As(err, new(*driver.HeldError)) {
+		t.Errorf("Acquire of a held key: %v, want a HeldError", err)
+	}
+	if err := s.Release(ctxT(t), driver.ReleaseParams{Key: "other", Token: tok}); err != nil {
+		t.Fatal(err)
+	}
+	tok = token()
+	mustAcquire(t, s, "other", tok, "host:1", 3*time.Second)
+	if heldKey(s, "other", tok) != first {
+		t.Errorf("granted again as %q, first as %q: want the same etcd key", heldKey(s, "other", tok), first)
 	}
 	// "a" and "a/b" are different locks: both were granted above.
 	leases, err := s.Leases(ctxT(t), "a")
@@ -340,7 +370,7 @@ func testReleaseWrongToken(t *testing.T, c *clientv3.Client) {
 	if err := s.Release(ctx, driver.ReleaseParams{Key: "missing", Token: holder}); !errors.Is(err, driver.ErrNotHeld) {
 		t.Fatalf("Release of a missing key: %v, want ErrNotHeld", err)
 	}
-	if ok, _ := exists(t, c, s.entryKey("k", holder)); !ok {
+	if ok, _ := exists(t, c, heldKey(s, "k", holder)); !ok {
 		t.Fatal("wrong releases deleted the holder's key")
 	}
 	if err := s.Release(ctx, driver.ReleaseParams{Key: "k", Token: holder}); err != nil {
@@ -384,15 +414,16 @@ func testExpiryDeletesOnlyItsKey(t *testing.T, c *clientv3.Client) {
 	// from before the call: a slow Acquire must not make expiry look early.
 	acquired := time.Now()
 	mustAcquire(t, s, "short", short, "a", 200*time.Millisecond)
+	shortKey := heldKey(s, "short", short)
 	mustAcquire(t, s, "long", long, "a", 5*time.Second)
 	waitFor(t, 3*time.Second, "the short lock's key deleted", func() bool {
-		ok, _ := exists(t, c, s.entryKey("short", short))
+		ok, _ := exists(t, c, shortKey)
 		return !ok
 	})
 	if el := time.Since(acquired); el < 200*time.Millisecond {
 		t.Fatalf("deleted %v after the grant, before its TTL", el)
 	}
-	if ok, lease := exists(t, c, s.entryKey("long", long)); !ok || lease != s.sess.id {
+	if ok, lease := exists(t, c, heldKey(s, "long", long)); !ok || lease != s.sess.id {
 		t.Fatalf("the other lock's key: exists %v, lease %x", ok, lease)
 	}
 	res, err := s.Renew(ctxT(t), []driver.RenewParams{{Key: "short", Token: short, TTL: time.Second}, {Key: "long", Token: long, TTL: time.Second}})
@@ -410,12 +441,13 @@ func testKeepFor(t *testing.T, c *clientv3.Client) {
 	s := newStore(t, c, nil)
 	tok := token()
 	mustAcquire(t, s, "k", tok, "a", 5*time.Second)
+	ek := heldKey(s, "k", tok)
 	session := s.sess.id
 	start := time.Now()
 	if err := s.Release(ctxT(t), driver.ReleaseParams{Key: "k", Token: tok, KeepFor: 700 * time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
-	ok, lease := exists(t, c, s.entryKey("k", tok))
+	ok, lease := exists(t, c, ek)
 	if !ok || lease == session || lease == 0 {
 		t.Fatalf("after Release with KeepFor: exists %v, lease %x (session %x)", ok, lease, session)
 	}
@@ -427,14 +459,14 @@ func testKeepFor(t *testing.T, c *clientv3.Client) {
 	if _, err := c.Revoke(ctxT(t), session); err != nil {
 		t.Fatal(err)
 	}
-	if ok, _ := exists(t, c, s.entryKey("k", tok)); !ok {
+	if ok, _ := exists(t, c, ek); !ok {
 		t.Fatal("the key went with the session lease")
 	}
 	if _, err := s.Acquire(ctxT(t), driver.AcquireParams{Key: "k", Token: token(), TTL: time.Second}); !errors.Is(err, driver.ErrHeld) {
 		t.Fatalf("Acquire during KeepFor: %v, want ErrHeld", err)
 	}
 	waitFor(t, 3*time.Second, "the kept key to expire", func() bool {
-		ok, _ := exists(t, c, s.entryKey("k", tok))
+		ok, _ := exists(t, c, ek)
 		return !ok
 	})
 	if el := time.Since(start); el < 700*time.Millisecond {
@@ -492,7 +524,7 @@ func testRenewMixed(t *testing.T, c *clientv3.Client) {
 	mustAcquire(t, s, "a", a, "x", 2*time.Second)
 	mustAcquire(t, s, "b", b, "x", 2*time.Second)
 	mustAcquire(t, s, "gone", gone, "x", 2*time.Second)
-	if _, err := c.Delete(ctxT(t), s.entryKey("gone", gone)); err != nil {
+	if _, err := c.Delete(ctxT(t), heldKey(s, "gone", gone)); err != nil {
 		t.Fatal(err)
 	}
 	res, err := s.Renew(ctxT(t), []driver.RenewParams{
@@ -517,7 +549,7 @@ func testRenewMixed(t *testing.T, c *clientv3.Client) {
 func testKeepaliveOnDemand(t *testing.T, c *clientv3.Client) {
 	var cnt counter
 	srvC := newClient(t, c.Endpoints(), &cnt)
-	s := newStore(t, srvC, nil) // 10 s session
+	s := newStore(t, srvC, &Options{SessionTTL: 10 * time.Second})
 	tok := token()
 	mustAcquire(t, s, "k", tok, "a", time.Second)
 	cnt.take()
@@ -534,6 +566,43 @@ func testKeepaliveOnDemand(t *testing.T, c *clientv3.Client) {
 	}
 	if n := renew(10 * time.Second); n["LeaseKeepAlive"] != 1 || total(n) != 2 {
 		t.Errorf("renewal for the whole session TTL sent %v, want a Txn and a LeaseKeepAlive", n)
+	}
+}
+
+// testKeepaliveAhead: on the default session (the default lock TTL plus a
+// second), grants of the default TTL in a row for 1.5 s send a keepalive
+// ahead of need about every half second, not one per grant, and the
+// session lease lives at etcd for at least a lock TTL after the last.
+func testKeepaliveAhead(t *testing.T, c *clientv3.Client) {
+	var cnt counter
+	s := newStore(t, newClient(t, c.Endpoints(), &cnt), nil)
+	const ttl = 10 * time.Second
+	mustAcquire(t, s, "first", token(), "a", ttl)
+	granted := time.Now()
+	cnt.take()
+	grants, kas := 0, 0
+	for time.Since(granted) < 1500*time.Millisecond {
+		mustAcquire(t, s, fmt.Sprintf("k%d", grants), token(), "a", ttl)
+		grants++
+		kas += cnt.take()["LeaseKeepAlive"]
+	}
+	s.bg.Wait() // the last keepalive, if under way
+	kas += cnt.take()["LeaseKeepAlive"]
+	t.Logf("%d grants, %d keepalives", grants, kas)
+	if kas < 1 || kas > 6 || kas*4 > grants {
+		t.Errorf("%d grants in 1.5 s sent %d keepalives, want 1 to 6 and at most one per 4 grants", grants, kas)
+	}
+	s.mu.Lock()
+	id := s.sess.id
+	s.mu.Unlock()
+	sent := time.Now()
+	r, err := c.TimeToLive(ctxT(t), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// etcd rounds down to whole seconds; the last grant began before sent.
+	if left := time.Duration(r.TTL+1) * time.Second; left < ttl-time.Since(sent) {
+		t.Errorf("session lease has %ds left, want at least the lock TTL %v", r.TTL, ttl)
 	}
 }
 
@@ -666,11 +735,12 @@ func testCloseRevokes(t *testing.T, c *clientv3.Client) {
 	s2 := newStore(t, c, nil)
 	tok = token()
 	mustAcquire(t, s2, "k", tok, "a", time.Second)
+	ek := heldKey(s2, "k", tok)
 	id = s2.sess.id
 	if err := s2.Close(ctxT(t)); err != nil {
 		t.Fatal(err)
 	}
-	if ok, _ := exists(t, c, s2.entryKey("k", tok)); !ok {
+	if ok, _ := exists(t, c, ek); !ok {
 		t.Fatal("Close deleted a held lock's key before its holder could know")
 	}
 	if r, err := c.TimeToLive(ctxT(t), id); err != nil || r.TTL <= 0 {

@@ -81,6 +81,17 @@ func (s *Store) holdKey(key, token string, m driver.Mode) string {
 	return s.kindPrefix(key) + modeSub(m) + escape(token)
 }
 
+// holdKeyLocked returns the etcd key of token's hold of key in mode m and
+// its entry if the Store holds it (a mutex's may be under the Store's
+// name: mutexKeyLocked). Callers hold s.mu.
+func (s *Store) holdKeyLocked(key, token string, m driver.Mode) (string, *entry) {
+	if m == driver.ModeMutex {
+		return s.mutexKeyLocked(key, token)
+	}
+	ek := s.holdKey(key, token, m)
+	return ek, s.held[ek]
+}
+
 // waitKey is the etcd key of token's waiting entry as a writer of key.
 func (s *Store) waitKey(key, token string) string {
 	return s.kindPrefix(key) + subWaiting + escape(token)
@@ -268,7 +279,7 @@ func (a *kindAcquire) write(ctx context.Context) (driver.Grant, error) {
 	if st.own != nil { // an earlier attempt's grant
 		return a.granted(ss, st.own.ModRevision)
 	}
-	if err := a.s.keepHeld(wk, ss, a.start.Add(a.p.TTL)); err != nil {
+	if err := a.s.keepHeld(wk, "", ss, a.start.Add(a.p.TTL)); err != nil {
 		return driver.Grant{}, err
 	}
 	if len(st.writers) > 0 {
@@ -336,7 +347,7 @@ func (a *kindAcquire) fail(err error) error {
 // granted keeps the entry asked for, on ss, as held for p.TTL from the
 // start of the call, and returns the grant.
 func (a *kindAcquire) granted(ss *session, fence int64) (driver.Grant, error) {
-	if err := a.s.keepHeld(a.ek, ss, a.start.Add(a.p.TTL)); err != nil {
+	if err := a.s.keepHeld(a.ek, "", ss, a.start.Add(a.p.TTL)); err != nil {
 		return driver.Grant{}, err
 	}
 	return driver.Grant{Fence: uint64(fence)}, nil

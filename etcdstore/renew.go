@@ -58,7 +58,7 @@ func (s *Store) Renew(ctx context.Context, ps []driver.RenewParams) ([]error, er
 			res[i] = fmt.Errorf("etcdstore: renew %q: %w (%v > %v)", p.Key, ErrTTL, p.TTL, s.ttl)
 			continue
 		}
-		e := s.held[s.holdKey(p.Key, p.Token, p.Mode)]
+		_, e := s.holdKeyLocked(p.Key, p.Token, p.Mode)
 		switch {
 		case e != nil && e.state == stateRenewing:
 			res[i] = fmt.Errorf("etcdstore: renew %q: a renewal of this lease is already under way", p.Key)

@@ -61,7 +61,8 @@ func TestRenewCost(t *testing.T) {
 	t.Parallel()
 	srv := testserver.StartEtcd(t)
 	var cnt counter
-	s := newStore(t, newClient(t, srv.Endpoints(), &cnt), nil)
+	// A session as long as the lock TTL: each renewal needs a keepalive.
+	s := newStore(t, newClient(t, srv.Endpoints(), &cnt), &Options{SessionTTL: 10 * time.Second})
 	const n = 1000
 	start := time.Now()
 	toks := acquireMany(t, s, n, 10*time.Second)

@@ -49,6 +49,13 @@ const coverMargin = 50 // TTL/coverMargin
 // while a keepalive it cannot use is under way (sent before it began) waits
 // for the next, which starts when that one ends, so that at most one is
 // under way per session and a burst of grants costs one per round trip.
+//
+// When the session TTL exceeds ttl (DefaultSessionTTL is tasklock's default
+// TTL plus a second), the last keepalive covers the caller for that slack
+// after it was sent. Once less than half of the slack is left, the caller
+// starts the next keepalive without waiting for it, so that a steady stream
+// of grants and renewals sends one keepalive per half slack and none of
+// them waits for one.
 func (ss *session) refresh(s *Store, start time.Time, ttl time.Duration) *keepalive {
 	s.mu.Lock() // Close waits for s.bg after setting closed under s.mu
 	defer s.mu.Unlock()
@@ -59,7 +66,15 @@ func (ss *session) refresh(s *Store, start time.Time, ttl time.Duration) *keepal
 	}
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	if !ss.lastOK.Before(start) || !ss.lastOK.Add(ss.ttl-ss.ttl/coverMargin).Before(start.Add(ttl)) {
+	if !ss.lastOK.Before(start) {
+		return nil
+	}
+	cover := ss.ttl - ss.ttl/coverMargin
+	if left := ss.lastOK.Add(cover).Sub(start.Add(ttl)); left >= 0 {
+		if left < (cover-ttl)/2 && ss.inflight == nil {
+			s.bg.Add(1)
+			ss.startLocked(s, &keepalive{done: make(chan struct{})}) // ahead of need: nobody waits
+		}
 		return nil
 	}
 	k := ss.inflight

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -189,7 +190,18 @@ func (s *Store) keyPath(key string) string { return s.root + "/" + escapeName(ke
 // lockName is the name of token's lock node with sequence number seq, as
 // the server makes it (%010d).
 func lockName(token string, seq int64) string {
-	return fmt.Sprintf("%s%s%010d", escapeName(token), lockInfix, seq)
+	if seq < 0 {
+		return fmt.Sprintf("%s%s%010d", escapeName(token), lockInfix, seq)
+	}
+	var digits [20]byte
+	d := strconv.AppendInt(digits[:0], seq, 10)
+	name := escapeName(token)
+	b := make([]byte, 0, len(name)+len(lockInfix)+max(10, len(d)))
+	b = append(append(b, name...), lockInfix...)
+	for range 10 - len(d) {
+		b = append(b, '0')
+	}
+	return string(append(b, d...))
 }
 
 // nodeOf returns the parent and the name of the node of l, granted to
@@ -280,10 +292,14 @@ func call[T any](ctx context.Context, fn func() (T, error), abandon func(T, erro
 // *driver.HeldError naming the lowest lock node's owner (read alongside the
 // delete), or the MinHold node's. Expired MinHold nodes in the way are
 // deleted, version-checked, and the list read again. When the lowest node
-// is gone by the time it is read, the attempt starts afresh, at most three
-// times: a key whose holder keeps changing that fast gets an error wrapping
-// driver.ErrTryAgain, which the Locker retries (Obtain then queues), as it
-// does when MinHold nodes keep changing.
+// is gone by the time it is read, the key is still held when another lock
+// node stood before ours (a HeldError with no owner: under contention the
+// key changes hands while we look, and another round would cost four
+// requests for the same answer); when ours would have been next, the
+// attempt starts afresh, at most three times: a key whose holder keeps
+// changing that fast gets an error wrapping driver.ErrTryAgain, which the
+// Locker retries (Obtain then queues), as it does when MinHold nodes keep
+// changing.
 func (s *Store) Acquire(ctx context.Context, p driver.AcquireParams) (driver.Grant, error) {
 	if p.TTL > s.session {
 		return driver.Grant{}, fmt.Errorf("zkstore: acquire %q: %w (%v > %v)", p.Key, ErrTTL, p.TTL, s.session)
@@ -435,6 +451,11 @@ func (s *Store) acquire(p driver.AcquireParams) (driver.Grant, error) {
 			switch {
 			case n.err == nil:
 				return driver.Grant{}, &driver.HeldError{Owner: n.data.Owner, TTL: n.ttl()}
+			case errors.Is(n.err, zk.ErrNoNode) && len(preds) > 1:
+				// It went meanwhile, but the next lock node still stands
+				// before ours (the key changes hands under contention):
+				// held, by an owner not read.
+				return driver.Grant{}, &driver.HeldError{}
 			case errors.Is(n.err, zk.ErrNoNode) && round < 3:
 				// It went meanwhile: our node is gone too, so try afresh.
 				if c, err = s.createNode(kp, p.Token, p.Owner, p.TTL); err != nil {

@@ -861,3 +861,19 @@ func TestLeaseMemory(t *testing.T) {
 		t.Errorf("%d B per lease, want at most 256", per)
 	}
 }
+
+// TestLockName: lock node names are the escaped token, "-lock-" and the
+// sequence number padded to ten digits, as the server names them (%010d).
+func TestLockName(t *testing.T) {
+	for _, seq := range []int64{0, 7, 1 << 30, 9999999999, 12345678901, -5} {
+		for _, tok := range []string{"tok", "a/b"} {
+			want := fmt.Sprintf("%s%s%010d", escapeName(tok), lockInfix, seq)
+			if got := lockName(tok, seq); got != want {
+				t.Errorf("lockName(%q, %d) = %q, want %q", tok, seq, got, want)
+			}
+			if got, ok := lockSeq(lockName(tok, seq)); seq >= 0 && (!ok || got != seq) {
+				t.Errorf("lockSeq(lockName(%q, %d)) = %d, %v", tok, seq, got, ok)
+			}
+		}
+	}
+}

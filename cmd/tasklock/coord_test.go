@@ -31,12 +31,12 @@ func checkCoordStore(t *testing.T, url, sessionParam string) {
 	if sessionParam == "" {
 		return
 	}
-	// The default session is 10s.
-	code, out, errOut = tl.Run(t, nil, "exec", "--store", url, "--key", "long", "--ttl", "11s", "--", "echo", "must-not-run")
-	if code != exitUsage || out != "" || !strings.Contains(errOut, "--ttl 11s") || !strings.Contains(errOut, sessionParam+"=") {
-		t.Errorf("--ttl 11s: exit %d, stdout %q, stderr %q; want %d naming --ttl and %s", code, out, errOut, exitUsage, sessionParam)
+	// The default session is 11s on etcd, 10s on ZooKeeper.
+	code, out, errOut = tl.Run(t, nil, "exec", "--store", url, "--key", "long", "--ttl", "12s", "--", "echo", "must-not-run")
+	if code != exitUsage || out != "" || !strings.Contains(errOut, "--ttl 12s") || !strings.Contains(errOut, sessionParam+"=") {
+		t.Errorf("--ttl 12s: exit %d, stdout %q, stderr %q; want %d naming --ttl and %s", code, out, errOut, exitUsage, sessionParam)
 	}
-	t.Logf("--ttl 11s: %s", strings.TrimSpace(errOut))
+	t.Logf("--ttl 12s: %s", strings.TrimSpace(errOut))
 }
 
 func TestExecEtcd(t *testing.T) {

@@ -437,7 +437,7 @@ func (e *execRun) obtainFailed(err error) int {
 		return exitUsage
 	case errors.Is(err, etcdstore.ErrTTL):
 		// etcd lease TTLs are whole seconds.
-		e.failf("--ttl %v is longer than the etcd session TTL, which no lock may outlast: lower --ttl, or raise the session_ttl parameter of the store URL (default 10s), e.g. ?session_ttl=%v (%v)",
+		e.failf("--ttl %v is longer than the etcd session TTL, which no lock may outlast: lower --ttl, or raise the session_ttl parameter of the store URL (default 11s), e.g. ?session_ttl=%v (%v)",
 			e.c.ttl, (e.c.ttl + time.Second - 1).Truncate(time.Second), err)
 		return exitUsage
 	case errors.Is(err, zkstore.ErrTTL):

@@ -91,7 +91,7 @@ Percent-encode reserved characters in the user and password (@ as %40).
 Redis query parameters: prefix, dial_timeout, read_timeout, write_timeout,
 pool_size, wait_replicas, wait_timeout; rediss:// also tls_ca_file,
 redis+sentinel:// also db, sentinel_username, sentinel_password.
-etcd query parameters: session_ttl (whole seconds, default 10s: no --ttl may
+etcd query parameters: session_ttl (whole seconds, default 11s: no --ttl may
 exceed it; a holder that dies is replaced within it), dial_timeout (default
 5s); etcds:// also tls_ca_file, tls_cert_file, tls_key_file.
 zk query parameters: session_timeout (default 10s: no --ttl may exceed the

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -97,20 +98,23 @@ func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 	}
 }
 
-// exists reports whether an etcd key exists.
-func exists(t testing.TB, c *clientv3.Client, key string) bool {
+// held reports whether an entry of token's lock on key is at etcd under
+// prefix: as the package documentation of etcdstore lays it out, an etcd
+// key under Prefix + K + "/" (named by the token or by the Store) whose
+// value starts with the token's line, for a key that needs no escaping.
+func held(t testing.TB, c *clientv3.Client, prefix, key, token string) bool {
 	t.Helper()
-	resp, err := c.Get(ctxT(t), key)
+	resp, err := c.Get(ctxT(t), prefix+key+"/", clientv3.WithPrefix())
 	if err != nil {
 		t.Fatal(err)
 	}
-	return len(resp.Kvs) > 0
+	for _, kv := range resp.Kvs {
+		if strings.HasPrefix(string(kv.Value), token+"\n") {
+			return true
+		}
+	}
+	return false
 }
-
-// entryKey is the etcd key of the lock on key held with token under
-// prefix, as the package documentation of etcdstore lays it out (Prefix +
-// K + "/" + T), for a key and a token that need no escaping.
-func entryKey(prefix, key, token string) string { return prefix + key + "/" + token }
 
 // faultTTL is both the session TTL and the lock TTL of the fault tests:
 // etcd's smallest lease with the test server's raft timings.
@@ -171,22 +175,22 @@ func testDeleteRetried(t *testing.T) {
 	proxy := proxy.Start(t, srv.Addr())
 	c := newClient(t, srv.Endpoints())
 	prefix := freshPrefix()
-	s := newStore(t, newClient(t, []string{"http://" + proxy.Addr()}), &etcdstore.Options{Prefix: prefix}) // 10 s session
+	s := newStore(t, newClient(t, []string{"http://" + proxy.Addr()}), &etcdstore.Options{Prefix: prefix}) // 11 s session
 	tok := token()
 	mustAcquire(t, s, "k", tok, "a", 300*time.Millisecond)
 	acquired := time.Now()
 	proxy.Blackhole(t)
 	time.Sleep(time.Until(acquired.Add(600 * time.Millisecond))) // the fault lasts past the deadline
-	if !exists(t, c, entryKey(prefix, "k", tok)) {
+	if !held(t, c, prefix, "k", tok) {
 		t.Fatal("the key went while its Store was cut off")
 	}
 	proxy.Restore(t)
 	restored := time.Now()
 	waitFor(t, 8*time.Second, "the reaper deleting the key after the fault", func() bool {
-		return !exists(t, c, entryKey(prefix, "k", tok))
+		return !held(t, c, prefix, "k", tok)
 	})
 	t.Logf("deleted %v after the network came back (the session had %v left)", time.Since(restored).Round(time.Millisecond),
-		(10*time.Second - time.Since(acquired)).Round(time.Millisecond))
+		(etcdstore.DefaultSessionTTL - time.Since(acquired)).Round(time.Millisecond))
 	if time.Since(acquired) >= 9*time.Second {
 		t.Fatal("the key may have gone with the session, not the reaper")
 	}

@@ -103,6 +103,7 @@ type coordHoldImpl struct {
 const (
 	coordTasklock = "tasklock"
 	coordPeer     = "peer"
+	coordFloor    = "floor" // etcd, ZooKeeper: the fewest requests a lock can take; P1 only
 	// coordOneRedis is tasklock on one of RedLock's servers alone: what
 	// P3-redlock's requests per acquisition are compared with.
 	coordOneRedis = "one Redis"
@@ -111,7 +112,9 @@ const (
 // Peer names (their versions are in the report's header).
 const (
 	etcdMutexName = "etcd concurrency.Mutex"
+	etcdFloorName = "etcd raw floor"
 	zkLockName    = "go-zookeeper zk.Lock"
+	zkFloorName   = "ZooKeeper raw floor"
 	redsyncName   = "redsync v4 (3 pools)"
 	oneRedisName  = "tasklock, one Redis (redisstore)"
 )
@@ -121,13 +124,16 @@ func coordImpls(k coordKind) []coordImpl {
 	case kindEtcd:
 		return []coordImpl{
 			{"tasklock", coordTasklock,
-				"Locker.TryObtain + Lock.Release (TTL 10 s, renewal on), one Locker over etcdstore.New(client, SessionTTL 10 s)",
+				"Locker.TryObtain + Lock.Release (TTL 10 s, renewal on), one Locker over etcdstore.New(client, nil): SessionTTL 11 s, the default",
 				"Locker.Obtain; one client, Store and Locker per goroutine, as 16 processes would: waiters woken by an etcd watch",
 				p1EtcdTasklock, p3EtcdTasklock},
 			{etcdMutexName, coordPeer,
 				"one concurrency.Session (TTL 10 s) for all goroutines; per goroutine one NewMutex on its key per slice, TryLock + Unlock",
 				"Mutex.Lock; one client and Session per goroutine (a Session's Mutexes on one key share its lease's key, so they do not exclude each other): the waiters queue by create revision and each watches the key before it",
 				p1EtcdMutex, p3EtcdMutex},
+			{etcdFloorName, coordFloor,
+				"the fewest requests a fenced lock on etcd takes: one lease (TTL 10 s, kept alive by clientv3's stream) for all goroutines; per pair one Txn putting the key on it if absent (the fence: the Txn's revision) and one Delete",
+				"", p1EtcdFloor, nil},
 		}
 	case kindZK:
 		return []coordImpl{
@@ -139,6 +145,9 @@ func coordImpls(k coordKind) []coordImpl {
 				"one Conn (session 10 s) for all goroutines; per goroutine one zk.NewLock on its node per slice, Lock (on a free key it returns at once) + Unlock",
 				"Lock.Lock (no context, no timeout); one Conn per goroutine: the waiters queue as sequential nodes and each watches the node before it",
 				p1ZKLock, p3ZKLock},
+			{zkFloorName, coordFloor,
+				"the fewest requests a lock on ZooKeeper takes: one Conn (session 10 s) for all goroutines; per pair one create of an ephemeral node (not sequential: no queue, no fence) and one delete",
+				"", p1ZKFloor, nil},
 		}
 	default:
 		return []coordImpl{
@@ -397,6 +406,51 @@ func p3EtcdMutex(ctx context.Context, e *coordEnv, key string, n int, cs counter
 	return fs, cl.run, nil
 }
 
+func p1EtcdFloor(ctx context.Context, e *coordEnv, cs counters) (*instance, error) {
+	cl, err := etcdClient(e.srvs[0].addr, cs[0])
+	if err != nil {
+		return nil, err
+	}
+	lease, err := cl.Grant(ctx, int64(etcdSessionTTL/time.Second))
+	if err != nil {
+		_ = cl.Close()
+		return nil, fmt.Errorf("lockbench: etcd floor: %w", err)
+	}
+	kctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	kas, err := cl.KeepAlive(kctx, lease.ID)
+	if err != nil {
+		cancel()
+		_ = cl.Close()
+		return nil, fmt.Errorf("lockbench: etcd floor: %w", err)
+	}
+	go func() {
+		for range kas {
+		}
+	}()
+	prefix := fmt.Sprintf("/lockbench/p1/floor/%d/", time.Now().UnixNano())
+	return &instance{
+		pair: func(key string) pairFunc {
+			k := prefix + key
+			return func(ctx context.Context) error {
+				resp, err := cl.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).
+					Then(clientv3.OpPut(k, "", clientv3.WithLease(lease.ID))).Commit()
+				switch {
+				case err != nil:
+					return err
+				case !resp.Succeeded:
+					return errNotObtained
+				}
+				_, err = cl.Delete(ctx, k)
+				return err
+			}
+		},
+		close: func() {
+			cancel()
+			_ = cl.Close()
+		},
+	}, nil
+}
+
 func holdEtcdTasklock(_ context.Context, e *coordEnv, ttl time.Duration, prefix string, cs counters) (*coordHolder, error) {
 	rc := &renewCount{}
 	lk, closeAll, err := etcdTasklock(e.srvs[0].addr, cs[0], "/lockbench/p4/tasklock/"+prefix+"/", ttl, rc)
@@ -581,6 +635,33 @@ func p1ZKLock(_ context.Context, e *coordEnv, cs counters) (*instance, error) {
 					return err
 				}
 				return l.Unlock()
+			}
+		},
+		close: conn.Close,
+	}, nil
+}
+
+func p1ZKFloor(_ context.Context, e *coordEnv, cs counters) (*instance, error) {
+	conn, err := zkConnect(e, zkSession, cs[0])
+	if err != nil {
+		return nil, err
+	}
+	root := fmt.Sprintf("/lockbench-p1-floor-%d", time.Now().UnixNano())
+	if _, err := conn.Create(root, nil, 0, zkACL); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("lockbench: zookeeper floor: %w", err)
+	}
+	return &instance{
+		pair: func(key string) pairFunc {
+			path := root + "/" + key
+			return func(context.Context) error {
+				if _, err := conn.Create(path, nil, zk.FlagEphemeral, zkACL); err != nil {
+					if errors.Is(err, zk.ErrNodeExists) {
+						return errNotObtained
+					}
+					return err
+				}
+				return conn.Delete(path, -1)
 			}
 		},
 		close: conn.Close,

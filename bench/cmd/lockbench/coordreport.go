@@ -15,6 +15,11 @@ const (
 	// P3-redlock: requests per acquisition on RedLock's busiest node ÷
 	// those of tasklock on one Redis doing the same, at most.
 	coordP3RedlockVsOne = 3.0
+	// etcd, ZooKeeper (issue 16): tasklock's pairs/s ÷ the raw floor's,
+	// at least, with 16 goroutines and with one; its handoff row's
+	// acquisitions/s ÷ the peer's, at least.
+	coordVsFloor     = 0.9
+	coordHandoffPeer = 1.0
 	// P4-etcd, P4-zk: renewal cost independent of the number of locks
 	// held. Requests per renewal cycle with the many locks may exceed
 	// those with the few by at most this much (less than one request: a
@@ -56,7 +61,9 @@ func (r *coordReport) write(w io.Writer) {
 		}
 	}
 	r.writeP1(p)
+	r.writeP1One(p)
 	r.writeP3(p)
+	r.writeHandoff(p)
 	r.writeP4(p)
 	r.summary.write(p, "#### Targets: etcd, ZooKeeper, RedLock")
 }
@@ -86,24 +93,164 @@ func (r *coordReport) writeP1(p func(string, ...any)) {
 			p("| %s | **not run**: %v | | | | | | |", e.title, res.p1Err)
 			continue
 		}
-		var tl, peer *p1Result
+		var tl, peer, floor *p1Result
 		for i, x := range res.p1 {
 			im := res.p1Impls[i]
-			if im.role == coordTasklock {
+			switch im.role {
+			case coordTasklock:
 				tl = x
-			} else {
+			case coordFloor:
+				floor = x
+			default:
 				peer = x
 			}
 			name, spread, cpu := sliceCells(x)
 			perPair, by := res.p1Reqs[i].perPair(res.p1Pairs[i])
 			p("| %s | %s | %s | %s | %.2f | %s | | |", e.title, name, thousands(x.median()), spread, perPair, cpu)
-			notes = append(notes, fmt.Sprintf("- %s, %s: %s. Requests per pair: %s.", e.title, x.name, im.p1Note, by))
+			notes = append(notes, fmt.Sprintf("- %s, %s: %s. Requests per pair: %s.%s", e.title, x.name, im.p1Note, by, allocsNote(x)))
 		}
 		if tl != nil && peer != nil {
 			vs := pairedRatio(tl, peer)
 			target := fmt.Sprintf("≥ %.2f× %s", coordP1VsPeer, peer.name)
 			p("| %s | tasklock ÷ %s | %.2f× | | | | %s | %s |", e.title, peer.name, vs, target,
 				r.target("P1-"+string(e.kind), "tasklock "+target, fmt.Sprintf("%.2f×", vs), vs >= coordP1VsPeer))
+		}
+		if tl != nil && floor != nil {
+			vs := pairedRatio(tl, floor)
+			target := fmt.Sprintf("≥ %.2f× %s", coordVsFloor, floor.name)
+			p("| %s | tasklock ÷ %s | %.2f× | | | | %s | %s |", e.title, floor.name, vs, target,
+				r.target("P1-"+string(e.kind)+" floor", "tasklock "+target, fmt.Sprintf("%.2f×", vs), vs >= coordVsFloor))
+		}
+	}
+	p("")
+	for _, n := range notes {
+		p("%s", n)
+	}
+}
+
+// allocsNote is " Allocations per pair: N." for a result whose
+// allocations were counted ("" otherwise): those of the whole process
+// inside the measured slices.
+func allocsNote(x *p1Result) string {
+	if x.pairs == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" Allocations per pair: %.0f.", x.mallocs/x.pairs)
+}
+
+// resultsWith returns the stores' results for which has is true.
+func (r *coordReport) resultsWith(has func(*coordResult) bool) []*coordResult {
+	var out []*coordResult
+	for _, res := range r.results {
+		if has(res) {
+			out = append(out, res)
+		}
+	}
+	return out
+}
+
+// tableHead prints a table's heading, its description and its header row;
+// a column name ending in ":" is right-aligned (the colon is not printed).
+func tableHead(p func(string, ...any), title, desc string, cols ...string) {
+	p("")
+	p("%s", title)
+	p("")
+	p("%s", desc)
+	p("")
+	names, align := make([]string, len(cols)), make([]string, len(cols))
+	for i, c := range cols {
+		name, right := strings.CutSuffix(c, ":")
+		names[i], align[i] = name, "---"
+		if right {
+			align[i] = "--:"
+		}
+	}
+	p("| %s |", strings.Join(names, " | "))
+	p("|%s|", strings.Join(align, "|"))
+}
+
+// writeP1One prints etcd's and ZooKeeper's P1 with one goroutine, with
+// the targets against the peer and the raw floor.
+func (r *coordReport) writeP1One(p func(string, ...any)) {
+	rows := r.resultsWith(func(res *coordResult) bool { return res.p1One != nil || res.p1OneErr != nil })
+	if len(rows) == 0 {
+		return
+	}
+	tableHead(p, "#### P1-etcd, P1-zk with one goroutine: Obtain+Release pairs/s",
+		fmt.Sprintf("As above with one goroutine (most cron jobs are exactly this case). Allocations per pair: of the whole process inside the slices. Targets: tasklock ≥ %.2f× the peer and ≥ %.2f× the raw floor.", coordP1VsPeer, coordVsFloor),
+		"store", "implementation", "pairs/s:", "slices min–max:", "allocations/pair:", "CPU µs/pair client + server:", "target", "result")
+	for _, res := range rows {
+		e := res.env
+		if res.p1OneErr != nil {
+			p("| %s | **not run**: %v | | | | | | |", e.title, res.p1OneErr)
+			continue
+		}
+		var tl *p1Result
+		for i, x := range res.p1One {
+			if res.p1Impls[i].role == coordTasklock {
+				tl = x
+			}
+			name, spread, cpu := sliceCells(x)
+			allocs := "—"
+			if x.pairs > 0 {
+				allocs = fmt.Sprintf("%.0f", x.mallocs/x.pairs)
+			}
+			p("| %s | %s | %s | %s | %s | %s | | |", e.title, name, thousands(x.median()), spread, allocs, cpu)
+		}
+		for i, x := range res.p1One {
+			role := res.p1Impls[i].role
+			if tl == nil || role == coordTasklock {
+				continue
+			}
+			want, id := coordP1VsPeer, "P1-"+string(e.kind)+" 1 goroutine"
+			if role == coordFloor {
+				want, id = coordVsFloor, id+" floor"
+			}
+			vs := pairedRatio(tl, x)
+			target := fmt.Sprintf("≥ %.2f× %s", want, x.name)
+			p("| %s | tasklock ÷ %s | %.2f× | | | | %s | %s |", e.title, x.name, vs, target,
+				r.target(id, "tasklock, 1 goroutine, "+target, fmt.Sprintf("%.2f×", vs), vs >= want))
+		}
+	}
+}
+
+// writeHandoff prints etcd's and ZooKeeper's handoff row: handoffContenders
+// contenders with clients of their own on one key, with the target
+// against the peer's acquisitions/s.
+func (r *coordReport) writeHandoff(p func(string, ...any)) {
+	rows := r.resultsWith(func(res *coordResult) bool { return res.h != nil || res.hErr != nil })
+	if len(rows) == 0 {
+		return
+	}
+	tableHead(p, fmt.Sprintf("#### Handoff, etcd and ZooKeeper: %d contenders with clients of their own on one key", handoffContenders),
+		fmt.Sprintf("As P3 with %d contenders (each with its own client, Store and Locker, or client and Session, or Conn), blocking obtain → release in a loop. Target: tasklock's acquisitions/s ≥ %.2f× the peer's (the pooled samples of the rounds).", handoffContenders, coordHandoffPeer),
+		"store", "implementation", "acquisitions/s:", "handoff p50:", "handoff p99:", "to another: share:", "requests/acquisition:", "gave up:", "target", "result")
+	var notes []string
+	for _, res := range rows {
+		e := res.env
+		if res.hErr != nil {
+			p("| %s | **not run**: %v | | | | | | | | |", e.title, res.hErr)
+			continue
+		}
+		var tl, peer *p3Result
+		for i, x := range res.h {
+			if res.hImpls[i].role == coordTasklock {
+				tl = x
+			} else {
+				peer = x
+			}
+			name, share := handoffCells(x)
+			p("| %s | %s | %s | %s | %s | %.1f%% | %.1f | %d | | |", e.title, name, thousands(x.rate()),
+				dur(percentile(x.handoffs, 0.50)), dur(percentile(x.handoffs, 0.99)), 100*share, x.callsPerAcq(), x.giveUps)
+			if x.allAcq > 0 {
+				notes = append(notes, fmt.Sprintf("- %s, %s: requests per acquisition: %s.", e.title, x.name, res.hReqs[i].describe(1/float64(x.allAcq))))
+			}
+		}
+		if tl != nil && peer != nil && peer.rate() > 0 {
+			vs := tl.rate() / peer.rate()
+			target := fmt.Sprintf("≥ %.2f× %s", coordHandoffPeer, peer.name)
+			p("| %s | tasklock ÷ %s | %.2f× | | | | | | %s | %s |", e.title, peer.name, vs, target,
+				r.target("handoff-"+string(e.kind), fmt.Sprintf("tasklock, %d contenders on one key: acquisitions/s %s", handoffContenders, target), fmt.Sprintf("%.2f×", vs), vs >= coordHandoffPeer))
 		}
 	}
 	p("")
@@ -144,14 +291,7 @@ func (r *coordReport) writeP3(p func(string, ...any)) {
 			redlockTarget = func() { r.writeP3RedLockTarget(p, res) }
 		}
 		for i, x := range res.p3 {
-			share := 0.0
-			if len(x.handoffs) > 0 {
-				share = float64(len(x.toOther)) / float64(len(x.handoffs))
-			}
-			name := x.name
-			if x.errs > 0 {
-				name += fmt.Sprintf(" (%d errors: %v)", x.errs, x.err)
-			}
+			name, share := handoffCells(x)
 			lo, hi := 0, 0
 			if len(x.perG) > 0 {
 				lo, hi = slices.Min(x.perG), slices.Max(x.perG)
@@ -307,6 +447,20 @@ func (r *coordReport) writeP4(p func(string, ...any)) {
 	for _, n := range notes {
 		p("%s", n)
 	}
+}
+
+// handoffCells are the cells of a row of handoff results that every table
+// prints alike: the name (with the errors, if any) and the share of
+// handoffs to another goroutine.
+func handoffCells(x *p3Result) (name string, share float64) {
+	name = x.name
+	if x.errs > 0 {
+		name += fmt.Sprintf(" (%d errors: %v)", x.errs, x.err)
+	}
+	if len(x.handoffs) > 0 {
+		share = float64(len(x.toOther)) / float64(len(x.handoffs))
+	}
+	return name, share
 }
 
 // sliceCells are the cells of a row of runSlices' results that every table

@@ -192,12 +192,22 @@ type coordResult struct {
 	p1Run   bool
 	p1Floor []*redlockFloorResult // RedLock: against its raw floor
 
+	// etcd and ZooKeeper: P1 again with one goroutine (p1One), and the
+	// handoff with handoffContenders contenders (h).
+	p1One    []*p1Result
+	p1OneErr error
+
 	p3      []*p3Result
 	p3Impls []coordImpl
 	p3Reqs  []reqs   // requests of the runs, warm-ups included
 	p3Nodes [][]reqs // the same, per server
 	p3Err   error
 	p3Run   bool
+
+	h      []*p3Result
+	hImpls []coordImpl
+	hReqs  []reqs
+	hErr   error
 
 	p4    []*coordHoldResult
 	p4Err error
@@ -334,7 +344,7 @@ func (r *coordReport) failures() []string {
 			out = append(out, e.title+": "+e.err.Error())
 			continue
 		}
-		for _, err := range []error{res.p1Err, res.p3Err, res.p4Err} {
+		for _, err := range []error{res.p1Err, res.p1OneErr, res.p3Err, res.hErr, res.p4Err} {
 			if err != nil {
 				out = append(out, err.Error())
 			}
@@ -392,6 +402,11 @@ func (r *coordReport) runP1(ctx context.Context, res *coordResult) {
 		res.p1Reqs = append(res.p1Reqs, sumReqs(cs[i].snapshot()))
 		res.p1Pairs = append(res.p1Pairs, pairs[i].Load())
 	}
+	if e.kind == kindEtcd || e.kind == kindZK {
+		// Most cron jobs are one goroutine: the same again with one.
+		res.p1One, res.p1OneErr = runSlices(ctx, label+" 1 goroutine", names, opens, e.cpu,
+			fmt.Sprintf("lockbench-%s-p1one-%d-", e.kind, time.Now().UnixNano()), 1, p.warmup, slice, cycles)
+	}
 }
 
 // --- P3 ----------------------------------------------------------------
@@ -402,15 +417,41 @@ func (r *coordReport) runP1(ctx context.Context, res *coordResult) {
 // every attempt and wake-up call.
 func (r *coordReport) runP3(ctx context.Context, res *coordResult) {
 	e := res.env
-	impls := coordImpls(e.kind)
-	res.p3Impls = impls
+	res.p3Impls = blockingImpls(e.kind)
+	res.p3, res.p3Reqs, res.p3Nodes, res.p3Err = r.handoffRounds(ctx, e, res.p3Impls, "P3", r.params.goroutines)
+	if res.p3Err == nil && (e.kind == kindEtcd || e.kind == kindZK) {
+		res.hImpls = res.p3Impls
+		res.h, res.hReqs, _, res.hErr = r.handoffRounds(ctx, e, res.hImpls, "handoff", handoffContenders)
+	}
+}
+
+// handoffContenders is the number of contenders of the handoff row of etcd
+// and ZooKeeper (issue 16): each with clients of its own, on one key.
+const handoffContenders = 8
+
+// blockingImpls are the implementations of the store that can wait for a
+// lock (the raw floors cannot).
+func blockingImpls(k coordKind) []coordImpl {
+	var out []coordImpl
+	for _, im := range coordImpls(k) {
+		if im.p3 != nil {
+			out = append(out, im)
+		}
+	}
+	return out
+}
+
+// handoffRounds runs impls' blocking obtains on one key with n
+// contenders, in rounds (odd rounds in reverse order), and pools the
+// samples, as P3 does.
+func (r *coordReport) handoffRounds(ctx context.Context, e *coordEnv, impls []coordImpl, label string, n int) ([]*p3Result, []reqs, [][]reqs, error) {
 	p := r.params
-	res.p3 = make([]*p3Result, len(impls))
-	res.p3Reqs = make([]reqs, len(impls))
-	res.p3Nodes = make([][]reqs, len(impls))
+	out := make([]*p3Result, len(impls))
+	used := make([]reqs, len(impls))
+	nodes := make([][]reqs, len(impls))
 	for i, im := range impls {
-		res.p3Nodes[i] = make([]reqs, len(e.srvs))
-		res.p3[i] = &p3Result{name: im.name, note: im.p3Note}
+		nodes[i] = make([]reqs, len(e.srvs))
+		out[i] = &p3Result{name: im.name, note: im.p3Note}
 	}
 	d := p.duration / time.Duration(p.p3Rounds)
 	for round := range p.p3Rounds {
@@ -420,14 +461,13 @@ func (r *coordReport) runP3(ctx context.Context, res *coordResult) {
 				i = len(impls) - 1 - j
 			}
 			im := impls[i]
-			key := fmt.Sprintf("lockbench-%s-p3-%d-%d-%d", e.kind, i, round, time.Now().UnixNano())
+			key := fmt.Sprintf("lockbench-%s-%s%d-%d-%d-%d", e.kind, label, n, i, round, time.Now().UnixNano())
 			cs := newCounters(len(e.srvs))
-			fs, closeAll, err := im.p3(ctx, e, key, p.goroutines, cs)
+			fs, closeAll, err := im.p3(ctx, e, key, n, cs)
 			if err != nil {
-				res.p3Err = fmt.Errorf("P3-%s %s: %w", e.kind, im.name, err)
-				return
+				return nil, nil, nil, fmt.Errorf("%s-%s %s: %w", label, e.kind, im.name, err)
 			}
-			x := res.p3[i]
+			x := out[i]
 			if x.perG == nil {
 				x.perG = make([]int, len(fs))
 			}
@@ -435,20 +475,20 @@ func (r *coordReport) runP3(ctx context.Context, res *coordResult) {
 			c0 := cs.snapshot()
 			overlap := measureHandoffs(ctx, fs, x, p.warmup, d)
 			perNode := subReqs(cs.snapshot(), c0)
-			used := sumReqs(perNode)
-			x.calls += used.total
-			res.p3Reqs[i] = res.p3Reqs[i].add(used)
-			for k, u := range perNode {
-				res.p3Nodes[i][k] = res.p3Nodes[i][k].add(u)
+			u := sumReqs(perNode)
+			x.calls += u.total
+			used[i] = used[i].add(u)
+			for k, n := range perNode {
+				nodes[i][k] = nodes[i][k].add(n)
 			}
 			closeAll()
 			if overlap > 0 {
-				res.p3Err = fmt.Errorf("P3-%s %s: %d times two goroutines held the lock at once", e.kind, im.name, overlap)
-				return
+				return nil, nil, nil, fmt.Errorf("%s-%s %s: %d times two goroutines held the lock at once", label, e.kind, im.name, overlap)
 			}
-			progress("P3-%s round %d %-32s %6d handoffs, p50 %v", e.kind, round+1, im.name, len(x.handoffs)-before, percentile(x.handoffs[before:], 0.50))
+			progress("%s-%s round %d %-32s %6d handoffs, p50 %v", label, e.kind, round+1, im.name, len(x.handoffs)-before, percentile(x.handoffs[before:], 0.50))
 		}
 	}
+	return out, used, nodes, nil
 }
 
 // --- P4 ----------------------------------------------------------------

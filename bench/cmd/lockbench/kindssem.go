@@ -60,7 +60,7 @@ var semEtcdImpls = []semImpl{
 		"one concurrency.Session (TTL 10 s) shared by the goroutines; acquire: one Txn that puts a key of the session's lease under the semaphore's prefix and counts the prefix (the keys created before it: the Txn's own revision orders them); fewer than N before it: held; else it watches the prefix from its revision for deletes (WithPrevKV) and counts down those of keys created before it until fewer than N remain; release: Delete",
 		openSemEtcdRecipe},
 	{"tasklock", coordTasklock,
-		"Semaphore(key, N).Acquire + Lock.Release (TTL 10 s, renewal on), one Locker over etcdstore.New(client, SessionTTL 10 s) shared by the goroutines: waiters queue in the Locker, woken by its Releases and by an etcd watch",
+		"Semaphore(key, N).Acquire + Lock.Release (TTL 10 s, renewal on), one Locker over etcdstore.New(client, SessionTTL 11 s, the default) shared by the goroutines: waiters queue in the Locker, woken by its Releases and by an etcd watch",
 		openSemTasklockEtcd},
 }
 

@@ -39,7 +39,7 @@
 // etcd: the path is the key prefix (etcd://h/app is /app/; default
 // /tasklock/), the user and password are etcd's own authentication, and the
 // parameters are session_ttl (etcdstore.Options.SessionTTL, whole seconds,
-// default 10s: no lock TTL may exceed it) and dial_timeout (how long Open
+// default 11s: no lock TTL may exceed it) and dial_timeout (how long Open
 // waits for the cluster to answer, default 5s). etcds:// also takes
 // tls_ca_file, and tls_cert_file with tls_key_file for a client certificate.
 //
