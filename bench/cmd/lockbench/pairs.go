@@ -95,19 +95,25 @@ func median(vs []float64) float64 {
 }
 
 // runP1 measures Obtain+Release pairs/s with cfg.p1Goroutines goroutines on
-// distinct keys. Every contender is measured for cfg.rounds × p1Duration in
-// all, in slices of p1Slice; the contenders take turns slice by slice, in
-// reverse order every other cycle, so that none always goes first.
+// distinct keys (runTurns).
 func runP1(ctx context.Context, srv *server, cfg config) ([]*p1Result, error) {
+	return runTurns(ctx, srv, cfg, "P1", "lockbench:p1:", cfg.p1Goroutines, contenders)
+}
+
+// runTurns measures each of cs with n goroutines on distinct keys. Every
+// contender is measured for cfg.rounds × p1Duration in all, in slices of
+// p1Slice; the contenders take turns slice by slice, in reverse order every
+// other cycle, so that none always goes first.
+func runTurns(ctx context.Context, srv *server, cfg config, label, prefix string, n int, cs []contender) ([]*p1Result, error) {
 	slice := min(p1Slice, cfg.p1Duration)
 	cycles := int((time.Duration(cfg.rounds)*cfg.p1Duration + slice - 1) / slice)
-	names := make([]string, len(contenders))
-	opens := make([]func() (*instance, error), len(contenders))
-	for i, c := range contenders {
+	names := make([]string, len(cs))
+	opens := make([]func() (*instance, error), len(cs))
+	for i, c := range cs {
 		names[i] = c.name
 		opens[i] = func() (*instance, error) { return c.open(ctx, srv.addr) }
 	}
-	return runSlices(ctx, "P1", names, opens, srv.cpu, "lockbench:p1:", cfg.p1Goroutines, cfg.warmup, slice, cycles)
+	return runSlices(ctx, label, names, opens, srv.cpu, prefix, n, cfg.warmup, slice, cycles)
 }
 
 // runSlices opens every contender, then runs cycles cycles in which each
