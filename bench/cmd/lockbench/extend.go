@@ -176,18 +176,8 @@ func runExtend(ctx context.Context, srv *server, cfg config) (*extendResult, err
 	if res.many, err = runTurns(ctx, srv, cfg, fmt.Sprintf("Extend ×%d", extendGoroutines), "lockbench:x64:", extendGoroutines, extenders); err != nil {
 		return nil, err
 	}
-	for i, c := range extenders {
-		inst, err := c.open(ctx, srv.addr)
-		if err != nil {
-			return nil, fmt.Errorf("Extend %s: %w", c.name, err)
-		}
-		allocs, bytes, err := allocsPerPair(ctx, inst.pair(fmt.Sprintf("lockbench:xa:%d", i)), cfg.p2Pairs)
-		inst.close()
-		if err != nil {
-			return nil, fmt.Errorf("Extend %s: %w", c.name, err)
-		}
-		res.allocs = append(res.allocs, p2Result{name: c.name, allocs: allocs, bytes: bytes})
-		progress("Extend %-14s %6.1f allocs/extend %8.0f B/extend", c.name, allocs, bytes)
+	if res.allocs, err = countAllocs(ctx, srv.addr, "Extend", "lockbench:xa:", "extend", extenders, cfg.p2Pairs); err != nil {
+		return nil, err
 	}
 	return res, nil
 }

@@ -256,20 +256,26 @@ type p2Result struct {
 // one goroutine with GOMAXPROCS=1, as testing.AllocsPerRun does, after a
 // warm-up of n/10 pairs.
 func runP2(ctx context.Context, addr string, n int) ([]p2Result, error) {
+	return countAllocs(ctx, addr, "P2", "lockbench:p2:", "pair", contenders, n)
+}
+
+// countAllocs counts each of cs's allocations per call of its pair
+// function (a unit such as "pair") as runP2 describes.
+func countAllocs(ctx context.Context, addr, label, prefix, unit string, cs []contender, n int) ([]p2Result, error) {
 	var res []p2Result
-	for i, c := range contenders {
+	for i, c := range cs {
 		inst, err := c.open(ctx, addr)
 		if err != nil {
-			return nil, fmt.Errorf("P2 %s: %w", c.name, err)
+			return nil, fmt.Errorf("lockbench: %s %s: %w", label, c.name, err)
 		}
-		pair := inst.pair(fmt.Sprintf("lockbench:p2:%d", i))
+		pair := inst.pair(fmt.Sprintf("%s%d", prefix, i))
 		allocs, bytes, err := allocsPerPair(ctx, pair, n)
 		inst.close()
 		if err != nil {
-			return nil, fmt.Errorf("P2 %s: %w", c.name, err)
+			return nil, fmt.Errorf("lockbench: %s %s: %w", label, c.name, err)
 		}
 		res = append(res, p2Result{name: c.name, allocs: allocs, bytes: bytes})
-		progress("P2 %-14s %6.1f allocs/pair %8.0f B/pair", c.name, allocs, bytes)
+		progress("%s %-14s %6.1f allocs/%s %8.0f B/%s", label, c.name, allocs, unit, bytes, unit)
 	}
 	return res, nil
 }
