@@ -15,11 +15,7 @@ import (
 // memstore's, and the core's share is what a change to the root package
 // moves.
 func BenchmarkObtainRelease(b *testing.B) {
-	lk, err := New(memstore.New(nil), nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer lk.Close()
+	lk := memLocker(b)
 	ctx := context.Background()
 	b.Run("serial", func(b *testing.B) {
 		b.ReportAllocs()
@@ -55,11 +51,7 @@ func BenchmarkObtainRelease(b *testing.B) {
 // memstore, alone (serial) and with other goroutines extending theirs
 // (parallel, group-committed).
 func BenchmarkExtend(b *testing.B) {
-	lk, err := New(memstore.New(nil), nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer lk.Close()
+	lk := memLocker(b)
 	ctx := context.Background()
 	b.Run("serial", func(b *testing.B) {
 		l, err := lk.Obtain(ctx, "bench-extend", nil)
@@ -92,4 +84,14 @@ func BenchmarkExtend(b *testing.B) {
 			}
 		})
 	})
+}
+
+// memLocker returns a Locker on a fresh memstore, closed when b ends.
+func memLocker(b *testing.B) *Locker {
+	lk, err := New(memstore.New(nil), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = lk.Close() })
+	return lk
 }
