@@ -30,6 +30,9 @@ type door struct {
 	// for other stores, and for a Batcher that cannot batch.
 	acquires *groupCommit[driver.AcquireParams, driver.AcquireResult]
 	releases *groupCommit[driver.ReleaseParams, error]
+	// extends group-commits the renewals Extend asks for, for every
+	// store: a Renew carries many leases by contract.
+	extends *groupCommit[driver.RenewParams, error]
 	// batchKinds: the batches also carry read-write locks and semaphores
 	// (driver.KindBatcher); otherwise those calls go alone.
 	batchKinds bool
@@ -48,6 +51,13 @@ func newDoor(store driver.Store, clock Clock, log *slog.Logger) *door {
 	dr.notifier, _ = store.(driver.Notifier)
 	dr.fair, _ = store.(driver.FairQueuer)
 	dr.kinder, _ = store.(driver.Kinder)
+	dr.extends = &groupCommit[driver.RenewParams, error]{
+		one:  dr.renewOne,
+		many: dr.renew,
+		max:  maxBatch,
+		fail: func(err error) error { return err },
+		undo: func(driver.RenewParams, error) {},
+	}
 	b, ok := store.(driver.Batcher)
 	if !ok {
 		return dr
@@ -133,8 +143,14 @@ func (dr *door) renew(ctx context.Context, ps []driver.RenewParams) ([]error, er
 	return res, err
 }
 
-// renewOne renews the single lease p: the call that starts the lease of a
-// granted queue entry.
+// extend renews the single lease p for Extend, group-committed with the
+// other Extend calls under way.
+func (dr *door) extend(ctx context.Context, p driver.RenewParams) error {
+	return dr.extends.do(ctx, p)
+}
+
+// renewOne renews the single lease p alone: the call that starts the lease
+// of a granted queue entry, and an Extend's when the store is idle.
 func (dr *door) renewOne(ctx context.Context, p driver.RenewParams) error {
 	res, err := dr.renew(ctx, []driver.RenewParams{p})
 	if err != nil {

@@ -33,6 +33,7 @@ type engine struct {
 	mu     sync.Mutex
 	heap   lockHeap
 	closed bool
+	wakeAt time.Time // when the goroutine wakes unless poked; zero before it first looks at the heap
 
 	wake    chan struct{} // capacity 1: "the heap changed"
 	quit    chan struct{}
@@ -81,9 +82,12 @@ func (e *engine) add(l *Lock, ttl time.Duration, sentAt time.Time, final bool) b
 	l.state.idx = -1
 	e.leaseStarted(l, sentAt, ttl, final)
 	e.schedule(l)
-	first := l.state.idx == 0
+	// The goroutine wakes by wakeAt anyway, and then sleeps until the
+	// heap's first event: waking it now is needed (and costs a thread's
+	// wake-up) only when l is due earlier.
+	wake := l.state.dueAt.Before(e.wakeAt)
 	e.mu.Unlock()
-	if first {
+	if wake {
 		e.poke()
 	}
 	return true
@@ -166,7 +170,15 @@ func (e *engine) end(l *Lock, cause error) {
 func (e *engine) lose(l *Lock, cause error, p *pending) {
 	e.end(l, cause)
 	p.lost = append(p.lost, l)
-	p.events = append(p.events, Event{Type: EventLost, Key: l.key, Owner: l.owner, Mode: l.mode, Fence: l.fence, Err: cause})
+	e.note(p, Event{Type: EventLost, Key: l.key, Owner: l.owner, Mode: l.mode, Fence: l.fence, Err: cause})
+}
+
+// note records ev for flush to emit, unless nobody listens. Callers hold
+// e.mu.
+func (e *engine) note(p *pending, ev Event) {
+	if e.lk.onEvent != nil {
+		p.events = append(p.events, ev)
+	}
 }
 
 func (e *engine) flush(p *pending) {
@@ -234,6 +246,7 @@ func (e *engine) step() time.Duration {
 	if len(e.heap) > 0 {
 		sleep = max(e.heap[0].state.dueAt.Sub(now), 0)
 	}
+	e.wakeAt = now.Add(sleep)
 	if len(batch) > 0 {
 		e.calls.Add(1)
 	}
@@ -316,7 +329,7 @@ func (e *engine) renewCall(batch []renewItem, sentAt time.Time) {
 	ps := make([]driver.RenewParams, len(batch))
 	longest := time.Duration(0)
 	for i, it := range batch {
-		ps[i] = driver.RenewParams{Key: it.l.key, Token: it.l.token, TTL: it.ttl, Mode: it.l.mode}
+		ps[i] = it.params()
 		longest = max(longest, it.ttl)
 	}
 	ctx, cancel := context.WithTimeout(e.ctx, longest)
@@ -327,47 +340,11 @@ func (e *engine) renewCall(batch []renewItem, sentAt time.Time) {
 	e.mu.Lock()
 	now := e.clock.Now()
 	for i, it := range batch {
-		l := it.l
-		if l.state.ended {
-			continue
-		}
-		l.state.inFlight = false
 		r := err
 		if r == nil {
 			r = res[i]
 		}
-		switch {
-		case r == nil:
-			e.leaseStarted(l, sentAt, it.ttl, it.final)
-			l.state.attempts = 0
-			if x := l.state.x; x != nil {
-				x.lastErr = nil
-				for _, ch := range x.sentExtends {
-					ch <- nil
-				}
-				x.sentExtends = nil
-			}
-			p.events = append(p.events, Event{Type: EventRenewed, Key: l.key, Owner: l.owner, Mode: l.mode, Fence: l.fence})
-		case errors.Is(r, driver.ErrNotHeld):
-			e.lose(l, fmt.Errorf("%w: the store no longer has this lease", ErrLockLost), &p)
-			continue
-		case errors.Is(r, driver.ErrUnsupported):
-			// Retrying cannot help (e.g. Extend past what the store keeps).
-			e.lose(l, fmt.Errorf("%w: the store refused the renewal: %w", ErrLockLost, r), &p)
-			continue
-		default:
-			l.state.attempts++
-			x := e.extra(l)
-			x.lastErr = r
-			l.state.renewAt = now.Add(retryDelay(l.state.attempts, it.ttl))
-			x.extends = append(x.sentExtends, x.extends...)
-			x.sentExtends = nil
-			p.events = append(p.events, Event{Type: EventRenewFailed, Key: l.key, Owner: l.owner, Mode: l.mode, Fence: l.fence, Err: r})
-		}
-		if x := l.state.x; x != nil && len(x.extends) > 0 && (l.state.renewAt.IsZero() || l.state.renewAt.After(now)) && l.state.attempts == 0 {
-			l.state.renewAt = now // an Extend arrived while this renewal was under way
-		}
-		e.schedule(l)
+		e.renewed(it, sentAt, now, r, &p)
 	}
 	e.mu.Unlock()
 	e.poke()
@@ -375,6 +352,55 @@ func (e *engine) renewCall(batch []renewItem, sentAt time.Time) {
 		e.lk.log.Debug("tasklock: renewal failed, will retry", "leases", len(batch), "err", err)
 	}
 	e.flush(&p)
+}
+
+// params is the store's renewal request for it.
+func (it renewItem) params() driver.RenewParams {
+	return driver.RenewParams{Key: it.l.key, Token: it.l.token, TTL: it.ttl, Mode: it.l.mode}
+}
+
+// renewed applies r, the store's answer at now to the renewal it of a
+// request sent at sentAt: a new lease, the loss of the lock, or a retry
+// planned. Pending Extend calls learn the outcome, and l is rescheduled.
+// Callers hold e.mu.
+func (e *engine) renewed(it renewItem, sentAt, now time.Time, r error, p *pending) {
+	l := it.l
+	if l.state.ended {
+		return
+	}
+	l.state.inFlight = false
+	switch {
+	case r == nil:
+		e.leaseStarted(l, sentAt, it.ttl, it.final)
+		l.state.attempts = 0
+		if x := l.state.x; x != nil {
+			x.lastErr = nil
+			for _, ch := range x.sentExtends {
+				ch <- nil
+			}
+			x.sentExtends = nil
+		}
+		e.note(p, Event{Type: EventRenewed, Key: l.key, Owner: l.owner, Mode: l.mode, Fence: l.fence})
+	case errors.Is(r, driver.ErrNotHeld):
+		e.lose(l, fmt.Errorf("%w: the store no longer has this lease", ErrLockLost), p)
+		return
+	case errors.Is(r, driver.ErrUnsupported):
+		// Retrying cannot help (e.g. Extend past what the store keeps).
+		e.lose(l, fmt.Errorf("%w: the store refused the renewal: %w", ErrLockLost, r), p)
+		return
+	default:
+		l.state.attempts++
+		x := e.extra(l)
+		x.lastErr = r
+		l.state.renewAt = now.Add(retryDelay(l.state.attempts, it.ttl))
+		x.extends = append(x.sentExtends, x.extends...)
+		x.sentExtends = nil
+		e.note(p, Event{Type: EventRenewFailed, Key: l.key, Owner: l.owner, Mode: l.mode, Fence: l.fence, Err: r})
+	}
+	if x := l.state.x; x != nil && len(x.extends) > 0 && (l.state.renewAt.IsZero() || l.state.renewAt.After(now)) && l.state.attempts == 0 {
+		l.state.renewAt = now // an Extend arrived while this renewal was under way
+	}
+	e.schedule(l)
 }
 
 // close ends every lock with ErrClosed, stops the goroutine and waits for
@@ -430,30 +456,80 @@ func (e *engine) cause(l *Lock) error {
 	return l.state.cause
 }
 
-// extend makes d the lease length of l's renewals and asks for a renewal
-// now (or right after the one under way). The renewal's outcome comes on
-// the returned channel; the error is Extend's when l has ended already.
-// A nested handle extends its outer hold's lease.
-func (e *engine) extend(l *Lock, d time.Duration) (<-chan error, error) {
-	answer := make(chan error, 1)
+// extend makes d the lease length of l's renewals and renews l now, or
+// right after the renewal under way, and returns the outcome: nil when
+// renewed, Extend's error otherwise. A nested handle extends its outer
+// hold's lease.
+//
+// The renewal is made on the caller's goroutine, through the door's group
+// commit: alone when the store is idle, with the other Extend calls under
+// way otherwise. When ctx ends first, the engine makes the renewal itself,
+// as a renewal that failed.
+func (e *engine) extend(ctx context.Context, l *Lock, d time.Duration) error {
 	e.mu.Lock()
 	if l.state.ended {
 		cause := l.state.cause
 		e.mu.Unlock()
-		return nil, notHeld(cause)
+		return notHeld(cause)
 	}
 	l = l.lease() // not ended: a nested handle ends with its outer hold
 	l.state.ttl = d
+	if l.state.inFlight {
+		answer := e.awaitRenewal(l, true)
+		e.mu.Unlock()
+		e.poke()
+		return l.answer(ctx, answer)
+	}
+	l.state.attempts = 0
+	sentAt := e.clock.Now()
+	it, ok := e.startRenewal(l, sentAt)
+	e.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("tasklock: extend %q: %w", l.key, ErrMaxHold)
+	}
+	r := e.door.extend(ctx, it.params())
+
+	var p pending
+	var answer <-chan error
+	var err error
+	e.mu.Lock()
+	e.renewed(it, sentAt, e.clock.Now(), r, &p)
+	switch {
+	case l.state.ended:
+		err = notHeld(l.state.cause)
+	case r != nil && ctx.Err() != nil:
+		err = fmt.Errorf("tasklock: extend %q: %w", l.key, ctx.Err())
+	case r != nil:
+		// Unknown outcome: wait for the engine's retry, as the Extend calls
+		// that arrive during a renewal do.
+		answer = e.awaitRenewal(l, false)
+	}
+	wake := r != nil || l.state.dueAt.Before(e.wakeAt)
+	e.mu.Unlock()
+	if wake {
+		e.poke()
+	}
+	e.flush(&p)
+	if answer != nil {
+		return l.answer(ctx, answer)
+	}
+	return err
+}
+
+// awaitRenewal returns the channel that will carry the outcome of l's next
+// renewal, which the engine makes once the one under way, if any, has
+// ended: at once when now is set, else when planned. Callers hold e.mu,
+// and poke the engine.
+func (e *engine) awaitRenewal(l *Lock, now bool) <-chan error {
+	answer := make(chan error, 1)
 	x := e.extra(l)
 	x.extends = append(x.extends, answer)
-	if !l.state.inFlight {
+	if now && !l.state.inFlight {
 		l.state.renewAt = e.clock.Now()
 		l.state.attempts = 0
 		e.schedule(l)
 	}
-	e.mu.Unlock()
-	e.poke()
-	return answer, nil
+	return answer
 }
 
 // release ends l with ErrReleased unless it has ended already. It reports

@@ -149,7 +149,9 @@ func (l *Lock) Heartbeat() {
 // Extend asks the store to make the lease last d from now, and makes d the
 // lease length of later automatic renewals. It never extends past MaxHold.
 // It returns ErrNotHeld (with the cause) when the lock has ended or the
-// store no longer has the lease; ctx bounds only the wait for the answer.
+// store no longer has the lease. ctx bounds the call: when it ends first,
+// Extend returns its error, and the Locker's engine renews the lease with
+// the new length itself.
 //
 // On a nested handle, Extend extends the outer hold's lease, which the
 // handle shares, and returns ErrNotHeld once the handle has ended.
@@ -160,10 +162,12 @@ func (l *Lock) Extend(ctx context.Context, d time.Duration) error {
 	if d > MaxTTL {
 		return badOption("Extend duration", "%v is above the maximum %v", d, MaxTTL)
 	}
-	answer, err := l.lk.eng.extend(l, d)
-	if err != nil {
-		return err
-	}
+	return l.lk.eng.extend(ctx, l, d)
+}
+
+// answer waits for the outcome of a renewal an Extend of l asked for, or
+// for ctx to end.
+func (l *Lock) answer(ctx context.Context, answer <-chan error) error {
 	select {
 	case err := <-answer:
 		return err

@@ -140,8 +140,8 @@ func (s *Store) ReleaseBatch(ctx context.Context, ps []driver.ReleaseParams) ([]
 	return errs, nil
 }
 
-// callReplies returns the per-item replies of a call of acquire.lua or
-// release.lua: the script returns a lone item's reply as it is, and the
+// callReplies returns the per-item replies of a call of acquire.lua,
+// release.lua or renew.lua: the script returns a lone item's reply as it is, and the
 // replies of several as an array.
 func callReplies(c *scriptCall) ([]any, error) {
 	r, err := c.cmd.Result()

@@ -301,7 +301,9 @@ func (s *Store) acquireArgs(p driver.AcquireParams) (args []any, lk string, err 
 		return nil, "", err
 	}
 	lk, fk := s.lockKeys(p.Key)
-	return []any{"evalsha", acquireScript.sha, 2, lk, fk, p.Token, millis(p.TTL), p.Owner}, lk, nil
+	c := new(oneCall)
+	c.args = [8]any{"evalsha", acquireScript.sha, 2, c.str(0, lk), c.str(1, fk), c.str(2, p.Token), c.int(millis(p.TTL)), c.str(3, p.Owner)}
+	return c.args[:], lk, nil
 }
 
 // checkAcquire rejects what acquire.lua cannot store.
@@ -454,17 +456,22 @@ func (s *Store) Release(ctx context.Context, p driver.ReleaseParams) error {
 
 // releaseArgs returns the EVALSHA arguments of release.lua for p.
 func (s *Store) releaseArgs(p driver.ReleaseParams) []any {
-	args := append(make([]any, 0, 8), "evalsha", releaseScript.sha, 1, s.lockKey(p.Key))
-	return s.appendReleaseArgv(args, p)
+	c := new(oneCall)
+	c.args = [8]any{"evalsha", releaseScript.sha, 1, c.str(0, s.lockKey(p.Key)), c.str(1, p.Token), c.int(keepMillis(p)), s.channelArg, c.str(2, p.Key)}
+	return c.args[:]
 }
 
 // appendReleaseArgv appends release.lua's ARGV for p to args.
 func (s *Store) appendReleaseArgv(args []any, p driver.ReleaseParams) []any {
-	var keep int64
+	return append(args, p.Token, keepMillis(p), s.channelArg, p.Key)
+}
+
+// keepMillis is release.lua's KeepFor argument for p: 0 to delete.
+func keepMillis(p driver.ReleaseParams) int64 {
 	if p.KeepFor > 0 {
-		keep = millis(p.KeepFor)
+		return millis(p.KeepFor)
 	}
-	return append(args, p.Token, keep, s.channelArg, p.Key)
+	return 0
 }
 
 // releaseReply turns release.lua's reply for key into Release's error.
@@ -514,6 +521,9 @@ func (s *Store) Renew(ctx context.Context, ps []driver.RenewParams) ([]error, er
 			return nil, fmt.Errorf("redisstore: renew %q: %w", p.Key, err)
 		}
 	}
+	if len(ps) == 1 && ps[0].Mode == driver.ModeMutex {
+		return s.renewMutex(ctx, ps[0])
+	}
 	calls := s.groupCalls(renewScript, len(ps), func(i int) string { return s.lockKey(ps[i].Key) })
 	for _, c := range calls {
 		// The mutexes first, then the other holds: renew.lua's layout.
@@ -546,18 +556,32 @@ func (s *Store) Renew(ctx context.Context, ps []driver.RenewParams) ([]error, er
 	}
 	out := make([]error, len(ps))
 	for _, c := range calls {
-		res, err := c.cmd.Int64Slice()
+		replies, err := callReplies(c)
 		if err != nil {
 			return nil, fmt.Errorf("redisstore: renew %d leases: %w", len(ps), err)
 		}
-		if len(res) != len(c.idx) {
-			return nil, fmt.Errorf("redisstore: renew %d leases: %d results for %d keys", len(ps), len(res), len(c.idx))
-		}
-		for j, n := range res {
-			if n != 1 {
+		for j, r := range replies {
+			if n, _ := r.(int64); n != 1 {
 				out[c.idx[j]] = driver.ErrNotHeld
 			}
 		}
 	}
 	return out, nil
+}
+
+// renewMutex is Renew of the one mutex lease p, as an Extend of a lone lock
+// sends it: a command of its own, not in a pipeline, and of release.lua,
+// whose KeepFor is exactly a mutex's renewal (PEXPIRE when the token holds
+// the key), without the prelude (kinds.lua) that renew.lua carries for the
+// other kinds.
+func (s *Store) renewMutex(ctx context.Context, p driver.RenewParams) ([]error, error) {
+	args := s.releaseArgs(driver.ReleaseParams{Key: p.Key, Token: p.Token, KeepFor: p.TTL})
+	n, err := releaseScript.run(ctx, s.client, args).Int64()
+	if err != nil {
+		return nil, fmt.Errorf("redisstore: renew %q: %w", p.Key, err)
+	}
+	if n != 1 {
+		return []error{driver.ErrNotHeld}, nil
+	}
+	return []error{nil}, nil
 }

@@ -11,8 +11,16 @@
 --   ARGV[2m+4j-1..2m+4j+2] token, new TTL in ms, mode ('r', 'w' or 'p'),
 --                          the user's key
 --
--- Returns one integer per lease, in that order: 1 renewed, 0 not held by
--- that token.
+-- A lease's result is 1 when renewed, 0 when not held by that token. With
+-- one lease the script returns its result; with more, the array of them, in
+-- that order.
+local function results(out)
+  if #out == 1 then
+    return out[1]
+  end
+  return out
+end
+
 local m = tonumber(ARGV[1])
 local out = {}
 for i = 1, m do
@@ -27,7 +35,7 @@ for i = 1, m do
   end
 end
 if #KEYS == m then
-  return out
+  return results(out)
 end
 local now = nowMs()
 -- Prune and settle each key once, however many of its holds are renewed.
@@ -49,4 +57,4 @@ for _, k in ipairs(order) do
     redis.call('PUBLISH', ARGV[2], k.user)
   end
 end
-return out
+return results(out)

@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"unsafe"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -87,4 +88,37 @@ func (s *Store) groupCalls(script *luaScript, n int, key func(i int) string) []*
 		bySlot[sl] = add(bySlot[sl], i)
 	}
 	return calls
+}
+
+// oneCall holds the arguments of one lone script call (acquire.lua or
+// release.lua for one item) together with the values they hold, in one
+// allocation, where putting each string or large integer in an []any would
+// be an allocation of its own.
+type oneCall struct {
+	args [8]any
+	strs [4]string
+	num  int64
+}
+
+// str stores v as the i-th string and returns it as an argument.
+func (c *oneCall) str(i int, v string) any {
+	c.strs[i] = v
+	return inPlace(any(""), unsafe.Pointer(&c.strs[i]))
+}
+
+// int stores v as the call's integer and returns it as an argument.
+func (c *oneCall) int(v int64) any {
+	c.num = v
+	return inPlace(any(int64(0)), unsafe.Pointer(&c.num))
+}
+
+// inPlace returns an interface of zero's dynamic type whose value is the
+// one at p, which must be of that type and never change afterwards. It is
+// what converting *p to an interface does, save the allocation and the
+// copy: an interface holding a string or an int64 is a pointer to the type
+// and a pointer to the value. Hooks and the Cluster client, which reads a
+// command's key from its arguments, see an ordinary string or int64.
+func inPlace(zero any, p unsafe.Pointer) any {
+	(*[2]unsafe.Pointer)(unsafe.Pointer(&zero))[1] = p
+	return zero
 }

@@ -6,7 +6,10 @@
 // Markdown report with the targets of DESIGN.md ("Performance targets"):
 //
 //	P1  64 goroutines, distinct keys: Obtain+Release pairs/s
+//	P1-1  one goroutine's Obtain+Release pairs/s (extend.go)
 //	P2  allocations per Obtain+Release pair
+//	Extend  extends/s of held locks at 1 and 64 goroutines, and
+//	    allocations per extend (extend.go)
 //	P3  16 goroutines on one key, blocking obtain → release: acquisitions/s
 //	    and release → next holder handoff latency
 //	P4  10,000 locks kept alive: store round trips per renewal cycle,
@@ -82,7 +85,7 @@ func (c config) runs(id string) bool { return len(c.only) == 0 || c.only[id] }
 func (c config) runsStore(k storeKind) bool { return len(c.stores) == 0 || c.stores[k] }
 
 var (
-	redisIDs = []string{"P1", "P2", "P3", "P4"}
+	redisIDs = []string{"P1", "P1-1", "P2", "EXTEND", "P3", "P4"}
 	sqlIDs   = []string{"P1-SQL", "P3-SQL", "P4-SQL"}
 )
 
@@ -95,7 +98,7 @@ func parseOnly(only string, cfg *config) error {
 	for _, id := range strings.Split(only, ",") {
 		switch id = strings.ToUpper(strings.TrimSpace(id)); id {
 		case "":
-		case "P1", "P2", "P3", "P4", "P5", "P5-FEATURES", "P5-SHARD", "P1-SQL", "P3-SQL", "P4-SQL":
+		case "P1", "P1-1", "P2", "EXTEND", "P3", "P4", "P5", "P5-FEATURES", "P5-SHARD", "P1-SQL", "P3-SQL", "P4-SQL":
 			cfg.only[id] = true
 		case "REDIS":
 			for _, x := range redisIDs {
@@ -117,7 +120,7 @@ func parseOnly(only string, cfg *config) error {
 			cfg.stores[kindSQLite] = true
 		default:
 			if !addCoordOnly(cfg.only, id) && !addKindsOnly(cfg.only, id) && !addCurvesOnly(cfg.only, id) {
-				return fmt.Errorf("lockbench: -only: unknown measurement or store %q (P1, P2, P3, P4, P5, P5-features, P5-shard, P1-sql, P3-sql, P4-sql, redis, sql, postgres, mysql, sqlite, %s, %s, curves)", id, coordOnlyHelp, kindsOnlyHelp)
+				return fmt.Errorf("lockbench: -only: unknown measurement or store %q (P1, P1-1, P2, Extend, P3, P4, P5, P5-features, P5-shard, P1-sql, P3-sql, P4-sql, redis, sql, postgres, mysql, sqlite, %s, %s, curves)", id, coordOnlyHelp, kindsOnlyHelp)
 			}
 		}
 	}
@@ -149,7 +152,7 @@ func main() {
 	flag.IntVar(&cfg.rounds, "rounds", 3, "rounds of P1 and P3; the implementations take turns, in reverse order every other turn")
 	flag.DurationVar(&cfg.sqlDuration, "sqlduration", 3*time.Second, "measured time per implementation and SQL store in P1-sql (taken in slices of 0.5 s) and P3-sql (in two runs)")
 	flag.BoolVar(&cfg.quick, "quick", false, "short smoke run (about a minute): one round, P1 runs of 0.5 s and P3 runs of 0.8 s\n(unless -duration is given), 300 pairs for P2, no warm-up cycle in P4,\n1,000 jobs for 5 s in P5 (instead of 10,000 and 1,000 for 10 s),\n1,000 jobs in P5-features (instead of 10,000), 20 jobs of 32 shards in P5-shard (instead of 100);\nSQL: 0.5 s per implementation (unless -sqlduration is given), 200 locks of TTL 1.5 s in P4-sql")
-	flag.StringVar(&only, "only", "", "comma-separated measurements to run: P1, P2, P3, P4, P5, P5-features, P5-shard, P1-sql, P3-sql, P4-sql, or the groups redis and sql;\nSQL store names (postgres, mysql, sqlite) restrict the SQL measurements to those stores;\n"+coordOnlyHelp+";\n"+kindsOnlyHelp+";\ncurves: the scaling curves of P1 and P4, drawn into curves.svg (default all)")
+	flag.StringVar(&only, "only", "", "comma-separated measurements to run: P1, P1-1, P2, Extend, P3, P4, P5, P5-features, P5-shard, P1-sql, P3-sql, P4-sql, or the groups redis and sql;\nSQL store names (postgres, mysql, sqlite) restrict the SQL measurements to those stores;\n"+coordOnlyHelp+";\n"+kindsOnlyHelp+";\ncurves: the scaling curves of P1 and P4, drawn into curves.svg (default all)")
 	flag.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.StringVar(&memProfile, "memprofile", "", "record every allocation (MemProfileRate=1, which slows the run) and write an allocs profile to this file")
 	flag.StringVar(&heapProfile, "heapprofile", "", "write the live heap to this file in P4, while the locks are held\n(and to this file .postgres, .mysql, .sqlite in P4-sql, while tasklock holds them)")
@@ -304,6 +307,16 @@ func run(cfg config, cpuProfile, memProfile, heapProfile string) error {
 	}
 	if cfg.runs("P2") {
 		if rep.p2, err = runP2(ctx, srv.addr, cfg.p2Pairs); err != nil {
+			return err
+		}
+	}
+	if cfg.runs("P1-1") {
+		if rep.p1one, err = runP1One(ctx, srv, cfg); err != nil {
+			return err
+		}
+	}
+	if cfg.runs("EXTEND") {
+		if rep.extend, err = runExtend(ctx, srv, cfg); err != nil {
 			return err
 		}
 	}

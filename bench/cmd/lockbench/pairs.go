@@ -95,19 +95,25 @@ func median(vs []float64) float64 {
 }
 
 // runP1 measures Obtain+Release pairs/s with cfg.p1Goroutines goroutines on
-// distinct keys. Every contender is measured for cfg.rounds × p1Duration in
-// all, in slices of p1Slice; the contenders take turns slice by slice, in
-// reverse order every other cycle, so that none always goes first.
+// distinct keys (runTurns).
 func runP1(ctx context.Context, srv *server, cfg config) ([]*p1Result, error) {
+	return runTurns(ctx, srv, cfg, "P1", "lockbench:p1:", cfg.p1Goroutines, contenders)
+}
+
+// runTurns measures each of cs with n goroutines on distinct keys. Every
+// contender is measured for cfg.rounds × p1Duration in all, in slices of
+// p1Slice; the contenders take turns slice by slice, in reverse order every
+// other cycle, so that none always goes first.
+func runTurns(ctx context.Context, srv *server, cfg config, label, prefix string, n int, cs []contender) ([]*p1Result, error) {
 	slice := min(p1Slice, cfg.p1Duration)
 	cycles := int((time.Duration(cfg.rounds)*cfg.p1Duration + slice - 1) / slice)
-	names := make([]string, len(contenders))
-	opens := make([]func() (*instance, error), len(contenders))
-	for i, c := range contenders {
+	names := make([]string, len(cs))
+	opens := make([]func() (*instance, error), len(cs))
+	for i, c := range cs {
 		names[i] = c.name
 		opens[i] = func() (*instance, error) { return c.open(ctx, srv.addr) }
 	}
-	return runSlices(ctx, "P1", names, opens, srv.cpu, "lockbench:p1:", cfg.p1Goroutines, cfg.warmup, slice, cycles)
+	return runSlices(ctx, label, names, opens, srv.cpu, prefix, n, cfg.warmup, slice, cycles)
 }
 
 // runSlices opens every contender, then runs cycles cycles in which each
@@ -250,20 +256,26 @@ type p2Result struct {
 // one goroutine with GOMAXPROCS=1, as testing.AllocsPerRun does, after a
 // warm-up of n/10 pairs.
 func runP2(ctx context.Context, addr string, n int) ([]p2Result, error) {
+	return countAllocs(ctx, addr, "P2", "lockbench:p2:", "pair", contenders, n)
+}
+
+// countAllocs counts each of cs's allocations per call of its pair
+// function (a unit such as "pair") as runP2 describes.
+func countAllocs(ctx context.Context, addr, label, prefix, unit string, cs []contender, n int) ([]p2Result, error) {
 	var res []p2Result
-	for i, c := range contenders {
+	for i, c := range cs {
 		inst, err := c.open(ctx, addr)
 		if err != nil {
-			return nil, fmt.Errorf("P2 %s: %w", c.name, err)
+			return nil, fmt.Errorf("lockbench: %s %s: %w", label, c.name, err)
 		}
-		pair := inst.pair(fmt.Sprintf("lockbench:p2:%d", i))
+		pair := inst.pair(fmt.Sprintf("%s%d", prefix, i))
 		allocs, bytes, err := allocsPerPair(ctx, pair, n)
 		inst.close()
 		if err != nil {
-			return nil, fmt.Errorf("P2 %s: %w", c.name, err)
+			return nil, fmt.Errorf("lockbench: %s %s: %w", label, c.name, err)
 		}
 		res = append(res, p2Result{name: c.name, allocs: allocs, bytes: bytes})
-		progress("P2 %-14s %6.1f allocs/pair %8.0f B/pair", c.name, allocs, bytes)
+		progress("%s %-14s %6.1f allocs/%s %8.0f B/%s", label, c.name, allocs, unit, bytes, unit)
 	}
 	return res, nil
 }

@@ -30,12 +30,14 @@ type report struct {
 	started time.Time
 	elapsed time.Duration
 
-	p1  []*p1Result
-	p2  []p2Result
-	p3  []*p3Result
-	p4  *p4Result
-	p5  []*schedResult
-	p5x []*schedResult // P5-features, P5-shard
+	p1     []*p1Result
+	p2     []p2Result
+	p1one  []*p1Result   // P1 at 1 goroutine
+	extend *extendResult // Extend
+	p3     []*p3Result
+	p4     *p4Result
+	p5     []*schedResult
+	p5x    []*schedResult // P5-features, P5-shard
 
 	sqlEnvs []*sqlEnv
 	p1sql   []*sqlP1Result
@@ -126,7 +128,7 @@ func (r *report) write(w io.Writer) {
 		runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.GOMAXPROCS(0), strings.Join(servers, "; "))
 	mode := runMode(r.cfg.quick)
 	var parts []string
-	if r.p1 != nil || r.p3 != nil {
+	if r.p1 != nil || r.p3 != nil || r.p1one != nil || r.extend != nil {
 		parts = append(parts, fmt.Sprintf("P1 %v and P3 %d × %v per implementation", time.Duration(r.cfg.rounds)*r.cfg.p1Duration, r.cfg.rounds, r.cfg.p3Duration))
 	}
 	if r.p1sql != nil || r.p3sql != nil {
@@ -138,7 +140,9 @@ func (r *report) write(w io.Writer) {
 	}
 	p("%s: %stotal %v.%s", mode, turns, r.elapsed.Round(time.Second), r.load)
 	r.writeP1(p)
+	r.writeP1One(p)
 	r.writeP2(p)
+	r.writeExtend(p)
 	r.writeP3(p)
 	r.writeP4(p)
 	r.writeP5(p)
@@ -171,10 +175,7 @@ func (r *report) writeP1(p func(string, ...any)) {
 		if res.errs > 0 {
 			errs = fmt.Sprintf(" (%d failed pairs: %v)", res.errs, res.err)
 		}
-		cpu := "—"
-		if c, s := res.cpuPerPair(); c > 0 {
-			cpu = fmt.Sprintf("%.1f + %.1f = %.1f", c, s, c+s)
-		}
+		cpu := cpuPer(res)
 		spread := "—"
 		if len(res.slices) > 0 {
 			spread = thousands(slices.Min(res.slices)) + "–" + thousands(slices.Max(res.slices))

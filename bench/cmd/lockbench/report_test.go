@@ -40,6 +40,7 @@ func TestParseOnly(t *testing.T) {
 	}{
 		{"", []string{"P1", "P4", "P5-FEATURES", "P5-SHARD", "P1-SQL", "P4-SQL", "CURVES"}, nil, sqlKinds},
 		{"P1,P2", []string{"P1", "P2"}, []string{"P3", "P1-SQL"}, sqlKinds},
+		{"P1-1,extend", []string{"P1-1", "EXTEND"}, []string{"P1", "P2", "P3"}, sqlKinds},
 		{"sql", sqlIDs, redisIDs, sqlKinds},
 		{"redis", append([]string{"P5", "P5-FEATURES", "P5-SHARD"}, redisIDs...), sqlIDs, sqlKinds},
 		{"p5", []string{"P5"}, []string{"P1", "P4", "P1-SQL", "P5-FEATURES", "P5-SHARD"}, sqlKinds},

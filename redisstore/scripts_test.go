@@ -1,0 +1,43 @@
+package redisstore
+
+import (
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tasklock/tasklock/driver"
+)
+
+// The arguments of a lone call hold ordinary strings and integers, as
+// hooks and the Cluster client read them, in two allocations: the lock key
+// and the call.
+func TestOneCallArgs(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled
+	defer c.Close()
+	s, err := New(c, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := driver.ReleaseParams{Key: "k", Token: "tok", KeepFor: 1500 * time.Millisecond}
+	args := s.releaseArgs(p)
+	want := []any{"evalsha", releaseScript.sha, 1, "tasklock:{k}", "tok", int64(1500), "tasklock:released", "k"}
+	if len(args) != len(want) {
+		t.Fatalf("%d arguments, want %d", len(args), len(want))
+	}
+	for i := range want {
+		if args[i] != want[i] {
+			t.Errorf("argument %d = %#v, want %#v", i, args[i], want[i])
+		}
+	}
+	acq, _, err := s.acquireArgs(driver.AcquireParams{Key: "k", Token: "tok", Owner: "me", TTL: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if acq[3] != "tasklock:{k}" || acq[4] != "tasklock:{k}:fence" || acq[5] != "tok" || acq[6] != int64(2000) || acq[7] != "me" {
+		t.Errorf("acquire arguments %v", acq)
+	}
+	if n := testing.AllocsPerRun(100, func() { s.releaseArgs(p) }); n != 2 {
+		t.Errorf("releaseArgs made %v allocations, want 2", n)
+	}
+}
