@@ -248,7 +248,7 @@ func TestShardsTakeover(t *testing.T) {
 	}
 	cfgA := cfg
 	cfgA.Node, cfgA.Clock, cfgA.Logger = "a", &skewClock{c.clock, 0}, discardLogger()
-	sa, err := New(lk, c.ledger, &cfgA)
+	sa, err := New(lk, c.nodeLedger(), &cfgA)
 	if err != nil {
 		t.Fatal(err)
 	}
