@@ -196,4 +196,3 @@ func lastTicks(byTick map[string]string, n int) []string {
 	slices.Sort(ticks)
 	return ticks[max(len(ticks)-n, 0):]
 }
-
