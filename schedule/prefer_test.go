@@ -62,6 +62,14 @@ func (c *cluster) agreed(nodes ...*node) {
 	c.t.Fatal("the nodes never agreed on a view")
 }
 
+// markedCluster is a cluster whose nodes see the ledger's claim marks,
+// with a recorder on its clock.
+func markedCluster(t *testing.T) (*cluster, *recorder) {
+	c := newCluster(t)
+	c.marks = true
+	return c, newRecorder(c.clock)
+}
+
 func plainJobs(rec *recorder, n int) []Job {
 	var jobs []Job
 	for i := range n {
@@ -75,13 +83,15 @@ func plainJobs(rec *recorder, n int) []Job {
 // fallbacks find it covered; a job restricted by labels and a LeaderOnly
 // one are claimed as before.
 func TestPreferredNodeClaimsAlone(t *testing.T) {
-	c := newCluster(t)
-	c.marks = true
+	c, rec := markedCluster(t)
 	var log eventLog
-	rec := newRecorder(c.clock)
 	jobs := plainJobs(rec, 12)
-	jobs = append(jobs, Job{Name: "labelled", Schedule: "@every 10s", Handler: rec.ok, Nodes: []string{"x"}, MisfireWindow: 10 * time.Second})
-	cfg := &Config{OnEvent: log.on, Labels: []string{"x"}}
+	jobs = append(jobs,
+		Job{Name: "labelled", Schedule: "@every 10s", Handler: rec.ok, Nodes: []string{"x"}, MisfireWindow: 10 * time.Second},
+		Job{Name: "leader", Schedule: "@every 10s", Handler: rec.ok, LeaderOnly: true, MisfireWindow: 10 * time.Second})
+	// Every node says it leads: a LeaderOnly job is claimed by whoever
+	// leads, never left to a preferred node.
+	cfg := &Config{OnEvent: log.on, Labels: []string{"x"}, IsLeader: func() bool { return true }}
 	var nodes []*node
 	for _, name := range []string{"a", "b", "c"} {
 		nodes = append(nodes, c.node(name, 0, cfg).add(t, jobs...).start(t))
@@ -107,8 +117,10 @@ func TestPreferredNodeClaimsAlone(t *testing.T) {
 	if len(owners) < 2 {
 		t.Errorf("every job prefers one node: %v", owners)
 	}
-	if got := log.claimsOf("labelled", tick); len(got) != 3 {
-		t.Errorf("labelled@%v: claims %v, want one by every node", tick, got)
+	for _, name := range []string{"labelled", "leader"} {
+		if got := log.claimsOf(name, tick); len(got) != 3 {
+			t.Errorf("%s@%v: claims %v, want one by every node", name, tick, got)
+		}
 	}
 	if d := rec.duplicates(); len(d) > 0 {
 		t.Fatal(d)
@@ -119,10 +131,8 @@ func TestPreferredNodeClaimsAlone(t *testing.T) {
 // trust none of each other's marks: every node claims every tick at the
 // tick, and every tick still runs once.
 func TestPreferenceNeedsTheSameView(t *testing.T) {
-	c := newCluster(t)
-	c.marks = true
+	c, rec := markedCluster(t)
 	var log eventLog
-	rec := newRecorder(c.clock)
 	jobs := plainJobs(rec, 8)
 	a := c.node("a", 0, &Config{OnEvent: log.on}).add(t, jobs...).start(t)
 	extra := Job{Name: "extra", Schedule: "@every 10s", Handler: rec.ok, MisfireWindow: 10 * time.Second}
@@ -156,9 +166,7 @@ func TestPreferenceNeedsTheSameView(t *testing.T) {
 // covered trusts a mark only from the job's preferred node, with this
 // node's view, for ticks from From through Through.
 func TestCoveredNeedsOwnerViewAndSpan(t *testing.T) {
-	c := newCluster(t)
-	c.marks = true
-	rec := newRecorder(c.clock)
+	c, rec := markedCluster(t)
 	n := c.node("a", 0, nil).add(t, plainJobs(rec, 1)...)
 	s := n.s
 	s.mu.Lock()
@@ -218,9 +226,7 @@ func (g *stoppableLedger) Claim(ctx context.Context, ps []ledger.ClaimParams) ([
 // others claim its jobs' ticks a fallback delay after them, each once, and
 // when it comes back its late claims find them taken.
 func TestFallbackForAStoppedPreferredNode(t *testing.T) {
-	c := newCluster(t)
-	c.marks = true
-	rec := newRecorder(c.clock)
+	c, rec := markedCluster(t)
 	jobs := plainJobs(rec, 12)
 	a := c.node("a", 0, nil).add(t, jobs...).start(t)
 	b := c.node("b", 0, nil).add(t, jobs...).start(t)
