@@ -39,7 +39,15 @@ import (
 // that says the tick is claimed. Nodes that see different live nodes (one
 // has not yet seen a node come or go) or have different jobs (a rolling
 // deploy) have different views, trust none of each other's marks, and
-// claim as fallbacks.
+// claim as fallbacks. A node leaves a job to another at all (claims it
+// only as a fallback) only while that node's last mark has its own view;
+// otherwise it claims at the tick, as without marks, so a disagreement
+// costs claims, not lateness.
+//
+// A node writes its mark after the claim call has returned every result,
+// in a round trip of its own (one per pass, not per job): written in the
+// claim call's pipeline, a claim chunk that failed beside a mark that did
+// not would say more than was claimed.
 //
 // Through is a tick instant: the pass at that instant, by the node's
 // clock, claimed every preferred job's ticks up to it. A skewed clock
