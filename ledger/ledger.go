@@ -596,3 +596,47 @@ type AuditQuery struct {
 	Before int64  // only entries with Seq below it; 0: from the newest
 	Limit  int    // at most this many; 0: no limit
 }
+
+// Marker is implemented by ledgers that keep each node's claim mark: a
+// node's statement that it has claimed every tick in [From, Through] of
+// every job it prefers under View. Like Registrar it is optional and found
+// by type assertion. With it a Scheduler claims a plain job's tick at the
+// tick only on the job's preferred node, and the other nodes claim it as a
+// fallback, a little later, only when the preferred node's mark does not
+// cover it; without it every node claims every tick.
+//
+// The store keeps marks as given: it never reads View or compares times.
+type Marker interface {
+	// Mark stores m as m.Node's mark, replacing that node's earlier one, to
+	// be kept for ttl (positive) by the store's clock, and returns every
+	// node's mark that is kept now, m included, in no particular order, in
+	// one round trip where the store allows. Repeating a call is safe.
+	Mark(ctx context.Context, m ClaimMark, ttl time.Duration) ([]ClaimMark, error)
+}
+
+// MaxMarkView bounds ClaimMark.View and ClaimMark.Node, in bytes.
+const MaxMarkView = 256
+
+// ClaimMark is one node's claim mark (see Marker). Times round-trip to
+// the nanosecond.
+type ClaimMark struct {
+	Node    string    // the node's name (ClaimParams.Node)
+	View    string    // opaque to the store: what the node's preference was computed from
+	From    time.Time // the first instant the statement covers
+	Through time.Time // the last; before From: it covers nothing
+}
+
+// Check reports what makes m, with ttl, invalid whatever the store.
+func (m *ClaimMark) Check(ttl time.Duration) error {
+	switch {
+	case m.Node == "":
+		return errors.New("mark: empty Node")
+	case len(m.Node) > MaxMarkView:
+		return fmt.Errorf("mark: Node is %d bytes, more than %d", len(m.Node), MaxMarkView)
+	case len(m.View) > MaxMarkView:
+		return fmt.Errorf("mark %q: View is %d bytes, more than %d", m.Node, len(m.View), MaxMarkView)
+	case ttl <= 0:
+		return fmt.Errorf("mark %q: ttl %v is not positive", m.Node, ttl)
+	}
+	return nil
+}

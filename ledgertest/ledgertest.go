@@ -52,6 +52,7 @@ func Run(t *testing.T, newLedger NewLedger) {
 		{"CancelledContext", testLedgerCancelled},
 		{"RegisterJobs", testRegisterJobs},
 		{"RegisterJobsBatch", testRegisterBatch},
+		{"Marks", testMarks},
 		{"JobsAndForget", testJobsAndForget},
 		{"RunningRecords", testRunningRecords},
 		{"ShardClaims", testShardClaims},

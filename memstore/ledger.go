@@ -25,6 +25,12 @@ type ledgerState struct {
 	defs     map[string]ledger.JobDef
 	versions map[string]int64
 	audit    []ledger.AuditEntry
+	marks    map[string]markEntry // ledger.Marker, by node
+}
+
+type markEntry struct {
+	mark    ledger.ClaimMark
+	expires time.Time
 }
 
 // claimKey is (job, tick, trigger, shard) with the tick as Unix seconds and
@@ -60,6 +66,7 @@ func (s *Store) ledger() *ledgerState {
 			states:   make(map[string]*ledger.JobState),
 			defs:     make(map[string]ledger.JobDef),
 			versions: make(map[string]int64),
+			marks:    make(map[string]markEntry),
 		}
 	})
 	return s.ledgerSt
@@ -316,6 +323,32 @@ func (s *Store) RegisterJobs(ctx context.Context, ps []ledger.JobStateParams) ([
 			return nil, err
 		}
 		out[i] = ledger.JobState{Job: st.Job, Spec: st.Spec, Since: st.Since}
+	}
+	return out, nil
+}
+
+var _ ledger.Marker = (*Store)(nil)
+
+// Mark implements ledger.Marker.
+func (s *Store) Mark(ctx context.Context, m ledger.ClaimMark, ttl time.Duration) ([]ledger.ClaimMark, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := m.Check(ttl); err != nil {
+		return nil, fmt.Errorf("memstore: %w", err)
+	}
+	ls := s.ledger()
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	now := s.now()
+	ls.marks[m.Node] = markEntry{mark: m, expires: now.Add(ttl)}
+	out := make([]ledger.ClaimMark, 0, len(ls.marks))
+	for node, e := range ls.marks {
+		if !now.Before(e.expires) {
+			delete(ls.marks, node)
+			continue
+		}
+		out = append(out, e.mark)
 	}
 	return out, nil
 }

@@ -12,8 +12,10 @@
 // request), ledger.Ledger, the tick ledger of package schedule, and
 // ledger.Catalog, the job definitions made at run time and their audit
 // list (see Ledger), ledger.Registrar, which registers a Scheduler's
-// jobs 500 to a round trip when it starts, and ledger.Stats, the
-// dashboard's aggregates from per-minute rollups.
+// jobs 500 to a round trip when it starts, ledger.Marker, the nodes'
+// claim marks (one hash, Prefix+"ledger:marks", each entry with its expiry
+// by Redis's clock), and ledger.Stats, the dashboard's aggregates from
+// per-minute rollups.
 //
 // # Keys
 //

@@ -17,11 +17,12 @@ local at = string.format('%d', now[1] * 1000000 + now[2])
 local out = {}
 for i = 1, #KEYS do
   local t = ARGV[3 * i - 2]
-  local v = redis.call('GET', KEYS[i])
-  if not v then
-    redis.call('SET', KEYS[i], #t .. ':' .. t .. at .. ':' .. ARGV[3 * i - 1], 'PX', ARGV[3 * i])
+  -- One command for a new claim (the common case, one claim per tick);
+  -- a GET only when the key is there.
+  if redis.call('SET', KEYS[i], #t .. ':' .. t .. at .. ':' .. ARGV[3 * i - 1], 'NX', 'PX', ARGV[3 * i]) then
     out[i] = 1
   else
+    local v = redis.call('GET', KEYS[i]) or '' -- never nil: no key expires while a script runs
     local c = string.find(v, ':', 1, true)
     if c and tonumber(string.sub(v, 1, c - 1)) == #t and string.sub(v, c + 1, c + #t) == t then
       out[i] = 1

@@ -46,6 +46,25 @@ type cluster struct {
 	ledger *memstore.Store
 	locks  *memstore.Store
 	nodes  []*node
+	// marks lets the nodes see the ledger's claim marks (ledger.Marker):
+	// each plain tick is claimed at the tick by its preferred node only.
+	// Off, the tests see every node claim every tick at the tick, as with
+	// a store without marks.
+	marks bool
+}
+
+// unmarked is a ledger without ledger.Marker.
+type unmarked struct {
+	ledger.Ledger
+	ledger.Registrar
+}
+
+// nodeLedger is the ledger a node of c is given.
+func (c *cluster) nodeLedger() ledger.Ledger {
+	if c.marks {
+		return c.ledger
+	}
+	return unmarked{c.ledger, c.ledger}
 }
 
 type node struct {
@@ -78,7 +97,7 @@ func (c *cluster) node(name string, skew time.Duration, cfg *Config) *node {
 	if conf.Logger == nil {
 		conf.Logger = discardLogger()
 	}
-	s, err := New(lk, c.ledger, &conf)
+	s, err := New(lk, c.nodeLedger(), &conf)
 	if err != nil {
 		c.t.Fatal(err)
 	}

@@ -299,6 +299,8 @@ type job struct {
 	after  time.Time // every tick up to and including after was handled here
 	next   time.Time // sched.Next(after): the heap's key
 	idx    int       // index in the heap, -1 when not in it
+	owner  string    // the node that prefers the job; "" when none does (prefer.go)
+	lag    bool      // owner is another node: its ticks are claimed here only as fallbacks
 
 	rm jobRemoval // Scheduler.Remove (remove.go); guarded by Scheduler.mu
 }

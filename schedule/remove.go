@@ -55,6 +55,7 @@ func (s *Scheduler) Remove(name string, opts RemoveOptions) error {
 	if j.Shards > 1 {
 		s.shards.jobs--
 	}
+	s.jobsChanged()
 	if s.handled == nil {
 		s.handled = make(map[string]removal)
 	}

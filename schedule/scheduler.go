@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -174,7 +175,7 @@ type Scheduler struct {
 
 	// Used by the loop goroutine only.
 	nextPoll, nextPrune, retryAt time.Time
-	nextSweep                    time.Time
+	nextSweep, nextMark          time.Time
 	claimFails                   int
 	// The node lease: taken by Start (nodeLease) or held by the caller
 	// (Config.NodeLeaseTaken); nodeTaken is when.
@@ -209,6 +210,8 @@ type Scheduler struct {
 	deps depWaiters // ticks waiting for their parents (deps.go)
 
 	shards shardState // sharded jobs' ticks (shard.go); guarded by mu
+
+	pref prefs // preferred nodes and claim marks (prefer.go); guarded by mu
 }
 
 type triggerKey struct{ job, id string }
@@ -299,6 +302,9 @@ func New(locker *tasklock.Locker, l ledger.Ledger, cfg *Config) (*Scheduler, err
 		jobs: make(map[string]*job), states: make(map[string]ledger.JobState),
 		seen: make(map[triggerKey]bool), deadlines: make(map[*deadline]struct{}),
 	}
+	if m, ok := l.(ledger.Marker); ok {
+		s.pref = prefs{marker: m, delay: s.fallbackDelay(), ttl: markTTL(c.NodeLeaseTTL, c.PollInterval)}
+	}
 	s.runCtx, s.cancelRuns = context.WithCancelCause(context.Background())
 	return s, nil
 }
@@ -366,6 +372,7 @@ func (s *Scheduler) Add(j Job) error {
 	if jj.Shards > 1 {
 		s.shards.jobs++
 	}
+	s.jobsChanged()
 	if s.loopStarted {
 		s.begin(jj, s.clock.Now())
 	}
@@ -464,7 +471,8 @@ func (s *Scheduler) begin(j *job, now time.Time) {
 		j.after = from
 	}
 	s.skipHandled(j, now)
-	if s.setNext(j, j.after) {
+	s.setPreference(j)
+	if s.schedule(j, j.after) {
 		heap.Push(&s.heap, j)
 	}
 }
@@ -479,6 +487,7 @@ func (s *Scheduler) setNext(j *job, t time.Time) bool {
 		return true
 	}
 	if j.broken == "" {
+		s.jobsChanged()
 		j.broken = fmt.Sprintf("schedule: job %q is broken: its schedule %q gives no tick after %s", j.Name, j.Schedule, t.UTC().Format(time.RFC3339))
 		s.log.Error("schedule: job is broken: its schedule gives no next tick; it will not run again until the schedule is fixed",
 			"node", s.node, "job", j.Name, "schedule", j.Schedule, "timezone", j.TimeZone, "after", t.UTC())
@@ -574,6 +583,7 @@ func (s *Scheduler) startLoop(sts []ledger.JobState) error {
 	s.nextPoll = now.Add(s.poll)
 	s.nextPrune = now.Add(s.pruneEvery)
 	s.nextSweep = now // at once: runs of this node's earlier process
+	s.nextMark = now  // at once: the live nodes
 	s.loopStarted = true
 	go s.loop()
 	s.mu.Unlock()
@@ -631,6 +641,7 @@ wait:
 	}
 	s.closeQuit()
 	<-s.loopDone
+	s.dropMark()
 	s.mu.Lock()
 	s.loopStopped = true // the loop is gone: a later Shutdown waits for runs only
 	s.checkIdle()
@@ -795,6 +806,10 @@ func (s *Scheduler) step() time.Duration {
 			s.sweep(now)
 			s.nextSweep = now.Add(s.sweepEvery)
 		}
+		if s.pref.marker != nil && !now.Before(s.nextMark) {
+			s.exchangeMarks(now)
+			s.nextMark = now.Add(s.poll)
+		}
 		s.pollShards(now)
 		if !now.Before(s.retryAt) {
 			s.pass(now)
@@ -820,6 +835,9 @@ func (s *Scheduler) sleepFor(now time.Time, stopping bool) time.Duration {
 	s.mu.Unlock()
 	if !stopping {
 		next = earliest(earliest(earliest(next, s.nextPoll), s.nextPrune), s.nextSweep)
+		if s.pref.marker != nil {
+			next = earliest(next, s.nextMark)
+		}
 	}
 	return max(next.Sub(now), 0)
 }
@@ -894,18 +912,32 @@ type batch struct {
 	works  []work
 	undo   []undo
 	seen   []triggerKey
+	// fall are the due ticks of jobs another node prefers, claimed only
+	// where its mark does not cover them (prefer.go).
+	fall []fallback
+	gap  bool // a preferred job's ticks older than its backlog were left unclaimed
 }
 
 // reset empties b for the next pass, keeping its arrays: a pass of
-// 10,000 jobs would otherwise grow five slices from nothing every second.
+// 10,000 jobs would otherwise grow six slices from nothing every second.
 func (b batch) reset() batch {
 	clear(b.owners) // let removed jobs go
-	return batch{claims: b.claims[:0], owners: b.owners[:0], works: b.works[:0], undo: b.undo[:0], seen: b.seen[:0]}
+	clear(b.fall)
+	return batch{claims: b.claims[:0], owners: b.owners[:0], works: b.works[:0], undo: b.undo[:0], seen: b.seen[:0], fall: b.fall[:0]}
 }
 
+// undo is how to put a job back when its pass fails: after was its
+// j.after before the pass, set the one the pass gave it.
 type undo struct {
+	j          *job
+	after, set time.Time
+}
+
+// fallback is a job's due ticks that another node prefers.
+type fallback struct {
 	j     *job
-	after time.Time
+	ticks []time.Time
+	gap   gap
 }
 
 func (b *batch) add(s *Scheduler, j *job, w work) {
@@ -944,17 +976,23 @@ func (s *Scheduler) pass(now time.Time) {
 			heap.Push(&s.heap, j)
 			continue
 		}
-		ticks := backlog(j.sched, j.after, now, MaxBacklog)
+		upTo := now
+		if j.lag {
+			upTo = now.Add(-s.pref.delay) // another node's to claim first
+		}
+		ticks := backlog(j.sched, j.after, upTo, MaxBacklog)
 		gap := olderTicks(j.sched, j.after, ticks)
-		b.undo = append(b.undo, undo{j, j.after})
-		j.after = now
-		if s.setNext(j, now) {
+		b.undo = append(b.undo, undo{j, j.after, upTo})
+		j.after = upTo
+		if s.schedule(j, upTo) {
 			heap.Push(&s.heap, j)
 		}
-		s.addTicks(&b, j, ticks, now)
-		if gap.n > 0 && !s.states[j.Name].Paused {
-			b.add(s, j, work{tick: gap.last, missed: true, gap: gap, late: now.Sub(gap.last)})
+		if j.lag {
+			b.fall = append(b.fall, fallback{j, ticks, gap})
+			continue
 		}
+		b.gap = b.gap || gap.n > 0
+		s.addDue(&b, j, ticks, gap, now)
 	}
 	for name, st := range s.states {
 		j := s.jobs[name]
@@ -971,8 +1009,12 @@ func (s *Scheduler) pass(now time.Time) {
 			b.add(s, j, requestWork(tr))
 		}
 	}
+	gen := s.pref.gen
 	s.mu.Unlock()
 	s.flushBroken()
+	if len(b.fall) > 0 {
+		s.addFallbacks(&b, now)
+	}
 	if len(b.claims) == 0 {
 		return
 	}
@@ -991,6 +1033,7 @@ func (s *Scheduler) pass(now time.Time) {
 
 	var order []*job
 	claimed := make(map[*job][]work)
+	failed := false
 	for i, r := range res {
 		j, w := b.owners[i], b.works[i]
 		if w.shards > 1 {
@@ -1019,8 +1062,18 @@ func (s *Scheduler) pass(now time.Time) {
 				claimed[j] = append(claimed[j], w)
 			}
 		default:
+			failed = true
 			s.log.Error("schedule: claiming a tick", "node", s.node, "job", j.Name, "tick", w.tick, "err", r)
 		}
+	}
+	if s.pref.marker != nil {
+		s.mu.Lock()
+		s.marked(gen, now, failed, b.gap)
+		s.mu.Unlock()
+		defer func() { // once the runs have started
+			s.exchangeMarks(now)
+			s.nextMark = now.Add(s.poll)
+		}()
 	}
 	if len(order) == 0 {
 		return
@@ -1030,6 +1083,34 @@ func (s *Scheduler) pass(now time.Time) {
 	s.mu.Unlock()
 	for _, j := range order {
 		go s.execute(j, claimed[j])
+	}
+}
+
+// addDue adds a job's due ticks to the pass, and a missed record for the
+// ticks older than its backlog (gap). Callers hold s.mu.
+func (s *Scheduler) addDue(b *batch, j *job, ticks []time.Time, g gap, now time.Time) {
+	s.addTicks(b, j, ticks, now)
+	if g.n > 0 && !s.states[j.Name].Paused {
+		b.add(s, j, work{tick: g.last, missed: true, gap: g, late: now.Sub(g.last)})
+	}
+}
+
+// addFallbacks reads the nodes' marks and adds to the pass the due ticks of
+// jobs other nodes prefer that their marks do not cover (prefer.go).
+func (s *Scheduler) addFallbacks(b *batch, now time.Time) {
+	s.exchangeMarks(now)
+	s.nextMark = now.Add(s.poll)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, f := range b.fall {
+		if f.j.rm.removed {
+			continue
+		}
+		ticks := slices.DeleteFunc(f.ticks, func(t time.Time) bool { return s.covered(f.j, t) })
+		if f.gap.n > 0 && s.covered(f.j, f.gap.last) {
+			f.gap = gap{}
+		}
+		s.addDue(b, f.j, ticks, f.gap, now)
 	}
 }
 
@@ -1078,11 +1159,11 @@ func (s *Scheduler) claimFailed(b *batch, now time.Time, err error) {
 	defer s.flushBroken()
 	defer s.mu.Unlock()
 	for _, u := range b.undo {
-		if !u.j.after.Equal(now) || u.j.rm.removed {
+		if !u.j.after.Equal(u.set) || u.j.rm.removed {
 			continue
 		}
 		u.j.after = u.after
-		ok := s.setNext(u.j, u.after)
+		ok := s.schedule(u.j, u.after)
 		switch {
 		case u.j.idx >= 0 && ok:
 			heap.Fix(&s.heap, u.j.idx)

@@ -51,6 +51,7 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -69,6 +70,7 @@ type config struct {
 	p4Locks      int
 	quick        bool
 	only         map[string]bool // empty: all
+	p5Jobs       []int           // -p5jobs: P5's sizes instead of its defaults
 
 	// The SQL part.
 	sqlDuration   time.Duration // measured time per implementation in P1-sql (slices) and P3-sql (over sqlP3Rounds runs)
@@ -147,6 +149,7 @@ func main() {
 		memProfile  string
 		heapProfile string
 		leader      string
+		p5Jobs      string
 	)
 	flag.DurationVar(&duration, "duration", 3*time.Second, "measured time per round of each implementation in P1 (taken in slices of 0.5 s) and P3 (one run, after a 0.5 s warm-up)")
 	flag.IntVar(&cfg.rounds, "rounds", 3, "rounds of P1 and P3; the implementations take turns, in reverse order every other turn")
@@ -156,6 +159,7 @@ func main() {
 	flag.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.StringVar(&memProfile, "memprofile", "", "record every allocation (MemProfileRate=1, which slows the run) and write an allocs profile to this file")
 	flag.StringVar(&heapProfile, "heapprofile", "", "write the live heap to this file in P4, while the locks are held\n(and to this file .postgres, .mysql, .sqlite in P4-sql, while tasklock holds them)")
+	flag.StringVar(&p5Jobs, "p5jobs", "", "comma-separated job counts of P5's measurements, in order (e.g. 10000,30000), instead of 10,000 and 1,000 (-quick: 1,000)")
 	flag.StringVar(&leader, "failover-child", "", "internal: run as the leader process of the failover measurements, with this JSON spec")
 	flag.Parse()
 	if leader != "" {
@@ -174,6 +178,14 @@ func main() {
 			cfg.sqlDuration = 500 * time.Millisecond
 		}
 		cfg.sqlP4Locks, cfg.sqlP4TTL = 200, 1500*time.Millisecond
+	}
+	for _, f := range strings.FieldsFunc(p5Jobs, func(r rune) bool { return r == ',' }) {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			fmt.Fprintf(os.Stderr, "lockbench: -p5jobs: %q is not a positive number of jobs\n", f)
+			os.Exit(2)
+		}
+		cfg.p5Jobs = append(cfg.p5Jobs, n)
 	}
 	if duration <= 0 || cfg.rounds < 1 || cfg.sqlDuration <= 0 {
 		fmt.Fprintln(os.Stderr, "lockbench: -duration and -sqlduration must be positive and -rounds at least 1")

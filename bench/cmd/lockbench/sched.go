@@ -1,12 +1,14 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
 	"net"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -38,10 +40,14 @@ type schedParams struct {
 }
 
 func newSchedParams(cfg config) schedParams {
+	p := schedParams{jobs: []int{10000, 1000}, warmup: 5 * time.Second, window: 10 * time.Second, drain: 7 * time.Second}
 	if cfg.quick {
-		return schedParams{jobs: []int{1000}, warmup: 3 * time.Second, window: 5 * time.Second, drain: 7 * time.Second}
+		p = schedParams{jobs: []int{1000}, warmup: 3 * time.Second, window: 5 * time.Second, drain: 7 * time.Second}
 	}
-	return schedParams{jobs: []int{10000, 1000}, warmup: 5 * time.Second, window: 10 * time.Second, drain: 7 * time.Second}
+	if len(cfg.p5Jobs) > 0 {
+		p.jobs = cfg.p5Jobs
+	}
+	return p
 }
 
 // schedCounter is a go-redis hook that counts what one node's client sends,
@@ -286,6 +292,7 @@ type schedResult struct {
 	clientCPU        time.Duration
 	serverCPU        time.Duration
 	cpuKnown         bool
+	cmdStats         []cmdStat // redis-server's commandstats over the window, most time first
 	goroutines       int       // largest NumGoroutine rise over the baseline, sampled every 20 ms in the window
 	warmupGoroutines int       // the same during the warm-up (the first pass runs up to 5 ticks per job, split among the nodes)
 	heapPerJob       float64   // median of the samples, after GC, three nodes together
@@ -540,11 +547,17 @@ func measureSched(ctx context.Context, srv *server, p schedParams, spec schedSpe
 	c0 := snap()
 	cpu0, ok0 := selfCPU()
 	srv0, ok1 := srv.cpu()
+	stats := newClient(srv.addr)
+	defer stats.Close()
+	statsErr := stats.ConfigResetStat(ctx).Err()
 	sampleUntil(w1)
 	r.goroutines = maxG
 	c1 := snap()
 	cpu1, ok2 := selfCPU()
 	srv1, ok3 := srv.cpu()
+	if statsErr == nil {
+		r.cmdStats = readCmdStats(ctx, stats)
+	}
 	r.window = w1.Sub(w0)
 	r.c = c1.minus(c0)
 	r.runs = r.c.started
@@ -656,4 +669,41 @@ func measureSched(ctx context.Context, srv *server, p schedParams, spec schedSpe
 	progress("%s (%d jobs): lateness p99 %v, %d missed, %d duplicates, %.2f round trips per run",
 		r.id, n, percentile(r.late, 0.99), r.missed, r.dups, r.rtPerRun())
 	return nil
+}
+
+// cmdStat is one line of redis-server's INFO commandstats.
+type cmdStat struct {
+	name  string
+	calls int64
+	usec  int64
+}
+
+// readCmdStats reads INFO commandstats, most time first; nil when it
+// cannot. Commands run by scripts are counted on their own lines as well
+// as in the script's (evalsha).
+func readCmdStats(ctx context.Context, c *redis.Client) []cmdStat {
+	info, err := c.Info(ctx, "commandstats").Result()
+	if err != nil {
+		return nil
+	}
+	var out []cmdStat
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") {
+			continue
+		}
+		st := cmdStat{name: strings.TrimPrefix(name, "cmdstat_")}
+		for _, kv := range strings.Split(rest, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			switch k {
+			case "calls":
+				st.calls, _ = strconv.ParseInt(v, 10, 64)
+			case "usec":
+				st.usec, _ = strconv.ParseInt(v, 10, 64)
+			}
+		}
+		out = append(out, st)
+	}
+	slices.SortFunc(out, func(a, b cmdStat) int { return cmp.Compare(b.usec, a.usec) })
+	return out
 }
