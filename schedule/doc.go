@@ -23,12 +23,12 @@
 // and a node that starts late and looks back over the last MisfireWindow
 // finds every tick that was run already claimed.
 //
-// With a ledger that keeps claim marks (ledger.Marker: memstore,
-// redisstore), a plain job's tick is claimed at the tick by one node only,
-// the job's preferred node (a rendezvous hash over the live nodes); the
-// others claim it twice Config.PollInterval later (1s by default) unless
-// that node's mark says it claimed it. So a stopped or slow preferred node
-// costs a tick lateness, never the tick. Sharded, LeaderOnly and
+// With Config.PreferredNodes and a ledger that keeps claim marks
+// (ledger.Marker: memstore, redisstore), a plain job's tick is claimed at
+// the tick by one node only, the job's preferred node (a rendezvous hash
+// over the live nodes); the others claim it twice Config.PollInterval
+// later (1s by default) unless that node's mark says it claimed it. So a
+// stopped or slow preferred node costs a tick lateness, never the tick. Sharded, LeaderOnly and
 // label-restricted (Job.Nodes) jobs and trigger requests are claimed by
 // every node, as with other ledgers (prefer.go says why it is safe).
 //

@@ -46,25 +46,11 @@ type cluster struct {
 	ledger *memstore.Store
 	locks  *memstore.Store
 	nodes  []*node
-	// marks lets the nodes see the ledger's claim marks (ledger.Marker):
-	// each plain tick is claimed at the tick by its preferred node only.
-	// Off, the tests see every node claim every tick at the tick, as with
-	// a store without marks.
+	// marks turns Config.PreferredNodes on (the ledger keeps claim
+	// marks: ledger.Marker): each plain tick is claimed at the tick by its
+	// preferred node only. Off, as by default, every node claims every
+	// tick at the tick, although the ledger keeps marks.
 	marks bool
-}
-
-// unmarked is a ledger without ledger.Marker.
-type unmarked struct {
-	ledger.Ledger
-	ledger.Registrar
-}
-
-// nodeLedger is the ledger a node of c is given.
-func (c *cluster) nodeLedger() ledger.Ledger {
-	if c.marks {
-		return c.ledger
-	}
-	return unmarked{c.ledger, c.ledger}
 }
 
 type node struct {
@@ -93,11 +79,12 @@ func (c *cluster) node(name string, skew time.Duration, cfg *Config) *node {
 		conf = *cfg
 	}
 	conf.Node = name
+	conf.PreferredNodes = c.marks
 	conf.Clock = &skewClock{c.clock, skew}
 	if conf.Logger == nil {
 		conf.Logger = discardLogger()
 	}
-	s, err := New(lk, c.nodeLedger(), &conf)
+	s, err := New(lk, c.ledger, &conf)
 	if err != nil {
 		c.t.Fatal(err)
 	}

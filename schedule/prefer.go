@@ -15,7 +15,8 @@ import (
 	"github.com/tasklock/tasklock/ledger"
 )
 
-// Preferred nodes, with a ledger that keeps claim marks (ledger.Marker).
+// Preferred nodes (Config.PreferredNodes), with a ledger that keeps claim
+// marks (ledger.Marker).
 //
 // Without marks every node claims every tick of every job at the tick: N
 // claims per tick on N nodes, all but one in vain. With them a plain job's

@@ -127,6 +127,43 @@ func TestPreferredNodeClaimsAlone(t *testing.T) {
 	}
 }
 
+// Without Config.PreferredNodes (the default) a ledger that keeps marks
+// changes nothing: every node claims every plain tick at the tick.
+func TestPreferredNodesOffByDefault(t *testing.T) {
+	c := newCluster(t)
+	rec := newRecorder(c.clock)
+	var log eventLog
+	jobs := plainJobs(rec, 6)
+	for _, name := range []string{"a", "b", "c"} {
+		c.node(name, 0, &Config{OnEvent: log.on}).add(t, jobs...).start(t)
+	}
+	c.settle(true)
+	tick := t0.Add(10 * time.Second)
+	for c.clock.Now().Before(tick.Add(3 * time.Second)) {
+		c.step(DefaultPollInterval)
+	}
+	for _, j := range jobs {
+		got := log.claimsOf(j.Name, tick)
+		claimed := 0
+		for _, e := range got {
+			if e == EventClaimed {
+				claimed++
+			}
+		}
+		if len(got) != 3 || claimed != 1 {
+			t.Errorf("%s@%v: claims %v, want one by every node, one of them won", j.Name, tick, got)
+		}
+		if n := rec.times(j.Name, tick, ""); n != 1 {
+			t.Errorf("%s@%v ran %d times", j.Name, tick, n)
+		}
+	}
+	// Nor does any node write a mark: the probe's own is the only one.
+	marks, err := c.ledger.Mark(context.Background(), ledger.ClaimMark{Node: "probe", View: "v"}, time.Minute)
+	if err != nil || len(marks) != 1 {
+		t.Errorf("marks %v, %v: want the probe's alone", marks, err)
+	}
+}
+
 // Nodes that disagree on the view — here one has a job the other has not —
 // trust none of each other's marks: every node claims every tick at the
 // tick, and every tick still runs once.
@@ -232,7 +269,7 @@ func TestFallbackForAStoppedPreferredNode(t *testing.T) {
 	b := c.node("b", 0, nil).add(t, jobs...).start(t)
 	g := &stoppableLedger{Store: c.ledger}
 	lk := c.node("c", 0, nil) // for its Locker and clock; its Scheduler is replaced
-	conf := Config{Node: "c", Clock: lk.clock, Logger: discardLogger()}
+	conf := Config{Node: "c", Clock: lk.clock, Logger: discardLogger(), PreferredNodes: true}
 	s, err := New(lk.lk, g, &conf)
 	if err != nil {
 		t.Fatal(err)

@@ -251,7 +251,7 @@ func (c *cluster) killableNodes(t *testing.T, j Job, log *shardLog, logged func(
 	}
 	cfgA := cfg
 	cfgA.Node, cfgA.Clock, cfgA.Logger = "a", &skewClock{c.clock, 0}, discardLogger()
-	sa, err := New(lk, c.nodeLedger(), &cfgA)
+	sa, err := New(lk, c.ledger, &cfgA)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -96,6 +96,7 @@ The file:
     command: ["/usr/local/bin/page"]  # the notification as JSON on stdin
     attempts: 5                      # per target; backoff: 1s (doubling), max_time: 5m
   output_max: 64KiB                  # each run's output kept in history (head and tail past it)
+  preferred_nodes: false             # true: each job's tick claimed by one node, the others 1s later as a fallback
   jobs:
     - name: nightly-report           # required, unique
       schedule: "0 30 2 * * *"       # cron (seconds optional), @daily, "@every 10s"
@@ -687,7 +688,8 @@ func (s *server) start(f *config.File) (*schedule.Scheduler, error) {
 		NodeKeyPrefix: nodeKeyPrefix, NodeLeaseTaken: s.nodeTaken, NodeLister: s.lister,
 		IsLeader: s.leads,
 		Pools:    f.Pools, Labels: f.Labels,
-		OutputMax: cmp.Or(f.OutputMax, -1), // 0 keeps no output
+		OutputMax:      cmp.Or(f.OutputMax, -1), // 0 keeps no output
+		PreferredNodes: f.PreferredNodes,
 	})
 	if err != nil {
 		return nil, err
@@ -729,7 +731,8 @@ func (s *server) reload() {
 		return
 	}
 	added, removed, changed := diffJobs(s.file.Jobs, f.Jobs)
-	limits := !maps.Equal(f.Pools, s.file.Pools) || !slices.Equal(f.Labels, s.file.Labels) || f.OutputMax != s.file.OutputMax
+	limits := !maps.Equal(f.Pools, s.file.Pools) || !slices.Equal(f.Labels, s.file.Labels) || f.OutputMax != s.file.OutputMax ||
+		f.PreferredNodes != s.file.PreferredNodes
 	if len(added)+len(removed)+len(changed) == 0 && !limits {
 		if !reflect.DeepEqual(f.Notify, s.file.Notify) {
 			// The jobs run on as they are; their notifications change.

@@ -32,7 +32,7 @@ func TestServePreferredNodeStopped(t *testing.T) {
 	out := filepath.Join(dir, "out")
 	const jobs = 12
 	var cfg strings.Builder
-	cfg.WriteString("store: " + url + "\njobs:\n")
+	cfg.WriteString("store: " + url + "\npreferred_nodes: true\njobs:\n")
 	for i := range jobs {
 		// overlap: allow, so that a run that takes over a second on a
 		// loaded machine does not make the next tick's a skip: what is

@@ -340,7 +340,9 @@ func runP5(ctx context.Context, cfg config, add func(func())) []*schedResult {
 		}
 		r.server = srv.version
 		progress("P5: redis-server %s on %s, %d jobs @every 1s on %d nodes", srv.version, srv.addr, n, schedNodes)
-		if err := measureSched(ctx, srv, p, plainSpec(n), r); err != nil {
+		spec := plainSpec(n)
+		spec.prefer = cfg.p5Prefer
+		if err := measureSched(ctx, srv, p, spec, r); err != nil {
 			r.err = fmt.Errorf("P5 (%d jobs): %w", n, err)
 		}
 		srv.stop()
@@ -368,6 +370,7 @@ type schedSpec struct {
 	job    func(i int, names []string) (schedule.Job, string)
 	pools  map[string]int
 	lister bool // Config.NodeLister: the nodes rank themselves to spread shards
+	prefer bool // Config.PreferredNodes
 }
 
 // plainSpec is P5's: n plain jobs.
@@ -472,7 +475,7 @@ func measureSched(ctx context.Context, srv *server, p schedParams, spec schedSpe
 
 	t0 := time.Now()
 	for i, nd := range nodes {
-		sc := &schedule.Config{Node: fmt.Sprintf("node-%d", i+1), Logger: logger, Pools: spec.pools}
+		sc := &schedule.Config{Node: fmt.Sprintf("node-%d", i+1), Logger: logger, Pools: spec.pools, PreferredNodes: spec.prefer}
 		if spec.lister {
 			sc.NodeLister = nd.st
 		}

@@ -29,6 +29,10 @@ func (r *report) writeP5(p func(string, ...any)) {
 	p("")
 	p("### P5 — scheduler: jobs `@every 1s` on %d nodes, one ledger (redisstore)", schedNodes)
 	p("")
+	if r.cfg.p5Prefer {
+		p("")
+		p("With `Config.PreferredNodes` (-p5prefer): each job's tick is claimed by its preferred node, by the others 1 s later as a fallback.")
+	}
 	p("%d `schedule.Scheduler`s in lockbench's process, each with its own go-redis client (default options, a counting hook), Locker and `redisstore.Store`, on one private redis-server started per measurement; every node adds the same jobs (`@every 1s`, defaults but MisfireWindow 5 s; OverlapSkip: each run holds the job's lock), whose handler records (job, tick, node, fence) in an in-memory oracle and returns. Counted: the ticks of %v after a %v warm-up, and the same %v of wall time for round trips, runs and CPU; then up to %v for the window's last ticks to run. Lateness: handler start − tick. Round trips: all three clients' single commands + pipelines ÷ handler calls in the window.",
 		schedNodes, sp.window, sp.warmup, sp.window, sp.drain)
 	for _, res := range r.p5 {

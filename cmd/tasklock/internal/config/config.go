@@ -31,6 +31,11 @@
 //	                output the history keeps, a size (65536, 64KiB; at
 //	                most 512KiB; default 64KiB; 0 keeps none); serve's
 //	                --output-max replaces it
+//	preferred_nodes schedule.Config.PreferredNodes: true to have each
+//	                plain job's tick claimed by its preferred node only,
+//	                the other nodes claiming it 1s later as a fallback
+//	                (default false: every node claims every tick); every
+//	                node of the fleet should say the same
 //	notify          the notifications of every job (Notify): a mapping of
 //	  on            the events: failure, timeout, lost, missed,
 //	                interrupted, recovery (default: all)
@@ -197,6 +202,10 @@ type File struct {
 	// (output_max:, for schedule.Config.OutputMax): its head and tail past
 	// that. DefaultOutputMax when the file does not say; 0 keeps none.
 	OutputMax int
+	// PreferredNodes is preferred_nodes:, for
+	// schedule.Config.PreferredNodes: each plain job's tick claimed by its
+	// preferred node, the others claiming it a second later as a fallback.
+	PreferredNodes bool
 	// Notify is the file's notify:, the notifications of every job that
 	// does not turn them off; nil when not given (see Merge).
 	Notify *Notify

@@ -14,6 +14,7 @@ import (
 func TestParseLimits(t *testing.T) {
 	in := `pools: {reports: 2, etl: 1}
 labels: [gpu, zone=eu]
+preferred_nodes: true
 jobs:
   - name: sales
     schedule: "@every 1m"
@@ -36,6 +37,9 @@ jobs:
 	}
 	if want := []string{"gpu", "zone=eu"}; !reflect.DeepEqual(f.Labels, want) {
 		t.Errorf("labels %v, want %v", f.Labels, want)
+	}
+	if !f.PreferredNodes {
+		t.Error("preferred_nodes: true not read")
 	}
 	j := f.Jobs[0].Job
 	if j.Pool != "reports" || j.PoolWait != 5*time.Minute || j.MaxConcurrent != 3 || !reflect.DeepEqual(j.Nodes, []string{"zone=eu"}) {

@@ -183,7 +183,7 @@ func (p *parser) file_(data []byte) *File {
 		p.errorf(root, "", "empty: want a mapping with at least jobs")
 		return nil
 	}
-	fields := p.mapping(root, "", "store", "node", "pools", "labels", "output_max", "notify", "jobs")
+	fields := p.mapping(root, "", "store", "node", "pools", "labels", "output_max", "preferred_nodes", "notify", "jobs")
 	if fields == nil {
 		return nil
 	}
@@ -195,6 +195,11 @@ func (p *parser) file_(data []byte) *File {
 			p.errorf(fd.val, "output_max", "%s", err)
 		} else {
 			f.OutputMax = n
+		}
+	}
+	if fd, ok := fields["preferred_nodes"]; ok && !isNull(fd.val) {
+		if err := fd.val.Decode(&f.PreferredNodes); err != nil || fd.val.Kind != yaml.ScalarNode {
+			p.errorf(fd.val, "preferred_nodes", "want true or false, got %q", fd.val.Value)
 		}
 	}
 	if fd, ok := fields["store"]; ok {
