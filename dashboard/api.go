@@ -327,7 +327,7 @@ func (h *handler) jobs(w http.ResponseWriter, r *http.Request) {
 		holders[name] = append(holders[name], l)
 	}
 	now := h.clock.Now()
-	children := apijson.Children(slices.Collect(maps.Values(conf)))
+	children := apijson.Children(maps.Values(conf))
 	out := make([]jobView, 0, len(names))
 	h.lastMu.Lock()
 	for _, n := range names {

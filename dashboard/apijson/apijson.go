@@ -5,6 +5,7 @@ package apijson
 
 import (
 	"context"
+	"iter"
 	"slices"
 	"strconv"
 	"time"
@@ -38,9 +39,9 @@ type Job struct {
 
 // Children returns, for each job named in the After of a job of jobs, the
 // jobs whose After names it, sorted by name.
-func Children(jobs []schedule.Job) map[string][]string {
+func Children(jobs iter.Seq[schedule.Job]) map[string][]string {
 	out := map[string][]string{}
-	for _, j := range jobs {
+	for j := range jobs {
 		for _, p := range j.After {
 			out[p] = append(out[p], j.Name)
 		}
