@@ -134,9 +134,8 @@ type Store struct {
 
 	acquireSQL, holderSQL, renewSQL, releaseSQL, forceSQL, leasesSQL string
 
-	// st are the statements above, prepared once on db, which spares
-	// database/sql's preparation on every call (SQLite still compiles a
-	// statement each time it runs; see "Statements per operation").
+	// st are the statements above, prepared once on db: each connection
+	// keeps them compiled (see "Statements per operation").
 	// Closed when the Store is garbage collected (the caller keeps the
 	// *sql.DB, and may drop the Store), or with the *sql.DB.
 	st *prepared
@@ -333,8 +332,8 @@ func acquireArgs(args []any, p driver.AcquireParams) []any {
 // (a live lease): the lease ends now plus KeepFor (MinHold); the row stays
 // (it keeps the fence), and the token is cleared so that nothing can renew
 // or release it again. It returns the key of each lease released. One
-// lease is a plain UPDATE (cheaper for SQLite to compile than a join on a
-// one-row VALUES); several are UPDATE … FROM (VALUES …), each row found by
+// lease is a plain UPDATE (cheaper for SQLite than a join on a one-row
+// VALUES); several are UPDATE … FROM (VALUES …), each row found by
 // primary key.
 func releaseSQL(t string, n int) string {
 	set := func(keep string) string { return `token = '', expires_at = ` + nowUS + ` + ` + keep }
