@@ -259,7 +259,7 @@
 // batching at all.
 //
 //   - Acquire: one INSERT … ON CONFLICT(key) DO UPDATE … WHERE
-//     expires_at <= now RETURNING key, token, fence; only when the key is
+//     expires_at <= now RETURNING fence; only when the key is
 //     held, one SELECT more for the holder's owner and remaining TTL.
 //   - Renew: one UPDATE … FROM json_each(?) … RETURNING key, token for the
 //     whole batch, whatever its size (each lease found by primary key); a
