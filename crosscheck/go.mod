@@ -1,6 +1,6 @@
 module github.com/tasklock/tasklock/crosscheck
 
-go 1.25
+go 1.25.0
 
 replace github.com/tasklock/tasklock => ../
 

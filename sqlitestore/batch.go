@@ -78,7 +78,7 @@ func (s *Store) acquireMutexes(ctx context.Context, ps []driver.AcquireParams, t
 		}
 		type grantKey struct{ key, token string }
 		granted := make(map[grantKey]driver.Grant, len(chunk))
-		err := readRows(q.QueryContext(ctx, acquireSQL(s.table, len(chunk)), args...))(func(rows *sql.Rows) error {
+		err := readRows(q.QueryContext(ctx, acquireSQL(s.table, len(chunk), grantColumns), args...))(func(rows *sql.Rows) error {
 			k, t, g, err := scanGrant(rows)
 			granted[grantKey{k, t}] = g
 			return err
@@ -218,13 +218,12 @@ func (s *Store) releaseOneByOne(ctx context.Context, ps []driver.ReleaseParams, 
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			errs[i] = driver.ErrNotHeld
-			err := readRows(st.QueryContext(sctx, releaseArgs(make([]any, 0, 3), ps[i])...))(func(*sql.Rows) error {
-				errs[i] = nil
-				return nil
-			})
+			released, err := releaseOne(sctx, st, ps[i])
 			if err != nil {
 				return err
+			}
+			if !released {
+				errs[i] = driver.ErrNotHeld
 			}
 		}
 		return nil

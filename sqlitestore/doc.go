@@ -122,21 +122,22 @@
 //
 //   - A context is honoured before each statement (and between the
 //     statements of a batch or a migration), never during one: statements
-//     run on ctx's values without its end. modernc.org/sqlite (v1.34)
-//     interrupts a statement whose context ends, and when that happens
-//     after an INSERT or UPDATE … RETURNING has stepped to its first row,
-//     it returns ctx's error and drops the statement without finalizing it:
-//     the connection keeps SQLite's write lock for as long as the process
-//     lives (database/sql closes it, but SQLite keeps a connection with a
-//     live statement open), and every other writer on the file, in this
-//     process or another, waits out busy_timeout and fails with ErrBusy —
-//     Stores wedged that way once Lockers cancelled waits. A statement runs
-//     for microseconds, except while it waits in the busy handler, so a
-//     call that meets a long-held write lock returns up to busy_timeout
-//     later than ctx asked. The Locker stays safe (it decides validity from
-//     its own monotonic clock while the call is pending), but a BusyTimeout
-//     longer than a third of the TTL means one such wait uses up a lease's
-//     renewal retries. The tick ledger's statements run the same way.
+//     run on ctx's values without its end. modernc.org/sqlite (v1.34, and
+//     the store assumes no later version differs) interrupts a statement
+//     whose context ends, and when that happens after an INSERT or UPDATE …
+//     RETURNING has stepped to its first row, it returns ctx's error and
+//     drops the statement without finalizing it: the connection keeps
+//     SQLite's write lock for as long as the process lives (database/sql
+//     closes it, but SQLite keeps a connection with a live statement open),
+//     and every other writer on the file, in this process or another, waits
+//     out busy_timeout and fails with ErrBusy — Stores wedged that way once
+//     Lockers cancelled waits. A statement runs for microseconds, except
+//     while it waits in the busy handler, so a call that meets a long-held
+//     write lock returns up to busy_timeout later than ctx asked. The
+//     Locker stays safe (it decides validity from its own monotonic clock
+//     while the call is pending), but a BusyTimeout longer than a third of
+//     the TTL means one such wait uses up a lease's renewal retries. The
+//     tick ledger's statements run the same way.
 //     This was the SQLITE_BUSY that New with Options.Migrate met in one
 //     lockbench run in 5 to 12, right after P3-sql, whose waiters end by
 //     their contexts' deadlines: a statement left stepped by one of them
@@ -245,18 +246,20 @@
 //
 // # Statements per operation
 //
-// New prepares the statements of the single calls once, on the *sql.DB,
-// which spares database/sql's per-call preparation; they are closed when
-// the Store is garbage collected, or with the *sql.DB. SQLite itself still
-// compiles (sqlite3_prepare) a statement each time it runs: with
-// modernc.org/sqlite v1.34 a prepared statement keeps only its text. That
-// is why a batch is one statement, compiled once however many items it
-// has, rather than the single calls' statements in one transaction: those
-// would be compiled while the transaction held the write lock, which
-// measured slower than not batching at all.
+// New prepares the statements of the single calls once, on the *sql.DB;
+// they are closed when the Store is garbage collected, or with the
+// *sql.DB. modernc.org/sqlite (v1.41 and later) keeps a prepared
+// statement compiled on each connection and resets it after each run, so
+// a single call runs its statement without compiling it (sqlite3_prepare):
+// with v1.34, which compiled a statement on every run, that was 44% of
+// the CPU time of an Acquire + Release. A batch's statement depends on its
+// size and is compiled each time, once however many items it has, rather
+// than the single calls' statements in one transaction: those would hold
+// the write lock for a statement per item, which measured slower than not
+// batching at all.
 //
 //   - Acquire: one INSERT … ON CONFLICT(key) DO UPDATE … WHERE
-//     expires_at <= now RETURNING key, token, fence; only when the key is
+//     expires_at <= now RETURNING fence; only when the key is
 //     held, one SELECT more for the holder's owner and remaining TTL.
 //   - Renew: one UPDATE … FROM json_each(?) … RETURNING key, token for the
 //     whole batch, whatever its size (each lease found by primary key); a
@@ -280,16 +283,15 @@
 //     (…), … ON CONFLICT DO UPDATE … RETURNING, one UPDATE … FROM (VALUES
 //     (…), (…), …) … RETURNING — plus, for each key found held, the SELECT
 //     of its holder. SQLite has one writer per file, so what a batch saves
-//     is taking the write lock, committing (a WAL append; with SyncFull an
-//     fsync) and compiling the statement once per item. Every item gets
-//     the answer its single call would: all rows read one instant of
-//     SQLite's clock, a key named twice goes to its first row, and a
-//     statement that fails changes nothing. A batch of more than 1,000
-//     items takes a statement per 1,000 rows in one BEGIN IMMEDIATE …
-//     COMMIT transaction; so does a release batch that names one key with
-//     two tokens, as a Release statement per item (the UPDATE answers with
-//     the keys released, which cannot tell which token held it). A batch
-//     with one item is a single call.
+//     is taking the write lock and committing (a WAL append; with SyncFull
+//     an fsync) once per item. Every item gets the answer its single call
+//     would: all rows read one instant of SQLite's clock, a key named twice
+//     goes to its first row, and a statement that fails changes nothing. A
+//     batch of more than 1,000 items takes a statement per 1,000 rows in
+//     one BEGIN IMMEDIATE … COMMIT transaction; so does a release batch
+//     that names one key with two tokens, as a Release statement per item
+//     (the UPDATE answers with the keys released, which cannot tell which
+//     token held it). A batch with one item is a single call.
 //
 // # Errors
 //

@@ -225,7 +225,7 @@ func (t *ticket) step(ctx context.Context, try bool) (driver.Grant, bool, error)
 		}
 		err = readRows(tx.StmtContext(ctx, t.s.st.acquire).QueryContext(ctx, acquireArgs(make([]any, 0, 4), t.p)...))(func(rows *sql.Rows) error {
 			var err error
-			_, _, g, err = scanGrant(rows)
+			g, err = scanFence(rows)
 			granted = true
 			return err
 		})

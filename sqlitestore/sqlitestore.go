@@ -134,9 +134,8 @@ type Store struct {
 
 	acquireSQL, holderSQL, renewSQL, releaseSQL, forceSQL, leasesSQL string
 
-	// st are the statements above, prepared once on db, which spares
-	// database/sql's preparation on every call (SQLite still compiles a
-	// statement each time it runs; see "Statements per operation").
+	// st are the statements above, prepared once on db: each connection
+	// keeps them compiled (see "Statements per operation").
 	// Closed when the Store is garbage collected (the caller keeps the
 	// *sql.DB, and may drop the Store), or with the *sql.DB.
 	st *prepared
@@ -269,7 +268,7 @@ func newStore(db *sql.DB, c config) *Store {
 		ledger:     newLedgerSQL(c),
 		kinds:      k,
 		wturn:      make(chan struct{}, 1),
-		acquireSQL: acquireSQL(t, 1),
+		acquireSQL: acquireSQL(t, 1, fenceColumn),
 		holderSQL:  `SELECT owner, expires_at - ` + nowUS + ` FROM ` + t + ` WHERE "key" = ?1`,
 		// One statement renews the whole batch: ?1 is a JSON array of
 		// {"k": key, "t": token, "d": ttl in µs}; every row looked up by
@@ -279,7 +278,7 @@ FROM json_each(?1) AS r
 WHERE ` + t + `."key" = (r.value ->> '$.k') AND ` + t + `.token = (r.value ->> '$.t')
   AND ` + t + `.expires_at > ` + nowUS + `
 RETURNING "key", token`,
-		releaseSQL: releaseSQL(t, 1),
+		releaseSQL: releaseOneSQL(t),
 		forceSQL: `UPDATE ` + t + ` SET token = '', expires_at = ` + nowUS + `
 WHERE "key" = ?1 AND expires_at > ` + nowUS,
 		// The live mutexes, then the live entries of read-write locks and
@@ -297,11 +296,14 @@ ORDER BY 1, 5`,
 // CONFLICT DO UPDATE whose ith row (from 0) takes the parameters
 // ?(4i+1) key, ?(4i+2) token, ?(4i+3) owner and ?(4i+4) TTL in µs
 // (acquireArgs). It grants each free or expired key, bumping the fence
-// kept in its row, and changes nothing for a held one; it returns the key,
-// token and fence of each grant. excluded.acquired_at is the statement's
-// now, the same for every row. Rows are inserted in order, so a key named
-// twice goes to its first row, whose fresh lease the later one finds live.
-func acquireSQL(t string, n int) string {
+// kept in its row, and changes nothing for a held one; it returns ret, the
+// columns of each grant: "key", token, fence for a batch (scanGrant), the
+// fence alone for a single call, which knows its key and token (fewer
+// columns for the driver to copy out). excluded.acquired_at is the
+// statement's now, the same for every row. Rows are inserted in order, so
+// a key named twice goes to its first row, whose fresh lease the later one
+// finds live.
+func acquireSQL(t string, n int, ret string) string {
 	var b strings.Builder
 	b.Grow(400 + n*(2*len(nowUS)+40))
 	b.WriteString(`INSERT INTO ` + t + ` AS l ("key", token, owner, fence, acquired_at, expires_at)
@@ -318,34 +320,30 @@ ON CONFLICT ("key") DO UPDATE SET
   token = excluded.token, owner = excluded.owner, fence = l.fence + 1,
   acquired_at = excluded.acquired_at, expires_at = excluded.expires_at
 WHERE l.expires_at <= excluded.acquired_at
-RETURNING "key", token, fence`)
+RETURNING ` + ret)
 	return b.String()
 }
+
+// The RETURNING columns of acquireSQL: a batch's, and a single call's.
+const (
+	grantColumns = `"key", token, fence`
+	fenceColumn  = `fence`
+)
 
 // acquireArgs appends p's parameters of acquireSQL.
 func acquireArgs(args []any, p driver.AcquireParams) []any {
 	return append(args, p.Key, p.Token, p.Owner, micros(p.TTL))
 }
 
-// releaseSQL is the release statement, for n leases, whose ith (from 0)
-// takes the parameters ?(3i+1) key, ?(3i+2) token and ?(3i+3) KeepFor in
-// µs (releaseArgs). It updates the row of each lease that the token holds
-// (a live lease): the lease ends now plus KeepFor (MinHold); the row stays
-// (it keeps the fence), and the token is cleared so that nothing can renew
-// or release it again. It returns the key of each lease released. One
-// lease is a plain UPDATE (cheaper for SQLite to compile than a join on a
-// one-row VALUES); several are UPDATE … FROM (VALUES …), each row found by
-// primary key.
+// releaseSQL is the release statement of a batch of n leases, whose ith
+// (from 0) takes the parameters ?(3i+1) key, ?(3i+2) token and ?(3i+3)
+// KeepFor in µs (releaseArgs): one UPDATE … FROM (VALUES …), each row
+// found by primary key, returning the key of each lease released.
+// releaseOneSQL is the single call's. Both update the row of each lease
+// that the token holds (a live lease): the lease ends now plus KeepFor
+// (MinHold); the row stays (it keeps the fence), and the token is cleared
+// so that nothing can renew or release it again.
 func releaseSQL(t string, n int) string {
-	set := func(keep string) string { return `token = '', expires_at = ` + nowUS + ` + ` + keep }
-	where := func(key, token string) string {
-		return t + `."key" = ` + key + ` AND ` + t + `.token = ` + token + ` AND ` + t + `.expires_at > ` + nowUS
-	}
-	if n == 1 {
-		return `UPDATE ` + t + ` SET ` + set("?3") + `
-WHERE ` + where("?1", "?2") + `
-RETURNING "key"`
-	}
 	var b strings.Builder
 	b.Grow(500 + n*24)
 	b.WriteString(`WITH r(k, t, d) AS (VALUES `)
@@ -357,10 +355,30 @@ RETURNING "key"`
 		fmt.Fprintf(&b, "(?%d, ?%d, ?%d)", p+1, p+2, p+3)
 	}
 	b.WriteString(`)
-UPDATE ` + t + ` SET ` + set("r.d") + `
-FROM r WHERE ` + where("r.k", "r.t") + `
+UPDATE ` + t + ` SET ` + releaseSet("r.d") + `
+FROM r WHERE ` + releaseWhere(t, "r.k", "r.t") + `
 RETURNING "key"`)
 	return b.String()
+}
+
+// releaseOneSQL is the release statement of one lease, with releaseSQL's
+// parameters ?1 key, ?2 token and ?3 KeepFor: a plain UPDATE (cheaper for
+// SQLite than a join on a one-row VALUES) without RETURNING, run with
+// Exec: it changed one row if the lease was released, none otherwise (the
+// key is the primary key).
+func releaseOneSQL(t string) string {
+	return `UPDATE ` + t + ` SET ` + releaseSet("?3") + `
+WHERE ` + releaseWhere(t, "?1", "?2")
+}
+
+// releaseSet is the release statements' SET list, the lease ending keep
+// µs from now.
+func releaseSet(keep string) string { return `token = '', expires_at = ` + nowUS + ` + ` + keep }
+
+// releaseWhere is the release statements' condition: the row of key, held
+// by token, live.
+func releaseWhere(t, key, token string) string {
+	return t + `."key" = ` + key + ` AND ` + t + `.token = ` + token + ` AND ` + t + `.expires_at > ` + nowUS
 }
 
 // releaseArgs appends p's parameters of releaseSQL.
@@ -385,7 +403,7 @@ func (s *Store) Acquire(ctx context.Context, p driver.AcquireParams) (driver.Gra
 	err := s.write(ctx, func(ctx context.Context) error {
 		return readRows(s.st.acquire.QueryContext(ctx, acquireArgs(make([]any, 0, 4), p)...))(func(rows *sql.Rows) error {
 			var err error
-			_, _, g, err = scanGrant(rows)
+			g, err = scanFence(rows)
 			granted = true
 			return err
 		})
@@ -460,7 +478,14 @@ func checkAcquire(p driver.AcquireParams) error {
 	return nil
 }
 
-// scanGrant reads a row of acquireSQL's RETURNING.
+// scanFence reads the row of the single call's acquire statement.
+func scanFence(rows *sql.Rows) (driver.Grant, error) {
+	var fence int64
+	err := rows.Scan(&fence)
+	return driver.Grant{Fence: uint64(fence)}, err
+}
+
+// scanGrant reads a row of a batch's acquire statement (grantColumns).
 func scanGrant(rows *sql.Rows) (key, token string, g driver.Grant, err error) {
 	var fence int64
 	err = rows.Scan(&key, &token, &fence)
@@ -589,12 +614,11 @@ func (s *Store) Release(ctx context.Context, p driver.ReleaseParams) error {
 	if p.Mode != driver.ModeMutex {
 		return s.releaseKind(ctx, p)
 	}
-	released := false
+	var released bool
 	err := s.write(ctx, func(ctx context.Context) error {
-		return readRows(s.st.release.QueryContext(ctx, releaseArgs(make([]any, 0, 3), p)...))(func(*sql.Rows) error {
-			released = true
-			return nil
-		})
+		var err error
+		released, err = releaseOne(ctx, s.st.release, p)
+		return err
 	})
 	switch {
 	case err != nil:
@@ -606,6 +630,17 @@ func (s *Store) Release(ctx context.Context, p driver.ReleaseParams) error {
 		s.wake.wake(p.Key)
 	}
 	return nil
+}
+
+// releaseOne runs the single call's release statement, st (Store.st.release
+// or its transaction's copy), for p, and reports whether it released it.
+func releaseOne(ctx context.Context, st *sql.Stmt, p driver.ReleaseParams) (bool, error) {
+	r, err := st.ExecContext(ctx, releaseArgs(make([]any, 0, 3), p)...)
+	if err != nil {
+		return false, err
+	}
+	n, err := r.RowsAffected()
+	return n == 1, err
 }
 
 // ForceRelease implements driver.ForceReleaser with one transaction of
