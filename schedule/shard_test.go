@@ -504,11 +504,14 @@ func TestShardsRerun(t *testing.T) {
 			_, err := RequestBackfill(ctx, c.ledger, "rr", tick, tick, BackfillOptions{Now: c.clock.Now(), Rerun: true})
 			return err
 		}, []string{"a/0", "a/3", "b/1", "b/4", "c/2", "c/5"}},
-		// Node d, live without the job, has rank 3 of 4: its shard 3 is
-		// taken by a free node once the others are done.
+		// Node d, live without the job, has rank 3 of 4 once the others
+		// list the node leases again (they rank on a listing up to a
+		// third of the node lease TTL old): its shard 3 is taken by a
+		// free node once the others are done.
 		{"RequestRerun with a node that has not the job", func() error {
 			c.node("d", 0, cfg).start(t)
 			c.settle(true)
+			c.step(tasklock.DefaultTTL / 3)
 			return rerun()
 		}, []string{"?/3", "a/0", "a/4", "b/1", "b/5", "c/2"}},
 	} {
