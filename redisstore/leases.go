@@ -19,52 +19,57 @@ import (
 const scanCount = 1000
 
 // Leases implements driver.Lister: it SCANs for the lock keys whose user key
-// starts with prefix (on every master of a Cluster), and reads each lease's
-// value and PTTL in one pipeline per page of keys; then likewise for the
-// read-write locks and semaphores, listed one Lease per entry (a writer's
-// waiting claim with Waiting set). Leases that expire during the scan are
+// starts with prefix and for the hashes of the read-write locks and
+// semaphores (on every master of a Cluster), and per page of keys reads
+// each lease's value and PTTL in one pipeline and the other kinds' entries
+// in another, listed one Lease per entry (a writer's waiting claim with
+// Waiting set). Leases that expire during the scan are
 // left out. The result is sorted by key. It costs a full keyspace scan of
 // each node, so it is meant for the CLI and the dashboard, not for hot
 // paths.
 func (s *Store) Leases(ctx context.Context, prefix string) ([]driver.Lease, error) {
-	// Lock keys are prefix{key}; fence keys, prefix{key}:fence, end in
-	// "fence" and never match a pattern ending in '}'. The hashes of the
-	// other kinds, prefix{key}:kinds, are the only keys ending in
-	// "}:kinds".
-	stem := globEscape(s.prefix) + "{" + globEscape(prefix) + "*}"
-	scans := []struct {
-		match string
-		read  func(ctx context.Context, c redis.UniversalClient, prefix string, keys []string) ([]driver.Lease, error)
-	}{
-		{stem, s.readLeases},
-		{stem + kindsSuffix, s.readKinds},
-	}
+	// Lock keys are prefix{key}; the hashes of the other kinds,
+	// prefix{key}:kinds, are the only keys ending in "}:kinds". One SCAN
+	// matches both and the page is split by suffix: a keyspace pass costs
+	// redis-server about a microsecond a key, and every scheduler node
+	// lists the node leases every few seconds.
+	match := globEscape(s.prefix) + "{" + globEscape(prefix) + "*}*"
 	var (
 		mu  sync.Mutex
 		out []driver.Lease
 	)
 	scan := func(ctx context.Context, c redis.UniversalClient) error {
-		for _, sc := range scans {
-			var cursor uint64
-			for {
-				keys, next, err := c.Scan(ctx, cursor, sc.match, scanCount).Result()
-				if err != nil {
-					return err
-				}
-				leases, err := sc.read(ctx, c, prefix, keys)
-				if err != nil {
-					return err
-				}
-				mu.Lock()
-				out = append(out, leases...)
-				mu.Unlock()
-				if next == 0 {
-					break
-				}
-				cursor = next
+		var cursor uint64
+		for {
+			keys, next, err := c.Scan(ctx, cursor, match, scanCount).Result()
+			if err != nil {
+				return err
 			}
+			var locks, kinds []string
+			for _, k := range keys {
+				switch {
+				case strings.HasSuffix(k, "}"+kindsSuffix):
+					kinds = append(kinds, k)
+				case strings.HasSuffix(k, "}"):
+					locks = append(locks, k)
+				}
+			}
+			leases, err := s.readLeases(ctx, c, prefix, locks)
+			if err != nil {
+				return err
+			}
+			more, err := s.readKinds(ctx, c, prefix, kinds)
+			if err != nil {
+				return err
+			}
+			mu.Lock()
+			out = append(append(out, leases...), more...)
+			mu.Unlock()
+			if next == 0 {
+				return nil
+			}
+			cursor = next
 		}
-		return nil
 	}
 	var err error
 	if s.cluster != nil {

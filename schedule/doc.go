@@ -145,7 +145,8 @@
 // once across the cluster and holding its own lock, the job's key +
 // "/shard/" + the index. At the tick a node claims the shards k with
 // k mod L = r, r being its rank among the L live nodes (the node leases,
-// listed with Config.NodeLister) and runs them at once; a poll later a node
+// listed with Config.NodeLister at most a third of Config.NodeLeaseTTL
+// before) and runs them at once; a poll later a node
 // with no shard-run of the job under way claims a shard no one claimed,
 // one at a time. A shard whose claiming node stopped (its node lease ended)
 // before recording an outcome is taken over by a free node, on a retake

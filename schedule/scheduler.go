@@ -190,6 +190,7 @@ type Scheduler struct {
 	nextPoll, nextPrune, retryAt time.Time
 	nextSweep, nextMark          time.Time
 	claimFails                   int
+	nodes                        nodeList // the last listing of the node leases (sweep.go)
 	// The node lease: taken by Start (nodeLease) or held by the caller
 	// (Config.NodeLeaseTaken); nodeTaken is when.
 	nodeLease *tasklock.Lock

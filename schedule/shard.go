@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -140,17 +139,29 @@ func (s *Scheduler) rankShards(now time.Time) {
 	}
 	rank, of := 0, 1
 	if s.lister != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
-		ls, err := s.lister.Leases(ctx, s.nodePrefix)
-		cancel()
-		if err != nil {
-			// Claim none now: free nodes take them a poll later.
-			s.log.Error("schedule: listing the node leases to spread shards", "node", s.node, "err", err)
+		// A listing up to sweepEvery old (the sweep lists every
+		// sweepEvery): a listing costs the store a pass over every key,
+		// and the rank only spreads the shards (the claims keep each
+		// shard-run to one node); a shard of a node that started or
+		// stopped since is claimed by a free node a poll later.
+		live, ok := s.recentNodes(s.sweepEvery)
+		if !ok {
+			ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+			var err error
+			live, err = s.listNodes(ctx)
+			cancel()
+			if err != nil {
+				// Claim none now: free nodes take them a poll later.
+				s.log.Error("schedule: listing the node leases to spread shards", "node", s.node, "err", err)
+				live = nil
+			}
+		}
+		if live == nil {
 			rank, of = 0, 0
 		} else {
 			names := []string{s.node}
-			for _, l := range ls {
-				names = append(names, strings.TrimPrefix(l.Key, s.nodePrefix))
+			for n := range live {
+				names = append(names, n)
 			}
 			slices.Sort(names)
 			names = slices.Compact(names)
@@ -351,8 +362,7 @@ func (s *Scheduler) pollShards(now time.Time) {
 	slices.SortFunc(due, func(a, b *shardTick) int { return a.w.tick.Compare(b.w.tick) })
 	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
 	defer cancel()
-	var alive func(context.Context, string) bool
-	aliveRead := false
+	alive := s.shardAlive()
 	for _, e := range due {
 		// A whole second: stores may keep ticks to the second.
 		rs, err := s.ledger.Runs(ctx, ledger.RunQuery{Job: e.j.Name, From: e.w.tick, To: e.w.tick.Add(time.Second)})
@@ -382,9 +392,6 @@ func (s *Scheduler) pollShards(now time.Time) {
 				s.triggerDone(e.j.Name, id)
 			}
 			continue
-		}
-		if !aliveRead {
-			alive, aliveRead = s.aliveNodes(ctx), true
 		}
 		s.lookAtShards(ctx, e, open, latest, alive, now)
 	}

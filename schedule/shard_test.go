@@ -504,11 +504,14 @@ func TestShardsRerun(t *testing.T) {
 			_, err := RequestBackfill(ctx, c.ledger, "rr", tick, tick, BackfillOptions{Now: c.clock.Now(), Rerun: true})
 			return err
 		}, []string{"a/0", "a/3", "b/1", "b/4", "c/2", "c/5"}},
-		// Node d, live without the job, has rank 3 of 4: its shard 3 is
-		// taken by a free node once the others are done.
+		// Node d, live without the job, has rank 3 of 4 once the others
+		// list the node leases again (they rank on a listing up to a
+		// third of the node lease TTL old): its shard 3 is taken by a
+		// free node once the others are done.
 		{"RequestRerun with a node that has not the job", func() error {
 			c.node("d", 0, cfg).start(t)
 			c.settle(true)
+			c.step(tasklock.DefaultTTL / 3)
 			return rerun()
 		}, []string{"?/3", "a/0", "a/4", "b/1", "b/5", "c/2"}},
 	} {
@@ -607,5 +610,42 @@ func TestShardsRerunTakeover(t *testing.T) {
 		if r.Attempt != want || (want == 3 && r.Node == "a") {
 			t.Errorf("shard %d: latest record attempt %d on %s, want attempt %d on b or c", k, r.Attempt, r.Node, want)
 		}
+	}
+}
+
+// countingLister counts the listings of the node leases.
+type countingLister struct {
+	driver.Lister
+	n atomic.Int32
+}
+
+func (l *countingLister) Leases(ctx context.Context, prefix string) ([]driver.Lease, error) {
+	l.n.Add(1)
+	return l.Lister.Leases(ctx, prefix)
+}
+
+// TestShardsReuseNodeListing: a node ranks every tick's shards on a
+// listing of the node leases up to NodeLeaseTTL/3 old, not on a listing
+// per pass (on Redis each is a scan of every key).
+func TestShardsReuseNodeListing(t *testing.T) {
+	c := newCluster(t)
+	lister := &countingLister{Lister: c.locks}
+	var ran atomic.Int32
+	job := Job{Name: "listed", Schedule: "@every 1s", Shards: 4, Handler: func(context.Context, Run) error {
+		ran.Add(1)
+		return nil
+	}}
+	cfg := &Config{NodeLister: lister, NodeLeaseTTL: 30 * time.Second} // a listing serves 10 s
+	c.node("a", 0, cfg).add(t, job).start(t)
+	c.settle(true)
+	before := ran.Load()
+	for range 6 {
+		c.step(time.Second)
+	}
+	if got := ran.Load() - before; got < 6*4 {
+		t.Fatalf("%d shard-runs in 6 ticks of 4 shards, want at least 24", got)
+	}
+	if n := lister.n.Load(); n > 2 {
+		t.Errorf("%d listings of the node leases over 6 ticks, want at most 2 (one per 10 s, NodeLeaseTTL/3)", n)
 	}
 }

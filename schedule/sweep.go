@@ -170,21 +170,89 @@ func (s *Scheduler) sweep(now time.Time) {
 	}
 }
 
+// nodeList is a listing of the live nodes (Config.NodeLister) and when it
+// was read. A listing costs the store a pass over every key (redisstore
+// SCANs), so the shard passes reuse a recent one where a stale answer is
+// safe. Loop only.
+type nodeList struct {
+	live map[string]bool
+	at   time.Time // zero: none read yet
+}
+
+// listNodes reads the node leases and keeps the listing.
+func (s *Scheduler) listNodes(ctx context.Context) (map[string]bool, error) {
+	ls, err := s.lister.Leases(ctx, s.nodePrefix)
+	if err != nil {
+		return nil, err
+	}
+	live := make(map[string]bool, len(ls))
+	for _, l := range ls {
+		live[strings.TrimPrefix(l.Key, s.nodePrefix)] = true
+	}
+	s.nodes = nodeList{live: live, at: s.clock.Now()}
+	return live, nil
+}
+
+// recentNodes returns the kept listing when it is younger than age.
+func (s *Scheduler) recentNodes(age time.Duration) (map[string]bool, bool) {
+	if s.nodes.at.IsZero() || s.clock.Now().Sub(s.nodes.at) >= age {
+		return nil, false
+	}
+	return s.nodes.live, true
+}
+
 // aliveNodes returns a function that reports whether a node holds its node
-// lease, or nil when that cannot be told now.
+// lease, or nil when that cannot be told now. With a NodeLister it lists
+// the node leases at once (the sweep: a node is found stopped only from a
+// fresh listing).
 func (s *Scheduler) aliveNodes(ctx context.Context) func(context.Context, string) bool {
 	if s.lister != nil {
-		ls, err := s.lister.Leases(ctx, s.nodePrefix)
+		live, err := s.listNodes(ctx)
 		if err != nil {
 			s.log.Error("schedule: listing the node leases", "node", s.node, "err", err)
 			return nil
 		}
-		live := make(map[string]bool, len(ls))
-		for _, l := range ls {
-			live[strings.TrimPrefix(l.Key, s.nodePrefix)] = true
-		}
 		return func(_ context.Context, node string) bool { return live[node] }
 	}
+	return s.nodeChecker()
+}
+
+// shardAlive is aliveNodes for the shard passes: with a NodeLister, a node
+// in a listing younger than sweepEvery is alive (a node that stopped since
+// is found so by the sweep's listing within sweepEvery, as the watch looks
+// again only every sweepEvery at shards held by live nodes); any other
+// node is looked up in a fresh listing, read at most once per call of
+// shardAlive. A failed listing tells nothing: every node counts as alive.
+func (s *Scheduler) shardAlive() func(context.Context, string) bool {
+	if s.lister == nil {
+		return s.nodeChecker()
+	}
+	var fresh map[string]bool // this call's listing
+	tried := false
+	return func(ctx context.Context, node string) bool {
+		if fresh != nil {
+			return fresh[node]
+		}
+		if live, ok := s.recentNodes(s.sweepEvery); ok && live[node] {
+			return true
+		}
+		if tried {
+			return true // the listing failed
+		}
+		tried = true
+		live, err := s.listNodes(ctx)
+		if err != nil {
+			s.log.Error("schedule: listing the node leases", "node", s.node, "err", err)
+			return true
+		}
+		fresh = live
+		return live[node]
+	}
+}
+
+// nodeChecker reports whether a node holds its node lease by trying to
+// take it, once per node per checker.
+func (s *Scheduler) nodeChecker() func(context.Context, string) bool {
 	known := map[string]bool{}
 	return func(ctx context.Context, node string) bool {
 		if a, ok := known[node]; ok {

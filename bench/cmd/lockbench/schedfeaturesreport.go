@@ -110,6 +110,7 @@ func (r *report) writeP5Variants(p func(string, ...any)) {
 			cpu = fmt.Sprintf("%.0f + %.0f = %.0f", c, sv, c+sv)
 		}
 		row("CPU µs per run, lockbench + redis-server", cpu, "", "")
+		row(cmdStatsRow, res.cmdStatsPerRun(), "", "")
 		row("goroutines: largest rise in the window; in the warm-up", fmt.Sprintf("%+d; %+d", res.goroutines, res.warmupGoroutines), "", "")
 		row("heap per job, 3 nodes (median, after GC)", fmt.Sprintf("%.0f B", res.heapPerJob), "", "")
 		sd := dur(res.shutdown)

@@ -131,19 +131,7 @@ func (r *report) writeP5(p func(string, ...any)) {
 		}
 		return fmt.Sprintf("%.0f + %.0f = %.0f", c, sv, c+sv)
 	}, "", "")
-	row("redis-server wall µs per run by command (commandstats, scripts and the commands in them; calls per run)", func(s *schedResult) string {
-		if len(s.cmdStats) == 0 || s.runs == 0 {
-			return "—"
-		}
-		var parts []string
-		for _, c := range s.cmdStats[:min(len(s.cmdStats), 8)] {
-			if c.name == "config|resetstat" {
-				continue
-			}
-			parts = append(parts, fmt.Sprintf("%s %.1f (%.2f)", c.name, float64(c.usec)/float64(s.runs), float64(c.calls)/float64(s.runs)))
-		}
-		return strings.Join(parts, ", ")
-	}, "", "")
+	row(cmdStatsRow, (*schedResult).cmdStatsPerRun, "", "")
 	row("goroutines: largest rise in the window (per job); in the warm-up", func(s *schedResult) string {
 		return fmt.Sprintf("%+d (%.2f); %+d", s.goroutines, float64(s.goroutines)/float64(s.jobs), s.warmupGoroutines)
 	}, "", "")
@@ -178,4 +166,23 @@ func p5Failures(rs []*schedResult) []string {
 		}
 	}
 	return out
+}
+
+// cmdStatsRow names the row of cmdStatsPerRun.
+const cmdStatsRow = "redis-server wall µs per run by command (commandstats, scripts and the commands in them; calls per run)"
+
+// cmdStatsPerRun is the window's commandstats per run: the 8 commands that
+// took redis-server most time, "—" when unknown.
+func (s *schedResult) cmdStatsPerRun() string {
+	if len(s.cmdStats) == 0 || s.runs == 0 {
+		return "—"
+	}
+	var parts []string
+	for _, c := range s.cmdStats[:min(len(s.cmdStats), 8)] {
+		if c.name == "config|resetstat" {
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%s %.1f (%.2f)", c.name, float64(c.usec)/float64(s.runs), float64(c.calls)/float64(s.runs)))
+	}
+	return strings.Join(parts, ", ")
 }
