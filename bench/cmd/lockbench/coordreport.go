@@ -126,6 +126,9 @@ func (r *coordReport) writeP1(p func(string, ...any)) {
 	for _, n := range notes {
 		p("%s", n)
 	}
+	for _, res := range rows {
+		r.writeP1RedlockFloor(p, res)
+	}
 }
 
 // allocsNote is " Allocations per pair: N." for a result whose
@@ -256,9 +259,6 @@ func (r *coordReport) writeHandoff(p func(string, ...any)) {
 	p("")
 	for _, n := range notes {
 		p("%s", n)
-	}
-	for _, res := range rows {
-		r.writeP1RedlockFloor(p, res)
 	}
 }
 
