@@ -118,10 +118,7 @@ func (h *handler) recentRuns(ctx context.Context, jobs int) ([]ledger.RunRecord,
 	h.lastMu.Lock()
 	defer h.lastMu.Unlock()
 	for _, r := range runs {
-		if old, ok := h.lastRun[r.Job]; !ok || r.Key().Compare(old.Key()) < 0 {
-			r.Output = ""
-			h.lastRun[r.Job] = r
-		}
+		h.noteLastRun(r)
 	}
 	if len(h.lastRun) > 4*maxJobsRemembered {
 		clear(h.lastRun)
@@ -183,15 +180,20 @@ func (h *handler) pageLastRuns(ctx context.Context, names []string) error {
 				h.noRuns[n] = now
 				return
 			}
-			r := rs[0]
-			r.Output = ""
-			if old, ok := h.lastRun[n]; !ok || r.Key().Compare(old.Key()) < 0 {
-				h.lastRun[n] = r
-			}
+			h.noteLastRun(rs[0])
 		})
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// noteLastRun remembers r, without its output, as its job's last run
+// unless a newer one is known. Callers hold lastMu.
+func (h *handler) noteLastRun(r ledger.RunRecord) {
+	if old, ok := h.lastRun[r.Job]; !ok || r.Key().Compare(old.Key()) < 0 {
+		r.Output = ""
+		h.lastRun[r.Job] = r
+	}
 }
 
 // latestRuns is pageLastRuns through ledger.Latest.
@@ -203,9 +205,7 @@ func (h *handler) latestRuns(ctx context.Context, lt ledger.Latest, missing []st
 		}
 		h.lastMu.Lock()
 		for _, r := range rs {
-			if old, ok := h.lastRun[r.Job]; !ok || r.Key().Compare(old.Key()) < 0 {
-				h.lastRun[r.Job] = r
-			}
+			h.noteLastRun(r)
 		}
 		for _, n := range chunk {
 			if _, ok := h.lastRun[n]; !ok {

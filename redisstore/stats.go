@@ -206,17 +206,15 @@ func (s *Store) LatestRuns(ctx context.Context, jobs []string) ([]ledger.RunReco
 	}
 	// The script's limit counts ticks: a tick's records come whole.
 	var out []ledger.RunRecord
-	for i, r := range rs {
-		switch {
-		case i > 0 && r.Job == out[len(out)-1].Job:
-			if r.Key().Compare(out[len(out)-1].Key()) < 0 {
-				r.Output = ""
-				out[len(out)-1] = r
+	for _, r := range rs {
+		r.Output = ""
+		if n := len(out); n > 0 && out[n-1].Job == r.Job {
+			if r.Key().Compare(out[n-1].Key()) < 0 {
+				out[n-1] = r
 			}
-		default:
-			r.Output = ""
-			out = append(out, r)
+			continue
 		}
+		out = append(out, r)
 	}
 	return out, nil
 }

@@ -94,17 +94,9 @@ func TestServePreferredNodeStopped(t *testing.T) {
 		}
 		return true
 	}
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		runs, _ := readJobLines(t, out)
-		if ranThrough(runs) {
-			break
-		}
-		if time.Now().After(deadline) {
-			// Go on: the ledger's records below say what became of them.
-			t.Errorf("node-1's jobs did not run through %v on the others within 30s", last)
-			break
-		}
-		time.Sleep(20 * time.Millisecond) // polling interval
+	if !clitest.Within(30*time.Second, func() bool { runs, _ := readJobLines(t, out); return ranThrough(runs) }) {
+		// Go on: the ledger's records below say what became of them.
+		t.Errorf("node-1's jobs did not run through %v on the others within 30s", last)
 	}
 	cont()
 	after := time.Now().Truncate(time.Second).Add(3 * time.Second)

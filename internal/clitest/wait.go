@@ -12,13 +12,22 @@ import (
 // names the condition in the failure.
 func WaitFor(t *testing.T, timeout time.Duration, cond func() bool, what string) {
 	t.Helper()
+	if !Within(timeout, cond) {
+		t.Fatalf("timed out after %v waiting for %s", timeout, what)
+	}
+}
+
+// Within polls cond until it holds or timeout has passed, and reports
+// whether it held: WaitFor for a caller that goes on after a timeout.
+func Within(timeout time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+			return false
 		}
 		time.Sleep(10 * time.Millisecond) // polling interval, not synchronisation
 	}
+	return true
 }
 
 // WaitOutput waits until stdout contains s.
