@@ -29,7 +29,12 @@ import (
 //     once, as the next attempt after the last one recorded.
 //
 // Either way the run is recorded under the tick's own key (Trigger ""),
-// so the tick's history shows every attempt in order.
+// so the tick's history shows every attempt in order. Two runs of one tick
+// never share an attempt number: the first attempt of a scheduled tick is
+// the tick claim's, and every other attempt number — a backfill's or
+// re-run's, a retry's — is claimed on its own first, as the key (job, tick,
+// "attempt:N", shard) (claimAttempt). So two re-runs asked for at once,
+// or a re-run beside a retry, run as attempts N and N+1.
 //
 // A re-run's ID also carries the tick's highest attempt when it was asked
 // for, the base: "rr-s-2-" then random hex re-runs a tick that had two
@@ -318,42 +323,81 @@ func requestWork(tr ledger.TriggerRequest) work {
 	return w
 }
 
-// lastAttempt returns the highest attempt the ledger holds at j's tick
-// (its scheduled key, Trigger ""), 0 when none.
-func (s *Scheduler) lastAttempt(j *job, tick time.Time, shard int) (int, error) {
+// lastAttempt returns the highest attempt number the ledger holds at j's
+// tick (its scheduled key, Trigger ""), 0 when none, and whether the tick
+// ran: a record that is not missed or skipped (those are not runs, though
+// a skip takes the number of the attempt it stands for).
+func (s *Scheduler) lastAttempt(j *job, tick time.Time, shard int) (used int, ran bool, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
 	defer cancel()
 	rs, err := s.ledger.Runs(ctx, ledger.RunQuery{Job: j.Name, From: tick, To: tick.Add(time.Second)})
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
-	last := 0
 	for _, r := range rs {
 		if r.Trigger == "" && r.Tick.Equal(tick) && r.Shard == shard {
-			last = max(last, r.Attempt)
+			used = max(used, r.Attempt)
+			ran = ran || (r.Attempt > 0 && r.Status != ledger.RunSkipped && r.Status != ledger.RunMissed)
 		}
 	}
-	return last, nil
+	return used, ran, nil
 }
 
-// startPast prepares a backfill or re-run of a past tick: it removes the
-// request (requestTaken) and returns the attempt number to start after, or
-// ok false when there is nothing to run (a backfill of a tick that already
-// ran, or a ledger that cannot be read, which leaves the request for
-// another pass).
-func (s *Scheduler) startPast(j *job, w work) (base int, ok bool) {
-	last, err := s.lastAttempt(j, w.tick, w.shard)
+// startPast prepares a backfill or re-run of a past tick: it claims the
+// number of its first attempt, removes the request (requestTaken) and
+// returns that number, or ok false when there is nothing to run (a
+// backfill of a tick that already ran, or a ledger that cannot be read,
+// which leaves the request for another pass).
+func (s *Scheduler) startPast(j *job, w work) (first int, ok bool) {
+	used, ran, err := s.lastAttempt(j, w.tick, w.shard)
 	if err != nil {
 		s.log.Error("schedule: reading the attempts of a past tick", "node", s.node, "job", j.Name, "tick", w.tick, "err", err)
 		return 0, false
 	}
-	s.requestTaken(j, w)
-	if !w.rerun && last > 0 {
-		s.log.Info("schedule: backfill: the tick already ran", "node", s.node, "job", j.Name, "tick", w.tick, "attempts", last)
+	if !w.rerun && ran {
+		s.requestTaken(j, w)
+		s.log.Info("schedule: backfill: the tick already ran", "node", s.node, "job", j.Name, "tick", w.tick, "attempts", used)
 		return 0, false
 	}
-	return last, true
+	if first, err = s.claimAttempt(j, w, max(used, w.attempts)+1); err != nil {
+		s.log.Error("schedule: claiming an attempt number of a past tick", "node", s.node, "job", j.Name, "tick", w.tick, "err", err)
+		return 0, false
+	}
+	s.requestTaken(j, w)
+	return first, true
 }
+
+// maxAttemptClaims bounds the numbers one claimAttempt call tries.
+const maxAttemptClaims = 64
+
+// claimAttempt claims the lowest attempt number from n up that no other
+// run of w's tick holds (the key (job, tick, "attempt:N", shard)), one
+// round trip per number tried, and returns it.
+func (s *Scheduler) claimAttempt(j *job, w work, n int) (int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+	defer cancel()
+	for range maxAttemptClaims {
+		res, err := s.ledger.Claim(ctx, []ledger.ClaimParams{{
+			Job: j.Name, Tick: w.tick, Trigger: attemptClaim(n), Shard: w.shard, Node: s.node, Token: s.token, Retain: s.retention,
+		}})
+		if err == nil && len(res) != 1 {
+			err = fmt.Errorf("the ledger returned %d results for 1 claim", len(res))
+		}
+		switch {
+		case err != nil:
+			return 0, err
+		case res[0] == nil:
+			return n, nil
+		case !errors.Is(res[0], ledger.ErrClaimed):
+			return 0, res[0]
+		}
+		n++
+	}
+	return 0, fmt.Errorf("attempts %d to %d of the tick are all claimed", n-maxAttemptClaims, n-1)
+}
+
+// attemptClaim is the Trigger of the claim of attempt number n.
+func attemptClaim(n int) string { return "attempt:" + strconv.Itoa(n) }
 
 // obtainPast takes the job's lock for a past tick run with overlap skip:
 // it waits for a run in progress to end, up to the end of the Scheduler's

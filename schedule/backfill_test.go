@@ -31,7 +31,7 @@ func TestBackfillRunsEachTickOnce(t *testing.T) {
 	}
 	c.advance(10*time.Minute + 30*time.Second)
 	b := c.node("b2", 0, nil).add(t, job).start(t)
-	c.node("c2", 0, nil).add(t, job).start(t)
+	c2 := c.node("c2", 0, nil).add(t, job).start(t)
 	c.settle(true)
 	// Ticks t0+2m .. t0+11m were missed (skip policy).
 	missed := 0
@@ -121,7 +121,50 @@ func TestBackfillRunsEachTickOnce(t *testing.T) {
 	if fmt.Sprint(got) != "[2:ok 1:ok]" {
 		t.Fatalf("records of the re-run tick: %v, want [2:ok 1:ok]", got)
 	}
-	_ = b
+
+	// Two re-runs asked for before either runs, without the job's lock,
+	// so that they may run at once on two nodes: attempts 3 and 4, never
+	// both 3 (their requests carry the same base, 2).
+	allow := opts
+	allow.Overlap = OverlapAllow
+	for range 2 {
+		if _, err := RequestRerun(ctx, c.ledger, "hourly", ranTick, allow); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "both re-runs", func() bool {
+		c.step(250 * time.Millisecond)
+		return rec.times("hourly", ranTick, "") == 4
+	})
+	c.settle(true)
+	got = nil
+	for _, r := range c.historyAfter("hourly", ranTick.Add(-time.Second)) {
+		if r.Tick.Equal(ranTick) {
+			got = append(got, fmt.Sprintf("%d:%s", r.Attempt, r.Status))
+		}
+	}
+	if fmt.Sprint(got) != "[4:ok 3:ok 2:ok 1:ok]" {
+		t.Fatalf("records of the tick re-run twice more: %v, want [4:ok 3:ok 2:ok 1:ok]", got)
+	}
+
+	// The same race made certain: two nodes start re-runs of one tick,
+	// with the same base, before either records anything. They number
+	// them 5 and 6 (both 5 before attempt numbers were claimed).
+	firsts := map[int]bool{}
+	for i, n := range []*node{b, c2} {
+		w := requestWork(ledger.TriggerRequest{ID: withBase(rerunAllow, 4) + fmt.Sprint(i), Tick: ranTick, Rerun: true})
+		n.s.mu.Lock()
+		j := n.s.jobs["hourly"]
+		n.s.mu.Unlock()
+		first, ok := n.s.startPast(j, w)
+		if !ok {
+			t.Fatalf("node %s: startPast refused the re-run", n.name)
+		}
+		firsts[first] = true
+	}
+	if !firsts[5] || !firsts[6] {
+		t.Fatalf("two re-runs started as attempts %v, want 5 and 6", firsts)
+	}
 }
 
 func TestBackfillRefusesBadRanges(t *testing.T) {

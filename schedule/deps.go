@@ -260,7 +260,7 @@ func waitDeadline(j *job, tick, now time.Time) (time.Time, string) {
 // Shutdown's grace period ends, it records the tick as skipped. A trigger
 // request — trigger-now, backfill, re-run — runs at once: someone asked for
 // that run.
-func (s *Scheduler) awaitParents(j *job, w work) bool {
+func (s *Scheduler) awaitParents(j *job, w work, attempt int) bool {
 	if len(j.After) == 0 || w.trigger != "" || w.request != "" {
 		return true
 	}
@@ -277,7 +277,7 @@ func (s *Scheduler) awaitParents(j *job, w work) bool {
 		}
 		now := s.clock.Now()
 		if !now.Before(deadline) {
-			s.skip(j, w, s.depsReason(j, left, prev, w.tick, limit))
+			s.skip(j, w, attempt, s.depsReason(j, left, prev, w.tick, limit))
 			return false
 		}
 		if !logged {
@@ -291,7 +291,7 @@ func (s *Scheduler) awaitParents(j *job, w work) bool {
 		case <-waiter.wake:
 		case <-s.runCtx.Done():
 			t.Stop()
-			s.skip(j, w, ErrShutdown.Error()+" while waiting for the job's parents "+strings.Join(left, ", "))
+			s.skip(j, w, attempt, ErrShutdown.Error()+" while waiting for the job's parents "+strings.Join(left, ", "))
 			return false
 		}
 		t.Stop()

@@ -131,7 +131,7 @@ func TestDepsParentFailedChildSkippedAfterWithin(t *testing.T) {
 		w := n.s.deps.waits.Load()
 		c.advance(500 * time.Millisecond)
 		waitFor(t, "the child to wait again or give up", func() bool {
-			rs = c.historyAfter("child", before)
+			rs = c.finalAfter("child", before)
 			return len(rs) > 0 || n.s.deps.waits.Load() > w
 		})
 		if len(rs) > 0 && c.clock.Now().Before(deadline) {
@@ -140,7 +140,10 @@ func TestDepsParentFailedChildSkippedAfterWithin(t *testing.T) {
 	}
 	rs = c.waitRecords("child", before, 1)
 	r := rs[0]
-	if len(rs) != 1 || r.Status != ledger.RunSkipped || !r.Tick.Equal(tick) || r.Attempt != 0 {
+	if all := c.historyAfter("child", before); len(all) != 1 {
+		t.Fatalf("child's history = %+v, want the skip to have replaced the pending record", all)
+	}
+	if len(rs) != 1 || r.Status != ledger.RunSkipped || !r.Tick.Equal(tick) || r.Attempt != 1 {
 		t.Fatalf("child's history = %+v, want one skipped record of tick %v", rs, tick)
 	}
 	if r.End.Before(deadline) || r.End.After(deadline.Add(time.Second)) {
@@ -190,14 +193,14 @@ func TestDepsParentOnOtherSchedule(t *testing.T) {
 	w := n.s.deps.waits.Load()
 	c.advance(at(3, 0).Sub(c.clock.Now()))
 	waitedAgain(t, n, w) // child t0+3m waits
-	for i := 0; len(c.historyAfter("child", at(1, 0))) == 0; i++ {
+	for i := 0; len(c.finalAfter("child", at(1, 0))) == 0; i++ {
 		if i > 60 {
 			t.Fatalf("child still waiting at %v", c.clock.Now())
 		}
 		w := n.s.deps.waits.Load()
 		c.advance(500 * time.Millisecond)
 		waitFor(t, "the child to wait again or give up", func() bool {
-			return len(c.historyAfter("child", at(1, 0))) > 0 || n.s.deps.waits.Load() > w
+			return len(c.finalAfter("child", at(1, 0))) > 0 || n.s.deps.waits.Load() > w
 		})
 	}
 	rs := c.waitRecords("child", at(1, 0), 1)
@@ -238,14 +241,14 @@ func TestDepsParentOnAnotherNode(t *testing.T) {
 	if got := rec.times("child", tick, ""); got != 0 {
 		t.Fatalf("child ran before its node polled")
 	}
-	for i := 0; len(c.historyAfter("child", before)) == 0; i++ {
+	for i := 0; len(c.finalAfter("child", before)) == 0; i++ {
 		if i > 10 {
 			t.Fatal("child did not see its parent's run")
 		}
 		w := b.s.deps.waits.Load()
 		c.advance(500 * time.Millisecond)
 		waitFor(t, "the child to poll", func() bool {
-			return len(c.historyAfter("child", before)) > 0 || b.s.deps.waits.Load() > w
+			return len(c.finalAfter("child", before)) > 0 || b.s.deps.waits.Load() > w
 		})
 	}
 	rs := c.waitRecords("child", before, 1)

@@ -115,9 +115,19 @@
 // sees them.
 //
 // An attempt is recorded as running before its handler starts, and its
-// outcome replaces that record. Each Scheduler holds a node lease (the lock
-// Config.NodeKeyPrefix + Config.Node, taken by Start, or held by the caller:
-// see Config.NodeLeaseTaken), and every node looks, every third of
+// outcome replaces that record. A claimed tick that may wait first — for
+// its parents, jitter, a pool's permit, a lock it waits for — is recorded
+// as running (its first attempt, pending) before it waits, and the skip
+// that may take the attempt's place replaces that record under the same
+// attempt number. So a node killed after claiming a tick leaves a record
+// of it; what a kill between the claim and that first write loses is one
+// write wide. Attempt numbers above a scheduled tick's first (retries,
+// re-runs, backfills) are claimed in the ledger before use, so two runs of
+// one tick never share one.
+//
+// Each Scheduler holds a node lease (the lock Config.NodeKeyPrefix +
+// Config.Node, taken by Start, or held by the caller: see
+// Config.NodeLeaseTaken), and every node looks, every third of
 // Config.NodeLeaseTTL, for running records whose node holds no node lease:
 // that node was killed or cut off for longer than its lease. It replaces
 // them with interrupted records (reported with EventRunInterrupted). If the

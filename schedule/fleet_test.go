@@ -335,3 +335,35 @@ func TestKilledNodeRunIsInterrupted(t *testing.T) {
 		t.Errorf("interrupted record %+v", r)
 	}
 }
+
+// A node killed after claiming a tick but before its handler starts —
+// here while the tick waits for its parent — leaves the tick's pending
+// running record, which another node settles as interrupted. Before:
+// such a tick was claimed and never recorded at all.
+func TestKilledNodeWaitingTickIsInterrupted(t *testing.T) {
+	c := newCluster(t)
+	rec := newRecorder(c.clock)
+	parent := func(context.Context, Run) error { return errors.New("parent failed") }
+	a := c.node("a", 0, nil).add(t,
+		Job{Name: "parent", Schedule: "@every 1h", Handler: parent},
+		Job{Name: "child", Schedule: "@every 1h", After: []string{"parent"}, Within: 30 * time.Minute, Handler: rec.ok},
+	).start(t)
+	c.waitRecords("parent", before, 1)
+	waitFor(t, "the child's pending record", func() bool {
+		rs := c.history("child")
+		return len(rs) == 1 && rs[0].Status == ledger.RunRunning
+	})
+	if r := c.history("child")[0]; r.Node != "a" || r.Attempt != 1 || !r.Tick.Equal(t0) {
+		t.Fatalf("pending record %+v, want node a's attempt 1 of %v", r, t0)
+	}
+	c.node("b", 0, nil).start(t)
+	_ = a.lk.Close() // a dies: its node lease ends, its tick still waits
+	c.advance(4 * time.Second)
+	waitFor(t, "b to settle a's waiting tick", func() bool {
+		rs := c.history("child")
+		return len(rs) == 1 && rs[0].Status == ledger.RunInterrupted
+	})
+	if r := c.history("child")[0]; !strings.Contains(r.Error, `node "a" stopped`) || len(rec.snapshot()) != 0 {
+		t.Errorf("interrupted record %+v, handler calls %v", r, rec.snapshot())
+	}
+}

@@ -199,18 +199,27 @@ func (c *cluster) historyAfter(job string, from time.Time) []ledger.RunRecord {
 	return rs
 }
 
-// waitRecords waits until job has n records for ticks after from, none of
-// them running.
+// finalAfter is historyAfter without the running records: a tick that
+// waits (for its parents, a pool) has its pending record meanwhile.
+func (c *cluster) finalAfter(job string, from time.Time) []ledger.RunRecord {
+	c.t.Helper()
+	var out []ledger.RunRecord
+	for _, r := range c.historyAfter(job, from) {
+		if r.Status.Final() {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// waitRecords waits until job has n final records for ticks after from
+// and returns them; running records (a later tick's pending one, say) are
+// left out.
 func (c *cluster) waitRecords(job string, from time.Time, n int) []ledger.RunRecord {
 	c.t.Helper()
 	var rs []ledger.RunRecord
 	waitFor(c.t, fmt.Sprintf("%d final records of %s", n, job), func() bool {
-		rs = c.historyAfter(job, from)
-		for _, r := range rs {
-			if !r.Status.Final() {
-				return false
-			}
-		}
+		rs = c.finalAfter(job, from)
 		return len(rs) >= n
 	})
 	return rs

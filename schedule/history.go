@@ -58,7 +58,11 @@ func (s *Scheduler) recordStart(r ledger.RunRecord) {
 	if h.queued == nil {
 		h.queued = make(map[ledger.RunKey]*histItem)
 	}
-	h.queued[r.Key()] = it
+	k := r.Key()
+	if q := h.queued[k]; q != nil {
+		q.gone = true // a pending record the attempt's own replaces (runTick)
+	}
+	h.queued[k] = it
 	h.mu.Unlock()
 }
 

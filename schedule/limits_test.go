@@ -232,7 +232,7 @@ func TestPoolWaitDefaultsToNextTick(t *testing.T) {
 	c.advance(9 * time.Second)
 	c.settle(false)
 	v.none(t)
-	if rs := c.historyAfter("short", t0); len(rs) != 0 {
+	if rs := c.finalAfter("short", t0); len(rs) != 0 {
 		t.Fatalf("short recorded %+v while waiting 9s of its 10s", rs)
 	}
 	c.advance(time.Second) // t0+15s: its next tick; that one waits in turn

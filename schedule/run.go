@@ -72,9 +72,11 @@ func (s *Scheduler) redacted(text string) string {
 	return s.redact(text)
 }
 
-// skip records a claimed tick as skipped, for reason.
-func (s *Scheduler) skip(j *job, w work, reason string) {
+// skip records a claimed tick as skipped, for reason, under the number of
+// the attempt it stands for: the one its pending record holds (runTick).
+func (s *Scheduler) skip(j *job, w work, attempt int, reason string) {
 	rec := s.notRun(j, w, ledger.RunSkipped, reason)
+	rec.Attempt = attempt
 	s.record(rec)
 	s.emit(recordEvent(EventSkipped, &rec, 0))
 }
@@ -82,28 +84,39 @@ func (s *Scheduler) skip(j *job, w work, reason string) {
 // runTick runs one claimed tick: it takes the job's lock (OverlapSkip),
 // makes up to 1+Retries attempts with backoff while holding it, records
 // each, and releases the lock.
+//
+// When the tick may wait before its handler starts — for its parents,
+// jitter, a pool's permit, a busy job's lock — it first writes the first
+// attempt's running record (pending), so that a node killed meanwhile
+// leaves a record the sweep settles as interrupted (sweep.go); a skip
+// replaces it under the same attempt number. A tick that cannot wait
+// writes its running record one lock round trip later, as the attempt
+// starts. What a kill between the claim and either write loses is that
+// one write wide.
 func (s *Scheduler) runTick(j *job, w work) {
-	base := 0 // attempts are numbered after base
+	attempt := 1 + w.attempts // a retaken shard's go on after the stopped node's
 	switch {
 	case w.elsewhere:
 		s.requestTaken(j, w)
 		return
 	case w.past:
 		var ok bool
-		if base, ok = s.startPast(j, w); !ok {
+		if attempt, ok = s.startPast(j, w); !ok {
 			return
 		}
 	default:
 		s.requestTaken(j, w)
 	}
-	base = max(base, w.attempts) // a retaken shard's go on after the stopped node's, a re-run's after its base
-	var last ledger.RunRecord    // the last attempt recorded, for EventTickEnded
+	if mayWait(j, w) {
+		s.recordStart(s.pending(j, w, attempt))
+	}
+	var last ledger.RunRecord // the last attempt recorded, for EventTickEnded
 	defer s.tickEnded(&last, w.catchUp)
-	if !s.awaitParents(j, w) {
+	if !s.awaitParents(j, w, attempt) {
 		return
 	}
 	if (j.Jitter > 0 && !s.sleep(rand.N(j.Jitter), s.runCtx.Done())) || s.runCtx.Err() != nil {
-		s.skip(j, w, ErrShutdown.Error())
+		s.skip(j, w, attempt, ErrShutdown.Error())
 		return
 	}
 	// tickCtx spans the attempts: it ends with the lock, MaxHold, or the
@@ -112,7 +125,7 @@ func (s *Scheduler) runTick(j *job, w work) {
 	defer tickCancel(nil)
 	ended, ok := s.startRun(j, w, tickCancel)
 	if !ok {
-		s.skip(j, w, ErrRemoved.Error())
+		s.skip(j, w, attempt, ErrRemoved.Error())
 		return
 	}
 	defer ended()
@@ -129,7 +142,16 @@ func (s *Scheduler) runTick(j *job, w work) {
 		defer s.removeDeadline(d)
 	}
 	for try := 1; ; try++ {
-		attempt := base + try
+		if try > 1 {
+			// A retry's number is claimed: a re-run of this tick may be
+			// numbering its attempts meanwhile.
+			n, err := s.claimAttempt(j, w, attempt+1)
+			if err != nil {
+				s.log.Error("schedule: claiming a retry's attempt number; not retrying", "node", s.node, "job", j.Name, "tick", w.tick, "attempt", attempt+1, "err", err)
+				return
+			}
+			attempt = n
+		}
 		var rec ledger.RunRecord
 		if j.Overlap == OverlapSkip && !w.allow && lock == nil {
 			var l *tasklock.Lock
@@ -144,7 +166,7 @@ func (s *Scheduler) runTick(j *job, w work) {
 			}
 			switch {
 			case errors.Is(err, tasklock.ErrNotObtained):
-				s.skip(j, w, "schedule: the previous run is still in progress: "+err.Error())
+				s.skip(j, w, attempt, "schedule: the previous run is still in progress: "+err.Error())
 				return
 			case err != nil:
 				now := s.clock.Now()
@@ -161,7 +183,7 @@ func (s *Scheduler) runTick(j *job, w work) {
 		if rec.Status == "" {
 			var skip string
 			if rec, skip = s.takeLimits(tickCtx, tickCancel, j, w, attempt, &lim); skip != "" {
-				s.skip(j, w, skip)
+				s.skip(j, w, attempt, skip)
 				return
 			}
 		}
@@ -180,6 +202,23 @@ func (s *Scheduler) runTick(j *job, w work) {
 		if !s.sleep(backoff, tickCtx.Done()) {
 			return
 		}
+	}
+}
+
+// mayWait reports whether w's start may wait on something other than one
+// store round trip: its parents, jitter, limits, or a lock it waits for (a
+// past tick's or a retake's).
+func mayWait(j *job, w work) bool {
+	return len(j.After) > 0 || j.Jitter > 0 || j.Pool != "" || j.MaxConcurrent > 0 || w.past || w.retake
+}
+
+// pending is the running record of attempt n of w, written before it
+// starts: it says the tick was claimed here and stands until the attempt's
+// own records, or a skip's, replace it.
+func (s *Scheduler) pending(j *job, w work, n int) ledger.RunRecord {
+	return ledger.RunRecord{
+		Job: j.Name, Tick: w.tick.UTC(), Trigger: w.trigger, Shard: w.shard, Shards: w.shards, Attempt: n, Node: s.node,
+		Start: s.clock.Now(), Status: ledger.RunRunning,
 	}
 }
 
