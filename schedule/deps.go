@@ -260,7 +260,7 @@ func waitDeadline(j *job, tick, now time.Time) (time.Time, string) {
 // Shutdown's grace period ends, it records the tick as skipped. A trigger
 // request — trigger-now, backfill, re-run — runs at once: someone asked for
 // that run.
-func (s *Scheduler) awaitParents(j *job, w work, attempt int) bool {
+func (s *Scheduler) awaitParents(j *job, w work, attempt int, ahead func()) bool {
 	if len(j.After) == 0 || w.trigger != "" || w.request != "" {
 		return true
 	}
@@ -283,6 +283,7 @@ func (s *Scheduler) awaitParents(j *job, w work, attempt int) bool {
 		if !logged {
 			logged = true
 			s.log.Debug("schedule: waiting for the job's parents", "node", s.node, "job", j.Name, "tick", w.tick, "parents", left)
+			ahead()
 		}
 		t := s.clock.NewTimer(min(s.poll, deadline.Sub(now)))
 		s.deps.waits.Add(1)

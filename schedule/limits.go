@@ -151,7 +151,7 @@ type limits struct {
 // cause (cancel). When a permit cannot be had, skip says why the tick is
 // recorded as skipped; when the store failed, rec is the failed attempt's
 // record (the next attempt tries again).
-func (s *Scheduler) takeLimits(tickCtx context.Context, cancel context.CancelCauseFunc, j *job, w work, attempt int, h *limits) (rec ledger.RunRecord, skip string) {
+func (s *Scheduler) takeLimits(tickCtx context.Context, cancel context.CancelCauseFunc, j *job, w work, attempt int, h *limits, ahead func()) (rec ledger.RunRecord, skip string) {
 	failed := func(what string, err error) (ledger.RunRecord, string) {
 		now := s.clock.Now()
 		rec := s.notRun(j, w, ledger.RunFailed, "schedule: taking "+what+": "+err.Error())
@@ -187,6 +187,7 @@ func (s *Scheduler) takeLimits(tickCtx context.Context, cancel context.CancelCau
 		var cause error
 		if errors.Is(err, tasklock.ErrNotObtained) {
 			s.log.Debug("schedule: waiting for a pool permit", "node", s.node, "job", j.Name, "pool", j.Pool, "until", until)
+			ahead()
 			wctx, wcancel := context.WithCancelCause(tickCtx)
 			d := s.addDeadline(until, wcancel, errPoolWait)
 			go func() { // Shutdown ends the wait: the run has not started

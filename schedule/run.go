@@ -85,14 +85,14 @@ func (s *Scheduler) skip(j *job, w work, attempt int, reason string) {
 // makes up to 1+Retries attempts with backoff while holding it, records
 // each, and releases the lock.
 //
-// When the tick may wait before its handler starts — for its parents,
-// jitter, a pool's permit, a busy job's lock — it first writes the first
-// attempt's running record (pending), so that a node killed meanwhile
-// leaves a record the sweep settles as interrupted (sweep.go); a skip
-// replaces it under the same attempt number. A tick that cannot wait
-// writes its running record one lock round trip later, as the attempt
-// starts. What a kill between the claim and either write loses is that
-// one write wide.
+// Before the tick waits for anything — its parents, jitter, a pool's
+// permit, a lock it waits for — it writes the attempt's running record
+// (pending, through ahead), so that a node killed meanwhile leaves a
+// record the sweep settles as interrupted (sweep.go); a skip replaces it
+// under the same attempt number. A tick that does not wait writes its
+// running record as the attempt starts, one lock round trip after the
+// claim. What a kill between the claim and either write loses is that one
+// write wide.
 func (s *Scheduler) runTick(j *job, w work) {
 	attempt := 1 + w.attempts // a retaken shard's go on after the stopped node's
 	switch {
@@ -107,13 +107,23 @@ func (s *Scheduler) runTick(j *job, w work) {
 	default:
 		s.requestTaken(j, w)
 	}
-	if mayWait(j, w) {
-		s.recordStart(s.pending(j, w, attempt))
+	pendingAt := 0 // the attempt whose pending record is written
+	ahead := func() {
+		if pendingAt != attempt {
+			pendingAt = attempt
+			s.recordStart(s.pending(j, w, attempt))
+		}
+	}
+	if w.past || w.retake { // they wait for the lock
+		ahead()
 	}
 	var last ledger.RunRecord // the last attempt recorded, for EventTickEnded
 	defer s.tickEnded(&last, w.catchUp)
-	if !s.awaitParents(j, w, attempt) {
+	if !s.awaitParents(j, w, attempt, ahead) {
 		return
+	}
+	if j.Jitter > 0 {
+		ahead()
 	}
 	if (j.Jitter > 0 && !s.sleep(rand.N(j.Jitter), s.runCtx.Done())) || s.runCtx.Err() != nil {
 		s.skip(j, w, attempt, ErrShutdown.Error())
@@ -182,7 +192,7 @@ func (s *Scheduler) runTick(j *job, w work) {
 		}
 		if rec.Status == "" {
 			var skip string
-			if rec, skip = s.takeLimits(tickCtx, tickCancel, j, w, attempt, &lim); skip != "" {
+			if rec, skip = s.takeLimits(tickCtx, tickCancel, j, w, attempt, &lim, ahead); skip != "" {
 				s.skip(j, w, attempt, skip)
 				return
 			}
@@ -203,13 +213,6 @@ func (s *Scheduler) runTick(j *job, w work) {
 			return
 		}
 	}
-}
-
-// mayWait reports whether w's start may wait on something other than one
-// store round trip: its parents, jitter, limits, or a lock it waits for (a
-// past tick's or a retake's).
-func mayWait(j *job, w work) bool {
-	return len(j.After) > 0 || j.Jitter > 0 || j.Pool != "" || j.MaxConcurrent > 0 || w.past || w.retake
 }
 
 // pending is the running record of attempt n of w, written before it
