@@ -23,6 +23,8 @@
 //	P1-sql, P3-sql, P4-sql  the same per SQL store: 16 goroutines and 1;
 //	    16 goroutines on one key, and 8 contenders with clients of their
 //	    own on one key (the handoff rows); 1,000 locks kept alive
+//	P5-sql  P5 on pgstore and sqlitestore: 1,000 jobs @every 1s on 3
+//	    nodes, ledger and locks on the same store (schedsql*.go)
 //	P1-etcd, P3-etcd, P4-etcd (and -zk, -redlock)  tasklock against etcd's
 //	    concurrency.Mutex, go-zookeeper's zk.Lock and redsync on three
 //	    nodes: 16 goroutines; 16 goroutines on one key; requests to keep
@@ -89,10 +91,19 @@ func (c config) runsStore(k storeKind) bool { return len(c.stores) == 0 || c.sto
 
 var (
 	redisIDs = []string{"P1", "P1-1", "P2", "EXTEND", "P3", "P4"}
-	sqlIDs   = []string{"P1-SQL", "P3-SQL", "P4-SQL"}
+	sqlIDs   = []string{"P1-SQL", "P3-SQL", "P4-SQL", "P5-SQL"}
 )
 
-// parseOnly reads -only: measurement ids (P1 … P4, P1-sql, P3-sql, P4-sql),
+// sqlIDsOn are the SQL measurements that run on store k: P5-sql only on
+// p5SQLKinds.
+func sqlIDsOn(k storeKind) []string {
+	if slices.Contains(p5SQLKinds, k) {
+		return sqlIDs
+	}
+	return slices.DeleteFunc(slices.Clone(sqlIDs), func(id string) bool { return id == "P5-SQL" })
+}
+
+// parseOnly reads -only: measurement ids (P1 … P5, P1-sql … P5-sql),
 // the groups "redis" and "sql", and SQL store names (postgres, mysql,
 // sqlite), which restrict the SQL measurements to those stores (alone, they
 // select every SQL measurement).
@@ -101,7 +112,7 @@ func parseOnly(only string, cfg *config) error {
 	for _, id := range strings.Split(only, ",") {
 		switch id = strings.ToUpper(strings.TrimSpace(id)); id {
 		case "":
-		case "P1", "P1-1", "P2", "EXTEND", "P3", "P4", "P5", "P5-FEATURES", "P5-SHARD", "P1-SQL", "P3-SQL", "P4-SQL":
+		case "P1", "P1-1", "P2", "EXTEND", "P3", "P4", "P5", "P5-FEATURES", "P5-SHARD", "P1-SQL", "P3-SQL", "P4-SQL", "P5-SQL":
 			cfg.only[id] = true
 		case "REDIS":
 			for _, x := range redisIDs {
@@ -123,7 +134,7 @@ func parseOnly(only string, cfg *config) error {
 			cfg.stores[kindSQLite] = true
 		default:
 			if !addCoordOnly(cfg.only, id) && !addKindsOnly(cfg.only, id) && !addCurvesOnly(cfg.only, id) {
-				return fmt.Errorf("lockbench: -only: unknown measurement or store %q (P1, P1-1, P2, Extend, P3, P4, P5, P5-features, P5-shard, P1-sql, P3-sql, P4-sql, redis, sql, postgres, mysql, sqlite, %s, %s, curves)", id, coordOnlyHelp, kindsOnlyHelp)
+				return fmt.Errorf("lockbench: -only: unknown measurement or store %q (P1, P1-1, P2, Extend, P3, P4, P5, P5-features, P5-shard, P1-sql, P3-sql, P4-sql, P5-sql, redis, sql, postgres, mysql, sqlite, %s, %s, curves)", id, coordOnlyHelp, kindsOnlyHelp)
 			}
 		}
 	}
@@ -155,8 +166,8 @@ func main() {
 	flag.DurationVar(&duration, "duration", 3*time.Second, "measured time per round of each implementation in P1 (taken in slices of 0.5 s) and P3 (one run, after a 0.5 s warm-up)")
 	flag.IntVar(&cfg.rounds, "rounds", 3, "rounds of P1 and P3; the implementations take turns, in reverse order every other turn")
 	flag.DurationVar(&cfg.sqlDuration, "sqlduration", 3*time.Second, "measured time per implementation and SQL store in P1-sql (taken in slices of 0.5 s) and P3-sql (in two runs)")
-	flag.BoolVar(&cfg.quick, "quick", false, "short smoke run (about a minute): one round, P1 runs of 0.5 s and P3 runs of 0.8 s\n(unless -duration is given), 300 pairs for P2, no warm-up cycle in P4,\n1,000 jobs for 5 s in P5 (instead of 10,000 and 1,000 for 10 s),\n1,000 jobs in P5-features (instead of 10,000), 20 jobs of 32 shards in P5-shard (instead of 100);\nSQL: 0.5 s per implementation (unless -sqlduration is given), 200 locks of TTL 1.5 s in P4-sql")
-	flag.StringVar(&only, "only", "", "comma-separated measurements to run: P1, P1-1, P2, Extend, P3, P4, P5, P5-features, P5-shard, P1-sql, P3-sql, P4-sql, or the groups redis and sql;\nSQL store names (postgres, mysql, sqlite) restrict the SQL measurements to those stores;\n"+coordOnlyHelp+";\n"+kindsOnlyHelp+";\ncurves: the scaling curves of P1 and P4, drawn into curves.svg (default all)")
+	flag.BoolVar(&cfg.quick, "quick", false, "short smoke run (about a minute): one round, P1 runs of 0.5 s and P3 runs of 0.8 s\n(unless -duration is given), 300 pairs for P2, no warm-up cycle in P4,\n1,000 jobs for 5 s in P5 (instead of 10,000 and 1,000 for 10 s),\n1,000 jobs in P5-features (instead of 10,000), 20 jobs of 32 shards in P5-shard (instead of 100);\nSQL: 0.5 s per implementation (unless -sqlduration is given), 200 locks of TTL 1.5 s in P4-sql,\n200 jobs for 5 s in P5-sql (instead of 1,000 for 10 s)")
+	flag.StringVar(&only, "only", "", "comma-separated measurements to run: P1, P1-1, P2, Extend, P3, P4, P5, P5-features, P5-shard, P1-sql, P3-sql, P4-sql, P5-sql (PostgreSQL and SQLite), or the groups redis and sql;\nSQL store names (postgres, mysql, sqlite) restrict the SQL measurements to those stores;\n"+coordOnlyHelp+";\n"+kindsOnlyHelp+";\ncurves: the scaling curves of P1 and P4, drawn into curves.svg (default all)")
 	flag.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.StringVar(&memProfile, "memprofile", "", "record every allocation (MemProfileRate=1, which slows the run) and write an allocs profile to this file")
 	flag.StringVar(&heapProfile, "heapprofile", "", "write the live heap to this file in P4, while the locks are held\n(and to this file .postgres, .mysql, .sqlite in P4-sql, while tasklock holds them)")
@@ -261,15 +272,18 @@ func run(cfg config, cpuProfile, memProfile, heapProfile string) error {
 	for _, id := range redisIDs {
 		needRedis = needRedis || cfg.runs(id)
 	}
+	// The SQL stores with a measurement to run: MariaDB is not started
+	// for P5-sql alone.
 	var kinds []storeKind
-	for _, id := range sqlIDs {
-		if cfg.runs(id) {
-			for _, k := range sqlKinds {
-				if cfg.runsStore(k) {
-					kinds = append(kinds, k)
-				}
+	for _, k := range sqlKinds {
+		if !cfg.runsStore(k) {
+			continue
+		}
+		for _, id := range sqlIDsOn(k) {
+			if cfg.runs(id) {
+				kinds = append(kinds, k)
+				break
 			}
-			break
 		}
 	}
 
@@ -392,6 +406,13 @@ func run(cfg config, cpuProfile, memProfile, heapProfile string) error {
 				if x.err != nil {
 					failed = append(failed, fmt.Sprintf("P4-sql %s %s: %v", e.kind, x.name, x.err))
 				}
+			}
+		}
+		if cfg.runs("P5-SQL") && slices.Contains(p5SQLKinds, e.kind) {
+			r := runP5SQL(ctx, e, cfg)
+			rep.p5sql = append(rep.p5sql, r)
+			if r.err != nil {
+				failed = append(failed, r.err.Error())
 			}
 		}
 		e.close()

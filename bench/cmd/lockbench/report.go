@@ -46,6 +46,7 @@ type report struct {
 	// contenders with clients of their own on one key.
 	handoffSQL []*sqlP3Result
 	p4sql      []*sqlP4Result
+	p5sql      []*schedResult // P5-sql, one per store
 
 	summary targets
 	load    string // the machine's load average before and after, when known

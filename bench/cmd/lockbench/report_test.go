@@ -1,6 +1,7 @@
 package main
 
 import (
+	"slices"
 	"testing"
 	"time"
 )
@@ -38,7 +39,7 @@ func TestParseOnly(t *testing.T) {
 		skips  []string
 		stores []storeKind
 	}{
-		{"", []string{"P1", "P4", "P5-FEATURES", "P5-SHARD", "P1-SQL", "P4-SQL", "CURVES"}, nil, sqlKinds},
+		{"", []string{"P1", "P4", "P5-FEATURES", "P5-SHARD", "P1-SQL", "P4-SQL", "P5-SQL", "CURVES"}, nil, sqlKinds},
 		{"P1,P2", []string{"P1", "P2"}, []string{"P3", "P1-SQL"}, sqlKinds},
 		{"P1-1,extend", []string{"P1-1", "EXTEND"}, []string{"P1", "P2", "P3"}, sqlKinds},
 		{"sql", sqlIDs, redisIDs, sqlKinds},
@@ -48,6 +49,9 @@ func TestParseOnly(t *testing.T) {
 		{"p5-shard,P5", []string{"P5-SHARD", "P5"}, []string{"P5-FEATURES", "P4"}, sqlKinds},
 		{"postgres", sqlIDs, redisIDs, []storeKind{kindPG}},
 		{"p4-sql, MariaDB,sqlite", []string{"P4-SQL"}, []string{"P1-SQL", "P1"}, []storeKind{kindMySQL, kindSQLite}},
+		{"P5-sql", []string{"P5-SQL"}, []string{"P5", "P1-SQL", "P4-SQL"}, sqlKinds},
+		{"p5-sql,sqlite", []string{"P5-SQL"}, []string{"P5", "P1-SQL"}, []storeKind{kindSQLite}},
+		{"sqlite", []string{"P1-SQL", "P5-SQL"}, []string{"P5"}, []storeKind{kindSQLite}},
 		{"kinds", kindsIDs, []string{"P1", "P4", "P1-ETCD"}, sqlKinds},
 		{"sem,failover-postgres", []string{idSemRedis, idSemEtcd, idFailoverPostgres}, []string{idFailoverRedis, idPermits, "P1-SQL"}, sqlKinds},
 		{"P4-permits", []string{idPermits}, []string{"P4", idSemRedis}, sqlKinds},
@@ -81,5 +85,17 @@ func TestParseOnly(t *testing.T) {
 	var cfg config
 	if err := parseOnly("P9", &cfg); err == nil {
 		t.Error("parseOnly(P9) accepted an unknown measurement")
+	}
+}
+
+func TestSQLIDsOn(t *testing.T) {
+	for _, k := range sqlKinds {
+		got := slices.Contains(sqlIDsOn(k), "P5-SQL")
+		if want := slices.Contains(p5SQLKinds, k); got != want {
+			t.Errorf("sqlIDsOn(%s) has P5-SQL: %v, want %v", k, got, want)
+		}
+		if !slices.Contains(sqlIDsOn(k), "P1-SQL") {
+			t.Errorf("sqlIDsOn(%s) lacks P1-SQL", k)
+		}
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tasklock/tasklock"
+	"github.com/tasklock/tasklock/driver"
 	"github.com/tasklock/tasklock/ledger"
 	"github.com/tasklock/tasklock/redisstore"
 	"github.com/tasklock/tasklock/schedule"
@@ -131,21 +132,27 @@ func (h *schedCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 	}
 }
 
-// schedCounts is a snapshot of the counters of every node, summed.
+// schedCounts is a snapshot of the counters of every node, summed: the
+// go-redis hooks' (P5), or the SQL clients' statements and round trips on
+// the wire (P5-sql), and the Lockers' events.
 type schedCounts struct {
 	single, pipelines, piped                                         int64
 	lockScripts, statePolls, otherSingle                             int64
 	claimPipes, claimScripts, recordPipes, otherPipes                int64
+	stmts, trips                                                     int64
 	obtained, notObtained, released, renewed, lost, started, warning int64
 }
 
-func (c schedCounts) roundTrips() int64 { return c.single + c.pipelines }
+// roundTrips is Redis's commands and pipelines, or the SQL round trips
+// counted on the wire (none for SQLite, which has no wire).
+func (c schedCounts) roundTrips() int64 { return c.single + c.pipelines + c.trips }
 
 func (c schedCounts) minus(o schedCounts) schedCounts {
 	return schedCounts{
 		c.single - o.single, c.pipelines - o.pipelines, c.piped - o.piped,
 		c.lockScripts - o.lockScripts, c.statePolls - o.statePolls, c.otherSingle - o.otherSingle,
 		c.claimPipes - o.claimPipes, c.claimScripts - o.claimScripts, c.recordPipes - o.recordPipes, c.otherPipes - o.otherPipes,
+		c.stmts - o.stmts, c.trips - o.trips,
 		c.obtained - o.obtained, c.notObtained - o.notObtained, c.released - o.released, c.renewed - o.renewed,
 		c.lost - o.lost, c.started - o.started, c.warning - o.warning,
 	}
@@ -266,7 +273,9 @@ func (o *schedOracle) slot(job, tick, shard int) *schedSlot {
 
 // schedResult is one P5 measurement.
 type schedResult struct {
-	id               string // P5, P5-features, P5-shard
+	id               string  // P5, P5-features, P5-shard, P5-sql
+	env              *sqlEnv // P5-sql: the store; nil on Redis
+	tripsCounted     bool    // P5-sql: round trips counted on the wire (not on SQLite)
 	jobs             int
 	units            int            // shard-runs per tick, all jobs (jobs, when none is sharded)
 	cats             []string       // the kinds of job, in order (P5-features)
@@ -275,7 +284,7 @@ type schedResult struct {
 	catMissed        map[string]int
 	loadBefore       string        // the 1-minute load average before the measurement
 	loadAfter        string        // and after
-	server           string        // redis-server's version
+	server           string        // redis-server's version (P5-sql: the SQL store's)
 	startup          time.Duration // New, Add and Start of the three nodes
 	window           time.Duration // wall time counted (round trips, runs, CPU)
 	ticks            int           // ticks per job in the window
@@ -308,7 +317,15 @@ type schedResult struct {
 	err              error
 }
 
-// runsPerRT is round trips per run in the window.
+// name is the measurement's id, and its store for P5-sql.
+func (r *schedResult) name() string {
+	if r.env != nil {
+		return r.id + " " + string(r.env.kind)
+	}
+	return r.id
+}
+
+// rtPerRun is round trips per run in the window.
 func (r *schedResult) rtPerRun() float64 {
 	if r.runs == 0 {
 		return 0
@@ -342,7 +359,7 @@ func runP5(ctx context.Context, cfg config, add func(func())) []*schedResult {
 		progress("P5: redis-server %s on %s, %d jobs @every 1s on %d nodes", srv.version, srv.addr, n, schedNodes)
 		spec := plainSpec(n)
 		spec.prefer = cfg.p5Prefer
-		if err := measureSched(ctx, srv, p, spec, r); err != nil {
+		if err := measureSched(ctx, &redisBackend{srv: srv}, p, spec, r); err != nil {
 			r.err = fmt.Errorf("P5 (%d jobs): %w", n, err)
 		}
 		srv.stop()
@@ -356,11 +373,128 @@ func runP5(ctx context.Context, cfg config, add func(func())) []*schedResult {
 
 // schedNode is one Scheduler with what it is built on.
 type schedNode struct {
-	c  *redis.Client
-	h  *schedCounter
-	st *redisstore.Store
+	st schedStore
 	lk *tasklock.Locker
 	s  *schedule.Scheduler
+}
+
+// schedStore is what a node is built on: the Locker's store, which is
+// also the ledger and the NodeLister.
+type schedStore interface {
+	driver.Store
+	driver.Lister
+	ledger.Ledger
+}
+
+// schedBackend is the store a P5 measurement runs on: it builds each
+// node's store on a client of the node's own, counts what those clients
+// send, and reads the server's CPU and statistics. redisBackend is P5's,
+// sqlBackend P5-sql's (schedsql.go).
+type schedBackend interface {
+	// open builds node i's store (i = 0, 1, 2, in order).
+	open(ctx context.Context, i int) (schedStore, error)
+	// warm opens the clients' connections, before the baseline.
+	warm(ctx context.Context)
+	// count adds what the clients have sent so far to c.
+	count(c *schedCounts)
+	// failed returns how many calls to the store failed, and the first.
+	failed() (int64, string)
+	// serverCPU returns the server's CPU time (0 for a store in
+	// lockbench's process).
+	serverCPU() (time.Duration, bool)
+	// resetStats resets the server's statistics at the window's start
+	// and returns what reads them at its end; nil when it has none.
+	resetStats(ctx context.Context) func(context.Context) []cmdStat
+	// close closes the clients, once the nodes are closed.
+	close()
+}
+
+// redisBackend is P5's store: per node a go-redis client (default
+// options, a counting hook) and a redisstore.Store on it, all on srv.
+type redisBackend struct {
+	srv   *server
+	nodes []redisNode
+}
+
+type redisNode struct {
+	c *redis.Client
+	h *schedCounter
+}
+
+func (b *redisBackend) open(context.Context, int) (schedStore, error) {
+	nd := redisNode{c: newClient(b.srv.addr), h: &schedCounter{}}
+	nd.c.AddHook(nd.h)
+	b.nodes = append(b.nodes, nd)
+	st, err := redisstore.New(nd.c, nil)
+	if err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// warm opens 20 connections per client, 5 PINGs on each.
+func (b *redisBackend) warm(ctx context.Context) {
+	var wg sync.WaitGroup
+	for _, nd := range b.nodes {
+		for range 20 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range 5 {
+					_ = nd.c.Ping(ctx).Err()
+				}
+			}()
+		}
+	}
+	wg.Wait()
+}
+
+func (b *redisBackend) count(c *schedCounts) {
+	for _, nd := range b.nodes {
+		h := nd.h
+		c.single += h.single.Load()
+		c.pipelines += h.pipelines.Load()
+		c.piped += h.piped.Load()
+		c.lockScripts += h.lockScripts.Load()
+		c.statePolls += h.statePolls.Load()
+		c.otherSingle += h.otherSingle.Load()
+		c.claimPipes += h.claimPipes.Load()
+		c.claimScripts += h.claimScripts.Load()
+		c.recordPipes += h.recordPipes.Load()
+		c.otherPipes += h.otherPipes.Load()
+	}
+}
+
+func (b *redisBackend) failed() (n int64, first string) {
+	for _, nd := range b.nodes {
+		n += nd.h.errs.Load()
+		if e := nd.h.firstErr.Load(); e != nil && first == "" {
+			first = *e
+		}
+	}
+	return n, first
+}
+
+func (b *redisBackend) serverCPU() (time.Duration, bool) { return b.srv.cpu() }
+
+// resetStats resets redis-server's commandstats (CONFIG RESETSTAT), on a
+// client of its own, not counted.
+func (b *redisBackend) resetStats(ctx context.Context) func(context.Context) []cmdStat {
+	stats := newClient(b.srv.addr)
+	if err := stats.ConfigResetStat(ctx).Err(); err != nil {
+		_ = stats.Close()
+		return nil
+	}
+	return func(ctx context.Context) []cmdStat {
+		defer stats.Close()
+		return readCmdStats(ctx, stats)
+	}
+}
+
+func (b *redisBackend) close() {
+	for _, nd := range b.nodes {
+		_ = nd.c.Close()
+	}
 }
 
 // schedSpec is what a P5 variant runs: its jobs (job i's fields but Name
@@ -378,7 +512,9 @@ func plainSpec(n int) schedSpec {
 	return schedSpec{jobs: n, job: func(int, []string) (schedule.Job, string) { return schedule.Job{}, "plain" }}
 }
 
-func measureSched(ctx context.Context, srv *server, p schedParams, spec schedSpec, r *schedResult) error {
+// measureSched runs one P5 measurement on b's store: three nodes, spec's
+// jobs, the oracle's verdict on the window's ticks, into r.
+func measureSched(ctx context.Context, b schedBackend, p schedParams, spec schedSpec, r *schedResult) error {
 	n := r.jobs
 	var (
 		ev        schedEvents
@@ -405,21 +541,19 @@ func measureSched(ctx context.Context, srv *server, p schedParams, spec schedSpe
 			if nd.lk != nil {
 				_ = nd.lk.Close()
 			}
-			_ = nd.c.Close()
 		}
+		b.close()
 		for end := time.Now().Add(30 * time.Second); time.Now().Before(end) && runtime.NumGoroutine() > g0+20; {
 			time.Sleep(100 * time.Millisecond)
 		}
 	}()
 	for i := range nodes {
-		nd := &schedNode{c: newClient(srv.addr), h: &schedCounter{}}
-		nd.c.AddHook(nd.h)
-		nodes[i] = nd
-		st, err := redisstore.New(nd.c, nil)
+		st, err := b.open(ctx, i)
 		if err != nil {
 			return err
 		}
-		nd.st = st
+		nd := &schedNode{st: st}
+		nodes[i] = nd
 		if nd.lk, err = tasklock.New(st, &tasklock.Config{OnEvent: ev.on, Logger: logger}); err != nil {
 			return err
 		}
@@ -457,19 +591,7 @@ func measureSched(ctx context.Context, srv *server, p schedParams, spec schedSpe
 			}
 		}
 	}
-	var wg sync.WaitGroup
-	for _, nd := range nodes {
-		for range 20 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for range 5 {
-					_ = nd.c.Ping(ctx).Err()
-				}
-			}()
-		}
-	}
-	wg.Wait()
+	b.warm(ctx)
 	heap0 := heapAfterGC()
 	g0 = runtime.NumGoroutine()
 
@@ -505,19 +627,7 @@ func measureSched(ctx context.Context, srv *server, p schedParams, spec schedSpe
 
 	snap := func() schedCounts {
 		var c schedCounts
-		for _, nd := range nodes {
-			h := nd.h
-			c.single += h.single.Load()
-			c.pipelines += h.pipelines.Load()
-			c.piped += h.piped.Load()
-			c.lockScripts += h.lockScripts.Load()
-			c.statePolls += h.statePolls.Load()
-			c.otherSingle += h.otherSingle.Load()
-			c.claimPipes += h.claimPipes.Load()
-			c.claimScripts += h.claimScripts.Load()
-			c.recordPipes += h.recordPipes.Load()
-			c.otherPipes += h.otherPipes.Load()
-		}
+		b.count(&c)
 		c.obtained, c.notObtained, c.released = ev.obtained.Load(), ev.notObtained.Load(), ev.released.Load()
 		c.renewed, c.lost = ev.renewed.Load(), ev.lost.Load()
 		c.started, c.warning = o.started.Load(), warnings.Load()
@@ -549,23 +659,21 @@ func measureSched(ctx context.Context, srv *server, p schedParams, spec schedSpe
 	r.warmupGoroutines, maxG = maxG, 0
 	c0 := snap()
 	cpu0, ok0 := selfCPU()
-	srv0, ok1 := srv.cpu()
-	stats := newClient(srv.addr)
-	defer stats.Close()
-	statsErr := stats.ConfigResetStat(ctx).Err()
+	srv0, ok1 := b.serverCPU()
+	readStats := b.resetStats(ctx)
 	sampleUntil(w1)
 	r.goroutines = maxG
 	c1 := snap()
 	cpu1, ok2 := selfCPU()
-	srv1, ok3 := srv.cpu()
-	if statsErr == nil {
-		r.cmdStats = readCmdStats(ctx, stats)
+	srv1, ok3 := b.serverCPU()
+	if readStats != nil {
+		r.cmdStats = readStats(ctx)
 	}
 	r.window = w1.Sub(w0)
 	r.c = c1.minus(c0)
 	r.runs = r.c.started
 	r.clientCPU, r.serverCPU, r.cpuKnown = cpu1-cpu0, srv1-srv0, ok0 && ok1 && ok2 && ok3
-	progress("%s (%d jobs): %d runs, %d round trips in %v", r.id, n, r.runs, r.c.roundTrips(), r.window)
+	progress("%s (%d jobs): %d runs, %d round trips in %v", r.name(), n, r.runs, r.c.roundTrips(), r.window)
 
 	// Let the window's last ticks run, up to p.drain.
 	first, last := int(w0.Unix()-o.base), int(w0.Unix()-o.base)+r.ticks
@@ -626,12 +734,7 @@ func measureSched(ctx context.Context, srv *server, p schedParams, spec schedSpe
 	}
 	r.dups, r.outside, r.catchUp = o.dups.Load(), o.outside.Load(), o.catchUp.Load()
 	r.warnings = warnings.Load()
-	for _, nd := range nodes {
-		r.storeErrs += nd.h.errs.Load()
-		if e := nd.h.firstErr.Load(); e != nil && r.firstStoreErr == "" {
-			r.firstStoreErr = *e
-		}
-	}
+	r.storeErrs, r.firstStoreErr = b.failed()
 	if w := firstWarn.Load(); w != nil {
 		r.firstWarn = *w
 	}
@@ -639,6 +742,7 @@ func measureSched(ctx context.Context, srv *server, p schedParams, spec schedSpe
 	// All three at once, as a fleet being stopped; a node's Shutdown
 	// waits for its run goroutines, a backlog included.
 	t1 := time.Now()
+	var wg sync.WaitGroup
 	errs := make([]error, len(nodes))
 	for i, nd := range nodes {
 		wg.Add(1)
@@ -670,7 +774,7 @@ func measureSched(ctx context.Context, srv *server, p schedParams, spec schedSpe
 		}
 	}
 	progress("%s (%d jobs): lateness p99 %v, %d missed, %d duplicates, %.2f round trips per run",
-		r.id, n, percentile(r.late, 0.99), r.missed, r.dups, r.rtPerRun())
+		r.name(), n, percentile(r.late, 0.99), r.missed, r.dups, r.rtPerRun())
 	return nil
 }
 

@@ -104,7 +104,7 @@ func runP5Variants(ctx context.Context, cfg config, add func(func())) []*schedRe
 		}
 		r.server = srv.version
 		progress("%s: redis-server %s on %s, %d jobs @every 1s on %d nodes", name, srv.version, srv.addr, spec.jobs, schedNodes)
-		if err := measureSched(ctx, srv, p, spec, r); err != nil {
+		if err := measureSched(ctx, &redisBackend{srv: srv}, p, spec, r); err != nil {
 			r.err = fmt.Errorf("%s (%d jobs): %w", name, spec.jobs, err)
 		}
 		srv.stop()

@@ -34,6 +34,9 @@ type sqlCounter struct {
 	pings   atomic.Int64
 	trips   atomic.Int64
 	network bool // round trips are counted (the client dials through countingDialer)
+
+	fails     atomic.Int64 // statements, prepares, transaction commands that returned an error
+	firstFail atomic.Pointer[string]
 }
 
 type sqlCounts struct{ stmts, updates, pings, trips int64 }
@@ -52,6 +55,18 @@ func (c *sqlCounter) statement(q string) {
 	q = strings.TrimLeft(q, " \t\r\n(")
 	if len(q) >= 6 && strings.EqualFold(q[:6], "UPDATE") {
 		c.updates.Add(1)
+	}
+}
+
+// failed counts err, unless it is nil or driver.ErrSkip (database/sql
+// then tries another way), and keeps the first.
+func (c *sqlCounter) failed(err error) {
+	if err == nil || errors.Is(err, driver.ErrSkip) {
+		return
+	}
+	if c.fails.Add(1) == 1 {
+		s := err.Error()
+		c.firstFail.Store(&s)
 	}
 }
 
@@ -77,7 +92,9 @@ func (t pgxTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.Trace
 	return ctx
 }
 
-func (pgxTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (t pgxTracer) TraceQueryEnd(_ context.Context, _ *pgx.Conn, d pgx.TraceQueryEndData) {
+	t.c.failed(d.Err)
+}
 
 func (t pgxTracer) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
 	t.c.stmts.Add(1)
@@ -85,14 +102,18 @@ func (t pgxTracer) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.Trace
 }
 
 func (pgxTracer) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
-func (pgxTracer) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
+func (t pgxTracer) TraceBatchEnd(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchEndData) {
+	t.c.failed(d.Err)
+}
 
 func (t pgxTracer) TracePrepareStart(ctx context.Context, _ *pgx.Conn, _ pgx.TracePrepareStartData) context.Context {
 	t.c.stmts.Add(1)
 	return ctx
 }
 
-func (pgxTracer) TracePrepareEnd(context.Context, *pgx.Conn, pgx.TracePrepareEndData) {}
+func (t pgxTracer) TracePrepareEnd(_ context.Context, _ *pgx.Conn, d pgx.TracePrepareEndData) {
+	t.c.failed(d.Err)
+}
 
 // --- network -----------------------------------------------------------
 
@@ -222,6 +243,7 @@ func (cn *countingConn) PrepareContext(ctx context.Context, query string) (drive
 		st, err = cn.Conn.Prepare(query)
 	}
 	if err != nil {
+		cn.c.failed(err)
 		return nil, err
 	}
 	cn.c.stmts.Add(1) // the prepare itself
@@ -244,6 +266,7 @@ func (cn *countingConn) BeginTx(ctx context.Context, opts driver.TxOptions) (dri
 		tx, err = cn.Conn.Begin()
 	}
 	if err != nil {
+		cn.c.failed(err)
 		return nil, err
 	}
 	cn.c.stmts.Add(1)
@@ -258,6 +281,7 @@ func (cn *countingConn) ExecContext(ctx context.Context, query string, args []dr
 	res, err := e.ExecContext(ctx, query, args)
 	if !errors.Is(err, driver.ErrSkip) {
 		cn.c.statement(query)
+		cn.c.failed(err)
 	}
 	return res, err
 }
@@ -270,6 +294,7 @@ func (cn *countingConn) QueryContext(ctx context.Context, query string, args []d
 	rows, err := q.QueryContext(ctx, query, args)
 	if !errors.Is(err, driver.ErrSkip) {
 		cn.c.statement(query)
+		cn.c.failed(err)
 	}
 	return rows, err
 }
@@ -311,7 +336,9 @@ type countingTx struct {
 
 func (t countingTx) Commit() error {
 	t.c.stmts.Add(1)
-	return t.Tx.Commit()
+	err := t.Tx.Commit()
+	t.c.failed(err)
+	return err
 }
 
 func (t countingTx) Rollback() error {
@@ -335,7 +362,9 @@ var (
 func (s *countingStmt) ExecContext(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {
 	s.c.statement(s.query)
 	if e, ok := s.Stmt.(driver.StmtExecContext); ok {
-		return e.ExecContext(ctx, args)
+		res, err := e.ExecContext(ctx, args)
+		s.c.failed(err)
+		return res, err
 	}
 	vs, err := namedToValues(args)
 	if err != nil {
@@ -348,7 +377,9 @@ func (s *countingStmt) ExecContext(ctx context.Context, args []driver.NamedValue
 func (s *countingStmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
 	s.c.statement(s.query)
 	if q, ok := s.Stmt.(driver.StmtQueryContext); ok {
-		return q.QueryContext(ctx, args)
+		rows, err := q.QueryContext(ctx, args)
+		s.c.failed(err)
+		return rows, err
 	}
 	vs, err := namedToValues(args)
 	if err != nil {

@@ -59,6 +59,7 @@ func (r *report) writeSQL(p func(string, ...any)) {
 	r.writeP1SQL(p)
 	r.writeP3SQL(p)
 	r.writeP4SQL(p)
+	r.writeP5SQL(p)
 }
 
 func (r *report) writeP1SQL(p func(string, ...any)) {
