@@ -423,11 +423,20 @@ func (s *Scheduler) lookAtShards(ctx context.Context, e *shardTick, open []int, 
 	free := s.shards.busy[e.j.Name] == 0 && !now.Before(e.ready)
 	s.mu.Unlock()
 	waiting := false // a shard no live node holds waits for this node to be free
+	next := now.Add(s.sweepEvery)
 	for _, k := range open {
 		s.mu.Lock()
 		mine, holder := e.mine[k], e.holder[k]
 		s.mu.Unlock()
-		if mine || (holder != "" && isAlive(holder)) {
+		if mine {
+			continue
+		}
+		if holder != "" && isAlive(holder) {
+			// Look again when the holder's lease as listed could end:
+			// if it stopped, its shard is taken a poll after that.
+			if until, ok := s.listedUntil(holder); ok {
+				next = earliest(next, until.Add(s.poll))
+			}
 			continue
 		}
 		if !free {
@@ -442,7 +451,7 @@ func (s *Scheduler) lookAtShards(ctx context.Context, e *shardTick, open []int, 
 	if waiting || free {
 		e.next = now.Add(s.poll)
 	} else {
-		e.next = now.Add(s.sweepEvery) // every open shard is held by a live node (or this one)
+		e.next = next // every open shard is held by a live node (or this one)
 	}
 	s.mu.Unlock()
 }
@@ -495,6 +504,13 @@ func (s *Scheduler) takeShard(ctx context.Context, e *shardTick, k, attempts int
 func (s *Scheduler) runShard(e *shardTick, k, attempts int, retake bool) {
 	w := e.w
 	w.shard, w.attempts, w.retake = k, attempts, retake
+	if retake {
+		// A retake goes on with a run that started in time: it runs,
+		// whatever this node's first look at the tick said. (A node
+		// that started after the tick saw it late, and would record
+		// the shard-run missed, though another node began it.)
+		w.missed = false
+	}
 	s.mu.Lock()
 	e.mine[k] = true
 	s.busyShards(e.j.Name, 1)

@@ -649,3 +649,90 @@ func TestShardsReuseNodeListing(t *testing.T) {
 		t.Errorf("%d listings of the node leases over 6 ticks, want at most 2 (one per 10 s, NodeLeaseTTL/3)", n)
 	}
 }
+
+// TestShardsListingEndsWithLease: a node listed alive counts as alive from
+// a reused listing only until its lease, as listed, could end; then a
+// fresh listing is read, and a node that stopped meanwhile is found
+// stopped then, not a whole sweep interval (NodeLeaseTTL/3) later. That
+// bounds a killed node's shard retake by its lease's end and a poll.
+func TestShardsListingEndsWithLease(t *testing.T) {
+	c := newCluster(t)
+	lister := &countingLister{Lister: c.locks}
+	n := c.node("a", 0, &Config{NodeLister: lister, NodeLeaseTTL: 30 * time.Second}) // listings reused up to 10 s
+	other, err := tasklock.New(c.locks, &tasklock.Config{Logger: discardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	ctx := context.Background()
+	b, err := other.TryObtain(ctx, n.s.nodePrefix+"b", &tasklock.ObtainOptions{TTL: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !n.s.shardAlive()(ctx, "b") {
+		t.Fatal("b not alive while it holds its lease")
+	}
+	c.clock.Advance(time.Second)
+	if !n.s.shardAlive()(ctx, "b") || lister.n.Load() != 1 {
+		t.Fatalf("a second after the listing: b alive, from it (listings %d, want 1)", lister.n.Load())
+	}
+	if err := b.Release(ctx); err != nil { // b stops
+		t.Fatal(err)
+	}
+	c.clock.Advance(1500 * time.Millisecond) // past b's lease as listed, well within 10 s
+	if n.s.shardAlive()(ctx, "b") {
+		t.Fatal("b alive 2.5 s after a listing that gave its lease 2 s: a reused listing outlived the lease")
+	}
+	if got := lister.n.Load(); got != 2 {
+		t.Errorf("%d listings, want 2: the second read once b's listed lease ended", got)
+	}
+}
+
+// TestShardsRetakeByLateNodeRuns: a node that started after a tick sees it
+// late, past the misfire grace; when it retakes a shard-run a stopped node
+// began in time, it runs it (attempt 2), instead of recording it missed as
+// its first look at the tick said. Before, which of the live nodes won
+// the retake decided whether the shard-run ran at all.
+func TestShardsRetakeByLateNodeRuns(t *testing.T) {
+	c := newCluster(t)
+	c.clock.Advance(time.Minute) // the jobs' first tick is t0+1h
+	hang := make(chan struct{})
+	t.Cleanup(func() { close(hang) })
+	started := make(chan Run, 4)
+	var ranOnD atomic.Int32
+	job := func(node string) Job {
+		return Job{Name: "late", Schedule: "@every 1h", Shards: 2, Misfire: MisfireSkip, Lock: tasklock.ObtainOptions{TTL: time.Second},
+			Handler: func(ctx context.Context, run Run) error {
+				if node == "a" {
+					started <- run
+					<-hang // a process that is gone
+					return nil
+				}
+				ranOnD.Add(1)
+				return nil
+			}}
+	}
+	cfg := &Config{NodeLister: c.locks, PollInterval: 100 * time.Millisecond, NodeLeaseTTL: time.Second}
+	a := c.node("a", 0, cfg).add(t, job("a")).start(t)
+	c.advance(59 * time.Minute)
+	for range 2 {
+		select {
+		case <-started:
+		case <-time.After(10 * time.Second):
+			t.Fatal("a's shard-runs did not start")
+		}
+	}
+	_ = a.lk.Close() // a dies: its node lease ends
+	c.advance(DefaultMisfireAfter + time.Second)
+	c.node("d", 0, cfg).add(t, job("d")).start(t)
+	rs := c.tickRecords("late", t0.Add(time.Hour), 2, 100*time.Millisecond)
+	latest := latestShards(rs, t0.Add(time.Hour), "")
+	for k := range 2 {
+		if r := latest[k]; r.Attempt != 2 || r.Node != "d" || r.Status != ledger.RunOK {
+			t.Errorf("shard %d: latest record attempt %d on %s %s, want attempt 2 ok on d (the retake runs)", k, r.Attempt, r.Node, r.Status)
+		}
+	}
+	if n := ranOnD.Load(); n != 2 {
+		t.Errorf("d ran %d shard-runs, want 2", n)
+	}
+}

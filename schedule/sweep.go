@@ -176,7 +176,11 @@ func (s *Scheduler) sweep(now time.Time) {
 // safe. Loop only.
 type nodeList struct {
 	live map[string]bool
-	at   time.Time // zero: none read yet
+	// until is when each listed node's lease ends unless renewed: the
+	// listing's time plus the TTL the store gave (sweepEvery when it gave
+	// none). A reused listing never counts a node alive past it.
+	until map[string]time.Time
+	at    time.Time // zero: none read yet
 }
 
 // listNodes reads the node leases and keeps the listing.
@@ -185,12 +189,27 @@ func (s *Scheduler) listNodes(ctx context.Context) (map[string]bool, error) {
 	if err != nil {
 		return nil, err
 	}
+	now := s.clock.Now()
 	live := make(map[string]bool, len(ls))
+	until := make(map[string]time.Time, len(ls))
 	for _, l := range ls {
-		live[strings.TrimPrefix(l.Key, s.nodePrefix)] = true
+		name := strings.TrimPrefix(l.Key, s.nodePrefix)
+		live[name] = true
+		ttl := l.TTL
+		if ttl <= 0 {
+			ttl = s.sweepEvery
+		}
+		until[name] = later(until[name], now.Add(ttl))
 	}
-	s.nodes = nodeList{live: live, at: s.clock.Now()}
+	s.nodes = nodeList{live: live, until: until, at: now}
 	return live, nil
+}
+
+// listedUntil is when node's lease ends unless renewed, by the kept
+// listing; false when the listing does not hold the node.
+func (s *Scheduler) listedUntil(node string) (time.Time, bool) {
+	t, ok := s.nodes.until[node]
+	return t, ok
 }
 
 // recentNodes returns the kept listing when it is younger than age.
@@ -218,11 +237,9 @@ func (s *Scheduler) aliveNodes(ctx context.Context) func(context.Context, string
 }
 
 // shardAlive is aliveNodes for the shard passes: with a NodeLister, a node
-// in a listing younger than sweepEvery is alive (a node that stopped since
-// is found so by the sweep's listing within sweepEvery, as the watch looks
-// again only every sweepEvery at shards held by live nodes); any other
-// node is looked up in a fresh listing, read at most once per call of
-// shardAlive. A failed listing tells nothing: every node counts as alive.
+// in a listing younger than sweepEvery is alive until its lease as listed
+// could end (the store's TTL); any other node, or one past that, is looked
+// up in a fresh listing, read at most once per call of shardAlive. A failed listing tells nothing: every node counts as alive.
 func (s *Scheduler) shardAlive() func(context.Context, string) bool {
 	if s.lister == nil {
 		return s.nodeChecker()
@@ -234,7 +251,12 @@ func (s *Scheduler) shardAlive() func(context.Context, string) bool {
 			return fresh[node]
 		}
 		if live, ok := s.recentNodes(s.sweepEvery); ok && live[node] {
-			return true
+			// Alive by a recent listing, unless its lease as listed
+			// has ended since: then look again, so that a node killed
+			// just after a listing is found stopped at its lease's end.
+			if until, ok := s.listedUntil(node); ok && s.clock.Now().Before(until) {
+				return true
+			}
 		}
 		if tried {
 			return true // the listing failed

@@ -766,8 +766,9 @@ func (d *clusterDemo) summary() int {
 	}
 	if t.skipped+st.skipped > t.depSkipped {
 		d.printf("skipped: the job's (or the shard's) lock was still held by an earlier run: after the kill,\n")
-		d.printf("  by the killed node's run until its lease ran out (lock_ttl %v). With overlap: skip no run\n", clusterLockTTL)
-		d.printf("  of a job (or of one shard of it) starts while another may still be going.\n")
+		d.printf("  by the killed node's run until its lease ran out (lock_ttl %v), or by another node's retake\n", clusterLockTTL)
+		d.printf("  of a shard-run the kill cut short. With overlap: skip no run of a job (or of one shard of\n")
+		d.printf("  it) starts while another may still be going.\n")
 	}
 	if t.lost > 0 {
 		d.printf("lost: the killed node had claimed the tick and died before starting it; the ledger keeps\n")
