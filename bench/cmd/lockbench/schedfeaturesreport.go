@@ -70,22 +70,7 @@ func (r *report) writeP5Variants(p func(string, ...any)) {
 		row("duplicate runs of a slot", thousands(float64(res.dups)), "0", r.target(res.id, "0 duplicate shard-runs", thousands(float64(res.dups)), res.dups == 0))
 		row("window slots that never ran", thousands(float64(res.missed)), "0", r.target(res.id, "every shard-run of the window runs", thousands(float64(res.missed)), res.missed == 0))
 		row("of the runs: catch-up (> 5 s late); outside the window", thousands(float64(res.catchUp))+"; "+thousands(float64(res.outside)), "", "")
-		hist := ""
-		if res.histErr != nil {
-			hist = "error: " + res.histErr.Error()
-		} else {
-			keys := make([]string, 0, len(res.statuses))
-			for k := range res.statuses {
-				keys = append(keys, k)
-			}
-			slices.Sort(keys)
-			var parts []string
-			for _, k := range keys {
-				parts = append(parts, fmt.Sprintf("%s %s", k, thousands(float64(res.statuses[k]))))
-			}
-			hist = strings.Join(parts, ", ")
-		}
-		row("ledger history of the window's ticks", hist, "", "")
+		row("ledger history of the window's ticks", res.historyCell(), "", "")
 		parts := make([]string, schedNodes)
 		for i, v := range res.perNode {
 			parts[i] = thousands(float64(v))

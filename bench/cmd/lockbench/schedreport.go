@@ -81,21 +81,7 @@ func (r *report) writeP5(p func(string, ...any)) {
 	row("window ticks that never ran", func(s *schedResult) string { return thousands(float64(s.missed)) },
 		"0", r.target("P5", "every tick of the window runs", thousands(float64(first.missed)), first.missed == 0))
 	row("of the runs: catch-up (> 5 s late, misfire policy)", func(s *schedResult) string { return thousands(float64(s.catchUp)) }, "", "")
-	row("ledger history of the window's ticks", func(s *schedResult) string {
-		if s.histErr != nil {
-			return "error: " + s.histErr.Error()
-		}
-		keys := make([]string, 0, len(s.statuses))
-		for k := range s.statuses {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		var parts []string
-		for _, k := range keys {
-			parts = append(parts, fmt.Sprintf("%s %s", k, thousands(float64(s.statuses[k]))))
-		}
-		return strings.Join(parts, ", ")
-	}, "", "")
+	row("ledger history of the window's ticks", (*schedResult).historyCell, "", "")
 	row("runs per node (window ticks)", func(s *schedResult) string {
 		parts := make([]string, schedNodes)
 		for i, v := range s.perNode {
@@ -183,6 +169,24 @@ func (s *schedResult) cmdStatsPerRun() string {
 			continue
 		}
 		parts = append(parts, fmt.Sprintf("%s %.1f (%.2f)", c.name, float64(c.usec)/float64(s.runs), float64(c.calls)/float64(s.runs)))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// historyCell is the ledger history row's cell: the window's records by
+// status, or the error reading them.
+func (s *schedResult) historyCell() string {
+	if s.histErr != nil {
+		return "error: " + s.histErr.Error()
+	}
+	keys := make([]string, 0, len(s.statuses))
+	for k := range s.statuses {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s %s", k, thousands(float64(s.statuses[k]))))
 	}
 	return strings.Join(parts, ", ")
 }

@@ -89,21 +89,7 @@ func (r *report) writeP5SQL(p func(string, ...any)) {
 	row("of the runs: catch-up (> 5 s late); outside the window", func(s *schedResult) string {
 		return thousands(float64(s.catchUp)) + "; " + thousands(float64(s.outside))
 	}, "", nil)
-	row("ledger history of the window's ticks", func(s *schedResult) string {
-		if s.histErr != nil {
-			return "error: " + s.histErr.Error()
-		}
-		keys := make([]string, 0, len(s.statuses))
-		for k := range s.statuses {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		var parts []string
-		for _, k := range keys {
-			parts = append(parts, fmt.Sprintf("%s %s", k, thousands(float64(s.statuses[k]))))
-		}
-		return strings.Join(parts, ", ")
-	}, "", nil)
+	row("ledger history of the window's ticks", (*schedResult).historyCell, "", nil)
 	row("runs per node (window ticks)", func(s *schedResult) string {
 		parts := make([]string, schedNodes)
 		for i, v := range s.perNode {
