@@ -3,6 +3,7 @@ package schedule
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -156,5 +157,37 @@ func TestCancelTriggeredRun(t *testing.T) {
 	}
 	if rs := c.history("manual"); len(rs) != 1 {
 		t.Fatalf("records %+v, want only the cancelled run", rs)
+	}
+}
+
+// A tick waiting for its parents shows as running (its pending record)
+// and can be cancelled: the node takes the request at its next poll and
+// records the tick skipped, saying why, without running it and without
+// waiting out Within.
+func TestCancelWaitingTick(t *testing.T) {
+	c := newCluster(t)
+	rec := newRecorder(c.clock)
+	parent := func(context.Context, Run) error { return errors.New("parent failed") }
+	a := c.node("a", 0, nil).add(t,
+		Job{Name: "parent", Schedule: "@every 1h", Handler: parent},
+		Job{Name: "child", Schedule: "@every 1h", After: []string{"parent"}, Within: 30 * time.Minute, Handler: rec.ok},
+	).start(t)
+	c.waitRecords("parent", before, 1)
+	waitFor(t, "the child's pending record", func() bool {
+		rs := c.history("child")
+		return len(rs) == 1 && rs[0].Status == ledger.RunRunning
+	})
+	ctx := context.Background()
+	if _, _, err := RequestCancel(ctx, c.ledger, ledger.RunKey{Job: "child", Tick: t0}); err != nil {
+		t.Fatalf("RequestCancel of the waiting tick: %v", err)
+	}
+	c.advance(a.s.poll)
+	rs := c.waitRecords("child", before, 1)
+	if r := rs[0]; len(rs) != 1 || r.Status != ledger.RunSkipped || r.Attempt != 1 || !strings.Contains(r.Error, ErrCancelled.Error()) ||
+		!strings.Contains(r.Error, "while waiting for the job's parents parent") {
+		t.Fatalf("child's records %+v, want attempt 1 skipped: cancelled while waiting for its parent", rs)
+	}
+	if n := len(rec.snapshot()); n != 0 {
+		t.Errorf("the cancelled tick's handler ran %d times", n)
 	}
 }

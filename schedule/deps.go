@@ -257,10 +257,11 @@ func waitDeadline(j *job, tick, now time.Time) (time.Time, string) {
 
 // awaitParents holds a scheduled tick of a job with parents until they are
 // done for it, and reports whether to run it. When Within passes first, or
-// Shutdown's grace period ends, it records the tick as skipped. A trigger
+// ctx ends (Shutdown's grace period, a cancel request), it records the
+// tick as skipped, with the reason. A trigger
 // request — trigger-now, backfill, re-run — runs at once: someone asked for
 // that run.
-func (s *Scheduler) awaitParents(j *job, w work, attempt int, ahead func()) bool {
+func (s *Scheduler) awaitParents(ctx context.Context, j *job, w work, attempt int, ahead func()) bool {
 	if len(j.After) == 0 || w.trigger != "" || w.request != "" {
 		return true
 	}
@@ -290,9 +291,9 @@ func (s *Scheduler) awaitParents(j *job, w work, attempt int, ahead func()) bool
 		select {
 		case <-t.C():
 		case <-waiter.wake:
-		case <-s.runCtx.Done():
+		case <-ctx.Done(): // Shutdown's grace ended, or a cancel request
 			t.Stop()
-			s.skip(j, w, attempt, ErrShutdown.Error()+" while waiting for the job's parents "+strings.Join(left, ", "))
+			s.skip(j, w, attempt, context.Cause(ctx).Error()+" while waiting for the job's parents "+strings.Join(left, ", "))
 			return false
 		}
 		t.Stop()

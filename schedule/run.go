@@ -119,18 +119,10 @@ func (s *Scheduler) runTick(j *job, w work) {
 	}
 	var last ledger.RunRecord // the last attempt recorded, for EventTickEnded
 	defer s.tickEnded(&last, w.catchUp)
-	if !s.awaitParents(j, w, attempt, ahead) {
-		return
-	}
-	if j.Jitter > 0 {
-		ahead()
-	}
-	if (j.Jitter > 0 && !s.sleep(rand.N(j.Jitter), s.runCtx.Done())) || s.runCtx.Err() != nil {
-		s.skip(j, w, attempt, ErrShutdown.Error())
-		return
-	}
-	// tickCtx spans the attempts: it ends with the lock, MaxHold, or the
-	// end of Shutdown's grace period.
+	// tickCtx spans the waits and the attempts: it ends with a cancel
+	// request (cancel.go; a tick waiting for its parents, say, shows as
+	// running and can be cancelled), the job's removal, the lock,
+	// MaxHold, or the end of Shutdown's grace period.
 	tickCtx, tickCancel := context.WithCancelCause(s.runCtx)
 	defer tickCancel(nil)
 	ended, ok := s.startRun(j, w, tickCancel)
@@ -139,6 +131,16 @@ func (s *Scheduler) runTick(j *job, w work) {
 		return
 	}
 	defer ended()
+	if !s.awaitParents(tickCtx, j, w, attempt, ahead) {
+		return
+	}
+	if j.Jitter > 0 {
+		ahead()
+	}
+	if (j.Jitter > 0 && !s.sleep(rand.N(j.Jitter), tickCtx.Done())) || tickCtx.Err() != nil {
+		s.skip(j, w, attempt, context.Cause(tickCtx).Error()+" before the run started")
+		return
+	}
 	var lock *tasklock.Lock
 	var lim limits // Job.MaxConcurrent's and Job.Pool's permits (limits.go)
 	defer func() {
