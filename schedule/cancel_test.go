@@ -165,18 +165,7 @@ func TestCancelTriggeredRun(t *testing.T) {
 // records the tick skipped, saying why, without running it and without
 // waiting out Within.
 func TestCancelWaitingTick(t *testing.T) {
-	c := newCluster(t)
-	rec := newRecorder(c.clock)
-	parent := func(context.Context, Run) error { return errors.New("parent failed") }
-	a := c.node("a", 0, nil).add(t,
-		Job{Name: "parent", Schedule: "@every 1h", Handler: parent},
-		Job{Name: "child", Schedule: "@every 1h", After: []string{"parent"}, Within: 30 * time.Minute, Handler: rec.ok},
-	).start(t)
-	c.waitRecords("parent", before, 1)
-	waitFor(t, "the child's pending record", func() bool {
-		rs := c.history("child")
-		return len(rs) == 1 && rs[0].Status == ledger.RunRunning
-	})
+	c, a, rec := waitingChild(t)
 	ctx := context.Background()
 	if _, _, err := RequestCancel(ctx, c.ledger, ledger.RunKey{Job: "child", Tick: t0}); err != nil {
 		t.Fatalf("RequestCancel of the waiting tick: %v", err)

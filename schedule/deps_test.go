@@ -51,6 +51,27 @@ func (g *depGate) wait(t *testing.T) Run {
 // registered, so that t0 is owed).
 var before = t0.Add(-time.Second)
 
+// waitingChild starts node a with a job "parent" that fails and a job
+// "child" after it (Within 30m), both "@every 1h", and returns once the
+// child's tick t0 waits, its pending record written; rec counts the
+// child's runs.
+func waitingChild(t *testing.T) (*cluster, *node, *recorder) {
+	t.Helper()
+	c := newCluster(t)
+	rec := newRecorder(c.clock)
+	parent := func(context.Context, Run) error { return errors.New("parent failed") }
+	a := c.node("a", 0, nil).add(t,
+		Job{Name: "parent", Schedule: "@every 1h", Handler: parent},
+		Job{Name: "child", Schedule: "@every 1h", After: []string{"parent"}, Within: 30 * time.Minute, Handler: rec.ok},
+	).start(t)
+	c.waitRecords("parent", before, 1)
+	waitFor(t, "the child's pending record", func() bool {
+		rs := c.history("child")
+		return len(rs) == 1 && rs[0].Status == ledger.RunRunning
+	})
+	return c, a, rec
+}
+
 // waitedAgain waits until a tick of n went to sleep waiting for its
 // parents more than w times.
 func waitedAgain(t *testing.T, n *node, w int64) {

@@ -341,18 +341,7 @@ func TestKilledNodeRunIsInterrupted(t *testing.T) {
 // running record, which another node settles as interrupted. Before:
 // such a tick was claimed and never recorded at all.
 func TestKilledNodeWaitingTickIsInterrupted(t *testing.T) {
-	c := newCluster(t)
-	rec := newRecorder(c.clock)
-	parent := func(context.Context, Run) error { return errors.New("parent failed") }
-	a := c.node("a", 0, nil).add(t,
-		Job{Name: "parent", Schedule: "@every 1h", Handler: parent},
-		Job{Name: "child", Schedule: "@every 1h", After: []string{"parent"}, Within: 30 * time.Minute, Handler: rec.ok},
-	).start(t)
-	c.waitRecords("parent", before, 1)
-	waitFor(t, "the child's pending record", func() bool {
-		rs := c.history("child")
-		return len(rs) == 1 && rs[0].Status == ledger.RunRunning
-	})
+	c, a, rec := waitingChild(t)
 	if r := c.history("child")[0]; r.Node != "a" || r.Attempt != 1 || !r.Tick.Equal(t0) {
 		t.Fatalf("pending record %+v, want node a's attempt 1 of %v", r, t0)
 	}
