@@ -188,12 +188,20 @@ func (h *handler) pageLastRuns(ctx context.Context, names []string) error {
 }
 
 // noteLastRun remembers r, without its output, as its job's last run
-// unless a newer one is known. Callers hold lastMu.
+// unless a newer one is known. A record of the run already remembered (the
+// same key) replaces it unless it would take a final status back to
+// running, which the history never does: else a run seen while running
+// stayed "running" on every page after it ended. Callers hold lastMu.
 func (h *handler) noteLastRun(r ledger.RunRecord) {
-	if old, ok := h.lastRun[r.Job]; !ok || r.Key().Compare(old.Key()) < 0 {
-		r.Output = ""
-		h.lastRun[r.Job] = r
+	old, ok := h.lastRun[r.Job]
+	if ok {
+		c := r.Key().Compare(old.Key())
+		if c > 0 || (c == 0 && old.Status.Final() && !r.Status.Final()) {
+			return
+		}
 	}
+	r.Output = ""
+	h.lastRun[r.Job] = r
 }
 
 // latestRuns is pageLastRuns through ledger.Latest.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"reflect"
 	"testing"
+	"time"
 
 	"github.com/tasklock/tasklock/dashboard"
 	"github.com/tasklock/tasklock/ledger"
@@ -63,6 +64,54 @@ func TestDashboardJobsAfterAndChildren(t *testing.T) {
 		}
 		if (j.After != nil && len(*j.After) == 0) || (j.Children != nil && len(*j.Children) == 0) {
 			t.Errorf("%s: an empty list is sent, want it omitted: %s", j.Job, body)
+		}
+	}
+}
+
+// A job's last run, once seen running, shows its outcome once the outcome
+// is recorded under the same key: the page's memory of last runs took a
+// newer record only when its key was newer, so a run seen running stayed
+// "running" on every page after it ended.
+func TestDashboardLastRunFollowsTheSameRun(t *testing.T) {
+	st := memstore.New(nil)
+	clk := &stepClock{now: time.Date(2026, 3, 1, 12, 0, 30, 0, time.UTC)}
+	jobs := []schedule.Job{{Name: "extract", Schedule: "@hourly"}}
+	srv := server(t, st, "", func(o *dashboard.Options) {
+		o.Jobs = func() []schedule.Job { return jobs }
+		o.Clock = clk
+	})
+	tick := clk.Now().Truncate(time.Hour)
+	rec := ledger.RunRecord{Job: "extract", Tick: tick, Attempt: 1, Node: "n1", Start: tick, Status: ledger.RunRunning}
+	last := func() string {
+		t.Helper()
+		code, body, _ := call(t, nil, "GET", srv.URL+"/api/jobs?name=extract", nil, "")
+		if code != 200 {
+			t.Fatalf("GET /api/jobs = %d %s", code, body)
+		}
+		var got struct {
+			Jobs []struct {
+				LastRun *struct {
+					Status string `json:"status"`
+				} `json:"last_run"`
+			} `json:"jobs"`
+		}
+		decode(t, body, &got)
+		if len(got.Jobs) != 1 || got.Jobs[0].LastRun == nil {
+			t.Fatalf("jobs = %s", body)
+		}
+		return got.Jobs[0].LastRun.Status
+	}
+	for _, st2 := range []ledger.RunStatus{ledger.RunRunning, ledger.RunOK} {
+		rec.Status = st2
+		if st2.Final() {
+			rec.End = tick.Add(time.Second)
+		}
+		if err := st.RecordRuns(context.Background(), []ledger.RunRecord{rec}); err != nil {
+			t.Fatal(err)
+		}
+		clk.advance(2 * time.Second) // past the recent runs' one-second reuse
+		if got := last(); got != string(st2) {
+			t.Fatalf("last run %q after recording it %s", got, st2)
 		}
 	}
 }
