@@ -377,19 +377,14 @@ func (s *Scheduler) claimAttempt(j *job, w work, n int) (int, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
 	defer cancel()
 	for range maxAttemptClaims {
-		res, err := s.ledger.Claim(ctx, []ledger.ClaimParams{{
-			Job: j.Name, Tick: w.tick, Trigger: attemptClaim(n), Shard: w.shard, Node: s.node, Token: s.token, Retain: s.retention,
-		}})
-		if err == nil && len(res) != 1 {
-			err = fmt.Errorf("the ledger returned %d results for 1 claim", len(res))
-		}
+		held, err := s.claimOne(ctx, j.Name, w.tick, attemptClaim(n), w.shard)
 		switch {
 		case err != nil:
 			return 0, err
-		case res[0] == nil:
+		case held == nil:
 			return n, nil
-		case !errors.Is(res[0], ledger.ErrClaimed):
-			return 0, res[0]
+		case !errors.Is(held, ledger.ErrClaimed):
+			return 0, held
 		}
 		n++
 	}

@@ -102,23 +102,31 @@ func TestBackfillRunsEachTickOnce(t *testing.T) {
 		}
 	}
 
-	// A re-run of the tick that ran is its attempt 2.
-	if _, err := RequestRerun(ctx, c.ledger, "hourly", ranTick, opts); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "the re-run", func() bool {
-		c.step(250 * time.Millisecond)
-		return rec.times("hourly", ranTick, "") == 2
-	})
-	c.settle(true)
-	rs := c.historyAfter("hourly", ranTick.Add(-time.Second))
-	var got []string
-	for _, r := range rs {
-		if r.Tick.Equal(ranTick) {
-			got = append(got, fmt.Sprintf("%d:%s", r.Attempt, r.Status))
+	// rerun asks for n re-runs of ranTick with o, waits until the tick has
+	// run runs times in all, and returns its records, attempt:status.
+	rerun := func(o BackfillOptions, n, runs int) []string {
+		t.Helper()
+		for range n {
+			if _, err := RequestRerun(ctx, c.ledger, "hourly", ranTick, o); err != nil {
+				t.Fatal(err)
+			}
 		}
+		waitFor(t, "the re-runs", func() bool {
+			c.step(250 * time.Millisecond)
+			return rec.times("hourly", ranTick, "") == runs
+		})
+		c.settle(true)
+		var got []string
+		for _, r := range c.historyAfter("hourly", ranTick.Add(-time.Second)) {
+			if r.Tick.Equal(ranTick) {
+				got = append(got, fmt.Sprintf("%d:%s", r.Attempt, r.Status))
+			}
+		}
+		return got
 	}
-	if fmt.Sprint(got) != "[2:ok 1:ok]" {
+
+	// A re-run of the tick that ran is its attempt 2.
+	if got := rerun(opts, 1, 2); fmt.Sprint(got) != "[2:ok 1:ok]" {
 		t.Fatalf("records of the re-run tick: %v, want [2:ok 1:ok]", got)
 	}
 
@@ -127,23 +135,7 @@ func TestBackfillRunsEachTickOnce(t *testing.T) {
 	// both 3 (their requests carry the same base, 2).
 	allow := opts
 	allow.Overlap = OverlapAllow
-	for range 2 {
-		if _, err := RequestRerun(ctx, c.ledger, "hourly", ranTick, allow); err != nil {
-			t.Fatal(err)
-		}
-	}
-	waitFor(t, "both re-runs", func() bool {
-		c.step(250 * time.Millisecond)
-		return rec.times("hourly", ranTick, "") == 4
-	})
-	c.settle(true)
-	got = nil
-	for _, r := range c.historyAfter("hourly", ranTick.Add(-time.Second)) {
-		if r.Tick.Equal(ranTick) {
-			got = append(got, fmt.Sprintf("%d:%s", r.Attempt, r.Status))
-		}
-	}
-	if fmt.Sprint(got) != "[4:ok 3:ok 2:ok 1:ok]" {
+	if got := rerun(allow, 2, 4); fmt.Sprint(got) != "[4:ok 3:ok 2:ok 1:ok]" {
 		t.Fatalf("records of the tick re-run twice more: %v, want [4:ok 3:ok 2:ok 1:ok]", got)
 	}
 

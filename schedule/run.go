@@ -136,8 +136,9 @@ func (s *Scheduler) runTick(j *job, w work) {
 	}
 	if j.Jitter > 0 {
 		ahead()
+		s.sleep(rand.N(j.Jitter), tickCtx.Done()) // ends early only when tickCtx does
 	}
-	if (j.Jitter > 0 && !s.sleep(rand.N(j.Jitter), tickCtx.Done())) || tickCtx.Err() != nil {
+	if tickCtx.Err() != nil {
 		s.skip(j, w, attempt, context.Cause(tickCtx).Error()+" before the run started")
 		return
 	}

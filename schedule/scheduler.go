@@ -963,9 +963,7 @@ func (b *batch) add(s *Scheduler, j *job, w work) {
 }
 
 func (b *batch) addClaim(s *Scheduler, j *job, w work) {
-	b.claims = append(b.claims, ledger.ClaimParams{
-		Job: j.Name, Tick: w.tick, Trigger: cmp.Or(w.claim, w.trigger), Shard: w.shard, Node: s.node, Token: s.token, Retain: s.retention,
-	})
+	b.claims = append(b.claims, s.claimParams(j.Name, w.tick, cmp.Or(w.claim, w.trigger), w.shard))
 	b.owners = append(b.owners, j)
 	b.works = append(b.works, w)
 }
@@ -1275,4 +1273,24 @@ func (h *jobHeap) Pop() any {
 	*h = old[:len(old)-1]
 	j.idx = -1
 	return j
+}
+
+// claimParams is this Scheduler's claim of the ledger key (job, tick,
+// trigger, shard).
+func (s *Scheduler) claimParams(job string, tick time.Time, trigger string, shard int) ledger.ClaimParams {
+	return ledger.ClaimParams{Job: job, Tick: tick, Trigger: trigger, Shard: shard, Node: s.node, Token: s.token, Retain: s.retention}
+}
+
+// claimOne claims one ledger key in its own call. held is the key's
+// per-claim result: nil when this Scheduler holds the claim, a
+// *ledger.ClaimedError when another does; err is the call's failure.
+func (s *Scheduler) claimOne(ctx context.Context, job string, tick time.Time, trigger string, shard int) (held, err error) {
+	res, err := s.ledger.Claim(ctx, []ledger.ClaimParams{s.claimParams(job, tick, trigger, shard)})
+	if err == nil && len(res) != 1 {
+		err = fmt.Errorf("the ledger returned %d results for 1 claim", len(res))
+	}
+	if err != nil {
+		return nil, err
+	}
+	return res[0], nil
 }

@@ -434,7 +434,7 @@ func (s *Scheduler) lookAtShards(ctx context.Context, e *shardTick, open []int, 
 		if holder != "" && isAlive(holder) {
 			// Look again when the holder's lease as listed could end:
 			// if it stopped, its shard is taken a poll after that.
-			if until, ok := s.listedUntil(holder); ok {
+			if until, ok := s.nodes.live[holder]; ok {
 				next = earliest(next, until.Add(s.poll))
 			}
 			continue
@@ -466,23 +466,18 @@ func (s *Scheduler) takeShard(ctx context.Context, e *shardTick, k, attempts int
 	s.mu.Unlock()
 	tried := make(map[string]bool)
 	for range maxRetakeChain {
-		res, err := s.ledger.Claim(ctx, []ledger.ClaimParams{{
-			Job: e.j.Name, Tick: e.w.tick, Trigger: trig, Shard: k, Node: s.node, Token: s.token, Retain: s.retention,
-		}})
-		if err == nil && len(res) != 1 {
-			err = fmt.Errorf("the ledger returned %d results for 1 claim", len(res))
-		}
+		held, err := s.claimOne(ctx, e.j.Name, e.w.tick, trig, k)
 		if err != nil {
 			s.log.Error("schedule: claiming a shard", "node", s.node, "job", e.j.Name, "tick", e.w.tick, "shard", k, "err", err)
 			return false
 		}
 		var ce *ledger.ClaimedError
 		switch {
-		case res[0] == nil:
+		case held == nil:
 			s.runShard(e, k, attempts, trig != orig)
 			return true
-		case !errors.As(res[0], &ce):
-			s.log.Error("schedule: claiming a shard", "node", s.node, "job", e.j.Name, "tick", e.w.tick, "shard", k, "err", res[0])
+		case !errors.As(held, &ce):
+			s.log.Error("schedule: claiming a shard", "node", s.node, "job", e.j.Name, "tick", e.w.tick, "shard", k, "err", held)
 			return false
 		case ce.Node == "" || isAlive(ce.Node) || tried[ce.Node]:
 			// Held by a live node (or one this look cannot tell about).

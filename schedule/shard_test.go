@@ -658,30 +658,32 @@ func TestShardsReuseNodeListing(t *testing.T) {
 func TestShardsListingEndsWithLease(t *testing.T) {
 	c := newCluster(t)
 	lister := &countingLister{Lister: c.locks}
-	n := c.node("a", 0, &Config{NodeLister: lister, NodeLeaseTTL: 30 * time.Second}) // listings reused up to 10 s
+	// Listings are reused up to 100 s; b's lease is a minute long, read
+	// off the store's real clock, so no stall of this machine ends it.
+	n := c.node("a", 0, &Config{NodeLister: lister, NodeLeaseTTL: 5 * time.Minute})
 	other, err := tasklock.New(c.locks, &tasklock.Config{Logger: discardLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer other.Close()
 	ctx := context.Background()
-	b, err := other.TryObtain(ctx, n.s.nodePrefix+"b", &tasklock.ObtainOptions{TTL: 2 * time.Second})
+	b, err := other.TryObtain(ctx, n.s.nodePrefix+"b", &tasklock.ObtainOptions{TTL: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !n.s.shardAlive()(ctx, "b") {
 		t.Fatal("b not alive while it holds its lease")
 	}
-	c.clock.Advance(time.Second)
+	c.clock.Advance(30 * time.Second)
 	if !n.s.shardAlive()(ctx, "b") || lister.n.Load() != 1 {
-		t.Fatalf("a second after the listing: b alive, from it (listings %d, want 1)", lister.n.Load())
+		t.Fatalf("30 s after the listing: b alive, from it (listings %d, want 1)", lister.n.Load())
 	}
 	if err := b.Release(ctx); err != nil { // b stops
 		t.Fatal(err)
 	}
-	c.clock.Advance(1500 * time.Millisecond) // past b's lease as listed, well within 10 s
+	c.clock.Advance(31 * time.Second) // past b's lease as listed, well within 100 s
 	if n.s.shardAlive()(ctx, "b") {
-		t.Fatal("b alive 2.5 s after a listing that gave its lease 2 s: a reused listing outlived the lease")
+		t.Fatal("b alive 61 s after a listing that gave its lease at most 1m: a reused listing outlived the lease")
 	}
 	if got := lister.n.Load(); got != 2 {
 		t.Errorf("%d listings, want 2: the second read once b's listed lease ended", got)

@@ -175,45 +175,44 @@ func (s *Scheduler) sweep(now time.Time) {
 // SCANs), so the shard passes reuse a recent one where a stale answer is
 // safe. Loop only.
 type nodeList struct {
-	live map[string]bool
-	// until is when each listed node's lease ends unless renewed: the
-	// listing's time plus the TTL the store gave (sweepEvery when it gave
-	// none). A reused listing never counts a node alive past it.
-	until map[string]time.Time
-	at    time.Time // zero: none read yet
+	live liveNodes
+	at   time.Time // zero: none read yet
+}
+
+// liveNodes is a listing of the node leases: each listed node and when its
+// lease ends unless renewed, the listing's time plus the TTL the store
+// gave (sweepEvery when it gave none). A reused listing never counts a
+// node alive past that.
+type liveNodes map[string]time.Time
+
+// has reports whether the listing holds node.
+func (l liveNodes) has(node string) bool {
+	_, ok := l[node]
+	return ok
 }
 
 // listNodes reads the node leases and keeps the listing.
-func (s *Scheduler) listNodes(ctx context.Context) (map[string]bool, error) {
+func (s *Scheduler) listNodes(ctx context.Context) (liveNodes, error) {
 	ls, err := s.lister.Leases(ctx, s.nodePrefix)
 	if err != nil {
 		return nil, err
 	}
 	now := s.clock.Now()
-	live := make(map[string]bool, len(ls))
-	until := make(map[string]time.Time, len(ls))
+	live := make(liveNodes, len(ls))
 	for _, l := range ls {
 		name := strings.TrimPrefix(l.Key, s.nodePrefix)
-		live[name] = true
 		ttl := l.TTL
 		if ttl <= 0 {
 			ttl = s.sweepEvery
 		}
-		until[name] = later(until[name], now.Add(ttl))
+		live[name] = later(live[name], now.Add(ttl))
 	}
-	s.nodes = nodeList{live: live, until: until, at: now}
+	s.nodes = nodeList{live: live, at: now}
 	return live, nil
 }
 
-// listedUntil is when node's lease ends unless renewed, by the kept
-// listing; false when the listing does not hold the node.
-func (s *Scheduler) listedUntil(node string) (time.Time, bool) {
-	t, ok := s.nodes.until[node]
-	return t, ok
-}
-
 // recentNodes returns the kept listing when it is younger than age.
-func (s *Scheduler) recentNodes(age time.Duration) (map[string]bool, bool) {
+func (s *Scheduler) recentNodes(age time.Duration) (liveNodes, bool) {
 	if s.nodes.at.IsZero() || s.clock.Now().Sub(s.nodes.at) >= age {
 		return nil, false
 	}
@@ -231,7 +230,7 @@ func (s *Scheduler) aliveNodes(ctx context.Context) func(context.Context, string
 			s.log.Error("schedule: listing the node leases", "node", s.node, "err", err)
 			return nil
 		}
-		return func(_ context.Context, node string) bool { return live[node] }
+		return func(_ context.Context, node string) bool { return live.has(node) }
 	}
 	return s.nodeChecker()
 }
@@ -239,22 +238,23 @@ func (s *Scheduler) aliveNodes(ctx context.Context) func(context.Context, string
 // shardAlive is aliveNodes for the shard passes: with a NodeLister, a node
 // in a listing younger than sweepEvery is alive until its lease as listed
 // could end (the store's TTL); any other node, or one past that, is looked
-// up in a fresh listing, read at most once per call of shardAlive. A failed listing tells nothing: every node counts as alive.
+// up in a fresh listing, read at most once per call of shardAlive. A
+// failed listing tells nothing: every node counts as alive.
 func (s *Scheduler) shardAlive() func(context.Context, string) bool {
 	if s.lister == nil {
 		return s.nodeChecker()
 	}
-	var fresh map[string]bool // this call's listing
+	var fresh liveNodes // this call's listing
 	tried := false
 	return func(ctx context.Context, node string) bool {
 		if fresh != nil {
-			return fresh[node]
+			return fresh.has(node)
 		}
-		if live, ok := s.recentNodes(s.sweepEvery); ok && live[node] {
+		if live, ok := s.recentNodes(s.sweepEvery); ok {
 			// Alive by a recent listing, unless its lease as listed
 			// has ended since: then look again, so that a node killed
 			// just after a listing is found stopped at its lease's end.
-			if until, ok := s.listedUntil(node); ok && s.clock.Now().Before(until) {
+			if until, ok := live[node]; ok && s.clock.Now().Before(until) {
 				return true
 			}
 		}
@@ -268,7 +268,7 @@ func (s *Scheduler) shardAlive() func(context.Context, string) bool {
 			return true
 		}
 		fresh = live
-		return live[node]
+		return live.has(node)
 	}
 }
 
