@@ -62,17 +62,35 @@ type schedCounter struct {
 	claimPipes, claimScripts             atomic.Int64
 	recordPipes, otherPipes              atomic.Int64
 
-	errs     atomic.Int64 // calls that returned an error (redis.Nil and NOSCRIPT aside)
-	firstErr atomic.Pointer[string]
+	fails callFailures // calls that returned an error (redis.Nil and NOSCRIPT aside)
 }
 
 func (h *schedCounter) failed(err error) {
 	if err == nil || err == redis.Nil || strings.HasPrefix(err.Error(), "NOSCRIPT") {
 		return // NOSCRIPT: redisstore sends EVAL next
 	}
-	if h.errs.Add(1) == 1 {
+	h.fails.note(err)
+}
+
+// callFailures counts a client's failed calls and keeps the first one's error.
+type callFailures struct {
+	n     atomic.Int64
+	first atomic.Pointer[string]
+}
+
+func (f *callFailures) note(err error) {
+	if f.n.Add(1) == 1 {
 		s := err.Error()
-		h.firstErr.Store(&s)
+		f.first.Store(&s)
+	}
+}
+
+// addTo adds f's count to *n, and its first error to *first unless one is
+// there already.
+func (f *callFailures) addTo(n *int64, first *string) {
+	*n += f.n.Load()
+	if e := f.first.Load(); e != nil && *first == "" {
+		*first = *e
 	}
 }
 
@@ -467,10 +485,7 @@ func (b *redisBackend) count(c *schedCounts) {
 
 func (b *redisBackend) failed() (n int64, first string) {
 	for _, nd := range b.nodes {
-		n += nd.h.errs.Load()
-		if e := nd.h.firstErr.Load(); e != nil && first == "" {
-			first = *e
-		}
+		nd.h.fails.addTo(&n, &first)
 	}
 	return n, first
 }

@@ -2,9 +2,7 @@ package main
 
 import (
 	"fmt"
-	"slices"
 	"strings"
-	"time"
 )
 
 // writeP5Variants prints P5-features and P5-shard: a table per measurement,
@@ -57,11 +55,7 @@ func (r *report) writeP5Variants(p func(string, ...any)) {
 			return "**above P5's**"
 		}
 		row("lateness p99", dur(p99), fmt.Sprintf("P5's: ≤ %v", p5MaxLateP99), within(len(res.late) > 0 && p99 <= p5MaxLateP99))
-		maxLate := "—"
-		if len(res.late) > 0 {
-			maxLate = dur(slices.Max(res.late))
-		}
-		row("lateness max", maxLate, "", "")
+		row("lateness max", res.lateMaxCell(), "", "")
 		if len(res.cats) > 1 {
 			for _, k := range res.cats {
 				row("… "+k+": lateness p50 / p99; never ran", fmt.Sprintf("%s / %s; %s", dur(percentile(res.catLate[k], 0.50)), dur(percentile(res.catLate[k], 0.99)), thousands(float64(res.catMissed[k]))), "", "")
@@ -71,11 +65,7 @@ func (r *report) writeP5Variants(p func(string, ...any)) {
 		row("window slots that never ran", thousands(float64(res.missed)), "0", r.target(res.id, "every shard-run of the window runs", thousands(float64(res.missed)), res.missed == 0))
 		row("of the runs: catch-up (> 5 s late); outside the window", thousands(float64(res.catchUp))+"; "+thousands(float64(res.outside)), "", "")
 		row("ledger history of the window's ticks", res.historyCell(), "", "")
-		parts := make([]string, schedNodes)
-		for i, v := range res.perNode {
-			parts[i] = thousands(float64(v))
-		}
-		row("shard-runs per node (window slots)", strings.Join(parts, " / "), "", "")
+		row("shard-runs per node (window slots)", res.perNodeCell(), "", "")
 		row("fence not above the (job, shard)'s previous tick's", thousands(float64(res.fenceOrder)), "0", "")
 		rt := res.rtPerRun()
 		row("**store round trips per run**", fmt.Sprintf("%.2f", rt), fmt.Sprintf("P5's: ≤ %.0f", p5MaxRTPerRun), within(res.runs > 0 && rt <= p5MaxRTPerRun))
@@ -98,11 +88,7 @@ func (r *report) writeP5Variants(p func(string, ...any)) {
 		row(cmdStatsRow, res.cmdStatsPerRun(), "", "")
 		row("goroutines: largest rise in the window; in the warm-up", fmt.Sprintf("%+d; %+d", res.goroutines, res.warmupGoroutines), "", "")
 		row("heap per job, 3 nodes (median, after GC)", fmt.Sprintf("%.0f B", res.heapPerJob), "", "")
-		sd := dur(res.shutdown)
-		if res.shutdownErr != nil {
-			sd = fmt.Sprintf("> %v: %v", res.shutdown.Round(time.Second), res.shutdownErr)
-		}
-		row("Shutdown of the 3 nodes (after the window)", sd, "", "")
+		row("Shutdown of the 3 nodes (after the window)", res.shutdownCell(), "", "")
 		row("warnings logged; Redis calls that failed (whole measurement)", thousands(float64(res.warnings))+"; "+thousands(float64(res.storeErrs)), "", "")
 		if res.firstWarn != "" {
 			p("")

@@ -70,25 +70,14 @@ func (r *report) writeP5(p func(string, ...any)) {
 	row("tick lateness p99", func(s *schedResult) string { return dur(percentile(s.late, 0.99)) },
 		fmt.Sprintf("≤ %v", p5MaxLateP99), r.target("P5", fmt.Sprintf("tick lateness p99 ≤ %v (%s jobs, %d nodes)", p5MaxLateP99, thousands(float64(first.jobs)), schedNodes),
 			dur(p99), len(first.late) > 0 && p99 <= p5MaxLateP99))
-	row("tick lateness max", func(s *schedResult) string {
-		if len(s.late) == 0 {
-			return "—"
-		}
-		return dur(slices.Max(s.late))
-	}, "", "")
+	row("tick lateness max", (*schedResult).lateMaxCell, "", "")
 	row("duplicate runs of a (job, tick)", func(s *schedResult) string { return thousands(float64(s.dups)) },
 		"0", r.target("P5", "0 duplicate ticks", thousands(float64(first.dups)), first.dups == 0))
 	row("window ticks that never ran", func(s *schedResult) string { return thousands(float64(s.missed)) },
 		"0", r.target("P5", "every tick of the window runs", thousands(float64(first.missed)), first.missed == 0))
 	row("of the runs: catch-up (> 5 s late, misfire policy)", func(s *schedResult) string { return thousands(float64(s.catchUp)) }, "", "")
 	row("ledger history of the window's ticks", (*schedResult).historyCell, "", "")
-	row("runs per node (window ticks)", func(s *schedResult) string {
-		parts := make([]string, schedNodes)
-		for i, v := range s.perNode {
-			parts[i] = thousands(float64(v))
-		}
-		return strings.Join(parts, " / ")
-	}, "", "")
+	row("runs per node (window ticks)", (*schedResult).perNodeCell, "", "")
 	row("fence not above the job's previous tick's", func(s *schedResult) string { return thousands(float64(s.fenceOrder)) }, "0", "")
 	rt := first.rtPerRun()
 	row("**store round trips per run**", func(s *schedResult) string { return fmt.Sprintf("%.2f", s.rtPerRun()) },
@@ -122,12 +111,7 @@ func (r *report) writeP5(p func(string, ...any)) {
 		return fmt.Sprintf("%+d (%.2f); %+d", s.goroutines, float64(s.goroutines)/float64(s.jobs), s.warmupGoroutines)
 	}, "", "")
 	row("heap per job, 3 nodes (median, after GC)", func(s *schedResult) string { return fmt.Sprintf("%.0f B", s.heapPerJob) }, "", "")
-	row("Shutdown of the 3 nodes (after the window)", func(s *schedResult) string {
-		if s.shutdownErr != nil {
-			return fmt.Sprintf("> %v: %v", s.shutdown.Round(time.Second), s.shutdownErr)
-		}
-		return dur(s.shutdown)
-	}, "", "")
+	row("Shutdown of the 3 nodes (after the window)", (*schedResult).shutdownCell, "", "")
 	row("warnings logged; Redis calls that failed (whole measurement)", func(s *schedResult) string {
 		return thousands(float64(s.warnings)) + "; " + thousands(float64(s.storeErrs))
 	}, "", "")
@@ -189,4 +173,29 @@ func (s *schedResult) historyCell() string {
 		parts = append(parts, fmt.Sprintf("%s %s", k, thousands(float64(s.statuses[k]))))
 	}
 	return strings.Join(parts, ", ")
+}
+
+// lateMaxCell is the largest lateness, "—" with none.
+func (s *schedResult) lateMaxCell() string {
+	if len(s.late) == 0 {
+		return "—"
+	}
+	return dur(slices.Max(s.late))
+}
+
+// perNodeCell is the window's runs (shard-runs) of each node.
+func (s *schedResult) perNodeCell() string {
+	parts := make([]string, schedNodes)
+	for i, v := range s.perNode {
+		parts[i] = thousands(float64(v))
+	}
+	return strings.Join(parts, " / ")
+}
+
+// shutdownCell is how long the nodes' Shutdown took, or that it timed out.
+func (s *schedResult) shutdownCell() string {
+	if s.shutdownErr != nil {
+		return fmt.Sprintf("> %v: %v", s.shutdown.Round(time.Second), s.shutdownErr)
+	}
+	return dur(s.shutdown)
 }

@@ -91,10 +91,7 @@ func (b *sqlBackend) count(c *schedCounts) {
 
 func (b *sqlBackend) failed() (n int64, first string) {
 	for _, nd := range b.nodes {
-		n += nd.c.fails.Load()
-		if e := nd.c.firstFail.Load(); e != nil && first == "" {
-			first = *e
-		}
+		nd.c.fails.addTo(&n, &first)
 	}
 	return n, first
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 )
@@ -76,12 +75,7 @@ func (r *report) writeP5SQL(p func(string, ...any)) {
 		judged(fmt.Sprintf("tick lateness p99 ≤ %v", p5SQLMaxLateP99), p99, func(s *schedResult) bool {
 			return len(s.late) > 0 && percentile(s.late, 0.99) <= p5SQLMaxLateP99
 		}))
-	row("tick lateness max", func(s *schedResult) string {
-		if len(s.late) == 0 {
-			return "—"
-		}
-		return dur(slices.Max(s.late))
-	}, "", nil)
+	row("tick lateness max", (*schedResult).lateMaxCell, "", nil)
 	dups := func(s *schedResult) string { return thousands(float64(s.dups)) }
 	row("duplicate runs of a (job, tick)", dups, "0", judged("0 duplicate ticks", dups, func(s *schedResult) bool { return s.dups == 0 }))
 	missed := func(s *schedResult) string { return thousands(float64(s.missed)) }
@@ -90,13 +84,7 @@ func (r *report) writeP5SQL(p func(string, ...any)) {
 		return thousands(float64(s.catchUp)) + "; " + thousands(float64(s.outside))
 	}, "", nil)
 	row("ledger history of the window's ticks", (*schedResult).historyCell, "", nil)
-	row("runs per node (window ticks)", func(s *schedResult) string {
-		parts := make([]string, schedNodes)
-		for i, v := range s.perNode {
-			parts[i] = thousands(float64(v))
-		}
-		return strings.Join(parts, " / ")
-	}, "", nil)
+	row("runs per node (window ticks)", (*schedResult).perNodeCell, "", nil)
 	row("fence not above the job's previous tick's", func(s *schedResult) string { return thousands(float64(s.fenceOrder)) }, "0", nil)
 	rt := func(s *schedResult) string {
 		if !s.tripsCounted {
@@ -135,12 +123,7 @@ func (r *report) writeP5SQL(p func(string, ...any)) {
 		return fmt.Sprintf("%+d (%.2f); %+d", s.goroutines, float64(s.goroutines)/float64(s.jobs), s.warmupGoroutines)
 	}, "", nil)
 	row("heap per job, 3 nodes (median, after GC)", func(s *schedResult) string { return fmt.Sprintf("%.0f B", s.heapPerJob) }, "", nil)
-	row("Shutdown of the 3 nodes (after the window)", func(s *schedResult) string {
-		if s.shutdownErr != nil {
-			return fmt.Sprintf("> %v: %v", s.shutdown.Round(time.Second), s.shutdownErr)
-		}
-		return dur(s.shutdown)
-	}, "", nil)
+	row("Shutdown of the 3 nodes (after the window)", (*schedResult).shutdownCell, "", nil)
 	row("warnings logged; store calls that failed (whole measurement)", func(s *schedResult) string {
 		return thousands(float64(s.warnings)) + "; " + thousands(float64(s.storeErrs))
 	}, "", nil)

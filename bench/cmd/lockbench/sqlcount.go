@@ -35,8 +35,7 @@ type sqlCounter struct {
 	trips   atomic.Int64
 	network bool // round trips are counted (the client dials through countingDialer)
 
-	fails     atomic.Int64 // statements, prepares, transaction commands that returned an error
-	firstFail atomic.Pointer[string]
+	fails callFailures // statements, prepares, transaction commands that returned an error
 }
 
 type sqlCounts struct{ stmts, updates, pings, trips int64 }
@@ -64,10 +63,7 @@ func (c *sqlCounter) failed(err error) {
 	if err == nil || errors.Is(err, driver.ErrSkip) {
 		return
 	}
-	if c.fails.Add(1) == 1 {
-		s := err.Error()
-		c.firstFail.Store(&s)
-	}
+	c.fails.note(err)
 }
 
 func (c *sqlCounter) ping() {
