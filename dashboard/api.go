@@ -107,11 +107,19 @@ func (h *handler) recentRuns(ctx context.Context, jobs int) ([]ledger.RunRecord,
 	h.recentMu.Lock()
 	defer h.recentMu.Unlock()
 	now := h.clock.Now()
-	if h.recent != nil && h.recentN == n && now.Sub(h.recentAt) < recentTTL && now.Sub(h.recentAt) >= 0 {
+	// A run the summary saw (and told the pages about) is never older
+	// than the recent runs a page then reads: else a page re-rendered for
+	// a run's outcome could show the read from just before it, and keep it
+	// until the next change.
+	stale := h.recentStale.Swap(false)
+	if !stale && h.recent != nil && h.recentN == n && now.Sub(h.recentAt) < recentTTL && now.Sub(h.recentAt) >= 0 {
 		return h.recent, nil
 	}
 	runs, err := h.ledger.Runs(ctx, ledger.RunQuery{Limit: n})
 	if err != nil {
+		if stale {
+			h.recentStale.Store(true)
+		}
 		return nil, err
 	}
 	h.recent, h.recentAt, h.recentN = runs, now, n
@@ -380,20 +388,18 @@ func (h *handler) jobs(w http.ResponseWriter, r *http.Request) {
 }
 
 // tickStatus is the overall status of a sharded job's last tick
-// (schedule.TickStatus), from the recent runs: their records of that tick,
-// or the last run alone when they have none.
+// (schedule.TickStatus), from the recent runs' records of that tick with
+// the last run in place of its own record, which may be newer.
 func (h *handler) tickStatus(lr *apijson.Run) string {
+	last := ledger.RunRecord{Shard: lr.Shard, Shards: lr.Shards, Attempt: lr.Attempt, Status: ledger.RunStatus(lr.Status)}
+	rs := []ledger.RunRecord{last}
 	h.recentMu.Lock()
-	var rs []ledger.RunRecord
 	for _, r := range h.recent {
-		if r.Job == lr.Job && r.Tick.Equal(lr.Tick) && r.Trigger == lr.Trigger {
+		if r.Job == lr.Job && r.Tick.Equal(lr.Tick) && r.Trigger == lr.Trigger && (r.Shard != last.Shard || r.Attempt != last.Attempt) {
 			rs = append(rs, r)
 		}
 	}
 	h.recentMu.Unlock()
-	if len(rs) == 0 {
-		rs = []ledger.RunRecord{{Shard: lr.Shard, Shards: lr.Shards, Attempt: lr.Attempt, Status: ledger.RunStatus(lr.Status)}}
-	}
 	return string(schedule.TickStatus(rs))
 }
 

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tasklock/tasklock"
@@ -159,10 +160,11 @@ type handler struct {
 	seenMu    sync.Mutex
 	firstSeen map[leaseID]time.Time // when each (key, fence) was first listed
 
-	recentMu sync.Mutex // held while reading the recent runs
-	recent   []ledger.RunRecord
-	recentAt time.Time
-	recentN  int
+	recentMu    sync.Mutex // held while reading the recent runs
+	recent      []ledger.RunRecord
+	recentAt    time.Time
+	recentN     int
+	recentStale atomic.Bool // the summary saw runs the recent runs may lack
 
 	lastMu  sync.Mutex
 	lastRun map[string]ledger.RunRecord // each job's newest run seen, without output

@@ -3,6 +3,7 @@ package dashboard_test
 import (
 	"context"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -113,5 +114,73 @@ func TestDashboardLastRunFollowsTheSameRun(t *testing.T) {
 		if got := last(); got != string(st2) {
 			t.Fatalf("last run %q after recording it %s", got, st2)
 		}
+	}
+}
+
+// A page re-rendered for the live update that a run ended reads that run:
+// the summary that names the change also retires the recent runs read
+// before it, though they are younger than their one-second reuse. Before,
+// the jobs page showed a sharded tick "running" until the next change.
+func TestDashboardRecentRunsFollowSummary(t *testing.T) {
+	st := memstore.New(nil)
+	clk := &stepClock{now: time.Date(2026, 3, 1, 12, 0, 30, 0, time.UTC)}
+	jobs := []schedule.Job{{Name: "sync", Schedule: "@hourly", Shards: 3}}
+	srv := server(t, st, "tok", func(o *dashboard.Options) {
+		o.Jobs = func() []schedule.Job { return jobs }
+		o.Clock = clk
+		o.EventInterval = 100 * time.Millisecond
+	})
+	tick := clk.Now().Truncate(time.Hour)
+	record := func(status func(shard int) ledger.RunStatus) {
+		t.Helper()
+		var rs []ledger.RunRecord
+		for s := range 3 {
+			r := ledger.RunRecord{Job: "sync", Tick: tick, Attempt: 1, Shard: s, Shards: 3, Node: "n1", Start: tick, Status: status(s)}
+			if r.Status.Final() {
+				r.End = tick.Add(time.Second)
+			}
+			rs = append(rs, r)
+		}
+		if err := st.RecordRuns(context.Background(), rs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tickStatus := func() string {
+		t.Helper()
+		code, body, _ := call(t, nil, "GET", srv.URL+"/api/jobs?name=sync", map[string]string{"Authorization": "Bearer tok"}, "")
+		if code != 200 {
+			t.Fatalf("GET /api/jobs = %d %s", code, body)
+		}
+		var got struct {
+			Jobs []struct {
+				LastRun *struct {
+					TickStatus string `json:"tick_status"`
+				} `json:"last_run"`
+			} `json:"jobs"`
+		}
+		decode(t, body, &got)
+		if len(got.Jobs) != 1 || got.Jobs[0].LastRun == nil {
+			t.Fatalf("jobs = %s", body)
+		}
+		return got.Jobs[0].LastRun.TickStatus
+	}
+	record(func(int) ledger.RunStatus { return ledger.RunRunning })
+	nextEvent := events(t, srv.URL, "tok")
+	nextEvent()
+	if got := tickStatus(); got != string(ledger.RunRunning) {
+		t.Fatalf("tick status %q while every shard runs", got)
+	}
+	record(func(s int) ledger.RunStatus {
+		if s == 1 {
+			return ledger.RunFailed
+		}
+		return ledger.RunOK
+	})
+	clk.advance(100 * time.Millisecond) // a new summary, within the recent runs' reuse
+	if ch := nextEvent(); !slices.Contains(ch, "jobs") {
+		t.Fatalf("the summary after the shards ended changed %v, want jobs", ch)
+	}
+	if got := tickStatus(); got != string(ledger.RunFailed) {
+		t.Fatalf("tick status %q after the summary named the shards' end, want failed", got)
 	}
 }

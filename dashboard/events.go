@@ -127,6 +127,9 @@ func (h *handler) summary(ctx context.Context) summary {
 	hash("nodes", append(nodeParts, runParts...)...)
 	hash("jobs", jobParts...)
 	hash("runs", runParts...)
+	if c.cur.Fingerprint != nil && c.cur.Fingerprint["runs"] != s.Fingerprint["runs"] {
+		h.recentStale.Store(true)
+	}
 	c.cur, c.at, c.ok = s, now, true
 	return s
 }

@@ -11,7 +11,7 @@
 // td.job-spark svg.sparkline (overview.js has the overview page's).
 "use strict";
 
-const state = { info: null, csrf: "", route: "", jobsAfter: [""], runsNext: "", refreshing: false, renders: 0 };
+const state = { info: null, csrf: "", route: "", jobsAfter: [""], runsNext: "", refreshing: false, again: false, renders: 0 };
 
 function el(tag, attrs, ...children) {
   const e = document.createElement(tag);
@@ -547,11 +547,23 @@ function listen() {
     live.title = s.error ? s.error : "live: " + s.locks + " locks, " + s.running + " running, " + s.nodes_alive + " nodes";
     const sec = routeSection();
     const due = sec === "overview" ? s.changed.length > 0 && overviewDue() : s.changed.includes(sec) || (sec === "runs" && s.changed.includes("jobs"));
-    if (due) {
-      if (state.refreshing) return;
-      state.refreshing = true;
-      render().finally(() => { state.refreshing = false; });
-    }
+    if (due) refresh();
+  });
+}
+
+// refresh re-renders the page for a live update. An update arriving while
+// a render runs is not dropped: one more render follows it, as the first
+// may have read the store before the change.
+function refresh() {
+  if (state.refreshing) {
+    state.again = true;
+    return;
+  }
+  state.refreshing = true;
+  state.again = false;
+  render().finally(() => {
+    state.refreshing = false;
+    if (state.again) refresh();
   });
 }
 
