@@ -164,7 +164,7 @@
 // and a chain goes on if the taker stops too), after the stopped node's
 // shard lock expires: about Job.Lock.TTL and a poll. The retaken run is
 // recorded under the tick's key as the next attempt; the stopped node's
-// attempt is settled interrupted. History keeps one record per shard-run
+// attempt is settled interrupted as the retake claims the shard. History keeps one record per shard-run
 // (ledger.RunRecord.Shard, Shards); TickStatus is a tick's overall status.
 //
 // # Pause, resume and trigger

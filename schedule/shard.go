@@ -36,7 +36,8 @@ import (
 //     one claims with its name. The retaken run waits for the stopped
 //     node's shard lock to expire and is recorded under the tick's own
 //     key with the next attempt number; the stopped node's running record
-//     is settled interrupted by the sweep (sweep.go).
+//     is settled interrupted by the taker as it claims (takeShard), or
+//     by a sweep (sweep.go) if one comes first.
 //   - Requests: a trigger-now, backfill or re-run request of a sharded job
 //     stays in the ledger until a node watching its tick sees every shard
 //     done and removes it, so that every node sees it and claims its
@@ -443,7 +444,7 @@ func (s *Scheduler) lookAtShards(ctx context.Context, e *shardTick, open []int, 
 			waiting = true
 			continue
 		}
-		if s.takeShard(ctx, e, k, max(latest[k].Attempt, e.w.attempts), isAlive) {
+		if s.takeShard(ctx, e, k, latest[k], isAlive) {
 			free = false
 		}
 	}
@@ -458,8 +459,11 @@ func (s *Scheduler) lookAtShards(ctx context.Context, e *shardTick, open []int, 
 
 // takeShard claims shard k of a watched tick, following the retake chain
 // past stopped nodes, and runs it when the claim is this node's. It
-// reports whether it did.
-func (s *Scheduler) takeShard(ctx context.Context, e *shardTick, k, attempts int, isAlive func(string) bool) bool {
+// reports whether it did. last is the shard's latest record: on a retake,
+// when it is the stopped node's running record, it is settled interrupted
+// at once, not at the next sweep, so that the history never shows the
+// stopped run as running beside the one that took it over.
+func (s *Scheduler) takeShard(ctx context.Context, e *shardTick, k int, last ledger.RunRecord, isAlive func(string) bool) bool {
 	orig := cmp.Or(e.w.claim, e.w.trigger) // the Trigger of the tick's claim key
 	s.mu.Lock()
 	trig := cmp.Or(e.chain[k], orig)
@@ -474,7 +478,12 @@ func (s *Scheduler) takeShard(ctx context.Context, e *shardTick, k, attempts int
 		var ce *ledger.ClaimedError
 		switch {
 		case held == nil:
-			s.runShard(e, k, attempts, trig != orig)
+			retake := trig != orig
+			if retake && last.Status == ledger.RunRunning && tried[last.Node] {
+				s.settle([]ledger.RunRecord{s.interrupted(last, s.clock.Now(),
+					"node %q stopped before it recorded the outcome: its node lease ended (noticed by %q, which took over the shard)")})
+			}
+			s.runShard(e, k, max(last.Attempt, e.w.attempts), retake)
 			return true
 		case !errors.As(held, &ce):
 			s.log.Error("schedule: claiming a shard", "node", s.node, "job", e.j.Name, "tick", e.w.tick, "shard", k, "err", held)

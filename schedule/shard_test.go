@@ -297,9 +297,11 @@ func TestShardsTakeover(t *testing.T) {
 			t.Errorf("shard %d: latest record attempt %d on %s %s, want attempt 2 ok on b or c", k, r.Attempt, r.Node, r.Status)
 		}
 	}
+	// a's runs are settled interrupted by the retake itself, before the
+	// retaken run ends: the history never shows them running beside it.
 	for _, r := range rs {
-		if r.Node == "a" && r.Attempt == 1 && r.Status != ledger.RunInterrupted && r.Status != ledger.RunRunning {
-			t.Errorf("a's record %+v, want running or interrupted", r)
+		if r.Node == "a" && r.Attempt == 1 && r.Status != ledger.RunInterrupted {
+			t.Errorf("a's record %+v, want interrupted", r)
 		}
 	}
 	// The retake claims are on the chain's key.

@@ -149,11 +149,22 @@ func (s *Scheduler) sweep(now time.Time) {
 		default:
 			continue
 		}
-		r.Status = ledger.RunInterrupted
-		r.End = now
-		r.Error = truncate(fmt.Sprintf("schedule: run interrupted: "+why, r.Node, s.node), maxErrorLen)
-		out = append(out, r)
+		out = append(out, s.interrupted(r, now, why))
 	}
+	s.settle(out)
+}
+
+// interrupted is r, the running record of a run whose node stopped,
+// settled interrupted at now; why names that node, then this one.
+func (s *Scheduler) interrupted(r ledger.RunRecord, now time.Time, why string) ledger.RunRecord {
+	r.Status = ledger.RunInterrupted
+	r.End = now
+	r.Error = truncate(fmt.Sprintf("schedule: run interrupted: "+why, r.Node, s.node), maxErrorLen)
+	return r
+}
+
+// settle records the interrupted records out, and logs and emits each.
+func (s *Scheduler) settle(out []ledger.RunRecord) {
 	if len(out) == 0 {
 		return
 	}
