@@ -83,25 +83,7 @@ func TestDashboardLastRunFollowsTheSameRun(t *testing.T) {
 	})
 	tick := clk.Now().Truncate(time.Hour)
 	rec := ledger.RunRecord{Job: "extract", Tick: tick, Attempt: 1, Node: "n1", Start: tick, Status: ledger.RunRunning}
-	last := func() string {
-		t.Helper()
-		code, body, _ := call(t, nil, "GET", srv.URL+"/api/jobs?name=extract", nil, "")
-		if code != 200 {
-			t.Fatalf("GET /api/jobs = %d %s", code, body)
-		}
-		var got struct {
-			Jobs []struct {
-				LastRun *struct {
-					Status string `json:"status"`
-				} `json:"last_run"`
-			} `json:"jobs"`
-		}
-		decode(t, body, &got)
-		if len(got.Jobs) != 1 || got.Jobs[0].LastRun == nil {
-			t.Fatalf("jobs = %s", body)
-		}
-		return got.Jobs[0].LastRun.Status
-	}
+	last := func() string { t.Helper(); return lastRunOf(t, srv.URL, "extract", "").Status }
 	for _, st2 := range []ledger.RunStatus{ledger.RunRunning, ledger.RunOK} {
 		rec.Status = st2
 		if st2.Final() {
@@ -145,25 +127,7 @@ func TestDashboardRecentRunsFollowSummary(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	tickStatus := func() string {
-		t.Helper()
-		code, body, _ := call(t, nil, "GET", srv.URL+"/api/jobs?name=sync", map[string]string{"Authorization": "Bearer tok"}, "")
-		if code != 200 {
-			t.Fatalf("GET /api/jobs = %d %s", code, body)
-		}
-		var got struct {
-			Jobs []struct {
-				LastRun *struct {
-					TickStatus string `json:"tick_status"`
-				} `json:"last_run"`
-			} `json:"jobs"`
-		}
-		decode(t, body, &got)
-		if len(got.Jobs) != 1 || got.Jobs[0].LastRun == nil {
-			t.Fatalf("jobs = %s", body)
-		}
-		return got.Jobs[0].LastRun.TickStatus
-	}
+	tickStatus := func() string { t.Helper(); return lastRunOf(t, srv.URL, "sync", "tok").TickStatus }
 	record(func(int) ledger.RunStatus { return ledger.RunRunning })
 	nextEvent := events(t, srv.URL, "tok")
 	nextEvent()
@@ -183,4 +147,34 @@ func TestDashboardRecentRunsFollowSummary(t *testing.T) {
 	if got := tickStatus(); got != string(ledger.RunFailed) {
 		t.Fatalf("tick status %q after the summary named the shards' end, want failed", got)
 	}
+}
+
+// lastRunOf is job name's last run as GET /api/jobs?name= gives it, with
+// the bearer token when not "".
+func lastRunOf(t *testing.T, url, name, token string) (last struct {
+	Status     string `json:"status"`
+	TickStatus string `json:"tick_status"`
+}) {
+	t.Helper()
+	var hdr map[string]string
+	if token != "" {
+		hdr = map[string]string{"Authorization": "Bearer " + token}
+	}
+	code, body, _ := call(t, nil, "GET", url+"/api/jobs?name="+name, hdr, "")
+	if code != 200 {
+		t.Fatalf("GET /api/jobs = %d %s", code, body)
+	}
+	var got struct {
+		Jobs []struct {
+			LastRun *struct {
+				Status     string `json:"status"`
+				TickStatus string `json:"tick_status"`
+			} `json:"last_run"`
+		} `json:"jobs"`
+	}
+	decode(t, body, &got)
+	if len(got.Jobs) != 1 || got.Jobs[0].LastRun == nil {
+		t.Fatalf("jobs = %s", body)
+	}
+	return *got.Jobs[0].LastRun
 }
