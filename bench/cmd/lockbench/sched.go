@@ -41,7 +41,7 @@ type schedParams struct {
 }
 
 func newSchedParams(cfg config) schedParams {
-	p := schedParams{jobs: []int{10000, 1000}, warmup: 5 * time.Second, window: 10 * time.Second, drain: 7 * time.Second}
+	p := schedParams{jobs: []int{10000, p5ScaleJobs, 1000}, warmup: 5 * time.Second, window: 10 * time.Second, drain: 7 * time.Second}
 	if cfg.quick {
 		p = schedParams{jobs: []int{1000}, warmup: 3 * time.Second, window: 5 * time.Second, drain: 7 * time.Second}
 	}

@@ -11,6 +11,10 @@ import (
 const (
 	p5MaxLateP99  = 100 * time.Millisecond
 	p5MaxRTPerRun = 1.0
+	// p5ScaleJobs is the size at which P5 asks only that every tick run
+	// once (issue 16, item 1): its duplicates and never-run ticks are
+	// judged too.
+	p5ScaleJobs = 30000
 )
 
 // writeP5 prints P5: one column per measurement, the targets judged on the
@@ -71,10 +75,29 @@ func (r *report) writeP5(p func(string, ...any)) {
 		fmt.Sprintf("≤ %v", p5MaxLateP99), r.target("P5", fmt.Sprintf("tick lateness p99 ≤ %v (%s jobs, %d nodes)", p5MaxLateP99, thousands(float64(first.jobs)), schedNodes),
 			dur(p99), len(first.late) > 0 && p99 <= p5MaxLateP99))
 	row("tick lateness max", (*schedResult).lateMaxCell, "", "")
+	// Duplicates and never-run ticks are judged on the first measurement
+	// and on the one at p5ScaleJobs.
+	judgeOnce := func(what string, v func(*schedResult) int64) string {
+		var results []string
+		for i, s := range ok {
+			if i > 0 && s.jobs != p5ScaleJobs {
+				continue
+			}
+			res := r.target("P5", fmt.Sprintf("%s (%s jobs, %d nodes)", what, thousands(float64(s.jobs)), schedNodes), thousands(float64(v(s))), v(s) == 0)
+			results = append(results, res)
+		}
+		return strings.Join(results, ", ")
+	}
+	scale := ""
+	for _, s := range ok[1:] {
+		if s.jobs == p5ScaleJobs {
+			scale = fmt.Sprintf(" (%s and %s jobs)", thousands(float64(first.jobs)), thousands(p5ScaleJobs))
+		}
+	}
 	row("duplicate runs of a (job, tick)", func(s *schedResult) string { return thousands(float64(s.dups)) },
-		"0", r.target("P5", "0 duplicate ticks", thousands(float64(first.dups)), first.dups == 0))
+		"0"+scale, judgeOnce("0 duplicate ticks", func(s *schedResult) int64 { return s.dups }))
 	row("window ticks that never ran", func(s *schedResult) string { return thousands(float64(s.missed)) },
-		"0", r.target("P5", "every tick of the window runs", thousands(float64(first.missed)), first.missed == 0))
+		"0"+scale, judgeOnce("every tick of the window runs", func(s *schedResult) int64 { return int64(s.missed) }))
 	row("of the runs: catch-up (> 5 s late, misfire policy)", func(s *schedResult) string { return thousands(float64(s.catchUp)) }, "", "")
 	row("ledger history of the window's ticks", (*schedResult).historyCell, "", "")
 	row("runs per node (window ticks)", (*schedResult).perNodeCell, "", "")
