@@ -111,10 +111,14 @@
 // entry and one token for the whole wait, waiters are served in the order
 // they queued across every process, each is woken only when the entry
 // ahead of it goes, and a wait that ends without the lock removes its
-// entry (EventQueued tells when a waiter joined a queue). Other stores
-// that implement driver.Notifier wake waiters when a lease is released;
-// otherwise, and as a fallback, waiters poll with jittered backoff, never
-// sleeping past the holder's expiry. Within one Locker, waiters on a key
+// entry (EventQueued tells when a waiter joined a queue). For a second
+// after an Obtain found a key held (or waited in its queue behind a
+// holder), this Locker's Obtains of that key skip the first attempt and
+// queue at once: on a key changing hands between waiters that attempt
+// fails nearly every time, and costs the store as much as the entry.
+// Other stores that implement driver.Notifier wake waiters when a lease is
+// released; otherwise, and as a fallback, waiters poll with jittered
+// backoff, never sleeping past the holder's expiry. Within one Locker, waiters on a key
 // are served in arrival order either way.
 //
 // An attempt that lost a race at the store — a ZooKeeper holder that

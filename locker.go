@@ -29,6 +29,9 @@ type Locker struct {
 	onEvent func(Event)
 	eng     *engine
 	waiters waitQueue
+	// contended are the keys an Obtain here lately found held, on a store
+	// with a queue: the next Obtain of one joins the queue at once (queue.go).
+	contended contendedKeys
 
 	closing   context.Context // done once Close began
 	endAll    context.CancelFunc
@@ -276,7 +279,8 @@ func (lk *Locker) obtain(ctx context.Context, key string, opts *ObtainOptions, k
 	// caller queues behind them instead of racing the one a release wakes.
 	// A fair wait goes to the store's queue at once.
 	wkey := o.waitKey(key)
-	if !lk.waiters.has(wkey) && !fairQueue {
+	queues := lk.door.queues() && o.mode == driver.ModeMutex
+	if !lk.waiters.has(wkey) && !fairQueue && !(queues && lk.contended.has(key, start)) {
 		l, held, err = lk.try(ctx, key, &o, token)
 		if err == nil {
 			lk.obtained(l, lk.clock.Now().Sub(start))
@@ -291,7 +295,10 @@ func (lk *Locker) obtain(ctx context.Context, key string, opts *ObtainOptions, k
 		ctx, cancel = context.WithTimeout(ctx, o.wait)
 		defer cancel()
 	}
-	if fairQueue || (lk.door.queues() && o.mode == driver.ModeMutex) {
+	if fairQueue || queues {
+		if held != nil {
+			lk.contended.add(key, start)
+		}
 		l, err = lk.obtainQueued(ctx, key, &o, start, held, fairQueue)
 		return l, err
 	}

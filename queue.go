@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/tasklock/tasklock/driver"
@@ -27,6 +28,9 @@ func (lk *Locker) obtainQueued(ctx context.Context, key string, o *resolved, sta
 			var l *Lock
 			l, held, err = lk.waitTicket(ctx, t, key, token, o, held)
 			if err == nil {
+				if held != nil && !fair {
+					lk.contended.add(key, lk.clock.Now()) // still changing hands
+				}
 				lk.obtained(l, lk.clock.Now().Sub(start))
 				return l, nil
 			}
@@ -118,4 +122,41 @@ func (lk *Locker) sleep(ctx context.Context, d time.Duration) bool {
 	case <-ctx.Done():
 		return false
 	}
+}
+
+// contendedKeys are the keys an Obtain found held lately, on a store that
+// keeps a queue of waiters (driver.Queuer). A failed Acquire there costs
+// as much as the queue's entry (ZooKeeper: a lock node created, the
+// children read, the holder read, the node deleted), and on a key that
+// changes hands between waiters it fails nearly every time: so for
+// contendedFor after one did, an Obtain of the key skips it and joins the
+// queue, which grants a free key at once. A key not found held again in
+// that time goes back to an Acquire first.
+type contendedKeys struct {
+	mu sync.Mutex
+	m  map[string]time.Time // when an Obtain last found the key held
+}
+
+// contendedFor is how long a key found held makes Obtain queue at once.
+const contendedFor = time.Second
+
+// maxContended bounds the keys remembered; past it they are forgotten.
+const maxContended = 4096
+
+// has reports whether key was found held within contendedFor before now.
+func (c *contendedKeys) has(key string, now time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	at, ok := c.m[key]
+	return ok && now.Sub(at) < contendedFor && now.Sub(at) >= 0
+}
+
+// add notes that an Obtain of key found it held at now.
+func (c *contendedKeys) add(key string, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) >= maxContended {
+		c.m = make(map[string]time.Time)
+	}
+	c.m[key] = now
 }

@@ -753,3 +753,44 @@ func TestLostRacesAreRetried(t *testing.T) {
 		}
 	}
 }
+
+// On a store with a queue, an Obtain of a key found held lately joins the
+// queue at once: there an Acquire costs as much as a queue entry, and on a
+// key changing hands between waiters it fails nearly every time. A key
+// not found held for contendedFor goes back to an Acquire first.
+func TestContendedKeyQueuesAtOnce(t *testing.T) {
+	ms := memstore.New(nil)
+	qs := &queuedRacingStore{&racingStore{Store: ms}, ms}
+	clk := fakeclock.New()
+	lk := newClockedLocker(t, qs, clk)
+	ctx := context.Background()
+	obtainRelease := func() {
+		t.Helper()
+		l, err := lk.Obtain(ctx, "k", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h, err := newTestLocker(t, ms).Obtain(ctx, "k", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); obtainRelease() }()
+	waitUntil(t, "the first Acquire", func() bool { return qs.acquires.Load() == 1 })
+	_ = h.Release(ctx)
+	<-done
+
+	obtainRelease()
+	if n := qs.acquires.Load(); n != 1 {
+		t.Errorf("an Obtain of a key found held lately made %d Acquires in all, want 1: it queues at once", n)
+	}
+	clk.Advance(contendedFor)
+	obtainRelease()
+	if n := qs.acquires.Load(); n != 2 {
+		t.Errorf("an Obtain of a key not found held for contendedFor made %d Acquires in all, want 2: it tries first", n)
+	}
+}
