@@ -694,6 +694,7 @@ type tally struct {
 	pending     int // shard-runs the kill cut short or left unstarted, not retaken before the end
 	failed      int // runs that ended other than ok, among runs
 	notRun      int // ticks not run for another reason (taking the job's lock failed)
+	cutAtStart  int // started by the killed node (a running record), killed before its command ran
 	other       int // ticks the demo cannot account for
 	notes       []string
 }
@@ -740,6 +741,9 @@ func (d *clusterDemo) summary() int {
 		d.printf("         no node was killed; ")
 	}
 	d.printf("%d ticks due = %d runs + %d skipped + %d lost + %d missed", t.due, t.runs, t.skipped, t.lost, t.missed)
+	if t.cutAtStart > 0 {
+		d.printf(" + %d killed before the command ran", t.cutAtStart)
+	}
 	if t.notRun > 0 {
 		d.printf(" + %d not run (failed)", t.notRun)
 	}
@@ -753,6 +757,9 @@ func (d *clusterDemo) summary() int {
 		d.printf(", %d unexplained", st.other)
 	}
 	d.printf("\n         (%d ticks x %d shards) = %d ran + %d skipped + %d lost + %d missed", d.t1-d.t0+1, clusterShards, st.runs, st.skipped, st.lost, st.missed)
+	if st.cutAtStart > 0 {
+		d.printf(" + %d killed before the command ran", st.cutAtStart)
+	}
 	if st.notRun > 0 {
 		d.printf(" + %d not run (failed)", st.notRun)
 	}
@@ -864,6 +871,20 @@ func (d *clusterDemo) account(t *tally, k tickKey) {
 			t.failed++
 			note("ran on %s and ended %s: %s", r.Node, r.Status, r.Error)
 		}
+	case hasRec && d.victim != nil && r.Node == d.victim.name && (r.Status == ledger.RunRunning || r.Status == ledger.RunInterrupted):
+		// Its running record was written as the attempt began; the kill
+		// came before the command logged its start.
+		t.cutAtStart++
+		t.pending += btoi(sharded)
+		state := "another node recorded it interrupted"
+		if r.Status == ledger.RunRunning {
+			state = "still \"running\" in the ledger until its node lease ends and a sweep (every 3.3s) records it interrupted"
+		}
+		retake := ""
+		if sharded {
+			retake = "; not retaken before the end"
+		}
+		note("started by %s, which was killed before the command ran: %s%s", r.Node, state, retake)
 	case hasRec && r.Status == ledger.RunSkipped:
 		t.skipped++
 		if strings.Contains(r.Error, "parents not done") {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tasklock/tasklock/internal/clitest"
+	"github.com/tasklock/tasklock/ledger"
 )
 
 var (
@@ -171,5 +172,33 @@ func TestDemoLock(t *testing.T) {
 	}
 	if lines := strings.Count(out, "granted after"); lines != grants {
 		t.Errorf("%d grant lines for %d grants", lines, grants)
+	}
+}
+
+// A tick whose running record the killed node wrote before its command
+// logged a start is counted as killed before the command ran (it was
+// "not run (failed)" before, which it never was), and the summary's sum
+// names it.
+func TestDemoAccountsKilledBeforeCommand(t *testing.T) {
+	victim := &demoNode{name: "node-3"}
+	d := &clusterDemo{
+		victim: victim,
+		execs:  map[tickKey][]demoExec{},
+		recs:   map[tickKey]ledger.RunRecord{},
+		okOn:   map[tickKey]map[string]bool{},
+	}
+	k := tickKey{job: "alpha", tick: 100}
+	d.recs[k] = ledger.RunRecord{Job: "alpha", Attempt: 1, Node: "node-3", Status: ledger.RunRunning}
+	var tl tally
+	d.account(&tl, k)
+	if tl.cutAtStart != 1 || tl.notRun != 0 || len(tl.notes) != 1 || !strings.Contains(tl.notes[0], "killed before the command ran") {
+		t.Errorf("killed at its start: %+v", tl)
+	}
+	// Another node's running record with no run is still "not run".
+	k2 := tickKey{job: "alpha", tick: 101}
+	d.recs[k2] = ledger.RunRecord{Job: "alpha", Attempt: 1, Node: "node-1", Status: ledger.RunRunning}
+	d.account(&tl, k2)
+	if tl.cutAtStart != 1 || tl.notRun != 1 {
+		t.Errorf("a live node's record: %+v", tl)
 	}
 }
