@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/tasklock/tasklock/ledger"
 )
@@ -57,7 +59,8 @@ func appendAuditRow(b []byte, at string, e *ledger.AuditEntry) []byte {
 // allowed, an UPDATE of the row and the INSERT of the audit entry, both
 // with that clock's time. A refused change is rolled back, placeholder and
 // all. Concurrent changes of one job queue on its row lock; a deadlock or
-// lock wait timeout is tried again twice. Job and Def are kept byte for
+// lock wait timeout is tried again, up to catalogTries times in all, after
+// a jittered pause that grows with each try. Job and Def are kept byte for
 // byte.
 func (s *Store) PutJobDef(ctx context.Context, p ledger.JobDefParams) (ledger.JobDef, error) {
 	if err := ctx.Err(); err != nil {
@@ -82,12 +85,25 @@ func (s *Store) PutJobDef(ctx context.Context, p ledger.JobDefParams) (ledger.Jo
 			return d, nil
 		case errors.As(err, &refused):
 			return ledger.JobDef{}, fmt.Errorf("mysqlstore: job %q: %w", p.Job, refused.err)
-		case lockConflict(err) && attempt < 3 && ctx.Err() == nil:
-			continue
+		case lockConflict(err) && attempt < catalogTries && ctx.Err() == nil:
+			// Writers that deadlocked together would meet again at once.
+			t := time.NewTimer(time.Duration(1+rand.IntN(attempt*2000)) * time.Microsecond)
+			select {
+			case <-t.C:
+				continue
+			case <-ctx.Done():
+				t.Stop()
+			}
 		}
 		return ledger.JobDef{}, s.wrapLedger(fmt.Sprintf("%s %q", op, p.Job), err)
 	}
 }
+
+// catalogTries bounds PutJobDef's attempts when InnoDB reports a deadlock
+// or a lock wait timeout. A dozen writers creating one new job at once
+// (TestCatalogCreateRace) deadlocked three times in a row under a loaded
+// CI run, when the bound was 3.
+const catalogTries = 8
 
 func (s *Store) putJobDefTx(ctx context.Context, p *ledger.JobDefParams) (ledger.JobDef, error) {
 	defs := s.ledgerTable("_defs")

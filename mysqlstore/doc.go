@@ -365,6 +365,7 @@
 //     defined) and locks it, a SELECT of it and of the server's clock, the
 //     UPDATE, the audit INSERT, COMMIT — or four when the change is refused
 //     (ErrVersion, ErrNoJobDef), rolled back. Concurrent changes of a job
-//     queue on its row lock; a deadlock is tried again twice.
+//     queue on its row lock; a deadlock is tried again, up to 8 tries
+//     in all, after a jittered pause.
 //   - JobDefs, AppendAudit, Audit: one statement each.
 package mysqlstore
