@@ -812,6 +812,15 @@ func (d *clusterDemo) summary() int {
 	return exitOK
 }
 
+// killedRecord says where r, the record of a run the kill cut short
+// (running or interrupted), stands.
+func killedRecord(r ledger.RunRecord) string {
+	if r.Status == ledger.RunInterrupted {
+		return "another node recorded it interrupted"
+	}
+	return "still \"running\" in the ledger until its node lease ends, then another node records it interrupted"
+}
+
 // account counts the tick (or the shard-run) k in t.
 func (d *clusterDemo) account(t *tally, k tickKey) {
 	note := func(format string, args ...any) {
@@ -822,6 +831,10 @@ func (d *clusterDemo) account(t *tally, k tickKey) {
 	es, r := d.execs[k], d.recs[k]
 	_, hasRec := d.recs[k]
 	killed := d.victim != nil && len(es) > 0 && es[0].node == d.victim.name && !d.okOn[k][d.victim.name]
+	retake := "" // what a shard-run the kill cut short still lacks
+	if sharded {
+		retake = "; not retaken before the end"
+	}
 	switch {
 	case sharded && killed && len(es) > 1:
 		// The killed node's run was cut short and another node retook
@@ -847,10 +860,6 @@ func (d *clusterDemo) account(t *tally, k tickKey) {
 	case len(es) > 0:
 		t.runs++
 		t.duplicates += len(es) - 1
-		retake := ""
-		if sharded {
-			retake = "; not retaken before the end"
-		}
 		switch {
 		case !hasRec && d.victim != nil && es[0].node == d.victim.name:
 			t.interrupted++
@@ -859,14 +868,10 @@ func (d *clusterDemo) account(t *tally, k tickKey) {
 		case !hasRec:
 			t.other++
 			note("ran on %s, but no record of it is in the ledger", es[0].node)
-		case r.Status == ledger.RunInterrupted:
+		case r.Status == ledger.RunInterrupted || (r.Status == ledger.RunRunning && d.victim != nil && r.Node == d.victim.name):
 			t.interrupted++
 			t.pending += btoi(sharded)
-			note("started on %s, which was killed during the run: another node recorded it interrupted%s", r.Node, retake)
-		case r.Status == ledger.RunRunning && d.victim != nil && r.Node == d.victim.name:
-			t.interrupted++
-			t.pending += btoi(sharded)
-			note("started on %s, which was killed during the run: still \"running\" in the ledger until its node lease ends, then another node records it interrupted%s", r.Node, retake)
+			note("started on %s, which was killed during the run: %s%s", r.Node, killedRecord(r), retake)
 		case r.Status != ledger.RunOK:
 			t.failed++
 			note("ran on %s and ended %s: %s", r.Node, r.Status, r.Error)
@@ -876,15 +881,7 @@ func (d *clusterDemo) account(t *tally, k tickKey) {
 		// came before the command logged its start.
 		t.cutAtStart++
 		t.pending += btoi(sharded)
-		state := "another node recorded it interrupted"
-		if r.Status == ledger.RunRunning {
-			state = "still \"running\" in the ledger until its node lease ends and a sweep (every 3.3s) records it interrupted"
-		}
-		retake := ""
-		if sharded {
-			retake = "; not retaken before the end"
-		}
-		note("started by %s, which was killed before the command ran: %s%s", r.Node, state, retake)
+		note("started by %s, which was killed before the command ran: %s%s", r.Node, killedRecord(r), retake)
 	case hasRec && r.Status == ledger.RunSkipped:
 		t.skipped++
 		if strings.Contains(r.Error, "parents not done") {

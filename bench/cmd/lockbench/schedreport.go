@@ -77,22 +77,22 @@ func (r *report) writeP5(p func(string, ...any)) {
 	row("tick lateness max", (*schedResult).lateMaxCell, "", "")
 	// Duplicates and never-run ticks are judged on the first measurement
 	// and on the one at p5ScaleJobs.
-	judgeOnce := func(what string, v func(*schedResult) int64) string {
-		var results []string
-		for i, s := range ok {
-			if i > 0 && s.jobs != p5ScaleJobs {
-				continue
-			}
-			res := r.target("P5", fmt.Sprintf("%s (%s jobs, %d nodes)", what, thousands(float64(s.jobs)), schedNodes), thousands(float64(v(s))), v(s) == 0)
-			results = append(results, res)
-		}
-		return strings.Join(results, ", ")
-	}
-	scale := ""
+	judged := []*schedResult{first}
 	for _, s := range ok[1:] {
 		if s.jobs == p5ScaleJobs {
-			scale = fmt.Sprintf(" (%s and %s jobs)", thousands(float64(first.jobs)), thousands(p5ScaleJobs))
+			judged = append(judged, s)
 		}
+	}
+	scale := ""
+	if len(judged) > 1 {
+		scale = fmt.Sprintf(" (%s and %s jobs)", thousands(float64(first.jobs)), thousands(p5ScaleJobs))
+	}
+	judgeOnce := func(what string, v func(*schedResult) int64) string {
+		results := make([]string, len(judged))
+		for i, s := range judged {
+			results[i] = r.target("P5", fmt.Sprintf("%s (%s jobs, %d nodes)", what, thousands(float64(s.jobs)), schedNodes), thousands(float64(v(s))), v(s) == 0)
+		}
+		return strings.Join(results, ", ")
 	}
 	row("duplicate runs of a (job, tick)", func(s *schedResult) string { return thousands(float64(s.dups)) },
 		"0"+scale, judgeOnce("0 duplicate ticks", func(s *schedResult) int64 { return s.dups }))
