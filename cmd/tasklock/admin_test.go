@@ -97,12 +97,17 @@ func TestJobsCommands(t *testing.T) {
 		{Job: "report", Tick: tick, Attempt: 1, Node: "web-1", Fence: 7, Start: start, End: start.Add(1500 * time.Millisecond), Status: ledger.RunOK},
 		{Job: "report", Tick: tick.Add(24 * time.Hour), Attempt: 1, Node: "web-2", Fence: 8, Start: start, End: start.Add(time.Second), Status: ledger.RunFailed, Error: "exit status 3"},
 		{Job: "cleanup", Tick: tick, Attempt: 1, Node: "web-1", Fence: 3, Start: start, End: start.Add(time.Second), Status: ledger.RunOK},
+		// A sharded tick whose shard 2 was skipped: the tick is skipped,
+		// whichever shard's record is the newest.
+		{Job: "sync", Tick: tick, Shard: 2, Shards: 3, Attempt: 1, Node: "web-2", Fence: 4, Start: start, End: start, Status: ledger.RunSkipped, Error: "the previous run still holds the lock"},
+		{Job: "sync", Tick: tick, Shard: 1, Shards: 3, Attempt: 1, Node: "web-2", Fence: 5, Start: start, End: start.Add(time.Second), Status: ledger.RunOK},
+		{Job: "sync", Tick: tick, Shard: 0, Shards: 3, Attempt: 1, Node: "web-1", Fence: 6, Start: start.Add(time.Second), End: start.Add(2 * time.Second), Status: ledger.RunOK},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 
-	for _, job := range []string{"report", "cleanup"} { // as serve does
+	for _, job := range []string{"report", "cleanup", "sync"} { // as serve does
 		if _, err := l.SetJobState(ctx, ledger.JobStateParams{Job: job, Op: ledger.JobRegister, Spec: "@daily", Since: start}); err != nil {
 			t.Fatal(err)
 		}
@@ -118,10 +123,13 @@ func TestJobsCommands(t *testing.T) {
 	var list struct {
 		Jobs []jobJSON `json:"jobs"`
 	}
-	if code != exitOK || json.Unmarshal([]byte(out), &list) != nil || len(list.Jobs) != 2 {
+	if code != exitOK || json.Unmarshal([]byte(out), &list) != nil || len(list.Jobs) != 3 {
 		t.Fatalf("jobs list --json = %d\n%s%s", code, out, errOut)
 	}
-	cleanup, report := list.Jobs[0], list.Jobs[1]
+	cleanup, report, sync := list.Jobs[0], list.Jobs[1], list.Jobs[2]
+	if sync.Job != "sync" || sync.LastRun == nil || sync.LastRun.TickStatus != "skipped" {
+		t.Fatalf("sync in jobs list: %+v (last run %+v), want the last tick's status skipped", sync, sync.LastRun)
+	}
 	if report.Job != "report" || !report.Paused || report.LastRun == nil || report.LastRun.Fence != 8 || report.LastRun.Status != "failed" {
 		t.Fatalf("report in jobs list: %+v (last run %+v), want paused, last run fence 8 failed", report, report.LastRun)
 	}
@@ -130,6 +138,9 @@ func TestJobsCommands(t *testing.T) {
 	}
 	if code, out, _ = tl.Run(t, nil, "jobs", "list", "--store", url); code != exitOK || !strings.Contains(out, "paused") || !strings.Contains(out, "web-2") {
 		t.Fatalf("jobs list = %d\n%s", code, out)
+	}
+	if row := strings.Fields(lineWith(out, "sync ")); len(row) != 7 || row[4] != "skipped" {
+		t.Fatalf("jobs list: sync's row %q, want LAST_STATUS skipped (its tick's status)\n%s", row, out)
 	}
 
 	code, out, errOut = tl.Run(t, nil, "jobs", "history", "--job", "report", "--store", url)
@@ -141,7 +152,7 @@ func TestJobsCommands(t *testing.T) {
 	var hist struct {
 		Runs []runRecordJSON `json:"runs"`
 	}
-	if code != exitOK || json.Unmarshal([]byte(out), &hist) != nil || len(hist.Runs) != 2 {
+	if code != exitOK || json.Unmarshal([]byte(out), &hist) != nil || len(hist.Runs) != 4 { // report, cleanup, sync's shards 0 and 1
 		t.Fatalf("jobs history --status ok --json = %d\n%s", code, out)
 	}
 
@@ -172,4 +183,14 @@ func TestJobsCommands(t *testing.T) {
 			t.Errorf("%v = %d, stdout %q, stderr %q; want 64 with a message and no password", bad, code, out, errOut)
 		}
 	}
+}
+
+// lineWith returns the first line of out that starts with prefix, or "".
+func lineWith(out, prefix string) string {
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(line, prefix) {
+			return line
+		}
+	}
+	return ""
 }

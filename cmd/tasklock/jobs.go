@@ -42,7 +42,8 @@ the pause and trigger-now state every node of "tasklock serve" obeys
   list     every job the store knows of (one a node of serve registered,
            one with history or a stored state): its state (ok, paused, or
            broken: its schedule gives no next tick), pending trigger
-           requests, and its latest run (tick, status, node, fence)
+           requests, and its latest run (tick, status, node, fence; for
+           a sharded job the tick's overall status, as history gives it)
   history  run records, newest first: tick, job, shard (k/N for a job with
            shards:, one row per shard), attempt, node, fence, status, the
            tick's overall status (sharded jobs: ok when every shard is ok,
@@ -137,8 +138,6 @@ type (
 	triggerJSON   = apijson.Trigger
 	runRecordJSON = apijson.Run
 )
-
-func toRunJSON(r ledger.RunRecord) *runRecordJSON { return apijson.FromRun(r) }
 
 // runJobs is the jobs command.
 func runJobs(args []string, stdout, stderr io.Writer) int {
@@ -300,10 +299,8 @@ func jobsList(ctx context.Context, l ledger.Ledger, asJSON bool, w io.Writer) er
 		*j = stateJSON(st)
 		j.SetBroken(apijson.SpecBroken(st.Spec, now))
 	}
-	for _, r := range runs { // newest first: the first seen is the latest
-		if j := get(r.Job); j.LastRun == nil {
-			j.LastRun = toRunJSON(r)
-		}
+	if err := setLastRuns(ctx, l, runs, get); err != nil {
+		return err
 	}
 	out := make([]jobJSON, 0, len(jobs))
 	for _, j := range jobs {
@@ -324,10 +321,46 @@ func jobsList(ctx context.Context, l ledger.Ledger, asJSON bool, w io.Writer) er
 		tick, st, node, fence := "-", "-", "-", "-"
 		if r := j.LastRun; r != nil {
 			tick, st, node, fence = r.Tick.Format(time.RFC3339), r.Status, r.Node, fmt.Sprint(r.Fence)
+			if r.TickStatus != "" { // a sharded job: the tick's status, not one shard's
+				st = r.TickStatus
+			}
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", redact.Printable(j.Job), state, len(j.Triggers), tick, st, redact.Printable(node), fence)
 	}
 	return tw.Flush()
+}
+
+// setLastRuns sets each job's LastRun to its latest record in runs (newest
+// first). A sharded job's latest record carries the TickStatus of its whole
+// tick, from the tick's records in runs and, where runs holds only some of
+// them, in l: one shard's own status says nothing of the others'.
+func setLastRuns(ctx context.Context, l ledger.Ledger, runs []ledger.RunRecord, get func(string) *jobJSON) error {
+	type tick struct {
+		trigger string
+		at      time.Time
+	}
+	latest := map[string]tick{}
+	var last []ledger.RunRecord // each job's first record, then its tick's other shards
+	for _, r := range runs {
+		t, seen := latest[r.Job]
+		switch {
+		case !seen:
+			latest[r.Job] = tick{r.Trigger, r.Tick}
+			last = append(last, r)
+		case r.Shards > 1 && r.Trigger == t.trigger && r.Tick.Equal(t.at):
+			last = append(last, r)
+		}
+	}
+	conv, err := apijson.FromRunsOf(ctx, l, last)
+	if err != nil {
+		return err
+	}
+	for _, r := range conv {
+		if j := get(r.Job); j.LastRun == nil {
+			j.LastRun = r
+		}
+	}
+	return nil
 }
 
 func jobsHistory(ctx context.Context, l ledger.Ledger, q ledger.RunQuery, asJSON bool, w io.Writer) error {
