@@ -56,7 +56,8 @@ func (lk *Locker) obtainQueued(ctx context.Context, key string, o *resolved, sta
 }
 
 // waitTicket waits until t is granted and starts its lease with one Renew,
-// counted from when that Renew was sent. It leaves the queue on every path
+// counted from when that Renew was sent, unless the grant's Wait started
+// it (driver.StartedTicket). It leaves the queue on every path
 // that does not return a Lock, except when the entry is already gone
 // (driver.ErrNotHeld).
 func (lk *Locker) waitTicket(ctx context.Context, t driver.Ticket, key, token string, o *resolved, held *NotObtainedError) (*Lock, *NotObtainedError, error) {
@@ -67,6 +68,14 @@ func (lk *Locker) waitTicket(ctx context.Context, t driver.Ticket, key, token st
 			held = &NotObtainedError{Key: key, Owner: h.Owner, TTL: h.TTL}
 		}
 		if err == nil {
+			if st, ok := t.(driver.StartedTicket); ok {
+				if at, ok := st.Started(); ok {
+					// The store's clock measured the time since; count it
+					// back from the Locker's.
+					l, err := lk.grant(key, token, g.Fence, o, lk.clock.Now().Add(-time.Since(at)))
+					return l, held, err
+				}
+			}
 			sentAt := lk.clock.Now()
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(ttl/3, time.Second))
 			err := lk.door.renewOne(rctx, driver.RenewParams{Key: key, Token: token, TTL: ttl})

@@ -245,8 +245,9 @@ type Queuer interface {
 type Ticket interface {
 	// Wait returns once the entry is at the head of the queue and the key
 	// is free for it, with the grant's fence. The Locker then calls Renew
-	// for the entry's key and token to start its lease, and from then on
-	// treats it like a lease from Acquire. Wait returns ctx's error when
+	// for the entry's key and token to start its lease (unless the Ticket
+	// is a StartedTicket that started it), and from then on treats it like
+	// a lease from Acquire. Wait returns ctx's error when
 	// ctx ends first (the entry stays queued: call Wait again or Leave),
 	// ErrNotHeld when the entry is gone from the store (its session ended,
 	// or it was force-released), and any other error for a failure whose
@@ -263,4 +264,16 @@ type Ticket interface {
 	// in the background for as long as the entry could live. Leave after a
 	// granted Wait is the Locker's mistake; stores may treat it as Release.
 	Leave(ctx context.Context) error
+}
+
+// StartedTicket is a Ticket that can start its entry's lease in the
+// requests of the Wait that grants it, saving the Locker's Renew.
+type StartedTicket interface {
+	Ticket
+	// Started reports, after a Wait that returned a grant, whether that
+	// Wait started the lease, and when: the time (by time.Now) at which it
+	// sent the request whose answer proves what Renew's would — the lease
+	// lives, with the Enqueue's TTL, from then. When it reports false the
+	// Locker starts the lease with Renew.
+	Started() (time.Time, bool)
 }

@@ -39,18 +39,27 @@ func (s *Store) Enqueue(ctx context.Context, p driver.AcquireParams) (driver.Tic
 	return &ticket{s: s, p: p, c: c}, nil
 }
 
+var _ driver.StartedTicket = (*ticket)(nil)
+
 // ticket is one entry of a key's queue: a lock node that waits.
 type ticket struct {
 	s *Store
 	p driver.AcquireParams
 	c created
 
-	mu      sync.Mutex
-	holder  *driver.HeldError // the holder seen last
-	seen    string            // the node holder describes
-	granted bool
-	left    bool
+	mu       sync.Mutex
+	holder   *driver.HeldError // the holder seen last
+	seen     string            // the node holder describes
+	heldRead time.Time         // when the holder's node was last read
+	granted  bool
+	started  time.Time // set when the granting Wait started the lease (Started)
+	left     bool
 }
+
+// holderReadEvery is how often at most a waiter behind others reads the
+// holder's node for Holder: under contention the holder changes on every
+// handoff, and a read each time was a sixth of a handoff's requests.
+const holderReadEvery = 250 * time.Millisecond
 
 // Wait implements driver.Ticket. It lists the key's children: the entry is
 // granted when no lock node with a lower sequence number and no live
@@ -66,7 +75,10 @@ type ticket struct {
 //
 // Round trips per wake-up: two (the children, then the predecessor's data
 // and watch, with the holder's data alongside when needed); at the head,
-// one.
+// one. When the last look found one node before the entry's, the wake-up
+// is likely the grant: the children are read with Renew's check of the
+// force-release marker alongside (pipelined, one round trip), which starts
+// the lease if the entry is granted (see Started).
 func (t *ticket) Wait(ctx context.Context) (driver.Grant, error) {
 	g, err := t.wait(ctx)
 	if err != nil && !errors.Is(err, driver.ErrNotHeld) && ctx.Err() == nil {
@@ -76,7 +88,8 @@ func (t *ticket) Wait(ctx context.Context) (driver.Grant, error) {
 }
 
 func (t *ticket) wait(ctx context.Context) (driver.Grant, error) {
-	s, kp, name := t.s, t.c.kp, t.c.name
+	s, name := t.s, t.c.name
+	next := false // the last look found one node before the entry's
 	for {
 		t.mu.Lock()
 		left, granted := t.left, t.granted
@@ -89,10 +102,8 @@ func (t *ticket) wait(ctx context.Context) (driver.Grant, error) {
 		case s.conn.State() == zk.StateExpired || s.conn.SessionID() != t.c.session:
 			return driver.Grant{}, driver.ErrNotHeld // the entry went with its session
 		}
-		kids, err := call(ctx, func() ([]string, error) {
-			kids, _, err := s.conn.Children(kp)
-			return kids, err
-		}, nil)
+		lo, err := call(ctx, func() (look, error) { return t.look(next) }, nil)
+		kids := lo.kids
 		switch {
 		case errors.Is(err, zk.ErrNoNode):
 			return driver.Grant{}, driver.ErrNotHeld
@@ -105,14 +116,24 @@ func (t *ticket) wait(ctx context.Context) (driver.Grant, error) {
 		if len(preds) == 0 && len(keeps) == 0 {
 			c := t.c
 			c.sent = time.Now() // the lease's deadline counts from the grant
+			// The check proves the lease as Renew's would, unless the node
+			// is older than the marker state checked: then Renew reads it.
+			started := lo.proved && int64(c.fence) >= lo.mark.zxid
+			if started {
+				c.sent = lo.sent
+			}
 			if err := s.record(t.p.Key, t.p.Owner, t.p.Token, c, t.p.TTL); err != nil {
 				return driver.Grant{}, err // closed: the entry stays until Leave
 			}
 			t.mu.Lock()
 			t.granted = true
+			if started {
+				t.started = lo.sent
+			}
 			t.mu.Unlock()
 			return driver.Grant{Fence: t.c.fence}, nil
 		}
+		next = len(preds)+len(keeps) == 1
 		var ch <-chan zk.Event
 		var timeout time.Duration
 		if len(preds) > 0 {
@@ -132,15 +153,66 @@ func (t *ticket) wait(ctx context.Context) (driver.Grant, error) {
 	}
 }
 
+// look is one reading of an entry's key: its children, and whether the
+// force-release marker check sent with them (when asked) proved the
+// session alive after sent, with no force release since mark.
+type look struct {
+	kids   []string
+	sent   time.Time
+	proved bool
+	mark   markerState
+}
+
+// look reads the key's children and, when prove is set and the Store knows
+// the marker, sends Renew's check of the marker alongside: a write, which
+// the leader answers only while the session lives (see Renew). A failed
+// check proves nothing and is not an error: Renew then does the work.
+func (t *ticket) look(prove bool) (look, error) {
+	s := t.s
+	var lo look
+	if prove {
+		s.mu.Lock()
+		lo.mark = s.mark
+		s.mu.Unlock()
+		prove = lo.mark.zxid != 0
+	}
+	lo.sent = time.Now()
+	var err error
+	parallel(1+btoi(prove), func(i int) {
+		if i == 0 {
+			lo.kids, _, err = s.conn.Children(t.c.kp)
+			return
+		}
+		resp, cerr := s.conn.Multi(&zk.CheckVersionRequest{Path: s.marker, Version: lo.mark.version})
+		lo.proved = cerr == nil && len(resp) == 1 && resp[0].Error == nil
+	})
+	// Sent on the entry's session (wait checked it) and answered on it.
+	lo.proved = lo.proved && s.conn.SessionID() == t.c.session
+	return lo, err
+}
+
+// Started implements driver.StartedTicket: the granting Wait started the
+// lease when the check of the force-release marker read with the
+// children proved it (see look), counted from when both were sent.
+func (t *ticket) Started() (time.Time, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.started, t.granted && !t.started.IsZero()
+}
+
 // watchPredecessor sets a data watch on the last of preds (the lock nodes
 // before the entry, lowest first) and reads the first (the holder) when it
-// is another node that changed since the last look. It returns a nil
+// is another node that changed since the last look, at most every
+// holderReadEvery. It returns a nil
 // channel when the predecessor is gone already.
 func (t *ticket) watchPredecessor(ctx context.Context, preds []string) (<-chan zk.Event, error) {
 	s, kp := t.s, t.c.kp
 	pred, lowest := preds[len(preds)-1], preds[0]
 	t.mu.Lock()
-	readHolder := lowest != pred && lowest != t.seen
+	readHolder := lowest != pred && lowest != t.seen && time.Since(t.heldRead) >= holderReadEvery
+	if readHolder {
+		t.heldRead = time.Now()
+	}
 	t.mu.Unlock()
 	type watched struct {
 		ch     <-chan zk.Event

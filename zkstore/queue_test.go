@@ -8,11 +8,13 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/tasklock/tasklock"
 	"github.com/tasklock/tasklock/driver"
 	"github.com/tasklock/tasklock/internal/testserver"
 )
@@ -183,14 +185,19 @@ func TestQueueWatchesPredecessor(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the first waiter was not granted after the release")
 	}
-	// The Locker starts the lease with a Renew at once.
+	// It was next in line: its Wait sent the marker check with the
+	// children, which started the lease, so the Locker sends no Renew.
+	if at, ok := ws[0].ticket.(driver.StartedTicket).Started(); !ok || time.Since(at) > 5*time.Second {
+		t.Errorf("the first waiter's Started() = %v, %v: want its lease started by the granting Wait", at, ok)
+	}
+	// Its TTL is short: renew it at once, as the Locker's engine would.
 	if res, err := ws[0].s.Renew(ctxT(t), []driver.RenewParams{{Key: "q", Token: ws[0].tok, TTL: 10 * time.Second}}); err != nil || res[0] != nil {
 		t.Fatalf("the first waiter's Renew after its grant = %v, %v", res, err)
 	}
 	sent := settle(w0)
 	t.Logf("requests per waiter after the release: %v", sent)
-	if sent[0] != 2 {
-		t.Errorf("the first waiter sent %d requests to be granted and renew, want 2 (the children, the marker check)", sent[0])
+	if sent[0] != 3 {
+		t.Errorf("the first waiter sent %d requests to be granted and renew, want 3 (the children and the marker check, then the Renew's check)", sent[0])
 	}
 	for i := 1; i < n; i++ {
 		if sent[i] != 0 {
@@ -415,5 +422,164 @@ func (c cutConn) Read(b []byte) (int, error) {
 			return n, err
 		}
 		// Cut: what arrived is lost.
+	}
+}
+
+// TestQueuedGrantStartsLease: a waiter next in line is granted with its
+// lease started by its Wait (driver.StartedTicket), in two requests; when a
+// force release anywhere under Root came while it waited, the Wait's check
+// fails, Started reports false, and Renew starts the lease as before.
+func TestQueuedGrantStartsLease(t *testing.T) {
+	t.Parallel()
+	z := testserver.SharedZooKeeper(t)
+	hs := newStore(t, connect(t, z.Addr(), testSession), testSession, nil)
+	for _, forced := range []bool{false, true} {
+		t.Run(fmt.Sprintf("force release meanwhile %v", forced), func(t *testing.T) {
+			key := fmt.Sprintf("k-%v", forced)
+			htok := token()
+			hfence := mustAcquire(t, hs, key, htok, "holder", 10*time.Second)
+			d := new(countingDialer)
+			ws := newStore(t, connectVia(t, z.Addr(), testSession, d.dial), testSession, &Options{Root: hs.Root()})
+			wtok := token()
+			start := time.Now()
+			tk, err := ws.Enqueue(ctxT(t), driver.AcquireParams{Key: key, Token: wtok, Owner: "waiter", TTL: 10 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			w0 := d.writes.Load()
+			done := make(chan error, 1)
+			go func() {
+				_, err := tk.Wait(context.Background())
+				done <- err
+			}()
+			// The first look: the children, then the holder's data and watch.
+			deadline := time.Now().Add(10 * time.Second)
+			for d.writes.Load()-w0 < 2 {
+				if time.Now().After(deadline) {
+					t.Fatalf("the waiter sent %d requests in 10s, want 2 (children, watch)", d.writes.Load()-w0)
+				}
+				time.Sleep(time.Millisecond)
+			}
+			if forced {
+				otok := token()
+				mustAcquire(t, hs, "other-"+key, otok, "other", 10*time.Second)
+				if err := hs.ForceRelease(ctxT(t), "other-"+key); err != nil {
+					t.Fatal(err)
+				}
+			}
+			w1 := d.writes.Load()
+			if err := hs.Release(ctxT(t), driver.ReleaseParams{Key: key, Token: htok}); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatalf("Wait: %v", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the waiter was not granted after the release")
+			}
+			if n := d.writes.Load() - w1; n != 2 {
+				t.Errorf("the grant took %d requests, want 2 (the children, the marker check)", n)
+			}
+			at, ok := tk.(driver.StartedTicket).Started()
+			switch {
+			case forced && ok:
+				t.Errorf("Started() = %v, true after a force release: the check should have failed", at)
+			case !forced && (!ok || at.Before(start) || at.After(time.Now())):
+				t.Errorf("Started() = %v, %v: want a time within the wait", at, ok)
+			}
+			// The lease is the Store's to renew either way.
+			if res, err := ws.Renew(ctxT(t), []driver.RenewParams{{Key: key, Token: wtok, TTL: 10 * time.Second}}); err != nil || res[0] != nil {
+				t.Fatalf("Renew after the grant = %v, %v", res, err)
+			}
+			g := tk.(*ticket).c.fence
+			if g <= hfence {
+				t.Errorf("the waiter's fence %d is not above the holder's %d", g, hfence)
+			}
+			if err := ws.Release(ctxT(t), driver.ReleaseParams{Key: key, Token: wtok}); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// renewCounter is a Store that counts its Renew calls.
+type renewCounter struct {
+	*Store
+	renews atomic.Int64
+}
+
+func (r *renewCounter) Renew(ctx context.Context, ps []driver.RenewParams) ([]error, error) {
+	r.renews.Add(1)
+	return r.Store.Renew(ctx, ps)
+}
+
+// TestObtainQueuedStartsLease: a Locker's Obtain queued next behind the
+// holder gets the lock when the holder releases without a Renew: the
+// granting Wait started the lease, and the lock is live and renewable.
+func TestObtainQueuedStartsLease(t *testing.T) {
+	t.Parallel()
+	z := testserver.StartZooKeeper(t, testserver.WithZooKeeperConfig("4lw.commands.whitelist=ruok,srvr,stat,mntr,cons,wchc,wchs"))
+	root := newRoot()
+	holder, err := tasklock.New(newStore(t, connect(t, z.Addr(), testSession), testSession, &Options{Root: root}), &tasklock.Config{Owner: "holder"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = holder.Close() })
+	wc := connect(t, z.Addr(), testSession)
+	ws := &renewCounter{Store: newStore(t, wc, testSession, &Options{Root: root})}
+	waiter, err := tasklock.New(ws, &tasklock.Config{Owner: "waiter"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = waiter.Close() })
+
+	opts := &tasklock.ObtainOptions{TTL: 9 * time.Second}
+	hl, err := holder.Obtain(ctxT(t), "job", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		l   *tasklock.Lock
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		l, err := waiter.Obtain(ctxT(t), "job", opts)
+		got <- result{l, err}
+	}()
+	// Queued, next in line: its session watches the holder's node.
+	deadline := time.Now().Add(15 * time.Second)
+	for len(watchesBySession(t, z)[wc.SessionID()]) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the waiter set no watch within 15s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	before := ws.renews.Load()
+	if err := hl.Release(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	var r result
+	select {
+	case r = <-got:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the waiter did not get the lock after the release")
+	}
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if n := ws.renews.Load() - before; n != 0 {
+		t.Errorf("the queued grant sent %d Renew calls, want 0 (its Wait started the lease)", n)
+	}
+	if r.l.Fence() <= hl.Fence() {
+		t.Errorf("the waiter's fence %d is not above the holder's %d", r.l.Fence(), hl.Fence())
+	}
+	if err := r.l.Extend(ctxT(t), 9*time.Second); err != nil || r.l.Err() != nil {
+		t.Fatalf("Extend of the queued grant = %v (lock error %v)", err, r.l.Err())
+	}
+	if err := r.l.Release(ctxT(t)); err != nil {
+		t.Fatal(err)
 	}
 }
