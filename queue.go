@@ -64,7 +64,8 @@ func (lk *Locker) waitTicket(ctx context.Context, t driver.Ticket, key, token st
 	ttl, _ := firstLease(o.ttl, o.maxHold)
 	for attempt := 1; ; attempt++ {
 		g, h, err := lk.door.wait(ctx, t)
-		if h != nil && (held == nil || h.Owner != held.Owner || h.TTL > 0) {
+		// An owner not read (Owner "") does not hide one that was.
+		if h != nil && (held == nil || h.Owner != "" && (h.Owner != held.Owner || h.TTL > 0)) {
 			held = &NotObtainedError{Key: key, Owner: h.Owner, TTL: h.TTL}
 		}
 		if err == nil {

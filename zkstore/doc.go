@@ -58,13 +58,14 @@
 //   - Enqueue: one (the same multi). Wait: one at the head (the children);
 //     otherwise two per wake-up (the children, then the predecessor's data
 //     with a watch, and the holder's data alongside when the holder is
-//     another node that changed since the last look, at most every 250 ms);
-//     at the head behind a MinHold node, four per look (the children, the
-//     server's time, the MinHold nodes, a watch on the live one). Leave: one
-//     delete. A wake-up after a look that found one node before the entry's
-//     sends Renew's marker check alongside the children (pipelined: the
-//     same round trip); when the entry is granted, that check starts its
-//     lease (driver.StartedTicket) and the Locker sends no Renew.
+//     another node that changed since the last look and no waiter of the
+//     Store read that key's holder in the last 250 ms); at the head behind
+//     a MinHold node, four per look (the children, the server's time, the
+//     MinHold nodes, a watch on the live one). Leave: one delete. A
+//     wake-up (every look after the first) sends Renew's marker check
+//     alongside the children (pipelined: the same round trip); when the
+//     entry is granted, that check starts its lease (driver.StartedTicket)
+//     and the Locker sends no Renew.
 //   - The first Acquire or Enqueue of a Store also reads the marker (and
 //     creates it, and Root, when missing).
 //   - Renew: one request for the whole batch, whatever its size: a multi

@@ -47,19 +47,37 @@ type ticket struct {
 	p driver.AcquireParams
 	c created
 
-	mu       sync.Mutex
-	holder   *driver.HeldError // the holder seen last
-	seen     string            // the node holder describes
-	heldRead time.Time         // when the holder's node was last read
-	granted  bool
-	started  time.Time // set when the granting Wait started the lease (Started)
-	left     bool
+	mu      sync.Mutex
+	holder  *driver.HeldError // the holder seen last
+	seen    string            // the node holder describes
+	granted bool
+	started time.Time // set when the granting Wait started the lease (Started)
+	left    bool
 }
 
-// holderReadEvery is how often at most a waiter behind others reads the
-// holder's node for Holder: under contention the holder changes on every
-// handoff, and a read each time was a sixth of a handoff's requests.
+// holderReadEvery is how often at most a Store's waiters behind others read
+// the holder's node of a key for Holder: under contention the holder
+// changes on every handoff, and a read each time was one request in seven.
 const holderReadEvery = 250 * time.Millisecond
+
+// heldRead is the key whose holder a Store's waiter read last, and when.
+type heldRead struct {
+	kp string
+	at time.Time
+}
+
+// mayReadHolder reports whether a waiter on kp may read its holder now
+// (see holderReadEvery), and if so counts the read.
+func (s *Store) mayReadHolder(kp string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	if s.heldRead.kp == kp && now.Sub(s.heldRead.at) < holderReadEvery {
+		return false
+	}
+	s.heldRead = heldRead{kp, now}
+	return true
+}
 
 // Wait implements driver.Ticket. It lists the key's children: the entry is
 // granted when no lock node with a lower sequence number and no live
@@ -75,10 +93,17 @@ const holderReadEvery = 250 * time.Millisecond
 //
 // Round trips per wake-up: two (the children, then the predecessor's data
 // and watch, with the holder's data alongside when needed); at the head,
-// one. When the last look found one node before the entry's, the wake-up
-// is likely the grant: the children are read with Renew's check of the
-// force-release marker alongside (pipelined, one round trip), which starts
-// the lease if the entry is granted (see Started).
+// one.
+//
+// A grant starts the entry's lease itself (see Started), so that the
+// Locker sends no Renew. Within a third of the TTL of its creation, the
+// create proves the lease as an Acquire's does: a write the leader answered
+// on the entry's session, sent before it, and the node is in the granting
+// listing, so no force release took it. Later, a wake-up (a look after the
+// first, nearly always the grant: a waiter's predecessor goes when it is
+// done holding) reads the children with Renew's check of the force-release
+// marker alongside (pipelined, one round trip), and the lease counts from
+// when both were sent.
 func (t *ticket) Wait(ctx context.Context) (driver.Grant, error) {
 	g, err := t.wait(ctx)
 	if err != nil && !errors.Is(err, driver.ErrNotHeld) && ctx.Err() == nil {
@@ -89,7 +114,7 @@ func (t *ticket) Wait(ctx context.Context) (driver.Grant, error) {
 
 func (t *ticket) wait(ctx context.Context) (driver.Grant, error) {
 	s, name := t.s, t.c.name
-	next := false // the last look found one node before the entry's
+	woken := false // a look after the first
 	for {
 		t.mu.Lock()
 		left, granted := t.left, t.granted
@@ -102,7 +127,7 @@ func (t *ticket) wait(ctx context.Context) (driver.Grant, error) {
 		case s.conn.State() == zk.StateExpired || s.conn.SessionID() != t.c.session:
 			return driver.Grant{}, driver.ErrNotHeld // the entry went with its session
 		}
-		lo, err := call(ctx, func() (look, error) { return t.look(next) }, nil)
+		lo, err := call(ctx, func() (look, error) { return t.look(woken && !t.fresh(time.Now())) }, nil)
 		kids := lo.kids
 		switch {
 		case errors.Is(err, zk.ErrNoNode):
@@ -115,25 +140,28 @@ func (t *ticket) wait(ctx context.Context) (driver.Grant, error) {
 		preds, keeps := blockersOf(kids, name, t.c.seq)
 		if len(preds) == 0 && len(keeps) == 0 {
 			c := t.c
-			c.sent = time.Now() // the lease's deadline counts from the grant
-			// The check proves the lease as Renew's would, unless the node
-			// is older than the marker state checked: then Renew reads it.
-			started := lo.proved && int64(c.fence) >= lo.mark.zxid
-			if started {
-				c.sent = lo.sent
+			var started time.Time
+			switch {
+			case lo.same && t.fresh(lo.sent):
+				started = c.sent // the create's
+			case lo.proved && int64(c.fence) >= lo.mark.zxid:
+				// As Renew's check, unless the node is older than the
+				// marker state checked: then Renew reads it first.
+				started = lo.sent
+			}
+			c.sent = started
+			if started.IsZero() {
+				c.sent = time.Now() // the Locker's Renew starts the lease
 			}
 			if err := s.record(t.p.Key, t.p.Owner, t.p.Token, c, t.p.TTL); err != nil {
 				return driver.Grant{}, err // closed: the entry stays until Leave
 			}
 			t.mu.Lock()
-			t.granted = true
-			if started {
-				t.started = lo.sent
-			}
+			t.granted, t.started = true, started
 			t.mu.Unlock()
 			return driver.Grant{Fence: t.c.fence}, nil
 		}
-		next = len(preds)+len(keeps) == 1
+		woken = true
 		var ch <-chan zk.Event
 		var timeout time.Duration
 		if len(preds) > 0 {
@@ -153,15 +181,22 @@ func (t *ticket) wait(ctx context.Context) (driver.Grant, error) {
 	}
 }
 
-// look is one reading of an entry's key: its children, and whether the
-// force-release marker check sent with them (when asked) proved the
-// session alive after sent, with no force release since mark.
+// look is one reading of an entry's key: its children, whether they were
+// answered on the entry's session, and whether the force-release marker
+// check sent with them (when asked) proved the session alive after sent,
+// with no force release since mark.
 type look struct {
 	kids   []string
 	sent   time.Time
+	same   bool
 	proved bool
 	mark   markerState
 }
+
+// fresh reports whether at is within a third of the entry's TTL from when
+// its create was sent: a lease counted from the create still has most of
+// its time.
+func (t *ticket) fresh(at time.Time) bool { return at.Sub(t.c.sent) < t.p.TTL/3 }
 
 // look reads the key's children and, when prove is set and the Store knows
 // the marker, sends Renew's check of the marker alongside: a write, which
@@ -187,13 +222,14 @@ func (t *ticket) look(prove bool) (look, error) {
 		lo.proved = cerr == nil && len(resp) == 1 && resp[0].Error == nil
 	})
 	// Sent on the entry's session (wait checked it) and answered on it.
-	lo.proved = lo.proved && s.conn.SessionID() == t.c.session
+	lo.same = s.conn.SessionID() == t.c.session
+	lo.proved = lo.proved && lo.same
 	return lo, err
 }
 
-// Started implements driver.StartedTicket: the granting Wait started the
-// lease when the check of the force-release marker read with the
-// children proved it (see look), counted from when both were sent.
+// Started implements driver.StartedTicket: whether the granting Wait
+// started the lease, from the create or from the marker check read with
+// the children (see Wait), and the send time it counts from.
 func (t *ticket) Started() (time.Time, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -202,18 +238,16 @@ func (t *ticket) Started() (time.Time, bool) {
 
 // watchPredecessor sets a data watch on the last of preds (the lock nodes
 // before the entry, lowest first) and reads the first (the holder) when it
-// is another node that changed since the last look, at most every
-// holderReadEvery. It returns a nil
+// is another node that changed since the last look, unless a waiter of the
+// Store read it less than holderReadEvery ago. It returns a nil
 // channel when the predecessor is gone already.
 func (t *ticket) watchPredecessor(ctx context.Context, preds []string) (<-chan zk.Event, error) {
 	s, kp := t.s, t.c.kp
 	pred, lowest := preds[len(preds)-1], preds[0]
 	t.mu.Lock()
-	readHolder := lowest != pred && lowest != t.seen && time.Since(t.heldRead) >= holderReadEvery
-	if readHolder {
-		t.heldRead = time.Now()
-	}
+	readHolder := lowest != pred && lowest != t.seen
 	t.mu.Unlock()
+	readHolder = readHolder && s.mayReadHolder(kp)
 	type watched struct {
 		ch     <-chan zk.Event
 		pred   *node
@@ -248,6 +282,8 @@ func (t *ticket) watchPredecessor(ctx context.Context, preds []string) (<-chan z
 		t.setHolder(lowest, &driver.HeldError{Owner: w.pred.data.Owner, TTL: w.pred.ttl()})
 	case w.holder != nil && w.holder.err == nil:
 		t.setHolder(lowest, &driver.HeldError{Owner: w.holder.data.Owner, TTL: w.holder.ttl()})
+	case t.Holder() == nil:
+		t.setHolder("", &driver.HeldError{}) // held, by an owner not read
 	}
 	return w.ch, nil
 }

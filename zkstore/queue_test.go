@@ -221,8 +221,8 @@ func TestQueueWatchesPredecessor(t *testing.T) {
 	if sent[2] != 1 {
 		t.Errorf("Leave sent %d requests, want 1", sent[2])
 	}
-	if sent[3] < 2 || sent[3] > 3 {
-		t.Errorf("the waiter behind the one that left sent %d requests, want 2 or 3 (children, predecessor, holder)", sent[3])
+	if sent[3] < 3 || sent[3] > 4 {
+		t.Errorf("the waiter behind the one that left sent %d requests, want 3 or 4 (children and marker check, predecessor, holder)", sent[3])
 	}
 	for _, i := range []int{0, 1, 4} {
 		if sent[i] != 0 {
@@ -425,24 +425,38 @@ func (c cutConn) Read(b []byte) (int, error) {
 	}
 }
 
-// TestQueuedGrantStartsLease: a waiter next in line is granted with its
-// lease started by its Wait (driver.StartedTicket), in two requests; when a
-// force release anywhere under Root came while it waited, the Wait's check
-// fails, Started reports false, and Renew starts the lease as before.
+// TestQueuedGrantStartsLease: a waiter granted from the queue starts its
+// lease in its Wait (driver.StartedTicket), so the Locker needs no Renew.
+// Granted within a third of its TTL from its create, it counts from the
+// create: one request (the children). Granted later, its wake-up sends
+// Renew's marker check with the children: two requests, counted from
+// their send. When a force release anywhere under Root came while it
+// waited, that check fails, Started reports false, and Renew starts the
+// lease as before.
 func TestQueuedGrantStartsLease(t *testing.T) {
 	t.Parallel()
 	z := testserver.SharedZooKeeper(t)
 	hs := newStore(t, connect(t, z.Addr(), testSession), testSession, nil)
-	for _, forced := range []bool{false, true} {
-		t.Run(fmt.Sprintf("force release meanwhile %v", forced), func(t *testing.T) {
-			key := fmt.Sprintf("k-%v", forced)
+	for _, tc := range []struct {
+		name     string
+		ttl      time.Duration
+		forced   bool
+		requests int64
+		started  bool
+	}{
+		{"fresh", 10 * time.Second, false, 1, true},
+		{"late", 600 * time.Millisecond, false, 2, true},
+		{"late after a force release", 600 * time.Millisecond, true, 2, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			key := "k-" + tc.name
 			htok := token()
 			hfence := mustAcquire(t, hs, key, htok, "holder", 10*time.Second)
 			d := new(countingDialer)
 			ws := newStore(t, connectVia(t, z.Addr(), testSession, d.dial), testSession, &Options{Root: hs.Root()})
 			wtok := token()
 			start := time.Now()
-			tk, err := ws.Enqueue(ctxT(t), driver.AcquireParams{Key: key, Token: wtok, Owner: "waiter", TTL: 10 * time.Second})
+			tk, err := ws.Enqueue(ctxT(t), driver.AcquireParams{Key: key, Token: wtok, Owner: "waiter", TTL: tc.ttl})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -460,7 +474,13 @@ func TestQueuedGrantStartsLease(t *testing.T) {
 				}
 				time.Sleep(time.Millisecond)
 			}
-			if forced {
+			if tc.ttl < time.Second {
+				// Past a third of the TTL since the create.
+				for time.Since(start) < tc.ttl/2 {
+					time.Sleep(5 * time.Millisecond)
+				}
+			}
+			if tc.forced {
 				otok := token()
 				mustAcquire(t, hs, "other-"+key, otok, "other", 10*time.Second)
 				if err := hs.ForceRelease(ctxT(t), "other-"+key); err != nil {
@@ -468,6 +488,7 @@ func TestQueuedGrantStartsLease(t *testing.T) {
 				}
 			}
 			w1 := d.writes.Load()
+			released := time.Now()
 			if err := hs.Release(ctxT(t), driver.ReleaseParams{Key: key, Token: htok}); err != nil {
 				t.Fatal(err)
 			}
@@ -479,22 +500,24 @@ func TestQueuedGrantStartsLease(t *testing.T) {
 			case <-time.After(10 * time.Second):
 				t.Fatal("the waiter was not granted after the release")
 			}
-			if n := d.writes.Load() - w1; n != 2 {
-				t.Errorf("the grant took %d requests, want 2 (the children, the marker check)", n)
-			}
-			at, ok := tk.(driver.StartedTicket).Started()
-			switch {
-			case forced && ok:
-				t.Errorf("Started() = %v, true after a force release: the check should have failed", at)
-			case !forced && (!ok || at.Before(start) || at.After(time.Now())):
-				t.Errorf("Started() = %v, %v: want a time within the wait", at, ok)
-			}
-			// The lease is the Store's to renew either way.
+			granted := d.writes.Load() - w1
+			// Renew at once: the late cases' TTL is short.
 			if res, err := ws.Renew(ctxT(t), []driver.RenewParams{{Key: key, Token: wtok, TTL: 10 * time.Second}}); err != nil || res[0] != nil {
 				t.Fatalf("Renew after the grant = %v, %v", res, err)
 			}
-			g := tk.(*ticket).c.fence
-			if g <= hfence {
+			if granted != tc.requests {
+				t.Errorf("the grant took %d requests, want %d", granted, tc.requests)
+			}
+			at, ok := tk.(driver.StartedTicket).Started()
+			switch {
+			case ok != tc.started:
+				t.Errorf("Started() = %v, %v, want %v", at, ok, tc.started)
+			case ok && tc.requests == 1 && (at.Before(start) || !at.Before(released)):
+				t.Errorf("Started() = %v: want the create's send time, in [%v, %v)", at, start, released)
+			case ok && tc.requests == 2 && (at.Before(released) || at.After(time.Now())):
+				t.Errorf("Started() = %v: want the wake-up's send time, after the release at %v", at, released)
+			}
+			if g := tk.(*ticket).c.fence; g <= hfence {
 				t.Errorf("the waiter's fence %d is not above the holder's %d", g, hfence)
 			}
 			if err := ws.Release(ctxT(t), driver.ReleaseParams{Key: key, Token: wtok}); err != nil {

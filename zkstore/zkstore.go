@@ -72,12 +72,13 @@ type Store struct {
 	note     notifier     // subscriptions, and the watches set for them (notify.go)
 	turns    turnstile    // one kinds Acquire per key at a time (kinds.go)
 
-	mu      sync.Mutex
-	leases  map[string]*lease // by token: the locks granted through this Store
-	orphans []*orphan         // nodes to delete, retried by the reaper
-	mark    markerState       // the force-release marker as last adopted (renew.go)
-	reap    reaper            // ends leases at their deadline, deletes orphans (reaper.go)
-	closed  bool              // Close was called: no new leases, the reaper is stopped
+	mu       sync.Mutex
+	leases   map[string]*lease // by token: the locks granted through this Store
+	orphans  []*orphan         // nodes to delete, retried by the reaper
+	mark     markerState       // the force-release marker as last adopted (renew.go)
+	heldRead heldRead          // the last read of a holder by a waiter (queue.go)
+	reap     reaper            // ends leases at their deadline, deletes orphans (reaper.go)
+	closed   bool              // Close was called: no new leases, the reaper is stopped
 }
 
 var (
