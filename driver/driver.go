@@ -235,7 +235,8 @@ type Queuer interface {
 	// Enqueue adds an entry for p.Token behind every entry already queued
 	// for p.Key and returns its Ticket. The entry must outlive a wait of
 	// any length while the Ticket is neither granted nor left; its lease
-	// (p.TTL) starts only when the Locker confirms the grant with Renew.
+	// (p.TTL) starts only when the Locker confirms the grant with Renew, or
+	// when the Wait that grants it starts it (StartedTicket).
 	// An error means no entry is left behind (the store cleans up an entry
 	// whose creation it cannot confirm).
 	Enqueue(ctx context.Context, p AcquireParams) (Ticket, error)
