@@ -445,8 +445,8 @@ func TestQueuedGrantStartsLease(t *testing.T) {
 		started  bool
 	}{
 		{"fresh", 10 * time.Second, false, 1, true},
-		{"late", 600 * time.Millisecond, false, 2, true},
-		{"late after a force release", 600 * time.Millisecond, true, 2, false},
+		{"late", 1500 * time.Millisecond, false, 2, true},
+		{"late after a force release", 1500 * time.Millisecond, true, 2, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			key := "k-" + tc.name
@@ -474,7 +474,7 @@ func TestQueuedGrantStartsLease(t *testing.T) {
 				}
 				time.Sleep(time.Millisecond)
 			}
-			if tc.ttl < time.Second {
+			if tc.ttl < 2*time.Second {
 				// Past a third of the TTL since the create.
 				for time.Since(start) < tc.ttl/2 {
 					time.Sleep(5 * time.Millisecond)
