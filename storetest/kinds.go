@@ -162,6 +162,39 @@ func noClaims(t *testing.T, s driver.Store, prefix string) {
 	}
 }
 
+// noClaimsSoon is noClaims for a claim a cancelled wait may have left
+// behind: a store may learn of it only when the cancelled call's request
+// lands after all (the writer's re-ask was under way when its wait ended),
+// and then delete it in the background. It must be gone within d, well
+// before its TTL would end it.
+func noClaimsSoon(t *testing.T, s driver.Store, prefix string, d time.Duration) {
+	t.Helper()
+	ls, ok := s.(driver.Lister)
+	if !ok {
+		return
+	}
+	deadline := time.Now().Add(d)
+	for {
+		leases, err := ls.Leases(ctxT(t, 5*time.Second), prefix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var claim *driver.Lease
+		for i := range leases {
+			if leases[i].Waiting {
+				claim = &leases[i]
+			}
+		}
+		switch {
+		case claim == nil:
+			return
+		case time.Now().After(deadline):
+			t.Fatalf("a writer's claim left behind %v after its wait was cancelled: %+v", d, *claim)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // heldBy fails the test unless err is a *driver.HeldError naming one of
 // owners (or no one: a store may not know) with a remaining TTL in
 // [minTTL, maxTTL] (a known TTL; 0 is allowed only when minTTL is 0).
