@@ -147,18 +147,8 @@ func await(t *testing.T, what string, ch <-chan obtained, d time.Duration) obtai
 // waiting writer on a key starting with prefix.
 func noClaims(t *testing.T, s driver.Store, prefix string) {
 	t.Helper()
-	ls, ok := s.(driver.Lister)
-	if !ok {
-		return
-	}
-	leases, err := ls.Leases(ctxT(t, 5*time.Second), prefix)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, le := range leases {
-		if le.Waiting {
-			t.Fatalf("a writer's claim left behind: %+v", le)
-		}
+	if le := claimLeft(t, s, prefix); le != nil {
+		t.Fatalf("a writer's claim left behind: %+v", *le)
 	}
 }
 
@@ -169,30 +159,33 @@ func noClaims(t *testing.T, s driver.Store, prefix string) {
 // before its TTL would end it.
 func noClaimsSoon(t *testing.T, s driver.Store, prefix string, d time.Duration) {
 	t.Helper()
-	ls, ok := s.(driver.Lister)
-	if !ok {
-		return
-	}
 	deadline := time.Now().Add(d)
-	for {
-		leases, err := ls.Leases(ctxT(t, 5*time.Second), prefix)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var claim *driver.Lease
-		for i := range leases {
-			if leases[i].Waiting {
-				claim = &leases[i]
-			}
-		}
-		switch {
-		case claim == nil:
-			return
-		case time.Now().After(deadline):
-			t.Fatalf("a writer's claim left behind %v after its wait was cancelled: %+v", d, *claim)
+	for le := claimLeft(t, s, prefix); le != nil; le = claimLeft(t, s, prefix) {
+		if time.Now().After(deadline) {
+			t.Fatalf("a writer's claim left behind %v after its wait was cancelled: %+v", d, *le)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// claimLeft returns a waiting writer the store (a driver.Lister) lists on
+// a key starting with prefix, or nil (also when the store lists nothing).
+func claimLeft(t *testing.T, s driver.Store, prefix string) *driver.Lease {
+	t.Helper()
+	ls, ok := s.(driver.Lister)
+	if !ok {
+		return nil
+	}
+	leases, err := ls.Leases(ctxT(t, 5*time.Second), prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range leases {
+		if leases[i].Waiting {
+			return &leases[i]
+		}
+	}
+	return nil
 }
 
 // heldBy fails the test unless err is a *driver.HeldError naming one of

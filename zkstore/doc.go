@@ -61,11 +61,12 @@
 //     another node that changed since the last look and no waiter of the
 //     Store read that key's holder in the last 250 ms); at the head behind
 //     a MinHold node, four per look (the children, the server's time, the
-//     MinHold nodes, a watch on the live one). Leave: one delete. A
-//     wake-up (every look after the first) sends Renew's marker check
-//     alongside the children (pipelined: the same round trip); when the
-//     entry is granted, that check starts its lease (driver.StartedTicket)
-//     and the Locker sends no Renew.
+//     MinHold nodes, a watch on the live one). Leave: one delete. A grant
+//     starts its lease itself (driver.StartedTicket), so the Locker sends
+//     no Renew: within a third of the TTL from the Enqueue, counted from
+//     its create, as an Acquire's is; later, by Renew's marker check, which
+//     a wake-up (every look after the first) then sends alongside the
+//     children (pipelined: the same round trip).
 //   - The first Acquire or Enqueue of a Store also reads the marker (and
 //     creates it, and Root, when missing).
 //   - Renew: one request for the whole batch, whatever its size: a multi

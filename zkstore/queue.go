@@ -233,7 +233,7 @@ func (t *ticket) look(prove bool) (look, error) {
 func (t *ticket) Started() (time.Time, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.started, t.granted && !t.started.IsZero()
+	return t.started, !t.started.IsZero() // set only by a grant
 }
 
 // watchPredecessor sets a data watch on the last of preds (the lock nodes

@@ -467,18 +467,11 @@ func TestQueuedGrantStartsLease(t *testing.T) {
 				done <- err
 			}()
 			// The first look: the children, then the holder's data and watch.
-			deadline := time.Now().Add(10 * time.Second)
-			for d.writes.Load()-w0 < 2 {
-				if time.Now().After(deadline) {
-					t.Fatalf("the waiter sent %d requests in 10s, want 2 (children, watch)", d.writes.Load()-w0)
-				}
-				time.Sleep(time.Millisecond)
-			}
+			waitFor(t, 10*time.Second, "the waiter's first look (children, watch)", func() bool { return d.writes.Load()-w0 >= 2 })
 			if tc.ttl < 2*time.Second {
-				// Past a third of the TTL since the create.
-				for time.Since(start) < tc.ttl/2 {
-					time.Sleep(5 * time.Millisecond)
-				}
+				// Let a third of the TTL since the create pass: time, not an
+				// event, is what makes the grant late.
+				time.Sleep(time.Until(start.Add(tc.ttl / 2)))
 			}
 			if tc.forced {
 				otok := token()
@@ -573,13 +566,7 @@ func TestObtainQueuedStartsLease(t *testing.T) {
 		got <- result{l, err}
 	}()
 	// Queued, next in line: its session watches the holder's node.
-	deadline := time.Now().Add(15 * time.Second)
-	for len(watchesBySession(t, z)[wc.SessionID()]) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the waiter set no watch within 15s")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitFor(t, 15*time.Second, "the waiter's watch", func() bool { return len(watchesBySession(t, z)[wc.SessionID()]) > 0 })
 	before := ws.renews.Load()
 	if err := hl.Release(ctxT(t)); err != nil {
 		t.Fatal(err)
