@@ -93,16 +93,23 @@ func testQueueCancel(t *testing.T, s driver.Store) {
 		err1 <- err
 	}()
 	ev1.waitFor(t, tasklock.EventQueued, 1, 10*time.Second)
-	got2 := make(chan time.Time, 1)
-	err2 := make(chan error, 1)
+	// One result, sent once: the time w2 obtained and its release's
+	// error, or its Obtain's error. (With a channel for each, a waiter
+	// that obtained and released before the select below looked left both
+	// ready, and the select could take the release's nil as a failure.)
+	type result struct {
+		at  time.Time
+		err error
+	}
+	got2 := make(chan result, 1)
 	go func() {
 		l, err := w2.Obtain(ctxT(t, 20*time.Second), "leave", nil)
 		if err != nil {
-			err2 <- err
+			got2 <- result{err: err}
 			return
 		}
-		got2 <- time.Now()
-		err2 <- l.Release(ctxT(t, 5*time.Second))
+		at := time.Now()
+		got2 <- result{at, l.Release(ctxT(t, 5*time.Second))}
 	}()
 	ev2.waitFor(t, tasklock.EventQueued, 1, 10*time.Second)
 
@@ -117,17 +124,15 @@ func testQueueCancel(t *testing.T, s driver.Store) {
 		t.Fatal(err)
 	}
 	select {
-	case at := <-got2:
+	case r := <-got2:
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
 		// The left entry must not stand in the way: the store wakes w2
 		// itself (a queued waiter does not poll).
-		t.Logf("second waiter obtained %v after the release", at.Sub(released))
-	case err := <-err2:
-		t.Fatal(err)
+		t.Logf("second waiter obtained %v after the release", r.at.Sub(released))
 	case <-time.After(10 * time.Second):
 		t.Fatal("second waiter never obtained: the cancelled entry blocks the queue")
-	}
-	if err := <-err2; err != nil {
-		t.Fatal(err)
 	}
 	// Nothing is left queued: a new Locker obtains at once.
 	l, err := newLocker(t, s, "after", nil).TryObtain(ctxT(t, 5*time.Second), "leave", nil)
