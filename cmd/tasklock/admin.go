@@ -130,7 +130,9 @@ func adminRun(cmd, usage string, args []string, stdout, stderr io.Writer, subs m
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), a.timeout)
 	defer cancel()
-	store, closeFn, err := openStore(ctx, a.store)
+	// Only create makes a SQLite file that is not there: the other
+	// subcommands read or change what a store already holds.
+	store, closeFn, err := openStore(ctx, a.store, a.sub == "create")
 	if err != nil {
 		fmt.Fprintf(stderr, "tasklock %s %s: %v\n", cmd, a.sub, err)
 		return openExit(err)
@@ -153,9 +155,15 @@ func adminRun(cmd, usage string, args []string, stdout, stderr io.Writer, subs m
 	}
 }
 
-// openStore opens the store of the locks and jobs commands; the tests of
-// commands on an in-process store replace it.
-var openStore = storeurl.Open
+// openStore opens the store of the locks and jobs commands, as
+// storeurl.Open when create is set and storeurl.OpenExisting otherwise; the
+// tests of commands on an in-process store replace it.
+var openStore = func(ctx context.Context, rawURL string, create bool) (driver.Store, func() error, error) {
+	if create {
+		return storeurl.Open(ctx, rawURL)
+	}
+	return storeurl.OpenExisting(ctx, rawURL)
+}
 
 // openExit is the exit status when a store cannot be opened: 64 for a bad
 // URL, 69 for a store that cannot be reached.

@@ -45,6 +45,9 @@ func TestInputHygiene(t *testing.T) {
 		{"port out of range", []string{"exec", "--store", "postgres://db.invalid:70000/app", "--key", "k", "--", "true"}, `invalid port "70000"`},
 		{"NUL in a sqlite path", []string{"exec", "--store", "sqlite://x%00y.db", "--key", "k", "--", "true"}, "the path contains a NUL byte"},
 		{"missing sqlite directory", []string{"exec", "--store", "sqlite:///missing/dir/x.db", "--key", "k", "--", "true"}, `directory "/missing/dir" does not exist`},
+		// A mistyped path used to show an empty store and leave the file.
+		{"jobs on a missing sqlite file", []string{"jobs", "list", "--store", "sqlite://./typo.db"}, `database file "./typo.db" does not exist: check the path`},
+		{"locks on a missing sqlite file", []string{"locks", "list", "--store", "sqlite://./typo.db?migrate=true"}, `database file "./typo.db" does not exist`},
 		{"huge key", []string{"exec", "--store", "mem://", "--key", huge, "--", "true"}, "... (10000 bytes): 10000 bytes long"},
 		{"huge subcommand", []string{"locks", huge, "--store", "mem://"}, "... (10000 bytes)"},
 		{"huge command", []string{huge}, "... (10000 bytes)"},
@@ -64,7 +67,7 @@ func TestInputHygiene(t *testing.T) {
 			t.Errorf("%s: stderr is %d bytes, or holds a raw control character:\n%q", tt.name, len(errOut), errOut)
 		}
 	}
-	// x%00y.db used to open x.
+	// x%00y.db used to open x; jobs and locks used to create typo.db.
 	if entries, _ := os.ReadDir(wd); len(entries) != 0 {
 		t.Errorf("files created in the working directory: %v", entries)
 	}

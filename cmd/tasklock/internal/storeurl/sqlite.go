@@ -29,6 +29,8 @@ type sqliteConfig struct {
 	path    string
 	store   sqlitestore.Options // Table; never Migrate
 	migrate bool
+	// existing refuses a file that does not exist (OpenExisting).
+	existing bool
 }
 
 // parseSQLite checks a sqlite:// URL: everything after sqlite:// up to
@@ -112,6 +114,9 @@ func (c *sqliteConfig) connect(ctx context.Context) (schema, error) {
 func (c *sqliteConfig) open(ctx context.Context) (driver.Store, func() error, error) {
 	if err := c.checkDir(); err != nil {
 		return nil, nil, err
+	}
+	if _, err := os.Stat(c.path); c.existing && errors.Is(err, fs.ErrNotExist) {
+		return nil, nil, c.u.badf("database file %s does not exist: check the path (serve, exec and migrate up create it; this command only opens one)", redact.Quote(c.path))
 	}
 	// With migrate=false a file that does not exist stays so.
 	s := &sqliteSchema{path: c.path, opts: c.store}

@@ -193,9 +193,26 @@ func Schemes() []string {
 // within ctx. The caller must call closeFn when done with the store, after
 // closing every Locker that uses it.
 func Open(ctx context.Context, rawURL string) (store driver.Store, closeFn func() error, err error) {
+	return openURL(ctx, rawURL, false)
+}
+
+// OpenExisting is Open for a store that must exist already: a SQLite file
+// that does not exist is an error wrapping ErrBadURL, and is not created,
+// whatever migrate= says. The jobs and locks commands look at what serve
+// and exec keep; a mistyped path would otherwise show an empty store and
+// leave a new file behind. Every other scheme opens as with Open.
+func OpenExisting(ctx context.Context, rawURL string) (store driver.Store, closeFn func() error, err error) {
+	return openURL(ctx, rawURL, true)
+}
+
+// openURL is Open, or OpenExisting when existing is set.
+func openURL(ctx context.Context, rawURL string, existing bool) (store driver.Store, closeFn func() error, err error) {
 	o, u, err := parse(rawURL)
 	if err != nil {
 		return nil, nil, err
+	}
+	if c, ok := o.(*sqliteConfig); ok && existing {
+		c.existing = true
 	}
 	store, closeFn, err = o.open(ctx)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -628,6 +629,36 @@ func TestSQLiteMissingDirectory(t *testing.T) {
 	}
 	if !errors.Is(err, ErrBadURL) {
 		t.Errorf("OpenMigrator(%s) = %v, want ErrBadURL", raw, err)
+	}
+}
+
+// TestSQLiteOpenExisting: OpenExisting refuses a file that is not there,
+// as a bad URL, and creates nothing, whatever migrate= says; once Open has
+// made the file, OpenExisting opens it.
+func TestSQLiteOpenExisting(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "x.db")
+	for _, raw := range []string{"sqlite://" + path, "sqlite://" + path + "?migrate=true"} {
+		_, _, err := OpenExisting(context.Background(), raw)
+		if !errors.Is(err, ErrBadURL) || !strings.Contains(err.Error(), "database file \""+path+"\" does not exist") {
+			t.Errorf("OpenExisting(%s) = %v, want ErrBadURL naming the file", raw, err)
+		}
+		if _, err := os.Stat(path); !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("OpenExisting(%s) left %s behind (stat: %v)", raw, path, err)
+		}
+	}
+	for _, open := range []func(context.Context, string) (driver.Store, func() error, error){Open, OpenExisting} {
+		store, closeFn, err := open(context.Background(), "sqlite://"+path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := driver.AcquireParams{Key: "k", Token: "t", Owner: "o", TTL: time.Second}
+		if _, err := store.Acquire(context.Background(), p); err != nil {
+			t.Error(err)
+		}
+		if err := store.Release(context.Background(), driver.ReleaseParams{Key: "k", Token: "t"}); err != nil {
+			t.Error(err)
+		}
+		closeFn()
 	}
 }
 
