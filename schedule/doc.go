@@ -32,7 +32,12 @@
 // label-restricted (Job.Nodes) jobs and trigger requests are claimed by
 // every node, as with other ledgers (prefer.go says why it is safe).
 //
-// Each node only looks at ticks up to its own now. A tick it handles within
+// With Config.ClaimAhead a node claims a plain job's tick, takes its lock
+// and writes its running record up to ClaimAhead (at most a second) before
+// the tick, and starts the handler at the tick: with thousands of jobs due
+// at one instant, the store work no longer makes the last of them late.
+//
+// Each node only looks at ticks up to its own now (plus ClaimAhead). A tick it handles within
 // Job.MisfireAfter of the tick is on time and runs; later ones came while no
 // node ran the job (all were down, or the ledger was unreachable) and go to
 // the job's Misfire policy: MisfireOnce runs the newest of them, MisfireSkip

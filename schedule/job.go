@@ -175,6 +175,22 @@ const MaxJobName = 200
 // pass, the newest; older ones are forgotten.
 const MaxBacklog = 100
 
+// MaxClaimAhead bounds Config.ClaimAhead: a job's lock is held for that
+// long before its tick, and a pause waits for it.
+const MaxClaimAhead = time.Second
+
+// plain reports whether j's ticks may be claimed ahead (Config.ClaimAhead):
+// it has nothing to wait for between the claim and the handler that
+// counts from the tick (Jitter, After, a pool's or MaxConcurrent's
+// permit), one lock (no shards), no leader to ask at the tick, and no
+// lock option that counts from the obtain (MaxHold, MinHold, NoRenew's
+// TTL), which the wait would shift.
+func plain(j *job) bool {
+	o := &j.Lock
+	return j.Shards <= 1 && len(j.After) == 0 && j.Jitter == 0 && !j.LeaderOnly && j.Pool == "" && j.MaxConcurrent == 0 &&
+		o.MaxHold == 0 && o.MinHold == 0 && !o.NoRenew
+}
+
 // Job defaults.
 const (
 	DefaultMisfireAfter    = 5 * time.Second
@@ -294,13 +310,14 @@ type job struct {
 	key   string
 
 	// Guarded by Scheduler.mu.
-	since  time.Time // when the fleet first ran the job with this schedule (the ledger's registration)
-	broken string    // why the schedule gave no next tick; "" while it does
-	after  time.Time // every tick up to and including after was handled here
-	next   time.Time // sched.Next(after): the heap's key
-	idx    int       // index in the heap, -1 when not in it
-	owner  string    // the node that prefers the job; "" when none does (prefer.go)
-	lag    bool      // owner is another node: its ticks are claimed here only as fallbacks
+	since  time.Time     // when the fleet first ran the job with this schedule (the ledger's registration)
+	broken string        // why the schedule gave no next tick; "" while it does
+	after  time.Time     // every tick up to and including after was handled here
+	next   time.Time     // when a pass looks at sched.Next(after) (schedule): the heap's key
+	idx    int           // index in the heap, -1 when not in it
+	owner  string        // the node that prefers the job; "" when none does (prefer.go)
+	lag    bool          // owner is another node: its ticks are claimed here only as fallbacks
+	ahead  time.Duration // how long before its ticks a pass claims them (Config.ClaimAhead; set by Add)
 
 	rm jobRemoval // Scheduler.Remove (remove.go); guarded by Scheduler.mu
 }

@@ -141,12 +141,16 @@ func (s *Scheduler) setPreference(j *job) {
 }
 
 // schedule sets j.next to when a pass looks at j's first tick after t: the
-// tick itself, or fallbackDelay after it when another node prefers j. It
-// reports whether there is one (setNext). Callers hold s.mu.
+// tick itself, fallbackDelay after it when another node prefers j, or
+// Config.ClaimAhead before it for a plain job. It reports whether there is
+// one (setNext). Callers hold s.mu.
 func (s *Scheduler) schedule(j *job, t time.Time) bool {
 	ok := s.setNext(j, t)
-	if ok && j.lag {
+	switch {
+	case ok && j.lag:
 		j.next = j.next.Add(s.pref.delay)
+	case ok:
+		j.next = j.next.Add(-j.ahead)
 	}
 	return ok
 }

@@ -150,6 +150,22 @@ func (s *Scheduler) runTick(j *job, w work) {
 			s.release(j, lock)
 		}
 	}()
+	if wait := w.tick.Sub(s.clock.Now()); wait > 0 && j.ahead > 0 && w.trigger == "" && !w.past {
+		// Claimed ahead (Config.ClaimAhead): take the lock now, and wait
+		// for the tick. A lock still held (the previous run's) or not
+		// obtained is asked for again at the tick, below.
+		ahead()
+		if j.Overlap == OverlapSkip && !w.allow {
+			if l, err := s.obtain(j); err == nil {
+				lock = l
+				defer cancelOnLoss(l, tickCancel)()
+			}
+		}
+		if !s.sleep(w.tick.Sub(s.clock.Now()), tickCtx.Done()) {
+			s.skip(j, w, attempt, context.Cause(tickCtx).Error()+" before the run started")
+			return
+		}
+	}
 	if j.Overlap == OverlapAllow && j.Lock.MaxHold > 0 {
 		d := s.addDeadline(s.clock.Now().Add(j.Lock.MaxHold), tickCancel, tasklock.ErrMaxHold)
 		defer s.removeDeadline(d)
@@ -188,9 +204,7 @@ func (s *Scheduler) runTick(j *job, w work) {
 				s.emit(runEvent(EventRunStarted, &rec, w.catchUp))
 			default:
 				lock = l
-				lockCtx := l.Context()
-				stop := context.AfterFunc(lockCtx, func() { tickCancel(context.Cause(lockCtx)) })
-				defer stop()
+				defer cancelOnLoss(l, tickCancel)()
 			}
 		}
 		if rec.Status == "" {
@@ -216,6 +230,13 @@ func (s *Scheduler) runTick(j *job, w work) {
 			return
 		}
 	}
+}
+
+// cancelOnLoss ends a tick's context, by cancel, when l is lost; the
+// caller calls the returned stop once it no longer holds l.
+func cancelOnLoss(l *tasklock.Lock, cancel context.CancelCauseFunc) (stop func() bool) {
+	lockCtx := l.Context()
+	return context.AfterFunc(lockCtx, func() { cancel(context.Cause(lockCtx)) })
 }
 
 // pending is the running record of attempt n of w, written before it

@@ -75,6 +75,24 @@ type Config struct {
 	// node of a fleet should say the same; nodes that differ only claim
 	// more.
 	PreferredNodes bool
+	// ClaimAhead, when positive, has this node claim a plain job's tick,
+	// and take the job's lock, up to ClaimAhead before the tick, and start
+	// the handler at the tick: the claim's and the lock's store work is
+	// then done before the tick instead of making the run late. With
+	// thousands of jobs due at the same instant that work is what makes
+	// the last of them start late (bench/README, P5). A plain job is one
+	// with at most one shard, no After, Jitter, LeaderOnly, Pool,
+	// MaxConcurrent, and no Lock option that counts from the obtain
+	// (MaxHold, MinHold, NoRenew); the others are claimed at the tick.
+	// The tick's running record is written when it is claimed, so a node
+	// killed before the tick leaves a record that is settled as
+	// interrupted. A lock still held at the claim (the previous run) is
+	// asked for again at the tick, so OverlapSkip skips only what it skips
+	// without ClaimAhead. What is decided at the claim: a pause or trigger
+	// the node learns of in the last ClaimAhead before a tick does not
+	// change that tick. At most MaxClaimAhead; not with PreferredNodes.
+	// Default 0: every tick is claimed at the tick.
+	ClaimAhead time.Duration
 	// OutputTail is what OutputMax was called before it kept the head as
 	// well: it is used when OutputMax is 0.
 	//
@@ -174,6 +192,7 @@ type Scheduler struct {
 	isLeader   func() bool     // nil: no job may be LeaderOnly
 	pools      map[string]int  // Config.Pools (limits.go)
 	labels     map[string]bool // Config.Labels
+	claimAhead time.Duration   // Config.ClaimAhead
 
 	// runCtx is the parent of every run's context; cancelRuns ends it when
 	// Shutdown's grace period is over.
@@ -292,6 +311,12 @@ func New(locker *tasklock.Locker, l ledger.Ledger, cfg *Config) (*Scheduler, err
 		return nil, badOption("Config.PruneInterval", "%v is below the minimum 1s", c.PruneInterval)
 	case c.NodeLeaseTTL < 100*time.Millisecond:
 		return nil, badOption("Config.NodeLeaseTTL", "%v is below the minimum 100ms", c.NodeLeaseTTL)
+	case c.ClaimAhead < 0:
+		return nil, badOption("Config.ClaimAhead", "%v is negative", c.ClaimAhead)
+	case c.ClaimAhead > MaxClaimAhead:
+		return nil, badOption("Config.ClaimAhead", "%v is above the maximum %v", c.ClaimAhead, MaxClaimAhead)
+	case c.ClaimAhead > 0 && c.PreferredNodes:
+		return nil, badOption("Config.ClaimAhead", "%v cannot be used with PreferredNodes", c.ClaimAhead)
 	}
 	if err := tasklock.ValidateKey(c.NodeKeyPrefix + c.Node); err != nil {
 		return nil, &tasklock.OptionError{Pkg: "schedule", Field: "Config.NodeKeyPrefix",
@@ -311,7 +336,7 @@ func New(locker *tasklock.Locker, l ledger.Ledger, cfg *Config) (*Scheduler, err
 		poll: c.PollInterval, grace: c.ShutdownGrace, retention: c.ClaimRetention,
 		pruneEvery: c.PruneInterval, keep: max(c.HistoryKeep, 0), maxAge: max(c.HistoryMaxAge, 0), tail: c.OutputMax, redact: c.Redact, onEvent: c.OnEvent,
 		nodePrefix: c.NodeKeyPrefix, nodeTTL: c.NodeLeaseTTL, sweepEvery: c.NodeLeaseTTL / 3, lister: c.NodeLister, nodeTaken: c.NodeLeaseTaken,
-		isLeader: c.IsLeader, pools: pools, labels: labels,
+		isLeader: c.IsLeader, pools: pools, labels: labels, claimAhead: c.ClaimAhead,
 		wake: make(chan struct{}, 1), quit: make(chan struct{}), loopDone: make(chan struct{}), idle: make(chan struct{}), stopCh: make(chan struct{}),
 		jobs: make(map[string]*job), states: make(map[string]ledger.JobState),
 		seen: make(map[triggerKey]bool), deadlines: make(map[*deadline]struct{}),
@@ -383,6 +408,9 @@ func (s *Scheduler) Add(j Job) error {
 		return err
 	}
 	s.jobs[j.Name] = jj
+	if plain(jj) {
+		jj.ahead = s.claimAhead
+	}
 	if jj.Shards > 1 {
 		s.shards.jobs++
 	}
@@ -992,6 +1020,7 @@ func (s *Scheduler) pass(now time.Time) {
 		if j.lag {
 			upTo = now.Add(-s.pref.delay) // another node's to claim first
 		}
+		upTo = upTo.Add(j.ahead) // Config.ClaimAhead: the ticks due by then
 		ticks := backlog(j.sched, j.after, upTo, MaxBacklog)
 		gap := olderTicks(j.sched, j.after, ticks)
 		b.undo = append(b.undo, undo{j, j.after, upTo})

@@ -951,6 +951,9 @@ func TestNewValidates(t *testing.T) {
 		{&Config{ClaimRetention: time.Minute}, "Config.ClaimRetention"},
 		{&Config{PruneInterval: time.Millisecond}, "Config.PruneInterval"},
 		{&Config{Node: strings.Repeat("n", 300)}, "Config.Node"},
+		{&Config{ClaimAhead: -time.Millisecond}, "Config.ClaimAhead"},
+		{&Config{ClaimAhead: 2 * time.Second}, "Config.ClaimAhead"},
+		{&Config{ClaimAhead: time.Millisecond, PreferredNodes: true}, "Config.ClaimAhead"},
 	} {
 		_, err := New(lk, store, tc.cfg)
 		var oe *tasklock.OptionError
