@@ -74,6 +74,7 @@ type config struct {
 	only         map[string]bool // empty: all
 	p5Jobs       []int           // -p5jobs: P5's sizes instead of its defaults
 	p5Prefer     bool            // -p5prefer: P5 with schedule.Config.PreferredNodes
+	p5Ahead      time.Duration   // -p5ahead: one more P5 measurement, with schedule.Config.ClaimAhead
 
 	// The SQL part.
 	sqlDuration   time.Duration // measured time per implementation in P1-sql (slices) and P3-sql (over sqlP3Rounds runs)
@@ -171,6 +172,7 @@ func main() {
 	flag.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.StringVar(&memProfile, "memprofile", "", "record every allocation (MemProfileRate=1, which slows the run) and write an allocs profile to this file")
 	flag.StringVar(&heapProfile, "heapprofile", "", "write the live heap to this file in P4, while the locks are held\n(and to this file .postgres, .mysql, .sqlite in P4-sql, while tasklock holds them)")
+	flag.DurationVar(&cfg.p5Ahead, "p5ahead", 500*time.Millisecond, "one more P5 measurement, at P5's first size, with schedule.Config.ClaimAhead: each job's tick claimed, its lock taken, this long before the tick (at most 1s; 0: none)")
 	flag.BoolVar(&cfg.p5Prefer, "p5prefer", false, "P5 with schedule.Config.PreferredNodes: each job's tick claimed by its preferred node, the others 1 s later as a fallback")
 	flag.StringVar(&p5Jobs, "p5jobs", "", "comma-separated job counts of P5's measurements, in order (e.g. 10000,30000), instead of 10,000, 30,000 and 1,000 (-quick: 1,000)")
 	flag.StringVar(&leader, "failover-child", "", "internal: run as the leader process of the failover measurements, with this JSON spec")

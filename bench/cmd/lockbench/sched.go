@@ -295,6 +295,7 @@ type schedResult struct {
 	env              *sqlEnv // P5-sql: the store; nil on Redis
 	tripsCounted     bool    // P5-sql: round trips counted on the wire (not on SQLite)
 	jobs             int
+	ahead            time.Duration  // P5: Config.ClaimAhead
 	units            int            // shard-runs per tick, all jobs (jobs, when none is sharded)
 	cats             []string       // the kinds of job, in order (P5-features)
 	catJobs          map[string]int // jobs per kind
@@ -364,8 +365,21 @@ func (r *schedResult) cpuPerRun() (client, server float64) {
 func runP5(ctx context.Context, cfg config, add func(func())) []*schedResult {
 	p := newSchedParams(cfg)
 	var out []*schedResult
-	for _, n := range p.jobs {
-		r := &schedResult{id: "P5", jobs: n, loadBefore: loadAvg()}
+	type size struct {
+		jobs  int
+		ahead time.Duration
+	}
+	var sizes []size
+	for i, n := range p.jobs {
+		sizes = append(sizes, size{n, 0})
+		if i == 0 && cfg.p5Ahead > 0 {
+			// Second, before a larger size's garbage and server load.
+			sizes = append(sizes, size{n, cfg.p5Ahead})
+		}
+	}
+	for _, sz := range sizes {
+		n := sz.jobs
+		r := &schedResult{id: "P5", jobs: n, ahead: sz.ahead, loadBefore: loadAvg()}
 		out = append(out, r)
 		srv, err := startServer(ctx, func(s *server) { add(s.stop) })
 		if err != nil {
@@ -376,7 +390,8 @@ func runP5(ctx context.Context, cfg config, add func(func())) []*schedResult {
 		r.server = srv.version
 		progress("P5: redis-server %s on %s, %d jobs @every 1s on %d nodes", srv.version, srv.addr, n, schedNodes)
 		spec := plainSpec(n)
-		spec.prefer = cfg.p5Prefer
+		spec.ahead = sz.ahead
+		spec.prefer = cfg.p5Prefer && sz.ahead == 0 // Config refuses both
 		if err := measureSched(ctx, &redisBackend{srv: srv}, p, spec, r); err != nil {
 			r.err = fmt.Errorf("P5 (%d jobs): %w", n, err)
 		}
@@ -518,8 +533,9 @@ type schedSpec struct {
 	jobs   int
 	job    func(i int, names []string) (schedule.Job, string)
 	pools  map[string]int
-	lister bool // Config.NodeLister: the nodes rank themselves to spread shards
-	prefer bool // Config.PreferredNodes
+	lister bool          // Config.NodeLister: the nodes rank themselves to spread shards
+	prefer bool          // Config.PreferredNodes
+	ahead  time.Duration // Config.ClaimAhead
 }
 
 // plainSpec is P5's: n plain jobs.
@@ -612,7 +628,7 @@ func measureSched(ctx context.Context, b schedBackend, p schedParams, spec sched
 
 	t0 := time.Now()
 	for i, nd := range nodes {
-		sc := &schedule.Config{Node: fmt.Sprintf("node-%d", i+1), Logger: logger, Pools: spec.pools, PreferredNodes: spec.prefer}
+		sc := &schedule.Config{Node: fmt.Sprintf("node-%d", i+1), Logger: logger, Pools: spec.pools, PreferredNodes: spec.prefer, ClaimAhead: spec.ahead}
 		if spec.lister {
 			sc.NodeLister = nd.st
 		}
