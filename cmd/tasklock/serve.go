@@ -97,6 +97,7 @@ The file:
     attempts: 5                      # per target; backoff: 1s (doubling), max_time: 5m
   output_max: 64KiB                  # each run's output kept in history (head and tail past it)
   preferred_nodes: false             # true: each job's tick claimed by one node, the others 1s later as a fallback
+  claim_ahead: 0s                    # up to 1s: claim a plain job's tick and take its lock that early, start at the tick
   jobs:
     - name: nightly-report           # required, unique
       schedule: "0 30 2 * * *"       # cron (seconds optional), @daily, "@every 10s"
@@ -690,6 +691,7 @@ func (s *server) start(f *config.File) (*schedule.Scheduler, error) {
 		Pools:    f.Pools, Labels: f.Labels,
 		OutputMax:      cmp.Or(f.OutputMax, -1), // 0 keeps no output
 		PreferredNodes: f.PreferredNodes,
+		ClaimAhead:     f.ClaimAhead,
 	})
 	if err != nil {
 		return nil, err
@@ -732,7 +734,7 @@ func (s *server) reload() {
 	}
 	added, removed, changed := diffJobs(s.file.Jobs, f.Jobs)
 	limits := !maps.Equal(f.Pools, s.file.Pools) || !slices.Equal(f.Labels, s.file.Labels) || f.OutputMax != s.file.OutputMax ||
-		f.PreferredNodes != s.file.PreferredNodes
+		f.PreferredNodes != s.file.PreferredNodes || f.ClaimAhead != s.file.ClaimAhead
 	if len(added)+len(removed)+len(changed) == 0 && !limits {
 		if !reflect.DeepEqual(f.Notify, s.file.Notify) {
 			// The jobs run on as they are; their notifications change.

@@ -204,3 +204,59 @@ func lastTicks(byTick map[string]string, n int) []string {
 	slices.Sort(ticks)
 	return ticks[max(len(ticks)-n, 0):]
 }
+
+// TestServeClaimAhead: with claim_ahead, serve claims a job's tick, and
+// writes its running record, before the tick (seen in the ledger while the
+// tick is still to come), and starts the command at the tick: every tick
+// once, none started before its tick.
+func TestServeClaimAhead(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	url := "sqlite://" + filepath.Join(dir, "ledger.db")
+	out := filepath.Join(dir, "out")
+	cfg := "store: " + url + "\nclaim_ahead: 600ms\njobs:\n" +
+		indent(fmt.Sprintf("name: tick\nschedule: \"@every 1s\"\ncommand: [sh, -c, %q]\n", `echo "$TASKLOCK_JOB $TASKLOCK_TICK $TASKLOCK_NODE" >> "$OUT"`))
+	nodes := startNodes(t, 2, writeConfig(t, dir, cfg), out)
+	store, closeStore, err := storeurl.Open(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeStore()
+	l := store.(ledger.Ledger)
+	start := time.Now()
+	clitest.WaitFor(t, 20*time.Second, func() bool {
+		rs, err := l.Runs(context.Background(), ledger.RunQuery{Job: "tick", From: time.Now()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		now := time.Now()
+		for _, r := range rs {
+			if r.Status == ledger.RunRunning && r.Tick.After(now) {
+				return true
+			}
+		}
+		return false
+	}, "a running record of a tick still to come")
+	waitJobLines(t, out, 30*time.Second, "5 ticks run", func(runs map[string]map[string]string) bool { return len(runs["tick"]) >= 5 })
+	stopNodes(t, nodes)
+	if _, dup := readJobLines(t, out); len(dup) > 0 {
+		t.Errorf("ticks ran twice: %v", dup)
+	}
+	rs, err := l.Runs(context.Background(), ledger.RunQuery{Job: "tick", From: start})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok := 0
+	for _, r := range rs {
+		if r.Status != ledger.RunOK {
+			continue
+		}
+		ok++
+		if r.Start.Before(r.Tick) {
+			t.Errorf("tick %v started %v before it", r.Tick, r.Tick.Sub(r.Start))
+		}
+	}
+	if ok < 5 {
+		t.Errorf("%d ok records since the start, want at least 5: %+v", ok, rs)
+	}
+}

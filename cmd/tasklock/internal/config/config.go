@@ -36,6 +36,10 @@
 //	                the other nodes claiming it 1s later as a fallback
 //	                (default false: every node claims every tick); every
 //	                node of the fleet should say the same
+//	claim_ahead     schedule.Config.ClaimAhead: a duration up to 1s
+//	                (default 0) by which a plain job's tick is claimed,
+//	                and its lock taken, before the tick, so that its
+//	                command starts at the tick; not with preferred_nodes
 //	notify          the notifications of every job (Notify): a mapping of
 //	  on            the events: failure, timeout, lost, missed,
 //	                interrupted, recovery (default: all)
@@ -206,6 +210,9 @@ type File struct {
 	// schedule.Config.PreferredNodes: each plain job's tick claimed by its
 	// preferred node, the others claiming it a second later as a fallback.
 	PreferredNodes bool
+	// ClaimAhead is claim_ahead:, for schedule.Config.ClaimAhead: how long
+	// before a plain job's tick it is claimed and its lock taken.
+	ClaimAhead time.Duration
 	// Notify is the file's notify:, the notifications of every job that
 	// does not turn them off; nil when not given (see Merge).
 	Notify *Notify

@@ -41,6 +41,12 @@ jobs:
 	if !f.PreferredNodes {
 		t.Error("preferred_nodes: true not read")
 	}
+	if f.ClaimAhead != 0 {
+		t.Errorf("claim_ahead not given, read as %v", f.ClaimAhead)
+	}
+	if fa, err := Parse("c.yaml", []byte(strings.Replace(in, "preferred_nodes: true", "claim_ahead: 500ms", 1))); err != nil || fa.ClaimAhead != 500*time.Millisecond {
+		t.Errorf("claim_ahead: 500ms: %+v, %v", fa, err)
+	}
 	j := f.Jobs[0].Job
 	if j.Pool != "reports" || j.PoolWait != 5*time.Minute || j.MaxConcurrent != 3 || !reflect.DeepEqual(j.Nodes, []string{"zone=eu"}) {
 		t.Errorf("sales: %+v", j)

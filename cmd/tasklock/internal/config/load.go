@@ -183,7 +183,7 @@ func (p *parser) file_(data []byte) *File {
 		p.errorf(root, "", "empty: want a mapping with at least jobs")
 		return nil
 	}
-	fields := p.mapping(root, "", "store", "node", "pools", "labels", "output_max", "preferred_nodes", "notify", "jobs")
+	fields := p.mapping(root, "", "store", "node", "pools", "labels", "output_max", "preferred_nodes", "claim_ahead", "notify", "jobs")
 	if fields == nil {
 		return nil
 	}
@@ -200,6 +200,16 @@ func (p *parser) file_(data []byte) *File {
 	if fd, ok := fields["preferred_nodes"]; ok && !isNull(fd.val) {
 		if err := fd.val.Decode(&f.PreferredNodes); err != nil || fd.val.Kind != yaml.ScalarNode {
 			p.errorf(fd.val, "preferred_nodes", "want true or false, got %q", fd.val.Value)
+		}
+	}
+	if fd, ok := fields["claim_ahead"]; ok && !isNull(fd.val) {
+		switch d := p.duration(fd, "claim_ahead"); {
+		case d > schedule.MaxClaimAhead:
+			p.errorf(fd.val, "claim_ahead", "%v is above the maximum %v", d, schedule.MaxClaimAhead)
+		case d > 0 && f.PreferredNodes:
+			p.errorf(fd.val, "claim_ahead", "cannot be used with preferred_nodes: true")
+		default:
+			f.ClaimAhead = d
 		}
 	}
 	if fd, ok := fields["store"]; ok {
