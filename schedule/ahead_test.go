@@ -150,3 +150,80 @@ func pendingOf(c *cluster, job string, tick time.Time) bool {
 	}
 	return false
 }
+
+// Nodes whose clocks disagree by up to a second, all claiming ahead, run
+// every tick once, with an ok record and a rising fence.
+func TestClaimAheadSkewedClocks(t *testing.T) {
+	c := newCluster(t)
+	rec := newRecorder(c.clock)
+	jobs := []Job{
+		{Name: "every-second", Schedule: "@every 1s", Handler: rec.ok, MisfireWindow: 10 * time.Second},
+		{Name: "cron-3s", Schedule: "*/3 * * * * *", Handler: rec.ok, MisfireWindow: 10 * time.Second},
+	}
+	for i, skew := range []time.Duration{-400 * time.Millisecond, 0, 650 * time.Millisecond} {
+		c.node(fmt.Sprintf("node-%d", i), skew, &Config{ClaimAhead: 400 * time.Millisecond}).add(t, jobs...).start(t)
+	}
+	c.settle(false)
+	const seconds = 30
+	for range seconds * 10 {
+		// Runs wait for their ticks meanwhile: only the loops settle.
+		c.advance(100 * time.Millisecond)
+		c.settle(false)
+	}
+	// Some run always waits for a tick to come: stop the nodes, and move
+	// the clock on until their last runs have run.
+	stopped := make(chan error, len(c.nodes))
+	for _, n := range c.nodes {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			stopped <- n.s.Shutdown(ctx)
+		}()
+	}
+	waitFor(t, "the loops to stop", func() bool {
+		for _, n := range c.nodes {
+			n.s.mu.Lock()
+			ok := n.s.loopStopped
+			n.s.mu.Unlock()
+			if !ok {
+				return false
+			}
+		}
+		return true
+	})
+	for left, deadline := len(c.nodes), time.Now().Add(15*time.Second); left > 0; {
+		c.advance(time.Second)
+		select {
+		case err := <-stopped:
+			if err != nil {
+				t.Fatal(err)
+			}
+			left--
+		case <-time.After(20 * time.Millisecond): // move the clock on again
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d nodes still stopping", left)
+		}
+	}
+	if d := rec.duplicates(); len(d) > 0 {
+		t.Fatalf("ticks ran more than once:\n%s", strings.Join(d, "\n"))
+	}
+	from, to := t0.Add(2*time.Second), t0.Add(seconds*time.Second)
+	for _, job := range []string{"every-second", "cron-3s"} {
+		var fence uint64
+		every := time.Second
+		if job == "cron-3s" {
+			every = 3 * time.Second
+		}
+		for tick := from.Truncate(every).Add(every); !tick.After(to); tick = tick.Add(every) {
+			if n := rec.times(job, tick, ""); n != 1 {
+				t.Errorf("%s %v ran %d times, want 1", job, tick, n)
+			}
+			rs := c.finalAfter(job, tick.Add(-time.Nanosecond))
+			if len(rs) == 0 || !rs[0].Tick.Equal(tick) || rs[0].Status != ledger.RunOK || rs[0].Fence <= fence {
+				t.Fatalf("%s %v: records %v after fence %d: want one ok, with a higher fence", job, tick, rs, fence)
+			}
+			fence = rs[0].Fence
+		}
+	}
+}

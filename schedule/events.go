@@ -63,6 +63,7 @@ type Event struct {
 	// Late is how late the tick was handled: for EventClaimed and
 	// EventMissed the time of the claim − Tick, for EventRunStarted and
 	// EventRunEnded Start − Tick (retries start later by their backoff).
+	// A claim made ahead of its tick (Config.ClaimAhead) is negative.
 	Late     time.Duration
 	Start    time.Time        // EventRunStarted, EventRunEnded: when the attempt started
 	Duration time.Duration    // EventRunEnded: how long the attempt took

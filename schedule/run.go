@@ -89,7 +89,8 @@ func (s *Scheduler) skip(j *job, w work, attempt int, reason string) {
 // permit, a lock it waits for — it writes the attempt's running record
 // (pending, through ahead), so that a node killed meanwhile leaves a
 // record the sweep settles as interrupted (sweep.go); a skip replaces it
-// under the same attempt number. A tick that does not wait writes its
+// under the same attempt number. That includes the wait of a tick claimed
+// ahead (Config.ClaimAhead), which takes the lock first. A tick that does not wait writes its
 // running record as the attempt starts, one lock round trip after the
 // claim. What a kill between the claim and either write loses is that one
 // write wide.
