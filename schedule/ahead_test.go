@@ -41,6 +41,13 @@ func TestClaimAhead(t *testing.T) {
 		waitFor(t, "the plain tick's claim, lock and running record", func() bool {
 			return len(log.claimsOf("plain", tick)) == 3 && lockHeld(t, c, "plain") && pendingOf(c, "plain", tick)
 		})
+		// The running record says what the run will be: started at the
+		// tick, under the lock's fence.
+		for _, r := range c.historyAfter("plain", tick.Add(-time.Nanosecond)) {
+			if r.Tick.Equal(tick) && (r.Status != ledger.RunRunning || !r.Start.Equal(tick) || r.Fence == 0) {
+				t.Fatalf("%v before the tick: record %+v, want running, starting at the tick, with a fence", tick, r)
+			}
+		}
 		// The run's timer for the tick, beside the loops': armed before
 		// the clock moves on.
 		waitFor(t, "the run's timer", func() bool { return c.clock.armed() == len(c.nodes)+1 })

@@ -89,11 +89,11 @@ func (s *Scheduler) skip(j *job, w work, attempt int, reason string) {
 // permit, a lock it waits for — it writes the attempt's running record
 // (pending, through ahead), so that a node killed meanwhile leaves a
 // record the sweep settles as interrupted (sweep.go); a skip replaces it
-// under the same attempt number. That includes the wait of a tick claimed
-// ahead (Config.ClaimAhead), which takes the lock first. A tick that does not wait writes its
-// running record as the attempt starts, one lock round trip after the
-// claim. What a kill between the claim and either write loses is that one
-// write wide.
+// under the same attempt number. A tick claimed ahead (Config.ClaimAhead)
+// writes it too, then takes the lock and waits for the tick. A tick that
+// does not wait writes its running record as the attempt starts, one lock
+// round trip after the claim. What a kill between the claim and either
+// write loses is that one write wide.
 func (s *Scheduler) runTick(j *job, w work) {
 	attempt := 1 + w.attempts // a retaken shard's go on after the stopped node's
 	switch {
@@ -151,17 +151,26 @@ func (s *Scheduler) runTick(j *job, w work) {
 			s.release(j, lock)
 		}
 	}()
+	written := false // the first attempt's running record is written, as it will start
 	if wait := w.tick.Sub(s.clock.Now()); wait > 0 && j.ahead > 0 && w.trigger == "" && !w.past {
-		// Claimed ahead (Config.ClaimAhead): take the lock now, and wait
-		// for the tick. A lock still held (the previous run's) or not
-		// obtained is asked for again at the tick, below.
-		ahead()
+		// Claimed ahead (Config.ClaimAhead): take the lock now, write the
+		// running record as the attempt will start (at the tick, with the
+		// lock's fence), and wait for the tick. A lock still held (the
+		// previous run's) or not obtained is asked for again at the tick,
+		// below, and the attempt then writes its record itself.
 		if j.Overlap == OverlapSkip && !w.allow {
 			if l, err := s.obtain(j); err == nil {
 				lock = l
 				defer cancelOnLoss(l, tickCancel)()
 			}
 		}
+		rec := s.pending(j, w, attempt)
+		rec.Start = w.tick.UTC()
+		if lock != nil {
+			rec.Fence = lock.Fence()
+		}
+		pendingAt, written = attempt, lock != nil || j.Overlap == OverlapAllow
+		s.recordStart(rec)
 		if !s.sleep(w.tick.Sub(s.clock.Now()), tickCtx.Done()) {
 			s.skip(j, w, attempt, context.Cause(tickCtx).Error()+" before the run started")
 			return
@@ -216,7 +225,7 @@ func (s *Scheduler) runTick(j *job, w work) {
 			}
 		}
 		if rec.Status == "" {
-			rec = s.attempt(tickCtx, j, w, attempt, cmp.Or(lock, lim.running))
+			rec = s.attempt(tickCtx, j, w, attempt, cmp.Or(lock, lim.running), written && try == 1)
 		}
 		s.record(rec)
 		s.logRun(&rec)
@@ -250,8 +259,9 @@ func (s *Scheduler) pending(j *job, w work, n int) ledger.RunRecord {
 	}
 }
 
-// attempt calls the handler once and returns its record.
-func (s *Scheduler) attempt(parent context.Context, j *job, w work, n int, lock *tasklock.Lock) ledger.RunRecord {
+// attempt calls the handler once and returns its record. With written, its
+// running record is written already (a tick claimed ahead: runTick).
+func (s *Scheduler) attempt(parent context.Context, j *job, w work, n int, lock *tasklock.Lock, written bool) ledger.RunRecord {
 	ctx, cancel := context.WithCancelCause(parent)
 	defer cancel(nil)
 	start := s.clock.Now()
@@ -282,10 +292,12 @@ func (s *Scheduler) attempt(parent context.Context, j *job, w work, n int, lock 
 	// When other records are being written it is queued without waiting,
 	// and a run that ends before the queue's next write replaces it with
 	// its outcome (history.go).
-	s.recordStart(ledger.RunRecord{
-		Job: j.Name, Tick: run.Tick, Trigger: w.trigger, Shard: w.shard, Shards: w.shards, Attempt: n, Node: s.node, Fence: fence,
-		Start: start, Status: ledger.RunRunning,
-	})
+	if !written {
+		s.recordStart(ledger.RunRecord{
+			Job: j.Name, Tick: run.Tick, Trigger: w.trigger, Shard: w.shard, Shards: w.shards, Attempt: n, Node: s.node, Fence: fence,
+			Start: start, Status: ledger.RunRunning,
+		})
+	}
 	err := s.call(ctx, j, run)
 	rec := ledger.RunRecord{
 		Job: j.Name, Tick: run.Tick, Trigger: w.trigger, Shard: w.shard, Shards: w.shards, Attempt: n, Node: s.node, Fence: fence,
