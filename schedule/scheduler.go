@@ -86,7 +86,8 @@ type Config struct {
 	// (MaxHold, MinHold, NoRenew); the others are claimed at the tick.
 	// The tick's running record is written when it is claimed, so a node
 	// killed before the tick leaves a record that is settled as
-	// interrupted. A lock still held at the claim (the previous run) is
+	// interrupted, and the job's lock held until its TTL, as a kill
+	// during a run does. A lock still held at the claim (the previous run) is
 	// asked for again at the tick, so OverlapSkip skips only what it skips
 	// without ClaimAhead. What is decided at the claim: a pause or trigger
 	// the node learns of in the last ClaimAhead before a tick does not
