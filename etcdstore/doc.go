@@ -229,6 +229,13 @@
 // wrapping ErrTTL and ErrClosed, and clientv3 errors wrapped with %w and the
 // operation, starting with "etcdstore: ".
 //
+// A call whose context ends while its Txn is in flight returns at once,
+// with the context's error, but the Txn is not cancelled: etcd may apply a
+// cancelled request after a Delete sent once the caller left, and so put a
+// key nobody knows of on the session lease. The Txn runs on in the
+// background (bounded by the session TTL and Close), and once etcd has
+// answered, the keys it may have put are deleted by the reaper.
+//
 // # Ledger
 //
 // The Store is a ledger.Ledger for package schedule. Its keys start with

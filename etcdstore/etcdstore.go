@@ -362,7 +362,7 @@ func (s *Store) Acquire(ctx context.Context, p driver.AcquireParams) (driver.Gra
 	defer unclaim() // after the entry is in s.held (or handed to the reaper)
 	kp := s.keyPrefix(p.Key)
 	val := value(p.Token, p.Owner, p.TTL)
-	resp, ss, err := s.onSession(ctx, start, p.TTL, []string{ek}, func(ss *session) clientv3.Txn {
+	resp, ss, err := s.onSession(ctx, start, p.TTL, []string{ek}, func(ctx context.Context, ss *session) clientv3.Txn {
 		return s.c.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(kp), "=", 0).WithPrefix()).
 			Then(clientv3.OpPut(ek, val, clientv3.WithLease(ss.id))).
@@ -391,15 +391,19 @@ func (s *Store) Acquire(ctx context.Context, p driver.AcquireParams) (driver.Gra
 // tries once more on a new session. A Txn whose compares failed is
 // returned as it is, whatever the keepalive said. On a failure after which
 // the Txn may have been applied, the keys in put, which the Txn may have
-// put, are handed to the reaper.
-func (s *Store) onSession(ctx context.Context, start time.Time, ttl time.Duration, put []string, build func(ss *session) clientv3.Txn) (*clientv3.TxnResponse, *session, error) {
+// put, are handed to the reaper (see commit for a caller that left). build
+// makes the Txn with the context it is given.
+func (s *Store) onSession(ctx context.Context, start time.Time, ttl time.Duration, put []string, build func(ctx context.Context, ss *session) clientv3.Txn) (*clientv3.TxnResponse, *session, error) {
 	for attempt := 0; ; attempt++ {
 		ss, err := s.session(ctx)
 		if err != nil {
 			return nil, nil, err
 		}
 		ka := ss.refresh(s, start, ttl)
-		resp, err := build(ss).Commit()
+		resp, err := s.commit(ctx, ss, put, build)
+		if errors.Is(err, errLeft) {
+			return nil, nil, ctx.Err()
+		}
 		kaErr := ka.wait(ctx)
 		leaseGone := isLeaseGone(err) || isLeaseGone(kaErr)
 		if leaseGone {
@@ -427,6 +431,56 @@ func (s *Store) onSession(ctx context.Context, start time.Time, ttl time.Duratio
 			return nil, nil, fmt.Errorf("keep the session lease alive: %w", kaErr)
 		}
 		return resp, ss, nil
+	}
+}
+
+// errLeft is commit's error when its caller's ctx ended first.
+var errLeft = errors.New("the caller left")
+
+// commit sends the Txn build makes and waits for etcd's answer or the end
+// of ctx. The Txn is not cancelled with ctx: a request cancelled in flight
+// may still be applied, after a Delete sent once the caller left, and put a
+// key that nobody knows of on the session lease, which the Store keeps
+// alive (a writer's waiting entry left behind after a cancelled Lock was
+// seen so). It runs on, bounded by the session TTL and Close, and once
+// etcd has answered, the keys in put, which it may have put, go to the
+// reaper. A caller that left gets errLeft.
+func (s *Store) commit(ctx context.Context, ss *session, put []string, build func(context.Context, *session) clientv3.Txn) (*clientv3.TxnResponse, error) {
+	if ctx.Done() == nil {
+		return build(ctx, ss).Commit()
+	}
+	type answer struct {
+		resp *clientv3.TxnResponse
+		err  error
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, ErrClosed
+	}
+	s.bg.Add(1)
+	s.mu.Unlock()
+	done := make(chan answer) // unbuffered: taken by the caller, or not at all
+	left := make(chan struct{})
+	go func() {
+		defer s.bg.Done()
+		tctx, cancel := context.WithTimeout(s.ctx, ss.ttl)
+		resp, err := build(tctx, ss).Commit()
+		cancel()
+		select {
+		case done <- answer{resp, err}:
+		case <-left:
+			for _, ek := range put {
+				s.abandon(ek, ss)
+			}
+		}
+	}()
+	select {
+	case a := <-done:
+		return a.resp, a.err
+	case <-ctx.Done():
+		close(left)
+		return nil, errLeft
 	}
 }
 

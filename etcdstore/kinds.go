@@ -217,7 +217,7 @@ func (s *Store) acquireKind(ctx context.Context, p driver.AcquireParams) (driver
 // read grants a reader unless a writer holds or waits, or the key is a
 // semaphore: one Txn. Its fence is the counter's, read in the same Txn.
 func (a *kindAcquire) read(ctx context.Context) (driver.Grant, error) {
-	resp, ss, err := a.s.onSession(ctx, a.start, a.p.TTL, []string{a.ek}, func(ss *session) clientv3.Txn {
+	resp, ss, err := a.s.onSession(ctx, a.start, a.p.TTL, []string{a.ek}, func(ctx context.Context, ss *session) clientv3.Txn {
 		return a.s.c.Txn(ctx).
 			If(a.none(subWaiting), a.none(subPermit), a.none(subWrite)).
 			Then(a.put(ss), clientv3.OpGet(a.kp+subFence)).
@@ -257,7 +257,7 @@ func (a *kindAcquire) read(ctx context.Context) (driver.Grant, error) {
 // Store keeps it for p.TTL more.
 func (a *kindAcquire) write(ctx context.Context) (driver.Grant, error) {
 	wk := a.s.waitKey(a.p.Key, a.p.Token)
-	resp, ss, err := a.s.onSession(ctx, a.start, a.p.TTL, []string{a.ek, wk}, func(ss *session) clientv3.Txn {
+	resp, ss, err := a.s.onSession(ctx, a.start, a.p.TTL, []string{a.ek, wk}, func(ctx context.Context, ss *session) clientv3.Txn {
 		return a.s.c.Txn(ctx).
 			If(a.none(subPermit), a.none(subRead), a.none(subWrite)).
 			Then(a.put(ss), clientv3.OpDelete(wk), a.bump()).
@@ -295,7 +295,7 @@ func (a *kindAcquire) write(ctx context.Context) (driver.Grant, error) {
 func (a *kindAcquire) permit(ctx context.Context) (driver.Grant, error) {
 	guard := []clientv3.Cmp{a.none(subWaiting), a.none(subPermit), a.none(subRead), a.none(subWrite)}
 	for range maxPermitRounds {
-		resp, ss, err := a.s.onSession(ctx, a.start, a.p.TTL, []string{a.ek}, func(ss *session) clientv3.Txn {
+		resp, ss, err := a.s.onSession(ctx, a.start, a.p.TTL, []string{a.ek}, func(ctx context.Context, ss *session) clientv3.Txn {
 			return a.s.c.Txn(ctx).If(guard...).Then(a.put(ss), a.bump()).Else(a.getAll())
 		})
 		if err != nil {

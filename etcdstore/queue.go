@@ -2,6 +2,7 @@ package etcdstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -46,11 +47,16 @@ func (s *Store) Enqueue(ctx context.Context, p driver.AcquireParams) (driver.Tic
 		if err != nil {
 			return nil, fmt.Errorf("etcdstore: enqueue %q: %w", p.Key, err)
 		}
-		resp, err := s.c.Txn(ctx).Then(
-			clientv3.OpPut(t.ek, value(p.Token, p.Owner, p.TTL), clientv3.WithLease(ss.id)),
-			clientv3.OpGet(t.kp, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(1)),
-			clientv3.OpGet(t.kp, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(2)),
-		).Commit()
+		resp, err := s.commit(ctx, ss, []string{t.ek}, func(ctx context.Context, ss *session) clientv3.Txn {
+			return s.c.Txn(ctx).Then(
+				clientv3.OpPut(t.ek, value(p.Token, p.Owner, p.TTL), clientv3.WithLease(ss.id)),
+				clientv3.OpGet(t.kp, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(1)),
+				clientv3.OpGet(t.kp, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(2)),
+			)
+		})
+		if errors.Is(err, errLeft) {
+			return nil, fmt.Errorf("etcdstore: enqueue %q: %w", p.Key, ctx.Err()) // the entry goes once etcd answers
+		}
 		if isLeaseGone(err) {
 			ss.dead.Store(true)
 			if attempt == 0 {
