@@ -39,14 +39,12 @@ func TestClaimAhead(t *testing.T) {
 		// on one node, with its lock and its running record; it has not
 		// run; the other job's tick is not claimed yet.
 		waitFor(t, "the plain tick's claim, lock and running record", func() bool {
-			return len(log.claimsOf("plain", tick)) == 3 && lockHeld(t, c, "plain") && pendingOf(c, "plain", tick)
+			return len(log.claimsOf("plain", tick)) == 3 && lockHeld(t, c, "plain") && pendingOf(c, "plain", tick) != nil
 		})
 		// The running record says what the run will be: started at the
 		// tick, under the lock's fence.
-		for _, r := range c.historyAfter("plain", tick.Add(-time.Nanosecond)) {
-			if r.Tick.Equal(tick) && (r.Status != ledger.RunRunning || !r.Start.Equal(tick) || r.Fence == 0) {
-				t.Fatalf("%v before the tick: record %+v, want running, starting at the tick, with a fence", tick, r)
-			}
+		if r := pendingOf(c, "plain", tick); !r.Start.Equal(tick) || r.Fence == 0 {
+			t.Fatalf("%v before the tick: running record %+v, want it starting at the tick, with a fence", tick, *r)
 		}
 		// The run's timer for the tick, beside the loops': armed before
 		// the clock moves on.
@@ -111,7 +109,7 @@ func TestClaimAheadRetriesTheLockAtTheTick(t *testing.T) {
 	c.advance(time.Second - ahead)
 	c.settle(false)
 	next := t0.Add(time.Second)
-	waitFor(t, "the next tick's running record", func() bool { return pendingOf(c, "slow", next) })
+	waitFor(t, "the next tick's running record", func() bool { return pendingOf(c, "slow", next) != nil })
 	waitFor(t, "the run's timer", func() bool { return c.clock.armed() == 3 }) // two loops' and the run's
 	g.release <- struct{}{}                                                    // the first run ends before the tick
 	c.waitRecords("slow", t0.Add(-time.Nanosecond), 1)
@@ -148,14 +146,14 @@ func lockHeld(t *testing.T, c *cluster, job string) bool {
 	return false
 }
 
-// pendingOf reports whether job's tick has a running record.
-func pendingOf(c *cluster, job string, tick time.Time) bool {
+// pendingOf returns job's tick's running record, or nil.
+func pendingOf(c *cluster, job string, tick time.Time) *ledger.RunRecord {
 	for _, r := range c.historyAfter(job, tick.Add(-time.Nanosecond)) {
 		if r.Tick.Equal(tick) && r.Status == ledger.RunRunning {
-			return true
+			return &r
 		}
 	}
-	return false
+	return nil
 }
 
 // Nodes whose clocks disagree by up to a second, all claiming ahead, run

@@ -151,14 +151,15 @@ func (s *Scheduler) runTick(j *job, w work) {
 			s.release(j, lock)
 		}
 	}()
-	written := false // the first attempt's running record is written, as it will start
-	if wait := w.tick.Sub(s.clock.Now()); wait > 0 && j.ahead > 0 && w.trigger == "" && !w.past {
+	locks := j.Overlap == OverlapSkip && !w.allow // the tick runs under the job's lock
+	written := false                              // the first attempt's running record is written, as it will start
+	if w.tick.After(s.clock.Now()) && j.ahead > 0 && w.trigger == "" && !w.past {
 		// Claimed ahead (Config.ClaimAhead): take the lock now, write the
 		// running record as the attempt will start (at the tick, with the
 		// lock's fence), and wait for the tick. A lock still held (the
 		// previous run's) or not obtained is asked for again at the tick,
 		// below, and the attempt then writes its record itself.
-		if j.Overlap == OverlapSkip && !w.allow {
+		if locks {
 			if l, err := s.obtain(j); err == nil {
 				lock = l
 				defer cancelOnLoss(l, tickCancel)()
@@ -169,7 +170,7 @@ func (s *Scheduler) runTick(j *job, w work) {
 		if lock != nil {
 			rec.Fence = lock.Fence()
 		}
-		pendingAt, written = attempt, lock != nil || j.Overlap == OverlapAllow
+		pendingAt, written = attempt, lock != nil || !locks
 		s.recordStart(rec)
 		if !s.sleep(w.tick.Sub(s.clock.Now()), tickCtx.Done()) {
 			s.skip(j, w, attempt, context.Cause(tickCtx).Error()+" before the run started")
@@ -192,7 +193,7 @@ func (s *Scheduler) runTick(j *job, w work) {
 			attempt = n
 		}
 		var rec ledger.RunRecord
-		if j.Overlap == OverlapSkip && !w.allow && lock == nil {
+		if locks && lock == nil {
 			var l *tasklock.Lock
 			var err error
 			switch {

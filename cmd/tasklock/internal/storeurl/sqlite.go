@@ -115,13 +115,14 @@ func (c *sqliteConfig) open(ctx context.Context) (driver.Store, func() error, er
 	if err := c.checkDir(); err != nil {
 		return nil, nil, err
 	}
-	if _, err := os.Stat(c.path); c.existing && errors.Is(err, fs.ErrNotExist) {
-		return nil, nil, c.u.badf("database file %s does not exist: check the path (serve, exec and migrate up create it; this command only opens one)", redact.Quote(c.path))
-	}
-	// With migrate=false a file that does not exist stays so.
+	// With migrate=false, or for OpenExisting, a file that does not exist
+	// stays so.
 	s := &sqliteSchema{path: c.path, opts: c.store}
-	if err := s.openDB(c.migrate); err != nil {
-		if errors.Is(err, errNoDatabase) {
+	if err := s.openDB(c.migrate && !c.existing); err != nil {
+		switch {
+		case errors.Is(err, errNoDatabase) && c.existing:
+			err = c.u.badf("database file %s does not exist: check the path (serve, exec and migrate up create it; this command only opens one)", redact.Quote(c.path))
+		case errors.Is(err, errNoDatabase):
 			err = &schemaError{err}
 		}
 		return nil, nil, err
