@@ -40,7 +40,8 @@ unfinished is retaken by another node once that lease has ended, about
 10s after the kill: the demo waits past D for it, up to 14s after the
 kill. At the end every node gets SIGTERM and the directory is removed;
 --keep keeps it (the store, the file of runs, each node's configuration
-and log).
+and log, and a copy of this program, which the configurations name, so
+that "tasklock serve --config node-1.yaml" there starts a node again).
 
 One line per tick shows, for each job, the node that ran it and the fence
 of the job's lock; for "sharded", how many of its shards ran and the node

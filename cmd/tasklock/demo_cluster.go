@@ -124,6 +124,16 @@ func runClusterDemo(o clusterOptions, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "tasklock demo: %v\n", err)
 		return exitUnavailable
 	}
+	if o.keep {
+		// The nodes' configurations name the program their jobs run; a
+		// copy in the kept directory outlives this one (which "go run"
+		// deletes on exit), so the kept configurations start nodes again.
+		if exe, err = copyProgram(exe, filepath.Join(dir, "tasklock")); err != nil {
+			fmt.Fprintf(stderr, "tasklock demo: --keep: %v\n", err)
+			_ = os.RemoveAll(dir)
+			return exitUnavailable
+		}
+	}
 	d := &clusterDemo{
 		out: stdout, o: o, exe: exe, dir: dir, sigs: sigs,
 		runsPath: filepath.Join(dir, "runs.log"),
@@ -135,7 +145,7 @@ func runClusterDemo(o clusterOptions, stdout, stderr io.Writer) int {
 	}
 	code := d.run(stderr)
 	if o.keep {
-		fmt.Fprintf(stdout, "\nkept %s: demo.db (the store), runs.log (what ran), node-*.yaml and node-*.log\n", dir)
+		fmt.Fprintf(stdout, "\nkept %s: demo.db (the store), runs.log (what ran), node-*.yaml and node-*.log, and tasklock (the program they name)\n", dir)
 	} else if err := os.RemoveAll(dir); err != nil {
 		fmt.Fprintf(stderr, "tasklock demo: removing %s: %v\n", dir, err)
 	}
@@ -1027,4 +1037,25 @@ func runDemoJob(args []string, stdout, stderr io.Writer) int {
 		cmp.Or(os.Getenv("TASKLOCK_SHARDS"), "1"), os.Getenv("TASKLOCK_FENCE"), os.Getenv("TASKLOCK_ATTEMPT"))
 	time.Sleep(work) // the work itself
 	return exitOK
+}
+
+// copyProgram copies the executable at src to dst and returns dst.
+func copyProgram(src, dst string) (string, error) {
+	in, err := os.Open(src)
+	if err != nil {
+		return "", fmt.Errorf("copying this program: %w", err)
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o755)
+	if err != nil {
+		return "", fmt.Errorf("copying this program: %w", err)
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		_ = out.Close()
+		return "", fmt.Errorf("copying this program to %s: %w", dst, err)
+	}
+	if err := out.Close(); err != nil {
+		return "", fmt.Errorf("copying this program to %s: %w", dst, err)
+	}
+	return dst, nil
 }

@@ -3,7 +3,10 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"runtime"
 	"strconv"
@@ -45,11 +48,11 @@ func waitGone(t *testing.T, pids map[string]int, timeout time.Duration) {
 	}, "the demo's nodes to be gone")
 }
 
-// startLongDemo starts a demo of two nodes that runs a minute, and waits
-// for its first tick line.
-func startLongDemo(t *testing.T) (*proc, map[string]int) {
+// startLongDemo starts a demo of two nodes that runs a minute, with more
+// flags, and waits for its first tick line.
+func startLongDemo(t *testing.T, flags ...string) (*proc, map[string]int) {
 	t.Helper()
-	p := tl.Start(t, []string{"TMPDIR=" + t.TempDir()}, "demo", "--duration", "60s", "--nodes", "2")
+	p := tl.Start(t, []string{"TMPDIR=" + t.TempDir()}, append([]string{"demo", "--duration", "60s", "--nodes", "2"}, flags...)...)
 	p.WaitOutput("     1s  ", 60*time.Second)
 	pids := demoPids(p.Stdout())
 	if len(pids) != 2 {
@@ -118,10 +121,11 @@ func TestDemo(t *testing.T) {
 }
 
 // TestDemoInterrupt checks that Ctrl-C stops the nodes and still prints a
-// summary.
+// summary, and that --keep keeps a directory whose configurations name a
+// program that is still there.
 func TestDemoInterrupt(t *testing.T) {
 	t.Parallel()
-	p, pids := startLongDemo(t)
+	p, pids := startLongDemo(t, "--keep")
 	p.Signal(syscall.SIGINT)
 	code := p.Wait(30 * time.Second)
 	out := p.Stdout()
@@ -132,6 +136,36 @@ func TestDemoInterrupt(t *testing.T) {
 		t.Errorf("no summary with 0 duplicates:\n%s", out)
 	}
 	waitGone(t, pids, 5*time.Second)
+
+	m := regexp.MustCompile(`(?m)^kept (\S+): `).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("--keep: no line naming the kept directory:\n%s", out)
+	}
+	dir := m[1]
+	cfg, err := os.ReadFile(filepath.Join(dir, "node-1.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Each job runs [program, "demo", <job command>, <runs file>, <work>]:
+	// the program must be the kept copy, not this run's (which "go run"
+	// deletes), and must still run the job.
+	cm := regexp.MustCompile(`command: (\[.*\])`).FindSubmatch(cfg)
+	var argv []string
+	if cm == nil || json.Unmarshal(cm[1], &argv) != nil || len(argv) < 2 {
+		t.Fatalf("no command in node-1.yaml:\n%s", cfg)
+	}
+	if want := filepath.Join(dir, "tasklock"); argv[0] != want {
+		t.Fatalf("the kept configuration runs %s, want the kept copy %s", argv[0], want)
+	}
+	before, _ := os.ReadFile(filepath.Join(dir, "runs.log"))
+	job := exec.Command(argv[0], argv[1:]...)
+	job.Env = append(os.Environ(), "TASKLOCK_JOB=alpha", "TASKLOCK_TICK=2026-11-27T00:00:00Z", "TASKLOCK_FENCE=1", "TASKLOCK_NODE=kept")
+	if b, err := job.CombinedOutput(); err != nil {
+		t.Fatalf("the kept program does not run the job: %v\n%s", err, b)
+	}
+	if after, _ := os.ReadFile(filepath.Join(dir, "runs.log")); len(after) <= len(before) {
+		t.Errorf("the job run with the kept program wrote nothing to runs.log")
+	}
 }
 
 // TestDemoKilled checks that the nodes die with the demo, even when it is
