@@ -49,8 +49,8 @@ func parseAdmin(cmd string, args []string, getenv func(string) string, subs map[
 	}
 	a.sub, a.positional = positional[0], positional[1:]
 	want, ok := subs[a.sub]
-	if want < 0 && len(a.positional) <= -want {
-		want = len(a.positional) // -n: up to n arguments
+	if want < 0 {
+		want = min(len(a.positional), -want) // -n: up to n arguments
 	}
 	switch {
 	case !ok:

@@ -144,6 +144,10 @@ func TestJobsCommands(t *testing.T) {
 	}
 
 	code, out, errOut = tl.Run(t, nil, "jobs", "history", "--job", "report", "--store", url)
+	// JOB, as trigger and pause take it, is --job.
+	if c2, out2, _ := tl.Run(t, nil, "jobs", "history", "report", "--store", url); c2 != code || out2 != out {
+		t.Errorf("jobs history report = %d\n%s\nwant what --job report gives (%d)\n%s", c2, out2, code, out)
+	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if code != exitOK || len(lines) != 3 || !strings.Contains(lines[1], "failed") || !strings.Contains(lines[1], "exit status 3") || !strings.Contains(lines[2], "1.5s") {
 		t.Fatalf("jobs history --job report = %d (want a header and 2 rows, newest first)\n%s%s", code, out, errOut)
@@ -174,6 +178,9 @@ func TestJobsCommands(t *testing.T) {
 		{"jobs", "history", "--limit", "0", "--store", url},
 		{"jobs", "pause", "--store", url},
 		{"jobs", "pause", "a", "b", "--store", url},
+		{"jobs", "create", "a", "b", "--store", url}, // panicked: index out of range [-1]
+		{"jobs", "history", "a", "b", "--store", url},
+		{"jobs", "history", "report", "--job", "other", "--store", url},
 		{"jobs", "frobnicate", "--store", url},
 		{"jobs", "list"},
 		{"locks", "list", "--store", "redis://:secret@[bad"},

@@ -20,7 +20,7 @@ import (
 
 const jobsUsage = `Usage:
   tasklock jobs list    --store URL [--json]
-  tasklock jobs history --store URL [--job NAME] [--status S] [--since D] [--limit N] [--json]
+  tasklock jobs history --store URL [JOB | --job JOB] [--status S] [--since D] [--limit N] [--json]
   tasklock jobs trigger --store URL JOB [--note TEXT] [--force] [--json]
   tasklock jobs cancel  --store URL JOB TICK [--shard N] [--trigger ID] [--json]
   tasklock jobs pause   --store URL JOB [--force] [--json]
@@ -32,8 +32,8 @@ const jobsUsage = `Usage:
   tasklock jobs create  --store URL [JOB] (-f FILE | --schedule S --command C ...) [--config FILE] [--force] [--json]
   tasklock jobs update  --store URL [JOB] (-f FILE | --schedule S ...) [--config FILE] [--force] [--json]
   tasklock jobs delete  --store URL JOB [--cancel] [--json]
-  tasklock jobs audit   --store URL [--job NAME] [--limit N] [--json]
-  tasklock jobs notifications --store URL [--job NAME] [--limit N] [--json]
+  tasklock jobs audit   --store URL [JOB | --job JOB] [--limit N] [--json]
+  tasklock jobs notifications --store URL [JOB | --job JOB] [--limit N] [--json]
 
 Reads and changes the scheduler's ledger in a store: what ran where, and
 the pause and trigger-now state every node of "tasklock serve" obeys
@@ -48,7 +48,7 @@ the pause and trigger-now state every node of "tasklock serve" obeys
            shards:, one row per shard), attempt, node, fence, status, the
            tick's overall status (sharded jobs: ok when every shard is ok,
            running while any runs, else the worst), duration, error.
-           --job and --status (ok, failed, timeout, lost, cancelled, interrupted,
+           JOB (or --job JOB) and --status (ok, failed, timeout, lost, cancelled, interrupted,
            skipped, missed, running) filter;
            --since D shows ticks of the last D (e.g. 24h); --limit N caps
            the rows (default 50). A run whose node was killed shows as
@@ -98,10 +98,10 @@ the pause and trigger-now state every node of "tasklock serve" obeys
            SIGKILL after its kill_grace)
   audit    who changed what, newest first: every create, update, delete,
            pause, resume, trigger and forget made with these commands or
-           the dashboard's API. --job filters; --limit (default 50)
+           the dashboard's API. JOB (or --job) filters; --limit (default 50)
   notifications  the delivery log of serve's notifications (notify:),
            newest first: every attempt to deliver one to a webhook or
-           command, with its result. --job filters; --limit (default 50)
+           command, with its result. JOB (or --job) filters; --limit (default 50)
 
 The configuration file is authoritative for the jobs it names: create and
 update refuse a job of the file (with --config FILE, the jobs of FILE;
@@ -129,8 +129,8 @@ refused (a job defined already, or not at run time, or of the file); 64 bad usag
 unreachable or failing, or the store keeps no ledger.
 `
 
-var jobsSubs = map[string]int{"list": 0, "history": 0, "trigger": 1, "pause": 1, "resume": 1, "forget": 1, "backfill": 1, "rerun": 2, "cancel": 2,
-	"create": -1, "update": -1, "delete": 1, "audit": 0, "notifications": 0}
+var jobsSubs = map[string]int{"list": 0, "history": -1, "trigger": 1, "pause": 1, "resume": 1, "forget": 1, "backfill": 1, "rerun": 2, "cancel": 2,
+	"create": -1, "update": -1, "delete": 1, "audit": -1, "notifications": -1}
 
 // The JSON shapes of jobs, shared with the dashboard's API.
 type (
@@ -166,6 +166,16 @@ func runJobs(args []string, stdout, stderr io.Writer) int {
 		l, ok := store.(ledger.Ledger)
 		if !ok {
 			return fmt.Errorf("%s keeps no scheduler ledger", redact.URL(a.store))
+		}
+		switch a.sub {
+		case "history", "audit", "notifications":
+			// JOB, as the other subcommands take it, or --job.
+			if len(a.positional) == 1 {
+				if job != "" && job != a.positional[0] {
+					return usagef("%s: JOB %s and --job %s differ", a.sub, redact.Quote(a.positional[0]), redact.Quote(job))
+				}
+				job = a.positional[0]
+			}
 		}
 		switch a.sub {
 		case "list":
