@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/tasklock/tasklock"
 	"github.com/tasklock/tasklock/dashboard/jobdefs"
@@ -351,6 +352,12 @@ func (h *handler) ui(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 		}
+	}
+	if !utf8.ValidString(r.URL.Path) {
+		// No embedded file has such a name, and the file server would
+		// answer fs.ErrInvalid with a 500.
+		http.NotFound(w, r)
+		return
 	}
 	h.assets.ServeHTTP(w, r)
 }

@@ -176,6 +176,17 @@ func TestDashboardReadOnly(t *testing.T) {
 	})
 }
 
+// TestDashboardBadPath: a page path that is not valid UTF-8 is a page
+// that does not exist (404), not a server error.
+func TestDashboardBadPath(t *testing.T) {
+	srv := server(t, memstore.New(nil), "", nil)
+	for _, p := range []string{"/%ff", "/jobs/%ff", "/jobs/%fe%ff/x", "/style.css%ff"} {
+		if code, body, _ := call(t, nil, "GET", srv.URL+p, nil, ""); code != http.StatusNotFound {
+			t.Errorf("GET %s: %d %s, want 404", p, code, body)
+		}
+	}
+}
+
 func TestDashboardTokenAuth(t *testing.T) {
 	eachStore(t, func(t *testing.T, st ledgerStore) {
 		const token = "correct horse battery"
