@@ -3,6 +3,7 @@ package dashboard
 import (
 	"context"
 	"errors"
+	"math"
 	"net/http"
 	"slices"
 	"strconv"
@@ -91,7 +92,7 @@ func runKeyOf(r *http.Request) (ledger.RunKey, error) {
 		v    *int
 		min  int
 		max  int
-	}{{"shard", &k.Shard, 0, ledger.MaxShards - 1}, {"attempt", &k.Attempt, 0, 1 << 31}} {
+	}{{"shard", &k.Shard, 0, ledger.MaxShards - 1}, {"attempt", &k.Attempt, 0, math.MaxInt32}} {
 		s := q.Get(p.name)
 		if s == "" {
 			continue

@@ -114,9 +114,10 @@ func TestRunEndpoint(t *testing.T) {
 			"id=nope":               400,
 			"job=a":                 400,
 			"job=a&tick=2026-03-04": 400,
-			"job=a&tick=2026-03-04T05:06:00Z&shard=-1":  400,
-			"job=a&tick=2026-03-04T05:06:00Z&attempt=3": 404,
-			"job=b&tick=2026-03-04T05:06:00Z&attempt=1": 404,
+			"job=a&tick=2026-03-04T05:06:00Z&shard=-1":           400,
+			"job=a&tick=2026-03-04T05:06:00Z&attempt=3":          404,
+			"job=a&tick=2026-03-04T05:06:00Z&attempt=2147483648": 400, // above int32, the attempt column of the SQL stores
+			"job=b&tick=2026-03-04T05:06:00Z&attempt=1":          404,
 		} {
 			if code, body, _ := call(t, nil, "GET", srv.URL+"/api/run?"+q, nil, ""); code != want || !strings.Contains(body, `"error"`) {
 				t.Errorf("run?%s: %d %s, want %d", q, code, body, want)
