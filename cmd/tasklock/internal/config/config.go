@@ -103,10 +103,11 @@
 // and exactly one of the handlers the daemon provides:
 //
 //	command         a list: the program and its arguments, run without a shell
-//	kill_grace      command jobs: SIGTERM to SIGKILL (default 2s, less than
-//	                half of lock_ttl); it is also the job's Lock.Grace
+//	kill_grace      command jobs: SIGTERM to SIGKILL (default 2s, above 0,
+//	                less than half of lock_ttl); it is also the job's
+//	                Lock.Grace
 //	http            a mapping: method (default GET), url, headers (a
-//	                mapping), body, timeout (default 1m)
+//	                mapping), body, timeout (default 1m, above 0)
 //
 // Durations are Go durations (300ms, 10s, 1h30m), at most MaxDuration
 // (8760h, 365 days). Names (node, job names) are valid UTF-8 without

@@ -122,6 +122,12 @@ func TestParseErrors(t *testing.T) {
 			[]string{`c.yaml:5: job "j": kill_grace: kill_grace 5s must be less than half of lock_ttl 10s, so that a command that lost its lock is stopped soon after`}},
 		{"lock ttl under the default kill grace", job + "    lock_ttl: 10ms\n", // said once, not again as kill_grace
 			[]string{`c.yaml:5: job "j": lock_ttl: kill_grace 2s must be less than half of lock_ttl 10ms, so that a command that lost its lock is stopped soon after`}},
+		// A zero that would read as "at once" or "none" is not taken for
+		// the default.
+		{"kill grace zero", job + "    kill_grace: 0s\n",
+			[]string{`c.yaml:5: job "j": kill_grace: 0s: want a duration above 0 (omit the key for the default 2s)`}},
+		{"http timeout zero", "jobs:\n  - name: j\n    schedule: '@daily'\n    http: {url: 'http://x/', timeout: 0}\n",
+			[]string{`c.yaml:4: job "j": http.timeout: 0s: want a duration above 0 (omit the key for the default 1m0s)`}},
 		{"both handlers", job + "    http: {url: 'http://x/'}\n",
 			[]string{`c.yaml:5: job "j": http: set together with command (line 4): a job has one of them`}},
 		{"no handler", "jobs:\n  - name: j\n    schedule: '@daily'\n",

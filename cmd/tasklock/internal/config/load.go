@@ -348,6 +348,22 @@ func (p *parser) duration(f field, name string) time.Duration {
 	return d
 }
 
+// positive reads a duration above 0, for a key whose 0 would read as
+// "none" or "at once" but whose default is another value: def when null
+// or wrong.
+func (p *parser) positive(f field, name string, def time.Duration) time.Duration {
+	before := len(p.errs)
+	d := p.duration(f, name)
+	switch {
+	case isNull(f.val) || len(p.errs) > before:
+		return def
+	case d == 0:
+		p.errorf(f.val, name, "%v: want a duration above 0 (omit the key for the default %v)", d, def)
+		return def
+	}
+	return d
+}
+
 // integer reads an integer that is not negative; 0 when null.
 func (p *parser) integer(f field, name string) int {
 	switch {
@@ -595,11 +611,9 @@ func (p *parser) handler(j *Job, n *yaml.Node, fields map[string]field, lines ma
 	if j.Command = p.argv(cmd.val, "command"); j.Command == nil {
 		return
 	}
+	j.KillGrace = DefaultKillGrace
 	if hasKG {
-		j.KillGrace = p.duration(kg, "kill_grace")
-	}
-	if j.KillGrace == 0 {
-		j.KillGrace = DefaultKillGrace
+		j.KillGrace = p.positive(kg, "kill_grace", DefaultKillGrace)
 	}
 	ttl := j.Lock.TTL
 	if ttl == 0 {
@@ -672,9 +686,7 @@ func (p *parser) http(j *Job, f field) {
 		h.Body, _ = p.str(fd, "http.body")
 	}
 	if fd, ok := fields["timeout"]; ok {
-		if d := p.duration(fd, "http.timeout"); d > 0 {
-			h.Timeout = d
-		}
+		h.Timeout = p.positive(fd, "http.timeout", DefaultHTTPTimeout)
 	}
 }
 

@@ -299,9 +299,7 @@ func (p *parser) webhook(f field) *Webhook {
 		p.errorf(f.val, "notify.webhook.secret_env", "missing: the webhook's requests are signed (HMAC-SHA256): name the variable that holds the secret (secret_env), or give it (secret)")
 	}
 	if fd, ok := fields["timeout"]; ok {
-		if d := p.duration(fd, "notify.webhook.timeout"); d > 0 {
-			w.Timeout = d
-		}
+		w.Timeout = p.positive(fd, "notify.webhook.timeout", DefaultWebhookTimeout)
 	}
 	return w
 }

@@ -86,6 +86,8 @@ func TestParseNotifyErrors(t *testing.T) {
 			[]string{`c.yaml:5: job "j": notify: no webhook or command to send to, here or in the file's notify:`}},
 		{"job's bad event", "notify: {command: [x]}\n" + job + "    notify: {on: timeouts}\n",
 			[]string{`c.yaml:6: job "j": notify.on[0]: unknown event "timeouts" (want failure, timeout, lost, missed, interrupted, recovery)`}},
+		{"webhook timeout zero", "notify:\n  webhook: {url: \"https://h/x\", secret: k, timeout: 0s}\n" + job,
+			[]string{`c.yaml:2: notify.webhook.timeout: 0s: want a duration above 0 (omit the key for the default 10s)`}},
 		{"bad command", "notify: {command: page}\n" + job,
 			[]string{`c.yaml:1: notify.command: want a list: the program and its arguments, e.g. ["/usr/local/bin/report", "--all"], got "page"`}},
 	} {
