@@ -69,8 +69,9 @@ func parseSQLite(u *storeURL) (opener, error) {
 	return c, nil
 }
 
-// checkDir refuses a path whose directory does not exist: the URL names
-// a file that cannot be, which no retry mends (exit 64, not 69).
+// checkDir refuses a path whose directory does not exist, and a path that
+// is a directory: the URL names a file that cannot be, which no retry
+// mends (exit 64, not 69).
 func (c *sqliteConfig) checkDir() error {
 	dir := filepath.Dir(c.path)
 	fi, err := os.Stat(dir)
@@ -79,6 +80,9 @@ func (c *sqliteConfig) checkDir() error {
 		return c.u.badf("directory %s does not exist", redact.Quote(dir))
 	case err == nil && !fi.IsDir():
 		return c.u.badf("%s is not a directory", redact.Quote(dir))
+	}
+	if fi, err := os.Stat(c.path); err == nil && fi.IsDir() {
+		return c.u.badf("%s is a directory: want the path of a database file in it, such as %s", redact.Quote(c.path), redact.Quote(filepath.Join(c.path, "tasklock.db")))
 	}
 	return nil // any other error: sqlitestore.Open reports it
 }

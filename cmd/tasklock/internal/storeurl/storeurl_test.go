@@ -632,6 +632,26 @@ func TestSQLiteMissingDirectory(t *testing.T) {
 	}
 }
 
+// TestSQLiteDirectoryAsFile: a path naming a directory is a bad URL (no
+// retry mends it), not an unreachable store, for every way of opening it.
+func TestSQLiteDirectoryAsFile(t *testing.T) {
+	dir := t.TempDir()
+	raw := "sqlite://" + dir
+	for name, open := range map[string]func(context.Context, string) (driver.Store, func() error, error){"Open": Open, "OpenExisting": OpenExisting} {
+		_, _, err := open(context.Background(), raw)
+		if !errors.Is(err, ErrBadURL) || !strings.Contains(err.Error(), "\""+dir+"\" is a directory") {
+			t.Errorf("%s(%s) = %v, want ErrBadURL saying it is a directory", name, raw, err)
+		}
+	}
+	m, err := OpenMigrator(context.Background(), raw)
+	if err == nil {
+		m.Close()
+	}
+	if !errors.Is(err, ErrBadURL) {
+		t.Errorf("OpenMigrator(%s) = %v, want ErrBadURL", raw, err)
+	}
+}
+
 // TestSQLiteOpenExisting: OpenExisting refuses a file that is not there,
 // as a bad URL, and creates nothing, whatever migrate= says; once Open has
 // made the file, OpenExisting opens it.
