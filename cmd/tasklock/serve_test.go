@@ -82,6 +82,25 @@ func TestValidate(t *testing.T) {
 	}
 }
 
+// TestValidateUnreadable: a file that cannot be read is said so on one
+// line that names the command, as every other error of validate and serve.
+func TestValidateUnreadable(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	for _, tt := range []struct{ path, want string }{
+		{filepath.Join(dir, "missing.yaml"), "open " + filepath.Join(dir, "missing.yaml") + ": no such file or directory"},
+		{dir, "read " + dir + ": is a directory"},
+		{filepath.Join(dir, "a\nb"), `"open ` + filepath.Join(dir, `a\nb`) + `: no such file or directory"`},
+	} {
+		for _, args := range [][]string{{"validate", "--config", tt.path}, {"serve", "--config", tt.path, "--http", ""}} {
+			want := "tasklock " + args[0] + ": " + tt.want + "\n"
+			if code, out, errOut := tl.Run(t, nil, args...); code != exitUsage || out != "" || errOut != want {
+				t.Errorf("%q: exit %d, stdout %q, stderr %q; want %d and %q", args, code, out, errOut, exitUsage, want)
+			}
+		}
+	}
+}
+
 // serveConfig is a configuration on mem:// with the given jobs.
 func memConfig(jobs string) string {
 	return "store: mem://\nnode: test-node\njobs:\n" + jobs

@@ -85,16 +85,18 @@ func runValidate(args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-// printConfigErrors prints every mistake of a configuration file.
+// printConfigErrors prints every mistake of a configuration file, or why
+// it could not be read.
 func printConfigErrors(w io.Writer, cmd string, err error) {
-	lines := config.AsErrors(err)
-	for _, l := range lines {
+	var es config.Errors
+	if !errors.As(err, &es) {
+		fmt.Fprintf(w, "%s: %s\n", cmd, redact.Printable(err.Error())) // the path may hold a newline
+		return
+	}
+	for _, l := range config.AsErrors(err) {
 		fmt.Fprintln(w, l)
 	}
-	var es config.Errors
-	if errors.As(err, &es) {
-		fmt.Fprintf(w, "%s: %s in the configuration\n", cmd, plural(len(es), "mistake"))
-	}
+	fmt.Fprintf(w, "%s: %s in the configuration\n", cmd, plural(len(es), "mistake"))
 }
 
 func plural(n int, what string) string {
