@@ -534,6 +534,7 @@ func (s *server) run() int {
 	s.log.Info("serving", "jobs", len(s.file.Jobs), "node", s.node, "store", redact.URL(s.file.Store), "store_from", s.c.storeFrom, "config", s.c.config)
 
 	var retry <-chan time.Time
+	lost := guard.Done()
 	for {
 		select {
 		case sig := <-sigs:
@@ -544,7 +545,9 @@ func (s *server) run() int {
 			stopCatalog()
 			s.shutdown(sig, sigs)
 			return exitOK
-		case <-guard.Done():
+		case <-lost:
+			// Closed for good: retry takes it from here, at its pace.
+			lost = nil
 			s.log.Warn("lost the node-name lock; taking it again", "node", s.node, "key", nodeKeyPrefix+s.node, "err", guard.Err())
 			retry = time.After(0)
 		case <-retry:
@@ -554,7 +557,7 @@ func (s *server) run() int {
 				retry = time.After(again)
 				continue
 			}
-			guard = g
+			guard, lost = g, g.Done()
 		}
 	}
 }

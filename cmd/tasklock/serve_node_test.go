@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"path/filepath"
@@ -142,6 +143,47 @@ func TestServeNodeLeaseLapsesWhileStoreStopped(t *testing.T) {
 	if strings.Contains(p.Stderr(), "another serve may use") {
 		t.Errorf("serve blamed another serve for its own lapsed lease:\n%s", p.Stderr())
 	}
+	p.Signal(syscall.SIGTERM)
+	if code := p.Wait(30 * time.Second); code != 0 {
+		t.Errorf("exit %d\n%s", code, p.Stderr())
+	}
+}
+
+// TestServeNodeLeaseLapsesWhileStoreDown: a serve whose store refuses
+// connections for longer than its node lease says once that it lost its
+// node-name lock and tries to take it again every retakeRetry, as it
+// logs, not in a loop as fast as the store refuses; and takes it once the
+// store is back.
+func TestServeNodeLeaseLapsesWhileStoreDown(t *testing.T) {
+	t.Parallel()
+	r := testserver.StartRedis(t)
+	dir := t.TempDir()
+	cfg := writeConfig(t, dir, "store: redis://"+r.Addr()+"\nnode: n1\njobs:\n"+`  - name: beat
+    schedule: "@every 1h"
+    command: ["true"]
+`)
+	p := tl.Start(t, nil, "serve", "--config", cfg, "--http", "", "--log-format", "json")
+	p.WaitStderr(`"msg":"serving"`, 30*time.Second)
+	r.Kill(t)
+	const cannot = `"msg":"cannot take the node-name lock again: the store did not answer; trying again"`
+	// The lease is 10s (tasklock.DefaultTTL); then a try every 5s.
+	p.WaitUntil(60*time.Second, func() bool { return strings.Count(p.Stderr(), cannot) >= 2 }, "two tries to take the node-name lock again")
+	logs := p.Stderr()
+	if n := strings.Count(logs, `"msg":"lost the node-name lock; taking it again"`); n != 1 {
+		t.Errorf("the loss of the node-name lock was logged %d times, want once", n)
+	}
+	var tries []time.Time
+	for _, line := range strings.Split(logs, "\n") {
+		var rec struct{ Time time.Time }
+		if strings.Contains(line, cannot) && json.Unmarshal([]byte(line), &rec) == nil {
+			tries = append(tries, rec.Time)
+		}
+	}
+	if len(tries) < 2 || tries[1].Sub(tries[0]) < retakeRetry-time.Second {
+		t.Errorf("tries to take the node-name lock again at %v, want one every %v", tries, retakeRetry)
+	}
+	r.Restart(t)
+	p.WaitStderr(`"msg":"took the node-name lock again"`, 60*time.Second)
 	p.Signal(syscall.SIGTERM)
 	if code := p.Wait(30 * time.Second); code != 0 {
 		t.Errorf("exit %d\n%s", code, p.Stderr())
