@@ -629,6 +629,12 @@ func (p *parser) handler(j *Job, n *yaml.Node, fields map[string]field, lines ma
 		p.errorf(at, field, "kill_grace %v must be less than half of lock_ttl %v, so that a command that lost its lock is stopped soon after", j.KillGrace, ttl)
 		return // said once: the scheduler's own check of Lock.Grace would repeat it
 	}
+	if mh := j.Lock.MaxHold; !hasKG && mh > 0 && j.KillGrace >= mh {
+		// The scheduler's check of Lock.Grace would name kill_grace,
+		// which the file does not say, on the job's line.
+		p.errorf(fields["max_hold"].val, "max_hold", "%v is not more than kill_grace %v (the default): the command gets SIGTERM kill_grace before max_hold", mh, j.KillGrace)
+		return
+	}
 	// SIGTERM comes kill_grace before the lock could go to another node,
 	// so that SIGKILL lands before it can.
 	j.Lock.Grace = j.KillGrace
