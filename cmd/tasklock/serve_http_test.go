@@ -24,9 +24,11 @@ func TestServeHTTPRefusesOpenAddressWithoutToken(t *testing.T) {
 	if code != exitUsage || !strings.Contains(errOut, "--http") || !strings.Contains(errOut, "--token") {
 		t.Errorf("exit %d, want %d naming --http and --token; stderr:\n%s", code, exitUsage, errOut)
 	}
-	code, _, errOut = tl.Run(t, nil, "serve", "--config", cfg, "--http", "nonsense")
-	if code != exitUsage {
-		t.Errorf("--http nonsense: exit %d\n%s", code, errOut)
+	for _, addr := range []string{"nonsense", "127.0.0.1:abc", "127.0.0.1:99999", "localhost:-1"} {
+		code, _, errOut = tl.Run(t, nil, "serve", "--config", cfg, "--http", addr)
+		if code != exitUsage || !strings.Contains(errOut, "--http") {
+			t.Errorf("--http %s: exit %d, want %d naming --http\n%s", addr, code, exitUsage, errOut)
+		}
 	}
 	code, _, errOut = tl.Run(t, []string{"TASKLOCK_TOKEN="}, "serve", "--config", cfg, "--public-read")
 	if code != exitUsage || !strings.Contains(errOut, "--public-read") || !strings.Contains(errOut, "--token") {
