@@ -736,9 +736,8 @@ func (s *server) reload() {
 		return
 	}
 	added, removed, changed := diffJobs(s.file.Jobs, f.Jobs)
-	limits := !maps.Equal(f.Pools, s.file.Pools) || !slices.Equal(f.Labels, s.file.Labels) || f.OutputMax != s.file.OutputMax ||
-		f.PreferredNodes != s.file.PreferredNodes || f.ClaimAhead != s.file.ClaimAhead
-	if len(added)+len(removed)+len(changed) == 0 && !limits {
+	settings := changedSettings(s.file, f)
+	if len(added)+len(removed)+len(changed)+len(settings) == 0 {
 		if !reflect.DeepEqual(f.Notify, s.file.Notify) {
 			// The jobs run on as they are; their notifications change.
 			s.mu.Lock()
@@ -774,7 +773,28 @@ func (s *server) reload() {
 		delete(s.draining, old)
 		s.mu.Unlock()
 	}()
-	s.log.Info("reloaded", "jobs", len(f.Jobs), "added", added, "removed", removed, "changed", changed, "pools_or_labels_changed", limits)
+	s.log.Info("reloaded", "jobs", len(f.Jobs), "added", added, "removed", removed, "changed", changed, "settings_changed", settings)
+}
+
+// changedSettings names the node-wide keys of the configuration that differ
+// between was and now: each needs a new Scheduler, as a changed job does.
+func changedSettings(was, now *config.File) []string {
+	var out []string
+	for _, c := range []struct {
+		key     string
+		changed bool
+	}{
+		{"pools", !maps.Equal(was.Pools, now.Pools)},
+		{"labels", !slices.Equal(was.Labels, now.Labels)},
+		{"output_max", was.OutputMax != now.OutputMax},
+		{"preferred_nodes", was.PreferredNodes != now.PreferredNodes},
+		{"claim_ahead", was.ClaimAhead != now.ClaimAhead},
+	} {
+		if c.changed {
+			out = append(out, c.key)
+		}
+	}
+	return out
 }
 
 // brokenJobs returns the jobs in force, each with whether it is broken,

@@ -198,6 +198,16 @@ func TestServeReload(t *testing.T) {
 	n = count("a")
 	clitest.WaitFor(t, 10*time.Second, func() bool { return count("a") > n }, "job a to run on after the reload")
 
+	// A node-wide key alone: the log names it, and the jobs run on.
+	writeConfig(t, dir, "claim_ahead: 300ms\n"+memConfig(jobA+`  - name: b
+    schedule: "@every 1s"
+    command: ["sh", "-c", "touch \"$DIR/b.$TASKLOCK_TICK\""]
+`))
+	p.Signal(syscall.SIGHUP)
+	p.WaitStderr(`msg=reloaded jobs=2 added=\[\] removed=\[\] changed=\[\] settings_changed=\[claim_ahead\]`, 10*time.Second)
+	n = count("a")
+	clitest.WaitFor(t, 10*time.Second, func() bool { return count("a") > n }, "job a to run on after the reload")
+
 	p.Signal(syscall.SIGINT)
 	if code := p.Wait(30 * time.Second); code != 0 {
 		t.Fatalf("exit %d, want 0\nstderr:\n%s", code, p.Stderr())
