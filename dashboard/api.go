@@ -791,7 +791,9 @@ func (h *handler) setState(op ledger.JobStateOp) http.HandlerFunc {
 			detail = apijson.TriggerDetail(p.Trigger, note)
 		}
 		h.audit(ctx, r, name, opAction[op], detail)
-		out := map[string]any{"job": apijson.FromState(st)}
+		job := apijson.FromState(st)
+		job.LastRun = h.lastRunOf(ctx, name)
+		out := map[string]any{"job": job}
 		if p.Trigger != "" {
 			out["trigger"] = p.Trigger
 		}
@@ -800,6 +802,28 @@ func (h *handler) setState(op ledger.JobStateOp) http.HandlerFunc {
 		}
 		writeJSON(w, http.StatusOK, out)
 	}
+}
+
+// lastRunOf is job's last run as /api/jobs shows it: the newest this
+// dashboard has seen, or else one query; nil when it has none, or when the
+// query fails (the answer is about the change made, which succeeded).
+func (h *handler) lastRunOf(ctx context.Context, job string) *apijson.Run {
+	h.lastMu.Lock()
+	r, ok := h.lastRun[job]
+	h.lastMu.Unlock()
+	if !ok {
+		rs, err := h.ledger.Runs(ctx, ledger.RunQuery{Job: job, Limit: 1})
+		if err != nil || len(rs) == 0 {
+			return nil
+		}
+		r = rs[0]
+		r.Output = ""
+	}
+	lr := apijson.FromRun(r)
+	if lr.Shards > 1 {
+		lr.TickStatus = h.tickStatus(lr)
+	}
+	return lr
 }
 
 // newTriggerID is a new trigger request's ID: random, unique.

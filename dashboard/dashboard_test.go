@@ -550,3 +550,39 @@ func TestDashboardMountedUnderPrefix(t *testing.T) {
 		t.Errorf("pause without configured jobs: %d", code)
 	}
 }
+
+// TestDashboardStateChangeShowsLastRun: the job a pause or resume answers
+// with carries its last run, as /api/jobs shows it, whether or not the
+// dashboard had listed the job before.
+func TestDashboardStateChangeShowsLastRun(t *testing.T) {
+	eachStore(t, func(t *testing.T, st ledgerStore) {
+		tick := time.Date(2026, 11, 27, 8, 0, 0, 0, time.UTC)
+		if err := st.RecordRuns(context.Background(), []ledger.RunRecord{{Job: "a", Tick: tick, Attempt: 1, Node: "n1", Fence: 7,
+			Start: tick, End: tick.Add(time.Second), Status: ledger.RunOK}}); err != nil {
+			t.Fatal(err)
+		}
+		srv := server(t, st, testToken, nil)
+		bearer := map[string]string{"Authorization": "Bearer " + testToken}
+		for _, op := range []string{"pause", "resume"} { // before and after /api/jobs listed a
+			code, body, _ := call(t, nil, "POST", srv.URL+"/api/jobs/a/"+op, bearer, "")
+			var out struct {
+				Job struct {
+					LastRun *struct {
+						Tick   time.Time `json:"tick"`
+						Fence  uint64    `json:"fence"`
+						Status string    `json:"status"`
+					} `json:"last_run"`
+				} `json:"job"`
+			}
+			if code != 200 || json.Unmarshal([]byte(body), &out) != nil {
+				t.Fatalf("%s: %d %s", op, code, body)
+			}
+			if lr := out.Job.LastRun; lr == nil || !lr.Tick.Equal(tick) || lr.Fence != 7 || lr.Status != "ok" {
+				t.Errorf("%s: last_run %+v, want the ok run of %v with fence 7\n%s", op, lr, tick, body)
+			}
+			if code, body, _ := call(t, nil, "GET", srv.URL+"/api/jobs", bearer, ""); code != 200 {
+				t.Fatalf("/api/jobs: %d %s", code, body)
+			}
+		}
+	})
+}

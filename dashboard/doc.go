@@ -83,7 +83,8 @@
 //	                      as jobs rerun; for a sharded job every shard of the tick), a
 //	                      triggered run as a new trigger; 202 {"job", "rerun": ID, "tick"} or
 //	                      {"job", "trigger": ID}; 404 no such run; 409 running or not failed
-//	POST /api/jobs/{name}/pause     {"job": state after}
+//	POST /api/jobs/{name}/pause     {"job": state after}: as a job of /api/jobs
+//	                      (state, paused, pending_triggers, spec, since, last_run)
 //	POST /api/jobs/{name}/resume    {"job": state after}
 //	POST /api/jobs        body: one job, YAML or JSON, with the keys of a job of serve's
 //	                      configuration file (Options.DefineJob checks it); 201

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"strings"
@@ -162,6 +163,15 @@ func TestJobsCommands(t *testing.T) {
 
 	if code, out, _ = tl.Run(t, nil, "jobs", "resume", "report", "--store", url); code != exitOK || !strings.Contains(out, "resumed") {
 		t.Fatalf("jobs resume = %d\n%s", code, out)
+	}
+	// --json answers with the job as jobs list shows it, last run included
+	// (a sharded job's with its tick's status).
+	for job, want := range map[string]string{"cleanup": "ok", "sync": "skipped"} {
+		var j jobJSON
+		code, out, _ = tl.Run(t, nil, "jobs", "resume", job, "--json", "--store", url)
+		if code != exitOK || json.Unmarshal([]byte(out), &j) != nil || j.LastRun == nil || cmp.Or(j.LastRun.TickStatus, j.LastRun.Status) != want {
+			t.Fatalf("jobs resume %s --json = %d, want its last run with status %s\n%s", job, code, want, out)
+		}
 	}
 	states, err := l.JobStates(ctx)
 	if err != nil {

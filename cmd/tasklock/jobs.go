@@ -238,7 +238,16 @@ func runJobs(args []string, stdout, stderr io.Writer) int {
 			return err
 		}
 		if a.json {
-			return writeJSON(stdout, stateJSON(st))
+			// The job as jobs list shows it, with its last run.
+			j := stateJSON(st)
+			runs, err := l.Runs(ctx, ledger.RunQuery{Job: p.Job, Limit: 1})
+			if err != nil {
+				return err
+			}
+			if err := setLastRuns(ctx, l, runs, func(string) *jobJSON { return &j }); err != nil {
+				return err
+			}
+			return writeJSON(stdout, j)
 		}
 		switch a.sub {
 		case "trigger":
