@@ -17,6 +17,7 @@ import (
 
 	"github.com/tasklock/tasklock"
 	"github.com/tasklock/tasklock/driver"
+	"github.com/tasklock/tasklock/internal/repeats"
 	"github.com/tasklock/tasklock/internal/slogfilter"
 	"github.com/tasklock/tasklock/ledger"
 )
@@ -194,6 +195,10 @@ type Scheduler struct {
 	pools      map[string]int  // Config.Pools (limits.go)
 	labels     map[string]bool // Config.Labels
 	claimAhead time.Duration   // Config.ClaimAhead
+
+	// Failures of the polls, logged once and then once a minute while
+	// they go on (a store down logs a line a minute, not one a poll).
+	statesFail, sweepFail repeats.Failure
 
 	// runCtx is the parent of every run's context; cancelRuns ends it when
 	// Shutdown's grace period is over.
@@ -904,8 +909,13 @@ func (s *Scheduler) pollStates() {
 	sts, err := s.ledger.JobStates(ctx)
 	cancel()
 	if err != nil {
-		s.log.Error("schedule: reading job states", "node", s.node, "err", err)
+		if log, attrs := s.statesFail.Failed(s.clock.Now()); log {
+			s.log.Error("schedule: reading job states", append([]any{"node", s.node, "err", err}, attrs...)...)
+		}
 		return
+	}
+	if ended, attrs := s.statesFail.Recovered(s.clock.Now()); ended {
+		s.log.Info("schedule: reading job states again", append([]any{"node", s.node}, attrs...)...)
 	}
 	s.mu.Lock()
 	s.setStates(sts)

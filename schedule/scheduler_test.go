@@ -1027,11 +1027,58 @@ func TestClaimRetriesAfterLedgerErrors(t *testing.T) {
 	}
 }
 
+// A store that stays down is logged once, then once a minute while it
+// stays down, and once more when it answers again: not at every poll.
+func TestStoreDownLoggedOnceAMinute(t *testing.T) {
+	c := newCluster(t)
+	flaky := &flakyLedger{Ledger: c.ledger}
+	lk, err := tasklock.New(c.locks, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk.Close()
+	var buf syncBuffer
+	clock := &skewClock{c.clock, 0}
+	s, err := New(lk, flaky, &Config{Node: "a", Clock: clock, Logger: slog.New(slog.NewTextHandler(&buf, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.nodes = append(c.nodes, &node{name: "a", clock: clock, lk: lk, s: s})
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	c.settle(true)
+	flaky.failStates.Store(true)
+	const down = 150 * time.Second
+	for end := c.clock.Now().Add(down); c.clock.Now().Before(end); {
+		c.step(DefaultPollInterval)
+	}
+	failed := `msg="schedule: reading job states" node=a err="store down"`
+	if n := strings.Count(buf.String(), failed); n != 3 {
+		t.Fatalf("%d lines for a store down %v, want 3 (at once, then once a minute):\n%s", n, down, buf.String())
+	}
+	if !strings.Contains(buf.String(), fmt.Sprintf("not_logged=%d", time.Minute/DefaultPollInterval-1)) {
+		t.Errorf("the repeated lines do not say how many failures they stand for:\n%s", buf.String())
+	}
+	flaky.failStates.Store(false)
+	c.step(DefaultPollInterval)
+	if !strings.Contains(buf.String(), fmt.Sprintf(`msg="schedule: reading job states again" node=a failures=%d`, down/DefaultPollInterval)) {
+		t.Errorf("no line says the store answers again:\n%s", buf.String())
+	}
+}
+
 // flakyLedger fails Claim calls on demand, after making the claims, as a
-// store whose answer was lost would.
+// store whose answer was lost would, and JobStates calls.
 type flakyLedger struct {
 	ledger.Ledger
-	failClaims atomic.Bool
+	failClaims, failStates atomic.Bool
+}
+
+func (f *flakyLedger) JobStates(ctx context.Context) ([]ledger.JobState, error) {
+	if f.failStates.Load() {
+		return nil, errors.New("store down")
+	}
+	return f.Ledger.JobStates(ctx)
 }
 
 func (f *flakyLedger) Claim(ctx context.Context, ps []ledger.ClaimParams) ([]error, error) {

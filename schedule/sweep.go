@@ -125,8 +125,13 @@ func (s *Scheduler) sweep(now time.Time) {
 	defer cancel()
 	rs, err := s.ledger.Runs(ctx, ledger.RunQuery{Status: ledger.RunRunning, Limit: maxSweep})
 	if err != nil {
-		s.log.Error("schedule: reading the running records", "node", s.node, "err", err)
+		if log, attrs := s.sweepFail.Failed(s.clock.Now()); log {
+			s.log.Error("schedule: reading the running records", append([]any{"node", s.node, "err", err}, attrs...)...)
+		}
 		return
+	}
+	if ended, attrs := s.sweepFail.Recovered(s.clock.Now()); ended {
+		s.log.Info("schedule: reading the running records again", append([]any{"node", s.node}, attrs...)...)
 	}
 	if len(rs) == 0 {
 		return

@@ -31,6 +31,7 @@ import (
 	"github.com/tasklock/tasklock/cmd/tasklock/internal/storeurl"
 	"github.com/tasklock/tasklock/driver"
 	"github.com/tasklock/tasklock/internal/redact"
+	"github.com/tasklock/tasklock/internal/repeats"
 	"github.com/tasklock/tasklock/ledger"
 	"github.com/tasklock/tasklock/schedule"
 )
@@ -417,6 +418,9 @@ type server struct {
 	ledger ledger.Ledger
 	node   string
 	cur    *schedule.Scheduler
+	// catalogFail rate-limits the log of a catalog that cannot be read
+	// (a store down): once, then once a minute.
+	catalogFail repeats.Failure
 	// The node-name lock is the Schedulers' node lease: taken at nodeTaken;
 	// lister, when the store can, lists the node leases.
 	nodeTaken time.Time

@@ -71,8 +71,13 @@ func (s *server) reconcile() {
 	defer cancel()
 	defs, err := s.catalog.JobDefs(ctx)
 	if err != nil {
-		s.log.Error("reading the jobs defined at run time; will retry", "err", err)
+		if log, attrs := s.catalogFail.Failed(time.Now()); log {
+			s.log.Error("reading the jobs defined at run time; will retry", append([]any{"err", err}, attrs...)...)
+		}
 		return
+	}
+	if ended, attrs := s.catalogFail.Recovered(time.Now()); ended {
+		s.log.Info("reading the jobs defined at run time again", attrs...)
 	}
 	rt := &s.runtime
 	rt.mu.Lock()
