@@ -59,7 +59,8 @@ func Once(ctx context.Context, lk *Locker, key string, opts *ObtainOptions, fn f
 
 // WithLock is a mutex around fn: it obtains key, waiting as Obtain does
 // while another owner holds it, runs fn with a context that is cancelled
-// when the lock ends or ctx does, and releases the lock when fn returns.
+// when the lock ends or ctx does, and releases the lock when fn returns
+// (or panics: the panic goes on once the lock is released).
 // Every caller runs fn, one after another; use Once for work that must
 // run once across replicas. Its error joins fn's error with the loss cause
 // when the lock was lost while fn ran (errors.Is(err, ErrLockLost) then
@@ -75,23 +76,30 @@ func WithLock(ctx context.Context, lk *Locker, key string, opts *ObtainOptions, 
 	return runHolding(ctx, l, fn)
 }
 
-// runHolding runs fn under l and releases l.
-func runHolding(ctx context.Context, l *Lock, fn func(ctx context.Context) error) error {
+// runHolding runs fn under l and releases l, also when fn panics: a
+// caller that recovers (net/http does for every handler) would otherwise
+// keep the lease renewed until the Locker closes.
+func runHolding(ctx context.Context, l *Lock, fn func(ctx context.Context) error) (err error) {
 	// fn's context carries the hold, so that Obtain, WithLock or Once on
 	// the same key within fn are reentrant.
 	runCtx, cancel := context.WithCancelCause(withHold(ctx, l))
 	lockCtx := l.Context()
 	stop := context.AfterFunc(lockCtx, func() { cancel(context.Cause(lockCtx)) })
-	fnErr := fn(runCtx)
-	stop()
-	cancel(nil)
-	lost := l.Err()
+	var fnErr error
+	defer func() {
+		stop()
+		cancel(nil)
+		lost := l.Err()
 
-	relCtx, relCancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
-	defer relCancel()
-	relErr := l.Release(relCtx)
-	if lost != nil {
-		return errors.Join(fnErr, lost)
-	}
-	return errors.Join(fnErr, relErr)
+		relCtx, relCancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+		defer relCancel()
+		relErr := l.Release(relCtx)
+		if lost != nil {
+			err = errors.Join(fnErr, lost)
+		} else {
+			err = errors.Join(fnErr, relErr)
+		}
+	}()
+	fnErr = fn(runCtx)
+	return nil
 }

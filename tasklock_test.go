@@ -794,3 +794,32 @@ func TestContendedKeyQueuesAtOnce(t *testing.T) {
 		t.Errorf("an Obtain of a key not found held for contendedFor made %d Acquires in all, want 2: it tries first", n)
 	}
 }
+
+// A panicking fn must not leave its lock held: a caller that recovers (as
+// net/http does for every handler) would otherwise keep the lease renewed
+// until the Locker closes, and every other replica would wait or skip.
+func TestWithLockAndOnceReleaseWhenFnPanics(t *testing.T) {
+	store := memstore.New(nil)
+	lk := newTestLocker(t, store)
+	other := newTestLocker(t, store)
+	ctx := context.Background()
+	callPanicking := func(name string, call func()) {
+		t.Helper()
+		defer func() {
+			if r := recover(); r != "boom" {
+				t.Fatalf("%s: recovered %v, want the fn's panic re-raised", name, r)
+			}
+		}()
+		call()
+	}
+	boom := func(context.Context) error { panic("boom") }
+	callPanicking("WithLock", func() { _ = WithLock(ctx, lk, "w", nil, boom) })
+	callPanicking("Once", func() { _, _ = Once(ctx, lk, "o", nil, boom) })
+	for _, key := range []string{"w", "o"} {
+		l, err := other.TryObtain(ctx, key, nil)
+		if err != nil {
+			t.Fatalf("%s after a panicking fn: %v, want the key free", key, err)
+		}
+		_ = l.Release(ctx)
+	}
+}
