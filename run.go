@@ -46,6 +46,9 @@ type OnceResult struct {
 // (Ran true, with the outer hold's Fence) under a nested handle, and the
 // nested call's MinHold has no effect: the outer lease's applies.
 func Once(ctx context.Context, lk *Locker, key string, opts *ObtainOptions, fn func(ctx context.Context) error) (OnceResult, error) {
+	if err := checkRunArgs(lk, fn); err != nil {
+		return OnceResult{}, err
+	}
 	l, err := lk.TryObtain(ctx, key, opts)
 	if err != nil {
 		var held *NotObtainedError
@@ -69,11 +72,25 @@ func Once(ctx context.Context, lk *Locker, key string, opts *ObtainOptions, fn f
 // key with it, or with a context derived from it, is reentrant and runs at
 // once under a nested handle.
 func WithLock(ctx context.Context, lk *Locker, key string, opts *ObtainOptions, fn func(ctx context.Context) error) error {
+	if err := checkRunArgs(lk, fn); err != nil {
+		return err
+	}
 	l, err := lk.Obtain(ctx, key, opts)
 	if err != nil {
 		return err
 	}
 	return runHolding(ctx, l, fn)
+}
+
+// checkRunArgs refuses a nil Locker or fn before anything is obtained.
+func checkRunArgs(lk *Locker, fn func(ctx context.Context) error) error {
+	switch {
+	case lk == nil:
+		return badOption("lk", "nil")
+	case fn == nil:
+		return badOption("fn", "nil")
+	}
+	return nil
 }
 
 // runHolding runs fn under l and releases l, also when fn panics: a

@@ -823,3 +823,30 @@ func TestWithLockAndOnceReleaseWhenFnPanics(t *testing.T) {
 		_ = l.Release(ctx)
 	}
 }
+
+// A nil fn or Locker is the caller's mistake: an OptionError naming the
+// argument, before anything is obtained, not a nil dereference.
+func TestWithLockAndOnceNameNilArguments(t *testing.T) {
+	store := memstore.New(nil)
+	lk := newTestLocker(t, store)
+	ctx := context.Background()
+	fn := func(context.Context) error { return nil }
+	var oe *OptionError
+	if err := WithLock(ctx, lk, "k", nil, nil); !errors.As(err, &oe) || oe.Field != "fn" {
+		t.Errorf("WithLock(nil fn) = %v, want an OptionError for fn", err)
+	}
+	if res, err := Once(ctx, lk, "k", nil, nil); res.Ran || !errors.As(err, &oe) || oe.Field != "fn" {
+		t.Errorf("Once(nil fn) = %+v, %v, want an OptionError for fn", res, err)
+	}
+	if err := WithLock(ctx, nil, "k", nil, fn); !errors.As(err, &oe) || oe.Field != "lk" {
+		t.Errorf("WithLock(nil Locker) = %v, want an OptionError for lk", err)
+	}
+	if _, err := Once(ctx, nil, "k", nil, fn); !errors.As(err, &oe) || oe.Field != "lk" {
+		t.Errorf("Once(nil Locker) = %v, want an OptionError for lk", err)
+	}
+	l, err := newTestLocker(t, store).TryObtain(ctx, "k", nil)
+	if err != nil {
+		t.Fatalf("k after the refused calls: %v, want it free", err)
+	}
+	_ = l.Release(ctx)
+}
