@@ -17,6 +17,7 @@ import (
 
 	"github.com/tasklock/tasklock"
 	"github.com/tasklock/tasklock/driver"
+	"github.com/tasklock/tasklock/internal/redact"
 	"github.com/tasklock/tasklock/internal/repeats"
 	"github.com/tasklock/tasklock/internal/slogfilter"
 	"github.com/tasklock/tasklock/ledger"
@@ -307,6 +308,9 @@ func New(locker *tasklock.Locker, l ledger.Ledger, cfg *Config) (*Scheduler, err
 	switch {
 	case len(c.Node) > tasklock.MaxOwnerLen:
 		return nil, badOption("Config.Node", "%d bytes long, the maximum is %d", len(c.Node), tasklock.MaxOwnerLen)
+	case redact.CheckName(c.Node) != "":
+		// The node name is the owner of the job locks: the owner's rules.
+		return nil, badOption("Config.Node", "%s", redact.CheckName(c.Node))
 	case c.PollInterval < 10*time.Millisecond:
 		return nil, badOption("Config.PollInterval", "%v is below the minimum 10ms", c.PollInterval)
 	case c.ShutdownGrace < 0:
