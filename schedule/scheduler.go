@@ -757,8 +757,14 @@ var opNames = map[ledger.JobStateOp]string{
 func (s *Scheduler) setState(ctx context.Context, name string, op ledger.JobStateOp, trigger string) (ledger.JobState, error) {
 	s.mu.Lock()
 	_, ok := s.jobs[name]
+	stopping := s.stopping
 	s.mu.Unlock()
-	if !ok {
+	switch {
+	case stopping:
+		// A shut-down Scheduler runs nothing more; a trigger through it
+		// would return an ID for a run that may never come.
+		return ledger.JobState{}, ErrShutdown
+	case !ok:
 		return ledger.JobState{}, fmt.Errorf("%w %q", ErrUnknownJob, name)
 	}
 	st, err := s.ledger.SetJobState(ctx, ledger.JobStateParams{Job: name, Op: op, Trigger: trigger})

@@ -698,6 +698,17 @@ func TestGracefulShutdown(t *testing.T) {
 		if err := n.s.Start(context.Background()); !errors.Is(err, ErrShutdown) {
 			t.Fatalf("Start after Shutdown = %v", err)
 		}
+		// A shut-down Scheduler runs nothing more: a trigger (or pause)
+		// through it is refused, not an ID for a run that may never come.
+		if id, err := n.s.Trigger(context.Background(), "work"); !errors.Is(err, ErrShutdown) {
+			t.Fatalf("Trigger after Shutdown = %q, %v", id, err)
+		}
+		if err := n.s.Pause(context.Background(), "work"); !errors.Is(err, ErrShutdown) {
+			t.Fatalf("Pause after Shutdown = %v", err)
+		}
+		if err := n.s.Resume(context.Background(), "work"); !errors.Is(err, ErrShutdown) {
+			t.Fatalf("Resume after Shutdown = %v", err)
+		}
 	})
 	t.Run("cancels after the grace period", func(t *testing.T) {
 		c := newCluster(t)
