@@ -2,8 +2,17 @@
 // client: a single node (*redis.Client), a Sentinel-managed master
 // (redis.NewFailoverClient), or a Cluster (*redis.ClusterClient).
 //
-//	store, err := redisstore.New(redis.NewClient(&redis.Options{Addr: "localhost:6379"}), nil)
+//	client := redis.NewClient(&redis.Options{Addr: "localhost:6379", ContextTimeoutEnabled: true})
+//	store, err := redisstore.New(client, nil)
 //	locker, err := tasklock.New(store, nil)
+//
+// Set ContextTimeoutEnabled on the client (redis.ClusterOptions and
+// redis.FailoverOptions have it too). Without it go-redis ignores a
+// context's deadline once a command is sent, so a call to a server that
+// stopped answering (paused, partitioned) takes the client's ReadTimeout
+// (3 s by default) whatever the ctx given to TryObtain, Obtain or Release
+// says. A held lock is safe either way: its loss is decided on the
+// holder's monotonic clock, not by the renewal call returning.
 //
 // The Store implements driver.Store, driver.Notifier (waiters are woken by
 // pub/sub), driver.Lister (the CLI and the dashboard list leases),

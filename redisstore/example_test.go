@@ -17,7 +17,7 @@ import (
 
 // One Redis node, shared by every replica of the service.
 func ExampleNew() {
-	client := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
+	client := redis.NewClient(&redis.Options{Addr: "localhost:6379", ContextTimeoutEnabled: true})
 	defer client.Close()
 	store, err := redisstore.New(client, nil)
 	if err != nil {

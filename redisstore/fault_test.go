@@ -286,3 +286,29 @@ func TestFaultSentinelFailover(t *testing.T) {
 		t.Fatalf("fence %d after %d across the failover", lb.Fence(), la.Fence())
 	}
 }
+
+// With the client built as the package documentation says
+// (ContextTimeoutEnabled), ctx bounds a call to a server that stopped
+// answering: TryObtain returns at its deadline, not at the client's
+// ReadTimeout (3s by default), which go-redis otherwise waits out.
+func TestFaultContextDeadlineBoundsCallToStoppedServer(t *testing.T) {
+	t.Parallel()
+	srv := testserver.StartRedis(t)
+	c := closeAtCleanup(t, redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true}))
+	lk := faulttest.NewLocker(t, newStore(t, c, nil), tasklock.Config{Owner: "a"})
+	if _, err := lk.TryObtain(ctxT(t), "warm", nil); err != nil {
+		t.Fatal(err)
+	}
+	srv.Stop(t)
+	defer srv.Cont(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := lk.TryObtain(ctx, "k", nil)
+	if took := time.Since(start); err == nil || took > 2*time.Second {
+		t.Fatalf("TryObtain on a stopped server with a 200ms deadline: %v after %v", err, took)
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("TryObtain on a stopped server: %v, want the deadline in the chain", err)
+	}
+}
