@@ -111,9 +111,12 @@ func runHolding(ctx context.Context, l *Lock, fn func(ctx context.Context) error
 		relCtx, relCancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 		defer relCancel()
 		relErr := l.Release(relCtx)
-		if lost != nil {
+		switch {
+		case lost != nil && errors.Is(fnErr, lost):
+			err = fnErr // fn returned its context's cause: the loss, once
+		case lost != nil:
 			err = errors.Join(fnErr, lost)
-		} else {
+		default:
 			err = errors.Join(fnErr, relErr)
 		}
 	}()

@@ -850,3 +850,18 @@ func TestWithLockAndOnceNameNilArguments(t *testing.T) {
 	}
 	_ = l.Release(ctx)
 }
+
+// A fn that returns its context's cause, the loss, gets it back once, not
+// joined with itself: "max hold reached\nmax hold reached" reads as two
+// failures in a log.
+func TestWithLockDoesNotRepeatTheLoss(t *testing.T) {
+	lk := newTestLocker(t, memstore.New(nil))
+	opts := &ObtainOptions{MaxHold: 50 * time.Millisecond}
+	err := WithLock(context.Background(), lk, "k", opts, func(ctx context.Context) error {
+		<-ctx.Done()
+		return context.Cause(ctx)
+	})
+	if !errors.Is(err, ErrMaxHold) || err.Error() != ErrMaxHold.Error() {
+		t.Fatalf("WithLock = %q, want %q once", err, ErrMaxHold)
+	}
+}
