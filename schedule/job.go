@@ -147,10 +147,10 @@ type Job struct {
 	//     MaxHold. Zero: none.
 	//
 	// The scheduler sets the other fields itself, and Add rejects a job
-	// that sets them: Owner is Config.Node; Wait is zero (a tick that
-	// finds the lock held is skipped, not waited for); NoRenew and
-	// ProgressTimeout are unset (the lock is renewed while the run lasts,
-	// and a handler has no Heartbeat to call).
+	// that sets them: Owner is Config.Node; Wait is zero and Fair unset (a
+	// tick that finds the lock held is skipped, not waited or queued for);
+	// NoRenew and ProgressTimeout are unset (the lock is renewed while the
+	// run lasts, and a handler has no Heartbeat to call).
 	Lock tasklock.ObtainOptions
 
 	// Shards splits each tick into this many shard-runs, 0 to Shards-1,
@@ -442,6 +442,9 @@ func validateLock(job string, o tasklock.ObtainOptions) error {
 		return badJob(job, "Job.Lock.NoRenew", set+": the lock is renewed while the run lasts", nil)
 	case o.ProgressTimeout != 0:
 		return badJob(job, "Job.Lock.ProgressTimeout", "not supported: a handler has no Heartbeat to call", nil)
+	case o.Fair:
+		// A permit (MaxConcurrent, Pool) refuses it at every run.
+		return badJob(job, "Job.Lock.Fair", set+": a tick that finds the lock held is skipped, not queued for", nil)
 	}
 	err := o.Validate()
 	var oe *tasklock.OptionError

@@ -916,6 +916,8 @@ func TestAddValidates(t *testing.T) {
 		{func(j *Job) { j.Lock.Wait = time.Second }, "Job.Lock.Wait", "set by the scheduler"},
 		{func(j *Job) { j.Lock.NoRenew = true }, "Job.Lock.NoRenew", "set by the scheduler"},
 		{func(j *Job) { j.Lock.ProgressTimeout = time.Second }, "Job.Lock.ProgressTimeout", "Heartbeat"},
+		{func(j *Job) { j.Lock.Fair = true }, "Job.Lock.Fair", "set by the scheduler"},
+		{func(j *Job) { j.Lock.Fair, j.MaxConcurrent = true, 2 }, "Job.Lock.Fair", "set by the scheduler"},
 	}
 	for _, tc := range cases {
 		j := ok
