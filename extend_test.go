@@ -213,4 +213,8 @@ func TestExtendLostLease(t *testing.T) {
 	if err := l.Err(); !errors.Is(err, ErrLockLost) {
 		t.Errorf("Err = %v, want ErrLockLost", err)
 	}
+	// Release says why the lock had ended, as Extend does.
+	if err := l.Release(context.Background()); !errors.Is(err, ErrNotHeld) || !errors.Is(err, ErrLockLost) {
+		t.Errorf("Release after the loss = %v, want ErrNotHeld with the cause ErrLockLost", err)
+	}
 }

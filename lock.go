@@ -179,8 +179,9 @@ func (l *Lock) answer(ctx context.Context, answer <-chan error) error {
 // Release gives the lock up: renewal stops, Done closes with ErrReleased,
 // and the lease is deleted at the store — or, with MinHold, shortened to end
 // at acquisition + MinHold. It returns an error matching ErrNotHeld when the
-// store no longer had the lease (it expired or was lost before), and nil when
-// called again after a successful Release. It never touches another owner's
+// store no longer had the lease (it expired or was lost before; the error
+// then also matches why the lock ended, as Err does), and nil when called
+// again after a successful Release. It never touches another owner's
 // lease.
 //
 // Releasing a nested handle (see Locker.Obtain) makes no store call: its
@@ -204,6 +205,10 @@ func (l *Lock) Release(ctx context.Context) error {
 	}
 	err := lk.door.release(ctx, driver.ReleaseParams{Key: l.key, Token: l.token, KeepFor: keep, Mode: l.mode})
 	if err != nil {
+		if cause := lk.eng.cause(l); !endsHere && cause != nil && !errors.Is(cause, ErrReleased) {
+			// It had ended (lost, MaxHold, ...): say why, as Extend does.
+			err = fmt.Errorf("%w; the lock had ended: %w", err, cause)
+		}
 		err = fmt.Errorf("tasklock: release %q: %w", l.key, err)
 		if endsHere {
 			lk.emit(Event{Type: EventReleased, Key: l.key, Owner: l.owner, Mode: l.mode, Fence: l.fence, Err: err})
