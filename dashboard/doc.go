@@ -138,8 +138,9 @@
 // (a semaphore) — with the run's fence, the lease on that key now (any
 // holder: a later run's, or none), and the events its record shows: taken
 // at the start with the fence, then released, lost (the error says how) or
-// expired (the node stopped and its lease ran out: interrupted), or held
-// while it runs. The store keeps no log of a lock's events; these are
+// expired (the node stopped: interrupted; with no time, as the lock
+// expires lock_ttl after the node's last renewal, which no record shows,
+// not when the run was found interrupted), or held while it runs. The store keeps no log of a lock's events; these are
 // derived from the run record.
 //
 // A job is "running" while its lock (KeyPrefix + name) is held: "running"

@@ -224,8 +224,11 @@ func lockEvents(rec ledger.RunRecord) []lockEvent {
 	case ledger.RunLost:
 		out = append(out, lockEvent{At: end, Event: "lost", Node: rec.Node, Fence: rec.Fence, Note: lostNote(rec.Error)})
 	case ledger.RunInterrupted:
-		out = append(out, lockEvent{At: end, Event: "expired", Node: rec.Node, Fence: rec.Fence,
-			Note: "the node stopped before recording the outcome; its lease ran out"})
+		// Not at end: that is when another node noticed the node had
+		// stopped; the lock expires lock_ttl after the node's last
+		// renewal, which no record shows (Held says if it still holds).
+		out = append(out, lockEvent{Event: "expired", Node: rec.Node, Fence: rec.Fence,
+			Note: "the node stopped before recording the outcome; the lock expires lock_ttl after the node's last renewal"})
 	default:
 		out = append(out, lockEvent{At: end, Event: "released", Node: rec.Node, Fence: rec.Fence})
 	}

@@ -110,6 +110,21 @@ func TestRunEndpoint(t *testing.T) {
 		if code != 200 || got.Run.Status != "running" || got.Duration != nil || len(got.Lock.Events) != 2 || got.Lock.Events[1].Event != "held" {
 			t.Fatalf("running run: %d %s", code, body)
 		}
+		// An interrupted run: its end is when another node noticed its
+		// node had stopped, not when its lock went; the lock expires
+		// lock_ttl after the dead node's last renewal, which no record
+		// shows, so the event has no time.
+		itick := tick.Add(20 * time.Second)
+		if err := st.RecordRuns(context.Background(), []ledger.RunRecord{{Job: "a", Tick: itick, Attempt: 1, Node: "n3", Fence: 13,
+			Start: itick, End: itick.Add(9 * time.Second), Status: ledger.RunInterrupted, Error: "schedule: run interrupted"}}); err != nil {
+			t.Fatal(err)
+		}
+		code, body, _ = call(t, nil, "GET", srv.URL+"/api/run?job=a&attempt=1&tick="+itick.Format(time.RFC3339), nil, "")
+		got = runJSON{}
+		decode(t, body, &got)
+		if code != 200 || got.Run.Status != "interrupted" || len(got.Lock.Events) != 2 || got.Lock.Events[1].Event != "expired" || got.Lock.Events[1].At != nil {
+			t.Fatalf("interrupted run: %d %s, want its lock expired at no given time", code, body)
+		}
 		for q, want := range map[string]int{
 			"id=nope":               400,
 			"job=a":                 400,
