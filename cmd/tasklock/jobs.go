@@ -53,7 +53,8 @@ the pause and trigger-now state every node of "tasklock serve" obeys
            --since D shows ticks of the last D (e.g. 24h); --limit N caps
            the rows (default 50). A run whose node was killed shows as
            running until another node notices (within the node's lease,
-           10s), then as interrupted
+           10s), then as interrupted, its duration ≤ the time until then
+           (the command ran for an unknown part of it)
   trigger  ask for one run of JOB now, on one node; prints the request ID.
            --note TEXT (at most 1000 bytes) is kept in the audit entry
   cancel   stop JOB's run of TICK in progress (the tick as history shows
@@ -408,6 +409,9 @@ func jobsHistory(ctx context.Context, l ledger.Ledger, q ledger.RunQuery, asJSON
 		dur := "-"
 		if r.Start != nil && r.End != nil {
 			dur = r.End.Sub(*r.Start).Round(time.Millisecond).String()
+			if r.Status == string(ledger.RunInterrupted) {
+				dur = "≤" + dur // its end is when another node noticed
+			}
 		}
 		shard, tickStatus := "-", "-"
 		if r.Shards > 1 {

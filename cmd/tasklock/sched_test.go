@@ -329,6 +329,12 @@ func TestServeKilledNodeRunIsInterrupted(t *testing.T) {
 	if r.Node != victim || !strings.Contains(r.Error, victim) || !strings.Contains(r.Error, survivor) || r.End == nil || r.End.Before(killedAt) {
 		t.Errorf("interrupted record %+v", r)
 	}
+	// Its end is when the survivor noticed, not when the command stopped:
+	// the table gives the duration as a bound.
+	if code, out, errOut := tl.Run(t, nil, "jobs", "history", "--job", "sleeper", "--status", "interrupted", "--store", url); code != 0 ||
+		!regexp.MustCompile(`interrupted +- +≤\d`).MatchString(out) {
+		t.Errorf("jobs history: exit %d\n%s%s\nwant the interrupted run's duration as ≤ its end − start", code, out, errOut)
+	}
 	procs[survivor].WaitStderr(`"msg":"run interrupted`, 10*time.Second)
 	for _, rec := range jsonLines(t, procs[survivor].Stderr()) {
 		if m, _ := rec["msg"].(string); strings.HasPrefix(m, "run interrupted") && rec["level"] != "WARN" {
