@@ -246,8 +246,19 @@ async function jobsPage() {
       el("button", { id: "jobs-next", type: "button", disabled: !data.next, onclick: () => { state.jobsAfter.push(data.next); render(); } }, "Next"))];
 }
 
+// runDur is a run's duration as a table shows it: "—" until it ends; for
+// an interrupted run "≤ " end − start, as its end is when another node
+// noticed its node had stopped, and its command ran for an unknown part
+// of that.
+function runDur(r) {
+  if (!r.start || !r.end) return "—";
+  const d = fmtMS(new Date(r.end) - new Date(r.start));
+  if (r.status !== "interrupted") return d;
+  return el("span", { class: "dur-bound", title: "its node stopped mid-run: this is until another node noticed; the command ran for an unknown part of it" }, "≤ " + d);
+}
+
 function runRow(r) {
-  const dur = r.start && r.end ? fmtMS(new Date(r.end) - new Date(r.start)) : "—";
+  const dur = runDur(r);
   const detail = [];
   if (r.error) detail.push(el("div", { class: "run-error" }, r.error));
   if (r.output) detail.push(el("pre", { class: "run-output" }, (r.output_truncated ? "…" : "") + r.output));
@@ -371,7 +382,8 @@ function jobCharts(runs) {
     sec.append(el("p", { class: "muted chart-placeholder" }, "Duration and lateness charts need chart.js."));
     return sec;
   }
-  const dur = done.map((r) => [r.tick, r.end ? new Date(r.end) - new Date(r.start) : null]);
+  // An interrupted run's end − start is no duration (runDur): left out.
+  const dur = done.map((r) => [r.tick, r.end && r.status !== "interrupted" ? new Date(r.end) - new Date(r.start) : null]);
   const late = done.map((r) => [r.tick, new Date(r.start) - new Date(r.tick)]);
   sec.append(
     el("div", { class: "chart-box", id: "job-duration-chart" }, lineChart([{ name: "duration", points: dur }], { label: "duration of the last runs", fmt: fmtMS, height: 150 })),

@@ -27,9 +27,12 @@ async function runPage(id) {
   row("node", "Node", r.node || "—");
   row("fence", "Fence", String(r.fence));
   row("start", "Started", timeEl(r.start), r.start ? el("span", { class: "muted" }, " " + fmtTime(r.start)) : null);
-  row("end", "Ended", timeEl(r.end), r.end ? el("span", { class: "muted" }, " " + fmtTime(r.end)) : null);
+  const interrupted = r.status === "interrupted";
+  row("end", interrupted ? "Found interrupted" : "Ended", timeEl(r.end), r.end ? el("span", { class: "muted" }, " " + fmtTime(r.end)) : null);
   row("lateness", "Lateness", data.lateness_ms === null ? "—" : fmtMS(data.lateness_ms), el("span", { class: "muted" }, " (start − tick)"));
-  row("duration", "Duration", data.duration_ms === null ? (r.status === "running" ? "running" : "—") : fmtMS(data.duration_ms));
+  row("duration", "Duration", data.duration_ms === null ? (r.status === "running" ? "running" : "—")
+    : interrupted ? ["≤ " + fmtMS(data.duration_ms), el("span", { class: "muted" }, " (its node stopped mid-run; this is until another node noticed, and the command ran for an unknown part of it)")]
+      : fmtMS(data.duration_ms));
   if (r.error) row("error", "Error", el("pre", { class: "run-error", id: "run-error" }, r.error));
 
   const out = r.output || "";
@@ -49,7 +52,7 @@ async function runPage(id) {
     el("td", {}, a.node || "—"),
     el("td", { class: "num" }, String(a.fence)),
     el("td", {}, timeEl(a.start)),
-    el("td", { class: "num" }, a.start && a.end ? fmtMS(new Date(a.end) - new Date(a.start)) : "—"),
+    el("td", { class: "num" }, runDur(a)),
     el("td", {}, a.error ? el("span", { class: "run-error" }, a.error) : "—")));
 
   const lk = data.lock;
