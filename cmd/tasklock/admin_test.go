@@ -140,8 +140,8 @@ func TestJobsCommands(t *testing.T) {
 	if code, out, _ = tl.Run(t, nil, "jobs", "list", "--store", url); code != exitOK || !strings.Contains(out, "paused") || !strings.Contains(out, "web-2") {
 		t.Fatalf("jobs list = %d\n%s", code, out)
 	}
-	if row := strings.Fields(lineWith(out, "sync ")); len(row) != 7 || row[4] != "skipped" {
-		t.Fatalf("jobs list: sync's row %q, want LAST_STATUS skipped (its tick's status)\n%s", row, out)
+	if row := strings.Fields(lineWith(out, "sync ")); len(row) != 7 || row[4] != "skipped" || row[5] != "-" || row[6] != "-" {
+		t.Fatalf("jobs list: sync's row %q, want LAST_STATUS skipped (its tick's status), no one shard's NODE and FENCE\n%s", row, out)
 	}
 
 	code, out, errOut = tl.Run(t, nil, "jobs", "history", "--job", "report", "--store", url)

@@ -43,7 +43,8 @@ the pause and trigger-now state every node of "tasklock serve" obeys
            one with history or a stored state): its state (ok, paused, or
            broken: its schedule gives no next tick), pending trigger
            requests, and its latest run (tick, status, node, fence; for
-           a sharded job the tick's overall status, as history gives it)
+           a sharded job the tick's overall status, as history gives it,
+           and no node or fence: history has each shard's)
   history  run records, newest first: tick, job, shard (k/N for a job with
            shards:, one row per shard), attempt, node, fence, status, the
            tick's overall status (sharded jobs: ok when every shard is ok,
@@ -343,6 +344,7 @@ func jobsList(ctx context.Context, l ledger.Ledger, asJSON bool, w io.Writer) er
 			tick, st, node, fence = r.Tick.Format(time.RFC3339), r.Status, r.Node, fmt.Sprint(r.Fence)
 			if r.TickStatus != "" { // a sharded job: the tick's status, not one shard's
 				st = r.TickStatus
+				node, fence = "-", "-" // its shards ran on several nodes: see history
 			}
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", redact.Printable(j.Job), state, len(j.Triggers), tick, st, redact.Printable(node), fence)
