@@ -100,7 +100,7 @@ func TestJobsCommands(t *testing.T) {
 		{Job: "cleanup", Tick: tick, Attempt: 1, Node: "web-1", Fence: 3, Start: start, End: start.Add(time.Second), Status: ledger.RunOK},
 		// A sharded tick whose shard 2 was skipped: the tick is skipped,
 		// whichever shard's record is the newest.
-		{Job: "sync", Tick: tick, Shard: 2, Shards: 3, Attempt: 1, Node: "web-2", Fence: 4, Start: start, End: start, Status: ledger.RunSkipped, Error: "the previous run still holds the lock"},
+		{Job: "sync", Tick: tick, Shard: 2, Shards: 3, Attempt: 1, Node: "web-2", Start: start, End: start, Status: ledger.RunSkipped, Error: "the previous run still holds the lock"},
 		{Job: "sync", Tick: tick, Shard: 1, Shards: 3, Attempt: 1, Node: "web-2", Fence: 5, Start: start, End: start.Add(time.Second), Status: ledger.RunOK},
 		{Job: "sync", Tick: tick, Shard: 0, Shards: 3, Attempt: 1, Node: "web-1", Fence: 6, Start: start.Add(time.Second), End: start.Add(2 * time.Second), Status: ledger.RunOK},
 	})
@@ -152,6 +152,11 @@ func TestJobsCommands(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if code != exitOK || len(lines) != 3 || !strings.Contains(lines[1], "failed") || !strings.Contains(lines[1], "exit status 3") || !strings.Contains(lines[2], "1.5s") {
 		t.Fatalf("jobs history --job report = %d (want a header and 2 rows, newest first)\n%s%s", code, out, errOut)
+	}
+	// A skipped run took no lock: no fence, not "0".
+	code, out, _ = tl.Run(t, nil, "jobs", "history", "--job", "sync", "--status", "skipped", "--store", url)
+	if row := strings.Fields(lineWith(out, "2030-01-01T02:30:00Z  sync ")); code != exitOK || len(row) < 7 || row[5] != "-" || row[6] != "skipped" {
+		t.Fatalf("jobs history: sync's skipped shard %q, want FENCE -\n%s", row, out)
 	}
 	code, out, _ = tl.Run(t, nil, "jobs", "history", "--status", "ok", "--json", "--store", url)
 	var hist struct {

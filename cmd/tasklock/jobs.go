@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -341,7 +342,7 @@ func jobsList(ctx context.Context, l ledger.Ledger, asJSON bool, w io.Writer) er
 		state := j.State
 		tick, st, node, fence := "-", "-", "-", "-"
 		if r := j.LastRun; r != nil {
-			tick, st, node, fence = r.Tick.Format(time.RFC3339), r.Status, r.Node, fmt.Sprint(r.Fence)
+			tick, st, node, fence = r.Tick.Format(time.RFC3339), r.Status, r.Node, fenceText(r.Fence)
 			if r.TickStatus != "" { // a sharded job: the tick's status, not one shard's
 				st = r.TickStatus
 				node, fence = "-", "-" // its shards ran on several nodes: see history
@@ -423,7 +424,16 @@ func jobsHistory(ctx context.Context, l ledger.Ledger, q ledger.RunQuery, asJSON
 		if len(msg) > 60 {
 			msg = strings.ToValidUTF8(msg[:57], "") + "..."
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%s\t%s\t%s\t%s\n", tick, redact.Printable(r.Job), shard, r.Attempt, redact.Printable(r.Node), r.Fence, r.Status, tickStatus, dur, redact.Printable(msg))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", tick, redact.Printable(r.Job), shard, r.Attempt, redact.Printable(r.Node), fenceText(r.Fence), r.Status, tickStatus, dur, redact.Printable(msg))
 	}
 	return tw.Flush()
+}
+
+// fenceText is a run's fence in a table: "-" for 0, a run that took no
+// lock (skipped, missed).
+func fenceText(f uint64) string {
+	if f == 0 {
+		return "-"
+	}
+	return strconv.FormatUint(f, 10)
 }
