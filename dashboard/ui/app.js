@@ -272,7 +272,7 @@ function runRow(r) {
     el("td", { class: "run-tick-status" }, sharded && r.tick_status ? statusBadge(r.tick_status) : "—"),
     el("td", { class: "num" }, r.attempt),
     el("td", {}, r.node),
-    el("td", { class: "num" }, r.fence),
+    el("td", { class: "num" }, r.fence || "—"),
     el("td", { class: "num" }, dur),
     el("td", {}, detail.length ? detail : "—"),
     el("td", { class: "run-actions" }, typeof runActions === "function" ? runActions(r) : null));

@@ -25,7 +25,7 @@ async function runPage(id) {
   if (r.shards > 1) row("shard", "Shard", r.shard + " of " + r.shards);
   row("attempt", "Attempt", String(r.attempt));
   row("node", "Node", r.node || "—");
-  row("fence", "Fence", String(r.fence));
+  row("fence", "Fence", r.fence ? String(r.fence) : "—");
   row("start", "Started", timeEl(r.start), r.start ? el("span", { class: "muted" }, " " + fmtTime(r.start)) : null);
   const interrupted = r.status === "interrupted";
   row("end", interrupted ? "Found interrupted" : "Ended", timeEl(r.end), r.end ? el("span", { class: "muted" }, " " + fmtTime(r.end)) : null);
@@ -50,7 +50,7 @@ async function runPage(id) {
     el("td", { class: "num" }, a.attempt === r.attempt ? el("strong", {}, String(a.attempt)) : el("a", { class: "run-link", href: "#/run/" + encodeURIComponent(a.id) }, String(a.attempt))),
     el("td", {}, statusBadge(a.status)),
     el("td", {}, a.node || "—"),
-    el("td", { class: "num" }, String(a.fence)),
+    el("td", { class: "num" }, a.fence ? String(a.fence) : "—"),
     el("td", {}, timeEl(a.start)),
     el("td", { class: "num" }, runDur(a)),
     el("td", {}, a.error ? el("span", { class: "run-error" }, a.error) : "—")));
@@ -67,7 +67,7 @@ async function runPage(id) {
     : ["not held now"];
   const lock = el("section", { id: "run-lock", "data-key": lk.key, "data-fence": String(lk.fence) },
     el("h2", {}, "Lock"),
-    el("p", {}, el("code", {}, lk.key), lk.fence ? " · fence " + lk.fence : " · no lock taken (overlap: allow)", " · ", ...held),
+    el("p", {}, el("code", {}, lk.key), lk.fence ? " · fence " + lk.fence : r.start ? " · no lock taken (overlap: allow)" : " · no lock taken: the run did not start", " · ", ...held),
     events.length
       ? el("table", { id: "run-lock-events" },
         el("thead", {}, el("tr", {}, ["When", "Event", "Node", "Fence", ""].map((h) => el("th", {}, h)))),

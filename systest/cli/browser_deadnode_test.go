@@ -23,8 +23,11 @@ import (
 // page and its attempts give its duration as a bound ("≤ 9.6 s"), and the
 // job's duration chart leaves it out rather than draw a run twice the
 // job's usual length. Before: "9.6 s", as if it had run that long, for a
-// 5 s job whose node was SIGKILLed 1.8 s in.
-func TestDashboardInBrowserInterruptedRun(t *testing.T) {
+// 5 s job whose node was SIGKILLed 1.8 s in. The tick skipped because the
+// dead node's run still held the lock shows no fence (it took no lock),
+// and its page does not put that down to overlap: allow. Before: fence
+// "0", and "no lock taken (overlap: allow)" for an overlap: skip job.
+func TestDashboardInBrowserDeadNodeRuns(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts Chromium")
 	}
@@ -40,6 +43,10 @@ func TestDashboardInBrowserInterruptedRun(t *testing.T) {
 	recs = append(recs, ledger.RunRecord{Job: "long", Tick: tick, Attempt: 1, Node: "n3", Fence: 4,
 		Start: tick, End: tick.Add(9600 * time.Millisecond), Status: ledger.RunInterrupted,
 		Error: `schedule: run interrupted: node "n3" stopped before it recorded the outcome: its node lease ended (noticed by "n1")`})
+	// The next tick, skipped: the dead node's run still held the lock.
+	skipTick := tick.Add(10 * time.Second)
+	recs = append(recs, ledger.RunRecord{Job: "long", Tick: skipTick, Attempt: 1, Node: "n2", End: skipTick, Status: ledger.RunSkipped,
+		Error: `schedule: the previous run is still in progress: tasklock: not obtained: "schedule/long" is held by n3`})
 	if err := st.RecordRuns(context.Background(), recs); err != nil {
 		t.Fatal(err)
 	}
@@ -71,6 +78,26 @@ func TestDashboardInBrowserInterruptedRun(t *testing.T) {
 		chromedp.Evaluate(`document.querySelector('#run-attempts tr.attempt-row[data-status="interrupted"]').children[5].textContent`, &attemptDur),
 	); err != nil {
 		t.Fatalf("%v\nconsole errors: %q", err, errs())
+	}
+	// A skipped run took no lock: no fence, and not for overlap: allow.
+	var skipFence, skipRunFence, skipLock string
+	skipSel := `#runs-table tr.run-row[data-status="skipped"]`
+	if err := chromedp.Run(ctx,
+		chromedp.Navigate(srv.URL+"/#/job/long"),
+		waitFor(`!!document.querySelector('`+skipSel+`')`),
+		chromedp.Evaluate(`document.querySelector('`+skipSel+`').children[6].textContent`, &skipFence),
+		chromedp.Evaluate(`document.querySelector('`+skipSel+` a.run-link').click(); true`, &ok),
+		waitFor(`document.getElementById("run-page") && document.getElementById("run-page").dataset.status === "skipped"`),
+		chromedp.Evaluate(`document.querySelector('#run-summary tr[data-key="fence"] td').textContent`, &skipRunFence),
+		chromedp.Evaluate(`document.querySelector("#run-lock p").textContent`, &skipLock),
+	); err != nil {
+		t.Fatalf("%v\nconsole errors: %q", err, errs())
+	}
+	if skipFence != "—" || skipRunFence != "—" {
+		t.Errorf("a skipped run's fence: %q in the history, %q on its page; want —", skipFence, skipRunFence)
+	}
+	if strings.Contains(skipLock, "overlap") || !strings.Contains(skipLock, "did not start") {
+		t.Errorf("a skipped run's lock: %q, want it said the run did not start", skipLock)
 	}
 	if rowDur != "≤ 9.6 s" {
 		t.Errorf("the history's duration of the interrupted run: %q, want ≤ 9.6 s", rowDur)
