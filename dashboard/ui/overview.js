@@ -47,13 +47,25 @@ function byStatus(runs) {
   return keys.flatMap((k) => [el("span", { class: "status status-" + k, "data-status": k }, k + " " + runs[k]), " "]);
 }
 
+// nodesGone is the nodes card's detail: the nodes api/nodes lists as gone
+// (seen lately, their node lease ended), each with when it was last seen;
+// null when none is.
+function nodesGone(nodes) {
+  const gone = nodes ? nodes.nodes.filter((n) => !n.alive) : [];
+  if (!gone.length) return null;
+  const named = gone.slice(0, 3).flatMap((n, i) => [i ? ", " : "", n.node + " (last seen ", timeEl(n.last_seen), ")"]);
+  return [el("a", { href: "#/nodes", class: "state-broken" }, gone.length + " gone"), ": ", ...named, gone.length > 3 ? ", …" : ""];
+}
+
 async function overviewPage() {
-  const d = await api("api/overview?" + new URLSearchParams({ window: "24h", bucket: "1m" }));
+  const [d, nodes] = await Promise.all([
+    api("api/overview?" + new URLSearchParams({ window: "24h", bucket: "1m" })),
+    api("api/nodes").catch(() => null)]);
   overviewRendered = Date.now();
   const h = d.last_hour, day = d.last_day;
   const width = Math.max(320, (document.getElementById("main").clientWidth || 900) - 24);
   const cards = el("div", { id: "overview-cards", class: "cards" },
-    card("nodes", "Nodes alive", d.nodes ? d.nodes.alive : "—", d.nodes ? null : "the store cannot list its locks"),
+    card("nodes", "Nodes alive", d.nodes ? d.nodes.alive : "—", d.nodes ? nodesGone(nodes) : "the store cannot list its locks"),
     card("jobs", "Jobs", d.jobs.total, [d.jobs.active + " active · ", el("span", { class: d.jobs.paused ? "state-paused" : "" }, d.jobs.paused + " paused"), " · ",
       el("span", { class: d.jobs.broken ? "state-broken" : "" }, d.jobs.broken + " broken")]),
     card("runs-hour", "Runs, last hour", h.total, byStatus(h.runs)),

@@ -12,6 +12,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/tasklock/tasklock/dashboard"
+	"github.com/tasklock/tasklock/driver"
 	"github.com/tasklock/tasklock/internal/testserver"
 	"github.com/tasklock/tasklock/ledger"
 	"github.com/tasklock/tasklock/memstore"
@@ -25,8 +26,10 @@ import (
 // job's usual length. Before: "9.6 s", as if it had run that long, for a
 // 5 s job whose node was SIGKILLed 1.8 s in. The tick skipped because the
 // dead node's run still held the lock shows no fence (it took no lock),
-// and its page does not put that down to overlap: allow. Before: fence
-// "0", and "no lock taken (overlap: allow)" for an overlap: skip job.
+// and its page does not put that down to overlap: allow. The overview
+// names the gone nodes beside the count of those alive. Before: fence
+// "0", and "no lock taken (overlap: allow)" for an overlap: skip job; the
+// overview said "Nodes alive 2" and nothing of the third.
 func TestDashboardInBrowserDeadNodeRuns(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts Chromium")
@@ -48,6 +51,10 @@ func TestDashboardInBrowserDeadNodeRuns(t *testing.T) {
 	recs = append(recs, ledger.RunRecord{Job: "long", Tick: skipTick, Attempt: 1, Node: "n2", End: skipTick, Status: ledger.RunSkipped,
 		Error: `schedule: the previous run is still in progress: tasklock: not obtained: "schedule/long" is held by n3`})
 	if err := st.RecordRuns(context.Background(), recs); err != nil {
+		t.Fatal(err)
+	}
+	// n1 holds its node lease; n2 and n3 hold none: gone.
+	if _, err := st.Acquire(context.Background(), driver.AcquireParams{Key: "serve/node/n1", Token: "t", Owner: dashboard.NodeOwner("n1", "v1"), TTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	h, err := dashboard.New(dashboard.Options{Store: st, Node: "n1",
@@ -98,6 +105,19 @@ func TestDashboardInBrowserDeadNodeRuns(t *testing.T) {
 	}
 	if strings.Contains(skipLock, "overlap") || !strings.Contains(skipLock, "did not start") {
 		t.Errorf("a skipped run's lock: %q, want it said the run did not start", skipLock)
+	}
+	// The overview counts the nodes alive and names the gone ones.
+	var nodesFigure, nodesDetail string
+	if err := chromedp.Run(ctx,
+		chromedp.Navigate(srv.URL+"/#/overview"),
+		waitFor(`!!document.querySelector('#overview-cards .card[data-figure="nodes"] .card-detail')`),
+		chromedp.Evaluate(`document.querySelector('#overview-cards .card[data-figure="nodes"] .figure').textContent`, &nodesFigure),
+		chromedp.Evaluate(`document.querySelector('#overview-cards .card[data-figure="nodes"] .card-detail').textContent`, &nodesDetail),
+	); err != nil {
+		t.Fatalf("%v\nconsole errors: %q\noverview's nodes card: %q", err, errs(), nodesFigure)
+	}
+	if nodesFigure != "1" || !strings.Contains(nodesDetail, "2 gone") || !strings.Contains(nodesDetail, "n3") || !strings.Contains(nodesDetail, "last seen") {
+		t.Errorf("overview's nodes card: %q, detail %q; want 1 alive, n2 and n3 gone with when last seen", nodesFigure, nodesDetail)
 	}
 	if rowDur != "≤ 9.6 s" {
 		t.Errorf("the history's duration of the interrupted run: %q, want ≤ 9.6 s", rowDur)
