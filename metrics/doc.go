@@ -36,7 +36,7 @@
 // that claimed it; sum by (job) gives the fleet's):
 //
 //	tasklock_job_ticks_due_total{job}         ticks claimed to handle (not while paused)
-//	tasklock_job_ticks_started_total{job}     ticks whose first attempt started
+//	tasklock_job_ticks_started_total{job}     ticks whose first attempt here started (Event.First: a retaken shard-run's too)
 //	tasklock_job_ticks_succeeded_total{job}   ticks that ended ok (after retries)
 //	tasklock_job_ticks_skipped_total{job}     ticks not run: previous run in progress, no MaxConcurrent or pool permit, shutdown
 //	tasklock_ticks_missed_total{job}          (above) ticks the misfire policy passed over

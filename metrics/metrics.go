@@ -282,9 +282,14 @@ func (m *Metrics) ScheduleEvent(e schedule.Event) {
 	case schedule.EventClaimedElsewhere:
 		m.elsewhere.Inc()
 	case schedule.EventRunStarted:
+		if e.First {
+			// This node's first attempt at a tick it claimed: attempt 1,
+			// or the first after a stopped node's (a retake) or earlier
+			// runs' (a re-run), so started counts what due counted.
+			m.job(e.Job).started.Inc()
+		}
 		if e.Attempt == 1 {
 			js := m.job(e.Job)
-			js.started.Inc()
 			if e.Trigger == "" {
 				late := max(e.Late, 0).Seconds()
 				m.lateness.Observe(late)

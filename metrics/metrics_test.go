@@ -204,14 +204,22 @@ tasklock_tick_claims_total{result="claimed_elsewhere"} 2
 }
 
 // The per-job tick series: due, started, succeeded, skipped (and missed)
-// by tick, lateness by job, and the last success's end.
+// by tick, lateness by job, and the last success's end. A shard-run taken
+// over from a stopped node counts started as it counts due and succeeded
+// (its first attempt here, Event.First, is attempt 2). Before: due and
+// succeeded but not started, so a node's succeeded could pass its started.
 func TestJobTickMetrics(t *testing.T) {
 	m, reg := newMetrics(t)
 	tick := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	ev := func(ty schedule.EventType, job string, attempt int, trigger string, late, d time.Duration, st ledger.RunStatus) schedule.Event {
-		return schedule.Event{Type: ty, Job: job, Tick: tick, Trigger: trigger, Attempt: attempt, Late: late,
-			Start: tick.Add(late), Duration: d, Status: st}
+		return schedule.Event{Type: ty, Job: job, Tick: tick, Trigger: trigger, Attempt: attempt, First: ty == schedule.EventRunStarted && attempt == 1,
+			Late: late, Start: tick.Add(late), Duration: d, Status: st}
 	}
+	// A shard-run taken over from a stopped node: its first attempt here
+	// is attempt 2, started on this node, late by the takeover's wait
+	// (not the tick's lateness: it started on time on the stopped node).
+	retake := ev(schedule.EventRunStarted, "c", 2, "", 12*time.Second, 0, "")
+	retake.First = true
 	for _, e := range []schedule.Event{
 		ev(schedule.EventClaimed, "a", 0, "", 0, 0, ""),
 		ev(schedule.EventRunStarted, "a", 1, "", 2*time.Second, 0, ""), // waited for a pool permit
@@ -229,6 +237,9 @@ func TestJobTickMetrics(t *testing.T) {
 		ev(schedule.EventMissed, "b", 0, "", time.Hour, 0, ledger.RunMissed),
 		ev(schedule.EventRunStarted, "b", 1, "", time.Hour, 0, ""),
 		ev(schedule.EventRunEnded, "b", 1, "", time.Hour, time.Second, ledger.RunLost),
+		ev(schedule.EventClaimed, "c", 0, "", 12*time.Second, 0, ""),
+		retake,
+		ev(schedule.EventRunEnded, "c", 2, "", 12*time.Second, time.Second, ledger.RunOK),
 	} {
 		m.ScheduleEvent(e)
 	}
@@ -237,25 +248,31 @@ func TestJobTickMetrics(t *testing.T) {
 # TYPE tasklock_job_ticks_due_total counter
 tasklock_job_ticks_due_total{job="a"} 3
 tasklock_job_ticks_due_total{job="b"} 2
+tasklock_job_ticks_due_total{job="c"} 1
 # HELP tasklock_job_ticks_started_total Ticks and trigger-now requests of the job whose first attempt started on this node.
 # TYPE tasklock_job_ticks_started_total counter
 tasklock_job_ticks_started_total{job="a"} 2
 tasklock_job_ticks_started_total{job="b"} 1
+tasklock_job_ticks_started_total{job="c"} 1
 # HELP tasklock_job_ticks_succeeded_total Ticks and trigger-now requests of the job that ended ok on this node (after retries, if any).
 # TYPE tasklock_job_ticks_succeeded_total counter
 tasklock_job_ticks_succeeded_total{job="a"} 2
 tasklock_job_ticks_succeeded_total{job="b"} 0
+tasklock_job_ticks_succeeded_total{job="c"} 1
 # HELP tasklock_job_ticks_skipped_total Ticks of the job this node claimed and did not run: the previous run was in progress, a MaxConcurrent or pool permit was not free, or the node shut down.
 # TYPE tasklock_job_ticks_skipped_total counter
 tasklock_job_ticks_skipped_total{job="a"} 1
 tasklock_job_ticks_skipped_total{job="b"} 0
+tasklock_job_ticks_skipped_total{job="c"} 0
 # HELP tasklock_ticks_missed_total Ticks that came while no node ran the job and that the misfire policy passed over, by job.
 # TYPE tasklock_ticks_missed_total counter
 tasklock_ticks_missed_total{job="a"} 0
 tasklock_ticks_missed_total{job="b"} 1
+tasklock_ticks_missed_total{job="c"} 0
 # HELP tasklock_job_last_success_timestamp_seconds When the job's last run that ended ok on this node ended, in Unix seconds; max by (job) is the fleet's.
 # TYPE tasklock_job_last_success_timestamp_seconds gauge
 tasklock_job_last_success_timestamp_seconds{job="a"} ` + fmt.Sprint(tick.Add(8*time.Second).Unix()) + `
+tasklock_job_last_success_timestamp_seconds{job="c"} ` + fmt.Sprint(tick.Add(13*time.Second).Unix()) + `
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
 		"tasklock_job_ticks_due_total", "tasklock_job_ticks_started_total", "tasklock_job_ticks_succeeded_total",
@@ -264,6 +281,9 @@ tasklock_job_last_success_timestamp_seconds{job="a"} ` + fmt.Sprint(tick.Add(8*t
 	}
 	if n, sum := value(t, reg, `tasklock_job_late_seconds_count{job="a"}`), value(t, reg, `tasklock_job_late_seconds_sum{job="a"}`); n != 1 || sum != 2 {
 		t.Errorf("late of a: count %v sum %v, want 1 (the first attempt of the scheduled tick) and 2", n, sum)
+	}
+	if n := value(t, reg, `tasklock_job_late_seconds_count{job="c"}`); n != 0 {
+		t.Errorf("late of c: count %v, want 0 (a retake is not the tick's first attempt)", n)
 	}
 	if n := value(t, reg, `tasklock_job_late_seconds_bucket{job="a",le="1"}`); n != 0 {
 		t.Errorf("late of a: %v in le=1, want 0", n)

@@ -60,6 +60,11 @@ type Event struct {
 	CatchUp bool      // the tick was missed and runs late by the misfire policy
 	Attempt int       // EventRunStarted, EventRunEnded: 1 for the first attempt
 	Fence   uint64    // EventRunStarted, EventRunEnded: the job lock's fence; 0 with OverlapAllow
+	// First marks the EventRunStarted of this node's first attempt at a
+	// tick it claimed: Attempt 1, or, for a shard-run taken over from a
+	// stopped node or a re-run of a past tick, the first attempt after
+	// those already recorded. Each EventClaimed that runs has one.
+	First bool
 	// Late is how late the tick was handled: for EventClaimed and
 	// EventMissed the time of the claim − Tick, for EventRunStarted and
 	// EventRunEnded Start − Tick (retries start later by their backoff).
@@ -87,6 +92,13 @@ func (s *Scheduler) emit(e Event) {
 // (EventSkipped, EventMissed).
 func recordEvent(t EventType, r *ledger.RunRecord, late time.Duration) Event {
 	return Event{Type: t, Job: r.Job, Tick: r.Tick, Trigger: r.Trigger, Shard: r.Shard, Shards: r.Shards, Late: late, Status: r.Status, Error: r.Error}
+}
+
+// startEvent is the EventRunStarted of rec, an attempt at w.
+func (w work) startEvent(rec *ledger.RunRecord) Event {
+	e := runEvent(EventRunStarted, rec, w.catchUp)
+	e.First = rec.Attempt == w.first
+	return e
 }
 
 // runEvent is the event of an attempt's history record (EventRunStarted

@@ -51,6 +51,9 @@ type cluster struct {
 	// preferred node only. Off, as by default, every node claims every
 	// tick at the tick, although the ledger keeps marks.
 	marks bool
+	// onEvent is the Config.OnEvent of the nodes node starts, unless
+	// their Config has one.
+	onEvent func(Event)
 }
 
 type node struct {
@@ -80,6 +83,9 @@ func (c *cluster) node(name string, skew time.Duration, cfg *Config) *node {
 	}
 	conf.Node = name
 	conf.PreferredNodes = c.marks
+	if conf.OnEvent == nil {
+		conf.OnEvent = c.onEvent
+	}
 	conf.Clock = &skewClock{c.clock, skew}
 	if conf.Logger == nil {
 		conf.Logger = discardLogger()

@@ -156,7 +156,7 @@ func (s *Scheduler) takeLimits(tickCtx context.Context, cancel context.CancelCau
 		now := s.clock.Now()
 		rec := s.notRun(j, w, ledger.RunFailed, "schedule: taking "+what+": "+err.Error())
 		rec.Attempt, rec.Start, rec.End = attempt, now, now
-		s.emit(runEvent(EventRunStarted, &rec, w.catchUp))
+		s.emit(w.startEvent(&rec))
 		return rec, ""
 	}
 	if j.MaxConcurrent > 0 && h.running == nil {

@@ -108,6 +108,7 @@ func (s *Scheduler) runTick(j *job, w work) {
 	default:
 		s.requestTaken(j, w)
 	}
+	w.first = attempt
 	pendingAt := 0 // the attempt whose pending record is written
 	ahead := func() {
 		if pendingAt != attempt {
@@ -212,7 +213,7 @@ func (s *Scheduler) runTick(j *job, w work) {
 				now := s.clock.Now()
 				rec = s.notRun(j, w, ledger.RunFailed, "schedule: taking the job's lock: "+err.Error())
 				rec.Attempt, rec.Start, rec.End = attempt, now, now
-				s.emit(runEvent(EventRunStarted, &rec, w.catchUp))
+				s.emit(w.startEvent(&rec))
 			default:
 				lock = l
 				defer cancelOnLoss(l, tickCancel)()
@@ -286,7 +287,7 @@ func (s *Scheduler) attempt(parent context.Context, j *job, w work, n int, lock 
 	}
 	s.emit(Event{
 		Type: EventRunStarted, Job: j.Name, Tick: run.Tick, Trigger: w.trigger, Shard: w.shard, Shards: w.shards, CatchUp: w.catchUp,
-		Attempt: n, Fence: fence, Start: start, Late: start.Sub(run.Tick),
+		Attempt: n, First: n == w.first, Fence: fence, Start: start, Late: start.Sub(run.Tick),
 	})
 	// The running record, before the handler starts: if this node dies
 	// now, another one finds it and settles it as interrupted (sweep.go).

@@ -966,6 +966,11 @@ type work struct {
 	shards   int  // the job's shard count; 0 when not sharded
 	attempts int  // attempts recorded before this run: a retake goes on from them
 	retake   bool // taken over from a stopped node: wait for its shard lock to expire
+
+	// first is the number of this node's first attempt at the work, set
+	// by runTick: 1, or the first after those a stopped node or an earlier
+	// run made (a retake, a re-run). Event.First marks its start.
+	first int
 }
 
 // batch is what one pass claims.

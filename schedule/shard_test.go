@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -270,10 +271,24 @@ func (c *cluster) killableNodes(t *testing.T, j Job, log *shardLog, logged func(
 
 // TestShardsTakeover: a node stops mid-tick without releasing its node
 // lease or its shard locks; once they expire the other nodes take its
-// shards over, and no shard completes twice.
+// shards over, and no shard completes twice. Each shard-run a node claims,
+// retakes included, has one EventRunStarted marked First, so that a
+// node's metrics count it started as they count it due.
 func TestShardsTakeover(t *testing.T) {
 	c := newCluster(t)
 	c.clock.Advance(time.Minute) // past the tick at t0: the jobs' first tick is t0+1h
+	var evMu sync.Mutex
+	claimed, first := map[string]int{}, map[string]int{}
+	c.onEvent = func(e Event) {
+		evMu.Lock()
+		defer evMu.Unlock()
+		switch {
+		case e.Type == EventClaimed && !e.Paused:
+			claimed[e.Node]++
+		case e.Type == EventRunStarted && e.First:
+			first[e.Node]++
+		}
+	}
 	log := newShardLog()
 	ka := c.killableNodes(t, Job{Name: "take", Schedule: "@every 1h", Shards: 8}, log, func(Run) bool { return true })
 	c.advance(59 * time.Minute)
@@ -304,6 +319,11 @@ func TestShardsTakeover(t *testing.T) {
 			t.Errorf("a's record %+v, want interrupted", r)
 		}
 	}
+	evMu.Lock()
+	if claimed["b"]+claimed["c"] != 8 || !maps.Equal(claimed, first) {
+		t.Errorf("b and c claimed %v shard-runs, and started %v first attempts; want the same, 8 in all", claimed, first)
+	}
+	evMu.Unlock()
 	// The retake claims are on the chain's key.
 	res, err := c.ledger.Claim(context.Background(), []ledger.ClaimParams{{Job: "take", Tick: t0.Add(time.Hour), Trigger: "~a", Shard: 0, Node: "x", Token: "x", Retain: time.Hour}})
 	if err != nil {
