@@ -119,6 +119,15 @@ func TestDashboardInBrowserDeadNodeRuns(t *testing.T) {
 	if nodesFigure != "1" || !strings.Contains(nodesDetail, "2 gone") || !strings.Contains(nodesDetail, "n3") || !strings.Contains(nodesDetail, "last seen") {
 		t.Errorf("overview's nodes card: %q, detail %q; want 1 alive, n2 and n3 gone with when last seen", nodesFigure, nodesDetail)
 	}
+	// The interrupted badge's dashes stay off its text (they struck
+	// through it, drawn 3px inside a badge of 11px text on the overview).
+	var offset float64
+	if err := chromedp.Run(ctx, chromedp.Evaluate(`parseFloat(getComputedStyle(document.querySelector('#overview-cards .status-interrupted')).outlineOffset)`, &offset)); err != nil {
+		t.Fatalf("%v\nconsole errors: %q", err, errs())
+	}
+	if offset < 0 {
+		t.Errorf("the interrupted badge's outline is drawn %vpx inside it, over its text", -offset)
+	}
 	if rowDur != "≤ 9.6 s" {
 		t.Errorf("the history's duration of the interrupted run: %q, want ≤ 9.6 s", rowDur)
 	}
