@@ -140,8 +140,9 @@
 // at the start with the fence, then released, lost (the error says how) or
 // expired (the node stopped: interrupted; with no time, as the lock
 // expires lock_ttl after the node's last renewal, which no record shows,
-// not when the run was found interrupted), or held while it runs. The store keeps no log of a lock's events; these are
-// derived from the run record.
+// not when the run was found interrupted), or held while it runs. The
+// store keeps no log of a lock's events; these are derived from the run
+// record.
 //
 // A job is "running" while its lock (KeyPrefix + name) is held: "running"
 // names the holder (its owner name is the node) and the fence. "held_for_ms"
