@@ -115,10 +115,13 @@ func subNames(subs map[string]int) string {
 	return s
 }
 
-// adminRun parses, opens the store and calls fn; it maps usage errors to
-// exit 64 and store failures to exit 69, and never prints a password.
+// adminRun parses, calls check (when set) with what needs no store, opens
+// the store and calls fn; it maps usage errors to exit 64 and store
+// failures to exit 69, and never prints a password. A usage error check
+// finds is 64 whether the store answers or not, and comes before
+// anything opens (or creates) the store.
 func adminRun(cmd, usage string, args []string, stdout, stderr io.Writer, subs map[string]int,
-	extra func(fs *flag.FlagSet), fn func(ctx context.Context, a *adminArgs, store driver.Store) error) int {
+	extra func(fs *flag.FlagSet), check func(a *adminArgs) error, fn func(ctx context.Context, a *adminArgs, store driver.Store) error) int {
 	a, err := parseAdmin(cmd, args, os.Getenv, subs, extra)
 	if errors.Is(err, flag.ErrHelp) {
 		fmt.Fprint(stdout, usage)
@@ -127,6 +130,11 @@ func adminRun(cmd, usage string, args []string, stdout, stderr io.Writer, subs m
 	if err != nil {
 		fmt.Fprintf(stderr, "tasklock %s: %v\nRun 'tasklock help %s' for usage.\n", cmd, err, cmd)
 		return exitUsage
+	}
+	if check != nil {
+		if err := check(a); err != nil {
+			return adminExit(cmd, a.sub, err, stderr)
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), a.timeout)
 	defer cancel()
@@ -138,19 +146,22 @@ func adminRun(cmd, usage string, args []string, stdout, stderr io.Writer, subs m
 		return openExit(err)
 	}
 	defer closeFn()
-	err = fn(ctx, a, store)
+	return adminExit(cmd, a.sub, fn(ctx, a, store), stderr)
+}
+
+// adminExit prints err, if any, and returns the exit status it means.
+func adminExit(cmd, sub string, err error, stderr io.Writer) int {
+	if err == nil {
+		return exitOK
+	}
+	fmt.Fprintf(stderr, "tasklock %s %s: %v\n", cmd, sub, err)
 	var ue *usageError
 	switch {
-	case err == nil:
-		return exitOK
 	case errors.As(err, &ue):
-		fmt.Fprintf(stderr, "tasklock %s %s: %v\n", cmd, a.sub, err)
 		return exitUsage
 	case errors.Is(err, errNotFound):
-		fmt.Fprintf(stderr, "tasklock %s %s: %v\n", cmd, a.sub, err)
 		return exitMissing
 	default:
-		fmt.Fprintf(stderr, "tasklock %s %s: %v\n", cmd, a.sub, err)
 		return exitUnavailable
 	}
 }

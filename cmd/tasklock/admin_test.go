@@ -6,6 +6,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -215,4 +216,50 @@ func lineWith(out, prefix string) string {
 		}
 	}
 	return ""
+}
+
+// TestAdminUsageBeforeStore: the jobs and locks commands find a usage
+// error before they open the store, so that it is 64 naming the flag or
+// argument whether the store answers or not, and jobs create makes no
+// SQLite file for a job it refuses.
+func TestAdminUsageBeforeStore(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	db := filepath.Join(dir, "new.db")
+	for _, store := range []string{"redis://:s3cret@" + closedAddr(t), "sqlite://" + db} {
+		for _, tt := range []struct {
+			args []string
+			want string
+		}{
+			{[]string{"jobs", "history", "--limit", "0"}, "--limit"},
+			{[]string{"jobs", "history", "--since", "-1s"}, "--since"},
+			{[]string{"jobs", "history", "--status", "great"}, "--status"},
+			{[]string{"jobs", "audit", "--limit", "-1"}, "--limit"},
+			{[]string{"jobs", "notifications", "--limit", "0"}, "--limit"},
+			{[]string{"jobs", "trigger", "j", "--note", strings.Repeat("n", 1001)}, "--note"},
+			{[]string{"jobs", "cancel", "j", "yesterday"}, "TICK"},
+			{[]string{"jobs", "cancel", "j", "2026-11-27T02:00:00Z", "--shard", "-1"}, "--shard"},
+			{[]string{"jobs", "backfill", "j", "--to", "2026-11-27"}, "--from"},
+			{[]string{"jobs", "backfill", "j", "--from", "2026-11-28", "--to", "2026-11-27"}, "--to"},
+			{[]string{"jobs", "backfill", "j", "--from", "2026-11-27", "--to", "2026-11-28", "--max", "0"}, "--max"},
+			{[]string{"jobs", "rerun", "j", "2026-11-27", "--overlap", "never"}, "--overlap"},
+			{[]string{"jobs", "create", "j"}, "-f FILE"},
+			{[]string{"jobs", "create", "--schedule", "@daily", "--command", "true"}, "the job's name"},
+			{[]string{"jobs", "create", "j", "--schedule", "bogus", "--command", "true"}, "--schedule"},
+			{[]string{"jobs", "create", "j", "--schedule", "@daily", "--command", "true", "--retries", "x"}, "--retries"},
+			{[]string{"jobs", "create", "j", "--schedule", "@daily", "--command", "true", "--cancel"}, "--cancel"},
+			{[]string{"jobs", "update", "j", "-f", filepath.Join(dir, "missing.yaml")}, "-f"},
+			{[]string{"jobs", "delete", "j", "--schedule", "@daily"}, "delete takes no -f"},
+			{[]string{"locks", "release", "k"}, "--force"},
+		} {
+			args := append(tt.args, "--store", store)
+			code, out, errOut := tl.Run(t, nil, args...)
+			if code != exitUsage || out != "" || !strings.Contains(errOut, tt.want) || strings.Contains(errOut, "s3cret") {
+				t.Errorf("%q = %d, stdout %q, stderr %q; want 64 naming %s", args, code, out, errOut, tt.want)
+			}
+			if fileExists(db) {
+				t.Fatalf("%q created %s", args, db)
+			}
+		}
+	}
 }

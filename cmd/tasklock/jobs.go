@@ -14,9 +14,11 @@ import (
 	"time"
 
 	"github.com/tasklock/tasklock/dashboard/apijson"
+	"github.com/tasklock/tasklock/dashboard/jobdefs"
 	"github.com/tasklock/tasklock/driver"
 	"github.com/tasklock/tasklock/internal/redact"
 	"github.com/tasklock/tasklock/ledger"
+	"github.com/tasklock/tasklock/schedule"
 )
 
 const jobsUsage = `Usage:
@@ -165,11 +167,17 @@ func runJobs(args []string, stdout, stderr io.Writer) int {
 		fs.StringVar(&act.trigger, "trigger", "", "")
 		fs.StringVar(&act.note, "note", "", "")
 	}
-	return adminRun("jobs", jobsUsage, args, stdout, stderr, jobsSubs, extra, func(ctx context.Context, a *adminArgs, store driver.Store) error {
-		l, ok := store.(ledger.Ledger)
-		if !ok {
-			return fmt.Errorf("%s keeps no scheduler ledger", redact.URL(a.store))
-		}
+	var (
+		q        ledger.RunQuery          // history
+		run      ledger.RunKey            // cancel
+		tick     time.Time                // rerun
+		from, to time.Time                // backfill
+		opts     schedule.BackfillOptions // backfill, rerun
+		change   jobdefs.Change           // create, update, delete
+	)
+	// check checks and parses what needs no store, before it is opened.
+	check := func(a *adminArgs) error {
+		var err error
 		switch a.sub {
 		case "history", "audit", "notifications":
 			// JOB, as the other subcommands take it, or --job.
@@ -179,21 +187,13 @@ func runJobs(args []string, stdout, stderr io.Writer) int {
 				}
 				job = a.positional[0]
 			}
+			if limit <= 0 {
+				return usagef("--limit must be positive, got %d", limit)
+			}
 		}
 		switch a.sub {
-		case "list":
-			return jobsList(ctx, l, a.json, stdout)
-		case "create", "update", "delete":
-			return jobsDefine(ctx, a, l, &def, force, os.Stdin, stdout)
-		case "audit":
-			return jobsAudit(ctx, a, l, job, limit, stdout)
-		case "notifications":
-			return jobsNotifications(ctx, a, l, job, limit, stdout)
 		case "history":
-			switch {
-			case limit <= 0:
-				return usagef("--limit must be positive, got %d", limit)
-			case since < 0:
+			if since < 0 {
 				return usagef("--since must be positive, got %v", since)
 			}
 			switch ledger.RunStatus(status) {
@@ -202,17 +202,53 @@ func runJobs(args []string, stdout, stderr io.Writer) int {
 			default:
 				return usagef("--status %s: want ok, failed, timeout, lost, cancelled, interrupted, skipped, missed or running", redact.Quote(status))
 			}
-			q := ledger.RunQuery{Job: job, Status: ledger.RunStatus(status), Limit: limit}
+			q = ledger.RunQuery{Job: job, Status: ledger.RunStatus(status), Limit: limit}
 			if since > 0 {
 				q.From = time.Now().Add(-since)
 			}
+		case "trigger":
+			err = act.checkNote()
+		case "cancel":
+			run, err = act.runKey(a.positional[0], a.positional[1])
+		case "backfill":
+			if opts, err = past.options(); err == nil {
+				from, to, err = past.window()
+			}
+		case "rerun":
+			if opts, err = past.options(); err == nil {
+				tick, err = parseTick("TICK", a.positional[1])
+			}
+		case "create", "update", "delete":
+			name := ""
+			if len(a.positional) > 0 {
+				name = a.positional[0]
+			}
+			change, err = def.change(a.sub, name, os.Stdin)
+		}
+		return err
+	}
+	return adminRun("jobs", jobsUsage, args, stdout, stderr, jobsSubs, extra, check, func(ctx context.Context, a *adminArgs, store driver.Store) error {
+		l, ok := store.(ledger.Ledger)
+		if !ok {
+			return fmt.Errorf("%s keeps no scheduler ledger", redact.URL(a.store))
+		}
+		switch a.sub {
+		case "list":
+			return jobsList(ctx, l, a.json, stdout)
+		case "create", "update", "delete":
+			return jobsDefine(ctx, a, l, &def, change, force, stdout)
+		case "audit":
+			return jobsAudit(ctx, a, l, job, limit, stdout)
+		case "notifications":
+			return jobsNotifications(ctx, a, l, job, limit, stdout)
+		case "history":
 			return jobsHistory(ctx, l, q, a.json, stdout)
 		case "backfill":
-			return jobsBackfill(ctx, l, a.positional[0], &past, a.json, stdout)
+			return jobsBackfill(ctx, l, a.positional[0], from, to, opts, a.json, stdout)
 		case "rerun":
-			return jobsRerun(ctx, l, a.positional[0], a.positional[1], &past, a.json, stdout)
+			return jobsRerun(ctx, l, a.positional[0], tick, opts, a.json, stdout)
 		case "cancel":
-			return jobsCancel(ctx, l, a.positional[0], a.positional[1], &act, a.json, stdout)
+			return jobsCancel(ctx, l, run, a.json, stdout)
 		}
 		p := ledger.JobStateParams{Job: a.positional[0]}
 		switch a.sub {
@@ -222,9 +258,6 @@ func runJobs(args []string, stdout, stderr io.Writer) int {
 			p.Op = ledger.JobResume
 		case "trigger":
 			p.Op, p.Trigger = ledger.JobTrigger, rand.Text()
-			if err := act.checkNote(); err != nil {
-				return err
-			}
 		case "forget":
 			p.Op = ledger.JobForget
 		}

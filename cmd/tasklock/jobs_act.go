@@ -34,17 +34,22 @@ func (f *actFlags) checkNote() error {
 	return nil
 }
 
-// jobsCancel asks the node running JOB's run of TICK (--shard, --trigger)
-// to stop it, and records who asked in the audit.
-func jobsCancel(ctx context.Context, l ledger.Ledger, job, tick string, f *actFlags, asJSON bool, w io.Writer) error {
+// runKey checks cancel's JOB, TICK, --shard and --trigger.
+func (f *actFlags) runKey(job, tick string) (ledger.RunKey, error) {
 	t, err := parseTick("TICK", tick)
 	if err != nil {
-		return err
+		return ledger.RunKey{}, err
 	}
 	if f.shard < 0 || f.shard >= ledger.MaxShards {
-		return usagef("--shard %d: want 0 to %d", f.shard, ledger.MaxShards-1)
+		return ledger.RunKey{}, usagef("--shard %d: want 0 to %d", f.shard, ledger.MaxShards-1)
 	}
-	k := ledger.RunKey{Job: job, Tick: t, Trigger: f.trigger, Shard: f.shard}
+	return ledger.RunKey{Job: job, Tick: t, Trigger: f.trigger, Shard: f.shard}, nil
+}
+
+// jobsCancel asks the node running the run k (runKey's) to stop it, and
+// records who asked in the audit.
+func jobsCancel(ctx context.Context, l ledger.Ledger, k ledger.RunKey, asJSON bool, w io.Writer) error {
+	job, t := k.Job, k.Tick
 	id, last, err := schedule.RequestCancel(ctx, l, k)
 	switch {
 	case errors.Is(err, schedule.ErrNoRun), errors.Is(err, schedule.ErrRunEnded):

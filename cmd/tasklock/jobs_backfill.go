@@ -56,23 +56,23 @@ func parseTick(flag, s string) (time.Time, error) {
 	return time.Time{}, usagef("%s %s: want a time such as 2026-11-27T02:00:00Z (RFC 3339; without an offset it is UTC)", flag, redact.Quote(s))
 }
 
-// jobsBackfill asks the fleet to run JOB's ticks in [--from, --to].
-func jobsBackfill(ctx context.Context, l ledger.Ledger, job string, f *backfillFlags, asJSON bool, w io.Writer) error {
-	o, err := f.options()
-	if err != nil {
-		return err
+// window checks --from and --to.
+func (f *backfillFlags) window() (from, to time.Time, err error) {
+	if from, err = parseTick("--from", f.from); err != nil {
+		return from, to, err
 	}
-	from, err := parseTick("--from", f.from)
-	if err != nil {
-		return err
-	}
-	to, err := parseTick("--to", f.to)
-	if err != nil {
-		return err
+	if to, err = parseTick("--to", f.to); err != nil {
+		return from, to, err
 	}
 	if to.Before(from) {
-		return usagef("--to %s is before --from %s", to.Format(time.RFC3339), from.Format(time.RFC3339))
+		return from, to, usagef("--to %s is before --from %s", to.Format(time.RFC3339), from.Format(time.RFC3339))
 	}
+	return from, to, nil
+}
+
+// jobsBackfill asks the fleet to run JOB's ticks in [from, to] (window's),
+// with o (options').
+func jobsBackfill(ctx context.Context, l ledger.Ledger, job string, from, to time.Time, o schedule.BackfillOptions, asJSON bool, w io.Writer) error {
 	ticks, err := schedule.RequestBackfill(ctx, l, job, from, to, o)
 	var tooMany *schedule.TooManyTicksError
 	if errors.As(err, &tooMany) {
@@ -99,16 +99,8 @@ func jobsBackfill(ctx context.Context, l ledger.Ledger, job string, f *backfillF
 	return nil
 }
 
-// jobsRerun asks the fleet to run JOB's TICK again.
-func jobsRerun(ctx context.Context, l ledger.Ledger, job, tick string, f *backfillFlags, asJSON bool, w io.Writer) error {
-	o, err := f.options()
-	if err != nil {
-		return err
-	}
-	t, err := parseTick("TICK", tick)
-	if err != nil {
-		return err
-	}
+// jobsRerun asks the fleet to run JOB's tick t again, with o (options').
+func jobsRerun(ctx context.Context, l ledger.Ledger, job string, t time.Time, o schedule.BackfillOptions, asJSON bool, w io.Writer) error {
 	id, err := schedule.RequestRerun(ctx, l, job, t, o)
 	if err != nil {
 		return pastError(err)

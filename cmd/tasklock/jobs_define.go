@@ -220,61 +220,76 @@ func cliActor() string {
 	return "cli:" + name + "@" + host
 }
 
-// jobsDefine is jobs create, update and delete.
-func jobsDefine(ctx context.Context, a *adminArgs, l ledger.Ledger, d *defineFlags, force bool, stdin io.Reader, stdout io.Writer) error {
+// change checks the arguments of jobs create, update (sub) and delete
+// and builds the change, before the store is opened: only update without
+// -f needs the stored definition, and leaves Def empty for jobsDefine.
+func (d *defineFlags) change(sub, name string, stdin io.Reader) (jobdefs.Change, error) {
+	c := jobdefs.Change{Op: jobdefs.Op(sub), Job: name, Cancel: d.cancel, Who: cliActor()}
+	if sub == "delete" {
+		if name == "" {
+			return c, usagef("missing argument: the job's name")
+		}
+		if d.file != "" || len(d.keysSet) > 0 {
+			return c, usagef("delete takes no -f and no job keys (--schedule, --command, ...)")
+		}
+		return c, nil
+	}
+	if d.cancel {
+		return c, usagef("--cancel is for delete")
+	}
+	if d.file == "" && len(d.keysSet) == 0 {
+		return c, usagef("give the job as -f FILE (YAML or JSON; - for stdin) or flags (--schedule, --command, ...)")
+	}
+	if sub == "create" && d.file == "" && name == "" {
+		return c, usagef("missing argument: the job's name (or a -f snippet with name:)")
+	}
+	if sub == "update" && d.file == "" {
+		if name == "" {
+			return c, usagef("missing argument: the job's name")
+		}
+		return c, nil
+	}
+	return c, d.define(&c, "", stdin)
+}
+
+// define sets c's Job and Def from the snippet on base (see snippet).
+func (d *defineFlags) define(c *jobdefs.Change, base string, stdin io.Reader) error {
+	data, source, err := d.snippet(base, stdin)
+	if err != nil {
+		return err
+	}
+	j, def, err := config.Define(source, data, c.Job)
+	if err != nil {
+		return snippetError{err: err, flagOf: d.flagOf}
+	}
+	c.Job, c.Def = j.Name, def
+	return nil
+}
+
+// jobsDefine is jobs create, update and delete, making the change c
+// (defineFlags.change's).
+func jobsDefine(ctx context.Context, a *adminArgs, l ledger.Ledger, d *defineFlags, c jobdefs.Change, force bool, stdout io.Writer) error {
 	cat, ok := l.(ledger.Catalog)
 	if !ok {
 		return fmt.Errorf("%s keeps no catalog of jobs defined at run time", redact.URL(a.store))
 	}
-	name := ""
-	if len(a.positional) > 0 {
-		name = a.positional[0]
-	}
-	c := jobdefs.Change{Op: jobdefs.Op(a.sub), Job: name, Cancel: d.cancel, Who: cliActor()}
-	if a.sub == "delete" {
-		if name == "" {
-			return usagef("missing argument: the job's name")
-		}
-		if d.file != "" || len(d.keysSet) > 0 {
-			return usagef("delete takes no -f and no job keys (--schedule, --command, ...)")
-		}
-	} else {
-		if d.cancel {
-			return usagef("--cancel is for delete")
-		}
-		if d.file == "" && len(d.keysSet) == 0 {
-			return usagef("give the job as -f FILE (YAML or JSON; - for stdin) or flags (--schedule, --command, ...)")
-		}
-		if a.sub == "create" && d.file == "" && name == "" {
-			return usagef("missing argument: the job's name (or a -f snippet with name:)")
-		}
+	if c.Op == jobdefs.Update && c.Def == "" { // the flags change the stored definition
 		base := ""
-		if a.sub == "update" && d.file == "" {
-			if name == "" {
-				return usagef("missing argument: the job's name")
-			}
-			defs, err := cat.JobDefs(ctx)
-			if err != nil {
-				return err
-			}
-			for _, def := range defs {
-				if def.Job == name {
-					base = def.Def
-				}
-			}
-			if base == "" {
-				return refusedError(fmt.Sprintf("no job named %q was defined at run time: use create", name))
-			}
-		}
-		data, source, err := d.snippet(base, stdin)
+		defs, err := cat.JobDefs(ctx)
 		if err != nil {
 			return err
 		}
-		j, def, err := config.Define(source, data, name)
-		if err != nil {
-			return snippetError{err: err, flagOf: d.flagOf}
+		for _, def := range defs {
+			if def.Job == c.Job {
+				base = def.Def
+			}
 		}
-		c.Job, c.Def = j.Name, def
+		if base == "" {
+			return refusedError(fmt.Sprintf("no job named %q was defined at run time: use create", c.Job))
+		}
+		if err := d.define(&c, base, nil); err != nil { // without -f: no stdin
+			return err
+		}
 	}
 	if c.Op != jobdefs.Delete && !force {
 		if err := checkNotFileJob(ctx, cat, l, c.Job, d.config); err != nil {
@@ -351,9 +366,6 @@ func jobsAudit(ctx context.Context, a *adminArgs, l ledger.Ledger, job string, l
 	cat, ok := l.(ledger.Catalog)
 	if !ok {
 		return fmt.Errorf("%s keeps no audit", redact.URL(a.store))
-	}
-	if limit <= 0 {
-		return usagef("--limit must be positive, got %d", limit)
 	}
 	es, err := cat.Audit(ctx, ledger.AuditQuery{Job: job, Limit: limit})
 	if err != nil {

@@ -60,12 +60,15 @@ func runLocks(args []string, stdout, stderr io.Writer) int {
 		fs.StringVar(&prefix, "prefix", "", "")
 		fs.BoolVar(&force, "force", false, "")
 	}
-	return adminRun("locks", locksUsage, args, stdout, stderr, locksSubs, extra, func(ctx context.Context, a *adminArgs, store driver.Store) error {
+	check := func(a *adminArgs) error {
+		if a.sub == "release" && !force {
+			return usagef("release deletes another owner's lease: add --force")
+		}
+		return nil
+	}
+	return adminRun("locks", locksUsage, args, stdout, stderr, locksSubs, extra, check, func(ctx context.Context, a *adminArgs, store driver.Store) error {
 		switch a.sub {
 		case "release":
-			if !force {
-				return usagef("release deletes another owner's lease: add --force")
-			}
 			fr, ok := store.(driver.ForceReleaser)
 			if !ok {
 				return fmt.Errorf("%s cannot release locks by force", redact.URL(a.store))

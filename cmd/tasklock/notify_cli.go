@@ -25,9 +25,6 @@ func jobsNotifications(ctx context.Context, a *adminArgs, l ledger.Ledger, job s
 	if !ok {
 		return fmt.Errorf("%s keeps no audit list, where the delivery log is kept", redact.URL(a.store))
 	}
-	if limit <= 0 {
-		return usagef("--limit must be positive, got %d", limit)
-	}
 	ds, _, err := apijson.ReadDeliveries(ctx, cat, job, 0, limit, notifyCLIPages)
 	if err != nil {
 		return err
