@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/tasklock/tasklock/cmd/tasklock/internal/storeurl"
@@ -25,9 +26,10 @@ type adminArgs struct {
 }
 
 // parseAdmin parses "SUB [ARGS] --store URL [--json] [--timeout D]" with
-// flags anywhere; extra adds the subcommand's own flags. subs lists the
-// subcommands and how many arguments each takes.
-func parseAdmin(cmd string, args []string, getenv func(string) string, subs map[string]int, extra func(fs *flag.FlagSet)) (*adminArgs, error) {
+// flags anywhere; extra adds the subcommand's own flags. subs maps each
+// subcommand to the names of its arguments as its usage gives them
+// ("JOB TICK"; "[JOB]" for an optional one, last).
+func parseAdmin(cmd string, args []string, getenv func(string) string, subs map[string]string, extra func(fs *flag.FlagSet)) (*adminArgs, error) {
 	a := &adminArgs{}
 	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
@@ -48,17 +50,21 @@ func parseAdmin(cmd string, args []string, getenv func(string) string, subs map[
 		return nil, usagef("missing subcommand: %s", subNames(subs))
 	}
 	a.sub, a.positional = positional[0], positional[1:]
-	want, ok := subs[a.sub]
-	if want < 0 {
-		want = min(len(a.positional), -want) // -n: up to n arguments
+	spec, ok := subs[a.sub]
+	names := strings.Fields(spec)
+	want := 0 // the required arguments; the optional ones follow them
+	for _, n := range names {
+		if !strings.HasPrefix(n, "[") {
+			want++
+		}
 	}
 	switch {
 	case !ok:
 		return nil, usagef("unknown subcommand %s: want %s", redact.Quote(a.sub), subNames(subs))
 	case len(a.positional) < want:
-		return nil, usagef("%s: missing argument", a.sub)
-	case len(a.positional) > want:
-		return nil, usagef("%s: unexpected argument %s", a.sub, redact.Quote(a.positional[want]))
+		return nil, usagef("%s: missing %s (tasklock %s %s %s)", a.sub, names[len(a.positional)], cmd, a.sub, spec)
+	case len(a.positional) > len(names):
+		return nil, usagef("%s: unexpected argument %s", a.sub, redact.Quote(a.positional[len(names)]))
 	case a.store == "" && set["store"]:
 		return nil, usagef("--store is empty")
 	case a.store == "":
@@ -94,9 +100,11 @@ func parseInterleaved(fs *flag.FlagSet, args []string) (positional []string, set
 	}
 }
 
-func subNames(subs map[string]int) string {
+// subNames lists the subcommands of subs in the order of the usage texts.
+func subNames(subs map[string]string) string {
 	names := make([]string, 0, len(subs))
-	for _, n := range []string{"list", "show", "release", "history", "trigger", "pause", "resume", "forget", "create", "update", "delete", "audit", "notifications"} {
+	for _, n := range []string{"list", "show", "release", "history", "trigger", "cancel", "pause", "resume", "forget", "backfill", "rerun",
+		"create", "update", "delete", "audit", "notifications"} {
 		if _, ok := subs[n]; ok {
 			names = append(names, n)
 		}
@@ -120,7 +128,7 @@ func subNames(subs map[string]int) string {
 // failures to exit 69, and never prints a password. A usage error check
 // finds is 64 whether the store answers or not, and comes before
 // anything opens (or creates) the store.
-func adminRun(cmd, usage string, args []string, stdout, stderr io.Writer, subs map[string]int,
+func adminRun(cmd, usage string, args []string, stdout, stderr io.Writer, subs map[string]string,
 	extra func(fs *flag.FlagSet), check func(a *adminArgs) error, fn func(ctx context.Context, a *adminArgs, store driver.Store) error) int {
 	a, err := parseAdmin(cmd, args, os.Getenv, subs, extra)
 	if errors.Is(err, flag.ErrHelp) {

@@ -134,8 +134,9 @@ refused (a job defined already, or not at run time, or of the file); 64 bad usag
 unreachable or failing, or the store keeps no ledger.
 `
 
-var jobsSubs = map[string]int{"list": 0, "history": -1, "trigger": 1, "pause": 1, "resume": 1, "forget": 1, "backfill": 1, "rerun": 2, "cancel": 2,
-	"create": -1, "update": -1, "delete": 1, "audit": -1, "notifications": -1}
+var jobsSubs = map[string]string{"list": "", "history": "[JOB]", "trigger": "JOB", "pause": "JOB", "resume": "JOB", "forget": "JOB",
+	"backfill": "JOB", "rerun": "JOB TICK", "cancel": "JOB TICK", "create": "[JOB]", "update": "[JOB]", "delete": "JOB", "audit": "[JOB]",
+	"notifications": "[JOB]"}
 
 // The JSON shapes of jobs, shared with the dashboard's API.
 type (

@@ -46,7 +46,7 @@ Exit status: 0 done; 1 KEY not held; 64 bad usage or URL; 69 store
 unreachable or failing, or the store cannot list or release locks.
 `
 
-var locksSubs = map[string]int{"list": 0, "show": 1, "release": 1}
+var locksSubs = map[string]string{"list": "", "show": "KEY", "release": "KEY"}
 
 // lockJSON is one lock in the JSON output of locks, shared with the
 // dashboard's API.

@@ -42,7 +42,8 @@ Usage:
   tasklock migrate up|status --store URL [--json]
   tasklock serve --config FILE [--store URL] [--node NAME] [--grace D] [--verbose]
   tasklock validate --config FILE
-  tasklock jobs list|history|trigger|pause|resume|create|update|delete|audit --store URL [--json]
+  tasklock jobs list|history|trigger|cancel|pause|resume|forget|backfill|rerun|
+                create|update|delete|audit|notifications --store URL [--json]
   tasklock locks list|show|release --store URL [--json]
   tasklock demo [--duration D] [--nodes N] [--jobs N] [--keep] | --lock
   tasklock health [--http ADDR] [--ready] [--timeout D]

@@ -371,6 +371,13 @@ func TestHelpAndUsage(t *testing.T) {
 		{[]string{"demo", "--duration", "2s"}, exitUsage, "", "at least", true},
 		{[]string{"demo", "--duration", "0s"}, exitUsage, "", "--duration", true},
 		{[]string{"demo", "extra"}, exitUsage, "", `unexpected argument "extra"`, true},
+		// Every subcommand is named, and a missing argument too.
+		{[]string{"jobs", "frob", "--store", "mem://"}, exitUsage, "", "list, history, trigger, cancel, pause, resume, forget, backfill, rerun, create, update, delete, audit or notifications", true},
+		{[]string{"jobs", "--store", "mem://"}, exitUsage, "", "backfill, rerun", true},
+		{[]string{"help"}, 0, "tasklock jobs list|history|trigger|cancel|pause|resume|forget|backfill|rerun|\n                create|update|delete|audit|notifications --store URL", "", false},
+		{[]string{"jobs", "cancel", "j", "--store", "mem://"}, exitUsage, "", "cancel: missing TICK (tasklock jobs cancel JOB TICK)", true},
+		{[]string{"jobs", "rerun", "--store", "mem://"}, exitUsage, "", "rerun: missing JOB", true},
+		{[]string{"locks", "show", "--store", "mem://"}, exitUsage, "", "show: missing KEY", true},
 	}
 	for _, tt := range tests {
 		code, out, errOut := tl.Run(t, nil, tt.args...)
