@@ -51,6 +51,14 @@ func TestInputHygiene(t *testing.T) {
 		{"huge key", []string{"exec", "--store", "mem://", "--key", huge, "--", "true"}, "... (10000 bytes): 10000 bytes long"},
 		{"huge subcommand", []string{"locks", huge, "--store", "mem://"}, "... (10000 bytes)"},
 		{"huge command", []string{huge}, "... (10000 bytes)"},
+		// --force skips the check that serve registered JOB, not JOB's own:
+		// these wrote ghost jobs to the ledger, or failed in the store (69).
+		{"jobs pause with a newline", []string{"jobs", "pause", "a\nb", "--force", "--store", "mem://"}, `JOB "a\nb": contains control character \n`},
+		{"jobs trigger of a huge name", []string{"jobs", "trigger", huge, "--force", "--store", "mem://"}, "... (10000 bytes): 10000 bytes long, the maximum is 200"},
+		{"jobs resume of an empty name", []string{"jobs", "resume", "", "--force", "--store", "mem://"}, "JOB is empty"},
+		{"jobs forget of an empty name", []string{"jobs", "forget", "", "--force", "--store", "mem://"}, "JOB is empty"},
+		{"jobs cancel of an empty name", []string{"jobs", "cancel", "", "2026-11-27", "--store", "mem://"}, "JOB is empty"},
+		{"jobs rerun of an empty name", []string{"jobs", "rerun", "", "2026-11-27", "--store", "mem://"}, "JOB is empty"},
 	}
 	for _, tt := range tests {
 		start := time.Now()

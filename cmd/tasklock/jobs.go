@@ -178,6 +178,9 @@ func runJobs(args []string, stdout, stderr io.Writer) int {
 	)
 	// check checks and parses what needs no store, before it is opened.
 	check := func(a *adminArgs) error {
+		if err := checkJobArg(a); err != nil {
+			return err
+		}
 		var err error
 		switch a.sub {
 		case "history", "audit", "notifications":
@@ -298,6 +301,34 @@ func runJobs(args []string, stdout, stderr io.Writer) int {
 		}
 		return nil
 	})
+}
+
+// checkJobArg refuses an empty JOB argument, and for trigger, pause and
+// resume, which store a state for JOB even when serve never registered it
+// (--force), a name that could not be a job's.
+func checkJobArg(a *adminArgs) error {
+	switch a.sub {
+	case "list", "history", "audit", "notifications": // JOB filters; "" is none
+		return nil
+	}
+	if len(a.positional) == 0 {
+		return nil
+	}
+	job := a.positional[0]
+	switch a.sub {
+	case "trigger", "pause", "resume":
+		msg := redact.CheckName(job)
+		if len(job) > schedule.MaxJobName {
+			msg = fmt.Sprintf("%d bytes long, the maximum is %d", len(job), schedule.MaxJobName)
+		}
+		if msg != "" {
+			return usagef("JOB %s: %s", redact.Quote(job), msg)
+		}
+	}
+	if job == "" {
+		return usagef("JOB is empty")
+	}
+	return nil
 }
 
 func stateJSON(st ledger.JobState) jobJSON { return apijson.FromState(st) }
