@@ -139,8 +139,10 @@ func TestVersion(t *testing.T) {
 	if in.Revision != "" && !regexp.MustCompile(`^[0-9a-f]{40}$`).MatchString(in.Revision) {
 		t.Errorf("revision %q", in.Revision)
 	}
-	if code, _, errOut := tl.Run(t, nil, "version", "extra"); code != exitUsage || !strings.Contains(errOut, `unexpected argument "extra"`) {
-		t.Errorf("version extra: exit %d, %q", code, errOut)
+	for _, args := range [][]string{{"version", "extra"}, {"version", "--json", "extra"}, {"version", "extra", "--json"}} {
+		if code, _, errOut := tl.Run(t, nil, args...); code != exitUsage || !strings.Contains(errOut, `unexpected argument "extra"`) {
+			t.Errorf("%q: exit %d, %q; want 64 naming extra", args, code, errOut)
+		}
 	}
 	if code, out, _ := tl.Run(t, nil, "help"); code != exitOK || !strings.Contains(out, "tasklock version [--json]") {
 		t.Errorf("help does not list version:\n%s", out)

@@ -214,15 +214,17 @@ recorded them, and the Go version. --json prints
 // runVersion is the version command and the --version flag.
 func runVersion(cmd string, args []string, stdout, stderr io.Writer) int {
 	asJSON := false
-	switch {
-	case len(args) == 1 && cmd == "version" && (args[0] == "--json" || args[0] == "-json"):
-		asJSON = true
-	case len(args) == 1 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help"):
-		fmt.Fprint(stdout, versionUsage)
-		return exitOK
-	case len(args) > 0:
-		fmt.Fprintf(stderr, "tasklock version: unexpected argument %s\nRun 'tasklock help version' for usage.\n", redact.Quote(args[0]))
-		return exitUsage
+	for _, arg := range args {
+		switch {
+		case cmd == "version" && (arg == "--json" || arg == "-json"):
+			asJSON = true
+		case len(args) == 1 && (arg == "-h" || arg == "--help" || arg == "-help"):
+			fmt.Fprint(stdout, versionUsage)
+			return exitOK
+		default: // the argument that is wrong, not the first
+			fmt.Fprintf(stderr, "tasklock version: unexpected argument %s\nRun 'tasklock help version' for usage.\n", redact.Quote(arg))
+			return exitUsage
+		}
 	}
 	in := buildinfo.Get()
 	if asJSON {
