@@ -15,6 +15,7 @@ import (
 	"github.com/tasklock/tasklock"
 	"github.com/tasklock/tasklock/driver"
 	"github.com/tasklock/tasklock/fence"
+	"github.com/tasklock/tasklock/internal/redact"
 	"github.com/tasklock/tasklock/memstore"
 )
 
@@ -127,6 +128,7 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	err := fs.Parse(args)
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	bound := checkDurations(fs) // --duration at most 8760h, as every duration
 	switch {
 	case errors.Is(err, flag.ErrHelp):
 		fmt.Fprint(stdout, demoUsage)
@@ -134,7 +136,9 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	case err != nil:
 		err = flagError(err)
 	case fs.NArg() > 0:
-		err = usagef("unexpected argument %q", fs.Arg(0))
+		err = usagef("unexpected argument %s", redact.Quote(fs.Arg(0)))
+	case bound != nil:
+		err = bound
 	case set["duration"] && *duration <= 0:
 		err = usagef("--duration must be positive, got %v", *duration)
 	case *lock && (set["nodes"] || set["jobs"] || set["keep"]):
@@ -208,7 +212,11 @@ func (d *demo) run() int {
 	accepted, stale := d.reg.Counts()
 	fmt.Fprintf(d.out, "\nsummary: %d grants, %d distinct holders, %d stale writes rejected, max fence %d (%d writes accepted)\n",
 		d.grants, len(d.holders), stale, d.reg.Highest(), accepted)
-	if stale > 0 {
+	switch {
+	case stale > 0:
+		return exitSoftware
+	case d.grants == 0: // as the help says: 70 when nothing ran at all
+		fmt.Fprintf(d.out, "FAIL: nothing ran\n")
 		return exitSoftware
 	}
 	return exitOK

@@ -371,6 +371,8 @@ func TestHelpAndUsage(t *testing.T) {
 		{[]string{"demo", "--duration", "2s"}, exitUsage, "", "at least", true},
 		{[]string{"demo", "--duration", "0s"}, exitUsage, "", "--duration", true},
 		{[]string{"demo", "extra"}, exitUsage, "", `unexpected argument "extra"`, true},
+		{[]string{"demo", "--lock", "--duration", "9000h"}, exitUsage, "", "--duration 9000h0m0s is above the maximum 8760h0m0s", true},
+		{[]string{"demo", "--lock", "--duration", "1ns"}, exitSoftware, "FAIL: nothing ran", "", false}, // exited 0
 		// Every subcommand is named, and a missing argument too.
 		{[]string{"jobs", "frob", "--store", "mem://"}, exitUsage, "", "list, history, trigger, cancel, pause, resume, forget, backfill, rerun, create, update, delete, audit or notifications", true},
 		{[]string{"jobs", "--store", "mem://"}, exitUsage, "", "backfill, rerun", true},
