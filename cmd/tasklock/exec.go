@@ -237,6 +237,8 @@ func parseExec(args []string, getenv func(string) string) (*execConfig, error) {
 		return nil, usagef("--shared, --exclusive and --permits exclude each other: give at most one")
 	case len(c.argv) == 0:
 		return nil, usagef("missing COMMAND after the flags (tasklock exec [flags] -- COMMAND [ARGS...])")
+	case c.argv[0] == "":
+		return nil, usagef("COMMAND is empty")
 	}
 	return c, nil
 }
@@ -353,7 +355,9 @@ func (e *execRun) run() int {
 	ch, err := startCommand(e.command(l))
 	if err != nil {
 		e.release(l)
-		e.failf("cannot run %s: %v", c.argv[0], err)
+		// COMMAND's name is quoted, and so is the error, which may hold
+		// it raw (fork/exec NAME: ...).
+		e.failf("cannot run %s: %s", redact.Quote(c.argv[0]), redact.Printable(err.Error()))
 		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
 			return exitNotFound
 		}

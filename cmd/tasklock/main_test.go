@@ -150,6 +150,11 @@ func TestExecCommandNotRunnable(t *testing.T) {
 	if code != exitNotFound || !strings.Contains(errOut, "no-such-command-tasklock-test") {
 		t.Errorf("missing command: exit %d, stderr %q; want %d", code, errOut, exitNotFound)
 	}
+	// The name is quoted: a control character in it reaches no terminal.
+	code, _, errOut = tl.Run(t, nil, "exec", "--store", url, "--key", "nr", "--", "no-such\x1b[2Jcommand")
+	if code != exitNotFound || !strings.Contains(errOut, `cannot run "no-such\x1b[2Jcommand"`) {
+		t.Errorf("missing command with an escape: exit %d, stderr %q; want %d, the name quoted", code, errOut, exitNotFound)
+	}
 	code, _, errOut = tl.Run(t, nil, "exec", "--store", url, "--key", "nr", "--", t.TempDir())
 	if code != exitCannotRun {
 		t.Errorf("directory as command: exit %d, stderr %q; want %d", code, errOut, exitCannotRun)
@@ -286,6 +291,7 @@ func TestExecBadUsage(t *testing.T) {
 		{store, []string{"--key", "a\tb", "--", "true"}, "--key"},
 		{store, []string{"--key", strings.Repeat("k", 600), "--", "true"}, "--key"},
 		{store, []string{"--key", "k"}, "missing COMMAND"},
+		{store, []string{"--key", "k", "--", ""}, "COMMAND is empty"}, // was 126, after obtaining the lock
 		{store, []string{"--key", "k", "--ttl", "0", "--", "true"}, "--ttl"},
 		{store, []string{"--key", "k", "--ttl", "-1s", "--", "true"}, "--ttl"},
 		{store, []string{"--key", "k", "--ttl", "1ms", "--", "true"}, "--ttl"},
