@@ -89,11 +89,33 @@ func runHealth(args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
+// splitHTTPAddr splits serve's and health's --http HOST:PORT, refusing as
+// usage errors what no listener or dialer could take: a host with control
+// characters, a port that is neither 0 to 65535 nor a service name. hint
+// ends the message of an address without a port.
+func splitHTTPAddr(addr, hint string) (host, port string, err error) {
+	host, port, err = net.SplitHostPort(addr)
+	switch {
+	case err != nil:
+		return "", "", usagef("--http %s: want HOST:PORT, e.g. 127.0.0.1:8080%s", redact.Quote(addr), hint)
+	case redact.CheckName(host) != "":
+		return "", "", usagef("--http %s: the host %s", redact.Quote(addr), redact.CheckName(host))
+	case port != "":
+		if _, err := net.LookupPort("tcp", port); err != nil {
+			return "", "", usagef("--http %s: invalid port %s, want 0 to 65535", redact.Quote(addr), redact.Quote(port))
+		}
+	}
+	return host, port, nil
+}
+
 // healthURL is the URL of serve's /healthz (or /readyz when ready) for
 // its --http address addr; a wildcard host is asked on loopback.
 func healthURL(addr string, ready bool) (string, error) {
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil || port == "" {
+	host, port, err := splitHTTPAddr(addr, "")
+	if err != nil {
+		return "", err
+	}
+	if port == "" {
 		return "", usagef("--http %s: want HOST:PORT, e.g. 127.0.0.1:8080", redact.Quote(addr))
 	}
 	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {

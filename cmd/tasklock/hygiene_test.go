@@ -29,6 +29,7 @@ func TestInputHygiene(t *testing.T) {
 	redisURL, _ := redisFor(t)
 	wd := t.TempDir()
 	huge := strings.Repeat("k", 10000)
+	cfg := writeConfig(t, t.TempDir(), "store: mem://\njobs:\n  - name: a\n    schedule: '@daily'\n    command: [\"true\"]\n")
 	tests := []struct {
 		name string
 		args []string
@@ -51,6 +52,10 @@ func TestInputHygiene(t *testing.T) {
 		{"huge key", []string{"exec", "--store", "mem://", "--key", huge, "--", "true"}, "... (10000 bytes): 10000 bytes long"},
 		{"huge subcommand", []string{"locks", huge, "--store", "mem://"}, "... (10000 bytes)"},
 		{"huge command", []string{huge}, "... (10000 bytes)"},
+		// Were 69, as if the address were taken or the server down.
+		{"serve --http port out of range", []string{"serve", "--config", cfg, "--http", "127.0.0.1:99999"}, `--http "127.0.0.1:99999": invalid port "99999"`},
+		{"health --http port out of range", []string{"health", "--http", "127.0.0.1:99999"}, `--http "127.0.0.1:99999": invalid port "99999"`},
+		{"serve --http with a newline", []string{"serve", "--config", cfg, "--http", "a\nb:80", "--insecure"}, `--http "a\nb:80"`},
 		// --force skips the check that serve registered JOB, not JOB's own:
 		// these wrote ghost jobs to the ledger, or failed in the store (69).
 		{"jobs pause with a newline", []string{"jobs", "pause", "a\nb", "--force", "--store", "mem://"}, `JOB "a\nb": contains control character \n`},

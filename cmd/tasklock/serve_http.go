@@ -59,13 +59,9 @@ func (h *httpFlags) check() error {
 	if h.addr == "" {
 		return nil
 	}
-	host, port, err := net.SplitHostPort(h.addr)
+	host, _, err := splitHTTPAddr(h.addr, " (empty disables the dashboard)")
 	if err != nil {
-		return usagef("--http %s: want HOST:PORT, e.g. 127.0.0.1:8080 (empty disables the dashboard)", redact.Quote(h.addr))
-	}
-	if _, err := net.LookupPort("tcp", port); err != nil {
-		// A port no retry makes valid: not a listen failure (exit 69).
-		return usagef("--http %s: invalid port %s: want a number from 0 to 65535", redact.Quote(h.addr), redact.Quote(port))
+		return err
 	}
 	if !isLoopback(host) && h.token == "" && !h.insecure {
 		return usagef("--http %s is not a loopback address: set --token (or $TASKLOCK_TOKEN) so that only token holders can trigger, pause and release, or add --insecure to serve it read-only to anyone who can reach it", h.addr)
