@@ -28,8 +28,9 @@ import (
 // for a nested key: http.url).
 type defineFlags struct {
 	file    string
-	config  string // --config: refuse the jobs this serve configuration names
-	cancel  bool   // delete --cancel
+	config  string       // --config: refuse the jobs this serve configuration names
+	cfgFile *config.File // --config's file, loaded by change
+	cancel  bool         // delete --cancel
 	keys    map[string]*string
 	keysSet map[string]bool
 }
@@ -237,6 +238,13 @@ func (d *defineFlags) change(sub, name string, stdin io.Reader) (jobdefs.Change,
 	if d.cancel {
 		return c, usagef("--cancel is for delete")
 	}
+	if d.config != "" {
+		f, err := config.Load(d.config)
+		if err != nil {
+			return c, usagef("--config %s: %v", d.config, err)
+		}
+		d.cfgFile = f
+	}
 	if d.file == "" && len(d.keysSet) == 0 {
 		return c, usagef("give the job as -f FILE (YAML or JSON; - for stdin) or flags (--schedule, --command, ...)")
 	}
@@ -292,7 +300,7 @@ func jobsDefine(ctx context.Context, a *adminArgs, l ledger.Ledger, d *defineFla
 		}
 	}
 	if c.Op != jobdefs.Delete && !force {
-		if err := checkNotFileJob(ctx, cat, l, c.Job, d.config); err != nil {
+		if err := checkNotFileJob(ctx, cat, l, c.Job, d.config, d.cfgFile); err != nil {
 			return err
 		}
 	}
@@ -322,15 +330,11 @@ func jobsDefine(ctx context.Context, a *adminArgs, l ledger.Ledger, d *defineFla
 }
 
 // checkNotFileJob refuses a job a configuration file of tasklock serve
-// names: the file is authoritative for its jobs. With --config it reads
-// that file; otherwise it refuses a job a node of serve registered that
+// names: the file is authoritative for its jobs. With --config it looks in
+// f, that file as change loaded it; otherwise it refuses a job a node of serve registered that
 // was never defined at run time (created, by the audit).
-func checkNotFileJob(ctx context.Context, cat ledger.Catalog, l ledger.Ledger, job, configPath string) error {
-	if configPath != "" {
-		f, err := config.Load(configPath)
-		if err != nil {
-			return usagef("--config %s: %v", configPath, err)
-		}
+func checkNotFileJob(ctx context.Context, cat ledger.Catalog, l ledger.Ledger, job, configPath string, f *config.File) error {
+	if f != nil {
 		for _, j := range f.Jobs {
 			if j.Name == job {
 				return refusedError(fmt.Sprintf("job %q is in the configuration file %s, which is authoritative for its jobs: change it there", job, configPath))
