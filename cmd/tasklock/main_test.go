@@ -429,6 +429,10 @@ func TestPasswordNeverPrinted(t *testing.T) {
 		{"unknown param", nil, []string{"--store", good + "?bogus=" + pw, "--key", "k"}, exitUsage},
 		{"password param", nil, []string{"--store", "redis://" + srv.Addr() + "?password=" + pw, "--key", "k"}, exitUsage},
 		{"unknown scheme", nil, []string{"--store", "fancy://app:" + pw + "@" + srv.Addr(), "--key", "k"}, exitUsage},
+		// redis-cli reads redis://SECRET@host as a password; go-redis sent
+		// no AUTH, and NOAUTH came back with the URL, SECRET in it.
+		{"password in the user's place", nil, []string{"--store", "redis://" + pw + "@" + srv.Addr(), "--key", "k"}, exitUsage},
+		{"redlock password in the user's place", nil, []string{"--store", "redlock://" + pw + "@" + srv.Addr() + "," + closed + ",127.0.0.1:1", "--key", "k"}, exitUsage},
 		{"raw special characters", nil, []string{"--store", "redis://app:" + pw + "/?#@" + closed, "--key", "k"}, exitUnavailable},
 		{"etcd closed port", nil, []string{"--store", "etcd://app:" + pw + "@" + closed + "?dial_timeout=300ms", "--key", "k", "--verbose"}, exitUnavailable},
 		{"zk with a password", nil, []string{"--store", "zk://app:" + pw + "@" + closed, "--key", "k"}, exitUsage},

@@ -298,6 +298,9 @@ func (u *storeURL) scrub(err error) error {
 	return redact.Error(err, secrets...)
 }
 
+// redisAuth are the schemes whose user information is Redis's AUTH.
+var redisAuth = map[string]bool{"redis": true, "rediss": true, "redis+sentinel": true, "redis+cluster": true, "redlock": true}
+
 // split parses rawURL into a storeURL. The user information ends at the
 // last '@' (as in redact.URL), the hosts at the next '/' or '?', the path at '?'.
 func split(raw string) (*storeURL, error) {
@@ -323,6 +326,13 @@ func split(raw string) (*storeURL, error) {
 			return nil, badf(raw, "invalid percent-encoding in the password")
 		}
 		u.hasPassword = hasPass
+		if user != "" && !hasPass && redisAuth[u.scheme] {
+			// go-redis sends no AUTH for a user without a password, while
+			// redis-cli reads redis://SECRET@host as a password: refuse
+			// it, and print it nowhere.
+			return nil, badf(raw[:i+3]+redact.Mask+"@"+rest,
+				"a user name without a password authenticates nothing with Redis: write a password alone as %s://:PASSWORD@host, a user and its password as USER:PASSWORD@", u.scheme)
+		}
 	}
 	if j := strings.IndexByte(rest, '#'); j >= 0 {
 		return nil, badf(raw, "a fragment (#...) is not allowed; write '#' in a password as %%23")

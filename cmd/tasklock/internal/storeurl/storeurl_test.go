@@ -37,7 +37,6 @@ func TestParseRedis(t *testing.T) {
 		{"redis://h:1/3", redisConfig{addrs: []string{"h:1"}, db: 3}},
 		{"redis://u:" + secret + "@h:1/2", redisConfig{addrs: []string{"h:1"}, username: "u", password: secret, db: 2}},
 		{"redis://:" + secret + "@h:1", redisConfig{addrs: []string{"h:1"}, password: secret}},
-		{"redis://user@h:1", redisConfig{addrs: []string{"h:1"}, username: "user"}},
 		{"redis://u:p%40ss%3Aw@h:1", redisConfig{addrs: []string{"h:1"}, username: "u", password: "p@ss:w"}},
 		{"redis://u:p@s/s?w@h:1", redisConfig{addrs: []string{"h:1"}, username: "u", password: "p@s/s?w"}},
 		{"redis://[::1]:7000", redisConfig{addrs: []string{"[::1]:7000"}}},
@@ -443,6 +442,10 @@ func TestParseErrors(t *testing.T) {
 		{"redis://u:" + secret + "#x@h:1#frag", "fragment"},
 		{"redis://%zz@h:1", "percent-encoding in the user name"},
 		{"redis://u:%zz" + secret + "@h:1", "percent-encoding in the password"},
+		// go-redis sent no AUTH for it; redis-cli reads it as a password.
+		{"redis://" + secret + "@h:1", "bad store URL redis://xxxxx@h:1: a user name without a password"},
+		{"redis+sentinel://" + secret + "@s1:1/m", "a user name without a password"},
+		{"redlock://" + secret + "@a,b,c", "a user name without a password"},
 		{"redis+sentinel://s1:1,s2:2", "missing master name"},
 		{"redis+sentinel://s1:1/a/b", "invalid master name"},
 		{"redis+sentinel://s1:1/m?db=x", `db="x"`},
