@@ -92,17 +92,19 @@ func runHealth(args []string, stdout, stderr io.Writer) int {
 // splitHTTPAddr splits serve's and health's --http HOST:PORT, refusing as
 // usage errors what no listener or dialer could take: a host with control
 // characters, a port that is neither 0 to 65535 nor a service name. hint
-// ends the message of an address without a port.
+// ends the message of an address without a port. The messages hide the
+// password of a URL given for HOST:PORT.
 func splitHTTPAddr(addr, hint string) (host, port string, err error) {
 	host, port, err = net.SplitHostPort(addr)
+	shown := redact.Quote(redact.URL(addr))
 	switch {
 	case err != nil:
-		return "", "", usagef("--http %s: want HOST:PORT, e.g. 127.0.0.1:8080%s", redact.Quote(addr), hint)
+		return "", "", usagef("--http %s: want HOST:PORT, e.g. 127.0.0.1:8080%s", shown, hint)
 	case redact.CheckName(host) != "":
-		return "", "", usagef("--http %s: the host %s", redact.Quote(addr), redact.CheckName(host))
+		return "", "", usagef("--http %s: the host %s", shown, redact.CheckName(host))
 	case port != "":
 		if _, err := net.LookupPort("tcp", port); err != nil {
-			return "", "", usagef("--http %s: invalid port %s, want 0 to 65535", redact.Quote(addr), redact.Quote(port))
+			return "", "", usagef("--http %s: invalid port %s, want 0 to 65535", shown, redact.Quote(port))
 		}
 	}
 	return host, port, nil
@@ -116,7 +118,7 @@ func healthURL(addr string, ready bool) (string, error) {
 		return "", err
 	}
 	if port == "" {
-		return "", usagef("--http %s: want HOST:PORT, e.g. 127.0.0.1:8080", redact.Quote(addr))
+		return "", usagef("--http %s: want HOST:PORT, e.g. 127.0.0.1:8080", redact.Quote(redact.URL(addr)))
 	}
 	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
 		host = "127.0.0.1"

@@ -55,6 +55,9 @@ func TestInputHygiene(t *testing.T) {
 		// Were 69, as if the address were taken or the server down.
 		{"serve --http port out of range", []string{"serve", "--config", cfg, "--http", "127.0.0.1:99999"}, `--http "127.0.0.1:99999": invalid port "99999"`},
 		{"health --http port out of range", []string{"health", "--http", "127.0.0.1:99999"}, `--http "127.0.0.1:99999": invalid port "99999"`},
+		// A URL given for HOST:PORT: its password is hidden.
+		{"health --http with a password", []string{"health", "--http", "http://u:s3cret@127.0.0.1:1"}, `--http "http://u:xxxxx@127.0.0.1:1": want HOST:PORT`},
+		{"serve --http with a password", []string{"serve", "--config", cfg, "--http", "u:s3cret@127.0.0.1:1"}, `--http "u:xxxxx@127.0.0.1:1": want HOST:PORT`},
 		{"serve --http with a newline", []string{"serve", "--config", cfg, "--http", "a\nb:80", "--insecure"}, `--http "a\nb:80"`},
 		// --force skips the check that serve registered JOB, not JOB's own:
 		// these wrote ghost jobs to the ledger, or failed in the store (69).
