@@ -109,7 +109,9 @@ The SQL stores keep locks in a table. exec creates it when it is missing
 69), for accounts that may not create tables: run "tasklock migrate up"
 first. "tasklock migrate status" only reads, whatever the URL says. The
 jobs and locks commands (but jobs create) do not create a SQLite file:
-one that is not there is a bad URL (exit 64), most likely a mistyped path.
+one that is not there is a bad URL (exit 64), most likely a mistyped path;
+nor do they create or upgrade the table, whatever migrate= says: one that
+lacks it, or lacks migrations, fails (exit 69) until "migrate up" has run.
 
 Durations (--ttl, --wait, --timeout, ...) are Go durations such as 300ms,
 10s or 1h30m, at most 8760h (365 days). Names (--owner, --node) must not

@@ -414,3 +414,35 @@ func TestSQLPasswordNeverPrinted(t *testing.T) {
 		})
 	}
 }
+
+// TestAdminChangesNoSchema: the jobs and locks commands (but jobs create)
+// do not create the tables of a SQL store that has none, as they do not
+// create a SQLite file: a mistyped database would get them. They say to
+// run migrate up, and the store stays as it was.
+func TestAdminChangesNoSchema(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "other.db")
+	if err := os.WriteFile(path, nil, 0o644); err != nil { // an empty SQLite database
+		t.Fatal(err)
+	}
+	for _, url := range []string{"sqlite://" + path, pgURL(t)} {
+		for _, args := range [][]string{{"jobs", "list"}, {"jobs", "history"}, {"jobs", "audit"}, {"locks", "list"}, {"locks", "show", "k"}, {"jobs", "pause", "j", "--force"}} {
+			code, out, errOut := tl.Run(t, nil, append(args, "--store", url)...)
+			if code != exitUnavailable || out != "" || !strings.Contains(errOut, "run `tasklock migrate up` first") {
+				t.Errorf("%q on %s: exit %d, stdout %q, stderr %q; want 69 saying to run migrate up", args, url, code, out, errOut)
+			}
+		}
+		code, out, errOut := tl.Run(t, nil, "migrate", "status", "--store", url)
+		if code != exitOK || strings.Contains(out, "yes") {
+			t.Errorf("migrate status on %s after the jobs and locks commands: exit %d, want every migration pending\n%s%s", url, code, out, errOut)
+		}
+		// jobs create sets the store up, as it creates a SQLite file.
+		code, out, errOut = tl.Run(t, nil, "jobs", "create", "j", "--schedule", "@daily", "--command", "true", "--store", url)
+		if code != exitOK {
+			t.Errorf("jobs create on %s: exit %d\n%s%s", url, code, out, errOut)
+		}
+		if code, out, errOut = tl.Run(t, nil, "jobs", "list", "--store", url); code != exitOK {
+			t.Errorf("jobs list on %s after jobs create: exit %d\n%s%s", url, code, out, errOut)
+		}
+	}
+}

@@ -60,9 +60,9 @@ func (e *schemaError) Error() string { return e.err.Error() }
 func (e *schemaError) Unwrap() error { return e.err }
 
 // ensureSchema reads the migration status of s and applies what is
-// pending when migrate is set; otherwise pending migrations are a
-// schemaError.
-func ensureSchema(ctx context.Context, s schema, migrate bool) error {
+// pending when refusal is empty; otherwise pending migrations are a
+// schemaError, which ends with refusal (see storeURL.refusal).
+func ensureSchema(ctx context.Context, s schema, refusal string) error {
 	states, err := s.status(ctx)
 	if err != nil {
 		return err
@@ -76,14 +76,26 @@ func ensureSchema(ctx context.Context, s schema, migrate bool) error {
 	switch {
 	case len(pending) == 0:
 		return nil
-	case !migrate:
-		return &schemaError{fmt.Errorf("table %s lacks migrations %s and the URL says migrate=false: run `tasklock migrate up` first, or leave migrate=false out",
-			s.table(), strings.Join(pending, ", "))}
+	case refusal != "":
+		return &schemaError{fmt.Errorf("table %s lacks migrations %s and %s", s.table(), strings.Join(pending, ", "), refusal)}
 	}
 	if err := s.migrate(ctx); err != nil {
 		return &schemaError{err}
 	}
 	return nil
+}
+
+// refusal says why Open must not apply pending migrations, or is empty
+// when it may: migrate, the URL's migrate parameter, is false, or the
+// store was opened with OpenExisting.
+func (u *storeURL) refusal(migrate bool) string {
+	switch {
+	case u.existing:
+		return "this command changes no schema (only serve, exec, jobs create and migrate up do): run `tasklock migrate up` first"
+	case !migrate:
+		return "the URL says migrate=false: run `tasklock migrate up` first, or leave migrate=false out"
+	}
+	return ""
 }
 
 // Migrator reads and applies the migrations of a SQL store's table. Create

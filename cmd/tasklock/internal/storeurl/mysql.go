@@ -139,7 +139,7 @@ func (c *mysqlConfig) open(ctx context.Context) (driver.Store, func() error, err
 		return nil, nil, err
 	}
 	s := sc.(*mysqlSchema)
-	if err := ensureSchema(ctx, s, c.migrate); err != nil {
+	if err := ensureSchema(ctx, s, c.u.refusal(c.migrate)); err != nil {
 		s.close()
 		return nil, nil, err
 	}

@@ -109,7 +109,7 @@ func (c *pgConfig) open(ctx context.Context) (driver.Store, func() error, error)
 		return nil, nil, err
 	}
 	s := sc.(*pgSchema)
-	if err := ensureSchema(ctx, s, c.migrate); err != nil {
+	if err := ensureSchema(ctx, s, c.u.refusal(c.migrate)); err != nil {
 		s.close()
 		return nil, nil, err
 	}

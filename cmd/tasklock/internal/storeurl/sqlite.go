@@ -131,7 +131,7 @@ func (c *sqliteConfig) open(ctx context.Context) (driver.Store, func() error, er
 		}
 		return nil, nil, err
 	}
-	if err := ensureSchema(ctx, s, c.migrate); err != nil {
+	if err := ensureSchema(ctx, s, c.u.refusal(c.migrate)); err != nil {
 		s.close()
 		return nil, nil, err
 	}

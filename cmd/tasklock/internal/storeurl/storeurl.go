@@ -198,9 +198,11 @@ func Open(ctx context.Context, rawURL string) (store driver.Store, closeFn func(
 
 // OpenExisting is Open for a store that must exist already: a SQLite file
 // that does not exist is an error wrapping ErrBadURL, and is not created,
-// whatever migrate= says. The jobs and locks commands look at what serve
-// and exec keep; a mistyped path would otherwise show an empty store and
-// leave a new file behind. Every other scheme opens as with Open.
+// and a SQL store's table is neither created nor upgraded (pending
+// migrations are ErrNotMigrated), whatever migrate= says. The jobs and
+// locks commands look at what serve and exec keep; a mistyped path or
+// database would otherwise show an empty store and be left with a new file
+// or new tables. Every other scheme opens as with Open.
 func OpenExisting(ctx context.Context, rawURL string) (store driver.Store, closeFn func() error, err error) {
 	return openURL(ctx, rawURL, true)
 }
@@ -211,6 +213,7 @@ func openURL(ctx context.Context, rawURL string, existing bool) (store driver.St
 	if err != nil {
 		return nil, nil, err
 	}
+	u.existing = existing
 	if c, ok := o.(*sqliteConfig); ok && existing {
 		c.existing = true
 	}
@@ -261,6 +264,7 @@ type storeURL struct {
 	hostPart    string  // between the user information and the path, as written
 	path        string  // after the hosts, without the leading '/', percent-decoded
 	query       *params // the query parameters
+	existing    bool    // opened with OpenExisting: no schema change
 	// secrets are passwords a scheme found elsewhere (an environment
 	// variable, a password file): scrub hides them too.
 	secrets []string
