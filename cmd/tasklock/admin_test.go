@@ -249,6 +249,8 @@ func TestAdminUsageBeforeStore(t *testing.T) {
 			{[]string{"jobs", "create", "j", "--schedule", "@daily", "--command", "true", "--retries", "x"}, "--retries"},
 			{[]string{"jobs", "create", "j", "--schedule", "@daily", "--command", "true", "--cancel"}, "--cancel"},
 			{[]string{"jobs", "update", "j", "-f", filepath.Join(dir, "missing.yaml")}, "-f"},
+			// Read to the end, as -f - is not: gigabytes a second, then a hang.
+			{[]string{"jobs", "create", "j", "-f", "/dev/zero"}, "larger than"},
 			{[]string{"jobs", "create", "j", "--schedule", "@daily", "--command", "true", "--config", filepath.Join(dir, "missing.yaml")}, "--config"},
 			{[]string{"jobs", "delete", "j", "--schedule", "@daily"}, "delete takes no -f"},
 			{[]string{"locks", "release", "k"}, "--force"},

@@ -86,15 +86,19 @@ func (d *defineFlags) snippet(base string, stdin io.Reader) ([]byte, string, err
 	source := "flags"
 	switch {
 	case d.file != "":
-		var data []byte
-		var err error
-		if d.file == "-" {
-			data, err = io.ReadAll(io.LimitReader(stdin, config.MaxSnippet+1))
-			source = "stdin"
-		} else {
-			data, err = os.ReadFile(d.file)
-			source = d.file
+		// At most one byte past the limit, for config.Define to refuse:
+		// the file may be endless (-f /dev/zero).
+		var in io.Reader = stdin
+		source = "stdin"
+		if d.file != "-" {
+			f, err := os.Open(d.file)
+			if err != nil {
+				return nil, "", usagef("-f: %v", err)
+			}
+			defer f.Close()
+			in, source = f, d.file
 		}
+		data, err := io.ReadAll(io.LimitReader(in, config.MaxSnippet+1))
 		if err != nil {
 			return nil, "", usagef("-f: %v", err)
 		}
