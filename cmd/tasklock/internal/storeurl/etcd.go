@@ -121,7 +121,15 @@ func (c *etcdConfig) tlsConfig() (*tls.Config, error) {
 		cfg.RootCAs = roots
 	}
 	if c.certFile != "" {
-		cert, err := tls.LoadX509KeyPair(c.certFile, c.keyFile)
+		certPEM, err := c.u.readPEM("tls_cert_file", c.certFile)
+		if err != nil {
+			return nil, err
+		}
+		keyPEM, err := c.u.readPEM("tls_key_file", c.keyFile)
+		if err != nil {
+			return nil, err
+		}
+		cert, err := tls.X509KeyPair(certPEM, keyPEM)
 		if err != nil {
 			return nil, c.u.badf("query parameters tls_cert_file and tls_key_file: %v", err)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"io"
 	"net"
 	"os"
 	"strconv"
@@ -192,12 +193,34 @@ func (c *redisConfig) open(ctx context.Context) (driver.Store, func() error, err
 	return store, client.Close, nil
 }
 
+// maxPEM bounds a certificate or key file, in bytes: a bundle of every
+// public CA is about 250 KB.
+const maxPEM = 4 << 20
+
+// readPEM reads the certificate or key file named by the query parameter
+// param, of at most maxPEM bytes: it may be endless (/dev/zero).
+func (u *storeURL) readPEM(param, file string) ([]byte, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, u.badf("query parameter %s: %v", param, err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxPEM+1))
+	switch {
+	case err != nil:
+		return nil, u.badf("query parameter %s: %v", param, err)
+	case len(data) > maxPEM:
+		return nil, u.badf("query parameter %s: %s is larger than %d bytes", param, file, maxPEM)
+	}
+	return data, nil
+}
+
 // certPool reads a PEM file of CA certificates named by the query
 // parameter param.
 func (u *storeURL) certPool(param, file string) (*x509.CertPool, error) {
-	pem, err := os.ReadFile(file)
+	pem, err := u.readPEM(param, file)
 	if err != nil {
-		return nil, u.badf("query parameter %s: %v", param, err)
+		return nil, err
 	}
 	roots := x509.NewCertPool()
 	if !roots.AppendCertsFromPEM(pem) {

@@ -748,3 +748,25 @@ func FuzzPasswordNeverInMessages(f *testing.F) {
 		}
 	})
 }
+
+// TestTLSFilesBounded: a certificate or key file is read up to maxPEM
+// bytes; past that it is a bad URL. They were read whole, so that
+// tls_ca_file=/dev/zero took gigabytes a second and never answered.
+func TestTLSFilesBounded(t *testing.T) {
+	big := filepath.Join(t.TempDir(), "big.pem")
+	if err := os.WriteFile(big, make([]byte, maxPEM+1), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, raw := range []string{
+		"rediss://127.0.0.1:1?tls_ca_file=" + big,
+		"etcds://127.0.0.1:1?tls_ca_file=" + big,
+		"etcds://127.0.0.1:1?tls_cert_file=" + big + "&tls_key_file=" + big,
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, _, err := Open(ctx, raw)
+		cancel()
+		if !errors.Is(err, ErrBadURL) || !strings.Contains(fmt.Sprint(err), "larger than") {
+			t.Errorf("Open(%s): %v; want a bad URL, the file larger than %d bytes", raw, err, maxPEM)
+		}
+	}
+}
