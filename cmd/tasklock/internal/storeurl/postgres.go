@@ -48,6 +48,14 @@ func parsePostgres(u *storeURL) (opener, error) {
 			return nil, err
 		}
 	}
+	// pgx reads these files whole: refuse an endless one (/dev/zero).
+	for _, param := range []string{"sslrootcert", "sslcert", "sslkey"} {
+		if file := rest.Get(param); file != "" {
+			if err := u.checkPEMFile(param, file); err != nil {
+				return nil, err
+			}
+		}
+	}
 	pu := url.URL{Scheme: "postgres", Host: u.hostPart, RawQuery: rest.Encode()}
 	if u.path != "" {
 		pu.Path = "/" + u.path

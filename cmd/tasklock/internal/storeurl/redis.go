@@ -215,6 +215,23 @@ func (u *storeURL) readPEM(param, file string) ([]byte, error) {
 	return data, nil
 }
 
+// checkPEMFile refuses, for a file another library reads whole, what
+// readPEM refuses: a file of more than maxPEM bytes, or one that is not a
+// regular file (a device or a pipe may never end). A file that cannot be
+// looked at is left for that library to report.
+func (u *storeURL) checkPEMFile(param, file string) error {
+	fi, err := os.Stat(file)
+	switch {
+	case err != nil:
+		return nil
+	case !fi.Mode().IsRegular():
+		return u.badf("query parameter %s: %s is not a regular file", param, file)
+	case fi.Size() > maxPEM:
+		return u.badf("query parameter %s: %s is larger than %d bytes", param, file, maxPEM)
+	}
+	return nil
+}
+
 // certPool reads a PEM file of CA certificates named by the query
 // parameter param.
 func (u *storeURL) certPool(param, file string) (*x509.CertPool, error) {

@@ -761,6 +761,8 @@ func TestTLSFilesBounded(t *testing.T) {
 		"rediss://127.0.0.1:1?tls_ca_file=" + big,
 		"etcds://127.0.0.1:1?tls_ca_file=" + big,
 		"etcds://127.0.0.1:1?tls_cert_file=" + big + "&tls_key_file=" + big,
+		"postgres://u@127.0.0.1:1/db?sslmode=verify-full&sslrootcert=" + big, // pgx's own parameters
+		"postgres://u@127.0.0.1:1/db?sslmode=require&sslcert=" + big + "&sslkey=" + big,
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		_, _, err := Open(ctx, raw)
