@@ -150,11 +150,20 @@ func adminRun(cmd, usage string, args []string, stdout, stderr io.Writer, subs m
 	// subcommands read or change what a store already holds.
 	store, closeFn, err := openStore(ctx, a.store, a.sub == "create")
 	if err != nil {
-		fmt.Fprintf(stderr, "tasklock %s %s: %v\n", cmd, a.sub, err)
+		fmt.Fprintf(stderr, "tasklock %s %s: %v\n", cmd, a.sub, timedOut(ctx, a.timeout, err))
 		return openExit(err)
 	}
 	defer closeFn()
-	return adminExit(cmd, a.sub, fn(ctx, a, store), stderr)
+	return adminExit(cmd, a.sub, timedOut(ctx, a.timeout, fn(ctx, a, store)), stderr)
+}
+
+// timedOut adds to err, when ctx's --timeout d has passed, that the store
+// gave no answer within it.
+func timedOut(ctx context.Context, d time.Duration, err error) error {
+	if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return fmt.Errorf("%w (no answer within --timeout %v)", err, d)
+	}
+	return err
 }
 
 // adminExit prints err, if any, and returns the exit status it means.

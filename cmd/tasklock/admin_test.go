@@ -266,3 +266,21 @@ func TestAdminUsageBeforeStore(t *testing.T) {
 		}
 	}
 }
+
+// TestAdminTimeoutNamed: a store that does not answer within --timeout
+// is exit 69 with a message naming --timeout, not a bare "context
+// deadline exceeded".
+func TestAdminTimeoutNamed(t *testing.T) {
+	t.Parallel()
+	db := filepath.Join(t.TempDir(), "t.db")
+	if code, _, errOut := tl.Run(t, nil, "migrate", "up", "--store", "sqlite://"+db); code != exitOK {
+		t.Fatalf("migrate up: %d %s", code, errOut)
+	}
+	for _, args := range [][]string{{"locks", "list", "--store", "mem://"}, {"jobs", "list", "--store", "mem://"}, {"migrate", "status", "--store", "sqlite://" + db}} {
+		args = append(args, "--timeout", "1ns")
+		code, out, errOut := tl.Run(t, nil, args...)
+		if code != exitUnavailable || out != "" || !strings.Contains(errOut, "no answer within --timeout 1ns") {
+			t.Errorf("%q = %d, stdout %q, stderr %q; want 69 naming --timeout", args, code, out, errOut)
+		}
+	}
+}

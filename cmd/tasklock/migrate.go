@@ -163,7 +163,7 @@ func runMigrate(args []string, stdout, stderr io.Writer) int {
 		failf("%v", err)
 		return exitUsage
 	case err != nil:
-		failf("%v", err)
+		failf("%v", timedOut(ctx, c.timeout, err))
 		return exitUnavailable
 	}
 	defer func() {
@@ -176,7 +176,7 @@ func runMigrate(args []string, stdout, stderr io.Writer) int {
 	var applied []storeurl.Migration
 	if c.sub == "up" {
 		if applied, err = m.Up(ctx); err != nil {
-			failf("%v", err)
+			failf("%v", timedOut(ctx, c.timeout, err))
 			return exitUnavailable
 		}
 		a := toJSON(applied)
@@ -184,7 +184,7 @@ func runMigrate(args []string, stdout, stderr io.Writer) int {
 	}
 	states, err := m.Status(ctx)
 	if err != nil {
-		failf("%v", err)
+		failf("%v", timedOut(ctx, c.timeout, err))
 		return exitUnavailable
 	}
 	report.Migrations = toJSON(states)
