@@ -240,6 +240,18 @@ func parseExec(args []string, getenv func(string) string) (*execConfig, error) {
 	case c.argv[0] == "":
 		return nil, usagef("COMMAND is empty")
 	}
+	kind := "" // the flag of a kind other than a plain lock
+	switch {
+	case c.shared:
+		kind = "--shared"
+	case c.exclusive:
+		kind = "--exclusive"
+	case set["permits"]:
+		kind = "--permits"
+	}
+	if plain := storeurl.PlainOnly(c.store); kind != "" && plain != "" {
+		return nil, usagef("%s: a %s store keeps plain locks only, no read-write lock or semaphore", kind, plain)
+	}
 	return c, nil
 }
 

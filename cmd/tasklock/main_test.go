@@ -318,6 +318,11 @@ func TestExecBadUsage(t *testing.T) {
 		{nil, []string{"--store", "etcd://h:1?session_ttl=1500ms", "--key", "k", "--", "true"}, "session_ttl"},
 		{nil, []string{"--store", "zk://h:1?session_ttl=10s", "--key", "k", "--", "true"}, `unknown query parameter "session_ttl"`},
 		{nil, []string{"--store", "redlock://h:1,h:2", "--key", "k", "--", "true"}, "at least 3; got 2"},
+		// Kinds the store cannot keep, found without connecting (were 69
+		// when the store did not answer).
+		{nil, []string{"--store", "redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3", "--key", "k", "--shared", "--", "true"}, "--shared"},
+		{nil, []string{"--store", "postgres://127.0.0.1:1/db?mode=connection", "--key", "k", "--permits", "2", "--", "true"}, "--permits"},
+		{nil, []string{"--store", "mysql://127.0.0.1:1/db?mode=connection", "--key", "k", "--exclusive", "--", "true"}, "--exclusive"},
 	}
 	for _, tt := range tests {
 		args := append([]string{"exec"}, tt.args...)
