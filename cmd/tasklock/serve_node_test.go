@@ -113,20 +113,27 @@ func TestRetakeNodeTellsTheCasesApart(t *testing.T) {
 	t.Logf("log:\n%s", logs.String())
 }
 
+// serveN1OnRedis starts a serve named n1 on a Redis of its own, with JSON
+// logs, and waits until it serves.
+func serveN1OnRedis(t *testing.T) (*testserver.Redis, *proc) {
+	t.Helper()
+	r := testserver.StartRedis(t)
+	cfg := writeConfig(t, t.TempDir(), "store: redis://"+r.Addr()+"\nnode: n1\njobs:\n"+`  - name: beat
+    schedule: "@every 1h"
+    command: ["true"]
+`)
+	p := tl.Start(t, nil, "serve", "--config", cfg, "--http", "", "--log-format", "json")
+	p.WaitStderr(`"msg":"serving"`, 30*time.Second)
+	return r, p
+}
+
 // TestServeNodeLeaseLapsesWhileStoreStopped: a serve whose store stops
 // answering (SIGSTOP) for longer than its node lease loses its node-name
 // lock, says the store did not answer rather than that another serve may
 // use its name, and takes the lock again once the store answers.
 func TestServeNodeLeaseLapsesWhileStoreStopped(t *testing.T) {
 	t.Parallel()
-	r := testserver.StartRedis(t)
-	dir := t.TempDir()
-	cfg := writeConfig(t, dir, "store: redis://"+r.Addr()+"\nnode: n1\njobs:\n"+`  - name: beat
-    schedule: "@every 1h"
-    command: ["true"]
-`)
-	p := tl.Start(t, nil, "serve", "--config", cfg, "--http", "", "--log-format", "json")
-	p.WaitStderr(`"msg":"serving"`, 30*time.Second)
+	r, p := serveN1OnRedis(t)
 	r.Stop(t)
 	stopped := true
 	defer func() {
@@ -156,14 +163,7 @@ func TestServeNodeLeaseLapsesWhileStoreStopped(t *testing.T) {
 // store is back.
 func TestServeNodeLeaseLapsesWhileStoreDown(t *testing.T) {
 	t.Parallel()
-	r := testserver.StartRedis(t)
-	dir := t.TempDir()
-	cfg := writeConfig(t, dir, "store: redis://"+r.Addr()+"\nnode: n1\njobs:\n"+`  - name: beat
-    schedule: "@every 1h"
-    command: ["true"]
-`)
-	p := tl.Start(t, nil, "serve", "--config", cfg, "--http", "", "--log-format", "json")
-	p.WaitStderr(`"msg":"serving"`, 30*time.Second)
+	r, p := serveN1OnRedis(t)
 	r.Kill(t)
 	const cannot = `"msg":"cannot take the node-name lock again: the store did not answer; trying again"`
 	// The lease is 10s (tasklock.DefaultTTL); then a try every 5s.
