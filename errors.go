@@ -100,9 +100,9 @@ func (e *NotObtainedError) Unwrap() []error {
 
 // OptionError is returned by New, Obtain, TryObtain, Extend, Once and
 // WithLock for an invalid option, argument or key; Field names it, e.g.
-// "ObtainOptions.TTL" or "key". It is driver.OptionError, the one type every package of this
-// module (schedule, the stores) returns for a bad option, so errors.As with
-// a *tasklock.OptionError matches all of them.
+// "ObtainOptions.TTL" or "key". It is driver.OptionError, the one type
+// every package of this module (schedule, the stores) returns for a bad
+// option, so errors.As with a *tasklock.OptionError matches all of them.
 type OptionError = driver.OptionError
 
 // badOption returns the *OptionError of this package for field.
