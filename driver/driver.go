@@ -65,6 +65,11 @@ var ErrHeld = errors.New("tasklock: lock held by another owner")
 type HeldError struct {
 	Owner string        // the holder's owner name, "" when unknown
 	TTL   time.Duration // the holder's remaining lease at the store, 0 when unknown
+	// Token is the holder's token when the store reports it ("" when
+	// not): one owner name can hold several grants over time, and only
+	// the token tells them apart (the redlock store counts a majority by
+	// it).
+	Token string
 }
 
 // Error implements error.

@@ -341,6 +341,9 @@ func acquireReply(key string, res any) (driver.Grant, error) {
 		if len(r) == 2 {
 			if v, ok := r[0].(string); ok {
 				_, held.Owner, _ = parseValue(v)
+				if i := strings.IndexByte(v, ':'); i > 0 {
+					held.Token = v[:i]
+				}
 			}
 			if ms, ok := r[1].(int64); ok && ms > 0 {
 				held.TTL = time.Duration(ms) * time.Millisecond

@@ -648,24 +648,28 @@ func (s *Store) releasing(token string) {
 }
 
 // heldView is the holder as a majority of the "held" answers see it: the
-// owner named most often (the first such in node order on a tie) and the
-// shortest remaining TTL among its answers, with how many answers named it.
+// grant (owner and token) named most often (the first such in node order on
+// a tie) and the shortest remaining TTL among its answers, with how many
+// answers named it. Answers are counted by token, not by owner name: one
+// Locker's grants of two attempts (a late grant of an attempt given up, and
+// the next attempt's) are not one holder with a majority.
 func heldView(held []*driver.HeldError) (*driver.HeldError, int) {
+	grant := func(h *driver.HeldError) string { return h.Owner + "\x00" + h.Token }
 	counts := make(map[string]int, len(held))
-	best := held[0].Owner
+	best := held[0]
 	for _, h := range held {
-		counts[h.Owner]++
-		if counts[h.Owner] > counts[best] {
-			best = h.Owner
+		counts[grant(h)]++
+		if counts[grant(h)] > counts[grant(best)] {
+			best = h
 		}
 	}
-	out := &driver.HeldError{Owner: best}
+	out := &driver.HeldError{Owner: best.Owner, Token: best.Token}
 	for _, h := range held {
-		if h.Owner == best && h.TTL > 0 && (out.TTL == 0 || h.TTL < out.TTL) {
+		if grant(h) == grant(best) && h.TTL > 0 && (out.TTL == 0 || h.TTL < out.TTL) {
 			out.TTL = h.TTL
 		}
 	}
-	return out, counts[best]
+	return out, counts[grant(best)]
 }
 
 // raise returns the fence of every request in ps that a majority granted

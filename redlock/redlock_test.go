@@ -338,6 +338,12 @@ func TestHeldView(t *testing.T) {
 	if h, n := heldView([]*driver.HeldError{{Owner: "x", TTL: 5 * time.Second}, {Owner: "y", TTL: 3 * time.Second}}); h.Owner != "x" || h.TTL != 5*time.Second || n != 1 {
 		t.Errorf("heldView of a tie = %+v, %d; want x (the first node) for 5s, named once", h, n)
 	}
+	// One owner's two grants (a late grant of an attempt it gave up, and
+	// its next attempt's) are not a majority: that split the vote, and
+	// under load every contender took it for a holder and gave up.
+	if h, n := heldView([]*driver.HeldError{{Owner: "x", Token: "t1", TTL: 5 * time.Second}, {Owner: "x", Token: "t2", TTL: 5 * time.Second}}); n != 1 || h.Token != "t1" {
+		t.Errorf("heldView of two grants of x = %+v, %d; want x's first grant, named once", h, n)
+	}
 	s := newStore(t, addrsOf(startNodes(t, 3)), patient)
 	plant(t, s, 0, "k", token(), "x", 5*time.Second)
 	plant(t, s, 1, "k", token(), "y", 3*time.Second)
