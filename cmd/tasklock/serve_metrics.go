@@ -150,8 +150,8 @@ func (o *observer) lockEvent(e tasklock.Event) { o.m.LockEvent(e) }
 
 // scheduleEvent is the Schedulers' Config.OnEvent: besides the metrics it
 // logs one line per run start and end, and per tick skipped or missed. Runs
-// that failed, timed out, lost their lock or were interrupted log at WARN,
-// a broken job at ERROR, the rest at INFO.
+// that failed, timed out, lost their lock, were cancelled or were
+// interrupted log at WARN, a broken job at ERROR, the rest at INFO.
 func (o *observer) scheduleEvent(e schedule.Event) {
 	o.m.ScheduleEvent(e)
 	if e.Type == schedule.EventRunStarted && e.Attempt == 1 && e.Trigger == "" {
