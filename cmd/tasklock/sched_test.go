@@ -336,10 +336,18 @@ func TestServeKilledNodeRunIsInterrupted(t *testing.T) {
 		t.Errorf("jobs history: exit %d\n%s%s\nwant the interrupted run's duration as ≤ its end − start", code, out, errOut)
 	}
 	procs[survivor].WaitStderr(`"msg":"run interrupted`, 10*time.Second)
+	interrupted := 0 // serve logs each run's end once: the Scheduler's own line would repeat it
 	for _, rec := range jsonLines(t, procs[survivor].Stderr()) {
-		if m, _ := rec["msg"].(string); strings.HasPrefix(m, "run interrupted") && rec["level"] != "WARN" {
+		m, _ := rec["msg"].(string)
+		if strings.HasPrefix(m, "run interrupted") && rec["level"] != "WARN" {
 			t.Errorf("run interrupted logged at %v", rec["level"])
 		}
+		if strings.Contains(m, "run interrupted") && rec["job"] == "sleeper" {
+			interrupted++
+		}
+	}
+	if interrupted != 1 {
+		t.Errorf("%d lines say the run was interrupted, want 1\n%s", interrupted, procs[survivor].Stderr())
 	}
 
 	clitest.WaitFor(t, 20*time.Second, func() bool { return !apiNodes(t, urls[survivor])[victim].Alive }, "the killed node to show as gone")

@@ -223,7 +223,32 @@ func runLevel(st ledger.RunStatus) slog.Level {
 
 // schedulerLogger is the logger serve gives its Schedulers: warnings and
 // errors only, because serve logs the runs itself (scheduleEvent) and the
-// Schedulers' own lines of runs would repeat them.
+// Schedulers' own lines of runs would repeat them. An interrupted run is
+// the one the Scheduler logs at WARN; serve's own line of it (with its
+// fence and status) is the one kept.
 func schedulerLogger(log *slog.Logger) *slog.Logger {
-	return slog.New(slogfilter.AtLeast(log.Handler(), slog.LevelWarn))
+	return slog.New(withoutRunLines{slogfilter.AtLeast(log.Handler(), slog.LevelWarn)})
+}
+
+// schedulerInterrupted is the message of the Scheduler's line of an
+// interrupted run (schedule/sweep.go), which scheduleEvent logs instead.
+const schedulerInterrupted = "schedule: run interrupted"
+
+// withoutRunLines drops the Scheduler's lines of runs that serve logs
+// itself.
+type withoutRunLines struct{ slog.Handler }
+
+func (h withoutRunLines) Handle(ctx context.Context, r slog.Record) error {
+	if r.Message == schedulerInterrupted {
+		return nil
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h withoutRunLines) WithAttrs(a []slog.Attr) slog.Handler {
+	return withoutRunLines{h.Handler.WithAttrs(a)}
+}
+
+func (h withoutRunLines) WithGroup(g string) slog.Handler {
+	return withoutRunLines{h.Handler.WithGroup(g)}
 }
