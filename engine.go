@@ -366,6 +366,11 @@ func (it renewItem) params() driver.RenewParams {
 func (e *engine) renewed(it renewItem, sentAt, now time.Time, r error, p *pending) {
 	l := it.l
 	if l.state.ended {
+		if r != nil && !errors.Is(r, driver.ErrNotHeld) && errors.Is(l.state.cause, ErrLockLost) {
+			// The lease ran out while this call hung (a store paused or
+			// partitioned): it failed all the same, and counts as such.
+			e.note(p, Event{Type: EventRenewFailed, Key: l.key, Owner: l.owner, Mode: l.mode, Fence: l.fence, Err: r})
+		}
 		return
 	}
 	l.state.inFlight = false

@@ -10,7 +10,7 @@ const (
 	EventObtained    EventType = iota + 1 // a lock was granted (TryObtain or Obtain); Wait says how long Obtain waited
 	EventNotObtained                      // an attempt found the key held; Err says why
 	EventRenewed                          // a lease was renewed
-	EventRenewFailed                      // a renewal call failed and will be retried; Err says why
+	EventRenewFailed                      // a renewal call failed and will be retried; Err says why (after EventLost for a call that hung past the lease)
 	EventLost                             // a lock ended other than by Release; Err is the cause
 	EventReleased                         // Release ended a lock; Err is set when the store could not delete its lease
 	EventQueued                           // Obtain joined the store's queue for the key (driver.Queuer)

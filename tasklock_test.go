@@ -865,3 +865,41 @@ func TestWithLockDoesNotRepeatTheLoss(t *testing.T) {
 		t.Fatalf("WithLock = %q, want %q once", err, ErrMaxHold)
 	}
 }
+
+// A renewal that hangs past the lease and then fails still reports
+// EventRenewFailed, after EventLost: metrics on failed renewals must not
+// miss a store that hangs rather than refuses.
+func TestHungRenewalCountsAsFailed(t *testing.T) {
+	store := &stuckRenewals{Store: memstore.New(nil), unstick: make(chan struct{})}
+	events := make(chan Event, 16)
+	lk, err := New(store, &Config{OnEvent: func(e Event) {
+		if e.Type == EventLost || e.Type == EventRenewFailed {
+			events <- e
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk.Close()
+	l, err := lk.TryObtain(context.Background(), "k", &ObtainOptions{TTL: MinTTL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-l.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the lock outlived its lease with every renewal hanging")
+	}
+	if e := <-events; e.Type != EventLost {
+		t.Fatalf("first event %v, want EventLost", e.Type)
+	}
+	close(store.unstick) // the hung renewal now fails
+	select {
+	case e := <-events:
+		if e.Type != EventRenewFailed || e.Key != "k" || e.Err == nil {
+			t.Fatalf("event %+v, want EventRenewFailed of k with its error", e)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no EventRenewFailed for the renewal that failed after the loss")
+	}
+}
