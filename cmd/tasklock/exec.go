@@ -39,7 +39,10 @@ Flags:
   --store URL       the store; default $TASKLOCK_STORE (see "tasklock help")
   --key NAME        the lock's name (required)
   --ttl D           lease length at the store: a holder that dies is
-                    replaced within D (default 10s)
+                    replaced within D (default 10s); on etcd and ZooKeeper
+                    the lock lives on the store's session, so a dead holder
+                    is replaced when the session expires (session_ttl,
+                    default 11s; session_timeout, default 10s)
   --wait D          how long to wait while the lock is held elsewhere;
                     0 makes a single attempt (default 0s)
   --max-hold D      stop COMMAND D after the lock was obtained (default 0,
