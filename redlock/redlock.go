@@ -654,8 +654,9 @@ func (s *Store) releasing(token string) {
 // Locker's grants of two attempts (a late grant of an attempt given up, and
 // the next attempt's) are not one holder with a majority.
 func heldView(held []*driver.HeldError) (*driver.HeldError, int) {
-	grant := func(h *driver.HeldError) string { return h.Owner + "\x00" + h.Token }
-	counts := make(map[string]int, len(held))
+	type grantKey struct{ owner, token string }
+	grant := func(h *driver.HeldError) grantKey { return grantKey{h.Owner, h.Token} }
+	counts := make(map[grantKey]int, len(held))
 	best := held[0]
 	for _, h := range held {
 		counts[grant(h)]++

@@ -918,14 +918,9 @@ func (s *Scheduler) pollStates() {
 	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
 	sts, err := s.ledger.JobStates(ctx)
 	cancel()
+	s.statesFail.Log(s.log, s.clock.Now(), err, "schedule: reading job states", "schedule: reading job states again", "node", s.node)
 	if err != nil {
-		if log, attrs := s.statesFail.Failed(s.clock.Now()); log {
-			s.log.Error("schedule: reading job states", append([]any{"node", s.node, "err", err}, attrs...)...)
-		}
 		return
-	}
-	if ended, attrs := s.statesFail.Recovered(s.clock.Now()); ended {
-		s.log.Info("schedule: reading job states again", append([]any{"node", s.node}, attrs...)...)
 	}
 	s.mu.Lock()
 	s.setStates(sts)

@@ -124,14 +124,9 @@ func (s *Scheduler) sweep(now time.Time) {
 	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
 	defer cancel()
 	rs, err := s.ledger.Runs(ctx, ledger.RunQuery{Status: ledger.RunRunning, Limit: maxSweep})
+	s.sweepFail.Log(s.log, s.clock.Now(), err, "schedule: reading the running records", "schedule: reading the running records again", "node", s.node)
 	if err != nil {
-		if log, attrs := s.sweepFail.Failed(s.clock.Now()); log {
-			s.log.Error("schedule: reading the running records", append([]any{"node", s.node, "err", err}, attrs...)...)
-		}
 		return
-	}
-	if ended, attrs := s.sweepFail.Recovered(s.clock.Now()); ended {
-		s.log.Info("schedule: reading the running records again", append([]any{"node", s.node}, attrs...)...)
 	}
 	if len(rs) == 0 {
 		return

@@ -70,14 +70,9 @@ func (s *server) reconcile() {
 	ctx, cancel := context.WithTimeout(context.Background(), openTimeout)
 	defer cancel()
 	defs, err := s.catalog.JobDefs(ctx)
+	s.catalogFail.Log(s.log, time.Now(), err, "reading the jobs defined at run time; will retry", "reading the jobs defined at run time again")
 	if err != nil {
-		if log, attrs := s.catalogFail.Failed(time.Now()); log {
-			s.log.Error("reading the jobs defined at run time; will retry", append([]any{"err", err}, attrs...)...)
-		}
 		return
-	}
-	if ended, attrs := s.catalogFail.Recovered(time.Now()); ended {
-		s.log.Info("reading the jobs defined at run time again", attrs...)
 	}
 	rt := &s.runtime
 	rt.mu.Lock()

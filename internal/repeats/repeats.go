@@ -5,6 +5,7 @@
 package repeats
 
 import (
+	"log/slog"
 	"sync"
 	"time"
 )
@@ -54,4 +55,20 @@ func (f *Failure) Recovered(now time.Time) (ended bool, attrs []any) {
 	attrs = []any{"failures", f.total, "failing_for", now.Sub(f.since).Round(time.Millisecond)}
 	f.since, f.total, f.quiet, f.loggedAt = time.Time{}, 0, 0, time.Time{}
 	return true, attrs
+}
+
+// Log logs the outcome of one try at now by the rules of Failed and
+// Recovered: err at ERROR as failed, or the end of a spell of failures at
+// INFO as recovered. Each line has args first, then "err" (for a failure)
+// and Failed's or Recovered's attributes.
+func (f *Failure) Log(log *slog.Logger, now time.Time, err error, failed, recovered string, args ...any) {
+	if err != nil {
+		if ok, attrs := f.Failed(now); ok {
+			log.Error(failed, append(append(args, "err", err), attrs...)...)
+		}
+		return
+	}
+	if ended, attrs := f.Recovered(now); ended {
+		log.Info(recovered, append(args, attrs...)...)
+	}
 }
