@@ -187,7 +187,7 @@ func runJobs(args []string, stdout, stderr io.Writer) int {
 			// JOB, as the other subcommands take it, or --job.
 			if len(a.positional) == 1 {
 				if job != "" && job != a.positional[0] {
-					return usagef("%s: JOB %s and --job %s differ", a.sub, redact.Quote(a.positional[0]), redact.Quote(job))
+					return usagef("JOB %s and --job %s differ", redact.Quote(a.positional[0]), redact.Quote(job))
 				}
 				job = a.positional[0]
 			}
