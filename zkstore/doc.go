@@ -48,14 +48,20 @@
 //
 // # Round trips
 //
-//   - Acquire on a free key: two. A multi creates the lock node and
+//   - Acquire on a free key: one. A multi creates the lock node and
 //     touches the key node, whose returned stat carries the new node's zxid
-//     (the fence) and the server's time; then the key's children are listed.
-//     On a held key: three (the lowest lock node is read while the new node
-//     is deleted again), so a failed attempt leaves nothing behind. Behind a
-//     live MinHold node only: four (the MinHold nodes are read, pipelined,
-//     before the delete).
-//   - Enqueue: one (the same multi). Wait: one at the head (the children);
+//     (the fence), the server's time and the key node's number of children
+//     right after the create, in the same transaction: when that is one,
+//     the new node is alone under the key, and so holds it. When the key
+//     node has other children, they are listed (two round trips when none
+//     of them stands before the new node). On a held key: three (the lowest
+//     lock node is read while the new node is deleted again), so a failed
+//     attempt leaves nothing behind. Behind a live MinHold node only: four
+//     (the MinHold nodes are read, pipelined, before the delete).
+//   - Enqueue: one (the same multi). Wait: none when the multi found the
+//     entry alone under the key and Wait comes within a third of the TTL
+//     from the create (then the grant counts from the create); else one at
+//     the head (the children);
 //     otherwise two per wake-up (the children, then the predecessor's data
 //     with a watch, and the holder's data alongside when the holder is
 //     another node that changed since the last look and no waiter of the
@@ -100,9 +106,11 @@
 //     ordered by the leader and acknowledged by a quorum after it reached
 //     their transaction logs. A client's reads see at least its own earlier
 //     writes, so the children list read after creating a node holds every
-//     node created before it: two tokens cannot both find their node the
-//     lowest, a waiter is never overtaken by a later Acquire or Enqueue,
-//     and a live MinHold node is never missed.
+//     node created before it that still stands, and so does the key node's
+//     number of children that the creating multi answers with (counted in
+//     the same transaction, after the create): two tokens cannot both find
+//     their node the lowest, a waiter is never overtaken by a later Acquire
+//     or Enqueue, and a live MinHold node is never missed.
 //   - A lock node ends by the server's clock (its session's timeout) or by
 //     an explicit delete; the only expiry decided on a client's clock is
 //     the early end of an unrenewed lease by the Store that granted it,

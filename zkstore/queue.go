@@ -93,7 +93,9 @@ func (s *Store) mayReadHolder(kp string) bool {
 //
 // Round trips per wake-up: two (the children, then the predecessor's data
 // and watch, with the holder's data alongside when needed); at the head,
-// one.
+// one. None when Enqueue's multi found the entry alone under the key (the
+// key node's number of children, in its answer) and Wait comes within a
+// third of the TTL from the create: the entry is granted at once.
 //
 // A grant starts the entry's lease itself (see Started), so that the
 // Locker sends no Renew. Within a third of the TTL of its creation, the
@@ -127,7 +129,15 @@ func (t *ticket) wait(ctx context.Context) (driver.Grant, error) {
 		case s.conn.State() == zk.StateExpired || s.conn.SessionID() != t.c.session:
 			return driver.Grant{}, driver.ErrNotHeld // the entry went with its session
 		}
-		lo, err := call(ctx, func() (look, error) { return t.look(woken && !t.fresh(time.Now())) }, nil)
+		var lo look
+		var err error
+		if !woken && t.c.alone && t.fresh(time.Now()) {
+			// The multi that created the entry found it alone under the
+			// key, on the entry's session: a listing with no blocker.
+			lo = look{kids: []string{name}, sent: t.c.sent, same: true}
+		} else {
+			lo, err = call(ctx, func() (look, error) { return t.look(woken && !t.fresh(time.Now())) }, nil)
+		}
 		kids := lo.kids
 		switch {
 		case errors.Is(err, zk.ErrNoNode):

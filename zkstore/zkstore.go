@@ -279,15 +279,17 @@ func call[T any](ctx context.Context, fn func() (T, error), abandon func(T, erro
 	}
 }
 
-// Acquire implements driver.Store: one attempt, in two round trips when
+// Acquire implements driver.Store: one attempt, in one round trip when
 // the key is free. This is a mutex's; for a read-write lock or a
 // semaphore (p.Mode), see the package documentation.
 //
 // It creates an ephemeral sequential node Root/<key>/<token>-lock-NNNNNNNNNN
 // holding the owner and the TTL, in a multi that also touches the key node
-// so that the answer carries the new node's zxid (the fence) and the
-// server's time. It then lists the key's children: the token holds the key
-// when no lock node with a lower sequence number (a holder, or a waiter
+// so that the answer carries the new node's zxid (the fence), the server's
+// time and the key node's number of children right after the create. When
+// that number is one, the new node is the key's only child: the token
+// holds the key, and nothing more is sent. Otherwise it lists the key's
+// children: the token holds the key when no lock node with a lower sequence number (a holder, or a waiter
 // queued by Enqueue: Acquire never overtakes the queue) and no live MinHold
 // node is there. Otherwise it deletes its node again and returns a
 // *driver.HeldError naming the lowest lock node's owner (read alongside the
@@ -350,6 +352,11 @@ type created struct {
 	now      int64     // the server's time of its creation (ms)
 	session  int64     // the session it lives on
 	sent     time.Time // when the create was sent
+	// alone: right after the create the key node had no other child (the
+	// multi's setData answers with the key node's stat, in the same
+	// transaction), so the node stood first in the key's queue, with no
+	// MinHold node before it: a listing would grant it.
+	alone bool
 }
 
 // createNode creates token's ephemeral sequential lock node under the key
@@ -402,7 +409,7 @@ func (s *Store) createNode(kp, token, owner string, ttl time.Duration) (created,
 	}
 	path := resp[0].String
 	c := created{kp: kp, name: path[strings.LastIndexByte(path, '/')+1:], sent: sent, session: before,
-		fence: uint64(resp[1].Stat.Mzxid), now: resp[1].Stat.Mtime}
+		fence: uint64(resp[1].Stat.Mzxid), now: resp[1].Stat.Mtime, alone: resp[1].Stat.NumChildren == 1}
 	seq, ok := lockSeq(c.name)
 	if !ok || c.name != lockName(token, seq) {
 		s.removeNode(kp, c.name, before)
@@ -425,12 +432,15 @@ func (s *Store) acquire(p driver.AcquireParams) (driver.Grant, error) {
 	}
 	kp := c.kp
 	for round := 0; ; round++ {
-		kids, _, err := s.conn.Children(kp)
-		if err != nil {
-			s.removeNode(kp, c.name, c.session)
-			return driver.Grant{}, err
+		var preds, keeps []string
+		if !c.alone {
+			kids, _, err := s.conn.Children(kp)
+			if err != nil {
+				s.removeNode(kp, c.name, c.session)
+				return driver.Grant{}, err
+			}
+			preds, keeps = blockersOf(kids, c.name, c.seq)
 		}
-		preds, keeps := blockersOf(kids, c.name, c.seq)
 		if len(preds) == 0 && len(keeps) == 0 {
 			if err := s.record(p.Key, p.Owner, p.Token, c, p.TTL); err != nil {
 				s.removeNode(kp, c.name, c.session)

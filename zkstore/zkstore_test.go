@@ -347,6 +347,102 @@ func TestHeld(t *testing.T) {
 	}
 }
 
+// TestAcquireRoundTrips: an Acquire on a free key is one request (the
+// multi, whose answer counts the key node's children), on a held key four
+// (the multi, the children, the holder's data and the delete), and a
+// Ticket alone under its key is granted by Wait with no request, counting
+// its lease from the create.
+func TestAcquireRoundTrips(t *testing.T) {
+	t.Parallel()
+	z := testserver.SharedZooKeeper(t)
+	var d countingDialer
+	// The longest session the server allows: no ping in the counts.
+	c := connectVia(t, z.Addr(), testserver.ZooKeeperMaxSessionTimeout, d.dial)
+	s := newStore(t, c, testserver.ZooKeeperMaxSessionTimeout, nil)
+	other := newStore(t, connect(t, z.Addr(), testSession), testSession, &Options{Root: s.Root()})
+	ctx := ctxT(t)
+	count := func(what string, want int64, fn func()) {
+		t.Helper()
+		w0 := d.writes.Load()
+		fn()
+		if n := d.writes.Load() - w0; n != want {
+			t.Errorf("%s: %d requests, want %d", what, n, want)
+		}
+	}
+	// The Store's first Acquire reads the force-release marker too.
+	mustAcquire(t, s, "first", token(), "me", 10*time.Second)
+	// key returns a key whose node exists, so that Acquire finds it: the
+	// server removes an emptied key node (a container) within 100 ms, but
+	// never one that has had no child yet.
+	keys := 0
+	key := func() string {
+		keys++
+		k := fmt.Sprintf("job%d", keys)
+		if err := other.ensureKey(other.keyPath(k)); err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+
+	var last uint64
+	for i := range 3 {
+		k, tok := key(), token()
+		var f uint64
+		count(fmt.Sprintf("Acquire %d on a free key", i), 1, func() { f = mustAcquire(t, s, k, tok, "me", 10*time.Second) })
+		if f <= last {
+			t.Fatalf("fence %d after %d", f, last)
+		}
+		last = f
+		if he := mustHeld(t, other, k); he.Owner != "me" {
+			t.Fatalf("another Store's Acquire: %+v, want held by me", he)
+		}
+		count("Release", 1, func() {
+			if err := s.Release(ctx, driver.ReleaseParams{Key: k, Token: tok}); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+
+	k, otok := key(), token()
+	mustAcquire(t, other, k, otok, "other", 10*time.Second)
+	count("Acquire on a held key", 4, func() {
+		if he := mustHeld(t, s, k); he.Owner != "other" {
+			t.Fatalf("HeldError %+v, want held by other", he)
+		}
+	})
+	if err := other.Release(ctx, driver.ReleaseParams{Key: k, Token: otok}); err != nil {
+		t.Fatal(err)
+	}
+
+	k, tok := key(), token()
+	start := time.Now()
+	var tk driver.Ticket
+	count("Enqueue on a free key", 1, func() {
+		var err error
+		if tk, err = s.Enqueue(ctx, driver.AcquireParams{Key: k, Token: tok, Owner: "me", TTL: 10 * time.Second}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	count("Wait alone under the key", 0, func() {
+		g, err := tk.Wait(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g.Fence <= last {
+			t.Fatalf("queued grant's fence %d after %d", g.Fence, last)
+		}
+	})
+	if at, ok := tk.(driver.StartedTicket).Started(); !ok || at.Before(start) || at.After(time.Now()) {
+		t.Errorf("Started() = %v, %v: want the create's send time, after %v", at, ok, start)
+	}
+	if he := mustHeld(t, other, k); he.Owner != "me" {
+		t.Fatalf("another Store's Acquire after the queued grant: %+v, want held by me", he)
+	}
+	if err := tk.Leave(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestTTLLimit(t *testing.T) {
 	t.Parallel()
 	_, c := shared(t)
