@@ -227,7 +227,7 @@ func (e *engine) step() time.Duration {
 		stall, stalls := e.stallAt(l)
 		switch {
 		case !now.Before(e.validUntilOf(l)):
-			e.lose(l, e.expiryCause(l), &p)
+			e.lose(l, e.expiryCause(l, now), &p)
 			continue
 		case stalls && !now.Before(stall):
 			e.lose(l, ErrStalled, &p)
@@ -258,14 +258,18 @@ func (e *engine) step() time.Duration {
 	return sleep
 }
 
-// expiryCause is why l ends when its local validity passes unrenewed.
-// Callers hold e.mu.
-func (e *engine) expiryCause(l *Lock) error {
+// expiryCause is why l ends when its local validity passes unrenewed, as
+// seen at now. Callers hold e.mu.
+func (e *engine) expiryCause(l *Lock, now time.Time) error {
 	var lastErr error
 	if l.state.x != nil {
 		lastErr = l.state.x.lastErr
 	}
-	return expiryCause(l.state.endCause, lastErr, l.renew)
+	var overdue time.Duration
+	if r := e.plannedRenewal(l); !r.IsZero() && r.Before(now) {
+		overdue = now.Sub(r)
+	}
+	return expiryCause(l.state.endCause, lastErr, l.renew, l.state.inFlight, overdue)
 }
 
 // expireIfDue ends l at once when its local validity has passed, without
@@ -279,8 +283,8 @@ func (e *engine) expireIfDue(l *Lock) {
 	}
 	var p pending
 	e.mu.Lock()
-	if !l.state.ended && !e.clock.Now().Before(e.validUntilOf(l)) {
-		e.lose(l, e.expiryCause(l), &p)
+	if now := e.clock.Now(); !l.state.ended && !now.Before(e.validUntilOf(l)) {
+		e.lose(l, e.expiryCause(l, now), &p)
 	}
 	e.mu.Unlock()
 	e.flush(&p)

@@ -123,9 +123,12 @@ func due(valid, renewAt, stall time.Time) time.Time {
 
 // expiryCause is why a lock ends when its local validity passes unrenewed:
 // endCause when its last lease was meant to end it (ErrMaxHold), else an
-// ErrLockLost naming the last renewal error (nil: none), or saying that
-// renewal was off.
-func expiryCause(endCause, lastErr error, renew bool) error {
+// ErrLockLost naming the last renewal error (nil: none), saying that
+// renewal was off, that the store did not answer the renewal under way
+// (inFlight), or that no renewal was sent although one was due overdue
+// ago: this process (or its renewal goroutine) did not run meanwhile, as
+// when it was paused (SIGSTOP, a VM or GC stall).
+func expiryCause(endCause, lastErr error, renew, inFlight bool, overdue time.Duration) error {
 	switch {
 	case endCause != nil:
 		return endCause
@@ -133,6 +136,11 @@ func expiryCause(endCause, lastErr error, renew bool) error {
 		return fmt.Errorf("%w: not renewed within its validity: %w", ErrLockLost, lastErr)
 	case !renew:
 		return fmt.Errorf("%w: lease expired (renewal off)", ErrLockLost)
+	case inFlight:
+		return fmt.Errorf("%w: not renewed within its validity: the store did not answer the renewal in time", ErrLockLost)
+	case overdue > 0:
+		return fmt.Errorf("%w: lease expired unrenewed: its renewal, due %v before, was never sent (was this process paused or starved?)",
+			ErrLockLost, overdue.Round(time.Millisecond))
 	}
 	return fmt.Errorf("%w: not renewed within its validity", ErrLockLost)
 }

@@ -1,10 +1,14 @@
 package tasklock
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tasklock/tasklock/internal/fakeclock"
+	"github.com/tasklock/tasklock/memstore"
 )
 
 const ms = time.Millisecond
@@ -201,18 +205,23 @@ func TestDue(t *testing.T) {
 func TestExpiryCause(t *testing.T) {
 	errRenew := errors.New("connection reset")
 	for _, c := range []struct {
-		name           string
-		endCause, last error
-		renew          bool
-		is             []error
-		says           string
+		name            string
+		endCause, last  error
+		renew, inFlight bool
+		overdue         time.Duration
+		is              []error
+		says            string
 	}{
-		{"MaxHold's last lease", ErrMaxHold, errRenew, true, []error{ErrMaxHold, ErrLockLost}, "max hold"},
-		{"renewal failing", nil, errRenew, true, []error{ErrLockLost, errRenew}, "not renewed within its validity: connection reset"},
-		{"renewal off", nil, nil, false, []error{ErrLockLost}, "renewal off"},
-		{"never answered", nil, nil, true, []error{ErrLockLost}, "not renewed within its validity"},
+		{"MaxHold's last lease", ErrMaxHold, errRenew, true, false, 0, []error{ErrMaxHold, ErrLockLost}, "max hold"},
+		{"renewal failing", nil, errRenew, true, false, 0, []error{ErrLockLost, errRenew}, "not renewed within its validity: connection reset"},
+		{"renewal failing, then paused", nil, errRenew, true, false, time.Second, []error{ErrLockLost, errRenew}, "not renewed within its validity: connection reset"},
+		{"renewal off", nil, nil, false, false, 0, []error{ErrLockLost}, "renewal off"},
+		{"never answered", nil, nil, true, true, 0, []error{ErrLockLost}, "not renewed within its validity: the store did not answer the renewal in time"},
+		// A process paused past its lease: the renewal due never went out.
+		{"never sent", nil, nil, true, false, 6500 * ms, []error{ErrLockLost}, "lease expired unrenewed: its renewal, due 6.5s before, was never sent (was this process paused or starved?)"},
+		{"none planned", nil, nil, true, false, 0, []error{ErrLockLost}, "not renewed within its validity"},
 	} {
-		err := expiryCause(c.endCause, c.last, c.renew)
+		err := expiryCause(c.endCause, c.last, c.renew, c.inFlight, c.overdue)
 		for _, target := range c.is {
 			if !errors.Is(err, target) {
 				t.Errorf("%s: %v does not match %v", c.name, err, target)
@@ -221,6 +230,27 @@ func TestExpiryCause(t *testing.T) {
 		if !strings.Contains(err.Error(), c.says) {
 			t.Errorf("%s: %q does not say %q", c.name, err, c.says)
 		}
+	}
+}
+
+// A process paused past its lease (SIGSTOP: the fake clock jumps at once)
+// finds its lock lost when it resumes, and the cause says what happened:
+// the renewal due was never sent, not that the store failed to answer.
+func TestLostWhilePausedSaysSo(t *testing.T) {
+	clk := fakeclock.New()
+	lk := newClockedLocker(t, memstore.New(clk), clk)
+	l, err := lk.TryObtain(context.Background(), "k", &ObtainOptions{TTL: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(5 * time.Second)
+	err = l.Err()
+	if !errors.Is(err, ErrLockLost) {
+		t.Fatalf("after a pause past the lease: %v, want ErrLockLost", err)
+	}
+	// Renewal was due at 1s (TTL/3): 4s before the end was noticed.
+	if want := "its renewal, due 4s before, was never sent (was this process paused or starved?)"; !strings.Contains(err.Error(), want) {
+		t.Errorf("cause %q does not say %q", err, want)
 	}
 }
 
