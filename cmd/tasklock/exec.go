@@ -100,10 +100,13 @@ child: signals reach its process group only, and it outlives a tasklock
 that is SIGKILLed.
 
 Lock loss: when the store no longer has the lease, or it could not be
-renewed in time, tasklock sends SIGTERM to COMMAND's process group and
-SIGKILL (to every process COMMAND started, on Linux) --kill-grace later,
-then exits 70. When renewals fail, the SIGTERM
-comes --kill-grace before the lease's local validity ends, so the SIGKILL
+renewed in time, tasklock says so naming the store (its URL without
+secrets), sends SIGTERM to COMMAND's process group and SIGKILL (to every
+process COMMAND started, on Linux) --kill-grace later, and once COMMAND
+has exited gives the store at most 1s more to take the release and close
+the connection (a killed or frozen store is not waited for: the lease or
+session ends at the store by itself), then exits 70. When renewals fail,
+the SIGTERM comes --kill-grace before the lease's local validity ends, so the SIGKILL
 lands before the lease could expire at the store and another host could
 obtain it. When the store says the lease is gone (deleted, or lost in a
 server restart) it is already too late for that: use TASKLOCK_FENCE.
@@ -135,6 +138,13 @@ Exit status:
 
 // releaseTimeout bounds the Release after COMMAND exits.
 const releaseTimeout = 5 * time.Second
+
+// lostTimeout bounds what exec still asks of the store once the lock was
+// lost while COMMAND ran (the release, closing the Locker and the
+// connection, an etcd session's revoke): the store may be gone or frozen,
+// and waiting for it only delays the exit. What is left undone then ends at
+// the store by itself (the lease, the session).
+const lostTimeout = time.Second
 
 // openTimeout bounds connecting to the store and its first PING.
 const openTimeout = 10 * time.Second
@@ -287,6 +297,45 @@ type execRun struct {
 	stdin  io.Reader
 	stdout io.Writer
 	stderr io.Writer
+	// lostBy is when exec stops waiting for the store once the lock was
+	// lost (lostTimeout after it was seen); zero while it was not.
+	lostBy time.Time
+}
+
+// storeName is the store's URL as messages show it: without secrets.
+func (e *execRun) storeName() string { return redact.URL(e.c.store) }
+
+// shutdown closes the Locker (nil: not created) and then the store
+// connection. After a loss it waits for them until lostBy only: a store
+// that was killed or froze would hold exec up to the clients' own
+// timeouts (an etcd session's revoke waits 5s), long after COMMAND was
+// stopped.
+func (e *execRun) shutdown(lk *tasklock.Locker, closeStore func() error) {
+	done := make(chan error, 1)
+	go func() {
+		if lk != nil {
+			_ = lk.Close()
+		}
+		done <- closeStore()
+	}()
+	var timeout <-chan time.Time
+	if !e.lostBy.IsZero() {
+		t := time.NewTimer(time.Until(e.lostBy))
+		defer t.Stop()
+		timeout = t.C
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			e.log.Warn("closing the store connection", "store", e.storeName(), "err", err)
+		}
+	case <-timeout:
+		// The process exits now: the connection goes with it, and the
+		// server ends the session (etcd lease, ZooKeeper session) at its
+		// TTL, as it does for a holder that died.
+		e.log.Warn("the store did not answer within "+lostTimeout.String()+" of the loss: exiting without waiting for the release and the connection's close; the lease (an etcd or ZooKeeper session) ends at the store at its TTL",
+			"store", e.storeName())
+	}
 }
 
 // failf prints a message naming why tasklock exits.
@@ -339,19 +388,15 @@ func (e *execRun) run() int {
 		e.failf("%v", err)
 		return openExit(err)
 	}
-	defer func() {
-		if err := closeStore(); err != nil {
-			e.log.Warn("closing the store connection", "err", err)
-		}
-	}()
+	var lk *tasklock.Locker
+	defer func() { e.shutdown(lk, closeStore) }()
 
-	lk, err := tasklock.New(store, &tasklock.Config{Owner: c.owner, Logger: e.log})
+	lk, err = tasklock.New(store, &tasklock.Config{Owner: c.owner, Logger: e.log})
 	if err != nil {
 		stopWatching()
 		e.failf("%v", err)
 		return exitUsage
 	}
-	defer lk.Close()
 
 	l, err := e.obtain(ctx, lk)
 	if s := stopWatching(); s != nil {
@@ -380,6 +425,11 @@ func (e *execRun) run() int {
 	}
 	e.log.Info("command started", "pid", ch.pid, "command", c.argv[0])
 	status, stopped := e.supervise(ch, l, sigs, obtainedAt)
+	if err := l.Err(); err != nil && !errors.Is(err, tasklock.ErrReleased) {
+		// Lost: the store may not answer (killed, frozen); exit soon.
+		e.lostBy = time.Now().Add(lostTimeout)
+		e.log.Info("lock lost: releasing it and closing the store connection within "+lostTimeout.String(), "store", e.storeName())
+	}
 	e.release(l)
 	if stopped {
 		return exitSoftware
@@ -522,7 +572,7 @@ func (e *execRun) supervise(ch *command, l *tasklock.Lock, sigs <-chan os.Signal
 				// Both may have happened at once: work that finished
 				// without the lock is not reported as success.
 				if err := l.Err(); err != nil && !errors.Is(err, tasklock.ErrReleased) {
-					e.failf("lock %q lost while COMMAND ran: %v", e.c.key, err)
+					e.failf("lock %q lost while COMMAND ran (store %s): %v", e.c.key, e.storeName(), err)
 					stopped = true
 				}
 			}
@@ -535,8 +585,8 @@ func (e *execRun) supervise(ch *command, l *tasklock.Lock, sigs <-chan os.Signal
 		case <-done:
 			done = nil
 			if !stopped {
-				e.failf("lock %q lost: %v; stopping COMMAND (pid %d): SIGTERM now, SIGKILL in %v",
-					e.c.key, l.Err(), ch.pid, e.c.killGrace)
+				e.failf("lock %q lost (store %s): %v; stopping COMMAND (pid %d): SIGTERM now, SIGKILL in %v",
+					e.c.key, e.storeName(), l.Err(), ch.pid, e.c.killGrace)
 				terminate()
 			}
 		case <-maxHold:
@@ -557,10 +607,15 @@ func (e *execRun) supervise(ch *command, l *tasklock.Lock, sigs <-chan os.Signal
 	}
 }
 
-// release gives the lock back, within releaseTimeout.
+// release gives the lock back, within releaseTimeout, or by lostBy once
+// the lock was lost.
 func (e *execRun) release(l *tasklock.Lock) {
 	lost := l.Err()
-	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	deadline := time.Now().Add(releaseTimeout)
+	if !e.lostBy.IsZero() {
+		deadline = e.lostBy
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 	err := l.Release(ctx)
 	switch {
