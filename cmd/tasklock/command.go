@@ -51,13 +51,15 @@ type command struct {
 	done   chan struct{}      // closed once COMMAND has ended and been reaped
 	status syscall.WaitStatus // how COMMAND ended; set before done is closed
 	// send delivers a signal: see signal.
-	send func(sig syscall.Signal)
+	send func(sig syscall.Signal) bool
 }
 
 // signal sends sig to COMMAND's process group. SIGKILL goes further where
 // the system allows (Linux): it kills every process COMMAND started, in
-// any group or session. After done is closed it does nothing harmful.
-func (c *command) signal(sig syscall.Signal) { c.send(sig) }
+// any group or session. After done is closed it does nothing harmful. It
+// reports false when the signal reached nothing because COMMAND has ended
+// already (on Linux: its supervisor is gone), even before done is closed.
+func (c *command) signal(sig syscall.Signal) bool { return c.send(sig) }
 
 // exitStatus is COMMAND's exit code, or 128+N when signal N killed it.
 func exitStatus(st *os.ProcessState) int { return statusCode(waitStatus(st)) }

@@ -3,16 +3,20 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/tasklock/tasklock/cmd/tasklock/internal/storeurl"
 	"github.com/tasklock/tasklock/internal/clitest"
 	"github.com/tasklock/tasklock/internal/testserver"
+	"github.com/tasklock/tasklock/ledger"
 )
 
 // lostLine matches exec's message when the lock is lost while COMMAND runs.
@@ -85,4 +89,70 @@ func TestExecRedisFrozenNamesStore(t *testing.T) {
 		}
 	}()
 	checkExecExitsAfterLoss(t, url, url, func() { srv.Stop(t); stopped = true })
+}
+
+// TestServePausedNodeRecordsLossTruly: a serve node stopped (SIGSTOP) while
+// its job's command runs, until the job lock's lease has expired at the
+// store, and continued (SIGCONT) after the command ended by itself with
+// status 0. The attempt is recorded lost, and its error says what
+// happened: the lease expired because the node did not renew it (paused),
+// and the command was not stopped by anything ("command stopped (exited
+// with status 0)" was recorded before).
+func TestServePausedNodeRecordsLossTruly(t *testing.T) {
+	t.Parallel()
+	url, c := redisFor(t)
+	dir := t.TempDir()
+	// The command runs once: later ticks' runs find the marker and end.
+	script := `[ -e "$OUT.ran" ] && exit 0; touch "$OUT.ran"; while [ ! -e "$OUT.stop" ]; do sleep 0.02; done; touch "$OUT.ended"`
+	cfg := writeConfig(t, dir, "store: "+url+"\njobs:\n"+
+		indent(fmt.Sprintf("name: paused\nschedule: \"@every 1s\"\nlock_ttl: 2s\nkill_grace: 500ms\ncommand: [sh, -c, %q]\n", script)))
+	out := filepath.Join(dir, "out")
+	nodes := startNodes(t, 1, cfg, out)
+	node := nodes[0]
+	paused := false
+	defer func() {
+		if paused {
+			node.Signal(syscall.SIGCONT)
+		}
+	}()
+	exists := func(path string) bool { _, err := os.Stat(path); return err == nil }
+	node.WaitUntil(30*time.Second, func() bool { return exists(out + ".ran") }, "running the command")
+	node.Signal(syscall.SIGSTOP)
+	paused = true
+	// The command ends by itself while the node is stopped.
+	if err := os.WriteFile(out+".stop", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	clitest.WaitFor(t, 30*time.Second, func() bool { return exists(out + ".ended") }, "the command to end")
+	// The job lock's lease expires at the store: the node, stopped, did
+	// not renew it.
+	clitest.WaitFor(t, 30*time.Second, func() bool {
+		n, err := c.Exists(context.Background(), lockKey("schedule/paused")).Result()
+		return err == nil && n == 0
+	}, "the job lock's lease to expire at the store")
+	node.Signal(syscall.SIGCONT)
+	paused = false
+
+	store, closeStore, err := storeurl.Open(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeStore()
+	var lost []ledger.RunRecord
+	clitest.WaitFor(t, 30*time.Second, func() bool {
+		lost, err = store.(ledger.Ledger).Runs(context.Background(), ledger.RunQuery{Job: "paused", Status: ledger.RunLost})
+		return err == nil && len(lost) > 0
+	}, "a lost run in the ledger")
+	stopNodes(t, nodes)
+	r := lost[0]
+	t.Logf("recorded: %s: %s", r.Status, r.Error)
+	if strings.Contains(r.Error, "command stopped") || strings.Contains(r.Error, "SIGTERM") {
+		t.Errorf("error %q says the command was stopped; it ended by itself", r.Error)
+	}
+	if !strings.Contains(r.Error, "was this process paused") {
+		t.Errorf("error %q does not say the lease expired unrenewed while the node was paused", r.Error)
+	}
+	if strings.Contains(r.Error, "command") && !strings.Contains(r.Error, "command exited with status 0 by itself, not signalled") {
+		t.Errorf("error %q does not say the command exited with status 0 by itself", r.Error)
+	}
 }

@@ -75,13 +75,15 @@ func startCommand(sp commandSpec) (*command, error) {
 	c := &command{pid: pid, done: make(chan struct{})}
 	var mu sync.Mutex // guards ctl
 	ctl := ctlW
-	c.send = func(sig syscall.Signal) {
+	c.send = func(sig syscall.Signal) bool {
 		mu.Lock()
 		defer mu.Unlock()
-		if ctl != nil {
-			// Fails only once the supervisor is gone, with COMMAND.
-			_, _ = ctl.Write([]byte{byte(sig)})
+		if ctl == nil {
+			return false
 		}
+		// Fails (EPIPE) only once the supervisor is gone, with COMMAND.
+		_, err := ctl.Write([]byte{byte(sig)})
+		return err == nil
 	}
 	go func() {
 		_ = cmd.Wait() // the status is in ProcessState

@@ -29,7 +29,10 @@ func startCommand(sp commandSpec) (*command, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &command{pid: ch.pid, done: make(chan struct{}), send: ch.signal}
+	c := &command{pid: ch.pid, done: make(chan struct{}), send: func(sig syscall.Signal) bool {
+		// A group whose members have all been reaped is gone (ESRCH).
+		return syscall.Kill(-ch.pid, sig) == nil
+	}}
 	go func() {
 		<-ch.done
 		c.status = waitStatus(ch.state)

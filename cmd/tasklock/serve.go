@@ -146,7 +146,10 @@ the job's lock is lost or max_hold passes, or the grace period of a
 shutdown ends, the process group gets SIGTERM and, kill_grace later,
 SIGKILL. A lost lock is signalled kill_grace before the lease could go to
 another node, so the SIGKILL lands before anyone else can run the job.
-When the command exits, whatever it left running is killed: nothing runs
+A run whose lock was lost is recorded lost, its error saying why (e.g.
+serve was paused past the lease) and what became of the command: stopped
+by SIGTERM, or, when it had ended by itself before the loss was seen, not
+signalled, with its exit status. When the command exits, whatever it left running is killed: nothing runs
 on without the lock. On Linux that is every process it started, in any
 process group or session, and all of them die with serve too, even when
 serve is SIGKILLed (see "tasklock help exec" for the supervisor that does
@@ -386,7 +389,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	redis.SetLogger(redisLogger{log})
 	_ = mysql.SetLogger(mysqlLogger{log})
 	s := &server{
-		c: c, file: f, log: log, stdout: stdout, stderr: stderr,
+		c: c, file: f, storeName: redact.URL(f.Store), log: log, stdout: stdout, stderr: stderr,
 		draining: map[*schedule.Scheduler]bool{},
 		runtime:  runtimeJobs{applied: map[string]runtimeJob{}, ignored: map[string]int64{}},
 		client:   &http.Client{},
@@ -410,6 +413,11 @@ type server struct {
 	stderr io.Writer
 	outMu  sync.Mutex // serialises the jobs' lines on stdout
 	client *http.Client
+
+	// storeName is the store's URL without secrets, for messages; the
+	// store cannot change while serve runs.
+	storeName string
+
 	// redact hides the token and the store's password in the jobs' lines
 	// and in what the run history keeps of their output and errors.
 	redact func(string) string
@@ -933,6 +941,7 @@ func (s *server) runCommand(ctx context.Context, j config.Job, r schedule.Run) e
 	defer killTimer.Stop()
 	var killAt <-chan time.Time
 	done := ctx.Done()
+	stopped := false // SIGTERM was sent because the run ended
 	for {
 		select {
 		case <-ch.done:
@@ -940,18 +949,31 @@ func (s *server) runCommand(ctx context.Context, j config.Job, r schedule.Run) e
 			// Nothing the command started may run on without the lock.
 			ch.signal(syscall.SIGKILL)
 			how := describeStatus(ch.status)
-			if done == nil {
-				return fmt.Errorf("command stopped (%s): %w", how, context.Cause(ctx))
-			}
-			if statusCode(ch.status) != 0 {
+			switch {
+			case stopped:
+				return fmt.Errorf("command stopped: sent SIGTERM, then it %s: %w", how, context.Cause(ctx))
+			case ctx.Err() != nil:
+				// It ended by itself, and the run ended too before its
+				// exit was seen: both at once when a node resumes from a
+				// pause (SIGSTOP) longer than the lock's lease.
+				return fmt.Errorf("command %s by itself, not signalled, but the run had ended before its exit was seen: %w", how, context.Cause(ctx))
+			case statusCode(ch.status) != 0:
 				return errors.New("command " + how)
 			}
 			return nil
 		case <-done:
 			done = nil
-			s.log.Info("stopping a command: SIGTERM now, SIGKILL after kill_grace", "job", r.Job, "pid", ch.pid,
-				"kill_grace", j.KillGrace, "cause", context.Cause(ctx))
-			ch.signal(syscall.SIGTERM)
+			select {
+			case <-ch.done:
+				continue // it has ended already: nothing to stop
+			default:
+			}
+			if !ch.signal(syscall.SIGTERM) {
+				continue // it has ended already, not yet reaped
+			}
+			stopped = true
+			s.log.Info("stopping a command: SIGTERM sent, SIGKILL after kill_grace", "job", r.Job, "pid", ch.pid,
+				"kill_grace", j.KillGrace, "cause", context.Cause(ctx), "store", s.storeName)
 			killTimer.Reset(j.KillGrace)
 			killAt = killTimer.C
 		case <-killAt:
