@@ -156,3 +156,18 @@ func TestServePausedNodeRecordsLossTruly(t *testing.T) {
 		t.Errorf("error %q does not say the command exited with status 0 by itself", r.Error)
 	}
 }
+
+// TestExecZooKeeperFrozenExitsSoon is TestExecRedisFrozenNamesStore on
+// ZooKeeper: a server that answers nothing does not hold exec up either.
+func TestExecZooKeeperFrozenExitsSoon(t *testing.T) {
+	t.Parallel()
+	srv := testserver.StartZooKeeper(t)
+	url := fmt.Sprintf("zk://%s/frozen-%d", srv.Addr(), os.Getpid())
+	stopped := false
+	defer func() {
+		if stopped {
+			srv.Cont(t)
+		}
+	}()
+	checkExecExitsAfterLoss(t, url, url, func() { srv.Stop(t); stopped = true })
+}
