@@ -106,10 +106,11 @@ process COMMAND started, on Linux) --kill-grace later, and once COMMAND
 has exited gives the store at most 1s more to take the release and close
 the connection (a killed or frozen store is not waited for: the lease or
 session ends at the store by itself), then exits 70. When renewals fail,
-the SIGTERM comes --kill-grace before the lease's local validity ends, so the SIGKILL
-lands before the lease could expire at the store and another host could
-obtain it. When the store says the lease is gone (deleted, or lost in a
-server restart) it is already too late for that: use TASKLOCK_FENCE.
+the SIGTERM comes --kill-grace before the lease's local validity ends, so
+the SIGKILL lands before the lease could expire at the store and another
+host could obtain it. When the store says the lease is gone (deleted, or
+lost in a server restart) it is already too late for that: use
+TASKLOCK_FENCE.
 
 --max-hold: COMMAND's process group gets SIGTERM D after the lock was
 obtained and SIGKILL --kill-grace later, while the lock is still held and

@@ -149,11 +149,12 @@ another node, so the SIGKILL lands before anyone else can run the job.
 A run whose lock was lost is recorded lost, its error saying why (e.g.
 serve was paused past the lease) and what became of the command: stopped
 by SIGTERM, or, when it had ended by itself before the loss was seen, not
-signalled, with its exit status. When the command exits, whatever it left running is killed: nothing runs
-on without the lock. On Linux that is every process it started, in any
-process group or session, and all of them die with serve too, even when
-serve is SIGKILLed (see "tasklock help exec" for the supervisor that does
-it, and its limits); elsewhere, its process group. A non-zero exit status
+signalled, with its exit status. When the command exits, whatever it
+left running is killed: nothing runs on without the lock. On Linux that
+is every process it started, in any process group or session, and all of
+them die with serve too, even when serve is SIGKILLed (see "tasklock help
+exec" for the supervisor that does it, and its limits); elsewhere, its
+process group. A non-zero exit status
 fails the attempt.
 
 HTTP jobs send the request with X-Tasklock-Job, X-Tasklock-Tick,
