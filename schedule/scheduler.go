@@ -1092,6 +1092,11 @@ func (s *Scheduler) pass(now time.Time) {
 		return
 	}
 	s.claimFails = 0
+	// The ticks are handled now, as the claims return: the store calls
+	// since the step read its clock (the polls, the claim) may have taken
+	// long, and MisfireAfter counts to handled.
+	handled := s.clock.Now()
+	b.misfireAgain(handled)
 
 	var order []*job
 	claimed := make(map[*job][]work)
@@ -1103,7 +1108,7 @@ func (s *Scheduler) pass(now time.Time) {
 		}
 		switch {
 		case r == nil:
-			s.emit(Event{Type: EventClaimed, Job: j.Name, Tick: w.tick.UTC(), Trigger: w.trigger, Paused: w.paused, CatchUp: w.catchUp, Late: now.Sub(w.tick)})
+			s.emit(Event{Type: EventClaimed, Job: j.Name, Tick: w.tick.UTC(), Trigger: w.trigger, Paused: w.paused, CatchUp: w.catchUp, Late: handled.Sub(w.tick)})
 			if w.paused {
 				continue
 			}
@@ -1186,26 +1191,70 @@ func (s *Scheduler) addTicks(b *batch, j *job, ticks []time.Time, now time.Time)
 		}
 		return
 	}
-	missed := 0
+	late := 0
 	for _, t := range ticks {
 		if now.Sub(t) > j.MisfireAfter {
-			missed++
+			late++
 		}
 	}
-	runMissed := 0
+	from := j.runFrom(late)
+	for i, t := range ticks {
+		b.add(s, j, work{tick: t, late: now.Sub(t), missed: i < from, catchUp: i >= from && i < late})
+	}
+}
+
+// runFrom applies the job's misfire policy to its due ticks, oldest first,
+// of which the first late are more than MisfireAfter late: the ticks
+// before the index it returns are missed, those from it up to late run
+// as catch-up runs, and the rest are on time.
+func (j *job) runFrom(late int) int {
 	switch j.Misfire {
 	case MisfireOnce:
-		runMissed = min(missed, 1)
+		return max(late-1, 0)
 	case MisfireCatchUp:
-		runMissed = min(missed, j.CatchUpMax)
+		return max(late-j.CatchUpMax, 0)
 	}
-	for i, t := range ticks {
-		w := work{tick: t, late: now.Sub(t)}
-		if i < missed {
-			w.catchUp = i >= missed-runMissed
-			w.missed = !w.catchUp
+	return late
+}
+
+// scheduled reports whether w is a scheduled tick the misfire policy
+// decides on: not a trigger request, not claimed while paused, and not the
+// record of the ticks older than the backlog.
+func (w *work) scheduled() bool {
+	return w.trigger == "" && w.request == "" && !w.paused && w.gap.n == 0
+}
+
+// misfireAgain applies the misfire policy again to the pass's plain jobs'
+// scheduled ticks, as handled at now, once the claims have returned: the
+// pass decided at the time it began, and a ledger slow to answer (a store
+// coming back from an outage) makes a tick that was on time then late
+// now. The ticks of one job are next to each other in b.works (addTicks).
+// Sharded jobs keep the pass's decision: their shards are watched from
+// it (shard.go).
+func (b *batch) misfireAgain(now time.Time) {
+	for i := 0; i < len(b.works); {
+		j := b.owners[i]
+		k := i
+		for k < len(b.works) && b.owners[k] == j && b.works[k].scheduled() {
+			k++
 		}
-		b.add(s, j, w)
+		if k == i || j.Shards > 1 {
+			i = max(k, i+1)
+			continue
+		}
+		ws := b.works[i:k]
+		late := 0
+		for _, w := range ws {
+			if now.Sub(w.tick) > j.MisfireAfter {
+				late++
+			}
+		}
+		from := j.runFrom(late)
+		for n := range ws {
+			ws[n].late = now.Sub(ws[n].tick)
+			ws[n].missed, ws[n].catchUp = n < from, n >= from && n < late
+		}
+		i = k
 	}
 }
 
