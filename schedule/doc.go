@@ -43,6 +43,14 @@
 // the job's Misfire policy: MisfireOnce runs the newest of them, MisfireSkip
 // none, MisfireCatchUp the newest CatchUpMax. Those not run are recorded as
 // missed. At most MaxBacklog missed ticks per job are looked at in one pass.
+// A tick is handled when its claim returns: lateness is measured then, so
+// a ledger slow to answer as it comes back makes ticks missed, not late.
+// The ticks of a job one pass claims run one after another, catch-up runs
+// (Run.CatchUp) first; an on-time tick whose turn comes more than
+// MisfireAfter after it was due is skipped (with OverlapAllow it does not
+// wait its turn). So no tick starts more than MisfireAfter late unless
+// the policy chose it as a catch-up run, or the job asked for a wait
+// (Jitter, After, Pool), each bounded by its own option.
 //
 // Only ticks the fleet owes are looked at: Start (or Add after Start)
 // registers each job's schedule in the ledger, and the first node to
@@ -101,7 +109,9 @@
 // A run holds the job's lock (Config.KeyPrefix + Job.Name) from its first
 // attempt to its last, renewed by the Locker and fenced: Run.Fence is the
 // lock's fence. So runs of one job never overlap across the cluster: a tick
-// that comes while the previous run holds the lock is recorded as skipped.
+// that comes while the previous run holds the lock is recorded as skipped,
+// and so is one that waited on this node, past Job.MisfireAfter, for the run
+// of an earlier tick claimed in the same pass.
 // Job.Overlap = OverlapAllow runs every tick regardless and takes no lock.
 // The handler's context ends when the lock is lost or Job.Lock.MaxHold is
 // reached (the run is recorded as lost or timed out), when an attempt's

@@ -17,7 +17,7 @@ const (
 	EventClaimed          EventType = iota + 1 // this node claimed the tick (or trigger request); Late says how late it was handled
 	EventClaimedElsewhere                      // another node had claimed the tick first
 	EventMissed                                // the tick came while no node ran the job and the misfire policy passed it over; Late
-	EventSkipped                               // the tick was not run: the previous run still held the job's lock, no MaxConcurrent or pool permit was free (limits.go), or the node shut down first; Error says which
+	EventSkipped                               // the tick was not run: the previous run still held the job's lock (or ran here past the tick's MisfireAfter), no MaxConcurrent or pool permit was free (limits.go), or the node shut down first; Error says which
 	EventRunStarted                            // an attempt starts: Attempt, Fence, Start; Late is Start − Tick
 	EventRunEnded                              // an attempt ended: Status, Duration, Error, as recorded in history
 	// EventBroken: the job's schedule gave no tick after Tick, so the job

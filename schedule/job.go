@@ -42,7 +42,15 @@ type Job struct {
 	Misfire Misfire
 	// MisfireAfter is how late, by the handling node's clock, a tick may be
 	// handled and still count as on time; later ticks are missed and go to
-	// the Misfire policy. Default: 5s.
+	// the Misfire policy. A tick is handled as its claim returns, and a
+	// tick the policy did not choose as a catch-up run must also start
+	// within MisfireAfter when it waits on its node for the run of an
+	// earlier tick claimed with it (after an outage, say): one whose turn
+	// comes later is skipped, as a tick that finds the previous run in
+	// progress is (with OverlapAllow it runs at once instead, beside that
+	// run). The waits a job asks for come after and are bounded by their
+	// own options: Jitter, After (Within), a pool's permit (PoolWait).
+	// Retries are attempts of a tick that started. Default: 5s.
 	MisfireAfter time.Duration
 	// MisfireWindow is how far back a node looks for missed ticks when it
 	// starts or catches up. Older ticks are forgotten: neither run nor

@@ -70,6 +70,10 @@ func TestOutageTicksGoToTheMisfirePolicy(t *testing.T) {
 	}{
 		{name: "slow store", slow: true,
 			wantRan: []int{120}, wantCatchUp: []int{120}},
+		{name: "long catch-up, overlap skip", long: true,
+			wantRan: []int{90}, wantCatchUp: []int{90}, wantSkipped: []int{120}},
+		{name: "long catch-up, overlap allow", overlap: OverlapAllow, long: true,
+			wantRan: []int{90, 120}, wantCatchUp: []int{90}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := newCluster(t)

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"time"
 
@@ -21,13 +22,69 @@ const maxErrorLen = 4096
 
 // execute handles one job's claimed work, in tick order, on its own
 // goroutine: missed ticks are recorded in one call, the others run one
-// after another.
+// after another — but with OverlapAllow an on-time tick runs at once, on
+// a goroutine of its own, not after the catch-up runs before it.
+//
+// A scheduled tick that is not a catch-up run starts only within
+// Job.MisfireAfter of its tick: one whose turn comes later, because a run
+// of an earlier tick of the batch lasted, was due while that run was in
+// progress and is recorded as skipped, as OverlapSkip skips a tick that
+// finds the job's lock held; one whose turn comes late with no run before
+// it (the missed records took that long to write) goes to the misfire
+// policy again, with the ticks after it.
 func (s *Scheduler) execute(j *job, items []work) {
 	defer s.runDone()
 	if j.Shards > 1 {
 		s.executeShards(j, items)
 		return
 	}
+	if j.Overlap == OverlapAllow {
+		for _, w := range items {
+			if !w.missed && !w.catchUp && w.scheduled() {
+				s.mu.Lock()
+				s.active++
+				s.mu.Unlock()
+				go func() {
+					defer s.runDone()
+					s.runTick(j, w)
+				}()
+			}
+		}
+		items = slices.DeleteFunc(slices.Clone(items), func(w work) bool { return !w.missed && !w.catchUp && w.scheduled() })
+	}
+	s.recordMissed(j, items)
+	var prev *work // the last tick run here from items
+	for i := range items {
+		w := &items[i]
+		if w.missed {
+			continue
+		}
+		if w.scheduled() && !w.catchUp {
+			if late := s.clock.Now().Sub(w.tick); late > j.MisfireAfter {
+				if prev != nil {
+					s.skip(j, *w, 1, queuedReason(j, prev.tick, late))
+					continue
+				}
+				s.misfireRest(j, items[i:])
+				if w.missed {
+					continue
+				}
+			}
+		}
+		s.runTick(j, *w)
+		prev = w
+	}
+}
+
+// queuedReason is why a tick whose turn came late, after the handling of
+// an earlier tick (prev) of its batch, is skipped.
+func queuedReason(j *job, prev time.Time, late time.Duration) string {
+	return fmt.Sprintf("schedule: the previous run is still in progress: this tick's turn came after tick %s's, %v late, past MisfireAfter %v",
+		prev.UTC().Format(time.RFC3339), late.Round(time.Millisecond), j.MisfireAfter)
+}
+
+// recordMissed records the missed ticks among items in one call.
+func (s *Scheduler) recordMissed(j *job, items []work) {
 	var missed []ledger.RunRecord
 	var late []time.Duration
 	for _, w := range items {
@@ -49,11 +106,34 @@ func (s *Scheduler) execute(j *job, items []work) {
 			s.emit(recordEvent(EventMissed, &missed[i], late[i]))
 		}
 	}
-	for _, w := range items {
-		if !w.missed {
-			s.runTick(j, w)
+}
+
+// misfireRest applies the misfire policy again, as handled now, to the
+// scheduled ticks of rest, none of which has run yet nor been chosen as a
+// catch-up run, and records those it passes over as missed.
+func (s *Scheduler) misfireRest(j *job, rest []work) {
+	now := s.clock.Now()
+	var is []int
+	late := 0
+	for i := range rest {
+		if w := &rest[i]; w.scheduled() && !w.missed {
+			is = append(is, i)
+			if now.Sub(w.tick) > j.MisfireAfter {
+				late++
+			}
 		}
 	}
+	from := j.runFrom(late)
+	var missed []work
+	for n, i := range is {
+		w := &rest[i]
+		w.late = now.Sub(w.tick)
+		w.missed, w.catchUp = n < from, n >= from && n < late
+		if w.missed {
+			missed = append(missed, *w)
+		}
+	}
+	s.recordMissed(j, missed)
 }
 
 // notRun is the record of a tick that was not attempted.

@@ -275,7 +275,8 @@ func (s *Scheduler) shardsEnded(j *job, n int) {
 
 // executeShards handles a sharded job's claimed shard-runs: missed ones
 // are recorded in one call, the others run tick after tick, the shards of
-// one tick at once.
+// one tick at once; a tick that is not a catch-up run starts only within
+// MisfireAfter, as in execute.
 func (s *Scheduler) executeShards(j *job, items []work) {
 	var missed []ledger.RunRecord
 	var late []time.Duration
@@ -299,19 +300,44 @@ func (s *Scheduler) executeShards(j *job, items []work) {
 		}
 		s.shardsEnded(j, len(missed))
 	}
+	onTime := func(w work) bool { return w.scheduled() && !w.catchUp && !w.retake }
+	if j.Overlap == OverlapAllow {
+		// As execute: an on-time tick's shard-runs start at once, not
+		// after the catch-up runs before them.
+		var allowed sync.WaitGroup
+		defer allowed.Wait()
+		for _, w := range runs {
+			if onTime(w) {
+				allowed.Go(func() {
+					s.runTick(j, w)
+					s.shardsEnded(j, 1)
+				})
+			}
+		}
+		runs = slices.DeleteFunc(runs, onTime)
+	}
 	for i := 0; i < len(runs); {
 		n := i + 1
 		for n < len(runs) && runs[n].tick.Equal(runs[i].tick) && runs[n].trigger == runs[i].trigger {
 			n++
 		}
+		w := runs[i]
+		if late := s.clock.Now().Sub(w.tick); onTime(w) && i > 0 && late > j.MisfireAfter {
+			// As execute: a tick whose turn came past MisfireAfter,
+			// after the shard-runs of an earlier tick, is skipped.
+			for _, w := range runs[i:n] {
+				s.skip(j, w, 1+w.attempts, queuedReason(j, runs[i-1].tick, late))
+				s.shardsEnded(j, 1)
+			}
+			i = n
+			continue
+		}
 		var wg sync.WaitGroup
 		for _, w := range runs[i:n] {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
+			wg.Go(func() {
 				s.runTick(j, w)
 				s.shardsEnded(j, 1)
-			}()
+			})
 		}
 		wg.Wait()
 		i = n
