@@ -44,7 +44,9 @@
 // none, MisfireCatchUp the newest CatchUpMax. Those not run are recorded as
 // missed. At most MaxBacklog missed ticks per job are looked at in one pass.
 // A tick is handled when its claim returns: lateness is measured then, so
-// a ledger slow to answer as it comes back makes ticks missed, not late.
+// a ledger slow to answer as it comes back makes ticks missed, not late;
+// and again once the job's lock is taken, so a lock slow to come makes the
+// tick a catch-up run (missed, with MisfireSkip).
 // The ticks of a job one pass claims run one after another, catch-up runs
 // (Run.CatchUp) first; an on-time tick whose turn comes more than
 // MisfireAfter after it was due is skipped (with OverlapAllow it does not

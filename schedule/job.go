@@ -44,11 +44,13 @@ type Job struct {
 	// handled and still count as on time; later ticks are missed and go to
 	// the Misfire policy. A tick is handled as its claim returns, and a
 	// tick the policy did not choose as a catch-up run must also start
-	// within MisfireAfter when it waits on its node for the run of an
-	// earlier tick claimed with it (after an outage, say): one whose turn
-	// comes later is skipped, as a tick that finds the previous run in
-	// progress is (with OverlapAllow it runs at once instead, beside that
-	// run). The waits a job asks for come after and are bounded by their
+	// within MisfireAfter: one whose turn on its node comes later, after
+	// the run of an earlier tick claimed with it (after an outage, say),
+	// is skipped, as a tick that finds the previous run in progress is
+	// (with OverlapAllow it runs at once instead, beside that run); one
+	// made late by taking the job's lock (a store slow to answer) goes to
+	// the policy alone: it runs as a catch-up run, or with MisfireSkip is
+	// missed. The waits a job asks for come after and are bounded by their
 	// own options: Jitter, After (Within), a pool's permit (PoolWait).
 	// Retries are attempts of a tick that started. Default: 5s.
 	MisfireAfter time.Duration

@@ -199,8 +199,8 @@ func (s *Scheduler) runTick(j *job, w work) {
 	if w.past || w.retake { // they wait for the lock
 		ahead()
 	}
-	var last ledger.RunRecord // the last attempt recorded, for EventTickEnded
-	defer s.tickEnded(&last, w.catchUp)
+	var last ledger.RunRecord                        // the last attempt recorded, for EventTickEnded
+	defer func() { s.tickEnded(&last, w.catchUp) }() // onTime may make it a catch-up run
 	// tickCtx spans the waits and the attempts: it ends with a cancel
 	// request (cancel.go; a tick waiting for its parents, say, shows as
 	// running and can be cancelled), the job's removal, the lock,
@@ -299,6 +299,9 @@ func (s *Scheduler) runTick(j *job, w work) {
 				defer cancelOnLoss(l, tickCancel)()
 			}
 		}
+		if try == 1 && rec.Status == "" && !s.onTime(j, &w, pendingAt) {
+			return
+		}
 		if rec.Status == "" {
 			var skip string
 			if rec, skip = s.takeLimits(tickCtx, tickCancel, j, w, attempt, &lim, ahead); skip != "" {
@@ -322,6 +325,34 @@ func (s *Scheduler) runTick(j *job, w work) {
 			return
 		}
 	}
+}
+
+// onTime checks, as the first attempt at a scheduled tick is about to
+// start with the job's lock held, that the tick is still within
+// MisfireAfter; execute checked it as the tick's turn came, and taking
+// the lock is a store round trip that a store slow to answer makes long.
+// A tick late by then was handled late and goes to the misfire policy,
+// alone: MisfireSkip records it missed (onTime reports false), the others
+// run it as a catch-up run. Ticks that waited on purpose before — for
+// their parents, Jitter, or with a running record written ahead
+// (pendingAt) — and catch-up runs, trigger requests, backfills and
+// retaken shards are not checked.
+func (s *Scheduler) onTime(j *job, w *work, pendingAt int) bool {
+	if w.catchUp || !w.scheduled() || w.past || w.retake || pendingAt != 0 || len(j.After) > 0 || j.Jitter > 0 {
+		return true
+	}
+	late := s.clock.Now().Sub(w.tick)
+	if late <= j.MisfireAfter {
+		return true
+	}
+	if j.Misfire != MisfireSkip {
+		w.catchUp = true
+		return true
+	}
+	m := *w
+	m.missed, m.late = true, late
+	s.recordMissed(j, []work{m})
+	return false
 }
 
 // cancelOnLoss ends a tick's context, by cancel, when l is lost; the
