@@ -133,6 +133,11 @@ func TestOutageTicksGoToTheMisfirePolicy(t *testing.T) {
 			}
 			if tc.long {
 				r := waitRun(t, blocked)
+				if tc.overlap == OverlapAllow {
+					// The on-time tick starts at once, beside the
+					// catch-up run, before the clock moves on.
+					waitFor(t, "the on-time tick's run", func() bool { return rec.times("j", t0.Add(4*every), "") == 1 })
+				}
 				// The catch-up run lasts 20s: the on-time tick's grace
 				// passes meanwhile.
 				c.advance(20 * time.Second)
