@@ -57,17 +57,31 @@ func TestJobsBackfillAndRerun(t *testing.T) {
 			clitest.WaitFor(t, 10*time.Second, func() bool { return time.Since(down) > 4500*time.Millisecond }, "four ticks of downtime")
 			tl.Start(t, env, "serve", "--config", cfg, "--http", "", "--node", "bf-node-2")
 
+			// The downtime's missed ticks: the first four or more
+			// consecutive ones. On a busy machine a tick handled or
+			// started more than the 500ms grace late is missed too,
+			// apart from them.
 			var missed []string
 			clitest.WaitFor(t, 30*time.Second, func() bool {
-				missed = missed[:0]
+				var ticks []time.Time
 				for _, r := range historyJSON(t, url, "bf") {
 					if r.Status == "missed" {
-						missed = append(missed, r.Tick.UTC().Format(time.RFC3339))
+						ticks = append(ticks, r.Tick.UTC())
 					}
 				}
+				slices.SortFunc(ticks, time.Time.Compare)
+				missed = missed[:0]
+				for i, tick := range ticks {
+					if i > 0 && !tick.Equal(ticks[i-1].Add(time.Second)) {
+						if len(missed) >= 4 {
+							break
+						}
+						missed = missed[:0]
+					}
+					missed = append(missed, tick.Format(time.RFC3339))
+				}
 				return len(missed) >= 4
-			}, "four missed ticks")
-			slices.Sort(missed)
+			}, "four missed ticks in a row")
 			first, last := missed[0], missed[len(missed)-1]
 			before := runs()
 			for _, tick := range missed {
