@@ -5,6 +5,7 @@ import (
 	"os"
 	"strconv"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/tasklock/tasklock/internal/redact"
@@ -167,7 +168,8 @@ func (o *ObtainOptions) Validate() error {
 }
 
 // ValidateKey reports whether key can name a lock: non-empty, at most
-// MaxKeyLength bytes of valid UTF-8 without control characters.
+// MaxKeyLength bytes of valid UTF-8 without control characters (C0, DEL
+// and C1: unicode.IsControl).
 func ValidateKey(key string) error {
 	switch {
 	case key == "":
@@ -178,7 +180,7 @@ func ValidateKey(key string) error {
 		return badOption("key", "not valid UTF-8")
 	}
 	for _, c := range key {
-		if c < 0x20 || c == 0x7f {
+		if unicode.IsControl(c) { // C0, DEL and C1
 			return badOption("key", "contains control character %U", c)
 		}
 	}

@@ -63,6 +63,8 @@ func TestOptionErrorsNameTheField(t *testing.T) {
 		{"", nil, "key"},
 		{long, nil, "key"},
 		{"a\nb", nil, "key"},
+		{"a\u0085b", nil, "key"}, // C1: NEL
+		{"a\u009bb", nil, "key"}, // C1: CSI, an escape on some terminals
 		{"\xff", nil, "key"},
 		{"k", &ObtainOptions{TTL: -time.Second}, "ObtainOptions.TTL"},
 		{"k", &ObtainOptions{TTL: time.Millisecond}, "ObtainOptions.TTL"},

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode"
 
 	"github.com/tasklock/tasklock/ledger"
 )
@@ -58,7 +59,7 @@ func validateDeps(j *Job) error {
 			return bad(field, "%q is named twice", p)
 		}
 		for _, c := range p {
-			if c < 0x20 || c == 0x7f {
+			if unicode.IsControl(c) { // C0, DEL and C1
 				return bad(field, "contains control character %U", c)
 			}
 		}

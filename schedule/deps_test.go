@@ -334,6 +334,7 @@ func TestDepsAddRefuses(t *testing.T) {
 		{Job{Name: "c", After: []string{"d", "c"}}, "Job.After", "cycle c -> c"},
 		{Job{Name: "c", After: []string{"a", "a"}}, "Job.After[1]", `"a" is named twice`},
 		{Job{Name: "c", After: []string{""}}, "Job.After[0]", "empty"},
+		{Job{Name: "c", After: []string{"x", "a\u0085"}}, "Job.After[1]", "control character U+0085"},
 		{Job{Name: "c", Within: time.Minute}, "Job.Within", "names no parent"},
 		{Job{Name: "c", After: []string{"x"}, Within: -time.Second}, "Job.Within", "negative"},
 		{Job{Name: "c", After: []string{"x"}, Within: 2 * time.Hour}, "Job.Within", "more than MisfireWindow 1h0m0s"},

@@ -7,6 +7,7 @@ import (
 	"io"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/tasklock/tasklock"
@@ -18,7 +19,7 @@ import (
 type Job struct {
 	// Name identifies the job across the cluster: in the ledger, in the
 	// job's lock key and in history. At most MaxJobName bytes of UTF-8
-	// without control characters.
+	// without control characters (C0, DEL and C1: unicode.IsControl).
 	Name string
 	// Schedule is the job's spec: cron with an optional seconds field,
 	// a descriptor or @every (see Parse).
@@ -345,7 +346,7 @@ func validateJob(j Job, keyPrefix string, retention time.Duration) (*job, error)
 		return nil, bad("Job.Name", "not valid UTF-8")
 	}
 	for _, c := range j.Name {
-		if c < 0x20 || c == 0x7f {
+		if unicode.IsControl(c) { // C0, DEL and C1
 			return nil, bad("Job.Name", "contains control character %U", c)
 		}
 	}

@@ -889,6 +889,7 @@ func TestAddValidates(t *testing.T) {
 	}{
 		{func(j *Job) { j.Name = "" }, "Job.Name", "empty"},
 		{func(j *Job) { j.Name = "a\nb" }, "Job.Name", "control character"},
+		{func(j *Job) { j.Name = "a\u009bb" }, "Job.Name", "control character U+009B"},
 		{func(j *Job) { j.Name = strings.Repeat("x", MaxJobName+1) }, "Job.Name", "maximum"},
 		{func(j *Job) { j.Handler = nil }, "Job.Handler", "nil"},
 		{func(j *Job) { j.Schedule = "61 * * * *" }, "Job.Schedule", `invalid minute field "61"`},
