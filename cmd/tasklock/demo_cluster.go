@@ -474,11 +474,12 @@ func (d *clusterDemo) addExec(line string) {
 }
 
 // name names k in a sentence: "alpha's tick 12:00:03", "sharded's tick
-// 12:00:03 shard 2/3".
+// 12:00:03 shard 2/3". A shard is named by its index from 0, as jobs
+// history, the dashboard and its lock key (…/shard/2) name it.
 func (d *clusterDemo) name(k tickKey) string {
 	s := fmt.Sprintf("%s's tick %s", k.job, clock(k.tick))
 	if n := d.shardsOf(k.job); n > 1 {
-		s += fmt.Sprintf(" shard %d/%d", k.shard+1, n)
+		s += fmt.Sprintf(" shard %d/%d", k.shard, n)
 	}
 	return s
 }
@@ -931,11 +932,11 @@ func (d *clusterDemo) account(t *tally, k tickKey) {
 	}
 }
 
-// shardSuffix is " shard i/n" for a shard-run of the sharded job, "" for
-// the others.
+// shardSuffix is " shard i/n" for a shard-run of the sharded job (i from
+// 0, as in name), "" for the others.
 func (d *clusterDemo) shardSuffix(k tickKey) string {
 	if n := d.shardsOf(k.job); n > 1 {
-		return fmt.Sprintf(" shard %d/%d", k.shard+1, n)
+		return fmt.Sprintf(" shard %d/%d", k.shard, n)
 	}
 	return ""
 }

@@ -236,3 +236,25 @@ func TestDemoAccountsKilledBeforeCommand(t *testing.T) {
 		t.Errorf("a live node's record: %+v", tl)
 	}
 }
+
+// A shard-run is named by its 0-based index, as jobs history, the
+// dashboard and the shard's lock key (…/shard/0) name it, so that a
+// note quoting the lock names the same shard as the line it is on.
+func TestDemoNamesShardsFromZero(t *testing.T) {
+	d := &clusterDemo{
+		execs: map[tickKey][]demoExec{},
+		recs:  map[tickKey]ledger.RunRecord{},
+		okOn:  map[tickKey]map[string]bool{},
+	}
+	k := tickKey{job: demoShardedJob, tick: 100, shard: 0}
+	d.recs[k] = ledger.RunRecord{Job: demoShardedJob, Shard: 0, Shards: clusterShards, Attempt: 1, Node: "node-2", Status: ledger.RunSkipped,
+		Error: `schedule: the previous run is still in progress: tasklock: not obtained: "tasklock/sharded/shard/0" is held by node-1`}
+	var tl tally
+	d.account(&tl, k)
+	if len(tl.notes) != 1 || !strings.Contains(tl.notes[0], " shard 0/3: ") || !strings.Contains(tl.notes[0], "shard/0") {
+		t.Errorf("notes %q: want the shard-run named shard 0/3, as its lock shard/0", tl.notes)
+	}
+	if got := d.name(tickKey{job: demoShardedJob, tick: 100, shard: 2}); !strings.HasSuffix(got, " shard 2/3") {
+		t.Errorf("name = %q, want it to end with shard 2/3", got)
+	}
+}
