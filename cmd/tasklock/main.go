@@ -167,31 +167,39 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			fmt.Fprint(stdout, usage)
 			return exitOK
 		}
+		var text string
 		switch rest[0] {
 		case "exec":
-			fmt.Fprint(stdout, execUsage)
+			text = execUsage
 		case "migrate":
-			fmt.Fprint(stdout, migrateUsage)
+			text = migrateUsage
 		case "demo":
-			fmt.Fprint(stdout, demoUsage)
+			text = demoUsage
 		case "locks":
-			fmt.Fprint(stdout, locksUsage)
+			text = locksUsage
 		case "jobs":
-			fmt.Fprint(stdout, jobsUsage)
+			text = jobsUsage
 		case "serve":
-			fmt.Fprint(stdout, serveUsage)
+			text = serveUsage
 		case "validate":
-			fmt.Fprint(stdout, validateUsage)
+			text = validateUsage
 		case "health":
-			fmt.Fprint(stdout, healthUsage)
+			text = healthUsage
 		case "version":
-			fmt.Fprint(stdout, versionUsage)
+			text = versionUsage
 		case "help":
-			fmt.Fprint(stdout, usage)
+			text = usage
 		default:
 			fmt.Fprintf(stderr, "tasklock help: unknown command %s\n", redact.Quote(rest[0]))
 			return exitUsage
 		}
+		if len(rest) > 1 {
+			// "help jobs history" would otherwise print the jobs text as
+			// if history had been understood.
+			fmt.Fprintf(stderr, "tasklock help: unexpected argument %s: help takes one COMMAND\nRun 'tasklock help' for usage.\n", redact.Quote(rest[1]))
+			return exitUsage
+		}
+		fmt.Fprint(stdout, text)
 		return exitOK
 	default:
 		fmt.Fprintf(stderr, "tasklock: unknown command %s; commands: exec, migrate, serve, validate, jobs, locks, demo, health, version, help\n", redact.Quote(cmd))

@@ -376,6 +376,8 @@ func TestHelpAndUsage(t *testing.T) {
 		{nil, exitUsage, "", "Usage:", true},
 		{[]string{"frobnicate"}, exitUsage, "", `unknown command "frobnicate"`, true},
 		{[]string{"help", "frobnicate"}, exitUsage, "", `unknown command "frobnicate"`, true},
+		{[]string{"help", "exec", "extra"}, exitUsage, "", `tasklock help: unexpected argument "extra"`, true},
+		{[]string{"--help", "jobs", "history", "--json"}, exitUsage, "", `unexpected argument "history"`, true},
 		{[]string{"demo", "--lock", "--workers", "0"}, exitUsage, "", "--workers", true},
 		{[]string{"demo", "--workers", "2"}, exitUsage, "", "--workers goes with --lock only", true},
 		{[]string{"demo", "--nodes", "1"}, exitUsage, "", "--nodes", true},
