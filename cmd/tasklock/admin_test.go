@@ -95,13 +95,15 @@ func TestJobsCommands(t *testing.T) {
 	ctx := context.Background()
 	tick := time.Date(2030, 1, 1, 2, 30, 0, 0, time.UTC)
 	start := time.Now().Add(-time.Minute).UTC().Truncate(time.Millisecond)
+	// A skip's reason names the holder, at its end: history shows it whole.
+	const skipReason = `schedule: the previous run is still in progress: tasklock: not obtained: "tasklock/sync/shard/2" is held by web-1:4242 for another 9.5s`
 	err = l.RecordRuns(ctx, []ledger.RunRecord{
 		{Job: "report", Tick: tick, Attempt: 1, Node: "web-1", Fence: 7, Start: start, End: start.Add(1500 * time.Millisecond), Status: ledger.RunOK},
 		{Job: "report", Tick: tick.Add(24 * time.Hour), Attempt: 1, Node: "web-2", Fence: 8, Start: start, End: start.Add(time.Second), Status: ledger.RunFailed, Error: "exit status 3"},
 		{Job: "cleanup", Tick: tick, Attempt: 1, Node: "web-1", Fence: 3, Start: start, End: start.Add(time.Second), Status: ledger.RunOK},
 		// A sharded tick whose shard 2 was skipped: the tick is skipped,
 		// whichever shard's record is the newest.
-		{Job: "sync", Tick: tick, Shard: 2, Shards: 3, Attempt: 1, Node: "web-2", Start: start, End: start, Status: ledger.RunSkipped, Error: "the previous run still holds the lock"},
+		{Job: "sync", Tick: tick, Shard: 2, Shards: 3, Attempt: 1, Node: "web-2", Start: start, End: start, Status: ledger.RunSkipped, Error: skipReason},
 		{Job: "sync", Tick: tick, Shard: 1, Shards: 3, Attempt: 1, Node: "web-2", Fence: 5, Start: start, End: start.Add(time.Second), Status: ledger.RunOK},
 		{Job: "sync", Tick: tick, Shard: 0, Shards: 3, Attempt: 1, Node: "web-1", Fence: 6, Start: start.Add(time.Second), End: start.Add(2 * time.Second), Status: ledger.RunOK},
 	})
@@ -158,6 +160,9 @@ func TestJobsCommands(t *testing.T) {
 	code, out, _ = tl.Run(t, nil, "jobs", "history", "--job", "sync", "--status", "skipped", "--store", url)
 	if row := strings.Fields(lineWith(out, "2030-01-01T02:30:00Z  sync ")); code != exitOK || len(row) < 7 || row[5] != "-" || row[6] != "skipped" {
 		t.Fatalf("jobs history: sync's skipped shard %q, want FENCE -\n%s", row, out)
+	}
+	if !strings.HasSuffix(lineWith(out, "2030-01-01T02:30:00Z  sync "), skipReason) {
+		t.Errorf("jobs history: sync's skipped shard, want its whole reason %q\n%s", skipReason, out)
 	}
 	code, out, _ = tl.Run(t, nil, "jobs", "history", "--status", "ok", "--json", "--store", url)
 	var hist struct {

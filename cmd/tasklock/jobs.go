@@ -51,7 +51,8 @@ the pause and trigger-now state every node of "tasklock serve" obeys
   history  run records, newest first: tick, job, shard (k/N for a job with
            shards:, one row per shard), attempt, node, fence, status, the
            tick's overall status (sharded jobs: ok when every shard is ok,
-           running while any runs, else the worst), duration, error.
+           running while any runs, else the worst), duration, error
+           (whole: a skipped run's names the lock's holder).
            JOB (or --job JOB) and --status (ok, failed, timeout, lost, cancelled, interrupted,
            skipped, missed, running) filter;
            --since D shows ticks of the last D (e.g. 24h); --limit N caps
@@ -485,10 +486,10 @@ func jobsHistory(ctx context.Context, l ledger.Ledger, q ledger.RunQuery, asJSON
 		if r.Shards > 1 {
 			shard, tickStatus = fmt.Sprintf("%d/%d", r.Shard, r.Shards), r.TickStatus
 		}
+		// Whole, as the other columns: a skip's reason ends with the
+		// lock's holder, which the operator needs. It is the last column,
+		// so its length shifts no other.
 		msg := strings.ReplaceAll(r.Error, "\n", " ")
-		if len(msg) > 60 {
-			msg = strings.ToValidUTF8(msg[:57], "") + "..."
-		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", tick, redact.Printable(r.Job), shard, r.Attempt, redact.Printable(r.Node), fenceText(r.Fence), r.Status, tickStatus, dur, redact.Printable(msg))
 	}
 	return tw.Flush()
