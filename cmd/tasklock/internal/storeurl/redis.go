@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -198,13 +199,21 @@ func (c *redisConfig) open(ctx context.Context) (driver.Store, func() error, err
 const maxPEM = 4 << 20
 
 // readPEM reads the certificate or key file named by the query parameter
-// param, of at most maxPEM bytes: it may be endless (/dev/zero).
+// param: a regular file (a FIFO would block the open until a writer came,
+// a device may never end) of at most maxPEM bytes.
 func (u *storeURL) readPEM(param, file string) ([]byte, error) {
-	f, err := os.Open(file)
+	// O_NONBLOCK: opening a FIFO for reading returns at once, for the
+	// check below to refuse it; reads of a regular file ignore it.
+	f, err := os.OpenFile(file, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, u.badf("query parameter %s: %v", param, err)
 	}
 	defer f.Close()
+	if fi, err := f.Stat(); err != nil {
+		return nil, u.badf("query parameter %s: %v", param, err)
+	} else if !fi.Mode().IsRegular() {
+		return nil, u.badf("query parameter %s: %s is not a regular file", param, file)
+	}
 	data, err := io.ReadAll(io.LimitReader(f, maxPEM+1))
 	switch {
 	case err != nil:
