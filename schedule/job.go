@@ -74,7 +74,8 @@ type Job struct {
 	RetryBackoff    time.Duration
 	RetryBackoffMax time.Duration
 	// Jitter delays each run by a random duration below it, spreading jobs
-	// that share a schedule. The tick is claimed on time. Zero: none.
+	// that share a schedule. The tick is claimed on time. At most
+	// MisfireWindow. Zero: none.
 	Jitter time.Duration
 	// LeaderOnly makes the job run only on the fleet's leader, for teams
 	// that want one active node: a node claims its ticks (and trigger-nows)
@@ -414,6 +415,9 @@ func validateJob(j Job, keyPrefix string, retention time.Duration) (*job, error)
 		return nil, bad("Job.RetryBackoffMax", "%v is less than RetryBackoff %v", j.RetryBackoffMax, j.RetryBackoff)
 	case j.Jitter < 0:
 		return nil, bad("Job.Jitter", "%v is negative", j.Jitter)
+	case j.Jitter > j.MisfireWindow:
+		// As Within: the claimed tick has no record while the run waits.
+		return nil, bad("Job.Jitter", "%v is more than MisfireWindow %v: a run could start after every node stopped looking at its tick", j.Jitter, j.MisfireWindow)
 	}
 	if err := validateDeps(&j); err != nil {
 		return nil, err

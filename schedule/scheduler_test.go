@@ -905,6 +905,8 @@ func TestAddValidates(t *testing.T) {
 		{func(j *Job) { j.Retries = -1 }, "Job.Retries", "not within"},
 		{func(j *Job) { j.RetryBackoff, j.RetryBackoffMax = time.Minute, time.Second }, "Job.RetryBackoffMax", "less than"},
 		{func(j *Job) { j.Jitter = -1 }, "Job.Jitter", "negative"},
+		{func(j *Job) { j.Jitter = 2 * time.Hour }, "Job.Jitter", "more than MisfireWindow 1h0m0s"},
+		{func(j *Job) { j.Jitter, j.MisfireWindow = 11*time.Minute, 10*time.Minute }, "Job.Jitter", "more than MisfireWindow 10m0s"},
 		{func(j *Job) { j.Lock.TTL = time.Millisecond }, "Job.Lock.TTL", "minimum"},
 		{func(j *Job) { j.Lock.TTL = tasklock.MaxTTL + 1 }, "Job.Lock.TTL", "maximum"},
 		{func(j *Job) { j.Lock.MinHold = time.Second; j.Overlap = OverlapAllow }, "Job.Lock.MinHold", "Overlap is allow"},
