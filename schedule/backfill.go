@@ -82,6 +82,9 @@ type BackfillOptions struct {
 // node. Ticks after now are refused: they are the scheduler's to run. Nodes
 // take the requests within a poll interval; with o.Rerun unset a tick that
 // already has an attempt is not run again (jobs history shows which ran).
+// When adding a request fails (ctx ends, say) it returns the ticks
+// requested before it with the error: those requests stay, and the fleet
+// runs them (the failed one may have been added too).
 func RequestBackfill(ctx context.Context, l ledger.Ledger, job string, from, to time.Time, o BackfillOptions) ([]time.Time, error) {
 	if o.Max == 0 {
 		o.Max = DefaultBackfillMax
@@ -127,13 +130,13 @@ func RequestBackfill(ctx context.Context, l ledger.Ledger, job string, from, to 
 			return nil, fmt.Errorf("schedule: backfill %q: %w", job, err)
 		}
 	}
-	for _, t := range ticks {
+	for i, t := range ticks {
 		p := prefix
 		if o.Rerun {
 			p = withBase(prefix, bases[t.Unix()])
 		}
 		if err := request(ctx, l, job, p, t, o.Rerun); err != nil {
-			return nil, err
+			return ticks[:i], err
 		}
 	}
 	return ticks, nil

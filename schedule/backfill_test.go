@@ -248,3 +248,53 @@ func TestCatchUpHasNoCliff(t *testing.T) {
 		t.Fatalf("the tick after the catch-up ran %d times", n)
 	}
 }
+
+// cancelAfter passes SetJobState through to a real ledger until n trigger
+// requests were added, then cancels ctx and fails as a store that did not
+// answer in time: a backfill that runs out of its time half way.
+type cancelAfter struct {
+	ledger.Ledger
+	n      int
+	cancel context.CancelFunc
+}
+
+func (c *cancelAfter) SetJobState(ctx context.Context, p ledger.JobStateParams) (ledger.JobState, error) {
+	if p.Op == ledger.JobTrigger {
+		if c.n == 0 {
+			c.cancel()
+			return ledger.JobState{}, ctx.Err()
+		}
+		c.n--
+	}
+	return c.Ledger.SetJobState(ctx, p)
+}
+
+// A backfill whose context ends half way returns, with the error, the
+// ticks it requested: those requests stay in the ledger.
+func TestBackfillReturnsTicksRequestedBeforeAnError(t *testing.T) {
+	c := newCluster(t)
+	rec := newRecorder(c.clock)
+	c.node("a", 0, nil).add(t, Job{Name: "m", Schedule: "@every 1m", Handler: rec.ok}).start(t)
+	c.settle(true)
+	now := c.clock.Now().Add(time.Hour)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	l := &cancelAfter{Ledger: c.ledger, n: 3, cancel: cancel}
+	ticks, err := RequestBackfill(ctx, l, "m", now.Add(-10*time.Minute), now, BackfillOptions{Now: now})
+	if !errors.Is(err, context.Canceled) || len(ticks) != 3 || ticks[0].Before(now.Add(-10*time.Minute)) {
+		t.Fatalf("RequestBackfill = %v, %v; want the 3 ticks requested and the context's error", ticks, err)
+	}
+	sts, err := c.ledger.JobStates(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pending := 0
+	for _, st := range sts {
+		if st.Job == "m" {
+			pending = len(st.Triggers)
+		}
+	}
+	if pending != 3 {
+		t.Errorf("%d requests in the ledger, want the 3 returned", pending)
+	}
+}

@@ -83,7 +83,9 @@ the pause and trigger-now state every node of "tasklock serve" obeys
            a time and never beside another run of JOB; allow runs them at
            once on whichever nodes take them. A range of more than --max
            ticks (default 1000) is refused, not cut. Nodes take the
-           requests within a second; jobs history shows the runs
+           requests within a second; jobs history shows the runs. When
+           the store fails part way (--timeout), the error says how many
+           ticks were requested: those requests stay and run
   rerun    run JOB's TICK once more, as its next attempt number
 
   create   define a job at run time: every node of serve runs it within a

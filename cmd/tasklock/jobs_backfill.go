@@ -79,6 +79,9 @@ func jobsBackfill(ctx context.Context, l ledger.Ledger, job string, from, to tim
 		return usagef("backfill %s: --from %s to --to %s holds %d ticks, more than --max %d: ask for a shorter range or a larger --max",
 			redact.Quote(job), from.Format(time.RFC3339), to.Format(time.RFC3339), tooMany.Ticks, tooMany.Max)
 	}
+	if err != nil && len(ticks) > 0 {
+		return partialBackfill(job, ticks, o, err)
+	}
 	if err != nil {
 		return pastError(err)
 	}
@@ -97,6 +100,21 @@ func jobsBackfill(ctx context.Context, l ledger.Ledger, job string, from, to tim
 		len(ticks), redact.Quote(job), ticks[0].Format(time.RFC3339), ticks[len(ticks)-1].Format(time.RFC3339), what, o.Overlap)
 	fmt.Fprintf(w, "follow them with: tasklock jobs history --job %s\n", shellQuote(job))
 	return nil
+}
+
+// partialBackfill is the error of a backfill that failed (ran out of
+// --timeout, say) after it requested ticks: it says how many, that they
+// stay and run, and how to ask for the rest. Taking them back is not
+// offered: a node may have started any of them already (nodes take
+// requests within a second), and the store just failed to answer.
+func partialBackfill(job string, ticks []time.Time, o schedule.BackfillOptions, err error) error {
+	last := ticks[len(ticks)-1]
+	again := "asking again for the same range runs no tick twice"
+	if o.Rerun {
+		again = fmt.Sprintf("with --rerun, asking again for the same range would run them twice: ask for the rest with --from %s", last.Add(time.Second).Format(time.RFC3339))
+	}
+	return fmt.Errorf("backfill %s stopped after requesting %s, %s to %s: those requests stay and the fleet runs them (jobs list shows the ones not taken yet, jobs history their runs); %s. It stopped on: %w",
+		redact.Quote(job), plural(len(ticks), "tick"), ticks[0].Format(time.RFC3339), last.Format(time.RFC3339), again, err)
 }
 
 // jobsRerun asks the fleet to run JOB's tick t again, with o (options').
