@@ -170,8 +170,14 @@ func TestReconcileFileJobsWin(t *testing.T) {
 	put("rt", `{"name":"rt","schedule":"@hourly","command":["true"]}`)
 	put("broken", `{"name":"broken","schedule":"@hourly","command":["true"],"timeout":"10x"}`)
 	put("nopool", `{"name":"nopool","schedule":"@hourly","command":["true"],"pool":"reports"}`)
+	// Stored before jobs create refused lock_ttl without a lock: it still
+	// runs, with one warning naming the job and the key.
+	put("nolock", `{"name":"nolock","schedule":"@hourly","command":["true"],"overlap":"allow","lock_ttl":"30s"}`)
 	s.reconcile()
 	s.reconcile()
+	if n := strings.Count(logs.String(), `job defined at run time: lock_ttl has no effect`); n != 1 || !strings.Contains(logs.String(), `"job":"nolock"`) {
+		t.Errorf("%d warnings about nolock's lock_ttl, want 1:\n%s", n, logs.String())
+	}
 	// The scheduler's mistake is told with the file's keys, not Go's.
 	if want := `job \"nopool\": pool: unknown pool \"reports\" (the file defines no pools:)`; !strings.Contains(logs.String(), want) || strings.Contains(logs.String(), "Job.Pool") {
 		t.Errorf("the error about the job naming an unknown pool does not say %s:\n%s", want, logs.String())
@@ -189,15 +195,15 @@ func TestReconcileFileJobsWin(t *testing.T) {
 		}
 		return out
 	}
-	if got := strings.Join(names(), ","); got != "filejob,rt" {
-		t.Errorf("jobs in force %s, want filejob,rt", got)
+	if got := strings.Join(names(), ","); got != "filejob,nolock,rt" {
+		t.Errorf("jobs in force %s, want filejob,nolock,rt", got)
 	}
 	if _, err := store.PutJobDef(ctx, ledger.JobDefParams{Job: "rt", Delete: true, Audit: ledger.AuditEntry{Who: "test", Action: "delete"}}); err != nil {
 		t.Fatal(err)
 	}
 	s.reconcile()
-	if got := strings.Join(names(), ","); got != "filejob" {
-		t.Errorf("jobs in force after the delete %s, want filejob", got)
+	if got := strings.Join(names(), ","); got != "filejob,nolock" {
+		t.Errorf("jobs in force after the delete %s, want filejob,nolock", got)
 	}
 	if err := sch.Remove("rt", schedule.RemoveOptions{}); err == nil {
 		t.Error("the deleted job is still on the Scheduler")

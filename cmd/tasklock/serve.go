@@ -104,13 +104,14 @@ The file:
       schedule: "0 30 2 * * *"       # cron (seconds optional), @daily, "@every 10s"
       timezone: Europe/Berlin        # the schedule's zone; default UTC
       command: ["/usr/local/bin/report", "--all"]   # or http: (below)
-      kill_grace: 2s                 # SIGTERM to SIGKILL; less than lock_ttl/2
+      kill_grace: 2s                 # SIGTERM to SIGKILL; less than lock_ttl/2 when a lock is taken
       timeout: 10m                   # per attempt; default none
       overlap: skip                  # skip | allow
       misfire: {policy: once, grace: 30s, window: 1h}   # once | skip | catch_up (with max: N)
       retries: {max: 3, backoff: 10s, backoff_max: 1m}
       jitter: 0s                     # a random delay below it before each run; at most misfire's window
-      lock_ttl: 10s                  # the job lock's lease
+      lock_ttl: 10s                  # the job lock's lease (or a pool's or max_concurrent's permit's);
+                                     # an error with overlap: allow alone, which takes no lock
       min_hold: 5s                   # keep the lock at least this long
       max_hold: 1h                   # stop the run after this long, retries included
       run_on: any                    # any | leader: only the fleet's elected leader runs it

@@ -147,6 +147,11 @@ func (s *server) reconcile() {
 		rt.applied[name] = runtimeJob{version: d.Version, job: j}
 		changed = true
 		s.log.Info("job defined at run time applied", "job", name, "version", d.Version, "schedule", j.Schedule)
+		for _, msg := range j.NoEffect {
+			// Stored before jobs create refused it: once per version
+			// applied, for the job still runs.
+			s.log.Warn("job defined at run time: "+msg+"; fix it with tasklock jobs update", "job", name, "version", d.Version)
+		}
 	}
 	for name := range rt.ignored {
 		if _, ok := want[name]; !ok && !inFile[name] {

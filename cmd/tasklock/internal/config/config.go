@@ -71,7 +71,9 @@
 //	  backoff       RetryBackoff
 //	  backoff_max   RetryBackoffMax
 //	jitter          Jitter
-//	lock_ttl        Lock.TTL
+//	lock_ttl        Lock.TTL (of the job's lock, or of a pool's or
+//	                max_concurrent's permit; with overlap allow and
+//	                neither it has no effect, and is an error)
 //	min_hold        Lock.MinHold
 //	max_hold        Lock.MaxHold
 //	run_on          LeaderOnly: "leader" (only the serve fleet's elected
@@ -104,8 +106,8 @@
 //
 //	command         a list: the program and its arguments, run without a shell
 //	kill_grace      command jobs: SIGTERM to SIGKILL (default 2s, above 0,
-//	                less than half of lock_ttl); it is also the job's
-//	                Lock.Grace
+//	                less than half of lock_ttl when the runs take a lock);
+//	                it is also the job's Lock.Grace
 //	http            a mapping: method (default GET), url, headers (a
 //	                mapping), body, timeout (default 1m, above 0)
 //
@@ -237,6 +239,10 @@ type Job struct {
 	// Notify is the job's own notify:, nil when not given; Merge it with
 	// File.Notify for the job's notifications.
 	Notify *Notify
+	// NoEffect names the keys of a job read by ParseJob that have no
+	// effect ("lock_ttl has no effect: ..."), which Load and Define
+	// refuse: serve warns of them once per stored version.
+	NoEffect []string
 	// Line is the line of the file where the job starts.
 	Line int
 }

@@ -124,6 +124,8 @@ func TestParseErrors(t *testing.T) {
 			[]string{`c.yaml:5: job "j": lock_ttl: kill_grace 2s must be less than half of lock_ttl 10ms, so that a command that lost its lock is stopped soon after`}},
 		{"max hold under the default kill grace", job + "    lock_ttl: 1h\n    max_hold: 100ms\n", // at max_hold, which the file says
 			[]string{`c.yaml:6: job "j": max_hold: 100ms is not more than kill_grace 2s (the default): the command gets SIGTERM kill_grace before max_hold`}},
+		{"lock_ttl without a lock", job + "    overlap: allow\n    lock_ttl: 30s\n",
+			[]string{`c.yaml:6: job "j": lock_ttl: has no effect: overlap is allow and the job has no pool or max_concurrent, so its runs take no lock (remove lock_ttl, or set overlap: skip)`}},
 		{"max hold under kill grace", job + "    lock_ttl: 1h\n    max_hold: 1s\n    kill_grace: 1s\n",
 			[]string{`c.yaml:7: job "j": kill_grace: 1s is not less than max_hold 1s`}},
 		// A zero that would read as "at once" or "none" is not taken for

@@ -63,6 +63,10 @@ type parser struct {
 	file     string
 	jobLabel string // the job being read, for messages
 	runTime  bool   // a job defined at run time (ParseJob, Define), not a file
+	// stored: a job read back from the ledger (ParseJob), which may
+	// predate a check: what only has no effect is a warning (Job.NoEffect)
+	// there, so that the job still loads, and an error elsewhere.
+	stored bool
 	// notifyLines are where each job's notify: is, for checking them
 	// against the file's once every job is read.
 	notifyLines map[string]int
@@ -486,6 +490,14 @@ func (p *parser) job(i int, n *yaml.Node, names map[string]int, v *validator) (J
 		}
 	}
 	p.jobLimits(&j, fields)
+	if f, ok := fields["lock_ttl"]; ok && !isNull(f.val) && !takesLock(&j) {
+		const why = "has no effect: overlap is allow and the job has no pool or max_concurrent, so its runs take no lock (remove lock_ttl, or set overlap: skip)"
+		if p.stored {
+			j.NoEffect = append(j.NoEffect, "lock_ttl "+why)
+		} else {
+			p.errorf(f.val, "lock_ttl", "%s", why)
+		}
+	}
 	if f, ok := fields["notify"]; ok {
 		j.Notify = p.notify(f)
 	}
@@ -615,11 +627,15 @@ func (p *parser) handler(j *Job, n *yaml.Node, fields map[string]field, lines ma
 	if hasKG {
 		j.KillGrace = p.positive(kg, "kill_grace", DefaultKillGrace)
 	}
+	// A job whose runs take no lock has none to lose: kill_grace only
+	// spaces SIGTERM and SIGKILL, and is no Lock.Grace (lock_ttl is
+	// refused above).
+	lock := takesLock(j)
 	ttl := j.Lock.TTL
 	if ttl == 0 {
 		ttl = tasklock.DefaultTTL
 	}
-	if j.KillGrace >= ttl/2 {
+	if lock && j.KillGrace >= ttl/2 {
 		at, field := n, "kill_grace"
 		if hasKG {
 			at = kg.val
@@ -637,7 +653,16 @@ func (p *parser) handler(j *Job, n *yaml.Node, fields map[string]field, lines ma
 	}
 	// SIGTERM comes kill_grace before the lock could go to another node,
 	// so that SIGKILL lands before it can.
-	j.Lock.Grace = j.KillGrace
+	if lock {
+		j.Lock.Grace = j.KillGrace
+	}
+}
+
+// takesLock reports whether j's runs hold a lease whose options are
+// lock_ttl's and kill_grace's: the job's lock (overlap skip), or a permit
+// of its pool or of max_concurrent's semaphore.
+func takesLock(j *Job) bool {
+	return j.Overlap != schedule.OverlapAllow || j.Pool != "" || j.MaxConcurrent > 0
 }
 
 // httpURL checks an absolute http:// or https:// URL, the value of n;

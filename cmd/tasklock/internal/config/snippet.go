@@ -20,9 +20,11 @@ const MaxSnippet = ledger.MaxJobDef
 // checks and the same messages as Load gives for a job of a file, each
 // naming source as the file. It is how `tasklock jobs create -f`, the
 // dashboard's POST /api/jobs and every serve node read a job defined at
-// run time.
+// run time. A key that has no effect, which Define and Load refuse, is
+// accepted here and named in Job.NoEffect, so that a job stored before
+// that check still loads.
 func ParseJob(source string, data []byte) (Job, error) {
-	p := &parser{file: source, runTime: true}
+	p := &parser{file: source, runTime: true, stored: true}
 	j, ok := p.snippet(data)
 	if !ok || len(p.errs) > 0 {
 		for _, e := range p.errs {

@@ -94,3 +94,31 @@ func TestDefine(t *testing.T) {
 		t.Fatal("no error for a snippet of unknown keys")
 	}
 }
+
+// lock_ttl with overlap allow and no pool or max_concurrent has no effect:
+// Define (jobs create, POST /api/jobs) refuses it; ParseJob (a job stored
+// before that check) accepts it and names it in NoEffect for serve to warn
+// of. Such a job's kill_grace is no Lock.Grace, and is not bounded by a
+// lock_ttl it has no use for.
+func TestLockTTLWithoutALock(t *testing.T) {
+	def := "name: x\nschedule: '@every 1s'\ncommand: [a]\noverlap: allow\nlock_ttl: 30s\n"
+	if _, _, err := Define("s.yaml", []byte(def), ""); err == nil || !strings.Contains(err.Error(), `s.yaml:5: job "x": lock_ttl: has no effect: overlap is allow`) {
+		t.Errorf("Define = %v, want lock_ttl refused", err)
+	}
+	j, err := ParseJob("stored", []byte(def))
+	if err != nil || len(j.NoEffect) != 1 || !strings.HasPrefix(j.NoEffect[0], "lock_ttl has no effect") {
+		t.Errorf("ParseJob = %+v, %v; want it accepted, lock_ttl in NoEffect", j.NoEffect, err)
+	}
+	j, err = ParseJob("s.yaml", []byte("name: x\nschedule: '@every 1s'\ncommand: [a]\noverlap: allow\nkill_grace: 8s\n"))
+	if err != nil || j.KillGrace != 8*time.Second || j.Lock.Grace != 0 || len(j.NoEffect) != 0 {
+		t.Errorf("kill_grace 8s with overlap allow: %+v, %v; want it accepted, no Lock.Grace", j, err)
+	}
+	for _, ok := range []string{
+		"name: x\nschedule: '@every 1s'\ncommand: [a]\nlock_ttl: 30s\n",                                    // overlap skip
+		"name: x\nschedule: '@every 1s'\ncommand: [a]\noverlap: allow\nmax_concurrent: 2\nlock_ttl: 30s\n", // the semaphore's permits
+	} {
+		if _, _, err := Define("s.yaml", []byte(ok), ""); err != nil {
+			t.Errorf("Define(%q) = %v, want it accepted", ok, err)
+		}
+	}
+}
