@@ -91,8 +91,11 @@
 // to EVAL once after SCRIPT FLUSH or a restart) in one round trip. Renew
 // batches: one script call per Cluster hash slot, or per 500 leases on a
 // single node, all sent in one pipeline, so a renewal cycle costs one round
-// trip per node. Leases scans the keyspace (SCAN on every master) and is
-// meant for the CLI and the dashboard.
+// trip per node; the renewal of a single mutex lease (an Extend that no
+// other goes with) is one command of a script of its own (extend.lua),
+// which sends only the key, the token and the TTL. Leases scans the
+// keyspace (SCAN on every master) and is meant for the CLI and the
+// dashboard.
 //
 // A release reaches subscribers on the same node within a millisecond. On a
 // Cluster it may have to cross the cluster bus, which Redis opens without

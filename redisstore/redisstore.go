@@ -45,6 +45,9 @@ var renewSrc string
 //go:embed release.lua
 var releaseSrc string
 
+//go:embed extend.lua
+var extendSrc string
+
 //go:embed forcerelease.lua
 var forceReleaseSrc string
 
@@ -66,6 +69,7 @@ var (
 	acquireScript      = newLuaScript(acquireSrc)
 	renewScript        = newLuaScript(kindsLib + renewSrc)
 	releaseScript      = newLuaScript(releaseSrc)
+	extendScript       = newLuaScript(extendSrc)
 	forceReleaseScript = newLuaScript(kindsLib + forceReleaseSrc)
 	kindsAcquireScript = newLuaScript(kindsLib + kindsAcquireSrc)
 	kindsReleaseScript = newLuaScript(kindsLib + kindsReleaseSrc)
@@ -573,13 +577,12 @@ func (s *Store) Renew(ctx context.Context, ps []driver.RenewParams) ([]error, er
 }
 
 // renewMutex is Renew of the one mutex lease p, as an Extend of a lone lock
-// sends it: a command of its own, not in a pipeline, and of release.lua,
-// whose KeepFor is exactly a mutex's renewal (PEXPIRE when the token holds
-// the key), without the prelude (kinds.lua) that renew.lua carries for the
-// other kinds.
+// sends it: a command of its own, not in a pipeline, of extend.lua, which
+// checks the token and sets the new TTL as renew.lua does, without the
+// prelude (kinds.lua) that renew.lua carries for the other kinds, and with
+// two arguments besides the key.
 func (s *Store) renewMutex(ctx context.Context, p driver.RenewParams) ([]error, error) {
-	args := s.releaseArgs(driver.ReleaseParams{Key: p.Key, Token: p.Token, KeepFor: p.TTL})
-	n, err := releaseScript.run(ctx, s.client, args).Int64()
+	n, err := extendScript.run(ctx, s.client, s.extendArgs(p)).Int64()
 	if err != nil {
 		return nil, fmt.Errorf("redisstore: renew %q: %w", p.Key, err)
 	}
@@ -587,4 +590,11 @@ func (s *Store) renewMutex(ctx context.Context, p driver.RenewParams) ([]error, 
 		return []error{driver.ErrNotHeld}, nil
 	}
 	return []error{nil}, nil
+}
+
+// extendArgs returns the EVALSHA arguments of extend.lua for p.
+func (s *Store) extendArgs(p driver.RenewParams) []any {
+	c := new(oneCall)
+	c.args = [8]any{"evalsha", extendScript.sha, 1, c.str(0, s.lockKey(p.Key)), c.str(1, p.Token), c.int(millis(p.TTL))}
+	return c.args[:6]
 }

@@ -292,6 +292,7 @@ func runSuite(t *testing.T, d deployment) {
 	t.Run("ReleaseWrongToken", func(t *testing.T) { testReleaseWrongToken(t, d) })
 	t.Run("RenewMixed", func(t *testing.T) { testRenewMixed(t, d) })
 	t.Run("RenewBatches", func(t *testing.T) { testRenewBatches(t, d) })
+	t.Run("LoneRenewal", func(t *testing.T) { testLoneRenewal(t, d) })
 	t.Run("KeepFor", func(t *testing.T) { testKeepFor(t, d) })
 	t.Run("Subscribe", func(t *testing.T) { testSubscribe(t, d) })
 	t.Run("SubscribeCancelled", func(t *testing.T) { testSubscribeCancelled(t, d) })
@@ -300,6 +301,89 @@ func runSuite(t *testing.T, d deployment) {
 	t.Run("BraceKeys", func(t *testing.T) { testBraceKeys(t, d) })
 	t.Run("ForceRelease", func(t *testing.T) { testForceRelease(t, d) })
 	runKindsSuite(t, d)
+}
+
+// A lone mutex renewal (an Extend alone) is one EVALSHA, not in a
+// pipeline, carrying the lock key, the token and the TTL and nothing else;
+// it renews only the exact token, and still works after SCRIPT FLUSH.
+func testLoneRenewal(t *testing.T, d deployment) {
+	c := d.newClient(t)
+	s := newStore(t, c, nil)
+	ctx := ctxT(t)
+	tok := token()
+	mustAcquire(t, s, "k", tok, "me", time.Second)
+	// Load the script on the key's node, so the counts below are of one call.
+	if _, err := s.Renew(ctx, []driver.RenewParams{{Key: "k", Token: tok, TTL: time.Second}}); err != nil {
+		t.Fatal(err)
+	}
+	hook := &countHook{}
+	c.AddHook(hook)
+	var args []any
+	c.AddHook(argsHook{func(a []any) { args = a }})
+	res, err := s.Renew(ctx, []driver.RenewParams{{Key: "k", Token: tok, TTL: time.Minute}})
+	if err != nil || res[0] != nil {
+		t.Fatalf("Renew: %v %v", res, err)
+	}
+	evalsha, eval, pipelines, _ := hook.snapshot()
+	if evalsha != 1 || eval != 0 || pipelines != 0 {
+		t.Errorf("%d EVALSHA, %d EVAL, %d pipelines; want one EVALSHA alone", evalsha, eval, pipelines)
+	}
+	want := []any{"evalsha", extendScript.sha, 1, s.lockKey("k"), tok, int64(60000)}
+	if fmt.Sprint(args) != fmt.Sprint(want) {
+		t.Errorf("sent %v, want %v", args, want)
+	}
+	if ms := pttl(t, c, s.lockKey("k")); ms < 50*time.Second {
+		t.Errorf("PTTL after renewal: %v, want about a minute", ms)
+	}
+	// Only the exact token renews: not a prefix of it, not one that runs
+	// on into the fence ("tok:1" matches the value's start), not another.
+	for _, bad := range []string{tok[:len(tok)-1], tok + ":1", token(), ""} {
+		res, err := s.Renew(ctx, []driver.RenewParams{{Key: "k", Token: bad, TTL: time.Hour}})
+		if err != nil || !errors.Is(res[0], driver.ErrNotHeld) {
+			t.Errorf("Renew with token %q: %v %v, want ErrNotHeld", bad, res, err)
+		}
+	}
+	if ms := pttl(t, c, s.lockKey("k")); ms > time.Minute {
+		t.Errorf("PTTL %v: a wrong token renewed the lease", ms)
+	}
+	forEachMaster(t, c, func(c *redis.Client) error { return c.ScriptFlush(ctx).Err() })
+	res, err = s.Renew(ctx, []driver.RenewParams{{Key: "k", Token: tok, TTL: 2 * time.Minute}})
+	if err != nil || res[0] != nil {
+		t.Fatalf("Renew after SCRIPT FLUSH: %v %v", res, err)
+	}
+	if ms := pttl(t, c, s.lockKey("k")); ms <= time.Minute {
+		t.Errorf("PTTL after renewal after SCRIPT FLUSH: %v, want about two minutes", ms)
+	}
+	res, err = s.Renew(ctx, []driver.RenewParams{{Key: "gone", Token: tok, TTL: time.Minute}})
+	if err != nil || !errors.Is(res[0], driver.ErrNotHeld) {
+		t.Errorf("Renew of a key never held: %v %v, want ErrNotHeld", res, err)
+	}
+}
+
+// argsHook passes the arguments of every command sent alone to f.
+type argsHook struct{ f func([]any) }
+
+func (h argsHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h argsHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.f(cmd.Args())
+		return next(ctx, cmd)
+	}
+}
+
+func (h argsHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// pttl is the remaining TTL of key.
+func pttl(t *testing.T, c redis.UniversalClient, key string) time.Duration {
+	t.Helper()
+	d, err := c.PTTL(ctxT(t), key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
 }
 
 func testForceRelease(t *testing.T, d deployment) {

@@ -40,4 +40,12 @@ func TestOneCallArgs(t *testing.T) {
 	if n := testing.AllocsPerRun(100, func() { s.releaseArgs(p) }); n != 2 {
 		t.Errorf("releaseArgs made %v allocations, want 2", n)
 	}
+	rp := driver.RenewParams{Key: "k", Token: "tok", TTL: 1500 * time.Millisecond}
+	ext := s.extendArgs(rp)
+	if want := []any{"evalsha", extendScript.sha, 1, "tasklock:{k}", "tok", int64(1500)}; len(ext) != len(want) || ext[0] != want[0] || ext[1] != want[1] || ext[2] != want[2] || ext[3] != want[3] || ext[4] != want[4] || ext[5] != want[5] {
+		t.Errorf("extend arguments %v, want %v", ext, want)
+	}
+	if n := testing.AllocsPerRun(100, func() { s.extendArgs(rp) }); n != 2 {
+		t.Errorf("extendArgs made %v allocations, want 2", n)
+	}
 }
