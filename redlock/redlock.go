@@ -213,48 +213,58 @@ type wait struct {
 // Cancelling a call stops go-redis's retries; with ContextTimeoutEnabled the
 // client also stops waiting for the reply (without it, a call to a silent
 // node waits for the client's ReadTimeout).
+//
+// The calls record their answers themselves, and wake the caller only when
+// it can decide: when every node has answered, or, after the node timeout,
+// when a quorum of definite answers is in. A fan-out whose nodes all answer
+// in time thus wakes its caller once, not once per node.
 func fanOut[T any](ctx, calls context.Context, w wait, nodes []*node,
 	do func(context.Context, *node) (T, error),
 	definite func(T, error) bool,
 	late func(i int, v T, err error),
 ) []result[T] {
-	type reply struct {
-		i   int
-		val T
-		err error
-	}
 	var (
-		mu       sync.Mutex
-		returned bool                           // guarded by mu
-		ch       = make(chan reply, len(nodes)) // sent to only under mu, before returned
+		mu        sync.Mutex
+		out       = make([]result[T], len(nodes)) // guarded by mu until returned
+		answered  int                             // guarded by mu
+		sure      int                             // guarded by mu: definite answers
+		straggled bool                            // guarded by mu: the node timeout has passed
+		returned  bool                            // guarded by mu: fanOut has decided
+		wake      = make(chan struct{}, 1)        // "you can decide now"
 	)
+	// decidable reports whether the caller can decide. Callers hold mu.
+	decidable := func() bool {
+		return answered == len(nodes) || (straggled && sure >= w.quorum)
+	}
 	cctx, finished := callContext(calls, w.callTimeout, len(nodes))
 	for i, n := range nodes {
 		go func() {
 			defer finished()
 			v, err := do(cctx, n)
 			mu.Lock()
-			if !returned {
-				ch <- reply{i, v, err}
+			if returned {
 				mu.Unlock()
+				if late != nil {
+					late(i, v, err)
+				}
 				return
 			}
+			out[i] = result[T]{val: v, err: err, answered: true}
+			answered++
+			if definite(v, err) {
+				sure++
+			}
+			wakeUp := decidable()
 			mu.Unlock()
-			if late != nil {
-				late(i, v, err)
+			if wakeUp {
+				select {
+				case wake <- struct{}{}:
+				default:
+				}
 			}
 		}()
 	}
 
-	out := make([]result[T], len(nodes))
-	answered, sure := 0, 0
-	record := func(r reply) {
-		out[r.i] = result[T]{val: r.val, err: r.err, answered: true}
-		answered++
-		if definite(r.val, r.err) {
-			sure++
-		}
-	}
 	// One timer: the node timeout, then (when w.limit is set) the rest of
 	// the limit; the limit alone when it comes first.
 	limitFirst := w.limit > 0 && w.limit <= w.nodeTimeout
@@ -264,17 +274,21 @@ func fanOut[T any](ctx, calls context.Context, w wait, nodes []*node,
 	}
 	timer := time.NewTimer(first)
 	defer timer.Stop()
-	var why error // why the nodes still without an answer have none, after the wait
-	straggled := false
+	// why the nodes still without an answer have none, once decided (nil:
+	// they missed the node timeout); mu is held from the decision until
+	// returned is set.
+	var why error
 wait:
-	for answered < len(nodes) {
+	for {
 		select {
-		case r := <-ch:
-			record(r)
-			if !straggled || sure < w.quorum {
-				continue
+		case <-wake:
+			mu.Lock()
+			if decidable() {
+				break wait
 			}
+			mu.Unlock()
 		case <-timer.C:
+			mu.Lock()
 			if straggled || limitFirst {
 				why = fmt.Errorf("no answer within %v: %w", w.limit, context.DeadlineExceeded)
 				break wait
@@ -283,27 +297,25 @@ wait:
 			if w.limit > 0 {
 				timer.Reset(max(w.limit-w.nodeTimeout, 0))
 			}
-			if sure < w.quorum {
-				continue
+			if decidable() {
+				break wait
 			}
+			mu.Unlock()
 		case <-ctx.Done():
+			mu.Lock()
 			why = fmt.Errorf("no answer: %w", ctx.Err())
 			break wait
 		}
-		why = fmt.Errorf("no answer within %v: %w", w.nodeTimeout, context.DeadlineExceeded)
-		break
 	}
-	mu.Lock()
 	returned = true
 	mu.Unlock()
-	for len(ch) > 0 { // answers sent before returned was set
-		record(<-ch)
-	}
 	if answered < len(nodes) {
-		err := why
+		if why == nil {
+			why = fmt.Errorf("no answer within %v: %w", w.nodeTimeout, context.DeadlineExceeded)
+		}
 		for i := range out {
 			if !out[i].answered {
-				out[i].err = err
+				out[i].err = why
 			}
 		}
 	}
