@@ -434,9 +434,16 @@ func (stillTimer) Stop() bool            { return true }
 type stuckRenewals struct {
 	*memstore.Store
 	unstick chan struct{}
+	entered chan string // when not nil, told the first key of every renewal (without blocking)
 }
 
 func (s *stuckRenewals) Renew(ctx context.Context, ps []driver.RenewParams) ([]error, error) {
+	if s.entered != nil && len(ps) > 0 {
+		select {
+		case s.entered <- ps[0].Key:
+		default:
+		}
+	}
 	select {
 	case <-ctx.Done():
 		return nil, ctx.Err()
@@ -871,8 +878,15 @@ func TestWithLockDoesNotRepeatTheLoss(t *testing.T) {
 // A renewal that hangs past the lease and then fails still reports
 // EventRenewFailed, after EventLost: metrics on failed renewals must not
 // miss a store that hangs rather than refuses.
+//
+// The lease is long enough (2 s) for the engine to start its renewal (at a
+// third of it) before the lease ends even when it runs late on a loaded
+// machine; should it be later still, so that the lock is lost without a
+// renewal under way, the test tries again with another key. (With MinTTL,
+// a lease of 10 ms, an engine 5 ms late lost the lock before renewing it,
+// and no EventRenewFailed came.)
 func TestHungRenewalCountsAsFailed(t *testing.T) {
-	store := &stuckRenewals{Store: memstore.New(nil), unstick: make(chan struct{})}
+	store := &stuckRenewals{Store: memstore.New(nil), unstick: make(chan struct{}), entered: make(chan string, 1)}
 	events := make(chan Event, 16)
 	lk, err := New(store, &Config{OnEvent: func(e Event) {
 		if e.Type == EventLost || e.Type == EventRenewFailed {
@@ -883,23 +897,47 @@ func TestHungRenewalCountsAsFailed(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer lk.Close()
-	l, err := lk.TryObtain(context.Background(), "k", &ObtainOptions{TTL: MinTTL})
-	if err != nil {
-		t.Fatal(err)
+	var key string
+	for try := 1; key == ""; try++ {
+		if try > 3 {
+			t.Fatal("the engine never started a renewal before the lease ended")
+		}
+		k := fmt.Sprintf("k%d", try)
+		l, err := lk.TryObtain(context.Background(), k, &ObtainOptions{TTL: 2 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case got := <-store.entered:
+			if got != k {
+				t.Fatalf("renewal of %q, want %q", got, k)
+			}
+			key = k
+		case <-l.Done():
+			select {
+			case <-store.entered: // it had started after all
+				key = k
+			default: // lost before its renewal started: try again
+				if e := <-events; e.Type != EventLost || e.Key != k {
+					t.Fatalf("event %+v, want EventLost of %q", e, k)
+				}
+				continue
+			}
+		}
+		select {
+		case <-l.Done():
+		case <-time.After(10 * time.Second):
+			t.Fatal("the lock outlived its lease with its renewal hanging")
+		}
 	}
-	select {
-	case <-l.Done():
-	case <-time.After(10 * time.Second):
-		t.Fatal("the lock outlived its lease with every renewal hanging")
-	}
-	if e := <-events; e.Type != EventLost {
-		t.Fatalf("first event %v, want EventLost", e.Type)
+	if e := <-events; e.Type != EventLost || e.Key != key {
+		t.Fatalf("first event %+v, want EventLost of %q", e, key)
 	}
 	close(store.unstick) // the hung renewal now fails
 	select {
 	case e := <-events:
-		if e.Type != EventRenewFailed || e.Key != "k" || e.Err == nil {
-			t.Fatalf("event %+v, want EventRenewFailed of k with its error", e)
+		if e.Type != EventRenewFailed || e.Key != key || e.Err == nil {
+			t.Fatalf("event %+v, want EventRenewFailed of %q with its error", e, key)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("no EventRenewFailed for the renewal that failed after the loss")
