@@ -136,6 +136,7 @@ func (s *Store) releaseCalls(items []releaseItem) []scriptCall {
 			c.keys = append(c.keys, fk[:len(fk)-len(":fence")], fk)
 			c.args = append(c.args, it.p.Token, keep, it.flags, it.p.Key)
 		}
+		c.cmd = evalshaArgs(releaseScript, c.keys, c.args)
 		calls = append(calls, c)
 	}
 	return calls
@@ -180,6 +181,22 @@ func (n *node) release(ctx context.Context, calls []scriptCall, items int) ([]er
 type scriptCall struct {
 	keys []string
 	args []any
+	// cmd is the whole EVALSHA command, when made once for every node (a
+	// release's calls are the same on each): go-redis only reads a
+	// command's arguments, so the nodes' calls may share it. Nil: runScript
+	// makes it.
+	cmd []any
+}
+
+// evalshaArgs returns the arguments of an EVALSHA of script with keys and
+// args, as go-redis's EvalSha builds them.
+func evalshaArgs(script *redis.Script, keys []string, args []any) []any {
+	cmd := make([]any, 0, 3+len(keys)+len(args))
+	cmd = append(cmd, "evalsha", script.Hash(), len(keys))
+	for _, k := range keys {
+		cmd = append(cmd, k)
+	}
+	return append(cmd, args...)
 }
 
 // runScript runs script once per call in calls on the node, in one round
@@ -189,7 +206,16 @@ type scriptCall struct {
 // trip failed without a reply to any of them.
 func (n *node) runScript(ctx context.Context, script *redis.Script, calls []scriptCall) ([]*redis.Cmd, error) {
 	if len(calls) == 1 {
-		cmd := script.Run(ctx, n.client, calls[0].keys, calls[0].args...)
+		c := &calls[0]
+		args := c.cmd
+		if args == nil {
+			args = evalshaArgs(script, c.keys, c.args)
+		}
+		cmd := n.client.Do(ctx, args...)
+		// redis.HasErrorPrefix allocates even for a nil error.
+		if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			cmd = script.Eval(ctx, n.client, c.keys, c.args...)
+		}
 		return []*redis.Cmd{cmd}, nil
 	}
 	cmds := make([]*redis.Cmd, len(calls))

@@ -503,8 +503,11 @@ func (s *Store) attempt(ctx context.Context, ps []driver.AcquireParams, out []dr
 	// The calls outlive a cancelled ctx, so that late answers are handled;
 	// they are cancelled when nothing was granted (go-redis must not retry
 	// them later), and otherwise run on to give the leases their copies.
-	calls, cancelCalls := context.WithCancel(context.WithoutCancel(ctx))
-	rs := fanOut(ctx, calls, w, s.nodes, func(ctx context.Context, n *node) ([]driver.AcquireResult, error) {
+	// One context bounds the calls (w.callTimeout) and cancels them.
+	calls, cancelCalls := context.WithTimeout(context.WithoutCancel(ctx), w.callTimeout)
+	fw := w
+	fw.callTimeout = 0
+	rs := fanOut(ctx, calls, fw, s.nodes, func(ctx context.Context, n *node) ([]driver.AcquireResult, error) {
 		return n.acquire(ctx, ps)
 	}, succeeded, late)
 
