@@ -62,14 +62,19 @@
 //     that takes the key when its lease has expired (expires_at <= now())
 //     and otherwise only sets the row's waiters flag; either way it returns
 //     the row, so the fence of a grant, or the holder's owner and remaining
-//     lease, come back in the same round trip.
+//     lease, come back in the same round trip. A Store whose last Acquire
+//     was granted (the common case) first runs a leaner upsert that only
+//     grants (DO UPDATE ... WHERE the lease expired, RETURNING the fence):
+//     cheaper for the server to start up, and when it finds the key held
+//     it changes nothing and the full upsert follows, two round trips for
+//     that refusal; the next Acquire after a refusal runs the full one.
 //   - Renew updates a whole batch in one UPDATE ... FROM unnest($keys,
 //     $tokens, $ttls): one round trip per renewal cycle of a Locker, however
 //     many leases it keeps.
 //   - Release sets token NULL and expires_at now() (or now() + KeepFor for
 //     MinHold) where the token still holds the key, and calls pg_notify in
-//     the same statement when the row's waiters flag is set (see
-//     Notifications).
+//     the same statement (in its SET list: it returns no rows) when the
+//     row's waiters flag is set (see Notifications).
 //   - AcquireBatch and ReleaseBatch (driver.Batcher: the Locker sends the
 //     obtains and releases that arrive while its earlier calls are under
 //     way together) are the statements of Acquire and Release over
@@ -107,7 +112,7 @@
 // on every release would cap the release rate of all keys together.
 //
 // So every acquire that finds the key held sets the row's waiters flag (in
-// the same upsert: no extra round trip), every grant clears it, and a
+// the upsert that answers it, see Lease mode), every grant clears it, and a
 // release NOTIFYs only when it is set. In lease mode the flag is written
 // and read under the key's row lock: a waiter's failed attempt either
 // commits before the holder's release, which then sees the flag and

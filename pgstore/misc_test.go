@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -464,5 +465,119 @@ func TestRenewAwkwardKeys(t *testing.T) {
 	}
 	if !errors.Is(res[len(keys)], driver.ErrNotHeld) {
 		t.Errorf("renew with another token: %v", res[len(keys)])
+	}
+}
+
+// replyColumns runs sql, as a Store ran it, with args and returns the
+// number of columns of its reply (none for a statement that returns no
+// rows).
+func replyColumns(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int {
+	t.Helper()
+	rows, err := pool.Query(ctxT(t), sql, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := len(rows.FieldDescriptions())
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestLeaseGrantLean: in lease mode a grant on a free key and its release
+// are one statement each, and lean ones: the grant replies with the fence
+// alone and the release with no rows (each reply column and each result
+// set costs the server at every execution). A refusal still sets the
+// waiters flag and names the holder (two statements after a grant, one
+// after a refusal), and the holder's release then NOTIFYs.
+func TestLeaseGrantLean(t *testing.T) {
+	t.Parallel()
+	pool, tr := tracedPool(t, newDB(t))
+	s := newStore(t, pool, nil)
+	ctx := ctxT(t)
+	woken := make(chan string, 10)
+	stop, err := s.Subscribe(ctx, func(k string) { woken <- k })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+
+	holder := driver.AcquireParams{Key: "job", Token: token(), Owner: "holder", TTL: time.Minute}
+	tr.reset()
+	g, err := s.Acquire(ctx, holder)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.mu.Lock()
+	sqls := slices.Clone(tr.sqls)
+	tr.mu.Unlock()
+	if len(sqls) != 1 {
+		t.Fatalf("a grant on a free key ran %d statements, want 1", len(sqls))
+	}
+	grant := sqls[0]
+	if again, err := s.Acquire(ctx, holder); err != nil || again.Fence != g.Fence {
+		t.Fatalf("a retry by the holder's token: %+v, %v; want fence %d", again, err, g.Fence)
+	}
+
+	// Refused after a grant: two statements; the flag is set, the holder named.
+	tr.reset()
+	_, err = s.Acquire(ctx, driver.AcquireParams{Key: "job", Token: token(), Owner: "waiter", TTL: time.Minute})
+	var he *driver.HeldError
+	if !errors.As(err, &he) || he.Owner != "holder" || he.TTL <= 0 || he.TTL > time.Minute {
+		t.Fatalf("Acquire of the held key: %v, want held by holder for at most 1m", err)
+	}
+	if all, _ := tr.count(""); all != 2 {
+		t.Errorf("a refusal after a grant ran %d statements, want 2", all)
+	}
+	if !readWaiters(t, s, "job") {
+		t.Fatal("a refused Acquire did not set the waiters flag")
+	}
+	// Refused after a refusal: one statement.
+	tr.reset()
+	if _, err := s.Acquire(ctx, driver.AcquireParams{Key: "job", Token: token(), Owner: "waiter", TTL: time.Minute}); !errors.As(err, &he) {
+		t.Fatalf("Acquire of the held key: %v, want held", err)
+	}
+	if all, _ := tr.count(""); all != 1 {
+		t.Errorf("a refusal after a refusal ran %d statements, want 1", all)
+	}
+
+	tr.reset()
+	if err := s.Release(ctx, driver.ReleaseParams{Key: "job", Token: holder.Token}); err != nil {
+		t.Fatal(err)
+	}
+	if k := nextNotified(t, woken); k != "job" {
+		t.Fatalf("announced %q, want job", k)
+	}
+	tr.mu.Lock()
+	release := tr.sqls[0]
+	tr.mu.Unlock()
+	if err := s.Release(ctx, driver.ReleaseParams{Key: "job", Token: holder.Token}); !errors.Is(err, driver.ErrNotHeld) {
+		t.Fatalf("second release: %v, want driver.ErrNotHeld", err)
+	}
+
+	// A grant after a refusal takes the full statement; the next one on a
+	// free key is lean again.
+	if _, err := s.Acquire(ctx, driver.AcquireParams{Key: "other", Token: token(), Owner: "me", TTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	tr.reset()
+	if _, err := s.Acquire(ctx, driver.AcquireParams{Key: "third", Token: token(), Owner: "me", TTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if all, _ := tr.count(grant); all != 1 {
+		t.Errorf("a grant after a grant ran %d statements, want the lean one alone", all)
+	}
+
+	// The replies, with the statements' own arguments.
+	tok := token()
+	if n := replyColumns(t, pool, grant, "lean", tok, "me", int64(60_000_000)); n != 1 {
+		t.Errorf("the grant's reply has %d columns, want 1 (the fence)", n)
+	}
+	if n := replyColumns(t, pool, release, "lean", tok, int64(0), s.Channel()); n != 0 {
+		t.Errorf("the release's reply has %d columns, want none", n)
+	}
+	if readRow(t, s, "lean").expires > 0 {
+		t.Error("the lean grant's lease was not released")
 	}
 }

@@ -11,6 +11,7 @@ import (
 // database's now(): no client clock reaches the table.
 type statements struct {
 	// lease mode
+	grant        string // $1 key, $2 token, $3 owner, $4 ttl µs: acquire's grant alone
 	acquire      string // $1 key, $2 token, $3 owner, $4 ttl µs
 	acquireBatch string // $1 keys[] (distinct), $2 tokens[], $3 owners[], $4 ttls[] µs
 	renew        string // $1 keys[], $2 tokens[], $3 ttls[] µs
@@ -88,18 +89,17 @@ func acquireReply(row, token string) string {
 	CASE WHEN %[1]s.token IS DISTINCT FROM %[2]s THEN %[3]s END`, row, token, fmt.Sprintf(remainingMicros, row))
 }
 
-// releaseLease is the lease-mode release, alone (from "") or over the rows
-// of from (a FROM item r): it ends the lease of key (an expression) where
-// token holds it, keeping the key keep µs more (MinHold), and returns
-// returning followed by the NOTIFY of a plain release of a key an acquire
-// found held (the waiters flag) on channel.
+// releaseLease is the lease-mode release over the rows of from (a FROM
+// item r): it ends the lease of key (an expression) where token holds it,
+// keeping the key keep µs more (MinHold), and returns returning followed
+// by the NOTIFY of a plain release of a key an acquire found held (the
+// waiters flag) on channel. Release alone has a statement of its own (see
+// buildStatements).
 func releaseLease(table, from, key, token, keep, channel, returning string) string {
-	if from != "" {
-		from = "FROM " + from + "\n"
-	}
 	return fmt.Sprintf(`UPDATE %[1]s AS l
 SET token = NULL, pid = NULL, expires_at = %[2]s
-%[3]sWHERE l.key = %[4]s AND l.token = %[5]s AND l.expires_at > now()
+FROM %[3]s
+WHERE l.key = %[4]s AND l.token = %[5]s AND l.expires_at > now()
 RETURNING %[6]sCASE WHEN l.waiters AND %[7]s = 0 THEN pg_notify(%[8]s, l.key) END`,
 		table, leaseEnd(keep), from, key, token, returning, keep, channel)
 }
@@ -207,6 +207,31 @@ func buildStatements(tb tables) statements {
 	st.acquire = acquireUpsert(table, `VALUES ($1, $2, $3, 1, now(), `+leaseEnd("$4::bigint")+`, NULL, false)`) + `
 RETURNING ` + acquireReply("l", "$2")
 
+	// The grant alone, for a key expected free: the same conditions and
+	// the same row as acquire's grant (a retry by the same token keeps
+	// the fence, a taken expired lease increments it), but a held key's
+	// row is left as it is (DO UPDATE ... WHERE) and no row comes back;
+	// Acquire then runs acquire, which sets waiters and names the holder.
+	// Cheaper on the server than acquire on a grant: PostgreSQL compiles
+	// each statement's expressions again at every execution (executor
+	// start-up), and acquire's seven conditional assignments and its
+	// three-column reply cost more to compile than to run. Measured with
+	// callgrind on PostgreSQL 15, one backend, per grant + release:
+	// 248,000 instructions against 285,000 with acquire (the raw upsert
+	// floor: 158,000).
+	st.grant = fmt.Sprintf(`INSERT INTO %[1]s AS l (key, token, owner, fence, acquired_at, expires_at, pid, waiters)
+VALUES ($1, $2, $3, 1, now(), %[2]s, NULL, false)
+ON CONFLICT (key) DO UPDATE SET
+	token = EXCLUDED.token,
+	owner = EXCLUDED.owner,
+	fence = CASE WHEN l.token = EXCLUDED.token THEN l.fence ELSE l.fence + 1 END,
+	acquired_at = CASE WHEN l.token = EXCLUDED.token THEN l.acquired_at ELSE EXCLUDED.acquired_at END,
+	expires_at = EXCLUDED.expires_at,
+	pid = NULL,
+	waiters = false
+WHERE l.expires_at <= now() OR l.token = EXCLUDED.token
+RETURNING l.fence`, table, leaseEnd("$4::bigint"))
+
 	// The same upsert over unnest()ed arrays, whose keys are distinct (an
 	// upsert cannot change a row twice: AcquireBatch sends a key's later
 	// items in later statements). Rows are taken in key order, as every
@@ -229,7 +254,21 @@ FROM r ORDER BY r.key COLLATE "C"`),
 	// The NOTIFY runs only when an acquire found the key held since it
 	// was granted (and not for MinHold, which keeps the key): most
 	// releases have no waiter, and a NOTIFY serialises commits.
-	st.release = releaseLease(table, "", "$1", "$2", "$3::bigint", "$4", "")
+	//
+	// Release alone calls pg_notify in its SET list rather than in
+	// RETURNING (waiters keeps its value: pg_notify returns void, which is
+	// not NULL). A statement that returns rows costs the server a
+	// tuplestore, a RowDescription and a DataRow at every execution, and
+	// the client their decoding. An assignment is computed only for a row
+	// that passed the WHERE clause, so the NOTIFY goes out only with a
+	// release, as before; if a concurrent change makes the server
+	// recheck the row (READ COMMITTED) and the recheck fails, the NOTIFY
+	// computed for the older version still goes out: one spurious wake-up,
+	// which waiters treat as any other (they try, and find the key held).
+	st.release = fmt.Sprintf(`UPDATE %[1]s AS l
+SET token = NULL, pid = NULL, expires_at = %[2]s,
+	waiters = CASE WHEN l.waiters AND $3::bigint = 0 THEN pg_notify($4, l.key) IS NOT NULL ELSE l.waiters END
+WHERE l.key = $1 AND l.token = $2 AND l.expires_at > now()`, table, leaseEnd("$3::bigint"))
 	st.releaseBatch = releaseLease(table,
 		heldInKeyOrder(table, `unnest($1::text[], $2::text[], $3::bigint[]) WITH ORDINALITY AS r(key, token, keep, i)`),
 		"r.key", "r.token", "r.keep", "$4", "r.i, ")
