@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tasklock/tasklock/ledger"
+	"github.com/tasklock/tasklock/ledgertest"
 )
 
 // A backfill runs each tick of the range once across the fleet, however
@@ -249,26 +250,6 @@ func TestCatchUpHasNoCliff(t *testing.T) {
 	}
 }
 
-// cancelAfter passes SetJobState through to a real ledger until n trigger
-// requests were added, then cancels ctx and fails as a store that did not
-// answer in time: a backfill that runs out of its time half way.
-type cancelAfter struct {
-	ledger.Ledger
-	n      int
-	cancel context.CancelFunc
-}
-
-func (c *cancelAfter) SetJobState(ctx context.Context, p ledger.JobStateParams) (ledger.JobState, error) {
-	if p.Op == ledger.JobTrigger {
-		if c.n == 0 {
-			c.cancel()
-			return ledger.JobState{}, ctx.Err()
-		}
-		c.n--
-	}
-	return c.Ledger.SetJobState(ctx, p)
-}
-
 // A backfill whose context ends half way returns, with the error, the
 // ticks it requested: those requests stay in the ledger.
 func TestBackfillReturnsTicksRequestedBeforeAnError(t *testing.T) {
@@ -279,7 +260,7 @@ func TestBackfillReturnsTicksRequestedBeforeAnError(t *testing.T) {
 	now := c.clock.Now().Add(time.Hour)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	l := &cancelAfter{Ledger: c.ledger, n: 3, cancel: cancel}
+	l := &ledgertest.CancelAfter{Ledger: c.ledger, N: 3, Cancel: cancel}
 	ticks, err := RequestBackfill(ctx, l, "m", now.Add(-10*time.Minute), now, BackfillOptions{Now: now})
 	if !errors.Is(err, context.Canceled) || len(ticks) != 3 || ticks[0].Before(now.Add(-10*time.Minute)) {
 		t.Fatalf("RequestBackfill = %v, %v; want the 3 ticks requested and the context's error", ticks, err)
