@@ -112,25 +112,19 @@ func (s *Scheduler) recordMissed(j *job, items []work) {
 // scheduled ticks of rest, none of which has run yet nor been chosen as a
 // catch-up run, and records those it passes over as missed.
 func (s *Scheduler) misfireRest(j *job, rest []work) {
-	now := s.clock.Now()
-	var is []int
-	late := 0
+	var is []int // where the ticks the policy decides on stand in rest
+	var ws []work
 	for i := range rest {
-		if w := &rest[i]; w.scheduled() && !w.missed {
-			is = append(is, i)
-			if now.Sub(w.tick) > j.MisfireAfter {
-				late++
-			}
+		if w := rest[i]; w.scheduled() && !w.missed {
+			is, ws = append(is, i), append(ws, w)
 		}
 	}
-	from := j.runFrom(late)
+	j.misfire(s.clock.Now(), ws)
 	var missed []work
 	for n, i := range is {
-		w := &rest[i]
-		w.late = now.Sub(w.tick)
-		w.missed, w.catchUp = n < from, n >= from && n < late
-		if w.missed {
-			missed = append(missed, *w)
+		rest[i] = ws[n]
+		if ws[n].missed {
+			missed = append(missed, ws[n])
 		}
 	}
 	s.recordMissed(j, missed)

@@ -1242,19 +1242,25 @@ func (b *batch) misfireAgain(now time.Time) {
 			i = max(k, i+1)
 			continue
 		}
-		ws := b.works[i:k]
-		late := 0
-		for _, w := range ws {
-			if now.Sub(w.tick) > j.MisfireAfter {
-				late++
-			}
-		}
-		from := j.runFrom(late)
-		for n := range ws {
-			ws[n].late = now.Sub(ws[n].tick)
-			ws[n].missed, ws[n].catchUp = n < from, n >= from && n < late
-		}
+		j.misfire(now, b.works[i:k])
 		i = k
+	}
+}
+
+// misfire applies the job's misfire policy again, as handled at now, to
+// ws, scheduled ticks of j in tick order: it sets each one's lateness and
+// whether it is missed or a catch-up run.
+func (j *job) misfire(now time.Time, ws []work) {
+	late := 0
+	for _, w := range ws {
+		if now.Sub(w.tick) > j.MisfireAfter {
+			late++
+		}
+	}
+	from := j.runFrom(late)
+	for n := range ws {
+		ws[n].late = now.Sub(ws[n].tick)
+		ws[n].missed, ws[n].catchUp = n < from, n >= from && n < late
 	}
 }
 
