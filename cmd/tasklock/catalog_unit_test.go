@@ -67,6 +67,10 @@ func TestJobsDefineCommands(t *testing.T) {
 	if code != exitOK || !strings.Contains(out, `created "beat" (version 1)`) {
 		t.Fatalf("create from flags = %d\n%s%s", code, out, errOut)
 	}
+	// list shows it before any node of serve registered it, as not run.
+	if code, out, errOut = runJobsOn(t, store, "jobs", "list"); code != exitOK || !strings.Contains(out, "beat") || !strings.Contains(out, apijson.StateDefined) {
+		t.Errorf("list after create = %d, want beat as %q\n%s%s", code, apijson.StateDefined, out, errOut)
+	}
 	defs, _ := store.JobDefs(ctx)
 	if len(defs) != 1 {
 		t.Fatalf("defs %+v", defs)

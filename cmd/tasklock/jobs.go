@@ -43,8 +43,10 @@ the pause and trigger-now state every node of "tasklock serve" obeys
 (within a second).
 
   list     every job the store knows of (one a node of serve registered,
-           one with history or a stored state): its state (ok, paused, or
-           broken: its schedule gives no next tick), pending trigger
+           one with history or a stored state, one defined at run time):
+           its state (ok, paused, broken: its schedule gives no next tick,
+           or defined: created at run time, but no node of serve has
+           registered it yet, so nothing runs it), pending trigger
            requests, and its latest run (tick, status, node, fence; for
            a sharded job the tick's overall status, as history gives it,
            and no node or fence: history has each shard's)
@@ -391,6 +393,19 @@ func jobsList(ctx context.Context, l ledger.Ledger, asJSON bool, w io.Writer) er
 	}
 	if err := setLastRuns(ctx, l, runs, get); err != nil {
 		return err
+	}
+	if cat, ok := l.(ledger.Catalog); ok {
+		// A job created at run time shows before a node registers it:
+		// until then nothing runs it, and list says so.
+		defs, err := cat.JobDefs(ctx)
+		if err != nil {
+			return err
+		}
+		for _, d := range defs {
+			if j := get(d.Job); j.State == apijson.StateOK && j.Spec == "" && j.LastRun == nil {
+				j.State = apijson.StateDefined
+			}
+		}
 	}
 	out := make([]jobJSON, 0, len(jobs))
 	for _, j := range jobs {

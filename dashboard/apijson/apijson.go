@@ -19,7 +19,9 @@ import (
 type Job struct {
 	Job string `json:"job"`
 	// State is "broken" (its schedule gives no next tick: Broken says
-	// why), "paused" or "ok".
+	// why), "paused", "ok", or "defined": defined at run time (tasklock
+	// jobs create, POST /api/jobs) and not yet registered by a node of
+	// tasklock serve, so that nothing runs it yet.
 	State    string    `json:"state"`
 	Broken   string    `json:"broken,omitempty"`
 	Paused   bool      `json:"paused"`
@@ -57,6 +59,10 @@ const (
 	StateOK     = "ok"
 	StatePaused = "paused"
 	StateBroken = "broken"
+	// StateDefined is a job defined at run time that no node of tasklock
+	// serve has registered yet: no node runs it (none is running, or every
+	// node refused the definition; their logs say why).
+	StateDefined = "defined"
 )
 
 // SetBroken marks the job broken for reason; "" leaves it as it is.
