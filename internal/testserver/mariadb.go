@@ -150,6 +150,12 @@ func (m *MariaDB) init(install string) error {
 		"--auth-root-authentication-method=normal",
 		"--skip-test-db",
 		"--skip-name-resolve",
+		// The bootstrap server deletes every #sql* file in its tmpdir as
+		// it starts: with the shared /tmp, an install starting beside
+		// another (two private servers of one test, or two test
+		// binaries) removed the other's temporary table, and that
+		// install failed ("Unknown table 'mysql.tmp_user_sys'").
+		"--tmpdir=" + filepath.Join(m.dir, "tmp"),
 	}
 	args = append(args, mariadbUserArg()...)
 	args = append(args, mariadbTuning()...)
