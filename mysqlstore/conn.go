@@ -30,6 +30,7 @@ const maxWaitTimeout = 31536000
 // heldConn is the dedicated connection holding one lock in connection mode.
 type heldConn struct {
 	conn  *sql.Conn
+	start string // the connection's server start, an SQL literal (see holdConn)
 	key   string
 	token string
 
@@ -48,9 +49,6 @@ type heldConn struct {
 // drop closes the connection instead of returning it to the pool: the
 // session ends, and the server frees every lock it held.
 func (hc *heldConn) drop() { hc.closeOnce.Do(func() { discard(hc.conn) }) }
-
-// done returns the connection, which holds no lock any more, to the pool.
-func (hc *heldConn) done() { hc.closeOnce.Do(func() { hc.conn.Close() }) }
 
 // lockName returns the SQL expression of the GET_LOCK name of the key given
 // by the SQL expression keyExpr: "tasklock:" and the first 55 hex digits of
@@ -75,8 +73,125 @@ func waitSeconds(ttl time.Duration) int {
 	return min(max(n, 1), maxWaitTimeout)
 }
 
-// connAcquire takes a connection from the pool and, in one statement, asks
-// for the user-level lock and increments the key's durable fence:
+// maxSpare bounds the connections a Store keeps for its next holds (see
+// holdConn); it keeps at most half of db's MaxOpenConns.
+const maxSpare = 16
+
+// spareIdle is how long a kept connection may wait for its next hold
+// before it is closed (Store.spareIdle, which tests may lengthen): short, so that connections go back to the pool soon
+// after a burst, and shorter than every wait_timeout the Store sets (one
+// second at least), so that the server never ends a kept session first.
+const spareIdle = 500 * time.Millisecond
+
+// spareConn is a connection of db that the Store keeps, holding no lock,
+// for its next hold: its session's wait_timeout is already set, and the
+// server's start already read on it.
+type spareConn struct {
+	conn     *sql.Conn
+	waitSecs int
+	start    string
+	idle     time.Time // since when, on the monotonic clock
+}
+
+// holdConn returns a connection for a hold of secs seconds' wait_timeout:
+// the most recently kept one that has not idled past spareIdle, or a new
+// one of db. A new connection is set up in two statements, once: it sets
+// the session's wait_timeout and reads the server's start time (see
+// connBlocked) as a literal, which holds for the session's whole life, as
+// a session never outlives its server. A kept connection whose wait_timeout
+// differs takes one statement to set it. The server then never reads its
+// status variables in a hold's statements.
+func (s *Store) holdConn(ctx context.Context, secs int) (*spareConn, error) {
+	var sc *spareConn
+	for sc == nil {
+		s.mu.Lock()
+		if len(s.spare) == 0 {
+			s.mu.Unlock()
+			break
+		}
+		c := s.spare[len(s.spare)-1]
+		s.spare = s.spare[:len(s.spare)-1]
+		s.mu.Unlock()
+		// The check database/sql makes of a connection it takes from its
+		// pool (go-sql-driver: is the socket still open?), without a round
+		// trip: a session ended while kept (a server restart, KILL) is
+		// not used.
+		if time.Since(c.idle) < s.spareIdle && c.conn.Raw(resetSession) == nil {
+			sc = c
+		} else {
+			discard(c.conn)
+		}
+	}
+	if sc == nil {
+		expr, err := s.startSQL(ctx)
+		if err != nil {
+			return nil, err
+		}
+		conn, err := s.db.Conn(ctx)
+		if err != nil {
+			return nil, err
+		}
+		sc = &spareConn{conn: conn}
+		var start sql.NullString
+		err = conn.QueryRowContext(ctx, "SELECT DATE_FORMAT("+expr+", '%Y-%m-%d %H:%i:%s.%f')").Scan(&start)
+		if err == nil && !start.Valid {
+			err = errors.New("the server's start time (status variable Uptime) reads as NULL")
+		}
+		if err != nil {
+			discard(conn)
+			return nil, err
+		}
+		sc.start = "CAST('" + start.String + "' AS DATETIME(6))"
+	}
+	if sc.waitSecs != secs {
+		if _, err := sc.conn.ExecContext(ctx, "SET SESSION wait_timeout = "+strconv.Itoa(secs)); err != nil {
+			discard(sc.conn)
+			return nil, err
+		}
+		sc.waitSecs = secs
+	}
+	return sc, nil
+}
+
+// resetSession runs a driver connection's session reset, if it has one:
+// go-sql-driver's checks that the connection is still open.
+func resetSession(dc any) error {
+	if r, ok := dc.(sqldriver.SessionResetter); ok {
+		return r.ResetSession(context.Background())
+	}
+	return nil
+}
+
+// keepConn keeps sc, which holds no lock, for the next hold, or, when the
+// Store keeps enough already or is closed, restores its wait_timeout and
+// gives it back to db's pool.
+func (s *Store) keepConn(ctx context.Context, sc *spareConn) {
+	limit := maxSpare
+	if m := s.db.Stats().MaxOpenConnections; m > 0 {
+		limit = min(limit, m/2)
+	}
+	sc.idle = time.Now()
+	s.mu.Lock()
+	if !s.closed && len(s.spare) < limit {
+		s.spare = append(s.spare, sc)
+		s.armLocked(sc.idle.Add(s.spareIdle))
+		s.mu.Unlock()
+		return
+	}
+	s.mu.Unlock()
+	if _, err := sc.conn.ExecContext(ctx, "SET SESSION wait_timeout = DEFAULT"); err != nil {
+		discard(sc.conn)
+		return
+	}
+	sc.conn.Close()
+}
+
+// connAcquire takes a connection (see holdConn: its wait_timeout is the
+// TTL in whole seconds, rounded up, so that the server itself ends the
+// session of a holder that falls silent — paused, partitioned, or no
+// longer renewing because it lost the lock — and frees the lock) and, in
+// one statement, asks for the user-level lock and increments the key's
+// durable fence:
 //
 //	INSERT INTO t (...) SELECT key, token, owner, LAST_INSERT_ID(1), now, now
 //	FROM DUAL WHERE GET_LOCK(name, 0) = 1
@@ -84,13 +199,11 @@ func waitSeconds(ttl time.Duration) int {
 //	                                   fence + 0 * LAST_INSERT_ID(2^63 + remaining µs)), ...
 //
 // The insert id says what happened: 0, another session holds the lock (the
-// connection goes back to the pool and the holder's owner is read); at least
-// 2^63, the lock was free but a MinHold lease from a release is still
-// running (the connection is closed, which frees the lock); otherwise it is
-// the fence. A grant then sets the session's wait_timeout to the TTL in
-// whole seconds (rounded up), so that the server itself ends the session of
-// a holder that falls silent — paused, partitioned, or no longer renewing
-// because it lost the lock — and frees the lock. Two round trips per grant.
+// connection is kept for the next hold and the holder's owner is read); at
+// least 2^63, the lock was free but a MinHold lease from a release is
+// still running (the connection is closed, which frees the lock);
+// otherwise it is the fence. One round trip per grant on a kept
+// connection.
 func (s *Store) connAcquire(ctx context.Context, p driver.AcquireParams) (driver.Grant, error) {
 	return s.connAcquireIf(ctx, p, nil)
 }
@@ -101,43 +214,46 @@ func (s *Store) connAcquire(ctx context.Context, p driver.AcquireParams) (driver
 // hold, GET_LOCK is not called, and the answer is a *driver.HeldError.
 func (s *Store) connAcquireIf(ctx context.Context, p driver.AcquireParams, guard []byte) (driver.Grant, error) {
 	op := fmt.Sprintf("acquire %q", p.Key)
-	start, err := s.startSQL(ctx)
-	if err != nil {
-		return driver.Grant{}, s.wrap(op, err)
+	secs := waitSeconds(p.TTL)
+	var sc *spareConn
+	var res sql.Result
+	var sent time.Time
+	var err error
+	for try := 0; ; try++ {
+		if sc, err = s.holdConn(ctx, secs); err != nil {
+			return driver.Grant{}, s.wrap(op, err)
+		}
+		sent = time.Now()
+		res, err = sc.conn.ExecContext(ctx, s.connAcquireSQL(p, sc.start, guard))
+		if err == nil || !isBadConn(err) || try > 0 {
+			break
+		}
+		// A kept connection that the server or the network ended while
+		// it waited: nothing was sent, so take another.
+		discard(sc.conn)
 	}
-	conn, err := s.db.Conn(ctx)
-	if err != nil {
-		return driver.Grant{}, s.wrap(op, err)
-	}
-	sent := time.Now()
-	res, err := conn.ExecContext(ctx, s.connAcquireSQL(p, start, guard))
 	var id int64
 	if err == nil {
 		id, err = res.LastInsertId()
 	}
 	if err != nil {
 		// The lock may or may not be ours: closing the session frees it.
-		discard(conn)
+		discard(sc.conn)
 		return driver.Grant{}, s.wrap(op, err)
 	}
 	fence := uint64(id)
 	switch {
 	case fence == 0:
-		held := s.connHolder(ctx, conn, p.Key)
-		conn.Close()
+		held := s.connHolder(ctx, sc.conn, p.Key)
+		s.keepConn(ctx, sc)
 		return driver.Grant{}, held
 	case fence >= minHoldFlag:
-		discard(conn)
+		discard(sc.conn)
 		held := s.connHolder(ctx, nil, p.Key)
 		held.TTL = time.Duration(fence-minHoldFlag) * time.Microsecond
 		return driver.Grant{}, held
 	}
-	secs := waitSeconds(p.TTL)
-	if _, err := conn.ExecContext(ctx, "SET SESSION wait_timeout = "+strconv.Itoa(secs)); err != nil {
-		discard(conn)
-		return driver.Grant{}, s.wrap(op, err)
-	}
-	hc := &heldConn{conn: conn, key: p.Key, token: p.Token, waitSecs: secs, ttl: p.TTL, deadline: sent.Add(p.TTL)}
+	hc := &heldConn{conn: sc.conn, start: sc.start, key: p.Key, token: p.Token, waitSecs: secs, ttl: p.TTL, deadline: sent.Add(p.TTL)}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -409,9 +525,9 @@ func (s *Store) connLengthen(ctx context.Context, hc *heldConn, ttl time.Duratio
 //	       fence = fence + 0 * COALESCE(RELEASE_LOCK(name), 0)
 //	WHERE lock_key = key AND token = ours AND IS_USED_LOCK(name) = CONNECTION_ID()
 //
-// A second statement restores the session's wait_timeout, and the connection
-// goes back to the pool (two round trips). A connection that fails either
-// is closed instead, which frees the lock too.
+// The connection is then kept for the next hold (see keepConn): one round
+// trip. A connection that fails is closed instead, which frees the lock
+// too.
 func (s *Store) connRelease(ctx context.Context, p driver.ReleaseParams) error {
 	s.mu.Lock()
 	hc := s.held[p.Token]
@@ -454,11 +570,11 @@ func (s *Store) connRelease(ctx context.Context, p driver.ReleaseParams) error {
 		hc.drop()
 		return driver.ErrNotHeld
 	}
-	if _, err := hc.conn.ExecContext(ctx, "SET SESSION wait_timeout = DEFAULT"); err != nil {
-		hc.drop()
-		return nil // released: the statement above freed the lock
-	}
-	hc.done()
+	// Released: the statement above freed the lock. The connection is
+	// kept for the next hold, its wait_timeout as it is.
+	hc.closeOnce.Do(func() {
+		s.keepConn(ctx, &spareConn{conn: hc.conn, waitSecs: hc.waitSecs, start: hc.start})
+	})
 	return nil
 }
 
@@ -575,12 +691,27 @@ func (s *Store) expire() {
 		}
 		hc.mu.Unlock()
 	}
+	// Kept connections idle past spareIdle go: the oldest are first.
+	n := 0
+	for n < len(s.spare) && now.Sub(s.spare[n].idle) >= s.spareIdle {
+		n++
+	}
+	idle := append([]*spareConn(nil), s.spare[:n]...)
+	s.spare = append(s.spare[:0], s.spare[n:]...)
+	if len(s.spare) > 0 {
+		if at := s.spare[0].idle.Add(s.spareIdle); next.IsZero() || at.Before(next) {
+			next = at
+		}
+	}
 	if !next.IsZero() && !s.closed {
 		s.armLocked(next)
 	}
 	s.mu.Unlock()
 	for _, hc := range stale {
 		hc.drop()
+	}
+	for _, sc := range idle {
+		discard(sc.conn)
 	}
 }
 
@@ -601,7 +732,12 @@ func (s *Store) Close() error {
 	}
 	held := s.held
 	s.held = make(map[string]*heldConn)
+	spare := s.spare
+	s.spare = nil
 	s.mu.Unlock()
+	for _, sc := range spare {
+		discard(sc.conn)
+	}
 	for _, hc := range held {
 		hc.mu.Lock()
 		hc.drop()

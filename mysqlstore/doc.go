@@ -151,10 +151,10 @@
 // is hashed (not only long ones), which also keeps names of different
 // tables and databases apart.
 //
-// On a grant the Store sets the session's wait_timeout to the lease's TTL
-// in whole seconds, rounded up. Renew pings each lock's connection (or
-// re-sets wait_timeout after Extend), up to 16 connections at a time, one
-// round trip each; a connection that fails is closed and its lease reported
+// A lock's session has its wait_timeout set to the lease's TTL in whole
+// seconds, rounded up, before the lock is asked for. Renew pings each
+// lock's connection (or re-sets wait_timeout after Extend), up to 16
+// connections at a time, one round trip each; a connection that fails is closed and its lease reported
 // lost. Three things end a connection-mode lock besides Release:
 //
 //   - the holder's session ends (process killed, connection closed or
@@ -174,20 +174,30 @@
 // server restart needs it: see "Server restarts". The row is not renewed
 // otherwise: the connection is the lease.
 //
-// No client's wall clock takes part. Round trips: Acquire two on a grant
-// (one when held, plus a read of the owner), Release two (the token-checked
-// UPDATE that also calls RELEASE_LOCK, so the key is free when Release
-// returns, then restoring wait_timeout before the connection goes back to
-// the pool), ForceRelease up to three (it kills the holder's connection).
+// No client's wall clock takes part. Round trips: Acquire one on a grant
+// (one more when held, a read of the owner), Release one (the
+// token-checked UPDATE that also calls RELEASE_LOCK, so the key is free
+// when Release returns), ForceRelease up to three (it kills the holder's
+// connection). A released lock's connection is kept, its wait_timeout as
+// it is, for the next hold, up to 16 connections and at most half of db's
+// MaxOpenConns, each for 0.5 s at most (then closed, so it goes back to
+// the pool; a kept session that ended meanwhile, by a restart or KILL, is
+// found by go-sql-driver's check of the socket and not used). A connection
+// new to the Store costs two statements once: setting its wait_timeout,
+// and reading the server's start (see "Server restarts"), which holds for
+// the session's life, so that no hold's statement reads status variables.
+// Another TTL in whole seconds costs one statement to set wait_timeout.
 // Items of a batch cannot share a connection, as each lock is held by its
 // own, so MaxBatch is 1 and a Locker sends every call alone; AcquireBatch
 // and ReleaseBatch, called directly, run the single calls concurrently, up
 // to 16 at a time, the items of one key one after the other. Close ends the
-// locks a Store still holds by closing their connections.
+// locks a Store still holds by closing their connections, and closes the
+// connections it keeps.
 //
-// Each held lock keeps one connection checked out of db: size
-// db.SetMaxOpenConns for the locks held at once plus everything else. Use
-// one mode per table; the two modes do not see each other's locks.
+// Each held lock keeps one connection checked out of db, and so does each
+// kept one: size db.SetMaxOpenConns for the locks held at once plus
+// everything else. Use one mode per table; the two modes do not see each
+// other's locks.
 //
 // # Which mode to pick
 //
@@ -235,9 +245,10 @@
 // started: by then the old holder's validity, counted from a renewal the
 // old server answered, has ended. The start is the server's now minus its
 // Uptime status variable (information_schema.GLOBAL_STATUS on MariaDB,
-// performance_schema.global_status on MySQL, read inside the acquire
-// statement; the first connection-mode call checks that it can be read
-// and fails if not), rounded up so that it is never earlier than the real
+// performance_schema.global_status on MySQL, read once on each
+// connection the Store holds locks on, a session never outliving its
+// server; the first connection-mode call checks that it can be read and
+// fails if not), rounded up so that it is never earlier than the real
 // start. A session that ended while the server ran (its client closed,
 // died or was killed, or fell silent past wait_timeout) still frees its
 // key at once, except in the server's first two seconds: as the start is
@@ -246,8 +257,11 @@
 // MariaDB ten times while a holder holds the key and another waits, and
 // checks that the waiter is granted only after the holder's Done closed
 // (before this guard, every one of ten restarts had two holders for 9 to
-// 543 ms). ForceRelease ends such a wait. Reading Uptime costs an acquire
-// that finds the key held about 0.15 ms more on MariaDB 10.11.
+// 543 ms). ForceRelease ends such a wait. Read inside every acquire
+// statement, as it was before 2026-11-28, Uptime cost the server about
+// half of a pair's CPU on MariaDB 10.11 (425–590 µs per Acquire +
+// Release with one goroutine, against 200–320 µs with the start read
+// once per connection).
 //
 // # Keepalive
 //

@@ -153,11 +153,15 @@ type Store struct {
 
 	// Connection mode: the connection holding each lock, by token, and the
 	// timer that closes those whose lease ended unreleased (see expire).
-	mu      sync.Mutex
-	held    map[string]*heldConn
-	timer   *time.Timer
-	timerAt time.Time // when timer fires; zero when it is not armed
-	closed  bool
+	mu    sync.Mutex
+	held  map[string]*heldConn
+	spare []*spareConn // kept for the next holds, oldest first (see holdConn)
+	// spareIdle is how long a connection is kept: spareIdle, the constant,
+	// but for tests.
+	spareIdle time.Duration
+	timer     *time.Timer
+	timerAt   time.Time // when timer fires; zero when it is not armed
+	closed    bool
 }
 
 var (
@@ -175,8 +179,10 @@ var (
 // The caller keeps ownership of db: the Store never closes it. DSN settings
 // such as parseTime, clientFoundRows, interpolateParams and multiStatements
 // make no difference to the Store. In connection mode each held lock keeps
-// one of db's connections checked out, so db.SetMaxOpenConns must leave room
-// for every lock held at once plus the connections other calls need.
+// one of db's connections checked out, and the Store keeps up to 16 more
+// (at most half of MaxOpenConns) for half a second after their locks'
+// release, so db.SetMaxOpenConns must leave room for every lock held at
+// once plus the connections other calls need.
 func New(db *sql.DB, opts *Options) (*Store, error) {
 	c, err := resolve(db, opts)
 	if err != nil {
@@ -193,6 +199,7 @@ func New(db *sql.DB, opts *Options) (*Store, error) {
 		qKinds: "`" + c.table + "_kinds`", qHolds: "`" + c.table + "_holds`", qQueue: "`" + c.table + "_queue`"}
 	if c.mode == ModeConnection {
 		s.held = make(map[string]*heldConn)
+		s.spareIdle = spareIdle
 	}
 	return s, nil
 }

@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -432,6 +433,7 @@ func TestRoundTrips(t *testing.T) {
 
 	t.Run("Connection", func(t *testing.T) {
 		s := mustNew(t, db, &Options{Mode: ModeConnection, Table: "conn_locks", Migrate: true})
+		s.spareIdle = time.Minute // however slow the machine, kept connections stay
 		c.reset()
 		// The first call asks the server once for its version and its
 		// start time (see startSQL).
@@ -439,14 +441,34 @@ func TestRoundTrips(t *testing.T) {
 			t.Fatal(err)
 		}
 		check(t, "Leases (first call)", 3, 0)
+		// A connection new to the Store is set up once: its wait_timeout,
+		// and the server's start read on it (two statements).
 		tok := token()
 		mustAcquire(t, s, "rt", tok, "me", time.Minute)
-		check(t, "Acquire (granted)", 2, 0)
-		_, err := s.Acquire(ctx, driver.AcquireParams{Key: "rt", Token: token(), Owner: "x", TTL: time.Second})
+		check(t, "Acquire (granted, new connection)", 3, 0)
+		_, err := s.Acquire(ctx, driver.AcquireParams{Key: "rt", Token: token(), Owner: "x", TTL: time.Minute})
 		if he, ok := err.(*driver.HeldError); !ok || he.Owner != "me" {
 			t.Fatalf("Acquire of a held key: %v", err)
 		}
-		check(t, "Acquire (held, with owner)", 2, 0)
+		check(t, "Acquire (held, with owner, new connection)", 4, 0)
+		// That connection is kept for the next hold: an Acquire and a
+		// Release on it are one statement each.
+		for i := range 3 {
+			tok := token()
+			mustAcquire(t, s, "rt-pair", tok, "me", time.Minute)
+			if err := s.Release(ctx, driver.ReleaseParams{Key: "rt-pair", Token: tok}); err != nil {
+				t.Fatal(err)
+			}
+			check(t, fmt.Sprintf("Acquire + Release %d (kept connection)", i), 2, 0)
+		}
+		// Another TTL in whole seconds sets its wait_timeout first.
+		tok2 := token()
+		mustAcquire(t, s, "rt-pair", tok2, "me", 5*time.Second)
+		check(t, "Acquire (kept connection, another wait_timeout)", 2, 0)
+		if err := s.Release(ctx, driver.ReleaseParams{Key: "rt-pair", Token: tok2}); err != nil {
+			t.Fatal(err)
+		}
+		c.reset()
 		toks := []string{tok}
 		for i := range 3 {
 			toks = append(toks, token())
@@ -464,7 +486,7 @@ func TestRoundTrips(t *testing.T) {
 		if err := s.Release(ctx, driver.ReleaseParams{Key: "rt", Token: tok}); err != nil {
 			t.Fatal(err)
 		}
-		check(t, "Release", 2, 0)
+		check(t, "Release", 1, 0)
 		rps := make([]driver.ReleaseParams, 3)
 		for i := range rps {
 			rps[i] = driver.ReleaseParams{Key: fmt.Sprintf("rt-%d", i), Token: toks[i+1]}
@@ -472,7 +494,7 @@ func TestRoundTrips(t *testing.T) {
 		if errs, err := s.ReleaseBatch(ctx, rps); err != nil || errs[0] != nil || errs[2] != nil {
 			t.Fatal(errs, err)
 		}
-		check(t, "ReleaseBatch 3", 6, 0)
+		check(t, "ReleaseBatch 3", 3, 0)
 		aps := make([]driver.AcquireParams, 3)
 		for i := range aps {
 			aps[i] = driver.AcquireParams{Key: fmt.Sprintf("rt-%d", i), Token: token(), Owner: "me", TTL: time.Minute}
@@ -481,10 +503,99 @@ func TestRoundTrips(t *testing.T) {
 		if rs, err := s.AcquireBatch(ctx, aps); err != nil || rs[0].Err != nil || rs[2].Err != nil {
 			t.Fatal(rs, err)
 		}
-		check(t, "AcquireBatch 3", 6, 0)
+		check(t, "AcquireBatch 3 (kept connections)", 3, 0)
 		if errs, err := s.ReleaseBatch(ctx, rps); err != nil || errs[0] != nil || errs[2] != nil {
 			t.Fatal(errs, err)
 		}
 		c.reset()
 	})
+}
+
+// TestKeptConnections: connection mode keeps a released lock's connection
+// for the next hold, never one whose session has ended, never more than
+// half of db's MaxOpenConns, and gives it back to the pool after spareIdle.
+func TestKeptConnections(t *testing.T) {
+	t.Parallel()
+	dsn := testserver.SharedMariaDB(t).CreateDB(t)
+	db := openDB(t, dsn)
+	db.SetMaxOpenConns(6)
+	ctx := ctxT(t)
+	s := mustNew(t, db, &Options{Mode: ModeConnection, Migrate: true})
+	s.spareIdle = time.Minute
+	holder := func(key string) int64 {
+		t.Helper()
+		var id sql.NullInt64
+		if err := db.QueryRowContext(ctx, "SELECT IS_USED_LOCK("+string(s.lockName(appendHex(nil, key)))+")").Scan(&id); err != nil || !id.Valid {
+			t.Fatalf("IS_USED_LOCK(%q): %v %v", key, id, err)
+		}
+		return id.Int64
+	}
+	release := func(key, tok string) {
+		t.Helper()
+		if err := s.Release(ctx, driver.ReleaseParams{Key: key, Token: tok}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	tok := token()
+	f1 := mustAcquire(t, s, "k", tok, "me", time.Minute)
+	id := holder("k")
+	release("k", tok)
+	tok = token()
+	mustAcquire(t, s, "k", tok, "me", time.Minute)
+	if got := holder("k"); got != id {
+		t.Fatalf("the next hold is on session %d, want the kept %d", got, id)
+	}
+	release("k", tok)
+
+	// A kept session killed meanwhile is not used.
+	if _, err := db.ExecContext(ctx, "KILL CONNECTION "+strconv.FormatInt(id, 10)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the killed session to end", func() bool {
+		var n int
+		err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = "+strconv.FormatInt(id, 10)).Scan(&n)
+		return err == nil && n == 0
+	})
+	tok = token()
+	if f := mustAcquire(t, s, "k", tok, "me", time.Minute); f <= f1 {
+		t.Fatalf("fence %d after %d", f, f1)
+	}
+	if got := holder("k"); got == id {
+		t.Fatalf("the hold is on the killed session %d", id)
+	}
+	release("k", tok)
+
+	// At most half of MaxOpenConns kept.
+	toks := make([]string, 5)
+	for i := range toks {
+		toks[i] = token()
+		mustAcquire(t, s, fmt.Sprint("m", i), toks[i], "me", time.Minute)
+	}
+	for i, tok := range toks {
+		release(fmt.Sprint("m", i), tok)
+	}
+	s.mu.Lock()
+	kept := len(s.spare)
+	s.mu.Unlock()
+	if kept != 3 {
+		t.Errorf("%d connections kept with MaxOpenConns 6, want 3", kept)
+	}
+
+	// Kept connections go back to the pool once idle for spareIdle.
+	s2 := mustNew(t, db, &Options{Mode: ModeConnection})
+	s2.spareIdle = 100 * time.Millisecond
+	s.Close()
+	tok = token()
+	mustAcquire(t, s2, "k2", tok, "me", time.Minute)
+	if err := s2.Release(ctx, driver.ReleaseParams{Key: "k2", Token: tok}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "kept connections back in the pool", func() bool { return db.Stats().InUse == 0 })
+	s2.mu.Lock()
+	kept = len(s2.spare)
+	s2.mu.Unlock()
+	if kept != 0 {
+		t.Errorf("%d connections still kept", kept)
+	}
 }
