@@ -179,6 +179,13 @@ func (s *Store) keepConn(ctx context.Context, sc *spareConn) {
 		return
 	}
 	s.mu.Unlock()
+	giveBack(ctx, sc)
+}
+
+// giveBack returns sc, which holds no lock, to db's pool with its session's
+// wait_timeout restored, so that the caller's other queries never get a
+// session the server ends after a lock's TTL; it closes sc when that fails.
+func giveBack(ctx context.Context, sc *spareConn) {
 	if _, err := sc.conn.ExecContext(ctx, "SET SESSION wait_timeout = DEFAULT"); err != nil {
 		discard(sc.conn)
 		return
@@ -691,7 +698,8 @@ func (s *Store) expire() {
 		}
 		hc.mu.Unlock()
 	}
-	// Kept connections idle past spareIdle go: the oldest are first.
+	// Kept connections idle past spareIdle go back to the pool: the oldest
+	// are first.
 	n := 0
 	for n < len(s.spare) && now.Sub(s.spare[n].idle) >= s.spareIdle {
 		n++
@@ -710,10 +718,18 @@ func (s *Store) expire() {
 	for _, hc := range stale {
 		hc.drop()
 	}
+	// They go back to the pool, where a sparse user (a lock a minute)
+	// finds a connection already open, as before they were kept.
 	for _, sc := range idle {
-		discard(sc.conn)
+		ctx, cancel := context.WithTimeout(context.Background(), spareGiveBack)
+		giveBack(ctx, sc)
+		cancel()
 	}
 }
+
+// spareGiveBack bounds the statement that restores a kept connection's
+// wait_timeout before it goes back to the pool.
+const spareGiveBack = 5 * time.Second
 
 // Close ends the locks this Store still holds in connection mode by closing
 // their connections, which frees them at the server, and makes later

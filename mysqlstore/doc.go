@@ -180,8 +180,10 @@
 // when Release returns), ForceRelease up to three (it kills the holder's
 // connection). A released lock's connection is kept, its wait_timeout as
 // it is, for the next hold, up to 16 connections and at most half of db's
-// MaxOpenConns, each for 0.5 s at most (then closed, so it goes back to
-// the pool; a kept session that ended meanwhile, by a restart or KILL, is
+// MaxOpenConns, each for 0.5 s at most (then its wait_timeout is set back
+// to the server's default, one statement, and it goes back to db's pool
+// open, where the next hold finds it; a kept session that ended meanwhile,
+// by a restart or KILL, is
 // found by go-sql-driver's check of the socket and not used). A connection
 // new to the Store costs two statements once: setting its wait_timeout,
 // and reading the server's start (see "Server restarts"), which holds for

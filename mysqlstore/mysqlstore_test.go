@@ -582,16 +582,50 @@ func TestKeptConnections(t *testing.T) {
 		t.Errorf("%d connections kept with MaxOpenConns 6, want 3", kept)
 	}
 
-	// Kept connections go back to the pool once idle for spareIdle.
+	// Kept connections go back to the pool once idle for spareIdle, open,
+	// with the server's default wait_timeout.
 	s2 := mustNew(t, db, &Options{Mode: ModeConnection})
 	s2.spareIdle = 100 * time.Millisecond
 	s.Close()
 	tok = token()
 	mustAcquire(t, s2, "k2", tok, "me", time.Minute)
+	id2 := holder("k2")
 	if err := s2.Release(ctx, driver.ReleaseParams{Key: "k2", Token: tok}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 10*time.Second, "kept connections back in the pool", func() bool { return db.Stats().InUse == 0 })
+	var alive int
+	if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = "+strconv.FormatInt(id2, 10)).Scan(&alive); err != nil || alive != 1 {
+		t.Errorf("the kept session %d: %d in the processlist (%v), want it open in the pool", id2, alive, err)
+	}
+	conns := make([]*sql.Conn, 0, 6)
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	found := false
+	for !found && len(conns) < 6 { // the pool's connections, until the kept one
+		c, err := db.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+		var cid int64
+		var same bool
+		if err := c.QueryRowContext(ctx, "SELECT CONNECTION_ID(), @@session.wait_timeout = @@global.wait_timeout").Scan(&cid, &same); err != nil {
+			t.Fatal(err)
+		}
+		if cid == id2 {
+			found = true
+			if !same {
+				t.Errorf("the kept session %d is back in the pool with its lock's wait_timeout", id2)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("the kept session %d is not among the pool's connections", id2)
+	}
 	s2.mu.Lock()
 	kept = len(s2.spare)
 	s2.mu.Unlock()
