@@ -162,6 +162,7 @@ func main() {
 		memProfile  string
 		heapProfile string
 		leader      string
+		curvesChild string
 		p5Jobs      string
 	)
 	flag.DurationVar(&duration, "duration", 3*time.Second, "measured time per round of each implementation in P1 (taken in slices of 0.5 s) and P3 (one run, after a 0.5 s warm-up)")
@@ -176,9 +177,13 @@ func main() {
 	flag.BoolVar(&cfg.p5Prefer, "p5prefer", false, "P5 with schedule.Config.PreferredNodes: each job's tick claimed by its preferred node, the others 1 s later as a fallback")
 	flag.StringVar(&p5Jobs, "p5jobs", "", "comma-separated job counts of P5's measurements, in order (e.g. 10000,30000), instead of 10,000, 30,000 and 1,000 (-quick: 1,000)")
 	flag.StringVar(&leader, "failover-child", "", "internal: run as the leader process of the failover measurements, with this JSON spec")
+	flag.StringVar(&curvesChild, "curves-child", "", "internal: run one size of the P4 curve in a process of its own, with this JSON spec, and print its result as JSON")
 	flag.Parse()
 	if leader != "" {
 		os.Exit(runFailoverChild(leader))
+	}
+	if curvesChild != "" {
+		os.Exit(runCurvesChild(curvesChild))
 	}
 
 	cfg.p1Duration, cfg.p3Duration, cfg.warmup = duration, duration, 500*time.Millisecond
