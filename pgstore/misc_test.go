@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -579,5 +580,64 @@ func TestLeaseGrantLean(t *testing.T) {
 	}
 	if readRow(t, s, "lean").expires > 0 {
 		t.Error("the lean grant's lease was not released")
+	}
+}
+
+// TestMigrateFenceUnchecked: 0010 drops the lease table's CHECK (fence >
+// 0) from a table an older library migrated (here with the longest table
+// name, whose constraint name PostgreSQL truncates); a Store works on the
+// table before and after, and its fences go on from where they were, a
+// lease held across the migration kept.
+func TestMigrateFenceUnchecked(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t, newDB(t), nil)
+	ctx := ctxT(t)
+	table := strings.Repeat("f", 52)
+	migrateTo(t, pool, table, 9)
+	checks := func() int {
+		t.Helper()
+		var n int
+		err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_constraint WHERE conrelid = $1::regclass AND contype = 'c'`,
+			pgx.Identifier{DefaultSchema, table}.Sanitize()).Scan(&n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := checks(); n != 1 {
+		t.Fatalf("%d CHECK constraints before 0010, want 1", n)
+	}
+	s, err := New(pool, &Options{Table: table})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := token()
+	f1 := mustAcquire(t, s, "job", tok, "me", time.Minute)
+	if err := s.Release(ctx, driver.ReleaseParams{Key: "job", Token: tok}); err != nil {
+		t.Fatal(err)
+	}
+	tok = token()
+	f2 := mustAcquire(t, s, "job", tok, "me", time.Minute)
+	if f2 != f1+1 {
+		t.Fatalf("fences %d then %d on the table before 0010", f1, f2)
+	}
+	if err := Migrate(ctx, pool, &Options{Table: table}); err != nil {
+		t.Fatal(err)
+	}
+	if n := checks(); n != 0 {
+		t.Fatalf("%d CHECK constraints after 0010, want 0", n)
+	}
+	res, err := s.Renew(ctx, []driver.RenewParams{{Key: "job", Token: tok, TTL: time.Minute}})
+	if err != nil || res[0] != nil {
+		t.Fatalf("the lease held across the migration: %v %v", res, err)
+	}
+	if err := s.Release(ctx, driver.ReleaseParams{Key: "job", Token: tok}); err != nil {
+		t.Fatal(err)
+	}
+	if f3 := mustAcquire(t, s, "job", token(), "me", time.Minute); f3 != f2+1 {
+		t.Fatalf("fence %d after 0010, want %d", f3, f2+1)
+	}
+	if f := mustAcquire(t, s, "new", token(), "me", time.Minute); f != 1 {
+		t.Fatalf("a new key's fence after 0010: %d, want 1", f)
 	}
 }
