@@ -575,7 +575,7 @@ func TestLeaseGrantLean(t *testing.T) {
 	if n := replyColumns(t, pool, grant, "lean", tok, "me", int64(60_000_000)); n != 1 {
 		t.Errorf("the grant's reply has %d columns, want 1 (the fence)", n)
 	}
-	if n := replyColumns(t, pool, release, "lean", tok, int64(0), s.Channel()); n != 0 {
+	if n := replyColumns(t, pool, release, "lean", tok, s.Channel()); n != 0 {
 		t.Errorf("the release's reply has %d columns, want none", n)
 	}
 	if readRow(t, s, "lean").expires > 0 {

@@ -443,7 +443,15 @@ func (s *Store) Release(ctx context.Context, p driver.ReleaseParams) error {
 	case s.conns != nil:
 		return s.releaseConn(ctx, p)
 	}
-	tag, err := s.pool.Exec(ctx, s.sql.release, p.Key, p.Token, micros(p.KeepFor), s.o.channel)
+	var (
+		tag pgconn.CommandTag
+		err error
+	)
+	if p.KeepFor <= 0 {
+		tag, err = s.pool.Exec(ctx, s.sql.releaseNow, p.Key, p.Token, s.o.channel)
+	} else {
+		tag, err = s.pool.Exec(ctx, s.sql.release, p.Key, p.Token, micros(p.KeepFor), s.o.channel)
+	}
 	if err != nil {
 		return s.wrap("release", p.Key, err)
 	}
