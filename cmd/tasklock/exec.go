@@ -332,10 +332,26 @@ func (e *execRun) shutdown(lk *tasklock.Locker, closeStore func() error) {
 		}
 	case <-timeout:
 		// The process exits now: the connection goes with it, and the
-		// server ends the session (etcd lease, ZooKeeper session) at its
-		// TTL, as it does for a holder that died.
-		e.log.Warn("the store did not answer within "+lostTimeout.String()+" of the loss: exiting without waiting for the release and the connection's close; the lease (an etcd or ZooKeeper session) ends at the store at its TTL",
+		// store ends what is left (the lease, the etcd or ZooKeeper
+		// session) by itself, as it does for a holder that died.
+		e.log.Warn("the store did not answer within "+lostTimeout.String()+" of the loss: exiting without waiting for the release and the connection's close; "+leaseEnd(e.c.store),
 			"store", e.storeName())
+	}
+}
+
+// leaseEnd says how a lease left behind ends on the store at storeURL: on
+// etcd and ZooKeeper with the store's session, elsewhere by its own TTL.
+func leaseEnd(storeURL string) string {
+	scheme, _, _ := strings.Cut(strings.ToLower(storeURL), "://")
+	switch scheme {
+	case "etcd", "etcds":
+		return "the lease (the etcd session) ends at the store at its session_ttl"
+	case "zk":
+		return "the lease (the ZooKeeper session) ends at the store at its session_timeout"
+	case "mem":
+		return "the lease (in this process) ends with it"
+	default:
+		return "the lease ends at the store at its TTL"
 	}
 }
 
