@@ -147,14 +147,20 @@ func TestServeTimeoutKillsProcessGroup(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	// The shell and the child it leaves behind ignore SIGTERM: only the
-	// SIGKILL kill_grace after it stops them, and both must go.
+	// SIGKILL kill_grace after it stops them, and both must go. The timeout
+	// counts from the run's start, the supervisor's included: on a loaded
+	// machine the SIGTERM can come before the shell has set its trap, and
+	// ends that run. The pid file is written once the trap is set, and only
+	// by the first run that gets there: the runs after it exit at once.
 	cfg := writeConfig(t, dir, memConfig(`  - name: stuck
     schedule: "@every 1s"
-    timeout: 500ms
+    timeout: 2s
     kill_grace: 300ms
     command: ["sh", "-c", "[ -e \"$DIR/pid\" ] && exit 0; trap '' TERM; sleep 1000 & echo $! > \"$DIR/child\"; echo $$ > \"$DIR/pid\"; wait"]
 `))
 	p := tl.Start(t, []string{"DIR=" + dir}, "serve", "--config", cfg, "--http", "")
+	// Each tick is a new try at a run that set its trap in time.
+	p.WaitUntil(60*time.Second, func() bool { return fileExists(filepath.Join(dir, "pid")) }, "a run to set its trap and write its pid")
 	pid := clitest.ReadPid(t, filepath.Join(dir, "pid"))
 	child := clitest.ReadPid(t, filepath.Join(dir, "child"))
 	clitest.WaitFor(t, 10*time.Second, func() bool { return !clitest.Alive(pid) && !clitest.Alive(child) }, "the command and its child to be killed")
