@@ -62,7 +62,7 @@ jobs:
 
 	// The running run, and the other node's API.
 	var run apijson.Run
-	clitest.WaitFor(t, 20*time.Second, func() bool {
+	clitest.WaitFor(t, 60*time.Second, func() bool {
 		for _, r := range apis["node-0"].runs(t, "long") {
 			if r.Status == string(ledger.RunRunning) {
 				run = r
@@ -89,16 +89,22 @@ jobs:
 		return apijson.Run{}, false
 	}
 	var ended apijson.Run
-	clitest.WaitFor(t, 10*time.Second, func() bool {
+	// The record is written after the run ends, batched with others: on a
+	// busy machine, seconds after.
+	clitest.WaitFor(t, 30*time.Second, func() bool {
 		r, ok := find(1)
 		ended = r
 		return ok && r.Status != string(ledger.RunRunning)
 	}, "the cancelled run's record")
-	took := time.Since(asked)
-	t.Logf("cancel asked on the other node; the run on %s recorded %s %v later", run.Node, ended.Status, took)
-	if ended.Status != string(ledger.RunCancelled) || !strings.Contains(ended.Error, "cancelled") {
+	t.Logf("cancel asked on the other node; the run on %s recorded %s %v later", run.Node, ended.Status, time.Since(asked))
+	if ended.Status != string(ledger.RunCancelled) || !strings.Contains(ended.Error, "cancelled") || ended.End == nil {
 		t.Fatalf("the run's record %+v, want cancelled", ended)
 	}
+	// How long the cancel took to end the run: from the request to the
+	// run's end on the running node's clock (this machine's), not to when
+	// this test saw the record.
+	took := ended.End.Sub(asked)
+	t.Logf("the run ended %v after the cancel was asked (recorded %v after its end)", took, ended.Recorded.Sub(*ended.End))
 	// A poll (half a second) and the kill grace (300ms), with room for a
 	// busy machine.
 	if took > 5*time.Second {
@@ -113,7 +119,8 @@ jobs:
 	if code, body := apis[run.Node].do(t, "POST", "/api/runs/retry", key); code != http.StatusAccepted {
 		t.Fatalf("retry: %d %s", code, body)
 	}
-	clitest.WaitFor(t, 20*time.Second, func() bool {
+	// Records lag the runs by seconds on a busy machine (see above).
+	clitest.WaitFor(t, 60*time.Second, func() bool {
 		r, ok := find(2)
 		return ok && r.Status == string(ledger.RunOK)
 	}, "attempt 2 of the cancelled tick, ok")
