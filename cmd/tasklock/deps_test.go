@@ -70,7 +70,7 @@ func testServeJobAfter(t *testing.T, store string) {
 	})
 	var lines []string
 	loads := 0
-	clitest.WaitFor(t, 90*time.Second, func() bool {
+	clitest.WaitFor(t, 180*time.Second, func() bool {
 		b, _ := os.ReadFile(order)
 		lines = strings.Split(strings.TrimSpace(string(b)), "\n")
 		loads = 0
@@ -95,12 +95,32 @@ func testServeJobAfter(t *testing.T, store string) {
 			t.Errorf("report ran tick %s; its parent always fails", tick)
 		}
 	}
+	// extract's ok records, by tick.
+	extractOK := map[time.Time]runRecordJSON{}
+	for _, r := range historyJSON(t, url, "extract") {
+		if r.Status == "ok" {
+			extractOK[r.Tick] = r
+		}
+	}
 	for _, r := range historyJSON(t, url, "load") {
 		// A run that outlasts the 2s between ticks, on a busy machine,
 		// makes load skip its next tick: overlap: skip, not a dependency.
+		// A node that handles a tick later than MisfireAfter records it
+		// missed: not run either.
 		overlap := r.Status == "skipped" && strings.Contains(r.Error, "the previous run is still in progress")
-		if r.Status != "ok" && r.Status != "running" && !overlap {
-			t.Errorf("load's run %+v, want ok", r)
+		if r.Status == "ok" || r.Status == "running" || overlap || r.Status == "missed" {
+			continue
+		}
+		// On a busy machine extract's run of the tick may itself be
+		// skipped, fail, or end ok but be recorded after within ran out:
+		// load then skips the tick naming extract, rightly, as the ledger
+		// showed it. Not when extract's ok record was there well before.
+		// Its time is taken before the write ends and wakes the waiter:
+		// a second covers that.
+		parent, ok := extractOK[r.Tick]
+		named := r.Status == "skipped" && strings.Contains(r.Error, "parents not done within 8s: extract (") && r.End != nil
+		if !named || ok && parent.Recorded.Before(r.End.Add(-time.Second)) {
+			t.Errorf("load's run %+v, want ok (extract's ok record of the tick: %v)", r, ok)
 		}
 	}
 	// Within is long enough for the parent's run of the tick to have
@@ -129,6 +149,11 @@ func testServeJobAfter(t *testing.T, store string) {
 		}
 	}
 	for _, r := range skipped {
+		// As for load: a tick taken up while the previous one is in
+		// progress is skipped before it waits for parents.
+		if strings.Contains(r.Error, "the previous run is still in progress") {
+			continue
+		}
 		named := strings.Contains(r.Error, "parents not done within 3s: broken (last run ")
 		early := r.Tick.Before(firstBroken) && strings.Contains(r.Error, "parents not done within 3s: broken (no run yet)")
 		if !named && !early {
@@ -136,8 +161,8 @@ func testServeJobAfter(t *testing.T, store string) {
 		}
 	}
 	for _, r := range historyJSON(t, url, "report") {
-		if r.Status != "skipped" && r.Status != "running" {
-			t.Errorf("report's record %+v, want only skipped ones", r)
+		if r.Status != "skipped" && r.Status != "running" && r.Status != "missed" {
+			t.Errorf("report's record %+v, want only skipped (or missed) ones", r)
 		}
 	}
 	p.Signal(syscall.SIGTERM)
