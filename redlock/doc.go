@@ -27,7 +27,11 @@
 // after that only until a majority has answered: a minority of nodes that
 // are down, cut off or paused costs each call at most the node timeout, and
 // a majority that is slow (a loaded machine) is waited for, up to the
-// lease's validity and at most 1 s.
+// lease's validity and at most 1 s. Acquire also waits on, as long, while
+// the answers still missing could decide its vote (a majority for it or
+// for one holder): deciding without them would count a slow node as
+// another's, and contenders that all did so would each report the key
+// held and give it back, leaving a free key to nobody.
 //
 //   - Acquire runs redisstore's acquire script (SET PX with a fence from the
 //     node's counter) on every node. The lock is granted when a majority

@@ -31,7 +31,7 @@ func TestFanOut(t *testing.T) {
 				return 10 + i, nil
 			}
 			return 0, errNode
-		}, ok, nil)
+		}, ok, nil, nil)
 		for i, r := range rs {
 			if !r.answered {
 				t.Errorf("node %d: no answer", i)
@@ -53,7 +53,7 @@ func TestFanOut(t *testing.T) {
 				return 42, nil
 			}
 			return 1, nil
-		}, ok, func(i, v int, err error) { lateGot <- v })
+		}, ok, nil, func(i, v int, err error) { lateGot <- v })
 		if d := time.Since(start); d < w.nodeTimeout {
 			t.Errorf("returned after %v, before the node timeout", d)
 		}
@@ -83,7 +83,7 @@ func TestFanOut(t *testing.T) {
 				}
 				<-silent
 				return 2, nil
-			}, ok, nil)
+			}, ok, nil, nil)
 		}()
 		// Well past the node timeout, one definite answer is not a
 		// quorum: fanOut waits on.
@@ -109,7 +109,7 @@ func TestFanOut(t *testing.T) {
 			}
 			<-ctx.Done()
 			return 0, ctx.Err()
-		}, ok, nil)
+		}, ok, nil, nil)
 		if !errors.Is(rs[0].err, errNode) || rs[1].answered || !errors.Is(rs[1].err, context.DeadlineExceeded) {
 			t.Errorf("results %+v, want the limit's DeadlineExceeded for the silent nodes", rs)
 		}
@@ -126,7 +126,7 @@ func TestFanOut(t *testing.T) {
 				started <- struct{}{}
 				<-ctx.Done()
 				return 0, ctx.Err()
-			}, ok, nil)
+			}, ok, nil, nil)
 		}()
 		for range nodes {
 			<-started

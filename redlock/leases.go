@@ -48,7 +48,7 @@ func (s *Store) Leases(ctx context.Context, prefix string) ([]driver.Lease, erro
 	defer cancel() // scans still under way are of no use
 	rs := fanOut(ctx, calls, w, s.nodes, func(ctx context.Context, n *node) ([]nodeLease, error) {
 		return s.scan(ctx, n.client, match, prefix)
-	}, succeeded, nil)
+	}, succeeded, nil, nil)
 	var failed []*NodeError
 	type holder struct{ key, token string }
 	copies := make(map[holder][]nodeLease)

@@ -49,8 +49,9 @@ type Options struct {
 
 	// NodeTimeout is how long a call waits for every node. A node that has
 	// not answered by then counts as failed as soon as a majority of the
-	// nodes have answered, so a dead or cut-off minority delays each
-	// Acquire and Renew by this much (and Acquire's time counts against the
+	// nodes have answered (for Acquire, once its answers settle the vote:
+	// see the package documentation), so a dead or cut-off minority delays
+	// each Acquire and Renew by this much (and Acquire's time counts against the
 	// lease's validity: keep it a small fraction of the TTL). While fewer
 	// than a majority have answered, the call waits on, up to the lease's
 	// validity for Acquire and Renew and at most 1 s: a slow majority is
@@ -191,7 +192,8 @@ type result[T any] struct {
 
 // wait says how long a fan-out waits for the nodes' answers: for every node
 // until nodeTimeout, then only while fewer than quorum nodes have given a
-// definite answer, and never past limit (zero: until ctx ends). A call
+// definite answer (or, with fanOut's settled, while the missing answers
+// could still change the outcome), and never past limit (zero: until ctx ends). A call
 // cannot decide without a majority of definite answers, so a slow majority,
 // on a loaded machine say, is waited for rather than failed; a dead or
 // silent minority costs nodeTimeout.
@@ -216,11 +218,14 @@ type wait struct {
 //
 // The calls record their answers themselves, and wake the caller only when
 // it can decide: when every node has answered, or, after the node timeout,
-// when a quorum of definite answers is in. A fan-out whose nodes all answer
-// in time thus wakes its caller once, not once per node.
+// when a quorum of definite answers is in and settled (when not nil) says
+// the answers still missing cannot change the outcome; settled sees out
+// with the missing answers' answered false. A fan-out whose nodes all
+// answer in time thus wakes its caller once, not once per node.
 func fanOut[T any](ctx, calls context.Context, w wait, nodes []*node,
 	do func(context.Context, *node) (T, error),
 	definite func(T, error) bool,
+	settled func(quorum int, out []result[T]) bool,
 	late func(i int, v T, err error),
 ) []result[T] {
 	var (
@@ -234,7 +239,7 @@ func fanOut[T any](ctx, calls context.Context, w wait, nodes []*node,
 	)
 	// decidable reports whether the caller can decide. Callers hold mu.
 	decidable := func() bool {
-		return answered == len(nodes) || (straggled && sure >= w.quorum)
+		return answered == len(nodes) || (straggled && sure >= w.quorum && (settled == nil || settled(w.quorum, out)))
 	}
 	cctx, finished := callContext(calls, w.callTimeout, len(nodes))
 	for i, n := range nodes {
@@ -370,7 +375,8 @@ func (s *Store) quorumError(op, key, detail string, failed []*NodeError) *Quorum
 // every node at once and grants the lock when a majority granted it and the
 // time taken leaves the lease valid (TTL − elapsed − drift > 0). It waits
 // for every node up to the node timeout and, while fewer than a majority
-// have answered, up to the lease's validity (at most 1 s). The fence is the
+// have answered or the missing answers could still decide the vote (see
+// voteSettled), up to the lease's validity (at most 1 s). The fence is the
 // highest of the granting nodes' fences; nodes whose counter was below it
 // are raised to it before Acquire returns (see the package documentation,
 // "Fences").
@@ -421,6 +427,54 @@ type votes struct {
 	grants []int               // the nodes that granted it
 	held   []*driver.HeldError // the nodes' "held by another owner"
 	failed []*NodeError        // the other nodes, and why
+}
+
+// voteSettled is the settled rule of acquire's fan-out: a vote is settled
+// when the answers still missing cannot change the outcome of any request,
+// that is when a majority of the nodes granted it or named one holder, or
+// when neither it nor any holder named could reach a majority even with
+// every missing answer. Until then the fan-out waits on past the node
+// timeout (up to its limit): a missing answer that is merely slow, on a
+// loaded machine, decides the vote, and deciding without it has every
+// contender count it as another's, report the key held by a holder that
+// does not exist and give back its own grants, so that nobody gets a free
+// key.
+func voteSettled(quorum int, rs []result[[]driver.AcquireResult]) bool {
+	missing, n := 0, 0
+	for _, r := range rs {
+		switch {
+		case !r.answered:
+			missing++
+		case r.err == nil:
+			n = len(r.val)
+		}
+	}
+	for j := range n {
+		grants, most := 0, 0
+		for i, r := range rs {
+			if !r.answered || r.err != nil {
+				continue
+			}
+			var he *driver.HeldError
+			switch {
+			case r.val[j].Err == nil:
+				grants++
+			case errors.As(r.val[j].Err, &he):
+				same := 0 // the answers naming the same grant, from this one on
+				for _, q := range rs[i:] {
+					var h *driver.HeldError
+					if q.answered && q.err == nil && errors.As(q.val[j].Err, &h) && h.Owner == he.Owner && h.Token == he.Token {
+						same++
+					}
+				}
+				most = max(most, same)
+			}
+		}
+		if grants < quorum && most < quorum && (grants+missing >= quorum || most+missing >= quorum) {
+			return false
+		}
+	}
+	return true
 }
 
 // keeperRounds is how many times a lone request that split the vote asks
@@ -509,7 +563,7 @@ func (s *Store) attempt(ctx context.Context, ps []driver.AcquireParams, out []dr
 	fw.callTimeout = 0
 	rs := fanOut(ctx, calls, fw, s.nodes, func(ctx context.Context, n *node) ([]driver.AcquireResult, error) {
 		return n.acquire(ctx, ps)
-	}, succeeded, late)
+	}, succeeded, voteSettled, late)
 
 	vs := make([]votes, len(ps))
 	for j := range ps {
@@ -736,7 +790,7 @@ func (s *Store) raise(ctx context.Context, ps []driver.AcquireParams, start time
 			args[k] = strconv.FormatUint(fences[j], 10)
 		}
 		return n.raise(ctx, counters, args)
-	}, succeeded, nil)
+	}, succeeded, nil, nil)
 	failed := make([][]*NodeError, len(ps))
 	for k, r := range res {
 		for m, j := range behind[nodes[k]] {
@@ -800,7 +854,7 @@ func (s *Store) undo(ctx context.Context, ps []driver.AcquireParams, failed []in
 	fanOut(detached, detached, wait{nodeTimeout: s.timeout(ttl), limit: patience, quorum: len(nodes), callTimeout: patience}, nodes,
 		func(ctx context.Context, n *node) ([]error, error) {
 			return s.releaseOn(ctx, n, byNode[n])
-		}, succeeded, nil)
+		}, succeeded, nil, nil)
 }
 
 // Renew implements driver.Store: one redisstore Renew call per node (one
@@ -833,7 +887,7 @@ func (s *Store) Renew(ctx context.Context, ps []driver.RenewParams) ([]error, er
 			err = fmt.Errorf("%d results for %d leases", len(res), len(ps))
 		}
 		return res, err
-	}, succeeded, nil)
+	}, succeeded, nil, nil)
 	var failed []*NodeError
 	for i, r := range rs {
 		if r.err != nil {
@@ -902,7 +956,7 @@ func (s *Store) release(ctx context.Context, ps []driver.ReleaseParams) []error 
 	calls := s.releaseCalls(items)
 	rs := fanOut(ctx, context.WithoutCancel(ctx), s.releaseWait(), s.nodes, func(ctx context.Context, n *node) ([]error, error) {
 		return n.release(ctx, calls, len(items))
-	}, succeeded, nil)
+	}, succeeded, nil, nil)
 	out := make([]error, len(ps))
 	errs := make([]error, len(s.nodes))
 	for j, p := range ps {
@@ -923,7 +977,7 @@ func (s *Store) release(ctx context.Context, ps []driver.ReleaseParams) []error 
 func (s *Store) ForceRelease(ctx context.Context, key string) error {
 	rs := fanOut(ctx, context.WithoutCancel(ctx), s.releaseWait(), s.nodes, func(ctx context.Context, n *node) (struct{}, error) {
 		return struct{}{}, n.store.ForceRelease(ctx, key)
-	}, okOrNotHeld, nil)
+	}, okOrNotHeld, nil, nil)
 	errs := make([]error, len(rs))
 	for i, r := range rs {
 		errs[i] = r.err

@@ -643,3 +643,83 @@ func TestBadKey(t *testing.T) {
 		t.Fatalf("Acquire(\"}x\") = %v, want redisstore.ErrKey", err)
 	}
 }
+
+// slowHook delays every command of one node's client by delay while on is
+// set: a node that answers, but after the node timeout.
+type slowHook struct {
+	on    atomic.Bool
+	delay time.Duration
+}
+
+func (h *slowHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *slowHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.slow()
+		return next(ctx, cmd)
+	}
+}
+
+func (h *slowHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.slow()
+		return next(ctx, cmds)
+	}
+}
+
+// slow stands for a node slowed down by a loaded machine (not a
+// synchronisation: the test waits for nothing but the Acquire's answer).
+func (h *slowHook) slow() {
+	if h.on.Load() {
+		time.Sleep(h.delay)
+	}
+}
+
+// A node's answer that comes after the node timeout but decides the vote
+// is waited for: without it the vote is a guess, and contenders that each
+// count the missing node as another's all report the key held and give
+// back their grants, so that nobody gets a free key (storetest's
+// ContendedTryObtainGrantsOne on a loaded machine).
+func TestSlowNodeDecidesVote(t *testing.T) {
+	t.Parallel()
+	s := newStore(t, addrsOf(startNodes(t, 3)), &Options{NodeTimeout: 10 * time.Millisecond})
+	hook := &slowHook{delay: 100 * time.Millisecond}
+	s.nodes[2].client.AddHook(hook)
+	// Load the scripts first, so that each slowed Acquire is one command.
+	warm := token()
+	mustAcquire(t, s, "warm", warm, "z", 10*time.Second)
+	if err := s.Release(ctxT(t), driver.ReleaseParams{Key: "warm", Token: warm}); err != nil {
+		t.Fatal(err)
+	}
+	lk := s.prefix + "{k}"
+	hold := func(i int, owner string) {
+		t.Helper()
+		if err := s.nodes[i].client.Set(ctxT(t), lk, owner+":1:"+owner, 10*time.Second).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Node 0 is another's, node 1 and the slow node 2 are free: a majority.
+	hold(0, "other0")
+	hook.on.Store(true)
+	tok := token()
+	if _, err := acquire(t, s, "k", tok, "z", 10*time.Second); err != nil {
+		t.Fatalf("free on a majority with one node slow: Acquire = %v, want the lock", err)
+	}
+	hook.on.Store(false)
+	if err := s.Release(ctxT(t), driver.ReleaseParams{Key: "k", Token: tok}); err != nil {
+		t.Fatal(err)
+	}
+
+	// Nodes 0 and 1 are two others', the slow node 2 is free: the vote
+	// split, nobody holds the key, and the caller should try again.
+	hold(0, "other0")
+	hold(1, "other1")
+	hook.on.Store(true)
+	_, err := acquire(t, s, "k", token(), "z", 10*time.Second)
+	hook.on.Store(false)
+	if !errors.Is(err, ErrSplitVote) {
+		t.Fatalf("split between two others with one node slow: Acquire = %v, want ErrSplitVote", err)
+	}
+	waitFor(t, 5*time.Second, func() bool { return !onNode(t, s, 2, "k") })
+}
