@@ -304,8 +304,8 @@ func (s *Store) acquireArgs(p driver.AcquireParams) (args []any, lk string, err 
 	if err := checkAcquire(p); err != nil {
 		return nil, "", err
 	}
-	lk, fk := s.lockKeys(p.Key)
 	c := new(oneCall)
+	lk, fk := c.lockKeys(s, p.Key)
 	c.args = [8]any{"evalsha", acquireScript.sha, 2, c.str(0, lk), c.str(1, fk), c.str(2, p.Token), c.int(millis(p.TTL)), c.str(3, p.Owner)}
 	return c.args[:], lk, nil
 }
@@ -464,7 +464,8 @@ func (s *Store) Release(ctx context.Context, p driver.ReleaseParams) error {
 // releaseArgs returns the EVALSHA arguments of release.lua for p.
 func (s *Store) releaseArgs(p driver.ReleaseParams) []any {
 	c := new(oneCall)
-	c.args = [8]any{"evalsha", releaseScript.sha, 1, c.str(0, s.lockKey(p.Key)), c.str(1, p.Token), c.int(keepMillis(p)), s.channelArg, c.str(2, p.Key)}
+	lk, _ := c.lockKeys(s, p.Key)
+	c.args = [8]any{"evalsha", releaseScript.sha, 1, c.str(0, lk), c.str(1, p.Token), c.int(keepMillis(p)), s.channelArg, c.str(2, p.Key)}
 	return c.args[:]
 }
 
@@ -581,20 +582,25 @@ func (s *Store) Renew(ctx context.Context, ps []driver.RenewParams) ([]error, er
 // checks the token and sets the new TTL as renew.lua does, without the
 // prelude (kinds.lua) that renew.lua carries for the other kinds, and with
 // two arguments besides the key.
+// Its arguments, their values, the lock key and the result slice are one
+// allocation (see oneCall).
 func (s *Store) renewMutex(ctx context.Context, p driver.RenewParams) ([]error, error) {
-	n, err := extendScript.run(ctx, s.client, s.extendArgs(p)).Int64()
+	c := s.extendCall(p)
+	n, err := extendScript.run(ctx, s.client, c.args[:6]).Int64()
 	if err != nil {
 		return nil, fmt.Errorf("redisstore: renew %q: %w", p.Key, err)
 	}
 	if n != 1 {
-		return []error{driver.ErrNotHeld}, nil
+		c.res[0] = driver.ErrNotHeld
 	}
-	return []error{nil}, nil
+	return c.res[:], nil
 }
 
-// extendArgs returns the EVALSHA arguments of extend.lua for p.
-func (s *Store) extendArgs(p driver.RenewParams) []any {
+// extendCall returns the call of extend.lua for p: its EVALSHA arguments
+// are args[:6].
+func (s *Store) extendCall(p driver.RenewParams) *oneCall {
 	c := new(oneCall)
-	c.args = [8]any{"evalsha", extendScript.sha, 1, c.str(0, s.lockKey(p.Key)), c.str(1, p.Token), c.int(millis(p.TTL))}
-	return c.args[:6]
+	lk, _ := c.lockKeys(s, p.Key)
+	c.args = [8]any{"evalsha", extendScript.sha, 1, c.str(0, lk), c.str(1, p.Token), c.int(millis(p.TTL))}
+	return c
 }

@@ -90,14 +90,33 @@ func (s *Store) groupCalls(script *luaScript, n int, key func(i int) string) []*
 	return calls
 }
 
-// oneCall holds the arguments of one lone script call (acquire.lua or
-// release.lua for one item) together with the values they hold, in one
-// allocation, where putting each string or large integer in an []any would
-// be an allocation of its own.
+// oneCall holds the arguments of one lone script call (acquire.lua,
+// release.lua or extend.lua for one item) together with the values they
+// hold, in one allocation, where putting each string or large integer in
+// an []any would be an allocation of its own; with the bytes of its lock
+// key (and fence key) when they fit, and a one-lease result for Renew.
 type oneCall struct {
 	args [8]any
 	strs [4]string
 	num  int64
+	res  [1]error
+	keys [oneCallKeyBytes]byte
+}
+
+// oneCallKeyBytes is the room oneCall has for the bytes of its keys: a
+// lock key (and fence key) longer than that is allocated on its own.
+const oneCallKeyBytes = 96
+
+// lockKeys returns s's lock key and fence key of key, as Store.lockKeys
+// does, in c's own bytes when they fit.
+func (c *oneCall) lockKeys(s *Store, key string) (lk, fk string) {
+	n := len(s.prefix) + len(key) + len("{}:fence")
+	if n > len(c.keys) {
+		return s.lockKeys(key)
+	}
+	b := append(append(append(append(c.keys[:0], s.prefix...), '{'), key...), "}:fence"...)
+	fk = unsafe.String(&b[0], n) // c.keys is never written again
+	return fk[:n-len(":fence")], fk
 }
 
 // str stores v as the i-th string and returns it as an argument.

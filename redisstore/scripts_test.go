@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -10,8 +11,9 @@ import (
 )
 
 // The arguments of a lone call hold ordinary strings and integers, as
-// hooks and the Cluster client read them, in two allocations: the lock key
-// and the call.
+// hooks and the Cluster client read them, in one allocation with the lock
+// key (and fence key) and, for extend.lua, Renew's result; a key too long
+// for the call's room costs one more.
 func TestOneCallArgs(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled
 	defer c.Close()
@@ -37,15 +39,31 @@ func TestOneCallArgs(t *testing.T) {
 	if acq[3] != "tasklock:{k}" || acq[4] != "tasklock:{k}:fence" || acq[5] != "tok" || acq[6] != int64(2000) || acq[7] != "me" {
 		t.Errorf("acquire arguments %v", acq)
 	}
-	if n := testing.AllocsPerRun(100, func() { s.releaseArgs(p) }); n != 2 {
-		t.Errorf("releaseArgs made %v allocations, want 2", n)
+	if n := testing.AllocsPerRun(100, func() { s.releaseArgs(p) }); n != 1 {
+		t.Errorf("releaseArgs made %v allocations, want 1", n)
+	}
+	ap := driver.AcquireParams{Key: "k", Token: "tok", Owner: "me", TTL: 2 * time.Second}
+	if n := testing.AllocsPerRun(100, func() { _, _, _ = s.acquireArgs(ap) }); n != 1 {
+		t.Errorf("acquireArgs made %v allocations, want 1", n)
+	}
+	long := strings.Repeat("x", oneCallKeyBytes)
+	ap.Key = long
+	acq, lk, err := s.acquireArgs(ap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lk != "tasklock:{"+long+"}" || acq[3] != lk || acq[4] != lk+":fence" {
+		t.Errorf("acquire arguments of a long key %v, lock key %q", acq, lk)
+	}
+	if n := testing.AllocsPerRun(100, func() { _, _, _ = s.acquireArgs(ap) }); n != 2 {
+		t.Errorf("acquireArgs of a long key made %v allocations, want 2", n)
 	}
 	rp := driver.RenewParams{Key: "k", Token: "tok", TTL: 1500 * time.Millisecond}
-	ext := s.extendArgs(rp)
+	ext := s.extendCall(rp).args[:6]
 	if want := []any{"evalsha", extendScript.sha, 1, "tasklock:{k}", "tok", int64(1500)}; len(ext) != len(want) || ext[0] != want[0] || ext[1] != want[1] || ext[2] != want[2] || ext[3] != want[3] || ext[4] != want[4] || ext[5] != want[5] {
 		t.Errorf("extend arguments %v, want %v", ext, want)
 	}
-	if n := testing.AllocsPerRun(100, func() { s.extendArgs(rp) }); n != 2 {
-		t.Errorf("extendArgs made %v allocations, want 2", n)
+	if n := testing.AllocsPerRun(100, func() { s.extendCall(rp) }); n != 1 {
+		t.Errorf("extendCall made %v allocations, want 1", n)
 	}
 }
