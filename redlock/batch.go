@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"time"
+	"unsafe"
 
 	"github.com/redis/go-redis/v9"
 
@@ -78,14 +79,16 @@ func (s *Store) ReleaseBatch(ctx context.Context, ps []driver.ReleaseParams) ([]
 // through redisstore's Acquire, several through its AcquireBatch (one
 // round trip either way). It returns one result per request, each a grant
 // or a *driver.HeldError or that request's own failure; an error when the
-// call failed as a whole.
-func (n *node) acquire(ctx context.Context, ps []driver.AcquireParams) ([]driver.AcquireResult, error) {
+// call failed as a whole. A lone request's result goes in one (of length
+// 1), which it returns.
+func (n *node) acquire(ctx context.Context, ps []driver.AcquireParams, one []driver.AcquireResult) ([]driver.AcquireResult, error) {
 	if len(ps) == 1 {
 		g, err := n.store.Acquire(ctx, ps[0])
 		if err != nil && !isHeld(err) {
 			return nil, err
 		}
-		return []driver.AcquireResult{{Grant: g, Err: err}}, nil
+		one[0] = driver.AcquireResult{Grant: g, Err: err}
+		return one, nil
 	}
 	rs, err := n.store.AcquireBatch(ctx, ps)
 	if err == nil && len(rs) != len(ps) {
@@ -122,6 +125,9 @@ func (s *Store) releaseOn(ctx context.Context, n *node, items []releaseItem) ([]
 // releaseCalls returns release.lua's calls for items, one per 500; every
 // node can be sent the same calls.
 func (s *Store) releaseCalls(items []releaseItem) []scriptCall {
+	if len(items) == 1 {
+		return s.loneReleaseCall(items[0])
+	}
 	calls := make([]scriptCall, 0, (len(items)+releaseChunk-1)/releaseChunk)
 	for lo := 0; lo < len(items); lo += releaseChunk {
 		part := items[lo:min(lo+releaseChunk, len(items))]
@@ -142,10 +148,69 @@ func (s *Store) releaseCalls(items []releaseItem) []scriptCall {
 	return calls
 }
 
+// loneRelease is release.lua's call for one lease: its keys, arguments
+// and EVALSHA command in one allocation.
+type loneRelease struct {
+	calls [1]scriptCall
+	keys  [2]string
+	strs  [2]string // token and key, boxed in place
+	args  [5]any
+	cmd   [3 + 2 + 5]any
+}
+
+// inPlace returns *p as an interface without copying it to the heap: an
+// interface holding a string is a pointer to the type and a pointer to
+// the value, and p's string never changes afterwards. Hooks see an
+// ordinary string (redisstore's oneCall does the same).
+func inPlace(p *string) any {
+	v := any("")
+	(*[2]unsafe.Pointer)(unsafe.Pointer(&v))[1] = unsafe.Pointer(p)
+	return v
+}
+
+// releaseSHA is release.lua's SHA1, boxed once.
+var releaseSHA any = releaseScript.Hash()
+
+// loneReleaseCall is releaseCalls for one item.
+func (s *Store) loneReleaseCall(it releaseItem) []scriptCall {
+	r := new(loneRelease)
+	fk := s.prefix + "{" + it.p.Key + "}:fence"
+	var keep int64
+	if it.p.KeepFor > 0 {
+		keep = driver.Units(it.p.KeepFor, time.Millisecond)
+	}
+	r.keys = [2]string{fk[:len(fk)-len(":fence")], fk}
+	r.strs = [2]string{it.p.Token, it.p.Key}
+	r.args = [5]any{s.channel, inPlace(&r.strs[0]), keep, it.flags, inPlace(&r.strs[1])}
+	r.cmd = [10]any{"evalsha", releaseSHA, 2, inPlace(&r.keys[0]), inPlace(&r.keys[1]), r.args[0], r.args[1], r.args[2], r.args[3], r.args[4]}
+	r.calls[0] = scriptCall{keys: r.keys[:], args: r.args[:], cmd: r.cmd[:]}
+	return r.calls[:]
+}
+
 // release runs calls, release.lua's for items leases, on the node in one
 // round trip. It returns one result per lease, nil or driver.ErrNotHeld or
 // that lease's own failure; an error when the call failed as a whole.
+//
+// A lone lease's result is one of two shared slices (released, notHeld),
+// which callers only read.
 func (n *node) release(ctx context.Context, calls []scriptCall, items int) ([]error, error) {
+	if items == 1 {
+		// Slice, not Int64Slice: the reply as it was read, without a copy.
+		rs, err := n.runOne(ctx, releaseScript, &calls[0]).Slice()
+		switch {
+		case err != nil:
+			return nil, err
+		case len(rs) != 1:
+			return nil, fmt.Errorf("%d results for 1 release", len(rs))
+		}
+		switch r, ok := rs[0].(int64); {
+		case !ok:
+			return nil, fmt.Errorf("release result %v (%T), want an integer", rs[0], rs[0])
+		case r == 1:
+			return released, nil
+		}
+		return notHeld, nil
+	}
 	cmds, err := n.runScript(ctx, releaseScript, calls)
 	if err != nil {
 		return nil, err
@@ -177,6 +242,12 @@ func (n *node) release(ctx context.Context, calls []scriptCall, items int) ([]er
 	return out, nil
 }
 
+// released and notHeld are node.release's results for a lone lease.
+var (
+	released = []error{nil}
+	notHeld  = []error{driver.ErrNotHeld}
+)
+
 // scriptCall is the keys and arguments of one script call.
 type scriptCall struct {
 	keys []string
@@ -206,17 +277,7 @@ func evalshaArgs(script *redis.Script, keys []string, args []any) []any {
 // trip failed without a reply to any of them.
 func (n *node) runScript(ctx context.Context, script *redis.Script, calls []scriptCall) ([]*redis.Cmd, error) {
 	if len(calls) == 1 {
-		c := &calls[0]
-		args := c.cmd
-		if args == nil {
-			args = evalshaArgs(script, c.keys, c.args)
-		}
-		cmd := n.client.Do(ctx, args...)
-		// redis.HasErrorPrefix allocates even for a nil error.
-		if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-			cmd = script.Eval(ctx, n.client, c.keys, c.args...)
-		}
-		return []*redis.Cmd{cmd}, nil
+		return []*redis.Cmd{n.runOne(ctx, script, &calls[0])}, nil
 	}
 	cmds := make([]*redis.Cmd, len(calls))
 	pending := make([]int, len(calls))
@@ -247,6 +308,22 @@ func (n *node) runScript(ctx context.Context, script *redis.Script, calls []scri
 		pending = retry
 	}
 	return cmds, nil
+}
+
+// runOne runs script for c on the node, as one command (EVAL again when
+// the node did not have the script), and returns it with its reply or
+// error.
+func (n *node) runOne(ctx context.Context, script *redis.Script, c *scriptCall) *redis.Cmd {
+	args := c.cmd
+	if args == nil {
+		args = evalshaArgs(script, c.keys, c.args)
+	}
+	cmd := n.client.Do(ctx, args...)
+	// redis.HasErrorPrefix allocates even for a nil error.
+	if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		cmd = script.Eval(ctx, n.client, c.keys, c.args...)
+	}
+	return cmd
 }
 
 // raise runs raise.lua on the node for every fence counter in counters

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/tasklock/tasklock/driver"
 	"github.com/tasklock/tasklock/redisstore"
 )
@@ -218,5 +220,45 @@ func TestBatchLockerNodeDown(t *testing.T) {
 	ls, err := s.Leases(ctxT(t), "")
 	if err != nil || len(ls) != 0 {
 		t.Fatalf("leases after the burst: %+v, %v; want none", ls, err)
+	}
+}
+
+// A lone release's call is the one releaseCalls makes for a batch, with
+// ordinary strings and integers as hooks read them, in two allocations
+// (the call and the fence key; one more for a KeepFor) where the batch's
+// way takes nine.
+func TestLoneReleaseCall(t *testing.T) {
+	var cs []redis.UniversalClient
+	for i := range 3 {
+		cs = append(cs, closeAtCleanup(t, redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", i+1)}))) // never dialled
+	}
+	s, err := New(cs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	it := releaseItem{p: driver.ReleaseParams{Key: "k", Token: "tok", KeepFor: 1500 * time.Millisecond}, flags: rollBackFence}
+	items := []releaseItem{it}
+	lone := s.releaseCalls(items)
+	want := []any{"evalsha", releaseScript.Hash(), 2, "tasklock:{k}", "tasklock:{k}:fence", "tasklock:released", "tok", int64(1500), rollBackFence, "k"}
+	if len(lone) != 1 || len(lone[0].cmd) != len(want) {
+		t.Fatalf("calls %+v, want one of %v", lone, want)
+	}
+	for i := range want {
+		if lone[0].cmd[i] != want[i] {
+			t.Errorf("argument %d = %#v, want %#v", i, lone[0].cmd[i], want[i])
+		}
+	}
+	if got := evalshaArgs(releaseScript, lone[0].keys, lone[0].args); len(got) != len(want) {
+		t.Errorf("keys and args give %v, want %v", got, want)
+	} else {
+		for i := range want {
+			if got[i] != want[i] {
+				t.Errorf("keys and args: argument %d = %#v, want %#v", i, got[i], want[i])
+			}
+		}
+	}
+	items[0].p.KeepFor = 0 // a Release's
+	if n := testing.AllocsPerRun(100, func() { s.releaseCalls(items) }); n > 2 {
+		t.Errorf("a lone release's call made %v allocations, want at most 2", n)
 	}
 }

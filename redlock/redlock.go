@@ -353,9 +353,19 @@ func succeeded[T any](_ T, err error) bool { return err == nil }
 func okOrNotHeld[T any](_ T, err error) bool { return err == nil || errors.Is(err, driver.ErrNotHeld) }
 
 // isHeld reports whether err is a node's "held by another owner".
-func isHeld(err error) bool {
+func isHeld(err error) bool { return asHeld(err) != nil }
+
+// asHeld returns err's *driver.HeldError, nil when it has none (or err is
+// nil, which costs no allocation: errors.As's target escapes to the heap).
+func asHeld(err error) *driver.HeldError {
+	if err == nil {
+		return nil
+	}
 	var he *driver.HeldError
-	return errors.As(err, &he)
+	if errors.As(err, &he) {
+		return he
+	}
+	return nil
 }
 
 // leaseWait is how long a call about leases of ttl waits: the lease's
@@ -559,30 +569,45 @@ func (s *Store) attempt(ctx context.Context, ps []driver.AcquireParams, out []dr
 	// them later), and otherwise run on to give the leases their copies.
 	// One context bounds the calls (w.callTimeout) and cancels them.
 	calls, cancelCalls := context.WithTimeout(context.WithoutCancel(ctx), w.callTimeout)
+	var ones []driver.AcquireResult
+	if len(ps) == 1 {
+		ones = make([]driver.AcquireResult, len(s.nodes))
+	}
 	fw := w
 	fw.callTimeout = 0
 	rs := fanOut(ctx, calls, fw, s.nodes, func(ctx context.Context, n *node) ([]driver.AcquireResult, error) {
-		return n.acquire(ctx, ps)
+		var one []driver.AcquireResult // a lone request's result, of all nodes' in ones
+		if ones != nil {
+			for i, m := range s.nodes {
+				if m == n {
+					one = ones[i : i+1 : i+1]
+				}
+			}
+		}
+		return n.acquire(ctx, ps, one)
 	}, succeeded, voteSettled, late)
 
 	vs := make([]votes, len(ps))
+	grants := make([]int, 0, len(ps)*len(s.nodes)) // every request's grants, one allocation
 	for j := range ps {
 		v := &vs[j]
+		v.grants = grants[len(grants):len(grants):cap(grants)]
 		for i, r := range rs {
 			err := r.err
 			if err == nil {
 				err = r.val[j].Err
 			}
-			var he *driver.HeldError
-			switch {
-			case err == nil:
+			if err == nil {
 				v.grants = append(v.grants, i)
-			case errors.As(err, &he):
+				continue
+			}
+			if he := asHeld(err); he != nil {
 				v.held = append(v.held, he)
-			default:
+			} else {
 				v.failed = append(v.failed, &NodeError{Addr: s.nodes[i].addr, Err: err})
 			}
 		}
+		grants = grants[:len(grants)+len(v.grants)]
 	}
 	fences, raiseFailed := s.raise(ctx, ps, start, w, rs, vs)
 	elapsed := s.now().Sub(start)
