@@ -465,16 +465,15 @@ func voteSettled(quorum int, rs []result[[]driver.AcquireResult]) bool {
 			if !r.answered || r.err != nil {
 				continue
 			}
-			var he *driver.HeldError
-			switch {
-			case r.val[j].Err == nil:
+			if r.val[j].Err == nil {
 				grants++
-			case errors.As(r.val[j].Err, &he):
+			} else if he := asHeld(r.val[j].Err); he != nil {
 				same := 0 // the answers naming the same grant, from this one on
 				for _, q := range rs[i:] {
-					var h *driver.HeldError
-					if q.answered && q.err == nil && errors.As(q.val[j].Err, &h) && h.Owner == he.Owner && h.Token == he.Token {
-						same++
+					if q.answered && q.err == nil {
+						if h := asHeld(q.val[j].Err); h != nil && h.Owner == he.Owner && h.Token == he.Token {
+							same++
+						}
 					}
 				}
 				most = max(most, same)
