@@ -75,7 +75,9 @@ type Job struct {
 	RetryBackoffMax time.Duration
 	// Jitter delays each run by a random duration below it, spreading jobs
 	// that share a schedule. The tick is claimed on time. At most
-	// MisfireWindow. Zero: none.
+	// MisfireWindow, and less than the shortest time between two ticks of
+	// Schedule (over its next 1,000 ticks), so that a run starts before
+	// the next tick's. Zero: none.
 	Jitter time.Duration
 	// LeaderOnly makes the job run only on the fleet's leader, for teams
 	// that want one active node: a node claims its ticks (and trigger-nows)
@@ -419,6 +421,9 @@ func validateJob(j Job, keyPrefix string, retention time.Duration) (*job, error)
 		// As Within: the claimed tick has no record while the run waits.
 		return nil, bad("Job.Jitter", "%v is more than MisfireWindow %v: a run could start after every node stopped looking at its tick", j.Jitter, j.MisfireWindow)
 	}
+	if gap := shortestGap(sched, time.Now()); j.Jitter > 0 && gap > 0 && j.Jitter >= gap {
+		return nil, bad("Job.Jitter", "%v is not less than the %v between two ticks of %q: a run could start after the next tick's", j.Jitter, gap, j.Schedule)
+	}
 	if err := validateDeps(&j); err != nil {
 		return nil, err
 	}
@@ -441,6 +446,30 @@ func validateJob(j Job, keyPrefix string, retention time.Duration) (*job, error)
 		return nil, badJob(j.Name, "Job.Name", "makes an invalid lock key: "+reason, err)
 	}
 	return &job{Job: j, sched: sched, key: key, idx: -1}, nil
+}
+
+// shortestGap is the shortest time between two consecutive ticks of s
+// among its next 1,000 ticks after from, or those of the year after from
+// if fewer: exact for @every and for the cron specs that repeat within a
+// year. Zero: s has fewer than two ticks in that span.
+func shortestGap(s Schedule, from time.Time) time.Duration {
+	end := from.AddDate(1, 0, 0)
+	var gap time.Duration
+	prev := s.Next(from)
+	for range 1000 {
+		if prev.IsZero() || prev.After(end) {
+			break
+		}
+		next := s.Next(prev)
+		if next.IsZero() {
+			break
+		}
+		if d := next.Sub(prev); gap == 0 || d < gap {
+			gap = d
+		}
+		prev = next
+	}
+	return gap
 }
 
 // validateLock checks a job's lock options: the fields the scheduler sets

@@ -907,6 +907,8 @@ func TestAddValidates(t *testing.T) {
 		{func(j *Job) { j.Jitter = -1 }, "Job.Jitter", "negative"},
 		{func(j *Job) { j.Jitter = 2 * time.Hour }, "Job.Jitter", "more than MisfireWindow 1h0m0s"},
 		{func(j *Job) { j.Jitter, j.MisfireWindow = 11*time.Minute, 10*time.Minute }, "Job.Jitter", "more than MisfireWindow 10m0s"},
+		{func(j *Job) { j.Schedule, j.Jitter = "@every 10s", 10*time.Second }, "Job.Jitter", `not less than the 10s between two ticks of "@every 10s"`},
+		{func(j *Job) { j.Schedule, j.Jitter = "0,1 3 * * *", 2*time.Minute }, "Job.Jitter", `not less than the 1m0s between two ticks of "0,1 3 * * *"`},
 		{func(j *Job) { j.Lock.TTL = time.Millisecond }, "Job.Lock.TTL", "minimum"},
 		{func(j *Job) { j.Lock.TTL = tasklock.MaxTTL + 1 }, "Job.Lock.TTL", "maximum"},
 		{func(j *Job) { j.Lock.MinHold = time.Second; j.Overlap = OverlapAllow }, "Job.Lock.MinHold", "Overlap is allow"},

@@ -109,7 +109,7 @@ The file:
       overlap: skip                  # skip | allow
       misfire: {policy: once, grace: 30s, window: 1h}   # once | skip | catch_up (with max: N)
       retries: {max: 3, backoff: 10s, backoff_max: 1m}
-      jitter: 0s                     # a random delay below it before each run; at most misfire's window
+      jitter: 0s                     # a random delay below it before each run; at most misfire's window, below the schedule's interval
       lock_ttl: 10s                  # the job lock's lease (or a pool's or max_concurrent's permit's);
                                      # an error with overlap: allow alone, which takes no lock
       min_hold: 5s                   # keep the lock at least this long
