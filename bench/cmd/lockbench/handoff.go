@@ -131,6 +131,16 @@ type p3Result struct {
 
 func (r *p3Result) rate() float64 { return float64(r.acquired) / r.window.Seconds() }
 
+// waiterRate is the acquisitions per second that went to a waiter: rate
+// times the share of the handoffs whose next holder was another goroutine
+// than the one that released.
+func (r *p3Result) waiterRate() float64 {
+	if len(r.handoffs) == 0 {
+		return 0
+	}
+	return r.rate() * float64(len(r.toOther)) / float64(len(r.handoffs))
+}
+
 // callsPerAcq returns the Redis round trips per acquisition, the release
 // and the attempts that found the key held included.
 func (r *p3Result) callsPerAcq() float64 {

@@ -18,7 +18,7 @@ const (
 	p1VsRedsync    = 1.3  // tasklock pairs/s ÷ redsync pairs/s, at least
 	p2MaxAllocs    = 18.0 // allocations per pair, at most
 	p3MaxP50       = time.Millisecond
-	p3VsRedsync    = 20.0 // tasklock acquisitions/s ÷ redsync's, at least
+	p3VsRedsync    = 20.0 // tasklock's acquisitions/s by a waiter ÷ redsync's, at least
 	p4PerLeases    = 500  // at most one round trip per this many leases per cycle
 	p4MaxGoroutine = 10   // "O(1)": the rise while holding stays a small constant
 	p4MaxHeap      = 512.0
@@ -212,19 +212,19 @@ func (r *report) writeP3(p func(string, ...any)) {
 	if r.p3 == nil {
 		return
 	}
-	var redsync float64
+	var redsync, redsyncWaiter float64
 	for _, res := range r.p3 {
 		if strings.HasPrefix(res.name, "redsync") {
-			redsync = res.rate()
+			redsync, redsyncWaiter = res.rate(), res.waiterRate()
 		}
 	}
 	p("")
 	p("### P3 — %d goroutines on one key, blocking obtain → release (samples pooled over rounds)", r.cfg.p3Goroutines)
 	p("")
-	p("Handoff: from just before Release to the return of the next holder's blocking obtain. \"To another\" counts only the handoffs where the next holder is not the goroutine that released. Wait: time inside a blocking obtain that returned the lock. Per goroutine: the fewest and most acquisitions of one goroutine. Calls: Redis round trips per acquisition, counting the release and every attempt that found the key held (subscriptions not counted).")
+	p("Handoff: from just before Release to the return of the next holder's blocking obtain. \"To another\" counts only the handoffs where the next holder is not the goroutine that released. Wait: time inside a blocking obtain that returned the lock. Per goroutine: the fewest and most acquisitions of one goroutine. Calls: Redis round trips per acquisition, counting the release and every attempt that found the key held (subscriptions not counted). By a waiter: the acquisitions per second that went to another goroutine than the one that released (acquisitions/s × the share), the rate at which a process waiting for the lock gets it; the 20× target is on it (see P3 in README.md).")
 	p("")
-	p("| implementation | acquisitions/s | vs redsync | handoff p50 | handoff p99 | to another: share | p50 | p99 | wait p50 | wait p99 | per goroutine | calls | gave up | p50 ≤ %v | ≥ %.0f× redsync |", p3MaxP50, p3VsRedsync)
-	p("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|---|")
+	p("| implementation | acquisitions/s | vs redsync | handoff p50 | handoff p99 | to another: share | p50 | p99 | wait p50 | wait p99 | per goroutine | calls | gave up | by a waiter: acquisitions/s | vs redsync | p50 ≤ %v | by a waiter ≥ %.0f× redsync |", p3MaxP50, p3VsRedsync)
+	p("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|---|")
 	for _, res := range r.p3 {
 		p50 := percentile(res.handoffs, 0.50)
 		share := 0.0
@@ -234,7 +234,7 @@ func (r *report) writeP3(p func(string, ...any)) {
 		latTarget, rateTarget := "", ""
 		if strings.HasPrefix(res.name, "tasklock") {
 			latTarget = r.target("P3", fmt.Sprintf("%s: handoff p50 ≤ %v", res.name, p3MaxP50), dur(p50), len(res.handoffs) > 0 && p50 <= p3MaxP50)
-			rateTarget = r.target("P3", fmt.Sprintf("%s: ≥ %.0f× redsync acquisitions/s", res.name, p3VsRedsync), ratio(res.rate(), redsync), redsync > 0 && res.rate() >= p3VsRedsync*redsync)
+			rateTarget = r.target("P3", fmt.Sprintf("%s: acquisitions/s by a waiter ≥ %.0f× redsync's", res.name, p3VsRedsync), ratio(res.waiterRate(), redsyncWaiter), redsyncWaiter > 0 && res.waiterRate() >= p3VsRedsync*redsyncWaiter)
 		}
 		name := res.name
 		if res.errs > 0 {
@@ -244,10 +244,10 @@ func (r *report) writeP3(p func(string, ...any)) {
 		if len(res.perG) > 0 {
 			lo, hi = slices.Min(res.perG), slices.Max(res.perG)
 		}
-		p("| %s | %s | %s | %s | %s | %.1f%% | %s | %s | %s | %s | %s–%s | %.1f | %d | %s | %s |", name, thousands(res.rate()), ratio(res.rate(), redsync),
+		p("| %s | %s | %s | %s | %s | %.1f%% | %s | %s | %s | %s | %s–%s | %.1f | %d | %s | %s | %s | %s |", name, thousands(res.rate()), ratio(res.rate(), redsync),
 			dur(p50), dur(percentile(res.handoffs, 0.99)), 100*share, dur(percentile(res.toOther, 0.50)), dur(percentile(res.toOther, 0.99)),
 			dur(percentile(res.waits, 0.50)), dur(percentile(res.waits, 0.99)), thousands(float64(lo)), thousands(float64(hi)),
-			res.callsPerAcq(), res.giveUps, latTarget, rateTarget)
+			res.callsPerAcq(), res.giveUps, thousands(res.waiterRate()), ratio(res.waiterRate(), redsyncWaiter), latTarget, rateTarget)
 	}
 	p("")
 	for _, res := range r.p3 {
