@@ -57,9 +57,14 @@ type Event struct {
 	Trigger string    // the trigger-now request's ID; "" for a scheduled tick
 	Node    string    // this node
 	Paused  bool      // EventClaimed, EventClaimedElsewhere: the job is paused here, so the tick will not run
-	CatchUp bool      // the tick was missed and runs late by the misfire policy
-	Attempt int       // EventRunStarted, EventRunEnded: 1 for the first attempt
-	Fence   uint64    // EventRunStarted, EventRunEnded: the job lock's fence; 0 with OverlapAllow
+	// CatchUp: the tick was missed and runs late by the misfire policy.
+	// On EventClaimed it is the claim's view: a tick that turns late while
+	// its lock is taken (past MisfireAfter by then) runs as a catch-up run
+	// with CatchUp set from its EventRunStarted on, though its EventClaimed
+	// had it unset.
+	CatchUp bool
+	Attempt int    // EventRunStarted, EventRunEnded: 1 for the first attempt
+	Fence   uint64 // EventRunStarted, EventRunEnded: the job lock's fence; 0 with OverlapAllow
 	// First marks the EventRunStarted of this node's first attempt at a
 	// tick it claimed: Attempt 1, or, for a shard-run taken over from a
 	// stopped node or a re-run of a past tick, the first attempt after
