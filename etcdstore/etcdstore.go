@@ -229,12 +229,6 @@ func (s *Store) entryKey(key, token string) string {
 	return s.prefix + escape(key) + "/" + escape(token)
 }
 
-// namedKey is the etcd key of the Store's own mutex entry for key: the
-// key's prefix and the Store's name.
-func (s *Store) namedKey(key string) string {
-	return s.prefix + escape(key) + "/" + s.name
-}
-
 // storeName returns a name for a Store's mutex entries: "%" and 32 random
 // hex digits. escape never makes a lone "%" (it writes % as %25), so no
 // token's entry can have it.
@@ -248,17 +242,20 @@ func storeName() string {
 // its entry if the Store holds it: the Store's named entry when it is
 // token's, else the entry named by the token. Callers hold s.mu.
 func (s *Store) mutexKeyLocked(key, token string) (string, *entry) {
-	if nk := s.namedKey(key); s.held[nk] != nil && s.held[nk].token == token {
-		return nk, s.held[nk]
+	kp := s.keyPrefix(key)
+	nk := kp + s.name
+	if e := s.held[nk]; e != nil && e.token == token {
+		return nk, e
 	}
-	ek := s.entryKey(key, token)
+	ek := kp + escape(token)
 	return ek, s.held[ek]
 }
 
-// claimName returns the etcd key an Acquire of key for token puts: the
-// Store's named entry, claimed for the Acquire until release is called,
-// unless the Store has it already (held, being deleted, or claimed by
-// another Acquire under way); then the entry named by the token.
+// claimName returns the etcd key an Acquire for token puts under the key
+// prefix kp (keyPrefix): the Store's named entry, claimed for the Acquire
+// (named is true) until keepHeld or unclaim lets it go, unless the Store
+// has it already (held, being deleted, or claimed by another Acquire under
+// way); then the entry named by the token.
 //
 // Reusing one name per Store keeps etcd's index small: a key deleted stays
 // in it, with every revision, until the cluster is compacted, and each
@@ -266,20 +263,23 @@ func (s *Store) mutexKeyLocked(key, token string) (string, *entry) {
 // name per grant made every grant of a busy key slower than the one
 // before (0.6 ms per Acquire and Release with no deleted key under the
 // prefix, 1.05 ms with 10,000, on one etcd).
-func (s *Store) claimName(key, token string) (ek string, named bool, release func()) {
-	nk := s.namedKey(key)
+func (s *Store) claimName(kp, token string) (ek string, named bool) {
+	nk := kp + s.name
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	_, busy := s.claimed[nk]
 	if busy || s.held[nk] != nil {
-		return s.entryKey(key, token), false, func() {}
+		return kp + escape(token), false
 	}
 	s.claimed[nk] = struct{}{}
-	return nk, true, func() {
-		s.mu.Lock()
-		delete(s.claimed, nk)
-		s.mu.Unlock()
-	}
+	return nk, true
+}
+
+// unclaim lets go of the claim claimName took on ek.
+func (s *Store) unclaim(ek string) {
+	s.mu.Lock()
+	delete(s.claimed, ek)
+	s.mu.Unlock()
 }
 
 // parseKey splits an etcd key under the Store's prefix into the lock key
@@ -358,9 +358,14 @@ func (s *Store) Acquire(ctx context.Context, p driver.AcquireParams) (driver.Gra
 		return s.acquireKind(ctx, p)
 	}
 	start := time.Now()
-	ek, named, unclaim := s.claimName(p.Key, p.Token)
-	defer unclaim() // after the entry is in s.held (or handed to the reaper)
 	kp := s.keyPrefix(p.Key)
+	ek, named := s.claimName(kp, p.Token)
+	claimed := named // until the entry is in s.held (or handed to the reaper)
+	defer func() {
+		if claimed {
+			s.unclaim(ek)
+		}
+	}()
 	val := value(p.Token, p.Owner, p.TTL)
 	resp, ss, err := s.onSession(ctx, start, p.TTL, []string{ek}, func(ctx context.Context, ss *session) clientv3.Txn {
 		return s.c.Txn(ctx).
@@ -378,7 +383,8 @@ func (s *Store) Acquire(ctx context.Context, p driver.AcquireParams) (driver.Gra
 	if named {
 		token = p.Token
 	}
-	if err := s.keepHeld(ek, token, ss, start.Add(p.TTL)); err != nil {
+	claimed = false // keepHeld lets the claim go
+	if err := s.keepHeld(ek, token, named, ss, start.Add(p.TTL)); err != nil {
 		return driver.Grant{}, err
 	}
 	return driver.Grant{Fence: uint64(resp.Header.Revision)}, nil
@@ -395,11 +401,10 @@ func (s *Store) Acquire(ctx context.Context, p driver.AcquireParams) (driver.Gra
 // makes the Txn with the context it is given.
 func (s *Store) onSession(ctx context.Context, start time.Time, ttl time.Duration, put []string, build func(ctx context.Context, ss *session) clientv3.Txn) (*clientv3.TxnResponse, *session, error) {
 	for attempt := 0; ; attempt++ {
-		ss, err := s.session(ctx)
+		ss, ka, err := s.liveSession(ctx, start, ttl)
 		if err != nil {
 			return nil, nil, err
 		}
-		ka := ss.refresh(s, start, ttl)
 		resp, err := s.commit(ctx, ss, put, build)
 		if errors.Is(err, errLeft) {
 			return nil, nil, ctx.Err()
@@ -486,11 +491,15 @@ func (s *Store) commit(ctx context.Context, ss *session, put []string, build fun
 
 // keepHeld records the key ek, which this Store just put (or found put)
 // with ss, as held until deadline, after which the reaper deletes it
-// unless a Renew extends it. After Close it hands the key to the reaper
-// instead and returns ErrClosed.
-func (s *Store) keepHeld(ek, token string, ss *session, deadline time.Time) error {
+// unless a Renew extends it, and lets go of claimName's claim on ek when
+// claimed. After Close it hands the key to the reaper instead and returns
+// ErrClosed.
+func (s *Store) keepHeld(ek, token string, claimed bool, ss *session, deadline time.Time) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if claimed {
+		delete(s.claimed, ek) // the entry is in s.held, or the reaper's, below: in the same hold of s.mu
+	}
 	if s.closed {
 		s.abandonLocked(ek, ss)
 		return ErrClosed

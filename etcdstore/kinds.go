@@ -279,7 +279,7 @@ func (a *kindAcquire) write(ctx context.Context) (driver.Grant, error) {
 	if st.own != nil { // an earlier attempt's grant
 		return a.granted(ss, st.own.ModRevision)
 	}
-	if err := a.s.keepHeld(wk, "", ss, a.start.Add(a.p.TTL)); err != nil {
+	if err := a.s.keepHeld(wk, "", false, ss, a.start.Add(a.p.TTL)); err != nil {
 		return driver.Grant{}, err
 	}
 	if len(st.writers) > 0 {
@@ -347,7 +347,7 @@ func (a *kindAcquire) fail(err error) error {
 // granted keeps the entry asked for, on ss, as held for p.TTL from the
 // start of the call, and returns the grant.
 func (a *kindAcquire) granted(ss *session, fence int64) (driver.Grant, error) {
-	if err := a.s.keepHeld(a.ek, "", ss, a.start.Add(a.p.TTL)); err != nil {
+	if err := a.s.keepHeld(a.ek, "", false, ss, a.start.Add(a.p.TTL)); err != nil {
 		return driver.Grant{}, err
 	}
 	return driver.Grant{Fence: uint64(fence)}, nil

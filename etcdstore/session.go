@@ -59,6 +59,11 @@ const coverMargin = 50 // TTL/coverMargin
 func (ss *session) refresh(s *Store, start time.Time, ttl time.Duration) *keepalive {
 	s.mu.Lock() // Close waits for s.bg after setting closed under s.mu
 	defer s.mu.Unlock()
+	return ss.refreshLocked(s, start, ttl)
+}
+
+// refreshLocked is refresh for a caller that holds s.mu.
+func (ss *session) refreshLocked(s *Store, start time.Time, ttl time.Duration) *keepalive {
 	if s.closed {
 		k := &keepalive{done: make(chan struct{}), err: ErrClosed}
 		close(k.done)
@@ -141,6 +146,25 @@ func (k *keepalive) wait(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// liveSession returns the Store's live session and the keepalive the caller
+// must wait for (see refresh), as session and refresh would, in one hold of
+// s.mu when the session lives (every call but the first and those after
+// the session lease was lost).
+func (s *Store) liveSession(ctx context.Context, start time.Time, ttl time.Duration) (*session, *keepalive, error) {
+	s.mu.Lock()
+	if ss := s.sess; !s.closed && ss != nil && !ss.dead.Load() {
+		ka := ss.refreshLocked(s, start, ttl)
+		s.mu.Unlock()
+		return ss, ka, nil
+	}
+	s.mu.Unlock()
+	ss, err := s.session(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	return ss, ss.refresh(s, start, ttl), nil
 }
 
 // session returns the Store's live session, granting a new lease when there
