@@ -371,7 +371,7 @@ func (s *Store) Acquire(ctx context.Context, p driver.AcquireParams) (driver.Gra
 		return s.c.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(kp), "=", 0).WithPrefix()).
 			Then(clientv3.OpPut(ek, val, clientv3.WithLease(ss.id))).
-			Else(clientv3.OpGet(kp, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(1)))
+			Else(clientv3.OpGet(kp, firstEntry...))
 	})
 	switch {
 	case err != nil:
@@ -389,6 +389,11 @@ func (s *Store) Acquire(ctx context.Context, p driver.AcquireParams) (driver.Gra
 	}
 	return driver.Grant{Fence: uint64(resp.Header.Revision)}, nil
 }
+
+// firstEntry are the options of a Get of a key's prefix that reads the
+// entry with the lowest create revision: the holder's. Made once, as each
+// option is an allocation.
+var firstEntry = []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(1)}
 
 // onSession commits the Txn that build makes for the Store's live session
 // (its puts carry the session lease), with a LeaseKeepAlive alongside when
