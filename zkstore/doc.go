@@ -96,7 +96,10 @@
 // go-zookeeper's calls take no context. Each call runs on a goroutine of its
 // own that the Store leaves when ctx ends; the request then completes, or
 // fails when the client gives it up, in the background, and an Acquire or
-// Enqueue that succeeds after its caller left is undone again.
+// Enqueue that succeeds after its caller left is undone again. A Ticket's
+// Wait runs all of its requests and sleeps on that one goroutine, which
+// stops after the request under way once ctx ended and grants nothing
+// then.
 //
 // # Safety level
 //

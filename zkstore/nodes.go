@@ -24,11 +24,34 @@ type nodeData struct {
 }
 
 func encodeData(owner string, ttl time.Duration, fence uint64) []byte {
+	if plainJSON(owner) {
+		// What json.Marshal writes, without its reflection: one Acquire
+		// in every queue entry and grant encodes this.
+		b := make([]byte, 0, len(owner)+64)
+		b = append(append(append(b, `{"owner":"`...), owner...), `","ttl_ms":`...)
+		b = strconv.AppendInt(b, ttl.Milliseconds(), 10)
+		if fence != 0 {
+			b = strconv.AppendUint(append(b, `,"fence":`...), fence, 10)
+		}
+		return append(b, '}')
+	}
 	b, err := json.Marshal(nodeData{Owner: owner, TTL: ttl.Milliseconds(), Fence: fence})
 	if err != nil {
 		panic("zkstore: encoding node data: " + err.Error()) // strings and numbers always encode
 	}
 	return b
+}
+
+// plainJSON reports whether s is written into a JSON string as it is by
+// json.Marshal: printable ASCII, none of the characters it escapes.
+func plainJSON(s string) bool {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c < 0x20, c > 0x7e, c == '"', c == '\\', c == '<', c == '>', c == '&':
+			return false
+		}
+	}
+	return true
 }
 
 // node is a child of a key node, as read by readNodes.
@@ -132,15 +155,19 @@ func blockersOf(kids []string, own string, seq int64) (preds, keeps []string) {
 // connection).
 const maxParallel = 16
 
-// parallel runs fn(i) for i in [0, n), at most maxParallel at a time.
+// parallel runs fn(i) for i in [0, n), at most maxParallel at a time: the
+// last on the calling goroutine, the others each on one of its own.
 func parallel(n int, fn func(i int)) {
-	if n == 1 {
+	switch n {
+	case 0:
+		return
+	case 1:
 		fn(0)
 		return
 	}
 	sem := make(chan struct{}, maxParallel)
 	var wg sync.WaitGroup
-	for i := range n {
+	for i := range n - 1 {
 		sem <- struct{}{}
 		wg.Add(1)
 		go func() {
@@ -148,6 +175,9 @@ func parallel(n int, fn func(i int)) {
 			fn(i)
 		}()
 	}
+	sem <- struct{}{}
+	fn(n - 1)
+	<-sem
 	wg.Wait()
 }
 

@@ -106,15 +106,29 @@ func (s *Store) mayReadHolder(kp string) bool {
 // done holding) reads the children with Renew's check of the force-release
 // marker alongside (pipelined, one round trip), and the lease counts from
 // when both were sent.
+//
+// The whole wait runs on one goroutine of its own (go-zookeeper's calls
+// take no context), not one per request: when ctx ends first, Wait
+// returns at once and that goroutine stops after the request under way,
+// granting nothing once ctx has ended or Leave was called.
 func (t *ticket) Wait(ctx context.Context) (driver.Grant, error) {
-	g, err := t.wait(ctx)
+	var g driver.Grant
+	var err error
+	if alone := t.c.alone && t.fresh(time.Now()); alone {
+		g, err = t.wait(ctx, true) // granted with no request: no goroutine either
+	} else {
+		g, err = call(ctx, func() (driver.Grant, error) { return t.wait(ctx, false) }, nil)
+	}
 	if err != nil && !errors.Is(err, driver.ErrNotHeld) && ctx.Err() == nil {
 		return g, fmt.Errorf("zkstore: wait for %q: %w", t.p.Key, err)
 	}
 	return g, err
 }
 
-func (t *ticket) wait(ctx context.Context) (driver.Grant, error) {
+// wait is Wait's loop. alone: Enqueue's multi found the entry alone under
+// the key, within a third of the TTL from now; the first look then sends
+// no request (so it grants, or ends, at once).
+func (t *ticket) wait(ctx context.Context, alone bool) (driver.Grant, error) {
 	s, name := t.s, t.c.name
 	woken := false // a look after the first
 	for {
@@ -128,15 +142,17 @@ func (t *ticket) wait(ctx context.Context) (driver.Grant, error) {
 			return driver.Grant{Fence: t.c.fence}, nil
 		case s.conn.State() == zk.StateExpired || s.conn.SessionID() != t.c.session:
 			return driver.Grant{}, driver.ErrNotHeld // the entry went with its session
+		case ctx.Err() != nil:
+			return driver.Grant{}, ctx.Err() // the caller is gone: stop here
 		}
 		var lo look
 		var err error
-		if !woken && t.c.alone && t.fresh(time.Now()) {
+		if !woken && alone {
 			// The multi that created the entry found it alone under the
 			// key, on the entry's session: a listing with no blocker.
 			lo = look{kids: []string{name}, sent: t.c.sent, same: true}
 		} else {
-			lo, err = call(ctx, func() (look, error) { return t.look(woken && !t.fresh(time.Now())) }, nil)
+			lo, err = t.look(woken && !t.fresh(time.Now()))
 		}
 		kids := lo.kids
 		switch {
@@ -163,21 +179,33 @@ func (t *ticket) wait(ctx context.Context) (driver.Grant, error) {
 			if started.IsZero() {
 				c.sent = time.Now() // the Locker's Renew starts the lease
 			}
+			// Under t.mu, so that Leave, which sets left under it, either
+			// comes first (nothing is granted) or finds the grant and
+			// releases it.
+			t.mu.Lock()
+			defer t.mu.Unlock()
+			switch {
+			case t.left:
+				return driver.Grant{}, driver.ErrNotHeld
+			case ctx.Err() != nil:
+				return driver.Grant{}, ctx.Err() // Wait returned: grant nothing
+			}
 			if err := s.record(t.p.Key, t.p.Owner, t.p.Token, c, t.p.TTL); err != nil {
 				return driver.Grant{}, err // closed: the entry stays until Leave
 			}
-			t.mu.Lock()
 			t.granted, t.started = true, started
-			t.mu.Unlock()
 			return driver.Grant{Fence: t.c.fence}, nil
+		}
+		if err := ctx.Err(); err != nil {
+			return driver.Grant{}, err // the caller is gone: set no watch
 		}
 		woken = true
 		var ch <-chan zk.Event
 		var timeout time.Duration
 		if len(preds) > 0 {
-			ch, err = t.watchPredecessor(ctx, preds)
+			ch, err = t.watchPredecessor(preds)
 		} else {
-			ch, timeout, err = t.watchKeep(ctx, keeps)
+			ch, timeout, err = t.watchKeep(keeps)
 		}
 		if err != nil {
 			return driver.Grant{}, err
@@ -251,36 +279,29 @@ func (t *ticket) Started() (time.Time, bool) {
 // is another node that changed since the last look, unless a waiter of the
 // Store read it less than holderReadEvery ago. It returns a nil
 // channel when the predecessor is gone already.
-func (t *ticket) watchPredecessor(ctx context.Context, preds []string) (<-chan zk.Event, error) {
+func (t *ticket) watchPredecessor(preds []string) (<-chan zk.Event, error) {
 	s, kp := t.s, t.c.kp
 	pred, lowest := preds[len(preds)-1], preds[0]
 	t.mu.Lock()
 	readHolder := lowest != pred && lowest != t.seen
 	t.mu.Unlock()
 	readHolder = readHolder && s.mayReadHolder(kp)
-	type watched struct {
+	var w struct {
 		ch     <-chan zk.Event
 		pred   *node
 		holder *node
 	}
-	w, err := call(ctx, func() (watched, error) {
-		var w watched
-		parallel(1+btoi(readHolder), func(i int) {
-			if i == 1 {
-				w.holder = s.readNodes(kp, []string{lowest})[0]
-				return
-			}
-			n := &node{name: pred}
-			var b []byte
-			b, n.stat, w.ch, n.err = s.conn.GetW(kp + "/" + pred)
-			n.decode(b)
-			w.pred = n
-		})
-		return w, nil
-	}, nil)
-	if err != nil {
-		return nil, err
-	}
+	parallel(1+btoi(readHolder), func(i int) {
+		if i == 1 {
+			w.holder = s.readNodes(kp, []string{lowest})[0]
+			return
+		}
+		n := &node{name: pred}
+		var b []byte
+		b, n.stat, w.ch, n.err = s.conn.GetW(kp + "/" + pred)
+		n.decode(b)
+		w.pred = n
+	})
 	if w.pred.err != nil {
 		if errors.Is(w.pred.err, zk.ErrNoNode) {
 			return nil, nil // GetW sets no watch on a missing node
@@ -302,35 +323,28 @@ func (t *ticket) watchPredecessor(ctx context.Context, preds []string) (<-chan z
 // reads the server's time by touching the key node, deletes the expired
 // ones (version-checked), and returns a watch on a live one with how long
 // it has left, or nothing when none is live.
-func (t *ticket) watchKeep(ctx context.Context, keeps []string) (<-chan zk.Event, time.Duration, error) {
+func (t *ticket) watchKeep(keeps []string) (<-chan zk.Event, time.Duration, error) {
 	s, kp := t.s, t.c.kp
-	type watched struct {
-		ch   <-chan zk.Event
-		left time.Duration
+	st, err := s.conn.Set(kp, nil, -1)
+	if err != nil {
+		return nil, 0, err
 	}
-	w, err := call(ctx, func() (watched, error) {
-		st, err := s.conn.Set(kp, nil, -1)
-		if err != nil {
-			return watched{}, err
-		}
-		live, expired, err := s.readKeeps(kp, keeps, st.Mtime)
-		if err != nil {
-			return watched{}, err
-		}
-		s.deleteNodes(kp, expired)
-		if live == nil {
-			return watched{}, nil
-		}
-		t.setHolder(live.name, &driver.HeldError{Owner: live.data.Owner, TTL: live.remaining(st.Mtime)})
-		_, _, ch, err := s.conn.GetW(kp + "/" + live.name)
-		if errors.Is(err, zk.ErrNoNode) {
-			return watched{}, nil
-		}
-		// Wake a little after it expires by the server's clock (the
-		// client's clock only measures the interval).
-		return watched{ch: ch, left: live.remaining(st.Mtime) + 5*time.Millisecond}, err
-	}, nil)
-	return w.ch, w.left, err
+	live, expired, err := s.readKeeps(kp, keeps, st.Mtime)
+	if err != nil {
+		return nil, 0, err
+	}
+	s.deleteNodes(kp, expired)
+	if live == nil {
+		return nil, 0, nil
+	}
+	t.setHolder(live.name, &driver.HeldError{Owner: live.data.Owner, TTL: live.remaining(st.Mtime)})
+	_, _, ch, err := s.conn.GetW(kp + "/" + live.name)
+	if errors.Is(err, zk.ErrNoNode) {
+		return nil, 0, nil
+	}
+	// Wake a little after it expires by the server's clock (the client's
+	// clock only measures the interval).
+	return ch, live.remaining(st.Mtime) + 5*time.Millisecond, err
 }
 
 func (t *ticket) setHolder(name string, h *driver.HeldError) {

@@ -593,3 +593,66 @@ func TestObtainQueuedStartsLease(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestWaitCancelled: a Wait whose context ends returns its error and
+// grants nothing, its entry stays queued, and then either a Wait again is
+// granted once the holder goes or Leave takes the entry out, so that the
+// key is free for others.
+func TestWaitCancelled(t *testing.T) {
+	t.Parallel()
+	for _, again := range []bool{true, false} {
+		t.Run(fmt.Sprintf("again=%v", again), func(t *testing.T) {
+			t.Parallel()
+			_, s, other := storesVia(t, nil)
+			htok, wtok := token(), token()
+			mustAcquire(t, other, "job", htok, "holder", 10*time.Second)
+			tk, err := s.Enqueue(ctxT(t), driver.AcquireParams{Key: "job", Token: wtok, Owner: "waiter", TTL: 10 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() {
+				_, err := tk.Wait(ctx)
+				done <- err
+			}()
+			// The waiter is asleep on its watch once it read the holder.
+			for deadline := time.Now().Add(10 * time.Second); tk.Holder() == nil; time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("the waiter never read the holder")
+				}
+			}
+			cancel()
+			if err := <-done; !errors.Is(err, context.Canceled) {
+				t.Fatalf("cancelled Wait: %v, want context.Canceled", err)
+			}
+			if !again {
+				if err := tk.Leave(ctxT(t)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := other.Release(ctxT(t), driver.ReleaseParams{Key: "job", Token: htok}); err != nil {
+				t.Fatal(err)
+			}
+			if again {
+				g, err := tk.Wait(ctxT(t))
+				if err != nil {
+					t.Fatalf("Wait again: %v", err)
+				}
+				if g.Fence == 0 {
+					t.Fatal("Wait again: no fence")
+				}
+				if err := tk.Leave(ctxT(t)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			s.mu.Lock()
+			_, kept := s.leases[wtok]
+			s.mu.Unlock()
+			if kept {
+				t.Error("the waiter's lease is still kept after Leave")
+			}
+			mustAcquire(t, other, "job", token(), "next", 10*time.Second)
+		})
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -978,6 +979,22 @@ func TestLockName(t *testing.T) {
 			}
 			if got, ok := lockSeq(lockName(tok, seq)); seq >= 0 && (!ok || got != seq) {
 				t.Errorf("lockSeq(lockName(%q, %d)) = %d, %v", tok, seq, got, ok)
+			}
+		}
+	}
+}
+
+// TestEncodeData: the node data is what json.Marshal writes, whatever the
+// owner holds.
+func TestEncodeData(t *testing.T) {
+	for _, owner := range []string{"", "host-1/4242", "a b~", `q"uote`, `back\slash`, "<&>", "tab\there", "ünï", "\x7f", string([]byte{0xff})} {
+		for _, fence := range []uint64{0, 1, 1 << 63} {
+			want, err := json.Marshal(nodeData{Owner: owner, TTL: 1500, Fence: fence})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := encodeData(owner, 1500*time.Millisecond, fence); string(got) != string(want) {
+				t.Errorf("encodeData(%q, 1.5s, %d) = %s, want %s", owner, fence, got, want)
 			}
 		}
 	}
