@@ -656,3 +656,28 @@ func TestWaitCancelled(t *testing.T) {
 		})
 	}
 }
+
+// TestWaitCancelledAlone: a Wait called with a context that has ended
+// returns its error, also for an entry alone under its key (granted with
+// no request), and the entry stays queued for a Wait with a live context.
+func TestWaitCancelledAlone(t *testing.T) {
+	t.Parallel()
+	_, c := shared(t)
+	s := newStore(t, c, testSession, nil)
+	tk, err := s.Enqueue(ctxT(t), driver.AcquireParams{Key: "job", Token: token(), Owner: "alone", TTL: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := tk.Wait(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Wait with an ended context: %v, want context.Canceled", err)
+	}
+	g, err := tk.Wait(ctxT(t))
+	if err != nil || g.Fence == 0 {
+		t.Fatalf("Wait again: %+v, %v", g, err)
+	}
+	if err := tk.Leave(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+}
