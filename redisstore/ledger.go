@@ -134,11 +134,10 @@ func (s *Store) Claim(ctx context.Context, ps []ledger.ClaimParams) ([]error, er
 	calls := s.groupCalls(claimScript, len(ps), func(i int) string { return keys[i] })
 	for _, c := range calls {
 		c.keys = make([]string, len(c.idx))
-		c.args = make([]any, 0, 3*len(c.idx))
 		for j, i := range c.idx {
 			c.keys[j] = keys[i]
-			c.args = append(c.args, ps[i].Token, ps[i].Node, millis(ps[i].Retain))
 		}
+		c.args = claimArgs(ps, c.idx)
 	}
 	op := fmt.Sprintf("claim %d ticks", len(ps))
 	if err := s.runCalls(ctx, calls, nil); err != nil {
@@ -160,6 +159,28 @@ func (s *Store) Claim(ctx context.Context, ps []ledger.ClaimParams) ([]error, er
 		}
 	}
 	return out, nil
+}
+
+// claimArgs returns the ARGV of ledger_claim.lua for the claims idx of ps:
+// token, node and retention once when every one of them has the same
+// three (the scheduler's case: one node's pass), else three per claim.
+func claimArgs(ps []ledger.ClaimParams, idx []int) []any {
+	p0 := &ps[idx[0]]
+	same := true
+	for _, i := range idx[1:] {
+		if p := &ps[i]; p.Token != p0.Token || p.Node != p0.Node || millis(p.Retain) != millis(p0.Retain) {
+			same = false
+			break
+		}
+	}
+	if same {
+		return []any{p0.Token, p0.Node, millis(p0.Retain)}
+	}
+	args := make([]any, 0, 3*len(idx))
+	for _, i := range idx {
+		args = append(args, ps[i].Token, ps[i].Node, millis(ps[i].Retain))
+	}
+	return args
 }
 
 // parseClaim turns a claim's value, #token:token at:node, into the
