@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/tasklock/tasklock/internal/testserver"
 	"github.com/tasklock/tasklock/ledger"
 )
 
@@ -148,5 +150,79 @@ func TestLedgerClaimBeforeSetNXGet(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
 			t.Fatalf("a claim on a hash: %v, want WRONGTYPE", err)
 		}
+	}
+}
+
+// TestLedgerRecordCommands: a new run record costs its script an HSETNX
+// and two ZADDs, no HGET; writing it again (its outcome after its running
+// record) an HSETNX, an HGET, an HSET and the ZADD of its record time,
+// not the runs index's again.
+func TestLedgerRecordCommands(t *testing.T) {
+	t.Parallel()
+	srv := testserver.StartRedis(t)
+	c := closeAtCleanup(t, redis.NewClient(&redis.Options{Addr: srv.Addr()}))
+	s := newStore(t, c, nil)
+	ctx := ctxT(t)
+	rec := func(job string, st ledger.RunStatus) ledger.RunRecord {
+		return ledger.RunRecord{Job: job, Tick: ledgerTick, Attempt: 1, Node: "n1", Fence: 3,
+			Start: ledgerTick.Add(time.Millisecond), Status: st}
+	}
+	// Warm the script cache, so the counts below are of EVALSHA alone.
+	if err := s.RecordRuns(ctx, []ledger.RunRecord{rec("warm", ledger.RunOK)}); err != nil {
+		t.Fatal(err)
+	}
+	stats := func() map[string]int {
+		t.Helper()
+		info, err := c.Info(ctx, "commandstats").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]int{}
+		for _, l := range strings.Split(info, "\r\n") {
+			name, rest, ok := strings.Cut(l, ":")
+			if !ok || !strings.HasPrefix(name, "cmdstat_") {
+				continue
+			}
+			calls, _, _ := strings.Cut(strings.TrimPrefix(rest, "calls="), ",")
+			out[strings.TrimPrefix(name, "cmdstat_")], _ = strconv.Atoi(calls)
+		}
+		if err := c.ConfigResetStat(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	stats()
+	jobs := []string{"a", "b", "c"}
+	var rs []ledger.RunRecord
+	for _, j := range jobs {
+		rs = append(rs, rec(j, ledger.RunRunning))
+	}
+	if err := s.RecordRuns(ctx, rs); err != nil {
+		t.Fatal(err)
+	}
+	if got := stats(); got["hget"] != 0 || got["hsetnx"] != 3 || got["hset"] != 0 || got["zadd"] != 6 {
+		t.Fatalf("new records: %v; want hsetnx 3, zadd 6, no hget or hset", got)
+	}
+	for i := range rs {
+		rs[i].Status, rs[i].End = ledger.RunOK, ledgerTick.Add(time.Second)
+	}
+	if err := s.RecordRuns(ctx, rs); err != nil {
+		t.Fatal(err)
+	}
+	if got := stats(); got["hget"] != 3 || got["hsetnx"] != 3 || got["hset"] != 3 || got["zadd"] != 3 {
+		t.Fatalf("records written again: %v; want hsetnx 3, hget 3, hset 3, zadd 3", got)
+	}
+	for _, j := range jobs {
+		got, err := s.Runs(ctx, ledger.RunQuery{Job: j})
+		if err != nil || len(got) != 1 || got[0].Status != ledger.RunOK || !got[0].End.Equal(ledgerTick.Add(time.Second)) {
+			t.Fatalf("Runs of %s = %+v, %v; want its ok record", j, got, err)
+		}
+	}
+	st, err := s.RunStats(ctx, ledger.StatsQuery{From: ledgerTick, To: ledgerTick.Add(time.Hour), Bucket: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Buckets) != 1 || len(st.Buckets[0].Counts) != 1 || st.Buckets[0].Counts[ledger.RunOK] != 3+1 {
+		t.Fatalf("RunStats = %+v; want 4 ok (3 and the warm-up's), nothing else", st)
 	}
 }

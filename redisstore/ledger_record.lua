@@ -37,10 +37,18 @@ local n = (#ARGV - 1) / 3
 local d, out = {}, {}
 for i = 1, n do
   local m, body, x = ARGV[3 * i - 1], ARGV[3 * i], tonumber(ARGV[3 * i + 1])
-  local prev = redis.call('HGET', KEYS[3 * i - 1], m)
+  local recs, v = KEYS[3 * i - 1], at .. ':' .. body
   local was = ''
-  if prev then
+  -- A new record (the common case) is one HSETNX; the runs index gets its
+  -- member then, and only then: a record that is there has its member
+  -- there, with the same score (its tick), as every record is written with
+  -- it and pruned with it.
+  if redis.call('HSETNX', recs, m, v) == 1 then
+    redis.call('ZADD', KEYS[3 * i - 2], string.match(m, '^(%-?%d+)[:/]'), m)
+  else
+    local prev = redis.call('HGET', recs, m)
     was = status(prev, string.match(prev, '^%d+:()'))
+    redis.call('HSET', recs, m, v)
   end
   local st = status(body, 1)
   if x > 0 then
@@ -49,8 +57,6 @@ for i = 1, n do
     out[#out + 1] = i
     out[#out + 1] = was
   end
-  redis.call('ZADD', KEYS[3 * i - 2], string.match(m, '^(%-?%d+)[:/]'), m)
-  redis.call('HSET', KEYS[3 * i - 1], m, at .. ':' .. body)
   redis.call('ZADD', KEYS[3 * i], at, m)
 end
 flush(d, ARGV[1])
