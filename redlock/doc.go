@@ -43,13 +43,18 @@
 //     gives back what it got on every node (token-checked, taking back the
 //     fence: see Fences) before returning, and a grant that arrives after
 //     the decision when it arrives. A give-back wakes nobody unless a
-//     majority had granted (see Contention). It
-//     returns a *driver.HeldError when the key is held (enough nodes
-//     answered for a majority, and some are held by another owner), an
-//     error wrapping ErrSplitVote when contenders split the vote so that no
-//     owner can hold a majority (it wraps driver.ErrTryAgain: the Locker
-//     tries again after a short jittered pause), a *QuorumError naming each
-//     failed node when fewer than a majority answered, an error wrapping
+//     majority had granted (see Contention). It returns a
+//     *driver.HeldError when the key is held (enough nodes answered for a
+//     majority, and some are held by another owner that has a majority, or
+//     could have one with the nodes that failed while the request could
+//     not); an error wrapping ErrSplitVote when contenders split the vote
+//     so that no owner can hold a majority, or the failed nodes could give
+//     one to the request as well as to another owner (it wraps
+//     driver.ErrTryAgain: the Locker tries again after a short jittered
+//     pause; contenders that each guessed another held the key, when a
+//     node stayed silent past the 1 s bound while the others split, would
+//     all give it back and leave it to nobody); a *QuorumError naming each
+//     failed node when fewer than a majority answered; an error wrapping
 //     ErrTooSlow when the majority came too late.
 //   - Renew sends each node one batched redisstore Renew call. A lease is
 //     renewed only when a majority of the nodes renewed it. When so many

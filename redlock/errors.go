@@ -18,8 +18,11 @@ var ErrTooSlow = errors.New("redlock: the quorum answered after the lease's vali
 // answered for a majority but no owner won one: the key went to several
 // contenders at once, each on fewer than a majority of the nodes (with 3
 // nodes: one grant here, and each other node held by a different owner),
-// counting every node that failed to answer as the other owner's. Every
-// grant has been released again. It wraps driver.ErrTryAgain: the Locker
+// counting every node that failed to answer as the other owner's; or it
+// may have, the nodes that failed being able to give a majority to the
+// request as well as to another owner (with 3 nodes: one grant here, one
+// node held by another owner, one without an answer). Every grant has
+// been released again. It wraps driver.ErrTryAgain: the Locker
 // retries it after a short jittered pause, so the contenders that tied do
 // not tie again.
 var ErrSplitVote = fmt.Errorf("redlock: the vote split, no owner won a majority: %w", driver.ErrTryAgain)

@@ -397,11 +397,14 @@ func (s *Store) quorumError(op, key, detail string, failed []*NodeError) *Quorum
 // it arrives; a split vote's keeper asks again first (see acquire). The
 // error is then:
 //   - a *driver.HeldError when a majority of the nodes answered and some are
-//     held by another owner: the owner most nodes named, with the shortest of
-//     its remaining TTLs;
+//     held by another owner that holds a majority, or could with the
+//     failed nodes while this request could not: the owner most nodes
+//     named, with the shortest of its remaining TTLs;
 //   - an error wrapping ErrSplitVote (and driver.ErrTryAgain) when a
-//     majority answered but no owner can hold a majority, even counting
-//     every failed node as its own: contenders split the vote;
+//     majority answered but no owner holds a majority, and none can even
+//     counting every failed node as its own, or the failed nodes could
+//     give one to this request as well as to another: contenders split
+//     the vote (or may have);
 //   - a *QuorumError naming each failed node when fewer than a majority
 //     answered;
 //   - an error wrapping ErrTooSlow when a majority granted but too late.
@@ -634,11 +637,14 @@ func (s *Store) attempt(ctx context.Context, ps []driver.AcquireParams, out []dr
 		case len(v.held) > 0 && len(v.grants)+len(v.held) >= s.quorum:
 			// A majority answered: the lock is held, and a release will
 			// wake the waiters — unless no owner can hold a majority, not
-			// even with every failed node on its side: then the vote split
-			// between contenders, nobody will release, and the caller
-			// should try again.
+			// even with every failed node on its side, or the failed nodes
+			// could as well have given the majority to this request: then
+			// the vote split between contenders (or may have), the holder
+			// would be a guess, nobody will release, and the caller should
+			// try again. Contenders that each guessed another held the key
+			// would all give back their grants and leave it to nobody.
 			h, n := heldView(v.held)
-			if n+len(v.failed) < s.quorum {
+			if n+len(v.failed) < s.quorum || len(v.grants)+len(v.failed) >= s.quorum {
 				out[j].Err = fmt.Errorf("redlock: acquire %q: %w: granted on %d, held on %d (by %s on %d), %d failed",
 					p.Key, ErrSplitVote, len(v.grants), len(v.held), h.Owner, n, len(v.failed))
 				break

@@ -723,3 +723,71 @@ func TestSlowNodeDecidesVote(t *testing.T) {
 	}
 	waitFor(t, 5*time.Second, func() bool { return !onNode(t, s, 2, "k") })
 }
+
+// A vote that a failed or silent node could decide either way — one grant
+// here, one node another's, the third without an answer — is a split, not
+// a hold: the other owner may be a contender in the same position, and
+// contenders that each reported the key held by another would all give
+// back their grants and leave a free key to nobody (storetest's
+// ContendedTryObtainGrantsOne, when a node stayed silent past the 1 s
+// bound on a loaded machine). Only a holder that the failed nodes could
+// give a majority while they could not give one to the request is
+// reported as holding the key.
+func TestUndecidedVoteTriesAgain(t *testing.T) {
+	t.Parallel()
+	hold := func(s *Store, i int, owner string) {
+		t.Helper()
+		if err := s.nodes[i].client.Set(ctxT(t), s.prefix+"{k}", owner+":1:"+owner, 10*time.Second).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	t.Run("down", func(t *testing.T) {
+		t.Parallel()
+		srvs := startNodes(t, 3)
+		s := newStore(t, addrsOf(srvs), nil)
+		srvs[1].Kill(t)
+		hold(s, 2, "other2")
+		_, err := acquire(t, s, "k", token(), "z", 10*time.Second)
+		if !errors.Is(err, ErrSplitVote) || !errors.Is(err, driver.ErrTryAgain) {
+			t.Fatalf("granted on node 0, node 1 down, node 2 another's: Acquire = %v, want ErrSplitVote", err)
+		}
+		if onNode(t, s, 0, "k") {
+			t.Fatal("the grant on node 0 was not given back")
+		}
+		// Another's on two nodes: held, whatever the node that is down
+		// would say.
+		hold(s, 0, "other2")
+		_, err = acquire(t, s, "k", token(), "z", 10*time.Second)
+		var he *driver.HeldError
+		if !errors.As(err, &he) || he.Owner != "other2" {
+			t.Fatalf("nodes 0 and 2 another's, node 1 down: Acquire = %v, want held by other2", err)
+		}
+	})
+
+	t.Run("silent", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t, addrsOf(startNodes(t, 3)), nil)
+		// Load the scripts first, so that each slowed Acquire is one command.
+		warm := token()
+		mustAcquire(t, s, "warm", warm, "z", 10*time.Second)
+		if err := s.Release(ctxT(t), driver.ReleaseParams{Key: "warm", Token: warm}); err != nil {
+			t.Fatal(err)
+		}
+		// A TTL of 200 ms bounds the wait at its validity, 196 ms; node 1
+		// answers after 400 ms, past it.
+		hook := &slowHook{delay: 400 * time.Millisecond}
+		s.nodes[1].client.AddHook(hook)
+		hold(s, 2, "other2")
+		hook.on.Store(true)
+		_, err := acquire(t, s, "k", token(), "z", 200*time.Millisecond)
+		hook.on.Store(false)
+		if !errors.Is(err, ErrSplitVote) {
+			t.Fatalf("granted on node 0, node 1 silent past the wait, node 2 another's: Acquire = %v, want ErrSplitVote", err)
+		}
+		if onNode(t, s, 0, "k") {
+			t.Fatal("the grant on node 0 was not given back")
+		}
+		waitFor(t, 5*time.Second, func() bool { return !onNode(t, s, 1, "k") })
+	})
+}
