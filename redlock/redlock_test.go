@@ -228,7 +228,33 @@ func TestNodeTimeoutDefault(t *testing.T) {
 
 func TestConformance(t *testing.T) {
 	addrs := addrsOf(startNodes(t, 3))
+	warmUp(t, addrs)
 	storetest.Run(t, func(t *testing.T) driver.Store { return newStore(t, addrs, nil) })
+}
+
+// warmUp makes a few locks on fresh nodes before a test that expects every
+// call to be answered within Acquire's 1 s bound: on a loaded machine a
+// redis-server just started has answered its first connections and script
+// calls after more than that (1.2–1.5 s in traces of storetest's
+// ContendedTryObtainGrantsOne run alone), a QuorumError by the contract
+// that the test's first round then reports as a failure.
+func warmUp(t *testing.T, addrs []string) {
+	t.Helper()
+	s := newStore(t, addrs, patient)
+	deadline := time.Now().Add(30 * time.Second)
+	for done := 0; done < 3; {
+		tok := token()
+		_, err := acquire(t, s, "warm", tok, "warm", 10*time.Second)
+		if err == nil {
+			err = s.Release(ctxT(t), driver.ReleaseParams{Key: "warm", Token: tok})
+		}
+		switch {
+		case err == nil:
+			done++
+		case time.Now().After(deadline):
+			t.Fatalf("warming up the nodes: %v", err)
+		}
+	}
 }
 
 // With one of three nodes down, locks are obtained, kept and released.
