@@ -228,46 +228,15 @@ func fanOut[T any](ctx, calls context.Context, w wait, nodes []*node,
 	settled func(quorum int, out []result[T]) bool,
 	late func(i int, v T, err error),
 ) []result[T] {
-	var (
-		mu        sync.Mutex
-		out       = make([]result[T], len(nodes)) // guarded by mu until returned
-		answered  int                             // guarded by mu
-		sure      int                             // guarded by mu: definite answers
-		straggled bool                            // guarded by mu: the node timeout has passed
-		returned  bool                            // guarded by mu: fanOut has decided
-		wake      = make(chan struct{}, 1)        // "you can decide now"
-	)
-	// decidable reports whether the caller can decide. Callers hold mu.
-	decidable := func() bool {
-		return answered == len(nodes) || (straggled && sure >= w.quorum && (settled == nil || settled(w.quorum, out)))
+	f := &fan[T]{nodes: len(nodes), quorum: w.quorum, definite: definite, settled: settled, late: late, wake: make(chan struct{}, 1)}
+	if len(nodes) <= len(f.buf) {
+		f.out = f.buf[:len(nodes):len(nodes)]
+	} else {
+		f.out = make([]result[T], len(nodes))
 	}
 	cctx, finished := callContext(calls, w.callTimeout, len(nodes))
 	for i, n := range nodes {
-		go func() {
-			defer finished()
-			v, err := do(cctx, n)
-			mu.Lock()
-			if returned {
-				mu.Unlock()
-				if late != nil {
-					late(i, v, err)
-				}
-				return
-			}
-			out[i] = result[T]{val: v, err: err, answered: true}
-			answered++
-			if definite(v, err) {
-				sure++
-			}
-			wakeUp := decidable()
-			mu.Unlock()
-			if wakeUp {
-				select {
-				case wake <- struct{}{}:
-				default:
-				}
-			}
-		}()
+		go f.call(cctx, i, n, do, finished)
 	}
 
 	// One timer: the node timeout, then (when w.limit is set) the rest of
@@ -277,43 +246,44 @@ func fanOut[T any](ctx, calls context.Context, w wait, nodes []*node,
 	if limitFirst {
 		first = w.limit
 	}
-	timer := time.NewTimer(first)
-	defer timer.Stop()
+	timer := getTimer(first)
+	defer putTimer(timer)
 	// why the nodes still without an answer have none, once decided (nil:
-	// they missed the node timeout); mu is held from the decision until
+	// they missed the node timeout); f.mu is held from the decision until
 	// returned is set.
 	var why error
 wait:
 	for {
 		select {
-		case <-wake:
-			mu.Lock()
-			if decidable() {
+		case <-f.wake:
+			f.mu.Lock()
+			if f.decidable() {
 				break wait
 			}
-			mu.Unlock()
+			f.mu.Unlock()
 		case <-timer.C:
-			mu.Lock()
-			if straggled || limitFirst {
+			f.mu.Lock()
+			if f.straggled || limitFirst {
 				why = fmt.Errorf("no answer within %v: %w", w.limit, context.DeadlineExceeded)
 				break wait
 			}
-			straggled = true
+			f.straggled = true
 			if w.limit > 0 {
 				timer.Reset(max(w.limit-w.nodeTimeout, 0))
 			}
-			if decidable() {
+			if f.decidable() {
 				break wait
 			}
-			mu.Unlock()
+			f.mu.Unlock()
 		case <-ctx.Done():
-			mu.Lock()
+			f.mu.Lock()
 			why = fmt.Errorf("no answer: %w", ctx.Err())
 			break wait
 		}
 	}
-	returned = true
-	mu.Unlock()
+	f.returned = true
+	out, answered := f.out, f.answered
+	f.mu.Unlock()
 	if answered < len(nodes) {
 		if why == nil {
 			why = fmt.Errorf("no answer within %v: %w", w.nodeTimeout, context.DeadlineExceeded)
@@ -325,6 +295,79 @@ wait:
 		}
 	}
 	return out
+}
+
+// fan is the state of one fanOut, shared with its calls: one allocation,
+// which holds the answers too for up to 5 nodes.
+type fan[T any] struct {
+	mu        sync.Mutex
+	out       []result[T]   // guarded by mu until returned
+	answered  int           // guarded by mu
+	sure      int           // guarded by mu: definite answers
+	straggled bool          // guarded by mu: the node timeout has passed
+	returned  bool          // guarded by mu: fanOut has decided
+	wake      chan struct{} // "you can decide now"
+
+	nodes    int
+	quorum   int
+	definite func(T, error) bool
+	settled  func(quorum int, out []result[T]) bool
+	late     func(i int, v T, err error)
+	buf      [5]result[T]
+}
+
+// decidable reports whether the caller can decide. Callers hold f.mu.
+func (f *fan[T]) decidable() bool {
+	return f.answered == f.nodes || (f.straggled && f.sure >= f.quorum && (f.settled == nil || f.settled(f.quorum, f.out)))
+}
+
+// call is node i's call: it records the answer, and wakes the caller when
+// it can decide, or passes a late answer on.
+func (f *fan[T]) call(ctx context.Context, i int, n *node, do func(context.Context, *node) (T, error), finished func()) {
+	defer finished()
+	v, err := do(ctx, n)
+	f.mu.Lock()
+	if f.returned {
+		f.mu.Unlock()
+		if f.late != nil {
+			f.late(i, v, err)
+		}
+		return
+	}
+	f.out[i] = result[T]{val: v, err: err, answered: true}
+	f.answered++
+	if f.definite(v, err) {
+		f.sure++
+	}
+	wakeUp := f.decidable()
+	f.mu.Unlock()
+	if wakeUp {
+		select {
+		case f.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// timers keeps stopped timers for fanOut: one per call otherwise.
+var timers = sync.Pool{New: func() any {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return t
+}}
+
+// getTimer returns a timer from the pool, set to fire after d.
+func getTimer(d time.Duration) *time.Timer {
+	t := timers.Get().(*time.Timer)
+	t.Reset(d)
+	return t
+}
+
+// putTimer stops t and returns it to the pool. Since Go 1.23 a stopped
+// timer's channel holds no stale value, so the next Reset starts clean.
+func putTimer(t *time.Timer) {
+	t.Stop()
+	timers.Put(t)
 }
 
 // callContext returns the context of n calls that start together from
