@@ -364,9 +364,15 @@ func getTimer(d time.Duration) *time.Timer {
 }
 
 // putTimer stops t and returns it to the pool. Since Go 1.23 a stopped
-// timer's channel holds no stale value, so the next Reset starts clean.
+// timer's channel holds no stale value, so the next Reset starts clean;
+// the drain keeps that so in a program run with GODEBUG=asynctimerchan=1.
 func putTimer(t *time.Timer) {
-	t.Stop()
+	if !t.Stop() {
+		select {
+		case <-t.C:
+		default:
+		}
+	}
 	timers.Put(t)
 }
 
