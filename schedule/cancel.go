@@ -108,6 +108,7 @@ func requestRef(tr ledger.TriggerRequest) runRef {
 // running is a run in progress on this node, found by a cancel request.
 type running struct {
 	cancel  context.CancelCauseFunc
+	ref     runRef // the run's key in jobRemoval.byRun
 	request string // the cancel request that stopped it, removed when the run ends
 }
 

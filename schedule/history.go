@@ -2,6 +2,7 @@ package schedule
 
 import (
 	"context"
+	"errors"
 	"sync"
 
 	"github.com/tasklock/tasklock/ledger"
@@ -29,17 +30,38 @@ type history struct {
 
 type histItem struct {
 	rs   []ledger.RunRecord
-	wait bool          // a goroutine waits on done or lead; false: queued by recordStart
-	gone bool          // replaced by a later record with the same key before it was written
-	done chan error    // capacity 1: written by another goroutine's call
-	lead chan struct{} // capacity 1: this goroutine writes the next batch
+	one  [1]ledger.RunRecord // rs's array when the item has one record (oneItem)
+	wait bool                // a goroutine waits on wake; false: queued by recordStart
+	gone bool                // replaced by a later record with the same key before it was written
+	// wake, capacity 1, made when the item queues behind a write under
+	// way: the result of another goroutine's call that wrote it, or
+	// errLead when this goroutine writes the next batch.
+	wake chan error
 }
+
+// errLead, sent on a histItem's wake, tells its goroutine to write the next
+// batch; it is never returned.
+var errLead = errors.New("schedule: history: write the next batch")
 
 // record writes history records, with those of other runs ending at the
 // same time, and returns once they are written (or writing failed twice,
 // which it logs and returns).
 func (s *Scheduler) record(rs ...ledger.RunRecord) error {
-	return s.enqueue(&histItem{rs: rs, wait: true, done: make(chan error, 1), lead: make(chan struct{}, 1)})
+	return s.enqueue(&histItem{rs: rs, wait: true})
+}
+
+// recordOne is record of one record, in one allocation.
+func (s *Scheduler) recordOne(r ledger.RunRecord) error {
+	it := oneItem(r)
+	it.wait = true
+	return s.enqueue(it)
+}
+
+// oneItem is an item of the one record r, with its own array.
+func oneItem(r ledger.RunRecord) *histItem {
+	it := &histItem{one: [1]ledger.RunRecord{r}}
+	it.rs = it.one[:]
+	return it
 }
 
 // recordStart writes a run's running record r: at once when no write is
@@ -50,10 +72,10 @@ func (s *Scheduler) recordStart(r ledger.RunRecord) {
 	h.mu.Lock()
 	if !h.busy {
 		h.mu.Unlock()
-		s.record(r)
+		s.recordOne(r)
 		return
 	}
-	it := &histItem{rs: []ledger.RunRecord{r}}
+	it := oneItem(r)
 	h.pending = append(h.pending, it)
 	if h.queued == nil {
 		h.queued = make(map[ledger.RunKey]*histItem)
@@ -78,13 +100,12 @@ func (s *Scheduler) enqueue(it *histItem) error {
 	}
 	h.pending = append(h.pending, it)
 	if h.busy {
+		it.wake = make(chan error, 1)
 		h.mu.Unlock()
-		select {
-		case err := <-it.done:
+		if err := <-it.wake; err != errLead {
 			s.recordFailed(it.rs, err)
 			s.deps.ended(it.rs, err)
 			return err
-		case <-it.lead:
 		}
 		h.mu.Lock()
 	}
@@ -109,7 +130,7 @@ func (s *Scheduler) enqueue(it *histItem) error {
 			}
 		}
 		if next != nil {
-			next.lead <- struct{}{}
+			next.wake <- errLead
 			break
 		}
 		if len(h.pending) == 0 {
@@ -149,7 +170,7 @@ func (s *Scheduler) writeBatch(batch []*histItem, self *histItem) error {
 		switch {
 		case b == self:
 		case b.wait:
-			b.done <- err
+			b.wake <- err
 		case !b.gone:
 			s.recordFailed(b.rs, err)
 		}

@@ -333,6 +333,10 @@ type job struct {
 	lag    bool          // owner is another node: its ticks are claimed here only as fallbacks
 	ahead  time.Duration // how long before its ticks a pass claims them (Config.ClaimAhead; set by Add)
 
+	// obtainOpts are the options of the job's lock for this node (set by
+	// Add), built once and shared by its runs: read only.
+	obtainOpts *tasklock.ObtainOptions
+
 	rm jobRemoval // Scheduler.Remove (remove.go); guarded by Scheduler.mu
 }
 
@@ -498,7 +502,8 @@ func validateLock(job string, o tasklock.ObtainOptions) error {
 	return badJob(job, "Job.Lock."+strings.TrimPrefix(oe.Field, "ObtainOptions."), oe.Reason, nil)
 }
 
-// lockOptions are the options of the job's lock.
+// lockOptions are the options of the job's lock, a copy the caller may
+// change.
 func (j *job) lockOptions(node string) *tasklock.ObtainOptions {
 	o := j.Lock
 	o.Owner = node

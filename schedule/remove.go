@@ -27,7 +27,7 @@ type RemoveOptions struct {
 // the cancel functions of its runs in progress. Guarded by Scheduler.mu.
 type jobRemoval struct {
 	removed bool
-	runs    map[*context.CancelCauseFunc]struct{}
+	runs    map[*running]struct{}
 	byRun   map[runRef]*running // the same runs by name, for cancel requests (cancel.go)
 }
 
@@ -66,8 +66,8 @@ func (s *Scheduler) Remove(name string, opts RemoveOptions) error {
 	j.rm.removed = true
 	var cancels []context.CancelCauseFunc
 	if opts.Cancel {
-		for c := range j.rm.runs {
-			cancels = append(cancels, *c)
+		for r := range j.rm.runs {
+			cancels = append(cancels, r.cancel)
 		}
 	}
 	s.mu.Unlock()
@@ -80,35 +80,37 @@ func (s *Scheduler) Remove(name string, opts RemoveOptions) error {
 
 // startRun notes a run of j in progress (the work w), cancelled by cancel
 // if j is removed with RemoveOptions.Cancel or a cancel request names it.
-// It returns false, noting nothing, when j was removed already; otherwise
-// the caller calls the function it returns when the run ends, which
-// removes the cancel request that stopped it, if one did.
-func (s *Scheduler) startRun(j *job, w work, cancel context.CancelCauseFunc) (func(), bool) {
+// It returns nil, noting nothing, when j was removed already; otherwise
+// the caller calls endRun with what it returns when the run ends.
+func (s *Scheduler) startRun(j *job, w work, cancel context.CancelCauseFunc) *running {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if j.rm.removed {
-		return nil, false
+		return nil
 	}
 	if j.rm.runs == nil {
-		j.rm.runs = make(map[*context.CancelCauseFunc]struct{})
+		j.rm.runs = make(map[*running]struct{})
 		j.rm.byRun = make(map[runRef]*running)
 	}
-	c := &cancel
-	j.rm.runs[c] = struct{}{}
-	ref, r := refOf(w), &running{cancel: cancel}
-	j.rm.byRun[ref] = r
-	return func() {
-		s.mu.Lock()
-		delete(j.rm.runs, c)
-		if j.rm.byRun[ref] == r {
-			delete(j.rm.byRun, ref)
-		}
-		request := r.request
-		s.mu.Unlock()
-		if request != "" {
-			s.triggerDone(j.Name, request)
-		}
-	}, true
+	r := &running{cancel: cancel, ref: refOf(w)}
+	j.rm.runs[r] = struct{}{}
+	j.rm.byRun[r.ref] = r
+	return r
+}
+
+// endRun notes the end of j's run r (startRun), and removes the cancel
+// request that stopped it, if one did.
+func (s *Scheduler) endRun(j *job, r *running) {
+	s.mu.Lock()
+	delete(j.rm.runs, r)
+	if j.rm.byRun[r.ref] == r {
+		delete(j.rm.byRun, r.ref)
+	}
+	request := r.request
+	s.mu.Unlock()
+	if request != "" {
+		s.triggerDone(j.Name, request)
+	}
 }
 
 // removal is when a job was removed and up to which instant it had

@@ -151,7 +151,7 @@ func (s *Scheduler) redacted(text string) string {
 func (s *Scheduler) skip(j *job, w work, attempt int, reason string) {
 	rec := s.notRun(j, w, ledger.RunSkipped, reason)
 	rec.Attempt = attempt
-	s.record(rec)
+	s.recordOne(rec)
 	s.emit(recordEvent(EventSkipped, &rec, 0))
 }
 
@@ -201,12 +201,12 @@ func (s *Scheduler) runTick(j *job, w work) {
 	// MaxHold, or the end of Shutdown's grace period.
 	tickCtx, tickCancel := context.WithCancelCause(s.runCtx)
 	defer tickCancel(nil)
-	ended, ok := s.startRun(j, w, tickCancel)
-	if !ok {
+	run := s.startRun(j, w, tickCancel)
+	if run == nil {
 		s.skip(j, w, attempt, ErrRemoved.Error())
 		return
 	}
-	defer ended()
+	defer s.endRun(j, run)
 	if !s.awaitParents(tickCtx, j, w, attempt, ahead) {
 		return
 	}
@@ -304,9 +304,12 @@ func (s *Scheduler) runTick(j *job, w work) {
 			}
 		}
 		if rec.Status == "" {
-			rec = s.attempt(tickCtx, j, w, attempt, cmp.Or(lock, lim.running), written && try == 1)
+			// The last attempt the tick can make may run under tickCtx
+			// itself, ended as the attempt returns (attempt).
+			lastTry := try > j.Retries
+			rec = s.attempt(tickCtx, tickCancel, lastTry, j, w, attempt, cmp.Or(lock, lim.running), written && try == 1)
 		}
-		s.record(rec)
+		s.recordOne(rec)
 		s.logRun(&rec)
 		s.emit(runEvent(EventRunEnded, &rec, w.catchUp))
 		last = rec
@@ -368,8 +371,17 @@ func (s *Scheduler) pending(j *job, w work, n int) ledger.RunRecord {
 
 // attempt calls the handler once and returns its record. With written, its
 // running record is written already (a tick claimed ahead: runTick).
-func (s *Scheduler) attempt(parent context.Context, j *job, w work, n int, lock *tasklock.Lock, written bool) ledger.RunRecord {
-	ctx, cancel := context.WithCancelCause(parent)
+//
+// The handler's context ends as attempt returns. It is a child of parent,
+// except for the last attempt at a tick (lastTry) of a job without
+// Timeout: no retry follows under parent then, so the handler runs under
+// parent itself and attempt ends it with parentCancel, which saves a
+// context per run.
+func (s *Scheduler) attempt(parent context.Context, parentCancel context.CancelCauseFunc, lastTry bool, j *job, w work, n int, lock *tasklock.Lock, written bool) ledger.RunRecord {
+	ctx, cancel := parent, parentCancel
+	if !lastTry || j.Timeout > 0 {
+		ctx, cancel = context.WithCancelCause(parent)
+	}
 	defer cancel(nil)
 	start := s.clock.Now()
 	if j.Timeout > 0 {
@@ -481,7 +493,7 @@ func (s *Scheduler) logRun(r *ledger.RunRecord) {
 func (s *Scheduler) obtain(j *job) (*tasklock.Lock, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
 	defer cancel()
-	return s.lk.TryObtain(ctx, j.key, j.lockOptions(s.node))
+	return s.lk.TryObtain(ctx, j.key, j.obtainOpts)
 }
 
 func (s *Scheduler) release(j *job, l *tasklock.Lock) {

@@ -418,6 +418,7 @@ func (s *Scheduler) Add(j Job) error {
 		return err
 	}
 	s.jobs[j.Name] = jj
+	jj.obtainOpts = jj.lockOptions(s.node)
 	if plain(jj) {
 		jj.ahead = s.claimAhead
 	}
@@ -978,7 +979,8 @@ type batch struct {
 	// fall are the due ticks of jobs another node prefers, claimed only
 	// where its mark does not cover them (prefer.go).
 	fall []fallback
-	gap  bool // a preferred job's ticks older than its backlog were left unclaimed
+	gap  bool      // a preferred job's ticks older than its backlog were left unclaimed
+	runs runGroups // the claimed work, by job
 }
 
 // reset empties b for the next pass, keeping its arrays: a pass of
@@ -986,7 +988,7 @@ type batch struct {
 func (b batch) reset() batch {
 	clear(b.owners) // let removed jobs go
 	clear(b.fall)
-	return batch{claims: b.claims[:0], owners: b.owners[:0], works: b.works[:0], undo: b.undo[:0], seen: b.seen[:0], fall: b.fall[:0]}
+	return batch{claims: b.claims[:0], owners: b.owners[:0], works: b.works[:0], undo: b.undo[:0], seen: b.seen[:0], fall: b.fall[:0], runs: b.runs.reset()}
 }
 
 // undo is how to put a job back when its pass fails: after was its
@@ -1098,8 +1100,7 @@ func (s *Scheduler) pass(now time.Time) {
 	handled := s.clock.Now()
 	b.misfireAgain(handled)
 
-	var order []*job
-	claimed := make(map[*job][]work)
+	g := &b.runs
 	failed := false
 	for i, r := range res {
 		j, w := b.owners[i], b.works[i]
@@ -1112,10 +1113,7 @@ func (s *Scheduler) pass(now time.Time) {
 			if w.paused {
 				continue
 			}
-			if _, ok := claimed[j]; !ok {
-				order = append(order, j)
-			}
-			claimed[j] = append(claimed[j], w)
+			g.add(j, w)
 		case errors.Is(r, ledger.ErrClaimed):
 			s.emit(Event{Type: EventClaimedElsewhere, Job: j.Name, Tick: w.tick.UTC(), Trigger: w.trigger, Paused: w.paused})
 			if w.past {
@@ -1123,10 +1121,7 @@ func (s *Scheduler) pass(now time.Time) {
 				// took: the request is done either way, and the node that
 				// ran the tick may never have seen it.
 				w.elsewhere = true
-				if _, ok := claimed[j]; !ok {
-					order = append(order, j)
-				}
-				claimed[j] = append(claimed[j], w)
+				g.add(j, w)
 			}
 		default:
 			failed = true
@@ -1142,15 +1137,70 @@ func (s *Scheduler) pass(now time.Time) {
 			s.nextMark = now.Add(s.poll)
 		}()
 	}
-	if len(order) == 0 {
+	if len(g.order) == 0 {
 		return
 	}
 	s.mu.Lock()
-	s.active += len(order)
+	s.active += len(g.order)
 	s.mu.Unlock()
-	for _, j := range order {
-		go s.execute(j, claimed[j])
+	items := g.split()
+	for i, j := range g.order {
+		go s.execute(j, items[i])
 	}
+}
+
+// runGroups gathers a pass's claimed work by job, in the order of the
+// jobs' first work, for their run goroutines. Its arrays are kept from
+// pass to pass; the work itself goes out in one new array per pass (split).
+type runGroups struct {
+	index map[*job]int // a job's place in order
+	order []*job
+	count []int  // per job in order, its works
+	works []work // in claim order
+	of    []int  // per work, its job's place in order
+	items [][]work
+}
+
+func (g *runGroups) add(j *job, w work) {
+	i, ok := g.index[j]
+	if !ok {
+		if g.index == nil {
+			g.index = make(map[*job]int)
+		}
+		i = len(g.order)
+		g.index[j] = i
+		g.order = append(g.order, j)
+		g.count = append(g.count, 0)
+	}
+	g.count[i]++
+	g.works = append(g.works, w)
+	g.of = append(g.of, i)
+}
+
+// split returns each job's works, in claim order, as slices of one new
+// array, each capped at its end so that an append cannot reach the next.
+func (g *runGroups) split() [][]work {
+	all := make([]work, len(g.works))
+	g.items = g.items[:0]
+	at := 0
+	for _, n := range g.count {
+		g.items = append(g.items, all[at:at:at+n])
+		at += n
+	}
+	for k, w := range g.works {
+		i := g.of[k]
+		g.items[i] = append(g.items[i], w)
+	}
+	return g.items
+}
+
+// reset empties g for the next pass, keeping its arrays.
+func (g runGroups) reset() runGroups {
+	clear(g.index)
+	clear(g.order) // let removed jobs go
+	clear(g.works)
+	clear(g.items)
+	return runGroups{index: g.index, order: g.order[:0], count: g.count[:0], works: g.works[:0], of: g.of[:0], items: g.items[:0]}
 }
 
 // addDue adds a job's due ticks to the pass, and a missed record for the
