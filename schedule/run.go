@@ -226,6 +226,15 @@ func (s *Scheduler) runTick(j *job, w work) {
 			s.release(j, lock)
 		}
 	}()
+	// stopLoss, once lock is held, is its cancelOnLoss's stop: deferred
+	// here, after the release, so that it runs before it, and not in the
+	// attempts loop, where each defer would cost an allocation.
+	var stopLoss func() bool
+	defer func() {
+		if stopLoss != nil {
+			stopLoss()
+		}
+	}()
 	locks := j.Overlap == OverlapSkip && !w.allow // the tick runs under the job's lock
 	written := false                              // the first attempt's running record is written, as it will start
 	if w.tick.After(s.clock.Now()) && j.ahead > 0 && w.trigger == "" && !w.past {
@@ -237,7 +246,7 @@ func (s *Scheduler) runTick(j *job, w work) {
 		if locks {
 			if l, err := s.obtain(j); err == nil {
 				lock = l
-				defer cancelOnLoss(l, tickCancel)()
+				stopLoss = cancelOnLoss(l, tickCancel)
 			}
 		}
 		rec := s.pending(j, w, attempt)
@@ -290,7 +299,7 @@ func (s *Scheduler) runTick(j *job, w work) {
 				s.emit(w.startEvent(&rec))
 			default:
 				lock = l
-				defer cancelOnLoss(l, tickCancel)()
+				stopLoss = cancelOnLoss(l, tickCancel)
 			}
 		}
 		if try == 1 && rec.Status == "" && !s.onTime(j, &w, pendingAt) {

@@ -981,6 +981,8 @@ type batch struct {
 	fall []fallback
 	gap  bool      // a preferred job's ticks older than its backlog were left unclaimed
 	runs runGroups // the claimed work, by job
+	// ticks holds the due ticks of the pass's jobs, one stretch each.
+	ticks []time.Time
 }
 
 // reset empties b for the next pass, keeping its arrays: a pass of
@@ -988,7 +990,7 @@ type batch struct {
 func (b batch) reset() batch {
 	clear(b.owners) // let removed jobs go
 	clear(b.fall)
-	return batch{claims: b.claims[:0], owners: b.owners[:0], works: b.works[:0], undo: b.undo[:0], seen: b.seen[:0], fall: b.fall[:0], runs: b.runs.reset()}
+	return batch{claims: b.claims[:0], owners: b.owners[:0], works: b.works[:0], undo: b.undo[:0], seen: b.seen[:0], fall: b.fall[:0], runs: b.runs.reset(), ticks: b.ticks[:0]}
 }
 
 // undo is how to put a job back when its pass fails: after was its
@@ -1044,7 +1046,9 @@ func (s *Scheduler) pass(now time.Time) {
 			upTo = now.Add(-s.pref.delay) // another node's to claim first
 		}
 		upTo = upTo.Add(j.ahead) // Config.ClaimAhead: the ticks due by then
-		ticks := backlog(j.sched, j.after, upTo, MaxBacklog)
+		all := appendBacklog(b.ticks, j.sched, j.after, upTo, MaxBacklog)
+		ticks := all[len(b.ticks):len(all):len(all)] // capped: fallbacks delete from theirs in place
+		b.ticks = all
 		gap := olderTicks(j.sched, j.after, ticks)
 		b.undo = append(b.undo, undo{j, j.after, upTo})
 		j.after = upTo
@@ -1345,25 +1349,28 @@ func (s *Scheduler) claimFailed(b *batch, now time.Time, err error) {
 	}
 }
 
-// backlog returns the newest n ticks of sched in (after, now], oldest
-// first. When there are very many it looks at a shorter stretch before now
-// instead of walking them all.
-func backlog(sched Schedule, after, now time.Time, n int) []time.Time {
+// appendBacklog appends to dst the newest n ticks of sched in (after,
+// now], oldest first, and returns the result: a pass keeps one array for
+// its jobs' ticks. When there are very many it looks at a shorter stretch
+// before now instead of walking them all.
+func appendBacklog(dst []time.Time, sched Schedule, after, now time.Time, n int) []time.Time {
+	base := len(dst)
 	for {
-		var ticks []time.Time
+		ticks := dst[:base]
 		walked := 0
 		t := sched.Next(after)
 		for !t.IsZero() && !t.After(now) && walked <= 16*n {
 			ticks = append(ticks, t)
-			if len(ticks) > 2*n {
-				ticks = append(ticks[:0], ticks[len(ticks)-n:]...)
+			if len(ticks)-base > 2*n {
+				ticks = append(ticks[:base], ticks[len(ticks)-n:]...)
 			}
 			walked++
 			t = sched.Next(t)
 		}
 		if walked <= 16*n {
-			return ticks[max(len(ticks)-n, 0):]
+			return append(ticks[:base], ticks[max(len(ticks)-n, base):]...)
 		}
+		dst = ticks[:base] // keep the array grown
 		after = now.Add(-now.Sub(after) / 8)
 	}
 }
