@@ -11,6 +11,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/tasklock/tasklock"
@@ -500,17 +501,42 @@ func (s *Scheduler) logRun(r *ledger.RunRecord) {
 
 // obtain takes the job's lock, once.
 func (s *Scheduler) obtain(j *job) (*tasklock.Lock, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
-	defer cancel()
-	return s.lk.TryObtain(ctx, j.key, j.obtainOpts)
+	return s.lk.TryObtain(s.lockCalls.get(), j.key, j.obtainOpts)
 }
 
 func (s *Scheduler) release(j *job, l *tasklock.Lock) {
-	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
-	defer cancel()
+	ctx := s.lockCalls.get()
 	if err := l.Release(ctx); err != nil && !errors.Is(err, tasklock.ErrNotHeld) {
 		s.log.Error("schedule: releasing the job's lock", "node", s.node, "job", j.Name, "err", err)
 	}
+}
+
+// timeoutShare is how long a sharedTimeout hands out one context.
+const timeoutShare = time.Millisecond
+
+// sharedTimeout hands out contexts that bound store calls: each ends
+// storeTimeout after the call that gets it, at most timeoutShare later.
+// Calls made within timeoutShare of each other share one context, so that
+// the runs of a tick, which obtain and release their locks together, do
+// not make a context and a timer per call. A context handed out is never
+// cancelled before its deadline: calls may still be using it.
+type sharedTimeout struct {
+	mu    sync.Mutex
+	ctx   context.Context
+	stop  context.CancelFunc // ctx's; never called: ctx ends at its deadline
+	until time.Time          // calls starting before then get ctx
+}
+
+// get returns a context that ends no sooner than storeTimeout from now.
+func (t *sharedTimeout) get() context.Context {
+	now := time.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.ctx == nil || !now.Before(t.until) {
+		t.ctx, t.stop = context.WithTimeout(context.Background(), storeTimeout+timeoutShare)
+		t.until = now.Add(timeoutShare)
+	}
+	return t.ctx
 }
 
 // triggerDone removes a claimed trigger request from the job's state.

@@ -243,6 +243,8 @@ type Scheduler struct {
 	handled map[string]removal
 
 	hist history // history records waiting to be written together (history.go)
+	// lockCalls bounds the job lock's obtain and release calls (run.go).
+	lockCalls sharedTimeout
 	// passBuf keeps the last pass's batch, whose arrays the next pass
 	// reuses; only the loop goroutine touches it.
 	passBuf batch
