@@ -482,7 +482,9 @@ func TestDepsDefaultWaitEndsAtNextTick(t *testing.T) {
 	for range 8 {
 		c.advance(time.Second)
 		c.settle(false)
-		waitFor(t, "the older tick to give up its wait", func() bool { return waiting() <= 1 })
+		// Exactly one: the older tick gave up its wait, and the new one
+		// (whose run goroutine may start after settle returns) waits.
+		waitFor(t, "the older tick to give up its wait and the new one to wait", func() bool { return waiting() == 1 })
 		most = max(most, waiting())
 	}
 	rs := c.waitRecords("child", t0, 6)
