@@ -113,6 +113,9 @@ func TestClaimAheadRetriesTheLockAtTheTick(t *testing.T) {
 	waitFor(t, "the run's timer", func() bool { return c.clock.armed() == 3 }) // two loops' and the run's
 	g.release <- struct{}{}                                                    // the first run ends before the tick
 	c.waitRecords("slow", t0.Add(-time.Nanosecond), 1)
+	// The record is written before the lock's release (runTick's defer):
+	// at the tick the lock must be free, or the tick is skipped.
+	waitFor(t, "the first run's lock released", func() bool { return !lockHeld(t, c, "slow") })
 	c.advance(ahead)
 	second := g.wait(t)
 	if !second.Tick.Equal(next) || second.Fence <= first.Fence {
