@@ -25,20 +25,26 @@ func BenchmarkAcquireRelease(b *testing.B) {
 	srv := testserver.StartEtcd(b)
 	c := newClient(b, srv.Endpoints(), nil)
 	s := newStore(b, c, nil)
+	benchPairs(b, "", func(ctx context.Context, key, tok string) error {
+		if _, err := s.Acquire(ctx, driver.AcquireParams{Key: key, Token: tok, Owner: "bench", TTL: 10 * time.Second}); err != nil {
+			return err
+		}
+		return s.Release(ctx, driver.ReleaseParams{Key: key, Token: tok})
+	})
+}
+
+// benchPairs runs pair in a loop on 8 goroutines per CPU, each with a key
+// of its own under prefix and a token of its own.
+func benchPairs(b *testing.B, prefix string, pair func(ctx context.Context, key, tok string) error) {
 	var seq atomic.Int64
 	b.SetParallelism(8)
 	b.ReportAllocs()
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		ctx := context.Background()
-		key := fmt.Sprintf("k%d", seq.Add(1))
-		tok := token()
+		key, tok := fmt.Sprintf("%sk%d", prefix, seq.Add(1)), token()
 		for pb.Next() {
-			if _, err := s.Acquire(ctx, driver.AcquireParams{Key: key, Token: tok, Owner: "bench", TTL: 10 * time.Second}); err != nil {
-				b.Error(err)
-				return
-			}
-			if err := s.Release(ctx, driver.ReleaseParams{Key: key, Token: tok}); err != nil {
+			if err := pair(ctx, key, tok); err != nil {
 				b.Error(err)
 				return
 			}
@@ -53,25 +59,16 @@ func BenchmarkFloorTxnDelete(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	prefix := freshPrefix()
-	var seq atomic.Int64
-	b.SetParallelism(8)
-	b.ReportAllocs()
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		ctx := context.Background()
-		key := fmt.Sprintf("%sk%d", prefix, seq.Add(1))
-		for pb.Next() {
-			resp, err := c.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-				Then(clientv3.OpPut(key, "", clientv3.WithLease(lease.ID))).Commit()
-			if err != nil || !resp.Succeeded {
-				b.Error(err, resp != nil && resp.Succeeded)
-				return
-			}
-			if _, err := c.Delete(ctx, key); err != nil {
-				b.Error(err)
-				return
-			}
+	benchPairs(b, freshPrefix(), func(ctx context.Context, key, _ string) error {
+		resp, err := c.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+			Then(clientv3.OpPut(key, "", clientv3.WithLease(lease.ID))).Commit()
+		if err != nil {
+			return err
 		}
+		if !resp.Succeeded {
+			return fmt.Errorf("floor: %s was not free", key)
+		}
+		_, err = c.Delete(ctx, key)
+		return err
 	})
 }

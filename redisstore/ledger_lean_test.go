@@ -1,11 +1,9 @@
 package redisstore
 
 import (
-	"context"
 	"errors"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,38 +12,6 @@ import (
 	"github.com/tasklock/tasklock/internal/testserver"
 	"github.com/tasklock/tasklock/ledger"
 )
-
-// evalshaHook keeps the arguments of every EVALSHA sent.
-type evalshaHook struct {
-	mu    sync.Mutex
-	calls [][]any
-}
-
-func (h *evalshaHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *evalshaHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.keep(cmd)
-		return next(ctx, cmd)
-	}
-}
-
-func (h *evalshaHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		for _, c := range cmds {
-			h.keep(c)
-		}
-		return next(ctx, cmds)
-	}
-}
-
-func (h *evalshaHook) keep(c redis.Cmder) {
-	if c.Name() == "evalsha" {
-		h.mu.Lock()
-		h.calls = append(h.calls, c.Args())
-		h.mu.Unlock()
-	}
-}
 
 // TestLedgerClaimArgs: a batch of claims with one token, node and
 // retention (one scheduler's pass) sends the three once, not once per
@@ -56,7 +22,7 @@ func TestLedgerClaimArgs(t *testing.T) {
 	c := d.newClient(t)
 	s := newStore(t, c, nil)
 	ctx := ctxT(t)
-	hook := &evalshaHook{}
+	hook := &countHook{}
 	c.AddHook(hook)
 	claim := func(job string, k int, node, token string, retain time.Duration) ledger.ClaimParams {
 		return ledger.ClaimParams{Job: job, Tick: ledgerTick.Add(time.Duration(k) * time.Second), Node: node, Token: token, Retain: retain}
@@ -74,11 +40,11 @@ func TestLedgerClaimArgs(t *testing.T) {
 			t.Fatalf("claim %d: %v", i, e)
 		}
 	}
-	if len(hook.calls) != 1 {
-		t.Fatalf("%d EVALSHAs, want 1", len(hook.calls))
+	if len(hook.shaArgs) != 1 {
+		t.Fatalf("%d EVALSHAs, want 1", len(hook.shaArgs))
 	}
 	// evalsha, sha, numkeys, 5 keys, then ARGV.
-	if args := hook.calls[0]; len(args) != 3+5+3 || args[8] != "t1" || args[9] != "n1" || args[10] != int64(3600000) {
+	if args := hook.shaArgs[0]; len(args) != 3+5+3 || args[8] != "t1" || args[9] != "n1" || args[10] != int64(3600000) {
 		t.Fatalf("EVALSHA args %v: want token, node and retention once", args)
 	}
 

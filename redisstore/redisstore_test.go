@@ -114,6 +114,7 @@ type countHook struct {
 	eval      int
 	pipelines int
 	keys      [][]string // keys of every EVALSHA/EVAL
+	shaArgs   [][]any    // arguments of every EVALSHA
 }
 
 func (h *countHook) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -146,6 +147,7 @@ func (h *countHook) count(cmd redis.Cmder) {
 	}
 	if name == "evalsha" {
 		h.evalsha++
+		h.shaArgs = append(h.shaArgs, cmd.Args())
 	} else {
 		h.eval++
 	}

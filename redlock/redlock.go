@@ -228,7 +228,7 @@ func fanOut[T any](ctx, calls context.Context, w wait, nodes []*node,
 	settled func(quorum int, out []result[T]) bool,
 	late func(i int, v T, err error),
 ) []result[T] {
-	f := &fan[T]{nodes: len(nodes), quorum: w.quorum, definite: definite, settled: settled, late: late, wake: make(chan struct{}, 1)}
+	f := &fan[T]{quorum: w.quorum, definite: definite, settled: settled, late: late, wake: make(chan struct{}, 1)}
 	if len(nodes) <= len(f.buf) {
 		f.out = f.buf[:len(nodes):len(nodes)]
 	} else {
@@ -308,7 +308,6 @@ type fan[T any] struct {
 	returned  bool          // guarded by mu: fanOut has decided
 	wake      chan struct{} // "you can decide now"
 
-	nodes    int
 	quorum   int
 	definite func(T, error) bool
 	settled  func(quorum int, out []result[T]) bool
@@ -318,7 +317,7 @@ type fan[T any] struct {
 
 // decidable reports whether the caller can decide. Callers hold f.mu.
 func (f *fan[T]) decidable() bool {
-	return f.answered == f.nodes || (f.straggled && f.sure >= f.quorum && (f.settled == nil || f.settled(f.quorum, f.out)))
+	return f.answered == len(f.out) || (f.straggled && f.sure >= f.quorum && (f.settled == nil || f.settled(f.quorum, f.out)))
 }
 
 // call is node i's call: it records the answer, and wakes the caller when

@@ -401,7 +401,7 @@ func attemptClaim(n int) string { return "attempt:" + strconv.Itoa(n) }
 // it waits for a run in progress to end, up to the end of the Scheduler's
 // run context.
 func (s *Scheduler) obtainPast(j *job) (*tasklock.Lock, error) {
-	return s.lk.Obtain(s.runCtx, j.key, j.lockOptions(s.node))
+	return s.lk.Obtain(s.runCtx, j.key, j.obtainOpts)
 }
 
 // maxGapWalk bounds how many ticks olderTicks counts.

@@ -161,7 +161,7 @@ func (s *Scheduler) takeLimits(tickCtx context.Context, cancel context.CancelCau
 	}
 	if j.MaxConcurrent > 0 && h.running == nil {
 		ctx, c := context.WithTimeout(context.Background(), storeTimeout)
-		l, err := s.lk.Semaphore(s.runningKey(j), j.MaxConcurrent).TryAcquire(ctx, j.lockOptions(s.node))
+		l, err := s.lk.Semaphore(s.runningKey(j), j.MaxConcurrent).TryAcquire(ctx, j.obtainOpts)
 		c()
 		switch {
 		case errors.Is(err, tasklock.ErrNotObtained):

@@ -617,11 +617,7 @@ func TestWaitCancelled(t *testing.T) {
 				done <- err
 			}()
 			// The waiter is asleep on its watch once it read the holder.
-			for deadline := time.Now().Add(10 * time.Second); tk.Holder() == nil; time.Sleep(time.Millisecond) {
-				if time.Now().After(deadline) {
-					t.Fatal("the waiter never read the holder")
-				}
-			}
+			waitFor(t, 10*time.Second, "the waiter to read the holder", func() bool { return tk.Holder() != nil })
 			cancel()
 			if err := <-done; !errors.Is(err, context.Canceled) {
 				t.Fatalf("cancelled Wait: %v, want context.Canceled", err)
