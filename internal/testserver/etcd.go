@@ -136,6 +136,7 @@ func (e *Etcd) startOnce() error {
 		args:    e.args(),
 		dir:     e.dir,
 		logPath: e.logPath,
+		port:    e.clientPort,
 	}, etcdStartTimeout, "did not become healthy", func() error { return etcdHealthy(url) }, nil)
 	f, ok := startFailed(err)
 	if !ok || !f.exited {

@@ -260,6 +260,7 @@ func (m *MariaDB) start() error {
 		args:    m.args,
 		dir:     m.dir,
 		logPath: m.logPath,
+		port:    m.port,
 	}, mariadbStartTimeout, "did not accept connections", func() error { return mariadbExec(m.Addr(), "SELECT 1", 2*time.Second) }, nil)
 	if f, ok := startFailed(err); ok && f.exited && f.logHas("Address already in use", "Bind on TCP/IP port") {
 		return f.portInUse()

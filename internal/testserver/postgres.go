@@ -382,6 +382,7 @@ func (p *Postgres) start() error {
 		},
 		dir:     p.base,
 		logPath: p.logPath,
+		port:    p.port,
 		cred:    p.cred,
 	}, pgStartTimeout, "did not accept connections", func() error { return psqlExec(p.bin, url, "SELECT 1", 2*time.Second) }, p.kill)
 	f, ok := startFailed(err)

@@ -67,6 +67,7 @@ type procSpec struct {
 	env           []string // nil: inherit
 	logPath       string   // appended to; receives stderr, and stdout unless captured
 	captureStdout bool
+	port          int                 // the port it serves on, checked to be its own once ready (0: not checked)
 	cred          *syscall.Credential // nil: run as this process's user
 }
 

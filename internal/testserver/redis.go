@@ -103,6 +103,7 @@ func (r *Redis) start() error {
 		args:    r.args,
 		dir:     r.dir,
 		logPath: r.logPath,
+		port:    r.ports[0],
 	}, startTimeout, "did not answer PING", func() error {
 		s, err := respString(addr, "PING")
 		if err != nil {

@@ -110,7 +110,9 @@ func (s *serverProc) killAtCleanup(t testing.TB) {
 }
 
 // launch spawns the server described by spec, makes it the latest process
-// and waits up to timeout until ready returns nil. A spawn error is returned
+// and waits up to timeout until ready returns nil and, when spec names a
+// port, the process holds that port (the answer may have come from another
+// server that bound the port first). A spawn error is returned
 // as it is. When the process exits first, or timeout passes, launch kills
 // the server with kill (nil: the process group) and returns a *startFailure
 // whose message says that the server did not do what notReady says
@@ -127,7 +129,10 @@ func (s *serverProc) launch(spec procSpec, timeout time.Duration, notReady strin
 		if p.exited() {
 			return permanent{fmt.Errorf("exited with %v", p.werr)}
 		}
-		return ready()
+		if err := ready(); err != nil || spec.port == 0 {
+			return err
+		}
+		return holdsPort(p, spec.port)
 	})
 	if err == nil {
 		return nil

@@ -283,6 +283,7 @@ func (z *ZooKeeper) start() error {
 		},
 		dir:     z.dir,
 		logPath: z.logPath,
+		port:    z.port,
 	}, zkStartTimeout, "did not serve requests", func() error {
 		out, err := fourLetterWord(z.Addr(), "srvr", time.Second)
 		if err != nil {
