@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tasklock/tasklock"
+	"github.com/tasklock/tasklock/driver"
 	"github.com/tasklock/tasklock/internal/fakeclock"
 	"github.com/tasklock/tasklock/ledger"
 	"github.com/tasklock/tasklock/memstore"
@@ -45,7 +46,9 @@ type cluster struct {
 	clock  *fakeClock
 	ledger *memstore.Store
 	locks  *memstore.Store
-	nodes  []*node
+	// lockStore, when set, is the nodes' lock store instead of locks.
+	lockStore driver.Store
+	nodes     []*node
 	// marks turns Config.PreferredNodes on (the ledger keeps claim
 	// marks: ledger.Marker): each plain tick is claimed at the tick by its
 	// preferred node only. Off, as by default, every node claims every
@@ -73,7 +76,11 @@ func newCluster(t *testing.T) *cluster {
 
 func (c *cluster) node(name string, skew time.Duration, cfg *Config) *node {
 	c.t.Helper()
-	lk, err := tasklock.New(c.locks, &tasklock.Config{Owner: name, Logger: discardLogger()})
+	var store driver.Store = c.locks
+	if c.lockStore != nil {
+		store = c.lockStore
+	}
+	lk, err := tasklock.New(store, &tasklock.Config{Owner: name, Logger: discardLogger()})
 	if err != nil {
 		c.t.Fatal(err)
 	}

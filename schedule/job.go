@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -222,7 +223,10 @@ type Overlap uint8
 const (
 	// OverlapSkip holds the job's lock during each run, so runs never
 	// overlap across the cluster; a tick that finds the lock held is
-	// recorded as skipped.
+	// recorded as skipped. On a node, a scheduled tick never runs after a
+	// later tick of its job: one that takes the lock after a later tick's
+	// run did (a busy node starting their runs out of order) is recorded
+	// as skipped too.
 	OverlapSkip Overlap = iota
 	// OverlapAllow runs every tick, overlapping or not; no lock is taken
 	// and Run.Fence is 0.
@@ -338,6 +342,41 @@ type job struct {
 	obtainOpts *tasklock.ObtainOptions
 
 	rm jobRemoval // Scheduler.Remove (remove.go); guarded by Scheduler.mu
+
+	// newest is the newest scheduled tick (UnixNano) whose run took the
+	// job's lock on this node (overtaken).
+	newest atomic.Int64
+}
+
+// overtaken reports whether a newer scheduled tick of j than w's took the
+// job's lock on this node first, and which; otherwise it notes w's tick as
+// the newest. A run calls it with the job's lock just taken: the runs of a
+// job's ticks start in goroutines of their own, one per pass, and on a
+// busy node a later pass's goroutine can take the lock, run and release it
+// before an earlier one gets there. The older tick then must not run after
+// the newer one, which it would with a higher fence. Trigger requests,
+// backfills, shard-runs and retaken shards are not ordered by tick and are
+// not checked.
+func (j *job) overtaken(w *work) (time.Time, bool) {
+	if !w.scheduled() || w.past || w.retake || w.shards > 1 {
+		return time.Time{}, false
+	}
+	tick := w.tick.UnixNano()
+	for {
+		n := j.newest.Load()
+		switch {
+		case n > tick:
+			return time.Unix(0, n).UTC(), true
+		case n == tick || j.newest.CompareAndSwap(n, tick):
+			return time.Time{}, false
+		}
+	}
+}
+
+// overtakenReason is the skip reason of a tick overtaken by newer.
+func overtakenReason(newer time.Time) string {
+	return fmt.Sprintf("schedule: tick %s of this job took its lock first on this node, and a tick never runs after a later one",
+		newer.Format(time.RFC3339Nano))
 }
 
 func validateJob(j Job, keyPrefix string, retention time.Duration) (*job, error) {

@@ -248,6 +248,10 @@ func (s *Scheduler) runTick(j *job, w work) {
 			if l, err := s.obtain(j); err == nil {
 				lock = l
 				stopLoss = cancelOnLoss(l, tickCancel)
+				if newer, ok := j.overtaken(&w); ok {
+					s.skip(j, w, attempt, overtakenReason(newer))
+					return
+				}
 			}
 		}
 		rec := s.pending(j, w, attempt)
@@ -301,6 +305,10 @@ func (s *Scheduler) runTick(j *job, w work) {
 			default:
 				lock = l
 				stopLoss = cancelOnLoss(l, tickCancel)
+				if newer, ok := j.overtaken(&w); ok {
+					s.skip(j, w, attempt, overtakenReason(newer))
+					return
+				}
 			}
 		}
 		if try == 1 && rec.Status == "" && !s.onTime(j, &w, pendingAt) {

@@ -1,0 +1,80 @@
+package schedule
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tasklock/tasklock/driver"
+	"github.com/tasklock/tasklock/ledger"
+)
+
+// gatedLocks is a lock store whose first Acquire of key waits until gate
+// closes.
+// It is a driver.Store only, not a Batcher, so that the Locker sends every
+// acquire as a call of its own and a later one can overtake the first.
+type gatedLocks struct {
+	driver.Store
+	key     string
+	once    sync.Once
+	entered chan struct{}
+	gate    chan struct{}
+}
+
+func (g *gatedLocks) Acquire(ctx context.Context, p driver.AcquireParams) (driver.Grant, error) {
+	first := false
+	if p.Key == g.key {
+		g.once.Do(func() { first = true })
+	}
+	if first {
+		close(g.entered)
+		<-g.gate
+	}
+	return g.Store.Acquire(ctx, p)
+}
+
+// TestOlderTickDoesNotRunAfterNewer: a node whose run goroutine for a tick
+// is slow to take the job's lock (a busy machine) while the next pass's
+// goroutine for the next tick takes it, runs and releases it, must not then
+// run the older tick after the newer one — with a lower tick, a higher fence
+// — but record it skipped, saying which tick went first. Before, the older
+// tick ran second.
+func TestOlderTickDoesNotRunAfterNewer(t *testing.T) {
+	c := newCluster(t)
+	g := &gatedLocks{Store: c.locks, key: DefaultKeyPrefix + "j", entered: make(chan struct{}), gate: make(chan struct{})}
+	c.lockStore = g
+	rec := newRecorder(c.clock)
+	older := c.clock.Now() // the job's first tick, claimed as the node starts
+	c.node("a", 0, nil).add(t, Job{Name: "j", Schedule: "@every 1s", Handler: rec.ok, MisfireAfter: time.Minute}).start(t)
+	recv(t, "the older tick's lock attempt", g.entered)
+
+	newer := older.Add(time.Second)
+	c.advance(time.Second)
+	waitFor(t, "the newer tick's record", func() bool {
+		rs := c.finalAfter("j", older)
+		return len(rs) == 1 && rs[0].Status == ledger.RunOK
+	})
+	close(g.gate)
+	c.settle(true)
+
+	if n := rec.times("j", newer, ""); n != 1 {
+		t.Errorf("the newer tick ran %d times; want 1", n)
+	}
+	if n := rec.times("j", older, ""); n != 0 {
+		t.Errorf("the older tick ran %d times after the newer one had run; want 0", n)
+	}
+	var got *ledger.RunRecord
+	for _, r := range c.history("j") {
+		if r.Tick.Equal(older) {
+			got = &r
+		}
+	}
+	switch {
+	case got == nil:
+		t.Fatal("the older tick has no record")
+	case got.Status != ledger.RunSkipped || !strings.Contains(got.Error, newer.UTC().Format(time.RFC3339)):
+		t.Errorf("the older tick's record: %s %q; want skipped, naming the newer tick (%s)", got.Status, got.Error, newer.UTC().Format(time.RFC3339))
+	}
+}
