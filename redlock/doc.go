@@ -48,14 +48,15 @@
 //     majority, and some are held by another owner that has a majority, or
 //     could have one with the nodes that failed while the request could
 //     not); an error wrapping ErrSplitVote when contenders split the vote
-//     so that no owner can hold a majority, or the failed nodes could give
-//     one to the request as well as to another owner (it wraps
-//     driver.ErrTryAgain: the Locker tries again after a short jittered
-//     pause; contenders that each guessed another held the key, when a
-//     node stayed silent past the 1 s bound while the others split, would
-//     all give it back and leave it to nobody); a *QuorumError naming each
-//     failed node when fewer than a majority answered; an error wrapping
-//     ErrTooSlow when the majority came too late.
+//     so that no owner can hold a majority, or wrapping ErrUndecided (which
+//     wraps ErrSplitVote) when the failed nodes could give one to the
+//     request as well as to another owner (both wrap driver.ErrTryAgain:
+//     the Locker tries again after a short jittered pause; contenders that
+//     each guessed another held the key, when a node stayed silent past
+//     the 1 s bound while the others split, would all give it back and
+//     leave it to nobody); a *QuorumError naming each failed node when
+//     fewer than a majority answered; an error wrapping ErrTooSlow when
+//     the majority came too late.
 //   - Renew sends each node one batched redisstore Renew call. A lease is
 //     renewed only when a majority of the nodes renewed it. When so many
 //     nodes say "not held" that no majority can have renewed it, its result
@@ -220,6 +221,6 @@
 //
 // Besides driver.ErrNotHeld and *driver.HeldError, calls may return a
 // *QuorumError (errors.As), whose NodeErrors name each failed node and wrap
-// its error; Acquire may return errors wrapping ErrTooSlow, ErrSplitVote
-// and redisstore.ErrKey. The store never logs.
+// its error; Acquire may return errors wrapping ErrTooSlow, ErrSplitVote,
+// ErrUndecided and redisstore.ErrKey. The store never logs.
 package redlock

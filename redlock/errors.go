@@ -20,12 +20,21 @@ var ErrTooSlow = errors.New("redlock: the quorum answered after the lease's vali
 // nodes: one grant here, and each other node held by a different owner),
 // counting every node that failed to answer as the other owner's; or it
 // may have, the nodes that failed being able to give a majority to the
-// request as well as to another owner (with 3 nodes: one grant here, one
-// node held by another owner, one without an answer). Every grant has
-// been released again. It wraps driver.ErrTryAgain: the Locker
-// retries it after a short jittered pause, so the contenders that tied do
-// not tie again.
+// request as well as to another owner (then the error wraps ErrUndecided,
+// which wraps this). Every grant has been released again. It wraps
+// driver.ErrTryAgain: the Locker retries it after a short jittered pause,
+// so the contenders that tied do not tie again.
 var ErrSplitVote = fmt.Errorf("redlock: the vote split, no owner won a majority: %w", driver.ErrTryAgain)
+
+// ErrUndecided is wrapped by the error Acquire returns when the nodes that
+// failed to answer (down, or silent past Acquire's wait) could decide the
+// vote: they could give a majority to the request, and the answers in name
+// another owner (with 3 nodes: one grant here, one node held by another
+// owner, one without an answer). Acquire cannot tell whether the key is
+// held, and does not guess: every grant has been released again. It wraps
+// ErrSplitVote, and so driver.ErrTryAgain. Each such attempt waits for the
+// silent nodes up to Acquire's bound (1 s, less for a shorter lease).
+var ErrUndecided = fmt.Errorf("redlock: the nodes that did not answer could decide the vote: %w", ErrSplitVote)
 
 // NodeError is one node's failure in a call: the node's address (the
 // client's Options().Addr, or "clients[i]" for a Sentinel failover client)

@@ -450,9 +450,9 @@ func (s *Store) quorumError(op, key, detail string, failed []*NodeError) *Quorum
 //     named, with the shortest of its remaining TTLs;
 //   - an error wrapping ErrSplitVote (and driver.ErrTryAgain) when a
 //     majority answered but no owner holds a majority, and none can even
-//     counting every failed node as its own, or the failed nodes could
-//     give one to this request as well as to another: contenders split
-//     the vote (or may have);
+//     counting every failed node as its own, or (wrapping ErrUndecided as
+//     well) the failed nodes could give one to this request as well as to
+//     another: contenders split the vote (or may have);
 //   - a *QuorumError naming each failed node when fewer than a majority
 //     answered;
 //   - an error wrapping ErrTooSlow when a majority granted but too late.
@@ -691,10 +691,16 @@ func (s *Store) attempt(ctx context.Context, ps []driver.AcquireParams, out []dr
 			// would be a guess, nobody will release, and the caller should
 			// try again. Contenders that each guessed another held the key
 			// would all give back their grants and leave it to nobody.
+			// The latter is ErrUndecided: the failed nodes could have made
+			// it a grant.
 			h, n := heldView(v.held)
-			if n+len(v.failed) < s.quorum || len(v.grants)+len(v.failed) >= s.quorum {
+			if undecided := len(v.grants)+len(v.failed) >= s.quorum; undecided || n+len(v.failed) < s.quorum {
+				why := ErrSplitVote
+				if undecided {
+					why = ErrUndecided
+				}
 				out[j].Err = fmt.Errorf("redlock: acquire %q: %w: granted on %d, held on %d (by %s on %d), %d failed",
-					p.Key, ErrSplitVote, len(v.grants), len(v.held), h.Owner, n, len(v.failed))
+					p.Key, why, len(v.grants), len(v.held), h.Owner, n, len(v.failed))
 				break
 			}
 			out[j].Err = h

@@ -375,8 +375,8 @@ func TestHeldView(t *testing.T) {
 	plant(t, s, 1, "k", token(), "y", 3*time.Second)
 	_, err := acquire(t, s, "k", token(), "z", time.Second)
 	var he *driver.HeldError
-	if !errors.Is(err, ErrSplitVote) || !errors.Is(err, driver.ErrTryAgain) || errors.As(err, &he) || !strings.Contains(err.Error(), "by x on 1") {
-		t.Fatalf("split vote: %v, want ErrSplitVote (and driver.ErrTryAgain) naming x", err)
+	if !errors.Is(err, ErrSplitVote) || !errors.Is(err, driver.ErrTryAgain) || errors.Is(err, ErrUndecided) || errors.As(err, &he) || !strings.Contains(err.Error(), "by x on 1") {
+		t.Fatalf("split vote: %v, want ErrSplitVote (and driver.ErrTryAgain, not ErrUndecided: every node answered) naming x", err)
 	}
 	if onNode(t, s, 2, "k") {
 		t.Fatal("the losing grant on node 2 was left behind")
@@ -775,8 +775,8 @@ func TestUndecidedVoteTriesAgain(t *testing.T) {
 		srvs[1].Kill(t)
 		hold(s, 2, "other2")
 		_, err := acquire(t, s, "k", token(), "z", 10*time.Second)
-		if !errors.Is(err, ErrSplitVote) || !errors.Is(err, driver.ErrTryAgain) {
-			t.Fatalf("granted on node 0, node 1 down, node 2 another's: Acquire = %v, want ErrSplitVote", err)
+		if !errors.Is(err, ErrUndecided) || !errors.Is(err, ErrSplitVote) || !errors.Is(err, driver.ErrTryAgain) {
+			t.Fatalf("granted on node 0, node 1 down, node 2 another's: Acquire = %v, want ErrUndecided (an ErrSplitVote)", err)
 		}
 		if onNode(t, s, 0, "k") {
 			t.Fatal("the grant on node 0 was not given back")
@@ -808,8 +808,8 @@ func TestUndecidedVoteTriesAgain(t *testing.T) {
 		hook.on.Store(true)
 		_, err := acquire(t, s, "k", token(), "z", 200*time.Millisecond)
 		hook.on.Store(false)
-		if !errors.Is(err, ErrSplitVote) {
-			t.Fatalf("granted on node 0, node 1 silent past the wait, node 2 another's: Acquire = %v, want ErrSplitVote", err)
+		if !errors.Is(err, ErrUndecided) || !errors.Is(err, ErrSplitVote) {
+			t.Fatalf("granted on node 0, node 1 silent past the wait, node 2 another's: Acquire = %v, want ErrUndecided (an ErrSplitVote)", err)
 		}
 		if onNode(t, s, 0, "k") {
 			t.Fatal("the grant on node 0 was not given back")
