@@ -126,7 +126,12 @@
 // contenders — is no error of the caller's: the store says so with
 // driver.ErrTryAgain, Obtain tries again (queueing, or after a few
 // milliseconds) until it has the lock or ctx ends, and TryObtain tries
-// again up to a dozen times before it reports the key as held.
+// again up to a dozen times before it reports the key as held. It starts
+// no attempt once 1.5 s have passed: when attempts are slow to lose (a
+// RedLock vote that a silent node could decide either way waits up to a
+// second for it), it returns after about two, with an error that wraps the
+// store's and does not match ErrNotObtained, as the store could not tell
+// whether the key is held.
 //
 // ObtainOptions.Fair asks for a first-come, first-served wait on stores
 // that keep a queue only on request (driver.FairQueuer): the waiter's

@@ -137,9 +137,15 @@ func (lk *Locker) releaseAll(held []*Lock) []error {
 // the store looked, a RedLock vote split) is made again, up to
 // maxTryAgain times within a few hundred milliseconds; when every one loses,
 // the key is reported as held: a *NotObtainedError whose Err is the store's
-// last error. ctx bounds the call, never the lock: a held lock lives until
-// Release or loss. Like Obtain, it is reentrant for a ctx that carries this
-// Locker's live lock on key.
+// last error. No attempt is started once tryAgainFor (1.5 s) has passed
+// since the first, so races that are slow to lose — a RedLock vote that a
+// silent node could decide either way waits up to a second for it — end
+// TryObtain within 1.5 s and one attempt (about 2.5 s with RedLock). The
+// error then says the store could not decide: it wraps the store's last
+// error (and driver.ErrTryAgain) and does not match ErrNotObtained, as the
+// key may be free. ctx bounds the call, never the lock: a held lock lives
+// until Release or loss. Like Obtain, it is reentrant for a ctx that
+// carries this Locker's live lock on key.
 func (lk *Locker) TryObtain(ctx context.Context, key string, opts *ObtainOptions) (*Lock, error) {
 	return lk.tryObtain(ctx, key, opts, kind{})
 }
@@ -171,6 +177,10 @@ func (lk *Locker) tryObtain(ctx context.Context, key string, opts *ObtainOptions
 			return l, nil
 		case !errors.Is(err, driver.ErrTryAgain):
 			return nil, err
+		case lk.clock.Now().Sub(start) >= tryAgainFor:
+			// Not ErrNotObtained: nobody is known to hold the key.
+			return nil, fmt.Errorf("%w (undecided after %d attempts in %v: the key may be free)",
+				err, race, lk.clock.Now().Sub(start).Round(time.Millisecond))
 		case race == maxTryAgain:
 			ne := &NotObtainedError{Key: key, Err: err}
 			lk.emit(Event{Type: EventNotObtained, Key: key, Owner: o.owner, Mode: o.mode, Err: ne})
@@ -188,6 +198,16 @@ func (lk *Locker) tryObtain(ctx context.Context, key string, opts *ObtainOptions
 // delays); twelve in a row mean the key is busy changing hands, which for a
 // caller that will not wait is as good as held.
 const maxTryAgain = 12
+
+// tryAgainFor is how long TryObtain keeps starting new attempts while the
+// store answers driver.ErrTryAgain. Races settle within milliseconds, so it
+// bounds only attempts that each take long to lose: a RedLock vote that a
+// node silent past Acquire's 1 s wait could decide either way, whose next
+// attempt waits as long again. It leaves room for one more attempt after
+// such a one — by then the contenders have given their grants back, and a
+// tie broken — and for no third: TryObtain is one attempt for its caller
+// (a scheduler's tick waits on it), not a wait of maxTryAgain seconds.
+const tryAgainFor = 1500 * time.Millisecond
 
 // raceDelay is the pause before attempt n+1 after n attempts in a row lost
 // a race at the store: 2 ms doubling to 20 ms, jittered over [d/2, 3d/2) so

@@ -763,6 +763,65 @@ func TestLostRacesAreRetried(t *testing.T) {
 	}
 }
 
+// slowRacingStore loses every race, each after slow on clk: a RedLock
+// vote that a silent node could decide either way, which waits for it.
+type slowRacingStore struct {
+	driver.Store
+	clk      *fakeclock.Clock
+	slow     time.Duration
+	acquires atomic.Int64
+}
+
+func (s *slowRacingStore) Acquire(ctx context.Context, p driver.AcquireParams) (driver.Grant, error) {
+	s.acquires.Add(1)
+	s.clk.Advance(s.slow)
+	return driver.Grant{}, fmt.Errorf("store: the silent node could decide the vote: %w", driver.ErrTryAgain)
+}
+
+// Lost races that are slow to lose are retried only while tryAgainFor has
+// not passed: with 1 s per attempt TryObtain makes two, not maxTryAgain,
+// and says the store could not decide — not ErrNotObtained, as nobody is
+// known to hold the key.
+func TestSlowLostRacesAreBounded(t *testing.T) {
+	clk := fakeclock.New()
+	rs := &slowRacingStore{Store: memstore.New(nil), clk: clk, slow: time.Second}
+	lk := newClockedLocker(t, rs, clk)
+	start := clk.Now()
+	done := make(chan error, 1)
+	go func() {
+		_, err := lk.TryObtain(context.Background(), "k", nil)
+		done <- err
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	var err error
+wait:
+	for {
+		select {
+		case err = <-done:
+			break wait
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("TryObtain did not return within 10s, after %d attempts", rs.acquires.Load())
+		}
+		// Fire the pause between attempts (raceDelay: under 30 ms).
+		if next, ok := clk.Next(); ok && next.Sub(clk.Now()) < 100*time.Millisecond {
+			clk.Advance(next.Sub(clk.Now()))
+		}
+		time.Sleep(100 * time.Microsecond) // polling a condition
+	}
+	took := clk.Now().Sub(start)
+	if n := rs.acquires.Load(); n != 2 {
+		t.Errorf("TryObtain made %d attempts in %v, want 2", n, took)
+	}
+	if took > tryAgainFor+time.Second+30*time.Millisecond {
+		t.Errorf("TryObtain took %v on the Locker's clock, want at most tryAgainFor and one more attempt", took)
+	}
+	if err == nil || errors.Is(err, ErrNotObtained) || !errors.Is(err, driver.ErrTryAgain) || !strings.Contains(err.Error(), "undecided") {
+		t.Fatalf("TryObtain = %v, want an undecided error wrapping driver.ErrTryAgain, not ErrNotObtained", err)
+	}
+}
+
 // On a store with a queue, an Obtain of a key found held lately joins the
 // queue at once: there an Acquire costs as much as a queue entry, and on a
 // key changing hands between waiters it fails nearly every time. A key

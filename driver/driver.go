@@ -51,8 +51,9 @@ var ErrUnsupported = errors.New("tasklock: unsupported by this store")
 // won a majority (RedLock). The key may be free a moment later. The Locker
 // retries it: Obtain until its context ends, whether or not that has a
 // deadline, and TryObtain a few times, within milliseconds, before it
-// reports the key as held. A store returns it only for a race, never for a
-// failure that retrying cannot mend.
+// reports the key as held (attempts that take long to lose only for 1.5 s,
+// and then it reports that the store could not decide). A store returns it
+// only for a race, never for a failure that retrying cannot mend.
 var ErrTryAgain = errors.New("tasklock: attempt lost a race, try again")
 
 // ErrHeld is wrapped by the *HeldError that Acquire returns when another

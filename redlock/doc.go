@@ -56,7 +56,12 @@
 //     the 1 s bound while the others split, would all give it back and
 //     leave it to nobody); a *QuorumError naming each failed node when
 //     fewer than a majority answered; an error wrapping ErrTooSlow when
-//     the majority came too late.
+//     the majority came too late. An undecided vote has waited for its
+//     silent node up to the 1 s bound, and the next one may wait as long:
+//     TryObtain starts no attempt 1.5 s after its first, and so returns
+//     within about 2.5 s with an error wrapping ErrUndecided that does not
+//     match tasklock.ErrNotObtained (the key may be free); Obtain tries
+//     again until its context ends.
 //   - Renew sends each node one batched redisstore Renew call. A lease is
 //     renewed only when a majority of the nodes renewed it. When so many
 //     nodes say "not held" that no majority can have renewed it, its result

@@ -33,7 +33,11 @@ var ErrSplitVote = fmt.Errorf("redlock: the vote split, no owner won a majority:
 // owner, one without an answer). Acquire cannot tell whether the key is
 // held, and does not guess: every grant has been released again. It wraps
 // ErrSplitVote, and so driver.ErrTryAgain. Each such attempt waits for the
-// silent nodes up to Acquire's bound (1 s, less for a shorter lease).
+// silent nodes up to Acquire's bound (1 s, less for a shorter lease), so
+// tasklock's TryObtain makes few of them: when its time for attempts is up
+// (1.5 s) it returns an error wrapping this one that does not match
+// tasklock.ErrNotObtained (see tasklock.Locker.TryObtain). Obtain tries
+// again until its context ends.
 var ErrUndecided = fmt.Errorf("redlock: the nodes that did not answer could decide the vote: %w", ErrSplitVote)
 
 // NodeError is one node's failure in a call: the node's address (the

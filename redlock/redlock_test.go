@@ -817,3 +817,44 @@ func TestUndecidedVoteTriesAgain(t *testing.T) {
 		waitFor(t, 5*time.Second, func() bool { return !onNode(t, s, 1, "k") })
 	})
 }
+
+// A TryObtain is one attempt: a vote that a silent node could decide either
+// way is tried again only within a bound, not maxTryAgain times at up to a
+// second each. Here another owner holds the key on nodes 1 and 2, and node 1
+// is paused (SIGSTOP): every vote is one grant here, one node another's and
+// one silent, and each waits for the silent node up to patience (1 s, the
+// lease's validity being longer). TryObtain must return within
+// 3 × patience: two such attempts and their round trips, with a second to
+// spare for a loaded machine. It must not report the key as held by the
+// other owner, which it cannot know (the error says the vote was
+// undecided: ErrUndecided, not ErrNotObtained), and must give its grant on
+// node 0 back.
+func TestTryObtainUndecidedIsBounded(t *testing.T) {
+	t.Parallel()
+	srvs := startNodes(t, 3)
+	s := newStore(t, addrsOf(srvs), nil)
+	lk := newLocker(t, s, "z")
+	other := token()
+	plant(t, s, 1, "k", other, "other", time.Minute)
+	plant(t, s, 2, "k", other, "other", time.Minute)
+	srvs[1].Stop(t)
+	t.Cleanup(func() { srvs[1].Cont(t) })
+
+	start := time.Now()
+	l, err := lk.TryObtain(ctxT(t), "k", nil)
+	took := time.Since(start)
+	t.Logf("TryObtain took %v: %v", took.Round(time.Millisecond), err)
+	if err == nil {
+		_ = l.Release(ctxT(t))
+		t.Fatal("obtained a key another owner holds on two of three nodes")
+	}
+	if bound := 3 * patience; took > bound {
+		t.Fatalf("TryObtain took %v, want at most %v", took, bound)
+	}
+	if errors.Is(err, tasklock.ErrNotObtained) || !errors.Is(err, ErrUndecided) || !errors.Is(err, driver.ErrTryAgain) {
+		t.Fatalf("TryObtain = %v, want an undecided vote (ErrUndecided, driver.ErrTryAgain), not ErrNotObtained", err)
+	}
+	if onNode(t, s, 0, "k") {
+		t.Fatal("the grant on node 0 was not given back")
+	}
+}
