@@ -315,6 +315,7 @@ type schedResult struct {
 	outside          int64
 	catchUp          int64
 	fenceOrder       int // window slots whose fence is not above the (job, shard)'s previous tick's
+	fenceOrderNode   int // … of them, those run on the node that ran that previous tick
 	perNode          [schedNodes]int
 	c                schedCounts // in the wall window
 	clientCPU        time.Duration
@@ -741,6 +742,7 @@ func measureSched(ctx context.Context, b schedBackend, p schedParams, spec sched
 	for j := range n {
 		for sh := range o.shards[j] {
 			var prev uint64
+			var prevNode int32
 			for t := first; t < last; t++ {
 				sl := o.slot(j, t, sh)
 				if sl.runs.Load() == 0 {
@@ -752,14 +754,18 @@ func measureSched(ctx context.Context, b schedBackend, p schedParams, spec sched
 				late := time.Duration(sl.late.Load())
 				r.late = append(r.late, late)
 				r.catLate[kinds[j]] = append(r.catLate[kinds[j]], late)
-				if nd := sl.node.Load(); nd >= 1 && int(nd) <= schedNodes {
+				nd := sl.node.Load()
+				if nd >= 1 && int(nd) <= schedNodes {
 					r.perNode[nd-1]++
 				}
 				f := sl.fence.Load()
 				if f <= prev {
 					r.fenceOrder++
+					if nd == prevNode {
+						r.fenceOrderNode++
+					}
 				}
-				prev = f
+				prev, prevNode = f, nd
 			}
 		}
 	}

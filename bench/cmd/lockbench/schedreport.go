@@ -121,7 +121,9 @@ func (r *report) writeP5(p func(string, ...any)) {
 	row("of the runs: catch-up (> 5 s late, misfire policy)", func(s *schedResult) string { return thousands(float64(s.catchUp)) }, "", "")
 	row("ledger history of the window's ticks", (*schedResult).historyCell, "", "")
 	row("runs per node (window ticks)", (*schedResult).perNodeCell, "", "")
-	row("fence not above the job's previous tick's", func(s *schedResult) string { return thousands(float64(s.fenceOrder)) }, "0", "")
+	row("fence not above the job's previous tick's (of them, run on the node that ran that tick)", func(s *schedResult) string {
+		return fmt.Sprintf("%s (%s)", thousands(float64(s.fenceOrder)), thousands(float64(s.fenceOrderNode)))
+	}, "0", "")
 	rt := first.rtPerRun()
 	row("**store round trips per run**", func(s *schedResult) string { return fmt.Sprintf("%.2f", s.rtPerRun()) },
 		fmt.Sprintf("≤ %.0f", p5MaxRTPerRun), r.target("P5", fmt.Sprintf("≤ %.0f store round trips per run", p5MaxRTPerRun), fmt.Sprintf("%.2f", rt), first.runs > 0 && rt <= p5MaxRTPerRun))
