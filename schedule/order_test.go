@@ -11,24 +11,28 @@ import (
 	"github.com/tasklock/tasklock/ledger"
 )
 
-// gatedLocks is a lock store whose first Acquire of key waits until gate
-// closes.
+// gatedLocks is a lock store whose nth Acquire of key (the first when n is
+// 0) waits until gate closes.
 // It is a driver.Store only, not a Batcher, so that the Locker sends every
 // acquire as a call of its own and a later one can overtake the first.
 type gatedLocks struct {
 	driver.Store
 	key     string
-	once    sync.Once
+	n       int
+	mu      sync.Mutex
+	seen    int
 	entered chan struct{}
 	gate    chan struct{}
 }
 
 func (g *gatedLocks) Acquire(ctx context.Context, p driver.AcquireParams) (driver.Grant, error) {
-	first := false
+	g.mu.Lock()
 	if p.Key == g.key {
-		g.once.Do(func() { first = true })
+		g.seen++
 	}
-	if first {
+	held := g.seen == max(g.n, 1) && p.Key == g.key
+	g.mu.Unlock()
+	if held {
 		close(g.entered)
 		<-g.gate
 	}
@@ -76,5 +80,42 @@ func TestOlderTickDoesNotRunAfterNewer(t *testing.T) {
 		t.Fatal("the older tick has no record")
 	case got.Status != ledger.RunSkipped || !strings.Contains(got.Error, newer.UTC().Format(time.RFC3339)):
 		t.Errorf("the older tick's record: %s %q; want skipped, naming the newer tick (%s)", got.Status, got.Error, newer.UTC().Format(time.RFC3339))
+	}
+}
+
+// TestOlderTickClaimedAheadDoesNotRunAfterNewer is the same with
+// Config.ClaimAhead, the older tick's lock taken ahead: its acquire, held
+// past the tick, returns after the newer tick claimed ahead has run.
+func TestOlderTickClaimedAheadDoesNotRunAfterNewer(t *testing.T) {
+	c := newCluster(t)
+	// The first acquire is the first tick's, at the start; the second the
+	// next tick's, 500 ms ahead of it.
+	g := &gatedLocks{Store: c.locks, key: DefaultKeyPrefix + "j", n: 2, entered: make(chan struct{}), gate: make(chan struct{})}
+	c.lockStore = g
+	rec := newRecorder(c.clock)
+	c.node("a", 0, &Config{ClaimAhead: 500 * time.Millisecond}).add(t, Job{Name: "j", Schedule: "@every 1s", Handler: rec.ok, MisfireAfter: time.Minute}).start(t)
+	older := t0.Add(time.Second)
+	newer := older.Add(time.Second)
+	waitFor(t, "the first tick's run", func() bool { return rec.times("j", t0, "") == 1 })
+	c.advance(500 * time.Millisecond)
+	recv(t, "the older tick's lock attempt, ahead", g.entered)
+	c.settle(false)
+	c.advance(time.Second) // the newer tick is claimed ahead
+	c.settle(false)
+	c.advance(500 * time.Millisecond)
+	waitFor(t, "the newer tick's record", func() bool {
+		rs := c.finalAfter("j", older)
+		return len(rs) == 1 && rs[0].Status == ledger.RunOK
+	})
+	close(g.gate)
+	c.settle(true)
+
+	if n := rec.times("j", older, ""); n != 0 {
+		t.Errorf("the older tick ran %d times after the newer one had run; want 0", n)
+	}
+	for _, r := range c.history("j") {
+		if r.Tick.Equal(older) && (r.Status != ledger.RunSkipped || !strings.Contains(r.Error, newer.Format(time.RFC3339))) {
+			t.Errorf("the older tick's record: %s %q; want skipped, naming the newer tick", r.Status, r.Error)
+		}
 	}
 }
