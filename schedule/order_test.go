@@ -60,6 +60,8 @@ func TestOlderTickDoesNotRunAfterNewer(t *testing.T) {
 		rs := c.finalAfter("j", older)
 		return len(rs) == 1 && rs[0].Status == ledger.RunOK
 	})
+	// The record is written before the lock's release.
+	waitFor(t, "the newer tick's lock to be released", func() bool { return !lockHeld(t, c, "j") })
 	close(g.gate)
 	c.settle(true)
 
@@ -107,6 +109,8 @@ func TestOlderTickClaimedAheadDoesNotRunAfterNewer(t *testing.T) {
 		rs := c.finalAfter("j", older)
 		return len(rs) == 1 && rs[0].Status == ledger.RunOK
 	})
+	// The record is written before the lock's release.
+	waitFor(t, "the newer tick's lock to be released", func() bool { return !lockHeld(t, c, "j") })
 	close(g.gate)
 	c.settle(true)
 
