@@ -309,8 +309,11 @@ func (es Errors) Unwrap() []error {
 }
 
 // AsErrors returns the mistakes in err when it is an Errors, or err as the
-// only mistake otherwise (reading the file failed).
+// only mistake otherwise (reading the file failed); nil for nil.
 func AsErrors(err error) []string {
+	if err == nil {
+		return nil
+	}
 	var es Errors
 	if errors.As(err, &es) {
 		out := make([]string, len(es))

@@ -274,6 +274,7 @@ func (p *parser) file_(data []byte) *File {
 		}
 	}
 	p.checkDeps(names)
+	p.checkKeys(f.Jobs, f.Pools, names)
 	for _, j := range f.Jobs {
 		if n := j.Notify; n != nil && !n.Off && n.Webhook == nil && n.Command == nil && !f.Notify.Targets() {
 			p.errs = append(p.errs, &Error{File: p.file, Line: p.notifyLines[j.Name], Job: j.Name, Field: "notify",
@@ -1120,6 +1121,43 @@ func (p *parser) checkDeps(names map[string]int) {
 		}
 		p.errs = append(p.errs, &Error{File: p.file, Line: d.line, Job: d.job, Field: "after",
 			Msg: "cycle " + schedule.CycleText(c) + ": a job cannot wait for itself"})
+	}
+}
+
+// checkKeys refuses two jobs whose runs would take one lock, which would
+// exclude each other though their names differ: the scheduler's lock of a
+// job is its name under schedule.DefaultKeyPrefix, a shard's is the job's
+// + "/shard/" + the index, so a job named "x/shard/2" takes the lock of
+// shard 2 of a sharded job x. Likewise max_concurrent's semaphore (the
+// name + "/running") and a pool's ("pool/" + the pool) would share their
+// permits. The mistake is reported at the job that is not sharded (or the
+// max_concurrent job), naming the other.
+func (p *parser) checkKeys(jobs []Job, pools map[string]int, names map[string]int) {
+	type shard struct {
+		job string
+		k   int
+	}
+	shards := map[string]shard{} // lock key -> the shard that takes it
+	for _, j := range jobs {
+		for k := 0; j.Shards > 1 && k < j.Shards; k++ {
+			shards[j.Name+"/shard/"+strconv.Itoa(k)] = shard{j.Name, k}
+		}
+	}
+	for _, j := range jobs {
+		if sh, ok := shards[j.Name]; ok && j.Shards <= 1 {
+			p.errs = append(p.errs, &Error{File: p.file, Line: names[j.Name], Job: j.Name, Field: "name",
+				Msg: fmt.Sprintf("its lock %q is the lock of shard %d of job %q (line %d): the two would exclude each other; rename one",
+					schedule.DefaultKeyPrefix+j.Name, sh.k, clip(sh.job), names[sh.job])})
+		}
+		if j.MaxConcurrent > 0 {
+			if pool, ok := strings.CutPrefix(j.Name+"/running", "pool/"); ok {
+				if _, ok := pools[pool]; ok {
+					p.errs = append(p.errs, &Error{File: p.file, Line: names[j.Name], Job: j.Name, Field: "max_concurrent",
+						Msg: fmt.Sprintf("its semaphore %q is the one of pool %q: the two would share their permits; rename the job or the pool",
+							schedule.DefaultKeyPrefix+j.Name+"/running", clip(pool))})
+				}
+			}
+		}
 	}
 }
 
