@@ -161,7 +161,8 @@ const MaxOutputMax = 512 << 10
 
 // ParseSize reads a byte size: a whole number of bytes, or one followed by
 // KiB or MiB (1024-based; k, K, KB and M, MB mean the same), e.g. 65536,
-// 64KiB, 1MiB. It is used for output_max: and serve's --output-max.
+// 64KiB, 512KiB; at most MaxOutputMax. It is used for output_max: and
+// serve's --output-max.
 func ParseSize(s string) (int, error) {
 	t := strings.TrimSpace(s)
 	mult := 1
@@ -177,7 +178,7 @@ func ParseSize(s string) (int, error) {
 	n, err := strconv.ParseInt(strings.ReplaceAll(t, "_", ""), 10, 32)
 	switch {
 	case err != nil || t == "":
-		return 0, fmt.Errorf("want a size in bytes such as 65536, 64KiB or 1MiB, got %q", s)
+		return 0, fmt.Errorf("want a size of at most 512KiB such as 65536, 64KiB or 512KiB (bytes, KiB or MiB), got %q", s)
 	case n < 0:
 		return 0, fmt.Errorf("%q is negative", s)
 	case n*int64(mult) > MaxOutputMax:

@@ -30,9 +30,9 @@ func TestParseOutputMax(t *testing.T) {
 	for in, want := range map[string]string{
 		"output_max: 1MiB\n":  `c.yaml:1: output_max: "1MiB" is more than 524288 bytes (512KiB)`,
 		"output_max: -1\n":    `c.yaml:1: output_max: "-1" is negative`,
-		"output_max: lots\n":  `c.yaml:1: output_max: want a size in bytes such as 65536, 64KiB or 1MiB, got "lots"`,
+		"output_max: lots\n":  `c.yaml:1: output_max: want a size of at most 512KiB such as 65536, 64KiB or 512KiB (bytes, KiB or MiB), got "lots"`,
 		"output_max: [1]\n":   `c.yaml:1: output_max: want a size such as 64KiB, got a list`,
-		"output_max: 12GiB\n": `c.yaml:1: output_max: want a size in bytes such as 65536, 64KiB or 1MiB, got "12GiB"`,
+		"output_max: 12GiB\n": `c.yaml:1: output_max: want a size of at most 512KiB such as 65536, 64KiB or 512KiB (bytes, KiB or MiB), got "12GiB"`,
 	} {
 		_, err := Parse("c.yaml", []byte(in+job))
 		if got := AsErrors(err); !reflect.DeepEqual(got, []string{want}) {
