@@ -11,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // envPrefix starts the name of every variable tasklock reads or sets
@@ -82,10 +84,15 @@ func statusCode(ws syscall.WaitStatus) int {
 	return ws.ExitStatus()
 }
 
-// describeStatus says how a process ended.
+// describeStatus says how a process ended, as a verb phrase: "exited with
+// status 3", "was killed by signal SIGTERM".
 func describeStatus(ws syscall.WaitStatus) string {
 	if ws.Signaled() {
-		return "killed by signal " + ws.Signal().String()
+		name := unix.SignalName(ws.Signal())
+		if name == "" {
+			name = strconv.Itoa(int(ws.Signal()))
+		}
+		return "was killed by signal " + name
 	}
 	return "exited with status " + strconv.Itoa(ws.ExitStatus())
 }
