@@ -94,8 +94,9 @@ the pause and trigger-now state every node of "tasklock serve" obeys
            second, as if it were in its configuration file. -f FILE is
            one job in YAML or JSON, with the keys of a job of the file
            (see "tasklock help serve"; - reads stdin), checked as the file
-           is; or flags: --schedule, --command (split at blanks; use -f
-           for arguments with blanks), --http-url, --timezone,
+           is; or flags: --schedule, --command (split at blanks, no
+           quotes; use -f for arguments with blanks), --http-url,
+           --timezone,
            --run-timeout (the key timeout:), --overlap, --misfire,
            --retries, --jitter, --lock-ttl, --kill-grace, --max-hold,
            --min-hold, --run-on; flags after -f replace its keys. JOB

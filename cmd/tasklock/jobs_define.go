@@ -125,6 +125,13 @@ func (d *defineFlags) snippet(base string, stdin io.Reader) ([]byte, string, err
 		source = "flags"
 		switch k.key {
 		case "command":
+			// Split at blanks, as the help says: a quote or backslash
+			// would be kept in an argument, not interpreted, so that
+			// 'sh -c "echo a b"' would run sh with the arguments -c,
+			// "echo, a and b".
+			if strings.ContainsAny(v, "\"'\\") {
+				return nil, "", usagef("--command %s: quotes and backslashes are not interpreted (the value is split at blanks): give arguments with blanks in -f FILE, as command: [sh, -c, \"echo a b\"]", redact.Quote(v))
+			}
 			m[k.key] = strings.Fields(v)
 		case "http.url":
 			m["http"] = map[string]any{"url": v}
