@@ -118,8 +118,9 @@ renewed; it is released only once COMMAND has exited, so the next holder
 never overlaps it. tasklock then exits 70.
 
 Signals: SIGINT, SIGTERM and SIGHUP sent to tasklock are passed on to
-COMMAND's process group; tasklock waits for COMMAND, releases the lock and
-exits with COMMAND's status. While tasklock waits for the lock, they end
+COMMAND's process group, followed by SIGCONT so that a stopped COMMAND
+(one that read the terminal gets SIGTTIN) sees them too; tasklock waits
+for COMMAND, releases the lock and exits with COMMAND's status. While tasklock waits for the lock, they end
 the wait (exit 128+N).
 
 Exit status:
@@ -577,6 +578,7 @@ func (e *execRun) supervise(ch *command, l *tasklock.Lock, sigs <-chan os.Signal
 	terminate := func() {
 		stopped = true
 		ch.signal(syscall.SIGTERM)
+		ch.signal(syscall.SIGCONT) // see below
 		killTimer.Reset(e.c.killGrace)
 		killAt = killTimer.C
 	}
@@ -620,6 +622,10 @@ func (e *execRun) supervise(ch *command, l *tasklock.Lock, sigs <-chan os.Signal
 		case s := <-sigs:
 			e.log.Info("passing signal on to COMMAND", "signal", sigName(s), "pid", ch.pid)
 			ch.signal(s.(syscall.Signal))
+			// A stopped process (SIGSTOP, or SIGTTIN: COMMAND reading
+			// the terminal from its own process group) gets the signal
+			// only once it runs again; as systemd does, continue it.
+			ch.signal(syscall.SIGCONT)
 		}
 	}
 }
