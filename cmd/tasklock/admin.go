@@ -85,7 +85,7 @@ func parseInterleaved(fs *flag.FlagSet, args []string) (positional []string, set
 			if errors.Is(err, flag.ErrHelp) {
 				return nil, nil, err
 			}
-			return nil, nil, flagError(err)
+			return nil, nil, flagError(fs, err)
 		}
 		if fs.NArg() == 0 {
 			if err := checkDurations(fs); err != nil {

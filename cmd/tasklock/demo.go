@@ -134,7 +134,7 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stdout, demoUsage)
 		return exitOK
 	case err != nil:
-		err = flagError(err)
+		err = flagError(fs, err)
 	case fs.NArg() > 0:
 		err = usagef("unexpected argument %s", redact.Quote(fs.Arg(0)))
 	case bound != nil:

@@ -198,7 +198,7 @@ func parseExec(args []string, getenv func(string) string) (*execConfig, error) {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil, err
 		}
-		return nil, flagError(err)
+		return nil, flagError(fs, err)
 	}
 	c.argv = fs.Args()
 	set := map[string]bool{}

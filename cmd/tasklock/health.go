@@ -47,7 +47,7 @@ func runHealth(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stdout, healthUsage)
 		return exitOK
 	case err != nil:
-		err = flagError(err)
+		err = flagError(fs, err)
 	case fs.NArg() > 0:
 		err = usagef("unexpected argument %s", redact.Quote(fs.Arg(0)))
 	case *timeout <= 0:

@@ -14,10 +14,13 @@
 package main
 
 import (
+	"flag"
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"strings"
+	"time"
 
 	"github.com/tasklock/tasklock/internal/buildinfo"
 	"github.com/tasklock/tasklock/internal/redact"
@@ -254,9 +257,45 @@ func usagef(format string, args ...any) error {
 	return &usageError{fmt.Sprintf(format, args...)}
 }
 
-// flagError turns an error of the flag package into a usageError. Its
-// message may quote a flag's value: hide anything that looks like a URL's
-// password.
-func flagError(err error) error {
-	return &usageError{redact.Text(strings.TrimSpace(err.Error()))}
+// flagError turns an error of the flag package, from parsing fs, into a
+// usageError that names the flag as the help does (--ttl) and, where the
+// flag package says only "parse error", what the flag wants. Its message
+// may quote a flag's value: hide anything that looks like a URL's password.
+func flagError(fs *flag.FlagSet, err error) error {
+	msg := strings.TrimSpace(err.Error())
+	if m := flagValueError.FindStringSubmatch(msg); m != nil {
+		value, name, reason := m[1], m[2], m[3]
+		if reason == "parse error" {
+			reason = "want " + flagWants(fs.Lookup(name))
+		}
+		msg = "--" + name + " " + value + ": " + reason
+	} else if name, ok := strings.CutPrefix(msg, "flag provided but not defined: -"); ok {
+		msg = "unknown flag --" + name
+	} else if name, ok := strings.CutPrefix(msg, "flag needs an argument: -"); ok {
+		msg = "--" + name + " needs a value"
+	}
+	return &usageError{redact.Text(msg)}
+}
+
+// flagValueError is the flag package's message for a value it refused.
+var flagValueError = regexp.MustCompile(`^invalid (?:boolean )?value ("(?:[^"\\]|\\.)*") for (?:flag )?-(\S+): (.*)$`)
+
+// flagWants says what values f takes, for a value the flag package could
+// not parse.
+func flagWants(f *flag.Flag) string {
+	if f != nil {
+		if g, ok := f.Value.(flag.Getter); ok {
+			switch g.Get().(type) {
+			case time.Duration:
+				return "a duration such as 300ms, 10s or 1h30m (a number needs its unit)"
+			case bool:
+				return "true or false"
+			case int, int64, uint, uint64:
+				return "a whole number"
+			case float64:
+				return "a number"
+			}
+		}
+	}
+	return "another value"
 }

@@ -40,7 +40,7 @@ func configFlag(fs *flag.FlagSet, args []string) (string, error) {
 		if errors.Is(err, flag.ErrHelp) {
 			return "", err
 		}
-		return "", flagError(err)
+		return "", flagError(fs, err)
 	}
 	if err := checkDurations(fs); err != nil {
 		return "", err
