@@ -161,6 +161,11 @@ func TestParseErrors(t *testing.T) {
 		{"unknown anchor", job + "    timeout: *t\n", []string{`c.yaml:5: invalid YAML: unknown anchor 't' referenced`}},
 		{"bad indentation", job + "   jitter: 1s\n", []string{`c.yaml:5: invalid YAML: did not find expected '-' indicator`}},
 		{"bad escape", job + "    timeout: \"\\q\"\n", []string{`c.yaml:5: invalid YAML: found unknown escape character`}},
+		// The two YAML mistakes a newcomer makes first get a hint: an
+		// unquoted @every and a tab in the indentation.
+		{"unquoted @every", "jobs:\n  - name: j\n    schedule: @every 10s\n    command: [x]\n",
+			[]string{`c.yaml:3: invalid YAML: found character that cannot start any token (a value starting with @ or ` + "`" + ` needs quotes: schedule: "@every 10s")`}},
+		{"tab indent", "jobs:\n\t- name: j\n", []string{`c.yaml:2: invalid YAML: found character that cannot start any token (YAML indents with spaces, not tabs)`}},
 		// Durations have an upper bound, names no control characters.
 		{"duration bound", job + "    timeout: 9000h\n", []string{`c.yaml:5: job "j": timeout: 9000h0m0s is above the maximum 8760h0m0s (365 days)`}},
 		{"lock_ttl bound", job + "    lock_ttl: 2562047h\n", []string{`c.yaml:5: job "j": lock_ttl: 2562047h0m0s is above the maximum 8760h0m0s (365 days)`}},

@@ -97,7 +97,33 @@ func (p *parser) syntax(data []byte, err error) {
 	if l := errorLine(data, msg); l > 0 {
 		line = l
 	}
-	p.errs = append(p.errs, &Error{File: p.file, Line: line, Msg: "invalid YAML: " + msg})
+	p.errs = append(p.errs, &Error{File: p.file, Line: line, Msg: "invalid YAML: " + msg + syntaxHint(data, line, msg)})
+}
+
+// reservedStart finds a plain value starting with one of YAML's reserved
+// indicators, @ and `, after a key or a list's dash.
+var reservedStart = regexp.MustCompile("(?:^|:|-)[ \t]+[@`]|^[@`]")
+
+// syntaxHint explains the YAML error msg on line (1-based) of data where
+// it comes from the two mistakes made most: an unquoted "@every 10s" (@
+// cannot start a plain value) and a tab in the indentation.
+func syntaxHint(data []byte, line int, msg string) string {
+	if msg != "found character that cannot start any token" || line < 1 {
+		return ""
+	}
+	lines := strings.Split(string(data), "\n")
+	if line > len(lines) {
+		return ""
+	}
+	text := strings.TrimRight(lines[line-1], "\r")
+	indent := text[:len(text)-len(strings.TrimLeft(text, " \t"))]
+	switch {
+	case strings.Contains(indent, "\t"):
+		return " (YAML indents with spaces, not tabs)"
+	case reservedStart.MatchString(strings.TrimLeft(text, " \t")):
+		return " (a value starting with @ or ` needs quotes: schedule: \"@every 10s\")"
+	}
+	return ""
 }
 
 // splitYAMLError splits a YAML error into its message and line (0 when it
