@@ -66,7 +66,8 @@ the pause and trigger-now state every node of "tasklock serve" obeys
            --note TEXT (at most 1000 bytes) is kept in the audit entry
   cancel   stop JOB's run of TICK in progress (the tick as history shows
            it; --shard N for a shard of a sharded job, --trigger ID for a
-           triggered run): the node running it cancels it within a second,
+           triggered run, needed only when several triggered runs are in
+           progress in TICK's second): the node running it cancels it within a second,
            a command's process tree is stopped as on timeout, the attempt
            is recorded cancelled and not retried. A run that has ended, or
            that history does not hold, is refused (exit 1)
