@@ -216,3 +216,64 @@ func TestReconcileFileJobsWin(t *testing.T) {
 		t.Error("the file's name was added from the catalog")
 	}
 }
+
+// A job defined at run time that would take a lock a job in force takes —
+// named like a shard of a sharded job, or sharded so that a shard's lock is
+// another job's — is not applied: the two would skip each other's ticks as
+// "the previous run is still in progress". The file's check
+// (config.Parse) does not see jobs defined at run time.
+func TestReconcileRefusesSharedLocks(t *testing.T) {
+	t.Parallel()
+	store := memstore.New(nil)
+	lk, err := tasklock.New(store, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk.Close()
+	sch, err := schedule.New(lk, store, &schedule.Config{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := sch.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer sch.Shutdown(ctx)
+	var logs syncBuffer
+	file := &config.File{Jobs: []config.Job{
+		{Job: schedule.Job{Name: "x", Schedule: "@hourly", Shards: 3}, Command: []string{"true"}},
+		{Job: schedule.Job{Name: "y/shard/1", Schedule: "@hourly"}, Command: []string{"true"}},
+	}}
+	s := &server{
+		c: &serveConfig{config: "tasklock.yaml"}, file: file, cur: sch, catalog: store,
+		log:     slog.New(slog.NewJSONHandler(&logs, nil)),
+		runtime: runtimeJobs{applied: map[string]runtimeJob{}, ignored: map[string]int64{}},
+		redact:  func(s string) string { return s },
+	}
+	for job, def := range map[string]string{
+		"x/shard/2": `{"name":"x/shard/2","schedule":"@hourly","command":["true"]}`,
+		"y":         `{"name":"y","schedule":"@hourly","command":["true"],"shards":2}`,
+		"x/shard/3": `{"name":"x/shard/3","schedule":"@hourly","command":["true"]}`,
+	} {
+		if _, err := store.PutJobDef(ctx, ledger.JobDefParams{Job: job, Def: def, Audit: ledger.AuditEntry{Who: "test", Action: "create"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.reconcile()
+	s.reconcile()
+	for _, want := range []string{
+		`its lock \"schedule/x/shard/2\" is the lock of shard 2 of job \"x\"`,
+		`the lock of its shard 1, \"schedule/y/shard/1\", is the lock of job \"y/shard/1\"`,
+	} {
+		if n := strings.Count(logs.String(), want); n != 1 {
+			t.Errorf("%d errors saying %s, want 1:\n%s", n, want, logs.String())
+		}
+	}
+	var names []string
+	for _, j := range s.dashboardJobs() {
+		names = append(names, j.Name)
+	}
+	if got := strings.Join(names, ","); got != "x,y/shard/1,x/shard/3" {
+		t.Errorf("jobs in force %s, want x,y/shard/1,x/shard/3", got)
+	}
+}

@@ -134,6 +134,14 @@ func (s *server) reconcile() {
 			err = fmt.Errorf("its definition names job %q", j.Name)
 		}
 		if err == nil {
+			// Checked against the file's jobs only, which win as they do
+			// for a name: between two jobs defined at run time, which one
+			// a node applied first differs between nodes.
+			if msg := config.SharedLock(j, f.Jobs); msg != "" {
+				err = fmt.Errorf("job %q: %s", name, msg)
+			}
+		}
+		if err == nil {
 			sj := j.Job
 			sj.Handler = s.handler(j)
 			err = config.SchedulerError(cur.Add(sj))

@@ -1187,6 +1187,43 @@ func (p *parser) checkKeys(jobs []Job, pools map[string]int, names map[string]in
 	}
 }
 
+// SharedLock returns why j cannot run beside the jobs others (a job
+// defined at run time beside the file's), or "": a lock j's runs take is
+// one a job of others takes (see checkKeys, which checks a file's jobs
+// among themselves). A job of others named like j is passed over.
+func SharedLock(j Job, others []Job) string {
+	for _, o := range others {
+		switch {
+		case o.Name == j.Name:
+		case j.Shards <= 1 && o.Shards > 1:
+			if k, ok := shardOf(j.Name, o); ok {
+				return fmt.Sprintf("its lock %q is the lock of shard %d of job %q: the two would exclude each other; rename one",
+					schedule.DefaultKeyPrefix+j.Name, k, clip(o.Name))
+			}
+		case j.Shards > 1 && o.Shards <= 1:
+			if k, ok := shardOf(o.Name, j); ok {
+				return fmt.Sprintf("the lock of its shard %d, %q, is the lock of job %q: the two would exclude each other; rename one",
+					k, schedule.DefaultKeyPrefix+o.Name, clip(o.Name))
+			}
+		}
+	}
+	return ""
+}
+
+// shardOf reports whether name is the lock key, under the key prefix, of a
+// shard of the sharded job j, and which.
+func shardOf(name string, j Job) (int, bool) {
+	rest, ok := strings.CutPrefix(name, j.Name+"/shard/")
+	if !ok {
+		return 0, false
+	}
+	k, err := strconv.Atoi(rest)
+	if err != nil || k < 0 || k >= j.Shards || strconv.Itoa(k) != rest {
+		return 0, false
+	}
+	return k, true
+}
+
 // SchedulerError rewrites an error of schedule.Scheduler.Add in the words
 // of the configuration: the key at fault and its reason (`job "x": pool:
 // unknown pool "p" (pools: defines a, b)`) rather than the Go field
