@@ -358,6 +358,32 @@ func checkKnown(ctx context.Context, l ledger.Ledger, job string, anyState bool)
 	return noJobError(fmt.Sprintf("no job named %q: no node of tasklock serve has it in its configuration (--force to go on)", job))
 }
 
+// storeKnowsJob reports whether the store keeps any state of job, or its
+// definition when it was defined at run time; true when it cannot tell.
+func storeKnowsJob(ctx context.Context, l ledger.Ledger, job string) bool {
+	sts, err := l.Jobs(ctx)
+	if err != nil {
+		return true
+	}
+	for _, st := range sts {
+		if st.Job == job {
+			return true
+		}
+	}
+	if c, ok := l.(ledger.Catalog); ok {
+		defs, err := c.JobDefs(ctx)
+		if err != nil {
+			return true
+		}
+		for _, d := range defs {
+			if d.Job == job {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // noJobError is the error of a command about a job the store does not
 // know: exit status 1.
 type noJobError string
@@ -484,6 +510,10 @@ func jobsHistory(ctx context.Context, l ledger.Ledger, q ledger.RunQuery, asJSON
 		return writeJSON(w, map[string]any{"runs": conv})
 	}
 	if len(runs) == 0 {
+		if q.Job != "" && !storeKnowsJob(ctx, l, q.Job) {
+			fmt.Fprintf(w, "no runs recorded: the store knows no job named %s (jobs list shows the jobs it knows)\n", redact.Quote(q.Job))
+			return nil
+		}
 		fmt.Fprintln(w, "no runs recorded")
 		return nil
 	}
