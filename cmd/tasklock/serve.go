@@ -144,8 +144,8 @@ each line prefixed "[JOB] ", and its tail to the run's history; there, and
 in the run's error, the dashboard token and the store URL's password (and
 the password of any URL) are replaced by xxxxx. When the attempt times out,
 the job's lock is lost or max_hold passes, or the grace period of a
-shutdown ends, the process group gets SIGTERM and, kill_grace later,
-SIGKILL. A lost lock is signalled kill_grace before the lease could go to
+shutdown ends, the process group gets SIGTERM (then SIGCONT, so that a
+stopped command sees it) and, kill_grace later, SIGKILL. A lost lock is signalled kill_grace before the lease could go to
 another node, so the SIGKILL lands before anyone else can run the job.
 A run whose lock was lost is recorded lost, its error saying why (e.g.
 serve was paused past the lease) and what became of the command: stopped
@@ -973,6 +973,9 @@ func (s *server) runCommand(ctx context.Context, j config.Job, r schedule.Run) e
 			if !ch.signal(syscall.SIGTERM) {
 				continue // it has ended already, not yet reaped
 			}
+			// A stopped command (SIGSTOP, SIGTTIN) sees the SIGTERM only
+			// once it runs again: continue it, as exec does.
+			ch.signal(syscall.SIGCONT)
 			stopped = true
 			s.log.Info("stopping a command: SIGTERM sent, SIGKILL after kill_grace", "job", r.Job, "pid", ch.pid,
 				"kill_grace", j.KillGrace, "cause", context.Cause(ctx), "store", s.storeName)
