@@ -120,8 +120,8 @@ never overlaps it. tasklock then exits 70.
 Signals: SIGINT, SIGTERM and SIGHUP sent to tasklock are passed on to
 COMMAND's process group, followed by SIGCONT so that a stopped COMMAND
 (one that read the terminal gets SIGTTIN) sees them too; tasklock waits
-for COMMAND, releases the lock and exits with COMMAND's status. While tasklock waits for the lock, they end
-the wait (exit 128+N).
+for COMMAND, releases the lock and exits with COMMAND's status. While
+tasklock waits for the lock, they end the wait (exit 128+N).
 
 Exit status:
   64   bad usage (the message names the flag), a --ttl longer than the

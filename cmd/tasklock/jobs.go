@@ -67,10 +67,11 @@ the pause and trigger-now state every node of "tasklock serve" obeys
   cancel   stop JOB's run of TICK in progress (the tick as history shows
            it; --shard N for a shard of a sharded job, --trigger ID for a
            triggered run, needed only when several triggered runs are in
-           progress in TICK's second): the node running it cancels it within a second,
-           a command's process tree is stopped as on timeout, the attempt
-           is recorded cancelled and not retried. A run that has ended, or
-           that history does not hold, is refused (exit 1)
+           progress in TICK's second): the node running it cancels it
+           within a second, a command's process tree is stopped as on
+           timeout, the attempt is recorded cancelled and not retried. A
+           run that has ended, or that history does not hold, is refused
+           (exit 1)
   pause    stop every node from starting new runs of JOB (running ones end)
   resume   undo pause
   forget   delete the stored state of JOB — registration, pause, pending
@@ -97,8 +98,7 @@ the pause and trigger-now state every node of "tasklock serve" obeys
            (see "tasklock help serve"; - reads stdin), checked as the file
            is; or flags: --schedule, --command (split at blanks, no
            quotes; use -f for arguments with blanks), --http-url,
-           --timezone,
-           --run-timeout (the key timeout:), --overlap, --misfire,
+           --timezone, --run-timeout (the key timeout:), --overlap, --misfire,
            --retries, --jitter, --lock-ttl, --kill-grace, --max-hold,
            --min-hold, --run-on; flags after -f replace its keys. JOB
            names the job when the snippet does not

@@ -145,8 +145,9 @@ in the run's error, the dashboard token and the store URL's password (and
 the password of any URL) are replaced by xxxxx. When the attempt times out,
 the job's lock is lost or max_hold passes, or the grace period of a
 shutdown ends, the process group gets SIGTERM (then SIGCONT, so that a
-stopped command sees it) and, kill_grace later, SIGKILL. A lost lock is signalled kill_grace before the lease could go to
-another node, so the SIGKILL lands before anyone else can run the job.
+stopped command sees it) and, kill_grace later, SIGKILL. A lost lock is
+signalled kill_grace before the lease could go to another node, so the
+SIGKILL lands before anyone else can run the job.
 A run whose lock was lost is recorded lost, its error saying why (e.g.
 serve was paused past the lease) and what became of the command: stopped
 by SIGTERM, or, when it had ended by itself before the loss was seen, not
