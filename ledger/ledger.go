@@ -140,7 +140,9 @@ const (
 	RunRunning RunStatus = "running"
 	// RunInterrupted is written by another node in place of a RunRunning
 	// record whose node stopped (its node lease ended) before it recorded
-	// the outcome: the attempt may or may not have finished its work.
+	// the outcome, or by the run's own node when it shut down and stopped
+	// the attempt at the end of its grace period: the attempt may or may
+	// not have finished its work.
 	RunInterrupted RunStatus = "interrupted"
 	// RunCancelled: someone asked for the run to stop (a JobCancel
 	// request) and its node stopped it; no further attempt is made.

@@ -217,6 +217,7 @@
 // # Shutdown
 //
 // Shutdown stops claiming, lets running handlers finish for up to
-// Config.ShutdownGrace, then cancels them with ErrShutdown, and returns once
-// every run has recorded its result and released its lock.
+// Config.ShutdownGrace, then cancels them with ErrShutdown (an attempt so
+// stopped is recorded interrupted), and returns once every run has
+// recorded its result and released its lock.
 package schedule

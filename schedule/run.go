@@ -462,6 +462,10 @@ func (s *Scheduler) attempt(parent context.Context, parentCancel context.CancelC
 		rec.Status = ledger.RunLost
 	case errors.Is(cause, ErrCancelled): // a cancel request (cancel.go)
 		rec.Status = ledger.RunCancelled
+	case errors.Is(cause, ErrShutdown):
+		// Stopped by this node's Shutdown after its grace period: cut
+		// short as a dead node's run is, not a failure of the job's.
+		rec.Status = ledger.RunInterrupted
 	case cause != nil || err != nil:
 		rec.Status = ledger.RunFailed
 	default:

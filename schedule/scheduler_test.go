@@ -730,8 +730,8 @@ func TestGracefulShutdown(t *testing.T) {
 			t.Fatal(err)
 		}
 		rs := c.history("work")
-		if len(rs) != 1 || rs[0].Status != ledger.RunFailed || !strings.Contains(rs[0].Error, ErrShutdown.Error()) {
-			t.Fatalf("history %+v, want the run failed by shutdown", rs)
+		if len(rs) != 1 || rs[0].Status != ledger.RunInterrupted || !strings.Contains(rs[0].Error, ErrShutdown.Error()) {
+			t.Fatalf("history %+v, want the run interrupted by shutdown", rs)
 		}
 	})
 	t.Run("returns when ctx ends", func(t *testing.T) {

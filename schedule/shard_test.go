@@ -760,3 +760,61 @@ func TestShardsRetakeByLateNodeRuns(t *testing.T) {
 		t.Errorf("d ran %d shard-runs, want 2", n)
 	}
 }
+
+// TestShardsShutdownRetaken: a node that shuts down stops its shard-runs
+// once its grace period is over (here at once); they are recorded
+// interrupted, and the other nodes run those shards again, so that every
+// shard of the tick completes once. Before, they were recorded failed and
+// left so.
+func TestShardsShutdownRetaken(t *testing.T) {
+	c := newCluster(t)
+	c.clock.Advance(time.Minute) // past the tick at t0: the jobs' first tick is t0+1h
+	log := newShardLog()
+	job := func(node string) Job {
+		j := Job{Name: "sd", Schedule: "@every 1h", Shards: 6, Handler: func(ctx context.Context, run Run) error {
+			log.start(run)
+			if node == "a" {
+				<-ctx.Done()
+				return context.Cause(ctx)
+			}
+			log.done(run)
+			return nil
+		}}
+		j.Lock.TTL = time.Second
+		return j
+	}
+	cfg := Config{NodeLister: c.locks, PollInterval: 100 * time.Millisecond, NodeLeaseTTL: time.Second}
+	a := c.node("a", 0, &cfg).add(t, job("a")).start(t)
+	c.node("b", 0, &cfg).add(t, job("b")).start(t)
+	c.node("c", 0, &cfg).add(t, job("c")).start(t)
+	c.settle(true)
+	c.advance(59 * time.Minute)
+	waitFor(t, "6 shard-runs to start", func() bool { s, _ := log.count(); return s == 6 })
+	log.mu.Lock()
+	onA := slices.Clone(log.started["a"])
+	log.mu.Unlock()
+	if len(onA) == 0 {
+		t.Fatal("node a runs no shard")
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // no grace: a's runs are stopped at once
+	if err := a.s.Shutdown(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Shutdown = %v, want context.Canceled", err)
+	}
+	a.shutdown(t) // as serve does: wait for the stopped runs to end
+	tick := t0.Add(time.Hour)
+	rs := c.tickRecordsWith(t, "sd", tick, func(rs []ledger.RunRecord) bool { return TickStatus(rs) == ledger.RunOK })
+	log.checkOnce(t, 6)
+	latest := latestShards(rs, tick, "")
+	for _, k := range onA {
+		if r := latest[k]; r.Attempt != 2 || r.Node == "a" || r.Status != ledger.RunOK {
+			t.Errorf("shard %d: latest record attempt %d on %s %s, want attempt 2 ok on b or c", k, r.Attempt, r.Node, r.Status)
+		}
+	}
+	for _, r := range rs {
+		if r.Node == "a" && (r.Status != ledger.RunInterrupted || !strings.Contains(r.Error, ErrShutdown.Error())) {
+			t.Errorf("a's record %+v, want interrupted by its shutdown", r)
+		}
+	}
+}

@@ -191,8 +191,8 @@ memory: a restart logs everyone out. Failed logins and bearer tokens are
 limited per client address (10, then one per 6 s; more is answered 429).
 
 Signals: SIGTERM or SIGINT stops taking ticks, lets running jobs finish for
-up to --grace, then stops them, and exits 0; a second one stops them at
-once. SIGHUP reads FILE again: when it is valid, jobs are added, removed
+up to --grace, then stops them (their runs are recorded interrupted), and
+exits 0; a second one stops them at once. SIGHUP reads FILE again: when it is valid, jobs are added, removed
 and changed to match it (runs in progress finish as they were started);
 when it is not, the mistakes are logged and the old jobs keep running. The
 store and the node cannot change without a restart.
