@@ -77,7 +77,9 @@ the pause and trigger-now state every node of "tasklock serve" obeys
   forget   delete the stored state of JOB — registration, pause, pending
            triggers — once it was removed from the configuration (its
            history stays until pruned). A node that still has JOB
-           registers it again when it starts or reloads
+           registers it again when it starts or reloads. A JOB that still
+           runs — its schedule's next tick after its latest run is not a
+           minute past — is refused (exit 1; --force to go on)
   backfill run the ticks of JOB's schedule from T1 to T2 (both included;
            RFC 3339 times such as 2026-11-27T02:00:00Z, UTC when no
            offset is given), each once across the fleet: a tick that
@@ -276,6 +278,11 @@ func runJobs(args []string, stdout, stderr io.Writer) int {
 			if err := checkKnown(ctx, l, p.Job, p.Op == ledger.JobForget); err != nil {
 				return err
 			}
+			if p.Op == ledger.JobForget {
+				if err := checkForgettable(ctx, l, p.Job, time.Now()); err != nil {
+					return err
+				}
+			}
 		}
 		st, err := l.SetJobState(ctx, p)
 		if err != nil {
@@ -356,6 +363,44 @@ func checkKnown(ctx context.Context, l ledger.Ledger, job string, anyState bool)
 		return noJobError(fmt.Sprintf("no job named %q: the store keeps no state of it (--force to go on)", job))
 	}
 	return noJobError(fmt.Sprintf("no job named %q: no node of tasklock serve has it in its configuration (--force to go on)", job))
+}
+
+// forgetAfter is how long past a job's next tick after its latest run
+// jobs forget waits before it takes the job for removed from every node.
+const forgetAfter = time.Minute
+
+// checkForgettable refuses to forget a job that a node of serve looks to
+// still run: it has run, and the next tick of its registered schedule
+// after its latest run is not forgetAfter past. Forgetting it would drop
+// its pause (a paused job would run again) and its registration under the
+// nodes that have it.
+func checkForgettable(ctx context.Context, l ledger.Ledger, job string, now time.Time) error {
+	sts, err := l.Jobs(ctx)
+	if err != nil {
+		return err
+	}
+	var spec string
+	for _, st := range sts {
+		if st.Job == job {
+			spec = st.Spec
+		}
+	}
+	sched, err := schedule.Parse(spec, time.UTC)
+	if spec == "" || err != nil {
+		return nil // never registered, or a schedule this build cannot read
+	}
+	runs, err := l.Runs(ctx, ledger.RunQuery{Job: job, Limit: 1})
+	if err != nil || len(runs) == 0 {
+		return err
+	}
+	last := runs[0]
+	next := sched.Next(last.Tick)
+	if next.IsZero() || now.Sub(next) > forgetAfter {
+		return nil
+	}
+	return noJobError(fmt.Sprintf("job %q still looks configured: it ran tick %s on node %s, and its next tick, %s, is not %v past; "+
+		"forget is for a job removed from the configuration of every node (--force to go on)",
+		job, last.Tick.UTC().Format(time.RFC3339), redact.Quote(last.Node), next.UTC().Format(time.RFC3339), forgetAfter))
 }
 
 // storeKnowsJob reports whether the store keeps any state of job, or its

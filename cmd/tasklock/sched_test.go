@@ -159,11 +159,21 @@ func TestJobsNoGhosts(t *testing.T) {
 	if j := jobs["real"]; j.State != "ok" || j.Spec != "@hourly" || j.Since == nil || len(j.Triggers) != 1 {
 		t.Errorf("real: %+v, want ok, registered, one pending trigger", j)
 	}
-	if code, _, errOut := tl.Run(t, nil, "jobs", "forget", "real", "--store", url); code != exitOK {
-		t.Fatalf("jobs forget real = %d, %s", code, errOut)
+	// A job that ran its latest tick is refused: a node still has it, and
+	// forgetting would drop its pause under it.
+	tick := time.Now().Truncate(time.Hour)
+	if err := l.RecordRuns(context.Background(), []ledger.RunRecord{{Job: "real", Tick: tick, Attempt: 1, Node: "n1", Start: tick, End: tick, Status: ledger.RunOK}}); err != nil {
+		t.Fatal(err)
 	}
-	if _, ok := listJobs(t, url)["real"]; ok {
-		t.Fatal("forgotten real still listed")
+	if code, _, errOut := tl.Run(t, nil, "jobs", "forget", "real", "--store", url); code != 1 || !strings.Contains(errOut, `job "real" still looks configured`) || !strings.Contains(errOut, "--force") {
+		t.Fatalf("jobs forget real, which ran tick %s = %d, %s; want 1, still looks configured", tick, code, errOut)
+	}
+	if code, _, errOut := tl.Run(t, nil, "jobs", "forget", "real", "--force", "--store", url); code != exitOK {
+		t.Fatalf("jobs forget real --force = %d, %s", code, errOut)
+	}
+	// Its history stays (until pruned), and lists it; its state is gone.
+	if j, ok := listJobs(t, url)["real"]; ok && (j.Spec != "" || len(j.Triggers) != 0) {
+		t.Fatalf("forgotten real still has its state: %+v", j)
 	}
 }
 
