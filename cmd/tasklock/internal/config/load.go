@@ -249,7 +249,7 @@ func (p *parser) file_(data []byte) *File {
 				p.errorf(fd.val, "store", "empty (omit it for %s)", DefaultStore)
 			default:
 				if err := storeurl.Check(s); err != nil {
-					p.errorf(fd.val, "store", "%s", strings.TrimPrefix(err.Error(), "storeurl: "))
+					p.errorf(fd.val, "store", "%s", err.Error())
 				}
 				f.Store, f.StoreGiven = s, true
 			}

@@ -134,22 +134,22 @@ import (
 // ErrBadURL is wrapped by the errors Open returns for a malformed URL, an
 // unknown scheme or an unknown or invalid query parameter. The message says
 // what is wrong.
-var ErrBadURL = errors.New("storeurl: bad store URL")
+var ErrBadURL = errors.New("bad store URL")
 
 // ErrUnreachable is wrapped by the errors Open returns when the store does
 // not answer (connection refused, timeout, TLS or authentication failure).
 // The client library's error follows in the chain.
-var ErrUnreachable = errors.New("storeurl: store unreachable")
+var ErrUnreachable = errors.New("store unreachable")
 
 // ErrNotMigrated is wrapped by the errors Open returns when the store's
 // table lacks migrations and the URL says migrate=false, or when applying
 // them failed (for example for want of the right to create tables). The
 // message names the pending migrations; `tasklock migrate up` applies them.
-var ErrNotMigrated = errors.New("storeurl: store schema not migrated")
+var ErrNotMigrated = errors.New("store schema not migrated")
 
 // ErrNoMigrations is wrapped by the error OpenMigrator returns for a store
 // that keeps no schema (mem://, redis://, ...): there is nothing to migrate.
-var ErrNoMigrations = errors.New("storeurl: store has no migrations")
+var ErrNoMigrations = errors.New("store has no migrations")
 
 // maxDuration bounds every duration parameter: a year, tasklock.MaxTTL.
 const maxDuration = 365 * 24 * time.Hour

@@ -611,7 +611,7 @@ func TestScrubShortPassword(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = u.classify(errors.New("dial tcp 127.0.0.1:1: connect: connection refused (auth app:o@127.0.0.1:1)"))
-	want := "storeurl: store unreachable: redis://app:xxxxx@127.0.0.1:1/0: dial tcp 127.0.0.1:1: connect: connection refused (auth app:xxxxx@127.0.0.1:1)"
+	want := "store unreachable: redis://app:xxxxx@127.0.0.1:1/0: dial tcp 127.0.0.1:1: connect: connection refused (auth app:xxxxx@127.0.0.1:1)"
 	if err.Error() != want {
 		t.Errorf("classify:\n got %q\nwant %q", err, want)
 	}
