@@ -398,9 +398,9 @@ func checkForgettable(ctx context.Context, l ledger.Ledger, job string, now time
 	if next.IsZero() || now.Sub(next) > forgetAfter {
 		return nil
 	}
-	return noJobError(fmt.Sprintf("job %q still looks configured: it ran tick %s on node %s, and its next tick, %s, is not %v past; "+
+	return noJobError(fmt.Sprintf("job %q still looks configured: its latest record, of tick %s, is %s on node %s, and its next tick, %s, is not %v past; "+
 		"forget is for a job removed from the configuration of every node (--force to go on)",
-		job, last.Tick.UTC().Format(time.RFC3339), redact.Quote(last.Node), next.UTC().Format(time.RFC3339), forgetAfter))
+		job, last.Tick.UTC().Format(time.RFC3339), last.Status, redact.Quote(last.Node), next.UTC().Format(time.RFC3339), forgetAfter))
 }
 
 // storeKnowsJob reports whether the store keeps any state of job, or its
