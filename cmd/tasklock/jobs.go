@@ -77,9 +77,10 @@ the pause and trigger-now state every node of "tasklock serve" obeys
   forget   delete the stored state of JOB — registration, pause, pending
            triggers — once it was removed from the configuration (its
            history stays until pruned). A node that still has JOB
-           registers it again when it starts or reloads. A JOB that still
-           runs — its schedule's next tick after its latest run is not a
-           minute past — is refused (exit 1; --force to go on)
+           registers it again when it starts or reloads. A JOB that is
+           paused, or still runs — its schedule's next tick after its
+           latest record is not a minute past — is refused (exit 1;
+           --force to go on)
   backfill run the ticks of JOB's schedule from T1 to T2 (both included;
            RFC 3339 times such as 2026-11-27T02:00:00Z, UTC when no
            offset is given), each once across the fleet: a tick that
@@ -369,24 +370,28 @@ func checkKnown(ctx context.Context, l ledger.Ledger, job string, anyState bool)
 // jobs forget waits before it takes the job for removed from every node.
 const forgetAfter = time.Minute
 
-// checkForgettable refuses to forget a job that a node of serve looks to
-// still run: it has run, and the next tick of its registered schedule
-// after its latest run is not forgetAfter past. Forgetting it would drop
-// its pause (a paused job would run again) and its registration under the
-// nodes that have it.
+// checkForgettable refuses to forget a registered job that a node of serve
+// may still have: one that is paused (a paused job forgotten under a node
+// that has it would run again: its pause is dropped), or one that still
+// runs (the next tick of its registered schedule after its latest record
+// is not forgetAfter past).
 func checkForgettable(ctx context.Context, l ledger.Ledger, job string, now time.Time) error {
 	sts, err := l.Jobs(ctx)
 	if err != nil {
 		return err
 	}
-	var spec string
-	for _, st := range sts {
-		if st.Job == job {
-			spec = st.Spec
+	var st ledger.JobState
+	for _, s := range sts {
+		if s.Job == job {
+			st = s
 		}
 	}
-	sched, err := schedule.Parse(spec, time.UTC)
-	if spec == "" || err != nil {
+	if st.Spec != "" && st.Paused {
+		return noJobError(fmt.Sprintf("job %q is paused: forget drops the pause, and a node that still has it would run it again; "+
+			"resume it first, or --force to go on", job))
+	}
+	sched, err := schedule.Parse(st.Spec, time.UTC)
+	if st.Spec == "" || err != nil {
 		return nil // never registered, or a schedule this build cannot read
 	}
 	runs, err := l.Runs(ctx, ledger.RunQuery{Job: job, Limit: 1})

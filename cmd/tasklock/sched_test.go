@@ -168,6 +168,13 @@ func TestJobsNoGhosts(t *testing.T) {
 	if code, _, errOut := tl.Run(t, nil, "jobs", "forget", "real", "--store", url); code != 1 || !strings.Contains(errOut, `job "real" still looks configured`) || !strings.Contains(errOut, "--force") {
 		t.Fatalf("jobs forget real, which ran tick %s = %d, %s; want 1, still looks configured", tick, code, errOut)
 	}
+	// A paused job too, whenever it ran: forgetting drops its pause.
+	if code, _, errOut := tl.Run(t, nil, "jobs", "pause", "real", "--store", url); code != exitOK {
+		t.Fatalf("jobs pause real = %d, %s", code, errOut)
+	}
+	if code, _, errOut := tl.Run(t, nil, "jobs", "forget", "real", "--store", url); code != 1 || !strings.Contains(errOut, `job "real" is paused`) {
+		t.Fatalf("jobs forget real, paused = %d, %s; want 1, is paused", code, errOut)
+	}
 	if code, _, errOut := tl.Run(t, nil, "jobs", "forget", "real", "--force", "--store", url); code != exitOK {
 		t.Fatalf("jobs forget real --force = %d, %s", code, errOut)
 	}
