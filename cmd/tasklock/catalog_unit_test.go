@@ -136,26 +136,34 @@ func TestJobsDefineCommands(t *testing.T) {
 
 var defaultOpenStore = openStore
 
-// TestReconcileFileJobsWin: a node applies the jobs defined at run time,
-// ignores one named like a job of its file with one warning, reports an
-// invalid one once, and removes a deleted one.
-func TestReconcileFileJobsWin(t *testing.T) {
-	t.Parallel()
+// startedScheduler returns a started Scheduler on a memstore, shut down at
+// the test's end.
+func startedScheduler(t *testing.T) (*memstore.Store, *schedule.Scheduler) {
+	t.Helper()
 	store := memstore.New(nil)
 	lk, err := tasklock.New(store, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer lk.Close()
+	t.Cleanup(func() { lk.Close() })
 	sch, err := schedule.New(lk, store, &schedule.Config{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
-	if err := sch.Start(ctx); err != nil {
+	if err := sch.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	defer sch.Shutdown(ctx)
+	t.Cleanup(func() { sch.Shutdown(context.Background()) })
+	return store, sch
+}
+
+// TestReconcileFileJobsWin: a node applies the jobs defined at run time,
+// ignores one named like a job of its file with one warning, reports an
+// invalid one once, and removes a deleted one.
+func TestReconcileFileJobsWin(t *testing.T) {
+	t.Parallel()
+	store, sch := startedScheduler(t)
+	ctx := context.Background()
 	var logs syncBuffer
 	file := &config.File{Jobs: []config.Job{{Job: schedule.Job{Name: "filejob", Schedule: "@hourly"}, Command: []string{"true"}}}}
 	s := &server{
@@ -224,21 +232,8 @@ func TestReconcileFileJobsWin(t *testing.T) {
 // (config.Parse) does not see jobs defined at run time.
 func TestReconcileRefusesSharedLocks(t *testing.T) {
 	t.Parallel()
-	store := memstore.New(nil)
-	lk, err := tasklock.New(store, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lk.Close()
-	sch, err := schedule.New(lk, store, &schedule.Config{Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	store, sch := startedScheduler(t)
 	ctx := context.Background()
-	if err := sch.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer sch.Shutdown(ctx)
 	var logs syncBuffer
 	file := &config.File{Jobs: []config.Job{
 		{Job: schedule.Job{Name: "x", Schedule: "@hourly", Shards: 3}, Command: []string{"true"}},
