@@ -171,16 +171,17 @@ func (lk *Locker) tryObtain(ctx context.Context, key string, opts *ObtainOptions
 		if err != nil && token != "" {
 			lk.door.giveBack(key, token, o.mode)
 		}
+		took := lk.clock.Now().Sub(start)
 		switch {
 		case err == nil:
-			lk.obtained(l, lk.clock.Now().Sub(start))
+			lk.obtained(l, took)
 			return l, nil
 		case !errors.Is(err, driver.ErrTryAgain):
 			return nil, err
-		case lk.clock.Now().Sub(start) >= tryAgainFor:
+		case took >= tryAgainFor:
 			// Not ErrNotObtained: nobody is known to hold the key.
 			return nil, fmt.Errorf("%w (undecided after %d attempts in %v: the key may be free)",
-				err, race, lk.clock.Now().Sub(start).Round(time.Millisecond))
+				err, race, took.Round(time.Millisecond))
 		case race == maxTryAgain:
 			ne := &NotObtainedError{Key: key, Err: err}
 			lk.emit(Event{Type: EventNotObtained, Key: key, Owner: o.owner, Mode: o.mode, Err: ne})

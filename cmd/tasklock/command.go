@@ -84,15 +84,21 @@ func statusCode(ws syscall.WaitStatus) int {
 	return ws.ExitStatus()
 }
 
+// sigName names a signal as the system does ("SIGTERM").
+func sigName(s os.Signal) string {
+	if n, ok := s.(syscall.Signal); ok {
+		if name := unix.SignalName(n); name != "" {
+			return name
+		}
+	}
+	return s.String()
+}
+
 // describeStatus says how a process ended, as a verb phrase: "exited with
 // status 3", "was killed by signal SIGTERM".
 func describeStatus(ws syscall.WaitStatus) string {
 	if ws.Signaled() {
-		name := unix.SignalName(ws.Signal())
-		if name == "" {
-			name = strconv.Itoa(int(ws.Signal()))
-		}
-		return "was killed by signal " + name
+		return "was killed by signal " + sigName(ws.Signal())
 	}
 	return "exited with status " + strconv.Itoa(ws.ExitStatus())
 }

@@ -651,19 +651,6 @@ func (e *execRun) release(l *tasklock.Lock) {
 	}
 }
 
-// sigName names the signals exec handles.
-func sigName(s os.Signal) string {
-	switch s {
-	case syscall.SIGINT:
-		return "SIGINT"
-	case syscall.SIGTERM:
-		return "SIGTERM"
-	case syscall.SIGHUP:
-		return "SIGHUP"
-	}
-	return s.String()
-}
-
 // sigNum is a signal's number, for the 128+N exit status.
 func sigNum(s os.Signal) int {
 	if n, ok := s.(syscall.Signal); ok {

@@ -276,11 +276,12 @@ func runJobs(args []string, stdout, stderr io.Writer) int {
 			p.Op = ledger.JobForget
 		}
 		if !force {
-			if err := checkKnown(ctx, l, p.Job, p.Op == ledger.JobForget); err != nil {
+			st, err := checkKnown(ctx, l, p.Job, p.Op == ledger.JobForget)
+			if err != nil {
 				return err
 			}
 			if p.Op == ledger.JobForget {
-				if err := checkForgettable(ctx, l, p.Job, time.Now()); err != nil {
+				if err := checkForgettable(ctx, l, st, time.Now()); err != nil {
 					return err
 				}
 			}
@@ -348,44 +349,48 @@ func checkJobArg(a *adminArgs) error {
 
 func stateJSON(st ledger.JobState) jobJSON { return apijson.FromState(st) }
 
-// checkKnown refuses a job no node registered (any stored state will do
-// when anyState): commands must not create ghost jobs.
-func checkKnown(ctx context.Context, l ledger.Ledger, job string, anyState bool) error {
+// storedState returns the state the store keeps of job, and whether it
+// keeps any.
+func storedState(ctx context.Context, l ledger.Ledger, job string) (ledger.JobState, bool, error) {
 	sts, err := l.Jobs(ctx)
 	if err != nil {
-		return err
+		return ledger.JobState{}, false, err
 	}
 	for _, st := range sts {
-		if st.Job == job && (st.Spec != "" || anyState) {
-			return nil
+		if st.Job == job {
+			return st, true, nil
 		}
 	}
-	if anyState {
-		return noJobError(fmt.Sprintf("no job named %q: the store keeps no state of it (--force to go on)", job))
+	return ledger.JobState{}, false, nil
+}
+
+// checkKnown refuses a job no node registered (any stored state will do
+// when anyState): commands must not create ghost jobs. It returns the
+// job's stored state.
+func checkKnown(ctx context.Context, l ledger.Ledger, job string, anyState bool) (ledger.JobState, error) {
+	st, ok, err := storedState(ctx, l, job)
+	switch {
+	case err != nil:
+		return st, err
+	case ok && (st.Spec != "" || anyState):
+		return st, nil
+	case anyState:
+		return st, noJobError(fmt.Sprintf("no job named %q: the store keeps no state of it (--force to go on)", job))
 	}
-	return noJobError(fmt.Sprintf("no job named %q: no node of tasklock serve has it in its configuration (--force to go on)", job))
+	return st, noJobError(fmt.Sprintf("no job named %q: no node of tasklock serve has it in its configuration (--force to go on)", job))
 }
 
 // forgetAfter is how long past a job's next tick after its latest run
 // jobs forget waits before it takes the job for removed from every node.
 const forgetAfter = time.Minute
 
-// checkForgettable refuses to forget a registered job that a node of serve
-// may still have: one that is paused (a paused job forgotten under a node
-// that has it would run again: its pause is dropped), or one that still
-// runs (the next tick of its registered schedule after its latest record
-// is not forgetAfter past).
-func checkForgettable(ctx context.Context, l ledger.Ledger, job string, now time.Time) error {
-	sts, err := l.Jobs(ctx)
-	if err != nil {
-		return err
-	}
-	var st ledger.JobState
-	for _, s := range sts {
-		if s.Job == job {
-			st = s
-		}
-	}
+// checkForgettable refuses to forget a registered job, of stored state st,
+// that a node of serve may still have: one that is paused (a paused job
+// forgotten under a node that has it would run again: its pause is
+// dropped), or one that still runs (the next tick of its registered
+// schedule after its latest record is not forgetAfter past).
+func checkForgettable(ctx context.Context, l ledger.Ledger, st ledger.JobState, now time.Time) error {
+	job := st.Job
 	if st.Spec != "" && st.Paused {
 		return noJobError(fmt.Sprintf("job %q is paused: forget drops the pause, and a node that still has it would run it again; "+
 			"resume it first, or --force to go on", job))
@@ -411,14 +416,8 @@ func checkForgettable(ctx context.Context, l ledger.Ledger, job string, now time
 // storeKnowsJob reports whether the store keeps any state of job, or its
 // definition when it was defined at run time; true when it cannot tell.
 func storeKnowsJob(ctx context.Context, l ledger.Ledger, job string) bool {
-	sts, err := l.Jobs(ctx)
-	if err != nil {
+	if _, ok, err := storedState(ctx, l, job); err != nil || ok {
 		return true
-	}
-	for _, st := range sts {
-		if st.Job == job {
-			return true
-		}
 	}
 	if c, ok := l.(ledger.Catalog); ok {
 		defs, err := c.JobDefs(ctx)

@@ -1159,21 +1159,14 @@ func (p *parser) checkDeps(names map[string]int) {
 // permits. The mistake is reported at the job that is not sharded (or the
 // max_concurrent job), naming the other.
 func (p *parser) checkKeys(jobs []Job, pools map[string]int, names map[string]int) {
-	type shard struct {
-		job string
-		k   int
-	}
-	shards := map[string]shard{} // lock key -> the shard that takes it
 	for _, j := range jobs {
-		for k := 0; j.Shards > 1 && k < j.Shards; k++ {
-			shards[j.Name+"/shard/"+strconv.Itoa(k)] = shard{j.Name, k}
-		}
-	}
-	for _, j := range jobs {
-		if sh, ok := shards[j.Name]; ok && j.Shards <= 1 {
-			p.errs = append(p.errs, &Error{File: p.file, Line: names[j.Name], Job: j.Name, Field: "name",
-				Msg: fmt.Sprintf("its lock %q is the lock of shard %d of job %q (line %d): the two would exclude each other; rename one",
-					schedule.DefaultKeyPrefix+j.Name, sh.k, clip(sh.job), names[sh.job])})
+		for _, o := range jobs {
+			if k, ok := shardOf(j.Name, o); ok && j.Shards <= 1 && o.Shards > 1 {
+				p.errs = append(p.errs, &Error{File: p.file, Line: names[j.Name], Job: j.Name, Field: "name",
+					Msg: fmt.Sprintf("its lock %q is the lock of shard %d of job %q (line %d): the two would exclude each other; rename one",
+						schedule.DefaultKeyPrefix+j.Name, k, clip(o.Name), names[o.Name])})
+				break
+			}
 		}
 		if j.MaxConcurrent > 0 {
 			if pool, ok := strings.CutPrefix(j.Name+"/running", "pool/"); ok {
