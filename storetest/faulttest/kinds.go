@@ -335,7 +335,7 @@ func runKindHolder(setup SetupFunc) int {
 }
 
 // KindHolder is the parent's handle on a kinds holder process. Its Kill,
-// Stop and Cont note when they signalled, so that its sections end at a
+// Stop and Cont note when they took effect, so that its sections end at a
 // kill and are marked Interrupted across a pause: Stop notes the time once
 // the process is stopped and Cont before it sends SIGCONT, so that a
 // section open across the pause is Interrupted however late the parent
@@ -410,13 +410,16 @@ func (h *KindHolder) collect() {
 	}
 }
 
-// Kill SIGKILLs the holder (its process group), noting when.
+// Kill SIGKILLs the holder (its process group), noting when: once it has
+// exited (testserver's Kill waits for that), since the holder may enter a
+// section after a time noted before the signal, and that section lasts
+// until the process is gone.
 func (h *KindHolder) Kill(t testing.TB) {
 	t.Helper()
+	h.Process.Kill(t)
 	h.mu.Lock()
 	h.killed = time.Now().UnixNano()
 	h.mu.Unlock()
-	h.Process.Kill(t)
 }
 
 // Stop SIGSTOPs the holder, noting when it was stopped: after it was
