@@ -44,6 +44,9 @@ import (
 //     shards as at a scheduled tick. A re-run's shard is done once it has
 //     an attempt after the request's base (backfill.go); the watch is
 //     keyed by the claim's Trigger, so a re-run's is not the tick's own.
+//     Its records are the tick's, though: the tick's own watch leaves a
+//     shard whose latest attempt is after the base of a backfill or
+//     re-run watched on the node to that one's watch.
 
 // shardState is a Scheduler's view of its sharded jobs' ticks. Guarded by
 // Scheduler.mu, but for rank and of, which only the loop uses.
@@ -374,12 +377,23 @@ func (s *Scheduler) obtainShard(j *job, w work) (*tasklock.Lock, error) {
 func (s *Scheduler) pollShards(now time.Time) {
 	s.mu.Lock()
 	var due []*shardTick
+	var floors map[tickKey]int // a scheduled tick's key -> the lowest base of its backfills and re-runs watched here
 	for k, e := range s.shards.watch {
 		switch {
 		case now.After(e.until):
 			delete(s.shards.watch, k)
+			continue
 		case !now.Before(e.next):
 			due = append(due, e)
+		}
+		if e.w.past {
+			if floors == nil {
+				floors = make(map[tickKey]int)
+			}
+			k.trigger = ""
+			if f, ok := floors[k]; !ok || e.w.attempts < f {
+				floors[k] = e.w.attempts
+			}
 		}
 	}
 	s.mu.Unlock()
@@ -401,12 +415,21 @@ func (s *Scheduler) pollShards(now time.Time) {
 			continue
 		}
 		latest := latestShards(rs, e.w.tick, e.w.trigger)
+		floor, hasPast := floors[keyOf(e.j, e.w)]
 		open := make([]int, 0, e.w.shards)
 		for k := range e.w.shards {
 			// A backfill's shard is done once attempted: the tick's
 			// missed or skipped record (attempt 0) is what it makes up
 			// for; a re-run's once attempted after its base (attempts).
-			if r, ok := latest[k]; !ok || !r.Status.Final() || r.Status == ledger.RunInterrupted || (e.w.past && r.Attempt <= e.w.attempts) {
+			// Their records share the scheduled tick's key: for the
+			// tick's own watch, a shard whose latest attempt is after
+			// the base of one watched here is left to that one's watch,
+			// lest both take it over from a stopped node.
+			r, ok := latest[k]
+			if hasPast && !e.w.past && r.Attempt > floor {
+				continue
+			}
+			if !ok || !r.Status.Final() || r.Status == ledger.RunInterrupted || (e.w.past && r.Attempt <= e.w.attempts) {
 				open = append(open, k)
 			}
 		}

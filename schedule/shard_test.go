@@ -635,6 +635,68 @@ func TestShardsRerunTakeover(t *testing.T) {
 	}
 }
 
+// TestShardsRerunTakeoverBesideTheTick: a node still watches the
+// scheduled tick (one of its shards runs long) when a re-run of it starts,
+// and the re-run's records share the tick's key. When the node running
+// two of the re-run's shards stops, the tick's watch must leave them to
+// the re-run's: each is taken over once, not once by each watch.
+func TestShardsRerunTakeoverBesideTheTick(t *testing.T) {
+	const shards = 6
+	c := newCluster(t)
+	c.clock.Advance(time.Minute) // past the tick at t0: the job's first tick is t0+1h
+	tick := t0.Add(time.Hour)
+	log := newShardLog()
+	slow := make(chan struct{}) // holds b's scheduled run of shard 1
+	ka := c.killableNodes(t, Job{Name: "rrb", Schedule: "@every 1h", Shards: shards}, log, func(run Run) bool {
+		if run.Node == "b" && run.Shard == 1 && run.Attempt == 1 {
+			<-slow
+		}
+		return run.Attempt > 1
+	})
+	c.advance(59 * time.Minute)
+	waitFor(t, "5 of the tick's shards to end", func() bool {
+		rs := c.history("rrb")
+		n := 0
+		for _, r := range rs {
+			if r.Status == ledger.RunOK {
+				n++
+			}
+		}
+		return n == shards-1
+	})
+	if _, err := RequestRerun(context.Background(), c.ledger, "rrb", tick, BackfillOptions{Now: c.clock.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "node a to start its shards of the re-run", func() bool {
+		c.advance(50 * time.Millisecond)
+		log.mu.Lock()
+		defer log.mu.Unlock()
+		return len(log.started["a"]) == 2
+	})
+	ka.dead.Store(true)
+	close(slow)
+	rs := c.tickRecordsWith(t, "rrb", tick, func(rs []ledger.RunRecord) bool {
+		latest := latestShards(rs, tick, "")
+		for k := range shards {
+			if r := latest[k]; r.Attempt < 2 || r.Status != ledger.RunOK {
+				return false
+			}
+		}
+		return true
+	})
+	c.settle(false)
+	log.checkOnce(t, shards)
+	for k, r := range latestShards(rs, tick, "") {
+		want := 2
+		if k%3 == 0 { // node a's, rank 0 of 3
+			want = 3
+		}
+		if r.Attempt != want || (want == 3 && r.Node == "a") {
+			t.Errorf("shard %d: latest record attempt %d on %s, want attempt %d on b or c", k, r.Attempt, r.Node, want)
+		}
+	}
+}
+
 // countingLister counts the listings of the node leases.
 type countingLister struct {
 	driver.Lister
