@@ -137,7 +137,8 @@ func (lk *Locker) releaseAll(held []*Lock) []error {
 // the store looked, a RedLock vote split) is made again, up to
 // maxTryAgain times within a few hundred milliseconds; when every one loses,
 // the key is reported as held: a *NotObtainedError whose Err is the store's
-// last error. No attempt is started once tryAgainFor (1.5 s) has passed
+// last error, unless that says the store could not tell
+// (driver.ErrUndecided). No attempt is started once tryAgainFor (1.5 s) has passed
 // since the first, so races that are slow to lose — a RedLock vote that a
 // silent node could decide either way waits up to a second for it — end
 // TryObtain within 1.5 s and one attempt (about 2.5 s with RedLock). The
@@ -178,7 +179,7 @@ func (lk *Locker) tryObtain(ctx context.Context, key string, opts *ObtainOptions
 			return l, nil
 		case !errors.Is(err, driver.ErrTryAgain):
 			return nil, err
-		case took >= tryAgainFor:
+		case took >= tryAgainFor, race == maxTryAgain && errors.Is(err, driver.ErrUndecided):
 			// Not ErrNotObtained: nobody is known to hold the key.
 			return nil, fmt.Errorf("%w (undecided after %d attempts in %v: the key may be free)",
 				err, race, took.Round(time.Millisecond))

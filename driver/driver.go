@@ -56,6 +56,12 @@ var ErrUnsupported = errors.New("tasklock: unsupported by this store")
 // only for a race, never for a failure that retrying cannot mend.
 var ErrTryAgain = errors.New("tasklock: attempt lost a race, try again")
 
+// ErrUndecided is wrapped, beside ErrTryAgain, by the error a store
+// returns when it cannot tell whether another owner holds the key: the
+// nodes that did not answer could decide it either way (RedLock). The
+// Locker's TryObtain never reports such a key as held.
+var ErrUndecided = errors.New("tasklock: the store cannot tell whether the key is held")
+
 // ErrHeld is wrapped by the *HeldError that Acquire returns when another
 // token holds the key.
 var ErrHeld = errors.New("tasklock: lock held by another owner")

@@ -60,8 +60,11 @@
 //     silent node up to the 1 s bound, and the next one may wait as long:
 //     TryObtain starts no attempt 1.5 s after its first, and so returns
 //     within about 2.5 s with an error wrapping ErrUndecided that does not
-//     match tasklock.ErrNotObtained (the key may be free); Obtain tries
-//     again until its context ends.
+//     match tasklock.ErrNotObtained (the key may be free). With a lease
+//     short enough that each attempt waits less, TryObtain may make all
+//     its attempts sooner; when the last was undecided, the error does not
+//     match ErrNotObtained either. Obtain tries again until its context
+//     ends.
 //   - Renew sends each node one batched redisstore Renew call. A lease is
 //     renewed only when a majority of the nodes renewed it. When so many
 //     nodes say "not held" that no majority can have renewed it, its result

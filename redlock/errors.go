@@ -32,13 +32,23 @@ var ErrSplitVote = fmt.Errorf("redlock: the vote split, no owner won a majority:
 // another owner (with 3 nodes: one grant here, one node held by another
 // owner, one without an answer). Acquire cannot tell whether the key is
 // held, and does not guess: every grant has been released again. It wraps
-// ErrSplitVote, and so driver.ErrTryAgain. Each such attempt waits for the
+// ErrSplitVote, and so driver.ErrTryAgain, and driver.ErrUndecided. Each such attempt waits for the
 // silent nodes up to Acquire's bound (1 s, less for a shorter lease), so
 // tasklock's TryObtain makes few of them: when its time for attempts is up
 // (1.5 s) it returns an error wrapping this one that does not match
 // tasklock.ErrNotObtained (see tasklock.Locker.TryObtain). Obtain tries
 // again until its context ends.
-var ErrUndecided = fmt.Errorf("redlock: the nodes that did not answer could decide the vote: %w", ErrSplitVote)
+var ErrUndecided error = undecidedError{}
+
+// undecidedError is ErrUndecided: ErrSplitVote's text after its own, and
+// driver.ErrUndecided too, for the Locker.
+type undecidedError struct{}
+
+func (undecidedError) Error() string {
+	return "redlock: the nodes that did not answer could decide the vote: " + ErrSplitVote.Error()
+}
+
+func (undecidedError) Unwrap() []error { return []error{ErrSplitVote, driver.ErrUndecided} }
 
 // NodeError is one node's failure in a call: the node's address (the
 // client's Options().Addr, or "clients[i]" for a Sentinel failover client)

@@ -858,3 +858,29 @@ func TestTryObtainUndecidedIsBounded(t *testing.T) {
 		t.Fatal("the grant on node 0 was not given back")
 	}
 }
+
+// TestTryObtainUndecidedShortLease: with a lease short enough that an
+// undecided vote waits for the silent node only briefly, TryObtain makes
+// all its attempts before its time is up; their last being undecided, the
+// key is still not reported as held.
+func TestTryObtainUndecidedShortLease(t *testing.T) {
+	t.Parallel()
+	srvs := startNodes(t, 3)
+	s := newStore(t, addrsOf(srvs), nil)
+	lk := newLocker(t, s, "z")
+	other := token()
+	plant(t, s, 1, "k", other, "other", time.Minute)
+	plant(t, s, 2, "k", other, "other", time.Minute)
+	srvs[1].Stop(t)
+	t.Cleanup(func() { srvs[1].Cont(t) })
+
+	l, err := lk.TryObtain(ctxT(t), "k", &tasklock.ObtainOptions{TTL: 100 * time.Millisecond})
+	if err == nil {
+		_ = l.Release(ctxT(t))
+		t.Fatal("obtained a key another owner holds on two of three nodes")
+	}
+	t.Logf("TryObtain: %v", err)
+	if errors.Is(err, tasklock.ErrNotObtained) || !errors.Is(err, ErrUndecided) || !errors.Is(err, driver.ErrUndecided) {
+		t.Fatalf("TryObtain = %v, want an undecided vote (ErrUndecided, driver.ErrUndecided), not ErrNotObtained", err)
+	}
+}
