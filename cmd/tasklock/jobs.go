@@ -124,6 +124,12 @@ without, a job a node of serve registered that was never created at run
 time; --force goes on) and the nodes ignore a definition of such a name,
 with a warning. Changes are recorded in the audit as cli:USER@HOST.
 
+create and update also refuse (exit 64, even with --force) a job whose
+lock another job takes, as the file's check does: a job named x/shard/2
+beside a job x with shards: 3, or the other way round; the two would
+skip each other's ticks. They check the other jobs defined at run time
+and, with --config FILE, the jobs of FILE.
+
 trigger, pause and resume refuse a JOB no node of serve has registered
 (exit 1, no job named "JOB"), and forget one the store knows nothing of;
 --force does it anyway.
@@ -140,7 +146,8 @@ Flags (anywhere):
   --cancel       delete: cancel the job's runs in progress
 
 Exit status: 0 done; 1 no job of that name, or a create, update or delete
-refused (a job defined already, or not at run time, or of the file); 64 bad usage or URL; 69 store
+refused (a job defined already, or not at run time, or of the file); 64 bad usage or URL, or a
+job whose lock another job takes; 69 store
 unreachable or failing, or the store keeps no ledger.
 `
 

@@ -315,6 +315,11 @@ func jobsDefine(ctx context.Context, a *adminArgs, l ledger.Ledger, d *defineFla
 			return err
 		}
 	}
+	if c.Op != jobdefs.Delete {
+		if err := checkSharedLock(ctx, cat, c, d.config, d.cfgFile); err != nil {
+			return err
+		}
+	}
 	res, err := jobdefs.Apply(ctx, cat, c)
 	switch {
 	case errors.Is(err, jobdefs.ErrExists):
@@ -374,6 +379,43 @@ func checkNotFileJob(ctx context.Context, cat ledger.Catalog, l ledger.Ledger, j
 		}
 	}
 	return refusedError(fmt.Sprintf("job %q runs from the configuration file of tasklock serve, which is authoritative for its jobs: change it there (--config FILE checks against a file instead; --force goes on)", job))
+}
+
+// checkSharedLock refuses a job whose runs would take a lock another job
+// takes (config.SharedLock): a job named "x/shard/2" beside a sharded job
+// x, or the other way round. The two would skip each other's ticks as
+// "the previous run is still in progress". It checks against the other
+// jobs defined at run time, which serve applies without checking them
+// among themselves, and with --config against that file's jobs, which
+// serve would keep in force and refuse this one. --force does not pass
+// it: serve would run the pair (or refuse the job) all the same.
+func checkSharedLock(ctx context.Context, cat ledger.Catalog, c jobdefs.Change, configPath string, f *config.File) error {
+	j, err := config.ParseJob("the job", []byte(c.Def))
+	if err != nil {
+		return err // config.Define accepted it: not expected
+	}
+	if f != nil {
+		if msg := config.SharedLock(j, f.Jobs); msg != "" {
+			return usagef("job %q cannot run beside a job of the configuration file %s: %s", c.Job, configPath, msg)
+		}
+	}
+	defs, err := cat.JobDefs(ctx)
+	if err != nil {
+		return err
+	}
+	for _, def := range defs {
+		if def.Job == c.Job || def.Def == "" {
+			continue
+		}
+		o, err := config.ParseJob("job "+def.Job, []byte(def.Def))
+		if err != nil {
+			continue // serve does not apply it either
+		}
+		if msg := config.SharedLock(j, []config.Job{o}); msg != "" {
+			return usagef("job %q cannot run beside job %q, defined at run time (version %d): %s", c.Job, def.Job, def.Version, msg)
+		}
+	}
+	return nil
 }
 
 // jobsAudit is jobs audit: the audit entries, newest first.
