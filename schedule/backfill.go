@@ -99,7 +99,7 @@ func RequestBackfill(ctx context.Context, l ledger.Ledger, job string, from, to 
 	case to.After(cmp.Or(o.Now, time.Now())):
 		return nil, badRequest("backfill %q: the range ends in the future (%s): those ticks are the scheduler's to run", job, to.UTC().Format(time.RFC3339))
 	}
-	sched, err := registered(ctx, l, job)
+	sched, _, err := registered(ctx, l, job)
 	if err != nil {
 		return nil, err
 	}
@@ -145,10 +145,13 @@ func RequestBackfill(ctx context.Context, l ledger.Ledger, job string, from, to 
 // RequestRerun asks the fleet to run tick of job again, once, as the next
 // attempt after the last one the ledger holds (1 when it holds none); for a
 // sharded job, every shard of the tick, each once, spread over the nodes.
-// The tick must be one of the job's registered schedule. It returns the
-// request's ID.
+// The tick must be one of the job's registered schedule, not in the
+// future, and not before the job could have run: a tick before the
+// registration of its schedule (ledger.JobState.Since) is refused unless
+// the ledger holds a run of the job at or before it (it ran then, with an
+// earlier schedule, or by a backfill). It returns the request's ID.
 func RequestRerun(ctx context.Context, l ledger.Ledger, job string, tick time.Time, o BackfillOptions) (string, error) {
-	sched, err := registered(ctx, l, job)
+	sched, since, err := registered(ctx, l, job)
 	if err != nil {
 		return "", err
 	}
@@ -158,6 +161,16 @@ func RequestRerun(ctx context.Context, l ledger.Ledger, job string, tick time.Ti
 	}
 	if tick.After(cmp.Or(o.Now, time.Now())) {
 		return "", badRequest("re-run %q: the tick %s is in the future", job, tick.Format(time.RFC3339))
+	}
+	if tick.Before(since) {
+		rs, err := l.Runs(ctx, ledger.RunQuery{Job: job, To: tick.Add(time.Second), Limit: 1})
+		if err != nil {
+			return "", fmt.Errorf("schedule: re-run %q: reading its runs up to the tick: %w", job, err)
+		}
+		if len(rs) == 0 {
+			return "", badRequest("re-run %q: the tick %s is before the job could have run: the fleet runs it with this schedule since %s, and the ledger holds no run of it at or before the tick",
+				job, tick.Format(time.RFC3339), since.UTC().Format(time.RFC3339))
+		}
 	}
 	prefix := rerunSkip
 	if o.Overlap == OverlapAllow {
@@ -237,7 +250,8 @@ func lastAttempts(ctx context.Context, l ledger.Ledger, job string, first, last 
 // ErrBadRequest is matched (errors.Is) by the errors of RequestBackfill and
 // RequestRerun about the request itself: a range that ends before it
 // starts or in the future, one with too many ticks or none, a time that is
-// not a tick of the job's schedule.
+// not a tick of the job's schedule, a re-run of a tick from before the job
+// could have run.
 var ErrBadRequest = errors.New("schedule: bad backfill or re-run request")
 
 type requestError struct{ msg string }
@@ -272,11 +286,12 @@ func (e *TooManyTicksError) Is(target error) bool { return target == ErrBadReque
 // job no node registered, whose schedule is therefore unknown.
 var ErrNotRegistered = errors.New("schedule: no node has registered the job")
 
-// registered returns the schedule the fleet registered job with.
-func registered(ctx context.Context, l ledger.Ledger, job string) (Schedule, error) {
+// registered returns the schedule the fleet registered job with, and
+// since when (ledger.JobState.Since).
+func registered(ctx context.Context, l ledger.Ledger, job string) (Schedule, time.Time, error) {
 	sts, err := l.Jobs(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("schedule: reading the job states: %w", err)
+		return nil, time.Time{}, fmt.Errorf("schedule: reading the job states: %w", err)
 	}
 	for _, st := range sts {
 		if st.Job != job {
@@ -287,11 +302,11 @@ func registered(ctx context.Context, l ledger.Ledger, job string) (Schedule, err
 		}
 		sched, err := Parse(st.Spec, time.UTC)
 		if err != nil {
-			return nil, fmt.Errorf("schedule: job %q: its registered schedule %q: %w", job, st.Spec, err)
+			return nil, time.Time{}, fmt.Errorf("schedule: job %q: its registered schedule %q: %w", job, st.Spec, err)
 		}
-		return sched, nil
+		return sched, st.Since, nil
 	}
-	return nil, &notRegisteredError{job}
+	return nil, time.Time{}, &notRegisteredError{job}
 }
 
 type notRegisteredError struct{ job string }

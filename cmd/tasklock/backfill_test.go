@@ -158,10 +158,11 @@ func waitNoRequests(t *testing.T, url, job string) {
 }
 
 // TestJobsRerunSharded: three serve nodes, a job with shards: 6 whose
-// only past tick is re-run twice with jobs rerun; each time every shard
-// runs once more, as the next attempt, and the request is then removed.
-// The oracle is the file the job's command appends its tick, shard,
-// attempt and node to.
+// only past tick, from before the job existed, is backfilled, then re-run
+// twice with jobs rerun (which refuses such a tick until it has a run);
+// each time every shard runs once more, as the next attempt, and the
+// request is then removed. The oracle is the file the job's command
+// appends its tick, shard, attempt and node to.
 func TestJobsRerunSharded(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs three serve processes")
@@ -195,10 +196,14 @@ func TestJobsRerunSharded(t *testing.T) {
 		}
 		return m
 	}
-	for _, attempt := range []string{"1", "2"} {
-		code, out, errOut := tl.Run(t, nil, "jobs", "rerun", "--store", url, "rr", tick)
-		if code != exitOK || !strings.Contains(out, "requested a re-run") {
-			t.Fatalf("jobs rerun = %d\n%s%s", code, out, errOut)
+	for _, attempt := range []string{"1", "2", "3"} {
+		args, want := []string{"rerun", "rr", tick}, "requested a re-run"
+		if attempt == "1" {
+			args, want = []string{"backfill", "rr", "--from", tick, "--to", tick}, "requested 1 ticks"
+		}
+		code, out, errOut := tl.Run(t, nil, append([]string{"jobs", "--store", url}, args...)...)
+		if code != exitOK || !strings.Contains(out, want) {
+			t.Fatalf("jobs %s = %d\n%s%s", args[0], code, out, errOut)
 		}
 		clitest.WaitFor(t, 30*time.Second, func() bool { return len(runs(attempt)) == 6 }, "every shard to run attempt "+attempt)
 		waitNoRequests(t, url, "rr")
@@ -210,7 +215,7 @@ func TestJobsRerunSharded(t *testing.T) {
 		}
 		t.Logf("attempt %s ran shards on %v", attempt, m)
 	}
-	if m := runs("3"); len(m) > 0 {
-		t.Errorf("attempt 3 ran: %v", m)
+	if m := runs("4"); len(m) > 0 {
+		t.Errorf("attempt 4 ran: %v", m)
 	}
 }

@@ -93,7 +93,10 @@ the pause and trigger-now state every node of "tasklock serve" obeys
            requests within a second; jobs history shows the runs. When
            the store fails part way (--timeout), the error says how many
            ticks were requested: those requests stay and run
-  rerun    run JOB's TICK once more, as its next attempt number
+  rerun    run JOB's TICK once more, as its next attempt number. A TICK
+           from before the job could have run is refused (exit 64): one
+           before serve first ran it with its current schedule, unless
+           history holds a run of JOB at or before TICK
 
   create   define a job at run time: every node of serve runs it within a
            second, as if it were in its configuration file. -f FILE is
