@@ -52,7 +52,8 @@ UTC, or null while pending.
 
 Exit status:
   0    done (status: also when migrations are pending)
-  64   bad usage or store URL (the message names the flag or parameter)
+  64   bad usage or store URL (the message names the flag or parameter;
+       status: a SQLite file that does not exist)
   69   store unreachable, or the migration failed
 `
 
@@ -183,7 +184,11 @@ func runMigrate(args []string, stdout, stderr io.Writer) int {
 		report.Applied = &a
 	}
 	states, err := m.Status(ctx)
-	if err != nil {
+	switch {
+	case errors.Is(err, storeurl.ErrBadURL):
+		failf("%v", err)
+		return exitUsage
+	case err != nil:
 		failf("%v", timedOut(ctx, c.timeout, err))
 		return exitUnavailable
 	}

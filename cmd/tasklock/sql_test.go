@@ -6,6 +6,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -247,9 +248,11 @@ func TestMigrateMySQL(t *testing.T) {
 func TestMigrateSQLite(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "locks.db")
-	// status on a file that does not exist creates nothing.
+	// status on a file that does not exist creates nothing, and is a
+	// usage error, as for the jobs and locks commands: the URL names no
+	// database.
 	code, _, errOut := tl.Run(t, nil, "migrate", "status", "--store", "sqlite://"+path)
-	if code != exitUnavailable || !strings.Contains(errOut, "does not exist") {
+	if code != exitUsage || !strings.Contains(errOut, fmt.Sprintf("database file %q does not exist: check the path", path)) {
 		t.Errorf("status of a missing file: exit %d, stderr %q", code, errOut)
 	}
 	if _, err := os.Stat(path); !os.IsNotExist(err) {

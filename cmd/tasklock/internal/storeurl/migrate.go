@@ -131,9 +131,14 @@ func OpenMigrator(ctx context.Context, rawURL string) (*Migrator, error) {
 func (m *Migrator) Table() string { return m.s.table() }
 
 // Status reports every migration the store's package knows, and any that a
-// newer tasklock applied, in version order. It only reads.
+// newer tasklock applied, in version order. It only reads: a database that
+// does not exist (a SQLite file) is ErrBadURL, as for OpenExisting, since
+// the URL names nothing there.
 func (m *Migrator) Status(ctx context.Context) ([]Migration, error) {
 	states, err := m.s.status(ctx)
+	if errors.Is(err, errNoDatabase) {
+		return nil, fmt.Errorf("%w %s: %w", ErrBadURL, redact.URL(m.u.raw), m.u.scrub(err))
+	}
 	if err != nil {
 		return nil, m.wrap(err)
 	}

@@ -331,11 +331,11 @@ func TestOpenSQLite(t *testing.T) {
 	// that does not exist; Migrator.Up does.
 	created := filepath.Join(dir, "created.db")
 	_, _, err := Open(ctx, "sqlite://"+created+"?migrate=false")
-	if !errors.Is(err, ErrNotMigrated) || !strings.Contains(err.Error(), "does not exist (tasklock migrate up creates it)") {
+	if !errors.Is(err, ErrNotMigrated) || !strings.Contains(err.Error(), "does not exist: check the path (tasklock migrate up creates it)") {
 		t.Errorf("Open(missing file, migrate=false) = %v, want ErrNotMigrated", err)
 	}
 	m := openMigrator(t, "sqlite://"+created)
-	if _, err := m.Status(ctx); err == nil || !strings.Contains(err.Error(), "does not exist") {
+	if _, err := m.Status(ctx); !errors.Is(err, ErrBadURL) || !strings.Contains(err.Error(), "does not exist") {
 		t.Errorf("Status of a missing file = %v", err)
 	}
 	if _, err := os.Stat(created); !os.IsNotExist(err) {

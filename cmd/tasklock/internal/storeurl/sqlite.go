@@ -152,7 +152,7 @@ func (s *sqliteSchema) openDB(create bool) error {
 	}
 	if !create {
 		if _, err := os.Stat(s.path); errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("database file %s %w (tasklock migrate up creates it)", s.path, errNoDatabase)
+			return fmt.Errorf("database file %s %w: check the path (tasklock migrate up creates it)", redact.Quote(s.path), errNoDatabase)
 		}
 	}
 	db, err := sqlitestore.Open(s.path, &s.opts)
