@@ -5,7 +5,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"os/exec"
+	"strings"
 	"time"
 
 	"github.com/tasklock/tasklock"
@@ -26,8 +29,14 @@ file, the line, the job and the key:
 A password in the store URL is never printed. See "tasklock help serve"
 for the file's keys.
 
-Exit status: 0 when the file is valid, 64 when it is not (or cannot be
-read, or the flags are wrong).
+It also looks for each job's command on this host, and for one it cannot
+find prints a warning on stderr, without failing (validate may run on
+another host than serve, with another PATH):
+
+  tasklock validate: warning: job "backup": command "pg_dump" not found in PATH on this host
+
+Exit status: 0 when the file is valid (also with warnings), 64 when it is
+not (or cannot be read, or the flags are wrong).
 `
 
 // configFlag parses the flags of validate and serve into the FlagSet's
@@ -81,8 +90,36 @@ func runValidate(args []string, stdout, stderr io.Writer) int {
 	if v := os.Getenv("TASKLOCK_NODE"); v != "" {
 		node = redact.Printable(v) + " (from $TASKLOCK_NODE)"
 	}
+	for _, j := range f.Jobs {
+		if msg := commandMissing(j.Command); msg != "" {
+			fmt.Fprintf(stderr, "tasklock validate: warning: job %s: %s\n", redact.Quote(j.Name), msg)
+		}
+	}
 	fmt.Fprintf(stdout, "%s: OK: %s, store %s, node %s\n", path, plural(len(f.Jobs), "job"), store, node)
 	return exitOK
+}
+
+// commandMissing says why argv's program cannot be found on this host, or
+// returns "" when it can (or argv is nil: an HTTP job). A name without a
+// slash is looked for in $PATH, as serve does when it runs it; a path is
+// looked at as it is, relative to the current directory when relative.
+func commandMissing(argv []string) string {
+	if len(argv) == 0 {
+		return ""
+	}
+	_, err := exec.LookPath(argv[0])
+	switch {
+	case err == nil || errors.Is(err, exec.ErrDot):
+		return ""
+	case !strings.Contains(argv[0], "/"):
+		return fmt.Sprintf("command %s not found in PATH on this host", redact.Quote(argv[0]))
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Sprintf("command %s not found on this host", redact.Quote(argv[0]))
+	}
+	if inner := errors.Unwrap(err); inner != nil {
+		err = inner // without exec's repetition of the name
+	}
+	return fmt.Sprintf("command %s cannot be run on this host: %s", redact.Quote(argv[0]), redact.Printable(err.Error()))
 }
 
 // printConfigErrors prints every mistake of a configuration file, or why

@@ -1,0 +1,48 @@
+//go:build unix
+
+package main
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestValidateCommandNotFound: a job whose command is not on this host is
+// a warning on stderr naming the job and the command, not a mistake: exit
+// 0 with the OK line, since serve may run on another host. A command that
+// is found, and an HTTP job, get none.
+func TestValidateCommandNotFound(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cfg := writeConfig(t, dir, `store: mem://
+jobs:
+  - name: missing
+    schedule: '@daily'
+    command: [tasklock-no-such-command, --flag]
+  - name: missing-path
+    schedule: '@daily'
+    command: [`+filepath.Join(dir, "nope.sh")+`]
+  - name: found
+    schedule: '@daily'
+    command: [sh, -c, 'true']
+  - name: web
+    schedule: '@daily'
+    http: {url: 'http://localhost:1/'}
+`)
+	code, out, errOut := tl.Run(t, nil, "validate", "--config", cfg)
+	if code != exitOK || out != cfg+": OK: 4 jobs, store mem://, node host:pid\n" {
+		t.Errorf("validate = %d, stdout %q, stderr %q; want 0 and OK", code, out, errOut)
+	}
+	want := `tasklock validate: warning: job "missing": command "tasklock-no-such-command" not found in PATH on this host
+tasklock validate: warning: job "missing-path": command "` + filepath.Join(dir, "nope.sh") + `" not found on this host
+`
+	if errOut != want {
+		t.Errorf("validate stderr:\n%s\nwant:\n%s", errOut, want)
+	}
+	for _, job := range []string{`"found"`, `"web"`} {
+		if strings.Contains(errOut, job) {
+			t.Errorf("validate warns of job %s: %q", job, errOut)
+		}
+	}
+}
