@@ -447,8 +447,13 @@ func TestRuntimeJobsAPI(t *testing.T) {
 	runtimeJobsScenario(t, c, []*clitest.Proc{p}, out)
 
 	// The dashboard lists the runtime job while it exists; pause is audited.
-	c.create(t, jobSnippet("listed", "@every 1h", "x", 0))
+	c.create(t, jobSnippet("listed", "@every 1h", "x", 0)+"shards: 3\n")
 	waitApplied(t, []*clitest.Proc{p}, "listed", 1, time.Now())
+	// A job whose lock another job takes is refused, as by jobs create.
+	if code, body := c.do(t, "POST", "/api/jobs", jobSnippet("listed/shard/2", "@every 1h", "x", 0)); code != http.StatusBadRequest ||
+		!strings.Contains(body, `\"listed/shard/2\" cannot run beside a job defined at run time`) || !strings.Contains(body, `shard 2 of job \"listed\"`) {
+		t.Errorf("POST of a job sharing a shard's lock: %d %s, want 400 naming the shard", code, body)
+	}
 	if code, body := c.do(t, "GET", "/api/jobs?name=listed", ""); code != http.StatusOK || !strings.Contains(body, `"configured":true`) {
 		t.Errorf("GET /api/jobs?name=listed: %d %s", code, body)
 	}

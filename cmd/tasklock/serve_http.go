@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"maps"
 	"net"
 	"net/http"
@@ -112,7 +113,7 @@ func (s *server) startHTTP(store driver.Store) (*httpServer, int) {
 		Store: store, StoreURL: s.file.Store, Jobs: s.dashboardJobs,
 		Node: s.node, Version: version(), Token: h.token, PublicRead: h.public, Logger: s.log,
 		LeaderKey: leaderKey,
-		DefineJob: defineJob, FileJob: s.fileJob, Handler: s.describeJob,
+		DefineJob: s.defineJob, FileJob: s.fileJob, Handler: s.describeJob,
 	})
 	if err != nil {
 		s.failf("dashboard: %v", err)
@@ -154,11 +155,22 @@ func (s *server) startHTTP(store driver.Store) (*httpServer, int) {
 	return hs, exitOK
 }
 
-// defineJob checks a job posted to the dashboard's job API.
-func defineJob(body []byte, name string) (string, string, error) {
+// defineJob checks a job posted to the dashboard's job API, as jobs
+// create does: a valid job whose runs take no lock that a job in force on
+// this node takes, of the file or defined at run time.
+func (s *server) defineJob(body []byte, name string) (string, string, error) {
 	j, def, err := config.Define("request body", body, name)
 	if err != nil {
 		return "", "", errors.New(strings.Join(config.AsErrors(err), "\n"))
+	}
+	s.mu.Lock()
+	file, runtime := s.file.Jobs, s.rtJobs
+	s.mu.Unlock()
+	if msg := config.SharedLock(j, file); msg != "" {
+		return "", "", fmt.Errorf("job %q cannot run beside a job of the configuration file: %s", j.Name, msg)
+	}
+	if msg := config.SharedLock(j, runtime); msg != "" {
+		return "", "", fmt.Errorf("job %q cannot run beside a job defined at run time: %s", j.Name, msg)
 	}
 	return j.Name, def, nil
 }
