@@ -831,14 +831,7 @@ func TestUndecidedVoteTriesAgain(t *testing.T) {
 // node 0 back.
 func TestTryObtainUndecidedIsBounded(t *testing.T) {
 	t.Parallel()
-	srvs := startNodes(t, 3)
-	s := newStore(t, addrsOf(srvs), nil)
-	lk := newLocker(t, s, "z")
-	other := token()
-	plant(t, s, 1, "k", other, "other", time.Minute)
-	plant(t, s, 2, "k", other, "other", time.Minute)
-	srvs[1].Stop(t)
-	t.Cleanup(func() { srvs[1].Cont(t) })
+	s, lk := undecidedVote(t)
 
 	start := time.Now()
 	l, err := lk.TryObtain(ctxT(t), "k", nil)
@@ -859,12 +852,10 @@ func TestTryObtainUndecidedIsBounded(t *testing.T) {
 	}
 }
 
-// TestTryObtainUndecidedShortLease: with a lease short enough that an
-// undecided vote waits for the silent node only briefly, TryObtain makes
-// all its attempts before its time is up; their last being undecided, the
-// key is still not reported as held.
-func TestTryObtainUndecidedShortLease(t *testing.T) {
-	t.Parallel()
+// undecidedVote sets up a vote that the silent node decides: key "k" held
+// by another owner on nodes 1 and 2 of three, and node 1 SIGSTOPped.
+func undecidedVote(t *testing.T) (*Store, *tasklock.Locker) {
+	t.Helper()
 	srvs := startNodes(t, 3)
 	s := newStore(t, addrsOf(srvs), nil)
 	lk := newLocker(t, s, "z")
@@ -873,6 +864,16 @@ func TestTryObtainUndecidedShortLease(t *testing.T) {
 	plant(t, s, 2, "k", other, "other", time.Minute)
 	srvs[1].Stop(t)
 	t.Cleanup(func() { srvs[1].Cont(t) })
+	return s, lk
+}
+
+// TestTryObtainUndecidedShortLease: with a lease short enough that an
+// undecided vote waits for the silent node only briefly, TryObtain makes
+// all its attempts before its time is up; their last being undecided, the
+// key is still not reported as held.
+func TestTryObtainUndecidedShortLease(t *testing.T) {
+	t.Parallel()
+	_, lk := undecidedVote(t)
 
 	l, err := lk.TryObtain(ctxT(t), "k", &tasklock.ObtainOptions{TTL: 100 * time.Millisecond})
 	if err == nil {
