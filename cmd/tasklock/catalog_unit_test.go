@@ -272,3 +272,64 @@ func TestReconcileRefusesSharedLocks(t *testing.T) {
 		t.Errorf("jobs in force %s, want x,y/shard/1,x/shard/3", got)
 	}
 }
+
+// TestReconcileRuntimeJobsSharingALock: of two jobs defined at run time
+// whose runs would take one lock (stored by two creates that raced, which
+// each checked before the other was stored), the one whose name sorts
+// first runs on every node, whichever a node applied first; the other
+// runs once the first is deleted.
+func TestReconcileRuntimeJobsSharingALock(t *testing.T) {
+	t.Parallel()
+	store, _ := startedScheduler(t)
+	ctx := context.Background()
+	put := func(job, def string) {
+		t.Helper()
+		if _, err := store.PutJobDef(ctx, ledger.JobDefParams{Job: job, Def: def, Audit: ledger.AuditEntry{Who: "test", Action: "create"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	node := func() (*server, *syncBuffer) {
+		_, sch := startedScheduler(t)
+		var logs syncBuffer
+		return &server{
+			c: &serveConfig{config: "tasklock.yaml"}, file: &config.File{}, cur: sch, catalog: store,
+			log:     slog.New(slog.NewJSONHandler(&logs, nil)),
+			runtime: runtimeJobs{applied: map[string]runtimeJob{}, ignored: map[string]int64{}},
+			redact:  func(s string) string { return s },
+		}, &logs
+	}
+	inForce := func(s *server) string {
+		var names []string
+		for _, j := range s.dashboardJobs() {
+			names = append(names, j.Name)
+		}
+		return strings.Join(names, ",")
+	}
+	// Node a applies x/shard/2 before x exists; node b sees both at once.
+	a, logsA := node()
+	put("x/shard/2", `{"name":"x/shard/2","schedule":"@hourly","command":["true"]}`)
+	a.reconcile()
+	put("x", `{"name":"x","schedule":"@hourly","command":["true"],"shards":3}`)
+	a.reconcile()
+	a.reconcile()
+	b, logsB := node()
+	b.reconcile()
+	for name, s := range map[string]*server{"a": a, "b": b} {
+		if got := inForce(s); got != "x" {
+			t.Errorf("node %s: jobs in force %q, want x", name, got)
+		}
+	}
+	want := `its lock \"schedule/x/shard/2\" is the lock of shard 2 of job \"x\"`
+	for name, logs := range map[string]*syncBuffer{"a": logsA, "b": logsB} {
+		if n := strings.Count(logs.String(), want); n != 1 {
+			t.Errorf("node %s: %d errors saying %s, want 1:\n%s", name, n, want, logs.String())
+		}
+	}
+	if _, err := store.PutJobDef(ctx, ledger.JobDefParams{Job: "x", Delete: true, Audit: ledger.AuditEntry{Who: "test", Action: "delete"}}); err != nil {
+		t.Fatal(err)
+	}
+	a.reconcile()
+	if got := inForce(a); got != "x/shard/2" {
+		t.Errorf("after x's delete, jobs in force %q, want x/shard/2", got)
+	}
+}

@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -33,6 +34,7 @@ type runtimeJobs struct {
 	mu      sync.Mutex // held by reconcile and by reload while it swaps Schedulers
 	applied map[string]runtimeJob
 	ignored map[string]int64
+	sharing map[string]bool // ignored for sharing a lock with another job defined at run time
 }
 
 // startCatalog reads the jobs defined at run time once, then every
@@ -99,17 +101,28 @@ func (s *server) reconcile() {
 		}
 		want[d.Job] = d
 	}
+	shared := rt.sharedLocks(want, f.Jobs)
+	for name := range rt.sharing {
+		if shared[name] == "" {
+			// The job it shared a lock with is gone or changed: try again.
+			delete(rt.sharing, name)
+			delete(rt.ignored, name)
+		}
+	}
 	changed := false
 	for name, a := range rt.applied {
 		d, ok := want[name]
-		if ok && d.Version == a.version {
+		if ok && d.Version == a.version && shared[name] == "" {
 			continue
 		}
 		opts := schedule.RemoveOptions{}
 		action := "replaced"
-		if !ok {
+		switch {
+		case !ok:
 			action = "deleted"
 			opts.Cancel = s.deleteCancels(ctx, name)
+		case shared[name] != "":
+			action = "removed: it shares a lock with another job defined at run time"
 		}
 		if err := cur.Remove(name, opts); err != nil {
 			s.log.Error("removing a job defined at run time", "job", name, "err", err)
@@ -134,11 +147,15 @@ func (s *server) reconcile() {
 			err = fmt.Errorf("its definition names job %q", j.Name)
 		}
 		if err == nil {
-			// Checked against the file's jobs only, which win as they do
-			// for a name: between two jobs defined at run time, which one
-			// a node applied first differs between nodes.
+			// The file's jobs win, as they do for a name.
 			if msg := config.SharedLock(j, f.Jobs); msg != "" {
 				err = fmt.Errorf("job %q: %s", name, msg)
+			} else if msg := shared[name]; msg != "" {
+				err = fmt.Errorf("job %q: %s", name, msg)
+				if rt.sharing == nil {
+					rt.sharing = make(map[string]bool)
+				}
+				rt.sharing[name] = true
 			}
 		}
 		if err == nil {
@@ -185,6 +202,43 @@ func (s *server) reconcile() {
 		s.rtGen++
 		s.mu.Unlock()
 	}
+}
+
+// sharedLocks says which of the jobs defined at run time in want cannot
+// run because a lock their runs take is one another of them takes, and
+// why. Of two such jobs, the one whose name sorts first runs: every node
+// reading the same definitions decides alike, whichever it applied first.
+// Jobs that cannot be applied for another reason (invalid, or sharing a
+// lock with a job of the file) are passed over: they exclude nobody.
+func (rt *runtimeJobs) sharedLocks(want map[string]ledger.JobDef, file []config.Job) map[string]string {
+	var shared map[string]string
+	var accepted []config.Job
+	for _, name := range slices.Sorted(maps.Keys(want)) {
+		d := want[name]
+		j := rt.applied[name].job
+		if a, ok := rt.applied[name]; !ok || a.version != d.Version {
+			var err error
+			if j, err = config.ParseJob("job "+name, []byte(d.Def)); err != nil || j.Name != name {
+				continue
+			}
+		}
+		if config.SharedLock(j, file) != "" {
+			continue
+		}
+		for _, o := range accepted {
+			if msg := config.SharedLock(j, []config.Job{o}); msg != "" {
+				if shared == nil {
+					shared = make(map[string]string)
+				}
+				shared[name] = msg + " (defined at run time too; of two such jobs the one whose name sorts first runs)"
+				break
+			}
+		}
+		if shared[name] == "" {
+			accepted = append(accepted, j)
+		}
+	}
+	return shared
 }
 
 // deleteCancels reports whether the newest audit entry of the deleted
