@@ -138,13 +138,14 @@ func (lk *Locker) releaseAll(held []*Lock) []error {
 // maxTryAgain times within a few hundred milliseconds; when every one loses,
 // the key is reported as held: a *NotObtainedError whose Err is the store's
 // last error, unless that says the store could not tell
-// (driver.ErrUndecided). No attempt is started once tryAgainFor (1.5 s) has passed
-// since the first, so races that are slow to lose — a RedLock vote that a
-// silent node could decide either way waits up to a second for it — end
-// TryObtain within 1.5 s and one attempt (about 2.5 s with RedLock). The
-// error then says the store could not decide: it wraps the store's last
-// error (and driver.ErrTryAgain) and does not match ErrNotObtained, as the
-// key may be free. ctx bounds the call, never the lock: a held lock lives
+// (driver.ErrUndecided). No attempt is started once tryAgainFor (1.5 s)
+// has passed since the first, so races that are slow to lose — a RedLock
+// vote that a silent node could decide either way waits up to a second for
+// it — end TryObtain within 1.5 s and one attempt (about 2.5 s with
+// RedLock). The error then (or when the last attempt was undecided) says
+// the store could not decide: it wraps the store's last error (and
+// driver.ErrTryAgain) and does not match ErrNotObtained, as the key may be
+// free. ctx bounds the call, never the lock: a held lock lives
 // until Release or loss. Like Obtain, it is reentrant for a ctx that
 // carries this Locker's live lock on key.
 func (lk *Locker) TryObtain(ctx context.Context, key string, opts *ObtainOptions) (*Lock, error) {
