@@ -29,8 +29,8 @@ file, the line, the job and the key:
 A password in the store URL is never printed. See "tasklock help serve"
 for the file's keys.
 
-It also looks for each job's command on this host, and for one it cannot
-find prints a warning on stderr, without failing (validate may run on
+It also looks for each job's command, and each notify: command, on this
+host, and for one it cannot find prints a warning on stderr, without failing (validate may run on
 another host than serve, with another PATH):
 
   tasklock validate: warning: job "backup": command "pg_dump" not found in PATH on this host
@@ -90,9 +90,19 @@ func runValidate(args []string, stdout, stderr io.Writer) int {
 	if v := os.Getenv("TASKLOCK_NODE"); v != "" {
 		node = redact.Printable(v) + " (from $TASKLOCK_NODE)"
 	}
+	if f.Notify != nil {
+		if msg := commandMissing(f.Notify.Command); msg != "" {
+			fmt.Fprintf(stderr, "tasklock validate: warning: notify: %s\n", msg)
+		}
+	}
 	for _, j := range f.Jobs {
 		if msg := commandMissing(j.Command); msg != "" {
 			fmt.Fprintf(stderr, "tasklock validate: warning: job %s: %s\n", redact.Quote(j.Name), msg)
+		}
+		if j.Notify != nil {
+			if msg := commandMissing(j.Notify.Command); msg != "" {
+				fmt.Fprintf(stderr, "tasklock validate: warning: job %s: notify: %s\n", redact.Quote(j.Name), msg)
+			}
 		}
 	}
 	fmt.Fprintf(stdout, "%s: OK: %s, store %s, node %s\n", path, plural(len(f.Jobs), "job"), store, node)

@@ -16,6 +16,7 @@ func TestValidateCommandNotFound(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	cfg := writeConfig(t, dir, `store: mem://
+notify: {command: [tasklock-no-such-pager]}
 jobs:
   - name: missing
     schedule: '@daily'
@@ -26,16 +27,22 @@ jobs:
   - name: found
     schedule: '@daily'
     command: [sh, -c, 'true']
+  - name: paged
+    schedule: '@daily'
+    command: [true]
+    notify: {command: [tasklock-no-such-notifier, x]}
   - name: web
     schedule: '@daily'
     http: {url: 'http://localhost:1/'}
 `)
 	code, out, errOut := tl.Run(t, nil, "validate", "--config", cfg)
-	if code != exitOK || out != cfg+": OK: 4 jobs, store mem://, node host:pid\n" {
+	if code != exitOK || out != cfg+": OK: 5 jobs, store mem://, node host:pid\n" {
 		t.Errorf("validate = %d, stdout %q, stderr %q; want 0 and OK", code, out, errOut)
 	}
-	want := `tasklock validate: warning: job "missing": command "tasklock-no-such-command" not found in PATH on this host
+	want := `tasklock validate: warning: notify: command "tasklock-no-such-pager" not found in PATH on this host
+tasklock validate: warning: job "missing": command "tasklock-no-such-command" not found in PATH on this host
 tasklock validate: warning: job "missing-path": command "` + filepath.Join(dir, "nope.sh") + `" not found on this host
+tasklock validate: warning: job "paged": notify: command "tasklock-no-such-notifier" not found in PATH on this host
 `
 	if errOut != want {
 		t.Errorf("validate stderr:\n%s\nwant:\n%s", errOut, want)
