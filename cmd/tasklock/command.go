@@ -63,6 +63,18 @@ type command struct {
 // already (on Linux: its supervisor is gone), even before done is closed.
 func (c *command) signal(sig syscall.Signal) bool { return c.send(sig) }
 
+// ask sends sig, as signal does, then SIGCONT: a stopped process (SIGSTOP,
+// or SIGTTIN when COMMAND reads the terminal from its own process group)
+// gets a signal only once it runs again, so, as systemd does, it is
+// continued. It reports what signal reported for sig.
+func (c *command) ask(sig syscall.Signal) bool {
+	if !c.signal(sig) {
+		return false
+	}
+	c.signal(syscall.SIGCONT)
+	return true
+}
+
 // exitStatus is COMMAND's exit code, or 128+N when signal N killed it.
 func exitStatus(st *os.ProcessState) int { return statusCode(waitStatus(st)) }
 

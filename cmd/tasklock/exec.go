@@ -577,8 +577,7 @@ func (e *execRun) supervise(ch *command, l *tasklock.Lock, sigs <-chan os.Signal
 	// terminate sends SIGTERM to COMMAND's process group, and arms SIGKILL.
 	terminate := func() {
 		stopped = true
-		ch.signal(syscall.SIGTERM)
-		ch.signal(syscall.SIGCONT) // see below
+		ch.ask(syscall.SIGTERM)
 		killTimer.Reset(e.c.killGrace)
 		killAt = killTimer.C
 	}
@@ -621,11 +620,7 @@ func (e *execRun) supervise(ch *command, l *tasklock.Lock, sigs <-chan os.Signal
 			ch.signal(syscall.SIGKILL)
 		case s := <-sigs:
 			e.log.Info("passing signal on to COMMAND", "signal", sigName(s), "pid", ch.pid)
-			ch.signal(s.(syscall.Signal))
-			// A stopped process (SIGSTOP, or SIGTTIN: COMMAND reading
-			// the terminal from its own process group) gets the signal
-			// only once it runs again; as systemd does, continue it.
-			ch.signal(syscall.SIGCONT)
+			ch.ask(s.(syscall.Signal))
 		}
 	}
 }

@@ -104,10 +104,10 @@ the pause and trigger-now state every node of "tasklock serve" obeys
            (see "tasklock help serve"; - reads stdin), checked as the file
            is; or flags: --schedule, --command (split at blanks, no
            quotes; use -f for arguments with blanks), --http-url,
-           --timezone, --run-timeout (the key timeout:), --overlap, --misfire,
-           --retries, --jitter, --lock-ttl, --kill-grace, --max-hold,
-           --min-hold, --run-on; flags after -f replace its keys. JOB
-           names the job when the snippet does not
+           --timezone, --run-timeout (the key timeout:), --overlap,
+           --misfire, --retries, --jitter, --lock-ttl, --kill-grace,
+           --max-hold, --min-hold, --run-on; flags after -f replace its
+           keys. JOB names the job when the snippet does not
   update   change a job defined at run time: -f replaces its definition,
            flags change the keys they name (an empty value unsets one). A
            run in progress finishes; the new definition takes the next tick
@@ -149,8 +149,8 @@ Flags (anywhere):
   --cancel       delete: cancel the job's runs in progress
 
 Exit status: 0 done; 1 no job of that name, or a create, update or delete
-refused (a job defined already, or not at run time, or of the file); 64 bad usage or URL, or a
-job whose lock another job takes; 69 store
+refused (a job defined already, or not at run time, or of the file); 64
+bad usage or URL, or a job whose lock another job takes; 69 store
 unreachable or failing, or the store keeps no ledger.
 `
 

@@ -192,10 +192,11 @@ limited per client address (10, then one per 6 s; more is answered 429).
 
 Signals: SIGTERM or SIGINT stops taking ticks, lets running jobs finish for
 up to --grace, then stops them (their runs are recorded interrupted), and
-exits 0; a second one stops them at once. SIGHUP reads FILE again: when it is valid, jobs are added, removed
-and changed to match it (runs in progress finish as they were started);
-when it is not, the mistakes are logged and the old jobs keep running. The
-store and the node cannot change without a restart.
+exits 0; a second one stops them at once. SIGHUP reads FILE again: when
+it is valid, jobs are added, removed and changed to match it (runs in
+progress finish as they were started); when it is not, the mistakes are
+logged and the old jobs keep running. The store and the node cannot
+change without a restart.
 
 Jobs defined at run time: "tasklock jobs create|update|delete" and the
 dashboard's POST /api/jobs, PUT and DELETE /api/jobs/NAME keep jobs with
@@ -971,12 +972,9 @@ func (s *server) runCommand(ctx context.Context, j config.Job, r schedule.Run) e
 				continue // it has ended already: nothing to stop
 			default:
 			}
-			if !ch.signal(syscall.SIGTERM) {
+			if !ch.ask(syscall.SIGTERM) {
 				continue // it has ended already, not yet reaped
 			}
-			// A stopped command (SIGSTOP, SIGTTIN) sees the SIGTERM only
-			// once it runs again: continue it, as exec does.
-			ch.signal(syscall.SIGCONT)
 			stopped = true
 			s.log.Info("stopping a command: SIGTERM sent, SIGKILL after kill_grace", "job", r.Job, "pid", ch.pid,
 				"kill_grace", j.KillGrace, "cause", context.Cause(ctx), "store", s.storeName)

@@ -1161,7 +1161,7 @@ func (p *parser) checkDeps(names map[string]int) {
 func (p *parser) checkKeys(jobs []Job, pools map[string]int, names map[string]int) {
 	for _, j := range jobs {
 		for _, o := range jobs {
-			if k, ok := shardOf(j.Name, o); ok && j.Shards <= 1 && o.Shards > 1 {
+			if k, ok := shardLockOf(j, o); ok {
 				p.errs = append(p.errs, &Error{File: p.file, Line: names[j.Name], Job: j.Name, Field: "name",
 					Msg: fmt.Sprintf("its lock %q is the lock of shard %d of job %q (line %d): the two would exclude each other; rename one",
 						schedule.DefaultKeyPrefix+j.Name, k, clip(o.Name), names[o.Name])})
@@ -1188,19 +1188,27 @@ func SharedLock(j Job, others []Job) string {
 	for _, o := range others {
 		switch {
 		case o.Name == j.Name:
-		case j.Shards <= 1 && o.Shards > 1:
-			if k, ok := shardOf(j.Name, o); ok {
+		default:
+			if k, ok := shardLockOf(j, o); ok {
 				return fmt.Sprintf("its lock %q is the lock of shard %d of job %q: the two would exclude each other; rename one",
 					schedule.DefaultKeyPrefix+j.Name, k, clip(o.Name))
 			}
-		case j.Shards > 1 && o.Shards <= 1:
-			if k, ok := shardOf(o.Name, j); ok {
+			if k, ok := shardLockOf(o, j); ok {
 				return fmt.Sprintf("the lock of its shard %d, %q, is the lock of job %q: the two would exclude each other; rename one",
 					k, schedule.DefaultKeyPrefix+o.Name, clip(o.Name))
 			}
 		}
 	}
 	return ""
+}
+
+// shardLockOf reports whether j, not sharded, takes the lock of a shard of
+// the sharded job o, and which.
+func shardLockOf(j, o Job) (int, bool) {
+	if j.Shards > 1 || o.Shards <= 1 {
+		return 0, false
+	}
+	return shardOf(j.Name, o)
 }
 
 // shardOf reports whether name is the lock key, under the key prefix, of a
