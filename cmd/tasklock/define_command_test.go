@@ -6,6 +6,8 @@ import (
 	"io"
 	"strings"
 	"testing"
+
+	"github.com/tasklock/tasklock/dashboard/jobdefs"
 )
 
 // jobs create --command splits at blanks and interprets no quotes, so
@@ -36,5 +38,30 @@ func TestDefineCommandRefusesQuotes(t *testing.T) {
 	data, _, err := d.snippet("", strings.NewReader(""))
 	if err != nil || string(data) != `{"command":["/usr/local/bin/beat","--quick"]}` {
 		t.Errorf("plain --command: %s, %v", data, err)
+	}
+}
+
+// A -f snippet that leaves to the flags and JOB keys it does not have
+// (jobs create x -f shards.yaml --schedule ... --command ...) is whole once
+// they are added: its check alone must not call those keys missing. Its
+// own mistakes are still told at its lines.
+func TestDefineSnippetCompletedByFlags(t *testing.T) {
+	define := func(snippet string) (jobdefs.Change, error) {
+		fs := flag.NewFlagSet("jobs", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		var d defineFlags
+		d.register(fs)
+		if err := fs.Parse([]string{"-f", "-", "--schedule", "@every 1h", "--command", "true"}); err != nil {
+			t.Fatal(err)
+		}
+		c := jobdefs.Change{Op: jobdefs.Create, Job: "x"}
+		return c, d.define(&c, "", strings.NewReader(snippet))
+	}
+	c, err := define("shards: 3\n")
+	if err != nil || c.Job != "x" || !strings.Contains(c.Def, `"shards":3`) || !strings.Contains(c.Def, `"schedule":"@every 1h"`) {
+		t.Errorf("snippet completed by the flags and JOB: %+v, %v", c, err)
+	}
+	if _, err := define("shards: 3\ntimeout: 10x\n"); err == nil || !strings.Contains(err.Error(), "stdin:2") || strings.Contains(err.Error(), "missing") {
+		t.Errorf("snippet with a mistake of its own: %v, want it at stdin:2 and nothing missing", err)
 	}
 }

@@ -105,9 +105,13 @@ func (d *defineFlags) snippet(base string, stdin io.Reader) ([]byte, string, err
 		if len(d.keysSet) == 0 {
 			return data, source, nil
 		}
-		// Checked alone first, so that its own mistakes name its lines.
+		// Checked alone first, so that its own mistakes name its lines;
+		// keys it lacks may come from the flags and JOB, and are looked
+		// for once they are added (define).
 		if _, _, err := config.Define(source, data, ""); err != nil {
-			return nil, "", snippetError{err: err}
+			if err := withoutMissing(err); err != nil {
+				return nil, "", snippetError{err: err}
+			}
 		}
 		if err := yaml.Unmarshal(data, &m); err != nil {
 			return nil, "", usagef("-f %s: %v", source, err)
@@ -151,6 +155,25 @@ func (d *defineFlags) snippet(base string, stdin io.Reader) ([]byte, string, err
 	}
 	data, err := json.Marshal(m)
 	return data, source, err
+}
+
+// withoutMissing is err, a definition's mistakes, without those that say
+// a key is missing; nil when none is left.
+func withoutMissing(err error) error {
+	var es config.Errors
+	if !errors.As(err, &es) {
+		return err
+	}
+	var rest config.Errors
+	for _, e := range es {
+		if !strings.HasPrefix(e.Msg, "missing") {
+			rest = append(rest, e)
+		}
+	}
+	if len(rest) == 0 {
+		return nil
+	}
+	return rest
 }
 
 // snippetError is a definition with mistakes: exit 64, every mistake
