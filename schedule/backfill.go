@@ -29,7 +29,10 @@ import (
 //     once, as the next attempt after the last one recorded.
 //
 // Either way the run is recorded under the tick's own key (Trigger ""),
-// so the tick's history shows every attempt in order. Two runs of one tick
+// so the tick's history shows every attempt in order. A past run of a
+// plain job's tick the ledger holds no record of also claims that tick's
+// own key first (startPast), so that the schedule, if it has not handled
+// the tick yet, does not run it again. Two runs of one tick
 // never share an attempt number: the first attempt of a scheduled tick is
 // the tick claim's, and every other attempt number — a backfill's or
 // re-run's, a retry's — is claimed on its own first, as the key (job, tick,
@@ -341,24 +344,31 @@ func requestWork(tr ledger.TriggerRequest) work {
 	return w
 }
 
-// lastAttempt returns the highest attempt number the ledger holds at j's
-// tick (its scheduled key, Trigger ""), 0 when none, and whether the tick
-// ran: a record that is not missed or skipped (those are not runs, though
-// a skip takes the number of the attempt it stands for).
-func (s *Scheduler) lastAttempt(j *job, tick time.Time, shard int) (used int, ran bool, err error) {
+// pastAttempts is what the ledger holds at a tick (its scheduled key,
+// Trigger ""), for a backfill or re-run of it.
+type pastAttempts struct {
+	used     int  // the highest attempt number, 0 when none
+	ran      bool // a record that is not missed or skipped (those are not runs, though a skip takes the number of the attempt it stands for)
+	recorded bool // any record, a missed one (attempt 0) too
+}
+
+// lastAttempt reads what the ledger holds at j's tick.
+func (s *Scheduler) lastAttempt(j *job, tick time.Time, shard int) (pastAttempts, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
 	defer cancel()
 	rs, err := s.ledger.Runs(ctx, ledger.RunQuery{Job: j.Name, From: tick, To: tick.Add(time.Second)})
 	if err != nil {
-		return 0, false, err
+		return pastAttempts{}, err
 	}
+	var a pastAttempts
 	for _, r := range rs {
 		if r.Trigger == "" && r.Tick.Equal(tick) && r.Shard == shard {
-			used = max(used, r.Attempt)
-			ran = ran || (r.Attempt > 0 && r.Status != ledger.RunSkipped && r.Status != ledger.RunMissed)
+			a.used = max(a.used, r.Attempt)
+			a.ran = a.ran || (r.Attempt > 0 && r.Status != ledger.RunSkipped && r.Status != ledger.RunMissed)
+			a.recorded = true
 		}
 	}
-	return used, ran, nil
+	return a, nil
 }
 
 // startPast prepares a backfill or re-run of a past tick: it claims the
@@ -366,18 +376,45 @@ func (s *Scheduler) lastAttempt(j *job, tick time.Time, shard int) (used int, ra
 // returns that number, or ok false when there is nothing to run (a
 // backfill of a tick that already ran, or a ledger that cannot be read,
 // which leaves the request for another pass).
+//
+// A plain job's tick the ledger holds no record of may not have been
+// handled on schedule yet: the requester's clock is ahead of the fleet's,
+// or the tick is handled late (no leader yet, a preferred node's fallback
+// delay, a node catching up as it starts). The run then first claims the
+// tick's own key (Trigger ""), which the schedule's claim contends on:
+// taken, this run is the tick's first attempt and no node runs the tick
+// on schedule; held by the schedule already, whose run has not recorded
+// its attempt 1 yet, a re-run numbers its attempts after that one. (A
+// backfill then runs beside it, as one that found the tick missed or
+// skipped does: the ledger does not say which; that window is one lock
+// round trip wide.) Sharded jobs' shard-runs are watched by the tick's
+// key (shard.go) and do not take it.
 func (s *Scheduler) startPast(j *job, w work) (first int, ok bool) {
-	used, ran, err := s.lastAttempt(j, w.tick, w.shard)
+	a, err := s.lastAttempt(j, w.tick, w.shard)
 	if err != nil {
 		s.log.Error("schedule: reading the attempts of a past tick", "node", s.node, "job", j.Name, "tick", w.tick, "err", err)
 		return 0, false
 	}
-	if !w.rerun && ran {
+	if !w.rerun && a.ran {
 		s.requestTaken(j, w)
-		s.log.Info("schedule: backfill: the tick already ran", "node", s.node, "job", j.Name, "tick", w.tick, "attempts", used)
+		s.log.Info("schedule: backfill: the tick already ran", "node", s.node, "job", j.Name, "tick", w.tick, "attempts", a.used)
 		return 0, false
 	}
-	if first, err = s.claimAttempt(j, w, max(used, w.attempts)+1); err != nil {
+	next := max(a.used, w.attempts) + 1
+	if !a.recorded && j.Shards <= 1 {
+		held, err := s.claimPast(j, w, "")
+		switch {
+		case err == nil && held == nil: // the schedule will not run the tick
+		case errors.Is(held, ledger.ErrClaimed):
+			if w.rerun {
+				next = max(next, 2)
+			}
+		default:
+			s.log.Error("schedule: claiming a past tick", "node", s.node, "job", j.Name, "tick", w.tick, "err", cmp.Or(err, held))
+			return 0, false
+		}
+	}
+	if first, err = s.claimAttempt(j, w, next); err != nil {
 		s.log.Error("schedule: claiming an attempt number of a past tick", "node", s.node, "job", j.Name, "tick", w.tick, "err", err)
 		return 0, false
 	}
@@ -395,7 +432,7 @@ func (s *Scheduler) claimAttempt(j *job, w work, n int) (int, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
 	defer cancel()
 	for range maxAttemptClaims {
-		held, err := s.claimOne(ctx, j.Name, w.tick, attemptClaim(n), w.shard)
+		held, err := s.claimWork(ctx, j, w, attemptClaim(n))
 		switch {
 		case err != nil:
 			return 0, err
@@ -407,6 +444,26 @@ func (s *Scheduler) claimAttempt(j *job, w work, n int) (int, error) {
 		n++
 	}
 	return 0, fmt.Errorf("attempts %d to %d of the tick are all claimed", n-maxAttemptClaims, n-1)
+}
+
+// claimPast claims the key (job, w's tick, trigger, w's shard) for w in
+// its own call (claimWork).
+func (s *Scheduler) claimPast(j *job, w work, trigger string) (held, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+	defer cancel()
+	return s.claimWork(ctx, j, w, trigger)
+}
+
+// claimWork claims the key (job, w's tick, trigger, w's shard) for w: a
+// backfill's or re-run's claims are made with a token of the request's
+// own, so that two requests this node runs at once, each repeating its
+// claims after an error, never both hold one key.
+func (s *Scheduler) claimWork(ctx context.Context, j *job, w work, trigger string) (held, err error) {
+	p := s.claimParams(j.Name, w.tick, trigger, w.shard)
+	if w.request != "" && w.past {
+		p.Token += "/" + w.request
+	}
+	return s.claimSingle(ctx, p)
 }
 
 // attemptClaim is the Trigger of the claim of attempt number n.

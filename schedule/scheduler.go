@@ -1449,7 +1449,12 @@ func (s *Scheduler) claimParams(job string, tick time.Time, trigger string, shar
 // per-claim result: nil when this Scheduler holds the claim, a
 // *ledger.ClaimedError when another does; err is the call's failure.
 func (s *Scheduler) claimOne(ctx context.Context, job string, tick time.Time, trigger string, shard int) (held, err error) {
-	res, err := s.ledger.Claim(ctx, []ledger.ClaimParams{s.claimParams(job, tick, trigger, shard)})
+	return s.claimSingle(ctx, s.claimParams(job, tick, trigger, shard))
+}
+
+// claimSingle makes the one claim p in its own call, as claimOne.
+func (s *Scheduler) claimSingle(ctx context.Context, p ledger.ClaimParams) (held, err error) {
+	res, err := s.ledger.Claim(ctx, []ledger.ClaimParams{p})
 	if err == nil && len(res) != 1 {
 		err = fmt.Errorf("the ledger returned %d results for 1 claim", len(res))
 	}

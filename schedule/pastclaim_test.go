@@ -1,0 +1,106 @@
+package schedule
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/tasklock/tasklock/ledger"
+)
+
+// A backfill or re-run that a node takes before the fleet has handled the
+// tick on schedule (the requester's clock ahead of the fleet's, a tick
+// handled late) is the tick's run: the schedule does not run it again.
+func TestPastRunBeforeTheSchedule(t *testing.T) {
+	for _, rerun := range []bool{false, true} {
+		t.Run(fmt.Sprintf("rerun=%v", rerun), func(t *testing.T) {
+			c := newCluster(t)
+			rec := newRecorder(c.clock)
+			job := Job{Name: "j", Schedule: "@every 1m", Handler: rec.ok}
+			c.node("a", 0, nil).add(t, job).start(t)
+			c.node("b", 0, nil).add(t, job).start(t)
+			c.settle(true)
+			c.step(time.Minute - 3*time.Second) // 3 s before the tick t0+1m
+			tick := t0.Add(time.Minute)
+			// Asked for by a host whose clock is 4 s ahead of the fleet's.
+			o := BackfillOptions{Now: tick.Add(time.Second), Rerun: rerun}
+			ctx := context.Background()
+			if rerun {
+				if _, err := RequestRerun(ctx, c.ledger, "j", tick, o); err != nil {
+					t.Fatal(err)
+				}
+			} else if _, err := RequestBackfill(ctx, c.ledger, "j", tick, tick, o); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "the request to run", func() bool {
+				c.step(250 * time.Millisecond)
+				return rec.times("j", tick, "") == 1
+			})
+			c.step(5 * time.Second) // past the tick, on every node's clock
+			c.step(time.Second)
+			if n := rec.times("j", tick, ""); n != 1 {
+				t.Fatalf("the tick ran %d times, want once", n)
+			}
+			var got []string
+			for _, r := range c.history("j") {
+				if r.Tick.Equal(tick) {
+					got = append(got, fmt.Sprintf("%d:%s", r.Attempt, r.Status))
+				}
+			}
+			if fmt.Sprint(got) != "[1:ok]" {
+				t.Fatalf("records of the tick: %v, want [1:ok]", got)
+			}
+		})
+	}
+}
+
+// A re-run of a tick the schedule has claimed but not yet recorded (its
+// run is taking the job's lock) numbers its attempt after the schedule's
+// first: the two never both record attempt 1.
+func TestRerunBesideAClaimedTick(t *testing.T) {
+	c := newCluster(t)
+	rec := newRecorder(c.clock)
+	job := Job{Name: "j", Schedule: "@every 1m", Handler: rec.ok}
+	n := c.node("a", 0, nil).add(t, job)
+	tick := t0.Add(time.Minute)
+	other := ledger.ClaimParams{Job: "j", Tick: tick, Node: "b", Token: "b's token", Retain: time.Hour}
+	res, err := c.ledger.Claim(context.Background(), []ledger.ClaimParams{other})
+	if err != nil || res[0] != nil {
+		t.Fatalf("claiming the tick as node b: %v %v", err, res)
+	}
+	n.s.mu.Lock()
+	j := n.s.jobs["j"]
+	n.s.mu.Unlock()
+	w := requestWork(ledger.TriggerRequest{ID: withBase(rerunSkip, 0) + "x", Tick: tick, Rerun: true})
+	first, ok := n.s.startPast(j, w)
+	if !ok || first != 2 {
+		t.Fatalf("startPast = %d, %v; want attempt 2 (the schedule's run is attempt 1)", first, ok)
+	}
+}
+
+// Two re-runs of one tick that one node starts at once (taken in
+// different passes, each in its run goroutine) number their attempts apart:
+// each request claims with a token of its own.
+func TestRerunsOnOneNodeNumberApart(t *testing.T) {
+	c := newCluster(t)
+	rec := newRecorder(c.clock)
+	job := Job{Name: "j", Schedule: "@every 1m", Handler: rec.ok}
+	n := c.node("a", 0, nil).add(t, job)
+	n.s.mu.Lock()
+	j := n.s.jobs["j"]
+	n.s.mu.Unlock()
+	tick := t0.Add(time.Minute)
+	firsts := map[int]bool{}
+	for i := range 2 {
+		w := requestWork(ledger.TriggerRequest{ID: withBase(rerunAllow, 3) + fmt.Sprint(i), Tick: tick, Rerun: true})
+		first, ok := n.s.startPast(j, w)
+		if !ok {
+			t.Fatalf("re-run %d: startPast refused it", i)
+		}
+		firsts[first] = true
+	}
+	if !firsts[4] || !firsts[5] {
+		t.Fatalf("two re-runs on one node started as attempts %v, want 4 and 5", firsts)
+	}
+}
