@@ -371,11 +371,30 @@ func (s *Scheduler) lastAttempt(j *job, tick time.Time, shard int) (pastAttempts
 	return a, nil
 }
 
+// beginPast is startPast, tried again while the ledger fails, with a
+// backoff growing to 5 s, until the Scheduler's runs end: the other nodes
+// took the request for done as this node's claim of it won (pass), so no
+// other node runs it. It returns the first attempt's number, or ok false
+// when there is nothing to run.
+func (s *Scheduler) beginPast(j *job, w work) (first int, ok bool) {
+	for backoff := 250 * time.Millisecond; ; backoff = min(2*backoff, 5*time.Second) {
+		first, err := s.startPast(j, w)
+		if err == nil {
+			return first, first > 0
+		}
+		s.log.Error("schedule: starting a backfill or re-run, will retry", "node", s.node, "job", j.Name, "tick", w.tick, "request", w.request, "retry_in", backoff, "err", err)
+		if !s.sleep(backoff, s.runCtx.Done()) {
+			s.log.Error("schedule: a backfill or re-run was not run: the node stopped while the ledger failed", "node", s.node, "job", j.Name, "tick", w.tick, "request", w.request)
+			return 0, false
+		}
+	}
+}
+
 // startPast prepares a backfill or re-run of a past tick: it claims the
 // number of its first attempt, removes the request (requestTaken) and
-// returns that number, or ok false when there is nothing to run (a
-// backfill of a tick that already ran, or a ledger that cannot be read,
-// which leaves the request for another pass).
+// returns that number, or 0 when there is nothing to run (a backfill of a
+// tick that already ran). An error (the ledger could not be read, a claim
+// could not be made) leaves the request, and may be tried again.
 //
 // A plain job's tick the ledger holds no record of may not have been
 // handled on schedule yet: the requester's clock is ahead of the fleet's,
@@ -389,16 +408,15 @@ func (s *Scheduler) lastAttempt(j *job, tick time.Time, shard int) (pastAttempts
 // skipped does: the ledger does not say which; that window is one lock
 // round trip wide.) Sharded jobs' shard-runs are watched by the tick's
 // key (shard.go) and do not take it.
-func (s *Scheduler) startPast(j *job, w work) (first int, ok bool) {
+func (s *Scheduler) startPast(j *job, w work) (first int, err error) {
 	a, err := s.lastAttempt(j, w.tick, w.shard)
 	if err != nil {
-		s.log.Error("schedule: reading the attempts of a past tick", "node", s.node, "job", j.Name, "tick", w.tick, "err", err)
-		return 0, false
+		return 0, fmt.Errorf("reading the attempts of the tick: %w", err)
 	}
 	if !w.rerun && a.ran {
 		s.requestTaken(j, w)
 		s.log.Info("schedule: backfill: the tick already ran", "node", s.node, "job", j.Name, "tick", w.tick, "attempts", a.used)
-		return 0, false
+		return 0, nil
 	}
 	next := max(a.used, w.attempts) + 1
 	if !a.recorded && j.Shards <= 1 {
@@ -410,16 +428,14 @@ func (s *Scheduler) startPast(j *job, w work) (first int, ok bool) {
 				next = max(next, 2)
 			}
 		default:
-			s.log.Error("schedule: claiming a past tick", "node", s.node, "job", j.Name, "tick", w.tick, "err", cmp.Or(err, held))
-			return 0, false
+			return 0, fmt.Errorf("claiming the tick: %w", cmp.Or(err, held))
 		}
 	}
 	if first, err = s.claimAttempt(j, w, next); err != nil {
-		s.log.Error("schedule: claiming an attempt number of a past tick", "node", s.node, "job", j.Name, "tick", w.tick, "err", err)
-		return 0, false
+		return 0, fmt.Errorf("claiming an attempt number: %w", err)
 	}
 	s.requestTaken(j, w)
-	return first, true
+	return first, nil
 }
 
 // maxAttemptClaims bounds the numbers one claimAttempt call tries.

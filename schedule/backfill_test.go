@@ -149,9 +149,9 @@ func TestBackfillRunsEachTickOnce(t *testing.T) {
 		n.s.mu.Lock()
 		j := n.s.jobs["hourly"]
 		n.s.mu.Unlock()
-		first, ok := n.s.startPast(j, w)
-		if !ok {
-			t.Fatalf("node %s: startPast refused the re-run", n.name)
+		first, err := n.s.startPast(j, w)
+		if err != nil || first == 0 {
+			t.Fatalf("node %s: startPast = %d, %v", n.name, first, err)
 		}
 		firsts[first] = true
 	}

@@ -57,6 +57,8 @@ type cluster struct {
 	// onEvent is the Config.OnEvent of the nodes node starts, unless
 	// their Config has one.
 	onEvent func(Event)
+	// wrapLedger, when set, gives a node its view of the shared ledger.
+	wrapLedger func(node string, l ledger.Ledger) ledger.Ledger
 }
 
 type node struct {
@@ -97,7 +99,11 @@ func (c *cluster) node(name string, skew time.Duration, cfg *Config) *node {
 	if conf.Logger == nil {
 		conf.Logger = discardLogger()
 	}
-	s, err := New(lk, c.ledger, &conf)
+	var l ledger.Ledger = c.ledger
+	if c.wrapLedger != nil {
+		l = c.wrapLedger(name, l)
+	}
+	s, err := New(lk, l, &conf)
 	if err != nil {
 		c.t.Fatal(err)
 	}

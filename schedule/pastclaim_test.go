@@ -2,7 +2,9 @@ package schedule
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -73,9 +75,9 @@ func TestRerunBesideAClaimedTick(t *testing.T) {
 	j := n.s.jobs["j"]
 	n.s.mu.Unlock()
 	w := requestWork(ledger.TriggerRequest{ID: withBase(rerunSkip, 0) + "x", Tick: tick, Rerun: true})
-	first, ok := n.s.startPast(j, w)
-	if !ok || first != 2 {
-		t.Fatalf("startPast = %d, %v; want attempt 2 (the schedule's run is attempt 1)", first, ok)
+	first, err := n.s.startPast(j, w)
+	if err != nil || first != 2 {
+		t.Fatalf("startPast = %d, %v; want attempt 2 (the schedule's run is attempt 1)", first, err)
 	}
 }
 
@@ -94,13 +96,60 @@ func TestRerunsOnOneNodeNumberApart(t *testing.T) {
 	firsts := map[int]bool{}
 	for i := range 2 {
 		w := requestWork(ledger.TriggerRequest{ID: withBase(rerunAllow, 3) + fmt.Sprint(i), Tick: tick, Rerun: true})
-		first, ok := n.s.startPast(j, w)
-		if !ok {
-			t.Fatalf("re-run %d: startPast refused it", i)
+		first, err := n.s.startPast(j, w)
+		if err != nil || first == 0 {
+			t.Fatalf("re-run %d: startPast = %d, %v", i, first, err)
 		}
 		firsts[first] = true
 	}
 	if !firsts[4] || !firsts[5] {
 		t.Fatalf("two re-runs on one node started as attempts %v, want 4 and 5", firsts)
+	}
+}
+
+// failingRuns fails Ledger.Runs calls while fail is above zero, counting
+// it down.
+type failingRuns struct {
+	ledger.Ledger
+	fail atomic.Int32
+}
+
+func (f *failingRuns) Runs(ctx context.Context, q ledger.RunQuery) ([]ledger.RunRecord, error) {
+	if f.fail.Add(-1) >= 0 {
+		return nil, errors.New("connection reset")
+	}
+	return f.Ledger.Runs(ctx, q)
+}
+
+// A node whose ledger fails as it starts a re-run it claimed tries again:
+// the other nodes took the request for done as its claim won, so it is
+// the only one that will run it.
+func TestPastRunRetriesALedgerError(t *testing.T) {
+	c := newCluster(t)
+	flaky := map[string]*failingRuns{}
+	c.wrapLedger = func(node string, l ledger.Ledger) ledger.Ledger {
+		flaky[node] = &failingRuns{Ledger: l}
+		return flaky[node]
+	}
+	rec := newRecorder(c.clock)
+	job := Job{Name: "j", Schedule: "@every 1m", Handler: rec.ok}
+	c.node("a", 0, nil).add(t, job).start(t)
+	c.settle(true)
+	c.step(time.Minute)
+	tick := t0.Add(time.Minute)
+	if n := rec.times("j", tick, ""); n != 1 {
+		t.Fatalf("the tick ran %d times, want once", n)
+	}
+	flaky["a"].fail.Store(3)
+	if _, err := RequestRerun(context.Background(), c.ledger, "j", tick, BackfillOptions{Now: c.clock.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the re-run", func() bool {
+		c.advance(250 * time.Millisecond) // the run waits out its backoff: no settling
+		c.settle(false)
+		return rec.times("j", tick, "") == 2
+	})
+	if n := flaky["a"].fail.Load(); n > 0 {
+		t.Fatalf("%d of the ledger's failures left: the re-run did not meet them", n)
 	}
 }

@@ -177,7 +177,7 @@ func (s *Scheduler) runTick(j *job, w work) {
 		return
 	case w.past:
 		var ok bool
-		if attempt, ok = s.startPast(j, w); !ok {
+		if attempt, ok = s.beginPast(j, w); !ok {
 			return
 		}
 	default:
