@@ -30,7 +30,7 @@ import (
 //
 // Either way the run is recorded under the tick's own key (Trigger ""),
 // so the tick's history shows every attempt in order. A past run of a
-// plain job's tick the ledger holds no record of also claims that tick's
+// tick (or shard) the ledger holds no record of also claims the tick's
 // own key first (startPast), so that the schedule, if it has not handled
 // the tick yet, does not run it again. Two runs of one tick
 // never share an attempt number: the first attempt of a scheduled tick is
@@ -396,7 +396,7 @@ func (s *Scheduler) beginPast(j *job, w work) (first int, ok bool) {
 // tick that already ran). An error (the ledger could not be read, a claim
 // could not be made) leaves the request, and may be tried again.
 //
-// A plain job's tick the ledger holds no record of may not have been
+// A tick (or shard) the ledger holds no record of may not have been
 // handled on schedule yet: the requester's clock is ahead of the fleet's,
 // or the tick is handled late (no leader yet, a preferred node's fallback
 // delay, a node catching up as it starts). The run then first claims the
@@ -406,20 +406,22 @@ func (s *Scheduler) beginPast(j *job, w work) (first int, ok bool) {
 // its attempt 1 yet, a re-run numbers its attempts after that one. (A
 // backfill then runs beside it, as one that found the tick missed or
 // skipped does: the ledger does not say which; that window is one lock
-// round trip wide.) Sharded jobs' shard-runs are watched by the tick's
-// key (shard.go) and do not take it.
+// round trip wide.)
+//
+// A retake (shard.go) goes on with the attempt of a stopped node: a
+// backfill's shard is retaken although the tick has an attempt.
 func (s *Scheduler) startPast(j *job, w work) (first int, err error) {
 	a, err := s.lastAttempt(j, w.tick, w.shard)
 	if err != nil {
 		return 0, fmt.Errorf("reading the attempts of the tick: %w", err)
 	}
-	if !w.rerun && a.ran {
+	if !w.rerun && !w.retake && a.ran { // a retake goes on with a stopped node's attempt
 		s.requestTaken(j, w)
 		s.log.Info("schedule: backfill: the tick already ran", "node", s.node, "job", j.Name, "tick", w.tick, "attempts", a.used)
 		return 0, nil
 	}
 	next := max(a.used, w.attempts) + 1
-	if !a.recorded && j.Shards <= 1 {
+	if !a.recorded {
 		held, err := s.claimPast(j, w, "")
 		switch {
 		case err == nil && held == nil: // the schedule will not run the tick

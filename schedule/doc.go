@@ -140,9 +140,9 @@
 // of it; what a kill between the claim and that first write loses is one
 // write wide. Attempt numbers above a scheduled tick's first (retries,
 // re-runs, backfills) are claimed in the ledger before use, so two runs of
-// one tick never share one; a backfill or re-run of a plain job's tick
-// that has no record yet claims the tick itself, so that the schedule
-// does not run it again.
+// one tick never share one; a backfill or re-run of a tick that has no
+// record yet claims the tick itself, so that the schedule does not run it
+// again.
 //
 // Each Scheduler holds a node lease (the lock Config.NodeKeyPrefix +
 // Config.Node, taken by Start, or held by the caller: see

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -151,5 +152,59 @@ func TestPastRunRetriesALedgerError(t *testing.T) {
 	})
 	if n := flaky["a"].fail.Load(); n > 0 {
 		t.Fatalf("%d of the ledger's failures left: the re-run did not meet them", n)
+	}
+}
+
+// TestShardsBackfillBeforeTheTick: a backfill of a sharded job's tick that
+// the fleet runs before the tick comes (asked for from a host whose clock
+// is ahead) is the tick's run, shard by shard: the schedule runs none of
+// its shards again. And when the node running two of its shards stops,
+// each is taken over once — by the backfill's watch, not also by the
+// tick's.
+func TestShardsBackfillBeforeTheTick(t *testing.T) {
+	const shards = 6
+	c := newCluster(t)
+	c.clock.Advance(time.Minute) // past the tick at t0: the job's first tick is t0+1h
+	tick := t0.Add(time.Hour)
+	log := newShardLog()
+	ka := c.killableNodes(t, Job{Name: "sb", Schedule: "@every 1h", Shards: shards}, log, func(Run) bool { return true })
+	c.advance(59*time.Minute - 3*time.Second)
+	c.settle(true)
+	o := BackfillOptions{Now: tick.Add(time.Second)}
+	if _, err := RequestBackfill(context.Background(), c.ledger, "sb", tick, tick, o); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the backfill's 6 shard-runs to start", func() bool {
+		c.advance(50 * time.Millisecond)
+		c.settle(false)
+		s, _ := log.count()
+		return s == shards
+	})
+	log.mu.Lock()
+	onA := slices.Sorted(slices.Values(log.started["a"]))
+	log.mu.Unlock()
+	if !slices.Equal(onA, []int{0, 3}) {
+		t.Fatalf("node a runs shards %v, want [0 3] (rank 0 of 3)", onA)
+	}
+	ka.dead.Store(true)
+	rs := c.tickRecordsWith(t, "sb", tick, func(rs []ledger.RunRecord) bool {
+		latest := latestShards(rs, tick, "")
+		for k := range shards {
+			if r := latest[k]; r.Status != ledger.RunOK {
+				return false
+			}
+		}
+		return c.clock.Now().After(tick.Add(5 * time.Second)) // and the tick has come
+	})
+	c.settle(false)
+	log.checkOnce(t, shards)
+	for k, r := range latestShards(rs, tick, "") {
+		want := 1
+		if slices.Contains(onA, k) {
+			want = 2
+		}
+		if r.Attempt != want || (want == 2 && r.Node == "a") {
+			t.Errorf("shard %d: latest record attempt %d on %s, want attempt %d on b or c", k, r.Attempt, r.Node, want)
+		}
 	}
 }

@@ -46,7 +46,10 @@ import (
 //     keyed by the claim's Trigger, so a re-run's is not the tick's own.
 //     Its records are the tick's, though: the tick's own watch leaves a
 //     shard whose latest attempt is after the base of a backfill or
-//     re-run watched on the node to that one's watch.
+//     re-run watched on the node to that one's watch. A backfill or
+//     re-run that runs a shard before the schedule has claimed the tick
+//     (startPast) holds the shard's key of the tick too: the schedule's
+//     claim of it fails, and the tick's watch leaves it by that rule.
 
 // shardState is a Scheduler's view of its sharded jobs' ticks. Guarded by
 // Scheduler.mu, but for rank and of, which only the loop uses.
