@@ -87,7 +87,8 @@ type BackfillOptions struct {
 // already has an attempt is not run again (jobs history shows which ran).
 // When adding a request fails (ctx ends, say) it returns the ticks
 // requested before it with the error: those requests stay, and the fleet
-// runs them (the failed one may have been added too).
+// runs them (the failed one may have been added too). A paused job's
+// backfill is refused: a pause stops backfills.
 func RequestBackfill(ctx context.Context, l ledger.Ledger, job string, from, to time.Time, o BackfillOptions) ([]time.Time, error) {
 	if o.Max == 0 {
 		o.Max = DefaultBackfillMax
@@ -102,9 +103,12 @@ func RequestBackfill(ctx context.Context, l ledger.Ledger, job string, from, to 
 	case to.After(cmp.Or(o.Now, time.Now())):
 		return nil, badRequest("backfill %q: the range ends in the future (%s): those ticks are the scheduler's to run", job, to.UTC().Format(time.RFC3339))
 	}
-	sched, _, err := registered(ctx, l, job)
+	sched, st, err := registered(ctx, l, job)
 	if err != nil {
 		return nil, err
+	}
+	if st.Paused {
+		return nil, pausedRequest("backfill", job)
 	}
 	var ticks []time.Time
 	for t := sched.Next(from.Add(-time.Nanosecond)); !t.IsZero() && !t.After(to); t = sched.Next(t) {
@@ -152,12 +156,17 @@ func RequestBackfill(ctx context.Context, l ledger.Ledger, job string, from, to 
 // future, and not before the job could have run: a tick before the
 // registration of its schedule (ledger.JobState.Since) is refused unless
 // the ledger holds a run of the job at or before it (it ran then, with an
-// earlier schedule, or by a backfill). It returns the request's ID.
+// earlier schedule, or by a backfill). A paused job's re-run is refused.
+// It returns the request's ID.
 func RequestRerun(ctx context.Context, l ledger.Ledger, job string, tick time.Time, o BackfillOptions) (string, error) {
-	sched, since, err := registered(ctx, l, job)
+	sched, st, err := registered(ctx, l, job)
 	if err != nil {
 		return "", err
 	}
+	if st.Paused {
+		return "", pausedRequest("re-run", job)
+	}
+	since := st.Since
 	tick = tick.UTC()
 	if !sched.Next(tick.Add(-time.Nanosecond)).Equal(tick) {
 		return "", badRequest("re-run %q: %s is not a tick of its schedule (the next one is %s)", job, tick.Format(time.RFC3339), sched.Next(tick).UTC().Format(time.RFC3339))
@@ -289,12 +298,18 @@ func (e *TooManyTicksError) Is(target error) bool { return target == ErrBadReque
 // job no node registered, whose schedule is therefore unknown.
 var ErrNotRegistered = errors.New("schedule: no node has registered the job")
 
-// registered returns the schedule the fleet registered job with, and
-// since when (ledger.JobState.Since).
-func registered(ctx context.Context, l ledger.Ledger, job string) (Schedule, time.Time, error) {
+// pausedRequest is the refusal of a backfill or re-run of a paused job.
+func pausedRequest(what, job string) error {
+	return badRequest("%s %q: the job is paused, and a pause stops its backfills and re-runs: resume it first", what, job)
+}
+
+// registered returns the schedule the fleet registered job with, and the
+// job's state (since when it has that schedule: ledger.JobState.Since;
+// whether it is paused).
+func registered(ctx context.Context, l ledger.Ledger, job string) (Schedule, ledger.JobState, error) {
 	sts, err := l.Jobs(ctx)
 	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("schedule: reading the job states: %w", err)
+		return nil, ledger.JobState{}, fmt.Errorf("schedule: reading the job states: %w", err)
 	}
 	for _, st := range sts {
 		if st.Job != job {
@@ -305,11 +320,11 @@ func registered(ctx context.Context, l ledger.Ledger, job string) (Schedule, tim
 		}
 		sched, err := Parse(st.Spec, time.UTC)
 		if err != nil {
-			return nil, time.Time{}, fmt.Errorf("schedule: job %q: its registered schedule %q: %w", job, st.Spec, err)
+			return nil, ledger.JobState{}, fmt.Errorf("schedule: job %q: its registered schedule %q: %w", job, st.Spec, err)
 		}
-		return sched, st.Since, nil
+		return sched, st, nil
 	}
-	return nil, time.Time{}, &notRegisteredError{job}
+	return nil, ledger.JobState{}, &notRegisteredError{job}
 }
 
 type notRegisteredError struct{ job string }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -207,4 +208,86 @@ func TestShardsBackfillBeforeTheTick(t *testing.T) {
 			t.Errorf("shard %d: latest record attempt %d on %s, want attempt %d on b or c", k, r.Attempt, r.Node, want)
 		}
 	}
+}
+
+// A pause stops a backfill or re-run in progress: the run under way ends,
+// and each tick whose turn comes while the job is paused is recorded
+// skipped, to be re-run once resumed. New requests are refused meanwhile.
+func TestPauseStopsBackfills(t *testing.T) {
+	c := newCluster(t)
+	rec := newRecorder(c.clock)
+	gate, entered := make(chan struct{}), make(chan struct{}, 1)
+	job := Job{Name: "j", Schedule: "@every 1m", Handler: func(ctx context.Context, run Run) error {
+		if run.Attempt == 2 && run.Tick.Equal(t0.Add(time.Minute)) {
+			entered <- struct{}{}
+			<-gate
+		}
+		return rec.ok(ctx, run)
+	}}
+	n := c.node("a", 0, nil).add(t, job).start(t)
+	c.settle(true)
+	for range 5 {
+		c.step(time.Minute)
+	}
+	first, last := t0.Add(time.Minute), t0.Add(5*time.Minute)
+	ctx := context.Background()
+	o := BackfillOptions{Now: c.clock.Now(), Rerun: true}
+	if _, err := RequestBackfill(ctx, c.ledger, "j", first, last, o); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the first re-run to start", func() bool {
+		c.advance(250 * time.Millisecond)
+		c.settle(false)
+		select {
+		case <-entered:
+			return true
+		default:
+			return false
+		}
+	})
+	if err := n.s.Pause(ctx, "j"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the node to see the pause", func() bool {
+		c.advance(250 * time.Millisecond)
+		c.settle(false)
+		return n.s.paused("j")
+	})
+	for _, req := range []func() error{
+		func() error { _, err := RequestBackfill(ctx, c.ledger, "j", first, last, o); return err },
+		func() error { _, err := RequestRerun(ctx, c.ledger, "j", first, o); return err },
+	} {
+		if err := req(); !errors.Is(err, ErrBadRequest) || !strings.Contains(err.Error(), "paused") {
+			t.Errorf("a request while paused: %v, want ErrBadRequest saying the job is paused", err)
+		}
+	}
+	close(gate)
+	c.settle(true)
+	got := map[string]int{}
+	for _, r := range c.history("j") {
+		if r.Attempt == 2 {
+			got[string(r.Status)]++
+			if r.Status == ledger.RunSkipped && r.Error != pausedPast {
+				t.Errorf("tick %v skipped for %q", r.Tick, r.Error)
+			}
+		}
+	}
+	if got["ok"] != 1 || got["skipped"] != 4 || len(got) != 2 {
+		t.Fatalf("the re-runs' records by status: %v, want 1 ok (the one under way) and 4 skipped", got)
+	}
+	if err := n.s.Resume(ctx, "j"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the node to see the resume", func() bool {
+		c.step(250 * time.Millisecond)
+		return !n.s.paused("j")
+	})
+	third := t0.Add(3 * time.Minute)
+	if _, err := RequestRerun(ctx, c.ledger, "j", third, BackfillOptions{Now: c.clock.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the re-run after the resume", func() bool {
+		c.step(250 * time.Millisecond)
+		return rec.times("j", third, "") == 2
+	})
 }

@@ -156,6 +156,17 @@ func (s *Scheduler) skip(j *job, w work, attempt int, reason string) {
 	s.emit(recordEvent(EventSkipped, &rec, 0))
 }
 
+// pausedPast is the skip reason of a backfill or re-run whose turn came
+// while its job was paused: a pause stops them, as it stops the ticks.
+const pausedPast = "schedule: the job was paused before this backfill or re-run of the tick started; re-run the tick once the job is resumed"
+
+// paused reports whether job is paused, as this node last read.
+func (s *Scheduler) paused(job string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.states[job].Paused
+}
+
 // runTick runs one claimed tick: it takes the job's lock (OverlapSkip),
 // makes up to 1+Retries attempts with backoff while holding it, records
 // each, and releases the lock.
@@ -208,6 +219,10 @@ func (s *Scheduler) runTick(j *job, w work) {
 		return
 	}
 	defer s.endRun(j, run)
+	if w.past && s.paused(j.Name) {
+		s.skip(j, w, attempt, pausedPast)
+		return
+	}
 	if !s.awaitParents(tickCtx, j, w, attempt, ahead) {
 		return
 	}

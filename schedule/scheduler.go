@@ -726,7 +726,9 @@ func (s *Scheduler) checkIdle() {
 // Pause pauses job across the cluster: every node stops running its ticks
 // within a second (Config.PollInterval plus a step). Ticks while paused are
 // claimed but neither run nor recorded, so resuming does not make them
-// misfires. A trigger-now request still runs.
+// misfires. A trigger-now request still runs; a backfill's or re-run's
+// tick whose turn comes while paused is recorded skipped (re-run it once
+// resumed), and RequestBackfill and RequestRerun refuse a paused job.
 func (s *Scheduler) Pause(ctx context.Context, job string) error {
 	_, err := s.setState(ctx, job, ledger.JobPause, "")
 	return err

@@ -72,7 +72,10 @@ the pause and trigger-now state every node of "tasklock serve" obeys
            timeout, the attempt is recorded cancelled and not retried. A
            run that has ended, or that history does not hold, is refused
            (exit 1)
-  pause    stop every node from starting new runs of JOB (running ones end)
+  pause    stop every node from starting new runs of JOB (running ones end;
+           the ticks of a backfill or re-run not yet started are recorded
+           skipped, and new ones are refused until resume; trigger still
+           runs)
   resume   undo pause
   forget   delete the stored state of JOB — registration, pause, pending
            triggers — once it was removed from the configuration (its
