@@ -21,10 +21,14 @@ import (
 // skip and allow), "rr-s-" and "rr-a-" a re-run's. A node handling one
 // claims:
 //
-//   - for a backfill, the key (job, tick, "backfill"): every backfill of
-//     that tick contends on it, so it runs once however many were asked
-//     for; and the run is recorded only when the ledger holds no attempt
-//     at the tick yet (a tick that was missed or skipped has none);
+//   - for a backfill, the key (job, tick, "backfill"), or "backfill:N"
+//     when the tick's highest attempt was N > 0 as it was asked for (the
+//     base, below): every backfill of that tick asked for meanwhile
+//     contends on it, so it runs once however many were asked for; and it
+//     runs only when the tick has not run (its records are missed or
+//     skipped ones, or none). A tick whose backfill was skipped (its job
+//     was paused) has a higher attempt since, so a later backfill claims a
+//     key of its own and runs it;
 //   - for a re-run, the key (job, tick, request ID): each request runs
 //     once, as the next attempt after the last one recorded.
 //
@@ -39,13 +43,13 @@ import (
 // "attempt:N", shard) (claimAttempt). So two re-runs asked for at once,
 // or a re-run beside a retry, run as attempts N and N+1.
 //
-// A re-run's ID also carries the tick's highest attempt when it was asked
-// for, the base: "rr-s-2-" then random hex re-runs a tick that had two
-// attempts. Its runs are numbered after the base, and for a sharded job
-// the nodes watching the tick (shard.go) count a shard as re-run once it
-// has an attempt after the base: every shard runs once more, not only the
-// shards of the node that took the request first. An ID without a base
-// (from an older build) counts as base 0.
+// A backfill's or re-run's ID also carries the tick's highest attempt when
+// it was asked for, the base: "rr-s-2-" then random hex re-runs a tick that
+// had two attempts. Its runs are numbered after the base, and for a
+// sharded job the nodes watching the tick (shard.go) count a shard as done
+// once it has an attempt after the base: every shard runs once more, not
+// only the shards of the node that took the request first. An ID without a
+// base (from an older build) counts as base 0.
 const (
 	backfillClaim = "backfill"
 	backfillSkip  = "bf-s-"
@@ -131,18 +135,12 @@ func RequestBackfill(ctx context.Context, l ledger.Ledger, job string, from, to 
 			prefix = rerunAllow
 		}
 	}
-	var bases map[int64]int
-	if o.Rerun {
-		if bases, err = lastAttempts(ctx, l, job, ticks[0], ticks[len(ticks)-1]); err != nil {
-			return nil, fmt.Errorf("schedule: backfill %q: %w", job, err)
-		}
+	bases, err := lastAttempts(ctx, l, job, ticks[0], ticks[len(ticks)-1])
+	if err != nil {
+		return nil, fmt.Errorf("schedule: backfill %q: %w", job, err)
 	}
 	for i, t := range ticks {
-		p := prefix
-		if o.Rerun {
-			p = withBase(prefix, bases[t.Unix()])
-		}
-		if err := request(ctx, l, job, p, t, o.Rerun); err != nil {
+		if err := request(ctx, l, job, withBase(prefix, bases[t.Unix()]), t, o.Rerun); err != nil {
 			return ticks[:i], err
 		}
 	}
@@ -222,17 +220,20 @@ func newRequestID(prefix string) (string, error) {
 	return prefix + hex.EncodeToString(b[:]), nil
 }
 
-// withBase is a re-run's ID prefix with its base.
+// withBase is a backfill's or re-run's ID prefix with its base.
 func withBase(prefix string, base int) string {
 	return prefix + strconv.Itoa(base) + "-"
 }
 
-// rerunBase returns the base a re-run request's ID carries, 0 when it
+// pastBase returns the base a backfill's or re-run's ID carries, 0 when it
 // carries none.
-func rerunBase(id string) int {
-	rest, ok := strings.CutPrefix(id, rerunSkip)
-	if !ok {
-		rest, _ = strings.CutPrefix(id, rerunAllow)
+func pastBase(id string) int {
+	var rest string
+	for _, p := range []string{rerunSkip, rerunAllow, backfillSkip, backfillAllow} {
+		if r, ok := strings.CutPrefix(id, p); ok {
+			rest = r
+			break
+		}
 	}
 	n, _, ok := strings.Cut(rest, "-")
 	base, err := strconv.Atoi(n)
@@ -351,9 +352,13 @@ func requestWork(tr ledger.TriggerRequest) work {
 	}
 	w := work{tick: tr.Tick.UTC(), request: tr.ID, past: true}
 	w.allow = strings.HasPrefix(tr.ID, backfillAllow) || strings.HasPrefix(tr.ID, rerunAllow)
-	if tr.Rerun {
-		w.claim, w.rerun, w.attempts = tr.ID, true, rerunBase(tr.ID)
-	} else {
+	w.attempts = pastBase(tr.ID)
+	switch {
+	case tr.Rerun:
+		w.claim, w.rerun = tr.ID, true
+	case w.attempts > 0:
+		w.claim = backfillClaim + ":" + strconv.Itoa(w.attempts)
+	default:
 		w.claim = backfillClaim
 	}
 	return w

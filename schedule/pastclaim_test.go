@@ -195,30 +195,36 @@ func TestShardsBackfillBeforeTheTick(t *testing.T) {
 
 // A pause stops a backfill or re-run in progress: the run under way ends,
 // and each tick whose turn comes while the job is paused is recorded
-// skipped, to be re-run once resumed. New requests are refused meanwhile.
+// skipped. New requests are refused meanwhile; once resumed, a backfill
+// of the range runs the skipped ticks (and those only).
 func TestPauseStopsBackfills(t *testing.T) {
 	c := newCluster(t)
 	rec := newRecorder(c.clock)
 	gate, entered := make(chan struct{}), make(chan struct{}, 1)
-	job := Job{Name: "j", Schedule: "@every 1m", Handler: func(ctx context.Context, run Run) error {
-		if run.Attempt == 2 && run.Tick.Equal(t0.Add(time.Minute)) {
+	first, last := t0.Add(2*time.Minute), t0.Add(6*time.Minute)
+	job := Job{Name: "j", Schedule: "@every 1m", Misfire: MisfireSkip, Handler: func(ctx context.Context, run Run) error {
+		if run.Tick.Equal(first) && rec.times("j", first, "") == 0 {
 			entered <- struct{}{}
 			<-gate
 		}
 		return rec.ok(ctx, run)
 	}}
-	n := c.node("a", 0, nil).add(t, job).start(t)
+	a := c.node("a", 0, nil).add(t, job).start(t)
 	c.settle(true)
-	for range 5 {
-		c.step(time.Minute)
-	}
-	first, last := t0.Add(time.Minute), t0.Add(5*time.Minute)
+	c.step(time.Minute) // t0+1m runs
+	a.shutdown(t)
+	c.advance(5*time.Minute + 30*time.Second)
+	n := c.node("b", 0, nil).add(t, job).start(t)
+	c.settle(true) // t0+2m .. t0+6m are recorded missed
 	ctx := context.Background()
-	o := BackfillOptions{Now: c.clock.Now(), Rerun: true}
-	if _, err := RequestBackfill(ctx, c.ledger, "j", first, last, o); err != nil {
+	backfill := func() error {
+		_, err := RequestBackfill(ctx, c.ledger, "j", first, last, BackfillOptions{Now: c.clock.Now()})
+		return err
+	}
+	if err := backfill(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the first re-run to start", func() bool {
+	waitFor(t, "the first backfilled tick to start", func() bool {
 		c.advance(250 * time.Millisecond)
 		c.settle(false)
 		select {
@@ -236,41 +242,58 @@ func TestPauseStopsBackfills(t *testing.T) {
 		c.settle(false)
 		return n.s.paused("j")
 	})
-	for _, req := range []func() error{
-		func() error { _, err := RequestBackfill(ctx, c.ledger, "j", first, last, o); return err },
-		func() error { _, err := RequestRerun(ctx, c.ledger, "j", first, o); return err },
-	} {
+	rerun := func() error {
+		_, err := RequestRerun(ctx, c.ledger, "j", first, BackfillOptions{Now: c.clock.Now()})
+		return err
+	}
+	for _, req := range []func() error{backfill, rerun} {
 		if err := req(); !errors.Is(err, ErrBadRequest) || !strings.Contains(err.Error(), "paused") {
 			t.Errorf("a request while paused: %v, want ErrBadRequest saying the job is paused", err)
 		}
 	}
 	close(gate)
 	c.settle(true)
-	got := map[string]int{}
-	for _, r := range c.history("j") {
-		if r.Attempt == 2 {
-			got[string(r.Status)]++
-			if r.Status == ledger.RunSkipped && r.Error != pausedPast {
-				t.Errorf("tick %v skipped for %q", r.Tick, r.Error)
+	records := func() string {
+		var got []string
+		for _, r := range c.historyAfter("j", first.Add(-time.Second)) {
+			if r.Status != ledger.RunMissed {
+				got = append(got, fmt.Sprintf("%s:%d:%s", r.Tick.Sub(t0), r.Attempt, r.Status))
+				if r.Status == ledger.RunSkipped && r.Error != pausedPast {
+					t.Errorf("tick %v skipped for %q", r.Tick, r.Error)
+				}
 			}
 		}
+		return fmt.Sprint(got)
 	}
-	if got["ok"] != 1 || got["skipped"] != 4 || len(got) != 2 {
-		t.Fatalf("the re-runs' records by status: %v, want 1 ok (the one under way) and 4 skipped", got)
+	if got, want := records(), "[2m0s:1:ok 3m0s:1:skipped 4m0s:1:skipped 5m0s:1:skipped 6m0s:1:skipped]"; got != want {
+		t.Fatalf("the backfill's records: %s, want %s", got, want)
 	}
 	if err := n.s.Resume(ctx, "j"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the node to see the resume", func() bool {
-		c.step(250 * time.Millisecond)
-		return !n.s.paused("j")
-	})
-	third := t0.Add(3 * time.Minute)
-	if _, err := RequestRerun(ctx, c.ledger, "j", third, BackfillOptions{Now: c.clock.Now()}); err != nil {
-		t.Fatal(err)
+	// Another node takes the next backfill: not the one whose claims of
+	// the first it could make again.
+	n.shutdown(t)
+	c.node("c", 0, nil).add(t, job).start(t)
+	c.settle(true)
+	// Backfilled again, twice: the skipped ticks run once each, the one
+	// that ran does not run again.
+	for range 2 {
+		if err := backfill(); err != nil {
+			t.Fatal(err)
+		}
 	}
-	waitFor(t, "the re-run after the resume", func() bool {
+	waitFor(t, "the skipped ticks to run", func() bool {
 		c.step(250 * time.Millisecond)
-		return rec.times("j", third, "") == 2
+		return rec.times("j", last, "") == 1
 	})
+	for range 4 {
+		c.step(250 * time.Millisecond)
+	}
+	if d := rec.duplicates(); len(d) > 0 {
+		t.Fatalf("ran twice: %v", d)
+	}
+	if got, want := records(), "[2m0s:1:ok 3m0s:2:ok 3m0s:1:skipped 4m0s:2:ok 4m0s:1:skipped 5m0s:2:ok 5m0s:1:skipped 6m0s:2:ok 6m0s:1:skipped]"; got != want {
+		t.Fatalf("the records after the second backfill: %s, want %s", got, want)
+	}
 }

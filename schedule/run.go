@@ -158,7 +158,7 @@ func (s *Scheduler) skip(j *job, w work, attempt int, reason string) {
 
 // pausedPast is the skip reason of a backfill or re-run whose turn came
 // while its job was paused: a pause stops them, as it stops the ticks.
-const pausedPast = "schedule: the job was paused before this backfill or re-run of the tick started; re-run the tick once the job is resumed"
+const pausedPast = "schedule: the job was paused before this backfill or re-run of the tick started; backfill or re-run the tick once the job is resumed"
 
 // paused reports whether job is paused, as this node last read.
 func (s *Scheduler) paused(job string) bool {

@@ -727,8 +727,8 @@ func (s *Scheduler) checkIdle() {
 // within a second (Config.PollInterval plus a step). Ticks while paused are
 // claimed but neither run nor recorded, so resuming does not make them
 // misfires. A trigger-now request still runs; a backfill's or re-run's
-// tick whose turn comes while paused is recorded skipped (re-run it once
-// resumed), and RequestBackfill and RequestRerun refuse a paused job.
+// tick whose turn comes while paused is recorded skipped (backfill it
+// again once resumed), and RequestBackfill and RequestRerun refuse a paused job.
 func (s *Scheduler) Pause(ctx context.Context, job string) error {
 	_, err := s.setState(ctx, job, ledger.JobPause, "")
 	return err
