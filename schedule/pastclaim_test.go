@@ -297,3 +297,51 @@ func TestPauseStopsBackfills(t *testing.T) {
 		t.Fatalf("the records after the second backfill: %s, want %s", got, want)
 	}
 }
+
+// A backfill of a sharded tick whose shards did not all run (one skipped,
+// one ok) runs the skipped shard only, and the fleet then takes the
+// request for done.
+func TestShardsBackfillRunsWhatDidNotRun(t *testing.T) {
+	c := newCluster(t)
+	var calls atomic.Int32
+	var shard0 atomic.Int32
+	job := Job{Name: "sh", Schedule: "@every 1h", Shards: 2, Handler: func(_ context.Context, run Run) error {
+		calls.Add(1)
+		if run.Shard == 0 {
+			shard0.Add(1)
+		}
+		return nil
+	}}
+	cfg := &Config{NodeLister: c.locks, PollInterval: 100 * time.Millisecond}
+	c.clock.Advance(time.Minute) // past the tick at t0: the job's first tick is t0+1h
+	c.node("a", 0, cfg).add(t, job).start(t)
+	c.node("b", 0, cfg).add(t, job).start(t)
+	c.settle(true)
+	tick := t0
+	rec := func(shard int, st ledger.RunStatus) ledger.RunRecord {
+		return ledger.RunRecord{Job: "sh", Tick: tick, Shard: shard, Shards: 2, Attempt: 1, Node: "a", Start: tick, End: tick, Status: st}
+	}
+	ctx := context.Background()
+	if err := c.ledger.RecordRuns(ctx, []ledger.RunRecord{rec(0, ledger.RunSkipped), rec(1, ledger.RunOK)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := RequestBackfill(ctx, c.ledger, "sh", tick, tick, BackfillOptions{Now: c.clock.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the request to be done", func() bool {
+		c.step(100 * time.Millisecond)
+		sts, err := c.ledger.JobStates(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, st := range sts {
+			if st.Job == "sh" && len(st.Triggers) > 0 {
+				return false
+			}
+		}
+		return true
+	})
+	if n, n0 := calls.Load(), shard0.Load(); n != 1 || n0 != 1 {
+		t.Fatalf("%d shard-runs, %d of shard 0; want shard 0 once, shard 1 (it ran) not", n, n0)
+	}
+}

@@ -421,18 +421,23 @@ func (s *Scheduler) pollShards(now time.Time) {
 		floor, hasPast := floors[keyOf(e.j, e.w)]
 		open := make([]int, 0, e.w.shards)
 		for k := range e.w.shards {
-			// A backfill's shard is done once attempted: the tick's
-			// missed or skipped record (attempt 0) is what it makes up
-			// for; a re-run's once attempted after its base (attempts).
-			// Their records share the scheduled tick's key: for the
-			// tick's own watch, a shard whose latest attempt is after
-			// the base of one watched here is left to that one's watch,
-			// lest both take it over from a stopped node.
+			// A backfill's or re-run's shard is done once attempted
+			// after its base (attempts), a backfill's also when the
+			// shard ran before it (a backfill runs what did not run:
+			// what is missed or skipped up to the base). Their records
+			// share the scheduled tick's key: for the tick's own watch,
+			// a shard whose latest attempt is after the base of one
+			// watched here is left to that one's watch, lest both take
+			// it over from a stopped node.
 			r, ok := latest[k]
 			if hasPast && !e.w.past && r.Attempt > floor {
 				continue
 			}
-			if !ok || !r.Status.Final() || r.Status == ledger.RunInterrupted || (e.w.past && r.Attempt <= e.w.attempts) {
+			isOpen := !ok || !r.Status.Final() || r.Status == ledger.RunInterrupted
+			if ok && e.w.past && r.Attempt <= e.w.attempts {
+				isOpen = e.w.rerun || r.Status == ledger.RunSkipped || r.Status == ledger.RunMissed
+			}
+			if isOpen {
 				open = append(open, k)
 			}
 		}
