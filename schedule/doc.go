@@ -167,6 +167,13 @@
 // request for a run that ended meanwhile is pruned with the trigger
 // requests. RequestRerun runs a failed tick again.
 //
+// A trigger-now, backfill or re-run request is run by the node whose claim
+// of it wins, which removes it from the ledger as the run starts. A node
+// that stops first (killed, or shut down with the request queued behind a
+// run of the job) leaves it pending, and another node takes it over once
+// the stopped node's lease has ended (a retake claim, as for a sharded
+// job's shard-runs below): nothing asked for is dropped.
+//
 // # Sharded jobs
 //
 // Job.Shards = N > 1 splits each tick into N shard-runs (Run.Shard 0 to

@@ -182,10 +182,12 @@ func (s *Scheduler) paused(job string) bool {
 // write loses is that one write wide.
 func (s *Scheduler) runTick(j *job, w work) {
 	attempt := 1 + w.attempts // a retaken shard's go on after the stopped node's
-	switch {
-	case w.elsewhere:
-		s.requestTaken(j, w)
+	if w.request != "" && s.stoppingNow() {
+		// Shutdown has begun: the request stays pending, and another
+		// node takes it over once this one's node lease ends (retake.go).
 		return
+	}
+	switch {
 	case w.past:
 		var ok bool
 		if attempt, ok = s.beginPast(j, w); !ok {

@@ -227,7 +227,8 @@ type Scheduler struct {
 	jobs        map[string]*job
 	heap        jobHeap
 	states      map[string]ledger.JobState
-	seen        map[triggerKey]bool // trigger requests this node has claimed or seen claimed
+	seen        map[triggerKey]bool         // trigger requests this node has claimed or seen claimed
+	held        map[triggerKey]*heldRequest // requests of plain jobs another node claimed first (retake.go)
 	deadlines   map[*deadline]struct{}
 	active      int  // run goroutines
 	started     bool // Start was called
@@ -867,6 +868,7 @@ func (s *Scheduler) step() time.Duration {
 		}
 		if !now.Before(s.nextSweep) {
 			s.sweep(now)
+			s.retakeRequests()
 			s.nextSweep = now.Add(s.sweepEvery)
 		}
 		if s.pref.marker != nil && !now.Before(s.nextMark) {
@@ -1124,12 +1126,14 @@ func (s *Scheduler) pass(now time.Time) {
 			g.add(j, w)
 		case errors.Is(r, ledger.ErrClaimed):
 			s.emit(Event{Type: EventClaimedElsewhere, Job: j.Name, Tick: w.tick.UTC(), Trigger: w.trigger, Paused: w.paused})
-			if w.past {
-				// A backfill that ran before, or a request another node
-				// took: the request is done either way, and the node that
-				// ran the tick may never have seen it.
+			switch {
+			case w.shards > 1 && w.past:
+				// Another node's shard of a backfill or re-run: the
+				// watch (shard.go) sees the request through.
 				w.elsewhere = true
 				g.add(j, w)
+			case w.request != "":
+				s.heldElsewhere(j, w, r) // retake.go
 			}
 		default:
 			failed = true
