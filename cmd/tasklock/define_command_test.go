@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"io"
+	"os"
 	"strings"
 	"testing"
 
@@ -63,5 +64,24 @@ func TestDefineSnippetCompletedByFlags(t *testing.T) {
 	}
 	if _, err := define("shards: 3\ntimeout: 10x\n"); err == nil || !strings.Contains(err.Error(), "stdin:2") || strings.Contains(err.Error(), "missing") {
 		t.Errorf("snippet with a mistake of its own: %v, want it at stdin:2 and nothing missing", err)
+	}
+}
+
+// jobs create -f x.yaml --command true, where neither the snippet nor JOB
+// names the job, said "flags:1: name: missing": a line of the flags, which
+// have no lines and no name flag. It says the job needs a name and where
+// to give it; a key missing too is told with where it can be given.
+func TestDefineMissingNameSaysWhereToGiveIt(t *testing.T) {
+	dir := t.TempDir()
+	file := dir + "/x.yaml"
+	if err := os.WriteFile(file, []byte("shards: 2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr strings.Builder
+	code := run([]string{"jobs", "create", "-f", file, "--command", "true", "--store", "sqlite://" + dir + "/db"}, strings.NewReader(""), &stdout, &stderr)
+	msg := stderr.String()
+	if code != 64 || strings.Contains(msg, "flags:") || !strings.Contains(msg, "the job has no name: give it as the JOB argument") ||
+		!strings.Contains(msg, "name: in "+file) || !strings.Contains(msg, "schedule: missing") || !strings.Contains(msg, "in "+file+" or with --schedule") {
+		t.Errorf("exit %d, stderr:\n%s\nwant exit 64 saying the job needs a name (JOB or name: in the file), schedule missing with where to give it, no flags:", code, msg)
 	}
 }

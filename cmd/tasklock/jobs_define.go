@@ -180,9 +180,17 @@ func withoutMissing(err error) error {
 // printed. flagOf, when set, names the flag that gave a key its value, so
 // that a mistake in it is reported under the flag the user typed
 // (--run-timeout), not the configuration key it sets (timeout).
+//
+// merged says the definition checked was built from the flags (and -f's
+// keys, file being -f's argument): its lines are no lines the user wrote,
+// so a mistake no flag gave is told by its key alone, and a missing key
+// with where to give it (JOB, -f's file, or the flag) — never as
+// "flags:1: name: missing".
 type snippetError struct {
 	err    error
 	flagOf func(field string) string
+	merged bool
+	file   string
 }
 
 func (e snippetError) Error() string {
@@ -193,11 +201,49 @@ func (e snippetError) Error() string {
 	lines := make([]string, len(es))
 	for i, ce := range es {
 		lines[i] = ce.Error()
-		if f := e.flagOf(ce.Field); f != "" {
+		switch f := e.flagOf(ce.Field); {
+		case f != "":
 			lines[i] = f + ": " + ce.Msg
+		case e.merged && ce.Field == "name" && strings.HasPrefix(ce.Msg, "missing"):
+			lines[i] = "the job has no name: give it as the JOB argument (jobs create JOB ...)"
+			if e.file != "" {
+				lines[i] += " or as name: in " + e.fileName()
+			}
+		case e.merged && ce.Field != "":
+			lines[i] = ce.Field + ": " + ce.Msg
+			if strings.HasPrefix(ce.Msg, "missing") {
+				lines[i] += " (" + e.whereToGive(ce.Field) + ")"
+			}
 		}
 	}
 	return "invalid job definition:\n  " + strings.Join(lines, "\n  ")
+}
+
+// fileName is how a message names -f's file: "the snippet on stdin" for -.
+func (e snippetError) fileName() string {
+	if e.file == "-" {
+		return "the snippet on stdin"
+	}
+	return e.file
+}
+
+// whereToGive says where a missing key can be given: in -f's file, and
+// with the flag that sets it, if any.
+func (e snippetError) whereToGive(field string) string {
+	var ways []string
+	if e.file != "" {
+		ways = append(ways, "in "+e.fileName())
+	}
+	top, _, _ := strings.Cut(field, ".")
+	for _, k := range defineKeys {
+		if key, _, _ := strings.Cut(k.key, "."); key == top {
+			ways = append(ways, "with --"+k.flag)
+		}
+	}
+	if len(ways) == 0 {
+		return "give it in -f FILE"
+	}
+	return "give it " + strings.Join(ways, " or ")
 }
 
 // flagOf returns "--flag" when field (a configuration key, dotted for a
@@ -302,7 +348,7 @@ func (d *defineFlags) define(c *jobdefs.Change, base string, stdin io.Reader) er
 	}
 	j, def, err := config.Define(source, data, c.Job)
 	if err != nil {
-		return snippetError{err: err, flagOf: d.flagOf}
+		return snippetError{err: err, flagOf: d.flagOf, merged: source == "flags", file: d.file}
 	}
 	c.Job, c.Def = j.Name, def
 	return nil
