@@ -259,6 +259,9 @@ func TestAdminUsageBeforeStore(t *testing.T) {
 			{[]string{"jobs", "create", "j", "--schedule", "@daily", "--command", "true", "--config", filepath.Join(dir, "missing.yaml")}, "--config"},
 			{[]string{"jobs", "delete", "j", "--schedule", "@daily"}, "delete takes no -f"},
 			{[]string{"locks", "release", "k"}, "--force"},
+			// No lock has an empty key: it was "not held", exit 1.
+			{[]string{"locks", "show", ""}, "KEY is empty"},
+			{[]string{"locks", "release", "--force", ""}, "KEY is empty"},
 		} {
 			args := append(tt.args, "--store", store)
 			code, out, errOut := tl.Run(t, nil, args...)

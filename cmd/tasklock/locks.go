@@ -61,6 +61,11 @@ func runLocks(args []string, stdout, stderr io.Writer) int {
 		fs.BoolVar(&force, "force", false, "")
 	}
 	check := func(a *adminArgs) error {
+		// No lock has an empty key (exec refuses one): a mistake, not
+		// a key that is not held.
+		if (a.sub == "show" || a.sub == "release") && len(a.positional) > 0 && a.positional[0] == "" {
+			return usagef("KEY is empty")
+		}
 		if a.sub == "release" && !force {
 			return usagef("release deletes another owner's lease: add --force")
 		}
