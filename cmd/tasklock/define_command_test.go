@@ -84,4 +84,13 @@ func TestDefineMissingNameSaysWhereToGiveIt(t *testing.T) {
 		!strings.Contains(msg, "name: in "+file) || !strings.Contains(msg, "schedule: missing") || !strings.Contains(msg, "in "+file+" or with --schedule") {
 		t.Errorf("exit %d, stderr:\n%s\nwant exit 64 saying the job needs a name (JOB or name: in the file), schedule missing with where to give it, no flags:", code, msg)
 	}
+	// -f alone, without a name: the same hint, not "x.yaml:1: name: missing".
+	if err := os.WriteFile(file, []byte("schedule: \"@every 1m\"\ncommand: [\"true\"]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	stderr.Reset()
+	code = run([]string{"jobs", "create", "-f", file, "--store", "sqlite://" + dir + "/db"}, strings.NewReader(""), &stdout, &stderr)
+	if msg := stderr.String(); code != 64 || !strings.Contains(msg, "the job has no name: give it as the JOB argument") || !strings.Contains(msg, "name: in "+file) {
+		t.Errorf("-f alone: exit %d, stderr:\n%s\nwant exit 64 saying to give the name as JOB or name: in the file", code, msg)
+	}
 }

@@ -184,8 +184,9 @@ func withoutMissing(err error) error {
 // merged says the definition checked was built from the flags (and -f's
 // keys, file being -f's argument): its lines are no lines the user wrote,
 // so a mistake no flag gave is told by its key alone, and a missing key
-// with where to give it (JOB, -f's file, or the flag) — never as
-// "flags:1: name: missing".
+// with where to give it (-f's file, or the flag) — never as
+// "flags:1: schedule: missing". A missing name, merged or not, says to
+// give it as JOB or as name: in -f's file.
 type snippetError struct {
 	err    error
 	flagOf func(field string) string
@@ -204,8 +205,8 @@ func (e snippetError) Error() string {
 		switch f := e.flagOf(ce.Field); {
 		case f != "":
 			lines[i] = f + ": " + ce.Msg
-		case e.merged && ce.Field == "name" && strings.HasPrefix(ce.Msg, "missing"):
-			lines[i] = "the job has no name: give it as the JOB argument (jobs create JOB ...)"
+		case ce.Field == "name" && strings.HasPrefix(ce.Msg, "missing"):
+			lines[i] = "the job has no name: give it as the JOB argument"
 			if e.file != "" {
 				lines[i] += " or as name: in " + e.fileName()
 			}
