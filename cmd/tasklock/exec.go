@@ -242,6 +242,8 @@ func parseExec(args []string, getenv func(string) string) (*execConfig, error) {
 		return nil, usagef("--kill-grace must not be negative, got %v", c.killGrace)
 	case c.killGrace >= c.ttl/2:
 		return nil, usagef("--kill-grace %v must be less than half of --ttl %v", c.killGrace, c.ttl)
+	case set["owner"] && c.owner == "":
+		return nil, usagef("--owner is empty (leave it out for host:pid)")
 	case len(c.owner) > tasklock.MaxOwnerLen:
 		return nil, usagef("--owner is %d bytes long, the maximum is %d", len(c.owner), tasklock.MaxOwnerLen)
 	case redact.CheckName(c.owner) != "":

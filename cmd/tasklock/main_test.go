@@ -304,6 +304,8 @@ func TestExecBadUsage(t *testing.T) {
 		{store, []string{"--key", "k", "--kill-grace", "10s", "--", "true"}, "--kill-grace 10s must be less than half of --ttl 10s"},
 		{store, []string{"--key", "k", "--ttl", "1s", "--", "true"}, "--kill-grace"},
 		{store, []string{"--key", "k", "--owner", strings.Repeat("o", 300), "--", "true"}, "--owner"},
+		// Was taken as "not given": the command ran as host:pid.
+		{store, []string{"--key", "k", "--owner", "", "--", "true"}, "--owner is empty"},
 		{store, []string{"--key", "k", "--bogus", "--", "true"}, "-bogus"},
 		{store, []string{"--key", "k", "--permits", "0", "--", "true"}, "--permits must be between 1 and 10000, got 0"},
 		{store, []string{"--key", "k", "--permits", "10001", "--", "true"}, "--permits must be between 1 and 10000"},
