@@ -148,7 +148,7 @@ func adminRun(cmd, usage string, args []string, stdout, stderr io.Writer, subs m
 	defer cancel()
 	// Only create makes a SQLite file that is not there: the other
 	// subcommands read or change what a store already holds.
-	store, closeFn, err := openStore(ctx, a.store, a.sub == "create")
+	store, closeFn, err := openStore(ctx, a.store, a.sub)
 	if err != nil {
 		fmt.Fprintf(stderr, "tasklock %s %s: %v\n", cmd, a.sub, timedOut(ctx, a.timeout, err))
 		return openExit(err)
@@ -183,20 +183,31 @@ func adminExit(cmd, sub string, err error, stderr io.Writer) int {
 	}
 }
 
-// openStore opens the store of the locks and jobs commands, as
-// storeurl.Open when create is set and storeurl.OpenExisting otherwise; the
-// tests of commands on an in-process store replace it.
-var openStore = func(ctx context.Context, rawURL string, create bool) (driver.Store, func() error, error) {
-	if create {
+// openStore opens the store of the locks and jobs commands for the
+// subcommand sub: as storeurl.Open for create and storeurl.OpenExisting
+// otherwise. It refuses mem:// to a subcommand that changes the store (all
+// but readOnlySubs): that store is this process's memory, so the change
+// would be reported done and be gone when the command ends, with no serve
+// ever seeing it. The tests of commands on an in-process store replace it.
+var openStore = func(ctx context.Context, rawURL, sub string) (driver.Store, func() error, error) {
+	if !readOnlySubs[sub] && strings.HasPrefix(strings.ToLower(rawURL), "mem://") {
+		return nil, nil, usagef("mem:// is this command's own memory, which no serve shares: %s would change it and the change would be gone when the command ends; give the store tasklock serve runs on (--store or $TASKLOCK_STORE)", sub)
+	}
+	if sub == "create" {
 		return storeurl.Open(ctx, rawURL)
 	}
 	return storeurl.OpenExisting(ctx, rawURL)
 }
 
+// readOnlySubs are the subcommands of jobs and locks that only read the
+// store.
+var readOnlySubs = map[string]bool{"list": true, "history": true, "show": true, "audit": true, "notifications": true}
+
 // openExit is the exit status when a store cannot be opened: 64 for a bad
 // URL, 69 for a store that cannot be reached.
 func openExit(err error) int {
-	if errors.Is(err, storeurl.ErrBadURL) {
+	var ue *usageError
+	if errors.Is(err, storeurl.ErrBadURL) || errors.As(err, &ue) {
 		return exitUsage
 	}
 	return exitUnavailable

@@ -292,3 +292,34 @@ func TestAdminTimeoutNamed(t *testing.T) {
 		}
 	}
 }
+
+// TestAdminRefusesChangesToMem: mem:// is the command's own memory, which
+// no serve shares. jobs create, trigger, pause ... and locks release on it
+// said they were done ("every serve node applies it within a second") and
+// the change was gone when the command ended. They are refused (64); the
+// read-only subcommands still answer (empty).
+func TestAdminRefusesChangesToMem(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"jobs", "create", "j", "--schedule", "@daily", "--command", "true"},
+		{"jobs", "trigger", "j", "--force"},
+		{"jobs", "pause", "j", "--force"},
+		{"jobs", "resume", "j", "--force"},
+		{"jobs", "forget", "j", "--force"},
+		{"jobs", "delete", "j"},
+		{"jobs", "backfill", "j", "--from", "2026-11-01T00:00:00Z", "--to", "2026-11-01T01:00:00Z"},
+		{"locks", "release", "--force", "k"},
+	} {
+		args = append(args, "--store", "mem://")
+		code, out, errOut := tl.Run(t, nil, args...)
+		if code != exitUsage || out != "" || !strings.Contains(errOut, "mem:// is this command's own memory") {
+			t.Errorf("%q = %d, stdout %q, stderr %q; want 64 saying mem:// is this command's own memory", args, code, out, errOut)
+		}
+	}
+	for _, args := range [][]string{{"jobs", "list"}, {"jobs", "history"}, {"jobs", "audit"}, {"jobs", "notifications"}, {"locks", "list"}} {
+		args = append(args, "--store", "mem://")
+		if code, out, errOut := tl.Run(t, nil, args...); code != exitOK {
+			t.Errorf("%q = %d, stdout %q, stderr %q; want 0", args, code, out, errOut)
+		}
+	}
+}

@@ -53,7 +53,7 @@ func runJobsOn(t *testing.T, store *memstore.Store, args ...string) (int, string
 // openStore.
 func TestJobsDefineCommands(t *testing.T) {
 	store := memstore.New(nil)
-	openStore = func(context.Context, string, bool) (driver.Store, func() error, error) {
+	openStore = func(context.Context, string, string) (driver.Store, func() error, error) {
 		return store, func() error { return nil }, nil
 	}
 	t.Cleanup(func() { openStore = defaultOpenStore })

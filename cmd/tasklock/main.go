@@ -75,7 +75,9 @@ Commands:
   help     show this text, or a command's
 
 Store URLs (--store, or $TASKLOCK_STORE):
-  mem://                                      in-process, for trying things out
+  mem://                                      in-process, for trying things out (jobs
+                                              and locks refuse to change it: no serve
+                                              shares it)
   redis://[user:pass@]host:port[/db]          one Redis node
   rediss://[user:pass@]host:port[/db]         one Redis node over TLS
   redis+sentinel://[user:pass@]h1:p1,h2:p2/MASTER[?db=N]

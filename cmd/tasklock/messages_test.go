@@ -17,7 +17,7 @@ import (
 // it are not parallel: it replaces openStore.
 func useStore(t *testing.T, store *memstore.Store) {
 	t.Helper()
-	openStore = func(context.Context, string, bool) (driver.Store, func() error, error) {
+	openStore = func(context.Context, string, string) (driver.Store, func() error, error) {
 		return store, func() error { return nil }, nil
 	}
 	t.Cleanup(func() { openStore = defaultOpenStore })
