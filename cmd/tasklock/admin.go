@@ -21,6 +21,7 @@ type adminArgs struct {
 	sub        string
 	positional []string // after the subcommand
 	store      string
+	storeEnv   bool // the store came from $TASKLOCK_STORE
 	json       bool
 	timeout    time.Duration
 }
@@ -44,7 +45,7 @@ func parseAdmin(cmd string, args []string, getenv func(string) string, subs map[
 		return nil, err
 	}
 	if !set["store"] {
-		a.store = getenv("TASKLOCK_STORE")
+		a.store, a.storeEnv = getenv("TASKLOCK_STORE"), true
 	}
 	if len(positional) == 0 {
 		return nil, usagef("missing subcommand: %s", subNames(subs))
@@ -150,7 +151,7 @@ func adminRun(cmd, usage string, args []string, stdout, stderr io.Writer, subs m
 	// subcommands read or change what a store already holds.
 	store, closeFn, err := openStore(ctx, a.store, a.sub)
 	if err != nil {
-		fmt.Fprintf(stderr, "tasklock %s %s: %v\n", cmd, a.sub, timedOut(ctx, a.timeout, err))
+		fmt.Fprintf(stderr, "tasklock %s %s: %v\n", cmd, a.sub, fromEnv(timedOut(ctx, a.timeout, err), a.storeEnv))
 		return openExit(err)
 	}
 	defer closeFn()
@@ -202,6 +203,16 @@ var openStore = func(ctx context.Context, rawURL, sub string) (driver.Store, fun
 // readOnlySubs are the subcommands of jobs and locks that only read the
 // store.
 var readOnlySubs = map[string]bool{"list": true, "history": true, "show": true, "audit": true, "notifications": true}
+
+// fromEnv adds to err, a failure to open the store, that its URL came
+// from $TASKLOCK_STORE when env is set: the user may not have thought of
+// it, having given no --store (serve says the same).
+func fromEnv(err error, env bool) error {
+	if !env || err == nil {
+		return err
+	}
+	return fmt.Errorf("%w (the store of $TASKLOCK_STORE)", err)
+}
 
 // openExit is the exit status when a store cannot be opened: 64 for a bad
 // URL, 69 for a store that cannot be reached.

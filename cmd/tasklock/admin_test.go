@@ -323,3 +323,34 @@ func TestAdminRefusesChangesToMem(t *testing.T) {
 		}
 	}
 }
+
+// TestAdminStoreFromEnvNamed: a store URL taken from $TASKLOCK_STORE that
+// is bad or unreachable is named as $TASKLOCK_STORE's, as serve does: the
+// user gave no --store and may have forgotten the variable. One given
+// with --store is not.
+func TestAdminStoreFromEnvNamed(t *testing.T) {
+	t.Parallel()
+	addr := closedAddr(t)
+	for _, tt := range []struct {
+		args        []string
+		code        int
+		unreachable string
+	}{
+		{[]string{"jobs", "list"}, exitUsage, "redis://:s3cret@" + addr},
+		{[]string{"locks", "list"}, exitUsage, "redis://:s3cret@" + addr},
+		{[]string{"migrate", "status"}, exitUsage, "postgres://u:s3cret@" + addr + "/db"},
+	} {
+		code, _, errOut := tl.Run(t, []string{"TASKLOCK_STORE=foo://x"}, tt.args...)
+		if code != tt.code || !strings.Contains(errOut, `unknown scheme "foo"`) || !strings.Contains(errOut, "(the store of $TASKLOCK_STORE)") {
+			t.Errorf("%q with a bad $TASKLOCK_STORE = %d, %q; want %d naming $TASKLOCK_STORE", tt.args, code, errOut, tt.code)
+		}
+		code, _, errOut = tl.Run(t, []string{"TASKLOCK_STORE=" + tt.unreachable}, tt.args...)
+		if code != exitUnavailable || !strings.Contains(errOut, "(the store of $TASKLOCK_STORE)") || strings.Contains(errOut, "s3cret") {
+			t.Errorf("%q with an unreachable $TASKLOCK_STORE = %d, %q; want 69 naming $TASKLOCK_STORE, no password", tt.args, code, errOut)
+		}
+		code, _, errOut = tl.Run(t, nil, append(tt.args, "--store", "foo://x")...)
+		if code != tt.code || strings.Contains(errOut, "TASKLOCK_STORE") {
+			t.Errorf("%q --store foo://x = %d, %q; want %d, not naming $TASKLOCK_STORE", tt.args, code, errOut, tt.code)
+		}
+	}
+}

@@ -154,6 +154,7 @@ const openTimeout = 10 * time.Second
 // execConfig holds exec's checked flags.
 type execConfig struct {
 	store     string
+	storeEnv  bool // store came from $TASKLOCK_STORE
 	key       string
 	ttl       time.Duration
 	wait      time.Duration
@@ -205,7 +206,7 @@ func parseExec(args []string, getenv func(string) string) (*execConfig, error) {
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 
 	if !set["store"] {
-		c.store = getenv("TASKLOCK_STORE")
+		c.store, c.storeEnv = getenv("TASKLOCK_STORE"), true
 	}
 	switch {
 	case c.store == "" && set["store"]:
@@ -405,7 +406,7 @@ func (e *execRun) run() int {
 			e.failf("interrupted by %s while connecting to the store", sigName(s))
 			return 128 + sigNum(s)
 		}
-		e.failf("%v", err)
+		e.failf("%v", fromEnv(err, c.storeEnv))
 		return openExit(err)
 	}
 	var lk *tasklock.Locker

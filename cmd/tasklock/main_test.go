@@ -317,6 +317,8 @@ func TestExecBadUsage(t *testing.T) {
 		{nil, []string{"--store", "foo://x", "--key", "k", "--", "true"}, `unknown scheme "foo"`},
 		{nil, []string{"--store", "redis://h:1?nope=1", "--key", "k", "--", "true"}, `unknown query parameter "nope"`},
 		{nil, []string{"--store", "localhost:6379", "--key", "k", "--", "true"}, "missing scheme"},
+		// A URL from the environment says so: the user gave no --store.
+		{[]string{"TASKLOCK_STORE=localhost:6379"}, []string{"--key", "k", "--", "true"}, "missing scheme, want one of etcd, etcds, mem, mysql, postgres, postgresql, redis, redis+cluster, redis+sentinel, rediss, redlock, sqlite, zk followed by :// (the store of $TASKLOCK_STORE)"},
 		{nil, []string{"--store", "etcd://h:1?session_ttl=1500ms", "--key", "k", "--", "true"}, "session_ttl"},
 		{nil, []string{"--store", "zk://h:1?session_ttl=10s", "--key", "k", "--", "true"}, `unknown query parameter "session_ttl"`},
 		{nil, []string{"--store", "redlock://h:1,h:2", "--key", "k", "--", "true"}, "at least 3; got 2"},

@@ -59,10 +59,11 @@ Exit status:
 
 // migrateConfig holds migrate's checked arguments.
 type migrateConfig struct {
-	sub     string // "up" or "status"
-	store   string
-	json    bool
-	timeout time.Duration
+	sub      string // "up" or "status"
+	store    string
+	storeEnv bool // store came from $TASKLOCK_STORE
+	json     bool
+	timeout  time.Duration
 }
 
 // parseMigrate parses migrate's arguments: the subcommand, with flags
@@ -80,7 +81,7 @@ func parseMigrate(args []string, getenv func(string) string) (*migrateConfig, er
 		return nil, err
 	}
 	if !set["store"] {
-		c.store = getenv("TASKLOCK_STORE")
+		c.store, c.storeEnv = getenv("TASKLOCK_STORE"), true
 	}
 	switch {
 	case len(positional) == 0:
@@ -150,6 +151,9 @@ func runMigrate(args []string, stdout, stderr io.Writer) int {
 	report := migrateReport{Store: storeName, Migrations: []migrationJSON{}}
 
 	m, err := storeurl.OpenMigrator(ctx, c.store)
+	if !errors.Is(err, storeurl.ErrNoMigrations) {
+		err = fromEnv(err, c.storeEnv)
+	}
 	switch {
 	case errors.Is(err, storeurl.ErrNoMigrations):
 		if c.sub == "up" {
