@@ -644,6 +644,10 @@ func (e *execRun) release(l *tasklock.Lock) {
 		e.log.Info("lock released", "key", e.c.key)
 	case lost != nil && !errors.Is(lost, tasklock.ErrReleased):
 		// Already reported as lost.
+	case errors.Is(err, tasklock.ErrNotHeld):
+		// Not "expires after its TTL": the store no longer had it.
+		e.failf("lock %q was no longer held when COMMAND ended (store %s): it was released by force (tasklock locks release) or expired before a renewal could notice, so another holder may have run beside COMMAND (%v)",
+			e.c.key, e.storeName(), err)
 	default:
 		e.log.Warn("release failed; the lease expires after its TTL", "key", e.c.key, "err", err)
 	}

@@ -710,3 +710,30 @@ func TestExecPermitsDecimal(t *testing.T) {
 		t.Errorf("--permits 010 is %d permits, want 10", c.permits)
 	}
 }
+
+// A lease deleted while COMMAND ran (locks release --force), when COMMAND
+// ends before a renewal notices, was reported as "release failed; the
+// lease expires after its TTL": there was no lease left to expire. exec
+// says the lock was no longer held and that another holder may have run.
+func TestExecLeaseGoneAtRelease(t *testing.T) {
+	t.Parallel()
+	url, c := redisFor(t)
+	stop := filepath.Join(t.TempDir(), "stop")
+	// --ttl 30s: the first renewal is 10s away, long after COMMAND ends.
+	p := tl.Start(t, []string{"STOP=" + stop}, "exec", "--store", url, "--key", "gone", "--ttl", "30s", "--", "sh", "-c", waitingChild)
+	p.WaitOutput("started", 20*time.Second)
+	if code, out, errOut := tl.Run(t, nil, "locks", "release", "--force", "gone", "--store", url); code != exitOK {
+		t.Fatalf("locks release --force = %d\n%s%s", code, out, errOut)
+	}
+	if exists(t, c, lockKey("gone")) {
+		t.Fatal("lease still in Redis after locks release --force")
+	}
+	if err := os.WriteFile(stop, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code := p.Wait(20 * time.Second)
+	errOut := p.Stderr()
+	if code != 0 || !strings.Contains(errOut, `lock "gone" was no longer held when COMMAND ended`) || strings.Contains(errOut, "expires after its TTL") {
+		t.Errorf("exit %d, stderr:\n%s\nwant COMMAND's 0 and that the lock was no longer held", code, errOut)
+	}
+}
