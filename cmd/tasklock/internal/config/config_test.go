@@ -122,6 +122,11 @@ func TestParseErrors(t *testing.T) {
 			[]string{`c.yaml:5: job "j": kill_grace: kill_grace 5s must be less than half of lock_ttl 10s, so that a command that lost its lock is stopped soon after`}},
 		{"lock ttl under the default kill grace", job + "    lock_ttl: 10ms\n", // said once, not again as kill_grace
 			[]string{`c.yaml:5: job "j": lock_ttl: kill_grace 2s must be less than half of lock_ttl 10ms, so that a command that lost its lock is stopped soon after`}},
+		// Each refused once, and no relation told with the default 2s
+		// the file did not give (was a third line: "kill_grace 2s must be
+		// less than half of lock_ttl 1ms").
+		{"refused kill grace and lock ttl", job + "    lock_ttl: 1ms\n    kill_grace: 0s\n",
+			[]string{`c.yaml:5: job "j": lock_ttl: 1ms is below the minimum 10ms`, `c.yaml:6: job "j": kill_grace: 0s: want a duration above 0 (omit the key for the default 2s)`}},
 		{"max hold under the default kill grace", job + "    lock_ttl: 1h\n    max_hold: 100ms\n", // at max_hold, which the file says
 			[]string{`c.yaml:6: job "j": max_hold: 100ms is not more than kill_grace 2s (the default): the command gets SIGTERM kill_grace before max_hold`}},
 		{"lock_ttl without a lock", job + "    overlap: allow\n    lock_ttl: 30s\n",

@@ -82,6 +82,17 @@ func (p *parser) errorf(n *yaml.Node, field, format string, args ...any) {
 	p.errs = append(p.errs, &Error{File: p.file, Line: line, Job: p.jobLabel, Field: field, Msg: fmt.Sprintf(format, args...)})
 }
 
+// failed reports whether a mistake in field of the job being read was
+// reported already.
+func (p *parser) failed(field string) bool {
+	for _, e := range p.errs {
+		if e.Job == p.jobLabel && e.Field == field {
+			return true
+		}
+	}
+	return false
+}
+
 // yamlLine finds the line in the messages of the YAML parser.
 var yamlLine = regexp.MustCompile(`^yaml: (?:line (\d+): )?(.*)$`)
 
@@ -662,7 +673,10 @@ func (p *parser) handler(j *Job, n *yaml.Node, fields map[string]field, lines ma
 	if ttl == 0 {
 		ttl = tasklock.DefaultTTL
 	}
-	if lock && j.KillGrace >= ttl/2 {
+	// Not when either value was refused already: the relation would be
+	// told with a value the user did not write (the default 2s in place of
+	// a refused kill_grace: 0s), or a second time (lock_ttl: 1ms).
+	if lock && j.KillGrace >= ttl/2 && !p.failed("kill_grace") && !p.failed("lock_ttl") {
 		at, field := n, "kill_grace"
 		if hasKG {
 			at = kg.val
