@@ -153,7 +153,8 @@ Flags (anywhere):
 
 Exit status: 0 done; 1 no job of that name, or a create, update or delete
 refused (a job defined already, or not at run time, or of the file); 64
-bad usage or URL, or a job whose lock another job takes; 69 store
+bad usage or URL, a job whose lock another job takes, or a change to a
+mem:// store (this command's own memory, which no serve shares); 69 store
 unreachable or failing, or the store keeps no ledger.
 `
 

@@ -42,8 +42,9 @@ Flags (anywhere):
                  release {"released": KEY}
   --timeout D    how long to wait for the store (default 30s)
 
-Exit status: 0 done; 1 KEY not held; 64 bad usage or URL; 69 store
-unreachable or failing, or the store cannot list or release locks.
+Exit status: 0 done; 1 KEY not held; 64 bad usage or URL, or release on
+mem:// (this command's own memory); 69 store unreachable or failing, or
+the store cannot list or release locks.
 `
 
 var locksSubs = map[string]string{"list": "", "show": "KEY", "release": "KEY"}
