@@ -42,7 +42,15 @@ type httpFlags struct {
 // fs.
 func addHTTPFlags(fs *flag.FlagSet, h *httpFlags) {
 	fs.Func("http", "", func(v string) error { h.addr, h.addrSet = v, true; return nil })
-	fs.StringVar(&h.token, "token", "", "")
+	// An empty --token (--token "$UNSET") was taken as none: a
+	// read-only dashboard, or $TASKLOCK_TOKEN's, without a word.
+	fs.Func("token", "", func(v string) error {
+		if v == "" {
+			return errors.New("empty (leave --token out for $TASKLOCK_TOKEN, or for a read-only dashboard)")
+		}
+		h.token = v
+		return nil
+	})
 	fs.BoolVar(&h.public, "public-read", false, "")
 	fs.BoolVar(&h.insecure, "insecure", false, "")
 	h.addr = defaultHTTP

@@ -4,6 +4,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"regexp"
@@ -102,5 +103,23 @@ func TestServeLogFormatFlag(t *testing.T) {
 		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
 			t.Errorf("%v: error %v, want %q", tc.args, err, tc.want)
 		}
+	}
+}
+
+// An empty --token (--token "$TOKEN" with TOKEN unset) was taken as no
+// token: serve ran with a read-only dashboard, or with $TASKLOCK_TOKEN's,
+// and said nothing. It is refused, naming --token.
+func TestServeEmptyTokenRefused(t *testing.T) {
+	for _, env := range []string{"", "from-env-token"} {
+		t.Setenv("TASKLOCK_TOKEN", env) // read by the http flags' check
+		_, err := parseServe([]string{"--config", "x", "--token", ""}, func(string) string { return "" })
+		var ue *usageError
+		if !errors.As(err, &ue) || !strings.Contains(err.Error(), "--token") || !strings.Contains(err.Error(), "empty") {
+			t.Errorf("--token '' with $TASKLOCK_TOKEN %q: %v, want a usage error naming --token as empty", env, err)
+		}
+	}
+	c, err := parseServe([]string{"--config", "x", "--token", "t0ken"}, func(string) string { return "" })
+	if err != nil || c.http.token != "t0ken" {
+		t.Errorf("--token t0ken: %+v, %v", c, err)
 	}
 }
