@@ -82,8 +82,8 @@ the pause and trigger-now state every node of "tasklock serve" obeys
            history stays until pruned). A node that still has JOB
            registers it again when it starts or reloads. A JOB that is
            paused, or still runs — its schedule's next tick after its
-           latest record is not a minute past — is refused (exit 1;
-           --force to go on)
+           latest record (after its registration, when it has none) is
+           not a minute past — is refused (exit 1; --force to go on)
   backfill run the ticks of JOB's schedule from T1 to T2 (both included;
            RFC 3339 times such as 2026-11-27T02:00:00Z, UTC when no
            offset is given), each once across the fleet: a tick that
@@ -402,7 +402,8 @@ const forgetAfter = time.Minute
 // that a node of serve may still have: one that is paused (a paused job
 // forgotten under a node that has it would run again: its pause is
 // dropped), or one that still runs (the next tick of its registered
-// schedule after its latest record is not forgetAfter past).
+// schedule after its latest record, or after its registration when it has
+// no record, is not forgetAfter past).
 func checkForgettable(ctx context.Context, l ledger.Ledger, st ledger.JobState, now time.Time) error {
 	job := st.Job
 	if st.Spec != "" && st.Paused {
@@ -414,8 +415,21 @@ func checkForgettable(ctx context.Context, l ledger.Ledger, st ledger.JobState, 
 		return nil // never registered, or a schedule this build cannot read
 	}
 	runs, err := l.Runs(ctx, ledger.RunQuery{Job: job, Limit: 1})
-	if err != nil || len(runs) == 0 {
+	if err != nil {
 		return err
+	}
+	if len(runs) == 0 {
+		// Not run yet: a job just added to serve's file (an hourly one,
+		// a daily one) was forgotten under the node that runs it, and
+		// vanished from jobs list and trigger. Its first tick after it
+		// was registered stands in for the next after a record.
+		next := sched.Next(st.Since)
+		if st.Since.IsZero() || next.IsZero() || now.Sub(next) > forgetAfter {
+			return nil
+		}
+		return noJobError(fmt.Sprintf("job %q still looks configured: a node of serve registered it at %s and it has not run yet; its first tick, %s, is not %v past; "+
+			"forget is for a job removed from the configuration of every node (--force to go on)",
+			job, st.Since.UTC().Format(time.RFC3339), next.UTC().Format(time.RFC3339), forgetAfter))
 	}
 	last := runs[0]
 	next := sched.Next(last.Tick)

@@ -379,3 +379,32 @@ func TestServeKilledNodeRunIsInterrupted(t *testing.T) {
 		t.Fatalf("exit %d\n%s", code, procs[survivor].Stderr())
 	}
 }
+
+// jobs forget of a job a node registered but that has not run yet (an
+// hourly job just added to serve's file) went ahead: the job vanished from
+// jobs list, and jobs trigger said no node had it, while serve still ran
+// it. Its first tick after the registration stands in for the next tick
+// after a record: not a minute past, forget is refused; long past, the
+// job was removed without ever running, and forget goes ahead.
+func TestJobsForgetNotRunYet(t *testing.T) {
+	t.Parallel()
+	url := "sqlite://" + filepath.Join(t.TempDir(), "ledger.db")
+	l := sqliteLedger(t, url)
+	for job, since := range map[string]time.Time{"new": time.Now(), "old": time.Now().Add(-3 * time.Hour)} {
+		if _, err := l.SetJobState(context.Background(), ledger.JobStateParams{Job: job, Op: ledger.JobRegister, Spec: "@hourly", Since: since}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if code, _, errOut := tl.Run(t, nil, "jobs", "forget", "new", "--store", url); code != 1 || !strings.Contains(errOut, `job "new" still looks configured`) || !strings.Contains(errOut, "has not run yet") {
+		t.Errorf("jobs forget new, registered now, never run = %d, %s; want 1, still looks configured", code, errOut)
+	}
+	if _, ok := listJobs(t, url)["new"]; !ok {
+		t.Error("new is no longer listed")
+	}
+	if code, out, errOut := tl.Run(t, nil, "jobs", "forget", "old", "--store", url); code != exitOK || !strings.Contains(out, `forgot "old"`) {
+		t.Errorf("jobs forget old, registered 3h ago, never run = %d\n%s%s; want 0", code, out, errOut)
+	}
+	if code, _, errOut := tl.Run(t, nil, "jobs", "forget", "new", "--force", "--store", url); code != exitOK {
+		t.Errorf("jobs forget new --force = %d, %s", code, errOut)
+	}
+}
