@@ -241,6 +241,9 @@ func parseExec(args []string, getenv func(string) string) (*execConfig, error) {
 		return nil, usagef("--min-hold %v is longer than --max-hold %v", c.minHold, c.maxHold)
 	case c.killGrace < 0:
 		return nil, usagef("--kill-grace must not be negative, got %v", c.killGrace)
+	case c.killGrace >= c.ttl/2 && !set["kill-grace"]:
+		// --ttl 3s alone: name the default the user did not type.
+		return nil, usagef("--kill-grace %v (the default) must be less than half of --ttl %v: lower --kill-grace or raise --ttl", c.killGrace, c.ttl)
 	case c.killGrace >= c.ttl/2:
 		return nil, usagef("--kill-grace %v must be less than half of --ttl %v", c.killGrace, c.ttl)
 	case set["owner"] && c.owner == "":

@@ -303,6 +303,8 @@ func TestExecBadUsage(t *testing.T) {
 		{store, []string{"--key", "k", "--kill-grace", "-1s", "--", "true"}, "--kill-grace"},
 		{store, []string{"--key", "k", "--kill-grace", "10s", "--", "true"}, "--kill-grace 10s must be less than half of --ttl 10s"},
 		{store, []string{"--key", "k", "--ttl", "1s", "--", "true"}, "--kill-grace"},
+		// --kill-grace not given: its default is named as such.
+		{store, []string{"--key", "k", "--ttl", "3s", "--", "true"}, "--kill-grace 2s (the default) must be less than half of --ttl 3s: lower --kill-grace or raise --ttl"},
 		{store, []string{"--key", "k", "--owner", strings.Repeat("o", 300), "--", "true"}, "--owner"},
 		// Was taken as "not given": the command ran as host:pid.
 		{store, []string{"--key", "k", "--owner", "", "--", "true"}, "--owner is empty"},
