@@ -954,7 +954,11 @@ func (d *clusterDemo) pendingRetake(now time.Time) (pending, unstarted bool) {
 		if d.shardsOf(k.job) < 2 || k.tick < d.t0 || k.tick > d.t1 || es[0].node != d.victim.name || d.okOn[k][d.victim.name] {
 			continue
 		}
-		if r, ok := d.recs[k]; !ok || r.Node == d.victim.name || r.Status == ledger.RunRunning {
+		// No record yet, a running one, or the killed node's own
+		// settled interrupted: another node's run is still to come. The
+		// killed node's ok record (it ended the run just before the
+		// kill) is no such.
+		if r, ok := d.recs[k]; !ok || r.Status == ledger.RunRunning || (r.Node == d.victim.name && r.Status == ledger.RunInterrupted) {
 			pending = true
 			unstarted = unstarted || len(es) == 1
 		}

@@ -258,3 +258,35 @@ func TestDemoNamesShardsFromZero(t *testing.T) {
 		t.Errorf("name = %q, want it to end with shard 2/3", got)
 	}
 }
+
+// The demo waits past its end for a shard-run the killed node started only
+// while another node's run of it may still come: not for one the killed
+// node itself ended ok just before the kill.
+func TestDemoWaitsOnlyForARetakeToCome(t *testing.T) {
+	d := &clusterDemo{
+		victim:   &demoNode{name: "node-1"},
+		killedAt: time.Now(),
+		t0:       100, t1: 110,
+		execs: map[tickKey][]demoExec{},
+		recs:  map[tickKey]ledger.RunRecord{},
+		okOn:  map[tickKey]map[string]bool{},
+	}
+	k := tickKey{job: demoShardedJob, tick: 101, shard: 0}
+	d.execs[k] = []demoExec{{node: "node-1"}}
+	for _, tc := range []struct {
+		status ledger.RunStatus
+		node   string
+		wait   bool
+	}{
+		{ledger.RunOK, "node-1", false},         // it ended the run itself
+		{ledger.RunRunning, "node-1", true},     // cut short: settled and retaken later
+		{ledger.RunInterrupted, "node-1", true}, // settled, not retaken yet
+		{ledger.RunRunning, "node-2", true},     // retaken, under way
+		{ledger.RunOK, "node-2", false},         // retaken, done
+	} {
+		d.recs[k] = ledger.RunRecord{Job: demoShardedJob, Shard: 0, Attempt: 1, Node: tc.node, Status: tc.status}
+		if pending, _ := d.pendingRetake(time.Now()); pending != tc.wait {
+			t.Errorf("latest record %s on %s: waits %v, want %v", tc.status, tc.node, pending, tc.wait)
+		}
+	}
+}
