@@ -413,4 +413,14 @@ func TestRequestsTakenOverFromAStoppedNode(t *testing.T) {
 	if d, want := fmt.Sprint(rec.duplicates()), "[j@2030-01-01T00:02:00Z# ran 2 times j@2030-01-01T00:03:00Z# ran 2 times]"; d != want {
 		t.Fatalf("runs of a tick more than once: %s, want %s", d, want)
 	}
+	// Taken over as they were asked for: oldest tick first.
+	var order []time.Duration
+	for _, call := range rec.snapshot() {
+		if call.Attempt == 2 {
+			order = append(order, call.Tick.Sub(t0))
+		}
+	}
+	if fmt.Sprint(order) != "[2m0s 3m0s]" {
+		t.Fatalf("re-runs taken over in the order of their ticks %v, want [2m0s 3m0s]", order)
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"slices"
 
 	"github.com/tasklock/tasklock/ledger"
 )
@@ -70,6 +71,7 @@ func (s *Scheduler) retakeRequests() {
 		return // cannot tell now
 	}
 	own := s.holdsOwnLease()
+	won := map[*job][]work{}
 	for _, h := range rs {
 		if h.holder == "" || (h.holder == s.node && !own) || (h.holder != s.node && alive(ctx, h.holder)) {
 			continue // held by a live node, or one this look cannot tell about
@@ -83,18 +85,28 @@ func (s *Scheduler) retakeRequests() {
 		case held == nil:
 			s.mu.Lock()
 			delete(s.held, triggerKey{h.j.Name, h.w.request})
-			s.active++
 			s.mu.Unlock()
 			s.log.Warn("schedule: taking over a request of a stopped node", "node", s.node, "job", h.j.Name, "request", h.w.request, "tick", h.w.tick, "stopped", h.holder)
-			go func() {
-				defer s.runDone()
-				s.runTick(h.j, h.w)
-			}()
+			won[h.j] = append(won[h.j], h.w)
 		case errors.As(held, &ce):
 			s.mu.Lock()
 			h.holder = ce.Node // a taker: look at it next time
 			s.mu.Unlock()
 		}
+	}
+	// Each job's, one after another, oldest tick first, as a pass's
+	// claimed work runs (execute).
+	for j, ws := range won {
+		slices.SortStableFunc(ws, func(a, b work) int { return a.tick.Compare(b.tick) })
+		s.mu.Lock()
+		s.active++
+		s.mu.Unlock()
+		go func() {
+			defer s.runDone()
+			for _, w := range ws {
+				s.runTick(j, w)
+			}
+		}()
 	}
 }
 
