@@ -248,6 +248,12 @@ loop:
 		d.maybeRestart(now, stopAt)
 		d.printRows(now, false)
 		if !now.Before(stopAt) {
+			if !d.waiting {
+				// The polls so far read the ticks from d.next on: read
+				// the earlier ones again, whose records (the killed
+				// node's last ones) may have come since.
+				d.poll(now, true)
+			}
 			pending, unstarted := d.pendingRetake(now)
 			if !pending {
 				break
