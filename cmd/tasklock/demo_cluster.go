@@ -44,6 +44,11 @@ const (
 	// its shard lock (lock_ttl) has long expired, and a free node retakes
 	// the shard at its next poll.
 	clusterRetakeIn = tasklock.DefaultTTL + clusterLockTTL + 2*time.Second
+	// clusterLeftoverIn is how long the demo waits, past its end, for a
+	// shard-run of the last ticks that no node claimed at the tick (its
+	// node was not yet in the others' list of live nodes: the restarted
+	// one) to be claimed by a free node, a poll interval after the tick.
+	clusterLeftoverIn = 2 * time.Second
 )
 
 // demoShardedJob names the cluster demo's sharded job, run beside the
@@ -255,7 +260,7 @@ loop:
 				d.poll(now, true)
 			}
 			pending, unstarted := d.pendingRetake(now)
-			if !pending {
+			if !pending && !d.unclaimedShard(now, stopAt) {
 				break
 			}
 			if !d.waiting && d.next > d.t1 && unstarted {
@@ -970,6 +975,23 @@ func (d *clusterDemo) pendingRetake(now time.Time) (pending, unstarted bool) {
 		}
 	}
 	return pending, unstarted
+}
+
+// unclaimedShard reports whether a shard-run of a counted tick has no
+// record yet while a free node may still claim it: up to
+// clusterLeftoverIn past the demo's end (stopAt).
+func (d *clusterDemo) unclaimedShard(now, stopAt time.Time) bool {
+	if !now.Before(stopAt.Add(clusterLeftoverIn)) {
+		return false
+	}
+	for tick := d.t0; tick <= d.t1; tick++ {
+		for shard := range d.shardsOf(demoShardedJob) {
+			if _, ok := d.recs[tickKey{demoShardedJob, tick, shard}]; !ok {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // claimant asks the ledger who claimed k, by claiming it: a claim that

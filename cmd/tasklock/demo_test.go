@@ -290,3 +290,29 @@ func TestDemoWaitsOnlyForARetakeToCome(t *testing.T) {
 		}
 	}
 }
+
+// The demo waits past its end, a little, for a shard-run of its last
+// ticks that no node claimed at the tick: a free node claims it a poll
+// later.
+func TestDemoWaitsForALeftoverShard(t *testing.T) {
+	d := &clusterDemo{t0: 100, t1: 101, recs: map[tickKey]ledger.RunRecord{}}
+	for tick := int64(100); tick <= 101; tick++ {
+		for shard := range clusterShards {
+			if tick == 101 && shard == 2 {
+				continue
+			}
+			d.recs[tickKey{demoShardedJob, tick, shard}] = ledger.RunRecord{Status: ledger.RunOK}
+		}
+	}
+	stopAt := time.Now()
+	if !d.unclaimedShard(stopAt, stopAt) {
+		t.Error("a shard-run with no record at the end: not waited for")
+	}
+	if d.unclaimedShard(stopAt.Add(clusterLeftoverIn), stopAt) {
+		t.Error("waited for it past clusterLeftoverIn")
+	}
+	d.recs[tickKey{demoShardedJob, 101, 2}] = ledger.RunRecord{Status: ledger.RunOK}
+	if d.unclaimedShard(stopAt, stopAt) {
+		t.Error("every shard-run recorded: still waiting")
+	}
+}
