@@ -224,16 +224,7 @@ func TestPauseStopsBackfills(t *testing.T) {
 	if err := backfill(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the first backfilled tick to start", func() bool {
-		c.advance(250 * time.Millisecond)
-		c.settle(false)
-		select {
-		case <-entered:
-			return true
-		default:
-			return false
-		}
-	})
+	c.advanceUntil("the first backfilled tick to start", entered)
 	if err := n.s.Pause(ctx, "j"); err != nil {
 		t.Fatal(err)
 	}
@@ -330,16 +321,7 @@ func TestShardsBackfillRunsWhatDidNotRun(t *testing.T) {
 	}
 	waitFor(t, "the request to be done", func() bool {
 		c.step(100 * time.Millisecond)
-		sts, err := c.ledger.JobStates(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, st := range sts {
-			if st.Job == "sh" && len(st.Triggers) > 0 {
-				return false
-			}
-		}
-		return true
+		return !c.requestsPending("sh")
 	})
 	if n, n0 := calls.Load(), shard0.Load(); n != 1 || n0 != 1 {
 		t.Fatalf("%d shard-runs, %d of shard 0; want shard 0 once, shard 1 (it ran) not", n, n0)
@@ -374,16 +356,7 @@ func TestRequestsTakenOverFromAStoppedNode(t *testing.T) {
 	if _, err := RequestBackfill(ctx, c.ledger, "j", first, third, BackfillOptions{Now: c.clock.Now(), Rerun: true}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the first re-run to start", func() bool {
-		c.advance(250 * time.Millisecond)
-		c.settle(false)
-		select {
-		case <-entered:
-			return true
-		default:
-			return false
-		}
-	})
+	c.advanceUntil("the first re-run to start", entered)
 	grace, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
 	defer cancel()
 	if err := a.s.Shutdown(grace); !errors.Is(err, context.DeadlineExceeded) {
@@ -397,16 +370,7 @@ func TestRequestsTakenOverFromAStoppedNode(t *testing.T) {
 	})
 	waitFor(t, "the requests to be done", func() bool {
 		c.step(time.Second)
-		sts, err := c.ledger.JobStates(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, st := range sts {
-			if st.Job == "j" && len(st.Triggers) > 0 {
-				return false
-			}
-		}
-		return true
+		return !c.requestsPending("j")
 	})
 	// The second and third ticks ran twice, on schedule and re-run (the
 	// first tick's re-run was cut short by the shutdown).
@@ -423,4 +387,36 @@ func TestRequestsTakenOverFromAStoppedNode(t *testing.T) {
 	if fmt.Sprint(order) != "[2m0s 3m0s]" {
 		t.Fatalf("re-runs taken over in the order of their ticks %v, want [2m0s 3m0s]", order)
 	}
+}
+
+// advanceUntil moves the clock a quarter second at a time, without waiting
+// for runs to end, until ch receives.
+func (c *cluster) advanceUntil(what string, ch <-chan struct{}) {
+	c.t.Helper()
+	waitFor(c.t, what, func() bool {
+		c.advance(250 * time.Millisecond)
+		c.settle(false)
+		select {
+		case <-ch:
+			return true
+		default:
+			return false
+		}
+	})
+}
+
+// requestsPending reports whether job has trigger requests pending in the
+// ledger.
+func (c *cluster) requestsPending(job string) bool {
+	c.t.Helper()
+	sts, err := c.ledger.JobStates(context.Background())
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	for _, st := range sts {
+		if st.Job == job && len(st.Triggers) > 0 {
+			return true
+		}
+	}
+	return false
 }
