@@ -392,10 +392,10 @@ func (s *Scheduler) lastAttempt(j *job, tick time.Time, shard int) (pastAttempts
 }
 
 // beginPast is startPast, tried again while the ledger fails, with a
-// backoff growing to 5 s, until the Scheduler's runs end: the other nodes
-// took the request for done as this node's claim of it won (pass), so no
-// other node runs it. It returns the first attempt's number, or ok false
-// when there is nothing to run.
+// backoff growing to 5 s, until the Scheduler's runs end: this node's
+// claim of the request won (pass), and no other node runs it while this
+// one lives (retake.go). It returns the first attempt's number, or ok
+// false when there is nothing to run.
 func (s *Scheduler) beginPast(j *job, w work) (first int, ok bool) {
 	for backoff := 250 * time.Millisecond; ; backoff = min(2*backoff, 5*time.Second) {
 		first, err := s.startPast(j, w)

@@ -420,3 +420,34 @@ func (c *cluster) requestsPending(job string) bool {
 	}
 	return false
 }
+
+// A sharded job's trigger-now request whose node stops mid-run is taken
+// over shard by shard by the tick's watch only: each shard completes once
+// (the other nodes keep no plain request to take over as well).
+func TestShardsTriggerTakeover(t *testing.T) {
+	const shards = 6
+	c := newCluster(t)
+	c.clock.Advance(time.Minute) // past the tick at t0: the job's first tick is t0+1h
+	log := newShardLog()
+	ka := c.killableNodes(t, Job{Name: "st", Schedule: "@every 1h", Shards: shards}, log, func(run Run) bool { return run.Trigger != "" })
+	if _, err := c.nodes[1].s.Trigger(context.Background(), "st"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the trigger's 6 shard-runs to start", func() bool {
+		c.advance(50 * time.Millisecond)
+		c.settle(false)
+		s, _ := log.count()
+		return s == shards
+	})
+	ka.dead.Store(true)
+	waitFor(t, "every shard to complete", func() bool {
+		c.advance(100 * time.Millisecond)
+		_, done := log.count()
+		return done >= shards && !c.requestsPending("st")
+	})
+	for range 20 { // long enough for a second takeover, were there one
+		c.advance(100 * time.Millisecond)
+		c.settle(false)
+	}
+	log.checkOnce(t, shards)
+}

@@ -54,10 +54,12 @@ func (s *Scheduler) retakeRequests() {
 	s.mu.Lock()
 	var rs []*heldRequest
 	for k, h := range s.held {
-		if !hasTrigger(s.states[k.job], k.id) || s.jobs[k.job] != h.j {
-			delete(s.held, k) // done, or the job changed
+		j := s.jobs[k.job]
+		if !hasTrigger(s.states[k.job], k.id) || j == nil || j.Shards > 1 {
+			delete(s.held, k) // done, removed, or now sharded (its watch takes requests over)
 			continue
 		}
+		h.j = j // as changed since, if it was
 		rs = append(rs, h)
 	}
 	s.mu.Unlock()

@@ -1132,7 +1132,7 @@ func (s *Scheduler) pass(now time.Time) {
 				// watch (shard.go) sees the request through.
 				w.elsewhere = true
 				g.add(j, w)
-			case w.request != "":
+			case w.request != "" && w.shards <= 1:
 				s.heldElsewhere(j, w, r) // retake.go
 			}
 		default:
