@@ -476,7 +476,10 @@ func TestMaxHoldEndsHungHandler(t *testing.T) {
 	t.Run("lock", func(t *testing.T) {
 		c := newCluster(t)
 		h := newHung()
-		job := Job{Name: "hung", Schedule: at3am, Lock: tasklock.ObtainOptions{TTL: 200 * time.Millisecond, MaxHold: 300 * time.Millisecond}, Retries: 2, Handler: h.handler}
+		// The Locker runs on the real clock: a lease of a second, renewed
+		// every third of it, outlives a starved renewal on a loaded
+		// machine (200 ms did not: lost before MaxHold came).
+		job := Job{Name: "hung", Schedule: at3am, Lock: tasklock.ObtainOptions{TTL: time.Second, MaxHold: 1500 * time.Millisecond}, Retries: 2, Handler: h.handler}
 		n := c.node("a", 0, nil).add(t, job).start(t)
 		c.settle(true)
 		if _, err := n.s.Trigger(context.Background(), "hung"); err != nil {
