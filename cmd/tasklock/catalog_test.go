@@ -519,14 +519,15 @@ func TestRuntimeJobsCLISQLite(t *testing.T) {
 }
 
 // TestRuntimeJobsRedis: a job created with the CLI on Redis is applied by
-// both nodes and runs once a tick.
+// both nodes and runs once a tick. Their file has no job (jobs: []): a
+// fleet may define every job at run time.
 func TestRuntimeJobsRedis(t *testing.T) {
 	t.Parallel()
 	url, _ := redisFor(t)
 	requireCatalog(t, url)
 	dir := t.TempDir()
 	out := filepath.Join(dir, "out")
-	nodes := startNodes(t, 2, writeConfig(t, dir, clockConfig(url)), out)
+	nodes := startNodes(t, 2, writeConfig(t, dir, "store: "+url+"\njobs: []\n"), out)
 	c := &cliClient{store: url, dir: dir}
 	c.create(t, jobSnippet("beat", "@every 1s", "beat", 0))
 	took := waitApplied(t, nodes, "beat", 1, changedAt(t, c, "beat"))

@@ -316,3 +316,16 @@ func runOn(leaderOnly bool) string {
 	}
 	return "any"
 }
+
+// A file with an empty list of jobs is valid: every job of the fleet may
+// be defined at run time (tasklock jobs create). One with no jobs: key is
+// not.
+func TestParseNoJobs(t *testing.T) {
+	f, err := Parse("c.yaml", []byte("store: sqlite://./t.db\njobs: []\n"))
+	if err != nil || len(f.Jobs) != 0 {
+		t.Fatalf("jobs: [] = %+v, %v; want a file with no jobs", f, err)
+	}
+	if _, err := Parse("c.yaml", []byte("store: sqlite://./t.db\n")); err == nil || !strings.Contains(err.Error(), "jobs: missing") {
+		t.Fatalf("no jobs: key: %v, want jobs: missing", err)
+	}
+}

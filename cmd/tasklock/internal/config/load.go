@@ -294,10 +294,8 @@ func (p *parser) file_(data []byte) *File {
 		p.errorf(fd.val, "jobs", "want a list of jobs, got %s", kind(fd.val))
 		return f
 	}
-	if len(fd.val.Content) == 0 {
-		p.errorf(fd.val, "jobs", "empty: want at least one job")
-		return f
-	}
+	// An empty list is a fleet whose jobs are all defined at run time
+	// (tasklock jobs create): serve runs those.
 	pools := f.Pools
 	if pools == nil {
 		pools = map[string]int{} // non-nil: pool: is checked against the file
