@@ -132,7 +132,8 @@ Exit status:
        or mode=connection)
   69   store unreachable or failing (or, with ?migrate=false, its table
        not migrated)
-  70   lock lost or --max-hold reached while COMMAND ran
+  70   lock lost or --max-hold reached while COMMAND ran (also when the
+       lease is found gone only as COMMAND ended)
   75   lock held elsewhere and not obtained within --wait
   126  COMMAND could not be run; 127 COMMAND not found
   else COMMAND's exit status, or 128+N when signal N killed it
@@ -454,8 +455,10 @@ func (e *execRun) run() int {
 		e.lostBy = time.Now().Add(lostTimeout)
 		e.log.Info("lock lost: releasing it and closing the store connection within "+lostTimeout.String(), "store", e.storeName())
 	}
-	e.release(l)
-	if stopped {
+	// A lock found gone only at the release was lost while COMMAND ran,
+	// as one a renewal finds gone is: another holder may have run beside
+	// it (exit 70, not COMMAND's status).
+	if gone := e.release(l); stopped || gone {
 		return exitSoftware
 	}
 	return status
@@ -632,8 +635,9 @@ func (e *execRun) supervise(ch *command, l *tasklock.Lock, sigs <-chan os.Signal
 }
 
 // release gives the lock back, within releaseTimeout, or by lostBy once
-// the lock was lost.
-func (e *execRun) release(l *tasklock.Lock) {
+// the lock was lost. It reports whether the store no longer had it, a loss
+// no renewal had noticed.
+func (e *execRun) release(l *tasklock.Lock) (gone bool) {
 	lost := l.Err()
 	deadline := time.Now().Add(releaseTimeout)
 	if !e.lostBy.IsZero() {
@@ -651,9 +655,11 @@ func (e *execRun) release(l *tasklock.Lock) {
 		// Not "expires after its TTL": the store no longer had it.
 		e.failf("lock %q was no longer held when COMMAND ended (store %s): it was released by force (tasklock locks release) or expired before a renewal could notice, so another holder may have run beside COMMAND (%v)",
 			e.c.key, e.storeName(), err)
+		return true
 	default:
 		e.log.Warn("release failed; the lease expires after its TTL", "key", e.c.key, "err", err)
 	}
+	return false
 }
 
 // sigNum is a signal's number, for the 128+N exit status.
