@@ -2,7 +2,9 @@ package testserver
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -18,8 +20,9 @@ type Cluster struct {
 // StartCluster starts three cluster-enabled redis-server nodes (no
 // persistence, cluster-node-timeout 2000), gives each a third of the slots
 // (CLUSTER ADDSLOTSRANGE), joins them (CLUSTER MEET) and waits until every
-// node reports cluster_state:ok with all three nodes and all slots. No
-// redis-cli is needed. Everything is killed at t.Cleanup.
+// node reports cluster_state:ok with all three nodes and all slots, and has
+// a live cluster-bus link to each other node (so that a PUBLISH reaches
+// every node). No redis-cli is needed. Everything is killed at t.Cleanup.
 func StartCluster(t testing.TB) *Cluster {
 	t.Helper()
 	bin := Require(t, "redis-server")
@@ -65,7 +68,7 @@ func StartCluster(t testing.TB) *Cluster {
 }
 
 // clusterOK checks that the node at addr reports a healthy cluster of n nodes
-// with every slot served.
+// with every slot served, linked to each other node.
 func clusterOK(addr string, n int) error {
 	info, err := respInfo(addr, "CLUSTER", "INFO")
 	if err != nil {
@@ -81,6 +84,44 @@ func clusterOK(addr string, n int) error {
 		if info[k] != v {
 			return fmt.Errorf("%s:%s, want %s", k, info[k], v)
 		}
+	}
+	return clusterLinked(addr, n)
+}
+
+// clusterLinked checks that the node at addr has a cluster-bus link to each
+// of the n-1 others, out of its handshake with it and answered (a PONG). A
+// node sends a PUBLISH to the others over these links and drops it for a
+// node it has none to: cluster_state:ok and cluster_known_nodes come before
+// the links do (a node learnt through another's gossip starts in handshake),
+// and a subscriber there would miss the message.
+func clusterLinked(addr string, n int) error {
+	s, err := respString(addr, "CLUSTER", "NODES")
+	if err != nil {
+		return err
+	}
+	others := 0
+	for _, line := range strings.Split(strings.TrimSpace(s), "\n") {
+		// <id> <ip:port@cport> <flags> <master> <ping-sent> <pong-recv> <config-epoch> <link-state> <slot>...
+		f := strings.Fields(line)
+		if len(f) < 8 {
+			return fmt.Errorf("CLUSTER NODES line %q", line)
+		}
+		flags := strings.Split(f[2], ",")
+		if slices.Contains(flags, "myself") {
+			continue
+		}
+		others++
+		for _, bad := range []string{"handshake", "noaddr", "fail?", "fail"} {
+			if slices.Contains(flags, bad) {
+				return fmt.Errorf("node %s is %s", f[1], f[2])
+			}
+		}
+		if f[7] != "connected" || f[5] == "0" {
+			return fmt.Errorf("node %s: link %s, last pong %s", f[1], f[7], f[5])
+		}
+	}
+	if others != n-1 {
+		return fmt.Errorf("CLUSTER NODES lists %d other nodes, want %d", others, n-1)
 	}
 	return nil
 }

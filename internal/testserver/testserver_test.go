@@ -206,6 +206,51 @@ func TestCluster(t *testing.T) {
 	}
 }
 
+// TestClusterPublishReachesEveryNode: as soon as StartCluster returns, a
+// PUBLISH on any node reaches a subscriber on every node. Redis passes a
+// published message to the other nodes over the cluster bus and drops it for
+// a node it has no link to yet, which cluster_state:ok does not rule out.
+func TestClusterPublishReachesEveryNode(t *testing.T) {
+	t.Parallel()
+	cl := testserver.StartCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	addrs := cl.Addrs()
+	var subs []<-chan *redis.Message
+	for _, a := range addrs {
+		c := redis.NewClient(&redis.Options{Addr: a})
+		defer c.Close()
+		ps := c.Subscribe(ctx, "ch")
+		defer ps.Close()
+		if _, err := ps.Receive(ctx); err != nil { // the confirmation
+			t.Fatalf("SUBSCRIBE on %s: %v", a, err)
+		}
+		subs = append(subs, ps.Channel())
+	}
+	for _, a := range addrs {
+		c := redis.NewClient(&redis.Options{Addr: a})
+		defer c.Close()
+		if err := c.Publish(ctx, "ch", a).Err(); err != nil {
+			t.Fatalf("PUBLISH on %s: %v", a, err)
+		}
+	}
+	// A dropped message never comes: the 10 s only ends the wait.
+	for i, ch := range subs {
+		got := map[string]bool{}
+		for range addrs {
+			select {
+			case m := <-ch:
+				got[m.Payload] = true
+			case <-time.After(10 * time.Second):
+				t.Fatalf("the subscriber on %s got the messages published on %v, want all of %v", addrs[i], got, addrs)
+			}
+		}
+		if len(got) != len(addrs) {
+			t.Fatalf("the subscriber on %s got the messages published on %v, want all of %v", addrs[i], got, addrs)
+		}
+	}
+}
+
 // TestHelperProcess is both the test and, when re-executed by StartHelper,
 // the helper.
 func TestHelperProcess(t *testing.T) {
