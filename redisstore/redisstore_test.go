@@ -708,8 +708,16 @@ func testSubscribe(t *testing.T, d deployment) {
 	if d.cluster {
 		limit = 100 * time.Millisecond
 	}
+	// Each release is timed to its two notifications. A delay on the
+	// path (a poll, a batch, Nagle) makes most of them late: a delay of
+	// limit or more makes every one late, a poll every 2×limit at least
+	// half of them, and then 4 or fewer late of 20 has a 0.6% chance. A
+	// loaded machine that deschedules the test or the subscriber for a
+	// while makes one or two late, which is not what this checks.
+	const releases, lateAllowed = 20, 4
 	var worst time.Duration
-	for range 5 {
+	var late []time.Duration
+	for range releases {
 		start := release()
 		for _, ch := range []chan string{woken, woken2} {
 			select {
@@ -721,11 +729,15 @@ func testSubscribe(t *testing.T, d deployment) {
 				t.Fatal("no notification within 5s")
 			}
 		}
-		worst = max(worst, time.Since(start))
+		took := time.Since(start)
+		worst = max(worst, took)
+		if took > limit {
+			late = append(late, took)
+		}
 	}
-	t.Logf("%s: release to notification: worst of 5 %s", d.name, worst)
-	if worst > limit {
-		t.Errorf("notification took %s, want ≤ %s", worst, limit)
+	t.Logf("%s: release to notification: worst of %d %s, %d over %s", d.name, releases, worst, len(late), limit)
+	if len(late) > lateAllowed {
+		t.Errorf("%d of %d notifications took over %s (%v), want at most %d", len(late), releases, limit, late, lateAllowed)
 	}
 
 	stop2()
