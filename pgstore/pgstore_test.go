@@ -399,8 +399,18 @@ func testSubscribe(t *testing.T, pool *pgxpool.Pool, mode Mode) {
 		t.Fatalf("a release nobody waited for announced %q", got)
 	case <-time.After(50 * time.Millisecond): // a negative check needs a window
 	}
+	// Each release is timed to its two notifications. A delay on the
+	// path (a poll, a batch) of limit or more makes every one late: each
+	// release comes just after the previous notification, so a poll's
+	// phase does not help it. A loaded machine that deschedules the test,
+	// the listener or the server's backend makes some late: under a CPU
+	// hog on 2 cores up to 4 of 20 were. Half or more late fails.
+	const limit = 50 * time.Millisecond
+	const releases = 20
+	const lateAllowed = releases/2 - 1
 	var worst time.Duration
-	for range 5 {
+	var late []time.Duration
+	for range releases {
 		start := release()
 		for _, ch := range []chan string{woken, woken2} {
 			select {
@@ -412,11 +422,15 @@ func testSubscribe(t *testing.T, pool *pgxpool.Pool, mode Mode) {
 				t.Fatal("no notification within 5s")
 			}
 		}
-		worst = max(worst, time.Since(start))
+		took := time.Since(start)
+		worst = max(worst, took)
+		if took > limit {
+			late = append(late, took)
+		}
 	}
-	t.Logf("%s: release call start to notification: worst of 5 %v", mode, worst)
-	if worst > 50*time.Millisecond {
-		t.Errorf("notification took %v, want ≤ 50ms", worst)
+	t.Logf("%s: release call start to notification: worst of %d %v, %d over %v", mode, releases, worst, len(late), limit)
+	if len(late) > lateAllowed {
+		t.Errorf("%d of %d notifications took over %v (%v), want at most %d", len(late), releases, limit, late, lateAllowed)
 	}
 	stop2()
 	stop2() // idempotent
