@@ -333,59 +333,66 @@ func TestShardsBackfillRunsWhatDidNotRun(t *testing.T) {
 // and another node takes them over once its node lease has ended: nothing
 // asked for is dropped.
 func TestRequestsTakenOverFromAStoppedNode(t *testing.T) {
-	c := newCluster(t)
-	rec := newRecorder(c.clock)
-	entered := make(chan struct{}, 1)
-	first := t0.Add(time.Minute)
-	job := Job{Name: "j", Schedule: "@every 1m", Handler: func(ctx context.Context, run Run) error {
-		if run.Tick.Equal(first) && run.Attempt == 2 {
-			entered <- struct{}{}
-			<-ctx.Done() // until the shutdown's grace period ends
-			return ctx.Err()
-		}
-		return rec.ok(ctx, run)
-	}}
-	cfg := &Config{NodeLeaseTTL: time.Second} // a's lease, not released, ends a second after its shutdown
-	a := c.node("a", 0, cfg).add(t, job).start(t)
-	c.settle(true)
-	for range 3 {
-		c.step(time.Minute)
-	}
-	ctx := context.Background()
-	third := t0.Add(3 * time.Minute)
-	if _, err := RequestBackfill(ctx, c.ledger, "j", first, third, BackfillOptions{Now: c.clock.Now(), Rerun: true}); err != nil {
-		t.Fatal(err)
-	}
-	c.advanceUntil("the first re-run to start", entered)
-	grace, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
-	defer cancel()
-	if err := a.s.Shutdown(grace); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Shutdown = %v, want the grace period to end", err)
-	}
-	a.lk.Close() // as the process exits: nothing renews its node lease
-	c.node("b", 0, cfg).add(t, job).start(t)
-	waitFor(t, "the queued re-runs to run on b", func() bool {
-		c.step(time.Second)
-		return rec.times("j", first.Add(time.Minute), "") == 2 && rec.times("j", third, "") == 2
-	})
-	waitFor(t, "the requests to be done", func() bool {
-		c.step(time.Second)
-		return !c.requestsPending("j")
-	})
-	// The second and third ticks ran twice, on schedule and re-run (the
-	// first tick's re-run was cut short by the shutdown).
-	if d, want := fmt.Sprint(rec.duplicates()), "[j@2030-01-01T00:02:00Z# ran 2 times j@2030-01-01T00:03:00Z# ran 2 times]"; d != want {
-		t.Fatalf("runs of a tick more than once: %s, want %s", d, want)
-	}
-	// Taken over as they were asked for: oldest tick first.
-	var order []time.Duration
-	for _, call := range rec.snapshot() {
-		if call.Attempt == 2 {
-			order = append(order, call.Tick.Sub(t0))
-		}
-	}
-	if fmt.Sprint(order) != "[2m0s 3m0s]" {
-		t.Fatalf("re-runs taken over in the order of their ticks %v, want [2m0s 3m0s]", order)
+	for _, listed := range []bool{false, true} { // the node leases looked up one by one, or listed (Config.NodeLister)
+		t.Run(fmt.Sprintf("listed=%v", listed), func(t *testing.T) {
+			c := newCluster(t)
+			rec := newRecorder(c.clock)
+			entered := make(chan struct{}, 1)
+			first := t0.Add(time.Minute)
+			job := Job{Name: "j", Schedule: "@every 1m", Handler: func(ctx context.Context, run Run) error {
+				if run.Tick.Equal(first) && run.Attempt == 2 {
+					entered <- struct{}{}
+					<-ctx.Done() // until the shutdown's grace period ends
+					return ctx.Err()
+				}
+				return rec.ok(ctx, run)
+			}}
+			cfg := &Config{NodeLeaseTTL: time.Second} // a's lease, not released, ends a second after its shutdown
+			if listed {
+				cfg.NodeLister = c.locks
+			}
+			a := c.node("a", 0, cfg).add(t, job).start(t)
+			c.settle(true)
+			for range 3 {
+				c.step(time.Minute)
+			}
+			ctx := context.Background()
+			third := t0.Add(3 * time.Minute)
+			if _, err := RequestBackfill(ctx, c.ledger, "j", first, third, BackfillOptions{Now: c.clock.Now(), Rerun: true}); err != nil {
+				t.Fatal(err)
+			}
+			c.advanceUntil("the first re-run to start", entered)
+			grace, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
+			defer cancel()
+			if err := a.s.Shutdown(grace); !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("Shutdown = %v, want the grace period to end", err)
+			}
+			a.lk.Close() // as the process exits: nothing renews its node lease
+			c.node("b", 0, cfg).add(t, job).start(t)
+			waitFor(t, "the queued re-runs to run on b", func() bool {
+				c.step(time.Second)
+				return rec.times("j", first.Add(time.Minute), "") == 2 && rec.times("j", third, "") == 2
+			})
+			waitFor(t, "the requests to be done", func() bool {
+				c.step(time.Second)
+				return !c.requestsPending("j")
+			})
+			// The second and third ticks ran twice, on schedule and re-run (the
+			// first tick's re-run was cut short by the shutdown).
+			if d, want := fmt.Sprint(rec.duplicates()), "[j@2030-01-01T00:02:00Z# ran 2 times j@2030-01-01T00:03:00Z# ran 2 times]"; d != want {
+				t.Fatalf("runs of a tick more than once: %s, want %s", d, want)
+			}
+			// Taken over as they were asked for: oldest tick first.
+			var order []time.Duration
+			for _, call := range rec.snapshot() {
+				if call.Attempt == 2 {
+					order = append(order, call.Tick.Sub(t0))
+				}
+			}
+			if fmt.Sprint(order) != "[2m0s 3m0s]" {
+				t.Fatalf("re-runs taken over in the order of their ticks %v, want [2m0s 3m0s]", order)
+			}
+		})
 	}
 }
 

@@ -68,10 +68,10 @@ func (s *Scheduler) retakeRequests() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
 	defer cancel()
-	alive := s.aliveNodes(ctx)
-	if alive == nil {
-		return // cannot tell now
-	}
+	// As the shard passes tell: a listing of the node leases the sweep
+	// just read serves (another costs the store a pass over every key),
+	// unless the holder's lease as listed may have ended since.
+	alive := s.shardAlive()
 	own := s.holdsOwnLease()
 	won := map[*job][]work{}
 	for _, h := range rs {
