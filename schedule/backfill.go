@@ -442,7 +442,9 @@ func (s *Scheduler) startPast(j *job, w work) (first int, err error) {
 	}
 	next := max(a.used, w.attempts) + 1
 	if !a.recorded {
-		held, err := s.claimPast(j, w, "")
+		ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+		held, err := s.claimWork(ctx, j, w, "")
+		cancel()
 		switch {
 		case err == nil && held == nil: // the schedule will not run the tick
 		case errors.Is(held, ledger.ErrClaimed):
@@ -482,14 +484,6 @@ func (s *Scheduler) claimAttempt(j *job, w work, n int) (int, error) {
 		n++
 	}
 	return 0, fmt.Errorf("attempts %d to %d of the tick are all claimed", n-maxAttemptClaims, n-1)
-}
-
-// claimPast claims the key (job, w's tick, trigger, w's shard) for w in
-// its own call (claimWork).
-func (s *Scheduler) claimPast(j *job, w work, trigger string) (held, err error) {
-	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
-	defer cancel()
-	return s.claimWork(ctx, j, w, trigger)
 }
 
 // claimWork claims the key (job, w's tick, trigger, w's shard) for w: a

@@ -175,15 +175,8 @@ func TestShardsBackfillBeforeTheTick(t *testing.T) {
 	if _, err := RequestBackfill(context.Background(), c.ledger, "sb", tick, tick, o); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the backfill's 6 shard-runs to start", func() bool {
-		c.advance(50 * time.Millisecond)
-		c.settle(false)
-		s, _ := log.count()
-		return s == shards
-	})
-	log.mu.Lock()
-	onA := slices.Sorted(slices.Values(log.started["a"]))
-	log.mu.Unlock()
+	c.waitStarted("the backfill's 6 shard-runs to start", log, shards)
+	onA := log.startedOn("a")
 	if !slices.Equal(onA, []int{0, 3}) {
 		t.Fatalf("node a runs shards %v, want [0 3] (rank 0 of 3)", onA)
 	}
@@ -440,12 +433,7 @@ func TestShardsTriggerTakeover(t *testing.T) {
 	if _, err := c.nodes[1].s.Trigger(context.Background(), "st"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the trigger's 6 shard-runs to start", func() bool {
-		c.advance(50 * time.Millisecond)
-		c.settle(false)
-		s, _ := log.count()
-		return s == shards
-	})
+	c.waitStarted("the trigger's 6 shard-runs to start", log, shards)
 	ka.dead.Store(true)
 	waitFor(t, "every shard to complete", func() bool {
 		c.advance(100 * time.Millisecond)

@@ -78,7 +78,7 @@ func (s *Scheduler) retakeRequests() {
 		if h.holder == "" || (h.holder == s.node && !own) || (h.holder != s.node && alive(ctx, h.holder)) {
 			continue // held by a live node, or one this look cannot tell about
 		}
-		trig := cmp.Or(h.w.claim, h.w.trigger) + "~" + h.holder
+		trig := retakeTrigger(cmp.Or(h.w.claim, h.w.trigger), h.holder)
 		held, err := s.claimOne(ctx, h.j.Name, h.w.tick, trig, 0)
 		var ce *ledger.ClaimedError
 		switch {
@@ -96,19 +96,14 @@ func (s *Scheduler) retakeRequests() {
 			s.mu.Unlock()
 		}
 	}
-	// Each job's, one after another, oldest tick first, as a pass's
-	// claimed work runs (execute).
+	// Each job's as a pass's claimed work runs (execute): one after
+	// another, oldest tick first.
 	for j, ws := range won {
 		slices.SortStableFunc(ws, func(a, b work) int { return a.tick.Compare(b.tick) })
 		s.mu.Lock()
 		s.active++
 		s.mu.Unlock()
-		go func() {
-			defer s.runDone()
-			for _, w := range ws {
-				s.runTick(j, w)
-			}
-		}()
+		go s.execute(j, ws)
 	}
 }
 

@@ -555,10 +555,15 @@ func (s *Scheduler) takeShard(ctx context.Context, e *shardTick, k int, last led
 		// Held by a stopped node, or by an earlier process of this one:
 		// take it over.
 		tried[ce.Node] = true
-		trig = orig + "~" + ce.Node
+		trig = retakeTrigger(orig, ce.Node)
 	}
 	return false
 }
+
+// retakeTrigger is the Trigger of the retake claim of a stopped node's
+// claim with Trigger orig: every taker contends on it (a shard's here, a
+// request's in retake.go).
+func retakeTrigger(orig, stopped string) string { return orig + "~" + stopped }
 
 // runShard starts a run of shard k of a watched tick that this node just
 // claimed.

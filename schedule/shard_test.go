@@ -36,6 +36,25 @@ func (l *shardLog) start(run Run) {
 	l.shards = append(l.shards, run.Shards)
 }
 
+// startedOn returns the shards node started, in order.
+func (l *shardLog) startedOn(node string) []int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Sorted(slices.Values(l.started[node]))
+}
+
+// waitStarted moves the clock 50 ms at a time, without waiting for runs to
+// end, until n shard-runs have started.
+func (c *cluster) waitStarted(what string, log *shardLog, n int) {
+	c.t.Helper()
+	waitFor(c.t, what, func() bool {
+		c.advance(50 * time.Millisecond)
+		c.settle(false)
+		s, _ := log.count()
+		return s == n
+	})
+}
+
 func (l *shardLog) done(run Run) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -605,9 +624,7 @@ func TestShardsRerunTakeover(t *testing.T) {
 		c.settle(false)
 	}
 	waitFor(t, "the re-run's 6 shard-runs to start", func() bool { s, _ := log.count(); return s == shards })
-	log.mu.Lock()
-	onA := slices.Sorted(slices.Values(log.started["a"]))
-	log.mu.Unlock()
+	onA := log.startedOn("a")
 	if !slices.Equal(onA, []int{0, 3}) {
 		t.Fatalf("node a re-runs shards %v, want [0 3] (rank 0 of 3)", onA)
 	}

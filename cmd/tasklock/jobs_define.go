@@ -157,6 +157,10 @@ func (d *defineFlags) snippet(base string, stdin io.Reader) ([]byte, string, err
 	return data, source, err
 }
 
+// isMissing reports whether a definition's mistake, msg, is a key it
+// lacks (config says "missing…").
+func isMissing(msg string) bool { return strings.HasPrefix(msg, "missing") }
+
 // withoutMissing is err, a definition's mistakes, without those that say
 // a key is missing; nil when none is left.
 func withoutMissing(err error) error {
@@ -166,7 +170,7 @@ func withoutMissing(err error) error {
 	}
 	var rest config.Errors
 	for _, e := range es {
-		if !strings.HasPrefix(e.Msg, "missing") {
+		if !isMissing(e.Msg) {
 			rest = append(rest, e)
 		}
 	}
@@ -205,14 +209,14 @@ func (e snippetError) Error() string {
 		switch f := e.flagOf(ce.Field); {
 		case f != "":
 			lines[i] = f + ": " + ce.Msg
-		case ce.Field == "name" && strings.HasPrefix(ce.Msg, "missing"):
+		case ce.Field == "name" && isMissing(ce.Msg):
 			lines[i] = "the job has no name: give it as the JOB argument"
 			if e.file != "" {
 				lines[i] += " or as name: in " + e.fileName()
 			}
 		case e.merged && ce.Field != "":
 			lines[i] = ce.Field + ": " + ce.Msg
-			if strings.HasPrefix(ce.Msg, "missing") {
+			if isMissing(ce.Msg) {
 				lines[i] += " (" + e.whereToGive(ce.Field) + ")"
 			}
 		}
