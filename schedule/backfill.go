@@ -423,10 +423,9 @@ func (s *Scheduler) beginPast(j *job, w work) (first int, ok bool) {
 // tick's own key (Trigger ""), which the schedule's claim contends on:
 // taken, this run is the tick's first attempt and no node runs the tick
 // on schedule; held by the schedule already, whose run has not recorded
-// its attempt 1 yet, a re-run numbers its attempts after that one. (A
-// backfill then runs beside it, as one that found the tick missed or
-// skipped does: the ledger does not say which; that window is one lock
-// round trip wide.)
+// its attempt 1 yet, a re-run numbers its attempts after that one, and a
+// backfill waits for that record (awaitScheduled): a run means the tick
+// ran, a skip that the backfill runs it, as attempt 2.
 //
 // A retake (shard.go) goes on with the attempt of a stopped node: a
 // backfill's shard is retaken although the tick has an attempt.
@@ -447,10 +446,23 @@ func (s *Scheduler) startPast(j *job, w work) (first int, err error) {
 		cancel()
 		switch {
 		case err == nil && held == nil: // the schedule will not run the tick
+		case errors.Is(held, ledger.ErrClaimed) && w.rerun:
+			next = max(next, 2)
+		case errors.Is(held, ledger.ErrClaimed) && w.retake: // by the stopped node's run
 		case errors.Is(held, ledger.ErrClaimed):
-			if w.rerun {
-				next = max(next, 2)
+			var stopped bool
+			if a, stopped, err = s.awaitScheduled(j, w); err != nil {
+				return 0, fmt.Errorf("reading the attempts of the tick: %w", err)
 			}
+			if stopped { // the request stays, for another node (retake.go)
+				return 0, nil
+			}
+			if a.ran {
+				s.requestTaken(j, w)
+				s.log.Info("schedule: backfill: the tick ran on schedule meanwhile", "node", s.node, "job", j.Name, "tick", w.tick, "attempts", a.used)
+				return 0, nil
+			}
+			next = max(a.used, w.attempts, 1) + 1
 		default:
 			return 0, fmt.Errorf("claiming the tick: %w", cmp.Or(err, held))
 		}
@@ -460,6 +472,32 @@ func (s *Scheduler) startPast(j *job, w work) (first int, err error) {
 	}
 	s.requestTaken(j, w)
 	return first, nil
+}
+
+// scheduledRecordWait bounds how long a backfill waits for the record of
+// a tick the schedule has claimed (awaitScheduled). The schedule's run
+// writes it one lock round trip after its claim, before it waits for
+// anything; a claim still without a record after this long is taken for
+// one whose node stopped in between.
+const scheduledRecordWait = 5 * time.Second
+
+// awaitScheduled polls the ledger for the first record of w's tick, which
+// the schedule has claimed, for up to scheduledRecordWait or until the
+// Scheduler's runs end (stopped), and returns what it then holds. A backfill must
+// not decide before it: the schedule's run is attempt 1, and a backfill
+// that ran beside it would run the tick twice and record its attempt 1
+// over the schedule's.
+func (s *Scheduler) awaitScheduled(j *job, w work) (a pastAttempts, stopped bool, err error) {
+	deadline := s.clock.Now().Add(scheduledRecordWait)
+	for {
+		a, err = s.lastAttempt(j, w.tick, w.shard)
+		if err != nil || a.recorded || !s.clock.Now().Before(deadline) {
+			return a, false, err
+		}
+		if !s.sleep(100*time.Millisecond, s.runCtx.Done()) {
+			return a, true, nil
+		}
+	}
 }
 
 // maxAttemptClaims bounds the numbers one claimAttempt call tries.

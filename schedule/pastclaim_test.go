@@ -83,6 +83,68 @@ func TestRerunBesideAClaimedTick(t *testing.T) {
 	}
 }
 
+// A backfill of a tick the schedule has claimed but not yet recorded (its
+// run is taking the job's lock) waits for that run's record: a run means
+// the tick ran, and the backfill does not run it again; a skip, or no
+// record within scheduledRecordWait (the claim's node stopped), means it
+// runs the tick, as attempt 2, never over the schedule's attempt 1.
+func TestBackfillBesideAClaimedTick(t *testing.T) {
+	for _, tc := range []struct {
+		record ledger.RunStatus // the schedule run's record, "" for none
+		want   int              // the backfill's first attempt, 0 for none
+	}{
+		{ledger.RunOK, 0},
+		{ledger.RunRunning, 0},
+		{ledger.RunSkipped, 2},
+		{"", 2},
+	} {
+		t.Run(fmt.Sprintf("record=%q", tc.record), func(t *testing.T) {
+			c := newCluster(t)
+			rec := newRecorder(c.clock)
+			job := Job{Name: "j", Schedule: "@every 1m", Handler: rec.ok}
+			n := c.node("a", 0, nil).add(t, job)
+			tick := t0.Add(time.Minute)
+			other := ledger.ClaimParams{Job: "j", Tick: tick, Node: "b", Token: "b's token", Retain: time.Hour}
+			res, err := c.ledger.Claim(context.Background(), []ledger.ClaimParams{other})
+			if err != nil || res[0] != nil {
+				t.Fatalf("claiming the tick as node b: %v %v", err, res)
+			}
+			n.s.mu.Lock()
+			j := n.s.jobs["j"]
+			n.s.mu.Unlock()
+			w := requestWork(ledger.TriggerRequest{ID: withBase(backfillSkip, 0) + "x", Tick: tick})
+			done := make(chan struct{})
+			var first int
+			go func() {
+				defer close(done)
+				first, err = n.s.startPast(j, w)
+			}()
+			if tc.record != "" {
+				select {
+				case <-done:
+					t.Fatalf("startPast = %d, %v before the schedule's run recorded the tick; want it to wait", first, err)
+				case <-time.After(50 * time.Millisecond): // a check that it waits, not a synchronisation
+				}
+				r := ledger.RunRecord{Job: "j", Tick: tick, Attempt: 1, Node: "b", Status: tc.record, Start: tick, End: tick}
+				if tc.record == ledger.RunRunning {
+					r.End = time.Time{}
+				}
+				if err := c.ledger.RecordRuns(context.Background(), []ledger.RunRecord{r}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			start := c.clock.Now()
+			c.advanceUntil("the backfill to decide", done)
+			if err != nil || first != tc.want {
+				t.Fatalf("startPast = %d, %v; want %d", first, err, tc.want)
+			}
+			if tc.record == "" && c.clock.Now().Sub(start) < scheduledRecordWait {
+				t.Fatalf("decided after %v without a record, want it to wait %v", c.clock.Now().Sub(start), scheduledRecordWait)
+			}
+		})
+	}
+}
+
 // Two re-runs of one tick that one node starts at once (taken in
 // different passes, each in its run goroutine) number their attempts apart:
 // each request claims with a token of its own.
