@@ -425,7 +425,11 @@ func (s *Scheduler) beginPast(j *job, w work) (first int, ok bool) {
 // on schedule; held by the schedule already, whose run has not recorded
 // its attempt 1 yet, a re-run numbers its attempts after that one, and a
 // backfill waits for that record (awaitScheduled): a run means the tick
-// ran, a skip that the backfill runs it, as attempt 2.
+// ran, a skip that the backfill runs it, as attempt 2. A tick older than
+// MisfireAfter and scheduledRecordWait was claimed while paused, or by a
+// stopped node: either runs it as attempt 1 at once. (Unless a node
+// catching up claimed it as a catch-up run just now: a backfill then runs
+// beside that run, a window of one lock round trip.)
 //
 // A retake (shard.go) goes on with the attempt of a stopped node: a
 // backfill's shard is retaken although the tick has an attempt.
@@ -446,9 +450,13 @@ func (s *Scheduler) startPast(j *job, w work) (first int, err error) {
 		cancel()
 		switch {
 		case err == nil && held == nil: // the schedule will not run the tick
+		case errors.Is(held, ledger.ErrClaimed) && w.retake: // by the stopped node's run
+		case errors.Is(held, ledger.ErrClaimed) && s.clock.Now().Sub(w.tick) > j.MisfireAfter+scheduledRecordWait:
+			// Not the claim of a run on schedule, which would be recorded
+			// by now: one made while the job was paused, or by a node that
+			// stopped before it recorded the run. This is attempt 1.
 		case errors.Is(held, ledger.ErrClaimed) && w.rerun:
 			next = max(next, 2)
-		case errors.Is(held, ledger.ErrClaimed) && w.retake: // by the stopped node's run
 		case errors.Is(held, ledger.ErrClaimed):
 			var stopped bool
 			if a, stopped, err = s.awaitScheduled(j, w); err != nil {

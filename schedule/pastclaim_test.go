@@ -61,7 +61,8 @@ func TestPastRunBeforeTheSchedule(t *testing.T) {
 
 // A re-run of a tick the schedule has claimed but not yet recorded (its
 // run is taking the job's lock) numbers its attempt after the schedule's
-// first: the two never both record attempt 1.
+// first: the two never both record attempt 1. A re-run of a tick claimed
+// while paused is its attempt 1.
 func TestRerunBesideAClaimedTick(t *testing.T) {
 	c := newCluster(t)
 	rec := newRecorder(c.clock)
@@ -81,24 +82,35 @@ func TestRerunBesideAClaimedTick(t *testing.T) {
 	if err != nil || first != 2 {
 		t.Fatalf("startPast = %d, %v; want attempt 2 (the schedule's run is attempt 1)", first, err)
 	}
+	// An older tick claimed and never recorded (while the job was paused)
+	// has no attempt 1 to come: a re-run is its attempt 1.
+	c.advance(time.Minute + DefaultMisfireAfter + scheduledRecordWait + time.Second)
+	w = requestWork(ledger.TriggerRequest{ID: withBase(rerunSkip, 0) + "y", Tick: tick, Rerun: true})
+	if first, err := n.s.startPast(j, w); err != nil || first != 1 {
+		t.Fatalf("startPast of an old claimed tick = %d, %v; want attempt 1", first, err)
+	}
 }
 
 // A backfill of a tick the schedule has claimed but not yet recorded (its
 // run is taking the job's lock) waits for that run's record: a run means
 // the tick ran, and the backfill does not run it again; a skip, or no
 // record within scheduledRecordWait (the claim's node stopped), means it
-// runs the tick, as attempt 2, never over the schedule's attempt 1.
+// runs the tick, as attempt 2, never over the schedule's attempt 1. The
+// claim of a tick older than that (made while the job was paused) is no
+// run's: the backfill runs it at once, as attempt 1.
 func TestBackfillBesideAClaimedTick(t *testing.T) {
 	for _, tc := range []struct {
 		record ledger.RunStatus // the schedule run's record, "" for none
+		old    bool             // the tick is 11 s old
 		want   int              // the backfill's first attempt, 0 for none
 	}{
-		{ledger.RunOK, 0},
-		{ledger.RunRunning, 0},
-		{ledger.RunSkipped, 2},
-		{"", 2},
+		{ledger.RunOK, false, 0},
+		{ledger.RunRunning, false, 0},
+		{ledger.RunSkipped, false, 2},
+		{"", false, 2},
+		{"", true, 1},
 	} {
-		t.Run(fmt.Sprintf("record=%q", tc.record), func(t *testing.T) {
+		t.Run(fmt.Sprintf("record=%q,old=%v", tc.record, tc.old), func(t *testing.T) {
 			c := newCluster(t)
 			rec := newRecorder(c.clock)
 			job := Job{Name: "j", Schedule: "@every 1m", Handler: rec.ok}
@@ -113,6 +125,13 @@ func TestBackfillBesideAClaimedTick(t *testing.T) {
 			j := n.s.jobs["j"]
 			n.s.mu.Unlock()
 			w := requestWork(ledger.TriggerRequest{ID: withBase(backfillSkip, 0) + "x", Tick: tick})
+			if tc.old {
+				c.advance(time.Minute + DefaultMisfireAfter + scheduledRecordWait + time.Second)
+				if first, err := n.s.startPast(j, w); err != nil || first != tc.want {
+					t.Fatalf("startPast = %d, %v; want %d at once", first, err, tc.want)
+				}
+				return
+			}
 			done := make(chan struct{})
 			var first int
 			go func() {
