@@ -101,6 +101,7 @@ type clusterDemo struct {
 	execs   map[tickKey][]demoExec
 	recs    map[tickKey]ledger.RunRecord // the latest attempt of each tick
 	okOn    map[tickKey]map[string]bool  // the nodes that recorded a run of the tick ok
+	begun   map[tickKey]string           // the node of the tick's lowest attempt recorded running or interrupted
 	runsOff int64
 	partial []byte
 
@@ -147,6 +148,7 @@ func runClusterDemo(o clusterOptions, stdout, stderr io.Writer) int {
 		execs:    map[tickKey][]demoExec{},
 		recs:     map[tickKey]ledger.RunRecord{},
 		okOn:     map[tickKey]map[string]bool{},
+		begun:    map[tickKey]string{},
 	}
 	code := d.run(stderr)
 	if o.keep {
@@ -418,6 +420,11 @@ func (d *clusterDemo) poll(now time.Time, all bool) {
 		if old, ok := d.recs[k]; !ok || r.Attempt >= old.Attempt {
 			d.recs[k] = r
 		}
+		if r.Status == ledger.RunRunning || r.Status == ledger.RunInterrupted {
+			if _, ok := d.begun[k]; !ok || r.Attempt == 1 {
+				d.begun[k] = r.Node
+			}
+		}
 		if r.Status == ledger.RunOK {
 			if d.okOn[k] == nil {
 				d.okOn[k] = map[string]bool{}
@@ -476,6 +483,9 @@ func (d *clusterDemo) addExec(line string) {
 		default:
 			d.event("DUPLICATE: %s ran again, on %s with fence %d (run %d of it)", d.name(k), e.node, e.fence, n)
 		}
+	}
+	if d.cutAtStart(k) && len(d.execs[k]) == 1 && tick >= d.t0 {
+		d.event("%s retaken: started by %s, which was killed before its command ran; now run by %s", d.name(k), d.victim.name, e.node)
 	}
 	if d.victim == nil && !d.killAt.IsZero() && !time.Now().Before(d.killAt) && tick >= d.t0 {
 		if n := d.node(e.node); n != nil && !n.killed && !n.exited {
@@ -858,6 +868,21 @@ func (d *clusterDemo) account(t *tally, k tickKey) {
 		retake = "; not retaken before the end"
 	}
 	switch {
+	case sharded && d.cutAtStart(k) && len(es) > 0:
+		// The killed node began the shard-run (its running record) but
+		// died before its command ran; another node retook the shard.
+		t.runs++
+		t.interrupted++
+		t.retaken++
+		t.duplicates += len(es) - 1
+		status := "no record yet"
+		if hasRec {
+			status = fmt.Sprintf("attempt %d, %s", r.Attempt, r.Status)
+		}
+		note("started by %s, which was killed before the command ran; retaken by %s (%s)", d.victim.name, es[0].node, status)
+		if hasRec && r.Status != ledger.RunOK && r.Status != ledger.RunRunning {
+			t.failed++
+		}
 	case sharded && killed && len(es) > 1:
 		// The killed node's run was cut short and another node retook
 		// the shard: one run to the end, unless more were.
@@ -943,6 +968,21 @@ func (d *clusterDemo) account(t *tally, k tickKey) {
 	}
 }
 
+// cutAtStart reports whether the killed node began the shard-run k (a
+// running record) and died before its command ran: the file of runs has
+// no line of it from that node.
+func (d *clusterDemo) cutAtStart(k tickKey) bool {
+	if d.victim == nil || d.shardsOf(k.job) < 2 || d.begun[k] != d.victim.name {
+		return false
+	}
+	for _, e := range d.execs[k] {
+		if e.node == d.victim.name {
+			return false
+		}
+	}
+	return true
+}
+
 // shardSuffix is " shard i/n" for a shard-run of the sharded job (i from
 // 0, as in name), "" for the others.
 func (d *clusterDemo) shardSuffix(k tickKey) string {
@@ -972,6 +1012,17 @@ func (d *clusterDemo) pendingRetake(now time.Time) (pending, unstarted bool) {
 		if r, ok := d.recs[k]; !ok || r.Status == ledger.RunRunning || (r.Node == d.victim.name && r.Status == ledger.RunInterrupted) {
 			pending = true
 			unstarted = unstarted || len(es) == 1
+		}
+	}
+	// The shard-runs it began but died before their commands ran: no
+	// line of them yet, and to come from another node.
+	for k := range d.begun {
+		if k.tick < d.t0 || k.tick > d.t1 || !d.cutAtStart(k) {
+			continue
+		}
+		if r := d.recs[k]; r.Node == d.victim.name || r.Status == ledger.RunRunning {
+			pending = true
+			unstarted = unstarted || len(d.execs[k]) == 0
 		}
 	}
 	return pending, unstarted

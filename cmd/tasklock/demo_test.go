@@ -237,6 +237,39 @@ func TestDemoAccountsKilledBeforeCommand(t *testing.T) {
 	}
 }
 
+// A shard-run the killed node began (its running record) but died before
+// its command ran is waited for past the end, like one cut short later,
+// and once another node ran it, counted as retaken with a note; it was
+// counted as a plain run before, with nothing said of the kill.
+func TestDemoRetakeOfAShardKilledAtStart(t *testing.T) {
+	d := &clusterDemo{
+		victim:   &demoNode{name: "node-3"},
+		killedAt: time.Now(),
+		t0:       100, t1: 110,
+		execs: map[tickKey][]demoExec{},
+		recs:  map[tickKey]ledger.RunRecord{},
+		okOn:  map[tickKey]map[string]bool{},
+		begun: map[tickKey]string{},
+	}
+	k := tickKey{job: demoShardedJob, tick: 101, shard: 2}
+	d.begun[k] = "node-3"
+	d.recs[k] = ledger.RunRecord{Job: demoShardedJob, Shard: 2, Attempt: 1, Node: "node-3", Status: ledger.RunInterrupted}
+	if pending, unstarted := d.pendingRetake(time.Now()); !pending || !unstarted {
+		t.Errorf("not retaken yet: pendingRetake = %v, %v; want true, true", pending, unstarted)
+	}
+	d.execs[k] = []demoExec{{node: "node-3b"}}
+	d.recs[k] = ledger.RunRecord{Job: demoShardedJob, Shard: 2, Attempt: 2, Node: "node-3b", Status: ledger.RunOK}
+	if pending, _ := d.pendingRetake(time.Now()); pending {
+		t.Error("retaken and recorded ok: still waiting")
+	}
+	var tl tally
+	d.account(&tl, k)
+	if tl.runs != 1 || tl.retaken != 1 || tl.interrupted != 1 || tl.duplicates != 0 || len(tl.notes) != 1 ||
+		!strings.Contains(tl.notes[0], "killed before the command ran; retaken by node-3b (attempt 2, ok)") {
+		t.Errorf("retaken after a kill at its start: %+v", tl)
+	}
+}
+
 // A shard-run is named by its 0-based index, as jobs history, the
 // dashboard and the shard's lock key (…/shard/0) name it, so that a
 // note quoting the lock names the same shard as the line it is on.
