@@ -142,7 +142,9 @@
 // re-runs, backfills) are claimed in the ledger before use, so two runs of
 // one tick never share one; a backfill or re-run of a tick that has no
 // record yet claims the tick itself, so that the schedule does not run it
-// again.
+// again, and a backfill that finds the schedule's run just claimed it
+// waits (up to 5 s) for that run's record: it runs the tick only if that
+// run was skipped.
 //
 // Each Scheduler holds a node lease (the lock Config.NodeKeyPrefix +
 // Config.Node, taken by Start, or held by the caller: see
