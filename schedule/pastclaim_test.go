@@ -59,15 +59,15 @@ func TestPastRunBeforeTheSchedule(t *testing.T) {
 	}
 }
 
-// A re-run of a tick the schedule has claimed but not yet recorded (its
-// run is taking the job's lock) numbers its attempt after the schedule's
-// first: the two never both record attempt 1. A re-run of a tick claimed
-// while paused is its attempt 1.
-func TestRerunBesideAClaimedTick(t *testing.T) {
+// claimedElsewhere is a cluster with one node, a, not started, whose job
+// "j" (@every 1m) has its tick a minute after t0 claimed by node b, as a
+// run on schedule claims it: the setting of a backfill or re-run beside
+// that run.
+func claimedElsewhere(t *testing.T) (*cluster, *node, *job, time.Time) {
+	t.Helper()
 	c := newCluster(t)
 	rec := newRecorder(c.clock)
-	job := Job{Name: "j", Schedule: "@every 1m", Handler: rec.ok}
-	n := c.node("a", 0, nil).add(t, job)
+	n := c.node("a", 0, nil).add(t, Job{Name: "j", Schedule: "@every 1m", Handler: rec.ok})
 	tick := t0.Add(time.Minute)
 	other := ledger.ClaimParams{Job: "j", Tick: tick, Node: "b", Token: "b's token", Retain: time.Hour}
 	res, err := c.ledger.Claim(context.Background(), []ledger.ClaimParams{other})
@@ -75,8 +75,16 @@ func TestRerunBesideAClaimedTick(t *testing.T) {
 		t.Fatalf("claiming the tick as node b: %v %v", err, res)
 	}
 	n.s.mu.Lock()
-	j := n.s.jobs["j"]
-	n.s.mu.Unlock()
+	defer n.s.mu.Unlock()
+	return c, n, n.s.jobs["j"], tick
+}
+
+// A re-run of a tick the schedule has claimed but not yet recorded (its
+// run is taking the job's lock) numbers its attempt after the schedule's
+// first: the two never both record attempt 1. A re-run of a tick claimed
+// while paused is its attempt 1.
+func TestRerunBesideAClaimedTick(t *testing.T) {
+	c, n, j, tick := claimedElsewhere(t)
 	w := requestWork(ledger.TriggerRequest{ID: withBase(rerunSkip, 0) + "x", Tick: tick, Rerun: true})
 	first, err := n.s.startPast(j, w)
 	if err != nil || first != 2 {
@@ -111,19 +119,7 @@ func TestBackfillBesideAClaimedTick(t *testing.T) {
 		{"", true, 1},
 	} {
 		t.Run(fmt.Sprintf("record=%q,old=%v", tc.record, tc.old), func(t *testing.T) {
-			c := newCluster(t)
-			rec := newRecorder(c.clock)
-			job := Job{Name: "j", Schedule: "@every 1m", Handler: rec.ok}
-			n := c.node("a", 0, nil).add(t, job)
-			tick := t0.Add(time.Minute)
-			other := ledger.ClaimParams{Job: "j", Tick: tick, Node: "b", Token: "b's token", Retain: time.Hour}
-			res, err := c.ledger.Claim(context.Background(), []ledger.ClaimParams{other})
-			if err != nil || res[0] != nil {
-				t.Fatalf("claiming the tick as node b: %v %v", err, res)
-			}
-			n.s.mu.Lock()
-			j := n.s.jobs["j"]
-			n.s.mu.Unlock()
+			c, n, j, tick := claimedElsewhere(t)
 			w := requestWork(ledger.TriggerRequest{ID: withBase(backfillSkip, 0) + "x", Tick: tick})
 			if tc.old {
 				c.advance(time.Minute + DefaultMisfireAfter + scheduledRecordWait + time.Second)
@@ -134,6 +130,7 @@ func TestBackfillBesideAClaimedTick(t *testing.T) {
 			}
 			done := make(chan struct{})
 			var first int
+			var err error
 			go func() {
 				defer close(done)
 				first, err = n.s.startPast(j, w)
