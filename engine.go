@@ -389,7 +389,7 @@ func (e *engine) renewed(it renewItem, sentAt, now time.Time, r error, p *pendin
 			}
 			x.sentExtends = nil
 		}
-		e.note(p, Event{Type: EventRenewed, Key: l.key, Owner: l.owner, Mode: l.mode, Fence: l.fence})
+		e.note(p, Event{Type: EventRenewed, Key: l.key, Owner: l.owner, Mode: l.mode, Fence: l.fence, ValidUntil: e.validUntilOf(l)})
 	case errors.Is(r, driver.ErrNotHeld):
 		e.lose(l, fmt.Errorf("%w: the store no longer has this lease", ErrLockLost), p)
 		return

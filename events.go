@@ -35,6 +35,12 @@ type Event struct {
 	Fence uint64
 	Wait  time.Duration // EventObtained: time spent waiting in Obtain
 	Err   error         // EventNotObtained, EventRenewFailed, EventLost; EventReleased when the store failed
+	// ValidUntil is, for EventObtained and EventRenewed, the end of the
+	// lease's local validity after that grant or renewal: when Done closes
+	// unless a renewal moves it later (ObtainOptions.Grace ahead of the
+	// lease's own end, sent time + TTL − drift). It carries a monotonic
+	// reading: compare it with time.Now in the same process only.
+	ValidUntil time.Time
 }
 
 func (lk *Locker) emit(e Event) {

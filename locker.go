@@ -223,7 +223,7 @@ func raceDelay(n int) time.Duration {
 
 // obtained reports a grant, after wait in Obtain.
 func (lk *Locker) obtained(l *Lock, wait time.Duration) {
-	lk.emit(Event{Type: EventObtained, Key: l.key, Owner: l.owner, Mode: l.mode, Fence: l.fence, Wait: wait})
+	lk.emit(Event{Type: EventObtained, Key: l.key, Owner: l.owner, Mode: l.mode, Fence: l.fence, Wait: wait, ValidUntil: lk.eng.validUntilOf(l)})
 }
 
 // resolveKind validates a call's options for a hold of kind k.

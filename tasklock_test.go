@@ -1002,3 +1002,42 @@ func TestHungRenewalCountsAsFailed(t *testing.T) {
 		t.Fatal("no EventRenewFailed for the renewal that failed after the loss")
 	}
 }
+
+// TestEventValidUntil checks that EventObtained and EventRenewed carry the
+// lease's local validity after the grant or renewal (sent time + TTL −
+// drift − Grace), which a supervisor outside the process enforces when
+// this one is paused (tasklock exec).
+func TestEventValidUntil(t *testing.T) {
+	clk := fakeclock.New()
+	events := make(chan Event, 16)
+	lk, err := New(memstore.New(clk), &Config{Owner: "test", Clock: fakeClock{clk}, OnEvent: func(e Event) {
+		if e.Type == EventObtained || e.Type == EventRenewed {
+			events <- e
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk.Close()
+	ttl, grace := time.Second, 100*time.Millisecond
+	sent := clk.Now()
+	if _, err := lk.TryObtain(context.Background(), "k", &ObtainOptions{TTL: ttl, Grace: grace}); err != nil {
+		t.Fatal(err)
+	}
+	e := <-events
+	if want := sent.Add(ttl - drift(ttl) - grace); e.Type != EventObtained || !e.ValidUntil.Equal(want) {
+		t.Fatalf("first event %v with ValidUntil %v, want obtained with %v", e.Type, e.ValidUntil.Sub(sent), want.Sub(sent))
+	}
+	for advance(t, lk, clk, sent.Add(ttl)) {
+		select {
+		case r := <-events:
+			if r.Type != EventRenewed || !r.ValidUntil.After(e.ValidUntil) || r.ValidUntil.After(clk.Now().Add(ttl-drift(ttl)-grace)) {
+				t.Fatalf("event %v with ValidUntil %v after the grant, want renewed with a later one no later than now+validity (now %v)",
+					r.Type, r.ValidUntil.Sub(sent), clk.Now().Sub(sent))
+			}
+			return
+		default:
+		}
+	}
+	t.Fatal("no EventRenewed within the TTL")
+}
