@@ -44,6 +44,11 @@ type commandSpec struct {
 	// waitDelay bounds how long output is copied after the command (and
 	// everything it started) is gone, as exec.Cmd.WaitDelay.
 	waitDelay time.Duration
+	// killBy, when set, is when the supervisor (Linux) kills the command
+	// and all it started by itself, unless command.moveKillBy moves it
+	// later: the end of the lease the command runs under, enforced even
+	// when tasklock is stopped or starved and cannot. Zero: no such end.
+	killBy time.Time
 }
 
 // command is a COMMAND of exec or a command job of serve once started (see
@@ -54,6 +59,18 @@ type command struct {
 	status syscall.WaitStatus // how COMMAND ended; set before done is closed
 	// send delivers a signal: see signal.
 	send func(sig syscall.Signal) bool
+	// limit moves the supervisor's killBy (commandSpec); nil where there
+	// is no supervisor.
+	limit func(killBy time.Time)
+}
+
+// moveKillBy moves the time at which the supervisor kills the command and
+// all it started by itself (commandSpec.killBy) to t. It does nothing
+// where there is no supervisor, or once the command has ended.
+func (c *command) moveKillBy(t time.Time) {
+	if c.limit != nil {
+		c.limit(t)
+	}
 }
 
 // signal sends sig to COMMAND's process group. SIGKILL goes further where

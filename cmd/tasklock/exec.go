@@ -88,16 +88,19 @@ Nothing COMMAND starts outlives it (Linux): COMMAND runs under a
 supervisor, "tasklock __supervise", a child subreaper, so every process
 COMMAND starts stays in its tree, whatever process group or session it
 moves to (setsid, nohup, a daemon's double fork). The supervisor kills all
-of them when COMMAND exits, when COMMAND gets SIGKILL, and when tasklock
-dies, even by SIGKILL. So what COMMAND leaves running in the background is
-killed when it ends: wait for it in COMMAND. Only what leaves the tree
-through another service escapes (systemd-run, at, a daemon manager, ssh),
-and processes running as another user, which tasklock may not signal; if
-the supervisor itself is SIGKILLed, tasklock kills COMMAND's process group
-only. The supervisor costs about 10-15 ms per start and 3-4 MB of private
-memory while COMMAND runs. On other systems COMMAND is tasklock's own
-child: signals reach its process group only, and it outlives a tasklock
-that is SIGKILLed.
+of them when COMMAND exits, when COMMAND gets SIGKILL, when tasklock dies,
+even by SIGKILL, and when the lease ends while tasklock is stopped
+(SIGSTOP, Ctrl-Z) or starved and cannot stop COMMAND itself: at the end of
+the lease's local validity, the time of the SIGKILL below, after which
+tasklock exits 70 once it runs again. So what COMMAND leaves running in
+the background is killed when it ends: wait for it in COMMAND. Only what
+leaves the tree through another service escapes (systemd-run, at, a daemon
+manager, ssh), and processes running as another user, which tasklock may
+not signal; if the supervisor itself is SIGKILLed, tasklock kills
+COMMAND's process group only. The supervisor costs about 10-15 ms per
+start and 3-4 MB of private memory while COMMAND runs. On other systems
+COMMAND is tasklock's own child: signals reach its process group only, and
+it outlives a tasklock that is SIGKILLed.
 
 Lock loss: when the store no longer has the lease, or it could not be
 renewed in time, tasklock says so naming the store (its URL without
@@ -309,6 +312,53 @@ type execRun struct {
 	// lostBy is when exec stops waiting for the store once the lock was
 	// lost (lostTimeout after it was seen); zero while it was not.
 	lostBy time.Time
+	// end follows the end of the lease, for the supervisor.
+	end *leaseWatch
+}
+
+// leaseWatch follows, from the Locker's events, the last moment COMMAND may
+// run under the lease: its local validity plus --kill-grace, when exec
+// itself would send SIGKILL (sent time + TTL − drift, before the store can
+// let the lease go). The supervisor kills COMMAND and all it started then
+// by itself, should exec be stopped or starved and miss it.
+type leaseWatch struct {
+	grace time.Duration
+	moved chan struct{} // ticks when at moves later
+	mu    sync.Mutex
+	at    time.Time
+}
+
+// newLeaseWatch returns a leaseWatch for --kill-grace grace.
+func newLeaseWatch(grace time.Duration) *leaseWatch {
+	return &leaseWatch{grace: grace, moved: make(chan struct{}, 1)}
+}
+
+// event is the Locker's OnEvent: exec holds one lock, whose grant and
+// renewals move the end later. It does not block.
+func (le *leaseWatch) event(ev tasklock.Event) {
+	if (ev.Type != tasklock.EventObtained && ev.Type != tasklock.EventRenewed) || ev.ValidUntil.IsZero() {
+		return
+	}
+	t := ev.ValidUntil.Add(le.grace)
+	le.mu.Lock()
+	later := t.After(le.at)
+	if later {
+		le.at = t
+	}
+	le.mu.Unlock()
+	if later {
+		select {
+		case le.moved <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// get is the end as last moved.
+func (le *leaseWatch) get() time.Time {
+	le.mu.Lock()
+	defer le.mu.Unlock()
+	return le.at
 }
 
 // storeName is the store's URL as messages show it: without secrets.
@@ -416,7 +466,8 @@ func (e *execRun) run() int {
 	var lk *tasklock.Locker
 	defer func() { e.shutdown(lk, closeStore) }()
 
-	lk, err = tasklock.New(store, &tasklock.Config{Owner: c.owner, Logger: e.log})
+	e.end = newLeaseWatch(c.killGrace)
+	lk, err = tasklock.New(store, &tasklock.Config{Owner: c.owner, Logger: e.log, OnEvent: e.end.event})
 	if err != nil {
 		stopWatching()
 		e.failf("%v", err)
@@ -438,6 +489,14 @@ func (e *execRun) run() int {
 	obtainedAt := time.Now()
 
 	ch, err := startCommand(e.command(l))
+	if lost := l.Err(); err != nil && lost != nil && !errors.Is(lost, tasklock.ErrReleased) {
+		// tasklock was held up so long after the grant that the lease
+		// ended before COMMAND could start (the supervisor refused it).
+		e.lostBy = time.Now().Add(lostTimeout)
+		e.failf("lock %q lost before COMMAND could start (store %s): %v", c.key, e.storeName(), lost)
+		e.release(l)
+		return exitSoftware
+	}
 	if err != nil {
 		e.release(l)
 		// COMMAND's name is quoted, and so is the error, which may hold
@@ -565,6 +624,7 @@ func (e *execRun) command(l *tasklock.Lock) commandSpec {
 			"TASKLOCK_MODE="+l.Mode().String(),
 		),
 		stdin: e.stdin, stdout: e.stdout, stderr: e.stderr,
+		killBy: e.end.get(),
 	}
 }
 
@@ -627,6 +687,8 @@ func (e *execRun) supervise(ch *command, l *tasklock.Lock, sigs <-chan os.Signal
 			killAt = nil
 			e.failf("COMMAND (pid %d) still running %v after SIGTERM; sending SIGKILL", ch.pid, e.c.killGrace)
 			ch.signal(syscall.SIGKILL)
+		case <-e.end.moved:
+			ch.moveKillBy(e.end.get())
 		case s := <-sigs:
 			e.log.Info("passing signal on to COMMAND", "signal", sigName(s), "pid", ch.pid)
 			ch.ask(s.(syscall.Signal))

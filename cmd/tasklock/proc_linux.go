@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"os"
@@ -10,6 +11,9 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // childAttr puts a child in its own process group, so that signals reach
@@ -34,7 +38,10 @@ const selfExe = "/proc/self/exe"
 // SIGKILL, and the supervisor then kills everything. On the status pipe the
 // supervisor writes "pid N" once COMMAND runs (or "error CODE MESSAGE" when
 // it cannot start) and "exit WAITSTATUS" once COMMAND and all it started
-// are gone.
+// are gone. With sp.killBy set, tasklock writes a 0 byte and 8 bytes of
+// a CLOCK_MONOTONIC time to move it (killByMessage), and the supervisor
+// kills everything by itself when that time passes: tasklock, stopped or
+// starved, may not be there to do it before the lease ends.
 func startCommand(sp commandSpec) (*command, error) {
 	ctlR, ctlW, err := os.Pipe()
 	if err != nil {
@@ -46,7 +53,11 @@ func startCommand(sp commandSpec) (*command, error) {
 		ctlW.Close()
 		return nil, fmt.Errorf("starting the supervisor: %w", err)
 	}
-	cmd := exec.Command(selfExe, append([]string{superviseCmd, "--"}, sp.argv...)...)
+	args := []string{superviseCmd}
+	if !sp.killBy.IsZero() {
+		args = append(args, "--kill-by", strconv.FormatInt(monoNs(sp.killBy), 10))
+	}
+	cmd := exec.Command(selfExe, append(append(args, "--"), sp.argv...)...)
 	cmd.Args[0] = os.Args[0]
 	cmd.Env = sp.env
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = sp.stdin, sp.stdout, sp.stderr
@@ -85,6 +96,13 @@ func startCommand(sp commandSpec) (*command, error) {
 		_, err := ctl.Write([]byte{byte(sig)})
 		return err == nil
 	}
+	c.limit = func(t time.Time) {
+		mu.Lock()
+		defer mu.Unlock()
+		if ctl != nil {
+			_, _ = ctl.Write(killByMessage(monoNs(t)))
+		}
+	}
 	go func() {
 		_ = cmd.Wait() // the status is in ProcessState
 		rest, _ := io.ReadAll(status)
@@ -104,6 +122,25 @@ func startCommand(sp commandSpec) (*command, error) {
 		close(c.done)
 	}()
 	return c, nil
+}
+
+// monoNs is t on CLOCK_MONOTONIC, in nanoseconds: the clock the
+// supervisor, another process, reads too (Go's monotonic readings are
+// private to a process). It errs early: a pause between its two clock
+// reads moves the result earlier, never later.
+func monoNs(t time.Time) int64 {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return ts.Nano() + int64(time.Until(t))
+}
+
+// killByMessage is the control pipe's message that moves the supervisor's
+// kill time to ns (CLOCK_MONOTONIC): a 0 byte, which is no signal, then ns
+// in 8 bytes, big-endian. Nine bytes are written to a pipe at once.
+func killByMessage(ns int64) []byte {
+	b := make([]byte, 9)
+	binary.BigEndian.PutUint64(b[1:], uint64(ns))
+	return b
 }
 
 // parseExit reads the supervisor's "exit WAITSTATUS" line.

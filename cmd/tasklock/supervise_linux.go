@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -10,20 +11,33 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
 
-// runSupervise is "tasklock __supervise -- COMMAND [ARGS...]", which
-// startCommand (proc_linux.go) runs with its control pipe as fd 3 and its
-// status pipe as fd 4. It makes itself a child subreaper, starts COMMAND
-// in its own process group, passes on the signals tasklock writes to the
-// control pipe, and reaps every process that is reparented to it. It kills
-// every descendant — COMMAND and all it started, in whatever process group
-// or session — when COMMAND exits, when tasklock sends SIGKILL, and when
-// the control pipe closes because tasklock exited or died. The environment
-// it gets is COMMAND's.
+// runSupervise is "tasklock __supervise [--kill-by NS] -- COMMAND
+// [ARGS...]", which startCommand (proc_linux.go) runs with its control
+// pipe as fd 3 and its status pipe as fd 4. It makes itself a child
+// subreaper, starts COMMAND in its own process group, passes on the
+// signals tasklock writes to the control pipe, and reaps every process
+// that is reparented to it. It kills every descendant — COMMAND and all it
+// started, in whatever process group or session — when COMMAND exits, when
+// tasklock sends SIGKILL, when the control pipe closes because tasklock
+// exited or died, and when CLOCK_MONOTONIC passes NS (the end of the lease
+// COMMAND runs under, which tasklock moves later on the control pipe as it
+// renews): tasklock may be stopped or starved then, and unable to. The
+// environment it gets is COMMAND's.
 func runSupervise(args []string, stderr io.Writer) int {
+	var killBy int64 // CLOCK_MONOTONIC nanoseconds; 0: none
+	if len(args) >= 2 && args[0] == "--kill-by" {
+		n, err := strconv.ParseInt(args[1], 10, 64)
+		if err != nil || n <= 0 {
+			args = nil // a usage error below
+		} else {
+			killBy, args = n, args[2:]
+		}
+	}
 	if len(args) < 2 || args[0] != "--" || !isPipe(3) || !isPipe(4) {
 		fmt.Fprintln(stderr, "tasklock: "+superviseCmd+" is internal to exec and serve")
 		return exitUsage
@@ -49,6 +63,12 @@ func runSupervise(args []string, stderr io.Writer) int {
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 
+	if killBy != 0 && monoNow() >= killBy {
+		// tasklock was held up between the grant and here for so long
+		// that the lease may end at the store any moment.
+		report("error %d the lock's lease ended before COMMAND could start", exitSoftware)
+		return exitSoftware
+	}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -89,16 +109,30 @@ func runSupervise(args []string, stderr io.Writer) int {
 		}
 	}()
 	sigc := make(chan syscall.Signal)
+	moved := make(chan int64) // a new killBy
 	go func() {
 		defer close(sigc)
-		var b [1]byte
+		var b [9]byte
 		for {
-			if _, err := ctl.Read(b[:]); err != nil {
+			if _, err := io.ReadFull(ctl, b[:1]); err != nil {
 				return // tasklock is gone
 			}
-			sigc <- syscall.Signal(b[0])
+			if b[0] != 0 {
+				sigc <- syscall.Signal(b[0])
+				continue
+			}
+			if _, err := io.ReadFull(ctl, b[1:]); err != nil {
+				return
+			}
+			moved <- int64(binary.BigEndian.Uint64(b[1:]))
 		}
 	}()
+	killTimer := time.NewTimer(time.Hour)
+	killTimer.Stop()
+	defer killTimer.Stop()
+	if killBy != 0 {
+		killTimer.Reset(time.Duration(killBy - monoNow()))
+	}
 
 	var ws syscall.WaitStatus
 	for running := true; running; {
@@ -117,6 +151,22 @@ func runSupervise(args []string, stderr io.Writer) int {
 			default:
 				_ = syscall.Kill(-pid, sig)
 			}
+		case ns := <-moved:
+			killBy = ns
+			killTimer.Reset(time.Duration(killBy - monoNow()))
+		case <-killTimer.C:
+			if d := time.Duration(killBy - monoNow()); d > 0 {
+				killTimer.Reset(d) // moved while the timer fired
+				continue
+			}
+			// The lease ends now and tasklock has not renewed it: it is
+			// stopped (SIGSTOP, Ctrl-Z) or starved. Another holder may
+			// obtain the lock once the store sees the lease end.
+			fmt.Fprintf(stderr, "tasklock exec: the lease of the lock ends now and tasklock (pid %d) did not renew it (stopped or starved?): killing COMMAND (pid %d) and all it started\n",
+				os.Getppid(), pid)
+			killTree(reaped, noChild)
+			ws = <-exited
+			running = false
 		case <-sigs:
 		}
 	}
@@ -198,6 +248,13 @@ func liveParent(pid int) (int, bool) {
 	}
 	ppid, err := strconv.Atoi(f[1])
 	return ppid, err == nil
+}
+
+// monoNow is CLOCK_MONOTONIC in nanoseconds (see monoNs).
+func monoNow() int64 {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return ts.Nano()
 }
 
 // isPipe reports whether fd is an open pipe.

@@ -224,3 +224,55 @@ func TestSuperviseByHand(t *testing.T) {
 		t.Errorf("exit %d, stderr %q; want %d", code, errOut, exitUsage)
 	}
 }
+
+// A tasklock exec that is stopped (SIGSTOP, Ctrl-Z) or starved cannot stop
+// COMMAND when its lease runs out: COMMAND and what it started used to run
+// on beside the next holder. The supervisor now kills them all by itself
+// when the lease's local validity (plus --kill-grace) ends, before the
+// store lets another holder in; the resumed exec exits 70.
+func TestExecStoppedKillsTreeAtLeaseEnd(t *testing.T) {
+	t.Parallel()
+	requireTools(t, []string{"sh"})
+	url, _ := redisFor(t)
+	marker := newMarker(t)
+	a := tl.Start(t, []string{marker}, "exec", "--store", url, "--key", "paused", "--ttl", "2s", "--kill-grace", "500ms", "--",
+		"sh", "-c", "setsid sleep 41 & echo started; sleep 41")
+	waitSleeps(t, a, marker, 2)
+	if err := a.Process().Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Now()
+	t.Cleanup(func() { _ = a.Process().Signal(syscall.SIGCONT) })
+
+	// The next holder's COMMAND starts once the store let A's lease go:
+	// by then nothing of A's COMMAND may run.
+	stop := filepath.Join(t.TempDir(), "stop")
+	b := tl.Start(t, []string{"STOP=" + stop}, "exec", "--store", url, "--key", "paused", "--wait", "20s", "--",
+		"sh", "-c", `echo entered; while [ ! -e "$STOP" ]; do sleep 0.02; done`)
+	b.WaitOutput("entered", 30*time.Second)
+	var left []markedProc // but tasklock itself, stopped, and its supervisor ("exe")
+	for _, p := range markedProcs(marker) {
+		if p.comm != "tasklock" && p.comm != "exe" {
+			left = append(left, p)
+		}
+	}
+	if len(left) > 0 {
+		t.Errorf("the next holder runs %v after tasklock was stopped, and the stopped holder's COMMAND still runs: %v",
+			time.Since(stopped).Round(time.Millisecond), left)
+	}
+	if err := os.WriteFile(stop, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_ = b.Wait(10 * time.Second)
+
+	if err := a.Process().Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if code := a.Wait(10 * time.Second); code != exitSoftware {
+		t.Errorf("the resumed holder exited %d, want %d\nstderr:\n%s", code, exitSoftware, a.Stderr())
+	}
+	if !strings.Contains(a.Stderr(), "did not renew it") {
+		t.Errorf("stderr does not say why COMMAND was killed:\n%s", a.Stderr())
+	}
+	waitTreeGone(t, marker, stopped)
+}
