@@ -120,11 +120,12 @@ obtained and SIGKILL --kill-grace later, while the lock is still held and
 renewed; it is released only once COMMAND has exited, so the next holder
 never overlaps it. tasklock then exits 70.
 
-Signals: SIGINT, SIGTERM and SIGHUP sent to tasklock are passed on to
-COMMAND's process group, followed by SIGCONT so that a stopped COMMAND
-(one that read the terminal gets SIGTTIN) sees them too; tasklock waits
-for COMMAND, releases the lock and exits with COMMAND's status. While
-tasklock waits for the lock, they end the wait (exit 128+N).
+Signals: SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to tasklock (Ctrl-C and
+Ctrl-\ at a terminal too) are passed on to COMMAND's process group,
+followed by SIGCONT so that a stopped COMMAND (one that read the terminal
+gets SIGTTIN) sees them too; tasklock waits for COMMAND, releases the lock
+and exits with COMMAND's status. While tasklock waits for the lock, they
+end the wait (exit 128+N).
 
 Exit status:
   64   bad usage (the message names the flag), a --ttl longer than the
@@ -421,7 +422,10 @@ func (e *execRun) failf(format string, args ...any) {
 func (e *execRun) run() int {
 	c := e.c
 	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	// SIGQUIT too: Ctrl-\ at a terminal reaches tasklock's process group,
+	// not COMMAND's, and Go's own handling (a goroutine dump, exit 2)
+	// would leave the lock at the store until its TTL.
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
 	defer signal.Stop(sigs)
 
 	// Until COMMAND runs, a signal ends the attempt to get the lock.

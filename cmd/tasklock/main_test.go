@@ -621,6 +621,10 @@ func TestExecForwardsSignals(t *testing.T) {
 		{syscall.SIGTERM, `trap "echo got-term; exit 5" TERM; echo started; while :; do sleep 0.05; done`, 5},
 		{syscall.SIGINT, `echo started; while :; do sleep 0.05; done`, 128 + 2},
 		{syscall.SIGHUP, `trap "echo got-hup; exit 0" HUP; echo started; while :; do sleep 0.05; done`, 0},
+		// Ctrl-\ at a terminal, which flock(1)'s COMMAND gets: it used to
+		// kill tasklock with Go's goroutine dump (exit 2), leaving the
+		// lock held at the store until its TTL.
+		{syscall.SIGQUIT, `trap "echo got-quit; exit 6" QUIT; echo started; while :; do sleep 0.05; done`, 6},
 	} {
 		p := tl.Start(t, nil, "exec", "--store", url, "--key", "sig", "--", "sh", "-c", tt.script)
 		p.WaitOutput("started", 20*time.Second)

@@ -61,7 +61,7 @@ func runSupervise(args []string, stderr io.Writer) int {
 	// its signals on through the control pipe. They are handled, not
 	// ignored, so that COMMAND starts with their default actions.
 	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
 
 	if killBy != 0 && monoNow() >= killBy {
 		// tasklock was held up between the grant and here for so long
