@@ -135,6 +135,7 @@ func runSupervise(args []string, stderr io.Writer) int {
 	}
 
 	var ws syscall.WaitStatus
+	stopping := false // tasklock passed on a signal since killBy last moved
 	for running := true; running; {
 		select {
 		case ws = <-exited:
@@ -150,20 +151,25 @@ func runSupervise(args []string, stderr io.Writer) int {
 				running = false
 			default:
 				_ = syscall.Kill(-pid, sig)
+				stopping = true
 			}
 		case ns := <-moved:
-			killBy = ns
+			killBy, stopping = ns, false
 			killTimer.Reset(time.Duration(killBy - monoNow()))
 		case <-killTimer.C:
 			if d := time.Duration(killBy - monoNow()); d > 0 {
 				killTimer.Reset(d) // moved while the timer fired
 				continue
 			}
-			// The lease ends now and tasklock has not renewed it: it is
-			// stopped (SIGSTOP, Ctrl-Z) or starved. Another holder may
-			// obtain the lock once the store sees the lease end.
-			fmt.Fprintf(stderr, "tasklock exec: the lease of the lock ends now and tasklock (pid %d) did not renew it (stopped or starved?): killing COMMAND (pid %d) and all it started\n",
-				os.Getppid(), pid)
+			// The lease ends now, and another holder may obtain the lock
+			// once the store sees it end. A tasklock that is stopping
+			// COMMAND says so itself: it sends SIGKILL at this time too.
+			// One that neither renewed nor asked for anything is stopped
+			// (SIGSTOP, Ctrl-Z) or starved.
+			if !stopping {
+				fmt.Fprintf(stderr, "tasklock exec: the lease of the lock ends now and tasklock (pid %d) has neither renewed it nor stopped COMMAND (is it stopped or starved?): killing COMMAND (pid %d) and all it started\n",
+					os.Getppid(), pid)
+			}
 			killTree(reaped, noChild)
 			ws = <-exited
 			running = false

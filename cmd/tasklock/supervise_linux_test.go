@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/tasklock/tasklock/internal/clitest"
+	"github.com/tasklock/tasklock/internal/testserver"
 )
 
 // newMarker returns a NAME=value environment entry unique to the test;
@@ -271,8 +272,27 @@ func TestExecStoppedKillsTreeAtLeaseEnd(t *testing.T) {
 	if code := a.Wait(10 * time.Second); code != exitSoftware {
 		t.Errorf("the resumed holder exited %d, want %d\nstderr:\n%s", code, exitSoftware, a.Stderr())
 	}
-	if !strings.Contains(a.Stderr(), "did not renew it") {
+	if !strings.Contains(a.Stderr(), "has neither renewed it nor stopped COMMAND") {
 		t.Errorf("stderr does not say why COMMAND was killed:\n%s", a.Stderr())
 	}
 	waitTreeGone(t, marker, stopped)
+}
+
+// When the store stops answering, tasklock itself stops COMMAND at the end
+// of the lease: the supervisor, which kills at that time too, must not
+// blame a stopped tasklock for it.
+func TestExecFrozenStoreOneStoryOfTheKill(t *testing.T) {
+	t.Parallel()
+	srv := testserver.StartRedis(t)
+	p := tl.Start(t, nil, "exec", "--store", "redis://"+srv.Addr(), "--key", "frozen", "--ttl", "2s", "--kill-grace", "500ms",
+		"--", "sh", "-c", `trap "" TERM; echo started; while :; do sleep 0.05; done`)
+	p.WaitOutput("started", 20*time.Second)
+	srv.Stop(t)
+	defer srv.Cont(t)
+	if code := p.Wait(20 * time.Second); code != exitSoftware {
+		t.Fatalf("exit %d, want %d\nstderr:\n%s", code, exitSoftware, p.Stderr())
+	}
+	if errOut := p.Stderr(); !strings.Contains(errOut, "SIGTERM now") || strings.Contains(errOut, "stopped or starved") {
+		t.Errorf("stderr should tell the loss and the SIGTERM, and not blame a stopped tasklock:\n%s", errOut)
+	}
 }
