@@ -209,6 +209,14 @@ func parseExec(args []string, getenv func(string) string) (*execConfig, error) {
 	c.argv = fs.Args()
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	// The flag package takes the next argument as a value, even the --
+	// that ends the flags or another flag: "--key -- COMMAND" would run
+	// COMMAND under the lock "--".
+	for _, name := range []string{"store", "key", "owner"} {
+		if v := fs.Lookup(name).Value.String(); set[name] && takenFlag(fs, v) {
+			return nil, usagef("--%s needs a value: it took %s", name, redact.Quote(v))
+		}
+	}
 
 	if !set["store"] {
 		c.store, c.storeEnv = getenv("TASKLOCK_STORE"), true
@@ -279,6 +287,21 @@ func parseExec(args []string, getenv func(string) string) (*execConfig, error) {
 		return nil, usagef("%s: a %s store keeps plain locks only, no read-write lock or semaphore", kind, plain)
 	}
 	return c, nil
+}
+
+// takenFlag reports whether v, a flag's value, is what the user meant as
+// the next flag: the -- that ends the flags, or a flag of fs (--wait,
+// -ttl=5s).
+func takenFlag(fs *flag.FlagSet, v string) bool {
+	if v == "--" {
+		return true
+	}
+	name, ok := strings.CutPrefix(v, "-")
+	if !ok {
+		return false
+	}
+	name, _, _ = strings.Cut(strings.TrimPrefix(name, "-"), "=")
+	return fs.Lookup(name) != nil
 }
 
 // runExec is the exec command.

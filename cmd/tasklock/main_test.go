@@ -291,6 +291,12 @@ func TestExecBadUsage(t *testing.T) {
 		{store, []string{"--key", "a\tb", "--", "true"}, "--key"},
 		{store, []string{"--key", strings.Repeat("k", 600), "--", "true"}, "--key"},
 		{store, []string{"--key", "k"}, "missing COMMAND"},
+		// The key forgotten: the flag package took the next argument,
+		// and COMMAND ran under the lock "--".
+		{store, []string{"--key", "--", "true"}, `--key needs a value: it took "--"`},
+		{store, []string{"--key", "--wait", "5s", "--", "true"}, `--key needs a value: it took "--wait"`},
+		{store, []string{"--key", "k", "--owner", "--ttl=5s", "--", "true"}, `--owner needs a value: it took "--ttl=5s"`},
+		{nil, []string{"--store", "--key", "k", "--", "true"}, `--store needs a value: it took "--key"`},
 		{store, []string{"--key", "k", "--", ""}, "COMMAND is empty"}, // was 126, after obtaining the lock
 		{store, []string{"--key", "k", "--ttl", "0", "--", "true"}, "--ttl"},
 		{store, []string{"--key", "k", "--ttl", "-1s", "--", "true"}, "--ttl"},
