@@ -242,7 +242,9 @@ func (lk *Locker) resolveKind(key string, opts *ObtainOptions, k kind) (resolved
 // or ObtainOptions.Wait passes. Waiters are woken by the store when it can
 // notify releases, and otherwise poll with jittered backoff, never later
 // than the holder's lease could expire. When the wait ends first, the error
-// is a *NotObtainedError matching both ErrNotObtained and the context error.
+// is a *NotObtainedError matching both ErrNotObtained and the context error;
+// when the store failed at the last attempt that ended before, it is the
+// context error with the store's error instead, as when nobody was seen.
 // An attempt that lost a race at the store (driver.ErrTryAgain) is always
 // retried, after a few milliseconds or a wake-up: Obtain returns only with
 // the lock, ctx's error, ErrClosed, or a store error it cannot retry. A
@@ -333,6 +335,10 @@ func (lk *Locker) obtain(ctx context.Context, key string, opts *ObtainOptions, k
 	defer t.Stop()
 	lastHeld := held
 	races := 0 // attempts in a row that lost a race at the store
+	// failed is the store's failure at the last attempt that ended, nil
+	// when the store answered it: a holder seen before says nothing of a
+	// store that failed since.
+	var failed error
 	for attempt := 1; ; attempt++ {
 		l, held, err = lk.try(ctx, key, &o, token)
 		switch {
@@ -341,13 +347,19 @@ func (lk *Locker) obtain(ctx context.Context, key string, opts *ObtainOptions, k
 			lk.obtained(l, lk.clock.Now().Sub(start))
 			return l, nil
 		case held != nil:
-			lastHeld = held
-		case ctx.Err() != nil && lastHeld != nil:
+			lastHeld, failed = held, nil
+		case ctx.Err() != nil && lastHeld != nil && failed == nil:
 			// The wait ended during an attempt: report the holder seen last.
 			lastHeld.Err = ctx.Err()
 			return nil, lastHeld
+		case ctx.Err() != nil && failed != nil:
+			return nil, fmt.Errorf("tasklock: obtain %q: %w (last error: %w)", key, ctx.Err(), failed)
 		case !retryable(ctx, err):
 			return nil, err
+		case errors.Is(err, driver.ErrTryAgain):
+			failed = nil
+		default:
+			failed = err
 		}
 		if errors.Is(err, driver.ErrTryAgain) {
 			races++
@@ -371,7 +383,7 @@ func (lk *Locker) obtain(ctx context.Context, key string, opts *ObtainOptions, k
 		case <-lk.closing.Done():
 			return nil, ErrClosed
 		case <-ctx.Done():
-			if lastHeld == nil {
+			if lastHeld == nil || failed != nil {
 				return nil, fmt.Errorf("tasklock: obtain %q: %w (last error: %w)", key, ctx.Err(), err)
 			}
 			lastHeld.Err = ctx.Err()

@@ -23,6 +23,8 @@ func (lk *Locker) obtainQueued(ctx context.Context, key string, o *resolved, sta
 	for attempt := 1; ; attempt++ {
 		token := lk.newToken()
 		t, err := lk.door.enqueue(ctx, driver.AcquireParams{Key: key, Token: token, Owner: o.owner, TTL: ttl}, fair)
+		// failing: the store failed at the last call, not cut by ctx.
+		failing := err != nil && ctx.Err() == nil
 		if err == nil {
 			lk.emit(Event{Type: EventQueued, Key: key, Owner: o.owner})
 			var l *Lock
@@ -34,12 +36,19 @@ func (lk *Locker) obtainQueued(ctx context.Context, key string, o *resolved, sta
 				lk.obtained(l, lk.clock.Now().Sub(start))
 				return l, nil
 			}
+			var fw *failedWait
+			if failing = errors.As(err, &fw); failing {
+				err = fw.err
+			}
 		}
 		if lk.closing.Err() != nil {
 			return nil, ErrClosed
 		}
+		if failing {
+			lastErr = err
+		}
 		if ctx.Err() != nil {
-			return nil, lk.waitEnded(ctx, key, held, lastErr)
+			return nil, lk.waitEnded(ctx, key, held, lastErr, failing)
 		}
 		// The entry is gone (its session ended, or it was removed), or the
 		// store failed: queue again, at the back, while the wait allows.
@@ -50,7 +59,7 @@ func (lk *Locker) obtainQueued(ctx context.Context, key string, o *resolved, sta
 			lastErr = err
 		}
 		if !lk.sleep(ctx, pollDelay(attempt, 0, false)) {
-			return nil, lk.waitEnded(ctx, key, held, lastErr)
+			return nil, lk.waitEnded(ctx, key, held, lastErr, failing)
 		}
 	}
 }
@@ -100,19 +109,26 @@ func (lk *Locker) waitTicket(ctx context.Context, t driver.Ticket, key, token st
 		// Unknown outcome, entry presumably still queued: wait on it again.
 		if !lk.sleep(ctx, pollDelay(attempt, 0, false)) {
 			lk.door.leave(t)
-			return nil, held, ctx.Err()
+			return nil, held, &failedWait{err}
 		}
 	}
 }
 
+// failedWait is waitTicket's error when ctx ended the wait while it waited
+// to retry after the store failed (err).
+type failedWait struct{ err error }
+
+func (f *failedWait) Error() string { return f.err.Error() }
+
 // waitEnded is Obtain's error when ctx ended the wait: the holder seen last
-// with ctx's error, or ctx's error with the store's last error.
-func (lk *Locker) waitEnded(ctx context.Context, key string, held *NotObtainedError, lastErr error) error {
+// with ctx's error, or, when nobody was seen or the store failed at the
+// last call (failing), ctx's error with the store's last error.
+func (lk *Locker) waitEnded(ctx context.Context, key string, held *NotObtainedError, lastErr error, failing bool) error {
 	if lk.closing.Err() != nil {
 		return ErrClosed
 	}
 	cerr := ctx.Err()
-	if held != nil {
+	if held != nil && !failing {
 		held.Err = cerr
 		return held
 	}

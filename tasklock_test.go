@@ -1041,3 +1041,60 @@ func TestEventValidUntil(t *testing.T) {
 	}
 	t.Fatal("no EventRenewed within the TTL")
 }
+
+// downAfterHeld is a store that answers "held" once and then fails every
+// call, as a store that goes down while Obtain waits. Embedding the
+// driver.Store interface hides memstore's queue: Obtain polls.
+type downAfterHeld struct {
+	driver.Store
+	down atomic.Bool
+}
+
+func (s *downAfterHeld) Acquire(ctx context.Context, p driver.AcquireParams) (driver.Grant, error) {
+	if s.down.Load() {
+		return driver.Grant{}, errInjected
+	}
+	g, err := s.Store.Acquire(ctx, p)
+	var he *driver.HeldError
+	if errors.As(err, &he) {
+		s.down.Store(true)
+	}
+	return g, err
+}
+
+// downAfterHeldQueue is downAfterHeld with the store's queue (Obtain joins
+// it), whose Enqueue fails once the store is down.
+type downAfterHeldQueue struct {
+	*downAfterHeld
+	q driver.Queuer
+}
+
+func (s downAfterHeldQueue) Enqueue(ctx context.Context, p driver.AcquireParams) (driver.Ticket, error) {
+	if s.down.Load() {
+		return nil, errInjected
+	}
+	return s.q.Enqueue(ctx, p)
+}
+
+// TestObtainWaitEndsWithStoreDown: a wait that ends while the store fails
+// reports the store's failure, not the holder it saw before the store went
+// down (tasklock exec said "held by ..." and exited 75, "held elsewhere",
+// for a store that was down).
+func TestObtainWaitEndsWithStoreDown(t *testing.T) {
+	for _, queue := range []bool{false, true} {
+		ms := memstore.New(nil)
+		holder := newTestLocker(t, ms)
+		if _, err := holder.TryObtain(context.Background(), "k", nil); err != nil {
+			t.Fatal(err)
+		}
+		var s driver.Store = &downAfterHeld{Store: ms}
+		if queue {
+			s = downAfterHeldQueue{s.(*downAfterHeld), ms}
+		}
+		_, err := newTestLocker(t, s).Obtain(context.Background(), "k", &ObtainOptions{Wait: 300 * time.Millisecond})
+		var ne *NotObtainedError
+		if errors.As(err, &ne) || !errors.Is(err, errInjected) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("queue %v: Obtain = %v, want the deadline with the store's error, not the holder seen before", queue, err)
+		}
+	}
+}

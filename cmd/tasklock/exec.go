@@ -633,6 +633,11 @@ func (e *execRun) obtainFailed(err error) int {
 		// The store can never grant the lock as asked: retrying cannot help.
 		e.failf("the store cannot grant lock %q as asked: %v", e.c.key, err)
 		return exitUsage
+	case e.c.wait > 0:
+		// Not "held elsewhere": the store failed as the wait ended, and
+		// the holder seen before may be long gone.
+		e.failf("store failed while waiting for lock %q (--wait %v): %v", e.c.key, e.c.wait, err)
+		return exitUnavailable
 	default:
 		e.failf("store failed: %v", err)
 		return exitUnavailable

@@ -255,6 +255,29 @@ func TestExecWaitTimesOut(t *testing.T) {
 	holder.Wait(20 * time.Second)
 }
 
+// A store that goes down while exec waits for the lock ends the wait with
+// exit 69, store unreachable: it was 75, "held by" the holder seen before
+// the store went down, which a cron wrapper takes for "another host ran".
+func TestExecWaitStoreGoesDown(t *testing.T) {
+	t.Parallel()
+	srv := testserver.StartRedis(t)
+	url := "redis://" + srv.Addr()
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer c.Close()
+	stop := filepath.Join(t.TempDir(), "stop")
+	holder := tl.Start(t, []string{"STOP=" + stop}, "exec", "--store", url, "--key", "down", "--owner", "holder-D", "--ttl", "30s", "--", "sh", "-c", waitingChild)
+	holder.WaitOutput("started", 20*time.Second)
+	waiter := tl.Start(t, nil, "exec", "--store", url, "--key", "down", "--wait", "6s", "--", "echo", "must-not-run")
+	waitSubscribed(t, c, waiter)
+	srv.Kill(t)
+	code := waiter.Wait(20 * time.Second)
+	if code != exitUnavailable || strings.Contains(waiter.Stderr(), "holder-D") || !strings.Contains(waiter.Stderr(), "store failed while waiting") || waiter.Stdout() != "" {
+		t.Errorf("exit %d, stdout %q, stderr:\n%s\nwant %d, store unreachable, not the holder seen before", code, waiter.Stdout(), waiter.Stderr(), exitUnavailable)
+	}
+	os.WriteFile(stop, nil, 0o644)
+	holder.Wait(20 * time.Second)
+}
+
 func TestExecUnreachable(t *testing.T) {
 	t.Parallel()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
