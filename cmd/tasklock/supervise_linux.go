@@ -47,6 +47,9 @@ func runSupervise(args []string, stderr io.Writer) int {
 	// is how the supervisor learns that tasklock is gone.
 	syscall.CloseOnExec(3)
 	syscall.CloseOnExec(4)
+	// Non-blocking, so that the control pipe is pollable and takes a read
+	// deadline (killBy).
+	_ = syscall.SetNonblock(3, true)
 	ctl := os.NewFile(3, "control")
 	status := os.NewFile(4, "status")
 	report := func(format string, args ...any) {
@@ -108,31 +111,49 @@ func runSupervise(args []string, stderr io.Writer) int {
 			}
 		}
 	}()
+	// The reader owns killBy: it reads the control pipe with killBy as
+	// its deadline, so that a message tasklock wrote before killBy is
+	// always read before the deadline counts, even when the supervisor
+	// itself was stopped or starved past it.
 	sigc := make(chan syscall.Signal)
-	moved := make(chan int64) // a new killBy
+	moved := make(chan struct{}) // killBy moved later
+	ended := make(chan struct{}) // killBy passed with nothing to read
 	go func() {
 		defer close(sigc)
 		var b [9]byte
+		pending := false // data waits in the pipe: read it before the deadline counts
 		for {
-			if _, err := io.ReadFull(ctl, b[:1]); err != nil {
+			deadline := time.Time{}
+			if killBy != 0 && !pending {
+				deadline = time.Now().Add(time.Duration(killBy - monoNow()))
+			}
+			_ = ctl.SetReadDeadline(deadline)
+			_, err := io.ReadFull(ctl, b[:1])
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				if n, _ := unix.IoctlGetInt(3, unix.TIOCINQ); n > 0 { // FIONREAD
+					pending = true
+					continue
+				}
+				killBy = 0
+				ended <- struct{}{}
+				continue
+			}
+			if err != nil {
 				return // tasklock is gone
 			}
+			pending = false
 			if b[0] != 0 {
 				sigc <- syscall.Signal(b[0])
 				continue
 			}
+			_ = ctl.SetReadDeadline(time.Time{}) // the rest was written with it
 			if _, err := io.ReadFull(ctl, b[1:]); err != nil {
 				return
 			}
-			moved <- int64(binary.BigEndian.Uint64(b[1:]))
+			killBy = int64(binary.BigEndian.Uint64(b[1:]))
+			moved <- struct{}{}
 		}
 	}()
-	killTimer := time.NewTimer(time.Hour)
-	killTimer.Stop()
-	defer killTimer.Stop()
-	if killBy != 0 {
-		killTimer.Reset(time.Duration(killBy - monoNow()))
-	}
 
 	var ws syscall.WaitStatus
 	stopping := false // tasklock passed on a signal since killBy last moved
@@ -153,14 +174,9 @@ func runSupervise(args []string, stderr io.Writer) int {
 				_ = syscall.Kill(-pid, sig)
 				stopping = true
 			}
-		case ns := <-moved:
-			killBy, stopping = ns, false
-			killTimer.Reset(time.Duration(killBy - monoNow()))
-		case <-killTimer.C:
-			if d := time.Duration(killBy - monoNow()); d > 0 {
-				killTimer.Reset(d) // moved while the timer fired
-				continue
-			}
+		case <-moved:
+			stopping = false
+		case <-ended:
 			// The lease ends now, and another holder may obtain the lock
 			// once the store sees it end. A tasklock that is stopping
 			// COMMAND says so itself: it sends SIGKILL at this time too.

@@ -296,3 +296,53 @@ func TestExecFrozenStoreOneStoryOfTheKill(t *testing.T) {
 		t.Errorf("stderr should tell the loss and the SIGTERM, and not blame a stopped tasklock:\n%s", errOut)
 	}
 }
+
+// childPids lists pid's live children, from /proc.
+func childPids(pid int) []int {
+	names, _ := filepath.Glob("/proc/[0-9]*")
+	var out []int
+	for _, dir := range names {
+		p, err := strconv.Atoi(filepath.Base(dir))
+		if err != nil {
+			continue
+		}
+		if ppid, ok := liveParent(p); ok && ppid == pid {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// A supervisor stopped or starved past the lease's end while tasklock
+// renewed the lease must read tasklock's renewals, waiting in its control
+// pipe, before it decides the lease ended: it killed COMMAND under a lock
+// that was held all along.
+func TestExecStoppedSupervisorReadsRenewalsFirst(t *testing.T) {
+	t.Parallel()
+	url, c := redisFor(t)
+	p := tl.Start(t, nil, "exec", "--store", url, "--key", "supstop", "--ttl", "1s", "--kill-grace", "200ms",
+		"--", "sh", "-c", `trap "echo got-hup; exit 0" HUP; echo started; while :; do sleep 0.05; done`)
+	p.WaitOutput("started", 20*time.Second)
+	sup := childPids(p.Process().Pid)
+	if len(sup) != 1 {
+		t.Fatalf("tasklock's children %v, want its supervisor", sup)
+	}
+	if err := syscall.Kill(sup[0], syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Now()
+	t.Cleanup(func() { _ = syscall.Kill(sup[0], syscall.SIGCONT) })
+	// Past the first lease's end, the lock is still held: renewed.
+	clitest.WaitFor(t, 20*time.Second, func() bool {
+		return time.Since(stopped) > 2*time.Second && exists(t, c, lockKey("supstop"))
+	}, "the lease to be renewed past its first end")
+	if err := syscall.Kill(sup[0], syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	// The SIGHUP tasklock passes on reaches the supervisor behind the
+	// renewals: COMMAND gets it unless it was killed first.
+	p.Signal(syscall.SIGHUP)
+	if code := p.Wait(20 * time.Second); code != 0 || !strings.Contains(p.Stdout(), "got-hup") {
+		t.Errorf("exit %d, want 0 (COMMAND's, on the SIGHUP)\nstdout:\n%s\nstderr:\n%s", code, p.Stdout(), p.Stderr())
+	}
+}
