@@ -3,6 +3,7 @@ package schedule
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 
 	"github.com/tasklock/tasklock/ledger"
@@ -26,7 +27,18 @@ type history struct {
 	// queued finds the running records in pending that a later record
 	// with the same key replaces.
 	queued map[ledger.RunKey]*histItem
+	// unwritten holds the final records whose write failed (the store
+	// was down or did not answer), by key, until a later write of the key
+	// succeeds: the sweep writes them again once the store answers
+	// (rewrite). Without it a run that ended during an outage stayed
+	// "running" in history for as long as its node lived, since no node
+	// settles the records of a live node.
+	unwritten map[ledger.RunKey]ledger.RunRecord
 }
+
+// maxUnwritten bounds history.unwritten; records past it are dropped, as
+// every failed record was before (logged by recordFailed).
+const maxUnwritten = 10000
 
 type histItem struct {
 	rs   []ledger.RunRecord
@@ -166,6 +178,7 @@ func (s *Scheduler) writeBatch(batch []*histItem, self *histItem) error {
 			break
 		}
 	}
+	s.hist.track(all, err)
 	for _, b := range batch {
 		switch {
 		case b == self:
@@ -176,6 +189,53 @@ func (s *Scheduler) writeBatch(batch []*histItem, self *histItem) error {
 		}
 	}
 	return err
+}
+
+// track notes the outcome of a write of rs: the final records of a failed
+// write are kept to be written again (rewrite), and a successful write of
+// a key ends the wait of a record kept under it.
+func (h *history) track(rs []ledger.RunRecord, err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err == nil {
+		if len(h.unwritten) > 0 {
+			for i := range rs {
+				delete(h.unwritten, rs[i].Key())
+			}
+		}
+		return
+	}
+	for i := range rs {
+		if !rs[i].Status.Final() {
+			continue // a run's outcome replaces its running record
+		}
+		if h.unwritten == nil {
+			h.unwritten = make(map[ledger.RunKey]ledger.RunRecord)
+		}
+		if _, ok := h.unwritten[rs[i].Key()]; ok || len(h.unwritten) < maxUnwritten {
+			h.unwritten[rs[i].Key()] = rs[i]
+		}
+	}
+}
+
+// rewrite writes again the final records whose write failed, oldest run
+// first. The sweep calls it once the store has answered it.
+func (s *Scheduler) rewrite() {
+	h := &s.hist
+	h.mu.Lock()
+	if len(h.unwritten) == 0 {
+		h.mu.Unlock()
+		return
+	}
+	rs := make([]ledger.RunRecord, 0, len(h.unwritten))
+	for _, r := range h.unwritten {
+		rs = append(rs, r)
+	}
+	h.mu.Unlock()
+	slices.SortFunc(rs, func(a, b ledger.RunRecord) int { return a.End.Compare(b.End) })
+	if err := s.record(rs...); err == nil {
+		s.log.Warn("schedule: wrote the history records a store error had held back", "node", s.node, "records", len(rs))
+	}
 }
 
 func (s *Scheduler) recordFailed(rs []ledger.RunRecord, err error) {

@@ -20,6 +20,10 @@ import (
 // records: so every attempt ends with exactly one final record. If that
 // node was only slow and records the outcome after all, the outcome
 // replaces the interrupted record: still one record.
+//
+// A node's own outcome that could not be written (the store was down) is
+// written again by its next sweep that reads the store: a live node's
+// running records are settled by nobody else.
 
 // maxSweep bounds the running records one sweep reads.
 const maxSweep = 1000
@@ -128,6 +132,7 @@ func (s *Scheduler) sweep(now time.Time) {
 	if err != nil {
 		return
 	}
+	s.rewrite()
 	if len(rs) == 0 {
 		return
 	}
