@@ -154,8 +154,13 @@
 // them with interrupted records (reported with EventRunInterrupted). If the
 // node was only slow and records the outcome after all, the outcome
 // replaces the interrupted record; a tick keeps one record per attempt
-// either way. A node that starts under the name of a stopped one settles
-// that one's running records itself once it holds the node lease. Limits:
+// either way. A node that finds its own node lease gone (the store was out
+// for longer than a lease, or lost its data) judges no other node stopped
+// until a NodeLeaseTTL later: every node lost its lease alike, and the live
+// ones take theirs again at their next sweep. An outcome whose write failed
+// is written again by the node's next sweep that reads the store. A node
+// that starts under the name of a stopped one settles that one's running
+// records itself once it holds the node lease. Limits:
 // a kill between the claim and the running record (while taking the job's
 // lock, or during Job.Jitter) leaves the claimed tick without a record; and
 // should the slow node record its outcome just as another node settles the

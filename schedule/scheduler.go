@@ -217,6 +217,11 @@ type Scheduler struct {
 	nextSweep, nextMark          time.Time
 	claimFails                   int
 	nodes                        nodeList // the last listing of the node leases (sweep.go)
+	// outageAt is when this node last found its own node lease gone (a
+	// store outage longer than the lease, or a store that lost its
+	// data): other nodes lost theirs then too, and are not judged stopped
+	// until a lease TTL later (judging, sweep.go).
+	outageAt time.Time
 	// The node lease: taken by Start (nodeLease) or held by the caller
 	// (Config.NodeLeaseTaken); nodeTaken is when.
 	nodeLease *tasklock.Lock

@@ -80,9 +80,11 @@ func (s *Scheduler) keepNodeLease() {
 	case err != nil && l == nil && errors.Is(err, tasklock.ErrNotObtained):
 		return // still held by the other process; logged by Start
 	case err != nil:
+		s.outageAt = s.clock.Now()
 		s.log.Error("schedule: cannot take the node lease; other nodes may record this node's runs as interrupted", "node", s.node, "key", key, "err", err)
 		return
 	case l != nil:
+		s.outageAt = s.clock.Now()
 		s.log.Warn("schedule: the node lease was lost; took it again", "node", s.node, "key", key, "lost", l.Err())
 	default:
 		s.log.Info("schedule: took the node lease", "node", s.node, "key", key)
@@ -224,7 +226,32 @@ func (s *Scheduler) listNodes(ctx context.Context) (liveNodes, error) {
 		live[name] = later(live[name], now.Add(ttl))
 	}
 	s.nodes = nodeList{live: live, at: now}
+	if _, ok := live[s.node]; !ok && s.leaseTaken() {
+		s.outageAt = now // this node's own lease is gone too (judging)
+	}
 	return live, nil
+}
+
+// leaseTaken reports whether this node's lease was taken (by Start, or by
+// the caller) and is believed held: then a listing should show it.
+func (s *Scheduler) leaseTaken() bool {
+	s.mu.Lock()
+	taken := !s.nodeTaken.IsZero()
+	s.mu.Unlock()
+	return taken && s.holdsOwnLease()
+}
+
+// judging reports whether a node whose lease is missing may be taken for
+// stopped: its running records settled interrupted, its shards and
+// requests taken over. Not within a lease TTL of the time this node found
+// its own lease gone (outageAt): then the store was out for longer than a
+// lease, or lost its data, and every node lost its lease alike; the live
+// ones take theirs again within a sweep. Judging them at once ran their
+// shard-runs a second time, beside or after the first, which had ended ok
+// during the outage (seen by hand: a 25 s Redis outage, 3 nodes). Loop
+// only.
+func (s *Scheduler) judging() bool {
+	return s.outageAt.IsZero() || s.clock.Now().Sub(s.outageAt) >= s.nodeTTL
 }
 
 // recentNodes returns the kept listing when it is younger than age.
@@ -246,7 +273,13 @@ func (s *Scheduler) aliveNodes(ctx context.Context) func(context.Context, string
 			s.log.Error("schedule: listing the node leases", "node", s.node, "err", err)
 			return nil
 		}
+		if !s.judging() {
+			return nil
+		}
 		return func(_ context.Context, node string) bool { return live.has(node) }
+	}
+	if !s.judging() {
+		return nil
 	}
 	return s.nodeChecker()
 }
@@ -257,6 +290,16 @@ func (s *Scheduler) aliveNodes(ctx context.Context) func(context.Context, string
 // up in a fresh listing, read at most once per call of shardAlive. A
 // failed listing tells nothing: every node counts as alive.
 func (s *Scheduler) shardAlive() func(context.Context, string) bool {
+	alive := s.listedAlive()
+	return func(ctx context.Context, node string) bool {
+		// A listing may note an outage (judging): then every node counts
+		// as alive.
+		return alive(ctx, node) || !s.judging()
+	}
+}
+
+// listedAlive is shardAlive but for judging.
+func (s *Scheduler) listedAlive() func(context.Context, string) bool {
 	if s.lister == nil {
 		return s.nodeChecker()
 	}
