@@ -604,7 +604,7 @@ func jobsHistory(ctx context.Context, l ledger.Ledger, q ledger.RunQuery, asJSON
 		dur := "-"
 		if r.Start != nil && r.End != nil {
 			dur = r.End.Sub(*r.Start).Round(time.Millisecond).String()
-			if r.Status == string(ledger.RunInterrupted) {
+			if noticedElsewhere(r.Status, r.Error) {
 				dur = "≤" + dur // its end is when another node noticed
 			}
 		}
@@ -628,4 +628,14 @@ func fenceText(f uint64) string {
 		return "-"
 	}
 	return strconv.FormatUint(f, 10)
+}
+
+// noticedElsewhere reports whether a record of status with error errText is
+// a run that another node recorded interrupted when it found the run's
+// node stopped (the error as schedule/sweep.go writes it): its end is when
+// that node noticed, so end − start only bounds the run. A run its own
+// serve stopped at the end of a shutdown's --grace is interrupted too, with
+// its true end.
+func noticedElsewhere(status, errText string) bool {
+	return status == string(ledger.RunInterrupted) && strings.HasPrefix(errText, "schedule: run interrupted:")
 }

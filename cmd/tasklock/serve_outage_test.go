@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -144,5 +145,32 @@ func TestServeNoRetakeAfterStoreOutage(t *testing.T) {
 				t.Errorf("shard %d of the tick the outage came in: attempt %d %s (%s), want only attempt 1, ok", r.Shard, r.Attempt, r.Status, r.Error)
 			}
 		}
+	}
+}
+
+// TestServeShutdownInterruptedDurationExact: a run that its own serve
+// stops at the end of a shutdown's --grace is recorded interrupted with
+// its true end, so jobs history gives its duration as it is; it used to
+// show it as a bound ("≤1.5s"), and the dashboard said its node had
+// stopped mid-run and another node had noticed, as for a killed node.
+func TestServeShutdownInterruptedDurationExact(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	store := "sqlite://" + filepath.Join(dir, "s.db")
+	out := filepath.Join(dir, "out")
+	cfg := writeConfig(t, dir, "store: "+store+"\njobs:\n"+
+		indent("name: slow\nschedule: \"@every 1s\"\ncommand: [sh, -c, 'touch \"$OUT\"; sleep 30']\n"))
+	p := tl.Start(t, []string{"OUT=" + out}, "serve", "--config", cfg, "--http", "", "--grace", "200ms")
+	p.WaitUntil(30*time.Second, func() bool { return fileExists(out) }, "the run to start")
+	p.Signal(syscall.SIGTERM)
+	if code := p.Wait(30 * time.Second); code != 0 {
+		t.Fatalf("exit %d\n%s", code, p.Stderr())
+	}
+	code, hist, errOut := tl.Run(t, nil, "jobs", "history", "--job", "slow", "--status", "interrupted", "--store", store)
+	if code != 0 || !strings.Contains(hist, "interrupted") {
+		t.Fatalf("jobs history: exit %d\n%s%s", code, hist, errOut)
+	}
+	if strings.Contains(hist, "≤") {
+		t.Errorf("jobs history gives the duration of a run its own serve stopped as a bound:\n%s", hist)
 	}
 }

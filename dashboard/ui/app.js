@@ -246,14 +246,23 @@ async function jobsPage() {
       el("button", { id: "jobs-next", type: "button", disabled: !data.next, onclick: () => { state.jobsAfter.push(data.next); render(); } }, "Next"))];
 }
 
+// noticedElsewhere reports whether r is an interrupted run that another
+// node recorded when it found r's node stopped (its error then starts as
+// schedule/sweep.go writes it): its end is when that node noticed. A run
+// its own serve stopped at the end of a shutdown's --grace is interrupted
+// too, with its true end.
+function noticedElsewhere(r) {
+  return r.status === "interrupted" && (r.error || "").startsWith("schedule: run interrupted:");
+}
+
 // runDur is a run's duration as a table shows it: "—" until it ends; for
-// an interrupted run "≤ " end − start, as its end is when another node
-// noticed its node had stopped, and its command ran for an unknown part
-// of that.
+// a run another node found interrupted "≤ " end − start, as its end is
+// when that node noticed its node had stopped, and its command ran for an
+// unknown part of that.
 function runDur(r) {
   if (!r.start || !r.end) return "—";
   const d = fmtMS(new Date(r.end) - new Date(r.start));
-  if (r.status !== "interrupted") return d;
+  if (!noticedElsewhere(r)) return d;
   return el("span", { class: "dur-bound", title: "its node stopped mid-run: this is until another node noticed; the command ran for an unknown part of it" }, "≤ " + d);
 }
 
@@ -382,8 +391,8 @@ function jobCharts(runs) {
     sec.append(el("p", { class: "muted chart-placeholder" }, "Duration and lateness charts need chart.js."));
     return sec;
   }
-  // An interrupted run's end − start is no duration (runDur): left out.
-  const dur = done.map((r) => [r.tick, r.end && r.status !== "interrupted" ? new Date(r.end) - new Date(r.start) : null]);
+  // A run found interrupted elsewhere has no known duration (runDur): left out.
+  const dur = done.map((r) => [r.tick, r.end && !noticedElsewhere(r) ? new Date(r.end) - new Date(r.start) : null]);
   const late = done.map((r) => [r.tick, new Date(r.start) - new Date(r.tick)]);
   sec.append(
     el("div", { class: "chart-box", id: "job-duration-chart" }, lineChart([{ name: "duration", points: dur }], { label: "duration of the last runs", fmt: fmtMS, height: 150 })),

@@ -27,7 +27,7 @@ async function runPage(id) {
   row("node", "Node", r.node || "—");
   row("fence", "Fence", r.fence ? String(r.fence) : "—");
   row("start", "Started", timeEl(r.start), r.start ? el("span", { class: "muted" }, " " + fmtTime(r.start)) : null);
-  const interrupted = r.status === "interrupted";
+  const interrupted = noticedElsewhere(r);
   row("end", interrupted ? "Found interrupted" : "Ended", timeEl(r.end), r.end ? el("span", { class: "muted" }, " " + fmtTime(r.end)) : null);
   row("lateness", "Lateness", data.lateness_ms === null ? "—" : fmtMS(data.lateness_ms), el("span", { class: "muted" }, " (start − tick)"));
   row("duration", "Duration", data.duration_ms === null ? (r.status === "running" ? "running" : "—")
