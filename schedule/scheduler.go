@@ -200,6 +200,7 @@ type Scheduler struct {
 	// Failures of the polls, logged once and then once a minute while
 	// they go on (a store down logs a line a minute, not one a poll).
 	statesFail, sweepFail repeats.Failure
+	shardsFail            repeats.Failure // reading sharded ticks' history (pollShards)
 
 	// runCtx is the parent of every run's context; cancelRuns ends it when
 	// Shutdown's grace period is over.

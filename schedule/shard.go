@@ -374,6 +374,10 @@ func (s *Scheduler) obtainShard(j *job, w work) (*tasklock.Lock, error) {
 	return s.lk.TryObtain(ctx, key, o)
 }
 
+// shardsAgain is the line pollShards logs when reading sharded ticks'
+// history works again after it failed.
+const shardsAgain = "schedule: reading sharded ticks' history again"
+
 // pollShards looks at the watched ticks that are due: it forgets those
 // whose shards all have an outcome, and when this node is free claims one
 // unclaimed shard or takes over one of a stopped node. Loop only.
@@ -410,8 +414,13 @@ func (s *Scheduler) pollShards(now time.Time) {
 	for _, e := range due {
 		// A whole second: stores may keep ticks to the second.
 		rs, err := s.ledger.Runs(ctx, ledger.RunQuery{Job: e.j.Name, From: e.w.tick, To: e.w.tick.Add(time.Second)})
-		if err != nil {
-			s.log.Error("schedule: reading a sharded tick's history", "node", s.node, "job", e.j.Name, "tick", e.w.tick, "err", err)
+		// Logged once, then once a minute while the store fails: it is
+		// read every poll.
+		if err == nil {
+			s.shardsFail.Log(s.log, now, nil, "", shardsAgain, "node", s.node)
+		} else {
+			s.shardsFail.Log(s.log, now, err, "schedule: reading a sharded tick's history", shardsAgain,
+				"node", s.node, "job", e.j.Name, "tick", e.w.tick)
 			s.mu.Lock()
 			e.next = now.Add(s.poll)
 			s.mu.Unlock()

@@ -83,6 +83,8 @@ func TestServeOutcomeWrittenAfterStoreOutage(t *testing.T) {
 // to find the other's lease missing and take the other's shard-run for
 // stopped: recorded interrupted, and run again as attempt 2 (seen by hand
 // with 3 nodes and a 25 s Redis outage). No shard-run runs twice now.
+// And the failure to read the tick's history, retried every poll during
+// the outage, is logged once, not at every poll.
 func TestServeNoRetakeAfterStoreOutage(t *testing.T) {
 	t.Parallel()
 	srv := testserver.StartRedis(t, testserver.WithRedisArgs("--appendonly", "yes", "--appendfsync", "always"))
@@ -138,6 +140,14 @@ func TestServeNoRetakeAfterStoreOutage(t *testing.T) {
 		return false
 	}, "a tick 16 s after the store came back to run")
 	stopNodes(t, nodes)
+	// A failure that recurs on every poll is logged once, then once a
+	// minute (internal/repeats): it used to be logged at every poll
+	// (500ms), dozens of lines in one outage.
+	for _, n := range nodes {
+		if c := strings.Count(n.Stderr(), `"msg":"schedule: reading a sharded tick's history"`); c > 2 {
+			t.Errorf("the failure to read a sharded tick's history logged %d times in one outage, want at most 2", c)
+		}
+	}
 	for _, r := range rs {
 		if r.Tick.Equal(tick) {
 			t.Logf("tick %s shard %d attempt %d on %s: %s %s", r.Tick.Format(time.RFC3339), r.Shard, r.Attempt, r.Node, r.Status, r.Error)
