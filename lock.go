@@ -126,6 +126,14 @@ func (l *Lock) Done() <-chan struct{} {
 	return *l.done.Load()
 }
 
+// Deadline returns the end of the lock's local validity as its grant or
+// latest renewal set it, a reading of the Locker's Clock: Done closes by
+// then unless a renewal moves it later (it includes ObtainOptions.Grace).
+// It is for work that runs where Done cannot reach it, such as another
+// process: handed this time, again whenever it moves, that work can stop
+// by itself in time even while this process is paused and cannot tell it.
+func (l *Lock) Deadline() time.Time { return l.lk.eng.validUntilOf(l.lease()) }
+
 // Context returns a context that is cancelled when Done closes, with the
 // reason as its cause: context.Cause returns ErrReleased, or an error
 // matching ErrLockLost (ErrMaxHold, ErrStalled, ErrClosed, ...).

@@ -318,6 +318,14 @@ type Run struct {
 	Shard int
 	// Shards is the job's shard count; 0 when it is not sharded.
 	Shards int
+
+	// Deadline, nil when the run holds no lock (OverlapAllow), says when
+	// the run's lock (with MaxConcurrent, its permit) stops being trusted
+	// as its latest renewal set it (tasklock.Lock.Deadline): the handler's
+	// ctx ends by then unless a renewal moves it later. A handler whose
+	// work runs in another process hands it this time, again as it moves,
+	// so that the work stops in time even while this one is paused.
+	Deadline func() time.Time
 }
 
 // job is a validated Job with its parsed schedule and this node's progress

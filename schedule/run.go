@@ -437,6 +437,9 @@ func (s *Scheduler) attempt(parent context.Context, parentCancel context.CancelC
 		Job: j.Name, Tick: w.tick.UTC(), Trigger: w.trigger, Node: s.node,
 		Attempt: n, Fence: fence, CatchUp: w.catchUp, Output: out, Shard: w.shard, Shards: w.shards,
 	}
+	if lock != nil {
+		run.Deadline = lock.Deadline
+	}
 	s.emit(Event{
 		Type: EventRunStarted, Job: j.Name, Tick: run.Tick, Trigger: w.trigger, Shard: w.shard, Shards: w.shards, CatchUp: w.catchUp,
 		Attempt: n, First: n == w.first, Fence: fence, Start: start, Late: start.Sub(run.Tick),

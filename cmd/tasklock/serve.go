@@ -147,7 +147,10 @@ the job's lock is lost or max_hold passes, or the grace period of a
 shutdown ends, the process group gets SIGTERM (then SIGCONT, so that a
 stopped command sees it) and, kill_grace later, SIGKILL. A lost lock is
 signalled kill_grace before the lease could go to another node, so the
-SIGKILL lands before anyone else can run the job.
+SIGKILL lands before anyone else can run the job. On Linux that holds
+while serve itself is paused (SIGSTOP, a stalled VM) too: the command's
+supervisor is told the end of the lease at each renewal and, when it
+comes without word from serve, kills the command and all it started.
 A run whose lock was lost is recorded lost, its error saying why (e.g.
 serve was paused past the lease) and what became of the command: stopped
 by SIGTERM, or, when it had ended by itself before the loss was seen, not
@@ -923,6 +926,10 @@ func jobVars(r schedule.Run) []string {
 		strconv.Itoa(r.Shard), strconv.Itoa(max(r.Shards, 1))}
 }
 
+// leaseEndPoll is how often runCommand looks whether a renewal moved the
+// end of the run's lease, to tell the command's supervisor.
+const leaseEndPoll = 100 * time.Millisecond
+
 // runCommand runs a command job's attempt: see serveUsage.
 func (s *server) runCommand(ctx context.Context, j config.Job, r schedule.Run) error {
 	vars := jobVars(r)
@@ -932,13 +939,32 @@ func (s *server) runCommand(ctx context.Context, j config.Job, r schedule.Run) e
 	}
 	lines := &lineWriter{mu: &s.outMu, w: s.stdout, prefix: "[" + r.Job + "] ", redact: s.redact}
 	out := io.MultiWriter(r.Output, lines)
+	// The lease's end as this node last knew it: the lock's validity
+	// (kill_grace before the lease could end: its Grace) plus kill_grace,
+	// when serve itself sends SIGKILL. The command's supervisor kills the
+	// command and all it started by itself then, should serve be paused
+	// (SIGSTOP, a stalled VM) and unable to; zero without a lock.
+	leaseEnd := func() time.Time {
+		if r.Deadline == nil {
+			return time.Time{}
+		}
+		return r.Deadline().Add(j.KillGrace)
+	}
+	end := leaseEnd()
 	ch, err := startCommand(commandSpec{
 		argv: j.Command, env: childEnv(os.Environ(), set...), stdout: out, stderr: out,
 		// Output that outlives the command is cut off a second after it exits.
 		waitDelay: time.Second,
+		killBy:    end,
 	})
 	if err != nil {
 		return fmt.Errorf("cannot run %s: %w", j.Command[0], err)
+	}
+	var renewed <-chan time.Time // polls the lease's end, which renewals move
+	if !end.IsZero() {
+		t := time.NewTicker(leaseEndPoll)
+		defer t.Stop()
+		renewed = t.C
 	}
 	killTimer := time.NewTimer(time.Hour)
 	killTimer.Stop()
@@ -948,6 +974,13 @@ func (s *server) runCommand(ctx context.Context, j config.Job, r schedule.Run) e
 	stopped := false // SIGTERM was sent because the run ended
 	for {
 		select {
+		case <-renewed:
+			// Also once the run has ended (a timeout): the lock is held,
+			// and renewed, until the command is gone.
+			if e := leaseEnd(); e.After(end) {
+				end = e
+				ch.moveKillBy(e)
+			}
 		case <-ch.done:
 			lines.flush()
 			// Nothing the command started may run on without the lock.

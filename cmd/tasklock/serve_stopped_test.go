@@ -3,13 +3,17 @@
 package main
 
 import (
+	"context"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/tasklock/tasklock/cmd/tasklock/internal/storeurl"
 	"github.com/tasklock/tasklock/internal/clitest"
+	"github.com/tasklock/tasklock/ledger"
 )
 
 // A command that is stopped (SIGSTOP, or SIGTTIN from reading a terminal)
@@ -42,5 +46,57 @@ func TestServeStoppedCommandGetsSIGTERM(t *testing.T) {
 	p.Wait(30 * time.Second)
 	if !strings.Contains(history, "got-term") || strings.Contains(history, "resumed-by-itself") {
 		t.Errorf("the stopped command did not handle SIGTERM:\n%s", history)
+	}
+}
+
+// TestServePausedNodeCommandStopsAtLeaseEnd: a serve node stopped
+// (SIGSTOP) while its job's command runs cannot renew the job's lock nor
+// stop the command, and the lock's lease runs out: another node may then
+// run the job. The command used to run on meanwhile, beside the other
+// node's run (seen by hand: two runs of one job overlapping by 1.6 s).
+// The command's supervisor now kills it, and all it started, when the
+// lease ends as serve last knew it (the lock's validity plus kill_grace,
+// when serve would send SIGKILL itself), before another node can take
+// the lock. The attempt is recorded lost.
+func TestServePausedNodeCommandStopsAtLeaseEnd(t *testing.T) {
+	t.Parallel()
+	url, _ := redisFor(t)
+	dir := t.TempDir()
+	// The command runs once: later ticks' runs find the marker and end.
+	script := `[ -e "$OUT.ran" ] && exit 0; echo $$ > "$OUT.ran"; while :; do sleep 0.02; done`
+	cfg := writeConfig(t, dir, "store: "+url+"\njobs:\n"+
+		indent(fmt.Sprintf("name: paused\nschedule: \"@every 1s\"\nlock_ttl: 2s\nkill_grace: 500ms\ncommand: [sh, -c, %q]\n", script)))
+	out := filepath.Join(dir, "out")
+	nodes := startNodes(t, 1, cfg, out)
+	node := nodes[0]
+	paused := false
+	defer func() {
+		if paused {
+			node.Signal(syscall.SIGCONT)
+		}
+	}()
+	node.WaitUntil(30*time.Second, func() bool { return fileExists(out + ".ran") }, "running the command")
+	pid := clitest.ReadPid(t, out+".ran")
+	node.Signal(syscall.SIGSTOP)
+	paused = true
+	// The lease is 2s: the command is killed within it, while serve is
+	// still stopped.
+	clitest.WaitFor(t, 15*time.Second, func() bool { return !clitest.Alive(pid) }, "the command to be killed while serve is stopped")
+	node.Signal(syscall.SIGCONT)
+	paused = false
+
+	store, closeStore, err := storeurl.Open(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeStore()
+	var lost []ledger.RunRecord
+	clitest.WaitFor(t, 30*time.Second, func() bool {
+		lost, err = store.(ledger.Ledger).Runs(context.Background(), ledger.RunQuery{Job: "paused", Status: ledger.RunLost})
+		return err == nil && len(lost) > 0
+	}, "a lost run in the ledger")
+	stopNodes(t, nodes)
+	if r := lost[0]; !strings.Contains(r.Error, "killed by signal SIGKILL") || !strings.Contains(r.Error, "lock lost") {
+		t.Errorf("recorded %s: %q; want the command killed by SIGKILL and the lock lost", r.Status, r.Error)
 	}
 }

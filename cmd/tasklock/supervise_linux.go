@@ -183,7 +183,7 @@ func runSupervise(args []string, stderr io.Writer) int {
 			// One that neither renewed nor asked for anything is stopped
 			// (SIGSTOP, Ctrl-Z) or starved.
 			if !stopping {
-				fmt.Fprintf(stderr, "tasklock exec: the lease of the lock ends now and tasklock (pid %d) has neither renewed it nor stopped COMMAND (is it stopped or starved?): killing COMMAND (pid %d) and all it started\n",
+				fmt.Fprintf(stderr, "tasklock: the lease of the lock ends now and tasklock (pid %d) has neither renewed it nor stopped the command (is it stopped or starved?): killing the command (pid %d) and all it started\n",
 					os.Getppid(), pid)
 			}
 			killTree(reaped, noChild)

@@ -272,7 +272,7 @@ func TestExecStoppedKillsTreeAtLeaseEnd(t *testing.T) {
 	if code := a.Wait(10 * time.Second); code != exitSoftware {
 		t.Errorf("the resumed holder exited %d, want %d\nstderr:\n%s", code, exitSoftware, a.Stderr())
 	}
-	if !strings.Contains(a.Stderr(), "has neither renewed it nor stopped COMMAND") {
+	if !strings.Contains(a.Stderr(), "has neither renewed it nor stopped the command") {
 		t.Errorf("stderr does not say why COMMAND was killed:\n%s", a.Stderr())
 	}
 	waitTreeGone(t, marker, stopped)
