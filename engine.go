@@ -449,7 +449,9 @@ func (e *engine) context(l *Lock) context.Context {
 	defer e.mu.Unlock()
 	x := e.extra(l)
 	if x.ctx == nil {
-		x.ctx, x.cancel = context.WithCancelCause(withHold(context.Background(), l))
+		var inner context.Context
+		inner, x.cancel = context.WithCancelCause(withHold(context.Background(), l))
+		x.ctx = &leaseContext{Context: inner, l: l}
 		if l.state.ended {
 			x.cancel(l.state.cause)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -277,5 +278,85 @@ func TestRetryDelay(t *testing.T) {
 		if d := retryDelay(attempt, time.Second); d <= 0 || d > 100*time.Millisecond {
 			t.Errorf("retryDelay(%d, 1s) = %v, want within (0, TTL/10]", attempt, d)
 		}
+	}
+}
+
+// jumpClock is a fake clock whose Now can jump ahead without firing any
+// timer: a process resumed after a long pause (SIGSTOP, a VM stall) reads
+// the new time before its engine goroutine has been scheduled again.
+type jumpClock struct {
+	fakeClock
+	jump atomic.Int64
+}
+
+func (c *jumpClock) Now() time.Time { return c.fakeClock.Now().Add(time.Duration(c.jump.Load())) }
+
+// A process resumed past its lease must find the lock's Context, and the
+// context Once and WithLock hand their function, ended before it acts
+// again, as Done is, even while its engine goroutine has not yet run:
+// work that checks ctx.Err() between steps must not take one more step.
+func TestContextEndsOnResumeBeforeTheEngineRuns(t *testing.T) {
+	check := func(t *testing.T, what string, ctx context.Context) {
+		t.Helper()
+		if err := ctx.Err(); err == nil {
+			t.Fatalf("%s: Err() = nil after a pause past the lease", what)
+		}
+		select {
+		case <-ctx.Done():
+		default:
+			t.Fatalf("%s: Done() open after a pause past the lease", what)
+		}
+		if cause := context.Cause(ctx); !errors.Is(cause, ErrLockLost) {
+			t.Fatalf("%s: cause %v, want ErrLockLost", what, cause)
+		}
+	}
+	opts := &ObtainOptions{TTL: 3 * time.Second}
+	for _, c := range []struct {
+		name string
+		run  func(t *testing.T, lk *Locker, clk *jumpClock, fake *fakeclock.Clock)
+	}{
+		{"Lock.Context", func(t *testing.T, lk *Locker, clk *jumpClock, fake *fakeclock.Clock) {
+			l, err := lk.TryObtain(context.Background(), "k", opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := l.Context()
+			settle(t, lk, fake)
+			clk.jump.Store(int64(5 * time.Second))
+			check(t, "Lock.Context", ctx)
+		}},
+		{"WithLock", func(t *testing.T, lk *Locker, clk *jumpClock, fake *fakeclock.Clock) {
+			err := WithLock(context.Background(), lk, "k", opts, func(ctx context.Context) error {
+				settle(t, lk, fake)
+				clk.jump.Store(int64(5 * time.Second))
+				check(t, "WithLock's ctx", ctx)
+				return ctx.Err()
+			})
+			if !errors.Is(err, ErrLockLost) {
+				t.Fatalf("WithLock = %v, want ErrLockLost", err)
+			}
+		}},
+		{"Once", func(t *testing.T, lk *Locker, clk *jumpClock, fake *fakeclock.Clock) {
+			_, err := Once(context.Background(), lk, "k", opts, func(ctx context.Context) error {
+				settle(t, lk, fake)
+				clk.jump.Store(int64(5 * time.Second))
+				check(t, "Once's ctx", ctx)
+				return nil
+			})
+			if !errors.Is(err, ErrLockLost) {
+				t.Fatalf("Once = %v, want ErrLockLost", err)
+			}
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			fake := fakeclock.New()
+			clk := &jumpClock{fakeClock: fakeClock{fake}}
+			lk, err := New(memstore.New(fake), &Config{Owner: "test", Clock: clk})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = lk.Close() })
+			c.run(t, lk, clk, fake)
+		})
 	}
 }

@@ -136,8 +136,59 @@ func (l *Lock) Deadline() time.Time { return l.lk.eng.validUntilOf(l.lease()) }
 
 // Context returns a context that is cancelled when Done closes, with the
 // reason as its cause: context.Cause returns ErrReleased, or an error
-// matching ErrLockLost (ErrMaxHold, ErrStalled, ErrClosed, ...).
+// matching ErrLockLost (ErrMaxHold, ErrStalled, ErrClosed, ...). Like Done,
+// its Done, Err and Value (which context.Cause reads) check the lease's
+// deadline themselves, so work resumed after a long pause that asks this
+// context finds it ended before its engine goroutine has run. A context
+// derived from it (context.WithTimeout, ...) learns of such an end only
+// when that goroutine runs, at once after the resume.
 func (l *Lock) Context() context.Context { return l.lk.eng.context(l) }
+
+// leaseContext is a context that ends no later than l's local validity,
+// also in a process resumed after a pause before the engine goroutine has
+// run: Done, Err and Value look at the deadline first, as Lock.Done does,
+// and end the context at once when it has passed. cancel (nil for the
+// lock's own context, which the engine's end cancels) ends a context made
+// apart from the lock's, as the one Once and WithLock give fn.
+type leaseContext struct {
+	context.Context
+	l      *Lock
+	cancel context.CancelCauseFunc
+}
+
+// check ends c when the lease's local validity has passed. A lease still
+// valid costs one clock read and one atomic load.
+func (c *leaseContext) check() {
+	e, lease := c.l.lk.eng, c.l.lease()
+	if e.clock.Now().Sub(e.base) < time.Duration(lease.validNs.Load()) {
+		return
+	}
+	e.expireIfDue(c.l)
+	if c.cancel != nil {
+		if cause := e.cause(c.l); cause != nil {
+			c.cancel(cause)
+		}
+	}
+}
+
+// Done checks the lease's deadline, then returns the context's channel.
+func (c *leaseContext) Done() <-chan struct{} {
+	c.check()
+	return c.Context.Done()
+}
+
+// Err checks the lease's deadline, then returns the context's error.
+func (c *leaseContext) Err() error {
+	c.check()
+	return c.Context.Err()
+}
+
+// Value checks the lease's deadline, so that context.Cause, which reads
+// the cause through Value, sees an end that Err would, then looks key up.
+func (c *leaseContext) Value(key any) any {
+	c.check()
+	return c.Context.Value(key)
+}
 
 // Err returns nil while the lock is held, and the reason it ended after
 // Done is closed.

@@ -99,7 +99,11 @@ func checkRunArgs(lk *Locker, fn func(ctx context.Context) error) error {
 func runHolding(ctx context.Context, l *Lock, fn func(ctx context.Context) error) (err error) {
 	// fn's context carries the hold, so that Obtain, WithLock or Once on
 	// the same key within fn are reentrant.
-	runCtx, cancel := context.WithCancelCause(withHold(ctx, l))
+	inner, cancel := context.WithCancelCause(withHold(ctx, l))
+	// fn's context checks the lease's deadline itself, as l.Context does:
+	// the AfterFunc below runs on a goroutine of its own, which a process
+	// resumed after a pause may not have run yet when fn looks.
+	runCtx := &leaseContext{Context: inner, l: l, cancel: cancel}
 	lockCtx := l.Context()
 	stop := context.AfterFunc(lockCtx, func() { cancel(context.Cause(lockCtx)) })
 	var fnErr error
