@@ -339,6 +339,9 @@ func (lk *Locker) obtain(ctx context.Context, key string, opts *ObtainOptions, k
 	// when the store answered it: a holder seen before says nothing of a
 	// store that failed since.
 	var failed error
+	if held == nil && err != nil && !errors.Is(err, driver.ErrTryAgain) {
+		failed = err // the first attempt's, above
+	}
 	for attempt := 1; ; attempt++ {
 		l, held, err = lk.try(ctx, key, &o, token)
 		switch {

@@ -531,6 +531,49 @@ func TestObtainDeadlineDuringAttemptNamesHolder(t *testing.T) {
 	<-ev
 }
 
+// downStore refuses the first Acquire, as a store that is down does, and
+// makes every later one outlast the caller's deadline, as a retry that
+// waits out a client's backoff or a dial does. It is a plain driver.Store:
+// no queue, no batches, no notifications.
+type downStore struct {
+	s     *memstore.Store
+	calls atomic.Int32
+}
+
+func (s *downStore) Renew(ctx context.Context, ps []driver.RenewParams) ([]error, error) {
+	return s.s.Renew(ctx, ps)
+}
+
+func (s *downStore) Release(ctx context.Context, p driver.ReleaseParams) error {
+	return s.s.Release(ctx, p)
+}
+
+var errRefused = errors.New("dial tcp 127.0.0.1:1: connect: connection refused")
+
+func (s *downStore) Acquire(ctx context.Context, p driver.AcquireParams) (driver.Grant, error) {
+	if s.calls.Add(1) == 1 {
+		return driver.Grant{}, errRefused
+	}
+	<-ctx.Done()
+	return driver.Grant{}, ctx.Err()
+}
+
+// When Obtain's wait on an unreachable store ends during an attempt, the
+// error still says why the attempts before it failed, not only that the
+// deadline passed.
+func TestObtainDeadlineDuringAttemptKeepsLastError(t *testing.T) {
+	lk := newTestLocker(t, &downStore{s: memstore.New(nil)})
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	_, err := lk.Obtain(ctx, "k", nil)
+	if !errors.Is(err, errRefused) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Obtain = %v, want the store's last error and DeadlineExceeded", err)
+	}
+	if errors.Is(err, ErrNotObtained) {
+		t.Fatalf("Obtain = %v matches ErrNotObtained, but nobody was seen holding the key", err)
+	}
+}
+
 // Grace makes Done close that much before local validity, and is bounded.
 func TestGrace(t *testing.T) {
 	clk := fakeclock.New()
