@@ -55,8 +55,9 @@ func ExampleNew() {
 // grant (see "Safety level").
 func ExampleNew_sentinel() {
 	client := redis.NewFailoverClient(&redis.FailoverOptions{
-		MasterName:    "mymaster",
-		SentinelAddrs: []string{"sentinel-1:26379", "sentinel-2:26379", "sentinel-3:26379"},
+		MasterName:            "mymaster",
+		SentinelAddrs:         []string{"sentinel-1:26379", "sentinel-2:26379", "sentinel-3:26379"},
+		ContextTimeoutEnabled: true,
 	})
 	defer client.Close()
 	store, err := redisstore.New(client, &redisstore.Options{WaitReplicas: 1})
@@ -88,7 +89,8 @@ func ExampleNew_sentinel() {
 // returns a cluster client too when given several addresses.
 func ExampleNew_cluster() {
 	client := redis.NewClusterClient(&redis.ClusterOptions{
-		Addrs: []string{"redis-1:6379", "redis-2:6379", "redis-3:6379"},
+		Addrs:                 []string{"redis-1:6379", "redis-2:6379", "redis-3:6379"},
+		ContextTimeoutEnabled: true,
 	})
 	defer client.Close()
 	store, err := redisstore.New(client, nil)
