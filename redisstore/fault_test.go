@@ -91,8 +91,9 @@ func TestFaultHolderKilled(t *testing.T) {
 }
 
 // (b) The holder process is SIGSTOPped for 2×TTL: another obtains (for
-// steadyTTL); when the first resumes its Done is already closed and none
-// of its writes is accepted after the new holder's. Once it has exited,
+// steadyTTL); when the first resumes its Done is already closed and its
+// Context ended, and none of its writes is accepted after the new
+// holder's. Once it has exited,
 // the lock key holds the new holder's grant, which renews, and a write
 // with its fence is still accepted.
 func TestFaultHolderPaused(t *testing.T) {

@@ -11,8 +11,9 @@
 //     write tried ("WRITE <fence> accepted=<bool>" or "WRITE <fence> error
 //     <err>"), and "LOST <cause>" when Done closes.
 //   - [ReportingHolderMain] and [StartReportingHolder]: "obtained <fence>",
-//     "write <ok> <err>" for every write, "resumed done=closed|open" after a
-//     gap longer than the TTL, and "lost <cause>".
+//     "write <ok> <err>" for every write, "resumed done=closed" (or
+//     "done=closed ctx=open", or "done=open") after a gap longer than the
+//     TTL, and "lost <cause>".
 //   - [KindHolderMain] and [StartKindHolder], for a read side, a write
 //     side or a semaphore's permit: "HELD <mode> <fence>", each critical
 //     section as "ENTER" and "LEAVE" lines with the host clock's time,
@@ -232,9 +233,10 @@ func (h *Holder) CheckResumed(t *testing.T, logPrefix string) {
 // the store with setup, obtains [EnvKey] as owner "holder" with TTL
 // [EnvTTL], prints "obtained <fence>", and while Done is open writes its
 // fence every 10ms, printing "write <ok> <err>". After a gap longer than
-// the TTL (it was stopped) it prints whether Done was already closed
-// before doing anything else; when Done closes it prints "lost <cause>"
-// and exits.
+// the TTL (it was stopped) it prints whether its lock's Context had ended
+// and Done was closed before doing anything else ("resumed done=closed",
+// or "done=closed ctx=open", or "done=open"); when Done closes it prints
+// "lost <cause>" and exits.
 func ReportingHolderMain(t *testing.T, setup SetupFunc) {
 	if testserver.HelperRole() != Role {
 		t.Skip("helper process for the fault tests")
@@ -257,14 +259,22 @@ func ReportingHolderMain(t *testing.T, setup SetupFunc) {
 		os.Exit(1)
 	}
 	fmt.Println("obtained", l.Fence())
+	lctx := l.Context()
 	last := time.Now()
 	for {
 		gap := time.Since(last)
 		last = time.Now()
 		if gap > ttl {
+			// The context first: Done looks at the deadline itself and
+			// would end the context too.
+			ctxEnded := lctx.Err() != nil
 			select {
 			case <-l.Done():
-				fmt.Println("resumed done=closed")
+				if ctxEnded {
+					fmt.Println("resumed done=closed")
+				} else {
+					fmt.Println("resumed done=closed ctx=open")
+				}
 			default:
 				fmt.Println("resumed done=open")
 			}
