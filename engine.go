@@ -45,7 +45,8 @@ type engine struct {
 type renewItem struct {
 	l     *Lock
 	ttl   time.Duration
-	final bool // this renewal takes the lease to MaxHold; none follows
+	asked time.Duration // l's lease length when it was sent, before MaxHold's cap
+	final bool          // this renewal takes the lease to MaxHold; none follows
 }
 
 // pending holds what must happen outside e.mu after a state change.
@@ -78,7 +79,7 @@ func (e *engine) add(l *Lock, ttl time.Duration, sentAt time.Time, final bool) b
 		e.mu.Unlock()
 		return false
 	}
-	l.state.ttl = ttl
+	l.state.ttl, l.state.keptTTL = ttl, ttl
 	l.state.idx = -1
 	e.leaseStarted(l, sentAt, ttl, final)
 	e.schedule(l)
@@ -317,7 +318,7 @@ func (e *engine) startRenewal(l *Lock, now time.Time) (renewItem, bool) {
 		}
 		return renewItem{}, false
 	}
-	it := renewItem{l: l}
+	it := renewItem{l: l, asked: l.state.ttl}
 	it.ttl, it.final = leaseLength(l.state.ttl, l.maxHold, held)
 	l.state.inFlight = true
 	if x := l.state.x; x != nil {
@@ -381,6 +382,7 @@ func (e *engine) renewed(it renewItem, sentAt, now time.Time, r error, p *pendin
 	switch {
 	case r == nil:
 		e.leaseStarted(l, sentAt, it.ttl, it.final)
+		l.state.keptTTL = it.asked
 		l.state.attempts = 0
 		if x := l.state.x; x != nil {
 			x.lastErr = nil
@@ -393,8 +395,24 @@ func (e *engine) renewed(it renewItem, sentAt, now time.Time, r error, p *pendin
 	case errors.Is(r, driver.ErrNotHeld):
 		e.lose(l, fmt.Errorf("%w: the store no longer has this lease", ErrLockLost), p)
 		return
+	case errors.Is(r, driver.ErrUnsupported) && it.asked != l.state.keptTTL:
+		// An Extend asked for a lease length the store does not keep (past
+		// an etcd or ZooKeeper session): the caller's mistake, refused with
+		// the lease untouched. The Extend calls it answers get the refusal;
+		// the lock keeps the length the store last accepted (unless a later
+		// Extend asked for another) and is renewed with it at once.
+		if l.state.ttl == it.asked {
+			l.state.ttl = l.state.keptTTL
+		}
+		if x := l.state.x; x != nil {
+			for _, ch := range x.sentExtends {
+				ch <- fmt.Errorf("tasklock: extend %q: %w", l.key, r)
+			}
+			x.sentExtends = nil
+		}
+		l.state.renewAt = now
 	case errors.Is(r, driver.ErrUnsupported):
-		// Retrying cannot help (e.g. Extend past what the store keeps).
+		// Retrying cannot help: the store refuses the length it kept so far.
 		e.lose(l, fmt.Errorf("%w: the store refused the renewal: %w", ErrLockLost, r), p)
 		return
 	default:
@@ -510,6 +528,8 @@ func (e *engine) extend(ctx context.Context, l *Lock, d time.Duration) error {
 		err = notHeld(l.state.cause)
 	case r != nil && ctx.Err() != nil:
 		err = fmt.Errorf("tasklock: extend %q: %w", l.key, ctx.Err())
+	case errors.Is(r, driver.ErrUnsupported):
+		err = fmt.Errorf("tasklock: extend %q: %w", l.key, r) // refused; still held (renewed)
 	case r != nil:
 		// Unknown outcome: wait for the engine's retry, as the Extend calls
 		// that arrive during a renewal do.

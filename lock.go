@@ -60,6 +60,7 @@ type lockState struct {
 	inFlight   bool          // a renewal for this lock is under way
 	cause      error         // why it ended
 	ttl        time.Duration // the lease length renewals ask for
+	keptTTL    time.Duration // the lease length the store last accepted
 	renewAt    time.Time     // next renewal; zero when none is planned
 	dueAt      time.Time     // the heap's key: when the engine must look next, as last scheduled
 	endCause   error         // the cause if validity passes unrenewed (nil: ErrLockLost)
@@ -208,7 +209,9 @@ func (l *Lock) Heartbeat() {
 // Extend asks the store to make the lease last d from now, and makes d the
 // lease length of later automatic renewals. It never extends past MaxHold.
 // It returns ErrNotHeld (with the cause) when the lock has ended or the
-// store no longer has the lease. ctx bounds the call: when it ends first,
+// store no longer has the lease. A length the store does not keep (longer
+// than an etcd or ZooKeeper session) is refused with an error matching
+// ErrUnsupported: the lock stays held, renewed with the length it had. ctx bounds the call: when it ends first,
 // Extend returns its error, and the Locker's engine renews the lease with
 // the new length itself.
 //

@@ -204,3 +204,59 @@ func TestTxnLimit(t *testing.T) {
 		return err == nil && resp.Count == 0
 	})
 }
+
+// TestExtendPastSession: an Extend longer than the session, which the
+// Store refuses (ErrTTL), is the caller's mistake: Extend returns the
+// refusal, the lock stays held with the lease length it had, and its
+// renewals go on.
+func TestExtendPastSession(t *testing.T) {
+	t.Parallel()
+	srv := testserver.StartEtcd(t)
+	s := newStore(t, newClient(t, srv.Endpoints(), nil), &Options{SessionTTL: 3 * time.Second})
+	renewed := make(chan struct{}, 16)
+	lk, err := tasklock.New(s, &tasklock.Config{Owner: "a", Logger: quietLogger, OnEvent: func(ev tasklock.Event) {
+		if ev.Type == tasklock.EventRenewed {
+			select {
+			case renewed <- struct{}{}:
+			default:
+			}
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk.Close()
+	const ttl = 900 * time.Millisecond
+	l, err := lk.TryObtain(ctxT(t), "k", &tasklock.ObtainOptions{TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = l.Extend(ctxT(t), 10*time.Second)
+	if !errors.Is(err, ErrTTL) || errors.Is(err, tasklock.ErrNotHeld) {
+		t.Fatalf("Extend past the session = %v, want ErrTTL, not ErrNotHeld", err)
+	}
+	if err := l.Err(); err != nil {
+		t.Fatalf("the lock ended after a refused Extend: %v", err)
+	}
+	// Renewed with its old length, several times: still held well past
+	// its TTL.
+	deadline := time.After(10 * time.Second)
+	for range 4 {
+		select {
+		case <-renewed:
+		case <-l.Done():
+			t.Fatalf("the lock ended after a refused Extend: %v", l.Err())
+		case <-deadline:
+			t.Fatal("no renewals within 10s after a refused Extend")
+		}
+	}
+	if err := l.Err(); err != nil {
+		t.Fatalf("the lock ended after a refused Extend: %v", err)
+	}
+	if err := l.Extend(ctxT(t), 2*time.Second); err != nil {
+		t.Fatalf("a valid Extend after a refused one: %v", err)
+	}
+	if err := l.Release(ctxT(t)); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+}
