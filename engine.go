@@ -517,6 +517,9 @@ func (e *engine) extend(ctx context.Context, l *Lock, d time.Duration) error {
 		return fmt.Errorf("tasklock: extend %q: %w", l.key, ErrMaxHold)
 	}
 	r := e.door.extend(ctx, it.params())
+	// Before e.mu: ctx may be a Lock's Context, whose Err takes e.mu when
+	// that lease's deadline has passed.
+	ctxErr := ctx.Err()
 
 	var p pending
 	var answer <-chan error
@@ -526,8 +529,8 @@ func (e *engine) extend(ctx context.Context, l *Lock, d time.Duration) error {
 	switch {
 	case l.state.ended:
 		err = notHeld(l.state.cause)
-	case r != nil && ctx.Err() != nil:
-		err = fmt.Errorf("tasklock: extend %q: %w", l.key, ctx.Err())
+	case r != nil && ctxErr != nil:
+		err = fmt.Errorf("tasklock: extend %q: %w", l.key, ctxErr)
 	case errors.Is(r, driver.ErrUnsupported):
 		err = fmt.Errorf("tasklock: extend %q: %w", l.key, r) // refused; still held (renewed)
 	case r != nil:

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tasklock/tasklock/driver"
 	"github.com/tasklock/tasklock/internal/fakeclock"
 	"github.com/tasklock/tasklock/memstore"
 )
@@ -358,5 +359,51 @@ func TestContextEndsOnResumeBeforeTheEngineRuns(t *testing.T) {
 			t.Cleanup(func() { _ = lk.Close() })
 			c.run(t, lk, clk, fake)
 		})
+	}
+}
+
+// pausingStore fails every renewal after a pause of the process past the
+// lease, which the clock's jump stands for: the call hung, then failed.
+type pausingStore struct {
+	*memstore.Store
+	clk *jumpClock
+}
+
+func (s *pausingStore) Renew(ctx context.Context, ps []driver.RenewParams) ([]error, error) {
+	s.clk.jump.Store(int64(5 * time.Second))
+	return nil, errInjected
+}
+
+// Extend called with the lock's own Context, whose Err looks at the
+// lease's deadline, returns when its renewal fails past that deadline:
+// the engine must not look at ctx while it holds its own lock.
+func TestExtendWithLockContextPastDeadline(t *testing.T) {
+	fake := fakeclock.New()
+	clk := &jumpClock{fakeClock: fakeClock{fake}}
+	lk, err := New(&pausingStore{Store: memstore.New(fake), clk: clk}, &Config{Owner: "test", Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hung atomic.Bool // a deadlocked engine cannot be closed
+	t.Cleanup(func() {
+		if !hung.Load() {
+			_ = lk.Close()
+		}
+	})
+	l, err := lk.TryObtain(context.Background(), "k", &ObtainOptions{TTL: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	settle(t, lk, fake)
+	done := make(chan error, 1)
+	go func() { done <- l.Extend(l.Context(), 3*time.Second) }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrLockLost) && !errors.Is(err, ErrNotHeld) {
+			t.Fatalf("Extend = %v, want the lock's loss", err)
+		}
+	case <-time.After(10 * time.Second):
+		hung.Store(true)
+		t.Fatal("Extend(l.Context(), ...) hung after a failed renewal past the deadline")
 	}
 }
