@@ -244,7 +244,11 @@ func (l *Lock) answer(ctx context.Context, answer <-chan error) error {
 // store no longer had the lease (it expired or was lost before; the error
 // then also matches why the lock ended, as Err does), and nil when called
 // again after a successful Release. It never touches another owner's
-// lease.
+// lease. ctx bounds the store call, except when it ended only because this
+// lock did (it is the lock's Context, or derived from it, as in
+// `ctx := lock.Context(); defer lock.Release(ctx)`): then the release still
+// goes to the store, bounded by 5 s, so the key is not left held until its
+// TTL.
 //
 // Releasing a nested handle (see Locker.Obtain) makes no store call: its
 // own Done closes with ErrReleased and the lease stays with the outer hold;
@@ -265,6 +269,8 @@ func (l *Lock) Release(ctx context.Context) error {
 	if l.minHold > 0 {
 		keep = keepFor(l.minHold, lk.clock.Now().Sub(l.acquiredAt))
 	}
+	ctx, cancel := l.releaseContext(ctx)
+	defer cancel()
 	err := lk.door.release(ctx, driver.ReleaseParams{Key: l.key, Token: l.token, KeepFor: keep, Mode: l.mode})
 	if err != nil {
 		if cause := lk.eng.cause(l); !endsHere && cause != nil && !errors.Is(cause, ErrReleased) {
@@ -288,6 +294,24 @@ func (l *Lock) Release(ctx context.Context) error {
 		lk.emit(Event{Type: EventReleased, Key: l.key, Owner: l.owner, Mode: l.mode, Fence: l.fence})
 	}
 	return nil
+}
+
+// releaseContext returns the context Release calls the store with: ctx,
+// unless ctx ended only because l did (ctx carries l's hold and its cause
+// is l's), in which case the call goes on without ctx's cancellation,
+// bounded by releaseTimeout.
+func (l *Lock) releaseContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if ctx.Err() == nil {
+		return ctx, func() {}
+	}
+	carried := false
+	for n := holdsOf(ctx); n != nil && !carried; n = n.next {
+		carried = n.lock == l
+	}
+	if cause := l.lk.eng.cause(l); !carried || cause == nil || !errors.Is(context.Cause(ctx), cause) {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 }
 
 // notHeld wraps cause as the error Extend returns after a lock ended.

@@ -1141,3 +1141,50 @@ func TestObtainWaitEndsWithStoreDown(t *testing.T) {
 		}
 	}
 }
+
+// Release with the lock's own Context (or a context derived from it), as
+// in `ctx := lock.Context(); defer lock.Release(ctx)`, reaches the store:
+// that context ends because the lock does, and must not cancel the very
+// call that ends it, or the key stays held for a TTL.
+func TestReleaseWithTheLocksOwnContext(t *testing.T) {
+	s := memstore.New(nil)
+	a, b := newTestLocker(t, s), newTestLocker(t, s)
+	for _, c := range []struct {
+		name string
+		ctx  func(l *Lock) (context.Context, context.CancelFunc)
+	}{
+		{"its Context", func(l *Lock) (context.Context, context.CancelFunc) { return l.Context(), func() {} }},
+		{"derived", func(l *Lock) (context.Context, context.CancelFunc) { return context.WithCancel(l.Context()) }},
+	} {
+		l, err := a.TryObtain(context.Background(), "k", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := c.ctx(l)
+		if err := l.Release(ctx); err != nil {
+			t.Errorf("%s: Release = %v", c.name, err)
+		}
+		cancel()
+		if !errors.Is(l.Err(), ErrReleased) {
+			t.Errorf("%s: after Release, Err = %v, want ErrReleased", c.name, l.Err())
+		}
+		l2, err := b.TryObtain(context.Background(), "k", nil)
+		if err != nil {
+			t.Fatalf("%s: the key is still held after Release: %v", c.name, err)
+		}
+		if err := l2.Release(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A caller's own deadline on a context derived from the lock's still
+	// bounds the call.
+	l, err := a.TryObtain(context.Background(), "k", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(l.Context())
+	cancel()
+	if err := l.Release(ctx); !errors.Is(err, context.Canceled) {
+		t.Errorf("Release with a context the caller cancelled = %v, want context.Canceled", err)
+	}
+}
