@@ -79,7 +79,7 @@ func (e *engine) add(l *Lock, ttl time.Duration, sentAt time.Time, final bool) b
 		e.mu.Unlock()
 		return false
 	}
-	l.state.ttl, l.state.keptTTL = ttl, ttl
+	l.state.ttl = ttl
 	l.state.idx = -1
 	e.leaseStarted(l, sentAt, ttl, final)
 	e.schedule(l)
@@ -382,9 +382,11 @@ func (e *engine) renewed(it renewItem, sentAt, now time.Time, r error, p *pendin
 	switch {
 	case r == nil:
 		e.leaseStarted(l, sentAt, it.ttl, it.final)
-		l.state.keptTTL = it.asked
 		l.state.attempts = 0
 		if x := l.state.x; x != nil {
+			if x.keptTTL != 0 {
+				x.keptTTL = it.asked
+			}
 			x.lastErr = nil
 			for _, ch := range x.sentExtends {
 				ch <- nil
@@ -395,21 +397,20 @@ func (e *engine) renewed(it renewItem, sentAt, now time.Time, r error, p *pendin
 	case errors.Is(r, driver.ErrNotHeld):
 		e.lose(l, fmt.Errorf("%w: the store no longer has this lease", ErrLockLost), p)
 		return
-	case errors.Is(r, driver.ErrUnsupported) && it.asked != l.state.keptTTL:
+	case errors.Is(r, driver.ErrUnsupported) && l.state.x != nil && l.state.x.keptTTL != 0 && it.asked != l.state.x.keptTTL:
 		// An Extend asked for a lease length the store does not keep (past
 		// an etcd or ZooKeeper session): the caller's mistake, refused with
 		// the lease untouched. The Extend calls it answers get the refusal;
 		// the lock keeps the length the store last accepted (unless a later
 		// Extend asked for another) and is renewed with it at once.
+		x := l.state.x
 		if l.state.ttl == it.asked {
-			l.state.ttl = l.state.keptTTL
+			l.state.ttl = x.keptTTL
 		}
-		if x := l.state.x; x != nil {
-			for _, ch := range x.sentExtends {
-				ch <- fmt.Errorf("tasklock: extend %q: %w", l.key, r)
-			}
-			x.sentExtends = nil
+		for _, ch := range x.sentExtends {
+			ch <- fmt.Errorf("tasklock: extend %q: %w", l.key, r)
 		}
+		x.sentExtends = nil
 		l.state.renewAt = now
 	case errors.Is(r, driver.ErrUnsupported):
 		// Retrying cannot help: the store refuses the length it kept so far.
@@ -502,6 +503,9 @@ func (e *engine) extend(ctx context.Context, l *Lock, d time.Duration) error {
 		return notHeld(cause)
 	}
 	l = l.lease() // not ended: a nested handle ends with its outer hold
+	if x := e.extra(l); x.keptTTL == 0 {
+		x.keptTTL = l.state.ttl // what the store keeps until it accepts d
+	}
 	l.state.ttl = d
 	if l.state.inFlight {
 		answer := e.awaitRenewal(l, true)

@@ -60,7 +60,6 @@ type lockState struct {
 	inFlight   bool          // a renewal for this lock is under way
 	cause      error         // why it ended
 	ttl        time.Duration // the lease length renewals ask for
-	keptTTL    time.Duration // the lease length the store last accepted
 	renewAt    time.Time     // next renewal; zero when none is planned
 	dueAt      time.Time     // the heap's key: when the engine must look next, as last scheduled
 	endCause   error         // the cause if validity passes unrenewed (nil: ErrLockLost)
@@ -74,10 +73,11 @@ type lockState struct {
 type lockExtra struct {
 	ctx         context.Context
 	cancel      context.CancelCauseFunc
-	lastErr     error        // the error of the last failed renewal call
-	extends     []chan error // Extend calls waiting for a renewal not yet sent
-	sentExtends []chan error // Extend calls answered by the renewal under way
-	nested      []*Lock      // open nested handles on this lease (reentrant.go)
+	lastErr     error         // the error of the last failed renewal call
+	extends     []chan error  // Extend calls waiting for a renewal not yet sent
+	sentExtends []chan error  // Extend calls answered by the renewal under way
+	nested      []*Lock       // open nested handles on this lease (reentrant.go)
+	keptTTL     time.Duration // once Extend changed the lease length: the one the store last accepted
 }
 
 // closedChan is what Done returns for a lock that ended before anyone asked.
