@@ -1188,3 +1188,75 @@ func TestReleaseWithTheLocksOwnContext(t *testing.T) {
 		t.Errorf("Release with a context the caller cancelled = %v, want context.Canceled", err)
 	}
 }
+
+// cappedStore refuses leases longer than a second with ErrUnsupported, as
+// etcdstore and zkstore refuse a TTL past their session; with gate set, a
+// renewal waits for it, so that an Extend arrives while one is under way.
+type cappedStore struct {
+	*memstore.Store
+	gate    atomic.Pointer[chan struct{}]
+	waiting chan struct{}
+}
+
+func (s *cappedStore) Renew(ctx context.Context, ps []driver.RenewParams) ([]error, error) {
+	if g := s.gate.Swap(nil); g != nil {
+		s.waiting <- struct{}{}
+		<-*g
+	}
+	for _, p := range ps {
+		if p.TTL > time.Second {
+			errs := make([]error, len(ps))
+			for i := range errs {
+				errs[i] = fmt.Errorf("capped at 1s: %w", driver.ErrUnsupported)
+			}
+			return errs, nil
+		}
+	}
+	return s.Store.Renew(ctx, ps)
+}
+
+// An Extend the store refuses as too long, arriving while a renewal is
+// under way, is answered with the refusal, and the lock stays held and
+// renewed with its former length.
+func TestExtendRefusedDuringRenewalKeepsLock(t *testing.T) {
+	s := &cappedStore{Store: memstore.New(nil), waiting: make(chan struct{}, 1)}
+	lk := newTestLocker(t, s)
+	gate := make(chan struct{})
+	s.gate.Store(&gate)
+	l, err := lk.TryObtain(context.Background(), "k", &ObtainOptions{TTL: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-s.waiting // the first renewal is under way, held at the gate
+	extended := make(chan error, 1)
+	go func() { extended <- l.Extend(context.Background(), 10*time.Second) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for { // until Extend waits for the renewal under way
+		lk.eng.mu.Lock()
+		n := 0
+		if x := l.state.x; x != nil {
+			n = len(x.extends)
+		}
+		lk.eng.mu.Unlock()
+		if n > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("Extend did not wait for the renewal under way")
+		}
+		time.Sleep(time.Millisecond) // polling a condition
+	}
+	close(gate)
+	if err := <-extended; !errors.Is(err, ErrUnsupported) || errors.Is(err, ErrNotHeld) {
+		t.Fatalf("Extend = %v, want the store's refusal, not ErrNotHeld", err)
+	}
+	// Three lease lengths later the lock is still held: renewed at 300ms.
+	select {
+	case <-l.Done():
+		t.Fatalf("the lock ended after a refused Extend: %v", l.Err())
+	case <-time.After(time.Second):
+	}
+	if err := l.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
