@@ -1176,9 +1176,30 @@ func TestReleaseWithTheLocksOwnContext(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// A lock that stalled (no Heartbeat) keeps its lease at the store until
+	// its TTL; releasing it with its Context, cancelled by the stall, still
+	// frees the key.
+	l, err := a.TryObtain(context.Background(), "k", &ObtainOptions{ProgressTimeout: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-l.Done()
+	if !errors.Is(l.Err(), ErrStalled) {
+		t.Fatalf("Err = %v, want ErrStalled", l.Err())
+	}
+	if err := l.Release(l.Context()); err != nil {
+		t.Errorf("stalled: Release = %v", err)
+	}
+	l2, err := b.TryObtain(context.Background(), "k", nil)
+	if err != nil {
+		t.Fatalf("stalled: the key is still held after Release: %v", err)
+	}
+	if err := l2.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	// A caller's own deadline on a context derived from the lock's still
 	// bounds the call.
-	l, err := a.TryObtain(context.Background(), "k", nil)
+	l, err = a.TryObtain(context.Background(), "k", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
