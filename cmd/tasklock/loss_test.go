@@ -133,18 +133,8 @@ func TestServePausedNodeRecordsLossTruly(t *testing.T) {
 	node.Signal(syscall.SIGCONT)
 	paused = false
 
-	store, closeStore, err := storeurl.Open(context.Background(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer closeStore()
-	var lost []ledger.RunRecord
-	clitest.WaitFor(t, 30*time.Second, func() bool {
-		lost, err = store.(ledger.Ledger).Runs(context.Background(), ledger.RunQuery{Job: "paused", Status: ledger.RunLost})
-		return err == nil && len(lost) > 0
-	}, "a lost run in the ledger")
+	r := waitLostRun(t, url, "paused")
 	stopNodes(t, nodes)
-	r := lost[0]
 	t.Logf("recorded: %s: %s", r.Status, r.Error)
 	if strings.Contains(r.Error, "command stopped") || strings.Contains(r.Error, "SIGTERM") {
 		t.Errorf("error %q says the command was stopped; it ended by itself", r.Error)
@@ -155,6 +145,23 @@ func TestServePausedNodeRecordsLossTruly(t *testing.T) {
 	if strings.Contains(r.Error, "command") && !strings.Contains(r.Error, "command exited with status 0 by itself, not signalled") {
 		t.Errorf("error %q does not say the command exited with status 0 by itself", r.Error)
 	}
+}
+
+// waitLostRun waits for a run of job recorded lost in the ledger at url
+// and returns it.
+func waitLostRun(t *testing.T, url, job string) ledger.RunRecord {
+	t.Helper()
+	store, closeStore, err := storeurl.Open(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeStore()
+	var lost []ledger.RunRecord
+	clitest.WaitFor(t, 30*time.Second, func() bool {
+		lost, err = store.(ledger.Ledger).Runs(context.Background(), ledger.RunQuery{Job: job, Status: ledger.RunLost})
+		return err == nil && len(lost) > 0
+	}, "a lost run of "+job+" in the ledger")
+	return lost[0]
 }
 
 // TestExecZooKeeperFrozenExitsSoon is TestExecRedisFrozenNamesStore on

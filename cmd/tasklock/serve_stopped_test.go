@@ -3,7 +3,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -11,9 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tasklock/tasklock/cmd/tasklock/internal/storeurl"
 	"github.com/tasklock/tasklock/internal/clitest"
-	"github.com/tasklock/tasklock/ledger"
 )
 
 // A command that is stopped (SIGSTOP, or SIGTTIN from reading a terminal)
@@ -85,18 +82,9 @@ func TestServePausedNodeCommandStopsAtLeaseEnd(t *testing.T) {
 	node.Signal(syscall.SIGCONT)
 	paused = false
 
-	store, closeStore, err := storeurl.Open(context.Background(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer closeStore()
-	var lost []ledger.RunRecord
-	clitest.WaitFor(t, 30*time.Second, func() bool {
-		lost, err = store.(ledger.Ledger).Runs(context.Background(), ledger.RunQuery{Job: "paused", Status: ledger.RunLost})
-		return err == nil && len(lost) > 0
-	}, "a lost run in the ledger")
+	r := waitLostRun(t, url, "paused")
 	stopNodes(t, nodes)
-	if r := lost[0]; !strings.Contains(r.Error, "killed by signal SIGKILL") || !strings.Contains(r.Error, "lock lost") {
+	if !strings.Contains(r.Error, "killed by signal SIGKILL") || !strings.Contains(r.Error, "lock lost") {
 		t.Errorf("recorded %s: %q; want the command killed by SIGKILL and the lock lost", r.Status, r.Error)
 	}
 }
