@@ -144,7 +144,7 @@
 // record yet claims the tick itself, so that the schedule does not run it
 // again, and a backfill that finds the schedule's run just claimed it
 // waits (up to 5 s) for that run's record: it runs the tick only if that
-// run was skipped.
+// run was skipped or left no record by then.
 //
 // Each Scheduler holds a node lease (the lock Config.NodeKeyPrefix +
 // Config.Node, taken by Start, or held by the caller: see
