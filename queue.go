@@ -40,6 +40,11 @@ func (lk *Locker) obtainQueued(ctx context.Context, key string, o *resolved, sta
 			if failing = errors.As(err, &fw); failing {
 				err = fw.err
 			}
+			if held == nil && !failing && ctx.Err() != nil {
+				// Queued, and the wait ended before the store said who
+				// holds the key: not obtained all the same.
+				held = &NotObtainedError{Key: key}
+			}
 		}
 		if lk.closing.Err() != nil {
 			return nil, ErrClosed

@@ -1281,3 +1281,39 @@ func TestExtendRefusedDuringRenewalKeepsLock(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// fairUnseen is a store whose only queue is kept on request (a
+// driver.FairQueuer, as sqlitestore's) and whose tickets never say who
+// holds the key: a wait cut short before the store's first look.
+type fairUnseen struct {
+	driver.Store
+	q driver.Queuer
+}
+
+func (s fairUnseen) EnqueueFair(ctx context.Context, p driver.AcquireParams) (driver.Ticket, error) {
+	t, err := s.q.Enqueue(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	return unseenTicket{t}, nil
+}
+
+type unseenTicket struct{ driver.Ticket }
+
+func (unseenTicket) Holder() *driver.HeldError { return nil }
+
+// TestFairWaitEndsUnseenHolder: a fair wait that ends before the store has
+// said who holds the key still returns a *NotObtainedError matching the
+// context's error, as Obtain's doc says; it returned the bare context
+// error (sqlitestore's conformance test saw it in 1 to 3 runs of 100).
+func TestFairWaitEndsUnseenHolder(t *testing.T) {
+	ms := memstore.New(nil)
+	if _, err := newTestLocker(t, ms).TryObtain(context.Background(), "k", nil); err != nil {
+		t.Fatal(err)
+	}
+	_, err := newTestLocker(t, fairUnseen{Store: ms, q: ms}).Obtain(context.Background(), "k", &ObtainOptions{Fair: true, Wait: 50 * time.Millisecond})
+	var ne *NotObtainedError
+	if !errors.As(err, &ne) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Obtain = %v, want a *NotObtainedError matching context.DeadlineExceeded", err)
+	}
+}
