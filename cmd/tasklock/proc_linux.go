@@ -12,8 +12,6 @@ import (
 	"sync"
 	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // childAttr puts a child in its own process group, so that signals reach
@@ -128,11 +126,7 @@ func startCommand(sp commandSpec) (*command, error) {
 // supervisor, another process, reads too (Go's monotonic readings are
 // private to a process). It errs early: a pause between its two clock
 // reads moves the result earlier, never later.
-func monoNs(t time.Time) int64 {
-	var ts unix.Timespec
-	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
-	return ts.Nano() + int64(time.Until(t))
-}
+func monoNs(t time.Time) int64 { return monoNow() + int64(time.Until(t)) }
 
 // killByMessage is the control pipe's message that moves the supervisor's
 // kill time to ns (CLOCK_MONOTONIC): a 0 byte, which is no signal, then ns
