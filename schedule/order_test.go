@@ -75,8 +75,15 @@ func TestOlderTickClaimedAheadDoesNotRunAfterNewer(t *testing.T) {
 	c.settle(false)
 	c.advance(time.Second) // the newer tick is claimed ahead
 	c.settle(false)
+	// The newer tick's run waits for its tick on a timer armed from the
+	// clock it read: moving the clock before the timer is armed would arm
+	// it 500 ms late, and the tick would never come.
+	newer := older.Add(time.Second)
+	waitFor(t, "the newer tick's running record and timer", func() bool {
+		return pendingOf(c, "j", newer) != nil && c.clock.armed() == len(c.nodes)+1
+	})
 	c.advance(500 * time.Millisecond)
-	checkOvertaken(t, c, g, rec, older, older.Add(time.Second))
+	checkOvertaken(t, c, g, rec, older, newer)
 }
 
 // checkOvertaken waits for the newer tick's run to end, lets the older
