@@ -84,6 +84,9 @@ func testPermitHolderKilled(t *testing.T) {
 	})
 	stopA()
 	stopB()
+	if !log.Both("a", mine, "b", l) {
+		t.Fatalf("a permit ended: a's %v, b's %v", mine.Err(), l.Err())
+	}
 	if most := faulttest.CheckSections(t, 2, h.Sections(), log.List()); most != 2 {
 		t.Errorf("at most %d sections at once, want 2 (the permits are shared)", most)
 	}

@@ -124,6 +124,19 @@ func (s *Sections) Loop(holder string, l *tasklock.Lock, act func()) (stop func(
 	}
 }
 
+// Both runs one critical section of b, held by hb, inside one of a, held
+// by ha: two holders in their sections at once, as a semaphore's permits
+// or two readers allow. Loops overlap only as their timing falls (two
+// loops of one period can stay out of phase), so a test that checks the
+// holders overlapped at all (CheckSections's most) calls Both, with no
+// Loop of a or b running, for an overlap it can count on. It reports
+// whether both sections ran: false when either lock had ended.
+func (s *Sections) Both(ha string, a *tasklock.Lock, hb string, b *tasklock.Lock) bool {
+	inner := false
+	outer := s.Do(ha, a, func() { inner = s.Do(hb, b, nil) })
+	return outer && inner
+}
+
 // List returns the sections logged so far.
 func (s *Sections) List() []Section {
 	s.mu.Lock()

@@ -154,3 +154,35 @@ func TestCheckSections(t *testing.T) {
 		}
 	}
 }
+
+// Both's sections overlap, however fast the machine: CheckSections counts
+// two open at once, and a lock that ended runs no section.
+func TestSectionsBoth(t *testing.T) {
+	lk, err := tasklock.New(memstore.New(nil), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk.Close()
+	ctx := context.Background()
+	var held [2]*tasklock.Lock
+	for i := range held {
+		if held[i], err = lk.Semaphore("pool", 2).TryAcquire(ctx, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var log Sections
+	if !log.Both("a", held[0], "b", held[1]) {
+		t.Fatal("Both did not run the sections of two held permits")
+	}
+	if most := CheckSections(t, 2, log.List()); most != 2 {
+		t.Fatalf("at most %d sections at once after Both, want 2", most)
+	}
+	_ = held[1].Release(ctx)
+	if log.Both("a", held[0], "b", held[1]) {
+		t.Fatal("Both reported a section of a released permit")
+	}
+	if n := len(log.List()); n != 3 {
+		t.Fatalf("%d sections, want 3: Both's two, then a's alone", n)
+	}
+	_ = held[0].Release(ctx)
+}

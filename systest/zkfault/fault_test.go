@@ -116,6 +116,9 @@ func testPermitBlackholed(t *testing.T) {
 	for _, stop := range stops {
 		stop()
 	}
+	if !log.Both("other", kept, "next", next) {
+		t.Fatalf("a permit ended: kept's %v, next's %v", kept.Err(), next.Err())
+	}
 	if most := faulttest.CheckSections(t, 2, log.List()); most != 2 {
 		t.Errorf("at most %d sections at once, want 2", most)
 	}
