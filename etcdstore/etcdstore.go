@@ -454,9 +454,14 @@ var errLeft = errors.New("the caller left")
 // alive (a writer's waiting entry left behind after a cancelled Lock was
 // seen so). It runs on, bounded by the session TTL and Close, and once
 // etcd has answered, the keys in put, which it may have put, go to the
-// reaper. A caller that left gets errLeft.
+// reaper. A caller that left gets errLeft. A ctx that never ends (no
+// deadline of the caller's) does not leave, and its Txn has the same bound:
+// etcd's answer is not awaited past the session TTL, as a client blocks
+// until etcd answers, forever while it is down.
 func (s *Store) commit(ctx context.Context, ss *session, put []string, build func(context.Context, *session) clientv3.Txn) (*clientv3.TxnResponse, error) {
 	if ctx.Done() == nil {
+		ctx, cancel := bounded(ctx, ss.ttl)
+		defer cancel()
 		return build(ctx, ss).Commit()
 	}
 	type answer struct {
@@ -492,6 +497,16 @@ func (s *Store) commit(ctx context.Context, ss *session, put []string, build fun
 		close(left)
 		return nil, errLeft
 	}
+}
+
+// bounded returns ctx, or when ctx has no deadline, ctx bounded by d: etcd's
+// client waits for an answer as long as its ctx lets it, which is forever
+// while etcd is down, and a call to the Store must end with an error then.
+func bounded(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, d)
 }
 
 // keepHeld records the key ek, which this Store just put (or found put)
@@ -547,6 +562,8 @@ func (s *Store) heldError(ctx context.Context, resp *clientv3.TxnResponse) error
 // by the lock TTL the holder asked for (which its own Store enforces), or
 // that TTL alone when etcd cannot tell.
 func (s *Store) remaining(ctx context.Context, lease clientv3.LeaseID, lockTTL time.Duration) time.Duration {
+	ctx, cancel := bounded(ctx, s.ttl)
+	defer cancel()
 	r, err := s.c.TimeToLive(ctx, lease)
 	if err != nil || r.TTL < 0 {
 		return lockTTL
@@ -572,6 +589,8 @@ func (s *Store) Release(ctx context.Context, p driver.ReleaseParams) error {
 	if err := s.Kinds(p.Mode); err != nil {
 		return fmt.Errorf("etcdstore: release %q: %w", p.Key, err)
 	}
+	ctx, cancel := bounded(ctx, s.ttl) // the session lease ends the entry by then
+	defer cancel()
 	wk := ""
 	if p.Mode == driver.ModeWrite {
 		wk = s.waitKey(p.Key, p.Token)
