@@ -248,7 +248,8 @@ func (l *Lock) answer(ctx context.Context, answer <-chan error) error {
 // lock did (it is the lock's Context, or derived from it, as in
 // `ctx := lock.Context(); defer lock.Release(ctx)`): then the release still
 // goes to the store, bounded by 5 s, so the key is not left held until its
-// TTL.
+// TTL. A ctx with no deadline is bounded by 5 s (and up to an eighth more)
+// too: a store that stopped answering ends the release with its error.
 //
 // Releasing a nested handle (see Locker.Obtain) makes no store call: its
 // own Done closes with ErrReleased and the lease stays with the outer hold;
@@ -271,7 +272,12 @@ func (l *Lock) Release(ctx context.Context) error {
 	}
 	ctx, cancel := l.releaseContext(ctx)
 	defer cancel()
-	err := lk.door.release(ctx, driver.ReleaseParams{Key: l.key, Token: l.token, KeepFor: keep, Mode: l.mode})
+	rctx, stop := lk.releaseBounds.bound(ctx, releaseTimeout) // bound.go
+	defer stop()
+	err := lk.door.release(rctx, driver.ReleaseParams{Key: l.key, Token: l.token, KeepFor: keep, Mode: l.mode})
+	if err != nil && unanswered(ctx, rctx) {
+		err = fmt.Errorf("the store did not answer within %v: %w", releaseTimeout, err)
+	}
 	if err != nil {
 		if cause := lk.eng.cause(l); !endsHere && cause != nil && !errors.Is(cause, ErrReleased) {
 			// It had ended (lost, MaxHold, ...): say why, as Extend does.

@@ -37,6 +37,10 @@ type Locker struct {
 	endAll    context.CancelFunc
 	closeOnce sync.Once
 
+	// obtainBounds and releaseBounds bound the store calls of a ctx with
+	// no deadline (bound.go).
+	obtainBounds, releaseBounds callBounds
+
 	tokenSeed [8]byte       // random per Locker, from crypto/rand
 	tokenSeq  atomic.Uint64 // makes every token of this Locker distinct
 }
@@ -145,7 +149,8 @@ func (lk *Locker) releaseAll(held []*Lock) []error {
 // RedLock). The error then (or when the last attempt was undecided) says
 // the store could not decide: it wraps the store's last error (and
 // driver.ErrTryAgain) and does not match ErrNotObtained, as the key may be
-// free. ctx bounds the call, never the lock: a held lock lives
+// free. ctx bounds the call, never the lock (with no deadline, an attempt
+// is bounded by its lease's TTL, as Obtain's are): a held lock lives
 // until Release or loss. Like Obtain, it is reentrant for a ctx that
 // carries this Locker's live lock on key.
 func (lk *Locker) TryObtain(ctx context.Context, key string, opts *ObtainOptions) (*Lock, error) {
@@ -250,7 +255,11 @@ func (lk *Locker) resolveKind(key string, opts *ObtainOptions, k kind) (resolved
 // the lock, ctx's error, ErrClosed, or a store error it cannot retry. A
 // store failure (a connection error, a missing quorum) ends the wait at once
 // when ctx has no deadline; otherwise it is retried with backoff until the
-// deadline.
+// deadline. Each attempt of a ctx with no deadline is bounded by the
+// lease's TTL (and up to an eighth more), since an answer after it could
+// not be trusted: a store that stopped answering (a paused server, a
+// silent network) ends the attempt with its error, which says so, instead
+// of holding the call for as long as the store's client waits.
 //
 // Obtain is reentrant within a call chain: when ctx is, or derives from,
 // the Context of a live Lock this Locker obtained on key — directly, or
@@ -440,13 +449,18 @@ func (lk *Locker) try(ctx context.Context, key string, o *resolved, token string
 		token = lk.newToken()
 	}
 	sentAt := lk.clock.Now()
-	g, err := lk.door.acquire(ctx, driver.AcquireParams{Key: key, Token: token, Owner: o.owner, TTL: ttl, Mode: o.mode, Limit: o.limit})
+	actx, cancel := lk.obtainBounds.bound(ctx, ttl) // bound.go
+	g, err := lk.door.acquire(actx, driver.AcquireParams{Key: key, Token: token, Owner: o.owner, TTL: ttl, Mode: o.mode, Limit: o.limit})
+	cancel()
 	if err != nil {
 		var he *driver.HeldError
 		if errors.As(err, &he) {
 			ne := &NotObtainedError{Key: key, Owner: he.Owner, TTL: he.TTL}
 			lk.emit(Event{Type: EventNotObtained, Key: key, Owner: o.owner, Mode: o.mode, Err: ne})
 			return nil, ne, ne
+		}
+		if unanswered(ctx, actx) {
+			return nil, nil, fmt.Errorf("tasklock: obtain %q: the store did not answer within the lease's TTL (%v): %w", key, ttl, err)
 		}
 		return nil, nil, fmt.Errorf("tasklock: obtain %q: %w", key, err)
 	}
