@@ -165,6 +165,7 @@ func TestFaults(t *testing.T) {
 		{"KindHolderKilled", testKindHolderKilled},
 		{"KindHolderPaused", testKindHolderPaused},
 		{"KindsServerRestarted", testKindsServerRestarted},
+		{"ServerPaused", testServerPaused},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -175,6 +176,34 @@ func TestFaults(t *testing.T) {
 				})
 			}
 		})
+	}
+}
+
+// testServerPaused: the server is SIGSTOPped (its sockets stay open, and
+// silent). A TryObtain and a Release with no deadline of the caller's end
+// with the store's error all the same, the first within its lease's TTL
+// and an eighth (the Locker's bound: before, both waited for as long as the
+// server was paused); once the server resumes, a lock is obtained again.
+func testServerPaused(t *testing.T, mode Mode) {
+	r := newRestartEnv(t, mode)
+	const ttl = time.Second
+	held, err := r.a.Obtain(ctxT(t), "held", &tasklock.ObtainOptions{TTL: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.srv.Stop(t)
+	faulttest.Unanswered(t, "TryObtain", ttl+ttl/8, func() error {
+		_, err := r.b.TryObtain(context.Background(), "job", &tasklock.ObtainOptions{TTL: ttl})
+		return err
+	})
+	faulttest.Unanswered(t, "Release", 6*time.Second, func() error { return held.Release(context.Background()) })
+	r.srv.Cont(t)
+	l, err := r.b.Obtain(ctxT(t), "job", &tasklock.ObtainOptions{TTL: ttl})
+	if err != nil {
+		t.Fatalf("after the server resumed: %v", err)
+	}
+	if err := l.Release(ctxT(t)); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -518,3 +518,29 @@ func CheckHistory(t testing.TB, hist []Write, from uint64) map[string]int {
 	}
 	return counts
 }
+
+// Unanswered runs call, a call made with no deadline to a store that does
+// not answer (paused, down), and fails the test unless it returns an error
+// within limit (and a second more, for a busy machine). It returns that
+// error.
+func Unanswered(t testing.TB, what string, limit time.Duration, call func() error) error {
+	t.Helper()
+	start := time.Now()
+	errc := make(chan error, 1)
+	go func() { errc <- call() }()
+	select {
+	case err := <-errc:
+		took := time.Since(start)
+		t.Logf("%s to a store that does not answer, with no deadline: %v after %v", what, err, took.Round(time.Millisecond))
+		switch {
+		case err == nil || errors.Is(err, tasklock.ErrNotObtained):
+			t.Errorf("%s to a store that does not answer: %v, want the store's error", what, err)
+		case took > limit+time.Second:
+			t.Errorf("%s took %v, want at most %v", what, took, limit)
+		}
+		return err
+	case <-time.After(limit + 10*time.Second): // a bound on a hang, far above the limit
+		t.Fatalf("%s to a store that does not answer, with no deadline, had not returned %v later", what, limit+10*time.Second)
+		return nil
+	}
+}
