@@ -253,6 +253,42 @@ func TestHolderPaused(t *testing.T) {
 	}
 }
 
+// TestServerPaused: the server is SIGSTOPped (its sockets stay open, and
+// silent). A TryObtain and a Release with no deadline of the caller's end
+// with the store's error all the same, the first within its lease's TTL
+// and an eighth (the Locker's bound, bound.go); once the server resumes, a
+// lock is obtained again.
+func TestServerPaused(t *testing.T) {
+	t.Parallel()
+	for _, mode := range modes {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			srv := testserver.StartMariaDB(t)
+			s := mustNew(t, openDB(t, srv.CreateDB(t)), &Options{Mode: mode, Migrate: true})
+			a, b := newFaultLocker(t, s, "a"), newFaultLocker(t, s, "b")
+			held, err := a.Obtain(ctxT(t), "held", &tasklock.ObtainOptions{TTL: 10 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			const ttl = time.Second
+			srv.Stop(t)
+			faulttest.Unanswered(t, "TryObtain", ttl+ttl/8, func() error {
+				_, err := b.TryObtain(context.Background(), faultKey, &tasklock.ObtainOptions{TTL: ttl})
+				return err
+			})
+			faulttest.Unanswered(t, "Release", 6*time.Second, func() error { return held.Release(context.Background()) })
+			srv.Cont(t)
+			l, err := b.Obtain(ctxT(t), faultKey, &tasklock.ObtainOptions{TTL: ttl})
+			if err != nil {
+				t.Fatalf("after the server resumed: %v", err)
+			}
+			if err := l.Release(ctxT(t)); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
 // TestServerRestart: the database is killed and restarted while a lock is
 // held. Lease mode: a restart shorter than the lease leaves the lease in
 // force (rows are durable) and the holder keeps it; a server down past the
