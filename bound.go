@@ -52,7 +52,8 @@ func (b *callBounds) bound(ctx context.Context, d time.Duration) (context.Contex
 func noCancel() {}
 
 // unanswered reports whether the call made with bounded, the bound of ctx,
-// ended because of the bound alone.
+// ended because of the bound alone. (When bound returned ctx itself, the
+// two errors are one, and it is false.)
 func unanswered(ctx, bounded context.Context) bool {
-	return bounded != ctx && bounded.Err() != nil && ctx.Err() == nil
+	return bounded.Err() != nil && ctx.Err() == nil
 }

@@ -270,15 +270,13 @@ func (l *Lock) Release(ctx context.Context) error {
 	if l.minHold > 0 {
 		keep = keepFor(l.minHold, lk.clock.Now().Sub(l.acquiredAt))
 	}
-	ctx, cancel := l.releaseContext(ctx)
+	rctx, cancel := l.releaseContext(ctx)
 	defer cancel()
-	rctx, stop := lk.releaseBounds.bound(ctx, releaseTimeout) // bound.go
-	defer stop()
 	err := lk.door.release(rctx, driver.ReleaseParams{Key: l.key, Token: l.token, KeepFor: keep, Mode: l.mode})
-	if err != nil && unanswered(ctx, rctx) {
-		err = fmt.Errorf("the store did not answer within %v: %w", releaseTimeout, err)
-	}
 	if err != nil {
+		if unanswered(ctx, rctx) {
+			err = fmt.Errorf("the store did not answer within %v: %w", releaseTimeout, err)
+		}
 		if cause := lk.eng.cause(l); !endsHere && cause != nil && !errors.Is(cause, ErrReleased) {
 			// It had ended (lost, MaxHold, ...): say why, as Extend does.
 			err = fmt.Errorf("%w; the lock had ended: %w", err, cause)
@@ -303,12 +301,13 @@ func (l *Lock) Release(ctx context.Context) error {
 }
 
 // releaseContext returns the context Release calls the store with: ctx,
-// unless ctx ended only because l did (ctx carries l's hold and its cause
-// is l's), in which case the call goes on without ctx's cancellation,
-// bounded by releaseTimeout.
+// bounded by releaseTimeout when it has no deadline (bound.go), unless ctx
+// ended only because l did (ctx carries l's hold and its cause is l's), in
+// which case the call goes on without ctx's cancellation, bounded by
+// releaseTimeout too.
 func (l *Lock) releaseContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	if ctx.Err() == nil {
-		return ctx, func() {}
+		return l.lk.releaseBounds.bound(ctx, releaseTimeout)
 	}
 	carried := false
 	for n := holdsOf(ctx); n != nil && !carried; n = n.next {

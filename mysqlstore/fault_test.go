@@ -265,26 +265,7 @@ func TestServerPaused(t *testing.T) {
 			t.Parallel()
 			srv := testserver.StartMariaDB(t)
 			s := mustNew(t, openDB(t, srv.CreateDB(t)), &Options{Mode: mode, Migrate: true})
-			a, b := newFaultLocker(t, s, "a"), newFaultLocker(t, s, "b")
-			held, err := a.Obtain(ctxT(t), "held", &tasklock.ObtainOptions{TTL: 10 * time.Second})
-			if err != nil {
-				t.Fatal(err)
-			}
-			const ttl = time.Second
-			srv.Stop(t)
-			faulttest.Unanswered(t, "TryObtain", ttl+ttl/8, func() error {
-				_, err := b.TryObtain(context.Background(), faultKey, &tasklock.ObtainOptions{TTL: ttl})
-				return err
-			})
-			faulttest.Unanswered(t, "Release", 6*time.Second, func() error { return held.Release(context.Background()) })
-			srv.Cont(t)
-			l, err := b.Obtain(ctxT(t), faultKey, &tasklock.ObtainOptions{TTL: ttl})
-			if err != nil {
-				t.Fatalf("after the server resumed: %v", err)
-			}
-			if err := l.Release(ctxT(t)); err != nil {
-				t.Fatal(err)
-			}
+			faulttest.ServerPaused(t, newFaultLocker(t, s, "a"), newFaultLocker(t, s, "b"), srv.Stop, srv.Cont)
 		})
 	}
 }

@@ -186,25 +186,7 @@ func TestFaults(t *testing.T) {
 // server was paused); once the server resumes, a lock is obtained again.
 func testServerPaused(t *testing.T, mode Mode) {
 	r := newRestartEnv(t, mode)
-	const ttl = time.Second
-	held, err := r.a.Obtain(ctxT(t), "held", &tasklock.ObtainOptions{TTL: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.srv.Stop(t)
-	faulttest.Unanswered(t, "TryObtain", ttl+ttl/8, func() error {
-		_, err := r.b.TryObtain(context.Background(), "job", &tasklock.ObtainOptions{TTL: ttl})
-		return err
-	})
-	faulttest.Unanswered(t, "Release", 6*time.Second, func() error { return held.Release(context.Background()) })
-	r.srv.Cont(t)
-	l, err := r.b.Obtain(ctxT(t), "job", &tasklock.ObtainOptions{TTL: ttl})
-	if err != nil {
-		t.Fatalf("after the server resumed: %v", err)
-	}
-	if err := l.Release(ctxT(t)); err != nil {
-		t.Fatal(err)
-	}
+	faulttest.ServerPaused(t, r.a, r.b, r.srv.Stop, r.srv.Cont)
 }
 
 // testHolderKilled: the holder process is SIGKILLed. Lease mode: another

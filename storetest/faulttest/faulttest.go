@@ -519,6 +519,37 @@ func CheckHistory(t testing.TB, hist []Write, from uint64) map[string]int {
 	return counts
 }
 
+// ServerPaused checks calls with no deadline of the caller's to a store
+// whose server pause stops (SIGSTOP: its sockets stay open, and silent):
+// a TryObtain of b's ends with the store's error within its lease's TTL
+// and an eighth, the Release of a lock a held within 6 s (the Locker's
+// bounds: 5 s and an eighth), and once resume has run, b obtains a lock
+// again.
+func ServerPaused(t testing.TB, a, b *tasklock.Locker, pause, resume func(testing.TB)) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	held, err := a.Obtain(ctx, "held", &tasklock.ObtainOptions{TTL: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ttl = time.Second
+	pause(t)
+	Unanswered(t, "TryObtain", ttl+ttl/8, func() error {
+		_, err := b.TryObtain(context.Background(), "job", &tasklock.ObtainOptions{TTL: ttl})
+		return err
+	})
+	Unanswered(t, "Release", 6*time.Second, func() error { return held.Release(context.Background()) })
+	resume(t)
+	l, err := b.Obtain(ctx, "job", &tasklock.ObtainOptions{TTL: ttl})
+	if err != nil {
+		t.Fatalf("after the server resumed: %v", err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // Unanswered runs call, a call made with no deadline to a store that does
 // not answer (paused, down), and fails the test unless it returns an error
 // within limit (and a second more, for a busy machine). It returns that
