@@ -2,6 +2,7 @@ package tasklock
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"time"
 )
@@ -52,8 +53,10 @@ func (b *callBounds) bound(ctx context.Context, d time.Duration) (context.Contex
 func noCancel() {}
 
 // unanswered reports whether the call made with bounded, the bound of ctx,
-// ended because of the bound alone. (When bound returned ctx itself, the
+// ended because of the bound alone: its deadline passed while ctx lives.
+// It may be asked after the bound was freed, which cancels a bound of its
+// own: that is not its deadline. (When bound returned ctx itself, the
 // two errors are one, and it is false.)
 func unanswered(ctx, bounded context.Context) bool {
-	return bounded.Err() != nil && ctx.Err() == nil
+	return errors.Is(bounded.Err(), context.DeadlineExceeded) && ctx.Err() == nil
 }

@@ -149,3 +149,32 @@ func TestBoundsShared(t *testing.T) {
 		t.Errorf("%v allocations per shared bound, want 0", a)
 	}
 }
+
+// An error the store answered at once (refusingStore's) is not called unanswered, whatever
+// the ctx: the bound's own context, cancelled once the call returned,
+// used to make every error with a ctx of the caller's but no deadline
+// (exec's: a signal's context) read "the store did not answer within the
+// lease's TTL" (seen from exec on a kind mismatch, refused at once).
+func TestAnsweredErrorIsNotUnanswered(t *testing.T) {
+	lk, err := New(refusingStore{memstore.New(nil)}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk.Close()
+	cancellable, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	withDeadline, cancelDeadline := context.WithTimeout(context.Background(), time.Minute)
+	defer cancelDeadline()
+	type key struct{}
+	for name, ctx := range map[string]context.Context{
+		"Background":              context.Background(),
+		"a ctx with a cancel":     cancellable,
+		"a ctx with a value":      context.WithValue(context.Background(), key{}, 1),
+		"a ctx with its deadline": withDeadline,
+	} {
+		_, err := lk.TryObtain(ctx, "k", nil)
+		if !errors.Is(err, ErrUnsupported) || strings.Contains(err.Error(), "did not answer") {
+			t.Errorf("TryObtain(%s) = %v, want the store's error alone", name, err)
+		}
+	}
+}
