@@ -155,8 +155,9 @@
 // node was only slow and records the outcome after all, the outcome
 // replaces the interrupted record; a tick keeps one record per attempt
 // either way. A node that finds its own node lease gone (the store was out
-// for longer than a lease, or lost its data) judges no other node stopped
-// until a NodeLeaseTTL later: every node lost its lease alike, and the live
+// for longer than a lease, or lost its data), or taken again since it last
+// looked (a new fence: its caller, or the node, retook it after such an
+// outage), judges no other node stopped until a NodeLeaseTTL later: every node lost its lease alike, and the live
 // ones take theirs again at their next sweep. An outcome whose write failed
 // is written again by the node's next sweep that reads the store. A node
 // that starts under the name of a stopped one settles that one's running

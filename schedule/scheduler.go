@@ -223,6 +223,10 @@ type Scheduler struct {
 	// data): other nodes lost theirs then too, and are not judged stopped
 	// until a lease TTL later (judging, sweep.go).
 	outageAt time.Time
+	// ownFence is the fence of this node's lease in the last listing
+	// that showed it (0: none yet): a listing with another fence shows a
+	// lease taken again since, so one that had lapsed (listNodes).
+	ownFence uint64
 	// The node lease: taken by Start (nodeLease) or held by the caller
 	// (Config.NodeLeaseTaken); nodeTaken is when.
 	nodeLease *tasklock.Lock

@@ -217,6 +217,7 @@ func (s *Scheduler) listNodes(ctx context.Context) (liveNodes, error) {
 	}
 	now := s.clock.Now()
 	live := make(liveNodes, len(ls))
+	var ownFence uint64
 	for _, l := range ls {
 		name := strings.TrimPrefix(l.Key, s.nodePrefix)
 		ttl := l.TTL
@@ -224,10 +225,26 @@ func (s *Scheduler) listNodes(ctx context.Context) (liveNodes, error) {
 			ttl = s.sweepEvery
 		}
 		live[name] = later(live[name], now.Add(ttl))
+		if name == s.node {
+			ownFence = l.Fence
+		}
 	}
 	s.nodes = nodeList{live: live, at: now}
-	if _, ok := live[s.node]; !ok && s.leaseTaken() {
+	_, listed := live[s.node]
+	switch {
+	case !listed && s.leaseTaken():
 		s.outageAt = now // this node's own lease is gone too (judging)
+	case listed && ownFence != 0 && s.ownFence != 0 && ownFence != s.ownFence:
+		// This node's lease was taken again since the last listing, so it
+		// had lapsed: most likely the store was out for longer than a
+		// lease, and every node lost its lease alike. The node took its
+		// own back first (serve's node-name lock, retaken by serve, or
+		// keepNodeLease) and no listing saw it gone, as none could be
+		// read meanwhile; the others take theirs back within a lease.
+		s.outageAt = now
+	}
+	if ownFence != 0 {
+		s.ownFence = ownFence
 	}
 	return live, nil
 }

@@ -68,6 +68,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"ExtendStopsAtMaxHold", testExtendMaxHold},
 		{"ProgressTimeout", testProgressTimeout},
 		{"FencesIncrease", testFencesIncrease},
+		{"ListedFence", testListedFence},
 		{"DoneWhenDeletedBehindBack", testDoneWhenDeleted},
 		{"CancelledWaitLeavesNothing", testCancelledWait},
 		{"WakeOnRelease", testWakeOnRelease},
@@ -513,6 +514,53 @@ func testFencesIncrease(t *testing.T, s driver.Store) {
 		if err := l.Release(ctxT(t, 5*time.Second)); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// testListedFence: a store that lists its leases (driver.Lister) lists a
+// held lock with its fence, the same after renewals and Extend, and
+// another fence for the next grant of the key. The scheduler tells from
+// a listing that a node's lease was taken again (it lapsed) by its fence.
+func testListedFence(t *testing.T, s driver.Store) {
+	ls, ok := s.(driver.Lister)
+	if !ok {
+		t.Skip("store does not implement driver.Lister")
+	}
+	listed := func(key string) uint64 {
+		t.Helper()
+		leases, err := ls.Leases(ctxT(t, 5*time.Second), key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, le := range leases {
+			if le.Key == key && !le.Waiting {
+				return le.Fence
+			}
+		}
+		t.Fatalf("Leases(%q) = %+v: the held lock is not listed", key, leases)
+		return 0
+	}
+	ev := newEvents()
+	lk := newLocker(t, s, "a", ev)
+	l := mustObtain(t, lk, "listed", &tasklock.ObtainOptions{TTL: time.Second})
+	if f := listed("listed"); f != l.Fence() {
+		t.Fatalf("listed fence %d, the lock's %d", f, l.Fence())
+	}
+	if err := l.Extend(ctxT(t, 5*time.Second), 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	ev.waitFor(t, tasklock.EventRenewed, ev.count(tasklock.EventRenewed)+2, 10*time.Second)
+	assertOpen(t, l)
+	if f := listed("listed"); f != l.Fence() {
+		t.Fatalf("after an Extend and renewals: listed fence %d, the lock's %d", f, l.Fence())
+	}
+	if err := l.Release(ctxT(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	l2 := mustObtain(t, lk, "listed", nil)
+	defer func() { _ = l2.Release(ctxT(t, 5*time.Second)) }()
+	if f := listed("listed"); f != l2.Fence() || f == l.Fence() {
+		t.Fatalf("the next grant: listed fence %d, the lock's %d, the previous grant's %d", f, l2.Fence(), l.Fence())
 	}
 }
 
