@@ -9,17 +9,20 @@ import (
 )
 
 // ErrRemoved is the cause of a run's context when its job was removed
-// with RemoveOptions.Cancel, and the reason recorded for a tick of a
-// removed job that was claimed but had not started.
+// with RemoveOptions.Cancel (the attempt is recorded ledger.RunCancelled,
+// as on ErrCancelled), and the reason recorded for a tick of a removed job
+// that was claimed but had not started.
 var ErrRemoved = errors.New("schedule: job removed")
 
 // RemoveOptions are the options of Scheduler.Remove.
 type RemoveOptions struct {
 	// Cancel cancels the job's runs in progress on this Scheduler: their
 	// contexts end with the cause ErrRemoved (a command of tasklock serve
-	// gets SIGTERM, then SIGKILL after its kill_grace) and they are
-	// recorded failed with that error. False: they finish their attempt
-	// in progress.
+	// gets SIGTERM, then SIGKILL after its kill_grace) and, as with a
+	// cancel request (ErrCancelled), the attempt is recorded
+	// ledger.RunCancelled with that error and not retried. False: they
+	// finish their attempt in progress, recorded as it ends, and make no
+	// retry.
 	Cancel bool
 }
 

@@ -3,6 +3,7 @@ package schedule
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -92,7 +93,57 @@ func TestRemoveFinishesRunningRun(t *testing.T) {
 	}
 }
 
-// Remove with Cancel ends the running run with ErrRemoved, recorded failed;
+// TestRemoveCancelRecordsCancelled: a job removed with Cancel while it
+// runs (tasklock jobs delete --cancel) ends its attempt as a cancel
+// request does: recorded cancelled, not failed, with an error naming the
+// removal, even when the handler returns an error of its own (a command
+// says it was sent SIGTERM), and with no retry although the job has some.
+func TestRemoveCancelRecordsCancelled(t *testing.T) {
+	c := newCluster(t)
+	ended := make(chan Event, 16)
+	cfg := &Config{OnEvent: func(e Event) {
+		if e.Type == EventRunEnded || e.Type == EventTickEnded {
+			ended <- e
+		}
+	}}
+	started := make(chan Run, 8)
+	job := Job{
+		Name: "rm", Schedule: "@every 1h", Retries: 2, RetryBackoff: time.Second,
+		Handler: func(ctx context.Context, run Run) error {
+			started <- run
+			<-ctx.Done()
+			return fmt.Errorf("command stopped: sent SIGTERM (%w)", context.Cause(ctx))
+		},
+	}
+	n := c.node("a", 0, cfg).add(t, job).start(t)
+	run := recv(t, "the run", started) // tick t0: the job's first
+	if err := n.s.Remove("rm", RemoveOptions{Cancel: true}); err != nil {
+		t.Fatal(err)
+	}
+	rs := c.waitRecords("rm", t0.Add(-time.Second), 1)
+	c.settle(true)
+	if r := rs[0]; len(rs) != 1 || r.Status != ledger.RunCancelled || r.Attempt != 1 || !r.Tick.Equal(run.Tick) ||
+		!strings.Contains(r.Error, ErrRemoved.Error()) {
+		t.Fatalf("records %+v, want attempt 1 cancelled with %q", rs, ErrRemoved)
+	}
+	for _, want := range []EventType{EventRunEnded, EventTickEnded} {
+		if e := recv(t, "the run's end", ended); e.Type != want || e.Status != ledger.RunCancelled {
+			t.Fatalf("event %v %s (%s), want %v cancelled", e.Type, e.Status, e.Error, want)
+		}
+	}
+	c.step(time.Second) // the backoff passes: no attempt 2
+	c.step(time.Hour)
+	select {
+	case r := <-started:
+		t.Fatalf("the cancelled run was retried, or the removed job ran: %+v", r)
+	default:
+	}
+	if rs := c.historyAfter("rm", t0.Add(-time.Second)); len(rs) != 1 {
+		t.Fatalf("after Remove: %d records, want 1: %+v", len(rs), rs)
+	}
+}
+
+// Remove with Cancel ends the running run with ErrRemoved, recorded cancelled;
 // the lock is released, so the job added again runs at its next tick.
 func TestRemoveCancelsRunningRun(t *testing.T) {
 	c := newCluster(t)
@@ -110,7 +161,7 @@ func TestRemoveCancelsRunningRun(t *testing.T) {
 	}
 	rs := c.waitRecords("rm", t0.Add(-time.Second), 1)
 	c.settle(true)
-	if len(rs) != 1 || rs[0].Status != ledger.RunFailed || !strings.Contains(rs[0].Error, ErrRemoved.Error()) {
+	if len(rs) != 1 || rs[0].Status != ledger.RunCancelled || !strings.Contains(rs[0].Error, ErrRemoved.Error()) {
 		t.Fatalf("records %+v", rs)
 	}
 	c.step(10 * time.Second)

@@ -480,7 +480,10 @@ func (s *Scheduler) attempt(parent context.Context, parentCancel context.CancelC
 		rec.Status = ledger.RunTimeout
 	case errors.Is(cause, tasklock.ErrLockLost): // a pool's permit (limits.go)
 		rec.Status = ledger.RunLost
-	case errors.Is(cause, ErrCancelled): // a cancel request (cancel.go)
+	case errors.Is(cause, ErrCancelled), errors.Is(cause, ErrRemoved):
+		// A cancel request (cancel.go), or the job's removal with
+		// RemoveOptions.Cancel (remove.go): someone stopped the run, it
+		// did not fail; its error names which.
 		rec.Status = ledger.RunCancelled
 	case errors.Is(cause, ErrShutdown):
 		// Stopped by this node's Shutdown after its grace period: cut

@@ -331,8 +331,8 @@ func runtimeJobsScenario(t *testing.T, c jobClient, nodes []*clitest.Proc, out s
 	}
 
 	// Created again (its versions go on), deleted with cancel: the run
-	// is stopped and recorded failed.
-	c.create(t, jobSnippet("beat", "@every 1s", "doomed", 30))
+	// is stopped and recorded cancelled, not failed, and not retried.
+	c.create(t, jobSnippet("beat", "@every 1s", "doomed", 30)+"retries: {max: 2}\n")
 	waitApplied(t, nodes, "beat", 4, start)
 	clitest.WaitFor(t, 20*time.Second, func() bool { return len(linesOf(readOut(t, out), "doomed")) >= 1 }, "a long run to start")
 	doomed := linesOf(readOut(t, out), "doomed")[0]
@@ -348,8 +348,8 @@ func runtimeJobsScenario(t *testing.T, c jobClient, nodes []*clitest.Proc, out s
 		}
 		return false
 	}, "the cancelled run's record")
-	if rec.Status != string(ledger.RunFailed) || !strings.Contains(rec.Error, "job removed") {
-		t.Errorf("the cancelled run's record: %+v, want failed with \"job removed\"", rec)
+	if rec.Status != string(ledger.RunCancelled) || rec.Attempt != 1 || !strings.Contains(rec.Error, "job removed") {
+		t.Errorf("the cancelled run's record: %+v, want attempt 1 cancelled with \"job removed\"", rec)
 	}
 	if ends := linesOf(readOut(t, out), "doomed-end"); len(ends) > 0 {
 		t.Errorf("the cancelled run finished: %+v", ends)
