@@ -57,7 +57,12 @@ func (lk *Locker) Election(key string, opts *ObtainOptions) *Election {
 // returns the leadership: a Lock whose Fence is the term, whose Done closes
 // and whose Context is cancelled with the cause when the leadership is
 // lost. When this Election already leads, it returns that leadership at
-// once.
+// once. It waits as Obtain does, and so ends early on what ends Obtain: a
+// store failure (unreachable, or answering too late to trust a grant)
+// ends it with that error when ctx has no deadline, and is retried until
+// the deadline when it has one. A follower that should stand for as long
+// as it runs campaigns again after an error, as after losing the
+// leadership.
 func (e *Election) Campaign(ctx context.Context) (*Lock, error) {
 	if l := e.Leader(); l != nil {
 		return l, nil
