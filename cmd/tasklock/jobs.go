@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -140,11 +141,14 @@ trigger, pause and resume refuse a JOB no node of serve has registered
 (exit 1, no job named "JOB"), and forget one the store knows nothing of;
 --force does it anyway.
 
-Flags (anywhere):
+Flags go anywhere on the line. A subcommand takes the flags its usage line
+above names, and --timeout; another subcommand's flag is refused (exit 64,
+naming the flag), not ignored.
   --store URL    the store, as for serve; default $TASKLOCK_STORE
   --json         print JSON: list {"jobs": [...]}, history {"runs": [...]},
                  trigger/pause/resume the job's state after the change
-  --timeout D    how long to wait for the store (default 30s)
+  --timeout D    how long to wait for the store (default 30s), every
+                 subcommand
   --force        trigger, pause, resume or forget a job the store does
                  not know; create or update a job of a configuration file
   --config FILE  create, update: refuse the jobs of this serve
@@ -180,7 +184,9 @@ func runJobs(args []string, stdout, stderr io.Writer) int {
 		def         defineFlags
 		act         actFlags
 	)
+	var given *flag.FlagSet // for checkOwnFlags: one flag set parses every subcommand's flags
 	extra := func(fs *flag.FlagSet) {
+		given = fs
 		past.register(fs)
 		def.register(fs) // after: it shares --overlap with backfill
 		fs.BoolVar(&force, "force", false, "")
@@ -202,6 +208,9 @@ func runJobs(args []string, stdout, stderr io.Writer) int {
 	)
 	// check checks and parses what needs no store, before it is opened.
 	check := func(a *adminArgs) error {
+		if err := checkOwnFlags(a.sub, given); err != nil {
+			return err
+		}
 		if err := checkJobArg(a); err != nil {
 			return err
 		}
@@ -331,6 +340,75 @@ func runJobs(args []string, stdout, stderr io.Writer) int {
 		}
 		return nil
 	})
+}
+
+// jobsFlags are the flags each jobs subcommand takes besides --store,
+// --json and --timeout, which every one takes, as jobsUsage gives them:
+// runJobs parses all of them with one flag set, so checkOwnFlags refuses
+// the others rather than ignore them.
+var jobsFlags = map[string][]string{
+	"list":          nil,
+	"history":       {"job", "status", "since", "limit"},
+	"trigger":       {"note", "force"},
+	"cancel":        {"shard", "trigger"},
+	"pause":         {"force"},
+	"resume":        {"force"},
+	"forget":        {"force"},
+	"backfill":      {"from", "to", "overlap", "max", "rerun"},
+	"rerun":         {"overlap"},
+	"create":        defineFlagNames(),
+	"update":        defineFlagNames(),
+	"delete":        {"cancel"},
+	"audit":         {"job", "limit"},
+	"notifications": {"job", "limit"},
+}
+
+// jobsSubOrder is the order of the subcommands in jobsUsage.
+var jobsSubOrder = []string{"list", "history", "trigger", "cancel", "pause", "resume", "forget", "backfill", "rerun",
+	"create", "update", "delete", "audit", "notifications"}
+
+// checkOwnFlags refuses the flags given in fs that sub does not take (see
+// jobsFlags), naming each with the subcommands that take it. delete's -f
+// and job keys are left to defineFlags.change, which refuses them itself.
+func checkOwnFlags(sub string, fs *flag.FlagSet) error {
+	var msgs []string
+	fs.Visit(func(f *flag.Flag) {
+		switch {
+		case f.Name == "store" || f.Name == "json" || f.Name == "timeout":
+			return
+		case slices.Contains(jobsFlags[sub], f.Name):
+			return
+		case sub == "delete" && snippetFlag(f.Name):
+			return
+		}
+		var takers []string
+		for _, s := range jobsSubOrder {
+			if slices.Contains(jobsFlags[s], f.Name) {
+				takers = append(takers, s)
+			}
+		}
+		msg := fmt.Sprintf("%s is not a flag of %s", flagText(f.Name), sub)
+		switch len(takers) {
+		case 0:
+		case 1:
+			msg += fmt.Sprintf(" (%s takes it)", takers[0])
+		default:
+			msg += fmt.Sprintf(" (%s and %s take it)", strings.Join(takers[:len(takers)-1], ", "), takers[len(takers)-1])
+		}
+		msgs = append(msgs, msg)
+	})
+	if len(msgs) == 0 {
+		return nil
+	}
+	return usagef("%s", strings.Join(msgs, "; "))
+}
+
+// flagText is the flag name as a user types it: -f, --limit.
+func flagText(name string) string {
+	if len(name) == 1 {
+		return "-" + name
+	}
+	return "--" + name
 }
 
 // checkJobArg refuses an empty JOB argument, and for trigger, pause and

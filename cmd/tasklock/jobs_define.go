@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/user"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -42,6 +43,22 @@ var defineKeys = []struct{ flag, key string }{
 	{"run-timeout", "timeout"}, {"overlap", "overlap"}, {"misfire", "misfire"}, {"retries", "retries"},
 	{"jitter", "jitter"}, {"lock-ttl", "lock_ttl"}, {"kill-grace", "kill_grace"}, {"max-hold", "max_hold"},
 	{"min-hold", "min_hold"}, {"run-on", "run_on"},
+}
+
+// defineFlagNames are the names of the flags of jobs create and update:
+// -f, --config, --force and the job keys.
+func defineFlagNames() []string {
+	names := []string{"f", "config", "force"}
+	for _, k := range defineKeys {
+		names = append(names, k.flag)
+	}
+	return names
+}
+
+// snippetFlag reports whether name is -f or the flag of a job key: the
+// flags that give create and update the job's definition.
+func snippetFlag(name string) bool {
+	return name == "f" || slices.ContainsFunc(defineKeys, func(k struct{ flag, key string }) bool { return k.flag == name })
 }
 
 func (d *defineFlags) register(fs *flag.FlagSet) {
@@ -309,6 +326,7 @@ func cliActor() string {
 // change checks the arguments of jobs create, update (sub) and delete
 // and builds the change, before the store is opened: only update without
 // -f needs the stored definition, and leaves Def empty for jobsDefine.
+// checkOwnFlags has refused the flags of the other subcommands.
 func (d *defineFlags) change(sub, name string, stdin io.Reader) (jobdefs.Change, error) {
 	c := jobdefs.Change{Op: jobdefs.Op(sub), Job: name, Cancel: d.cancel, Who: cliActor()}
 	if sub == "delete" {
@@ -319,9 +337,6 @@ func (d *defineFlags) change(sub, name string, stdin io.Reader) (jobdefs.Change,
 			return c, usagef("delete takes no -f and no job keys (--schedule, --command, ...)")
 		}
 		return c, nil
-	}
-	if d.cancel {
-		return c, usagef("--cancel is for delete")
 	}
 	if d.config != "" {
 		f, err := config.Load(d.config)
