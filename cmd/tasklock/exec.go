@@ -29,6 +29,10 @@ import (
 	"github.com/tasklock/tasklock/zkstore"
 )
 
+// errLeaseEnded matches a start of COMMAND that the supervisor refused
+// because the lock's lease had ended, or was about to, by then (Linux).
+var errLeaseEnded = errors.New("the lock's lease ended before COMMAND could start")
+
 const execUsage = `Usage: tasklock exec --store URL --key NAME [flags] -- COMMAND [ARGS...]
 
 Runs COMMAND while holding the lock NAME in the store at URL, so that of
@@ -516,9 +520,13 @@ func (e *execRun) run() int {
 	obtainedAt := time.Now()
 
 	ch, err := startCommand(e.command(l))
-	if lost := l.Err(); err != nil && lost != nil && !errors.Is(lost, tasklock.ErrReleased) {
+	if lost := l.Err(); err != nil && (errors.Is(err, errLeaseEnded) || lost != nil && !errors.Is(lost, tasklock.ErrReleased)) {
 		// tasklock was held up so long after the grant that the lease
-		// ended before COMMAND could start (the supervisor refused it).
+		// ended before COMMAND could start: the supervisor refused it, by
+		// its kill-by time, which may pass just before the Lock ends.
+		if lost == nil {
+			lost = err
+		}
 		e.lostBy = time.Now().Add(lostTimeout)
 		e.failf("lock %q lost before COMMAND could start (store %s): %v", c.key, e.storeName(), lost)
 		e.release(l)

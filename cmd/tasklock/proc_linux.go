@@ -149,14 +149,18 @@ func parseExit(s string) (syscall.WaitStatus, bool) {
 
 // startError is COMMAND failing to start, as the supervisor reported it.
 type startError struct {
-	msg      string
-	notFound bool // exec's exit status 127, else 126
+	msg        string
+	notFound   bool // exec's exit status 127
+	leaseEnded bool // the supervisor's kill-by time had passed: 70
 }
 
 func (e *startError) Error() string { return e.msg }
 
-// Is makes a command that was not found match exec.ErrNotFound.
-func (e *startError) Is(target error) bool { return e.notFound && target == exec.ErrNotFound }
+// Is makes a command that was not found match exec.ErrNotFound, and one
+// refused because the lease had ended match errLeaseEnded.
+func (e *startError) Is(target error) bool {
+	return e.notFound && target == exec.ErrNotFound || e.leaseEnded && target == errLeaseEnded
+}
 
 // startFailure is the error for the supervisor's first status line when it
 // is not "pid N": "error CODE MESSAGE", or nothing when the supervisor
@@ -167,5 +171,5 @@ func startFailure(line string, st *os.ProcessState) error {
 		return fmt.Errorf("the supervisor %s before starting COMMAND", describeExit(st))
 	}
 	code, msg, _ := strings.Cut(rest, " ")
-	return &startError{msg: msg, notFound: code == strconv.Itoa(exitNotFound)}
+	return &startError{msg: msg, notFound: code == strconv.Itoa(exitNotFound), leaseEnded: code == strconv.Itoa(exitSoftware)}
 }
