@@ -212,8 +212,10 @@ ignored, with a warning. They survive reloads and restarts.
 
 Node names: each serve takes a lock named serve/node/NODE in the store for
 as long as it runs, so two serves with the same node name on one store —
-the same file started twice with node: set — are refused: the second exits
-75. Without node: each serve is host:pid, and any number may run on one
+the same file started twice with node: set — are refused: the second waits
+until the first's lease could end (its TTL, 10s, and a second), then exits
+75. A serve restarted under the name of one that was killed takes the name
+once the dead one's lease ends, within that wait. Without node: each serve is host:pid, and any number may run on one
 host; the store still runs every tick once. (mem:// is private to one
 process, so there nothing is shared.)
 
@@ -680,12 +682,29 @@ func (s *server) campaign(ctx context.Context) {
 func (s *server) leads() bool { return s.election != nil && s.election.Leader() != nil }
 
 // takeNode takes the lock that says a serve with this node name is live. It
-// returns nil and the exit status when it cannot.
+// returns nil and the exit status when it cannot. A lock held by another
+// process is waited for until its lease could end (at most the lock's TTL
+// and a second): a serve that stopped without releasing it (killed,
+// crashed) leaves it until then, and is restarted under its name at once
+// (systemd's Restart=); one that still renews it is live.
 func (s *server) takeNode() (*tasklock.Lock, int) {
+	key := nodeKeyPrefix + s.node
 	ctx, cancel := context.WithTimeout(context.Background(), openTimeout)
 	defer cancel()
-	g, err := s.lk.TryObtain(ctx, nodeKeyPrefix+s.node, s.nodeLockOptions())
+	g, err := s.lk.TryObtain(ctx, key, s.nodeLockOptions())
 	var ne *tasklock.NotObtainedError
+	if errors.As(err, &ne) {
+		wait := tasklock.DefaultTTL
+		if ne.TTL > 0 && ne.TTL < wait {
+			wait = ne.TTL
+		}
+		wait += time.Second
+		s.log.Warn("the node name is held by another process: a serve that stopped, whose lease ends within its TTL, or a live one under the same name; waiting for it",
+			"node", s.node, "key", key, "holder", redact.Printable(ne.Owner), "expires_in", ne.TTL, "wait", wait)
+		wctx, cancel := context.WithTimeout(context.Background(), wait)
+		g, err = s.lk.Obtain(wctx, key, s.nodeLockOptions())
+		cancel()
+	}
 	switch {
 	case err == nil:
 		s.nodeTaken = time.Now()
@@ -695,7 +714,7 @@ func (s *server) takeNode() (*tasklock.Lock, int) {
 		if ne != nil && ne.Owner != "" {
 			holder = redact.Printable(ne.Owner)
 		}
-		s.failf("node name %s is in use by a live tasklock serve (%s) on this store: give each serve its own node name, or omit node: to use host:pid", redact.Quote(s.node), holder)
+		s.failf("node name %s is in use by a live tasklock serve (%s) on this store, which kept renewing it: give each serve its own node name, or omit node: to use host:pid", redact.Quote(s.node), holder)
 		return nil, exitTempFail
 	default:
 		s.failf("store failed: %v", err)

@@ -278,6 +278,33 @@ func TestServeSameNodeRefused(t *testing.T) {
 	}
 }
 
+// A serve restarted under the name of one that was SIGKILLed takes the
+// name once the dead one's lease ends, rather than exit 75 as if a live
+// serve had it (a unit restarted by systemd 5 s after a crash did). It
+// used to be refused until the lease had ended.
+func TestServeRestartAfterKillTakesItsName(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cfg := writeConfig(t, dir, "store: sqlite://"+filepath.Join(dir, "tl.db")+"\nnode: same\njobs:\n  - name: a\n    schedule: '@every 1s'\n    command: [true]\n")
+	serving := func(p *clitest.Proc) bool { return strings.Contains(p.Stderr(), "msg=serving") }
+	first := tl.Start(t, nil, "serve", "--config", cfg, "--http", "")
+	first.WaitUntil(20*time.Second, func() bool { return serving(first) }, "the first serve to start")
+	first.Signal(syscall.SIGKILL)
+	first.Wait(10 * time.Second)
+	killed := time.Now()
+	second := tl.Start(t, nil, "serve", "--config", cfg, "--http", "")
+	// Its lease (10 s) ends, then a second at most.
+	second.WaitUntil(20*time.Second, func() bool { return serving(second) }, "the restarted serve to start")
+	t.Logf("restarted serve serving %v after the kill", time.Since(killed).Round(time.Millisecond))
+	if !strings.Contains(second.Stderr(), "waiting for it") {
+		t.Errorf("the restarted serve did not say it waited for the dead one's lease:\n%s", second.Stderr())
+	}
+	second.Signal(syscall.SIGTERM)
+	if code := second.Wait(30 * time.Second); code != 0 {
+		t.Fatalf("exit %d, want 0\nstderr:\n%s", code, second.Stderr())
+	}
+}
+
 func TestServeHTTPJob(t *testing.T) {
 	t.Parallel()
 	type hit struct {
