@@ -57,6 +57,10 @@ type command struct {
 	pid    int                // COMMAND's process id, which is also its process group id
 	done   chan struct{}      // closed once COMMAND has ended and been reaped
 	status syscall.WaitStatus // how COMMAND ended; set before done is closed
+	// atLeaseEnd: the supervisor killed COMMAND by itself when its killBy
+	// passed, tasklock having neither renewed nor stopped it (Linux); set
+	// before done is closed.
+	atLeaseEnd bool
 	// send delivers a signal: see signal.
 	send func(sig syscall.Signal) bool
 	// limit moves the supervisor's killBy (commandSpec); nil where there

@@ -109,14 +109,14 @@ func startCommand(sp commandSpec) (*command, error) {
 		ctl.Close()
 		ctl = nil
 		mu.Unlock()
-		ws, ok := parseExit(string(rest))
+		ws, atLeaseEnd, ok := parseExit(string(rest))
 		if !ok {
 			// The supervisor itself was killed: what it could not clean
 			// up, at least COMMAND's process group, goes now.
 			_ = syscall.Kill(-pid, syscall.SIGKILL)
 			ws = waitStatus(cmd.ProcessState)
 		}
-		c.status = ws
+		c.status, c.atLeaseEnd = ws, atLeaseEnd
 		close(c.done)
 	}()
 	return c, nil
@@ -137,14 +137,19 @@ func killByMessage(ns int64) []byte {
 	return b
 }
 
-// parseExit reads the supervisor's "exit WAITSTATUS" line.
-func parseExit(s string) (syscall.WaitStatus, bool) {
+// atLeaseEndWord follows the wait status in the supervisor's exit line
+// when it killed COMMAND by itself at its kill-by time.
+const atLeaseEndWord = "lease-end"
+
+// parseExit reads the supervisor's "exit WAITSTATUS [lease-end]" line.
+func parseExit(s string) (ws syscall.WaitStatus, atLeaseEnd, ok bool) {
 	v, ok := strings.CutPrefix(strings.TrimSpace(s), "exit ")
 	if !ok {
-		return 0, false
+		return 0, false, false
 	}
+	v, atLeaseEnd = strings.CutSuffix(v, " "+atLeaseEndWord)
 	n, err := strconv.ParseUint(v, 10, 32)
-	return syscall.WaitStatus(n), err == nil
+	return syscall.WaitStatus(n), atLeaseEnd, err == nil
 }
 
 // startError is COMMAND failing to start, as the supervisor reported it.

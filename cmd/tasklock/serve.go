@@ -1006,6 +1006,12 @@ func (s *server) runCommand(ctx context.Context, j config.Job, r schedule.Run) e
 			ch.signal(syscall.SIGKILL)
 			how := describeStatus(ch.status)
 			switch {
+			case ch.atLeaseEnd:
+				// serve neither renewed the lock nor stopped the command
+				// by the lease's end (paused, starved): its supervisor
+				// killed it then, by itself, whatever serve sent once it
+				// ran again.
+				return fmt.Errorf("command %s at the lock's lease end by its supervisor, serve having neither renewed the lock nor stopped it (was serve paused?): %w", how, context.Cause(ctx))
 			case stopped:
 				return fmt.Errorf("command stopped: sent SIGTERM, then it %s: %w", how, context.Cause(ctx))
 			case ctx.Err() != nil:

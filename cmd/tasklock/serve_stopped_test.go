@@ -87,4 +87,9 @@ func TestServePausedNodeCommandStopsAtLeaseEnd(t *testing.T) {
 	if !strings.Contains(r.Error, "killed by signal SIGKILL") || !strings.Contains(r.Error, "lock lost") {
 		t.Errorf("recorded %s: %q; want the command killed by SIGKILL and the lock lost", r.Status, r.Error)
 	}
+	// Who killed it: its supervisor, at the lease's end. The error used
+	// to say it was killed "by itself, not signalled".
+	if !strings.Contains(r.Error, "by its supervisor") || strings.Contains(r.Error, "not signalled") {
+		t.Errorf("recorded %s: %q; want it to say the supervisor killed the command at the lease's end", r.Status, r.Error)
+	}
 }

@@ -156,7 +156,8 @@ func runSupervise(args []string, stderr io.Writer) int {
 	}()
 
 	var ws syscall.WaitStatus
-	stopping := false // tasklock passed on a signal since killBy last moved
+	stopping := false   // tasklock passed on a signal since killBy last moved
+	atLeaseEnd := false // killed by itself at killBy, unasked
 	for running := true; running; {
 		select {
 		case ws = <-exited:
@@ -183,6 +184,7 @@ func runSupervise(args []string, stderr io.Writer) int {
 			// One that neither renewed nor asked for anything is stopped
 			// (SIGSTOP, Ctrl-Z) or starved.
 			if !stopping {
+				atLeaseEnd = true
 				fmt.Fprintf(stderr, "tasklock: the lease of the lock ends now and tasklock (pid %d) has neither renewed it nor stopped the command (is it stopped or starved?): killing the command (pid %d) and all it started\n",
 					os.Getppid(), pid)
 			}
@@ -194,7 +196,11 @@ func runSupervise(args []string, stderr io.Writer) int {
 	}
 	// Nothing COMMAND started runs on without it.
 	killTree(reaped, noChild)
-	report("exit %d", uint32(ws))
+	if atLeaseEnd {
+		report("exit %d %s", uint32(ws), atLeaseEndWord)
+	} else {
+		report("exit %d", uint32(ws))
+	}
 	return exitOK
 }
 
