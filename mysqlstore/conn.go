@@ -34,6 +34,14 @@ type heldConn struct {
 	key   string
 	token string
 
+	// ops bounds every statement on conn besides its caller's ctx (see
+	// opContext); abort ends it, so that a statement under way (a ping
+	// that the server does not answer) fails at once and its caller
+	// closes conn. Release and Close call abort when they cannot wait for
+	// conn; drop calls it too.
+	ops   context.Context
+	abort context.CancelFunc
+
 	mu       sync.Mutex    // guards waitSecs, ttl and deadline; serialises its use
 	waitSecs int           // the session's wait_timeout
 	ttl      time.Duration // the longest TTL the row records (see connLengthen)
@@ -48,7 +56,18 @@ type heldConn struct {
 
 // drop closes the connection instead of returning it to the pool: the
 // session ends, and the server frees every lock it held.
-func (hc *heldConn) drop() { hc.closeOnce.Do(func() { discard(hc.conn) }) }
+func (hc *heldConn) drop() {
+	hc.closeOnce.Do(func() { discard(hc.conn) })
+	hc.abort()
+}
+
+// opContext returns ctx, also ended by hc.abort. Call its CancelFunc when
+// the statement is done.
+func (hc *heldConn) opContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(hc.ops, cancel)
+	return ctx, func() { stop(); cancel() }
+}
 
 // lockName returns the SQL expression of the GET_LOCK name of the key given
 // by the SQL expression keyExpr: "tasklock:" and the first 55 hex digits of
@@ -261,6 +280,7 @@ func (s *Store) connAcquireIf(ctx context.Context, p driver.AcquireParams, guard
 		return driver.Grant{}, held
 	}
 	hc := &heldConn{conn: sc.conn, start: sc.start, key: p.Key, token: p.Token, waitSecs: secs, ttl: p.TTL, deadline: sent.Add(p.TTL)}
+	hc.ops, hc.abort = context.WithCancel(context.Background())
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -456,13 +476,16 @@ func (s *Store) connRenew(ctx context.Context, ps []driver.RenewParams) ([]error
 
 // keepAlive pings hc's connection, or sets its wait_timeout for ttl. When
 // ctx has ended before anything was sent, it returns ctx's error, which the
-// Locker takes as transient.
+// Locker takes as transient. A Release that gives up on the connection
+// while the ping is under way (see connRelease) makes it fail at once.
 func (s *Store) keepAlive(ctx context.Context, hc *heldConn, ttl time.Duration) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("mysqlstore: renew %q: %w", hc.key, err)
 	}
 	hc.mu.Lock()
 	defer hc.mu.Unlock()
+	ctx, cancel := hc.opContext(ctx)
+	defer cancel()
 	sent := time.Now()
 	if !sent.Before(hc.deadline) {
 		// Expired here before expire got to it: the Locker has given it up.
@@ -534,7 +557,11 @@ func (s *Store) connLengthen(ctx context.Context, hc *heldConn, ttl time.Duratio
 //
 // The connection is then kept for the next hold (see keepConn): one round
 // trip. A connection that fails is closed instead, which frees the lock
-// too.
+// too. When ctx ends while another call uses the connection (a renewal's
+// ping that the server does not answer), it aborts that call, which fails
+// at once, closes the connection and returns ctx's error: it never waits
+// for the other call's own deadline. The server frees the lock of a
+// closed connection as soon as it runs again.
 func (s *Store) connRelease(ctx context.Context, p driver.ReleaseParams) error {
 	s.mu.Lock()
 	hc := s.held[p.Token]
@@ -545,8 +572,14 @@ func (s *Store) connRelease(ctx context.Context, p driver.ReleaseParams) error {
 	delete(s.held, p.Token)
 	s.mu.Unlock()
 
+	stop := context.AfterFunc(ctx, hc.abort)
 	hc.mu.Lock()
 	defer hc.mu.Unlock()
+	stop()
+	if err := ctx.Err(); err != nil {
+		hc.drop()
+		return s.wrap(fmt.Sprintf("release %q (its connection was closed, which frees the lock)", p.Key), err)
+	}
 	name := s.lockName(appendHex(nil, p.Key))
 	b := make([]byte, 0, 500+2*len(name)+2*len(p.Key)+2*len(p.Token))
 	b = s.appendReleaseUpdate(b, []string{p.Key}, []time.Duration{p.KeepFor})
@@ -755,6 +788,7 @@ func (s *Store) Close() error {
 		discard(sc.conn)
 	}
 	for _, hc := range held {
+		hc.abort() // a renewal under way fails at once
 		hc.mu.Lock()
 		hc.drop()
 		hc.mu.Unlock()

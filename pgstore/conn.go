@@ -55,9 +55,32 @@ const (
 type heldConn struct {
 	key, token string
 
+	// ops bounds every statement on conn besides its caller's ctx (see
+	// opContext); abort ends it, so that a statement under way (a renewal
+	// that the server does not answer) fails at once and its caller
+	// closes conn. Release calls abort when its ctx ends before it could
+	// use conn; closing or parking conn calls it too.
+	ops   context.Context
+	abort context.CancelFunc
+
 	mu       sync.Mutex // serializes use of conn
 	conn     *pgx.Conn  // nil once closed
 	deadline time.Time  // local: after it the server has ended the session
+}
+
+// newHeldConn returns the heldConn of the lock (key, token) granted on c,
+// whose session the server ends after deadline.
+func newHeldConn(key, token string, c *pgx.Conn, deadline time.Time) *heldConn {
+	ops, abort := context.WithCancel(context.Background())
+	return &heldConn{key: key, token: token, ops: ops, abort: abort, conn: c, deadline: deadline}
+}
+
+// opContext returns ctx, also ended by abort. Call its CancelFunc when the
+// statement is done.
+func (h *heldConn) opContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(h.ops, cancel)
+	return ctx, func() { stop(); cancel() }
 }
 
 // closeLocked closes the connection. Callers hold h.mu.
@@ -67,6 +90,7 @@ func (h *heldConn) closeLocked() {
 	}
 	closeConn(h.conn)
 	h.conn = nil
+	h.abort()
 }
 
 // registry holds the connections of held locks, by token (unique per
@@ -261,7 +285,7 @@ func tryConn(ctx context.Context, c *pgx.Conn, sql string, args, extra []any) (d
 // keep registers c as the connection of the lock just granted.
 func (s *Store) keep(c *pgx.Conn, p driver.AcquireParams) {
 	tuneTCP(c)
-	s.conns.add(&heldConn{key: p.Key, token: p.Token, conn: c, deadline: time.Now().Add(p.TTL)})
+	s.conns.add(newHeldConn(p.Key, p.Token, c, time.Now().Add(p.TTL)))
 }
 
 // renewConns pings each lease's connection with its renewal, in parallel.
@@ -306,6 +330,8 @@ func (s *Store) renewOne(ctx context.Context, p driver.RenewParams) error {
 	if h.conn == nil {
 		return driver.ErrNotHeld
 	}
+	ctx, cancel := h.opContext(ctx)
+	defer cancel()
 	var n int64
 	err := h.conn.QueryRow(ctx, s.sql.renewConn, p.Key, p.Token, micros(p.TTL), idleTimeout(p.TTL)).Scan(&n, nil)
 	if err == nil && n == 1 {
@@ -321,14 +347,25 @@ func (s *Store) renewOne(ctx context.Context, p driver.RenewParams) error {
 }
 
 // releaseConn ends the lease on its own connection, which then gives the
-// advisory lock back, and parks that connection for a later grant.
+// advisory lock back, and parks that connection for a later grant. When
+// ctx ends while another call uses the connection (a renewal that the
+// server does not answer), it aborts that call, which fails at once and
+// closes the connection, and returns ctx's error: it never waits for the
+// other call's own deadline. A closed connection ends the session, and the
+// advisory lock with it, as soon as the server runs again.
 func (s *Store) releaseConn(ctx context.Context, p driver.ReleaseParams) error {
 	h := s.conns.take(p.Key, p.Token)
 	if h == nil {
 		return driver.ErrNotHeld
 	}
+	stop := context.AfterFunc(ctx, h.abort)
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	stop()
+	if err := ctx.Err(); err != nil {
+		h.closeLocked() // ends the session: the advisory lock goes with it
+		return s.wrap("release", p.Key, fmt.Errorf("its connection was closed: %w", err))
+	}
 	if h.conn == nil {
 		return driver.ErrNotHeld
 	}
@@ -344,6 +381,7 @@ func (s *Store) releaseConn(ctx context.Context, p driver.ReleaseParams) error {
 	}
 	s.conns.park(h.conn)
 	h.conn = nil
+	h.abort()
 	if n == 0 {
 		return driver.ErrNotHeld
 	}
