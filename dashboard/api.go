@@ -804,20 +804,21 @@ func (h *handler) setState(op ledger.JobStateOp) http.HandlerFunc {
 	}
 }
 
-// lastRunOf is job's last run as /api/jobs shows it: the newest this
-// dashboard has seen, or else one query; nil when it has none, or when the
-// query fails (the answer is about the change made, which succeeded).
+// lastRunOf is job's last run as /api/jobs shows it, read now: one query
+// (a state change is rare), which the pages' cache notes too. When the
+// query fails it is the newest run this dashboard has seen (the answer is
+// about the change made, which succeeded); nil when there is none. The
+// cache alone answered with the run of the last page view, minutes old.
 func (h *handler) lastRunOf(ctx context.Context, job string) *apijson.Run {
+	rs, err := h.ledger.Runs(ctx, ledger.RunQuery{Job: job, Limit: 1})
 	h.lastMu.Lock()
+	if err == nil && len(rs) > 0 {
+		h.noteLastRun(rs[0])
+	}
 	r, ok := h.lastRun[job]
 	h.lastMu.Unlock()
 	if !ok {
-		rs, err := h.ledger.Runs(ctx, ledger.RunQuery{Job: job, Limit: 1})
-		if err != nil || len(rs) == 0 {
-			return nil
-		}
-		r = rs[0]
-		r.Output = ""
+		return nil
 	}
 	lr := apijson.FromRun(r)
 	if lr.Shards > 1 {

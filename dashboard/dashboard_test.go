@@ -553,17 +553,23 @@ func TestDashboardMountedUnderPrefix(t *testing.T) {
 
 // TestDashboardStateChangeShowsLastRun: the job a pause or resume answers
 // with carries its last run, as /api/jobs shows it, whether or not the
-// dashboard had listed the job before.
+// dashboard had listed the job before, and also a run newer than the
+// last listing (it used to answer with the listing's, minutes old).
 func TestDashboardStateChangeShowsLastRun(t *testing.T) {
 	eachStore(t, func(t *testing.T, st ledgerStore) {
 		tick := time.Date(2026, 11, 27, 8, 0, 0, 0, time.UTC)
-		if err := st.RecordRuns(context.Background(), []ledger.RunRecord{{Job: "a", Tick: tick, Attempt: 1, Node: "n1", Fence: 7,
-			Start: tick, End: tick.Add(time.Second), Status: ledger.RunOK}}); err != nil {
-			t.Fatal(err)
-		}
 		srv := server(t, st, testToken, nil)
 		bearer := map[string]string{"Authorization": "Bearer " + testToken}
-		for _, op := range []string{"pause", "resume"} { // before and after /api/jobs listed a
+		for i, op := range []string{"pause", "resume", "pause"} { // before and after /api/jobs listed a
+			tick := tick.Add(time.Duration(i) * time.Minute)
+			if i != 1 { // a newer run than the listing's
+				if err := st.RecordRuns(context.Background(), []ledger.RunRecord{{Job: "a", Tick: tick, Attempt: 1, Node: "n1", Fence: 7,
+					Start: tick, End: tick.Add(time.Second), Status: ledger.RunOK}}); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				tick = tick.Add(-time.Minute)
+			}
 			code, body, _ := call(t, nil, "POST", srv.URL+"/api/jobs/a/"+op, bearer, "")
 			var out struct {
 				Job struct {
