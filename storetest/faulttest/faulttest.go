@@ -36,6 +36,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -574,4 +575,75 @@ func Unanswered(t testing.TB, what string, limit time.Duration, call func() erro
 		t.Fatalf("%s to a store that does not answer, with no deadline, had not returned %v later", what, limit+10*time.Second)
 		return nil
 	}
+}
+
+// ReleaseDuringHungRenewal checks a connection-mode Release (a lock held
+// on a connection of its own) made while a renewal of the lock is under
+// way on that connection and the server, paused by pause, does not answer
+// it: renew runs the renewal (its ctx has a TTL's deadline); renewing
+// reports whether it holds the lock's connection. A Release whose ctx
+// ends after 1 s returns ctx's error within 3 s, and the renewal then
+// ends with driver.ErrNotHeld within 3 s too. It returns with the server
+// still paused, for the caller to check the connection.
+func ReleaseDuringHungRenewal(t testing.TB, ttl time.Duration, pause func(testing.TB), renew, release func(context.Context) error, renewing func() bool) {
+	t.Helper()
+	pause(t)
+	renewed := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), ttl)
+		defer cancel()
+		renewed <- renew(ctx)
+	}()
+	for deadline := time.Now().Add(5 * time.Second); !renewing(); {
+		if time.Now().After(deadline) {
+			t.Fatal("the renewal did not take the lock's connection within 5s")
+		}
+		runtime.Gosched()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	start := time.Now()
+	err := release(ctx)
+	took := time.Since(start)
+	t.Logf("Release with a 1s deadline during a hung renewal (TTL %v): %v after %v", ttl, err, took.Round(time.Millisecond))
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Release: %v, want ctx's error", err)
+	}
+	if took > 3*time.Second {
+		t.Errorf("Release took %v, want about 1s (its ctx's deadline)", took)
+	}
+	select {
+	case err := <-renewed:
+		if !errors.Is(err, driver.ErrNotHeld) {
+			t.Errorf("the hung renewal: %v, want ErrNotHeld", err)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("the hung renewal had not returned 3s after Release")
+	}
+}
+
+// FreeWithin polls acquire (an attempt to take a key) until it succeeds,
+// failing the test after d.
+func FreeWithin(t testing.TB, d time.Duration, acquire func() error) {
+	t.Helper()
+	for deadline := time.Now().Add(d); ; {
+		err := acquire()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the key is not free %v later: %v", d, err)
+		}
+		time.Sleep(20 * time.Millisecond) // a poll's interval
+	}
+}
+
+// Locked reports whether something holds mu (a store's lock on one of its
+// connections, say) at the moment it looks.
+func Locked(mu *sync.Mutex) bool {
+	if !mu.TryLock() {
+		return true
+	}
+	mu.Unlock()
+	return false
 }
