@@ -139,7 +139,10 @@ and, with --config FILE, the jobs of FILE.
 
 trigger, pause and resume refuse a JOB no node of serve has registered
 (exit 1, no job named "JOB"), and forget one the store knows nothing of;
---force does it anyway.
+trigger also refuses one that no node seems to have any more (not paused,
+no run in progress, its next tick more than a minute past with nothing
+recorded), whose run would wait until a node has it again; --force does
+each anyway.
 
 Flags go anywhere on the line. A subcommand takes the flags its usage line
 above names, and --timeout; another subcommand's flag is refused (exit 64,
@@ -303,10 +306,14 @@ func runJobs(args []string, stdout, stderr io.Writer) int {
 			if err != nil {
 				return err
 			}
-			if p.Op == ledger.JobForget {
-				if err := checkForgettable(ctx, l, st, time.Now()); err != nil {
-					return err
-				}
+			switch p.Op {
+			case ledger.JobForget:
+				err = checkForgettable(ctx, l, st, time.Now())
+			case ledger.JobTrigger:
+				err = checkTriggerable(ctx, l, st, time.Now())
+			}
+			if err != nil {
+				return err
 			}
 		}
 		st, err := l.SetJobState(ctx, p)
@@ -488,13 +495,46 @@ func checkForgettable(ctx context.Context, l ledger.Ledger, st ledger.JobState, 
 		return noJobError(fmt.Sprintf("job %q is paused: forget drops the pause, and a node that still has it would run it again; "+
 			"resume it first, or --force to go on", job))
 	}
+	configured, why, err := looksConfigured(ctx, l, st, now, false)
+	if err != nil || !configured {
+		return err
+	}
+	return noJobError(fmt.Sprintf("job %q still looks configured: %s; forget is for a job removed from the configuration of every node (--force to go on)", job, why))
+}
+
+// checkTriggerable refuses to trigger a registered job, of stored state
+// st, that no node of serve seems to have any more: one not paused, not
+// running, whose next tick after its latest record (or after its
+// registration) is more than forgetAfter past with nothing recorded. Its
+// request would wait, pending, until a node has the job again (a job
+// taken out of every node's file keeps its state until jobs forget).
+func checkTriggerable(ctx context.Context, l ledger.Ledger, st ledger.JobState, now time.Time) error {
+	if st.Paused { // a paused job records no ticks, and a trigger runs it
+		return nil
+	}
+	configured, why, err := looksConfigured(ctx, l, st, now, true)
+	if err != nil || configured {
+		return err
+	}
+	return noJobError(fmt.Sprintf("job %q looks removed from the configuration of every node of serve: %s; its run would wait until a node has it again "+
+		"(--force to ask for it anyway; jobs forget %s drops its state)", st.Job, why, st.Job))
+}
+
+// looksConfigured reports whether a node of serve still seems to have the
+// registered job of stored state st, by its registered schedule: the next
+// tick after the job's latest record, or after its registration when it
+// has none, is not forgetAfter past; or, with running, the latest record
+// is of a run in progress. why says what it saw. A job never registered,
+// or whose schedule this build cannot read or gives no next tick, does not
+// look configured, with why "".
+func looksConfigured(ctx context.Context, l ledger.Ledger, st ledger.JobState, now time.Time, running bool) (bool, string, error) {
 	sched, err := schedule.Parse(st.Spec, time.UTC)
 	if st.Spec == "" || err != nil {
-		return nil // never registered, or a schedule this build cannot read
+		return false, "", nil
 	}
-	runs, err := l.Runs(ctx, ledger.RunQuery{Job: job, Limit: 1})
+	runs, err := l.Runs(ctx, ledger.RunQuery{Job: st.Job, Limit: 1})
 	if err != nil {
-		return err
+		return false, "", err
 	}
 	if len(runs) == 0 {
 		// Not run yet: a job just added to serve's file (an hourly one,
@@ -502,21 +542,30 @@ func checkForgettable(ctx context.Context, l ledger.Ledger, st ledger.JobState, 
 		// vanished from jobs list and trigger. Its first tick after it
 		// was registered stands in for the next after a record.
 		next := sched.Next(st.Since)
-		if st.Since.IsZero() || next.IsZero() || now.Sub(next) > forgetAfter {
-			return nil
+		if st.Since.IsZero() || next.IsZero() {
+			return false, "", nil
 		}
-		return noJobError(fmt.Sprintf("job %q still looks configured: a node of serve registered it at %s and it has not run yet; its first tick, %s, is not %v past; "+
-			"forget is for a job removed from the configuration of every node (--force to go on)",
-			job, st.Since.UTC().Format(time.RFC3339), next.UTC().Format(time.RFC3339), forgetAfter))
+		return now.Sub(next) <= forgetAfter, fmt.Sprintf("a node of serve registered it at %s and it has not run yet; its first tick, %s, is %s %v past",
+			st.Since.UTC().Format(time.RFC3339), next.UTC().Format(time.RFC3339), notMore(now.Sub(next)), forgetAfter), nil
 	}
 	last := runs[0]
-	next := sched.Next(last.Tick)
-	if next.IsZero() || now.Sub(next) > forgetAfter {
-		return nil
+	if running && last.Status == ledger.RunRunning {
+		return true, fmt.Sprintf("its latest record, of tick %s, is running on node %s", last.Tick.UTC().Format(time.RFC3339), redact.Quote(last.Node)), nil
 	}
-	return noJobError(fmt.Sprintf("job %q still looks configured: its latest record, of tick %s, is %s on node %s, and its next tick, %s, is not %v past; "+
-		"forget is for a job removed from the configuration of every node (--force to go on)",
-		job, last.Tick.UTC().Format(time.RFC3339), last.Status, redact.Quote(last.Node), next.UTC().Format(time.RFC3339), forgetAfter))
+	next := sched.Next(last.Tick)
+	if next.IsZero() {
+		return false, "", nil
+	}
+	return now.Sub(next) <= forgetAfter, fmt.Sprintf("its latest record, of tick %s, is %s on node %s, and its next tick, %s, is %s %v past",
+		last.Tick.UTC().Format(time.RFC3339), last.Status, redact.Quote(last.Node), next.UTC().Format(time.RFC3339), notMore(now.Sub(next)), forgetAfter), nil
+}
+
+// notMore is "not" when past is within forgetAfter, else "more than".
+func notMore(past time.Duration) string {
+	if past <= forgetAfter {
+		return "not"
+	}
+	return "more than"
 }
 
 // storeKnowsJob reports whether the store keeps any state of job, or its

@@ -184,6 +184,56 @@ func TestJobsNoGhosts(t *testing.T) {
 	}
 }
 
+// jobs trigger refuses a job that no node of serve seems to have any more
+// (its next tick after its latest record more than a minute past, nothing
+// recorded since), unless --force: its request used to be accepted, exit
+// 0, and then wait in the job's pending triggers, never run (a job taken
+// out of every node's file keeps its state until jobs forget). A paused
+// job, which records no ticks, and one whose latest run is in progress are
+// still triggered.
+func TestJobsTriggerRemovedJob(t *testing.T) {
+	t.Parallel()
+	url := "sqlite://" + filepath.Join(t.TempDir(), "ledger.db")
+	l := sqliteLedger(t, url)
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Second)
+	for _, job := range []string{"gone", "paused", "live", "long"} {
+		if _, err := l.SetJobState(ctx, ledger.JobStateParams{Job: job, Op: ledger.JobRegister, Spec: "@every 1s", Since: now.Add(-time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+		last := now.Add(-5 * time.Minute)
+		status := ledger.RunOK
+		switch job {
+		case "live":
+			last = now
+		case "long": // its run still in progress
+			status = ledger.RunRunning
+		}
+		if err := l.RecordRuns(ctx, []ledger.RunRecord{{Job: job, Tick: last, Attempt: 1, Node: "n1", Start: last, End: last, Status: status}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if code, _, errOut := tl.Run(t, nil, "jobs", "pause", "paused", "--store", url); code != exitOK {
+		t.Fatalf("jobs pause paused = %d, %s", code, errOut)
+	}
+	code, out, errOut := tl.Run(t, nil, "jobs", "trigger", "gone", "--store", url)
+	if code != 1 || out != "" || !strings.Contains(errOut, `job "gone" looks removed from the configuration of every node`) ||
+		!strings.Contains(errOut, "more than 1m0s past") || !strings.Contains(errOut, "--force") {
+		t.Errorf("jobs trigger gone = %d, stdout %q, stderr %q; want 1, looks removed", code, out, errOut)
+	}
+	for _, args := range [][]string{{"gone", "--force"}, {"paused"}, {"live"}, {"long"}} {
+		if code, out, errOut := tl.Run(t, nil, append([]string{"jobs", "trigger"}, append(args, "--store", url)...)...); code != exitOK {
+			t.Errorf("jobs trigger %s = %d\n%s%s", strings.Join(args, " "), code, out, errOut)
+		}
+	}
+	jobs := listJobs(t, url)
+	for job, want := range map[string]int{"gone": 1, "paused": 1, "live": 1, "long": 1} {
+		if n := len(jobs[job].Triggers); n != want {
+			t.Errorf("%s: %d pending triggers, want %d", job, n, want)
+		}
+	}
+}
+
 // jobs list shows a job whose registered schedule gives no next tick as
 // broken, in text and JSON.
 func TestBrokenJobsList(t *testing.T) {
