@@ -350,29 +350,28 @@ func runJobs(args []string, stdout, stderr io.Writer) int {
 }
 
 // jobsFlags are the flags each jobs subcommand takes besides --store,
-// --json and --timeout, which every one takes, as jobsUsage gives them:
-// runJobs parses all of them with one flag set, so checkOwnFlags refuses
-// the others rather than ignore them.
-var jobsFlags = map[string][]string{
-	"list":          nil,
-	"history":       {"job", "status", "since", "limit"},
-	"trigger":       {"note", "force"},
-	"cancel":        {"shard", "trigger"},
-	"pause":         {"force"},
-	"resume":        {"force"},
-	"forget":        {"force"},
-	"backfill":      {"from", "to", "overlap", "max", "rerun"},
-	"rerun":         {"overlap"},
-	"create":        defineFlagNames(),
-	"update":        defineFlagNames(),
-	"delete":        {"cancel"},
-	"audit":         {"job", "limit"},
-	"notifications": {"job", "limit"},
+// --json and --timeout, which every one takes, as jobsUsage gives them,
+// in its order: runJobs parses all of them with one flag set, so
+// checkOwnFlags refuses the others rather than ignore them.
+var jobsFlags = []struct {
+	sub   string
+	flags []string
+}{
+	{"list", nil},
+	{"history", []string{"job", "status", "since", "limit"}},
+	{"trigger", []string{"note", "force"}},
+	{"cancel", []string{"shard", "trigger"}},
+	{"pause", []string{"force"}},
+	{"resume", []string{"force"}},
+	{"forget", []string{"force"}},
+	{"backfill", []string{"from", "to", "overlap", "max", "rerun"}},
+	{"rerun", []string{"overlap"}},
+	{"create", defineFlagNames()},
+	{"update", defineFlagNames()},
+	{"delete", []string{"cancel"}},
+	{"audit", []string{"job", "limit"}},
+	{"notifications", []string{"job", "limit"}},
 }
-
-// jobsSubOrder is the order of the subcommands in jobsUsage.
-var jobsSubOrder = []string{"list", "history", "trigger", "cancel", "pause", "resume", "forget", "backfill", "rerun",
-	"create", "update", "delete", "audit", "notifications"}
 
 // checkOwnFlags refuses the flags given in fs that sub does not take (see
 // jobsFlags), naming each with the subcommands that take it. delete's -f
@@ -383,15 +382,15 @@ func checkOwnFlags(sub string, fs *flag.FlagSet) error {
 		switch {
 		case f.Name == "store" || f.Name == "json" || f.Name == "timeout":
 			return
-		case slices.Contains(jobsFlags[sub], f.Name):
+		case takesFlag(sub, f.Name):
 			return
 		case sub == "delete" && snippetFlag(f.Name):
 			return
 		}
 		var takers []string
-		for _, s := range jobsSubOrder {
-			if slices.Contains(jobsFlags[s], f.Name) {
-				takers = append(takers, s)
+		for _, e := range jobsFlags {
+			if slices.Contains(e.flags, f.Name) {
+				takers = append(takers, e.sub)
 			}
 		}
 		msg := fmt.Sprintf("%s is not a flag of %s", flagText(f.Name), sub)
@@ -408,6 +407,17 @@ func checkOwnFlags(sub string, fs *flag.FlagSet) error {
 		return nil
 	}
 	return usagef("%s", strings.Join(msgs, "; "))
+}
+
+// takesFlag reports whether the jobs subcommand sub takes the flag name
+// (see jobsFlags).
+func takesFlag(sub, name string) bool {
+	for _, e := range jobsFlags {
+		if e.sub == sub {
+			return slices.Contains(e.flags, name)
+		}
+	}
+	return false
 }
 
 // flagText is the flag name as a user types it: -f, --limit.

@@ -1,3 +1,5 @@
+//go:build unix
+
 package main
 
 import (
@@ -7,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tasklock/tasklock/cmd/tasklock/internal/storeurl"
 	"github.com/tasklock/tasklock/ledger"
 )
 
@@ -20,12 +21,7 @@ func TestJobsForeignFlags(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	url := "sqlite://" + filepath.Join(t.TempDir(), "flags.db")
-	store, closeStore, err := storeurl.Open(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer closeStore()
-	l := store.(ledger.Ledger)
+	l := sqliteLedger(t, url)
 	now := time.Now().UTC()
 	hour := now.Truncate(time.Hour)
 	if _, err := l.SetJobState(ctx, ledger.JobStateParams{Job: "r", Op: ledger.JobRegister, Spec: "@hourly", Since: now.Add(-3 * time.Hour)}); err != nil {

@@ -215,8 +215,8 @@ as long as it runs, so two serves with the same node name on one store —
 the same file started twice with node: set — are refused: the second waits
 until the first's lease could end (its TTL, 10s, and a second), then exits
 75. A serve restarted under the name of one that was killed takes the name
-once the dead one's lease ends, within that wait. Without node: each serve is host:pid, and any number may run on one
-host; the store still runs every tick once. (mem:// is private to one
+once the dead one's lease ends, within that wait. Without node: each serve
+is host:pid, and any number may run on one host; the store still runs every tick once. (mem:// is private to one
 process, so there nothing is shared.)
 
 Limits and placement: max_concurrent: N lets up to N runs of the job be in
