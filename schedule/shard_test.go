@@ -700,8 +700,15 @@ func TestShardsRerunTakeoverBesideTheTick(t *testing.T) {
 	if _, err := RequestRerun(context.Background(), c.ledger, "rrb", tick, BackfillOptions{Now: c.clock.Now()}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "node a to start its shards of the re-run", func() bool {
+	// Every node handles each instant before the clock moves on: were
+	// the clock to run ahead of a busy node a, a free node's poll, a
+	// poll interval after it saw the request, would claim a's shards
+	// first.
+	for range 4 {
 		c.advance(50 * time.Millisecond)
+		c.settle(false)
+	}
+	waitFor(t, "node a to start its shards of the re-run", func() bool {
 		log.mu.Lock()
 		defer log.mu.Unlock()
 		return len(log.started["a"]) == 2
