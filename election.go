@@ -64,6 +64,9 @@ func (lk *Locker) Election(key string, opts *ObtainOptions) *Election {
 // as it runs campaigns again after an error, as after losing the
 // leadership.
 func (e *Election) Campaign(ctx context.Context) (*Lock, error) {
+	if err := checkContext(ctx); err != nil {
+		return nil, err
+	}
 	if l := e.Leader(); l != nil {
 		return l, nil
 	}

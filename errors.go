@@ -1,6 +1,7 @@
 package tasklock
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -100,10 +101,19 @@ func (e *NotObtainedError) Unwrap() []error {
 
 // OptionError is returned by New, Obtain, TryObtain, Extend, Once and
 // WithLock for an invalid option, argument or key; Field names it, e.g.
-// "ObtainOptions.TTL" or "key". It is driver.OptionError, the one type
+// "ObtainOptions.TTL", "key" or "ctx" (nil). It is driver.OptionError, the one type
 // every package of this module (schedule, the stores) returns for a bad
 // option, so errors.As with a *tasklock.OptionError matches all of them.
 type OptionError = driver.OptionError
+
+// checkContext refuses a nil ctx, which would otherwise panic deep in the
+// call, far from the caller's mistake.
+func checkContext(ctx context.Context) error {
+	if ctx == nil {
+		return badOption("ctx", "is nil: pass context.Background() when there is no other")
+	}
+	return nil
+}
 
 // badOption returns the *OptionError of this package for field.
 func badOption(field, format string, args ...any) *OptionError {

@@ -218,6 +218,9 @@ func (l *Lock) Heartbeat() {
 // On a nested handle, Extend extends the outer hold's lease, which the
 // handle shares, and returns ErrNotHeld once the handle has ended.
 func (l *Lock) Extend(ctx context.Context, d time.Duration) error {
+	if err := checkContext(ctx); err != nil {
+		return err
+	}
 	if d < MinTTL {
 		return badOption("Extend duration", "%v is below the minimum %v", d, MinTTL)
 	}
@@ -255,8 +258,15 @@ func (l *Lock) answer(ctx context.Context, answer <-chan error) error {
 // own Done closes with ErrReleased and the lease stays with the outer hold;
 // it returns an error matching ErrNotHeld, with the cause, when the outer
 // hold was lost first. Releasing the outermost hold releases the lease even
-// while nested handles are open, and ends them with ErrReleased.
+// while nested handles are open, and ends them with ErrReleased. A nil ctx
+// counts as context.Background().
 func (l *Lock) Release(ctx context.Context) error {
+	if ctx == nil {
+		// Released all the same, as with no deadline: an error here,
+		// often dropped by a deferred call, would leave the lease
+		// renewed until the Locker closes.
+		ctx = context.Background()
+	}
 	if l.outer != nil {
 		return l.releaseNested()
 	}

@@ -159,6 +159,9 @@ func (lk *Locker) TryObtain(ctx context.Context, key string, opts *ObtainOptions
 
 // tryObtain is TryObtain for a hold of kind k.
 func (lk *Locker) tryObtain(ctx context.Context, key string, opts *ObtainOptions, k kind) (*Lock, error) {
+	if err := checkContext(ctx); err != nil {
+		return nil, err
+	}
 	o, err := lk.resolveKind(key, opts, k)
 	if err != nil {
 		return nil, err
@@ -279,6 +282,9 @@ func (lk *Locker) Obtain(ctx context.Context, key string, opts *ObtainOptions) (
 
 // obtain is Obtain for a hold of kind k.
 func (lk *Locker) obtain(ctx context.Context, key string, opts *ObtainOptions, k kind) (*Lock, error) {
+	if err := checkContext(ctx); err != nil {
+		return nil, err
+	}
 	o, err := lk.resolveKind(key, opts, k)
 	if err != nil {
 		return nil, err

@@ -46,7 +46,7 @@ type OnceResult struct {
 // (Ran true, with the outer hold's Fence) under a nested handle, and the
 // nested call's MinHold has no effect: the outer lease's applies.
 func Once(ctx context.Context, lk *Locker, key string, opts *ObtainOptions, fn func(ctx context.Context) error) (OnceResult, error) {
-	if err := checkRunArgs(lk, fn); err != nil {
+	if err := checkRunArgs(ctx, lk, fn); err != nil {
 		return OnceResult{}, err
 	}
 	l, err := lk.TryObtain(ctx, key, opts)
@@ -72,7 +72,7 @@ func Once(ctx context.Context, lk *Locker, key string, opts *ObtainOptions, fn f
 // key with it, or with a context derived from it, is reentrant and runs at
 // once under a nested handle.
 func WithLock(ctx context.Context, lk *Locker, key string, opts *ObtainOptions, fn func(ctx context.Context) error) error {
-	if err := checkRunArgs(lk, fn); err != nil {
+	if err := checkRunArgs(ctx, lk, fn); err != nil {
 		return err
 	}
 	l, err := lk.Obtain(ctx, key, opts)
@@ -82,9 +82,12 @@ func WithLock(ctx context.Context, lk *Locker, key string, opts *ObtainOptions, 
 	return runHolding(ctx, l, fn)
 }
 
-// checkRunArgs refuses a nil Locker or fn before anything is obtained.
-func checkRunArgs(lk *Locker, fn func(ctx context.Context) error) error {
+// checkRunArgs refuses a nil ctx, Locker or fn before anything is
+// obtained.
+func checkRunArgs(ctx context.Context, lk *Locker, fn func(ctx context.Context) error) error {
 	switch {
+	case ctx == nil:
+		return checkContext(ctx)
 	case lk == nil:
 		return badOption("lk", "nil")
 	case fn == nil:

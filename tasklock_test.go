@@ -962,6 +962,58 @@ func TestWithLockAndOnceNameNilArguments(t *testing.T) {
 	_ = l.Release(ctx)
 }
 
+// A nil ctx is an OptionError naming ctx from every call that obtains or
+// extends, and takes nothing; Release takes it as context.Background()
+// and frees the key, so that a deferred Release(nil) does not leave the
+// lease renewed.
+func TestNilContextNamed(t *testing.T) {
+	store := memstore.New(nil)
+	lk := newTestLocker(t, store)
+	fn := func(context.Context) error { return nil }
+	var nilCtx context.Context // a variable: vet and staticcheck flag a literal nil
+	isCtx := func(err error) bool {
+		var oe *OptionError
+		return errors.As(err, &oe) && oe.Field == "ctx"
+	}
+	if _, err := lk.TryObtain(nilCtx, "k", nil); !isCtx(err) {
+		t.Errorf("TryObtain(nil ctx) = %v, want an OptionError for ctx", err)
+	}
+	if _, err := lk.Obtain(nilCtx, "k", nil); !isCtx(err) {
+		t.Errorf("Obtain(nil ctx) = %v, want an OptionError for ctx", err)
+	}
+	if _, err := lk.RWMutex("rw").RLock(nilCtx, nil); !isCtx(err) {
+		t.Errorf("RLock(nil ctx) = %v, want an OptionError for ctx", err)
+	}
+	if _, err := lk.Election("e", nil).Campaign(nilCtx); !isCtx(err) {
+		t.Errorf("Campaign(nil ctx) = %v, want an OptionError for ctx", err)
+	}
+	if err := WithLock(nilCtx, lk, "k", nil, fn); !isCtx(err) {
+		t.Errorf("WithLock(nil ctx) = %v, want an OptionError for ctx", err)
+	}
+	if res, err := Once(nilCtx, lk, "k", nil, fn); res.Ran || !isCtx(err) {
+		t.Errorf("Once(nil ctx) = %+v, %v, want an OptionError for ctx", res, err)
+	}
+	ctx := context.Background()
+	l, err := lk.TryObtain(ctx, "k", nil)
+	if err != nil {
+		t.Fatalf("k after the refused calls: %v, want it free", err)
+	}
+	if err := l.Extend(nilCtx, time.Minute); !isCtx(err) {
+		t.Errorf("Extend(nil ctx) = %v, want an OptionError for ctx", err)
+	}
+	if err := l.Release(nilCtx); err != nil {
+		t.Fatalf("Release(nil ctx) = %v, want the lock released", err)
+	}
+	if l.Err() == nil {
+		t.Error("lock still live after Release(nil ctx)")
+	}
+	l2, err := newTestLocker(t, store).TryObtain(ctx, "k", nil)
+	if err != nil {
+		t.Fatalf("k after Release(nil ctx): %v, want it free", err)
+	}
+	_ = l2.Release(ctx)
+}
+
 // A fn that returns its context's cause, the loss, gets it back once, not
 // joined with itself: "max hold reached\nmax hold reached" reads as two
 // failures in a log.
