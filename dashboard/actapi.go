@@ -7,11 +7,14 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
 
 	"github.com/tasklock/tasklock/dashboard/apijson"
+	"github.com/tasklock/tasklock/internal/jobpresence"
 	"github.com/tasklock/tasklock/ledger"
 	"github.com/tasklock/tasklock/schedule"
 )
@@ -25,21 +28,28 @@ type runRef struct {
 	Trigger string    `json:"trigger"`
 	Shard   int       `json:"shard"`
 	Attempt int       `json:"attempt"`
+	// Force, for a retry, asks for it though its job looks removed from
+	// every node (see refuseRemoved).
+	Force bool `json:"force"`
 }
 
 // readRunRef reads a runRef body, answering 400 naming the field when it
-// is not one (501 when the store keeps no ledger).
-func (h *handler) readRunRef(w http.ResponseWriter, r *http.Request) (ledger.RunKey, bool) {
+// is not one (501 when the store keeps no ledger). force is the body's
+// force, or ?force=1.
+func (h *handler) readRunRef(w http.ResponseWriter, r *http.Request) (k ledger.RunKey, force, ok bool) {
 	if h.ledger == nil {
 		writeError(w, http.StatusNotImplemented, "this store keeps no schedule ledger")
-		return ledger.RunKey{}, false
+		return ledger.RunKey{}, false, false
+	}
+	if force, ok = forceParam(w, r); !ok {
+		return ledger.RunKey{}, false, false
 	}
 	var ref runRef
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 16<<10))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&ref); err != nil {
 		writeError(w, http.StatusBadRequest, "body: want JSON {\"job\", \"tick\", \"trigger\", \"shard\"} naming a run as /api/runs lists it: "+err.Error())
-		return ledger.RunKey{}, false
+		return ledger.RunKey{}, false, false
 	}
 	switch {
 	case ref.Job == "" || len(ref.Job) > schedule.MaxJobName:
@@ -49,9 +59,60 @@ func (h *handler) readRunRef(w http.ResponseWriter, r *http.Request) (ledger.Run
 	case ref.Shard < 0 || ref.Shard >= ledger.MaxShards:
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("shard: want 0 to %d", ledger.MaxShards-1))
 	default:
-		return ledger.RunKey{Job: ref.Job, Tick: ref.Tick.UTC(), Trigger: ref.Trigger, Shard: ref.Shard}, true
+		return ledger.RunKey{Job: ref.Job, Tick: ref.Tick.UTC(), Trigger: ref.Trigger, Shard: ref.Shard}, force || ref.Force, true
 	}
-	return ledger.RunKey{}, false
+	return ledger.RunKey{}, false, false
+}
+
+// forceParam reads ?force=: 1 or true asks for a trigger or a retry of a
+// job that looks removed from every node (see refuseRemoved); 0, false or
+// none does not. It answers 400 and reports false for another value.
+func forceParam(w http.ResponseWriter, r *http.Request) (force, ok bool) {
+	switch v := r.URL.Query().Get("force"); v {
+	case "", "0", "false":
+		return false, true
+	case "1", "true":
+		return true, true
+	default:
+		writeError(w, http.StatusBadRequest, "force: want 1 or 0, got "+strconv.Quote(v))
+		return false, false
+	}
+}
+
+// refuseRemoved answers 409 and reports true when a run of job asked for
+// now (a trigger, a retry) would wait, pending, until a node has the job
+// again: the ledger shows it registered but looking removed from the
+// configuration of every node (jobpresence.Triggerable), as jobs trigger
+// refuses it. It never refuses with force, a job of this node
+// (Options.Jobs: this node runs it), or a job no node registered, of
+// which the ledger cannot tell. A failed store call is answered 503.
+func (h *handler) refuseRemoved(ctx context.Context, w http.ResponseWriter, r *http.Request, job string, force bool) bool {
+	if force {
+		return false
+	}
+	if _, ok := h.configured()[job]; ok {
+		return false
+	}
+	sts, err := h.ledger.Jobs(ctx)
+	if err != nil {
+		h.storeError(w, r, err)
+		return true
+	}
+	i := slices.IndexFunc(sts, func(st ledger.JobState) bool { return st.Job == job })
+	if i < 0 {
+		return false
+	}
+	ok, why, err := jobpresence.Triggerable(ctx, h.ledger, sts[i], h.clock.Now())
+	switch {
+	case err != nil:
+		h.storeError(w, r, err)
+		return true
+	case ok:
+		return false
+	}
+	writeError(w, http.StatusConflict, jobpresence.Removed(job, why)+
+		" (force: true in the body or ?force=1 asks for it anyway; tasklock jobs forget "+job+" drops its state)")
+	return true
 }
 
 // cancelRun is POST /api/runs/cancel: asks the node running the run to
@@ -59,8 +120,12 @@ func (h *handler) readRunRef(w http.ResponseWriter, r *http.Request) (ledger.Run
 // running attempt; 404 when the ledger holds no such run, 409 when it has
 // ended.
 func (h *handler) cancelRun(w http.ResponseWriter, r *http.Request) {
-	k, ok := h.readRunRef(w, r)
+	k, force, ok := h.readRunRef(w, r)
 	if !ok {
+		return
+	}
+	if force {
+		writeError(w, http.StatusBadRequest, "force: a cancel takes none (a retry or a trigger does)")
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), callTimeout)
@@ -92,9 +157,10 @@ var retryable = map[ledger.RunStatus]bool{
 // (schedule.RequestRerun; for a sharded job every shard of the tick runs
 // again, as jobs rerun does); a triggered run is triggered again, a new
 // run. 202 with the request's ID; 404 for an unknown run, 409 for one
-// that is running or did not fail.
+// that is running or did not fail, and, unless forced, for a job that
+// looks removed from every node (refuseRemoved).
 func (h *handler) retryRun(w http.ResponseWriter, r *http.Request) {
-	k, ok := h.readRunRef(w, r)
+	k, force, ok := h.readRunRef(w, r)
 	if !ok {
 		return
 	}
@@ -113,6 +179,9 @@ func (h *handler) retryRun(w http.ResponseWriter, r *http.Request) {
 			"error": fmt.Sprintf("attempt %d of this run is %s: only a failed, timed out, lost, interrupted or cancelled run is retried", last.Attempt, last.Status),
 			"run":   apijson.FromRun(last),
 		})
+		return
+	}
+	if h.refuseRemoved(ctx, w, r, k.Job, force) {
 		return
 	}
 	out := map[string]any{"job": k.Job}
@@ -143,35 +212,40 @@ func (h *handler) retryRun(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusAccepted, out)
 }
 
-// readNote reads the optional body {"note": "..."} of a trigger: "" for an
-// empty body. It answers 400 and reports false for anything else, or a
-// note longer than apijson.MaxNote bytes or not UTF-8.
-func readNote(w http.ResponseWriter, r *http.Request) (string, bool) {
+// readTrigger reads the optional body {"note": "...", "force": true} of a
+// trigger: "" and false for an empty body; force is also set by ?force=1
+// (see refuseRemoved). It answers 400 and reports false for anything
+// else, or a note longer than apijson.MaxNote bytes or not UTF-8.
+func readTrigger(w http.ResponseWriter, r *http.Request) (note string, force, ok bool) {
+	if force, ok = forceParam(w, r); !ok {
+		return "", false, false
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 16<<10))
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "body: "+err.Error())
-		return "", false
+		return "", false, false
 	}
 	if len(strings.TrimSpace(string(body))) == 0 {
-		return "", true
+		return "", force, true
 	}
 	var in struct {
-		Note string `json:"note"`
+		Note  string `json:"note"`
+		Force bool   `json:"force"`
 	}
 	dec := json.NewDecoder(strings.NewReader(string(body)))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&in); err != nil {
-		writeError(w, http.StatusBadRequest, "body: want nothing or JSON {\"note\": \"...\"}: "+err.Error())
-		return "", false
+		writeError(w, http.StatusBadRequest, "body: want nothing or JSON {\"note\": \"...\", \"force\": true}: "+err.Error())
+		return "", false, false
 	}
-	note := strings.TrimSpace(in.Note)
+	note = strings.TrimSpace(in.Note)
 	switch {
 	case len(note) > apijson.MaxNote:
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("note: %d bytes, more than %d", len(note), apijson.MaxNote))
-		return "", false
+		return "", false, false
 	case !utf8.ValidString(note):
 		writeError(w, http.StatusBadRequest, "note: not UTF-8")
-		return "", false
+		return "", false, false
 	}
-	return note, true
+	return note, force || in.Force, true
 }

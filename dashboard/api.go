@@ -752,7 +752,8 @@ func (h *handler) nodes(w http.ResponseWriter, r *http.Request) {
 }
 
 // setState is POST /api/jobs/{name}/trigger|pause|resume: the job's state
-// after the change.
+// after the change. A trigger of a job that looks removed from every node
+// is refused unless forced (refuseRemoved, actapi.go).
 func (h *handler) setState(op ledger.JobStateOp) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if h.ledger == nil {
@@ -770,16 +771,19 @@ func (h *handler) setState(op ledger.JobStateOp) http.HandlerFunc {
 			return
 		}
 		p := ledger.JobStateParams{Job: name, Op: op}
-		note := ""
+		note, force := "", false
 		if op == ledger.JobTrigger {
 			p.Trigger = newTriggerID()
 			var ok bool
-			if note, ok = readNote(w, r); !ok { // actapi.go
+			if note, force, ok = readTrigger(w, r); !ok { // actapi.go
 				return
 			}
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), callTimeout)
 		defer cancel()
+		if op == ledger.JobTrigger && h.refuseRemoved(ctx, w, r, name, force) {
+			return
+		}
 		st, err := h.ledger.SetJobState(ctx, p)
 		if err != nil {
 			h.storeError(w, r, err)

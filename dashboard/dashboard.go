@@ -36,6 +36,8 @@ type Options struct {
 	// a job's page shows its definition); it is called once per request
 	// and must be safe for concurrent use. Nil: the jobs are those the
 	// ledger knows of (stored state or a recent run), without schedules.
+	// A trigger or retry of a job it returns is never refused as removed
+	// from every node: the node serving the dashboard has it.
 	Jobs func() []schedule.Job
 	// Handler, when set, says what the named configured job runs, for its
 	// page: keys and values such as {"command", "/usr/bin/report --all"}

@@ -70,8 +70,10 @@
 //	GET  /api/nodes       {"nodes": [{"node", "alive", "last_seen", "version", "fence", "expires_in_ms", "leader", "leader_term"}],
 //	                       "leader": {"node", "term", "expires_in_ms"} or null}
 //	GET  /api/events      text/event-stream: an event "summary" every second (see below)
-//	POST /api/jobs/{name}/trigger   body: none, or {"note": TEXT} (at most 1000 bytes, 400
-//	                      beyond), kept in the audit entry; {"job": state after, "trigger": ID, "note"}
+//	POST /api/jobs/{name}/trigger   body: none, or {"note": TEXT, "force": BOOL} (a note of
+//	                      at most 1000 bytes, 400 beyond), kept in the audit entry; {"job": state
+//	                      after, "trigger": ID, "note"}; 409 when the job looks removed from
+//	                      every node (see below), unless "force": true or ?force=1
 //	POST /api/runs/cancel body {"job", "tick", "trigger", "shard"}: a run as /api/runs lists
 //	                      it (its attempt is ignored); asks the node running it to stop it
 //	                      within a poll interval (it ends "cancelled", a command's process
@@ -82,7 +84,9 @@
 //	                      cancelled run again — a scheduled tick as its next attempt (a re-run,
 //	                      as jobs rerun; for a sharded job every shard of the tick), a
 //	                      triggered run as a new trigger; 202 {"job", "rerun": ID, "tick"} or
-//	                      {"job", "trigger": ID}; 404 no such run; 409 running or not failed
+//	                      {"job", "trigger": ID}; 404 no such run; 409 running or not failed,
+//	                      or its job looks removed from every node (see below), unless the
+//	                      body has "force": true or the URL ?force=1
 //	POST /api/jobs/{name}/pause     {"job": state after}: as a job of /api/jobs
 //	                      (state, paused, pending_triggers, spec, since, last_run)
 //	POST /api/jobs/{name}/resume    {"job": state after}
@@ -116,6 +120,17 @@
 // the same audit: every one of these calls needs the token, as the other
 // POSTs do, and its audit entry says who: "api:token" for the bearer
 // token, "api:session:" and a hash of the session id for a login.
+//
+// A trigger or a retry of a job that looks removed from the configuration
+// of every node is refused with 409, as `tasklock jobs trigger` refuses
+// it (both decide with the same code): its request would wait, pending,
+// until a node has the job again. Such a job is registered, not paused,
+// its latest record is not a run in progress, and the next tick of its
+// registered schedule after that record (or after its registration, when
+// it has none) is more than a minute past with nothing recorded; the
+// error says what the ledger shows. A job of Options.Jobs is never
+// refused (the node serving the dashboard has it), nor one no node
+// registered; "force": true in the body, or ?force=1, asks anyway.
 //
 // The job, run, lock and audit objects, the answers of POST, PUT and
 // DELETE /api/jobs and of a release have the shapes (package apijson) of

@@ -17,6 +17,7 @@ import (
 	"github.com/tasklock/tasklock/dashboard/apijson"
 	"github.com/tasklock/tasklock/dashboard/jobdefs"
 	"github.com/tasklock/tasklock/driver"
+	"github.com/tasklock/tasklock/internal/jobpresence"
 	"github.com/tasklock/tasklock/internal/redact"
 	"github.com/tasklock/tasklock/ledger"
 	"github.com/tasklock/tasklock/schedule"
@@ -489,23 +490,19 @@ func checkKnown(ctx context.Context, l ledger.Ledger, job string, anyState bool)
 	return st, noJobError(fmt.Sprintf("no job named %q: no node of tasklock serve has it in its configuration (--force to go on)", job))
 }
 
-// forgetAfter is how long past a job's next tick after its latest run
-// jobs forget waits before it takes the job for removed from every node.
-const forgetAfter = time.Minute
-
 // checkForgettable refuses to forget a registered job, of stored state st,
 // that a node of serve may still have: one that is paused (a paused job
 // forgotten under a node that has it would run again: its pause is
 // dropped), or one that still runs (the next tick of its registered
 // schedule after its latest record, or after its registration when it has
-// no record, is not forgetAfter past).
+// no record, is not jobpresence.ForgetAfter past).
 func checkForgettable(ctx context.Context, l ledger.Ledger, st ledger.JobState, now time.Time) error {
 	job := st.Job
 	if st.Spec != "" && st.Paused {
 		return noJobError(fmt.Sprintf("job %q is paused: forget drops the pause, and a node that still has it would run it again; "+
 			"resume it first, or --force to go on", job))
 	}
-	configured, why, err := looksConfigured(ctx, l, st, now, false)
+	configured, why, err := jobpresence.LooksConfigured(ctx, l, st, now, false)
 	if err != nil || !configured {
 		return err
 	}
@@ -513,69 +510,18 @@ func checkForgettable(ctx context.Context, l ledger.Ledger, st ledger.JobState, 
 }
 
 // checkTriggerable refuses to trigger a registered job, of stored state
-// st, that no node of serve seems to have any more: one not paused, not
-// running, whose next tick after its latest record (or after its
-// registration) is more than forgetAfter past with nothing recorded. Its
-// request would wait, pending, until a node has the job again (a job
-// taken out of every node's file keeps its state until jobs forget).
+// st, that no node of serve seems to have any more (see
+// jobpresence.Triggerable): one not paused, not running, whose next tick
+// after its latest record (or after its registration) is more than
+// jobpresence.ForgetAfter past with nothing recorded. Its request would
+// wait, pending, until a node has the job again (a job taken out of every
+// node's file keeps its state until jobs forget).
 func checkTriggerable(ctx context.Context, l ledger.Ledger, st ledger.JobState, now time.Time) error {
-	if st.Paused { // a paused job records no ticks, and a trigger runs it
-		return nil
-	}
-	configured, why, err := looksConfigured(ctx, l, st, now, true)
-	if err != nil || configured {
+	ok, why, err := jobpresence.Triggerable(ctx, l, st, now)
+	if err != nil || ok {
 		return err
 	}
-	return noJobError(fmt.Sprintf("job %q looks removed from the configuration of every node of serve: %s; its run would wait until a node has it again "+
-		"(--force to ask for it anyway; jobs forget %s drops its state)", st.Job, why, st.Job))
-}
-
-// looksConfigured reports whether a node of serve still seems to have the
-// registered job of stored state st, by its registered schedule: the next
-// tick after the job's latest record, or after its registration when it
-// has none, is not forgetAfter past; or, with running, the latest record
-// is of a run in progress. why says what it saw. A job never registered,
-// or whose schedule this build cannot read or gives no next tick, does not
-// look configured, with why "".
-func looksConfigured(ctx context.Context, l ledger.Ledger, st ledger.JobState, now time.Time, running bool) (bool, string, error) {
-	sched, err := schedule.Parse(st.Spec, time.UTC)
-	if st.Spec == "" || err != nil {
-		return false, "", nil
-	}
-	runs, err := l.Runs(ctx, ledger.RunQuery{Job: st.Job, Limit: 1})
-	if err != nil {
-		return false, "", err
-	}
-	if len(runs) == 0 {
-		// Not run yet: a job just added to serve's file (an hourly one,
-		// a daily one) was forgotten under the node that runs it, and
-		// vanished from jobs list and trigger. Its first tick after it
-		// was registered stands in for the next after a record.
-		next := sched.Next(st.Since)
-		if st.Since.IsZero() || next.IsZero() {
-			return false, "", nil
-		}
-		return now.Sub(next) <= forgetAfter, fmt.Sprintf("a node of serve registered it at %s and it has not run yet; its first tick, %s, is %s %v past",
-			st.Since.UTC().Format(time.RFC3339), next.UTC().Format(time.RFC3339), notMore(now.Sub(next)), forgetAfter), nil
-	}
-	last := runs[0]
-	if running && last.Status == ledger.RunRunning {
-		return true, fmt.Sprintf("its latest record, of tick %s, is running on node %s", last.Tick.UTC().Format(time.RFC3339), redact.Quote(last.Node)), nil
-	}
-	next := sched.Next(last.Tick)
-	if next.IsZero() {
-		return false, "", nil
-	}
-	return now.Sub(next) <= forgetAfter, fmt.Sprintf("its latest record, of tick %s, is %s on node %s, and its next tick, %s, is %s %v past",
-		last.Tick.UTC().Format(time.RFC3339), last.Status, redact.Quote(last.Node), next.UTC().Format(time.RFC3339), notMore(now.Sub(next)), forgetAfter), nil
-}
-
-// notMore is "not" when past is within forgetAfter, else "more than".
-func notMore(past time.Duration) string {
-	if past <= forgetAfter {
-		return "not"
-	}
-	return "more than"
+	return noJobError(jobpresence.Removed(st.Job, why) + fmt.Sprintf(" (--force to ask for it anyway; jobs forget %s drops its state)", st.Job))
 }
 
 // storeKnowsJob reports whether the store keeps any state of job, or its

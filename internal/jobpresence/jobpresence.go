@@ -1,0 +1,99 @@
+// Package jobpresence tells, from the ledger alone, whether a node of
+// tasklock serve still seems to have a registered job: whether a trigger
+// or a re-run asked for it would be taken, or would wait, pending, until
+// a node has the job again. A job taken out of every node's configuration
+// keeps its state (its schedule as registered, its pause) until jobs
+// forget drops it, so the ledger cannot say so outright; it can say that
+// nothing was recorded for a tick that is well past.
+//
+// The CLI (jobs trigger, jobs forget) and the dashboard (trigger and
+// retry) decide with the same functions, so that they refuse the same
+// jobs for the same reason.
+package jobpresence
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/tasklock/tasklock/internal/redact"
+	"github.com/tasklock/tasklock/ledger"
+	"github.com/tasklock/tasklock/schedule"
+)
+
+// ForgetAfter is how long past a job's next tick after its latest run (or
+// its first tick after its registration, when it has no run) nothing may
+// be recorded before the job is taken for removed from every node: by
+// jobs forget, which forgets only such a job, and by a trigger, which
+// refuses one.
+const ForgetAfter = time.Minute
+
+// LooksConfigured reports whether a node of serve still seems to have the
+// registered job of stored state st, by its registered schedule: the next
+// tick after the job's latest record, or after its registration when it
+// has none, is not ForgetAfter past; or, with running, the latest record
+// is of a run in progress. why says what it saw. A job never registered,
+// or whose schedule this build cannot read or gives no next tick, does not
+// look configured, with why "".
+func LooksConfigured(ctx context.Context, l ledger.Ledger, st ledger.JobState, now time.Time, running bool) (bool, string, error) {
+	sched, err := schedule.Parse(st.Spec, time.UTC)
+	if st.Spec == "" || err != nil {
+		return false, "", nil
+	}
+	runs, err := l.Runs(ctx, ledger.RunQuery{Job: st.Job, Limit: 1})
+	if err != nil {
+		return false, "", err
+	}
+	if len(runs) == 0 {
+		// Not run yet: a job just added to serve's file (an hourly one,
+		// a daily one) was forgotten under the node that runs it, and
+		// vanished from jobs list and trigger. Its first tick after it
+		// was registered stands in for the next after a record.
+		next := sched.Next(st.Since)
+		if st.Since.IsZero() || next.IsZero() {
+			return false, "", nil
+		}
+		return now.Sub(next) <= ForgetAfter, fmt.Sprintf("a node of serve registered it at %s and it has not run yet; its first tick, %s, is %s %v past",
+			st.Since.UTC().Format(time.RFC3339), next.UTC().Format(time.RFC3339), notMore(now.Sub(next)), ForgetAfter), nil
+	}
+	last := runs[0]
+	if running && last.Status == ledger.RunRunning {
+		return true, fmt.Sprintf("its latest record, of tick %s, is running on node %s", last.Tick.UTC().Format(time.RFC3339), redact.Quote(last.Node)), nil
+	}
+	next := sched.Next(last.Tick)
+	if next.IsZero() {
+		return false, "", nil
+	}
+	return now.Sub(next) <= ForgetAfter, fmt.Sprintf("its latest record, of tick %s, is %s on node %s, and its next tick, %s, is %s %v past",
+		last.Tick.UTC().Format(time.RFC3339), last.Status, redact.Quote(last.Node), next.UTC().Format(time.RFC3339), notMore(now.Sub(next)), ForgetAfter), nil
+}
+
+// Triggerable reports whether a node of serve would take a request to run
+// the registered job of stored state st (a trigger, a re-run): the job is
+// paused (a paused job records no ticks, and a trigger runs it), or it
+// LooksConfigured, a run in progress counting, or the ledger cannot tell
+// (LooksConfigured's why is "": no schedule registered, or one this build
+// cannot read). When it is not, the request would wait, pending, until a
+// node has the job again; why says what the ledger shows (see
+// LooksConfigured), and Removed words the refusal.
+func Triggerable(ctx context.Context, l ledger.Ledger, st ledger.JobState, now time.Time) (bool, string, error) {
+	if st.Paused {
+		return true, "", nil
+	}
+	configured, why, err := LooksConfigured(ctx, l, st, now, true)
+	return configured || why == "", why, err
+}
+
+// Removed says why a run of job, not Triggerable for the reason why, is
+// refused; the caller adds how to ask for it anyway.
+func Removed(job, why string) string {
+	return fmt.Sprintf("job %q looks removed from the configuration of every node of serve: %s; its run would wait until a node has it again", job, why)
+}
+
+// notMore is "not" when past is within ForgetAfter, else "more than".
+func notMore(past time.Duration) string {
+	if past <= ForgetAfter {
+		return "not"
+	}
+	return "more than"
+}
