@@ -480,6 +480,14 @@ func (s *server) run() int {
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sigs)
+	// Logged last, when all is done: the runs ended, the dashboard
+	// stopped, the locks released and the store closed.
+	stopped := false
+	defer func() {
+		if stopped {
+			s.log.Info("shut down")
+		}
+	}()
 
 	openCtx, cancel := context.WithTimeout(context.Background(), openTimeout)
 	store, closeStore, err := storeurl.Open(openCtx, s.file.Store)
@@ -565,6 +573,7 @@ func (s *server) run() int {
 			}
 			stopCatalog()
 			s.shutdown(sig, sigs)
+			stopped = true
 			return exitOK
 		case <-lost:
 			// Closed for good: retry takes it from here, at its pace.
@@ -884,7 +893,9 @@ func diffJobs(a, b []config.Job) (added, removed, changed []string) {
 
 // shutdown stops every Scheduler: runs get --grace to finish, or less when
 // a second signal comes, and are then stopped; it returns once every run
-// has recorded its result and released its lock.
+// has recorded its result and released its lock. run then stops the rest
+// (the dashboard, the notifier, the election and the node-name lock, the
+// store's connection) and logs "shut down".
 func (s *server) shutdown(sig os.Signal, sigs <-chan os.Signal) {
 	s.log.Info("shutting down: waiting for running jobs", "signal", sigName(sig), "grace", s.c.grace)
 	ctx, cancel := context.WithTimeout(context.Background(), s.c.grace)
@@ -925,7 +936,7 @@ func (s *server) shutdown(sig os.Signal, sigs <-chan os.Signal) {
 	}
 	wg.Wait()
 	s.drains.Wait()
-	s.log.Info("shut down")
+	s.log.Debug("shutting down: running jobs ended; stopping the dashboard and the notifier, leaving the election, releasing the node-name lock, closing the store")
 }
 
 // handler is the schedule handler of a job.

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"maps"
 	"net"
 	"net/http"
@@ -15,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/tasklock/tasklock"
@@ -100,12 +102,25 @@ func (s *server) nodeLockOptions() *tasklock.ObtainOptions {
 	return &tasklock.ObtainOptions{Owner: owner}
 }
 
+// httpStopWait bounds how long stopping the dashboard waits for requests
+// in progress: a bound, not a wait. Their context is cancelled first, so
+// they end at once unless a handler ignores it, and connections without a
+// request in progress are closed at once (closeFresh).
+const httpStopWait = 2 * time.Second
+
 // httpServer is serve's dashboard server.
 type httpServer struct {
 	srv    *http.Server
 	ln     net.Listener
 	cancel context.CancelFunc
 	done   chan struct{}
+	wait   time.Duration // stop's bound: httpStopWait
+
+	// fresh are the connections that have not yet sent a whole first
+	// request; once stopping, stop closes them, and any accepted after.
+	mu       sync.Mutex
+	fresh    map[net.Conn]bool
+	stopping bool
 }
 
 // startHTTP starts the dashboard on --http. It returns nil and exitOK when
@@ -137,21 +152,7 @@ func (s *server) startHTTP(store driver.Store) (*httpServer, int) {
 		s.failf("--http %s: %v", h.addr, err)
 		return nil, exitUnavailable
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	hs := &httpServer{
-		srv: &http.Server{
-			Handler: s.httpMux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute,
-			BaseContext: func(net.Listener) context.Context { return ctx },
-			ErrorLog:    nil,
-		},
-		ln: ln, cancel: cancel, done: make(chan struct{}),
-	}
-	go func() {
-		defer close(hs.done)
-		if err := hs.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			s.log.Error("dashboard server stopped", "err", err)
-		}
-	}()
+	hs := serveHTTP(ln, s.httpMux, s.log)
 	mode := "read-only"
 	switch {
 	case h.token != "" && h.public:
@@ -183,18 +184,72 @@ func (s *server) defineJob(body []byte, name string) (string, string, error) {
 	return j.Name, def, nil
 }
 
-// stop ends the event streams and shuts the server down.
+// serveHTTP serves h on ln until stop.
+func serveHTTP(ln net.Listener, h http.Handler, log *slog.Logger) *httpServer {
+	ctx, cancel := context.WithCancel(context.Background())
+	hs := &httpServer{ln: ln, cancel: cancel, done: make(chan struct{}), wait: httpStopWait, fresh: map[net.Conn]bool{}}
+	hs.srv = &http.Server{
+		Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute,
+		BaseContext: func(net.Listener) context.Context { return ctx },
+		ConnState:   hs.connState,
+		ErrorLog:    nil,
+	}
+	hs.srv.RegisterOnShutdown(hs.closeFresh)
+	go func() {
+		defer close(hs.done)
+		if err := hs.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("dashboard server stopped", "err", err)
+		}
+	}()
+	return hs
+}
+
+// stop ends the event streams and shuts the server down: the responses in
+// progress are finished (their requests' context is cancelled), every
+// other connection is closed at once.
 func (hs *httpServer) stop() {
 	if hs == nil {
 		return
 	}
 	hs.cancel()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), hs.wait)
 	defer cancel()
 	if hs.srv.Shutdown(ctx) != nil {
 		_ = hs.srv.Close()
 	}
 	<-hs.done
+}
+
+// connState is the server's ConnState hook: it keeps the set of fresh
+// connections, and closes one accepted once stopping.
+func (hs *httpServer) connState(c net.Conn, st http.ConnState) {
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	switch {
+	case st == http.StateNew && hs.stopping:
+		_ = c.Close()
+	case st == http.StateNew:
+		hs.fresh[c] = true
+	default:
+		delete(hs.fresh, c)
+	}
+}
+
+// closeFresh closes the connections that have not sent a whole request,
+// when Shutdown has closed the listener. Shutdown closes idle connections
+// itself but waits for fresh ones until they are 5s old (a request may be
+// on its way: golang/go#22682), so a client that had just connected, or
+// that sent part of a request, held serve's exit for the whole of
+// httpStopWait. Such a request would find its context cancelled, and serve
+// gone a moment later: it is not worth waiting for.
+func (hs *httpServer) closeFresh() {
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	hs.stopping = true
+	for c := range hs.fresh {
+		_ = c.Close()
+	}
+	clear(hs.fresh)
 }
 
 // dashboardJobs returns the jobs in force, for the dashboard; it is called
