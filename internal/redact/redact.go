@@ -87,7 +87,9 @@ func redactURL(rawURL string) string {
 	q += after
 	query, frag, hasFrag := strings.Cut(s[q+1:], "#")
 	parts := strings.Split(query, "&")
+	lastSecret := false // the last query value is a secret's
 	for i, part := range parts {
+		lastSecret = false
 		name, _, hasValue := strings.Cut(part, "=")
 		if !hasValue {
 			continue
@@ -95,12 +97,14 @@ func redactURL(rawURL string) string {
 		if dn, err := url.QueryUnescape(name); err == nil {
 			name = dn
 		}
-		if allValues || SecretName(name) {
+		if lastSecret = SecretName(name); allValues || lastSecret {
 			parts[i] = part[:strings.IndexByte(part, '=')+1] + Mask
 		}
 	}
 	s = s[:q+1] + strings.Join(parts, "&")
-	if hasFrag {
+	// A fragment right after a hidden value is more likely the rest of
+	// it, an unescaped '#' in a password, than a fragment: hide it too.
+	if hasFrag && !lastSecret {
 		s += "#" + frag
 	}
 	return s

@@ -32,6 +32,9 @@ func TestURL(t *testing.T) {
 		},
 		{"redis+sentinel://s1:1/m?Sentinel%5FPassword=" + secret, "redis+sentinel://s1:1/m?Sentinel%5FPassword=xxxxx"},
 		{"postgres://h/db?password=" + secret + "&sslmode=disable#x", "postgres://h/db?password=xxxxx&sslmode=disable#x"},
+		// A '#' in a query password: what follows is the rest of it.
+		{"redis+sentinel://:pw@s1:1/m?sentinel_password=abc#" + secret, "redis+sentinel://:xxxxx@s1:1/m?sentinel_password=xxxxx"},
+		{"postgres://h/db?sslmode=disable&password=a#b#" + secret, "postgres://h/db?sslmode=disable&password=xxxxx"},
 		{"etcd://h:1?token=" + secret + "&client_secret=" + secret, "etcd://h:1?token=xxxxx&client_secret=xxxxx"},
 		{"redis://h:1?passphrase", "redis://h:1?passphrase"},
 		{"redis://h:1?auth=" + secret + "&x=1", "redis://h:1?auth=xxxxx&x=1"},
