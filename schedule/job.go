@@ -226,7 +226,9 @@ const (
 	// recorded as skipped. On a node, a scheduled tick never runs after a
 	// later tick of its job: one that takes the lock after a later tick's
 	// run did (a busy node starting their runs out of order) is recorded
-	// as skipped too.
+	// as skipped too. A lock whose release failed (the store did not
+	// answer) stays held until its lease ends, and skips the ticks until
+	// then as a run in progress would.
 	OverlapSkip Overlap = iota
 	// OverlapAllow runs every tick, overlapping or not; no lock is taken
 	// and Run.Fence is 0.

@@ -312,7 +312,7 @@ func (s *Scheduler) runTick(j *job, w work) {
 			}
 			switch {
 			case errors.Is(err, tasklock.ErrNotObtained):
-				s.skip(j, w, attempt, "schedule: the previous run is still in progress: "+err.Error())
+				s.skip(j, w, attempt, lockHeldReason+err.Error())
 				return
 			case err != nil:
 				now := s.clock.Now()
@@ -533,6 +533,12 @@ func (s *Scheduler) logRun(r *ledger.RunRecord) {
 	s.log.Log(context.Background(), level, "schedule: run ended", "node", s.node, "job", r.Job, "tick", r.Tick,
 		"trigger", r.Trigger, "attempt", r.Attempt, "status", r.Status, "duration", r.End.Sub(r.Start), "err", r.Error)
 }
+
+// lockHeldReason starts the error of a tick skipped because its job's lock
+// was held. The lock alone cannot tell a run in progress from a lock that
+// outlived its run: a release the store did not answer (during a failover,
+// say) leaves the lease held until it ends, as a stopped node's run does.
+const lockHeldReason = "schedule: the previous run is still in progress, or its lock outlived it (a release that failed holds it until its lease ends): "
 
 // obtain takes the job's lock, once.
 func (s *Scheduler) obtain(j *job) (*tasklock.Lock, error) {

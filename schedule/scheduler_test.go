@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/tasklock/tasklock"
+	"github.com/tasklock/tasklock/driver"
 	"github.com/tasklock/tasklock/ledger"
 	"github.com/tasklock/tasklock/memstore"
 )
@@ -213,6 +214,33 @@ func TestOverlap(t *testing.T) {
 		}
 		_ = a
 	})
+	// A run whose lock release failed leaves the lock held until its lease
+	// ends: the next tick is skipped, and its reason says that the lock
+	// may have outlived the run (a stranger read "the previous run is
+	// still in progress" after a failover, with no run in progress).
+	t.Run("release failed", func(t *testing.T) {
+		c := newCluster(t)
+		c.lockStore = releaseFails{c.locks}
+		var ran atomic.Int32
+		job := Job{Name: "short", Schedule: "@every 10s", MisfireWindow: 10 * time.Second, Handler: func(context.Context, Run) error {
+			ran.Add(1)
+			return nil
+		}}
+		c.node("a", 0, nil).add(t, job).start(t)
+		rs := c.waitRecords("short", t0.Add(-time.Second), 1)
+		if rs[0].Status != ledger.RunOK {
+			t.Fatalf("first run's record %+v", rs[0])
+		}
+		c.settle(true)
+		c.step(10 * time.Second)
+		rs = c.waitRecords("short", t0, 1)
+		if rs[0].Status != ledger.RunSkipped || !strings.Contains(rs[0].Error, "or its lock outlived it (a release that failed") {
+			t.Fatalf("tick after a failed release: %+v, want skipped, the lock's outliving the run named", rs[0])
+		}
+		if ran.Load() != 1 {
+			t.Errorf("%d runs, want 1", ran.Load())
+		}
+	})
 	t.Run("allow", func(t *testing.T) {
 		c := newCluster(t)
 		g := newGate()
@@ -234,6 +262,14 @@ func TestOverlap(t *testing.T) {
 		}
 		c.settle(true)
 	})
+}
+
+// releaseFails is a lock store whose releases fail, as a store that does
+// not answer them: the lease stays until its TTL.
+type releaseFails struct{ driver.Store }
+
+func (releaseFails) Release(context.Context, driver.ReleaseParams) error {
+	return errors.New("connection refused")
 }
 
 // MinHold keeps the job's lock after a short run, so ticks within it are
