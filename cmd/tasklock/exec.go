@@ -644,10 +644,10 @@ func (e *execRun) obtainFailed(err error) int {
 	case e.c.wait > 0:
 		// Not "held elsewhere": the store failed as the wait ended, and
 		// the holder seen before may be long gone.
-		e.failf("store failed while waiting for lock %q (--wait %v): %v", e.c.key, e.c.wait, err)
+		e.failf("store failed while waiting for lock %q (--wait %v; store %s): %v", e.c.key, e.c.wait, e.storeName(), err)
 		return exitUnavailable
 	default:
-		e.failf("store failed: %v", err)
+		e.failf("store failed taking lock %q (store %s): %v", e.c.key, e.storeName(), err)
 		return exitUnavailable
 	}
 }

@@ -271,8 +271,9 @@ func TestExecWaitStoreGoesDown(t *testing.T) {
 	waitSubscribed(t, c, waiter)
 	srv.Kill(t)
 	code := waiter.Wait(20 * time.Second)
-	if code != exitUnavailable || strings.Contains(waiter.Stderr(), "holder-D") || !strings.Contains(waiter.Stderr(), "store failed while waiting") || waiter.Stdout() != "" {
-		t.Errorf("exit %d, stdout %q, stderr:\n%s\nwant %d, store unreachable, not the holder seen before", code, waiter.Stdout(), waiter.Stderr(), exitUnavailable)
+	if code != exitUnavailable || strings.Contains(waiter.Stderr(), "holder-D") || !strings.Contains(waiter.Stderr(), "store failed while waiting") ||
+		!strings.Contains(waiter.Stderr(), "store "+url+"): ") || waiter.Stdout() != "" {
+		t.Errorf("exit %d, stdout %q, stderr:\n%s\nwant %d, store unreachable and named, not the holder seen before", code, waiter.Stdout(), waiter.Stderr(), exitUnavailable)
 	}
 	os.WriteFile(stop, nil, 0o644)
 	holder.Wait(20 * time.Second)
