@@ -76,6 +76,15 @@ func testRegisterJobs(t *testing.T, l ledger.Ledger) {
 	if got, ok := jobOf(t, l, "plain"); !ok || got.Paused || got.Spec != "@every 1m" {
 		t.Fatalf("Jobs shows %+v (listed %v) for a registered job in the default state", got, ok)
 	}
+	// Pruning the old requests keeps it: its registration is no request
+	// (memstore dropped every state without a pause or a request, and a
+	// re-run an hour later found the job not registered).
+	if _, err := l.Prune(ctxT(t, 10*time.Second), ledger.PruneParams{TriggersOlderThan: time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := jobOf(t, l, "plain"); !ok || got.Spec != "@every 1m" || !got.Since.Equal(since) {
+		t.Fatalf("Jobs shows %+v (listed %v) after a prune of the requests, want the registration kept", got, ok)
+	}
 	// Invalid registrations are refused.
 	for _, p := range []ledger.JobStateParams{
 		{Job: "bad", Op: ledger.JobRegister, Since: since},

@@ -300,7 +300,7 @@ func (s *Store) Prune(ctx context.Context, p ledger.PruneParams) (ledger.PruneRe
 			n := len(st.Triggers)
 			st.Triggers = slices.DeleteFunc(st.Triggers, func(t ledger.TriggerRequest) bool { return t.At.Before(cutoff) })
 			res.Triggers += n - len(st.Triggers)
-			if !st.Paused && len(st.Triggers) == 0 {
+			if !st.Paused && len(st.Triggers) == 0 && st.Spec == "" {
 				delete(ls.states, job)
 			}
 		}
