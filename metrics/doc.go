@@ -28,7 +28,8 @@
 //
 //	tasklock_job_runs_total{job,status}       attempts that ended: ok | failed | timeout | lost; and ticks skipped: skipped
 //	tasklock_job_run_duration_seconds{job}    histogram of attempts' durations
-//	tasklock_tick_lateness_seconds            histogram of first attempts' start − scheduled tick
+//	tasklock_tick_lateness_seconds            histogram of first attempts' start − scheduled tick (not of
+//	                                          trigger-now requests, nor of backfills' and re-runs' past ticks)
 //	tasklock_ticks_missed_total{job}          ticks the misfire policy passed over after downtime
 //	tasklock_tick_claims_total{result}        claimed | claimed_elsewhere (another node claimed the tick first)
 //
@@ -40,7 +41,7 @@
 //	tasklock_job_ticks_succeeded_total{job}   ticks that ended ok (after retries)
 //	tasklock_job_ticks_skipped_total{job}     ticks not run: previous run in progress, no MaxConcurrent or pool permit, shutdown
 //	tasklock_ticks_missed_total{job}          (above) ticks the misfire policy passed over
-//	tasklock_job_late_seconds{job}            histogram of scheduled ticks' first attempt's start − tick
+//	tasklock_job_late_seconds{job}            histogram of scheduled ticks' first attempt's start − tick (as above)
 //	tasklock_job_last_success_timestamp_seconds{job}  gauge: end of the last ok run, Unix seconds (max by (job) for the fleet)
 //
 // A due tick ends as exactly one of started, skipped or missed, so due −

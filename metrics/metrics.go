@@ -144,7 +144,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"job"}),
 		lateness: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "tasklock_tick_lateness_seconds",
-			Help:    "How late scheduled ticks started: first attempt's start minus the tick (trigger-now requests and retries are not counted).",
+			Help:    "How late scheduled ticks started: first attempt's start minus the tick (trigger-now requests, backfills' and re-runs' past ticks, and retries are not counted).",
 			Buckets: latenessBuckets,
 		}),
 		missed: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -184,7 +184,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	}, []string{"job"})
 	m.late = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "tasklock_job_late_seconds",
-		Help:    "How late the job's scheduled ticks started on this node: first attempt's start minus the tick, waits for jitter and pool permits included (trigger-now requests are not counted).",
+		Help:    "How late the job's scheduled ticks started on this node: first attempt's start minus the tick, waits for jitter and pool permits included (trigger-now requests and backfills' and re-runs' past ticks are not counted).",
 		Buckets: jobLateBuckets,
 	}, []string{"job"})
 	m.lastSuccess = prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -290,7 +290,7 @@ func (m *Metrics) ScheduleEvent(e schedule.Event) {
 		}
 		if e.Attempt == 1 {
 			js := m.job(e.Job)
-			if e.Trigger == "" {
+			if e.Trigger == "" && !e.Requested { // a backfill's tick is past by design
 				late := max(e.Late, 0).Seconds()
 				m.lateness.Observe(late)
 				js.late.Observe(late)

@@ -63,8 +63,13 @@ type Event struct {
 	// with CatchUp set from its EventRunStarted on, though its EventClaimed
 	// had it unset.
 	CatchUp bool
-	Attempt int    // EventRunStarted, EventRunEnded: 1 for the first attempt
-	Fence   uint64 // EventRunStarted, EventRunEnded: the job lock's fence; 0 with OverlapAllow
+	// Requested: EventRunStarted, EventRunEnded: the run of a past tick
+	// asked for by RequestBackfill or RequestRerun (jobs backfill, jobs
+	// rerun, the dashboard's retry). Its Late is how long ago the tick
+	// was, not how late the schedule ran it: lateness metrics leave it out.
+	Requested bool
+	Attempt   int    // EventRunStarted, EventRunEnded: 1 for the first attempt
+	Fence     uint64 // EventRunStarted, EventRunEnded: the job lock's fence; 0 with OverlapAllow
 	// First marks the EventRunStarted of this node's first attempt at a
 	// tick it claimed: Attempt 1, or, for a shard-run taken over from a
 	// stopped node or a re-run of a past tick, the first attempt after
@@ -103,6 +108,7 @@ func recordEvent(t EventType, r *ledger.RunRecord, late time.Duration) Event {
 func (w work) startEvent(rec *ledger.RunRecord) Event {
 	e := runEvent(EventRunStarted, rec, w.catchUp)
 	e.First = rec.Attempt == w.first
+	e.Requested = w.past
 	return e
 }
 

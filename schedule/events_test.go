@@ -164,3 +164,39 @@ func TestEventTypeString(t *testing.T) {
 		}
 	}
 }
+
+// A re-run's attempt, asked for with RequestRerun, has Requested set on
+// its EventRunStarted and EventRunEnded; the tick's scheduled run has it
+// unset. Metrics leave Requested runs out of lateness: their Late is the
+// tick's age.
+func TestEventsMarkRequestedRuns(t *testing.T) {
+	c := newCluster(t)
+	var log eventLog
+	c.onEvent = log.on
+	rec := newRecorder(c.clock)
+	c.node("a", 0, nil).add(t, Job{Name: "j", Schedule: "@every 1m", Handler: rec.ok}).start(t)
+	c.settle(true)
+	tick := t0.Add(time.Minute)
+	c.step(time.Minute)
+	c.waitRecords("j", tick.Add(-time.Second), 1)
+	c.step(time.Hour)
+	if _, err := RequestRerun(context.Background(), c.ledger, "j", tick, BackfillOptions{Now: c.clock.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	var runs []Event
+	waitFor(t, "the tick's run and re-run to end", func() bool {
+		c.advance(100 * time.Millisecond)
+		runs = runs[:0]
+		for _, e := range log.of("a", "j", tick) {
+			if e.Type == EventRunStarted || e.Type == EventRunEnded {
+				runs = append(runs, e)
+			}
+		}
+		return len(runs) == 4
+	})
+	for _, e := range runs {
+		if want := e.Attempt == 2; e.Requested != want {
+			t.Errorf("%s of attempt %d: Requested %v, want %v (the re-run's)", e.Type, e.Attempt, e.Requested, want)
+		}
+	}
+}

@@ -346,7 +346,9 @@ func (s *Scheduler) runTick(j *job, w work) {
 		}
 		s.recordOne(rec)
 		s.logRun(&rec)
-		s.emit(runEvent(EventRunEnded, &rec, w.catchUp))
+		e := runEvent(EventRunEnded, &rec, w.catchUp)
+		e.Requested = w.past
+		s.emit(e)
 		last = rec
 		retry := rec.Status == ledger.RunFailed || rec.Status == ledger.RunTimeout
 		if !retry || try > j.Retries || tickCtx.Err() != nil || s.removed(j) {
@@ -442,7 +444,7 @@ func (s *Scheduler) attempt(parent context.Context, parentCancel context.CancelC
 	}
 	s.emit(Event{
 		Type: EventRunStarted, Job: j.Name, Tick: run.Tick, Trigger: w.trigger, Shard: w.shard, Shards: w.shards, CatchUp: w.catchUp,
-		Attempt: n, First: n == w.first, Fence: fence, Start: start, Late: start.Sub(run.Tick),
+		Attempt: n, First: n == w.first, Requested: w.past, Fence: fence, Start: start, Late: start.Sub(run.Tick),
 	})
 	// The running record, before the handler starts: if this node dies
 	// now, another one finds it and settles it as interrupted (sweep.go).

@@ -60,7 +60,7 @@ func newObserver(log *slog.Logger) *observer {
 	o := &observer{reg: reg, m: m, log: log}
 	o.lateTicks = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tasklock_job_ticks_late_total",
-		Help: "Scheduled ticks of the job whose first attempt started on this node later than the job's misfire.grace after the tick (waiting for jitter, a pool permit, or run by the misfire policy).",
+		Help: "Scheduled ticks of the job whose first attempt started on this node later than the job's misfire.grace after the tick (waiting for jitter, a pool permit, or run by the misfire policy; backfills' and re-runs' past ticks are not counted).",
 	}, []string{"job"})
 	o.notifications = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tasklock_notifications_total",
@@ -154,7 +154,7 @@ func (o *observer) lockEvent(e tasklock.Event) { o.m.LockEvent(e) }
 // interrupted log at WARN, a broken job at ERROR, the rest at INFO.
 func (o *observer) scheduleEvent(e schedule.Event) {
 	o.m.ScheduleEvent(e)
-	if e.Type == schedule.EventRunStarted && e.Attempt == 1 && e.Trigger == "" {
+	if e.Type == schedule.EventRunStarted && e.Attempt == 1 && e.Trigger == "" && !e.Requested {
 		if g := o.graces.Load(); g != nil {
 			if grace, ok := (*g)[e.Job]; ok && e.Late > grace {
 				o.lateTicks.WithLabelValues(e.Job).Inc()
