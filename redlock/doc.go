@@ -209,10 +209,13 @@
 // Also keep the nodes' clocks from stepping (slew them), use a maxmemory
 // policy that cannot evict keys without an expiry (noeviction or
 // volatile-*), and never give New two clients for one server, or nodes that
-// replicate each other. A node may be a Sentinel-managed master
-// (redis.NewFailoverClient), but replication is asynchronous: a failover
-// that loses the last writes counts like a restart without persistence, and
-// the delayed-restart rule cannot be kept for it.
+// replicate each other. New refuses one address given twice; only the
+// servers can tell that two addresses reach one of them (localhost and
+// 127.0.0.1, a DNS alias): CheckIndependent asks them, and refuses two
+// clients whose servers report the same run_id. A node may be a
+// Sentinel-managed master (redis.NewFailoverClient), but replication is
+// asynchronous: a failover that loses the last writes counts like a restart
+// without persistence, and the delayed-restart rule cannot be kept for it.
 //
 // # Server restarts
 //

@@ -513,6 +513,70 @@ func TestOpenRedlockMinorityDown(t *testing.T) {
 	t.Logf("%v (%v)", err, d.Round(time.Millisecond))
 }
 
+// TestOpenRedlockSameServer checks that Open refuses, as a bad URL, two
+// hosts that name one server (127.0.0.1 and localhost): the hosts differ
+// as text, so only the servers' run_id tells. A node that is down does not
+// fail the check.
+func TestOpenRedlockSameServer(t *testing.T) {
+	t.Parallel()
+	var addrs []string
+	for range 2 {
+		srv := testserver.StartRedis(t)
+		requirePassword(t, srv)
+		addrs = append(addrs, srv.Addr())
+	}
+	_, port, _ := net.SplitHostPort(addrs[0])
+	alias := net.JoinHostPort("localhost", port)
+	down := closedAddr(t)
+
+	for _, hosts := range [][]string{
+		{addrs[0], alias, addrs[1]},
+		{down, alias, addrs[1], addrs[0], closedAddr(t)}, // a majority of 5 answers
+	} {
+		u := "redlock://:" + secret + "@" + strings.Join(hosts, ",")
+		d, err := openErr(t, u, 10*time.Second)
+		if !errors.Is(err, ErrBadURL) {
+			t.Fatalf("Open(%s) = %v, want ErrBadURL", redact.URL(u), err)
+		}
+		for _, want := range []string{"hosts ", addrs[0], alias, "are the same Redis server (same run_id ", "independent"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("Open(%s) = %v, want it to contain %q", redact.URL(u), err, want)
+			}
+		}
+		if d > 5*time.Second {
+			t.Errorf("Open took %v", d)
+		}
+		t.Logf("%v (%v)", err, d.Round(time.Millisecond))
+	}
+
+	// Independent servers with one down: the check skips it.
+	checkStore(t, open(t, "redlock://:"+secret+"@"+addrs[0]+","+down+","+addrs[1]))
+
+	// One that accepts connections but never answers costs the open at
+	// most probeWait (1s) more, and is skipped too.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() { <-done; c.Close() }()
+		}
+	}()
+	start := time.Now()
+	checkStore(t, open(t, "redlock://:"+secret+"@"+addrs[0]+","+l.Addr().String()+","+addrs[1]))
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("Open and checkStore with a silent node took %v", d)
+	}
+}
+
 func TestNoMigrationsWithoutSchema(t *testing.T) {
 	for _, u := range []string{"etcd://127.0.0.1:1", "zk://127.0.0.1:1", "redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3"} {
 		if _, err := OpenMigrator(context.Background(), u); !errors.Is(err, ErrNoMigrations) {

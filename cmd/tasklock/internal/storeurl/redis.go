@@ -4,11 +4,14 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -189,10 +192,73 @@ func (c *redisConfig) open(ctx context.Context) (driver.Store, func() error, err
 	}
 	if err := client.Ping(ctx).Err(); err != nil {
 		_ = client.Close()
+		if c.mode == redisSentinel {
+			if bad := c.sentinelMistake(ctx); bad != nil {
+				return nil, nil, bad
+			}
+		}
 		return nil, nil, err
 	}
 	return store, client.Close, nil
 }
+
+// sentinelMistake asks every sentinel of a redis+sentinel:// URL whose
+// open failed for the master's address (SENTINEL GET-MASTER-ADDR-BY-NAME),
+// to tell a mistake in the URL from a store that is down: go-redis reports
+// both as "all sentinels specified in configuration are unreachable". It
+// returns an error wrapping ErrBadURL when the sentinels that answered
+// know no master of that name, or are no sentinels (a data node's address:
+// "unknown command 'sentinel'"), and none knows it: asking again will not
+// help. It returns nil when a sentinel knows the master, or when none
+// answered within probeWait: the open's error says why.
+func (c *redisConfig) sentinelMistake(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, probeWait)
+	defer cancel()
+	errs := make([]error, len(c.addrs))
+	var wg sync.WaitGroup
+	for i, addr := range c.addrs {
+		wg.Go(func() {
+			sc := redis.NewSentinelClient(&redis.Options{
+				Addr: addr, Username: c.sentinelUsername, Password: c.sentinelPassword,
+				DialTimeout: c.dialTimeout, ReadTimeout: c.readTimeout, WriteTimeout: c.writeTimeout,
+				ContextTimeoutEnabled: true,
+			})
+			defer sc.Close()
+			errs[i] = sc.GetMasterAddrByName(ctx, c.master).Err()
+		})
+	}
+	wg.Wait()
+	var unknown, notSentinel []string
+	for i, err := range errs {
+		var re redis.Error
+		switch {
+		case err == nil:
+			return nil // it knows the master: the failure is elsewhere
+		case errors.Is(err, redis.Nil):
+			unknown = append(unknown, c.addrs[i])
+		case errors.As(err, &re) && strings.Contains(strings.ToLower(re.Error()), "unknown command"):
+			notSentinel = append(notSentinel, fmt.Sprintf("%s is not a sentinel (it answered %q)", c.addrs[i], strings.TrimSpace(re.Error())))
+		}
+	}
+	var msgs []string
+	if len(unknown) > 0 {
+		msgs = append(msgs, fmt.Sprintf("no sentinel at %s knows a master named %q", strings.Join(unknown, ", "), c.master))
+	}
+	if len(notSentinel) > 0 {
+		msgs = append(msgs, strings.Join(notSentinel, "; ")+
+			": redis+sentinel:// takes the sentinels' addresses (port 26379 by default), not the Redis servers'")
+	}
+	if len(msgs) == 0 {
+		return nil
+	}
+	return c.u.badf("%s", strings.Join(msgs, "; "))
+}
+
+// probeWait bounds the questions open asks to explain a failure or to
+// check what the store's own check cannot see (a sentinel's masters, a
+// RedLock node's run_id): a server that is down or cut off must not hold
+// the open much longer than the check it failed.
+const probeWait = time.Second
 
 // maxPEM bounds a certificate or key file, in bytes: a bundle of every
 // public CA is about 250 KB.

@@ -69,9 +69,10 @@ func parseRedlock(u *storeURL) (opener, error) {
 }
 
 // open implements opener: it builds one client per node and the store,
-// and PINGs every node. A majority answering is enough, as for every call
-// of the store: RedLock runs on with a minority of its nodes down. Closing
-// the store closes every client.
+// PINGs every node and refuses two nodes that are one server
+// (checkIndependent). A majority answering is enough, as for every call of
+// the store: RedLock runs on with a minority of its nodes down. Closing the
+// store closes every client.
 func (c *redlockConfig) open(ctx context.Context) (driver.Store, func() error, error) {
 	clients := make([]redis.UniversalClient, len(c.nodes))
 	for i, n := range c.nodes {
@@ -93,7 +94,29 @@ func (c *redlockConfig) open(ctx context.Context) (driver.Store, func() error, e
 		_ = closeAll()
 		return nil, nil, err
 	}
+	if err := c.checkIndependent(ctx, clients); err != nil {
+		_ = closeAll()
+		return nil, nil, err
+	}
 	return store, closeAll, nil
+}
+
+// checkIndependent refuses, as a bad URL, two hosts that reach the same
+// Redis server (localhost and 127.0.0.1, a DNS alias): that server would
+// carry two votes, and its loss or restart would break the quorum's
+// promise. parseRedlock refuses a host written twice; only the servers can
+// tell two names of one (redlock.CheckIndependent compares their run_id). A
+// node that does not answer within probeWait of the majority's PING is not
+// compared: RedLock runs on without it, and so does the open.
+func (c *redlockConfig) checkIndependent(ctx context.Context, clients []redis.UniversalClient) error {
+	ctx, cancel := context.WithTimeout(ctx, probeWait)
+	defer cancel()
+	var same *redlock.SameServerError
+	if err := redlock.CheckIndependent(ctx, clients); errors.As(err, &same) {
+		return c.u.badf("hosts %s and %s are the same Redis server (same run_id %s): the nodes must be independent servers",
+			c.nodes[same.First].addrs[0], c.nodes[same.Second].addrs[0], same.RunID)
+	}
+	return nil
 }
 
 // pingMajority PINGs every client at once and returns as soon as a

@@ -220,12 +220,28 @@ func TestOpenSentinel(t *testing.T) {
 	u := "redis+sentinel://" + strings.Join(sen.SentinelAddrs(), ",") + "/" + sen.MasterName()
 	checkStore(t, open(t, u))
 
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	_, _, err := Open(ctx, "redis+sentinel://"+strings.Join(sen.SentinelAddrs(), ",")+"/nosuchmaster")
-	if !errors.Is(err, ErrUnreachable) {
-		t.Fatalf("Open with an unknown master = %v, want ErrUnreachable", err)
+	// A master no sentinel knows is a mistake in the URL, said so: not a
+	// store that is down (go-redis: "all sentinels specified in
+	// configuration are unreachable: redis: nil").
+	_, err := openErr(t, "redis+sentinel://:"+secret+"@"+strings.Join(sen.SentinelAddrs(), ",")+"/nosuchmaster", 10*time.Second)
+	want := "no sentinel at " + strings.Join(sen.SentinelAddrs(), ", ") + ` knows a master named "nosuchmaster"`
+	if !errors.Is(err, ErrBadURL) || !strings.Contains(err.Error(), want) {
+		t.Errorf("Open with an unknown master = %v, want ErrBadURL saying %q", err, want)
 	}
+	t.Logf("%v", err)
+
+	// A data node's address instead of a sentinel's.
+	node := sen.Nodes()[0].Addr()
+	_, err = openErr(t, "redis+sentinel://:"+secret+"@"+node+"/"+sen.MasterName(), 10*time.Second)
+	if !errors.Is(err, ErrBadURL) || !strings.Contains(err.Error(), node+" is not a sentinel") ||
+		!strings.Contains(err.Error(), "takes the sentinels' addresses") {
+		t.Errorf("Open with a data node's address = %v, want ErrBadURL saying %s is not a sentinel", err, node)
+	}
+	t.Logf("%v", err)
+
+	// A sentinel that knows the master among addresses that are down or
+	// are data nodes: the URL is not wrong, the open succeeds.
+	checkStore(t, open(t, "redis+sentinel://"+closedAddr(t)+","+node+","+sen.SentinelAddrs()[1]+"/"+sen.MasterName()))
 }
 
 func TestOpenCluster(t *testing.T) {

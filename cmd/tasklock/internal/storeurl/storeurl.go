@@ -55,7 +55,9 @@
 // with the URL's user, password and database. Parameters: prefix and
 // node_timeout (redlock.Options), dial_timeout, read_timeout and
 // write_timeout. Open needs a majority of the nodes to answer PING, as
-// every lock call does.
+// every lock call does, and refuses as a bad URL two hosts whose servers
+// report the same run_id (localhost and 127.0.0.1 for one server: it would
+// carry two votes); a node that is down is not compared.
 //
 // Query parameters of the SQL schemes, taken out before the rest reaches
 // the client library:
@@ -100,7 +102,10 @@
 // or an IP address (postgres://%zz is not looked up), a port is outside
 // 1-65535, a sqlite path holds a NUL byte, or a duration parameter exceeds
 // 365 days; a sqlite file whose directory does not exist is ErrBadURL too
-// (found by Open, which looks). Every message shows the URL only in its
+// (found by Open, which looks), and so are, found by Open when it connects,
+// a redis+sentinel:// URL whose sentinels know no master of its name or
+// whose addresses are not sentinels, and a redlock:// URL two of whose
+// hosts are one server. Every message shows the URL only in its
 // redact.URL form, and any text a client library returns goes through
 // redact.Text with the passwords (from the URL, a password query parameter,
 // or, for PostgreSQL, $PGPASSWORD or the password file), so a password is
