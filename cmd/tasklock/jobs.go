@@ -271,7 +271,7 @@ func runJobs(args []string, stdout, stderr io.Writer) int {
 	return adminRun("jobs", jobsUsage, args, stdout, stderr, jobsSubs, extra, check, func(ctx context.Context, a *adminArgs, store driver.Store) error {
 		l, ok := store.(ledger.Ledger)
 		if !ok {
-			return fmt.Errorf("%s keeps no scheduler ledger", redact.URL(a.store))
+			return fmt.Errorf("%s; give the store tasklock serve runs on", noLedger(a.store, "jobs"))
 		}
 		switch a.sub {
 		case "list":

@@ -17,10 +17,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/tasklock/tasklock/internal/buildinfo"
 	"github.com/tasklock/tasklock/internal/redact"
@@ -124,8 +128,10 @@ hold control characters.
 
 Exit status of exec:
   64   bad usage (the message names the flag), a malformed store URL
-       (found without connecting), or a --ttl longer than an etcd or
-       ZooKeeper store's session
+       (found without connecting) or one its servers show wrong (a
+       Sentinel master name no sentinel knows, a sentinel address that is
+       a Redis server's, two redlock:// hosts that are one server), or a
+       --ttl longer than an etcd or ZooKeeper store's session
   69   store unreachable or failing
   70   lock lost or --max-hold reached while COMMAND ran (COMMAND was stopped)
   75   lock held elsewhere and not obtained within --wait
@@ -146,6 +152,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, usage)
 		return exitUsage
 	}
+	quietClientLogs()
 	switch cmd, rest := args[0], args[1:]; cmd {
 	case "exec":
 		return runExec(rest, stdin, stdout, stderr)
@@ -210,6 +217,17 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "tasklock: unknown command %s; commands: exec, migrate, serve, validate, jobs, locks, demo, health, version, help\n", redact.Quote(cmd))
 		return exitUsage
 	}
+}
+
+// quietClientLogs drops the lines go-redis and go-sql-driver/mysql print
+// on their own, by default to stderr ("sentinel: selected addr=...", a
+// connection retried): a command prints its output and its own errors
+// only. They are informational; exec shows them with --verbose and serve
+// logs them, each through its own logger set over this one.
+func quietClientLogs() {
+	discard := slog.New(slog.DiscardHandler)
+	redis.SetLogger(redisLogger{discard})
+	_ = mysql.SetLogger(mysqlLogger{discard})
 }
 
 // superviseCmd is the hidden command that exec and serve run each COMMAND

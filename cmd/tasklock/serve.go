@@ -246,7 +246,7 @@ The store must keep a schedule ledger; mem:// always does.
 Exit status:
   0    shut down by SIGTERM or SIGINT
   64   bad usage or an invalid configuration (every mistake is printed),
-       or a store that cannot keep a schedule ledger
+       or a store that keeps no schedule ledger (redlock://)
   69   store unreachable or failing, or --http ADDR cannot be listened on
   75   another serve with the same node name is running on the store
 `
@@ -472,6 +472,20 @@ type server struct {
 	notifyGen int
 }
 
+// noLedger says that the store rawURL names keeps no schedule ledger,
+// which the command cmd needs, in the user's terms: the store's URL and
+// scheme, not its Go type.
+func noLedger(rawURL, cmd string) string {
+	scheme, _, _ := strings.Cut(rawURL, "://")
+	return fmt.Sprintf("store %s keeps no schedule ledger, which tasklock %s needs: a %s:// store keeps locks only",
+		redact.URL(rawURL), cmd, strings.ToLower(scheme))
+}
+
+// ledgerSchemes are the store URL schemes whose stores keep a schedule
+// ledger (every one but redlock://), for serve's message when its store
+// keeps none.
+const ledgerSchemes = "redis://, postgres://, mysql://, sqlite://, etcd:// or zk://"
+
 func (s *server) failf(format string, args ...any) {
 	fmt.Fprintf(s.stderr, "tasklock serve: "+format+"\n", args...)
 }
@@ -506,8 +520,7 @@ func (s *server) run() int {
 	}()
 	l, ok := store.(ledger.Ledger)
 	if !ok {
-		s.failf("store %s (%T) cannot keep a schedule ledger, which serve needs; use a store that can (mem:// to try serve out)",
-			redact.URL(s.file.Store), store)
+		s.failf("%s; use a store of another scheme: %s (mem:// to try serve out)", noLedger(s.file.Store, "serve"), ledgerSchemes)
 		return exitUsage
 	}
 	s.ledger = l

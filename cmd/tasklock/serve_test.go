@@ -262,7 +262,7 @@ func TestServeSameNodeRefused(t *testing.T) {
 	}, "the first serve to start")
 	select {
 	case <-first.Done():
-		if strings.Contains(first.Stderr(), "cannot keep a schedule ledger") {
+		if strings.Contains(first.Stderr(), "keeps no schedule ledger") {
 			t.Skipf("sqlitestore keeps no ledger yet: %s", first.Stderr())
 		}
 		t.Fatalf("first serve exited (%v)\nstderr:\n%s", first.State(), first.Stderr())
