@@ -771,7 +771,10 @@ func (s *server) start(f *config.File) (*schedule.Scheduler, error) {
 	if err := sch.Start(ctx); err != nil {
 		return nil, err
 	}
-	s.obs.setJobs(f.Jobs)
+	s.mu.Lock()
+	rt := s.rtJobs
+	s.mu.Unlock()
+	s.obs.setJobs(f.Jobs, rt)
 	return sch, nil
 }
 

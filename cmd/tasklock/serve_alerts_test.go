@@ -56,6 +56,33 @@ func scrape(t *testing.T, dash string) map[string]float64 {
 	return out
 }
 
+// A job defined at run time (jobs create) gets its grace and late-ticks
+// series as a job of the file does, so that the TasklockJobLate alert
+// covers it; before, only the file's jobs had them.
+func TestServeRuntimeJobGrace(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	store := "sqlite://" + filepath.Join(dir, "s.db")
+	cfg := writeConfig(t, dir, "store: "+store+"\njobs:\n"+indent("name: file\nschedule: \"@every 1h\"\ncommand: [\"true\"]\n"))
+	p := tl.Start(t, nil, "serve", "--config", cfg, "--log-format", "json", "--http", "127.0.0.1:0")
+	dash := dashboardURL(t, p)
+	c := &cliClient{store: store, dir: dir}
+	c.create(t, "name: rt\nschedule: \"@every 1h\"\nmisfire: {grace: 3s}\ncommand: [\"true\"]\n")
+	var m map[string]float64
+	p.WaitUntil(30*time.Second, func() bool {
+		m = scrape(t, dash)
+		_, late := m[`tasklock_job_ticks_late_total{job="rt"}`]
+		return m[`tasklock_job_grace_seconds{job="rt"}`] == 3 && late
+	}, "the runtime job's grace (3s) and late-ticks series")
+	if _, ok := m[`tasklock_job_grace_seconds{job="file"}`]; !ok {
+		t.Error("the file's job lost its grace series once a job was defined at run time")
+	}
+	p.Signal(syscall.SIGTERM)
+	if code := p.Wait(30 * time.Second); code != 0 {
+		t.Fatalf("exit %d\n%s", code, p.Stderr())
+	}
+}
+
 // The per-job metrics of serve after runs: two jobs share a pool of one,
 // so at each tick one runs 1.5s and the other waits for the permit, which
 // makes it later than its grace (1s).
@@ -172,7 +199,7 @@ func servedMetricNames(t *testing.T) map[string]bool {
 	t.Helper()
 	o := newObserver(slog.New(slog.DiscardHandler))
 	o.broken = func() map[string]bool { return map[string]bool{"j": false} }
-	o.setJobs([]config.Job{{Job: schedule.Job{Name: "j"}}})
+	o.setJobs([]config.Job{{Job: schedule.Job{Name: "j"}}}, nil)
 	tick := time.Now().Add(-time.Minute)
 	for _, e := range []schedule.Event{
 		{Type: schedule.EventClaimed, Job: "j", Tick: tick},

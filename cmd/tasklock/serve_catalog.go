@@ -201,6 +201,7 @@ func (s *server) reconcile() {
 		s.rtJobs = jobs
 		s.rtGen++
 		s.mu.Unlock()
+		s.obs.setJobs(f.Jobs, jobs)
 	}
 }
 

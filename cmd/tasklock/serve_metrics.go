@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -72,11 +73,12 @@ func newObserver(log *slog.Logger) *observer {
 	return o
 }
 
-// setJobs takes the jobs in force, for the grace of each: their
+// setJobs takes the jobs in force, the configuration file's and those
+// defined at run time, for the grace of each: their
 // tasklock_job_ticks_late_total series start at 0.
-func (o *observer) setJobs(jobs []config.Job) {
-	g := make(map[string]time.Duration, len(jobs))
-	for _, j := range jobs {
+func (o *observer) setJobs(file, runtime []config.Job) {
+	g := make(map[string]time.Duration, len(file)+len(runtime))
+	for _, j := range slices.Concat(runtime, file) { // the file's win a name
 		g[j.Name] = cmp.Or(j.MisfireAfter, schedule.DefaultMisfireAfter)
 		o.lateTicks.WithLabelValues(j.Name)
 	}
