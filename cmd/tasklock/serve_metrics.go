@@ -75,8 +75,12 @@ func newObserver(log *slog.Logger) *observer {
 
 // setJobs takes the jobs in force, the configuration file's and those
 // defined at run time, for the grace of each: their
-// tasklock_job_ticks_late_total series start at 0.
+// tasklock_job_ticks_late_total series start at 0. A nil observer (a
+// server built by a test without one) takes nothing.
 func (o *observer) setJobs(file, runtime []config.Job) {
+	if o == nil {
+		return
+	}
 	g := make(map[string]time.Duration, len(file)+len(runtime))
 	for _, j := range slices.Concat(runtime, file) { // the file's win a name
 		g[j.Name] = cmp.Or(j.MisfireAfter, schedule.DefaultMisfireAfter)
