@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -61,6 +62,26 @@ const (
 // DefaultBackfillMax is BackfillOptions.Max when not set.
 const DefaultBackfillMax = 1000
 
+// MaxBackfill bounds BackfillOptions.Max: one RequestBackfill asks for at
+// most this many ticks. Each tick is one request: one ledger write
+// (SetJobState, a transaction that also returns the job's state with
+// every request still pending, so n requests read about n²/2 rows while
+// they write), and until a node takes it, one more row in every node's
+// JobStates poll (twice a second) and one more claim in its claim batch.
+// Into a SQLite file, paced (see RequestBackfill), 1,000 requests take
+// 4 s and 2,000 take 16 s on their own; beside a serve on the same file,
+// which takes them as they come, 4,000 took 84 s and 5,000 took 101 s,
+// with no claim, renewal or live tick of the serve lost to the file's
+// write lock. Twice as many would take several minutes, most of them in
+// reading back pending requests, and keep twice as many rows in every
+// poll of every node for as long. A longer range is asked for as several
+// backfills.
+const MaxBackfill = 5000
+
+// backfillChunk is how many ticks RequestBackfill reads the attempts of
+// (one ledger read) before it requests them.
+const backfillChunk = 256
+
 // BackfillOptions configure RequestBackfill and RequestRerun.
 type BackfillOptions struct {
 	// Overlap says how the requested ticks run. OverlapSkip (the default):
@@ -73,9 +94,9 @@ type BackfillOptions struct {
 	// Without it a tick that already has an attempt in the ledger is left
 	// alone.
 	Rerun bool
-	// Max is how many ticks one request may name at most; a range with
-	// more is refused, with the count, rather than cut. Default:
-	// DefaultBackfillMax.
+	// Max is how many ticks one request may name at most, up to
+	// MaxBackfill; a range with more is refused (TooManyTicksError) rather
+	// than cut. Default: DefaultBackfillMax.
 	Max int
 	// Now is the present, past which no tick may be asked for. Zero:
 	// time.Now().
@@ -93,6 +114,14 @@ type BackfillOptions struct {
 // requested before it with the error: those requests stay, and the fleet
 // runs them (the failed one may have been added too). A paused job's
 // backfill is refused: a pause stops backfills.
+//
+// The range is counted before anything is requested, no further than
+// o.Max+1 ticks (an @every schedule's by arithmetic). The requests are
+// written one at a time, each followed by a pause as long as its write
+// took (pace), and the ticks' attempts are read backfillChunk ticks at a
+// time: a backfill of o.Max ticks takes about twice as long as its writes,
+// and leaves a store with one writer (a SQLite file) free for the nodes
+// half that time.
 func RequestBackfill(ctx context.Context, l ledger.Ledger, job string, from, to time.Time, o BackfillOptions) ([]time.Time, error) {
 	if o.Max == 0 {
 		o.Max = DefaultBackfillMax
@@ -100,6 +129,8 @@ func RequestBackfill(ctx context.Context, l ledger.Ledger, job string, from, to 
 	switch {
 	case o.Max < 0:
 		return nil, badRequest("backfill %q: Max %d is negative", job, o.Max)
+	case o.Max > MaxBackfill:
+		return nil, badRequest("backfill %q: Max %d is more than MaxBackfill (%d), the most one request may ask for: split the range", job, o.Max, MaxBackfill)
 	case from.IsZero() || to.IsZero():
 		return nil, badRequest("backfill %q: the range needs both ends", job)
 	case to.Before(from):
@@ -114,16 +145,17 @@ func RequestBackfill(ctx context.Context, l ledger.Ledger, job string, from, to 
 	if st.Paused {
 		return nil, pausedRequest("backfill", job)
 	}
-	var ticks []time.Time
-	for t := sched.Next(from.Add(-time.Nanosecond)); !t.IsZero() && !t.After(to); t = sched.Next(t) {
-		if len(ticks) == o.Max {
-			n := len(ticks) + countTicks(sched, t.Add(-time.Nanosecond), to)
-			return nil, &TooManyTicksError{Job: job, Ticks: n, Max: o.Max}
-		}
-		ticks = append(ticks, t.UTC())
-	}
-	if len(ticks) == 0 {
+	// Counted before any is requested (a range with too many is refused,
+	// not cut), and no further than Max+1: a range of years of a
+	// one-second schedule is refused at once.
+	n, exact := countTicks(sched, from.Add(-time.Nanosecond), to, o.Max+1)
+	switch {
+	case n == 0:
 		return nil, badRequest("backfill %q: its schedule has no tick from %s to %s", job, from.UTC().Format(time.RFC3339), to.UTC().Format(time.RFC3339))
+	case n > o.Max && exact:
+		return nil, &TooManyTicksError{Job: job, Ticks: n, Max: o.Max}
+	case n > o.Max:
+		return nil, &TooManyTicksError{Job: job, Max: o.Max}
 	}
 	prefix := backfillSkip
 	if o.Overlap == OverlapAllow {
@@ -135,16 +167,56 @@ func RequestBackfill(ctx context.Context, l ledger.Ledger, job string, from, to 
 			prefix = rerunAllow
 		}
 	}
-	bases, err := lastAttempts(ctx, l, job, ticks[0], ticks[len(ticks)-1])
-	if err != nil {
-		return nil, fmt.Errorf("schedule: backfill %q: %w", job, err)
-	}
-	for i, t := range ticks {
-		if err := request(ctx, l, job, withBase(prefix, bases[t.Unix()]), t, o.Rerun); err != nil {
-			return ticks[:i], err
+	// Requested backfillChunk ticks at a time, each chunk's attempts read
+	// in one ledger read just before: no read grows with the range.
+	ticks := make([]time.Time, 0, n)
+	chunk := make([]time.Time, 0, min(n, backfillChunk))
+	for t := sched.Next(from.Add(-time.Nanosecond)); len(ticks) < n; {
+		chunk = chunk[:0]
+		for ; !t.IsZero() && !t.After(to) && len(chunk) < backfillChunk && len(ticks)+len(chunk) < n; t = sched.Next(t) {
+			chunk = append(chunk, t.UTC())
+		}
+		if len(chunk) == 0 {
+			break
+		}
+		bases, err := lastAttempts(ctx, l, job, chunk[0], chunk[len(chunk)-1])
+		if err != nil {
+			return ticks, fmt.Errorf("schedule: backfill %q: %w", job, err)
+		}
+		for _, t := range chunk {
+			start := time.Now()
+			if err := request(ctx, l, job, withBase(prefix, bases[t.Unix()]), t, o.Rerun); err != nil {
+				return ticks, err
+			}
+			ticks = append(ticks, t)
+			if len(ticks) == n {
+				break
+			}
+			if err := pace(ctx, time.Since(start)); err != nil {
+				return ticks, fmt.Errorf("schedule: backfill %q: %w", job, err)
+			}
 		}
 	}
 	return ticks, nil
+}
+
+// pace waits d, the time the request before took, or until ctx ends (its
+// error): RequestBackfill writes at most half the time. A store with one
+// writer at a time (a SQLite file) would otherwise be written back to back
+// by it, and the nodes sharing the file, whose writers wait in SQLite's
+// busy handler (polling the lock at intervals growing to 100 ms), would
+// rarely find it free: their claims and lock renewals failed with
+// SQLITE_BUSY, and live ticks were missed, while a few thousand ticks were
+// requested.
+func pace(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // RequestRerun asks the fleet to run tick of job again, once, as the next
@@ -281,15 +353,26 @@ func badRequest(format string, args ...any) error {
 // caller that takes Max from its user (`tasklock jobs backfill --max`)
 // names its own setting with Ticks and Max.
 type TooManyTicksError struct {
-	Job   string
-	Ticks int // the ticks in the range
+	Job string
+	// Ticks is how many ticks the range holds, or 0 when they were not
+	// counted through: counting a range stops one tick past Max (an
+	// @every schedule's range is counted whole, without walking it).
+	Ticks int
 	Max   int // BackfillOptions.Max
 }
 
 // Error implements error.
 func (e *TooManyTicksError) Error() string {
-	return fmt.Sprintf("schedule: backfill %q: the range holds %d ticks, more than the most one request takes (BackfillOptions.Max %d): ask for a shorter range or a larger Max",
-		e.Job, e.Ticks, e.Max)
+	larger := "a larger Max"
+	if e.Max >= MaxBackfill {
+		larger = fmt.Sprintf("several (MaxBackfill is %d)", MaxBackfill)
+	}
+	if e.Ticks == 0 {
+		return fmt.Sprintf("schedule: backfill %q: the range holds more than %d ticks, the most one request takes (BackfillOptions.Max): ask for a shorter range or %s",
+			e.Job, e.Max, larger)
+	}
+	return fmt.Sprintf("schedule: backfill %q: the range holds %d ticks, more than the most one request takes (BackfillOptions.Max %d): ask for a shorter range or %s",
+		e.Job, e.Ticks, e.Max, larger)
 }
 
 // Is reports whether target is ErrBadRequest.
@@ -336,13 +419,26 @@ func (e *notRegisteredError) Error() string {
 
 func (e *notRegisteredError) Is(target error) bool { return target == ErrNotRegistered }
 
-// countTicks counts the ticks of sched in (after, to].
-func countTicks(sched Schedule, after, to time.Time) int {
-	n := 0
-	for t := sched.Next(after); !t.IsZero() && !t.After(to); t = sched.Next(t) {
+// countTicks counts the ticks of sched in (after, to], up to limit: it
+// stops there, with exact false, unless it can count them without walking
+// them (an @every schedule's), when the count is exact however large.
+func countTicks(sched Schedule, after, to time.Time, limit int) (n int, exact bool) {
+	first := sched.Next(after)
+	if first.IsZero() || first.After(to) {
+		return 0, true
+	}
+	if e, ok := sched.(every); ok {
+		// Its ticks are the multiples of e.d seconds: first is one, and to
+		// is at or after it.
+		return int(min((to.Unix()-first.Unix())/e.d+1, int64(math.MaxInt))), true
+	}
+	for t := first; !t.IsZero() && !t.After(to); t = sched.Next(t) {
+		if n == limit {
+			return n, false
+		}
 		n++
 	}
-	return n
+	return n, true
 }
 
 // requestWork is the work a trigger request asks for.

@@ -32,8 +32,8 @@ const jobsUsage = `Usage:
   tasklock jobs resume  --store URL JOB [--force] [--json]
   tasklock jobs forget  --store URL JOB [--force] [--json]
   tasklock jobs backfill --store URL JOB --from T1 --to T2 [--overlap skip|allow]
-                        [--max N] [--rerun] [--json]
-  tasklock jobs rerun   --store URL JOB TICK [--overlap skip|allow] [--json]
+                        [--max N] [--rerun] [--force] [--json]
+  tasklock jobs rerun   --store URL JOB TICK [--overlap skip|allow] [--force] [--json]
   tasklock jobs create  --store URL [JOB] (-f FILE | --schedule S --command C ...) [--config FILE] [--force] [--json]
   tasklock jobs update  --store URL [JOB] (-f FILE | --schedule S ...) [--config FILE] [--force] [--json]
   tasklock jobs delete  --store URL JOB [--cancel] [--json]
@@ -94,7 +94,8 @@ the pause and trigger-now state every node of "tasklock serve" obeys
            ticks have none. --overlap skip (the default) runs them one at
            a time and never beside another run of JOB; allow runs them at
            once on whichever nodes take them. A range of more than --max
-           ticks (default 1000) is refused, not cut. Nodes take the
+           ticks (default 1000, at most 5000) is refused, not cut: ask
+           for a longer one as several backfills. Nodes take the
            requests within a second; jobs history shows the runs. When
            the store fails part way (--timeout), the error says how many
            ticks were requested: those requests stay and run
@@ -140,10 +141,12 @@ and, with --config FILE, the jobs of FILE.
 
 trigger, pause and resume refuse a JOB no node of serve has registered
 (exit 1, no job named "JOB"), and forget one the store knows nothing of;
-trigger also refuses one that no node seems to have any more (not paused,
-no run in progress, its next tick more than a minute past with nothing
-recorded), whose run would wait until a node has it again; --force does
-each anyway.
+trigger, backfill and rerun also refuse one that no node seems to have
+any more (deleted at run time with jobs delete and not run since; or not
+paused, no run in progress, its next tick more than a minute past with
+nothing recorded), whose runs would wait until a node has it again;
+--force does each anyway (backfill and rerun still need a JOB some node
+registered: its schedule names the ticks).
 
 Flags go anywhere on the line. A subcommand takes the flags its usage line
 above names, and --timeout; another subcommand's flag is refused (exit 64,
@@ -154,7 +157,8 @@ naming the flag), not ignored.
   --timeout D    how long to wait for the store (default 30s), every
                  subcommand
   --force        trigger, pause, resume or forget a job the store does
-                 not know; create or update a job of a configuration file
+                 not know; trigger, backfill or rerun a job no node seems
+                 to have; create or update a job of a configuration file
   --config FILE  create, update: refuse the jobs of this serve
                  configuration file
   --cancel       delete: cancel the job's runs in progress
@@ -284,10 +288,16 @@ func runJobs(args []string, stdout, stderr io.Writer) int {
 			return jobsNotifications(ctx, a, l, job, limit, stdout)
 		case "history":
 			return jobsHistory(ctx, l, q, a.json, stdout)
-		case "backfill":
+		case "backfill", "rerun":
+			if !force {
+				if err := checkRequestable(ctx, l, a.positional[0], time.Now()); err != nil {
+					return err
+				}
+			}
+			if a.sub == "rerun" {
+				return jobsRerun(ctx, l, a.positional[0], tick, opts, a.json, stdout)
+			}
 			return jobsBackfill(ctx, l, a.positional[0], from, to, opts, a.json, stdout)
-		case "rerun":
-			return jobsRerun(ctx, l, a.positional[0], tick, opts, a.json, stdout)
 		case "cancel":
 			return jobsCancel(ctx, l, run, a.json, stdout)
 		}
@@ -365,8 +375,8 @@ var jobsFlags = []struct {
 	{"pause", []string{"force"}},
 	{"resume", []string{"force"}},
 	{"forget", []string{"force"}},
-	{"backfill", []string{"from", "to", "overlap", "max", "rerun"}},
-	{"rerun", []string{"overlap"}},
+	{"backfill", []string{"from", "to", "overlap", "max", "rerun", "force"}},
+	{"rerun", []string{"overlap", "force"}},
 	{"create", defineFlagNames()},
 	{"update", defineFlagNames()},
 	{"delete", []string{"cancel"}},
@@ -509,14 +519,23 @@ func checkForgettable(ctx context.Context, l ledger.Ledger, st ledger.JobState, 
 	return noJobError(fmt.Sprintf("job %q still looks configured: %s; forget is for a job removed from the configuration of every node (--force to go on)", job, why))
 }
 
-// checkTriggerable refuses to trigger a registered job, of stored state
-// st, that no node of serve seems to have any more (see
-// jobpresence.Triggerable): one not paused, not running, whose next tick
-// after its latest record (or after its registration) is more than
+// checkTriggerable refuses to trigger (or re-run, or backfill) a
+// registered job, of stored state st, that no node of serve seems to have
+// any more: one deleted at run time and not run since (deletedAtRunTime),
+// or, by jobpresence.Triggerable, one not paused, not running, whose next
+// tick after its latest record (or after its registration) is more than
 // jobpresence.ForgetAfter past with nothing recorded. Its request would
 // wait, pending, until a node has the job again (a job taken out of every
-// node's file keeps its state until jobs forget).
+// node's file, or deleted, keeps its state until jobs forget).
 func checkTriggerable(ctx context.Context, l ledger.Ledger, st ledger.JobState, now time.Time) error {
+	deleted, err := deletedAtRunTime(ctx, l, st.Job)
+	if err != nil {
+		return err
+	}
+	if deleted != "" {
+		return noJobError(fmt.Sprintf("job %q was deleted at run time (%s), and no node has started a run of it since; its run would wait until a node has it again (--force to ask for it anyway; jobs forget %s drops its state)",
+			st.Job, deleted, st.Job))
+	}
 	ok, why, err := jobpresence.Triggerable(ctx, l, st, now)
 	if err != nil || ok {
 		return err

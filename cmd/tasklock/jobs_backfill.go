@@ -35,8 +35,11 @@ func (f *backfillFlags) options() (schedule.BackfillOptions, error) {
 	if err := o.Overlap.UnmarshalText([]byte(f.overlap)); err != nil {
 		return o, usagef("--overlap %s: want skip or allow", redact.Quote(f.overlap))
 	}
-	if f.max <= 0 {
+	switch {
+	case f.max <= 0:
 		return o, usagef("--max must be positive, got %d", f.max)
+	case f.max > schedule.MaxBackfill:
+		return o, usagef("--max %d is more than %d, the most one backfill asks for: split the range into several backfills", f.max, schedule.MaxBackfill)
 	}
 	return o, nil
 }
@@ -76,8 +79,16 @@ func jobsBackfill(ctx context.Context, l ledger.Ledger, job string, from, to tim
 	ticks, err := schedule.RequestBackfill(ctx, l, job, from, to, o)
 	var tooMany *schedule.TooManyTicksError
 	if errors.As(err, &tooMany) {
-		return usagef("backfill %s: --from %s to --to %s holds %d ticks, more than --max %d: ask for a shorter range or a larger --max",
-			redact.Quote(job), from.Format(time.RFC3339), to.Format(time.RFC3339), tooMany.Ticks, tooMany.Max)
+		holds := fmt.Sprintf("holds %d ticks, more than --max %d", tooMany.Ticks, tooMany.Max)
+		if tooMany.Ticks == 0 { // counting stopped past --max
+			holds = fmt.Sprintf("holds more than --max %d ticks", tooMany.Max)
+		}
+		larger := "a larger --max"
+		if tooMany.Max >= schedule.MaxBackfill {
+			larger = fmt.Sprintf("several backfills (--max is at most %d)", schedule.MaxBackfill)
+		}
+		return usagef("backfill %s: --from %s to --to %s %s: ask for a shorter range or %s",
+			redact.Quote(job), from.Format(time.RFC3339), to.Format(time.RFC3339), holds, larger)
 	}
 	if err != nil && len(ticks) > 0 {
 		return partialBackfill(job, ticks, o, err)
@@ -155,4 +166,16 @@ func shellQuote(s string) string {
 		return s
 	}
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// checkRequestable refuses a backfill or re-run of job when no node of
+// serve seems to have it any more (checkTriggerable): its requests would
+// wait, pending, and never run. A job no node registered is left to
+// RequestBackfill and RequestRerun, which refuse it.
+func checkRequestable(ctx context.Context, l ledger.Ledger, job string, now time.Time) error {
+	st, ok, err := storedState(ctx, l, job)
+	if err != nil || !ok || st.Spec == "" {
+		return err
+	}
+	return checkTriggerable(ctx, l, st, now)
 }

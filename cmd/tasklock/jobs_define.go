@@ -393,6 +393,16 @@ func jobsDefine(ctx context.Context, a *adminArgs, l ledger.Ledger, d *defineFla
 			}
 		}
 		if base == "" {
+			// A job of serve's file is changed there, and create refuses it
+			// too: say so, as delete does, rather than send the user to create.
+			err := checkNotFileJob(ctx, cat, l, c.Job, d.config, d.cfgFile)
+			var refused refusedError
+			switch {
+			case errors.As(err, &refused):
+				return notDefinedError(c.Job)
+			case err != nil:
+				return err
+			}
 			return refusedError(fmt.Sprintf("no job named %q was defined at run time: use create", c.Job))
 		}
 		if err := d.define(&c, base, nil); err != nil { // without -f: no stdin
@@ -414,7 +424,7 @@ func jobsDefine(ctx context.Context, a *adminArgs, l ledger.Ledger, d *defineFla
 	case errors.Is(err, jobdefs.ErrExists):
 		return refusedError(fmt.Sprintf("job %q is defined already: use update", c.Job))
 	case errors.Is(err, jobdefs.ErrNotDefined):
-		return refusedError(fmt.Sprintf("no job named %q was defined at run time (a job of the configuration file is changed there)", c.Job))
+		return notDefinedError(c.Job)
 	case errors.Is(err, jobdefs.ErrChanged):
 		return refusedError(fmt.Sprintf("job %q was changed by someone else meanwhile: look at it again and retry", c.Job))
 	case err != nil:
@@ -432,6 +442,12 @@ func jobsDefine(ctx context.Context, a *adminArgs, l ledger.Ledger, d *defineFla
 		fmt.Fprintf(stdout, "%sd %s (version %d); every serve node applies it within a second\n", c.Op, redact.Quote(c.Job), res.Def.Version)
 	}
 	return nil
+}
+
+// notDefinedError is the refusal of an update or delete of a job that was
+// not defined at run time, such as a job of the configuration file.
+func notDefinedError(job string) error {
+	return refusedError(fmt.Sprintf("no job named %q was defined at run time (a job of the configuration file is changed there)", job))
 }
 
 // checkNotFileJob refuses a job a configuration file of tasklock serve

@@ -58,7 +58,7 @@ func TestJobsForeignFlags(t *testing.T) {
 		{[]string{"rerun", "r", tick(running), "--rerun"}, []string{"--rerun is not a flag of rerun (backfill takes it)"}},
 		{[]string{"create", "c", "--schedule", "@daily", "--command", "true", "--trigger", "x"}, []string{"--trigger is not a flag of create (cancel takes it)"}},
 		{[]string{"update", "c", "--schedule", "@hourly", "--since", "1h"}, []string{"--since is not a flag of update"}},
-		{[]string{"delete", "c", "--force"}, []string{"--force is not a flag of delete (trigger, pause, resume, forget, create and update take it)"}},
+		{[]string{"delete", "c", "--force"}, []string{"--force is not a flag of delete (trigger, pause, resume, forget, backfill, rerun, create and update take it)"}},
 		{[]string{"delete", "c", "--config", cfg}, []string{"--config is not a flag of delete (create and update take it)"}},
 		{[]string{"audit", "--status", "ok"}, []string{"--status is not a flag of audit"}},
 		{[]string{"notifications", "--from", "x"}, []string{"--from is not a flag of notifications (backfill takes it)"}},

@@ -77,6 +77,10 @@ func TestJobsBackfillTooManyTicksNamesMax(t *testing.T) {
 	if _, err := store.SetJobState(context.Background(), ledger.JobStateParams{Job: "m", Op: ledger.JobRegister, Spec: "@every 1m", Since: now.Add(-2 * time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
+	// A node runs it: backfill refuses a job no node seems to have.
+	if err := store.RecordRuns(context.Background(), []ledger.RunRecord{{Job: "m", Tick: now, Attempt: 1, Node: "n", Start: now, End: now, Status: ledger.RunOK}}); err != nil {
+		t.Fatal(err)
+	}
 	from, to := now.Add(-time.Hour).Format(time.RFC3339), now.Add(-time.Minute).Format(time.RFC3339)
 	code, _, errOut := runJobsOn(t, store, "jobs", "backfill", "m", "--from", from, "--to", to, "--max", "10")
 	if want := "holds 60 ticks, more than --max 10: ask for a shorter range or a larger --max"; code != exitUsage || !strings.Contains(errOut, want) {

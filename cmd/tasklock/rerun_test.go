@@ -33,7 +33,13 @@ func TestRerunBeforeJobExisted(t *testing.T) {
 		t.Fatal(err)
 	}
 	old := now.Truncate(time.Hour).Add(-30 * 24 * time.Hour)
-	if err := l.RecordRuns(ctx, []ledger.RunRecord{{Job: "r", Tick: old, Attempt: 1, Node: "n", Start: old, End: old.Add(time.Second), Status: ledger.RunOK}}); err != nil {
+	// It ran 30 days ago, and a node runs it now (its latest tick, this
+	// hour's, is in progress): rerun refuses a job no node seems to have.
+	hour := now.Truncate(time.Hour)
+	if err := l.RecordRuns(ctx, []ledger.RunRecord{
+		{Job: "r", Tick: old, Attempt: 1, Node: "n", Start: old, End: old.Add(time.Second), Status: ledger.RunOK},
+		{Job: "r", Tick: hour, Attempt: 1, Node: "n", Start: hour, Status: ledger.RunRunning},
+	}); err != nil {
 		t.Fatal(err)
 	}
 	pending := func() int {
