@@ -102,7 +102,7 @@ func (h *handler) refuseRemoved(ctx context.Context, w http.ResponseWriter, r *h
 	if i < 0 {
 		return false
 	}
-	ok, why, err := jobpresence.Triggerable(ctx, h.ledger, sts[i], h.clock.Now())
+	ok, why, err := jobpresence.Requestable(ctx, h.ledger, sts[i], h.clock.Now())
 	switch {
 	case err != nil:
 		h.storeError(w, r, err)

@@ -130,3 +130,45 @@ func TestDashboardRefusesRemovedJob(t *testing.T) {
 		}
 	})
 }
+
+// A job deleted at run time (its newest catalog entry is a delete) and not
+// run since is refused by a trigger as one taken out of every node's file
+// is, however recently it ran: jobs trigger, rerun and backfill refuse it
+// too, with the same words.
+func TestDashboardRefusesDeletedJob(t *testing.T) {
+	eachStore(t, func(t *testing.T, st ledgerStore) {
+		cat, ok := st.(ledger.Catalog)
+		if !ok {
+			t.Skipf("%T keeps no catalog", st)
+		}
+		ctx := context.Background()
+		clk := &stepClock{now: time.Date(2026, 3, 1, 12, 0, 30, 0, time.UTC)}
+		last := clk.Now().Truncate(time.Minute) // ran at its latest tick: not late
+		if _, err := st.SetJobState(ctx, ledger.JobStateParams{Job: "rt", Op: ledger.JobRegister, Spec: "@every 1m", Since: last.Add(-time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.RecordRuns(ctx, []ledger.RunRecord{{Job: "rt", Tick: last, Attempt: 1, Node: "n2", Start: last, End: last, Status: ledger.RunOK}}); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range []ledger.JobDefParams{
+			{Job: "rt", Def: "name: rt\nschedule: \"@every 1m\"\ncommand: [\"true\"]\n", Audit: ledger.AuditEntry{Action: "create", Who: "cli:test"}},
+			{Job: "rt", Delete: true, Audit: ledger.AuditEntry{Action: "delete", Who: "cli:test"}},
+		} {
+			if _, err := cat.PutJobDef(ctx, p); err != nil {
+				t.Fatal(err)
+			}
+		}
+		alone := server(t, st, testToken, func(o *dashboard.Options) {
+			o.Jobs = nil
+			o.Clock = clk
+		})
+		bearer := map[string]string{"Authorization": "Bearer " + testToken}
+		code, b, _ := call(t, nil, "POST", alone.URL+"/api/jobs/rt/trigger", bearer, "")
+		if code != http.StatusConflict || !strings.Contains(b, `looks removed from the configuration of every node of serve: it was deleted at run time by cli:test`) {
+			t.Errorf("trigger of a deleted job: %d %s, want 409 saying it was deleted", code, b)
+		}
+		if code, b, _ := call(t, nil, "POST", alone.URL+"/api/jobs/rt/trigger?force=1", bearer, ""); code != http.StatusOK {
+			t.Errorf("forced trigger of a deleted job: %d %s, want 200", code, b)
+		}
+	})
+}

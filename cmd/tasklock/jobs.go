@@ -521,22 +521,14 @@ func checkForgettable(ctx context.Context, l ledger.Ledger, st ledger.JobState, 
 
 // checkTriggerable refuses to trigger (or re-run, or backfill) a
 // registered job, of stored state st, that no node of serve seems to have
-// any more: one deleted at run time and not run since (deletedAtRunTime),
-// or, by jobpresence.Triggerable, one not paused, not running, whose next
-// tick after its latest record (or after its registration) is more than
+// any more (jobpresence.Requestable): one deleted at run time and not run
+// since, or one not paused, not running, whose next tick after its latest
+// record (or after its registration) is more than
 // jobpresence.ForgetAfter past with nothing recorded. Its request would
 // wait, pending, until a node has the job again (a job taken out of every
 // node's file, or deleted, keeps its state until jobs forget).
 func checkTriggerable(ctx context.Context, l ledger.Ledger, st ledger.JobState, now time.Time) error {
-	deleted, err := deletedAtRunTime(ctx, l, st.Job)
-	if err != nil {
-		return err
-	}
-	if deleted != "" {
-		return noJobError(fmt.Sprintf("job %q was deleted at run time (%s), and no node has started a run of it since; its run would wait until a node has it again (--force to ask for it anyway; jobs forget %s drops its state)",
-			st.Job, deleted, st.Job))
-	}
-	ok, why, err := jobpresence.Triggerable(ctx, l, st, now)
+	ok, why, err := jobpresence.Requestable(ctx, l, st, now)
 	if err != nil || ok {
 		return err
 	}

@@ -109,7 +109,7 @@ func TestJobsRequestsOfRemovedJob(t *testing.T) {
 		job, want string
 	}{
 		{"gone", "looks removed from the configuration of every node of serve"},
-		{"rt", `job "rt" was deleted at run time (by cli:`},
+		{"rt", `job "rt" looks removed from the configuration of every node of serve: it was deleted at run time by cli:`},
 	} {
 		for _, args := range [][]string{
 			{"jobs", "rerun", c.job, tick},

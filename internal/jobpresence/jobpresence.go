@@ -14,8 +14,10 @@ package jobpresence
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
+	"github.com/tasklock/tasklock/dashboard/jobdefs"
 	"github.com/tasklock/tasklock/internal/redact"
 	"github.com/tasklock/tasklock/ledger"
 	"github.com/tasklock/tasklock/schedule"
@@ -82,6 +84,74 @@ func Triggerable(ctx context.Context, l ledger.Ledger, st ledger.JobState, now t
 	}
 	configured, why, err := LooksConfigured(ctx, l, st, now, true)
 	return configured || why == "", why, err
+}
+
+// DeletedAtRunTime says, when job was deleted at run time (jobs delete, or
+// the dashboard's API) and no node has started a run of it since, who
+// deleted it and when; "" otherwise, and when the store keeps no catalog.
+// The deletion stays in the catalog's audit: the job's newest create,
+// update or delete entry is a delete, and no definition of it is stored.
+// A node that registers the job again from its configuration file (a
+// file may name it: --force created it beside the file) and runs it has
+// a run that started after the delete.
+func DeletedAtRunTime(ctx context.Context, l ledger.Ledger, job string) (string, error) {
+	cat, ok := l.(ledger.Catalog)
+	if !ok {
+		return "", nil
+	}
+	defs, err := cat.JobDefs(ctx)
+	if err != nil {
+		return "", err
+	}
+	if slices.ContainsFunc(defs, func(d ledger.JobDef) bool { return d.Job == job }) {
+		return "", nil
+	}
+	var last *ledger.AuditEntry // the newest create, update or delete
+	for q := (ledger.AuditQuery{Job: job, Limit: 100}); last == nil; {
+		es, err := cat.Audit(ctx, q)
+		if err != nil {
+			return "", err
+		}
+		for i := range es {
+			switch jobdefs.Op(es[i].Action) {
+			case jobdefs.Create, jobdefs.Update, jobdefs.Delete:
+				last = &es[i]
+			}
+			if last != nil {
+				break
+			}
+		}
+		if len(es) < q.Limit {
+			break
+		}
+		q.Before = es[len(es)-1].Seq
+	}
+	if last == nil || last.Action != string(jobdefs.Delete) {
+		return "", nil
+	}
+	runs, err := l.Runs(ctx, ledger.RunQuery{Job: job, Limit: 1})
+	if err != nil {
+		return "", err
+	}
+	if len(runs) > 0 && runs[0].Start.After(last.At) {
+		return "", nil
+	}
+	return fmt.Sprintf("by %s at %s", last.Who, last.At.UTC().Format(time.RFC3339)), nil
+}
+
+// Requestable reports whether a node of serve would take a request to run
+// the registered job of stored state st: it was not deleted at run time
+// since it last ran (DeletedAtRunTime), and it is Triggerable. why says
+// what the ledger shows when it is not.
+func Requestable(ctx context.Context, l ledger.Ledger, st ledger.JobState, now time.Time) (bool, string, error) {
+	by, err := DeletedAtRunTime(ctx, l, st.Job)
+	if err != nil {
+		return false, "", err
+	}
+	if by != "" {
+		return false, "it was deleted at run time " + by + ", and no node has started a run of it since", nil
+	}
+	return Triggerable(ctx, l, st, now)
 }
 
 // Removed says why a run of job, not Triggerable for the reason why, is
