@@ -124,11 +124,12 @@
 // A trigger or a retry of a job that looks removed from the configuration
 // of every node is refused with 409, as `tasklock jobs trigger` refuses
 // it (both decide with the same code): its request would wait, pending,
-// until a node has the job again. Such a job is registered, not paused,
-// its latest record is not a run in progress, and the next tick of its
-// registered schedule after that record (or after its registration, when
-// it has none) is more than a minute past with nothing recorded; the
-// error says what the ledger shows. A job of Options.Jobs is never
+// until a node has the job again. Such a job was deleted at run time and
+// has not run since, or it is registered, not paused, its latest record
+// is not a run in progress, and the next tick of its registered schedule
+// after that record (or after its registration, when it has none) is more
+// than a minute past with nothing recorded; the error says what the
+// ledger shows. A job of Options.Jobs is never
 // refused (the node serving the dashboard has it), nor one no node
 // registered; "force": true in the body, or ?force=1, asks anyway.
 //
