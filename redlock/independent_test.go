@@ -13,18 +13,6 @@ import (
 	"github.com/tasklock/tasklock/internal/testserver"
 )
 
-// closedAddr returns a loopback address nothing listens on.
-func closedAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	return addr
-}
-
 // TestCheckIndependent checks that two addresses of one server (127.0.0.1
 // and localhost) are refused, naming both, while independent servers, a
 // replica and a node that is down pass.
@@ -33,7 +21,7 @@ func TestCheckIndependent(t *testing.T) {
 	_, port, _ := net.SplitHostPort(srvs[0].Addr())
 	alias := net.JoinHostPort("localhost", port)
 	replica := testserver.StartRedis(t, testserver.WithRedisArgs("--replicaof", "127.0.0.1", port))
-	down := closedAddr(t)
+	down := testserver.ClosedAddr(t)
 
 	for _, tc := range []struct {
 		name        string

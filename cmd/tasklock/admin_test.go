@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tasklock/tasklock"
+	"github.com/tasklock/tasklock/internal/testserver"
 	"github.com/tasklock/tasklock/ledger"
 	"github.com/tasklock/tasklock/redisstore"
 )
@@ -231,7 +232,7 @@ func TestAdminUsageBeforeStore(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	db := filepath.Join(dir, "new.db")
-	for _, store := range []string{"redis://:s3cret@" + closedAddr(t), "sqlite://" + db} {
+	for _, store := range []string{"redis://:s3cret@" + testserver.ClosedAddr(t), "sqlite://" + db} {
 		for _, tt := range []struct {
 			args []string
 			want string
@@ -330,7 +331,7 @@ func TestAdminRefusesChangesToMem(t *testing.T) {
 // with --store is not.
 func TestAdminStoreFromEnvNamed(t *testing.T) {
 	t.Parallel()
-	addr := closedAddr(t)
+	addr := testserver.ClosedAddr(t)
 	for _, tt := range []struct {
 		args        []string
 		code        int

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/tasklock/tasklock/driver"
+	"github.com/tasklock/tasklock/internal/testserver"
 	"github.com/tasklock/tasklock/redisstore"
 )
 
@@ -89,7 +90,7 @@ func TestInputHygiene(t *testing.T) {
 	}
 	// A well-formed URL of a store that does not answer stays 69; its
 	// one-letter password is hidden, and nothing else ("connection").
-	code, _, errOut := tl.Run(t, nil, "exec", "--store", "redis://app:o@"+closedAddr(t), "--key", "k", "--", "true")
+	code, _, errOut := tl.Run(t, nil, "exec", "--store", "redis://app:o@"+testserver.ClosedAddr(t), "--key", "k", "--", "true")
 	if code != exitUnavailable || !strings.Contains(errOut, "redis://app:xxxxx@") || !strings.Contains(errOut, "connection refused") {
 		t.Errorf("unreachable store: exit %d, want %d naming the redacted URL and the refused connection\n%s", code, exitUnavailable, errOut)
 	}
@@ -242,7 +243,7 @@ func TestServeHTTPJobSecretsRedacted(t *testing.T) {
 	db := "sqlite://" + filepath.Join(dir, "tl.db")
 	cfg := writeConfig(t, dir, "store: "+db+"\nnode: n1\njobs:\n"+
 		"  - name: answered\n    schedule: '@every 1s'\n    http: {url: '"+srv.URL+"/hook?api_key="+key+"&X-Amz-Signature="+sig+"'}\n"+
-		"  - name: refused\n    schedule: '@every 1s'\n    http: {url: 'http://bot:"+key+"@"+closedAddr(t)+"/hook?v="+sig+"'}\n")
+		"  - name: refused\n    schedule: '@every 1s'\n    http: {url: 'http://bot:"+key+"@"+testserver.ClosedAddr(t)+"/hook?v="+sig+"'}\n")
 	p := tl.Start(t, nil, "serve", "--config", cfg, "--http", "")
 	p.WaitStderr(`job=answered.*status=failed`, 20*time.Second)
 	p.WaitStderr(`job=refused.*status=failed`, 20*time.Second)

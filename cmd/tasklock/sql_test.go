@@ -7,7 +7,6 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -132,18 +131,6 @@ func TestExecSQLite(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "rel.db")); err != nil {
 		t.Errorf("relative path: %v", err)
 	}
-}
-
-// closedAddr returns a loopback address nothing listens on.
-func closedAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	return addr
 }
 
 // migrateJSON is tasklock migrate's JSON output.
@@ -275,7 +262,7 @@ func TestMigrateSQLite(t *testing.T) {
 
 func TestMigrateNoSchema(t *testing.T) {
 	t.Parallel()
-	for _, url := range []string{"mem://", "redis://app:pw-S3cr3t@" + closedAddr(t)} {
+	for _, url := range []string{"mem://", "redis://app:pw-S3cr3t@" + testserver.ClosedAddr(t)} {
 		for _, sub := range []string{"status", "up"} {
 			code, out, errOut := tl.Run(t, nil, "migrate", sub, "--store", url)
 			if code != 0 || !strings.Contains(out, "keeps no schema: nothing to migrate") || strings.Contains(out+errOut, "S3cr3t") {
@@ -292,7 +279,7 @@ func TestMigrateNoSchema(t *testing.T) {
 func TestMigrateUsage(t *testing.T) {
 	t.Parallel()
 	store := []string{"TASKLOCK_STORE=sqlite://" + filepath.Join(t.TempDir(), "x.db")}
-	closed := closedAddr(t)
+	closed := testserver.ClosedAddr(t)
 	tests := []struct {
 		env  []string
 		args []string
@@ -331,7 +318,7 @@ func TestMigrateUsage(t *testing.T) {
 func TestSQLPasswordNeverPrinted(t *testing.T) {
 	t.Parallel()
 	const pw = "pw-S3cr3t"
-	closed := closedAddr(t)
+	closed := testserver.ClosedAddr(t)
 
 	// PostgreSQL: the test server trusts loopback, so any password is
 	// accepted; what matters is that it is never printed.

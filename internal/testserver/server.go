@@ -37,6 +37,18 @@ func freePorts(n int) ([]int, error) {
 	return ports, nil
 }
 
+// ClosedAddr returns a loopback address nothing listens on (a port that
+// was free a moment ago): a server that is down, for tests of how a client
+// meets one.
+func ClosedAddr(t testing.TB) string {
+	t.Helper()
+	ports, err := freePorts(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("127.0.0.1:%d", ports[0])
+}
+
 // startOnFreePorts calls start with n ports that were free a moment ago, and
 // again with fresh ones while it fails with errPortInUse (something took a
 // port before the server bound it), portAttempts times at most. It returns

@@ -143,7 +143,7 @@ func TestOpenEtcdAuth(t *testing.T) {
 
 func TestOpenEtcdUnreachable(t *testing.T) {
 	t.Parallel()
-	addr := closedAddr(t)
+	addr := testserver.ClosedAddr(t)
 	for _, u := range []string{
 		"etcd://" + addr + "?dial_timeout=300ms",
 		"etcd://root:" + secret + "@" + addr + "?dial_timeout=300ms", // fails authenticating
@@ -354,7 +354,7 @@ func TestOpenZKUnreachable(t *testing.T) {
 	t.Parallel()
 	// Every server refuses: Open gives up after one round (go-zookeeper
 	// waits a second before the next), naming each.
-	a, b := closedAddr(t), closedAddr(t)
+	a, b := testserver.ClosedAddr(t), testserver.ClosedAddr(t)
 	u := "zk://" + a + "," + b + "/x"
 	d, err := openErr(t, u, 10*time.Second)
 	if !errors.Is(err, ErrUnreachable) || !strings.Contains(err.Error(), a) || !strings.Contains(err.Error(), b) ||
@@ -494,7 +494,7 @@ func TestOpenRedlockPassword(t *testing.T) {
 func TestOpenRedlockMinorityDown(t *testing.T) {
 	t.Parallel()
 	up := redisNodes(t, 2)
-	down1, down2 := closedAddr(t), closedAddr(t)
+	down1, down2 := testserver.ClosedAddr(t), testserver.ClosedAddr(t)
 
 	// One node of three down: RedLock runs on, and so does Open.
 	checkStore(t, open(t, "redlock://:"+secret+"@"+up[0]+","+down1+","+up[1]))
@@ -527,11 +527,11 @@ func TestOpenRedlockSameServer(t *testing.T) {
 	}
 	_, port, _ := net.SplitHostPort(addrs[0])
 	alias := net.JoinHostPort("localhost", port)
-	down := closedAddr(t)
+	down := testserver.ClosedAddr(t)
 
 	for _, hosts := range [][]string{
 		{addrs[0], alias, addrs[1]},
-		{down, alias, addrs[1], addrs[0], closedAddr(t)}, // a majority of 5 answers
+		{down, alias, addrs[1], addrs[0], testserver.ClosedAddr(t)}, // a majority of 5 answers
 	} {
 		u := "redlock://:" + secret + "@" + strings.Join(hosts, ",")
 		d, err := openErr(t, u, 10*time.Second)
@@ -554,24 +554,9 @@ func TestOpenRedlockSameServer(t *testing.T) {
 
 	// One that accepts connections but never answers costs the open at
 	// most probeWait (1s) more, and is skipped too.
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	done := make(chan struct{})
-	defer close(done)
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() { <-done; c.Close() }()
-		}
-	}()
+	silent := listen(t, nil)
 	start := time.Now()
-	checkStore(t, open(t, "redlock://:"+secret+"@"+addrs[0]+","+l.Addr().String()+","+addrs[1]))
+	checkStore(t, open(t, "redlock://:"+secret+"@"+addrs[0]+","+silent+","+addrs[1]))
 	if d := time.Since(start); d > 3*time.Second {
 		t.Errorf("Open and checkStore with a silent node took %v", d)
 	}

@@ -164,26 +164,11 @@ func TestOpenUnreachable(t *testing.T) {
 func TestOpenUnreachableContext(t *testing.T) {
 	// A server that accepts connections but never answers: PING is bounded
 	// by the caller's context.
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	done := make(chan struct{})
-	defer close(done)
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() { <-done; c.Close() }()
-		}
-	}()
+	addr := listen(t, nil)
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	_, _, err = Open(ctx, "redis://"+l.Addr().String())
+	_, _, err := Open(ctx, "redis://"+addr)
 	if !errors.Is(err, ErrUnreachable) {
 		t.Fatalf("Open = %v, want ErrUnreachable", err)
 	}
@@ -241,7 +226,7 @@ func TestOpenSentinel(t *testing.T) {
 
 	// A sentinel that knows the master among addresses that are down or
 	// are data nodes: the URL is not wrong, the open succeeds.
-	checkStore(t, open(t, "redis+sentinel://"+closedAddr(t)+","+node+","+sen.SentinelAddrs()[1]+"/"+sen.MasterName()))
+	checkStore(t, open(t, "redis+sentinel://"+testserver.ClosedAddr(t)+","+node+","+sen.SentinelAddrs()[1]+"/"+sen.MasterName()))
 }
 
 func TestOpenCluster(t *testing.T) {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -174,20 +173,8 @@ func acquireParams(key, token string, ttl time.Duration) driver.AcquireParams {
 	return driver.AcquireParams{Key: key, Token: token, Owner: "storeurl-test", TTL: ttl}
 }
 
-// closedAddr returns a loopback address nothing listens on.
-func closedAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	return addr
-}
-
 func TestOpenSQLUnreachable(t *testing.T) {
-	addr := closedAddr(t)
+	addr := testserver.ClosedAddr(t)
 	for _, u := range []string{
 		"postgres://u:" + secret + "@" + addr + "/db",
 		"postgres://u@" + addr + "/db?password=" + secret,
@@ -388,7 +375,7 @@ func TestOpenSQLite(t *testing.T) {
 }
 
 func TestOpenMigratorNoSchema(t *testing.T) {
-	addr := closedAddr(t)
+	addr := testserver.ClosedAddr(t)
 	for _, u := range []string{"mem://", "redis://" + addr, "redis+cluster://u:" + secret + "@" + addr} {
 		start := time.Now()
 		_, err := OpenMigrator(context.Background(), u)
