@@ -183,12 +183,12 @@ func RequestBackfill(ctx context.Context, l ledger.Ledger, job string, from, to 
 		if err != nil {
 			return ticks, fmt.Errorf("schedule: backfill %q: %w", job, err)
 		}
-		for _, t := range chunk {
+		for _, tick := range chunk {
 			start := time.Now()
-			if err := request(ctx, l, job, withBase(prefix, bases[t.Unix()]), t, o.Rerun); err != nil {
+			if err := request(ctx, l, job, withBase(prefix, bases[tick.Unix()]), tick, o.Rerun); err != nil {
 				return ticks, err
 			}
-			ticks = append(ticks, t)
+			ticks = append(ticks, tick)
 			if len(ticks) == n {
 				break
 			}
