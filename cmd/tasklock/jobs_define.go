@@ -439,7 +439,7 @@ func jobsDefine(ctx context.Context, a *adminArgs, l ledger.Ledger, d *defineFla
 	case c.Op == jobdefs.Delete:
 		fmt.Fprintf(stdout, "deleted %s (version %d); its %s\n", redact.Quote(c.Job), res.Def.Version, apijson.DeleteDetail(c.Cancel))
 	default:
-		fmt.Fprintf(stdout, "%sd %s (version %d); every serve node applies it within a second\n", c.Op, redact.Quote(c.Job), res.Def.Version)
+		fmt.Fprintf(stdout, "%sd %s (version %d); every running serve node applies it within a second\n", c.Op, redact.Quote(c.Job), res.Def.Version)
 	}
 	return nil
 }
