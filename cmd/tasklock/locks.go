@@ -13,6 +13,7 @@ import (
 	"github.com/tasklock/tasklock/dashboard/apijson"
 	"github.com/tasklock/tasklock/driver"
 	"github.com/tasklock/tasklock/internal/redact"
+	"github.com/tasklock/tasklock/redlock"
 )
 
 const locksUsage = `Usage:
@@ -29,6 +30,9 @@ Shows who holds which lock in a store, and releases one by force.
            "write (waiting)" for a writer that holds new readers off), or
            "permit (of N)" (a semaphore: a row per permit held)
   show     one lock; exit 1 when KEY is not held
+           On a redlock:// store, list and show also warn on stderr of
+           each node that does not answer: the locks work on with a
+           majority and say nothing of it.
   release  delete KEY's lease whoever holds it (a mutex, and every holder
            of the read-write lock or semaphore KEY): the operator's escape hatch
            for a holder that is gone. --force is required. The holder, if
@@ -103,6 +107,9 @@ func runLocks(args []string, stdout, stderr io.Writer) int {
 		if err != nil {
 			return err
 		}
+		if rs, ok := store.(*redlock.Store); ok {
+			warnRedlockNodes(ctx, rs, stderr)
+		}
 		if a.sub == "show" {
 			var exact []driver.Lease
 			for _, l := range leases {
@@ -136,4 +143,18 @@ func runLocks(args []string, stdout, stderr io.Writer) int {
 		}
 		return tw.Flush()
 	})
+}
+
+// warnRedlockNodes warns on stderr of each node of a RedLock store that
+// does not answer PING within a second: its locks work on with a quorum
+// and say nothing of a minority that failed them, so an operator would not
+// know that fewer failures now stop every lock.
+func warnRedlockNodes(ctx context.Context, s *redlock.Store, stderr io.Writer) {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	h := s.Check(ctx)
+	for _, ne := range h.Failed {
+		fmt.Fprintf(stderr, "tasklock locks: warning: redlock node %s does not answer (%v); locks need %d of the %d nodes, so %d more may fail before every lock stops\n",
+			ne.Addr, ne.Err, h.Quorum, h.Nodes, h.Spare())
+	}
 }

@@ -103,4 +103,22 @@ func TestCommandsRedlock(t *testing.T) {
 		t.Errorf("jobs list on %s: exit %d, stderr:\n%s\nwant %d saying %q", store, code, errOut, exitUnavailable, want)
 	}
 	t.Logf("jobs list: %s", strings.TrimSpace(errOut))
+
+	// A node down: locks list works on the quorum, and warns of the node
+	// (the locks alone said nothing of it).
+	down := testserver.ClosedAddr(t)
+	for _, sub := range []string{"list", "show"} {
+		args := []string{"locks", sub, "--store", "redlock://" + a + "," + down + "," + b}
+		if sub == "show" {
+			args = append(args, "k")
+		}
+		code, _, errOut = tl.Run(t, nil, args...)
+		want = "warning: redlock node " + down + " does not answer ("
+		if (sub == "list" && code != exitOK) || !strings.Contains(errOut, want) || !strings.Contains(errOut, "locks need 2 of the 3 nodes, so 0 more may fail") {
+			t.Errorf("locks %s with a node down: exit %d, stderr:\n%s\nwant a warning naming %s", sub, code, errOut, down)
+		}
+	}
+	if code, _, errOut = tl.Run(t, nil, "locks", "list", "--store", store); code != exitOK || strings.Contains(errOut, "warning") {
+		t.Errorf("locks list with every node up: exit %d, stderr:\n%s\nwant 0 and no warning", code, errOut)
+	}
 }
