@@ -138,8 +138,8 @@ Exit status:
        --exclusive against --permits, or another --permits N), or a kind
        the store cannot keep (--shared, --exclusive or --permits on redlock
        or mode=connection)
-  69   store unreachable or failing (or, with ?migrate=false, its table
-       not migrated)
+  69   store unreachable, failing or refusing the URL's credentials (or,
+       with ?migrate=false, its table not migrated)
   70   lock lost or --max-hold reached while COMMAND ran (also when the
        lease is found gone only as COMMAND ended)
   75   lock held elsewhere and not obtained within --wait

@@ -132,7 +132,7 @@ Exit status of exec:
        Sentinel master name no sentinel knows, a sentinel address that is
        a Redis server's, two redlock:// hosts that are one server), or a
        --ttl longer than an etcd or ZooKeeper store's session
-  69   store unreachable or failing
+  69   store unreachable, failing or refusing the URL's credentials
   70   lock lost or --max-hold reached while COMMAND ran (COMMAND was stopped)
   75   lock held elsewhere and not obtained within --wait
   126  COMMAND could not be run; 127 COMMAND not found

@@ -496,6 +496,9 @@ func TestPasswordNeverPrinted(t *testing.T) {
 		if strings.Contains(out+errOut, "S3cr3t") {
 			t.Errorf("%s: the password was printed:\nstdout:\n%s\nstderr:\n%s", tt.name, out, errOut)
 		}
+		if strings.Contains(tt.name, "wrong password") && !strings.Contains(errOut, "store refused the credentials") {
+			t.Errorf("%s: stderr does not say the store refused the credentials:\n%s", tt.name, errOut)
+		}
 		if tt.code != 0 && errOut == "" {
 			t.Errorf("%s: no message on stderr", tt.name)
 		}

@@ -247,7 +247,8 @@ Exit status:
   0    shut down by SIGTERM or SIGINT
   64   bad usage or an invalid configuration (every mistake is printed),
        or a store that keeps no schedule ledger (redlock://)
-  69   store unreachable or failing, or --http ADDR cannot be listened on
+  69   store unreachable, failing or refusing the URL's credentials, or
+       --http ADDR cannot be listened on
   75   another serve with the same node name is running on the store
 `
 

@@ -137,6 +137,9 @@ func TestOpenEtcdAuth(t *testing.T) {
 		if !errors.Is(err, ErrUnreachable) {
 			t.Errorf("Open(%s) = %v, want ErrUnreachable", redact.URL(u), err)
 		}
+		if !errors.Is(err, ErrAuth) {
+			t.Errorf("Open(%s) = %v, want ErrAuth", redact.URL(u), err)
+		}
 		t.Logf("%v", err)
 	}
 }
@@ -484,8 +487,8 @@ func TestOpenRedlockPassword(t *testing.T) {
 	checkStore(t, open(t, "redlock://alice:"+secret+"@"+hosts+"/1"))
 	for _, u := range []string{"redlock://alice:wrong-" + secret + "@" + hosts, "redlock://" + hosts} {
 		_, err := openErr(t, u, 10*time.Second)
-		if !errors.Is(err, ErrUnreachable) {
-			t.Errorf("Open(%s) = %v, want ErrUnreachable", redact.URL(u), err)
+		if !errors.Is(err, ErrAuth) || !errors.Is(err, ErrUnreachable) {
+			t.Errorf("Open(%s) = %v, want ErrAuth (and so ErrUnreachable)", redact.URL(u), err)
 		}
 		t.Logf("%v", err)
 	}

@@ -118,8 +118,8 @@ func TestOpenRedisPassword(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		_, _, err := Open(ctx, u)
 		cancel()
-		if !errors.Is(err, ErrUnreachable) {
-			t.Fatalf("Open(%s) = %v, want ErrUnreachable", redact.URL(u), err)
+		if !errors.Is(err, ErrAuth) || !errors.Is(err, ErrUnreachable) || !strings.Contains(err.Error(), "store refused the credentials") {
+			t.Fatalf("Open(%s) = %v, want ErrAuth (and so ErrUnreachable)", redact.URL(u), err)
 		}
 		if strings.Contains(err.Error(), secret) {
 			t.Errorf("error %q contains the password", err)

@@ -303,6 +303,11 @@ func TestOpenMySQLPassword(t *testing.T) {
 		if !errors.Is(err, ErrUnreachable) {
 			t.Fatalf("Open(%s) = %v, want ErrUnreachable", redact.URL(u), err)
 		}
+		// A wrong or missing password is refused credentials; a database
+		// the user may not use is not.
+		if auth := !strings.Contains(u, "no_such_db"); errors.Is(err, ErrAuth) != auth {
+			t.Errorf("Open(%s) = %v: ErrAuth %v, want %v", redact.URL(u), err, !auth, auth)
+		}
 		if strings.Contains(err.Error(), secret) {
 			t.Errorf("error %q contains the password", err)
 		}

@@ -132,6 +132,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/tasklock/tasklock/driver"
 	"github.com/tasklock/tasklock/internal/redact"
 )
@@ -142,9 +145,47 @@ import (
 var ErrBadURL = errors.New("bad store URL")
 
 // ErrUnreachable is wrapped by the errors Open returns when the store does
-// not answer (connection refused, timeout, TLS or authentication failure).
-// The client library's error follows in the chain.
+// not answer (connection refused, timeout, TLS failure) or refuses the
+// credentials (ErrAuth). The client library's error follows in the chain.
 var ErrUnreachable = errors.New("store unreachable")
+
+// ErrAuth is wrapped by the errors Open returns when the store refused the
+// URL's credentials: a wrong password or user name, or none where one is
+// needed (Redis WRONGPASS or NOAUTH, PostgreSQL 28P01 or 28000, MySQL
+// 1045, etcd "authentication failed" or "user name is empty"). It matches
+// ErrUnreachable too, as it was reported before: the commands exit 69 for
+// both, and say which.
+var ErrAuth error = authError{}
+
+// authError is ErrAuth's type.
+type authError struct{}
+
+func (authError) Error() string { return "store refused the credentials" }
+
+// Is reports whether target is ErrUnreachable.
+func (authError) Is(target error) bool { return target == ErrUnreachable }
+
+// refusedCredentials reports whether err, from a client library, says the
+// server refused the credentials.
+func refusedCredentials(err error) bool {
+	var pe *pgconn.PgError
+	var me *mysql.MySQLError
+	switch {
+	case errors.As(err, &pe):
+		return pe.Code == "28P01" || pe.Code == "28000" // invalid_password, invalid_authorization_specification
+	case errors.As(err, &me):
+		return me.Number == 1045 // ER_ACCESS_DENIED_ERROR
+	}
+	// go-redis's errors (a Sentinel's or a RedLock node's wrapped) and
+	// etcd's carry the server's words.
+	msg := err.Error()
+	for _, s := range []string{"WRONGPASS", "NOAUTH", "etcdserver: authentication failed", "etcdserver: user name is empty"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
+}
 
 // ErrNotMigrated is wrapped by the errors Open returns when the store's
 // table lacks migrations and the URL says migrate=false, or when applying
@@ -230,7 +271,8 @@ func openURL(ctx context.Context, rawURL string, existing bool) (store driver.St
 }
 
 // classify wraps an error of an opener: ErrBadURL errors are kept, a
-// schemaError becomes ErrNotMigrated, anything else ErrUnreachable.
+// schemaError becomes ErrNotMigrated, refused credentials ErrAuth,
+// anything else ErrUnreachable.
 func (u *storeURL) classify(err error) error {
 	var se *schemaError
 	switch {
@@ -238,6 +280,8 @@ func (u *storeURL) classify(err error) error {
 		return err
 	case errors.As(err, &se):
 		return fmt.Errorf("%w: %s: %w", ErrNotMigrated, redact.URL(u.raw), u.scrub(se.err))
+	case refusedCredentials(err):
+		return fmt.Errorf("%w: %s: %w", ErrAuth, redact.URL(u.raw), u.scrub(err))
 	default:
 		return fmt.Errorf("%w: %s: %w", ErrUnreachable, redact.URL(u.raw), u.scrub(err))
 	}
