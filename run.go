@@ -85,9 +85,10 @@ func WithLock(ctx context.Context, lk *Locker, key string, opts *ObtainOptions, 
 // checkRunArgs refuses a nil ctx, Locker or fn before anything is
 // obtained.
 func checkRunArgs(ctx context.Context, lk *Locker, fn func(ctx context.Context) error) error {
+	if err := checkContext(ctx); err != nil {
+		return err
+	}
 	switch {
-	case ctx == nil:
-		return checkContext(ctx)
 	case lk == nil:
 		return badOption("lk", "nil")
 	case fn == nil:

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -93,16 +92,15 @@ func (h *handler) refuseRemoved(ctx context.Context, w http.ResponseWriter, r *h
 	if _, ok := h.configured()[job]; ok {
 		return false
 	}
-	sts, err := h.ledger.Jobs(ctx)
+	st, known, err := jobpresence.State(ctx, h.ledger, job)
 	if err != nil {
 		h.storeError(w, r, err)
 		return true
 	}
-	i := slices.IndexFunc(sts, func(st ledger.JobState) bool { return st.Job == job })
-	if i < 0 {
+	if !known {
 		return false
 	}
-	ok, why, err := jobpresence.Requestable(ctx, h.ledger, sts[i], h.clock.Now())
+	ok, why, err := jobpresence.Requestable(ctx, h.ledger, st, h.clock.Now())
 	switch {
 	case err != nil:
 		h.storeError(w, r, err)

@@ -106,8 +106,14 @@ func recordEvent(t EventType, r *ledger.RunRecord, late time.Duration) Event {
 
 // startEvent is the EventRunStarted of rec, an attempt at w.
 func (w work) startEvent(rec *ledger.RunRecord) Event {
-	e := runEvent(EventRunStarted, rec, w.catchUp)
+	e := w.runEvent(EventRunStarted, rec)
 	e.First = rec.Attempt == w.first
+	return e
+}
+
+// runEvent is runEvent for an attempt at w: CatchUp and Requested are w's.
+func (w work) runEvent(t EventType, rec *ledger.RunRecord) Event {
+	e := runEvent(t, rec, w.catchUp)
 	e.Requested = w.past
 	return e
 }

@@ -346,9 +346,7 @@ func (s *Scheduler) runTick(j *job, w work) {
 		}
 		s.recordOne(rec)
 		s.logRun(&rec)
-		e := runEvent(EventRunEnded, &rec, w.catchUp)
-		e.Requested = w.past
-		s.emit(e)
+		s.emit(w.runEvent(EventRunEnded, &rec))
 		last = rec
 		retry := rec.Status == ledger.RunFailed || rec.Status == ledger.RunTimeout
 		if !retry || try > j.Retries || tickCtx.Err() != nil || s.removed(j) {

@@ -469,26 +469,11 @@ func checkJobArg(a *adminArgs) error {
 
 func stateJSON(st ledger.JobState) jobJSON { return apijson.FromState(st) }
 
-// storedState returns the state the store keeps of job, and whether it
-// keeps any.
-func storedState(ctx context.Context, l ledger.Ledger, job string) (ledger.JobState, bool, error) {
-	sts, err := l.Jobs(ctx)
-	if err != nil {
-		return ledger.JobState{}, false, err
-	}
-	for _, st := range sts {
-		if st.Job == job {
-			return st, true, nil
-		}
-	}
-	return ledger.JobState{}, false, nil
-}
-
 // checkKnown refuses a job no node registered (any stored state will do
 // when anyState): commands must not create ghost jobs. It returns the
 // job's stored state.
 func checkKnown(ctx context.Context, l ledger.Ledger, job string, anyState bool) (ledger.JobState, error) {
-	st, ok, err := storedState(ctx, l, job)
+	st, ok, err := jobpresence.State(ctx, l, job)
 	switch {
 	case err != nil:
 		return st, err
@@ -538,7 +523,7 @@ func checkTriggerable(ctx context.Context, l ledger.Ledger, st ledger.JobState, 
 // storeKnowsJob reports whether the store keeps any state of job, or its
 // definition when it was defined at run time; true when it cannot tell.
 func storeKnowsJob(ctx context.Context, l ledger.Ledger, job string) bool {
-	if _, ok, err := storedState(ctx, l, job); err != nil || ok {
+	if _, ok, err := jobpresence.State(ctx, l, job); err != nil || ok {
 		return true
 	}
 	if c, ok := l.(ledger.Catalog); ok {

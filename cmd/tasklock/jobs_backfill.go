@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tasklock/tasklock/internal/jobpresence"
 	"github.com/tasklock/tasklock/internal/redact"
 	"github.com/tasklock/tasklock/ledger"
 	"github.com/tasklock/tasklock/schedule"
@@ -173,7 +174,7 @@ func shellQuote(s string) string {
 // wait, pending, and never run. A job no node registered is left to
 // RequestBackfill and RequestRerun, which refuse it.
 func checkRequestable(ctx context.Context, l ledger.Ledger, job string, now time.Time) error {
-	st, ok, err := storedState(ctx, l, job)
+	st, ok, err := jobpresence.State(ctx, l, job)
 	if err != nil || !ok || st.Spec == "" {
 		return err
 	}

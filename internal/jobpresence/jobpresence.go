@@ -30,6 +30,19 @@ import (
 // refuses one.
 const ForgetAfter = time.Minute
 
+// State returns job's stored state and whether the ledger keeps one.
+func State(ctx context.Context, l ledger.Ledger, job string) (ledger.JobState, bool, error) {
+	sts, err := l.Jobs(ctx)
+	if err != nil {
+		return ledger.JobState{}, false, err
+	}
+	i := slices.IndexFunc(sts, func(st ledger.JobState) bool { return st.Job == job })
+	if i < 0 {
+		return ledger.JobState{}, false, nil
+	}
+	return sts[i], true, nil
+}
+
 // LooksConfigured reports whether a node of serve still seems to have the
 // registered job of stored state st, by its registered schedule: the next
 // tick after the job's latest record, or after its registration when it
@@ -106,20 +119,19 @@ func DeletedAtRunTime(ctx context.Context, l ledger.Ledger, job string) (string,
 	if slices.ContainsFunc(defs, func(d ledger.JobDef) bool { return d.Job == job }) {
 		return "", nil
 	}
+	defines := func(e ledger.AuditEntry) bool {
+		op := jobdefs.Op(e.Action)
+		return op == jobdefs.Create || op == jobdefs.Update || op == jobdefs.Delete
+	}
 	var last *ledger.AuditEntry // the newest create, update or delete
-	for q := (ledger.AuditQuery{Job: job, Limit: 100}); last == nil; {
+	for q := (ledger.AuditQuery{Job: job, Limit: 100}); ; {
 		es, err := cat.Audit(ctx, q)
 		if err != nil {
 			return "", err
 		}
-		for i := range es {
-			switch jobdefs.Op(es[i].Action) {
-			case jobdefs.Create, jobdefs.Update, jobdefs.Delete:
-				last = &es[i]
-			}
-			if last != nil {
-				break
-			}
+		if i := slices.IndexFunc(es, defines); i >= 0 {
+			last = &es[i]
+			break
 		}
 		if len(es) < q.Limit {
 			break
