@@ -154,11 +154,16 @@
 // them with interrupted records (reported with EventRunInterrupted). If the
 // node was only slow and records the outcome after all, the outcome
 // replaces the interrupted record; a tick keeps one record per attempt
-// either way. A node that finds its own node lease gone (the store was out
-// for longer than a lease, or lost its data), or taken again since it last
+// either way. After a store outage the leases of live nodes may have
+// lapsed, and their holders take them again within a sweep or so: a node
+// whose store calls failed for a sweep interval (a third of NodeLeaseTTL)
+// or more, or that finds its own node lease gone (the store was out for
+// longer than a lease, or lost its data), or taken again since it last
 // looked (a new fence: its caller, or the node, retook it after such an
-// outage), judges no other node stopped until a NodeLeaseTTL later: every node lost its lease alike, and the live
-// ones take theirs again at their next sweep. An outcome whose write failed
+// outage), judges no other node stopped until a NodeLeaseTTL after its
+// next listing of the node leases. Its own lease may have outlived the
+// outage at the store while another's did not: each ends at its holder's
+// last renewal. An outcome whose write failed
 // is written again by the node's next sweep that reads the store. A node
 // that starts under the name of a stopped one settles that one's running
 // records itself once it holds the node lease. Limits:

@@ -223,6 +223,14 @@ type Scheduler struct {
 	// data): other nodes lost theirs then too, and are not judged stopped
 	// until a lease TTL later (judging, sweep.go).
 	outageAt time.Time
+	// storeDownSince is the first failure of the store calls failing now
+	// (zero: the last call succeeded); storeOutage says such a spell, as
+	// long as sweepEvery at least, ended since the last listing of the
+	// node leases. That listing marks an outage (outageAt): the other
+	// nodes' leases may have lapsed in it, before their holders could
+	// take them back, while this node's did not (noteStore, sweep.go).
+	storeDownSince time.Time
+	storeOutage    bool
 	// ownFence is the fence of this node's lease in the last listing
 	// that showed it (0: none yet): a listing with another fence shows a
 	// lease taken again since, so one that had lapsed (listNodes).
@@ -936,6 +944,7 @@ func (s *Scheduler) pollStates() {
 	sts, err := s.ledger.JobStates(ctx)
 	cancel()
 	s.statesFail.Log(s.log, s.clock.Now(), err, "schedule: reading job states", "schedule: reading job states again", "node", s.node)
+	s.noteStore(err)
 	if err != nil {
 		return
 	}
@@ -1113,6 +1122,7 @@ func (s *Scheduler) pass(now time.Time) {
 		s.claimFailed(&b, now, err)
 		return
 	}
+	s.noteStore(nil)
 	s.claimFails = 0
 	// The ticks are handled now, as the claims return: the store calls
 	// since the step read its clock (the polls, the claim) may have taken
@@ -1340,6 +1350,7 @@ func (j *job) misfire(now time.Time, ws []work) {
 // of up to five seconds; the claims are repeated with the same token, so
 // those the failed call made are ours.
 func (s *Scheduler) claimFailed(b *batch, now time.Time, err error) {
+	s.noteStore(err)
 	s.claimFails++
 	backoff := min(time.Duration(s.claimFails)*500*time.Millisecond, 5*time.Second)
 	s.retryAt = now.Add(backoff)

@@ -416,6 +416,7 @@ func (s *Scheduler) pollShards(now time.Time) {
 		rs, err := s.ledger.Runs(ctx, ledger.RunQuery{Job: e.j.Name, From: e.w.tick, To: e.w.tick.Add(time.Second)})
 		// Logged once, then once a minute while the store fails: it is
 		// read every poll.
+		s.noteStore(err)
 		if err == nil {
 			s.shardsFail.Log(s.log, now, nil, "", shardsAgain, "node", s.node)
 		} else {

@@ -131,6 +131,7 @@ func (s *Scheduler) sweep(now time.Time) {
 	defer cancel()
 	rs, err := s.ledger.Runs(ctx, ledger.RunQuery{Status: ledger.RunRunning, Limit: maxSweep})
 	s.sweepFail.Log(s.log, s.clock.Now(), err, "schedule: reading the running records", "schedule: reading the running records again", "node", s.node)
+	s.noteStore(err)
 	if err != nil {
 		return
 	}
@@ -212,6 +213,7 @@ func (l liveNodes) has(node string) bool {
 // listNodes reads the node leases and keeps the listing.
 func (s *Scheduler) listNodes(ctx context.Context) (liveNodes, error) {
 	ls, err := s.lister.Leases(ctx, s.nodePrefix)
+	s.noteStore(err)
 	if err != nil {
 		return nil, err
 	}
@@ -232,6 +234,17 @@ func (s *Scheduler) listNodes(ctx context.Context) (liveNodes, error) {
 	s.nodes = nodeList{live: live, at: now}
 	_, listed := live[s.node]
 	switch {
+	case s.storeOutage:
+		// The first listing since a call to the store failed. If the
+		// store was out for as long as a lease, every node's lease may
+		// have lapsed, this node's too, though its own may still be
+		// listed: the store kept it, as it ends a little later at the
+		// store than its holder trusts it, or as it was renewed last. The
+		// others take theirs back within a lease (serve tries every
+		// 5 s); judging them at once ran a live node's shard-run again
+		// after it had ended ok in the outage (TestServeNoRetakeAfterStoreOutage,
+		// twice in a full test run).
+		s.outageAt, s.storeOutage = now, false
 	case !listed && s.leaseTaken():
 		s.outageAt = now // this node's own lease is gone too (judging)
 	case listed && ownFence != 0 && s.ownFence != 0 && ownFence != s.ownFence:
@@ -247,6 +260,24 @@ func (s *Scheduler) listNodes(ctx context.Context) (liveNodes, error) {
 		s.ownFence = ownFence
 	}
 	return live, nil
+}
+
+// noteStore notes the outcome of a call to the store. A spell of failures
+// that lasts a sweep interval or more is an outage that may have made the
+// other nodes' leases lapse, and the next listing of the node leases marks
+// it (listNodes). A shorter one could not: a lease lapses only when its
+// holder cannot renew it for most of its TTL. Loop only.
+func (s *Scheduler) noteStore(err error) {
+	now := s.clock.Now()
+	switch {
+	case err != nil && s.storeDownSince.IsZero():
+		s.storeDownSince = now
+	case err == nil && !s.storeDownSince.IsZero():
+		if now.Sub(s.storeDownSince) >= s.sweepEvery {
+			s.storeOutage = true
+		}
+		s.storeDownSince = time.Time{}
+	}
 }
 
 // leaseTaken reports whether this node's lease was taken (by Start, or by

@@ -607,8 +607,14 @@ func (s *server) run() int {
 }
 
 // retakeRetry is how long serve waits before trying again to take back
-// its node-name lock when it could not.
-const retakeRetry = 5 * time.Second
+// its node-name lock when it could not, and retakeTimeout bounds a try.
+// After a store outage the other nodes judge nobody stopped for a node
+// lease (10 s) from when they could list the leases again (package
+// schedule); a serve takes its lock back within both of these.
+const (
+	retakeRetry   = 5 * time.Second
+	retakeTimeout = 3 * time.Second
+)
 
 // retakeNode tries to take the node-name lock again after lost, the
 // previous hold, ended, and logs what happened in words that tell the
@@ -620,7 +626,7 @@ const retakeRetry = 5 * time.Second
 // again.
 func (s *server) retakeNode(lost *tasklock.Lock) (*tasklock.Lock, time.Duration) {
 	key := nodeKeyPrefix + s.node
-	ctx, cancel := context.WithTimeout(context.Background(), openTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), retakeTimeout)
 	defer cancel()
 	g, err := s.lk.TryObtain(ctx, key, s.nodeLockOptions())
 	var ne *tasklock.NotObtainedError
