@@ -26,6 +26,7 @@ import (
 	"github.com/tasklock/tasklock/etcdstore"
 	"github.com/tasklock/tasklock/internal/redact"
 	"github.com/tasklock/tasklock/redisstore"
+	"github.com/tasklock/tasklock/redlock"
 	"github.com/tasklock/tasklock/zkstore"
 )
 
@@ -66,7 +67,9 @@ Flags:
   --permits N       hold one of N permits of the semaphore NAME: at most N
                     holders run at once (1 to 10000; every holder must give
                     the same N while any holds a permit)
-  --verbose         log progress to stderr (default: warnings only)
+  --verbose         log progress to stderr (default: warnings only); on a
+                    redlock:// store, first warn of each node that does not
+                    answer PING within 1s, as "tasklock locks list" does
 Durations are Go durations: 300ms, 10s, 1h30m; at most 8760h (365 days).
 
 Without --shared, --exclusive or --permits, NAME is a plain lock (a mutex).
@@ -496,6 +499,9 @@ func (e *execRun) run() int {
 	}
 	var lk *tasklock.Locker
 	defer func() { e.shutdown(lk, closeStore) }()
+	if rs, ok := store.(*redlock.Store); ok && c.verbose {
+		e.warnRedlockNodes(ctx, rs)
+	}
 
 	e.end = newLeaseWatch(c.killGrace)
 	lk, err = tasklock.New(store, &tasklock.Config{Owner: c.owner, Logger: e.log, OnEvent: e.end.event})
@@ -556,6 +562,21 @@ func (e *execRun) run() int {
 		return exitSoftware
 	}
 	return status
+}
+
+// warnRedlockNodes logs at WARN, as locks list warns, each node of s, a
+// RedLock store, that does not answer (redlockNodesDown): the lock will be
+// obtained on a quorum, which says nothing of the minority that failed
+// it, and the next node lost would stop every lock. exec checks once, with
+// --verbose only; a signal that ends the check shows nothing of it.
+func (e *execRun) warnRedlockNodes(ctx context.Context, s *redlock.Store) {
+	warnings := redlockNodesDown(ctx, s, e.c.store)
+	if ctx.Err() != nil {
+		return
+	}
+	for _, w := range warnings {
+		e.log.Warn(w)
+	}
 }
 
 // obtain makes one attempt, or waits up to --wait.

@@ -108,7 +108,7 @@ func runLocks(args []string, stdout, stderr io.Writer) int {
 			return err
 		}
 		if rs, ok := store.(*redlock.Store); ok {
-			warnRedlockNodes(ctx, rs, stderr)
+			warnRedlockNodes(ctx, rs, a.store, stderr)
 		}
 		if a.sub == "show" {
 			var exact []driver.Lease
@@ -146,15 +146,9 @@ func runLocks(args []string, stdout, stderr io.Writer) int {
 }
 
 // warnRedlockNodes warns on stderr of each node of a RedLock store that
-// does not answer PING within a second: its locks work on with a quorum
-// and say nothing of a minority that failed them, so an operator would not
-// know that fewer failures now stop every lock.
-func warnRedlockNodes(ctx context.Context, s *redlock.Store, stderr io.Writer) {
-	ctx, cancel := context.WithTimeout(ctx, time.Second)
-	defer cancel()
-	h := s.Check(ctx)
-	for _, ne := range h.Failed {
-		fmt.Fprintf(stderr, "tasklock locks: warning: redlock node %s does not answer (%v); locks need %d of the %d nodes, so %d more may fail before every lock stops\n",
-			ne.Addr, ne.Err, h.Quorum, h.Nodes, h.Spare())
+// does not answer PING within a second (redlockNodesDown).
+func warnRedlockNodes(ctx context.Context, s *redlock.Store, storeURL string, stderr io.Writer) {
+	for _, w := range redlockNodesDown(ctx, s, storeURL) {
+		fmt.Fprintf(stderr, "tasklock locks: warning: %s\n", w)
 	}
 }

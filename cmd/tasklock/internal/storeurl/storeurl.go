@@ -165,9 +165,9 @@ func (authError) Error() string { return "store refused the credentials" }
 // Is reports whether target is ErrUnreachable.
 func (authError) Is(target error) bool { return target == ErrUnreachable }
 
-// refusedCredentials reports whether err, from a client library, says the
+// RefusedCredentials reports whether err, from a client library, says the
 // server refused the credentials.
-func refusedCredentials(err error) bool {
+func RefusedCredentials(err error) bool {
 	var pe *pgconn.PgError
 	var me *mysql.MySQLError
 	switch {
@@ -280,7 +280,7 @@ func (u *storeURL) classify(err error) error {
 		return err
 	case errors.As(err, &se):
 		return fmt.Errorf("%w: %s: %w", ErrNotMigrated, redact.URL(u.raw), u.scrub(se.err))
-	case refusedCredentials(err):
+	case RefusedCredentials(err):
 		return fmt.Errorf("%w: %s: %w", ErrAuth, redact.URL(u.raw), u.scrub(err))
 	default:
 		return fmt.Errorf("%w: %s: %w", ErrUnreachable, redact.URL(u.raw), u.scrub(err))
