@@ -160,8 +160,8 @@
 // or more, or that finds its own node lease gone (the store was out for
 // longer than a lease, or lost its data), or taken again since it last
 // looked (a new fence: its caller, or the node, retook it after such an
-// outage), judges no other node stopped until a NodeLeaseTTL after its
-// next listing of the node leases. Its own lease may have outlived the
+// outage), judges no other node stopped until a NodeLeaseTTL after the
+// store answered it again. Its own lease may have outlived the
 // outage at the store while another's did not: each ends at its holder's
 // last renewal. An outcome whose write failed
 // is written again by the node's next sweep that reads the store. A node

@@ -225,10 +225,10 @@ type Scheduler struct {
 	outageAt time.Time
 	// storeDownSince is the first failure of the store calls failing now
 	// (zero: the last call succeeded); storeOutage says such a spell, as
-	// long as sweepEvery at least, ended since the last listing of the
-	// node leases. That listing marks an outage (outageAt): the other
-	// nodes' leases may have lapsed in it, before their holders could
-	// take them back, while this node's did not (noteStore, sweep.go).
+	// long as sweepEvery at least, has ended, and judging has not yet
+	// marked it an outage (outageAt): the other nodes' leases may have
+	// lapsed in it, before their holders could take them back, while this
+	// node's did not (noteStore, sweep.go).
 	storeDownSince time.Time
 	storeOutage    bool
 	// ownFence is the fence of this node's lease in the last listing

@@ -234,17 +234,6 @@ func (s *Scheduler) listNodes(ctx context.Context) (liveNodes, error) {
 	s.nodes = nodeList{live: live, at: now}
 	_, listed := live[s.node]
 	switch {
-	case s.storeOutage:
-		// The first listing since a call to the store failed. If the
-		// store was out for as long as a lease, every node's lease may
-		// have lapsed, this node's too, though its own may still be
-		// listed: the store kept it, as it ends a little later at the
-		// store than its holder trusts it, or as it was renewed last. The
-		// others take theirs back within a lease (serve tries every
-		// 5 s); judging them at once ran a live node's shard-run again
-		// after it had ended ok in the outage (TestServeNoRetakeAfterStoreOutage,
-		// twice in a full test run).
-		s.outageAt, s.storeOutage = now, false
 	case !listed && s.leaseTaken():
 		s.outageAt = now // this node's own lease is gone too (judging)
 	case listed && ownFence != 0 && s.ownFence != 0 && ownFence != s.ownFence:
@@ -264,9 +253,9 @@ func (s *Scheduler) listNodes(ctx context.Context) (liveNodes, error) {
 
 // noteStore notes the outcome of a call to the store. A spell of failures
 // that lasts a sweep interval or more is an outage that may have made the
-// other nodes' leases lapse, and the next listing of the node leases marks
-// it (listNodes). A shorter one could not: a lease lapses only when its
-// holder cannot renew it for most of its TTL. Loop only.
+// other nodes' leases lapse, and judging marks it (outageAt) as it ends. A
+// shorter one could not: a lease lapses only when its holder cannot renew
+// it for most of its TTL. Loop only.
 func (s *Scheduler) noteStore(err error) {
 	now := s.clock.Now()
 	switch {
@@ -291,14 +280,22 @@ func (s *Scheduler) leaseTaken() bool {
 
 // judging reports whether a node whose lease is missing may be taken for
 // stopped: its running records settled interrupted, its shards and
-// requests taken over. Not within a lease TTL of the time this node found
-// its own lease gone (outageAt): then the store was out for longer than a
-// lease, or lost its data, and every node lost its lease alike; the live
-// ones take theirs again within a sweep. Judging them at once ran their
-// shard-runs a second time, beside or after the first, which had ended ok
-// during the outage (seen by hand: a 25 s Redis outage, 3 nodes). Loop
-// only.
+// requests taken over. Not within a lease TTL of an outage (outageAt): the
+// time this node found its own lease gone, or retaken, or its store calls
+// answered again after failing for a sweep interval or more (noteStore).
+// Then the store was out for long enough that the live nodes' leases may
+// have lapsed, and their holders take them again within a sweep. Judging
+// them at once ran their shard-runs a second time, beside or after the
+// first, which had ended ok during the outage (seen by hand: a 25 s Redis
+// outage, 3 nodes). This node's own lease may be listed all along: a lease
+// ends at the store a little after its holder stops trusting it, and each
+// at its holder's last renewal, so it may outlive an outage that another
+// did not (TestServeNoRetakeAfterStoreOutage, twice in full test runs).
+// Loop only.
 func (s *Scheduler) judging() bool {
+	if s.storeOutage {
+		s.outageAt, s.storeOutage = s.clock.Now(), false
+	}
 	return s.outageAt.IsZero() || s.clock.Now().Sub(s.outageAt) >= s.nodeTTL
 }
 
