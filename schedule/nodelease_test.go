@@ -134,8 +134,14 @@ func (d downLister) Leases(ctx context.Context, prefix string) ([]driver.Lease, 
 // stopped at once: two serves, Redis killed for longer than their leases,
 // then restarted; the first to look took the other's shard-run for
 // stopped and ran it again though it had ended ok during the outage
-// (TestServeNoRetakeAfterStoreOutage, twice in full test runs).
+// (TestServeNoRetakeAfterStoreOutage, twice in full test runs). The same
+// with no NodeLister, where the node asks for each lease.
 func TestStoreOutageJudgesNobodyForALease(t *testing.T) {
+	t.Run("lister", func(t *testing.T) { testStoreOutageJudgesNobody(t, true) })
+	t.Run("no lister", func(t *testing.T) { testStoreOutageJudgesNobody(t, false) })
+}
+
+func testStoreOutageJudgesNobody(t *testing.T, lister bool) {
 	c := newCluster(t)
 	holder, err := tasklock.New(c.locks, &tasklock.Config{Owner: "caller", Logger: discardLogger()})
 	if err != nil {
@@ -156,7 +162,10 @@ func TestStoreOutageJudgesNobodyForALease(t *testing.T) {
 	var down atomic.Bool
 	c.wrapLedger = func(_ string, l ledger.Ledger) ledger.Ledger { return downLedger{l, &down} }
 	const ttl = 3 * time.Second // a sweep every second
-	cfg := &Config{NodeLister: downLister{c.locks, &down}, NodeLeaseTTL: ttl, NodeLeaseTaken: c.clock.Now()}
+	cfg := &Config{NodeLeaseTTL: ttl, NodeLeaseTaken: c.clock.Now()}
+	if lister {
+		cfg.NodeLister = downLister{c.locks, &down}
+	}
 	c.node("a", 0, cfg).add(t, Job{Name: "x", Schedule: "@every 1h", Handler: func(context.Context, Run) error { return nil }}).start(t)
 	state := func() ledger.RunStatus {
 		t.Helper()
