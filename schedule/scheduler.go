@@ -1001,6 +1001,9 @@ type batch struct {
 	works  []work
 	undo   []undo
 	seen   []triggerKey
+	// watched are the sharded ticks this pass began to watch (addShards):
+	// a failed pass stops watching them again.
+	watched []tickKey
 	// fall are the due ticks of jobs another node prefers, claimed only
 	// where its mark does not cover them (prefer.go).
 	fall []fallback
@@ -1015,7 +1018,7 @@ type batch struct {
 func (b batch) reset() batch {
 	clear(b.owners) // let removed jobs go
 	clear(b.fall)
-	return batch{claims: b.claims[:0], owners: b.owners[:0], works: b.works[:0], undo: b.undo[:0], seen: b.seen[:0], fall: b.fall[:0], runs: b.runs.reset(), ticks: b.ticks[:0]}
+	return batch{claims: b.claims[:0], owners: b.owners[:0], works: b.works[:0], undo: b.undo[:0], seen: b.seen[:0], watched: b.watched[:0], fall: b.fall[:0], runs: b.runs.reset(), ticks: b.ticks[:0]}
 }
 
 // undo is how to put a job back when its pass fails: after was its
@@ -1375,6 +1378,16 @@ func (s *Scheduler) claimFailed(b *batch, now time.Time, err error) {
 	}
 	for _, k := range b.seen {
 		delete(s.seen, k)
+	}
+	// The pass will claim these ticks again, with the misfire policy as
+	// it then finds them. Watched meanwhile, a free node would claim
+	// their shards itself once the store answered (pollShards) and run
+	// them; the pass's claim of the same shards, under this node's token,
+	// then succeeded again, and the shard was handled twice: run, and
+	// recorded missed as well (seen after a PostgreSQL outage), or run
+	// twice.
+	for _, k := range b.watched {
+		delete(s.shards.watch, k)
 	}
 }
 

@@ -222,6 +222,7 @@ func (s *Scheduler) addShards(b *batch, j *job, w work) {
 		e.requests = []string{w.request}
 	}
 	s.shards.watch[key] = e
+	b.watched = append(b.watched, key)
 }
 
 // requestTaken removes the trigger request that claimed work answers,
