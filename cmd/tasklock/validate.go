@@ -81,11 +81,16 @@ func runValidate(args []string, stdout, stderr io.Writer) int {
 	}
 	// What serve would use with this environment (serveUsage's order).
 	store, node := redact.URL(f.Store), f.Node
+	storeURL := f.Store
 	if f.Node == "" {
 		node = "host:pid"
 	}
 	if v := os.Getenv("TASKLOCK_STORE"); v != "" {
 		store = redact.URL(v) + " (from $TASKLOCK_STORE)"
+		storeURL = v
+	}
+	if f.PreferredNodes && !keepsClaimMarks(storeURL) {
+		fmt.Fprintf(stderr, "tasklock validate: warning: %s\n", preferredNodesIgnored(storeURL))
 	}
 	if v := os.Getenv("TASKLOCK_NODE"); v != "" {
 		node = redact.Printable(v) + " (from $TASKLOCK_NODE)"
@@ -107,6 +112,20 @@ func runValidate(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "%s: OK: %s, store %s, node %s\n", path, plural(len(f.Jobs), "job"), store, node)
 	return exitOK
+}
+
+// keepsClaimMarks reports whether the store at url keeps the claim marks
+// preferred_nodes needs (ledger.Marker): the Redis stores and mem://.
+func keepsClaimMarks(url string) bool {
+	scheme, _, _ := strings.Cut(url, "://")
+	return strings.HasPrefix(scheme, "redis") || scheme == "mem"
+}
+
+// preferredNodesIgnored says that preferred_nodes: true does nothing on
+// the store at url, which keeps no claim marks.
+func preferredNodesIgnored(url string) string {
+	scheme, _, _ := strings.Cut(url, "://")
+	return fmt.Sprintf("preferred_nodes: true does nothing on a %s:// store, which keeps no claim marks (Redis and mem:// stores do): every node claims every tick, as by default", redact.Printable(scheme))
 }
 
 // commandMissing says why argv's program cannot be found on this host, or

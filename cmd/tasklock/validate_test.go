@@ -53,3 +53,30 @@ tasklock validate: warning: job "paged": notify: command "tasklock-no-such-notif
 		}
 	}
 }
+
+// TestValidatePreferredNodesWithoutMarks: preferred_nodes: true on a store
+// that keeps no claim marks (here SQL and etcd) does nothing, which
+// validate says in a warning (exit 0); on Redis and mem:// it says nothing.
+// It used to be accepted without a word, though only those stores honour it.
+func TestValidatePreferredNodesWithoutMarks(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ store, scheme string }{
+		{"postgres://u:s3cr3t@127.0.0.1:1/db", "postgres"},
+		{"sqlite:///tmp/x.db", "sqlite"},
+		{"etcd://127.0.0.1:1", "etcd"},
+		{"redis://127.0.0.1:1", ""},
+		{"redis+sentinel://127.0.0.1:1/mymaster", ""},
+		{"mem://", ""},
+	} {
+		cfg := writeConfig(t, t.TempDir(), "store: "+tc.store+"\npreferred_nodes: true\njobs:\n  - {name: a, schedule: '@daily', command: [true]}\n")
+		code, _, errOut := tl.Run(t, nil, "validate", "--config", cfg)
+		want := ""
+		if tc.scheme != "" {
+			want = "tasklock validate: warning: preferred_nodes: true does nothing on a " + tc.scheme +
+				":// store, which keeps no claim marks (Redis and mem:// stores do): every node claims every tick, as by default\n"
+		}
+		if code != exitOK || errOut != want {
+			t.Errorf("%s: validate = %d, stderr %q; want 0 and %q", tc.store, code, errOut, want)
+		}
+	}
+}
