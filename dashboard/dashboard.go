@@ -294,6 +294,9 @@ func (h *handler) route(m *http.ServeMux, method, pattern string, f http.Handler
 			writeError(w, http.StatusMethodNotAllowed, r.Method+" not allowed; use "+method)
 			return
 		}
+		if !checkParams(w, r, method, pattern) {
+			return
+		}
 		f(w, r)
 	})
 }

@@ -113,6 +113,9 @@
 // The OpenAPI document (openapi.json in this package, embedded) is the
 // contract: every path and method the handler routes is in it (a test
 // fails otherwise), and the systest module checks real answers against it.
+// An API operation refuses a query parameter the document does not give
+// it (400, naming the parameter and those it takes), so that a misspelt
+// filter is not answered as if there were none.
 //
 // POST, PUT and DELETE /api/jobs change the jobs defined at run time (kept
 // in the store's ledger.Catalog; 501 when it keeps none or

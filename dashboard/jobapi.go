@@ -189,6 +189,9 @@ func (h *handler) methods(m *http.ServeMux, pattern string, fs map[string]http.H
 			writeError(w, http.StatusMethodNotAllowed, r.Method+" not allowed; use "+allow)
 			return
 		}
+		if !checkParams(w, r, meth, pattern) {
+			return
+		}
 		f(w, r)
 	})
 }
