@@ -572,3 +572,43 @@ func TestNoMigrationsWithoutSchema(t *testing.T) {
 		}
 	}
 }
+
+// TestOpenZKSilentServerOnReconnect: a store whose connection drops and
+// whose next server accepts the connection but never answers it (as
+// ZooKeeper 3.8 does in the moments after it starts listening, before it
+// serves) gives that server up within zkHandshakeTimeout and works again
+// on the next one in seconds. go-zookeeper waits ten receive timeouts for
+// the connect response, 66.7 s with the default 10 s session: serve nodes
+// stayed cut off for 75 s after a ZooKeeper restart while the others
+// worked, so the others took them for stopped and ran their shard-runs
+// again.
+func TestOpenZKSilentServerOnReconnect(t *testing.T) {
+	t.Parallel()
+	srv := testserver.StartZooKeeper(t)
+	silent := listen(t, nil)
+	// Two servers: after the real one drops the connection, go-zookeeper
+	// dials the next in its list, the silent one, whichever order it
+	// shuffled them in.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, closeStore, err := Open(ctx, "zk://"+srv.Addr()+","+silent+zkRoot())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = closeStore() })
+	lister := s.(driver.Lister)
+	srv.Restart(t)
+	back := time.Now()
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := lister.Leases(ctx, "")
+		cancel()
+		if err == nil {
+			break
+		}
+		if time.Since(back) > 15*time.Second {
+			t.Fatalf("the store does not answer %v after ZooKeeper came back: %v", time.Since(back).Round(time.Millisecond), err)
+		}
+	}
+	t.Logf("the store answered %v after ZooKeeper came back", time.Since(back).Round(time.Millisecond))
+}
