@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"flag"
@@ -54,9 +55,10 @@ the pause and trigger-now state every node of "tasklock serve" obeys
            and no node or fence: history has each shard's)
   history  run records, newest first: tick, job, shard (k/N for a job with
            shards:, one row per shard), attempt, node, fence, status, the
-           tick's overall status (sharded jobs: ok when every shard is ok,
-           running while any runs, else the worst), duration, error
-           (whole: a skipped run's names the lock's holder).
+           tick's overall status (its latest attempt's status, such as a
+           backfill's after the tick's missed record; sharded jobs: ok when
+           every shard is ok, running while any runs, else the worst),
+           duration, error (whole: a skipped run's names the lock's holder).
            JOB (or --job JOB) and --status (ok, failed, timeout, lost, cancelled, interrupted,
            skipped, missed, running) filter;
            --since D shows ticks of the last D (e.g. 24h); --limit N caps
@@ -673,6 +675,10 @@ func jobsHistory(ctx context.Context, l ledger.Ledger, q ledger.RunQuery, asJSON
 		fmt.Fprintln(w, "no runs recorded")
 		return nil
 	}
+	plain, err := plainTickStatuses(ctx, l, q, runs)
+	if err != nil {
+		return err
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "TICK\tJOB\tSHARD\tATTEMPT\tNODE\tFENCE\tSTATUS\tTICK STATUS\tDURATION\tERROR")
 	for _, r := range conv {
@@ -687,7 +693,7 @@ func jobsHistory(ctx context.Context, l ledger.Ledger, q ledger.RunQuery, asJSON
 				dur = "≤" + dur // its end is when another node noticed
 			}
 		}
-		shard, tickStatus := "-", "-"
+		shard, tickStatus := "-", cmp.Or(string(plain[runTick{r.Job, r.Trigger, r.Tick.UnixNano()}]), "-")
 		if r.Shards > 1 {
 			shard, tickStatus = fmt.Sprintf("%d/%d", r.Shard, r.Shards), r.TickStatus
 		}
@@ -698,6 +704,45 @@ func jobsHistory(ctx context.Context, l ledger.Ledger, q ledger.RunQuery, asJSON
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", tick, redact.Printable(r.Job), shard, r.Attempt, redact.Printable(r.Node), fenceText(r.Fence), r.Status, tickStatus, dur, redact.Printable(msg))
 	}
 	return tw.Flush()
+}
+
+// runTick names one tick (or trigger-now request) of a job in a listing.
+type runTick struct {
+	job, trigger string
+	tick         int64 // Unix nanoseconds
+}
+
+// plainTickStatuses returns the overall status of each tick of a job
+// without shards among runs, the listing of q: the status of the tick's
+// latest attempt (schedule.TickStatus), which a backfill's or re-run's
+// run after a missed or failed one is. A listing holds a tick's attempts
+// newest first, so a limit that cuts it keeps the latest; a status filter
+// may leave it out, and then each tick's records are read again from l.
+func plainTickStatuses(ctx context.Context, l ledger.Ledger, q ledger.RunQuery, runs []ledger.RunRecord) (map[runTick]ledger.RunStatus, error) {
+	groups := make(map[runTick][]ledger.RunRecord)
+	for _, r := range runs {
+		if r.Shards <= 1 {
+			k := runTick{r.Job, r.Trigger, r.Tick.UnixNano()}
+			groups[k] = append(groups[k], r)
+		}
+	}
+	out := make(map[runTick]ledger.RunStatus, len(groups))
+	for k, g := range groups {
+		if q.Status != "" {
+			tick := g[0].Tick
+			// To is a second on: a store may keep ticks to the millisecond
+			// or the second; the records are matched exactly below.
+			all, err := l.Runs(ctx, ledger.RunQuery{Job: k.job, From: tick, To: tick.Add(time.Second)})
+			if err != nil {
+				return nil, err
+			}
+			g = slices.DeleteFunc(all, func(r ledger.RunRecord) bool {
+				return r.Trigger != k.trigger || !r.Tick.Equal(tick) || r.Shards > 1
+			})
+		}
+		out[k] = schedule.TickStatus(g)
+	}
+	return out, nil
 }
 
 // fenceText is a run's fence in a table: "-" for 0, a run that took no

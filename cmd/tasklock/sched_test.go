@@ -399,7 +399,7 @@ func TestServeKilledNodeRunIsInterrupted(t *testing.T) {
 	// Its end is when the survivor noticed, not when the command stopped:
 	// the table gives the duration as a bound.
 	if code, out, errOut := tl.Run(t, nil, "jobs", "history", "--job", "sleeper", "--status", "interrupted", "--store", url); code != 0 ||
-		!regexp.MustCompile(`interrupted +- +≤\d`).MatchString(out) {
+		!regexp.MustCompile(`interrupted +interrupted +≤\d`).MatchString(out) {
 		t.Errorf("jobs history: exit %d\n%s%s\nwant the interrupted run's duration as ≤ its end − start", code, out, errOut)
 	}
 	procs[survivor].WaitStderr(`"msg":"run interrupted`, 10*time.Second)
