@@ -185,7 +185,12 @@
 // that stops first (killed, or shut down with the request queued behind a
 // run of the job) leaves it pending, and another node takes it over once
 // the stopped node's lease has ended (a retake claim, as for a sharded
-// job's shard-runs below): nothing asked for is dropped.
+// job's shard-runs below): nothing asked for is dropped. A node starts the
+// backfills and re-runs of a plain job that it takes in tick order, oldest
+// first, also those it takes in several polls, each once the one before
+// has started its first attempt; runs that may overlap (OverlapAllow) then
+// run side by side, at most Job.MaxConcurrent of them on the node when the
+// job has that limit.
 //
 // # Sharded jobs
 //

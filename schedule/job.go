@@ -356,6 +356,11 @@ type job struct {
 	// newest is the newest scheduled tick (UnixNano) whose run took the
 	// job's lock on this node (overtaken).
 	newest atomic.Int64
+
+	// past holds the backfills and re-runs of the job this node claimed
+	// and has not started yet, to start them oldest tick first
+	// (pastqueue.go).
+	past pastQueue
 }
 
 // overtaken reports whether a newer scheduled tick of j than w's took the

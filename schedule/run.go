@@ -24,7 +24,10 @@ const maxErrorLen = 4096
 // execute handles one job's claimed work, in tick order, on its own
 // goroutine: missed ticks are recorded in one call, the others run one
 // after another — but with OverlapAllow an on-time tick runs at once, on
-// a goroutine of its own, not after the catch-up runs before it.
+// a goroutine of its own, not after the catch-up runs before it. The
+// backfills and re-runs of past ticks among the work come last: they join
+// the job's queue of them, which the goroutine then helps run, oldest tick
+// first (runPast).
 //
 // A scheduled tick that is not a catch-up run starts only within
 // Job.MisfireAfter of its tick: one whose turn comes later, because a run
@@ -38,6 +41,18 @@ func (s *Scheduler) execute(j *job, items []work) {
 	if j.Shards > 1 {
 		s.executeShards(j, items)
 		return
+	}
+	var past []work // backfills and re-runs, run last (runPast)
+	if slices.ContainsFunc(items, isPast) {
+		rest := make([]work, 0, len(items))
+		for _, w := range items {
+			if isPast(w) {
+				past = append(past, w)
+			} else {
+				rest = append(rest, w)
+			}
+		}
+		items = rest
 	}
 	if j.Overlap == OverlapAllow {
 		for _, w := range items {
@@ -74,6 +89,9 @@ func (s *Scheduler) execute(j *job, items []work) {
 		}
 		s.runTick(j, *w)
 		prev = w
+	}
+	if len(past) > 0 {
+		s.runPast(j, past)
 	}
 }
 
@@ -455,6 +473,7 @@ func (s *Scheduler) attempt(parent context.Context, parentCancel context.CancelC
 			Start: start, Status: ledger.RunRunning,
 		})
 	}
+	w.turn.release() // the next past tick of the job may start (pastqueue.go)
 	err := s.call(ctx, j, run)
 	rec := ledger.RunRecord{
 		Job: j.Name, Tick: run.Tick, Trigger: w.trigger, Shard: w.shard, Shards: w.shards, Attempt: n, Node: s.node, Fence: fence,

@@ -992,6 +992,10 @@ type work struct {
 	// by runTick: 1, or the first after those a stopped node or an earlier
 	// run made (a retake, a re-run). Event.First marks its start.
 	first int
+	// turn, set for a past tick's work as it leaves its job's pastQueue,
+	// is the queue's turn, given back as its first attempt starts: the
+	// next work of the queue may start then (pastqueue.go). Nil otherwise.
+	turn *pastTurn
 }
 
 // batch is what one pass claims.
