@@ -149,6 +149,21 @@ func TestParseErrors(t *testing.T) {
 			[]string{`c.yaml:4: job "j": http.url: "ftp://u:xxxxx@x/": want an http:// or https:// URL`}},
 		{"header", "jobs:\n  - name: j\n    schedule: '@daily'\n    http:\n      url: http://x/\n      headers: {x-tasklock-job: y}\n",
 			[]string{`c.yaml:6: job "j": http.headers.X-Tasklock-Job: reserved: tasklock sets the X-Tasklock-* headers`}},
+		// Header values are secret (the dashboard masks them): a mistake
+		// around one says what was given, never the value.
+		{"headers string", "jobs:\n  - name: j\n    schedule: '@daily'\n    http:\n      url: http://x/\n      headers: \"Bearer hunter2\"\n",
+			[]string{`c.yaml:6: job "j": http.headers: want a mapping of header names to values, got a string`}},
+		{"headers number", "jobs:\n  - name: j\n    schedule: '@daily'\n    http: {url: 'http://x/', headers: 20230417}\n",
+			[]string{`c.yaml:4: job "j": http.headers: want a mapping of header names to values, got a number`}},
+		{"header line as a name", "jobs:\n  - name: j\n    schedule: '@daily'\n    http:\n      url: http://x/\n      headers: {\"Authorization: Bearer hunter2\": x, \" Bearer hunter2\": y}\n",
+			[]string{
+				`c.yaml:6: job "j": http.headers: invalid header name "Authorization…": ':' cannot be in a header name`,
+				`c.yaml:6: job "j": http.headers: invalid header name starting with ' ', which cannot be in a header name`,
+			}},
+		{"header name a list", "jobs:\n  - name: j\n    schedule: '@daily'\n    http:\n      url: http://x/\n      headers: {[a]: x}\n",
+			[]string{`c.yaml:6: job "j": http.headers: want a header name, got a list`}},
+		{"http a URL", "jobs:\n  - name: j\n    schedule: '@daily'\n    http: 'https://u:hunter2@x/?token=hunter2'\n",
+			[]string{`c.yaml:4: job "j": http: want a mapping of method, url, headers, body, timeout, got a string`}},
 		{"duplicate", job + "  - name: j\n    schedule: '@daily'\n    command: [y]\n",
 			[]string{`c.yaml:5: job "j": name: a job of this name is on line 2 already`}},
 		{"repeated key", job + "    command: [y]\n", []string{`c.yaml:5: job "j": command: repeated (first on line 4)`}},

@@ -325,13 +325,26 @@ type field struct{ key, val *yaml.Node }
 // mapping checks that n is a mapping whose keys are among allowed, each
 // once, and returns its fields by key; nil when n is not a mapping.
 func (p *parser) mapping(n *yaml.Node, prefix string, allowed ...string) map[string]field {
+	return p.fields(n, kind, prefix, allowed...)
+}
+
+// secretMapping is mapping for a key whose value may hold a secret where a
+// mapping is wanted (http: given a URL with its password, notify.webhook:
+// given the hook's URL): a value that is no mapping is told by its shape
+// (shape), never quoted.
+func (p *parser) secretMapping(n *yaml.Node, prefix string, allowed ...string) map[string]field {
+	return p.fields(n, shape, prefix, allowed...)
+}
+
+// fields is mapping, with got describing a value that is no mapping.
+func (p *parser) fields(n *yaml.Node, got func(*yaml.Node) string, prefix string, allowed ...string) map[string]field {
 	name := strings.TrimSuffix(prefix, ".")
 	if n.Kind != yaml.MappingNode {
 		want := "a mapping"
 		if name != "" {
 			want = "a mapping of " + strings.Join(allowed, ", ")
 		}
-		p.errorf(n, name, "want %s, got %s", want, kind(n))
+		p.errorf(n, name, "want %s, got %s", want, got(n))
 		return nil
 	}
 	out := make(map[string]field, len(n.Content)/2)
@@ -723,7 +736,7 @@ var headerName = regexp.MustCompile("^[!#$%&'*+\\-.^_`|~0-9A-Za-z]+$")
 
 // http reads an http request.
 func (p *parser) http(j *Job, f field) {
-	fields := p.mapping(f.val, "http.", "method", "url", "headers", "body", "timeout")
+	fields := p.secretMapping(f.val, "http.", "method", "url", "headers", "body", "timeout")
 	if fields == nil {
 		return
 	}
@@ -760,17 +773,24 @@ func (p *parser) http(j *Job, f field) {
 	}
 }
 
+// headers reads http.headers. Header values are secret (Authorization):
+// no message quotes one, nor what a header name was given in their
+// place; the dashboard shows them masked.
 func (p *parser) headers(h *HTTP, n *yaml.Node) {
 	if n.Kind != yaml.MappingNode {
-		p.errorf(n, "http.headers", "want a mapping of header names to values, got %s", kind(n))
+		p.errorf(n, "http.headers", "want a mapping of header names to values, got %s", shape(n))
 		return
 	}
 	h.Headers = map[string]string{}
 	lines := map[string]int{}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := resolve(n.Content[i]), resolve(n.Content[i+1])
-		if k.Kind != yaml.ScalarNode || !headerName.MatchString(k.Value) {
-			p.errorf(k, "http.headers", "invalid header name %s", describe(k))
+		switch {
+		case k.Kind != yaml.ScalarNode || isNull(k):
+			p.errorf(k, "http.headers", "want a header name, got %s", kind(k))
+			continue
+		case !headerName.MatchString(k.Value):
+			p.errorf(k, "http.headers", "invalid header name %s", badHeaderName(k.Value))
 			continue
 		}
 		name := textproto.CanonicalMIMEHeaderKey(k.Value)
@@ -832,6 +852,44 @@ func kind(n *yaml.Node) string {
 		return describe(n)
 	}
 	return "an alias"
+}
+
+// shape describes a node's kind as kind does, but a scalar by its type
+// alone ("a string", "a number"), never by its value: for a key whose
+// value may be secret.
+func shape(n *yaml.Node) string {
+	if n.Kind != yaml.ScalarNode || isNull(n) {
+		return kind(n)
+	}
+	switch n.ShortTag() {
+	case "!!int", "!!float":
+		return "a number"
+	case "!!bool":
+		return "a boolean"
+	}
+	return "a string"
+}
+
+// badHeaderName says what is wrong with s, an invalid header name, for a
+// message: it quotes s up to its first character that a name cannot hold,
+// and names that one, but shows nothing after it, where a header's value
+// may follow ("Authorization: Bearer TOKEN" given as the name).
+func badHeaderName(s string) string {
+	if s == "" {
+		return `"": empty`
+	}
+	i := 0
+	for i < len(s) && headerName.MatchString(s[i:i+1]) {
+		i++
+	}
+	bad := fmt.Sprintf("byte %#x", s[i])
+	if r, size := utf8.DecodeRuneInString(s[i:]); r != utf8.RuneError || size > 1 {
+		bad = strconv.QuoteRune(r)
+	}
+	if i == 0 {
+		return fmt.Sprintf("starting with %s, which cannot be in a header name", bad)
+	}
+	return fmt.Sprintf("%s: %s cannot be in a header name", strconv.Quote(clip(s[:i])+"…"), bad)
 }
 
 // describe quotes a scalar, shortened.

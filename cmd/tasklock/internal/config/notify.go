@@ -177,7 +177,9 @@ func (p *parser) notify(f field) *Notify {
 			n.Off = true
 			return n
 		}
-		p.errorf(f.val, "notify", "want a mapping of %s, or off; got %s", strings.Join(notifyKeys, ", "), describe(f.val))
+		// Not quoted: it may be a webhook's URL, given here in the place
+		// of webhook: {url: ...}, whose path can be its secret.
+		p.errorf(f.val, "notify", "want a mapping of %s, or off; got %s", strings.Join(notifyKeys, ", "), shape(f.val))
 		return nil
 	}
 	fields := p.mapping(f.val, "notify.", notifyKeys...)
@@ -248,7 +250,7 @@ func (p *parser) notifyEvents(f field) []string {
 
 // webhook reads notify.webhook.
 func (p *parser) webhook(f field) *Webhook {
-	fields := p.mapping(f.val, "notify.webhook.", "url", "secret", "secret_env", "timeout")
+	fields := p.secretMapping(f.val, "notify.webhook.", "url", "secret", "secret_env", "timeout")
 	if fields == nil {
 		return nil
 	}
@@ -286,7 +288,9 @@ func (p *parser) webhook(f field) *Webhook {
 		case name == "":
 			p.errorf(env.val, "notify.webhook.secret_env", "empty: want the name of the variable that holds the secret")
 		case !envName(name):
-			p.errorf(env.val, "notify.webhook.secret_env", "%q is not a variable name", clip(name))
+			// Not quoted: it may be the secret itself, given in the
+			// place of its variable's name.
+			p.errorf(env.val, "notify.webhook.secret_env", "not a variable name (want letters, digits and _, not starting with a digit; to give the secret itself, use secret)")
 		case p.runTime:
 			w.SecretEnv = name // read by the delivering node
 		default:

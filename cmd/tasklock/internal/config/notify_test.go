@@ -78,6 +78,15 @@ func TestParseNotifyErrors(t *testing.T) {
 			[]string{`c.yaml:2: notify.webhook.secret_env: $NO_SUCH_SECRET_VAR is not set (or empty): the webhook's requests are signed with it`}},
 		{"empty secret env", "notify:\n  webhook: {url: \"https://h/x\", secret_env: EMPTY_SECRET}\n" + job,
 			[]string{`c.yaml:2: notify.webhook.secret_env: $EMPTY_SECRET is not set (or empty): the webhook's requests are signed with it`}},
+		// A hook's URL can be its secret (its path, as Slack's): given
+		// where a mapping is wanted, it is not quoted; nor what was given
+		// as secret_env's variable name, which may be the secret itself.
+		{"notify a URL", "notify: https://h/services/hunter2\n" + job,
+			[]string{`c.yaml:1: notify: want a mapping of on, webhook, command, command_timeout, attempts, backoff, max_time, or off; got a string`}},
+		{"webhook a URL", "notify:\n  webhook: https://u:hunter2@h/services/hunter2\n" + job,
+			[]string{`c.yaml:2: notify.webhook: want a mapping of url, secret, secret_env, timeout, got a string`}},
+		{"secret as secret env", "notify:\n  webhook: {url: \"https://h/x\", secret_env: \"hunter2+/=\"}\n" + job,
+			[]string{`c.yaml:2: notify.webhook.secret_env: not a variable name (want letters, digits and _, not starting with a digit; to give the secret itself, use secret)`}},
 		{"no secret", "notify:\n  webhook: {url: \"https://h/x\"}\n" + job,
 			[]string{`c.yaml:2: notify.webhook.secret_env: missing: the webhook's requests are signed (HMAC-SHA256): name the variable that holds the secret (secret_env), or give it (secret)`}},
 		{"no target", "notify: {on: [failure]}\n" + job,
