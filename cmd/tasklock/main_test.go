@@ -28,6 +28,12 @@ var tl *clitest.Binary
 type proc = clitest.Proc
 
 func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == superviseCmd {
+		// The supervisor of a command that a test started in this
+		// process (runCommand): startCommand runs /proc/self/exe, this
+		// test binary, which would otherwise run every test again.
+		os.Exit(runSupervise(os.Args[2:], os.Stderr))
+	}
 	if testserver.HelperRole() != "" {
 		os.Exit(testserver.Main(m)) // a helper process (TestFleetProcess) needs no binary
 	}

@@ -215,7 +215,13 @@ as long as it runs, so two serves with the same node name on one store —
 the same file started twice with node: set — are refused: the second waits
 until the first's lease could end (its TTL, 10s, and a second), then exits
 75. A serve restarted under the name of one that was killed takes the name
-once the dead one's lease ends, within that wait. Without node: each serve
+once the dead one's lease ends, within that wait. A serve that could not
+renew its lease (paused, or cut off from the store, for longer than 10s)
+takes the name back; if another serve took it meanwhile, it stops
+scheduling at once (it claims, starts and settles nothing more), shuts down
+as on SIGTERM and exits 75. Where the store's leases cannot be listed, the
+name is taken for another's once it stayed held 15s (a lease and a retry)
+after the first refusal. Without node: each serve
 is host:pid, and any number may run on one host; the store still runs every tick once. (mem:// is private to one
 process, so there nothing is shared.)
 
@@ -249,7 +255,8 @@ Exit status:
        or a store that keeps no schedule ledger (redlock://)
   69   store unreachable, failing or refusing the URL's credentials, or
        --http ADDR cannot be listened on
-  75   another serve with the same node name is running on the store
+  75   another serve with the same node name is running on the store, or
+       took this serve's node name while it could not renew it (paused)
 `
 
 // noGrace is the schedulers' own ShutdownGrace: serve ends the grace period
@@ -439,9 +446,12 @@ type server struct {
 	// catalogFail rate-limits the log of a catalog that cannot be read
 	// (a store down): once, then once a minute.
 	catalogFail repeats.Failure
-	// The node-name lock is the Schedulers' node lease: taken at nodeTaken;
-	// lister, when the store can, lists the node leases.
+	// The node-name lock is the Schedulers' node lease: taken at nodeTaken,
+	// kept by name (serve_nodename.go), which gates the Schedulers'
+	// writes to the ledger; lister, when the store can, lists the node
+	// leases.
 	nodeTaken time.Time
+	name      *nodeName
 	lister    driver.Lister
 	// election elects the node that runs the jobs with run_on: leader;
 	// every serve campaigns (campaign) from start to shutdown.
@@ -541,11 +551,8 @@ func (s *server) run() int {
 	if guard == nil {
 		return code
 	}
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
-		defer cancel()
-		_ = guard.Release(ctx)
-	}()
+	s.name = s.keepNode(guard)
+	defer s.name.release() // last: the Schedulers write nothing more
 
 	s.election = lk.Election(leaderKey, nil)
 	campaignCtx, endCampaign := context.WithCancel(context.Background())
@@ -576,8 +583,6 @@ func (s *server) run() int {
 	defer stopCatalog() // a shutdown stops it first; stopping twice is fine
 	s.log.Info("serving", "jobs", len(s.file.Jobs), "node", s.node, "store", redact.URL(s.file.Store), "store_from", s.c.storeFrom, "config", s.c.config)
 
-	var retry <-chan time.Time
-	lost := guard.Done()
 	for {
 		select {
 		case sig := <-sigs:
@@ -589,19 +594,15 @@ func (s *server) run() int {
 			s.shutdown(sig, sigs)
 			stopped = true
 			return exitOK
-		case <-lost:
-			// Closed for good: retry takes it from here, at its pace.
-			lost = nil
-			s.log.Warn("lost the node-name lock; taking it again", "node", s.node, "key", nodeKeyPrefix+s.node, "err", guard.Err())
-			retry = time.After(0)
-		case <-retry:
-			retry = nil
-			g, again := s.retakeNode(guard)
-			if g == nil {
-				retry = time.After(again)
-				continue
-			}
-			guard, lost = g, g.Done()
+		case <-s.name.taken:
+			// Another serve runs under this name now: this one schedules
+			// nothing more (the name's gate refuses the Schedulers'
+			// claims already) and stops as on SIGTERM.
+			stopCatalog()
+			s.shutdown(nil, sigs)
+			stopped = true
+			s.failf("%s", s.name.takenError())
+			return exitTempFail
 		}
 	}
 }
@@ -616,15 +617,31 @@ const (
 	retakeTimeout = 3 * time.Second
 )
 
+// retook is what a try to take the node-name lock back found
+// (retakeNode).
+type retook struct {
+	lock  *tasklock.Lock // the new hold, or nil
+	again time.Duration  // without a hold: when to try again
+	// Without a hold, when the store said the lock is held: by this
+	// node's own lapsed lease (own), by another process (other, told by
+	// the listing of leases), or by someone the store cannot tell
+	// (neither); holder is the holder's owner name, redacted, when known,
+	// and fence its fence when listed.
+	held, own, other bool
+	holder           string
+	fence            uint64
+}
+
 // retakeNode tries to take the node-name lock again after lost, the
 // previous hold, ended, and logs what happened in words that tell the
 // cases apart: the store did not answer (the usual reason the lease
 // lapsed), the store still holds this node's own lost lease (its
 // renewals did not reach the store in time, and the store's copy has not
 // expired yet), or another process holds it under this node name (two
-// serves given one name). It returns the new hold, or nil and when to try
-// again.
-func (s *server) retakeNode(lost *tasklock.Lock) (*tasklock.Lock, time.Duration) {
+// serves given one name, or one started under the name of this one while
+// this one was paused). It returns the new hold, or when to try again and
+// who holds the lock.
+func (s *server) retakeNode(lost *tasklock.Lock) retook {
 	key := nodeKeyPrefix + s.node
 	ctx, cancel := context.WithTimeout(context.Background(), retakeTimeout)
 	defer cancel()
@@ -633,34 +650,38 @@ func (s *server) retakeNode(lost *tasklock.Lock) (*tasklock.Lock, time.Duration)
 	switch {
 	case err == nil:
 		s.log.Info("took the node-name lock again", "node", s.node, "key", key, "fence", g.Fence())
-		return g, 0
+		return retook{lock: g}
 	case !errors.As(err, &ne) && !errors.Is(err, tasklock.ErrNotObtained):
 		s.log.Warn("cannot take the node-name lock again: the store did not answer; trying again", "node", s.node, "key", key, "in", retakeRetry, "err", err)
-		return nil, retakeRetry
+		return retook{again: retakeRetry}
+	}
+	r := retook{again: retakeRetry, held: true}
+	if ne != nil && ne.Owner != "" {
+		r.holder = redact.Printable(ne.Owner)
 	}
 	holder, listed := s.nodeLease(ctx, key)
 	switch {
 	case listed && holder != nil && lost != nil && holder.Fence == lost.Fence():
 		// The store still has the hold this process lost: it expires
 		// there within its TTL, and nobody else can take it meanwhile.
-		again := retakeRetry
-		if holder.TTL > 0 && holder.TTL < again {
-			again = holder.TTL + 10*time.Millisecond
+		if holder.TTL > 0 && holder.TTL < r.again {
+			r.again = holder.TTL + 10*time.Millisecond
 		}
+		r.own = true
 		s.log.Warn("the node-name lock is still this node's own lease, which lapsed here while its renewals did not reach the store; taking it again once the store expires it",
-			"node", s.node, "key", key, "fence", holder.Fence, "expires_in", holder.TTL, "in", again)
-		return nil, again
+			"node", s.node, "key", key, "fence", holder.Fence, "expires_in", holder.TTL, "in", r.again)
 	case listed && holder == nil:
 		// Released or expired between the try and the listing.
-		return nil, time.Second
+		return retook{again: time.Second}
 	case listed:
+		r.other, r.holder, r.fence = true, redact.Printable(holder.Owner), holder.Fence
 		s.log.Error("cannot take the node-name lock again: another process holds it; another serve may use this node name",
-			"node", s.node, "key", key, "holder", redact.Printable(holder.Owner), "holder_fence", holder.Fence, "err", err)
+			"node", s.node, "key", key, "holder", r.holder, "holder_fence", holder.Fence, "err", err)
 	default:
 		s.log.Error("cannot take the node-name lock again: it is held, by this node's own lapsed lease until the store expires it, or by another serve using this node name",
 			"node", s.node, "key", key, "err", err)
 	}
-	return nil, retakeRetry
+	return r
 }
 
 // nodeLease returns the store's lease of the node-name lock key (nil when
@@ -753,7 +774,7 @@ func (s *server) takeNode() (*tasklock.Lock, int) {
 
 // start builds a Scheduler with f's jobs and starts it.
 func (s *server) start(f *config.File) (*schedule.Scheduler, error) {
-	sch, err := schedule.New(s.lk, s.ledger, &schedule.Config{
+	sch, err := schedule.New(s.lk, s.name.gate(s.ledger), &schedule.Config{
 		Node: s.node, Logger: schedulerLogger(s.log), ShutdownGrace: noGrace, OnEvent: s.scheduleEvent,
 		Redact:        s.redact,
 		NodeKeyPrefix: nodeKeyPrefix, NodeLeaseTaken: s.nodeTaken, NodeLister: s.lister,
@@ -915,12 +936,17 @@ func diffJobs(a, b []config.Job) (added, removed, changed []string) {
 }
 
 // shutdown stops every Scheduler: runs get --grace to finish, or less when
-// a second signal comes, and are then stopped; it returns once every run
+// a signal comes (after sig, or after the node name was taken when sig is
+// nil), and are then stopped; it returns once every run
 // has recorded its result and released its lock. run then stops the rest
 // (the dashboard, the notifier, the election and the node-name lock, the
 // store's connection) and logs "shut down".
 func (s *server) shutdown(sig os.Signal, sigs <-chan os.Signal) {
-	s.log.Info("shutting down: waiting for running jobs", "signal", sigName(sig), "grace", s.c.grace)
+	if sig != nil {
+		s.log.Info("shutting down: waiting for running jobs", "signal", sigName(sig), "grace", s.c.grace)
+	} else {
+		s.log.Info("shutting down: waiting for running jobs", "cause", "the node name was taken by another serve", "grace", s.c.grace)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.c.grace)
 	defer cancel()
 	go func() {
@@ -964,10 +990,20 @@ func (s *server) shutdown(sig os.Signal, sigs <-chan os.Signal) {
 
 // handler is the schedule handler of a job.
 func (s *server) handler(j config.Job) func(context.Context, schedule.Run) error {
+	run := func(ctx context.Context, r schedule.Run) error { return s.runCommand(ctx, j, r) }
 	if j.HTTP != nil {
-		return func(ctx context.Context, r schedule.Run) error { return s.runHTTP(ctx, j.HTTP, r) }
+		run = func(ctx context.Context, r schedule.Run) error { return s.runHTTP(ctx, j.HTTP, r) }
 	}
-	return func(ctx context.Context, r schedule.Run) error { return s.runCommand(ctx, j, r) }
+	return func(ctx context.Context, r schedule.Run) error {
+		// Not once the node name is another serve's, nor before a lost
+		// node-name lock is judged (serve_nodename.go): a run claimed
+		// just before this serve was paused may start only now, and its
+		// running record need not be written before it starts.
+		if err := s.name.admit(ctx); err != nil {
+			return fmt.Errorf("not started: %w", err)
+		}
+		return run(ctx, r)
+	}
 }
 
 // jobEnvNames are the variables runCommand sets.
@@ -982,6 +1018,35 @@ func jobVars(r schedule.Run) []string {
 // leaseEndPoll is how often runCommand looks whether a renewal moved the
 // end of the run's lease, to tell the command's supervisor.
 const leaseEndPoll = 100 * time.Millisecond
+
+// leaseOver reports whether the lease of r's lock (with max_concurrent,
+// its permit) has passed its local validity: the run has ended, lost,
+// though its context may not say so yet.
+func leaseOver(r schedule.Run) bool {
+	return r.Deadline != nil && !time.Now().Before(r.Deadline())
+}
+
+// runEndWait bounds how long runEnded waits for a run's context to end
+// after its lease has passed.
+const runEndWait = time.Second
+
+// errLeaseOver is why a run ended when its lease had passed and its
+// context did not say why within runEndWait.
+var errLeaseOver = fmt.Errorf("%w: its lease had ended unrenewed when serve saw the command's exit (was serve paused?)", tasklock.ErrLockLost)
+
+// runEnded returns why the run whose context is ctx ended, ctx having
+// ended or the run's lease having passed (leaseOver): ctx's cause, waiting
+// up to runEndWait for ctx to end, else errLeaseOver.
+func runEnded(ctx context.Context) error {
+	t := time.NewTimer(runEndWait)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-t.C:
+		return errLeaseOver
+	}
+}
 
 // runCommand runs a command job's attempt: see serveUsage.
 func (s *server) runCommand(ctx context.Context, j config.Job, r schedule.Run) error {
@@ -1048,11 +1113,14 @@ func (s *server) runCommand(ctx context.Context, j config.Job, r schedule.Run) e
 				return fmt.Errorf("command %s at the lock's lease end by its supervisor, serve having neither renewed the lock nor stopped it (was serve paused?): %w", how, context.Cause(ctx))
 			case stopped:
 				return fmt.Errorf("command stopped: sent SIGTERM, then it %s: %w", how, context.Cause(ctx))
-			case ctx.Err() != nil:
+			case ctx.Err() != nil || leaseOver(r):
 				// It ended by itself, and the run ended too before its
 				// exit was seen: both at once when a node resumes from a
-				// pause (SIGSTOP) longer than the lock's lease.
-				return fmt.Errorf("command %s by itself, not signalled, but the run had ended before its exit was seen: %w", how, context.Cause(ctx))
+				// pause (SIGSTOP) longer than the lock's lease. ctx may
+				// not say so yet: it learns of the lease's end when the
+				// Locker's goroutine runs, at once after the resume, and
+				// this one may see the exit first.
+				return fmt.Errorf("command %s by itself, not signalled, but the run had ended before its exit was seen: %w", how, runEnded(ctx))
 			case statusCode(ch.status) != 0:
 				return errors.New("command " + how)
 			}

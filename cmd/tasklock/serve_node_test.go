@@ -46,11 +46,12 @@ func TestRetakeNodeTellsTheCasesApart(t *testing.T) {
 	logs := &syncBuffer{}
 	s := &server{node: "n1", lk: lk, lister: store.(driver.Lister), log: slog.New(slog.NewTextHandler(logs, nil))}
 	key := nodeKeyPrefix + s.node
+	var last retook
 	retake := func(lost *tasklock.Lock) (*tasklock.Lock, time.Duration, string) {
 		t.Helper()
 		before := len(logs.String())
-		g, again := s.retakeNode(lost)
-		return g, again, logs.String()[before:]
+		last = s.retakeNode(lost)
+		return last.lock, last.again, logs.String()[before:]
 	}
 
 	// Its own lease, still in the store: the store answers "held" with
@@ -67,6 +68,9 @@ func TestRetakeNodeTellsTheCasesApart(t *testing.T) {
 	if again <= 0 || again > retakeRetry+10*time.Millisecond {
 		t.Errorf("own lease: tries again in %v, want within its TTL and at most %v", again, retakeRetry)
 	}
+	if !last.held || !last.own || last.other {
+		t.Errorf("own lease: found %+v, want held by its own lease", last)
+	}
 
 	// Another process with the same node name took it after this one's
 	// hold ended: the real warning, naming the holder's fence.
@@ -82,6 +86,9 @@ func TestRetakeNodeTellsTheCasesApart(t *testing.T) {
 	if g != nil || !strings.Contains(line, "another serve may use this node name") || strings.Contains(line, "own lease") {
 		t.Errorf("another holder: got %v; logged %q", g, line)
 	}
+	if !last.held || last.own || !last.other || last.fence != other.Fence() || !strings.HasPrefix(last.holder, "n1") {
+		t.Errorf("another holder: found %+v, want held by another process, with its fence %d and owner n1", last, other.Fence())
+	}
 	if err := other.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -94,6 +101,9 @@ func TestRetakeNodeTellsTheCasesApart(t *testing.T) {
 	}
 	if again != retakeRetry {
 		t.Errorf("store down: tries again in %v, want %v", again, retakeRetry)
+	}
+	if last.held || last.other {
+		t.Errorf("store down: found %+v, want nothing held", last)
 	}
 	// Back again: the lock is taken and the log says so.
 	r.Restart(t)
