@@ -1110,7 +1110,7 @@ func (s *server) runCommand(ctx context.Context, j config.Job, r schedule.Run) e
 				// by the lease's end (paused, starved): its supervisor
 				// killed it then, by itself, whatever serve sent once it
 				// ran again.
-				return fmt.Errorf("command %s at the lock's lease end by its supervisor, serve having neither renewed the lock nor stopped it (was serve paused?): %w", how, context.Cause(ctx))
+				return fmt.Errorf("command %s at the lock's lease end by its supervisor, serve having neither renewed the lock nor stopped it (was serve paused?): %w", how, runEnded(ctx))
 			case stopped:
 				return fmt.Errorf("command stopped: sent SIGTERM, then it %s: %w", how, context.Cause(ctx))
 			case ctx.Err() != nil || leaseOver(r):

@@ -48,3 +48,21 @@ func TestRunCommandSeesTheLeaseEndBeforeItsContext(t *testing.T) {
 		t.Errorf("runCommand: %v; want an error saying %q, matching ErrLockLost", err, want)
 	}
 }
+
+// TestRunCommandKilledAtLeaseEndSaysWhy: a command its supervisor killed
+// at the lease's end by itself, seen by serve before the run's context
+// learnt that the lease had ended, is reported as a lost lock, with why.
+// The error wrapped the context's cause, nil then, and the record said
+// "…(was serve paused?): %!w(<nil>)", status failed.
+func TestRunCommandKilledAtLeaseEndSaysWhy(t *testing.T) {
+	t.Parallel()
+	s := &server{stdout: io.Discard, redact: func(s string) string { return s }, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	j := config.Job{Command: []string{"sleep", "30"}, KillGrace: config.DefaultKillGrace}
+	end := time.Now().Add(300 * time.Millisecond)
+	r := schedule.Run{Job: "j", Tick: end, Node: "n1", Attempt: 1, Output: io.Discard, Deadline: func() time.Time { return end }}
+	err := s.runCommand(context.Background(), j, r)
+	const want = "at the lock's lease end by its supervisor"
+	if err == nil || !strings.Contains(err.Error(), want) || !errors.Is(err, tasklock.ErrLockLost) || strings.Contains(err.Error(), "%!") {
+		t.Errorf("runCommand: %v; want an error saying %q, matching ErrLockLost", err, want)
+	}
+}
