@@ -21,40 +21,11 @@ import (
 // interrupted (seen with two serves and an 18 s Redis pause: 3.8 s after
 // the store came back, before the other serve retook its lease).
 func TestRetakenNodeLeaseJudgesNobodyForALease(t *testing.T) {
-	c := newCluster(t)
-	holder, err := tasklock.New(c.locks, &tasklock.Config{Owner: "caller", Logger: discardLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Close()
-	ctx := context.Background()
-	prefix := DefaultKeyPrefix + "node/"
-	obtain := func(node string) *tasklock.Lock {
-		t.Helper()
-		l, err := holder.TryObtain(ctx, prefix+node, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return l
-	}
+	sc := newLeaseScene(t)
+	c, ctx, obtain, state := sc.cluster, context.Background(), sc.obtain, sc.state
 	first := obtain("a")
 	obtain("b")
-	// b runs a tick: its running record, written before the outage.
-	running := ledger.RunRecord{Job: "elsewhere", Tick: t0, Attempt: 1, Node: "b", Start: t0, Status: ledger.RunRunning}
-	if err := c.ledger.RecordRuns(ctx, []ledger.RunRecord{running}); err != nil {
-		t.Fatal(err)
-	}
-	const ttl = 3 * time.Second // a sweep every second
-	cfg := &Config{NodeLister: c.locks, NodeLeaseTTL: ttl, NodeLeaseTaken: c.clock.Now()}
-	c.node("a", 0, cfg).add(t, Job{Name: "x", Schedule: "@every 1h", Handler: func(context.Context, Run) error { return nil }}).start(t)
-	state := func() ledger.RunStatus {
-		t.Helper()
-		rs := c.history("elsewhere")
-		if len(rs) != 1 {
-			t.Fatalf("records of b's run: %v, want one", rs)
-		}
-		return rs[0].Status
-	}
+	c.node("a", 0, sc.config(c.locks)).add(t, sc.job()).start(t)
 	c.step(time.Second) // a sweep lists both leases: b is alive
 	if s := state(); s != ledger.RunRunning {
 		t.Fatalf("b's run is %s while b holds its lease, want running", s)
@@ -63,7 +34,7 @@ func TestRetakenNodeLeaseJudgesNobodyForALease(t *testing.T) {
 	// The outage: both leases end at the store; a's caller takes a's
 	// again at once, b has not yet.
 	for _, n := range []string{"a", "b"} {
-		if err := c.locks.ForceRelease(ctx, prefix+n); err != nil {
+		if err := c.locks.ForceRelease(ctx, leasePrefix+n); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -74,7 +45,7 @@ func TestRetakenNodeLeaseJudgesNobodyForALease(t *testing.T) {
 	if s := state(); s != ledger.RunRunning {
 		t.Fatalf("b's run is %s at the first sweep after the outage, want running: b may not have taken its lease back yet", s)
 	}
-	c.step(ttl - time.Second)
+	c.step(sceneTTL - time.Second)
 	if s := state(); s != ledger.RunRunning {
 		t.Fatalf("b's run is %s within a lease of the outage, want running", s)
 	}
@@ -142,39 +113,17 @@ func TestStoreOutageJudgesNobodyForALease(t *testing.T) {
 }
 
 func testStoreOutageJudgesNobody(t *testing.T, lister bool) {
-	c := newCluster(t)
-	holder, err := tasklock.New(c.locks, &tasklock.Config{Owner: "caller", Logger: discardLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Close()
-	ctx := context.Background()
-	prefix := DefaultKeyPrefix + "node/"
-	for _, n := range []string{"a", "b"} {
-		if _, err := holder.TryObtain(ctx, prefix+n, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
-	running := ledger.RunRecord{Job: "elsewhere", Tick: t0, Attempt: 1, Node: "b", Start: t0, Status: ledger.RunRunning}
-	if err := c.ledger.RecordRuns(ctx, []ledger.RunRecord{running}); err != nil {
-		t.Fatal(err)
-	}
+	sc := newLeaseScene(t)
+	c, state := sc.cluster, sc.state
+	sc.obtain("a")
+	sc.obtain("b")
 	var down atomic.Bool
 	c.wrapLedger = func(_ string, l ledger.Ledger) ledger.Ledger { return downLedger{l, &down} }
-	const ttl = 3 * time.Second // a sweep every second
-	cfg := &Config{NodeLeaseTTL: ttl, NodeLeaseTaken: c.clock.Now()}
+	cfg := sc.config(nil)
 	if lister {
 		cfg.NodeLister = downLister{c.locks, &down}
 	}
-	c.node("a", 0, cfg).add(t, Job{Name: "x", Schedule: "@every 1h", Handler: func(context.Context, Run) error { return nil }}).start(t)
-	state := func() ledger.RunStatus {
-		t.Helper()
-		rs := c.history("elsewhere")
-		if len(rs) != 1 {
-			t.Fatalf("records of b's run: %v, want one", rs)
-		}
-		return rs[0].Status
-	}
+	c.node("a", 0, cfg).add(t, sc.job()).start(t)
 	c.step(time.Second) // a sweep lists both leases: b is alive
 	if s := state(); s != ledger.RunRunning {
 		t.Fatalf("b's run is %s while b holds its lease, want running", s)
@@ -183,7 +132,7 @@ func testStoreOutageJudgesNobody(t *testing.T, lister bool) {
 	// The outage, two sweeps long: b's lease ends at the store, a's
 	// outlives it with its fence.
 	down.Store(true)
-	if err := c.locks.ForceRelease(ctx, prefix+"b"); err != nil {
+	if err := c.locks.ForceRelease(context.Background(), leasePrefix+"b"); err != nil {
 		t.Fatal(err)
 	}
 	c.step(time.Second)
@@ -193,7 +142,7 @@ func testStoreOutageJudgesNobody(t *testing.T, lister bool) {
 	if s := state(); s != ledger.RunRunning {
 		t.Fatalf("b's run is %s at the first sweep after the outage, want running: b may not have taken its lease back yet", s)
 	}
-	c.step(ttl - time.Second)
+	c.step(sceneTTL - time.Second)
 	if s := state(); s != ledger.RunRunning {
 		t.Fatalf("b's run is %s within a lease of the outage, want running", s)
 	}
@@ -207,26 +156,12 @@ func testStoreOutageJudgesNobody(t *testing.T, lister bool) {
 // does not stop a node from judging the others: a dead node's run is
 // settled a lease after it stopped, however often the store blinks.
 func TestStoreBlinksStillJudge(t *testing.T) {
-	c := newCluster(t)
-	holder, err := tasklock.New(c.locks, &tasklock.Config{Owner: "caller", Logger: discardLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Close()
-	ctx := context.Background()
-	prefix := DefaultKeyPrefix + "node/"
-	if _, err := holder.TryObtain(ctx, prefix+"a", nil); err != nil {
-		t.Fatal(err)
-	}
-	running := ledger.RunRecord{Job: "elsewhere", Tick: t0, Attempt: 1, Node: "b", Start: t0, Status: ledger.RunRunning}
-	if err := c.ledger.RecordRuns(ctx, []ledger.RunRecord{running}); err != nil {
-		t.Fatal(err)
-	}
+	sc := newLeaseScene(t)
+	c := sc.cluster
+	sc.obtain("a")
 	var down atomic.Bool
 	c.wrapLedger = func(_ string, l ledger.Ledger) ledger.Ledger { return downLedger{l, &down} }
-	const ttl = 3 * time.Second
-	cfg := &Config{NodeLister: downLister{c.locks, &down}, NodeLeaseTTL: ttl, NodeLeaseTaken: c.clock.Now()}
-	c.node("a", 0, cfg).add(t, Job{Name: "x", Schedule: "@every 1h", Handler: func(context.Context, Run) error { return nil }}).start(t)
+	c.node("a", 0, sc.config(downLister{c.locks, &down})).add(t, sc.job()).start(t)
 	// Every other half-second step fails: each spell is one poll long.
 	for i := 0; i < 8; i++ {
 		down.Store(i%2 == 0)
@@ -234,8 +169,65 @@ func TestStoreBlinksStillJudge(t *testing.T) {
 	}
 	down.Store(false)
 	c.step(time.Second)
-	waitFor(t, "b's run to be settled interrupted", func() bool {
-		rs := c.history("elsewhere")
-		return len(rs) == 1 && rs[0].Status == ledger.RunInterrupted
-	})
+	waitFor(t, "b's run to be settled interrupted", func() bool { return sc.state() == ledger.RunInterrupted })
+}
+
+// leasePrefix is the node leases' key prefix in these tests.
+const leasePrefix = DefaultKeyPrefix + "node/"
+
+// sceneTTL is a leaseScene's node lease TTL: a sweep every second.
+const sceneTTL = 3 * time.Second
+
+// leaseScene is a cluster whose node leases a caller holds, as serve holds
+// its node-name lock, and where node b has a run of job "elsewhere" under
+// way: its running record, written before whatever the test does.
+type leaseScene struct {
+	t       *testing.T
+	cluster *cluster
+	holder  *tasklock.Locker
+}
+
+func newLeaseScene(t *testing.T) *leaseScene {
+	c := newCluster(t)
+	holder, err := tasklock.New(c.locks, &tasklock.Config{Owner: "caller", Logger: discardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { holder.Close() })
+	running := ledger.RunRecord{Job: "elsewhere", Tick: t0, Attempt: 1, Node: "b", Start: t0, Status: ledger.RunRunning}
+	if err := c.ledger.RecordRuns(context.Background(), []ledger.RunRecord{running}); err != nil {
+		t.Fatal(err)
+	}
+	return &leaseScene{t: t, cluster: c, holder: holder}
+}
+
+// obtain takes node's lease for the caller.
+func (sc *leaseScene) obtain(node string) *tasklock.Lock {
+	sc.t.Helper()
+	l, err := sc.holder.TryObtain(context.Background(), leasePrefix+node, nil)
+	if err != nil {
+		sc.t.Fatal(err)
+	}
+	return l
+}
+
+// config is the Config of node a, whose lease the caller took, with
+// lister (nil: none).
+func (sc *leaseScene) config(lister driver.Lister) *Config {
+	return &Config{NodeLister: lister, NodeLeaseTTL: sceneTTL, NodeLeaseTaken: sc.cluster.clock.Now()}
+}
+
+// job is node a's job, which never comes due in these tests.
+func (sc *leaseScene) job() Job {
+	return Job{Name: "x", Schedule: "@every 1h", Handler: func(context.Context, Run) error { return nil }}
+}
+
+// state is the status of b's run.
+func (sc *leaseScene) state() ledger.RunStatus {
+	sc.t.Helper()
+	rs := sc.cluster.history("elsewhere")
+	if len(rs) != 1 {
+		sc.t.Fatalf("records of b's run: %v, want one", rs)
+	}
+	return rs[0].Status
 }
