@@ -158,16 +158,7 @@ func TestServePausedNodeRecordsLossTruly(t *testing.T) {
 	node.Signal(syscall.SIGCONT)
 	paused = false
 
-	store, closeStore, err := storeurl.Open(context.Background(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer closeStore()
-	var lost []ledger.RunRecord
-	clitest.WaitFor(t, 30*time.Second, func() bool {
-		lost, err = store.(ledger.Ledger).Runs(context.Background(), ledger.RunQuery{Status: ledger.RunLost})
-		return err == nil && len(lost) >= len(units)
-	}, "a lost run of each paused command in the ledger")
+	lost := waitLostRuns(t, url, "", len(units))
 	stopNodes(t, nodes)
 	if len(lost) != len(units) {
 		t.Errorf("%d lost runs, want %d", len(lost), len(units))
@@ -190,6 +181,13 @@ func TestServePausedNodeRecordsLossTruly(t *testing.T) {
 // and returns it.
 func waitLostRun(t *testing.T, url, job string) ledger.RunRecord {
 	t.Helper()
+	return waitLostRuns(t, url, job, 1)[0]
+}
+
+// waitLostRuns waits for at least n runs of job (any job: "") recorded
+// lost in the ledger at url and returns them all.
+func waitLostRuns(t *testing.T, url, job string, n int) []ledger.RunRecord {
+	t.Helper()
 	store, closeStore, err := storeurl.Open(context.Background(), url)
 	if err != nil {
 		t.Fatal(err)
@@ -198,9 +196,9 @@ func waitLostRun(t *testing.T, url, job string) ledger.RunRecord {
 	var lost []ledger.RunRecord
 	clitest.WaitFor(t, 30*time.Second, func() bool {
 		lost, err = store.(ledger.Ledger).Runs(context.Background(), ledger.RunQuery{Job: job, Status: ledger.RunLost})
-		return err == nil && len(lost) > 0
-	}, "a lost run of "+job+" in the ledger")
-	return lost[0]
+		return err == nil && len(lost) >= n
+	}, fmt.Sprintf("%d lost runs of %q in the ledger", n, job))
+	return lost
 }
 
 // TestExecZooKeeperFrozenExitsSoon is TestExecRedisFrozenNamesStore on
