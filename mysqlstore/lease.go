@@ -614,18 +614,25 @@ func (s *Store) leasePairs(ctx context.Context, db querier, pairs []leasePair, c
 	return found, rows.Err()
 }
 
+// readNow is the UTC time when it is evaluated, where UTC_TIMESTAMP(6) is
+// the statement's start: a row read by the statement was written by a
+// statement that began before readNow, so its time left, measured from
+// readNow, is never more than its TTL. (A renewal that began after
+// UTC_TIMESTAMP(6) and committed before the read would seem to have more.)
+const readNow = "(UTC_TIMESTAMP(6) + INTERVAL TIMESTAMPDIFF(MICROSECOND, NOW(6), SYSDATE(6)) MICROSECOND)"
+
 // leaseLeases lists live leases (MinHold leases after a release included):
 // the mutexes' and the entries of read-write locks and semaphores, in one
 // SELECT.
 func (s *Store) leaseLeases(ctx context.Context, prefix string) ([]driver.Lease, error) {
-	b := make([]byte, 0, 600+8*len(prefix))
-	b = append(b, "SELECT lock_key, owner, fence, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at), FALSE, 0, 0, 0 FROM "...)
+	b := make([]byte, 0, 800+8*len(prefix))
+	b = append(b, "SELECT lock_key, owner, fence, TIMESTAMPDIFF(MICROSECOND, "+readNow+", expires_at), FALSE, 0, 0, 0 FROM "...)
 	b = append(b, s.qt...)
-	b = append(b, " WHERE expires_at > UTC_TIMESTAMP(6)"...)
+	b = append(b, " WHERE expires_at > "+readNow...)
 	b = appendPrefixFilter(b, prefix)
-	b = append(b, " UNION ALL SELECT lock_key, owner, fence, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at), FALSE, mode, lim, state FROM "...)
+	b = append(b, " UNION ALL SELECT lock_key, owner, fence, TIMESTAMPDIFF(MICROSECOND, "+readNow+", expires_at), FALSE, mode, lim, state FROM "...)
 	b = append(b, s.qHolds...)
-	b = append(b, " WHERE expires_at > UTC_TIMESTAMP(6)"...)
+	b = append(b, " WHERE expires_at > "+readNow...)
 	b = appendPrefixFilter(b, prefix)
 	b = append(b, " ORDER BY 1, 6, 3"...)
 	return s.queryLeases(ctx, string(b))

@@ -45,6 +45,11 @@ type statements struct {
 // remainingMicros is the lease's remaining time at the database, in µs.
 const remainingMicros = `(extract(epoch FROM %s.expires_at - now()) * 1000000)::bigint`
 
+// listedMicros is the time left of row's lease, in µs, at the time c.t.
+func listedMicros(row string) string {
+	return fmt.Sprintf(`(extract(epoch FROM %s.expires_at - c.t) * 1000000)::bigint`, row)
+}
+
 // sessionHolds is true when backend pid (an expression) holds the advisory
 // lock of key (an expression) in this database. seed is a parameter.
 func sessionHolds(pid, key, seed string) string {
@@ -328,17 +333,21 @@ FROM r`, table)
 	// A connection-mode row counts as held while its session holds the
 	// advisory lock, or until it expires when a restart ended the session.
 	// Read-write locks' and semaphores' entries follow, a row per hold or
-	// claim.
-	st.leases = fmt.Sprintf(`SELECT l.key, l.owner, l.fence, %[3]s, 0::smallint AS mode, 0 AS permits, false AS waiting
-FROM %[1]s l
-WHERE starts_with(l.key, $1) AND l.expires_at > now()
+	// claim. The time left is measured from a clock read after the
+	// statement's snapshot, not from now(): now() is read before it, so a
+	// renewal that began after now() and committed before the snapshot
+	// would be listed with more than its TTL left.
+	st.leases = fmt.Sprintf(`WITH c AS MATERIALIZED (SELECT clock_timestamp() AS t)
+SELECT l.key, l.owner, l.fence, %[3]s, 0::smallint AS mode, 0 AS permits, false AS waiting
+FROM %[1]s l, c
+WHERE starts_with(l.key, $1) AND l.expires_at > c.t
   AND (l.pid IS NULL OR l.token IS NULL OR l.acquired_at < pg_postmaster_start_time() OR %[4]s)
 UNION ALL
 SELECT k.key, k.owner, k.fence, %[5]s, k.mode, k.permits, k.waiting
-FROM %[2]s k
-WHERE starts_with(k.key, $1) AND k.expires_at > now()
-ORDER BY 1, 5, 7, 3, 2`, table, tb.kinds, fmt.Sprintf(remainingMicros, "l"),
-		sessionHolds("l.pid", "l.key", "$2::bigint"), fmt.Sprintf(remainingMicros, "k"))
+FROM %[2]s k, c
+WHERE starts_with(k.key, $1) AND k.expires_at > c.t
+ORDER BY 1, 5, 7, 3, 2`, table, tb.kinds, listedMicros("l"),
+		sessionHolds("l.pid", "l.key", "$2::bigint"), listedMicros("k"))
 
 	// A forced release also terminates the session holding the key in
 	// connection mode (pid recorded in the row and still holding the
