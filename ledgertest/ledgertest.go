@@ -66,7 +66,10 @@ func Run(t *testing.T, newLedger NewLedger) {
 		{"LatestRuns", testLatestRuns},
 	}
 	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newLedger(t)) })
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel() // each case has a ledger of its own
+			tc.fn(t, newLedger(t))
+		})
 	}
 }
 

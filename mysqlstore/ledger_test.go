@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -25,10 +26,9 @@ func TestLedgerConformance(t *testing.T) {
 				dsn = strings.Replace(dsn, "parseTime=true", oddDSN, 1)
 			}
 			db := openDB(t, dsn)
-			var n int
+			var n atomic.Int64 // the cases run in parallel
 			ledgertest.Run(t, func(t *testing.T) ledger.Ledger {
-				n++
-				return mustNew(t, db, &Options{Table: fmt.Sprintf("ledger_%d", n), Migrate: true})
+				return mustNew(t, db, &Options{Table: fmt.Sprintf("ledger_%d", n.Add(1)), Migrate: true})
 			})
 		})
 	}

@@ -114,9 +114,11 @@ var modes = []Mode{ModeLease, ModeConnection}
 func TestConformance(t *testing.T) {
 	for _, mode := range modes {
 		t.Run(string(mode), func(t *testing.T) {
-			pool := newPool(t, newDB(t), nil)
+			url := newDB(t)
 			storetest.Run(t, func(t *testing.T) driver.Store {
-				return newStore(t, pool, &Options{Mode: mode})
+				// a pool per case: the cases run in parallel, and in
+				// connection mode every held lock keeps a connection
+				return newStore(t, newPool(t, url, nil), &Options{Mode: mode})
 			})
 		})
 	}

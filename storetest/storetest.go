@@ -1,6 +1,7 @@
 // Package storetest is the conformance suite every tasklock store passes.
 // A store's tests call Run with a function that returns a fresh, empty store
-// (its own key prefix, table or database), backed by a real server:
+// (its own key prefix, table or database), backed by a real server. The
+// cases run in parallel (t.Parallel), each on a store of its own:
 //
 //	func TestConformance(t *testing.T) {
 //		storetest.Run(t, func(t *testing.T) driver.Store { return newStore(t) })
@@ -84,7 +85,10 @@ func Run(t *testing.T, newStore NewStore) {
 	tests = append(tests, fairTests...)
 	tests = append(tests, electionTests...)
 	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newStore(t)) })
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel() // each case has a store of its own; most wait on leases
+			tc.fn(t, newStore(t))
+		})
 	}
 }
 
