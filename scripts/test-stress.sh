@@ -10,14 +10,15 @@
 #        RUNS=10 scripts/test-stress.sh
 #        HOGS=4 scripts/test-stress.sh ./etcdstore/ ./zkstore/
 # Environment: RUNS (default 5), HOGS (busy loops, default 2 per core),
-# GO (default go), GOTESTFLAGS (default -race -count=1 -p 1 -timeout 10m).
+# GO (default go), GOTESTFLAGS (default -race -count=1 -p 1 -parallel 4
+# -timeout 10m, as make test runs them).
 set -euo pipefail
 
 log() { printf 'test-stress: %s\n' "$*" >&2; }
 
 RUNS=${RUNS:-5}
 GO=${GO:-go}
-GOTESTFLAGS=${GOTESTFLAGS:--race -count=1 -p 1 -timeout 10m}
+GOTESTFLAGS=${GOTESTFLAGS:--race -count=1 -p 1 -parallel 4 -timeout 10m}
 cores=$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)
 HOGS=${HOGS:-$((2 * cores))}
 
