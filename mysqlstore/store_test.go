@@ -162,7 +162,6 @@ func TestStore(t *testing.T) {
 					{"KeepFor", testKeepFor},
 					{"Keys", testKeys},
 					{"Leases", testLeases},
-					{"LeasesWhileRenewed", testLeasesWhileRenewed},
 					{"ForceRelease", testForceRelease},
 				} {
 					t.Run(tc.name, func(t *testing.T) {
@@ -379,58 +378,6 @@ func testKeys(t *testing.T, s *Store, db *sql.DB) {
 			t.Fatalf("lock name %q (%d chars) held by %v, %v", name, len(name), holder, err)
 		}
 		_ = s.Release(ctx, driver.ReleaseParams{Key: long, Token: tok})
-	}
-}
-
-// testLeasesWhileRenewed lists leases while they are renewed without a
-// pause: none is ever listed with more time left than its TTL (measured
-// from UTC_TIMESTAMP(6), the statement's start, some were: a renewal that
-// began after it committed before the rows were read). In connection mode
-// a held mutex is listed with TTL 0: it lasts as long as its session.
-func testLeasesWhileRenewed(t *testing.T, s *Store, db *sql.DB) {
-	ctx := ctxT(t)
-	const ttl = 10 * time.Second
-	renew := make([]driver.RenewParams, 4)
-	for i := range renew {
-		renew[i] = driver.RenewParams{Key: fmt.Sprintf("renewed-%d", i), Token: token(), TTL: ttl}
-		mustAcquire(t, s, renew[i].Key, renew[i].Token, "me", ttl)
-	}
-	stop := make(chan struct{})
-	var renewers sync.WaitGroup
-	for _, p := range renew {
-		renewers.Add(1)
-		go func() {
-			defer renewers.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				if res, err := s.Renew(ctx, []driver.RenewParams{p}); err != nil || res[0] != nil {
-					t.Errorf("Renew %s: %v %v", p.Key, err, res)
-					return
-				}
-			}
-		}()
-	}
-	defer renewers.Wait()
-	defer close(stop)
-	listed := 0
-	for end := time.Now().Add(time.Second); time.Now().Before(end); {
-		ls, err := s.Leases(ctx, "renewed-")
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, l := range ls {
-			listed++
-			if l.TTL > ttl || l.TTL <= 0 && s.mode == ModeLease {
-				t.Fatalf("lease %+v listed with %v left of a %v TTL", l, l.TTL, ttl)
-			}
-		}
-	}
-	if listed == 0 {
-		t.Fatal("no lease listed")
 	}
 }
 
