@@ -321,7 +321,17 @@ func envName(s string) bool {
 // argv reads a list of strings: a program and its arguments.
 func (p *parser) argv(n *yaml.Node, name string) []string {
 	if n.Kind != yaml.SequenceNode {
-		p.errorf(n, name, "want a list: the program and its arguments, e.g. [\"/usr/local/bin/report\", \"--all\"], got %s", kind(n))
+		// A command line given as one string is not quoted back: its
+		// arguments may hold a password or a token.
+		got := shape(n)
+		if got == "a string" {
+			if w := len(strings.Fields(n.Value)); w == 1 {
+				got = "a string of 1 word"
+			} else {
+				got = fmt.Sprintf("a string of %d words", w)
+			}
+		}
+		p.errorf(n, name, "want a list: the program and its arguments, e.g. [\"/usr/local/bin/report\", \"--all\"], got %s", got)
 		return nil
 	}
 	if len(n.Content) == 0 {

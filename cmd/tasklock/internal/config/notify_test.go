@@ -98,7 +98,7 @@ func TestParseNotifyErrors(t *testing.T) {
 		{"webhook timeout zero", "notify:\n  webhook: {url: \"https://h/x\", secret: k, timeout: 0s}\n" + job,
 			[]string{`c.yaml:2: notify.webhook.timeout: 0s: want a duration above 0 (omit the key for the default 10s)`}},
 		{"bad command", "notify: {command: page}\n" + job,
-			[]string{`c.yaml:1: notify.command: want a list: the program and its arguments, e.g. ["/usr/local/bin/report", "--all"], got "page"`}},
+			[]string{`c.yaml:1: notify.command: want a list: the program and its arguments, e.g. ["/usr/local/bin/report", "--all"], got a string of 1 word`}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := Parse("c.yaml", []byte(tt.in))
