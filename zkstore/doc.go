@@ -1,9 +1,14 @@
 // Package zkstore keeps tasklock leases in ZooKeeper through the caller's
 // go-zookeeper connection (github.com/go-zookeeper/zk).
 //
-//	conn, _, err := zk.Connect([]string{"zk1:2181", "zk2:2181", "zk3:2181"}, 10*time.Second)
+//	conn, _, err := zk.Connect([]string{"zk1:2181", "zk2:2181", "zk3:2181"}, 10*time.Second,
+//		zk.WithDialer(zkstore.Dialer(10*time.Second)))
 //	store, err := zkstore.New(conn, &zkstore.Options{SessionTimeout: 10 * time.Second})
 //	locker, err := tasklock.New(store, nil)
+//
+// Dialer is not required, but without it a client that reconnects to a
+// ZooKeeper just restarted can wait 66.7 s for its handshake (see Dialer),
+// and lose its session and locks meanwhile.
 //
 // The Store implements driver.Store, driver.Queuer (waiting Obtain calls
 // queue in ZooKeeper, first come first served, each woken by a watch on

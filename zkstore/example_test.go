@@ -18,10 +18,12 @@ import (
 // All locks of a Store live on the Conn's session; a holder that dies is
 // replaced when its session expires. Options.SessionTimeout must be the
 // timeout given to zk.Connect. Waiters queue in ZooKeeper, first come,
-// first served.
+// first served. zkstore.Dialer gives up a handshake a restarting server
+// does not answer, where go-zookeeper would wait for it for over a minute.
 func ExampleNew() {
 	const sessionTimeout = 10 * time.Second
-	conn, _, err := zk.Connect([]string{"zk-1:2181", "zk-2:2181", "zk-3:2181"}, sessionTimeout)
+	conn, _, err := zk.Connect([]string{"zk-1:2181", "zk-2:2181", "zk-3:2181"}, sessionTimeout,
+		zk.WithDialer(zkstore.Dialer(sessionTimeout)))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -576,7 +576,7 @@ func TestNoMigrationsWithoutSchema(t *testing.T) {
 // TestOpenZKSilentServerOnReconnect: a store whose connection drops and
 // whose next server accepts the connection but never answers it (as
 // ZooKeeper 3.8 does in the moments after it starts listening, before it
-// serves) gives that server up within zkHandshakeTimeout and works again
+// serves) gives that server up within zkstore.HandshakeTimeout and works again
 // on the next one in seconds. go-zookeeper waits ten receive timeouts for
 // the connect response, 66.7 s with the default 10 s session: serve nodes
 // stayed cut off for 75 s after a ZooKeeper restart while the others

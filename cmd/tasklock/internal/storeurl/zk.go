@@ -69,7 +69,7 @@ func parseZK(u *storeURL) (opener, error) {
 // minSessionTimeout and maxSessionTimeout). Closing the store closes the
 // session, which deletes its lock nodes.
 func (c *zkConfig) open(ctx context.Context) (driver.Store, func() error, error) {
-	w := &zkWait{dialled: map[string]int{}, changed: make(chan struct{}, 1), handshake: zkHandshakeTimeout(c.session)}
+	w := &zkWait{dialled: map[string]int{}, changed: make(chan struct{}, 1), dialer: zkstore.Dialer(c.session)}
 	conn, _, err := zk.Connect(c.servers, c.session,
 		zk.WithLogger(zkQuiet{}), zk.WithLogInfo(false),
 		zk.WithDialer(w.dial), zk.WithEventCallback(w.event))
@@ -100,8 +100,8 @@ func (zkQuiet) Printf(string, ...any) {}
 // forever and reports neither why a server failed nor the session timeout
 // it granted, so its dialer records both.
 type zkWait struct {
-	changed   chan struct{} // signalled after every change below
-	handshake time.Duration // zkHandshakeTimeout(session asked for); set before Connect
+	changed chan struct{} // signalled after every change below
+	dialer  zk.Dialer     // zkstore.Dialer(session asked for): a silent handshake is given up
 
 	mu       sync.Mutex
 	dialled  map[string]int // connection attempts per address
@@ -129,9 +129,10 @@ func (w *zkWait) fail(addr string, err error) {
 	w.signal()
 }
 
-// dial is the Conn's zk.Dialer. go-zookeeper tries the servers in turn, so
-// dialling an address again before any session means that every server
-// has failed once.
+// dial is the Conn's zk.Dialer: zkstore.Dialer's, which gives up a
+// handshake the server does not answer. go-zookeeper tries the servers in
+// turn, so dialling an address again before any session means that every
+// server has failed once.
 func (w *zkWait) dial(network, addr string, timeout time.Duration) (net.Conn, error) {
 	w.mu.Lock()
 	w.dialled[addr]++
@@ -140,12 +141,12 @@ func (w *zkWait) dial(network, addr string, timeout time.Duration) (net.Conn, er
 	}
 	w.mu.Unlock()
 	w.signal()
-	conn, err := net.DialTimeout(network, addr, timeout)
+	conn, err := w.dialer(network, addr, timeout)
 	if err != nil {
 		w.fail(addr, err)
 		return nil, err
 	}
-	return &zkHandshakeConn{Conn: conn, w: w, addr: addr, limit: w.handshake}, nil
+	return &zkHandshakeConn{Conn: conn, w: w, addr: addr}, nil
 }
 
 // event is the Conn's event callback.
@@ -189,36 +190,11 @@ func (w *zkWait) wait(ctx context.Context) (time.Duration, error) {
 // first frame a server sends on a connection: length, protocol version,
 // timeout in milliseconds, session id, password (all big-endian).
 type zkHandshakeConn struct {
-	net.Conn
-	w     *zkWait
-	addr  string
-	limit time.Duration // zkHandshakeTimeout of the session timeout asked for
-	head  []byte        // the frame's first 12 bytes, until complete
-	done  bool
-}
-
-// zkHandshakeTimeout bounds how long a new connection waits for the
-// server's connect response. go-zookeeper waits ten times its receive
-// timeout (two thirds of the session timeout: 66.7 s for 10 s), and
-// ZooKeeper (3.8.0 at least) neither answers nor closes a connection it
-// accepted in the moments after it starts listening, before it serves: a
-// client that reconnects then is stuck for that long, and its session
-// expires meanwhile. A handshake that is not answered within this is
-// given up, and go-zookeeper dials again (after a second's pause).
-func zkHandshakeTimeout(session time.Duration) time.Duration {
-	return min(max(session/4, time.Second), 5*time.Second)
-}
-
-// SetReadDeadline caps the deadline go-zookeeper sets for the connect
-// response (see zkHandshakeTimeout); later deadlines pass unchanged.
-// go-zookeeper calls it and Read from one goroutine at a time.
-func (c *zkHandshakeConn) SetReadDeadline(t time.Time) error {
-	if len(c.head) == 0 && !c.done && !t.IsZero() {
-		if limit := time.Now().Add(c.limit); t.After(limit) {
-			t = limit
-		}
-	}
-	return c.Conn.SetReadDeadline(t)
+	net.Conn // zkstore.Dialer's
+	w        *zkWait
+	addr     string
+	head     []byte // the frame's first 12 bytes, until complete
+	done     bool
 }
 
 func (c *zkHandshakeConn) Read(p []byte) (int, error) {
