@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"runtime"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -155,6 +156,16 @@ type Store struct {
 // prepared are a Store's prepared statements.
 type prepared struct {
 	acquire, holder, renew, release, force, leases *sql.Stmt
+
+	mu      sync.Mutex
+	batches map[batchShape]*sql.Stmt // the batches' statements, prepared on first use
+}
+
+// batchShape names one of the batches' multi-row statements: what it does
+// and its rows.
+type batchShape struct {
+	release bool // false: acquire
+	rows    int
 }
 
 // close closes every statement (nil ones are skipped).
@@ -164,6 +175,12 @@ func (p *prepared) close() {
 			_ = st.Close()
 		}
 	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, st := range p.batches {
+		_ = st.Close()
+	}
+	p.batches = nil
 }
 
 var (
