@@ -30,25 +30,18 @@ func (p *pollingRequester) SetJobState(ctx context.Context, q ledger.JobStatePar
 	return st, err
 }
 
-// startOrder notes the ticks whose runs a node started for backfills and
-// re-runs (EventRunStarted with Requested), in the order it started them.
-type startOrder struct {
-	mu    sync.Mutex
-	ticks []time.Time
-}
-
-func (o *startOrder) on(e Event) {
-	if e.Type == EventRunStarted && e.Requested {
-		o.mu.Lock()
-		o.ticks = append(o.ticks, e.Tick)
-		o.mu.Unlock()
+// requestedStarts returns the ticks whose runs were started for backfills
+// and re-runs (EventRunStarted with Requested), in the order they started.
+func (l *eventLog) requestedStarts() []time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var ticks []time.Time
+	for _, e := range l.evs {
+		if e.Type == EventRunStarted && e.Requested {
+			ticks = append(ticks, e.Tick)
+		}
 	}
-}
-
-func (o *startOrder) get() []time.Time {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return append([]time.Time(nil), o.ticks...)
+	return ticks
 }
 
 // TestBackfillStartsInTickOrder: a node starts the runs of one backfill's
@@ -73,8 +66,8 @@ func TestBackfillStartsInTickOrder(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := newCluster(t)
-			order := &startOrder{}
-			c.onEvent = order.on
+			var log eventLog
+			c.onEvent = log.on
 			gate := make(chan struct{})
 			first := make(chan struct{})
 			var once sync.Once
@@ -103,9 +96,9 @@ func TestBackfillStartsInTickOrder(t *testing.T) {
 			c.settle(false)
 			recv(t, "the first tick's run", first)
 			close(gate)
-			waitFor(t, "the backfill's runs", func() bool { return len(order.get()) >= len(ticks) })
+			waitFor(t, "the backfill's runs", func() bool { return len(log.requestedStarts()) >= len(ticks) })
 			c.settle(true)
-			if got := order.get(); fmt.Sprint(got) != fmt.Sprint(ticks) {
+			if got := log.requestedStarts(); fmt.Sprint(got) != fmt.Sprint(ticks) {
 				t.Fatalf("runs started in the order\n%v\nwant the ticks' order\n%v", got, ticks)
 			}
 			for _, r := range c.history("j") {

@@ -522,10 +522,6 @@ func testFencesIncrease(t *testing.T, s driver.Store) {
 	}
 }
 
-// testListedFence: a store that lists its leases (driver.Lister) lists a
-// held lock with its fence, the same after renewals and Extend, and
-// another fence for the next grant of the key. The scheduler tells from
-// a listing that a node's lease was taken again (it lapsed) by its fence.
 // testListedWhileRenewed lists leases while they are renewed without a
 // pause: none is ever listed with more time left than its TTL. (SQL stores
 // that measured it from the statement's start listed about one in ten
@@ -585,6 +581,10 @@ func testListedWhileRenewed(t *testing.T, s driver.Store) {
 	}
 }
 
+// testListedFence: a store that lists its leases (driver.Lister) lists a
+// held lock with its fence, the same after renewals and Extend, and
+// another fence for the next grant of the key. The scheduler tells from
+// a listing that a node's lease was taken again (it lapsed) by its fence.
 func testListedFence(t *testing.T, s driver.Store) {
 	ls, ok := s.(driver.Lister)
 	if !ok {

@@ -17,6 +17,12 @@ import (
 	"github.com/tasklock/tasklock/schedule"
 )
 
+// quietServer is a server that can run a job's command (runCommand) and
+// shows nothing.
+func quietServer() *server {
+	return &server{stdout: io.Discard, redact: func(s string) string { return s }, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+}
+
 // TestRunCommandSeesTheLeaseEndBeforeItsContext: a command that exits 0
 // by itself, seen by serve only once its run's lease has passed (serve was
 // paused past it) and before the run's context learnt of that (the
@@ -28,7 +34,7 @@ import (
 func TestRunCommandSeesTheLeaseEndBeforeItsContext(t *testing.T) {
 	t.Parallel()
 	exited := filepath.Join(t.TempDir(), "exited")
-	s := &server{stdout: io.Discard, redact: func(s string) string { return s }, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	s := quietServer()
 	j := config.Job{Command: []string{"sh", "-c", `touch "$0"`, exited}, KillGrace: config.DefaultKillGrace}
 	start := time.Now()
 	r := schedule.Run{
@@ -56,7 +62,7 @@ func TestRunCommandSeesTheLeaseEndBeforeItsContext(t *testing.T) {
 // "…(was serve paused?): %!w(<nil>)", status failed.
 func TestRunCommandKilledAtLeaseEndSaysWhy(t *testing.T) {
 	t.Parallel()
-	s := &server{stdout: io.Discard, redact: func(s string) string { return s }, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	s := quietServer()
 	j := config.Job{Command: []string{"sleep", "30"}, KillGrace: config.DefaultKillGrace}
 	end := time.Now().Add(300 * time.Millisecond)
 	r := schedule.Run{Job: "j", Tick: end, Node: "n1", Attempt: 1, Output: io.Discard, Deadline: func() time.Time { return end }}

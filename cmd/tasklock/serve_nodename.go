@@ -55,11 +55,11 @@ type nodeName struct {
 	mu     sync.Mutex
 	guard  *tasklock.Lock // the hold: current, or lost and not yet taken back
 	judged chan struct{}  // closed once guard's loss is judged, or guard replaced
-	// isJudged says judged is closed; open, that guard's loss was judged
-	// not another process's: the Schedulers' writes go on.
-	isJudged, open bool
-	by             retook        // once taken: who holds the name
-	heldFor        time.Duration // once taken, by a holder the store could not list: for how long it was seen held
+	// open says guard's loss was judged not another process's: the
+	// Schedulers' writes go on.
+	open    bool
+	by      retook        // once taken: who holds the name
+	heldFor time.Duration // once taken, by a holder the store could not list: for how long it was seen held
 	// own are this process's runs whose running record was written and
 	// whose outcome was not yet: once the name is another's, their
 	// outcomes are still written, and nothing else.
@@ -122,7 +122,7 @@ func (n *nodeName) retake(lost *tasklock.Lock) bool {
 			n.mu.Lock()
 			n.guard = r.lock
 			n.judgeLocked(false)
-			n.judged, n.isJudged = make(chan struct{}), false
+			n.judged = make(chan struct{})
 			n.mu.Unlock()
 			return true
 		case r.other:
@@ -161,8 +161,9 @@ func (n *nodeName) retake(lost *tasklock.Lock) bool {
 // open says whether the Schedulers' writes go on. Callers hold n.mu.
 func (n *nodeName) judgeLocked(open bool) {
 	n.open = open
-	if !n.isJudged {
-		n.isJudged = true
+	select {
+	case <-n.judged: // closed already
+	default:
 		close(n.judged)
 	}
 }
